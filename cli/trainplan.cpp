@@ -1,0 +1,153 @@
+// trainplan: the command-line program. Subcommands: simulate, validate-published, catalog, version.
+// Exit codes: 0 success, 2 bad input or usage (message names the JSON path and what was expected),
+// 1 internal error. Output files are written atomically and only after the whole run succeeded.
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "models/catalog.hpp"
+#include "models/scenario.hpp"
+#include "sim/output.hpp"
+#include "sim/simulate.hpp"
+#include "sim/validate_published.hpp"
+
+using namespace tp;
+
+namespace {
+
+struct Usage : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+const char* kHelp =
+    "trainplan — predict, plan and check the training of large transformers\n"
+    "\n"
+    "usage:\n"
+    "  trainplan simulate SCENARIO.json [--json FILE] [--trace FILE] [--full-cluster] [--quiet]\n"
+    "      simulate one training step of the scenario's plan and estimate the whole run\n"
+    "  trainplan validate-published [--suite DEV_SUITE.json] [--cluster NAME] [--json FILE]\n"
+    "      regenerate the published rows of the dev suite and print predicted vs published\n"
+    "  trainplan catalog [gpus|clusters|models]\n"
+    "      list the bundled catalog\n"
+    "  trainplan version\n";
+
+struct Args {
+  std::vector<std::string> positional;
+  std::vector<std::pair<std::string, std::string>> options;  // --name value ("" for flags)
+  bool flag(const std::string& n) const {
+    for (auto& o : options) if (o.first == n) return true;
+    return false;
+  }
+  std::string value(const std::string& n, const std::string& dflt = "") const {
+    for (auto& o : options) if (o.first == n) return o.second;
+    return dflt;
+  }
+};
+
+Args parse_args(int argc, char** argv, int from, const std::vector<std::string>& valued, const std::vector<std::string>& flags) {
+  Args a;
+  for (int i = from; i < argc; ++i) {
+    std::string s = argv[i];
+    if (s.rfind("--", 0) == 0) {
+      bool is_valued = std::find(valued.begin(), valued.end(), s) != valued.end();
+      bool is_flag = std::find(flags.begin(), flags.end(), s) != flags.end();
+      if (is_valued) {
+        if (i + 1 >= argc) throw Usage("option " + s + " needs a value");
+        a.options.push_back({s, argv[++i]});
+      } else if (is_flag) {
+        a.options.push_back({s, ""});
+      } else {
+        throw Usage("unknown option " + s);
+      }
+    } else {
+      a.positional.push_back(s);
+    }
+  }
+  return a;
+}
+
+int cmd_simulate(int argc, char** argv) {
+  Args a = parse_args(argc, argv, 2, {"--json", "--trace"}, {"--full-cluster", "--quiet"});
+  if (a.positional.size() != 1) throw Usage("simulate needs exactly one scenario file");
+  Scenario sc = load_scenario(a.positional[0]);
+  SimOptions opt;
+  opt.full_cluster = a.flag("--full-cluster");
+  Result r = simulate(sc, opt);
+  std::string json_text, trace_text;
+  if (!a.value("--json").empty()) json_text = result_to_json(r).dump(2) + "\n";
+  if (!a.value("--trace").empty()) trace_text = trace_to_json(r).dump() + "\n";
+  if (!json_text.empty()) write_file_atomic(a.value("--json"), json_text);
+  if (!trace_text.empty()) write_file_atomic(a.value("--trace"), trace_text);
+  if (!a.flag("--quiet")) print_summary(std::cout, r);
+  return 0;
+}
+
+std::string default_suite() {
+  std::string bundled = catalog_dir() + "/../../scenarios/published/dev-suite.json";
+  return bundled;
+}
+
+int cmd_validate_published(int argc, char** argv) {
+  Args a = parse_args(argc, argv, 2, {"--suite", "--cluster", "--json"}, {});
+  if (!a.positional.empty()) throw Usage("validate-published takes no positional arguments");
+  std::string file = a.value("--suite", default_suite());
+  Issues is;
+  json suite = parse_json_file(file, file, is);
+  if (!is.empty()) throw InputError(is.messages);
+  PublishedReport rep;
+  try {
+    rep = validate_published(suite, a.value("--cluster", "selene"));
+  } catch (const json::exception& e) {
+    throw InputError({file + ": unexpected dev-suite layout: " + e.what()});
+  }
+  print_published(std::cout, rep);
+  if (!a.value("--json").empty()) write_file_atomic(a.value("--json"), published_to_json(rep).dump(2) + "\n");
+  return 0;
+}
+
+int cmd_catalog(int argc, char** argv) {
+  Args a = parse_args(argc, argv, 2, {}, {});
+  std::vector<std::string> kinds = {"gpus", "clusters", "models"};
+  if (a.positional.size() == 1) {
+    if (std::find(kinds.begin(), kinds.end(), a.positional[0]) == kinds.end())
+      throw Usage("catalog kind must be gpus, clusters or models");
+    kinds = {a.positional[0]};
+  } else if (a.positional.size() > 1) {
+    throw Usage("catalog takes at most one kind");
+  }
+  for (auto& k : kinds) {
+    std::cout << k << ":\n";
+    for (auto& n : catalog_names(k)) std::cout << "  " << n << "\n";
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "help")) {
+    std::cout << kHelp;
+    return argc < 2 ? 2 : 0;
+  }
+  std::string cmd = argv[1];
+  try {
+    if (cmd == "simulate") return cmd_simulate(argc, argv);
+    if (cmd == "validate-published") return cmd_validate_published(argc, argv);
+    if (cmd == "catalog") return cmd_catalog(argc, argv);
+    if (cmd == "version") { std::cout << "trainplan 0.1.0\n"; return 0; }
+    throw Usage("unknown command \"" + cmd + "\"");
+  } catch (const InputError& e) {
+    for (auto& m : e.messages) std::cerr << "error: " << m << "\n";
+    return 2;
+  } catch (const Usage& e) {
+    std::cerr << "error: " << e.what() << "\n\n" << kHelp;
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "internal error: " << e.what() << "\n";
+    return 1;
+  }
+}

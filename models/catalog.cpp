@@ -1,0 +1,70 @@
+// catalog: locating and caching the bundled catalog files. See catalog.hpp.
+#include "catalog.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <unistd.h>
+
+#ifndef TRAINPLAN_CATALOG_DIR
+#define TRAINPLAN_CATALOG_DIR "models/catalog"
+#endif
+
+namespace tp {
+namespace fs = std::filesystem;
+
+static std::string exe_dir() {
+  char buf[4096];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) return ".";
+  buf[n] = 0;
+  return fs::path(buf).parent_path().string();
+}
+
+std::string catalog_dir() {
+  if (const char* e = std::getenv("TRAINPLAN_CATALOG")) return e;
+  std::string d = exe_dir();
+  for (const std::string& c : {d + "/../share/trainplan/catalog", d + "/catalog"})
+    if (fs::exists(c + "/gpus.json")) return c;
+  return TRAINPLAN_CATALOG_DIR;
+}
+
+static std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return (char)std::tolower(c); });
+  return s;
+}
+
+static const json& catalog_file(const std::string& kind) {
+  static std::mutex mu;
+  static std::map<std::string, json> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find(kind);
+  if (it != cache.end()) return it->second;
+  Issues issues;
+  std::string file = catalog_dir() + "/" + kind + ".json";
+  json j = parse_json_file(file, file, issues);
+  if (!issues.empty()) throw InputError(issues.messages);  // a broken catalog is a broken installation
+  return cache.emplace(kind, std::move(j)).first->second;
+}
+
+const json* catalog_find(const std::string& kind, const std::string& name) {
+  const json& f = catalog_file(kind);
+  if (!f.is_object()) return nullptr;
+  std::string want = lower(name);
+  for (auto it = f.begin(); it != f.end(); ++it)
+    if (lower(it.key()) == want) return &it.value();
+  return nullptr;
+}
+
+std::vector<std::string> catalog_names(const std::string& kind) {
+  std::vector<std::string> names;
+  const json& f = catalog_file(kind);
+  if (f.is_object())
+    for (auto it = f.begin(); it != f.end(); ++it) names.push_back(it.key());
+  return names;
+}
+
+}  // namespace tp

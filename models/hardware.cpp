@@ -1,0 +1,114 @@
+// hardware: GPU JSON reading and efficiency-curve interpolation. See hardware.hpp.
+#include "hardware.hpp"
+
+#include <cmath>
+
+namespace tp {
+
+const char* precision_name(Precision p) {
+  switch (p) {
+    case Precision::fp32: return "fp32";
+    case Precision::fp16: return "fp16";
+    case Precision::bf16: return "bf16";
+  }
+  return "?";
+}
+
+int precision_bytes(Precision p) { return p == Precision::fp32 ? 4 : 2; }
+
+double Curve::at(double x) const {
+  if (points.empty()) return 1.0;
+  if (x <= points.front().first) return points.front().second;
+  if (x >= points.back().first) return points.back().second;
+  double lx = std::log10(x);
+  for (size_t i = 1; i < points.size(); ++i) {
+    if (x <= points[i].first) {
+      double x0 = std::log10(points[i - 1].first), x1 = std::log10(points[i].first);
+      double t = (lx - x0) / (x1 - x0);
+      return points[i - 1].second + t * (points[i].second - points[i - 1].second);
+    }
+  }
+  return points.back().second;
+}
+
+Curve read_curve(const json& v, const std::string& path, Issues& issues) {
+  Curve c;
+  const std::string want = "an array of [size > 0, efficiency in (0, 1]] pairs with increasing sizes";
+  if (!v.is_array() || v.empty()) { issues.add_got(path, want, v); return c; }
+  for (size_t i = 0; i < v.size(); ++i) {
+    const json& p = v[i];
+    std::string pi = path + "[" + std::to_string(i) + "]";
+    if (!p.is_array() || p.size() != 2 || !p[0].is_number() || !p[1].is_number()) {
+      issues.add_got(pi, "a pair [size, efficiency]", p);
+      continue;
+    }
+    double x = p[0].get<double>(), e = p[1].get<double>();
+    if (!(x > 0) || !std::isfinite(x)) { issues.add_got(pi + "[0]", "a size > 0", p[0]); continue; }
+    if (!(e > 0 && e <= 1)) { issues.add_got(pi + "[1]", "an efficiency in (0, 1]", p[1]); continue; }
+    if (!c.points.empty() && x <= c.points.back().first) {
+      issues.add_got(pi + "[0]", "a size larger than the previous point's", p[0]);
+      continue;
+    }
+    c.points.push_back({x, e});
+  }
+  return c;
+}
+
+json curve_to_json(const Curve& c) {
+  json a = json::array();
+  for (auto& p : c.points) a.push_back({p.first, p.second});
+  return a;
+}
+
+static void read_by_precision(Reader& r, const std::string& key, double out[kPrecisions], bool required) {
+  const json* v = r.get(key);
+  if (!v) {
+    if (required) r.issues->add(r.at(key), "missing; expected an object {\"fp32\", \"fp16\", \"bf16\"} of FLOP/s");
+    return;
+  }
+  Reader p(*v, r.at(key), *r.issues);
+  if (!p.ok()) return;
+  out[0] = p.req_num("fp32", 0);
+  out[1] = p.req_num("fp16", 0);
+  out[2] = p.req_num("bf16", 0);
+  p.finish({"fp32", "fp16", "bf16"});
+}
+
+Gpu read_gpu(const json& v, const std::string& path, Issues& issues) {
+  Gpu g;
+  Reader r(v, path, issues);
+  if (!r.ok()) return g;
+  g.name = r.opt_str("name", "");
+  r.opt_str("about", "");
+  read_by_precision(r, "matrix_flops_per_s", g.matrix_flops_per_s, true);
+  read_by_precision(r, "vector_flops_per_s", g.vector_flops_per_s, true);
+  g.hbm_bytes = r.req_num("hbm_bytes", 1);
+  g.hbm_bandwidth_bytes_per_s = r.req_num("hbm_bandwidth_bytes_per_s", 1);
+  if (const json* c = r.get("matrix_efficiency")) g.matrix_efficiency = read_curve(*c, r.at("matrix_efficiency"), issues);
+  else issues.add(r.at("matrix_efficiency"), "missing; expected an efficiency curve [[flops, efficiency], ...]");
+  if (const json* c = r.get("memory_efficiency")) g.memory_efficiency = read_curve(*c, r.at("memory_efficiency"), issues);
+  else issues.add(r.at("memory_efficiency"), "missing; expected an efficiency curve [[bytes, efficiency], ...]");
+  g.kernel_overhead_s = r.opt_num("kernel_overhead_s", 0, 0, 1);
+  g.power_w = r.opt_num("power_w", 0, 0);
+  if (g.matrix_flops_per_s[0] <= 0 && g.matrix_flops_per_s[1] <= 0 && g.matrix_flops_per_s[2] <= 0 && r.has("matrix_flops_per_s"))
+    issues.add(r.at("matrix_flops_per_s"), "at least one precision needs a peak > 0");
+  r.finish({"name", "about", "matrix_flops_per_s", "vector_flops_per_s", "hbm_bytes", "hbm_bandwidth_bytes_per_s",
+            "matrix_efficiency", "memory_efficiency", "kernel_overhead_s", "power_w"});
+  return g;
+}
+
+static json by_precision(const double v[kPrecisions]) { return {{"fp32", v[0]}, {"fp16", v[1]}, {"bf16", v[2]}}; }
+
+json gpu_to_json(const Gpu& g) {
+  return {{"name", g.name},
+          {"matrix_flops_per_s", by_precision(g.matrix_flops_per_s)},
+          {"vector_flops_per_s", by_precision(g.vector_flops_per_s)},
+          {"hbm_bytes", g.hbm_bytes},
+          {"hbm_bandwidth_bytes_per_s", g.hbm_bandwidth_bytes_per_s},
+          {"matrix_efficiency", curve_to_json(g.matrix_efficiency)},
+          {"memory_efficiency", curve_to_json(g.memory_efficiency)},
+          {"kernel_overhead_s", g.kernel_overhead_s},
+          {"power_w", g.power_w}};
+}
+
+}  // namespace tp

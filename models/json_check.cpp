@@ -1,0 +1,189 @@
+// json_check: see json_check.hpp. Messages are stable text: tests and users grep them.
+#include "json_check.hpp"
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+namespace tp {
+
+void Issues::add(const std::string& path, const std::string& expected) {
+  messages.push_back(path + ": " + expected);
+}
+
+void Issues::add_got(const std::string& path, const std::string& expected, const json& got) {
+  messages.push_back(path + ": expected " + expected + ", got " + json_brief(got));
+}
+
+static std::string join_lines(const std::vector<std::string>& v) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? "\n" : "") + v[i];
+  return s;
+}
+
+InputError::InputError(std::vector<std::string> msgs)
+    : std::runtime_error(join_lines(msgs)), messages(std::move(msgs)) {}
+
+std::string json_brief(const json& v) {
+  std::string s = v.dump();
+  if (s.size() > 60) s = s.substr(0, 57) + "...";
+  if (v.is_string()) return s;
+  if (v.is_object()) return "an object " + s;
+  if (v.is_array()) return "an array " + s;
+  return s;
+}
+
+Reader::Reader(const json& v, std::string p, Issues& is) : obj(nullptr), path(std::move(p)), issues(&is) {
+  if (v.is_object()) obj = &v;
+  else issues->add_got(path, "an object", v);
+}
+
+bool Reader::has(const std::string& key) const { return obj && obj->contains(key); }
+
+const json* Reader::get(const std::string& key) {
+  if (!obj) return nullptr;
+  auto it = obj->find(key);
+  if (it == obj->end()) return nullptr;
+  seen.insert(key);
+  return &*it;
+}
+
+static bool is_integer_value(const json& v) {
+  if (v.is_number_integer()) return true;
+  if (v.is_number_float()) {
+    double d = v.get<double>();
+    return std::isfinite(d) && std::floor(d) == d && std::fabs(d) < 9.0e15;
+  }
+  return false;
+}
+
+static std::string range_text(long long lo, long long hi) {
+  std::string s = "an integer >= " + std::to_string(lo);
+  if (hi < (1LL << 53)) s = "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+  return s;
+}
+
+static std::string range_text(double lo, double hi) {
+  std::ostringstream o;
+  o << "a number >= " << lo;
+  if (hi < 1e300) { o.str(""); o << "a number in [" << lo << ", " << hi << "]"; }
+  return o.str();
+}
+
+long long Reader::opt_int(const std::string& key, long long dflt, long long lo, long long hi) {
+  const json* v = get(key);
+  if (!v) return dflt;
+  if (!is_integer_value(*v)) { issues->add_got(at(key), range_text(lo, hi), *v); return dflt; }
+  long long x = v->is_number_integer() ? v->get<long long>() : (long long)v->get<double>();
+  if (x < lo || x > hi) { issues->add_got(at(key), range_text(lo, hi), *v); return dflt; }
+  return x;
+}
+
+long long Reader::req_int(const std::string& key, long long lo, long long hi) {
+  if (obj && !has(key)) { issues->add(at(key), "missing; expected " + range_text(lo, hi)); return lo; }
+  return opt_int(key, lo, lo, hi);
+}
+
+double Reader::opt_num(const std::string& key, double dflt, double lo, double hi) {
+  const json* v = get(key);
+  if (!v) return dflt;
+  if (!v->is_number()) { issues->add_got(at(key), range_text(lo, hi), *v); return dflt; }
+  double x = v->get<double>();
+  if (!std::isfinite(x) || x < lo || x > hi) { issues->add_got(at(key), range_text(lo, hi), *v); return dflt; }
+  return x;
+}
+
+double Reader::req_num(const std::string& key, double lo, double hi) {
+  if (obj && !has(key)) { issues->add(at(key), "missing; expected " + range_text(lo, hi)); return lo; }
+  return opt_num(key, lo, lo, hi);
+}
+
+bool Reader::opt_bool(const std::string& key, bool dflt) {
+  const json* v = get(key);
+  if (!v) return dflt;
+  if (!v->is_boolean()) { issues->add_got(at(key), "true or false", *v); return dflt; }
+  return v->get<bool>();
+}
+
+bool Reader::req_bool(const std::string& key) {
+  if (obj && !has(key)) { issues->add(at(key), "missing; expected true or false"); return false; }
+  return opt_bool(key, false);
+}
+
+std::string Reader::opt_str(const std::string& key, const std::string& dflt) {
+  const json* v = get(key);
+  if (!v) return dflt;
+  if (!v->is_string()) { issues->add_got(at(key), "a string", *v); return dflt; }
+  return v->get<std::string>();
+}
+
+std::string Reader::req_str(const std::string& key) {
+  if (obj && !has(key)) { issues->add(at(key), "missing; expected a string"); return ""; }
+  return opt_str(key, "");
+}
+
+static std::string choices_text(const std::vector<std::string>& c) {
+  std::string s = "one of ";
+  for (size_t i = 0; i < c.size(); ++i) s += (i ? ", \"" : "\"") + c[i] + "\"";
+  return s;
+}
+
+int Reader::opt_enum(const std::string& key, const std::vector<std::string>& choices, int dflt) {
+  const json* v = get(key);
+  if (!v) return dflt;
+  if (v->is_string()) {
+    std::string s = v->get<std::string>();
+    for (size_t i = 0; i < choices.size(); ++i)
+      if (choices[i] == s) return (int)i;
+  }
+  issues->add_got(at(key), choices_text(choices), *v);
+  return dflt;
+}
+
+int Reader::req_enum(const std::string& key, const std::vector<std::string>& choices) {
+  if (obj && !has(key)) { issues->add(at(key), "missing; expected " + choices_text(choices)); return 0; }
+  return opt_enum(key, choices, 0);
+}
+
+void Reader::not_yet(const std::vector<std::string>& keys, const std::string& feature) {
+  for (const auto& k : keys)
+    if (get(k)) issues->add(at(k), "not supported yet (" + feature + "); remove this key");
+}
+
+void Reader::finish(const std::vector<std::string>& expected) {
+  if (!obj) return;
+  for (auto it = obj->begin(); it != obj->end(); ++it) {
+    if (seen.count(it.key())) continue;
+    std::string list;
+    for (size_t i = 0; i < expected.size(); ++i) list += (i ? ", " : "") + expected[i];
+    issues->add(at(it.key()), "unknown key; expected one of: " + list);
+  }
+}
+
+json parse_json_text(const std::string& text, const std::string& where, Issues& issues) {
+  try {
+    return json::parse(text);
+  } catch (const json::parse_error& e) {
+    // nlohmann gives a byte offset; turn it into line and column.
+    size_t off = e.byte > 0 ? e.byte - 1 : 0;
+    int line = 1, col = 1;
+    for (size_t i = 0; i < off && i < text.size(); ++i) {
+      if (text[i] == '\n') { ++line; col = 1; } else { ++col; }
+    }
+    std::string what = e.what();
+    auto p = what.find("parse error");
+    if (p != std::string::npos) what = what.substr(p);
+    issues.add(where, "malformed JSON at line " + std::to_string(line) + ", column " + std::to_string(col) + ": " + what);
+    return json();
+  }
+}
+
+json parse_json_file(const std::string& file, const std::string& where, Issues& issues) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) { issues.add(where, "cannot read file \"" + file + "\""); return json(); }
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parse_json_text(ss.str(), where, issues);
+}
+
+}  // namespace tp

@@ -1,0 +1,33 @@
+// scenario: the public input format. Loads a scenario JSON, resolves catalog names and hf_config files,
+// validates every key and every cross-field constraint, and either returns a complete Scenario or throws
+// InputError listing every problem (JSON path + what was expected). Nothing deeper re-checks user input.
+#pragma once
+#include <string>
+
+#include "cluster.hpp"
+#include "plan.hpp"
+#include "transformer.hpp"
+
+namespace tp {
+
+struct Scenario {
+  std::string name;
+  Transformer model;
+  Cluster cluster;
+  Training training;
+  Plan plan;
+};
+
+// Parses a scenario from a JSON value. `base_dir` resolves relative paths; `where` names the source in messages.
+Scenario scenario_from_json(const json& v, const std::string& base_dir, const std::string& where);
+// Reads and parses a scenario file (throws InputError on any problem, including unreadable or malformed files).
+Scenario load_scenario(const std::string& file);
+// Parses scenario text (used by the fuzz target and tests).
+Scenario scenario_from_text(const std::string& text, const std::string& where = "scenario");
+json scenario_to_json(const Scenario& s);  // fully resolved (catalog entries expanded)
+
+// Checks the plan against model, cluster and training, appending problems to `issues` with paths under "$.plan"
+// and "$.training". Also derives plan.num_microbatches. Shared with the planner.
+void validate_plan(const Transformer& m, const Cluster& c, const Training& t, Plan& plan, Issues& issues);
+
+}  // namespace tp

@@ -1,0 +1,110 @@
+// transformer: model JSON reading (inline, catalog, or Hugging Face config). See transformer.hpp.
+#include "transformer.hpp"
+
+#include <filesystem>
+
+#include "catalog.hpp"
+
+namespace tp {
+
+static void check_shape(Transformer& m, const std::string& path, Issues& issues) {
+  if (m.heads > 0 && m.hidden % m.heads != 0)
+    issues.add(path + ".heads", "must divide hidden (" + std::to_string(m.hidden) + "), got " + std::to_string(m.heads));
+  if (m.kv_heads > 0 && m.heads % m.kv_heads != 0)
+    issues.add(path + ".kv_heads", "must divide heads (" + std::to_string(m.heads) + "), got " + std::to_string(m.kv_heads));
+}
+
+static Transformer read_inline(const json& v, const std::string& path, Issues& issues) {
+  Transformer m;
+  Reader r(v, path, issues);
+  if (!r.ok()) return m;
+  m.name = r.opt_str("name", "");
+  r.opt_str("about", "");
+  m.layers = r.req_int("layers", 1, 100000);
+  m.hidden = r.req_int("hidden", 1, 10000000);
+  m.heads = r.req_int("heads", 1, 100000);
+  m.kv_heads = r.opt_int("kv_heads", m.heads, 1, 100000);
+  m.ffn_hidden = r.opt_int("ffn_hidden", 4 * m.hidden, 1, 100000000);
+  m.vocab = r.req_int("vocab", 1, 100000000);
+  m.seq_len = r.req_int("seq_len", 1, 100000000);
+  m.activation = (Activation)r.opt_enum("activation", {"gelu", "swiglu"}, 0);
+  m.tied_embeddings = r.opt_bool("tied_embeddings", true);
+  r.not_yet({"moe"}, "mixture of experts arrives with the seeds' techniques");
+  r.finish({"name", "about", "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len", "activation",
+            "tied_embeddings"});
+  check_shape(m, path, issues);
+  return m;
+}
+
+Transformer read_hf_config(const std::string& file, const std::string& path, Issues& issues) {
+  Transformer m;
+  size_t before = issues.messages.size();
+  json j = parse_json_file(file, path, issues);
+  if (issues.messages.size() != before) return m;
+  if (!j.is_object()) { issues.add_got(path, "a Hugging Face config object", j); return m; }
+  // HF configs carry many keys we do not need: read the ones we know, ignore the rest.
+  auto num = [&](const char* key, long long dflt, bool required) -> long long {
+    auto it = j.find(key);
+    if (it == j.end()) {
+      if (required) issues.add(path + " (" + file + ")." + key, "missing; expected a positive integer");
+      return dflt;
+    }
+    if (!it->is_number_integer() || it->get<long long>() <= 0) {
+      issues.add_got(path + " (" + file + ")." + key, "a positive integer", *it);
+      return dflt;
+    }
+    return it->get<long long>();
+  };
+  m.name = std::filesystem::path(file).parent_path().filename().string();
+  if (m.name.empty()) m.name = "hf-config";
+  m.hidden = num("hidden_size", 1, true);
+  m.layers = num("num_hidden_layers", 1, true);
+  m.heads = num("num_attention_heads", 1, true);
+  m.kv_heads = num("num_key_value_heads", m.heads, false);
+  m.ffn_hidden = num("intermediate_size", 4 * m.hidden, false);
+  m.vocab = num("vocab_size", 1, true);
+  m.seq_len = num("max_position_embeddings", 2048, false);
+  std::string act = j.value("hidden_act", std::string("gelu"));
+  if (act == "silu" || act == "swish" || act == "swiglu") m.activation = Activation::swiglu;
+  else if (act.rfind("gelu", 0) == 0) m.activation = Activation::gelu;
+  else issues.add(path + " (" + file + ").hidden_act", "expected a gelu variant or silu, got \"" + act + "\"");
+  auto tie = j.find("tie_word_embeddings");
+  m.tied_embeddings = (tie != j.end() && tie->is_boolean()) ? tie->get<bool>() : true;
+  check_shape(m, path, issues);
+  return m;
+}
+
+Transformer read_transformer(const json& v, const std::string& path, const std::string& base_dir, Issues& issues) {
+  if (v.is_string()) {
+    const json* e = catalog_find("models", v.get<std::string>());
+    if (!e) {
+      std::string names;
+      for (auto& n : catalog_names("models")) names += (names.empty() ? "" : ", ") + n;
+      issues.add_got(path, "a model catalog name (" + names + "), an inline model object, or {\"hf_config\": path}", v);
+      return Transformer{};
+    }
+    Transformer m = read_inline(*e, "catalog models." + v.get<std::string>(), issues);
+    m.name = v.get<std::string>();
+    return m;
+  }
+  if (v.is_object() && v.contains("hf_config")) {
+    Reader r(v, path, issues);
+    std::string f = r.req_str("hf_config");
+    r.finish({"hf_config"});
+    if (f.empty()) return Transformer{};
+    std::filesystem::path p(f);
+    if (p.is_relative()) p = std::filesystem::path(base_dir) / p;
+    return read_hf_config(p.string(), path + ".hf_config", issues);
+  }
+  return read_inline(v, path, issues);
+}
+
+json transformer_to_json(const Transformer& m) {
+  return {{"name", m.name},       {"layers", m.layers},   {"hidden", m.hidden},
+          {"heads", m.heads},     {"kv_heads", m.kv_heads}, {"ffn_hidden", m.ffn_hidden},
+          {"vocab", m.vocab},     {"seq_len", m.seq_len},
+          {"activation", m.activation == Activation::gelu ? "gelu" : "swiglu"},
+          {"tied_embeddings", m.tied_embeddings}};
+}
+
+}  // namespace tp

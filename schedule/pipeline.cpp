@@ -1,0 +1,73 @@
+// pipeline: schedule orders. See pipeline.hpp. Verified against Megatron-LM's schedules.py logic.
+#include "pipeline.hpp"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace tp {
+
+int warmup_items(Schedule s, int pp, int v, int m, int stage) {
+  switch (s) {
+    case Schedule::gpipe: return m;
+    case Schedule::one_f_one_b: return std::min(pp - stage - 1, m);
+    case Schedule::interleaved: {
+      int total = m * v;
+      if (m == pp) return total;  // Megatron: all warm-up when micro-batches == pipeline size
+      int w = (pp - stage - 1) * 2 + (v - 1) * pp;
+      return std::min(w, total);
+    }
+  }
+  return 0;
+}
+
+// Megatron's get_model_chunk_id / microbatch id for the k-th virtual micro-batch (group size = pp).
+static WorkItem interleaved_item(int k, int pp, int v, bool forward) {
+  int in_group = k % (pp * v);
+  int chunk = in_group / pp;
+  if (!forward) chunk = v - chunk - 1;
+  int mb = (k / (pp * v)) * pp + (k % pp);
+  return WorkItem{forward ? Pass::fwd : Pass::bwd, chunk, mb};
+}
+
+std::vector<WorkItem> pipeline_order(Schedule s, int pp, int v, int m, int stage) {
+  std::vector<WorkItem> out;
+  if (s == Schedule::gpipe) {
+    for (int j = 0; j < m; ++j) out.push_back({Pass::fwd, 0, j});
+    for (int j = 0; j < m; ++j) out.push_back({Pass::bwd, 0, j});
+    return out;
+  }
+  if (s == Schedule::one_f_one_b) {
+    int w = warmup_items(s, pp, 1, m, stage);
+    int f = 0, b = 0;
+    for (int i = 0; i < w; ++i) out.push_back({Pass::fwd, 0, f++});
+    for (int i = 0; i < m - w; ++i) {
+      out.push_back({Pass::fwd, 0, f++});
+      out.push_back({Pass::bwd, 0, b++});
+    }
+    while (b < m) out.push_back({Pass::bwd, 0, b++});
+    return out;
+  }
+  int total = m * v;
+  int w = warmup_items(s, pp, v, m, stage);
+  for (int k = 0; k < w; ++k) out.push_back(interleaved_item(k, pp, v, true));
+  for (int k = 0; k < total - w; ++k) {
+    out.push_back(interleaved_item(k + w, pp, v, true));
+    out.push_back(interleaved_item(k, pp, v, false));
+  }
+  for (int k = total - w; k < total; ++k) out.push_back(interleaved_item(k, pp, v, false));
+  return out;
+}
+
+std::string chunk_op_name(int model_chunk, Pass p, int mb) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "C%02d.%s.mb%d", model_chunk, p == Pass::fwd ? "fwd" : "bwd", mb);
+  return buf;
+}
+
+std::string layer_op_name(long long layer, const char* pass, const std::string& op, int mb) {
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "L%02lld.%s.%s.mb%d", layer, pass, op.c_str(), mb);
+  return buf;
+}
+
+}  // namespace tp

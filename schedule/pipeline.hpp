@@ -1,0 +1,49 @@
+// pipeline: the shared schedule — which compute work each pipeline rank does, in which order.
+// This is the single source of truth for both interpreters: sim/ costs these items, exec/ runs them.
+// Orders follow Megatron-LM exactly: forward_backward_pipelining_without_interleaving (1F1B) and
+// forward_backward_pipelining_with_interleaving (interleaved 1F1B, microbatch group size = pp);
+// GPipe is all forwards then all backwards.
+// Layout: pipeline rank s holds local chunks c = 0..v-1; local chunk c is global model chunk c*pp + s, which
+// owns layers [(c*pp + s) * Lc, (c*pp + s + 1) * Lc) with Lc = layers / (pp * v).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "models/plan.hpp"
+
+namespace tp {
+
+enum class Pass : uint8_t { fwd = 0, bwd = 1 };
+
+struct WorkItem {
+  Pass pass;
+  int chunk;       // local model chunk on this rank, 0..v-1
+  int microbatch;  // 0..m-1
+};
+
+struct StageLayout {
+  int pp = 1, v = 1;
+  long long layers = 1;
+  long long layers_per_chunk() const { return layers / ((long long)pp * v); }
+  int model_chunk(int stage, int chunk) const { return chunk * pp + stage; }
+  long long first_layer(int stage, int chunk) const { return model_chunk(stage, chunk) * layers_per_chunk(); }
+  int num_model_chunks() const { return pp * v; }
+  bool has_embedding(int stage, int chunk) const { return model_chunk(stage, chunk) == 0; }
+  bool has_head(int stage, int chunk) const { return model_chunk(stage, chunk) == pp * v - 1; }
+};
+
+// Ordered compute work of pipeline rank `stage` for one optimizer step with m micro-batches.
+std::vector<WorkItem> pipeline_order(Schedule s, int pp, int v, int m, int stage);
+
+// Number of forward items the rank runs before its first backward (Megatron's warm-up count).
+int warmup_items(Schedule s, int pp, int v, int m, int stage);
+
+// Canonical op names shared by the simulator's and the executor's traces.
+//   chunk pass:  "C03.fwd.mb5"       (global model chunk 3, micro-batch 5)
+//   layer op:    "L07.fwd.qkv.mb3"   (layer 7, op qkv, micro-batch 3)
+//   p2p:         "pp.send.s2-s3.fwd.mb3"
+std::string chunk_op_name(int model_chunk, Pass p, int mb);
+std::string layer_op_name(long long layer, const char* pass, const std::string& op, int mb);
+
+}  // namespace tp

@@ -1,0 +1,173 @@
+// collective: ring and hierarchical decomposition into flow phases. See collective.hpp.
+#include "collective.hpp"
+
+#include <algorithm>
+#include <map>
+
+namespace tp {
+
+const char* coll_name(Coll c) {
+  switch (c) {
+    case Coll::all_reduce: return "allreduce";
+    case Coll::reduce_scatter: return "reducescatter";
+    case Coll::all_gather: return "allgather";
+    case Coll::p2p: return "p2p";
+  }
+  return "?";
+}
+
+// Members grouped by node, in ring order. Hierarchical when every node holds the same k > 1 members, n > 1.
+struct NodeSplit {
+  std::vector<std::vector<int>> by_node;
+  bool hierarchical = false;
+};
+
+static NodeSplit split_by_node(const std::vector<int>& group, const Topology& topo) {
+  NodeSplit s;
+  std::map<int, int> index;
+  for (int g : group) {
+    int n = topo.node_of(g);
+    auto it = index.find(n);
+    if (it == index.end()) {
+      index[n] = (int)s.by_node.size();
+      s.by_node.push_back({g});
+    } else {
+      s.by_node[it->second].push_back(g);
+    }
+  }
+  size_t k = s.by_node.front().size();
+  bool equal = std::all_of(s.by_node.begin(), s.by_node.end(), [&](auto& v) { return v.size() == k; });
+  s.hierarchical = equal && k > 1 && s.by_node.size() > 1;
+  return s;
+}
+
+static double eff_at(const Curve& c, double bytes) { return c.points.empty() ? 1.0 : c.at(bytes); }
+
+// One ring phase over `members`: member i sends `bytes_each` to member i+1.
+static Phase ring_phase(const std::vector<int>& members, double payload_each, double eff, int steps,
+                        const Topology& topo) {
+  Phase ph;
+  ph.steps = steps;
+  int g = (int)members.size();
+  double lat = 0;
+  for (int i = 0; i < g && g > 1; ++i) {
+    int a = members[i], b = members[(i + 1) % g];
+    ph.flows.push_back({a, b, payload_each / eff, payload_each});
+    lat = std::max(lat, topo.route_latency_s(topo.route(a, b)));
+  }
+  ph.latency_s = steps * lat;
+  return ph;
+}
+
+static void append(std::vector<Phase>& out, Phase&& p) {
+  if (!p.flows.empty()) out.push_back(std::move(p));
+}
+
+std::vector<Phase> collective_phases(Coll c, const std::vector<int>& group, double S, const Topology& topo,
+                                     const Cluster& cl) {
+  std::vector<Phase> out;
+  if (c == Coll::p2p) {
+    bool same = topo.node_of(group[0]) == topo.node_of(group[1]);
+    double e = eff_at(same ? cl.intra.efficiency : cl.inter.efficiency, S);
+    Phase ph;
+    ph.flows.push_back({group[0], group[1], S / e, S});
+    ph.latency_s = topo.route_latency_s(topo.route(group[0], group[1]));
+    out.push_back(std::move(ph));
+    return out;
+  }
+  int g = (int)group.size();
+  if (g <= 1 || S <= 0) return out;
+  NodeSplit ns = split_by_node(group, topo);
+  bool single_node = ns.by_node.size() == 1;
+  const Curve& intra = cl.intra.efficiency;
+  const Curve& inter = cl.inter.efficiency;
+  if (!ns.hierarchical) {
+    const Curve& cur = single_node ? intra : inter;
+    double e = eff_at(cur, S);
+    double f = (double)(g - 1) / g;
+    if (c == Coll::all_reduce) append(out, ring_phase(group, 2 * f * S, e, 2 * (g - 1), topo));
+    else append(out, ring_phase(group, f * S, e, g - 1, topo));
+    return out;
+  }
+  int k = (int)ns.by_node.front().size(), n = (int)ns.by_node.size();
+  double fk = (double)(k - 1) / k, fn = (double)(n - 1) / n;
+  double ei = eff_at(intra, S), eo = eff_at(inter, S / k);
+  auto intra_phase = [&](double bytes_each) {
+    Phase all;
+    for (auto& members : ns.by_node) {
+      Phase p = ring_phase(members, bytes_each, ei, k - 1, topo);
+      all.steps = p.steps;
+      all.latency_s = std::max(all.latency_s, p.latency_s);
+      for (auto& f : p.flows) all.flows.push_back(f);
+    }
+    return all;
+  };
+  auto inter_phase = [&](double bytes_each, int steps) {
+    Phase all;
+    for (int j = 0; j < k; ++j) {
+      std::vector<int> peers;
+      for (auto& members : ns.by_node) peers.push_back(members[j]);
+      Phase p = ring_phase(peers, bytes_each, eo, steps, topo);
+      all.steps = p.steps;
+      all.latency_s = std::max(all.latency_s, p.latency_s);
+      for (auto& f : p.flows) all.flows.push_back(f);
+    }
+    return all;
+  };
+  if (c == Coll::all_reduce) {
+    append(out, intra_phase(fk * S));
+    append(out, inter_phase(2 * fn * S / k, 2 * (n - 1)));
+    append(out, intra_phase(fk * S));
+  } else if (c == Coll::reduce_scatter) {
+    append(out, intra_phase(fk * S));
+    append(out, inter_phase(fn * S / k, n - 1));
+  } else {
+    append(out, inter_phase(fn * S / k, n - 1));
+    append(out, intra_phase(fk * S));
+  }
+  return out;
+}
+
+double collective_time_isolated_s(Coll c, const std::vector<int>& group, double bytes, const Topology& topo,
+                                  const Cluster& cl) {
+  double total = 0;
+  for (const Phase& ph : collective_phases(c, group, bytes, topo, cl)) {
+    std::map<int, double> load;  // link -> number of this phase's flows on it
+    std::vector<std::vector<int>> routes;
+    for (auto& f : ph.flows) {
+      routes.push_back(topo.route(f.src, f.dst));
+      for (int l : routes.back()) load[l] += 1;
+    }
+    double worst = 0;
+    for (size_t i = 0; i < ph.flows.size(); ++i) {
+      double share = 1e300;
+      for (int l : routes[i]) share = std::min(share, topo.links[l].capacity_bytes_per_s / load[l]);
+      if (share < 1e300) worst = std::max(worst, ph.flows[i].bytes / share);
+    }
+    total += worst + ph.latency_s;
+  }
+  return total;
+}
+
+TierBytes collective_member_bytes(Coll c, const std::vector<int>& group, double S, const Topology& topo) {
+  TierBytes tb;
+  int g = (int)group.size();
+  if (c == Coll::p2p) {
+    (topo.node_of(group[0]) == topo.node_of(group[1]) ? tb.intra : tb.inter) += S;
+    return tb;
+  }
+  if (g <= 1) return tb;
+  NodeSplit ns = split_by_node(group, topo);
+  double mult = c == Coll::all_reduce ? 2.0 : 1.0;
+  if (!ns.hierarchical) {
+    double f = mult * (g - 1) / g * S;
+    (ns.by_node.size() == 1 ? tb.intra : tb.inter) += f;
+    return tb;
+  }
+  int k = (int)ns.by_node.front().size(), n = (int)ns.by_node.size();
+  tb.intra = mult * (double)(k - 1) / k * S;
+  tb.inter = mult * (double)(n - 1) / n * S / k;
+  return tb;
+}
+
+}  // namespace tp

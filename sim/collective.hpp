@@ -1,0 +1,44 @@
+// collective: decomposition of collectives into phases of point-to-point flows on the topology.
+// Algorithms: ring (each member sends to the next, 2(g-1) steps for all-reduce, g-1 for RS/AG) and
+// hierarchical (intra-node ring reduce-scatter, inter-node ring over the members with the same local index
+// on S/k bytes, intra-node all-gather), chosen automatically when a group has k > 1 members on each of
+// n > 1 nodes. Per-member volumes: all-reduce 2(g-1)/g*S, reduce-scatter / all-gather (g-1)/g*S, p2p S.
+// Invariant: phases run one after another; the flows of one phase run concurrently.
+#pragma once
+#include <vector>
+
+#include "topology.hpp"
+
+namespace tp {
+
+enum class Coll { all_reduce = 0, reduce_scatter = 1, all_gather = 2, p2p = 3 };
+const char* coll_name(Coll c);
+
+struct FlowReq {
+  int src, dst;   // global GPU ids
+  double bytes;   // wire bytes: payload divided by the tier's efficiency at this message size
+  double payload; // bytes of data actually sent
+};
+
+struct Phase {
+  std::vector<FlowReq> flows;
+  int steps = 1;          // message steps (latency is paid per step)
+  double latency_s = 0;   // steps * worst route latency
+};
+
+// `group` lists the members' global GPU ids in ring order (ascending rank). `bytes` is the collective's
+// buffer size S (for p2p: group = {src, dst}).
+std::vector<Phase> collective_phases(Coll c, const std::vector<int>& group, double bytes, const Topology& topo,
+                                     const Cluster& cl);
+
+// Time of the collective with the group alone on the network: per phase, max over its flows of
+// bytes / (bottleneck capacity shared among the phase's own flows) + the phase latency.
+double collective_time_isolated_s(Coll c, const std::vector<int>& group, double bytes, const Topology& topo,
+                                  const Cluster& cl);
+
+// Payload bytes member 0 sends, split into intra-node and inter-node (no efficiency inflation):
+// network volume accounting for collectives folded into compute ops.
+struct TierBytes { double intra = 0, inter = 0; };
+TierBytes collective_member_bytes(Coll c, const std::vector<int>& group, double bytes, const Topology& topo);
+
+}  // namespace tp

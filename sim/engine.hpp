@@ -1,0 +1,48 @@
+// engine: a deterministic discrete-event simulator of tasks on lanes with dependencies, where communication
+// tasks are collectives made of phases of flows that share link bandwidth (FlowNet, max-min fair).
+// It knows nothing about transformers: program.cpp turns (model, plan, schedule) into EngineInput.
+// Semantics: each (rank, lane) runs its tasks one at a time in the listed order; a task starts when it is at
+// the head of its lane, the lane is idle and all its prerequisites have ended. A compute task lasts
+// duration_s. A comm task joins its collective; when all of the collective's member tasks have started, its
+// phases run one after another (a phase ends when all its flows end) and then every member task ends.
+// Determinism: events at equal times are processed in insertion order; flows complete in id order on ties.
+#pragma once
+#include <vector>
+
+#include "flows.hpp"
+
+namespace tp {
+
+struct EngineTask {
+  int rank = 0;
+  int lane = 0;
+  double duration_s = 0;  // compute tasks
+  int coll = -1;          // >= 0: this task is a member of collective `coll`
+};
+
+struct EngineColl {
+  std::vector<std::vector<FlowSpec>> phases;  // flows of each phase (only the simulated ones)
+  int members = 1;                            // member tasks that must start before the transfer begins
+};
+
+struct EngineInput {
+  int ranks = 0, lanes = 0;
+  std::vector<EngineTask> tasks;
+  std::vector<std::vector<int>> deps;              // task -> prerequisite tasks
+  std::vector<std::vector<int>> lane_order;        // rank * lanes + lane -> task ids in order
+  std::vector<EngineColl> colls;
+  std::vector<double> link_capacity_bytes_per_s;
+};
+
+struct EngineOutput {
+  std::vector<double> start_s, end_s;  // per task
+  std::vector<double> transfer_s;      // comm tasks: when the collective's transfer began (all members arrived)
+  std::vector<double> link_bytes;      // bytes carried per link
+  double makespan_s = 0;
+  long long events = 0;
+  bool deadlock = false;               // some task never became ready (a schedule bug); reported, not hung
+};
+
+EngineOutput engine_run(const EngineInput& in);
+
+}  // namespace tp

@@ -1,0 +1,69 @@
+// op_cost: the cost of every op of a transformer layer (and of the embedding and LM-head ends) for one
+// micro-batch on one tensor-parallel rank: FLOPs, bytes, time, and the activation bytes it stores.
+// Times come only from the GPU profile (matrix peak x efficiency curve by GEMM size; memory-bound ops from
+// HBM bandwidth x efficiency by bytes; a per-kernel overhead) and from the TP collective model.
+// Invariants: one micro-batch of b sequences of s tokens; tensor shapes per TP rank are noted per op;
+// stored activation accounting reproduces Korthikanti et al. 2022 for GPT-style layers.
+#pragma once
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "collective.hpp"
+#include "models/scenario.hpp"
+
+namespace tp {
+
+enum class OpClass { gemm = 0, attention = 1, elementwise = 2, tp_comm = 3 };
+inline constexpr int kOpClasses = 4;
+const char* op_class_name(OpClass c);
+
+struct Op {
+  std::string name;      // e.g. "qkv", "attn.qk", "tp.ar1"; the trace prefixes layer / pass / micro-batch
+  OpClass cls;
+  double flops = 0;
+  double bytes = 0;      // HBM bytes (compute ops) or collective buffer bytes (tp_comm)
+  double time_s = 0;     // time on the compute stream (for overlapped comm: only the exposed part)
+  double hidden_s = 0;   // comm time hidden under the preceding compute op (overlapped TP comm)
+  bool recompute = false;
+};
+
+struct PassCost {
+  std::vector<Op> ops;
+  double time_s = 0;       // sum of op times
+  double compute_s = 0;    // gemm + attention + elementwise, not recompute
+  double recompute_s = 0;  // recompute ops (compute and their TP comm)
+  double tp_comm_s = 0;    // exposed TP comm, not recompute
+  double flops = 0;        // hardware FLOPs including recompute
+  TierBytes tp_bytes;      // TP collective bytes sent per GPU
+  void add(const Op& op);
+  void append(const PassCost& other, int times);
+};
+
+// TP collective time (isolated) and per-member bytes, for collectives over the representative's TP group.
+struct TpComm {
+  std::function<double(Coll, double)> time_s;
+  std::function<TierBytes(Coll, double)> bytes;
+};
+
+struct CostModel {
+  PassCost layer_fwd, layer_bwd;   // one layer, one micro-batch (bwd includes recompute)
+  PassCost embed_fwd, embed_bwd;   // first model chunk only
+  PassCost head_fwd, head_bwd;     // last model chunk only (final norm, LM head, loss)
+  double layer_stored_bytes = 0;    // activations one layer keeps from its forward to its backward
+  double layer_transient_bytes = 0; // extra live during one layer's backward (recomputed activations)
+  double embed_stored_bytes = 0, head_stored_bytes = 0;
+  double layer_params = 0;          // parameters per GPU of one layer (after TP)
+  double embed_params = 0;          // word (+ position) embedding per GPU on the first stage
+  double head_params = 0;           // final norm + LM head copy per GPU on the last stage
+  double model_flops_per_step = 0;  // 6N-style useful FLOPs of one step over the whole model and batch
+};
+
+CostModel build_cost_model(const Scenario& sc, const TpComm& tpc);
+
+// Closed forms used by tests and the planner.
+double layer_params_full(const Transformer& m);  // one layer, unsharded (weights, biases, norms)
+double total_params(const Transformer& m);  // all parameters (embeddings included, tied counted once)
+double megatron_flops_per_iteration(const Transformer& m, long long batch, long long seq, bool full_recompute);
+
+}  // namespace tp

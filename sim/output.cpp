@@ -1,0 +1,163 @@
+// output: JSON result and terminal summary. See output.hpp. The trace lives in trace.cpp.
+#include "output.hpp"
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+namespace tp {
+
+static json breakdown_json(const Breakdown& b) {
+  return {{"compute", b.compute},
+          {"recompute", b.recompute},
+          {"bubble", b.bubble},
+          {"tp_comm_exposed", b.tp_comm_exposed},
+          {"pp_comm_exposed", b.pp_comm_exposed},
+          {"dp_comm_exposed", b.dp_comm_exposed},
+          {"optimizer", b.optimizer}};
+}
+
+static json memory_json(const MemoryBreakdown& m) {
+  return {{"weights", m.weights},
+          {"gradients", m.gradients},
+          {"optimizer", m.optimizer},
+          {"activations", m.activations},
+          {"buffers", m.buffers}};
+}
+
+json result_to_json(const Result& r) {
+  json j;
+  j["scenario"] = scenario_to_json(r.scenario);
+  j["step_time_s"] = r.step_time_s;
+  j["breakdown_s"] = breakdown_json(r.breakdown);
+  j["breakdown_stage"] = r.ranks[r.breakdown_rank].stage;
+  j["memory"] = {{"peak_bytes_per_gpu", r.peak_bytes_per_gpu},
+                 {"capacity_bytes", r.capacity_bytes},
+                 {"fits", r.fits},
+                 {"breakdown_bytes", memory_json(r.memory)}};
+  j["network"] = {{"bytes_per_step_per_gpu", {{"intra_node", r.intra_bytes_per_gpu}, {"inter_node", r.inter_bytes_per_gpu}}}};
+  j["throughput"] = {{"tokens_per_s", r.tokens_per_s},
+                     {"model_tflops_per_gpu", r.model_tflops_per_gpu},
+                     {"hardware_tflops_per_gpu", r.hardware_tflops_per_gpu},
+                     {"mfu", r.mfu}};
+  const RunEstimate& e = r.run;
+  j["training"] = {{"loss_nats", e.loss_nats},
+                   {"critical_batch_tokens", e.critical_batch_tokens},
+                   {"batch_tokens", e.batch_tokens},
+                   {"tokens", e.tokens},
+                   {"tokens_source", e.tokens_from_scenario ? "scenario" : "scaling_law"},
+                   {"steps", e.steps},
+                   {"steps_min", e.steps_min},
+                   {"time_s", e.time_s},
+                   {"gpu_hours", e.gpu_hours},
+                   {"cost_usd", e.cost_usd},
+                   {"energy_kwh", e.energy_kwh}};
+  json stages = json::array();
+  for (const RankResult& rr : r.ranks) {
+    if (r.options.full_cluster && rr.global_rank != rank_global(r.scenario.plan, 0, 0, rr.stage)) continue;
+    stages.push_back({{"stage", rr.stage},
+                      {"breakdown_s", breakdown_json(rr.breakdown)},
+                      {"peak_bytes", rr.peak.total()},
+                      {"stored_activation_peak_bytes", rr.stored_peak_bytes},
+                      {"memory_bytes", memory_json(rr.peak)}});
+  }
+  j["stages"] = stages;
+  j["simulation"] = {{"mode", r.options.full_cluster ? "full" : "symmetric"},
+                     {"simulated_ranks", (int)r.ranks.size()},
+                     {"events", r.events}};
+  return j;
+}
+
+static std::string fmt_time(double s) {
+  char b[64];
+  if (s >= 86400 * 2) std::snprintf(b, sizeof b, "%.1f days", s / 86400);
+  else if (s >= 3600) std::snprintf(b, sizeof b, "%.1f h", s / 3600);
+  else if (s >= 1) std::snprintf(b, sizeof b, "%.3f s", s);
+  else std::snprintf(b, sizeof b, "%.3f ms", s * 1e3);
+  return b;
+}
+
+static std::string gib(double b) {
+  char s[32];
+  std::snprintf(s, sizeof s, "%.2f GiB", b / (1024.0 * 1024 * 1024));
+  return s;
+}
+
+void print_summary(std::ostream& os, const Result& r) {
+  const Scenario& sc = r.scenario;
+  const Plan& p = sc.plan;
+  char line[256];
+  os << "trainplan simulate: " << sc.name << "\n";
+  std::snprintf(line, sizeof line, "  model %s (%lld layers, hidden %lld, %lld heads)  cluster %s (%d x %d %s)\n",
+                sc.model.name.c_str(), sc.model.layers, sc.model.hidden, sc.model.heads, sc.cluster.name.c_str(),
+                sc.cluster.nodes, sc.cluster.gpus_per_node, sc.cluster.gpu.name.c_str());
+  os << line;
+  std::snprintf(line, sizeof line,
+                "  plan dp %d x tp %d x pp %d = %d GPUs, %s schedule (v=%d), microbatch %lld x %lld micro-batches, "
+                "SP %s, recompute %s, ZeRO-%d\n",
+                p.dp, p.tp, p.pp, p.gpus(), schedule_name(p.schedule), p.virtual_stages, p.microbatch,
+                p.num_microbatches, p.sequence_parallel ? "on" : "off", recompute_name(p.recompute), p.zero);
+  os << line << "\n";
+  os << "Step time  " << fmt_time(r.step_time_s) << "   (breakdown of pipeline stage "
+     << r.ranks[r.breakdown_rank].stage << ")\n";
+  const Breakdown& b = r.breakdown;
+  auto row = [&](const char* name, double v) {
+    std::snprintf(line, sizeof line, "  %-18s %12.4f s  %5.1f%%\n", name, v, 100.0 * v / r.step_time_s);
+    os << line;
+  };
+  row("compute", b.compute);
+  row("recompute", b.recompute);
+  row("bubble", b.bubble);
+  row("tp comm exposed", b.tp_comm_exposed);
+  row("pp comm exposed", b.pp_comm_exposed);
+  row("dp comm exposed", b.dp_comm_exposed);
+  row("optimizer", b.optimizer);
+  os << "\nMemory per GPU (peak " << gib(r.peak_bytes_per_gpu) << " of " << gib(r.capacity_bytes) << ": "
+     << (r.fits ? "fits" : "DOES NOT FIT — memory wall") << ")\n";
+  const MemoryBreakdown& m = r.memory;
+  for (auto [name, v] : {std::pair{"weights", m.weights}, {"gradients", m.gradients}, {"optimizer", m.optimizer},
+                         {"activations", m.activations}, {"buffers", m.buffers}}) {
+    std::snprintf(line, sizeof line, "  %-18s %12s\n", name, gib(v).c_str());
+    os << line;
+  }
+  std::snprintf(line, sizeof line, "\nNetwork per GPU per step  intra-node %s, inter-node %s\n",
+                gib(r.intra_bytes_per_gpu).c_str(), gib(r.inter_bytes_per_gpu).c_str());
+  os << line;
+  std::snprintf(line, sizeof line, "Throughput  %.0f tokens/s, %.1f model TFLOP/s per GPU (%.1f with recompute), MFU %.1f%%\n",
+                r.tokens_per_s, r.model_tflops_per_gpu, r.hardware_tflops_per_gpu, 100 * r.mfu);
+  os << line;
+  const RunEstimate& e = r.run;
+  std::snprintf(line, sizeof line,
+                "\nWhole run  %.3g tokens (%s) in %.0f steps; critical batch %.3g tokens (batch %.3g tokens, L(N) %.2f nats)\n",
+                e.tokens, e.tokens_from_scenario ? "from the scenario" : "compute-efficient, Kaplan",
+                e.steps, e.critical_batch_tokens, e.batch_tokens, e.loss_nats);
+  os << line;
+  std::snprintf(line, sizeof line, "  time to train %s, %.3g GPU-hours, $%.3g, %.3g kWh\n", fmt_time(e.time_s).c_str(),
+                e.gpu_hours, e.cost_usd, e.energy_kwh);
+  os << line;
+  std::snprintf(line, sizeof line, "\n(simulated %d ranks, %lld events, %.1f ms)\n", (int)r.ranks.size(), r.events,
+                r.wall_s * 1e3);
+  os << line;
+}
+
+void write_file_atomic(const std::string& path, const std::string& text) {
+  std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) throw std::runtime_error("cannot write " + tmp);
+    out << text;
+    out.flush();
+    if (!out) {
+      std::filesystem::remove(tmp);
+      throw std::runtime_error("cannot write " + tmp);
+    }
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) {
+    std::filesystem::remove(tmp);
+    throw std::runtime_error("cannot rename " + tmp + " to " + path + ": " + ec.message());
+  }
+}
+
+}  // namespace tp

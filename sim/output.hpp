@@ -1,0 +1,21 @@
+// output: the three renderings of a Result — JSON (`simulate --json`, a public interface: keys are stable),
+// a human summary for the terminal, and a Chrome-trace (Perfetto) of one simulated step.
+// Trace layout: one process per simulated rank (pid = 1000 + global rank, "rank N — sim"), lanes (tid)
+// 0 step, 1 compute, 2 tp, 3 pp.fwd, 4 pp.bwd, 5 dp, plus a "memory" counter; op names are canonical
+// (C03.fwd.mb5 chunks, L07.fwd.qkv.mb3 layer ops, pp.send.s2-s3.fwd.mb3, dp.reducescatter.c1.b0, optimizer).
+// Files are written to a temporary name and renamed, so a failed run leaves no half-written output.
+#pragma once
+#include <ostream>
+#include <string>
+
+#include "simulate.hpp"
+
+namespace tp {
+
+json result_to_json(const Result& r);
+void print_summary(std::ostream& os, const Result& r);
+json trace_to_json(const Result& r, bool op_detail = true);
+// Atomic write: text to path + ".tmp", then rename. Throws std::runtime_error on failure.
+void write_file_atomic(const std::string& path, const std::string& text);
+
+}  // namespace tp

@@ -1,0 +1,369 @@
+// program: building the engine's task graph from the shared schedule. See program.hpp.
+#include "program.hpp"
+
+#include <algorithm>
+#include <map>
+
+namespace tp {
+
+const char* lane_name(int lane) {
+  static const char* names[kLanes] = {"compute", "pp.fwd", "pp.bwd", "dp"};
+  return lane >= 0 && lane < kLanes ? names[lane] : "?";
+}
+
+RankCoord rank_coord(const Plan& p, int g) { return RankCoord{g % p.tp, (g / p.tp) % p.dp, g / (p.tp * p.dp)}; }
+int rank_global(const Plan& p, int k, int d, int s) { return k + p.tp * (d + p.dp * s); }
+
+namespace {
+
+struct Builder {
+  const Scenario& sc;
+  const Plan& p;
+  Program& prog;
+  std::vector<int> sim_of_global;
+  std::map<std::pair<int, int>, std::vector<double>> mult_cache;
+  std::vector<int> counter;  // scratch: link -> translates counted
+
+  Builder(const Scenario& s, Program& pr) : sc(s), p(s.plan), prog(pr) {}
+
+  int add_task(int sim, int lane, double dur, int coll, const TaskInfo& info) {
+    int id = (int)prog.in.tasks.size();
+    prog.in.tasks.push_back(EngineTask{sim, lane, dur, coll});
+    prog.in.deps.emplace_back();
+    prog.info.push_back(info);
+    prog.in.lane_order[sim * kLanes + lane].push_back(id);
+    return id;
+  }
+
+  bool can_bottleneck(int link) const {
+    const LinkInfo& li = prog.topo.links[link];
+    return !(li.tier == Tier::fabric && sc.cluster.inter.oversubscription <= 1.0);
+  }
+
+  // Multiplicity of the flow src -> dst on each link of `route`: how many (dp, tp) translates use that link.
+  const std::vector<double>& multiplicity(int src, int dst, const std::vector<int>& route) {
+    auto key = std::make_pair(src, dst);
+    auto it = mult_cache.find(key);
+    if (it != mult_cache.end()) return it->second;
+    if (counter.empty()) counter.assign(prog.topo.links.size(), 0);
+    RankCoord a = rank_coord(p, src), b = rank_coord(p, dst);
+    std::vector<int> touched;
+    for (int dd = 0; dd < p.dp; ++dd) {
+      for (int dk = 0; dk < p.tp; ++dk) {
+        int s2 = rank_global(p, (a.tp + dk) % p.tp, (a.dp + dd) % p.dp, a.stage);
+        int d2 = rank_global(p, (b.tp + dk) % p.tp, (b.dp + dd) % p.dp, b.stage);
+        for (int l : prog.topo.route(s2, d2)) {
+          if (counter[l]++ == 0) touched.push_back(l);
+        }
+      }
+    }
+    std::vector<double> m;
+    for (int l : route) m.push_back(std::max(1, counter[l]));
+    for (int l : touched) counter[l] = 0;
+    return mult_cache.emplace(key, std::move(m)).first->second;
+  }
+
+  // Converts collective phases into engine flows (only flows sent by simulated ranks).
+  EngineColl make_coll(const std::vector<Phase>& phases, int members) {
+    EngineColl ec;
+    ec.members = members;
+    for (const Phase& ph : phases) {
+      std::vector<FlowSpec> flows;
+      for (const FlowReq& fr : ph.flows) {
+        if (sim_of_global[fr.src] < 0) continue;
+        std::vector<int> full_route = prog.topo.route(fr.src, fr.dst);
+        FlowSpec fs;
+        fs.bytes = fr.bytes;
+        fs.latency_s = ph.latency_s;
+        const std::vector<double>* mult = prog.full ? nullptr : &multiplicity(fr.src, fr.dst, full_route);
+        for (size_t i = 0; i < full_route.size(); ++i) {
+          if (!can_bottleneck(full_route[i])) continue;
+          fs.links.push_back(full_route[i]);
+          fs.mult.push_back(mult ? (*mult)[i] : 1.0);
+        }
+        flows.push_back(std::move(fs));
+      }
+      ec.phases.push_back(std::move(flows));
+    }
+    return ec;
+  }
+
+  TierBytes sent_by(const std::vector<Phase>& phases, int src) {
+    TierBytes tb;
+    for (const Phase& ph : phases)
+      for (const FlowReq& fr : ph.flows)
+        if (fr.src == src) (prog.topo.node_of(fr.src) == prog.topo.node_of(fr.dst) ? tb.intra : tb.inter) += fr.payload;
+    return tb;
+  }
+
+  int add_coll(EngineColl ec) {
+    prog.in.colls.push_back(std::move(ec));
+    return (int)prog.in.colls.size() - 1;
+  }
+};
+
+struct Piece {
+  long long lo, hi;
+  bool head, embed;
+  double params;
+};
+
+}  // namespace
+
+Program build_program(const Scenario& sc, bool full_cluster) {
+  Program prog;
+  prog.full = full_cluster;
+  const Plan& p = sc.plan;
+  const int G = p.gpus();
+  prog.topo = build_topology(sc.cluster, G);
+  Builder B(sc, prog);
+
+  // TP collectives of the representative's group, cached by (kind, bytes).
+  std::vector<int> tp_group;
+  for (int k = 0; k < p.tp; ++k) tp_group.push_back(rank_global(p, k, 0, 0));
+  std::map<std::pair<int, double>, double> tp_cache;
+  TpComm tpc;
+  tpc.time_s = [&](Coll c, double bytes) {
+    auto key = std::make_pair((int)c, bytes);
+    auto it = tp_cache.find(key);
+    if (it != tp_cache.end()) return it->second;
+    double t = collective_time_isolated_s(c, tp_group, bytes, prog.topo, sc.cluster);
+    tp_cache[key] = t;
+    return t;
+  };
+  tpc.bytes = [&](Coll c, double bytes) { return collective_member_bytes(c, tp_group, bytes, prog.topo); };
+  prog.cm = build_cost_model(sc, tpc);
+  const CostModel& cm = prog.cm;
+
+  // Simulated ranks.
+  B.sim_of_global.assign(G, -1);
+  if (full_cluster) {
+    for (int g = 0; g < G; ++g) prog.sim_global.push_back(g);
+  } else {
+    for (int s = 0; s < p.pp; ++s) prog.sim_global.push_back(rank_global(p, 0, 0, s));
+  }
+  const int R = (int)prog.sim_global.size();
+  for (int r = 0; r < R; ++r) {
+    B.sim_of_global[prog.sim_global[r]] = r;
+    prog.sim_stage.push_back(rank_coord(p, prog.sim_global[r]).stage);
+  }
+  prog.in.ranks = R;
+  prog.in.lanes = kLanes;
+  prog.in.lane_order.assign((size_t)R * kLanes, {});
+  for (auto& l : prog.topo.links) prog.in.link_capacity_bytes_per_s.push_back(l.capacity_bytes_per_s);
+
+  StageLayout lay{p.pp, p.virtual_stages, sc.model.layers};
+  const long long Lc = lay.layers_per_chunk();
+  const int m = (int)p.num_microbatches;
+  const double e = precision_bytes(sc.training.precision);
+  const double gbytes = precision_bytes(sc.training.grad_precision);
+  const double n_tokens = (double)p.microbatch * sc.training.seq_len;
+  const double p2p_bytes = e * n_tokens * sc.model.hidden / p.tp;  // Megatron scatter-gather: 1/t per rank
+  const double bucket_params = std::max(40e6, 1e6 * p.dp);
+
+  // ---- pass 1: compute tasks ------------------------------------------------------------------------------
+  // key (sim, model_chunk, mb, pass) -> (first task, last task) of that compute item
+  std::map<std::tuple<int, int, int, int>, std::pair<int, int>> comp;
+  std::vector<std::vector<std::pair<int, Piece>>> final_pieces(R);  // per rank: last-bwd pieces (task, piece)
+  auto pass_time = [&](const Piece& pc, bool fwd, TaskInfo& ti) {
+    const PassCost& lp = fwd ? cm.layer_fwd : cm.layer_bwd;
+    double layers = (double)(pc.hi - pc.lo);
+    double dur = layers * lp.time_s;
+    ti.compute_s = layers * lp.compute_s;
+    ti.recompute_s = layers * lp.recompute_s;
+    ti.tp_s = layers * lp.tp_comm_s;
+    ti.flops = layers * lp.flops;
+    auto add_end = [&](const PassCost& pcst) {
+      dur += pcst.time_s; ti.compute_s += pcst.compute_s; ti.recompute_s += pcst.recompute_s;
+      ti.tp_s += pcst.tp_comm_s; ti.flops += pcst.flops;
+    };
+    if (pc.embed) add_end(fwd ? cm.embed_fwd : cm.embed_bwd);
+    if (pc.head) add_end(fwd ? cm.head_fwd : cm.head_bwd);
+    ti.sent.intra = layers * lp.tp_bytes.intra;
+    ti.sent.inter = layers * lp.tp_bytes.inter;
+    return dur;
+  };
+  auto stored = [&](const Piece& pc) {
+    return (double)(pc.hi - pc.lo) * cm.layer_stored_bytes + (pc.embed ? cm.embed_stored_bytes : 0) +
+           (pc.head ? cm.head_stored_bytes : 0);
+  };
+  for (int r = 0; r < R; ++r) {
+    int s = prog.sim_stage[r];
+    auto order = pipeline_order(p.schedule, p.pp, p.virtual_stages, m, s);
+    std::vector<int> last_bwd_index(p.virtual_stages, -1);
+    for (int i = 0; i < (int)order.size(); ++i)
+      if (order[i].pass == Pass::bwd) last_bwd_index[order[i].chunk] = i;
+    for (int i = 0; i < (int)order.size(); ++i) {
+      const WorkItem& w = order[i];
+      int g = lay.model_chunk(s, w.chunk);
+      Piece whole{lay.first_layer(s, w.chunk), lay.first_layer(s, w.chunk) + Lc, lay.has_head(s, w.chunk),
+                  lay.has_embedding(s, w.chunk), 0};
+      TaskInfo ti;
+      ti.model_chunk = g;
+      ti.mb = w.microbatch;
+      if (w.pass == Pass::fwd) {
+        ti.kind = TaskKind::fwd;
+        ti.layer_lo = whole.lo; ti.layer_hi = whole.hi; ti.embed = whole.embed; ti.head = whole.head;
+        double dur = pass_time(whole, true, ti);
+        ti.act_alloc_bytes = stored(whole);
+        ti.transient_bytes = cm.layer_transient_bytes;
+        int id = B.add_task(r, kLaneCompute, dur, -1, ti);
+        comp[{r, g, w.microbatch, 0}] = {id, id};
+        continue;
+      }
+      // Backward. The chunk's final backward is split into DP buckets so reductions overlap the rest.
+      std::vector<Piece> pieces;
+      bool split = i == last_bwd_index[w.chunk] && (p.dp > 1 || (sc.model.tied_embeddings && p.pp > 1));
+      if (!split) {
+        pieces.push_back(whole);
+      } else {
+        Piece cur{whole.hi, whole.hi, whole.head, false, whole.head ? cm.head_params : 0};
+        for (long long l = whole.hi - 1; l >= whole.lo; --l) {
+          cur.lo = l;
+          cur.params += cm.layer_params;
+          if (cur.params >= bucket_params && l > whole.lo) {
+            pieces.push_back(cur);
+            cur = Piece{l, l, false, false, 0};
+          }
+        }
+        cur.embed = whole.embed;
+        if (whole.embed) cur.params += cm.embed_params;
+        pieces.push_back(cur);
+      }
+      int first = -1, last = -1;
+      for (size_t k = 0; k < pieces.size(); ++k) {
+        TaskInfo pi = ti;
+        pi.kind = TaskKind::bwd;
+        pi.bucket = (int)k;
+        pi.layer_lo = pieces[k].lo; pi.layer_hi = pieces[k].hi; pi.embed = pieces[k].embed; pi.head = pieces[k].head;
+        double dur = pass_time(pieces[k], false, pi);
+        pi.act_free_bytes = stored(pieces[k]);
+        pi.transient_bytes = cm.layer_transient_bytes;
+        int id = B.add_task(r, kLaneCompute, dur, -1, pi);
+        if (first < 0) first = id;
+        last = id;
+        if (split) final_pieces[r].push_back({id, pieces[k]});
+      }
+      comp[{r, g, w.microbatch, 1}] = {first, last};
+    }
+  }
+
+  // ---- pass 2: pipeline point-to-point sends -----------------------------------------------------------------
+  const int nchunks = lay.num_model_chunks();
+  for (int r = 0; r < R; ++r) {
+    int s = prog.sim_stage[r];
+    RankCoord rc = rank_coord(p, prog.sim_global[r]);
+    auto order = pipeline_order(p.schedule, p.pp, p.virtual_stages, m, s);
+    for (const WorkItem& w : order) {
+      int g = lay.model_chunk(s, w.chunk);
+      bool fwd = w.pass == Pass::fwd;
+      int g2 = fwd ? g + 1 : g - 1;
+      if (g2 < 0 || g2 >= nchunks) continue;
+      int dst_global = rank_global(p, rc.tp, rc.dp, g2 % p.pp);
+      int dst_sim = B.sim_of_global[dst_global];
+      auto phases = collective_phases(Coll::p2p, {prog.sim_global[r], dst_global}, p2p_bytes, prog.topo, sc.cluster);
+      TaskInfo ti;
+      ti.kind = fwd ? TaskKind::p2p_fwd : TaskKind::p2p_bwd;
+      ti.model_chunk = g;
+      ti.mb = w.microbatch;
+      ti.peer = dst_global;
+      ti.sent = B.sent_by(phases, prog.sim_global[r]);
+      int coll = B.add_coll(B.make_coll(phases, 1));
+      int id = B.add_task(r, fwd ? kLanePpFwd : kLanePpBwd, 0, coll, ti);
+      auto src_item = comp.at({r, g, w.microbatch, fwd ? 0 : 1});
+      prog.in.deps[id].push_back(src_item.second);
+      if (dst_sim >= 0) {
+        auto dst_item = comp.at({dst_sim, g2, w.microbatch, fwd ? 0 : 1});
+        prog.in.deps[dst_item.first].push_back(id);
+      }
+    }
+  }
+
+  // ---- pass 3: data-parallel reductions, tied-embedding reduction, optimizer, ZeRO-1 gather ---------------
+  std::map<std::vector<int>, int> shared_colls;  // full mode: one collective instance per (group, tag)
+  auto group_coll = [&](const std::vector<int>& group, int tag, Coll c, double bytes, int members) {
+    std::vector<int> key = group;
+    key.push_back(tag);
+    auto it = shared_colls.find(key);
+    if (it != shared_colls.end()) return it->second;
+    int id = B.add_coll(B.make_coll(collective_phases(c, group, bytes, prog.topo, sc.cluster), members));
+    shared_colls[key] = id;
+    return id;
+  };
+  for (int r = 0; r < R; ++r) {
+    int s = prog.sim_stage[r];
+    RankCoord rc = rank_coord(p, prog.sim_global[r]);
+    std::vector<int> dp_group;
+    for (int d = 0; d < p.dp; ++d) dp_group.push_back(rank_global(p, rc.tp, d, s));
+    int dp_members = full_cluster ? p.dp : 1;
+    RankStatic st;
+    for (int c = 0; c < p.virtual_stages; ++c) st.params += (double)Lc * cm.layer_params;
+    if (s == 0) st.params += cm.embed_params;
+    if (s == p.pp - 1) st.params += cm.head_params;
+    std::vector<int> opt_deps;
+    int tag = 0;
+    if (p.dp > 1) {
+      Coll c = p.zero >= 1 ? Coll::reduce_scatter : Coll::all_reduce;
+      for (auto& [task, pc] : final_pieces[r]) {
+        TaskInfo ti = prog.info[task];
+        ti.kind = TaskKind::dp_reduce;
+        ti.compute_s = ti.recompute_s = ti.tp_s = 0;
+        ti.act_free_bytes = ti.transient_bytes = 0;
+        ti.flops = 0;
+        double bytes = pc.params * gbytes;
+        auto phases = collective_phases(c, dp_group, bytes, prog.topo, sc.cluster);
+        ti.sent = B.sent_by(phases, prog.sim_global[r]);
+        int coll = group_coll(dp_group, tag++, c, bytes, dp_members);
+        int id = B.add_task(r, kLaneDp, 0, coll, ti);
+        prog.in.deps[id].push_back(task);
+        opt_deps.push_back(id);
+      }
+    }
+    if (sc.model.tied_embeddings && p.pp > 1 && (s == 0 || s == p.pp - 1)) {
+      std::vector<int> group = {rank_global(p, rc.tp, rc.dp, 0), rank_global(p, rc.tp, rc.dp, p.pp - 1)};
+      double bytes = sc.model.vocab * (double)sc.model.hidden / p.tp * gbytes;
+      int members = (B.sim_of_global[group[0]] >= 0) + (B.sim_of_global[group[1]] >= 0);
+      TaskInfo ti;
+      ti.kind = TaskKind::embed_reduce;
+      auto phases = collective_phases(Coll::all_reduce, group, bytes, prog.topo, sc.cluster);
+      ti.sent = B.sent_by(phases, prog.sim_global[r]);
+      int coll = group_coll(group, -1, Coll::all_reduce, bytes, members);
+      int id = B.add_task(r, kLaneDp, 0, coll, ti);
+      int src = -1;
+      for (auto& [task, pc] : final_pieces[r])
+        if ((s == 0 && pc.embed) || (s == p.pp - 1 && pc.head)) src = task;
+      if (src < 0) src = prog.in.lane_order[r * kLanes + kLaneCompute].back();
+      prog.in.deps[id].push_back(src);
+      opt_deps.push_back(id);
+    }
+    // Optimizer (Adam) on this rank's shard: bandwidth-bound over master weights, moments, gradients, weights.
+    const Gpu& gpu = sc.cluster.gpu;
+    double shard = st.params / (p.zero >= 1 ? p.dp : 1);
+    double master = e < 4 ? 4 : 0;
+    double traffic = shard * (2 * (master + 8) + gbytes + e);
+    TaskInfo oi;
+    oi.kind = TaskKind::optimizer;
+    oi.optimizer_s = traffic / (gpu.hbm_bandwidth_bytes_per_s * gpu.memory_efficiency.at(traffic)) + gpu.kernel_overhead_s;
+    int opt = B.add_task(r, kLaneCompute, oi.optimizer_s, -1, oi);
+    prog.in.deps[opt] = opt_deps;
+    if (p.zero >= 1 && p.dp > 1) {
+      TaskInfo gi;
+      gi.kind = TaskKind::dp_gather;
+      double bytes = st.params * e;
+      auto phases = collective_phases(Coll::all_gather, dp_group, bytes, prog.topo, sc.cluster);
+      gi.sent = B.sent_by(phases, prog.sim_global[r]);
+      int coll = group_coll(dp_group, 1000000, Coll::all_gather, bytes, dp_members);
+      int id = B.add_task(r, kLaneDp, 0, coll, gi);
+      prog.in.deps[id].push_back(opt);
+    }
+    // Static memory: weights, gradients (main-grad buffer), optimizer state (sharded by ZeRO-1).
+    st.weights_bytes = st.params * e;
+    st.gradients_bytes = st.params * gbytes;
+    st.optimizer_bytes = st.params * (master + 8) / (p.zero >= 1 ? p.dp : 1);
+    st.buffers_bytes = (p.pp > 1 ? 4 * p2p_bytes : 0);  // send/recv buffers, both directions
+    prog.statics.push_back(st);
+  }
+  return prog;
+}
+
+}  // namespace tp

@@ -1,0 +1,145 @@
+// trace: Chrome-trace JSON of one simulated step. See output.hpp for the lane layout and names.
+// Compute tasks are expanded into their layer ops (forward ascending layers, backward descending, recompute
+// ops labelled "recompute") at offsets that add up exactly to the task's simulated duration.
+#include <cstdio>
+
+#include "output.hpp"
+
+namespace tp {
+
+enum TraceTid { kTidStep = 0, kTidCompute = 1, kTidTp = 2, kTidPpFwd = 3, kTidPpBwd = 4, kTidDp = 5 };
+
+static int tid_of_lane(int lane) {
+  switch (lane) {
+    case kLaneCompute: return kTidCompute;
+    case kLanePpFwd: return kTidPpFwd;
+    case kLanePpBwd: return kTidPpBwd;
+    default: return kTidDp;
+  }
+}
+
+namespace {
+struct Emitter {
+  json& ev;
+  int pid;
+  void x(const std::string& name, const char* cat, int tid, double t0_s, double dur_s, json args = nullptr) {
+    json e = {{"name", name}, {"cat", cat}, {"ph", "X"}, {"pid", pid}, {"tid", tid}, {"ts", t0_s * 1e6}, {"dur", dur_s * 1e6}};
+    if (!args.is_null()) e["args"] = std::move(args);
+    ev.push_back(std::move(e));
+  }
+};
+}  // namespace
+
+// Emits the ops of `pc` for layer `layer` (or an end part), starting at t; returns the end time.
+static double emit_pass(Emitter& em, const PassCost& pc, const std::string& prefix, const char* pass, int mb, double t) {
+  for (const Op& op : pc.ops) {
+    const char* ps = op.recompute ? "recompute" : pass;
+    char name[160];
+    std::snprintf(name, sizeof name, "%s.%s.%s.mb%d", prefix.c_str(), ps, op.name.c_str(), mb);
+    if (op.cls == OpClass::tp_comm) {
+      if (op.hidden_s > 0) em.x(name, "tp", kTidTp, t - op.hidden_s, op.hidden_s + op.time_s, {{"bytes", op.bytes}, {"overlapped_s", op.hidden_s}});
+      else if (op.time_s > 0) em.x(name, "tp", kTidTp, t, op.time_s, {{"bytes", op.bytes}});
+    } else {
+      em.x(name, op_class_name(op.cls), kTidCompute, t, op.time_s, {{"flops", op.flops}, {"bytes", op.bytes}});
+    }
+    t += op.time_s;
+  }
+  return t;
+}
+
+json trace_to_json(const Result& r, bool op_detail) {
+  const Program& pg = r.prog;
+  const EngineOutput& eo = r.eo;
+  json ev = json::array();
+  const int R = pg.in.ranks;
+  // Op detail only when it stays a reasonable size.
+  size_t layer_tasks = 0;
+  for (const TaskInfo& ti : pg.info) layer_tasks += (size_t)(ti.layer_hi - ti.layer_lo);
+  if (layer_tasks * (pg.cm.layer_bwd.ops.size() + 4) > 3000000) op_detail = false;
+
+  for (int rk = 0; rk < R; ++rk) {
+    int g = pg.sim_global[rk];
+    Emitter em{ev, 1000 + g};
+    char pname[64];
+    std::snprintf(pname, sizeof pname, "rank %d — sim (stage %d)", g, pg.sim_stage[rk]);
+    ev.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", em.pid}, {"args", {{"name", pname}}}});
+    ev.push_back({{"name", "process_sort_index"}, {"ph", "M"}, {"pid", em.pid}, {"args", {{"sort_index", 2 * g + 1}}}});
+    const char* tnames[] = {"step", "compute", "tp", "pp.fwd", "pp.bwd", "dp"};
+    for (int t = 0; t < 6; ++t) {
+      ev.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", em.pid}, {"tid", t}, {"args", {{"name", tnames[t]}}}});
+      ev.push_back({{"name", "thread_sort_index"}, {"ph", "M"}, {"pid", em.pid}, {"tid", t}, {"args", {{"sort_index", t}}}});
+    }
+    em.x("step 0", "step", kTidStep, 0, r.step_time_s);
+    for (int lane = 0; lane < kLanes; ++lane) {
+      for (int t : pg.in.lane_order[rk * kLanes + lane]) {
+        const TaskInfo& ti = pg.info[t];
+        double t0 = eo.start_s[t], t1 = eo.end_s[t];
+        char name[160];
+        switch (ti.kind) {
+          case TaskKind::fwd:
+          case TaskKind::bwd: {
+            bool fwd = ti.kind == TaskKind::fwd;
+            std::string base = chunk_op_name(ti.model_chunk, fwd ? Pass::fwd : Pass::bwd, ti.mb);
+            if (!op_detail) {
+              em.x(base, fwd ? "fwd" : "bwd", kTidCompute, t0, t1 - t0, {{"flops", ti.flops}, {"layers", ti.layer_hi - ti.layer_lo}});
+              break;
+            }
+            const char* ps = fwd ? "fwd" : "bwd";
+            double tt = t0;
+            if (fwd) {
+              if (ti.embed) tt = emit_pass(em, pg.cm.embed_fwd, "embed", ps, ti.mb, tt);
+              for (long long l = ti.layer_lo; l < ti.layer_hi; ++l) {
+                char pre[16];
+                std::snprintf(pre, sizeof pre, "L%02lld", l);
+                tt = emit_pass(em, pg.cm.layer_fwd, pre, ps, ti.mb, tt);
+              }
+              if (ti.head) tt = emit_pass(em, pg.cm.head_fwd, "head", ps, ti.mb, tt);
+            } else {
+              if (ti.head) tt = emit_pass(em, pg.cm.head_bwd, "head", ps, ti.mb, tt);
+              for (long long l = ti.layer_hi - 1; l >= ti.layer_lo; --l) {
+                char pre[16];
+                std::snprintf(pre, sizeof pre, "L%02lld", l);
+                tt = emit_pass(em, pg.cm.layer_bwd, pre, ps, ti.mb, tt);
+              }
+              if (ti.embed) tt = emit_pass(em, pg.cm.embed_bwd, "embed", ps, ti.mb, tt);
+            }
+            break;
+          }
+          case TaskKind::optimizer:
+            em.x("optimizer", "optimizer", kTidCompute, t0, t1 - t0);
+            break;
+          case TaskKind::p2p_fwd:
+          case TaskKind::p2p_bwd: {
+            bool fwd = ti.kind == TaskKind::p2p_fwd;
+            int s_from = pg.sim_stage[rk], s_to = rank_coord(r.scenario.plan, ti.peer).stage;
+            std::snprintf(name, sizeof name, "pp.send.s%d-s%d.%s.mb%d", s_from, s_to, fwd ? "fwd" : "bwd", ti.mb);
+            em.x(name, "pp", tid_of_lane(lane), eo.transfer_s[t], t1 - eo.transfer_s[t],
+                 {{"bytes", ti.sent.intra + ti.sent.inter}, {"waited_s", eo.transfer_s[t] - t0}});
+            break;
+          }
+          case TaskKind::dp_reduce:
+          case TaskKind::dp_gather:
+          case TaskKind::embed_reduce: {
+            const char* what = ti.kind == TaskKind::dp_gather ? "dp.allgather.params"
+                               : ti.kind == TaskKind::embed_reduce ? "dp.allreduce.embedding"
+                               : (r.scenario.plan.zero >= 1 ? "dp.reducescatter" : "dp.allreduce");
+            if (ti.kind == TaskKind::dp_reduce) std::snprintf(name, sizeof name, "%s.C%02d.b%d", what, ti.model_chunk, ti.bucket);
+            else std::snprintf(name, sizeof name, "%s", what);
+            em.x(name, "dp", kTidDp, eo.transfer_s[t], t1 - eo.transfer_s[t], {{"bytes", ti.sent.intra + ti.sent.inter}});
+            break;
+          }
+        }
+      }
+    }
+    if (rk < (int)r.ranks.size()) {
+      for (const MemSample& ms : r.ranks[rk].memory)
+        ev.push_back({{"name", "memory"}, {"ph", "C"}, {"pid", em.pid}, {"ts", ms.t_s * 1e6},
+                      {"args", {{"bytes", ms.bytes}}}});
+    }
+  }
+  return {{"traceEvents", ev},
+          {"displayTimeUnit", "ms"},
+          {"otherData", {{"producer", "trainplan simulate"}, {"scenario", r.scenario.name}, {"step_time_s", r.step_time_s}}}};
+}
+
+}  // namespace tp

@@ -1,0 +1,30 @@
+// validate_published: regenerates the published rows of the dev suite (Korthikanti et al. 2022 Table 5 in
+// both modes and Fig. 1 memory; Narayanan et al. 2021 Table 2 PTD-P rows) with one cluster profile for all
+// rows, and reports predicted vs published per row with mean and max |error|. Plans not given by a paper are
+// stated per row as an assumption (never searched for a better fit).
+#pragma once
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "models/json_check.hpp"
+
+namespace tp {
+
+struct PublishedRow {
+  std::string table, name, quantity, assumption;
+  double published = 0, predicted = 0;
+  double error() const { return (predicted - published) / published; }
+};
+
+struct PublishedReport {
+  std::vector<PublishedRow> time_rows, memory_rows;
+  double time_mean_abs = 0, time_max_abs = 0, memory_mean_abs = 0, memory_max_abs = 0;
+};
+
+// `suite` is the dev-suite JSON; `cluster` the catalog cluster name used for every row.
+PublishedReport validate_published(const json& suite, const std::string& cluster);
+void print_published(std::ostream& os, const PublishedReport& r);
+json published_to_json(const PublishedReport& r);
+
+}  // namespace tp
