@@ -29,6 +29,7 @@ struct Plan {
   bool sequence_parallel = false;
   Recompute recompute = Recompute::none;
   int zero = 0;                // 0 or 1 (distributed optimizer)
+  bool overlap_grad_reduce = true;  // DP gradient reduction in buckets during the last backward (Megatron's --overlap-grad-reduce)
   long long num_microbatches = 1;  // derived: global_batch / (dp * microbatch)
   int gpus() const { return dp * tp * pp; }
 };

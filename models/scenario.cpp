@@ -77,8 +77,10 @@ static Plan read_plan(const json& v, Issues& issues) {
       p.zero = (int)r.opt_int("zero", 0, 0, 1);
     }
   }
+  p.overlap_grad_reduce = r.opt_bool("overlap_grad_reduce", true);
   r.not_yet({"tp_mode", "grad_accumulation", "offload", "delink", "ep"}, kLater);
-  r.finish({"dp", "tp", "pp", "virtual_stages", "microbatch", "schedule", "sequence_parallel", "recompute", "zero"});
+  r.finish({"dp", "tp", "pp", "virtual_stages", "microbatch", "schedule", "sequence_parallel", "recompute", "zero",
+            "overlap_grad_reduce"});
   return p;
 }
 
@@ -194,7 +196,8 @@ json scenario_to_json(const Scenario& s) {
            {{"dp", p.dp}, {"tp", p.tp}, {"pp", p.pp}, {"virtual_stages", p.virtual_stages},
             {"microbatch", p.microbatch}, {"schedule", schedule_name(p.schedule)},
             {"sequence_parallel", p.sequence_parallel}, {"recompute", recompute_name(p.recompute)},
-            {"zero", p.zero}, {"num_microbatches", p.num_microbatches}}}};
+            {"zero", p.zero}, {"overlap_grad_reduce", p.overlap_grad_reduce},
+            {"num_microbatches", p.num_microbatches}}}};
 }
 
 }  // namespace tp

@@ -213,7 +213,8 @@ Program build_program(const Scenario& sc, bool full_cluster) {
       }
       // Backward. The chunk's final backward is split into DP buckets so reductions overlap the rest.
       std::vector<Piece> pieces;
-      bool split = i == last_bwd_index[w.chunk] && (p.dp > 1 || (sc.model.tied_embeddings && p.pp > 1));
+      bool split = p.overlap_grad_reduce && i == last_bwd_index[w.chunk] &&
+                   (p.dp > 1 || (sc.model.tied_embeddings && p.pp > 1));
       if (!split) {
         pieces.push_back(whole);
       } else {
@@ -245,6 +246,20 @@ Program build_program(const Scenario& sc, bool full_cluster) {
         if (split) final_pieces[r].push_back({id, pieces[k]});
       }
       comp[{r, g, w.microbatch, 1}] = {first, last};
+    }
+  }
+
+  // Without overlap (Megatron before --overlap-grad-reduce) each rank reduces all its gradients in one bucket
+  // after its last backward.
+  if (!p.overlap_grad_reduce) {
+    for (int r = 0; r < R; ++r) {
+      int s = prog.sim_stage[r];
+      int last = -1;
+      for (int t : prog.in.lane_order[r * kLanes + kLaneCompute])
+        if (prog.info[t].kind == TaskKind::bwd) last = t;
+      double params = (double)Lc * p.virtual_stages * cm.layer_params + (s == 0 ? cm.embed_params : 0) +
+                      (s == p.pp - 1 ? cm.head_params : 0);
+      final_pieces[r].push_back({last, Piece{0, 0, s == p.pp - 1, s == 0, params}});
     }
   }
 

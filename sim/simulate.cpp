@@ -2,7 +2,7 @@
 // recompute, exposed TP comm and optimizer; each idle gap before a compute task is charged to the prerequisite
 // that ended last: the part of a pipeline transfer's window -> pp_comm_exposed, a data-parallel collective ->
 // dp_comm_exposed, anything else (waiting for another stage's compute) -> bubble; the tail after the rank's
-// last compute is dp_comm_exposed while its own DP lane still works, else bubble. So every rank's breakdown
+// last compute is dp_comm_exposed until the rank's own DP work ends, then bubble. So every rank's breakdown
 // sums to the step time.
 #include "simulate.hpp"
 
@@ -45,10 +45,12 @@ static Breakdown rank_breakdown(const Program& pg, const EngineOutput& eo, int r
     }
     prev = eo.end_s[t];
   }
-  double dp_busy = 0;
-  for (int t : pg.in.lane_order[r * kLanes + kLaneDp]) dp_busy += overlap(eo.start_s[t], eo.end_s[t], prev, step);
-  bd.dp_comm_exposed += dp_busy;
-  bd.bubble += std::max(0.0, step - prev - dp_busy);
+  // Tail: the rank's own DP work after its last compute delays the rank itself (dp exposed); the rest is
+  // waiting for other ranks to finish the step (bubble).
+  double own_end = prev;
+  for (int t : pg.in.lane_order[r * kLanes + kLaneDp]) own_end = std::max(own_end, eo.end_s[t]);
+  bd.dp_comm_exposed += own_end - prev;
+  bd.bubble += std::max(0.0, step - own_end);
   return bd;
 }
 
@@ -101,7 +103,7 @@ Result simulate(const Scenario& sc, const SimOptions& opt) {
   res.events = eo.events;
 
   const int R = pg.in.ranks;
-  double busiest = -1, mem_peak = -1;
+  double busiest = -1, latest = -1, mem_peak = -1;
   double sent_intra = 0, sent_inter = 0, hw_flops = 0;
   for (int r = 0; r < R; ++r) {
     RankResult rr;
@@ -110,8 +112,17 @@ Result simulate(const Scenario& sc, const SimOptions& opt) {
     rr.stage = pg.sim_stage[r];
     rr.breakdown = rank_breakdown(pg, eo, r, res.step_time_s);
     rank_memory(pg, eo, r, rr, opt.keep_memory_timeline);
+    // Headline breakdown: the rank that finishes last (it sets the step time); ties -> the busiest.
+    double own_end = 0;
+    for (int lane = 0; lane < kLanes; ++lane)
+      for (int t : pg.in.lane_order[r * kLanes + lane]) own_end = std::max(own_end, eo.end_s[t]);
     double busy = rr.breakdown.compute + rr.breakdown.recompute + rr.breakdown.tp_comm_exposed + rr.breakdown.optimizer;
-    if (busy > busiest + 1e-12) { busiest = busy; res.breakdown = rr.breakdown; res.breakdown_rank = r; }
+    if (own_end > latest + 1e-12 || (own_end > latest - 1e-12 && busy > busiest + 1e-12)) {
+      latest = std::max(latest, own_end);
+      busiest = busy;
+      res.breakdown = rr.breakdown;
+      res.breakdown_rank = r;
+    }
     if (rr.peak.total() > mem_peak) { mem_peak = rr.peak.total(); res.memory = rr.peak; }
     res.ranks.push_back(std::move(rr));
   }

@@ -42,7 +42,7 @@ struct Result {
   Scenario scenario;
   SimOptions options;
   double step_time_s = 0;
-  Breakdown breakdown;             // of the busiest rank
+  Breakdown breakdown;             // of the rank that finishes last (sets the step time)
   int breakdown_rank = 0;          // simulated rank the breakdown is for
   std::vector<RankResult> ranks;   // per simulated rank
   MemoryBreakdown memory;          // of the rank with the highest peak
