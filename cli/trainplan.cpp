@@ -76,6 +76,7 @@ int cmd_simulate(int argc, char** argv) {
   Scenario sc = load_scenario(a.positional[0]);
   SimOptions opt;
   opt.full_cluster = a.flag("--full-cluster");
+  opt.keep_memory_timeline = !a.value("--trace").empty();
   Result r = simulate(sc, opt);
   std::string json_text, trace_text;
   if (!a.value("--json").empty()) json_text = result_to_json(r).dump(2) + "\n";

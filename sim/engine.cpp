@@ -21,10 +21,28 @@ struct CollState {
   int arrived = 0;
   int phase = -1;
   int flows_left = 0;
-  std::vector<int> member_tasks;
 };
 
 }  // namespace
+
+static void csr(int n, const std::vector<std::pair<int, int>>& edges, bool by_second, std::vector<int>& off,
+                std::vector<int>& ids) {
+  off.assign(n + 1, 0);
+  for (auto& e : edges) off[(by_second ? e.second : e.first) + 1]++;
+  for (int i = 0; i < n; ++i) off[i + 1] += off[i];
+  ids.assign(edges.size(), 0);
+  std::vector<int> fill(off.begin(), off.end() - 1);
+  for (auto& e : edges) {
+    if (by_second) ids[fill[e.second]++] = e.first;
+    else ids[fill[e.first]++] = e.second;
+  }
+}
+
+void engine_finalize(EngineInput& in) {
+  int n = (int)in.tasks.size();
+  csr(n, in.edges, true, in.dep_offset, in.dep_ids);
+  csr(n, in.edges, false, in.out_offset, in.out_ids);
+}
 
 EngineOutput engine_run(const EngineInput& in) {
   const int T = (int)in.tasks.size();
@@ -33,18 +51,35 @@ EngineOutput engine_run(const EngineInput& in) {
   out.end_s.assign(T, -1);
   out.transfer_s.assign(T, -1);
 
-  std::vector<int> pending(T, 0);
-  std::vector<std::vector<int>> dependents(T);
-  for (int i = 0; i < T; ++i) {
-    pending[i] = (int)in.deps[i].size();
-    for (int d : in.deps[i]) dependents[d].push_back(i);
+  // Everything the event loop reads per task, packed together (one cache line serves two tasks).
+  struct Hot {
+    double duration_s;
+    int lane, pending, coll, out_begin, out_end;
+  };
+  std::vector<Hot> hot(T);
+  for (int i = 0; i < T; ++i)
+    hot[i] = Hot{in.tasks[i].duration_s, in.tasks[i].rank * in.lanes + in.tasks[i].lane,
+                 in.dep_offset[i + 1] - in.dep_offset[i], in.tasks[i].coll, in.out_offset[i], in.out_offset[i + 1]};
+  // Member tasks of each collective (CSR), in task order.
+  const int C = (int)in.colls.size();
+  std::vector<int> mem_off(C + 1, 0), mem_ids;
+  for (int i = 0; i < T; ++i)
+    if (in.tasks[i].coll >= 0) mem_off[in.tasks[i].coll + 1]++;
+  for (int c = 0; c < C; ++c) mem_off[c + 1] += mem_off[c];
+  mem_ids.resize(mem_off[C]);
+  {
+    std::vector<int> fill(mem_off.begin(), mem_off.end() - 1);
+    for (int i = 0; i < T; ++i)
+      if (in.tasks[i].coll >= 0) mem_ids[fill[in.tasks[i].coll]++] = i;
   }
+
   const int L = in.ranks * in.lanes;
   std::vector<size_t> head(L, 0);
   std::vector<char> busy(L, 0);
-  std::vector<CollState> cs(in.colls.size());
+  std::vector<CollState> cs(C);
   FlowNet net(in.link_capacity_bytes_per_s);
   std::vector<int> flow_coll;  // flow id -> collective
+  flow_coll.reserve(C);
 
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> pq;
   long long seq = 0;
@@ -52,33 +87,34 @@ EngineOutput engine_run(const EngineInput& in) {
   int done = 0;
 
   std::vector<int> ready_lanes;  // lanes to try starting, processed FIFO
-  auto lane_of = [&](int task) { return in.tasks[task].rank * in.lanes + in.tasks[task].lane; };
 
   auto finish_task = [&](int task, double t) {
     out.end_s[task] = t;
     ++done;
-    int ln = lane_of(task);
-    busy[ln] = 0;
-    head[ln]++;
-    ready_lanes.push_back(ln);
-    for (int d : dependents[task])
-      if (--pending[d] == 0) ready_lanes.push_back(lane_of(d));
+    const Hot& h = hot[task];
+    busy[h.lane] = 0;
+    head[h.lane]++;
+    ready_lanes.push_back(h.lane);
+    for (int k = h.out_begin; k < h.out_end; ++k) {
+      Hot& d = hot[in.out_ids[k]];
+      if (--d.pending == 0) ready_lanes.push_back(d.lane);
+    }
   };
 
-  std::function<void(int, double)> start_phase = [&](int c, double t) {
+  auto start_phase = [&](int c, double t) {
     CollState& st = cs[c];
-    const EngineColl& ec = in.colls[c];
+    const CollShape& shape = in.shapes[in.colls[c].shape];
     while (true) {
       st.phase++;
-      if (st.phase >= (int)ec.phases.size()) {
-        for (int m : st.member_tasks) finish_task(m, t);
+      if (st.phase >= (int)shape.size()) {
+        for (int k = mem_off[c]; k < mem_off[c + 1]; ++k) finish_task(mem_ids[k], t);
         return;
       }
-      const auto& flows = ec.phases[st.phase];
+      const auto& flows = shape[st.phase];
       if (flows.empty()) continue;
       st.flows_left = (int)flows.size();
       for (const FlowSpec& f : flows) {
-        int id = net.add(f, t);
+        int id = net.add_ref(&f, t);
         if ((int)flow_coll.size() <= id) flow_coll.resize(id + 1, -1);
         flow_coll[id] = c;
       }
@@ -91,19 +127,18 @@ EngineOutput engine_run(const EngineInput& in) {
     const auto& order = in.lane_order[ln];
     if (head[ln] >= order.size()) return;
     int task = order[head[ln]];
-    if (pending[task] != 0) return;
+    const Hot& h = hot[task];
+    if (h.pending != 0) return;
     busy[ln] = 1;
     out.start_s[task] = t;
-    const EngineTask& et = in.tasks[task];
-    if (et.coll < 0) {
-      pq.push(Event{t + et.duration_s, seq++, task});
+    if (h.coll < 0) {
+      pq.push(Event{t + h.duration_s, seq++, task});
       return;
     }
-    CollState& st = cs[et.coll];
-    st.member_tasks.push_back(task);
-    if (++st.arrived == in.colls[et.coll].members) {
-      for (int m : st.member_tasks) out.transfer_s[m] = t;
-      start_phase(et.coll, t);
+    CollState& st = cs[h.coll];
+    if (++st.arrived == in.colls[h.coll].members) {
+      for (int k = mem_off[h.coll]; k < mem_off[h.coll + 1]; ++k) out.transfer_s[mem_ids[k]] = t;
+      start_phase(h.coll, t);
     }
   };
 
@@ -116,22 +151,34 @@ EngineOutput engine_run(const EngineInput& in) {
   drain(0);
 
   while (true) {
+    // Events at the current instant need no re-solve first (a flow finishing now is final); batch them, then
+    // re-solve the flow rates once before time advances.
+    if (!pq.empty() && pq.top().t <= now) {
+      Event ev = pq.top();
+      pq.pop();
+      ++out.events;
+      finish_task(ev.task, now);
+      drain(now);
+      continue;
+    }
+    auto [ft0, fid0] = net.next_completion();
+    if (fid0 >= 0 && ft0 <= now) {
+      ++out.events;
+      net.complete_deferred(fid0, now);
+      int c = flow_coll[fid0];
+      if (--cs[c].flows_left == 0) start_phase(c, now);
+      drain(now);
+      continue;
+    }
+    net.flush(now);
     auto [ft, fid] = net.next_completion();
     bool have_pq = !pq.empty();
     if (!have_pq && fid < 0) break;
-    ++out.events;
     if (have_pq && (fid < 0 || pq.top().t <= ft)) {
-      Event ev = pq.top();
-      pq.pop();
-      now = ev.t;
-      finish_task(ev.task, now);
+      now = pq.top().t;
     } else {
       now = ft;
-      net.complete(fid, now);
-      int c = flow_coll[fid];
-      if (--cs[c].flows_left == 0) start_phase(c, now);
     }
-    drain(now);
   }
   out.makespan_s = now;
   out.deadlock = done != T;

@@ -20,19 +20,30 @@ struct EngineTask {
   int coll = -1;          // >= 0: this task is a member of collective `coll`
 };
 
+// A collective's flows, phase by phase (only the flows sent by simulated ranks). Shared by every collective
+// instance of the same group, size and kind (e.g. all micro-batches' sends between two stages).
+using CollShape = std::vector<std::vector<FlowSpec>>;
+
 struct EngineColl {
-  std::vector<std::vector<FlowSpec>> phases;  // flows of each phase (only the simulated ones)
-  int members = 1;                            // member tasks that must start before the transfer begins
+  int shape = 0;    // index into EngineInput::shapes
+  int members = 1;  // member tasks that must start before the transfer begins
 };
 
 struct EngineInput {
   int ranks = 0, lanes = 0;
   std::vector<EngineTask> tasks;
-  std::vector<std::vector<int>> deps;              // task -> prerequisite tasks
+  // Dependencies as (prerequisite, task) edges; finalize() turns them into the CSR arrays below.
+  std::vector<std::pair<int, int>> edges;
+  std::vector<int> dep_offset, dep_ids;            // prerequisites of t: dep_ids[dep_offset[t] .. dep_offset[t+1])
+  std::vector<int> out_offset, out_ids;            // dependents of t, same layout
   std::vector<std::vector<int>> lane_order;        // rank * lanes + lane -> task ids in order
   std::vector<EngineColl> colls;
+  std::vector<CollShape> shapes;
   std::vector<double> link_capacity_bytes_per_s;
 };
+
+// Builds the CSR dependency arrays from `edges` (call once, after the last edge was added).
+void engine_finalize(EngineInput& in);
 
 struct EngineOutput {
   std::vector<double> start_s, end_s;  // per task

@@ -45,54 +45,71 @@ int FlowNet::add(const FlowSpec& f, double now) {
   if (!(f.bytes >= 0) || !std::isfinite(f.bytes) || !(f.latency_s >= 0))
     throw std::invalid_argument("FlowNet::add: bytes and latency_s must be finite and >= 0");
 
+  owned_.push_back(f);
+  if (owned_.back().mult.empty()) owned_.back().mult.assign(f.links.size(), 1.0);
+  int id = add_ref(&owned_.back(), now);
+  flush(now);
+  return id;
+}
+
+void FlowNet::flush(double now) {
+  if (seeds_.empty()) return;
+  resolve_component(seeds_, now);
+  seeds_.clear();
+}
+
+int FlowNet::add_ref(const FlowSpec* f, double now) {
   const int id = static_cast<int>(flows_.size());
   flows_.emplace_back();
   flow_stamp_.push_back(0);
   Flow& fl = flows_.back();
   fl.spec = f;
-  if (fl.spec.mult.empty()) fl.spec.mult.assign(fl.spec.links.size(), 1.0);
   fl.alive = true;
   fl.last_t = now;
-  fl.finish_t = now + f.latency_s;
+  fl.finish_t = now + f->latency_s;
   ++active_count_;
-  if (f.links.empty() || f.bytes <= 0) {  // pure latency: no bandwidth
-    queue_.insert({fl.finish_t, id});
+  if (f->links.empty() || f->bytes <= 0) {  // pure latency: no bandwidth
+    queue_.push({fl.finish_t, id});
     return id;
   }
-  fl.remaining = f.bytes;
+  fl.remaining = f->bytes;
   fl.on_links = true;
-  for (int l : fl.spec.links) link_flows_[l].push_back(id);
-  queue_.insert({fl.finish_t, id});
-  const std::vector<int> seeds = fl.spec.links;  // copy: resolve_component must not alias flow storage
-  resolve_component(seeds, now);
+  for (int l : f->links) link_flows_[l].push_back(id);
+  queue_.push({fl.finish_t, id});
+  seeds_.insert(seeds_.end(), f->links.begin(), f->links.end());
   return id;
 }
 
 std::pair<double, int> FlowNet::next_completion() const {
-  if (queue_.empty()) return {kInf, -1};
-  return *queue_.begin();
+  while (!queue_.empty()) {
+    auto [t, id] = queue_.top();
+    const Flow& fl = flows_[id];
+    if (fl.alive && fl.finish_t == t) return {t, id};
+    queue_.pop();  // stale entry
+  }
+  return {kInf, -1};
 }
 
 void FlowNet::complete(int id, double now) {
+  complete_deferred(id, now);
+  flush(now);
+}
+
+void FlowNet::complete_deferred(int id, double now) {
   if (id < 0 || id >= static_cast<int>(flows_.size()) || !flows_[id].alive)
     throw std::invalid_argument("FlowNet::complete: flow " + std::to_string(id) + " is not active");
   Flow& fl = flows_[id];
-  std::vector<int> seeds;
   if (fl.on_links) {
     // Completion means every byte arrived: credit what lazy settling has not counted yet.
-    for (size_t i = 0; i < fl.spec.links.size(); ++i) link_bytes_[fl.spec.links[i]] += fl.spec.mult[i] * fl.remaining;
+    for (size_t i = 0; i < fl.spec->links.size(); ++i) link_bytes_[fl.spec->links[i]] += fl.spec->mult[i] * fl.remaining;
     fl.remaining = 0;
     take_off_links(id);
-    seeds = fl.spec.links;
+    seeds_.insert(seeds_.end(), fl.spec->links.begin(), fl.spec->links.end());
   }
-  queue_.erase({fl.finish_t, id});
-  fl.alive = false;
+  fl.alive = false;  // its queue entry becomes stale
   fl.rate = 0;
   fl.last_t = now;
   --active_count_;
-  fl.spec.links = std::vector<int>();  // release memory; the spec is no longer needed
-  fl.spec.mult = std::vector<double>();
-  if (!seeds.empty()) resolve_component(seeds, now);
 }
 
 double FlowNet::rate(int id) const {
@@ -108,19 +125,19 @@ void FlowNet::settle(int id, double now) {
     double sent = std::min(fl.rate * dt, fl.remaining);
     fl.remaining -= sent;
     // Treat round-off leftovers as sent: a tiny fraction of the payload, or below the clock's resolution.
-    if (fl.remaining <= kDoneFraction * fl.spec.bytes ||
+    if (fl.remaining <= kDoneFraction * fl.spec->bytes ||
         fl.remaining <= fl.rate * 1e-15 * std::max(1.0, std::fabs(now))) {
       sent += fl.remaining;
       fl.remaining = 0;
     }
-    for (size_t i = 0; i < fl.spec.links.size(); ++i) link_bytes_[fl.spec.links[i]] += fl.spec.mult[i] * sent;
+    for (size_t i = 0; i < fl.spec->links.size(); ++i) link_bytes_[fl.spec->links[i]] += fl.spec->mult[i] * sent;
   }
   if (now > fl.last_t) fl.last_t = now;
 }
 
 void FlowNet::take_off_links(int id) {
   Flow& fl = flows_[id];
-  for (int l : fl.spec.links) {
+  for (int l : fl.spec->links) {
     auto& v = link_flows_[l];
     v.erase(std::remove(v.begin(), v.end(), id), v.end());  // keeps insertion order; no-op on repeats
   }
@@ -131,9 +148,8 @@ void FlowNet::take_off_links(int id) {
 void FlowNet::schedule(int id, double finish_t) {
   Flow& fl = flows_[id];
   if (fl.finish_t == finish_t) return;
-  queue_.erase({fl.finish_t, id});
   fl.finish_t = finish_t;
-  queue_.insert({finish_t, id});
+  queue_.push({finish_t, id});
 }
 
 void FlowNet::resolve_component(const std::vector<int>& seed_links, double now) {
@@ -143,7 +159,10 @@ void FlowNet::resolve_component(const std::vector<int>& seed_links, double now) 
     stamp_ = 1;
   }
   // 1. Collect the component: flows reachable from the seeds through shared links.
-  std::vector<int> comp_flows, stack;
+  std::vector<int>& comp_flows = comp_flows_;
+  std::vector<int>& stack = stack_;
+  comp_flows.clear();
+  stack.clear();
   for (int l : seed_links)
     if (link_stamp_[l] != stamp_) { link_stamp_[l] = stamp_; stack.push_back(l); }
   while (!stack.empty()) {
@@ -153,62 +172,80 @@ void FlowNet::resolve_component(const std::vector<int>& seed_links, double now) 
       if (flow_stamp_[f] == stamp_) continue;
       flow_stamp_[f] = stamp_;
       comp_flows.push_back(f);
-      for (int l2 : flows_[f].spec.links)
+      for (int l2 : flows_[f].spec->links)
         if (link_stamp_[l2] != stamp_) { link_stamp_[l2] = stamp_; stack.push_back(l2); }
     }
   }
   std::sort(comp_flows.begin(), comp_flows.end());
 
   // 2. Settle at the old rates; flows with nothing left to send leave the links (finish_t stays).
-  std::vector<int> sending;
-  sending.reserve(comp_flows.size());
+  std::vector<int>& sending = sending_;
+  sending.clear();
   for (int f : comp_flows) {
     settle(f, now);
     if (flows_[f].remaining <= 0) take_off_links(f);
     else sending.push_back(f);
   }
   if (sending.empty()) return;
+  if (sending.size() == 1) {  // fast path: a lone flow gets its bottleneck share
+    Flow& fl = flows_[sending[0]];
+    double r = kInf;
+    for (size_t i = 0; i < fl.spec->links.size(); ++i) r = std::min(r, cap_[fl.spec->links[i]] / fl.spec->mult[i]);
+    fl.rate = r;
+    schedule(sending[0], r > 0 ? now + fl.remaining / r + fl.spec->latency_s : kInf);
+    return;
+  }
 
   // 3. Progressive filling. All unfrozen flows share one rising `level`; link l saturates at
   //    level sat = ref + res / wsum (res = residual capacity at level `ref`, wsum = unfrozen multiplicity),
   //    which only changes when a flow on l freezes, so a lazy min-heap of (sat, local link) suffices.
-  struct LinkState { int link; double res, ref, wsum; int unfrozen; unsigned version; };
-  std::vector<LinkState> ls;
+  std::vector<LinkState>& ls = ls_;
+  ls.clear();
   for (int f : sending) {
     Flow& fl = flows_[f];
     fl.rate = -1;  // marks "unfrozen"
-    for (size_t i = 0; i < fl.spec.links.size(); ++i) {
-      const int l = fl.spec.links[i];
+    for (size_t i = 0; i < fl.spec->links.size(); ++i) {
+      const int l = fl.spec->links[i];
       if (link_local_[l] < 0) {
         link_local_[l] = static_cast<int>(ls.size());
         ls.push_back({l, cap_[l], 0.0, 0.0, 0, 0});
       }
       LinkState& s = ls[link_local_[l]];
-      s.wsum += fl.spec.mult[i];
+      s.wsum += fl.spec->mult[i];
       ++s.unfrozen;
     }
   }
-  using Entry = std::tuple<double, int, unsigned>;  // (saturation level, local link, version)
-  std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> heap;
-  for (int i = 0; i < static_cast<int>(ls.size()); ++i) heap.push({ls[i].res / ls[i].wsum, i, 0u});
+  // Min-heap of (saturation level, local link, version) on reused storage.
+  std::vector<HeapEntry>& heap = heap_;
+  heap.clear();
+  const auto cmp = std::greater<HeapEntry>();
+  for (int i = 0; i < static_cast<int>(ls.size()); ++i) heap.push_back({ls[i].res / ls[i].wsum, i, 0u});
+  std::make_heap(heap.begin(), heap.end(), cmp);
   double level = 0;
   while (!heap.empty()) {
-    const auto [sat, li, version] = heap.top();
-    heap.pop();
+    std::pop_heap(heap.begin(), heap.end(), cmp);
+    const HeapEntry top = heap.back();
+    heap.pop_back();
+    const double sat = top.sat;
+    const int li = top.local;
+    const unsigned version = top.version;
     if (version != ls[li].version || ls[li].unfrozen == 0) continue;
     level = std::max(level, sat);
     for (int f : link_flows_[ls[li].link]) {
       Flow& fl = flows_[f];
       if (fl.rate >= 0) continue;  // already frozen
       fl.rate = level;
-      for (size_t i = 0; i < fl.spec.links.size(); ++i) {
-        LinkState& s = ls[link_local_[fl.spec.links[i]]];
+      for (size_t i = 0; i < fl.spec->links.size(); ++i) {
+        LinkState& s = ls[link_local_[fl.spec->links[i]]];
         s.res = std::max(0.0, s.res - (level - s.ref) * s.wsum);
         s.ref = level;
-        s.wsum -= fl.spec.mult[i];
+        s.wsum -= fl.spec->mult[i];
         --s.unfrozen;
         ++s.version;
-        if (s.unfrozen > 0) heap.push({level + s.res / std::max(s.wsum, 1e-300), link_local_[s.link], s.version});
+        if (s.unfrozen > 0) {
+          heap.push_back({level + s.res / std::max(s.wsum, 1e-300), link_local_[s.link], s.version});
+          std::push_heap(heap.begin(), heap.end(), cmp);
+        }
       }
     }
   }
@@ -218,7 +255,7 @@ void FlowNet::resolve_component(const std::vector<int>& seed_links, double now) 
   for (int f : sending) {
     Flow& fl = flows_[f];
     if (fl.rate < 0) fl.rate = 0;  // unreachable: every flow crosses a link that saturates
-    const double finish = fl.rate > 0 ? now + fl.remaining / fl.rate + fl.spec.latency_s : kInf;
+    const double finish = fl.rate > 0 ? now + fl.remaining / fl.rate + fl.spec->latency_s : kInf;
     schedule(f, finish);
   }
 }

@@ -29,7 +29,6 @@ struct Builder {
   int add_task(int sim, int lane, double dur, int coll, const TaskInfo& info) {
     int id = (int)prog.in.tasks.size();
     prog.in.tasks.push_back(EngineTask{sim, lane, dur, coll});
-    prog.in.deps.emplace_back();
     prog.info.push_back(info);
     prog.in.lane_order[sim * kLanes + lane].push_back(id);
     return id;
@@ -63,10 +62,34 @@ struct Builder {
     return mult_cache.emplace(key, std::move(m)).first->second;
   }
 
+  // Collective shapes cached by (kind, group, bytes): phases on the topology and their engine flows.
+  std::map<std::tuple<int, std::vector<int>, double>, int> shape_index;
+  std::vector<std::vector<Phase>> shape_phases;
+
+  std::map<std::pair<int, int>, int> p2p_shapes;  // (src, dst) -> shape; p2p sizes are fixed per run
+  int p2p_shape(int src, int dst, double bytes) {
+    auto key = std::make_pair(src, dst);
+    auto it = p2p_shapes.find(key);
+    if (it != p2p_shapes.end()) return it->second;
+    int id = shape_for(Coll::p2p, {src, dst}, bytes);
+    p2p_shapes[key] = id;
+    return id;
+  }
+
+  int shape_for(Coll c, const std::vector<int>& group, double bytes) {
+    auto key = std::make_tuple((int)c, group, bytes);
+    auto it = shape_index.find(key);
+    if (it != shape_index.end()) return it->second;
+    shape_phases.push_back(collective_phases(c, group, bytes, prog.topo, sc.cluster));
+    prog.in.shapes.push_back(make_shape(shape_phases.back()));
+    int id = (int)prog.in.shapes.size() - 1;
+    shape_index[key] = id;
+    return id;
+  }
+
   // Converts collective phases into engine flows (only flows sent by simulated ranks).
-  EngineColl make_coll(const std::vector<Phase>& phases, int members) {
-    EngineColl ec;
-    ec.members = members;
+  CollShape make_shape(const std::vector<Phase>& phases) {
+    CollShape ec;
     for (const Phase& ph : phases) {
       std::vector<FlowSpec> flows;
       for (const FlowReq& fr : ph.flows) {
@@ -83,12 +106,13 @@ struct Builder {
         }
         flows.push_back(std::move(fs));
       }
-      ec.phases.push_back(std::move(flows));
+      ec.push_back(std::move(flows));
     }
     return ec;
   }
 
-  TierBytes sent_by(const std::vector<Phase>& phases, int src) {
+  TierBytes sent_by(int shape, int src) {
+    const std::vector<Phase>& phases = shape_phases[shape];
     TierBytes tb;
     for (const Phase& ph : phases)
       for (const FlowReq& fr : ph.flows)
@@ -96,8 +120,8 @@ struct Builder {
     return tb;
   }
 
-  int add_coll(EngineColl ec) {
-    prog.in.colls.push_back(std::move(ec));
+  int add_coll(int shape, int members) {
+    prog.in.colls.push_back(EngineColl{shape, members});
     return (int)prog.in.colls.size() - 1;
   }
 };
@@ -109,6 +133,30 @@ struct Piece {
 };
 
 }  // namespace
+
+TaskCost task_cost(const CostModel& cm, const TaskInfo& ti) {
+  TaskCost tc;
+  if (ti.kind != TaskKind::fwd && ti.kind != TaskKind::bwd) return tc;
+  bool fwd = ti.kind == TaskKind::fwd;
+  const PassCost& lp = fwd ? cm.layer_fwd : cm.layer_bwd;
+  double layers = (double)(ti.layer_hi - ti.layer_lo);
+  auto add = [&](const PassCost& pc, double times) {
+    tc.duration_s += times * pc.time_s;
+    tc.compute_s += times * pc.compute_s;
+    tc.recompute_s += times * pc.recompute_s;
+    tc.tp_s += times * pc.tp_comm_s;
+    tc.flops += times * pc.flops;
+    tc.tp_bytes.intra += times * pc.tp_bytes.intra;
+    tc.tp_bytes.inter += times * pc.tp_bytes.inter;
+  };
+  add(lp, layers);
+  if (ti.embed) add(fwd ? cm.embed_fwd : cm.embed_bwd, 1);
+  if (ti.head) add(fwd ? cm.head_fwd : cm.head_bwd, 1);
+  tc.stored_bytes = layers * cm.layer_stored_bytes + (ti.embed ? cm.embed_stored_bytes : 0) +
+                    (ti.head ? cm.head_stored_bytes : 0);
+  tc.transient_bytes = cm.layer_transient_bytes;
+  return tc;
+}
 
 Program build_program(const Scenario& sc, bool full_cluster) {
   Program prog;
@@ -161,35 +209,27 @@ Program build_program(const Scenario& sc, bool full_cluster) {
   const double p2p_bytes = e * n_tokens * sc.model.hidden / p.tp;  // Megatron scatter-gather: 1/t per rank
   const double bucket_params = std::max(40e6, 1e6 * p.dp);
 
+  {
+    size_t est = (size_t)R * ((size_t)m * p.virtual_stages * 4 + 64);
+    prog.in.tasks.reserve(est);
+    prog.info.reserve(est);
+    prog.in.edges.reserve(est * 2);
+    prog.in.colls.reserve(est / 2);
+  }
+
   // ---- pass 1: compute tasks ------------------------------------------------------------------------------
-  // key (sim, model_chunk, mb, pass) -> (first task, last task) of that compute item
-  std::map<std::tuple<int, int, int, int>, std::pair<int, int>> comp;
+  // (sim rank, local chunk, mb, pass) -> (first task, last task) of that compute item
+  const int V = p.virtual_stages;
+  std::vector<std::pair<int, int>> comp((size_t)R * V * m * 2, {-1, -1});
+  auto comp_at = [&](int sim, int model_chunk, int mb, int pass) -> std::pair<int, int>& {
+    return comp[(((size_t)sim * V + model_chunk / p.pp) * m + mb) * 2 + pass];
+  };
   std::vector<std::vector<std::pair<int, Piece>>> final_pieces(R);  // per rank: last-bwd pieces (task, piece)
-  auto pass_time = [&](const Piece& pc, bool fwd, TaskInfo& ti) {
-    const PassCost& lp = fwd ? cm.layer_fwd : cm.layer_bwd;
-    double layers = (double)(pc.hi - pc.lo);
-    double dur = layers * lp.time_s;
-    ti.compute_s = layers * lp.compute_s;
-    ti.recompute_s = layers * lp.recompute_s;
-    ti.tp_s = layers * lp.tp_comm_s;
-    ti.flops = layers * lp.flops;
-    auto add_end = [&](const PassCost& pcst) {
-      dur += pcst.time_s; ti.compute_s += pcst.compute_s; ti.recompute_s += pcst.recompute_s;
-      ti.tp_s += pcst.tp_comm_s; ti.flops += pcst.flops;
-    };
-    if (pc.embed) add_end(fwd ? cm.embed_fwd : cm.embed_bwd);
-    if (pc.head) add_end(fwd ? cm.head_fwd : cm.head_bwd);
-    ti.sent.intra = layers * lp.tp_bytes.intra;
-    ti.sent.inter = layers * lp.tp_bytes.inter;
-    return dur;
-  };
-  auto stored = [&](const Piece& pc) {
-    return (double)(pc.hi - pc.lo) * cm.layer_stored_bytes + (pc.embed ? cm.embed_stored_bytes : 0) +
-           (pc.head ? cm.head_stored_bytes : 0);
-  };
+  std::vector<std::vector<WorkItem>> orders(R);
   for (int r = 0; r < R; ++r) {
     int s = prog.sim_stage[r];
-    auto order = pipeline_order(p.schedule, p.pp, p.virtual_stages, m, s);
+    orders[r] = pipeline_order(p.schedule, p.pp, p.virtual_stages, m, s);
+    const std::vector<WorkItem>& order = orders[r];
     std::vector<int> last_bwd_index(p.virtual_stages, -1);
     for (int i = 0; i < (int)order.size(); ++i)
       if (order[i].pass == Pass::bwd) last_bwd_index[order[i].chunk] = i;
@@ -203,12 +243,9 @@ Program build_program(const Scenario& sc, bool full_cluster) {
       ti.mb = w.microbatch;
       if (w.pass == Pass::fwd) {
         ti.kind = TaskKind::fwd;
-        ti.layer_lo = whole.lo; ti.layer_hi = whole.hi; ti.embed = whole.embed; ti.head = whole.head;
-        double dur = pass_time(whole, true, ti);
-        ti.act_alloc_bytes = stored(whole);
-        ti.transient_bytes = cm.layer_transient_bytes;
-        int id = B.add_task(r, kLaneCompute, dur, -1, ti);
-        comp[{r, g, w.microbatch, 0}] = {id, id};
+        ti.layer_lo = (int)whole.lo; ti.layer_hi = (int)whole.hi; ti.embed = whole.embed; ti.head = whole.head;
+        int id = B.add_task(r, kLaneCompute, task_cost(cm, ti).duration_s, -1, ti);
+        comp_at(r, g, w.microbatch, 0) = {id, id};
         continue;
       }
       // Backward. The chunk's final backward is split into DP buckets so reductions overlap the rest.
@@ -236,16 +273,14 @@ Program build_program(const Scenario& sc, bool full_cluster) {
         TaskInfo pi = ti;
         pi.kind = TaskKind::bwd;
         pi.bucket = (int)k;
-        pi.layer_lo = pieces[k].lo; pi.layer_hi = pieces[k].hi; pi.embed = pieces[k].embed; pi.head = pieces[k].head;
-        double dur = pass_time(pieces[k], false, pi);
-        pi.act_free_bytes = stored(pieces[k]);
-        pi.transient_bytes = cm.layer_transient_bytes;
-        int id = B.add_task(r, kLaneCompute, dur, -1, pi);
+        pi.layer_lo = (int)pieces[k].lo; pi.layer_hi = (int)pieces[k].hi;
+        pi.embed = pieces[k].embed; pi.head = pieces[k].head;
+        int id = B.add_task(r, kLaneCompute, task_cost(cm, pi).duration_s, -1, pi);
         if (first < 0) first = id;
         last = id;
         if (split) final_pieces[r].push_back({id, pieces[k]});
       }
-      comp[{r, g, w.microbatch, 1}] = {first, last};
+      comp_at(r, g, w.microbatch, 1) = {first, last};
     }
   }
 
@@ -268,28 +303,27 @@ Program build_program(const Scenario& sc, bool full_cluster) {
   for (int r = 0; r < R; ++r) {
     int s = prog.sim_stage[r];
     RankCoord rc = rank_coord(p, prog.sim_global[r]);
-    auto order = pipeline_order(p.schedule, p.pp, p.virtual_stages, m, s);
-    for (const WorkItem& w : order) {
+    for (const WorkItem& w : orders[r]) {
       int g = lay.model_chunk(s, w.chunk);
       bool fwd = w.pass == Pass::fwd;
       int g2 = fwd ? g + 1 : g - 1;
       if (g2 < 0 || g2 >= nchunks) continue;
       int dst_global = rank_global(p, rc.tp, rc.dp, g2 % p.pp);
       int dst_sim = B.sim_of_global[dst_global];
-      auto phases = collective_phases(Coll::p2p, {prog.sim_global[r], dst_global}, p2p_bytes, prog.topo, sc.cluster);
+      int shape = B.p2p_shape(prog.sim_global[r], dst_global, p2p_bytes);
       TaskInfo ti;
       ti.kind = fwd ? TaskKind::p2p_fwd : TaskKind::p2p_bwd;
       ti.model_chunk = g;
       ti.mb = w.microbatch;
       ti.peer = dst_global;
-      ti.sent = B.sent_by(phases, prog.sim_global[r]);
-      int coll = B.add_coll(B.make_coll(phases, 1));
+      ti.sent = B.sent_by(shape, prog.sim_global[r]);
+      int coll = B.add_coll(shape, 1);
       int id = B.add_task(r, fwd ? kLanePpFwd : kLanePpBwd, 0, coll, ti);
-      auto src_item = comp.at({r, g, w.microbatch, fwd ? 0 : 1});
-      prog.in.deps[id].push_back(src_item.second);
+      auto src_item = comp_at(r, g, w.microbatch, fwd ? 0 : 1);
+      prog.in.edges.push_back({src_item.second, id});
       if (dst_sim >= 0) {
-        auto dst_item = comp.at({dst_sim, g2, w.microbatch, fwd ? 0 : 1});
-        prog.in.deps[dst_item.first].push_back(id);
+        auto dst_item = comp_at(dst_sim, g2, w.microbatch, fwd ? 0 : 1);
+        prog.in.edges.push_back({id, dst_item.first});
       }
     }
   }
@@ -301,7 +335,7 @@ Program build_program(const Scenario& sc, bool full_cluster) {
     key.push_back(tag);
     auto it = shared_colls.find(key);
     if (it != shared_colls.end()) return it->second;
-    int id = B.add_coll(B.make_coll(collective_phases(c, group, bytes, prog.topo, sc.cluster), members));
+    int id = B.add_coll(B.shape_for(c, group, bytes), members);
     shared_colls[key] = id;
     return id;
   };
@@ -322,15 +356,11 @@ Program build_program(const Scenario& sc, bool full_cluster) {
       for (auto& [task, pc] : final_pieces[r]) {
         TaskInfo ti = prog.info[task];
         ti.kind = TaskKind::dp_reduce;
-        ti.compute_s = ti.recompute_s = ti.tp_s = 0;
-        ti.act_free_bytes = ti.transient_bytes = 0;
-        ti.flops = 0;
         double bytes = pc.params * gbytes;
-        auto phases = collective_phases(c, dp_group, bytes, prog.topo, sc.cluster);
-        ti.sent = B.sent_by(phases, prog.sim_global[r]);
+        ti.sent = B.sent_by(B.shape_for(c, dp_group, bytes), prog.sim_global[r]);
         int coll = group_coll(dp_group, tag++, c, bytes, dp_members);
         int id = B.add_task(r, kLaneDp, 0, coll, ti);
-        prog.in.deps[id].push_back(task);
+        prog.in.edges.push_back({task, id});
         opt_deps.push_back(id);
       }
     }
@@ -340,15 +370,14 @@ Program build_program(const Scenario& sc, bool full_cluster) {
       int members = (B.sim_of_global[group[0]] >= 0) + (B.sim_of_global[group[1]] >= 0);
       TaskInfo ti;
       ti.kind = TaskKind::embed_reduce;
-      auto phases = collective_phases(Coll::all_reduce, group, bytes, prog.topo, sc.cluster);
-      ti.sent = B.sent_by(phases, prog.sim_global[r]);
+      ti.sent = B.sent_by(B.shape_for(Coll::all_reduce, group, bytes), prog.sim_global[r]);
       int coll = group_coll(group, -1, Coll::all_reduce, bytes, members);
       int id = B.add_task(r, kLaneDp, 0, coll, ti);
       int src = -1;
       for (auto& [task, pc] : final_pieces[r])
         if ((s == 0 && pc.embed) || (s == p.pp - 1 && pc.head)) src = task;
       if (src < 0) src = prog.in.lane_order[r * kLanes + kLaneCompute].back();
-      prog.in.deps[id].push_back(src);
+      prog.in.edges.push_back({src, id});
       opt_deps.push_back(id);
     }
     // Optimizer (Adam) on this rank's shard: bandwidth-bound over master weights, moments, gradients, weights.
@@ -360,16 +389,15 @@ Program build_program(const Scenario& sc, bool full_cluster) {
     oi.kind = TaskKind::optimizer;
     oi.optimizer_s = traffic / (gpu.hbm_bandwidth_bytes_per_s * gpu.memory_efficiency.at(traffic)) + gpu.kernel_overhead_s;
     int opt = B.add_task(r, kLaneCompute, oi.optimizer_s, -1, oi);
-    prog.in.deps[opt] = opt_deps;
+    for (int d : opt_deps) prog.in.edges.push_back({d, opt});
     if (p.zero >= 1 && p.dp > 1) {
       TaskInfo gi;
       gi.kind = TaskKind::dp_gather;
       double bytes = st.params * e;
-      auto phases = collective_phases(Coll::all_gather, dp_group, bytes, prog.topo, sc.cluster);
-      gi.sent = B.sent_by(phases, prog.sim_global[r]);
+      gi.sent = B.sent_by(B.shape_for(Coll::all_gather, dp_group, bytes), prog.sim_global[r]);
       int coll = group_coll(dp_group, 1000000, Coll::all_gather, bytes, dp_members);
       int id = B.add_task(r, kLaneDp, 0, coll, gi);
-      prog.in.deps[id].push_back(opt);
+      prog.in.edges.push_back({opt, id});
     }
     // Static memory: weights, gradients (main-grad buffer), optimizer state (sharded by ZeRO-1).
     st.weights_bytes = st.params * e;
@@ -378,6 +406,7 @@ Program build_program(const Scenario& sc, bool full_cluster) {
     st.buffers_bytes = (p.pp > 1 ? 4 * p2p_bytes : 0);  // send/recv buffers, both directions
     prog.statics.push_back(st);
   }
+  engine_finalize(prog.in);
   return prog;
 }
 

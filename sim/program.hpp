@@ -18,19 +18,25 @@ const char* lane_name(int lane);
 
 enum class TaskKind : uint8_t { fwd, bwd, optimizer, p2p_fwd, p2p_bwd, dp_reduce, dp_gather, embed_reduce };
 
+// What a task is (kept small: costs of compute tasks are derived on demand by task_cost()).
 struct TaskInfo {
   TaskKind kind = TaskKind::fwd;
+  bool embed = false, head = false;  // compute includes the embedding / the LM head
   int model_chunk = 0, mb = 0, bucket = 0;
-  long long layer_hi = 0, layer_lo = 0;  // compute covers layers [layer_lo, layer_hi)
-  bool embed = false, head = false;       // compute includes the embedding / the LM head
-  double compute_s = 0, recompute_s = 0, tp_s = 0, optimizer_s = 0;  // split of a compute task's duration
-  double act_alloc_bytes = 0;     // activations stored when the task ends (forward)
-  double act_free_bytes = 0;      // activations released when the task ends (last backward piece)
-  double transient_bytes = 0;     // extra live while the task runs
-  int peer = -1;                  // p2p: receiver's global rank
-  TierBytes sent;                 // payload bytes this task sends from its rank, by tier
-  double flops = 0;               // hardware FLOPs of a compute task
+  int layer_lo = 0, layer_hi = 0;     // compute covers layers [layer_lo, layer_hi)
+  int peer = -1;                      // p2p: receiver's global rank
+  double optimizer_s = 0;             // optimizer task duration
+  TierBytes sent;                     // comm tasks: payload bytes their rank sends, by tier
 };
+
+// Derived cost of a forward / backward compute task (zero for other kinds).
+struct TaskCost {
+  double duration_s = 0, compute_s = 0, recompute_s = 0, tp_s = 0, flops = 0;
+  TierBytes tp_bytes;           // TP collective payload its rank sends
+  double stored_bytes = 0;      // activations stored by a forward / released by a backward piece
+  double transient_bytes = 0;   // extra live while it runs
+};
+TaskCost task_cost(const CostModel& cm, const TaskInfo& ti);
 
 struct RankStatic {
   double weights_bytes = 0, gradients_bytes = 0, optimizer_bytes = 0, buffers_bytes = 0;

@@ -24,8 +24,10 @@ static Breakdown rank_breakdown(const Program& pg, const EngineOutput& eo, int r
     double gap = eo.start_s[t] - prev;
     if (gap > 1e-15) {
       int crit = -1;
-      for (int d : pg.in.deps[t])
+      for (int k = pg.in.dep_offset[t]; k < pg.in.dep_offset[t + 1]; ++k) {
+        int d = pg.in.dep_ids[k];
         if (crit < 0 || eo.end_s[d] > eo.end_s[crit]) crit = d;
+      }
       if (crit >= 0 && (pg.info[crit].kind == TaskKind::p2p_fwd || pg.info[crit].kind == TaskKind::p2p_bwd)) {
         double pp = overlap(eo.transfer_s[crit], eo.end_s[crit], prev, eo.start_s[t]);
         bd.pp_comm_exposed += pp;
@@ -39,9 +41,10 @@ static Breakdown rank_breakdown(const Program& pg, const EngineOutput& eo, int r
     if (ti.kind == TaskKind::optimizer) {
       bd.optimizer += ti.optimizer_s;
     } else {
-      bd.compute += ti.compute_s;
-      bd.recompute += ti.recompute_s;
-      bd.tp_comm_exposed += ti.tp_s;
+      TaskCost tc = task_cost(pg.cm, ti);
+      bd.compute += tc.compute_s;
+      bd.recompute += tc.recompute_s;
+      bd.tp_comm_exposed += tc.tp_s;
     }
     prev = eo.end_s[t];
   }
@@ -61,12 +64,14 @@ static void rank_memory(const Program& pg, const EngineOutput& eo, int r, RankRe
   std::vector<MemEvent> ev;
   for (int t : pg.in.lane_order[r * kLanes + kLaneCompute]) {
     const TaskInfo& ti = pg.info[t];
-    if (ti.transient_bytes > 0) {
-      ev.push_back({eo.start_s[t], 1, 0, ti.transient_bytes});
-      ev.push_back({eo.end_s[t], 0, 0, -ti.transient_bytes});
+    if (ti.kind != TaskKind::fwd && ti.kind != TaskKind::bwd) continue;
+    TaskCost tc = task_cost(pg.cm, ti);
+    if (tc.transient_bytes > 0) {
+      ev.push_back({eo.start_s[t], 1, 0, tc.transient_bytes});
+      ev.push_back({eo.end_s[t], 0, 0, -tc.transient_bytes});
     }
-    if (ti.act_alloc_bytes > 0) ev.push_back({eo.end_s[t], 0, ti.act_alloc_bytes, 0});
-    if (ti.act_free_bytes > 0) ev.push_back({eo.end_s[t], 0, -ti.act_free_bytes, 0});
+    if (tc.stored_bytes > 0)
+      ev.push_back({eo.end_s[t], 0, ti.kind == TaskKind::fwd ? tc.stored_bytes : -tc.stored_bytes, 0});
   }
   std::stable_sort(ev.begin(), ev.end(), [](const MemEvent& a, const MemEvent& b) {
     return a.t != b.t ? a.t < b.t : a.order < b.order;
@@ -127,9 +132,10 @@ Result simulate(const Scenario& sc, const SimOptions& opt) {
     res.ranks.push_back(std::move(rr));
   }
   for (size_t t = 0; t < pg.info.size(); ++t) {
-    sent_intra += pg.info[t].sent.intra;
-    sent_inter += pg.info[t].sent.inter;
-    hw_flops += pg.info[t].flops;
+    TaskCost tc = task_cost(pg.cm, pg.info[t]);
+    sent_intra += pg.info[t].sent.intra + tc.tp_bytes.intra;
+    sent_inter += pg.info[t].sent.inter + tc.tp_bytes.inter;
+    hw_flops += tc.flops;
   }
   res.intra_bytes_per_gpu = sent_intra / R;
   res.inter_bytes_per_gpu = sent_inter / R;

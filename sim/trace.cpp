@@ -81,24 +81,24 @@ json trace_to_json(const Result& r, bool op_detail) {
             bool fwd = ti.kind == TaskKind::fwd;
             std::string base = chunk_op_name(ti.model_chunk, fwd ? Pass::fwd : Pass::bwd, ti.mb);
             if (!op_detail) {
-              em.x(base, fwd ? "fwd" : "bwd", kTidCompute, t0, t1 - t0, {{"flops", ti.flops}, {"layers", ti.layer_hi - ti.layer_lo}});
+              em.x(base, fwd ? "fwd" : "bwd", kTidCompute, t0, t1 - t0, {{"flops", task_cost(pg.cm, ti).flops}, {"layers", ti.layer_hi - ti.layer_lo}});
               break;
             }
             const char* ps = fwd ? "fwd" : "bwd";
             double tt = t0;
             if (fwd) {
               if (ti.embed) tt = emit_pass(em, pg.cm.embed_fwd, "embed", ps, ti.mb, tt);
-              for (long long l = ti.layer_lo; l < ti.layer_hi; ++l) {
+              for (int l = ti.layer_lo; l < ti.layer_hi; ++l) {
                 char pre[16];
-                std::snprintf(pre, sizeof pre, "L%02lld", l);
+                std::snprintf(pre, sizeof pre, "L%02d", l);
                 tt = emit_pass(em, pg.cm.layer_fwd, pre, ps, ti.mb, tt);
               }
               if (ti.head) tt = emit_pass(em, pg.cm.head_fwd, "head", ps, ti.mb, tt);
             } else {
               if (ti.head) tt = emit_pass(em, pg.cm.head_bwd, "head", ps, ti.mb, tt);
-              for (long long l = ti.layer_hi - 1; l >= ti.layer_lo; --l) {
+              for (int l = ti.layer_hi - 1; l >= ti.layer_lo; --l) {
                 char pre[16];
-                std::snprintf(pre, sizeof pre, "L%02lld", l);
+                std::snprintf(pre, sizeof pre, "L%02d", l);
                 tt = emit_pass(em, pg.cm.layer_bwd, pre, ps, ti.mb, tt);
               }
               if (ti.embed) tt = emit_pass(em, pg.cm.embed_bwd, "embed", ps, ti.mb, tt);
