@@ -2,6 +2,7 @@
 #include "json_check.hpp"
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -24,9 +25,39 @@ static std::string join_lines(const std::vector<std::string>& v) {
 InputError::InputError(std::vector<std::string> msgs)
     : std::runtime_error(join_lines(msgs)), messages(std::move(msgs)) {}
 
+// Appends a bounded rendering of v: nesting deeper than 3 levels and anything past ~64 characters is elided,
+// so a huge or deeply nested user value neither recurses without bound nor produces a long message.
+static void brief_into(const json& v, std::string& out, int depth) {
+  constexpr size_t kBudget = 64;
+  const auto replace = json::error_handler_t::replace;
+  if (v.is_object() || v.is_array()) {
+    bool obj = v.is_object();
+    if (depth >= 3 && !v.empty()) { out += obj ? "{...}" : "[...]"; return; }
+    out += obj ? '{' : '[';
+    bool first = true;
+    for (auto it = v.begin(); it != v.end(); ++it) {
+      if (!first) out += ',';
+      if (out.size() > kBudget) { out += "..."; break; }
+      if (obj) out += json(it.key()).dump(-1, ' ', false, replace) + ":";
+      brief_into(it.value(), out, depth + 1);
+      first = false;
+    }
+    out += obj ? '}' : ']';
+  } else if (v.is_string() && v.get_ref<const std::string&>().size() > kBudget) {
+    out += json(v.get_ref<const std::string&>().substr(0, kBudget)).dump(-1, ' ', false, replace);
+  } else {
+    out += v.dump(-1, ' ', false, replace);
+  }
+}
+
 std::string json_brief(const json& v) {
-  std::string s = v.dump();
-  if (s.size() > 60) s = s.substr(0, 57) + "...";
+  std::string s;
+  brief_into(v, s, 0);
+  if (s.size() > 60) {
+    size_t cut = 57;
+    while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;  // keep UTF-8 whole
+    s = s.substr(0, cut) + "...";
+  }
   if (v.is_string()) return s;
   if (v.is_object()) return "an object " + s;
   if (v.is_array()) return "an array " + s;
@@ -160,7 +191,19 @@ void Reader::finish(const std::vector<std::string>& expected) {
   }
 }
 
+// Cuts a parser message to a readable length (the offending token can be arbitrarily long).
+static std::string cap_message(std::string s) {
+  if (s.size() <= 200) return s;
+  size_t cut = 197;
+  while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;
+  return s.substr(0, cut) + "...";
+}
+
 json parse_json_text(const std::string& text, const std::string& where, Issues& issues) {
+  if (text.find_first_not_of(" \t\r\n") == std::string::npos) {
+    issues.add(where, "empty input; expected a JSON document");
+    return json();
+  }
   try {
     return json::parse(text);
   } catch (const json::parse_error& e) {
@@ -170,15 +213,31 @@ json parse_json_text(const std::string& text, const std::string& where, Issues& 
     for (size_t i = 0; i < off && i < text.size(); ++i) {
       if (text[i] == '\n') { ++line; col = 1; } else { ++col; }
     }
+    // Keep nlohmann's description, not its "[json.exception...] parse error at line L, column C: " prefix.
     std::string what = e.what();
     auto p = what.find("parse error");
-    if (p != std::string::npos) what = what.substr(p);
-    issues.add(where, "malformed JSON at line " + std::to_string(line) + ", column " + std::to_string(col) + ": " + what);
+    if (p != std::string::npos) {
+      auto q = what.find(": ", p);
+      what = q != std::string::npos ? what.substr(q + 2) : what.substr(p);
+    }
+    issues.add(where, "malformed JSON at line " + std::to_string(line) + ", column " + std::to_string(col) + ": " + cap_message(what));
+    return json();
+  } catch (const json::exception& e) {
+    // e.g. out_of_range.406 "number overflow parsing '1e400'": a number that does not fit in a double.
+    std::string what = e.what();
+    auto p = what.find("] ");
+    if (p != std::string::npos) what = what.substr(p + 2);
+    issues.add(where, "malformed JSON: " + cap_message(what) + (e.id == 406 ? " (numbers must fit in a double)" : ""));
     return json();
   }
 }
 
 json parse_json_file(const std::string& file, const std::string& where, Issues& issues) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(file, ec)) {
+    issues.add(where, "\"" + file + "\" is a directory; expected a JSON file");
+    return json();
+  }
   std::ifstream in(file, std::ios::binary);
   if (!in) { issues.add(where, "cannot read file \"" + file + "\""); return json(); }
   std::stringstream ss;

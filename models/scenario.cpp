@@ -127,7 +127,7 @@ Scenario scenario_from_json(const json& v, const std::string& base_dir, const st
   Issues is;
   Scenario sc;
   Reader r(v, "$", is);
-  if (!r.ok()) throw InputError({where + ": the scenario must be a JSON object, got " + json_brief(v)});
+  if (!r.ok()) throw InputError({where + ": $: the scenario must be a JSON object, got " + json_brief(v)});
   sc.name = r.opt_str("name", "");
   r.opt_str("about", "");
   if (const json* m = r.get("model")) sc.model = read_transformer(*m, "$.model", base_dir, is);

@@ -16,6 +16,7 @@ static void check_shape(Transformer& m, const std::string& path, Issues& issues)
 
 static Transformer read_inline(const json& v, const std::string& path, Issues& issues) {
   Transformer m;
+  size_t before = issues.messages.size();
   Reader r(v, path, issues);
   if (!r.ok()) return m;
   m.name = r.opt_str("name", "");
@@ -32,7 +33,7 @@ static Transformer read_inline(const json& v, const std::string& path, Issues& i
   r.not_yet({"moe"}, "mixture of experts arrives with the seeds' techniques");
   r.finish({"name", "about", "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len", "activation",
             "tied_embeddings"});
-  check_shape(m, path, issues);
+  if (issues.messages.size() == before) check_shape(m, path, issues);  // shapes of defaulted fields would mislead
   return m;
 }
 
@@ -64,13 +65,17 @@ Transformer read_hf_config(const std::string& file, const std::string& path, Iss
   m.ffn_hidden = num("intermediate_size", 4 * m.hidden, false);
   m.vocab = num("vocab_size", 1, true);
   m.seq_len = num("max_position_embeddings", 2048, false);
-  std::string act = j.value("hidden_act", std::string("gelu"));
+  std::string act = "gelu";
+  if (auto a = j.find("hidden_act"); a != j.end()) {
+    if (a->is_string()) act = a->get<std::string>();
+    else { issues.add_got(path + " (" + file + ").hidden_act", "a string such as \"gelu\" or \"silu\"", *a); act = "gelu"; }
+  }
   if (act == "silu" || act == "swish" || act == "swiglu") m.activation = Activation::swiglu;
   else if (act.rfind("gelu", 0) == 0) m.activation = Activation::gelu;
   else issues.add(path + " (" + file + ").hidden_act", "expected a gelu variant or silu, got \"" + act + "\"");
   auto tie = j.find("tie_word_embeddings");
   m.tied_embeddings = (tie != j.end() && tie->is_boolean()) ? tie->get<bool>() : true;
-  check_shape(m, path, issues);
+  if (issues.messages.size() == before) check_shape(m, path, issues);  // shapes of defaulted fields would mislead
   return m;
 }
 
@@ -89,11 +94,23 @@ Transformer read_transformer(const json& v, const std::string& path, const std::
   }
   if (v.is_object() && v.contains("hf_config")) {
     Reader r(v, path, issues);
+    size_t before = issues.messages.size();
     std::string f = r.req_str("hf_config");
     r.finish({"hf_config"});
-    if (f.empty()) return Transformer{};
+    if (f.empty()) {
+      if (issues.messages.size() == before) issues.add(path + ".hf_config", "expected a path to a Hugging Face config.json, got \"\"");
+      return Transformer{};
+    }
     std::filesystem::path p(f);
     if (p.is_relative()) p = std::filesystem::path(base_dir) / p;
+    // Only regular files: a directory or a device (/dev/zero, a FIFO) would give a useless message or never end.
+    std::error_code ec;
+    auto st = std::filesystem::status(p, ec);
+    if (std::filesystem::exists(st) && !std::filesystem::is_regular_file(st)) {
+      issues.add(path + ".hf_config", "expected a path to a Hugging Face config.json file, got \"" + p.string() +
+                                          "\", which is not a regular file");
+      return Transformer{};
+    }
     return read_hf_config(p.string(), path + ".hf_config", issues);
   }
   return read_inline(v, path, issues);

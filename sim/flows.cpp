@@ -74,8 +74,8 @@ int FlowNet::add_ref(const FlowSpec* f, double now) {
   }
   fl.remaining = f->bytes;
   fl.on_links = true;
+  fl.finish_t = kInf;  // scheduled by the next re-solve (flush), not before
   for (int l : f->links) link_flows_[l].push_back(id);
-  queue_.push({fl.finish_t, id});
   seeds_.insert(seeds_.end(), f->links.begin(), f->links.end());
   return id;
 }

@@ -1,0 +1,52 @@
+// Helpers shared by the simulator tests: scenarios built in code, including an "ideal" cluster whose
+// links are effectively infinite and whose GPU has flat efficiency curves and no kernel overhead, so that
+// closed forms (bubble fractions, FLOP counts) can be checked exactly.
+#pragma once
+#include <string>
+
+#include "models/scenario.hpp"
+
+namespace tp::testutil {
+
+inline json ideal_cluster(int nodes = 64, int gpus_per_node = 8) {
+  json flat = json::array({json::array({1.0, 1.0})});
+  json gpu = {{"name", "ideal"},
+              {"matrix_flops_per_s", {{"fp32", 1e14}, {"fp16", 1e14}, {"bf16", 1e14}}},
+              {"vector_flops_per_s", {{"fp32", 1e13}, {"fp16", 1e13}, {"bf16", 1e13}}},
+              {"hbm_bytes", 8e10},
+              {"hbm_bandwidth_bytes_per_s", 1e18},
+              {"matrix_efficiency", flat},
+              {"memory_efficiency", flat},
+              {"kernel_overhead_s", 0}};
+  return {{"gpu", gpu},
+          {"nodes", nodes},
+          {"gpus_per_node", gpus_per_node},
+          {"intra_node", {{"kind", "nvswitch"}, {"bandwidth_bytes_per_s", 1e20}, {"latency_s", 0}, {"efficiency", flat}}},
+          {"inter_node", {{"nics_per_node", gpus_per_node}, {"nic_bandwidth_bits_per_s", 8e20}, {"topology", "fat_tree"},
+                          {"oversubscription", 1}, {"nodes_per_leaf", 4}, {"latency_s", 0}, {"efficiency", flat}}},
+          {"host", {{"memory_bytes", 1e12}, {"pcie_bandwidth_bytes_per_s", 1e20}, {"cpu_cores", 64}}},
+          {"price_per_gpu_hour_usd", 2.0},
+          {"power_per_gpu_w", 500}};
+}
+
+inline json gpt_model(int layers, int hidden, int heads, int vocab = 51200, int seq = 2048) {
+  return {{"name", "test-gpt"}, {"layers", layers}, {"hidden", hidden}, {"heads", heads}, {"vocab", vocab},
+          {"seq_len", seq}, {"activation", "gelu"}, {"tied_embeddings", true}};
+}
+
+inline json plan_json(int dp, int tp, int pp, int v, const char* schedule, const char* recompute = "none", bool sp = false,
+                      int zero = 0, int microbatch = 1) {
+  return {{"dp", dp}, {"tp", tp}, {"pp", pp}, {"virtual_stages", v}, {"microbatch", microbatch}, {"schedule", schedule},
+          {"sequence_parallel", sp}, {"recompute", recompute}, {"zero", zero}};
+}
+
+inline Scenario make_scenario(json model, json cluster, long long batch, json plan, const char* precision = "fp16") {
+  json j = {{"name", "test"},
+            {"model", model},
+            {"cluster", cluster},
+            {"training", {{"global_batch", batch}, {"precision", precision}}},
+            {"plan", plan}};
+  return scenario_from_json(j, ".", "test");
+}
+
+}  // namespace tp::testutil
