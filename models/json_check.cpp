@@ -120,7 +120,11 @@ double Reader::opt_num(const std::string& key, double dflt, double lo, double hi
   if (!v) return dflt;
   if (!v->is_number()) { issues->add_got(at(key), range_text(lo, hi), *v); return dflt; }
   double x = v->get<double>();
-  if (!std::isfinite(x) || x < lo || x > hi) { issues->add_got(at(key), range_text(lo, hi), *v); return dflt; }
+  if (!std::isfinite(x) || x < lo || x > hi) {
+    // The default upper bound (1e300) is a guard against overflow downstream; name it when it is the problem.
+    issues->add_got(at(key), x > hi && hi >= 1e300 ? range_text(lo, hi) + " and <= 1e+300" : range_text(lo, hi), *v);
+    return dflt;
+  }
   return x;
 }
 

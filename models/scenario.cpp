@@ -34,8 +34,10 @@ static Training read_training(const json& v, const Transformer& m, Issues& issue
   if (!r.ok()) return t;
   t.global_batch = r.req_int("global_batch", 1, 1LL << 40);
   t.seq_len = r.opt_int("seq_len", m.seq_len > 0 ? m.seq_len : 2048, 1, 100000000);
+  size_t before = issues.messages.size();
   t.tokens = r.opt_num("tokens", 0, 0);
-  if (r.has("tokens") && t.tokens <= 0) issues.add(r.at("tokens"), "expected a number of tokens > 0");
+  if (r.has("tokens") && t.tokens <= 0 && issues.messages.size() == before)  // not twice for one bad value
+    issues.add(r.at("tokens"), "expected a number of tokens > 0");
   if (r.has("precision") && r.obj->at("precision") == "fp8") {
     r.get("precision");
     issues.add(r.at("precision"), "\"fp8\" is not supported yet; expected one of \"fp32\", \"fp16\", \"bf16\"");
