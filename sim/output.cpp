@@ -63,6 +63,7 @@ json result_to_json(const Result& r) {
   }
   j["stages"] = stages;
   j["simulation"] = {{"mode", r.options.full_cluster ? "full" : "symmetric"},
+                     {"symmetry_fallback", r.fallback_to_full},
                      {"simulated_ranks", (int)r.ranks.size()},
                      {"events", r.events}};
   return j;
@@ -135,8 +136,8 @@ void print_summary(std::ostream& os, const Result& r) {
   std::snprintf(line, sizeof line, "  time to train %s, %.3g GPU-hours, $%.3g, %.3g kWh\n", fmt_time(e.time_s).c_str(),
                 e.gpu_hours, e.cost_usd, e.energy_kwh);
   os << line;
-  std::snprintf(line, sizeof line, "\n(simulated %d ranks, %lld events, %.1f ms)\n", (int)r.ranks.size(), r.events,
-                r.wall_s * 1e3);
+  std::snprintf(line, sizeof line, "\n(simulated %d ranks%s, %lld events, %.1f ms)\n", (int)r.ranks.size(),
+                r.fallback_to_full ? " — every rank: this layout is not symmetric" : "", r.events, r.wall_s * 1e3);
   os << line;
 }
 

@@ -21,8 +21,6 @@ struct Builder {
   const Plan& p;
   Program& prog;
   std::vector<int> sim_of_global;
-  std::map<std::pair<int, int>, std::vector<double>> mult_cache;
-  std::vector<int> counter;  // scratch: link -> translates counted
 
   Builder(const Scenario& s, Program& pr) : sc(s), p(s.plan), prog(pr) {}
 
@@ -39,27 +37,76 @@ struct Builder {
     return !(li.tier == Tier::fabric && sc.cluster.inter.oversubscription <= 1.0);
   }
 
-  // Multiplicity of the flow src -> dst on each link of `route`: how many (dp, tp) translates use that link.
-  const std::vector<double>& multiplicity(int src, int dst, const std::vector<int>& route) {
-    auto key = std::make_pair(src, dst);
-    auto it = mult_cache.find(key);
-    if (it != mult_cache.end()) return it->second;
-    if (counter.empty()) counter.assign(prog.topo.links.size(), 0);
-    RankCoord a = rank_coord(p, src), b = rank_coord(p, dst);
-    std::vector<int> touched;
-    for (int dd = 0; dd < p.dp; ++dd) {
-      for (int dk = 0; dk < p.tp; ++dk) {
-        int s2 = rank_global(p, (a.tp + dk) % p.tp, (a.dp + dd) % p.dp, a.stage);
-        int d2 = rank_global(p, (b.tp + dk) % p.tp, (b.dp + dd) % p.dp, b.stage);
-        for (int l : prog.topo.route(s2, d2)) {
-          if (counter[l]++ == 0) touched.push_back(l);
-        }
+  // Representative flows and their symmetric copies. A representative flow stands for all its (dp, tp)
+  // translates, which run at its rate. Link l then carries count_g(l) * rate_g for every representative flow g,
+  // where count_g(l) is the number of g's translates crossing l. By symmetry it suffices to state these
+  // constraints on the links of the representatives' own routes (set R): every link a translate crosses is the
+  // image of a link on its representative's route. So each representative flow gets, as its links, the links of
+  // R its translates cross, with those counts as multiplicities (finalize_multiplicities, after all shapes exist).
+  bool asymmetric = false;
+  struct PendingFlow { int shape, phase, index, src, dst; bool p2p; };
+  std::map<std::pair<int, int>, double> extra_latency;
+  std::vector<PendingFlow> pending;
+
+  void finalize_multiplicities() {
+    if (prog.full || pending.empty()) return;
+    const size_t NL = prog.topo.links.size();
+    std::vector<char> in_r(NL, 0);
+    for (const PendingFlow& pf : pending)
+      for (int l : prog.in.shapes[pf.shape][pf.phase][pf.index].links) in_r[l] = 1;
+    std::vector<int> counter(NL, 0);
+    std::map<std::pair<int, int>, std::pair<std::vector<int>, std::vector<double>>> cache;
+    for (const PendingFlow& pf : pending) {
+      auto key = std::make_pair(pf.src, pf.dst);
+      auto it = cache.find(key);
+      if (it == cache.end()) {
+        RankCoord a = rank_coord(p, pf.src), b = rank_coord(p, pf.dst);
+        auto translate = [&](int dd, int dk) {
+          return std::make_pair(rank_global(p, (a.tp + dk) % p.tp, (a.dp + dd) % p.dp, a.stage),
+                                rank_global(p, (b.tp + dk) % p.tp, (b.dp + dd) % p.dp, b.stage));
+        };
+        std::vector<int> touched;
+        for (int dd = 0; dd < p.dp; ++dd)
+          for (int dk = 0; dk < p.tp; ++dk) {
+            auto [s2, d2] = translate(dd, dk);
+            for (int l : prog.topo.route(s2, d2))
+              if (counter[l]++ == 0) touched.push_back(l);
+          }
+        // Symmetry check: every translate must see the same bottleneck-capable links, capacities and loads.
+        auto signature = [&](const std::vector<int>& r) {
+          std::vector<std::tuple<int, double, int>> sig;
+          for (int l : r)
+            if (can_bottleneck(l)) sig.emplace_back((int)prog.topo.links[l].tier, prog.topo.links[l].capacity_bytes_per_s, counter[l]);
+          return sig;
+        };
+        auto want = signature(prog.topo.route(pf.src, pf.dst));
+        for (int dd = 0; dd < p.dp && !asymmetric; ++dd)
+          for (int dk = 0; dk < p.tp && !asymmetric; ++dk) {
+            auto [s2, d2] = translate(dd, dk);
+            if (signature(prog.topo.route(s2, d2)) != want) asymmetric = true;
+          }
+        // Translates may cross different numbers of switches (leaf boundaries) and so differ in latency only;
+        // the representative then carries the largest latency, so that it stands for the slowest copy.
+        double lat_rep = prog.topo.route_latency_s(prog.topo.route(pf.src, pf.dst)), lat_max = lat_rep;
+        for (int dd = 0; dd < p.dp; ++dd)
+          for (int dk = 0; dk < p.tp; ++dk) {
+            auto [s2, d2] = translate(dd, dk);
+            lat_max = std::max(lat_max, prog.topo.route_latency_s(prog.topo.route(s2, d2)));
+          }
+        extra_latency[key] = lat_max - lat_rep;
+        std::sort(touched.begin(), touched.end());
+        std::vector<int> links;
+        std::vector<double> mult;
+        for (int l : touched)
+          if (in_r[l] && can_bottleneck(l)) { links.push_back(l); mult.push_back(counter[l]); }
+        for (int l : touched) counter[l] = 0;
+        it = cache.emplace(key, std::make_pair(std::move(links), std::move(mult))).first;
       }
+      FlowSpec& fs = prog.in.shapes[pf.shape][pf.phase][pf.index];
+      fs.links = it->second.first;
+      fs.mult = it->second.second;
+      if (pf.p2p) fs.latency_s += extra_latency[key];  // collective phases already use their slowest hop
     }
-    std::vector<double> m;
-    for (int l : route) m.push_back(std::max(1, counter[l]));
-    for (int l : touched) counter[l] = 0;
-    return mult_cache.emplace(key, std::move(m)).first->second;
   }
 
   // Collective shapes cached by (kind, group, bytes): phases on the topology and their engine flows.
@@ -81,29 +128,29 @@ struct Builder {
     auto it = shape_index.find(key);
     if (it != shape_index.end()) return it->second;
     shape_phases.push_back(collective_phases(c, group, bytes, prog.topo, sc.cluster));
-    prog.in.shapes.push_back(make_shape(shape_phases.back()));
-    int id = (int)prog.in.shapes.size() - 1;
+    int id = (int)prog.in.shapes.size();
+    prog.in.shapes.push_back(make_shape(shape_phases.back(), id, c == Coll::p2p));
     shape_index[key] = id;
     return id;
   }
 
-  // Converts collective phases into engine flows (only flows sent by simulated ranks).
-  CollShape make_shape(const std::vector<Phase>& phases) {
+  // Converts collective phases into engine flows (only flows sent by simulated ranks). In representative
+  // mode the links and multiplicities are set later by finalize_multiplicities().
+  CollShape make_shape(const std::vector<Phase>& phases, int shape_id, bool p2p) {
     CollShape ec;
     for (const Phase& ph : phases) {
       std::vector<FlowSpec> flows;
       for (const FlowReq& fr : ph.flows) {
         if (sim_of_global[fr.src] < 0) continue;
-        std::vector<int> full_route = prog.topo.route(fr.src, fr.dst);
         FlowSpec fs;
         fs.bytes = fr.bytes;
         fs.latency_s = ph.latency_s;
-        const std::vector<double>* mult = prog.full ? nullptr : &multiplicity(fr.src, fr.dst, full_route);
-        for (size_t i = 0; i < full_route.size(); ++i) {
-          if (!can_bottleneck(full_route[i])) continue;
-          fs.links.push_back(full_route[i]);
-          fs.mult.push_back(mult ? (*mult)[i] : 1.0);
+        for (int l : prog.topo.route(fr.src, fr.dst)) {
+          if (!can_bottleneck(l)) continue;
+          fs.links.push_back(l);
+          fs.mult.push_back(1.0);
         }
+        if (!prog.full) pending.push_back({shape_id, (int)ec.size(), (int)flows.size(), fr.src, fr.dst, p2p});
         flows.push_back(std::move(fs));
       }
       ec.push_back(std::move(flows));
@@ -406,6 +453,8 @@ Program build_program(const Scenario& sc, bool full_cluster) {
     st.buffers_bytes = (p.pp > 1 ? 4 * p2p_bytes : 0);  // send/recv buffers, both directions
     prog.statics.push_back(st);
   }
+  B.finalize_multiplicities();
+  prog.symmetric = !B.asymmetric;
   engine_finalize(prog.in);
   return prog;
 }

@@ -1,7 +1,10 @@
 // program: turns (scenario, schedule, cost model, topology) into the engine's tasks for the simulated ranks.
 // Representative mode simulates one rank per pipeline stage (dp = 0, tp = 0): every other rank is a
 // translate of one of these in (dp, tp) and does the same work at the same time, so its flows are counted as
-// multiplicities on the representative's links. Full mode simulates every rank and every flow.
+// multiplicities on the representative's links. That is exact only when every translate's flows see the same
+// links and loads (groups aligned with nodes, leaves and NICs); build_program checks it and reports
+// `symmetric = false` otherwise, and simulate() then falls back to full mode. Full mode simulates every rank
+// and every flow.
 // Rank layout (Megatron's default order, tp fastest): global = tp_rank + tp * (dp_rank + dp * stage).
 #pragma once
 #include <string>
@@ -52,6 +55,7 @@ struct Program {
   Topology topo;
   CostModel cm;
   bool full = false;
+  bool symmetric = true;  // representative mode: every translate's flows see the same links and loads
 };
 
 Program build_program(const Scenario& sc, bool full_cluster);

@@ -100,6 +100,11 @@ Result simulate(const Scenario& sc, const SimOptions& opt) {
   res.scenario = sc;
   res.options = opt;
   res.prog = build_program(sc, opt.full_cluster);
+  if (!res.prog.symmetric) {  // layout not symmetric: the representative would not stand for every rank
+    res.options.full_cluster = true;
+    res.fallback_to_full = true;
+    res.prog = build_program(sc, true);
+  }
   res.eo = engine_run(res.prog.in);
   const Program& pg = res.prog;
   const EngineOutput& eo = res.eo;

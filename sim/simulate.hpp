@@ -52,6 +52,7 @@ struct Result {
   double tokens_per_s = 0, model_tflops_per_gpu = 0, hardware_tflops_per_gpu = 0, mfu = 0;
   RunEstimate run;
   long long events = 0;
+  bool fallback_to_full = false;  // symmetric mode was asked for but the layout is not symmetric
   double wall_s = 0;  // time the simulation itself took
   Program prog;       // kept for the trace
   EngineOutput eo;
