@@ -116,6 +116,12 @@ void validate_plan(const Transformer& m, const Cluster& c, const Training& t, Pl
                                           s(t.global_batch));
   } else if (t.global_batch > 0) {
     p.num_microbatches = t.global_batch / per;
+    // A simulation holds a few tasks per micro-batch and pipeline chunk: keep it within memory and time.
+    const long long kMaxItems = 5000000;
+    if (p.num_microbatches * p.virtual_stages * (long long)p.pp > kMaxItems)
+      is.add("$.training.global_batch", "gives " + s(p.num_microbatches) + " micro-batches per replica; micro-batches x " +
+                                            "virtual_stages x pp must stay <= " + s(kMaxItems) +
+                                            " to simulate (raise plan.microbatch)");
     if (p.schedule == Schedule::interleaved && p.pp > 1 && p.num_microbatches % p.pp != 0)
       is.add("$.plan.microbatch", "the interleaved schedule needs the number of micro-batches (" + s(p.num_microbatches) +
                                       ") to be a multiple of pp (" + s(p.pp) + ")");

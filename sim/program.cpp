@@ -37,15 +37,15 @@ struct Builder {
     return !(li.tier == Tier::fabric && sc.cluster.inter.oversubscription <= 1.0);
   }
 
-  // Representative flows and their symmetric copies. A representative flow stands for all its (dp, tp)
-  // translates, which run at its rate. Link l then carries count_g(l) * rate_g for every representative flow g,
-  // where count_g(l) is the number of g's translates crossing l. By symmetry it suffices to state these
-  // constraints on the links of the representatives' own routes (set R): every link a translate crosses is the
-  // image of a link on its representative's route. So each representative flow gets, as its links, the links of
-  // R its translates cross, with those counts as multiplicities (finalize_multiplicities, after all shapes exist).
+  // Representative flows and their symmetric copies. A representative flow stands for the flows that the
+  // (dp, tp) translates of its source send in the same phase, all running at its rate. Link l then carries
+  // count_g(l) * rate_g for every representative flow g, where count_g(l) is the number of g's copies crossing
+  // l. By symmetry it suffices to state these constraints on the links of the representatives' own routes
+  // (set R): each representative flow gets, as its links, the links of R its copies cross, with those counts
+  // as multiplicities. If the copies do not all see the same links, capacities and loads, the layout is not
+  // symmetric (`asymmetric`), and simulate() falls back to full mode.
   bool asymmetric = false;
-  struct PendingFlow { int shape, phase, index, src, dst; bool p2p; };
-  std::map<std::pair<int, int>, double> extra_latency;
+  struct PendingFlow { int shape, phase, index, src, dst; bool p2p, group_spans_dp; };
   std::vector<PendingFlow> pending;
 
   void finalize_multiplicities() {
@@ -55,24 +55,37 @@ struct Builder {
     for (const PendingFlow& pf : pending)
       for (int l : prog.in.shapes[pf.shape][pf.phase][pf.index].links) in_r[l] = 1;
     std::vector<int> counter(NL, 0);
-    std::map<std::pair<int, int>, std::pair<std::vector<int>, std::vector<double>>> cache;
+    std::map<std::tuple<int, int, int>, std::pair<std::vector<int>, std::vector<double>>> cache;  // (shape, phase, src)
+    std::map<std::pair<int, int>, double> p2p_extra_latency;
     for (const PendingFlow& pf : pending) {
-      auto key = std::make_pair(pf.src, pf.dst);
+      auto key = std::make_tuple(pf.shape, pf.phase, pf.src);
       auto it = cache.find(key);
       if (it == cache.end()) {
+        // The copies: the flow sent in this phase by every (dp, tp) translate of the representative's source.
+        // A group that spans dp (a DP group) holds the dp translates itself: their flows are the phase's flows
+        // from those members (ring order need not commute with the shift); other groups are translated whole.
+        std::map<int, int> phase_dst;  // src -> dst within this phase
+        for (const FlowReq& fr : shape_phases[pf.shape][pf.phase].flows) phase_dst[fr.src] = fr.dst;
         RankCoord a = rank_coord(p, pf.src), b = rank_coord(p, pf.dst);
-        auto translate = [&](int dd, int dk) {
-          return std::make_pair(rank_global(p, (a.tp + dk) % p.tp, (a.dp + dd) % p.dp, a.stage),
-                                rank_global(p, (b.tp + dk) % p.tp, (b.dp + dd) % p.dp, b.stage));
-        };
-        std::vector<int> touched;
+        std::vector<std::pair<int, int>> copies;
         for (int dd = 0; dd < p.dp; ++dd)
           for (int dk = 0; dk < p.tp; ++dk) {
-            auto [s2, d2] = translate(dd, dk);
-            for (int l : prog.topo.route(s2, d2))
-              if (counter[l]++ == 0) touched.push_back(l);
+            int s2, d2;
+            if (pf.group_spans_dp) {
+              int s_in_group = rank_global(p, a.tp, (a.dp + dd) % p.dp, a.stage);
+              RankCoord dc = rank_coord(p, phase_dst.at(s_in_group));
+              s2 = rank_global(p, (a.tp + dk) % p.tp, (a.dp + dd) % p.dp, a.stage);
+              d2 = rank_global(p, (dc.tp + dk) % p.tp, dc.dp, dc.stage);
+            } else {
+              s2 = rank_global(p, (a.tp + dk) % p.tp, (a.dp + dd) % p.dp, a.stage);
+              d2 = rank_global(p, (b.tp + dk) % p.tp, (b.dp + dd) % p.dp, b.stage);
+            }
+            copies.push_back({s2, d2});
           }
-        // Symmetry check: every translate must see the same bottleneck-capable links, capacities and loads.
+        std::vector<int> touched;
+        for (auto [s2, d2] : copies)
+          for (int l : prog.topo.route(s2, d2))
+            if (counter[l]++ == 0) touched.push_back(l);
         auto signature = [&](const std::vector<int>& r) {
           std::vector<std::tuple<int, double, int>> sig;
           for (int l : r)
@@ -80,20 +93,16 @@ struct Builder {
           return sig;
         };
         auto want = signature(prog.topo.route(pf.src, pf.dst));
-        for (int dd = 0; dd < p.dp && !asymmetric; ++dd)
-          for (int dk = 0; dk < p.tp && !asymmetric; ++dk) {
-            auto [s2, d2] = translate(dd, dk);
-            if (signature(prog.topo.route(s2, d2)) != want) asymmetric = true;
-          }
-        // Translates may cross different numbers of switches (leaf boundaries) and so differ in latency only;
-        // the representative then carries the largest latency, so that it stands for the slowest copy.
         double lat_rep = prog.topo.route_latency_s(prog.topo.route(pf.src, pf.dst)), lat_max = lat_rep;
-        for (int dd = 0; dd < p.dp; ++dd)
-          for (int dk = 0; dk < p.tp; ++dk) {
-            auto [s2, d2] = translate(dd, dk);
-            lat_max = std::max(lat_max, prog.topo.route_latency_s(prog.topo.route(s2, d2)));
-          }
-        extra_latency[key] = lat_max - lat_rep;
+        for (auto [s2, d2] : copies) {
+          std::vector<int> r = prog.topo.route(s2, d2);
+          if (!asymmetric && signature(r) != want) asymmetric = true;
+          lat_max = std::max(lat_max, prog.topo.route_latency_s(r));
+        }
+        // Copies may cross different numbers of switches (leaf boundaries) and differ in latency only: a
+        // pipeline send then carries the largest latency, standing for its slowest copy (collective phases
+        // already use the slowest hop of the ring).
+        if (pf.p2p) p2p_extra_latency[{pf.src, pf.dst}] = lat_max - lat_rep;
         std::sort(touched.begin(), touched.end());
         std::vector<int> links;
         std::vector<double> mult;
@@ -105,7 +114,7 @@ struct Builder {
       FlowSpec& fs = prog.in.shapes[pf.shape][pf.phase][pf.index];
       fs.links = it->second.first;
       fs.mult = it->second.second;
-      if (pf.p2p) fs.latency_s += extra_latency[key];  // collective phases already use their slowest hop
+      if (pf.p2p) fs.latency_s += p2p_extra_latency[{pf.src, pf.dst}];
     }
   }
 
@@ -123,20 +132,21 @@ struct Builder {
     return id;
   }
 
-  int shape_for(Coll c, const std::vector<int>& group, double bytes) {
+  // `group_spans_dp`: the group is a data-parallel group (its members are each other's dp translates).
+  int shape_for(Coll c, const std::vector<int>& group, double bytes, bool group_spans_dp = false) {
     auto key = std::make_tuple((int)c, group, bytes);
     auto it = shape_index.find(key);
     if (it != shape_index.end()) return it->second;
     shape_phases.push_back(collective_phases(c, group, bytes, prog.topo, sc.cluster));
     int id = (int)prog.in.shapes.size();
-    prog.in.shapes.push_back(make_shape(shape_phases.back(), id, c == Coll::p2p));
+    prog.in.shapes.push_back(make_shape(shape_phases.back(), id, c == Coll::p2p, group_spans_dp));
     shape_index[key] = id;
     return id;
   }
 
   // Converts collective phases into engine flows (only flows sent by simulated ranks). In representative
   // mode the links and multiplicities are set later by finalize_multiplicities().
-  CollShape make_shape(const std::vector<Phase>& phases, int shape_id, bool p2p) {
+  CollShape make_shape(const std::vector<Phase>& phases, int shape_id, bool p2p, bool group_spans_dp) {
     CollShape ec;
     for (const Phase& ph : phases) {
       std::vector<FlowSpec> flows;
@@ -150,7 +160,7 @@ struct Builder {
           fs.links.push_back(l);
           fs.mult.push_back(1.0);
         }
-        if (!prog.full) pending.push_back({shape_id, (int)ec.size(), (int)flows.size(), fr.src, fr.dst, p2p});
+        if (!prog.full) pending.push_back({shape_id, (int)ec.size(), (int)flows.size(), fr.src, fr.dst, p2p, group_spans_dp});
         flows.push_back(std::move(fs));
       }
       ec.push_back(std::move(flows));
@@ -377,12 +387,12 @@ Program build_program(const Scenario& sc, bool full_cluster) {
 
   // ---- pass 3: data-parallel reductions, tied-embedding reduction, optimizer, ZeRO-1 gather ---------------
   std::map<std::vector<int>, int> shared_colls;  // full mode: one collective instance per (group, tag)
-  auto group_coll = [&](const std::vector<int>& group, int tag, Coll c, double bytes, int members) {
+  auto group_coll = [&](const std::vector<int>& group, int tag, Coll c, double bytes, int members, bool spans_dp) {
     std::vector<int> key = group;
     key.push_back(tag);
     auto it = shared_colls.find(key);
     if (it != shared_colls.end()) return it->second;
-    int id = B.add_coll(B.shape_for(c, group, bytes), members);
+    int id = B.add_coll(B.shape_for(c, group, bytes, spans_dp), members);
     shared_colls[key] = id;
     return id;
   };
@@ -404,8 +414,8 @@ Program build_program(const Scenario& sc, bool full_cluster) {
         TaskInfo ti = prog.info[task];
         ti.kind = TaskKind::dp_reduce;
         double bytes = pc.params * gbytes;
-        ti.sent = B.sent_by(B.shape_for(c, dp_group, bytes), prog.sim_global[r]);
-        int coll = group_coll(dp_group, tag++, c, bytes, dp_members);
+        ti.sent = B.sent_by(B.shape_for(c, dp_group, bytes, true), prog.sim_global[r]);
+        int coll = group_coll(dp_group, tag++, c, bytes, dp_members, true);
         int id = B.add_task(r, kLaneDp, 0, coll, ti);
         prog.in.edges.push_back({task, id});
         opt_deps.push_back(id);
@@ -418,7 +428,7 @@ Program build_program(const Scenario& sc, bool full_cluster) {
       TaskInfo ti;
       ti.kind = TaskKind::embed_reduce;
       ti.sent = B.sent_by(B.shape_for(Coll::all_reduce, group, bytes), prog.sim_global[r]);
-      int coll = group_coll(group, -1, Coll::all_reduce, bytes, members);
+      int coll = group_coll(group, -1, Coll::all_reduce, bytes, members, false);
       int id = B.add_task(r, kLaneDp, 0, coll, ti);
       int src = -1;
       for (auto& [task, pc] : final_pieces[r])
@@ -441,8 +451,8 @@ Program build_program(const Scenario& sc, bool full_cluster) {
       TaskInfo gi;
       gi.kind = TaskKind::dp_gather;
       double bytes = st.params * e;
-      gi.sent = B.sent_by(B.shape_for(Coll::all_gather, dp_group, bytes), prog.sim_global[r]);
-      int coll = group_coll(dp_group, 1000000, Coll::all_gather, bytes, dp_members);
+      gi.sent = B.sent_by(B.shape_for(Coll::all_gather, dp_group, bytes, true), prog.sim_global[r]);
+      int coll = group_coll(dp_group, 1000000, Coll::all_gather, bytes, dp_members, true);
       int id = B.add_task(r, kLaneDp, 0, coll, gi);
       prog.in.edges.push_back({opt, id});
     }

@@ -99,8 +99,17 @@ Result simulate(const Scenario& sc, const SimOptions& opt) {
   Result res;
   res.scenario = sc;
   res.options = opt;
+  // Full mode simulates every rank: bound its size (the symmetric mode is bounded by validation).
+  auto check_full_size = [&]() {
+    double tasks = (double)sc.plan.gpus() * sc.plan.num_microbatches * sc.plan.virtual_stages * 4;
+    if (tasks > 2e8)
+      throw InputError({"--full-cluster: about " + std::to_string((long long)tasks) +
+                        " tasks (every rank x micro-batch) exceeds the limit of 200000000; use the symmetric mode"});
+  };
+  if (opt.full_cluster) check_full_size();
   res.prog = build_program(sc, opt.full_cluster);
   if (!res.prog.symmetric) {  // layout not symmetric: the representative would not stand for every rank
+    check_full_size();
     res.options.full_cluster = true;
     res.fallback_to_full = true;
     res.prog = build_program(sc, true);
