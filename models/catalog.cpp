@@ -67,4 +67,10 @@ std::vector<std::string> catalog_names(const std::string& kind) {
   return names;
 }
 
+std::string catalog_names_text(const std::string& kind) {
+  std::string s;
+  for (auto& n : catalog_names(kind)) s += (s.empty() ? "" : ", ") + n;
+  return s;
+}
+
 }  // namespace tp

@@ -13,5 +13,6 @@ std::string catalog_dir();
 // Returns the catalog entry `name` of `kind` ("gpus", "clusters", "models"); null json when absent.
 const json* catalog_find(const std::string& kind, const std::string& name);
 std::vector<std::string> catalog_names(const std::string& kind);
+std::string catalog_names_text(const std::string& kind);  // "a, b, c" for error messages
 
 }  // namespace tp

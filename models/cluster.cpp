@@ -5,17 +5,11 @@
 
 namespace tp {
 
-static std::string names_list(const std::string& kind) {
-  std::string s;
-  for (auto& n : catalog_names(kind)) s += (s.empty() ? "" : ", ") + n;
-  return s;
-}
-
 static Gpu read_gpu_ref(const json& v, const std::string& path, Issues& issues) {
   if (v.is_string()) {
     const json* e = catalog_find("gpus", v.get<std::string>());
     if (!e) {
-      issues.add_got(path, "a GPU catalog name (" + names_list("gpus") + ") or an inline GPU object", v);
+      issues.add_got(path, "a GPU catalog name (" + catalog_names_text("gpus") + ") or an inline GPU object", v);
       return Gpu{};
     }
     Gpu g = read_gpu(*e, "catalog gpus." + v.get<std::string>(), issues);

@@ -144,9 +144,7 @@ Scenario scenario_from_json(const json& v, const std::string& base_dir, const st
     if (c->is_string()) {
       const json* e = catalog_find("clusters", c->get<std::string>());
       if (!e) {
-        std::string names;
-        for (auto& n : catalog_names("clusters")) names += (names.empty() ? "" : ", ") + n;
-        is.add_got("$.cluster", "a cluster catalog name (" + names + ") or an inline cluster object", *c);
+        is.add_got("$.cluster", "a cluster catalog name (" + catalog_names_text("clusters") + ") or an inline cluster object", *c);
       } else {
         sc.cluster = read_cluster(*e, "catalog clusters." + c->get<std::string>(), is);
         sc.cluster.name = c->get<std::string>();
