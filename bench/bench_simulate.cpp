@@ -50,8 +50,10 @@ void BM_Simulate(benchmark::State& state, const std::string& file, bool full_clu
   long long events = 0;
   int ranks = 0;
   double step = 0;
+  bool ran_full = full_cluster;
   for (auto _ : state) {
     tp::Result r = tp::simulate(sc, opt);
+    ran_full = r.options.full_cluster;  // true also when a non-symmetric layout fell back to full mode
     events = r.events;
     ranks = (int)r.ranks.size();
     step = r.step_time_s;
@@ -61,6 +63,7 @@ void BM_Simulate(benchmark::State& state, const std::string& file, bool full_clu
   state.counters["simulated_ranks"] = ranks;
   state.counters["gpus"] = gpus(sc);
   state.counters["step_time_s"] = step;
+  state.counters["full_cluster"] = ran_full ? 1 : 0;
 }
 
 void BM_BuildProgram(benchmark::State& state, const std::string& file) {
