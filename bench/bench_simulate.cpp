@@ -73,7 +73,7 @@ void BM_BuildProgram(benchmark::State& state, const std::string& file) {
   for (auto _ : state) {
     tp::Program p = tp::build_program(sc, false);
     tasks = p.in.tasks.size();
-    links = p.topo.links.size();
+    links = p.topo->links.size();
     benchmark::DoNotOptimize(p.in.tasks.data());
   }
   state.counters["tasks"] = (double)tasks;

@@ -34,4 +34,12 @@ struct Plan {
   int gpus() const { return dp * tp * pp; }
 };
 
+// Rank layout, Megatron-LM's default order (tp fastest, then dp, then pipeline stage):
+// global = tp_rank + tp * (dp_rank + dp * stage).
+struct RankCoord { int tp, dp, stage; };
+inline RankCoord rank_coord(const Plan& p, int g) { return RankCoord{g % p.tp, (g / p.tp) % p.dp, g / (p.tp * p.dp)}; }
+inline int rank_global(const Plan& p, int tp_rank, int dp_rank, int stage) {
+  return tp_rank + p.tp * (dp_rank + p.dp * stage);
+}
+
 }  // namespace tp

@@ -1,8 +1,11 @@
 // program: building the engine's task graph from the shared schedule. See program.hpp.
 #include "program.hpp"
 
+#include "symmetry.hpp"
+
 #include <algorithm>
 #include <map>
+#include <mutex>
 
 namespace tp {
 
@@ -11,8 +14,6 @@ const char* lane_name(int lane) {
   return lane >= 0 && lane < kLanes ? names[lane] : "?";
 }
 
-RankCoord rank_coord(const Plan& p, int g) { return RankCoord{g % p.tp, (g / p.tp) % p.dp, g / (p.tp * p.dp)}; }
-int rank_global(const Plan& p, int k, int d, int s) { return k + p.tp * (d + p.dp * s); }
 
 namespace {
 
@@ -33,94 +34,57 @@ struct Builder {
   }
 
   bool can_bottleneck(int link) const {
-    const LinkInfo& li = prog.topo.links[link];
+    const LinkInfo& li = prog.topo->links[link];
     return !(li.tier == Tier::fabric && sc.cluster.inter.oversubscription <= 1.0);
   }
 
-  // Representative flows and their symmetric copies. A representative flow stands for the flows that the
-  // (dp, tp) translates of its source send in the same phase, all running at its rate. Link l then carries
-  // count_g(l) * rate_g for every representative flow g, where count_g(l) is the number of g's copies crossing
-  // l. By symmetry it suffices to state these constraints on the links of the representatives' own routes
-  // (set R): each representative flow gets, as its links, the links of R its copies cross, with those counts
-  // as multiplicities. If the copies do not all see the same links, capacities and loads, the layout is not
-  // symmetric (`asymmetric`), and simulate() falls back to full mode.
+  // Representative flows (sent by simulated ranks) get their links and multiplicities from their copies'
+  // loads (sim/symmetry.hpp) once all shapes exist.
   bool asymmetric = false;
+  bool exhaustive_symmetry = false;
   struct PendingFlow { int shape, phase, index, src, dst; bool p2p, group_spans_dp; };
   std::vector<PendingFlow> pending;
 
   void finalize_multiplicities() {
     if (prog.full || pending.empty()) return;
-    const size_t NL = prog.topo.links.size();
-    std::vector<char> in_r(NL, 0);
-    for (const PendingFlow& pf : pending)
-      for (int l : prog.in.shapes[pf.shape][pf.phase][pf.index].links) in_r[l] = 1;
-    std::vector<int> counter(NL, 0);
-    std::map<std::tuple<int, int, int>, std::pair<std::vector<int>, std::vector<double>>> cache;  // (shape, phase, src)
-    std::map<std::pair<int, int>, double> p2p_extra_latency;
-    for (const PendingFlow& pf : pending) {
-      auto key = std::make_tuple(pf.shape, pf.phase, pf.src);
-      auto it = cache.find(key);
-      if (it == cache.end()) {
-        // The copies: the flow sent in this phase by every (dp, tp) translate of the representative's source.
-        // A group that spans dp (a DP group) holds the dp translates itself: their flows are the phase's flows
-        // from those members (ring order need not commute with the shift); other groups are translated whole.
-        std::map<int, int> phase_dst;  // src -> dst within this phase
-        for (const FlowReq& fr : shape_phases[pf.shape][pf.phase].flows) phase_dst[fr.src] = fr.dst;
-        RankCoord a = rank_coord(p, pf.src), b = rank_coord(p, pf.dst);
-        std::vector<std::pair<int, int>> copies;
-        for (int dd = 0; dd < p.dp; ++dd)
-          for (int dk = 0; dk < p.tp; ++dk) {
-            int s2, d2;
-            if (pf.group_spans_dp) {
-              int s_in_group = rank_global(p, a.tp, (a.dp + dd) % p.dp, a.stage);
-              RankCoord dc = rank_coord(p, phase_dst.at(s_in_group));
-              s2 = rank_global(p, (a.tp + dk) % p.tp, (a.dp + dd) % p.dp, a.stage);
-              d2 = rank_global(p, (dc.tp + dk) % p.tp, dc.dp, dc.stage);
-            } else {
-              s2 = rank_global(p, (a.tp + dk) % p.tp, (a.dp + dd) % p.dp, a.stage);
-              d2 = rank_global(p, (b.tp + dk) % p.tp, (b.dp + dd) % p.dp, b.stage);
-            }
-            copies.push_back({s2, d2});
-          }
-        std::vector<int> touched;
-        for (auto [s2, d2] : copies)
-          for (int l : prog.topo.route(s2, d2))
-            if (counter[l]++ == 0) touched.push_back(l);
-        auto signature = [&](const std::vector<int>& r) {
-          std::vector<std::tuple<int, double, int>> sig;
-          for (int l : r)
-            if (can_bottleneck(l)) sig.emplace_back((int)prog.topo.links[l].tier, prog.topo.links[l].capacity_bytes_per_s, counter[l]);
-          return sig;
-        };
-        auto want = signature(prog.topo.route(pf.src, pf.dst));
-        double lat_rep = prog.topo.route_latency_s(prog.topo.route(pf.src, pf.dst)), lat_max = lat_rep;
-        for (auto [s2, d2] : copies) {
-          std::vector<int> r = prog.topo.route(s2, d2);
-          if (!asymmetric && signature(r) != want) asymmetric = true;
-          lat_max = std::max(lat_max, prog.topo.route_latency_s(r));
-        }
-        // Copies may cross different numbers of switches (leaf boundaries) and differ in latency only: a
-        // pipeline send then carries the largest latency, standing for its slowest copy (collective phases
-        // already use the slowest hop of the ring).
-        if (pf.p2p) p2p_extra_latency[{pf.src, pf.dst}] = lat_max - lat_rep;
-        std::sort(touched.begin(), touched.end());
-        std::vector<int> links;
-        std::vector<double> mult;
-        for (int l : touched)
-          if (in_r[l] && can_bottleneck(l)) { links.push_back(l); mult.push_back(counter[l]); }
-        for (int l : touched) counter[l] = 0;
-        it = cache.emplace(key, std::make_pair(std::move(links), std::move(mult))).first;
+    // Copies depend on routes, not sizes: shapes of one (kind, group) share them.
+    std::map<std::tuple<int, int, int>, int> unique;  // (route shape, phase, src) -> RepFlow index
+    std::vector<RepFlow> reps;
+    std::vector<int> rep_of(pending.size());
+    for (size_t i = 0; i < pending.size(); ++i) {
+      const PendingFlow& pf = pending[i];
+      auto key = std::make_tuple(route_shape[pf.shape], pf.phase, pf.src);
+      auto it = unique.find(key);
+      if (it == unique.end()) {
+        RepFlow rf;
+        rf.src = pf.src;
+        rf.dst = pf.dst;
+        rf.p2p = pf.p2p;
+        rf.group_spans_dp = pf.group_spans_dp;
+        rf.phase = &shape_phases[pf.shape][pf.phase].flows;
+        rf.route = prog.in.shapes[pf.shape][pf.phase][pf.index].links;  // already bottleneck-capable only
+        it = unique.emplace(key, (int)reps.size()).first;
+        reps.push_back(std::move(rf));
       }
+      rep_of[i] = it->second;
+    }
+    CopyLoads cl = copy_loads(p, *prog.topo, sc.cluster.inter.oversubscription > 1.0, reps, exhaustive_symmetry);
+    asymmetric = !cl.symmetric;
+    for (size_t i = 0; i < pending.size(); ++i) {
+      const PendingFlow& pf = pending[i];
+      const CopyLoad& load = cl.loads[rep_of[i]];
       FlowSpec& fs = prog.in.shapes[pf.shape][pf.phase][pf.index];
-      fs.links = it->second.first;
-      fs.mult = it->second.second;
-      if (pf.p2p) fs.latency_s += p2p_extra_latency[{pf.src, pf.dst}];
+      fs.links = load.links;
+      fs.mult = load.mult;
+      fs.latency_s += load.extra_latency_s;
     }
   }
 
   // Collective shapes cached by (kind, group, bytes): phases on the topology and their engine flows.
   std::map<std::tuple<int, std::vector<int>, double>, int> shape_index;
   std::vector<std::vector<Phase>> shape_phases;
+  std::map<std::pair<int, std::vector<int>>, int> route_shape_index;  // (kind, group) -> first shape with it
+  std::vector<int> route_shape;                                       // shape -> that first shape
 
   std::map<std::pair<int, int>, int> p2p_shapes;  // (src, dst) -> shape; p2p sizes are fixed per run
   int p2p_shape(int src, int dst, double bytes) {
@@ -137,8 +101,9 @@ struct Builder {
     auto key = std::make_tuple((int)c, group, bytes);
     auto it = shape_index.find(key);
     if (it != shape_index.end()) return it->second;
-    shape_phases.push_back(collective_phases(c, group, bytes, prog.topo, sc.cluster));
+    shape_phases.push_back(collective_phases(c, group, bytes, *prog.topo, sc.cluster));
     int id = (int)prog.in.shapes.size();
+    route_shape.push_back(route_shape_index.emplace(std::make_pair((int)c, group), id).first->second);
     prog.in.shapes.push_back(make_shape(shape_phases.back(), id, c == Coll::p2p, group_spans_dp));
     shape_index[key] = id;
     return id;
@@ -155,7 +120,7 @@ struct Builder {
         FlowSpec fs;
         fs.bytes = fr.bytes;
         fs.latency_s = ph.latency_s;
-        for (int l : prog.topo.route(fr.src, fr.dst)) {
+        for (int l : prog.topo->route(fr.src, fr.dst)) {
           if (!can_bottleneck(l)) continue;
           fs.links.push_back(l);
           fs.mult.push_back(1.0);
@@ -173,7 +138,7 @@ struct Builder {
     TierBytes tb;
     for (const Phase& ph : phases)
       for (const FlowReq& fr : ph.flows)
-        if (fr.src == src) (prog.topo.node_of(fr.src) == prog.topo.node_of(fr.dst) ? tb.intra : tb.inter) += fr.payload;
+        if (fr.src == src) (prog.topo->node_of(fr.src) == prog.topo->node_of(fr.dst) ? tb.intra : tb.inter) += fr.payload;
     return tb;
   }
 
@@ -190,6 +155,25 @@ struct Piece {
 };
 
 }  // namespace
+
+std::shared_ptr<const Topology> topology_for(const Cluster& c, int gpus) {
+  static std::mutex mu;
+  static std::vector<std::pair<std::string, std::shared_ptr<const Topology>>> cache;  // most recent last
+  std::string key = cluster_to_json(c).dump() + "#" + std::to_string(gpus);
+  std::lock_guard<std::mutex> lock(mu);
+  for (size_t i = 0; i < cache.size(); ++i) {
+    if (cache[i].first == key) {
+      auto hit = cache[i];
+      cache.erase(cache.begin() + i);
+      cache.push_back(hit);
+      return hit.second;
+    }
+  }
+  auto topo = std::make_shared<const Topology>(build_topology(c, gpus));
+  cache.push_back({key, topo});
+  if (cache.size() > 4) cache.erase(cache.begin());
+  return topo;
+}
 
 TaskCost task_cost(const CostModel& cm, const TaskInfo& ti) {
   TaskCost tc;
@@ -215,13 +199,14 @@ TaskCost task_cost(const CostModel& cm, const TaskInfo& ti) {
   return tc;
 }
 
-Program build_program(const Scenario& sc, bool full_cluster) {
+Program build_program(const Scenario& sc, bool full_cluster, bool exhaustive_symmetry) {
   Program prog;
   prog.full = full_cluster;
   const Plan& p = sc.plan;
   const int G = p.gpus();
-  prog.topo = build_topology(sc.cluster, G);
+  prog.topo = topology_for(sc.cluster, G);
   Builder B(sc, prog);
+  B.exhaustive_symmetry = exhaustive_symmetry;
 
   // TP collectives of the representative's group, cached by (kind, bytes).
   std::vector<int> tp_group;
@@ -232,11 +217,11 @@ Program build_program(const Scenario& sc, bool full_cluster) {
     auto key = std::make_pair((int)c, bytes);
     auto it = tp_cache.find(key);
     if (it != tp_cache.end()) return it->second;
-    double t = collective_time_isolated_s(c, tp_group, bytes, prog.topo, sc.cluster);
+    double t = collective_time_isolated_s(c, tp_group, bytes, *prog.topo, sc.cluster);
     tp_cache[key] = t;
     return t;
   };
-  tpc.bytes = [&](Coll c, double bytes) { return collective_member_bytes(c, tp_group, bytes, prog.topo); };
+  tpc.bytes = [&](Coll c, double bytes) { return collective_member_bytes(c, tp_group, bytes, *prog.topo); };
   prog.cm = build_cost_model(sc, tpc);
   const CostModel& cm = prog.cm;
 
@@ -255,7 +240,6 @@ Program build_program(const Scenario& sc, bool full_cluster) {
   prog.in.ranks = R;
   prog.in.lanes = kLanes;
   prog.in.lane_order.assign((size_t)R * kLanes, {});
-  for (auto& l : prog.topo.links) prog.in.link_capacity_bytes_per_s.push_back(l.capacity_bytes_per_s);
 
   StageLayout lay{p.pp, p.virtual_stages, sc.model.layers};
   const long long Lc = lay.layers_per_chunk();
@@ -465,6 +449,22 @@ Program build_program(const Scenario& sc, bool full_cluster) {
   }
   B.finalize_multiplicities();
   prog.symmetric = !B.asymmetric;
+  // The engine sees only the links some flow uses, renumbered densely (its cost then follows the simulated
+  // ranks, not the cluster): engine link i is topology link prog.engine_links[i].
+  {
+    std::vector<int> local(prog.topo->links.size(), -1);
+    for (CollShape& shape : prog.in.shapes)
+      for (auto& phase : shape)
+        for (FlowSpec& fs : phase)
+          for (int& l : fs.links) {
+            if (local[l] < 0) {
+              local[l] = (int)prog.engine_links.size();
+              prog.engine_links.push_back(l);
+              prog.in.link_capacity_bytes_per_s.push_back(prog.topo->links[l].capacity_bytes_per_s);
+            }
+            l = local[l];
+          }
+  }
   engine_finalize(prog.in);
   return prog;
 }

@@ -5,8 +5,9 @@
 // links and loads (groups aligned with nodes, leaves and NICs); build_program checks it and reports
 // `symmetric = false` otherwise, and simulate() then falls back to full mode. Full mode simulates every rank
 // and every flow.
-// Rank layout (Megatron's default order, tp fastest): global = tp_rank + tp * (dp_rank + dp * stage).
+// Rank layout: models/plan.hpp (rank_coord, rank_global).
 #pragma once
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -52,17 +53,18 @@ struct Program {
   std::vector<int> sim_global;      // simulated rank -> global rank
   std::vector<int> sim_stage;       // simulated rank -> pipeline stage
   std::vector<RankStatic> statics;  // per simulated rank
-  Topology topo;
+  std::shared_ptr<const Topology> topo;  // shared: built once per cluster shape (topology_for)
   CostModel cm;
   bool full = false;
   bool symmetric = true;  // representative mode: every translate's flows see the same links and loads
+  std::vector<int> engine_links;  // engine link id -> topology link id
 };
 
-Program build_program(const Scenario& sc, bool full_cluster);
+// `exhaustive_symmetry` routes every copy of every representative flow even when the layout is aligned (tests).
+Program build_program(const Scenario& sc, bool full_cluster, bool exhaustive_symmetry = false);
 
-// Coordinates of a global rank.
-struct RankCoord { int tp, dp, stage; };
-RankCoord rank_coord(const Plan& p, int global);
-int rank_global(const Plan& p, int tp_rank, int dp_rank, int stage);
+// The topology of the first `gpus` GPUs of a cluster, built once and shared (a search simulates many plans on
+// one cluster). Thread-safe; keeps a handful of recent clusters.
+std::shared_ptr<const Topology> topology_for(const Cluster& c, int gpus);
 
 }  // namespace tp

@@ -35,21 +35,25 @@ int Topology::leaf_of_nic(int nic) const {
 }
 
 std::vector<int> Topology::route(int src_gpu, int dst_gpu) const {
+  std::vector<int> r;
+  r.reserve(6);
+  route_into(src_gpu, dst_gpu, r);
+  return r;
+}
+
+void Topology::route_into(int src_gpu, int dst_gpu, std::vector<int>& r) const {
   const int n_gpus = static_cast<int>(gpu_vertex.size());
   if (src_gpu < 0 || src_gpu >= n_gpus || dst_gpu < 0 || dst_gpu >= n_gpus)
     throw std::out_of_range("route: gpu " + std::to_string(src_gpu) + " -> " + std::to_string(dst_gpu) +
                             " outside [0, " + std::to_string(n_gpus) + ")");
-  std::vector<int> r;
-  if (src_gpu == dst_gpu) return r;
+  if (src_gpu == dst_gpu) return;
   if (node_of(src_gpu) == node_of(dst_gpu)) {
-    r.reserve(2);
     r.push_back(gpu_up_intra_[src_gpu]);
     r.push_back(gpu_down_intra_[dst_gpu]);
-    return r;
+    return;
   }
   const int nic_a = nic_of(src_gpu), nic_b = nic_of(dst_gpu);
   const int leaf_a = leaf_of_nic(nic_a), leaf_b = leaf_of_nic(nic_b);
-  r.reserve(6);
   r.push_back(gpu_up_pcie_[src_gpu]);
   r.push_back(nic_up_[nic_a]);
   if (leaf_a != leaf_b) {
@@ -58,7 +62,17 @@ std::vector<int> Topology::route(int src_gpu, int dst_gpu) const {
   }
   r.push_back(nic_down_[nic_b]);
   r.push_back(gpu_down_pcie_[dst_gpu]);
-  return r;
+}
+
+double Topology::latency_s(int a, int b) const {
+  if (a == b) return 0;
+  if (node_of(a) == node_of(b)) return links[gpu_up_intra_[a]].latency_s + links[gpu_down_intra_[b]].latency_s;
+  const int nic_a = nic_of(a), nic_b = nic_of(b);
+  const int leaf_a = leaf_of_nic(nic_a), leaf_b = leaf_of_nic(nic_b);
+  double s = links[gpu_up_pcie_[a]].latency_s + links[nic_up_[nic_a]].latency_s + links[nic_down_[nic_b]].latency_s +
+             links[gpu_down_pcie_[b]].latency_s;
+  if (leaf_a != leaf_b) s += links[leaf_up_[leaf_a]].latency_s + links[leaf_down_[leaf_b]].latency_s;
+  return s;
 }
 
 double Topology::route_latency_s(const std::vector<int>& r) const {

@@ -49,7 +49,9 @@ struct Topology {
   // Link ids along the path a -> b. Same node: GPU -> node switch -> GPU. Other node:
   // GPU -> NIC (pcie tier) -> leaf (nic tier) [-> spine -> leaf (fabric tier)] -> NIC -> GPU.
   std::vector<int> route(int src_gpu, int dst_gpu) const;
+  void route_into(int src_gpu, int dst_gpu, std::vector<int>& out) const;  // appends route(src, dst) to out
   double route_latency_s(const std::vector<int>& r) const;
+  double latency_s(int src_gpu, int dst_gpu) const;  // = route_latency_s(route(src, dst)), without building it
 
  private:
   // O(1) link-id lookup tables filled by build_topology so that route() never scans out-edge lists
