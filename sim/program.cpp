@@ -33,11 +33,6 @@ struct Builder {
     return id;
   }
 
-  bool can_bottleneck(int link) const {
-    const LinkInfo& li = prog.topo->links[link];
-    return !(li.tier == Tier::fabric && sc.cluster.inter.oversubscription <= 1.0);
-  }
-
   // Representative flows (sent by simulated ranks) get their links and multiplicities from their copies'
   // loads (sim/symmetry.hpp) once all shapes exist.
   bool asymmetric = false;
@@ -68,7 +63,7 @@ struct Builder {
       }
       rep_of[i] = it->second;
     }
-    CopyLoads cl = copy_loads(p, *prog.topo, sc.cluster.inter.oversubscription > 1.0, reps, exhaustive_symmetry);
+    CopyLoads cl = copy_loads(p, *prog.topo, reps, exhaustive_symmetry);
     asymmetric = !cl.symmetric;
     for (size_t i = 0; i < pending.size(); ++i) {
       const PendingFlow& pf = pending[i];
@@ -121,7 +116,7 @@ struct Builder {
         fs.bytes = fr.bytes;
         fs.latency_s = ph.latency_s;
         for (int l : prog.topo->route(fr.src, fr.dst)) {
-          if (!can_bottleneck(l)) continue;
+          if (!prog.topo->can_bottleneck(l)) continue;
           fs.links.push_back(l);
           fs.mult.push_back(1.0);
         }

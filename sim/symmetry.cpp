@@ -12,16 +12,6 @@ namespace tp {
 
 namespace {
 
-struct Ctx {
-  const Plan& p;
-  const Topology& topo;
-  bool fabric;
-
-  bool counts(int link) const { return fabric || topo.links[link].tier != Tier::fabric; }
-
-  double latency(int a, int b) const { return topo.latency_s(a, b); }
-};
-
 // The copy (src, dst) of representative flow `f` under translation (dd, dk).
 std::pair<int, int> copy_at(const Plan& p, const RepFlow& f, const std::map<int, int>& phase_dst, int dd, int dk) {
   RankCoord a = rank_coord(p, f.src), b = rank_coord(p, f.dst);
@@ -35,18 +25,17 @@ std::pair<int, int> copy_at(const Plan& p, const RepFlow& f, const std::map<int,
   return {s2, rank_global(p, (b.tp + dk) % p.tp, (b.dp + dd) % p.dp, b.stage)};
 }
 
-bool aligned_layout(const Plan& p, const Topology& topo, bool fabric) {
+bool aligned_layout(const Plan& p, const Topology& topo) {
   const int G = topo.gpus_per_node, T = p.tp, B = p.dp * p.tp;
-  return !fabric && G % T == 0 && (G % B == 0 || B % G == 0) && G % topo.nics_per_node == 0;
+  return !topo.fabric_blocking && G % T == 0 && (G % B == 0 || B % G == 0) && G % topo.nics_per_node == 0;
 }
 
 }  // namespace
 
-CopyLoads copy_loads(const Plan& p, const Topology& topo, bool fabric, const std::vector<RepFlow>& flows, bool exhaustive) {
-  Ctx cx{p, topo, fabric};
+CopyLoads copy_loads(const Plan& p, const Topology& topo, const std::vector<RepFlow>& flows, bool exhaustive) {
   CopyLoads out;
   out.loads.resize(flows.size());
-  const bool fast = !exhaustive && aligned_layout(p, topo, fabric);
+  const bool fast = !exhaustive && aligned_layout(p, topo);
   const size_t NL = topo.links.size();
   std::vector<char> in_r(NL, 0);
   std::set<int> r_nodes;  // nodes holding a link of R (fast path)
@@ -108,8 +97,8 @@ CopyLoads copy_loads(const Plan& p, const Topology& topo, bool fabric, const std
       auto same_as_rep = [&](int c) {
         int i = start[0], j = start[c];
         while (true) {
-          while (i < start[1] && !cx.counts(flat[i])) ++i;
-          while (j < start[c + 1] && !cx.counts(flat[j])) ++j;
+          while (i < start[1] && !topo.can_bottleneck(flat[i])) ++i;
+          while (j < start[c + 1] && !topo.can_bottleneck(flat[j])) ++j;
           bool ei = i >= start[1], ej = j >= start[c + 1];
           if (ei || ej) return ei && ej;
           const LinkInfo &x = topo.links[flat[i]], &y = topo.links[flat[j]];
@@ -123,7 +112,7 @@ CopyLoads copy_loads(const Plan& p, const Topology& topo, bool fabric, const std
     }
     CopyLoad& cl = out.loads[fi];
     for (int l : touched)
-      if (in_r[l] && cx.counts(l)) cl.links.push_back(l);
+      if (in_r[l] && topo.can_bottleneck(l)) cl.links.push_back(l);
     std::sort(cl.links.begin(), cl.links.end());
     for (int l : cl.links) cl.mult.push_back(counter[l]);
     for (int l : touched) counter[l] = 0;
@@ -135,14 +124,14 @@ CopyLoads copy_loads(const Plan& p, const Topology& topo, bool fabric, const std
       if (it != done.end()) {
         cl.extra_latency_s = out.loads[it->second].extra_latency_s;
       } else {
-        double rep = cx.latency(f.src, f.dst), worst = rep;
+        double rep = topo.latency_s(f.src, f.dst), worst = rep;
         // In an aligned layout a TP shift stays inside the node and keeps the GPUs' local order, so it cannot
         // change which switches a fat-tree send crosses, nor a send between whole-node stage blocks.
         bool tp_shift_irrelevant = fast && (topo.net == NetTopology::fat_tree || (p.dp * p.tp) % topo.gpus_per_node == 0);
         for (int dd = 0; dd < p.dp; ++dd)
           for (int dk = 0; dk < (tp_shift_irrelevant ? 1 : p.tp); ++dk) {
             auto [s2, d2] = copy_at(p, f, phase_dst, dd, dk);
-            worst = std::max(worst, cx.latency(s2, d2));
+            worst = std::max(worst, topo.latency_s(s2, d2));
           }
         cl.extra_latency_s = worst - rep;
         done[key] = (int)fi;

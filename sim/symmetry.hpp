@@ -34,8 +34,6 @@ struct CopyLoads {
   bool symmetric = true;
 };
 
-// `fabric_can_bottleneck`: leaf <-> spine links constrain (oversubscribed fabric); otherwise they are ignored.
-CopyLoads copy_loads(const Plan& p, const Topology& topo, bool fabric_can_bottleneck, const std::vector<RepFlow>& flows,
-                     bool exhaustive = false);
+CopyLoads copy_loads(const Plan& p, const Topology& topo, const std::vector<RepFlow>& flows, bool exhaustive = false);
 
 }  // namespace tp

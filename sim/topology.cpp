@@ -116,6 +116,7 @@ Topology build_topology(const Cluster& c, int gpus) {
   t.nodes = (gpus + c.gpus_per_node - 1) / c.gpus_per_node;
   t.nodes_per_leaf = c.inter.nodes_per_leaf;
   t.net = c.inter.topology;
+  t.fabric_blocking = c.inter.oversubscription > 1.0;
 
   const int n_gpus = t.nodes * t.gpus_per_node;
   const int n_nics = t.nodes * t.nics_per_node;

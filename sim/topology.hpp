@@ -42,6 +42,11 @@ struct Topology {
   int spine_vertex = -1;               // -1 when there is a single leaf
   int gpus_per_node = 1, nics_per_node = 1, nodes = 1, nodes_per_leaf = 1;
   NetTopology net = NetTopology::fat_tree;
+  bool fabric_blocking = false;  // oversubscribed leaf uplinks: fabric links can limit a flow
+
+  // Whether a link can ever limit a flow: a non-blocking fabric (oversubscription <= 1) carries whatever the
+  // NICs feed it, so its links are left out of flow routes.
+  bool can_bottleneck(int link) const { return fabric_blocking || links[link].tier != Tier::fabric; }
 
   int node_of(int gpu) const { return gpu / gpus_per_node; }
   int nic_of(int gpu) const;   // global NIC index used by this GPU for inter-node traffic
