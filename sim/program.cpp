@@ -9,12 +9,6 @@
 
 namespace tp {
 
-const char* lane_name(int lane) {
-  static const char* names[kLanes] = {"compute", "pp.fwd", "pp.bwd", "dp"};
-  return lane >= 0 && lane < kLanes ? names[lane] : "?";
-}
-
-
 namespace {
 
 struct Builder {

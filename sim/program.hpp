@@ -18,7 +18,6 @@
 namespace tp {
 
 enum Lane { kLaneCompute = 0, kLanePpFwd = 1, kLanePpBwd = 2, kLaneDp = 3, kLanes = 4 };
-const char* lane_name(int lane);
 
 enum class TaskKind : uint8_t { fwd, bwd, optimizer, p2p_fwd, p2p_bwd, dp_reduce, dp_gather, embed_reduce };
 
