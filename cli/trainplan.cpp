@@ -27,7 +27,8 @@ const char* kHelp =
     "trainplan — predict, plan and check the training of large transformers\n"
     "\n"
     "usage:\n"
-    "  trainplan simulate SCENARIO.json [--json FILE] [--trace FILE] [--full-cluster] [--quiet]\n"
+    "  trainplan simulate SCENARIO.json [--json FILE] [--trace FILE [--trace-detail op|layer|chunk]]\n"
+    "                     [--full-cluster] [--quiet]\n"
     "      simulate one training step of the scenario's plan and estimate the whole run\n"
     "  trainplan validate-published [--suite DEV_SUITE.json] [--cluster NAME] [--json FILE]\n"
     "      regenerate the published rows of the dev suite and print predicted vs published\n"
@@ -71,7 +72,9 @@ Args parse_args(int argc, char** argv, int from, const std::vector<std::string>&
 }
 
 int cmd_simulate(int argc, char** argv) {
-  Args a = parse_args(argc, argv, 2, {"--json", "--trace"}, {"--full-cluster", "--quiet"});
+  Args a = parse_args(argc, argv, 2, {"--json", "--trace", "--trace-detail"}, {"--full-cluster", "--quiet"});
+  std::string detail = a.value("--trace-detail", "op");
+  if (detail != "op" && detail != "layer" && detail != "chunk") throw Usage("--trace-detail must be op, layer or chunk");
   if (a.positional.size() != 1) throw Usage("simulate needs exactly one scenario file");
   Scenario sc = load_scenario(a.positional[0]);
   SimOptions opt;
@@ -80,7 +83,8 @@ int cmd_simulate(int argc, char** argv) {
   Result r = simulate(sc, opt);
   std::string json_text, trace_text;
   if (!a.value("--json").empty()) json_text = result_to_json(r).dump(2) + "\n";
-  if (!a.value("--trace").empty()) trace_text = trace_to_json(r).dump() + "\n";
+  if (!a.value("--trace").empty())
+    trace_text = trace_to_json(r, detail == "op" ? TraceDetail::op : detail == "layer" ? TraceDetail::layer : TraceDetail::chunk).dump() + "\n";
   if (!json_text.empty()) write_file_atomic(a.value("--json"), json_text);
   if (!trace_text.empty()) write_file_atomic(a.value("--trace"), trace_text);
   if (!a.flag("--quiet")) print_summary(std::cout, r);

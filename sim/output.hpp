@@ -14,7 +14,10 @@ namespace tp {
 
 json result_to_json(const Result& r);
 void print_summary(std::ostream& os, const Result& r);
-json trace_to_json(const Result& r, bool op_detail = true);
+// Compute detail: every op ("L07.fwd.qkv.mb3", TP collectives on the tp lane), one slice per layer
+// ("L07.fwd.mb3"), or one per chunk pass ("C03.fwd.mb5"). Very large traces fall back to coarser detail.
+enum class TraceDetail { op, layer, chunk };
+json trace_to_json(const Result& r, TraceDetail detail = TraceDetail::op);
 // Atomic write: text to path + ".tmp", then rename. Throws std::runtime_error on failure.
 void write_file_atomic(const std::string& path, const std::string& text);
 

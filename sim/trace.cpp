@@ -47,15 +47,16 @@ static double emit_pass(Emitter& em, const PassCost& pc, const std::string& pref
   return t;
 }
 
-json trace_to_json(const Result& r, bool op_detail) {
+json trace_to_json(const Result& r, TraceDetail detail) {
   const Program& pg = r.prog;
   const EngineOutput& eo = r.eo;
   json ev = json::array();
   const int R = pg.in.ranks;
-  // Op detail only when it stays a reasonable size.
+  // Keep the trace a size a viewer opens: fall back to coarser detail past a few million slices.
   size_t layer_tasks = 0;
   for (const TaskInfo& ti : pg.info) layer_tasks += (size_t)(ti.layer_hi - ti.layer_lo);
-  if (layer_tasks * (pg.cm.layer_bwd.ops.size() + 4) > 3000000) op_detail = false;
+  if (detail == TraceDetail::op && layer_tasks * (pg.cm.layer_bwd.ops.size() + 4) > 3000000) detail = TraceDetail::layer;
+  if (detail == TraceDetail::layer && layer_tasks > 3000000) detail = TraceDetail::chunk;
 
   for (int rk = 0; rk < R; ++rk) {
     int g = pg.sim_global[rk];
@@ -80,28 +81,31 @@ json trace_to_json(const Result& r, bool op_detail) {
           case TaskKind::bwd: {
             bool fwd = ti.kind == TaskKind::fwd;
             std::string base = chunk_op_name(ti.model_chunk, fwd ? Pass::fwd : Pass::bwd, ti.mb);
-            if (!op_detail) {
+            if (detail == TraceDetail::chunk) {
               em.x(base, fwd ? "fwd" : "bwd", kTidCompute, t0, t1 - t0, {{"flops", task_cost(pg.cm, ti).flops}, {"layers", ti.layer_hi - ti.layer_lo}});
               break;
             }
             const char* ps = fwd ? "fwd" : "bwd";
             double tt = t0;
+            // One part: its ops (op detail) or one slice named like "L07.fwd.mb3" (layer detail).
+            auto part = [&](const PassCost& pc, const std::string& prefix) {
+              if (detail == TraceDetail::op) return emit_pass(em, pc, prefix, ps, ti.mb, tt);
+              em.x(prefix + "." + ps + ".mb" + std::to_string(ti.mb), ps, kTidCompute, tt, pc.time_s, {{"flops", pc.flops}});
+              return tt + pc.time_s;
+            };
+            auto layer_name = [](int l) {
+              char pre[16];
+              std::snprintf(pre, sizeof pre, "L%02d", l);
+              return std::string(pre);
+            };
             if (fwd) {
-              if (ti.embed) tt = emit_pass(em, pg.cm.embed_fwd, "embed", ps, ti.mb, tt);
-              for (int l = ti.layer_lo; l < ti.layer_hi; ++l) {
-                char pre[16];
-                std::snprintf(pre, sizeof pre, "L%02d", l);
-                tt = emit_pass(em, pg.cm.layer_fwd, pre, ps, ti.mb, tt);
-              }
-              if (ti.head) tt = emit_pass(em, pg.cm.head_fwd, "head", ps, ti.mb, tt);
+              if (ti.embed) tt = part(pg.cm.embed_fwd, "embed");
+              for (int l = ti.layer_lo; l < ti.layer_hi; ++l) tt = part(pg.cm.layer_fwd, layer_name(l));
+              if (ti.head) tt = part(pg.cm.head_fwd, "head");
             } else {
-              if (ti.head) tt = emit_pass(em, pg.cm.head_bwd, "head", ps, ti.mb, tt);
-              for (int l = ti.layer_hi - 1; l >= ti.layer_lo; --l) {
-                char pre[16];
-                std::snprintf(pre, sizeof pre, "L%02d", l);
-                tt = emit_pass(em, pg.cm.layer_bwd, pre, ps, ti.mb, tt);
-              }
-              if (ti.embed) tt = emit_pass(em, pg.cm.embed_bwd, "embed", ps, ti.mb, tt);
+              if (ti.head) tt = part(pg.cm.head_bwd, "head");
+              for (int l = ti.layer_hi - 1; l >= ti.layer_lo; --l) tt = part(pg.cm.layer_bwd, layer_name(l));
+              if (ti.embed) tt = part(pg.cm.embed_bwd, "embed");
             }
             break;
           }

@@ -188,3 +188,21 @@ TEST(Simulate, CliOutputIsByteIdenticalAcrossRuns) {
   EXPECT_GT(sa.size(), 1000u);
   EXPECT_EQ(sa, sb);
 }
+
+TEST(Simulate, TraceDetailLevels) {
+  Scenario sc = make_scenario("gpt2-124m", "selene", 8, plan_json(1, 1, 2, 1, "1f1b"));
+  Result r = simulate(sc);
+  auto names = [&](TraceDetail d) {
+    std::set<std::string> n;
+    for (const json& e : trace_to_json(r, d)["traceEvents"])
+      if (e["ph"] == "X") n.insert(e["name"].get<std::string>());
+    return n;
+  };
+  auto layer = names(TraceDetail::layer), chunk = names(TraceDetail::chunk);
+  EXPECT_TRUE(layer.count("L00.fwd.mb0"));
+  EXPECT_TRUE(layer.count("L11.bwd.mb3"));
+  EXPECT_FALSE(layer.count("L00.fwd.qkv.mb0"));
+  EXPECT_TRUE(chunk.count("C00.fwd.mb0"));
+  EXPECT_TRUE(chunk.count("C01.bwd.mb3"));
+  EXPECT_FALSE(chunk.count("L00.fwd.mb0"));
+}
