@@ -194,7 +194,8 @@ TEST(Simulate, TraceDetailLevels) {
   Result r = simulate(sc);
   auto names = [&](TraceDetail d) {
     std::set<std::string> n;
-    for (const json& e : trace_to_json(r, d)["traceEvents"])
+    json tr = trace_to_json(r, d);  // keep the document alive while iterating its events
+    for (const json& e : tr["traceEvents"])
       if (e["ph"] == "X") n.insert(e["name"].get<std::string>());
     return n;
   };
