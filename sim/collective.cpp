@@ -24,16 +24,20 @@ struct NodeSplit {
 
 static NodeSplit split_by_node(const std::vector<int>& group, const Topology& topo) {
   NodeSplit s;
-  std::map<int, int> index;
+  std::map<int, int> index;  // node -> position in by_node
+  int last_node = -1, last_pos = -1;
   for (int g : group) {
     int n = topo.node_of(g);
-    auto it = index.find(n);
-    if (it == index.end()) {
-      index[n] = (int)s.by_node.size();
-      s.by_node.push_back({g});
-    } else {
-      s.by_node[it->second].push_back(g);
+    if (n != last_node) {  // groups are usually in rank order: consecutive members share a node
+      auto it = index.find(n);
+      if (it == index.end()) {
+        it = index.emplace(n, (int)s.by_node.size()).first;
+        s.by_node.emplace_back();
+      }
+      last_node = n;
+      last_pos = it->second;
     }
+    s.by_node[last_pos].push_back(g);
   }
   size_t k = s.by_node.front().size();
   bool equal = std::all_of(s.by_node.begin(), s.by_node.end(), [&](auto& v) { return v.size() == k; });
@@ -53,7 +57,7 @@ static Phase ring_phase(const std::vector<int>& members, double payload_each, do
   for (int i = 0; i < g && g > 1; ++i) {
     int a = members[i], b = members[(i + 1) % g];
     ph.flows.push_back({a, b, payload_each / eff, payload_each});
-    lat = std::max(lat, topo.route_latency_s(topo.route(a, b)));
+    lat = std::max(lat, topo.latency_s(a, b));
   }
   ph.latency_s = steps * lat;
   return ph;
@@ -71,7 +75,7 @@ std::vector<Phase> collective_phases(Coll c, const std::vector<int>& group, doub
     double e = eff_at(same ? cl.intra.efficiency : cl.inter.efficiency, S);
     Phase ph;
     ph.flows.push_back({group[0], group[1], S / e, S});
-    ph.latency_s = topo.route_latency_s(topo.route(group[0], group[1]));
+    ph.latency_s = topo.latency_s(group[0], group[1]);
     out.push_back(std::move(ph));
     return out;
   }

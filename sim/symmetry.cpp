@@ -36,8 +36,11 @@ CopyLoads copy_loads(const Plan& p, const Topology& topo, const std::vector<RepF
   CopyLoads out;
   out.loads.resize(flows.size());
   const bool fast = !exhaustive && aligned_layout(p, topo);
+  // Per-link scratch, reused across calls (one per thread) and left zeroed after use.
   const size_t NL = topo.links.size();
-  std::vector<char> in_r(NL, 0);
+  thread_local std::vector<char> in_r;
+  thread_local std::vector<int> counter;
+  if (in_r.size() < NL) { in_r.assign(NL, 0); counter.assign(NL, 0); }
   std::set<int> r_nodes;  // nodes holding a link of R (fast path)
   for (const RepFlow& f : flows) {
     for (int l : f.route) in_r[l] = 1;
@@ -45,7 +48,7 @@ CopyLoads copy_loads(const Plan& p, const Topology& topo, const std::vector<RepF
     r_nodes.insert(topo.node_of(f.dst));
   }
   const int gpus = (int)topo.gpu_vertex.size();
-  std::vector<int> counter(NL, 0), flat, start, touched;
+  std::vector<int> flat, start, touched;
   std::map<std::pair<int, int>, int> done;  // (src, dst) -> index of an equal flow already computed
 
   for (size_t fi = 0; fi < flows.size(); ++fi) {
@@ -138,6 +141,8 @@ CopyLoads copy_loads(const Plan& p, const Topology& topo, const std::vector<RepF
       }
     }
   }
+  for (const RepFlow& f : flows)
+    for (int l : f.route) in_r[l] = 0;
   return out;
 }
 
