@@ -140,11 +140,6 @@ bool Reader::opt_bool(const std::string& key, bool dflt) {
   return v->get<bool>();
 }
 
-bool Reader::req_bool(const std::string& key) {
-  if (obj && !has(key)) { issues->add(at(key), "missing; expected true or false"); return false; }
-  return opt_bool(key, false);
-}
-
 std::string Reader::opt_str(const std::string& key, const std::string& dflt) {
   const json* v = get(key);
   if (!v) return dflt;

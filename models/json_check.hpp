@@ -49,7 +49,6 @@ struct Reader {
   double req_num(const std::string& key, double min_value, double max_value = 1e300);
   double opt_num(const std::string& key, double dflt, double min_value, double max_value = 1e300);
   bool opt_bool(const std::string& key, bool dflt);
-  bool req_bool(const std::string& key);
   std::string req_str(const std::string& key);
   std::string opt_str(const std::string& key, const std::string& dflt);
   // A string that must be one of `choices`; returns its index (or `dflt_index` when absent / invalid).

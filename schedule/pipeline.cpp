@@ -64,9 +64,28 @@ std::string chunk_op_name(int model_chunk, Pass p, int mb) {
   return buf;
 }
 
-std::string layer_op_name(long long layer, const char* pass, const std::string& op, int mb) {
-  char buf[96];
-  std::snprintf(buf, sizeof buf, "L%02lld.%s.%s.mb%d", layer, pass, op.c_str(), mb);
+std::string part_name(long long layer) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "L%02lld", layer);
+  return buf;
+}
+
+std::string part_op_name(const std::string& part, const char* pass, const std::string& op, int mb) {
+  std::string s = part;
+  s += '.';
+  s += pass;
+  if (!op.empty()) {
+    s += '.';
+    s += op;
+  }
+  s += ".mb";
+  s += std::to_string(mb);
+  return s;
+}
+
+std::string p2p_op_name(int from_stage, int to_stage, Pass p, int mb) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "pp.send.s%d-s%d.%s.mb%d", from_stage, to_stage, p == Pass::fwd ? "fwd" : "bwd", mb);
   return buf;
 }
 

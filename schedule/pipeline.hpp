@@ -39,11 +39,15 @@ std::vector<WorkItem> pipeline_order(Schedule s, int pp, int v, int m, int stage
 // Number of forward items the rank runs before its first backward (Megatron's warm-up count).
 int warmup_items(Schedule s, int pp, int v, int m, int stage);
 
-// Canonical op names shared by the simulator's and the executor's traces.
-//   chunk pass:  "C03.fwd.mb5"       (global model chunk 3, micro-batch 5)
-//   layer op:    "L07.fwd.qkv.mb3"   (layer 7, op qkv, micro-batch 3)
-//   p2p:         "pp.send.s2-s3.fwd.mb3"
+// Canonical op names shared by the simulator's and the executor's traces (one place builds them all).
+//   chunk pass:  "C03.fwd.mb5"            chunk_op_name(3, fwd, 5)   (global model chunk 3, micro-batch 5)
+//   part:        "L07", "embed", "head"   part_name(7)               (a layer, or the two ends)
+//   part pass:   "L07.fwd.mb3"            part_op_name("L07", "fwd", "", 3)
+//   op:          "L07.fwd.qkv.mb3"        part_op_name("L07", "fwd", "qkv", 3)
+//   p2p:         "pp.send.s2-s3.fwd.mb3"  p2p_op_name(2, 3, fwd, 3)
 std::string chunk_op_name(int model_chunk, Pass p, int mb);
-std::string layer_op_name(long long layer, const char* pass, const std::string& op, int mb);
+std::string part_name(long long layer);
+std::string part_op_name(const std::string& part, const char* pass, const std::string& op, int mb);
+std::string p2p_op_name(int from_stage, int to_stage, Pass p, int mb);
 
 }  // namespace tp

@@ -126,7 +126,6 @@ Result simulate(const Scenario& sc, const SimOptions& opt) {
   double sent_intra = 0, sent_inter = 0, hw_flops = 0;
   for (int r = 0; r < R; ++r) {
     RankResult rr;
-    rr.sim_rank = r;
     rr.global_rank = pg.sim_global[r];
     rr.stage = pg.sim_stage[r];
     rr.breakdown = rank_breakdown(pg, eo, r, res.step_time_s);

@@ -26,7 +26,7 @@ struct MemoryBreakdown {
 struct MemSample { double t_s, bytes; };
 
 struct RankResult {
-  int sim_rank = 0, global_rank = 0, stage = 0;
+  int global_rank = 0, stage = 0;
   Breakdown breakdown;
   MemoryBreakdown peak;        // at the moment of the rank's peak
   double stored_peak_bytes = 0;  // peak of stored activations alone (Korthikanti's measure)

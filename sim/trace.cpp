@@ -34,8 +34,7 @@ struct Emitter {
 static double emit_pass(Emitter& em, const PassCost& pc, const std::string& prefix, const char* pass, int mb, double t) {
   for (const Op& op : pc.ops) {
     const char* ps = op.recompute ? "recompute" : pass;
-    char name[160];
-    std::snprintf(name, sizeof name, "%s.%s.%s.mb%d", prefix.c_str(), ps, op.name.c_str(), mb);
+    std::string name = part_op_name(prefix, ps, op.name, mb);
     if (op.cls == OpClass::tp_comm) {
       if (op.hidden_s > 0) em.x(name, "tp", kTidTp, t - op.hidden_s, op.hidden_s + op.time_s, {{"bytes", op.bytes}, {"overlapped_s", op.hidden_s}});
       else if (op.time_s > 0) em.x(name, "tp", kTidTp, t, op.time_s, {{"bytes", op.bytes}});
@@ -90,21 +89,16 @@ json trace_to_json(const Result& r, TraceDetail detail) {
             // One part: its ops (op detail) or one slice named like "L07.fwd.mb3" (layer detail).
             auto part = [&](const PassCost& pc, const std::string& prefix) {
               if (detail == TraceDetail::op) return emit_pass(em, pc, prefix, ps, ti.mb, tt);
-              em.x(prefix + "." + ps + ".mb" + std::to_string(ti.mb), ps, kTidCompute, tt, pc.time_s, {{"flops", pc.flops}});
+              em.x(part_op_name(prefix, ps, "", ti.mb), ps, kTidCompute, tt, pc.time_s, {{"flops", pc.flops}});
               return tt + pc.time_s;
-            };
-            auto layer_name = [](int l) {
-              char pre[16];
-              std::snprintf(pre, sizeof pre, "L%02d", l);
-              return std::string(pre);
             };
             if (fwd) {
               if (ti.embed) tt = part(pg.cm.embed_fwd, "embed");
-              for (int l = ti.layer_lo; l < ti.layer_hi; ++l) tt = part(pg.cm.layer_fwd, layer_name(l));
+              for (int l = ti.layer_lo; l < ti.layer_hi; ++l) tt = part(pg.cm.layer_fwd, part_name(l));
               if (ti.head) tt = part(pg.cm.head_fwd, "head");
             } else {
               if (ti.head) tt = part(pg.cm.head_bwd, "head");
-              for (int l = ti.layer_hi - 1; l >= ti.layer_lo; --l) tt = part(pg.cm.layer_bwd, layer_name(l));
+              for (int l = ti.layer_hi - 1; l >= ti.layer_lo; --l) tt = part(pg.cm.layer_bwd, part_name(l));
               if (ti.embed) tt = part(pg.cm.embed_bwd, "embed");
             }
             break;
@@ -116,8 +110,7 @@ json trace_to_json(const Result& r, TraceDetail detail) {
           case TaskKind::p2p_bwd: {
             bool fwd = ti.kind == TaskKind::p2p_fwd;
             int s_from = pg.sim_stage[rk], s_to = rank_coord(r.scenario.plan, ti.peer).stage;
-            std::snprintf(name, sizeof name, "pp.send.s%d-s%d.%s.mb%d", s_from, s_to, fwd ? "fwd" : "bwd", ti.mb);
-            em.x(name, "pp", tid_of_lane(lane), eo.transfer_s[t], t1 - eo.transfer_s[t],
+            em.x(p2p_op_name(s_from, s_to, fwd ? Pass::fwd : Pass::bwd, ti.mb), "pp", tid_of_lane(lane), eo.transfer_s[t], t1 - eo.transfer_s[t],
                  {{"bytes", ti.sent.intra + ti.sent.inter}, {"waited_s", eo.transfer_s[t] - t0}});
             break;
           }

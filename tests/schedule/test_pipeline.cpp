@@ -72,5 +72,8 @@ TEST(Pipeline, StageLayoutAndNames) {
   EXPECT_TRUE(lay.has_head(3, 1));
   EXPECT_FALSE(lay.has_head(3, 0));
   EXPECT_EQ(chunk_op_name(3, Pass::bwd, 5), "C03.bwd.mb5");
-  EXPECT_EQ(layer_op_name(7, "fwd", "qkv", 3), "L07.fwd.qkv.mb3");
+  EXPECT_EQ(part_op_name(part_name(7), "fwd", "qkv", 3), "L07.fwd.qkv.mb3");
+  EXPECT_EQ(part_op_name(part_name(7), "fwd", "", 3), "L07.fwd.mb3");
+  EXPECT_EQ(part_op_name("head", "bwd", "lm_head.dgrad", 0), "head.bwd.lm_head.dgrad.mb0");
+  EXPECT_EQ(p2p_op_name(2, 3, Pass::fwd, 3), "pp.send.s2-s3.fwd.mb3");
 }

@@ -14,7 +14,9 @@ using namespace tp;
 namespace fs = std::filesystem;
 
 static void compare(const json& got, const json& want, const std::string& path) {
-  if (!(want.is_number() && got.is_number())) ASSERT_EQ(got.type(), want.type()) << path;
+  if (!(want.is_number() && got.is_number())) {
+    ASSERT_EQ(got.type(), want.type()) << path;
+  }
   if (want.is_object()) {
     ASSERT_EQ(got.size(), want.size()) << path;
     for (auto it = want.begin(); it != want.end(); ++it) {
