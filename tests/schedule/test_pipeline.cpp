@@ -12,7 +12,13 @@ using namespace tp;
 
 static std::string render(const std::vector<WorkItem>& v) {
   std::string s;
-  for (auto& w : v) s += std::string(w.pass == Pass::fwd ? "F" : "B") + std::to_string(w.chunk) + "." + std::to_string(w.microbatch) + " ";
+  for (auto& w : v) {
+    s += w.pass == Pass::fwd ? 'F' : 'B';
+    s += std::to_string(w.chunk);
+    s += '.';
+    s += std::to_string(w.microbatch);
+    s += ' ';
+  }
   return s;
 }
 
