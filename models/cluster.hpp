@@ -31,6 +31,9 @@ struct Host {
   double memory_bytes = 0;
   double pcie_bandwidth_bytes_per_s = 0;  // per GPU, per direction
   int cpu_cores = 1;
+  // Host DRAM bandwidth of one node, shared by its GPUs' host-side work (CPU Adam, pinned copies).
+  // 0 = not given: plans with offload are rejected with a message naming this key.
+  double memory_bandwidth_bytes_per_s = 0;
 };
 
 struct Cluster {

@@ -1,17 +1,57 @@
-// plan: how one training step is parallelised (dp x tp x pp, schedule, micro-batching, recompute, ZeRO),
-// and the training run it belongs to. Validation against the model and cluster happens in scenario.cpp.
-// Invariant after validation: global_batch == dp * microbatch * num_microbatches.
+// plan: how one training step is parallelised (dp x tp x pp, tensor mode 1D/2D, schedule, micro-batching,
+// accumulation mode, recompute, ZeRO stage, offload, expert parallelism), and the training run it belongs to.
+// Validation against the model and cluster happens in scenario.cpp.
+// Invariants after validation: global_batch == dp * microbatch * num_microbatches; tp_mode 2d => tp = q * q;
+// ep divides dp and the model's experts; offload.layers is sorted, unique and within [0, layers).
 #pragma once
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "hardware.hpp"
 
 namespace tp {
 
-enum class Schedule { gpipe = 0, one_f_one_b = 1, interleaved = 2 };
+// modular (Lamy-Poirier's MPP): layer l lives on pipeline stage l mod pp (a looping pipeline of one-layer
+// chunks); with standard accumulation it runs Megatron's interleaved order, with layered accumulation the
+// breadth-first (layer-major) order.
+enum class Schedule { gpipe = 0, one_f_one_b = 1, interleaved = 2, modular = 3 };
 enum class Recompute { none = 0, selective = 1, full = 2 };
+enum class TpMode { d1 = 0, d2 = 1 };  // "1d" Megatron column/row parallel; "2d" Optimus SUMMA on a q x q grid
+// standard: micro-batch-major (each micro-batch runs all local layers); layered (LGA): layer-major, every
+// micro-batch through one layer before the next layer.
+enum class GradAccumulation { standard = 0, layered = 1 };
+enum class OffloadKind { none = 0, optimizer = 1, granular = 2, chunked = 3 };
 const char* schedule_name(Schedule s);
 const char* recompute_name(Recompute r);
+const char* tp_mode_name(TpMode m);
+const char* grad_accumulation_name(GradAccumulation g);
+const char* offload_kind_name(OffloadKind k);
+
+// CPU offload (JSON plan.offload = {"kind": ..., ...}).
+//  optimizer (ZeRO-Offload): fp32 master weights and Adam moments live in host memory and the Adam step runs
+//    on the host CPU; gradients go to the host after the backward, updated fp16 weights come back.
+//  granular (M6-10T): the parameters of the chosen layers (or only their experts) live in host memory, are
+//    loaded a layer ahead of each use (overlapped with compute), their gradients go back to the host and the
+//    host CPU updates them; the other layers stay on the GPU.
+//  chunked (PatrickStar): parameters, gradients and optimizer state in fixed-size chunks; a warm-up step
+//    records the non-model memory per moment; chunks beyond the GPU budget are evicted (the one used
+//    furthest in the future first); Adam is split between the GPU and the host CPU.
+struct Offload {
+  OffloadKind kind = OffloadKind::none;
+  // granular: global layer indices whose parameters live in host memory (resolved from "layers" or
+  // "fraction" at validation: sorted, unique).
+  std::vector<int> layers;
+  double fraction = 0;          // as given ("layers" wins when both are absent: fraction 1 = every layer)
+  bool experts_only = false;    // "target": "layers" (whole layers) or "experts" (only MoE expert weights)
+  int prefetch_layers = 1;      // how many offloaded layers ahead the host->device loads run
+  // chunked
+  long long chunk_elements = 64LL << 20;  // chunk capacity in elements (PatrickStar default 64 Mi)
+  double gpu_memory_fraction = 0.8;       // usable GPU memory = fraction x HBM ("overall_gpu_mem")
+  double warmup_chunk_fraction = 0.1;     // warm-up cap on GPU chunk memory, of the usable memory
+  double hybrid_adam_margin = 0.8;        // share of the spare GPU margin given to optimizer-state chunks
+  bool on() const { return kind != OffloadKind::none; }
+};
 
 struct Training {
   long long global_batch = 0;  // sequences per optimizer step
@@ -28,11 +68,34 @@ struct Plan {
   Schedule schedule = Schedule::one_f_one_b;
   bool sequence_parallel = false;
   Recompute recompute = Recompute::none;
-  int zero = 0;                // 0 or 1 (distributed optimizer)
+  int zero = 0;                // 0..3: 1 optimizer state, 2 + gradients, 3 + parameters sharded over dp
   bool overlap_grad_reduce = true;  // DP gradient reduction in buckets during the last backward (Megatron's --overlap-grad-reduce)
+  TpMode tp_mode = TpMode::d1;
+  GradAccumulation grad_accumulation = GradAccumulation::standard;
+  Offload offload;
+  int ep = 1;                  // expert parallelism: experts of each MoE layer sharded over ep ranks of the dp group
+  int shared_layers = 0;       // not a JSON key: > 0 in a delink pseudo phase (k unique layers shared by all L)
   long long num_microbatches = 1;  // derived: global_batch / (dp * microbatch)
   int gpus() const { return dp * tp * pp; }
+  int tp_q() const;            // 2D grid side q (tp = q * q); 1 for 1D
 };
+
+// Pseudo-to-Real (M6-10T), JSON plan.delink = {"unique_layers", "tokens", "global_batch"?, "plan"?}: a pseudo
+// phase trains `unique_layers` weight sets shared by all L positions (group j = layers [j*L/k, (j+1)*L/k))
+// for `tokens` tokens with its own plan and batch, then delinks (copies weights and optimizer state into L
+// independent layers) and the real phase continues with the scenario's plan and training.
+struct Delink {
+  int unique_layers = 0;           // 0 = no pseudo phase
+  double tokens = 0;               // pseudo-phase token budget (> 0)
+  long long global_batch = 0;      // pseudo-phase global batch in sequences (0 = the real phase's)
+  std::shared_ptr<struct Plan> plan;  // pseudo-phase plan; null = the real plan
+  bool on() const { return unique_layers > 0; }
+};
+
+// Layer -> weight group under sharing (identity when shared_layers == 0).
+inline long long weight_group(long long layer, long long layers, int shared_layers) {
+  return shared_layers > 0 ? layer / (layers / shared_layers) : layer;
+}
 
 // Rank layout, Megatron-LM's default order (tp fastest, then dp, then pipeline stage):
 // global = tp_rank + tp * (dp_rank + dp * stage).
@@ -41,5 +104,9 @@ inline RankCoord rank_coord(const Plan& p, int g) { return RankCoord{g % p.tp, (
 inline int rank_global(const Plan& p, int tp_rank, int dp_rank, int stage) {
   return tp_rank + p.tp * (dp_rank + p.dp * stage);
 }
+// 2D grid inside a TP group (Optimus): tp rank k sits at row k / q, column k % q. The row group (same row)
+// is q consecutive ranks; the column group (same column) has stride q.
+// Expert parallelism inside a DP group: ep group = dp ranks [(d / ep) * ep, +ep); the expert-data-parallel
+// group (replicas of the same experts) = dp ranks with the same d % ep.
 
 }  // namespace tp

@@ -12,6 +12,7 @@ const char* schedule_name(Schedule s) {
     case Schedule::gpipe: return "gpipe";
     case Schedule::one_f_one_b: return "1f1b";
     case Schedule::interleaved: return "interleaved";
+    case Schedule::modular: return "modular";
   }
   return "?";
 }
@@ -23,6 +24,37 @@ const char* recompute_name(Recompute r) {
     case Recompute::full: return "full";
   }
   return "?";
+}
+
+const char* tp_mode_name(TpMode m) { return m == TpMode::d2 ? "2d" : "1d"; }
+const char* grad_accumulation_name(GradAccumulation g) { return g == GradAccumulation::layered ? "layered" : "standard"; }
+const char* offload_kind_name(OffloadKind k) {
+  switch (k) {
+    case OffloadKind::none: return "none";
+    case OffloadKind::optimizer: return "optimizer";
+    case OffloadKind::granular: return "granular";
+    case OffloadKind::chunked: return "chunked";
+  }
+  return "?";
+}
+
+int Plan::tp_q() const {
+  if (tp_mode != TpMode::d2) return 1;
+  int q = 1;
+  while ((q + 1) * (q + 1) <= tp) ++q;
+  return q;
+}
+
+Scenario pseudo_phase(const Scenario& sc) {
+  Scenario ps = sc;
+  if (sc.delink.plan) ps.plan = *sc.delink.plan;
+  ps.plan.shared_layers = sc.delink.unique_layers;
+  if (sc.delink.global_batch > 0) ps.training.global_batch = sc.delink.global_batch;
+  ps.training.tokens = sc.delink.tokens;
+  ps.plan.num_microbatches = ps.training.global_batch / ((long long)ps.plan.dp * ps.plan.microbatch);
+  ps.delink = Delink{};
+  ps.name = sc.name + ".pseudo";
+  return ps;
 }
 
 static const char* kLater = "arrives with the seeds' techniques (2D tensor parallelism, layered accumulation, "

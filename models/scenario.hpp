@@ -16,7 +16,12 @@ struct Scenario {
   Cluster cluster;
   Training training;
   Plan plan;
+  Delink delink;  // from plan.delink; off unless given
 };
+
+// The pseudo phase of a delinked scenario: its plan (delink.plan or the real plan without offload) with
+// shared_layers = unique_layers, its batch and token budget. Requires sc.delink.on().
+Scenario pseudo_phase(const Scenario& sc);
 
 // Parses a scenario from a JSON value. `base_dir` resolves relative paths; `where` names the source in messages.
 Scenario scenario_from_json(const json& v, const std::string& base_dir, const std::string& where);

@@ -9,6 +9,16 @@ namespace tp {
 
 enum class Activation { gelu = 0, swiglu = 1 };
 
+// Mixture of experts (JSON model.moe): every `every`-th layer (layer l with (l + 1) % every == 0) replaces its
+// MLP by `experts` expert MLPs of ffn_hidden each; a router sends each token to top_k experts; an expert
+// processes at most capacity_factor * tokens * top_k / experts tokens (padding counts as compute).
+struct Moe {
+  long long experts = 0;  // 0 = dense model
+  int top_k = 1;
+  double capacity_factor = 1.0;
+  int every = 1;
+};
+
 struct Transformer {
   std::string name;
   long long layers = 0;
@@ -20,7 +30,13 @@ struct Transformer {
   long long seq_len = 0;     // default sequence length
   Activation activation = Activation::gelu;
   bool tied_embeddings = true;
+  Moe moe;
   long long head_dim() const { return hidden / heads; }
+  bool is_moe_layer(long long l) const { return moe.experts > 0 && (l + 1) % moe.every == 0; }
+  long long moe_layers_in(long long lo, long long hi) const {  // MoE layers among [lo, hi)
+    if (moe.experts <= 0) return 0;
+    return hi / moe.every - lo / moe.every;
+  }
 };
 
 // `base_dir` resolves relative hf_config paths (the scenario file's folder).

@@ -14,8 +14,8 @@
 
 namespace tp {
 
-enum class OpClass { gemm = 0, attention = 1, elementwise = 2, tp_comm = 3 };
-inline constexpr int kOpClasses = 4;
+enum class OpClass { gemm = 0, attention = 1, elementwise = 2, tp_comm = 3, ep_comm = 4 };
+inline constexpr int kOpClasses = 5;
 const char* op_class_name(OpClass c);
 
 struct Op {
@@ -34,16 +34,22 @@ struct PassCost {
   double compute_s = 0;    // gemm + attention + elementwise, not recompute
   double recompute_s = 0;  // recompute ops (compute and their TP comm)
   double tp_comm_s = 0;    // exposed TP comm, not recompute
+  double ep_comm_s = 0;    // expert-parallel all-to-alls (dispatch / combine), not recompute
   double flops = 0;        // hardware FLOPs including recompute
-  TierBytes tp_bytes;      // TP collective bytes sent per GPU
+  TierBytes tp_bytes;      // TP (and EP all-to-all) collective bytes sent per GPU
   void add(const Op& op);
   void append(const PassCost& other, int times);
 };
 
-// TP collective time (isolated) and per-member bytes, for collectives over the representative's TP group.
+// Groups of the representative rank that collectives folded into compute ops run over:
+// tp = the whole TP group (1D), tp_row / tp_col = its 2D grid row / column (Optimus), ep = its expert-parallel
+// group (MoE all-to-alls).
+enum class CommGroup { tp = 0, tp_row = 1, tp_col = 2, ep = 3 };
+
+// Collective time (isolated) and per-member bytes, for collectives over one of the representative's groups.
 struct TpComm {
-  std::function<double(Coll, double)> time_s;
-  std::function<TierBytes(Coll, double)> bytes;
+  std::function<double(Coll, double, CommGroup)> time_s;
+  std::function<TierBytes(Coll, double, CommGroup)> bytes;
 };
 
 struct CostModel {
@@ -57,6 +63,12 @@ struct CostModel {
   double embed_params = 0;          // word (+ position) embedding per GPU on the first stage
   double head_params = 0;           // final norm + LM head copy per GPU on the last stage
   double model_flops_per_step = 0;  // 6N-style useful FLOPs of one step over the whole model and batch
+  // Mixture of experts: a MoE layer (attention, router, dispatch / combine all-to-alls over ep, local experts).
+  int moe_every = 0;                // 0 = dense model; layer l is MoE when (l + 1) % moe_every == 0
+  PassCost moe_fwd, moe_bwd;        // one MoE layer, one micro-batch (bwd includes recompute)
+  double moe_stored_bytes = 0, moe_transient_bytes = 0;
+  double moe_params = 0;            // parameters per GPU of one MoE layer (dense part + local experts, after TP)
+  double moe_expert_params = 0;     // of which the local experts' weights (reduced over the expert-dp group)
 };
 
 CostModel build_cost_model(const Scenario& sc, const TpComm& tpc);
