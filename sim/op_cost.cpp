@@ -77,9 +77,9 @@ struct Ctx {
   Op comm(const std::string& name, Coll c, double bytes, PassCost& pc) const {
     Op op{name, OpClass::tp_comm};
     op.bytes = bytes;
-    op.time_s = t > 1 ? tpc->time_s(c, bytes) : 0;
+    op.time_s = t > 1 ? tpc->time_s(c, bytes, CommGroup::tp) : 0;
     if (t > 1) {
-      TierBytes tb = tpc->bytes(c, bytes);
+      TierBytes tb = tpc->bytes(c, bytes, CommGroup::tp);
       pc.tp_bytes.intra += tb.intra;
       pc.tp_bytes.inter += tb.inter;
     }

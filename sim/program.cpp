@@ -202,7 +202,7 @@ Program build_program(const Scenario& sc, bool full_cluster, bool exhaustive_sym
   for (int k = 0; k < p.tp; ++k) tp_group.push_back(rank_global(p, k, 0, 0));
   std::map<std::pair<int, double>, double> tp_cache;
   TpComm tpc;
-  tpc.time_s = [&](Coll c, double bytes) {
+  tpc.time_s = [&](Coll c, double bytes, CommGroup) {
     auto key = std::make_pair((int)c, bytes);
     auto it = tp_cache.find(key);
     if (it != tp_cache.end()) return it->second;
@@ -210,7 +210,7 @@ Program build_program(const Scenario& sc, bool full_cluster, bool exhaustive_sym
     tp_cache[key] = t;
     return t;
   };
-  tpc.bytes = [&](Coll c, double bytes) { return collective_member_bytes(c, tp_group, bytes, *prog.topo); };
+  tpc.bytes = [&](Coll c, double bytes, CommGroup) { return collective_member_bytes(c, tp_group, bytes, *prog.topo); };
   prog.cm = build_cost_model(sc, tpc);
   const CostModel& cm = prog.cm;
 
