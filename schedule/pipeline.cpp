@@ -10,6 +10,7 @@ int warmup_items(Schedule s, int pp, int v, int m, int stage) {
   switch (s) {
     case Schedule::gpipe: return m;
     case Schedule::one_f_one_b: return std::min(pp - stage - 1, m);
+    case Schedule::modular:
     case Schedule::interleaved: {
       int total = m * v;
       if (m == pp) return total;  // Megatron: all warm-up when micro-batches == pipeline size
@@ -56,6 +57,30 @@ std::vector<WorkItem> pipeline_order(Schedule s, int pp, int v, int m, int stage
   }
   for (int k = total - w; k < total; ++k) out.push_back(interleaved_item(k, pp, v, false));
   return out;
+}
+
+std::vector<WorkItem> breadth_first_order(int v, int m) {
+  std::vector<WorkItem> out;
+  out.reserve((size_t)2 * v * m);
+  for (int c = 0; c < v; ++c)
+    for (int j = 0; j < m; ++j) out.push_back({Pass::fwd, c, j});
+  for (int c = v - 1; c >= 0; --c)
+    for (int j = 0; j < m; ++j) out.push_back({Pass::bwd, c, j});
+  return out;
+}
+
+StageLayout stage_layout(const Plan& p, long long layers) {
+  if (p.grad_accumulation == GradAccumulation::layered && p.schedule != Schedule::modular)
+    return StageLayout{p.pp, (int)(layers / p.pp), layers, false};
+  return StageLayout{p.pp, p.virtual_stages, layers, true};
+}
+
+std::vector<WorkItem> plan_order(const Plan& p, long long layers, int stage) {
+  const int m = (int)p.num_microbatches;
+  StageLayout lay = stage_layout(p, layers);
+  if (p.grad_accumulation == GradAccumulation::layered) return breadth_first_order(lay.v, m);
+  if (p.schedule == Schedule::modular) return pipeline_order(Schedule::interleaved, p.pp, lay.v, m, stage);
+  return pipeline_order(p.schedule, p.pp, lay.v, m, stage);
 }
 
 std::string chunk_op_name(int model_chunk, Pass p, int mb) {

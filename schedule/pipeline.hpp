@@ -2,9 +2,14 @@
 // This is the single source of truth for both interpreters: sim/ costs these items, exec/ runs them.
 // Orders follow Megatron-LM exactly: forward_backward_pipelining_without_interleaving (1F1B) and
 // forward_backward_pipelining_with_interleaving (interleaved 1F1B, microbatch group size = pp);
-// GPipe is all forwards then all backwards.
-// Layout: pipeline rank s holds local chunks c = 0..v-1; local chunk c is global model chunk c*pp + s, which
-// owns layers [(c*pp + s) * Lc, (c*pp + s + 1) * Lc) with Lc = layers / (pp * v).
+// GPipe is all forwards then all backwards. Layered gradient accumulation (Lamy-Poirier's LGA) is
+// breadth-first: each local chunk runs forward for every micro-batch in increasing chunk order, then backward
+// for every micro-batch in decreasing chunk order. The modular schedule (MPP) is a looping layout of
+// one-layer chunks: breadth-first with layered accumulation, Megatron's interleaved order with standard.
+// Layout: pipeline rank s holds local chunks c = 0..v-1 of Lc = layers / (pp * v) layers each. Looping
+// (interleaved, modular): local chunk c is global model chunk c*pp + s. Contiguous (layered accumulation on
+// gpipe / 1f1b stages, v = layers / pp one-layer chunks): local chunk c is global chunk s*v + c. Global model
+// chunk g owns layers [g * Lc, (g + 1) * Lc).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -25,16 +30,28 @@ struct WorkItem {
 struct StageLayout {
   int pp = 1, v = 1;
   long long layers = 1;
+  bool looping = true;  // global chunk = c * pp + s (else s * v + c)
   long long layers_per_chunk() const { return layers / ((long long)pp * v); }
-  int model_chunk(int stage, int chunk) const { return chunk * pp + stage; }
+  int model_chunk(int stage, int chunk) const { return looping ? chunk * pp + stage : stage * v + chunk; }
+  int stage_of(int model_chunk) const { return looping ? model_chunk % pp : model_chunk / v; }
+  int local_chunk(int model_chunk) const { return looping ? model_chunk / pp : model_chunk % v; }
   long long first_layer(int stage, int chunk) const { return model_chunk(stage, chunk) * layers_per_chunk(); }
   int num_model_chunks() const { return pp * v; }
   bool has_embedding(int stage, int chunk) const { return model_chunk(stage, chunk) == 0; }
   bool has_head(int stage, int chunk) const { return model_chunk(stage, chunk) == pp * v - 1; }
 };
 
+// The layout a plan runs: its chunks and whether they loop (see the file comment).
+StageLayout stage_layout(const Plan& p, long long layers);
+
+// Ordered compute work of pipeline rank `stage` for one optimizer step of plan `p` with its
+// num_microbatches (dispatches on schedule and grad_accumulation). Chunks index stage_layout(p)'s chunks.
+std::vector<WorkItem> plan_order(const Plan& p, long long layers, int stage);
+
 // Ordered compute work of pipeline rank `stage` for one optimizer step with m micro-batches.
 std::vector<WorkItem> pipeline_order(Schedule s, int pp, int v, int m, int stage);
+// Breadth-first (layered accumulation) order over v local chunks.
+std::vector<WorkItem> breadth_first_order(int v, int m);
 
 // Number of forward items the rank runs before its first backward (Megatron's warm-up count).
 int warmup_items(Schedule s, int pp, int v, int m, int stage);

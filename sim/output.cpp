@@ -14,7 +14,9 @@ static json breakdown_json(const Breakdown& b) {
           {"tp_comm_exposed", b.tp_comm_exposed},
           {"pp_comm_exposed", b.pp_comm_exposed},
           {"dp_comm_exposed", b.dp_comm_exposed},
-          {"optimizer", b.optimizer}};
+          {"optimizer", b.optimizer},
+          {"ep_comm_exposed", b.ep_comm_exposed},
+          {"offload_stall", b.offload_stall}};
 }
 
 static json memory_json(const MemoryBreakdown& m) {
@@ -35,7 +37,12 @@ json result_to_json(const Result& r) {
                  {"capacity_bytes", r.capacity_bytes},
                  {"fits", r.fits},
                  {"breakdown_bytes", memory_json(r.memory)}};
-  j["network"] = {{"bytes_per_step_per_gpu", {{"intra_node", r.intra_bytes_per_gpu}, {"inter_node", r.inter_bytes_per_gpu}}}};
+  j["memory"]["host_bytes_per_node"] = r.host_bytes_per_node;
+  j["memory"]["host_capacity_bytes"] = r.scenario.cluster.host.memory_bytes;
+  j["memory"]["host_fits"] = r.host_fits;
+  if (!r.offload_note.empty()) j["memory"]["offload_note"] = r.offload_note;
+  j["network"] = {{"bytes_per_step_per_gpu", {{"intra_node", r.intra_bytes_per_gpu}, {"inter_node", r.inter_bytes_per_gpu},
+                                             {"pcie", r.pcie_bytes_per_gpu}}}};
   j["throughput"] = {{"tokens_per_s", r.tokens_per_s},
                      {"model_tflops_per_gpu", r.model_tflops_per_gpu},
                      {"hardware_tflops_per_gpu", r.hardware_tflops_per_gpu},
@@ -62,6 +69,25 @@ json result_to_json(const Result& r) {
                       {"memory_bytes", memory_json(rr.peak)}});
   }
   j["stages"] = stages;
+  if (r.delink) {
+    const Result& ps = *r.delink->pseudo;
+    const RunEstimate& pe = ps.run;
+    j["delink"] = {{"pseudo",
+                    {{"plan", scenario_to_json(ps.scenario)["plan"]},
+                     {"global_batch", ps.scenario.training.global_batch},
+                     {"step_time_s", ps.step_time_s},
+                     {"breakdown_s", breakdown_json(ps.breakdown)},
+                     {"memory", {{"peak_bytes_per_gpu", ps.peak_bytes_per_gpu}, {"fits", ps.fits},
+                                 {"host_bytes_per_node", ps.host_bytes_per_node}, {"breakdown_bytes", memory_json(ps.memory)}}},
+                     {"tokens", pe.tokens}, {"steps", pe.steps}, {"time_s", pe.time_s}, {"gpu_hours", pe.gpu_hours},
+                     {"cost_usd", pe.cost_usd}, {"energy_kwh", pe.energy_kwh}}},
+                   {"delink_s", r.delink->delink_s},
+                   {"delink_bytes_per_gpu", r.delink->delink_bytes_per_gpu},
+                   {"relayout", r.delink->relayout},
+                   {"real", {{"tokens", r.run.tokens}, {"time_s", r.run.time_s}, {"gpu_hours", r.run.gpu_hours}, {"cost_usd", r.run.cost_usd}}},
+                   {"total", {{"tokens", r.delink->tokens}, {"time_s", r.delink->time_s}, {"gpu_hours", r.delink->gpu_hours},
+                              {"cost_usd", r.delink->cost_usd}, {"energy_kwh", r.delink->energy_kwh}}}};
+  }
   j["simulation"] = {{"mode", r.options.full_cluster ? "full" : "symmetric"},
                      {"symmetry_fallback", r.fallback_to_full},
                      {"simulated_ranks", (int)r.ranks.size()},
@@ -87,7 +113,7 @@ static std::string gib(double b) {
 void print_summary(std::ostream& os, const Result& r) {
   const Scenario& sc = r.scenario;
   const Plan& p = sc.plan;
-  char line[256];
+  char line[512];
   os << "trainplan simulate: " << sc.name << "\n";
   std::snprintf(line, sizeof line, "  model %s (%lld layers, hidden %lld, %lld heads)  cluster %s (%d x %d %s)\n",
                 sc.model.name.c_str(), sc.model.layers, sc.model.hidden, sc.model.heads, sc.cluster.name.c_str(),
@@ -98,7 +124,16 @@ void print_summary(std::ostream& os, const Result& r) {
                 "SP %s, recompute %s, ZeRO-%d\n",
                 p.dp, p.tp, p.pp, p.gpus(), schedule_name(p.schedule), p.virtual_stages, p.microbatch,
                 p.num_microbatches, p.sequence_parallel ? "on" : "off", recompute_name(p.recompute), p.zero);
-  os << line << "\n";
+  os << line;
+  if (p.tp_mode != TpMode::d1 || p.grad_accumulation != GradAccumulation::standard || p.offload.on() || p.ep > 1 ||
+      sc.model.moe.experts > 0) {
+    std::snprintf(line, sizeof line, "  tensor %s (q=%d), %s accumulation, offload %s, ep %d%s\n", tp_mode_name(p.tp_mode),
+                  p.tp_q(), grad_accumulation_name(p.grad_accumulation), offload_kind_name(p.offload.kind), p.ep,
+                  sc.model.moe.experts > 0 ? (", MoE " + std::to_string(sc.model.moe.experts) + " experts top-" +
+                                              std::to_string(sc.model.moe.top_k)).c_str() : "");
+    os << line;
+  }
+  os << "\n";
   os << "Step time  " << fmt_time(r.step_time_s) << "   (breakdown of pipeline stage "
      << r.ranks[r.breakdown_rank].stage << ")\n";
   const Breakdown& b = r.breakdown;
@@ -113,6 +148,8 @@ void print_summary(std::ostream& os, const Result& r) {
   row("pp comm exposed", b.pp_comm_exposed);
   row("dp comm exposed", b.dp_comm_exposed);
   row("optimizer", b.optimizer);
+  if (b.ep_comm_exposed > 0) row("ep comm exposed", b.ep_comm_exposed);
+  if (b.offload_stall > 0 || p.offload.on()) row("offload stall", b.offload_stall);
   os << "\nMemory per GPU (peak " << gib(r.peak_bytes_per_gpu) << " of " << gib(r.capacity_bytes) << ": "
      << (r.fits ? "fits" : "DOES NOT FIT — memory wall") << ")\n";
   const MemoryBreakdown& m = r.memory;
@@ -121,8 +158,15 @@ void print_summary(std::ostream& os, const Result& r) {
     std::snprintf(line, sizeof line, "  %-18s %12s\n", name, gib(v).c_str());
     os << line;
   }
-  std::snprintf(line, sizeof line, "\nNetwork per GPU per step  intra-node %s, inter-node %s\n",
-                gib(r.intra_bytes_per_gpu).c_str(), gib(r.inter_bytes_per_gpu).c_str());
+  if (p.offload.on()) {
+    std::snprintf(line, sizeof line, "  host memory per node %s of %s%s\n", gib(r.host_bytes_per_node).c_str(),
+                  gib(sc.cluster.host.memory_bytes).c_str(), r.host_fits ? "" : " — DOES NOT FIT");
+    os << line;
+  }
+  if (!r.offload_note.empty()) os << "  chunked offload: " << r.offload_note << "\n";
+  std::snprintf(line, sizeof line, "\nNetwork per GPU per step  intra-node %s, inter-node %s%s%s\n",
+                gib(r.intra_bytes_per_gpu).c_str(), gib(r.inter_bytes_per_gpu).c_str(),
+                r.pcie_bytes_per_gpu > 0 ? ", PCIe " : "", r.pcie_bytes_per_gpu > 0 ? gib(r.pcie_bytes_per_gpu).c_str() : "");
   os << line;
   std::snprintf(line, sizeof line, "Throughput  %.0f tokens/s, %.1f model TFLOP/s per GPU (%.1f with recompute), MFU %.1f%%\n",
                 r.tokens_per_s, r.model_tflops_per_gpu, r.hardware_tflops_per_gpu, 100 * r.mfu);
@@ -136,6 +180,20 @@ void print_summary(std::ostream& os, const Result& r) {
   std::snprintf(line, sizeof line, "  time to train %s, %.3g GPU-hours, $%.3g, %.3g kWh\n", fmt_time(e.time_s).c_str(),
                 e.gpu_hours, e.cost_usd, e.energy_kwh);
   os << line;
+  if (r.delink) {
+    const Result& ps = *r.delink->pseudo;
+    std::snprintf(line, sizeof line,
+                  "\nPseudo-to-Real  pseudo phase (%d unique layers, dp %d x tp %d x pp %d, batch %lld): step %s, peak %s (%s), "
+                  "%.3g tokens in %s\n",
+                  sc.delink.unique_layers, ps.scenario.plan.dp, ps.scenario.plan.tp, ps.scenario.plan.pp,
+                  ps.scenario.training.global_batch, fmt_time(ps.step_time_s).c_str(), gib(ps.peak_bytes_per_gpu).c_str(),
+                  ps.fits ? "fits" : "does not fit", ps.run.tokens, fmt_time(ps.run.time_s).c_str());
+    os << line;
+    std::snprintf(line, sizeof line, "  delink %s%s; real phase %.3g tokens in %s; total %s, %.3g GPU-hours, $%.3g\n",
+                  fmt_time(r.delink->delink_s).c_str(), r.delink->relayout ? " (re-layout)" : "", r.run.tokens,
+                  fmt_time(r.run.time_s).c_str(), fmt_time(r.delink->time_s).c_str(), r.delink->gpu_hours, r.delink->cost_usd);
+    os << line;
+  }
   std::snprintf(line, sizeof line, "\n(simulated %d ranks%s, %lld events, %.1f ms)\n", (int)r.ranks.size(),
                 r.fallback_to_full ? " — every rank: this layout is not symmetric" : "", r.events, r.wall_s * 1e3);
   os << line;

@@ -17,9 +17,22 @@
 
 namespace tp {
 
-enum Lane { kLaneCompute = 0, kLanePpFwd = 1, kLanePpBwd = 2, kLaneDp = 3, kLanes = 4 };
+// Lanes per simulated rank: compute stream; pipeline sends (fwd, bwd); data-parallel gradient reductions;
+// ZeRO-3 parameter gathers (prefetched, their own stream); PCIe host->device and device->host copies (full
+// duplex, offload); the host CPU's work for this GPU (CPU Adam, at the GPU's share of host memory bandwidth).
+enum Lane {
+  kLaneCompute = 0, kLanePpFwd = 1, kLanePpBwd = 2, kLaneDp = 3, kLaneZero = 4, kLaneH2D = 5, kLaneD2H = 6,
+  kLaneHost = 7, kLanes = 8
+};
 
-enum class TaskKind : uint8_t { fwd, bwd, optimizer, p2p_fwd, p2p_bwd, dp_reduce, dp_gather, embed_reduce };
+// zero_gather: ZeRO-3 parameter all-gather before a layer run; h2d / d2h: PCIe copies (offload: parameter
+// loads, gradient stores, chunk moves); host_adam: the optimizer step on the host CPU; shared_reduce:
+// all-reduce of weight-shared layers' gradients across the pipeline stages that share them (delink pseudo).
+enum class TaskKind : uint8_t {
+  fwd, bwd, optimizer, p2p_fwd, p2p_bwd, dp_reduce, dp_gather, embed_reduce, zero_gather, h2d, d2h, host_adam,
+  shared_reduce
+};
+const char* task_kind_name(TaskKind k);
 
 // What a task is (kept small: costs of compute tasks are derived on demand by task_cost()).
 struct TaskInfo {
@@ -28,22 +41,38 @@ struct TaskInfo {
   int model_chunk = 0, mb = 0, bucket = 0;
   int layer_lo = 0, layer_hi = 0;     // compute covers layers [layer_lo, layer_hi)
   int peer = -1;                      // p2p: receiver's global rank
-  double optimizer_s = 0;             // optimizer task duration
+  double optimizer_s = 0;             // optimizer, h2d, d2h and host_adam task duration
+  double pcie_bytes = 0;              // h2d / d2h: bytes copied
+  bool expert = false;                // dp collectives: over the expert-data-parallel group (MoE experts)
   TierBytes sent;                     // comm tasks: payload bytes their rank sends, by tier
 };
 
 // Derived cost of a forward / backward compute task (zero for other kinds).
 struct TaskCost {
-  double duration_s = 0, compute_s = 0, recompute_s = 0, tp_s = 0, flops = 0;
+  double duration_s = 0, compute_s = 0, recompute_s = 0, tp_s = 0, ep_s = 0, flops = 0;
   TierBytes tp_bytes;           // TP collective payload its rank sends
   double stored_bytes = 0;      // activations stored by a forward / released by a backward piece
   double transient_bytes = 0;   // extra live while it runs
 };
 TaskCost task_cost(const CostModel& cm, const TaskInfo& ti);
+long long moe_layers_between(const CostModel& cm, long long lo, long long hi);  // MoE layers among [lo, hi)
 
 struct RankStatic {
   double weights_bytes = 0, gradients_bytes = 0, optimizer_bytes = 0, buffers_bytes = 0;
   double params = 0;  // parameters held (before ZeRO sharding of optimizer state)
+  double host_bytes = 0;  // host memory for this GPU's offloaded state
+  double pcie_bytes = 0;  // PCIe bytes per step (both directions)
+};
+
+// Memory held between two task events on one rank: from the start (or end) of `from` to the end of `to`.
+// Categories follow MemoryBreakdown: gathered / loaded parameters are weights, transient gradients are
+// gradients.
+enum class MemCat : uint8_t { weights = 0, gradients = 1, buffers = 2 };
+struct MemHold {
+  int rank = 0, from = 0, to = 0;
+  bool from_start = true;
+  double bytes = 0;
+  MemCat cat = MemCat::weights;
 };
 
 struct Program {
@@ -52,6 +81,8 @@ struct Program {
   std::vector<int> sim_global;      // simulated rank -> global rank
   std::vector<int> sim_stage;       // simulated rank -> pipeline stage
   std::vector<RankStatic> statics;  // per simulated rank
+  std::vector<MemHold> holds;       // transient memory (ZeRO-3 gathers, offload loads, unreduced gradients)
+  std::string offload_note;         // chunked offload: why it does not fit, when it does not
   std::shared_ptr<const Topology> topo;  // shared: built once per cluster shape (topology_for)
   CostModel cm;
   bool full = false;

@@ -13,7 +13,11 @@ namespace tp {
 
 static double overlap(double a0, double a1, double b0, double b1) { return std::max(0.0, std::min(a1, b1) - std::max(a0, b0)); }
 
-static bool is_dp(TaskKind k) { return k == TaskKind::dp_reduce || k == TaskKind::dp_gather || k == TaskKind::embed_reduce; }
+static bool is_dp(TaskKind k) {
+  return k == TaskKind::dp_reduce || k == TaskKind::dp_gather || k == TaskKind::embed_reduce ||
+         k == TaskKind::zero_gather || k == TaskKind::shared_reduce;
+}
+static bool is_offload(TaskKind k) { return k == TaskKind::h2d || k == TaskKind::d2h || k == TaskKind::host_adam; }
 
 static Breakdown rank_breakdown(const Program& pg, const EngineOutput& eo, int r, double step) {
   Breakdown bd;
@@ -34,6 +38,8 @@ static Breakdown rank_breakdown(const Program& pg, const EngineOutput& eo, int r
         bd.bubble += gap - pp;
       } else if (crit >= 0 && is_dp(pg.info[crit].kind)) {
         bd.dp_comm_exposed += gap;
+      } else if (crit >= 0 && is_offload(pg.info[crit].kind)) {
+        bd.offload_stall += gap;
       } else {
         bd.bubble += gap;
       }
@@ -45,21 +51,27 @@ static Breakdown rank_breakdown(const Program& pg, const EngineOutput& eo, int r
       bd.compute += tc.compute_s;
       bd.recompute += tc.recompute_s;
       bd.tp_comm_exposed += tc.tp_s;
+      bd.ep_comm_exposed += tc.ep_s;
     }
     prev = eo.end_s[t];
   }
-  // Tail: the rank's own DP work after its last compute delays the rank itself (dp exposed); the rest is
-  // waiting for other ranks to finish the step (bubble).
-  double own_end = prev;
-  for (int t : pg.in.lane_order[r * kLanes + kLaneDp]) own_end = std::max(own_end, eo.end_s[t]);
-  bd.dp_comm_exposed += own_end - prev;
-  bd.bubble += std::max(0.0, step - own_end);
+  // Tail: the rank's own DP work after its last compute delays the rank itself (dp exposed), then its own
+  // offload work (host Adam, copies back); the rest is waiting for other ranks to finish the step (bubble).
+  double dp_end = prev, off_end = prev;
+  for (int lane : {kLaneDp, kLaneZero})
+    for (int t : pg.in.lane_order[r * kLanes + lane]) dp_end = std::max(dp_end, eo.end_s[t]);
+  for (int lane : {kLaneH2D, kLaneD2H, kLaneHost})
+    for (int t : pg.in.lane_order[r * kLanes + lane]) off_end = std::max(off_end, eo.end_s[t]);
+  bd.dp_comm_exposed += dp_end - prev;
+  bd.offload_stall += std::max(0.0, off_end - dp_end);
+  bd.bubble += std::max(0.0, step - std::max(dp_end, off_end));
   return bd;
 }
 
-struct MemEvent { double t; int order; double d_act, d_transient; };
+struct MemEvent { double t; int order; double d_act, d_transient; int cat = -1; };
 
-static void rank_memory(const Program& pg, const EngineOutput& eo, int r, RankResult& rr, bool keep) {
+static void rank_memory(const Program& pg, const EngineOutput& eo, int r, const std::vector<int>& holds, RankResult& rr,
+                        bool keep) {
   const RankStatic& st = pg.statics[r];
   std::vector<MemEvent> ev;
   for (int t : pg.in.lane_order[r * kLanes + kLaneCompute]) {
@@ -73,25 +85,76 @@ static void rank_memory(const Program& pg, const EngineOutput& eo, int r, RankRe
     if (tc.stored_bytes > 0)
       ev.push_back({eo.end_s[t], 0, ti.kind == TaskKind::fwd ? tc.stored_bytes : -tc.stored_bytes, 0});
   }
+  for (int hi : holds) {  // gathered / loaded parameters, unreduced gradients
+    const MemHold& h = pg.holds[hi];
+    ev.push_back({h.from_start ? eo.start_s[h.from] : eo.end_s[h.from], 1, 0, 0, (int)h.cat});
+    ev.back().d_transient = h.bytes;
+    ev.push_back({eo.end_s[h.to], 0, 0, -h.bytes, (int)h.cat});
+  }
   std::stable_sort(ev.begin(), ev.end(), [](const MemEvent& a, const MemEvent& b) {
     return a.t != b.t ? a.t < b.t : a.order < b.order;
   });
   double base = st.weights_bytes + st.gradients_bytes + st.optimizer_bytes + st.buffers_bytes;
   double act = 0, tr = 0, best = -1, best_act = 0, best_tr = 0, stored_peak = 0;
+  double held[3] = {0, 0, 0}, best_held[3] = {0, 0, 0};  // MemCat: weights, gradients, buffers
   if (keep) rr.memory.push_back({0, base});
   for (const MemEvent& e : ev) {
     act += e.d_act;
-    tr += e.d_transient;
+    if (e.cat >= 0) held[e.cat] += e.d_transient;
+    else tr += e.d_transient;
+    double dyn = act + tr + held[0] + held[1] + held[2];
     stored_peak = std::max(stored_peak, act);
-    if (act + tr > best) { best = act + tr; best_act = act; best_tr = tr; }
-    if (keep) rr.memory.push_back({e.t, base + act + tr});
+    if (dyn > best) {
+      best = dyn; best_act = act; best_tr = tr;
+      for (int k = 0; k < 3; ++k) best_held[k] = held[k];
+    }
+    if (keep) rr.memory.push_back({e.t, base + dyn});
   }
-  rr.peak.weights = st.weights_bytes;
-  rr.peak.gradients = st.gradients_bytes;
+  rr.peak.weights = st.weights_bytes + best_held[0];
+  rr.peak.gradients = st.gradients_bytes + best_held[1];
   rr.peak.optimizer = st.optimizer_bytes;
   rr.peak.activations = std::max(0.0, best_act + best_tr);
-  rr.peak.buffers = st.buffers_bytes;
+  rr.peak.buffers = st.buffers_bytes + best_held[2];
   rr.stored_peak_bytes = stored_peak;
+  rr.host_bytes = st.host_bytes;
+  rr.pcie_bytes = st.pcie_bytes;
+}
+
+// Pseudo-to-Real: simulate the pseudo phase with its own plan and batch, cost the delink, sum the phases.
+// Delinking copies the shared weight groups' weights and optimizer state into every layer: each GPU writes
+// its real-phase model states (GPU part at HBM bandwidth, host part at its share of host memory bandwidth);
+// when the pseudo plan lays the model out differently, the states also cross the network once (at the
+// GPU's share of its node's NIC bandwidth).
+static void add_delink(Result& res, const SimOptions& opt) {
+  const Scenario& sc = res.scenario;
+  auto d = std::make_shared<Result::DelinkPhases>();
+  SimOptions po = opt;
+  po.keep_memory_timeline = false;
+  d->pseudo = std::make_shared<Result>(simulate(pseudo_phase(sc), po));
+  const Cluster& c = sc.cluster;
+  double gpu_state = res.memory.weights + res.memory.gradients + res.memory.optimizer, host_state = 0;
+  for (const RankResult& rr : res.ranks) host_state = std::max(host_state, rr.host_bytes);
+  d->delink_bytes_per_gpu = gpu_state + host_state;
+  d->delink_s = gpu_state / c.gpu.hbm_bandwidth_bytes_per_s;
+  if (host_state > 0 && c.host.memory_bandwidth_bytes_per_s > 0)
+    d->delink_s += host_state / (c.host.memory_bandwidth_bytes_per_s / std::min(sc.plan.gpus(), c.gpus_per_node));
+  Plan pp = sc.delink.plan ? *sc.delink.plan : sc.plan;
+  d->relayout = pp.dp != sc.plan.dp || pp.tp != sc.plan.tp || pp.pp != sc.plan.pp || pp.tp_mode != sc.plan.tp_mode ||
+                pp.ep != sc.plan.ep || pp.schedule != sc.plan.schedule || pp.virtual_stages != sc.plan.virtual_stages;
+  if (d->relayout && sc.plan.gpus() > c.gpus_per_node) {
+    double nic_per_gpu = c.inter.nics_per_node * c.inter.nic_bandwidth_bytes_per_s / c.gpus_per_node;
+    d->delink_s += d->delink_bytes_per_gpu / nic_per_gpu;
+  }
+  const RunEstimate& a = d->pseudo->run;
+  const RunEstimate& b = res.run;
+  int gpus_real = sc.plan.gpus();
+  double delink_gpu_h = d->delink_s * gpus_real / 3600;
+  d->time_s = a.time_s + d->delink_s + b.time_s;
+  d->gpu_hours = a.gpu_hours + delink_gpu_h + b.gpu_hours;
+  d->cost_usd = a.cost_usd + delink_gpu_h * c.price_per_gpu_hour_usd + b.cost_usd;
+  d->energy_kwh = a.energy_kwh + delink_gpu_h * c.power_per_gpu_w / 1000 + b.energy_kwh;
+  d->tokens = a.tokens + b.tokens;
+  res.delink = d;
 }
 
 Result simulate(const Scenario& sc, const SimOptions& opt) {
@@ -122,6 +185,8 @@ Result simulate(const Scenario& sc, const SimOptions& opt) {
   res.events = eo.events;
 
   const int R = pg.in.ranks;
+  std::vector<std::vector<int>> holds_of(R);
+  for (size_t i = 0; i < pg.holds.size(); ++i) holds_of[pg.holds[i].rank].push_back((int)i);
   double busiest = -1, latest = -1, mem_peak = -1;
   double sent_intra = 0, sent_inter = 0, hw_flops = 0;
   for (int r = 0; r < R; ++r) {
@@ -129,12 +194,13 @@ Result simulate(const Scenario& sc, const SimOptions& opt) {
     rr.global_rank = pg.sim_global[r];
     rr.stage = pg.sim_stage[r];
     rr.breakdown = rank_breakdown(pg, eo, r, res.step_time_s);
-    rank_memory(pg, eo, r, rr, opt.keep_memory_timeline);
+    rank_memory(pg, eo, r, holds_of[r], rr, opt.keep_memory_timeline);
     // Headline breakdown: the rank that finishes last (it sets the step time); ties -> the busiest.
     double own_end = 0;
     for (int lane = 0; lane < kLanes; ++lane)
       for (int t : pg.in.lane_order[r * kLanes + lane]) own_end = std::max(own_end, eo.end_s[t]);
-    double busy = rr.breakdown.compute + rr.breakdown.recompute + rr.breakdown.tp_comm_exposed + rr.breakdown.optimizer;
+    double busy = rr.breakdown.compute + rr.breakdown.recompute + rr.breakdown.tp_comm_exposed + rr.breakdown.optimizer +
+                  rr.breakdown.ep_comm_exposed;
     if (own_end > latest + 1e-12 || (own_end > latest - 1e-12 && busy > busiest + 1e-12)) {
       latest = std::max(latest, own_end);
       busiest = busy;
@@ -142,6 +208,8 @@ Result simulate(const Scenario& sc, const SimOptions& opt) {
       res.breakdown_rank = r;
     }
     if (rr.peak.total() > mem_peak) { mem_peak = rr.peak.total(); res.memory = rr.peak; }
+    res.host_bytes_per_node = std::max(res.host_bytes_per_node, rr.host_bytes * std::min(sc.plan.gpus(), sc.cluster.gpus_per_node));
+    res.pcie_bytes_per_gpu = std::max(res.pcie_bytes_per_gpu, rr.pcie_bytes);
     res.ranks.push_back(std::move(rr));
   }
   for (size_t t = 0; t < pg.info.size(); ++t) {
@@ -154,7 +222,9 @@ Result simulate(const Scenario& sc, const SimOptions& opt) {
   res.inter_bytes_per_gpu = sent_inter / R;
   res.peak_bytes_per_gpu = mem_peak;
   res.capacity_bytes = sc.cluster.gpu.hbm_bytes;
-  res.fits = mem_peak <= res.capacity_bytes;
+  res.host_fits = res.host_bytes_per_node <= sc.cluster.host.memory_bytes;
+  res.offload_note = pg.offload_note;
+  res.fits = mem_peak <= res.capacity_bytes && res.host_fits && pg.offload_note.empty();
 
   const Plan& p = sc.plan;
   const int gpus = p.gpus();
@@ -170,6 +240,7 @@ Result simulate(const Scenario& sc, const SimOptions& opt) {
   double n_nonembed = (double)m.layers * layer_params_full(m);
   res.run = estimate_run(n_nonembed, batch_tokens, sc.training.tokens, res.step_time_s, gpus,
                          sc.cluster.price_per_gpu_hour_usd, sc.cluster.power_per_gpu_w);
+  if (sc.delink.on()) add_delink(res, opt);
   res.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return res;
 }

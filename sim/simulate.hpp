@@ -2,6 +2,7 @@
 // then derives the step-time breakdown, the memory timeline and its peak, network volume per tier,
 // throughput and MFU, and the run estimate. Result is what `simulate --json` and `--trace` write.
 #pragma once
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -10,11 +11,14 @@
 
 namespace tp {
 
+// Where one rank's step time goes. dp_comm_exposed includes ZeRO-3 parameter gathers; ep_comm_exposed is the
+// MoE all-to-alls; offload_stall is waiting for PCIe copies or the host CPU (loads, gradient stores, CPU Adam).
 struct Breakdown {
   double compute = 0, recompute = 0, bubble = 0, tp_comm_exposed = 0, pp_comm_exposed = 0, dp_comm_exposed = 0,
-         optimizer = 0;
+         optimizer = 0, ep_comm_exposed = 0, offload_stall = 0;
   double total() const {
-    return compute + recompute + bubble + tp_comm_exposed + pp_comm_exposed + dp_comm_exposed + optimizer;
+    return compute + recompute + bubble + tp_comm_exposed + pp_comm_exposed + dp_comm_exposed + optimizer +
+           ep_comm_exposed + offload_stall;
   }
 };
 
@@ -30,6 +34,8 @@ struct RankResult {
   Breakdown breakdown;
   MemoryBreakdown peak;        // at the moment of the rank's peak
   double stored_peak_bytes = 0;  // peak of stored activations alone (Korthikanti's measure)
+  double host_bytes = 0;         // host memory for this GPU's offloaded state
+  double pcie_bytes = 0;         // PCIe bytes per step, both directions
   std::vector<MemSample> memory;  // timeline (bytes in use)
 };
 
@@ -54,8 +60,21 @@ struct Result {
   long long events = 0;
   bool fallback_to_full = false;  // symmetric mode was asked for but the layout is not symmetric
   double wall_s = 0;  // time the simulation itself took
+  double host_bytes_per_node = 0;  // offloaded state in host memory per node (busiest stage's GPUs)
+  double pcie_bytes_per_gpu = 0;   // per step, both directions (busiest stage)
+  bool host_fits = true;           // host_bytes_per_node <= the node's host memory
+  std::string offload_note;        // chunked offload: why the chunks do not fit, when they do not
   Program prog;       // kept for the trace
   EngineOutput eo;
+  // Pseudo-to-Real (plan.delink): the pseudo phase's own simulation, the one-time delink, and the totals.
+  struct DelinkPhases {
+    std::shared_ptr<struct Result> pseudo;
+    double delink_s = 0;           // copying weights and optimizer state into L independent layers
+    double delink_bytes_per_gpu = 0;
+    bool relayout = false;         // the pseudo plan differs from the real one: states move over the network
+    double time_s = 0, gpu_hours = 0, cost_usd = 0, energy_kwh = 0, tokens = 0;  // pseudo + delink + real
+  };
+  std::shared_ptr<DelinkPhases> delink;  // null unless the scenario delinks
 };
 
 Result simulate(const Scenario& sc, const SimOptions& opt = {});

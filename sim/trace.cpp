@@ -7,13 +7,20 @@
 
 namespace tp {
 
-enum TraceTid { kTidStep = 0, kTidCompute = 1, kTidTp = 2, kTidPpFwd = 3, kTidPpBwd = 4, kTidDp = 5 };
+enum TraceTid {
+  kTidStep = 0, kTidCompute = 1, kTidTp = 2, kTidPpFwd = 3, kTidPpBwd = 4, kTidDp = 5, kTidZero = 6, kTidH2D = 7,
+  kTidD2H = 8, kTidHost = 9, kTidEp = 10, kTids = 11
+};
 
 static int tid_of_lane(int lane) {
   switch (lane) {
     case kLaneCompute: return kTidCompute;
     case kLanePpFwd: return kTidPpFwd;
     case kLanePpBwd: return kTidPpBwd;
+    case kLaneZero: return kTidZero;
+    case kLaneH2D: return kTidH2D;
+    case kLaneD2H: return kTidD2H;
+    case kLaneHost: return kTidHost;
     default: return kTidDp;
   }
 }
@@ -35,9 +42,12 @@ static double emit_pass(Emitter& em, const PassCost& pc, const std::string& pref
   for (const Op& op : pc.ops) {
     const char* ps = op.recompute ? "recompute" : pass;
     std::string name = part_op_name(prefix, ps, op.name, mb);
-    if (op.cls == OpClass::tp_comm) {
-      if (op.hidden_s > 0) em.x(name, "tp", kTidTp, t - op.hidden_s, op.hidden_s + op.time_s, {{"bytes", op.bytes}, {"overlapped_s", op.hidden_s}});
-      else if (op.time_s > 0) em.x(name, "tp", kTidTp, t, op.time_s, {{"bytes", op.bytes}});
+    if (op.cls == OpClass::tp_comm || op.cls == OpClass::ep_comm) {
+      bool ep = op.cls == OpClass::ep_comm;
+      int tid = ep ? kTidEp : kTidTp;
+      const char* cat = ep ? "ep" : "tp";
+      if (op.hidden_s > 0) em.x(name, cat, tid, t - op.hidden_s, op.hidden_s + op.time_s, {{"bytes", op.bytes}, {"overlapped_s", op.hidden_s}});
+      else if (op.time_s > 0) em.x(name, cat, tid, t, op.time_s, {{"bytes", op.bytes}});
     } else {
       em.x(name, op_class_name(op.cls), kTidCompute, t, op.time_s, {{"flops", op.flops}, {"bytes", op.bytes}});
     }
@@ -57,6 +67,7 @@ json trace_to_json(const Result& r, TraceDetail detail) {
   if (detail == TraceDetail::op && layer_tasks * (pg.cm.layer_bwd.ops.size() + 4) > 3000000) detail = TraceDetail::layer;
   if (detail == TraceDetail::layer && layer_tasks > 3000000) detail = TraceDetail::chunk;
 
+  auto moe_layer = [&](int l) { return moe_layers_between(pg.cm, l, l + 1) > 0; };
   for (int rk = 0; rk < R; ++rk) {
     int g = pg.sim_global[rk];
     Emitter em{ev, 1000 + g};
@@ -64,8 +75,8 @@ json trace_to_json(const Result& r, TraceDetail detail) {
     std::snprintf(pname, sizeof pname, "rank %d — sim (stage %d)", g, pg.sim_stage[rk]);
     ev.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", em.pid}, {"args", {{"name", pname}}}});
     ev.push_back({{"name", "process_sort_index"}, {"ph", "M"}, {"pid", em.pid}, {"args", {{"sort_index", 2 * g + 1}}}});
-    const char* tnames[] = {"step", "compute", "tp", "pp.fwd", "pp.bwd", "dp"};
-    for (int t = 0; t < 6; ++t) {
+    const char* tnames[] = {"step", "compute", "tp", "pp.fwd", "pp.bwd", "dp", "zero", "pcie.h2d", "pcie.d2h", "host", "ep"};
+    for (int t = 0; t < kTids; ++t) {
       ev.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", em.pid}, {"tid", t}, {"args", {{"name", tnames[t]}}}});
       ev.push_back({{"name", "thread_sort_index"}, {"ph", "M"}, {"pid", em.pid}, {"tid", t}, {"args", {{"sort_index", t}}}});
     }
@@ -94,11 +105,11 @@ json trace_to_json(const Result& r, TraceDetail detail) {
             };
             if (fwd) {
               if (ti.embed) tt = part(pg.cm.embed_fwd, "embed");
-              for (int l = ti.layer_lo; l < ti.layer_hi; ++l) tt = part(pg.cm.layer_fwd, part_name(l));
+              for (int l = ti.layer_lo; l < ti.layer_hi; ++l) tt = part(moe_layer(l) ? pg.cm.moe_fwd : pg.cm.layer_fwd, part_name(l));
               if (ti.head) tt = part(pg.cm.head_fwd, "head");
             } else {
               if (ti.head) tt = part(pg.cm.head_bwd, "head");
-              for (int l = ti.layer_hi - 1; l >= ti.layer_lo; --l) tt = part(pg.cm.layer_bwd, part_name(l));
+              for (int l = ti.layer_hi - 1; l >= ti.layer_lo; --l) tt = part(moe_layer(l) ? pg.cm.moe_bwd : pg.cm.layer_bwd, part_name(l));
               if (ti.embed) tt = part(pg.cm.embed_bwd, "embed");
             }
             break;
@@ -116,15 +127,35 @@ json trace_to_json(const Result& r, TraceDetail detail) {
           }
           case TaskKind::dp_reduce:
           case TaskKind::dp_gather:
-          case TaskKind::embed_reduce: {
+          case TaskKind::embed_reduce:
+          case TaskKind::shared_reduce:
+          case TaskKind::zero_gather: {
             const char* what = ti.kind == TaskKind::dp_gather ? "dp.allgather.params"
                                : ti.kind == TaskKind::embed_reduce ? "dp.allreduce.embedding"
+                               : ti.kind == TaskKind::shared_reduce ? "pp.allreduce.shared_layers"
+                               : ti.kind == TaskKind::zero_gather ? "zero.allgather"
                                : (r.scenario.plan.zero >= 1 ? "dp.reducescatter" : "dp.allreduce");
-            if (ti.kind == TaskKind::dp_reduce) std::snprintf(name, sizeof name, "%s.C%02d.b%d", what, ti.model_chunk, ti.bucket);
-            else std::snprintf(name, sizeof name, "%s", what);
-            em.x(name, "dp", kTidDp, eo.transfer_s[t], t1 - eo.transfer_s[t], {{"bytes", ti.sent.intra + ti.sent.inter}});
+            const char* ex = ti.expert ? ".experts" : "";
+            if (ti.kind == TaskKind::dp_reduce) std::snprintf(name, sizeof name, "%s%s.C%02d.b%d", what, ex, ti.model_chunk, ti.bucket);
+            else if (ti.kind == TaskKind::zero_gather)
+              std::snprintf(name, sizeof name, "%s%s.L%02d-L%02d.mb%d", what, ex, ti.layer_lo, ti.layer_hi - 1, ti.mb);
+            else std::snprintf(name, sizeof name, "%s%s", what, ex);
+            em.x(name, ti.kind == TaskKind::zero_gather ? "zero" : "dp", tid_of_lane(lane), eo.transfer_s[t],
+                 t1 - eo.transfer_s[t], {{"bytes", ti.sent.intra + ti.sent.inter}});
             break;
           }
+          case TaskKind::h2d:
+          case TaskKind::d2h: {
+            const char* dir = ti.kind == TaskKind::h2d ? "pcie.h2d" : "pcie.d2h";
+            if (ti.layer_hi > ti.layer_lo)
+              std::snprintf(name, sizeof name, "%s.L%02d-L%02d.mb%d", dir, ti.layer_lo, ti.layer_hi - 1, ti.mb);
+            else std::snprintf(name, sizeof name, "%s.mb%d", dir, ti.mb);
+            em.x(name, "offload", tid_of_lane(lane), t0, t1 - t0, {{"bytes", ti.pcie_bytes}});
+            break;
+          }
+          case TaskKind::host_adam:
+            em.x("host.adam", "offload", kTidHost, t0, t1 - t0);
+            break;
         }
       }
     }

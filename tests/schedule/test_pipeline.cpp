@@ -83,3 +83,43 @@ TEST(Pipeline, StageLayoutAndNames) {
   EXPECT_EQ(part_op_name("head", "bwd", "lm_head.dgrad", 0), "head.bwd.lm_head.dgrad.mb0");
   EXPECT_EQ(p2p_op_name(2, 3, Pass::fwd, 3), "pp.send.s2-s3.fwd.mb3");
 }
+
+// Layered gradient accumulation: breadth-first, chunks ascending forward then descending backward.
+TEST(Pipeline, BreadthFirstOrder) {
+  EXPECT_EQ(render(breadth_first_order(2, 3)), "F0.0 F0.1 F0.2 F1.0 F1.1 F1.2 B1.0 B1.1 B1.2 B0.0 B0.1 B0.2 ");
+}
+
+TEST(Pipeline, ModularAndLayeredLayouts) {
+  Plan p;
+  p.pp = 4;
+  p.num_microbatches = 8;
+  // Modular: looping one-layer chunks, layer l on stage l mod pp.
+  p.schedule = Schedule::modular;
+  p.virtual_stages = 4;  // 16 layers / 4 stages
+  StageLayout mod = stage_layout(p, 16);
+  EXPECT_TRUE(mod.looping);
+  EXPECT_EQ(mod.layers_per_chunk(), 1);
+  for (long long l = 0; l < 16; ++l) EXPECT_EQ(mod.stage_of((int)l), (int)(l % 4));
+  // Standard accumulation runs Megatron's interleaved order on it.
+  for (int s = 0; s < 4; ++s)
+    EXPECT_EQ(render(plan_order(p, 16, s)), render(pipeline_order(Schedule::interleaved, 4, 4, 8, s)));
+  // Layered accumulation: breadth-first over the 4 local one-layer chunks.
+  p.grad_accumulation = GradAccumulation::layered;
+  EXPECT_EQ(render(plan_order(p, 16, 2)), render(breadth_first_order(4, 8)));
+  // Layered on contiguous (gpipe) stages: one-layer chunks, stage s holds layers [4s, 4s + 4).
+  p.schedule = Schedule::gpipe;
+  p.virtual_stages = 1;
+  StageLayout con = stage_layout(p, 16);
+  EXPECT_FALSE(con.looping);
+  EXPECT_EQ(con.v, 4);
+  EXPECT_EQ(con.first_layer(1, 0), 4);
+  EXPECT_EQ(con.first_layer(1, 3), 7);
+  EXPECT_EQ(con.stage_of(7), 1);
+  EXPECT_EQ(con.local_chunk(7), 3);
+  EXPECT_TRUE(con.has_head(3, 3));
+  EXPECT_TRUE(con.has_embedding(0, 0));
+  EXPECT_EQ(render(plan_order(p, 16, 1)), render(breadth_first_order(4, 8)));
+  // Every (chunk, micro-batch) runs exactly once per pass.
+  auto order = plan_order(p, 16, 0);
+  EXPECT_EQ(order.size(), (size_t)2 * 4 * 8);
+}

@@ -1,0 +1,153 @@
+// chunk_offload: PatrickStar chunked offload in the step program. See chunk_offload.hpp.
+// Tensors per layer (module order, per GPU after tensor parallelism): QKV, projection, fc1, fc2 weights
+// (a MoE layer: its router and two weights per local expert instead of fc1 / fc2), then the layer's small
+// tensors (biases, norms) as one tensor; the embedding first and the head last on the stages that hold them.
+#include "chunk_offload.hpp"
+
+#include <algorithm>
+
+#include "chunks.hpp"
+
+namespace tp {
+
+using detail::Run;
+
+ChunkPlan plan_chunk_offload(const Scenario& sc, Program& prog, detail::Builder& B, int r,
+                             const std::vector<Run>& runs, const detail::Params& held) {
+  (void)held;
+  const Plan& p = sc.plan;
+  const Transformer& M = sc.model;
+  const CostModel& cm = prog.cm;
+  const double e = precision_bytes(sc.training.precision);
+  const double master = e < 4 ? 4 : 0;
+  const int s = prog.sim_stage[r];
+  const StageLayout lay = stage_layout(p, M.layers);
+  const long long Lc = lay.layers_per_chunk();
+  const double shard_tp = (double)p.tp;  // 1D: tp ranks; 2D: q * q
+  const double h = (double)M.hidden, f = (double)M.ffn_hidden, kvd = (double)M.kv_heads * M.head_dim();
+  const double f_in = M.activation == Activation::swiglu ? 2 * f : f;
+
+  // Parts: 0 = embedding, 1 + i = the i-th local layer (ascending), last = head.
+  std::vector<long long> local_layers;
+  for (int c = 0; c < lay.v; ++c)
+    for (long long l = lay.first_layer(s, c); l < lay.first_layer(s, c) + Lc; ++l) local_layers.push_back(l);
+  std::sort(local_layers.begin(), local_layers.end());
+  const bool has_embed = s == lay.stage_of(0), has_head = s == lay.stage_of(lay.num_model_chunks() - 1);
+  auto part_of_layer = [&](long long l) {
+    return 1 + (int)(std::lower_bound(local_layers.begin(), local_layers.end(), l) - local_layers.begin());
+  };
+  const int head_part = 1 + (int)local_layers.size();
+
+  ChunkSimInput in;
+  in.parts = head_part + 1;
+  auto tensor = [&](double elements, int part) {
+    if (elements <= 0) return;
+    in.tensor_elements.push_back(elements);
+    in.tensor_part.push_back(part);
+  };
+  if (has_embed) tensor(cm.embed_params, 0);
+  for (long long l : local_layers) {
+    int part = part_of_layer(l);
+    double qkv = h * (h + 2 * kvd) / shard_tp, proj = h * h / shard_tp;
+    tensor(qkv, part);
+    tensor(proj, part);
+    double big = qkv + proj;
+    double total = cm.layer_params;
+    if (M.is_moe_layer(l)) {
+      total = cm.moe_params;
+      long long local_experts = M.moe.experts / p.ep;
+      double per_expert = cm.moe_expert_params / (double)std::max(1LL, local_experts);
+      tensor(h * (double)M.moe.experts, part);  // router
+      big += h * (double)M.moe.experts;
+      for (long long x = 0; x < local_experts; ++x) {
+        tensor(per_expert * f_in / (f_in + f), part);
+        tensor(per_expert * f / (f_in + f), part);
+      }
+      big += cm.moe_expert_params;
+    } else {
+      tensor(h * f_in / shard_tp, part);
+      tensor(f * h / shard_tp, part);
+      big += (h * f_in + f * h) / shard_tp;
+    }
+    tensor(std::max(0.0, total - big), part);  // biases and norms
+  }
+  if (has_head) tensor(cm.head_params, head_part);
+  in.chunk_elements = p.offload.chunk_elements;
+  in.world = p.dp > 1 ? p.dp : 1;
+  in.rank = rank_coord(p, prog.sim_global[r]).dp;
+  in.hbm_bytes = sc.cluster.gpu.hbm_bytes;
+  in.gpu_memory_fraction = p.offload.gpu_memory_fraction;
+  in.warmup_chunk_fraction = p.offload.warmup_chunk_fraction;
+  in.hybrid_adam_margin = p.offload.hybrid_adam_margin;
+  in.param_bytes = e;
+  in.os_bytes = master + 8;
+
+  // Moments (one per run, then ADAM) and the non-model memory a warm-up step records at each: activations
+  // stored so far plus the accessing piece's working set, plus pipeline buffers.
+  double buffers = p.pp > 1 ? 4 * e * (double)p.microbatch * sc.training.seq_len * M.hidden / p.tp : 0;
+  double stored = 0;
+  size_t next_run = 0;
+  const std::vector<int>& lane = prog.in.lane_order[r * kLanes + kLaneCompute];
+  for (int t : lane) {
+    const TaskInfo& ti = prog.info[t];
+    if (ti.kind != TaskKind::fwd && ti.kind != TaskKind::bwd) continue;
+    TaskCost tc = task_cost(cm, ti);
+    if (next_run < runs.size() && runs[next_run].first == t) {
+      const Run& ru = runs[next_run++];
+      std::vector<int> parts;
+      if (ru.embed && has_embed) parts.push_back(0);
+      for (long long l = ru.lo; l < ru.hi; ++l) parts.push_back(part_of_layer(l));
+      if (ru.head && has_head) parts.push_back(head_part);
+      in.moments.push_back(parts);
+      in.moment_is_adam.push_back(0);
+      in.nonmodel_bytes.push_back(buffers + stored + tc.transient_bytes + (ti.kind == TaskKind::fwd ? tc.stored_bytes : 0));
+    }
+    stored += ti.kind == TaskKind::fwd ? tc.stored_bytes : -tc.stored_bytes;
+  }
+  in.moments.push_back({});
+  in.moment_is_adam.push_back(1);
+  in.nonmodel_bytes.push_back(buffers);
+
+  ChunkSimResult cr = simulate_chunks(in);
+
+  // Moves happen synchronously when a run accesses its chunks: evictions (D2H) then loads (H2D), after the
+  // previous run and before this one.
+  auto pcie_task = [&](int lane_id, TaskKind kind, double bytes, int after, int before, int mb) {
+    TaskInfo ti;
+    ti.kind = kind;
+    ti.mb = mb;
+    ti.pcie_bytes = bytes;
+    ti.optimizer_s = bytes / sc.cluster.host.pcie_bandwidth_bytes_per_s;
+    int id = B.add_task(r, lane_id, ti.optimizer_s, -1, ti);
+    if (after >= 0) prog.in.edges.push_back({after, id});
+    if (before >= 0) prog.in.edges.push_back({id, before});
+    return id;
+  };
+  for (size_t k = 0; k < runs.size(); ++k) {
+    int prev = k > 0 ? runs[k - 1].last : -1;
+    int mb = prog.info[runs[k].first].mb;
+    int d2h = -1;
+    if (cr.d2h_bytes[k] > 0) d2h = pcie_task(kLaneD2H, TaskKind::d2h, cr.d2h_bytes[k], prev, runs[k].first, mb);
+    if (cr.h2d_bytes[k] > 0) {
+      int h2d = pcie_task(kLaneH2D, TaskKind::h2d, cr.h2d_bytes[k], prev, runs[k].first, mb);
+      if (d2h >= 0) prog.in.edges.push_back({d2h, h2d});
+    }
+  }
+  ChunkPlan out;
+  int last_bwd = runs.empty() ? -1 : runs.back().last;
+  size_t adam = runs.size();
+  double adam_out = cr.adam_d2h_bytes + (adam < cr.d2h_bytes.size() ? cr.d2h_bytes[adam] : 0);
+  if (adam_out > 0) out.adam_deps.push_back(pcie_task(kLaneD2H, TaskKind::d2h, adam_out, last_bwd, -1, 0));
+  out.adam_h2d_bytes = cr.adam_h2d_bytes + (adam < cr.h2d_bytes.size() ? cr.h2d_bytes[adam] : 0);
+  out.gpu_adam_params = cr.gpu_adam_elements;
+  out.cpu_adam_params = cr.cpu_adam_elements;
+  out.gpu_chunk_bytes = cr.peak_gpu_chunk_bytes;
+  out.gpu_os_bytes = cr.gpu_os_bytes;
+  out.comm_buffer_bytes = 0;  // a reservation inside the chunk budget; gathered payloads are in gpu_chunk_bytes
+  out.host_bytes = cr.host_bytes;
+  out.fits = cr.fits;
+  out.why = cr.why;
+  return out;
+}
+
+}  // namespace tp

@@ -1,0 +1,241 @@
+// chunks: PatrickStar's chunk manager for one data-parallel rank (layout, warm-up trace, Belady eviction,
+// hybrid Adam). Conventions and invariants are documented in chunks.hpp. Everything here is deterministic:
+// loops run in chunk-id order and ties go to the lowest chunk id.
+#include "sim/chunks.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <limits>
+#include <stdexcept>
+
+namespace tp {
+namespace {
+
+void check(bool ok, const char* what) {
+  if (!ok) throw std::invalid_argument(std::string("simulate_chunks: ") + what);
+}
+
+void add_chunk(ChunkLayout& L, double capacity, bool dummy) {
+  L.chunk_elements.push_back(capacity);
+  L.used_elements.push_back(0);
+  L.is_dummy.push_back(dummy ? 1 : 0);
+  L.parts_of_chunk.emplace_back();
+}
+
+}  // namespace
+
+ChunkLayout layout_chunks(const ChunkSimInput& in) {
+  check(in.tensor_elements.size() == in.tensor_part.size(), "tensor_elements and tensor_part sizes differ");
+  check(in.chunk_elements > 0, "chunk_elements must be positive");
+  check(in.world >= 1 && in.rank >= 0 && in.rank < in.world, "need world >= 1 and 0 <= rank < world");
+  ChunkLayout L;
+  const double cap = static_cast<double>(in.chunk_elements);
+  bool open = false;  // the last chunk can take more tensors
+  for (size_t t = 0; t < in.tensor_elements.size(); ++t) {
+    const double e = in.tensor_elements[t];
+    const int part = in.tensor_part[t];
+    check(e >= 0, "negative tensor size");
+    check(part >= 0 && part < in.parts, "tensor_part out of range");
+    if (e > cap) {  // a chunk of its own, sized to the tensor
+      add_chunk(L, e, false);
+      open = false;
+    } else if (!open || L.used_elements.back() + e > cap) {
+      add_chunk(L, cap, false);
+      open = true;
+    }
+    const int c = static_cast<int>(L.chunk_elements.size()) - 1;
+    L.used_elements[c] += e;
+    L.chunk_of_tensor.push_back(c);
+    auto& ps = L.parts_of_chunk[c];
+    if (std::find(ps.begin(), ps.end(), part) == ps.end()) ps.push_back(part);
+  }
+  for (auto& ps : L.parts_of_chunk) std::sort(ps.begin(), ps.end());
+  while (L.chunk_elements.size() % static_cast<size_t>(in.world) != 0) add_chunk(L, cap, true);
+  return L;
+}
+
+ChunkSimResult simulate_chunks(const ChunkSimInput& in) {
+  const ChunkLayout L = layout_chunks(in);
+  const int T = static_cast<int>(in.moments.size());
+  check(in.moment_is_adam.size() == in.moments.size(), "moment_is_adam size differs from moments");
+  check(in.nonmodel_bytes.size() == in.moments.size(), "nonmodel_bytes size differs from moments");
+  const int n = static_cast<int>(L.chunk_elements.size());
+  const int W = in.world;
+  const double pb = in.param_bytes;
+  const double E = static_cast<double>(in.chunk_elements);
+  const double overall = in.gpu_memory_fraction * in.hbm_bytes;
+  auto fp16 = [&](int c) { return L.chunk_elements[c] * pb; };
+  auto is_local = [&](int c) { return c % W == in.rank && !L.is_dummy[c]; };
+
+  ChunkSimResult r;
+  r.padded_chunks = n;
+  std::vector<int> local;
+  for (int c = 0; c < n; ++c) {
+    if (!L.is_dummy[c]) ++r.chunks;
+    if (!is_local(c)) continue;
+    local.push_back(c);
+    r.local_param_elements += L.used_elements[c];
+    r.local_fp16_bytes += fp16(c);
+  }
+  r.local_chunks = static_cast<int>(local.size());
+  r.comm_buffer_bytes = W > 1 ? W * E * pb : 0.0;
+
+  // Groups touched by each part, then per moment: the needed local chunks and the transient payload bytes.
+  std::vector<std::vector<int>> groups_of_part(in.parts);
+  for (int c = 0; c < n; ++c)
+    for (int p : L.parts_of_chunk[c]) {
+      auto& g = groups_of_part[p];
+      if (g.empty() || g.back() != c / W) g.push_back(c / W);
+    }
+  std::vector<std::vector<int>> needed(T);
+  std::vector<double> transient(T, 0.0);
+  std::vector<std::vector<int>> trace(n);  // moments at which each local chunk is accessed (warm-up trace)
+  for (int k = 0; k < T; ++k) {
+    if (in.moment_is_adam[k]) continue;
+    std::vector<int> groups;
+    for (int p : in.moments[k]) {
+      check(p >= 0 && p < in.parts, "moment part out of range");
+      groups.insert(groups.end(), groups_of_part[p].begin(), groups_of_part[p].end());
+    }
+    std::sort(groups.begin(), groups.end());
+    groups.erase(std::unique(groups.begin(), groups.end()), groups.end());
+    for (int g : groups)
+      for (int c = g * W; c < (g + 1) * W; ++c) {
+        if (is_local(c)) {
+          needed[k].push_back(c);
+          trace[c].push_back(k);
+        } else {
+          transient[k] += fp16(c);
+        }
+      }
+  }
+
+  // fits: the COMPUTE chunks of a moment alone must fit next to its non-model memory.
+  for (int k = 0; k < T && r.fits; ++k) {
+    double compute = transient[k];
+    for (int c : needed[k]) compute += fp16(c);
+    const double avail = overall - in.nonmodel_bytes[k];
+    if (compute > avail) {
+      r.fits = false;
+      r.unfit_moment = k;
+      char buf[256];
+      std::snprintf(buf, sizeof buf,
+                    "moment %d: COMPUTE chunks (%.4g GB) exceed overall GPU memory - non-model (%.4g GB) by "
+                    "%.4g GB",
+                    k, compute / 1e9, avail / 1e9, (compute - avail) / 1e9);
+      r.why = buf;
+    }
+  }
+
+  // Hybrid Adam: the first local chunks whose optimizer state fits in the margin go to the GPU.
+  double max_nonmodel = 0;
+  for (double b : in.nonmodel_bytes) max_nonmodel = std::max(max_nonmodel, b);
+  const double margin = overall - max_nonmodel - r.local_fp16_bytes;
+  const double allowance = std::max(0.0, margin) * in.hybrid_adam_margin;
+  std::vector<char> os_gpu(n, 0);
+  for (int c : local) {
+    const double os = L.chunk_elements[c] * in.os_bytes;
+    if (r.gpu_os_bytes + os > allowance) break;
+    os_gpu[c] = 1;
+    r.gpu_os_bytes += os;
+    ++r.os_chunks_on_gpu;
+  }
+
+  // Budgets of the warm-up and the steady steps.
+  std::vector<double> warm(T), steady(T);
+  for (int k = 0; k < T; ++k) {
+    if (in.moment_is_adam[k]) {
+      warm[k] = overall - 16 * E;
+      steady[k] = overall - 16 * E - r.gpu_os_bytes;
+    } else {
+      warm[k] = in.warmup_chunk_fraction * overall;
+      const double next = in.nonmodel_bytes[(k + 1) % T];
+      steady[k] = std::min(overall - in.nonmodel_bytes[k], overall - next) - r.comm_buffer_bytes - r.gpu_os_bytes;
+    }
+  }
+  r.budget_bytes = steady;
+
+  // Belady key: next access of c after moment k (wrap: T + first access; never: 2T).
+  auto next_use = [&](int c, int k) {
+    const auto& tr = trace[c];
+    auto it = std::upper_bound(tr.begin(), tr.end(), k);
+    if (it != tr.end()) return *it;
+    return tr.empty() ? 2 * T : T + tr.front();
+  };
+
+  std::vector<char> on_gpu(n, 0);  // local chunks only; all start on the CPU
+  double resident = 0;             // bytes of local chunks on the GPU
+  auto run_step = [&](const std::vector<double>& budget, bool warmup, bool record) {
+    if (record) {
+      r.h2d_bytes.assign(T, 0.0);
+      r.d2h_bytes.assign(T, 0.0);
+      r.gpu_chunk_bytes.assign(T, 0.0);
+      r.host_bytes = r.local_fp16_bytes - resident;
+    }
+    std::vector<char> compute(n, 0);
+    for (int k = 0; k < T; ++k) {
+      double incoming = 0;
+      for (int c : needed[k]) {
+        compute[c] = 1;
+        if (!on_gpu[c]) incoming += fp16(c);
+      }
+      const double spill = std::max(0.0, transient[k] - r.comm_buffer_bytes);
+      while (resident + incoming + spill > budget[k]) {
+        int victim = -1, best = -1;
+        for (int c : local) {
+          if (!on_gpu[c] || compute[c]) continue;
+          const int key = warmup ? 0 : next_use(c, k);
+          if (victim < 0 || key > best) victim = c, best = key;  // strict: ties keep the lowest id
+        }
+        if (victim < 0) break;
+        on_gpu[victim] = 0;
+        resident -= fp16(victim);
+        if (record) {
+          r.moves.push_back({k, victim, false, fp16(victim)});
+          r.d2h_bytes[k] += fp16(victim);
+        }
+      }
+      for (int c : needed[k]) {
+        if (on_gpu[c]) continue;
+        on_gpu[c] = 1;
+        resident += fp16(c);
+        if (record) {
+          r.moves.push_back({k, c, true, fp16(c)});
+          r.h2d_bytes[k] += fp16(c);
+        }
+      }
+      for (int c : needed[k]) compute[c] = 0;
+      if (!record) continue;
+      r.gpu_chunk_bytes[k] = resident + transient[k];
+      r.peak_gpu_chunk_bytes = std::max(r.peak_gpu_chunk_bytes, r.gpu_chunk_bytes[k]);
+      r.host_bytes = std::max(r.host_bytes, r.local_fp16_bytes - resident);
+      if (!in.moment_is_adam[k]) continue;
+      r.adam_chunks.clear();
+      r.adam_d2h_bytes = r.adam_h2d_bytes = 0;
+      for (int c : local) {
+        r.adam_chunks.push_back({c, L.used_elements[c], os_gpu[c] != 0, on_gpu[c] != 0});
+        if (os_gpu[c] != on_gpu[c]) {  // grads to the OS device, updated params back
+          r.adam_d2h_bytes += fp16(c);
+          r.adam_h2d_bytes += fp16(c);
+        }
+      }
+    }
+  };
+  run_step(warm, true, false);     // step 0: warm-up (the access trace is known from the moments)
+  run_step(steady, false, false);  // step 1
+  run_step(steady, false, true);   // step 2: reported
+
+  for (int c : local) {
+    if (os_gpu[c]) {
+      r.gpu_adam_elements += L.used_elements[c];
+    } else {
+      r.cpu_adam_elements += L.used_elements[c];
+      r.host_bytes += L.chunk_elements[c] * in.os_bytes;
+    }
+  }
+  if (r.adam_chunks.empty())  // no ADAM moment: report where the chunks are at the end of the step
+    for (int c : local) r.adam_chunks.push_back({c, L.used_elements[c], os_gpu[c] != 0, on_gpu[c] != 0});
+  return r;
+}
+
+}  // namespace tp
