@@ -66,10 +66,11 @@ Cluster read_cluster(const json& v, const std::string& path, Issues& issues) {
       c.host.memory_bytes = hr.req_num("memory_bytes", 0);
       c.host.pcie_bandwidth_bytes_per_s = hr.req_num("pcie_bandwidth_bytes_per_s", 1);
       c.host.cpu_cores = (int)hr.opt_int("cpu_cores", 1, 1, 100000);
-      hr.finish({"memory_bytes", "pcie_bandwidth_bytes_per_s", "cpu_cores"});
+      c.host.memory_bandwidth_bytes_per_s = hr.opt_num("memory_bandwidth_bytes_per_s", 0, 1);
+      hr.finish({"memory_bytes", "pcie_bandwidth_bytes_per_s", "cpu_cores", "memory_bandwidth_bytes_per_s"});
     }
   } else {
-    issues.add(r.at("host"), "missing; expected {memory_bytes, pcie_bandwidth_bytes_per_s, cpu_cores}");
+    issues.add(r.at("host"), "missing; expected {memory_bytes, pcie_bandwidth_bytes_per_s, cpu_cores, memory_bandwidth_bytes_per_s}");
   }
   c.price_per_gpu_hour_usd = r.opt_num("price_per_gpu_hour_usd", 0, 0);
   c.power_per_gpu_w = r.opt_num("power_per_gpu_w", c.gpu.power_w, 0);
@@ -81,7 +82,7 @@ Cluster read_cluster(const json& v, const std::string& path, Issues& issues) {
 json cluster_to_json(const Cluster& c) {
   static const char* fabrics[] = {"nvswitch", "nvlink", "pcie"};
   static const char* topos[] = {"fat_tree", "rail_optimized"};
-  return {{"name", c.name},
+  json j = {{"name", c.name},
           {"gpu", gpu_to_json(c.gpu)},
           {"nodes", c.nodes},
           {"gpus_per_node", c.gpus_per_node},
@@ -104,6 +105,8 @@ json cluster_to_json(const Cluster& c) {
             {"cpu_cores", c.host.cpu_cores}}},
           {"price_per_gpu_hour_usd", c.price_per_gpu_hour_usd},
           {"power_per_gpu_w", c.power_per_gpu_w}};
+  if (c.host.memory_bandwidth_bytes_per_s > 0) j["host"]["memory_bandwidth_bytes_per_s"] = c.host.memory_bandwidth_bytes_per_s;
+  return j;
 }
 
 }  // namespace tp

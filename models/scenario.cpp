@@ -1,7 +1,11 @@
 // scenario: top-level scenario parsing and cross-field validation. See scenario.hpp.
 #include "scenario.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
+#include <set>
+#include <sstream>
 
 #include "catalog.hpp"
 
@@ -48,6 +52,7 @@ int Plan::tp_q() const {
 Scenario pseudo_phase(const Scenario& sc) {
   Scenario ps = sc;
   if (sc.delink.plan) ps.plan = *sc.delink.plan;
+  else ps.plan.offload = Offload{};  // the shared-weight model is small: no offload unless its plan says so
   ps.plan.shared_layers = sc.delink.unique_layers;
   if (sc.delink.global_batch > 0) ps.training.global_batch = sc.delink.global_batch;
   ps.training.tokens = sc.delink.tokens;
@@ -56,9 +61,6 @@ Scenario pseudo_phase(const Scenario& sc) {
   ps.name = sc.name + ".pseudo";
   return ps;
 }
-
-static const char* kLater = "arrives with the seeds' techniques (2D tensor parallelism, layered accumulation, "
-                            "modular pipelines, ZeRO-2/3, offload, MoE, delinking)";
 
 static Training read_training(const json& v, const Transformer& m, Issues& issues) {
   Training t;
@@ -81,86 +83,263 @@ static Training read_training(const json& v, const Transformer& m, Issues& issue
   return t;
 }
 
-static Plan read_plan(const json& v, Issues& issues) {
+static std::string s(long long x) { return std::to_string(x); }
+static std::string num_text(double x) {
+  std::ostringstream o;
+  o << x;
+  return o.str();
+}
+
+// A number in (lo, hi] (lo excluded: fractions, positive sizes); hi >= 1e300 means no upper bound.
+static double read_open_num(Reader& r, const std::string& key, double dflt, double lo, double hi, bool required) {
+  std::string want = hi >= 1e300 ? "a number > " + num_text(lo) : "a number in (" + num_text(lo) + ", " + num_text(hi) + "]";
+  if (required && r.ok() && !r.has(key)) {
+    r.issues->add(r.at(key), "missing; expected " + want);
+    return dflt;
+  }
+  const json* v = r.get(key);
+  if (!v) return dflt;
+  double x = v->is_number() ? v->get<double>() : 0;
+  if (!v->is_number() || !std::isfinite(x) || x <= lo || x > hi) {
+    r.issues->add_got(r.at(key), x > hi && hi >= 1e300 ? want + " and <= 1e+300" : want, *v);
+    return dflt;
+  }
+  return x;
+}
+
+static Offload read_offload(const json& v, const std::string& path, Issues& is) {
+  Offload o;
+  Reader r(v, path, is);
+  if (!r.ok()) return o;
+  size_t before = is.messages.size();
+  int kind = r.req_enum("kind", {"optimizer", "granular", "chunked"});
+  if (is.messages.size() != before) return o;  // without a valid kind its other keys cannot be checked
+  o.kind = (OffloadKind)(kind + 1);
+  if (o.kind == OffloadKind::granular) {
+    const json* layers = r.get("layers");
+    if (layers && r.has("fraction")) {
+      is.add(path, "expected exactly one of \"layers\" (layer indices) and \"fraction\" (share of the layers), got both");
+    } else if (!layers && !r.has("fraction")) {
+      is.add(path, "offload \"granular\" needs \"layers\" (layer indices) or \"fraction\" (share of the layers, in (0, 1])");
+    }
+    if (layers && (!layers->is_array() || layers->empty())) {
+      is.add_got(r.at("layers"), "a non-empty array of layer indices", *layers);
+    } else if (layers) {
+      std::set<int> seen;
+      for (size_t i = 0; i < layers->size(); ++i) {
+        const json& e = (*layers)[i];
+        std::string at = r.at("layers") + "[" + std::to_string(i) + "]";
+        double d = e.is_number() ? e.get<double>() : -1;
+        if (!e.is_number() || !std::isfinite(d) || std::floor(d) != d || d < 0 || d > 1e6) {
+          is.add_got(at, "a layer index (an integer >= 0)", e);
+        } else if (!seen.insert((int)d).second) {
+          is.add(at, "expected distinct layer indices, got " + s((long long)d) + " twice");
+        }
+      }
+      o.layers.assign(seen.begin(), seen.end());  // sorted, unique
+    }
+    o.fraction = read_open_num(r, "fraction", 0, 0, 1, false);
+    o.experts_only = r.opt_enum("target", {"layers", "experts"}, 0) == 1;
+    o.prefetch_layers = (int)r.opt_int("prefetch_layers", 1, 1, 100000);
+    r.finish({"kind", "layers", "fraction", "target", "prefetch_layers"});
+  } else if (o.kind == OffloadKind::chunked) {
+    o.chunk_elements = r.opt_int("chunk_elements", 64LL << 20, 1, 1LL << 40);
+    o.gpu_memory_fraction = read_open_num(r, "gpu_memory_fraction", 0.8, 0, 1, false);
+    o.warmup_chunk_fraction = read_open_num(r, "warmup_chunk_fraction", 0.1, 0, 1, false);
+    o.hybrid_adam_margin = r.opt_num("hybrid_adam_margin", 0.8, 0, 1);
+    r.finish({"kind", "chunk_elements", "gpu_memory_fraction", "warmup_chunk_fraction", "hybrid_adam_margin"});
+  } else {
+    r.finish({"kind"});
+  }
+  return o;
+}
+
+static Plan read_plan(const json& v, const std::string& path, Issues& issues, Delink* delink);
+
+static Delink read_delink(const json& v, const std::string& path, Issues& is) {
+  Delink d;
+  Reader r(v, path, is);
+  if (!r.ok()) return d;
+  d.unique_layers = (int)r.req_int("unique_layers", 1, 100000);
+  d.tokens = read_open_num(r, "tokens", 0, 0, 1e300, true);
+  d.global_batch = r.opt_int("global_batch", 0, 1, 1LL << 40);
+  if (const json* p = r.get("plan")) d.plan = std::make_shared<Plan>(read_plan(*p, r.at("plan"), is, nullptr));
+  r.finish({"unique_layers", "tokens", "global_batch", "plan"});
+  return d;
+}
+
+// Reads a plan object at `path`; plan.delink goes to `delink` (null: a pseudo phase's plan, where it is not allowed).
+// A modular schedule without virtual_stages gets virtual_stages 0, resolved to layers / pp by validate_plan.
+static Plan read_plan(const json& v, const std::string& path, Issues& issues, Delink* delink) {
   Plan p;
-  Reader r(v, "$.plan", issues);
+  Reader r(v, path, issues);
   if (!r.ok()) return p;
   p.dp = (int)r.req_int("dp", 1, 1 << 24);
   p.tp = (int)r.req_int("tp", 1, 1 << 16);
   p.pp = (int)r.req_int("pp", 1, 1 << 16);
   p.virtual_stages = (int)r.opt_int("virtual_stages", 1, 1, 1 << 16);
   p.microbatch = r.opt_int("microbatch", 1, 1, 1LL << 30);
-  if (const json* s = r.get("schedule")) {
-    if (s->is_string() && s->get<std::string>() == "modular") {
-      issues.add(r.at("schedule"), std::string("\"modular\" is not supported yet (") + kLater + ")");
-    } else {
-      r.seen.erase("schedule");
-      p.schedule = (Schedule)r.opt_enum("schedule", {"gpipe", "1f1b", "interleaved"}, 1);
-    }
-  } else {
-    p.schedule = p.virtual_stages > 1 ? Schedule::interleaved : Schedule::one_f_one_b;
-  }
+  p.schedule = (Schedule)r.opt_enum("schedule", {"gpipe", "1f1b", "interleaved", "modular"},
+                                    p.virtual_stages > 1 ? (int)Schedule::interleaved : (int)Schedule::one_f_one_b);
+  if (p.schedule == Schedule::modular && !r.has("virtual_stages")) p.virtual_stages = 0;
   p.sequence_parallel = r.opt_bool("sequence_parallel", false);
   p.recompute = (Recompute)r.opt_enum("recompute", {"none", "selective", "full"}, 0);
-  if (const json* z = r.get("zero")) {
-    if (z->is_number_integer() && (z->get<long long>() == 2 || z->get<long long>() == 3)) {
-      issues.add(r.at("zero"), "ZeRO stage " + std::to_string(z->get<long long>()) + " is not supported yet (" + kLater +
-                                   "); expected 0 or 1");
-    } else {
-      r.seen.erase("zero");
-      p.zero = (int)r.opt_int("zero", 0, 0, 1);
-    }
-  }
+  p.zero = (int)r.opt_int("zero", 0, 0, 3);
   p.overlap_grad_reduce = r.opt_bool("overlap_grad_reduce", true);
-  r.not_yet({"tp_mode", "grad_accumulation", "offload", "delink", "ep"}, kLater);
-  r.finish({"dp", "tp", "pp", "virtual_stages", "microbatch", "schedule", "sequence_parallel", "recompute", "zero",
-            "overlap_grad_reduce"});
+  p.tp_mode = (TpMode)r.opt_enum("tp_mode", {"1d", "2d"}, 0);
+  p.grad_accumulation = (GradAccumulation)r.opt_enum("grad_accumulation", {"standard", "layered"}, 0);
+  if (const json* o = r.get("offload")) p.offload = read_offload(*o, r.at("offload"), issues);
+  p.ep = (int)r.opt_int("ep", 1, 1, 1 << 24);
+  std::vector<std::string> keys = {"dp", "tp", "pp", "virtual_stages", "microbatch", "schedule", "sequence_parallel",
+                                   "recompute", "zero", "overlap_grad_reduce", "tp_mode", "grad_accumulation",
+                                   "offload", "ep"};
+  if (const json* d = r.get("delink")) {
+    if (delink) *delink = read_delink(*d, r.at("delink"), issues);
+    else issues.add(r.at("delink"), "not allowed in a pseudo phase's plan (a pseudo phase cannot be delinked again)");
+  }
+  if (delink) keys.push_back("delink");
+  r.finish(keys);
   return p;
 }
 
-static std::string s(long long x) { return std::to_string(x); }
-
-void validate_plan(const Transformer& m, const Cluster& c, const Training& t, Plan& p, Issues& is) {
-  if (m.heads > 0 && m.heads % p.tp != 0) is.add("$.plan.tp", "must divide the model's heads (" + s(m.heads) + "), got " + s(p.tp));
-  else if (m.kv_heads > 0 && m.kv_heads % p.tp != 0)
-    is.add("$.plan.tp", "must divide the model's kv_heads (" + s(m.kv_heads) + "), got " + s(p.tp));
-  if (m.ffn_hidden > 0 && m.ffn_hidden % p.tp != 0)
-    is.add("$.plan.tp", "must divide the model's ffn_hidden (" + s(m.ffn_hidden) + "), got " + s(p.tp));
+void validate_plan(const Transformer& m, const Cluster& c, const Training& t, Plan& p, Issues& is,
+                   const std::string& plan_path, const std::string& batch_path, const std::string& cluster_path) {
+  auto at = [&](const char* key) { return plan_path + "." + key; };
+  // Tensor parallelism.
+  if (p.tp_mode == TpMode::d2) {
+    int q = p.tp_q();
+    if (q * q != p.tp) {
+      is.add(at("tp"), "tp_mode \"2d\" needs tp = q x q GPUs on a square grid (1, 4, 9, 16, ...), got " + s(p.tp));
+    } else {
+      std::string side = "tp_mode \"2d\": the grid side q = " + s(q) + " (tp = q x q) must divide the model's ";
+      if (m.heads > 0 && m.heads % q != 0) is.add(at("tp"), side + "heads (" + s(m.heads) + ")");
+      else if (m.kv_heads > 0 && m.kv_heads % q != 0) is.add(at("tp"), side + "kv_heads (" + s(m.kv_heads) + ")");
+      else if (m.hidden > 0 && m.hidden % q != 0) is.add(at("tp"), side + "hidden (" + s(m.hidden) + ")");
+      if (m.ffn_hidden > 0 && m.ffn_hidden % q != 0) is.add(at("tp"), side + "ffn_hidden (" + s(m.ffn_hidden) + ")");
+      if (p.microbatch % q != 0)
+        is.add(at("microbatch"), "tp_mode \"2d\" splits each micro-batch over the q = " + s(q) +
+                                     " grid rows, so it must be divisible by " + s(q) + ", got " + s(p.microbatch));
+    }
+    if (p.sequence_parallel)
+      is.add(at("sequence_parallel"), "not allowed with tp_mode \"2d\" (its activations are already partitioned over the grid)");
+  } else {
+    if (m.heads > 0 && m.heads % p.tp != 0) is.add(at("tp"), "must divide the model's heads (" + s(m.heads) + "), got " + s(p.tp));
+    else if (m.kv_heads > 0 && m.kv_heads % p.tp != 0)
+      is.add(at("tp"), "must divide the model's kv_heads (" + s(m.kv_heads) + "), got " + s(p.tp));
+    if (m.ffn_hidden > 0 && m.ffn_hidden % p.tp != 0)
+      is.add(at("tp"), "must divide the model's ffn_hidden (" + s(m.ffn_hidden) + "), got " + s(p.tp));
+    if (p.sequence_parallel && t.seq_len % p.tp != 0)
+      is.add(at("sequence_parallel"), "needs tp (" + s(p.tp) + ") to divide seq_len (" + s(t.seq_len) + ")");
+  }
+  // Pipeline. modular without virtual_stages: one layer per model chunk.
+  if (p.virtual_stages <= 0)
+    p.virtual_stages = p.schedule == Schedule::modular && m.layers > 0 && m.layers % p.pp == 0 ? (int)(m.layers / p.pp) : 1;
   if (m.layers > 0 && m.layers % p.pp != 0)
-    is.add("$.plan.pp", "must divide the model's layers (" + s(m.layers) + "), got " + s(p.pp));
+    is.add(at("pp"), "must divide the model's layers (" + s(m.layers) + "), got " + s(p.pp));
   else if (m.layers > 0 && m.layers % ((long long)p.pp * p.virtual_stages) != 0)
-    is.add("$.plan.virtual_stages", "pp x virtual_stages (" + s((long long)p.pp * p.virtual_stages) +
-                                        ") must divide the model's layers (" + s(m.layers) + ")");
+    is.add(at("virtual_stages"), "pp x virtual_stages (" + s((long long)p.pp * p.virtual_stages) +
+                                     ") must divide the model's layers (" + s(m.layers) + ")");
   if (p.schedule == Schedule::interleaved && p.virtual_stages < 2)
-    is.add("$.plan.schedule", "\"interleaved\" needs virtual_stages >= 2, got " + s(p.virtual_stages));
-  if (p.schedule == Schedule::interleaved && p.pp < 2) is.add("$.plan.schedule", "\"interleaved\" needs pp >= 2");
-  if (p.schedule != Schedule::interleaved && p.virtual_stages > 1)
-    is.add("$.plan.virtual_stages", "virtual_stages > 1 needs schedule \"interleaved\", got \"" +
-                                        std::string(schedule_name(p.schedule)) + "\"");
+    is.add(at("schedule"), "\"interleaved\" needs virtual_stages >= 2, got " + s(p.virtual_stages));
+  if (p.schedule == Schedule::interleaved && p.pp < 2) is.add(at("schedule"), "\"interleaved\" needs pp >= 2");
+  if (p.schedule == Schedule::modular && p.pp < 2) is.add(at("schedule"), "\"modular\" needs pp >= 2, got " + s(p.pp));
+  if (p.schedule != Schedule::interleaved && p.schedule != Schedule::modular && p.virtual_stages > 1)
+    is.add(at("virtual_stages"), "virtual_stages > 1 needs schedule \"interleaved\" or \"modular\", got \"" +
+                                     std::string(schedule_name(p.schedule)) + "\"");
+  if (p.grad_accumulation == GradAccumulation::layered && p.pp > 1 && p.schedule != Schedule::gpipe &&
+      p.schedule != Schedule::modular)
+    is.add(at("grad_accumulation"), "\"layered\" with pp > 1 needs schedule \"gpipe\" or \"modular\", got \"" +
+                                        std::string(schedule_name(p.schedule)) +
+                                        "\": layered accumulation runs every micro-batch through a layer before the "
+                                        "next, so it cannot interleave micro-batches as 1f1b/interleaved do; use gpipe "
+                                        "(contiguous stages) or modular (looping)");
+  // Expert parallelism.
+  if (p.ep > 1) {
+    if (m.moe.experts <= 0) is.add(at("ep"), "expert parallelism needs a mixture-of-experts model (model.moe)");
+    else if (m.moe.experts % p.ep != 0)
+      is.add(at("ep"), "must divide the model's experts (" + s(m.moe.experts) + "), got " + s(p.ep));
+    if (p.dp % p.ep != 0)
+      is.add(at("ep"), "must divide dp (" + s(p.dp) + "), got " + s(p.ep) + ": expert-parallel groups lie inside the data-parallel group");
+  }
+  // Offload.
+  Offload& o = p.offload;
+  if (o.on() && !(c.host.memory_bandwidth_bytes_per_s > 0))
+    is.add(cluster_path + ".host.memory_bandwidth_bytes_per_s",
+           "missing; offload (" + at("offload") + " \"" + offload_kind_name(o.kind) +
+               "\") needs the host's memory bandwidth in bytes/s to cost the host-side optimizer and copies");
+  if (o.kind == OffloadKind::granular) {
+    if (o.experts_only && m.moe.experts <= 0)
+      is.add(at("offload.target"), "\"experts\" needs a mixture-of-experts model (model.moe)");
+    if (o.fraction > 0 && m.layers > 0) {  // evenly spread: layer l iff floor((l + 1) f) > floor(l f)
+      o.layers.clear();
+      for (long long l = 0; l < m.layers; ++l)
+        if (std::floor((l + 1) * o.fraction + 1e-9) > std::floor(l * o.fraction + 1e-9)) o.layers.push_back((int)l);
+      if (o.layers.empty())
+        is.add(at("offload.fraction"), "offloads no layer of the model's " + s(m.layers) + "; expected a fraction >= 1/" +
+                                           s(m.layers) + ", got " + num_text(o.fraction));
+    }
+    for (int l : o.layers)
+      if (m.layers > 0 && l >= m.layers)
+        is.add(at("offload.layers"), "expected layer indices in [0, " + s(m.layers - 1) + "] (the model has " +
+                                         s(m.layers) + " layers), got " + s(l));
+  }
+  if (o.kind == OffloadKind::chunked && p.dp > 1 && p.zero != 3)
+    is.add(at("zero"), "offload \"chunked\" with dp > 1 needs zero 3 (PatrickStar shards chunks over data-parallel "
+                       "ranks like ZeRO-3), got " + s(p.zero));
+  // Cluster and batch.
   long long gpus = (long long)p.dp * p.tp * p.pp;
   if (c.nodes > 0 && gpus > (long long)c.total_gpus())
-    is.add("$.plan", "dp x tp x pp = " + s(gpus) + " GPUs exceeds the cluster's " + s(c.total_gpus()));
-  if (p.sequence_parallel && t.seq_len % p.tp != 0)
-    is.add("$.plan.sequence_parallel", "needs tp (" + s(p.tp) + ") to divide seq_len (" + s(t.seq_len) + ")");
+    is.add(plan_path, "dp x tp x pp = " + s(gpus) + " GPUs exceeds the cluster's " + s(c.total_gpus()));
   long long per = (long long)p.dp * p.microbatch;
   if (t.global_batch > 0 && t.global_batch % per != 0) {
-    is.add("$.training.global_batch", "must be divisible by dp x microbatch = " + s(per) + " to form micro-batches, got " +
-                                          s(t.global_batch));
+    is.add(batch_path, "must be divisible by dp x microbatch = " + s(per) + " to form micro-batches, got " + s(t.global_batch));
   } else if (t.global_batch > 0) {
-    p.num_microbatches = t.global_batch / per;
-    // A simulation holds a few tasks per micro-batch and pipeline chunk: keep it within memory and time.
+    long long nm = p.num_microbatches = t.global_batch / per;
+    // A simulation holds a few tasks per micro-batch and pipeline chunk (per layer where layered accumulation,
+    // ZeRO-2/3 or granular/chunked offload act layer by layer): keep it within memory and time.
     const long long kMaxItems = 5000000;
-    if (p.num_microbatches * p.virtual_stages * (long long)p.pp > kMaxItems)
-      is.add("$.training.global_batch", "gives " + s(p.num_microbatches) + " micro-batches per replica; micro-batches x " +
-                                            "virtual_stages x pp must stay <= " + s(kMaxItems) +
-                                            " to simulate (raise plan.microbatch)");
-    if (p.schedule == Schedule::interleaved && p.pp > 1 && p.num_microbatches % p.pp != 0)
-      is.add("$.plan.microbatch", "the interleaved schedule needs the number of micro-batches (" + s(p.num_microbatches) +
-                                      ") to be a multiple of pp (" + s(p.pp) + ")");
+    bool per_layer = p.grad_accumulation == GradAccumulation::layered || p.zero >= 2 ||
+                     o.kind == OffloadKind::granular || o.kind == OffloadKind::chunked;
+    if (per_layer && nm * std::max(m.layers, 1LL) > kMaxItems)
+      is.add(batch_path, "gives " + s(nm) + " micro-batches per replica; micro-batches x layers must stay <= " +
+                             s(kMaxItems) + " to simulate layer by layer (layered accumulation, ZeRO-2/3, granular or "
+                             "chunked offload; raise " + at("microbatch") + ")");
+    else if (!per_layer && nm * p.virtual_stages * (long long)p.pp > kMaxItems)
+      is.add(batch_path, "gives " + s(nm) + " micro-batches per replica; micro-batches x " +
+                             "virtual_stages x pp must stay <= " + s(kMaxItems) + " to simulate (raise plan.microbatch)");
+    if (p.schedule == Schedule::interleaved && p.pp > 1 && nm % p.pp != 0)
+      is.add(at("microbatch"), "the interleaved schedule needs the number of micro-batches (" + s(nm) +
+                                   ") to be a multiple of pp (" + s(p.pp) + ")");
+    if (p.schedule == Schedule::modular && p.pp > 1) {
+      if (nm < p.pp)
+        is.add(at("microbatch"), "the modular schedule needs at least pp (" + s(p.pp) + ") micro-batches, got " + s(nm));
+      else if (p.grad_accumulation == GradAccumulation::standard && nm % p.pp != 0)
+        is.add(at("microbatch"), "the modular schedule with standard accumulation runs Megatron's interleaved order: it "
+                                 "needs the number of micro-batches (" + s(nm) + ") to be a multiple of pp (" + s(p.pp) + ")");
+    }
   }
   if (c.gpu.matrix_flops_per_s[(int)t.precision] <= 0 && !c.gpu.matrix_efficiency.points.empty())
     is.add("$.training.precision", std::string("the GPU ") + c.gpu.name + " has no " + precision_name(t.precision) +
                                        " support (peak 0 in its profile)");
+}
+
+// plan.delink against the model, and its pseudo phase's plan with its batch.
+static void validate_delink(Scenario& sc, Issues& is, const std::string& cluster_path) {
+  const Delink& d = sc.delink;
+  long long L = sc.model.layers;
+  if (L > 0 && (L % d.unique_layers != 0 || d.unique_layers >= L))
+    is.add("$.plan.delink.unique_layers", "must divide the model's layers (" + s(L) + ") and be smaller, got " + s(d.unique_layers));
+  // Without its own plan and batch the pseudo phase repeats the real plan's checks (less offload): nothing new.
+  if (!d.plan && d.global_batch == 0) return;
+  Training t = sc.training;
+  if (d.global_batch > 0) t.global_batch = d.global_batch;
+  std::string batch_path = d.global_batch > 0 ? "$.plan.delink.global_batch" : "$.training.global_batch";
+  if (d.plan) {
+    validate_plan(sc.model, sc.cluster, t, *d.plan, is, "$.plan.delink.plan", batch_path, cluster_path);
+  } else if (is.empty()) {  // the real plan is fine: only its batch can fail
+    Plan p = pseudo_phase(sc).plan;
+    validate_plan(sc.model, sc.cluster, t, p, is, "$.plan", batch_path, cluster_path);
+  }
 }
 
 Scenario scenario_from_json(const json& v, const std::string& base_dir, const std::string& where) {
@@ -172,13 +351,15 @@ Scenario scenario_from_json(const json& v, const std::string& base_dir, const st
   r.opt_str("about", "");
   if (const json* m = r.get("model")) sc.model = read_transformer(*m, "$.model", base_dir, is);
   else is.add("$.model", "missing; expected a catalog name, an inline model object, or {\"hf_config\": path}");
+  std::string cluster_path = "$.cluster";
   if (const json* c = r.get("cluster")) {
     if (c->is_string()) {
       const json* e = catalog_find("clusters", c->get<std::string>());
       if (!e) {
         is.add_got("$.cluster", "a cluster catalog name (" + catalog_names_text("clusters") + ") or an inline cluster object", *c);
       } else {
-        sc.cluster = read_cluster(*e, "catalog clusters." + c->get<std::string>(), is);
+        cluster_path = "catalog clusters." + c->get<std::string>();
+        sc.cluster = read_cluster(*e, cluster_path, is);
         sc.cluster.name = c->get<std::string>();
       }
     } else {
@@ -190,11 +371,14 @@ Scenario scenario_from_json(const json& v, const std::string& base_dir, const st
   }
   if (const json* t = r.get("training")) sc.training = read_training(*t, sc.model, is);
   else is.add("$.training", "missing; expected {global_batch, seq_len, tokens, precision}");
-  if (const json* p = r.get("plan")) sc.plan = read_plan(*p, is);
+  if (const json* p = r.get("plan")) sc.plan = read_plan(*p, "$.plan", is, &sc.delink);
   else is.add("$.plan", "missing; expected {dp, tp, pp, microbatch, schedule, ...}");
   r.not_yet({"search"}, "the planner (trainplan plan) arrives later");
   r.finish({"name", "about", "model", "cluster", "training", "plan"});
-  if (is.empty()) validate_plan(sc.model, sc.cluster, sc.training, sc.plan, is);
+  if (is.empty()) {
+    validate_plan(sc.model, sc.cluster, sc.training, sc.plan, is, "$.plan", "$.training.global_batch", cluster_path);
+    if (sc.delink.on()) validate_delink(sc, is, cluster_path);
+  }
   if (!is.empty()) {
     for (auto& m : is.messages) m = where + ": " + m;
     throw InputError(is.messages);
@@ -214,13 +398,37 @@ Scenario load_scenario(const std::string& file) {
   Issues is;
   json j = parse_json_file(file, file, is);
   if (!is.empty()) throw InputError(is.messages);
-  std::string base = std::filesystem::path(file).parent_path().string();
-  if (base.empty()) base = ".";
-  return scenario_from_json(j, base, file);
+  std::filesystem::path base = std::filesystem::path(file).parent_path();
+  return scenario_from_json(j, base.empty() ? std::string(".") : base.string(), file);
+}
+
+static json plan_to_json(const Plan& p) {
+  json j = {{"dp", p.dp}, {"tp", p.tp}, {"pp", p.pp}, {"virtual_stages", p.virtual_stages},
+            {"microbatch", p.microbatch}, {"schedule", schedule_name(p.schedule)},
+            {"sequence_parallel", p.sequence_parallel}, {"recompute", recompute_name(p.recompute)},
+            {"zero", p.zero}, {"overlap_grad_reduce", p.overlap_grad_reduce},
+            {"tp_mode", tp_mode_name(p.tp_mode)}, {"grad_accumulation", grad_accumulation_name(p.grad_accumulation)},
+            {"ep", p.ep}, {"num_microbatches", p.num_microbatches}};
+  const Offload& o = p.offload;
+  if (o.kind == OffloadKind::granular)
+    j["offload"] = {{"kind", "granular"}, {"layers", o.layers}, {"target", o.experts_only ? "experts" : "layers"},
+                    {"prefetch_layers", o.prefetch_layers}};
+  else if (o.kind == OffloadKind::chunked)
+    j["offload"] = {{"kind", "chunked"}, {"chunk_elements", o.chunk_elements}, {"gpu_memory_fraction", o.gpu_memory_fraction},
+                    {"warmup_chunk_fraction", o.warmup_chunk_fraction}, {"hybrid_adam_margin", o.hybrid_adam_margin}};
+  else if (o.on())
+    j["offload"] = {{"kind", offload_kind_name(o.kind)}};
+  return j;
 }
 
 json scenario_to_json(const Scenario& s) {
-  const Plan& p = s.plan;
+  json plan = plan_to_json(s.plan);
+  if (s.delink.on()) {
+    json d = {{"unique_layers", s.delink.unique_layers}, {"tokens", s.delink.tokens}};
+    if (s.delink.global_batch > 0) d["global_batch"] = s.delink.global_batch;
+    if (s.delink.plan) d["plan"] = plan_to_json(*s.delink.plan);
+    plan["delink"] = d;
+  }
   return {{"name", s.name},
           {"model", transformer_to_json(s.model)},
           {"cluster", cluster_to_json(s.cluster)},
@@ -230,12 +438,7 @@ json scenario_to_json(const Scenario& s) {
             {"tokens", s.training.tokens},
             {"precision", precision_name(s.training.precision)},
             {"grad_precision", precision_name(s.training.grad_precision)}}},
-          {"plan",
-           {{"dp", p.dp}, {"tp", p.tp}, {"pp", p.pp}, {"virtual_stages", p.virtual_stages},
-            {"microbatch", p.microbatch}, {"schedule", schedule_name(p.schedule)},
-            {"sequence_parallel", p.sequence_parallel}, {"recompute", recompute_name(p.recompute)},
-            {"zero", p.zero}, {"overlap_grad_reduce", p.overlap_grad_reduce},
-            {"num_microbatches", p.num_microbatches}}}};
+          {"plan", plan}};
 }
 
 }  // namespace tp

@@ -31,8 +31,12 @@ Scenario load_scenario(const std::string& file);
 Scenario scenario_from_text(const std::string& text, const std::string& where = "scenario");
 json scenario_to_json(const Scenario& s);  // fully resolved (catalog entries expanded)
 
-// Checks the plan against model, cluster and training, appending problems to `issues` with paths under "$.plan"
-// and "$.training". Also derives plan.num_microbatches. Shared with the planner.
-void validate_plan(const Transformer& m, const Cluster& c, const Training& t, Plan& plan, Issues& issues);
+// Checks the plan against model, cluster and training, appending problems to `issues` with paths under
+// `plan_path`, `batch_path` (the global batch the micro-batches come from) and `cluster_path`. Also derives
+// plan.num_microbatches, resolves a modular schedule's virtual_stages 0 (not given) to layers / pp and a granular
+// offload's fraction to its layers. Shared with the planner and the delink pseudo plan ("$.plan.delink.plan").
+void validate_plan(const Transformer& m, const Cluster& c, const Training& t, Plan& plan, Issues& issues,
+                   const std::string& plan_path = "$.plan", const std::string& batch_path = "$.training.global_batch",
+                   const std::string& cluster_path = "$.cluster");
 
 }  // namespace tp

@@ -14,6 +14,30 @@ static void check_shape(Transformer& m, const std::string& path, Issues& issues)
     issues.add(path + ".kv_heads", "must divide heads (" + std::to_string(m.heads) + "), got " + std::to_string(m.kv_heads));
 }
 
+// model.moe = {experts, top_k, capacity_factor, every}.
+static Moe read_moe(const json& v, const std::string& path, long long layers, Issues& issues) {
+  Moe moe;
+  Reader r(v, path, issues);
+  if (!r.ok()) return moe;
+  size_t before = issues.messages.size();
+  moe.experts = r.req_int("experts", 2, 1LL << 30);
+  moe.top_k = (int)r.opt_int("top_k", 1, 1, 1 << 30);
+  size_t before_cf = issues.messages.size();
+  moe.capacity_factor = r.opt_num("capacity_factor", 1.0, 0, 1e6);
+  if (r.has("capacity_factor") && moe.capacity_factor <= 0 && issues.messages.size() == before_cf) {
+    issues.add_got(r.at("capacity_factor"), "a number > 0", *r.get("capacity_factor"));
+    moe.capacity_factor = 1.0;
+  }
+  moe.every = (int)r.opt_int("every", 1, 1, 100000);
+  r.finish({"experts", "top_k", "capacity_factor", "every"});
+  if (issues.messages.size() != before) return moe;
+  if (moe.top_k > moe.experts)
+    issues.add(r.at("top_k"), "must not exceed experts (" + std::to_string(moe.experts) + "), got " + std::to_string(moe.top_k));
+  if (layers > 0 && moe.every > layers)
+    issues.add(r.at("every"), "must not exceed the model's layers (" + std::to_string(layers) + "), got " + std::to_string(moe.every));
+  return moe;
+}
+
 static Transformer read_inline(const json& v, const std::string& path, Issues& issues) {
   Transformer m;
   size_t before = issues.messages.size();
@@ -30,9 +54,9 @@ static Transformer read_inline(const json& v, const std::string& path, Issues& i
   m.seq_len = r.req_int("seq_len", 1, 100000000);
   m.activation = (Activation)r.opt_enum("activation", {"gelu", "swiglu"}, 0);
   m.tied_embeddings = r.opt_bool("tied_embeddings", true);
-  r.not_yet({"moe"}, "mixture of experts arrives with the seeds' techniques");
+  if (const json* moe = r.get("moe")) m.moe = read_moe(*moe, r.at("moe"), m.layers, issues);
   r.finish({"name", "about", "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len", "activation",
-            "tied_embeddings"});
+            "tied_embeddings", "moe"});
   if (issues.messages.size() == before) check_shape(m, path, issues);  // shapes of defaulted fields would mislead
   return m;
 }
@@ -115,11 +139,15 @@ Transformer read_transformer(const json& v, const std::string& path, const std::
 }
 
 json transformer_to_json(const Transformer& m) {
-  return {{"name", m.name},       {"layers", m.layers},   {"hidden", m.hidden},
+  json j = {{"name", m.name},       {"layers", m.layers},   {"hidden", m.hidden},
           {"heads", m.heads},     {"kv_heads", m.kv_heads}, {"ffn_hidden", m.ffn_hidden},
           {"vocab", m.vocab},     {"seq_len", m.seq_len},
           {"activation", m.activation == Activation::gelu ? "gelu" : "swiglu"},
           {"tied_embeddings", m.tied_embeddings}};
+  if (m.moe.experts > 0)
+    j["moe"] = {{"experts", m.moe.experts}, {"top_k", m.moe.top_k}, {"capacity_factor", m.moe.capacity_factor},
+                {"every", m.moe.every}};
+  return j;
 }
 
 }  // namespace tp

@@ -385,7 +385,8 @@ Program build_program(const Scenario& sc, bool full_cluster, bool exhaustive_sym
         Coll c = p.zero >= 1 ? Coll::reduce_scatter : Coll::all_reduce;
         dp_collective(c, TaskKind::dp_reduce, b.pr, gbytes, b.last, base, &ids);
         for (int id : ids) { opt_deps.push_back(id); host_deps.push_back(id); ready = id; }
-        if (zero2) for (int id : ids) hold(r, b.first, true, id, b.pr.total() * gbytes, MemCat::gradients);
+        if (zero2 && okind != OffloadKind::chunked)  // (chunked: gradients reuse the parameter chunks)
+          for (int id : ids) hold(r, b.first, true, id, b.pr.total() * gbytes, MemCat::gradients);
       }
       grad_ready.push_back(ready);
       if (okind == OffloadKind::optimizer) {  // gradients (this rank's shard) to the host

@@ -55,16 +55,31 @@ static Breakdown rank_breakdown(const Program& pg, const EngineOutput& eo, int r
     }
     prev = eo.end_s[t];
   }
-  // Tail: the rank's own DP work after its last compute delays the rank itself (dp exposed), then its own
-  // offload work (host Adam, copies back); the rest is waiting for other ranks to finish the step (bubble).
-  double dp_end = prev, off_end = prev;
+  // Tail after the rank's last compute: time while its own offload work (host Adam, PCIe copies) runs is an
+  // offload stall, time while only its data-parallel collectives run (or it waits for them) is exposed DP
+  // communication; after its own work ends it waits for the other ranks (bubble).
+  std::vector<std::pair<double, double>> dp_iv, off_iv;
   for (int lane : {kLaneDp, kLaneZero})
-    for (int t : pg.in.lane_order[r * kLanes + lane]) dp_end = std::max(dp_end, eo.end_s[t]);
+    for (int t : pg.in.lane_order[r * kLanes + lane]) dp_iv.push_back({eo.start_s[t], eo.end_s[t]});
   for (int lane : {kLaneH2D, kLaneD2H, kLaneHost})
-    for (int t : pg.in.lane_order[r * kLanes + lane]) off_end = std::max(off_end, eo.end_s[t]);
-  bd.dp_comm_exposed += dp_end - prev;
-  bd.offload_stall += std::max(0.0, off_end - dp_end);
-  bd.bubble += std::max(0.0, step - std::max(dp_end, off_end));
+    for (int t : pg.in.lane_order[r * kLanes + lane]) off_iv.push_back({eo.start_s[t], eo.end_s[t]});
+  double own_end = prev;
+  std::vector<double> cuts = {prev};
+  for (auto* iv : {&dp_iv, &off_iv})
+    for (auto [a, b] : *iv)
+      if (b > prev) { cuts.push_back(std::max(a, prev)); cuts.push_back(b); own_end = std::max(own_end, b); }
+  std::sort(cuts.begin(), cuts.end());
+  auto covered = [](const std::vector<std::pair<double, double>>& iv, double a, double b) {
+    for (auto [x, y] : iv) if (x <= a && y >= b) return true;
+    return false;
+  };
+  for (size_t i = 0; i + 1 < cuts.size(); ++i) {
+    double a = cuts[i], b = cuts[i + 1];
+    if (b - a <= 0) continue;
+    if (covered(off_iv, a, b) && !covered(dp_iv, a, b)) bd.offload_stall += b - a;
+    else bd.dp_comm_exposed += b - a;
+  }
+  bd.bubble += std::max(0.0, step - own_end);
   return bd;
 }
 

@@ -168,8 +168,10 @@ TEST(BadInputs, InProcessSingleProblems) {
   struct Case { const char* file; const char* path; };
   for (Case c : {Case{"tp_not_dividing_heads.json", "$.plan.tp"}, Case{"pp_not_dividing_layers.json", "$.plan.pp"},
                  Case{"gpus_exceed_cluster.json", "$.plan"}, Case{"batch_not_divisible.json", "$.training.global_batch"},
-                 Case{"unknown_model_name.json", "$.model"}, Case{"zero_3.json", "$.plan.zero"},
-                 Case{"bf16_on_v100.json", "$.training.precision"}, Case{"malformed_json.json", "malformed JSON"}}) {
+                 Case{"unknown_model_name.json", "$.model"}, Case{"zero_4.json", "$.plan.zero"},
+                 Case{"bf16_on_v100.json", "$.training.precision"}, Case{"malformed_json.json", "malformed JSON"},
+                 Case{"delink_pseudo_batch.json", "$.plan.delink.global_batch"},
+                 Case{"offload_chunked_dp_zero1.json", "$.plan.zero"}}) {
     SCOPED_TRACE(c.file);
     auto msgs = input_errors(read_text(kCorpus / c.file));
     ASSERT_FALSE(msgs.empty());
