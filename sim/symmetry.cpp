@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <stdexcept>
 
 namespace tp {
 
@@ -18,9 +19,18 @@ std::pair<int, int> copy_at(const Plan& p, const RepFlow& f, const std::map<int,
   int s2 = rank_global(p, (a.tp + dk) % p.tp, (a.dp + dd) % p.dp, a.stage);
   if (f.group_spans_dp) {
     // The DP group holds its dp translates: their flow in this phase (ring order need not commute with the
-    // shift), moved to the dk-th TP translate of the group.
-    RankCoord dc = rank_coord(p, phase_dst.at(rank_global(p, a.tp, (a.dp + dd) % p.dp, a.stage)));
-    return {s2, rank_global(p, (dc.tp + dk) % p.tp, dc.dp, dc.stage)};
+    // shift), moved to the dk-th TP translate of the group. An expert-data-parallel group (dp ranks with one
+    // residue mod ep) holds only the translates by multiples of ep: the rest is that flow shifted by
+    // j = dd mod ep into the group of the next residues.
+    auto it = phase_dst.find(rank_global(p, a.tp, (a.dp + dd) % p.dp, a.stage));
+    int j = 0;
+    if (it == phase_dst.end()) {
+      j = dd % p.ep;
+      it = phase_dst.find(rank_global(p, a.tp, (a.dp + dd - j) % p.dp, a.stage));
+      if (it == phase_dst.end()) throw std::logic_error("symmetry: a data-parallel group that is not a dp translate");
+    }
+    RankCoord dc = rank_coord(p, it->second);
+    return {s2, rank_global(p, (dc.tp + dk) % p.tp, (dc.dp + j) % p.dp, dc.stage)};
   }
   return {s2, rank_global(p, (b.tp + dk) % p.tp, (b.dp + dd) % p.dp, b.stage)};
 }
@@ -75,7 +85,12 @@ CopyLoads copy_loads(const Plan& p, const Topology& topo, const std::vector<RepF
             int dk = (c.tp - b.tp + p.tp) % p.tp;
             if (f.group_spans_dp) {
               auto it = phase_src.find(rank_global(p, b.tp, c.dp, c.stage));
-              if (it != phase_src.end()) picked.insert({(rank_coord(p, it->second).dp - a.dp + p.dp) % p.dp, dk});
+              int j = 0;
+              if (it == phase_src.end()) {  // another expert-data-parallel group: shift back into ours
+                j = ((c.dp - a.dp) % p.ep + p.ep) % p.ep;
+                it = phase_src.find(rank_global(p, b.tp, (c.dp - j + p.dp) % p.dp, c.stage));
+              }
+              if (it != phase_src.end()) picked.insert({(rank_coord(p, it->second).dp + j - a.dp + p.dp) % p.dp, dk});
             } else {
               picked.insert({(c.dp - b.dp + p.dp) % p.dp, dk});
             }
