@@ -151,7 +151,10 @@ void print_summary(std::ostream& os, const Result& r) {
   if (b.ep_comm_exposed > 0) row("ep comm exposed", b.ep_comm_exposed);
   if (b.offload_stall > 0 || p.offload.on()) row("offload stall", b.offload_stall);
   os << "\nMemory per GPU (peak " << gib(r.peak_bytes_per_gpu) << " of " << gib(r.capacity_bytes) << ": "
-     << (r.fits ? "fits" : "DOES NOT FIT — memory wall") << ")\n";
+     << (r.fits ? "fits"
+         : r.peak_bytes_per_gpu > r.capacity_bytes ? "DOES NOT FIT — memory wall"
+         : !r.host_fits ? "fits the GPU, but host memory does not"
+                        : "chunks do not fit") << ")\n";
   const MemoryBreakdown& m = r.memory;
   for (auto [name, v] : {std::pair{"weights", m.weights}, {"gradients", m.gradients}, {"optimizer", m.optimizer},
                          {"activations", m.activations}, {"buffers", m.buffers}}) {

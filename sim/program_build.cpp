@@ -124,10 +124,16 @@ Program build_program(const Scenario& sc, bool full_cluster, bool exhaustive_sym
     return pr;
   };
   // Offloaded (granular) parameters of a layer range: whole layers, or only their experts.
+  auto offloaded_layer = [&](long long l) {
+    Params x;
+    if (!offloaded[l]) return x;
+    x = layer_params(l);
+    if (p.offload.experts_only) x.dense = 0;
+    return x;
+  };
   auto offloaded_params = [&](long long lo, long long hi) {
-    double x = 0;
-    for (long long l = lo; l < hi; ++l)
-      if (offloaded[l]) x += p.offload.experts_only ? layer_params(l).expert : layer_params(l).total();
+    Params x;
+    for (long long l = lo; l < hi; ++l) x += offloaded_layer(l);
     return x;
   };
   // Shard of parameters a rank keeps when a ZeRO stage >= `stage` shards them.
@@ -261,19 +267,18 @@ Program build_program(const Scenario& sc, bool full_cluster, bool exhaustive_sym
     const std::vector<Run>& rs = runs[r];
 
     // Parameters this rank holds (weight groups once under sharing).
-    Params held;
+    Params held, off;  // off: granular offload, parameters living in host memory
     std::set<long long> wgroups;
     for (int c = 0; c < V; ++c) {
       long long lo = lay.first_layer(s, c);
       for (long long l = lo; l < lo + Lc; ++l)
-        if (wgroups.insert(weight_group(l, L, p.shared_layers)).second) held += layer_params(l);
+        if (wgroups.insert(weight_group(l, L, p.shared_layers)).second) { held += layer_params(l); off += offloaded_layer(l); }
     }
     if (s == lay.stage_of(0)) held.dense += cm.embed_params;
     if (s == lay.stage_of(nchunks - 1)) held.dense += cm.head_params;
-    double off_params = 0;  // granular: parameters living in host memory
-    for (int c = 0; c < V && okind == OffloadKind::granular; ++c)
-      off_params += offloaded_params(lay.first_layer(s, c), lay.first_layer(s, c) + Lc);
-    const double off_frac = held.total() > 0 ? off_params / held.total() : 0;
+    Params on_gpu = held;
+    on_gpu.dense -= off.dense;
+    on_gpu.expert -= off.expert;
 
     std::vector<int> opt_deps;       // what the GPU optimizer waits for
     std::vector<int> host_deps;      // what the host optimizer waits for
@@ -306,8 +311,9 @@ Program build_program(const Scenario& sc, bool full_cluster, bool exhaustive_sym
     std::vector<int> off_runs;  // indices of runs with offloaded parameters
     for (size_t k = 0; k < rs.size(); ++k) {
       const Run& ru = rs[k];
-      if (okind == OffloadKind::granular && offloaded_params(ru.lo, ru.hi) > 0) {
-        double bytes = offloaded_params(ru.lo, ru.hi) * e / (zero3 ? p.dp : 1);
+      if (okind == OffloadKind::granular && offloaded_params(ru.lo, ru.hi).total() > 0) {
+        Params op = offloaded_params(ru.lo, ru.hi);
+        double bytes = (zero3 ? shard(op, 3) : op.total()) * e;
         TaskInfo ti;
         ti.kind = TaskKind::h2d;
         ti.layer_lo = (int)ru.lo; ti.layer_hi = (int)ru.hi;
@@ -342,7 +348,7 @@ Program build_program(const Scenario& sc, bool full_cluster, bool exhaustive_sym
     }
 
     // -- gradient buckets and their reductions -------------------------------------------------------------
-    struct Bucket { Params pr; double off = 0; int first = -1, last = -1, chunk = 0, index = 0; };
+    struct Bucket { Params pr; int first = -1, last = -1, chunk = 0, index = 0; };
     std::vector<Bucket> buckets;
     const bool want_buckets = p.dp > 1 || okind == OffloadKind::optimizer;
     if (want_buckets && (!p.overlap_grad_reduce || shared)) {
@@ -350,7 +356,6 @@ Program build_program(const Scenario& sc, bool full_cluster, bool exhaustive_sym
       for (int t : lane) if (prog.info[t].kind == TaskKind::bwd) last = t;
       Bucket b;
       b.pr = held;
-      b.off = off_params;
       b.first = b.last = last;
       buckets.push_back(b);
     } else if (want_buckets) {
@@ -368,7 +373,6 @@ Program build_program(const Scenario& sc, bool full_cluster, bool exhaustive_sym
         if (t != ru.last || !(zero2 || ru.final_grad)) continue;
         if (cur.first < 0) { cur.first = ru.first; cur.chunk = ti.model_chunk; }
         cur.pr += piece_params(ru.lo, ru.hi, ru.embed, ru.head);
-        cur.off += offloaded_params(ru.lo, ru.hi);
         cur.last = t;
         if (cur.pr.total() >= bucket_params) flush();
       }
@@ -407,11 +411,12 @@ Program build_program(const Scenario& sc, bool full_cluster, bool exhaustive_sym
       ti.kind = TaskKind::d2h;
       ti.layer_lo = (int)ru.lo; ti.layer_hi = (int)ru.hi;
       ti.mb = prog.info[ru.last].mb;
-      ti.pcie_bytes = offloaded_params(ru.lo, ru.hi) * e / (zero2 ? p.dp : 1);
+      Params op = offloaded_params(ru.lo, ru.hi);
+      ti.pcie_bytes = (zero2 ? shard(op, 2) : op.total()) * e;
       ti.optimizer_s = pcie_s(ti.pcie_bytes);
       int id = B.add_task(r, kLaneD2H, ti.optimizer_s, -1, ti);
       edge(ru.last, id);
-      hold(r, ru.first, true, id, offloaded_params(ru.lo, ru.hi) * e, MemCat::gradients);
+      hold(r, ru.first, true, id, offloaded_params(ru.lo, ru.hi).total() * e, MemCat::gradients);
       host_deps.push_back(id);
     }
 
@@ -477,8 +482,8 @@ Program build_program(const Scenario& sc, bool full_cluster, bool exhaustive_sym
       case OffloadKind::none: gpu_opt_params = shard(held, 1); break;
       case OffloadKind::optimizer: host_opt_params = shard(held, 1); break;
       case OffloadKind::granular:
-        gpu_opt_params = shard(held, 1) * (1 - off_frac);
-        host_opt_params = shard(held, 1) * off_frac;
+        gpu_opt_params = shard(on_gpu, 1);
+        host_opt_params = shard(off, 1);
         break;
       case OffloadKind::chunked:
         gpu_opt_params = chunks.gpu_adam_params;
@@ -527,8 +532,6 @@ Program build_program(const Scenario& sc, bool full_cluster, bool exhaustive_sym
     }
 
     // -- static memory -----------------------------------------------------------------------------------------
-    Params on_gpu = held;
-    if (okind == OffloadKind::granular && held.total() > 0) { on_gpu.dense *= 1 - off_frac; on_gpu.expert *= 1 - off_frac; }
     if (okind == OffloadKind::chunked) {
       st.weights_bytes = chunks.gpu_chunk_bytes;
       st.optimizer_bytes = chunks.gpu_os_bytes;
@@ -541,7 +544,7 @@ Program build_program(const Scenario& sc, bool full_cluster, bool exhaustive_sym
       st.gradients_bytes = (p.zero >= 2 ? shard(on_gpu, 2) : on_gpu.total()) * gbytes;
       st.optimizer_bytes = okind == OffloadKind::optimizer ? 0 : gpu_opt_params * (master + 8);
       if (okind == OffloadKind::optimizer) st.host_bytes = host_opt_params * (master + 8 + 4);
-      if (okind == OffloadKind::granular) st.host_bytes = off_params * (e + 4) + host_opt_params * (master + 8);
+      if (okind == OffloadKind::granular) st.host_bytes = off.total() * (e + 4) + host_opt_params * (master + 8);
     }
     st.buffers_bytes += (p.pp > 1 ? 4 * p2p_bytes : 0);  // send/recv buffers, both directions
     for (int ln : {kLaneH2D, kLaneD2H})
