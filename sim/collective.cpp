@@ -12,6 +12,9 @@ const char* coll_name(Coll c) {
     case Coll::reduce_scatter: return "reducescatter";
     case Coll::all_gather: return "allgather";
     case Coll::p2p: return "p2p";
+    case Coll::broadcast: return "broadcast";
+    case Coll::reduce: return "reduce";
+    case Coll::all_to_all: return "alltoall";
   }
   return "?";
 }
@@ -63,6 +66,36 @@ static Phase ring_phase(const std::vector<int>& members, double payload_each, do
   return ph;
 }
 
+// Rooted chains and all-to-all: one phase of direct flows, each with its own tier's efficiency at its size.
+//  broadcast: group[i] -> group[i+1], S each, g-1 latency steps (pipelined chain from the root group[0]);
+//  reduce:    group[i+1] -> group[i], S each, g-1 latency steps (chain ending at the root group[0]);
+//  all_to_all: group[i] -> group[j] for all i != j, S/g each, one latency step.
+static Phase direct_phase(Coll c, const std::vector<int>& group, double S, const Topology& topo, const Cluster& cl) {
+  Phase ph;
+  int g = (int)group.size();
+  double lat = 0;
+  auto flow = [&](int a, int b, double payload) {
+    bool same = topo.node_of(a) == topo.node_of(b);
+    double e = eff_at(same ? cl.intra.efficiency : cl.inter.efficiency, payload);
+    ph.flows.push_back({a, b, payload / e, payload});
+    lat = std::max(lat, topo.latency_s(a, b));
+  };
+  if (c == Coll::all_to_all) {
+    for (int i = 0; i < g; ++i)
+      for (int j = 0; j < g; ++j)
+        if (i != j) flow(group[i], group[j], S / g);
+    ph.steps = 1;
+  } else {
+    for (int i = 0; i + 1 < g; ++i) {
+      if (c == Coll::broadcast) flow(group[i], group[i + 1], S);
+      else flow(group[i + 1], group[i], S);
+    }
+    ph.steps = g - 1;
+  }
+  ph.latency_s = ph.steps * lat;
+  return ph;
+}
+
 static void append(std::vector<Phase>& out, Phase&& p) {
   if (!p.flows.empty()) out.push_back(std::move(p));
 }
@@ -81,6 +114,10 @@ std::vector<Phase> collective_phases(Coll c, const std::vector<int>& group, doub
   }
   int g = (int)group.size();
   if (g <= 1 || S <= 0) return out;
+  if (c == Coll::broadcast || c == Coll::reduce || c == Coll::all_to_all) {
+    append(out, direct_phase(c, group, S, topo, cl));
+    return out;
+  }
   NodeSplit ns = split_by_node(group, topo);
   bool single_node = ns.by_node.size() == 1;
   const Curve& intra = cl.intra.efficiency;
@@ -161,6 +198,17 @@ TierBytes collective_member_bytes(Coll c, const std::vector<int>& group, double 
     return tb;
   }
   if (g <= 1) return tb;
+  if (c == Coll::broadcast || c == Coll::reduce) {
+    // Mean over members (rotating root): each of the g ring edges carries S in g-1 of the g root choices.
+    double per_edge = (double)(g - 1) / g * S / g;
+    for (int i = 0; i < g; ++i)
+      (topo.node_of(group[i]) == topo.node_of(group[(i + 1) % g]) ? tb.intra : tb.inter) += per_edge;
+    return tb;
+  }
+  if (c == Coll::all_to_all) {
+    for (int j = 1; j < g; ++j) (topo.node_of(group[0]) == topo.node_of(group[j]) ? tb.intra : tb.inter) += S / g;
+    return tb;
+  }
   NodeSplit ns = split_by_node(group, topo);
   double mult = c == Coll::all_reduce ? 2.0 : 1.0;
   if (!ns.hierarchical) {

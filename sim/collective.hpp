@@ -3,6 +3,13 @@
 // hierarchical (intra-node ring reduce-scatter, inter-node ring over the members with the same local index
 // on S/k bytes, intra-node all-gather), chosen automatically when a group has k > 1 members on each of
 // n > 1 nodes. Per-member volumes: all-reduce 2(g-1)/g*S, reduce-scatter / all-gather (g-1)/g*S, p2p S.
+// Rooted collectives (root = group[0]) are pipelined chains in ring order, one phase of g-1 flows of S bytes
+// each (the data is cut into small chunks, so the chain costs one S transfer plus g-1 per-hop latencies):
+// broadcast: member i sends S to member i+1 (i = 0..g-2); reduce: member i+1 sends S to member i, ending at
+// the root. All-to-all: each member holds S bytes and sends S/g to every other member, one phase of g(g-1)
+// direct flows with one step of latency. Per-member volumes: broadcast / reduce (g-1)/g*S (the mean over
+// the members, i.e. what a member sends on average when the root rotates over the group, as in SUMMA),
+// all-to-all (g-1)/g*S.
 // Invariant: phases run one after another; the flows of one phase run concurrently.
 #pragma once
 #include <vector>
@@ -11,7 +18,7 @@
 
 namespace tp {
 
-enum class Coll { all_reduce = 0, reduce_scatter = 1, all_gather = 2, p2p = 3 };
+enum class Coll { all_reduce = 0, reduce_scatter = 1, all_gather = 2, p2p = 3, broadcast = 4, reduce = 5, all_to_all = 6 };
 const char* coll_name(Coll c);
 
 struct FlowReq {
@@ -37,7 +44,10 @@ double collective_time_isolated_s(Coll c, const std::vector<int>& group, double 
                                   const Cluster& cl);
 
 // Payload bytes member 0 sends, split into intra-node and inter-node (no efficiency inflation):
-// network volume accounting for collectives folded into compute ops.
+// network volume accounting for collectives folded into compute ops. Broadcast / reduce: the mean over the
+// members ((g-1)/g*S in all; each ring edge's share is intra or inter by its endpoints' nodes), because the
+// root of the collectives they are used for (SUMMA steps) rotates over the group. All-to-all: S/g to each
+// other member, by that member's node.
 struct TierBytes { double intra = 0, inter = 0; };
 TierBytes collective_member_bytes(Coll c, const std::vector<int>& group, double bytes, const Topology& topo);
 

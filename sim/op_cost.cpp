@@ -4,8 +4,13 @@
 #include "op_cost.hpp"
 
 #include <algorithm>
+#include <stdexcept>
+
+#include "op_cost_internal.hpp"
 
 namespace tp {
+
+using detail::add_overlapped;
 
 const char* op_class_name(OpClass c) {
   switch (c) {
@@ -13,6 +18,7 @@ const char* op_class_name(OpClass c) {
     case OpClass::attention: return "attention";
     case OpClass::elementwise: return "elementwise";
     case OpClass::tp_comm: return "tp_comm";
+    case OpClass::ep_comm: return "ep_comm";
   }
   return "?";
 }
@@ -22,6 +28,7 @@ void PassCost::add(const Op& op) {
   time_s += op.time_s;
   if (op.recompute) recompute_s += op.time_s;
   else if (op.cls == OpClass::tp_comm) tp_comm_s += op.time_s;
+  else if (op.cls == OpClass::ep_comm) ep_comm_s += op.time_s;
   else compute_s += op.time_s;
   flops += op.flops;
 }
@@ -33,73 +40,14 @@ void PassCost::append(const PassCost& o, int times) {
   tp_bytes.inter += times * o.tp_bytes.inter;
 }
 
-namespace {
-
-struct Ctx {
-  const Gpu* gpu;
-  Precision prec;
-  const TpComm* tpc;
-  int t;
-  bool sp;
-  double e;  // activation element bytes
-
-  double gemm_s(double flops, double bytes) const {
-    double peak = gpu->matrix_flops_per_s[(int)prec];
-    double t_math = flops / (peak * gpu->matrix_efficiency.at(flops));
-    double t_mem = bytes / (gpu->hbm_bandwidth_bytes_per_s * gpu->memory_efficiency.at(bytes));
-    return std::max(t_math, t_mem) + gpu->kernel_overhead_s;
-  }
-  double mem_s(double bytes) const {
-    return bytes / (gpu->hbm_bandwidth_bytes_per_s * gpu->memory_efficiency.at(bytes)) + gpu->kernel_overhead_s;
-  }
-  // GEMM [M,K] x [K,N]
-  Op gemm(const std::string& name, double M, double K, double N, OpClass cls = OpClass::gemm) const {
-    Op op{name, cls};
-    op.flops = 2 * M * K * N;
-    op.bytes = (M * K + K * N + M * N) * e;
-    op.time_s = gemm_s(op.flops, op.bytes);
-    return op;
-  }
-  // Batched GEMM: `batch` products [M,K] x [K,N]
-  Op bgemm(const std::string& name, double batch, double M, double K, double N) const {
-    Op op{name, OpClass::attention};
-    op.flops = 2 * batch * M * K * N;
-    op.bytes = batch * (M * K + K * N + M * N) * e;
-    op.time_s = gemm_s(op.flops, op.bytes);
-    return op;
-  }
-  Op elem(const std::string& name, double bytes, OpClass cls = OpClass::elementwise) const {
-    Op op{name, cls};
-    op.bytes = bytes;
-    op.time_s = mem_s(bytes);
-    return op;
-  }
-  Op comm(const std::string& name, Coll c, double bytes, PassCost& pc) const {
-    Op op{name, OpClass::tp_comm};
-    op.bytes = bytes;
-    op.time_s = t > 1 ? tpc->time_s(c, bytes, CommGroup::tp) : 0;
-    if (t > 1) {
-      TierBytes tb = tpc->bytes(c, bytes, CommGroup::tp);
-      pc.tp_bytes.intra += tb.intra;
-      pc.tp_bytes.inter += tb.inter;
-    }
-    return op;
-  }
-};
-
-// Adds an overlapped TP collective: it runs while `under` (the op just added) computes; only the excess shows.
-void add_overlapped(PassCost& pc, Op comm) {
-  double under = pc.ops.empty() ? 0 : pc.ops.back().time_s;
-  comm.hidden_s = std::min(comm.time_s, under);
-  comm.time_s -= comm.hidden_s;
-  pc.add(comm);
-}
-
-}  // namespace
-
 CostModel build_cost_model(const Scenario& sc, const TpComm& tpc) {
   const Transformer& m = sc.model;
   const Plan& p = sc.plan;
+  const bool moe = m.moe.experts > 0;
+  if (p.tp_mode == TpMode::d2) {
+    if (moe) throw std::invalid_argument("MoE layers with 2D (Optimus) tensor parallelism are not modelled");
+    return detail::build_cost_model_2d(sc, tpc);
+  }
   const double b = (double)p.microbatch, s = (double)sc.training.seq_len, n = b * s;
   const double h = (double)m.hidden, f = (double)m.ffn_hidden, a = (double)m.heads, V = (double)m.vocab;
   const double t = p.tp, kvd = (double)m.kv_heads * m.head_dim();
@@ -107,14 +55,15 @@ CostModel build_cost_model(const Scenario& sc, const TpComm& tpc) {
   const double tsp = sp ? t : 1;
   const bool gpt = m.activation == Activation::gelu;  // GPT-style: biases, learned positions, dropout
   const bool swiglu = !gpt;
-  Ctx c{&sc.cluster.gpu, sc.training.precision, &tpc, p.tp, sp, (double)precision_bytes(sc.training.precision)};
+  detail::Ctx c{&sc.cluster.gpu, sc.training.precision, &tpc, p.tp, sp, (double)precision_bytes(sc.training.precision)};
+  c.g_ep = p.ep;
   const double e = c.e;
   const double scores = b * (a / t) * s * s;  // attention score elements per rank
   const double f_in = swiglu ? 2 * f : f;      // fc1 output width (gate and up for SwiGLU)
+  const double mask = gpt ? 1 : 0;             // dropout masks are 1 byte per element
 
   CostModel cm;
-  // ---- layer forward ------------------------------------------------------------------------------------
-  PassCost fwd;
+  // ---- layer forward: attention half, dense MLP half ------------------------------------------------------
   auto attention_core = [&](PassCost& pc, bool recompute) {
     Op qk = c.bgemm("attn.qk", b * a / t, s, (double)m.head_dim(), s);  // [s,dh] x [dh,s] per head
     Op sm = c.elem("attn.softmax", 2 * e * scores, OpClass::attention);
@@ -124,7 +73,7 @@ CostModel build_cost_model(const Scenario& sc, const TpComm& tpc) {
     av.recompute = recompute;
     pc.add(av);
   };
-  auto forward = [&](PassCost& pc, bool recompute) {
+  auto attention_fwd = [&](PassCost& pc, bool recompute) {
     auto add = [&](Op op) { op.recompute = recompute; pc.add(op); };
     add(c.elem("ln1", 2 * e * n * h / tsp));
     if (sp) add(c.comm("tp.ag1", Coll::all_gather, e * n * h, pc));
@@ -133,6 +82,9 @@ CostModel build_cost_model(const Scenario& sc, const TpComm& tpc) {
     add(c.gemm("proj", n, h / t, h));                            // [n,h/t] x [h/t,h]
     add(c.comm(sp ? "tp.rs1" : "tp.ar1", sp ? Coll::reduce_scatter : Coll::all_reduce, e * n * h, pc));
     add(c.elem("resid1", (3 * e + (gpt ? 1 : 0)) * n * h / tsp));
+  };
+  auto mlp_fwd = [&](PassCost& pc, bool recompute) {
+    auto add = [&](Op op) { op.recompute = recompute; pc.add(op); };
     add(c.elem("ln2", 2 * e * n * h / tsp));
     if (sp) add(c.comm("tp.ag2", Coll::all_gather, e * n * h, pc));
     add(c.gemm("fc1", n, h, f_in / t));                          // [n,h] x [h,f_in/t]
@@ -141,53 +93,64 @@ CostModel build_cost_model(const Scenario& sc, const TpComm& tpc) {
     add(c.comm(sp ? "tp.rs2" : "tp.ar2", sp ? Coll::reduce_scatter : Coll::all_reduce, e * n * h, pc));
     add(c.elem("resid2", (3 * e + (gpt ? 1 : 0)) * n * h / tsp));
   };
-  forward(fwd, false);
-  cm.layer_fwd = fwd;
+  {
+    PassCost fwd;
+    attention_fwd(fwd, false);
+    mlp_fwd(fwd, false);
+    cm.layer_fwd = fwd;
+  }
 
-  // ---- layer backward (with recompute first) --------------------------------------------------------------
-  PassCost bwd;
-  if (p.recompute == Recompute::full) forward(bwd, true);
-  if (p.recompute == Recompute::selective) attention_core(bwd, true);
+  // ---- layer backward (recompute first): dense MLP half, attention half -----------------------------------
   // Column-parallel linear backward: with SP, the input all-gather is redone under dgrad and the grad-input
   // reduce-scatter overlaps wgrad; without SP, the grad-input all-reduce overlaps wgrad (Megatron async comm).
-  auto column_bwd = [&](const char* name, double K_in, double N_out, const char* tag) {
+  auto column_bwd = [&](PassCost& pc, const char* name, double K_in, double N_out, const char* tag) {
     Op dg = c.gemm(std::string(name) + ".dgrad", n, N_out, K_in);
-    bwd.add(dg);
-    if (sp) add_overlapped(bwd, c.comm(std::string("tp.ag.") + tag, Coll::all_gather, e * n * h, bwd));
-    bwd.add(c.gemm(std::string(name) + ".wgrad", K_in, n, N_out));
-    add_overlapped(bwd, c.comm(std::string(sp ? "tp.rs." : "tp.ar.") + tag,
-                               sp ? Coll::reduce_scatter : Coll::all_reduce, e * n * h, bwd));
+    pc.add(dg);
+    if (sp) add_overlapped(pc, c.comm(std::string("tp.ag.") + tag, Coll::all_gather, e * n * h, pc));
+    pc.add(c.gemm(std::string(name) + ".wgrad", K_in, n, N_out));
+    add_overlapped(pc, c.comm(std::string(sp ? "tp.rs." : "tp.ar.") + tag,
+                              sp ? Coll::reduce_scatter : Coll::all_reduce, e * n * h, pc));
   };
-  auto row_bwd = [&](const char* name, double K_in, double N_out, const char* tag) {
-    if (sp) bwd.add(c.comm(std::string("tp.ag.") + tag, Coll::all_gather, e * n * h, bwd));
-    bwd.add(c.gemm(std::string(name) + ".dgrad", n, N_out, K_in));
-    bwd.add(c.gemm(std::string(name) + ".wgrad", K_in, n, N_out));
+  auto row_bwd = [&](PassCost& pc, const char* name, double K_in, double N_out, const char* tag) {
+    if (sp) pc.add(c.comm(std::string("tp.ag.") + tag, Coll::all_gather, e * n * h, pc));
+    pc.add(c.gemm(std::string(name) + ".dgrad", n, N_out, K_in));
+    pc.add(c.gemm(std::string(name) + ".wgrad", K_in, n, N_out));
   };
-  bwd.add(c.elem("resid2.bwd", (3 * e + (gpt ? 1 : 0)) * n * h / tsp));
-  row_bwd("fc2", f / t, h, "fc2");
-  bwd.add(c.elem("act.bwd", (swiglu ? 5 : 3) * e * n * f / t));
-  column_bwd("fc1", h, f_in / t, "fc1");
-  bwd.add(c.elem("ln2.bwd", 4 * e * n * h / tsp));
-  bwd.add(c.elem("resid1.bwd", (3 * e + (gpt ? 1 : 0)) * n * h / tsp));
-  row_bwd("proj", h / t, h, "proj");
-  {
+  auto mlp_bwd = [&](PassCost& pc) {
+    pc.add(c.elem("resid2.bwd", (3 * e + (gpt ? 1 : 0)) * n * h / tsp));
+    row_bwd(pc, "fc2", f / t, h, "fc2");
+    pc.add(c.elem("act.bwd", (swiglu ? 5 : 3) * e * n * f / t));
+    column_bwd(pc, "fc1", h, f_in / t, "fc1");
+    pc.add(c.elem("ln2.bwd", 4 * e * n * h / tsp));
+  };
+  auto attention_bwd = [&](PassCost& pc) {
+    pc.add(c.elem("resid1.bwd", (3 * e + (gpt ? 1 : 0)) * n * h / tsp));
+    row_bwd(pc, "proj", h / t, h, "proj");
     double bh = b * a / t, dh = (double)m.head_dim();
-    bwd.add(c.bgemm("attn.av.dgrad", bh, s, dh, s));
-    bwd.add(c.bgemm("attn.av.wgrad", bh, s, s, dh));
-    if (gpt) bwd.add(c.elem("attn.dropout.bwd", (2 * e + 1) * scores, OpClass::attention));
-    bwd.add(c.elem("attn.softmax.bwd", 3 * e * scores, OpClass::attention));
-    bwd.add(c.bgemm("attn.qk.dgrad", bh, s, s, dh));
-    bwd.add(c.bgemm("attn.qk.wgrad", bh, s, s, dh));
+    pc.add(c.bgemm("attn.av.dgrad", bh, s, dh, s));
+    pc.add(c.bgemm("attn.av.wgrad", bh, s, s, dh));
+    if (gpt) pc.add(c.elem("attn.dropout.bwd", (2 * e + 1) * scores, OpClass::attention));
+    pc.add(c.elem("attn.softmax.bwd", 3 * e * scores, OpClass::attention));
+    pc.add(c.bgemm("attn.qk.dgrad", bh, s, s, dh));
+    pc.add(c.bgemm("attn.qk.wgrad", bh, s, s, dh));
+    column_bwd(pc, "qkv", h, (h + 2 * kvd) / t, "qkv");
+    pc.add(c.elem("ln1.bwd", 4 * e * n * h / tsp));
+  };
+  {
+    PassCost bwd;
+    if (p.recompute == Recompute::full) { attention_fwd(bwd, true); mlp_fwd(bwd, true); }
+    if (p.recompute == Recompute::selective) attention_core(bwd, true);
+    mlp_bwd(bwd);
+    attention_bwd(bwd);
+    cm.layer_bwd = bwd;
   }
-  column_bwd("qkv", h, (h + 2 * kvd) / t, "qkv");
-  bwd.add(c.elem("ln1.bwd", 4 * e * n * h / tsp));
-  cm.layer_bwd = bwd;
 
   // ---- stored activations per layer per micro-batch (Korthikanti et al. 2022, generalised) --------------
-  const double mask = gpt ? 1 : 0;  // dropout masks are 1 byte per element
-  // replicated across TP (sharded only with SP): LN1 in, QKV in, attn-out dropout mask, LN2 in, fc1 in, MLP mask
+  // replicated across TP (sharded only with SP): LN1 in, QKV in, attn-out dropout mask | LN2 in, fc1 in, MLP mask
+  const double repl_attn = (2 * e + mask) * n * h, repl_mlp = (2 * e + mask) * n * h;
   const double repl = (4 * e + 2 * mask) * n * h;
-  // sharded over TP: Q, K, V, proj input, fc1 output (activation input), fc2 input
+  // sharded over TP: Q, K, V, proj input | fc1 output (activation input), fc2 input
+  const double sharded_attn = e * n * (2 * h + 2 * kvd), sharded_mlp = e * n * (f_in + f);
   const double sharded = e * n * (2 * h + 2 * kvd + f_in + f);
   // attention core per rank: softmax output, dropout mask, dropout output (GPT); softmax output only otherwise
   const double core = (gpt ? 2 * e + 1 : e) * scores;
@@ -196,6 +159,82 @@ CostModel build_cost_model(const Scenario& sc, const TpComm& tpc) {
     case Recompute::none: cm.layer_stored_bytes = full_layer; break;
     case Recompute::selective: cm.layer_stored_bytes = repl / tsp + sharded / t; cm.layer_transient_bytes = core; break;
     case Recompute::full: cm.layer_stored_bytes = e * n * h / tsp; cm.layer_transient_bytes = full_layer; break;
+  }
+
+  // ---- MoE layer: attention half as dense, then router, dispatch, local experts, combine -------------------
+  // Token sharding: with tp > 1 every TP rank routes a disjoint 1/t share of the micro-batch's tokens,
+  // nt = n/t (its sequence shard with SP; without SP a slice of the replicated tokens, and the MoE output is
+  // all-gathered back to the replicated layout). The dispatch / combine all-to-alls over the ep group move
+  // S = e*nt*h*k*cf bytes per member buffer (capacity-padded token copies). The local experts (E/ep of them)
+  // are TP-sharded like the dense MLP, so the dispatched tokens are all-gathered over TP before fc1 (n*k*cf
+  // tokens per rank, Ce = cf*k*n*ep/E per local expert) and reduce-scattered after fc2.
+  double expert_fwd_flops = 0;  // fc1 + fc2 of the local experts, one micro-batch (capacity padding included)
+  if (moe) {
+    const double E = (double)m.moe.experts, k = m.moe.top_k, cf = m.moe.capacity_factor, kc = k * cf;
+    const double El = E / p.ep, Ce = cf * k * n * p.ep / E;
+    const double nt = t > 1 ? n / t : n;
+    const double S_a2a = e * nt * h * kc, S_tp = e * n * h * kc;
+    auto moe_mlp_fwd = [&](PassCost& pc, bool recompute) {
+      auto add = [&](Op op) { op.recompute = recompute; pc.add(op); };
+      add(c.elem("ln2", 2 * e * n * h / tsp));
+      add(c.gemm("moe.router", nt, h, E));                       // [nt,h] x [h,E]
+      add(c.elem("moe.permute", (kc + 1) * e * nt * h + 2 * 4 * nt * E));  // top-k, gather token copies
+      add(c.comm_n("moe.dispatch", Coll::all_to_all, S_a2a, 1, CommGroup::ep, pc, OpClass::ep_comm));
+      if (t > 1) add(c.comm("moe.tp.ag", Coll::all_gather, S_tp, pc));
+      add(c.gemm_rep("moe.fc1", El, Ce, h, f_in / t));           // per local expert [Ce,h] x [h,f_in/t]
+      add(c.elem("moe.act", (swiglu ? 3 : 2) * e * n * kc * f / t));
+      add(c.gemm_rep("moe.fc2", El, Ce, f / t, h));              // per local expert [Ce,f/t] x [f/t,h]
+      if (t > 1) add(c.comm("moe.tp.rs", Coll::reduce_scatter, S_tp, pc));
+      add(c.comm_n("moe.combine", Coll::all_to_all, S_a2a, 1, CommGroup::ep, pc, OpClass::ep_comm));
+      add(c.elem("moe.unpermute", (kc + 1) * e * nt * h));       // weighted sum of the k copies
+      if (t > 1 && !sp) add(c.comm("moe.tp.ag_out", Coll::all_gather, e * n * h, pc));
+      add(c.elem("resid2", (3 * e + (gpt ? 1 : 0)) * n * h / tsp));
+    };
+    auto moe_mlp_bwd = [&](PassCost& pc) {
+      pc.add(c.elem("resid2.bwd", (3 * e + (gpt ? 1 : 0)) * n * h / tsp));
+      pc.add(c.elem("moe.unpermute.bwd", (kc + 1) * e * nt * h));
+      pc.add(c.comm_n("moe.combine.bwd", Coll::all_to_all, S_a2a, 1, CommGroup::ep, pc, OpClass::ep_comm));
+      if (t > 1) pc.add(c.comm("moe.tp.ag.bwd", Coll::all_gather, S_tp, pc));  // grad of the reduce-scatter
+      pc.add(c.gemm_rep("moe.fc2.dgrad", El, Ce, h, f / t));     // [Ce,h] x [h,f/t]
+      pc.add(c.gemm_rep("moe.fc2.wgrad", El, f / t, Ce, h));     // [f/t,Ce] x [Ce,h]
+      pc.add(c.elem("moe.act.bwd", (swiglu ? 5 : 3) * e * n * kc * f / t));
+      pc.add(c.gemm_rep("moe.fc1.dgrad", El, Ce, f_in / t, h));  // [Ce,f_in/t] x [f_in/t,h]
+      if (t > 1) add_overlapped(pc, c.comm("moe.tp.ag.fc1", Coll::all_gather, S_tp, pc));  // re-gather fc1 input
+      pc.add(c.gemm_rep("moe.fc1.wgrad", El, h, Ce, f_in / t));  // [h,Ce] x [Ce,f_in/t]
+      if (t > 1) add_overlapped(pc, c.comm("moe.tp.rs.fc1", Coll::reduce_scatter, S_tp, pc));
+      pc.add(c.comm_n("moe.dispatch.bwd", Coll::all_to_all, S_a2a, 1, CommGroup::ep, pc, OpClass::ep_comm));
+      pc.add(c.elem("moe.permute.bwd", (kc + 1) * e * nt * h + 2 * 4 * nt * E));
+      pc.add(c.gemm("moe.router.dgrad", nt, E, h));              // [nt,E] x [E,h]
+      pc.add(c.gemm("moe.router.wgrad", h, nt, E));              // [h,nt] x [nt,E]
+      if (t > 1 && !sp) pc.add(c.comm("moe.tp.ag_in.bwd", Coll::all_gather, e * n * h, pc));
+      pc.add(c.elem("ln2.bwd", 4 * e * n * h / tsp));
+    };
+    cm.moe_every = m.moe.every;
+    PassCost mf, mb;
+    attention_fwd(mf, false);
+    moe_mlp_fwd(mf, false);
+    for (const Op& op : mf.ops)
+      if (op.name == "moe.fc1" || op.name == "moe.fc2") expert_fwd_flops += op.flops;
+    if (p.recompute == Recompute::full) { attention_fwd(mb, true); moe_mlp_fwd(mb, true); }
+    if (p.recompute == Recompute::selective) attention_core(mb, true);
+    moe_mlp_bwd(mb);
+    attention_bwd(mb);
+    cm.moe_fwd = mf;
+    cm.moe_bwd = mb;
+    // Stored: attention half as dense; MLP half: LN2 in, router in, MLP dropout mask (per token), router
+    // probabilities (fp32), the dispatched tokens (fc1 input, before the TP gather) and the combined expert
+    // outputs (gate-weight gradient), fc1 output and fc2 input scaled by k*cf.
+    const double moe_mlp = repl_mlp / tsp + 4 * nt * E + 2 * e * nt * kc * h + kc * sharded_mlp / t;
+    const double moe_full = repl_attn / tsp + sharded_attn / t + core + moe_mlp;
+    switch (p.recompute) {
+      case Recompute::none: cm.moe_stored_bytes = moe_full; break;
+      case Recompute::selective: cm.moe_stored_bytes = moe_full - core; cm.moe_transient_bytes = core; break;
+      case Recompute::full: cm.moe_stored_bytes = e * n * h / tsp; cm.moe_transient_bytes = moe_full; break;
+    }
+    // Parameters per GPU: attention + both norms as the dense layer, router (replicated), local experts.
+    const double attn_params = (h * (h + 2 * kvd) + h * h + (gpt ? h + 2 * kvd : 0)) / t + (gpt ? 5 * h : 2 * h);
+    cm.moe_expert_params = El * ((h * f_in + f * h + (gpt ? f : 0)) / t + (gpt ? h : 0));
+    cm.moe_params = attn_params + h * E + cm.moe_expert_params;
   }
 
   // ---- embedding and head ---------------------------------------------------------------------------------
@@ -235,7 +274,13 @@ CostModel build_cost_model(const Scenario& sc, const TpComm& tpc) {
   cm.head_params = (gpt ? 2 * h : h) + ((m.tied_embeddings && p.pp == 1) ? 0 : V * h / t);
 
   // ---- model FLOPs per step: 3 x forward (no recompute) over the whole batch, all TP ranks -----------------
+  // MoE layers count their forward with the experts' FLOPs on k copies per token (no capacity padding).
   double fwd_flops_mb = (double)m.layers * cm.layer_fwd.flops + cm.head_fwd.flops;
+  if (moe) {
+    double moe_layers = (double)m.moe_layers_in(0, m.layers);
+    double moe_useful = cm.moe_fwd.flops - expert_fwd_flops * (1 - 1 / m.moe.capacity_factor);
+    fwd_flops_mb = ((double)m.layers - moe_layers) * cm.layer_fwd.flops + moe_layers * moe_useful + cm.head_fwd.flops;
+  }
   cm.model_flops_per_step = 3 * fwd_flops_mb * t * (double)p.num_microbatches * p.dp;
   return cm;
 }

@@ -71,6 +71,8 @@ struct CostModel {
   double moe_expert_params = 0;     // of which the local experts' weights (reduced over the expert-dp group)
 };
 
+// plan.tp_mode 2d: Optimus SUMMA costs (op_cost_2d.cpp). MoE layers (model.moe.experts > 0) fill moe_*; MoE with
+// 2D tensor parallelism is not modelled and throws std::invalid_argument.
 CostModel build_cost_model(const Scenario& sc, const TpComm& tpc);
 
 // Closed forms used by tests and the planner.

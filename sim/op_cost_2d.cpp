@@ -1,0 +1,192 @@
+// op_cost_2d: per-op costs of Optimus 2D (SUMMA) tensor parallelism (plan.tp_mode "2d", seeds §3.3-3.5).
+// The TP group of p = q*q ranks is a q x q grid; rank (r, c) holds activations [n/q, h/q] (b/q sequences,
+// an h/q slice of the hidden size) and weight blocks [h_in/q, h_out/q]; biases, norm parameters and position
+// embeddings (h/q slices) live on grid row 0 only, which is the representative rank's row.
+// Every linear [n, h_in] x [h_in, h_out] is SUMMA_AB: q sequential steps of {broadcast of an activation block
+// [n/q, h_in/q] along the grid row, broadcast of a weight block [h_in/q, h_out/q] along the grid column, a
+// local GEMM}, with no overlap. Backward: dX = SUMMA_ABT (weight broadcast along the column, GEMM, reduce of
+// [n/q, h_in/q] along the row), dW = SUMMA_ATB (activation broadcast along the row, GEMM, reduce of
+// [h_in/q, h_out/q] along the column). Each SUMMA collective is one op of q collectives: time = q x one
+// collective, op.bytes = q x the block bytes, tp_bytes += q x TpComm::bytes (with collective_member_bytes,
+// (q-1)/q of the block per broadcast / reduce, the mean over the rotating root).
+// Invariants: every FLOP and every stored activation byte of the 1D tp = 1 layer is divided by q^2; with
+// q = 1 all collectives cost 0 and the pass times, FLOPs, bytes and memory equal the tp = 1 1D model.
+// Sequence parallelism does not apply (ignored); MoE layers are rejected by build_cost_model.
+#include "op_cost_internal.hpp"
+
+namespace tp::detail {
+
+CostModel build_cost_model_2d(const Scenario& sc, const TpComm& tpc) {
+  const Transformer& m = sc.model;
+  const Plan& p = sc.plan;
+  const int qi = p.tp_q();
+  const double q = qi, q2 = q * q;
+  const double b = (double)p.microbatch, s = (double)sc.training.seq_len, n = b * s;
+  const double h = (double)m.hidden, f = (double)m.ffn_hidden, a = (double)m.heads, V = (double)m.vocab;
+  const double kvd = (double)m.kv_heads * m.head_dim(), dh = (double)m.head_dim();
+  const bool gpt = m.activation == Activation::gelu;  // GPT-style: biases, learned positions, dropout, LayerNorm
+  const bool swiglu = !gpt;
+  Ctx c{&sc.cluster.gpu, sc.training.precision, &tpc, p.tp, false, (double)precision_bytes(sc.training.precision)};
+  c.g_row = qi;
+  c.g_col = qi;
+  const double e = c.e;
+  const double scores = b * (a / q2) * s * s;  // attention score elements per rank: [b/q, a/q, s, s]
+  const double f_in = swiglu ? 2 * f : f;       // fc1 output width (gate and up for SwiGLU)
+  const double mask = gpt ? 1 : 0;
+  const double norm_w = gpt ? 2 : 1;            // parameters per hidden unit of one norm (LayerNorm g, b; RMSNorm g)
+  const double stats = gpt ? 2 : 1;             // row all-reduces per norm pass (mean and variance; RMSNorm: sum x^2)
+  const CommGroup row = CommGroup::tp_row, col = CommGroup::tp_col;
+
+  CostModel cm;
+  // ---- building blocks ------------------------------------------------------------------------------------
+  // Norm forward: γ/β broadcast from row 0 along the column, local statistics over the h/q slice, row
+  // all-reduces of [n/q] fp32 partial sums, normalisation over [n/q, h/q].
+  auto norm_fwd = [&](PassCost& pc, const std::string& name, bool rc) {
+    auto add = [&](Op op) { op.recompute = rc; pc.add(op); };
+    add(c.comm_n(name + ".bcast_params", Coll::broadcast, e * norm_w * h / q, 1, col, pc));
+    add(c.elem(name, 2 * e * n * h / q2));
+    add(c.comm_n(name + ".ar_stats", Coll::all_reduce, 4 * n / q, stats, row, pc));
+  };
+  auto norm_bwd = [&](PassCost& pc, const std::string& name) {
+    pc.add(c.elem(name + ".bwd", 4 * e * n * h / q2));
+    pc.add(c.comm_n(name + ".bwd.ar_stats", Coll::all_reduce, 4 * n / q, stats, row, pc));
+    pc.add(c.comm_n(name + ".params.reduce", Coll::reduce, e * norm_w * h / q, 1, col, pc));
+  };
+  // SUMMA_AB forward of a linear [n, h_in] x [h_in, h_out] (+ bias broadcast from row 0 for GPT).
+  auto linear_fwd = [&](PassCost& pc, const std::string& name, double h_in, double h_out, bool rc) {
+    auto add = [&](Op op) { op.recompute = rc; pc.add(op); };
+    add(c.comm_n(name + ".bcast_a", Coll::broadcast, e * (n / q) * (h_in / q), q, row, pc));      // [n/q,h_in/q]
+    add(c.comm_n(name + ".bcast_b", Coll::broadcast, e * (h_in / q) * (h_out / q), q, col, pc));  // [h_in/q,h_out/q]
+    add(c.gemm_rep(name, q, n / q, h_in / q, h_out / q));                         // q x [n/q,h_in/q] x [h_in/q,h_out/q]
+    if (gpt) add(c.comm_n(name + ".bcast_bias", Coll::broadcast, e * h_out / q, 1, col, pc));
+  };
+  // Backward: dX = dY W^T (SUMMA_ABT), then dW = X^T dY (SUMMA_ATB), then the bias gradient to row 0.
+  auto linear_bwd = [&](PassCost& pc, const std::string& name, double h_in, double h_out) {
+    pc.add(c.comm_n(name + ".dgrad.bcast_b", Coll::broadcast, e * (h_in / q) * (h_out / q), q, col, pc));
+    pc.add(c.gemm_rep(name + ".dgrad", q, n / q, h_out / q, h_in / q));           // q x [n/q,h_out/q] x [h_out/q,h_in/q]
+    pc.add(c.comm_n(name + ".dgrad.reduce", Coll::reduce, e * (n / q) * (h_in / q), q, row, pc));
+    pc.add(c.comm_n(name + ".wgrad.bcast_a", Coll::broadcast, e * (n / q) * (h_in / q), q, row, pc));
+    pc.add(c.gemm_rep(name + ".wgrad", q, h_in / q, n / q, h_out / q));           // q x [h_in/q,n/q] x [n/q,h_out/q]
+    pc.add(c.comm_n(name + ".wgrad.reduce", Coll::reduce, e * (h_in / q) * (h_out / q), q, col, pc));
+    if (gpt) pc.add(c.comm_n(name + ".bias.reduce", Coll::reduce, e * h_out / q, 1, col, pc));
+  };
+  // Attention core: local on b/q sequences and a/q heads, no communication.
+  auto attention_core = [&](PassCost& pc, bool rc) {
+    auto add = [&](Op op) { op.recompute = rc; pc.add(op); };
+    add(c.bgemm("attn.qk", b * a / q2, s, dh, s));                   // (b/q)(a/q) x [s,dh] x [dh,s]
+    add(c.elem("attn.softmax", 2 * e * scores, OpClass::attention));
+    if (gpt) add(c.elem("attn.dropout", (2 * e + 1) * scores, OpClass::attention));
+    add(c.bgemm("attn.av", b * a / q2, s, s, dh));                   // (b/q)(a/q) x [s,s] x [s,dh]
+  };
+
+  // ---- layer forward --------------------------------------------------------------------------------------
+  auto forward = [&](PassCost& pc, bool rc) {
+    auto add = [&](Op op) { op.recompute = rc; pc.add(op); };
+    norm_fwd(pc, "ln1", rc);
+    linear_fwd(pc, "qkv", h, h + 2 * kvd, rc);        // [n,h] x [h,h+2kvd]
+    attention_core(pc, rc);
+    linear_fwd(pc, "proj", h, h, rc);                 // [n,h] x [h,h]
+    add(c.elem("resid1", (3 * e + mask) * n * h / q2));
+    norm_fwd(pc, "ln2", rc);
+    linear_fwd(pc, "fc1", h, f_in, rc);               // [n,h] x [h,f_in]
+    add(c.elem("act", (swiglu ? 3 : 2) * e * n * f / q2));
+    linear_fwd(pc, "fc2", f, h, rc);                  // [n,f] x [f,h]
+    add(c.elem("resid2", (3 * e + mask) * n * h / q2));
+  };
+  PassCost fwd;
+  forward(fwd, false);
+  cm.layer_fwd = fwd;
+
+  // ---- layer backward (recompute first) -------------------------------------------------------------------
+  PassCost bwd;
+  if (p.recompute == Recompute::full) forward(bwd, true);
+  if (p.recompute == Recompute::selective) attention_core(bwd, true);
+  bwd.add(c.elem("resid2.bwd", (3 * e + mask) * n * h / q2));
+  linear_bwd(bwd, "fc2", f, h);
+  bwd.add(c.elem("act.bwd", (swiglu ? 5 : 3) * e * n * f / q2));
+  linear_bwd(bwd, "fc1", h, f_in);
+  norm_bwd(bwd, "ln2");
+  bwd.add(c.elem("resid1.bwd", (3 * e + mask) * n * h / q2));
+  linear_bwd(bwd, "proj", h, h);
+  bwd.add(c.bgemm("attn.av.dgrad", b * a / q2, s, dh, s));
+  bwd.add(c.bgemm("attn.av.wgrad", b * a / q2, s, s, dh));
+  if (gpt) bwd.add(c.elem("attn.dropout.bwd", (2 * e + 1) * scores, OpClass::attention));
+  bwd.add(c.elem("attn.softmax.bwd", 3 * e * scores, OpClass::attention));
+  bwd.add(c.bgemm("attn.qk.dgrad", b * a / q2, s, s, dh));
+  bwd.add(c.bgemm("attn.qk.wgrad", b * a / q2, s, s, dh));
+  linear_bwd(bwd, "qkv", h, h + 2 * kvd);
+  norm_bwd(bwd, "ln1");
+  cm.layer_bwd = bwd;
+
+  // ---- stored activations: the unsharded (tp = 1) layer of op_cost.cpp, every term / q^2 -------------------
+  const double repl = (4 * e + 2 * mask) * n * h;
+  const double sharded = e * n * (2 * h + 2 * kvd + f_in + f);
+  const double core = (gpt ? 2 * e + 1 : e) * b * a * s * s;
+  const double full_layer = (repl + sharded + core) / q2;
+  switch (p.recompute) {
+    case Recompute::none: cm.layer_stored_bytes = full_layer; break;
+    case Recompute::selective: cm.layer_stored_bytes = (repl + sharded) / q2; cm.layer_transient_bytes = core / q2; break;
+    case Recompute::full: cm.layer_stored_bytes = e * n * h / q2; cm.layer_transient_bytes = full_layer; break;
+  }
+
+  // ---- embedding (VocabParallelEmbedding, weight [V/q, h/q] per rank) --------------------------------------
+  {
+    PassCost ef, eb;
+    // q steps: vocab block i (held by grid row i) broadcast along the column, masked lookup of the local
+    // [n/q] tokens into [n/q, h/q]; GPT adds the position embedding [s, h/q] broadcast from row 0.
+    ef.add(c.comm_n("embed.bcast_b", Coll::broadcast, e * (V / q) * (h / q), q, col, ef));
+    if (gpt) ef.add(c.comm_n("embed.bcast_pos", Coll::broadcast, e * s * h / q, 1, col, ef));
+    Op lk = c.elem("embed.lookup", (gpt ? 3 : 2) * e * n * h / q2);
+    lk.bytes *= q;
+    lk.time_s *= q;
+    ef.add(lk);
+    Op bk = c.elem("embed.bwd", 3 * e * n * h / q2);
+    bk.bytes *= q;
+    bk.time_s *= q;
+    eb.add(bk);
+    eb.add(c.comm_n("embed.bwd.reduce", Coll::reduce, e * (V / q) * (h / q), q, col, eb));  // block grads to owner row
+    if (gpt) eb.add(c.comm_n("embed.pos.reduce", Coll::reduce, e * s * h / q, 1, col, eb));
+    cm.embed_fwd = ef;
+    cm.embed_bwd = eb;
+    cm.embed_stored_bytes = mask * n * h / q2;
+  }
+
+  // ---- head: final norm, LM head logits = X W^T (SUMMA_ABT with W [V/q, h/q]), cross-entropy ---------------
+  {
+    PassCost hf, hb;
+    norm_fwd(hf, "final_norm", false);
+    hf.add(c.comm_n("lm_head.bcast_b", Coll::broadcast, e * (V / q) * (h / q), q, col, hf));
+    hf.add(c.gemm_rep("lm_head", q, n / q, h / q, V / q));                // q x [n/q,h/q] x [h/q,V/q]
+    hf.add(c.comm_n("lm_head.reduce", Coll::reduce, e * (n / q) * (V / q), q, row, hf));
+    hf.add(c.elem("loss", (e + 4 + 4) * n * V / q2));                     // fp32 softmax cross-entropy, [n/q, V/q]
+    hf.add(c.comm_n("loss.ar", Coll::all_reduce, 4 * n / q, 3, row, hf));  // max, target logit, sum exp: [n/q]
+    hb.add(c.elem("loss.bwd", (4 + e) * n * V / q2));
+    // dX = dC W (SUMMA_AB): broadcast dC [n/q, V/q] along the row and W [V/q, h/q] along the column.
+    hb.add(c.comm_n("lm_head.dgrad.bcast_a", Coll::broadcast, e * (n / q) * (V / q), q, row, hb));
+    hb.add(c.comm_n("lm_head.dgrad.bcast_b", Coll::broadcast, e * (V / q) * (h / q), q, col, hb));
+    hb.add(c.gemm_rep("lm_head.dgrad", q, n / q, V / q, h / q));          // q x [n/q,V/q] x [V/q,h/q]
+    // dW = dC^T X (SUMMA_ATB): broadcast dC along the row, reduce [V/q, h/q] along the column.
+    hb.add(c.comm_n("lm_head.wgrad.bcast_a", Coll::broadcast, e * (n / q) * (V / q), q, row, hb));
+    hb.add(c.gemm_rep("lm_head.wgrad", q, h / q, n / q, V / q));          // q x [h/q,n/q] x [n/q,V/q] (dW^T)
+    hb.add(c.comm_n("lm_head.wgrad.reduce", Coll::reduce, e * (V / q) * (h / q), q, col, hb));
+    norm_bwd(hb, "final_norm");
+    cm.head_fwd = hf;
+    cm.head_bwd = hb;
+    cm.head_stored_bytes = (2 * e * n * h + 4 * n * V) / q2;
+  }
+
+  // ---- parameters per GPU (representative = grid row 0: holds the bias and norm slices) --------------------
+  const double lin = h * (h + 2 * kvd) + h * h + h * f_in + f * h;            // weights, / q^2
+  const double biases = gpt ? (h + 2 * kvd) + h + f + h : 0;                   // qkv, proj, fc1, fc2 biases, / q
+  const double norms = 2 * norm_w * h;                                         // two norms, / q
+  cm.layer_params = lin / q2 + (biases + norms) / q;
+  cm.embed_params = V * h / q2 + (gpt ? s * h / q : 0);
+  cm.head_params = norm_w * h / q + ((m.tied_embeddings && p.pp == 1) ? 0 : V * h / q2);
+
+  // ---- model FLOPs per step: 3 x forward (no recompute) over the whole batch, all q^2 TP ranks -------------
+  double fwd_flops_mb = (double)m.layers * cm.layer_fwd.flops + cm.head_fwd.flops;
+  cm.model_flops_per_step = 3 * fwd_flops_mb * p.tp * (double)p.num_microbatches * p.dp;
+  return cm;
+}
+
+}  // namespace tp::detail
