@@ -2,7 +2,8 @@
 // Speed targets (checked by bench/run_bench.sh, which prints a pass/fail table; never by timed test assertions):
 //   GPT-3 175B on 1536 GPUs < 20 ms, Megatron 1T on 3072 GPUs < 100 ms (representative mode),
 //   GPT-3 175B on 1024 GPUs in full-cluster mode < 10 s, and the GPT-3 13B symmetry series (128 / 1024 / 9984
-//   GPUs, same plan shape) about equally fast at every size.
+//   GPUs, same plan shape) about equally fast at every size. Technique cases (granular offload on GPT-3 175B,
+//   Optimus 2D on 64 Frontera GPUs, LGA + MPP on GPT-3 175B) are timed without a fixed target.
 // Each scenario is loaded once, outside the timing loop; the loop times tp::simulate (build the program, run the
 // event engine, derive the results) with the memory timeline off, as `trainplan simulate` does without --trace.
 // BM_BuildProgram / BM_Engine / BM_BuildTopology split the 1T case and both ends of the symmetry series into
@@ -119,6 +120,12 @@ const Entry kEntries[] = {
     {"symmetry-gpt3-13b-128", "symmetry-gpt3-13b-128.json", false},
     {"symmetry-gpt3-13b-1024", "symmetry-gpt3-13b-1024.json", false},
     {"symmetry-gpt3-13b-9984", "symmetry-gpt3-13b-9984.json", false},
+    // Techniques (no fixed targets): per-layer programs with PCIe loads / stores and host Adam, Optimus 2D
+    // (SUMMA collectives folded into compute ops, 64-GPU TP group across nodes), LGA + MPP (layered order over
+    // one-layer looping chunks).
+    {"gpt3-175b-1024-offload", "gpt3-175b-1024-offload.json", false},
+    {"optimus-2d-frontera-64", "optimus-2d-frontera-64.json", false},
+    {"lga-mpp-gpt3-175b-1024", "lga-mpp-gpt3-175b-1024.json", false},
 };
 
 const bool registered = [] {

@@ -47,6 +47,9 @@ rows = [  # scenario, mode, target ms (None: no fixed target)
     ("symmetry-gpt3-13b-128", "representative", None),
     ("symmetry-gpt3-13b-1024", "representative", None),
     ("symmetry-gpt3-13b-9984", "representative", None),
+    ("gpt3-175b-1024-offload", "representative", None),
+    ("optimus-2d-frontera-64", "representative", None),
+    ("lga-mpp-gpt3-175b-1024", "representative", None),
 ]
 out = []
 hdr = ("scenario", "GPUs", "mode", "median ms", "target ms", "result")

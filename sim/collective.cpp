@@ -74,9 +74,11 @@ static Phase direct_phase(Coll c, const std::vector<int>& group, double S, const
   Phase ph;
   int g = (int)group.size();
   double lat = 0;
+  // Efficiency at the collective's buffer size S (what each member moves in total), as for the ring
+  // collectives: an all-to-all's g - 1 messages of S/g run concurrently, like one transfer of S.
   auto flow = [&](int a, int b, double payload) {
     bool same = topo.node_of(a) == topo.node_of(b);
-    double e = eff_at(same ? cl.intra.efficiency : cl.inter.efficiency, payload);
+    double e = eff_at(same ? cl.intra.efficiency : cl.inter.efficiency, S);
     ph.flows.push_back({a, b, payload / e, payload});
     lat = std::max(lat, topo.latency_s(a, b));
   };
