@@ -156,9 +156,11 @@ Program build_program(const Scenario& sc, bool full_cluster, bool exhaustive_sym
   };
   std::vector<std::vector<WorkItem>> orders(R);
   std::vector<std::vector<Run>> runs(R);
+  std::vector<Piece> pieces;  // of one work item (reused)
   for (int r = 0; r < R; ++r) {
     int s = prog.sim_stage[r];
     orders[r] = plan_order(p, L, s);
+    runs[r].reserve(orders[r].size() * (per_layer ? (size_t)Lc : 1));
     const std::vector<WorkItem>& order = orders[r];
     std::vector<int> last_bwd_index(V, -1);
     for (int i = 0; i < (int)order.size(); ++i)
@@ -174,7 +176,7 @@ Program build_program(const Scenario& sc, bool full_cluster, bool exhaustive_sym
       // layer too when its gradients are reduced in buckets during the backward; otherwise the whole chunk.
       bool split = per_layer || (final_item && p.overlap_grad_reduce && !shared &&
                                  (p.dp > 1 || (M.tied_embeddings && p.pp > 1) || okind == OffloadKind::optimizer));
-      std::vector<Piece> pieces;
+      pieces.clear();
       if (!split) {
         pieces.push_back(whole);
       } else {
