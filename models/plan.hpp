@@ -71,6 +71,9 @@ struct Plan {
   int zero = 0;                // 0..3: 1 optimizer state, 2 + gradients, 3 + parameters sharded over dp
   bool overlap_grad_reduce = true;  // DP gradient reduction in buckets during the last backward (Megatron's --overlap-grad-reduce)
   TpMode tp_mode = TpMode::d1;
+  // 2D grid placement ("tp_grid"): rows (tp rank k at row k / q, column k % q) or node_blocks (Optimus'
+  // --rank-rearrange: each node's b x b GPUs, b * b = gpus_per_node, form one block of the grid).
+  bool tp_grid_node_blocks = false;
   GradAccumulation grad_accumulation = GradAccumulation::standard;
   Offload offload;
   int ep = 1;                  // expert parallelism: experts of each MoE layer sharded over ep ranks of the dp group
@@ -106,6 +109,14 @@ inline int rank_global(const Plan& p, int tp_rank, int dp_rank, int stage) {
 }
 // 2D grid inside a TP group (Optimus): tp rank k sits at row k / q, column k % q. The row group (same row)
 // is q consecutive ranks; the column group (same column) has stride q.
+// With node_blocks, blocks of b x b consecutive tp ranks tile the grid row-major.
+struct GridPos { int row, col; };
+inline GridPos grid_pos(int tp_rank, int q, int block_side) {
+  if (block_side <= 1) return GridPos{tp_rank / q, tp_rank % q};
+  int per_block = block_side * block_side, blocks_per_row = q / block_side;
+  int blk = tp_rank / per_block, i = tp_rank % per_block;
+  return GridPos{(blk / blocks_per_row) * block_side + i / block_side, (blk % blocks_per_row) * block_side + i % block_side};
+}
 // Expert parallelism inside a DP group: ep group = dp ranks [(d / ep) * ep, +ep); the expert-data-parallel
 // group (replicas of the same experts) = dp ranks with the same d % ep.
 

@@ -187,12 +187,13 @@ static Plan read_plan(const json& v, const std::string& path, Issues& issues, De
   p.zero = (int)r.opt_int("zero", 0, 0, 3);
   p.overlap_grad_reduce = r.opt_bool("overlap_grad_reduce", true);
   p.tp_mode = (TpMode)r.opt_enum("tp_mode", {"1d", "2d"}, 0);
+  p.tp_grid_node_blocks = r.opt_enum("tp_grid", {"rows", "node_blocks"}, 0) == 1;
   p.grad_accumulation = (GradAccumulation)r.opt_enum("grad_accumulation", {"standard", "layered"}, 0);
   if (const json* o = r.get("offload")) p.offload = read_offload(*o, r.at("offload"), issues);
   p.ep = (int)r.opt_int("ep", 1, 1, 1 << 24);
   std::vector<std::string> keys = {"dp", "tp", "pp", "virtual_stages", "microbatch", "schedule", "sequence_parallel",
                                    "recompute", "zero", "overlap_grad_reduce", "tp_mode", "grad_accumulation",
-                                   "offload", "ep"};
+                                   "offload", "ep", "tp_grid"};
   if (const json* d = r.get("delink")) {
     if (delink) *delink = read_delink(*d, r.at("delink"), issues);
     else issues.add(r.at("delink"), "not allowed in a pseudo phase's plan (a pseudo phase cannot be delinked again)");
@@ -222,7 +223,15 @@ void validate_plan(const Transformer& m, const Cluster& c, const Training& t, Pl
     }
     if (p.sequence_parallel)
       is.add(at("sequence_parallel"), "not allowed with tp_mode \"2d\" (its activations are already partitioned over the grid)");
+    if (p.tp_grid_node_blocks && q * q == p.tp) {
+      int g = c.gpus_per_node, b = 1;
+      while ((b + 1) * (b + 1) <= g) ++b;
+      if (b * b != g || q % b != 0 || p.tp % g != 0)
+        is.add(at("tp_grid"), "\"node_blocks\" makes each node's GPUs a b x b block of the q x q grid: it needs "
+                              "gpus_per_node (" + s(g) + ") to be a square b x b with b dividing q (" + s(q) + ")");
+    }
   } else {
+    if (p.tp_grid_node_blocks) is.add(at("tp_grid"), "\"node_blocks\" places a 2D grid: it needs tp_mode \"2d\"");
     if (m.heads > 0 && m.heads % p.tp != 0) is.add(at("tp"), "must divide the model's heads (" + s(m.heads) + "), got " + s(p.tp));
     else if (m.kv_heads > 0 && m.kv_heads % p.tp != 0)
       is.add(at("tp"), "must divide the model's kv_heads (" + s(m.kv_heads) + "), got " + s(p.tp));
@@ -409,6 +418,7 @@ static json plan_to_json(const Plan& p) {
             {"zero", p.zero}, {"overlap_grad_reduce", p.overlap_grad_reduce},
             {"tp_mode", tp_mode_name(p.tp_mode)}, {"grad_accumulation", grad_accumulation_name(p.grad_accumulation)},
             {"ep", p.ep}, {"num_microbatches", p.num_microbatches}};
+  if (p.tp_mode == TpMode::d2) j["tp_grid"] = p.tp_grid_node_blocks ? "node_blocks" : "rows";
   const Offload& o = p.offload;
   if (o.kind == OffloadKind::granular)
     j["offload"] = {{"kind", "granular"}, {"layers", o.layers}, {"target", o.experts_only ? "experts" : "layers"},

@@ -171,25 +171,44 @@ std::vector<Phase> collective_phases(Coll c, const std::vector<int>& group, doub
   return out;
 }
 
-double collective_time_isolated_s(Coll c, const std::vector<int>& group, double bytes, const Topology& topo,
-                                  const Cluster& cl) {
+double collective_time_concurrent_s(Coll c, const std::vector<std::vector<int>>& groups, double bytes,
+                                    const Topology& topo, const Cluster& cl) {
+  std::vector<std::vector<Phase>> all;
+  size_t phases = 0;
+  for (const auto& g : groups) {
+    all.push_back(collective_phases(c, g, bytes, topo, cl));
+    phases = std::max(phases, all.back().size());
+  }
   double total = 0;
-  for (const Phase& ph : collective_phases(c, group, bytes, topo, cl)) {
-    std::map<int, double> load;  // link -> number of this phase's flows on it
+  for (size_t k = 0; k < phases; ++k) {
+    std::map<int, double> load;  // link -> number of this phase's flows on it (every group's)
     std::vector<std::vector<int>> routes;
-    for (auto& f : ph.flows) {
-      routes.push_back(topo.route(f.src, f.dst));
-      for (int l : routes.back()) load[l] += 1;
+    std::vector<double> wire;
+    double latency = 0;
+    for (const auto& ph_list : all) {
+      if (k >= ph_list.size()) continue;
+      const Phase& ph = ph_list[k];
+      latency = std::max(latency, ph.latency_s);
+      for (auto& f : ph.flows) {
+        routes.push_back(topo.route(f.src, f.dst));
+        wire.push_back(f.bytes);
+        for (int l : routes.back()) load[l] += 1;
+      }
     }
     double worst = 0;
-    for (size_t i = 0; i < ph.flows.size(); ++i) {
+    for (size_t i = 0; i < routes.size(); ++i) {
       double share = 1e300;
       for (int l : routes[i]) share = std::min(share, topo.links[l].capacity_bytes_per_s / load[l]);
-      if (share < 1e300) worst = std::max(worst, ph.flows[i].bytes / share);
+      if (share < 1e300) worst = std::max(worst, wire[i] / share);
     }
-    total += worst + ph.latency_s;
+    total += worst + latency;
   }
   return total;
+}
+
+double collective_time_isolated_s(Coll c, const std::vector<int>& group, double bytes, const Topology& topo,
+                                  const Cluster& cl) {
+  return collective_time_concurrent_s(c, {group}, bytes, topo, cl);
 }
 
 TierBytes collective_member_bytes(Coll c, const std::vector<int>& group, double S, const Topology& topo) {

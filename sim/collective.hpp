@@ -43,6 +43,12 @@ std::vector<Phase> collective_phases(Coll c, const std::vector<int>& group, doub
 double collective_time_isolated_s(Coll c, const std::vector<int>& group, double bytes, const Topology& topo,
                                   const Cluster& cl);
 
+// Time of the same collective run at once by several disjoint groups (e.g. the q rows of a 2D grid, whose
+// members share nodes and NICs): per phase, the flows of every group share the links; the slowest flow and
+// the largest phase latency set the phase time.
+double collective_time_concurrent_s(Coll c, const std::vector<std::vector<int>>& groups, double bytes,
+                                    const Topology& topo, const Cluster& cl);
+
 // Payload bytes member 0 sends, split into intra-node and inter-node (no efficiency inflation):
 // network volume accounting for collectives folded into compute ops. Broadcast / reduce: the mean over the
 // members ((g-1)/g*S in all; each ring edge's share is intra or inter by its endpoints' nodes), because the

@@ -39,10 +39,22 @@ Program build_program(const Scenario& sc, bool full_cluster, bool exhaustive_sym
   // Groups of the representative (tp 0, dp 0, stage 0) for collectives folded into compute ops.
   const int q = p.tp_q();
   std::vector<int> groups[4];
+  std::vector<std::vector<int>> lines[4];  // 2D: all parallel rows / columns of the representative's grid
   for (int k = 0; k < p.tp; ++k) groups[(int)CommGroup::tp].push_back(rank_global(p, k, 0, 0));
-  if (p.tp_mode == TpMode::d2) {
-    for (int c = 0; c < q; ++c) groups[(int)CommGroup::tp_row].push_back(rank_global(p, c, 0, 0));
-    for (int r = 0; r < q; ++r) groups[(int)CommGroup::tp_col].push_back(rank_global(p, r * q, 0, 0));
+  if (p.tp_mode == TpMode::d2) {  // the representative sits at grid position (0, 0)
+    int b = 1;
+    if (p.tp_grid_node_blocks) while ((b + 1) * (b + 1) <= sc.cluster.gpus_per_node) ++b;
+    // Every row (column) of the grid runs its broadcast at the same time: they share nodes and NICs.
+    std::vector<std::vector<int>> rows(q, std::vector<int>(q)), cols(q, std::vector<int>(q));
+    for (int k = 0; k < p.tp; ++k) {
+      GridPos gp = grid_pos(k, q, b);
+      rows[gp.row][gp.col] = rank_global(p, k, 0, 0);
+      cols[gp.col][gp.row] = rank_global(p, k, 0, 0);
+    }
+    groups[(int)CommGroup::tp_row] = rows[0];
+    groups[(int)CommGroup::tp_col] = cols[0];
+    lines[(int)CommGroup::tp_row] = rows;
+    lines[(int)CommGroup::tp_col] = cols;
   }
   for (int d = 0; d < p.ep; ++d) groups[(int)CommGroup::ep].push_back(rank_global(p, 0, d, 0));
   std::map<std::tuple<int, double, int>, double> tp_cache;
@@ -53,7 +65,8 @@ Program build_program(const Scenario& sc, bool full_cluster, bool exhaustive_sym
     auto key = std::make_tuple((int)c, bytes, (int)gk);
     auto it = tp_cache.find(key);
     if (it != tp_cache.end()) return it->second;
-    double t = collective_time_isolated_s(c, grp, bytes, *prog.topo, sc.cluster);
+    double t = lines[(int)gk].empty() ? collective_time_isolated_s(c, grp, bytes, *prog.topo, sc.cluster)
+                                      : collective_time_concurrent_s(c, lines[(int)gk], bytes, *prog.topo, sc.cluster);
     tp_cache[key] = t;
     return t;
   };

@@ -123,3 +123,21 @@ TEST(Pipeline, ModularAndLayeredLayouts) {
   auto order = plan_order(p, 16, 0);
   EXPECT_EQ(order.size(), (size_t)2 * 4 * 8);
 }
+
+// 2D grid placement: rows (k / q, k % q) or Optimus' node blocks (each node's b x b GPUs one block).
+TEST(Pipeline, GridPositions) {
+  // q = 4, rows
+  EXPECT_EQ(grid_pos(5, 4, 1).row, 1);
+  EXPECT_EQ(grid_pos(5, 4, 1).col, 1);
+  // q = 4, 2 x 2 blocks of 4 consecutive ranks: ranks 0-3 -> rows 0-1, cols 0-1; ranks 4-7 -> cols 2-3.
+  int want_row[16] = {0, 0, 1, 1, 0, 0, 1, 1, 2, 2, 3, 3, 2, 2, 3, 3};
+  int want_col[16] = {0, 1, 0, 1, 2, 3, 2, 3, 0, 1, 0, 1, 2, 3, 2, 3};
+  std::map<std::pair<int, int>, int> seen;
+  for (int k = 0; k < 16; ++k) {
+    GridPos g = grid_pos(k, 4, 2);
+    EXPECT_EQ(g.row, want_row[k]) << k;
+    EXPECT_EQ(g.col, want_col[k]) << k;
+    seen[{g.row, g.col}]++;
+  }
+  EXPECT_EQ(seen.size(), 16u);  // a bijection onto the grid
+}
