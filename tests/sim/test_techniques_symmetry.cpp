@@ -68,3 +68,17 @@ TEST(TechniqueSymmetry, FullClusterAgreesWithSymmetric) {
     expect_modes_agree(sc, c.what);
   }
 }
+
+// A pseudo phase whose weight groups span pipeline stages (k = 2 groups of 8 layers over 4 stages): the
+// cross-stage all-reduce of the shared layers' gradients must agree between the modes too.
+TEST(TechniqueSymmetry, SharedLayersAcrossStagesAgree) {
+  json model = gpt_model(16, 1024, 16, 32000, 1024);
+  json plan = {{"dp", 4}, {"tp", 2}, {"pp", 4}, {"microbatch", 1}};
+  Scenario sc = make_scenario(model, selene_like(), 32, plan);
+  sc.plan.shared_layers = 2;
+  expect_modes_agree(sc, "shared layers");
+  Result r = simulate(sc);
+  int shared = 0;
+  for (const TaskInfo& ti : r.prog.info) shared += ti.kind == TaskKind::shared_reduce;
+  EXPECT_EQ(shared, 4);  // every stage's representative joins its group's cross-stage all-reduce
+}
