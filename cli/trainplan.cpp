@@ -2,6 +2,8 @@
 // Exit codes: 0 success, 2 bad input or usage (message names the JSON path and what was expected),
 // 1 internal error. Output files are written atomically and only after the whole run succeeded.
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iostream>
@@ -14,6 +16,10 @@
 #include "sim/output.hpp"
 #include "sim/simulate.hpp"
 #include "sim/validate_published.hpp"
+#include "exec/comm.hpp"
+#include "exec/train.hpp"
+
+#include <unistd.h>
 
 using namespace tp;
 
@@ -32,6 +38,8 @@ const char* kHelp =
     "      simulate one training step of the scenario's plan and estimate the whole run\n"
     "  trainplan validate-published [--suite DEV_SUITE.json] [--cluster NAME] [--json FILE]\n"
     "      regenerate the published rows of the dev suite and print predicted vs published\n"
+    "  trainplan run SCENARIO.json [--steps N] [--json FILE] [--fp64] [--seed S] [--lr LR] [--data TOKENS.bin]\n"
+    "      train the scenario's GPT with its plan on CPUs (one process per rank: mpirun -np GPUS / srun)\n"
     "  trainplan catalog [gpus|clusters|models]\n"
     "      list the bundled catalog\n"
     "  trainplan version\n";
@@ -91,6 +99,59 @@ int cmd_simulate(int argc, char** argv) {
   return 0;
 }
 
+// One process per rank. Every rank loads and checks the scenario before any work, so bad input fails
+// everywhere with exit 2 (printed once, by rank 0); a rank that fails later aborts the whole job.
+int cmd_run(int argc, char** argv) {
+  Args a = parse_args(argc, argv, 2, {"--steps", "--json", "--seed", "--lr", "--data"}, {"--fp64", "--quiet"});
+  if (a.positional.size() != 1) throw Usage("run needs exactly one scenario file");
+  exec::RunOptions o;
+  auto num = [&](const char* opt, double lo, double dflt) {
+    std::string v = a.value(opt);
+    if (v.empty()) return dflt;
+    char* end = nullptr;
+    double x = std::strtod(v.c_str(), &end);
+    if (!end || *end || !(x >= lo)) throw Usage(std::string(opt) + " expects a number >= " + std::to_string(lo) + ", got " + v);
+    return x;
+  };
+  o.steps = (int)num("--steps", 1, 10);
+  o.seed = (uint64_t)num("--seed", 0, 1234);
+  o.lr = num("--lr", 0, 1e-3);
+  o.data = a.value("--data");
+  o.fp64 = a.flag("--fp64");
+  exec::Comm& world = exec::world();
+  o.progress = world.rank() == 0 && isatty(2) && !a.flag("--quiet");
+  Scenario sc;
+  try {
+    sc = load_scenario(a.positional[0]);
+    exec::check_runnable(sc);
+    if (world.size() != sc.plan.gpus())
+      throw InputError({a.positional[0] + ": $.plan: dp x tp x pp = " + std::to_string(sc.plan.gpus()) +
+                        " ranks, but this job has " + std::to_string(world.size()) + " (launch with mpirun -np " +
+                        std::to_string(sc.plan.gpus()) + " or srun -n " + std::to_string(sc.plan.gpus()) + ")"});
+  } catch (const InputError& e) {
+    if (world.rank() == 0)
+      for (auto& m : e.messages) std::cerr << "error: " << m << "\n";
+    exec::finalize_world();
+    return 2;
+  }
+  exec::RunResult r;
+  try {
+    r = exec::run_training(sc, o, world);
+  } catch (const InputError& e) {
+    world.abort(2, e.messages.empty() ? "bad input" : e.messages.front());
+  } catch (const std::exception& e) {
+    world.abort(1, e.what());
+  }
+  if (world.rank() == 0) {
+    if (!a.value("--json").empty()) write_file_atomic(a.value("--json"), exec::run_result_to_json(r, sc, o).dump(2) + "\n");
+    if (!a.flag("--quiet"))
+      std::printf("trainplan run: %s, %d ranks, %d steps: loss %.4f -> %.4f, %.0f tokens/s\n", sc.name.c_str(),
+                  world.size(), o.steps, r.losses.front(), r.losses.back(), r.tokens_per_s);
+  }
+  exec::finalize_world();
+  return 0;
+}
+
 std::string default_suite() {
   std::string bundled = catalog_dir() + "/../../scenarios/published/dev-suite.json";
   return bundled;
@@ -143,6 +204,7 @@ int main(int argc, char** argv) {
     if (cmd == "simulate") return cmd_simulate(argc, argv);
     if (cmd == "validate-published") return cmd_validate_published(argc, argv);
     if (cmd == "catalog") return cmd_catalog(argc, argv);
+    if (cmd == "run") return cmd_run(argc, argv);
     if (cmd == "version") { std::cout << "trainplan 0.1.0\n"; return 0; }
     throw Usage("unknown command \"" + cmd + "\"");
   } catch (const InputError& e) {

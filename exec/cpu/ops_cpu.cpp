@@ -1,0 +1,282 @@
+// ops_cpu: the CPU backend's element-wise and row-wise ops — bias, residual add/accumulate/scale,
+// LayerNorm, GELU (tanh), SwiGLU, softmax cross-entropy, embeddings, AdamW, sum of squares. (The GEMM-shaped
+// ops, matmul and attention, are in ops_gemm.cpp.) Plain loops the compiler vectorises; no Eigen needed.
+// Invariants (exec/ops.hpp): row-major contiguous buffers; forwards overwrite, backwards accumulate (+=);
+// token ids and targets are int32 in range (not checked); double is the correctness oracle, so every formula
+// is the exact derivative of its forward (checked by finite differences in tests/exec/test_ops.cpp).
+#include <cmath>
+#include <cstdint>
+
+#include "exec/ops.hpp"
+
+namespace tp::ops {
+
+// y[N, C] = x[N, C] + b[C]; y may equal x.
+template <class T>
+void add_bias(T* y, const T* x, const T* b, long N, long C) {
+  for (long n = 0; n < N; ++n) {
+    const T* xr = x + n * C;
+    T* yr = y + n * C;
+    for (long c = 0; c < C; ++c) yr[c] = xr[c] + b[c];
+  }
+}
+
+// db[C] += sum over rows of dy[N, C].
+template <class T>
+void bias_bwd(T* db, const T* dy, long N, long C) {
+  for (long n = 0; n < N; ++n) {
+    const T* dr = dy + n * C;
+    for (long c = 0; c < C; ++c) db[c] += dr[c];
+  }
+}
+
+template <class T>
+void add(T* y, const T* a, const T* b, long n) {
+  for (long i = 0; i < n; ++i) y[i] = a[i] + b[i];
+}
+
+template <class T>
+void accumulate(T* y, const T* x, long n) {
+  for (long i = 0; i < n; ++i) y[i] += x[i];
+}
+
+template <class T>
+void scale(T* y, const T* x, T s, long n) {
+  for (long i = 0; i < n; ++i) y[i] = s * x[i];
+}
+
+// y[N, C] = (x - mean) * rstd * w + b, mean[N] and rstd[N] saved; var is the biased (1/C) variance.
+// b == null means no shift.
+template <class T>
+void layernorm_fwd(T* y, T* mean, T* rstd, const T* x, const T* w, const T* b, long N, long C, T eps) {
+  for (long n = 0; n < N; ++n) {
+    const T* xr = x + n * C;
+    T* yr = y + n * C;
+    T m = 0;
+    for (long c = 0; c < C; ++c) m += xr[c];
+    m /= T(C);
+    T var = 0;
+    for (long c = 0; c < C; ++c) {
+      const T d = xr[c] - m;
+      var += d * d;
+    }
+    var /= T(C);
+    const T s = T(1) / std::sqrt(var + eps);
+    if (b) {
+      for (long c = 0; c < C; ++c) yr[c] = (xr[c] - m) * s * w[c] + b[c];
+    } else {
+      for (long c = 0; c < C; ++c) yr[c] = (xr[c] - m) * s * w[c];
+    }
+    mean[n] = m;
+    rstd[n] = s;
+  }
+}
+
+// With xhat = (x - mean) * rstd and g = w ⊙ dy (per row):
+//   dx += rstd * (g - mean(g) - xhat * mean(g ⊙ xhat)),  dw += xhat ⊙ dy,  db += dy.
+// dw and db may be null (skipped).
+template <class T>
+void layernorm_bwd(T* dx, T* dw, T* db, const T* dy, const T* x, const T* w, const T* mean, const T* rstd, long N,
+                   long C) {
+  for (long n = 0; n < N; ++n) {
+    const T* xr = x + n * C;
+    const T* dyr = dy + n * C;
+    T* dxr = dx + n * C;
+    const T m = mean[n], s = rstd[n];
+    T gmean = 0, gxmean = 0;
+    for (long c = 0; c < C; ++c) {
+      const T xhat = (xr[c] - m) * s;
+      const T g = w[c] * dyr[c];
+      gmean += g;
+      gxmean += g * xhat;
+    }
+    gmean /= T(C);
+    gxmean /= T(C);
+    for (long c = 0; c < C; ++c) {
+      const T xhat = (xr[c] - m) * s;
+      const T g = w[c] * dyr[c];
+      dxr[c] += s * (g - gmean - xhat * gxmean);
+    }
+    if (dw) {
+      for (long c = 0; c < C; ++c) dw[c] += (xr[c] - m) * s * dyr[c];
+    }
+    if (db) {
+      for (long c = 0; c < C; ++c) db[c] += dyr[c];
+    }
+  }
+}
+
+namespace {
+template <class T>
+constexpr T kGeluS = T(0.7978845608028653558798921198687637);  // sqrt(2/pi)
+template <class T>
+constexpr T kGeluA = T(0.044715);
+}  // namespace
+
+// y = 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3).
+template <class T>
+void gelu_fwd(T* y, const T* x, long n) {
+  for (long i = 0; i < n; ++i) {
+    const T xi = x[i];
+    const T u = kGeluS<T> * (xi + kGeluA<T> * xi * xi * xi);
+    y[i] = T(0.5) * xi * (T(1) + std::tanh(u));
+  }
+}
+
+// gelu'(x) = 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) sqrt(2/pi) (1 + 3 * 0.044715 x^2).
+template <class T>
+void gelu_bwd(T* dx, const T* x, const T* dy, long n) {
+  for (long i = 0; i < n; ++i) {
+    const T xi = x[i];
+    const T u = kGeluS<T> * (xi + kGeluA<T> * xi * xi * xi);
+    const T th = std::tanh(u);
+    const T du = kGeluS<T> * (T(1) + T(3) * kGeluA<T> * xi * xi);
+    dx[i] += (T(0.5) * (T(1) + th) + T(0.5) * xi * (T(1) - th * th) * du) * dy[i];
+  }
+}
+
+// y[N, F] = silu(g) * u with g = gate_up[:, 0:F], u = gate_up[:, F:2F], silu(g) = g * sigmoid(g).
+template <class T>
+void swiglu_fwd(T* y, const T* gate_up, long N, long F) {
+  for (long n = 0; n < N; ++n) {
+    const T* g = gate_up + n * 2 * F;
+    const T* u = g + F;
+    T* yr = y + n * F;
+    for (long f = 0; f < F; ++f) {
+      const T sig = T(1) / (T(1) + std::exp(-g[f]));
+      yr[f] = g[f] * sig * u[f];
+    }
+  }
+}
+
+// dg += dy * u * sigmoid(g) (1 + g (1 - sigmoid(g))),  du += dy * silu(g).
+template <class T>
+void swiglu_bwd(T* dgate_up, const T* gate_up, const T* dy, long N, long F) {
+  for (long n = 0; n < N; ++n) {
+    const T* g = gate_up + n * 2 * F;
+    const T* u = g + F;
+    T* dg = dgate_up + n * 2 * F;
+    T* du = dg + F;
+    const T* dyr = dy + n * F;
+    for (long f = 0; f < F; ++f) {
+      const T sig = T(1) / (T(1) + std::exp(-g[f]));
+      dg[f] += dyr[f] * u[f] * sig * (T(1) + g[f] * (T(1) - sig));
+      du[f] += dyr[f] * g[f] * sig;
+    }
+  }
+}
+
+// probs[N, V] = softmax(logits) per row (max subtracted); returns sum over rows of
+// -log p[target] = log(sum exp(l - max)) - (l[target] - max), summed in double.
+template <class T>
+T cross_entropy_fwd(T* probs, const T* logits, const int32_t* targets, long N, long V) {
+  double loss = 0;
+  for (long n = 0; n < N; ++n) {
+    const T* lr = logits + n * V;
+    T* pr = probs + n * V;
+    T mx = lr[0];
+    for (long j = 1; j < V; ++j) mx = lr[j] > mx ? lr[j] : mx;
+    T sum = 0;
+    for (long j = 0; j < V; ++j) {
+      pr[j] = std::exp(lr[j] - mx);
+      sum += pr[j];
+    }
+    const T inv = T(1) / sum;
+    for (long j = 0; j < V; ++j) pr[j] *= inv;
+    loss += double(std::log(sum)) - double(lr[targets[n]] - mx);
+  }
+  return T(loss);
+}
+
+// dlogits[N, V] += scale * (probs - onehot(target)).
+template <class T>
+void cross_entropy_bwd(T* dlogits, const T* probs, const int32_t* targets, long N, long V, T scale) {
+  for (long n = 0; n < N; ++n) {
+    const T* pr = probs + n * V;
+    T* dr = dlogits + n * V;
+    for (long j = 0; j < V; ++j) dr[j] += scale * pr[j];
+    dr[targets[n]] -= scale;
+  }
+}
+
+// out[B, T, C] = wte[tokens[b, t], :] (+ wpe[t, :]).
+template <class T>
+void embedding_fwd(T* out, const int32_t* tokens, const T* wte, const T* wpe, long B, long Tn, long C) {
+  for (long b = 0; b < B; ++b) {
+    for (long t = 0; t < Tn; ++t) {
+      T* o = out + (b * Tn + t) * C;
+      const T* e = wte + long(tokens[b * Tn + t]) * C;
+      if (wpe) {
+        const T* p = wpe + t * C;
+        for (long c = 0; c < C; ++c) o[c] = e[c] + p[c];
+      } else {
+        for (long c = 0; c < C; ++c) o[c] = e[c];
+      }
+    }
+  }
+}
+
+// dwte[tokens[b, t], :] += dout[b, t, :] (repeated tokens add up); dwpe[t, :] += dout[b, t, :].
+template <class T>
+void embedding_bwd(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, long B, long Tn, long C) {
+  for (long b = 0; b < B; ++b) {
+    for (long t = 0; t < Tn; ++t) {
+      const T* d = dout + (b * Tn + t) * C;
+      if (dwte) {
+        T* e = dwte + long(tokens[b * Tn + t]) * C;
+        for (long c = 0; c < C; ++c) e[c] += d[c];
+      }
+      if (dwpe) {
+        T* p = dwpe + t * C;
+        for (long c = 0; c < C; ++c) p[c] += d[c];
+      }
+    }
+  }
+}
+
+// AdamW step t >= 1: m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+// p -= lr (m / (1 - b1^t) / (sqrt(v / (1 - b2^t)) + eps) + wd p).
+template <class T>
+void adamw(T* p, const T* g, T* m, T* v, long n, T lr, T b1, T b2, T eps, T wd, long t) {
+  const T c1 = T(1.0 / (1.0 - std::pow(double(b1), double(t))));
+  const T c2 = T(1.0 / (1.0 - std::pow(double(b2), double(t))));
+  for (long i = 0; i < n; ++i) {
+    const T gi = g[i];
+    const T mi = b1 * m[i] + (T(1) - b1) * gi;
+    const T vi = b2 * v[i] + (T(1) - b2) * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    p[i] -= lr * ((mi * c1) / (std::sqrt(vi * c2) + eps) + wd * p[i]);
+  }
+}
+
+template <class T>
+double sum_squares(const T* x, long n) {
+  double s = 0;
+  for (long i = 0; i < n; ++i) s += double(x[i]) * double(x[i]);
+  return s;
+}
+
+#define TP_OPS_CPU_INSTANTIATE(T)                                                                           \
+  template void add_bias<T>(T*, const T*, const T*, long, long);                                           \
+  template void bias_bwd<T>(T*, const T*, long, long);                                                      \
+  template void add<T>(T*, const T*, const T*, long);                                                       \
+  template void accumulate<T>(T*, const T*, long);                                                          \
+  template void scale<T>(T*, const T*, T, long);                                                            \
+  template void layernorm_fwd<T>(T*, T*, T*, const T*, const T*, const T*, long, long, T);                  \
+  template void layernorm_bwd<T>(T*, T*, T*, const T*, const T*, const T*, const T*, const T*, long, long); \
+  template void gelu_fwd<T>(T*, const T*, long);                                                            \
+  template void gelu_bwd<T>(T*, const T*, const T*, long);                                                  \
+  template void swiglu_fwd<T>(T*, const T*, long, long);                                                    \
+  template void swiglu_bwd<T>(T*, const T*, const T*, long, long);                                          \
+  template T cross_entropy_fwd<T>(T*, const T*, const int32_t*, long, long);                                \
+  template void cross_entropy_bwd<T>(T*, const T*, const int32_t*, long, long, T);                          \
+  template void embedding_fwd<T>(T*, const int32_t*, const T*, const T*, long, long, long);                 \
+  template void embedding_bwd<T>(T*, T*, const T*, const int32_t*, long, long, long);                       \
+  template void adamw<T>(T*, const T*, T*, T*, long, T, T, T, T, T, long);                                  \
+  template double sum_squares<T>(const T*, long);
+TP_OPS_CPU_INSTANTIATE(float)
+TP_OPS_CPU_INSTANTIATE(double)
+#undef TP_OPS_CPU_INSTANTIATE
+
+}  // namespace tp::ops

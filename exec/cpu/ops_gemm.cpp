@@ -1,0 +1,138 @@
+// ops_gemm: the CPU backend's GEMM-shaped ops on Eigen — matmul and causal grouped-query attention (forward
+// and backward). Every product goes through Eigen's blocked GEMM (Map + noalias), never a naive loop.
+// Invariants: buffers are row-major and contiguous as exec/ops.hpp says; outputs do not alias inputs;
+// forwards overwrite, backwards accumulate (+=); with beta == 0 matmul never reads C (it may hold NaN).
+// Eigen types stay inside this file.
+#include <Eigen/Core>
+#include <cmath>
+#include <vector>
+
+#include "exec/ops.hpp"
+
+namespace tp::ops {
+namespace {
+
+template <class T>
+using RowMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+template <class T>
+using Mat = Eigen::Map<RowMat<T>>;  // contiguous [rows, cols]
+template <class T>
+using CMat = Eigen::Map<const RowMat<T>>;
+template <class T>
+using SMat = Eigen::Map<RowMat<T>, 0, Eigen::OuterStride<>>;  // [rows, cols] with a row stride
+template <class T>
+using CSMat = Eigen::Map<const RowMat<T>, 0, Eigen::OuterStride<>>;
+
+// C = alpha * a · b + beta * C, with a and b already op()-ed Eigen expressions (maps or their transposes).
+template <class T, class CM, class LA, class LB>
+void gemm_into(CM&& C, const LA& a, const LB& b, T alpha, T beta) {
+  if (beta == T(0)) {
+    C.noalias() = alpha * a * b;  // overwrites: C is never read (GEMM path zeroes first, lazy path assigns)
+  } else {
+    if (beta != T(1)) C *= beta;
+    C.noalias() += alpha * a * b;
+  }
+}
+
+}  // namespace
+
+// C[M, N] = alpha * op(A)[M, K] · op(B)[K, N] + beta * C.
+template <class T>
+void matmul(T* C, const T* A, const T* B, long M, long N, long K, bool trans_a, bool trans_b, T alpha, T beta) {
+  if (M <= 0 || N <= 0) return;
+  Mat<T> c(C, M, N);
+  if (K <= 0) {  // empty sum: C = beta * C (and never read C when beta == 0)
+    if (beta == T(0)) c.setZero();
+    else c *= beta;
+    return;
+  }
+  // A is stored [M, K] or, transposed, [K, M]; B is [K, N] or [N, K]. Eigen folds the transposes and alpha
+  // into its GEMM kernel call (no temporaries).
+  if (!trans_a && !trans_b) gemm_into(c, CMat<T>(A, M, K), CMat<T>(B, K, N), alpha, beta);
+  else if (!trans_a && trans_b) gemm_into(c, CMat<T>(A, M, K), CMat<T>(B, N, K).transpose(), alpha, beta);
+  else if (trans_a && !trans_b) gemm_into(c, CMat<T>(A, K, M).transpose(), CMat<T>(B, K, N), alpha, beta);
+  else gemm_into(c, CMat<T>(A, K, M).transpose(), CMat<T>(B, N, K).transpose(), alpha, beta);
+}
+
+// Attention forward, per (b, h): S = scale · Q Kᵀ (written straight into att), causal softmax row by row
+// over keys 0..t (entries above the diagonal set to 0), out = P V. The [T, D] slice of one head inside
+// q/out [B, T, H, D] has row stride H*D; inside k/v [B, T, Hkv, D] it has row stride Hkv*D.
+template <class T>
+void attention_fwd(T* out, T* att, const T* q, const T* k, const T* v, long B, long Tn, long H, long Hkv, long D) {
+  const long group = H / Hkv;
+  const T sc = T(1) / std::sqrt(T(D));
+  for (long b = 0; b < B; ++b) {
+    for (long h = 0; h < H; ++h) {
+      const long kh = h / group;
+      CSMat<T> Q(q + (b * Tn * H + h) * D, Tn, D, Eigen::OuterStride<>(H * D));
+      CSMat<T> Kt(k + (b * Tn * Hkv + kh) * D, Tn, D, Eigen::OuterStride<>(Hkv * D));
+      CSMat<T> V(v + (b * Tn * Hkv + kh) * D, Tn, D, Eigen::OuterStride<>(Hkv * D));
+      SMat<T> O(out + (b * Tn * H + h) * D, Tn, D, Eigen::OuterStride<>(H * D));
+      T* P = att + (b * H + h) * Tn * Tn;  // [T, T]
+      Mat<T> Pm(P, Tn, Tn);
+      Pm.noalias() = sc * Q * Kt.transpose();
+      for (long t = 0; t < Tn; ++t) {
+        T* row = P + t * Tn;
+        T mx = row[0];
+        for (long j = 1; j <= t; ++j) mx = row[j] > mx ? row[j] : mx;
+        T sum = 0;
+        for (long j = 0; j <= t; ++j) {
+          row[j] = std::exp(row[j] - mx);
+          sum += row[j];
+        }
+        const T inv = T(1) / sum;
+        for (long j = 0; j <= t; ++j) row[j] *= inv;
+        for (long j = t + 1; j < Tn; ++j) row[j] = T(0);
+      }
+      O.noalias() = Pm * V;  // P is zero above the diagonal, so the full product is the causal one
+    }
+  }
+}
+
+// Attention backward, per (b, h) with P = att[b, h]:
+//   dV += Pᵀ dO;  dP = dO Vᵀ;  dS = P ⊙ (dP − rowsum(dP ⊙ P));  dQ += scale · dS K;  dK += scale · dSᵀ Q.
+// dK and dV of a kv head collect the sum over the query heads sharing it.
+template <class T>
+void attention_bwd(T* dq, T* dk, T* dv, const T* dout, const T* att, const T* q, const T* k, const T* v, long B,
+                   long Tn, long H, long Hkv, long D) {
+  const long group = H / Hkv;
+  const T sc = T(1) / std::sqrt(T(D));
+  std::vector<T> scratch(static_cast<size_t>(Tn * Tn));  // dP, then dS in place: [T, T]
+  Mat<T> dS(scratch.data(), Tn, Tn);
+  for (long b = 0; b < B; ++b) {
+    for (long h = 0; h < H; ++h) {
+      const long kh = h / group;
+      const long qo = (b * Tn * H + h) * D, ko = (b * Tn * Hkv + kh) * D;
+      const Eigen::OuterStride<> qs(H * D), ks(Hkv * D);
+      CSMat<T> Q(q + qo, Tn, D, qs), dO(dout + qo, Tn, D, qs);
+      CSMat<T> Kt(k + ko, Tn, D, ks), V(v + ko, Tn, D, ks);
+      SMat<T> dQ(dq + qo, Tn, D, qs), dK(dk + ko, Tn, D, ks), dV(dv + ko, Tn, D, ks);
+      const T* P = att + (b * H + h) * Tn * Tn;
+      CMat<T> Pm(P, Tn, Tn);
+
+      dV.noalias() += Pm.transpose() * dO;
+      dS.noalias() = dO * V.transpose();
+      for (long t = 0; t < Tn; ++t) {
+        const T* pr = P + t * Tn;
+        T* dr = scratch.data() + t * Tn;
+        T dot = 0;
+        for (long j = 0; j <= t; ++j) dot += pr[j] * dr[j];
+        for (long j = 0; j <= t; ++j) dr[j] = pr[j] * (dr[j] - dot);
+        for (long j = t + 1; j < Tn; ++j) dr[j] = T(0);
+      }
+      dQ.noalias() += sc * dS * Kt;
+      dK.noalias() += sc * dS.transpose() * Q;
+    }
+  }
+}
+
+#define TP_OPS_GEMM_INSTANTIATE(T)                                                                              \
+  template void matmul<T>(T*, const T*, const T*, long, long, long, bool, bool, T, T);                         \
+  template void attention_fwd<T>(T*, T*, const T*, const T*, const T*, long, long, long, long, long);          \
+  template void attention_bwd<T>(T*, T*, T*, const T*, const T*, const T*, const T*, const T*, long, long, long, \
+                                 long, long);
+TP_OPS_GEMM_INSTANTIATE(float)
+TP_OPS_GEMM_INSTANTIATE(double)
+#undef TP_OPS_GEMM_INSTANTIATE
+
+}  // namespace tp::ops

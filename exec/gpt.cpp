@@ -1,0 +1,314 @@
+// gpt: layout, initialisation, sharding and the per-piece forward / backward. See gpt.hpp.
+// Shapes per tp rank: N = B * Tn tokens; C hidden; Hl = H / tp query heads, Kl = Hkv / tp kv heads, head dim D;
+// Fl = F / tp MLP columns; QKV columns [Q (Hl D) | K (Kl D) | V (Kl D)]; fc1 columns [Fl] (GELU) or
+// [gate Fl | up Fl] (SwiGLU).
+#include "gpt.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <stdexcept>
+
+#include "exec/ops.hpp"
+
+namespace tp::exec {
+
+GptShape gpt_shape(const Transformer& m, long long seq_len, int tp, int tp_rank) {
+  GptShape s;
+  s.layers = m.layers;
+  s.C = m.hidden;
+  s.H = m.heads;
+  s.Hkv = m.kv_heads;
+  s.D = m.head_dim();
+  s.F = m.ffn_hidden;
+  s.V = m.vocab;
+  s.maxT = seq_len;
+  s.gelu = m.activation == Activation::gelu;
+  s.tp = tp;
+  s.tp_rank = tp_rank;
+  return s;
+}
+
+const ParamView& GptLayout::view(const std::string& name) const {
+  for (const ParamView& v : views)
+    if (v.name == name) return v;
+  throw std::logic_error("gpt: no parameter " + name);
+}
+
+GptLayout gpt_layout(const GptShape& s) {
+  GptLayout L;
+  L.s = s;
+  auto add = [&](const std::string& name, long long count, int layer, bool decay) {
+    L.views.push_back(ParamView{name, L.total, count, layer, decay});
+    L.total += count;
+  };
+  L.embed_begin = 0;
+  add("wte", s.V * s.C, -1, true);
+  if (s.gelu) add("wpe", s.maxT * s.C, -1, true);
+  L.embed_end = L.total;
+  for (long long l = 0; l < s.layers; ++l) {
+    char pre[16];
+    std::snprintf(pre, sizeof pre, "L%02lld.", l);
+    std::string p = pre;
+    int li = (int)l;
+    L.layer_begin.push_back(L.total);
+    add(p + "ln1_w", s.C, li, false);
+    if (s.gelu) add(p + "ln1_b", s.C, li, false);
+    add(p + "qkv_w", s.C * s.qkv_cols(), li, true);
+    if (s.gelu) add(p + "qkv_b", s.qkv_cols(), li, false);
+    add(p + "proj_w", s.h_loc() * s.D * s.C, li, true);
+    if (s.gelu) add(p + "proj_b", s.C, li, false);
+    add(p + "ln2_w", s.C, li, false);
+    if (s.gelu) add(p + "ln2_b", s.C, li, false);
+    add(p + "fc1_w", s.C * s.fc1_cols(), li, true);
+    if (s.gelu) add(p + "fc1_b", s.fc1_cols(), li, false);
+    add(p + "fc2_w", s.f_loc() * s.C, li, true);
+    if (s.gelu) add(p + "fc2_b", s.C, li, false);
+    L.layer_end.push_back(L.total);
+  }
+  L.head_begin = L.total;
+  add("lnf_w", s.C, -1, false);
+  if (s.gelu) add("lnf_b", s.C, -1, false);
+  L.head_end = L.total;
+  return L;
+}
+
+// splitmix64 stream + Box-Muller: the same numbers on every platform and rank.
+namespace {
+struct Rng {
+  uint64_t x;
+  uint64_t next() {
+    uint64_t z = (x += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  double uniform() { return ((next() >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
+  double normal() {
+    double u1 = uniform(), u2 = uniform();
+    return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+  }
+};
+bool ends_with(const std::string& s, const char* suf) {
+  size_t n = std::strlen(suf);
+  return s.size() >= n && s.compare(s.size() - n, n, suf) == 0;
+}
+}  // namespace
+
+template <class T>
+std::vector<T> init_full_params(const GptShape& full, uint64_t seed) {
+  GptLayout L = gpt_layout(full);
+  std::vector<T> p(L.total, T(0));
+  const double resid_scale = 1.0 / std::sqrt(2.0 * (double)full.layers);
+  for (const ParamView& v : L.views) {
+    Rng rng{seed * 0x100000001B3ull + std::hash<std::string>{}(v.name)};
+    bool norm_w = ends_with(v.name, "ln1_w") || ends_with(v.name, "ln2_w") || v.name == "lnf_w";
+    bool bias = ends_with(v.name, "_b");
+    double sd = 0.02 * ((ends_with(v.name, "proj_w") || ends_with(v.name, "fc2_w")) ? resid_scale : 1.0);
+    for (long long i = 0; i < v.count; ++i) p[v.offset + i] = norm_w ? T(1) : bias ? T(0) : T(sd * rng.normal());
+  }
+  return p;
+}
+
+template <class T>
+std::vector<T> shard_params(const GptLayout& full, const std::vector<T>& fp, const GptLayout& sh) {
+  const GptShape& s = sh.s;
+  const long long r = s.tp_rank, D = s.D, C = s.C;
+  std::vector<T> out(sh.total);
+  // Column map of a sharded [rows, cols] matrix: local column j -> full column.
+  auto qkv_col = [&](long long j) {
+    long long hq = s.h_loc() * D, hk = s.hkv_loc() * D;
+    if (j < hq) return r * hq + j;
+    if (j < hq + hk) return s.H * D + r * hk + (j - hq);
+    return s.H * D + s.Hkv * D + r * hk + (j - hq - hk);
+  };
+  auto fc1_col = [&](long long j) {
+    long long fl = s.f_loc();
+    if (j < fl) return r * fl + j;
+    return s.F + r * fl + (j - fl);  // SwiGLU up half
+  };
+  for (const ParamView& v : sh.views) {
+    const ParamView& fv = full.view(v.name);
+    const T* src = fp.data() + fv.offset;
+    T* dst = out.data() + v.offset;
+    if (ends_with(v.name, "qkv_w") || ends_with(v.name, "fc1_w")) {
+      long long cols = ends_with(v.name, "qkv_w") ? s.qkv_cols() : s.fc1_cols();
+      long long full_cols = fv.count / C;
+      for (long long i = 0; i < C; ++i)
+        for (long long j = 0; j < cols; ++j)
+          dst[i * cols + j] = src[i * full_cols + (ends_with(v.name, "qkv_w") ? qkv_col(j) : fc1_col(j))];
+    } else if (ends_with(v.name, "qkv_b") || ends_with(v.name, "fc1_b")) {
+      for (long long j = 0; j < v.count; ++j) dst[j] = src[ends_with(v.name, "qkv_b") ? qkv_col(j) : fc1_col(j)];
+    } else if (ends_with(v.name, "proj_w") || ends_with(v.name, "fc2_w")) {
+      long long rows = v.count / C, row0 = r * rows;  // row-parallel: a block of rows
+      std::memcpy(dst, src + row0 * C, sizeof(T) * rows * C);
+    } else {
+      std::memcpy(dst, src, sizeof(T) * v.count);  // replicated
+    }
+  }
+  return out;
+}
+
+template <class T>
+void LayerActs<T>::clear_all_but_input() {
+  for (auto* v : {&ln1, &ln1_mean, &ln1_rstd, &q, &k, &v, &att, &attn, &x_mid, &ln2, &ln2_mean, &ln2_rstd, &fc1, &act}) {
+    v->clear();
+    v->shrink_to_fit();
+  }
+}
+
+template <class T>
+size_t LayerActs<T>::bytes() const {
+  size_t n = 0;
+  for (auto* v : {&x_in, &ln1, &ln1_mean, &ln1_rstd, &q, &k, &v, &att, &attn, &x_mid, &ln2, &ln2_mean, &ln2_rstd, &fc1, &act})
+    n += v->size();
+  return n * sizeof(T);
+}
+
+static Dtype dt(float) { return Dtype::f32; }
+static Dtype dt(double) { return Dtype::f64; }
+
+template <class T>
+void Gpt<T>::embed_fwd(T* x, const int32_t* tokens, long B, long Tn) const {
+  ops::embedding_fwd(x, tokens, p("wte"), lay.s.gelu ? p("wpe") : (const T*)nullptr, B, Tn, lay.s.C);
+}
+
+template <class T>
+void Gpt<T>::embed_bwd(const T* dx, const int32_t* tokens, long B, long Tn) const {
+  ops::embedding_bwd(g("wte"), lay.s.gelu ? g("wpe") : (T*)nullptr, dx, tokens, B, Tn, lay.s.C);
+}
+
+template <class T>
+void Gpt<T>::layer_fwd(int wl, const T* x_in, T* x_out, LayerActs<T>& a, long B, long Tn) const {
+  const GptShape& s = lay.s;
+  const long N = B * Tn, C = s.C, D = s.D, Hl = s.h_loc(), Kl = s.hkv_loc(), Q = s.qkv_cols(), F1 = s.fc1_cols(),
+             Fl = s.f_loc();
+  char pre[16];
+  std::snprintf(pre, sizeof pre, "L%02d.", wl);
+  std::string P = pre;
+  const bool gl = s.gelu;
+  if (a.x_in.data() != x_in) a.x_in.assign(x_in, x_in + N * C);
+  a.ln1.resize(N * C); a.ln1_mean.resize(N); a.ln1_rstd.resize(N);
+  ops::layernorm_fwd(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x_in, p(P + "ln1_w"),
+                     gl ? p(P + "ln1_b") : (const T*)nullptr, N, C, T(1e-5));
+  std::vector<T> qkv(N * Q);                                                       // [N, Q]
+  ops::matmul(qkv.data(), a.ln1.data(), p(P + "qkv_w"), N, Q, C, false, false, T(1), T(0));
+  if (gl) ops::add_bias(qkv.data(), qkv.data(), p(P + "qkv_b"), N, Q);
+  a.q.resize(N * Hl * D); a.k.resize(N * Kl * D); a.v.resize(N * Kl * D);         // [B, Tn, heads, D]
+  for (long i = 0; i < N; ++i) {
+    const T* row = qkv.data() + i * Q;
+    std::memcpy(a.q.data() + i * Hl * D, row, sizeof(T) * Hl * D);
+    std::memcpy(a.k.data() + i * Kl * D, row + Hl * D, sizeof(T) * Kl * D);
+    std::memcpy(a.v.data() + i * Kl * D, row + (Hl + Kl) * D, sizeof(T) * Kl * D);
+  }
+  a.att.resize((size_t)B * Hl * Tn * Tn);                                         // [B, Hl, Tn, Tn]
+  a.attn.resize(N * Hl * D);                                                      // [N, Hl D]
+  ops::attention_fwd(a.attn.data(), a.att.data(), a.q.data(), a.k.data(), a.v.data(), B, Tn, Hl, Kl, D);
+  a.x_mid.resize(N * C);                                                          // [N, C]
+  ops::matmul(a.x_mid.data(), a.attn.data(), p(P + "proj_w"), N, C, Hl * D, false, false, T(1), T(0));
+  if (tp) tp->all_reduce_sum(a.x_mid.data(), N * C, dt(T{}));
+  if (gl) ops::add_bias(a.x_mid.data(), a.x_mid.data(), p(P + "proj_b"), N, C);
+  ops::add(a.x_mid.data(), a.x_mid.data(), x_in, N * C);
+  a.ln2.resize(N * C); a.ln2_mean.resize(N); a.ln2_rstd.resize(N);
+  ops::layernorm_fwd(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.x_mid.data(), p(P + "ln2_w"),
+                     gl ? p(P + "ln2_b") : (const T*)nullptr, N, C, T(1e-5));
+  a.fc1.resize(N * F1);                                                           // [N, F1]
+  ops::matmul(a.fc1.data(), a.ln2.data(), p(P + "fc1_w"), N, F1, C, false, false, T(1), T(0));
+  if (gl) ops::add_bias(a.fc1.data(), a.fc1.data(), p(P + "fc1_b"), N, F1);
+  a.act.resize(N * Fl);                                                           // [N, Fl]
+  if (gl) ops::gelu_fwd(a.act.data(), a.fc1.data(), N * Fl);
+  else ops::swiglu_fwd(a.act.data(), a.fc1.data(), N, Fl);
+  ops::matmul(x_out, a.act.data(), p(P + "fc2_w"), N, C, Fl, false, false, T(1), T(0));  // [N, C]
+  if (tp) tp->all_reduce_sum(x_out, N * C, dt(T{}));
+  if (gl) ops::add_bias(x_out, x_out, p(P + "fc2_b"), N, C);
+  ops::add(x_out, x_out, a.x_mid.data(), N * C);
+}
+
+template <class T>
+void Gpt<T>::layer_bwd(int wl, const T* dx_out, T* dx_in, LayerActs<T>& a, long B, long Tn) const {
+  const GptShape& s = lay.s;
+  const long N = B * Tn, C = s.C, D = s.D, Hl = s.h_loc(), Kl = s.hkv_loc(), Q = s.qkv_cols(), F1 = s.fc1_cols(),
+             Fl = s.f_loc();
+  char pre[16];
+  std::snprintf(pre, sizeof pre, "L%02d.", wl);
+  std::string P = pre;
+  const bool gl = s.gelu;
+  // MLP: z = act fc2_w (+ b), x_out = x_mid + z.
+  std::vector<T> dx_mid(dx_out, dx_out + N * C);                                 // [N, C]
+  if (gl) ops::bias_bwd(g(P + "fc2_b"), dx_out, N, C);
+  std::vector<T> dact(N * Fl, T(0));                                             // [N, Fl]
+  ops::matmul(dact.data(), dx_out, p(P + "fc2_w"), N, Fl, C, false, true, T(1), T(0));
+  ops::matmul(g(P + "fc2_w"), a.act.data(), dx_out, Fl, C, N, true, false, T(1), T(1));
+  std::vector<T> dfc1(N * F1, T(0));                                             // [N, F1]
+  if (gl) ops::gelu_bwd(dfc1.data(), a.fc1.data(), dact.data(), N * Fl);
+  else ops::swiglu_bwd(dfc1.data(), a.fc1.data(), dact.data(), N, Fl);
+  if (gl) ops::bias_bwd(g(P + "fc1_b"), dfc1.data(), N, F1);
+  ops::matmul(g(P + "fc1_w"), a.ln2.data(), dfc1.data(), C, F1, N, true, false, T(1), T(1));
+  std::vector<T> dln(N * C);                                                     // [N, C]
+  ops::matmul(dln.data(), dfc1.data(), p(P + "fc1_w"), N, C, F1, false, true, T(1), T(0));
+  if (tp) tp->all_reduce_sum(dln.data(), N * C, dt(T{}));
+  ops::layernorm_bwd(dx_mid.data(), g(P + "ln2_w"), gl ? g(P + "ln2_b") : (T*)nullptr, dln.data(), a.x_mid.data(),
+                     p(P + "ln2_w"), a.ln2_mean.data(), a.ln2_rstd.data(), N, C);
+  // Attention: y = attn proj_w (+ b), x_mid = x_in + y.
+  if (gl) ops::bias_bwd(g(P + "proj_b"), dx_mid.data(), N, C);
+  std::vector<T> dattn(N * Hl * D);                                              // [N, Hl D]
+  ops::matmul(dattn.data(), dx_mid.data(), p(P + "proj_w"), N, Hl * D, C, false, true, T(1), T(0));
+  ops::matmul(g(P + "proj_w"), a.attn.data(), dx_mid.data(), Hl * D, C, N, true, false, T(1), T(1));
+  std::vector<T> dq(N * Hl * D, T(0)), dk(N * Kl * D, T(0)), dv(N * Kl * D, T(0));
+  ops::attention_bwd(dq.data(), dk.data(), dv.data(), dattn.data(), a.att.data(), a.q.data(), a.k.data(), a.v.data(), B,
+                     Tn, Hl, Kl, D);
+  std::vector<T> dqkv(N * Q);                                                    // [N, Q]
+  for (long i = 0; i < N; ++i) {
+    T* row = dqkv.data() + i * Q;
+    std::memcpy(row, dq.data() + i * Hl * D, sizeof(T) * Hl * D);
+    std::memcpy(row + Hl * D, dk.data() + i * Kl * D, sizeof(T) * Kl * D);
+    std::memcpy(row + (Hl + Kl) * D, dv.data() + i * Kl * D, sizeof(T) * Kl * D);
+  }
+  if (gl) ops::bias_bwd(g(P + "qkv_b"), dqkv.data(), N, Q);
+  ops::matmul(g(P + "qkv_w"), a.ln1.data(), dqkv.data(), C, Q, N, true, false, T(1), T(1));
+  ops::matmul(dln.data(), dqkv.data(), p(P + "qkv_w"), N, C, Q, false, true, T(1), T(0));
+  if (tp) tp->all_reduce_sum(dln.data(), N * C, dt(T{}));
+  std::memcpy(dx_in, dx_mid.data(), sizeof(T) * N * C);
+  ops::layernorm_bwd(dx_in, g(P + "ln1_w"), gl ? g(P + "ln1_b") : (T*)nullptr, dln.data(), a.x_in.data(),
+                     p(P + "ln1_w"), a.ln1_mean.data(), a.ln1_rstd.data(), N, C);
+}
+
+template <class T>
+T Gpt<T>::head_fwd(const T* x, const int32_t* targets, HeadActs<T>& a, long B, long Tn) const {
+  const GptShape& s = lay.s;
+  const long N = B * Tn, C = s.C, V = s.V;
+  a.x_in.assign(x, x + N * C);
+  a.lnf.resize(N * C); a.lnf_mean.resize(N); a.lnf_rstd.resize(N);
+  ops::layernorm_fwd(a.lnf.data(), a.lnf_mean.data(), a.lnf_rstd.data(), x, p("lnf_w"),
+                     s.gelu ? p("lnf_b") : (const T*)nullptr, N, C, T(1e-5));
+  std::vector<T> logits(N * V);                                                  // [N, V]
+  ops::matmul(logits.data(), a.lnf.data(), p("wte"), N, V, C, false, true, T(1), T(0));
+  a.probs.resize(N * V);
+  return ops::cross_entropy_fwd(a.probs.data(), logits.data(), targets, N, V);
+}
+
+template <class T>
+void Gpt<T>::head_bwd(T* dx, const int32_t* targets, HeadActs<T>& a, long B, long Tn, T scale) const {
+  const GptShape& s = lay.s;
+  const long N = B * Tn, C = s.C, V = s.V;
+  std::vector<T> dlogits(N * V, T(0));                                           // [N, V]
+  ops::cross_entropy_bwd(dlogits.data(), a.probs.data(), targets, N, V, scale);
+  ops::matmul(g("wte"), dlogits.data(), a.lnf.data(), V, C, N, true, false, T(1), T(1));
+  std::vector<T> dlnf(N * C);
+  ops::matmul(dlnf.data(), dlogits.data(), p("wte"), N, C, V, false, false, T(1), T(0));
+  std::memset(dx, 0, sizeof(T) * N * C);
+  ops::layernorm_bwd(dx, g("lnf_w"), s.gelu ? g("lnf_b") : (T*)nullptr, dlnf.data(), a.x_in.data(), p("lnf_w"),
+                     a.lnf_mean.data(), a.lnf_rstd.data(), N, C);
+}
+
+template std::vector<float> init_full_params<float>(const GptShape&, uint64_t);
+template std::vector<double> init_full_params<double>(const GptShape&, uint64_t);
+template std::vector<float> shard_params<float>(const GptLayout&, const std::vector<float>&, const GptLayout&);
+template std::vector<double> shard_params<double>(const GptLayout&, const std::vector<double>&, const GptLayout&);
+template struct LayerActs<float>;
+template struct LayerActs<double>;
+template struct Gpt<float>;
+template struct Gpt<double>;
+
+}  // namespace tp::exec

@@ -1,0 +1,103 @@
+// gpt: the executor's GPT, written per op against exec/ops.hpp (no autograd): token (+ learned position)
+// embeddings, pre-LayerNorm blocks with causal grouped-query attention and a GELU or SwiGLU MLP, a final
+// LayerNorm and a tied LM head with softmax cross-entropy. The same architecture the simulator costs
+// (models/transformer.hpp): "gelu" = GPT-2 style (biases, learned positions, LayerNorm with bias);
+// "swiglu" = Llama style MLP without biases, no position table, LayerNorm without bias.
+// Parameters live in ONE flat buffer in module order (embedding, layer 0 .. L-1, final norm) with named views,
+// so optimizers, ZeRO sharding, chunks and checkpoints work on contiguous ranges. Weights are [in, out]
+// row-major (y = x W). Pieces of the forward and backward are separate functions (embedding, one layer, the
+// head) so that the runtime composes them in any schedule order.
+// Tensor parallelism (Megatron 1D): a rank holds heads [r H/t, (r+1) H/t) of Q and the matching KV heads,
+// columns [r F/t, (r+1) F/t) of fc1 and rows of proj / fc2; `tp` (may be null) all-reduces the row-parallel
+// outputs in the forward and the column-parallel input gradients in the backward. The vocabulary is not
+// split: the embedding and head are replicated across tp ranks (their gradients are identical).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "exec/comm.hpp"
+#include "models/transformer.hpp"
+
+namespace tp::exec {
+
+struct GptShape {
+  long long layers = 0, C = 0, H = 0, Hkv = 0, D = 0, F = 0, V = 0, maxT = 0;
+  bool gelu = true;
+  int tp = 1, tp_rank = 0;
+  // Local (this tp rank's) sizes.
+  long long h_loc() const { return H / tp; }
+  long long hkv_loc() const { return Hkv / tp; }
+  long long f_loc() const { return F / tp; }
+  long long qkv_cols() const { return (h_loc() + 2 * hkv_loc()) * D; }
+  long long fc1_cols() const { return (gelu ? 1 : 2) * f_loc(); }
+};
+GptShape gpt_shape(const Transformer& m, long long seq_len, int tp = 1, int tp_rank = 0);
+
+struct ParamView {
+  std::string name;  // "wte", "wpe", "L03.qkv_w", "lnf_w", ...
+  long long offset = 0, count = 0;
+  int layer = -1;    // -1 for embedding / head tensors
+  bool decay = true; // weight decay applies (matrices), not to biases and norms
+};
+
+// Parameter layout of one tp rank: views into the flat buffer, per-layer ranges.
+struct GptLayout {
+  GptShape s;
+  std::vector<ParamView> views;
+  long long total = 0;
+  std::vector<long long> layer_begin, layer_end;  // per layer: [begin, end) in the flat buffer
+  long long embed_begin = 0, embed_end = 0, head_begin = 0, head_end = 0;
+  const ParamView& view(const std::string& name) const;
+};
+GptLayout gpt_layout(const GptShape& s);
+
+// Deterministic GPT-2 initialisation of the FULL (tp = 1) parameters from `seed`: N(0, 0.02) matrices, residual
+// projections scaled by 1/sqrt(2 L), zero biases, unit norm weights. Every rank derives its shard from the same
+// full tensors (shard_params), so any plan starts from the single-rank weights.
+template <class T>
+std::vector<T> init_full_params(const GptShape& full, uint64_t seed);
+// The tp shard of full parameters (layout `shard` with shard.s.tp = t) from the full buffer (layout `full`).
+template <class T>
+std::vector<T> shard_params(const GptLayout& full, const std::vector<T>& full_params, const GptLayout& shard);
+
+// Saved activations of one layer for one micro-batch (sizes per tp rank); the backward needs them (or a
+// recompute of the layer from its input).
+template <class T>
+struct LayerActs {
+  std::vector<T> x_in;                 // [N, C] layer input (kept even with full recompute)
+  std::vector<T> ln1, ln1_mean, ln1_rstd, q, k, v, att, attn, x_mid, ln2, ln2_mean, ln2_rstd, fc1, act;
+  void clear_all_but_input();
+  size_t bytes() const;
+};
+
+// Activations of the head for one micro-batch.
+template <class T>
+struct HeadActs {
+  std::vector<T> x_in, lnf, lnf_mean, lnf_rstd, probs;
+};
+
+template <class T>
+struct Gpt {
+  GptLayout lay;
+  Comm* tp = nullptr;  // tensor-parallel group (null: tp = 1)
+  T* params = nullptr; // flat parameters (lay.total)
+  T* grads = nullptr;  // flat gradients (accumulated)
+
+  T* p(const std::string& name) const { return params + lay.view(name).offset; }
+  T* g(const std::string& name) const { return grads + lay.view(name).offset; }
+
+  // x[N, C] = embedding of tokens [B, Tn].
+  void embed_fwd(T* x, const int32_t* tokens, long B, long Tn) const;
+  void embed_bwd(const T* dx, const int32_t* tokens, long B, long Tn) const;
+  // One block. The weights used are those of layer `wl` (a weight group under sharing).
+  void layer_fwd(int wl, const T* x_in, T* x_out, LayerActs<T>& a, long B, long Tn) const;
+  // dx_in[N, C] = gradient w.r.t. the layer input (overwritten), from dx_out; accumulates weight grads.
+  void layer_bwd(int wl, const T* dx_out, T* dx_in, LayerActs<T>& a, long B, long Tn) const;
+  // Final norm, LM head (tied to wte), cross-entropy: returns the SUM of losses over the [B, Tn] targets.
+  T head_fwd(const T* x, const int32_t* targets, HeadActs<T>& a, long B, long Tn) const;
+  // dx[N, C] (overwritten) from the loss scaled by `scale` (e.g. 1 / tokens in the step).
+  void head_bwd(T* dx, const int32_t* targets, HeadActs<T>& a, long B, long Tn, T scale) const;
+};
+
+}  // namespace tp::exec

@@ -1,0 +1,43 @@
+// train: `trainplan run` — trains the scenario's GPT with its plan for N steps on this process's rank and
+// returns what it measured. Rank layout is the simulator's (models/plan.hpp: tp fastest, then dp, then
+// stage); groups come from Comm::split. Every rank derives its weights from the same full initialisation and
+// reads exactly the sequences it owns (exec/data.hpp), so any plan reproduces the single-rank run.
+// Supported so far: data parallelism (ZeRO 0 and 1) x Megatron 1D tensor parallelism, recompute none / full,
+// float32 or float64. Other plan keys are rejected with exit code 2 before any rank starts work.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "exec/comm.hpp"
+#include "models/scenario.hpp"
+
+namespace tp::exec {
+
+struct RunOptions {
+  int steps = 10;
+  bool fp64 = false;
+  uint64_t seed = 1234;
+  double lr = 1e-3, min_lr_ratio = 0.1, weight_decay = 0.1, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, grad_clip = 1.0;
+  int warmup_steps = -1;         // -1: max(1, steps / 10)
+  std::string data;              // token file (llm.c .bin); empty = the bundled tiny corpus
+  bool progress = false;         // a progress line on stderr (rank 0)
+};
+
+struct RunResult {
+  std::vector<double> losses;        // per step: mean token loss over the global batch
+  std::vector<double> step_time_s;   // per step (rank 0's wall time, the step ends with the optimizer)
+  double tokens_per_s = 0;           // over the steps after the first
+  std::vector<double> peak_memory_bytes;  // per rank (process peak resident memory)
+  std::vector<double> grad_norm;     // per step, before clipping
+};
+
+// Throws InputError (exit 2) for plans this executor cannot run yet; call on every rank before any work.
+void check_runnable(const Scenario& sc);
+
+// Runs on every rank of `world` (world.size() must equal the plan's GPUs). Rank 0's result holds the losses.
+RunResult run_training(const Scenario& sc, const RunOptions& o, Comm& world);
+
+// Mean loss of one step's global batch under the current weights (float64, single rank): the oracle.
+json run_result_to_json(const RunResult& r, const Scenario& sc, const RunOptions& o);
+
+}  // namespace tp::exec
