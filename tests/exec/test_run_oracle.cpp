@@ -1,0 +1,146 @@
+// The executor's correctness oracle: `trainplan run` of a parallel plan (ranks over Open MPI) reproduces the
+// single-rank float64 run's losses and gradient norms to 1e-9 relative over several steps; float32 to 1e-4;
+// the same seed gives bit-identical losses; invalid plans fail with exit 2 before any rank works.
+// Runs the CLI binary (TP_BINARY) under mpirun (TP_MPIEXEC, with --oversubscribe for 2-core machines);
+// without MPI only the single-rank cases run.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "models/json_check.hpp"
+
+using tp::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string tmpdir() {
+  static std::string d = [] {
+    fs::path p = fs::temp_directory_path() / ("trainplan-oracle-" + std::to_string(::getpid()));
+    fs::create_directories(p);
+    return p.string();
+  }();
+  return d;
+}
+
+// Writes the tiny scenario with `plan` merged over its plan; returns the file.
+std::string scenario(const std::string& name, const json& plan, long long global_batch = 8) {
+  std::ifstream in(std::string(TP_SOURCE_DIR) + "/scenarios/exec/tiny-gpt.json");
+  json j = json::parse(in);
+  for (auto it = plan.begin(); it != plan.end(); ++it) j["plan"][it.key()] = it.value();
+  j["training"]["global_batch"] = global_batch;
+  std::string f = tmpdir() + "/" + name + ".json";
+  std::ofstream(f) << j.dump(2);
+  return f;
+}
+
+int ranks_of(const std::string& file) {
+  std::ifstream in(file);
+  json p = json::parse(in)["plan"];
+  return p["dp"].get<int>() * p["tp"].get<int>() * p["pp"].get<int>();
+}
+
+// Runs the plan; returns the result JSON (null on failure) and the exit code.
+json run(const std::string& file, int steps, bool fp64, int* code = nullptr, std::string extra = "") {
+  int n = ranks_of(file);
+  std::string out = file + (fp64 ? ".f64" : ".f32") + ".out.json";
+  std::string launcher;
+  if (n > 1) {
+#ifdef TP_MPIEXEC
+    launcher = std::string(TP_MPIEXEC) + " -np " + std::to_string(n) + " --oversubscribe " + TP_MPI_ROOT_FLAG + " ";
+#else
+    return nullptr;
+#endif
+  }
+  std::string cmd = launcher + TP_BINARY + " run " + file + " --steps " + std::to_string(steps) + (fp64 ? " --fp64" : "") +
+                    " --quiet --json " + out + " " + extra + " > " + file + ".log 2>&1";
+  int rc = std::system(cmd.c_str());
+  int ec = WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
+  if (code) *code = ec;
+  if (ec != 0) return nullptr;
+  std::ifstream in(out);
+  return json::parse(in);
+}
+
+void expect_close(const json& got, const json& want, const char* key, double tol, const std::string& what) {
+  ASSERT_EQ(got[key].size(), want[key].size()) << what;
+  for (size_t i = 0; i < want[key].size(); ++i) {
+    double a = got[key][i].get<double>(), b = want[key][i].get<double>();
+    EXPECT_LE(std::abs(a - b), tol * std::abs(b)) << what << " " << key << "[" << i << "]: " << a << " vs " << b;
+  }
+}
+
+bool have_mpi() {
+#ifdef TP_MPIEXEC
+  return true;
+#else
+  return false;
+#endif
+}
+
+}  // namespace
+
+TEST(RunOracle, SingleRankTrainsAndIsDeterministic) {
+  std::string f = scenario("single", json::object());
+  json a = run(f, 6, true), b = run(f, 6, true);
+  ASSERT_FALSE(a.is_null());
+  ASSERT_FALSE(b.is_null());
+  EXPECT_EQ(a["losses"], b["losses"]);  // bit-identical
+  EXPECT_LT(a["losses"].back().get<double>(), a["losses"].front().get<double>());
+  EXPECT_NEAR(a["losses"].front().get<double>(), std::log(256.0), 0.2);  // starts near uniform
+  EXPECT_EQ(a["step_time_s"].size(), 6u);
+  EXPECT_EQ(a["peak_memory_bytes"].size(), 1u);
+}
+
+TEST(RunOracle, ParallelPlansMatchSingleRankFloat64) {
+  if (!have_mpi()) GTEST_SKIP() << "built without MPI";
+  const int steps = 4;
+  json ref = run(scenario("ref", json::object()), steps, true);
+  ASSERT_FALSE(ref.is_null());
+  struct Case { const char* name; json plan; };
+  std::vector<Case> cases = {
+      {"dp2", {{"dp", 2}}},
+      {"tp2", {{"tp", 2}}},
+      {"dp2_tp2", {{"dp", 2}, {"tp", 2}}},
+      {"dp2_tp2_zero1", {{"dp", 2}, {"tp", 2}, {"zero", 1}}},
+      {"dp2_recompute", {{"dp", 2}, {"recompute", "full"}}},
+  };
+  for (const Case& c : cases) {
+    json got = run(scenario(c.name, c.plan), steps, true);
+    ASSERT_FALSE(got.is_null()) << c.name;
+    expect_close(got, ref, "losses", 1e-9, c.name);
+    expect_close(got, ref, "grad_norm", 1e-9, c.name);
+  }
+}
+
+TEST(RunOracle, Float32MatchesFloat64ToTolerance) {
+  std::string f = scenario("f32", json::object());
+  json a = run(f, 4, false), b = run(f, 4, true);
+  ASSERT_FALSE(a.is_null());
+  ASSERT_FALSE(b.is_null());
+  expect_close(a, b, "losses", 1e-4, "fp32 vs fp64");
+}
+
+TEST(RunOracle, BadPlansExitTwoBeforeWork) {
+  // More ranks in the plan than in the job.
+  std::string f = scenario("needs4", {{"dp", 4}});
+  std::string cmd = std::string(TP_BINARY) + " run " + f + " --steps 1 --quiet > " + f + ".log 2>&1";
+  int rc = std::system(cmd.c_str());
+  EXPECT_EQ(WEXITSTATUS(rc), 2);
+  std::ifstream log(f + ".log");
+  std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("$.plan: dp x tp x pp = 4 ranks, but this job has 1"), std::string::npos) << text;
+  // A plan key the executor does not run yet.
+  f = scenario("pp2", {{"pp", 2}});
+  cmd = std::string(TP_BINARY) + " run " + f + " --steps 1 --quiet > " + f + ".log 2>&1";
+  rc = std::system(cmd.c_str());
+  EXPECT_EQ(WEXITSTATUS(rc), 2);
+}
