@@ -36,6 +36,10 @@ struct Comm {
   // Point to point (blocking; tags keep concurrent streams apart).
   virtual void send(const void* buf, long n, Dtype d, int dst, int tag) = 0;
   virtual void recv(void* buf, long n, Dtype d, int src, int tag) = 0;
+  // Non-blocking send: the caller keeps `buf` unchanged and alive until wait_sends() returns (pipeline sends,
+  // so that two stages sending to each other at once cannot deadlock).
+  virtual void isend(const void* buf, long n, Dtype d, int dst, int tag) = 0;
+  virtual void wait_sends() = 0;
   virtual void barrier() = 0;
   // Ends the whole job with `code` after printing `message` (a failing rank must never leave others hanging).
   [[noreturn]] virtual void abort(int code, const std::string& message) = 0;

@@ -79,6 +79,11 @@ class LocalComm final : public Comm {
     throw std::logic_error("send: the one-rank communicator has no peer (dst " + std::to_string(dst) + ", tag " +
                            std::to_string(tag) + ")");
   }
+  void isend(const void*, long, Dtype, int dst, int tag) override {
+    throw std::logic_error("isend: the one-rank communicator has no peer (dst " + std::to_string(dst) + ", tag " +
+                           std::to_string(tag) + ")");
+  }
+  void wait_sends() override {}
   void recv(void*, long, Dtype, int src, int tag) override {
     throw std::logic_error("recv: the one-rank communicator has no peer (src " + std::to_string(src) + ", tag " +
                            std::to_string(tag) + ")");

@@ -289,6 +289,25 @@ class MpiComm final : public Comm {
     } while (off < n);
   }
 
+  void isend(const void* buf, long n, Dtype d, int dst, int tag) override {
+    check_count(n, "isend");
+    check_rank(dst, "isend dst");
+    check_tag(tag, "isend");
+    const MPI_Datatype t = mpi_type(d);
+    long off = 0;
+    do {
+      const long k = std::min(chunk_elems(), n - off);
+      pending_.emplace_back();
+      MPI_Isend(at(buf, off, d), static_cast<int>(k), t, dst, tag, comm_, &pending_.back());
+      off += k;
+    } while (off < n);
+  }
+
+  void wait_sends() override {
+    if (!pending_.empty()) MPI_Waitall(static_cast<int>(pending_.size()), pending_.data(), MPI_STATUSES_IGNORE);
+    pending_.clear();
+  }
+
   void recv(void* buf, long n, Dtype d, int src, int tag) override {
     check_count(n, "recv");
     check_rank(src, "recv src");
@@ -335,6 +354,7 @@ class MpiComm final : public Comm {
   }
 
   MPI_Comm comm_;
+  std::vector<MPI_Request> pending_;  // outstanding isend chunks
   bool owned_;
   int rank_ = 0, size_ = 1;
 };

@@ -2,8 +2,10 @@
 // returns what it measured. Rank layout is the simulator's (models/plan.hpp: tp fastest, then dp, then
 // stage); groups come from Comm::split. Every rank derives its weights from the same full initialisation and
 // reads exactly the sequences it owns (exec/data.hpp), so any plan reproduces the single-rank run.
-// Supported so far: data parallelism (ZeRO 0 and 1) x Megatron 1D tensor parallelism, recompute none / full,
-// float32 or float64. Other plan keys are rejected with exit code 2 before any rank starts work.
+// Supported so far: data parallelism with ZeRO 0-3 x Megatron 1D tensor parallelism x pipelines (GPipe, 1F1B,
+// interleaved, modular) with standard or layered accumulation, recompute none / selective / full, float32 or
+// float64. Other plan keys (2D TP, sequence parallelism, offload, MoE, delink) are rejected with exit code 2
+// before any rank starts work.
 #pragma once
 #include <string>
 #include <vector>
@@ -37,7 +39,9 @@ void check_runnable(const Scenario& sc);
 // Runs on every rank of `world` (world.size() must equal the plan's GPUs). Rank 0's result holds the losses.
 RunResult run_training(const Scenario& sc, const RunOptions& o, Comm& world);
 
-// Mean loss of one step's global batch under the current weights (float64, single rank): the oracle.
+// The token stream of a run (a token file, or the bundled corpus); token ids must fit the model's vocabulary.
+std::vector<uint16_t> load_run_tokens(const std::string& path, long long vocab);
+
 json run_result_to_json(const RunResult& r, const Scenario& sc, const RunOptions& o);
 
 }  // namespace tp::exec

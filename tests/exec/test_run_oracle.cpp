@@ -109,9 +109,19 @@ TEST(RunOracle, ParallelPlansMatchSingleRankFloat64) {
   std::vector<Case> cases = {
       {"dp2", {{"dp", 2}}},
       {"tp2", {{"tp", 2}}},
-      {"dp2_tp2", {{"dp", 2}, {"tp", 2}}},
-      {"dp2_tp2_zero1", {{"dp", 2}, {"tp", 2}, {"zero", 1}}},
-      {"dp2_recompute", {{"dp", 2}, {"recompute", "full"}}},
+      {"pp2_1f1b", {{"pp", 2}}},
+      {"pp4_1f1b", {{"pp", 4}}},
+      {"pp2_gpipe_layered", {{"pp", 2}, {"schedule", "gpipe"}, {"grad_accumulation", "layered"}}},
+      {"pp2_interleaved", {{"pp", 2}, {"schedule", "interleaved"}, {"virtual_stages", 2}}},
+      {"pp2_modular_layered", {{"pp", 2}, {"schedule", "modular"}, {"grad_accumulation", "layered"}}},
+      {"dp2_tp2_pp2", {{"dp", 2}, {"tp", 2}, {"pp", 2}}},
+      {"dp2_zero1", {{"dp", 2}, {"zero", 1}}},
+      {"dp2_zero2", {{"dp", 2}, {"zero", 2}}},
+      {"dp2_zero3_layered", {{"dp", 2}, {"zero", 3}, {"grad_accumulation", "layered"}}},
+      {"dp2_pp2_zero3_gpipe_layered_full", {{"dp", 2}, {"pp", 2}, {"zero", 3}, {"schedule", "gpipe"},
+                                            {"grad_accumulation", "layered"}, {"recompute", "full"}}},
+      {"dp2_tp2_pp2_zero2_modular_selective", {{"dp", 2}, {"tp", 2}, {"pp", 2}, {"zero", 2}, {"schedule", "modular"},
+                                               {"grad_accumulation", "layered"}, {"recompute", "selective"}}},
   };
   for (const Case& c : cases) {
     json got = run(scenario(c.name, c.plan), steps, true);
@@ -139,7 +149,7 @@ TEST(RunOracle, BadPlansExitTwoBeforeWork) {
   std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
   EXPECT_NE(text.find("$.plan: dp x tp x pp = 4 ranks, but this job has 1"), std::string::npos) << text;
   // A plan key the executor does not run yet.
-  f = scenario("pp2", {{"pp", 2}});
+  f = scenario("sp", {{"tp", 2}, {"sequence_parallel", true}});
   cmd = std::string(TP_BINARY) + " run " + f + " --steps 1 --quiet > " + f + ".log 2>&1";
   rc = std::system(cmd.c_str());
   EXPECT_EQ(WEXITSTATUS(rc), 2);

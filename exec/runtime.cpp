@@ -1,0 +1,355 @@
+// runtime: one rank's training step, driven by the shared schedule (schedule/pipeline: stage_layout, plan_order)
+// exactly as the simulator costs it. See train.hpp for the supported plan keys.
+// Invariants: a rank only computes and updates the parameter units its pipeline stage owns (its layers; the
+// embedding on the first stage and, tied, on the last; the final norm on the last); every rank of a dp group
+// holds the same units; sums over ranks are rank-ordered (exec/comm.hpp), so a rerun is bit-identical.
+// Units (embedding, each layer, head) are also the ZeRO sharding units: with ZeRO >= 1 dp rank d owns slice d of
+// every unit (padded to a multiple of dp) — its optimizer state, and from ZeRO-2 its reduced gradient.
+// ZeRO-2/3 reduce-scatter a layer's gradient when a backward run of it ends (every micro-batch with standard
+// accumulation, once per step with layered accumulation); ZeRO-3 all-gathers a layer before each run of it.
+// Loss scale: every token of the global batch weighs 1 / (global_batch * seq_len).
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <map>
+
+#include "exec/data.hpp"
+#include "exec/gpt.hpp"
+#include "exec/ops.hpp"
+#include "exec/train.hpp"
+#include "schedule/pipeline.hpp"
+
+namespace tp::exec {
+
+std::vector<uint16_t> load_run_tokens(const std::string& path, long long vocab);
+
+namespace {
+
+template <class T>
+Dtype dtype_of() { return sizeof(T) == 8 ? Dtype::f64 : Dtype::f32; }
+
+double peak_rss_bytes() {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return (double)ru.ru_maxrss * 1024.0;
+}
+
+struct Unit {
+  long long a = 0, b = 0;  // [a, b) in the flat buffer
+  long long slice = 0;     // ZeRO slice length (padded length / dp)
+  bool owned = false;      // this stage holds it
+};
+
+struct Piece { int item, layer; Pass pass; };
+
+template <class T>
+struct RankRun {
+  const Scenario& sc;
+  const Plan& p;
+  const RunOptions& o;
+  Comm& world;
+  RankCoord rc;
+  StageLayout lay;
+  long long Lc = 0, L = 0, m = 0, b = 0, Tn = 0, C = 0;
+  int nchunks = 0, first_stage = 0, last_stage = 0;
+  std::unique_ptr<Comm> tp, dp, pp, emb;
+  GptLayout gl;
+  std::vector<T> params, grads;
+  Gpt<T> model;
+  std::vector<Unit> units;  // 0 embed, 1 + l layer l, L + 1 head
+  std::vector<std::pair<long long, long long>> own;  // owned [a, b) ranges (ZeRO slices when zero >= 1)
+  std::vector<long long> own_off;                    // offset of each own range in the optimizer state
+  std::vector<T> m1, m2, gshard;                     // optimizer state and (zero >= 2) reduced gradient, by own range
+  std::vector<char> replicated_view;                 // view is replicated across tp ranks
+
+  RankRun(const Scenario& s, const RunOptions& opt, Comm& w) : sc(s), p(s.plan), o(opt), world(w) {}
+
+  int unit_of_layer(long long l) const { return 1 + (int)l; }
+  int stage_of_layer(long long l) const { return lay.stage_of((int)(l / Lc)); }
+
+  void setup() {
+    rc = rank_coord(p, world.rank());
+    lay = stage_layout(p, sc.model.layers);
+    Lc = lay.layers_per_chunk();
+    L = sc.model.layers;
+    m = p.num_microbatches;
+    b = p.microbatch;
+    Tn = sc.training.seq_len;
+    C = sc.model.hidden;
+    nchunks = lay.num_model_chunks();
+    first_stage = lay.stage_of(0);
+    last_stage = lay.stage_of(nchunks - 1);
+    const int S = 1 << 20;
+    tp = world.split(rc.dp + p.dp * rc.stage, rc.tp);
+    dp = world.split(S + rc.tp + p.tp * rc.stage, rc.dp);
+    pp = world.split(2 * S + rc.tp + p.tp * rc.dp, rc.stage);
+    bool in_emb = p.pp > 1 && sc.model.tied_embeddings && (rc.stage == first_stage || rc.stage == last_stage);
+    emb = world.split(in_emb ? 3 * S + rc.tp + p.tp * rc.dp : -1, rc.stage);
+
+    GptShape fs = gpt_shape(sc.model, Tn, 1, 0);
+    GptLayout full = gpt_layout(fs);
+    gl = gpt_layout(gpt_shape(sc.model, Tn, p.tp, rc.tp));
+    params = shard_params<T>(full, init_full_params<T>(fs, o.seed), gl);
+    grads.assign(gl.total, T(0));
+    model.lay = gl;
+    model.tp = p.tp > 1 ? tp.get() : nullptr;
+    model.params = params.data();
+    model.grads = grads.data();
+    replicated_view.resize(gl.views.size());
+    for (size_t i = 0; i < gl.views.size(); ++i) {
+      const std::string& n = gl.views[i].name;
+      replicated_view[i] = !(n.find("qkv_") != std::string::npos || n.find("fc1_") != std::string::npos ||
+                             n.find("proj_w") != std::string::npos || n.find("fc2_w") != std::string::npos);
+    }
+    // Units and ownership.
+    units.resize(L + 2);
+    units[0] = Unit{gl.embed_begin, gl.embed_end, 0, rc.stage == first_stage || (sc.model.tied_embeddings && rc.stage == last_stage)};
+    for (long long l = 0; l < L; ++l) units[unit_of_layer(l)] = Unit{gl.layer_begin[l], gl.layer_end[l], 0, stage_of_layer(l) == rc.stage};
+    units[L + 1] = Unit{gl.head_begin, gl.head_end, 0, rc.stage == last_stage};
+    long long state = 0;
+    for (Unit& u : units) {
+      long long len = u.b - u.a;
+      u.slice = p.zero >= 1 ? (len + p.dp - 1) / p.dp : len;
+      if (!u.owned) continue;
+      long long a = p.zero >= 1 ? u.a + rc.dp * u.slice : u.a;
+      long long z = p.zero >= 1 ? std::min(u.b, a + u.slice) : u.b;
+      own.push_back({a, std::max(a, z)});
+      own_off.push_back(state);
+      state += u.slice;  // padded: every own range gets its full slice
+    }
+    m1.assign(state, T(0));
+    m2.assign(state, T(0));
+    if (p.zero >= 2) gshard.assign(state, T(0));
+  }
+
+  // Gradient reduce-scatter of one unit over dp into this rank's slice (ZeRO >= 2), accumulated.
+  void reduce_scatter_unit(int ui) {
+    const Unit& u = units[ui];
+    long long len = u.b - u.a;
+    std::vector<T> in(u.slice * p.dp, T(0)), out(u.slice);
+    std::copy(grads.begin() + u.a, grads.begin() + u.b, in.begin());
+    dp->reduce_scatter_sum(in.data(), out.data(), u.slice, dtype_of<T>());
+    size_t k = own_index(ui);
+    for (long long i = 0; i < u.slice; ++i) gshard[own_off[k] + i] += out[i];
+    std::fill(grads.begin() + u.a, grads.begin() + u.a + len, T(0));
+  }
+  // All-gather of one unit's slices over dp into the full parameter buffer (ZeRO-1/2 after the update, ZeRO-3
+  // before a run).
+  void all_gather_unit(int ui) {
+    const Unit& u = units[ui];
+    std::vector<T> mine(u.slice, T(0)), all(u.slice * p.dp);
+    long long a = u.a + rc.dp * u.slice, z = std::min(u.b, a + u.slice);
+    if (z > a) std::copy(params.begin() + a, params.begin() + z, mine.begin());
+    dp->all_gather(mine.data(), all.data(), u.slice, dtype_of<T>());
+    std::copy(all.begin(), all.begin() + (u.b - u.a), params.begin() + u.a);
+  }
+  size_t own_index(int ui) const {
+    size_t k = 0;
+    for (int i = 0; i < ui; ++i) k += units[i].owned;
+    return k;
+  }
+
+  RunResult run() {
+    setup();
+    std::vector<uint16_t> tokens = load_run_tokens(o.data, sc.model.vocab);
+    const long long N = b * Tn;
+    const T scale = T(1.0 / ((double)sc.training.global_batch * (double)Tn));
+    const int warmup = o.warmup_steps >= 0 ? o.warmup_steps : std::max(1, o.steps / 10);
+    std::vector<WorkItem> order = plan_order(p, L, rc.stage);
+    // Pieces in execution order (runs: consecutive pieces on the same layer and pass).
+    std::vector<Piece> pieces;
+    for (int i = 0; i < (int)order.size(); ++i) {
+      int g = lay.model_chunk(rc.stage, order[i].chunk);
+      for (long long k = 0; k < Lc; ++k) {
+        long long l = order[i].pass == Pass::fwd ? g * Lc + k : g * Lc + Lc - 1 - k;
+        pieces.push_back(Piece{i, (int)l, order[i].pass});
+      }
+    }
+    std::vector<LayerActs<T>> acts((size_t)L * m);
+    std::vector<HeadActs<T>> head(m);
+    std::map<std::pair<int, int>, std::vector<T>> local;  // (chunk boundary key, mb) -> activation / gradient
+    std::vector<std::vector<int32_t>> in(m, std::vector<int32_t>(N)), tgt(m, std::vector<int32_t>(N));
+    std::vector<std::vector<T>> sendbufs;
+    RunResult res;
+    double tok_after_first = 0, time_after_first = 0;
+    const int tag_span = nchunks * (int)m;
+    auto tag = [&](Pass ps, int g, long long j) { return ((ps == Pass::fwd ? 0 : 1) * nchunks + g) * (int)m + (int)j; };
+    (void)tag_span;
+
+    for (int step = 0; step < o.steps; ++step) {
+      auto t0 = std::chrono::steady_clock::now();
+      std::fill(grads.begin(), grads.end(), T(0));
+      if (p.zero >= 2) std::fill(gshard.begin(), gshard.end(), T(0));
+      for (long long j = 0; j < m; ++j)
+        fill_micro_batch(tokens, BatchSpec{(int)Tn, (int)b, o.seed}, step, (long)((rc.dp * m + j) * b), in[j].data(), tgt[j].data());
+      if (p.zero >= 3) {  // the ends once per step; layers before each run below
+        if (units[0].owned) all_gather_unit(0);
+        if (units[L + 1].owned) all_gather_unit((int)L + 1);
+      }
+      double loss = 0;
+      std::vector<T> x(N * C), y(N * C);
+      size_t pc = 0;
+      for (int i = 0; i < (int)order.size(); ++i) {
+        const WorkItem& w = order[i];
+        const int g = lay.model_chunk(rc.stage, w.chunk);
+        const long long j = w.microbatch;
+        const bool fwd = w.pass == Pass::fwd;
+        // Input of the item.
+        if (fwd) {
+          if (g == 0) model.embed_fwd(x.data(), in[j].data(), b, Tn);
+          else if (lay.stage_of(g - 1) == rc.stage) { x = std::move(local[{g, (int)j}]); local.erase({g, (int)j}); }
+          else pp->recv(x.data(), N * C, dtype_of<T>(), lay.stage_of(g - 1), tag(Pass::fwd, g, j));
+        } else {
+          if (g == nchunks - 1) model.head_bwd(x.data(), tgt[j].data(), head[j], b, Tn, scale);
+          else if (lay.stage_of(g + 1) == rc.stage) { x = std::move(local[{-1 - g, (int)j}]); local.erase({-1 - g, (int)j}); }
+          else pp->recv(x.data(), N * C, dtype_of<T>(), lay.stage_of(g + 1), tag(Pass::bwd, g, j));
+        }
+        x.resize(N * C);
+        y.resize(N * C);
+        // Its layers.
+        for (long long k = 0; k < Lc; ++k, ++pc) {
+          const Piece& pz = pieces[pc];
+          const int l = pz.layer;
+          bool run_start = pc == 0 || pieces[pc - 1].layer != l || pieces[pc - 1].pass != pz.pass;
+          bool run_end = pc + 1 == pieces.size() || pieces[pc + 1].layer != l || pieces[pc + 1].pass != pz.pass;
+          if (p.zero >= 3 && run_start) all_gather_unit(unit_of_layer(l));
+          LayerActs<T>& a = acts[(size_t)l * m + j];
+          if (fwd) {
+            model.layer_fwd(l, x.data(), y.data(), a, b, Tn);
+            if (p.recompute == Recompute::full) a.clear_all_but_input();
+            if (p.recompute == Recompute::selective) { a.att.clear(); a.att.shrink_to_fit(); }
+          } else {
+            if (p.recompute == Recompute::full) {
+              std::vector<T> xin = a.x_in, scratch(N * C);
+              model.layer_fwd(l, xin.data(), scratch.data(), a, b, Tn);
+            } else if (p.recompute == Recompute::selective) {  // rebuild the attention probabilities
+              GptShape s = gl.s;
+              std::vector<T> out(a.attn.size());
+              a.att.resize((size_t)b * s.h_loc() * Tn * Tn);
+              ops::attention_fwd(out.data(), a.att.data(), a.q.data(), a.k.data(), a.v.data(), b, Tn, s.h_loc(), s.hkv_loc(), s.D);
+            }
+            model.layer_bwd(l, x.data(), y.data(), a, b, Tn);
+            a = LayerActs<T>{};
+            if (p.zero >= 2 && p.dp > 1 && run_end) reduce_scatter_unit(unit_of_layer(l));
+          }
+          std::swap(x, y);
+        }
+        // Output of the item.
+        if (fwd) {
+          if (g == nchunks - 1) loss += (double)model.head_fwd(x.data(), tgt[j].data(), head[j], b, Tn);
+          else if (lay.stage_of(g + 1) == rc.stage) local[{g + 1, (int)j}] = x;
+          else { sendbufs.push_back(x); pp->isend(sendbufs.back().data(), N * C, dtype_of<T>(), lay.stage_of(g + 1), tag(Pass::fwd, g + 1, j)); }
+        } else {
+          if (g == 0) model.embed_bwd(x.data(), in[j].data(), b, Tn);
+          else if (lay.stage_of(g - 1) == rc.stage) local[{-1 - (g - 1), (int)j}] = x;
+          else { sendbufs.push_back(x); pp->isend(sendbufs.back().data(), N * C, dtype_of<T>(), lay.stage_of(g - 1), tag(Pass::bwd, g - 1, j)); }
+        }
+      }
+      pp->wait_sends();
+      sendbufs.clear();
+      optimizer_step(step, warmup, res);
+      double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      // Mean loss over the global batch: the last stage's tp rank 0 of every dp rank contributes.
+      double contrib = (rc.stage == last_stage && rc.tp == 0) ? loss : 0.0;
+      world.all_reduce_sum(&contrib, 1, Dtype::f64);
+      double mean_loss = contrib / ((double)sc.training.global_batch * (double)Tn);
+      res.losses.push_back(mean_loss);
+      res.step_time_s.push_back(dt);
+      if (step > 0) { tok_after_first += (double)sc.training.global_batch * Tn; time_after_first += dt; }
+      if (o.progress && world.rank() == 0) {
+        double tps = (double)sc.training.global_batch * Tn / dt;
+        std::fprintf(stderr, "\rstep %d/%d  loss %.4f  %.0f tokens/s  ETA %.0f s   ", step + 1, o.steps, mean_loss, tps,
+                     dt * (o.steps - step - 1));
+        if (step + 1 == o.steps) std::fprintf(stderr, "\n");
+      }
+    }
+    res.tokens_per_s = time_after_first > 0 ? tok_after_first / time_after_first
+                                            : (double)sc.training.global_batch * Tn / std::max(1e-12, res.step_time_s.back());
+    double mine = peak_rss_bytes();
+    res.peak_memory_bytes.assign(world.size(), 0);
+    world.all_gather(&mine, res.peak_memory_bytes.data(), 1, Dtype::f64);
+    return res;
+  }
+
+  void optimizer_step(int step, int warmup, RunResult& res) {
+    // Tied embedding: the first and last stage add their copies' gradients.
+    if (units[0].owned && p.pp > 1 && sc.model.tied_embeddings && first_stage != last_stage && emb)
+      emb->all_reduce_sum(grads.data() + units[0].a, units[0].b - units[0].a, dtype_of<T>());
+    // Data parallel: all-reduce (ZeRO 0), reduce-scatter of each owned unit (ZeRO 1; ZeRO >= 2 reduced the layers
+    // during the backward and reduces the ends here).
+    auto G = [&](size_t k, long long i) -> T* {  // gradient element i of own range k
+      return p.zero >= 2 ? gshard.data() + own_off[k] + (i - own[k].first) : grads.data() + i;
+    };
+    if (p.zero == 0) {
+      if (p.dp > 1)
+        for (const Unit& u : units)
+          if (u.owned) dp->all_reduce_sum(grads.data() + u.a, u.b - u.a, dtype_of<T>());
+    } else if (p.dp > 1) {
+      for (int ui = 0; ui < (int)units.size(); ++ui) {
+        if (!units[ui].owned) continue;
+        if (p.zero >= 2 && ui != 0 && ui != (int)L + 1) continue;  // layers already reduced
+        if (p.zero >= 2) { reduce_scatter_unit(ui); continue; }
+        const Unit& u = units[ui];
+        std::vector<T> inb(u.slice * p.dp, T(0)), out(u.slice);
+        std::copy(grads.begin() + u.a, grads.begin() + u.b, inb.begin());
+        dp->reduce_scatter_sum(inb.data(), out.data(), u.slice, dtype_of<T>());
+        long long a = u.a + rc.dp * u.slice, z = std::min(u.b, a + u.slice);
+        std::copy(out.begin(), out.begin() + std::max(0LL, z - a), grads.begin() + a);
+      }
+    } else if (p.zero >= 2) {  // dp == 1: the "slice" is the whole unit
+      for (size_t k = 0; k < own.size(); ++k)
+        for (long long i = own[k].first; i < own[k].second; ++i) *G(k, i) += grads[i];
+    }
+    // Global gradient norm: each parameter once (tp-replicated on tp rank 0, the tied embedding on its first stage).
+    double sq = 0;
+    for (size_t k = 0; k < own.size(); ++k) {
+      for (size_t v = 0; v < gl.views.size(); ++v) {
+        const ParamView& pv = gl.views[v];
+        long long a = std::max(own[k].first, pv.offset), z = std::min(own[k].second, pv.offset + pv.count);
+        if (a >= z) continue;
+        if (replicated_view[v] && rc.tp != 0) continue;
+        if (pv.layer < 0 && a < units[0].b && rc.stage != first_stage) continue;  // tied copy on the last stage
+        sq += ops::sum_squares(G(k, a), (long)(z - a));
+      }
+    }
+    world.all_reduce_sum(&sq, 1, Dtype::f64);  // over every rank: each parameter counted on exactly one
+    if (p.zero == 0) sq /= p.dp;                // ...except that without ZeRO every dp rank holds them all
+    double norm = std::sqrt(sq);
+    res.grad_norm.push_back(norm);
+    T clip = norm > o.grad_clip && o.grad_clip > 0 ? T(o.grad_clip / norm) : T(1);
+    double lr = o.lr;
+    if (step < warmup) lr = o.lr * (step + 1) / warmup;
+    else if (o.steps > warmup) {
+      double r = (double)(step - warmup) / std::max(1, o.steps - warmup);
+      lr = o.lr * (o.min_lr_ratio + (1 - o.min_lr_ratio) * 0.5 * (1 + std::cos(3.141592653589793 * r)));
+    }
+    for (size_t k = 0; k < own.size(); ++k) {
+      for (const ParamView& pv : gl.views) {
+        long long a = std::max(own[k].first, pv.offset), z = std::min(own[k].second, pv.offset + pv.count);
+        if (a >= z) continue;
+        T* g = G(k, a);
+        if (clip != T(1)) ops::scale(g, g, clip, (long)(z - a));
+        long long so = own_off[k] + (a - own[k].first);
+        ops::adamw(params.data() + a, g, m1.data() + so, m2.data() + so, (long)(z - a), T(lr), T(o.beta1), T(o.beta2),
+                   T(o.eps), T(pv.decay ? o.weight_decay : 0), (long)step + 1);
+      }
+    }
+    if (p.zero >= 1 && p.zero <= 2 && p.dp > 1)
+      for (int ui = 0; ui < (int)units.size(); ++ui)
+        if (units[ui].owned) all_gather_unit(ui);
+  }
+};
+
+}  // namespace
+
+RunResult run_training(const Scenario& sc, const RunOptions& o, Comm& world) {
+  if (o.fp64) { RankRun<double> r(sc, o, world); return r.run(); }
+  RankRun<float> r(sc, o, world);
+  return r.run();
+}
+
+}  // namespace tp::exec
