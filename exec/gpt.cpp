@@ -169,14 +169,33 @@ size_t LayerActs<T>::bytes() const {
 static Dtype dt(float) { return Dtype::f32; }
 static Dtype dt(double) { return Dtype::f64; }
 
+// Sequence-parallel row shards: rank r of `tp` holds rows [r n/t, (r+1) n/t) of an [n, C] tensor.
+template <class T>
+static void gather_rows(Comm* tp, const T* shard, T* full, long rows_loc, long C) {
+  tp->all_gather(shard, full, rows_loc * C, dt(T{}));
+}
+template <class T>
+static void reduce_scatter_rows(Comm* tp, const T* full, T* shard, long rows_loc, long C) {
+  tp->reduce_scatter_sum(full, shard, rows_loc * C, dt(T{}));
+}
+
 template <class T>
 void Gpt<T>::embed_fwd(T* x, const int32_t* tokens, long B, long Tn) const {
-  ops::embedding_fwd(x, tokens, p("wte"), lay.s.gelu ? p("wpe") : (const T*)nullptr, B, Tn, lay.s.C);
+  const long C = lay.s.C, N = B * Tn;
+  if (!sp) return ops::embedding_fwd(x, tokens, p("wte"), lay.s.gelu ? p("wpe") : (const T*)nullptr, B, Tn, C);
+  std::vector<T> full(N * C);  // [N, C], then this rank's rows
+  ops::embedding_fwd(full.data(), tokens, p("wte"), lay.s.gelu ? p("wpe") : (const T*)nullptr, B, Tn, C);
+  long nl = N / tp->size();
+  std::memcpy(x, full.data() + tp->rank() * nl * C, sizeof(T) * nl * C);
 }
 
 template <class T>
 void Gpt<T>::embed_bwd(const T* dx, const int32_t* tokens, long B, long Tn) const {
-  ops::embedding_bwd(g("wte"), lay.s.gelu ? g("wpe") : (T*)nullptr, dx, tokens, B, Tn, lay.s.C);
+  const long C = lay.s.C, N = B * Tn;
+  if (!sp) return ops::embedding_bwd(g("wte"), lay.s.gelu ? g("wpe") : (T*)nullptr, dx, tokens, B, Tn, C);
+  std::vector<T> full(N * C);
+  gather_rows(tp, dx, full.data(), N / tp->size(), C);
+  ops::embedding_bwd(g("wte"), lay.s.gelu ? g("wpe") : (T*)nullptr, full.data(), tokens, B, Tn, C);
 }
 
 template <class T>
@@ -184,14 +203,19 @@ void Gpt<T>::layer_fwd(int wl, const T* x_in, T* x_out, LayerActs<T>& a, long B,
   const GptShape& s = lay.s;
   const long N = B * Tn, C = s.C, D = s.D, Hl = s.h_loc(), Kl = s.hkv_loc(), Q = s.qkv_cols(), F1 = s.fc1_cols(),
              Fl = s.f_loc();
+  const long Nl = sp ? N / tp->size() : N;  // rows of the residual stream on this rank
   char pre[16];
   std::snprintf(pre, sizeof pre, "L%02d.", wl);
   std::string P = pre;
   const bool gl = s.gelu;
-  if (a.x_in.data() != x_in) a.x_in.assign(x_in, x_in + N * C);
-  a.ln1.resize(N * C); a.ln1_mean.resize(N); a.ln1_rstd.resize(N);
-  ops::layernorm_fwd(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x_in, p(P + "ln1_w"),
-                     gl ? p(P + "ln1_b") : (const T*)nullptr, N, C, T(1e-5));
+  if (a.x_in.data() != x_in) a.x_in.assign(x_in, x_in + Nl * C);
+  // ln1 [Nl, C] on the shard; the QKV input is the full [N, C] (all-gathered under SP).
+  std::vector<T> ln(Nl * C);
+  a.ln1_mean.resize(Nl); a.ln1_rstd.resize(Nl);
+  ops::layernorm_fwd(ln.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x_in, p(P + "ln1_w"),
+                     gl ? p(P + "ln1_b") : (const T*)nullptr, Nl, C, T(1e-5));
+  if (sp) { a.ln1.resize(N * C); gather_rows(tp, ln.data(), a.ln1.data(), Nl, C); }
+  else a.ln1 = std::move(ln);
   std::vector<T> qkv(N * Q);                                                       // [N, Q]
   ops::matmul(qkv.data(), a.ln1.data(), p(P + "qkv_w"), N, Q, C, false, false, T(1), T(0));
   if (gl) ops::add_bias(qkv.data(), qkv.data(), p(P + "qkv_b"), N, Q);
@@ -205,24 +229,38 @@ void Gpt<T>::layer_fwd(int wl, const T* x_in, T* x_out, LayerActs<T>& a, long B,
   a.att.resize((size_t)B * Hl * Tn * Tn);                                         // [B, Hl, Tn, Tn]
   a.attn.resize(N * Hl * D);                                                      // [N, Hl D]
   ops::attention_fwd(a.attn.data(), a.att.data(), a.q.data(), a.k.data(), a.v.data(), B, Tn, Hl, Kl, D);
-  a.x_mid.resize(N * C);                                                          // [N, C]
-  ops::matmul(a.x_mid.data(), a.attn.data(), p(P + "proj_w"), N, C, Hl * D, false, false, T(1), T(0));
-  if (tp) tp->all_reduce_sum(a.x_mid.data(), N * C, dt(T{}));
-  if (gl) ops::add_bias(a.x_mid.data(), a.x_mid.data(), p(P + "proj_b"), N, C);
-  ops::add(a.x_mid.data(), a.x_mid.data(), x_in, N * C);
-  a.ln2.resize(N * C); a.ln2_mean.resize(N); a.ln2_rstd.resize(N);
-  ops::layernorm_fwd(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.x_mid.data(), p(P + "ln2_w"),
-                     gl ? p(P + "ln2_b") : (const T*)nullptr, N, C, T(1e-5));
+  std::vector<T> y(N * C);                                                        // [N, C] partial over tp
+  ops::matmul(y.data(), a.attn.data(), p(P + "proj_w"), N, C, Hl * D, false, false, T(1), T(0));
+  a.x_mid.resize(Nl * C);                                                         // [Nl, C]
+  if (sp) reduce_scatter_rows(tp, y.data(), a.x_mid.data(), Nl, C);
+  else {
+    if (tp) tp->all_reduce_sum(y.data(), N * C, dt(T{}));
+    a.x_mid = std::move(y);
+  }
+  if (gl) ops::add_bias(a.x_mid.data(), a.x_mid.data(), p(P + "proj_b"), Nl, C);
+  ops::add(a.x_mid.data(), a.x_mid.data(), x_in, Nl * C);
+  std::vector<T> ln2(Nl * C);
+  a.ln2_mean.resize(Nl); a.ln2_rstd.resize(Nl);
+  ops::layernorm_fwd(ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.x_mid.data(), p(P + "ln2_w"),
+                     gl ? p(P + "ln2_b") : (const T*)nullptr, Nl, C, T(1e-5));
+  if (sp) { a.ln2.resize(N * C); gather_rows(tp, ln2.data(), a.ln2.data(), Nl, C); }
+  else a.ln2 = std::move(ln2);
   a.fc1.resize(N * F1);                                                           // [N, F1]
   ops::matmul(a.fc1.data(), a.ln2.data(), p(P + "fc1_w"), N, F1, C, false, false, T(1), T(0));
   if (gl) ops::add_bias(a.fc1.data(), a.fc1.data(), p(P + "fc1_b"), N, F1);
   a.act.resize(N * Fl);                                                           // [N, Fl]
   if (gl) ops::gelu_fwd(a.act.data(), a.fc1.data(), N * Fl);
   else ops::swiglu_fwd(a.act.data(), a.fc1.data(), N, Fl);
-  ops::matmul(x_out, a.act.data(), p(P + "fc2_w"), N, C, Fl, false, false, T(1), T(0));  // [N, C]
-  if (tp) tp->all_reduce_sum(x_out, N * C, dt(T{}));
-  if (gl) ops::add_bias(x_out, x_out, p(P + "fc2_b"), N, C);
-  ops::add(x_out, x_out, a.x_mid.data(), N * C);
+  if (sp) {
+    std::vector<T> z(N * C);                                                      // [N, C] partial
+    ops::matmul(z.data(), a.act.data(), p(P + "fc2_w"), N, C, Fl, false, false, T(1), T(0));
+    reduce_scatter_rows(tp, z.data(), x_out, Nl, C);
+  } else {
+    ops::matmul(x_out, a.act.data(), p(P + "fc2_w"), N, C, Fl, false, false, T(1), T(0));
+    if (tp) tp->all_reduce_sum(x_out, N * C, dt(T{}));
+  }
+  if (gl) ops::add_bias(x_out, x_out, p(P + "fc2_b"), Nl, C);
+  ops::add(x_out, x_out, a.x_mid.data(), Nl * C);
 }
 
 template <class T>
@@ -230,31 +268,39 @@ void Gpt<T>::layer_bwd(int wl, const T* dx_out, T* dx_in, LayerActs<T>& a, long 
   const GptShape& s = lay.s;
   const long N = B * Tn, C = s.C, D = s.D, Hl = s.h_loc(), Kl = s.hkv_loc(), Q = s.qkv_cols(), F1 = s.fc1_cols(),
              Fl = s.f_loc();
+  const long Nl = sp ? N / tp->size() : N;
   char pre[16];
   std::snprintf(pre, sizeof pre, "L%02d.", wl);
   std::string P = pre;
   const bool gl = s.gelu;
   // MLP: z = act fc2_w (+ b), x_out = x_mid + z.
-  std::vector<T> dx_mid(dx_out, dx_out + N * C);                                 // [N, C]
-  if (gl) ops::bias_bwd(g(P + "fc2_b"), dx_out, N, C);
+  std::vector<T> dx_mid(dx_out, dx_out + Nl * C);                                // [Nl, C]
+  if (gl) ops::bias_bwd(g(P + "fc2_b"), dx_out, Nl, C);
+  std::vector<T> dz_full;                                                        // [N, C] (SP: all-gathered)
+  const T* dz = dx_out;
+  if (sp) { dz_full.resize(N * C); gather_rows(tp, dx_out, dz_full.data(), Nl, C); dz = dz_full.data(); }
   std::vector<T> dact(N * Fl, T(0));                                             // [N, Fl]
-  ops::matmul(dact.data(), dx_out, p(P + "fc2_w"), N, Fl, C, false, true, T(1), T(0));
-  ops::matmul(g(P + "fc2_w"), a.act.data(), dx_out, Fl, C, N, true, false, T(1), T(1));
+  ops::matmul(dact.data(), dz, p(P + "fc2_w"), N, Fl, C, false, true, T(1), T(0));
+  ops::matmul(g(P + "fc2_w"), a.act.data(), dz, Fl, C, N, true, false, T(1), T(1));
   std::vector<T> dfc1(N * F1, T(0));                                             // [N, F1]
   if (gl) ops::gelu_bwd(dfc1.data(), a.fc1.data(), dact.data(), N * Fl);
   else ops::swiglu_bwd(dfc1.data(), a.fc1.data(), dact.data(), N, Fl);
   if (gl) ops::bias_bwd(g(P + "fc1_b"), dfc1.data(), N, F1);
   ops::matmul(g(P + "fc1_w"), a.ln2.data(), dfc1.data(), C, F1, N, true, false, T(1), T(1));
-  std::vector<T> dln(N * C);                                                     // [N, C]
+  std::vector<T> dln(N * C), dln_loc(Nl * C);                                    // [N, C] partial, [Nl, C]
   ops::matmul(dln.data(), dfc1.data(), p(P + "fc1_w"), N, C, F1, false, true, T(1), T(0));
-  if (tp) tp->all_reduce_sum(dln.data(), N * C, dt(T{}));
-  ops::layernorm_bwd(dx_mid.data(), g(P + "ln2_w"), gl ? g(P + "ln2_b") : (T*)nullptr, dln.data(), a.x_mid.data(),
-                     p(P + "ln2_w"), a.ln2_mean.data(), a.ln2_rstd.data(), N, C);
+  if (sp) reduce_scatter_rows(tp, dln.data(), dln_loc.data(), Nl, C);
+  else { if (tp) tp->all_reduce_sum(dln.data(), N * C, dt(T{})); dln_loc = dln; }
+  ops::layernorm_bwd(dx_mid.data(), g(P + "ln2_w"), gl ? g(P + "ln2_b") : (T*)nullptr, dln_loc.data(), a.x_mid.data(),
+                     p(P + "ln2_w"), a.ln2_mean.data(), a.ln2_rstd.data(), Nl, C);
   // Attention: y = attn proj_w (+ b), x_mid = x_in + y.
-  if (gl) ops::bias_bwd(g(P + "proj_b"), dx_mid.data(), N, C);
+  if (gl) ops::bias_bwd(g(P + "proj_b"), dx_mid.data(), Nl, C);
+  std::vector<T> dy_full;
+  const T* dy = dx_mid.data();
+  if (sp) { dy_full.resize(N * C); gather_rows(tp, dx_mid.data(), dy_full.data(), Nl, C); dy = dy_full.data(); }
   std::vector<T> dattn(N * Hl * D);                                              // [N, Hl D]
-  ops::matmul(dattn.data(), dx_mid.data(), p(P + "proj_w"), N, Hl * D, C, false, true, T(1), T(0));
-  ops::matmul(g(P + "proj_w"), a.attn.data(), dx_mid.data(), Hl * D, C, N, true, false, T(1), T(1));
+  ops::matmul(dattn.data(), dy, p(P + "proj_w"), N, Hl * D, C, false, true, T(1), T(0));
+  ops::matmul(g(P + "proj_w"), a.attn.data(), dy, Hl * D, C, N, true, false, T(1), T(1));
   std::vector<T> dq(N * Hl * D, T(0)), dk(N * Kl * D, T(0)), dv(N * Kl * D, T(0));
   ops::attention_bwd(dq.data(), dk.data(), dv.data(), dattn.data(), a.att.data(), a.q.data(), a.k.data(), a.v.data(), B,
                      Tn, Hl, Kl, D);
@@ -268,17 +314,19 @@ void Gpt<T>::layer_bwd(int wl, const T* dx_out, T* dx_in, LayerActs<T>& a, long 
   if (gl) ops::bias_bwd(g(P + "qkv_b"), dqkv.data(), N, Q);
   ops::matmul(g(P + "qkv_w"), a.ln1.data(), dqkv.data(), C, Q, N, true, false, T(1), T(1));
   ops::matmul(dln.data(), dqkv.data(), p(P + "qkv_w"), N, C, Q, false, true, T(1), T(0));
-  if (tp) tp->all_reduce_sum(dln.data(), N * C, dt(T{}));
-  std::memcpy(dx_in, dx_mid.data(), sizeof(T) * N * C);
-  ops::layernorm_bwd(dx_in, g(P + "ln1_w"), gl ? g(P + "ln1_b") : (T*)nullptr, dln.data(), a.x_in.data(),
-                     p(P + "ln1_w"), a.ln1_mean.data(), a.ln1_rstd.data(), N, C);
+  if (sp) reduce_scatter_rows(tp, dln.data(), dln_loc.data(), Nl, C);
+  else { if (tp) tp->all_reduce_sum(dln.data(), N * C, dt(T{})); dln_loc = dln; }
+  std::memcpy(dx_in, dx_mid.data(), sizeof(T) * Nl * C);
+  ops::layernorm_bwd(dx_in, g(P + "ln1_w"), gl ? g(P + "ln1_b") : (T*)nullptr, dln_loc.data(), a.x_in.data(),
+                     p(P + "ln1_w"), a.ln1_mean.data(), a.ln1_rstd.data(), Nl, C);
 }
 
 template <class T>
 T Gpt<T>::head_fwd(const T* x, const int32_t* targets, HeadActs<T>& a, long B, long Tn) const {
   const GptShape& s = lay.s;
   const long N = B * Tn, C = s.C, V = s.V;
-  a.x_in.assign(x, x + N * C);
+  if (sp) { a.x_in.resize(N * C); gather_rows(tp, x, a.x_in.data(), N / tp->size(), C); x = a.x_in.data(); }
+  else a.x_in.assign(x, x + N * C);
   a.lnf.resize(N * C); a.lnf_mean.resize(N); a.lnf_rstd.resize(N);
   ops::layernorm_fwd(a.lnf.data(), a.lnf_mean.data(), a.lnf_rstd.data(), x, p("lnf_w"),
                      s.gelu ? p("lnf_b") : (const T*)nullptr, N, C, T(1e-5));
@@ -295,11 +343,12 @@ void Gpt<T>::head_bwd(T* dx, const int32_t* targets, HeadActs<T>& a, long B, lon
   std::vector<T> dlogits(N * V, T(0));                                           // [N, V]
   ops::cross_entropy_bwd(dlogits.data(), a.probs.data(), targets, N, V, scale);
   ops::matmul(g("wte"), dlogits.data(), a.lnf.data(), V, C, N, true, false, T(1), T(1));
-  std::vector<T> dlnf(N * C);
+  std::vector<T> dlnf(N * C), dfull(N * C, T(0));
   ops::matmul(dlnf.data(), dlogits.data(), p("wte"), N, C, V, false, false, T(1), T(0));
-  std::memset(dx, 0, sizeof(T) * N * C);
-  ops::layernorm_bwd(dx, g("lnf_w"), s.gelu ? g("lnf_b") : (T*)nullptr, dlnf.data(), a.x_in.data(), p("lnf_w"),
+  ops::layernorm_bwd(dfull.data(), g("lnf_w"), s.gelu ? g("lnf_b") : (T*)nullptr, dlnf.data(), a.x_in.data(), p("lnf_w"),
                      a.lnf_mean.data(), a.lnf_rstd.data(), N, C);
+  long nl = sp ? N / tp->size() : N;  // SP: this rank's rows of the input gradient
+  std::memcpy(dx, dfull.data() + (sp ? tp->rank() * nl * C : 0), sizeof(T) * nl * C);
 }
 
 template std::vector<float> init_full_params<float>(const GptShape&, uint64_t);

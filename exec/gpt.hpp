@@ -77,10 +77,16 @@ struct HeadActs {
   std::vector<T> x_in, lnf, lnf_mean, lnf_rstd, probs;
 };
 
+// Sequence parallelism (Megatron SP, `sp` with tp > 1): between the attention and MLP blocks activations are
+// split by rows over the tp ranks (rank r holds rows [r N/t, (r+1) N/t) of the flattened [B*Tn, C]): LayerNorm,
+// biases and residuals run on the shard; an all-gather precedes each column-parallel linear and a
+// reduce-scatter replaces each row-parallel all-reduce. The pieces then take and return row shards; LayerNorm
+// and row-parallel bias gradients of the layers are partial per rank (the runtime all-reduces them over tp).
 template <class T>
 struct Gpt {
   GptLayout lay;
   Comm* tp = nullptr;  // tensor-parallel group (null: tp = 1)
+  bool sp = false;     // sequence parallelism (needs tp)
   T* params = nullptr; // flat parameters (lay.total)
   T* grads = nullptr;  // flat gradients (accumulated)
 

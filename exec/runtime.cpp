@@ -97,6 +97,7 @@ struct RankRun {
     grads.assign(gl.total, T(0));
     model.lay = gl;
     model.tp = p.tp > 1 ? tp.get() : nullptr;
+    model.sp = p.sequence_parallel && p.tp > 1;
     model.params = params.data();
     model.grads = grads.data();
     replicated_view.resize(gl.views.size());
@@ -124,6 +125,12 @@ struct RankRun {
     m1.assign(state, T(0));
     m2.assign(state, T(0));
     if (p.zero >= 2) gshard.assign(state, T(0));
+  }
+
+  void sp_reduce_layer(int l) {
+    for (size_t v = 0; v < gl.views.size(); ++v)
+      if (gl.views[v].layer == l && replicated_view[v])
+        tp->all_reduce_sum(grads.data() + gl.views[v].offset, gl.views[v].count, dtype_of<T>());
   }
 
   // Gradient reduce-scatter of one unit over dp into this rank's slice (ZeRO >= 2), accumulated.
@@ -157,6 +164,7 @@ struct RankRun {
     setup();
     std::vector<uint16_t> tokens = load_run_tokens(o.data, sc.model.vocab);
     const long long N = b * Tn;
+    const long long X = (model.sp ? N / p.tp : N) * C;  // elements of the residual stream between pieces (SP: row shard)
     const T scale = T(1.0 / ((double)sc.training.global_batch * (double)Tn));
     const int warmup = o.warmup_steps >= 0 ? o.warmup_steps : std::max(1, o.steps / 10);
     std::vector<WorkItem> order = plan_order(p, L, rc.stage);
@@ -191,7 +199,7 @@ struct RankRun {
         if (units[L + 1].owned) all_gather_unit((int)L + 1);
       }
       double loss = 0;
-      std::vector<T> x(N * C), y(N * C);
+      std::vector<T> x(X), y(X);
       size_t pc = 0;
       for (int i = 0; i < (int)order.size(); ++i) {
         const WorkItem& w = order[i];
@@ -202,14 +210,14 @@ struct RankRun {
         if (fwd) {
           if (g == 0) model.embed_fwd(x.data(), in[j].data(), b, Tn);
           else if (lay.stage_of(g - 1) == rc.stage) { x = std::move(local[{g, (int)j}]); local.erase({g, (int)j}); }
-          else pp->recv(x.data(), N * C, dtype_of<T>(), lay.stage_of(g - 1), tag(Pass::fwd, g, j));
+          else pp->recv(x.data(), X, dtype_of<T>(), lay.stage_of(g - 1), tag(Pass::fwd, g, j));
         } else {
           if (g == nchunks - 1) model.head_bwd(x.data(), tgt[j].data(), head[j], b, Tn, scale);
           else if (lay.stage_of(g + 1) == rc.stage) { x = std::move(local[{-1 - g, (int)j}]); local.erase({-1 - g, (int)j}); }
-          else pp->recv(x.data(), N * C, dtype_of<T>(), lay.stage_of(g + 1), tag(Pass::bwd, g, j));
+          else pp->recv(x.data(), X, dtype_of<T>(), lay.stage_of(g + 1), tag(Pass::bwd, g, j));
         }
-        x.resize(N * C);
-        y.resize(N * C);
+        x.resize(X);
+        y.resize(X);
         // Its layers.
         for (long long k = 0; k < Lc; ++k, ++pc) {
           const Piece& pz = pieces[pc];
@@ -224,7 +232,7 @@ struct RankRun {
             if (p.recompute == Recompute::selective) { a.att.clear(); a.att.shrink_to_fit(); }
           } else {
             if (p.recompute == Recompute::full) {
-              std::vector<T> xin = a.x_in, scratch(N * C);
+              std::vector<T> xin = a.x_in, scratch(X);
               model.layer_fwd(l, xin.data(), scratch.data(), a, b, Tn);
             } else if (p.recompute == Recompute::selective) {  // rebuild the attention probabilities
               GptShape s = gl.s;
@@ -234,7 +242,10 @@ struct RankRun {
             }
             model.layer_bwd(l, x.data(), y.data(), a, b, Tn);
             a = LayerActs<T>{};
-            if (p.zero >= 2 && p.dp > 1 && run_end) reduce_scatter_unit(unit_of_layer(l));
+            if (p.zero >= 2 && p.dp > 1 && run_end) {
+              if (model.sp) sp_reduce_layer(l);
+              reduce_scatter_unit(unit_of_layer(l));
+            }
           }
           std::swap(x, y);
         }
@@ -242,11 +253,11 @@ struct RankRun {
         if (fwd) {
           if (g == nchunks - 1) loss += (double)model.head_fwd(x.data(), tgt[j].data(), head[j], b, Tn);
           else if (lay.stage_of(g + 1) == rc.stage) local[{g + 1, (int)j}] = x;
-          else { sendbufs.push_back(x); pp->isend(sendbufs.back().data(), N * C, dtype_of<T>(), lay.stage_of(g + 1), tag(Pass::fwd, g + 1, j)); }
+          else { sendbufs.push_back(x); pp->isend(sendbufs.back().data(), X, dtype_of<T>(), lay.stage_of(g + 1), tag(Pass::fwd, g + 1, j)); }
         } else {
           if (g == 0) model.embed_bwd(x.data(), in[j].data(), b, Tn);
           else if (lay.stage_of(g - 1) == rc.stage) local[{-1 - (g - 1), (int)j}] = x;
-          else { sendbufs.push_back(x); pp->isend(sendbufs.back().data(), N * C, dtype_of<T>(), lay.stage_of(g - 1), tag(Pass::bwd, g - 1, j)); }
+          else { sendbufs.push_back(x); pp->isend(sendbufs.back().data(), X, dtype_of<T>(), lay.stage_of(g - 1), tag(Pass::bwd, g - 1, j)); }
         }
       }
       pp->wait_sends();
@@ -276,6 +287,11 @@ struct RankRun {
   }
 
   void optimizer_step(int step, int warmup, RunResult& res) {
+    // Sequence parallelism: the layers' LayerNorm and row-parallel bias gradients are partial per tp rank
+    // (with ZeRO >= 2 and dp > 1 this happened before each layer's reduce-scatter).
+    if (model.sp && !(p.zero >= 2 && p.dp > 1))
+      for (long long l = 0; l < L; ++l)
+        if (units[unit_of_layer(l)].owned) sp_reduce_layer((int)l);
     // Tied embedding: the first and last stage add their copies' gradients.
     if (units[0].owned && p.pp > 1 && sc.model.tied_embeddings && first_stage != last_stage && emb)
       emb->all_reduce_sum(grads.data() + units[0].a, units[0].b - units[0].a, dtype_of<T>());

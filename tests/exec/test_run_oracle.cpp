@@ -120,6 +120,9 @@ TEST(RunOracle, ParallelPlansMatchSingleRankFloat64) {
       {"dp2_zero3_layered", {{"dp", 2}, {"zero", 3}, {"grad_accumulation", "layered"}}},
       {"dp2_pp2_zero3_gpipe_layered_full", {{"dp", 2}, {"pp", 2}, {"zero", 3}, {"schedule", "gpipe"},
                                             {"grad_accumulation", "layered"}, {"recompute", "full"}}},
+      {"tp2_sp", {{"tp", 2}, {"sequence_parallel", true}}},
+      {"dp2_tp2_pp2_sp_zero3_full", {{"dp", 2}, {"tp", 2}, {"pp", 2}, {"sequence_parallel", true}, {"zero", 3},
+                                     {"recompute", "full"}}},
       {"dp2_tp2_pp2_zero2_modular_selective", {{"dp", 2}, {"tp", 2}, {"pp", 2}, {"zero", 2}, {"schedule", "modular"},
                                                {"grad_accumulation", "layered"}, {"recompute", "selective"}}},
   };
@@ -149,7 +152,7 @@ TEST(RunOracle, BadPlansExitTwoBeforeWork) {
   std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
   EXPECT_NE(text.find("$.plan: dp x tp x pp = 4 ranks, but this job has 1"), std::string::npos) << text;
   // A plan key the executor does not run yet.
-  f = scenario("sp", {{"tp", 2}, {"sequence_parallel", true}});
+  f = scenario("offload", {{"offload", {{"kind", "optimizer"}}}});
   cmd = std::string(TP_BINARY) + " run " + f + " --steps 1 --quiet > " + f + ".log 2>&1";
   rc = std::system(cmd.c_str());
   EXPECT_EQ(WEXITSTATUS(rc), 2);
