@@ -39,6 +39,7 @@ const char* kHelp =
     "  trainplan validate-published [--suite DEV_SUITE.json] [--cluster NAME] [--json FILE]\n"
     "      regenerate the published rows of the dev suite and print predicted vs published\n"
     "  trainplan run SCENARIO.json [--steps N] [--json FILE] [--fp64] [--seed S] [--lr LR] [--data TOKENS.bin]\n"
+    "                [--delink-step N]\n"
     "      train the scenario's GPT with its plan on CPUs (one process per rank: mpirun -np GPUS / srun)\n"
     "  trainplan catalog [gpus|clusters|models]\n"
     "      list the bundled catalog\n"
@@ -102,7 +103,7 @@ int cmd_simulate(int argc, char** argv) {
 // One process per rank. Every rank loads and checks the scenario before any work, so bad input fails
 // everywhere with exit 2 (printed once, by rank 0); a rank that fails later aborts the whole job.
 int cmd_run(int argc, char** argv) {
-  Args a = parse_args(argc, argv, 2, {"--steps", "--json", "--seed", "--lr", "--data"}, {"--fp64", "--quiet"});
+  Args a = parse_args(argc, argv, 2, {"--steps", "--json", "--seed", "--lr", "--data", "--delink-step"}, {"--fp64", "--quiet"});
   if (a.positional.size() != 1) throw Usage("run needs exactly one scenario file");
   exec::RunOptions o;
   auto num = [&](const char* opt, double lo, double dflt) {
@@ -117,6 +118,7 @@ int cmd_run(int argc, char** argv) {
   o.seed = (uint64_t)num("--seed", 0, 1234);
   o.lr = num("--lr", 0, 1e-3);
   o.data = a.value("--data");
+  o.delink_step = (long)num("--delink-step", 1, -1);
   o.fp64 = a.flag("--fp64");
   exec::Comm& world = exec::world();
   o.progress = world.rank() == 0 && isatty(2) && !a.flag("--quiet");

@@ -13,6 +13,7 @@
 // - Errors stay MPI_ERRORS_ARE_FATAL; abort() prints "error: rank R: msg" and MPI_Abort's the whole job. A rank
 //   that exits without finalize_world() also makes mpirun kill the job (no atexit hook on purpose).
 #include "exec/comm.hpp"
+#include "exec/prof.hpp"
 
 #include <mpi.h>
 
@@ -128,6 +129,7 @@ class MpiComm final : public Comm {
   }
 
   void all_reduce_sum(void* buf, long n, Dtype d) override {
+    prof::Scope prof_scope(prof::comm_class());
     check_count(n, "all_reduce_sum");
     check_sum_dtype(d, "all_reduce_sum");
     if (size_ == 1 || n == 0) return;
@@ -158,6 +160,7 @@ class MpiComm final : public Comm {
   }
 
   void reduce_scatter_sum(const void* in, void* out, long n, Dtype d) override {
+    prof::Scope prof_scope(prof::comm_class());
     check_count(n, "reduce_scatter_sum");
     check_sum_dtype(d, "reduce_scatter_sum");
     if (n == 0) return;
@@ -192,6 +195,7 @@ class MpiComm final : public Comm {
   }
 
   void all_gather(const void* in, void* out, long n, Dtype d) override {
+    prof::Scope prof_scope(prof::comm_class());
     check_count(n, "all_gather");
     if (n == 0) return;
     const size_t eb = dtype_bytes(d);
@@ -219,6 +223,7 @@ class MpiComm final : public Comm {
   }
 
   void broadcast(void* buf, long n, Dtype d, int root) override {
+    prof::Scope prof_scope(prof::comm_class());
     check_count(n, "broadcast");
     check_rank(root, "broadcast root");
     const MPI_Datatype t = mpi_type(d);
@@ -227,6 +232,7 @@ class MpiComm final : public Comm {
   }
 
   void reduce_sum(const void* in, void* out, long n, Dtype d, int root) override {
+    prof::Scope prof_scope(prof::comm_class());
     check_count(n, "reduce_sum");
     check_sum_dtype(d, "reduce_sum");
     check_rank(root, "reduce_sum root");
@@ -248,6 +254,7 @@ class MpiComm final : public Comm {
   }
 
   void all_to_all(const void* in, void* out, long n, Dtype d) override {
+    prof::Scope prof_scope(prof::comm_class());
     check_count(n, "all_to_all");
     if (n == 0) return;
     const size_t eb = dtype_bytes(d);
@@ -276,6 +283,7 @@ class MpiComm final : public Comm {
   }
 
   void send(const void* buf, long n, Dtype d, int dst, int tag) override {
+    prof::Scope prof_scope(prof::comm_class());
     check_count(n, "send");
     check_rank(dst, "send dst");
     check_tag(tag, "send");
@@ -290,6 +298,7 @@ class MpiComm final : public Comm {
   }
 
   void isend(const void* buf, long n, Dtype d, int dst, int tag) override {
+    prof::Scope prof_scope(prof::comm_class());
     check_count(n, "isend");
     check_rank(dst, "isend dst");
     check_tag(tag, "isend");
@@ -304,11 +313,13 @@ class MpiComm final : public Comm {
   }
 
   void wait_sends() override {
+    prof::Scope prof_scope(prof::comm_class());
     if (!pending_.empty()) MPI_Waitall(static_cast<int>(pending_.size()), pending_.data(), MPI_STATUSES_IGNORE);
     pending_.clear();
   }
 
   void recv(void* buf, long n, Dtype d, int src, int tag) override {
+    prof::Scope prof_scope(prof::comm_class());
     check_count(n, "recv");
     check_rank(src, "recv src");
     check_tag(tag, "recv");
@@ -327,7 +338,10 @@ class MpiComm final : public Comm {
     } while (off < n);
   }
 
-  void barrier() override { MPI_Barrier(comm_); }
+  void barrier() override {
+    prof::Scope prof_scope(prof::comm_class());
+    MPI_Barrier(comm_);
+  }
 
   [[noreturn]] void abort(int code, const std::string& message) override {
     std::fflush(stdout);

@@ -65,6 +65,8 @@ struct RankRun {
   std::vector<long long> own_off;                    // offset of each own range in the optimizer state
   std::vector<T> m1, m2, gshard;                     // optimizer state and (zero >= 2) reduced gradient, by own range
   std::vector<char> replicated_view;                 // view is replicated across tp ranks
+  int shared = 0;                                    // Pseudo-to-Real: > 0 while k weight groups are shared
+  long delink_step = -1;                             // the step at which the shared weights are delinked
 
   RankRun(const Scenario& s, const RunOptions& opt, Comm& w) : sc(s), p(s.plan), o(opt), world(w) {}
 
@@ -162,6 +164,12 @@ struct RankRun {
 
   RunResult run() {
     setup();
+    if (sc.delink.on()) {
+      shared = sc.delink.unique_layers;
+      delink_step = o.delink_step >= 0 ? o.delink_step
+                                       : std::lround(sc.delink.tokens / ((double)sc.training.global_batch * (double)Tn));
+      delink_step = std::max(1L, delink_step);  // at or past the last step: the run stays in the pseudo phase
+    }
     std::vector<uint16_t> tokens = load_run_tokens(o.data, sc.model.vocab);
     const long long N = b * Tn;
     const long long X = (model.sp ? N / p.tp : N) * C;  // elements of the residual stream between pieces (SP: row shard)
@@ -189,6 +197,7 @@ struct RankRun {
     (void)tag_span;
 
     for (int step = 0; step < o.steps; ++step) {
+      if (step == delink_step) delink();
       auto t0 = std::chrono::steady_clock::now();
       std::fill(grads.begin(), grads.end(), T(0));
       if (p.zero >= 2) std::fill(gshard.begin(), gshard.end(), T(0));
@@ -224,27 +233,28 @@ struct RankRun {
           const int l = pz.layer;
           bool run_start = pc == 0 || pieces[pc - 1].layer != l || pieces[pc - 1].pass != pz.pass;
           bool run_end = pc + 1 == pieces.size() || pieces[pc + 1].layer != l || pieces[pc + 1].pass != pz.pass;
-          if (p.zero >= 3 && run_start) all_gather_unit(unit_of_layer(l));
+          const int wl = (int)weight_group(l, L, shared);  // the weight slot position l uses
+          if (p.zero >= 3 && run_start) all_gather_unit(unit_of_layer(wl));
           LayerActs<T>& a = acts[(size_t)l * m + j];
           if (fwd) {
-            model.layer_fwd(l, x.data(), y.data(), a, b, Tn);
+            model.layer_fwd(wl, x.data(), y.data(), a, b, Tn);
             if (p.recompute == Recompute::full) a.clear_all_but_input();
             if (p.recompute == Recompute::selective) { a.att.clear(); a.att.shrink_to_fit(); }
           } else {
             if (p.recompute == Recompute::full) {
               std::vector<T> xin = a.x_in, scratch(X);
-              model.layer_fwd(l, xin.data(), scratch.data(), a, b, Tn);
+              model.layer_fwd(wl, xin.data(), scratch.data(), a, b, Tn);
             } else if (p.recompute == Recompute::selective) {  // rebuild the attention probabilities
               GptShape s = gl.s;
               std::vector<T> out(a.attn.size());
               a.att.resize((size_t)b * s.h_loc() * Tn * Tn);
               ops::attention_fwd(out.data(), a.att.data(), a.q.data(), a.k.data(), a.v.data(), b, Tn, s.h_loc(), s.hkv_loc(), s.D);
             }
-            model.layer_bwd(l, x.data(), y.data(), a, b, Tn);
+            model.layer_bwd(wl, x.data(), y.data(), a, b, Tn);
             a = LayerActs<T>{};
             if (p.zero >= 2 && p.dp > 1 && run_end) {
-              if (model.sp) sp_reduce_layer(l);
-              reduce_scatter_unit(unit_of_layer(l));
+              if (model.sp) sp_reduce_layer(wl);
+              reduce_scatter_unit(unit_of_layer(wl));
             }
           }
           std::swap(x, y);
@@ -278,12 +288,31 @@ struct RankRun {
         if (step + 1 == o.steps) std::fprintf(stderr, "\n");
       }
     }
+    res.delink_step = delink_step;
     res.tokens_per_s = time_after_first > 0 ? tok_after_first / time_after_first
                                             : (double)sc.training.global_batch * Tn / std::max(1e-12, res.step_time_s.back());
     double mine = peak_rss_bytes();
     res.peak_memory_bytes.assign(world.size(), 0);
     world.all_gather(&mine, res.peak_memory_bytes.data(), 1, Dtype::f64);
     return res;
+  }
+
+  // Pseudo-to-Real: every layer slot gets its weight group's weights and optimizer state (the network function
+  // is unchanged at this instant), then the layers train independently. Slots are units of equal size, so a
+  // ZeRO slice of slot l is the same slice of its group's slot.
+  void delink() {
+    for (long long l = L - 1; l >= 0; --l) {
+      long long wg = weight_group(l, L, shared);
+      if (wg == l) continue;
+      const Unit &src = units[unit_of_layer(wg)], &dst = units[unit_of_layer(l)];
+      std::copy(params.begin() + src.a, params.begin() + src.b, params.begin() + dst.a);
+      size_t ks = own_index(unit_of_layer(wg)), kd = own_index(unit_of_layer(l));
+      if (src.owned && dst.owned) {
+        std::copy(m1.begin() + own_off[ks], m1.begin() + own_off[ks] + src.slice, m1.begin() + own_off[kd]);
+        std::copy(m2.begin() + own_off[ks], m2.begin() + own_off[ks] + src.slice, m2.begin() + own_off[kd]);
+      }
+    }
+    shared = 0;
   }
 
   void optimizer_step(int step, int warmup, RunResult& res) {
@@ -347,6 +376,7 @@ struct RankRun {
       for (const ParamView& pv : gl.views) {
         long long a = std::max(own[k].first, pv.offset), z = std::min(own[k].second, pv.offset + pv.count);
         if (a >= z) continue;
+        if (shared > 0 && pv.layer >= shared) continue;  // pseudo phase: slots beyond the k groups are unused
         T* g = G(k, a);
         if (clip != T(1)) ops::scale(g, g, clip, (long)(z - a));
         long long so = own_off[k] + (a - own[k].first);

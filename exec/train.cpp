@@ -24,7 +24,14 @@ void check_runnable(const Scenario& sc) {
   need(p.tp_mode == TpMode::d1, "$.plan.tp_mode: \"2d\"");
   need(!p.offload.on(), "$.plan.offload");
   need(p.ep == 1 && sc.model.moe.experts == 0, "mixture of experts ($.model.moe, $.plan.ep)");
-  need(!sc.delink.on(), "$.plan.delink");
+  if (sc.delink.on()) {
+    const Plan* pp = sc.delink.plan.get();
+    need(p.pp == 1, "$.plan.delink with pp > 1 (weight groups shared across stages)");
+    need(!pp || (pp->dp == p.dp && pp->tp == p.tp && pp->pp == p.pp && pp->zero == p.zero && pp->microbatch == p.microbatch),
+         "$.plan.delink.plan: a pseudo phase with a different layout than the real plan");
+    need(sc.delink.global_batch == 0 || sc.delink.global_batch == sc.training.global_batch,
+         "$.plan.delink.global_batch: a pseudo phase with a different batch");
+  }
   if (!no.empty()) {
     std::vector<std::string> msgs;
     for (const std::string& w : no) msgs.push_back(w + ": not supported by `trainplan run` yet (simulate supports it)");
@@ -52,7 +59,8 @@ json run_result_to_json(const RunResult& r, const Scenario& sc, const RunOptions
           {"grad_norm", r.grad_norm},
           {"step_time_s", r.step_time_s},
           {"tokens_per_s", r.tokens_per_s},
-          {"peak_memory_bytes", r.peak_memory_bytes}};
+          {"peak_memory_bytes", r.peak_memory_bytes},
+          {"delink_step", r.delink_step}};
 }
 
 }  // namespace tp::exec

@@ -23,6 +23,7 @@ struct RunOptions {
   int warmup_steps = -1;         // -1: max(1, steps / 10)
   std::string data;              // token file (llm.c .bin); empty = the bundled tiny corpus
   bool progress = false;         // a progress line on stderr (rank 0)
+  long delink_step = -1;         // plan.delink: the step at which to delink (-1: delink.tokens / tokens per step)
 };
 
 struct RunResult {
@@ -31,6 +32,7 @@ struct RunResult {
   double tokens_per_s = 0;           // over the steps after the first
   std::vector<double> peak_memory_bytes;  // per rank (process peak resident memory)
   std::vector<double> grad_norm;     // per step, before clipping
+  long delink_step = -1;             // the step that ran first on the delinked (real) model, -1 without delink
 };
 
 // Throws InputError (exit 2) for plans this executor cannot run yet; call on every rank before any work.

@@ -8,12 +8,14 @@
 #include <cstdint>
 
 #include "exec/ops.hpp"
+#include "exec/prof.hpp"
 
 namespace tp::ops {
 
 // y[N, C] = x[N, C] + b[C]; y may equal x.
 template <class T>
 void add_bias(T* y, const T* x, const T* b, long N, long C) {
+  exec::prof::Scope prof_scope(exec::prof::Cls::elementwise);
   for (long n = 0; n < N; ++n) {
     const T* xr = x + n * C;
     T* yr = y + n * C;
@@ -24,6 +26,7 @@ void add_bias(T* y, const T* x, const T* b, long N, long C) {
 // db[C] += sum over rows of dy[N, C].
 template <class T>
 void bias_bwd(T* db, const T* dy, long N, long C) {
+  exec::prof::Scope prof_scope(exec::prof::Cls::elementwise);
   for (long n = 0; n < N; ++n) {
     const T* dr = dy + n * C;
     for (long c = 0; c < C; ++c) db[c] += dr[c];
@@ -32,16 +35,19 @@ void bias_bwd(T* db, const T* dy, long N, long C) {
 
 template <class T>
 void add(T* y, const T* a, const T* b, long n) {
+  exec::prof::Scope prof_scope(exec::prof::Cls::elementwise);
   for (long i = 0; i < n; ++i) y[i] = a[i] + b[i];
 }
 
 template <class T>
 void accumulate(T* y, const T* x, long n) {
+  exec::prof::Scope prof_scope(exec::prof::Cls::elementwise);
   for (long i = 0; i < n; ++i) y[i] += x[i];
 }
 
 template <class T>
 void scale(T* y, const T* x, T s, long n) {
+  exec::prof::Scope prof_scope(exec::prof::Cls::elementwise);
   for (long i = 0; i < n; ++i) y[i] = s * x[i];
 }
 
@@ -49,6 +55,7 @@ void scale(T* y, const T* x, T s, long n) {
 // b == null means no shift.
 template <class T>
 void layernorm_fwd(T* y, T* mean, T* rstd, const T* x, const T* w, const T* b, long N, long C, T eps) {
+  exec::prof::Scope prof_scope(exec::prof::Cls::elementwise);
   for (long n = 0; n < N; ++n) {
     const T* xr = x + n * C;
     T* yr = y + n * C;
@@ -78,6 +85,7 @@ void layernorm_fwd(T* y, T* mean, T* rstd, const T* x, const T* w, const T* b, l
 template <class T>
 void layernorm_bwd(T* dx, T* dw, T* db, const T* dy, const T* x, const T* w, const T* mean, const T* rstd, long N,
                    long C) {
+  exec::prof::Scope prof_scope(exec::prof::Cls::elementwise);
   for (long n = 0; n < N; ++n) {
     const T* xr = x + n * C;
     const T* dyr = dy + n * C;
@@ -116,6 +124,7 @@ constexpr T kGeluA = T(0.044715);
 // y = 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3).
 template <class T>
 void gelu_fwd(T* y, const T* x, long n) {
+  exec::prof::Scope prof_scope(exec::prof::Cls::elementwise);
   for (long i = 0; i < n; ++i) {
     const T xi = x[i];
     const T u = kGeluS<T> * (xi + kGeluA<T> * xi * xi * xi);
@@ -126,6 +135,7 @@ void gelu_fwd(T* y, const T* x, long n) {
 // gelu'(x) = 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) sqrt(2/pi) (1 + 3 * 0.044715 x^2).
 template <class T>
 void gelu_bwd(T* dx, const T* x, const T* dy, long n) {
+  exec::prof::Scope prof_scope(exec::prof::Cls::elementwise);
   for (long i = 0; i < n; ++i) {
     const T xi = x[i];
     const T u = kGeluS<T> * (xi + kGeluA<T> * xi * xi * xi);
@@ -138,6 +148,7 @@ void gelu_bwd(T* dx, const T* x, const T* dy, long n) {
 // y[N, F] = silu(g) * u with g = gate_up[:, 0:F], u = gate_up[:, F:2F], silu(g) = g * sigmoid(g).
 template <class T>
 void swiglu_fwd(T* y, const T* gate_up, long N, long F) {
+  exec::prof::Scope prof_scope(exec::prof::Cls::elementwise);
   for (long n = 0; n < N; ++n) {
     const T* g = gate_up + n * 2 * F;
     const T* u = g + F;
@@ -152,6 +163,7 @@ void swiglu_fwd(T* y, const T* gate_up, long N, long F) {
 // dg += dy * u * sigmoid(g) (1 + g (1 - sigmoid(g))),  du += dy * silu(g).
 template <class T>
 void swiglu_bwd(T* dgate_up, const T* gate_up, const T* dy, long N, long F) {
+  exec::prof::Scope prof_scope(exec::prof::Cls::elementwise);
   for (long n = 0; n < N; ++n) {
     const T* g = gate_up + n * 2 * F;
     const T* u = g + F;
@@ -170,6 +182,7 @@ void swiglu_bwd(T* dgate_up, const T* gate_up, const T* dy, long N, long F) {
 // -log p[target] = log(sum exp(l - max)) - (l[target] - max), summed in double.
 template <class T>
 T cross_entropy_fwd(T* probs, const T* logits, const int32_t* targets, long N, long V) {
+  exec::prof::Scope prof_scope(exec::prof::Cls::elementwise);
   double loss = 0;
   for (long n = 0; n < N; ++n) {
     const T* lr = logits + n * V;
@@ -191,6 +204,7 @@ T cross_entropy_fwd(T* probs, const T* logits, const int32_t* targets, long N, l
 // dlogits[N, V] += scale * (probs - onehot(target)).
 template <class T>
 void cross_entropy_bwd(T* dlogits, const T* probs, const int32_t* targets, long N, long V, T scale) {
+  exec::prof::Scope prof_scope(exec::prof::Cls::elementwise);
   for (long n = 0; n < N; ++n) {
     const T* pr = probs + n * V;
     T* dr = dlogits + n * V;
@@ -202,6 +216,7 @@ void cross_entropy_bwd(T* dlogits, const T* probs, const int32_t* targets, long 
 // out[B, T, C] = wte[tokens[b, t], :] (+ wpe[t, :]).
 template <class T>
 void embedding_fwd(T* out, const int32_t* tokens, const T* wte, const T* wpe, long B, long Tn, long C) {
+  exec::prof::Scope prof_scope(exec::prof::Cls::elementwise);
   for (long b = 0; b < B; ++b) {
     for (long t = 0; t < Tn; ++t) {
       T* o = out + (b * Tn + t) * C;
@@ -219,6 +234,7 @@ void embedding_fwd(T* out, const int32_t* tokens, const T* wte, const T* wpe, lo
 // dwte[tokens[b, t], :] += dout[b, t, :] (repeated tokens add up); dwpe[t, :] += dout[b, t, :].
 template <class T>
 void embedding_bwd(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, long B, long Tn, long C) {
+  exec::prof::Scope prof_scope(exec::prof::Cls::elementwise);
   for (long b = 0; b < B; ++b) {
     for (long t = 0; t < Tn; ++t) {
       const T* d = dout + (b * Tn + t) * C;
@@ -238,6 +254,7 @@ void embedding_bwd(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, long 
 // p -= lr (m / (1 - b1^t) / (sqrt(v / (1 - b2^t)) + eps) + wd p).
 template <class T>
 void adamw(T* p, const T* g, T* m, T* v, long n, T lr, T b1, T b2, T eps, T wd, long t) {
+  exec::prof::Scope prof_scope(exec::prof::Cls::optimizer);
   const T c1 = T(1.0 / (1.0 - std::pow(double(b1), double(t))));
   const T c2 = T(1.0 / (1.0 - std::pow(double(b2), double(t))));
   for (long i = 0; i < n; ++i) {
@@ -252,6 +269,7 @@ void adamw(T* p, const T* g, T* m, T* v, long n, T lr, T b1, T b2, T eps, T wd, 
 
 template <class T>
 double sum_squares(const T* x, long n) {
+  exec::prof::Scope prof_scope(exec::prof::Cls::optimizer);
   double s = 0;
   for (long i = 0; i < n; ++i) s += double(x[i]) * double(x[i]);
   return s;

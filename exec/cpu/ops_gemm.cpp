@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "exec/ops.hpp"
+#include "exec/prof.hpp"
 
 namespace tp::ops {
 namespace {
@@ -39,6 +40,7 @@ void gemm_into(CM&& C, const LA& a, const LB& b, T alpha, T beta) {
 // C[M, N] = alpha * op(A)[M, K] · op(B)[K, N] + beta * C.
 template <class T>
 void matmul(T* C, const T* A, const T* B, long M, long N, long K, bool trans_a, bool trans_b, T alpha, T beta) {
+  exec::prof::Scope prof_scope(exec::prof::Cls::gemm);
   if (M <= 0 || N <= 0) return;
   Mat<T> c(C, M, N);
   if (K <= 0) {  // empty sum: C = beta * C (and never read C when beta == 0)
@@ -59,6 +61,7 @@ void matmul(T* C, const T* A, const T* B, long M, long N, long K, bool trans_a, 
 // q/out [B, T, H, D] has row stride H*D; inside k/v [B, T, Hkv, D] it has row stride Hkv*D.
 template <class T>
 void attention_fwd(T* out, T* att, const T* q, const T* k, const T* v, long B, long Tn, long H, long Hkv, long D) {
+  exec::prof::Scope prof_scope(exec::prof::Cls::attention);
   const long group = H / Hkv;
   const T sc = T(1) / std::sqrt(T(D));
   for (long b = 0; b < B; ++b) {
@@ -95,6 +98,7 @@ void attention_fwd(T* out, T* att, const T* q, const T* k, const T* v, long B, l
 template <class T>
 void attention_bwd(T* dq, T* dk, T* dv, const T* dout, const T* att, const T* q, const T* k, const T* v, long B,
                    long Tn, long H, long Hkv, long D) {
+  exec::prof::Scope prof_scope(exec::prof::Cls::attention);
   const long group = H / Hkv;
   const T sc = T(1) / std::sqrt(T(D));
   std::vector<T> scratch(static_cast<size_t>(Tn * Tn));  // dP, then dS in place: [T, T]

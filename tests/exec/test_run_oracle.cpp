@@ -157,3 +157,26 @@ TEST(RunOracle, BadPlansExitTwoBeforeWork) {
   rc = std::system(cmd.c_str());
   EXPECT_EQ(WEXITSTATUS(rc), 2);
 }
+
+// Pseudo-to-Real: the loss right after delinking equals the pseudo model's loss on the same weights and batch
+// (the network function is unchanged at the switch), and a parallel delinked run matches the single-rank one.
+TEST(RunOracle, DelinkKeepsTheLossAndMatchesSingleRank) {
+  json delink = {{"unique_layers", 2}, {"tokens", 768}};
+  std::string f = scenario("delink", {{"delink", delink}});
+  json at3 = run(f, 4, true, nullptr, "--delink-step 3");
+  json never = run(f, 4, true, nullptr, "--delink-step 100");
+  ASSERT_FALSE(at3.is_null());
+  ASSERT_FALSE(never.is_null());
+  EXPECT_EQ(at3["delink_step"], 3);
+  for (int s = 0; s < 4; ++s)  // steps 0-2 identical (pseudo); step 3 on the delinked model: the same loss
+    EXPECT_NEAR(at3["losses"][s].get<double>(), never["losses"][s].get<double>(), 1e-12 * never["losses"][s].get<double>());
+  json later = run(f, 6, true, nullptr, "--delink-step 3");
+  ASSERT_FALSE(later.is_null());
+  EXPECT_NE(later["losses"][5], run(f, 6, true, nullptr, "--delink-step 100")["losses"][5]);  // then they diverge
+  if (!have_mpi()) return;
+  json par = run(scenario("delink_par", {{"delink", delink}, {"dp", 2}, {"tp", 2}, {"zero", 3}}), 6, true, nullptr,
+                 "--delink-step 3");
+  ASSERT_FALSE(par.is_null());
+  expect_close(par, later, "losses", 1e-9, "delink dp2 tp2 zero3");
+  expect_close(par, later, "grad_norm", 1e-9, "delink dp2 tp2 zero3");
+}

@@ -1,0 +1,354 @@
+// calibrate: measures this machine with the executor's CPU ops and communicator. See calibrate.hpp.
+// Invariants: every rank runs the same sweeps in the same order with barriers between points (so concurrent
+// ranks contend as they do in training); rank 0 assembles the profile; every curve has strictly increasing
+// sizes and efficiencies in (0, 1] (models/hardware.cpp read_curve), which the tests check by loading it.
+#include "exec/calibrate.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "exec/ops.hpp"
+
+namespace tp::exec {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+// Median seconds per call of f(): calls are batched so that one timed batch lasts >= ~50 us, and batches repeat
+// for at least min_s (and at least 3 batches).
+template <class F>
+double per_call(F&& f, double min_s) {
+  f();  // warm: caches, pages
+  auto t0 = Clock::now();
+  f();
+  double one = std::max(1e-9, since(t0));
+  long k = std::max(1L, (long)(50e-6 / one));
+  std::vector<double> ts;
+  auto start = Clock::now();
+  while (ts.size() < 3 || (since(start) < min_s && ts.size() < 100000)) {
+    auto a = Clock::now();
+    for (long i = 0; i < k; ++i) f();
+    ts.push_back(since(a) / (double)k);
+  }
+  return median(ts);
+}
+
+std::vector<float> random_floats(size_t n, uint32_t seed) {
+  std::mt19937 g(seed);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = u(g);
+  return v;
+}
+
+// Sorted (x, eff) points -> a valid curve: merge equal x (mean), clamp eff to [1e-4, 1].
+json make_curve(std::vector<std::pair<double, double>> pts) {
+  std::sort(pts.begin(), pts.end());
+  json c = json::array();
+  for (size_t i = 0; i < pts.size();) {
+    size_t j = i;
+    double sum = 0;
+    while (j < pts.size() && pts[j].first == pts[i].first) sum += pts[j++].second;
+    double e = std::clamp(sum / (double)(j - i), 1e-4, 1.0);
+    if (pts[i].first > 0 && std::isfinite(pts[i].first)) c.push_back({pts[i].first, e});
+    i = j;
+  }
+  return c;
+}
+
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("model name", 0) == 0) {
+      auto p = line.find(':');
+      if (p != std::string::npos) {
+        std::string m = line.substr(p + 1);
+        m.erase(0, m.find_first_not_of(' '));
+        return m;
+      }
+    }
+  return "unknown CPU";
+}
+
+std::string host_name() {
+  char b[256] = {0};
+  if (gethostname(b, sizeof b - 1) != 0) return "host";
+  std::string s = b;
+  for (char& ch : s)
+    if (!std::isalnum((unsigned char)ch) && ch != '-') ch = '-';
+  return s.empty() ? "host" : s;
+}
+
+std::string fmt(const char* f, double x) {
+  char b[64];
+  std::snprintf(b, sizeof b, f, x);
+  return b;
+}
+
+struct Gemm { double flops = 0, sec = 0; };
+
+// GEMM sweep: per size, square no / nt / tn products and a tall [4s, s] x [s, s] (full mode).
+std::vector<std::vector<Gemm>> gemm_sweep(const CalibrateOptions& o, Comm& w) {
+  std::vector<long> sizes = o.quick ? std::vector<long>{16, 64, 192, 512}
+                                    : std::vector<long>{8, 16, 32, 64, 128, 192, 256, 384, 512, 768, 1024, 1536};
+  const double min_s = o.quick ? 0.03 : 0.2;
+  long smax = sizes.back();
+  std::vector<float> A = random_floats(4 * smax * smax, 1), B = random_floats(smax * smax, 2), C(4 * smax * smax);
+  std::vector<std::vector<Gemm>> out;
+  for (long s : sizes) {
+    std::vector<Gemm> row;
+    struct V { long m; bool ta, tb; };
+    std::vector<V> vars = o.quick ? std::vector<V>{{s, false, false}, {s, true, false}}
+                                  : std::vector<V>{{s, false, false}, {s, false, true}, {s, true, false}, {4 * s, false, false}};
+    for (const V& v : vars) {
+      w.barrier();
+      double t = per_call([&] { ops::matmul<float>(C.data(), A.data(), B.data(), v.m, s, s, v.ta, v.tb, 1.f, 0.f); }, min_s);
+      row.push_back({2.0 * (double)v.m * s * s, t});
+    }
+    out.push_back(row);
+  }
+  return out;
+}
+
+struct Triad { double bytes = 0, bw = 0; };
+
+std::vector<Triad> triad_sweep(const CalibrateOptions& o, Comm& w) {
+  std::vector<long> ns;
+  for (long n = 1L << 10; n <= (o.quick ? (1L << 22) : (1L << 24)); n *= (o.quick ? 16 : 4)) ns.push_back(n);
+  const double min_s = o.quick ? 0.05 : 0.25;
+  std::vector<float> a(ns.back()), b = random_floats(ns.back(), 3), c = random_floats(ns.back(), 4);
+  std::vector<Triad> out;
+  for (long n : ns) {
+    w.barrier();
+    double t = per_call([&] { ops::add<float>(a.data(), b.data(), c.data(), n); }, min_s);  // a = b + c
+    out.push_back({12.0 * n, 12.0 * n / t});
+  }
+  return out;
+}
+
+// One GPT (GELU) layer's element-wise ops, forward and backward, as exec/gpt.cpp runs them, at n tokens,
+// hidden h, ffn 4h. Returns {simulated bytes (sim/op_cost.cpp, e = 4), seconds}.
+struct Mix { double sim_bytes = 0, sec = 0, ops = 10; };
+
+std::vector<Mix> elementwise_sweep(const CalibrateOptions& o, Comm& w) {
+  const long h = 256, f = 4 * h;
+  std::vector<long> rows = o.quick ? std::vector<long>{4, 64, 1024} : std::vector<long>{1, 4, 16, 64, 256, 1024, 4096};
+  const double min_s = o.quick ? 0.05 : 0.25;
+  long nmax = rows.back();
+  std::vector<float> x = random_floats(nmax * h, 5), y(nmax * h), dx(nmax * h), big = random_floats(nmax * f, 6),
+                     big2(nmax * f), dbig(nmax * f), qkv = random_floats(nmax * 3 * h, 7);
+  std::vector<float> wv = random_floats(3 * h > f ? 3 * h : f, 8), bv = random_floats(3 * h > f ? 3 * h : f, 9),
+                     gw(f), gb(f), mean(nmax), rstd(nmax);
+  std::vector<Mix> out;
+  for (long n : rows) {
+    w.barrier();
+    double t = per_call([&] {
+      float *X = x.data(), *Y = y.data(), *DX = dx.data(), *G = big.data(), *G2 = big2.data(), *DG = dbig.data();
+      // forward: ln1, qkv bias, proj bias + residual, ln2, fc1 bias, gelu, fc2 bias + residual
+      ops::layernorm_fwd(Y, mean.data(), rstd.data(), X, wv.data(), bv.data(), n, h, 1e-5f);
+      ops::add_bias(qkv.data(), qkv.data(), bv.data(), n, 3 * h);
+      ops::add_bias(Y, Y, bv.data(), n, h);
+      ops::add(Y, Y, X, n * h);
+      ops::layernorm_fwd(DX, mean.data(), rstd.data(), Y, wv.data(), bv.data(), n, h, 1e-5f);
+      ops::add_bias(G, G, bv.data(), n, f);
+      ops::gelu_fwd(G2, G, n * f);
+      ops::add_bias(Y, Y, bv.data(), n, h);
+      ops::add(Y, Y, X, n * h);
+      // backward: fc2 bias grad, gelu bwd, fc1 bias grad, ln2 bwd, proj bias grad, qkv bias grad, ln1 bwd, residual
+      ops::bias_bwd(gb.data(), Y, n, h);
+      ops::gelu_bwd(DG, G, G2, n * f);
+      ops::bias_bwd(gb.data(), DG, n, f);
+      ops::layernorm_bwd(DX, gw.data(), gb.data(), Y, X, wv.data(), mean.data(), rstd.data(), n, h);
+      ops::bias_bwd(gb.data(), DX, n, h);
+      ops::bias_bwd(gb.data(), qkv.data(), n, 3 * h);
+      ops::layernorm_bwd(DX, gw.data(), gb.data(), Y, X, wv.data(), mean.data(), rstd.data(), n, h);
+      ops::accumulate(DX, Y, n * h);
+    }, min_s);
+    // sim bytes (gpt, e = 4): fwd ln 8nh x2, resid 13nh x2, act 8nf; bwd resid 13nh x2, act 12nf, ln 16nh x2.
+    double nh = (double)n * h, nf = (double)n * f;
+    out.push_back({2 * 8 * nh + 2 * 13 * nh + 8 * nf + 2 * 13 * nh + 12 * nf + 2 * 16 * nh, t});
+  }
+  return out;
+}
+
+struct CommCal {
+  bool measured = false;
+  double latency_s = 0, bw = 0;
+  json efficiency = json::array();
+  std::string about;
+};
+
+CommCal comm_calibrate(const CalibrateOptions& o, Comm& w, double dram_bw) {
+  CommCal cc;
+  const int R = w.size(), me = w.rank();
+  if (R < 2) {
+    cc.latency_s = 1e-6;
+    cc.bw = dram_bw / 2;  // a shared-memory transfer copies in and out: about half the DRAM triad bandwidth
+    cc.efficiency = json::array({json::array({1e3, 0.05}), json::array({1e5, 0.5}), json::array({1e7, 0.9}),
+                                 json::array({1e9, 1.0})});
+    cc.about = "intra_node not measured (one rank): latency 1 us, bandwidth = DRAM triad / 2, a default efficiency curve";
+    return cc;
+  }
+  cc.measured = true;
+  const double budget = o.quick ? 16e6 : 256e6;  // bytes moved per size
+  const long maxb = o.quick ? (1L << 22) : (1L << 25);
+  std::vector<unsigned char> buf(maxb), buf2(maxb);
+  // Ping-pong rank 0 <-> 1: one-way time = round trip / 2.
+  std::vector<std::pair<double, double>> pp;  // bytes, one-way seconds
+  for (long S = 8; S <= maxb; S *= (o.quick ? 16 : 4)) {
+    int reps = (int)std::clamp(budget / (double)S, 5.0, o.quick ? 200.0 : 2000.0);
+    w.barrier();
+    std::vector<double> ts;
+    for (int r = 0; r < reps + 1; ++r) {
+      auto t0 = Clock::now();
+      if (me == 0) { w.send(buf.data(), S, Dtype::u8, 1, 7); w.recv(buf.data(), S, Dtype::u8, 1, 8); }
+      else if (me == 1) { w.recv(buf.data(), S, Dtype::u8, 0, 7); w.send(buf.data(), S, Dtype::u8, 0, 8); }
+      if (r > 0) ts.push_back(since(t0) / 2);
+    }
+    double t = median(ts);
+    w.broadcast(&t, 1, Dtype::f64, 0);
+    pp.push_back({(double)S, t});
+  }
+  cc.latency_s = pp.front().second;
+  for (auto& [S, t] : pp) cc.bw = std::max(cc.bw, S / std::max(1e-12, t - cc.latency_s));
+  // All-reduce over every rank: the simulator's ring over R members moves 2 (R-1)/R S per member in 2
+  // latency steps at bandwidth x efficiency(S).
+  std::vector<std::pair<double, double>> eff;
+  std::string ar;
+  for (long S = 4096; S <= (o.quick ? (1L << 22) : (1L << 26)); S *= (o.quick ? 16 : 4)) {
+    long n = S / 4;
+    std::vector<float> v(n, 1.f);
+    int reps = (int)std::clamp(budget / (double)S, 3.0, o.quick ? 100.0 : 500.0);
+    w.barrier();
+    std::vector<double> ts;
+    for (int r = 0; r < reps + 1; ++r) {
+      auto t0 = Clock::now();
+      w.all_reduce_sum(v.data(), n, Dtype::f32);
+      if (r > 0) ts.push_back(since(t0));
+      std::fill(v.begin(), v.end(), 1.f);
+    }
+    double t = median(ts);
+    w.broadcast(&t, 1, Dtype::f64, 0);
+    double payload = 2.0 * (R - 1) / R * (double)S;
+    double wire = t - 2.0 * (R - 1) * cc.latency_s;
+    eff.push_back({(double)S, wire > 0 ? payload / (cc.bw * wire) : 1e-4});
+    ar += (ar.empty() ? "" : ", ") + fmt("%.3g B", (double)S) + fmt(" %.3g s", t);
+  }
+  cc.efficiency = make_curve(eff);
+  cc.about = "intra_node measured with " + std::to_string(R) + " ranks: ping-pong latency " +
+             fmt("%.3g s", cc.latency_s) + ", bandwidth " + fmt("%.4g B/s", cc.bw) +
+             "; efficiency from Comm::all_reduce_sum times (" + ar + ")";
+  return cc;
+}
+
+}  // namespace
+
+json calibrate_cpu(const CalibrateOptions& o, Comm& w) {
+  auto t_start = Clock::now();
+  auto say = [&](const char* what) {
+    if (o.progress && w.rank() == 0) std::fprintf(stderr, "calibrate: %s (%.1f s)\n", what, since(t_start));
+  };
+  const long cores = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
+  const int gpn = o.gpus_per_node > 0 ? o.gpus_per_node : (int)std::max<long>(cores, w.size());
+  const double ram = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+
+  say("GEMM sweep");
+  auto gemms = gemm_sweep(o, w);
+  say("triad sweep");
+  auto triad = triad_sweep(o, w);
+  say("element-wise sweep");
+  auto mix = elementwise_sweep(o, w);
+  say("kernel overhead");
+  std::vector<float> one(4, 1.f);
+  w.barrier();
+  double overhead = per_call([&] { ops::add<float>(one.data(), one.data(), one.data() + 1, 1); }, o.quick ? 0.02 : 0.1);
+  double dram_bw = triad.back().bw;
+  say("communication");
+  CommCal cc = comm_calibrate(o, w, dram_bw);
+  w.barrier();
+  if (w.rank() != 0) return nullptr;
+
+  double peak = 0;
+  for (auto& row : gemms)
+    for (auto& g : row) peak = std::max(peak, g.flops / g.sec);
+  std::vector<std::pair<double, double>> mpts;
+  std::string gabout;
+  for (auto& row : gemms) {
+    double e = 0;
+    for (auto& g : row) e += g.flops / g.sec / peak;
+    e /= (double)row.size();
+    mpts.push_back({row.front().flops, e});
+    gabout += (gabout.empty() ? "" : ", ") + fmt("%.3g", row.front().flops) + fmt(":%.3g", e);
+  }
+  double hbm_bw = 0;  // the best of the triad and the element-wise mix, so that every efficiency is <= 1
+  for (auto& m : mix) hbm_bw = std::max(hbm_bw, m.sim_bytes / m.sec);
+  std::string tabout;
+  for (auto& t : triad) {
+    hbm_bw = std::max(hbm_bw, t.bw);
+    tabout += (tabout.empty() ? "" : ", ") + fmt("%.3g B", t.bytes) + fmt(" %.3g B/s", t.bw);
+  }
+  std::vector<std::pair<double, double>> epts;
+  std::string eabout;
+  for (auto& m : mix) {
+    double bw = m.sim_bytes / m.sec;
+    epts.push_back({m.sim_bytes / m.ops, bw / hbm_bw});
+    eabout += (eabout.empty() ? "" : ", ") + fmt("%.3g B", m.sim_bytes / m.ops) + fmt(" %.3g B/s", bw);
+  }
+  const double mem = o.memory_bytes > 0 ? o.memory_bytes : ram / gpn;
+  const double power = o.power_w > 0 ? o.power_w : 10.0;
+  const std::string model = cpu_model();
+
+  json gpu = {
+      {"name", "cpu-" + host_name()},
+      {"about", "One core of " + model + " running the trainplan CPU backend (Eigen, fp32, one thread per rank), measured by `trainplan calibrate --backend cpu" +
+                    std::string(o.quick ? " --quick" : "") + "` with " + std::to_string(w.size()) +
+                    " concurrent rank(s). matrix fp32 = best ops::matmul<float> over the sweep; efficiency by GEMM FLOPs (" + gabout +
+                    "). fp16 / bf16: not supported by the backend (0). vector fp32: not measured, set to the matrix peak (unused by the cost model). HBM = this rank's share of RAM; bandwidth = best of the triad (ops::add, 12 B per element) over sizes and of the element-wise mix (triad: " +
+                    tabout + "); memory efficiency from a GPT layer's element-wise ops charged with the simulator's bytes (" + eabout +
+                    "). kernel_overhead = one ops::add of 1 element. power: an estimate (" + fmt("%.0f W", power) + " per core)."},
+      {"matrix_flops_per_s", {{"fp32", peak}, {"fp16", 0.0}, {"bf16", 0.0}}},
+      {"vector_flops_per_s", {{"fp32", peak}, {"fp16", 0.0}, {"bf16", 0.0}}},
+      {"hbm_bytes", mem},
+      {"hbm_bandwidth_bytes_per_s", hbm_bw},
+      {"matrix_efficiency", make_curve(mpts)},
+      {"memory_efficiency", make_curve(epts)},
+      {"kernel_overhead_s", std::clamp(overhead, 0.0, 1.0)},
+      {"power_w", power}};
+  json link_eff = cc.efficiency;
+  json cl = {
+      {"name", "cpu-" + host_name() + "-" + std::to_string(gpn)},
+      {"about", "This machine as one node of " + std::to_string(gpn) + " \"GPUs\" (one core = one rank), from `trainplan calibrate --backend cpu`. " +
+                    cc.about + ". intra_node.kind is a label (ranks talk through shared memory); inter_node copies intra_node (one node, unused). host.pcie_bandwidth = DRAM triad (no PCIe hop). Price 0."},
+      {"gpu", gpu},
+      {"nodes", 1},
+      {"gpus_per_node", gpn},
+      {"intra_node", {{"kind", "pcie"}, {"bandwidth_bytes_per_s", cc.bw}, {"latency_s", cc.latency_s}, {"efficiency", link_eff}}},
+      {"inter_node",
+       {{"nics_per_node", 1}, {"nic_bandwidth_bits_per_s", cc.bw * 8}, {"topology", "fat_tree"}, {"oversubscription", 1.0},
+        {"nodes_per_leaf", 1}, {"latency_s", cc.latency_s}, {"efficiency", link_eff}}},
+      {"host",
+       {{"memory_bytes", ram}, {"pcie_bandwidth_bytes_per_s", dram_bw}, {"cpu_cores", (int)cores},
+        {"memory_bandwidth_bytes_per_s", dram_bw}}},
+      {"price_per_gpu_hour_usd", 0.0},
+      {"power_per_gpu_w", power}};
+  say("done");
+  return cl;
+}
+
+}  // namespace tp::exec
