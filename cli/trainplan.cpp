@@ -1,4 +1,5 @@
-// trainplan: the command-line program. Subcommands: simulate, validate-published, catalog, version.
+// trainplan: the command-line program. Subcommands: simulate, validate-published, run, calibrate, validate,
+// catalog, version.
 // Exit codes: 0 success, 2 bad input or usage (message names the JSON path and what was expected),
 // 1 internal error. Output files are written atomically and only after the whole run succeeded.
 #include <algorithm>
@@ -16,8 +17,10 @@
 #include "sim/output.hpp"
 #include "sim/simulate.hpp"
 #include "sim/validate_published.hpp"
+#include "exec/calibrate.hpp"
 #include "exec/comm.hpp"
 #include "exec/train.hpp"
+#include "exec/validate.hpp"
 
 #include <unistd.h>
 
@@ -39,8 +42,15 @@ const char* kHelp =
     "  trainplan validate-published [--suite DEV_SUITE.json] [--cluster NAME] [--json FILE]\n"
     "      regenerate the published rows of the dev suite and print predicted vs published\n"
     "  trainplan run SCENARIO.json [--steps N] [--json FILE] [--fp64] [--seed S] [--lr LR] [--data TOKENS.bin]\n"
-    "                [--delink-step N]\n"
+    "                [--delink-step N] [--checkpoint-dir DIR [--checkpoint-every K] [--resume]]\n"
     "      train the scenario's GPT with its plan on CPUs (one process per rank: mpirun -np GPUS / srun)\n"
+    "  trainplan calibrate --backend cpu --out PROFILE.json [--quick] [--gpus-per-node N] [--memory-bytes B]\n"
+    "                      [--power-w W]\n"
+    "      measure this machine (GEMM, memory, element-wise ops; links under mpirun -np 2+) and write a cluster\n"
+    "      profile for scenarios (\"cluster\": <its contents>)\n"
+    "  trainplan validate SCENARIO.json --profile PROFILE.json [--steps N] [--json FILE]\n"
+    "      run the plan for N steps (under mpirun like run) and compare with the simulation on the profile:\n"
+    "      step time, time per op class, peak memory\n"
     "  trainplan catalog [gpus|clusters|models]\n"
     "      list the bundled catalog\n"
     "  trainplan version\n";
@@ -103,7 +113,8 @@ int cmd_simulate(int argc, char** argv) {
 // One process per rank. Every rank loads and checks the scenario before any work, so bad input fails
 // everywhere with exit 2 (printed once, by rank 0); a rank that fails later aborts the whole job.
 int cmd_run(int argc, char** argv) {
-  Args a = parse_args(argc, argv, 2, {"--steps", "--json", "--seed", "--lr", "--data", "--delink-step"}, {"--fp64", "--quiet"});
+  Args a = parse_args(argc, argv, 2, {"--steps", "--json", "--seed", "--lr", "--data", "--delink-step", "--checkpoint-dir", "--checkpoint-every"},
+                  {"--fp64", "--quiet", "--resume"});
   if (a.positional.size() != 1) throw Usage("run needs exactly one scenario file");
   exec::RunOptions o;
   auto num = [&](const char* opt, double lo, double dflt) {
@@ -119,6 +130,10 @@ int cmd_run(int argc, char** argv) {
   o.lr = num("--lr", 0, 1e-3);
   o.data = a.value("--data");
   o.delink_step = (long)num("--delink-step", 1, -1);
+  o.checkpoint_dir = a.value("--checkpoint-dir");
+  o.checkpoint_every = (int)num("--checkpoint-every", 1, 0);
+  o.resume = a.flag("--resume");
+  if ((o.checkpoint_every > 0 || o.resume) && o.checkpoint_dir.empty()) throw Usage("--checkpoint-every and --resume need --checkpoint-dir");
   o.fp64 = a.flag("--fp64");
   exec::Comm& world = exec::world();
   o.progress = world.rank() == 0 && isatty(2) && !a.flag("--quiet");
@@ -149,6 +164,88 @@ int cmd_run(int argc, char** argv) {
     if (!a.flag("--quiet"))
       std::printf("trainplan run: %s, %d ranks, %d steps: loss %.4f -> %.4f, %.0f tokens/s\n", sc.name.c_str(),
                   world.size(), o.steps, r.losses.front(), r.losses.back(), r.tokens_per_s);
+  }
+  exec::finalize_world();
+  return 0;
+}
+
+// Every rank measures (concurrently, so a profile taken under mpirun -np R includes R busy cores); rank 0 writes.
+int cmd_calibrate(int argc, char** argv) {
+  Args a = parse_args(argc, argv, 2, {"--backend", "--out", "--gpus-per-node", "--memory-bytes", "--power-w"},
+                      {"--quick", "--quiet"});
+  exec::Comm& world = exec::world();
+  exec::CalibrateOptions o;
+  try {
+    if (!a.positional.empty()) throw Usage("calibrate takes no positional arguments");
+    if (a.value("--backend", "cpu") != "cpu") throw Usage("--backend: only \"cpu\" is supported, got " + a.value("--backend"));
+    if (a.value("--out").empty()) throw Usage("calibrate needs --out PROFILE.json");
+    auto num = [&](const char* opt, double lo) {
+      std::string v = a.value(opt);
+      if (v.empty()) return 0.0;
+      char* end = nullptr;
+      double x = std::strtod(v.c_str(), &end);
+      if (!end || *end || !(x >= lo)) throw Usage(std::string(opt) + " expects a number >= " + std::to_string(lo) + ", got " + v);
+      return x;
+    };
+    o.gpus_per_node = (int)num("--gpus-per-node", 1);
+    o.memory_bytes = num("--memory-bytes", 1);
+    o.power_w = num("--power-w", 0);
+  } catch (...) {
+    exec::finalize_world();
+    throw;
+  }
+  o.quick = a.flag("--quick");
+  o.progress = world.rank() == 0 && !a.flag("--quiet");
+  json prof;
+  try {
+    prof = exec::calibrate_cpu(o, world);
+  } catch (const std::exception& e) {
+    world.abort(1, e.what());
+  }
+  if (world.rank() == 0) {
+    write_file_atomic(a.value("--out"), prof.dump(2) + "\n");
+    if (!a.flag("--quiet"))
+      std::printf("trainplan calibrate: wrote %s: matmul fp32 peak %.3g FLOP/s, memory %.3g B/s, link %.3g B/s\n",
+                  a.value("--out").c_str(), prof["gpu"]["matrix_flops_per_s"]["fp32"].get<double>(),
+                  prof["gpu"]["hbm_bandwidth_bytes_per_s"].get<double>(),
+                  prof["intra_node"]["bandwidth_bytes_per_s"].get<double>());
+  }
+  exec::finalize_world();
+  return 0;
+}
+
+// Like run: every rank checks the input first (exit 2 everywhere, printed once); rank 0 simulates and reports.
+int cmd_validate(int argc, char** argv) {
+  Args a = parse_args(argc, argv, 2, {"--profile", "--steps", "--json"}, {"--quiet"});
+  exec::Comm& world = exec::world();
+  exec::ValidateOptions o;
+  json profile, rep;
+  try {
+    if (a.positional.size() != 1) throw Usage("validate needs exactly one scenario file");
+    if (a.value("--profile").empty()) throw Usage("validate needs --profile PROFILE.json (from trainplan calibrate)");
+    std::string v = a.value("--steps", "4");
+    char* end = nullptr;
+    long st = std::strtol(v.c_str(), &end, 10);
+    if (!end || *end || st < 2 || st > 100000) throw Usage("--steps expects an integer >= 2, got " + v);
+    o.steps = (int)st;
+    Issues is;
+    profile = parse_json_file(a.value("--profile"), a.value("--profile"), is);
+    if (!is.empty()) throw InputError(is.messages);
+    rep = exec::validate_run(a.positional[0], profile, a.value("--profile"), o, world);
+  } catch (const InputError& e) {
+    if (world.rank() == 0)
+      for (auto& m : e.messages) std::cerr << "error: " << m << "\n";
+    exec::finalize_world();
+    return 2;
+  } catch (const Usage&) {
+    exec::finalize_world();
+    throw;
+  } catch (const std::exception& e) {
+    world.abort(1, e.what());
+  }
+  if (world.rank() == 0) {
+    if (!a.value("--json").empty()) write_file_atomic(a.value("--json"), rep.dump(2) + "\n");
+    if (!a.flag("--quiet")) std::cout << exec::validate_text(rep);
   }
   exec::finalize_world();
   return 0;
@@ -207,6 +304,8 @@ int main(int argc, char** argv) {
     if (cmd == "validate-published") return cmd_validate_published(argc, argv);
     if (cmd == "catalog") return cmd_catalog(argc, argv);
     if (cmd == "run") return cmd_run(argc, argv);
+    if (cmd == "calibrate") return cmd_calibrate(argc, argv);
+    if (cmd == "validate") return cmd_validate(argc, argv);
     if (cmd == "version") { std::cout << "trainplan 0.1.0\n"; return 0; }
     throw Usage("unknown command \"" + cmd + "\"");
   } catch (const InputError& e) {

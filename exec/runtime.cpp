@@ -17,6 +17,7 @@
 #include <cstring>
 #include <map>
 
+#include "exec/checkpoint.hpp"
 #include "exec/data.hpp"
 #include "exec/gpt.hpp"
 #include "exec/ops.hpp"
@@ -196,7 +197,12 @@ struct RankRun {
     auto tag = [&](Pass ps, int g, long long j) { return ((ps == Pass::fwd ? 0 : 1) * nchunks + g) * (int)m + (int)j; };
     (void)tag_span;
 
-    for (int step = 0; step < o.steps; ++step) {
+    int first = 0;
+    if (o.resume && !o.checkpoint_dir.empty()) {
+      if (auto at = latest_complete(o.checkpoint_dir, world.size())) first = (int)load_checkpoint(*at);
+    }
+    res.first_step = first;
+    for (int step = first; step < o.steps; ++step) {
       if (step == delink_step) delink();
       auto t0 = std::chrono::steady_clock::now();
       std::fill(grads.begin(), grads.end(), T(0));
@@ -280,7 +286,9 @@ struct RankRun {
       double mean_loss = contrib / ((double)sc.training.global_batch * (double)Tn);
       res.losses.push_back(mean_loss);
       res.step_time_s.push_back(dt);
-      if (step > 0) { tok_after_first += (double)sc.training.global_batch * Tn; time_after_first += dt; }
+      if (step > first) { tok_after_first += (double)sc.training.global_batch * Tn; time_after_first += dt; }
+      if (o.checkpoint_every > 0 && !o.checkpoint_dir.empty() && (step + 1) % o.checkpoint_every == 0)
+        save_checkpoint(step + 1);
       if (o.progress && world.rank() == 0) {
         double tps = (double)sc.training.global_batch * Tn / dt;
         std::fprintf(stderr, "\rstep %d/%d  loss %.4f  %.0f tokens/s  ETA %.0f s   ", step + 1, o.steps, mean_loss, tps,
@@ -295,6 +303,37 @@ struct RankRun {
     res.peak_memory_bytes.assign(world.size(), 0);
     world.all_gather(&mine, res.peak_memory_bytes.data(), 1, Dtype::f64);
     return res;
+  }
+
+  // Checkpoints hold everything the next step depends on (the data order and learning rate follow from the
+  // step and the seed), so a resumed run reproduces the uninterrupted one bit for bit.
+  void save_checkpoint(long next_step) {
+    int32_t meta[2] = {shared, (int32_t)delink_step};
+    Dtype d = dtype_of<T>();
+    std::vector<TensorView> t = {{"params", d, params.data(), (long)params.size()}, {"m1", d, m1.data(), (long)m1.size()},
+                                 {"m2", d, m2.data(), (long)m2.size()}, {"meta", Dtype::i32, meta, 2}};
+    CheckpointHeader h;
+    h.step = next_step;
+    h.seed = o.seed;
+    h.rank = world.rank();
+    h.world_size = world.size();
+    h.description = scenario_to_json(sc).dump();
+    write_checkpoint(checkpoint_path(o.checkpoint_dir, next_step, world.rank()), h, t);
+    world.barrier();  // a step's checkpoint is complete when every rank's file is
+  }
+  long load_checkpoint(long step) {
+    Checkpoint c = read_checkpoint(checkpoint_path(o.checkpoint_dir, step, world.rank()));
+    if (c.header.description != scenario_to_json(sc).dump())
+      throw InputError({o.checkpoint_dir + ": the checkpoint of step " + std::to_string(step) + " is of another scenario or plan"});
+    Dtype d = dtype_of<T>();
+    c.copy_to("params", params.data(), (long)params.size(), d);
+    c.copy_to("m1", m1.data(), (long)m1.size(), d);
+    c.copy_to("m2", m2.data(), (long)m2.size(), d);
+    int32_t meta[2];
+    c.copy_to("meta", meta, 2, Dtype::i32);
+    shared = meta[0];
+    delink_step = meta[1];
+    return step;
   }
 
   // Pseudo-to-Real: every layer slot gets its weight group's weights and optimizer state (the network function

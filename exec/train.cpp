@@ -60,7 +60,8 @@ json run_result_to_json(const RunResult& r, const Scenario& sc, const RunOptions
           {"step_time_s", r.step_time_s},
           {"tokens_per_s", r.tokens_per_s},
           {"peak_memory_bytes", r.peak_memory_bytes},
-          {"delink_step", r.delink_step}};
+          {"delink_step", r.delink_step},
+          {"first_step", r.first_step}};
 }
 
 }  // namespace tp::exec

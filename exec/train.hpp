@@ -24,6 +24,9 @@ struct RunOptions {
   std::string data;              // token file (llm.c .bin); empty = the bundled tiny corpus
   bool progress = false;         // a progress line on stderr (rank 0)
   long delink_step = -1;         // plan.delink: the step at which to delink (-1: delink.tokens / tokens per step)
+  std::string checkpoint_dir;    // where per-rank checkpoints go (empty: none)
+  int checkpoint_every = 0;      // write one after every this many steps (0: never)
+  bool resume = false;           // continue from the newest checkpoint that every rank completed
 };
 
 struct RunResult {
@@ -33,6 +36,7 @@ struct RunResult {
   std::vector<double> peak_memory_bytes;  // per rank (process peak resident memory)
   std::vector<double> grad_norm;     // per step, before clipping
   long delink_step = -1;             // the step that ran first on the delinked (real) model, -1 without delink
+  long first_step = 0;               // losses[i] is step first_step + i (> 0 after a resume)
 };
 
 // Throws InputError (exit 2) for plans this executor cannot run yet; call on every rank before any work.

@@ -1,0 +1,203 @@
+// validate: predicted (simulator on the calibrated profile) vs measured (executor) step time, time per op class
+// and peak memory. See validate.hpp.
+// Invariants: every rank parses and checks the input before any training (bad input: InputError on every rank);
+// only rank 0 simulates and assembles the report; measured per-class times are per steady step.
+#include "exec/validate.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "exec/prof.hpp"
+#include "exec/train.hpp"
+#include "models/scenario.hpp"
+#include "sim/simulate.hpp"
+
+namespace tp::exec {
+namespace {
+
+double rss_bytes() {
+  std::ifstream in("/proc/self/statm");
+  double size = 0, resident = 0;
+  in >> size >> resident;
+  return resident * (double)sysconf(_SC_PAGESIZE);
+}
+
+// The classes compared: prof's, plus "other" (step time not inside any instrumented call).
+constexpr int kRow = prof::kClasses + 1;
+const char* row_name(int c) { return c < prof::kClasses ? prof::cls_name((prof::Cls)c) : "other"; }
+
+// Predicted seconds per class for simulated rank r of a result.
+std::vector<double> predicted_classes(const Result& res, int r) {
+  std::vector<double> out(kRow, 0.0);
+  const Program& pg = res.prog;
+  const CostModel& cm = pg.cm;
+  auto add_pass = [&](const PassCost& pc, double times) {
+    if (times == 0) return;
+    for (const Op& op : pc.ops) {
+      int c = 0;
+      switch (op.cls) {
+        case OpClass::gemm: c = (int)prof::Cls::gemm; break;
+        case OpClass::attention: c = (int)prof::Cls::attention; break;
+        case OpClass::elementwise: c = (int)prof::Cls::elementwise; break;
+        case OpClass::tp_comm: c = (int)prof::Cls::tp_comm; break;
+        case OpClass::ep_comm: c = (int)prof::Cls::dp_comm; break;  // not run by the executor
+      }
+      out[c] += times * op.time_s;
+    }
+  };
+  for (int t : pg.in.lane_order[(size_t)r * kLanes + kLaneCompute]) {
+    const TaskInfo& ti = pg.info[t];
+    if (ti.kind != TaskKind::fwd && ti.kind != TaskKind::bwd) continue;
+    const bool fwd = ti.kind == TaskKind::fwd;
+    double moe = (double)moe_layers_between(cm, ti.layer_lo, ti.layer_hi);
+    add_pass(fwd ? cm.layer_fwd : cm.layer_bwd, (double)(ti.layer_hi - ti.layer_lo) - moe);
+    add_pass(fwd ? cm.moe_fwd : cm.moe_bwd, moe);
+    if (ti.embed) add_pass(fwd ? cm.embed_fwd : cm.embed_bwd, 1);
+    if (ti.head) add_pass(fwd ? cm.head_fwd : cm.head_bwd, 1);
+  }
+  const Breakdown& bd = res.ranks[r].breakdown;
+  out[(int)prof::Cls::optimizer] = bd.optimizer;
+  out[(int)prof::Cls::pp_comm] = bd.pp_comm_exposed + bd.bubble;
+  out[(int)prof::Cls::dp_comm] += bd.dp_comm_exposed + bd.ep_comm_exposed;
+  double sum = 0;
+  for (int c = 0; c < prof::kClasses; ++c) sum += out[c];
+  out[prof::kClasses] = std::max(0.0, res.step_time_s - sum);
+  return out;
+}
+
+double rel_err(double pred, double meas) { return meas > 0 ? (pred - meas) / meas : 0.0; }
+
+}  // namespace
+
+json validate_run(const std::string& file, const json& profile, const std::string& profile_file,
+                  const ValidateOptions& o, Comm& world) {
+  // ---- input (every rank) -------------------------------------------------------------------------------------
+  prof::track_heap();  // from here on every block is counted (malloc_usable_size) when allocated and freed
+  Scenario run_sc = load_scenario(file);
+  check_runnable(run_sc);
+  const int R = run_sc.plan.gpus();
+  if (world.size() != R)
+    throw InputError({file + ": $.plan: dp x tp x pp = " + std::to_string(R) + " ranks, but this job has " +
+                      std::to_string(world.size()) + " (launch with mpirun -np " + std::to_string(R) + ")"});
+  Issues is;
+  json sj = parse_json_file(file, file, is);
+  if (!is.empty()) throw InputError(is.messages);
+  if (!profile.is_object()) throw InputError({profile_file + ": $: expected a cluster object (from `trainplan calibrate`)"});
+  json prof_cl = profile;
+  if (prof_cl.contains("gpus_per_node") && prof_cl["gpus_per_node"].is_number_integer() &&
+      prof_cl.contains("nodes") && prof_cl["nodes"].is_number_integer()) {
+    long long gpn = std::max<long long>(1, prof_cl["gpus_per_node"].get<long long>());
+    long long need = (R + gpn - 1) / gpn;
+    if (prof_cl["nodes"].get<long long>() < need) prof_cl["nodes"] = need;
+  }
+  sj["cluster"] = prof_cl;
+  sj["training"]["precision"] = "fp32";
+  sj["training"]["grad_precision"] = "fp32";
+  sj["plan"]["overlap_grad_reduce"] = false;
+  std::string dir = std::filesystem::path(file).parent_path().string();
+  Scenario sim_sc = scenario_from_json(sj, dir.empty() ? "." : dir, file + " (cluster = " + profile_file + ")");
+
+  // ---- measured (every rank) -----------------------------------------------------------------------------------
+  RunOptions ro;
+  ro.steps = std::max(2, o.steps);
+  prof::set_warmup_steps(1);
+  const double heap0 = prof::heap_live_bytes(), rss0 = rss_bytes();
+  prof::reset();
+  prof::set_enabled(true);
+  RunResult rr = run_training(run_sc, ro, world);
+  prof::set_enabled(false);
+  prof::Snapshot snap = prof::snapshot();
+  const bool hooked = snap.steps > 0;  // the runtime calls prof::step_begin / step_end
+  const double steady = hooked ? (double)snap.steps : (double)ro.steps;
+  std::vector<double> mine(kRow + 2, 0.0);
+  double tracked = 0;
+  for (int c = 0; c < prof::kClasses; ++c) { mine[c] = snap.seconds[c] / steady; tracked += mine[c]; }
+  double my_rss_peak = rr.peak_memory_bytes.empty() ? 0 : rr.peak_memory_bytes[std::min<size_t>(world.rank(), rr.peak_memory_bytes.size() - 1)];
+  mine[kRow] = snap.heap_peak_bytes - heap0;
+  mine[kRow + 1] = my_rss_peak - rss0;
+  std::vector<double> all(mine.size() * R);
+  world.all_gather(mine.data(), all.data(), (long)mine.size(), Dtype::f64);
+  if (world.rank() != 0) return nullptr;
+
+  // ---- predicted (rank 0) --------------------------------------------------------------------------------------
+  SimOptions so;
+  so.keep_memory_timeline = false;
+  Result res = simulate(sim_sc, so);
+
+  std::vector<double> steps(rr.step_time_s.begin() + 1, rr.step_time_s.end());
+  std::sort(steps.begin(), steps.end());
+  const double meas_step = steps[steps.size() / 2];
+  const size_t W = mine.size();
+  auto meas = [&](int rank, int c) { return all[(size_t)rank * W + c]; };
+  double meas_peak = 0, meas_rss = 0;
+  for (int k = 0; k < R; ++k) { meas_peak = std::max(meas_peak, meas(k, kRow)); meas_rss = std::max(meas_rss, meas(k, kRow + 1)); }
+
+  json ranks = json::array();
+  json headline;
+  for (int r = 0; r < (int)res.ranks.size(); ++r) {
+    const int g = res.ranks[r].global_rank;
+    std::vector<double> pc = predicted_classes(res, r);
+    double msum = 0;
+    for (int c = 0; c < prof::kClasses; ++c) msum += meas(g, c);
+    json cls = json::object();
+    for (int c = 0; c < kRow; ++c) {
+      double m = c < prof::kClasses ? meas(g, c) : std::max(0.0, meas_step - msum);
+      cls[row_name(c)] = {{"predicted_s", pc[c]}, {"measured_s", m}};
+    }
+    json one = {{"rank", g}, {"stage", res.ranks[r].stage}, {"classes", cls},
+                {"predicted_peak_memory_bytes", res.ranks[r].peak.total()}, {"measured_peak_memory_bytes", meas(g, kRow)}};
+    if (r == res.breakdown_rank) headline = one;
+    ranks.push_back(one);
+  }
+  json rep = {
+      {"scenario", file},
+      {"profile", profile_file},
+      {"ranks", R},
+      {"steps", ro.steps},
+      {"hooked_steps", hooked},
+      {"predicted", {{"step_time_s", res.step_time_s}, {"peak_memory_bytes", res.peak_bytes_per_gpu},
+                     {"memory", {{"weights", res.memory.weights}, {"gradients", res.memory.gradients},
+                                 {"optimizer", res.memory.optimizer}, {"activations", res.memory.activations},
+                                 {"buffers", res.memory.buffers}}},
+                     {"tokens_per_s", res.tokens_per_s}}},
+      {"measured", {{"step_time_s", meas_step}, {"step_times_s", rr.step_time_s}, {"peak_memory_bytes", meas_peak},
+                    {"peak_rss_growth_bytes", meas_rss}, {"tokens_per_s", rr.tokens_per_s}, {"losses", rr.losses}}},
+      {"error", {{"step_time", rel_err(res.step_time_s, meas_step)}, {"peak_memory", rel_err(res.peak_bytes_per_gpu, meas_peak)}}},
+      {"per_op_class", headline},
+      {"per_rank", ranks}};
+  return rep;
+}
+
+std::string validate_text(const json& r) {
+  std::ostringstream os;
+  char b[256];
+  auto line = [&](const char* name, double p, double m, const char* unit, double scale) {
+    double e = m > 0 ? 100.0 * (p - m) / m : 0.0;
+    std::snprintf(b, sizeof b, "  %-22s %12.4g %12.4g %s  %+7.1f %%\n", name, p * scale, m * scale, unit, e);
+    os << b;
+  };
+  os << "validate " << r["scenario"].get<std::string>() << " on " << r["profile"].get<std::string>() << " ("
+     << r["ranks"].get<int>() << " rank(s), " << r["steps"].get<int>() << " steps)\n";
+  std::snprintf(b, sizeof b, "  %-22s %12s %12s       %9s\n", "", "predicted", "measured", "error");
+  os << b;
+  line("step time", r["predicted"]["step_time_s"], r["measured"]["step_time_s"], "s ", 1);
+  line("peak memory", r["predicted"]["peak_memory_bytes"], r["measured"]["peak_memory_bytes"], "MB", 1e-6);
+  for (const json& rk : r["per_rank"]) {
+    os << "  time per step by op class, rank " << rk["rank"].get<int>() << " (stage " << rk["stage"].get<int>() << "):\n";
+    for (auto it = rk["classes"].begin(); it != rk["classes"].end(); ++it) {
+      double p = it.value()["predicted_s"], m = it.value()["measured_s"];
+      if (p == 0 && m == 0) continue;
+      line(("  " + it.key()).c_str(), p, m, "s ", 1);
+    }
+  }
+  if (!r["hooked_steps"].get<bool>()) os << "  (per-class times average every step, the first included: the runtime does not call prof::step_begin)\n";
+  return os.str();
+}
+
+}  // namespace tp::exec

@@ -1,0 +1,40 @@
+// validate: `trainplan validate SCENARIO.json --profile PROFILE.json` — runs the scenario's plan for a few steps
+// with the executor and simulates the same scenario on the calibrated profile, then compares step time, time
+// per op class and peak memory (docs/perf/validate.md).
+// The simulated scenario is the scenario with: "cluster" = the profile (an inline cluster object from
+// `trainplan calibrate`; nodes raised to hold the plan's ranks if needed), training.precision and
+// grad_precision "fp32" (what the CPU backend computes in), plan.overlap_grad_reduce false (the executor reduces
+// gradients after the backward, not in buckets during it).
+// Measured (exec/prof.hpp):
+// - step time = median of rank 0's step times after the first step;
+// - per op class = seconds inside the instrumented ops / collectives per steady step, per rank (steps after
+//   the first when the runtime calls prof::step_begin / step_end, else all steps); pp_comm includes the time
+//   blocked waiting for a pipeline peer, so it is compared with the simulator's pp_comm_exposed + bubble;
+//   "other" = step time - the classes (copies, allocation, zero fills: work the cost model has no op for);
+// - peak memory = the highest tracked heap (operator new) in use during the steady steps minus the heap in use
+//   before the run (per rank; the max over ranks is reported), and, for reference, the peak RSS growth.
+// Predicted: step_time_s, peak_bytes_per_gpu, and per class the cost model's op times (Result.prog.cm passes,
+// recompute ops in their class) summed over each simulated rank's compute tasks; optimizer, pp (exposed +
+// bubble) and dp (exposed) from the rank's breakdown.
+#pragma once
+#include <string>
+
+#include "exec/comm.hpp"
+#include "models/json_check.hpp"
+
+namespace tp::exec {
+
+struct ValidateOptions {
+  int steps = 4;  // >= 2: the first step is warm-up
+};
+
+// Collective over `world` (world.size() must equal the plan's ranks: checked, InputError otherwise).
+// `scenario_file`: the scenario; `profile`: the parsed profile (cluster object). Throws InputError on bad
+// input (on every rank, before any training). Returns the report on rank 0 (null elsewhere).
+json validate_run(const std::string& scenario_file, const json& profile, const std::string& profile_file,
+                   const ValidateOptions& o, Comm& world);
+
+// The human-readable comparison of a report.
+std::string validate_text(const json& report);
+
+}  // namespace tp::exec
