@@ -42,7 +42,7 @@ const char* kHelp =
     "  trainplan validate-published [--suite DEV_SUITE.json] [--cluster NAME] [--json FILE]\n"
     "      regenerate the published rows of the dev suite and print predicted vs published\n"
     "  trainplan run SCENARIO.json [--steps N] [--json FILE] [--fp64] [--seed S] [--lr LR] [--data TOKENS.bin]\n"
-    "                [--delink-step N] [--checkpoint-dir DIR [--checkpoint-every K] [--resume]]\n"
+    "                [--delink-step N] [--checkpoint-dir DIR [--checkpoint-every K] [--resume]] [--trace FILE]\n"
     "      train the scenario's GPT with its plan on CPUs (one process per rank: mpirun -np GPUS / srun)\n"
     "  trainplan calibrate --backend cpu --out PROFILE.json [--quick] [--gpus-per-node N] [--memory-bytes B]\n"
     "                      [--power-w W]\n"
@@ -113,7 +113,7 @@ int cmd_simulate(int argc, char** argv) {
 // One process per rank. Every rank loads and checks the scenario before any work, so bad input fails
 // everywhere with exit 2 (printed once, by rank 0); a rank that fails later aborts the whole job.
 int cmd_run(int argc, char** argv) {
-  Args a = parse_args(argc, argv, 2, {"--steps", "--json", "--seed", "--lr", "--data", "--delink-step", "--checkpoint-dir", "--checkpoint-every"},
+  Args a = parse_args(argc, argv, 2, {"--steps", "--json", "--seed", "--lr", "--data", "--delink-step", "--checkpoint-dir", "--checkpoint-every", "--trace"},
                   {"--fp64", "--quiet", "--resume"});
   if (a.positional.size() != 1) throw Usage("run needs exactly one scenario file");
   exec::RunOptions o;
@@ -133,6 +133,7 @@ int cmd_run(int argc, char** argv) {
   o.checkpoint_dir = a.value("--checkpoint-dir");
   o.checkpoint_every = (int)num("--checkpoint-every", 1, 0);
   o.resume = a.flag("--resume");
+  o.trace = a.value("--trace");
   if ((o.checkpoint_every > 0 || o.resume) && o.checkpoint_dir.empty()) throw Usage("--checkpoint-every and --resume need --checkpoint-dir");
   o.fp64 = a.flag("--fp64");
   exec::Comm& world = exec::world();
@@ -159,7 +160,26 @@ int cmd_run(int argc, char** argv) {
   } catch (const std::exception& e) {
     world.abort(1, e.what());
   }
+  std::string trace_text;
+  if (!o.trace.empty()) {  // every rank's events of the last step, merged on rank 0
+    std::string mine = r.trace.dump();
+    double len = (double)mine.size(), longest = len;
+    std::vector<double> lens(world.size());
+    world.all_gather(&len, lens.data(), 1, exec::Dtype::f64);
+    for (double x : lens) longest = std::max(longest, x);
+    mine.resize((size_t)longest, ' ');
+    std::string all((size_t)longest * world.size(), ' ');
+    world.all_gather(mine.data(), all.data(), (long)longest, exec::Dtype::u8);
+    if (world.rank() == 0) {
+      json ev = json::array();
+      for (int k = 0; k < world.size(); ++k)
+        for (auto& e : json::parse(all.substr((size_t)(k * longest), (size_t)lens[k]))) ev.push_back(e);
+      trace_text = json{{"traceEvents", ev}, {"displayTimeUnit", "ms"},
+                        {"otherData", {{"producer", "trainplan run"}, {"scenario", sc.name}}}}.dump() + "\n";
+    }
+  }
   if (world.rank() == 0) {
+    if (!trace_text.empty()) write_file_atomic(o.trace, trace_text);
     if (!a.value("--json").empty()) write_file_atomic(a.value("--json"), exec::run_result_to_json(r, sc, o).dump(2) + "\n");
     if (!a.flag("--quiet"))
       std::printf("trainplan run: %s, %d ranks, %d steps: loss %.4f -> %.4f, %.0f tokens/s\n", sc.name.c_str(),

@@ -47,6 +47,34 @@ struct Unit {
 
 struct Piece { int item, layer; Pass pass; };
 
+// Measured trace of one step with the simulator's lanes (tid) and op names (schedule/pipeline.hpp), plus the
+// resident memory after every piece.
+struct Recorder {
+  bool on = false;
+  std::chrono::steady_clock::time_point t0;
+  struct Ev { std::string name; int tid; double a, b; };
+  std::vector<Ev> ev;
+  std::vector<std::pair<double, double>> mem;  // (t, resident bytes)
+  double now() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); }
+  template <class F>
+  void span(const std::string& name, int tid, F&& f) {
+    if (!on) { f(); return; }
+    double a = now();
+    f();
+    ev.push_back({name, tid, a, now()});
+  }
+  void sample_memory() {
+    if (!on) return;
+    long pages = 0, resident = 0;
+    if (FILE* fp = std::fopen("/proc/self/statm", "r")) {
+      if (std::fscanf(fp, "%ld %ld", &pages, &resident) != 2) resident = 0;
+      std::fclose(fp);
+    }
+    mem.push_back({now(), (double)resident * 4096.0});
+  }
+};
+enum TraceTid { kTidStep = 0, kTidCompute = 1, kTidPpFwd = 3, kTidPpBwd = 4, kTidDp = 5, kTidZero = 6 };
+
 template <class T>
 struct RankRun {
   const Scenario& sc;
@@ -66,6 +94,7 @@ struct RankRun {
   std::vector<long long> own_off;                    // offset of each own range in the optimizer state
   std::vector<T> m1, m2, gshard;                     // optimizer state and (zero >= 2) reduced gradient, by own range
   std::vector<char> replicated_view;                 // view is replicated across tp ranks
+  Recorder rec;
   int shared = 0;                                    // Pseudo-to-Real: > 0 while k weight groups are shared
   long delink_step = -1;                             // the step at which the shared weights are delinked
 
@@ -205,6 +234,8 @@ struct RankRun {
     for (int step = first; step < o.steps; ++step) {
       if (step == delink_step) delink();
       auto t0 = std::chrono::steady_clock::now();
+      rec.on = !o.trace.empty() && step == o.steps - 1;  // the last step, like the simulator's one step
+      rec.t0 = t0;
       std::fill(grads.begin(), grads.end(), T(0));
       if (p.zero >= 2) std::fill(gshard.begin(), gshard.end(), T(0));
       for (long long j = 0; j < m; ++j)
@@ -223,13 +254,15 @@ struct RankRun {
         const bool fwd = w.pass == Pass::fwd;
         // Input of the item.
         if (fwd) {
-          if (g == 0) model.embed_fwd(x.data(), in[j].data(), b, Tn);
+          if (g == 0) rec.span(part_op_name("embed", "fwd", "", (int)j), kTidCompute, [&] { model.embed_fwd(x.data(), in[j].data(), b, Tn); });
           else if (lay.stage_of(g - 1) == rc.stage) { x = std::move(local[{g, (int)j}]); local.erase({g, (int)j}); }
-          else pp->recv(x.data(), X, dtype_of<T>(), lay.stage_of(g - 1), tag(Pass::fwd, g, j));
+          else rec.span(p2p_op_name(lay.stage_of(g - 1), rc.stage, Pass::fwd, (int)j), kTidPpFwd,
+                        [&] { pp->recv(x.data(), X, dtype_of<T>(), lay.stage_of(g - 1), tag(Pass::fwd, g, j)); });
         } else {
-          if (g == nchunks - 1) model.head_bwd(x.data(), tgt[j].data(), head[j], b, Tn, scale);
+          if (g == nchunks - 1) rec.span(part_op_name("head", "bwd", "", (int)j), kTidCompute, [&] { model.head_bwd(x.data(), tgt[j].data(), head[j], b, Tn, scale); });
           else if (lay.stage_of(g + 1) == rc.stage) { x = std::move(local[{-1 - g, (int)j}]); local.erase({-1 - g, (int)j}); }
-          else pp->recv(x.data(), X, dtype_of<T>(), lay.stage_of(g + 1), tag(Pass::bwd, g, j));
+          else rec.span(p2p_op_name(lay.stage_of(g + 1), rc.stage, Pass::bwd, (int)j), kTidPpBwd,
+                        [&] { pp->recv(x.data(), X, dtype_of<T>(), lay.stage_of(g + 1), tag(Pass::bwd, g, j)); });
         }
         x.resize(X);
         y.resize(X);
@@ -240,7 +273,12 @@ struct RankRun {
           bool run_start = pc == 0 || pieces[pc - 1].layer != l || pieces[pc - 1].pass != pz.pass;
           bool run_end = pc + 1 == pieces.size() || pieces[pc + 1].layer != l || pieces[pc + 1].pass != pz.pass;
           const int wl = (int)weight_group(l, L, shared);  // the weight slot position l uses
-          if (p.zero >= 3 && run_start) all_gather_unit(unit_of_layer(wl));
+          if (p.zero >= 3 && run_start) {
+            char zn[64];
+            std::snprintf(zn, sizeof zn, "zero.allgather.L%02d-L%02d.mb%d", l, l, (int)j);
+            rec.span(zn, kTidZero, [&] { all_gather_unit(unit_of_layer(wl)); });
+          }
+          const double piece_t0 = rec.on ? rec.now() : 0;
           LayerActs<T>& a = acts[(size_t)l * m + j];
           if (fwd) {
             model.layer_fwd(wl, x.data(), y.data(), a, b, Tn);
@@ -263,22 +301,26 @@ struct RankRun {
               reduce_scatter_unit(unit_of_layer(wl));
             }
           }
+          if (rec.on) {
+            rec.ev.push_back({part_op_name(part_name(l), fwd ? "fwd" : "bwd", "", (int)j), kTidCompute, piece_t0, rec.now()});
+            rec.sample_memory();
+          }
           std::swap(x, y);
         }
         // Output of the item.
         if (fwd) {
-          if (g == nchunks - 1) loss += (double)model.head_fwd(x.data(), tgt[j].data(), head[j], b, Tn);
+          if (g == nchunks - 1) rec.span(part_op_name("head", "fwd", "", (int)j), kTidCompute, [&] { loss += (double)model.head_fwd(x.data(), tgt[j].data(), head[j], b, Tn); });
           else if (lay.stage_of(g + 1) == rc.stage) local[{g + 1, (int)j}] = x;
           else { sendbufs.push_back(x); pp->isend(sendbufs.back().data(), X, dtype_of<T>(), lay.stage_of(g + 1), tag(Pass::fwd, g + 1, j)); }
         } else {
-          if (g == 0) model.embed_bwd(x.data(), in[j].data(), b, Tn);
+          if (g == 0) rec.span(part_op_name("embed", "bwd", "", (int)j), kTidCompute, [&] { model.embed_bwd(x.data(), in[j].data(), b, Tn); });
           else if (lay.stage_of(g - 1) == rc.stage) local[{-1 - (g - 1), (int)j}] = x;
           else { sendbufs.push_back(x); pp->isend(sendbufs.back().data(), X, dtype_of<T>(), lay.stage_of(g - 1), tag(Pass::bwd, g - 1, j)); }
         }
       }
       pp->wait_sends();
       sendbufs.clear();
-      optimizer_step(step, warmup, res);
+      rec.span("dp+optimizer", kTidDp, [&] { optimizer_step(step, warmup, res); });
       double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       // Mean loss over the global batch: the last stage's tp rank 0 of every dp rank contributes.
       double contrib = (rc.stage == last_stage && rc.tp == 0) ? loss : 0.0;
@@ -297,6 +339,7 @@ struct RankRun {
       }
     }
     res.delink_step = delink_step;
+    if (!o.trace.empty()) res.trace = trace_events();
     res.tokens_per_s = time_after_first > 0 ? tok_after_first / time_after_first
                                             : (double)sc.training.global_batch * Tn / std::max(1e-12, res.step_time_s.back());
     double mine = peak_rss_bytes();
@@ -352,6 +395,27 @@ struct RankRun {
       }
     }
     shared = 0;
+  }
+
+  // This rank's trace events (Chrome trace "X" slices and the memory counter), pid 2000 + rank ("run").
+  json trace_events() const {
+    json ev = json::array();
+    int pid = 2000 + world.rank();
+    char pname[64];
+    std::snprintf(pname, sizeof pname, "rank %d — run (stage %d)", world.rank(), rc.stage);
+    ev.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", pid}, {"args", {{"name", pname}}}});
+    ev.push_back({{"name", "process_sort_index"}, {"ph", "M"}, {"pid", pid}, {"args", {{"sort_index", 2 * world.rank() + 2}}}});
+    const char* tnames[] = {"step", "compute", "tp", "pp.fwd", "pp.bwd", "dp", "zero"};
+    for (int t = 0; t < 7; ++t)
+      ev.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", pid}, {"tid", t}, {"args", {{"name", tnames[t]}}}});
+    double end = 0;
+    for (const auto& e : rec.ev) end = std::max(end, e.b);
+    ev.push_back({{"name", "step " + std::to_string(o.steps - 1)}, {"ph", "X"}, {"pid", pid}, {"tid", kTidStep}, {"ts", 0}, {"dur", end * 1e6}});
+    for (const auto& e : rec.ev)
+      ev.push_back({{"name", e.name}, {"ph", "X"}, {"pid", pid}, {"tid", e.tid}, {"ts", e.a * 1e6}, {"dur", (e.b - e.a) * 1e6}});
+    for (const auto& [t, bytes] : rec.mem)
+      ev.push_back({{"name", "memory"}, {"ph", "C"}, {"pid", pid}, {"ts", t * 1e6}, {"args", {{"bytes", bytes}}}});
+    return ev;
   }
 
   void optimizer_step(int step, int warmup, RunResult& res) {

@@ -27,6 +27,7 @@ struct RunOptions {
   std::string checkpoint_dir;    // where per-rank checkpoints go (empty: none)
   int checkpoint_every = 0;      // write one after every this many steps (0: never)
   bool resume = false;           // continue from the newest checkpoint that every rank completed
+  std::string trace;             // write a Chrome trace of the last step (lanes and op names as the simulator's)
 };
 
 struct RunResult {
@@ -37,6 +38,7 @@ struct RunResult {
   std::vector<double> grad_norm;     // per step, before clipping
   long delink_step = -1;             // the step that ran first on the delinked (real) model, -1 without delink
   long first_step = 0;               // losses[i] is step first_step + i (> 0 after a resume)
+  json trace;                        // this rank's trace events of the last step (when RunOptions::trace is set)
 };
 
 // Throws InputError (exit 2) for plans this executor cannot run yet; call on every rank before any work.

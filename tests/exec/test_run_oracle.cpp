@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <string>
 
 #include "models/json_check.hpp"
@@ -205,4 +206,30 @@ TEST(RunOracle, ResumeIsBitIdenticalAndSkipsIncompleteCheckpoints) {
     ASSERT_EQ(resumed["losses"].size(), 5u);
     for (int s = 3; s < 8; ++s) EXPECT_EQ(resumed["losses"][s - 3], whole["losses"][s]) << "dp " << dp << " step " << s;
   }
+}
+
+// The run's trace joins the simulator's op by op: every compute and pipeline slice of the measured step has a
+// slice of the same name on the same lane in `simulate --trace --trace-detail layer` (compute on the same rank;
+// a pipeline transfer is measured where it is waited for — the receiving rank — and simulated on the sender).
+TEST(RunOracle, TraceNamesMatchTheSimulator) {
+  if (!have_mpi()) GTEST_SKIP() << "built without MPI";
+  std::string f = scenario("trace_pp2", {{"pp", 2}});
+  json r = run(f, 2, false, nullptr, "--trace " + f + ".run.trace.json");
+  ASSERT_FALSE(r.is_null());
+  std::string sim = f + ".sim.trace.json";
+  std::string cmd = std::string(TP_BINARY) + " simulate " + f + " --quiet --trace " + sim + " --trace-detail layer";
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  auto slices = [](const std::string& file, int pid_base) {
+    std::ifstream in(file);
+    json t = json::parse(in)["traceEvents"];
+    std::set<std::string> out;
+    for (auto& e : t)
+      if (e["ph"] == "X" && e["tid"].get<int>() >= 1 && e["tid"].get<int>() <= 4)
+        out.insert((e["tid"].get<int>() == 1 ? std::to_string(e["pid"].get<int>() - pid_base) : std::string("*")) + "/" +
+                   std::to_string(e["tid"].get<int>()) + "/" + e["name"].get<std::string>());
+    return out;
+  };
+  std::set<std::string> run_names = slices(f + ".run.trace.json", 2000), sim_names = slices(sim, 1000);
+  ASSERT_FALSE(run_names.empty());
+  for (const std::string& n : run_names) EXPECT_TRUE(sim_names.count(n)) << n << " is not in the simulator's trace";
 }
