@@ -20,6 +20,7 @@
 #include "exec/checkpoint.hpp"
 #include "exec/data.hpp"
 #include "exec/gpt.hpp"
+#include "exec/gpt2d.hpp"
 #include "exec/ops.hpp"
 #include "exec/train.hpp"
 #include "schedule/pipeline.hpp"
@@ -75,6 +76,44 @@ struct Recorder {
 };
 enum TraceTid { kTidStep = 0, kTidCompute = 1, kTidPpFwd = 3, kTidPpBwd = 4, kTidDp = 5, kTidZero = 6 };
 
+// The model pieces of either tensor-parallel mode behind one call site (1D Megatron or 2D Optimus).
+template <class T>
+struct Net {
+  Gpt<T> d1;
+  Gpt2d<T> d2;
+  bool two_d = false, sp = false;
+  void embed_fwd(T* x, const int32_t* t, long B, long Tn) { two_d ? d2.embed_fwd(x, t, B, Tn) : d1.embed_fwd(x, t, B, Tn); }
+  void embed_bwd(const T* dx, const int32_t* t, long B, long Tn) { two_d ? d2.embed_bwd(dx, t, B, Tn) : d1.embed_bwd(dx, t, B, Tn); }
+  void layer_fwd(int wl, const T* x, T* y, LayerActs<T>& a, long B, long Tn) {
+    two_d ? d2.layer_fwd(wl, x, y, a, B, Tn) : d1.layer_fwd(wl, x, y, a, B, Tn);
+  }
+  void layer_bwd(int wl, const T* dy, T* dx, LayerActs<T>& a, long B, long Tn) {
+    two_d ? d2.layer_bwd(wl, dy, dx, a, B, Tn) : d1.layer_bwd(wl, dy, dx, a, B, Tn);
+  }
+  T head_fwd(const T* x, const int32_t* t, HeadActs<T>& a, long B, long Tn) {
+    return two_d ? d2.head_fwd(x, t, a, B, Tn) : d1.head_fwd(x, t, a, B, Tn);
+  }
+  void head_bwd(T* dx, const int32_t* t, HeadActs<T>& a, long B, long Tn, T scale) {
+    two_d ? d2.head_bwd(dx, t, a, B, Tn, scale) : d1.head_bwd(dx, t, a, B, Tn, scale);
+  }
+  // Local attention dims for a micro-batch of B sequences: sequences, query heads, kv heads, head dim.
+  void attn_dims(long B, long& Bl, long& Hl, long& Kl, long& D) const {
+    if (two_d) { Bl = B / d2.lay.q; Hl = d2.lay.h_loc(); Kl = d2.lay.hkv_loc(); D = d2.lay.s.D; }
+    else { Bl = B; Hl = d1.lay.s.h_loc(); Kl = d1.lay.s.hkv_loc(); D = d1.lay.s.D; }
+  }
+};
+
+// The flat parameter layout of either mode (views and unit ranges).
+struct Flat {
+  std::vector<ParamView> views;
+  long long total = 0, embed_begin = 0, embed_end = 0, head_begin = 0, head_end = 0;
+  std::vector<long long> layer_begin, layer_end;
+  template <class Lay>
+  static Flat of(const Lay& l) {
+    return Flat{l.views, l.total, l.embed_begin, l.embed_end, l.head_begin, l.head_end, l.layer_begin, l.layer_end};
+  }
+};
+
 template <class T>
 struct RankRun {
   const Scenario& sc;
@@ -86,9 +125,10 @@ struct RankRun {
   long long Lc = 0, L = 0, m = 0, b = 0, Tn = 0, C = 0;
   int nchunks = 0, first_stage = 0, last_stage = 0;
   std::unique_ptr<Comm> tp, dp, pp, emb;
-  GptLayout gl;
+  Flat gl;
   std::vector<T> params, grads;
-  Gpt<T> model;
+  Net<T> model;
+  std::unique_ptr<Comm> grid_row, grid_col;  // 2D: my grid row / column inside the tp group
   std::vector<Unit> units;  // 0 embed, 1 + l layer l, L + 1 head
   std::vector<std::pair<long long, long long>> own;  // owned [a, b) ranges (ZeRO slices when zero >= 1)
   std::vector<long long> own_off;                    // offset of each own range in the optimizer state
@@ -124,20 +164,39 @@ struct RankRun {
 
     GptShape fs = gpt_shape(sc.model, Tn, 1, 0);
     GptLayout full = gpt_layout(fs);
-    gl = gpt_layout(gpt_shape(sc.model, Tn, p.tp, rc.tp));
-    params = shard_params<T>(full, init_full_params<T>(fs, o.seed), gl);
-    grads.assign(gl.total, T(0));
-    model.lay = gl;
-    model.tp = p.tp > 1 ? tp.get() : nullptr;
-    model.sp = p.sequence_parallel && p.tp > 1;
-    model.params = params.data();
-    model.grads = grads.data();
-    replicated_view.resize(gl.views.size());
-    for (size_t i = 0; i < gl.views.size(); ++i) {
-      const std::string& n = gl.views[i].name;
-      replicated_view[i] = !(n.find("qkv_") != std::string::npos || n.find("fc1_") != std::string::npos ||
-                             n.find("proj_w") != std::string::npos || n.find("fc2_w") != std::string::npos);
+    model.two_d = p.tp_mode == TpMode::d2 && p.tp > 1;
+    if (model.two_d) {
+      // Grid position of this tp rank (rows, or Optimus' node blocks), as the simulator places it.
+      int q = p.tp_q(), bs = 1;
+      if (p.tp_grid_node_blocks) while ((bs + 1) * (bs + 1) <= sc.cluster.gpus_per_node) ++bs;
+      GridPos gp = grid_pos(rc.tp, q, bs);
+      grid_row = tp->split(gp.row, gp.col);
+      grid_col = tp->split(gp.col, gp.row);
+      Gpt2dLayout l2 = gpt2d_layout(fs, q, gp.row * q + gp.col);
+      params = shard_params_2d<T>(full, init_full_params<T>(fs, o.seed), l2);
+      gl = Flat::of(l2);
+      model.d2.lay = l2;
+      model.d2.row = grid_row.get();
+      model.d2.col = grid_col.get();
+      replicated_view.resize(gl.views.size());
+      for (size_t i = 0; i < gl.views.size(); ++i) replicated_view[i] = !l2.owned(i);  // counted elsewhere
+    } else {
+      GptLayout l1 = gpt_layout(gpt_shape(sc.model, Tn, p.tp, rc.tp));
+      params = shard_params<T>(full, init_full_params<T>(fs, o.seed), l1);
+      gl = Flat::of(l1);
+      model.d1.lay = l1;
+      model.d1.tp = p.tp > 1 ? tp.get() : nullptr;
+      model.d1.sp = model.sp = p.sequence_parallel && p.tp > 1;
+      replicated_view.resize(gl.views.size());
+      for (size_t i = 0; i < gl.views.size(); ++i) {
+        const std::string& n = gl.views[i].name;
+        replicated_view[i] = !(n.find("qkv_") != std::string::npos || n.find("fc1_") != std::string::npos ||
+                               n.find("proj_w") != std::string::npos || n.find("fc2_w") != std::string::npos);
+      }
     }
+    grads.assign(gl.total, T(0));
+    model.d1.params = model.d2.params = params.data();
+    model.d1.grads = model.d2.grads = grads.data();
     // Units and ownership.
     units.resize(L + 2);
     units[0] = Unit{gl.embed_begin, gl.embed_end, 0, rc.stage == first_stage || (sc.model.tied_embeddings && rc.stage == last_stage)};
@@ -202,7 +261,8 @@ struct RankRun {
     }
     std::vector<uint16_t> tokens = load_run_tokens(o.data, sc.model.vocab);
     const long long N = b * Tn;
-    const long long X = (model.sp ? N / p.tp : N) * C;  // elements of the residual stream between pieces (SP: row shard)
+    // Elements of the residual stream between pieces: SP row shard, 2D [B/q Tn, C/q] block, else [N, C].
+    const long long X = model.two_d ? model.d2.lay.act_rows(b, Tn) * model.d2.lay.act_cols() : (model.sp ? N / p.tp : N) * C;
     const T scale = T(1.0 / ((double)sc.training.global_batch * (double)Tn));
     const int warmup = o.warmup_steps >= 0 ? o.warmup_steps : std::max(1, o.steps / 10);
     std::vector<WorkItem> order = plan_order(p, L, rc.stage);
@@ -289,10 +349,11 @@ struct RankRun {
               std::vector<T> xin = a.x_in, scratch(X);
               model.layer_fwd(wl, xin.data(), scratch.data(), a, b, Tn);
             } else if (p.recompute == Recompute::selective) {  // rebuild the attention probabilities
-              GptShape s = gl.s;
+              long Bl, Hl, Kl, Dh;
+              model.attn_dims(b, Bl, Hl, Kl, Dh);
               std::vector<T> out(a.attn.size());
-              a.att.resize((size_t)b * s.h_loc() * Tn * Tn);
-              ops::attention_fwd(out.data(), a.att.data(), a.q.data(), a.k.data(), a.v.data(), b, Tn, s.h_loc(), s.hkv_loc(), s.D);
+              a.att.resize((size_t)Bl * Hl * Tn * Tn);
+              ops::attention_fwd(out.data(), a.att.data(), a.q.data(), a.k.data(), a.v.data(), Bl, Tn, Hl, Kl, Dh);
             }
             model.layer_bwd(wl, x.data(), y.data(), a, b, Tn);
             a = LayerActs<T>{};
@@ -459,7 +520,7 @@ struct RankRun {
         const ParamView& pv = gl.views[v];
         long long a = std::max(own[k].first, pv.offset), z = std::min(own[k].second, pv.offset + pv.count);
         if (a >= z) continue;
-        if (replicated_view[v] && rc.tp != 0) continue;
+        if (replicated_view[v] && (model.two_d || rc.tp != 0)) continue;  // 2D: rows != 0 hold unused copies
         if (pv.layer < 0 && a < units[0].b && rc.stage != first_stage) continue;  // tied copy on the last stage
         sq += ops::sum_squares(G(k, a), (long)(z - a));
       }
@@ -480,6 +541,7 @@ struct RankRun {
         long long a = std::max(own[k].first, pv.offset), z = std::min(own[k].second, pv.offset + pv.count);
         if (a >= z) continue;
         if (shared > 0 && pv.layer >= shared) continue;  // pseudo phase: slots beyond the k groups are unused
+        if (model.two_d && replicated_view[&pv - gl.views.data()]) continue;  // 2D: not this grid row's parameter
         T* g = G(k, a);
         if (clip != T(1)) ops::scale(g, g, clip, (long)(z - a));
         long long so = own_off[k] + (a - own[k].first);

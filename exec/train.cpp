@@ -21,7 +21,6 @@ void check_runnable(const Scenario& sc) {
   const Plan& p = sc.plan;
   std::vector<std::string> no;
   auto need = [&](bool ok, const std::string& what) { if (!ok) no.push_back(what); };
-  need(p.tp_mode == TpMode::d1, "$.plan.tp_mode: \"2d\"");
   need(!p.offload.on(), "$.plan.offload");
   need(p.ep == 1 && sc.model.moe.experts == 0, "mixture of experts ($.model.moe, $.plan.ep)");
   if (sc.delink.on()) {

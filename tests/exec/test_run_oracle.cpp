@@ -122,6 +122,8 @@ TEST(RunOracle, ParallelPlansMatchSingleRankFloat64) {
       {"dp2_pp2_zero3_gpipe_layered_full", {{"dp", 2}, {"pp", 2}, {"zero", 3}, {"schedule", "gpipe"},
                                             {"grad_accumulation", "layered"}, {"recompute", "full"}}},
       {"tp2_sp", {{"tp", 2}, {"sequence_parallel", true}}},
+      {"tp2d_q2", {{"tp", 4}, {"tp_mode", "2d"}}},
+      {"tp2d_q2_dp2_zero3_layered", {{"tp", 4}, {"tp_mode", "2d"}, {"dp", 2}, {"zero", 3}, {"grad_accumulation", "layered"}}},
       {"dp2_tp2_pp2_sp_zero3_full", {{"dp", 2}, {"tp", 2}, {"pp", 2}, {"sequence_parallel", true}, {"zero", 3},
                                      {"recompute", "full"}}},
       {"dp2_tp2_pp2_zero2_modular_selective", {{"dp", 2}, {"tp", 2}, {"pp", 2}, {"zero", 2}, {"schedule", "modular"},
