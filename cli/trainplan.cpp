@@ -43,6 +43,8 @@ const char* kHelp =
     "      regenerate the published rows of the dev suite and print predicted vs published\n"
     "  trainplan run SCENARIO.json [--steps N] [--json FILE] [--fp64] [--seed S] [--lr LR] [--data TOKENS.bin]\n"
     "                [--delink-step N] [--checkpoint-dir DIR [--checkpoint-every K] [--resume]] [--trace FILE]\n"
+    "                [--device-budget BYTES]   (plan.offload chunked: the per-rank device arena; default\n"
+    "                gpu_memory_fraction x the cluster GPU's HBM)\n"
     "      train the scenario's GPT with its plan on CPUs (one process per rank: mpirun -np GPUS / srun)\n"
     "  trainplan calibrate --backend cpu --out PROFILE.json [--quick] [--gpus-per-node N] [--memory-bytes B]\n"
     "                      [--power-w W]\n"
@@ -113,7 +115,8 @@ int cmd_simulate(int argc, char** argv) {
 // One process per rank. Every rank loads and checks the scenario before any work, so bad input fails
 // everywhere with exit 2 (printed once, by rank 0); a rank that fails later aborts the whole job.
 int cmd_run(int argc, char** argv) {
-  Args a = parse_args(argc, argv, 2, {"--steps", "--json", "--seed", "--lr", "--data", "--delink-step", "--checkpoint-dir", "--checkpoint-every", "--trace"},
+  Args a = parse_args(argc, argv, 2, {"--steps", "--json", "--seed", "--lr", "--data", "--delink-step", "--checkpoint-dir", "--checkpoint-every", "--trace",
+                                          "--device-budget"},
                   {"--fp64", "--quiet", "--resume"});
   if (a.positional.size() != 1) throw Usage("run needs exactly one scenario file");
   exec::RunOptions o;
@@ -134,6 +137,7 @@ int cmd_run(int argc, char** argv) {
   o.checkpoint_every = (int)num("--checkpoint-every", 1, 0);
   o.resume = a.flag("--resume");
   o.trace = a.value("--trace");
+  o.device_budget_bytes = num("--device-budget", 1, 0);
   if ((o.checkpoint_every > 0 || o.resume) && o.checkpoint_dir.empty()) throw Usage("--checkpoint-every and --resume need --checkpoint-dir");
   o.fp64 = a.flag("--fp64");
   exec::Comm& world = exec::world();

@@ -226,7 +226,7 @@ CommCal comm_calibrate(const CalibrateOptions& o, Comm& w, double dram_bw) {
     pp.push_back({(double)S, t});
   }
   cc.latency_s = pp.front().second;
-  for (auto& [S, t] : pp) cc.bw = std::max(cc.bw, S / std::max(1e-12, t - cc.latency_s));
+  for (auto& [S, t] : pp) cc.bw = std::max(cc.bw, S / std::max(1e-12, t));  // large messages set it
   // All-reduce over every rank: the simulator's ring over R members moves 2 (R-1)/R S per member in 2
   // latency steps at bandwidth x efficiency(S).
   std::vector<std::pair<double, double>> eff;

@@ -30,9 +30,11 @@ GptShape gpt_shape(const Transformer& m, long long seq_len, int tp, int tp_rank)
   return s;
 }
 
-const ParamView& GptLayout::view(const std::string& name) const {
-  for (const ParamView& v : views)
-    if (v.name == name) return v;
+const ParamView& GptLayout::view(const std::string& name) const { return views[view_index(name)]; }
+
+size_t GptLayout::view_index(const std::string& name) const {
+  for (size_t i = 0; i < views.size(); ++i)
+    if (views[i].name == name) return i;
   throw std::logic_error("gpt: no parameter " + name);
 }
 

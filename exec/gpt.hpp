@@ -49,6 +49,7 @@ struct GptLayout {
   std::vector<long long> layer_begin, layer_end;  // per layer: [begin, end) in the flat buffer
   long long embed_begin = 0, embed_end = 0, head_begin = 0, head_end = 0;
   const ParamView& view(const std::string& name) const;
+  size_t view_index(const std::string& name) const;
 };
 GptLayout gpt_layout(const GptShape& s);
 
@@ -89,9 +90,20 @@ struct Gpt {
   bool sp = false;     // sequence parallelism (needs tp)
   T* params = nullptr; // flat parameters (lay.total)
   T* grads = nullptr;  // flat gradients (accumulated)
+  // Per-view pointer tables (index = view index; may be null): where each view's parameters / gradients are
+  // now. The runtime sets them to the flat-buffer addresses, and chunked offload (exec/chunk_store.hpp) moves
+  // them to the device arena while a view's chunk is resident. Null: params / grads + offset.
+  T* const* ptab = nullptr;
+  T* const* gtab = nullptr;
 
-  T* p(const std::string& name) const { return params + lay.view(name).offset; }
-  T* g(const std::string& name) const { return grads + lay.view(name).offset; }
+  T* p(const std::string& name) const {
+    size_t i = lay.view_index(name);
+    return ptab ? ptab[i] : params + lay.views[i].offset;
+  }
+  T* g(const std::string& name) const {
+    size_t i = lay.view_index(name);
+    return gtab ? gtab[i] : grads + lay.views[i].offset;
+  }
 
   // x[N, C] = embedding of tokens [B, Tn].
   void embed_fwd(T* x, const int32_t* tokens, long B, long Tn) const;

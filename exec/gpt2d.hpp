@@ -89,9 +89,17 @@ struct Gpt2d {
   Comm* col = nullptr;  // grid column c, ordered by row (size q)
   T* params = nullptr;  // flat parameters (lay.total)
   T* grads = nullptr;   // flat gradients (accumulated)
+  T* const* ptab = nullptr;  // per-view pointer tables, as in Gpt (null: params / grads + offset)
+  T* const* gtab = nullptr;
 
-  T* p(const std::string& name) const { return params + lay.view(name).offset; }
-  T* g(const std::string& name) const { return grads + lay.view(name).offset; }
+  T* p(const std::string& name) const {
+    size_t i = lay.view_index(name);
+    return ptab ? ptab[i] : params + lay.views[i].offset;
+  }
+  T* g(const std::string& name) const {
+    size_t i = lay.view_index(name);
+    return gtab ? gtab[i] : grads + lay.views[i].offset;
+  }
 
   // x[(B/q) Tn, C/q] = this rank's block of the embedding of tokens [B, Tn] (the full micro-batch).
   void embed_fwd(T* x, const int32_t* tokens, long B, long Tn) const;

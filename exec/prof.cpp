@@ -122,7 +122,10 @@ class ClassedComm final : public Comm {
   void isend(const void* buf, long n, Dtype d, int dst, int tag) override { S s(c_); in_->isend(buf, n, d, dst, tag); }
   void wait_sends() override { S s(c_); in_->wait_sends(); }
   void barrier() override { S s(c_); in_->barrier(); }
-  [[noreturn]] void abort(int code, const std::string& message) override { in_->abort(code, message); }
+  [[noreturn]] void abort(int code, const std::string& message) override {
+    in_->abort(code, message);
+    std::abort();  // not reached: Comm::abort does not return
+  }
 
  private:
   struct S {  // the class for nested comm scopes, and the time

@@ -8,6 +8,14 @@
 // ZeRO-2/3 reduce-scatter a layer's gradient when a backward run of it ends (every micro-batch with standard
 // accumulation, once per step with layered accumulation); ZeRO-3 all-gathers a layer before each run of it.
 // Loss scale: every token of the global batch weighs 1 / (global_batch * seq_len).
+// Parameters and gradients are reached through per-view pointer tables (ptab / gtab; the model's p() / g() and
+// the ZeRO copies use them): flat-buffer addresses, except under plan.offload "chunked", where the chunk store
+// (exec/chunk_store.hpp) points the views of device-resident chunks at its arena. Chunked offload: the store
+// holds the views of the owned units (tensors in module order, one access part per unit); moment k of a step
+// = run k of the rank's schedule (the runtime's runs: consecutive pieces on the same layer and pass), whose
+// parts are the layer's unit plus the embedding for layer 0 and the head and the (tied) embedding for the last
+// layer; the store makes them resident and pins them before the run's first use; the optimizer is the ADAM
+// moment (CPU Adam on the flat buffers between host_phase_begin / host_phase_end).
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -18,10 +26,12 @@
 #include <map>
 
 #include "exec/checkpoint.hpp"
+#include "exec/chunk_store.hpp"
 #include "exec/data.hpp"
 #include "exec/gpt.hpp"
 #include "exec/gpt2d.hpp"
 #include "exec/ops.hpp"
+#include "exec/prof.hpp"
 #include "exec/train.hpp"
 #include "schedule/pipeline.hpp"
 
@@ -136,6 +146,9 @@ struct RankRun {
   std::vector<char> replicated_view;                 // view is replicated across tp ranks
   Recorder rec;
   int shared = 0;                                    // Pseudo-to-Real: > 0 while k weight groups are shared
+  std::vector<T*> ptab, gtab;                        // per view: where its params / grads are now
+  std::vector<long long> view_end;                   // per view: end offset in the flat buffer (ascending)
+  std::unique_ptr<ChunkStore<T>> store;              // plan.offload "chunked"
   long delink_step = -1;                             // the step at which the shared weights are delinked
 
   RankRun(const Scenario& s, const RunOptions& opt, Comm& w) : sc(s), p(s.plan), o(opt), world(w) {}
@@ -156,9 +169,9 @@ struct RankRun {
     first_stage = lay.stage_of(0);
     last_stage = lay.stage_of(nchunks - 1);
     const int S = 1 << 20;
-    tp = world.split(rc.dp + p.dp * rc.stage, rc.tp);
+    tp = prof::classed(world.split(rc.dp + p.dp * rc.stage, rc.tp), prof::Cls::tp_comm);
     dp = world.split(S + rc.tp + p.tp * rc.stage, rc.dp);
-    pp = world.split(2 * S + rc.tp + p.tp * rc.dp, rc.stage);
+    pp = prof::classed(world.split(2 * S + rc.tp + p.tp * rc.dp, rc.stage), prof::Cls::pp_comm);
     bool in_emb = p.pp > 1 && sc.model.tied_embeddings && (rc.stage == first_stage || rc.stage == last_stage);
     emb = world.split(in_emb ? 3 * S + rc.tp + p.tp * rc.dp : -1, rc.stage);
 
@@ -197,6 +210,13 @@ struct RankRun {
     grads.assign(gl.total, T(0));
     model.d1.params = model.d2.params = params.data();
     model.d1.grads = model.d2.grads = grads.data();
+    for (const ParamView& v : gl.views) {
+      ptab.push_back(params.data() + v.offset);
+      gtab.push_back(grads.data() + v.offset);
+      view_end.push_back(v.offset + v.count);
+    }
+    model.d1.ptab = model.d2.ptab = ptab.data();
+    model.d1.gtab = model.d2.gtab = gtab.data();
     // Units and ownership.
     units.resize(L + 2);
     units[0] = Unit{gl.embed_begin, gl.embed_end, 0, rc.stage == first_stage || (sc.model.tied_embeddings && rc.stage == last_stage)};
@@ -216,12 +236,45 @@ struct RankRun {
     m1.assign(state, T(0));
     m2.assign(state, T(0));
     if (p.zero >= 2) gshard.assign(state, T(0));
+    if (p.offload.kind == OffloadKind::chunked) {  // the owned units' views, in module order, part = unit
+      std::vector<ChunkTensor> ts;
+      for (int ui = 0; ui < (int)units.size(); ++ui) {
+        if (!units[ui].owned) continue;
+        for (size_t v = 0; v < gl.views.size(); ++v)
+          if (gl.views[v].offset >= units[ui].a && gl.views[v].offset < units[ui].b)
+            ts.push_back(ChunkTensor{gl.views[v].offset, gl.views[v].count, ui, (int)v});
+      }
+      double budget = o.device_budget_bytes > 0 ? o.device_budget_bytes
+                                                : p.offload.gpu_memory_fraction * sc.cluster.gpu.hbm_bytes;
+      store = std::make_unique<ChunkStore<T>>(ts, (int)units.size(), p.offload.chunk_elements, budget,
+                                              p.offload.warmup_chunk_fraction, params.data(), grads.data(), ptab, gtab);
+    }
+  }
+
+  // The flat range [a, z) through the pointer tables (each view's current copy): f(view, lo, hi, at) for the
+  // view's elements [lo, hi) that are flat elements [a + at, a + at + hi - lo).
+  template <class F>
+  void each_view(long long a, long long z, F&& f) const {
+    size_t v = std::upper_bound(view_end.begin(), view_end.end(), a) - view_end.begin();
+    for (; v < gl.views.size() && gl.views[v].offset < z; ++v) {
+      const long long off = gl.views[v].offset, lo = std::max(a, off), hi = std::min(z, off + gl.views[v].count);
+      if (lo < hi) f(v, lo - off, hi - off, lo - a);
+    }
+  }
+  void read_range(const std::vector<T*>& tab, long long a, long long z, T* dst) const {
+    each_view(a, z, [&](size_t v, long long lo, long long hi, long long at) { std::copy(tab[v] + lo, tab[v] + hi, dst + at); });
+  }
+  void write_range(const std::vector<T*>& tab, long long a, long long z, const T* src) const {
+    each_view(a, z, [&](size_t v, long long lo, long long hi, long long at) { std::copy(src + at, src + at + (hi - lo), tab[v] + lo); });
+  }
+  void zero_range(const std::vector<T*>& tab, long long a, long long z) const {
+    each_view(a, z, [&](size_t v, long long lo, long long hi, long long) { std::fill(tab[v] + lo, tab[v] + hi, T(0)); });
   }
 
   void sp_reduce_layer(int l) {
     for (size_t v = 0; v < gl.views.size(); ++v)
       if (gl.views[v].layer == l && replicated_view[v])
-        tp->all_reduce_sum(grads.data() + gl.views[v].offset, gl.views[v].count, dtype_of<T>());
+        tp->all_reduce_sum(gtab[v], gl.views[v].count, dtype_of<T>());
   }
 
   // Gradient reduce-scatter of one unit over dp into this rank's slice (ZeRO >= 2), accumulated.
@@ -229,11 +282,11 @@ struct RankRun {
     const Unit& u = units[ui];
     long long len = u.b - u.a;
     std::vector<T> in(u.slice * p.dp, T(0)), out(u.slice);
-    std::copy(grads.begin() + u.a, grads.begin() + u.b, in.begin());
+    read_range(gtab, u.a, u.b, in.data());
     dp->reduce_scatter_sum(in.data(), out.data(), u.slice, dtype_of<T>());
     size_t k = own_index(ui);
     for (long long i = 0; i < u.slice; ++i) gshard[own_off[k] + i] += out[i];
-    std::fill(grads.begin() + u.a, grads.begin() + u.a + len, T(0));
+    zero_range(gtab, u.a, u.a + len);
   }
   // All-gather of one unit's slices over dp into the full parameter buffer (ZeRO-1/2 after the update, ZeRO-3
   // before a run).
@@ -241,9 +294,9 @@ struct RankRun {
     const Unit& u = units[ui];
     std::vector<T> mine(u.slice, T(0)), all(u.slice * p.dp);
     long long a = u.a + rc.dp * u.slice, z = std::min(u.b, a + u.slice);
-    if (z > a) std::copy(params.begin() + a, params.begin() + z, mine.begin());
+    if (z > a) read_range(ptab, a, z, mine.data());
     dp->all_gather(mine.data(), all.data(), u.slice, dtype_of<T>());
-    std::copy(all.begin(), all.begin() + (u.b - u.a), params.begin() + u.a);
+    write_range(ptab, u.a, u.b, all.data());
   }
   size_t own_index(int ui) const {
     size_t k = 0;
@@ -275,6 +328,37 @@ struct RankRun {
         pieces.push_back(Piece{i, (int)l, order[i].pass});
       }
     }
+    // Runs (the chunk store's moments): consecutive pieces on the same layer and pass.
+    std::vector<int> run_of_piece(pieces.size()), run_layer;
+    for (size_t k = 0; k < pieces.size(); ++k) {
+      if (k == 0 || pieces[k - 1].layer != pieces[k].layer || pieces[k - 1].pass != pieces[k].pass)
+        run_layer.push_back(pieces[k].layer);
+      run_of_piece[k] = (int)run_layer.size() - 1;
+    }
+    auto run_parts = [&](int r) {  // the units run r touches (the head reads the tied wte: the embedding too)
+      const long long l = run_layer[r];
+      std::vector<int> parts = {unit_of_layer(weight_group(l, L, shared))};
+      if (l == 0) parts.push_back(0);
+      if (l == L - 1) { parts.push_back((int)L + 1); parts.push_back(0); }
+      return parts;
+    };
+    if (store)
+      for (int r = 0; r < (int)run_layer.size(); ++r)
+        if (store->bytes_of_parts(run_parts(r)) > store->budget_bytes()) {
+          char msg[400];
+          std::snprintf(msg, sizeof msg,
+                        "$.plan.offload: the chunks of layer %d's run (with chunk_elements %lld) need %.0f bytes, more "
+                        "than the device budget of %.0f bytes (--device-budget)",
+                        run_layer[r], (long long)p.offload.chunk_elements, store->bytes_of_parts(run_parts(r)),
+                        store->budget_bytes());
+          throw InputError({msg});
+        }
+    int cur_run = -1;
+    auto enter = [&](size_t k) {  // before the first use of piece k's parameters: its run's chunks resident, pinned
+      if (!store || run_of_piece[k] == cur_run) return;
+      cur_run = run_of_piece[k];
+      store->access(cur_run, run_parts(cur_run));
+    };
     std::vector<LayerActs<T>> acts((size_t)L * m);
     std::vector<HeadActs<T>> head(m);
     std::map<std::pair<int, int>, std::vector<T>> local;  // (chunk boundary key, mb) -> activation / gradient
@@ -292,11 +376,15 @@ struct RankRun {
     }
     res.first_step = first;
     for (int step = first; step < o.steps; ++step) {
+      if (store) store->begin_step();
       if (step == delink_step) delink();
       auto t0 = std::chrono::steady_clock::now();
+      prof::step_begin(step);
       rec.on = !o.trace.empty() && step == o.steps - 1;  // the last step, like the simulator's one step
       rec.t0 = t0;
       std::fill(grads.begin(), grads.end(), T(0));
+      if (store) store->zero_resident_grads();
+      cur_run = -1;
       if (p.zero >= 2) std::fill(gshard.begin(), gshard.end(), T(0));
       for (long long j = 0; j < m; ++j)
         fill_micro_batch(tokens, BatchSpec{(int)Tn, (int)b, o.seed}, step, (long)((rc.dp * m + j) * b), in[j].data(), tgt[j].data());
@@ -312,6 +400,7 @@ struct RankRun {
         const int g = lay.model_chunk(rc.stage, w.chunk);
         const long long j = w.microbatch;
         const bool fwd = w.pass == Pass::fwd;
+        enter(pc);
         // Input of the item.
         if (fwd) {
           if (g == 0) rec.span(part_op_name("embed", "fwd", "", (int)j), kTidCompute, [&] { model.embed_fwd(x.data(), in[j].data(), b, Tn); });
@@ -333,6 +422,7 @@ struct RankRun {
           bool run_start = pc == 0 || pieces[pc - 1].layer != l || pieces[pc - 1].pass != pz.pass;
           bool run_end = pc + 1 == pieces.size() || pieces[pc + 1].layer != l || pieces[pc + 1].pass != pz.pass;
           const int wl = (int)weight_group(l, L, shared);  // the weight slot position l uses
+          enter(pc);
           if (p.zero >= 3 && run_start) {
             char zn[64];
             std::snprintf(zn, sizeof zn, "zero.allgather.L%02d-L%02d.mb%d", l, l, (int)j);
@@ -381,8 +471,27 @@ struct RankRun {
       }
       pp->wait_sends();
       sendbufs.clear();
-      rec.span("dp+optimizer", kTidDp, [&] { optimizer_step(step, warmup, res); });
+      rec.span("dp+optimizer", kTidDp, [&] {
+        if (store) store->host_phase_begin((int)run_layer.size());  // the ADAM moment
+        optimizer_step(step, warmup, res);
+        if (store) store->host_phase_end();
+      });
+      if (store) {
+        ChunkStepStats cs = store->end_step();
+        OffloadResult& f = res.offload;
+        f.h2d_bytes.push_back(cs.h2d_bytes);
+        f.d2h_bytes.push_back(cs.d2h_bytes);
+        f.h2d_s.push_back(cs.h2d_s);
+        f.d2h_s.push_back(cs.d2h_s);
+        f.h2d_moves.push_back((double)cs.h2d_moves);
+        f.d2h_moves.push_back((double)cs.d2h_moves);
+        f.adam_h2d_bytes.push_back(cs.adam_h2d_bytes);
+        f.adam_d2h_bytes.push_back(cs.adam_d2h_bytes);
+        f.peak_arena_bytes.push_back(cs.peak_resident_bytes);
+        f.peak_arena_bytes_max = std::max(f.peak_arena_bytes_max, cs.peak_resident_bytes);
+      }
       double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      prof::step_end(step);
       // Mean loss over the global batch: the last stage's tp rank 0 of every dp rank contributes.
       double contrib = (rc.stage == last_stage && rc.tp == 0) ? loss : 0.0;
       world.all_reduce_sum(&contrib, 1, Dtype::f64);
@@ -400,6 +509,15 @@ struct RankRun {
       }
     }
     res.delink_step = delink_step;
+    if (store) {
+      OffloadResult& f = res.offload;
+      f.on = true;
+      f.budget_bytes = store->budget_bytes();
+      f.arena_bytes = store->arena_bytes();
+      f.chunk_elements = p.offload.chunk_elements;
+      f.chunks = store->chunks();
+      for (int c = 0; c < store->chunks(); ++c) f.chunk_bytes += store->chunk_bytes(c);
+    }
     if (!o.trace.empty()) res.trace = trace_events();
     res.tokens_per_s = time_after_first > 0 ? tok_after_first / time_after_first
                                             : (double)sc.training.global_batch * Tn / std::max(1e-12, res.step_time_s.back());
@@ -444,6 +562,10 @@ struct RankRun {
   // is unchanged at this instant), then the layers train independently. Slots are units of equal size, so a
   // ZeRO slice of slot l is the same slice of its group's slot.
   void delink() {
+    if (store) {  // the weights move between slots on the host; the access pattern changes
+      store->evict_all();
+      store->reset_trace();
+    }
     for (long long l = L - 1; l >= 0; --l) {
       long long wg = weight_group(l, L, shared);
       if (wg == l) continue;

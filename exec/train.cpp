@@ -21,7 +21,8 @@ void check_runnable(const Scenario& sc) {
   const Plan& p = sc.plan;
   std::vector<std::string> no;
   auto need = [&](bool ok, const std::string& what) { if (!ok) no.push_back(what); };
-  need(!p.offload.on(), "$.plan.offload");
+  need(!p.offload.on() || p.offload.kind == OffloadKind::chunked,
+       std::string("$.plan.offload kind \"") + offload_kind_name(p.offload.kind) + "\" (only \"chunked\" runs)");
   need(p.ep == 1 && sc.model.moe.experts == 0, "mixture of experts ($.model.moe, $.plan.ep)");
   if (sc.delink.on()) {
     const Plan* pp = sc.delink.plan.get();
@@ -50,7 +51,7 @@ std::vector<uint16_t> load_run_tokens(const std::string& path, long long vocab) 
 }
 
 json run_result_to_json(const RunResult& r, const Scenario& sc, const RunOptions& o) {
-  return {{"scenario", scenario_to_json(sc)},
+  json j = {{"scenario", scenario_to_json(sc)},
           {"precision", o.fp64 ? "fp64" : "fp32"},
           {"steps", o.steps},
           {"seed", o.seed},
@@ -61,6 +62,26 @@ json run_result_to_json(const RunResult& r, const Scenario& sc, const RunOptions
           {"peak_memory_bytes", r.peak_memory_bytes},
           {"delink_step", r.delink_step},
           {"first_step", r.first_step}};
+  if (r.offload.on) {
+    const OffloadResult& f = r.offload;
+    j["offload"] = {{"kind", "chunked"},
+                    {"budget_bytes", f.budget_bytes},
+                    {"arena_bytes", f.arena_bytes},
+                    {"chunk_elements", f.chunk_elements},
+                    {"chunks", f.chunks},
+                    {"chunk_bytes", f.chunk_bytes},
+                    {"h2d_bytes", f.h2d_bytes},
+                    {"d2h_bytes", f.d2h_bytes},
+                    {"h2d_s", f.h2d_s},
+                    {"d2h_s", f.d2h_s},
+                    {"h2d_moves", f.h2d_moves},
+                    {"d2h_moves", f.d2h_moves},
+                    {"adam_h2d_bytes", f.adam_h2d_bytes},
+                    {"adam_d2h_bytes", f.adam_d2h_bytes},
+                    {"peak_arena_bytes", f.peak_arena_bytes},
+                    {"peak_arena_bytes_max", f.peak_arena_bytes_max}};
+  }
+  return j;
 }
 
 }  // namespace tp::exec

@@ -4,8 +4,9 @@
 // reads exactly the sequences it owns (exec/data.hpp), so any plan reproduces the single-rank run.
 // Supported so far: data parallelism with ZeRO 0-3 x Megatron 1D tensor parallelism x pipelines (GPipe, 1F1B,
 // interleaved, modular) with standard or layered accumulation, recompute none / selective / full, float32 or
-// float64. Other plan keys (2D TP, sequence parallelism, offload, MoE, delink) are rejected with exit code 2
-// before any rank starts work.
+// float64, 2D TP, sequence parallelism, delink, and chunked offload (PatrickStar, exec/chunk_store.hpp: a real
+// device arena of --device-budget bytes). Other plan keys (optimizer and granular offload, MoE) are rejected with
+// exit code 2 before any rank starts work.
 #pragma once
 #include <string>
 #include <vector>
@@ -28,6 +29,22 @@ struct RunOptions {
   int checkpoint_every = 0;      // write one after every this many steps (0: never)
   bool resume = false;           // continue from the newest checkpoint that every rank completed
   std::string trace;             // write a Chrome trace of the last step (lanes and op names as the simulator's)
+  double device_budget_bytes = 0;  // plan.offload chunked: the device pool (arena) per rank in bytes;
+                                   // 0 = gpu_memory_fraction x the scenario's cluster GPU hbm_bytes
+};
+
+// plan.offload "chunked": what the chunk store of rank 0 did, per step (exec/chunk_store.hpp).
+struct OffloadResult {
+  bool on = false;
+  double budget_bytes = 0, arena_bytes = 0;  // the device budget and the arena actually allocated
+  long long chunk_elements = 0;
+  int chunks = 0;
+  double chunk_bytes = 0;                    // all chunk slots (capacity x 2 x element size)
+  std::vector<double> h2d_bytes, d2h_bytes, h2d_s, d2h_s;  // chunk moves (the seconds include the Adam copies)
+  std::vector<double> h2d_moves, d2h_moves;
+  std::vector<double> adam_h2d_bytes, adam_d2h_bytes;      // CPU Adam: resident chunks' grads out, params back
+  std::vector<double> peak_arena_bytes;                    // resident chunk slots, peak in the step
+  double peak_arena_bytes_max = 0;
 };
 
 struct RunResult {
@@ -39,6 +56,7 @@ struct RunResult {
   long delink_step = -1;             // the step that ran first on the delinked (real) model, -1 without delink
   long first_step = 0;               // losses[i] is step first_step + i (> 0 after a resume)
   json trace;                        // this rank's trace events of the last step (when RunOptions::trace is set)
+  OffloadResult offload;             // plan.offload chunked (rank 0's store)
 };
 
 // Throws InputError (exit 2) for plans this executor cannot run yet; call on every rank before any work.

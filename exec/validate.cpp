@@ -106,6 +106,12 @@ json validate_run(const std::string& file, const json& profile, const std::strin
   // ---- measured (every rank) -----------------------------------------------------------------------------------
   RunOptions ro;
   ro.steps = std::max(2, o.steps);
+  {  // a one-step warm-up run (not measured): first-touch page faults, malloc's adaptive thresholds, caches
+    RunOptions warm = ro;
+    warm.steps = 1;
+    prof::set_enabled(false);
+    run_training(run_sc, warm, world);
+  }
   prof::set_warmup_steps(1);
   const double heap0 = prof::heap_live_bytes(), rss0 = rss_bytes();
   prof::reset();

@@ -5,10 +5,11 @@
 // `trainplan calibrate`; nodes raised to hold the plan's ranks if needed), training.precision and
 // grad_precision "fp32" (what the CPU backend computes in), plan.overlap_grad_reduce false (the executor reduces
 // gradients after the backward, not in buckets during it).
+// The plan first runs one unmeasured warm-up step (a separate run_training call), then `steps` measured steps.
 // Measured (exec/prof.hpp):
 // - step time = median of rank 0's step times after the first step;
 // - per op class = seconds inside the instrumented ops / collectives per steady step, per rank (steps after
-//   the first when the runtime calls prof::step_begin / step_end, else all steps); pp_comm includes the time
+//   the first when the runtime calls prof::step_begin / step_end, else all steps of the measured run); pp_comm includes the time
 //   blocked waiting for a pipeline peer, so it is compared with the simulator's pp_comm_exposed + bubble;
 //   "other" = step time - the classes (copies, allocation, zero fills: work the cost model has no op for);
 // - peak memory = the highest tracked heap (operator new) in use during the steady steps minus the heap in use

@@ -1,0 +1,289 @@
+// chunk_store: the executor's PatrickStar chunk manager over a real arena. See chunk_store.hpp.
+#include "exec/chunk_store.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <stdexcept>
+
+namespace tp::exec {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+}  // namespace
+
+template <class T>
+ChunkStore<T>::ChunkStore(const std::vector<ChunkTensor>& tensors, int parts, long long chunk_elements,
+                          double budget_bytes, double warmup_fraction, T* host_params, T* host_grads,
+                          std::vector<T*>& ptab, std::vector<T*>& gtab)
+    : tensors_(tensors), E_(chunk_elements), budget_(budget_bytes), warm_fraction_(warmup_fraction), hp_(host_params),
+      hg_(host_grads), pt_(ptab), gt_(gtab) {
+  if (!(budget_bytes >= 0)) throw std::invalid_argument("chunk store: negative budget");
+  ChunkSimInput in;
+  in.parts = parts;
+  in.chunk_elements = chunk_elements;
+  for (const ChunkTensor& t : tensors) {
+    if (t.view < 0 || t.view >= (int)ptab.size() || t.view >= (int)gtab.size())
+      throw std::invalid_argument("chunk store: tensor view outside the pointer tables");
+    in.tensor_elements.push_back((double)t.count);
+    in.tensor_part.push_back(t.part);
+  }
+  lay_ = layout_chunks(in);  // the simulator's layout (module order, never split)
+  const int n = (int)lay_.chunk_elements.size();
+  cap_.resize(n);
+  tensors_of_.assign(n, {});
+  toff_.assign(tensors.size(), 0);
+  std::vector<long long> used(n, 0);
+  for (size_t t = 0; t < tensors.size(); ++t) {
+    int c = lay_.chunk_of_tensor[t];
+    toff_[t] = used[c];
+    used[c] += tensors[t].count;
+    tensors_of_[c].push_back((int)t);
+  }
+  chunks_of_part_.assign(parts, {});
+  long long total = 0;
+  for (int c = 0; c < n; ++c) {
+    cap_[c] = (long long)lay_.chunk_elements[c];
+    total += 2 * cap_[c];
+    for (int p : lay_.parts_of_chunk[c]) chunks_of_part_[p].push_back(c);
+  }
+  arena_elems_ = std::min(total, (long long)(budget_bytes / sizeof(T)));
+  arena_.reset(new T[std::max(1LL, arena_elems_)]);
+  slot_.assign(n, -1);
+  pinned_.assign(n, 0);
+  trace_.assign(n, {});
+  for (int c = 0; c < n; ++c) point(c, false);
+}
+
+template <class T>
+std::vector<int> ChunkStore<T>::chunks_of(const std::vector<int>& parts) const {
+  std::vector<int> cs;
+  for (int p : parts) {
+    if (p < 0 || p >= (int)chunks_of_part_.size()) throw std::invalid_argument("chunk store: part out of range");
+    cs.insert(cs.end(), chunks_of_part_[p].begin(), chunks_of_part_[p].end());
+  }
+  std::sort(cs.begin(), cs.end());
+  cs.erase(std::unique(cs.begin(), cs.end()), cs.end());
+  return cs;
+}
+
+template <class T>
+double ChunkStore<T>::bytes_of_parts(const std::vector<int>& parts) const {
+  double b = 0;
+  for (int c : chunks_of(parts)) b += chunk_bytes(c);
+  return b;
+}
+
+template <class T>
+void ChunkStore<T>::point(int c, bool at_arena) {
+  for (int t : tensors_of_[c]) {
+    const ChunkTensor& x = tensors_[t];
+    if (at_arena) {
+      T* s = arena_.get() + slot_[c];
+      pt_[x.view] = s + toff_[t];
+      gt_[x.view] = s + cap_[c] + toff_[t];
+    } else {
+      pt_[x.view] = hp_ + x.offset;
+      gt_[x.view] = hg_ + x.offset;
+    }
+  }
+}
+
+template <class T>
+long long ChunkStore<T>::place(long long elems) {
+  long long prev = 0;
+  for (const auto& [off, c] : slots_) {
+    if (off - prev >= elems) return prev;
+    prev = off + 2 * cap_[c];
+  }
+  return arena_elems_ - prev >= elems ? prev : -1;
+}
+
+template <class T>
+void ChunkStore<T>::compact() {
+  std::map<long long, int> moved;
+  long long prev = 0;
+  for (const auto& [off, c] : slots_) {
+    if (off != prev) std::memmove(arena_.get() + prev, arena_.get() + off, sizeof(T) * 2 * cap_[c]);
+    slot_[c] = prev;
+    moved[prev] = c;
+    if (!host_phase_) point(c, true);
+    prev += 2 * cap_[c];
+  }
+  slots_.swap(moved);
+  ++st_.compactions;
+}
+
+template <class T>
+void ChunkStore<T>::load(int c, int moment) {
+  const long long need = 2 * cap_[c];
+  long long off = place(need);
+  if (off < 0) {
+    compact();
+    off = place(need);
+  }
+  if (off < 0) throw std::logic_error("chunk store: the arena cannot hold the chunks of a moment (budget too small)");
+  slot_[c] = off;
+  slots_[off] = c;
+  T* s = arena_.get() + off;
+  auto t0 = Clock::now();
+  double bytes = 0;
+  for (int t : tensors_of_[c]) {
+    const ChunkTensor& x = tensors_[t];
+    std::memcpy(s + toff_[t], hp_ + x.offset, sizeof(T) * x.count);
+    std::memcpy(s + cap_[c] + toff_[t], hg_ + x.offset, sizeof(T) * x.count);
+    bytes += 2.0 * sizeof(T) * x.count;
+  }
+  st_.h2d_s += since(t0);
+  st_.h2d_bytes += bytes;
+  ++st_.h2d_moves;
+  resident_bytes_ += chunk_bytes(c);
+  st_.peak_resident_bytes = std::max(st_.peak_resident_bytes, resident_bytes_);
+  point(c, true);
+  if (keep_log) log.push_back({steps_, moment, c, true});
+}
+
+template <class T>
+void ChunkStore<T>::evict(int c, int moment) {
+  if (pinned_[c]) throw std::logic_error("chunk store: evicting a pinned chunk");
+  const T* s = arena_.get() + slot_[c];
+  auto t0 = Clock::now();
+  double bytes = 0;
+  for (int t : tensors_of_[c]) {
+    const ChunkTensor& x = tensors_[t];
+    std::memcpy(hp_ + x.offset, s + toff_[t], sizeof(T) * x.count);
+    std::memcpy(hg_ + x.offset, s + cap_[c] + toff_[t], sizeof(T) * x.count);
+    bytes += 2.0 * sizeof(T) * x.count;
+  }
+  st_.d2h_s += since(t0);
+  st_.d2h_bytes += bytes;
+  ++st_.d2h_moves;
+  slots_.erase(slot_[c]);
+  slot_[c] = -1;
+  resident_bytes_ -= chunk_bytes(c);
+  point(c, false);
+  if (keep_log) log.push_back({steps_, moment, c, false});
+}
+
+template <class T>
+int ChunkStore<T>::next_use(int c, int k) const {
+  const int Tm = moments_;
+  const auto& tr = trace_[c];
+  auto it = std::upper_bound(tr.begin(), tr.end(), k);
+  if (it != tr.end()) return *it;
+  return tr.empty() ? 2 * Tm : Tm + tr.front();
+}
+
+template <class T>
+void ChunkStore<T>::evict_to(double budget, int moment) {
+  double incoming = 0;
+  for (int c : pinned_list_)
+    if (slot_[c] < 0) incoming += chunk_bytes(c);
+  while (resident_bytes_ + incoming > budget) {
+    int victim = -1, best = -1;
+    for (int c = 0; c < chunks(); ++c) {
+      if (slot_[c] < 0 || pinned_[c]) continue;
+      const int key = warm_ ? 0 : next_use(c, moment);
+      if (victim < 0 || key > best) victim = c, best = key;  // strict: ties keep the lowest id
+    }
+    if (victim < 0) break;
+    evict(victim, moment);
+  }
+}
+
+template <class T>
+void ChunkStore<T>::begin_step() {
+  st_ = ChunkStepStats{};
+  st_.peak_resident_bytes = resident_bytes_;
+  max_moment_ = -1;
+}
+
+template <class T>
+void ChunkStore<T>::release() {
+  for (int c : pinned_list_) pinned_[c] = 0;
+  pinned_list_.clear();
+}
+
+template <class T>
+void ChunkStore<T>::access(int moment, const std::vector<int>& parts) {
+  if (host_phase_) throw std::logic_error("chunk store: access during the host (optimizer) phase");
+  release();
+  pinned_list_ = chunks_of(parts);
+  for (int c : pinned_list_) {
+    pinned_[c] = 1;
+    if (warm_ && (trace_[c].empty() || trace_[c].back() != moment)) trace_[c].push_back(moment);
+  }
+  max_moment_ = std::max(max_moment_, moment);
+  evict_to(warm_ ? warm_fraction_ * budget_ : budget_, moment);
+  for (int c : pinned_list_)
+    if (slot_[c] < 0) load(c, moment);
+}
+
+template <class T>
+void ChunkStore<T>::zero_resident_grads() {
+  for (const auto& [off, c] : slots_) std::fill(arena_.get() + off + cap_[c], arena_.get() + off + 2 * cap_[c], T(0));
+}
+
+template <class T>
+void ChunkStore<T>::host_phase_begin(int moment) {
+  release();
+  max_moment_ = std::max(max_moment_, moment);
+  evict_to(budget_ - 16.0 * (double)E_, moment);
+  auto t0 = Clock::now();
+  for (const auto& [off, c] : slots_) {
+    for (int t : tensors_of_[c]) {
+      const ChunkTensor& x = tensors_[t];
+      std::memcpy(hg_ + x.offset, arena_.get() + off + cap_[c] + toff_[t], sizeof(T) * x.count);
+      st_.adam_d2h_bytes += (double)sizeof(T) * x.count;
+    }
+    point(c, false);
+  }
+  st_.d2h_s += since(t0);
+  host_phase_ = true;
+}
+
+template <class T>
+void ChunkStore<T>::host_phase_end() {
+  auto t0 = Clock::now();
+  for (const auto& [off, c] : slots_) {
+    for (int t : tensors_of_[c]) {
+      const ChunkTensor& x = tensors_[t];
+      std::memcpy(arena_.get() + off + toff_[t], hp_ + x.offset, sizeof(T) * x.count);
+      st_.adam_h2d_bytes += (double)sizeof(T) * x.count;
+    }
+    point(c, true);
+  }
+  st_.h2d_s += since(t0);
+  host_phase_ = false;
+}
+
+template <class T>
+void ChunkStore<T>::evict_all() {
+  release();
+  if (host_phase_) throw std::logic_error("chunk store: evict_all during the host phase");
+  for (int c = 0; c < chunks(); ++c)
+    if (slot_[c] >= 0) evict(c, -1);
+}
+
+template <class T>
+void ChunkStore<T>::reset_trace() {
+  warm_ = true;
+  for (auto& tr : trace_) tr.clear();
+}
+
+template <class T>
+ChunkStepStats ChunkStore<T>::end_step() {
+  release();
+  if (warm_) {  // the warm-up step's accesses are the trace from now on
+    warm_ = false;
+    moments_ = max_moment_ + 1;
+  }
+  ++steps_;
+  return st_;
+}
+
+template class ChunkStore<float>;
+template class ChunkStore<double>;
+
+}  // namespace tp::exec

@@ -1,0 +1,141 @@
+// chunk_store: PatrickStar chunk-based offload for the executor (plan.offload {"kind": "chunked"}), the same
+// policy as the simulator's chunk manager (sim/chunks.hpp), applied to real memory.
+//
+// Memory. The HOST POOL is the rank's flat parameter and gradient buffers themselves (plain host arrays,
+// exec/gpt.hpp). The DEVICE POOL is one arena allocated once, of min(budget, all chunk slots) bytes (a budget
+// larger than every chunk never needs more; on the CPU backend it is its own heap block). A chunk resident on
+// the device lives in one arena SLOT of capacity x 2 elements: its parameters, then its gradients (PatrickStar
+// keeps an fp16 param chunk and reuses its slot for the fp16 gradient; the executor keeps fp32 / fp64 params
+// and grads, so a slot holds both and a move carries both). A move is a real memcpy of the chunk's tensors
+// between the flat buffers and the slot (counted in bytes actually copied and timed). Slots are placed
+// first-fit; when the free bytes suffice but no hole does, the arena is compacted (resident slots slide down;
+// not a move).
+// Pointer tables. Every tensor (parameter view) of the store has an entry in the caller's per-view tables
+// (params and grads): the address of its AUTHORITATIVE copy — the arena slot while resident, the flat buffer
+// otherwise. The model (Gpt / Gpt2d::p, g) and the runtime's ZeRO copies read and write through them.
+//
+// Policy (sim/chunks.hpp conventions, world = 1):
+// - Layout: layout_chunks over the tensors in module order (a tensor is never split; a larger tensor gets a
+//   chunk of its own sized to it); bytes of a chunk = capacity x 2 x sizeof(T) (slots are allocated whole).
+// - Moments: access(k, parts) at moment k of a step (the runtime: one per run, in order), then host_phase_begin
+//   (k = the ADAM moment). The FIRST step (and the first after reset_trace) is the warm-up: it records which
+//   moments touch each chunk.
+// - Per access, in this order: unpin the previous moment's chunks, pin (COMPUTE) the chunks of `parts`; evict
+//   (D2H) unpinned resident chunks while resident + incoming bytes > budget[k]; load (H2D) the needed chunks in
+//   chunk order. Budgets: warm-up steps warmup_fraction x budget, later steps the budget; the ADAM moment
+//   budget - 16 x chunk_elements bytes in every step (the simulator's `overall - 16 E`, PatrickStar's
+//   `overall - 4 * chunk_size * 4`). If nothing more can be evicted the loads proceed: the runtime checks
+//   beforehand that every moment's chunks fit the budget (fits_error), so the arena always holds them.
+// - Victim: warm-up, the lowest chunk id; later, Belady on the warm-up trace: the chunk whose next access
+//   after moment k is farthest (not again this step: T + its first access; never accessed: 2T, T = moments
+//   per step including ADAM), ties to the lowest chunk id.
+// - Adam is CPU Adam for every chunk (optimizer state stays in host arrays; no hybrid GPU Adam):
+//   host_phase_begin evicts to the ADAM budget, copies the gradients of the resident chunks D2H and points every
+//   table entry at the flat buffers; the optimizer then works on the flat buffers; host_phase_end copies the
+//   updated parameters of the resident chunks H2D and points the tables back at the arena. These copies count
+//   as adam_{d2h,h2d}_bytes (the simulator's "CPU-Adam chunk whose fp16 chunk is on the GPU"), not as moves.
+//   Parameters on the host stay valid for everything the optimizer reads: only the optimizer and ZeRO-3
+//   all-gathers write parameters, and an all-gather rewrites this rank's own slice with the same values.
+// Invariants (tested in tests/exec/test_chunk_store.cpp): resident bytes never exceed the arena (and, after
+// an access, the moment's budget unless only pinned chunks are resident); a pinned chunk is never evicted;
+// every moved byte is counted; the results of a run do not depend on the budget (copies are exact).
+#pragma once
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "sim/chunks.hpp"
+
+namespace tp::exec {
+
+// One tensor of the store: a view [offset, offset + count) of the flat buffers, its access part and its index
+// in the pointer tables.
+struct ChunkTensor {
+  long long offset = 0, count = 0;
+  int part = 0;
+  int view = 0;
+};
+
+// What one step moved (bytes actually copied; seconds measured around the memcpys).
+struct ChunkStepStats {
+  double h2d_bytes = 0, d2h_bytes = 0, h2d_s = 0, d2h_s = 0;
+  long long h2d_moves = 0, d2h_moves = 0;
+  double adam_h2d_bytes = 0, adam_d2h_bytes = 0;  // CPU Adam: grads of resident chunks out, params back
+  long long compactions = 0;
+  double peak_resident_bytes = 0;  // peak arena bytes held by resident chunk slots (capacity-based)
+};
+
+struct ChunkMoveLog {
+  int step = 0, moment = 0, chunk = 0;
+  bool to_device = false;
+};
+
+template <class T>
+class ChunkStore {
+ public:
+  // tensors in module order; parts = number of access parts (tensor.part < parts); the flat host buffers and
+  // the per-view pointer tables (entries of the store's tensors are set to the host addresses here).
+  ChunkStore(const std::vector<ChunkTensor>& tensors, int parts, long long chunk_elements, double budget_bytes,
+             double warmup_fraction, T* host_params, T* host_grads, std::vector<T*>& ptab, std::vector<T*>& gtab);
+
+  const ChunkLayout& layout() const { return lay_; }
+  int chunks() const { return (int)cap_.size(); }
+  double chunk_bytes(int c) const { return (double)cap_[c] * 2 * sizeof(T); }
+  double budget_bytes() const { return budget_; }
+  double arena_bytes() const { return (double)arena_elems_ * sizeof(T); }
+  double bytes_of_parts(const std::vector<int>& parts) const;  // slot bytes of the chunks these parts touch
+  std::vector<int> chunks_of(const std::vector<int>& parts) const;  // sorted, unique
+  bool warmup() const { return warm_; }
+
+  void begin_step();                 // resets the step's stats
+  void access(int moment, const std::vector<int>& parts);
+  void release();                    // unpins the current moment's chunks
+  void zero_resident_grads();        // the gradient halves of resident slots (the flat grads are the caller's)
+  void host_phase_begin(int moment); // the ADAM moment (see above)
+  void host_phase_end();
+  void evict_all();                  // every resident chunk back to the host (e.g. before the runtime rewrites them)
+  void reset_trace();                // the next step is a warm-up again (the access pattern changed)
+  ChunkStepStats end_step();         // closes the step (a warm-up step fixes the trace) and returns its stats
+
+  // Introspection for tests.
+  bool resident(int c) const { return slot_[c] >= 0; }
+  bool pinned(int c) const { return pinned_[c] != 0; }
+  double resident_bytes() const { return resident_bytes_; }
+  const std::vector<std::vector<int>>& trace() const { return trace_; }
+  bool keep_log = false;
+  std::vector<ChunkMoveLog> log;
+
+ private:
+  void evict(int c, int moment);
+  void load(int c, int moment);
+  long long place(long long elems);  // slot offset in the arena, -1 if no hole fits
+  void compact();
+  void point(int c, bool at_arena);
+  int next_use(int c, int k) const;
+  void evict_to(double budget, int moment);
+
+  std::vector<ChunkTensor> tensors_;
+  ChunkLayout lay_;
+  std::vector<long long> cap_;                    // capacity per chunk (elements)
+  std::vector<std::vector<int>> tensors_of_;      // per chunk, in order
+  std::vector<long long> toff_;                   // per tensor: offset inside its chunk
+  std::vector<std::vector<int>> chunks_of_part_;  // per part, sorted
+  long long E_ = 0;
+  double budget_ = 0, warm_fraction_ = 1;
+  T *hp_ = nullptr, *hg_ = nullptr;
+  std::vector<T*>&pt_, &gt_;
+  std::unique_ptr<T[]> arena_;
+  long long arena_elems_ = 0;
+  std::vector<long long> slot_;                   // per chunk: slot offset (elements) or -1
+  std::map<long long, int> slots_;                // offset -> chunk
+  std::vector<char> pinned_;
+  std::vector<int> pinned_list_;
+  double resident_bytes_ = 0;
+  bool warm_ = true, host_phase_ = false;
+  int steps_ = 0, moments_ = 0, max_moment_ = -1;
+  std::vector<std::vector<int>> trace_;           // per chunk: moments of the warm-up step that accessed it
+  ChunkStepStats st_;
+};
+
+}  // namespace tp::exec

@@ -1,0 +1,222 @@
+// The executor's chunk store (exec/chunk_store.hpp): the budget is never exceeded, pinned chunks are never
+// evicted, Belady picks the chunk used furthest in the future on a hand-built trace, every move is counted,
+// data survives moves and arena compaction exactly, and the moves of a steady step are the simulator's
+// (sim/chunks.hpp simulate_chunks) for the same tensors, moments and budget.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <numeric>
+#include <vector>
+
+#include "exec/chunk_store.hpp"
+#include "sim/chunks.hpp"
+
+using tp::exec::ChunkStore;
+using tp::exec::ChunkTensor;
+
+namespace {
+
+// A flat buffer of tensors (sizes given) with one part per tensor unless parts are given.
+struct Harness {
+  std::vector<ChunkTensor> ts;
+  std::vector<double> params, grads;
+  std::vector<double*> ptab, gtab;
+  Harness(const std::vector<long long>& sizes, const std::vector<int>& parts) {
+    long long off = 0;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      ts.push_back(ChunkTensor{off, sizes[i], parts[i], (int)i});
+      off += sizes[i];
+    }
+    params.resize(off);
+    grads.resize(off);
+    for (long long i = 0; i < off; ++i) params[i] = 0.5 + (double)i, grads[i] = -(double)i;
+    ptab.assign(sizes.size(), nullptr);
+    gtab.assign(sizes.size(), nullptr);
+  }
+  std::unique_ptr<ChunkStore<double>> store(int parts, long long E, double budget, double warm = 1.0) {
+    return std::make_unique<ChunkStore<double>>(ts, parts, E, budget, warm, params.data(), grads.data(), ptab, gtab);
+  }
+};
+
+// Runs `steps` steps of `moments` (then the ADAM moment) and checks the invariants after every access.
+void run_steps(ChunkStore<double>& s, const std::vector<std::vector<int>>& moments, int steps) {
+  for (int st = 0; st < steps; ++st) {
+    s.begin_step();
+    for (int k = 0; k < (int)moments.size(); ++k) {
+      s.access(k, moments[k]);
+      std::vector<int> need = s.chunks_of(moments[k]);
+      double need_bytes = 0;
+      for (int c : need) {
+        EXPECT_TRUE(s.resident(c)) << "step " << st << " moment " << k << " chunk " << c;
+        EXPECT_TRUE(s.pinned(c));
+        need_bytes += s.chunk_bytes(c);
+      }
+      EXPECT_LE(s.resident_bytes(), s.arena_bytes());
+      const double budget = s.warmup() ? s.budget_bytes() : s.budget_bytes();
+      EXPECT_TRUE(s.resident_bytes() <= budget || s.resident_bytes() == need_bytes);
+    }
+    s.host_phase_begin((int)moments.size());
+    s.host_phase_end();
+    s.end_step();
+  }
+}
+
+}  // namespace
+
+TEST(ChunkStore, LayoutIsTheSimulatorsAndTablesStartOnTheHost) {
+  Harness h({100, 30, 300, 50, 60}, {0, 0, 1, 1, 2});
+  auto s = h.store(3, 128, 1e9);
+  tp::ChunkSimInput in;
+  in.tensor_elements = {100, 30, 300, 50, 60};
+  in.tensor_part = {0, 0, 1, 1, 2};
+  in.parts = 3;
+  in.chunk_elements = 128;
+  tp::ChunkLayout want = tp::layout_chunks(in);
+  EXPECT_EQ(s->layout().chunk_of_tensor, want.chunk_of_tensor);
+  EXPECT_EQ(s->layout().chunk_elements, want.chunk_elements);
+  ASSERT_EQ(s->chunks(), 4);  // [100] [30] [300] [50 60]
+  for (size_t t = 0; t < h.ts.size(); ++t) {
+    EXPECT_EQ(h.ptab[t], h.params.data() + h.ts[t].offset);
+    EXPECT_EQ(h.gtab[t], h.grads.data() + h.ts[t].offset);
+  }
+  // A budget larger than every chunk allocates only the chunks' slots.
+  EXPECT_DOUBLE_EQ(s->arena_bytes(), (128 + 128 + 300 + 128) * 2 * 8.0);
+  EXPECT_EQ(s->chunks_of({1}), (std::vector<int>{2, 3}));
+  EXPECT_DOUBLE_EQ(s->bytes_of_parts({1, 2}), (300 + 128) * 16.0);
+}
+
+TEST(ChunkStore, BeladyEvictsTheChunkUsedFurthestAhead) {
+  // Four equal chunks (a tensor larger than chunk_elements gets its own chunk), room for two plus the ADAM
+  // moment's reservation of 16 x chunk_elements bytes (so nothing moves at ADAM). Moments: A B C A B, ADAM.
+  const long long E = 64, n = 256;
+  Harness h({n, n, n, n}, {0, 1, 2, 3});
+  auto s = h.store(4, E, 2 * n * 16.0 + 16.0 * E);
+  s->keep_log = true;
+  std::vector<std::vector<int>> moments = {{0}, {1}, {2}, {0}, {1}};
+  run_steps(*s, moments, 2);
+  auto evicted_at = [&](int step, int moment) {
+    std::vector<int> out;
+    for (const auto& m : s->log)
+      if (m.step == step && m.moment == moment && !m.to_device) out.push_back(m.chunk);
+    return out;
+  };
+  // Warm-up: equal priority, the lowest id (A) goes although it is needed next.
+  EXPECT_EQ(evicted_at(0, 2), std::vector<int>{0});
+  // Steady: A is next used at moment 3, B at 4: Belady evicts B.
+  EXPECT_EQ(evicted_at(1, 2), std::vector<int>{1});
+  EXPECT_EQ(evicted_at(1, 3), std::vector<int>{});  // A stayed
+  // The trace is the warm-up's accesses.
+  EXPECT_EQ(s->trace()[0], (std::vector<int>{0, 3}));
+  EXPECT_EQ(s->trace()[2], (std::vector<int>{2}));
+}
+
+TEST(ChunkStore, MovesAreCountedAndDataSurvivesExactly) {
+  // Uneven chunk sizes so that holes appear and the arena compacts.
+  Harness h({40, 200, 30, 30, 150, 90, 10, 250}, {0, 0, 1, 1, 2, 3, 3, 4});
+  const std::vector<double> p0 = h.params;
+  auto s = h.store(5, 64, (250 + 200 + 64) * 16.0);
+  s->keep_log = true;
+  std::vector<std::vector<int>> moments = {{0}, {1}, {2}, {4}, {3}, {4}, {2, 3}, {1}, {0}};
+  long long moves = 0;
+  double bytes = 0;
+  for (int st = 0; st < 4; ++st) {
+    s->begin_step();
+    for (int k = 0; k < (int)moments.size(); ++k) {
+      s->access(k, moments[k]);
+      // "compute": add 1 to the gradients of every tensor of the accessed parts, through the tables.
+      for (size_t t = 0; t < h.ts.size(); ++t)
+        if (std::find(moments[k].begin(), moments[k].end(), h.ts[t].part) != moments[k].end())
+          for (long long i = 0; i < h.ts[t].count; ++i) h.gtab[t][i] += 1.0;
+    }
+    s->host_phase_begin((int)moments.size());
+    for (double& g : h.grads) g *= 1.0;  // the optimizer reads the flat buffers
+    s->host_phase_end();
+    auto stats = s->end_step();
+    moves += stats.h2d_moves + stats.d2h_moves;
+    bytes += stats.h2d_bytes + stats.d2h_bytes;
+    EXPECT_LE(stats.peak_resident_bytes, s->arena_bytes());
+    EXPECT_GT(stats.h2d_moves, 0);
+  }
+  s->evict_all();
+  EXPECT_EQ(moves + 0, (long long)std::count_if(s->log.begin(), s->log.end(), [](auto& m) { return m.moment >= 0; }));
+  double logged = 0;
+  for (const auto& m : s->log)
+    if (m.moment >= 0)
+      for (size_t t = 0; t < h.ts.size(); ++t)
+        if (s->layout().chunk_of_tensor[t] == m.chunk) logged += 2.0 * 8 * h.ts[t].count;
+  EXPECT_DOUBLE_EQ(bytes, logged);
+  EXPECT_EQ(h.params, p0);  // parameters untouched by the moves
+  std::vector<int> uses(5, 0);
+  for (auto& m : moments)
+    for (int part : m) uses[part] += 4;
+  for (size_t t = 0; t < h.ts.size(); ++t)
+    for (long long i = 0; i < h.ts[t].count; ++i)
+      ASSERT_EQ(h.grads[h.ts[t].offset + i], -(double)(h.ts[t].offset + i) + uses[h.ts[t].part]) << "tensor " << t;
+  for (size_t t = 0; t < h.ts.size(); ++t) EXPECT_EQ(h.ptab[t], h.params.data() + h.ts[t].offset);
+}
+
+TEST(ChunkStore, PinnedChunksAreNeverEvictedAndTooSmallBudgetsThrow) {
+  Harness h({64, 64, 64}, {0, 1, 2});
+  auto s = h.store(3, 64, 2 * 64 * 16.0);
+  s->access(0, {0, 1});
+  EXPECT_TRUE(s->resident(0) && s->resident(1) && s->pinned(0) && s->pinned(1));
+  EXPECT_THROW(s->access(1, {0, 1, 2}), std::logic_error);  // three chunks cannot fit: the runtime checks first
+}
+
+TEST(ChunkStore, SteadyStepMovesAreTheSimulators) {
+  // A model-like sequence: embedding, 4 layers of mixed tensors, head; 1F1B-like moments for 2 micro-batches.
+  std::vector<long long> sizes = {300, 40};
+  std::vector<int> parts = {0, 0};
+  for (int l = 0; l < 4; ++l)
+    for (long long e : {8LL, 96LL, 12LL, 48LL, 8LL, 120LL, 16LL, 120LL, 8LL}) {
+      sizes.push_back(e);
+      parts.push_back(1 + l);
+    }
+  sizes.push_back(16);
+  parts.push_back(5);
+  Harness h(sizes, parts);
+  const long long E = 64;
+  std::vector<std::vector<int>> moments;
+  for (int mb = 0; mb < 2; ++mb) {
+    moments.push_back({1, 0});
+    moments.push_back({2});
+    moments.push_back({3});
+    moments.push_back({4, 5, 0});
+    moments.push_back({4, 5, 0});
+    moments.push_back({3});
+    moments.push_back({2});
+    moments.push_back({1, 0});
+  }
+  double most = 0;
+  for (const auto& m : moments) most = std::max(most, h.store(6, E, 1e9)->bytes_of_parts(m));
+  for (double budget_chunks : {1.0, 1.4, 2.0, 3.0}) {
+    const double budget = budget_chunks * most;
+    auto s = h.store(6, E, budget, 0.1);
+    s->keep_log = true;
+    run_steps(*s, moments, 3);
+    tp::ChunkSimInput in;
+    for (auto x : sizes) in.tensor_elements.push_back((double)x);
+    in.tensor_part = parts;
+    in.parts = 6;
+    in.chunk_elements = E;
+    in.moments = moments;
+    in.moments.push_back({});
+    in.moment_is_adam.assign(in.moments.size(), 0);
+    in.moment_is_adam.back() = 1;
+    in.nonmodel_bytes.assign(in.moments.size(), 0.0);
+    in.hbm_bytes = budget;
+    in.gpu_memory_fraction = 1.0;
+    in.warmup_chunk_fraction = 0.1;
+    in.hybrid_adam_margin = 0;  // no GPU Adam: the executor runs CPU Adam for every chunk
+    in.param_bytes = 16;        // params + grads in fp64
+    tp::ChunkSimResult r = tp::simulate_chunks(in);
+    std::vector<std::tuple<int, int, bool>> sim, ours;
+    for (const auto& m : r.moves) sim.emplace_back(m.moment, m.chunk, m.to_gpu);
+    for (const auto& m : s->log)
+      if (m.step == 2) ours.emplace_back(m.moment, m.chunk, m.to_device);
+    if (budget_chunks < 2) {  // tight budgets move every step
+      EXPECT_FALSE(sim.empty()) << budget_chunks;
+    }
+    EXPECT_EQ(ours, sim) << "budget " << budget_chunks << " chunks";
+  }
+}

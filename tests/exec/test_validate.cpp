@@ -1,0 +1,63 @@
+// `trainplan validate` on the tiny scenario with a quick profile: runs, prints, and writes the report's keys;
+// bad input exits 2 without writing the report.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "models/json_check.hpp"
+
+using tp::json;
+namespace fs = std::filesystem;
+
+std::string quick_profile();  // test_calibrate.cpp
+
+namespace {
+
+int sh(const std::string& cmd) {
+  int rc = std::system(cmd.c_str());
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
+}
+
+}  // namespace
+
+TEST(Validate, TinyScenarioWritesTheReport) {
+  std::string prof = quick_profile();
+  ASSERT_FALSE(prof.empty());
+  std::string out = prof + ".validate.json";
+  std::string sc = std::string(TP_SOURCE_DIR) + "/scenarios/exec/tiny-gpt.json";
+  ASSERT_EQ(sh(std::string(TP_BINARY) + " validate " + sc + " --profile " + prof + " --steps 3 --json " + out +
+               " > " + out + ".log 2>&1"), 0);
+  std::ifstream in(out);
+  json r = json::parse(in);
+  EXPECT_GT(r["predicted"]["step_time_s"].get<double>(), 0);
+  EXPECT_GT(r["measured"]["step_time_s"].get<double>(), 0);
+  EXPECT_GT(r["predicted"]["peak_memory_bytes"].get<double>(), 0);
+  EXPECT_GT(r["measured"]["peak_memory_bytes"].get<double>(), 0);
+  const json& cls = r["per_op_class"]["classes"];
+  for (const char* c : {"gemm", "attention", "elementwise", "optimizer", "tp_comm", "pp_comm", "dp_comm", "other"}) {
+    ASSERT_TRUE(cls.contains(c)) << c;
+    EXPECT_GE(cls[c]["predicted_s"].get<double>(), 0) << c;
+    EXPECT_GE(cls[c]["measured_s"].get<double>(), 0) << c;
+  }
+  EXPECT_GT(cls["gemm"]["measured_s"].get<double>(), 0);
+  EXPECT_GT(cls["gemm"]["predicted_s"].get<double>(), 0);
+}
+
+TEST(Validate, BadInputExits2) {
+  std::string prof = quick_profile();
+  ASSERT_FALSE(prof.empty());
+  std::string out = prof + ".bad.json";
+  std::string sc = std::string(TP_SOURCE_DIR) + "/scenarios/exec/tiny-gpt.json";
+  // Not a profile (a scenario is not a cluster object), a missing profile, a missing scenario.
+  EXPECT_EQ(sh(std::string(TP_BINARY) + " validate " + sc + " --profile " + sc + " --json " + out + " > /dev/null 2>&1"), 2);
+  EXPECT_EQ(sh(std::string(TP_BINARY) + " validate " + sc + " --profile /nonexistent.json --json " + out + " > /dev/null 2>&1"), 2);
+  EXPECT_EQ(sh(std::string(TP_BINARY) + " validate /nonexistent.json --profile " + prof + " --json " + out + " > /dev/null 2>&1"), 2);
+  EXPECT_EQ(sh(std::string(TP_BINARY) + " validate " + sc + " --json " + out + " > /dev/null 2>&1"), 2);
+  EXPECT_FALSE(fs::exists(out));
+}
