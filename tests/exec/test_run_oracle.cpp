@@ -56,7 +56,8 @@ json run(const std::string& file, int steps, bool fp64, int* code = nullptr, std
   std::string launcher;
   if (n > 1) {
 #ifdef TP_MPIEXEC
-    launcher = std::string(TP_MPIEXEC) + " -np " + std::to_string(n) + " --oversubscribe " + TP_MPI_ROOT_FLAG + " ";
+    // `timeout` turns a hung job into a failure (exit 124) instead of a stuck test.
+    launcher = "timeout 120 " + std::string(TP_MPIEXEC) + " -np " + std::to_string(n) + " --oversubscribe " + TP_MPI_ROOT_FLAG + " ";
 #else
     return nullptr;
 #endif
@@ -295,4 +296,33 @@ TEST(RunOracle, ChunkedOffloadUnderATightBudgetMatchesSingleRank) {
     expect_close(par, ref, "grad_norm", 1e-9, c.name);
     EXPECT_GT(par["offload"]["h2d_moves"][steps - 1].get<double>(), 0) << c.name;
   }
+}
+
+// Float32 parallel runs agree with the float32 single-rank run to 1e-4 (the float32 tolerance).
+TEST(RunOracle, ParallelPlansMatchSingleRankFloat32) {
+  if (!have_mpi()) GTEST_SKIP() << "built without MPI";
+  json ref = run(scenario("ref32", json::object()), 4, false);
+  ASSERT_FALSE(ref.is_null());
+  for (auto [name, plan] : std::vector<std::pair<const char*, json>>{
+           {"f32_dp2_tp2_pp2", {{"dp", 2}, {"tp", 2}, {"pp", 2}}},
+           {"f32_tp2d_dp2_zero3_layered", {{"tp", 4}, {"tp_mode", "2d"}, {"dp", 2}, {"zero", 3}, {"grad_accumulation", "layered"}}}}) {
+    json got = run(scenario(name, plan), 4, false);
+    ASSERT_FALSE(got.is_null()) << name;
+    expect_close(got, ref, "losses", 1e-4, name);
+    expect_close(got, ref, "grad_norm", 1e-4, name);
+  }
+}
+
+// A rank that fails ends the whole job quickly with a non-zero exit and its message — never a hang.
+TEST(RunOracle, FailingRankEndsTheJob) {
+  if (!have_mpi()) GTEST_SKIP() << "built without MPI";
+  std::string f = scenario("fail_dp2", {{"dp", 2}, {"zero", 3}, {"offload", {{"kind", "chunked"}, {"chunk_elements", 2048}}}});
+  int code = 0;
+  json r = run(f, 2, true, &code, "--device-budget 200000");  // too small for one layer: fails before step 0
+  EXPECT_TRUE(r.is_null());
+  EXPECT_NE(code, 0);
+  EXPECT_NE(code, 124) << "the job hung";
+  std::ifstream log(f + ".log");
+  std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("error"), std::string::npos) << text;
 }
