@@ -50,7 +50,7 @@ const char* kHelp =
     "                      [--power-w W]\n"
     "      measure this machine (GEMM, memory, element-wise ops; links under mpirun -np 2+) and write a cluster\n"
     "      profile for scenarios (\"cluster\": <its contents>)\n"
-    "  trainplan validate SCENARIO.json --profile PROFILE.json [--steps N] [--json FILE]\n"
+    "  trainplan validate SCENARIO.json --profile PROFILE.json [--steps N] [--json FILE] [--device-budget BYTES]\n"
     "      run the plan for N steps (under mpirun like run) and compare with the simulation on the profile:\n"
     "      step time, time per op class, peak memory\n"
     "  trainplan catalog [gpus|clusters|models]\n"
@@ -240,7 +240,7 @@ int cmd_calibrate(int argc, char** argv) {
 
 // Like run: every rank checks the input first (exit 2 everywhere, printed once); rank 0 simulates and reports.
 int cmd_validate(int argc, char** argv) {
-  Args a = parse_args(argc, argv, 2, {"--profile", "--steps", "--json"}, {"--quiet"});
+  Args a = parse_args(argc, argv, 2, {"--profile", "--steps", "--json", "--device-budget"}, {"--quiet"});
   exec::Comm& world = exec::world();
   exec::ValidateOptions o;
   json profile, rep;
@@ -252,6 +252,12 @@ int cmd_validate(int argc, char** argv) {
     long st = std::strtol(v.c_str(), &end, 10);
     if (!end || *end || st < 2 || st > 100000) throw Usage("--steps expects an integer >= 2, got " + v);
     o.steps = (int)st;
+    if (!a.value("--device-budget").empty()) {
+      std::string b = a.value("--device-budget");
+      double x = std::strtod(b.c_str(), &end);
+      if (!end || *end || !(x >= 1)) throw Usage("--device-budget expects a number of bytes >= 1, got " + b);
+      o.device_budget_bytes = x;
+    }
     Issues is;
     profile = parse_json_file(a.value("--profile"), a.value("--profile"), is);
     if (!is.empty()) throw InputError(is.messages);

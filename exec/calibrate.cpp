@@ -103,23 +103,25 @@ std::string fmt(const char* f, double x) {
 
 struct Gemm { double flops = 0, sec = 0; };
 
-// GEMM sweep: per size, square no / nt / tn products and a tall [4s, s] x [s, s] (full mode).
+// GEMM sweep on the training shapes of a linear layer with 4s tokens of width s (all 8 s^3 FLOPs): the
+// forward [4s, s] x [s, s] (NN), the input gradient [4s, s] x [s, s]^T (NT) and the weight gradient
+// [s, 4s] = ... [4s, s]^T x [4s, s] (TN), as exec/gpt.cpp calls ops::matmul. (Quick mode: NN and TN.)
 std::vector<std::vector<Gemm>> gemm_sweep(const CalibrateOptions& o, Comm& w) {
   std::vector<long> sizes = o.quick ? std::vector<long>{16, 64, 192, 512}
                                     : std::vector<long>{8, 16, 32, 64, 128, 192, 256, 384, 512, 768, 1024, 1536};
   const double min_s = o.quick ? 0.03 : 0.2;
   long smax = sizes.back();
-  std::vector<float> A = random_floats(4 * smax * smax, 1), B = random_floats(smax * smax, 2), C(4 * smax * smax);
+  std::vector<float> A = random_floats(4 * smax * smax, 1), B = random_floats(4 * smax * smax, 2), C(4 * smax * smax);
   std::vector<std::vector<Gemm>> out;
   for (long s : sizes) {
     std::vector<Gemm> row;
-    struct V { long m; bool ta, tb; };
-    std::vector<V> vars = o.quick ? std::vector<V>{{s, false, false}, {s, true, false}}
-                                  : std::vector<V>{{s, false, false}, {s, false, true}, {s, true, false}, {4 * s, false, false}};
+    struct V { long m, n, k; bool ta, tb; };
+    const V nn{4 * s, s, s, false, false}, nt{4 * s, s, s, false, true}, tn{s, s, 4 * s, true, false};
+    std::vector<V> vars = o.quick ? std::vector<V>{nn, tn} : std::vector<V>{nn, nt, tn};
     for (const V& v : vars) {
       w.barrier();
-      double t = per_call([&] { ops::matmul<float>(C.data(), A.data(), B.data(), v.m, s, s, v.ta, v.tb, 1.f, 0.f); }, min_s);
-      row.push_back({2.0 * (double)v.m * s * s, t});
+      double t = per_call([&] { ops::matmul<float>(C.data(), A.data(), B.data(), v.m, v.n, v.k, v.ta, v.tb, 1.f, 0.f); }, min_s);
+      row.push_back({2.0 * (double)v.m * v.n * v.k, t});
     }
     out.push_back(row);
   }
@@ -183,6 +185,29 @@ std::vector<Mix> elementwise_sweep(const CalibrateOptions& o, Comm& w) {
     // sim bytes (gpt, e = 4): fwd ln 8nh x2, resid 13nh x2, act 8nf; bwd resid 13nh x2, act 12nf, ln 16nh x2.
     double nh = (double)n * h, nf = (double)n * f;
     out.push_back({2 * 8 * nh + 2 * 13 * nh + 8 * nf + 2 * 13 * nh + 12 * nf + 2 * 16 * nh, t});
+  }
+  return out;
+}
+
+// The optimizer step as the runtime runs it (gradient-norm sum of squares, then AdamW) over n fp32 parameters,
+// charged with the simulator's optimizer traffic (sim/program_build.cpp, fp32: 24 B per parameter).
+struct Opt { double sim_bytes = 0, sec = 0; };
+
+std::vector<Opt> optimizer_sweep(const CalibrateOptions& o, Comm& w) {
+  std::vector<long> ns = o.quick ? std::vector<long>{1L << 20} : std::vector<long>{1L << 20, 1L << 21, 1L << 22, 1L << 23, 1L << 24};
+  const double min_s = o.quick ? 0.05 : 0.25;
+  long nmax = ns.back();
+  std::vector<float> p = random_floats(nmax, 10), g = random_floats(nmax, 11), m(nmax, 0.f), v(nmax, 0.f);
+  std::vector<Opt> out;
+  for (long n : ns) {
+    w.barrier();
+    double sink = 0;
+    double t = per_call([&] {
+      sink += ops::sum_squares<float>(g.data(), n);
+      ops::adamw<float>(p.data(), g.data(), m.data(), v.data(), n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 10);
+    }, min_s);
+    if (sink < 0) std::fprintf(stderr, " ");  // keep the sums
+    out.push_back({24.0 * (double)n, t});
   }
   return out;
 }
@@ -274,6 +299,8 @@ json calibrate_cpu(const CalibrateOptions& o, Comm& w) {
   auto triad = triad_sweep(o, w);
   say("element-wise sweep");
   auto mix = elementwise_sweep(o, w);
+  say("optimizer sweep");
+  auto opt = optimizer_sweep(o, w);
   say("kernel overhead");
   std::vector<float> one(4, 1.f);
   w.barrier();
@@ -303,12 +330,22 @@ json calibrate_cpu(const CalibrateOptions& o, Comm& w) {
     hbm_bw = std::max(hbm_bw, t.bw);
     tabout += (tabout.empty() ? "" : ", ") + fmt("%.3g B", t.bytes) + fmt(" %.3g B/s", t.bw);
   }
+  for (auto& q : opt) hbm_bw = std::max(hbm_bw, q.sim_bytes / q.sec);
   std::vector<std::pair<double, double>> epts;
-  std::string eabout;
+  std::string eabout, oabout;
+  double mix_max = 0;
   for (auto& m : mix) {
     double bw = m.sim_bytes / m.sec;
     epts.push_back({m.sim_bytes / m.ops, bw / hbm_bw});
+    mix_max = std::max(mix_max, m.sim_bytes / m.ops);
     eabout += (eabout.empty() ? "" : ", ") + fmt("%.3g B", m.sim_bytes / m.ops) + fmt(" %.3g B/s", bw);
+  }
+  // Beyond the layer ops' sizes the one element-wise op of a step is the optimizer: its points extend the curve.
+  for (auto& q : opt) {
+    if (q.sim_bytes <= mix_max) continue;
+    double bw = q.sim_bytes / q.sec;
+    epts.push_back({q.sim_bytes, bw / hbm_bw});
+    oabout += (oabout.empty() ? "" : ", ") + fmt("%.3g B", q.sim_bytes) + fmt(" %.3g B/s", bw);
   }
   const double mem = o.memory_bytes > 0 ? o.memory_bytes : ram / gpn;
   const double power = o.power_w > 0 ? o.power_w : 10.0;
@@ -321,7 +358,8 @@ json calibrate_cpu(const CalibrateOptions& o, Comm& w) {
                     " concurrent rank(s). matrix fp32 = best ops::matmul<float> over the sweep; efficiency by GEMM FLOPs (" + gabout +
                     "). fp16 / bf16: not supported by the backend (0). vector fp32: not measured, set to the matrix peak (unused by the cost model). HBM = this rank's share of RAM; bandwidth = best of the triad (ops::add, 12 B per element) over sizes and of the element-wise mix (triad: " +
                     tabout + "); memory efficiency from a GPT layer's element-wise ops charged with the simulator's bytes (" + eabout +
-                    "). kernel_overhead = one ops::add of 1 element. power: an estimate (" + fmt("%.0f W", power) + " per core)."},
+                    ") and, above those sizes, from the optimizer step (sum of squares + AdamW, 24 B per fp32 parameter: " +
+                    oabout + "). kernel_overhead = one ops::add of 1 element. power: an estimate (" + fmt("%.0f W", power) + " per core)."},
       {"matrix_flops_per_s", {{"fp32", peak}, {"fp16", 0.0}, {"bf16", 0.0}}},
       {"vector_flops_per_s", {{"fp32", peak}, {"fp16", 0.0}, {"bf16", 0.0}}},
       {"hbm_bytes", mem},

@@ -4,6 +4,7 @@
 // [gate Fl | up Fl] (SwiGLU).
 #include "gpt.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -185,7 +186,7 @@ template <class T>
 void Gpt<T>::embed_fwd(T* x, const int32_t* tokens, long B, long Tn) const {
   const long C = lay.s.C, N = B * Tn;
   if (!sp) return ops::embedding_fwd(x, tokens, p("wte"), lay.s.gelu ? p("wpe") : (const T*)nullptr, B, Tn, C);
-  std::vector<T> full(N * C);  // [N, C], then this rank's rows
+  Buf<T> full(N * C);  // [N, C], then this rank's rows
   ops::embedding_fwd(full.data(), tokens, p("wte"), lay.s.gelu ? p("wpe") : (const T*)nullptr, B, Tn, C);
   long nl = N / tp->size();
   std::memcpy(x, full.data() + tp->rank() * nl * C, sizeof(T) * nl * C);
@@ -195,7 +196,7 @@ template <class T>
 void Gpt<T>::embed_bwd(const T* dx, const int32_t* tokens, long B, long Tn) const {
   const long C = lay.s.C, N = B * Tn;
   if (!sp) return ops::embedding_bwd(g("wte"), lay.s.gelu ? g("wpe") : (T*)nullptr, dx, tokens, B, Tn, C);
-  std::vector<T> full(N * C);
+  Buf<T> full(N * C);
   gather_rows(tp, dx, full.data(), N / tp->size(), C);
   ops::embedding_bwd(g("wte"), lay.s.gelu ? g("wpe") : (T*)nullptr, full.data(), tokens, B, Tn, C);
 }
@@ -212,13 +213,13 @@ void Gpt<T>::layer_fwd(int wl, const T* x_in, T* x_out, LayerActs<T>& a, long B,
   const bool gl = s.gelu;
   if (a.x_in.data() != x_in) a.x_in.assign(x_in, x_in + Nl * C);
   // ln1 [Nl, C] on the shard; the QKV input is the full [N, C] (all-gathered under SP).
-  std::vector<T> ln(Nl * C);
+  Buf<T> ln(Nl * C);
   a.ln1_mean.resize(Nl); a.ln1_rstd.resize(Nl);
   ops::layernorm_fwd(ln.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x_in, p(P + "ln1_w"),
                      gl ? p(P + "ln1_b") : (const T*)nullptr, Nl, C, T(1e-5));
   if (sp) { a.ln1.resize(N * C); gather_rows(tp, ln.data(), a.ln1.data(), Nl, C); }
   else a.ln1 = std::move(ln);
-  std::vector<T> qkv(N * Q);                                                       // [N, Q]
+  Buf<T> qkv(N * Q);                                                       // [N, Q]
   ops::matmul(qkv.data(), a.ln1.data(), p(P + "qkv_w"), N, Q, C, false, false, T(1), T(0));
   if (gl) ops::add_bias(qkv.data(), qkv.data(), p(P + "qkv_b"), N, Q);
   a.q.resize(N * Hl * D); a.k.resize(N * Kl * D); a.v.resize(N * Kl * D);         // [B, Tn, heads, D]
@@ -231,7 +232,7 @@ void Gpt<T>::layer_fwd(int wl, const T* x_in, T* x_out, LayerActs<T>& a, long B,
   a.att.resize((size_t)B * Hl * Tn * Tn);                                         // [B, Hl, Tn, Tn]
   a.attn.resize(N * Hl * D);                                                      // [N, Hl D]
   ops::attention_fwd(a.attn.data(), a.att.data(), a.q.data(), a.k.data(), a.v.data(), B, Tn, Hl, Kl, D);
-  std::vector<T> y(N * C);                                                        // [N, C] partial over tp
+  Buf<T> y(N * C);                                                        // [N, C] partial over tp
   ops::matmul(y.data(), a.attn.data(), p(P + "proj_w"), N, C, Hl * D, false, false, T(1), T(0));
   a.x_mid.resize(Nl * C);                                                         // [Nl, C]
   if (sp) reduce_scatter_rows(tp, y.data(), a.x_mid.data(), Nl, C);
@@ -241,7 +242,7 @@ void Gpt<T>::layer_fwd(int wl, const T* x_in, T* x_out, LayerActs<T>& a, long B,
   }
   if (gl) ops::add_bias(a.x_mid.data(), a.x_mid.data(), p(P + "proj_b"), Nl, C);
   ops::add(a.x_mid.data(), a.x_mid.data(), x_in, Nl * C);
-  std::vector<T> ln2(Nl * C);
+  Buf<T> ln2(Nl * C);
   a.ln2_mean.resize(Nl); a.ln2_rstd.resize(Nl);
   ops::layernorm_fwd(ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.x_mid.data(), p(P + "ln2_w"),
                      gl ? p(P + "ln2_b") : (const T*)nullptr, Nl, C, T(1e-5));
@@ -254,7 +255,7 @@ void Gpt<T>::layer_fwd(int wl, const T* x_in, T* x_out, LayerActs<T>& a, long B,
   if (gl) ops::gelu_fwd(a.act.data(), a.fc1.data(), N * Fl);
   else ops::swiglu_fwd(a.act.data(), a.fc1.data(), N, Fl);
   if (sp) {
-    std::vector<T> z(N * C);                                                      // [N, C] partial
+    Buf<T> z(N * C);                                                      // [N, C] partial
     ops::matmul(z.data(), a.act.data(), p(P + "fc2_w"), N, C, Fl, false, false, T(1), T(0));
     reduce_scatter_rows(tp, z.data(), x_out, Nl, C);
   } else {
@@ -276,50 +277,66 @@ void Gpt<T>::layer_bwd(int wl, const T* dx_out, T* dx_in, LayerActs<T>& a, long 
   std::string P = pre;
   const bool gl = s.gelu;
   // MLP: z = act fc2_w (+ b), x_out = x_mid + z.
-  std::vector<T> dx_mid(dx_out, dx_out + Nl * C);                                // [Nl, C]
+  // Saved tensors are released (or reused as gradient buffers) as soon as they are consumed.
+  auto release = [](Buf<T>& v) { Buf<T>().swap(v); };
+  Buf<T> dx_mid(dx_out, dx_out + Nl * C);                                        // [Nl, C]
   if (gl) ops::bias_bwd(g(P + "fc2_b"), dx_out, Nl, C);
-  std::vector<T> dz_full;                                                        // [N, C] (SP: all-gathered)
+  Buf<T> dz_full;                                                                // [N, C] (SP: all-gathered)
   const T* dz = dx_out;
   if (sp) { dz_full.resize(N * C); gather_rows(tp, dx_out, dz_full.data(), Nl, C); dz = dz_full.data(); }
-  std::vector<T> dact(N * Fl, T(0));                                             // [N, Fl]
-  ops::matmul(dact.data(), dz, p(P + "fc2_w"), N, Fl, C, false, true, T(1), T(0));
   ops::matmul(g(P + "fc2_w"), a.act.data(), dz, Fl, C, N, true, false, T(1), T(1));
-  std::vector<T> dfc1(N * F1, T(0));                                             // [N, F1]
-  if (gl) ops::gelu_bwd(dfc1.data(), a.fc1.data(), dact.data(), N * Fl);
-  else ops::swiglu_bwd(dfc1.data(), a.fc1.data(), dact.data(), N, Fl);
+  T* dact = a.act.data();                                                        // [N, Fl], over the used act
+  ops::matmul(dact, dz, p(P + "fc2_w"), N, Fl, C, false, true, T(1), T(0));
+  release(dz_full);
+  Buf<T> dfc1(N * F1);                                                           // [N, F1]
+  std::fill(dfc1.begin(), dfc1.end(), T(0));
+  if (gl) ops::gelu_bwd(dfc1.data(), a.fc1.data(), dact, N * Fl);
+  else ops::swiglu_bwd(dfc1.data(), a.fc1.data(), dact, N, Fl);
+  release(a.act);
+  release(a.fc1);
   if (gl) ops::bias_bwd(g(P + "fc1_b"), dfc1.data(), N, F1);
   ops::matmul(g(P + "fc1_w"), a.ln2.data(), dfc1.data(), C, F1, N, true, false, T(1), T(1));
-  std::vector<T> dln(N * C), dln_loc(Nl * C);                                    // [N, C] partial, [Nl, C]
+  release(a.ln2);
+  Buf<T> dln(N * C), dln_sh(sp ? Nl * C : 0);                                    // [N, C] partial; SP: [Nl, C]
+  T* dln_loc = sp ? dln_sh.data() : dln.data();
   ops::matmul(dln.data(), dfc1.data(), p(P + "fc1_w"), N, C, F1, false, true, T(1), T(0));
-  if (sp) reduce_scatter_rows(tp, dln.data(), dln_loc.data(), Nl, C);
-  else { if (tp) tp->all_reduce_sum(dln.data(), N * C, dt(T{})); dln_loc = dln; }
-  ops::layernorm_bwd(dx_mid.data(), g(P + "ln2_w"), gl ? g(P + "ln2_b") : (T*)nullptr, dln_loc.data(), a.x_mid.data(),
+  release(dfc1);
+  if (sp) reduce_scatter_rows(tp, dln.data(), dln_loc, Nl, C);
+  else if (tp) tp->all_reduce_sum(dln.data(), N * C, dt(T{}));
+  ops::layernorm_bwd(dx_mid.data(), g(P + "ln2_w"), gl ? g(P + "ln2_b") : (T*)nullptr, dln_loc, a.x_mid.data(),
                      p(P + "ln2_w"), a.ln2_mean.data(), a.ln2_rstd.data(), Nl, C);
+  release(a.x_mid);
   // Attention: y = attn proj_w (+ b), x_mid = x_in + y.
   if (gl) ops::bias_bwd(g(P + "proj_b"), dx_mid.data(), Nl, C);
-  std::vector<T> dy_full;
+  Buf<T> dy_full;
   const T* dy = dx_mid.data();
   if (sp) { dy_full.resize(N * C); gather_rows(tp, dx_mid.data(), dy_full.data(), Nl, C); dy = dy_full.data(); }
-  std::vector<T> dattn(N * Hl * D);                                              // [N, Hl D]
-  ops::matmul(dattn.data(), dy, p(P + "proj_w"), N, Hl * D, C, false, true, T(1), T(0));
   ops::matmul(g(P + "proj_w"), a.attn.data(), dy, Hl * D, C, N, true, false, T(1), T(1));
-  std::vector<T> dq(N * Hl * D, T(0)), dk(N * Kl * D, T(0)), dv(N * Kl * D, T(0));
-  ops::attention_bwd(dq.data(), dk.data(), dv.data(), dattn.data(), a.att.data(), a.q.data(), a.k.data(), a.v.data(), B,
+  T* dattn = a.attn.data();                                                      // [N, Hl D], over the used attn
+  ops::matmul(dattn, dy, p(P + "proj_w"), N, Hl * D, C, false, true, T(1), T(0));
+  release(dy_full);
+  Buf<T> dq(N * Hl * D), dk(N * Kl * D), dv(N * Kl * D);
+  for (Buf<T>* d : {&dq, &dk, &dv}) std::fill(d->begin(), d->end(), T(0));
+  ops::attention_bwd(dq.data(), dk.data(), dv.data(), dattn, a.att.data(), a.q.data(), a.k.data(), a.v.data(), B,
                      Tn, Hl, Kl, D);
-  std::vector<T> dqkv(N * Q);                                                    // [N, Q]
+  for (Buf<T>* v : {&a.att, &a.attn, &a.q, &a.k, &a.v}) release(*v);
+  Buf<T> dqkv(N * Q);                                                            // [N, Q]
   for (long i = 0; i < N; ++i) {
     T* row = dqkv.data() + i * Q;
     std::memcpy(row, dq.data() + i * Hl * D, sizeof(T) * Hl * D);
     std::memcpy(row + Hl * D, dk.data() + i * Kl * D, sizeof(T) * Kl * D);
     std::memcpy(row + (Hl + Kl) * D, dv.data() + i * Kl * D, sizeof(T) * Kl * D);
   }
+  for (Buf<T>* d : {&dq, &dk, &dv}) release(*d);
   if (gl) ops::bias_bwd(g(P + "qkv_b"), dqkv.data(), N, Q);
   ops::matmul(g(P + "qkv_w"), a.ln1.data(), dqkv.data(), C, Q, N, true, false, T(1), T(1));
+  release(a.ln1);
   ops::matmul(dln.data(), dqkv.data(), p(P + "qkv_w"), N, C, Q, false, true, T(1), T(0));
-  if (sp) reduce_scatter_rows(tp, dln.data(), dln_loc.data(), Nl, C);
-  else { if (tp) tp->all_reduce_sum(dln.data(), N * C, dt(T{})); dln_loc = dln; }
+  release(dqkv);
+  if (sp) reduce_scatter_rows(tp, dln.data(), dln_loc, Nl, C);
+  else if (tp) tp->all_reduce_sum(dln.data(), N * C, dt(T{}));
   std::memcpy(dx_in, dx_mid.data(), sizeof(T) * Nl * C);
-  ops::layernorm_bwd(dx_in, g(P + "ln1_w"), gl ? g(P + "ln1_b") : (T*)nullptr, dln_loc.data(), a.x_in.data(),
+  ops::layernorm_bwd(dx_in, g(P + "ln1_w"), gl ? g(P + "ln1_b") : (T*)nullptr, dln_loc, a.x_in.data(),
                      p(P + "ln1_w"), a.ln1_mean.data(), a.ln1_rstd.data(), Nl, C);
 }
 
@@ -332,7 +349,7 @@ T Gpt<T>::head_fwd(const T* x, const int32_t* targets, HeadActs<T>& a, long B, l
   a.lnf.resize(N * C); a.lnf_mean.resize(N); a.lnf_rstd.resize(N);
   ops::layernorm_fwd(a.lnf.data(), a.lnf_mean.data(), a.lnf_rstd.data(), x, p("lnf_w"),
                      s.gelu ? p("lnf_b") : (const T*)nullptr, N, C, T(1e-5));
-  std::vector<T> logits(N * V);                                                  // [N, V]
+  Buf<T> logits(N * V);                                                  // [N, V]
   ops::matmul(logits.data(), a.lnf.data(), p("wte"), N, V, C, false, true, T(1), T(0));
   a.probs.resize(N * V);
   return ops::cross_entropy_fwd(a.probs.data(), logits.data(), targets, N, V);
@@ -342,15 +359,21 @@ template <class T>
 void Gpt<T>::head_bwd(T* dx, const int32_t* targets, HeadActs<T>& a, long B, long Tn, T scale) const {
   const GptShape& s = lay.s;
   const long N = B * Tn, C = s.C, V = s.V;
-  std::vector<T> dlogits(N * V, T(0));                                           // [N, V]
+  Buf<T> dlogits(N * V);                                                         // [N, V]
+  std::fill(dlogits.begin(), dlogits.end(), T(0));
   ops::cross_entropy_bwd(dlogits.data(), a.probs.data(), targets, N, V, scale);
+  Buf<T>().swap(a.probs);
   ops::matmul(g("wte"), dlogits.data(), a.lnf.data(), V, C, N, true, false, T(1), T(1));
-  std::vector<T> dlnf(N * C), dfull(N * C, T(0));
+  Buf<T> dlnf(N * C), dfull(sp ? N * C : 0);
+  T* dfp = sp ? dfull.data() : dx;  // without SP the gradient goes straight to dx
+  std::fill(dfp, dfp + N * C, T(0));
   ops::matmul(dlnf.data(), dlogits.data(), p("wte"), N, C, V, false, false, T(1), T(0));
-  ops::layernorm_bwd(dfull.data(), g("lnf_w"), s.gelu ? g("lnf_b") : (T*)nullptr, dlnf.data(), a.x_in.data(), p("lnf_w"),
+  ops::layernorm_bwd(dfp, g("lnf_w"), s.gelu ? g("lnf_b") : (T*)nullptr, dlnf.data(), a.x_in.data(), p("lnf_w"),
                      a.lnf_mean.data(), a.lnf_rstd.data(), N, C);
-  long nl = sp ? N / tp->size() : N;  // SP: this rank's rows of the input gradient
-  std::memcpy(dx, dfull.data() + (sp ? tp->rank() * nl * C : 0), sizeof(T) * nl * C);
+  if (sp) {  // this rank's rows of the input gradient
+    long nl = N / tp->size();
+    std::memcpy(dx, dfull.data() + tp->rank() * nl * C, sizeof(T) * nl * C);
+  }
 }
 
 template std::vector<float> init_full_params<float>(const GptShape&, uint64_t);

@@ -13,7 +13,9 @@
 // split: the embedding and head are replicated across tp ranks (their gradients are identical).
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "exec/comm.hpp"
@@ -62,12 +64,26 @@ std::vector<T> init_full_params(const GptShape& full, uint64_t seed);
 template <class T>
 std::vector<T> shard_params(const GptLayout& full, const std::vector<T>& full_params, const GptLayout& shard);
 
+// An allocator whose resize() leaves new elements uninitialised (default-init) instead of zero-filling them:
+// activations and scratch are always written before they are read, so the zero fill would be pure overhead.
+template <class T>
+struct NoInitAlloc : std::allocator<T> {
+  template <class U> struct rebind { using other = NoInitAlloc<U>; };
+  NoInitAlloc() = default;
+  template <class U> NoInitAlloc(const NoInitAlloc<U>&) noexcept {}
+  template <class U> void construct(U* p) noexcept { ::new ((void*)p) U; }
+  template <class U, class... A> void construct(U* p, A&&... a) { ::new ((void*)p) U(std::forward<A>(a)...); }
+};
+template <class T>
+using Buf = std::vector<T, NoInitAlloc<T>>;
+
 // Saved activations of one layer for one micro-batch (sizes per tp rank); the backward needs them (or a
-// recompute of the layer from its input).
+// recompute of the layer from its input). Gpt::layer_bwd consumes them: it releases (or reuses as gradient
+// scratch) each saved tensor once it is no longer needed, as an autograd engine frees saved tensors.
 template <class T>
 struct LayerActs {
-  std::vector<T> x_in;                 // [N, C] layer input (kept even with full recompute)
-  std::vector<T> ln1, ln1_mean, ln1_rstd, q, k, v, att, attn, x_mid, ln2, ln2_mean, ln2_rstd, fc1, act;
+  Buf<T> x_in;                         // [N, C] layer input (kept even with full recompute)
+  Buf<T> ln1, ln1_mean, ln1_rstd, q, k, v, att, attn, x_mid, ln2, ln2_mean, ln2_rstd, fc1, act;
   void clear_all_but_input();
   size_t bytes() const;
 };
@@ -75,7 +91,7 @@ struct LayerActs {
 // Activations of the head for one micro-batch.
 template <class T>
 struct HeadActs {
-  std::vector<T> x_in, lnf, lnf_mean, lnf_rstd, probs;
+  Buf<T> x_in, lnf, lnf_mean, lnf_rstd, probs;
 };
 
 // Sequence parallelism (Megatron SP, `sp` with tp > 1): between the attention and MLP blocks activations are

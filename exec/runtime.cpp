@@ -17,6 +17,9 @@
 // layer; the store makes them resident and pins them before the run's first use; the optimizer is the ADAM
 // moment (CPU Adam on the flat buffers between host_phase_begin / host_phase_end).
 #include <sys/resource.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
 #include <algorithm>
 #include <chrono>
@@ -436,8 +439,8 @@ struct RankRun {
             if (p.recompute == Recompute::selective) { a.att.clear(); a.att.shrink_to_fit(); }
           } else {
             if (p.recompute == Recompute::full) {
-              std::vector<T> xin = a.x_in, scratch(X);
-              model.layer_fwd(wl, xin.data(), scratch.data(), a, b, Tn);
+              // The saved input is read in place; the layer output goes to y, which layer_bwd overwrites.
+              model.layer_fwd(wl, a.x_in.data(), y.data(), a, b, Tn);
             } else if (p.recompute == Recompute::selective) {  // rebuild the attention probabilities
               long Bl, Hl, Kl, Dh;
               model.attn_dims(b, Bl, Hl, Kl, Dh);
@@ -680,6 +683,14 @@ struct RankRun {
 }  // namespace
 
 RunResult run_training(const Scenario& sc, const RunOptions& o, Comm& world) {
+#ifdef __GLIBC__
+  // Keep freed memory in the process (the CPU analogue of a GPU framework's caching allocator): every
+  // micro-batch allocates and frees the same activation sizes, and handing them back to the OS (heap trim,
+  // munmap of blocks over the mmap threshold) would page-fault them in again each time. 32 MiB is glibc's
+  // largest mmap threshold; blocks above it (none in the validate models) are still mapped per allocation.
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+#endif
   if (o.fp64) { RankRun<double> r(sc, o, world); return r.run(); }
   RankRun<float> r(sc, o, world);
   return r.run();

@@ -100,12 +100,19 @@ json validate_run(const std::string& file, const json& profile, const std::strin
   sj["training"]["precision"] = "fp32";
   sj["training"]["grad_precision"] = "fp32";
   sj["plan"]["overlap_grad_reduce"] = false;
+  if (o.device_budget_bytes > 0 && run_sc.plan.offload.kind == OffloadKind::chunked) {
+    double hbm = prof_cl.contains("gpu") && prof_cl["gpu"].is_object() && prof_cl["gpu"].contains("hbm_bytes") &&
+                         prof_cl["gpu"]["hbm_bytes"].is_number() ? prof_cl["gpu"]["hbm_bytes"].get<double>() : 0;
+    if (hbm <= 0) throw InputError({profile_file + ": $.gpu.hbm_bytes: expected a number > 0 (needed by --device-budget)"});
+    sj["plan"]["offload"]["gpu_memory_fraction"] = std::min(1.0, o.device_budget_bytes / hbm);
+  }
   std::string dir = std::filesystem::path(file).parent_path().string();
   Scenario sim_sc = scenario_from_json(sj, dir.empty() ? "." : dir, file + " (cluster = " + profile_file + ")");
 
   // ---- measured (every rank) -----------------------------------------------------------------------------------
   RunOptions ro;
   ro.steps = std::max(2, o.steps);
+  ro.device_budget_bytes = o.device_budget_bytes;
   {  // a one-step warm-up run (not measured): first-touch page faults, malloc's adaptive thresholds, caches
     RunOptions warm = ro;
     warm.steps = 1;

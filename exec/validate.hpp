@@ -17,6 +17,8 @@
 // Predicted: step_time_s, peak_bytes_per_gpu, and per class the cost model's op times (Result.prog.cm passes,
 // recompute ops in their class) summed over each simulated rank's compute tasks; optimizer, pp (exposed +
 // bubble) and dp (exposed) from the rank's breakdown.
+// With plan.offload "chunked" the measured peak is the whole process heap (host copies, Adam state and the
+// "device" arena all live in RAM), while the simulator's peak is device memory only: compare step times there.
 #pragma once
 #include <string>
 
@@ -27,6 +29,9 @@ namespace tp::exec {
 
 struct ValidateOptions {
   int steps = 4;  // >= 2: the first step is warm-up
+  // plan.offload "chunked": the executor's per-rank device arena (0: gpu_memory_fraction x the scenario
+  // cluster's HBM). The simulated scenario gets gpu_memory_fraction = this / the profile's hbm_bytes.
+  double device_budget_bytes = 0;
 };
 
 // Collective over `world` (world.size() must equal the plan's ranks: checked, InputError otherwise).

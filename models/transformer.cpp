@@ -54,9 +54,10 @@ static Transformer read_inline(const json& v, const std::string& path, Issues& i
   m.seq_len = r.req_int("seq_len", 1, 100000000);
   m.activation = (Activation)r.opt_enum("activation", {"gelu", "swiglu"}, 0);
   m.tied_embeddings = r.opt_bool("tied_embeddings", true);
+  m.dropout = r.opt_bool("dropout", m.activation == Activation::gelu);
   if (const json* moe = r.get("moe")) m.moe = read_moe(*moe, r.at("moe"), m.layers, issues);
   r.finish({"name", "about", "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len", "activation",
-            "tied_embeddings", "moe"});
+            "tied_embeddings", "dropout", "moe"});
   if (issues.messages.size() == before) check_shape(m, path, issues);  // shapes of defaulted fields would mislead
   return m;
 }
@@ -99,6 +100,7 @@ Transformer read_hf_config(const std::string& file, const std::string& path, Iss
   else issues.add(path + " (" + file + ").hidden_act", "expected a gelu variant or silu, got \"" + act + "\"");
   auto tie = j.find("tie_word_embeddings");
   m.tied_embeddings = (tie != j.end() && tie->is_boolean()) ? tie->get<bool>() : true;
+  m.dropout = m.activation == Activation::gelu;
   if (issues.messages.size() == before) check_shape(m, path, issues);  // shapes of defaulted fields would mislead
   return m;
 }
@@ -144,6 +146,7 @@ json transformer_to_json(const Transformer& m) {
           {"vocab", m.vocab},     {"seq_len", m.seq_len},
           {"activation", m.activation == Activation::gelu ? "gelu" : "swiglu"},
           {"tied_embeddings", m.tied_embeddings}};
+  if (m.dropout != (m.activation == Activation::gelu)) j["dropout"] = m.dropout;  // only when not the default
   if (m.moe.experts > 0)
     j["moe"] = {{"experts", m.moe.experts}, {"top_k", m.moe.top_k}, {"capacity_factor", m.moe.capacity_factor},
                 {"every", m.moe.every}};

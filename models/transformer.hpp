@@ -30,6 +30,8 @@ struct Transformer {
   long long seq_len = 0;     // default sequence length
   Activation activation = Activation::gelu;
   bool tied_embeddings = true;
+  bool dropout = true;       // dropout after attention probabilities, residual branches and embeddings (default:
+                             // true for gelu, false for swiglu); false drops its ops and masks from the cost
   Moe moe;
   long long head_dim() const { return hidden / heads; }
   bool is_moe_layer(long long l) const { return moe.experts > 0 && (l + 1) % moe.every == 0; }

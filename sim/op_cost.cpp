@@ -55,12 +55,13 @@ CostModel build_cost_model(const Scenario& sc, const TpComm& tpc) {
   const double tsp = sp ? t : 1;
   const bool gpt = m.activation == Activation::gelu;  // GPT-style: biases, learned positions, dropout
   const bool swiglu = !gpt;
+  const bool drop = m.dropout;                        // dropout ops and masks (default: GPT-style models)
   detail::Ctx c{&sc.cluster.gpu, sc.training.precision, &tpc, p.tp, sp, (double)precision_bytes(sc.training.precision)};
   c.g_ep = p.ep;
   const double e = c.e;
   const double scores = b * (a / t) * s * s;  // attention score elements per rank
   const double f_in = swiglu ? 2 * f : f;      // fc1 output width (gate and up for SwiGLU)
-  const double mask = gpt ? 1 : 0;             // dropout masks are 1 byte per element
+  const double mask = drop ? 1 : 0;            // dropout masks are 1 byte per element
 
   CostModel cm;
   // ---- layer forward: attention half, dense MLP half ------------------------------------------------------
@@ -69,7 +70,7 @@ CostModel build_cost_model(const Scenario& sc, const TpComm& tpc) {
     Op sm = c.elem("attn.softmax", 2 * e * scores, OpClass::attention);
     Op av = c.bgemm("attn.av", b * a / t, s, s, (double)m.head_dim());
     for (Op* op : {&qk, &sm}) { op->recompute = recompute; pc.add(*op); }
-    if (gpt) { Op dr = c.elem("attn.dropout", (2 * e + 1) * scores, OpClass::attention); dr.recompute = recompute; pc.add(dr); }
+    if (drop) { Op dr = c.elem("attn.dropout", (2 * e + 1) * scores, OpClass::attention); dr.recompute = recompute; pc.add(dr); }
     av.recompute = recompute;
     pc.add(av);
   };
@@ -81,7 +82,7 @@ CostModel build_cost_model(const Scenario& sc, const TpComm& tpc) {
     attention_core(pc, recompute);
     add(c.gemm("proj", n, h / t, h));                            // [n,h/t] x [h/t,h]
     add(c.comm(sp ? "tp.rs1" : "tp.ar1", sp ? Coll::reduce_scatter : Coll::all_reduce, e * n * h, pc));
-    add(c.elem("resid1", (3 * e + (gpt ? 1 : 0)) * n * h / tsp));
+    add(c.elem("resid1", (3 * e + mask) * n * h / tsp));
   };
   auto mlp_fwd = [&](PassCost& pc, bool recompute) {
     auto add = [&](Op op) { op.recompute = recompute; pc.add(op); };
@@ -91,7 +92,7 @@ CostModel build_cost_model(const Scenario& sc, const TpComm& tpc) {
     add(c.elem("act", (swiglu ? 3 : 2) * e * n * f / t));
     add(c.gemm("fc2", n, f / t, h));                             // [n,f/t] x [f/t,h]
     add(c.comm(sp ? "tp.rs2" : "tp.ar2", sp ? Coll::reduce_scatter : Coll::all_reduce, e * n * h, pc));
-    add(c.elem("resid2", (3 * e + (gpt ? 1 : 0)) * n * h / tsp));
+    add(c.elem("resid2", (3 * e + mask) * n * h / tsp));
   };
   {
     PassCost fwd;
@@ -117,19 +118,19 @@ CostModel build_cost_model(const Scenario& sc, const TpComm& tpc) {
     pc.add(c.gemm(std::string(name) + ".wgrad", K_in, n, N_out));
   };
   auto mlp_bwd = [&](PassCost& pc) {
-    pc.add(c.elem("resid2.bwd", (3 * e + (gpt ? 1 : 0)) * n * h / tsp));
+    pc.add(c.elem("resid2.bwd", (3 * e + mask) * n * h / tsp));
     row_bwd(pc, "fc2", f / t, h, "fc2");
     pc.add(c.elem("act.bwd", (swiglu ? 5 : 3) * e * n * f / t));
     column_bwd(pc, "fc1", h, f_in / t, "fc1");
     pc.add(c.elem("ln2.bwd", 4 * e * n * h / tsp));
   };
   auto attention_bwd = [&](PassCost& pc) {
-    pc.add(c.elem("resid1.bwd", (3 * e + (gpt ? 1 : 0)) * n * h / tsp));
+    pc.add(c.elem("resid1.bwd", (3 * e + mask) * n * h / tsp));
     row_bwd(pc, "proj", h / t, h, "proj");
     double bh = b * a / t, dh = (double)m.head_dim();
     pc.add(c.bgemm("attn.av.dgrad", bh, s, dh, s));
     pc.add(c.bgemm("attn.av.wgrad", bh, s, s, dh));
-    if (gpt) pc.add(c.elem("attn.dropout.bwd", (2 * e + 1) * scores, OpClass::attention));
+    if (drop) pc.add(c.elem("attn.dropout.bwd", (2 * e + 1) * scores, OpClass::attention));
     pc.add(c.elem("attn.softmax.bwd", 3 * e * scores, OpClass::attention));
     pc.add(c.bgemm("attn.qk.dgrad", bh, s, s, dh));
     pc.add(c.bgemm("attn.qk.wgrad", bh, s, s, dh));
@@ -153,7 +154,7 @@ CostModel build_cost_model(const Scenario& sc, const TpComm& tpc) {
   const double sharded_attn = e * n * (2 * h + 2 * kvd), sharded_mlp = e * n * (f_in + f);
   const double sharded = e * n * (2 * h + 2 * kvd + f_in + f);
   // attention core per rank: softmax output, dropout mask, dropout output (GPT); softmax output only otherwise
-  const double core = (gpt ? 2 * e + 1 : e) * scores;
+  const double core = (drop ? 2 * e + 1 : e) * scores;
   const double full_layer = repl / tsp + sharded / t + core;
   switch (p.recompute) {
     case Recompute::none: cm.layer_stored_bytes = full_layer; break;
@@ -188,10 +189,10 @@ CostModel build_cost_model(const Scenario& sc, const TpComm& tpc) {
       add(c.comm_n("moe.combine", Coll::all_to_all, S_a2a, 1, CommGroup::ep, pc, OpClass::ep_comm));
       add(c.elem("moe.unpermute", (kc + 1) * e * nt * h));       // weighted sum of the k copies
       if (t > 1 && !sp) add(c.comm("moe.tp.ag_out", Coll::all_gather, e * n * h, pc));
-      add(c.elem("resid2", (3 * e + (gpt ? 1 : 0)) * n * h / tsp));
+      add(c.elem("resid2", (3 * e + mask) * n * h / tsp));
     };
     auto moe_mlp_bwd = [&](PassCost& pc) {
-      pc.add(c.elem("resid2.bwd", (3 * e + (gpt ? 1 : 0)) * n * h / tsp));
+      pc.add(c.elem("resid2.bwd", (3 * e + mask) * n * h / tsp));
       pc.add(c.elem("moe.unpermute.bwd", (kc + 1) * e * nt * h));
       pc.add(c.comm_n("moe.combine.bwd", Coll::all_to_all, S_a2a, 1, CommGroup::ep, pc, OpClass::ep_comm));
       if (t > 1) pc.add(c.comm("moe.tp.ag.bwd", Coll::all_gather, S_tp, pc));  // grad of the reduce-scatter

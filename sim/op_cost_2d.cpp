@@ -32,7 +32,7 @@ CostModel build_cost_model_2d(const Scenario& sc, const TpComm& tpc) {
   const double e = c.e;
   const double scores = b * (a / q2) * s * s;  // attention score elements per rank: [b/q, a/q, s, s]
   const double f_in = swiglu ? 2 * f : f;       // fc1 output width (gate and up for SwiGLU)
-  const double mask = gpt ? 1 : 0;
+  const double mask = m.dropout ? 1 : 0;         // dropout masks (1 byte per element) and ops
   const double norm_w = gpt ? 2 : 1;            // parameters per hidden unit of one norm (LayerNorm g, b; RMSNorm g)
   const double stats = gpt ? 2 : 1;             // row all-reduces per norm pass (mean and variance; RMSNorm: sum x^2)
   const CommGroup row = CommGroup::tp_row, col = CommGroup::tp_col;
@@ -75,7 +75,7 @@ CostModel build_cost_model_2d(const Scenario& sc, const TpComm& tpc) {
     auto add = [&](Op op) { op.recompute = rc; pc.add(op); };
     add(c.bgemm("attn.qk", b * a / q2, s, dh, s));                   // (b/q)(a/q) x [s,dh] x [dh,s]
     add(c.elem("attn.softmax", 2 * e * scores, OpClass::attention));
-    if (gpt) add(c.elem("attn.dropout", (2 * e + 1) * scores, OpClass::attention));
+    if (m.dropout) add(c.elem("attn.dropout", (2 * e + 1) * scores, OpClass::attention));
     add(c.bgemm("attn.av", b * a / q2, s, s, dh));                   // (b/q)(a/q) x [s,s] x [s,dh]
   };
 
@@ -110,7 +110,7 @@ CostModel build_cost_model_2d(const Scenario& sc, const TpComm& tpc) {
   linear_bwd(bwd, "proj", h, h);
   bwd.add(c.bgemm("attn.av.dgrad", b * a / q2, s, dh, s));
   bwd.add(c.bgemm("attn.av.wgrad", b * a / q2, s, s, dh));
-  if (gpt) bwd.add(c.elem("attn.dropout.bwd", (2 * e + 1) * scores, OpClass::attention));
+  if (m.dropout) bwd.add(c.elem("attn.dropout.bwd", (2 * e + 1) * scores, OpClass::attention));
   bwd.add(c.elem("attn.softmax.bwd", 3 * e * scores, OpClass::attention));
   bwd.add(c.bgemm("attn.qk.dgrad", b * a / q2, s, s, dh));
   bwd.add(c.bgemm("attn.qk.wgrad", b * a / q2, s, s, dh));
@@ -121,7 +121,7 @@ CostModel build_cost_model_2d(const Scenario& sc, const TpComm& tpc) {
   // ---- stored activations: the unsharded (tp = 1) layer of op_cost.cpp, every term / q^2 -------------------
   const double repl = (4 * e + 2 * mask) * n * h;
   const double sharded = e * n * (2 * h + 2 * kvd + f_in + f);
-  const double core = (gpt ? 2 * e + 1 : e) * b * a * s * s;
+  const double core = (m.dropout ? 2 * e + 1 : e) * b * a * s * s;
   const double full_layer = (repl + sharded + core) / q2;
   switch (p.recompute) {
     case Recompute::none: cm.layer_stored_bytes = full_layer; break;

@@ -35,6 +35,31 @@ void gemm_into(CM&& C, const LA& a, const LB& b, T alpha, T beta) {
   }
 }
 
+// row[j] = exp(row[j] - mx) for j < n; returns their sum, added in order. Float: Eigen's vectorised exp (a few
+// ulp from std::exp), computed in an aligned scratch so that the split between vector and scalar code (and so
+// the result) does not depend on the row's address: reruns stay bit-identical. Double (the oracle path):
+// std::exp.
+inline float exp_shift_sum(float* row, long n, float mx) {
+  thread_local Eigen::ArrayXf buf;
+  if (buf.size() < n) buf.resize(n);
+  float* b = buf.data();
+  Eigen::Map<Eigen::ArrayXf, Eigen::Aligned16>(b, n) = (Eigen::Map<const Eigen::ArrayXf>(row, n) - mx).exp();
+  float sum = 0;
+  for (long j = 0; j < n; ++j) {
+    row[j] = b[j];
+    sum += b[j];
+  }
+  return sum;
+}
+inline double exp_shift_sum(double* row, long n, double mx) {
+  double sum = 0;
+  for (long j = 0; j < n; ++j) {
+    row[j] = std::exp(row[j] - mx);
+    sum += row[j];
+  }
+  return sum;
+}
+
 }  // namespace
 
 // C[M, N] = alpha * op(A)[M, K] · op(B)[K, N] + beta * C.
@@ -78,11 +103,7 @@ void attention_fwd(T* out, T* att, const T* q, const T* k, const T* v, long B, l
         T* row = P + t * Tn;
         T mx = row[0];
         for (long j = 1; j <= t; ++j) mx = row[j] > mx ? row[j] : mx;
-        T sum = 0;
-        for (long j = 0; j <= t; ++j) {
-          row[j] = std::exp(row[j] - mx);
-          sum += row[j];
-        }
+        const T sum = exp_shift_sum(row, t + 1, mx);
         const T inv = T(1) / sum;
         for (long j = 0; j <= t; ++j) row[j] *= inv;
         for (long j = t + 1; j < Tn; ++j) row[j] = T(0);
