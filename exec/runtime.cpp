@@ -90,6 +90,15 @@ struct RankRun {
   Recorder rec;
   int shared = 0;                                    // Pseudo-to-Real: > 0 while k weight groups are shared
   std::vector<T*> ptab, gtab;                        // per view: where its params / grads are now
+  std::vector<long long> cbase;                      // per unit: its base in the compact buffers (-1: not held)
+  // The unit holding flat (layout) element i, and the compact addresses of element i of a held unit.
+  int unit_at(long long i) const {
+    int lo = 0, hi = (int)units.size() - 1;
+    while (lo < hi) { int mid = (lo + hi + 1) / 2; if (units[mid].a <= i) lo = mid; else hi = mid - 1; }
+    return lo;
+  }
+  T* P(long long i) { int u = unit_at(i); return params.data() + cbase[u] + (i - units[u].a); }
+  T* Gd(long long i) { int u = unit_at(i); return grads.data() + cbase[u] + (i - units[u].a); }
   std::vector<long long> view_end;                   // per view: end offset in the flat buffer (ascending)
   std::unique_ptr<ChunkStore<T>> store;              // plan.offload "chunked"
   long delink_step = -1;                             // the step at which the shared weights are delinked
@@ -150,21 +159,34 @@ struct RankRun {
                                n.find("proj_w") != std::string::npos || n.find("fc2_w") != std::string::npos);
       }
     }
-    grads.assign(gl.total, T(0));
-    model.d1.params = model.d2.params = params.data();
-    model.d1.grads = model.d2.grads = grads.data();
-    for (const ParamView& v : gl.views) {
-      ptab.push_back(params.data() + v.offset);
-      gtab.push_back(grads.data() + v.offset);
-      view_end.push_back(v.offset + v.count);
-    }
-    model.d1.ptab = model.d2.ptab = ptab.data();
-    model.d1.gtab = model.d2.gtab = gtab.data();
     // Units and ownership.
     units.resize(L + 2);
     units[0] = Unit{gl.embed_begin, gl.embed_end, 0, rc.stage == first_stage || (sc.model.tied_embeddings && rc.stage == last_stage)};
     for (long long l = 0; l < L; ++l) units[unit_of_layer(l)] = Unit{gl.layer_begin[l], gl.layer_end[l], 0, stage_of_layer(l) == rc.stage};
     units[L + 1] = Unit{gl.head_begin, gl.head_end, 0, rc.stage == last_stage};
+    // The rank holds only its stage's units: a compact buffer of the owned units in layout order; flat
+    // (layout) offsets map to it through cbase (P / Gd below). Views of other stages' units get no storage.
+    {
+      std::vector<T> all = std::move(params);
+      long long n = 0;
+      cbase.assign(units.size(), -1);
+      for (size_t ui = 0; ui < units.size(); ++ui)
+        if (units[ui].owned) { cbase[ui] = n; n += units[ui].b - units[ui].a; }
+      params.assign(n, T(0));
+      for (size_t ui = 0; ui < units.size(); ++ui)
+        if (units[ui].owned) std::copy(all.begin() + units[ui].a, all.begin() + units[ui].b, params.begin() + cbase[ui]);
+    }
+    grads.assign(params.size(), T(0));
+    model.d1.params = model.d2.params = params.data();
+    model.d1.grads = model.d2.grads = grads.data();
+    for (const ParamView& v : gl.views) {
+      bool held = cbase[unit_at(v.offset)] >= 0;
+      ptab.push_back(held ? P(v.offset) : nullptr);
+      gtab.push_back(held ? Gd(v.offset) : nullptr);
+      view_end.push_back(v.offset + v.count);
+    }
+    model.d1.ptab = model.d2.ptab = ptab.data();
+    model.d1.gtab = model.d2.gtab = gtab.data();
     long long state = 0;
     for (Unit& u : units) {
       long long len = u.b - u.a;
@@ -185,7 +207,7 @@ struct RankRun {
         if (!units[ui].owned) continue;
         for (size_t v = 0; v < gl.views.size(); ++v)
           if (gl.views[v].offset >= units[ui].a && gl.views[v].offset < units[ui].b)
-            ts.push_back(ChunkTensor{gl.views[v].offset, gl.views[v].count, ui, (int)v});
+            ts.push_back(ChunkTensor{cbase[ui] + (gl.views[v].offset - units[ui].a), gl.views[v].count, ui, (int)v});
       }
       double budget = o.device_budget_bytes > 0 ? o.device_budget_bytes
                                                 : p.offload.gpu_memory_fraction * sc.cluster.gpu.hbm_bytes;
@@ -513,7 +535,7 @@ struct RankRun {
       long long wg = weight_group(l, L, shared);
       if (wg == l) continue;
       const Unit &src = units[unit_of_layer(wg)], &dst = units[unit_of_layer(l)];
-      std::copy(params.begin() + src.a, params.begin() + src.b, params.begin() + dst.a);
+      std::copy(P(src.a), P(src.a) + (src.b - src.a), P(dst.a));
       size_t ks = own_index(unit_of_layer(wg)), kd = own_index(unit_of_layer(l));
       if (src.owned && dst.owned) {
         std::copy(m1.begin() + own_off[ks], m1.begin() + own_off[ks] + src.slice, m1.begin() + own_off[kd]);
@@ -552,16 +574,16 @@ struct RankRun {
         if (units[unit_of_layer(l)].owned) sp_reduce_layer((int)l);
     // Tied embedding: the first and last stage add their copies' gradients.
     if (units[0].owned && p.pp > 1 && sc.model.tied_embeddings && first_stage != last_stage && emb)
-      emb->all_reduce_sum(grads.data() + units[0].a, units[0].b - units[0].a, dtype_of<T>());
+      emb->all_reduce_sum(Gd(units[0].a), units[0].b - units[0].a, dtype_of<T>());
     // Data parallel: all-reduce (ZeRO 0), reduce-scatter of each owned unit (ZeRO 1; ZeRO >= 2 reduced the layers
     // during the backward and reduces the ends here).
     auto G = [&](size_t k, long long i) -> T* {  // gradient element i of own range k
-      return p.zero >= 2 ? gshard.data() + own_off[k] + (i - own[k].first) : grads.data() + i;
+      return p.zero >= 2 ? gshard.data() + own_off[k] + (i - own[k].first) : Gd(i);
     };
     if (p.zero == 0) {
       if (p.dp > 1)
         for (const Unit& u : units)
-          if (u.owned) dp->all_reduce_sum(grads.data() + u.a, u.b - u.a, dtype_of<T>());
+          if (u.owned) dp->all_reduce_sum(Gd(u.a), u.b - u.a, dtype_of<T>());
     } else if (p.dp > 1) {
       for (int ui = 0; ui < (int)units.size(); ++ui) {
         if (!units[ui].owned) continue;
@@ -569,14 +591,14 @@ struct RankRun {
         if (p.zero >= 2) { reduce_scatter_unit(ui); continue; }
         const Unit& u = units[ui];
         std::vector<T> inb(u.slice * p.dp, T(0)), out(u.slice);
-        std::copy(grads.begin() + u.a, grads.begin() + u.b, inb.begin());
+        std::copy(Gd(u.a), Gd(u.a) + (u.b - u.a), inb.begin());
         dp->reduce_scatter_sum(inb.data(), out.data(), u.slice, dtype_of<T>());
         long long a = u.a + rc.dp * u.slice, z = std::min(u.b, a + u.slice);
-        std::copy(out.begin(), out.begin() + std::max(0LL, z - a), grads.begin() + a);
+        if (z > a) std::copy(out.begin(), out.begin() + (z - a), Gd(a));
       }
     } else if (p.zero >= 2) {  // dp == 1: the "slice" is the whole unit
       for (size_t k = 0; k < own.size(); ++k)
-        for (long long i = own[k].first; i < own[k].second; ++i) *G(k, i) += grads[i];
+        for (long long i = own[k].first; i < own[k].second; ++i) *G(k, i) += *Gd(i);
     }
     // Global gradient norm: each parameter once (tp-replicated on tp rank 0, the tied embedding on its first stage).
     double sq = 0;
@@ -610,7 +632,7 @@ struct RankRun {
         T* g = G(k, a);
         if (clip != T(1)) ops::scale(g, g, clip, (long)(z - a));
         long long so = own_off[k] + (a - own[k].first);
-        ops::adamw(params.data() + a, g, m1.data() + so, m2.data() + so, (long)(z - a), T(lr), T(o.beta1), T(o.beta2),
+        ops::adamw(P(a), g, m1.data() + so, m2.data() + so, (long)(z - a), T(lr), T(o.beta1), T(o.beta2),
                    T(o.eps), T(pv.decay ? o.weight_decay : 0), (long)step + 1);
       }
     }
