@@ -47,7 +47,7 @@ GptLayout gpt_layout(const GptShape& s) {
     L.total += count;
   };
   L.embed_begin = 0;
-  add("wte", s.V * s.C, -1, true);
+  add("wte", s.v_loc() * s.C, -1, true);
   if (s.gelu) add("wpe", s.maxT * s.C, -1, true);
   L.embed_end = L.total;
   for (long long l = 0; l < s.layers; ++l) {
@@ -143,6 +143,8 @@ std::vector<T> shard_params(const GptLayout& full, const std::vector<T>& fp, con
           dst[i * cols + j] = src[i * full_cols + (ends_with(v.name, "qkv_w") ? qkv_col(j) : fc1_col(j))];
     } else if (ends_with(v.name, "qkv_b") || ends_with(v.name, "fc1_b")) {
       for (long long j = 0; j < v.count; ++j) dst[j] = src[ends_with(v.name, "qkv_b") ? qkv_col(j) : fc1_col(j)];
+    } else if (v.name == "wte") {  // vocabulary rows [r V/t, (r+1) V/t)
+      std::memcpy(dst, src + s.v_begin() * C, sizeof(T) * v.count);
     } else if (ends_with(v.name, "proj_w") || ends_with(v.name, "fc2_w")) {
       long long rows = v.count / C, row0 = r * rows;  // row-parallel: a block of rows
       std::memcpy(dst, src + row0 * C, sizeof(T) * rows * C);
@@ -184,21 +186,41 @@ static void reduce_scatter_rows(Comm* tp, const T* full, T* shard, long rows_loc
 
 template <class T>
 void Gpt<T>::embed_fwd(T* x, const int32_t* tokens, long B, long Tn) const {
-  const long C = lay.s.C, N = B * Tn;
-  if (!sp) return ops::embedding_fwd(x, tokens, p("wte"), lay.s.gelu ? p("wpe") : (const T*)nullptr, B, Tn, C);
-  Buf<T> full(N * C);  // [N, C], then this rank's rows
-  ops::embedding_fwd(full.data(), tokens, p("wte"), lay.s.gelu ? p("wpe") : (const T*)nullptr, B, Tn, C);
-  long nl = N / tp->size();
-  std::memcpy(x, full.data() + tp->rank() * nl * C, sizeof(T) * nl * C);
+  const GptShape& s = lay.s;
+  const long C = s.C, N = B * Tn;
+  if (!tp) return ops::embedding_fwd(x, tokens, p("wte"), s.gelu ? p("wpe") : (const T*)nullptr, B, Tn, C);
+  // Vocabulary-parallel lookup: rows of tokens outside this rank's shard are zero; the ranks' partial sums are
+  // all-reduced (SP: reduce-scattered to row shards); the replicated positions are added afterwards.
+  const long long v0 = s.v_begin(), vl = s.v_loc();
+  Buf<T> part(N * C);                                                              // [N, C]
+  const T* wte = p("wte");
+  for (long i = 0; i < N; ++i) {
+    long long t = (long long)tokens[i] - v0;
+    if (t >= 0 && t < vl) std::memcpy(part.data() + i * C, wte + t * C, sizeof(T) * C);
+    else std::memset(part.data() + i * C, 0, sizeof(T) * C);
+  }
+  const long nl = sp ? N / tp->size() : N, r0 = sp ? tp->rank() * nl : 0;
+  if (sp) reduce_scatter_rows(tp, part.data(), x, nl, C);
+  else { tp->all_reduce_sum(part.data(), N * C, dt(T{})); std::memcpy(x, part.data(), sizeof(T) * N * C); }
+  if (s.gelu)
+    for (long i = 0; i < nl; ++i) ops::add(x + i * C, x + i * C, p("wpe") + ((r0 + i) % Tn) * C, C);
 }
 
 template <class T>
 void Gpt<T>::embed_bwd(const T* dx, const int32_t* tokens, long B, long Tn) const {
-  const long C = lay.s.C, N = B * Tn;
-  if (!sp) return ops::embedding_bwd(g("wte"), lay.s.gelu ? g("wpe") : (T*)nullptr, dx, tokens, B, Tn, C);
-  Buf<T> full(N * C);
-  gather_rows(tp, dx, full.data(), N / tp->size(), C);
-  ops::embedding_bwd(g("wte"), lay.s.gelu ? g("wpe") : (T*)nullptr, full.data(), tokens, B, Tn, C);
+  const GptShape& s = lay.s;
+  const long C = s.C, N = B * Tn;
+  if (!tp) return ops::embedding_bwd(g("wte"), s.gelu ? g("wpe") : (T*)nullptr, dx, tokens, B, Tn, C);
+  Buf<T> full;                                                                     // [N, C] (SP: gathered)
+  if (sp) { full.resize(N * C); gather_rows(tp, dx, full.data(), N / tp->size(), C); dx = full.data(); }
+  const long long v0 = s.v_begin(), vl = s.v_loc();
+  T* gw = g("wte");
+  for (long i = 0; i < N; ++i) {
+    long long t = (long long)tokens[i] - v0;
+    if (t >= 0 && t < vl) ops::accumulate(gw + t * C, dx + i * C, C);
+  }
+  if (s.gelu)
+    for (long i = 0; i < N; ++i) ops::accumulate(g("wpe") + (i % Tn) * C, dx + i * C, C);
 }
 
 template <class T>
@@ -343,31 +365,68 @@ void Gpt<T>::layer_bwd(int wl, const T* dx_out, T* dx_in, LayerActs<T>& a, long 
 template <class T>
 T Gpt<T>::head_fwd(const T* x, const int32_t* targets, HeadActs<T>& a, long B, long Tn) const {
   const GptShape& s = lay.s;
-  const long N = B * Tn, C = s.C, V = s.V;
+  const long N = B * Tn, C = s.C, Vl = (long)s.v_loc();
   if (sp) { a.x_in.resize(N * C); gather_rows(tp, x, a.x_in.data(), N / tp->size(), C); x = a.x_in.data(); }
   else a.x_in.assign(x, x + N * C);
   a.lnf.resize(N * C); a.lnf_mean.resize(N); a.lnf_rstd.resize(N);
   ops::layernorm_fwd(a.lnf.data(), a.lnf_mean.data(), a.lnf_rstd.data(), x, p("lnf_w"),
                      s.gelu ? p("lnf_b") : (const T*)nullptr, N, C, T(1e-5));
-  Buf<T> logits(N * V);                                                  // [N, V]
-  ops::matmul(logits.data(), a.lnf.data(), p("wte"), N, V, C, false, true, T(1), T(0));
-  a.probs.resize(N * V);
-  return ops::cross_entropy_fwd(a.probs.data(), logits.data(), targets, N, V);
+  Buf<T> logits(N * Vl);                                                          // [N, V/t]
+  ops::matmul(logits.data(), a.lnf.data(), p("wte"), N, Vl, C, false, true, T(1), T(0));
+  a.probs.resize(N * Vl);
+  if (!tp) return ops::cross_entropy_fwd(a.probs.data(), logits.data(), targets, N, Vl);
+  // Vocabulary-parallel cross-entropy: global row max (all-gather of the shards' maxima), sum of exponentials
+  // and target logit (all-reduced); probabilities of this shard saved for the backward.
+  const int t = tp->size();
+  const long long v0 = s.v_begin();
+  std::vector<T> mx(N), all(N * t);
+  for (long i = 0; i < N; ++i) mx[i] = *std::max_element(logits.data() + i * Vl, logits.data() + (i + 1) * Vl);
+  tp->all_gather(mx.data(), all.data(), N, dt(T{}));
+  for (long i = 0; i < N; ++i)
+    for (int r = 0; r < t; ++r) mx[i] = std::max(mx[i], all[r * N + i]);
+  std::vector<T> sums(2 * N, T(0));  // [sum exp | target logit]
+  for (long i = 0; i < N; ++i) {
+    const T* l = logits.data() + i * Vl;
+    T* pr = a.probs.data() + i * Vl;
+    T acc = 0;
+    for (long j = 0; j < Vl; ++j) { pr[j] = std::exp(l[j] - mx[i]); acc += pr[j]; }
+    sums[i] = acc;
+    long long tg = (long long)targets[i] - v0;
+    if (tg >= 0 && tg < Vl) sums[N + i] = l[tg];
+  }
+  tp->all_reduce_sum(sums.data(), 2 * N, dt(T{}));
+  double loss = 0;
+  for (long i = 0; i < N; ++i) {
+    T* pr = a.probs.data() + i * Vl;
+    for (long j = 0; j < Vl; ++j) pr[j] /= sums[i];
+    loss += (double)std::log(sums[i]) + (double)mx[i] - (double)sums[N + i];
+  }
+  return T(loss);
 }
 
 template <class T>
 void Gpt<T>::head_bwd(T* dx, const int32_t* targets, HeadActs<T>& a, long B, long Tn, T scale) const {
   const GptShape& s = lay.s;
-  const long N = B * Tn, C = s.C, V = s.V;
-  Buf<T> dlogits(N * V);                                                         // [N, V]
+  const long N = B * Tn, C = s.C, Vl = (long)s.v_loc();
+  Buf<T> dlogits(N * Vl);                                                         // [N, V/t]
   std::fill(dlogits.begin(), dlogits.end(), T(0));
-  ops::cross_entropy_bwd(dlogits.data(), a.probs.data(), targets, N, V, scale);
+  if (!tp) {
+    ops::cross_entropy_bwd(dlogits.data(), a.probs.data(), targets, N, Vl, scale);
+  } else {  // scale * (p - onehot) on this vocabulary shard
+    const long long v0 = s.v_begin();
+    for (long i = 0; i < N; ++i) {
+      for (long j = 0; j < Vl; ++j) dlogits[i * Vl + j] = scale * a.probs[i * Vl + j];
+      long long tg = (long long)targets[i] - v0;
+      if (tg >= 0 && tg < Vl) dlogits[i * Vl + tg] -= scale;
+    }
+  }
   Buf<T>().swap(a.probs);
-  ops::matmul(g("wte"), dlogits.data(), a.lnf.data(), V, C, N, true, false, T(1), T(1));
+  ops::matmul(g("wte"), dlogits.data(), a.lnf.data(), Vl, C, N, true, false, T(1), T(1));
   Buf<T> dlnf(N * C), dfull(sp ? N * C : 0);
   T* dfp = sp ? dfull.data() : dx;  // without SP the gradient goes straight to dx
   std::fill(dfp, dfp + N * C, T(0));
-  ops::matmul(dlnf.data(), dlogits.data(), p("wte"), N, C, V, false, false, T(1), T(0));
+  ops::matmul(dlnf.data(), dlogits.data(), p("wte"), N, C, Vl, false, false, T(1), T(0));
+  if (tp) tp->all_reduce_sum(dlnf.data(), N * C, dt(T{}));  // partial over the vocabulary shards
   ops::layernorm_bwd(dfp, g("lnf_w"), s.gelu ? g("lnf_b") : (T*)nullptr, dlnf.data(), a.x_in.data(), p("lnf_w"),
                      a.lnf_mean.data(), a.lnf_rstd.data(), N, C);
   if (sp) {  // this rank's rows of the input gradient

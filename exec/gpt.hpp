@@ -9,8 +9,10 @@
 // head) so that the runtime composes them in any schedule order.
 // Tensor parallelism (Megatron 1D): a rank holds heads [r H/t, (r+1) H/t) of Q and the matching KV heads,
 // columns [r F/t, (r+1) F/t) of fc1 and rows of proj / fc2; `tp` (may be null) all-reduces the row-parallel
-// outputs in the forward and the column-parallel input gradients in the backward. The vocabulary is not
-// split: the embedding and head are replicated across tp ranks (their gradients are identical).
+// outputs in the forward and the column-parallel input gradients in the backward. The vocabulary is split
+// too (VocabParallelEmbedding): rank r holds wte rows [r V/t, (r+1) V/t); the embedding all-reduces (SP:
+// reduce-scatters) the masked lookups and the head computes the cross-entropy over the vocabulary shards with
+// all-reduces of the row max, the sum of exponentials and the target logit. The position table is replicated.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -31,6 +33,9 @@ struct GptShape {
   long long h_loc() const { return H / tp; }
   long long hkv_loc() const { return Hkv / tp; }
   long long f_loc() const { return F / tp; }
+  // Vocabulary-parallel embedding / LM head (Megatron): with tp > 1 a rank holds rows [r V/t, (r+1) V/t) of wte.
+  long long v_loc() const { return V / tp; }
+  long long v_begin() const { return tp_rank * v_loc(); }
   long long qkv_cols() const { return (h_loc() + 2 * hkv_loc()) * D; }
   long long fc1_cols() const { return (gelu ? 1 : 2) * f_loc(); }
 };

@@ -156,7 +156,8 @@ struct RankRun {
       for (size_t i = 0; i < gl.views.size(); ++i) {
         const std::string& n = gl.views[i].name;
         replicated_view[i] = !(n.find("qkv_") != std::string::npos || n.find("fc1_") != std::string::npos ||
-                               n.find("proj_w") != std::string::npos || n.find("fc2_w") != std::string::npos);
+                               n.find("proj_w") != std::string::npos || n.find("fc2_w") != std::string::npos ||
+                               n == "wte");  // wte: vocabulary-parallel
       }
     }
     // Units and ownership.

@@ -23,6 +23,8 @@ void check_runnable(const Scenario& sc) {
   auto need = [&](bool ok, const std::string& what) { if (!ok) no.push_back(what); };
   need(!p.offload.on() || p.offload.kind == OffloadKind::chunked,
        std::string("$.plan.offload kind \"") + offload_kind_name(p.offload.kind) + "\" (only \"chunked\" runs)");
+  need(p.tp_mode == TpMode::d2 || sc.model.vocab % p.tp == 0,
+       "$.plan.tp: must divide the model's vocab (" + std::to_string(sc.model.vocab) + ") for the vocabulary-parallel embedding");
   need(p.ep == 1 && sc.model.moe.experts == 0, "mixture of experts ($.model.moe, $.plan.ep)");
   if (sc.delink.on()) {
     const Plan* pp = sc.delink.plan.get();
