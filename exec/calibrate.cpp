@@ -103,6 +103,18 @@ std::string fmt(const char* f, double x) {
 
 struct Gemm { double flops = 0, sec = 0; };
 
+// The operands a training step's ops read are not in the cache: between two uses of a buffer the rest of the
+// step (other activations, the weights) has touched more than the last-level cache holds. So every sweep of a
+// compute op (GEMMs, the element-wise mix, the optimizer) rotates over `copies` sets of operands, at least
+// kColdBytes in all, and each call reads buffers that the previous calls evicted. Quick mode: one set (hot).
+constexpr double kColdBytes = 512e6;
+
+long copies_for(double set_bytes, const CalibrateOptions& o) {
+  if (o.quick) return 1;
+  static double cold = getenv("TP_COLD_BYTES") ? atof(getenv("TP_COLD_BYTES")) : kColdBytes;  // EXPERIMENT
+  return std::clamp((long)std::ceil(cold / std::max(1.0, set_bytes)), 1L, 4096L);
+}
+
 // GEMM sweep on the training shapes of a linear layer with 4s tokens of width s (all 8 s^3 FLOPs): the
 // forward [4s, s] x [s, s] (NN), the input gradient [4s, s] x [s, s]^T (NT) and the weight gradient
 // [s, 4s] = ... [4s, s]^T x [4s, s] (TN), as exec/gpt.cpp calls ops::matmul. (Quick mode: NN and TN.)
@@ -111,16 +123,30 @@ std::vector<std::vector<Gemm>> gemm_sweep(const CalibrateOptions& o, Comm& w) {
                                     : std::vector<long>{8, 16, 32, 64, 128, 192, 256, 384, 512, 768, 1024, 1536};
   const double min_s = o.quick ? 0.03 : 0.2;
   long smax = sizes.back();
-  std::vector<float> A = random_floats(4 * smax * smax, 1), B = random_floats(4 * smax * smax, 2), C(4 * smax * smax);
+  // One pool of random values; each call takes the next set {A [4s, s], B [s, s] or [4s, s], C [4s, s]} of it.
+  const long set_max = 12 * smax * smax;
+  const long pool_n = std::max(set_max, o.quick ? 0L : (long)(kColdBytes / sizeof(float)) + set_max);
+  std::vector<float> pool(pool_n);
+  {
+    const std::vector<float> r = random_floats(std::min(pool_n, 1L << 20), 1);
+    for (long i = 0; i < pool_n; i += (long)r.size()) std::copy_n(r.begin(), std::min((long)r.size(), pool_n - i), pool.begin() + i);
+  }
   std::vector<std::vector<Gemm>> out;
   for (long s : sizes) {
     std::vector<Gemm> row;
     struct V { long m, n, k; bool ta, tb; };
     const V nn{4 * s, s, s, false, false}, nt{4 * s, s, s, false, true}, tn{s, s, 4 * s, true, false};
     std::vector<V> vars = o.quick ? std::vector<V>{nn, tn} : std::vector<V>{nn, nt, tn};
+    const long set_n = (12 * s * s + 15) / 16 * 16;  // A 4s^2, B <= 4s^2, C 4s^2; 64-byte steps
+    const long copies = std::min(copies_for(4.0 * (double)set_n, o), pool_n / set_n);
     for (const V& v : vars) {
+      long next = 0;
       w.barrier();
-      double t = per_call([&] { ops::matmul<float>(C.data(), A.data(), B.data(), v.m, v.n, v.k, v.ta, v.tb, 1.f, 0.f); }, min_s);
+      double t = per_call([&] {
+        float* A = pool.data() + next * set_n;
+        next = (next + 1) % copies;
+        ops::matmul<float>(A + 8 * s * s, A, A + 4 * s * s, v.m, v.n, v.k, v.ta, v.tb, 1.f, 0.f);
+      }, min_s);
       row.push_back({2.0 * (double)v.m * v.n * v.k, t});
     }
     out.push_back(row);
@@ -148,23 +174,43 @@ std::vector<Triad> triad_sweep(const CalibrateOptions& o, Comm& w) {
 // hidden h, ffn 4h. Returns {simulated bytes (sim/op_cost.cpp, e = 4), seconds}.
 struct Mix { double sim_bytes = 0, sec = 0, ops = 10; };
 
+struct MixBufs {
+  std::vector<float> x, y, dx, big, big2, dbig, qkv;
+  MixBufs(long n, long h, long f, const MixBufs* from) : x(n * h), y(n * h), dx(n * h), big(n * f), big2(n * f), dbig(n * f), qkv(n * 3 * h) {
+    if (from) {  // copies of the first set's values (the ops' speed does not depend on them)
+      std::copy_n(from->x.begin(), x.size(), x.begin());
+      std::copy_n(from->big.begin(), big.size(), big.begin());
+      std::copy_n(from->qkv.begin(), qkv.size(), qkv.begin());
+    } else {
+      x = random_floats(n * h, 5), big = random_floats(n * f, 6), qkv = random_floats(n * 3 * h, 7);
+    }
+  }
+  double bytes() const { return 4.0 * (3 * x.size() + 3 * big.size() + qkv.size()); }
+};
+
 std::vector<Mix> elementwise_sweep(const CalibrateOptions& o, Comm& w) {
   const long h = 256, f = 4 * h;
   std::vector<long> rows = o.quick ? std::vector<long>{4, 64, 1024} : std::vector<long>{1, 4, 16, 64, 256, 1024, 4096};
   const double min_s = o.quick ? 0.05 : 0.25;
-  long nmax = rows.back();
-  std::vector<float> x = random_floats(nmax * h, 5), y(nmax * h), dx(nmax * h), big = random_floats(nmax * f, 6),
-                     big2(nmax * f), dbig(nmax * f), qkv = random_floats(nmax * 3 * h, 7);
   std::vector<float> wv = random_floats(3 * h > f ? 3 * h : f, 8), bv = random_floats(3 * h > f ? 3 * h : f, 9),
-                     gw(f), gb(f), mean(nmax), rstd(nmax);
+                     gw(f), gb(f);
   std::vector<Mix> out;
   for (long n : rows) {
+    std::vector<MixBufs> sets;
+    sets.emplace_back(n, h, f, nullptr);
+    const long copies = copies_for(sets[0].bytes(), o);
+    sets.reserve(copies);
+    for (long c = 1; c < copies; ++c) sets.emplace_back(n, h, f, &sets[0]);
+    std::vector<float> mean(n), rstd(n);
+    long next = 0;
     w.barrier();
     double t = per_call([&] {
-      float *X = x.data(), *Y = y.data(), *DX = dx.data(), *G = big.data(), *G2 = big2.data(), *DG = dbig.data();
+      MixBufs& m = sets[next];
+      next = (next + 1) % copies;
+      float *X = m.x.data(), *Y = m.y.data(), *DX = m.dx.data(), *G = m.big.data(), *G2 = m.big2.data(), *DG = m.dbig.data();
       // forward: ln1, qkv bias, proj bias + residual, ln2, fc1 bias, gelu, fc2 bias + residual
       ops::layernorm_fwd(Y, mean.data(), rstd.data(), X, wv.data(), bv.data(), n, h, 1e-5f);
-      ops::add_bias(qkv.data(), qkv.data(), bv.data(), n, 3 * h);
+      ops::add_bias(m.qkv.data(), m.qkv.data(), bv.data(), n, 3 * h);
       ops::add_bias(Y, Y, bv.data(), n, h);
       ops::add(Y, Y, X, n * h);
       ops::layernorm_fwd(DX, mean.data(), rstd.data(), Y, wv.data(), bv.data(), n, h, 1e-5f);
@@ -178,7 +224,7 @@ std::vector<Mix> elementwise_sweep(const CalibrateOptions& o, Comm& w) {
       ops::bias_bwd(gb.data(), DG, n, f);
       ops::layernorm_bwd(DX, gw.data(), gb.data(), Y, X, wv.data(), mean.data(), rstd.data(), n, h);
       ops::bias_bwd(gb.data(), DX, n, h);
-      ops::bias_bwd(gb.data(), qkv.data(), n, 3 * h);
+      ops::bias_bwd(gb.data(), m.qkv.data(), n, 3 * h);
       ops::layernorm_bwd(DX, gw.data(), gb.data(), Y, X, wv.data(), mean.data(), rstd.data(), n, h);
       ops::accumulate(DX, Y, n * h);
     }, min_s);
@@ -196,15 +242,22 @@ struct Opt { double sim_bytes = 0, sec = 0; };
 std::vector<Opt> optimizer_sweep(const CalibrateOptions& o, Comm& w) {
   std::vector<long> ns = o.quick ? std::vector<long>{1L << 20} : std::vector<long>{1L << 20, 1L << 21, 1L << 22, 1L << 23, 1L << 24};
   const double min_s = o.quick ? 0.05 : 0.25;
-  long nmax = ns.back();
-  std::vector<float> p = random_floats(nmax, 10), g = random_floats(nmax, 11), m(nmax, 0.f), v(nmax, 0.f);
   std::vector<Opt> out;
+  const std::vector<float> p0 = random_floats(ns.back(), 10), g0 = random_floats(ns.back(), 11);
   for (long n : ns) {
+    struct Set { std::vector<float> p, g, m, v; };
+    const long copies = copies_for(16.0 * (double)n, o);
+    std::vector<Set> sets((size_t)copies);
+    for (Set& st : sets) st = {std::vector<float>(p0.begin(), p0.begin() + n), std::vector<float>(g0.begin(), g0.begin() + n),
+                               std::vector<float>(n, 0.f), std::vector<float>(n, 0.f)};
+    long next = 0;
     w.barrier();
     double sink = 0;
     double t = per_call([&] {
-      sink += ops::sum_squares<float>(g.data(), n);
-      ops::adamw<float>(p.data(), g.data(), m.data(), v.data(), n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 10);
+      Set& st = sets[next];
+      next = (next + 1) % copies;
+      sink += ops::sum_squares<float>(st.g.data(), n);
+      ops::adamw<float>(st.p.data(), st.g.data(), st.m.data(), st.v.data(), n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 10);
     }, min_s);
     if (sink < 0) std::fprintf(stderr, " ");  // keep the sums
     out.push_back({24.0 * (double)n, t});
@@ -256,17 +309,22 @@ CommCal comm_calibrate(const CalibrateOptions& o, Comm& w, double dram_bw) {
   // latency steps at bandwidth x efficiency(S).
   std::vector<std::pair<double, double>> eff;
   std::string ar;
-  for (long S = 4096; S <= (o.quick ? (1L << 22) : (1L << 26)); S *= (o.quick ? 16 : 4)) {
+  // The buffers rotate over a pool of at least kColdBytes, as the gradients a step reduces are not in the cache.
+  // Each buffer is reduced at most reps / copies + 1 <= 2 times, so the sums (doubling with 2 ranks) stay small.
+  const long smax = o.quick ? (1L << 22) : (1L << 26);
+  const long pool_n = std::max(smax / 4, o.quick ? 0L : (long)(kColdBytes / sizeof(float)));
+  std::vector<float> pool(pool_n, 1.f);
+  for (long S = 4096; S <= smax; S *= (o.quick ? 16 : 4)) {
     long n = S / 4;
-    std::vector<float> v(n, 1.f);
+    const long copies = std::min(copies_for((double)S, o), pool_n / n);
     int reps = (int)std::clamp(budget / (double)S, 3.0, o.quick ? 100.0 : 500.0);
     w.barrier();
     std::vector<double> ts;
     for (int r = 0; r < reps + 1; ++r) {
+      float* v = pool.data() + (r % copies) * n;
       auto t0 = Clock::now();
-      w.all_reduce_sum(v.data(), n, Dtype::f32);
+      w.all_reduce_sum(v, n, Dtype::f32);
       if (r > 0) ts.push_back(since(t0));
-      std::fill(v.begin(), v.end(), 1.f);
     }
     double t = median(ts);
     w.broadcast(&t, 1, Dtype::f64, 0);

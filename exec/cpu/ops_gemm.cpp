@@ -35,29 +35,71 @@ void gemm_into(CM&& C, const LA& a, const LB& b, T alpha, T beta) {
   }
 }
 
-// row[j] = exp(row[j] - mx) for j < n; returns their sum, added in order. Float: Eigen's vectorised exp (a few
-// ulp from std::exp), computed in an aligned scratch so that the split between vector and scalar code (and so
-// the result) does not depend on the row's address: reruns stay bit-identical. Double (the oracle path):
-// std::exp.
-inline float exp_shift_sum(float* row, long n, float mx) {
+// Row reductions of the attention softmax and its backward. Float: 16 interleaved partial results, combined
+// pairwise, so the loops vectorise and the order of the additions depends on n only (never on the row's
+// address): reruns stay bit-identical. Double (the oracle path): plain sequential loops.
+inline float row_max(const float* x, long n) {  // n >= 1; max is exact in any order
+  float acc[16];
+  for (int l = 0; l < 16; ++l) acc[l] = x[0];
+  long j = 0;
+  for (; j + 16 <= n; j += 16)
+    for (int l = 0; l < 16; ++l) acc[l] = x[j + l] > acc[l] ? x[j + l] : acc[l];
+  for (; j < n; ++j) acc[0] = x[j] > acc[0] ? x[j] : acc[0];
+  for (int w = 8; w >= 1; w /= 2)
+    for (int l = 0; l < w; ++l) acc[l] = acc[l + w] > acc[l] ? acc[l + w] : acc[l];
+  return acc[0];
+}
+inline double row_max(const double* x, long n) {
+  double mx = x[0];
+  for (long j = 1; j < n; ++j) mx = x[j] > mx ? x[j] : mx;
+  return mx;
+}
+inline float lane_combine(float* acc) {
+  for (int w = 8; w >= 1; w /= 2)
+    for (int l = 0; l < w; ++l) acc[l] += acc[l + w];
+  return acc[0];
+}
+// sum_j a[j] * b[j]
+inline float row_dot(const float* a, const float* b, long n) {
+  float acc[16] = {};
+  long j = 0;
+  for (; j + 16 <= n; j += 16)
+    for (int l = 0; l < 16; ++l) acc[l] += a[j + l] * b[j + l];
+  for (; j < n; ++j) acc[j & 15] += a[j] * b[j];
+  return lane_combine(acc);
+}
+inline double row_dot(const double* a, const double* b, long n) {
+  double dot = 0;
+  for (long j = 0; j < n; ++j) dot += a[j] * b[j];
+  return dot;
+}
+
+// Softmax of row[0..n) in place: row[j] = exp(row[j] - max) / sum. Float: Eigen's vectorised exp (a few ulp
+// from std::exp), computed in an aligned scratch so that the split between vector and scalar code (and so the
+// result) does not depend on the row's address; the sum as row_dot's lanes. Double: std::exp, sequential sum.
+inline void softmax_row(float* row, long n) {
+  const float mx = row_max(row, n);
   thread_local Eigen::ArrayXf buf;
   if (buf.size() < n) buf.resize(n);
   float* b = buf.data();
   Eigen::Map<Eigen::ArrayXf, Eigen::Aligned16>(b, n) = (Eigen::Map<const Eigen::ArrayXf>(row, n) - mx).exp();
-  float sum = 0;
-  for (long j = 0; j < n; ++j) {
-    row[j] = b[j];
-    sum += b[j];
-  }
-  return sum;
+  float acc[16] = {};
+  long j = 0;
+  for (; j + 16 <= n; j += 16)
+    for (int l = 0; l < 16; ++l) acc[l] += b[j + l];
+  for (; j < n; ++j) acc[j & 15] += b[j];
+  const float inv = 1.f / lane_combine(acc);
+  for (j = 0; j < n; ++j) row[j] = b[j] * inv;
 }
-inline double exp_shift_sum(double* row, long n, double mx) {
+inline void softmax_row(double* row, long n) {
+  const double mx = row_max(row, n);
   double sum = 0;
   for (long j = 0; j < n; ++j) {
     row[j] = std::exp(row[j] - mx);
     sum += row[j];
   }
-  return sum;
+  const double inv = 1.0 / sum;
+  for (long j = 0; j < n; ++j) row[j] *= inv;
 }
 
 }  // namespace
@@ -101,11 +143,7 @@ void attention_fwd(T* out, T* att, const T* q, const T* k, const T* v, long B, l
       Pm.noalias() = sc * Q * Kt.transpose();
       for (long t = 0; t < Tn; ++t) {
         T* row = P + t * Tn;
-        T mx = row[0];
-        for (long j = 1; j <= t; ++j) mx = row[j] > mx ? row[j] : mx;
-        const T sum = exp_shift_sum(row, t + 1, mx);
-        const T inv = T(1) / sum;
-        for (long j = 0; j <= t; ++j) row[j] *= inv;
+        softmax_row(row, t + 1);
         for (long j = t + 1; j < Tn; ++j) row[j] = T(0);
       }
       O.noalias() = Pm * V;  // P is zero above the diagonal, so the full product is the causal one
@@ -140,8 +178,7 @@ void attention_bwd(T* dq, T* dk, T* dv, const T* dout, const T* att, const T* q,
       for (long t = 0; t < Tn; ++t) {
         const T* pr = P + t * Tn;
         T* dr = scratch.data() + t * Tn;
-        T dot = 0;
-        for (long j = 0; j <= t; ++j) dot += pr[j] * dr[j];
+        const T dot = row_dot(pr, dr, t + 1);
         for (long j = 0; j <= t; ++j) dr[j] = pr[j] * (dr[j] - dot);
         for (long j = t + 1; j < Tn; ++j) dr[j] = T(0);
       }
