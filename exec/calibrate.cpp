@@ -111,8 +111,7 @@ constexpr double kColdBytes = 512e6;
 
 long copies_for(double set_bytes, const CalibrateOptions& o) {
   if (o.quick) return 1;
-  static double cold = getenv("TP_COLD_BYTES") ? atof(getenv("TP_COLD_BYTES")) : kColdBytes;  // EXPERIMENT
-  return std::clamp((long)std::ceil(cold / std::max(1.0, set_bytes)), 1L, 4096L);
+  return std::clamp((long)std::ceil(kColdBytes / std::max(1.0, set_bytes)), 1L, 4096L);
 }
 
 // GEMM sweep on the training shapes of a linear layer with 4s tokens of width s (all 8 s^3 FLOPs): the
@@ -121,7 +120,10 @@ long copies_for(double set_bytes, const CalibrateOptions& o) {
 std::vector<std::vector<Gemm>> gemm_sweep(const CalibrateOptions& o, Comm& w) {
   std::vector<long> sizes = o.quick ? std::vector<long>{16, 64, 192, 512}
                                     : std::vector<long>{8, 16, 32, 64, 128, 192, 256, 384, 512, 768, 1024, 1536};
-  const double min_s = o.quick ? 0.03 : 0.2;
+  // Three passes over the sizes (full mode), keeping each point's median time: a burst of other work on the
+  // machine during one point (seen on shared VMs) then bends the curve neither down nor up.
+  const int passes = o.quick ? 1 : 3;
+  const double min_s = o.quick ? 0.03 : 0.08;
   long smax = sizes.back();
   // One pool of random values; each call takes the next set {A [4s, s], B [s, s] or [4s, s], C [4s, s]} of it.
   const long set_max = 12 * smax * smax;
@@ -131,25 +133,32 @@ std::vector<std::vector<Gemm>> gemm_sweep(const CalibrateOptions& o, Comm& w) {
     const std::vector<float> r = random_floats(std::min(pool_n, 1L << 20), 1);
     for (long i = 0; i < pool_n; i += (long)r.size()) std::copy_n(r.begin(), std::min((long)r.size(), pool_n - i), pool.begin() + i);
   }
-  std::vector<std::vector<Gemm>> out;
-  for (long s : sizes) {
-    std::vector<Gemm> row;
-    struct V { long m, n, k; bool ta, tb; };
-    const V nn{4 * s, s, s, false, false}, nt{4 * s, s, s, false, true}, tn{s, s, 4 * s, true, false};
-    std::vector<V> vars = o.quick ? std::vector<V>{nn, tn} : std::vector<V>{nn, nt, tn};
-    const long set_n = (12 * s * s + 15) / 16 * 16;  // A 4s^2, B <= 4s^2, C 4s^2; 64-byte steps
-    const long copies = std::min(copies_for(4.0 * (double)set_n, o), pool_n / set_n);
-    for (const V& v : vars) {
-      long next = 0;
-      w.barrier();
-      double t = per_call([&] {
-        float* A = pool.data() + next * set_n;
-        next = (next + 1) % copies;
-        ops::matmul<float>(A + 8 * s * s, A, A + 4 * s * s, v.m, v.n, v.k, v.ta, v.tb, 1.f, 0.f);
-      }, min_s);
-      row.push_back({2.0 * (double)v.m * v.n * v.k, t});
+  std::vector<std::vector<Gemm>> out(sizes.size());
+  std::vector<std::vector<std::vector<double>>> times(sizes.size());  // [size][variant][pass]
+  for (int pass = 0; pass < passes; ++pass) {
+    for (size_t si = 0; si < sizes.size(); ++si) {
+      const long s = sizes[si];
+      std::vector<Gemm>& row = out[si];
+      struct V { long m, n, k; bool ta, tb; };
+      const V nn{4 * s, s, s, false, false}, nt{4 * s, s, s, false, true}, tn{s, s, 4 * s, true, false};
+      std::vector<V> vars = o.quick ? std::vector<V>{nn, tn} : std::vector<V>{nn, nt, tn};
+      const long set_n = (12 * s * s + 15) / 16 * 16;  // A 4s^2, B <= 4s^2, C 4s^2; 64-byte steps
+      const long copies = std::min(copies_for(4.0 * (double)set_n, o), pool_n / set_n);
+      row.resize(vars.size());
+      times[si].resize(vars.size());
+      for (size_t vi = 0; vi < vars.size(); ++vi) {
+        const V& v = vars[vi];
+        long next = 0;
+        w.barrier();
+        double t = per_call([&] {
+          float* A = pool.data() + next * set_n;
+          next = (next + 1) % copies;
+          ops::matmul<float>(A + 8 * s * s, A, A + 4 * s * s, v.m, v.n, v.k, v.ta, v.tb, 1.f, 0.f);
+        }, min_s);
+        times[si][vi].push_back(t);
+      row[vi] = {2.0 * (double)v.m * v.n * v.k, median(times[si][vi])};
+      }
     }
-    out.push_back(row);
   }
   return out;
 }
@@ -413,7 +422,8 @@ json calibrate_cpu(const CalibrateOptions& o, Comm& w) {
       {"name", "cpu-" + host_name()},
       {"about", "One core of " + model + " running the trainplan CPU backend (Eigen, fp32, one thread per rank), measured by `trainplan calibrate --backend cpu" +
                     std::string(o.quick ? " --quick" : "") + "` with " + std::to_string(w.size()) +
-                    " concurrent rank(s). matrix fp32 = best ops::matmul<float> over the sweep; efficiency by GEMM FLOPs (" + gabout +
+                    " concurrent rank(s)" + std::string(o.quick ? " on hot buffers" : "; every sweep rotates its operands over >= 512 MB of buffers (cold caches, as in a training step)") +
+                    ". matrix fp32 = best ops::matmul<float> over the sweep" + std::string(o.quick ? "" : " (median of 3 passes per point)") + "; efficiency by GEMM FLOPs (" + gabout +
                     "). fp16 / bf16: not supported by the backend (0). vector fp32: not measured, set to the matrix peak (unused by the cost model). HBM = this rank's share of RAM; bandwidth = best of the triad (ops::add, 12 B per element) over sizes and of the element-wise mix (triad: " +
                     tabout + "); memory efficiency from a GPT layer's element-wise ops charged with the simulator's bytes (" + eabout +
                     ") and, above those sizes, from the optimizer step (sum of squares + AdamW, 24 B per fp32 parameter: " +

@@ -1,15 +1,18 @@
 // `trainplan calibrate --backend cpu --quick` writes a profile that is an inline cluster object: a scenario that
 // uses it as its cluster parses and simulates; the curves follow read_curve's rules; bad usage exits 2. Also the
-// profiler's classes and its classed communicator.
+// profiler's classes and its classed communicator; the float attention's lane reductions (accuracy, no dependence
+// on buffer addresses).
 #include <gtest/gtest.h>
 
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "exec/ops.hpp"
 #include "exec/prof.hpp"
@@ -102,4 +105,38 @@ TEST(Prof, ClassesAndClassedComm) {
   }
   EXPECT_EQ(prof::comm_class(), prof::Cls::dp_comm);
   prof::reset();
+}
+
+// The float attention's softmax and backward row reductions run in 16 lanes (exec/cpu/ops_gemm.cpp): with rows
+// longer than 16 (T = 53: full lane blocks and a tail), float agrees with double, and the result does not depend
+// on the buffers' addresses (a shifted copy of every buffer gives bit-identical outputs).
+TEST(AttentionLanes, FloatMatchesDoubleAndIgnoresAlignment) {
+  const long B = 1, T = 53, H = 2, D = 8, n = B * T * H * D;
+  std::vector<double> qd(n), kd(n), vd(n), gd(n);
+  uint32_t st = 7;
+  auto rnd = [&] { st = st * 1664525u + 1013904223u; return (double)(st >> 8) / (1 << 24) * 2 - 1; };
+  for (auto* v : {&qd, &kd, &vd, &gd})
+    for (double& x : *v) x = rnd();
+  auto run_f = [&](long shift, std::vector<float>& out, std::vector<float>& dq) {
+    std::vector<float> buf(8 * (n + shift) + T * T * H * B + shift, 0.f);
+    float *q = buf.data() + shift, *k = q + n, *v = k + n, *g = v + n, *o = g + n, *dqp = o + n, *dk = dqp + n,
+          *dv = dk + n, *att = dv + n;
+    for (long i = 0; i < n; ++i) { q[i] = (float)qd[i]; k[i] = (float)kd[i]; v[i] = (float)vd[i]; g[i] = (float)gd[i]; }
+    tp::ops::attention_fwd(o, att, q, k, v, B, T, H, H, D);
+    tp::ops::attention_bwd(dqp, dk, dv, g, att, q, k, v, B, T, H, H, D);
+    out.assign(o, o + n);
+    dq.assign(dqp, dqp + n);
+  };
+  std::vector<double> od(n), attd(B * H * T * T), dqd(n, 0), dkd(n, 0), dvd(n, 0);
+  tp::ops::attention_fwd(od.data(), attd.data(), qd.data(), kd.data(), vd.data(), B, T, H, H, D);
+  tp::ops::attention_bwd(dqd.data(), dkd.data(), dvd.data(), gd.data(), attd.data(), qd.data(), kd.data(), vd.data(), B, T, H, H, D);
+  std::vector<float> o0, dq0, o1, dq1;
+  run_f(0, o0, dq0);
+  run_f(3, o1, dq1);  // 12 bytes off: a different vector / scalar split if anything depended on the address
+  for (long i = 0; i < n; ++i) {
+    EXPECT_NEAR(o0[i], od[i], 1e-5) << i;
+    EXPECT_NEAR(dq0[i], dqd[i], 1e-5) << i;
+    EXPECT_EQ(o0[i], o1[i]) << i;
+    EXPECT_EQ(dq0[i], dq1[i]) << i;
+  }
 }
