@@ -88,6 +88,13 @@ bool overlaps(const void* a, size_t abytes, const void* b, size_t bbytes) {
   return abytes && bbytes && pa < pb + bbytes && pb < pa + abytes;
 }
 
+// The input of a collective, copied into `keep` when it overlaps the output (MPI forbids aliasing).
+const void* detached(const void* in, size_t in_bytes, const void* out, size_t out_bytes, std::vector<unsigned char>& keep) {
+  if (!overlaps(in, in_bytes, out, out_bytes)) return in;
+  keep.assign(static_cast<const unsigned char*>(in), static_cast<const unsigned char*>(in) + in_bytes);
+  return keep.data();
+}
+
 unsigned char* at(void* p, long elems, Dtype d) {
   return static_cast<unsigned char*>(p) + static_cast<size_t>(elems) * dtype_bytes(d);
 }
@@ -171,10 +178,7 @@ class MpiComm final : public Comm {
       return;
     }
     std::vector<unsigned char> in_copy;
-    if (overlaps(in, in_bytes, out, out_bytes)) {
-      in_copy.assign(static_cast<const unsigned char*>(in), static_cast<const unsigned char*>(in) + in_bytes);
-      in = in_copy.data();
-    }
+    in = detached(in, in_bytes, out, out_bytes, in_copy);
     const MPI_Datatype t = mpi_type(d);
     const long step = std::max(1L, chunk_elems() / size_);
     std::vector<unsigned char> pack, tmp;
@@ -201,10 +205,7 @@ class MpiComm final : public Comm {
     const size_t eb = dtype_bytes(d);
     const size_t in_bytes = static_cast<size_t>(n) * eb, out_bytes = in_bytes * size_;
     std::vector<unsigned char> in_copy;
-    if (overlaps(in, in_bytes, out, out_bytes)) {
-      in_copy.assign(static_cast<const unsigned char*>(in), static_cast<const unsigned char*>(in) + in_bytes);
-      in = in_copy.data();
-    }
+    in = detached(in, in_bytes, out, out_bytes, in_copy);
     const MPI_Datatype t = mpi_type(d);
     if (n * size_ <= chunk_elems()) {
       MPI_Allgather(in, static_cast<int>(n), t, out, static_cast<int>(n), t, comm_);
@@ -260,10 +261,7 @@ class MpiComm final : public Comm {
     const size_t eb = dtype_bytes(d);
     const size_t bytes = static_cast<size_t>(n) * size_ * eb;
     std::vector<unsigned char> in_copy;
-    if (overlaps(in, bytes, out, bytes)) {
-      in_copy.assign(static_cast<const unsigned char*>(in), static_cast<const unsigned char*>(in) + bytes);
-      in = in_copy.data();
-    }
+    in = detached(in, bytes, out, bytes, in_copy);
     const MPI_Datatype t = mpi_type(d);
     if (n * size_ <= chunk_elems()) {
       MPI_Alltoall(in, static_cast<int>(n), t, out, static_cast<int>(n), t, comm_);

@@ -31,12 +31,15 @@ GptShape gpt_shape(const Transformer& m, long long seq_len, int tp, int tp_rank)
   return s;
 }
 
-const ParamView& GptLayout::view(const std::string& name) const { return views[view_index(name)]; }
+void ViewNames::build(const std::vector<ParamView>& views) {
+  index.clear();
+  for (size_t i = 0; i < views.size(); ++i) index.emplace(views[i].name, i);
+}
 
-size_t GptLayout::view_index(const std::string& name) const {
-  for (size_t i = 0; i < views.size(); ++i)
-    if (views[i].name == name) return i;
-  throw std::logic_error("gpt: no parameter " + name);
+size_t ViewNames::find(const std::string& name) const {
+  auto it = index.find(name);
+  if (it == index.end()) throw std::logic_error("gpt: no parameter " + name);
+  return it->second;
 }
 
 GptLayout gpt_layout(const GptShape& s) {
@@ -74,6 +77,7 @@ GptLayout gpt_layout(const GptShape& s) {
   add("lnf_w", s.C, -1, false);
   if (s.gelu) add("lnf_b", s.C, -1, false);
   L.head_end = L.total;
+  L.names.build(L.views);
   return L;
 }
 

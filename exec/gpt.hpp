@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -48,6 +49,35 @@ struct ParamView {
   bool decay = true; // weight decay applies (matrices), not to biases and norms
 };
 
+// Name -> view index of a parameter layout (1D and 2D), so the op pieces look parameters up in O(1).
+struct ViewNames {
+  std::unordered_map<std::string, size_t> index;
+  void build(const std::vector<ParamView>& views);
+  size_t find(const std::string& name) const;  // throws std::logic_error when absent
+};
+
+// Where the parameters and gradients of a model's views are (shared by Gpt and Gpt2d). Per-view pointer
+// tables (index = view index; may be null): the runtime sets them to the flat-buffer addresses, and chunked
+// offload (exec/chunk_store.hpp) moves them to the device arena while a view's chunk is resident. Null tables:
+// params / grads + offset.
+template <class T>
+struct ParamTables {
+  T* params = nullptr;  // flat parameters (lay.total)
+  T* grads = nullptr;   // flat gradients (accumulated)
+  T* const* ptab = nullptr;
+  T* const* gtab = nullptr;
+  template <class Lay>
+  T* param_of(const Lay& lay, const std::string& name) const {
+    size_t i = lay.view_index(name);
+    return ptab ? ptab[i] : params + lay.views[i].offset;
+  }
+  template <class Lay>
+  T* grad_of(const Lay& lay, const std::string& name) const {
+    size_t i = lay.view_index(name);
+    return gtab ? gtab[i] : grads + lay.views[i].offset;
+  }
+};
+
 // Parameter layout of one tp rank: views into the flat buffer, per-layer ranges.
 struct GptLayout {
   GptShape s;
@@ -55,8 +85,9 @@ struct GptLayout {
   long long total = 0;
   std::vector<long long> layer_begin, layer_end;  // per layer: [begin, end) in the flat buffer
   long long embed_begin = 0, embed_end = 0, head_begin = 0, head_end = 0;
-  const ParamView& view(const std::string& name) const;
-  size_t view_index(const std::string& name) const;
+  ViewNames names;
+  const ParamView& view(const std::string& name) const { return views[view_index(name)]; }
+  size_t view_index(const std::string& name) const { return names.find(name); }
 };
 GptLayout gpt_layout(const GptShape& s);
 
@@ -105,26 +136,13 @@ struct HeadActs {
 // reduce-scatter replaces each row-parallel all-reduce. The pieces then take and return row shards; LayerNorm
 // and row-parallel bias gradients of the layers are partial per rank (the runtime all-reduces them over tp).
 template <class T>
-struct Gpt {
+struct Gpt : ParamTables<T> {
   GptLayout lay;
   Comm* tp = nullptr;  // tensor-parallel group (null: tp = 1)
   bool sp = false;     // sequence parallelism (needs tp)
-  T* params = nullptr; // flat parameters (lay.total)
-  T* grads = nullptr;  // flat gradients (accumulated)
-  // Per-view pointer tables (index = view index; may be null): where each view's parameters / gradients are
-  // now. The runtime sets them to the flat-buffer addresses, and chunked offload (exec/chunk_store.hpp) moves
-  // them to the device arena while a view's chunk is resident. Null: params / grads + offset.
-  T* const* ptab = nullptr;
-  T* const* gtab = nullptr;
 
-  T* p(const std::string& name) const {
-    size_t i = lay.view_index(name);
-    return ptab ? ptab[i] : params + lay.views[i].offset;
-  }
-  T* g(const std::string& name) const {
-    size_t i = lay.view_index(name);
-    return gtab ? gtab[i] : grads + lay.views[i].offset;
-  }
+  T* p(const std::string& name) const { return this->param_of(lay, name); }
+  T* g(const std::string& name) const { return this->grad_of(lay, name); }
 
   // x[N, C] = embedding of tokens [B, Tn].
   void embed_fwd(T* x, const int32_t* tokens, long B, long Tn) const;

@@ -51,8 +51,9 @@ struct Gpt2dLayout {
   long long total = 0;
   std::vector<long long> layer_begin, layer_end;  // per layer: [begin, end) in the flat buffer
   long long embed_begin = 0, embed_end = 0, head_begin = 0, head_end = 0;
-  const ParamView& view(const std::string& name) const;
-  size_t view_index(const std::string& name) const;
+  ViewNames names;
+  const ParamView& view(const std::string& name) const { return views[view_index(name)]; }
+  size_t view_index(const std::string& name) const { return names.find(name); }
   // True when view i is a parameter of this rank (count it in norms, checkpoints): not column-replicated,
   // or this rank is on grid row 0.
   bool owned(size_t i) const { return !col_replicated[i] || row == 0; }
@@ -83,23 +84,13 @@ template <class T>
 std::vector<T> gather_grads_2d(const GptLayout& full, const Gpt2dLayout& lay, const T* local, Comm& tp);
 
 template <class T>
-struct Gpt2d {
+struct Gpt2d : ParamTables<T> {
   Gpt2dLayout lay;
   Comm* row = nullptr;  // grid row r, ordered by column (size q)
   Comm* col = nullptr;  // grid column c, ordered by row (size q)
-  T* params = nullptr;  // flat parameters (lay.total)
-  T* grads = nullptr;   // flat gradients (accumulated)
-  T* const* ptab = nullptr;  // per-view pointer tables, as in Gpt (null: params / grads + offset)
-  T* const* gtab = nullptr;
 
-  T* p(const std::string& name) const {
-    size_t i = lay.view_index(name);
-    return ptab ? ptab[i] : params + lay.views[i].offset;
-  }
-  T* g(const std::string& name) const {
-    size_t i = lay.view_index(name);
-    return gtab ? gtab[i] : grads + lay.views[i].offset;
-  }
+  T* p(const std::string& name) const { return this->param_of(lay, name); }
+  T* g(const std::string& name) const { return this->grad_of(lay, name); }
 
   // x[(B/q) Tn, C/q] = this rank's block of the embedding of tokens [B, Tn] (the full micro-batch).
   void embed_fwd(T* x, const int32_t* tokens, long B, long Tn) const;

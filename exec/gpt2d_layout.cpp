@@ -91,14 +91,6 @@ BlockMap block_map(const Gpt2dLayout& L, const std::string& name) {
 
 }  // namespace
 
-const ParamView& Gpt2dLayout::view(const std::string& name) const { return views[view_index(name)]; }
-
-size_t Gpt2dLayout::view_index(const std::string& name) const {
-  for (size_t i = 0; i < views.size(); ++i)
-    if (views[i].name == name) return i;
-  throw std::logic_error("gpt2d: no parameter " + name);
-}
-
 Gpt2dLayout gpt2d_layout(const GptShape& full, int q, int tp_rank) {
   if (q < 1 || tp_rank < 0 || tp_rank >= q * q)
     throw std::invalid_argument("gpt2d: bad grid q = " + std::to_string(q) + ", tp rank " + std::to_string(tp_rank));
@@ -145,6 +137,7 @@ Gpt2dLayout gpt2d_layout(const GptShape& full, int q, int tp_rank) {
   }
   L.head_begin = off(ref.head_begin);
   L.head_end = off(ref.head_end);
+  L.names.build(L.views);
   return L;
 }
 

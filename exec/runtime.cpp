@@ -332,9 +332,7 @@ struct RankRun {
     std::vector<std::vector<T>> sendbufs;
     RunResult res;
     double tok_after_first = 0, time_after_first = 0;
-    const int tag_span = nchunks * (int)m;
     auto tag = [&](Pass ps, int g, long long j) { return ((ps == Pass::fwd ? 0 : 1) * nchunks + g) * (int)m + (int)j; };
-    (void)tag_span;
 
     int first = 0;
     if (o.resume && !o.checkpoint_dir.empty()) {

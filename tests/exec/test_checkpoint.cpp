@@ -3,6 +3,8 @@
 // replacement of an existing checkpoint.
 #include <gtest/gtest.h>
 
+#include "temp_dir.hpp"
+
 #include <unistd.h>
 
 #include <cmath>
@@ -21,18 +23,8 @@ using namespace tp::exec;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() / ("tp_ckpt_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
+struct TempDir : tp::testutil::TempDir {
+  TempDir() : tp::testutil::TempDir("tp_ckpt") {}
 };
 
 struct Sample {

@@ -3,6 +3,8 @@
 // sampling is a pure function of (seed, step, index) with targets = inputs shifted by one.
 #include <gtest/gtest.h>
 
+#include "temp_dir.hpp"
+
 #include <unistd.h>
 
 #include <cstdint>
@@ -20,19 +22,8 @@ using namespace tp::exec;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() /
-           ("tp_data_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
+struct TempDir : tp::testutil::TempDir {
+  TempDir() : tp::testutil::TempDir("tp_data") {}
 };
 
 void write_raw(const std::string& path, const std::vector<int32_t>& header_ints, size_t header_len_ints,

@@ -3,6 +3,8 @@
 // in-process checks of scenario_from_text on a few cases; and the good paths next to them (inline cluster and GPU,
 // hf_config by absolute and relative path, case-insensitive catalog names, every bundled scenario).
 #include <gtest/gtest.h>
+
+#include "temp_dir.hpp"
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -34,19 +36,8 @@ void write_text(const fs::path& p, const std::string& text) {
   out << text;
 }
 
-// A fresh, empty directory under the system temp dir, removed when the object goes out of scope.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() / ("tp_bad_inputs_" + std::to_string(getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
+struct TempDir : tp::testutil::TempDir {
+  TempDir() : tp::testutil::TempDir("tp_bad_inputs") {}
 };
 
 std::string quote(const std::string& s) {

@@ -29,6 +29,14 @@ inline json ideal_cluster(int nodes = 64, int gpus_per_node = 8) {
           {"power_per_gpu_w", 500}};
 }
 
+// The ideal cluster with finite NVSwitch ports (1e11 B/s) and hop latency (1 us), for collective phase tests.
+inline json finite_nvswitch_cluster(int nodes = 4, int gpus_per_node = 8) {
+  json c = ideal_cluster(nodes, gpus_per_node);
+  c["intra_node"]["bandwidth_bytes_per_s"] = 1e11;
+  c["intra_node"]["latency_s"] = 1e-6;
+  return c;
+}
+
 inline json gpt_model(int layers, int hidden, int heads, int vocab = 51200, int seq = 2048) {
   return {{"name", "test-gpt"}, {"layers", layers}, {"hidden", hidden}, {"heads", heads}, {"vocab", vocab},
           {"seq_len", seq}, {"activation", "gelu"}, {"tied_embeddings", true}};

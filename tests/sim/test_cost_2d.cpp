@@ -254,10 +254,7 @@ TEST(Cost2d, SmallerSummaGemmsAreLessEfficient) {
 }
 
 TEST(CollectiveRooted, BroadcastAndReduceArePipelinedChains) {
-  json cj = ideal_cluster(4, 8);
-  cj["intra_node"]["bandwidth_bytes_per_s"] = 1e11;  // finite NVSwitch ports and hop latency
-  cj["intra_node"]["latency_s"] = 1e-6;
-  Scenario sc = make_scenario(gpt_model(2, 256, 4, 256, 128), cj, 8, plan_json(8, 1, 1, 1, "1f1b"));
+  Scenario sc = make_scenario(gpt_model(2, 256, 4, 256, 128), finite_nvswitch_cluster(), 8, plan_json(8, 1, 1, 1, "1f1b"));
   const Cluster& cl = sc.cluster;
   Topology topo = build_topology(cl, 32);
   const double S = 1e8;
