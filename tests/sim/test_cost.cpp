@@ -106,3 +106,23 @@ TEST(Cost, TensorParallelCommTimeFromTopology) {
     if (op.name == "tp.ar1") got = op.time_s;
   EXPECT_NEAR(got / expected, 1.0, 1e-9);
 }
+
+// model.dropout false (the executor's GPT): no dropout ops or masks, so a layer costs less and stores less.
+TEST(Cost, DropoutKeyRemovesDropoutOpsAndMasks) {
+  json with = gpt_model(2, 1024, 16), without = gpt_model(2, 1024, 16);
+  without["dropout"] = false;
+  Scenario a = make_scenario(with, ideal_cluster(), 8, plan_json(1, 1, 1, 1, "1f1b"));
+  Scenario b = make_scenario(without, ideal_cluster(), 8, plan_json(1, 1, 1, 1, "1f1b"));
+  TpComm tpc;
+  tpc.time_s = [](Coll, double, CommGroup) { return 0.0; };
+  tpc.bytes = [](Coll, double, CommGroup) { return TierBytes{}; };
+  CostModel ca = build_cost_model(a, tpc), cb = build_cost_model(b, tpc);
+  auto has = [](const PassCost& pc, const std::string& n) {
+    for (const Op& op : pc.ops) if (op.name == n) return true;
+    return false;
+  };
+  EXPECT_TRUE(has(ca.layer_fwd, "attn.dropout"));
+  EXPECT_FALSE(has(cb.layer_fwd, "attn.dropout"));
+  EXPECT_LT(cb.layer_stored_bytes, ca.layer_stored_bytes);
+  EXPECT_LT(cb.layer_fwd.time_s, ca.layer_fwd.time_s);
+}
