@@ -21,6 +21,8 @@
 #include "exec/comm.hpp"
 #include "exec/train.hpp"
 #include "exec/validate.hpp"
+#include "planner/search.hpp"
+#include "reports/report.hpp"
 
 #include <unistd.h>
 
@@ -336,6 +338,7 @@ int main(int argc, char** argv) {
     if (cmd == "run") return cmd_run(argc, argv);
     if (cmd == "calibrate") return cmd_calibrate(argc, argv);
     if (cmd == "validate") return cmd_validate(argc, argv);
+    if (cmd == "report") return report_main(std::vector<std::string>(argv + 2, argv + argc));
     if (cmd == "version") { std::cout << "trainplan 0.1.0\n"; return 0; }
     throw Usage("unknown command \"" + cmd + "\"");
   } catch (const InputError& e) {

@@ -1,0 +1,80 @@
+// search: `trainplan plan` — the search over every plan key for a scenario with a `search` block.
+// Pipeline: enumerate (dp, tp, tp_mode, pp) layouts and, inside each, micro-batch, global batch, schedule,
+// virtual stages, accumulation, ZeRO stage, offload, recompute, sequence parallelism and ep; prune invalid
+// points with the scenario validator's rules and memory-infeasible ones with the closed-form memory model
+// (planner/analytic.hpp); rank the rest with the analytic step-time estimate; confirm the best K with the
+// event simulation (sim/simulate.hpp), whose numbers are the ones reported.
+// Invariants: results are deterministic (ties broken by a total order on plans, whatever the thread count);
+// every reported plan passed validate_plan; `best` and `top` carry simulated numbers, never analytic ones.
+#pragma once
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "models/scenario.hpp"
+#include "sim/simulate.hpp"
+
+namespace tp {
+
+// One point of the space: a plan and the global batch it runs at.
+struct Candidate {
+  Plan plan;                       // validated; plan.num_microbatches derived
+  long long global_batch = 0;      // sequences per step
+  // Analytic estimate (planner/analytic.hpp).
+  double est_step_s = 0, est_peak_bytes = 0, est_time_to_train_s = 0, est_cost_usd = 0;
+  // Event simulation (set for confirmed candidates).
+  bool confirmed = false;
+  std::shared_ptr<Result> sim;     // null unless confirmed
+  double objective = 0;            // the search objective's value (simulated when confirmed), lower is better
+};
+
+struct Explanation {
+  Candidate alt;                   // the alternative
+  std::string reason;              // dominant cause: "memory wall", "pipeline bubble", "exposed DP communication", ...
+  std::string detail;              // one sentence with numbers
+};
+
+struct SearchStats {
+  long long configurations_evaluated = 0;  // points whose memory and step time were estimated analytically
+  long long pruned_invalid = 0;            // points rejected by the validator's rules
+  long long pruned_memory = 0;             // of the evaluated, those over memory (closed form)
+  long long simulated = 0;                 // event simulations run to confirm
+  double seconds = 0, analytic_seconds = 0, simulate_seconds = 0;
+  int threads = 1;
+};
+
+// Best plan per GPU count (for time-to-train against GPU count, and the Pareto front).
+struct GpuPoint {
+  int gpus = 0;
+  Candidate best;                  // by the objective, confirmed by simulation
+};
+
+struct PlanOutcome {
+  Scenario scenario;               // as loaded (search block, no plan)
+  std::vector<Candidate> top;      // top K by the objective, all confirmed; top[0] is the best
+  std::vector<GpuPoint> by_gpus;   // ascending GPU count
+  std::vector<GpuPoint> pareto;    // non-dominated in (GPUs, time-to-train, cost), ascending GPU count
+  std::vector<Explanation> why;    // why the nearest alternatives lose to top[0]
+  SearchStats stats;
+  std::string note;                // e.g. why nothing fits
+};
+
+struct PlanOptions {
+  int threads = 0;                 // 0 = hardware concurrency
+  // Progress callback (fraction done, seconds elapsed); called from the driving thread only.
+  std::function<void(double, double)> progress;
+};
+
+// Runs the search of a scenario that has a search block. Throws InputError on a scenario without one.
+PlanOutcome plan_search(const Scenario& sc, const PlanOptions& opt = {});
+
+// `--json`: best (plan, global_batch and the simulated result with simulate --json's keys), top, pareto,
+// by_gpus, why and search.{configurations_evaluated, seconds, ...}.
+json plan_outcome_to_json(const PlanOutcome& o);
+// `--csv`: one row per top candidate.
+std::string plan_outcome_to_csv(const PlanOutcome& o);
+// Terminal: top-K table, Pareto front, why the alternatives lose.
+void print_plan_outcome(std::ostream& os, const PlanOutcome& o);
+
+}  // namespace tp
