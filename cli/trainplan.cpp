@@ -41,6 +41,9 @@ const char* kHelp =
     "  trainplan simulate SCENARIO.json [--json FILE] [--trace FILE [--trace-detail op|layer|chunk]]\n"
     "                     [--full-cluster] [--quiet]\n"
     "      simulate one training step of the scenario's plan and estimate the whole run\n"
+    "  trainplan plan SCENARIO.json [--json FILE] [--csv FILE] [--trace FILE] [--threads N] [--quiet]\n"
+    "      search every plan for the scenario's \"search\" block: top plans (simulated), Pareto front (GPUs,\n"
+    "      time to train, cost), why the alternatives lose; exit 3 when no plan fits\n"
     "  trainplan validate-published [--suite DEV_SUITE.json] [--cluster NAME] [--json FILE]\n"
     "      regenerate the published rows of the dev suite and print predicted vs published\n"
     "  trainplan run SCENARIO.json [--steps N] [--json FILE] [--fp64] [--seed S] [--lr LR] [--data TOKENS.bin]\n"
@@ -112,6 +115,40 @@ int cmd_simulate(int argc, char** argv) {
   if (!trace_text.empty()) write_file_atomic(a.value("--trace"), trace_text);
   if (!a.flag("--quiet")) print_summary(std::cout, r);
   return 0;
+}
+
+// Progress bar with ETA on stderr (only when it is a terminal).
+void progress_bar(double frac, double elapsed_s) {
+  int width = 30, filled = (int)(frac * width + 0.5);
+  std::string bar(filled, '#');
+  bar.resize(width, '.');
+  double eta = frac > 0.02 ? elapsed_s * (1 - frac) / frac : 0;
+  std::fprintf(stderr, "\r  searching [%s] %3.0f%%  %.1f s elapsed, ETA %.1f s   ", bar.c_str(), frac * 100, elapsed_s, eta);
+  if (frac >= 1) std::fprintf(stderr, "\n");
+}
+
+int cmd_plan(int argc, char** argv) {
+  Args a = parse_args(argc, argv, 2, {"--json", "--csv", "--threads", "--trace"}, {"--quiet"});
+  if (a.positional.size() != 1) throw Usage("plan needs exactly one scenario file (with a \"search\" block)");
+  Scenario sc = load_scenario(a.positional[0], true);
+  if (!sc.search) throw InputError({a.positional[0] + ": $.search: missing; `trainplan plan` needs a search block (use simulate for a plan)"});
+  PlanOptions opt;
+  std::string th = a.value("--threads", "0");
+  char* end = nullptr;
+  long t = std::strtol(th.c_str(), &end, 10);
+  if (!end || *end || t < 0 || t > 1024) throw Usage("--threads must be an integer in [0, 1024], got " + th);
+  opt.threads = (int)t;
+  if (isatty(2) && !a.flag("--quiet")) opt.progress = progress_bar;
+  PlanOutcome o = plan_search(sc, opt);
+  std::string json_text, csv_text, trace_text;
+  if (!a.value("--json").empty()) json_text = plan_outcome_to_json(o).dump(2) + "\n";
+  if (!a.value("--csv").empty()) csv_text = plan_outcome_to_csv(o);
+  if (!a.value("--trace").empty() && !o.top.empty()) trace_text = trace_to_json(*o.top[0].sim, TraceDetail::layer).dump() + "\n";
+  if (!json_text.empty()) write_file_atomic(a.value("--json"), json_text);
+  if (!csv_text.empty()) write_file_atomic(a.value("--csv"), csv_text);
+  if (!trace_text.empty()) write_file_atomic(a.value("--trace"), trace_text);
+  if (!a.flag("--quiet")) print_plan_outcome(std::cout, o);
+  return o.top.empty() ? 3 : 0;
 }
 
 // One process per rank. Every rank loads and checks the scenario before any work, so bad input fails
@@ -333,6 +370,7 @@ int main(int argc, char** argv) {
   std::string cmd = argv[1];
   try {
     if (cmd == "simulate") return cmd_simulate(argc, argv);
+    if (cmd == "plan") return cmd_plan(argc, argv);
     if (cmd == "validate-published") return cmd_validate_published(argc, argv);
     if (cmd == "catalog") return cmd_catalog(argc, argv);
     if (cmd == "run") return cmd_run(argc, argv);

@@ -57,6 +57,7 @@ struct Training {
   long long global_batch = 0;  // sequences per optimizer step
   long long seq_len = 0;       // tokens per sequence (defaults to the model's)
   double tokens = 0;           // run length in tokens; 0 = not given (derived from the scaling law)
+  double target_loss = 0;      // nats: the run stops at this loss (Kaplan + McCandlish); 0 = not given
   Precision precision = Precision::fp16;
   Precision grad_precision = Precision::fp32;  // main-gradient accumulation / reduction dtype (Megatron default fp32)
 };

@@ -62,16 +62,21 @@ Scenario pseudo_phase(const Scenario& sc) {
   return ps;
 }
 
-static Training read_training(const json& v, const Transformer& m, Issues& issues) {
+static double read_open_num(Reader& r, const std::string& key, double dflt, double lo, double hi, bool required);
+
+static Training read_training(const json& v, const Transformer& m, Issues& issues, bool batch_optional) {
   Training t;
   Reader r(v, "$.training", issues);
   if (!r.ok()) return t;
-  t.global_batch = r.req_int("global_batch", 1, 1LL << 40);
+  t.global_batch = batch_optional ? r.opt_int("global_batch", 0, 1, 1LL << 40) : r.req_int("global_batch", 1, 1LL << 40);
   t.seq_len = r.opt_int("seq_len", m.seq_len > 0 ? m.seq_len : 2048, 1, 100000000);
   size_t before = issues.messages.size();
   t.tokens = r.opt_num("tokens", 0, 0);
   if (r.has("tokens") && t.tokens <= 0 && issues.messages.size() == before)  // not twice for one bad value
     issues.add(r.at("tokens"), "expected a number of tokens > 0");
+  t.target_loss = read_open_num(r, "target_loss", 0, 0, 100, false);
+  if (t.tokens > 0 && t.target_loss > 0)
+    issues.add(r.at("target_loss"), "give either tokens (the run's length) or target_loss (where it stops), not both");
   if (r.has("precision") && r.obj->at("precision") == "fp8") {
     r.get("precision");
     issues.add(r.at("precision"), "\"fp8\" is not supported yet; expected one of \"fp32\", \"fp16\", \"bf16\"");
@@ -79,7 +84,7 @@ static Training read_training(const json& v, const Transformer& m, Issues& issue
     t.precision = (Precision)r.opt_enum("precision", {"fp32", "fp16", "bf16"}, 1);
   }
   t.grad_precision = (Precision)r.opt_enum("grad_precision", {"fp32", "fp16", "bf16"}, 0);
-  r.finish({"global_batch", "seq_len", "tokens", "precision", "grad_precision"});
+  r.finish({"global_batch", "seq_len", "tokens", "target_loss", "precision", "grad_precision"});
   return t;
 }
 
@@ -351,7 +356,7 @@ static void validate_delink(Scenario& sc, Issues& is, const std::string& cluster
   }
 }
 
-Scenario scenario_from_json(const json& v, const std::string& base_dir, const std::string& where) {
+Scenario scenario_from_json(const json& v, const std::string& base_dir, const std::string& where, bool allow_search) {
   Issues is;
   Scenario sc;
   Reader r(v, "$", is);
@@ -378,13 +383,31 @@ Scenario scenario_from_json(const json& v, const std::string& base_dir, const st
   } else {
     is.add("$.cluster", "missing; expected a catalog name or an inline cluster object");
   }
-  if (const json* t = r.get("training")) sc.training = read_training(*t, sc.model, is);
+  const bool searching = r.has("search") && !r.has("plan");
+  if (const json* t = r.get("training")) sc.training = read_training(*t, sc.model, is, searching);
   else is.add("$.training", "missing; expected {global_batch, seq_len, tokens, precision}");
+  if (const json* sv = r.get("search")) {
+    if (r.has("plan")) is.add("$.search", "a scenario has either a plan (simulate, run) or a search block (plan), not both");
+    else if (!allow_search)
+      is.add("$.plan", "missing: this scenario has a search block instead; run `trainplan plan` on it to choose a plan");
+    else sc.search = std::make_shared<Search>(read_search(*sv, "$.search", is));
+  }
   if (const json* p = r.get("plan")) sc.plan = read_plan(*p, "$.plan", is, &sc.delink);
-  else is.add("$.plan", "missing; expected {dp, tp, pp, microbatch, schedule, ...}");
-  r.not_yet({"search"}, "the planner (trainplan plan) arrives later");
-  r.finish({"name", "about", "model", "cluster", "training", "plan"});
-  if (is.empty()) {
+  else if (!searching)
+    is.add("$.plan", allow_search ? "missing; expected a plan {dp, tp, pp, microbatch, schedule, ...} or a search block"
+                                  : "missing; expected {dp, tp, pp, microbatch, schedule, ...}");
+  r.finish({"name", "about", "model", "cluster", "training", "plan", "search"});
+  if (sc.search && is.empty()) {
+    const Search& se = *sc.search;
+    int cap = sc.cluster.total_gpus();
+    if (se.max_gpus > cap) is.add("$.search.max_gpus", "must be <= the cluster's GPUs (" + s(cap) + "), got " + s(se.max_gpus));
+    for (size_t i = 0; i < se.gpu_counts.size(); ++i)
+      if (se.gpu_counts[i] > cap)
+        is.add("$.search.gpu_counts[" + s((long long)i) + "]", "must be <= the cluster's GPUs (" + s(cap) + "), got " + s(se.gpu_counts[i]));
+    if (se.compare.on && !(sc.cluster.inter.nic_bandwidth_bytes_per_s > 0))
+      is.add("$.search.compare", "needs the cluster's inter-node network (inter_node.nic_bandwidth_bits_per_s)");
+  }
+  if (is.empty() && !sc.search) {
     validate_plan(sc.model, sc.cluster, sc.training, sc.plan, is, "$.plan", "$.training.global_batch", cluster_path);
     if (sc.delink.on()) validate_delink(sc, is, cluster_path);
   }
@@ -403,12 +426,12 @@ Scenario scenario_from_text(const std::string& text, const std::string& where) {
   return scenario_from_json(j, ".", where);
 }
 
-Scenario load_scenario(const std::string& file) {
+Scenario load_scenario(const std::string& file, bool allow_search) {
   Issues is;
   json j = parse_json_file(file, file, is);
   if (!is.empty()) throw InputError(is.messages);
   std::filesystem::path base = std::filesystem::path(file).parent_path();
-  return scenario_from_json(j, base.empty() ? std::string(".") : base.string(), file);
+  return scenario_from_json(j, base.empty() ? std::string(".") : base.string(), file, allow_search);
 }
 
 static json plan_to_json(const Plan& p) {
@@ -439,7 +462,7 @@ json scenario_to_json(const Scenario& s) {
     if (s.delink.plan) d["plan"] = plan_to_json(*s.delink.plan);
     plan["delink"] = d;
   }
-  return {{"name", s.name},
+  json out = {{"name", s.name},
           {"model", transformer_to_json(s.model)},
           {"cluster", cluster_to_json(s.cluster)},
           {"training",
@@ -449,6 +472,12 @@ json scenario_to_json(const Scenario& s) {
             {"precision", precision_name(s.training.precision)},
             {"grad_precision", precision_name(s.training.grad_precision)}}},
           {"plan", plan}};
+  if (s.training.target_loss > 0) out["training"]["target_loss"] = s.training.target_loss;
+  if (s.search) {
+    out.erase("plan");
+    out["search"] = search_to_json(*s.search);
+  }
+  return out;
 }
 
 }  // namespace tp

@@ -2,10 +2,12 @@
 // validates every key and every cross-field constraint, and either returns a complete Scenario or throws
 // InputError listing every problem (JSON path + what was expected). Nothing deeper re-checks user input.
 #pragma once
+#include <memory>
 #include <string>
 
 #include "cluster.hpp"
 #include "plan.hpp"
+#include "search.hpp"
 #include "transformer.hpp"
 
 namespace tp {
@@ -17,6 +19,9 @@ struct Scenario {
   Training training;
   Plan plan;
   Delink delink;  // from plan.delink; off unless given
+  // The planner's bounds (a scenario has a plan or a search block; only `trainplan plan` and reports accept
+  // the latter). With a search block the plan is empty and training.global_batch may be 0 (searched).
+  std::shared_ptr<Search> search;
 };
 
 // The pseudo phase of a delinked scenario: its plan (delink.plan or the real plan without offload) with
@@ -24,9 +29,10 @@ struct Scenario {
 Scenario pseudo_phase(const Scenario& sc);
 
 // Parses a scenario from a JSON value. `base_dir` resolves relative paths; `where` names the source in messages.
-Scenario scenario_from_json(const json& v, const std::string& base_dir, const std::string& where);
+Scenario scenario_from_json(const json& v, const std::string& base_dir, const std::string& where,
+                            bool allow_search = false);
 // Reads and parses a scenario file (throws InputError on any problem, including unreadable or malformed files).
-Scenario load_scenario(const std::string& file);
+Scenario load_scenario(const std::string& file, bool allow_search = false);
 // Parses scenario text (used by the fuzz target and tests).
 Scenario scenario_from_text(const std::string& text, const std::string& where = "scenario");
 json scenario_to_json(const Scenario& s);  // fully resolved (catalog entries expanded)

@@ -1,15 +1,344 @@
-// search: see search.hpp. (Stub while the planner is written.)
+// search: see search.hpp. Threads take layouts from a shared counter; each keeps its best points (by the
+// objective, then a total order on plans) overall, per GPU count and per value of every plan dimension;
+// the merge is therefore independent of the thread count. Confirmation simulates the analytic best in
+// parallel and re-ranks by the simulated objective.
 #include "search.hpp"
 
-#include <ostream>
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <thread>
+
+#include "analytic.hpp"
+#include "explain.hpp"
+#include "sim/op_cost.hpp"
+#include "space.hpp"
 
 namespace tp {
 
-PlanOutcome plan_search(const Scenario& sc, const PlanOptions&) {
-  throw InputError({"trainplan plan: not implemented yet"});
+namespace detail {
+// Total order on points: objective, then plan keys (deterministic ties).
+bool point_less(const Point& a, const Point& b) {
+  if (a.objective != b.objective) return a.objective < b.objective;
+  auto key = [](const Point& p) {
+    const Layout& l = p.lay;
+    const Choice& c = p.ch;
+    return std::make_tuple(l.gpus(), l.tp, (int)l.tp_mode, l.node_blocks, l.pp, l.ep, c.microbatch, c.num_microbatches,
+                           (int)c.schedule, c.virtual_stages, (int)c.acc, c.zero, (int)c.offload, c.offload_fraction,
+                           c.experts_only, c.sp, (int)c.recompute);
+  };
+  return key(a) < key(b);
 }
-json plan_outcome_to_json(const PlanOutcome&) { return json::object(); }
-std::string plan_outcome_to_csv(const PlanOutcome&) { return ""; }
-void print_plan_outcome(std::ostream&, const PlanOutcome&) {}
+
+}  // namespace detail
+
+using detail::point_less;
+
+namespace {
+
+// The best `cap` points by point_less.
+struct TopList {
+  size_t cap = 1;
+  std::vector<Point> v;  // max-heap on point_less
+  void add(const Point& p) {
+    if (v.size() < cap) { v.push_back(p); std::push_heap(v.begin(), v.end(), point_less); return; }
+    if (!point_less(p, v.front())) return;
+    std::pop_heap(v.begin(), v.end(), point_less);
+    v.back() = p;
+    std::push_heap(v.begin(), v.end(), point_less);
+  }
+  void merge(const TopList& o) { for (const Point& p : o.v) add(p); }
+  std::vector<Point> sorted() const {
+    std::vector<Point> s = v;
+    std::sort(s.begin(), s.end(), point_less);
+    return s;
+  }
+};
+
+struct Keeper {
+  TopList top;
+  std::map<int, TopList> per_gpus;                   // fitting points per GPU count
+  TopList over_memory;                               // best point that does not fit (by the objective)
+  SearchStats st;
+};
+
+}  // namespace
+
+// Steps of the whole run at a global batch (sequences), as the simulator's run estimate computes them.
+struct RunLaw {
+  double n_nonembed = 0, tokens = 0, target_loss = 0, seq = 0;
+  double steps(long long batch) const {
+    return estimate_run(n_nonembed, (double)batch * seq, tokens, 1.0, 1, 0, 0, ScalingLaw{}, target_loss).steps;
+  }
+};
+
+static double objective_of(Objective o, double step_s, double steps, int gpus, long long batch, double seq, double price) {
+  switch (o) {
+    case Objective::time_to_train: return steps * step_s;
+    case Objective::cost: return steps * step_s / 3600.0 * gpus * price;
+    case Objective::throughput_per_gpu: return -(double)batch * seq / step_s / gpus;
+  }
+  return 0;
+}
+
+// Tasks of a point's step program (what a simulation costs): compute pieces per micro-batch and layer (or
+// model chunk), and ZeRO-3 gathers, on every simulated stage.
+static double sim_tasks(const Scenario& sc, const Point& p) {
+  const Choice& c = p.ch;
+  double Lp = (double)sc.model.layers / p.lay.pp;
+  bool per_layer = c.acc == GradAccumulation::layered || c.zero >= 2 || c.offload == OffloadKind::granular ||
+                   c.offload == OffloadKind::chunked;
+  double per_stage = 2.0 * c.num_microbatches * (per_layer ? Lp : c.virtual_stages) * (c.zero >= 3 ? 2 : 1);
+  return per_stage * p.lay.pp;
+}
+
+// The winner's neighbours: plans on the same GPU count that differ from it in exactly one plan dimension
+// (dp, the number of micro-batches and virtual stages follow). Per dimension, the best that fits and, when
+// it would be faster, the best that does not (the memory wall).
+static std::vector<std::pair<std::string, Point>> neighbours(const Scenario& sc, const AnalyticModel& am,
+                                                             const SpaceLimits& lim, const std::vector<Layout>& layouts,
+                                                             const Point& w, const RunLaw& law, double price) {
+  constexpr int kN = 11;
+  const char* names[kN] = {"tensor parallelism", "pipeline parallelism", "micro-batch size", "pipeline schedule",
+                           "gradient accumulation", "ZeRO stage", "offload", "recomputation", "sequence parallelism",
+                           "global batch", "expert parallelism"};
+  auto values = [](const Point& p, long long* v) {
+    v[0] = p.lay.tp * 4 + (int)p.lay.tp_mode * 2 + p.lay.node_blocks; v[1] = p.lay.pp; v[2] = p.ch.microbatch;
+    v[3] = (int)p.ch.schedule * 100 + (p.ch.schedule == Schedule::interleaved ? p.ch.virtual_stages : 0);
+    v[4] = (int)p.ch.acc; v[5] = p.ch.zero;
+    v[6] = (int)p.ch.offload * 100 + (long long)std::lround(p.ch.offload_fraction * 10) + (p.ch.experts_only ? 50 : 0);
+    v[7] = (int)p.ch.recompute; v[8] = p.ch.sp; v[9] = p.batch; v[10] = p.lay.ep;
+  };
+  long long wv[kN];
+  values(w, wv);
+  std::vector<Point> fit(kN), over(kN);
+  std::vector<char> has_fit(kN, 0), has_over(kN, 0);
+  const Objective obj = sc.search->objective;
+  for (const Layout& lay : layouts) {
+    if (lay.gpus() != w.lay.gpus()) continue;
+    long long dominated = 0;
+    enumerate_choices(sc, am, lay, lim, [&](const Choice& ch, const MicroCost& mc, long long B) {
+      Point p;
+      p.lay = lay; p.ch = ch; p.batch = B;
+      long long v[kN];
+      values(p, v);
+      int diff = -1, ndiff = 0;
+      for (int d = 0; d < kN; ++d) if (v[d] != wv[d]) { diff = d; ++ndiff; }
+      if (ndiff != 1) return true;
+      p.est = am.estimate(lay, mc, ch);
+      double steps = law.steps(B);
+      p.time_to_train_s = steps * p.est.step_s;
+      p.cost_usd = p.time_to_train_s / 3600 * lay.gpus() * price;
+      p.objective = objective_of(obj, p.est.step_s, steps, lay.gpus(), B, law.seq, price);
+      bool ok = p.est.fits && p.est.host_fits;
+      std::vector<Point>& slot = ok ? fit : over;
+      std::vector<char>& has = ok ? has_fit : has_over;
+      if (!has[diff] || point_less(p, slot[diff])) { slot[diff] = p; has[diff] = 1; }
+      return ok;
+    }, dominated, false);
+  }
+  std::vector<std::pair<std::string, Point>> out;
+  for (int d = 0; d < kN; ++d) {
+    if (has_fit[d]) out.push_back({names[d], fit[d]});
+    // The memory wall: a faster neighbour that does not fit, or the only neighbours in this dimension.
+    if (has_over[d] && (over[d].objective < w.objective || !has_fit[d])) out.push_back({names[d], over[d]});
+  }
+  return out;
+}
+
+// The search proper on one scenario (no compare variants).
+static PlanOutcome search_one(const Scenario& sc, const PlanOptions& opt) {
+  auto t0 = std::chrono::steady_clock::now();
+  const Search& se = *sc.search;
+  PlanOutcome out;
+  out.scenario = sc;
+  RunLaw law;
+  law.n_nonembed = (double)sc.model.layers * layer_params_full(sc.model);
+  law.tokens = sc.training.tokens;
+  law.target_loss = sc.training.target_loss;
+  law.seq = (double)sc.training.seq_len;
+  if (law.target_loss > 0 && law.target_loss <= converged_loss(law.n_nonembed))
+    throw InputError({"$.training.target_loss: must be above the model's converged loss L(N) = " +
+                      std::to_string(converged_loss(law.n_nonembed)) + " nats, got " + std::to_string(law.target_loss)});
+  RunEstimate probe = estimate_run(law.n_nonembed, law.seq, law.tokens, 1, 1, 0, 0, ScalingLaw{}, law.target_loss);
+  SpaceLimits lim = space_limits(sc, probe.critical_batch_tokens);
+  std::vector<Layout> layouts = enumerate_layouts(sc, lim);
+  AnalyticModel am(sc);
+  const int confirm = se.confirm > 0 ? se.confirm : std::max(3 * se.top_k, 12);
+  const double price = sc.cluster.price_per_gpu_hour_usd;
+
+  int threads = opt.threads > 0 ? opt.threads : (int)std::max(1u, std::thread::hardware_concurrency());
+  threads = std::max(1, std::min<int>(threads, (int)layouts.size()));
+  std::vector<Keeper> keepers(threads);
+  std::atomic<size_t> next{0}, done{0};
+  auto work = [&](int w) {
+    Keeper& K = keepers[w];
+    K.top.cap = confirm;
+    K.over_memory.cap = 1;
+    for (size_t i; (i = next.fetch_add(1)) < layouts.size(); done.fetch_add(1)) {
+      const Layout& lay = layouts[i];
+      TopList& pg = K.per_gpus[lay.gpus()];
+      pg.cap = 3;
+      long long dominated = 0;
+      K.st.pruned_invalid += enumerate_choices(sc, am, lay, lim, [&](const Choice& ch, const MicroCost& mc, long long B) {
+        ++K.st.configurations_evaluated;
+        Point p;
+        p.lay = lay;
+        p.ch = ch;
+        p.batch = B;
+        p.est = am.estimate(lay, mc, ch);
+        double steps = law.steps(B);
+        p.time_to_train_s = steps * p.est.step_s;
+        p.cost_usd = p.time_to_train_s / 3600 * lay.gpus() * price;
+        p.objective = objective_of(se.objective, p.est.step_s, steps, lay.gpus(), B, law.seq, price);
+        if (!p.est.fits || !p.est.host_fits) {
+          ++K.st.pruned_memory;
+          K.over_memory.add(p);
+          return false;
+        }
+        K.top.add(p);
+        pg.add(p);
+        return true;
+      }, dominated);
+      K.st.pruned_dominated += dominated;
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int w = 1; w < threads; ++w) pool.emplace_back(work, w);
+  if (opt.progress) {
+    std::thread main_worker(work, 0);
+    while (done.load() < layouts.size()) {
+      opt.progress(0.9 * done.load() / std::max<size_t>(1, layouts.size()),
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    main_worker.join();
+  } else {
+    work(0);
+  }
+  for (auto& t : pool) t.join();
+
+  // Merge.
+  Keeper all;
+  all.top.cap = confirm;
+  all.over_memory.cap = 1;
+  for (Keeper& k : keepers) {
+    all.top.merge(k.top);
+    all.over_memory.merge(k.over_memory);
+    for (auto& [n, tl] : k.per_gpus) { all.per_gpus[n].cap = 3; all.per_gpus[n].merge(tl); }
+    all.st.configurations_evaluated += k.st.configurations_evaluated;
+    all.st.pruned_invalid += k.st.pruned_invalid;
+    all.st.pruned_memory += k.st.pruned_memory;
+    all.st.pruned_dominated += k.st.pruned_dominated;
+  }
+  out.stats = all.st;
+  out.stats.threads = threads;
+  out.stats.analytic_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+  // Confirm: the analytic best, then per GPU count the best that the simulation finds fitting.
+  Confirmer cf(sc, se.objective, threads, [&](long long B) { return law.steps(B); });
+  std::vector<Point> best = all.top.sorted();
+  std::vector<Candidate> confirmed = cf.run(best);
+  for (Candidate& c : confirmed)
+    if (c.sim && c.sim->fits && c.sim->host_fits) out.top.push_back(c);
+  std::sort(out.top.begin(), out.top.end(), candidate_less);
+  for (auto& [n, tl] : all.per_gpus) {
+    for (const Point& p : tl.sorted()) {
+      if (sim_tasks(sc, p) > kConfirmTaskBudget) {  // too large to simulate here: analytic numbers
+        Candidate c;
+        c.point = p;
+        c.global_batch = p.batch;
+        c.plan = plan_from(p.lay, p.ch);
+        Issues is;
+        Training t = sc.training;
+        t.global_batch = p.batch;
+        validate_plan(sc.model, sc.cluster, t, c.plan, is);
+        c.objective = p.objective;
+        c.time_to_train_s = p.time_to_train_s;
+        c.cost_usd = p.cost_usd;
+        out.by_gpus.push_back(GpuPoint{n, c, false});
+        break;
+      }
+      Candidate c = cf.one(p);
+      if (c.sim && c.sim->fits && c.sim->host_fits) { out.by_gpus.push_back(GpuPoint{n, c, true}); break; }
+    }
+  }
+  // The overall best may be a per-GPU-count best found only by that pass.
+  for (const GpuPoint& g : out.by_gpus) {
+    if (!g.simulated) continue;
+    bool have = false;
+    for (const Candidate& c : out.top) have |= same_plan(c, g.best);
+    if (!have) out.top.push_back(g.best);
+  }
+  std::sort(out.top.begin(), out.top.end(), candidate_less);
+  if ((int)out.top.size() > se.top_k) out.top.resize(se.top_k);
+  out.pareto = pareto_front(out.by_gpus);
+  if (!out.top.empty()) {  // the winner keeps its program and events (the report draws its timeline)
+    Scenario s = sc;
+    s.search.reset();
+    s.plan = out.top[0].plan;
+    s.training.global_batch = out.top[0].global_batch;
+    out.top[0].sim = std::make_shared<Result>(simulate(s));
+  }
+  if (!out.top.empty()) {
+    out.why = explain(cf, out.top[0], neighbours(sc, am, lim, layouts, out.top[0].point, law, price));
+  } else {
+    out.note = all.st.configurations_evaluated == all.st.pruned_memory
+                   ? "no plan fits in memory: every configuration exceeds the GPU's memory (or the host's, with offload)"
+                   : "no plan was confirmed by the simulation: every analytic candidate ran out of memory when simulated";
+  }
+  out.stats.simulated = cf.simulated();
+  out.stats.simulate_seconds = cf.seconds();
+  out.stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (opt.progress) opt.progress(1.0, out.stats.seconds);
+  return out;
+}
+
+PlanOutcome plan_search(const Scenario& sc, const PlanOptions& opt) {
+  if (!sc.search) throw InputError({sc.name + ": $.search: missing; `trainplan plan` needs a search block"});
+  PlanOutcome out = search_one(sc, opt);
+  if (!sc.search->compare.on) return out;
+  // Lamy-Poirier's question: the shortest time with and without LGA+MPP, on this network and on Ethernet.
+  auto variant = [&](bool lga_mpp, bool ethernet, const char* name, const char* label) {
+    Scenario v = sc;
+    v.search = std::make_shared<Search>(*sc.search);
+    v.search->compare.on = false;
+    v.search->objective = Objective::time_to_train;
+    if (!lga_mpp) {
+      Fix& f = v.search->fix;
+      f.grad_accumulation = {GradAccumulation::standard};
+      std::vector<Schedule> keep;
+      for (Schedule s : {Schedule::gpipe, Schedule::one_f_one_b, Schedule::interleaved})
+        if (f.schedule.empty() || std::find(f.schedule.begin(), f.schedule.end(), s) != f.schedule.end()) keep.push_back(s);
+      f.schedule = keep;
+    }
+    if (ethernet) {
+      v.cluster.inter.nics_per_node = sc.search->compare.ethernet_nics_per_node;
+      v.cluster.inter.nic_bandwidth_bytes_per_s = sc.search->compare.ethernet_nic_bits_per_s / 8;
+      v.cluster.name = sc.cluster.name + "-ethernet";
+    }
+    PlanOutcome o = search_one(v, PlanOptions{opt.threads, nullptr});
+    ShortestVariant sv;
+    sv.name = name;
+    sv.label = label;
+    sv.outcome = std::make_shared<PlanOutcome>(std::move(o));
+    return sv;
+  };
+  const Compare& cmp = sc.search->compare;
+  std::string eth = std::to_string(cmp.ethernet_nics_per_node) + " x " +
+                    std::to_string((long long)std::lround(cmp.ethernet_nic_bits_per_s / 1e9)) + " Gb/s per node";
+  static std::string labels[4];
+  labels[0] = "3D parallelism (standard accumulation, contiguous or interleaved pipeline), " + sc.cluster.name + " network";
+  labels[1] = "with LGA + MPP (every technique allowed), " + sc.cluster.name + " network";
+  labels[2] = "3D parallelism, Ethernet-class network (" + eth + ")";
+  labels[3] = "with LGA + MPP, Ethernet-class network (" + eth + ")";
+  out.shortest.push_back(variant(false, false, "standard_ib", labels[0].c_str()));
+  out.shortest.push_back(variant(true, false, "lga_mpp_ib", labels[1].c_str()));
+  out.shortest.push_back(variant(false, true, "standard_ethernet", labels[2].c_str()));
+  out.shortest.push_back(variant(true, true, "lga_mpp_ethernet", labels[3].c_str()));
+  return out;
+}
 
 }  // namespace tp

@@ -12,25 +12,35 @@
 #include <string>
 #include <vector>
 
+#include "analytic.hpp"
 #include "models/scenario.hpp"
 #include "sim/simulate.hpp"
 
 namespace tp {
 
-// One point of the space: a plan and the global batch it runs at.
+// One point of the space as the analytic pass sees it: a layout, the inner choices, the global batch.
+struct Point {
+  Layout lay;
+  Choice ch;
+  long long batch = 0;             // global batch in sequences
+  Estimate est;                    // analytic estimate
+  double objective = 0;            // analytic objective (lower is better)
+  double time_to_train_s = 0, cost_usd = 0;  // analytic
+};
+
+// A point confirmed by the event simulation.
 struct Candidate {
-  Plan plan;                       // validated; plan.num_microbatches derived
-  long long global_batch = 0;      // sequences per step
-  // Analytic estimate (planner/analytic.hpp).
-  double est_step_s = 0, est_peak_bytes = 0, est_time_to_train_s = 0, est_cost_usd = 0;
-  // Event simulation (set for confirmed candidates).
-  bool confirmed = false;
-  std::shared_ptr<Result> sim;     // null unless confirmed
-  double objective = 0;            // the search objective's value (simulated when confirmed), lower is better
+  Point point;
+  Plan plan;                       // validated; plan.num_microbatches derived, offload layers resolved
+  long long global_batch = 0;
+  std::shared_ptr<Result> sim;     // the simulation (memory timeline dropped; the program and trace kept for top[0])
+  double objective = 0;            // the search objective from the simulation, lower is better
+  double time_to_train_s = 0, cost_usd = 0;
 };
 
 struct Explanation {
-  Candidate alt;                   // the alternative
+  std::string dimension;           // the plan dimension it differs in ("pipeline parallelism", ...) or "memory"
+  Candidate alt;                   // the alternative (simulated)
   std::string reason;              // dominant cause: "memory wall", "pipeline bubble", "exposed DP communication", ...
   std::string detail;              // one sentence with numbers
 };
@@ -39,6 +49,7 @@ struct SearchStats {
   long long configurations_evaluated = 0;  // points whose memory and step time were estimated analytically
   long long pruned_invalid = 0;            // points rejected by the validator's rules
   long long pruned_memory = 0;             // of the evaluated, those over memory (closed form)
+  long long pruned_dominated = 0;          // not estimated: a fitting point with less recompute / no offload dominates
   long long simulated = 0;                 // event simulations run to confirm
   double seconds = 0, analytic_seconds = 0, simulate_seconds = 0;
   int threads = 1;
@@ -47,7 +58,19 @@ struct SearchStats {
 // Best plan per GPU count (for time-to-train against GPU count, and the Pareto front).
 struct GpuPoint {
   int gpus = 0;
-  Candidate best;                  // by the objective, confirmed by simulation
+  Candidate best;                  // by the objective; simulated unless its simulation would exceed the budget
+  bool simulated = true;           // false: analytic numbers (a step of more than kConfirmTaskBudget tasks)
+};
+
+// Event-simulation budget for confirming per-GPU-count points (tasks in the step program, about
+// micro-batches x layers per stage x stages): the top plans are always simulated.
+inline constexpr double kConfirmTaskBudget = 400000;
+
+struct PlanOutcome;
+// search.compare: one variant of the shortest-time question (its own full search).
+struct ShortestVariant {
+  std::string name, label;         // e.g. "lga_mpp_ethernet", "with LGA + MPP, Ethernet-class network (...)"
+  std::shared_ptr<PlanOutcome> outcome;
 };
 
 struct PlanOutcome {
@@ -58,6 +81,7 @@ struct PlanOutcome {
   std::vector<Explanation> why;    // why the nearest alternatives lose to top[0]
   SearchStats stats;
   std::string note;                // e.g. why nothing fits
+  std::vector<ShortestVariant> shortest;  // search.compare only
 };
 
 struct PlanOptions {

@@ -52,7 +52,7 @@ json result_to_json(const Result& r) {
                    {"critical_batch_tokens", e.critical_batch_tokens},
                    {"batch_tokens", e.batch_tokens},
                    {"tokens", e.tokens},
-                   {"tokens_source", e.tokens_from_scenario ? "scenario" : "scaling_law"},
+                   {"tokens_source", e.tokens_from_scenario ? "scenario" : e.from_target_loss ? "target_loss" : "scaling_law"},
                    {"steps", e.steps},
                    {"steps_min", e.steps_min},
                    {"time_s", e.time_s},

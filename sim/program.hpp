@@ -90,6 +90,10 @@ struct Program {
   std::vector<int> engine_links;  // engine link id -> topology link id
 };
 
+// The cost model of the scenario's plan with its TP / EP collectives timed on `topo` (used by build_program
+// and by the planner's analytic pass).
+CostModel cost_model_on(const Scenario& sc, const Topology& topo);
+
 // `exhaustive_symmetry` routes every copy of every representative flow even when the layout is aligned (tests).
 Program build_program(const Scenario& sc, bool full_cluster, bool exhaustive_symmetry = false);
 

@@ -26,16 +26,10 @@ struct Piece {
 };
 }  // namespace
 
-Program build_program(const Scenario& sc, bool full_cluster, bool exhaustive_symmetry) {
-  Program prog;
-  prog.full = full_cluster;
+// The cost model of the scenario's plan with its TP / EP collectives timed on `topo`, over the groups of the
+// representative (tp 0, dp 0, stage 0).
+CostModel cost_model_on(const Scenario& sc, const Topology& topo) {
   const Plan& p = sc.plan;
-  const Transformer& M = sc.model;
-  const int G = p.gpus();
-  prog.topo = topology_for(sc.cluster, G);
-  Builder B(sc, prog);
-  B.exhaustive_symmetry = exhaustive_symmetry;
-
   // Groups of the representative (tp 0, dp 0, stage 0) for collectives folded into compute ops.
   const int q = p.tp_q();
   std::vector<int> groups[4];
@@ -65,17 +59,30 @@ Program build_program(const Scenario& sc, bool full_cluster, bool exhaustive_sym
     auto key = std::make_tuple((int)c, bytes, (int)gk);
     auto it = tp_cache.find(key);
     if (it != tp_cache.end()) return it->second;
-    double t = lines[(int)gk].empty() ? collective_time_isolated_s(c, grp, bytes, *prog.topo, sc.cluster)
-                                      : collective_time_concurrent_s(c, lines[(int)gk], bytes, *prog.topo, sc.cluster);
+    double t = lines[(int)gk].empty() ? collective_time_isolated_s(c, grp, bytes, topo, sc.cluster)
+                                      : collective_time_concurrent_s(c, lines[(int)gk], bytes, topo, sc.cluster);
     tp_cache[key] = t;
     return t;
   };
   tpc.bytes = [&](Coll c, double bytes, CommGroup gk) {
     const std::vector<int>& grp = groups[(int)gk];
     if (grp.size() < 2) return TierBytes{};
-    return collective_member_bytes(c, grp, bytes, *prog.topo);
+    return collective_member_bytes(c, grp, bytes, topo);
   };
-  prog.cm = build_cost_model(sc, tpc);
+  return build_cost_model(sc, tpc);
+}
+
+Program build_program(const Scenario& sc, bool full_cluster, bool exhaustive_symmetry) {
+  Program prog;
+  prog.full = full_cluster;
+  const Plan& p = sc.plan;
+  const Transformer& M = sc.model;
+  const int G = p.gpus();
+  prog.topo = topology_for(sc.cluster, G);
+  Builder B(sc, prog);
+  B.exhaustive_symmetry = exhaustive_symmetry;
+
+  prog.cm = cost_model_on(sc, *prog.topo);
   const CostModel& cm = prog.cm;
 
   // Simulated ranks.

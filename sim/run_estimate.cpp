@@ -5,13 +5,21 @@
 
 namespace tp {
 
+double converged_loss(double N, const ScalingLaw& law) { return std::pow(law.n_c / N, law.alpha_n); }
+
 RunEstimate estimate_run(double N, double B, double tokens, double step_s, int gpus, double price, double power_w,
-                         const ScalingLaw& law) {
+                         const ScalingLaw& law, double target_loss) {
   RunEstimate r;
-  r.loss_nats = std::pow(law.n_c / N, law.alpha_n);
+  r.loss_nats = converged_loss(N, law);
   r.critical_batch_tokens = law.b_star_tokens / std::pow(r.loss_nats, 1.0 / law.alpha_b);
   r.batch_tokens = B;
-  if (tokens > 0) {
+  if (target_loss > r.loss_nats && tokens <= 0) {
+    r.from_target_loss = true;
+    r.critical_batch_tokens = law.b_star_tokens / std::pow(target_loss, 1.0 / law.alpha_b);
+    r.steps_min = law.s_c / std::pow(target_loss - r.loss_nats, 1.0 / law.alpha_s);
+    r.steps = std::ceil(r.steps_min * (1 + r.critical_batch_tokens / B));
+    r.tokens = r.steps * B;
+  } else if (tokens > 0) {
     r.tokens_from_scenario = true;
     r.tokens = tokens;
     r.steps = std::ceil(tokens / B);

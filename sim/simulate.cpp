@@ -253,8 +253,12 @@ Result simulate(const Scenario& sc, const SimOptions& opt) {
 
   const Transformer& m = sc.model;
   double n_nonembed = (double)m.layers * layer_params_full(m);
+  if (sc.training.target_loss > 0 && sc.training.target_loss <= converged_loss(n_nonembed))
+    throw InputError({"$.training.target_loss: must be above the model's converged loss L(N) = " +
+                      std::to_string(converged_loss(n_nonembed)) + " nats (Kaplan, N = non-embedding parameters), got " +
+                      std::to_string(sc.training.target_loss)});
   res.run = estimate_run(n_nonembed, batch_tokens, sc.training.tokens, res.step_time_s, gpus,
-                         sc.cluster.price_per_gpu_hour_usd, sc.cluster.power_per_gpu_w);
+                         sc.cluster.price_per_gpu_hour_usd, sc.cluster.power_per_gpu_w, ScalingLaw{}, sc.training.target_loss);
   if (sc.delink.on()) add_delink(res, opt);
   res.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return res;

@@ -1,0 +1,53 @@
+// search: the scenario's "search" block (used instead of "plan") — the bounds of `trainplan plan`'s search.
+// Invariants after parsing: every list in Fix is non-empty and holds valid values of its key (an empty list
+// means "not fixed"); min_gpus <= max_gpus; confirm >= top_k.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "plan.hpp"
+
+namespace tp {
+
+enum class Objective { time_to_train = 0, cost = 1, throughput_per_gpu = 2 };
+const char* objective_name(Objective o);
+
+// Plan keys held at given values ("fix": {"tp_mode": "1d", "zero": [1, 2]}): allowed values per key.
+struct Fix {
+  std::vector<int> dp, tp, pp, virtual_stages, zero, ep;
+  std::vector<long long> microbatch, global_batch;
+  std::vector<Schedule> schedule;
+  std::vector<Recompute> recompute;
+  std::vector<TpMode> tp_mode;
+  std::vector<GradAccumulation> grad_accumulation;
+  std::vector<OffloadKind> offload;
+  std::vector<bool> sequence_parallel;
+};
+
+// "compare": the shortest-time question of Lamy-Poirier — the search repeated with LGA+MPP forbidden and
+// allowed, on the cluster's own inter-node network and on an Ethernet-class one.
+struct Compare {
+  bool on = false;
+  double ethernet_nic_bits_per_s = 100e9;  // per node
+  int ethernet_nics_per_node = 1;
+};
+
+struct Search {
+  int max_gpus = 0;                 // 0 = the cluster's GPUs
+  int min_gpus = 1;
+  std::vector<int> gpu_counts;      // explicit GPU counts (empty: every count the layouts reach)
+  Objective objective = Objective::time_to_train;
+  int top_k = 5;
+  int confirm = 0;                  // analytic-best points the event simulation confirms (0 = max(3 top_k, 12))
+  double memory_headroom = 0.0;     // fraction of GPU memory kept free
+  double max_batch_over_critical = 1.0;  // global batch tokens <= this x Kaplan's B_crit (searched batches)
+  double target_loss = 0;           // nats; 0 = training.tokens, else Kaplan's compute-efficient stopping point
+  Fix fix;
+  Compare compare;
+};
+
+// Reads "search" at `path` (exact keys; messages name the JSON path).
+Search read_search(const json& v, const std::string& path, Issues& issues);
+json search_to_json(const Search& s);
+
+}  // namespace tp

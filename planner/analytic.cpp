@@ -1,0 +1,291 @@
+// analytic: see analytic.hpp. Notation: L layers, p = pp, Lp = L / p layers per stage, m micro-batches per
+// step, v model chunks per stage, e activation / weight bytes, g gradient bytes; P parameters per GPU of the
+// busiest stage (D dense + E expert). The stage ranks of a layout are placed like Megatron's (tp fastest,
+// then dp, then stage): a dp group has min(dp, gpus_per_node / tp) members per node.
+#include "analytic.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "sim/op_cost.hpp"
+#include "sim/program.hpp"
+
+namespace tp {
+
+namespace {
+double eff_at(const Curve& c, double x) { return c.points.empty() ? 1.0 : c.at(x); }
+}  // namespace
+
+AnalyticModel::AnalyticModel(const Scenario& s) : sc(s) {
+  double headroom = sc.search ? sc.search->memory_headroom : 0.0;
+  capacity_bytes = sc.cluster.gpu.hbm_bytes * (1 - headroom);
+  int gpn = sc.cluster.gpus_per_node;
+  int gpus = std::min(sc.cluster.total_gpus(), std::max(2 * gpn, 2));
+  topo_ = topology_for(sc.cluster, gpus);
+  intra_lat_ = gpn > 1 ? topo_->latency_s(0, 1) : 0;
+  inter_lat_ = gpus > gpn ? topo_->latency_s(0, gpn) : intra_lat_;
+}
+
+// Ring all-reduce (coll 0), reduce-scatter (1), all-gather (2); hierarchical (intra ring, inter ring over the
+// members with the same local index on S / k bytes, intra ring) when the group spans nodes with k > 1
+// members each — as sim/collective.cpp decomposes them. Inter-node bandwidth per GPU: the node's NICs shared
+// by its GPUs (all of them run a collective of the same kind at once), capped by the GPU's PCIe link, divided
+// by the oversubscription when the group spans leaves.
+double AnalyticModel::coll_s(int coll, int g, int k, double S) const {
+  if (g <= 1 || S <= 0) return 0;
+  const Cluster& c = sc.cluster;
+  k = std::max(1, std::min(k, g));
+  int n = (g + k - 1) / k;
+  auto factor = [&](int x) { return coll == 0 ? 2.0 * (x - 1) / x : (double)(x - 1) / x; };
+  auto steps = [&](int x) { return coll == 0 ? 2.0 * (x - 1) : (double)(x - 1); };
+  auto intra = [&](int x, double bytes) {
+    return factor(x) * bytes / (c.intra.bandwidth_bytes_per_s * eff_at(c.intra.efficiency, bytes)) + steps(x) * intra_lat_;
+  };
+  if (n == 1) return intra(g, S);
+  double nic = c.inter.nics_per_node * c.inter.nic_bandwidth_bytes_per_s / c.gpus_per_node;
+  double bw = std::min(nic, c.host.pcie_bandwidth_bytes_per_s > 0 ? c.host.pcie_bandwidth_bytes_per_s : nic);
+  if (n > c.inter.nodes_per_leaf) bw /= c.inter.oversubscription;
+  double Sk = S / k;
+  double inter = factor(n) * Sk / (bw * eff_at(c.inter.efficiency, Sk)) + steps(n) * inter_lat_;
+  if (k == 1) return inter;
+  int intra_phases = coll == 0 ? 2 : 1;
+  double one_intra = (double)(k - 1) / k * S / (c.intra.bandwidth_bytes_per_s * eff_at(c.intra.efficiency, S)) +
+                     (k - 1) * intra_lat_;
+  return intra_phases * one_intra + inter;
+}
+
+double AnalyticModel::p2p_s(bool inter, double bytes) const {
+  const Cluster& c = sc.cluster;
+  if (!inter) return bytes / (c.intra.bandwidth_bytes_per_s * eff_at(c.intra.efficiency, bytes)) + intra_lat_;
+  double nic = c.inter.nics_per_node * c.inter.nic_bandwidth_bytes_per_s / c.gpus_per_node;
+  return bytes / (nic * eff_at(c.inter.efficiency, bytes)) + inter_lat_;
+}
+
+const MicroCost& AnalyticModel::micro(const Layout& lay, long long mb, bool sp, Recompute rc) const {
+  auto key = std::make_tuple(lay.tp, (int)lay.tp_mode, lay.node_blocks, mb, sp, (int)rc, lay.ep);
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = micro_.find(key);
+    if (it != micro_.end()) return *it->second;
+  }
+  auto out = std::make_unique<MicroCost>();
+  Scenario s = sc;
+  s.search.reset();
+  Plan& p = s.plan;
+  p = Plan{};
+  p.tp = lay.tp; p.dp = lay.ep; p.pp = 1; p.ep = lay.ep; p.tp_mode = lay.tp_mode;
+  p.tp_grid_node_blocks = lay.node_blocks;
+  p.microbatch = mb; p.sequence_parallel = sp; p.recompute = rc;
+  int gpus = std::min(sc.cluster.total_gpus(), std::max(lay.tp * lay.ep, 1));
+  try {
+    CostModel cm = cost_model_on(s, *topology_for(sc.cluster, gpus));
+    const Transformer& M = sc.model;
+    double L = (double)M.layers, Lm = cm.moe_every > 0 ? std::floor(L / cm.moe_every) : 0, Ld = L - Lm;
+    MicroCost& o = *out;
+    o.ok = true;
+    o.layer_f_s = (Ld * cm.layer_fwd.time_s + Lm * cm.moe_fwd.time_s) / L;
+    o.layer_b_s = (Ld * cm.layer_bwd.time_s + Lm * cm.moe_bwd.time_s) / L;
+    o.layer_compute_f_s = (Ld * cm.layer_fwd.compute_s + Lm * cm.moe_fwd.compute_s) / L;
+    o.layer_compute_b_s = (Ld * (cm.layer_bwd.compute_s + cm.layer_bwd.recompute_s) +
+                           Lm * (cm.moe_bwd.compute_s + cm.moe_bwd.recompute_s)) / L;
+    o.embed_f_s = cm.embed_fwd.time_s; o.embed_b_s = cm.embed_bwd.time_s;
+    o.head_f_s = cm.head_fwd.time_s; o.head_b_s = cm.head_bwd.time_s;
+    o.layer_stored_bytes = (Ld * cm.layer_stored_bytes + Lm * cm.moe_stored_bytes) / L;
+    o.layer_transient_bytes = std::max(cm.layer_transient_bytes, Lm > 0 ? cm.moe_transient_bytes : 0.0);
+    o.embed_stored_bytes = cm.embed_stored_bytes; o.head_stored_bytes = cm.head_stored_bytes;
+    o.layer_params = (Ld * cm.layer_params + Lm * cm.moe_params) / L;
+    o.layer_expert_params = Lm * cm.moe_expert_params / L;
+    o.embed_params = cm.embed_params; o.head_params = cm.head_params;
+    o.p2p_bytes = precision_bytes(sc.training.precision) * (double)mb * sc.training.seq_len * M.hidden / lay.tp;
+  } catch (const std::invalid_argument&) {
+    out->ok = false;
+  }
+  std::lock_guard<std::mutex> lk(mu_);
+  auto& slot = micro_[key];
+  if (!slot) slot = std::move(out);
+  return *slot;
+}
+
+Estimate AnalyticModel::estimate(const Layout& lay, const MicroCost& mc, const Choice& ch) const {
+  Estimate r;
+  const Cluster& C = sc.cluster;
+  const Gpu& gpu = C.gpu;
+  const int p = lay.pp, dp = lay.dp, gpn = C.gpus_per_node;
+  const double L = (double)sc.model.layers, Lp = L / p, m = (double)ch.num_microbatches;
+  const double e = precision_bytes(sc.training.precision), g = precision_bytes(sc.training.grad_precision);
+  const double master = e < 4 ? 4 : 0;
+  const bool layered = ch.acc == GradAccumulation::layered;
+  const int edp = std::max(1, dp / lay.ep);
+
+  // ---- compute and bubble (busiest stage) ----
+  const double t_l = mc.layer_f_s + mc.layer_b_s;
+  const double ends = p == 1 ? mc.embed_f_s + mc.embed_b_s + mc.head_f_s + mc.head_b_s
+                             : std::max(mc.embed_f_s + mc.embed_b_s, mc.head_f_s + mc.head_b_s);
+  const double t_stage = Lp * t_l + ends;  // one micro-batch through one stage
+  r.compute_s = m * t_stage;
+  r.tp_comm_s = m * Lp * (t_l - mc.layer_compute_f_s - mc.layer_compute_b_s);
+  if (p > 1) {
+    if (layered && ch.schedule == Schedule::gpipe) {
+      r.bubble_s = (p - 1) * ((Lp - 1) * m + 1) * t_l;
+    } else {
+      double v = ch.schedule == Schedule::interleaved ? ch.virtual_stages : ch.schedule == Schedule::modular ? Lp : 1;
+      r.bubble_s = (p - 1) * t_stage / v;
+    }
+    bool inter = (long long)lay.tp * dp >= gpn;
+    r.pp_comm_s = 2 * (p - 1) * p2p_s(inter, mc.p2p_bytes);
+  }
+
+  // ---- parameters per GPU: first stage (embedding) and last stage (head) ----
+  const double P_layers = Lp * mc.layer_params, E = Lp * mc.layer_expert_params;
+  const double P = P_layers + (p == 1 ? mc.embed_params + mc.head_params : std::max(mc.embed_params, mc.head_params));
+  const double D = P - E;
+  auto shard = [&](double dense, double expert, int stage) {
+    return ch.zero >= stage && dp > 1 ? dense / dp + expert / edp : dense + expert;
+  };
+  double off_dense = 0, off_expert = 0;
+  if (ch.offload == OffloadKind::granular) {
+    off_expert = ch.offload_fraction * E;
+    off_dense = ch.experts_only ? 0 : ch.offload_fraction * (P_layers - E);
+  }
+  const double on_dense = D - off_dense, on_expert = E - off_expert;
+  double gpu_opt_params = 0, host_opt_params = 0;
+  switch (ch.offload) {
+    case OffloadKind::none: case OffloadKind::chunked: gpu_opt_params = shard(D, E, 1); break;
+    case OffloadKind::optimizer: host_opt_params = shard(D, E, 1); break;
+    case OffloadKind::granular:
+      gpu_opt_params = shard(on_dense, on_expert, 1);
+      host_opt_params = shard(off_dense, off_expert, 1);
+      break;
+  }
+  const bool zero3 = ch.zero >= 3 && dp > 1;
+  const double layer_bytes_e = mc.layer_params * e;
+  double weights = (zero3 ? shard(on_dense, on_expert, 3) : on_dense + on_expert) * e;
+  double grads = (ch.zero >= 2 && dp > 1 ? shard(on_dense, on_expert, 2) : on_dense + on_expert) * g;
+  double opt = gpu_opt_params * (master + 8);
+  double buffers = p > 1 ? 4 * mc.p2p_bytes : 0;
+  if (zero3) buffers += 2 * layer_bytes_e;  // the gathered layer and the prefetched next one
+  if (ch.offload == OffloadKind::granular) buffers += 2 * ch.offload_fraction * layer_bytes_e;
+
+  // ---- activations in flight on the first stage ----
+  double inflight_layers, inflight_mb;
+  const double v = ch.schedule == Schedule::interleaved ? ch.virtual_stages : ch.schedule == Schedule::modular ? Lp : 1;
+  if (layered) { inflight_layers = m * Lp; inflight_mb = m; }
+  else if (p == 1) { inflight_layers = Lp; inflight_mb = 1; }
+  else if (ch.schedule == Schedule::gpipe) { inflight_layers = m * Lp; inflight_mb = m; }
+  else if (ch.schedule == Schedule::one_f_one_b) { inflight_mb = std::min<double>(m, p); inflight_layers = inflight_mb * Lp; }
+  else {
+    double chunks = std::min(m * v, 2.0 * (p - 1) + (v - 1) * p + 1);
+    inflight_layers = chunks * Lp / v;
+    inflight_mb = std::min(m, std::ceil(chunks / v));
+  }
+  double act = inflight_layers * mc.layer_stored_bytes + mc.layer_transient_bytes +
+               inflight_mb * mc.embed_stored_bytes + (p == 1 ? (layered ? m : 1) * mc.head_stored_bytes : 0);
+  if (p > 1) {  // the last stage: fewer micro-batches in flight, the LM head's logits
+    double last_mb = layered || ch.schedule == Schedule::gpipe ? m : 1;
+    double last = (layered || ch.schedule == Schedule::gpipe ? m * Lp : (v > 1 ? std::min(m * v, (v - 1) * p + 1.0) * Lp / v : Lp)) *
+                      mc.layer_stored_bytes + mc.layer_transient_bytes + last_mb * mc.head_stored_bytes;
+    act = std::max(act, last);
+  }
+  r.activation_bytes = act;
+
+  // ---- data-parallel communication ----
+  const int k_dp = std::max(1, std::min(dp, gpn / std::max(1, lay.tp)));
+  const int k_edp = std::max(1, std::min(edp, gpn / std::max(1, lay.tp * lay.ep)));
+  auto dp_coll = [&](int coll, double dense_params, double expert_params, double bytes_each) {
+    if (lay.ep == 1) return coll_s(coll, dp, k_dp, (dense_params + expert_params) * bytes_each);
+    return coll_s(coll, dp, k_dp, dense_params * bytes_each) + coll_s(coll, edp, k_edp, expert_params * bytes_each);
+  };
+  const double bwd_s = Lp * mc.layer_b_s;  // one micro-batch's backward on a stage
+  double dp_exposed = 0, pcie_exposed = 0;
+  if (dp > 1) {
+    double red_one = dp_coll(ch.zero >= 1 ? 1 : 0, D, E, g);
+    double red_times = ch.zero >= 2 && !layered ? m : 1;
+    double buckets = ch.zero >= 2 || layered ? Lp : std::max(1.0, std::ceil(P / std::max(40e6, 1e6 * dp)));
+    double red = red_one * red_times;
+    double window = (ch.zero >= 2 && !layered ? m : (layered ? m : 1)) * bwd_s;
+    dp_exposed += std::max(red - window, 0.0) + red_one / buckets;
+    if (ch.zero == 1 || ch.zero == 2) dp_exposed += dp_coll(2, D, E, e);  // updated parameters gathered
+    if (zero3) {
+      double gather_one = dp_coll(2, D / Lp, E / Lp, e);  // one layer
+      double gathers = (layered ? 2 : 2 * m) * Lp * gather_one;
+      dp_exposed += std::max(gathers - r.compute_s, 0.0) + gather_one;
+    }
+  }
+  r.dp_comm_s = dp_exposed;
+
+  // ---- optimizer and offload ----
+  const double pcie = C.host.pcie_bandwidth_bytes_per_s;
+  const double host_bw = C.host.memory_bandwidth_bytes_per_s / std::min(lay.gpus(), gpn);
+  auto host_adam = [&](double params) { return host_bw > 0 ? params * (28 + e) / host_bw : 0.0; };
+  double traffic = gpu_opt_params * (2 * (master + 8) + g + e);
+  r.optimizer_s = traffic > 0 ? traffic / (gpu.hbm_bandwidth_bytes_per_s * eff_at(gpu.memory_efficiency, traffic)) + gpu.kernel_overhead_s : 0;
+  double host_bytes = 0;
+  bool chunks_fit = true;
+  if (ch.offload == OffloadKind::optimizer) {
+    pcie_exposed = host_adam(host_opt_params) + host_opt_params * e / pcie * 1.0;
+    host_bytes = host_opt_params * (master + 8 + 4);
+  } else if (ch.offload == OffloadKind::granular) {
+    double off = (zero3 ? shard(off_dense, off_expert, 3) : off_dense + off_expert);
+    double loads = (layered ? 2 : 2 * m) * off * e, stores = (layered ? 1 : m) * off * e;
+    pcie_exposed = std::max((loads + stores) / pcie - r.compute_s, 0.0) + host_adam(host_opt_params);
+    host_bytes = (off_dense + off_expert) * (e + 4) + host_opt_params * (master + 8);
+  } else if (ch.offload == OffloadKind::chunked) {
+    // PatrickStar: fp16 parameter chunks (gradients reuse them) and optimizer-state chunks of this rank's
+    // shard; GPU budget = gpu_memory_fraction x HBM; what does not fit moves over PCIe every step
+    // (two loads and one gradient store per moved byte) and its Adam runs on the host.
+    const Offload& o = sc.plan.offload;  // defaults (the search uses PatrickStar's defaults)
+    double budget = o.gpu_memory_fraction * gpu.hbm_bytes;
+    double shard_params = shard(D, E, 3);
+    double chunk_buf = 2 * (double)o.chunk_elements * e;
+    double room = budget - act - buffers - chunk_buf;
+    double param_bytes = shard_params * e, os_bytes = shard_params * (master + 8);
+    double moved = std::max(0.0, param_bytes - std::max(room, 0.0));
+    double os_on_gpu = std::clamp(room - param_bytes, 0.0, os_bytes);
+    double host_os_params = (os_bytes - os_on_gpu) / (master + 8);
+    weights = std::min(param_bytes, std::max(room, 0.0)) + chunk_buf;
+    grads = 0;
+    opt = os_on_gpu;
+    r.optimizer_s = r.optimizer_s * (os_on_gpu / std::max(os_bytes, 1.0));
+    pcie_exposed = 3 * moved / pcie + host_adam(host_os_params);
+    host_bytes = param_bytes - std::min(param_bytes, std::max(room, 0.0)) + (os_bytes - os_on_gpu);
+    chunks_fit = room >= 0;
+  }
+  r.offload_s = pcie_exposed;
+  r.state_bytes = weights + grads + opt + buffers;
+  r.peak_bytes = r.state_bytes + act;
+  r.fits = chunks_fit && r.peak_bytes <= capacity_bytes;
+  r.host_bytes_per_node = host_bytes * std::min(lay.gpus(), gpn);
+  r.host_fits = r.host_bytes_per_node <= C.host.memory_bytes || C.host.memory_bytes <= 0;
+  r.step_s = r.compute_s + r.bubble_s + r.pp_comm_s + r.dp_comm_s + r.optimizer_s + r.offload_s;
+  return r;
+}
+
+}  // namespace tp
+
+namespace tp {
+
+Layout layout_of(const Plan& p) {
+  Layout l;
+  l.dp = p.dp; l.tp = p.tp; l.pp = p.pp; l.ep = p.ep; l.tp_mode = p.tp_mode; l.node_blocks = p.tp_grid_node_blocks;
+  return l;
+}
+
+Choice choice_of(const Plan& p, long long layers) {
+  Choice c;
+  c.microbatch = p.microbatch; c.num_microbatches = p.num_microbatches; c.schedule = p.schedule;
+  c.virtual_stages = p.virtual_stages; c.acc = p.grad_accumulation; c.zero = p.zero; c.offload = p.offload.kind;
+  c.experts_only = p.offload.experts_only;
+  c.offload_fraction = p.offload.kind == OffloadKind::granular && layers > 0 ? (double)p.offload.layers.size() / layers : 0;
+  c.sp = p.sequence_parallel && p.tp > 1; c.recompute = p.recompute;
+  return c;
+}
+
+Estimate estimate_plan(const AnalyticModel& am, const Plan& p) {
+  Layout l = layout_of(p);
+  Choice c = choice_of(p, am.sc.model.layers);
+  const MicroCost& mc = am.micro(l, c.microbatch, c.sp, c.recompute);
+  if (!mc.ok) return Estimate{};
+  return am.estimate(l, mc, c);
+}
+
+}  // namespace tp

@@ -1,0 +1,54 @@
+// explain: internal to planner/ — confirming points with the event simulation (in parallel, memoised), the
+// Pareto front, and why the nearest alternatives lose to the winner.
+// Invariants: a point is simulated at most once per search; candidates compare by the simulated objective,
+// then by the points' total order.
+#pragma once
+#include <functional>
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "search.hpp"
+
+namespace tp {
+namespace detail {
+
+bool point_less(const Point& a, const Point& b);
+
+}  // namespace detail
+
+bool candidate_less(const Candidate& a, const Candidate& b);
+bool same_plan(const Candidate& a, const Candidate& b);
+inline const Point& point_of(const Candidate& c) { return c.point; }
+
+struct Confirmer {
+  Confirmer(const Scenario& sc, Objective obj, int threads, std::function<double(long long)> steps);
+  std::vector<Candidate> run(const std::vector<Point>& pts);  // simulates in parallel; same order as pts
+  Candidate one(const Point& p);
+  long long simulated() const { return simulated_; }
+  double seconds() const { return seconds_; }
+  const Scenario& sc;
+
+ private:
+  Candidate simulate_point(const Point& p);
+  Objective obj_;
+  int threads_;
+  std::function<double(long long)> steps_;
+  std::mutex mu_;
+  std::map<std::vector<double>, Candidate> memo_;
+  long long simulated_ = 0;
+  double seconds_ = 0;
+};
+
+// Non-dominated points in (GPUs, time-to-train, cost), ascending GPU count.
+std::vector<GpuPoint> pareto_front(const std::vector<GpuPoint>& by_gpus);
+
+// For each (dimension name, best alternative point): simulate it and say why it loses to `best`.
+std::vector<Explanation> explain(Confirmer& cf, const Candidate& best, const std::vector<std::pair<std::string, Point>>& alts);
+
+// A one-line plan summary, e.g. "dp 16 x tp 8 x pp 8, 1f1b, mb 1 x 8, ZeRO-1, selective, SP".
+std::string plan_summary(const Plan& p, long long global_batch);
+
+}  // namespace tp

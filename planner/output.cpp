@@ -1,0 +1,203 @@
+// output: the renderings of a PlanOutcome — JSON (`plan --json`, keys in docs/reports.md), CSV and the
+// terminal table. See search.hpp.
+#include <cstdio>
+#include <iomanip>
+#include <ostream>
+#include <sstream>
+
+#include "explain.hpp"
+#include "sim/output.hpp"
+
+namespace tp {
+
+namespace {
+
+json plan_json(const Plan& p, long long B) {
+  Scenario s;
+  s.plan = p;
+  s.training.global_batch = B;
+  json j = scenario_to_json(s)["plan"];
+  j.erase("num_microbatches");  // derived: the plan is a valid scenario "plan" as it stands
+  return j;
+}
+
+json analytic_json(const Estimate& e, double ttt, double cost) {
+  return {{"step_time_s", e.step_s}, {"peak_bytes_per_gpu", e.peak_bytes}, {"time_to_train_s", ttt}, {"cost_usd", cost}};
+}
+
+json simulated_json(const Candidate& c) {
+  const Result& r = *c.sim;
+  json j = result_to_json(r);
+  return {{"step_time_s", r.step_time_s}, {"peak_bytes_per_gpu", r.peak_bytes_per_gpu}, {"fits", r.fits},
+          {"host_fits", r.host_fits}, {"time_to_train_s", r.run.time_s}, {"cost_usd", r.run.cost_usd},
+          {"gpu_hours", r.run.gpu_hours}, {"steps", r.run.steps}, {"mfu", r.mfu}, {"tokens_per_s", r.tokens_per_s},
+          {"breakdown_s", j["breakdown_s"]}};
+}
+
+json gpu_point_json(const GpuPoint& g) {
+  const Candidate& c = g.best;
+  const Estimate& e = c.point.est;
+  json j = {{"gpus", g.gpus}, {"global_batch", c.global_batch}, {"simulated", g.simulated},
+            {"time_to_train_s", c.time_to_train_s}, {"cost_usd", c.cost_usd},
+            {"summary", plan_summary(c.plan, c.global_batch)}, {"plan", plan_json(c.plan, c.global_batch)}};
+  if (g.simulated) {
+    j.update({{"step_time_s", c.sim->step_time_s}, {"mfu", c.sim->mfu}, {"peak_bytes_per_gpu", c.sim->peak_bytes_per_gpu}});
+  } else {  // analytic numbers (the step is beyond the confirmation budget)
+    j.update({{"step_time_s", e.step_s}, {"mfu", nullptr}, {"peak_bytes_per_gpu", e.peak_bytes}});
+  }
+  return j;
+}
+
+}  // namespace
+
+json plan_outcome_to_json(const PlanOutcome& o) {
+  json j;
+  j["scenario"] = scenario_to_json(o.scenario);
+  const Search& se = *o.scenario.search;
+  j["objective"] = objective_name(se.objective);
+  if (!o.top.empty()) {
+    const Candidate& b = o.top[0];
+    j["best"] = {{"gpus", b.plan.gpus()}, {"global_batch", b.global_batch}, {"summary", plan_summary(b.plan, b.global_batch)},
+                 {"plan", plan_json(b.plan, b.global_batch)}, {"result", result_to_json(*b.sim)}};
+  } else {
+    j["best"] = nullptr;
+  }
+  j["top"] = json::array();
+  for (size_t i = 0; i < o.top.size(); ++i) {
+    const Candidate& c = o.top[i];
+    j["top"].push_back({{"rank", i + 1}, {"gpus", c.plan.gpus()}, {"global_batch", c.global_batch},
+                        {"summary", plan_summary(c.plan, c.global_batch)}, {"plan", plan_json(c.plan, c.global_batch)},
+                        {"objective", c.objective},
+                        {"analytic", analytic_json(c.point.est, c.point.objective, 0)},
+                        {"simulated", simulated_json(c)}});
+    // analytic time-to-train: the analytic objective only when the objective is the time
+    j["top"].back()["analytic"]["time_to_train_s"] =
+        se.objective == Objective::time_to_train ? json(c.point.objective) : json(nullptr);
+    j["top"].back()["analytic"].erase("cost_usd");
+  }
+  j["by_gpus"] = json::array();
+  for (const GpuPoint& g : o.by_gpus) j["by_gpus"].push_back(gpu_point_json(g));
+  j["pareto"] = json::array();
+  for (const GpuPoint& g : o.pareto) j["pareto"].push_back(gpu_point_json(g));
+  j["why"] = json::array();
+  for (const Explanation& e : o.why) {
+    const Candidate& c = e.alt;
+    j["why"].push_back({{"dimension", e.dimension}, {"gpus", c.plan.gpus()}, {"global_batch", c.global_batch},
+                        {"summary", plan_summary(c.plan, c.global_batch)}, {"plan", plan_json(c.plan, c.global_batch)},
+                        {"reason", e.reason}, {"detail", e.detail},
+                        {"time_to_train_s", c.sim ? json(c.sim->run.time_s) : json(nullptr)},
+                        {"fits", c.sim ? json(c.sim->fits && c.sim->host_fits) : json(nullptr)}});
+  }
+  if (!o.note.empty()) j["note"] = o.note;
+  if (!o.shortest.empty()) {
+    json v = json::array();
+    for (const ShortestVariant& sv : o.shortest) {
+      const PlanOutcome& x = *sv.outcome;
+      json e = {{"name", sv.name}, {"label", sv.label}};
+      if (!x.top.empty()) {
+        const Candidate& c = x.top[0];
+        e.update({{"gpus", c.plan.gpus()}, {"global_batch", c.global_batch}, {"step_time_s", c.sim->step_time_s},
+                  {"time_to_train_s", c.time_to_train_s}, {"cost_usd", c.cost_usd}, {"mfu", c.sim->mfu},
+                  {"peak_bytes_per_gpu", c.sim->peak_bytes_per_gpu}, {"memory_fraction", c.sim->peak_bytes_per_gpu / c.sim->capacity_bytes},
+                  {"summary", plan_summary(c.plan, c.global_batch)}, {"plan", plan_json(c.plan, c.global_batch)},
+                  {"breakdown_s", result_to_json(*c.sim)["breakdown_s"]}});
+      } else {
+        e["note"] = x.note;
+      }
+      json bg = json::array();
+      for (const GpuPoint& g : x.by_gpus) bg.push_back(gpu_point_json(g));
+      e["by_gpus"] = bg;
+      e["configurations_evaluated"] = x.stats.configurations_evaluated;
+      v.push_back(e);
+    }
+    j["shortest_time"] = {{"variants", v}};
+  }
+  const SearchStats& s = o.stats;
+  j["search"] = {{"configurations_evaluated", s.configurations_evaluated}, {"pruned_invalid", s.pruned_invalid},
+                 {"pruned_memory", s.pruned_memory}, {"pruned_dominated", s.pruned_dominated}, {"simulated", s.simulated}, {"seconds", s.seconds},
+                 {"analytic_seconds", s.analytic_seconds}, {"simulate_seconds", s.simulate_seconds},
+                 {"configurations_per_second", s.analytic_seconds > 0 ? s.configurations_evaluated / s.analytic_seconds : 0.0},
+                 {"threads", s.threads}};
+  return j;
+}
+
+std::string plan_outcome_to_csv(const PlanOutcome& o) {
+  std::ostringstream c;
+  c << "rank,gpus,dp,tp,tp_mode,pp,ep,schedule,virtual_stages,grad_accumulation,microbatch,num_microbatches,"
+       "global_batch,zero,offload,recompute,sequence_parallel,step_time_s,peak_bytes_per_gpu,fits,time_to_train_s,"
+       "cost_usd,mfu,analytic_step_time_s\n";
+  c << std::setprecision(9);
+  for (size_t i = 0; i < o.top.size(); ++i) {
+    const Candidate& k = o.top[i];
+    const Plan& p = k.plan;
+    const Result& r = *k.sim;
+    c << i + 1 << "," << p.gpus() << "," << p.dp << "," << p.tp << "," << tp_mode_name(p.tp_mode) << "," << p.pp << ","
+      << p.ep << "," << schedule_name(p.schedule) << "," << p.virtual_stages << ","
+      << grad_accumulation_name(p.grad_accumulation) << "," << p.microbatch << "," << p.num_microbatches << ","
+      << k.global_batch << "," << p.zero << "," << offload_kind_name(p.offload.kind) << "," << recompute_name(p.recompute)
+      << "," << (p.sequence_parallel ? "true" : "false") << "," << r.step_time_s << "," << r.peak_bytes_per_gpu << ","
+      << (r.fits ? "true" : "false") << "," << r.run.time_s << "," << r.run.cost_usd << "," << r.mfu << ","
+      << k.point.est.step_s << "\n";
+  }
+  return c.str();
+}
+
+static std::string days(double s) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.2f d", s / 86400);
+  return b;
+}
+
+void print_plan_outcome(std::ostream& os, const PlanOutcome& o) {
+  const Scenario& sc = o.scenario;
+  const SearchStats& s = o.stats;
+  char line[512];
+  os << "plan search: " << sc.model.name << " on " << sc.cluster.name << " (up to "
+     << (sc.search->max_gpus > 0 ? sc.search->max_gpus : sc.cluster.total_gpus()) << " GPUs), objective "
+     << objective_name(sc.search->objective) << "\n";
+  std::snprintf(line, sizeof line,
+                "  %lld configurations estimated (%lld over memory; %lld dominated and %lld invalid skipped) in %.2f s = %.0f per second on %d "
+                "threads; %lld simulated in %.2f s\n",
+                s.configurations_evaluated, s.pruned_memory, s.pruned_dominated, s.pruned_invalid, s.analytic_seconds,
+                s.analytic_seconds > 0 ? s.configurations_evaluated / s.analytic_seconds : 0.0, s.threads, s.simulated,
+                s.simulate_seconds);
+  os << line;
+  if (o.top.empty()) { os << "\nno plan: " << o.note << "\n"; return; }
+  os << "\ntop plans (simulated):\n";
+  std::snprintf(line, sizeof line, "  %-4s %6s %10s %10s %9s %6s %11s %12s  %s\n", "rank", "GPUs", "step (s)", "to train",
+                "cost ($M)", "MFU", "mem (GB)", "analytic (s)", "plan");
+  os << line;
+  for (size_t i = 0; i < o.top.size(); ++i) {
+    const Candidate& c = o.top[i];
+    const Result& r = *c.sim;
+    std::snprintf(line, sizeof line, "  %-4zu %6d %10.3f %10s %9.3f %6.3f %5.1f/%-5.1f %12.3f  %s\n", i + 1, c.plan.gpus(),
+                  r.step_time_s, days(r.run.time_s).c_str(), r.run.cost_usd / 1e6, r.mfu, r.peak_bytes_per_gpu / 1e9,
+                  r.capacity_bytes / 1e9, c.point.est.step_s, plan_summary(c.plan, c.global_batch).c_str());
+    os << line;
+  }
+  os << "\nPareto front (GPUs, time to train, cost):\n";
+  for (const GpuPoint& g : o.pareto) {
+    std::snprintf(line, sizeof line, "  %6d GPUs  %10s  $%10.0f  %s%s\n", g.gpus, days(g.best.time_to_train_s).c_str(),
+                  g.best.cost_usd, plan_summary(g.best.plan, g.best.global_batch).c_str(), g.simulated ? "" : "  (analytic)");
+    os << line;
+  }
+  if (!o.why.empty()) {
+    os << "\nwhy the nearest alternatives lose:\n";
+    for (const Explanation& e : o.why)
+      os << "  - other " << e.dimension << ": " << plan_summary(e.alt.plan, e.alt.global_batch) << "\n      " << e.reason
+         << ": " << e.detail << "\n";
+  }
+  if (!o.shortest.empty()) {
+    os << "\nshortest time to train:\n";
+    for (const ShortestVariant& v : o.shortest) {
+      const PlanOutcome& x = *v.outcome;
+      if (x.top.empty()) { os << "  " << v.label << ": no plan (" << x.note << ")\n"; continue; }
+      const Candidate& c = x.top[0];
+      std::snprintf(line, sizeof line, "  %-10s on %5d GPUs  %s\n      %s\n", days(c.time_to_train_s).c_str(), c.plan.gpus(),
+                    v.label.c_str(), plan_summary(c.plan, c.global_batch).c_str());
+      os << line;
+    }
+  }
+}
+
+}  // namespace tp

@@ -1,0 +1,221 @@
+// space: see space.hpp.
+#include "space.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+namespace tp {
+
+namespace {
+
+template <class T>
+bool allowed(const std::vector<T>& fixed, const T& x) {
+  return fixed.empty() || std::find(fixed.begin(), fixed.end(), x) != fixed.end();
+}
+
+bool divides(long long d, long long x) { return d > 0 && x % d == 0; }
+
+// 1, 2, 3, 4, 6, 8, 12, 16, ... (powers of two and three times powers of two) up to hi.
+std::vector<long long> two_three_series(long long hi) {
+  std::vector<long long> v;
+  for (long long p = 1; p <= hi; p *= 2) {
+    v.push_back(p);
+    if (3 * p / 2 > p && 3 * p / 2 <= hi && p >= 2) v.push_back(3 * p / 2);
+  }
+  std::sort(v.begin(), v.end());
+  v.erase(std::unique(v.begin(), v.end()), v.end());
+  return v;
+}
+
+}  // namespace
+
+SpaceLimits space_limits(const Scenario& sc, double bcrit_tokens) {
+  SpaceLimits lim;
+  const Search& se = *sc.search;
+  int cap = se.max_gpus > 0 ? se.max_gpus : sc.cluster.total_gpus();
+  if (!se.gpu_counts.empty()) {
+    for (int n : se.gpu_counts) if (n >= se.min_gpus && n <= cap) lim.gpu_counts.push_back(n);
+  } else {
+    for (long long n : two_three_series(cap)) if (n >= se.min_gpus) lim.gpu_counts.push_back((int)n);
+    if (cap >= se.min_gpus) lim.gpu_counts.push_back(cap);
+  }
+  std::sort(lim.gpu_counts.begin(), lim.gpu_counts.end());
+  lim.gpu_counts.erase(std::unique(lim.gpu_counts.begin(), lim.gpu_counts.end()), lim.gpu_counts.end());
+  lim.max_batch = std::max(1LL, (long long)std::floor(se.max_batch_over_critical * bcrit_tokens / sc.training.seq_len));
+  if (!se.fix.global_batch.empty()) lim.batches = se.fix.global_batch;
+  else if (sc.training.global_batch > 0) lim.batches = {sc.training.global_batch};
+  return lim;
+}
+
+std::vector<Layout> enumerate_layouts(const Scenario& sc, const SpaceLimits& lim) {
+  const Transformer& M = sc.model;
+  const Fix& fx = sc.search->fix;
+  const int gpn = sc.cluster.gpus_per_node;
+  const bool moe = M.moe.experts > 0;
+  auto tp_ok_1d = [&](int t) {
+    return divides(t, M.heads) && divides(t, M.kv_heads) && divides(t, M.ffn_hidden);
+  };
+  auto q_ok = [&](int q) {
+    return divides(q, M.heads) && divides(q, M.kv_heads) && divides(q, M.hidden) && divides(q, M.ffn_hidden);
+  };
+  int gmax = lim.gpu_counts.empty() ? 0 : lim.gpu_counts.back();
+  // (tp, mode, node_blocks) candidates.
+  struct TpOpt { int tp; TpMode mode; bool blocks; };
+  std::vector<TpOpt> tps;
+  if (allowed(fx.tp_mode, TpMode::d1))
+    for (int t = 1; t <= gmax; ++t)
+      // 1D tensor parallelism stays inside a node unless tp is fixed by the user.
+      if (tp_ok_1d(t) && (t <= gpn || !fx.tp.empty()) && allowed(fx.tp, t)) tps.push_back({t, TpMode::d1, false});
+  if (allowed(fx.tp_mode, TpMode::d2) && !moe) {
+    int b = 1;
+    while ((b + 1) * (b + 1) <= gpn) ++b;
+    for (int q = 2; q * q <= gmax; ++q) {
+      if (!q_ok(q) || !allowed(fx.tp, q * q)) continue;
+      tps.push_back({q * q, TpMode::d2, false});
+      if (b > 1 && b * b == gpn && q % b == 0 && (q * q) % gpn == 0) tps.push_back({q * q, TpMode::d2, true});
+    }
+  }
+  std::vector<Layout> out;
+  for (int n : lim.gpu_counts)
+    for (const TpOpt& to : tps)
+      for (long long pp = 1; pp <= M.layers; ++pp) {
+        if (!divides(pp, M.layers) || n % (to.tp * pp) != 0 || !allowed(fx.pp, (int)pp)) continue;
+        int dp = n / (to.tp * (int)pp);
+        if (!allowed(fx.dp, dp)) continue;
+        std::vector<int> eps = {1};
+        if (moe) {
+          eps.clear();
+          for (int e = 1; e <= dp; e *= 2)
+            if (divides(e, dp) && divides(e, M.moe.experts)) eps.push_back(e);
+          if (dp > 1 && divides(dp, M.moe.experts) && eps.back() != dp) eps.push_back(dp);
+        }
+        for (int ep : eps) {
+          if (!allowed(fx.ep, ep)) continue;
+          Layout l;
+          l.dp = dp; l.tp = to.tp; l.pp = (int)pp; l.ep = ep; l.tp_mode = to.mode; l.node_blocks = to.blocks;
+          out.push_back(l);
+        }
+      }
+  return out;
+}
+
+long long enumerate_choices(const Scenario& sc, const AnalyticModel& am, const Layout& lay, const SpaceLimits& lim,
+                            const std::function<bool(const Choice&, const MicroCost&, long long)>& visit,
+                            long long& dominated, bool prune_dominated) {
+  const Transformer& M = sc.model;
+  const Fix& fx = sc.search->fix;
+  const long long L = M.layers, Lp = L / lay.pp, s = sc.training.seq_len;
+  const int q = lay.tp_mode == TpMode::d2 ? (int)std::lround(std::sqrt((double)lay.tp)) : 1;
+  const bool host_ok = sc.cluster.host.memory_bandwidth_bytes_per_s > 0;
+  const bool moe = M.moe.experts > 0;
+  long long skipped = 0;
+  dominated = 0;
+
+  std::vector<long long> mbs = fx.microbatch.empty() ? std::vector<long long>{1, 2, 4, 8, 16, 32} : fx.microbatch;
+  std::vector<bool> sps = {false};
+  if (lay.tp > 1 && lay.tp_mode == TpMode::d1 && s % lay.tp == 0) sps.push_back(true);
+  struct Sched { Schedule s; int v; };
+  std::vector<Sched> scheds;
+  if (lay.pp == 1) {
+    for (Schedule x : {Schedule::one_f_one_b, Schedule::gpipe})
+      if (allowed(fx.schedule, x)) { scheds.push_back({x, 1}); break; }  // one stage: the schedule is moot
+  } else {
+    for (Schedule x : {Schedule::gpipe, Schedule::one_f_one_b})
+      if (allowed(fx.schedule, x) && allowed(fx.virtual_stages, 1)) scheds.push_back({x, 1});
+    if (allowed(fx.schedule, Schedule::interleaved))
+      for (long long v = 2; v <= std::min<long long>(Lp, 8); ++v)
+        if (divides(v, Lp) && allowed(fx.virtual_stages, (int)v)) scheds.push_back({Schedule::interleaved, (int)v});
+    if (allowed(fx.schedule, Schedule::modular) && allowed(fx.virtual_stages, (int)Lp))
+      scheds.push_back({Schedule::modular, (int)Lp});
+  }
+  struct Off { OffloadKind k; double f; bool experts; };
+  std::vector<Off> offs;
+  if (allowed(fx.offload, OffloadKind::none)) offs.push_back({OffloadKind::none, 0, false});
+  if (host_ok) {
+    if (allowed(fx.offload, OffloadKind::optimizer)) offs.push_back({OffloadKind::optimizer, 0, false});
+    if (allowed(fx.offload, OffloadKind::granular)) {
+      offs.push_back({OffloadKind::granular, 0.5, false});
+      offs.push_back({OffloadKind::granular, 1.0, false});
+      if (moe) offs.push_back({OffloadKind::granular, 1.0, true});
+    }
+    if (allowed(fx.offload, OffloadKind::chunked)) offs.push_back({OffloadKind::chunked, 0, false});
+  }
+  std::vector<int> zeros;
+  for (int z = 0; z <= (lay.dp > 1 ? 3 : 0); ++z) if (allowed(fx.zero, z)) zeros.push_back(z);
+
+  for (long long mb : mbs) {
+    if (mb % q != 0) { ++skipped; continue; }
+    if (lim.batches.empty() && mb * lay.dp > lim.max_batch) continue;
+    // Micro-batch counts: fixed batches, or a two-three series plus multiples of pp and the largest count.
+    std::vector<long long> ms;
+    if (!lim.batches.empty()) {
+      for (long long B : lim.batches) if (B % (lay.dp * mb) == 0) ms.push_back(B / (lay.dp * mb));
+    } else {
+      long long mmax = lim.max_batch / (lay.dp * mb);
+      ms = two_three_series(mmax);
+      for (long long k = lay.pp; k <= mmax && lay.pp > 1; k *= 2) ms.push_back(k);
+      if (mmax >= 1) ms.push_back(mmax);
+      if (lay.pp > 1 && mmax >= lay.pp) ms.push_back(mmax / lay.pp * lay.pp);
+      std::sort(ms.begin(), ms.end());
+      ms.erase(std::unique(ms.begin(), ms.end()), ms.end());
+    }
+    if (ms.empty()) continue;
+    for (bool sp : sps) {
+      if (!allowed(fx.sequence_parallel, sp)) continue;
+      const MicroCost* mcs[3];
+      for (int r = 0; r < 3; ++r) mcs[r] = allowed(fx.recompute, (Recompute)r) ? &am.micro(lay, mb, sp, (Recompute)r) : nullptr;
+      for (long long m : ms) {
+        for (const Sched& sd : scheds) {
+          for (GradAccumulation acc : {GradAccumulation::standard, GradAccumulation::layered}) {
+            if (!allowed(fx.grad_accumulation, acc)) continue;
+            bool layered = acc == GradAccumulation::layered;
+            if (layered && lay.pp > 1 && sd.s != Schedule::gpipe && sd.s != Schedule::modular) continue;
+            if (sd.s == Schedule::interleaved && m % lay.pp != 0) { ++skipped; continue; }
+            if (sd.s == Schedule::modular && (m < lay.pp || (!layered && m % lay.pp != 0))) { ++skipped; continue; }
+            for (int z : zeros) {
+              // Recompute only adds work and offload only adds copies and host work: once a cheaper setting
+              // fits, the costlier ones are dominated (same layout and batch, more time) and not estimated.
+              for (int r = 0; r < 3; ++r) {
+                if (!mcs[r]) continue;
+                if (!mcs[r]->ok) { ++skipped; continue; }
+                bool fit_without_offload = false;
+                for (const Off& o : offs) {
+                  if (o.k == OffloadKind::chunked && lay.dp > 1 && z != 3) continue;
+                  bool per_layer = layered || z >= 2 || o.k == OffloadKind::granular || o.k == OffloadKind::chunked;
+                  if (per_layer ? m * L > 5000000 : m * sd.v * lay.pp > 5000000) { ++skipped; continue; }
+                  if (prune_dominated && o.k != OffloadKind::none && fit_without_offload) { ++dominated; continue; }
+                  Choice ch;
+                  ch.microbatch = mb; ch.num_microbatches = m; ch.schedule = sd.s; ch.virtual_stages = sd.v;
+                  ch.acc = acc; ch.zero = z; ch.offload = o.k; ch.offload_fraction = o.f; ch.experts_only = o.experts;
+                  ch.sp = sp; ch.recompute = (Recompute)r;
+                  bool fits = visit(ch, *mcs[r], m * mb * lay.dp);
+                  if (o.k == OffloadKind::none && fits) fit_without_offload = true;
+                }
+                if (prune_dominated && fit_without_offload) {  // higher recompute levels: dominated
+                  for (int r2 = r + 1; r2 < 3; ++r2) if (mcs[r2]) dominated += (long long)offs.size();
+                  break;
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  return skipped;
+}
+
+Plan plan_from(const Layout& lay, const Choice& ch) {
+  Plan p;
+  p.dp = lay.dp; p.tp = lay.tp; p.pp = lay.pp; p.ep = lay.ep; p.tp_mode = lay.tp_mode;
+  p.tp_grid_node_blocks = lay.node_blocks;
+  p.microbatch = ch.microbatch; p.schedule = ch.schedule; p.virtual_stages = ch.virtual_stages;
+  p.grad_accumulation = ch.acc; p.zero = ch.zero; p.sequence_parallel = ch.sp; p.recompute = ch.recompute;
+  p.offload.kind = ch.offload;
+  if (ch.offload == OffloadKind::granular) { p.offload.fraction = ch.offload_fraction; p.offload.experts_only = ch.experts_only; }
+  p.num_microbatches = ch.num_microbatches;
+  return p;
+}
+
+}  // namespace tp
