@@ -265,6 +265,10 @@ static PlanOutcome search_one(const Scenario& sc, const PlanOptions& opt) {
       if (c.sim && c.sim->fits && c.sim->host_fits) { out.by_gpus.push_back(GpuPoint{n, c, true}); break; }
     }
   }
+  // A GPU count's best is the best confirmed plan with that count, whichever pass confirmed it.
+  for (GpuPoint& g : out.by_gpus)
+    for (const Candidate& c : out.top)
+      if (c.plan.gpus() == g.gpus && (!g.simulated || candidate_less(c, g.best))) { g.best = c; g.simulated = true; }
   // The overall best may be a per-GPU-count best found only by that pass.
   for (const GpuPoint& g : out.by_gpus) {
     if (!g.simulated) continue;
