@@ -64,7 +64,7 @@ struct GpuPoint {
 
 // Event-simulation budget for confirming per-GPU-count points (tasks in the step program, about
 // micro-batches x layers per stage x stages): the top plans are always simulated.
-inline constexpr double kConfirmTaskBudget = 400000;
+inline constexpr double kConfirmTaskBudget = 100000;
 
 struct PlanOutcome;
 // search.compare: one variant of the shortest-time question (its own full search).
