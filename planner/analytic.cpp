@@ -197,17 +197,22 @@ Estimate AnalyticModel::estimate(const Layout& lay, const MicroCost& mc, const C
   };
   const double bwd_s = Lp * mc.layer_b_s;  // one micro-batch's backward on a stage
   double dp_exposed = 0, pcie_exposed = 0;
+  // Parameters are gathered and gradients leave once per run (consecutive pieces of one model chunk):
+  // a micro-batch under 1F1B / GPipe, the pp micro-batches Megatron's interleaved order runs back to back
+  // per chunk, every micro-batch under layered accumulation.
+  const double run_mb = layered ? m : (v > 1 ? std::min<double>(m, p) : 1);
+  const double runs = m / run_mb;
   if (dp > 1) {
     double red_one = dp_coll(ch.zero >= 1 ? 1 : 0, D, E, g);
-    double red_times = ch.zero >= 2 && !layered ? m : 1;
+    double red_times = ch.zero >= 2 ? runs : 1;
     double buckets = ch.zero >= 2 || layered ? Lp : std::max(1.0, std::ceil(P / std::max(40e6, 1e6 * dp)));
     double red = red_one * red_times;
-    double window = (ch.zero >= 2 && !layered ? m : (layered ? m : 1)) * bwd_s;
+    double window = (ch.zero >= 2 || layered ? m : 1) * bwd_s;
     dp_exposed += std::max(red - window, 0.0) + red_one / buckets;
     if (ch.zero == 1 || ch.zero == 2) dp_exposed += dp_coll(2, D, E, e);  // updated parameters gathered
     if (zero3) {
       double gather_one = dp_coll(2, D / Lp, E / Lp, e);  // one layer
-      double gathers = (layered ? 2 : 2 * m) * Lp * gather_one;
+      double gathers = 2 * runs * Lp * gather_one;
       dp_exposed += std::max(gathers - r.compute_s, 0.0) + gather_one;
     }
   }
@@ -226,7 +231,7 @@ Estimate AnalyticModel::estimate(const Layout& lay, const MicroCost& mc, const C
     host_bytes = host_opt_params * (master + 8 + 4);
   } else if (ch.offload == OffloadKind::granular) {
     double off = (zero3 ? shard(off_dense, off_expert, 3) : off_dense + off_expert);
-    double loads = (layered ? 2 : 2 * m) * off * e, stores = (layered ? 1 : m) * off * e;
+    double loads = 2 * runs * off * e, stores = runs * off * e;
     pcie_exposed = std::max((loads + stores) / pcie - r.compute_s, 0.0) + host_adam(host_opt_params);
     host_bytes = (off_dense + off_expert) * (e + 4) + host_opt_params * (master + 8);
   } else if (ch.offload == OffloadKind::chunked) {

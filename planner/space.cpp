@@ -124,7 +124,7 @@ long long enumerate_choices(const Scenario& sc, const AnalyticModel& am, const L
     for (Schedule x : {Schedule::gpipe, Schedule::one_f_one_b})
       if (allowed(fx.schedule, x) && allowed(fx.virtual_stages, 1)) scheds.push_back({x, 1});
     if (allowed(fx.schedule, Schedule::interleaved))
-      for (long long v = 2; v <= std::min<long long>(Lp, 8); ++v)
+      for (long long v = 2; v <= Lp; ++v)  // every chunking Megatron accepts
         if (divides(v, Lp) && allowed(fx.virtual_stages, (int)v)) scheds.push_back({Schedule::interleaved, (int)v});
     if (allowed(fx.schedule, Schedule::modular) && allowed(fx.virtual_stages, (int)Lp))
       scheds.push_back({Schedule::modular, (int)Lp});
