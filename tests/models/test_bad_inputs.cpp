@@ -309,7 +309,9 @@ TEST(GoodInputs, EveryBundledScenarioLoads) {
     SCOPED_TRACE(e.path().string());
     try {
       Scenario sc = load_scenario(e.path().string(), true);  // a plan, or a search block for trainplan plan
-      if (!sc.search) EXPECT_GT(sc.plan.num_microbatches, 0);
+      if (!sc.search) {
+        EXPECT_GT(sc.plan.num_microbatches, 0);
+      }
       ++n;
     } catch (const InputError& err) {
       ADD_FAILURE() << err.what();

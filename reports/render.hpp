@@ -1,0 +1,40 @@
+// render: the report's four renderings of one evaluated spec — report.md (Markdown, figures linked as
+// figures/*.svg), report.html (self-contained: inline CSS and inline SVG, no external resource), data.json
+// (every run point's key numbers and every check's numbers: what the seed-report regeneration test
+// compares) and data.csv (one row per run point).
+// Invariants: output depends only on the spec, the results and the figures (no dates, hosts or timings),
+// so regenerating a report gives identical files; text from the spec is escaped for its format.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "evaluate.hpp"
+#include "figures.hpp"
+
+namespace tp::report {
+
+struct Report {
+  const Spec* spec = nullptr;
+  const std::vector<RunOut>* runs = nullptr;
+  std::vector<CheckOut> checks;   // one per spec check (a missing one renders as not evaluated)
+  const CheckOut& check(size_t i) const {
+    static const CheckOut none;
+    return i < checks.size() ? checks[i] : none;
+  }
+  std::vector<Figure> figures;    // one per spec figure
+};
+
+std::string render_md(const Report& r);
+std::string render_html(const Report& r);
+json render_data(const Report& r);
+std::string render_csv(const Report& r);
+
+// Shared by the Markdown and HTML renderings.
+std::string fmt_quantity(const json& v, const std::string& unit);  // "1.48x", "true", "512", "—"
+std::string bounds_text(const Check& c);                           // "in [1.2, 1.8]", ">= 2", "= true"
+// A row of the runs table: run label, scenario, GPUs, plan, batch, step time, MFU, memory, fits,
+// time to train, cost.
+std::vector<std::vector<std::string>> run_rows(const Report& r);
+extern const char* const kRunColumns[11];
+
+}  // namespace tp::report
