@@ -164,6 +164,10 @@ Estimate AnalyticModel::estimate(const Layout& lay, const MicroCost& mc, const C
   double opt = gpu_opt_params * (master + 8);
   double buffers = p > 1 ? 4 * mc.p2p_bytes : 0;
   if (zero3) buffers += 2 * layer_bytes_e;  // the gathered layer and the prefetched next one
+  // ZeRO-2/3: unreduced gradient buckets (max(40e6, 1e6 dp) parameters or a whole run, in the gradient
+  // dtype) live until their reduce-scatter ends: the one being filled and the one being reduced.
+  if (ch.zero >= 2 && dp > 1)
+    buffers += 2 * std::min(P, std::max(std::max(40e6, 1e6 * dp), mc.layer_params)) * g;
   if (ch.offload == OffloadKind::granular) buffers += 2 * ch.offload_fraction * layer_bytes_e;
 
   // ---- activations in flight on the first stage ----

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cmath>
 #include <sstream>
 #include <thread>
@@ -50,6 +52,10 @@ Candidate Confirmer::simulate_point(const Point& p) {
   c.sim->prog = Program{};  // the step's program and events are kept only for the winner (search_one)
   c.sim->eo = EngineOutput{};
   const Result& r = *c.sim;
+  if (std::getenv("TRAINPLAN_PLAN_DEBUG"))
+    std::fprintf(stderr, "confirm: %s | analytic %.3f s %.2f GB | simulated %.3f s %.2f GB%s\n",
+                 plan_summary(c.plan, c.global_batch).c_str(), p.est.step_s, p.est.peak_bytes / 1e9, r.step_time_s,
+                 r.peak_bytes_per_gpu / 1e9, r.fits ? "" : " (does not fit)");
   c.time_to_train_s = r.run.time_s;
   c.cost_usd = r.run.cost_usd;
   int gpus = p.lay.gpus();

@@ -59,12 +59,23 @@ struct TopList {
 
 struct Keeper {
   TopList top;
-  std::map<int, TopList> per_gpus;                   // fitting points per GPU count
+  std::map<std::pair<int, int>, TopList> per_gpus;   // fitting points per (GPU count, family)
   TopList over_memory;                               // best point that does not fit (by the objective)
   SearchStats st;
 };
 
 }  // namespace
+
+// Confirmation: up to kConfirmRounds x confirm analytic-best points overall, and kPerGpuTries per GPU count.
+constexpr int kConfirmRounds = 4;
+constexpr int kPerGpuTries = 6;
+
+// A point's family for per-GPU-count confirmation: ZeRO stage, schedule kind (contiguous, interleaved,
+// layered), offload kind.
+static int family(const Point& p) {
+  int kind = p.ch.acc == GradAccumulation::layered ? 2 : (p.ch.virtual_stages > 1 ? 1 : 0);
+  return (p.ch.zero * 3 + kind) * 4 + (int)p.ch.offload;
+}
 
 // Steps of the whole run at a global batch (sequences), as the simulator's run estimate computes them.
 struct RunLaw {
@@ -175,12 +186,10 @@ static PlanOutcome search_one(const Scenario& sc, const PlanOptions& opt) {
   std::atomic<size_t> next{0}, done{0};
   auto work = [&](int w) {
     Keeper& K = keepers[w];
-    K.top.cap = confirm;
+    K.top.cap = kConfirmRounds * confirm;
     K.over_memory.cap = 1;
     for (size_t i; (i = next.fetch_add(1)) < layouts.size(); done.fetch_add(1)) {
       const Layout& lay = layouts[i];
-      TopList& pg = K.per_gpus[lay.gpus()];
-      pg.cap = 3;
       long long dominated = 0;
       K.st.pruned_invalid += enumerate_choices(sc, am, lay, lim, [&](const Choice& ch, const MicroCost& mc, long long B) {
         ++K.st.configurations_evaluated;
@@ -199,6 +208,8 @@ static PlanOutcome search_one(const Scenario& sc, const PlanOptions& opt) {
           return false;
         }
         K.top.add(p);
+        TopList& pg = K.per_gpus[{lay.gpus(), family(p)}];
+        pg.cap = 1;
         pg.add(p);
         return true;
       }, dominated);
@@ -222,12 +233,12 @@ static PlanOutcome search_one(const Scenario& sc, const PlanOptions& opt) {
 
   // Merge.
   Keeper all;
-  all.top.cap = confirm;
+  all.top.cap = kConfirmRounds * confirm;
   all.over_memory.cap = 1;
   for (Keeper& k : keepers) {
     all.top.merge(k.top);
     all.over_memory.merge(k.over_memory);
-    for (auto& [n, tl] : k.per_gpus) { all.per_gpus[n].cap = 3; all.per_gpus[n].merge(tl); }
+    for (auto& [key, tl] : k.per_gpus) { all.per_gpus[key].cap = 1; all.per_gpus[key].merge(tl); }
     all.st.configurations_evaluated += k.st.configurations_evaluated;
     all.st.pruned_invalid += k.st.pruned_invalid;
     all.st.pruned_memory += k.st.pruned_memory;
@@ -239,31 +250,44 @@ static PlanOutcome search_one(const Scenario& sc, const PlanOptions& opt) {
 
   // Confirm: the analytic best, then per GPU count the best that the simulation finds fitting.
   Confirmer cf(sc, se.objective, threads, [&](long long B) { return law.steps(B); });
+  // In rounds of `confirm` points, until top_k of them fit when simulated (the closed-form memory model can
+  // be optimistic) or the kept candidates run out.
   std::vector<Point> best = all.top.sorted();
-  std::vector<Candidate> confirmed = cf.run(best);
-  for (Candidate& c : confirmed)
-    if (c.sim && c.sim->fits && c.sim->host_fits) out.top.push_back(c);
+  for (size_t at = 0; at < best.size() && (int)out.top.size() < se.top_k; at += confirm) {
+    std::vector<Point> round(best.begin() + at, best.begin() + std::min(best.size(), at + confirm));
+    for (Candidate& c : cf.run(round))
+      if (c.sim && c.sim->fits && c.sim->host_fits) out.top.push_back(c);
+  }
   std::sort(out.top.begin(), out.top.end(), candidate_less);
-  for (auto& [n, tl] : all.per_gpus) {
-    for (const Point& p : tl.sorted()) {
-      if (sim_tasks(sc, p) > kConfirmTaskBudget) {  // too large to simulate here: analytic numbers
-        Candidate c;
-        c.point = p;
-        c.global_batch = p.batch;
-        c.plan = plan_from(p.lay, p.ch);
-        Issues is;
-        Training t = sc.training;
-        t.global_batch = p.batch;
-        validate_plan(sc.model, sc.cluster, t, c.plan, is);
-        c.objective = p.objective;
-        c.time_to_train_s = p.time_to_train_s;
-        c.cost_usd = p.cost_usd;
-        out.by_gpus.push_back(GpuPoint{n, c, false});
-        break;
-      }
-      Candidate c = cf.one(p);
-      if (c.sim && c.sim->fits && c.sim->host_fits) { out.by_gpus.push_back(GpuPoint{n, c, true}); break; }
+  // Per GPU count: the analytic best of each family (ZeRO stage x schedule kind x offload), best first; the
+  // first kPerGpuTries within the simulation budget are simulated and the best that fits is kept. Families
+  // guard against an analytic bias of one technique (e.g. ZeRO-3 gathers at large dp).
+  std::map<int, std::vector<Point>> fam_best;
+  for (auto& [key, tl] : all.per_gpus) fam_best[key.first].push_back(tl.v.front());
+  for (auto& [n, pts] : fam_best) {
+    std::sort(pts.begin(), pts.end(), point_less);
+    std::vector<Point> sims;
+    for (const Point& p : pts)
+      if ((int)sims.size() < kPerGpuTries && sim_tasks(sc, p) <= kConfirmTaskBudget) sims.push_back(p);
+    GpuPoint g{n, Candidate{}, false};
+    bool have = false;
+    for (Candidate& c : cf.run(sims))
+      if (c.sim && c.sim->fits && c.sim->host_fits && (!have || candidate_less(c, g.best))) { g.best = c; g.simulated = have = true; }
+    if (!have) {  // nothing simulated fits (or all beyond the budget): the analytic best, analytic numbers
+      const Point& p = pts.front();
+      Candidate& c = g.best;
+      c.point = p;
+      c.global_batch = p.batch;
+      c.plan = plan_from(p.lay, p.ch);
+      Issues is;
+      Training t = sc.training;
+      t.global_batch = p.batch;
+      validate_plan(sc.model, sc.cluster, t, c.plan, is);
+      c.objective = p.objective;
+      c.time_to_train_s = p.time_to_train_s;
+      c.cost_usd = p.cost_usd;
     }
+    out.by_gpus.push_back(g);
   }
   // A GPU count's best is the best confirmed plan with that count, whichever pass confirmed it.
   for (GpuPoint& g : out.by_gpus)
@@ -289,7 +313,8 @@ static PlanOutcome search_one(const Scenario& sc, const PlanOptions& opt) {
   if (!out.top.empty()) {
     out.why = explain(cf, out.top[0], neighbours(sc, am, lim, layouts, out.top[0].point, law, price));
   } else {
-    out.note = all.st.configurations_evaluated == all.st.pruned_memory
+    out.note = all.st.configurations_evaluated == 0 ? "no valid plan: no configuration of the search space passes the plan rules (check search.fix, min_gpus / max_gpus and gpu_counts against the model and cluster)"
+             : all.st.configurations_evaluated == all.st.pruned_memory
                    ? "no plan fits in memory: every configuration exceeds the GPU's memory (or the host's, with offload)"
                    : "no plan was confirmed by the simulation: every analytic candidate ran out of memory when simulated";
   }

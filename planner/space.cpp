@@ -129,6 +129,8 @@ long long enumerate_choices(const Scenario& sc, const AnalyticModel& am, const L
     if (allowed(fx.schedule, Schedule::modular) && allowed(fx.virtual_stages, (int)Lp))
       scheds.push_back({Schedule::modular, (int)Lp});
   }
+  bool interleaved_lp = false;
+  for (const Sched& sd : scheds) interleaved_lp |= sd.s == Schedule::interleaved && sd.v == Lp;
   struct Off { OffloadKind k; double f; bool experts; };
   std::vector<Off> offs;
   if (allowed(fx.offload, OffloadKind::none)) offs.push_back({OffloadKind::none, 0, false});
@@ -171,6 +173,9 @@ long long enumerate_choices(const Scenario& sc, const AnalyticModel& am, const L
             if (!allowed(fx.grad_accumulation, acc)) continue;
             bool layered = acc == GradAccumulation::layered;
             if (layered && lay.pp > 1 && sd.s != Schedule::gpipe && sd.s != Schedule::modular) continue;
+            // modular with standard accumulation runs Megatron's interleaved order with one layer per chunk:
+            // the same plan as interleaved with virtual_stages = layers / pp, kept once (as interleaved).
+            if (sd.s == Schedule::modular && !layered && interleaved_lp) continue;
             if (sd.s == Schedule::interleaved && m % lay.pp != 0) { ++skipped; continue; }
             if (sd.s == Schedule::modular && (m < lay.pp || (!layered && m % lay.pp != 0))) { ++skipped; continue; }
             for (int z : zeros) {
