@@ -202,10 +202,10 @@ Estimate AnalyticModel::estimate(const Layout& lay, const MicroCost& mc, const C
   const double bwd_s = Lp * mc.layer_b_s;  // one micro-batch's backward on a stage
   double dp_exposed = 0, pcie_exposed = 0;
   // Parameters are gathered and gradients leave once per run (consecutive pieces of one model chunk):
-  // a micro-batch under 1F1B / GPipe, the pp micro-batches Megatron's interleaved order runs back to back
-  // per chunk, every micro-batch under layered accumulation.
-  const double run_mb = layered ? m : (v > 1 ? std::min<double>(m, p) : 1);
-  const double runs = m / run_mb;
+  // one run of all micro-batches under layered accumulation; one per micro-batch under 1F1B / GPipe; under
+  // Megatron's interleaved order the warm-up (and cool-down) runs pp micro-batches of a chunk back to back,
+  // the steady state alternates chunks: about m - pp + 1 runs per chunk and pass.
+  const double runs = layered ? 1 : (v > 1 ? std::max(1.0, m - p + 1) : m);
   if (dp > 1) {
     double red_one = dp_coll(ch.zero >= 1 ? 1 : 0, D, E, g);
     double red_times = ch.zero >= 2 ? runs : 1;
@@ -215,9 +215,10 @@ Estimate AnalyticModel::estimate(const Layout& lay, const MicroCost& mc, const C
     dp_exposed += std::max(red - window, 0.0) + red_one / buckets;
     if (ch.zero == 1 || ch.zero == 2) dp_exposed += dp_coll(2, D, E, e);  // updated parameters gathered
     if (zero3) {
+      // Gathers and reduce-scatters share the NIC: together they hide only under the step's compute.
       double gather_one = dp_coll(2, D / Lp, E / Lp, e);  // one layer
       double gathers = 2 * runs * Lp * gather_one;
-      dp_exposed += std::max(gathers - r.compute_s, 0.0) + gather_one;
+      dp_exposed = std::max(red + gathers - r.compute_s, 0.0) + red_one / buckets + gather_one;
     }
   }
   r.dp_comm_s = dp_exposed;
