@@ -111,7 +111,6 @@ Search read_search(const json& v, const std::string& path, Issues& is) {
                                 std::to_string(s.confirm));
   s.memory_headroom = r.opt_num("memory_headroom", 0.0, 0.0, 0.9);
   s.max_batch_over_critical = r.opt_num("max_batch_over_critical", 1.0, 1e-3, 1e3);
-  s.target_loss = r.opt_num("target_loss", 0, 0, 100);
   if (const json* f = r.get("fix")) s.fix = read_fix(*f, r.at("fix"), is);
   if (const json* c = r.get("compare")) {
     Reader rc(*c, r.at("compare"), is);
@@ -123,14 +122,14 @@ Search read_search(const json& v, const std::string& path, Issues& is) {
     }
   }
   r.finish({"max_gpus", "min_gpus", "gpu_counts", "objective", "top_k", "confirm", "memory_headroom",
-            "max_batch_over_critical", "target_loss", "fix", "compare"});
+            "max_batch_over_critical", "fix", "compare"});
   return s;
 }
 
 json search_to_json(const Search& s) {
   json j = {{"max_gpus", s.max_gpus}, {"min_gpus", s.min_gpus}, {"objective", objective_name(s.objective)},
             {"top_k", s.top_k}, {"confirm", s.confirm}, {"memory_headroom", s.memory_headroom},
-            {"max_batch_over_critical", s.max_batch_over_critical}, {"target_loss", s.target_loss}};
+            {"max_batch_over_critical", s.max_batch_over_critical}};
   if (!s.gpu_counts.empty()) j["gpu_counts"] = s.gpu_counts;
   if (s.compare.on)
     j["compare"] = {{"ethernet_nic_bits_per_s", s.compare.ethernet_nic_bits_per_s},

@@ -41,7 +41,6 @@ struct Search {
   int confirm = 0;                  // analytic-best points the event simulation confirms (0 = max(3 top_k, 12))
   double memory_headroom = 0.0;     // fraction of GPU memory kept free
   double max_batch_over_critical = 1.0;  // global batch tokens <= this x Kaplan's B_crit (searched batches)
-  double target_loss = 0;           // nats; 0 = training.tokens, else Kaplan's compute-efficient stopping point
   Fix fix;
   Compare compare;
 };

@@ -244,7 +244,7 @@ Estimate AnalyticModel::estimate(const Layout& lay, const MicroCost& mc, const C
     // shard; GPU budget = gpu_memory_fraction x HBM; what does not fit moves over PCIe every step
     // (two loads and one gradient store per moved byte) and its Adam runs on the host.
     const Offload& o = sc.plan.offload;  // defaults (the search uses PatrickStar's defaults)
-    double budget = o.gpu_memory_fraction * gpu.hbm_bytes;
+    double budget = std::min(o.gpu_memory_fraction * gpu.hbm_bytes, capacity_bytes);
     double shard_params = shard(D, E, 3);
     double chunk_buf = 2 * (double)o.chunk_elements * e;
     double room = budget - act - buffers - chunk_buf;

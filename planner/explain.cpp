@@ -18,6 +18,10 @@ bool candidate_less(const Candidate& a, const Candidate& b) {
   return detail::point_less(a.point, b.point);
 }
 
+bool acceptable(const Candidate& c, double capacity_bytes) {
+  return c.sim && c.sim->fits && c.sim->host_fits && c.sim->peak_bytes_per_gpu <= capacity_bytes;
+}
+
 bool same_plan(const Candidate& a, const Candidate& b) {
   return !detail::point_less(a.point, b.point) && !detail::point_less(b.point, a.point) && a.global_batch == b.global_batch;
 }
@@ -42,6 +46,8 @@ Candidate Confirmer::simulate_point(const Point& p) {
   s.search.reset();
   s.training.global_batch = p.batch;
   s.plan = plan_from(p.lay, p.ch);
+  if (s.plan.offload.kind == OffloadKind::chunked && sc.search)  // PatrickStar's GPU budget within the headroom
+    s.plan.offload.gpu_memory_fraction = std::min(s.plan.offload.gpu_memory_fraction, 1 - sc.search->memory_headroom);
   Issues is;
   validate_plan(s.model, s.cluster, s.training, s.plan, is);
   c.plan = s.plan;

@@ -20,6 +20,8 @@ bool point_less(const Point& a, const Point& b);
 }  // namespace detail
 
 bool candidate_less(const Candidate& a, const Candidate& b);
+// A simulated candidate the search may report: fits the GPU within the search's memory headroom, and the host.
+bool acceptable(const Candidate& c, double capacity_bytes);
 bool same_plan(const Candidate& a, const Candidate& b);
 inline const Point& point_of(const Candidate& c) { return c.point; }
 

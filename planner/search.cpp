@@ -256,7 +256,7 @@ static PlanOutcome search_one(const Scenario& sc, const PlanOptions& opt) {
   for (size_t at = 0; at < best.size() && (int)out.top.size() < se.top_k; at += confirm) {
     std::vector<Point> round(best.begin() + at, best.begin() + std::min(best.size(), at + confirm));
     for (Candidate& c : cf.run(round))
-      if (c.sim && c.sim->fits && c.sim->host_fits) out.top.push_back(c);
+      if (acceptable(c, am.capacity_bytes)) out.top.push_back(c);
   }
   std::sort(out.top.begin(), out.top.end(), candidate_less);
   // Per GPU count: the analytic best of each family (ZeRO stage x schedule kind x offload), best first; the
@@ -272,7 +272,7 @@ static PlanOutcome search_one(const Scenario& sc, const PlanOptions& opt) {
     GpuPoint g{n, Candidate{}, false};
     bool have = false;
     for (Candidate& c : cf.run(sims))
-      if (c.sim && c.sim->fits && c.sim->host_fits && (!have || candidate_less(c, g.best))) { g.best = c; g.simulated = have = true; }
+      if (acceptable(c, am.capacity_bytes) && (!have || candidate_less(c, g.best))) { g.best = c; g.simulated = have = true; }
     if (!have) {  // nothing simulated fits (or all beyond the budget): the analytic best, analytic numbers
       const Point& p = pts.front();
       Candidate& c = g.best;
@@ -330,43 +330,46 @@ PlanOutcome plan_search(const Scenario& sc, const PlanOptions& opt) {
   PlanOutcome out = search_one(sc, opt);
   if (!sc.search->compare.on) return out;
   // Lamy-Poirier's question: the shortest time with and without LGA+MPP, on this network and on Ethernet.
-  auto variant = [&](bool lga_mpp, bool ethernet, const char* name, const char* label) {
+  auto variant = [&](bool lga_mpp, bool ethernet, const std::string& name, const std::string& label) {
+    ShortestVariant sv;
+    sv.name = name;
+    sv.label = label;
     Scenario v = sc;
     v.search = std::make_shared<Search>(*sc.search);
     v.search->compare.on = false;
     v.search->objective = Objective::time_to_train;
-    if (!lga_mpp) {
+    if (!lga_mpp) {  // standard accumulation and non-looping schedules, within what the user's fix allows
       Fix& f = v.search->fix;
-      f.grad_accumulation = {GradAccumulation::standard};
+      auto has = [](const auto& list, auto x) { return list.empty() || std::find(list.begin(), list.end(), x) != list.end(); };
       std::vector<Schedule> keep;
       for (Schedule s : {Schedule::gpipe, Schedule::one_f_one_b, Schedule::interleaved})
-        if (f.schedule.empty() || std::find(f.schedule.begin(), f.schedule.end(), s) != f.schedule.end()) keep.push_back(s);
+        if (has(f.schedule, s)) keep.push_back(s);
+      if (keep.empty() || !has(f.grad_accumulation, GradAccumulation::standard)) {
+        sv.outcome = std::make_shared<PlanOutcome>();
+        sv.outcome->scenario = v;
+        sv.outcome->note = "search.fix allows only layered accumulation or the modular schedule: no plan without LGA + MPP";
+        return sv;
+      }
       f.schedule = keep;
+      f.grad_accumulation = {GradAccumulation::standard};
     }
     if (ethernet) {
       v.cluster.inter.nics_per_node = sc.search->compare.ethernet_nics_per_node;
       v.cluster.inter.nic_bandwidth_bytes_per_s = sc.search->compare.ethernet_nic_bits_per_s / 8;
       v.cluster.name = sc.cluster.name + "-ethernet";
     }
-    PlanOutcome o = search_one(v, PlanOptions{opt.threads, nullptr});
-    ShortestVariant sv;
-    sv.name = name;
-    sv.label = label;
-    sv.outcome = std::make_shared<PlanOutcome>(std::move(o));
+    sv.outcome = std::make_shared<PlanOutcome>(search_one(v, PlanOptions{opt.threads, nullptr}));
     return sv;
   };
   const Compare& cmp = sc.search->compare;
   std::string eth = std::to_string(cmp.ethernet_nics_per_node) + " x " +
                     std::to_string((long long)std::lround(cmp.ethernet_nic_bits_per_s / 1e9)) + " Gb/s per node";
-  static std::string labels[4];
-  labels[0] = "3D parallelism (standard accumulation, contiguous or interleaved pipeline), " + sc.cluster.name + " network";
-  labels[1] = "with LGA + MPP (every technique allowed), " + sc.cluster.name + " network";
-  labels[2] = "3D parallelism, Ethernet-class network (" + eth + ")";
-  labels[3] = "with LGA + MPP, Ethernet-class network (" + eth + ")";
-  out.shortest.push_back(variant(false, false, "standard_ib", labels[0].c_str()));
-  out.shortest.push_back(variant(true, false, "lga_mpp_ib", labels[1].c_str()));
-  out.shortest.push_back(variant(false, true, "standard_ethernet", labels[2].c_str()));
-  out.shortest.push_back(variant(true, true, "lga_mpp_ethernet", labels[3].c_str()));
+  std::string net = sc.cluster.name + " network", ethn = "Ethernet-class network (" + eth + ")";
+  std::string std3d = "3D parallelism (standard accumulation, contiguous or interleaved pipeline), ";
+  out.shortest.push_back(variant(false, false, "standard_ib", std3d + net));
+  out.shortest.push_back(variant(true, false, "lga_mpp_ib", "with LGA + MPP (every technique allowed), " + net));
+  out.shortest.push_back(variant(false, true, "standard_ethernet", std3d + ethn));
+  out.shortest.push_back(variant(true, true, "lga_mpp_ethernet", "with LGA + MPP, " + ethn));
   return out;
 }
 
