@@ -152,7 +152,7 @@ void print_plan_outcome(std::ostream& os, const PlanOutcome& o) {
   const Scenario& sc = o.scenario;
   const SearchStats& s = o.stats;
   char line[512];
-  os << "plan search: " << sc.model.name << " on " << sc.cluster.name << " (up to "
+  os << "plan search: " << (sc.model.name.empty() ? std::string("inline model") : sc.model.name) << " on " << sc.cluster.name << " (up to "
      << (sc.search->max_gpus > 0 ? sc.search->max_gpus : sc.cluster.total_gpus()) << " GPUs), objective "
      << objective_name(sc.search->objective) << "\n";
   std::snprintf(line, sizeof line,
