@@ -229,7 +229,7 @@ std::vector<Mix> elementwise_sweep(const CalibrateOptions& o, Comm& w) {
       ops::add(Y, Y, X, n * h);
       // backward: fc2 bias grad, gelu bwd, fc1 bias grad, ln2 bwd, proj bias grad, qkv bias grad, ln1 bwd, residual
       ops::bias_bwd(gb.data(), Y, n, h);
-      ops::gelu_bwd(DG, G, G2, n * f);
+      ops::gelu_bwd_set(DG, G, G2, n * f);
       ops::bias_bwd(gb.data(), DG, n, f);
       ops::layernorm_bwd(DX, gw.data(), gb.data(), Y, X, wv.data(), mean.data(), rstd.data(), n, h);
       ops::bias_bwd(gb.data(), DX, n, h);

@@ -40,6 +40,9 @@ struct Comm {
   // so that two stages sending to each other at once cannot deadlock).
   virtual void isend(const void* buf, long n, Dtype d, int dst, int tag) = 0;
   virtual void wait_sends() = 0;
+  // Non-blocking: the number of the oldest outstanding isend() calls, in call order, that have completed
+  // (their buffers may now be freed); they are forgotten, so the next call counts from the first still pending.
+  virtual int reap_sends() = 0;
   virtual void barrier() = 0;
   // Ends the whole job with `code` after printing `message` (a failing rank must never leave others hanging).
   [[noreturn]] virtual void abort(int code, const std::string& message) = 0;

@@ -302,18 +302,41 @@ class MpiComm final : public Comm {
     check_tag(tag, "isend");
     const MPI_Datatype t = mpi_type(d);
     long off = 0;
+    int reqs = 0;
     do {
       const long k = std::min(chunk_elems(), n - off);
       pending_.emplace_back();
       MPI_Isend(at(buf, off, d), static_cast<int>(k), t, dst, tag, comm_, &pending_.back());
       off += k;
+      ++reqs;
     } while (off < n);
+    calls_.push_back(reqs);
   }
 
   void wait_sends() override {
     prof::Scope prof_scope(prof::comm_class());
     if (!pending_.empty()) MPI_Waitall(static_cast<int>(pending_.size()), pending_.data(), MPI_STATUSES_IGNORE);
     pending_.clear();
+    calls_.clear();
+  }
+
+  int reap_sends() override {
+    prof::Scope prof_scope(prof::comm_class());
+    int done = 0;
+    size_t first = 0;  // requests of the reaped calls
+    while (done < static_cast<int>(calls_.size())) {
+      const int k = calls_[done];
+      int flag = 0;  // MPI_Testall leaves every request untouched unless all k are complete
+      MPI_Testall(k, pending_.data() + first, &flag, MPI_STATUSES_IGNORE);
+      if (!flag) break;
+      first += static_cast<size_t>(k);
+      ++done;
+    }
+    if (done > 0) {
+      pending_.erase(pending_.begin(), pending_.begin() + static_cast<long>(first));
+      calls_.erase(calls_.begin(), calls_.begin() + done);
+    }
+    return done;
   }
 
   void recv(void* buf, long n, Dtype d, int src, int tag) override {
@@ -367,6 +390,7 @@ class MpiComm final : public Comm {
 
   MPI_Comm comm_;
   std::vector<MPI_Request> pending_;  // outstanding isend chunks
+  std::vector<int> calls_;             // requests per outstanding isend call, oldest first
   bool owned_;
   int rank_ = 0, size_ = 1;
 };

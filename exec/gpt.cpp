@@ -255,6 +255,7 @@ void Gpt<T>::layer_fwd(int wl, const T* x_in, T* x_out, LayerActs<T>& a, long B,
     std::memcpy(a.k.data() + i * Kl * D, row + Hl * D, sizeof(T) * Kl * D);
     std::memcpy(a.v.data() + i * Kl * D, row + (Hl + Kl) * D, sizeof(T) * Kl * D);
   }
+  Buf<T>().swap(qkv);  // dead: q, k, v hold its columns
   a.att.resize((size_t)B * Hl * Tn * Tn);                                         // [B, Hl, Tn, Tn]
   a.attn.resize(N * Hl * D);                                                      // [N, Hl D]
   ops::attention_fwd(a.attn.data(), a.att.data(), a.q.data(), a.k.data(), a.v.data(), B, Tn, Hl, Kl, D);
@@ -302,41 +303,42 @@ void Gpt<T>::layer_bwd(int wl, const T* dx_out, T* dx_in, LayerActs<T>& a, long 
   std::snprintf(pre, sizeof pre, "L%02d.", wl);
   std::string P = pre;
   const bool gl = s.gelu;
-  // MLP: z = act fc2_w (+ b), x_out = x_mid + z.
-  // Saved tensors are released (or reused as gradient buffers) as soon as they are consumed.
+  // Saved tensors are released (or overwritten by their own gradients) as soon as they are consumed, as an
+  // autograd engine frees saved tensors; the residual-stream gradient lives in dx_in throughout (dx_out, then
+  // d x_mid, then d x_in), so dx_in may be dx_out (in place) and the layer takes no [N, C] buffer for it.
   auto release = [](Buf<T>& v) { Buf<T>().swap(v); };
-  Buf<T> dx_mid(dx_out, dx_out + Nl * C);                                        // [Nl, C]
-  if (gl) ops::bias_bwd(g(P + "fc2_b"), dx_out, Nl, C);
+  if (dx_in != dx_out) std::memcpy(dx_in, dx_out, sizeof(T) * Nl * C);
+  T* dx = dx_in;
+  // MLP: z = act fc2_w (+ b), x_out = x_mid + z. dx_out is read (as dx) before the first write to dx below.
+  if (gl) ops::bias_bwd(g(P + "fc2_b"), dx, Nl, C);
   Buf<T> dz_full;                                                                // [N, C] (SP: all-gathered)
-  const T* dz = dx_out;
-  if (sp) { dz_full.resize(N * C); gather_rows(tp, dx_out, dz_full.data(), Nl, C); dz = dz_full.data(); }
+  const T* dz = dx;
+  if (sp) { dz_full.resize(N * C); gather_rows(tp, dx, dz_full.data(), Nl, C); dz = dz_full.data(); }
   ops::matmul(g(P + "fc2_w"), a.act.data(), dz, Fl, C, N, true, false, T(1), T(1));
   T* dact = a.act.data();                                                        // [N, Fl], over the used act
   ops::matmul(dact, dz, p(P + "fc2_w"), N, Fl, C, false, true, T(1), T(0));
   release(dz_full);
-  Buf<T> dfc1(N * F1);                                                           // [N, F1]
-  std::fill(dfc1.begin(), dfc1.end(), T(0));
-  if (gl) ops::gelu_bwd(dfc1.data(), a.fc1.data(), dact, N * Fl);
-  else ops::swiglu_bwd(dfc1.data(), a.fc1.data(), dact, N, Fl);
+  T* dfc1 = a.fc1.data();                                                        // [N, F1], over the used fc1
+  if (gl) ops::gelu_bwd_set(dfc1, a.fc1.data(), dact, N * Fl);
+  else ops::swiglu_bwd_set(dfc1, a.fc1.data(), dact, N, Fl);
   release(a.act);
-  release(a.fc1);
-  if (gl) ops::bias_bwd(g(P + "fc1_b"), dfc1.data(), N, F1);
-  ops::matmul(g(P + "fc1_w"), a.ln2.data(), dfc1.data(), C, F1, N, true, false, T(1), T(1));
+  if (gl) ops::bias_bwd(g(P + "fc1_b"), dfc1, N, F1);
+  ops::matmul(g(P + "fc1_w"), a.ln2.data(), dfc1, C, F1, N, true, false, T(1), T(1));
   release(a.ln2);
   Buf<T> dln(N * C), dln_sh(sp ? Nl * C : 0);                                    // [N, C] partial; SP: [Nl, C]
   T* dln_loc = sp ? dln_sh.data() : dln.data();
-  ops::matmul(dln.data(), dfc1.data(), p(P + "fc1_w"), N, C, F1, false, true, T(1), T(0));
-  release(dfc1);
+  ops::matmul(dln.data(), dfc1, p(P + "fc1_w"), N, C, F1, false, true, T(1), T(0));
+  release(a.fc1);
   if (sp) reduce_scatter_rows(tp, dln.data(), dln_loc, Nl, C);
   else if (tp) tp->all_reduce_sum(dln.data(), N * C, dt(T{}));
-  ops::layernorm_bwd(dx_mid.data(), g(P + "ln2_w"), gl ? g(P + "ln2_b") : (T*)nullptr, dln_loc, a.x_mid.data(),
-                     p(P + "ln2_w"), a.ln2_mean.data(), a.ln2_rstd.data(), Nl, C);
+  ops::layernorm_bwd(dx, g(P + "ln2_w"), gl ? g(P + "ln2_b") : (T*)nullptr, dln_loc, a.x_mid.data(),
+                     p(P + "ln2_w"), a.ln2_mean.data(), a.ln2_rstd.data(), Nl, C);   // dx = d x_mid
   release(a.x_mid);
   // Attention: y = attn proj_w (+ b), x_mid = x_in + y.
-  if (gl) ops::bias_bwd(g(P + "proj_b"), dx_mid.data(), Nl, C);
+  if (gl) ops::bias_bwd(g(P + "proj_b"), dx, Nl, C);
   Buf<T> dy_full;
-  const T* dy = dx_mid.data();
-  if (sp) { dy_full.resize(N * C); gather_rows(tp, dx_mid.data(), dy_full.data(), Nl, C); dy = dy_full.data(); }
+  const T* dy = dx;
+  if (sp) { dy_full.resize(N * C); gather_rows(tp, dx, dy_full.data(), Nl, C); dy = dy_full.data(); }
   ops::matmul(g(P + "proj_w"), a.attn.data(), dy, Hl * D, C, N, true, false, T(1), T(1));
   T* dattn = a.attn.data();                                                      // [N, Hl D], over the used attn
   ops::matmul(dattn, dy, p(P + "proj_w"), N, Hl * D, C, false, true, T(1), T(0));
@@ -361,9 +363,8 @@ void Gpt<T>::layer_bwd(int wl, const T* dx_out, T* dx_in, LayerActs<T>& a, long 
   release(dqkv);
   if (sp) reduce_scatter_rows(tp, dln.data(), dln_loc, Nl, C);
   else if (tp) tp->all_reduce_sum(dln.data(), N * C, dt(T{}));
-  std::memcpy(dx_in, dx_mid.data(), sizeof(T) * Nl * C);
-  ops::layernorm_bwd(dx_in, g(P + "ln1_w"), gl ? g(P + "ln1_b") : (T*)nullptr, dln_loc, a.x_in.data(),
-                     p(P + "ln1_w"), a.ln1_mean.data(), a.ln1_rstd.data(), Nl, C);
+  ops::layernorm_bwd(dx, g(P + "ln1_w"), gl ? g(P + "ln1_b") : (T*)nullptr, dln_loc, a.x_in.data(),
+                     p(P + "ln1_w"), a.ln1_mean.data(), a.ln1_rstd.data(), Nl, C);   // dx = d x_in
 }
 
 template <class T>
@@ -371,32 +372,32 @@ T Gpt<T>::head_fwd(const T* x, const int32_t* targets, HeadActs<T>& a, long B, l
   const GptShape& s = lay.s;
   const long N = B * Tn, C = s.C, Vl = (long)s.v_loc();
   if (sp) { a.x_in.resize(N * C); gather_rows(tp, x, a.x_in.data(), N / tp->size(), C); x = a.x_in.data(); }
-  else a.x_in.assign(x, x + N * C);
+  else if (a.x_in.data() != x) a.x_in.assign(x, x + N * C);  // the runtime may have moved x into a.x_in
   a.lnf.resize(N * C); a.lnf_mean.resize(N); a.lnf_rstd.resize(N);
   ops::layernorm_fwd(a.lnf.data(), a.lnf_mean.data(), a.lnf_rstd.data(), x, p("lnf_w"),
                      s.gelu ? p("lnf_b") : (const T*)nullptr, N, C, T(1e-5));
-  Buf<T> logits(N * Vl);                                                          // [N, V/t]
-  ops::matmul(logits.data(), a.lnf.data(), p("wte"), N, Vl, C, false, true, T(1), T(0));
-  a.probs.resize(N * Vl);
-  if (!tp) return ops::cross_entropy_fwd(a.probs.data(), logits.data(), targets, N, Vl);
+  // The logits become the saved probabilities in place (one [N, V/t] buffer, as in Megatron's cross-entropy).
+  a.probs.resize(N * Vl);                                                         // [N, V/t]
+  T* logits = a.probs.data();
+  ops::matmul(logits, a.lnf.data(), p("wte"), N, Vl, C, false, true, T(1), T(0));
+  if (!tp) return ops::cross_entropy_fwd(logits, logits, targets, N, Vl);
   // Vocabulary-parallel cross-entropy: global row max (all-gather of the shards' maxima), sum of exponentials
   // and target logit (all-reduced); probabilities of this shard saved for the backward.
   const int t = tp->size();
   const long long v0 = s.v_begin();
   std::vector<T> mx(N), all(N * t);
-  for (long i = 0; i < N; ++i) mx[i] = *std::max_element(logits.data() + i * Vl, logits.data() + (i + 1) * Vl);
+  for (long i = 0; i < N; ++i) mx[i] = *std::max_element(logits + i * Vl, logits + (i + 1) * Vl);
   tp->all_gather(mx.data(), all.data(), N, dt(T{}));
   for (long i = 0; i < N; ++i)
     for (int r = 0; r < t; ++r) mx[i] = std::max(mx[i], all[r * N + i]);
   std::vector<T> sums(2 * N, T(0));  // [sum exp | target logit]
   for (long i = 0; i < N; ++i) {
-    const T* l = logits.data() + i * Vl;
-    T* pr = a.probs.data() + i * Vl;
-    T acc = 0;
-    for (long j = 0; j < Vl; ++j) { pr[j] = std::exp(l[j] - mx[i]); acc += pr[j]; }
-    sums[i] = acc;
+    T* pr = logits + i * Vl;  // logits in, probabilities out
     long long tg = (long long)targets[i] - v0;
-    if (tg >= 0 && tg < Vl) sums[N + i] = l[tg];
+    if (tg >= 0 && tg < Vl) sums[N + i] = pr[tg];
+    T acc = 0;
+    for (long j = 0; j < Vl; ++j) { pr[j] = std::exp(pr[j] - mx[i]); acc += pr[j]; }
+    sums[i] = acc;
   }
   tp->all_reduce_sum(sums.data(), 2 * N, dt(T{}));
   double loss = 0;
@@ -412,24 +413,23 @@ template <class T>
 void Gpt<T>::head_bwd(T* dx, const int32_t* targets, HeadActs<T>& a, long B, long Tn, T scale) const {
   const GptShape& s = lay.s;
   const long N = B * Tn, C = s.C, Vl = (long)s.v_loc();
-  Buf<T> dlogits(N * Vl);                                                         // [N, V/t]
-  std::fill(dlogits.begin(), dlogits.end(), T(0));
-  if (!tp) {
-    ops::cross_entropy_bwd(dlogits.data(), a.probs.data(), targets, N, Vl, scale);
-  } else {  // scale * (p - onehot) on this vocabulary shard
-    const long long v0 = s.v_begin();
-    for (long i = 0; i < N; ++i) {
-      for (long j = 0; j < Vl; ++j) dlogits[i * Vl + j] = scale * a.probs[i * Vl + j];
-      long long tg = (long long)targets[i] - v0;
-      if (tg >= 0 && tg < Vl) dlogits[i * Vl + tg] -= scale;
-    }
+  // dlogits = scale * (p - onehot) on this vocabulary shard, in place over the saved probabilities (as
+  // Megatron's vocab-parallel cross-entropy does); each saved tensor is released after its last reader.
+  auto release = [](Buf<T>& v) { Buf<T>().swap(v); };
+  T* dlogits = a.probs.data();                                                   // [N, V/t]
+  ops::scale(dlogits, dlogits, scale, N * Vl);
+  const long long v0 = tp ? s.v_begin() : 0;
+  for (long i = 0; i < N; ++i) {
+    long long tg = (long long)targets[i] - v0;
+    if (tg >= 0 && tg < Vl) dlogits[i * Vl + tg] -= scale;
   }
-  Buf<T>().swap(a.probs);
-  ops::matmul(g("wte"), dlogits.data(), a.lnf.data(), Vl, C, N, true, false, T(1), T(1));
+  ops::matmul(g("wte"), dlogits, a.lnf.data(), Vl, C, N, true, false, T(1), T(1));
+  release(a.lnf);
   Buf<T> dlnf(N * C), dfull(sp ? N * C : 0);
   T* dfp = sp ? dfull.data() : dx;  // without SP the gradient goes straight to dx
   std::fill(dfp, dfp + N * C, T(0));
-  ops::matmul(dlnf.data(), dlogits.data(), p("wte"), N, C, Vl, false, false, T(1), T(0));
+  ops::matmul(dlnf.data(), dlogits, p("wte"), N, C, Vl, false, false, T(1), T(0));
+  release(a.probs);
   if (tp) tp->all_reduce_sum(dlnf.data(), N * C, dt(T{}));  // partial over the vocabulary shards
   ops::layernorm_bwd(dfp, g("lnf_w"), s.gelu ? g("lnf_b") : (T*)nullptr, dlnf.data(), a.x_in.data(), p("lnf_w"),
                      a.lnf_mean.data(), a.lnf_rstd.data(), N, C);
@@ -437,6 +437,7 @@ void Gpt<T>::head_bwd(T* dx, const int32_t* targets, HeadActs<T>& a, long B, lon
     long nl = N / tp->size();
     std::memcpy(dx, dfull.data() + tp->rank() * nl * C, sizeof(T) * nl * C);
   }
+  for (Buf<T>* v : {&a.x_in, &a.lnf_mean, &a.lnf_rstd}) release(*v);
 }
 
 template std::vector<float> init_full_params<float>(const GptShape&, uint64_t);

@@ -149,11 +149,13 @@ struct Gpt : ParamTables<T> {
   void embed_bwd(const T* dx, const int32_t* tokens, long B, long Tn) const;
   // One block. The weights used are those of layer `wl` (a weight group under sharing).
   void layer_fwd(int wl, const T* x_in, T* x_out, LayerActs<T>& a, long B, long Tn) const;
-  // dx_in[N, C] = gradient w.r.t. the layer input (overwritten), from dx_out; accumulates weight grads.
+  // dx_in[N, C] = gradient w.r.t. the layer input (overwritten), from dx_out (dx_in may be dx_out: in
+  // place); accumulates weight grads. Consumes `a` (its buffers are released or reused as gradient scratch).
   void layer_bwd(int wl, const T* dx_out, T* dx_in, LayerActs<T>& a, long B, long Tn) const;
   // Final norm, LM head (tied to wte), cross-entropy: returns the SUM of losses over the [B, Tn] targets.
+  // x may be a.x_in (the caller moved the input there: no copy).
   T head_fwd(const T* x, const int32_t* targets, HeadActs<T>& a, long B, long Tn) const;
-  // dx[N, C] (overwritten) from the loss scaled by `scale` (e.g. 1 / tokens in the step).
+  // dx[N, C] (overwritten) from the loss scaled by `scale` (e.g. 1 / tokens in the step). Consumes `a`.
   void head_bwd(T* dx, const int32_t* targets, HeadActs<T>& a, long B, long Tn, T scale) const;
 };
 

@@ -329,7 +329,7 @@ T Gpt2d<T>::head_fwd(const T* x, const int32_t* targets, HeadActs<T>& a, long B,
   TP_GPT2D_GRID
   const long Vl = (long)lay.v_loc(), q = G.q;
   const bool gl = lay.s.gelu;
-  a.x_in.assign(x, x + Nl * Cl);
+  if (a.x_in.data() != x) a.x_in.assign(x, x + Nl * Cl);  // the runtime may have moved x into a.x_in
   a.lnf.resize(Nl * Cl); a.lnf_mean.resize(Nl); a.lnf_rstd.resize(Nl);
   std::vector<T> w = from_row0(G, p("lnf_w"), Cl), b;
   if (gl) b = from_row0(G, p("lnf_b"), Cl);

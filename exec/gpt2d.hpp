@@ -97,7 +97,7 @@ struct Gpt2d : ParamTables<T> {
   void embed_bwd(const T* dx, const int32_t* tokens, long B, long Tn) const;
   // One block on local blocks x_in, x_out [(B/q) Tn, C/q]; weights of layer `wl`. Activations in `a` are local.
   void layer_fwd(int wl, const T* x_in, T* x_out, LayerActs<T>& a, long B, long Tn) const;
-  // dx_in (local block, overwritten) from dx_out; accumulates weight gradients.
+  // dx_in (local block, overwritten) from dx_out (dx_in may be dx_out: in place); accumulates weight gradients.
   void layer_bwd(int wl, const T* dx_out, T* dx_in, LayerActs<T>& a, long B, long Tn) const;
   // Final norm, tied head, cross-entropy over targets [B, Tn] (full micro-batch): the loss SUM over all B Tn
   // tokens, the same on every rank of the grid.

@@ -46,12 +46,19 @@ template <class T>
 void gelu_fwd(T* y, const T* x, long n);
 template <class T>
 void gelu_bwd(T* dx, const T* x, const T* dy, long n);  // dx += gelu'(x) * dy
+// dx = gelu'(x) * dy, OVERWRITING dx (the one exception to the accumulate rule); dx may be x or dy, so the
+// gradient can replace a saved tensor in place instead of taking a buffer of its own.
+template <class T>
+void gelu_bwd_set(T* dx, const T* x, const T* dy, long n);
 
 // SwiGLU: gate_up [N, 2F] holds gate in columns [0, F) and up in [F, 2F); y [N, F] = silu(gate) * up.
 template <class T>
 void swiglu_fwd(T* y, const T* gate_up, long N, long F);
 template <class T>
 void swiglu_bwd(T* dgate_up, const T* gate_up, const T* dy, long N, long F);  // dgate_up [N, 2F] +=
+// As swiglu_bwd but OVERWRITING dgate_up, which may be gate_up (in place over the saved input).
+template <class T>
+void swiglu_bwd_set(T* dgate_up, const T* gate_up, const T* dy, long N, long F);
 
 // Causal self-attention core with grouped-query heads (H query heads, Hkv key/value heads, H % Hkv == 0,
 // query head h uses kv head h / (H / Hkv)). q [B, T, H, D], k and v [B, T, Hkv, D] (strided views are not
@@ -65,7 +72,7 @@ void attention_bwd(T* dq, T* dk, T* dv, const T* dout, const T* att, const T* q,
                    long Tn, long H, long Hkv, long D);
 
 // Softmax cross-entropy over the last dim, one target per row. logits [N, V]; probs [N, V] saved; returns the
-// SUM of -log p[target] over rows (callers divide by the token count).
+// SUM of -log p[target] over rows (callers divide by the token count). probs may be logits (in place).
 template <class T>
 T cross_entropy_fwd(T* probs, const T* logits, const int32_t* targets, long N, long V);
 // dlogits[N, V] += scale * (probs - onehot(target)).

@@ -121,6 +121,7 @@ class ClassedComm final : public Comm {
   void recv(void* buf, long n, Dtype d, int src, int tag) override { S s(c_); in_->recv(buf, n, d, src, tag); }
   void isend(const void* buf, long n, Dtype d, int dst, int tag) override { S s(c_); in_->isend(buf, n, d, dst, tag); }
   void wait_sends() override { S s(c_); in_->wait_sends(); }
+  int reap_sends() override { S s(c_); return in_->reap_sends(); }
   void barrier() override { S s(c_); in_->barrier(); }
   [[noreturn]] void abort(int code, const std::string& message) override {
     in_->abort(code, message);

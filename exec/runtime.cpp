@@ -16,6 +16,11 @@
 // parts are the layer's unit plus the embedding for layer 0 and the head and the (tied) embedding for the last
 // layer; the store makes them resident and pins them before the run's first use; the optimizer is the ADAM
 // moment (CPU Adam on the flat buffers between host_phase_begin / host_phase_end).
+// Memory (what `trainplan validate` measures against the simulator): activations are held as a trainer's
+// autograd holds them. A layer's input is moved into its saved activations (no copy of the residual stream),
+// the backward runs in place on one [N, C] gradient buffer, saved tensors are freed or overwritten by their
+// own gradients after their last reader (gpt.cpp), the head's activations are freed after its backward, and a
+// pipeline send's buffer is the sent activation itself, freed as soon as the send completes (reap_sends).
 #include <sys/resource.h>
 #ifdef __GLIBC__
 #include <malloc.h>
@@ -26,6 +31,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <map>
 
 #include "exec/checkpoint.hpp"
@@ -327,9 +333,13 @@ struct RankRun {
     };
     std::vector<LayerActs<T>> acts((size_t)L * m);
     std::vector<HeadActs<T>> head(m);
-    std::map<std::pair<int, int>, std::vector<T>> local;  // (chunk boundary key, mb) -> activation / gradient
+    std::map<std::pair<int, int>, Buf<T>> local;  // (chunk boundary key, mb) -> activation / gradient
     std::vector<std::vector<int32_t>> in(m, std::vector<int32_t>(N)), tgt(m, std::vector<int32_t>(N));
-    std::vector<std::vector<T>> sendbufs;
+    std::deque<Buf<T>> sendbufs;  // the buffers of outstanding pipeline sends, oldest first
+    auto reap = [&] {             // free the buffers of completed sends
+      if (sendbufs.empty()) return;
+      for (int k = pp->reap_sends(); k > 0 && !sendbufs.empty(); --k) sendbufs.pop_front();
+    };
     RunResult res;
     double tok_after_first = 0, time_after_first = 0;
     auto tag = [&](Pass ps, int g, long long j) { return ((ps == Pass::fwd ? 0 : 1) * nchunks + g) * (int)m + (int)j; };
@@ -357,28 +367,35 @@ struct RankRun {
         if (units[L + 1].owned) all_gather_unit((int)L + 1);
       }
       double loss = 0;
-      std::vector<T> x(X), y(X);
+      // The residual stream between pieces, one buffer: a layer's input is moved into its saved activations
+      // (a.x_in, no copy) and its output is a fresh buffer; the last output moves into the head's saved input,
+      // to the next stage's send or to `local`. The backward's gradient stays in x (layers run in place).
+      Buf<T> x;
       size_t pc = 0;
       for (int i = 0; i < (int)order.size(); ++i) {
         const WorkItem& w = order[i];
         const int g = lay.model_chunk(rc.stage, w.chunk);
         const long long j = w.microbatch;
         const bool fwd = w.pass == Pass::fwd;
+        reap();
         enter(pc);
         // Input of the item.
+        const bool from_local = fwd ? g != 0 && lay.stage_of(g - 1) == rc.stage
+                                    : g != nchunks - 1 && lay.stage_of(g + 1) == rc.stage;
+        if (!from_local) x.resize(X);  // (a buffer from `local` replaces x below)
         if (fwd) {
           if (g == 0) rec.span(part_op_name("embed", "fwd", "", (int)j), kTidCompute, [&] { model.embed_fwd(x.data(), in[j].data(), b, Tn); });
           else if (lay.stage_of(g - 1) == rc.stage) { x = std::move(local[{g, (int)j}]); local.erase({g, (int)j}); }
           else rec.span(p2p_op_name(lay.stage_of(g - 1), rc.stage, Pass::fwd, (int)j), kTidPpFwd,
                         [&] { pp->recv(x.data(), X, dtype_of<T>(), lay.stage_of(g - 1), tag(Pass::fwd, g, j)); });
         } else {
-          if (g == nchunks - 1) rec.span(part_op_name("head", "bwd", "", (int)j), kTidCompute, [&] { model.head_bwd(x.data(), tgt[j].data(), head[j], b, Tn, scale); });
-          else if (lay.stage_of(g + 1) == rc.stage) { x = std::move(local[{-1 - g, (int)j}]); local.erase({-1 - g, (int)j}); }
+          if (g == nchunks - 1) {
+            rec.span(part_op_name("head", "bwd", "", (int)j), kTidCompute, [&] { model.head_bwd(x.data(), tgt[j].data(), head[j], b, Tn, scale); });
+            head[j] = HeadActs<T>{};  // its saved tensors are dead
+          } else if (lay.stage_of(g + 1) == rc.stage) { x = std::move(local[{-1 - g, (int)j}]); local.erase({-1 - g, (int)j}); }
           else rec.span(p2p_op_name(lay.stage_of(g + 1), rc.stage, Pass::bwd, (int)j), kTidPpBwd,
                         [&] { pp->recv(x.data(), X, dtype_of<T>(), lay.stage_of(g + 1), tag(Pass::bwd, g, j)); });
         }
-        x.resize(X);
-        y.resize(X);
         // Its layers.
         for (long long k = 0; k < Lc; ++k, ++pc) {
           const Piece& pz = pieces[pc];
@@ -395,12 +412,16 @@ struct RankRun {
           const double piece_t0 = rec.on ? rec.now() : 0;
           LayerActs<T>& a = acts[(size_t)l * m + j];
           if (fwd) {
-            model.layer_fwd(wl, x.data(), y.data(), a, b, Tn);
+            a.x_in = std::move(x);  // saved as the layer's input (layer_fwd reads it in place)
+            Buf<T> y(X);
+            model.layer_fwd(wl, a.x_in.data(), y.data(), a, b, Tn);
+            x = std::move(y);
             if (p.recompute == Recompute::full) a.clear_all_but_input();
             if (p.recompute == Recompute::selective) { a.att.clear(); a.att.shrink_to_fit(); }
           } else {
             if (p.recompute == Recompute::full) {
-              // The saved input is read in place; the layer output goes to y, which layer_bwd overwrites.
+              // The saved input is read in place; the recomputed output is not needed.
+              Buf<T> y(X);
               model.layer_fwd(wl, a.x_in.data(), y.data(), a, b, Tn);
             } else if (p.recompute == Recompute::selective) {  // rebuild the attention probabilities
               long Bl, Hl, Kl, Dh;
@@ -409,7 +430,7 @@ struct RankRun {
               a.att.resize((size_t)Bl * Hl * Tn * Tn);
               ops::attention_fwd(out.data(), a.att.data(), a.q.data(), a.k.data(), a.v.data(), Bl, Tn, Hl, Kl, Dh);
             }
-            model.layer_bwd(wl, x.data(), y.data(), a, b, Tn);
+            model.layer_bwd(wl, x.data(), x.data(), a, b, Tn);  // in place: x becomes the input gradient
             a = LayerActs<T>{};
             if (p.zero >= 2 && p.dp > 1 && run_end) {
               if (model.sp) sp_reduce_layer(wl);
@@ -420,17 +441,20 @@ struct RankRun {
             rec.ev.push_back({part_op_name(part_name(l), fwd ? "fwd" : "bwd", "", (int)j), kTidCompute, piece_t0, rec.now()});
             rec.sample_memory();
           }
-          std::swap(x, y);
         }
         // Output of the item.
         if (fwd) {
-          if (g == nchunks - 1) rec.span(part_op_name("head", "fwd", "", (int)j), kTidCompute, [&] { loss += (double)model.head_fwd(x.data(), tgt[j].data(), head[j], b, Tn); });
-          else if (lay.stage_of(g + 1) == rc.stage) local[{g + 1, (int)j}] = x;
-          else { sendbufs.push_back(x); pp->isend(sendbufs.back().data(), X, dtype_of<T>(), lay.stage_of(g + 1), tag(Pass::fwd, g + 1, j)); }
+          if (g == nchunks - 1) {
+            if (!model.sp) head[j].x_in = std::move(x);  // the head saves its input (SP: the gathered rows)
+            const T* hx = model.sp ? x.data() : head[j].x_in.data();
+            rec.span(part_op_name("head", "fwd", "", (int)j), kTidCompute, [&] { loss += (double)model.head_fwd(hx, tgt[j].data(), head[j], b, Tn); });
+            Buf<T>().swap(x);
+          } else if (lay.stage_of(g + 1) == rc.stage) local[{g + 1, (int)j}] = std::move(x);
+          else { sendbufs.push_back(std::move(x)); pp->isend(sendbufs.back().data(), X, dtype_of<T>(), lay.stage_of(g + 1), tag(Pass::fwd, g + 1, j)); }
         } else {
           if (g == 0) rec.span(part_op_name("embed", "bwd", "", (int)j), kTidCompute, [&] { model.embed_bwd(x.data(), in[j].data(), b, Tn); });
-          else if (lay.stage_of(g - 1) == rc.stage) local[{-1 - (g - 1), (int)j}] = x;
-          else { sendbufs.push_back(x); pp->isend(sendbufs.back().data(), X, dtype_of<T>(), lay.stage_of(g - 1), tag(Pass::bwd, g - 1, j)); }
+          else if (lay.stage_of(g - 1) == rc.stage) local[{-1 - (g - 1), (int)j}] = std::move(x);
+          else { sendbufs.push_back(std::move(x)); pp->isend(sendbufs.back().data(), X, dtype_of<T>(), lay.stage_of(g - 1), tag(Pass::bwd, g - 1, j)); }
         }
       }
       pp->wait_sends();

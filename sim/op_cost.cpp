@@ -263,7 +263,9 @@ CostModel build_cost_model(const Scenario& sc, const TpComm& tpc) {
     hb.add(c.elem("final_norm.bwd", 4 * e * n * h / tsp));
     cm.head_fwd = hf;
     cm.head_bwd = hb;
-    cm.head_stored_bytes = 2 * e * n * h / t + 4 * n * V / t;
+    // Saved: the final norm's input and output (replicated over TP without SP, sequence-sharded with it:
+    // Megatron's output layer saves the sharded input and re-gathers it) and the fp32 probabilities over V/t.
+    cm.head_stored_bytes = 2 * e * n * h / tsp + 4 * n * V / t;
   }
 
   // ---- parameters per GPU --------------------------------------------------------------------------------

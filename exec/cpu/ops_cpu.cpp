@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #include "exec/ops.hpp"
 #include "exec/prof.hpp"
@@ -168,6 +169,28 @@ void gelu_bwd(T* dx, const T* x, const T* dy, long n) {
   }
 }
 
+// In tiles through a local buffer: the loop that computes has no store that may alias its inputs, so it
+// vectorises without runtime alias checks (which would fall back to scalar code when dx is x or dy).
+template <class T>
+void gelu_bwd_set(T* dx, const T* x, const T* dy, long n) {
+  exec::prof::Scope prof_scope(exec::prof::Cls::elementwise);
+  constexpr long kTile = 512;
+  alignas(64) T tile[kTile];
+  for (long i0 = 0; i0 < n; i0 += kTile) {
+    const long k = std::min(kTile, n - i0);
+    const T* xs = x + i0;
+    const T* dys = dy + i0;
+    for (long i = 0; i < k; ++i) {
+      const T xi = xs[i];
+      const T u = kGeluS<T> * (xi + kGeluA<T> * xi * xi * xi);
+      const T th = gelu_tanh(u);
+      const T du = kGeluS<T> * (T(1) + T(3) * kGeluA<T> * xi * xi);
+      tile[i] = (T(0.5) * (T(1) + th) + T(0.5) * xi * (T(1) - th * th) * du) * dys[i];
+    }
+    std::memcpy(dx + i0, tile, sizeof(T) * k);
+  }
+}
+
 // y[N, F] = silu(g) * u with g = gate_up[:, 0:F], u = gate_up[:, F:2F], silu(g) = g * sigmoid(g).
 template <class T>
 void swiglu_fwd(T* y, const T* gate_up, long N, long F) {
@@ -201,8 +224,26 @@ void swiglu_bwd(T* dgate_up, const T* gate_up, const T* dy, long N, long F) {
   }
 }
 
+template <class T>
+void swiglu_bwd_set(T* dgate_up, const T* gate_up, const T* dy, long N, long F) {
+  exec::prof::Scope prof_scope(exec::prof::Cls::elementwise);
+  for (long n = 0; n < N; ++n) {
+    const T* g = gate_up + n * 2 * F;
+    const T* u = g + F;
+    T* dg = dgate_up + n * 2 * F;
+    T* du = dg + F;
+    const T* dyr = dy + n * F;
+    for (long f = 0; f < F; ++f) {
+      const T gf = g[f], uf = u[f];
+      const T sig = T(1) / (T(1) + std::exp(-gf));
+      dg[f] = dyr[f] * uf * sig * (T(1) + gf * (T(1) - sig));
+      du[f] = dyr[f] * gf * sig;
+    }
+  }
+}
+
 // probs[N, V] = softmax(logits) per row (max subtracted); returns sum over rows of
-// -log p[target] = log(sum exp(l - max)) - (l[target] - max), summed in double.
+// -log p[target] = log(sum exp(l - max)) - (l[target] - max), summed in double. probs may be logits.
 template <class T>
 T cross_entropy_fwd(T* probs, const T* logits, const int32_t* targets, long N, long V) {
   exec::prof::Scope prof_scope(exec::prof::Cls::elementwise);
@@ -212,6 +253,7 @@ T cross_entropy_fwd(T* probs, const T* logits, const int32_t* targets, long N, l
     T* pr = probs + n * V;
     T mx = lr[0];
     for (long j = 1; j < V; ++j) mx = lr[j] > mx ? lr[j] : mx;
+    const T target_logit = lr[targets[n]];  // read before pr (which may be lr) is written
     T sum = 0;
     for (long j = 0; j < V; ++j) {
       pr[j] = std::exp(lr[j] - mx);
@@ -219,7 +261,7 @@ T cross_entropy_fwd(T* probs, const T* logits, const int32_t* targets, long N, l
     }
     const T inv = T(1) / sum;
     for (long j = 0; j < V; ++j) pr[j] *= inv;
-    loss += double(std::log(sum)) - double(lr[targets[n]] - mx);
+    loss += double(std::log(sum)) - double(target_logit - mx);
   }
   return T(loss);
 }
@@ -310,6 +352,8 @@ double sum_squares(const T* x, long n) {
   template void gelu_bwd<T>(T*, const T*, const T*, long);                                                  \
   template void swiglu_fwd<T>(T*, const T*, long, long);                                                    \
   template void swiglu_bwd<T>(T*, const T*, const T*, long, long);                                          \
+  template void gelu_bwd_set<T>(T*, const T*, const T*, long);                                              \
+  template void swiglu_bwd_set<T>(T*, const T*, const T*, long, long);                                      \
   template T cross_entropy_fwd<T>(T*, const T*, const int32_t*, long, long);                                \
   template void cross_entropy_bwd<T>(T*, const T*, const int32_t*, long, long, T);                          \
   template void embedding_fwd<T>(T*, const int32_t*, const T*, const T*, long, long, long);                 \

@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -60,4 +61,20 @@ TEST(Validate, BadInputExits2) {
   EXPECT_EQ(sh(std::string(TP_BINARY) + " validate /nonexistent.json --profile " + prof + " --json " + out + " > /dev/null 2>&1"), 2);
   EXPECT_EQ(sh(std::string(TP_BINARY) + " validate " + sc + " --json " + out + " > /dev/null 2>&1"), 2);
   EXPECT_FALSE(fs::exists(out));
+}
+
+// Issue 5's memory target on the one-rank benchmark plan: the executor frees what a trainer frees (saved
+// tensors after their last reader, the head's activations after its backward, no copies of the residual
+// stream), so the measured heap peak is within 5 % of the simulator's peak (deterministic: one rank).
+TEST(Validate, Gpt256PeakMemoryWithinFivePercent) {
+  std::string prof = quick_profile();
+  ASSERT_FALSE(prof.empty());
+  std::string out = prof + ".gpt256.json";
+  std::string sc = std::string(TP_SOURCE_DIR) + "/scenarios/exec/validate-gpt256-1r.json";
+  ASSERT_EQ(sh(std::string(TP_BINARY) + " validate " + sc + " --profile " + prof + " --steps 2 --json " + out +
+               " > " + out + ".log 2>&1"), 0);
+  std::ifstream in(out);
+  json r = json::parse(in);
+  const double pred = r["predicted"]["peak_memory_bytes"].get<double>(), meas = r["measured"]["peak_memory_bytes"].get<double>();
+  EXPECT_LT(std::abs(pred - meas) / meas, 0.05) << "predicted " << pred << " measured " << meas;
 }

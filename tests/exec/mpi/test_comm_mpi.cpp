@@ -3,7 +3,7 @@
 // rank 0; the exit code is non-zero when any rank failed. Checks: each collective's values for f32 / f64 / i32
 // / u8 and awkward sizes (0, 1, fewer elements than ranks, not divisible), sums bit-identical to the rank-ordered
 // sum ((x0 + x1) + x2) + x3 on every rank and across reruns, sub-communicators (2 x 2 and reversed keys),
-// all_to_all blocks, a send/recv ring and tag matching. Everything runs twice: with the default chunk size and
+// all_to_all blocks, a send/recv ring, tag matching and non-blocking sends (isend / reap_sends). Everything runs twice: with the default chunk size and
 // with tiny chunks, which must not change any result.
 // Modes: `--expect-size N` (default 4; 1 when run without mpirun: world() must then be the one-rank
 // communicator); `--abort` (rank 1 calls abort(3, "boom") while the others wait in a barrier; the job must
@@ -172,6 +172,8 @@ void check_u8(Comm& c, long n) {
   CHECK(threw);
 }
 
+long g_max_n = 1L << 30;  // the chunked passes skip the large sizes (one collective per chunk is slow)
+
 void check_ring(Comm& c) {
   const int P = c.size(), r = c.rank();
   if (P < 2) return;
@@ -204,6 +206,29 @@ void check_ring(Comm& c) {
     c.send(&b, 1, Dtype::i32, next, 8);
   }
   CHECK(x == 100 + prev && y == 200 + prev);
+  // Non-blocking sends: reap_sends counts completed isend calls in call order (never more than are
+  // outstanding) and forgets them; once the peer has received everything, they all complete.
+  g_ctx = "isend / reap_sends";
+  {
+    const std::vector<long> sizes = {16, std::min(200000L, g_max_n), 5};
+    std::vector<std::vector<double>> outs, ins;
+    for (size_t k = 0; k < sizes.size(); ++k) {
+      outs.emplace_back(sizes[k]);
+      for (long i = 0; i < sizes[k]; ++i) outs[k][i] = val(r, i, 20 + (int)k);
+      c.isend(outs[k].data(), sizes[k], Dtype::f64, next, 30 + (int)k);
+    }
+    int reaped = c.reap_sends();
+    CHECK(reaped >= 0 && reaped <= 3);
+    for (size_t k = 0; k < sizes.size(); ++k) {
+      ins.emplace_back(sizes[k], -1.0);
+      c.recv(ins[k].data(), sizes[k], Dtype::f64, prev, 30 + (int)k);
+      for (long i = 0; i < sizes[k]; ++i) CHECK(ins[k][i] == val(prev, i, 20 + (int)k));
+    }
+    for (long spin = 0; reaped < 3 && spin < 100000000; ++spin) reaped += c.reap_sends();
+    CHECK(reaped == 3);
+    CHECK(c.reap_sends() == 0);
+    c.wait_sends();  // nothing left: returns at once
+  }
   bool threw = false;
   try {
     c.send(&a, 1, Dtype::i32, P, 0);
@@ -213,7 +238,6 @@ void check_ring(Comm& c) {
   CHECK(threw);
 }
 
-long g_max_n = 1L << 30;  // the chunked passes skip the large sizes (one collective per chunk is slow)
 
 void check_comm(Comm& c, int me, const std::vector<int>& order) {
   for (long n : {0L, 1L, 3L, 4L, 5L, 37L, 1000L, 4099L}) {
