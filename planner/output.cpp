@@ -68,12 +68,8 @@ json plan_outcome_to_json(const PlanOutcome& o) {
     j["top"].push_back({{"rank", i + 1}, {"gpus", c.plan.gpus()}, {"global_batch", c.global_batch},
                         {"summary", plan_summary(c.plan, c.global_batch)}, {"plan", plan_json(c.plan, c.global_batch)},
                         {"objective", c.objective},
-                        {"analytic", analytic_json(c.point.est, c.point.objective, 0)},
+                        {"analytic", analytic_json(c.point.est, c.point.time_to_train_s, c.point.cost_usd)},
                         {"simulated", simulated_json(c)}});
-    // analytic time-to-train: the analytic objective only when the objective is the time
-    j["top"].back()["analytic"]["time_to_train_s"] =
-        se.objective == Objective::time_to_train ? json(c.point.objective) : json(nullptr);
-    j["top"].back()["analytic"].erase("cost_usd");
   }
   j["by_gpus"] = json::array();
   for (const GpuPoint& g : o.by_gpus) j["by_gpus"].push_back(gpu_point_json(g));
