@@ -105,7 +105,7 @@ std::string memory_svg(const Labelled& bars, const std::string& title) {
     c.bars[i].marker = num_at(r, "/memory/capacity_bytes");
     // The simulator's fits also covers host memory and offload chunks: name which one failed.
     if (num_at(r, "/memory/peak_bytes_per_gpu", 0) > c.bars[i].marker) c.bars[i].note = "does not fit";
-    else if (num_at(r, "/memory/host_fits", 1) == 0) c.bars[i].note = "host memory does not fit";
+    else if (num_at(r, "/memory/host_fits", 1) == 0) c.bars[i].note = "host RAM full";
     else if (num_at(r, "/memory/fits", 1) == 0) c.bars[i].note = "offload chunks do not fit";
   }
   return svg::bar_chart(c);
