@@ -6,6 +6,8 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "exec/prof.hpp"
+
 namespace tp::exec {
 
 namespace {
@@ -45,12 +47,13 @@ ChunkStore<T>::ChunkStore(const std::vector<ChunkTensor>& tensors, int parts, lo
   long long total = 0;
   for (int c = 0; c < n; ++c) {
     cap_[c] = (long long)lay_.chunk_elements[c];
-    total += 2 * cap_[c];
+    total += cap_[c];
     for (int p : lay_.parts_of_chunk[c]) chunks_of_part_[p].push_back(c);
   }
   arena_elems_ = std::min(total, (long long)(budget_bytes / sizeof(T)));
   arena_.reset(new T[std::max(1LL, arena_elems_)]);
   slot_.assign(n, -1);
+  gslot_.assign(n, 0);
   pinned_.assign(n, 0);
   trace_.assign(n, {});
   for (int c = 0; c < n; ++c) point(c, false);
@@ -79,10 +82,10 @@ template <class T>
 void ChunkStore<T>::point(int c, bool at_arena) {
   for (int t : tensors_of_[c]) {
     const ChunkTensor& x = tensors_[t];
-    if (at_arena) {
-      T* s = arena_.get() + slot_[c];
-      pt_[x.view] = s + toff_[t];
-      gt_[x.view] = s + cap_[c] + toff_[t];
+    if (at_arena) {  // the slot holds the parameters (P) or, after their last use in the step, the gradients (G)
+      T* s = arena_.get() + slot_[c] + toff_[t];
+      pt_[x.view] = gslot_[c] ? hp_ + x.offset : s;
+      gt_[x.view] = gslot_[c] ? s : hg_ + x.offset;
     } else {
       pt_[x.view] = hp_ + x.offset;
       gt_[x.view] = hg_ + x.offset;
@@ -95,7 +98,7 @@ long long ChunkStore<T>::place(long long elems) {
   long long prev = 0;
   for (const auto& [off, c] : slots_) {
     if (off - prev >= elems) return prev;
-    prev = off + 2 * cap_[c];
+    prev = off + cap_[c];
   }
   return arena_elems_ - prev >= elems ? prev : -1;
 }
@@ -105,11 +108,11 @@ void ChunkStore<T>::compact() {
   std::map<long long, int> moved;
   long long prev = 0;
   for (const auto& [off, c] : slots_) {
-    if (off != prev) std::memmove(arena_.get() + prev, arena_.get() + off, sizeof(T) * 2 * cap_[c]);
+    if (off != prev) std::memmove(arena_.get() + prev, arena_.get() + off, sizeof(T) * cap_[c]);
     slot_[c] = prev;
     moved[prev] = c;
     if (!host_phase_) point(c, true);
-    prev += 2 * cap_[c];
+    prev += cap_[c];
   }
   slots_.swap(moved);
   ++st_.compactions;
@@ -117,7 +120,7 @@ void ChunkStore<T>::compact() {
 
 template <class T>
 void ChunkStore<T>::load(int c, int moment) {
-  const long long need = 2 * cap_[c];
+  const long long need = cap_[c];
   long long off = place(need);
   if (off < 0) {
     compact();
@@ -132,14 +135,15 @@ void ChunkStore<T>::load(int c, int moment) {
   for (int t : tensors_of_[c]) {
     const ChunkTensor& x = tensors_[t];
     std::memcpy(s + toff_[t], hp_ + x.offset, sizeof(T) * x.count);
-    std::memcpy(s + cap_[c] + toff_[t], hg_ + x.offset, sizeof(T) * x.count);
-    bytes += 2.0 * sizeof(T) * x.count;
+    bytes += (double)sizeof(T) * x.count;
   }
+  gslot_[c] = 0;
   st_.h2d_s += since(t0);
   st_.h2d_bytes += bytes;
   ++st_.h2d_moves;
   resident_bytes_ += chunk_bytes(c);
   st_.peak_resident_bytes = std::max(st_.peak_resident_bytes, resident_bytes_);
+  win_resident_ = std::max(win_resident_, resident_bytes_);
   point(c, true);
   if (keep_log) log.push_back({steps_, moment, c, true});
 }
@@ -152,10 +156,10 @@ void ChunkStore<T>::evict(int c, int moment) {
   double bytes = 0;
   for (int t : tensors_of_[c]) {
     const ChunkTensor& x = tensors_[t];
-    std::memcpy(hp_ + x.offset, s + toff_[t], sizeof(T) * x.count);
-    std::memcpy(hg_ + x.offset, s + cap_[c] + toff_[t], sizeof(T) * x.count);
-    bytes += 2.0 * sizeof(T) * x.count;
+    std::memcpy((gslot_[c] ? hg_ : hp_) + x.offset, s + toff_[t], sizeof(T) * x.count);
+    bytes += (double)sizeof(T) * x.count;
   }
+  gslot_[c] = 0;
   st_.d2h_s += since(t0);
   st_.d2h_bytes += bytes;
   ++st_.d2h_moves;
@@ -193,21 +197,64 @@ void ChunkStore<T>::evict_to(double budget, int moment) {
 }
 
 template <class T>
+double ChunkStore<T>::moment_budget(int moment) const {
+  if (warm_ || nonmodel_.empty()) return warm_ ? warm_fraction_ * budget_ : budget_;
+  const int Tm = moments_;
+  auto nm = [&](int k) { return k >= 0 && k < (int)nonmodel_.size() ? nonmodel_[k] : 0.0; };
+  return budget_ - std::max(nm(moment), nm((moment + 1) % std::max(1, Tm)));
+}
+
+template <class T>
+void ChunkStore<T>::close_window(bool device_side) {
+  const double w = std::max(0.0, prof::heap_window_peak_bytes() - heap_base_);
+  const double nm = device_side ? w : 0.0;
+  if (warm_ && win_moment_ >= 0) {
+    if ((int)nonmodel_.size() <= win_moment_) nonmodel_.resize(win_moment_ + 1, 0.0);
+    nonmodel_[win_moment_] = std::max(nonmodel_[win_moment_], nm);
+  }
+  st_.peak_nonmodel_bytes = std::max(st_.peak_nonmodel_bytes, nm);
+  st_.peak_device_bytes = std::max(st_.peak_device_bytes, win_resident_ + nm);
+  prof::heap_window_reset();
+  win_resident_ = resident_bytes_;
+}
+
+template <class T>
 void ChunkStore<T>::begin_step() {
   st_ = ChunkStepStats{};
   st_.peak_resident_bytes = resident_bytes_;
   max_moment_ = -1;
+  heap_base_ = prof::heap_live_bytes();  // host pools, arena, batches: what is live between steps
+  prof::heap_window_reset();
+  win_resident_ = resident_bytes_;
+  win_moment_ = -1;
 }
 
 template <class T>
 void ChunkStore<T>::release() {
+  // PatrickStar's gradient reuse: a chunk whose parameters are not used again this step (its last access of
+  // the warm-up trace, the backward) takes its gradients into its parameter slot; the host keeps the master
+  // parameters, which the pointer table now names.
+  if (!warm_ && cur_moment_ >= 0)
+    for (int c : pinned_list_)
+      if (slot_[c] >= 0 && !gslot_[c] && !trace_[c].empty() && trace_[c].back() == cur_moment_) {
+        T* s = arena_.get() + slot_[c];
+        for (int t : tensors_of_[c]) {
+          const ChunkTensor& x = tensors_[t];
+          std::memcpy(s + toff_[t], hg_ + x.offset, sizeof(T) * x.count);
+          st_.grad_reuse_bytes += (double)sizeof(T) * x.count;
+        }
+        gslot_[c] = 1;
+        point(c, true);
+      }
   for (int c : pinned_list_) pinned_[c] = 0;
   pinned_list_.clear();
+  cur_moment_ = -1;
 }
 
 template <class T>
 void ChunkStore<T>::access(int moment, const std::vector<int>& parts) {
   if (host_phase_) throw std::logic_error("chunk store: access during the host (optimizer) phase");
+  close_window(true);
   release();
   pinned_list_ = chunks_of(parts);
   for (int c : pinned_list_) {
@@ -215,36 +262,48 @@ void ChunkStore<T>::access(int moment, const std::vector<int>& parts) {
     if (warm_ && (trace_[c].empty() || trace_[c].back() != moment)) trace_[c].push_back(moment);
   }
   max_moment_ = std::max(max_moment_, moment);
-  evict_to(warm_ ? warm_fraction_ * budget_ : budget_, moment);
-  for (int c : pinned_list_)
+  evict_to(moment_budget(moment), moment);
+  win_resident_ = resident_bytes_;  // evictions come first; the loads below raise it
+  for (int c : pinned_list_) {
+    if (slot_[c] >= 0 && gslot_[c]) evict(c, moment);  // its gradients are in the slot: it needs its parameters
     if (slot_[c] < 0) load(c, moment);
+  }
+  cur_moment_ = moment;
+  win_moment_ = moment;
 }
 
 template <class T>
 void ChunkStore<T>::zero_resident_grads() {
-  for (const auto& [off, c] : slots_) std::fill(arena_.get() + off + cap_[c], arena_.get() + off + 2 * cap_[c], T(0));
+  for (const auto& [off, c] : slots_)
+    if (gslot_[c]) std::fill(arena_.get() + off, arena_.get() + off + cap_[c], T(0));
 }
 
 template <class T>
 void ChunkStore<T>::host_phase_begin(int moment) {
+  close_window(true);
   release();
   max_moment_ = std::max(max_moment_, moment);
+  win_moment_ = moment;
   evict_to(budget_ - 16.0 * (double)E_, moment);
   auto t0 = Clock::now();
   for (const auto& [off, c] : slots_) {
-    for (int t : tensors_of_[c]) {
-      const ChunkTensor& x = tensors_[t];
-      std::memcpy(hg_ + x.offset, arena_.get() + off + cap_[c] + toff_[t], sizeof(T) * x.count);
-      st_.adam_d2h_bytes += (double)sizeof(T) * x.count;
-    }
+    if (gslot_[c])  // its gradients go to the host for CPU Adam (a P slot's gradients are already there)
+      for (int t : tensors_of_[c]) {
+        const ChunkTensor& x = tensors_[t];
+        std::memcpy(hg_ + x.offset, arena_.get() + off + toff_[t], sizeof(T) * x.count);
+        st_.adam_d2h_bytes += (double)sizeof(T) * x.count;
+      }
+    gslot_[c] = 0;
     point(c, false);
   }
   st_.d2h_s += since(t0);
+  win_resident_ = resident_bytes_;
   host_phase_ = true;
 }
 
 template <class T>
 void ChunkStore<T>::host_phase_end() {
+  close_window(false);  // CPU Adam's temporaries are host memory
   auto t0 = Clock::now();
   for (const auto& [off, c] : slots_) {
     for (int t : tensors_of_[c]) {
@@ -252,10 +311,12 @@ void ChunkStore<T>::host_phase_end() {
       std::memcpy(arena_.get() + off + toff_[t], hp_ + x.offset, sizeof(T) * x.count);
       st_.adam_h2d_bytes += (double)sizeof(T) * x.count;
     }
+    gslot_[c] = 0;
     point(c, true);
   }
   st_.h2d_s += since(t0);
   host_phase_ = false;
+  win_moment_ = -1;
 }
 
 template <class T>
@@ -270,10 +331,12 @@ template <class T>
 void ChunkStore<T>::reset_trace() {
   warm_ = true;
   for (auto& tr : trace_) tr.clear();
+  nonmodel_.clear();
 }
 
 template <class T>
 ChunkStepStats ChunkStore<T>::end_step() {
+  close_window(win_moment_ >= 0 && !host_phase_);
   release();
   if (warm_) {  // the warm-up step's accesses are the trace from now on
     warm_ = false;

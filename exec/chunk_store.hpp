@@ -4,38 +4,50 @@
 // Memory. The HOST POOL is the rank's flat parameter and gradient buffers themselves (plain host arrays,
 // exec/gpt.hpp). The DEVICE POOL is one arena allocated once, of min(budget, all chunk slots) bytes (a budget
 // larger than every chunk never needs more; on the CPU backend it is its own heap block). A chunk resident on
-// the device lives in one arena SLOT of capacity x 2 elements: its parameters, then its gradients (PatrickStar
-// keeps an fp16 param chunk and reuses its slot for the fp16 gradient; the executor keeps fp32 / fp64 params
-// and grads, so a slot holds both and a move carries both). A move is a real memcpy of the chunk's tensors
-// between the flat buffers and the slot (counted in bytes actually copied and timed). Slots are placed
-// first-fit; when the free bytes suffice but no hole does, the arena is compacted (resident slots slide down;
-// not a move).
+// the device lives in one arena SLOT of its capacity: its parameters (state P), or, once its parameters are not
+// used again in the step, its gradients (state G). That is PatrickStar's gradient reuse of the fp16 param
+// chunk (the executor's elements are fp32 / fp64): at the release of a chunk's last access of the warm-up
+// trace (the backward of its earliest layer, which accumulated its gradient into the flat buffer; on a GPU
+// that is autograd's temporary), the chunk's gradients are copied into its slot (grad_reuse_bytes, not a
+// move) and the host keeps the master parameters. Until then the gradients accumulate in the flat buffer. A
+// move is a real memcpy of the slot's content (P: parameters, G: gradients) between the flat buffers and the
+// slot (counted in bytes actually copied and timed); a G chunk accessed again (only without an optimizer
+// phase) goes back to the host and reloads its parameters. Slots are placed first-fit; when the free bytes
+// suffice but no hole does, the arena is compacted (resident slots slide down; not a move).
 // Pointer tables. Every tensor (parameter view) of the store has an entry in the caller's per-view tables
-// (params and grads): the address of its AUTHORITATIVE copy — the arena slot while resident, the flat buffer
-// otherwise. The model (Gpt / Gpt2d::p, g) and the runtime's ZeRO copies read and write through them.
+// (params and grads): the address of its AUTHORITATIVE copy — the arena slot for the content the slot holds
+// (P: the parameters, G: the gradients), the flat buffer otherwise. The model (Gpt / Gpt2d::p, g) and the runtime's ZeRO copies read and write through them.
 //
 // Policy (sim/chunks.hpp conventions, world = 1):
 // - Layout: layout_chunks over the tensors in module order (a tensor is never split; a larger tensor gets a
-//   chunk of its own sized to it); bytes of a chunk = capacity x 2 x sizeof(T) (slots are allocated whole).
+//   chunk of its own sized to it); bytes of a chunk = capacity x sizeof(T) (slots are allocated whole).
 // - Moments: access(k, parts) at moment k of a step (the runtime: one per run, in order), then host_phase_begin
 //   (k = the ADAM moment). The FIRST step (and the first after reset_trace) is the warm-up: it records which
 //   moments touch each chunk.
 // - Per access, in this order: unpin the previous moment's chunks, pin (COMPUTE) the chunks of `parts`; evict
 //   (D2H) unpinned resident chunks while resident + incoming bytes > budget[k]; load (H2D) the needed chunks in
-//   chunk order. Budgets: warm-up steps warmup_fraction x budget, later steps the budget; the ADAM moment
-//   budget - 16 x chunk_elements bytes in every step (the simulator's `overall - 16 E`, PatrickStar's
-//   `overall - 4 * chunk_size * 4`). If nothing more can be evicted the loads proceed: the runtime checks
-//   beforehand that every moment's chunks fit the budget (fits_error), so the arena always holds them.
+//   chunk order. Budgets: warm-up steps warmup_fraction x budget; later steps, as PatrickStar and the
+//   simulator, budget - max(nonmodel[k], nonmodel[k+1]) (k+1 wraps to moment 0), where nonmodel[k] is the
+//   warm-up step's non-model device memory during moment k: the peak of the tracked heap (prof::track_heap,
+//   as `trainplan validate` runs) above its level at the step's start (activations and scratch; the host
+//   pools and the arena are live before the step); 0 when the heap is not tracked, so a plain run keeps the
+//   whole budget. The ADAM moment: budget - 16 x chunk_elements bytes in every step (the simulator's
+//   `overall - 16 E`, PatrickStar's `overall - 4 * chunk_size * 4`). If nothing more can be evicted the loads
+//   proceed: the runtime checks beforehand that every moment's chunks fit the budget (fits_error), so the
+//   arena always holds them.
 // - Victim: warm-up, the lowest chunk id; later, Belady on the warm-up trace: the chunk whose next access
 //   after moment k is farthest (not again this step: T + its first access; never accessed: 2T, T = moments
 //   per step including ADAM), ties to the lowest chunk id.
 // - Adam is CPU Adam for every chunk (optimizer state stays in host arrays; no hybrid GPU Adam):
-//   host_phase_begin evicts to the ADAM budget, copies the gradients of the resident chunks D2H and points every
+//   host_phase_begin evicts to the ADAM budget, copies the gradients of the resident G chunks D2H and points every
 //   table entry at the flat buffers; the optimizer then works on the flat buffers; host_phase_end copies the
 //   updated parameters of the resident chunks H2D and points the tables back at the arena. These copies count
 //   as adam_{d2h,h2d}_bytes (the simulator's "CPU-Adam chunk whose fp16 chunk is on the GPU"), not as moves.
 //   Parameters on the host stay valid for everything the optimizer reads: only the optimizer and ZeRO-3
 //   all-gathers write parameters, and an all-gather rewrites this rank's own slice with the same values.
+// Device memory (ChunkStepStats::peak_device_bytes, what `validate` compares with the simulator's peak): per
+// moment, the resident slot bytes after its loads plus its non-model bytes (above); the optimizer phase counts
+// its slots only (CPU Adam's temporaries are host memory).
 // Invariants (tested in tests/exec/test_chunk_store.cpp): resident bytes never exceed the arena (and, after
 // an access, the moment's budget unless only pinned chunks are resident); a pinned chunk is never evicted;
 // every moved byte is counted; the results of a run do not depend on the budget (copies are exact).
@@ -64,6 +76,10 @@ struct ChunkStepStats {
   double adam_h2d_bytes = 0, adam_d2h_bytes = 0;  // CPU Adam: grads of resident chunks out, params back
   long long compactions = 0;
   double peak_resident_bytes = 0;  // peak arena bytes held by resident chunk slots (capacity-based)
+  double grad_reuse_bytes = 0;     // gradients placed into their chunk's parameter slot after its last use
+  // Device memory as the simulator counts it (needs prof::track_heap, else the non-model part is 0): per
+  // moment, the resident slots plus the tracked heap's growth above the step's start (activations, scratch).
+  double peak_nonmodel_bytes = 0, peak_device_bytes = 0;
 };
 
 struct ChunkMoveLog {
@@ -81,7 +97,7 @@ class ChunkStore {
 
   const ChunkLayout& layout() const { return lay_; }
   int chunks() const { return (int)cap_.size(); }
-  double chunk_bytes(int c) const { return (double)cap_[c] * 2 * sizeof(T); }
+  double chunk_bytes(int c) const { return (double)cap_[c] * sizeof(T); }
   double budget_bytes() const { return budget_; }
   double arena_bytes() const { return (double)arena_elems_ * sizeof(T); }
   double bytes_of_parts(const std::vector<int>& parts) const;  // slot bytes of the chunks these parts touch
@@ -114,6 +130,8 @@ class ChunkStore {
   void point(int c, bool at_arena);
   int next_use(int c, int k) const;
   void evict_to(double budget, int moment);
+  double moment_budget(int moment) const;
+  void close_window(bool device_side);
 
   std::vector<ChunkTensor> tensors_;
   ChunkLayout lay_;
@@ -128,6 +146,7 @@ class ChunkStore {
   std::unique_ptr<T[]> arena_;
   long long arena_elems_ = 0;
   std::vector<long long> slot_;                   // per chunk: slot offset (elements) or -1
+  std::vector<char> gslot_;                       // per resident chunk: its slot holds the gradients
   std::map<long long, int> slots_;                // offset -> chunk
   std::vector<char> pinned_;
   std::vector<int> pinned_list_;
@@ -135,6 +154,9 @@ class ChunkStore {
   bool warm_ = true, host_phase_ = false;
   int steps_ = 0, moments_ = 0, max_moment_ = -1;
   std::vector<std::vector<int>> trace_;           // per chunk: moments of the warm-up step that accessed it
+  std::vector<double> nonmodel_;                  // per moment: the warm-up step's peak non-model bytes
+  double heap_base_ = 0, win_resident_ = 0;       // window (one moment): heap at step start, peak resident
+  int win_moment_ = -1, cur_moment_ = -1;
   ChunkStepStats st_;
 };
 

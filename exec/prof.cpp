@@ -28,7 +28,7 @@ Cls g_comm = Cls::dp_comm;
 int g_warmup = -1;
 
 std::atomic<bool> g_track{false};
-std::atomic<long long> g_live{0}, g_peak{0};
+std::atomic<long long> g_live{0}, g_peak{0}, g_wpeak{0};
 
 inline void heap_add(void* p) {
   if (!p || !g_track.load(std::memory_order_relaxed)) return;
@@ -36,6 +36,9 @@ inline void heap_add(void* p) {
   long long now = g_live.fetch_add(n, std::memory_order_relaxed) + n;
   long long pk = g_peak.load(std::memory_order_relaxed);
   while (now > pk && !g_peak.compare_exchange_weak(pk, now, std::memory_order_relaxed)) {
+  }
+  long long wk = g_wpeak.load(std::memory_order_relaxed);
+  while (now > wk && !g_wpeak.compare_exchange_weak(wk, now, std::memory_order_relaxed)) {
   }
 }
 inline void heap_sub(void* p) {
@@ -85,6 +88,8 @@ Snapshot snapshot() {
 
 void track_heap() { g_track.store(true, std::memory_order_relaxed); }
 double heap_live_bytes() { return (double)g_live.load(std::memory_order_relaxed); }
+double heap_window_peak_bytes() { return (double)g_wpeak.load(std::memory_order_relaxed); }
+void heap_window_reset() { g_wpeak.store(g_live.load(std::memory_order_relaxed), std::memory_order_relaxed); }
 
 Cls comm_class() { return g_comm; }
 CommClass::CommClass(Cls c) : prev_(g_comm) { g_comm = c; }

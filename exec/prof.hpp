@@ -39,6 +39,10 @@ Snapshot snapshot();
 // Heap tracking (operator new / delete). Switch on before allocating what you want measured; never off again.
 void track_heap();
 double heap_live_bytes();
+// A second peak counter, independent of reset() (the chunk store measures each moment's non-model memory with
+// it): the highest tracked heap since the last heap_window_reset(); 0 while tracking is off.
+double heap_window_peak_bytes();
+void heap_window_reset();
 
 namespace detail {
 extern bool g_on;

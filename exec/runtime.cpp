@@ -477,6 +477,8 @@ struct RankRun {
         f.adam_d2h_bytes.push_back(cs.adam_d2h_bytes);
         f.peak_arena_bytes.push_back(cs.peak_resident_bytes);
         f.peak_arena_bytes_max = std::max(f.peak_arena_bytes_max, cs.peak_resident_bytes);
+        f.peak_device_bytes.push_back(cs.peak_device_bytes);
+        f.peak_device_bytes_max = std::max(f.peak_device_bytes_max, cs.peak_device_bytes);
       }
       double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       prof::step_end(step);

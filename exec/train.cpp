@@ -81,7 +81,9 @@ json run_result_to_json(const RunResult& r, const Scenario& sc, const RunOptions
                     {"adam_h2d_bytes", f.adam_h2d_bytes},
                     {"adam_d2h_bytes", f.adam_d2h_bytes},
                     {"peak_arena_bytes", f.peak_arena_bytes},
-                    {"peak_arena_bytes_max", f.peak_arena_bytes_max}};
+                    {"peak_arena_bytes_max", f.peak_arena_bytes_max},
+                    {"peak_device_bytes", f.peak_device_bytes},
+                    {"peak_device_bytes_max", f.peak_device_bytes_max}};
   }
   return j;
 }

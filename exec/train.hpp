@@ -39,12 +39,16 @@ struct OffloadResult {
   double budget_bytes = 0, arena_bytes = 0;  // the device budget and the arena actually allocated
   long long chunk_elements = 0;
   int chunks = 0;
-  double chunk_bytes = 0;                    // all chunk slots (capacity x 2 x element size)
+  double chunk_bytes = 0;                    // all chunk slots (capacity x element size)
   std::vector<double> h2d_bytes, d2h_bytes, h2d_s, d2h_s;  // chunk moves (the seconds include the Adam copies)
   std::vector<double> h2d_moves, d2h_moves;
   std::vector<double> adam_h2d_bytes, adam_d2h_bytes;      // CPU Adam: resident chunks' grads out, params back
   std::vector<double> peak_arena_bytes;                    // resident chunk slots, peak in the step
   double peak_arena_bytes_max = 0;
+  // Device memory as the simulator counts it (resident slots + non-model device memory, per moment; the
+  // non-model part needs the tracked heap of `trainplan validate`, else it is 0), peak per step and overall.
+  std::vector<double> peak_device_bytes;
+  double peak_device_bytes_max = 0;
 };
 
 struct RunResult {

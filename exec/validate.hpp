@@ -17,8 +17,10 @@
 // Predicted: step_time_s, peak_bytes_per_gpu, and per class the cost model's op times (Result.prog.cm passes,
 // recompute ops in their class) summed over each simulated rank's compute tasks; optimizer, pp (exposed +
 // bubble) and dp (exposed) from the rank's breakdown.
-// With plan.offload "chunked" the measured peak is the whole process heap (host copies, Adam state and the
-// "device" arena all live in RAM), while the simulator's peak is device memory only: compare step times there.
+// With plan.offload "chunked" the simulator's peak is device memory only, so the measured peak compared is the
+// executor's DEVICE peak (the chunk store's resident slots plus the tracked heap's growth above each step's
+// start, per moment: activations and scratch; exec/chunk_store.hpp), and measured.peak_heap_bytes (the whole
+// heap: host pools, Adam state, arena) is reported next to it.
 #pragma once
 #include <string>
 

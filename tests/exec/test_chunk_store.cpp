@@ -80,9 +80,9 @@ TEST(ChunkStore, LayoutIsTheSimulatorsAndTablesStartOnTheHost) {
     EXPECT_EQ(h.gtab[t], h.grads.data() + h.ts[t].offset);
   }
   // A budget larger than every chunk allocates only the chunks' slots.
-  EXPECT_DOUBLE_EQ(s->arena_bytes(), (128 + 128 + 300 + 128) * 2 * 8.0);
+  EXPECT_DOUBLE_EQ(s->arena_bytes(), (128 + 128 + 300 + 128) * 8.0);  // a slot is one chunk (grads reuse it)
   EXPECT_EQ(s->chunks_of({1}), (std::vector<int>{2, 3}));
-  EXPECT_DOUBLE_EQ(s->bytes_of_parts({1, 2}), (300 + 128) * 16.0);
+  EXPECT_DOUBLE_EQ(s->bytes_of_parts({1, 2}), (300 + 128) * 8.0);
 }
 
 TEST(ChunkStore, BeladyEvictsTheChunkUsedFurthestAhead) {
@@ -90,7 +90,7 @@ TEST(ChunkStore, BeladyEvictsTheChunkUsedFurthestAhead) {
   // moment's reservation of 16 x chunk_elements bytes (so nothing moves at ADAM). Moments: A B C A B, ADAM.
   const long long E = 64, n = 256;
   Harness h({n, n, n, n}, {0, 1, 2, 3});
-  auto s = h.store(4, E, 2 * n * 16.0 + 16.0 * E);
+  auto s = h.store(4, E, 2 * n * 8.0 + 16.0 * E);
   s->keep_log = true;
   std::vector<std::vector<int>> moments = {{0}, {1}, {2}, {0}, {1}};
   run_steps(*s, moments, 2);
@@ -114,7 +114,7 @@ TEST(ChunkStore, MovesAreCountedAndDataSurvivesExactly) {
   // Uneven chunk sizes so that holes appear and the arena compacts.
   Harness h({40, 200, 30, 30, 150, 90, 10, 250}, {0, 0, 1, 1, 2, 3, 3, 4});
   const std::vector<double> p0 = h.params;
-  auto s = h.store(5, 64, (250 + 200 + 64) * 16.0);
+  auto s = h.store(5, 64, (250 + 200 + 64) * 8.0);
   s->keep_log = true;
   std::vector<std::vector<int>> moments = {{0}, {1}, {2}, {4}, {3}, {4}, {2, 3}, {1}, {0}};
   long long moves = 0;
@@ -143,7 +143,7 @@ TEST(ChunkStore, MovesAreCountedAndDataSurvivesExactly) {
   for (const auto& m : s->log)
     if (m.moment >= 0)
       for (size_t t = 0; t < h.ts.size(); ++t)
-        if (s->layout().chunk_of_tensor[t] == m.chunk) logged += 2.0 * 8 * h.ts[t].count;
+        if (s->layout().chunk_of_tensor[t] == m.chunk) logged += 8.0 * h.ts[t].count;
   EXPECT_DOUBLE_EQ(bytes, logged);
   EXPECT_EQ(h.params, p0);  // parameters untouched by the moves
   std::vector<int> uses(5, 0);
@@ -157,7 +157,7 @@ TEST(ChunkStore, MovesAreCountedAndDataSurvivesExactly) {
 
 TEST(ChunkStore, PinnedChunksAreNeverEvictedAndTooSmallBudgetsThrow) {
   Harness h({64, 64, 64}, {0, 1, 2});
-  auto s = h.store(3, 64, 2 * 64 * 16.0);
+  auto s = h.store(3, 64, 2 * 64 * 8.0);
   s->access(0, {0, 1});
   EXPECT_TRUE(s->resident(0) && s->resident(1) && s->pinned(0) && s->pinned(1));
   EXPECT_THROW(s->access(1, {0, 1, 2}), std::logic_error);  // three chunks cannot fit: the runtime checks first
@@ -208,7 +208,7 @@ TEST(ChunkStore, SteadyStepMovesAreTheSimulators) {
     in.gpu_memory_fraction = 1.0;
     in.warmup_chunk_fraction = 0.1;
     in.hybrid_adam_margin = 0;  // no GPU Adam: the executor runs CPU Adam for every chunk
-    in.param_bytes = 16;        // params + grads in fp64
+    in.param_bytes = 8;         // fp64 params; the grads reuse the slot
     tp::ChunkSimResult r = tp::simulate_chunks(in);
     std::vector<std::tuple<int, int, bool>> sim, ours;
     for (const auto& m : r.moves) sim.emplace_back(m.moment, m.chunk, m.to_gpu);
@@ -219,4 +219,41 @@ TEST(ChunkStore, SteadyStepMovesAreTheSimulators) {
     }
     EXPECT_EQ(ours, sim) << "budget " << budget_chunks << " chunks";
   }
+}
+
+TEST(ChunkStore, GradientsReuseTheParameterSlotAfterTheLastAccess) {
+  // PatrickStar: once a chunk's parameters are not used again in the step (its last access of the warm-up
+  // trace), its gradients take its slot; the host keeps the parameters. A slot is one chunk.
+  Harness h({64, 64, 64}, {0, 1, 2});
+  const std::vector<double> p0 = h.params, g0 = h.grads;
+  auto s = h.store(3, 64, 1e9);
+  std::vector<std::vector<int>> moments = {{0}, {1}, {2}, {2}, {1}, {0}};
+  auto on_host = [&](const std::vector<double*>& tab, const std::vector<double>& flat, int t) {
+    return tab[t] == flat.data() + h.ts[t].offset;
+  };
+  for (int st = 0; st < 3; ++st) {
+    s->begin_step();
+    for (int k = 0; k < (int)moments.size(); ++k) {
+      s->access(k, moments[k]);
+      for (int t : moments[k]) {
+        EXPECT_FALSE(on_host(h.ptab, h.params, t)) << st << " " << k;  // parameters in the slot while used
+        for (long long i = 0; i < 64; ++i) h.gtab[t][i] += 1.0;
+      }
+      if (st > 0 && k == 4) {  // chunk 2's last access (moment 3) is over: its slot holds its gradients
+        EXPECT_TRUE(s->resident(2));
+        EXPECT_TRUE(on_host(h.ptab, h.params, 2));
+        EXPECT_FALSE(on_host(h.gtab, h.grads, 2));
+      }
+      if (st == 0 && k == 4) {
+        EXPECT_TRUE(on_host(h.gtab, h.grads, 2));  // warm-up: the trace is not known yet
+      }
+    }
+    s->host_phase_begin((int)moments.size());
+    for (int t = 0; t < 3; ++t) EXPECT_TRUE(on_host(h.gtab, h.grads, t) && on_host(h.ptab, h.params, t));
+    s->host_phase_end();
+    s->end_step();
+  }
+  s->evict_all();
+  EXPECT_EQ(h.params, p0);
+  for (size_t i = 0; i < h.grads.size(); ++i) EXPECT_EQ(h.grads[i], g0[i] + 6.0) << i;  // 2 uses x 3 steps
 }
