@@ -25,20 +25,29 @@ ChunkStore<T>::ChunkStore(const std::vector<ChunkTensor>& tensors, int parts, lo
   ChunkSimInput in;
   in.parts = parts;
   in.chunk_elements = chunk_elements;
-  for (const ChunkTensor& t : tensors) {
-    if (t.view < 0 || t.view >= (int)ptab.size() || t.view >= (int)gtab.size())
+  std::vector<int> group(tensors.size());  // per tensor: its simulator-level tensor (joined runs are one)
+  for (size_t t = 0; t < tensors.size(); ++t) {
+    const ChunkTensor& x = tensors[t];
+    if (x.view < 0 || x.view >= (int)ptab.size() || x.view >= (int)gtab.size())
       throw std::invalid_argument("chunk store: tensor view outside the pointer tables");
-    in.tensor_elements.push_back((double)t.count);
-    in.tensor_part.push_back(t.part);
+    if (t > 0 && x.joined) {
+      if (x.part != tensors[t - 1].part) throw std::invalid_argument("chunk store: a joined tensor changes part");
+      in.tensor_elements.back() += (double)x.count;
+    } else {
+      in.tensor_elements.push_back((double)x.count);
+      in.tensor_part.push_back(x.part);
+    }
+    group[t] = (int)in.tensor_elements.size() - 1;
   }
-  lay_ = layout_chunks(in);  // the simulator's layout (module order, never split)
+  lay_ = layout_chunks(in);  // the simulator's layout (given order, never split)
   const int n = (int)lay_.chunk_elements.size();
   cap_.resize(n);
   tensors_of_.assign(n, {});
   toff_.assign(tensors.size(), 0);
+  chunk_of_.assign(tensors.size(), 0);
   std::vector<long long> used(n, 0);
   for (size_t t = 0; t < tensors.size(); ++t) {
-    int c = lay_.chunk_of_tensor[t];
+    int c = chunk_of_[t] = lay_.chunk_of_tensor[group[t]];
     toff_[t] = used[c];
     used[c] += tensors[t].count;
     tensors_of_[c].push_back((int)t);

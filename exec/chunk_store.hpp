@@ -19,8 +19,12 @@
 // (P: the parameters, G: the gradients), the flat buffer otherwise. The model (Gpt / Gpt2d::p, g) and the runtime's ZeRO copies read and write through them.
 //
 // Policy (sim/chunks.hpp conventions, world = 1):
-// - Layout: layout_chunks over the tensors in module order (a tensor is never split; a larger tensor gets a
-//   chunk of its own sized to it); bytes of a chunk = capacity x sizeof(T) (slots are allocated whole).
+// - Layout: layout_chunks over the tensors in the given order (a tensor is never split; a larger tensor gets a
+//   chunk of its own sized to it); bytes of a chunk = capacity x sizeof(T) (slots are allocated whole). A
+//   tensor flagged `joined` is packed with the tensors before it as ONE simulator tensor (never split from
+//   them): the runtime lists each layer's QKV, projection, fc1, fc2 weights, then its small views joined, the
+//   embedding's and the head's views joined, exactly the simulator's list (sim/chunk_offload.cpp), so both
+//   sides have the same chunks. layout() is that simulator-level layout; chunk_of(t) maps a store tensor.
 // - Moments: access(k, parts) at moment k of a step (the runtime: one per run, in order), then host_phase_begin
 //   (k = the ADAM moment). The FIRST step (and the first after reset_trace) is the warm-up: it records which
 //   moments touch each chunk.
@@ -62,11 +66,12 @@
 namespace tp::exec {
 
 // One tensor of the store: a view [offset, offset + count) of the flat buffers, its access part and its index
-// in the pointer tables.
+// in the pointer tables; `joined`: packed with the previous tensor as one simulator tensor (same part).
 struct ChunkTensor {
   long long offset = 0, count = 0;
   int part = 0;
   int view = 0;
+  bool joined = false;
 };
 
 // What one step moved (bytes actually copied; seconds measured around the memcpys).
@@ -90,12 +95,13 @@ struct ChunkMoveLog {
 template <class T>
 class ChunkStore {
  public:
-  // tensors in module order; parts = number of access parts (tensor.part < parts); the flat host buffers and
+  // tensors in packing order (see Layout); parts = number of access parts (tensor.part < parts); the flat host buffers and
   // the per-view pointer tables (entries of the store's tensors are set to the host addresses here).
   ChunkStore(const std::vector<ChunkTensor>& tensors, int parts, long long chunk_elements, double budget_bytes,
              double warmup_fraction, T* host_params, T* host_grads, std::vector<T*>& ptab, std::vector<T*>& gtab);
 
-  const ChunkLayout& layout() const { return lay_; }
+  const ChunkLayout& layout() const { return lay_; }  // over the simulator-level tensors (joined runs as one)
+  int chunk_of(int tensor) const { return chunk_of_[tensor]; }
   int chunks() const { return (int)cap_.size(); }
   double chunk_bytes(int c) const { return (double)cap_[c] * sizeof(T); }
   double budget_bytes() const { return budget_; }
@@ -138,6 +144,7 @@ class ChunkStore {
   std::vector<long long> cap_;                    // capacity per chunk (elements)
   std::vector<std::vector<int>> tensors_of_;      // per chunk, in order
   std::vector<long long> toff_;                   // per tensor: offset inside its chunk
+  std::vector<int> chunk_of_;                     // per tensor: its chunk
   std::vector<std::vector<int>> chunks_of_part_;  // per part, sorted
   long long E_ = 0;
   double budget_ = 0, warm_fraction_ = 1;

@@ -11,7 +11,8 @@
 // Parameters and gradients are reached through per-view pointer tables (ptab / gtab; the model's p() / g() and
 // the ZeRO copies use them): flat-buffer addresses, except under plan.offload "chunked", where the chunk store
 // (exec/chunk_store.hpp) points the views of device-resident chunks at its arena. Chunked offload: the store
-// holds the views of the owned units (tensors in module order, one access part per unit); moment k of a step
+// holds the views of the owned units (tensors in the simulator's order, exec/runtime_chunks.cpp; one access
+// part per unit); moment k of a step
 // = run k of the rank's schedule (the runtime's runs: consecutive pieces on the same layer and pass), whose
 // parts are the layer's unit plus the embedding for layer 0 and the head and the (tied) embedding for the last
 // layer; the store makes them resident and pins them before the run's first use; the optimizer is the ADAM
@@ -70,8 +71,6 @@ struct Unit {
   long long slice = 0;     // ZeRO slice length (padded length / dp)
   bool owned = false;      // this stage holds it
 };
-
-struct Piece { int item, layer; Pass pass; };
 
 template <class T>
 struct RankRun {
@@ -208,14 +207,10 @@ struct RankRun {
     m1.assign(state, T(0));
     m2.assign(state, T(0));
     if (p.zero >= 2) gshard.assign(state, T(0));
-    if (p.offload.kind == OffloadKind::chunked) {  // the owned units' views, in module order, part = unit
-      std::vector<ChunkTensor> ts;
-      for (int ui = 0; ui < (int)units.size(); ++ui) {
-        if (!units[ui].owned) continue;
-        for (size_t v = 0; v < gl.views.size(); ++v)
-          if (gl.views[v].offset >= units[ui].a && gl.views[v].offset < units[ui].b)
-            ts.push_back(ChunkTensor{cbase[ui] + (gl.views[v].offset - units[ui].a), gl.views[v].count, ui, (int)v});
-      }
+    if (p.offload.kind == OffloadKind::chunked) {  // the owned units' views in the simulator's order, part = unit
+      std::vector<std::pair<long long, long long>> spans;
+      for (const Unit& u : units) spans.push_back({u.a, u.b});
+      std::vector<ChunkTensor> ts = chunk_tensors(gl, spans, cbase);
       double budget = o.device_budget_bytes > 0 ? o.device_budget_bytes
                                                 : p.offload.gpu_memory_fraction * sc.cluster.gpu.hbm_bytes;
       store = std::make_unique<ChunkStore<T>>(ts, (int)units.size(), p.offload.chunk_elements, budget,
@@ -291,22 +286,10 @@ struct RankRun {
     const T scale = T(1.0 / ((double)sc.training.global_batch * (double)Tn));
     const int warmup = o.warmup_steps >= 0 ? o.warmup_steps : std::max(1, o.steps / 10);
     std::vector<WorkItem> order = plan_order(p, L, rc.stage);
-    // Pieces in execution order (runs: consecutive pieces on the same layer and pass).
-    std::vector<Piece> pieces;
-    for (int i = 0; i < (int)order.size(); ++i) {
-      int g = lay.model_chunk(rc.stage, order[i].chunk);
-      for (long long k = 0; k < Lc; ++k) {
-        long long l = order[i].pass == Pass::fwd ? g * Lc + k : g * Lc + Lc - 1 - k;
-        pieces.push_back(Piece{i, (int)l, order[i].pass});
-      }
-    }
-    // Runs (the chunk store's moments): consecutive pieces on the same layer and pass.
-    std::vector<int> run_of_piece(pieces.size()), run_layer;
-    for (size_t k = 0; k < pieces.size(); ++k) {
-      if (k == 0 || pieces[k - 1].layer != pieces[k].layer || pieces[k - 1].pass != pieces[k].pass)
-        run_layer.push_back(pieces[k].layer);
-      run_of_piece[k] = (int)run_layer.size() - 1;
-    }
+    // Pieces in execution order; runs (the chunk store's moments): consecutive pieces on the same layer and pass.
+    const std::vector<Piece> pieces = order_pieces(order, lay, rc.stage, Lc);
+    std::vector<int> run_of_piece, run_layer;
+    split_runs(pieces, run_of_piece, run_layer);
     auto run_parts = [&](int r) {  // the units run r touches (the head reads the tied wte: the embedding too)
       const long long l = run_layer[r];
       std::vector<int> parts = {unit_of_layer(weight_group(l, L, shared))};
@@ -314,17 +297,7 @@ struct RankRun {
       if (l == L - 1) { parts.push_back((int)L + 1); parts.push_back(0); }
       return parts;
     };
-    if (store)
-      for (int r = 0; r < (int)run_layer.size(); ++r)
-        if (store->bytes_of_parts(run_parts(r)) > store->budget_bytes()) {
-          char msg[400];
-          std::snprintf(msg, sizeof msg,
-                        "$.plan.offload: the chunks of layer %d's run (with chunk_elements %lld) need %.0f bytes, more "
-                        "than the device budget of %.0f bytes (--device-budget)",
-                        run_layer[r], (long long)p.offload.chunk_elements, store->bytes_of_parts(run_parts(r)),
-                        store->budget_bytes());
-          throw InputError({msg});
-        }
+    if (store) check_runs_fit<T>(*store, run_layer, run_parts, (long long)p.offload.chunk_elements);
     int cur_run = -1;
     auto enter = [&](size_t k) {  // before the first use of piece k's parameters: its run's chunks resident, pinned
       if (!store || run_of_piece[k] == cur_run) return;
@@ -464,22 +437,7 @@ struct RankRun {
         optimizer_step(step, warmup, res);
         if (store) store->host_phase_end();
       });
-      if (store) {
-        ChunkStepStats cs = store->end_step();
-        OffloadResult& f = res.offload;
-        f.h2d_bytes.push_back(cs.h2d_bytes);
-        f.d2h_bytes.push_back(cs.d2h_bytes);
-        f.h2d_s.push_back(cs.h2d_s);
-        f.d2h_s.push_back(cs.d2h_s);
-        f.h2d_moves.push_back((double)cs.h2d_moves);
-        f.d2h_moves.push_back((double)cs.d2h_moves);
-        f.adam_h2d_bytes.push_back(cs.adam_h2d_bytes);
-        f.adam_d2h_bytes.push_back(cs.adam_d2h_bytes);
-        f.peak_arena_bytes.push_back(cs.peak_resident_bytes);
-        f.peak_arena_bytes_max = std::max(f.peak_arena_bytes_max, cs.peak_resident_bytes);
-        f.peak_device_bytes.push_back(cs.peak_device_bytes);
-        f.peak_device_bytes_max = std::max(f.peak_device_bytes_max, cs.peak_device_bytes);
-      }
+      if (store) record_chunk_step(res.offload, store->end_step());
       double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       prof::step_end(step);
       // Mean loss over the global batch: the last stage's tp rank 0 of every dp rank contributes.
@@ -499,16 +457,8 @@ struct RankRun {
       }
     }
     res.delink_step = delink_step;
-    if (store) {
-      OffloadResult& f = res.offload;
-      f.on = true;
-      f.budget_bytes = store->budget_bytes();
-      f.arena_bytes = store->arena_bytes();
-      f.chunk_elements = p.offload.chunk_elements;
-      f.chunks = store->chunks();
-      for (int c = 0; c < store->chunks(); ++c) f.chunk_bytes += store->chunk_bytes(c);
-    }
-    if (!o.trace.empty()) res.trace = trace_events();
+    if (store) finish_offload(res.offload, *store, (long long)p.offload.chunk_elements);
+    if (!o.trace.empty()) res.trace = rec.trace_events(world.rank(), rc.stage, o.steps - 1);
     res.tokens_per_s = time_after_first > 0 ? tok_after_first / time_after_first
                                             : (double)sc.training.global_batch * Tn / std::max(1e-12, res.step_time_s.back());
     double mine = peak_rss_bytes();
@@ -568,27 +518,6 @@ struct RankRun {
       }
     }
     shared = 0;
-  }
-
-  // This rank's trace events (Chrome trace "X" slices and the memory counter), pid 2000 + rank ("run").
-  json trace_events() const {
-    json ev = json::array();
-    int pid = 2000 + world.rank();
-    char pname[64];
-    std::snprintf(pname, sizeof pname, "rank %d — run (stage %d)", world.rank(), rc.stage);
-    ev.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", pid}, {"args", {{"name", pname}}}});
-    ev.push_back({{"name", "process_sort_index"}, {"ph", "M"}, {"pid", pid}, {"args", {{"sort_index", 2 * world.rank() + 2}}}});
-    const char* tnames[] = {"step", "compute", "tp", "pp.fwd", "pp.bwd", "dp", "zero"};
-    for (int t = 0; t < 7; ++t)
-      ev.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", pid}, {"tid", t}, {"args", {{"name", tnames[t]}}}});
-    double end = 0;
-    for (const auto& e : rec.ev) end = std::max(end, e.b);
-    ev.push_back({{"name", "step " + std::to_string(o.steps - 1)}, {"ph", "X"}, {"pid", pid}, {"tid", kTidStep}, {"ts", 0}, {"dur", end * 1e6}});
-    for (const auto& e : rec.ev)
-      ev.push_back({{"name", e.name}, {"ph", "X"}, {"pid", pid}, {"tid", e.tid}, {"ts", e.a * 1e6}, {"dur", (e.b - e.a) * 1e6}});
-    for (const auto& [t, bytes] : rec.mem)
-      ev.push_back({{"name", "memory"}, {"ph", "C"}, {"pid", pid}, {"ts", t * 1e6}, {"args", {{"bytes", bytes}}}});
-    return ev;
   }
 
   void optimizer_step(int step, int warmup, RunResult& res) {

@@ -1,13 +1,20 @@
 // runtime_parts: internal to exec/runtime.cpp — the measured-trace recorder (the simulator's lanes and op
-// names), the dispatch of model pieces to the 1D or 2D GPT, and the flat parameter layout of either.
+// names), the dispatch of model pieces to the 1D or 2D GPT, the flat parameter layout of either, and the
+// chunk-store glue (exec/runtime_chunks.cpp).
 #pragma once
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "exec/chunk_store.hpp"
 #include "exec/gpt.hpp"
 #include "exec/gpt2d.hpp"
+#include "exec/train.hpp"
+#include "schedule/pipeline.hpp"
 
 namespace tp::exec::detail {
 
@@ -36,8 +43,30 @@ struct Recorder {
     }
     mem.push_back({now(), (double)resident * 4096.0});
   }
+  // The recorded events as Chrome trace "X" slices and the memory counter, pid 2000 + rank ("run").
+  json trace_events(int rank, int stage, int step) const;
 };
 enum TraceTid { kTidStep = 0, kTidCompute = 1, kTidPpFwd = 3, kTidPpBwd = 4, kTidDp = 5, kTidZero = 6 };
+
+inline json Recorder::trace_events(int rank, int stage, int step) const {
+  json out = json::array();
+  int pid = 2000 + rank;
+  char pname[64];
+  std::snprintf(pname, sizeof pname, "rank %d — run (stage %d)", rank, stage);
+  out.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", pid}, {"args", {{"name", pname}}}});
+  out.push_back({{"name", "process_sort_index"}, {"ph", "M"}, {"pid", pid}, {"args", {{"sort_index", 2 * rank + 2}}}});
+  const char* tnames[] = {"step", "compute", "tp", "pp.fwd", "pp.bwd", "dp", "zero"};
+  for (int t = 0; t < 7; ++t)
+    out.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", pid}, {"tid", t}, {"args", {{"name", tnames[t]}}}});
+  double end = 0;
+  for (const auto& e : ev) end = std::max(end, e.b);
+  out.push_back({{"name", "step " + std::to_string(step)}, {"ph", "X"}, {"pid", pid}, {"tid", kTidStep}, {"ts", 0}, {"dur", end * 1e6}});
+  for (const auto& e : ev)
+    out.push_back({{"name", e.name}, {"ph", "X"}, {"pid", pid}, {"tid", e.tid}, {"ts", e.a * 1e6}, {"dur", (e.b - e.a) * 1e6}});
+  for (const auto& [t, bytes] : mem)
+    out.push_back({{"name", "memory"}, {"ph", "C"}, {"pid", pid}, {"ts", t * 1e6}, {"args", {{"bytes", bytes}}}});
+  return out;
+}
 
 // The model pieces of either tensor-parallel mode behind one call site (1D Megatron or 2D Optimus).
 template <class T>
@@ -76,5 +105,26 @@ struct Flat {
     return Flat{l.views, l.total, l.embed_begin, l.embed_end, l.head_begin, l.head_end, l.layer_begin, l.layer_end};
   }
 };
+
+// One layer's forward or backward inside work item `item` of the rank's order.
+struct Piece { int item, layer; Pass pass; };
+
+// Chunk-store glue (exec/runtime_chunks.cpp). The pieces of the rank's work items in execution order (a
+// forward item's layers ascending, a backward's descending), and its runs (the store's moments: consecutive
+// pieces on the same layer and pass): run_of_piece per piece, run_layer per run.
+std::vector<Piece> order_pieces(const std::vector<WorkItem>& order, const StageLayout& lay, int stage, long long Lc);
+void split_runs(const std::vector<Piece>& pieces, std::vector<int>& run_of_piece, std::vector<int>& run_layer);
+// The store's tensors of the held units (units[u] = its flat
+// [a, b), cbase[u] = its base in the compact buffers, -1 when not held) in the simulator's order: per unit,
+// the QKV, projection, fc1, fc2 weights, then the unit's other views joined as one tensor; part = unit.
+std::vector<ChunkTensor> chunk_tensors(const Flat& gl, const std::vector<std::pair<long long, long long>>& units,
+                                       const std::vector<long long>& cbase);
+// Throws InputError when some run's chunks (run_parts(r)) exceed the device budget.
+template <class T>
+void check_runs_fit(const ChunkStore<T>& store, const std::vector<int>& run_layer,
+                    const std::function<std::vector<int>(int)>& run_parts, long long chunk_elements);
+void record_chunk_step(OffloadResult& f, const ChunkStepStats& cs);  // appends one step's figures
+template <class T>
+void finish_offload(OffloadResult& f, const ChunkStore<T>& store, long long chunk_elements);  // the run's
 
 }  // namespace tp::exec::detail

@@ -1,7 +1,8 @@
 // The executor's chunk store (exec/chunk_store.hpp): the budget is never exceeded, pinned chunks are never
 // evicted, Belady picks the chunk used furthest in the future on a hand-built trace, every move is counted,
 // data survives moves and arena compaction exactly, and the moves of a steady step are the simulator's
-// (sim/chunks.hpp simulate_chunks) for the same tensors, moments and budget.
+// (sim/chunks.hpp simulate_chunks) for the same tensors, moments and budget; the runtime's tensor list
+// (runtime_chunks.cpp) packs into exactly the simulator's chunks.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "exec/chunk_store.hpp"
+#include "exec/runtime_parts.hpp"
 #include "sim/chunks.hpp"
 
 using tp::exec::ChunkStore;
@@ -143,7 +145,7 @@ TEST(ChunkStore, MovesAreCountedAndDataSurvivesExactly) {
   for (const auto& m : s->log)
     if (m.moment >= 0)
       for (size_t t = 0; t < h.ts.size(); ++t)
-        if (s->layout().chunk_of_tensor[t] == m.chunk) logged += 8.0 * h.ts[t].count;
+        if (s->chunk_of((int)t) == m.chunk) logged += 8.0 * h.ts[t].count;
   EXPECT_DOUBLE_EQ(bytes, logged);
   EXPECT_EQ(h.params, p0);  // parameters untouched by the moves
   std::vector<int> uses(5, 0);
@@ -256,4 +258,48 @@ TEST(ChunkStore, GradientsReuseTheParameterSlotAfterTheLastAccess) {
   s->evict_all();
   EXPECT_EQ(h.params, p0);
   for (size_t i = 0; i < h.grads.size(); ++i) EXPECT_EQ(h.grads[i], g0[i] + 6.0) << i;  // 2 uses x 3 steps
+}
+
+// The runtime's tensor list (exec/runtime_chunks.cpp chunk_tensors) gives the store exactly the simulator's
+// chunks: the simulator's tensors (sim/chunk_offload.cpp, sizes from sim/op_cost.cpp: embedding, per layer
+// QKV, projection, fc1, fc2 and the rest as one, head) laid out by layout_chunks are the store's layout, for
+// one rank and for tp 2 (rank 1), with chunks that split the layers unevenly.
+TEST(ChunkStore, RuntimeTensorsPackLikeTheSimulator) {
+  for (int tp : {1, 2})
+    for (long long E : {3000LL, 5000LL, 20000LL}) {
+      tp::exec::GptShape s;
+      s.layers = 3, s.C = 32, s.H = 4, s.Hkv = 4, s.D = 8, s.F = 128, s.V = 64, s.maxT = 16, s.gelu = true;
+      s.tp = tp, s.tp_rank = tp - 1;
+      tp::exec::GptLayout lay = tp::exec::gpt_layout(s);
+      tp::exec::detail::Flat gl = tp::exec::detail::Flat::of(lay);
+      std::vector<std::pair<long long, long long>> units = {{gl.embed_begin, gl.embed_end}};
+      for (long long l = 0; l < s.layers; ++l) units.push_back({gl.layer_begin[l], gl.layer_end[l]});
+      units.push_back({gl.head_begin, gl.head_end});
+      std::vector<long long> cbase;
+      for (auto [a, z] : units) cbase.push_back(a);  // every unit held, compact = flat
+      std::vector<ChunkTensor> ts = tp::exec::detail::chunk_tensors(gl, units, cbase);
+      ASSERT_EQ(ts.size(), gl.views.size());
+      std::vector<double> params(gl.total), grads(gl.total);
+      std::vector<double*> ptab(gl.views.size()), gtab(gl.views.size());
+      ChunkStore<double> store(ts, (int)units.size(), E, 1e9, 1.0, params.data(), grads.data(), ptab, gtab);
+
+      const double h = (double)s.C, kvd = (double)s.Hkv * s.D, f = (double)s.F, t = tp, V = (double)s.V;
+      tp::ChunkSimInput in;  // the simulator's list for the same model and rank
+      in.parts = (int)units.size();
+      in.chunk_elements = E;
+      auto add = [&](double n, int part) { in.tensor_elements.push_back(n), in.tensor_part.push_back(part); };
+      add(V * h / t + (double)s.maxT * h, 0);
+      const double layer = (h * (h + 2 * kvd) + h * h + 2 * h * f + (h + 2 * kvd) + f) / t + 6 * h;
+      for (int l = 0; l < s.layers; ++l) {
+        const double qkv = h * (h + 2 * kvd) / t, proj = h * h / t, fc1 = h * f / t, fc2 = f * h / t;
+        for (double x : {qkv, proj, fc1, fc2}) add(x, 1 + l);
+        add(layer - qkv - proj - fc1 - fc2, 1 + l);
+      }
+      add(2 * h, (int)units.size() - 1);
+      tp::ChunkLayout want = tp::layout_chunks(in);
+      EXPECT_EQ(store.layout().chunk_of_tensor, want.chunk_of_tensor) << "tp " << tp << " E " << E;
+      EXPECT_EQ(store.layout().chunk_elements, want.chunk_elements) << "tp " << tp << " E " << E;
+      EXPECT_EQ(store.layout().used_elements, want.used_elements) << "tp " << tp << " E " << E;
+      EXPECT_EQ(store.layout().parts_of_chunk, want.parts_of_chunk) << "tp " << tp << " E " << E;
+    }
 }

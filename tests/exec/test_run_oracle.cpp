@@ -255,7 +255,7 @@ TEST(RunOracle, ChunkedOffloadUnderATightBudgetMatchesSingleRank) {
   ASSERT_TRUE(off.is_object());
   EXPECT_EQ(off["budget_bytes"].get<double>(), 1e6);
   EXPECT_LE(off["peak_arena_bytes_max"].get<double>(), 1e6);
-  EXPECT_GT(off["chunk_bytes"].get<double>(), 1.9 * 1e6);  // the whole model does not fit: it must move
+  EXPECT_GT(off["chunk_bytes"].get<double>(), 1.5 * 1e6);  // the whole model does not fit: it must move
   ASSERT_EQ(off["h2d_moves"].size(), (size_t)steps);
   for (int s = 1; s < steps; ++s) {  // steady steps (Belady on the warm-up trace) still move both ways
     EXPECT_GT(off["h2d_moves"][s].get<double>(), 0) << s;
