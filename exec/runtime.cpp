@@ -7,6 +7,9 @@
 // every unit (padded to a multiple of dp) — its optimizer state, and from ZeRO-2 its reduced gradient.
 // ZeRO-2/3 reduce-scatter a layer's gradient when a backward run of it ends (every micro-batch with standard
 // accumulation, once per step with layered accumulation); ZeRO-3 all-gathers a layer before each run of it.
+// With dp > 1 (and no chunked offload) a layer's full gradient is a transient buffer from its backward run's
+// start to that reduce-scatter (grad_acquire / grad_release); the rank keeps only its shards (gshard) and the
+// ends' (embedding, head) full gradients, reduced in the optimizer step. Parameters stay full (also ZeRO-3).
 // Loss scale: every token of the global batch weighs 1 / (global_batch * seq_len).
 // Parameters and gradients are reached through per-view pointer tables (ptab / gtab; the model's p() / g() and
 // the ZeRO copies use them): flat-buffer addresses, except under plan.offload "chunked", where the chunk store
@@ -95,7 +98,13 @@ struct RankRun {
   Recorder rec;
   int shared = 0;                                    // Pseudo-to-Real: > 0 while k weight groups are shared
   std::vector<T*> ptab, gtab;                        // per view: where its params / grads are now
-  std::vector<long long> cbase;                      // per unit: its base in the compact buffers (-1: not held)
+  std::vector<long long> cbase;                      // per unit: its base in the compact parameters (-1: not held)
+  std::vector<long long> gbase;                      // per unit: its base in `grads` (-1: not held, or transient)
+  // ZeRO >= 2 with dp > 1 (no chunked offload): a layer's full gradient exists only from the start of its
+  // backward run to the reduce-scatter at the run's end (ugrad[unit]); `grads` holds the ends (embedding, head),
+  // reduced in the optimizer step. Between runs a rank keeps only its reduced shards (gshard).
+  bool zgrad = false;
+  std::vector<Buf<T>> ugrad;
   // The unit holding flat (layout) element i, and the compact addresses of element i of a held unit.
   int unit_at(long long i) const {
     int lo = 0, hi = (int)units.size() - 1;
@@ -103,7 +112,7 @@ struct RankRun {
     return lo;
   }
   T* P(long long i) { int u = unit_at(i); return params.data() + cbase[u] + (i - units[u].a); }
-  T* Gd(long long i) { int u = unit_at(i); return grads.data() + cbase[u] + (i - units[u].a); }
+  T* Gd(long long i) { int u = unit_at(i); return grads.data() + gbase[u] + (i - units[u].a); }
   std::vector<long long> view_end;                   // per view: end offset in the flat buffer (ascending)
   std::unique_ptr<ChunkStore<T>> store;              // plan.offload "chunked"
   long delink_step = -1;                             // the step at which the shared weights are delinked
@@ -111,6 +120,20 @@ struct RankRun {
   RankRun(const Scenario& s, const RunOptions& opt, Comm& w) : sc(s), p(s.plan), o(opt), world(w) {}
 
   int unit_of_layer(long long l) const { return 1 + (int)l; }
+  bool is_layer_unit(int ui) const { return ui >= 1 && ui <= (int)L; }
+  // zgrad: a zeroed full gradient of unit ui, the views' gradients pointing into it (no-op if it exists).
+  void grad_acquire(int ui) {
+    if (!zgrad || !is_layer_unit(ui) || !ugrad[ui].empty()) return;
+    const Unit& u = units[ui];
+    ugrad[ui].resize(u.b - u.a);
+    std::fill(ugrad[ui].begin(), ugrad[ui].end(), T(0));
+    each_view(u.a, u.b, [&](size_t v, long long lo, long long, long long at) { gtab[v] = ugrad[ui].data() + at - lo; });
+  }
+  void grad_release(int ui) {
+    if (!zgrad || !is_layer_unit(ui)) return;
+    Buf<T>().swap(ugrad[ui]);
+    each_view(units[ui].a, units[ui].b, [&](size_t v, long long, long long, long long) { gtab[v] = nullptr; });
+  }
   int stage_of_layer(long long l) const { return lay.stage_of((int)(l / Lc)); }
 
   void setup() {
@@ -182,13 +205,21 @@ struct RankRun {
       for (size_t ui = 0; ui < units.size(); ++ui)
         if (units[ui].owned) std::copy(all.begin() + units[ui].a, all.begin() + units[ui].b, params.begin() + cbase[ui]);
     }
-    grads.assign(params.size(), T(0));
+    zgrad = p.zero >= 2 && p.dp > 1 && p.offload.kind != OffloadKind::chunked;
+    {
+      long long n = 0;
+      gbase.assign(units.size(), -1);
+      for (size_t ui = 0; ui < units.size(); ++ui)
+        if (units[ui].owned && !(zgrad && is_layer_unit((int)ui))) { gbase[ui] = n; n += units[ui].b - units[ui].a; }
+      grads.assign(n, T(0));
+      ugrad.resize(units.size());
+    }
     model.d1.params = model.d2.params = params.data();
     model.d1.grads = model.d2.grads = grads.data();
     for (const ParamView& v : gl.views) {
       bool held = cbase[unit_at(v.offset)] >= 0;
       ptab.push_back(held ? P(v.offset) : nullptr);
-      gtab.push_back(held ? Gd(v.offset) : nullptr);
+      gtab.push_back(held && gbase[unit_at(v.offset)] >= 0 ? Gd(v.offset) : nullptr);
       view_end.push_back(v.offset + v.count);
     }
     model.d1.ptab = model.d2.ptab = ptab.data();
@@ -253,7 +284,8 @@ struct RankRun {
     dp->reduce_scatter_sum(in.data(), out.data(), u.slice, dtype_of<T>());
     size_t k = own_index(ui);
     for (long long i = 0; i < u.slice; ++i) gshard[own_off[k] + i] += out[i];
-    zero_range(gtab, u.a, u.a + len);
+    if (zgrad && is_layer_unit(ui)) grad_release(ui);  // the next run starts from a fresh zeroed buffer
+    else zero_range(gtab, u.a, u.a + len);
   }
   // All-gather of one unit's slices over dp into the full parameter buffer (ZeRO-1/2 after the update, ZeRO-3
   // before a run).
@@ -403,6 +435,7 @@ struct RankRun {
               a.att.resize((size_t)Bl * Hl * Tn * Tn);
               ops::attention_fwd(out.data(), a.att.data(), a.q.data(), a.k.data(), a.v.data(), Bl, Tn, Hl, Kl, Dh);
             }
+            grad_acquire(unit_of_layer(wl));
             model.layer_bwd(wl, x.data(), x.data(), a, b, Tn);  // in place: x becomes the input gradient
             a = LayerActs<T>{};
             if (p.zero >= 2 && p.dp > 1 && run_end) {
