@@ -206,26 +206,10 @@ void swiglu_fwd(T* y, const T* gate_up, long N, long F) {
   }
 }
 
-// dg += dy * u * sigmoid(g) (1 + g (1 - sigmoid(g))),  du += dy * silu(g).
-template <class T>
-void swiglu_bwd(T* dgate_up, const T* gate_up, const T* dy, long N, long F) {
-  exec::prof::Scope prof_scope(exec::prof::Cls::elementwise);
-  for (long n = 0; n < N; ++n) {
-    const T* g = gate_up + n * 2 * F;
-    const T* u = g + F;
-    T* dg = dgate_up + n * 2 * F;
-    T* du = dg + F;
-    const T* dyr = dy + n * F;
-    for (long f = 0; f < F; ++f) {
-      const T sig = T(1) / (T(1) + std::exp(-g[f]));
-      dg[f] += dyr[f] * u[f] * sig * (T(1) + g[f] * (T(1) - sig));
-      du[f] += dyr[f] * g[f] * sig;
-    }
-  }
-}
-
-template <class T>
-void swiglu_bwd_set(T* dgate_up, const T* gate_up, const T* dy, long N, long F) {
+// dg (+)= dy * u * sigmoid(g) (1 + g (1 - sigmoid(g))),  du (+)= dy * silu(g): accumulated, or overwritten
+// (kSet; dgate_up may then alias gate_up: each element is read before it is written).
+template <class T, bool kSet>
+void swiglu_bwd_impl(T* dgate_up, const T* gate_up, const T* dy, long N, long F) {
   exec::prof::Scope prof_scope(exec::prof::Cls::elementwise);
   for (long n = 0; n < N; ++n) {
     const T* g = gate_up + n * 2 * F;
@@ -236,11 +220,15 @@ void swiglu_bwd_set(T* dgate_up, const T* gate_up, const T* dy, long N, long F) 
     for (long f = 0; f < F; ++f) {
       const T gf = g[f], uf = u[f];
       const T sig = T(1) / (T(1) + std::exp(-gf));
-      dg[f] = dyr[f] * uf * sig * (T(1) + gf * (T(1) - sig));
-      du[f] = dyr[f] * gf * sig;
+      const T a = dyr[f] * uf * sig * (T(1) + gf * (T(1) - sig)), b = dyr[f] * gf * sig;
+      if constexpr (kSet) { dg[f] = a; du[f] = b; } else { dg[f] += a; du[f] += b; }
     }
   }
 }
+template <class T>
+void swiglu_bwd(T* dgate_up, const T* gate_up, const T* dy, long N, long F) { swiglu_bwd_impl<T, false>(dgate_up, gate_up, dy, N, F); }
+template <class T>
+void swiglu_bwd_set(T* dgate_up, const T* gate_up, const T* dy, long N, long F) { swiglu_bwd_impl<T, true>(dgate_up, gate_up, dy, N, F); }
 
 // probs[N, V] = softmax(logits) per row (max subtracted); returns sum over rows of
 // -log p[target] = log(sum exp(l - max)) - (l[target] - max), summed in double. probs may be logits.
