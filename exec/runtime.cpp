@@ -9,7 +9,9 @@
 // accumulation, once per step with layered accumulation); ZeRO-3 all-gathers a layer before each run of it.
 // With dp > 1 (and no chunked offload) a layer's full gradient is a transient buffer from its backward run's
 // start to that reduce-scatter (grad_acquire / grad_release); the rank keeps only its shards (gshard) and the
-// ends' (embedding, head) full gradients, reduced in the optimizer step. Parameters stay full (also ZeRO-3).
+// ends' (embedding, head) full gradients, reduced in the optimizer step. Likewise ZeRO-3 parameters: a layer is
+// held as this rank's slice (pslice; the optimizer, delink and checkpoints use it) and, from its all-gather to
+// the run's end, as the gathered unit (uparam; exec/runtime_state.cpp); the ends stay full, gathered per step.
 // Loss scale: every token of the global batch weighs 1 / (global_batch * seq_len).
 // Parameters and gradients are reached through per-view pointer tables (ptab / gtab; the model's p() / g() and
 // the ZeRO copies use them): flat-buffer addresses, except under plan.offload "chunked", where the chunk store
@@ -25,11 +27,6 @@
 // the backward runs in place on one [N, C] gradient buffer, saved tensors are freed or overwritten by their
 // own gradients after their last reader (gpt.cpp), the head's activations are freed after its backward, and a
 // pipeline send's buffer is the sent activation itself, freed as soon as the send completes (reap_sends).
-#include <sys/resource.h>
-#ifdef __GLIBC__
-#include <malloc.h>
-#endif
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -37,6 +34,9 @@
 #include <cstring>
 #include <deque>
 #include <map>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
 #include "exec/checkpoint.hpp"
 #include "exec/chunk_store.hpp"
@@ -62,18 +62,6 @@ using namespace detail;
 
 template <class T>
 Dtype dtype_of() { return sizeof(T) == 8 ? Dtype::f64 : Dtype::f32; }
-
-double peak_rss_bytes() {
-  struct rusage ru;
-  getrusage(RUSAGE_SELF, &ru);
-  return (double)ru.ru_maxrss * 1024.0;
-}
-
-struct Unit {
-  long long a = 0, b = 0;  // [a, b) in the flat buffer
-  long long slice = 0;     // ZeRO slice length (padded length / dp)
-  bool owned = false;      // this stage holds it
-};
 
 template <class T>
 struct RankRun {
@@ -105,15 +93,21 @@ struct RankRun {
   // reduced in the optimizer step. Between runs a rank keeps only its reduced shards (gshard).
   bool zgrad = false;
   std::vector<Buf<T>> ugrad;
+  bool zparam = false;  // ZeRO-3 with dp > 1, no chunked offload: layers as slices (pslice) + gathered (uparam)
+  std::vector<T> pslice;
+  std::vector<Buf<T>> uparam;
   // The unit holding flat (layout) element i, and the compact addresses of element i of a held unit.
   int unit_at(long long i) const {
     int lo = 0, hi = (int)units.size() - 1;
     while (lo < hi) { int mid = (lo + hi + 1) / 2; if (units[mid].a <= i) lo = mid; else hi = mid - 1; }
     return lo;
   }
-  T* P(long long i) { int u = unit_at(i); return params.data() + cbase[u] + (i - units[u].a); }
+  T* P(long long i) {  // (zparam layers: i must lie in this rank's slice)
+    int u = unit_at(i);
+    if (zparam && is_layer_unit(u)) { size_t k = own_index(u); return pslice.data() + own_off[k] + (i - own[k].first); }
+    return params.data() + cbase[u] + (i - units[u].a);
+  }
   T* Gd(long long i) { int u = unit_at(i); return grads.data() + gbase[u] + (i - units[u].a); }
-  std::vector<long long> view_end;                   // per view: end offset in the flat buffer (ascending)
   std::unique_ptr<ChunkStore<T>> store;              // plan.offload "chunked"
   long delink_step = -1;                             // the step at which the shared weights are delinked
 
@@ -127,12 +121,12 @@ struct RankRun {
     const Unit& u = units[ui];
     ugrad[ui].resize(u.b - u.a);
     std::fill(ugrad[ui].begin(), ugrad[ui].end(), T(0));
-    each_view(u.a, u.b, [&](size_t v, long long lo, long long, long long at) { gtab[v] = ugrad[ui].data() + at - lo; });
+    gl.each_view(u.a, u.b, [&](size_t v, long long lo, long long, long long at) { gtab[v] = ugrad[ui].data() + at - lo; });
   }
   void grad_release(int ui) {
     if (!zgrad || !is_layer_unit(ui)) return;
     Buf<T>().swap(ugrad[ui]);
-    each_view(units[ui].a, units[ui].b, [&](size_t v, long long, long long, long long) { gtab[v] = nullptr; });
+    gl.each_view(units[ui].a, units[ui].b, [&](size_t v, long long, long long, long long) { gtab[v] = nullptr; });
   }
   int stage_of_layer(long long l) const { return lay.stage_of((int)(l / Lc)); }
 
@@ -155,55 +149,43 @@ struct RankRun {
     bool in_emb = p.pp > 1 && sc.model.tied_embeddings && (rc.stage == first_stage || rc.stage == last_stage);
     emb = world.split(in_emb ? 3 * S + rc.tp + p.tp * rc.dp : -1, rc.stage);
 
-    GptShape fs = gpt_shape(sc.model, Tn, 1, 0);
-    GptLayout full = gpt_layout(fs);
-    model.two_d = p.tp_mode == TpMode::d2 && p.tp > 1;
-    if (model.two_d) {
-      // Grid position of this tp rank (rows, or Optimus' node blocks), as the simulator places it.
-      int q = p.tp_q(), bs = 1;
-      if (p.tp_grid_node_blocks) while ((bs + 1) * (bs + 1) <= sc.cluster.gpus_per_node) ++bs;
-      GridPos gp = grid_pos(rc.tp, q, bs);
-      grid_row = tp->split(gp.row, gp.col);
-      grid_col = tp->split(gp.col, gp.row);
-      Gpt2dLayout l2 = gpt2d_layout(fs, q, gp.row * q + gp.col);
-      params = shard_params_2d<T>(full, init_full_params<T>(fs, o.seed), l2);
-      gl = Flat::of(l2);
-      model.d2.lay = l2;
-      model.d2.row = grid_row.get();
-      model.d2.col = grid_col.get();
-      replicated_view.resize(gl.views.size());
-      for (size_t i = 0; i < gl.views.size(); ++i) replicated_view[i] = !l2.owned(i);  // counted elsewhere
-    } else {
-      GptLayout l1 = gpt_layout(gpt_shape(sc.model, Tn, p.tp, rc.tp));
-      params = shard_params<T>(full, init_full_params<T>(fs, o.seed), l1);
-      gl = Flat::of(l1);
-      model.d1.lay = l1;
-      model.d1.tp = p.tp > 1 ? tp.get() : nullptr;
-      model.d1.sp = model.sp = p.sequence_parallel && p.tp > 1;
-      replicated_view.resize(gl.views.size());
-      for (size_t i = 0; i < gl.views.size(); ++i) {
-        const std::string& n = gl.views[i].name;
-        replicated_view[i] = !(n.find("qkv_") != std::string::npos || n.find("fc1_") != std::string::npos ||
-                               n.find("proj_w") != std::string::npos || n.find("fc2_w") != std::string::npos ||
-                               n == "wte");  // wte: vocabulary-parallel
-      }
-    }
+    params = init_model<T>(sc, rc.tp, *tp, o.seed, model, gl, replicated_view, grid_row, grid_col);
     // Units and ownership.
     units.resize(L + 2);
     units[0] = Unit{gl.embed_begin, gl.embed_end, 0, rc.stage == first_stage || (sc.model.tied_embeddings && rc.stage == last_stage)};
     for (long long l = 0; l < L; ++l) units[unit_of_layer(l)] = Unit{gl.layer_begin[l], gl.layer_end[l], 0, stage_of_layer(l) == rc.stage};
     units[L + 1] = Unit{gl.head_begin, gl.head_end, 0, rc.stage == last_stage};
+    long long state = 0;
+    for (Unit& u : units) {
+      long long len = u.b - u.a;
+      u.slice = p.zero >= 1 ? (len + p.dp - 1) / p.dp : len;
+      if (!u.owned) continue;
+      long long a = p.zero >= 1 ? u.a + rc.dp * u.slice : u.a;
+      long long z = p.zero >= 1 ? std::min(u.b, a + u.slice) : u.b;
+      own.push_back({a, std::max(a, z)});
+      own_off.push_back(state);
+      state += u.slice;  // padded: every own range gets its full slice
+    }
     // The rank holds only its stage's units: a compact buffer of the owned units in layout order; flat
     // (layout) offsets map to it through cbase (P / Gd below). Views of other stages' units get no storage.
+    // zparam: the owned layers are only their slices (pslice, by own range).
+    zparam = p.zero >= 3 && p.dp > 1 && p.offload.kind != OffloadKind::chunked;
     {
       std::vector<T> all = std::move(params);
       long long n = 0;
       cbase.assign(units.size(), -1);
       for (size_t ui = 0; ui < units.size(); ++ui)
-        if (units[ui].owned) { cbase[ui] = n; n += units[ui].b - units[ui].a; }
+        if (units[ui].owned && !(zparam && is_layer_unit((int)ui))) { cbase[ui] = n; n += units[ui].b - units[ui].a; }
       params.assign(n, T(0));
       for (size_t ui = 0; ui < units.size(); ++ui)
-        if (units[ui].owned) std::copy(all.begin() + units[ui].a, all.begin() + units[ui].b, params.begin() + cbase[ui]);
+        if (cbase[ui] >= 0) std::copy(all.begin() + units[ui].a, all.begin() + units[ui].b, params.begin() + cbase[ui]);
+      if (zparam) pslice.assign(state, T(0));
+      for (size_t ui = 0; zparam && ui < units.size(); ++ui)
+        if (units[ui].owned && is_layer_unit((int)ui)) {
+          size_t k = own_index((int)ui);
+          std::copy(all.begin() + own[k].first, all.begin() + own[k].second, pslice.begin() + own_off[k]);
+        }
+      uparam.resize(units.size());
     }
     zgrad = p.zero >= 2 && p.dp > 1 && p.offload.kind != OffloadKind::chunked;
     {
@@ -220,21 +202,9 @@ struct RankRun {
       bool held = cbase[unit_at(v.offset)] >= 0;
       ptab.push_back(held ? P(v.offset) : nullptr);
       gtab.push_back(held && gbase[unit_at(v.offset)] >= 0 ? Gd(v.offset) : nullptr);
-      view_end.push_back(v.offset + v.count);
     }
     model.d1.ptab = model.d2.ptab = ptab.data();
     model.d1.gtab = model.d2.gtab = gtab.data();
-    long long state = 0;
-    for (Unit& u : units) {
-      long long len = u.b - u.a;
-      u.slice = p.zero >= 1 ? (len + p.dp - 1) / p.dp : len;
-      if (!u.owned) continue;
-      long long a = p.zero >= 1 ? u.a + rc.dp * u.slice : u.a;
-      long long z = p.zero >= 1 ? std::min(u.b, a + u.slice) : u.b;
-      own.push_back({a, std::max(a, z)});
-      own_off.push_back(state);
-      state += u.slice;  // padded: every own range gets its full slice
-    }
     m1.assign(state, T(0));
     m2.assign(state, T(0));
     if (p.zero >= 2) gshard.assign(state, T(0));
@@ -249,26 +219,6 @@ struct RankRun {
     }
   }
 
-  // The flat range [a, z) through the pointer tables (each view's current copy): f(view, lo, hi, at) for the
-  // view's elements [lo, hi) that are flat elements [a + at, a + at + hi - lo).
-  template <class F>
-  void each_view(long long a, long long z, F&& f) const {
-    size_t v = std::upper_bound(view_end.begin(), view_end.end(), a) - view_end.begin();
-    for (; v < gl.views.size() && gl.views[v].offset < z; ++v) {
-      const long long off = gl.views[v].offset, lo = std::max(a, off), hi = std::min(z, off + gl.views[v].count);
-      if (lo < hi) f(v, lo - off, hi - off, lo - a);
-    }
-  }
-  void read_range(const std::vector<T*>& tab, long long a, long long z, T* dst) const {
-    each_view(a, z, [&](size_t v, long long lo, long long hi, long long at) { std::copy(tab[v] + lo, tab[v] + hi, dst + at); });
-  }
-  void write_range(const std::vector<T*>& tab, long long a, long long z, const T* src) const {
-    each_view(a, z, [&](size_t v, long long lo, long long hi, long long at) { std::copy(src + at, src + at + (hi - lo), tab[v] + lo); });
-  }
-  void zero_range(const std::vector<T*>& tab, long long a, long long z) const {
-    each_view(a, z, [&](size_t v, long long lo, long long hi, long long) { std::fill(tab[v] + lo, tab[v] + hi, T(0)); });
-  }
-
   void sp_reduce_layer(int l) {
     for (size_t v = 0; v < gl.views.size(); ++v)
       if (gl.views[v].layer == l && replicated_view[v])
@@ -280,22 +230,32 @@ struct RankRun {
     const Unit& u = units[ui];
     long long len = u.b - u.a;
     std::vector<T> in(u.slice * p.dp, T(0)), out(u.slice);
-    read_range(gtab, u.a, u.b, in.data());
+    gl.read_range(gtab, u.a, u.b, in.data());
     dp->reduce_scatter_sum(in.data(), out.data(), u.slice, dtype_of<T>());
     size_t k = own_index(ui);
     for (long long i = 0; i < u.slice; ++i) gshard[own_off[k] + i] += out[i];
     if (zgrad && is_layer_unit(ui)) grad_release(ui);  // the next run starts from a fresh zeroed buffer
-    else zero_range(gtab, u.a, u.a + len);
+    else gl.zero_range(gtab, u.a, u.a + len);
   }
   // All-gather of one unit's slices over dp into the full parameter buffer (ZeRO-1/2 after the update, ZeRO-3
   // before a run).
   void all_gather_unit(int ui) {
     const Unit& u = units[ui];
+    if (zparam && is_layer_unit(ui)) {  // straight into a fresh gathered unit, the views pointing into it
+      gather_unit(*dp, pslice.data() + own_off[own_index(ui)], u.slice, uparam[ui]);
+      gl.each_view(u.a, u.b, [&](size_t v, long long lo, long long, long long at) { ptab[v] = uparam[ui].data() + at - lo; });
+      return;
+    }
     std::vector<T> mine(u.slice, T(0)), all(u.slice * p.dp);
     long long a = u.a + rc.dp * u.slice, z = std::min(u.b, a + u.slice);
-    if (z > a) read_range(ptab, a, z, mine.data());
+    if (z > a) gl.read_range(ptab, a, z, mine.data());
     dp->all_gather(mine.data(), all.data(), u.slice, dtype_of<T>());
-    write_range(ptab, u.a, u.b, all.data());
+    gl.write_range(ptab, u.a, u.b, all.data());
+  }
+  void param_release(int ui) {  // zparam: the gathered unit is freed at its run's end
+    if (!zparam || !is_layer_unit(ui)) return;
+    Buf<T>().swap(uparam[ui]);
+    gl.each_view(units[ui].a, units[ui].b, [&](size_t v, long long, long long, long long) { ptab[v] = nullptr; });
   }
   size_t own_index(int ui) const {
     size_t k = 0;
@@ -443,6 +403,7 @@ struct RankRun {
               reduce_scatter_unit(unit_of_layer(wl));
             }
           }
+          if (run_end) param_release(unit_of_layer(wl));
           if (rec.on) {
             rec.ev.push_back({part_op_name(part_name(l), fwd ? "fwd" : "bwd", "", (int)j), kTidCompute, piece_t0, rec.now()});
             rec.sample_memory();
@@ -500,32 +461,21 @@ struct RankRun {
     return res;
   }
 
-  // Checkpoints hold everything the next step depends on (the data order and learning rate follow from the
-  // step and the seed), so a resumed run reproduces the uninterrupted one bit for bit.
-  void save_checkpoint(long next_step) {
-    int32_t meta[2] = {shared, (int32_t)delink_step};
+  // Checkpoints (exec/runtime_state.cpp): the compact parameters, the layers' slices (zparam), the optimizer state.
+  std::vector<TensorView> state_tensors(int32_t* meta) {
     Dtype d = dtype_of<T>();
     std::vector<TensorView> t = {{"params", d, params.data(), (long)params.size()}, {"m1", d, m1.data(), (long)m1.size()},
                                  {"m2", d, m2.data(), (long)m2.size()}, {"meta", Dtype::i32, meta, 2}};
-    CheckpointHeader h;
-    h.step = next_step;
-    h.seed = o.seed;
-    h.rank = world.rank();
-    h.world_size = world.size();
-    h.description = scenario_to_json(sc).dump();
-    write_checkpoint(checkpoint_path(o.checkpoint_dir, next_step, world.rank()), h, t);
-    world.barrier();  // a step's checkpoint is complete when every rank's file is
+    if (zparam) t.push_back({"pslice", d, pslice.data(), (long)pslice.size()});
+    return t;
+  }
+  void save_checkpoint(long next_step) {
+    int32_t meta[2] = {shared, (int32_t)delink_step};
+    save_rank_checkpoint(sc, o, world, next_step, state_tensors(meta));
   }
   long load_checkpoint(long step) {
-    Checkpoint c = read_checkpoint(checkpoint_path(o.checkpoint_dir, step, world.rank()));
-    if (c.header.description != scenario_to_json(sc).dump())
-      throw InputError({o.checkpoint_dir + ": the checkpoint of step " + std::to_string(step) + " is of another scenario or plan"});
-    Dtype d = dtype_of<T>();
-    c.copy_to("params", params.data(), (long)params.size(), d);
-    c.copy_to("m1", m1.data(), (long)m1.size(), d);
-    c.copy_to("m2", m2.data(), (long)m2.size(), d);
     int32_t meta[2];
-    c.copy_to("meta", meta, 2, Dtype::i32);
+    load_rank_checkpoint(sc, o, world.rank(), step, state_tensors(meta));
     shared = meta[0];
     delink_step = meta[1];
     return step;
@@ -543,9 +493,10 @@ struct RankRun {
       long long wg = weight_group(l, L, shared);
       if (wg == l) continue;
       const Unit &src = units[unit_of_layer(wg)], &dst = units[unit_of_layer(l)];
-      std::copy(P(src.a), P(src.a) + (src.b - src.a), P(dst.a));
       size_t ks = own_index(unit_of_layer(wg)), kd = own_index(unit_of_layer(l));
+      if (!zparam) std::copy(P(src.a), P(src.a) + (src.b - src.a), P(dst.a));
       if (src.owned && dst.owned) {
+        if (zparam) std::copy(pslice.begin() + own_off[ks], pslice.begin() + own_off[ks] + src.slice, pslice.begin() + own_off[kd]);
         std::copy(m1.begin() + own_off[ks], m1.begin() + own_off[ks] + src.slice, m1.begin() + own_off[kd]);
         std::copy(m2.begin() + own_off[ks], m2.begin() + own_off[ks] + src.slice, m2.begin() + own_off[kd]);
       }
@@ -604,12 +555,7 @@ struct RankRun {
     double norm = std::sqrt(sq);
     res.grad_norm.push_back(norm);
     T clip = norm > o.grad_clip && o.grad_clip > 0 ? T(o.grad_clip / norm) : T(1);
-    double lr = o.lr;
-    if (step < warmup) lr = o.lr * (step + 1) / warmup;
-    else if (o.steps > warmup) {
-      double r = (double)(step - warmup) / std::max(1, o.steps - warmup);
-      lr = o.lr * (o.min_lr_ratio + (1 - o.min_lr_ratio) * 0.5 * (1 + std::cos(3.141592653589793 * r)));
-    }
+    double lr = learning_rate(o, step, warmup);
     for (size_t k = 0; k < own.size(); ++k) {
       for (const ParamView& pv : gl.views) {
         long long a = std::max(own[k].first, pv.offset), z = std::min(own[k].second, pv.offset + pv.count);

@@ -1,6 +1,6 @@
 // runtime_parts: internal to exec/runtime.cpp — the measured-trace recorder (the simulator's lanes and op
 // names), the dispatch of model pieces to the 1D or 2D GPT, the flat parameter layout of either, and the
-// chunk-store glue (exec/runtime_chunks.cpp).
+// chunk-store glue (exec/runtime_chunks.cpp), the initial model, the ZeRO-3 gather and the checkpoint files (exec/runtime_state.cpp).
 #pragma once
 #include <algorithm>
 #include <chrono>
@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "exec/checkpoint.hpp"
 #include "exec/chunk_store.hpp"
 #include "exec/gpt.hpp"
 #include "exec/gpt2d.hpp"
@@ -100,10 +101,42 @@ struct Flat {
   std::vector<ParamView> views;
   long long total = 0, embed_begin = 0, embed_end = 0, head_begin = 0, head_end = 0;
   std::vector<long long> layer_begin, layer_end;
+  std::vector<long long> view_end;  // per view: end offset in the flat buffer (ascending)
   template <class Lay>
   static Flat of(const Lay& l) {
-    return Flat{l.views, l.total, l.embed_begin, l.embed_end, l.head_begin, l.head_end, l.layer_begin, l.layer_end};
+    Flat f{l.views, l.total, l.embed_begin, l.embed_end, l.head_begin, l.head_end, l.layer_begin, l.layer_end, {}};
+    for (const ParamView& v : f.views) f.view_end.push_back(v.offset + v.count);
+    return f;
   }
+  // The flat range [a, z) through per-view pointer tables (each view's current copy): f(view, lo, hi, at) for
+  // the view's elements [lo, hi) that are flat elements [a + at, a + at + hi - lo).
+  template <class F>
+  void each_view(long long a, long long z, F&& f) const {
+    size_t v = std::upper_bound(view_end.begin(), view_end.end(), a) - view_end.begin();
+    for (; v < views.size() && views[v].offset < z; ++v) {
+      const long long off = views[v].offset, lo = std::max(a, off), hi = std::min(z, off + views[v].count);
+      if (lo < hi) f(v, lo - off, hi - off, lo - a);
+    }
+  }
+  template <class T>
+  void read_range(const std::vector<T*>& tab, long long a, long long z, T* dst) const {
+    each_view(a, z, [&](size_t v, long long lo, long long hi, long long at) { std::copy(tab[v] + lo, tab[v] + hi, dst + at); });
+  }
+  template <class T>
+  void write_range(const std::vector<T*>& tab, long long a, long long z, const T* src) const {
+    each_view(a, z, [&](size_t v, long long lo, long long hi, long long at) { std::copy(src + at, src + at + (hi - lo), tab[v] + lo); });
+  }
+  template <class T>
+  void zero_range(const std::vector<T*>& tab, long long a, long long z) const {
+    each_view(a, z, [&](size_t v, long long lo, long long hi, long long) { std::fill(tab[v] + lo, tab[v] + hi, T(0)); });
+  }
+};
+
+// A parameter unit (embedding, a layer, head): also the ZeRO sharding unit.
+struct Unit {
+  long long a = 0, b = 0;  // [a, b) in the flat buffer
+  long long slice = 0;     // ZeRO slice length (padded length / dp)
+  bool owned = false;      // this stage holds it
 };
 
 // One layer's forward or backward inside work item `item` of the rank's order.
@@ -126,5 +159,24 @@ void check_runs_fit(const ChunkStore<T>& store, const std::vector<int>& run_laye
 void record_chunk_step(OffloadResult& f, const ChunkStepStats& cs);  // appends one step's figures
 template <class T>
 void finish_offload(OffloadResult& f, const ChunkStore<T>& store, long long chunk_elements);  // the run's
+
+// The model pieces and flat layout of tp rank `tp_rank` (1D, or 2D with its grid row / column communicators
+// split off `tp`), which views are replicated across tp ranks, and the initial parameters (flat layout order).
+template <class T>
+std::vector<T> init_model(const Scenario& sc, int tp_rank, Comm& tp, uint64_t seed, Net<T>& model, Flat& gl,
+                          std::vector<char>& replicated_view, std::unique_ptr<Comm>& grid_row,
+                          std::unique_ptr<Comm>& grid_col);
+double learning_rate(const RunOptions& o, int step, int warmup);  // linear warmup, then cosine to min_lr_ratio
+double peak_rss_bytes();
+// ZeRO-3 (exec/runtime_state.cpp): all-gathers a unit's padded slices (`slice` elements from `mine` on every dp
+// rank) straight into `full` (resized to slice * dp elements).
+template <class T>
+void gather_unit(Comm& dp, const T* mine, long long slice, Buf<T>& full);
+// This rank's checkpoint of the state before step `next_step` (then a barrier: complete when every rank's is),
+// and its read-back into the same tensors (InputError when the file is of another scenario or plan).
+void save_rank_checkpoint(const Scenario& sc, const RunOptions& o, Comm& world, long next_step,
+                          const std::vector<TensorView>& tensors);
+void load_rank_checkpoint(const Scenario& sc, const RunOptions& o, int rank, long step,
+                          const std::vector<TensorView>& tensors);  // into each tensor's data
 
 }  // namespace tp::exec::detail

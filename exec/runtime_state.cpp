@@ -1,0 +1,106 @@
+// runtime_state: the rank's parameter state for exec/runtime.cpp, declared in runtime_parts.hpp: the initial
+// model of this tp rank, the learning rate, the ZeRO-3 gather of a layer's slices and the checkpoint files.
+// Invariants: under ZeRO-3 with dp > 1 (no chunked offload) a rank holds a layer's parameters as its padded
+// slice (slice d of the unit on dp rank d, zeros past the unit's end) and, from the all-gather before a run of
+// the layer to the run's end, as the gathered unit (slice * dp elements; the views point into its first
+// b - a). A checkpoint holds everything the next step depends on (the data order and learning rate follow from
+// the step and the seed), so a resumed run reproduces the uninterrupted one bit for bit.
+#include <sys/resource.h>
+
+#include <cmath>
+#include <string>
+
+#include "exec/runtime_parts.hpp"
+#include "models/scenario.hpp"
+
+namespace tp::exec::detail {
+
+template <class T>
+std::vector<T> init_model(const Scenario& sc, int tp_rank, Comm& tp, uint64_t seed, Net<T>& model, Flat& gl,
+                          std::vector<char>& replicated_view, std::unique_ptr<Comm>& grid_row,
+                          std::unique_ptr<Comm>& grid_col) {
+  const Plan& p = sc.plan;
+  const long long Tn = sc.training.seq_len;
+  GptShape fs = gpt_shape(sc.model, Tn, 1, 0);
+  GptLayout full = gpt_layout(fs);
+  std::vector<T> params;
+  model.two_d = p.tp_mode == TpMode::d2 && p.tp > 1;
+  if (model.two_d) {
+    // Grid position of this tp rank (rows, or Optimus' node blocks), as the simulator places it.
+    int q = p.tp_q(), bs = 1;
+    if (p.tp_grid_node_blocks) while ((bs + 1) * (bs + 1) <= sc.cluster.gpus_per_node) ++bs;
+    GridPos gp = grid_pos(tp_rank, q, bs);
+    grid_row = tp.split(gp.row, gp.col);
+    grid_col = tp.split(gp.col, gp.row);
+    Gpt2dLayout l2 = gpt2d_layout(fs, q, gp.row * q + gp.col);
+    params = shard_params_2d<T>(full, init_full_params<T>(fs, seed), l2);
+    gl = Flat::of(l2);
+    model.d2.lay = l2;
+    model.d2.row = grid_row.get();
+    model.d2.col = grid_col.get();
+    replicated_view.resize(gl.views.size());
+    for (size_t i = 0; i < gl.views.size(); ++i) replicated_view[i] = !l2.owned(i);  // counted elsewhere
+  } else {
+    GptLayout l1 = gpt_layout(gpt_shape(sc.model, Tn, p.tp, tp_rank));
+    params = shard_params<T>(full, init_full_params<T>(fs, seed), l1);
+    gl = Flat::of(l1);
+    model.d1.lay = l1;
+    model.d1.tp = p.tp > 1 ? &tp : nullptr;
+    model.d1.sp = model.sp = p.sequence_parallel && p.tp > 1;
+    replicated_view.resize(gl.views.size());
+    for (size_t i = 0; i < gl.views.size(); ++i) {
+      const std::string& n = gl.views[i].name;
+      replicated_view[i] = !(n.find("qkv_") != std::string::npos || n.find("fc1_") != std::string::npos ||
+                             n.find("proj_w") != std::string::npos || n.find("fc2_w") != std::string::npos ||
+                             n == "wte");  // wte: vocabulary-parallel
+    }
+  }
+  return params;
+}
+template std::vector<float> init_model<float>(const Scenario&, int, Comm&, uint64_t, Net<float>&, Flat&,
+                                              std::vector<char>&, std::unique_ptr<Comm>&, std::unique_ptr<Comm>&);
+template std::vector<double> init_model<double>(const Scenario&, int, Comm&, uint64_t, Net<double>&, Flat&,
+                                                std::vector<char>&, std::unique_ptr<Comm>&, std::unique_ptr<Comm>&);
+
+double learning_rate(const RunOptions& o, int step, int warmup) {
+  if (step < warmup) return o.lr * (step + 1) / warmup;
+  if (o.steps <= warmup) return o.lr;
+  double r = (double)(step - warmup) / std::max(1, o.steps - warmup);
+  return o.lr * (o.min_lr_ratio + (1 - o.min_lr_ratio) * 0.5 * (1 + std::cos(3.141592653589793 * r)));
+}
+
+double peak_rss_bytes() {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return (double)ru.ru_maxrss * 1024.0;
+}
+
+template <class T>
+void gather_unit(Comm& dp, const T* mine, long long slice, Buf<T>& full) {
+  full.resize((size_t)(slice * dp.size()));
+  dp.all_gather(mine, full.data(), slice, sizeof(T) == 8 ? Dtype::f64 : Dtype::f32);
+}
+template void gather_unit<float>(Comm&, const float*, long long, Buf<float>&);
+template void gather_unit<double>(Comm&, const double*, long long, Buf<double>&);
+
+void save_rank_checkpoint(const Scenario& sc, const RunOptions& o, Comm& world, long next_step,
+                          const std::vector<TensorView>& tensors) {
+  CheckpointHeader h;
+  h.step = next_step;
+  h.seed = o.seed;
+  h.rank = world.rank();
+  h.world_size = world.size();
+  h.description = scenario_to_json(sc).dump();
+  write_checkpoint(checkpoint_path(o.checkpoint_dir, next_step, world.rank()), h, tensors);
+  world.barrier();  // a step's checkpoint is complete when every rank's file is
+}
+
+void load_rank_checkpoint(const Scenario& sc, const RunOptions& o, int rank, long step,
+                          const std::vector<TensorView>& tensors) {
+  Checkpoint c = read_checkpoint(checkpoint_path(o.checkpoint_dir, step, rank));
+  if (c.header.description != scenario_to_json(sc).dump())
+    throw InputError({o.checkpoint_dir + ": the checkpoint of step " + std::to_string(step) + " is of another scenario or plan"});
+  for (const TensorView& t : tensors) c.copy_to(t.name, const_cast<void*>(t.data), t.count, t.dtype);
+}
+
+}  // namespace tp::exec::detail
