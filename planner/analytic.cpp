@@ -115,6 +115,8 @@ Estimate AnalyticModel::estimate(const Layout& lay, const MicroCost& mc, const C
   const double e = precision_bytes(sc.training.precision), g = precision_bytes(sc.training.grad_precision);
   const double master = e < 4 ? 4 : 0;
   const bool layered = ch.acc == GradAccumulation::layered;
+  // model chunks per stage: interleaved v, modular one layer per chunk, otherwise the whole stage
+  const double v = ch.schedule == Schedule::interleaved ? ch.virtual_stages : ch.schedule == Schedule::modular ? Lp : 1;
   const int edp = std::max(1, dp / lay.ep);
 
   // ---- compute and bubble (busiest stage) ----
@@ -128,7 +130,6 @@ Estimate AnalyticModel::estimate(const Layout& lay, const MicroCost& mc, const C
     if (layered && ch.schedule == Schedule::gpipe) {
       r.bubble_s = (p - 1) * ((Lp - 1) * m + 1) * t_l;
     } else {
-      double v = ch.schedule == Schedule::interleaved ? ch.virtual_stages : ch.schedule == Schedule::modular ? Lp : 1;
       r.bubble_s = (p - 1) * t_stage / v;
     }
     bool inter = (long long)lay.tp * dp >= gpn;
@@ -172,7 +173,6 @@ Estimate AnalyticModel::estimate(const Layout& lay, const MicroCost& mc, const C
 
   // ---- activations in flight on the first stage ----
   double inflight_layers, inflight_mb;
-  const double v = ch.schedule == Schedule::interleaved ? ch.virtual_stages : ch.schedule == Schedule::modular ? Lp : 1;
   if (layered) { inflight_layers = m * Lp; inflight_mb = m; }
   else if (p == 1) { inflight_layers = Lp; inflight_mb = 1; }
   else if (ch.schedule == Schedule::gpipe) { inflight_layers = m * Lp; inflight_mb = m; }

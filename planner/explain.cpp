@@ -3,8 +3,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
-#include <cstdlib>
 #include <cmath>
 #include <sstream>
 #include <thread>
@@ -35,33 +33,47 @@ static std::vector<double> memo_key(const Point& p) {
           (double)c.sp, (double)c.recompute, (double)p.batch};
 }
 
-Confirmer::Confirmer(const Scenario& s, Objective obj, int threads, std::function<double(long long)> steps)
-    : sc(s), obj_(obj), threads_(std::max(1, threads)), steps_(std::move(steps)) {}
+Confirmer::Confirmer(const Scenario& s, Objective obj, int threads)
+    : sc(s), obj_(obj), threads_(std::max(1, threads)) {}
 
-Candidate Confirmer::simulate_point(const Point& p) {
-  Candidate c;
-  c.point = p;
-  c.global_batch = p.batch;
+Scenario Confirmer::scenario_of(const Point& p, bool* valid) const {
   Scenario s = sc;
   s.search.reset();
   s.training.global_batch = p.batch;
   s.plan = plan_from(p.lay, p.ch);
   if (s.plan.offload.kind == OffloadKind::chunked && sc.search)  // PatrickStar's GPU budget within the headroom
     s.plan.offload.gpu_memory_fraction = std::min(s.plan.offload.gpu_memory_fraction, 1 - sc.search->memory_headroom);
-  Issues is;
+  Issues is;  // derives the plan's counts (num_microbatches, offload layers)
   validate_plan(s.model, s.cluster, s.training, s.plan, is);
+  if (valid) *valid = is.empty();
+  return s;
+}
+
+Candidate Confirmer::analytic(const Point& p) const {
+  Candidate c;
+  c.point = p;
+  c.global_batch = p.batch;
+  c.plan = scenario_of(p).plan;
+  c.objective = p.objective;
+  c.time_to_train_s = p.time_to_train_s;
+  c.cost_usd = p.cost_usd;
+  return c;
+}
+
+Candidate Confirmer::simulate_point(const Point& p) {
+  Candidate c;
+  c.point = p;
+  c.global_batch = p.batch;
+  bool valid = false;
+  Scenario s = scenario_of(p, &valid);
   c.plan = s.plan;
-  if (!is.empty()) return c;  // (the space mirrors validate_plan: not expected)
+  if (!valid) return c;  // not simulated: never reported
   SimOptions o;
   o.keep_memory_timeline = false;
   c.sim = std::make_shared<Result>(simulate(s, o));
   c.sim->prog = Program{};  // the step's program and events are kept only for the winner (search_one)
   c.sim->eo = EngineOutput{};
   const Result& r = *c.sim;
-  if (std::getenv("TRAINPLAN_PLAN_DEBUG"))
-    std::fprintf(stderr, "confirm: %s | analytic %.3f s %.2f GB | simulated %.3f s %.2f GB%s\n",
-                 plan_summary(c.plan, c.global_batch).c_str(), p.est.step_s, p.est.peak_bytes / 1e9, r.step_time_s,
-                 r.peak_bytes_per_gpu / 1e9, r.fits ? "" : " (does not fit)");
   c.time_to_train_s = r.run.time_s;
   c.cost_usd = r.run.cost_usd;
   int gpus = p.lay.gpus();

@@ -26,9 +26,13 @@ bool same_plan(const Candidate& a, const Candidate& b);
 inline const Point& point_of(const Candidate& c) { return c.point; }
 
 struct Confirmer {
-  Confirmer(const Scenario& sc, Objective obj, int threads, std::function<double(long long)> steps);
+  Confirmer(const Scenario& sc, Objective obj, int threads);
   std::vector<Candidate> run(const std::vector<Point>& pts);  // simulates in parallel; same order as pts
   Candidate one(const Point& p);
+  Candidate analytic(const Point& p) const;                   // not simulated: the point's analytic numbers
+  // The search scenario with the point's plan and batch, validated (`valid` false if validate_plan objects,
+  // which the space's mirroring of its rules should make impossible).
+  Scenario scenario_of(const Point& p, bool* valid = nullptr) const;
   long long simulated() const { return simulated_; }
   double seconds() const { return seconds_; }
   const Scenario& sc;
@@ -37,7 +41,6 @@ struct Confirmer {
   Candidate simulate_point(const Point& p);
   Objective obj_;
   int threads_;
-  std::function<double(long long)> steps_;
   std::mutex mu_;
   std::map<std::vector<double>, Candidate> memo_;
   long long simulated_ = 0;

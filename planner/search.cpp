@@ -60,7 +60,6 @@ struct TopList {
 struct Keeper {
   TopList top;
   std::map<std::pair<int, int>, TopList> per_gpus;   // fitting points per (GPU count, family)
-  TopList over_memory;                               // best point that does not fit (by the objective)
   SearchStats st;
 };
 
@@ -77,22 +76,37 @@ static int family(const Point& p) {
   return (p.ch.zero * 3 + kind) * 4 + (int)p.ch.offload;
 }
 
-// Steps of the whole run at a global batch (sequences), as the simulator's run estimate computes them.
-struct RunLaw {
-  double n_nonembed = 0, tokens = 0, target_loss = 0, seq = 0;
-  double steps(long long batch) const {
-    return estimate_run(n_nonembed, (double)batch * seq, tokens, 1.0, 1, 0, 0, ScalingLaw{}, target_loss).steps;
+// Scores a point: its analytic estimate, the whole run's steps at its global batch (as the simulator's run
+// estimate computes them), time to train, cost and the search objective.
+struct Scorer {
+  const AnalyticModel& am;
+  Objective obj;
+  double n_nonembed = 0, tokens = 0, target_loss = 0, seq = 0, price = 0;
+  Scorer(const Scenario& sc, const AnalyticModel& a)
+      : am(a), obj(sc.search->objective), n_nonembed((double)sc.model.layers * layer_params_full(sc.model)),
+        tokens(sc.training.tokens), target_loss(sc.training.target_loss), seq((double)sc.training.seq_len),
+        price(sc.cluster.price_per_gpu_hour_usd) {}
+  RunEstimate run(long long batch) const {
+    return estimate_run(n_nonembed, (double)batch * seq, tokens, 1.0, 1, 0, 0, ScalingLaw{}, target_loss);
+  }
+  Point point(const Layout& lay, const Choice& ch, const MicroCost& mc, long long B) const {
+    Point p;
+    p.lay = lay;
+    p.ch = ch;
+    p.batch = B;
+    p.est = am.estimate(lay, mc, ch);
+    double steps = run(B).steps;
+    p.time_to_train_s = steps * p.est.step_s;
+    p.cost_usd = p.time_to_train_s / 3600 * lay.gpus() * price;
+    switch (obj) {
+      case Objective::time_to_train: p.objective = p.time_to_train_s; break;
+      case Objective::cost: p.objective = p.cost_usd; break;
+      case Objective::throughput_per_gpu: p.objective = -(double)B * seq / p.est.step_s / lay.gpus(); break;
+    }
+    return p;
   }
 };
 
-static double objective_of(Objective o, double step_s, double steps, int gpus, long long batch, double seq, double price) {
-  switch (o) {
-    case Objective::time_to_train: return steps * step_s;
-    case Objective::cost: return steps * step_s / 3600.0 * gpus * price;
-    case Objective::throughput_per_gpu: return -(double)batch * seq / step_s / gpus;
-  }
-  return 0;
-}
 
 // Tasks of a point's step program (what a simulation costs): compute pieces per micro-batch and layer (or
 // model chunk), and ZeRO-3 gathers, on every simulated stage.
@@ -110,7 +124,7 @@ static double sim_tasks(const Scenario& sc, const Point& p) {
 // it would be faster, the best that does not (the memory wall).
 static std::vector<std::pair<std::string, Point>> neighbours(const Scenario& sc, const AnalyticModel& am,
                                                              const SpaceLimits& lim, const std::vector<Layout>& layouts,
-                                                             const Point& w, const RunLaw& law, double price) {
+                                                             const Point& w, const Scorer& score) {
   constexpr int kN = 11;
   const char* names[kN] = {"tensor parallelism", "pipeline parallelism", "micro-batch size", "pipeline schedule",
                            "gradient accumulation", "ZeRO stage", "offload", "recomputation", "sequence parallelism",
@@ -126,7 +140,6 @@ static std::vector<std::pair<std::string, Point>> neighbours(const Scenario& sc,
   values(w, wv);
   std::vector<Point> fit(kN), over(kN);
   std::vector<char> has_fit(kN, 0), has_over(kN, 0);
-  const Objective obj = sc.search->objective;
   for (const Layout& lay : layouts) {
     if (lay.gpus() != w.lay.gpus()) continue;
     long long dominated = 0;
@@ -138,11 +151,7 @@ static std::vector<std::pair<std::string, Point>> neighbours(const Scenario& sc,
       int diff = -1, ndiff = 0;
       for (int d = 0; d < kN; ++d) if (v[d] != wv[d]) { diff = d; ++ndiff; }
       if (ndiff != 1) return true;
-      p.est = am.estimate(lay, mc, ch);
-      double steps = law.steps(B);
-      p.time_to_train_s = steps * p.est.step_s;
-      p.cost_usd = p.time_to_train_s / 3600 * lay.gpus() * price;
-      p.objective = objective_of(obj, p.est.step_s, steps, lay.gpus(), B, law.seq, price);
+      p = score.point(lay, ch, mc, B);
       bool ok = p.est.fits && p.est.host_fits;
       std::vector<Point>& slot = ok ? fit : over;
       std::vector<char>& has = ok ? has_fit : has_over;
@@ -165,20 +174,13 @@ static PlanOutcome search_one(const Scenario& sc, const PlanOptions& opt) {
   const Search& se = *sc.search;
   PlanOutcome out;
   out.scenario = sc;
-  RunLaw law;
-  law.n_nonembed = (double)sc.model.layers * layer_params_full(sc.model);
-  law.tokens = sc.training.tokens;
-  law.target_loss = sc.training.target_loss;
-  law.seq = (double)sc.training.seq_len;
-  if (law.target_loss > 0 && law.target_loss <= converged_loss(law.n_nonembed))
-    throw InputError({"$.training.target_loss: must be above the model's converged loss L(N) = " +
-                      std::to_string(converged_loss(law.n_nonembed)) + " nats, got " + std::to_string(law.target_loss)});
-  RunEstimate probe = estimate_run(law.n_nonembed, law.seq, law.tokens, 1, 1, 0, 0, ScalingLaw{}, law.target_loss);
+  check_target_loss(sc);
+  AnalyticModel am(sc);
+  const Scorer score(sc, am);
+  RunEstimate probe = score.run(1);
   SpaceLimits lim = space_limits(sc, probe.critical_batch_tokens);
   std::vector<Layout> layouts = enumerate_layouts(sc, lim);
-  AnalyticModel am(sc);
   const int confirm = se.confirm > 0 ? se.confirm : std::max(3 * se.top_k, 12);
-  const double price = sc.cluster.price_per_gpu_hour_usd;
 
   int threads = opt.threads > 0 ? opt.threads : (int)std::max(1u, std::thread::hardware_concurrency());
   threads = std::max(1, std::min<int>(threads, (int)layouts.size()));
@@ -187,24 +189,14 @@ static PlanOutcome search_one(const Scenario& sc, const PlanOptions& opt) {
   auto work = [&](int w) {
     Keeper& K = keepers[w];
     K.top.cap = kConfirmRounds * confirm;
-    K.over_memory.cap = 1;
     for (size_t i; (i = next.fetch_add(1)) < layouts.size(); done.fetch_add(1)) {
       const Layout& lay = layouts[i];
       long long dominated = 0;
       K.st.pruned_invalid += enumerate_choices(sc, am, lay, lim, [&](const Choice& ch, const MicroCost& mc, long long B) {
         ++K.st.configurations_evaluated;
-        Point p;
-        p.lay = lay;
-        p.ch = ch;
-        p.batch = B;
-        p.est = am.estimate(lay, mc, ch);
-        double steps = law.steps(B);
-        p.time_to_train_s = steps * p.est.step_s;
-        p.cost_usd = p.time_to_train_s / 3600 * lay.gpus() * price;
-        p.objective = objective_of(se.objective, p.est.step_s, steps, lay.gpus(), B, law.seq, price);
+        Point p = score.point(lay, ch, mc, B);
         if (!p.est.fits || !p.est.host_fits) {
           ++K.st.pruned_memory;
-          K.over_memory.add(p);
           return false;
         }
         K.top.add(p);
@@ -234,10 +226,8 @@ static PlanOutcome search_one(const Scenario& sc, const PlanOptions& opt) {
   // Merge.
   Keeper all;
   all.top.cap = kConfirmRounds * confirm;
-  all.over_memory.cap = 1;
   for (Keeper& k : keepers) {
     all.top.merge(k.top);
-    all.over_memory.merge(k.over_memory);
     for (auto& [key, tl] : k.per_gpus) { all.per_gpus[key].cap = 1; all.per_gpus[key].merge(tl); }
     all.st.configurations_evaluated += k.st.configurations_evaluated;
     all.st.pruned_invalid += k.st.pruned_invalid;
@@ -249,7 +239,7 @@ static PlanOutcome search_one(const Scenario& sc, const PlanOptions& opt) {
   out.stats.analytic_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
   // Confirm: the analytic best, then per GPU count the best that the simulation finds fitting.
-  Confirmer cf(sc, se.objective, threads, [&](long long B) { return law.steps(B); });
+  Confirmer cf(sc, se.objective, threads);
   // In rounds of `confirm` points, until top_k of them fit when simulated (the closed-form memory model can
   // be optimistic) or the kept candidates run out.
   std::vector<Point> best = all.top.sorted();
@@ -273,20 +263,7 @@ static PlanOutcome search_one(const Scenario& sc, const PlanOptions& opt) {
     bool have = false;
     for (Candidate& c : cf.run(sims))
       if (acceptable(c, am.capacity_bytes) && (!have || candidate_less(c, g.best))) { g.best = c; g.simulated = have = true; }
-    if (!have) {  // nothing simulated fits (or all beyond the budget): the analytic best, analytic numbers
-      const Point& p = pts.front();
-      Candidate& c = g.best;
-      c.point = p;
-      c.global_batch = p.batch;
-      c.plan = plan_from(p.lay, p.ch);
-      Issues is;
-      Training t = sc.training;
-      t.global_batch = p.batch;
-      validate_plan(sc.model, sc.cluster, t, c.plan, is);
-      c.objective = p.objective;
-      c.time_to_train_s = p.time_to_train_s;
-      c.cost_usd = p.cost_usd;
-    }
+    if (!have) g.best = cf.analytic(pts.front());  // nothing simulated fits, or all beyond the budget
     out.by_gpus.push_back(g);
   }
   // A GPU count's best is the best confirmed plan with that count, whichever pass confirmed it.
@@ -304,14 +281,10 @@ static PlanOutcome search_one(const Scenario& sc, const PlanOptions& opt) {
   if ((int)out.top.size() > se.top_k) out.top.resize(se.top_k);
   out.pareto = pareto_front(out.by_gpus);
   if (!out.top.empty()) {  // the winner keeps its program and events (the report draws its timeline)
-    Scenario s = sc;
-    s.search.reset();
-    s.plan = out.top[0].plan;
-    s.training.global_batch = out.top[0].global_batch;
-    out.top[0].sim = std::make_shared<Result>(simulate(s));
+    out.top[0].sim = std::make_shared<Result>(simulate(cf.scenario_of(out.top[0].point)));
   }
   if (!out.top.empty()) {
-    out.why = explain(cf, out.top[0], neighbours(sc, am, lim, layouts, out.top[0].point, law, price));
+    out.why = explain(cf, out.top[0], neighbours(sc, am, lim, layouts, out.top[0].point, score));
   } else {
     out.note = all.st.configurations_evaluated == 0 ? "no valid plan: no configuration of the search space passes the plan rules (check search.fix, min_gpus / max_gpus and gpu_counts against the model and cluster)"
              : all.st.configurations_evaluated == all.st.pruned_memory

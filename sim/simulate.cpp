@@ -172,7 +172,16 @@ static void add_delink(Result& res, const SimOptions& opt) {
   res.delink = d;
 }
 
+void check_target_loss(const Scenario& sc) {
+  double n_nonembed = (double)sc.model.layers * layer_params_full(sc.model), l = converged_loss(n_nonembed);
+  if (sc.training.target_loss > 0 && sc.training.target_loss <= l)
+    throw InputError({sc.name + ": $.training.target_loss: must be above the model's converged loss L(N) = " +
+                      std::to_string(l) + " nats (Kaplan, N = non-embedding parameters), got " +
+                      std::to_string(sc.training.target_loss)});
+}
+
 Result simulate(const Scenario& sc, const SimOptions& opt) {
+  check_target_loss(sc);
   auto t0 = std::chrono::steady_clock::now();
   Result res;
   res.scenario = sc;
@@ -253,10 +262,6 @@ Result simulate(const Scenario& sc, const SimOptions& opt) {
 
   const Transformer& m = sc.model;
   double n_nonembed = (double)m.layers * layer_params_full(m);
-  if (sc.training.target_loss > 0 && sc.training.target_loss <= converged_loss(n_nonembed))
-    throw InputError({"$.training.target_loss: must be above the model's converged loss L(N) = " +
-                      std::to_string(converged_loss(n_nonembed)) + " nats (Kaplan, N = non-embedding parameters), got " +
-                      std::to_string(sc.training.target_loss)});
   res.run = estimate_run(n_nonembed, batch_tokens, sc.training.tokens, res.step_time_s, gpus,
                          sc.cluster.price_per_gpu_hour_usd, sc.cluster.power_per_gpu_w, ScalingLaw{}, sc.training.target_loss);
   if (sc.delink.on()) add_delink(res, opt);

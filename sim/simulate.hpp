@@ -79,4 +79,8 @@ struct Result {
 
 Result simulate(const Scenario& sc, const SimOptions& opt = {});
 
+// training.target_loss must lie above the model's converged loss L(N) (Kaplan); throws InputError otherwise.
+// simulate() and the planner call it before any work.
+void check_target_loss(const Scenario& sc);
+
 }  // namespace tp
