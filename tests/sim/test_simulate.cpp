@@ -138,6 +138,14 @@ TEST(Simulate, RunEstimateFollowsScalingLaws) {
   RunEstimate t = estimate_run(1.75e11, 3.2e6, 3.2e11, 10.0, 1024, 2.0, 700);
   EXPECT_DOUBLE_EQ(t.steps, 1e5);
   EXPECT_TRUE(t.tokens_from_scenario);
+  // With a target loss L* > L(N): S_min = S_c / (L* - L(N))^(1/a_S), B_crit at L*, S = S_min (1 + B_crit / B).
+  ScalingLaw law;
+  RunEstimate g = estimate_run(1.75e11, 3.2e6, 0, 10.0, 1024, 2.0, 700, law, 2.0);
+  EXPECT_TRUE(g.from_target_loss);
+  EXPECT_NEAR(g.steps_min, law.s_c / std::pow(2.0 - g.loss_nats, 1 / law.alpha_s), 1e-9 * g.steps_min);
+  EXPECT_NEAR(g.critical_batch_tokens, law.b_star_tokens / std::pow(2.0, 1 / law.alpha_b), 1e-9 * g.critical_batch_tokens);
+  EXPECT_DOUBLE_EQ(g.steps, std::ceil(g.steps_min * (1 + g.critical_batch_tokens / 3.2e6)));
+  EXPECT_LT(g.steps, e.steps);  // a loss above the compute-efficient stopping point takes fewer steps
 }
 
 TEST(Simulate, TraceHasLanesOpsAndMemory) {
