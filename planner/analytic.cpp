@@ -9,12 +9,9 @@
 
 #include "sim/op_cost.hpp"
 #include "sim/program.hpp"
+#include "sim/step_formulas.hpp"
 
 namespace tp {
-
-namespace {
-double eff_at(const Curve& c, double x) { return c.points.empty() ? 1.0 : c.at(x); }
-}  // namespace
 
 AnalyticModel::AnalyticModel(const Scenario& s) : sc(s) {
   double headroom = sc.search ? sc.search->memory_headroom : 0.0;
@@ -22,44 +19,17 @@ AnalyticModel::AnalyticModel(const Scenario& s) : sc(s) {
   int gpn = sc.cluster.gpus_per_node;
   int gpus = std::min(sc.cluster.total_gpus(), std::max(2 * gpn, 2));
   topo_ = topology_for(sc.cluster, gpus);
-  intra_lat_ = gpn > 1 ? topo_->latency_s(0, 1) : 0;
-  inter_lat_ = gpus > gpn ? topo_->latency_s(0, gpn) : intra_lat_;
+  lat_.intra_latency_s = gpn > 1 ? topo_->latency_s(0, 1) : 0;
+  lat_.inter_latency_s = gpus > gpn ? topo_->latency_s(0, gpn) : lat_.intra_latency_s;
 }
 
-// Ring all-reduce (coll 0), reduce-scatter (1), all-gather (2); hierarchical (intra ring, inter ring over the
-// members with the same local index on S / k bytes, intra ring) when the group spans nodes with k > 1
-// members each — as sim/collective.cpp decomposes them. Inter-node bandwidth per GPU: the node's NICs shared
-// by its GPUs (all of them run a collective of the same kind at once), capped by the GPU's PCIe link, divided
-// by the oversubscription when the group spans leaves.
+// Ring all-reduce (coll 0), reduce-scatter (1), all-gather (2), closed form over the simulator's own phase
+// list (sim/step_formulas.hpp).
 double AnalyticModel::coll_s(int coll, int g, int k, double S) const {
-  if (g <= 1 || S <= 0) return 0;
-  const Cluster& c = sc.cluster;
-  k = std::max(1, std::min(k, g));
-  int n = (g + k - 1) / k;
-  auto factor = [&](int x) { return coll == 0 ? 2.0 * (x - 1) / x : (double)(x - 1) / x; };
-  auto steps = [&](int x) { return coll == 0 ? 2.0 * (x - 1) : (double)(x - 1); };
-  auto intra = [&](int x, double bytes) {
-    return factor(x) * bytes / (c.intra.bandwidth_bytes_per_s * eff_at(c.intra.efficiency, bytes)) + steps(x) * intra_lat_;
-  };
-  if (n == 1) return intra(g, S);
-  double nic = c.inter.nics_per_node * c.inter.nic_bandwidth_bytes_per_s / c.gpus_per_node;
-  double bw = std::min(nic, c.host.pcie_bandwidth_bytes_per_s > 0 ? c.host.pcie_bandwidth_bytes_per_s : nic);
-  if (n > c.inter.nodes_per_leaf) bw /= c.inter.oversubscription;
-  double Sk = S / k;
-  double inter = factor(n) * Sk / (bw * eff_at(c.inter.efficiency, Sk)) + steps(n) * inter_lat_;
-  if (k == 1) return inter;
-  int intra_phases = coll == 0 ? 2 : 1;
-  double one_intra = (double)(k - 1) / k * S / (c.intra.bandwidth_bytes_per_s * eff_at(c.intra.efficiency, S)) +
-                     (k - 1) * intra_lat_;
-  return intra_phases * one_intra + inter;
+  return collective_closed_form_s((Coll)coll, g, k, S, sc.cluster, lat_);
 }
 
-double AnalyticModel::p2p_s(bool inter, double bytes) const {
-  const Cluster& c = sc.cluster;
-  if (!inter) return bytes / (c.intra.bandwidth_bytes_per_s * eff_at(c.intra.efficiency, bytes)) + intra_lat_;
-  double nic = c.inter.nics_per_node * c.inter.nic_bandwidth_bytes_per_s / c.gpus_per_node;
-  return bytes / (nic * eff_at(c.inter.efficiency, bytes)) + inter_lat_;
-}
+double AnalyticModel::p2p_s(bool inter, double bytes) const { return p2p_closed_form_s(inter, bytes, sc.cluster, lat_); }
 
 const MicroCost& AnalyticModel::micro(const Layout& lay, long long mb, bool sp, Recompute rc) const {
   auto key = std::make_tuple(lay.tp, (int)lay.tp_mode, lay.node_blocks, mb, sp, (int)rc, lay.ep);
@@ -96,7 +66,7 @@ const MicroCost& AnalyticModel::micro(const Layout& lay, long long mb, bool sp, 
     o.layer_params = (Ld * cm.layer_params + Lm * cm.moe_params) / L;
     o.layer_expert_params = Lm * cm.moe_expert_params / L;
     o.embed_params = cm.embed_params; o.head_params = cm.head_params;
-    o.p2p_bytes = precision_bytes(sc.training.precision) * (double)mb * sc.training.seq_len * M.hidden / lay.tp;
+    o.p2p_bytes = pipeline_send_bytes(sc, mb, lay.tp);
   } catch (const std::invalid_argument&) {
     out->ok = false;
   }
@@ -112,8 +82,8 @@ Estimate AnalyticModel::estimate(const Layout& lay, const MicroCost& mc, const C
   const Gpu& gpu = C.gpu;
   const int p = lay.pp, dp = lay.dp, gpn = C.gpus_per_node;
   const double L = (double)sc.model.layers, Lp = L / p, m = (double)ch.num_microbatches;
-  const double e = precision_bytes(sc.training.precision), g = precision_bytes(sc.training.grad_precision);
-  const double master = e < 4 ? 4 : 0;
+  const ElemBytes eb = elem_bytes(sc.training);
+  const double e = eb.e, g = eb.g;
   const bool layered = ch.acc == GradAccumulation::layered;
   // model chunks per stage: interleaved v, modular one layer per chunk, otherwise the whole stage
   const double v = ch.schedule == Schedule::interleaved ? ch.virtual_stages : ch.schedule == Schedule::modular ? Lp : 1;
@@ -140,35 +110,24 @@ Estimate AnalyticModel::estimate(const Layout& lay, const MicroCost& mc, const C
   const double P_layers = Lp * mc.layer_params, E = Lp * mc.layer_expert_params;
   const double P = P_layers + (p == 1 ? mc.embed_params + mc.head_params : std::max(mc.embed_params, mc.head_params));
   const double D = P - E;
-  auto shard = [&](double dense, double expert, int stage) {
-    return ch.zero >= stage && dp > 1 ? dense / dp + expert / edp : dense + expert;
-  };
-  double off_dense = 0, off_expert = 0;
+  Params off;  // granular offload: parameters living in host memory
   if (ch.offload == OffloadKind::granular) {
-    off_expert = ch.offload_fraction * E;
-    off_dense = ch.experts_only ? 0 : ch.offload_fraction * (P_layers - E);
+    off.expert = ch.offload_fraction * E;
+    off.dense = ch.experts_only ? 0 : ch.offload_fraction * (P_layers - E);
   }
-  const double on_dense = D - off_dense, on_expert = E - off_expert;
-  double gpu_opt_params = 0, host_opt_params = 0;
-  switch (ch.offload) {
-    case OffloadKind::none: case OffloadKind::chunked: gpu_opt_params = shard(D, E, 1); break;
-    case OffloadKind::optimizer: host_opt_params = shard(D, E, 1); break;
-    case OffloadKind::granular:
-      gpu_opt_params = shard(on_dense, on_expert, 1);
-      host_opt_params = shard(off_dense, off_expert, 1);
-      break;
-  }
+  const Params held{D, E};
+  const OptimizerSplit osplit = optimizer_split(held, off, ch.offload, ch.zero, dp, edp);
+  const double gpu_opt_params = osplit.gpu_params, host_opt_params = osplit.host_params;
   const bool zero3 = ch.zero >= 3 && dp > 1;
   const double layer_bytes_e = mc.layer_params * e;
-  double weights = (zero3 ? shard(on_dense, on_expert, 3) : on_dense + on_expert) * e;
-  double grads = (ch.zero >= 2 && dp > 1 ? shard(on_dense, on_expert, 2) : on_dense + on_expert) * g;
-  double opt = gpu_opt_params * (master + 8);
+  const StateBytes sb = state_bytes(held, off, ch.offload, ch.zero, dp, edp, eb);
+  double weights = sb.weights, grads = sb.gradients, opt = sb.optimizer;
   double buffers = p > 1 ? 4 * mc.p2p_bytes : 0;
   if (zero3) buffers += 2 * layer_bytes_e;  // the gathered layer and the prefetched next one
   // ZeRO-2/3: unreduced gradient buckets (max(40e6, 1e6 dp) parameters or a whole run, in the gradient
   // dtype) live until their reduce-scatter ends: the one being filled and the one being reduced.
   if (ch.zero >= 2 && dp > 1)
-    buffers += 2 * std::min(P, std::max(std::max(40e6, 1e6 * dp), mc.layer_params)) * g;
+    buffers += 2 * std::min(P, std::max(grad_bucket_params(dp), mc.layer_params)) * g;
   if (ch.offload == OffloadKind::granular) buffers += 2 * ch.offload_fraction * layer_bytes_e;
 
   // ---- activations in flight on the first stage ----
@@ -209,7 +168,7 @@ Estimate AnalyticModel::estimate(const Layout& lay, const MicroCost& mc, const C
   if (dp > 1) {
     double red_one = dp_coll(ch.zero >= 1 ? 1 : 0, D, E, g);
     double red_times = ch.zero >= 2 ? runs : 1;
-    double buckets = ch.zero >= 2 || layered ? Lp : std::max(1.0, std::ceil(P / std::max(40e6, 1e6 * dp)));
+    double buckets = ch.zero >= 2 || layered ? Lp : std::max(1.0, std::ceil(P / grad_bucket_params(dp)));
     double red = red_one * red_times;
     double window = (ch.zero >= 2 || layered ? m : 1) * bwd_s;
     dp_exposed += std::max(red - window, 0.0) + red_one / buckets;
@@ -224,39 +183,36 @@ Estimate AnalyticModel::estimate(const Layout& lay, const MicroCost& mc, const C
   r.dp_comm_s = dp_exposed;
 
   // ---- optimizer and offload ----
-  const double pcie = C.host.pcie_bandwidth_bytes_per_s;
-  const double host_bw = C.host.memory_bandwidth_bytes_per_s / std::min(lay.gpus(), gpn);
-  auto host_adam = [&](double params) { return host_bw > 0 ? params * (28 + e) / host_bw : 0.0; };
-  double traffic = gpu_opt_params * (2 * (master + 8) + g + e);
-  r.optimizer_s = traffic > 0 ? traffic / (gpu.hbm_bandwidth_bytes_per_s * eff_at(gpu.memory_efficiency, traffic)) + gpu.kernel_overhead_s : 0;
-  double host_bytes = 0;
+  const int sharing_host = std::min(lay.gpus(), gpn);
+  auto host_adam = [&](double params) { return host_adam_s(params, C.host, sharing_host, eb); };
+  auto pcie_s = [&](double bytes) { return pcie_copy_s(bytes, C.host); };
+  r.optimizer_s = gpu_adam_s(gpu_opt_params, gpu, eb);
+  double host_bytes = sb.host;
   bool chunks_fit = true;
   if (ch.offload == OffloadKind::optimizer) {
-    pcie_exposed = host_adam(host_opt_params) + host_opt_params * e / pcie * 1.0;
-    host_bytes = host_opt_params * (master + 8 + 4);
+    pcie_exposed = host_adam(host_opt_params) + pcie_s(host_opt_params * e);
   } else if (ch.offload == OffloadKind::granular) {
-    double off = (zero3 ? shard(off_dense, off_expert, 3) : off_dense + off_expert);
-    double loads = 2 * runs * off * e, stores = runs * off * e;
-    pcie_exposed = std::max((loads + stores) / pcie - r.compute_s, 0.0) + host_adam(host_opt_params);
-    host_bytes = (off_dense + off_expert) * (e + 4) + host_opt_params * (master + 8);
+    double off_shard = zero_shard(off, ch.zero, 3, dp, edp);  // what each run loads (ZeRO-3: this rank's shard)
+    double loads = 2 * runs * off_shard * e, stores = runs * off_shard * e;
+    pcie_exposed = std::max(pcie_s(loads + stores) - r.compute_s, 0.0) + host_adam(host_opt_params);
   } else if (ch.offload == OffloadKind::chunked) {
     // PatrickStar: fp16 parameter chunks (gradients reuse them) and optimizer-state chunks of this rank's
     // shard; GPU budget = gpu_memory_fraction x HBM; what does not fit moves over PCIe every step
     // (two loads and one gradient store per moved byte) and its Adam runs on the host.
     const Offload& o = sc.plan.offload;  // defaults (the search uses PatrickStar's defaults)
     double budget = std::min(o.gpu_memory_fraction * gpu.hbm_bytes, capacity_bytes);
-    double shard_params = shard(D, E, 3);
+    double shard_params = zero_shard(held, ch.zero, 3, dp, edp);
     double chunk_buf = 2 * (double)o.chunk_elements * e;
     double room = budget - act - buffers - chunk_buf;
-    double param_bytes = shard_params * e, os_bytes = shard_params * (master + 8);
+    double param_bytes = shard_params * e, os_bytes = shard_params * eb.optimizer();
     double moved = std::max(0.0, param_bytes - std::max(room, 0.0));
     double os_on_gpu = std::clamp(room - param_bytes, 0.0, os_bytes);
-    double host_os_params = (os_bytes - os_on_gpu) / (master + 8);
+    double host_os_params = (os_bytes - os_on_gpu) / eb.optimizer();
     weights = std::min(param_bytes, std::max(room, 0.0)) + chunk_buf;
     grads = 0;
     opt = os_on_gpu;
     r.optimizer_s = r.optimizer_s * (os_on_gpu / std::max(os_bytes, 1.0));
-    pcie_exposed = 3 * moved / pcie + host_adam(host_os_params);
+    pcie_exposed = pcie_s(3 * moved) + host_adam(host_os_params);
     host_bytes = param_bytes - std::min(param_bytes, std::max(room, 0.0)) + (os_bytes - os_on_gpu);
     chunks_fit = room >= 0;
   }

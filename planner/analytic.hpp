@@ -14,6 +14,7 @@
 #include <tuple>
 
 #include "models/scenario.hpp"
+#include "sim/step_formulas.hpp"
 #include "sim/topology.hpp"
 
 namespace tp {
@@ -77,7 +78,7 @@ struct AnalyticModel {
 
  private:
   std::shared_ptr<const Topology> topo_;
-  double intra_lat_ = 0, inter_lat_ = 0;
+  LinkTiers lat_;
   mutable std::mutex mu_;
   mutable std::map<std::tuple<int, int, bool, long long, bool, int, int>, std::unique_ptr<MicroCost>> micro_;
 };

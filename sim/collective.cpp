@@ -19,6 +19,24 @@ const char* coll_name(Coll c) {
   return "?";
 }
 
+RingPhases collective_ring_phases(Coll c, int g, int k) {
+  RingPhases r;
+  if (g <= 1) return r;
+  const double mult = c == Coll::all_reduce ? 2.0 : 1.0;
+  auto flat = [&](bool inter) {
+    r.phase[r.count++] = RingPhase{inter, g, (int)mult * (g - 1), mult * (g - 1) / g, 1.0};
+  };
+  if (k >= g) { flat(false); return r; }
+  if (k <= 1 || g % k != 0) { flat(true); return r; }
+  const int n = g / k;
+  const RingPhase intra{false, k, k - 1, (double)(k - 1) / k, 1.0};
+  const RingPhase inter{true, n, (int)mult * (n - 1), mult * (n - 1) / n / k, 1.0 / k};
+  if (c == Coll::all_reduce) { r.phase[0] = intra; r.phase[1] = inter; r.phase[2] = intra; r.count = 3; }
+  else if (c == Coll::reduce_scatter) { r.phase[0] = intra; r.phase[1] = inter; r.count = 2; }
+  else { r.phase[0] = inter; r.phase[1] = intra; r.count = 2; }
+  return r;
+}
+
 // Members grouped by node, in ring order. Hierarchical when every node holds the same k > 1 members, n > 1.
 struct NodeSplit {
   std::vector<std::vector<int>> by_node;
@@ -120,53 +138,37 @@ std::vector<Phase> collective_phases(Coll c, const std::vector<int>& group, doub
     append(out, direct_phase(c, group, S, topo, cl));
     return out;
   }
+  // The phase list (collective_ring_phases, shared with the closed form in sim/step_formulas.cpp), laid on
+  // the members: a flat ring over the group, or per phase one ring per node (intra) / per local index (inter).
   NodeSplit ns = split_by_node(group, topo);
-  bool single_node = ns.by_node.size() == 1;
-  const Curve& intra = cl.intra.efficiency;
-  const Curve& inter = cl.inter.efficiency;
-  if (!ns.hierarchical) {
-    const Curve& cur = single_node ? intra : inter;
-    double e = eff_at(cur, S);
-    double f = (double)(g - 1) / g;
-    if (c == Coll::all_reduce) append(out, ring_phase(group, 2 * f * S, e, 2 * (g - 1), topo));
-    else append(out, ring_phase(group, f * S, e, g - 1, topo));
-    return out;
-  }
-  int k = (int)ns.by_node.front().size(), n = (int)ns.by_node.size();
-  double fk = (double)(k - 1) / k, fn = (double)(n - 1) / n;
-  double ei = eff_at(intra, S), eo = eff_at(inter, S / k);
-  auto intra_phase = [&](double bytes_each) {
+  const int n = (int)ns.by_node.size();
+  const int k = ns.hierarchical ? (int)ns.by_node.front().size() : (n == 1 ? g : 1);
+  RingPhases rp = collective_ring_phases(c, g, k);
+  for (int i = 0; i < rp.count; ++i) {
+    const RingPhase& spec = rp.phase[i];
+    double e = eff_at(spec.inter ? cl.inter.efficiency : cl.intra.efficiency, spec.eff_fraction * S);
+    double payload = spec.payload_fraction * S;
+    if (spec.ring == g) {
+      append(out, ring_phase(group, payload, e, spec.steps, topo));
+      continue;
+    }
     Phase all;
-    for (auto& members : ns.by_node) {
-      Phase p = ring_phase(members, bytes_each, ei, k - 1, topo);
+    auto add_ring = [&](const std::vector<int>& members) {
+      Phase p = ring_phase(members, payload, e, spec.steps, topo);
       all.steps = p.steps;
       all.latency_s = std::max(all.latency_s, p.latency_s);
       for (auto& f : p.flows) all.flows.push_back(f);
+    };
+    if (!spec.inter) {
+      for (auto& members : ns.by_node) add_ring(members);
+    } else {
+      for (int j = 0; j < k; ++j) {
+        std::vector<int> peers;
+        for (auto& members : ns.by_node) peers.push_back(members[j]);
+        add_ring(peers);
+      }
     }
-    return all;
-  };
-  auto inter_phase = [&](double bytes_each, int steps) {
-    Phase all;
-    for (int j = 0; j < k; ++j) {
-      std::vector<int> peers;
-      for (auto& members : ns.by_node) peers.push_back(members[j]);
-      Phase p = ring_phase(peers, bytes_each, eo, steps, topo);
-      all.steps = p.steps;
-      all.latency_s = std::max(all.latency_s, p.latency_s);
-      for (auto& f : p.flows) all.flows.push_back(f);
-    }
-    return all;
-  };
-  if (c == Coll::all_reduce) {
-    append(out, intra_phase(fk * S));
-    append(out, inter_phase(2 * fn * S / k, 2 * (n - 1)));
-    append(out, intra_phase(fk * S));
-  } else if (c == Coll::reduce_scatter) {
-    append(out, intra_phase(fk * S));
-    append(out, inter_phase(fn * S / k, n - 1));
-  } else {
-    append(out, inter_phase(fn * S / k, n - 1));
-    append(out, intra_phase(fk * S));
+    append(out, std::move(all));
   }
   return out;
 }

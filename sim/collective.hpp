@@ -33,6 +33,20 @@ struct Phase {
   double latency_s = 0;   // steps * worst route latency
 };
 
+// The phases of a ring (hierarchical when the group spans n > 1 nodes with k > 1 members each): each phase is
+// a set of concurrent rings of `ring` members, on one tier, each member sending `payload_fraction` x S to
+// the next over `steps` latency steps; the tier's efficiency is read at `eff_fraction` x S.
+struct RingPhase {
+  bool inter = false;
+  int ring = 1, steps = 0;
+  double payload_fraction = 0, eff_fraction = 1;
+};
+struct RingPhases { RingPhase phase[3]; int count = 0; };
+// all_reduce, reduce_scatter or all_gather over g members with k per node (k = g: one node; k = 1 or k not
+// dividing g: a flat ring). Hierarchical: intra ring, inter rings over the members with the same local index,
+// intra ring (as NCCL's and sim/collective.cpp's decomposition).
+RingPhases collective_ring_phases(Coll c, int g, int k);
+
 // `group` lists the members' global GPU ids in ring order (ascending rank). `bytes` is the collective's
 // buffer size S (for p2p: group = {src, dst}).
 std::vector<Phase> collective_phases(Coll c, const std::vector<int>& group, double bytes, const Topology& topo,

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "program.hpp"
+#include "step_formulas.hpp"
 #include "schedule/pipeline.hpp"
 #include "symmetry.hpp"
 
@@ -147,14 +148,9 @@ struct Run {
   bool final_grad = false;    // bwd run that completes its layers' gradients for this step (zero < 2)
 };
 
-// Parameters per GPU of a piece, split into the part replicated over dp (dense) and the experts (replicated
-// over the expert-data-parallel group). Weight-shared (pseudo) layers count once per weight group.
-struct Params {
-  double dense = 0, expert = 0;
-  double total() const { return dense + expert; }
-  Params& operator+=(const Params& o) { dense += o.dense; expert += o.expert; return *this; }
-};
-
+// Parameters per GPU of a piece (dense / experts, sim/step_formulas.hpp). Weight-shared (pseudo) layers count
+// once per weight group.
+using Params = tp::Params;
 
 }  // namespace detail
 }  // namespace tp

@@ -1,0 +1,70 @@
+// step_formulas: the formulas of one training step that the simulator's program (sim/program_build.cpp) and
+// the planner's analytic pass (planner/analytic.cpp) both use — one place for each: element sizes, pipeline
+// send bytes, gradient bucket size, the split of parameters between GPU and host optimizers, static state
+// memory, GPU and host Adam times, PCIe copy times, and the closed-form time of a ring / hierarchical
+// collective built from the same phase list (collective_ring_phases) from which sim/collective.cpp builds its
+// flows.
+// Invariants: sizes in bytes, times in seconds, parameter counts per GPU; nothing here allocates, so the
+// planner can call it per evaluated plan.
+#pragma once
+#include "collective.hpp"
+#include "models/scenario.hpp"
+
+namespace tp {
+
+// Bytes per element of one plan: weights / activations (e), gradients (g), and the fp32 master copy kept
+// when weights are in a lower precision (master: 4 or 0). Adam adds 8 bytes (two fp32 moments).
+struct ElemBytes {
+  double e = 2, g = 4, master = 4;
+  double optimizer() const { return master + 8; }  // optimizer state bytes per parameter
+};
+ElemBytes elem_bytes(const Training& t);
+
+// Parameters per GPU, split into the part replicated over dp (dense) and the experts (replicated over the
+// expert-data-parallel group, dp / ep ranks).
+struct Params {
+  double dense = 0, expert = 0;
+  double total() const { return dense + expert; }
+  Params& operator+=(const Params& o) { dense += o.dense; expert += o.expert; return *this; }
+  Params operator-(const Params& o) const { return Params{dense - o.dense, expert - o.expert}; }
+};
+
+// The share of `pr` a rank keeps when ZeRO stage `zero` >= `stage` shards it over dp (experts over edp).
+double zero_shard(const Params& pr, int zero, int stage, int dp, int edp);
+
+// One pipeline send of one micro-batch: Megatron's scatter-gather sends 1/tp of [b, s, h].
+double pipeline_send_bytes(const Scenario& sc, long long microbatch, int tp);
+
+// Megatron's gradient bucket: max(40 M, 1 M x dp) parameters.
+double grad_bucket_params(int dp);
+
+// Which parameters each optimizer updates: the GPU's Adam and the host CPU's Adam (ZeRO-Offload: all of
+// this rank's shard; granular: the offloaded layers'). `held`: parameters of the rank; `off`: those that
+// live in host memory (granular offload). Chunked offload splits by chunks (sim/chunk_offload.cpp).
+struct OptimizerSplit { double gpu_params = 0, host_params = 0; };
+OptimizerSplit optimizer_split(const Params& held, const Params& off, OffloadKind kind, int zero, int dp, int edp);
+
+// Static state per GPU (chunked offload excepted): low-precision weights (ZeRO-3 shards them), gradients
+// (ZeRO-2), optimizer state on the GPU, and host memory of the offloaded states.
+struct StateBytes { double weights = 0, gradients = 0, optimizer = 0, host = 0; };
+StateBytes state_bytes(const Params& held, const Params& off, OffloadKind kind, int zero, int dp, int edp,
+                       const ElemBytes& eb);
+
+// GPU Adam: bandwidth-bound over master weights, moments (read + write), gradient and weight.
+double gpu_adam_s(double params, const Gpu& gpu, const ElemBytes& eb);
+// Host (CPU) Adam at this GPU's share of the node's DRAM bandwidth: fp32 master, moments read and written,
+// fp32 gradient read (4 reads + 3 writes of 4 bytes) and the low-precision weight written back.
+double host_adam_s(double params, const Host& host, int gpus_sharing_host, const ElemBytes& eb);
+// One copy over this GPU's PCIe link.
+double pcie_copy_s(double bytes, const Host& host);
+
+// Closed-form time of a ring / hierarchical collective (collective_ring_phases, sim/collective.hpp) when every GPU of the involved nodes runs one like it at once: a ring
+// flow gets the intra-node bandwidth, or the node's NIC bandwidth shared by its GPUs (capped by the GPU's
+// PCIe link, divided by the oversubscription when the group spans `leaves_spanned` > 1 leaves), times the
+// tier's efficiency; latency per step per tier.
+struct LinkTiers { double intra_latency_s = 0, inter_latency_s = 0; };
+double collective_closed_form_s(Coll c, int g, int k, double bytes, const Cluster& cl, const LinkTiers& lat);
+// One pipeline send inside a node or across nodes, alone on its path.
+double p2p_closed_form_s(bool inter, double bytes, const Cluster& cl, const LinkTiers& lat);
+
+}  // namespace tp
