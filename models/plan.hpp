@@ -77,10 +77,15 @@ struct Plan {
   bool tp_grid_node_blocks = false;
   GradAccumulation grad_accumulation = GradAccumulation::standard;
   Offload offload;
-  int ep = 1;                  // expert parallelism: experts of each MoE layer sharded over ep ranks of the dp group
+  int ep = 1;                  // expert parallelism: experts of each MoE layer sharded over ep of the dp x cp data ranks
+  // context parallelism (Megatron-LM's --context-parallel-size): each sequence split over cp ranks in 2 cp
+  // chunks (causal load balancing), K and V exchanged around the cp ring; weights replicated over cp, so
+  // gradients are reduced (and ZeRO shards) over the dp x cp data ranks.
+  int cp = 1;
   int shared_layers = 0;       // not a JSON key: > 0 in a delink pseudo phase (k unique layers shared by all L)
   long long num_microbatches = 1;  // derived: global_batch / (dp * microbatch)
-  int gpus() const { return dp * tp * pp; }
+  int gpus() const { return dp * cp * tp * pp; }
+  int data_ranks() const { return dp * cp; }  // ranks holding the same weights of a stage (dp x cp)
   int tp_q() const;            // 2D grid side q (tp = q * q); 1 for 1D
 };
 
@@ -101,12 +106,17 @@ inline long long weight_group(long long layer, long long layers, int shared_laye
   return shared_layers > 0 ? layer / (layers / shared_layers) : layer;
 }
 
-// Rank layout, Megatron-LM's default order (tp fastest, then dp, then pipeline stage):
-// global = tp_rank + tp * (dp_rank + dp * stage).
+// Rank layout, Megatron-LM's default order (tp fastest, then cp, then dp, then pipeline stage):
+// global = tp_rank + tp * (cp_rank + cp * (dp_rank + dp * stage)). RankCoord.dp is the DATA rank
+// d = cp_rank + cp * dp_rank in [0, dp x cp): the ranks of a stage that hold the same weights (gradient
+// reductions and ZeRO shards span them); cp group = data ranks [cp * dp_rank, +cp). Without cp, d = dp_rank.
 struct RankCoord { int tp, dp, stage; };
-inline RankCoord rank_coord(const Plan& p, int g) { return RankCoord{g % p.tp, (g / p.tp) % p.dp, g / (p.tp * p.dp)}; }
-inline int rank_global(const Plan& p, int tp_rank, int dp_rank, int stage) {
-  return tp_rank + p.tp * (dp_rank + p.dp * stage);
+inline RankCoord rank_coord(const Plan& p, int g) {
+  const int d = p.data_ranks();
+  return RankCoord{g % p.tp, (g / p.tp) % d, g / (p.tp * d)};
+}
+inline int rank_global(const Plan& p, int tp_rank, int data_rank, int stage) {
+  return tp_rank + p.tp * (data_rank + p.data_ranks() * stage);
 }
 // 2D grid inside a TP group (Optimus): tp rank k sits at row k / q, column k % q. The row group (same row)
 // is q consecutive ranks; the column group (same column) has stride q.
@@ -118,7 +128,8 @@ inline GridPos grid_pos(int tp_rank, int q, int block_side) {
   int blk = tp_rank / per_block, i = tp_rank % per_block;
   return GridPos{(blk / blocks_per_row) * block_side + i / block_side, (blk % blocks_per_row) * block_side + i % block_side};
 }
-// Expert parallelism inside a DP group: ep group = dp ranks [(d / ep) * ep, +ep); the expert-data-parallel
-// group (replicas of the same experts) = dp ranks with the same d % ep.
+// Expert parallelism inside the data ranks (dp x cp, as Megatron-LM folds EP x EDP = DP x CP): ep group = data
+// ranks [(d / ep) * ep, +ep); the expert-data-parallel group (replicas of the same experts) = data ranks with
+// the same d % ep.
 
 }  // namespace tp

@@ -196,9 +196,10 @@ static Plan read_plan(const json& v, const std::string& path, Issues& issues, De
   p.grad_accumulation = (GradAccumulation)r.opt_enum("grad_accumulation", {"standard", "layered"}, 0);
   if (const json* o = r.get("offload")) p.offload = read_offload(*o, r.at("offload"), issues);
   p.ep = (int)r.opt_int("ep", 1, 1, 1 << 24);
+  p.cp = (int)r.opt_int("cp", 1, 1, 1 << 16);
   std::vector<std::string> keys = {"dp", "tp", "pp", "virtual_stages", "microbatch", "schedule", "sequence_parallel",
                                    "recompute", "zero", "overlap_grad_reduce", "tp_mode", "grad_accumulation",
-                                   "offload", "ep", "tp_grid"};
+                                   "offload", "ep", "tp_grid", "cp"};
   if (const json* d = r.get("delink")) {
     if (delink) *delink = read_delink(*d, r.at("delink"), issues);
     else issues.add(r.at("delink"), "not allowed in a pseudo phase's plan (a pseudo phase cannot be delinked again)");
@@ -242,8 +243,18 @@ void validate_plan(const Transformer& m, const Cluster& c, const Training& t, Pl
       is.add(at("tp"), "must divide the model's kv_heads (" + s(m.kv_heads) + "), got " + s(p.tp));
     if (m.ffn_hidden > 0 && m.ffn_hidden % p.tp != 0)
       is.add(at("tp"), "must divide the model's ffn_hidden (" + s(m.ffn_hidden) + "), got " + s(p.tp));
-    if (p.sequence_parallel && t.seq_len % p.tp != 0)
+    if (p.sequence_parallel && p.cp > 1 && t.seq_len % ((long long)p.cp * p.tp) != 0)
+      is.add(at("sequence_parallel"), "needs cp x tp (" + s((long long)p.cp * p.tp) + ") to divide seq_len (" +
+                                          s(t.seq_len) + "): each cp rank's sequence chunk is split over tp");
+    else if (p.sequence_parallel && t.seq_len % p.tp != 0)
       is.add(at("sequence_parallel"), "needs tp (" + s(p.tp) + ") to divide seq_len (" + s(t.seq_len) + ")");
+  }
+  // Context parallelism (Megatron-LM): 2 cp chunks per sequence for the causal load balance.
+  if (p.cp > 1) {
+    if (t.seq_len > 0 && t.seq_len % (2LL * p.cp) != 0)
+      is.add(at("cp"), "needs 2 x cp (" + s(2LL * p.cp) + ") to divide seq_len (" + s(t.seq_len) +
+                           "): each sequence is cut into 2 cp chunks for the causal load balance");
+    if (p.tp_mode == TpMode::d2) is.add(at("cp"), "context parallelism with tp_mode \"2d\" is not modelled; use tp_mode \"1d\"");
   }
   // Pipeline. modular without virtual_stages: one layer per model chunk.
   if (p.virtual_stages <= 0)
@@ -272,8 +283,9 @@ void validate_plan(const Transformer& m, const Cluster& c, const Training& t, Pl
     if (m.moe.experts <= 0) is.add(at("ep"), "expert parallelism needs a mixture-of-experts model (model.moe)");
     else if (m.moe.experts % p.ep != 0)
       is.add(at("ep"), "must divide the model's experts (" + s(m.moe.experts) + "), got " + s(p.ep));
-    if (p.dp % p.ep != 0)
-      is.add(at("ep"), "must divide dp (" + s(p.dp) + "), got " + s(p.ep) + ": expert-parallel groups lie inside the data-parallel group");
+    if (p.data_ranks() % p.ep != 0)
+      is.add(at("ep"), (p.cp > 1 ? "must divide dp x cp (" + s(p.data_ranks()) : "must divide dp (" + s(p.dp)) + "), got " +
+                           s(p.ep) + ": expert-parallel groups lie inside the data-parallel group");
   }
   // Offload.
   Offload& o = p.offload;
@@ -301,9 +313,10 @@ void validate_plan(const Transformer& m, const Cluster& c, const Training& t, Pl
     is.add(at("zero"), "offload \"chunked\" with dp > 1 needs zero 3 (PatrickStar shards chunks over data-parallel "
                        "ranks like ZeRO-3), got " + s(p.zero));
   // Cluster and batch.
-  long long gpus = (long long)p.dp * p.tp * p.pp;
+  long long gpus = (long long)p.dp * p.cp * p.tp * p.pp;
   if (c.nodes > 0 && gpus > (long long)c.total_gpus())
-    is.add(plan_path, "dp x tp x pp = " + s(gpus) + " GPUs exceeds the cluster's " + s(c.total_gpus()));
+    is.add(plan_path, std::string(p.cp > 1 ? "dp x cp x tp x pp = " : "dp x tp x pp = ") + s(gpus) +
+                          " GPUs exceeds the cluster's " + s(c.total_gpus()));
   long long per = (long long)p.dp * p.microbatch;
   if (t.global_batch > 0 && t.global_batch % per != 0) {
     is.add(batch_path, "must be divisible by dp x microbatch = " + s(per) + " to form micro-batches, got " + s(t.global_batch));
@@ -441,6 +454,7 @@ static json plan_to_json(const Plan& p) {
             {"zero", p.zero}, {"overlap_grad_reduce", p.overlap_grad_reduce},
             {"tp_mode", tp_mode_name(p.tp_mode)}, {"grad_accumulation", grad_accumulation_name(p.grad_accumulation)},
             {"ep", p.ep}, {"num_microbatches", p.num_microbatches}};
+  if (p.cp > 1) j["cp"] = p.cp;
   if (p.tp_mode == TpMode::d2) j["tp_grid"] = p.tp_grid_node_blocks ? "node_blocks" : "rows";
   const Offload& o = p.offload;
   if (o.kind == OffloadKind::granular)

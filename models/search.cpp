@@ -68,6 +68,7 @@ Fix read_fix(const json& v, const std::string& path, Issues& is) {
   read_fix_list(r, "virtual_stages", f.virtual_stages, int_in(1, 1 << 16, is));
   read_fix_list(r, "zero", f.zero, int_in(0, 3, is));
   read_fix_list(r, "ep", f.ep, int_in(1, 1 << 24, is));
+  read_fix_list(r, "cp", f.cp, int_in(1, 1 << 16, is));
   read_fix_list(r, "microbatch", f.microbatch, int_in(1, 1LL << 30, is));
   read_fix_list(r, "global_batch", f.global_batch, int_in(1, 1LL << 40, is));
   read_fix_list(r, "schedule", f.schedule, enum_of<Schedule>({"gpipe", "1f1b", "interleaved", "modular"}, is));
@@ -80,7 +81,7 @@ Fix read_fix(const json& v, const std::string& path, Issues& is) {
     out = x.get<bool>();
     return true;
   });
-  r.finish({"dp", "tp", "pp", "virtual_stages", "zero", "ep", "microbatch", "global_batch", "schedule", "recompute",
+  r.finish({"dp", "tp", "pp", "virtual_stages", "zero", "ep", "cp", "microbatch", "global_batch", "schedule", "recompute",
             "tp_mode", "grad_accumulation", "offload", "sequence_parallel"});
   return f;
 }

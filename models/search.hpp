@@ -14,7 +14,7 @@ const char* objective_name(Objective o);
 
 // Plan keys held at given values ("fix": {"tp_mode": "1d", "zero": [1, 2]}): allowed values per key.
 struct Fix {
-  std::vector<int> dp, tp, pp, virtual_stages, zero, ep;
+  std::vector<int> dp, tp, pp, virtual_stages, zero, ep, cp;
   std::vector<long long> microbatch, global_batch;
   std::vector<Schedule> schedule;
   std::vector<Recompute> recompute;

@@ -32,7 +32,7 @@ double AnalyticModel::coll_s(int coll, int g, int k, double S) const {
 double AnalyticModel::p2p_s(bool inter, double bytes) const { return p2p_closed_form_s(inter, bytes, sc.cluster, lat_); }
 
 const MicroCost& AnalyticModel::micro(const Layout& lay, long long mb, bool sp, Recompute rc) const {
-  auto key = std::make_tuple(lay.tp, (int)lay.tp_mode, lay.node_blocks, mb, sp, (int)rc, lay.ep);
+  auto key = std::make_tuple(lay.tp, (int)lay.tp_mode, lay.node_blocks, mb, sp, (int)rc, lay.ep, lay.cp);
   {
     std::lock_guard<std::mutex> lk(mu_);
     auto it = micro_.find(key);
@@ -43,10 +43,10 @@ const MicroCost& AnalyticModel::micro(const Layout& lay, long long mb, bool sp, 
   s.search.reset();
   Plan& p = s.plan;
   p = Plan{};
-  p.tp = lay.tp; p.dp = lay.ep; p.pp = 1; p.ep = lay.ep; p.tp_mode = lay.tp_mode;
+  p.tp = lay.tp; p.dp = lay.ep; p.pp = 1; p.ep = lay.ep; p.cp = lay.cp; p.tp_mode = lay.tp_mode;
   p.tp_grid_node_blocks = lay.node_blocks;
   p.microbatch = mb; p.sequence_parallel = sp; p.recompute = rc;
-  int gpus = std::min(sc.cluster.total_gpus(), std::max(lay.tp * lay.ep, 1));
+  int gpus = std::min(sc.cluster.total_gpus(), std::max(lay.tp * lay.ep * lay.cp, 1));
   try {
     CostModel cm = cost_model_on(s, *topology_for(sc.cluster, gpus));
     const Transformer& M = sc.model;
@@ -66,7 +66,7 @@ const MicroCost& AnalyticModel::micro(const Layout& lay, long long mb, bool sp, 
     o.layer_params = (Ld * cm.layer_params + Lm * cm.moe_params) / L;
     o.layer_expert_params = Lm * cm.moe_expert_params / L;
     o.embed_params = cm.embed_params; o.head_params = cm.head_params;
-    o.p2p_bytes = pipeline_send_bytes(sc, mb, lay.tp);
+    o.p2p_bytes = pipeline_send_bytes(s, mb, lay.tp);
   } catch (const std::invalid_argument&) {
     out->ok = false;
   }
@@ -80,7 +80,8 @@ Estimate AnalyticModel::estimate(const Layout& lay, const MicroCost& mc, const C
   Estimate r;
   const Cluster& C = sc.cluster;
   const Gpu& gpu = C.gpu;
-  const int p = lay.pp, dp = lay.dp, gpn = C.gpus_per_node;
+  // dp below counts the data ranks (dp x cp): gradients are reduced and ZeRO shards over all of them.
+  const int p = lay.pp, dp = lay.dp * lay.cp, gpn = C.gpus_per_node;
   const double L = (double)sc.model.layers, Lp = L / p, m = (double)ch.num_microbatches;
   const ElemBytes eb = elem_bytes(sc.training);
   const double e = eb.e, g = eb.g;
@@ -124,10 +125,6 @@ Estimate AnalyticModel::estimate(const Layout& lay, const MicroCost& mc, const C
   double weights = sb.weights, grads = sb.gradients, opt = sb.optimizer;
   double buffers = p > 1 ? 4 * mc.p2p_bytes : 0;
   if (zero3) buffers += 2 * layer_bytes_e;  // the gathered layer and the prefetched next one
-  // ZeRO-2/3: unreduced gradient buckets (max(40e6, 1e6 dp) parameters or a whole run, in the gradient
-  // dtype) live until their reduce-scatter ends: the one being filled and the one being reduced.
-  if (ch.zero >= 2 && dp > 1)
-    buffers += 2 * std::min(P, std::max(grad_bucket_params(dp), mc.layer_params)) * g;
   if (ch.offload == OffloadKind::granular) buffers += 2 * ch.offload_fraction * layer_bytes_e;
 
   // ---- activations in flight on the first stage ----
@@ -181,6 +178,18 @@ Estimate AnalyticModel::estimate(const Layout& lay, const MicroCost& mc, const C
     }
   }
   r.dp_comm_s = dp_exposed;
+  // ZeRO-2/3: unreduced gradient buckets (max(40e6, 1e6 dp) parameters or a whole run, in the gradient
+  // dtype) live until their reduce-scatter ends. At the activation peak (the first backward) the first one
+  // fills; a second coexists only when a bucket's reduce-scatter outlasts the backward that fills the next,
+  // and by then that layer's activations (of every micro-batch in flight through it) are released.
+  if (ch.zero >= 2 && dp > 1) {
+    const double bucket_params = std::min(P, std::max(grad_bucket_params(dp), mc.layer_params));
+    const double share = bucket_params / std::max(P, 1.0);
+    const double rs_s = dp_coll(1, D * share, E * share, g);
+    const double fill_s = (layered ? m : 1) * mc.layer_b_s * bucket_params / std::max(mc.layer_params, 1.0);
+    const double released = (layered ? m : 1) * mc.layer_stored_bytes;
+    buffers += bucket_params * g + (rs_s > fill_s ? std::max(0.0, bucket_params * g - released) : 0.0);
+  }
 
   // ---- optimizer and offload ----
   const int sharing_host = std::min(lay.gpus(), gpn);
@@ -196,25 +205,32 @@ Estimate AnalyticModel::estimate(const Layout& lay, const MicroCost& mc, const C
     double loads = 2 * runs * off_shard * e, stores = runs * off_shard * e;
     pcie_exposed = std::max(pcie_s(loads + stores) - r.compute_s, 0.0) + host_adam(host_opt_params);
   } else if (ch.offload == OffloadKind::chunked) {
-    // PatrickStar: fp16 parameter chunks (gradients reuse them) and optimizer-state chunks of this rank's
-    // shard; GPU budget = gpu_memory_fraction x HBM; what does not fit moves over PCIe every step
-    // (two loads and one gradient store per moved byte) and its Adam runs on the host.
+    // PatrickStar (sim/chunks.hpp): fp16 parameter chunks (gradients reuse them) and optimizer-state chunks
+    // of this rank's shard; GPU budget = gpu_memory_fraction x HBM, less the all-gather buffer (dp chunks);
+    // hybrid Adam puts whole optimizer-state chunks on the GPU within hybrid_adam_margin of the spare margin;
+    // parameter chunks that do not fit next to the activations move over PCIe every step (two loads and one
+    // gradient store per moved byte) and the Adam of the CPU chunks runs on the host.
     const Offload& o = sc.plan.offload;  // defaults (the search uses PatrickStar's defaults)
-    double budget = std::min(o.gpu_memory_fraction * gpu.hbm_bytes, capacity_bytes);
-    double shard_params = zero_shard(held, ch.zero, 3, dp, edp);
-    double chunk_buf = 2 * (double)o.chunk_elements * e;
-    double room = budget - act - buffers - chunk_buf;
-    double param_bytes = shard_params * e, os_bytes = shard_params * eb.optimizer();
-    double moved = std::max(0.0, param_bytes - std::max(room, 0.0));
-    double os_on_gpu = std::clamp(room - param_bytes, 0.0, os_bytes);
-    double host_os_params = (os_bytes - os_on_gpu) / eb.optimizer();
-    weights = std::min(param_bytes, std::max(room, 0.0)) + chunk_buf;
+    const double budget = std::min(o.gpu_memory_fraction * gpu.hbm_bytes, capacity_bytes);
+    const double chunk_e = (double)o.chunk_elements;
+    const double shard_params = zero_shard(held, ch.zero, 3, dp, edp);
+    const double local_chunks = std::ceil(shard_params / chunk_e);
+    const double param_bytes = local_chunks * chunk_e * e, os_chunk = chunk_e * eb.optimizer();
+    const double comm_buf = dp > 1 ? dp * chunk_e * e : 0;
+    const double gathered = dp > 1 ? (mc.layer_params / (dp * chunk_e) + 1) * (dp - 1) * chunk_e * e : 0;
+    const double margin = std::max(0.0, budget - act - buffers - param_bytes) * o.hybrid_adam_margin;
+    const double os_on_gpu = std::min(local_chunks, std::floor(margin / os_chunk)) * os_chunk;
+    const double room = budget - act - buffers - comm_buf - os_on_gpu - std::max(0.0, gathered - comm_buf);
+    const double resident = std::min(param_bytes, std::max(room, 0.0));
+    const double moved = param_bytes - resident;
+    const double host_os_params = shard_params * std::max(0.0, 1 - os_on_gpu / (local_chunks * os_chunk));
+    weights = resident + gathered;
     grads = 0;
     opt = os_on_gpu;
-    r.optimizer_s = r.optimizer_s * (os_on_gpu / std::max(os_bytes, 1.0));
-    pcie_exposed = pcie_s(3 * moved) + host_adam(host_os_params);
-    host_bytes = param_bytes - std::min(param_bytes, std::max(room, 0.0)) + (os_bytes - os_on_gpu);
-    chunks_fit = room >= 0;
+    r.optimizer_s = gpu_adam_s(shard_params - host_os_params, gpu, eb);
+    pcie_exposed = pcie_s(4 * moved) + host_adam(host_os_params);  // loaded and evicted twice (a move is a copy)
+    host_bytes = moved + host_os_params * eb.optimizer();
+    chunks_fit = budget - act - buffers >= (mc.layer_params / (dp * chunk_e) + 1) * dp * chunk_e * e;
   }
   r.offload_s = pcie_exposed;
   r.state_bytes = weights + grads + opt + buffers;
@@ -232,7 +248,7 @@ namespace tp {
 
 Layout layout_of(const Plan& p) {
   Layout l;
-  l.dp = p.dp; l.tp = p.tp; l.pp = p.pp; l.ep = p.ep; l.tp_mode = p.tp_mode; l.node_blocks = p.tp_grid_node_blocks;
+  l.dp = p.dp; l.tp = p.tp; l.pp = p.pp; l.ep = p.ep; l.cp = p.cp; l.tp_mode = p.tp_mode; l.node_blocks = p.tp_grid_node_blocks;
   return l;
 }
 

@@ -19,7 +19,7 @@
 
 namespace tp {
 
-// Per (tp, tp_mode, grid, micro-batch, sp, recompute, ep): one micro-batch through one layer on one TP rank.
+// Per (tp, tp_mode, grid, micro-batch, sp, recompute, ep, cp): one micro-batch through one layer on one TP rank.
 struct MicroCost {
   bool ok = false;                     // false: the cost model rejects this combination (e.g. MoE with 2D)
   double layer_f_s = 0, layer_b_s = 0; // mean over the model's layers (dense / MoE mix), incl. TP comm, recompute
@@ -35,10 +35,10 @@ struct MicroCost {
 // Per layout (dp, tp, tp_mode, grid, pp, ep): GPU counts and collective times that do not depend on the
 // inner choices.
 struct Layout {
-  int dp = 1, tp = 1, pp = 1, ep = 1;
+  int dp = 1, tp = 1, pp = 1, ep = 1, cp = 1;
   TpMode tp_mode = TpMode::d1;
   bool node_blocks = false;
-  int gpus() const { return dp * tp * pp; }
+  int gpus() const { return dp * cp * tp * pp; }
 };
 
 // The inner choices of one plan.
@@ -80,7 +80,7 @@ struct AnalyticModel {
   std::shared_ptr<const Topology> topo_;
   LinkTiers lat_;
   mutable std::mutex mu_;
-  mutable std::map<std::tuple<int, int, bool, long long, bool, int, int>, std::unique_ptr<MicroCost>> micro_;
+  mutable std::map<std::tuple<int, int, bool, long long, bool, int, int, int>, std::unique_ptr<MicroCost>> micro_;
 };
 
 // The layout and inner choices of a validated plan, and its estimate (tests and explanations).

@@ -27,7 +27,7 @@ bool same_plan(const Candidate& a, const Candidate& b) {
 static std::vector<double> memo_key(const Point& p) {
   const Layout& l = p.lay;
   const Choice& c = p.ch;
-  return {(double)l.dp, (double)l.tp, (double)l.pp, (double)l.ep, (double)l.tp_mode, (double)l.node_blocks,
+  return {(double)l.dp, (double)l.tp, (double)l.pp, (double)l.ep, (double)l.cp, (double)l.tp_mode, (double)l.node_blocks,
           (double)c.microbatch, (double)c.num_microbatches, (double)c.schedule, (double)c.virtual_stages,
           (double)c.acc, (double)c.zero, (double)c.offload, c.offload_fraction, (double)c.experts_only,
           (double)c.sp, (double)c.recompute, (double)p.batch};
@@ -150,7 +150,9 @@ static std::string duration_text(double s) {
 
 std::string plan_summary(const Plan& p, long long B) {
   std::ostringstream o;
-  o << "dp " << p.dp << " x tp " << p.tp << (p.tp_mode == TpMode::d2 ? " (2D)" : "") << " x pp " << p.pp;
+  o << "dp " << p.dp;
+  if (p.cp > 1) o << " x cp " << p.cp;
+  o << " x tp " << p.tp << (p.tp_mode == TpMode::d2 ? " (2D)" : "") << " x pp " << p.pp;
   if (p.ep > 1) o << " (ep " << p.ep << ")";
   if (p.pp > 1) {
     o << ", " << schedule_name(p.schedule);

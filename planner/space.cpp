@@ -76,27 +76,39 @@ std::vector<Layout> enumerate_layouts(const Scenario& sc, const SpaceLimits& lim
       if (b > 1 && b * b == gpn && q % b == 0 && (q * q) % gpn == 0) tps.push_back({q * q, TpMode::d2, true});
     }
   }
+  // Context parallelism (powers of two, 2 cp dividing the sequence): searched for long sequences, where each
+  // rank keeps at least 2048 tokens of a sequence, or as fixed by the user.
+  std::vector<int> cps;
+  const long long seq = sc.training.seq_len;
+  const bool cp_allowed = true;
+  for (int cp = 1; cp <= gmax && 2LL * cp <= seq; cp *= 2)
+    if (seq % (2LL * cp) == 0 || cp == 1)
+      if (fx.cp.empty() ? cp == 1 || (seq / cp >= 2048 && cp_allowed) : allowed(fx.cp, cp)) cps.push_back(cp);
+  if (cps.empty() && fx.cp.empty()) cps.push_back(1);
   std::vector<Layout> out;
   for (int n : lim.gpu_counts)
     for (const TpOpt& to : tps)
-      for (long long pp = 1; pp <= M.layers; ++pp) {
-        if (!divides(pp, M.layers) || n % (to.tp * pp) != 0 || !allowed(fx.pp, (int)pp)) continue;
-        int dp = n / (to.tp * (int)pp);
-        if (!allowed(fx.dp, dp)) continue;
-        std::vector<int> eps = {1};
-        if (moe) {
-          eps.clear();
-          for (int e = 1; e <= dp; e *= 2)
-            if (divides(e, dp) && divides(e, M.moe.experts)) eps.push_back(e);
-          if (dp > 1 && divides(dp, M.moe.experts) && eps.back() != dp) eps.push_back(dp);
+      for (long long pp = 1; pp <= M.layers; ++pp)
+        for (int cp : cps) {
+          if (!divides(pp, M.layers) || n % (to.tp * pp * cp) != 0 || !allowed(fx.pp, (int)pp)) continue;
+          if (cp > 1 && to.mode == TpMode::d2) continue;  // not modelled (validate_plan)
+          int dp = n / (to.tp * (int)pp * cp);
+          if (!allowed(fx.dp, dp)) continue;
+          const int dr = dp * cp;  // data ranks: expert parallelism lies inside them
+          std::vector<int> eps = {1};
+          if (moe) {
+            eps.clear();
+            for (int e = 1; e <= dr; e *= 2)
+              if (divides(e, dr) && divides(e, M.moe.experts)) eps.push_back(e);
+            if (dr > 1 && divides(dr, M.moe.experts) && eps.back() != dr) eps.push_back(dr);
+          }
+          for (int ep : eps) {
+            if (!allowed(fx.ep, ep)) continue;
+            Layout l;
+            l.dp = dp; l.tp = to.tp; l.pp = (int)pp; l.ep = ep; l.cp = cp; l.tp_mode = to.mode; l.node_blocks = to.blocks;
+            out.push_back(l);
+          }
         }
-        for (int ep : eps) {
-          if (!allowed(fx.ep, ep)) continue;
-          Layout l;
-          l.dp = dp; l.tp = to.tp; l.pp = (int)pp; l.ep = ep; l.tp_mode = to.mode; l.node_blocks = to.blocks;
-          out.push_back(l);
-        }
-      }
   return out;
 }
 
@@ -114,7 +126,7 @@ long long enumerate_choices(const Scenario& sc, const AnalyticModel& am, const L
 
   std::vector<long long> mbs = fx.microbatch.empty() ? std::vector<long long>{1, 2, 4, 8, 16, 32} : fx.microbatch;
   std::vector<bool> sps = {false};
-  if (lay.tp > 1 && lay.tp_mode == TpMode::d1 && s % lay.tp == 0) sps.push_back(true);
+  if (lay.tp > 1 && lay.tp_mode == TpMode::d1 && s % ((long long)lay.tp * lay.cp) == 0) sps.push_back(true);
   struct Sched { Schedule s; int v; };
   std::vector<Sched> scheds;
   if (lay.pp == 1) {
@@ -144,7 +156,7 @@ long long enumerate_choices(const Scenario& sc, const AnalyticModel& am, const L
     if (allowed(fx.offload, OffloadKind::chunked)) offs.push_back({OffloadKind::chunked, 0, false});
   }
   std::vector<int> zeros;
-  for (int z = 0; z <= (lay.dp > 1 ? 3 : 0); ++z) if (allowed(fx.zero, z)) zeros.push_back(z);
+  for (int z = 0; z <= (lay.dp * lay.cp > 1 ? 3 : 0); ++z) if (allowed(fx.zero, z)) zeros.push_back(z);
 
   for (long long mb : mbs) {
     if (mb % q != 0) { ++skipped; continue; }
@@ -186,7 +198,7 @@ long long enumerate_choices(const Scenario& sc, const AnalyticModel& am, const L
                 if (!mcs[r]->ok) { ++skipped; continue; }
                 bool fit_without_offload = false;
                 for (const Off& o : offs) {
-                  if (o.k == OffloadKind::chunked && lay.dp > 1 && z != 3) continue;
+                  if (o.k == OffloadKind::chunked && lay.dp * lay.cp > 1 && z != 3) continue;
                   bool per_layer = layered || z >= 2 || o.k == OffloadKind::granular || o.k == OffloadKind::chunked;
                   if (per_layer ? m * L > 5000000 : m * sd.v * lay.pp > 5000000) { ++skipped; continue; }
                   if (prune_dominated && o.k != OffloadKind::none && fit_without_offload) { ++dominated; continue; }
@@ -213,7 +225,7 @@ long long enumerate_choices(const Scenario& sc, const AnalyticModel& am, const L
 
 Plan plan_from(const Layout& lay, const Choice& ch) {
   Plan p;
-  p.dp = lay.dp; p.tp = lay.tp; p.pp = lay.pp; p.ep = lay.ep; p.tp_mode = lay.tp_mode;
+  p.dp = lay.dp; p.tp = lay.tp; p.pp = lay.pp; p.ep = lay.ep; p.cp = lay.cp; p.tp_mode = lay.tp_mode;
   p.tp_grid_node_blocks = lay.node_blocks;
   p.microbatch = ch.microbatch; p.schedule = ch.schedule; p.virtual_stages = ch.virtual_stages;
   p.grad_accumulation = ch.acc; p.zero = ch.zero; p.sequence_parallel = ch.sp; p.recompute = ch.recompute;

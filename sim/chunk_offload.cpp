@@ -18,8 +18,7 @@ ChunkPlan plan_chunk_offload(const Scenario& sc, Program& prog, detail::Builder&
   const Plan& p = sc.plan;
   const Transformer& M = sc.model;
   const CostModel& cm = prog.cm;
-  const double e = precision_bytes(sc.training.precision);
-  const double master = e < 4 ? 4 : 0;
+  const ElemBytes eb = elem_bytes(sc.training);
   const int s = prog.sim_stage[r];
   const StageLayout lay = stage_layout(p, M.layers);
   const long long Lc = lay.layers_per_chunk();
@@ -73,18 +72,18 @@ ChunkPlan plan_chunk_offload(const Scenario& sc, Program& prog, detail::Builder&
   }
   if (has_head) tensor(cm.head_params, head_part);
   in.chunk_elements = p.offload.chunk_elements;
-  in.world = p.dp > 1 ? p.dp : 1;
+  in.world = p.data_ranks() > 1 ? p.data_ranks() : 1;
   in.rank = rank_coord(p, prog.sim_global[r]).dp;
   in.hbm_bytes = sc.cluster.gpu.hbm_bytes;
   in.gpu_memory_fraction = p.offload.gpu_memory_fraction;
   in.warmup_chunk_fraction = p.offload.warmup_chunk_fraction;
   in.hybrid_adam_margin = p.offload.hybrid_adam_margin;
-  in.param_bytes = e;
-  in.os_bytes = master + 8;
+  in.param_bytes = eb.e;
+  in.os_bytes = eb.optimizer();
 
   // Moments (one per run, then ADAM) and the non-model memory a warm-up step records at each: activations
   // stored so far plus the accessing piece's working set, plus pipeline buffers.
-  double buffers = p.pp > 1 ? 4 * e * (double)p.microbatch * sc.training.seq_len * M.hidden / p.tp : 0;
+  double buffers = p.pp > 1 ? 4 * pipeline_send_bytes(sc, p.microbatch, p.tp) : 0;
   double stored = 0;
   size_t next_run = 0;
   const std::vector<int>& lane = prog.in.lane_order[r * kLanes + kLaneCompute];
@@ -117,7 +116,7 @@ ChunkPlan plan_chunk_offload(const Scenario& sc, Program& prog, detail::Builder&
     ti.kind = kind;
     ti.mb = mb;
     ti.pcie_bytes = bytes;
-    ti.optimizer_s = bytes / sc.cluster.host.pcie_bandwidth_bytes_per_s;
+    ti.optimizer_s = pcie_copy_s(bytes, sc.cluster.host);
     int id = B.add_task(r, lane_id, ti.optimizer_s, -1, ti);
     if (after >= 0) prog.in.edges.push_back({after, id});
     if (before >= 0) prog.in.edges.push_back({id, before});

@@ -1,6 +1,10 @@
 // op_cost: per-op FLOPs, bytes, times and stored activations of a transformer layer. See op_cost.hpp.
 // Notation: n = b*s tokens of the micro-batch, h hidden, f ffn_hidden, a heads, t = tp, e = activation bytes,
 // kvd = kv_heads * head_dim, tsp = t with sequence parallelism else 1 (sequence-sharded tensors).
+// Context parallelism (cp > 1): each rank holds s / cp tokens of every sequence (n = b*s/cp) and its queries
+// attend over the whole sequence's keys (s_k = s), receiving the other ranks' K and V around the cp ring
+// while it computes (all-gather semantics over cp, buffer = the full K and V of the micro-batch, overlapped
+// with the attention compute); the backward exchanges K, V again and reduce-scatters their gradients.
 #include "op_cost.hpp"
 
 #include <algorithm>
@@ -48,7 +52,7 @@ CostModel build_cost_model(const Scenario& sc, const TpComm& tpc) {
     if (moe) throw std::invalid_argument("MoE layers with 2D (Optimus) tensor parallelism are not modelled");
     return detail::build_cost_model_2d(sc, tpc);
   }
-  const double b = (double)p.microbatch, s = (double)sc.training.seq_len, n = b * s;
+  const double b = (double)p.microbatch, s = (double)sc.training.seq_len, s_q = s / p.cp, n = b * s_q;
   const double h = (double)m.hidden, f = (double)m.ffn_hidden, a = (double)m.heads, V = (double)m.vocab;
   const double t = p.tp, kvd = (double)m.kv_heads * m.head_dim();
   const bool sp = p.sequence_parallel && p.tp > 1;
@@ -58,21 +62,28 @@ CostModel build_cost_model(const Scenario& sc, const TpComm& tpc) {
   const bool drop = m.dropout;                        // dropout ops and masks (default: GPT-style models)
   detail::Ctx c{&sc.cluster.gpu, sc.training.precision, &tpc, p.tp, sp, (double)precision_bytes(sc.training.precision)};
   c.g_ep = p.ep;
+  c.g_cp = p.cp;
   const double e = c.e;
-  const double scores = b * (a / t) * s * s;  // attention score elements per rank
+  const double scores = b * (a / t) * s_q * s;  // attention score elements per rank (its queries x all keys)
+  const double cp_kv_bytes = e * b * s * 2 * kvd / t;  // the micro-batch's K and V per TP rank (cp ring buffer)
   const double f_in = swiglu ? 2 * f : f;      // fc1 output width (gate and up for SwiGLU)
   const double mask = drop ? 1 : 0;            // dropout masks are 1 byte per element
 
   CostModel cm;
   // ---- layer forward: attention half, dense MLP half ------------------------------------------------------
   auto attention_core = [&](PassCost& pc, bool recompute) {
-    Op qk = c.bgemm("attn.qk", b * a / t, s, (double)m.head_dim(), s);  // [s,dh] x [dh,s] per head
+    Op qk = c.bgemm("attn.qk", b * a / t, s_q, (double)m.head_dim(), s);  // [s_q,dh] x [dh,s] per head
     Op sm = c.elem("attn.softmax", 2 * e * scores, OpClass::attention);
-    Op av = c.bgemm("attn.av", b * a / t, s, s, (double)m.head_dim());
+    Op av = c.bgemm("attn.av", b * a / t, s_q, s, (double)m.head_dim());
     for (Op* op : {&qk, &sm}) { op->recompute = recompute; pc.add(*op); }
     if (drop) { Op dr = c.elem("attn.dropout", (2 * e + 1) * scores, OpClass::attention); dr.recompute = recompute; pc.add(dr); }
     av.recompute = recompute;
     pc.add(av);
+    if (p.cp > 1) {  // K and V of the other cp ranks arrive while the attention computes
+      Op kv = c.comm_n("cp.kv", Coll::all_gather, cp_kv_bytes, 1, CommGroup::cp, pc);
+      kv.recompute = recompute;
+      add_overlapped(pc, kv);
+    }
   };
   auto attention_fwd = [&](PassCost& pc, bool recompute) {
     auto add = [&](Op op) { op.recompute = recompute; pc.add(op); };
@@ -128,12 +139,14 @@ CostModel build_cost_model(const Scenario& sc, const TpComm& tpc) {
     pc.add(c.elem("resid1.bwd", (3 * e + mask) * n * h / tsp));
     row_bwd(pc, "proj", h / t, h, "proj");
     double bh = b * a / t, dh = (double)m.head_dim();
-    pc.add(c.bgemm("attn.av.dgrad", bh, s, dh, s));
-    pc.add(c.bgemm("attn.av.wgrad", bh, s, s, dh));
+    pc.add(c.bgemm("attn.av.dgrad", bh, s_q, dh, s));
+    pc.add(c.bgemm("attn.av.wgrad", bh, s, s_q, dh));
     if (drop) pc.add(c.elem("attn.dropout.bwd", (2 * e + 1) * scores, OpClass::attention));
     pc.add(c.elem("attn.softmax.bwd", 3 * e * scores, OpClass::attention));
-    pc.add(c.bgemm("attn.qk.dgrad", bh, s, s, dh));
-    pc.add(c.bgemm("attn.qk.wgrad", bh, s, s, dh));
+    pc.add(c.bgemm("attn.qk.dgrad", bh, s_q, s, dh));
+    pc.add(c.bgemm("attn.qk.wgrad", bh, s, s_q, dh));
+    // cp: K and V again, and their gradients reduce-scattered back to their owners, under the attention backward
+    if (p.cp > 1) add_overlapped(pc, c.comm_n("cp.kv.bwd", Coll::all_gather, cp_kv_bytes, 2, CommGroup::cp, pc));
     column_bwd(pc, "qkv", h, (h + 2 * kvd) / t, "qkv");
     pc.add(c.elem("ln1.bwd", 4 * e * n * h / tsp));
   };
@@ -284,7 +297,7 @@ CostModel build_cost_model(const Scenario& sc, const TpComm& tpc) {
     double moe_useful = cm.moe_fwd.flops - expert_fwd_flops * (1 - 1 / m.moe.capacity_factor);
     fwd_flops_mb = ((double)m.layers - moe_layers) * cm.layer_fwd.flops + moe_layers * moe_useful + cm.head_fwd.flops;
   }
-  cm.model_flops_per_step = 3 * fwd_flops_mb * t * (double)p.num_microbatches * p.dp;
+  cm.model_flops_per_step = 3 * fwd_flops_mb * t * (double)p.num_microbatches * p.data_ranks();
   return cm;
 }
 

@@ -43,8 +43,9 @@ struct PassCost {
 
 // Groups of the representative rank that collectives folded into compute ops run over:
 // tp = the whole TP group (1D), tp_row / tp_col = its 2D grid row / column (Optimus), ep = its expert-parallel
-// group (MoE all-to-alls).
-enum class CommGroup { tp = 0, tp_row = 1, tp_col = 2, ep = 3 };
+// group (MoE all-to-alls), cp = its context-parallel group (the K / V ring).
+enum class CommGroup { tp = 0, tp_row = 1, tp_col = 2, ep = 3, cp = 4 };
+inline constexpr int kCommGroups = 5;
 
 // Collective time (isolated) and per-member bytes, for collectives over one of the representative's groups.
 struct TpComm {

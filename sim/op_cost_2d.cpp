@@ -185,7 +185,7 @@ CostModel build_cost_model_2d(const Scenario& sc, const TpComm& tpc) {
 
   // ---- model FLOPs per step: 3 x forward (no recompute) over the whole batch, all q^2 TP ranks -------------
   double fwd_flops_mb = (double)m.layers * cm.layer_fwd.flops + cm.head_fwd.flops;
-  cm.model_flops_per_step = 3 * fwd_flops_mb * p.tp * (double)p.num_microbatches * p.dp;
+  cm.model_flops_per_step = 3 * fwd_flops_mb * p.tp * (double)p.num_microbatches * p.data_ranks();
   return cm;
 }
 

@@ -18,7 +18,7 @@ struct Ctx {
   int t;
   bool sp;
   double e;  // activation element bytes
-  int g_row = 1, g_col = 1, g_ep = 1;  // sizes of the 2D grid row / column and of the expert-parallel group
+  int g_row = 1, g_col = 1, g_ep = 1, g_cp = 1;  // sizes of the 2D grid row / column, the ep and cp groups
 
   int group_size(CommGroup g) const {
     switch (g) {
@@ -26,6 +26,7 @@ struct Ctx {
       case CommGroup::tp_row: return g_row;
       case CommGroup::tp_col: return g_col;
       case CommGroup::ep: return g_ep;
+      case CommGroup::cp: return g_cp;
     }
     return 1;
   }

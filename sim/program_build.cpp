@@ -34,8 +34,8 @@ CostModel cost_model_on(const Scenario& sc, const Topology& topo) {
   const Plan& p = sc.plan;
   // Groups of the representative (tp 0, dp 0, stage 0) for collectives folded into compute ops.
   const int q = p.tp_q();
-  std::vector<int> groups[4];
-  std::vector<std::vector<int>> lines[4];  // 2D: all parallel rows / columns of the representative's grid
+  std::vector<int> groups[kCommGroups];
+  std::vector<std::vector<int>> lines[kCommGroups];  // 2D: all parallel rows / columns of the representative's grid
   for (int k = 0; k < p.tp; ++k) groups[(int)CommGroup::tp].push_back(rank_global(p, k, 0, 0));
   if (p.tp_mode == TpMode::d2) {  // the representative sits at grid position (0, 0)
     int b = 1;
@@ -53,6 +53,7 @@ CostModel cost_model_on(const Scenario& sc, const Topology& topo) {
     lines[(int)CommGroup::tp_col] = cols;
   }
   for (int d = 0; d < p.ep; ++d) groups[(int)CommGroup::ep].push_back(rank_global(p, 0, d, 0));
+  for (int c = 0; c < p.cp; ++c) groups[(int)CommGroup::cp].push_back(rank_global(p, 0, c, 0));  // data ranks 0..cp-1
   std::map<std::tuple<int, double, int>, double> tp_cache;
   TpComm tpc;
   tpc.time_s = [&](Coll c, double bytes, CommGroup gk) {
@@ -85,10 +86,10 @@ BuildCtx::BuildCtx(const Scenario& s, Program& pr, Builder& b)
   nchunks = lay.num_model_chunks();
   eb = elem_bytes(sc.training);
   p2p_bytes = pipeline_send_bytes(sc, p.microbatch, p.tp);  // Megatron scatter-gather / Optimus [b/q, s, h/q]
-  bucket_params = grad_bucket_params(p.dp);
-  edp = p.dp / p.ep;
-  zero2 = p.zero >= 2 && p.dp > 1;
-  zero3 = p.zero >= 3 && p.dp > 1;
+  bucket_params = grad_bucket_params(p.data_ranks());
+  edp = p.data_ranks() / p.ep;
+  zero2 = p.zero >= 2 && p.data_ranks() > 1;
+  zero3 = p.zero >= 3 && p.data_ranks() > 1;
   okind = p.offload.kind;
   per_layer = p.zero >= 2 || okind == OffloadKind::granular || okind == OffloadKind::chunked ||
               p.grad_accumulation == GradAccumulation::layered;
@@ -171,7 +172,7 @@ void add_compute_pieces(BuildCtx& x) {
       // Pieces: one per layer when parameters or gradients move per layer; the final backward of a chunk per
       // layer too when its gradients are reduced in buckets during the backward; otherwise the whole chunk.
       bool split = x.per_layer || (final_item && p.overlap_grad_reduce && !x.shared &&
-                                   (p.dp > 1 || (x.M.tied_embeddings && p.pp > 1) || x.okind == OffloadKind::optimizer));
+                                   (p.data_ranks() > 1 || (x.M.tied_embeddings && p.pp > 1) || x.okind == OffloadKind::optimizer));
       pieces.clear();
       if (!split) {
         pieces.push_back(whole);

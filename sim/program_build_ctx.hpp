@@ -45,7 +45,7 @@ struct BuildCtx {
   Params piece_params(long long lo, long long hi, bool embed, bool head) const;
   Params offloaded_layer(long long l) const;           // whole layer, or only its experts
   Params offloaded_params(long long lo, long long hi) const;
-  double shard(const Params& pr, int stage) const { return zero_shard(pr, p.zero, stage, p.dp, edp); }
+  double shard(const Params& pr, int stage) const { return zero_shard(pr, p.zero, stage, p.data_ranks(), edp); }
   void edge(int a, int b) { if (a >= 0 && b >= 0) prog.in.edges.push_back({a, b}); }
   void hold(int r, int from, bool from_start, int to, double bytes, MemCat cat) {
     if (bytes > 0) prog.holds.push_back(MemHold{r, from, to, from_start, bytes, cat});

@@ -18,9 +18,9 @@ RankCtx make_rank_ctx(BuildCtx& x, int r) {
   rk.s = x.prog.sim_stage[r];
   rk.me = x.prog.sim_global[r];
   rk.rc = rank_coord(p, rk.me);
-  for (int d = 0; d < p.dp; ++d) rk.dp_group.push_back(rank_global(p, rk.rc.tp, d, rk.s));
-  for (int d = rk.rc.dp % p.ep; d < p.dp; d += p.ep) rk.edp_group.push_back(rank_global(p, rk.rc.tp, d, rk.s));
-  rk.dp_members = x.prog.full ? p.dp : 1;
+  for (int d = 0; d < p.data_ranks(); ++d) rk.dp_group.push_back(rank_global(p, rk.rc.tp, d, rk.s));
+  for (int d = rk.rc.dp % p.ep; d < p.data_ranks(); d += p.ep) rk.edp_group.push_back(rank_global(p, rk.rc.tp, d, rk.s));
+  rk.dp_members = x.prog.full ? p.data_ranks() : 1;
   rk.edp_members = x.prog.full ? x.edp : 1;
   rk.lane = &x.prog.in.lane_order[r * kLanes + kLaneCompute];
   rk.rs = &x.runs[r];
@@ -115,7 +115,7 @@ std::vector<Bucket> grad_buckets(BuildCtx& x, RankCtx& rk) {
   std::vector<Bucket> buckets;
   const std::vector<int>& lane = *rk.lane;
   const std::vector<Run>& rs = *rk.rs;
-  if (!(p.dp > 1 || x.okind == OffloadKind::optimizer)) return buckets;
+  if (!(p.data_ranks() > 1 || x.okind == OffloadKind::optimizer)) return buckets;
   if (!p.overlap_grad_reduce || x.shared) {
     int last = -1;
     for (int t : lane) if (x.prog.info[t].kind == TaskKind::bwd) last = t;
@@ -156,7 +156,7 @@ void add_grad_reductions(BuildCtx& x, RankCtx& rk) {
     base.model_chunk = b.chunk;
     base.bucket = b.index;
     int ready = b.last;
-    if (p.dp > 1) {
+    if (p.data_ranks() > 1) {
       std::vector<int> ids;
       Coll c = p.zero >= 1 ? Coll::reduce_scatter : Coll::all_reduce;
       dp_collective(x, rk, c, TaskKind::dp_reduce, b.pr, x.eb.g, b.last, base, &ids);
@@ -246,7 +246,7 @@ void add_shared_layer_reduce(BuildCtx& x, RankCtx& rk) {
 namespace {
 OptimizerSplit rank_optimizer_split(const BuildCtx& x, const RankCtx& rk, const ChunkPlan& chunks) {
   if (x.okind == OffloadKind::chunked) return OptimizerSplit{chunks.gpu_adam_params, chunks.cpu_adam_params};
-  return optimizer_split(rk.held, rk.off, x.okind, x.p.zero, x.p.dp, x.edp);
+  return optimizer_split(rk.held, rk.off, x.okind, x.p.zero, x.p.data_ranks(), x.edp);
 }
 }  // namespace
 
@@ -290,7 +290,7 @@ void add_optimizers(BuildCtx& x, RankCtx& rk, const ChunkPlan& chunks) {
       after_update = id;
     }
   }
-  if (p.zero >= 1 && p.zero <= 2 && p.dp > 1) {  // ZeRO-1/2: every rank gathers the updated parameters
+  if (p.zero >= 1 && p.zero <= 2 && p.data_ranks() > 1) {  // ZeRO-1/2: every rank gathers the updated parameters
     TaskInfo gi;
     std::vector<int> ids;
     dp_collective(x, rk, Coll::all_gather, TaskKind::dp_gather, rk.held, x.eb.e, after_update, gi, &ids);
@@ -310,7 +310,7 @@ RankStatic rank_static(BuildCtx& x, RankCtx& rk, const ChunkPlan& chunks) {
     st.host_bytes = chunks.host_bytes;
     if (!chunks.fits && x.prog.offload_note.empty()) x.prog.offload_note = chunks.why;
   } else {
-    StateBytes sb = state_bytes(rk.held, rk.off, x.okind, p.zero, p.dp, x.edp, x.eb);
+    StateBytes sb = state_bytes(rk.held, rk.off, x.okind, p.zero, p.data_ranks(), x.edp, x.eb);
     st.weights_bytes = sb.weights;
     st.gradients_bytes = sb.gradients;
     st.optimizer_bytes = sb.optimizer;

@@ -18,7 +18,7 @@ double zero_shard(const Params& pr, int zero, int stage, int dp, int edp) {
 }
 
 double pipeline_send_bytes(const Scenario& sc, long long microbatch, int tp) {
-  return precision_bytes(sc.training.precision) * (double)microbatch * (double)sc.training.seq_len *
+  return precision_bytes(sc.training.precision) * (double)microbatch * (double)sc.training.seq_len / sc.plan.cp *
          (double)sc.model.hidden / tp;
 }
 

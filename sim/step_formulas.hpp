@@ -32,7 +32,7 @@ struct Params {
 // The share of `pr` a rank keeps when ZeRO stage `zero` >= `stage` shards it over dp (experts over edp).
 double zero_shard(const Params& pr, int zero, int stage, int dp, int edp);
 
-// One pipeline send of one micro-batch: Megatron's scatter-gather sends 1/tp of [b, s, h].
+// One pipeline send of one micro-batch: Megatron's scatter-gather sends 1/tp of [b, s / cp, h].
 double pipeline_send_bytes(const Scenario& sc, long long microbatch, int tp);
 
 // Megatron's gradient bucket: max(40 M, 1 M x dp) parameters.

@@ -16,27 +16,27 @@ namespace {
 // The copy (src, dst) of representative flow `f` under translation (dd, dk).
 std::pair<int, int> copy_at(const Plan& p, const RepFlow& f, const std::map<int, int>& phase_dst, int dd, int dk) {
   RankCoord a = rank_coord(p, f.src), b = rank_coord(p, f.dst);
-  int s2 = rank_global(p, (a.tp + dk) % p.tp, (a.dp + dd) % p.dp, a.stage);
+  int s2 = rank_global(p, (a.tp + dk) % p.tp, (a.dp + dd) % p.data_ranks(), a.stage);
   if (f.group_spans_dp) {
     // The DP group holds its dp translates: their flow in this phase (ring order need not commute with the
     // shift), moved to the dk-th TP translate of the group. An expert-data-parallel group (dp ranks with one
     // residue mod ep) holds only the translates by multiples of ep: the rest is that flow shifted by
     // j = dd mod ep into the group of the next residues.
-    auto it = phase_dst.find(rank_global(p, a.tp, (a.dp + dd) % p.dp, a.stage));
+    auto it = phase_dst.find(rank_global(p, a.tp, (a.dp + dd) % p.data_ranks(), a.stage));
     int j = 0;
     if (it == phase_dst.end()) {
       j = dd % p.ep;
-      it = phase_dst.find(rank_global(p, a.tp, (a.dp + dd - j) % p.dp, a.stage));
+      it = phase_dst.find(rank_global(p, a.tp, (a.dp + dd - j) % p.data_ranks(), a.stage));
       if (it == phase_dst.end()) throw std::logic_error("symmetry: a data-parallel group that is not a dp translate");
     }
     RankCoord dc = rank_coord(p, it->second);
-    return {s2, rank_global(p, (dc.tp + dk) % p.tp, (dc.dp + j) % p.dp, dc.stage)};
+    return {s2, rank_global(p, (dc.tp + dk) % p.tp, (dc.dp + j) % p.data_ranks(), dc.stage)};
   }
-  return {s2, rank_global(p, (b.tp + dk) % p.tp, (b.dp + dd) % p.dp, b.stage)};
+  return {s2, rank_global(p, (b.tp + dk) % p.tp, (b.dp + dd) % p.data_ranks(), b.stage)};
 }
 
 bool aligned_layout(const Plan& p, const Topology& topo) {
-  const int G = topo.gpus_per_node, T = p.tp, B = p.dp * p.tp;
+  const int G = topo.gpus_per_node, T = p.tp, B = p.data_ranks() * p.tp;
   return !topo.fabric_blocking && G % T == 0 && (G % B == 0 || B % G == 0) && G % topo.nics_per_node == 0;
 }
 
@@ -69,7 +69,7 @@ CopyLoads copy_loads(const Plan& p, const Topology& topo, const std::vector<RepF
     // The copies to route.
     std::vector<std::pair<int, int>> copies;
     if (!fast) {
-      for (int dd = 0; dd < p.dp; ++dd)
+      for (int dd = 0; dd < p.data_ranks(); ++dd)
         for (int dk = 0; dk < p.tp; ++dk) copies.push_back(copy_at(p, f, phase_dst, dd, dk));
     } else {
       RankCoord a = rank_coord(p, f.src), b = rank_coord(p, f.dst);
@@ -80,7 +80,7 @@ CopyLoads copy_loads(const Plan& p, const Topology& topo, const std::vector<RepF
           RankCoord c = rank_coord(p, g);
           if (c.stage >= p.pp) continue;
           if (c.stage == a.stage)  // copies sent from g
-            picked.insert({(c.dp - a.dp + p.dp) % p.dp, (c.tp - a.tp + p.tp) % p.tp});
+            picked.insert({(c.dp - a.dp + p.data_ranks()) % p.data_ranks(), (c.tp - a.tp + p.tp) % p.tp});
           if (c.stage == b.stage) {  // copies received by g
             int dk = (c.tp - b.tp + p.tp) % p.tp;
             if (f.group_spans_dp) {
@@ -88,11 +88,11 @@ CopyLoads copy_loads(const Plan& p, const Topology& topo, const std::vector<RepF
               int j = 0;
               if (it == phase_src.end()) {  // another expert-data-parallel group: shift back into ours
                 j = ((c.dp - a.dp) % p.ep + p.ep) % p.ep;
-                it = phase_src.find(rank_global(p, b.tp, (c.dp - j + p.dp) % p.dp, c.stage));
+                it = phase_src.find(rank_global(p, b.tp, (c.dp - j + p.data_ranks()) % p.data_ranks(), c.stage));
               }
-              if (it != phase_src.end()) picked.insert({(rank_coord(p, it->second).dp + j - a.dp + p.dp) % p.dp, dk});
+              if (it != phase_src.end()) picked.insert({(rank_coord(p, it->second).dp + j - a.dp + p.data_ranks()) % p.data_ranks(), dk});
             } else {
-              picked.insert({(c.dp - b.dp + p.dp) % p.dp, dk});
+              picked.insert({(c.dp - b.dp + p.data_ranks()) % p.data_ranks(), dk});
             }
           }
         }
@@ -145,8 +145,8 @@ CopyLoads copy_loads(const Plan& p, const Topology& topo, const std::vector<RepF
         double rep = topo.latency_s(f.src, f.dst), worst = rep;
         // In an aligned layout a TP shift stays inside the node and keeps the GPUs' local order, so it cannot
         // change which switches a fat-tree send crosses, nor a send between whole-node stage blocks.
-        bool tp_shift_irrelevant = fast && (topo.net == NetTopology::fat_tree || (p.dp * p.tp) % topo.gpus_per_node == 0);
-        for (int dd = 0; dd < p.dp; ++dd)
+        bool tp_shift_irrelevant = fast && (topo.net == NetTopology::fat_tree || (p.data_ranks() * p.tp) % topo.gpus_per_node == 0);
+        for (int dd = 0; dd < p.data_ranks(); ++dd)
           for (int dk = 0; dk < (tp_shift_irrelevant ? 1 : p.tp); ++dk) {
             auto [s2, d2] = copy_at(p, f, phase_dst, dd, dk);
             worst = std::max(worst, topo.latency_s(s2, d2));

@@ -1,6 +1,9 @@
 // The planner's analytic pass (planner/analytic.hpp) against the event simulation: on every bundled example
 // scenario without a Pseudo-to-Real delink (scenarios/default.json, scenarios/examples/*.json), estimate_plan's
-// step time and peak memory per GPU are within 15% of simulate's. Prints the table.
+// step time is within 5% and its peak memory per GPU within 3% of simulate's. Prints the table.
+// One exception, stated: PatrickStar's chunked offload, whose per-moment Belady moves the closed form does not
+// replay (it counts the parameter chunks that do not fit next to the activations and the hybrid-Adam split):
+// step time within 10% there; the event simulation confirms every plan the planner reports.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -33,8 +36,8 @@ std::vector<fs::path> example_scenarios() {
 
 }  // namespace
 
-TEST(PlanAnalytic, StepTimeAndMemoryWithin15PercentOfSimulation) {
-  const double tol = 0.15;
+TEST(PlanAnalytic, StepTimeWithin5AndMemoryWithin3PercentOfSimulation) {
+  const double step_tol = 0.05, mem_tol = 0.03, chunked_step_tol = 0.10;
   int checked = 0;
   double worst_step = 0, worst_mem = 0;
   std::printf("%-34s %11s %11s %7s %11s %11s %7s\n", "scenario", "sim step", "analytic", "err", "sim GB", "analytic",
@@ -52,10 +55,11 @@ TEST(PlanAnalytic, StepTimeAndMemoryWithin15PercentOfSimulation) {
     double es = e.step_s / r.step_time_s - 1, em = e.peak_bytes / r.peak_bytes_per_gpu - 1;
     std::printf("%-34s %11.4f %11.4f %+6.1f%% %11.2f %11.2f %+6.1f%%\n", f.filename().string().c_str(), r.step_time_s,
                 e.step_s, es * 100, r.peak_bytes_per_gpu / 1e9, e.peak_bytes / 1e9, em * 100);
+    const double tol = sc.plan.offload.kind == OffloadKind::chunked ? chunked_step_tol : step_tol;
     EXPECT_LE(std::fabs(es), tol) << "step time: analytic " << e.step_s << " s, simulated " << r.step_time_s << " s";
-    EXPECT_LE(std::fabs(em), tol) << "peak memory: analytic " << e.peak_bytes << " B, simulated " << r.peak_bytes_per_gpu << " B";
+    EXPECT_LE(std::fabs(em), mem_tol) << "peak memory: analytic " << e.peak_bytes << " B, simulated " << r.peak_bytes_per_gpu << " B";
     // fits agrees with the simulation unless the peak is within the tolerance of the capacity.
-    if (std::fabs(r.peak_bytes_per_gpu / r.capacity_bytes - 1) > tol) {
+    if (std::fabs(r.peak_bytes_per_gpu / r.capacity_bytes - 1) > mem_tol) {
       EXPECT_EQ(e.fits, r.fits);
     }
     worst_step = std::max(worst_step, std::fabs(es));
@@ -81,7 +85,7 @@ TEST(PlanAnalytic, EstimatePlanMatchesTheSearchsPoints) {
     EXPECT_NEAR(e.step_s, c.point.est.step_s, 1e-9 * c.point.est.step_s);
     EXPECT_NEAR(e.peak_bytes, c.point.est.peak_bytes, 1e-6 * c.point.est.peak_bytes);
     EXPECT_TRUE(e.fits);
-    EXPECT_LE(std::fabs(e.step_s / c.sim->step_time_s - 1), 0.15);
-    EXPECT_LE(std::fabs(e.peak_bytes / c.sim->peak_bytes_per_gpu - 1), 0.15);
+    EXPECT_LE(std::fabs(e.step_s / c.sim->step_time_s - 1), 0.05);
+    EXPECT_LE(std::fabs(e.peak_bytes / c.sim->peak_bytes_per_gpu - 1), 0.03);
   }
 }

@@ -26,6 +26,7 @@ int group_size(const Groups& g, CommGroup c) {
     case CommGroup::tp_row: return g.row;
     case CommGroup::tp_col: return g.col;
     case CommGroup::ep: return g.ep;
+    case CommGroup::cp: return 1;
   }
   return 1;
 }

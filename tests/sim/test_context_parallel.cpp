@@ -1,0 +1,139 @@
+// Context parallelism (plan.cp): closed forms of the per-rank work and the K / V ring, gradients reduced over
+// dp x cp, the rank layout (cp between tp and dp, inside a node first), symmetric against full-cluster mode,
+// and the validation rules.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "sim/program.hpp"
+#include "sim/simulate.hpp"
+#include "sim/step_formulas.hpp"
+#include "sim_test_util.hpp"
+
+using namespace tp;
+using namespace tp::testutil;
+
+namespace {
+
+json finite_cluster() {
+  json c = ideal_cluster(8, 8);
+  c["intra_node"]["bandwidth_bytes_per_s"] = 2e11;
+  c["intra_node"]["latency_s"] = 3e-6;
+  c["inter_node"]["nic_bandwidth_bits_per_s"] = 2e11;
+  c["inter_node"]["latency_s"] = 5e-6;
+  c["inter_node"]["nics_per_node"] = 4;
+  c["gpu"]["hbm_bandwidth_bytes_per_s"] = 2e12;
+  return c;
+}
+
+json cp_plan(int dp, int cp, int tp, int pp, int zero = 1, const char* recompute = "none") {
+  json p = plan_json(dp, tp, pp, 1, "1f1b", recompute, tp > 1, zero);
+  p["cp"] = cp;
+  return p;
+}
+
+const Op* find_op(const PassCost& pc, const std::string& name) {
+  for (const Op& op : pc.ops) if (op.name == name) return &op;
+  return nullptr;
+}
+
+double gemm_flops(const PassCost& pc, const std::string& name) {
+  const Op* op = find_op(pc, name);
+  return op ? op->flops : -1;
+}
+
+}  // namespace
+
+TEST(ContextParallel, RankLayoutPutsCpBetweenTpAndDp) {
+  Plan p;
+  p.tp = 2; p.cp = 4; p.dp = 3; p.pp = 2;
+  EXPECT_EQ(p.gpus(), 48);
+  EXPECT_EQ(p.data_ranks(), 12);
+  // global = tp + tp * (cp_rank + cp * (dp_rank + dp * stage)); RankCoord.dp is the data rank.
+  EXPECT_EQ(rank_global(p, 1, 2 + 4 * 1, 1), 1 + 2 * (2 + 4 * (1 + 3 * 1)));
+  RankCoord rc = rank_coord(p, 37);
+  EXPECT_EQ(rank_global(p, rc.tp, rc.dp, rc.stage), 37);
+  EXPECT_EQ(rc.tp, 37 % 2);
+  EXPECT_EQ(rc.dp, (37 / 2) % 12);
+  EXPECT_EQ(rc.stage, 37 / 24);
+}
+
+TEST(ContextParallel, PerRankWorkIsTheSequenceShareAndTheRingMovesKV) {
+  json model = gpt_model(4, 1024, 16, 32000, 8192);
+  Scenario one = make_scenario(model, finite_cluster(), 8, cp_plan(8, 1, 1, 1), "bf16");
+  Scenario two = make_scenario(model, finite_cluster(), 8, cp_plan(4, 2, 1, 1), "bf16");
+  Program p1 = build_program(one, false), p2 = build_program(two, false);
+  const double s = 8192, h = 1024, e = 2, kvd = 1024;
+  // Linear layers: FLOPs over n = b * s / cp tokens.
+  EXPECT_NEAR(gemm_flops(p2.cm.layer_fwd, "qkv"), 2 * (s / 2) * h * (h + 2 * kvd), 1);
+  EXPECT_NEAR(gemm_flops(p2.cm.layer_fwd, "qkv") * 2, gemm_flops(p1.cm.layer_fwd, "qkv"), 1);
+  EXPECT_NEAR(gemm_flops(p2.cm.layer_fwd, "fc1") * 2, gemm_flops(p1.cm.layer_fwd, "fc1"), 1);
+  // The forward ring: an all-gather of the micro-batch's K and V over the 2 cp ranks (one node): each rank
+  // sends (cp - 1) / cp of S = e * b * s * 2 kvd; the backward twice that (K, V again and their gradients).
+  const Op* kv = find_op(p2.cm.layer_fwd, "cp.kv");
+  ASSERT_NE(kv, nullptr);
+  EXPECT_NEAR(kv->bytes, e * s * 2 * kvd, 1);
+  const Op* kvb = find_op(p2.cm.layer_bwd, "cp.kv.bwd");
+  ASSERT_NE(kvb, nullptr);
+  EXPECT_NEAR(kvb->bytes, 2 * e * s * 2 * kvd, 1);
+  EXPECT_EQ(find_op(p1.cm.layer_fwd, "cp.kv"), nullptr);
+  // Overlapped with the attention compute: only the excess is on the compute stream.
+  EXPECT_NEAR(kv->time_s + kv->hidden_s, kv->time_s + kv->hidden_s, 0);
+  EXPECT_GT(kv->hidden_s, 0);
+  // Activations stored per layer: the full-recompute checkpoint is one [n, h] tensor, halved by cp 2.
+  Scenario one_full = make_scenario(model, finite_cluster(), 8, cp_plan(8, 1, 1, 1, 1, "full"), "bf16");
+  Scenario two_full = make_scenario(model, finite_cluster(), 8, cp_plan(4, 2, 1, 1, 1, "full"), "bf16");
+  EXPECT_NEAR(build_program(two_full, false).cm.layer_stored_bytes, e * (s / 2) * h, 1);
+  EXPECT_NEAR(build_program(one_full, false).cm.layer_stored_bytes, e * s * h, 1);
+  // Pipeline sends carry [b, s / cp, h] / tp.
+  EXPECT_NEAR(pipeline_send_bytes(two, 1, 1), e * (s / 2) * h, 1);
+}
+
+TEST(ContextParallel, GradientsAndZeroShardsSpanDpTimesCp) {
+  json model = gpt_model(4, 1024, 16, 32000, 8192);
+  // dp 2 x cp 4 = 8 data ranks: ZeRO-1 optimizer state is 12 bytes x params / 8, as with dp 8 and no cp.
+  Result a = simulate(make_scenario(model, finite_cluster(), 8, cp_plan(2, 4, 1, 1, 1), "bf16"));
+  Result b = simulate(make_scenario(model, finite_cluster(), 8, cp_plan(8, 1, 1, 1, 1), "bf16"));
+  EXPECT_NEAR(a.memory.optimizer, b.memory.optimizer, 1e-9 * b.memory.optimizer);
+  EXPECT_NEAR(a.memory.weights, b.memory.weights, 1e-9 * b.memory.weights);
+  // Same global batch and tokens per step: each cp rank processes a quarter of the sequence of its dp
+  // replica's micro-batches.
+  EXPECT_NEAR(a.tokens_per_s * a.step_time_s, b.tokens_per_s * b.step_time_s, 1e-6 * b.tokens_per_s * b.step_time_s);
+  EXPECT_NEAR(a.model_tflops_per_gpu * a.step_time_s, b.model_tflops_per_gpu * b.step_time_s,
+              1e-6 * b.model_tflops_per_gpu * b.step_time_s);
+}
+
+TEST(ContextParallel, SymmetricAgreesWithFullCluster) {
+  json model = gpt_model(8, 1024, 16, 32000, 8192);
+  for (json plan : {cp_plan(2, 2, 2, 2, 1), cp_plan(4, 4, 1, 2, 3), cp_plan(1, 8, 2, 1, 2)}) {
+    SCOPED_TRACE(plan.dump());
+    Scenario sc = make_scenario(model, finite_cluster(), 16, plan, "bf16");
+    SimOptions sym, full;
+    full.full_cluster = true;
+    Result x = simulate(sc, sym), y = simulate(sc, full);
+    EXPECT_FALSE(x.fallback_to_full);
+    EXPECT_NEAR(x.step_time_s, y.step_time_s, 1e-9 * y.step_time_s);
+    EXPECT_NEAR(x.peak_bytes_per_gpu, y.peak_bytes_per_gpu, 1e-9 * y.peak_bytes_per_gpu);
+  }
+}
+
+TEST(ContextParallel, ValidationNamesThePath) {
+  json model = gpt_model(4, 1024, 16, 32000, 8192);
+  auto error_of = [&](json plan, long long batch = 8, long long seq = 8192) {
+    json m = model;
+    m["seq_len"] = seq;
+    try {
+      make_scenario(m, finite_cluster(), batch, plan, "bf16");
+    } catch (const InputError& e) {
+      std::string all;
+      for (const std::string& m2 : e.messages) all += m2 + "\n";
+      return all;
+    }
+    return std::string();
+  };
+  json p = cp_plan(4, 3, 1, 1);
+  EXPECT_NE(error_of(p, 8, 8188).find("$.plan.cp: needs 2 x cp (6) to divide seq_len"), std::string::npos)
+      << error_of(p, 8, 8188);
+  json big = cp_plan(64, 2, 1, 1);
+  EXPECT_NE(error_of(big, 64).find("dp x cp x tp x pp = 128 GPUs exceeds"), std::string::npos) << error_of(big, 64);
+}
