@@ -22,6 +22,10 @@ enum class TpMode { d1 = 0, d2 = 1 };  // "1d" Megatron column/row parallel; "2d
 // micro-batch through one layer before the next layer.
 enum class GradAccumulation { standard = 0, layered = 1 };
 enum class OffloadKind { none = 0, optimizer = 1, granular = 2, chunked = 3 };
+// flash: one fused IO-aware kernel (FlashAttention-2/3), no s x s tensor in HBM; unfused: Megatron-LM's 2021
+// core (two batched GEMMs, softmax and dropout over the s x s scores).
+enum class Attention { flash = 0, unfused = 1 };
+const char* attention_name(Attention a);
 const char* schedule_name(Schedule s);
 const char* recompute_name(Recompute r);
 const char* tp_mode_name(TpMode m);
@@ -78,6 +82,9 @@ struct Plan {
   GradAccumulation grad_accumulation = GradAccumulation::standard;
   Offload offload;
   int ep = 1;                  // expert parallelism: experts of each MoE layer sharded over ep ranks of the dp group
+  // JSON default (read_plan) "flash". The C++ default is unfused so that code building a Plan field by field
+  // (the planner's analytic estimate) keeps the unfused cost until it sets this field.
+  Attention attention = Attention::unfused;
   int shared_layers = 0;       // not a JSON key: > 0 in a delink pseudo phase (k unique layers shared by all L)
   long long num_microbatches = 1;  // derived: global_batch / (dp * microbatch)
   int gpus() const { return dp * tp * pp; }
