@@ -27,6 +27,8 @@ void check_runnable(const Scenario& sc) {
        "$.plan.tp: must divide the model's vocab (" + std::to_string(sc.model.vocab) + ") for the vocabulary-parallel embedding");
   need(p.ep == 1 && sc.model.moe.experts == 0, "mixture of experts ($.model.moe, $.plan.ep)");
   need(p.cp == 1, "$.plan.cp: context parallelism");
+  // plan.attention is a cost-model choice: the executor computes exact attention either way.
+  need(sc.training.precision != Precision::fp8, "$.training.precision \"fp8\" (the CPU backend has no fp8 GEMMs)");
   if (sc.delink.on()) {
     const Plan* pp = sc.delink.plan.get();
     need(p.pp == 1, "$.plan.delink with pp > 1 (weight groups shared across stages)");

@@ -10,11 +10,14 @@ const char* precision_name(Precision p) {
     case Precision::fp32: return "fp32";
     case Precision::fp16: return "fp16";
     case Precision::bf16: return "bf16";
+    case Precision::fp8: return "fp8";
   }
   return "?";
 }
 
 int precision_bytes(Precision p) { return p == Precision::fp32 ? 4 : 2; }
+
+Precision tensor_precision(Precision training) { return training == Precision::fp8 ? Precision::bf16 : training; }
 
 double Curve::at(double x) const {
   if (points.empty()) return 1.0;
@@ -60,10 +63,12 @@ json curve_to_json(const Curve& c) {
   return a;
 }
 
-static void read_by_precision(Reader& r, const std::string& key, double out[kPrecisions], bool required) {
+// {"fp32", "fp16", "bf16"} of FLOP/s, plus an optional "fp8" (0 when absent) where `fp8` allows it.
+static void read_by_precision(Reader& r, const std::string& key, double out[kPrecisions], bool fp8) {
   const json* v = r.get(key);
   if (!v) {
-    if (required) r.issues->add(r.at(key), "missing; expected an object {\"fp32\", \"fp16\", \"bf16\"} of FLOP/s");
+    r.issues->add(r.at(key), std::string("missing; expected an object {\"fp32\", \"fp16\", \"bf16\"") +
+                                 (fp8 ? ", \"fp8\"?" : "") + "} of FLOP/s");
     return;
   }
   Reader p(*v, r.at(key), *r.issues);
@@ -71,7 +76,9 @@ static void read_by_precision(Reader& r, const std::string& key, double out[kPre
   out[0] = p.req_num("fp32", 0);
   out[1] = p.req_num("fp16", 0);
   out[2] = p.req_num("bf16", 0);
-  p.finish({"fp32", "fp16", "bf16"});
+  if (fp8) out[3] = p.opt_num("fp8", 0, 0);
+  if (fp8) p.finish({"fp32", "fp16", "bf16", "fp8"});
+  else p.finish({"fp32", "fp16", "bf16"});
 }
 
 Gpu read_gpu(const json& v, const std::string& path, Issues& issues) {
@@ -81,26 +88,35 @@ Gpu read_gpu(const json& v, const std::string& path, Issues& issues) {
   g.name = r.opt_str("name", "");
   r.opt_str("about", "");
   read_by_precision(r, "matrix_flops_per_s", g.matrix_flops_per_s, true);
-  read_by_precision(r, "vector_flops_per_s", g.vector_flops_per_s, true);
+  read_by_precision(r, "vector_flops_per_s", g.vector_flops_per_s, false);
   g.hbm_bytes = r.req_num("hbm_bytes", 1);
   g.hbm_bandwidth_bytes_per_s = r.req_num("hbm_bandwidth_bytes_per_s", 1);
   if (const json* c = r.get("matrix_efficiency")) g.matrix_efficiency = read_curve(*c, r.at("matrix_efficiency"), issues);
   else issues.add(r.at("matrix_efficiency"), "missing; expected an efficiency curve [[flops, efficiency], ...]");
   if (const json* c = r.get("memory_efficiency")) g.memory_efficiency = read_curve(*c, r.at("memory_efficiency"), issues);
   else issues.add(r.at("memory_efficiency"), "missing; expected an efficiency curve [[bytes, efficiency], ...]");
+  if (const json* c = r.get("attention_efficiency")) g.attention_efficiency = read_curve(*c, r.at("attention_efficiency"), issues);
+  if (const json* c = r.get("fp8_matrix_efficiency")) g.fp8_matrix_efficiency = read_curve(*c, r.at("fp8_matrix_efficiency"), issues);
+  g.attention_tile_rows = (double)r.opt_int("attention_tile_rows", 128, 1, 1 << 20);
+  g.sm_count = (double)r.opt_int("sm_count", 1, 1, 1 << 20);
   g.kernel_overhead_s = r.opt_num("kernel_overhead_s", 0, 0, 1);
   g.power_w = r.opt_num("power_w", 0, 0);
   if (g.matrix_flops_per_s[0] <= 0 && g.matrix_flops_per_s[1] <= 0 && g.matrix_flops_per_s[2] <= 0 && r.has("matrix_flops_per_s"))
     issues.add(r.at("matrix_flops_per_s"), "at least one precision needs a peak > 0");
   r.finish({"name", "about", "matrix_flops_per_s", "vector_flops_per_s", "hbm_bytes", "hbm_bandwidth_bytes_per_s",
-            "matrix_efficiency", "memory_efficiency", "kernel_overhead_s", "power_w"});
+            "matrix_efficiency", "memory_efficiency", "attention_efficiency", "fp8_matrix_efficiency",
+            "attention_tile_rows", "sm_count", "kernel_overhead_s", "power_w"});
   return g;
 }
 
-static json by_precision(const double v[kPrecisions]) { return {{"fp32", v[0]}, {"fp16", v[1]}, {"bf16", v[2]}}; }
+static json by_precision(const double v[kPrecisions]) {
+  json j = {{"fp32", v[0]}, {"fp16", v[1]}, {"bf16", v[2]}};
+  if (v[3] > 0) j["fp8"] = v[3];  // optional key: absent reads as 0
+  return j;
+}
 
 json gpu_to_json(const Gpu& g) {
-  return {{"name", g.name},
+  json j = {{"name", g.name},
           {"matrix_flops_per_s", by_precision(g.matrix_flops_per_s)},
           {"vector_flops_per_s", by_precision(g.vector_flops_per_s)},
           {"hbm_bytes", g.hbm_bytes},
@@ -109,6 +125,12 @@ json gpu_to_json(const Gpu& g) {
           {"memory_efficiency", curve_to_json(g.memory_efficiency)},
           {"kernel_overhead_s", g.kernel_overhead_s},
           {"power_w", g.power_w}};
+  // Optional keys, written only when they differ from their defaults (round trip; older outputs unchanged).
+  if (!g.attention_efficiency.points.empty()) j["attention_efficiency"] = curve_to_json(g.attention_efficiency);
+  if (!g.fp8_matrix_efficiency.points.empty()) j["fp8_matrix_efficiency"] = curve_to_json(g.fp8_matrix_efficiency);
+  if (g.attention_tile_rows != 128) j["attention_tile_rows"] = g.attention_tile_rows;
+  if (g.sm_count != 1) j["sm_count"] = g.sm_count;
+  return j;
 }
 
 }  // namespace tp

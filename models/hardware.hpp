@@ -9,10 +9,17 @@
 
 namespace tp {
 
-enum class Precision { fp32 = 0, fp16 = 1, bf16 = 2 };
-inline constexpr int kPrecisions = 3;
+// fp8 is Transformer Engine's mixed fp8 training (training.precision only): the linear layers' GEMMs run in
+// fp8 (e4m3 forward, e5m2 gradients); activations, weights, non-linear ops, attention and communication stay
+// bf16. So precision_bytes(fp8) = 2 (the bf16 element) and the GEMM precisions come from the two helpers below.
+enum class Precision { fp32 = 0, fp16 = 1, bf16 = 2, fp8 = 3 };
+inline constexpr int kPrecisions = 4;
 const char* precision_name(Precision p);
-int precision_bytes(Precision p);  // bytes of one activation / weight element
+int precision_bytes(Precision p);  // bytes of one activation / weight element (fp8 training: bf16, 2)
+// Precision of the GEMMs that fp8 training leaves in bf16 (attention, LM head, MoE router): bf16 under fp8.
+Precision tensor_precision(Precision training);
+// Precision of the linear layers' GEMMs (qkv, proj, fc1, fc2, MoE experts; forward, dgrad, wgrad).
+inline Precision linear_gemm_precision(Precision training) { return training; }
 
 // Piecewise-linear efficiency in log10(x), clamped at both ends. x is an op size (FLOPs or bytes).
 // JSON: [[x0, eff0], [x1, eff1], ...] with x strictly increasing, eff in (0, 1].
@@ -25,12 +32,22 @@ json curve_to_json(const Curve& c);
 
 struct Gpu {
   std::string name;
-  double matrix_flops_per_s[kPrecisions] = {0, 0, 0};  // dense tensor-core peak by precision
-  double vector_flops_per_s[kPrecisions] = {0, 0, 0};  // non-matrix (CUDA core) peak by precision
+  double matrix_flops_per_s[kPrecisions] = {0, 0, 0, 0};  // dense tensor-core peak by precision (fp8 optional)
+  double vector_flops_per_s[kPrecisions] = {0, 0, 0, 0};  // non-matrix (CUDA core) peak by precision (no fp8)
   double hbm_bytes = 0;
   double hbm_bandwidth_bytes_per_s = 0;
   Curve matrix_efficiency;   // x = FLOPs of one GEMM -> fraction of matrix peak achieved
   Curve memory_efficiency;   // x = bytes moved by one memory-bound op -> fraction of HBM bandwidth
+  // Optional: x = FLOPs of one fused (flash) attention op -> fraction of the matrix peak; empty = matrix_efficiency.
+  Curve attention_efficiency;
+  // Optional: x = FLOPs of one fp8 GEMM -> fraction of the fp8 matrix peak; empty = matrix_efficiency.
+  Curve fp8_matrix_efficiency;
+  // Flash attention IO model: query rows per tile (Br) and streaming multiprocessors, whose concurrent row
+  // tiles of one head share each K / V read through L2 (1 = every tile reads K / V from HBM, Dao et al.'s model).
+  double attention_tile_rows = 128;
+  double sm_count = 1;
+  const Curve& attention_curve() const { return attention_efficiency.points.empty() ? matrix_efficiency : attention_efficiency; }
+  const Curve& fp8_curve() const { return fp8_matrix_efficiency.points.empty() ? matrix_efficiency : fp8_matrix_efficiency; }
   double kernel_overhead_s = 0;  // fixed cost per launched kernel (launch + tail)
   double power_w = 0;            // board power at training load
 };

@@ -22,6 +22,10 @@ enum class TpMode { d1 = 0, d2 = 1 };  // "1d" Megatron column/row parallel; "2d
 // micro-batch through one layer before the next layer.
 enum class GradAccumulation { standard = 0, layered = 1 };
 enum class OffloadKind { none = 0, optimizer = 1, granular = 2, chunked = 3 };
+// flash: one fused IO-aware kernel (FlashAttention-2/3), no s x s tensor in HBM; unfused: Megatron-LM's 2021
+// core (two batched GEMMs, softmax and dropout over the s x s scores).
+enum class Attention { flash = 0, unfused = 1 };
+const char* attention_name(Attention a);
 const char* schedule_name(Schedule s);
 const char* recompute_name(Recompute r);
 const char* tp_mode_name(TpMode m);
@@ -82,6 +86,7 @@ struct Plan {
   // chunks (causal load balancing), K and V exchanged around the cp ring; weights replicated over cp, so
   // gradients are reduced (and ZeRO shards) over the dp x cp data ranks.
   int cp = 1;
+  Attention attention = Attention::flash;  // the core's kernel (cost model only; the 2021 published runs: unfused)
   int shared_layers = 0;       // not a JSON key: > 0 in a delink pseudo phase (k unique layers shared by all L)
   long long num_microbatches = 1;  // derived: global_batch / (dp * microbatch)
   int gpus() const { return dp * cp * tp * pp; }

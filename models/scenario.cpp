@@ -42,6 +42,8 @@ const char* offload_kind_name(OffloadKind k) {
   return "?";
 }
 
+const char* attention_name(Attention a) { return a == Attention::unfused ? "unfused" : "flash"; }
+
 int Plan::tp_q() const {
   if (tp_mode != TpMode::d2) return 1;
   int q = 1;
@@ -77,12 +79,7 @@ static Training read_training(const json& v, const Transformer& m, Issues& issue
   t.target_loss = read_open_num(r, "target_loss", 0, 0, 100, false);
   if (t.tokens > 0 && t.target_loss > 0)
     issues.add(r.at("target_loss"), "give either tokens (the run's length) or target_loss (where it stops), not both");
-  if (r.has("precision") && r.obj->at("precision") == "fp8") {
-    r.get("precision");
-    issues.add(r.at("precision"), "\"fp8\" is not supported yet; expected one of \"fp32\", \"fp16\", \"bf16\"");
-  } else {
-    t.precision = (Precision)r.opt_enum("precision", {"fp32", "fp16", "bf16"}, 1);
-  }
+  t.precision = (Precision)r.opt_enum("precision", {"fp32", "fp16", "bf16", "fp8"}, 1);
   t.grad_precision = (Precision)r.opt_enum("grad_precision", {"fp32", "fp16", "bf16"}, 0);
   r.finish({"global_batch", "seq_len", "tokens", "target_loss", "precision", "grad_precision"});
   return t;
@@ -197,9 +194,10 @@ static Plan read_plan(const json& v, const std::string& path, Issues& issues, De
   if (const json* o = r.get("offload")) p.offload = read_offload(*o, r.at("offload"), issues);
   p.ep = (int)r.opt_int("ep", 1, 1, 1 << 24);
   p.cp = (int)r.opt_int("cp", 1, 1, 1 << 16);
+  p.attention = (Attention)r.opt_enum("attention", {"flash", "unfused"}, (int)Attention::flash);
   std::vector<std::string> keys = {"dp", "tp", "pp", "virtual_stages", "microbatch", "schedule", "sequence_parallel",
                                    "recompute", "zero", "overlap_grad_reduce", "tp_mode", "grad_accumulation",
-                                   "offload", "ep", "tp_grid", "cp"};
+                                   "offload", "ep", "tp_grid", "cp", "attention"};
   if (const json* d = r.get("delink")) {
     if (delink) *delink = read_delink(*d, r.at("delink"), issues);
     else issues.add(r.at("delink"), "not allowed in a pseudo phase's plan (a pseudo phase cannot be delinked again)");
@@ -255,6 +253,9 @@ void validate_plan(const Transformer& m, const Cluster& c, const Training& t, Pl
       is.add(at("cp"), "needs 2 x cp (" + s(2LL * p.cp) + ") to divide seq_len (" + s(t.seq_len) +
                            "): each sequence is cut into 2 cp chunks for the causal load balance");
     if (p.tp_mode == TpMode::d2) is.add(at("cp"), "context parallelism with tp_mode \"2d\" is not modelled; use tp_mode \"1d\"");
+    if (p.attention != Attention::flash)
+      is.add(at("cp"), "context parallelism needs attention \"flash\" (Megatron-LM runs its K/V ring inside Transformer "
+                       "Engine's fused attention), got \"" + std::string(attention_name(p.attention)) + "\"");
   }
   // Pipeline. modular without virtual_stages: one layer per model chunk.
   if (p.virtual_stages <= 0)
@@ -345,7 +346,14 @@ void validate_plan(const Transformer& m, const Cluster& c, const Training& t, Pl
                                  "needs the number of micro-batches (" + s(nm) + ") to be a multiple of pp (" + s(p.pp) + ")");
     }
   }
-  if (c.gpu.matrix_flops_per_s[(int)t.precision] <= 0 && !c.gpu.matrix_efficiency.points.empty())
+  if (t.precision == Precision::fp8 && c.gpu.matrix_flops_per_s[(int)Precision::fp8] <= 0 &&
+      !c.gpu.matrix_efficiency.points.empty())
+    is.add("$.training.precision", std::string("fp8 needs a GPU with fp8 tensor cores; ") + c.gpu.name + " has none");
+  else if (t.precision == Precision::fp8 && c.gpu.matrix_flops_per_s[(int)Precision::bf16] <= 0 &&
+           !c.gpu.matrix_efficiency.points.empty())
+    is.add("$.training.precision", std::string("fp8 training keeps attention and the other GEMMs in bf16; ") +
+                                       c.gpu.name + " has no bf16 support (peak 0 in its profile)");
+  else if (c.gpu.matrix_flops_per_s[(int)t.precision] <= 0 && !c.gpu.matrix_efficiency.points.empty())
     is.add("$.training.precision", std::string("the GPU ") + c.gpu.name + " has no " + precision_name(t.precision) +
                                        " support (peak 0 in its profile)");
 }
@@ -453,7 +461,7 @@ static json plan_to_json(const Plan& p) {
             {"sequence_parallel", p.sequence_parallel}, {"recompute", recompute_name(p.recompute)},
             {"zero", p.zero}, {"overlap_grad_reduce", p.overlap_grad_reduce},
             {"tp_mode", tp_mode_name(p.tp_mode)}, {"grad_accumulation", grad_accumulation_name(p.grad_accumulation)},
-            {"ep", p.ep}, {"num_microbatches", p.num_microbatches}};
+            {"ep", p.ep}, {"attention", attention_name(p.attention)}, {"num_microbatches", p.num_microbatches}};
   if (p.cp > 1) j["cp"] = p.cp;
   if (p.tp_mode == TpMode::d2) j["tp_grid"] = p.tp_grid_node_blocks ? "node_blocks" : "rows";
   const Offload& o = p.offload;

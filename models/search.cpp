@@ -81,12 +81,19 @@ Fix read_fix(const json& v, const std::string& path, Issues& is) {
     out = x.get<bool>();
     return true;
   });
+  read_fix_list(r, "attention", f.attention, enum_of<Attention>({"flash", "unfused"}, is));
   r.finish({"dp", "tp", "pp", "virtual_stages", "zero", "ep", "cp", "microbatch", "global_batch", "schedule", "recompute",
-            "tp_mode", "grad_accumulation", "offload", "sequence_parallel"});
+            "tp_mode", "grad_accumulation", "offload", "sequence_parallel", "attention"});
   return f;
 }
 
 }  // namespace
+
+Attention search_attention(const Fix& f) {
+  for (Attention a : f.attention)
+    if (a == Attention::flash) return a;
+  return f.attention.empty() ? Attention::flash : Attention::unfused;
+}
 
 Search read_search(const json& v, const std::string& path, Issues& is) {
   Search s;

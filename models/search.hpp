@@ -22,7 +22,12 @@ struct Fix {
   std::vector<GradAccumulation> grad_accumulation;
   std::vector<OffloadKind> offload;
   std::vector<bool> sequence_parallel;
+  std::vector<Attention> attention;
 };
+
+// The attention kind a search plans with: flash unless the fix allows only "unfused". Flash dominates unfused
+// (less work, no s x s activations), so it is not searched as a choice.
+Attention search_attention(const Fix& f);
 
 // "compare": the shortest-time question of Lamy-Poirier — the search repeated with LGA+MPP forbidden and
 // allowed, on the cluster's own inter-node network and on an Ethernet-class one.

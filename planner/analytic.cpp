@@ -43,6 +43,7 @@ const MicroCost& AnalyticModel::micro(const Layout& lay, long long mb, bool sp, 
   s.search.reset();
   Plan& p = s.plan;
   p = Plan{};
+  p.attention = sc.search ? search_attention(sc.search->fix) : sc.plan.attention;  // one kind per model
   p.tp = lay.tp; p.dp = lay.ep; p.pp = 1; p.ep = lay.ep; p.cp = lay.cp; p.tp_mode = lay.tp_mode;
   p.tp_grid_node_blocks = lay.node_blocks;
   p.microbatch = mb; p.sequence_parallel = sp; p.recompute = rc;

@@ -41,6 +41,7 @@ Scenario Confirmer::scenario_of(const Point& p, bool* valid) const {
   s.search.reset();
   s.training.global_batch = p.batch;
   s.plan = plan_from(p.lay, p.ch);
+  if (sc.search) s.plan.attention = search_attention(sc.search->fix);
   if (s.plan.offload.kind == OffloadKind::chunked && sc.search)  // PatrickStar's GPU budget within the headroom
     s.plan.offload.gpu_memory_fraction = std::min(s.plan.offload.gpu_memory_fraction, 1 - sc.search->memory_headroom);
   Issues is;  // derives the plan's counts (num_microbatches, offload layers)

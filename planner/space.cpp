@@ -80,7 +80,7 @@ std::vector<Layout> enumerate_layouts(const Scenario& sc, const SpaceLimits& lim
   // rank keeps at least 2048 tokens of a sequence, or as fixed by the user.
   std::vector<int> cps;
   const long long seq = sc.training.seq_len;
-  const bool cp_allowed = true;
+  const bool cp_allowed = search_attention(fx) == Attention::flash;  // validate_plan: cp needs flash attention
   for (int cp = 1; cp <= gmax && 2LL * cp <= seq; cp *= 2)
     if (seq % (2LL * cp) == 0 || cp == 1)
       if (fx.cp.empty() ? cp == 1 || (seq / cp >= 2048 && cp_allowed) : allowed(fx.cp, cp)) cps.push_back(cp);

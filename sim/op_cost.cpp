@@ -60,7 +60,7 @@ CostModel build_cost_model(const Scenario& sc, const TpComm& tpc) {
   const bool gpt = m.activation == Activation::gelu;  // GPT-style: biases, learned positions, dropout
   const bool swiglu = !gpt;
   const bool drop = m.dropout;                        // dropout ops and masks (default: GPT-style models)
-  detail::Ctx c{&sc.cluster.gpu, sc.training.precision, &tpc, p.tp, sp, (double)precision_bytes(sc.training.precision)};
+  detail::Ctx c = detail::Ctx::of(sc, &tpc, p.tp, sp);
   c.g_ep = p.ep;
   c.g_cp = p.cp;
   const double e = c.e;
@@ -68,17 +68,37 @@ CostModel build_cost_model(const Scenario& sc, const TpComm& tpc) {
   const double cp_kv_bytes = e * b * s * 2 * kvd / t;  // the micro-batch's K and V per TP rank (cp ring buffer)
   const double f_in = swiglu ? 2 * f : f;      // fc1 output width (gate and up for SwiGLU)
   const double mask = drop ? 1 : 0;            // dropout masks are 1 byte per element
+  const bool flash = p.attention == Attention::flash;
+  const double bh = b * a / t, kv_bh = b * (double)m.kv_heads / t, dh = (double)m.head_dim();
+  // fp8: bytes of a stored linear-layer input (Transformer Engine saves the fp8 cast, 1 byte, for backward)
+  const double el = c.fp8 ? 1 : e;
+  // fp8 casts of a linear's input [rows, K] and weight [K, N] (forward) / of its output gradient (backward)
+  auto cast_fwd = [&](PassCost& pc, const std::string& name, double rows, double K, double N, bool rc) {
+    if (!c.fp8) return;
+    Op op = c.cast(name + ".fp8_cast", rows * K + K * N);
+    op.recompute = rc;
+    pc.add(op);
+  };
+  auto cast_bwd = [&](PassCost& pc, const std::string& name, double rows, double N) {
+    if (c.fp8) pc.add(c.cast(name + ".fp8_cast.bwd", rows * N));
+  };
 
   CostModel cm;
   // ---- layer forward: attention half, dense MLP half ------------------------------------------------------
   auto attention_core = [&](PassCost& pc, bool recompute) {
-    Op qk = c.bgemm("attn.qk", b * a / t, s_q, (double)m.head_dim(), s);  // [s_q,dh] x [dh,s] per head
-    Op sm = c.elem("attn.softmax", 2 * e * scores, OpClass::attention);
-    Op av = c.bgemm("attn.av", b * a / t, s_q, s, (double)m.head_dim());
-    for (Op* op : {&qk, &sm}) { op->recompute = recompute; pc.add(*op); }
-    if (drop) { Op dr = c.elem("attn.dropout", (2 * e + 1) * scores, OpClass::attention); dr.recompute = recompute; pc.add(dr); }
-    av.recompute = recompute;
-    pc.add(av);
+    if (flash) {  // one fused kernel; dropout (GPT) fused into it
+      Op fl = c.flash_fwd(bh, kv_bh, s_q, s, dh);
+      fl.recompute = recompute;
+      pc.add(fl);
+    } else {
+      Op qk = c.bgemm("attn.qk", b * a / t, s_q, (double)m.head_dim(), s);  // [s_q,dh] x [dh,s] per head
+      Op sm = c.elem("attn.softmax", 2 * e * scores, OpClass::attention);
+      Op av = c.bgemm("attn.av", b * a / t, s_q, s, (double)m.head_dim());
+      for (Op* op : {&qk, &sm}) { op->recompute = recompute; pc.add(*op); }
+      if (drop) { Op dr = c.elem("attn.dropout", (2 * e + 1) * scores, OpClass::attention); dr.recompute = recompute; pc.add(dr); }
+      av.recompute = recompute;
+      pc.add(av);
+    }
     if (p.cp > 1) {  // K and V of the other cp ranks arrive while the attention computes
       Op kv = c.comm_n("cp.kv", Coll::all_gather, cp_kv_bytes, 1, CommGroup::cp, pc);
       kv.recompute = recompute;
@@ -89,9 +109,11 @@ CostModel build_cost_model(const Scenario& sc, const TpComm& tpc) {
     auto add = [&](Op op) { op.recompute = recompute; pc.add(op); };
     add(c.elem("ln1", 2 * e * n * h / tsp));
     if (sp) add(c.comm("tp.ag1", Coll::all_gather, e * n * h, pc));
-    add(c.gemm("qkv", n, h, (h + 2 * kvd) / t));                 // [n,h] x [h,(h+2kvd)/t]
+    cast_fwd(pc, "qkv", n, h, (h + 2 * kvd) / t, recompute);
+    add(c.lin("qkv", n, h, (h + 2 * kvd) / t));                  // [n,h] x [h,(h+2kvd)/t]
     attention_core(pc, recompute);
-    add(c.gemm("proj", n, h / t, h));                            // [n,h/t] x [h/t,h]
+    cast_fwd(pc, "proj", n, h / t, h, recompute);
+    add(c.lin("proj", n, h / t, h));                             // [n,h/t] x [h/t,h]
     add(c.comm(sp ? "tp.rs1" : "tp.ar1", sp ? Coll::reduce_scatter : Coll::all_reduce, e * n * h, pc));
     add(c.elem("resid1", (3 * e + mask) * n * h / tsp));
   };
@@ -99,9 +121,11 @@ CostModel build_cost_model(const Scenario& sc, const TpComm& tpc) {
     auto add = [&](Op op) { op.recompute = recompute; pc.add(op); };
     add(c.elem("ln2", 2 * e * n * h / tsp));
     if (sp) add(c.comm("tp.ag2", Coll::all_gather, e * n * h, pc));
-    add(c.gemm("fc1", n, h, f_in / t));                          // [n,h] x [h,f_in/t]
+    cast_fwd(pc, "fc1", n, h, f_in / t, recompute);
+    add(c.lin("fc1", n, h, f_in / t));                           // [n,h] x [h,f_in/t]
     add(c.elem("act", (swiglu ? 3 : 2) * e * n * f / t));
-    add(c.gemm("fc2", n, f / t, h));                             // [n,f/t] x [f/t,h]
+    cast_fwd(pc, "fc2", n, f / t, h, recompute);
+    add(c.lin("fc2", n, f / t, h));                              // [n,f/t] x [f/t,h]
     add(c.comm(sp ? "tp.rs2" : "tp.ar2", sp ? Coll::reduce_scatter : Coll::all_reduce, e * n * h, pc));
     add(c.elem("resid2", (3 * e + mask) * n * h / tsp));
   };
@@ -116,17 +140,19 @@ CostModel build_cost_model(const Scenario& sc, const TpComm& tpc) {
   // Column-parallel linear backward: with SP, the input all-gather is redone under dgrad and the grad-input
   // reduce-scatter overlaps wgrad; without SP, the grad-input all-reduce overlaps wgrad (Megatron async comm).
   auto column_bwd = [&](PassCost& pc, const char* name, double K_in, double N_out, const char* tag) {
-    Op dg = c.gemm(std::string(name) + ".dgrad", n, N_out, K_in);
+    cast_bwd(pc, name, n, N_out);
+    Op dg = c.lin(std::string(name) + ".dgrad", n, N_out, K_in);
     pc.add(dg);
     if (sp) add_overlapped(pc, c.comm(std::string("tp.ag.") + tag, Coll::all_gather, e * n * h, pc));
-    pc.add(c.gemm(std::string(name) + ".wgrad", K_in, n, N_out));
+    pc.add(c.lin(std::string(name) + ".wgrad", K_in, n, N_out));
     add_overlapped(pc, c.comm(std::string(sp ? "tp.rs." : "tp.ar.") + tag,
                               sp ? Coll::reduce_scatter : Coll::all_reduce, e * n * h, pc));
   };
   auto row_bwd = [&](PassCost& pc, const char* name, double K_in, double N_out, const char* tag) {
     if (sp) pc.add(c.comm(std::string("tp.ag.") + tag, Coll::all_gather, e * n * h, pc));
-    pc.add(c.gemm(std::string(name) + ".dgrad", n, N_out, K_in));
-    pc.add(c.gemm(std::string(name) + ".wgrad", K_in, n, N_out));
+    cast_bwd(pc, name, n, N_out);
+    pc.add(c.lin(std::string(name) + ".dgrad", n, N_out, K_in));
+    pc.add(c.lin(std::string(name) + ".wgrad", K_in, n, N_out));
   };
   auto mlp_bwd = [&](PassCost& pc) {
     pc.add(c.elem("resid2.bwd", (3 * e + mask) * n * h / tsp));
@@ -138,13 +164,16 @@ CostModel build_cost_model(const Scenario& sc, const TpComm& tpc) {
   auto attention_bwd = [&](PassCost& pc) {
     pc.add(c.elem("resid1.bwd", (3 * e + mask) * n * h / tsp));
     row_bwd(pc, "proj", h / t, h, "proj");
-    double bh = b * a / t, dh = (double)m.head_dim();
-    pc.add(c.bgemm("attn.av.dgrad", bh, s_q, dh, s));
-    pc.add(c.bgemm("attn.av.wgrad", bh, s, s_q, dh));
-    if (drop) pc.add(c.elem("attn.dropout.bwd", (2 * e + 1) * scores, OpClass::attention));
-    pc.add(c.elem("attn.softmax.bwd", 3 * e * scores, OpClass::attention));
-    pc.add(c.bgemm("attn.qk.dgrad", bh, s_q, s, dh));
-    pc.add(c.bgemm("attn.qk.wgrad", bh, s, s_q, dh));
+    if (flash) {
+      pc.add(c.flash_bwd(bh, kv_bh, s_q, s, dh));
+    } else {
+      pc.add(c.bgemm("attn.av.dgrad", bh, s_q, dh, s));
+      pc.add(c.bgemm("attn.av.wgrad", bh, s, s_q, dh));
+      if (drop) pc.add(c.elem("attn.dropout.bwd", (2 * e + 1) * scores, OpClass::attention));
+      pc.add(c.elem("attn.softmax.bwd", 3 * e * scores, OpClass::attention));
+      pc.add(c.bgemm("attn.qk.dgrad", bh, s_q, s, dh));
+      pc.add(c.bgemm("attn.qk.wgrad", bh, s, s_q, dh));
+    }
     // cp: K and V again, and their gradients reduce-scattered back to their owners, under the attention backward
     if (p.cp > 1) add_overlapped(pc, c.comm_n("cp.kv.bwd", Coll::all_gather, cp_kv_bytes, 2, CommGroup::cp, pc));
     column_bwd(pc, "qkv", h, (h + 2 * kvd) / t, "qkv");
@@ -153,7 +182,7 @@ CostModel build_cost_model(const Scenario& sc, const TpComm& tpc) {
   {
     PassCost bwd;
     if (p.recompute == Recompute::full) { attention_fwd(bwd, true); mlp_fwd(bwd, true); }
-    if (p.recompute == Recompute::selective) attention_core(bwd, true);
+    if (p.recompute == Recompute::selective && !flash) attention_core(bwd, true);  // flash: nothing to recompute
     mlp_bwd(bwd);
     attention_bwd(bwd);
     cm.layer_bwd = bwd;
@@ -161,17 +190,23 @@ CostModel build_cost_model(const Scenario& sc, const TpComm& tpc) {
 
   // ---- stored activations per layer per micro-batch (Korthikanti et al. 2022, generalised) --------------
   // replicated across TP (sharded only with SP): LN1 in, QKV in, attn-out dropout mask | LN2 in, fc1 in, MLP mask
-  const double repl_attn = (2 * e + mask) * n * h, repl_mlp = (2 * e + mask) * n * h;
-  const double repl = (4 * e + 2 * mask) * n * h;
-  // sharded over TP: Q, K, V, proj input | fc1 output (activation input), fc2 input
-  const double sharded_attn = e * n * (2 * h + 2 * kvd), sharded_mlp = e * n * (f_in + f);
-  const double sharded = e * n * (2 * h + 2 * kvd + f_in + f);
-  // attention core per rank: softmax output, dropout mask, dropout output (GPT); softmax output only otherwise
-  const double core = (drop ? 2 * e + 1 : e) * scores;
+  // (fp8: the QKV and fc1 inputs are saved as their fp8 casts, el = 1 byte; e is a power of two, so the
+  // regrouped products below are exact and equal the bf16 / fp16 formulas when el = e)
+  const double repl_attn = (e + el + mask) * n * h, repl_mlp = (e + el + mask) * n * h;
+  const double repl = (2 * e + 2 * el + 2 * mask) * n * h;
+  // sharded over TP: Q, K, V, proj input | fc1 output (activation input), fc2 input (proj, fc2 inputs: el)
+  const double sharded_attn = n * (e * (h + 2 * kvd) + el * h), sharded_mlp = n * (e * f_in + el * f);
+  const double sharded = sharded_attn + sharded_mlp;
+  // attention core per rank: softmax output, dropout mask, dropout output (GPT); softmax output only otherwise.
+  // Flash attention keeps no s x s tensor: only the fp32 logsumexp statistics (4 bytes per query and head)
+  // next to Q, K, V and the output above (dropout regenerates its mask from the RNG state, negligible).
+  const double core = flash ? 4 * bh * s_q : (drop ? 2 * e + 1 : e) * scores;
   const double full_layer = repl / tsp + sharded / t + core;
   switch (p.recompute) {
     case Recompute::none: cm.layer_stored_bytes = full_layer; break;
-    case Recompute::selective: cm.layer_stored_bytes = repl / tsp + sharded / t; cm.layer_transient_bytes = core; break;
+    case Recompute::selective:
+      if (flash) { cm.layer_stored_bytes = full_layer; break; }  // nothing is recomputed (Megatron-LM)
+      cm.layer_stored_bytes = repl / tsp + sharded / t; cm.layer_transient_bytes = core; break;
     case Recompute::full: cm.layer_stored_bytes = e * n * h / tsp; cm.layer_transient_bytes = full_layer; break;
   }
 
@@ -195,9 +230,11 @@ CostModel build_cost_model(const Scenario& sc, const TpComm& tpc) {
       add(c.elem("moe.permute", (kc + 1) * e * nt * h + 2 * 4 * nt * E));  // top-k, gather token copies
       add(c.comm_n("moe.dispatch", Coll::all_to_all, S_a2a, 1, CommGroup::ep, pc, OpClass::ep_comm));
       if (t > 1) add(c.comm("moe.tp.ag", Coll::all_gather, S_tp, pc));
-      add(c.gemm_rep("moe.fc1", El, Ce, h, f_in / t));           // per local expert [Ce,h] x [h,f_in/t]
+      cast_fwd(pc, "moe.fc1", El * Ce, h, El * f_in / t, recompute);  // El experts' inputs and weights
+      add(c.lin_rep("moe.fc1", El, Ce, h, f_in / t));            // per local expert [Ce,h] x [h,f_in/t]
       add(c.elem("moe.act", (swiglu ? 3 : 2) * e * n * kc * f / t));
-      add(c.gemm_rep("moe.fc2", El, Ce, f / t, h));              // per local expert [Ce,f/t] x [f/t,h]
+      cast_fwd(pc, "moe.fc2", El * Ce, f / t, El * h, recompute);
+      add(c.lin_rep("moe.fc2", El, Ce, f / t, h));               // per local expert [Ce,f/t] x [f/t,h]
       if (t > 1) add(c.comm("moe.tp.rs", Coll::reduce_scatter, S_tp, pc));
       add(c.comm_n("moe.combine", Coll::all_to_all, S_a2a, 1, CommGroup::ep, pc, OpClass::ep_comm));
       add(c.elem("moe.unpermute", (kc + 1) * e * nt * h));       // weighted sum of the k copies
@@ -209,12 +246,14 @@ CostModel build_cost_model(const Scenario& sc, const TpComm& tpc) {
       pc.add(c.elem("moe.unpermute.bwd", (kc + 1) * e * nt * h));
       pc.add(c.comm_n("moe.combine.bwd", Coll::all_to_all, S_a2a, 1, CommGroup::ep, pc, OpClass::ep_comm));
       if (t > 1) pc.add(c.comm("moe.tp.ag.bwd", Coll::all_gather, S_tp, pc));  // grad of the reduce-scatter
-      pc.add(c.gemm_rep("moe.fc2.dgrad", El, Ce, h, f / t));     // [Ce,h] x [h,f/t]
-      pc.add(c.gemm_rep("moe.fc2.wgrad", El, f / t, Ce, h));     // [f/t,Ce] x [Ce,h]
+      cast_bwd(pc, "moe.fc2", El * Ce, h);
+      pc.add(c.lin_rep("moe.fc2.dgrad", El, Ce, h, f / t));      // [Ce,h] x [h,f/t]
+      pc.add(c.lin_rep("moe.fc2.wgrad", El, f / t, Ce, h));      // [f/t,Ce] x [Ce,h]
       pc.add(c.elem("moe.act.bwd", (swiglu ? 5 : 3) * e * n * kc * f / t));
-      pc.add(c.gemm_rep("moe.fc1.dgrad", El, Ce, f_in / t, h));  // [Ce,f_in/t] x [f_in/t,h]
+      cast_bwd(pc, "moe.fc1", El * Ce, f_in / t);
+      pc.add(c.lin_rep("moe.fc1.dgrad", El, Ce, f_in / t, h));   // [Ce,f_in/t] x [f_in/t,h]
       if (t > 1) add_overlapped(pc, c.comm("moe.tp.ag.fc1", Coll::all_gather, S_tp, pc));  // re-gather fc1 input
-      pc.add(c.gemm_rep("moe.fc1.wgrad", El, h, Ce, f_in / t));  // [h,Ce] x [Ce,f_in/t]
+      pc.add(c.lin_rep("moe.fc1.wgrad", El, h, Ce, f_in / t));   // [h,Ce] x [Ce,f_in/t]
       if (t > 1) add_overlapped(pc, c.comm("moe.tp.rs.fc1", Coll::reduce_scatter, S_tp, pc));
       pc.add(c.comm_n("moe.dispatch.bwd", Coll::all_to_all, S_a2a, 1, CommGroup::ep, pc, OpClass::ep_comm));
       pc.add(c.elem("moe.permute.bwd", (kc + 1) * e * nt * h + 2 * 4 * nt * E));
@@ -230,7 +269,7 @@ CostModel build_cost_model(const Scenario& sc, const TpComm& tpc) {
     for (const Op& op : mf.ops)
       if (op.name == "moe.fc1" || op.name == "moe.fc2") expert_fwd_flops += op.flops;
     if (p.recompute == Recompute::full) { attention_fwd(mb, true); moe_mlp_fwd(mb, true); }
-    if (p.recompute == Recompute::selective) attention_core(mb, true);
+    if (p.recompute == Recompute::selective && !flash) attention_core(mb, true);
     moe_mlp_bwd(mb);
     attention_bwd(mb);
     cm.moe_fwd = mf;
@@ -242,13 +281,17 @@ CostModel build_cost_model(const Scenario& sc, const TpComm& tpc) {
     const double moe_full = repl_attn / tsp + sharded_attn / t + core + moe_mlp;
     switch (p.recompute) {
       case Recompute::none: cm.moe_stored_bytes = moe_full; break;
-      case Recompute::selective: cm.moe_stored_bytes = moe_full - core; cm.moe_transient_bytes = core; break;
+      case Recompute::selective:
+        if (flash) { cm.moe_stored_bytes = moe_full; break; }
+        cm.moe_stored_bytes = moe_full - core; cm.moe_transient_bytes = core; break;
       case Recompute::full: cm.moe_stored_bytes = e * n * h / tsp; cm.moe_transient_bytes = moe_full; break;
     }
     // Parameters per GPU: attention + both norms as the dense layer, router (replicated), local experts.
     const double attn_params = (h * (h + 2 * kvd) + h * h + (gpt ? h + 2 * kvd : 0)) / t + (gpt ? 5 * h : 2 * h);
     cm.moe_expert_params = El * ((h * f_in + f * h + (gpt ? f : 0)) / t + (gpt ? h : 0));
     cm.moe_params = attn_params + h * E + cm.moe_expert_params;
+    // fp8 copies (1 byte each) of the attention linears' and the local experts' weights (not the router's)
+    if (c.fp8) cm.moe_fp8_weight_bytes = (h * (h + 2 * kvd) + h * h) / t + El * (h * f_in + f * h) / t;
   }
 
   // ---- embedding and head ---------------------------------------------------------------------------------
@@ -286,16 +329,21 @@ CostModel build_cost_model(const Scenario& sc, const TpComm& tpc) {
   double bias_sharded = gpt ? (h + 2 * kvd) + f : 0;          // column-parallel biases
   double repl_params = gpt ? (h + h + 4 * h) : 2 * h;         // row-parallel biases + two norms
   cm.layer_params = (lin + bias_sharded) / t + repl_params;
+  if (c.fp8) cm.layer_fp8_weight_bytes = lin / t;  // Transformer Engine's fp8 weight copies, 1 byte per weight
   cm.embed_params = V * h / t + (gpt ? s * h : 0);
   cm.head_params = (gpt ? 2 * h : h) + ((m.tied_embeddings && p.pp == 1) ? 0 : V * h / t);
 
   // ---- model FLOPs per step: 3 x forward (no recompute) over the whole batch, all TP ranks -----------------
   // MoE layers count their forward with the experts' FLOPs on k copies per token (no capacity padding).
-  double fwd_flops_mb = (double)m.layers * cm.layer_fwd.flops + cm.head_fwd.flops;
+  // Flash attention counts as the unfused core would (full s x s score GEMMs, Megatron's convention), so model
+  // FLOPs and MFU do not depend on the attention kernel.
+  const double attn_convention = flash ? 4 * bh * s_q * s * dh * (1 - detail::kCausalFraction) : 0;
+  const double layer_model_fwd = cm.layer_fwd.flops + attn_convention;
+  double fwd_flops_mb = (double)m.layers * layer_model_fwd + cm.head_fwd.flops;
   if (moe) {
     double moe_layers = (double)m.moe_layers_in(0, m.layers);
-    double moe_useful = cm.moe_fwd.flops - expert_fwd_flops * (1 - 1 / m.moe.capacity_factor);
-    fwd_flops_mb = ((double)m.layers - moe_layers) * cm.layer_fwd.flops + moe_layers * moe_useful + cm.head_fwd.flops;
+    double moe_useful = cm.moe_fwd.flops + attn_convention - expert_fwd_flops * (1 - 1 / m.moe.capacity_factor);
+    fwd_flops_mb = ((double)m.layers - moe_layers) * layer_model_fwd + moe_layers * moe_useful + cm.head_fwd.flops;
   }
   cm.model_flops_per_step = 3 * fwd_flops_mb * t * (double)p.num_microbatches * p.data_ranks();
   return cm;

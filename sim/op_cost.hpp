@@ -3,7 +3,10 @@
 // Times come only from the GPU profile (matrix peak x efficiency curve by GEMM size; memory-bound ops from
 // HBM bandwidth x efficiency by bytes; a per-kernel overhead) and from the TP collective model.
 // Invariants: one micro-batch of b sequences of s tokens; tensor shapes per TP rank are noted per op;
-// stored activation accounting reproduces Korthikanti et al. 2022 for GPT-style layers.
+// stored activation accounting reproduces Korthikanti et al. 2022 for GPT-style layers (unfused attention).
+// plan.attention "flash" replaces the attention core by one fused FlashAttention op each way (attn.flash,
+// attn.flash.bwd) with no s x s activation; training.precision "fp8" runs the linear layers' GEMMs in fp8
+// with *.fp8_cast ops (docs/techniques.md).
 #pragma once
 #include <functional>
 #include <string>
@@ -70,6 +73,11 @@ struct CostModel {
   double moe_stored_bytes = 0, moe_transient_bytes = 0;
   double moe_params = 0;            // parameters per GPU of one MoE layer (dense part + local experts, after TP)
   double moe_expert_params = 0;     // of which the local experts' weights (reduced over the expert-dp group)
+  // training.precision "fp8": Transformer Engine keeps an fp8 copy (1 byte per weight) of every linear-layer
+  // weight next to its bf16 weight (counted in *_params); bytes per GPU of one layer, 0 otherwise. The
+  // static-memory code adds them to the weights of each stage (not to gradients or optimizer state).
+  double layer_fp8_weight_bytes = 0;  // dense layer: qkv, proj, fc1, fc2 weights (after TP)
+  double moe_fp8_weight_bytes = 0;    // MoE layer: qkv, proj and the local experts' fc1, fc2 (not the router)
 };
 
 // plan.tp_mode 2d: Optimus SUMMA costs (op_cost_2d.cpp). MoE layers (model.moe.experts > 0) fill moe_*; MoE with

@@ -11,7 +11,8 @@
 // (q-1)/q of the block per broadcast / reduce, the mean over the rotating root).
 // Invariants: every FLOP and every stored activation byte of the 1D tp = 1 layer is divided by q^2; with
 // q = 1 all collectives cost 0 and the pass times, FLOPs, bytes and memory equal the tp = 1 1D model.
-// Sequence parallelism does not apply (ignored); MoE layers are rejected by build_cost_model.
+// Sequence parallelism does not apply (ignored); MoE layers are rejected by build_cost_model. Flash attention
+// and fp8 linears use the 1D model's ops (op_cost_internal.hpp) on the rank's local heads and blocks.
 #include "op_cost_internal.hpp"
 
 namespace tp::detail {
@@ -26,7 +27,7 @@ CostModel build_cost_model_2d(const Scenario& sc, const TpComm& tpc) {
   const double kvd = (double)m.kv_heads * m.head_dim(), dh = (double)m.head_dim();
   const bool gpt = m.activation == Activation::gelu;  // GPT-style: biases, learned positions, dropout, LayerNorm
   const bool swiglu = !gpt;
-  Ctx c{&sc.cluster.gpu, sc.training.precision, &tpc, p.tp, false, (double)precision_bytes(sc.training.precision)};
+  Ctx c = Ctx::of(sc, &tpc, p.tp, false);
   c.g_row = qi;
   c.g_col = qi;
   const double e = c.e;
@@ -36,6 +37,9 @@ CostModel build_cost_model_2d(const Scenario& sc, const TpComm& tpc) {
   const double norm_w = gpt ? 2 : 1;            // parameters per hidden unit of one norm (LayerNorm g, b; RMSNorm g)
   const double stats = gpt ? 2 : 1;             // row all-reduces per norm pass (mean and variance; RMSNorm: sum x^2)
   const CommGroup row = CommGroup::tp_row, col = CommGroup::tp_col;
+  const bool flash = p.attention == Attention::flash;
+  const double bh = b * a / q2, kv_bh = b * (double)m.kv_heads / q2;  // (b/q)(a/q) query heads, kv heads alike
+  const double el = c.fp8 ? 1 : e;  // stored bytes of a linear's input (fp8: its fp8 cast)
 
   CostModel cm;
   // ---- building blocks ------------------------------------------------------------------------------------
@@ -57,22 +61,26 @@ CostModel build_cost_model_2d(const Scenario& sc, const TpComm& tpc) {
     auto add = [&](Op op) { op.recompute = rc; pc.add(op); };
     add(c.comm_n(name + ".bcast_a", Coll::broadcast, e * (n / q) * (h_in / q), q, row, pc));      // [n/q,h_in/q]
     add(c.comm_n(name + ".bcast_b", Coll::broadcast, e * (h_in / q) * (h_out / q), q, col, pc));  // [h_in/q,h_out/q]
-    add(c.gemm_rep(name, q, n / q, h_in / q, h_out / q));                         // q x [n/q,h_in/q] x [h_in/q,h_out/q]
+    // fp8: every received activation and weight block is cast (communication stays bf16)
+    if (c.fp8) add(c.cast(name + ".fp8_cast", q * ((n / q) * (h_in / q) + (h_in / q) * (h_out / q))));
+    add(c.lin_rep(name, q, n / q, h_in / q, h_out / q));                          // q x [n/q,h_in/q] x [h_in/q,h_out/q]
     if (gpt) add(c.comm_n(name + ".bcast_bias", Coll::broadcast, e * h_out / q, 1, col, pc));
   };
   // Backward: dX = dY W^T (SUMMA_ABT), then dW = X^T dY (SUMMA_ATB), then the bias gradient to row 0.
   auto linear_bwd = [&](PassCost& pc, const std::string& name, double h_in, double h_out) {
     pc.add(c.comm_n(name + ".dgrad.bcast_b", Coll::broadcast, e * (h_in / q) * (h_out / q), q, col, pc));
-    pc.add(c.gemm_rep(name + ".dgrad", q, n / q, h_out / q, h_in / q));           // q x [n/q,h_out/q] x [h_out/q,h_in/q]
+    if (c.fp8) pc.add(c.cast(name + ".fp8_cast.bwd", (n / q) * (h_out / q)));   // the local output gradient
+    pc.add(c.lin_rep(name + ".dgrad", q, n / q, h_out / q, h_in / q));            // q x [n/q,h_out/q] x [h_out/q,h_in/q]
     pc.add(c.comm_n(name + ".dgrad.reduce", Coll::reduce, e * (n / q) * (h_in / q), q, row, pc));
     pc.add(c.comm_n(name + ".wgrad.bcast_a", Coll::broadcast, e * (n / q) * (h_in / q), q, row, pc));
-    pc.add(c.gemm_rep(name + ".wgrad", q, h_in / q, n / q, h_out / q));           // q x [h_in/q,n/q] x [n/q,h_out/q]
+    pc.add(c.lin_rep(name + ".wgrad", q, h_in / q, n / q, h_out / q));            // q x [h_in/q,n/q] x [n/q,h_out/q]
     pc.add(c.comm_n(name + ".wgrad.reduce", Coll::reduce, e * (h_in / q) * (h_out / q), q, col, pc));
     if (gpt) pc.add(c.comm_n(name + ".bias.reduce", Coll::reduce, e * h_out / q, 1, col, pc));
   };
   // Attention core: local on b/q sequences and a/q heads, no communication.
   auto attention_core = [&](PassCost& pc, bool rc) {
     auto add = [&](Op op) { op.recompute = rc; pc.add(op); };
+    if (flash) { add(c.flash_fwd(bh, kv_bh, s, s, dh)); return; }
     add(c.bgemm("attn.qk", b * a / q2, s, dh, s));                   // (b/q)(a/q) x [s,dh] x [dh,s]
     add(c.elem("attn.softmax", 2 * e * scores, OpClass::attention));
     if (m.dropout) add(c.elem("attn.dropout", (2 * e + 1) * scores, OpClass::attention));
@@ -100,7 +108,7 @@ CostModel build_cost_model_2d(const Scenario& sc, const TpComm& tpc) {
   // ---- layer backward (recompute first) -------------------------------------------------------------------
   PassCost bwd;
   if (p.recompute == Recompute::full) forward(bwd, true);
-  if (p.recompute == Recompute::selective) attention_core(bwd, true);
+  if (p.recompute == Recompute::selective && !flash) attention_core(bwd, true);
   bwd.add(c.elem("resid2.bwd", (3 * e + mask) * n * h / q2));
   linear_bwd(bwd, "fc2", f, h);
   bwd.add(c.elem("act.bwd", (swiglu ? 5 : 3) * e * n * f / q2));
@@ -108,24 +116,31 @@ CostModel build_cost_model_2d(const Scenario& sc, const TpComm& tpc) {
   norm_bwd(bwd, "ln2");
   bwd.add(c.elem("resid1.bwd", (3 * e + mask) * n * h / q2));
   linear_bwd(bwd, "proj", h, h);
-  bwd.add(c.bgemm("attn.av.dgrad", b * a / q2, s, dh, s));
-  bwd.add(c.bgemm("attn.av.wgrad", b * a / q2, s, s, dh));
-  if (m.dropout) bwd.add(c.elem("attn.dropout.bwd", (2 * e + 1) * scores, OpClass::attention));
-  bwd.add(c.elem("attn.softmax.bwd", 3 * e * scores, OpClass::attention));
-  bwd.add(c.bgemm("attn.qk.dgrad", b * a / q2, s, s, dh));
-  bwd.add(c.bgemm("attn.qk.wgrad", b * a / q2, s, s, dh));
+  if (flash) {
+    bwd.add(c.flash_bwd(bh, kv_bh, s, s, dh));
+  } else {
+    bwd.add(c.bgemm("attn.av.dgrad", b * a / q2, s, dh, s));
+    bwd.add(c.bgemm("attn.av.wgrad", b * a / q2, s, s, dh));
+    if (m.dropout) bwd.add(c.elem("attn.dropout.bwd", (2 * e + 1) * scores, OpClass::attention));
+    bwd.add(c.elem("attn.softmax.bwd", 3 * e * scores, OpClass::attention));
+    bwd.add(c.bgemm("attn.qk.dgrad", b * a / q2, s, s, dh));
+    bwd.add(c.bgemm("attn.qk.wgrad", b * a / q2, s, s, dh));
+  }
   linear_bwd(bwd, "qkv", h, h + 2 * kvd);
   norm_bwd(bwd, "ln1");
   cm.layer_bwd = bwd;
 
   // ---- stored activations: the unsharded (tp = 1) layer of op_cost.cpp, every term / q^2 -------------------
-  const double repl = (4 * e + 2 * mask) * n * h;
-  const double sharded = e * n * (2 * h + 2 * kvd + f_in + f);
-  const double core = (m.dropout ? 2 * e + 1 : e) * b * a * s * s;
+  // (fp8: QKV, proj, fc1, fc2 inputs saved as fp8 casts, el = 1; flash: the fp32 statistics instead of s x s)
+  const double repl = (2 * e + 2 * el + 2 * mask) * n * h;
+  const double sharded = n * (e * (h + 2 * kvd + f_in) + el * (h + f));
+  const double core = flash ? 4 * b * a * s : (m.dropout ? 2 * e + 1 : e) * b * a * s * s;
   const double full_layer = (repl + sharded + core) / q2;
   switch (p.recompute) {
     case Recompute::none: cm.layer_stored_bytes = full_layer; break;
-    case Recompute::selective: cm.layer_stored_bytes = (repl + sharded) / q2; cm.layer_transient_bytes = core / q2; break;
+    case Recompute::selective:
+      if (flash) { cm.layer_stored_bytes = full_layer; break; }  // nothing is recomputed
+      cm.layer_stored_bytes = (repl + sharded) / q2; cm.layer_transient_bytes = core / q2; break;
     case Recompute::full: cm.layer_stored_bytes = e * n * h / q2; cm.layer_transient_bytes = full_layer; break;
   }
 
@@ -180,11 +195,14 @@ CostModel build_cost_model_2d(const Scenario& sc, const TpComm& tpc) {
   const double biases = gpt ? (h + 2 * kvd) + h + f + h : 0;                   // qkv, proj, fc1, fc2 biases, / q
   const double norms = 2 * norm_w * h;                                         // two norms, / q
   cm.layer_params = lin / q2 + (biases + norms) / q;
+  if (c.fp8) cm.layer_fp8_weight_bytes = lin / q2;  // fp8 copies of the weight blocks, 1 byte each
   cm.embed_params = V * h / q2 + (gpt ? s * h / q : 0);
   cm.head_params = norm_w * h / q + ((m.tied_embeddings && p.pp == 1) ? 0 : V * h / q2);
 
   // ---- model FLOPs per step: 3 x forward (no recompute) over the whole batch, all q^2 TP ranks -------------
-  double fwd_flops_mb = (double)m.layers * cm.layer_fwd.flops + cm.head_fwd.flops;
+  // flash attention counted as the unfused core (full s x s scores), as in op_cost.cpp
+  const double attn_convention = flash ? 4 * bh * s * s * dh * (1 - kCausalFraction) : 0;
+  double fwd_flops_mb = (double)m.layers * (cm.layer_fwd.flops + attn_convention) + cm.head_fwd.flops;
   cm.model_flops_per_step = 3 * fwd_flops_mb * p.tp * (double)p.num_microbatches * p.data_ranks();
   return cm;
 }

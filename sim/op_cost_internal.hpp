@@ -5,20 +5,36 @@
 // GEMMs' lower efficiency shows. Not part of the public API.
 #pragma once
 #include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "op_cost.hpp"
 
 namespace tp::detail {
 
+// Flash attention: decoder-only language models are causal; FlashAttention skips the masked score tiles,
+// so the score work (and the K / V tiles each query tile reads) is halved.
+inline constexpr double kCausalFraction = 0.5;
+// fp8 casts (Transformer Engine): read the bf16 element (2 bytes) and write its fp8 copy (1 byte); the amax
+// of delayed scaling is taken in the same pass.
+inline constexpr double kFp8CastBytesPerElement = 3;
+
 struct Ctx {
   const Gpu* gpu;
-  Precision prec;
+  Precision prec;  // GEMMs outside the linear layers (bf16 under fp8 training)
   const TpComm* tpc;
   int t;
   bool sp;
   double e;  // activation element bytes
   int g_row = 1, g_col = 1, g_ep = 1, g_cp = 1;  // sizes of the 2D grid row / column, the ep and cp groups
+  bool fp8 = false;  // fp8 linear-layer GEMMs (training.precision "fp8")
+
+  // Builds the context of a scenario: precisions from training.precision, element bytes from precision_bytes.
+  static Ctx of(const Scenario& sc, const TpComm* tpc, int t, bool sp) {
+    Ctx c{&sc.cluster.gpu, tensor_precision(sc.training.precision), tpc, t, sp, (double)precision_bytes(sc.training.precision)};
+    c.fp8 = linear_gemm_precision(sc.training.precision) == Precision::fp8;
+    return c;
+  }
 
   int group_size(CommGroup g) const {
     switch (g) {
@@ -33,6 +49,19 @@ struct Ctx {
   double gemm_s(double flops, double bytes) const {
     double peak = gpu->matrix_flops_per_s[(int)prec];
     double t_math = flops / (peak * gpu->matrix_efficiency.at(flops));
+    double t_mem = bytes / (gpu->hbm_bandwidth_bytes_per_s * gpu->memory_efficiency.at(bytes));
+    return std::max(t_math, t_mem) + gpu->kernel_overhead_s;
+  }
+  double fp8_gemm_s(double flops, double bytes) const {
+    double peak = gpu->matrix_flops_per_s[(int)Precision::fp8];
+    double t_math = flops / (peak * gpu->fp8_curve().at(flops));
+    double t_mem = bytes / (gpu->hbm_bandwidth_bytes_per_s * gpu->memory_efficiency.at(bytes));
+    return std::max(t_math, t_mem) + gpu->kernel_overhead_s;
+  }
+  // A fused attention kernel: matrix peak of `prec` x the attention efficiency curve, or its HBM time.
+  double attn_s(double flops, double bytes) const {
+    double peak = gpu->matrix_flops_per_s[(int)prec];
+    double t_math = flops / (peak * gpu->attention_curve().at(flops));
     double t_mem = bytes / (gpu->hbm_bandwidth_bytes_per_s * gpu->memory_efficiency.at(bytes));
     return std::max(t_math, t_mem) + gpu->kernel_overhead_s;
   }
@@ -53,6 +82,57 @@ struct Ctx {
     op.flops *= times;
     op.bytes *= times;
     op.time_s *= times;
+    return op;
+  }
+  // Linear-layer GEMM [M,K] x [K,N]: as gemm(), or under fp8 with fp8 operands (1 byte) and a bf16 output at
+  // the fp8 peak x fp8 efficiency curve.
+  Op lin(const std::string& name, double M, double K, double N) const {
+    if (!fp8) return gemm(name, M, K, N);
+    Op op{name, OpClass::gemm};
+    op.flops = 2 * M * K * N;
+    op.bytes = (M * K + K * N) * 1 + M * N * e;
+    op.time_s = fp8_gemm_s(op.flops, op.bytes);
+    return op;
+  }
+  Op lin_rep(const std::string& name, double times, double M, double K, double N) const {
+    Op op = lin(name, M, K, N);
+    op.flops *= times;
+    op.bytes *= times;
+    op.time_s *= times;
+    return op;
+  }
+  // fp8 cast (with amax) of `elements` bf16 elements; only meaningful when fp8.
+  Op cast(const std::string& name, double elements) const { return elem(name, kFp8CastBytesPerElement * elements); }
+  // Causal FlashAttention-2/3 forward over bh = (sequences x query heads) per rank of s tokens, head dim dh,
+  // kv_bh (sequences x kv heads) K / V heads. FLOPs: QK^T and PV, 4 bh s^2 dh, halved by causality (softmax
+  // FLOPs neglected). HBM bytes (IO-aware): Q read and O written once, K and V read once per wave of row
+  // tiles (ceil(s / Br) tiles, sm_count of them at once share each K / V read through L2; causal: on average
+  // half of K / V per wave beyond the first), the fp32 logsumexp statistics written.
+  double flash_kv_passes(double s) const {
+    double tiles = std::ceil(s / gpu->attention_tile_rows);
+    double waves = std::ceil(tiles / gpu->sm_count);
+    return (waves + 1) * kCausalFraction;  // causal: 1 for one wave, about half the waves for many
+  }
+  // s_q: this rank's queries, s_k: the keys they attend over (s_q = s_k = s without context parallelism;
+  // with cp, s_q = s / cp against s_k = s, the causal half balanced over the cp ranks).
+  Op flash_fwd(double bh, double kv_bh, double s_q, double s_k, double dh) const {
+    Op op{"attn.flash", OpClass::attention};
+    op.flops = 4 * bh * s_q * s_k * dh * kCausalFraction;
+    op.bytes = e * dh * (2 * bh * s_q + 2 * kv_bh * s_k * flash_kv_passes(s_q)) + 4 * bh * s_q;
+    op.time_s = attn_s(op.flops, op.bytes);
+    return op;
+  }
+  // Backward: recomputes the scores from Q, K and the statistics, then dV, dP, dQ, dK: 5 GEMMs of the
+  // forward's 2 (2.5x its FLOPs). Bytes: O and dO read for D = rowsum(dO * O) (fp32, written); K, V read and
+  // dK, dV written once; per wave of K / V column tiles (as the forward's passes) Q and dO re-read, the
+  // statistics and D re-read (fp32), and dQ accumulated in fp32 (read + write); dQ converted and written.
+  Op flash_bwd(double bh, double kv_bh, double s_q, double s_k, double dh) const {
+    Op op{"attn.flash.bwd", OpClass::attention};
+    const double passes = flash_kv_passes(s_k);
+    op.flops = 2.5 * 4 * bh * s_q * s_k * dh * kCausalFraction;
+    op.bytes = e * dh * (2 * bh * s_q + 4 * kv_bh * s_k + 2 * bh * s_q * passes + bh * s_q) +
+               4 * s_q * dh * bh * (2 * passes + 1) + 4 * bh * s_q * (1 + 2 * passes);
+    op.time_s = attn_s(op.flops, op.bytes);
     return op;
   }
   // Batched GEMM: `batch` products [M,K] x [K,N]

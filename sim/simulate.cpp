@@ -257,7 +257,9 @@ Result simulate(const Scenario& sc, const SimOptions& opt) {
   res.model_tflops_per_gpu = pg.cm.model_flops_per_step / res.step_time_s / gpus / 1e12;
   // Hardware FLOPs (recompute included): simulated ranks are a uniform sample of the GPUs (one per stage or all).
   res.hardware_tflops_per_gpu = hw_flops / R / res.step_time_s / 1e12;
-  double peak = sc.cluster.gpu.matrix_flops_per_s[(int)sc.training.precision];
+  // MFU against the dense peak of the training's tensor precision; fp8 training against its bf16 peak (only
+  // the linear layers run in fp8), as fp8 runs are usually reported.
+  double peak = sc.cluster.gpu.matrix_flops_per_s[(int)tensor_precision(sc.training.precision)];
   res.mfu = res.model_tflops_per_gpu * 1e12 / peak;
 
   const Transformer& m = sc.model;

@@ -22,7 +22,8 @@ Scenario make(const json& model, const std::string& cluster, long long batch, in
             {"model", model},
             {"cluster", cluster},
             {"training", {{"global_batch", batch}, {"seq_len", 2048}, {"precision", "fp16"}}},
-            {"plan", {{"dp", dp}, {"tp", tp}, {"pp", pp}, {"virtual_stages", v}, {"microbatch", 1},
+            // the published 2021 runs used Megatron-LM's unfused attention core
+            {"plan", {{"attention", "unfused"}, {"dp", dp}, {"tp", tp}, {"pp", pp}, {"virtual_stages", v}, {"microbatch", 1},
                       {"schedule", schedule}, {"sequence_parallel", sp}, {"recompute", recompute}, {"zero", 0},
                       {"overlap_grad_reduce", overlap_grad_reduce}}}};
   return scenario_from_json(j, ".", "dev-suite row " + model["name"].get<std::string>());

@@ -316,7 +316,9 @@ void expect_ground_truth(const char* model, const char* cluster, const char* pre
                          std::vector<int> counts, json recompute, std::vector<int> zeros = {0, 1}) {
   json s = {{"gpu_counts", counts},
             {"top_k", 3},
-            {"fix", {{"recompute", recompute}, {"offload", "none"}, {"zero", zeros}, {"microbatch", {1, 2}}}}};
+            // 2021-era setups (their memory pressure is the unfused attention's s x s activations)
+            {"fix", {{"recompute", recompute}, {"offload", "none"}, {"zero", zeros}, {"microbatch", {1, 2}},
+                     {"attention", "unfused"}}}};
   Scenario sc = search_scenario(search_json(model, cluster, s, 1e10, batch, precision));
   PlanOutcome o = run_search(sc);
   expect_invariants(sc, o);
@@ -344,6 +346,7 @@ void expect_ground_truth(const char* model, const char* cluster, const char* pre
                         p.dp = n / (tp * pp); p.tp = tp; p.pp = pp; p.tp_mode = mode; p.tp_grid_node_blocks = blocks;
                         p.microbatch = mb; p.schedule = sched; p.virtual_stages = v; p.grad_accumulation = acc;
                         p.zero = zero; p.sequence_parallel = sp; p.recompute = rc;
+                        p.attention = search_attention(sc.search->fix);  // the kind the planner plans with
                         Issues is;
                         validate_plan(M, sc.cluster, sc.training, p, is);
                         if (!is.empty()) continue;

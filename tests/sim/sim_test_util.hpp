@@ -42,10 +42,12 @@ inline json gpt_model(int layers, int hidden, int heads, int vocab = 51200, int 
           {"seq_len", seq}, {"activation", "gelu"}, {"tied_embeddings", true}};
 }
 
+// Plans for the simulator tests state attention "unfused" (the 2021 cost model their closed forms check) unless
+// told otherwise.
 inline json plan_json(int dp, int tp, int pp, int v, const char* schedule, const char* recompute = "none", bool sp = false,
-                      int zero = 0, int microbatch = 1) {
+                      int zero = 0, int microbatch = 1, const char* attention = "unfused") {
   return {{"dp", dp}, {"tp", tp}, {"pp", pp}, {"virtual_stages", v}, {"microbatch", microbatch}, {"schedule", schedule},
-          {"sequence_parallel", sp}, {"recompute", recompute}, {"zero", zero}};
+          {"sequence_parallel", sp}, {"recompute", recompute}, {"zero", zero}, {"attention", attention}};
 }
 
 inline Scenario make_scenario(json model, json cluster, long long batch, json plan, const char* precision = "fp16") {

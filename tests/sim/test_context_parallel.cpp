@@ -29,6 +29,7 @@ json finite_cluster() {
 json cp_plan(int dp, int cp, int tp, int pp, int zero = 1, const char* recompute = "none") {
   json p = plan_json(dp, tp, pp, 1, "1f1b", recompute, tp > 1, zero);
   p["cp"] = cp;
+  p["attention"] = "flash";
   return p;
 }
 
