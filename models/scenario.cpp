@@ -416,6 +416,11 @@ Scenario scenario_from_json(const json& v, const std::string& base_dir, const st
     throw InputError(is.messages);
   }
   if (sc.name.empty()) sc.name = sc.model.name + "-" + sc.cluster.name;
+  const Transformer& m = sc.model;
+  if (m.sliding_window > 0 && m.sliding_window < sc.training.seq_len)
+    is.warn(m.source + ": sliding_window (" + s(m.sliding_window) + ") is not modelled: attention is costed over the full " +
+            s(sc.training.seq_len) + "-token sequence");
+  sc.warnings = is.warnings;
   return sc;
 }
 
