@@ -111,9 +111,9 @@ void read_moe(HfReader& r, Transformer& m) {
   long long freq = r.integer({"moe_layer_freq"}, 1, false);
   if (r.find("moe_layer_freq")) moe.every = (int)freq;
   if (first_dense > 0)
-    r.warn("first_k_dense_replace", first_dense, "moe.every cannot express leading dense layers; all " +
-                                                     std::to_string(m.layers / moe.every) + " MoE-eligible layers are "
-                                                     "costed as MoE layers (moe.every " + std::to_string(moe.every) + ")");
+    r.warn("first_k_dense_replace", first_dense, "moe.every cannot express leading dense layers: they are costed as "
+                                                     "MoE layers (" + std::to_string(m.layers / moe.every) +
+                                                     " MoE layers with moe.every " + std::to_string(moe.every) + ")");
   else if (freq > 1 && m.layers % freq != 0)
     r.warn("moe_layer_freq", freq, "MoE layers at l % " + std::to_string(freq) + " == 0 are costed at (l + 1) % " +
                                        std::to_string(freq) + " == 0 (moe.every), one MoE layer fewer");

@@ -242,6 +242,10 @@ void validate_plan(const Transformer& m, const Cluster& c, const Training& t, Pl
       is.add(at("tp"), "must divide the model's kv_heads (" + s(m.kv_heads) + "), got " + s(p.tp));
     if (m.ffn_hidden > 0 && m.ffn_hidden % p.tp != 0)
       is.add(at("tp"), "must divide the model's ffn_hidden (" + s(m.ffn_hidden) + "), got " + s(p.tp));
+    if (m.moe.experts > 0 && m.moe.ffn_hidden > 0 && m.moe.ffn_hidden % p.tp != 0)
+      is.add(at("tp"), "must divide the model's moe.ffn_hidden (" + s(m.moe.ffn_hidden) + "), got " + s(p.tp));
+    if (m.moe.experts > 0 && m.moe.shared_ffn_hidden % p.tp != 0)
+      is.add(at("tp"), "must divide the model's moe.shared_ffn_hidden (" + s(m.moe.shared_ffn_hidden) + "), got " + s(p.tp));
     if (p.sequence_parallel && t.seq_len % p.tp != 0)
       is.add(at("sequence_parallel"), "needs tp (" + s(p.tp) + ") to divide seq_len (" + s(t.seq_len) + ")");
   }
