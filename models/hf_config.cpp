@@ -175,8 +175,7 @@ Transformer read_hf_config(const std::string& file, const std::string& path, Iss
   m.tied_embeddings = r.boolean("tie_word_embeddings", gpt2 || !untied.count(model_type));
   m.dropout = m.activation == Activation::gelu;
   read_biases(r, model_type, m);
-  if (issues.messages.size() != before) return m;  // the MoE layout and warnings need sound sizes
-  read_moe(r, m);
+  read_moe(r, m);  // after an error its result is discarded; it still reports its own fields' problems
   warn_unmodelled(r, m);
   if (issues.messages.size() == before) check_transformer_shape(m, path, issues);
   return m;
