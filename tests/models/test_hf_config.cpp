@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "exec/train.hpp"
 #include "models/scenario.hpp"
 #include "sim/op_cost.hpp"
 
@@ -232,4 +233,17 @@ TEST(HfConfig, HfModelRoundTripsAsInline) {
     EXPECT_DOUBLE_EQ(total_params(back.model), total_params(sc.model)) << name;
     EXPECT_DOUBLE_EQ(active_params(back.model), active_params(sc.model)) << name;
   }
+}
+
+TEST(HfConfig, ExecutorRejectsShapesItDoesNotImplement) {
+  // `trainplan run` has no explicit head_dim or SwiGLU biases yet: it must refuse them by name (exit 2).
+  for (auto [name, key] : {std::pair{"mistral-nemo-12b", "$.model.head_dim"}, {"qwen2-7b", "$.model.qkv_bias"}}) {
+    try {
+      exec::check_runnable(load_hf(name));
+      ADD_FAILURE() << name << " was accepted";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(key), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_NO_THROW(exec::check_runnable(load_hf("gpt2", 1024)));
 }
