@@ -102,12 +102,18 @@ Args parse_args(int argc, char** argv, int from, const std::vector<std::string>&
   return a;
 }
 
+// Loading warnings (valid input that is not fully modelled) on stderr; they never change the exit code.
+void print_warnings(const Scenario& sc) {
+  for (const std::string& w : sc.warnings) std::cerr << "warning: " << w << "\n";
+}
+
 int cmd_simulate(int argc, char** argv) {
   Args a = parse_args(argc, argv, 2, {"--json", "--trace", "--trace-detail"}, {"--full-cluster", "--quiet"});
   std::string detail = a.value("--trace-detail", "op");
   if (detail != "op" && detail != "layer" && detail != "chunk") throw Usage("--trace-detail must be op, layer or chunk");
   if (a.positional.size() != 1) throw Usage("simulate needs exactly one scenario file");
   Scenario sc = load_scenario(a.positional[0]);
+  print_warnings(sc);
   SimOptions opt;
   opt.full_cluster = a.flag("--full-cluster");
   opt.keep_memory_timeline = !a.value("--trace").empty();
@@ -136,6 +142,7 @@ int cmd_plan(int argc, char** argv) {
   Args a = parse_args(argc, argv, 2, {"--json", "--csv", "--threads", "--trace"}, {"--quiet"});
   if (a.positional.size() != 1) throw Usage("plan needs exactly one scenario file (with a \"search\" block)");
   Scenario sc = load_scenario(a.positional[0], true);
+  print_warnings(sc);
   if (!sc.search) throw InputError({a.positional[0] + ": $.search: missing; `trainplan plan` needs a search block (use simulate for a plan)"});
   PlanOptions opt;
   std::string th = a.value("--threads", "0");
@@ -189,6 +196,7 @@ int cmd_run(int argc, char** argv) {
   Scenario sc;
   try {
     sc = load_scenario(a.positional[0]);
+    if (world.rank() == 0) print_warnings(sc);
     exec::check_runnable(sc);
     if (world.size() != sc.plan.gpus())
       throw InputError({a.positional[0] + ": $.plan: dp x tp x pp = " + std::to_string(sc.plan.gpus()) +

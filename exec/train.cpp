@@ -29,6 +29,9 @@ void check_runnable(const Scenario& sc) {
   need(p.cp == 1, "$.plan.cp: context parallelism");
   // plan.attention is a cost-model choice: the executor computes exact attention either way.
   need(sc.training.precision != Precision::fp8, "$.training.precision \"fp8\" (the CPU backend has no fp8 GEMMs)");
+  need(sc.model.attn_head_dim == 0, "$.model.head_dim other than hidden / heads");
+  need(sc.model.activation == Activation::gelu || !(sc.model.qkv_bias || sc.model.proj_bias || sc.model.mlp_bias),
+       "$.model.qkv_bias / proj_bias / mlp_bias on a swiglu model");
   if (sc.delink.on()) {
     const Plan* pp = sc.delink.plan.get();
     need(p.pp == 1, "$.plan.delink with pp > 1 (weight groups shared across stages)");

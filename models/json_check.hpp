@@ -13,10 +13,13 @@ namespace tp {
 
 using json = nlohmann::json;
 
-// All problems found in one input, each "<path>: <what was expected>[, got <value>]".
+// All problems found in one input, each "<path>: <what was expected>[, got <value>]". Warnings (an input that is
+// valid but only partly modelled) do not stop the run; the CLI prints them as "warning: ..." lines on stderr.
 struct Issues {
   std::vector<std::string> messages;
+  std::vector<std::string> warnings;
   void add(const std::string& path, const std::string& expected);
+  void warn(const std::string& text) { warnings.push_back(text); }
   void add_got(const std::string& path, const std::string& expected, const json& got);
   bool empty() const { return messages.empty(); }
 };

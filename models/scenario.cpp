@@ -241,6 +241,10 @@ void validate_plan(const Transformer& m, const Cluster& c, const Training& t, Pl
       is.add(at("tp"), "must divide the model's kv_heads (" + s(m.kv_heads) + "), got " + s(p.tp));
     if (m.ffn_hidden > 0 && m.ffn_hidden % p.tp != 0)
       is.add(at("tp"), "must divide the model's ffn_hidden (" + s(m.ffn_hidden) + "), got " + s(p.tp));
+    if (m.moe.experts > 0 && m.moe.ffn_hidden > 0 && m.moe.ffn_hidden % p.tp != 0)
+      is.add(at("tp"), "must divide the model's moe.ffn_hidden (" + s(m.moe.ffn_hidden) + "), got " + s(p.tp));
+    if (m.moe.experts > 0 && m.moe.shared_ffn_hidden % p.tp != 0)
+      is.add(at("tp"), "must divide the model's moe.shared_ffn_hidden (" + s(m.moe.shared_ffn_hidden) + "), got " + s(p.tp));
     if (p.sequence_parallel && p.cp > 1 && t.seq_len % ((long long)p.cp * p.tp) != 0)
       is.add(at("sequence_parallel"), "needs cp x tp (" + s((long long)p.cp * p.tp) + ") to divide seq_len (" +
                                           s(t.seq_len) + "): each cp rank's sequence chunk is split over tp");
@@ -437,6 +441,11 @@ Scenario scenario_from_json(const json& v, const std::string& base_dir, const st
     throw InputError(is.messages);
   }
   if (sc.name.empty()) sc.name = sc.model.name + "-" + sc.cluster.name;
+  const Transformer& m = sc.model;
+  if (m.sliding_window > 0 && m.sliding_window < sc.training.seq_len)
+    is.warn(m.source + ": sliding_window (" + s(m.sliding_window) + ") is not modelled: attention is costed over the full " +
+            s(sc.training.seq_len) + "-token sequence");
+  sc.warnings = is.warnings;
   return sc;
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "cluster.hpp"
 #include "plan.hpp"
@@ -22,6 +23,9 @@ struct Scenario {
   // The planner's bounds (a scenario has a plan or a search block; only `trainplan plan` and reports accept
   // the latter). With a search block the plan is empty and training.global_batch may be 0 (searched).
   std::shared_ptr<Search> search;
+  // Loading warnings: inputs that are valid but not fully modelled (e.g. a Hugging Face sliding_window), one
+  // line each, without the "warning: " prefix. The CLI prints them on stderr; they do not change the exit code.
+  std::vector<std::string> warnings;
 };
 
 // The pseudo phase of a delinked scenario: its plan (delink.plan or the real plan without offload) with

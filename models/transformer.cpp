@@ -1,4 +1,6 @@
-// transformer: model JSON reading (inline, catalog, or Hugging Face config). See transformer.hpp.
+// transformer: model JSON reading (inline, catalog, or Hugging Face config via hf_config.cpp) and writing.
+// See transformer.hpp. Invariant: transformer_to_json writes a key that has a default only when it differs from
+// that default, so older results keep their exact text and every written model reads back as itself.
 #include "transformer.hpp"
 
 #include <filesystem>
@@ -7,14 +9,18 @@
 
 namespace tp {
 
-static void check_shape(Transformer& m, const std::string& path, Issues& issues) {
-  if (m.heads > 0 && m.hidden % m.heads != 0)
-    issues.add(path + ".heads", "must divide hidden (" + std::to_string(m.hidden) + "), got " + std::to_string(m.heads));
+void check_transformer_shape(Transformer& m, const std::string& path, Issues& issues) {
+  if (m.heads > 0 && m.attn_head_dim == 0 && m.hidden % m.heads != 0)
+    issues.add(path + ".heads", "must divide hidden (" + std::to_string(m.hidden) + ") unless head_dim is given, got " +
+                                    std::to_string(m.heads));
+  // An explicit head_dim equal to the default is the default: one representation per architecture.
+  if (m.heads > 0 && m.hidden % m.heads == 0 && m.attn_head_dim == m.hidden / m.heads) m.attn_head_dim = 0;
+  if (m.moe.experts > 0 && m.moe.ffn_hidden == m.ffn_hidden) m.moe.ffn_hidden = 0;
   if (m.kv_heads > 0 && m.heads % m.kv_heads != 0)
     issues.add(path + ".kv_heads", "must divide heads (" + std::to_string(m.heads) + "), got " + std::to_string(m.kv_heads));
 }
 
-// model.moe = {experts, top_k, capacity_factor, every}.
+// model.moe = {experts, top_k, capacity_factor, every, ffn_hidden, shared_ffn_hidden}.
 static Moe read_moe(const json& v, const std::string& path, long long layers, Issues& issues) {
   Moe moe;
   Reader r(v, path, issues);
@@ -29,7 +35,9 @@ static Moe read_moe(const json& v, const std::string& path, long long layers, Is
     moe.capacity_factor = 1.0;
   }
   moe.every = (int)r.opt_int("every", 1, 1, 100000);
-  r.finish({"experts", "top_k", "capacity_factor", "every"});
+  moe.ffn_hidden = r.opt_int("ffn_hidden", 0, 1, 100000000);
+  moe.shared_ffn_hidden = r.opt_int("shared_ffn_hidden", 0, 0, 100000000);
+  r.finish({"experts", "top_k", "capacity_factor", "every", "ffn_hidden", "shared_ffn_hidden"});
   if (issues.messages.size() != before) return moe;
   if (moe.top_k > moe.experts)
     issues.add(r.at("top_k"), "must not exceed experts (" + std::to_string(moe.experts) + "), got " + std::to_string(moe.top_k));
@@ -56,52 +64,20 @@ static Transformer read_inline(const json& v, const std::string& path, Issues& i
   m.tied_embeddings = r.opt_bool("tied_embeddings", true);
   m.dropout = r.opt_bool("dropout", m.activation == Activation::gelu);
   if (const json* moe = r.get("moe")) m.moe = read_moe(*moe, r.at("moe"), m.layers, issues);
-  r.finish({"name", "about", "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len", "activation",
-            "tied_embeddings", "dropout", "moe"});
-  if (issues.messages.size() == before) check_shape(m, path, issues);  // shapes of defaulted fields would mislead
-  return m;
-}
-
-Transformer read_hf_config(const std::string& file, const std::string& path, Issues& issues) {
-  Transformer m;
-  size_t before = issues.messages.size();
-  json j = parse_json_file(file, path, issues);
-  if (issues.messages.size() != before) return m;
-  if (!j.is_object()) { issues.add_got(path, "a Hugging Face config object", j); return m; }
-  // HF configs carry many keys we do not need: read the ones we know, ignore the rest.
-  auto num = [&](const char* key, long long dflt, bool required) -> long long {
-    auto it = j.find(key);
-    if (it == j.end()) {
-      if (required) issues.add(path + " (" + file + ")." + key, "missing; expected a positive integer");
-      return dflt;
-    }
-    if (!it->is_number_integer() || it->get<long long>() <= 0) {
-      issues.add_got(path + " (" + file + ")." + key, "a positive integer", *it);
-      return dflt;
-    }
-    return it->get<long long>();
-  };
-  m.name = std::filesystem::path(file).parent_path().filename().string();
-  if (m.name.empty()) m.name = "hf-config";
-  m.hidden = num("hidden_size", 1, true);
-  m.layers = num("num_hidden_layers", 1, true);
-  m.heads = num("num_attention_heads", 1, true);
-  m.kv_heads = num("num_key_value_heads", m.heads, false);
-  m.ffn_hidden = num("intermediate_size", 4 * m.hidden, false);
-  m.vocab = num("vocab_size", 1, true);
-  m.seq_len = num("max_position_embeddings", 2048, false);
-  std::string act = "gelu";
-  if (auto a = j.find("hidden_act"); a != j.end()) {
-    if (a->is_string()) act = a->get<std::string>();
-    else { issues.add_got(path + " (" + file + ").hidden_act", "a string such as \"gelu\" or \"silu\"", *a); act = "gelu"; }
+  m.attn_head_dim = r.opt_int("head_dim", 0, 1, 1000000);
+  // GPT-style (gelu) models always have every bias: the flags may only restate that.
+  for (auto [key, flag] : {std::pair{"qkv_bias", &m.qkv_bias}, {"proj_bias", &m.proj_bias}, {"mlp_bias", &m.mlp_bias}}) {
+    size_t before_flag = issues.messages.size();
+    *flag = r.opt_bool(key, false);
+    if (m.activation == Activation::gelu && r.has(key) && !*flag && issues.messages.size() == before_flag)
+      issues.add(r.at(key), "GPT-style (gelu) models always have biases; remove this key or use swiglu");
   }
-  if (act == "silu" || act == "swish" || act == "swiglu") m.activation = Activation::swiglu;
-  else if (act.rfind("gelu", 0) == 0) m.activation = Activation::gelu;
-  else issues.add(path + " (" + file + ").hidden_act", "expected a gelu variant or silu, got \"" + act + "\"");
-  auto tie = j.find("tie_word_embeddings");
-  m.tied_embeddings = (tie != j.end() && tie->is_boolean()) ? tie->get<bool>() : true;
-  m.dropout = m.activation == Activation::gelu;
-  if (issues.messages.size() == before) check_shape(m, path, issues);  // shapes of defaulted fields would mislead
+  m.sliding_window = r.opt_int("sliding_window", 0, 1, 100000000);
+  if (m.sliding_window > 0) m.source = path;
+  r.finish({"name", "about", "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len", "activation",
+            "tied_embeddings", "dropout", "moe", "head_dim", "qkv_bias", "proj_bias", "mlp_bias", "sliding_window"});
+  // shapes of defaulted fields would mislead
+  if (issues.messages.size() == before) check_transformer_shape(m, path, issues);
   return m;
 }
 
@@ -147,9 +123,19 @@ json transformer_to_json(const Transformer& m) {
           {"activation", m.activation == Activation::gelu ? "gelu" : "swiglu"},
           {"tied_embeddings", m.tied_embeddings}};
   if (m.dropout != (m.activation == Activation::gelu)) j["dropout"] = m.dropout;  // only when not the default
-  if (m.moe.experts > 0)
+  if (m.moe.experts > 0) {
     j["moe"] = {{"experts", m.moe.experts}, {"top_k", m.moe.top_k}, {"capacity_factor", m.moe.capacity_factor},
                 {"every", m.moe.every}};
+    if (m.moe.ffn_hidden > 0 && m.moe.ffn_hidden != m.ffn_hidden) j["moe"]["ffn_hidden"] = m.moe.ffn_hidden;
+    if (m.moe.shared_ffn_hidden > 0) j["moe"]["shared_ffn_hidden"] = m.moe.shared_ffn_hidden;
+  }
+  if (m.attn_head_dim > 0) j["head_dim"] = m.attn_head_dim;
+  if (m.activation == Activation::swiglu) {
+    if (m.qkv_bias) j["qkv_bias"] = true;
+    if (m.proj_bias) j["proj_bias"] = true;
+    if (m.mlp_bias) j["mlp_bias"] = true;
+  }
+  if (m.sliding_window > 0) j["sliding_window"] = m.sliding_window;
   return j;
 }
 

@@ -25,6 +25,8 @@ ChunkPlan plan_chunk_offload(const Scenario& sc, Program& prog, detail::Builder&
   const double shard_tp = (double)p.tp;  // 1D: tp ranks; 2D: q * q
   const double h = (double)M.hidden, f = (double)M.ffn_hidden, kvd = (double)M.kv_heads * M.head_dim();
   const double f_in = M.activation == Activation::swiglu ? 2 * f : f;
+  const double qw = (double)M.q_width(), fe = (double)M.expert_ffn(), fe_in = f_in / f * fe;
+  const double fs = (double)M.moe.shared_ffn_hidden, fs_in = f_in / f * fs;
 
   // Parts: 0 = embedding, 1 + i = the i-th local layer (ascending), last = head.
   std::vector<long long> local_layers;
@@ -47,7 +49,7 @@ ChunkPlan plan_chunk_offload(const Scenario& sc, Program& prog, detail::Builder&
   if (has_embed) tensor(cm.embed_params, 0);
   for (long long l : local_layers) {
     int part = part_of_layer(l);
-    double qkv = h * (h + 2 * kvd) / shard_tp, proj = h * h / shard_tp;
+    double qkv = h * (qw + 2 * kvd) / shard_tp, proj = qw * h / shard_tp;
     tensor(qkv, part);
     tensor(proj, part);
     double big = qkv + proj;
@@ -59,10 +61,13 @@ ChunkPlan plan_chunk_offload(const Scenario& sc, Program& prog, detail::Builder&
       tensor(h * (double)M.moe.experts, part);  // router
       big += h * (double)M.moe.experts;
       for (long long x = 0; x < local_experts; ++x) {
-        tensor(per_expert * f_in / (f_in + f), part);
-        tensor(per_expert * f / (f_in + f), part);
+        tensor(per_expert * fe_in / (fe_in + fe), part);
+        tensor(per_expert * fe / (fe_in + fe), part);
       }
       big += cm.moe_expert_params;
+      tensor(h * fs_in / shard_tp, part);  // shared experts (none when fs = 0)
+      tensor(fs * h / shard_tp, part);
+      big += (h * fs_in + fs * h) / shard_tp;
     } else {
       tensor(h * f_in / shard_tp, part);
       tensor(f * h / shard_tp, part);

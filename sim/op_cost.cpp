@@ -1,6 +1,7 @@
 // op_cost: per-op FLOPs, bytes, times and stored activations of a transformer layer. See op_cost.hpp.
 // Notation: n = b*s tokens of the micro-batch, h hidden, f ffn_hidden, a heads, t = tp, e = activation bytes,
-// kvd = kv_heads * head_dim, tsp = t with sequence parallelism else 1 (sequence-sharded tensors).
+// kvd = kv_heads * head_dim, qw = heads * head_dim (the Q width, h unless the model sets head_dim),
+// fe / fs = a routed expert's / the shared experts' inner size, tsp = t with sequence parallelism else 1.
 // Context parallelism (cp > 1): each rank holds s / cp tokens of every sequence (n = b*s/cp) and its queries
 // attend over the whole sequence's keys (s_k = s), receiving the other ranks' K and V around the cp ring
 // while it computes (all-gather semantics over cp, buffer = the full K and V of the micro-batch, overlapped
@@ -55,6 +56,7 @@ CostModel build_cost_model(const Scenario& sc, const TpComm& tpc) {
   const double b = (double)p.microbatch, s = (double)sc.training.seq_len, s_q = s / p.cp, n = b * s_q;
   const double h = (double)m.hidden, f = (double)m.ffn_hidden, a = (double)m.heads, V = (double)m.vocab;
   const double t = p.tp, kvd = (double)m.kv_heads * m.head_dim();
+  const double qw = (double)m.q_width();
   const bool sp = p.sequence_parallel && p.tp > 1;
   const double tsp = sp ? t : 1;
   const bool gpt = m.activation == Activation::gelu;  // GPT-style: biases, learned positions, dropout
@@ -82,6 +84,7 @@ CostModel build_cost_model(const Scenario& sc, const TpComm& tpc) {
   auto cast_bwd = [&](PassCost& pc, const std::string& name, double rows, double N) {
     if (c.fp8) pc.add(c.cast(name + ".fp8_cast.bwd", rows * N));
   };
+  const bool qkv_b = m.has_qkv_bias(), proj_b = m.has_proj_bias(), mlp_b = m.has_mlp_bias();  // all for gelu
 
   CostModel cm;
   // ---- layer forward: attention half, dense MLP half ------------------------------------------------------
@@ -109,11 +112,11 @@ CostModel build_cost_model(const Scenario& sc, const TpComm& tpc) {
     auto add = [&](Op op) { op.recompute = recompute; pc.add(op); };
     add(c.elem("ln1", 2 * e * n * h / tsp));
     if (sp) add(c.comm("tp.ag1", Coll::all_gather, e * n * h, pc));
-    cast_fwd(pc, "qkv", n, h, (h + 2 * kvd) / t, recompute);
-    add(c.lin("qkv", n, h, (h + 2 * kvd) / t));                  // [n,h] x [h,(h+2kvd)/t]
+    cast_fwd(pc, "qkv", n, h, (qw + 2 * kvd) / t, recompute);
+    add(c.lin("qkv", n, h, (qw + 2 * kvd) / t));                 // [n,h] x [h,(qw+2kvd)/t]
     attention_core(pc, recompute);
-    cast_fwd(pc, "proj", n, h / t, h, recompute);
-    add(c.lin("proj", n, h / t, h));                             // [n,h/t] x [h/t,h]
+    cast_fwd(pc, "proj", n, qw / t, h, recompute);
+    add(c.lin("proj", n, qw / t, h));                            // [n,qw/t] x [qw/t,h]
     add(c.comm(sp ? "tp.rs1" : "tp.ar1", sp ? Coll::reduce_scatter : Coll::all_reduce, e * n * h, pc));
     add(c.elem("resid1", (3 * e + mask) * n * h / tsp));
   };
@@ -163,7 +166,7 @@ CostModel build_cost_model(const Scenario& sc, const TpComm& tpc) {
   };
   auto attention_bwd = [&](PassCost& pc) {
     pc.add(c.elem("resid1.bwd", (3 * e + mask) * n * h / tsp));
-    row_bwd(pc, "proj", h / t, h, "proj");
+    row_bwd(pc, "proj", qw / t, h, "proj");
     if (flash) {
       pc.add(c.flash_bwd(bh, kv_bh, s_q, s, dh));
     } else {
@@ -176,7 +179,7 @@ CostModel build_cost_model(const Scenario& sc, const TpComm& tpc) {
     }
     // cp: K and V again, and their gradients reduce-scattered back to their owners, under the attention backward
     if (p.cp > 1) add_overlapped(pc, c.comm_n("cp.kv.bwd", Coll::all_gather, cp_kv_bytes, 2, CommGroup::cp, pc));
-    column_bwd(pc, "qkv", h, (h + 2 * kvd) / t, "qkv");
+    column_bwd(pc, "qkv", h, (qw + 2 * kvd) / t, "qkv");
     pc.add(c.elem("ln1.bwd", 4 * e * n * h / tsp));
   };
   {
@@ -195,7 +198,7 @@ CostModel build_cost_model(const Scenario& sc, const TpComm& tpc) {
   const double repl_attn = (e + el + mask) * n * h, repl_mlp = (e + el + mask) * n * h;
   const double repl = (2 * e + 2 * el + 2 * mask) * n * h;
   // sharded over TP: Q, K, V, proj input | fc1 output (activation input), fc2 input (proj, fc2 inputs: el)
-  const double sharded_attn = n * (e * (h + 2 * kvd) + el * h), sharded_mlp = n * (e * f_in + el * f);
+  const double sharded_attn = n * (e * (qw + 2 * kvd) + el * qw), sharded_mlp = n * (e * f_in + el * f);
   const double sharded = sharded_attn + sharded_mlp;
   // attention core per rank: softmax output, dropout mask, dropout output (GPT); softmax output only otherwise.
   // Flash attention keeps no s x s tensor: only the fp32 logsumexp statistics (4 bytes per query and head)
@@ -217,24 +220,34 @@ CostModel build_cost_model(const Scenario& sc, const TpComm& tpc) {
   // S = e*nt*h*k*cf bytes per member buffer (capacity-padded token copies). The local experts (E/ep of them)
   // are TP-sharded like the dense MLP, so the dispatched tokens are all-gathered over TP before fc1 (n*k*cf
   // tokens per rank, Ce = cf*k*n*ep/E per local expert) and reduce-scattered after fc2.
+  // Shared experts (fs > 0) run as a dense TP-sharded MLP over all n tokens beside the routed ones.
   double expert_fwd_flops = 0;  // fc1 + fc2 of the local experts, one micro-batch (capacity padding included)
   if (moe) {
     const double E = (double)m.moe.experts, k = m.moe.top_k, cf = m.moe.capacity_factor, kc = k * cf;
+    const double fe = (double)m.expert_ffn(), fe_in = swiglu ? 2 * fe : fe;
+    const double fs = (double)m.moe.shared_ffn_hidden, fs_in = swiglu ? 2 * fs : fs;
     const double El = E / p.ep, Ce = cf * k * n * p.ep / E;
     const double nt = t > 1 ? n / t : n;
     const double S_a2a = e * nt * h * kc, S_tp = e * n * h * kc;
     auto moe_mlp_fwd = [&](PassCost& pc, bool recompute) {
       auto add = [&](Op op) { op.recompute = recompute; pc.add(op); };
       add(c.elem("ln2", 2 * e * n * h / tsp));
+      if (fs > 0) {
+        if (sp) add(c.comm("moe.shared.tp.ag", Coll::all_gather, e * n * h, pc));
+        add(c.gemm("moe.shared.fc1", n, h, fs_in / t));          // [n,h] x [h,fs_in/t]
+        add(c.elem("moe.shared.act", (swiglu ? 3 : 2) * e * n * fs / t));
+        add(c.gemm("moe.shared.fc2", n, fs / t, h));             // [n,fs/t] x [fs/t,h]
+        if (t > 1) add(c.comm(sp ? "moe.shared.tp.rs" : "moe.shared.tp.ar", sp ? Coll::reduce_scatter : Coll::all_reduce, e * n * h, pc));
+      }
       add(c.gemm("moe.router", nt, h, E));                       // [nt,h] x [h,E]
       add(c.elem("moe.permute", (kc + 1) * e * nt * h + 2 * 4 * nt * E));  // top-k, gather token copies
       add(c.comm_n("moe.dispatch", Coll::all_to_all, S_a2a, 1, CommGroup::ep, pc, OpClass::ep_comm));
       if (t > 1) add(c.comm("moe.tp.ag", Coll::all_gather, S_tp, pc));
-      cast_fwd(pc, "moe.fc1", El * Ce, h, El * f_in / t, recompute);  // El experts' inputs and weights
-      add(c.lin_rep("moe.fc1", El, Ce, h, f_in / t));            // per local expert [Ce,h] x [h,f_in/t]
-      add(c.elem("moe.act", (swiglu ? 3 : 2) * e * n * kc * f / t));
-      cast_fwd(pc, "moe.fc2", El * Ce, f / t, El * h, recompute);
-      add(c.lin_rep("moe.fc2", El, Ce, f / t, h));               // per local expert [Ce,f/t] x [f/t,h]
+      cast_fwd(pc, "moe.fc1", El * Ce, h, El * fe_in / t, recompute);  // El experts' inputs and weights
+      add(c.lin_rep("moe.fc1", El, Ce, h, fe_in / t));           // per local expert [Ce,h] x [h,fe_in/t]
+      add(c.elem("moe.act", (swiglu ? 3 : 2) * e * n * kc * fe / t));
+      cast_fwd(pc, "moe.fc2", El * Ce, fe / t, El * h, recompute);
+      add(c.lin_rep("moe.fc2", El, Ce, fe / t, h));              // per local expert [Ce,fe/t] x [fe/t,h]
       if (t > 1) add(c.comm("moe.tp.rs", Coll::reduce_scatter, S_tp, pc));
       add(c.comm_n("moe.combine", Coll::all_to_all, S_a2a, 1, CommGroup::ep, pc, OpClass::ep_comm));
       add(c.elem("moe.unpermute", (kc + 1) * e * nt * h));       // weighted sum of the k copies
@@ -247,19 +260,24 @@ CostModel build_cost_model(const Scenario& sc, const TpComm& tpc) {
       pc.add(c.comm_n("moe.combine.bwd", Coll::all_to_all, S_a2a, 1, CommGroup::ep, pc, OpClass::ep_comm));
       if (t > 1) pc.add(c.comm("moe.tp.ag.bwd", Coll::all_gather, S_tp, pc));  // grad of the reduce-scatter
       cast_bwd(pc, "moe.fc2", El * Ce, h);
-      pc.add(c.lin_rep("moe.fc2.dgrad", El, Ce, h, f / t));      // [Ce,h] x [h,f/t]
-      pc.add(c.lin_rep("moe.fc2.wgrad", El, f / t, Ce, h));      // [f/t,Ce] x [Ce,h]
-      pc.add(c.elem("moe.act.bwd", (swiglu ? 5 : 3) * e * n * kc * f / t));
-      cast_bwd(pc, "moe.fc1", El * Ce, f_in / t);
-      pc.add(c.lin_rep("moe.fc1.dgrad", El, Ce, f_in / t, h));   // [Ce,f_in/t] x [f_in/t,h]
+      pc.add(c.lin_rep("moe.fc2.dgrad", El, Ce, h, fe / t));     // [Ce,h] x [h,fe/t]
+      pc.add(c.lin_rep("moe.fc2.wgrad", El, fe / t, Ce, h));     // [fe/t,Ce] x [Ce,h]
+      pc.add(c.elem("moe.act.bwd", (swiglu ? 5 : 3) * e * n * kc * fe / t));
+      cast_bwd(pc, "moe.fc1", El * Ce, fe_in / t);
+      pc.add(c.lin_rep("moe.fc1.dgrad", El, Ce, fe_in / t, h));  // [Ce,fe_in/t] x [fe_in/t,h]
       if (t > 1) add_overlapped(pc, c.comm("moe.tp.ag.fc1", Coll::all_gather, S_tp, pc));  // re-gather fc1 input
-      pc.add(c.lin_rep("moe.fc1.wgrad", El, h, Ce, f_in / t));   // [h,Ce] x [Ce,f_in/t]
+      pc.add(c.lin_rep("moe.fc1.wgrad", El, h, Ce, fe_in / t));  // [h,Ce] x [Ce,fe_in/t]
       if (t > 1) add_overlapped(pc, c.comm("moe.tp.rs.fc1", Coll::reduce_scatter, S_tp, pc));
       pc.add(c.comm_n("moe.dispatch.bwd", Coll::all_to_all, S_a2a, 1, CommGroup::ep, pc, OpClass::ep_comm));
       pc.add(c.elem("moe.permute.bwd", (kc + 1) * e * nt * h + 2 * 4 * nt * E));
       pc.add(c.gemm("moe.router.dgrad", nt, E, h));              // [nt,E] x [E,h]
       pc.add(c.gemm("moe.router.wgrad", h, nt, E));              // [h,nt] x [nt,E]
       if (t > 1 && !sp) pc.add(c.comm("moe.tp.ag_in.bwd", Coll::all_gather, e * n * h, pc));
+      if (fs > 0) {
+        row_bwd(pc, "moe.shared.fc2", fs / t, h, "shared.fc2");
+        pc.add(c.elem("moe.shared.act.bwd", (swiglu ? 5 : 3) * e * n * fs / t));
+        column_bwd(pc, "moe.shared.fc1", h, fs_in / t, "shared.fc1");
+      }
       pc.add(c.elem("ln2.bwd", 4 * e * n * h / tsp));
     };
     cm.moe_every = m.moe.every;
@@ -276,8 +294,10 @@ CostModel build_cost_model(const Scenario& sc, const TpComm& tpc) {
     cm.moe_bwd = mb;
     // Stored: attention half as dense; MLP half: LN2 in, router in, MLP dropout mask (per token), router
     // probabilities (fp32), the dispatched tokens (fc1 input, before the TP gather) and the combined expert
-    // outputs (gate-weight gradient), fc1 output and fc2 input scaled by k*cf.
-    const double moe_mlp = repl_mlp / tsp + 4 * nt * E + 2 * e * nt * kc * h + kc * sharded_mlp / t;
+    // outputs (gate-weight gradient), fc1 output and fc2 input scaled by k*cf; the shared experts' fc1 output
+    // and fc2 input (their input is LN2's output, already counted).
+    const double moe_mlp = repl_mlp / tsp + 4 * nt * E + 2 * e * nt * kc * h + kc * (e * n * (fe_in + fe)) / t +
+                           e * n * (fs_in + fs) / t;
     const double moe_full = repl_attn / tsp + sharded_attn / t + core + moe_mlp;
     switch (p.recompute) {
       case Recompute::none: cm.moe_stored_bytes = moe_full; break;
@@ -287,11 +307,13 @@ CostModel build_cost_model(const Scenario& sc, const TpComm& tpc) {
       case Recompute::full: cm.moe_stored_bytes = e * n * h / tsp; cm.moe_transient_bytes = moe_full; break;
     }
     // Parameters per GPU: attention + both norms as the dense layer, router (replicated), local experts.
-    const double attn_params = (h * (h + 2 * kvd) + h * h + (gpt ? h + 2 * kvd : 0)) / t + (gpt ? 5 * h : 2 * h);
-    cm.moe_expert_params = El * ((h * f_in + f * h + (gpt ? f : 0)) / t + (gpt ? h : 0));
-    cm.moe_params = attn_params + h * E + cm.moe_expert_params;
+    const double attn_params = (h * (qw + 2 * kvd) + qw * h + (qkv_b ? qw + 2 * kvd : 0)) / t +
+                               ((proj_b ? h : 0) + (gpt ? 4 * h : 2 * h));  // output bias + both norms
+    cm.moe_expert_params = El * ((h * fe_in + fe * h + (mlp_b ? fe_in : 0)) / t + (mlp_b ? h : 0));
+    const double shared_params = fs > 0 ? (h * fs_in + fs * h + (mlp_b ? fs_in : 0)) / t + (mlp_b ? h : 0) : 0;
+    cm.moe_params = attn_params + h * E + cm.moe_expert_params + shared_params;
     // fp8 copies (1 byte each) of the attention linears' and the local experts' weights (not the router's)
-    if (c.fp8) cm.moe_fp8_weight_bytes = (h * (h + 2 * kvd) + h * h) / t + El * (h * f_in + f * h) / t;
+    if (c.fp8) cm.moe_fp8_weight_bytes = (h * (qw + 2 * kvd) + qw * h) / t + El * (h * fe_in + fe * h) / t;
   }
 
   // ---- embedding and head ---------------------------------------------------------------------------------
@@ -325,9 +347,9 @@ CostModel build_cost_model(const Scenario& sc, const TpComm& tpc) {
   }
 
   // ---- parameters per GPU --------------------------------------------------------------------------------
-  double lin = h * (h + 2 * kvd) + h * h + h * f_in + f * h;  // sharded over t
-  double bias_sharded = gpt ? (h + 2 * kvd) + f : 0;          // column-parallel biases
-  double repl_params = gpt ? (h + h + 4 * h) : 2 * h;         // row-parallel biases + two norms
+  double lin = h * (qw + 2 * kvd) + qw * h + h * f_in + f * h;  // sharded over t
+  double bias_sharded = (qkv_b ? qw + 2 * kvd : 0) + (mlp_b ? f_in : 0);     // column-parallel biases
+  double repl_params = (proj_b ? h : 0) + (mlp_b ? h : 0) + (gpt ? 4 * h : 2 * h);  // row-parallel biases + two norms
   cm.layer_params = (lin + bias_sharded) / t + repl_params;
   if (c.fp8) cm.layer_fp8_weight_bytes = lin / t;  // Transformer Engine's fp8 weight copies, 1 byte per weight
   cm.embed_params = V * h / t + (gpt ? s * h : 0);
@@ -349,20 +371,43 @@ CostModel build_cost_model(const Scenario& sc, const TpComm& tpc) {
   return cm;
 }
 
+// Closed forms over the unsharded model: attention (weights, q/k/v and output biases), one MLP of inner size f
+// (weights, biases), the layer's two norms (LayerNorm g, b for GPT-style; RMSNorm g otherwise).
+static double attention_params_full(const Transformer& m) {
+  double h = (double)m.hidden, qw = (double)m.q_width(), kvd = (double)m.kv_heads * m.head_dim();
+  return h * (qw + 2 * kvd) + qw * h + (m.has_qkv_bias() ? qw + 2 * kvd : 0) + (m.has_proj_bias() ? h : 0);
+}
+static double mlp_params_full(const Transformer& m, double f) {
+  double h = (double)m.hidden, f_in = m.activation == Activation::gelu ? f : 2 * f;
+  return h * f_in + f * h + (m.has_mlp_bias() ? f_in + h : 0);
+}
+static double norm_params_full(const Transformer& m) { return (m.activation == Activation::gelu ? 4 : 2) * (double)m.hidden; }
+
 double layer_params_full(const Transformer& m) {
-  double h = (double)m.hidden, f = (double)m.ffn_hidden, kvd = (double)m.kv_heads * m.head_dim();
-  bool gpt = m.activation == Activation::gelu;
-  double f_in = gpt ? f : 2 * f;
-  return h * (h + 2 * kvd) + h * h + h * f_in + f * h + (gpt ? (h + 2 * kvd) + f + 6 * h : 2 * h);
+  return attention_params_full(m) + mlp_params_full(m, (double)m.ffn_hidden) + norm_params_full(m);
+}
+
+double expert_params_full(const Transformer& m) { return mlp_params_full(m, (double)m.expert_ffn()); }
+
+double moe_layer_params_full(const Transformer& m) {
+  double shared = m.moe.shared_ffn_hidden > 0 ? mlp_params_full(m, (double)m.moe.shared_ffn_hidden) : 0;
+  return attention_params_full(m) + norm_params_full(m) + (double)m.hidden * (double)m.moe.experts +
+         (double)m.moe.experts * expert_params_full(m) + shared;
 }
 
 double total_params(const Transformer& m) {
   double h = (double)m.hidden, V = (double)m.vocab;
   bool gpt = m.activation == Activation::gelu;
-  double layer = layer_params_full(m);
+  double moe_layers = (double)m.moe_layers_in(0, m.layers), dense_layers = (double)m.layers - moe_layers;
+  double layers = dense_layers * layer_params_full(m) + (moe_layers > 0 ? moe_layers * moe_layer_params_full(m) : 0);
   double emb = V * h + (gpt ? (double)m.seq_len * h : 0);
   double head = (gpt ? 2 * h : h) + (m.tied_embeddings ? 0 : V * h);
-  return (double)m.layers * layer + emb + head;
+  return layers + emb + head;
+}
+
+double active_params(const Transformer& m) {
+  double idle_experts = (double)(m.moe.experts - m.moe.top_k);
+  return total_params(m) - (double)m.moe_layers_in(0, m.layers) * idle_experts * expert_params_full(m);
 }
 
 double megatron_flops_per_iteration(const Transformer& m, long long B, long long s, bool full_recompute) {

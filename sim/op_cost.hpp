@@ -85,8 +85,11 @@ struct CostModel {
 CostModel build_cost_model(const Scenario& sc, const TpComm& tpc);
 
 // Closed forms used by tests and the planner.
-double layer_params_full(const Transformer& m);  // one layer, unsharded (weights, biases, norms)
-double total_params(const Transformer& m);  // all parameters (embeddings included, tied counted once)
+double layer_params_full(const Transformer& m);  // one dense layer, unsharded (weights, biases, norms)
+double expert_params_full(const Transformer& m);  // one routed expert MLP, unsharded
+double moe_layer_params_full(const Transformer& m);  // one MoE layer: attention, norms, router, experts, shared
+double total_params(const Transformer& m);  // all parameters (embeddings included, tied counted once; MoE layers)
+double active_params(const Transformer& m);  // per token: total less the (experts - top_k) idle experts per MoE layer
 double megatron_flops_per_iteration(const Transformer& m, long long batch, long long seq, bool full_recompute);
 
 }  // namespace tp

@@ -25,6 +25,8 @@ CostModel build_cost_model_2d(const Scenario& sc, const TpComm& tpc) {
   const double b = (double)p.microbatch, s = (double)sc.training.seq_len, n = b * s;
   const double h = (double)m.hidden, f = (double)m.ffn_hidden, a = (double)m.heads, V = (double)m.vocab;
   const double kvd = (double)m.kv_heads * m.head_dim(), dh = (double)m.head_dim();
+  const double qw = (double)m.q_width();  // Q width heads x head_dim (h unless the model sets head_dim)
+  const bool qkv_b = m.has_qkv_bias(), proj_b = m.has_proj_bias(), mlp_b = m.has_mlp_bias();  // all for gelu
   const bool gpt = m.activation == Activation::gelu;  // GPT-style: biases, learned positions, dropout, LayerNorm
   const bool swiglu = !gpt;
   Ctx c = Ctx::of(sc, &tpc, p.tp, false);
@@ -56,18 +58,18 @@ CostModel build_cost_model_2d(const Scenario& sc, const TpComm& tpc) {
     pc.add(c.comm_n(name + ".bwd.ar_stats", Coll::all_reduce, 4 * n / q, stats, row, pc));
     pc.add(c.comm_n(name + ".params.reduce", Coll::reduce, e * norm_w * h / q, 1, col, pc));
   };
-  // SUMMA_AB forward of a linear [n, h_in] x [h_in, h_out] (+ bias broadcast from row 0 for GPT).
-  auto linear_fwd = [&](PassCost& pc, const std::string& name, double h_in, double h_out, bool rc) {
+  // SUMMA_AB forward of a linear [n, h_in] x [h_in, h_out] (+ bias broadcast from row 0 when it has a bias).
+  auto linear_fwd = [&](PassCost& pc, const std::string& name, double h_in, double h_out, bool bias, bool rc) {
     auto add = [&](Op op) { op.recompute = rc; pc.add(op); };
     add(c.comm_n(name + ".bcast_a", Coll::broadcast, e * (n / q) * (h_in / q), q, row, pc));      // [n/q,h_in/q]
     add(c.comm_n(name + ".bcast_b", Coll::broadcast, e * (h_in / q) * (h_out / q), q, col, pc));  // [h_in/q,h_out/q]
     // fp8: every received activation and weight block is cast (communication stays bf16)
     if (c.fp8) add(c.cast(name + ".fp8_cast", q * ((n / q) * (h_in / q) + (h_in / q) * (h_out / q))));
     add(c.lin_rep(name, q, n / q, h_in / q, h_out / q));                          // q x [n/q,h_in/q] x [h_in/q,h_out/q]
-    if (gpt) add(c.comm_n(name + ".bcast_bias", Coll::broadcast, e * h_out / q, 1, col, pc));
+    if (bias) add(c.comm_n(name + ".bcast_bias", Coll::broadcast, e * h_out / q, 1, col, pc));
   };
   // Backward: dX = dY W^T (SUMMA_ABT), then dW = X^T dY (SUMMA_ATB), then the bias gradient to row 0.
-  auto linear_bwd = [&](PassCost& pc, const std::string& name, double h_in, double h_out) {
+  auto linear_bwd = [&](PassCost& pc, const std::string& name, double h_in, double h_out, bool bias) {
     pc.add(c.comm_n(name + ".dgrad.bcast_b", Coll::broadcast, e * (h_in / q) * (h_out / q), q, col, pc));
     if (c.fp8) pc.add(c.cast(name + ".fp8_cast.bwd", (n / q) * (h_out / q)));   // the local output gradient
     pc.add(c.lin_rep(name + ".dgrad", q, n / q, h_out / q, h_in / q));            // q x [n/q,h_out/q] x [h_out/q,h_in/q]
@@ -75,7 +77,7 @@ CostModel build_cost_model_2d(const Scenario& sc, const TpComm& tpc) {
     pc.add(c.comm_n(name + ".wgrad.bcast_a", Coll::broadcast, e * (n / q) * (h_in / q), q, row, pc));
     pc.add(c.lin_rep(name + ".wgrad", q, h_in / q, n / q, h_out / q));            // q x [h_in/q,n/q] x [n/q,h_out/q]
     pc.add(c.comm_n(name + ".wgrad.reduce", Coll::reduce, e * (h_in / q) * (h_out / q), q, col, pc));
-    if (gpt) pc.add(c.comm_n(name + ".bias.reduce", Coll::reduce, e * h_out / q, 1, col, pc));
+    if (bias) pc.add(c.comm_n(name + ".bias.reduce", Coll::reduce, e * h_out / q, 1, col, pc));
   };
   // Attention core: local on b/q sequences and a/q heads, no communication.
   auto attention_core = [&](PassCost& pc, bool rc) {
@@ -91,14 +93,14 @@ CostModel build_cost_model_2d(const Scenario& sc, const TpComm& tpc) {
   auto forward = [&](PassCost& pc, bool rc) {
     auto add = [&](Op op) { op.recompute = rc; pc.add(op); };
     norm_fwd(pc, "ln1", rc);
-    linear_fwd(pc, "qkv", h, h + 2 * kvd, rc);        // [n,h] x [h,h+2kvd]
+    linear_fwd(pc, "qkv", h, qw + 2 * kvd, qkv_b, rc);  // [n,h] x [h,qw+2kvd]
     attention_core(pc, rc);
-    linear_fwd(pc, "proj", h, h, rc);                 // [n,h] x [h,h]
+    linear_fwd(pc, "proj", qw, h, proj_b, rc);        // [n,qw] x [qw,h]
     add(c.elem("resid1", (3 * e + mask) * n * h / q2));
     norm_fwd(pc, "ln2", rc);
-    linear_fwd(pc, "fc1", h, f_in, rc);               // [n,h] x [h,f_in]
+    linear_fwd(pc, "fc1", h, f_in, mlp_b, rc);        // [n,h] x [h,f_in]
     add(c.elem("act", (swiglu ? 3 : 2) * e * n * f / q2));
-    linear_fwd(pc, "fc2", f, h, rc);                  // [n,f] x [f,h]
+    linear_fwd(pc, "fc2", f, h, mlp_b, rc);           // [n,f] x [f,h]
     add(c.elem("resid2", (3 * e + mask) * n * h / q2));
   };
   PassCost fwd;
@@ -110,12 +112,12 @@ CostModel build_cost_model_2d(const Scenario& sc, const TpComm& tpc) {
   if (p.recompute == Recompute::full) forward(bwd, true);
   if (p.recompute == Recompute::selective && !flash) attention_core(bwd, true);
   bwd.add(c.elem("resid2.bwd", (3 * e + mask) * n * h / q2));
-  linear_bwd(bwd, "fc2", f, h);
+  linear_bwd(bwd, "fc2", f, h, mlp_b);
   bwd.add(c.elem("act.bwd", (swiglu ? 5 : 3) * e * n * f / q2));
-  linear_bwd(bwd, "fc1", h, f_in);
+  linear_bwd(bwd, "fc1", h, f_in, mlp_b);
   norm_bwd(bwd, "ln2");
   bwd.add(c.elem("resid1.bwd", (3 * e + mask) * n * h / q2));
-  linear_bwd(bwd, "proj", h, h);
+  linear_bwd(bwd, "proj", qw, h, proj_b);
   if (flash) {
     bwd.add(c.flash_bwd(bh, kv_bh, s, s, dh));
   } else {
@@ -126,14 +128,14 @@ CostModel build_cost_model_2d(const Scenario& sc, const TpComm& tpc) {
     bwd.add(c.bgemm("attn.qk.dgrad", b * a / q2, s, s, dh));
     bwd.add(c.bgemm("attn.qk.wgrad", b * a / q2, s, s, dh));
   }
-  linear_bwd(bwd, "qkv", h, h + 2 * kvd);
+  linear_bwd(bwd, "qkv", h, qw + 2 * kvd, qkv_b);
   norm_bwd(bwd, "ln1");
   cm.layer_bwd = bwd;
 
   // ---- stored activations: the unsharded (tp = 1) layer of op_cost.cpp, every term / q^2 -------------------
   // (fp8: QKV, proj, fc1, fc2 inputs saved as fp8 casts, el = 1; flash: the fp32 statistics instead of s x s)
   const double repl = (2 * e + 2 * el + 2 * mask) * n * h;
-  const double sharded = n * (e * (h + 2 * kvd + f_in) + el * (h + f));
+  const double sharded = n * (e * (qw + 2 * kvd + f_in) + el * (qw + f));
   const double core = flash ? 4 * b * a * s : (m.dropout ? 2 * e + 1 : e) * b * a * s * s;
   const double full_layer = (repl + sharded + core) / q2;
   switch (p.recompute) {
@@ -191,8 +193,8 @@ CostModel build_cost_model_2d(const Scenario& sc, const TpComm& tpc) {
   }
 
   // ---- parameters per GPU (representative = grid row 0: holds the bias and norm slices) --------------------
-  const double lin = h * (h + 2 * kvd) + h * h + h * f_in + f * h;            // weights, / q^2
-  const double biases = gpt ? (h + 2 * kvd) + h + f + h : 0;                   // qkv, proj, fc1, fc2 biases, / q
+  const double lin = h * (qw + 2 * kvd) + qw * h + h * f_in + f * h;          // weights, / q^2
+  const double biases = (qkv_b ? qw + 2 * kvd : 0) + (proj_b ? h : 0) + (mlp_b ? f_in : 0) + (mlp_b ? h : 0);  // / q
   const double norms = 2 * norm_w * h;                                         // two norms, / q
   cm.layer_params = lin / q2 + (biases + norms) / q;
   if (c.fp8) cm.layer_fp8_weight_bytes = lin / q2;  // fp8 copies of the weight blocks, 1 byte each

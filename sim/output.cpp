@@ -5,6 +5,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "op_cost.hpp"
+
 namespace tp {
 
 static json breakdown_json(const Breakdown& b) {
@@ -30,6 +32,8 @@ static json memory_json(const MemoryBreakdown& m) {
 json result_to_json(const Result& r) {
   json j;
   j["scenario"] = scenario_to_json(r.scenario);
+  j["params_total"] = total_params(r.scenario.model);    // embeddings included, tied counted once
+  j["params_active"] = active_params(r.scenario.model);  // per token: top_k routed experts (+ shared); = total if dense
   j["step_time_s"] = r.step_time_s;
   j["breakdown_s"] = breakdown_json(r.breakdown);
   j["breakdown_stage"] = r.ranks[r.breakdown_rank].stage;
@@ -110,14 +114,25 @@ static std::string gib(double b) {
   return s;
 }
 
+// A parameter count in short form: 124.4M, 46.70B.
+static std::string count_text(double n) {
+  char b[32];
+  if (n >= 1e9) std::snprintf(b, sizeof b, "%.2fB", n / 1e9);
+  else if (n >= 1e6) std::snprintf(b, sizeof b, "%.1fM", n / 1e6);
+  else std::snprintf(b, sizeof b, "%.0f", n);
+  return b;
+}
+
 void print_summary(std::ostream& os, const Result& r) {
   const Scenario& sc = r.scenario;
   const Plan& p = sc.plan;
   char line[512];
   os << "trainplan simulate: " << sc.name << "\n";
-  std::snprintf(line, sizeof line, "  model %s (%lld layers, hidden %lld, %lld heads)  cluster %s (%d x %d %s)\n",
-                sc.model.name.c_str(), sc.model.layers, sc.model.hidden, sc.model.heads, sc.cluster.name.c_str(),
-                sc.cluster.nodes, sc.cluster.gpus_per_node, sc.cluster.gpu.name.c_str());
+  const double params = total_params(sc.model), active = active_params(sc.model);
+  std::string counts = count_text(params) + " params" + (active < params ? ", " + count_text(active) + " active" : "");
+  std::snprintf(line, sizeof line, "  model %s (%lld layers, hidden %lld, %lld heads, %s)  cluster %s (%d x %d %s)\n",
+                sc.model.name.c_str(), sc.model.layers, sc.model.hidden, sc.model.heads, counts.c_str(),
+                sc.cluster.name.c_str(), sc.cluster.nodes, sc.cluster.gpus_per_node, sc.cluster.gpu.name.c_str());
   os << line;
   std::snprintf(line, sizeof line,
                 "  plan dp %d x tp %d x pp %d = %d GPUs, %s schedule (v=%d), microbatch %lld x %lld micro-batches, "
