@@ -68,6 +68,7 @@ const MicroCost& AnalyticModel::micro(const Layout& lay, long long mb, bool sp, 
     o.layer_expert_params = Lm * cm.moe_expert_params / L;
     o.embed_params = cm.embed_params; o.head_params = cm.head_params;
     o.p2p_bytes = pipeline_send_bytes(s, mb, lay.tp);
+    o.layer_fp8_weight_bytes = (Ld * cm.layer_fp8_weight_bytes + Lm * cm.moe_fp8_weight_bytes) / L;
   } catch (const std::invalid_argument&) {
     out->ok = false;
   }
@@ -124,6 +125,10 @@ Estimate AnalyticModel::estimate(const Layout& lay, const MicroCost& mc, const C
   const double layer_bytes_e = mc.layer_params * e;
   const StateBytes sb = state_bytes(held, off, ch.offload, ch.zero, dp, edp, eb);
   double weights = sb.weights, grads = sb.gradients, opt = sb.optimizer;
+  // fp8 training: Transformer Engine's fp8 weight copies of the GPU-resident layers (ZeRO-3: of the gathered
+  // layer and the prefetched next one)
+  weights += zero3 ? 2 * mc.layer_fp8_weight_bytes
+                   : Lp * mc.layer_fp8_weight_bytes * (ch.offload == OffloadKind::granular && !ch.experts_only ? 1 - ch.offload_fraction : 1);
   double buffers = p > 1 ? 4 * mc.p2p_bytes : 0;
   if (zero3) buffers += 2 * layer_bytes_e;  // the gathered layer and the prefetched next one
   if (ch.offload == OffloadKind::granular) buffers += 2 * ch.offload_fraction * layer_bytes_e;

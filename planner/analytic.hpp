@@ -30,6 +30,7 @@ struct MicroCost {
   double layer_params = 0, layer_expert_params = 0;  // mean per layer per GPU (after TP); experts part
   double embed_params = 0, head_params = 0;
   double p2p_bytes = 0;                // one pipeline send of one micro-batch
+  double layer_fp8_weight_bytes = 0;   // fp8 training: the fp8 weight copies of one layer (mean)
 };
 
 // Per layout (dp, tp, tp_mode, grid, pp, ep): GPU counts and collective times that do not depend on the

@@ -135,9 +135,10 @@ void print_summary(std::ostream& os, const Result& r) {
                 sc.cluster.name.c_str(), sc.cluster.nodes, sc.cluster.gpus_per_node, sc.cluster.gpu.name.c_str());
   os << line;
   std::snprintf(line, sizeof line,
-                "  plan dp %d x tp %d x pp %d = %d GPUs, %s schedule (v=%d), microbatch %lld x %lld micro-batches, "
+                "  plan dp %d x %stp %d x pp %d = %d GPUs, %s schedule (v=%d), microbatch %lld x %lld micro-batches, "
                 "SP %s, recompute %s, ZeRO-%d\n",
-                p.dp, p.tp, p.pp, p.gpus(), schedule_name(p.schedule), p.virtual_stages, p.microbatch,
+                p.dp, p.cp > 1 ? ("cp " + std::to_string(p.cp) + " x ").c_str() : "", p.tp, p.pp, p.gpus(),
+                schedule_name(p.schedule), p.virtual_stages, p.microbatch,
                 p.num_microbatches, p.sequence_parallel ? "on" : "off", recompute_name(p.recompute), p.zero);
   os << line;
   if (p.tp_mode != TpMode::d1 || p.grad_accumulation != GradAccumulation::standard || p.offload.on() || p.ep > 1 ||

@@ -45,6 +45,9 @@ struct BuildCtx {
   Params piece_params(long long lo, long long hi, bool embed, bool head) const;
   Params offloaded_layer(long long l) const;           // whole layer, or only its experts
   Params offloaded_params(long long lo, long long hi) const;
+  double layer_fp8_weight_bytes(long long l) const {
+    return M.is_moe_layer(l) ? cm.moe_fp8_weight_bytes : cm.layer_fp8_weight_bytes;
+  }
   double shard(const Params& pr, int stage) const { return zero_shard(pr, p.zero, stage, p.data_ranks(), edp); }
   void edge(int a, int b) { if (a >= 0 && b >= 0) prog.in.edges.push_back({a, b}); }
   void hold(int r, int from, bool from_start, int to, double bytes, MemCat cat) {
@@ -61,6 +64,7 @@ struct RankCtx {
   const std::vector<int>* lane = nullptr;  // compute lane order
   const std::vector<Run>* rs = nullptr;
   Params held, off, on_gpu;                // parameters held; in host memory (granular); on the GPU
+  double fp8_weight_bytes = 0;             // fp8 training: Transformer Engine's fp8 copies of the GPU-resident linears
   std::set<long long> wgroups;             // weight groups held (once each under sharing)
   std::vector<int> opt_deps, host_deps;    // what the GPU / host optimizers wait for
   std::vector<int> off_runs;               // runs with offloaded (granular) parameters

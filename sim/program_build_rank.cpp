@@ -31,6 +31,7 @@ RankCtx make_rank_ctx(BuildCtx& x, int r) {
       if (rk.wgroups.insert(weight_group(l, x.L, p.shared_layers)).second) {
         rk.held += x.layer_params(l);
         rk.off += x.offloaded_layer(l);
+        if (!x.offloaded[l]) rk.fp8_weight_bytes += x.layer_fp8_weight_bytes(l);
       }
   }
   if (rk.s == x.lay.stage_of(0)) rk.held.dense += x.cm.embed_params;
@@ -99,8 +100,10 @@ void add_param_fetches(BuildCtx& x, RankCtx& rk) {
         if (k >= 2) x.edge(rs[k - 2].last, id);  // double buffer: the run before last has released its copy
         x.edge(id, ru.first);
       }
+      double fp8 = 0;  // the gathered layers' fp8 copies (fp8 training) live as long as the gathered weights
+      for (long long l = ru.lo; l < ru.hi; ++l) fp8 += x.layer_fp8_weight_bytes(l);
       if (!ids.empty())
-        x.hold(r, ids.front(), true, ru.last, x.okind == OffloadKind::chunked ? 0 : pr.total() * x.eb.e, MemCat::weights);
+        x.hold(r, ids.front(), true, ru.last, x.okind == OffloadKind::chunked ? 0 : pr.total() * x.eb.e + fp8, MemCat::weights);
     }
   }
 }
@@ -311,7 +314,7 @@ RankStatic rank_static(BuildCtx& x, RankCtx& rk, const ChunkPlan& chunks) {
     if (!chunks.fits && x.prog.offload_note.empty()) x.prog.offload_note = chunks.why;
   } else {
     StateBytes sb = state_bytes(rk.held, rk.off, x.okind, p.zero, p.data_ranks(), x.edp, x.eb);
-    st.weights_bytes = sb.weights;
+    st.weights_bytes = sb.weights + (x.zero3 ? 0 : rk.fp8_weight_bytes);  // ZeRO-3: with the gathered layer
     st.gradients_bytes = sb.gradients;
     st.optimizer_bytes = sb.optimizer;
     st.host_bytes = sb.host;

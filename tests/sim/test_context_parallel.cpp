@@ -138,3 +138,25 @@ TEST(ContextParallel, ValidationNamesThePath) {
   json big = cp_plan(64, 2, 1, 1);
   EXPECT_NE(error_of(big, 64).find("dp x cp x tp x pp = 128 GPUs exceeds"), std::string::npos) << error_of(big, 64);
 }
+
+// The long-context check: Llama-3.1 70B at 128k tokens with cp 16 (tp 8 + SP, pp 4) fits on H100s,
+// with the activation bytes of the closed form: per layer and micro-batch, n = 131072 / 16 tokens per rank,
+// [n, h] tensors replicated over tp (LN1 in, QKV in, LN2 in, fc1 in; sharded by SP), Q, K, V, proj input,
+// fc1 output, fc2 input sharded over tp, and flash attention's fp32 statistics (no s x s term).
+TEST(ContextParallel, Llama70bAt128kWithCp16FitsWithTheExpectedActivations) {
+  Scenario sc = load_scenario(std::string(TP_SOURCE_DIR) + "/scenarios/examples/llama3-70b-128k-cp16.json");
+  ASSERT_EQ(sc.plan.cp, 16);
+  ASSERT_EQ(sc.training.seq_len, 131072);
+  Program pg = build_program(sc, false);
+  const double n = 131072.0 / 16, h = 8192, t = 8, e = 2, kvd = 8 * 128, f = 28672, heads = 64;
+  const double repl = 4 * e * n * h / t;                              // sequence parallel: sharded over tp too
+  const double sharded = e * n * (2 * h + 2 * kvd + 2 * f + f) / t;  // Q, K, V, proj in | SwiGLU fc1 out, fc2 in
+  const double stats = 4 * (heads / t) * n;                           // logsumexp per query and head, fp32
+  EXPECT_NEAR(pg.cm.layer_stored_bytes, repl + sharded + stats, 1e-6 * pg.cm.layer_stored_bytes);
+  EXPECT_EQ(pg.cm.layer_transient_bytes, 0);  // selective recompute under flash recomputes nothing
+  Result r = simulate(sc);
+  EXPECT_TRUE(r.fits);
+  // 1F1B on the first of 4 stages: 4 micro-batches in flight through its 20 layers.
+  EXPECT_GE(r.memory.activations, 4 * 20 * pg.cm.layer_stored_bytes);
+  EXPECT_LE(r.memory.activations, 4 * 20 * pg.cm.layer_stored_bytes * 1.1);
+}

@@ -6,6 +6,7 @@
 
 #include "exec/train.hpp"
 #include "sim/op_cost.hpp"
+#include "sim/program.hpp"
 #include "sim_test_util.hpp"
 
 using namespace tp;
@@ -199,4 +200,25 @@ TEST(Fp8, RefusedWithoutFp8TensorCoresAndByRun) {
     sc.plan.attention = a;
     EXPECT_NO_THROW(exec::check_runnable(sc));
   }
+}
+
+// fp8 training keeps Transformer Engine's fp8 copy (1 byte) of every GPU-resident linear weight next to the
+// bf16 weight: the static weights grow by layers x layer_fp8_weight_bytes (ZeRO-3: only the gathered layers).
+TEST(Fp8Memory, WeightCopiesAreCountedInStaticMemory) {
+  auto scenario = [](const char* precision, int zero) {
+    json j = {{"name", "fp8-mem"}, {"model", "llama3-8b"}, {"cluster", "dgx-h100"},
+              {"training", {{"global_batch", 8}, {"seq_len", 2048}, {"precision", precision}}},
+              {"plan", {{"dp", 8}, {"tp", 1}, {"pp", 1}, {"microbatch", 1}, {"zero", zero}}}};
+    return scenario_from_json(j, ".", "test");
+  };
+  Scenario bf = scenario("bf16", 1), f8 = scenario("fp8", 1);
+  Program pb = build_program(bf, false), p8 = build_program(f8, false);
+  ASSERT_GT(p8.cm.layer_fp8_weight_bytes, 0);
+  EXPECT_EQ(pb.cm.layer_fp8_weight_bytes, 0);
+  const double L = (double)f8.model.layers;
+  EXPECT_NEAR(p8.statics[0].weights_bytes - pb.statics[0].weights_bytes, L * p8.cm.layer_fp8_weight_bytes,
+              1e-9 * pb.statics[0].weights_bytes);
+  // ZeRO-3: the sharded static weights carry no copy.
+  Program z8 = build_program(scenario("fp8", 3), false), zb = build_program(scenario("bf16", 3), false);
+  EXPECT_NEAR(z8.statics[0].weights_bytes, zb.statics[0].weights_bytes, 1e-9 * zb.statics[0].weights_bytes);
 }
