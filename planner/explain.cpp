@@ -155,6 +155,8 @@ std::string plan_summary(const Plan& p, long long B) {
   if (p.pp > 1) {
     o << ", " << schedule_name(p.schedule);
     if (p.schedule == Schedule::interleaved) o << " v" << p.virtual_stages;
+    if (!p.stage_layers.empty()) o << ", stages " << p.stage_layers.front() << "/" << p.stage_layers[p.pp / 2] << "/"
+                                   << p.stage_layers.back() << " layers (first/middle/last)";
   }
   if (p.grad_accumulation == GradAccumulation::layered) o << ", layered";
   o << ", batch " << B << " = " << p.dp << " x " << p.microbatch << " x " << p.num_microbatches;
