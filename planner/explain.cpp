@@ -30,7 +30,8 @@ static std::vector<double> memo_key(const Point& p) {
   return {(double)l.dp, (double)l.tp, (double)l.pp, (double)l.ep, (double)l.tp_mode, (double)l.node_blocks,
           (double)c.microbatch, (double)c.num_microbatches, (double)c.schedule, (double)c.virtual_stages,
           (double)c.acc, (double)c.zero, (double)c.offload, c.offload_fraction, (double)c.experts_only,
-          (double)c.sp, (double)c.recompute, (double)p.batch};
+          (double)c.sp, (double)c.recompute, (double)p.batch, (double)c.first_layers, (double)c.mid_layers,
+          (double)c.last_layers};
 }
 
 Confirmer::Confirmer(const Scenario& s, Objective obj, int threads)
