@@ -71,7 +71,7 @@ struct RankRun {
   Comm& world;
   RankCoord rc;
   StageLayout lay;
-  long long Lc = 0, L = 0, m = 0, b = 0, Tn = 0, C = 0;
+  long long L = 0, m = 0, b = 0, Tn = 0, C = 0;
   int nchunks = 0, first_stage = 0, last_stage = 0;
   std::unique_ptr<Comm> tp, dp, pp, emb;
   Flat gl;
@@ -128,12 +128,11 @@ struct RankRun {
     Buf<T>().swap(ugrad[ui]);
     gl.each_view(units[ui].a, units[ui].b, [&](size_t v, long long, long long, long long) { gtab[v] = nullptr; });
   }
-  int stage_of_layer(long long l) const { return lay.stage_of((int)(l / Lc)); }
+  int stage_of_layer(long long l) const { return lay.stage_of_layer(l); }
 
   void setup() {
     rc = rank_coord(p, world.rank());
     lay = stage_layout(p, sc.model.layers);
-    Lc = lay.layers_per_chunk();
     L = sc.model.layers;
     m = p.num_microbatches;
     b = p.microbatch;
@@ -279,7 +278,7 @@ struct RankRun {
     const int warmup = o.warmup_steps >= 0 ? o.warmup_steps : std::max(1, o.steps / 10);
     std::vector<WorkItem> order = plan_order(p, L, rc.stage);
     // Pieces in execution order; runs (the chunk store's moments): consecutive pieces on the same layer and pass.
-    const std::vector<Piece> pieces = order_pieces(order, lay, rc.stage, Lc);
+    const std::vector<Piece> pieces = order_pieces(order, lay, rc.stage);
     std::vector<int> run_of_piece, run_layer;
     split_runs(pieces, run_of_piece, run_layer);
     auto run_parts = [&](int r) {  // the units run r touches (the head reads the tied wte: the embedding too)
@@ -362,7 +361,7 @@ struct RankRun {
                         [&] { pp->recv(x.data(), X, dtype_of<T>(), lay.stage_of(g + 1), tag(Pass::bwd, g, j)); });
         }
         // Its layers.
-        for (long long k = 0; k < Lc; ++k, ++pc) {
+        for (long long k = 0; k < lay.chunk_layers(rc.stage, w.chunk); ++k, ++pc) {
           const Piece& pz = pieces[pc];
           const int l = pz.layer;
           bool run_start = pc == 0 || pieces[pc - 1].layer != l || pieces[pc - 1].pass != pz.pass;

@@ -25,12 +25,12 @@ bool big_matrix(const std::string& name) {  // the simulator's per-layer tensors
 }
 }  // namespace
 
-std::vector<Piece> order_pieces(const std::vector<WorkItem>& order, const StageLayout& lay, int stage, long long Lc) {
+std::vector<Piece> order_pieces(const std::vector<WorkItem>& order, const StageLayout& lay, int stage) {
   std::vector<Piece> pieces;
   for (int i = 0; i < (int)order.size(); ++i) {
-    int g = lay.model_chunk(stage, order[i].chunk);
+    const long long lo = lay.first_layer(stage, order[i].chunk), Lc = lay.chunk_layers(stage, order[i].chunk);
     for (long long k = 0; k < Lc; ++k) {
-      long long l = order[i].pass == Pass::fwd ? g * Lc + k : g * Lc + Lc - 1 - k;
+      long long l = order[i].pass == Pass::fwd ? lo + k : lo + Lc - 1 - k;
       pieces.push_back(Piece{i, (int)l, order[i].pass});
     }
   }

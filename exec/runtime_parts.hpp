@@ -145,7 +145,7 @@ struct Piece { int item, layer; Pass pass; };
 // Chunk-store glue (exec/runtime_chunks.cpp). The pieces of the rank's work items in execution order (a
 // forward item's layers ascending, a backward's descending), and its runs (the store's moments: consecutive
 // pieces on the same layer and pass): run_of_piece per piece, run_layer per run.
-std::vector<Piece> order_pieces(const std::vector<WorkItem>& order, const StageLayout& lay, int stage, long long Lc);
+std::vector<Piece> order_pieces(const std::vector<WorkItem>& order, const StageLayout& lay, int stage);
 void split_runs(const std::vector<Piece>& pieces, std::vector<int>& run_of_piece, std::vector<int>& run_layer);
 // The store's tensors of the held units (units[u] = its flat
 // [a, b), cbase[u] = its base in the compact buffers, -1 when not held) in the simulator's order: per unit,

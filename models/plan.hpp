@@ -2,7 +2,8 @@
 // accumulation mode, recompute, ZeRO stage, offload, expert parallelism), and the training run it belongs to.
 // Validation against the model and cluster happens in scenario.cpp.
 // Invariants after validation: global_batch == dp * microbatch * num_microbatches; tp_mode 2d => tp = q * q;
-// ep divides dp and the model's experts; offload.layers is sorted, unique and within [0, layers).
+// ep divides dp and the model's experts; stage_layers is empty or pp positive counts summing to the layers,
+// not all equal; offload.layers is sorted, unique and within [0, layers).
 #pragma once
 #include <memory>
 #include <string>
@@ -87,6 +88,11 @@ struct Plan {
   // gradients are reduced (and ZeRO shards) over the dp x cp data ranks.
   int cp = 1;
   Attention attention = Attention::flash;  // the core's kernel (cost model only; the 2021 published runs: unfused)
+  // Uneven pipeline stages: layers of each stage (pp entries summing to the model's layers); empty = layers / pp
+  // each. Resolved by validate_plan from "stage_layers" or Megatron's "first_stage_layers" / "last_stage_layers"
+  // (given in the two fields below, 0 = not given; the rest split evenly over the middle stages).
+  std::vector<int> stage_layers;
+  int first_stage_layers = 0, last_stage_layers = 0;
   int shared_layers = 0;       // not a JSON key: > 0 in a delink pseudo phase (k unique layers shared by all L)
   long long num_microbatches = 1;  // derived: global_batch / (dp * microbatch)
   int gpus() const { return dp * cp * tp * pp; }

@@ -195,9 +195,26 @@ static Plan read_plan(const json& v, const std::string& path, Issues& issues, De
   p.ep = (int)r.opt_int("ep", 1, 1, 1 << 24);
   p.cp = (int)r.opt_int("cp", 1, 1, 1 << 16);
   p.attention = (Attention)r.opt_enum("attention", {"flash", "unfused"}, (int)Attention::flash);
+  if (const json* sl = r.get("stage_layers")) {
+    if (!sl->is_array() || sl->empty()) {
+      issues.add_got(r.at("stage_layers"), "a non-empty array of layer counts, one per pipeline stage", *sl);
+    } else {
+      for (size_t i = 0; i < sl->size(); ++i) {
+        const json& e = (*sl)[i];
+        double d = e.is_number() ? e.get<double>() : -1;
+        if (!e.is_number() || !std::isfinite(d) || std::floor(d) != d || d < 1 || d > 1e6)
+          issues.add_got(r.at("stage_layers") + "[" + std::to_string(i) + "]", "a layer count (an integer >= 1)", e);
+        else p.stage_layers.push_back((int)d);
+      }
+      if (p.stage_layers.size() != sl->size()) p.stage_layers.clear();
+    }
+  }
+  p.first_stage_layers = (int)r.opt_int("first_stage_layers", 0, 1, 1000000);
+  p.last_stage_layers = (int)r.opt_int("last_stage_layers", 0, 1, 1000000);
   std::vector<std::string> keys = {"dp", "tp", "pp", "virtual_stages", "microbatch", "schedule", "sequence_parallel",
                                    "recompute", "zero", "overlap_grad_reduce", "tp_mode", "grad_accumulation",
-                                   "offload", "ep", "tp_grid", "cp", "attention"};
+                                   "offload", "ep", "tp_grid", "cp", "attention", "stage_layers",
+                                   "first_stage_layers", "last_stage_layers"};
   if (const json* d = r.get("delink")) {
     if (delink) *delink = read_delink(*d, r.at("delink"), issues);
     else issues.add(r.at("delink"), "not allowed in a pseudo phase's plan (a pseudo phase cannot be delinked again)");
@@ -205,6 +222,77 @@ static Plan read_plan(const json& v, const std::string& path, Issues& issues, De
   if (delink) keys.push_back("delink");
   r.finish(keys);
   return p;
+}
+
+// Uneven pipeline stages: plan.stage_layers, or Megatron-LM's first / last-stage counts with the rest split evenly
+// over the middle stages (megatron/core/transformer/transformer_config.py, __post_init__: first and last > 0, each
+// divisible by the virtual pipeline size; the remaining layers divisible by the middle stage count, none left
+// without middle stages; each middle stage's count divisible by the virtual pipeline size). Resolves them into
+// p.stage_layers (cleared when every stage gets layers / pp). Returns whether the plan names uneven stages.
+static bool resolve_stage_layers(const Transformer& m, Plan& p, Issues& is, const std::string& plan_path) {
+  auto at = [&](const char* key) { return plan_path + "." + key; };
+  const bool list = !p.stage_layers.empty(), fl = p.first_stage_layers > 0 || p.last_stage_layers > 0;
+  const char* fl_key = p.first_stage_layers > 0 ? "first_stage_layers" : "last_stage_layers";
+  if (!list && !fl) return false;
+  const char* key = list ? "stage_layers" : fl_key;
+  if (list && fl) {
+    is.add(at("stage_layers"), "give either stage_layers or first_stage_layers / last_stage_layers, not both");
+    return true;
+  }
+  if (p.pp < 2) {
+    is.add(at(key), "uneven pipeline stages need pp >= 2, got " + s(p.pp));
+    return true;
+  }
+  const long long L = m.layers;
+  if (list) {
+    long long sum = 0;
+    for (int n : p.stage_layers) sum += n;
+    if ((int)p.stage_layers.size() != p.pp) {
+      is.add(at("stage_layers"), "expected one layer count per pipeline stage (pp = " + s(p.pp) + "), got " +
+                                     s((long long)p.stage_layers.size()));
+      return true;
+    }
+    if (L > 0 && sum != L) {
+      is.add(at("stage_layers"), "must sum to the model's layers (" + s(L) + "), got " + s(sum));
+      return true;
+    }
+  } else {
+    int given = (p.first_stage_layers > 0) + (p.last_stage_layers > 0), middle = p.pp - given;
+    long long rest = L - p.first_stage_layers - p.last_stage_layers;
+    if (middle == 0 && rest != 0) {
+      is.add(at(fl_key), "with pp " + s(p.pp) + " there are no middle stages: first_stage_layers + last_stage_layers "
+                         "must equal the model's layers (" + s(L) + "), got " + s(L - rest));
+      return true;
+    }
+    if (middle > 0 && (rest < middle || rest % middle != 0)) {
+      is.add(at(fl_key), "leaves " + s(rest) + " of the model's " + s(L) + " layers for the " + s(middle) +
+                         " middle stages; Megatron-LM needs them to split evenly, at least one layer each");
+      return true;
+    }
+    p.stage_layers.assign(p.pp, middle > 0 ? (int)(rest / middle) : 0);
+    if (p.first_stage_layers > 0) p.stage_layers.front() = p.first_stage_layers;
+    if (p.last_stage_layers > 0) p.stage_layers.back() = p.last_stage_layers;
+    p.first_stage_layers = p.last_stage_layers = 0;  // one representation from here on (validation may rerun)
+  }
+  if (p.schedule == Schedule::interleaved && p.virtual_stages > 1) {
+    for (int st = 0; st < p.pp; ++st)
+      if (p.stage_layers[st] % p.virtual_stages != 0) {
+        is.add(at(key), "with virtual_stages " + s(p.virtual_stages) + " every stage's layers must be divisible by it "
+                        "(Megatron-LM splits each stage into that many equal chunks), but stage " + s(st) + " has " +
+                        s(p.stage_layers[st]));
+        return true;
+      }
+  }
+  if (p.schedule == Schedule::modular)
+    is.add(at("schedule"), "\"modular\" places layer l on stage l mod pp (a looping pipeline of one-layer chunks), so "
+                           "its stage sizes follow from layers and pp: drop " + std::string(key) +
+                           " or use gpipe, 1f1b or interleaved");
+  else if (p.grad_accumulation == GradAccumulation::layered)
+    is.add(at("grad_accumulation"), "\"layered\" with uneven pipeline stages is not supported: layered accumulation "
+                                    "splits every stage into the same number of one-layer chunks; drop " +
+                                    std::string(key) + " or use standard accumulation");
+  if (std::count(p.stage_layers.begin(), p.stage_layers.end(), p.stage_layers[0]) == p.pp) p.stage_layers.clear();
+  return true;
 }
 
 void validate_plan(const Transformer& m, const Cluster& c, const Training& t, Plan& p, Issues& is,
@@ -264,9 +352,11 @@ void validate_plan(const Transformer& m, const Cluster& c, const Training& t, Pl
   // Pipeline. modular without virtual_stages: one layer per model chunk.
   if (p.virtual_stages <= 0)
     p.virtual_stages = p.schedule == Schedule::modular && m.layers > 0 && m.layers % p.pp == 0 ? (int)(m.layers / p.pp) : 1;
-  if (m.layers > 0 && m.layers % p.pp != 0)
-    is.add(at("pp"), "must divide the model's layers (" + s(m.layers) + "), got " + s(p.pp));
-  else if (m.layers > 0 && m.layers % ((long long)p.pp * p.virtual_stages) != 0)
+  const bool uneven = resolve_stage_layers(m, p, is, plan_path);
+  if (!uneven && m.layers > 0 && m.layers % p.pp != 0)
+    is.add(at("pp"), "must divide the model's layers (" + s(m.layers) + "), got " + s(p.pp) +
+                         " (uneven stages: give plan.stage_layers or first_stage_layers / last_stage_layers)");
+  else if (!uneven && m.layers > 0 && m.layers % ((long long)p.pp * p.virtual_stages) != 0)
     is.add(at("virtual_stages"), "pp x virtual_stages (" + s((long long)p.pp * p.virtual_stages) +
                                      ") must divide the model's layers (" + s(m.layers) + ")");
   if (p.schedule == Schedule::interleaved && p.virtual_stages < 2)
@@ -473,6 +563,7 @@ static json plan_to_json(const Plan& p) {
             {"ep", p.ep}, {"attention", attention_name(p.attention)}, {"num_microbatches", p.num_microbatches}};
   if (p.cp > 1) j["cp"] = p.cp;
   if (p.tp_mode == TpMode::d2) j["tp_grid"] = p.tp_grid_node_blocks ? "node_blocks" : "rows";
+  if (!p.stage_layers.empty()) j["stage_layers"] = p.stage_layers;
   const Offload& o = p.offload;
   if (o.kind == OffloadKind::granular)
     j["offload"] = {{"kind", "granular"}, {"layers", o.layers}, {"target", o.experts_only ? "experts" : "layers"},

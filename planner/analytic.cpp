@@ -1,4 +1,5 @@
-// analytic: see analytic.hpp. Notation: L layers, p = pp, Lp = L / p layers per stage, m micro-batches per
+// analytic: see analytic.hpp. Notation: L layers, p = pp, Lp = L / p layers per stage (uneven stages: n_first,
+// n_mid, n_last; the busiest stage sets compute and bubble, the stage with most parameters the state), m micro-batches per
 // step, v model chunks per stage, e activation / weight bytes, g gradient bytes; P parameters per GPU of the
 // busiest stage (D dense + E expert). The stage ranks of a layout are placed like Megatron's (tp fastest,
 // then dp, then stage): a dp group has min(dp, gpus_per_node / tp) members per node.
@@ -91,14 +92,23 @@ Estimate AnalyticModel::estimate(const Layout& lay, const MicroCost& mc, const C
   // model chunks per stage: interleaved v, modular one layer per chunk, otherwise the whole stage
   const double v = ch.schedule == Schedule::interleaved ? ch.virtual_stages : ch.schedule == Schedule::modular ? Lp : 1;
   const int edp = std::max(1, dp / lay.ep);
+  // Layers per stage: the first (embedding), the largest middle one and the last (head); even: Lp each.
+  const bool uneven = ch.first_layers > 0 && p > 1;
+  const double n_first = uneven ? ch.first_layers : Lp, n_mid = uneven ? ch.mid_layers : Lp,
+               n_last = uneven ? ch.last_layers : Lp;
 
   // ---- compute and bubble (busiest stage) ----
   const double t_l = mc.layer_f_s + mc.layer_b_s;
-  const double ends = p == 1 ? mc.embed_f_s + mc.embed_b_s + mc.head_f_s + mc.head_b_s
-                             : std::max(mc.embed_f_s + mc.embed_b_s, mc.head_f_s + mc.head_b_s);
-  const double t_stage = Lp * t_l + ends;  // one micro-batch through one stage
+  const double embed_fb = mc.embed_f_s + mc.embed_b_s, head_fb = mc.head_f_s + mc.head_b_s;
+  double t_stage = Lp * t_l + (embed_fb + mc.head_f_s + mc.head_b_s);  // one micro-batch through one stage
+  double n_busy = Lp;  // layers of the busiest stage
+  if (p > 1) {  // even: Lp t_l + the larger end
+    const double t_first = n_first * t_l + embed_fb, t_last = n_last * t_l + head_fb;
+    t_stage = std::max({t_first, t_last, n_mid * t_l});
+    n_busy = t_stage == t_first ? n_first : t_stage == t_last ? n_last : n_mid;
+  }
   r.compute_s = m * t_stage;
-  r.tp_comm_s = m * Lp * (t_l - mc.layer_compute_f_s - mc.layer_compute_b_s);
+  r.tp_comm_s = m * n_busy * (t_l - mc.layer_compute_f_s - mc.layer_compute_b_s);
   if (p > 1) {
     if (layered && ch.schedule == Schedule::gpipe) {
       r.bubble_s = (p - 1) * ((Lp - 1) * m + 1) * t_l;
@@ -109,9 +119,14 @@ Estimate AnalyticModel::estimate(const Layout& lay, const MicroCost& mc, const C
     r.pp_comm_s = 2 * (p - 1) * p2p_s(inter, mc.p2p_bytes);
   }
 
-  // ---- parameters per GPU: first stage (embedding) and last stage (head) ----
-  const double P_layers = Lp * mc.layer_params, E = Lp * mc.layer_expert_params;
-  const double P = P_layers + (p == 1 ? mc.embed_params + mc.head_params : std::max(mc.embed_params, mc.head_params));
+  // ---- parameters per GPU: the stage holding the most (first: embedding, last: head) ----
+  double P = Lp * mc.layer_params + (mc.embed_params + mc.head_params), n_P = Lp;
+  if (p > 1) {  // even: Lp layers + the larger end
+    const double P_first = n_first * mc.layer_params + mc.embed_params, P_last = n_last * mc.layer_params + mc.head_params;
+    P = std::max({P_first, P_last, n_mid * mc.layer_params});
+    n_P = P == P_first ? n_first : P == P_last ? n_last : n_mid;
+  }
+  const double P_layers = n_P * mc.layer_params, E = n_P * mc.layer_expert_params;
   const double D = P - E;
   Params off;  // granular offload: parameters living in host memory
   if (ch.offload == OffloadKind::granular) {
@@ -137,20 +152,25 @@ Estimate AnalyticModel::estimate(const Layout& lay, const MicroCost& mc, const C
   double inflight_layers, inflight_mb;
   if (layered) { inflight_layers = m * Lp; inflight_mb = m; }
   else if (p == 1) { inflight_layers = Lp; inflight_mb = 1; }
-  else if (ch.schedule == Schedule::gpipe) { inflight_layers = m * Lp; inflight_mb = m; }
-  else if (ch.schedule == Schedule::one_f_one_b) { inflight_mb = std::min<double>(m, p); inflight_layers = inflight_mb * Lp; }
+  else if (ch.schedule == Schedule::gpipe) { inflight_layers = m * n_first; inflight_mb = m; }
+  else if (ch.schedule == Schedule::one_f_one_b) { inflight_mb = std::min<double>(m, p); inflight_layers = inflight_mb * n_first; }
   else {
     double chunks = std::min(m * v, 2.0 * (p - 1) + (v - 1) * p + 1);
-    inflight_layers = chunks * Lp / v;
+    inflight_layers = chunks * n_first / v;
     inflight_mb = std::min(m, std::ceil(chunks / v));
   }
   double act = inflight_layers * mc.layer_stored_bytes + mc.layer_transient_bytes +
                inflight_mb * mc.embed_stored_bytes + (p == 1 ? (layered ? m : 1) * mc.head_stored_bytes : 0);
   if (p > 1) {  // the last stage: fewer micro-batches in flight, the LM head's logits
     double last_mb = layered || ch.schedule == Schedule::gpipe ? m : 1;
-    double last = (layered || ch.schedule == Schedule::gpipe ? m * Lp : (v > 1 ? std::min(m * v, (v - 1) * p + 1.0) * Lp / v : Lp)) *
+    double last = (layered || ch.schedule == Schedule::gpipe ? m * n_last : (v > 1 ? std::min(m * v, (v - 1) * p + 1.0) * n_last / v : n_last)) *
                       mc.layer_stored_bytes + mc.layer_transient_bytes + last_mb * mc.head_stored_bytes;
     act = std::max(act, last);
+  }
+  if (uneven && p > 2) {  // the second stage: one micro-batch fewer in flight than the first, a middle stage's layers
+    double chunks = ch.schedule == Schedule::gpipe ? m * v
+                    : v > 1 ? std::min(m * v, 2.0 * (p - 2) + (v - 1) * p + 1) : std::min<double>(m, p - 1);
+    act = std::max(act, chunks * n_mid / v * mc.layer_stored_bytes + mc.layer_transient_bytes);
   }
   r.activation_bytes = act;
 
@@ -161,7 +181,7 @@ Estimate AnalyticModel::estimate(const Layout& lay, const MicroCost& mc, const C
     if (lay.ep == 1) return coll_s(coll, dp, k_dp, (dense_params + expert_params) * bytes_each);
     return coll_s(coll, dp, k_dp, dense_params * bytes_each) + coll_s(coll, edp, k_edp, expert_params * bytes_each);
   };
-  const double bwd_s = Lp * mc.layer_b_s;  // one micro-batch's backward on a stage
+  const double bwd_s = n_busy * mc.layer_b_s;  // one micro-batch's backward on a stage
   double dp_exposed = 0, pcie_exposed = 0;
   // Parameters are gathered and gradients leave once per run (consecutive pieces of one model chunk):
   // one run of all micro-batches under layered accumulation; one per micro-batch under 1F1B / GPipe; under
@@ -171,15 +191,15 @@ Estimate AnalyticModel::estimate(const Layout& lay, const MicroCost& mc, const C
   if (dp > 1) {
     double red_one = dp_coll(ch.zero >= 1 ? 1 : 0, D, E, g);
     double red_times = ch.zero >= 2 ? runs : 1;
-    double buckets = ch.zero >= 2 || layered ? Lp : std::max(1.0, std::ceil(P / grad_bucket_params(dp)));
+    double buckets = ch.zero >= 2 || layered ? n_P : std::max(1.0, std::ceil(P / grad_bucket_params(dp)));
     double red = red_one * red_times;
     double window = (ch.zero >= 2 || layered ? m : 1) * bwd_s;
     dp_exposed += std::max(red - window, 0.0) + red_one / buckets;
     if (ch.zero == 1 || ch.zero == 2) dp_exposed += dp_coll(2, D, E, e);  // updated parameters gathered
     if (zero3) {
       // Gathers and reduce-scatters share the NIC: together they hide only under the step's compute.
-      double gather_one = dp_coll(2, D / Lp, E / Lp, e);  // one layer
-      double gathers = 2 * runs * Lp * gather_one;
+      double gather_one = dp_coll(2, D / n_P, E / n_P, e);  // one layer
+      double gathers = 2 * runs * n_P * gather_one;
       dp_exposed = std::max(red + gathers - r.compute_s, 0.0) + red_one / buckets + gather_one;
     }
   }
@@ -265,6 +285,11 @@ Choice choice_of(const Plan& p, long long layers) {
   c.experts_only = p.offload.experts_only;
   c.offload_fraction = p.offload.kind == OffloadKind::granular && layers > 0 ? (double)p.offload.layers.size() / layers : 0;
   c.sp = p.sequence_parallel && p.tp > 1; c.recompute = p.recompute;
+  if (!p.stage_layers.empty()) {  // uneven: first, the largest middle stage, last
+    c.first_layers = p.stage_layers.front();
+    c.last_layers = p.stage_layers.back();
+    for (size_t s = 1; s + 1 < p.stage_layers.size(); ++s) c.mid_layers = std::max(c.mid_layers, p.stage_layers[s]);
+  }
   return c;
 }
 

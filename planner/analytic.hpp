@@ -2,7 +2,8 @@
 // built from the simulator's own per-op cost model (sim/op_cost.hpp, cached per (tp, tp_mode, micro-batch,
 // sequence parallelism, recompute, ep)) and closed-form collective times on the cluster's tiers. It ranks
 // plans; the event simulation confirms the best. Formulas follow what the simulator's program emits
-// (sim/program_build.cpp): pipeline bubbles by schedule, in-flight activations by schedule, gradient
+// (sim/program_build.cpp): pipeline bubbles by schedule (from the busiest stage under uneven stages),
+// in-flight activations by schedule (max over first, second and last stages), gradient
 // reductions per bucket (per micro-batch for ZeRO-2/3 under standard accumulation, once per layer under
 // layered), ZeRO-3 gathers (2m or 2 per layer), offload copies and host Adam.
 // Invariants: no allocation per evaluated plan (estimate() is arithmetic on cached scalars); every time is
@@ -54,6 +55,9 @@ struct Choice {
   bool experts_only = false;
   bool sp = false;
   Recompute recompute = Recompute::none;
+  // Uneven pipeline stages (0 = layers / pp on every stage): layers on the first stage, the largest middle stage
+  // (0 when pp = 2) and the last stage (Megatron-LM's first / last-stage counts around an even middle).
+  int first_layers = 0, mid_layers = 0, last_layers = 0;
 };
 
 struct Estimate {

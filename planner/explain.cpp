@@ -30,7 +30,8 @@ static std::vector<double> memo_key(const Point& p) {
   return {(double)l.dp, (double)l.tp, (double)l.pp, (double)l.ep, (double)l.cp, (double)l.tp_mode, (double)l.node_blocks,
           (double)c.microbatch, (double)c.num_microbatches, (double)c.schedule, (double)c.virtual_stages,
           (double)c.acc, (double)c.zero, (double)c.offload, c.offload_fraction, (double)c.experts_only,
-          (double)c.sp, (double)c.recompute, (double)p.batch};
+          (double)c.sp, (double)c.recompute, (double)p.batch, (double)c.first_layers, (double)c.mid_layers,
+          (double)c.last_layers};
 }
 
 Confirmer::Confirmer(const Scenario& s, Objective obj, int threads)
@@ -158,6 +159,8 @@ std::string plan_summary(const Plan& p, long long B) {
   if (p.pp > 1) {
     o << ", " << schedule_name(p.schedule);
     if (p.schedule == Schedule::interleaved) o << " v" << p.virtual_stages;
+    if (!p.stage_layers.empty()) o << ", stages " << p.stage_layers.front() << "/" << p.stage_layers[p.pp / 2] << "/"
+                                   << p.stage_layers.back() << " layers (first/middle/last)";
   }
   if (p.grad_accumulation == GradAccumulation::layered) o << ", layered";
   o << ", batch " << B << " = " << p.dp << " x " << p.microbatch << " x " << p.num_microbatches;

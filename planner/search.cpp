@@ -27,7 +27,7 @@ bool point_less(const Point& a, const Point& b) {
     const Choice& c = p.ch;
     return std::make_tuple(l.gpus(), l.tp, (int)l.tp_mode, l.node_blocks, l.pp, l.ep, l.cp, c.microbatch, c.num_microbatches,
                            (int)c.schedule, c.virtual_stages, (int)c.acc, c.zero, (int)c.offload, c.offload_fraction,
-                           c.experts_only, c.sp, (int)c.recompute);
+                           c.experts_only, c.sp, (int)c.recompute, c.first_layers, c.mid_layers, c.last_layers);
   };
   return key(a) < key(b);
 }
@@ -112,7 +112,7 @@ struct Scorer {
 // model chunk), and ZeRO-3 gathers, on every simulated stage.
 static double sim_tasks(const Scenario& sc, const Point& p) {
   const Choice& c = p.ch;
-  double Lp = (double)sc.model.layers / p.lay.pp;
+  double Lp = std::max<double>((double)sc.model.layers / p.lay.pp, c.mid_layers);
   bool per_layer = c.acc == GradAccumulation::layered || c.zero >= 2 || c.offload == OffloadKind::granular ||
                    c.offload == OffloadKind::chunked;
   double per_stage = 2.0 * c.num_microbatches * (per_layer ? Lp : c.virtual_stages) * (c.zero >= 3 ? 2 : 1);
@@ -130,7 +130,7 @@ static std::vector<std::pair<std::string, Point>> neighbours(const Scenario& sc,
                            "gradient accumulation", "ZeRO stage", "offload", "recomputation", "sequence parallelism",
                            "global batch", "expert parallelism"};
   auto values = [](const Point& p, long long* v) {
-    v[0] = p.lay.tp * 4 + (int)p.lay.tp_mode * 2 + p.lay.node_blocks; v[1] = p.lay.pp; v[2] = p.ch.microbatch;
+    v[0] = p.lay.tp * 4 + (int)p.lay.tp_mode * 2 + p.lay.node_blocks; v[1] = p.lay.pp * 1000000LL + p.ch.first_layers * 1000LL + p.ch.last_layers; v[2] = p.ch.microbatch;
     v[3] = (int)p.ch.schedule * 100 + (p.ch.schedule == Schedule::interleaved ? p.ch.virtual_stages : 0);
     v[4] = (int)p.ch.acc; v[5] = p.ch.zero;
     v[6] = (int)p.ch.offload * 100 + (long long)std::lround(p.ch.offload_fraction * 10) + (p.ch.experts_only ? 50 : 0);

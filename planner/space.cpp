@@ -30,6 +30,24 @@ std::vector<long long> two_three_series(long long hi) {
 
 }  // namespace
 
+int uneven_stage_splits(long long L, int pp, StageSplit out[2]) {
+  int n = 0;
+  if (pp < 2 || L < pp) return 0;
+  if (pp == 2) {  // no middle stage: the two ends as equal as possible (the even split when L is even)
+    if (L % 2 != 0) out[n++] = StageSplit{(int)(L / 2), 0, (int)(L - L / 2)};
+    return n;
+  }
+  const long long c = (L + pp - 1) / pp;
+  for (long long k = c; k <= c + 1; ++k) {
+    long long rest = L - (pp - 2) * k;  // for the first and last stages
+    if (rest < 2) continue;
+    long long first = rest / 2, last = rest - first;
+    if (first == k && last == k) continue;  // the even split
+    out[n++] = StageSplit{(int)first, (int)k, (int)last};
+  }
+  return n;
+}
+
 SpaceLimits space_limits(const Scenario& sc, double bcrit_tokens) {
   SpaceLimits lim;
   const Search& se = *sc.search;
@@ -88,9 +106,12 @@ std::vector<Layout> enumerate_layouts(const Scenario& sc, const SpaceLimits& lim
   std::vector<Layout> out;
   for (int n : lim.gpu_counts)
     for (const TpOpt& to : tps)
-      for (long long pp = 1; pp <= M.layers; ++pp)
+      for (long long pp = 1; pp <= M.layers; ++pp) {
+        StageSplit splits[2];  // pp not dividing the layers: only uneven stages (Megatron's first / last counts)
+        if (!divides(pp, M.layers) && uneven_stage_splits(M.layers, (int)pp, splits) == 0) continue;
+        if (!allowed(fx.pp, (int)pp)) continue;
         for (int cp : cps) {
-          if (!divides(pp, M.layers) || n % (to.tp * pp * cp) != 0 || !allowed(fx.pp, (int)pp)) continue;
+          if (n % (to.tp * pp * cp) != 0) continue;
           if (cp > 1 && to.mode == TpMode::d2) continue;  // not modelled (validate_plan)
           int dp = n / (to.tp * (int)pp * cp);
           if (!allowed(fx.dp, dp)) continue;
@@ -109,6 +130,7 @@ std::vector<Layout> enumerate_layouts(const Scenario& sc, const SpaceLimits& lim
             out.push_back(l);
           }
         }
+      }
   return out;
 }
 
@@ -124,6 +146,17 @@ long long enumerate_choices(const Scenario& sc, const AnalyticModel& am, const L
   long long skipped = 0;
   dominated = 0;
 
+  // Stage splits: the even one when pp divides the layers, and Megatron-style uneven ones (standard accumulation,
+  // not modular: see validate_plan).
+  const bool even_ok = divides(lay.pp, L);
+  StageSplit splits[3];
+  const int n_splits = uneven_stage_splits(L, lay.pp, splits + 1);
+  auto split_ok = [&](int si, Schedule sc_, int v, bool layered) {
+    if (si == 0) return even_ok && (sc_ != Schedule::interleaved || divides(v, Lp));
+    if (layered || sc_ == Schedule::modular) return false;
+    const StageSplit& x = splits[si];
+    return sc_ != Schedule::interleaved || (x.first % v == 0 && x.last % v == 0 && x.mid % v == 0);
+  };
   std::vector<long long> mbs = fx.microbatch.empty() ? std::vector<long long>{1, 2, 4, 8, 16, 32} : fx.microbatch;
   std::vector<bool> sps = {false};
   if (lay.tp > 1 && lay.tp_mode == TpMode::d1 && s % ((long long)lay.tp * lay.cp) == 0) sps.push_back(true);
@@ -136,9 +169,10 @@ long long enumerate_choices(const Scenario& sc, const AnalyticModel& am, const L
     for (Schedule x : {Schedule::gpipe, Schedule::one_f_one_b})
       if (allowed(fx.schedule, x) && allowed(fx.virtual_stages, 1)) scheds.push_back({x, 1});
     if (allowed(fx.schedule, Schedule::interleaved))
-      for (long long v = 2; v <= Lp; ++v)  // every chunking Megatron accepts
-        if (divides(v, Lp) && allowed(fx.virtual_stages, (int)v)) scheds.push_back({Schedule::interleaved, (int)v});
-    if (allowed(fx.schedule, Schedule::modular) && allowed(fx.virtual_stages, (int)Lp))
+      for (long long v = 2; v <= Lp + 2; ++v)  // every chunking Megatron accepts (of the even or an uneven split)
+        if ((divides(v, Lp) && even_ok) || n_splits > 0)
+          if (allowed(fx.virtual_stages, (int)v)) scheds.push_back({Schedule::interleaved, (int)v});
+    if (allowed(fx.schedule, Schedule::modular) && allowed(fx.virtual_stages, (int)Lp) && even_ok)
       scheds.push_back({Schedule::modular, (int)Lp});
   }
   bool interleaved_lp = false;
@@ -190,28 +224,33 @@ long long enumerate_choices(const Scenario& sc, const AnalyticModel& am, const L
             if (sd.s == Schedule::modular && !layered && interleaved_lp) continue;
             if (sd.s == Schedule::interleaved && m % lay.pp != 0) { ++skipped; continue; }
             if (sd.s == Schedule::modular && (m < lay.pp || (!layered && m % lay.pp != 0))) { ++skipped; continue; }
-            for (int z : zeros) {
-              // Recompute only adds work and offload only adds copies and host work: once a cheaper setting
-              // fits, the costlier ones are dominated (same layout and batch, more time) and not estimated.
-              for (int r = 0; r < 3; ++r) {
-                if (!mcs[r]) continue;
-                if (!mcs[r]->ok) { ++skipped; continue; }
-                bool fit_without_offload = false;
-                for (const Off& o : offs) {
-                  if (o.k == OffloadKind::chunked && lay.dp * lay.cp > 1 && z != 3) continue;
-                  bool per_layer = layered || z >= 2 || o.k == OffloadKind::granular || o.k == OffloadKind::chunked;
-                  if (per_layer ? m * L > 5000000 : m * sd.v * lay.pp > 5000000) { ++skipped; continue; }
-                  if (prune_dominated && o.k != OffloadKind::none && fit_without_offload) { ++dominated; continue; }
-                  Choice ch;
-                  ch.microbatch = mb; ch.num_microbatches = m; ch.schedule = sd.s; ch.virtual_stages = sd.v;
-                  ch.acc = acc; ch.zero = z; ch.offload = o.k; ch.offload_fraction = o.f; ch.experts_only = o.experts;
-                  ch.sp = sp; ch.recompute = (Recompute)r;
-                  bool fits = visit(ch, *mcs[r], m * mb * lay.dp);
-                  if (o.k == OffloadKind::none && fits) fit_without_offload = true;
-                }
-                if (prune_dominated && fit_without_offload) {  // higher recompute levels: dominated
-                  for (int r2 = r + 1; r2 < 3; ++r2) if (mcs[r2]) dominated += (long long)offs.size();
-                  break;
+            for (int si = 0; si <= n_splits; ++si) {  // the stage split: 0 even, else an uneven candidate
+              if (!split_ok(si, sd.s, sd.v, layered)) continue;
+              const StageSplit& sp_st = splits[si];
+              for (int z : zeros) {
+                // Recompute only adds work and offload only adds copies and host work: once a cheaper setting
+                // fits, the costlier ones are dominated (same layout and batch, more time) and not estimated.
+                for (int r = 0; r < 3; ++r) {
+                  if (!mcs[r]) continue;
+                  if (!mcs[r]->ok) { ++skipped; continue; }
+                  bool fit_without_offload = false;
+                  for (const Off& o : offs) {
+                    if (o.k == OffloadKind::chunked && lay.dp * lay.cp > 1 && z != 3) continue;
+                    bool per_layer = layered || z >= 2 || o.k == OffloadKind::granular || o.k == OffloadKind::chunked;
+                    if (per_layer ? m * L > 5000000 : m * sd.v * lay.pp > 5000000) { ++skipped; continue; }
+                    if (prune_dominated && o.k != OffloadKind::none && fit_without_offload) { ++dominated; continue; }
+                    Choice ch;
+                    ch.microbatch = mb; ch.num_microbatches = m; ch.schedule = sd.s; ch.virtual_stages = sd.v;
+                    ch.acc = acc; ch.zero = z; ch.offload = o.k; ch.offload_fraction = o.f; ch.experts_only = o.experts;
+                    ch.sp = sp; ch.recompute = (Recompute)r;
+                    ch.first_layers = sp_st.first; ch.mid_layers = sp_st.mid; ch.last_layers = sp_st.last;
+                    bool fits = visit(ch, *mcs[r], m * mb * lay.dp);
+                    if (o.k == OffloadKind::none && fits) fit_without_offload = true;
+                  }
+                  if (prune_dominated && fit_without_offload) {  // higher recompute levels: dominated
+                    for (int r2 = r + 1; r2 < 3; ++r2) if (mcs[r2]) dominated += (long long)offs.size();
+                    break;
+                  }
                 }
               }
             }
@@ -225,6 +264,11 @@ long long enumerate_choices(const Scenario& sc, const AnalyticModel& am, const L
 
 Plan plan_from(const Layout& lay, const Choice& ch) {
   Plan p;
+  if (ch.first_layers > 0) {  // uneven: first, the middle stages, last
+    p.stage_layers.assign(lay.pp, ch.mid_layers);
+    p.stage_layers.front() = ch.first_layers;
+    p.stage_layers.back() = ch.last_layers;
+  }
   p.dp = lay.dp; p.tp = lay.tp; p.pp = lay.pp; p.ep = lay.ep; p.cp = lay.cp; p.tp_mode = lay.tp_mode;
   p.tp_grid_node_blocks = lay.node_blocks;
   p.microbatch = ch.microbatch; p.schedule = ch.schedule; p.virtual_stages = ch.virtual_stages;

@@ -1,6 +1,7 @@
 // space: the search space of `trainplan plan` — the layouts (dp, tp, tp_mode, grid, pp, ep) over the allowed
 // GPU counts, and inside one layout every inner choice (micro-batch, sequence parallelism, recompute, global
-// batch, schedule and virtual stages, accumulation, ZeRO stage, offload). It mirrors validate_plan's rules so
+// batch, schedule and virtual stages, stage split (even, or Megatron's uneven first / last counts), accumulation,
+// ZeRO stage, offload). It mirrors validate_plan's rules so
 // that only valid plans are estimated (validate_plan itself re-checks every plan that is simulated).
 // Invariants: enumeration order is fixed (deterministic); search.fix restricts every dimension it names.
 #pragma once
@@ -32,5 +33,11 @@ long long enumerate_choices(const Scenario& sc, const AnalyticModel& am, const L
 
 // The plan of a layout and choice (not yet validated: validate_plan derives num_microbatches, offload layers).
 Plan plan_from(const Layout& lay, const Choice& ch);
+
+// Megatron-style uneven stage splits of L layers over pp stages (at most two, written to `out`; returns how
+// many): the middle stages get k = ceil(L / pp) or k + 1 layers each, the first and last share the rest as
+// equally as possible (first <= last, both >= 1); pp = 2 with odd L: floor / ceil. The even split is not one.
+struct StageSplit { int first = 0, mid = 0, last = 0; };  // 0 = even
+int uneven_stage_splits(long long L, int pp, StageSplit out[2]);
 
 }  // namespace tp

@@ -69,10 +69,33 @@ std::vector<WorkItem> breadth_first_order(int v, int m) {
   return out;
 }
 
+long long StageLayout::largest_chunk() const {
+  long long most = 0;
+  for (size_t g = 0; g + 1 < chunk_lo.size(); ++g) most = std::max(most, chunk_lo[g + 1] - chunk_lo[g]);
+  return most;
+}
+
+long long StageLayout::stage_layers(int stage) const {
+  long long n = 0;
+  for (int c = 0; c < v; ++c) n += chunk_layers(stage, c);
+  return n;
+}
+
+int StageLayout::chunk_of_layer(long long layer) const {
+  if (even()) return (int)(layer / layers_per_chunk());
+  return (int)(std::upper_bound(chunk_lo.begin(), chunk_lo.end(), layer) - chunk_lo.begin()) - 1;
+}
+
 StageLayout stage_layout(const Plan& p, long long layers) {
   if (p.grad_accumulation == GradAccumulation::layered && p.schedule != Schedule::modular)
-    return StageLayout{p.pp, (int)(layers / p.pp), layers, false};
-  return StageLayout{p.pp, p.virtual_stages, layers, true};
+    return StageLayout{p.pp, (int)(layers / p.pp), layers, false, {}};  // validation: even stages only
+  StageLayout lay{p.pp, p.virtual_stages, layers, true, {}};
+  if (!p.stage_layers.empty()) {  // looping order; stage s's chunks hold stage_layers[s] / v layers each
+    const int n = lay.num_model_chunks();
+    lay.chunk_lo.assign((size_t)n + 1, 0);
+    for (int g = 0; g < n; ++g) lay.chunk_lo[g + 1] = lay.chunk_lo[g] + p.stage_layers[lay.stage_of(g)] / lay.v;
+  }
+  return lay;
 }
 
 std::vector<WorkItem> plan_order(const Plan& p, long long layers, int stage) {

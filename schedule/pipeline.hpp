@@ -10,6 +10,11 @@
 // (interleaved, modular): local chunk c is global model chunk c*pp + s. Contiguous (layered accumulation on
 // gpipe / 1f1b stages, v = layers / pp one-layer chunks): local chunk c is global chunk s*v + c. Global model
 // chunk g owns layers [g * Lc, (g + 1) * Lc).
+// Uneven stages (plan.stage_layers, Megatron-LM's --decoder-first/last-pipeline-num-layers): stage s holds n_s
+// layers in v chunks of n_s / v layers each (validation makes v divide every n_s); global model chunks keep the
+// looping order above and own consecutive layer ranges, so chunk g owns [chunk_lo[g], chunk_lo[g + 1]) with
+// chunk_lo the prefix sums of the chunk sizes in global chunk order — Megatron's get_transformer_layer_offset
+// (megatron/core/transformer/transformer_layer.py). Even layouts keep chunk_lo empty and the closed forms.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -31,11 +36,26 @@ struct StageLayout {
   int pp = 1, v = 1;
   long long layers = 1;
   bool looping = true;  // global chunk = c * pp + s (else s * v + c)
-  long long layers_per_chunk() const { return layers / ((long long)pp * v); }
+  // Uneven stages: first layer of every global model chunk, pp * v + 1 entries (the last = layers); empty = even.
+  std::vector<long long> chunk_lo;
+  bool even() const { return chunk_lo.empty(); }
+  // Layers of every chunk of an even layout (uneven: of the largest chunk).
+  long long layers_per_chunk() const { return even() ? layers / ((long long)pp * v) : largest_chunk(); }
+  long long largest_chunk() const;
   int model_chunk(int stage, int chunk) const { return looping ? chunk * pp + stage : stage * v + chunk; }
   int stage_of(int model_chunk) const { return looping ? model_chunk % pp : model_chunk / v; }
   int local_chunk(int model_chunk) const { return looping ? model_chunk / pp : model_chunk % v; }
-  long long first_layer(int stage, int chunk) const { return model_chunk(stage, chunk) * layers_per_chunk(); }
+  long long first_layer(int stage, int chunk) const {
+    int g = model_chunk(stage, chunk);
+    return even() ? g * layers_per_chunk() : chunk_lo[g];
+  }
+  long long chunk_layers(int stage, int chunk) const {
+    int g = model_chunk(stage, chunk);
+    return even() ? layers_per_chunk() : chunk_lo[g + 1] - chunk_lo[g];
+  }
+  long long stage_layers(int stage) const;     // layers held by pipeline rank `stage` (all its chunks)
+  int chunk_of_layer(long long layer) const;   // the global model chunk owning `layer`
+  int stage_of_layer(long long layer) const { return stage_of(chunk_of_layer(layer)); }
   int num_model_chunks() const { return pp * v; }
   bool has_embedding(int stage, int chunk) const { return model_chunk(stage, chunk) == 0; }
   bool has_head(int stage, int chunk) const { return model_chunk(stage, chunk) == pp * v - 1; }

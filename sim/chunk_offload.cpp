@@ -21,7 +21,6 @@ ChunkPlan plan_chunk_offload(const Scenario& sc, Program& prog, detail::Builder&
   const ElemBytes eb = elem_bytes(sc.training);
   const int s = prog.sim_stage[r];
   const StageLayout lay = stage_layout(p, M.layers);
-  const long long Lc = lay.layers_per_chunk();
   const double shard_tp = (double)p.tp;  // 1D: tp ranks; 2D: q * q
   const double h = (double)M.hidden, f = (double)M.ffn_hidden, kvd = (double)M.kv_heads * M.head_dim();
   const double f_in = M.activation == Activation::swiglu ? 2 * f : f;
@@ -31,7 +30,8 @@ ChunkPlan plan_chunk_offload(const Scenario& sc, Program& prog, detail::Builder&
   // Parts: 0 = embedding, 1 + i = the i-th local layer (ascending), last = head.
   std::vector<long long> local_layers;
   for (int c = 0; c < lay.v; ++c)
-    for (long long l = lay.first_layer(s, c); l < lay.first_layer(s, c) + Lc; ++l) local_layers.push_back(l);
+    for (long long l = lay.first_layer(s, c); l < lay.first_layer(s, c) + lay.chunk_layers(s, c); ++l)
+      local_layers.push_back(l);
   std::sort(local_layers.begin(), local_layers.end());
   const bool has_embed = s == lay.stage_of(0), has_head = s == lay.stage_of(lay.num_model_chunks() - 1);
   auto part_of_layer = [&](long long l) {

@@ -71,6 +71,8 @@ json result_to_json(const Result& r) {
                       {"peak_bytes", rr.peak.total()},
                       {"stored_activation_peak_bytes", rr.stored_peak_bytes},
                       {"memory_bytes", memory_json(rr.peak)}});
+    // Uneven pipeline stages: each stage's transformer layers (even plans: layers / pp, not repeated).
+    if (!r.scenario.plan.stage_layers.empty()) stages.back()["layers"] = r.scenario.plan.stage_layers[rr.stage];
   }
   j["stages"] = stages;
   if (r.delink) {

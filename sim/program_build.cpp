@@ -148,7 +148,7 @@ void add_compute_pieces(BuildCtx& x) {
   const Plan& p = x.p;
   Program& prog = x.prog;
   const int R = x.R, V = x.V, m = x.m;
-  const long long L = x.L, Lc = x.Lc;
+  const long long L = x.L;
   const StageLayout& lay = x.lay;
   x.comp.assign((size_t)R * V * m * 2, {-1, -1});
   x.orders.assign(R, {});
@@ -157,7 +157,7 @@ void add_compute_pieces(BuildCtx& x) {
   for (int r = 0; r < R; ++r) {
     int s = prog.sim_stage[r];
     x.orders[r] = plan_order(p, L, s);
-    x.runs[r].reserve(x.orders[r].size() * (x.per_layer ? (size_t)Lc : 1));
+    x.runs[r].reserve(x.orders[r].size() * (x.per_layer ? (size_t)x.Lc : 1));
     const std::vector<WorkItem>& order = x.orders[r];
     std::vector<int> last_bwd_index(V, -1);
     for (int i = 0; i < (int)order.size(); ++i)
@@ -165,8 +165,8 @@ void add_compute_pieces(BuildCtx& x) {
     for (int i = 0; i < (int)order.size(); ++i) {
       const WorkItem& w = order[i];
       int g = lay.model_chunk(s, w.chunk);
-      Piece whole{lay.first_layer(s, w.chunk), lay.first_layer(s, w.chunk) + Lc, lay.has_head(s, w.chunk),
-                  lay.has_embedding(s, w.chunk)};
+      const long long lo = lay.first_layer(s, w.chunk), Lc = lay.chunk_layers(s, w.chunk);  // uneven: per stage
+      Piece whole{lo, lo + Lc, lay.has_head(s, w.chunk), lay.has_embedding(s, w.chunk)};
       bool fwd = w.pass == Pass::fwd;
       bool final_item = !fwd && i == last_bwd_index[w.chunk];
       // Pieces: one per layer when parameters or gradients move per layer; the final backward of a chunk per

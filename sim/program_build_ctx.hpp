@@ -23,7 +23,7 @@ struct BuildCtx {
   Builder& B;
   const CostModel& cm;
   StageLayout lay;
-  long long L = 0, Lc = 0;   // layers, layers per model chunk
+  long long L = 0, Lc = 0;   // layers, layers per model chunk (uneven stages: of the largest chunk)
   int V = 1, m = 1, nchunks = 1, R = 0, edp = 1;
   ElemBytes eb;
   double p2p_bytes = 0, bucket_params = 0;

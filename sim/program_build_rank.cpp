@@ -27,7 +27,7 @@ RankCtx make_rank_ctx(BuildCtx& x, int r) {
   // Parameters this rank holds (weight groups once under sharing).
   for (int c = 0; c < x.V; ++c) {
     long long lo = x.lay.first_layer(rk.s, c);
-    for (long long l = lo; l < lo + x.Lc; ++l)
+    for (long long l = lo; l < lo + x.lay.chunk_layers(rk.s, c); ++l)
       if (rk.wgroups.insert(weight_group(l, x.L, p.shared_layers)).second) {
         rk.held += x.layer_params(l);
         rk.off += x.offloaded_layer(l);
@@ -224,7 +224,7 @@ void add_shared_layer_reduce(BuildCtx& x, RankCtx& rk) {
   for (long long wg : rk.wgroups) {
     std::set<int> st;
     long long per = x.L / p.shared_layers;
-    for (long long l = wg * per; l < (wg + 1) * per; ++l) st.insert(x.lay.stage_of((int)(l / x.Lc)));
+    for (long long l = wg * per; l < (wg + 1) * per; ++l) st.insert(x.lay.stage_of_layer(l));
     if (st.size() > 1) sets[std::vector<int>(st.begin(), st.end())]++;
   }
   int last_bwd = -1;

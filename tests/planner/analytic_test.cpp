@@ -14,6 +14,7 @@
 #include "planner/analytic.hpp"
 #include "planner/explain.hpp"  // plan_summary, same_plan
 #include "planner/search.hpp"
+#include "planner/space.hpp"
 #include "planner_test_util.hpp"
 #include "sim/simulate.hpp"
 
@@ -87,5 +88,83 @@ TEST(PlanAnalytic, EstimatePlanMatchesTheSearchsPoints) {
     EXPECT_TRUE(e.fits);
     EXPECT_LE(std::fabs(e.step_s / c.sim->step_time_s - 1), 0.05);
     EXPECT_LE(std::fabs(e.peak_bytes / c.sim->peak_bytes_per_gpu - 1), 0.03);
+  }
+}
+
+// Uneven pipeline stages (plan.stage_layers): the analytic estimate takes the busiest stage for the step and the
+// fullest stage for memory; on the golden example (Llama 3 405B, 7 / 8 x 14 / 7 layers) and on Llama 3 70B over
+// 8 stages with the planner's own Megatron-style split it is within 5% step time and 3% peak memory of simulate.
+TEST(PlanAnalytic, UnevenStagesWithin5PercentStepAnd3PercentMemory) {
+  Scenario golden = load_scenario((kSource / "scenarios/examples/llama3-405b-uneven.json").string());
+  ASSERT_FALSE(golden.plan.stage_layers.empty());
+  Scenario l70 = scenario_from_json(
+      {{"name", "l70-uneven"}, {"model", "llama3-70b"}, {"cluster", "dgx-h100"},
+       {"training", {{"global_batch", 256}, {"seq_len", 4096}, {"tokens", 1e12}, {"precision", "bf16"}}},
+       {"plan", {{"dp", 4}, {"tp", 8}, {"pp", 8}, {"first_stage_layers", 7}, {"last_stage_layers", 7}, {"microbatch", 1},
+                 {"schedule", "1f1b"}, {"sequence_parallel", true}, {"recompute", "selective"}, {"zero", 1}}}},
+      ".", "l70-uneven");
+  ASSERT_EQ(l70.plan.stage_layers, std::vector<int>({7, 11, 11, 11, 11, 11, 11, 7}));
+  for (const Scenario* sc : {&golden, &l70}) {
+    SCOPED_TRACE(sc->name);
+    SimOptions so;
+    so.keep_memory_timeline = false;
+    Result r = simulate(*sc, so);
+    AnalyticModel am(*sc);
+    Estimate e = estimate_plan(am, sc->plan);
+    double es = e.step_s / r.step_time_s - 1, em = e.peak_bytes / r.peak_bytes_per_gpu - 1;
+    std::printf("%-20s step sim %.4f analytic %.4f (%+.2f%%), peak sim %.2f GB analytic %.2f GB (%+.2f%%)\n",
+                sc->name.c_str(), r.step_time_s, e.step_s, es * 100, r.peak_bytes_per_gpu / 1e9, e.peak_bytes / 1e9, em * 100);
+    EXPECT_LE(std::fabs(es), 0.05);
+    EXPECT_LE(std::fabs(em), 0.03);
+    // The same plan with the layers spread evenly where pp divides them: the busiest stage sets the step, so
+    // moving layers onto the middle stages makes the estimated step longer.
+    if (sc->model.layers % sc->plan.pp == 0) {
+      Plan even = sc->plan;
+      even.stage_layers.clear();
+      EXPECT_GT(e.step_s, estimate_plan(am, even).step_s);
+    }
+  }
+}
+
+// The planner's Megatron-style candidates: middle stages ceil(L / pp) or one more, first and last share the rest.
+TEST(PlanSpace, UnevenStageSplitsFollowMegatronsFirstLastRule) {
+  StageSplit s[2];
+  ASSERT_EQ(uneven_stage_splits(126, 16, s), 1);  // Llama 3 405B: 7 + 14 x 8 + 7
+  EXPECT_EQ(s[0].first, 7); EXPECT_EQ(s[0].mid, 8); EXPECT_EQ(s[0].last, 7);
+  ASSERT_EQ(uneven_stage_splits(70, 12, s), 1);  // 5 + 10 x 6 + 5 (k = 7 leaves nothing for the ends)
+  EXPECT_EQ(s[0].first, 5); EXPECT_EQ(s[0].mid, 6); EXPECT_EQ(s[0].last, 5);
+  ASSERT_EQ(uneven_stage_splits(80, 8, s), 1);  // k = 10 is the even split; k = 11: 7 + 6 x 11 + 7
+  EXPECT_EQ(s[0].first, 7); EXPECT_EQ(s[0].mid, 11); EXPECT_EQ(s[0].last, 7);
+  ASSERT_EQ(uneven_stage_splits(25, 2, s), 1);  // no middle stage: 12 / 13
+  EXPECT_EQ(s[0].first, 12); EXPECT_EQ(s[0].last, 13);
+  EXPECT_EQ(uneven_stage_splits(24, 2, s), 0);
+  for (long long L : {24LL, 70LL, 80LL, 126LL})
+    for (int pp = 2; pp <= 16; ++pp) {
+      int n = uneven_stage_splits(L, pp, s);
+      for (int i = 0; i < n; ++i) {
+        EXPECT_EQ(s[i].first + (long long)(pp - 2) * s[i].mid + s[i].last, L) << L << " over " << pp;
+        EXPECT_GE(s[i].first, 1);
+        EXPECT_LE(s[i].first, s[i].last);
+        EXPECT_LE(s[i].last - s[i].first, 1);
+      }
+    }
+}
+
+// pp need not divide the layers: the search finds Llama 3 405B's 16-stage layouts (126 layers) with the uneven
+// split, and the plans it reports validate and simulate.
+TEST(PlanSpace, SearchOffersUnevenStagesWherePpDoesNotDivideTheLayers) {
+  Scenario sc = search_scenario(search_json("llama3-405b", "dgx-h100",
+                                            {{"min_gpus", 1024}, {"max_gpus", 1024}, {"top_k", 2},
+                                             {"fix", {{"pp", {16}}, {"tp", {8}}, {"schedule", {"1f1b"}}}}},
+                                            1e12, 1024));
+  PlanOptions opt;
+  opt.threads = 2;
+  PlanOutcome o = plan_search(sc, opt);
+  ASSERT_FALSE(o.top.empty()) << o.note;
+  for (const Candidate& c : o.top) {
+    SCOPED_TRACE(plan_summary(c.plan, c.global_batch));
+    EXPECT_EQ(c.plan.pp, 16);
+    EXPECT_EQ(c.plan.stage_layers, std::vector<int>({7, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 7}));
+    ASSERT_TRUE(c.sim);
   }
 }

@@ -70,7 +70,8 @@ TEST(Pipeline, EveryOrderRunsEachItemOnceBackwardAfterForward) {
 }
 
 TEST(Pipeline, StageLayoutAndNames) {
-  StageLayout lay{4, 2, 16};  // 16 layers, p = 4, v = 2: chunks of 2 layers
+  StageLayout lay;  // 16 layers, p = 4, v = 2: chunks of 2 layers
+  lay.pp = 4; lay.v = 2; lay.layers = 16;
   EXPECT_EQ(lay.layers_per_chunk(), 2);
   EXPECT_EQ(lay.model_chunk(1, 1), 5);
   EXPECT_EQ(lay.first_layer(1, 1), 10);
