@@ -40,7 +40,7 @@ bool load(benchmark::State& state, const std::string& file, tp::Scenario& sc) {
   return false;
 }
 
-int gpus(const tp::Scenario& sc) { return sc.plan.dp * sc.plan.tp * sc.plan.pp; }
+int gpus(const tp::Scenario& sc) { return sc.plan.gpus(); }
 
 void BM_Simulate(benchmark::State& state, const std::string& file, bool full_cluster) {
   tp::Scenario sc;
@@ -126,6 +126,8 @@ const Entry kEntries[] = {
     {"gpt3-175b-1024-offload", "gpt3-175b-1024-offload.json", false},
     {"optimus-2d-frontera-64", "optimus-2d-frontera-64.json", false},
     {"lga-mpp-gpt3-175b-1024", "lga-mpp-gpt3-175b-1024.json", false},
+    // Today's runs: a 405B model with context parallelism and uneven pipeline stages on 16,384 GPUs.
+    {"llama3-405b-cp2-uneven-16384", "llama3-405b-cp2-uneven-16384.json", false},
 };
 
 const bool registered = [] {
