@@ -74,8 +74,9 @@ Cluster read_cluster(const json& v, const std::string& path, Issues& issues) {
   }
   c.price_per_gpu_hour_usd = r.opt_num("price_per_gpu_hour_usd", 0, 0);
   c.power_per_gpu_w = r.opt_num("power_per_gpu_w", c.gpu.power_w, 0);
+  c.nccl_buffer_bytes_per_communicator = r.opt_num("nccl_buffer_bytes_per_communicator", 0, 0, 1e12);
   r.finish({"name", "about", "gpu", "nodes", "gpus_per_node", "intra_node", "inter_node", "host",
-            "price_per_gpu_hour_usd", "power_per_gpu_w"});
+            "price_per_gpu_hour_usd", "power_per_gpu_w", "nccl_buffer_bytes_per_communicator"});
   return c;
 }
 
@@ -106,6 +107,7 @@ json cluster_to_json(const Cluster& c) {
           {"price_per_gpu_hour_usd", c.price_per_gpu_hour_usd},
           {"power_per_gpu_w", c.power_per_gpu_w}};
   if (c.host.memory_bandwidth_bytes_per_s > 0) j["host"]["memory_bandwidth_bytes_per_s"] = c.host.memory_bandwidth_bytes_per_s;
+  if (c.nccl_buffer_bytes_per_communicator > 0) j["nccl_buffer_bytes_per_communicator"] = c.nccl_buffer_bytes_per_communicator;
   return j;
 }
 

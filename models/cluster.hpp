@@ -38,6 +38,9 @@ struct Host {
 
 struct Cluster {
   std::string name;
+  // NCCL's buffers per communicator a rank belongs to (channels x protocols x peers x NCCL_BUFFSIZE; JSON
+  // "nccl_buffer_bytes_per_communicator", 0 when absent).
+  double nccl_buffer_bytes_per_communicator = 0;
   Gpu gpu;
   int nodes = 1;
   int gpus_per_node = 1;

@@ -101,11 +101,21 @@ Gpu read_gpu(const json& v, const std::string& path, Issues& issues) {
   g.sm_count = (double)r.opt_int("sm_count", 1, 1, 1 << 20);
   g.kernel_overhead_s = r.opt_num("kernel_overhead_s", 0, 0, 1);
   g.power_w = r.opt_num("power_w", 0, 0);
+  if (const json* f = r.get("framework_memory")) {
+    Reader fr(*f, r.at("framework_memory"), issues);
+    if (fr.ok()) {
+      g.framework.cuda_context_bytes = fr.opt_num("cuda_context_bytes", 0, 0, 1e12);
+      g.framework.cublas_workspace_bytes = fr.opt_num("cublas_workspace_bytes", 0, 0, 1e12);
+      g.framework.allocator_fragmentation = fr.opt_num("allocator_fragmentation", 0, 0, 1);
+      fr.opt_str("about", "");
+      fr.finish({"about", "cuda_context_bytes", "cublas_workspace_bytes", "allocator_fragmentation"});
+    }
+  }
   if (g.matrix_flops_per_s[0] <= 0 && g.matrix_flops_per_s[1] <= 0 && g.matrix_flops_per_s[2] <= 0 && r.has("matrix_flops_per_s"))
     issues.add(r.at("matrix_flops_per_s"), "at least one precision needs a peak > 0");
   r.finish({"name", "about", "matrix_flops_per_s", "vector_flops_per_s", "hbm_bytes", "hbm_bandwidth_bytes_per_s",
             "matrix_efficiency", "memory_efficiency", "attention_efficiency", "fp8_matrix_efficiency",
-            "attention_tile_rows", "sm_count", "kernel_overhead_s", "power_w"});
+            "attention_tile_rows", "sm_count", "kernel_overhead_s", "power_w", "framework_memory"});
   return g;
 }
 
@@ -130,6 +140,10 @@ json gpu_to_json(const Gpu& g) {
   if (!g.fp8_matrix_efficiency.points.empty()) j["fp8_matrix_efficiency"] = curve_to_json(g.fp8_matrix_efficiency);
   if (g.attention_tile_rows != 128) j["attention_tile_rows"] = g.attention_tile_rows;
   if (g.sm_count != 1) j["sm_count"] = g.sm_count;
+  const FrameworkMemory& f = g.framework;
+  if (f.cuda_context_bytes > 0 || f.cublas_workspace_bytes > 0 || f.allocator_fragmentation > 0)
+    j["framework_memory"] = {{"cuda_context_bytes", f.cuda_context_bytes}, {"cublas_workspace_bytes", f.cublas_workspace_bytes},
+                             {"allocator_fragmentation", f.allocator_fragmentation}};
   return j;
 }
 

@@ -30,6 +30,15 @@ struct Curve {
 Curve read_curve(const json& v, const std::string& path, Issues& issues);
 json curve_to_json(const Curve& c);
 
+// Device memory a training framework uses beyond its tensors (GPU JSON "framework_memory", every key optional,
+// 0 when absent): the CUDA context (driver, kernels of the loaded libraries), the cuBLAS / cuBLASLt workspace
+// of the compute stream, and the caching allocator's fragmentation as a fraction of the tensor peak.
+struct FrameworkMemory {
+  double cuda_context_bytes = 0;
+  double cublas_workspace_bytes = 0;
+  double allocator_fragmentation = 0;
+};
+
 struct Gpu {
   std::string name;
   double matrix_flops_per_s[kPrecisions] = {0, 0, 0, 0};  // dense tensor-core peak by precision (fp8 optional)
@@ -50,6 +59,7 @@ struct Gpu {
   const Curve& fp8_curve() const { return fp8_matrix_efficiency.points.empty() ? matrix_efficiency : fp8_matrix_efficiency; }
   double kernel_overhead_s = 0;  // fixed cost per launched kernel (launch + tail)
   double power_w = 0;            // board power at training load
+  FrameworkMemory framework;
 };
 
 // Reads a GPU object (all keys validated). `path` is the JSON path used in messages.

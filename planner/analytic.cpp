@@ -260,7 +260,9 @@ Estimate AnalyticModel::estimate(const Layout& lay, const MicroCost& mc, const C
   }
   r.offload_s = pcie_exposed;
   r.state_bytes = weights + grads + opt + buffers;
-  r.peak_bytes = r.state_bytes + act;
+  const int comms = rank_communicators(lay.tp, lay.cp, dp, lay.ep, p, sc.model.tied_embeddings);
+  r.framework_bytes = framework_bytes(C, comms, r.state_bytes + act);
+  r.peak_bytes = r.state_bytes + act + r.framework_bytes;
   r.fits = chunks_fit && r.peak_bytes <= capacity_bytes;
   r.host_bytes_per_node = host_bytes * std::min(lay.gpus(), gpn);
   r.host_fits = r.host_bytes_per_node <= C.host.memory_bytes || C.host.memory_bytes <= 0;

@@ -65,6 +65,7 @@ struct Estimate {
   double compute_s = 0, bubble_s = 0, tp_comm_s = 0, pp_comm_s = 0, dp_comm_s = 0, optimizer_s = 0,
          offload_s = 0;                 // parts of step_s (exposed)
   double peak_bytes = 0, activation_bytes = 0, state_bytes = 0;
+  double framework_bytes = 0;           // CUDA context, cuBLAS workspace, NCCL buffers, fragmentation (in peak)
   double host_bytes_per_node = 0;
   bool fits = false, host_fits = true;
 };

@@ -26,7 +26,7 @@ static json memory_json(const MemoryBreakdown& m) {
           {"gradients", m.gradients},
           {"optimizer", m.optimizer},
           {"activations", m.activations},
-          {"buffers", m.buffers}};
+          {"buffers", m.buffers}, {"framework", m.framework}};
 }
 
 json result_to_json(const Result& r) {
@@ -175,7 +175,7 @@ void print_summary(std::ostream& os, const Result& r) {
                         : "chunks do not fit") << ")\n";
   const MemoryBreakdown& m = r.memory;
   for (auto [name, v] : {std::pair{"weights", m.weights}, {"gradients", m.gradients}, {"optimizer", m.optimizer},
-                         {"activations", m.activations}, {"buffers", m.buffers}}) {
+                         {"activations", m.activations}, {"buffers", m.buffers}, {"framework", m.framework}}) {
     std::snprintf(line, sizeof line, "  %-18s %12s\n", name, gib(v).c_str());
     os << line;
   }

@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <chrono>
 
+#include "step_formulas.hpp"
+
 namespace tp {
 
 static double overlap(double a0, double a1, double b0, double b1) { return std::max(0.0, std::min(a1, b1) - std::max(a0, b0)); }
@@ -212,6 +214,8 @@ Result simulate(const Scenario& sc, const SimOptions& opt) {
   std::vector<std::vector<int>> holds_of(R);
   for (size_t i = 0; i < pg.holds.size(); ++i) holds_of[pg.holds[i].rank].push_back((int)i);
   double busiest = -1, latest = -1, mem_peak = -1;
+  const Plan& pl = sc.plan;
+  const int comms = rank_communicators(pl.tp, pl.cp, pl.data_ranks(), pl.ep, pl.pp, sc.model.tied_embeddings);
   double sent_intra = 0, sent_inter = 0, hw_flops = 0;
   for (int r = 0; r < R; ++r) {
     RankResult rr;
@@ -219,6 +223,7 @@ Result simulate(const Scenario& sc, const SimOptions& opt) {
     rr.stage = pg.sim_stage[r];
     rr.breakdown = rank_breakdown(pg, eo, r, res.step_time_s);
     rank_memory(pg, eo, r, holds_of[r], rr, opt.keep_memory_timeline);
+    rr.peak.framework = framework_bytes(sc.cluster, comms, rr.peak.tensors());
     // Headline breakdown: the rank that finishes last (it sets the step time); ties -> the busiest.
     double own_end = 0;
     for (int lane = 0; lane < kLanes; ++lane)

@@ -24,7 +24,9 @@ struct Breakdown {
 
 struct MemoryBreakdown {
   double weights = 0, gradients = 0, optimizer = 0, activations = 0, buffers = 0;
-  double total() const { return weights + gradients + optimizer + activations + buffers; }
+  double framework = 0;  // beyond the tensors: CUDA context, cuBLAS workspace, NCCL buffers, fragmentation
+  double tensors() const { return weights + gradients + optimizer + activations + buffers; }
+  double total() const { return tensors() + framework; }
 };
 
 struct MemSample { double t_s, bytes; };

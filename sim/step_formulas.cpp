@@ -98,4 +98,17 @@ double p2p_closed_form_s(bool inter, double bytes, const Cluster& cl, const Link
   return bytes / (nic * cl.inter.efficiency.at(bytes)) + lat.inter_latency_s;
 }
 
+int rank_communicators(int tp, int cp, int data_ranks, int ep, int pp, bool tied_embeddings) {
+  int n = (tp > 1) + (cp > 1) + (data_ranks > 1);
+  if (ep > 1) n += 1 + (data_ranks / ep > 1);
+  if (pp > 1) n += (pp > 2 ? 2 : 1) + (tied_embeddings ? 1 : 0);
+  return n;
+}
+
+double framework_bytes(const Cluster& cl, int communicators, double tensor_peak_bytes) {
+  const FrameworkMemory& f = cl.gpu.framework;
+  return f.cuda_context_bytes + f.cublas_workspace_bytes + communicators * cl.nccl_buffer_bytes_per_communicator +
+         f.allocator_fragmentation * tensor_peak_bytes;
+}
+
 }  // namespace tp

@@ -67,4 +67,14 @@ double collective_closed_form_s(Coll c, int g, int k, double bytes, const Cluste
 // One pipeline send inside a node or across nodes, alone on its path.
 double p2p_closed_form_s(bool inter, double bytes, const Cluster& cl, const LinkTiers& lat);
 
+// Communicators one rank of a layout belongs to, each holding NCCL buffers: its tp group, cp group, data
+// (dp x cp) group, expert-parallel and expert-data-parallel groups, one per neighbouring pipeline stage (2 with
+// pp > 2, 1 with pp = 2), and the tied-embedding group of the first and last stages.
+int rank_communicators(int tp, int cp, int data_ranks, int ep, int pp, bool tied_embeddings);
+
+// Device memory the framework uses beyond the tensors (GPU JSON framework_memory, cluster JSON
+// nccl_buffer_bytes_per_communicator): CUDA context + cuBLAS workspace + NCCL buffers x communicators +
+// allocator fragmentation x the tensor peak. Counted in every peak and in fits (simulator and planner).
+double framework_bytes(const Cluster& cl, int communicators, double tensor_peak_bytes);
+
 }  // namespace tp
