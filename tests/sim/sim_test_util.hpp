@@ -37,6 +37,19 @@ inline json finite_nvswitch_cluster(int nodes = 4, int gpus_per_node = 8) {
   return c;
 }
 
+// The ideal cluster (8 nodes x 8 GPUs) with finite NVSwitch (2e11 B/s) and NIC (4 x 200 Gb/s) links and hop
+// latencies, so that collectives take time and contend; HBM at 2 TB/s.
+inline json finite_links_cluster() {
+  json c = ideal_cluster(8, 8);
+  c["intra_node"]["bandwidth_bytes_per_s"] = 2e11;
+  c["intra_node"]["latency_s"] = 3e-6;
+  c["inter_node"]["nic_bandwidth_bits_per_s"] = 2e11;
+  c["inter_node"]["latency_s"] = 5e-6;
+  c["inter_node"]["nics_per_node"] = 4;
+  c["gpu"]["hbm_bandwidth_bytes_per_s"] = 2e12;
+  return c;
+}
+
 inline json gpt_model(int layers, int hidden, int heads, int vocab = 51200, int seq = 2048) {
   return {{"name", "test-gpt"}, {"layers", layers}, {"hidden", hidden}, {"heads", heads}, {"vocab", vocab},
           {"seq_len", seq}, {"activation", "gelu"}, {"tied_embeddings", true}};

@@ -15,16 +15,7 @@ using namespace tp::testutil;
 
 namespace {
 
-json finite_cluster() {
-  json c = ideal_cluster(8, 8);
-  c["intra_node"]["bandwidth_bytes_per_s"] = 2e11;
-  c["intra_node"]["latency_s"] = 3e-6;
-  c["inter_node"]["nic_bandwidth_bits_per_s"] = 2e11;
-  c["inter_node"]["latency_s"] = 5e-6;
-  c["inter_node"]["nics_per_node"] = 4;
-  c["gpu"]["hbm_bandwidth_bytes_per_s"] = 2e12;
-  return c;
-}
+json finite_cluster() { return finite_links_cluster(); }
 
 json cp_plan(int dp, int cp, int tp, int pp, int zero = 1, const char* recompute = "none") {
   json p = plan_json(dp, tp, pp, 1, "1f1b", recompute, tp > 1, zero);

@@ -13,13 +13,7 @@ using namespace tp::testutil;
 namespace {
 
 json selene_like() {
-  json c = ideal_cluster(8, 8);
-  // Finite links so that collectives take time and contend.
-  c["intra_node"]["bandwidth_bytes_per_s"] = 2e11;
-  c["intra_node"]["latency_s"] = 3e-6;
-  c["inter_node"]["nic_bandwidth_bits_per_s"] = 2e11;
-  c["inter_node"]["latency_s"] = 5e-6;
-  c["inter_node"]["nics_per_node"] = 4;
+  json c = finite_links_cluster();  // finite links so that collectives take time and contend
   c["host"]["pcie_bandwidth_bytes_per_s"] = 2.5e10;
   c["host"]["memory_bandwidth_bytes_per_s"] = 2e11;
   c["gpu"]["hbm_bandwidth_bytes_per_s"] = 2e12;

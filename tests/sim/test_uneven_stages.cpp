@@ -16,12 +16,8 @@ using namespace tp::testutil;
 namespace {
 
 json cluster() {
-  json c = ideal_cluster(8, 8);
-  c["intra_node"]["bandwidth_bytes_per_s"] = 2e11;
-  c["intra_node"]["latency_s"] = 3e-6;
-  c["inter_node"]["nic_bandwidth_bits_per_s"] = 2e11;
-  c["inter_node"]["latency_s"] = 5e-6;
-  c["inter_node"]["nics_per_node"] = 4;
+  json c = finite_links_cluster();
+  c["gpu"]["hbm_bandwidth_bytes_per_s"] = ideal_cluster()["gpu"]["hbm_bandwidth_bytes_per_s"];  // memory-bound ops free
   return c;
 }
 
