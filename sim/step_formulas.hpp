@@ -5,8 +5,10 @@
 // collective built from the same phase list (collective_ring_phases) from which sim/collective.cpp builds its
 // flows.
 // Invariants: sizes in bytes, times in seconds, parameter counts per GPU; nothing here allocates, so the
-// planner can call it per evaluated plan.
+// planner can call it per evaluated plan (the small formulas are inline: the planner's hot loop calls them).
 #pragma once
+#include <algorithm>
+
 #include "collective.hpp"
 #include "models/scenario.hpp"
 
@@ -30,33 +32,64 @@ struct Params {
 };
 
 // The share of `pr` a rank keeps when ZeRO stage `zero` >= `stage` shards it over dp (experts over edp).
-double zero_shard(const Params& pr, int zero, int stage, int dp, int edp);
+inline double zero_shard(const Params& pr, int zero, int stage, int dp, int edp) {
+  return zero >= stage && dp > 1 ? pr.dense / dp + pr.expert / std::max(1, edp) : pr.total();
+}
 
 // One pipeline send of one micro-batch: Megatron's scatter-gather sends 1/tp of [b, s / cp, h].
 double pipeline_send_bytes(const Scenario& sc, long long microbatch, int tp);
 
 // Megatron's gradient bucket: max(40 M, 1 M x dp) parameters.
-double grad_bucket_params(int dp);
+inline double grad_bucket_params(int dp) { return std::max(40e6, 1e6 * dp); }
 
 // Which parameters each optimizer updates: the GPU's Adam and the host CPU's Adam (ZeRO-Offload: all of
 // this rank's shard; granular: the offloaded layers'). `held`: parameters of the rank; `off`: those that
 // live in host memory (granular offload). Chunked offload splits by chunks (sim/chunk_offload.cpp).
 struct OptimizerSplit { double gpu_params = 0, host_params = 0; };
-OptimizerSplit optimizer_split(const Params& held, const Params& off, OffloadKind kind, int zero, int dp, int edp);
+inline OptimizerSplit optimizer_split(const Params& held, const Params& off, OffloadKind kind, int zero, int dp, int edp) {
+  OptimizerSplit s;
+  switch (kind) {
+    case OffloadKind::none:
+    case OffloadKind::chunked: s.gpu_params = zero_shard(held, zero, 1, dp, edp); break;
+    case OffloadKind::optimizer: s.host_params = zero_shard(held, zero, 1, dp, edp); break;
+    case OffloadKind::granular:
+      s.gpu_params = zero_shard(held - off, zero, 1, dp, edp);
+      s.host_params = zero_shard(off, zero, 1, dp, edp);
+      break;
+  }
+  return s;
+}
 
 // Static state per GPU (chunked offload excepted): low-precision weights (ZeRO-3 shards them), gradients
 // (ZeRO-2), optimizer state on the GPU, and host memory of the offloaded states.
 struct StateBytes { double weights = 0, gradients = 0, optimizer = 0, host = 0; };
-StateBytes state_bytes(const Params& held, const Params& off, OffloadKind kind, int zero, int dp, int edp,
-                       const ElemBytes& eb);
+inline StateBytes state_bytes(const Params& held, const Params& off, OffloadKind kind, int zero, int dp, int edp,
+                       const ElemBytes& eb) {
+  StateBytes st;
+  const Params on_gpu = held - off;
+  const OptimizerSplit os = optimizer_split(held, off, kind, zero, dp, edp);
+  st.weights = zero_shard(on_gpu, zero, 3, dp, edp) * eb.e;
+  st.gradients = zero_shard(on_gpu, zero, 2, dp, edp) * eb.g;
+  st.optimizer = kind == OffloadKind::optimizer ? 0 : os.gpu_params * eb.optimizer();
+  if (kind == OffloadKind::optimizer) st.host = os.host_params * (eb.optimizer() + 4);  // + the fp32 gradient
+  if (kind == OffloadKind::granular) st.host = off.total() * (eb.e + 4) + os.host_params * eb.optimizer();
+  return st;
+}
 
 // GPU Adam: bandwidth-bound over master weights, moments (read + write), gradient and weight.
-double gpu_adam_s(double params, const Gpu& gpu, const ElemBytes& eb);
+inline double gpu_adam_s(double params, const Gpu& gpu, const ElemBytes& eb) {
+  double traffic = params * (2 * eb.optimizer() + eb.g + eb.e);
+  if (traffic <= 0) return 0;
+  return traffic / (gpu.hbm_bandwidth_bytes_per_s * gpu.memory_efficiency.at(traffic)) + gpu.kernel_overhead_s;
+}
 // Host (CPU) Adam at this GPU's share of the node's DRAM bandwidth: fp32 master, moments read and written,
 // fp32 gradient read (4 reads + 3 writes of 4 bytes) and the low-precision weight written back.
-double host_adam_s(double params, const Host& host, int gpus_sharing_host, const ElemBytes& eb);
+inline double host_adam_s(double params, const Host& host, int gpus_sharing_host, const ElemBytes& eb) {
+  if (host.memory_bandwidth_bytes_per_s <= 0 || params <= 0) return 0;
+  return params * (28 + eb.e) / (host.memory_bandwidth_bytes_per_s / std::max(1, gpus_sharing_host));
+}
 // One copy over this GPU's PCIe link.
-double pcie_copy_s(double bytes, const Host& host);
+inline double pcie_copy_s(double bytes, const Host& host) { return bytes / host.pcie_bandwidth_bytes_per_s; }
 
 // Closed-form time of a ring / hierarchical collective (collective_ring_phases, sim/collective.hpp) when every GPU of the involved nodes runs one like it at once: a ring
 // flow gets the intra-node bandwidth, or the node's NIC bandwidth shared by its GPUs (capped by the GPU's
@@ -70,11 +103,20 @@ double p2p_closed_form_s(bool inter, double bytes, const Cluster& cl, const Link
 // Communicators one rank of a layout belongs to, each holding NCCL buffers: its tp group, cp group, data
 // (dp x cp) group, expert-parallel and expert-data-parallel groups, one per neighbouring pipeline stage (2 with
 // pp > 2, 1 with pp = 2), and the tied-embedding group of the first and last stages.
-int rank_communicators(int tp, int cp, int data_ranks, int ep, int pp, bool tied_embeddings);
+inline int rank_communicators(int tp, int cp, int data_ranks, int ep, int pp, bool tied_embeddings) {
+  int n = (tp > 1) + (cp > 1) + (data_ranks > 1);
+  if (ep > 1) n += 1 + (data_ranks / ep > 1);
+  if (pp > 1) n += (pp > 2 ? 2 : 1) + (tied_embeddings ? 1 : 0);
+  return n;
+}
 
 // Device memory the framework uses beyond the tensors (GPU JSON framework_memory, cluster JSON
 // nccl_buffer_bytes_per_communicator): CUDA context + cuBLAS workspace + NCCL buffers x communicators +
 // allocator fragmentation x the tensor peak. Counted in every peak and in fits (simulator and planner).
-double framework_bytes(const Cluster& cl, int communicators, double tensor_peak_bytes);
+inline double framework_bytes(const Cluster& cl, int communicators, double tensor_peak_bytes) {
+  const FrameworkMemory& f = cl.gpu.framework;
+  return f.cuda_context_bytes + f.cublas_workspace_bytes + communicators * cl.nccl_buffer_bytes_per_communicator +
+         f.allocator_fragmentation * tensor_peak_bytes;
+}
 
 }  // namespace tp
