@@ -16,6 +16,7 @@
 #include "models/scenario.hpp"
 #include "sim/output.hpp"
 #include "sim/simulate.hpp"
+#include "sim/validate_devset.hpp"
 #include "sim/validate_published.hpp"
 #include "exec/calibrate.hpp"
 #include "exec/comm.hpp"
@@ -49,8 +50,9 @@ const char* kHelp =
     "      write a report to DIR: report.md, report.html (self-contained, SVG figures inline), figures/*.svg,\n"
     "      data.json, data.csv. A spec (docs/reports.md) names runs, checks of published claims and figures;\n"
     "      scenario files are compared side by side (one with a search block is planned first)\n"
-    "  trainplan validate-published [--suite DEV_SUITE.json] [--cluster NAME] [--json FILE]\n"
-    "      regenerate the published rows of the dev suite and print predicted vs published\n"
+    "  trainplan validate-published [--suite dev|h100|FILE.json] [--cluster NAME] [--json FILE]\n"
+    "      regenerate the published rows of the dev suite (A100, 2021) or of the H100 development set\n"
+    "      and print predicted vs published\n"
     "  trainplan run SCENARIO.json [--steps N] [--json FILE] [--fp64] [--seed S] [--lr LR] [--data TOKENS.bin]\n"
     "                [--delink-step N] [--checkpoint-dir DIR [--checkpoint-every K] [--resume]] [--trace FILE]\n"
     "                [--device-budget BYTES]   (plan.offload chunked: the per-rank device arena; default\n"
@@ -333,21 +335,27 @@ int cmd_validate(int argc, char** argv) {
   return 0;
 }
 
-std::string default_suite() {
-  std::string bundled = catalog_dir() + "/../../scenarios/published/dev-suite.json";
-  return bundled;
+// --suite: a file, or the bundled sets by name: "dev" (the 2021 A100 dev suite, the default) and "h100"
+// (the H100 development set, data/validation/h100-dev-set.json).
+std::string suite_file(const std::string& name) {
+  std::string root = catalog_dir() + "/../..";
+  if (name.empty() || name == "dev") return root + "/scenarios/published/dev-suite.json";
+  if (name == "h100") return root + "/data/validation/h100-dev-set.json";
+  return name;
 }
 
 int cmd_validate_published(int argc, char** argv) {
   Args a = parse_args(argc, argv, 2, {"--suite", "--cluster", "--json"}, {});
   if (!a.positional.empty()) throw Usage("validate-published takes no positional arguments");
-  std::string file = a.value("--suite", default_suite());
+  std::string file = suite_file(a.value("--suite"));
   Issues is;
   json suite = parse_json_file(file, file, is);
   if (!is.empty()) throw InputError(is.messages);
   PublishedReport rep;
   try {
-    rep = validate_published(suite, a.value("--cluster", "selene"));
+    // A development set lists rows with their own plans and clusters; the 2021 dev suite lists paper tables.
+    if (suite.is_object() && suite.contains("rows")) rep = validate_devset(suite, a.value("--cluster"));
+    else rep = validate_published(suite, a.value("--cluster", "selene"));
   } catch (const json::exception& e) {
     throw InputError({file + ": unexpected dev-suite layout: " + e.what()});
   }

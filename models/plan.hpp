@@ -76,6 +76,13 @@ struct Plan {
   Recompute recompute = Recompute::none;
   int zero = 0;                // 0..3: 1 optimizer state, 2 + gradients, 3 + parameters sharded over dp
   bool overlap_grad_reduce = true;  // DP gradient reduction in buckets during the last backward (Megatron's --overlap-grad-reduce)
+  // Megatron-LM's --tp-comm-overlap (Transformer Engine userbuffers): the sequence-parallel all-gathers and
+  // reduce-scatters of the forward and of the row-parallel backward run in pieces under the adjacent GEMM
+  // instead of before / after it. Needs sequence_parallel (as Megatron).
+  bool tp_comm_overlap = false;
+  // Megatron-LM's --overlap-param-gather (ZeRO-1/2, distributed optimizer): the all-gather of the updated
+  // parameters is issued bucket by bucket under the next step's first forward instead of after the optimizer.
+  bool overlap_param_gather = false;
   TpMode tp_mode = TpMode::d1;
   // 2D grid placement ("tp_grid"): rows (tp rank k at row k / q, column k % q) or node_blocks (Optimus'
   // --rank-rearrange: each node's b x b GPUs, b * b = gpus_per_node, form one block of the grid).

@@ -188,6 +188,8 @@ static Plan read_plan(const json& v, const std::string& path, Issues& issues, De
   p.recompute = (Recompute)r.opt_enum("recompute", {"none", "selective", "full"}, 0);
   p.zero = (int)r.opt_int("zero", 0, 0, 3);
   p.overlap_grad_reduce = r.opt_bool("overlap_grad_reduce", true);
+  p.tp_comm_overlap = r.opt_bool("tp_comm_overlap", false);
+  p.overlap_param_gather = r.opt_bool("overlap_param_gather", false);
   p.tp_mode = (TpMode)r.opt_enum("tp_mode", {"1d", "2d"}, 0);
   p.tp_grid_node_blocks = r.opt_enum("tp_grid", {"rows", "node_blocks"}, 0) == 1;
   p.grad_accumulation = (GradAccumulation)r.opt_enum("grad_accumulation", {"standard", "layered"}, 0);
@@ -212,7 +214,7 @@ static Plan read_plan(const json& v, const std::string& path, Issues& issues, De
   p.first_stage_layers = (int)r.opt_int("first_stage_layers", 0, 1, 1000000);
   p.last_stage_layers = (int)r.opt_int("last_stage_layers", 0, 1, 1000000);
   std::vector<std::string> keys = {"dp", "tp", "pp", "virtual_stages", "microbatch", "schedule", "sequence_parallel",
-                                   "recompute", "zero", "overlap_grad_reduce", "tp_mode", "grad_accumulation",
+                                   "recompute", "zero", "overlap_grad_reduce", "tp_comm_overlap", "overlap_param_gather", "tp_mode", "grad_accumulation",
                                    "offload", "ep", "tp_grid", "cp", "attention", "stage_layers",
                                    "first_stage_layers", "last_stage_layers"};
   if (const json* d = r.get("delink")) {
@@ -339,6 +341,13 @@ void validate_plan(const Transformer& m, const Cluster& c, const Training& t, Pl
     else if (p.sequence_parallel && t.seq_len % p.tp != 0)
       is.add(at("sequence_parallel"), "needs tp (" + s(p.tp) + ") to divide seq_len (" + s(t.seq_len) + ")");
   }
+  if (p.tp_comm_overlap && !(p.sequence_parallel && p.tp > 1 && p.tp_mode == TpMode::d1))
+    is.add(at("tp_comm_overlap"), "overlaps the sequence-parallel all-gathers and reduce-scatters with the GEMMs "
+                                  "(Megatron-LM's --tp-comm-overlap): it needs tp > 1 with sequence_parallel true and tp_mode \"1d\"");
+  if (p.overlap_param_gather && p.zero != 1 && p.zero != 2)
+    is.add(at("overlap_param_gather"), "overlaps the all-gather of the updated parameters of ZeRO-1/2 (Megatron-LM's "
+                                       "distributed optimizer, --overlap-param-gather) with the next forward: it needs zero 1 "
+                                       "or 2, got " + s(p.zero));
   // Context parallelism (Megatron-LM): 2 cp chunks per sequence for the causal load balance.
   if (p.cp > 1) {
     if (t.seq_len > 0 && t.seq_len % (2LL * p.cp) != 0)
@@ -562,6 +571,8 @@ static json plan_to_json(const Plan& p) {
             {"tp_mode", tp_mode_name(p.tp_mode)}, {"grad_accumulation", grad_accumulation_name(p.grad_accumulation)},
             {"ep", p.ep}, {"attention", attention_name(p.attention)}, {"num_microbatches", p.num_microbatches}};
   if (p.cp > 1) j["cp"] = p.cp;
+  if (p.tp_comm_overlap) j["tp_comm_overlap"] = true;
+  if (p.overlap_param_gather) j["overlap_param_gather"] = true;
   if (p.tp_mode == TpMode::d2) j["tp_grid"] = p.tp_grid_node_blocks ? "node_blocks" : "rows";
   if (!p.stage_layers.empty()) j["stage_layers"] = p.stage_layers;
   const Offload& o = p.offload;

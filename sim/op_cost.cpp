@@ -58,6 +58,7 @@ CostModel build_cost_model(const Scenario& sc, const TpComm& tpc) {
   const double t = p.tp, kvd = (double)m.kv_heads * m.head_dim();
   const double qw = (double)m.q_width();
   const bool sp = p.sequence_parallel && p.tp > 1;
+  const bool tpo = sp && p.tp_comm_overlap;  // SP collectives under the adjacent GEMM (--tp-comm-overlap)
   const double tsp = sp ? t : 1;
   const bool gpt = m.activation == Activation::gelu;  // GPT-style: biases, learned positions, dropout
   const bool swiglu = !gpt;
@@ -110,26 +111,31 @@ CostModel build_cost_model(const Scenario& sc, const TpComm& tpc) {
   };
   auto attention_fwd = [&](PassCost& pc, bool recompute) {
     auto add = [&](Op op) { op.recompute = recompute; pc.add(op); };
+    // tp_comm_overlap: a collective before (after) a GEMM is hidden under that GEMM
+    auto add_tp = [&](Op op) { op.recompute = recompute; if (tpo) add_overlapped(pc, op); else pc.add(op); };
     add(c.elem("ln1", 2 * e * n * h / tsp));
-    if (sp) add(c.comm("tp.ag1", Coll::all_gather, e * n * h, pc));
+    if (sp && !tpo) add(c.comm("tp.ag1", Coll::all_gather, e * n * h, pc));
     cast_fwd(pc, "qkv", n, h, (qw + 2 * kvd) / t, recompute);
     add(c.lin("qkv", n, h, (qw + 2 * kvd) / t));                 // [n,h] x [h,(qw+2kvd)/t]
+    if (tpo) add_tp(c.comm("tp.ag1", Coll::all_gather, e * n * h, pc));
     attention_core(pc, recompute);
     cast_fwd(pc, "proj", n, qw / t, h, recompute);
     add(c.lin("proj", n, qw / t, h));                            // [n,qw/t] x [qw/t,h]
-    add(c.comm(sp ? "tp.rs1" : "tp.ar1", sp ? Coll::reduce_scatter : Coll::all_reduce, e * n * h, pc));
+    add_tp(c.comm(sp ? "tp.rs1" : "tp.ar1", sp ? Coll::reduce_scatter : Coll::all_reduce, e * n * h, pc));
     add(c.elem("resid1", (3 * e + mask) * n * h / tsp));
   };
   auto mlp_fwd = [&](PassCost& pc, bool recompute) {
     auto add = [&](Op op) { op.recompute = recompute; pc.add(op); };
+    auto add_tp = [&](Op op) { op.recompute = recompute; if (tpo) add_overlapped(pc, op); else pc.add(op); };
     add(c.elem("ln2", 2 * e * n * h / tsp));
-    if (sp) add(c.comm("tp.ag2", Coll::all_gather, e * n * h, pc));
+    if (sp && !tpo) add(c.comm("tp.ag2", Coll::all_gather, e * n * h, pc));
     cast_fwd(pc, "fc1", n, h, f_in / t, recompute);
     add(c.lin("fc1", n, h, f_in / t));                           // [n,h] x [h,f_in/t]
+    if (tpo) add_tp(c.comm("tp.ag2", Coll::all_gather, e * n * h, pc));
     add(c.elem("act", (swiglu ? 3 : 2) * e * n * f / t));
     cast_fwd(pc, "fc2", n, f / t, h, recompute);
     add(c.lin("fc2", n, f / t, h));                              // [n,f/t] x [f/t,h]
-    add(c.comm(sp ? "tp.rs2" : "tp.ar2", sp ? Coll::reduce_scatter : Coll::all_reduce, e * n * h, pc));
+    add_tp(c.comm(sp ? "tp.rs2" : "tp.ar2", sp ? Coll::reduce_scatter : Coll::all_reduce, e * n * h, pc));
     add(c.elem("resid2", (3 * e + mask) * n * h / tsp));
   };
   {
@@ -152,9 +158,10 @@ CostModel build_cost_model(const Scenario& sc, const TpComm& tpc) {
                               sp ? Coll::reduce_scatter : Coll::all_reduce, e * n * h, pc));
   };
   auto row_bwd = [&](PassCost& pc, const char* name, double K_in, double N_out, const char* tag) {
-    if (sp) pc.add(c.comm(std::string("tp.ag.") + tag, Coll::all_gather, e * n * h, pc));
+    if (sp && !tpo) pc.add(c.comm(std::string("tp.ag.") + tag, Coll::all_gather, e * n * h, pc));
     cast_bwd(pc, name, n, N_out);
     pc.add(c.lin(std::string(name) + ".dgrad", n, N_out, K_in));
+    if (tpo) add_overlapped(pc, c.comm(std::string("tp.ag.") + tag, Coll::all_gather, e * n * h, pc));
     pc.add(c.lin(std::string(name) + ".wgrad", K_in, n, N_out));
   };
   auto mlp_bwd = [&](PassCost& pc) {

@@ -94,6 +94,8 @@ BuildCtx::BuildCtx(const Scenario& s, Program& pr, Builder& b)
   per_layer = p.zero >= 2 || okind == OffloadKind::granular || okind == OffloadKind::chunked ||
               p.grad_accumulation == GradAccumulation::layered;
   shared = p.shared_layers > 0;
+  gather_under_fwd = p.overlap_param_gather && (p.zero == 1 || p.zero == 2) && p.data_ranks() > 1 && !shared &&
+                     okind != OffloadKind::chunked;
   offloaded.assign(L, 0);
   if (okind == OffloadKind::granular)
     for (int l : p.offload.layers) offloaded[l] = 1;
@@ -159,9 +161,11 @@ void add_compute_pieces(BuildCtx& x) {
     x.orders[r] = plan_order(p, L, s);
     x.runs[r].reserve(x.orders[r].size() * (x.per_layer ? (size_t)x.Lc : 1));
     const std::vector<WorkItem>& order = x.orders[r];
-    std::vector<int> last_bwd_index(V, -1);
-    for (int i = 0; i < (int)order.size(); ++i)
+    std::vector<int> last_bwd_index(V, -1), first_fwd_index(V, -1);
+    for (int i = 0; i < (int)order.size(); ++i) {
       if (order[i].pass == Pass::bwd) last_bwd_index[order[i].chunk] = i;
+      else if (first_fwd_index[order[i].chunk] < 0) first_fwd_index[order[i].chunk] = i;
+    }
     for (int i = 0; i < (int)order.size(); ++i) {
       const WorkItem& w = order[i];
       int g = lay.model_chunk(s, w.chunk);
@@ -170,9 +174,12 @@ void add_compute_pieces(BuildCtx& x) {
       bool fwd = w.pass == Pass::fwd;
       bool final_item = !fwd && i == last_bwd_index[w.chunk];
       // Pieces: one per layer when parameters or gradients move per layer; the final backward of a chunk per
-      // layer too when its gradients are reduced in buckets during the backward; otherwise the whole chunk.
-      bool split = x.per_layer || (final_item && p.overlap_grad_reduce && !x.shared &&
-                                   (p.data_ranks() > 1 || (x.M.tied_embeddings && p.pp > 1) || x.okind == OffloadKind::optimizer));
+      // layer too when its gradients are reduced in buckets during the backward, and the first forward when
+      // the parameter all-gathers run under it; otherwise the whole chunk.
+      bool first_fwd = fwd && i == first_fwd_index[w.chunk];
+      bool split = x.per_layer || (first_fwd && x.gather_under_fwd) ||
+                   (final_item && p.overlap_grad_reduce && !x.shared &&
+                    (p.data_ranks() > 1 || (x.M.tied_embeddings && p.pp > 1) || x.okind == OffloadKind::optimizer));
       pieces.clear();
       if (!split) {
         pieces.push_back(whole);
@@ -301,6 +308,7 @@ Program build_program(const Scenario& sc, bool full_cluster, bool exhaustive_sym
   for (int r = 0; r < R; ++r) {
     RankCtx rk = detail::make_rank_ctx(x, r);
     detail::add_param_fetches(x, rk);
+    detail::add_param_gathers_under_fwd(x, rk);
     detail::add_grad_reductions(x, rk);
     detail::add_tied_embedding_reduce(x, rk);
     detail::add_shared_layer_reduce(x, rk);

@@ -28,6 +28,7 @@ struct BuildCtx {
   ElemBytes eb;
   double p2p_bytes = 0, bucket_params = 0;
   bool zero2 = false, zero3 = false, per_layer = false, shared = false;
+  bool gather_under_fwd = false;  // overlap_param_gather: ZeRO-1/2 parameter all-gathers under the first forward
   OffloadKind okind = OffloadKind::none;
   std::vector<char> offloaded;  // granular: layer l's parameters live in host memory
   int gpus_sharing_host = 1;
@@ -77,6 +78,7 @@ int dp_collective(BuildCtx& x, RankCtx& rk, Coll c, TaskKind kind, const Params&
                   TaskInfo base, std::vector<int>* out);
 
 void add_param_fetches(BuildCtx& x, RankCtx& rk);      // granular loads and ZeRO-3 gathers, once per run
+void add_param_gathers_under_fwd(BuildCtx& x, RankCtx& rk);  // overlap_param_gather: ZeRO-1/2 gathers under the forward
 void add_grad_reductions(BuildCtx& x, RankCtx& rk);    // buckets, dp reductions, gradient copies to the host
 void add_tied_embedding_reduce(BuildCtx& x, RankCtx& rk);
 void add_shared_layer_reduce(BuildCtx& x, RankCtx& rk);  // delink pseudo phase: shared weights across stages

@@ -108,6 +108,36 @@ void add_param_fetches(BuildCtx& x, RankCtx& rk) {
   }
 }
 
+// overlap_param_gather (ZeRO-1/2): the updated parameters of the previous step are all-gathered in buckets
+// (bucket_params, in forward order) at the start of the step, each before the first forward of its layers,
+// so they run under the forward (Megatron's forward pre-hooks). In the steady state this is the gather that
+// follows the previous step's optimizer. Called before the gradient reductions: the dp lane runs in order.
+void add_param_gathers_under_fwd(BuildCtx& x, RankCtx& rk) {
+  if (!x.gather_under_fwd) return;
+  const std::vector<Run>& rs = *rk.rs;
+  std::set<long long> seen;  // first layer of each piece already gathered (later micro-batches reuse it)
+  Params cur;
+  std::vector<int> users;  // first forward tasks of the current bucket's layers
+  auto flush = [&]() {
+    if (users.empty()) return;
+    TaskInfo gi;
+    gi.bucket = rk.tag;
+    std::vector<int> ids;
+    dp_collective(x, rk, Coll::all_gather, TaskKind::dp_gather, cur, x.eb.e, -1, gi, &ids);
+    for (int id : ids)
+      for (int u : users) x.edge(id, u);
+    cur = Params{};
+    users.clear();
+  };
+  for (const Run& ru : rs) {
+    if (ru.pass != Pass::fwd || !seen.insert(ru.lo * 4 + (ru.embed ? 1 : 0) + (ru.head ? 2 : 0)).second) continue;
+    cur += x.piece_params(ru.lo, ru.hi, ru.embed, ru.head);
+    users.push_back(ru.first);
+    if (cur.total() >= x.bucket_params) flush();
+  }
+  flush();
+}
+
 namespace {
 struct Bucket { Params pr; int first = -1, last = -1, chunk = 0, index = 0; };
 
@@ -293,7 +323,7 @@ void add_optimizers(BuildCtx& x, RankCtx& rk, const ChunkPlan& chunks) {
       after_update = id;
     }
   }
-  if (p.zero >= 1 && p.zero <= 2 && p.data_ranks() > 1) {  // ZeRO-1/2: every rank gathers the updated parameters
+  if (p.zero >= 1 && p.zero <= 2 && p.data_ranks() > 1 && !x.gather_under_fwd) {  // ZeRO-1/2: every rank gathers the updated parameters
     TaskInfo gi;
     std::vector<int> ids;
     dp_collective(x, rk, Coll::all_gather, TaskKind::dp_gather, rk.held, x.eb.e, after_update, gi, &ids);

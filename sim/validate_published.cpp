@@ -1,6 +1,7 @@
 // validate_published: see validate_published.hpp.
 #include "validate_published.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -29,13 +30,13 @@ Scenario make(const json& model, const std::string& cluster, long long batch, in
   return scenario_from_json(j, ".", "dev-suite row " + model["name"].get<std::string>());
 }
 
-void stats(const std::vector<PublishedRow>& rows, double& mean, double& mx) {
+}  // namespace
+
+void published_stats(const std::vector<PublishedRow>& rows, double& mean, double& mx) {
   mean = mx = 0;
   for (auto& r : rows) { mean += std::fabs(r.error()); mx = std::max(mx, std::fabs(r.error())); }
   if (!rows.empty()) mean /= rows.size();
 }
-
-}  // namespace
 
 PublishedReport validate_published(const json& suite, const std::string& cluster) {
   PublishedReport rep;
@@ -101,19 +102,22 @@ PublishedReport validate_published(const json& suite, const std::string& cluster
                              "1F1B not interleaved, gradient all-reduce not overlapped (2021 Megatron)", published_s,
                              r.step_time_s});
   }
-  stats(rep.time_rows, rep.time_mean_abs, rep.time_max_abs);
-  stats(rep.memory_rows, rep.memory_mean_abs, rep.memory_max_abs);
+  published_stats(rep.time_rows, rep.time_mean_abs, rep.time_max_abs);
+  published_stats(rep.memory_rows, rep.memory_mean_abs, rep.memory_max_abs);
   return rep;
 }
 
 void print_published(std::ostream& os, const PublishedReport& r) {
   char line[256];
   auto table = [&](const char* title, const std::vector<PublishedRow>& rows, double mean, double mx) {
+    if (rows.empty()) return;
+    int w = 42;  // the row column, wider for long row names
+    for (const PublishedRow& x : rows) w = std::max(w, (int)x.name.size());
     os << title << "\n";
-    std::snprintf(line, sizeof line, "  %-30s %-42s %12s %12s %8s\n", "source", "row", "published", "predicted", "error");
+    std::snprintf(line, sizeof line, "  %-30s %-*s %12s %12s %8s\n", "source", w, "row", "published", "predicted", "error");
     os << line;
     for (const PublishedRow& x : rows) {
-      std::snprintf(line, sizeof line, "  %-30s %-42s %12.3f %12.3f %+7.2f%%\n", x.table.c_str(), x.name.c_str(),
+      std::snprintf(line, sizeof line, "  %-30s %-*s %12.3f %12.3f %+7.2f%%\n", x.table.c_str(), w, x.name.c_str(),
                     x.published, x.predicted, 100 * x.error());
       os << line;
     }
@@ -122,6 +126,11 @@ void print_published(std::ostream& os, const PublishedReport& r) {
     os << line;
   };
   table("Iteration time (s)", r.time_rows, r.time_mean_abs, r.time_max_abs);
+  if (!r.skipped.empty()) {
+    os << "Not simulated (" << r.skipped.size() << " rows, not in the statistics)\n";
+    for (const std::string& s : r.skipped) os << "  " << s << "\n";
+    os << "\n";
+  }
   table("Memory per GPU (GiB)", r.memory_rows, r.memory_mean_abs, r.memory_max_abs);
 }
 
@@ -133,7 +142,8 @@ json published_to_json(const PublishedReport& r) {
                    {"published", x.published}, {"predicted", x.predicted}, {"error", x.error()}});
     return a;
   };
-  return {{"iteration_time", {{"rows", rows(r.time_rows)}, {"mean_abs_error", r.time_mean_abs}, {"max_abs_error", r.time_max_abs}}},
+  return {{"skipped", r.skipped},
+          {"iteration_time", {{"rows", rows(r.time_rows)}, {"mean_abs_error", r.time_mean_abs}, {"max_abs_error", r.time_max_abs}}},
           {"memory", {{"rows", rows(r.memory_rows)}, {"mean_abs_error", r.memory_mean_abs}, {"max_abs_error", r.memory_max_abs}}}};
 }
 

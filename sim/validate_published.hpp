@@ -19,11 +19,14 @@ struct PublishedRow {
 
 struct PublishedReport {
   std::vector<PublishedRow> time_rows, memory_rows;
+  std::vector<std::string> skipped;  // rows that could not be simulated: "id: why" (not in the statistics)
   double time_mean_abs = 0, time_max_abs = 0, memory_mean_abs = 0, memory_max_abs = 0;
 };
 
 // `suite` is the dev-suite JSON; `cluster` the catalog cluster name used for every row.
 PublishedReport validate_published(const json& suite, const std::string& cluster);
+// mean and max |error| over rows (0 for none).
+void published_stats(const std::vector<PublishedRow>& rows, double& mean, double& mx);
 void print_published(std::ostream& os, const PublishedReport& r);
 json published_to_json(const PublishedReport& r);
 

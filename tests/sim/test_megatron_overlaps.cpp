@@ -1,0 +1,99 @@
+// Megatron-LM's communication overlaps that today's published runs use: --tp-comm-overlap (the sequence-
+// parallel all-gathers / reduce-scatters hidden under the adjacent GEMM, closed form from the op list) and
+// --overlap-param-gather (ZeRO-1/2 parameter all-gathers in buckets before the first forward of their layers
+// instead of one gather after the optimizer). And the H100 development set's regression bounds.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <fstream>
+#include <map>
+
+#include "sim/program.hpp"
+#include "sim/simulate.hpp"
+#include "sim/validate_devset.hpp"
+#include "sim_test_util.hpp"
+
+using namespace tp;
+using namespace tp::testutil;
+
+namespace {
+
+Scenario h100(json plan, long long batch = 64, const char* precision = "bf16") {
+  json j = {{"name", "overlap"},
+            {"model", gpt_model(8, 4096, 32, 51200, 4096)},
+            {"cluster", "dgx-h100"},
+            {"training", {{"global_batch", batch}, {"seq_len", 4096}, {"precision", precision}}},
+            {"plan", plan}};
+  return scenario_from_json(j, ".", "overlap");
+}
+
+std::map<std::string, double> op_times(const PassCost& pc) {
+  std::map<std::string, double> t;
+  for (const Op& op : pc.ops) t[op.name] += op.time_s + op.hidden_s;
+  return t;
+}
+
+}  // namespace
+
+TEST(TpCommOverlap, ForwardCollectivesHiddenUnderTheirGemms) {
+  json plan = {{"dp", 1}, {"tp", 8}, {"pp", 1}, {"microbatch", 1}, {"sequence_parallel", true}};
+  Result plain = simulate(h100(plan, 8));
+  plan["tp_comm_overlap"] = true;
+  Result over = simulate(h100(plan, 8));
+  std::map<std::string, double> t = op_times(plain.prog.cm.layer_fwd);
+  // each collective is exposed only beyond the GEMM it runs under: ag1 | qkv, rs1 | proj, ag2 | fc1, rs2 | fc2
+  double want = std::max(0.0, t["tp.ag1"] - t["qkv"]) + std::max(0.0, t["tp.rs1"] - t["proj"]) +
+                std::max(0.0, t["tp.ag2"] - t["fc1"]) + std::max(0.0, t["tp.rs2"] - t["fc2"]);
+  EXPECT_NEAR(over.prog.cm.layer_fwd.tp_comm_s, want, 1e-12);
+  EXPECT_GT(plain.prog.cm.layer_fwd.tp_comm_s, 2 * over.prog.cm.layer_fwd.tp_comm_s);
+  EXPECT_DOUBLE_EQ(over.prog.cm.layer_fwd.compute_s, plain.prog.cm.layer_fwd.compute_s);  // the same GEMMs
+  EXPECT_LT(over.step_time_s, plain.step_time_s);
+  EXPECT_LT(over.prog.cm.layer_bwd.tp_comm_s, plain.prog.cm.layer_bwd.tp_comm_s);  // row-parallel dgrad gathers
+}
+
+TEST(OverlapParamGather, BucketsRunBeforeTheFirstForwardOfTheirLayers) {
+  // dp 16 over two nodes (inter-node gathers), 8 micro-batches of 8 sequences: the first forward is long.
+  json plan = {{"dp", 16}, {"tp", 1}, {"pp", 1}, {"microbatch", 2}, {"zero", 1}};
+  Result plain = simulate(h100(plan, 256));
+  plan["overlap_param_gather"] = true;
+  Result over = simulate(h100(plan, 256));
+  int gathers_plain = 0, gathers = 0;
+  for (const TaskInfo& ti : plain.prog.info) gathers_plain += ti.kind == TaskKind::dp_gather;
+  for (const TaskInfo& ti : over.prog.info) gathers += ti.kind == TaskKind::dp_gather;
+  EXPECT_EQ(gathers_plain, 1);  // one gather after the optimizer
+  EXPECT_GT(gathers, 2);        // buckets of the forward
+  // every gather feeds a forward task (not the optimizer)
+  const Program& pr = over.prog;
+  for (size_t id = 0; id < pr.info.size(); ++id) {
+    if (pr.info[id].kind != TaskKind::dp_gather) continue;
+    bool feeds_fwd = false;
+    for (auto& e : pr.in.edges)
+      if (e.first == (int)id && pr.info[e.second].kind == TaskKind::fwd) feeds_fwd = true;
+    EXPECT_TRUE(feeds_fwd) << "gather task " << id;
+  }
+  EXPECT_LT(over.step_time_s, plain.step_time_s);
+  EXPECT_NEAR(over.peak_bytes_per_gpu, plain.peak_bytes_per_gpu, 0.01 * plain.peak_bytes_per_gpu);
+}
+
+// The H100 development set (data/validation/h100-dev-set.json) with the fitted H100 curves. The target
+// (mean <= 8 %, max <= 15 % over the set) is NOT met yet (docs/accuracy.md says which rows miss and why): these
+// are regression bounds at today's accuracy (12.1 % mean, 47 % max); the Megatron-Core fp8 rows (NeMo,
+// Megatron-Bridge: 6.1 % / 13.8 %) meet the target.
+TEST(DevSetH100, RegressionBoundsAtTodaysAccuracy) {
+  std::ifstream in(std::string(TP_SOURCE_DIR) + "/data/validation/h100-dev-set.json");
+  ASSERT_TRUE(in.good());
+  json set = json::parse(in);
+  PublishedReport r = validate_devset(set);
+  EXPECT_EQ(r.time_rows.size() + r.skipped.size(), 40u);
+  EXPECT_LE(r.skipped.size(), 2u);  // Llama 3.1 405B with pp 8 x vp 8: Megatron-Bridge's split is not expressible
+  EXPECT_LE(r.time_mean_abs, 0.125);
+  EXPECT_LE(r.time_max_abs, 0.48);
+  std::vector<PublishedRow> mcore;
+  for (const PublishedRow& row : r.time_rows)
+    if (row.table.rfind("nemo", 0) == 0 || row.table.rfind("megatron-bridge", 0) == 0) mcore.push_back(row);
+  ASSERT_GE(mcore.size(), 12u);
+  double mean = 0, mx = 0;
+  published_stats(mcore, mean, mx);
+  EXPECT_LE(mean, 0.08);
+  EXPECT_LE(mx, 0.15);
+}
