@@ -100,6 +100,12 @@ struct Plan {
   // (given in the two fields below, 0 = not given; the rest split evenly over the middle stages).
   std::vector<int> stage_layers;
   int first_stage_layers = 0, last_stage_layers = 0;
+  // Megatron-LM's --account-for-embedding-in-pipeline-split / --account-for-loss-in-pipeline-split: the
+  // embedding and the loss each count as one layer when the layers are split into pp x v equal model chunks,
+  // so the first (last) chunk holds one transformer layer fewer. Resolved by validate_plan into chunk_layers
+  // (per global model chunk, looping order) and stage_layers (their sums per stage).
+  bool account_for_embedding = false, account_for_loss = false;
+  std::vector<int> chunk_layers;  // empty: every chunk of stage s holds stage_layers[s] / v layers
   int shared_layers = 0;       // not a JSON key: > 0 in a delink pseudo phase (k unique layers shared by all L)
   long long num_microbatches = 1;  // derived: global_batch / (dp * microbatch)
   int gpus() const { return dp * cp * tp * pp; }

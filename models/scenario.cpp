@@ -213,10 +213,13 @@ static Plan read_plan(const json& v, const std::string& path, Issues& issues, De
   }
   p.first_stage_layers = (int)r.opt_int("first_stage_layers", 0, 1, 1000000);
   p.last_stage_layers = (int)r.opt_int("last_stage_layers", 0, 1, 1000000);
+  p.account_for_embedding = r.opt_bool("account_for_embedding_in_pipeline_split", false);
+  p.account_for_loss = r.opt_bool("account_for_loss_in_pipeline_split", false);
   std::vector<std::string> keys = {"dp", "tp", "pp", "virtual_stages", "microbatch", "schedule", "sequence_parallel",
                                    "recompute", "zero", "overlap_grad_reduce", "tp_comm_overlap", "overlap_param_gather", "tp_mode", "grad_accumulation",
                                    "offload", "ep", "tp_grid", "cp", "attention", "stage_layers",
-                                   "first_stage_layers", "last_stage_layers"};
+                                   "first_stage_layers", "last_stage_layers",
+                                   "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split"};
   if (const json* d = r.get("delink")) {
     if (delink) *delink = read_delink(*d, r.at("delink"), issues);
     else issues.add(r.at("delink"), "not allowed in a pseudo phase's plan (a pseudo phase cannot be delinked again)");
@@ -231,8 +234,48 @@ static Plan read_plan(const json& v, const std::string& path, Issues& issues, De
 // divisible by the virtual pipeline size; the remaining layers divisible by the middle stage count, none left
 // without middle stages; each middle stage's count divisible by the virtual pipeline size). Resolves them into
 // p.stage_layers (cleared when every stage gets layers / pp). Returns whether the plan names uneven stages.
+// Megatron-LM's account_for_embedding / loss_in_pipeline_split (megatron/core/transformer/transformer_config.py):
+// layers + the accounted embedding and loss split into pp x v equal model chunks; the first (last) chunk gives
+// one of its slots to the embedding (loss). Fills p.chunk_layers and p.stage_layers. Idempotent.
+static void resolve_accounted_split(const Transformer& m, Plan& p, Issues& is, const std::string& plan_path) {
+  const std::string key = plan_path + (p.account_for_embedding ? ".account_for_embedding_in_pipeline_split"
+                                                                 : ".account_for_loss_in_pipeline_split");
+  if (p.first_stage_layers > 0 || p.last_stage_layers > 0 || (!p.stage_layers.empty() && p.chunk_layers.empty())) {
+    is.add(key, "gives the pipeline split itself: not with stage_layers or first_stage_layers / last_stage_layers");
+    return;
+  }
+  if (p.pp < 2) { is.add(key, "balances pipeline stages: it needs pp >= 2, got " + s(p.pp)); return; }
+  if (p.schedule == Schedule::modular || p.grad_accumulation == GradAccumulation::layered) {
+    is.add(key, "needs a schedule gpipe, 1f1b or interleaved with standard gradient accumulation");
+    return;
+  }
+  const int chunks = p.pp * std::max(1, p.virtual_stages);
+  const long long slots = m.layers + (p.account_for_embedding ? 1 : 0) + (p.account_for_loss ? 1 : 0);
+  if (m.layers <= 0) return;
+  if (slots % chunks != 0) {
+    is.add(key, "Megatron-LM needs the layers plus the accounted embedding / loss (" + s(slots) +
+                    ") divisible by pp x virtual_stages (" + s(chunks) + ")");
+    return;
+  }
+  const long long k = slots / chunks;
+  if (k < 2 && (p.account_for_embedding || p.account_for_loss)) {
+    is.add(key, "leaves the first or last model chunk without a transformer layer (" + s(k) + " slot per chunk)");
+    return;
+  }
+  p.chunk_layers.assign(chunks, (int)k);
+  if (p.account_for_embedding) p.chunk_layers.front() -= 1;
+  if (p.account_for_loss) p.chunk_layers.back() -= 1;
+  p.stage_layers.assign(p.pp, 0);
+  for (int g = 0; g < chunks; ++g) p.stage_layers[g % p.pp] += p.chunk_layers[g];  // looping: chunk g on stage g mod pp
+}
+
 static bool resolve_stage_layers(const Transformer& m, Plan& p, Issues& is, const std::string& plan_path) {
   auto at = [&](const char* key) { return plan_path + "." + key; };
+  if (p.account_for_embedding || p.account_for_loss) {
+    resolve_accounted_split(m, p, is, plan_path);
+    return true;
+  }
+  p.chunk_layers.clear();
   const bool list = !p.stage_layers.empty(), fl = p.first_stage_layers > 0 || p.last_stage_layers > 0;
   const char* fl_key = p.first_stage_layers > 0 ? "first_stage_layers" : "last_stage_layers";
   if (!list && !fl) return false;
@@ -449,16 +492,20 @@ void validate_plan(const Transformer& m, const Cluster& c, const Training& t, Pl
                                  "needs the number of micro-batches (" + s(nm) + ") to be a multiple of pp (" + s(p.pp) + ")");
     }
   }
-  if (t.precision == Precision::fp8 && c.gpu.matrix_flops_per_s[(int)Precision::fp8] <= 0 &&
-      !c.gpu.matrix_efficiency.points.empty())
-    is.add("$.training.precision", std::string("fp8 needs a GPU with fp8 tensor cores; ") + c.gpu.name + " has none");
-  else if (t.precision == Precision::fp8 && c.gpu.matrix_flops_per_s[(int)Precision::bf16] <= 0 &&
-           !c.gpu.matrix_efficiency.points.empty())
-    is.add("$.training.precision", std::string("fp8 training keeps attention and the other GEMMs in bf16; ") +
-                                       c.gpu.name + " has no bf16 support (peak 0 in its profile)");
-  else if (c.gpu.matrix_flops_per_s[(int)t.precision] <= 0 && !c.gpu.matrix_efficiency.points.empty())
-    is.add("$.training.precision", std::string("the GPU ") + c.gpu.name + " has no " + precision_name(t.precision) +
-                                       " support (peak 0 in its profile)");
+  std::string why = precision_problem(c.gpu, t.precision);
+  if (!why.empty()) is.add("$.training.precision", why);
+}
+
+std::string precision_problem(const Gpu& g, Precision pr) {
+  if (g.matrix_efficiency.points.empty()) return "";  // a profile without curves is rejected elsewhere
+  if (pr == Precision::fp8 && g.matrix_flops_per_s[(int)Precision::fp8] <= 0)
+    return std::string("fp8 needs a GPU with fp8 tensor cores; ") + g.name + " has none";
+  if (pr == Precision::fp8 && g.matrix_flops_per_s[(int)Precision::bf16] <= 0)
+    return std::string("fp8 training keeps attention and the other GEMMs in bf16; ") + g.name +
+           " has no bf16 support (peak 0 in its profile)";
+  if (g.matrix_flops_per_s[(int)pr] <= 0)
+    return std::string("the GPU ") + g.name + " has no " + precision_name(pr) + " support (peak 0 in its profile)";
+  return "";
 }
 
 // plan.delink against the model, and its pseudo phase's plan with its batch.
@@ -528,6 +575,10 @@ Scenario scenario_from_json(const json& v, const std::string& base_dir, const st
     for (size_t i = 0; i < se.gpu_counts.size(); ++i)
       if (se.gpu_counts[i] > cap)
         is.add("$.search.gpu_counts[" + s((long long)i) + "]", "must be <= the cluster's GPUs (" + s(cap) + "), got " + s(se.gpu_counts[i]));
+    for (size_t i = 0; i < se.fix.precision.size(); ++i) {
+      std::string why = precision_problem(sc.cluster.gpu, se.fix.precision[i]);
+      if (!why.empty()) is.add("$.search.fix.precision" + (se.fix.precision.size() > 1 ? "[" + s((long long)i) + "]" : ""), why);
+    }
     if (se.compare.on && !(sc.cluster.inter.nic_bandwidth_bytes_per_s > 0))
       is.add("$.search.compare", "needs the cluster's inter-node network (inter_node.nic_bandwidth_bits_per_s)");
   }
@@ -575,6 +626,8 @@ static json plan_to_json(const Plan& p) {
   if (p.overlap_param_gather) j["overlap_param_gather"] = true;
   if (p.tp_mode == TpMode::d2) j["tp_grid"] = p.tp_grid_node_blocks ? "node_blocks" : "rows";
   if (!p.stage_layers.empty()) j["stage_layers"] = p.stage_layers;
+  if (p.account_for_embedding) j["account_for_embedding_in_pipeline_split"] = true;
+  if (p.account_for_loss) j["account_for_loss_in_pipeline_split"] = true;
   const Offload& o = p.offload;
   if (o.kind == OffloadKind::granular)
     j["offload"] = {{"kind", "granular"}, {"layers", o.layers}, {"target", o.experts_only ? "experts" : "layers"},

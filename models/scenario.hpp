@@ -45,6 +45,10 @@ json scenario_to_json(const Scenario& s);  // fully resolved (catalog entries ex
 // `plan_path`, `batch_path` (the global batch the micro-batches come from) and `cluster_path`. Also derives
 // plan.num_microbatches, resolves a modular schedule's virtual_stages 0 (not given) to layers / pp and a granular
 // offload's fraction to its layers. Shared with the planner and the delink pseudo plan ("$.plan.delink.plan").
+// Why the GPU cannot train in precision `pr` ("" when it can): no peak for it; fp8 also needs bf16 (Transformer
+// Engine keeps attention and the other GEMMs in bf16).
+std::string precision_problem(const Gpu& g, Precision pr);
+
 void validate_plan(const Transformer& m, const Cluster& c, const Training& t, Plan& plan, Issues& issues,
                    const std::string& plan_path = "$.plan", const std::string& batch_path = "$.training.global_batch",
                    const std::string& cluster_path = "$.cluster");

@@ -23,6 +23,7 @@ struct Fix {
   std::vector<OffloadKind> offload;
   std::vector<bool> sequence_parallel;
   std::vector<Attention> attention;
+  std::vector<Precision> precision;  // training.precision values the search may choose (empty: the scenario's)
 };
 
 // The attention kind a search plans with: flash unless the fix allows only "unfused". Flash dominates unfused

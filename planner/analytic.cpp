@@ -33,7 +33,7 @@ double AnalyticModel::coll_s(int coll, int g, int k, double S) const {
 double AnalyticModel::p2p_s(bool inter, double bytes) const { return p2p_closed_form_s(inter, bytes, sc.cluster, lat_); }
 
 const MicroCost& AnalyticModel::micro(const Layout& lay, long long mb, bool sp, Recompute rc) const {
-  auto key = std::make_tuple(lay.tp, (int)lay.tp_mode, lay.node_blocks, mb, sp, (int)rc, lay.ep, lay.cp);
+  auto key = std::make_tuple(lay.tp, (int)lay.tp_mode, lay.node_blocks, mb, sp, (int)rc, lay.ep, lay.cp, (int)lay.prec);
   {
     std::lock_guard<std::mutex> lk(mu_);
     auto it = micro_.find(key);
@@ -42,6 +42,7 @@ const MicroCost& AnalyticModel::micro(const Layout& lay, long long mb, bool sp, 
   auto out = std::make_unique<MicroCost>();
   Scenario s = sc;
   s.search.reset();
+  s.training.precision = lay.prec;
   Plan& p = s.plan;
   p = Plan{};
   p.attention = sc.search ? search_attention(sc.search->fix) : sc.plan.attention;  // one kind per model
@@ -86,7 +87,9 @@ Estimate AnalyticModel::estimate(const Layout& lay, const MicroCost& mc, const C
   // dp below counts the data ranks (dp x cp): gradients are reduced and ZeRO shards over all of them.
   const int p = lay.pp, dp = lay.dp * lay.cp, gpn = C.gpus_per_node;
   const double L = (double)sc.model.layers, Lp = L / p, m = (double)ch.num_microbatches;
-  const ElemBytes eb = elem_bytes(sc.training);
+  Training tr = sc.training;
+  tr.precision = lay.prec;
+  const ElemBytes eb = elem_bytes(tr);
   const double e = eb.e, g = eb.g;
   const bool layered = ch.acc == GradAccumulation::layered;
   // model chunks per stage: interleaved v, modular one layer per chunk, otherwise the whole stage
@@ -274,8 +277,9 @@ Estimate AnalyticModel::estimate(const Layout& lay, const MicroCost& mc, const C
 
 namespace tp {
 
-Layout layout_of(const Plan& p) {
+Layout layout_of(const Plan& p, Precision prec) {
   Layout l;
+  l.prec = prec;
   l.dp = p.dp; l.tp = p.tp; l.pp = p.pp; l.ep = p.ep; l.cp = p.cp; l.tp_mode = p.tp_mode; l.node_blocks = p.tp_grid_node_blocks;
   return l;
 }
@@ -296,7 +300,7 @@ Choice choice_of(const Plan& p, long long layers) {
 }
 
 Estimate estimate_plan(const AnalyticModel& am, const Plan& p) {
-  Layout l = layout_of(p);
+  Layout l = layout_of(p, am.sc.training.precision);
   Choice c = choice_of(p, am.sc.model.layers);
   const MicroCost& mc = am.micro(l, c.microbatch, c.sp, c.recompute);
   if (!mc.ok) return Estimate{};

@@ -40,6 +40,7 @@ struct Layout {
   int dp = 1, tp = 1, pp = 1, ep = 1, cp = 1;
   TpMode tp_mode = TpMode::d1;
   bool node_blocks = false;
+  Precision prec = Precision::fp16;  // training precision (the scenario's, or one of search.fix.precision)
   int gpus() const { return dp * cp * tp * pp; }
 };
 
@@ -86,11 +87,11 @@ struct AnalyticModel {
   std::shared_ptr<const Topology> topo_;
   LinkTiers lat_;
   mutable std::mutex mu_;
-  mutable std::map<std::tuple<int, int, bool, long long, bool, int, int, int>, std::unique_ptr<MicroCost>> micro_;
+  mutable std::map<std::tuple<int, int, bool, long long, bool, int, int, int, int>, std::unique_ptr<MicroCost>> micro_;
 };
 
 // The layout and inner choices of a validated plan, and its estimate (tests and explanations).
-Layout layout_of(const Plan& p);
+Layout layout_of(const Plan& p, Precision prec);
 Choice choice_of(const Plan& p, long long layers);
 Estimate estimate_plan(const AnalyticModel& am, const Plan& p);
 

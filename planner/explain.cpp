@@ -27,7 +27,7 @@ bool same_plan(const Candidate& a, const Candidate& b) {
 static std::vector<double> memo_key(const Point& p) {
   const Layout& l = p.lay;
   const Choice& c = p.ch;
-  return {(double)l.dp, (double)l.tp, (double)l.pp, (double)l.ep, (double)l.cp, (double)l.tp_mode, (double)l.node_blocks,
+  return {(double)l.dp, (double)l.tp, (double)l.pp, (double)l.ep, (double)l.cp, (double)l.tp_mode, (double)l.node_blocks, (double)l.prec,
           (double)c.microbatch, (double)c.num_microbatches, (double)c.schedule, (double)c.virtual_stages,
           (double)c.acc, (double)c.zero, (double)c.offload, c.offload_fraction, (double)c.experts_only,
           (double)c.sp, (double)c.recompute, (double)p.batch, (double)c.first_layers, (double)c.mid_layers,
@@ -41,6 +41,7 @@ Scenario Confirmer::scenario_of(const Point& p, bool* valid) const {
   Scenario s = sc;
   s.search.reset();
   s.training.global_batch = p.batch;
+  s.training.precision = p.lay.prec;
   s.plan = plan_from(p.lay, p.ch);
   if (sc.search) s.plan.attention = search_attention(sc.search->fix);
   if (s.plan.offload.kind == OffloadKind::chunked && sc.search)  // PatrickStar's GPU budget within the headroom
@@ -150,7 +151,7 @@ static std::string duration_text(double s) {
   return fmt(s, 3) + " s";
 }
 
-std::string plan_summary(const Plan& p, long long B) {
+std::string plan_summary(const Plan& p, long long B, Precision prec) {
   std::ostringstream o;
   o << "dp " << p.dp;
   if (p.cp > 1) o << " x cp " << p.cp;
@@ -171,6 +172,7 @@ std::string plan_summary(const Plan& p, long long B) {
   }
   if (p.recompute != Recompute::none) o << ", " << recompute_name(p.recompute) << " recompute";
   if (p.sequence_parallel) o << ", SP";
+  if (prec == Precision::fp8) o << ", fp8";
   return o.str();
 }
 

@@ -54,6 +54,7 @@ std::vector<GpuPoint> pareto_front(const std::vector<GpuPoint>& by_gpus);
 std::vector<Explanation> explain(Confirmer& cf, const Candidate& best, const std::vector<std::pair<std::string, Point>>& alts);
 
 // A one-line plan summary, e.g. "dp 16 x tp 8 x pp 8, 1f1b, mb 1 x 8, ZeRO-1, selective, SP".
-std::string plan_summary(const Plan& p, long long global_batch);
+// One line per plan; `prec` the training precision the search chose (shown when fp8).
+std::string plan_summary(const Plan& p, long long global_batch, Precision prec = Precision::fp16);
 
 }  // namespace tp

@@ -39,7 +39,7 @@ json gpu_point_json(const GpuPoint& g) {
   const Estimate& e = c.point.est;
   json j = {{"gpus", g.gpus}, {"global_batch", c.global_batch}, {"simulated", g.simulated},
             {"time_to_train_s", c.time_to_train_s}, {"cost_usd", c.cost_usd},
-            {"summary", plan_summary(c.plan, c.global_batch)}, {"plan", plan_json(c.plan, c.global_batch)}};
+            {"summary", plan_summary(c.plan, c.global_batch, c.point.lay.prec)}, {"precision", precision_name(c.point.lay.prec)}, {"plan", plan_json(c.plan, c.global_batch)}};
   if (g.simulated) {
     j.update({{"step_time_s", c.sim->step_time_s}, {"mfu", c.sim->mfu}, {"peak_bytes_per_gpu", c.sim->peak_bytes_per_gpu}});
   } else {  // analytic numbers (the step is beyond the confirmation budget)
@@ -57,7 +57,7 @@ json plan_outcome_to_json(const PlanOutcome& o) {
   j["objective"] = objective_name(se.objective);
   if (!o.top.empty()) {
     const Candidate& b = o.top[0];
-    j["best"] = {{"gpus", b.plan.gpus()}, {"global_batch", b.global_batch}, {"summary", plan_summary(b.plan, b.global_batch)},
+    j["best"] = {{"gpus", b.plan.gpus()}, {"global_batch", b.global_batch}, {"summary", plan_summary(b.plan, b.global_batch, b.point.lay.prec)}, {"precision", precision_name(b.point.lay.prec)},
                  {"plan", plan_json(b.plan, b.global_batch)}, {"result", result_to_json(*b.sim)}};
   } else {
     j["best"] = nullptr;
@@ -66,7 +66,7 @@ json plan_outcome_to_json(const PlanOutcome& o) {
   for (size_t i = 0; i < o.top.size(); ++i) {
     const Candidate& c = o.top[i];
     j["top"].push_back({{"rank", i + 1}, {"gpus", c.plan.gpus()}, {"global_batch", c.global_batch},
-                        {"summary", plan_summary(c.plan, c.global_batch)}, {"plan", plan_json(c.plan, c.global_batch)},
+                        {"summary", plan_summary(c.plan, c.global_batch, c.point.lay.prec)}, {"precision", precision_name(c.point.lay.prec)}, {"plan", plan_json(c.plan, c.global_batch)},
                         {"objective", c.objective},
                         {"analytic", analytic_json(c.point.est, c.point.time_to_train_s, c.point.cost_usd)},
                         {"simulated", simulated_json(c)}});
@@ -79,7 +79,7 @@ json plan_outcome_to_json(const PlanOutcome& o) {
   for (const Explanation& e : o.why) {
     const Candidate& c = e.alt;
     j["why"].push_back({{"dimension", e.dimension}, {"gpus", c.plan.gpus()}, {"global_batch", c.global_batch},
-                        {"summary", plan_summary(c.plan, c.global_batch)}, {"plan", plan_json(c.plan, c.global_batch)},
+                        {"summary", plan_summary(c.plan, c.global_batch, c.point.lay.prec)}, {"precision", precision_name(c.point.lay.prec)}, {"plan", plan_json(c.plan, c.global_batch)},
                         {"reason", e.reason}, {"detail", e.detail},
                         {"time_to_train_s", c.sim ? json(c.sim->run.time_s) : json(nullptr)},
                         {"fits", c.sim ? json(c.sim->fits && c.sim->host_fits) : json(nullptr)}});
@@ -95,7 +95,7 @@ json plan_outcome_to_json(const PlanOutcome& o) {
         e.update({{"gpus", c.plan.gpus()}, {"global_batch", c.global_batch}, {"step_time_s", c.sim->step_time_s},
                   {"time_to_train_s", c.time_to_train_s}, {"cost_usd", c.cost_usd}, {"mfu", c.sim->mfu},
                   {"peak_bytes_per_gpu", c.sim->peak_bytes_per_gpu}, {"memory_fraction", c.sim->peak_bytes_per_gpu / c.sim->capacity_bytes},
-                  {"summary", plan_summary(c.plan, c.global_batch)}, {"plan", plan_json(c.plan, c.global_batch)},
+                  {"summary", plan_summary(c.plan, c.global_batch, c.point.lay.prec)}, {"precision", precision_name(c.point.lay.prec)}, {"plan", plan_json(c.plan, c.global_batch)},
                   {"breakdown_s", result_to_json(*c.sim)["breakdown_s"]}});
       } else {
         e["note"] = x.note;
@@ -168,19 +168,19 @@ void print_plan_outcome(std::ostream& os, const PlanOutcome& o) {
     const Result& r = *c.sim;
     std::snprintf(line, sizeof line, "  %-4zu %6d %10.3f %10s %9.3f %6.3f %5.1f/%-5.1f %12.3f  %s\n", i + 1, c.plan.gpus(),
                   r.step_time_s, days(r.run.time_s).c_str(), r.run.cost_usd / 1e6, r.mfu, r.peak_bytes_per_gpu / 1e9,
-                  r.capacity_bytes / 1e9, c.point.est.step_s, plan_summary(c.plan, c.global_batch).c_str());
+                  r.capacity_bytes / 1e9, c.point.est.step_s, plan_summary(c.plan, c.global_batch, c.point.lay.prec).c_str());
     os << line;
   }
   os << "\nPareto front (GPUs, time to train, cost):\n";
   for (const GpuPoint& g : o.pareto) {
     std::snprintf(line, sizeof line, "  %6d GPUs  %10s  $%10.0f  %s%s\n", g.gpus, days(g.best.time_to_train_s).c_str(),
-                  g.best.cost_usd, plan_summary(g.best.plan, g.best.global_batch).c_str(), g.simulated ? "" : "  (analytic)");
+                  g.best.cost_usd, plan_summary(g.best.plan, g.best.global_batch, g.best.point.lay.prec).c_str(), g.simulated ? "" : "  (analytic)");
     os << line;
   }
   if (!o.why.empty()) {
     os << "\nwhy the nearest alternatives lose:\n";
     for (const Explanation& e : o.why)
-      os << "  - other " << e.dimension << ": " << plan_summary(e.alt.plan, e.alt.global_batch) << "\n      " << e.reason
+      os << "  - other " << e.dimension << ": " << plan_summary(e.alt.plan, e.alt.global_batch, e.alt.point.lay.prec) << "\n      " << e.reason
          << ": " << e.detail << "\n";
   }
   if (!o.shortest.empty()) {
@@ -190,7 +190,7 @@ void print_plan_outcome(std::ostream& os, const PlanOutcome& o) {
       if (x.top.empty()) { os << "  " << v.label << ": no plan (" << x.note << ")\n"; continue; }
       const Candidate& c = x.top[0];
       std::snprintf(line, sizeof line, "  %-10s on %5d GPUs  %s\n      %s\n", days(c.time_to_train_s).c_str(), c.plan.gpus(),
-                    v.label.c_str(), plan_summary(c.plan, c.global_batch).c_str());
+                    v.label.c_str(), plan_summary(c.plan, c.global_batch, c.point.lay.prec).c_str());
       os << line;
     }
   }

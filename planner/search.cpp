@@ -25,7 +25,7 @@ bool point_less(const Point& a, const Point& b) {
   auto key = [](const Point& p) {
     const Layout& l = p.lay;
     const Choice& c = p.ch;
-    return std::make_tuple(l.gpus(), l.tp, (int)l.tp_mode, l.node_blocks, l.pp, l.ep, l.cp, c.microbatch, c.num_microbatches,
+    return std::make_tuple(l.gpus(), l.tp, (int)l.tp_mode, l.node_blocks, l.pp, l.ep, l.cp, (int)l.prec, c.microbatch, c.num_microbatches,
                            (int)c.schedule, c.virtual_stages, (int)c.acc, c.zero, (int)c.offload, c.offload_fraction,
                            c.experts_only, c.sp, (int)c.recompute, c.first_layers, c.mid_layers, c.last_layers);
   };

@@ -103,6 +103,8 @@ std::vector<Layout> enumerate_layouts(const Scenario& sc, const SpaceLimits& lim
     if (seq % (2LL * cp) == 0 || cp == 1)
       if (fx.cp.empty() ? cp == 1 || (seq / cp >= 2048 && cp_allowed) : allowed(fx.cp, cp)) cps.push_back(cp);
   if (cps.empty() && fx.cp.empty()) cps.push_back(1);
+  // Training precisions: the scenario's, or those search.fix.precision allows (fp8 where the GPU has it).
+  const std::vector<Precision> precs = fx.precision.empty() ? std::vector<Precision>{sc.training.precision} : fx.precision;
   std::vector<Layout> out;
   for (int n : lim.gpu_counts)
     for (const TpOpt& to : tps)
@@ -125,9 +127,12 @@ std::vector<Layout> enumerate_layouts(const Scenario& sc, const SpaceLimits& lim
           }
           for (int ep : eps) {
             if (!allowed(fx.ep, ep)) continue;
-            Layout l;
-            l.dp = dp; l.tp = to.tp; l.pp = (int)pp; l.ep = ep; l.cp = cp; l.tp_mode = to.mode; l.node_blocks = to.blocks;
-            out.push_back(l);
+            for (Precision pr : precs) {
+              Layout l;
+              l.dp = dp; l.tp = to.tp; l.pp = (int)pp; l.ep = ep; l.cp = cp; l.tp_mode = to.mode; l.node_blocks = to.blocks;
+              l.prec = pr;
+              out.push_back(l);
+            }
           }
         }
       }

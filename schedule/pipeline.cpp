@@ -90,7 +90,11 @@ StageLayout stage_layout(const Plan& p, long long layers) {
   if (p.grad_accumulation == GradAccumulation::layered && p.schedule != Schedule::modular)
     return StageLayout{p.pp, (int)(layers / p.pp), layers, false, {}};  // validation: even stages only
   StageLayout lay{p.pp, p.virtual_stages, layers, true, {}};
-  if (!p.stage_layers.empty()) {  // looping order; stage s's chunks hold stage_layers[s] / v layers each
+  if (!p.chunk_layers.empty()) {  // Megatron's accounted split: given per global model chunk
+    const int n = lay.num_model_chunks();
+    lay.chunk_lo.assign((size_t)n + 1, 0);
+    for (int g = 0; g < n; ++g) lay.chunk_lo[g + 1] = lay.chunk_lo[g] + p.chunk_layers[g];
+  } else if (!p.stage_layers.empty()) {  // looping order; stage s's chunks hold stage_layers[s] / v layers each
     const int n = lay.num_model_chunks();
     lay.chunk_lo.assign((size_t)n + 1, 0);
     for (int g = 0; g < n; ++g) lay.chunk_lo[g + 1] = lay.chunk_lo[g] + p.stage_layers[lay.stage_of(g)] / lay.v;

@@ -151,6 +151,9 @@ TEST(RunOracle, UnevenStagesMatchSingleRankFloat64) {
       {"uneven_pp2_gpipe_3_1", {{"pp", 2}, {"schedule", "gpipe"}, {"stage_layers", {3, 1}}}},
       {"uneven_pp3_first1_last1", {{"pp", 3}, {"first_stage_layers", 1}, {"last_stage_layers", 1}}},
       {"uneven_dp2_pp2_zero3_3_1", {{"dp", 2}, {"pp", 2}, {"zero", 3}, {"stage_layers", {3, 1}}}},
+      // Megatron's accounted split: 4 layers + embedding + loss = 6 slots over 3 stages -> layers 1 / 2 / 1
+      {"accounted_pp3", {{"pp", 3}, {"account_for_embedding_in_pipeline_split", true},
+                         {"account_for_loss_in_pipeline_split", true}}},
   };
   for (const Case& c : cases) {
     json got = run(scenario(c.name, c.plan), steps, true);

@@ -55,6 +55,7 @@ Result simulate_candidate(const Scenario& sc, const Candidate& c) {
   s.search.reset();
   s.plan = c.plan;
   s.training.global_batch = c.global_batch;
+  s.training.precision = c.point.lay.prec;
   SimOptions o;
   o.keep_memory_timeline = false;
   return simulate(s, o);
@@ -245,6 +246,25 @@ TEST(PlanSearch, FixOtherKeys) {
     EXPECT_NE(c->plan.recompute, Recompute::none);
     EXPECT_TRUE(c->global_batch == 64 || c->global_batch == 128);
   }
+}
+
+// search.fix.precision: the search chooses the training precision per plan; on H100s fp8 GEMMs make the best
+// plan fp8, and every reported plan is simulated in the precision it was estimated in.
+TEST(PlanSearch, FixPrecisionSearchesFp8) {
+  Scenario sc = mid_13b({{"fix", {{"precision", {"bf16", "fp8"}}}}});
+  PlanOutcome o = run_search(sc);
+  expect_invariants(sc, o);
+  ASSERT_FALSE(o.top.empty());
+  EXPECT_EQ(o.top[0].point.lay.prec, Precision::fp8);
+  EXPECT_NE(plan_summary(o.top[0].plan, o.top[0].global_batch, o.top[0].point.lay.prec).find("fp8"), std::string::npos);
+  ASSERT_TRUE(o.top[0].sim);
+  EXPECT_EQ(o.top[0].sim->scenario.training.precision, Precision::fp8);
+  Scenario only_bf16 = mid_13b({{"fix", {{"precision", "bf16"}}}});
+  PlanOutcome b = run_search(only_bf16);
+  ASSERT_FALSE(b.top.empty());
+  for (const Candidate* c : reported(b)) EXPECT_EQ(c->point.lay.prec, Precision::bf16);
+  EXPECT_LT(o.top[0].sim->step_time_s * o.top[0].plan.gpus() / o.top[0].global_batch,
+            b.top[0].sim->step_time_s * b.top[0].plan.gpus() / b.top[0].global_batch);  // GPU-seconds per sequence
 }
 
 TEST(PlanSearch, FixNoPlanCanUseGivesNoPlanAndANote) {

@@ -6,6 +6,7 @@
 
 #include <set>
 
+#include "schedule/pipeline.hpp"
 #include "sim/program.hpp"
 #include "sim/simulate.hpp"
 #include "sim_test_util.hpp"
@@ -27,6 +28,29 @@ json with(json plan, const json& extra) {
 }
 
 }  // namespace
+
+// Megatron-LM's account_for_embedding / loss_in_pipeline_split: 30 layers + 2 = 32 slots over pp 4 x v 2 = 8
+// chunks of 4; the first chunk (stage 0) and the last (stage 3, its second chunk) give one slot away.
+TEST(UnevenStages, AccountedSplitGivesTheFirstAndLastChunkOneLayerLess) {
+  json plan = with(plan_json(1, 1, 4, 1, "interleaved"), {{"virtual_stages", 2},
+                                                          {"account_for_embedding_in_pipeline_split", true},
+                                                          {"account_for_loss_in_pipeline_split", true}});
+  Scenario sc = make_scenario(gpt_model(30, 512, 8, 32000, 512), cluster(), 16, plan);
+  EXPECT_EQ(sc.plan.chunk_layers, (std::vector<int>{3, 4, 4, 4, 4, 4, 4, 3}));
+  EXPECT_EQ(sc.plan.stage_layers, (std::vector<int>{7, 8, 8, 7}));
+  StageLayout lay = stage_layout(sc.plan, 30);
+  EXPECT_EQ(lay.chunk_layers(0, 0), 3);  // stage 0, its first chunk: the embedding's chunk
+  EXPECT_EQ(lay.chunk_layers(0, 1), 4);
+  EXPECT_EQ(lay.chunk_layers(3, 1), 3);  // stage 3, its second chunk: the loss's chunk
+  EXPECT_EQ(lay.first_layer(3, 1), 27);
+  EXPECT_TRUE(lay.has_embedding(0, 0));
+  EXPECT_TRUE(lay.has_head(3, 1));
+  Result r = simulate(sc);  // and the simulation runs it
+  EXPECT_GT(r.step_time_s, 0);
+  // only the embedding: 31 slots do not split into 8 chunks
+  json bad = with(plan_json(1, 1, 4, 1, "interleaved"), {{"virtual_stages", 2}, {"account_for_embedding_in_pipeline_split", true}});
+  EXPECT_THROW(make_scenario(gpt_model(30, 512, 8, 32000, 512), cluster(), 16, bad), InputError);
+}
 
 TEST(UnevenStages, PiecesCoverEachStagesLayers) {
   const std::vector<int> split = {3, 5, 5, 3};
