@@ -102,6 +102,7 @@ Search read_search(const json& v, const std::string& path, Issues& is) {
   if (!r.ok()) return s;
   s.max_gpus = (int)r.opt_int("max_gpus", 0, 1, 1 << 24);
   s.min_gpus = (int)r.opt_int("min_gpus", 1, 1, 1 << 24);
+  s.min_gpus_given = r.has("min_gpus");
   if (s.max_gpus > 0 && s.min_gpus > s.max_gpus)
     is.add(r.at("min_gpus"), "must be <= max_gpus (" + std::to_string(s.max_gpus) + "), got " + std::to_string(s.min_gpus));
   if (const json* g = r.get("gpu_counts")) {

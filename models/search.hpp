@@ -41,6 +41,7 @@ struct Compare {
 struct Search {
   int max_gpus = 0;                 // 0 = the cluster's GPUs
   int min_gpus = 1;
+  bool min_gpus_given = false;      // false: the Pareto front starts where a plan fits without offload (if any)
   std::vector<int> gpu_counts;      // explicit GPU counts (empty: every count the layouts reach)
   Objective objective = Objective::time_to_train;
   int top_k = 5;

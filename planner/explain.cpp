@@ -102,7 +102,10 @@ std::vector<Candidate> Confirmer::run(const std::vector<Point>& pts) {
   }
   std::atomic<size_t> next{0};
   auto work = [&]() {
-    for (size_t k; (k = next.fetch_add(1)) < todo.size();) out[todo[k]] = simulate_point(pts[todo[k]]);
+    for (size_t k; (k = next.fetch_add(1)) < todo.size();) {
+      out[todo[k]] = simulate_point(pts[todo[k]]);
+      if (on_simulated) on_simulated();
+    }
   };
   std::vector<std::thread> pool;
   for (int t = 1; t < std::min<int>(threads_, (int)todo.size()); ++t) pool.emplace_back(work);

@@ -34,6 +34,7 @@ struct Confirmer {
   // which the space's mirroring of its rules should make impossible).
   Scenario scenario_of(const Point& p, bool* valid = nullptr) const;
   long long simulated() const { return simulated_; }
+  std::function<void()> on_simulated;  // called after each simulation (from worker threads)
   double seconds() const { return seconds_; }
   const Scenario& sc;
 

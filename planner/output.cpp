@@ -85,6 +85,7 @@ json plan_outcome_to_json(const PlanOutcome& o) {
                         {"fits", c.sim ? json(c.sim->fits && c.sim->host_fits) : json(nullptr)}});
   }
   if (!o.note.empty()) j["note"] = o.note;
+  if (o.min_gpus > 0) j["min_gpus"] = o.min_gpus;  // by_gpus / pareto start here (fewest GPUs fitting without offload)
   if (!o.shortest.empty()) {
     json v = json::array();
     for (const ShortestVariant& sv : o.shortest) {
@@ -138,19 +139,21 @@ std::string plan_outcome_to_csv(const PlanOutcome& o) {
   return c.str();
 }
 
-static std::string days(double s) {
-  char b[32];
-  std::snprintf(b, sizeof b, "%.2f d", s / 86400);
-  return b;
-}
 
 void print_plan_outcome(std::ostream& os, const PlanOutcome& o) {
   const Scenario& sc = o.scenario;
   const SearchStats& s = o.stats;
   char line[512];
-  os << "plan search: " << (sc.model.name.empty() ? std::string("inline model") : sc.model.name) << " on " << sc.cluster.name << " (up to "
-     << (sc.search->max_gpus > 0 ? sc.search->max_gpus : sc.cluster.total_gpus()) << " GPUs), objective "
-     << objective_name(sc.search->objective) << "\n";
+  const Search& se = *sc.search;
+  os << "plan search: " << sc.name << " (" << (sc.model.name.empty() ? sc.name : sc.model.name) << " on "
+     << sc.cluster.name << ", ";
+  if (!se.gpu_counts.empty()) {
+    os << (se.gpu_counts.size() == 1 ? "GPU count " : "GPU counts ");
+    for (size_t i = 0; i < se.gpu_counts.size(); ++i) os << (i ? ", " : "") << se.gpu_counts[i];
+  } else {
+    os << se.min_gpus << " to " << (se.max_gpus > 0 ? se.max_gpus : sc.cluster.total_gpus()) << " GPUs";
+  }
+  os << "), objective " << objective_name(se.objective) << "\n";
   std::snprintf(line, sizeof line,
                 "  %lld configurations estimated (%lld over memory; %lld dominated and %lld invalid skipped) in %.2f s = %.0f per second on %d "
                 "threads; %lld simulated in %.2f s\n",
@@ -160,21 +163,25 @@ void print_plan_outcome(std::ostream& os, const PlanOutcome& o) {
   os << line;
   if (o.top.empty()) { os << "\nno plan: " << o.note << "\n"; return; }
   os << "\ntop plans (simulated):\n";
-  std::snprintf(line, sizeof line, "  %-4s %6s %10s %10s %9s %6s %11s %12s  %s\n", "rank", "GPUs", "step (s)", "to train",
-                "cost ($M)", "MFU", "mem (GB)", "analytic (s)", "plan");
+  std::snprintf(line, sizeof line, "  %-4s %6s %10s %12s %9s %6s %13s %12s  %s\n", "rank", "GPUs", "step (s)", "to train",
+                "cost", "MFU", "mem (GiB)", "analytic (s)", "plan");
   os << line;
   for (size_t i = 0; i < o.top.size(); ++i) {
     const Candidate& c = o.top[i];
     const Result& r = *c.sim;
-    std::snprintf(line, sizeof line, "  %-4zu %6d %10.3f %10s %9.3f %6.3f %5.1f/%-5.1f %12.3f  %s\n", i + 1, c.plan.gpus(),
-                  r.step_time_s, days(r.run.time_s).c_str(), r.run.cost_usd / 1e6, r.mfu, r.peak_bytes_per_gpu / 1e9,
-                  r.capacity_bytes / 1e9, c.point.est.step_s, plan_summary(c.plan, c.global_batch, c.point.lay.prec).c_str());
+    const double GiB = 1024.0 * 1024 * 1024;
+    std::snprintf(line, sizeof line, "  %-4zu %6d %10.3f %12s %9s %6s %6.1f/%-6.1f %12.3f  %s\n", i + 1, c.plan.gpus(),
+                  r.step_time_s, days_text(r.run.time_s).c_str(), usd_text(r.run.cost_usd).c_str(), percent_text(r.mfu).c_str(),
+                  r.peak_bytes_per_gpu / GiB, r.capacity_bytes / GiB, c.point.est.step_s, plan_summary(c.plan, c.global_batch, c.point.lay.prec).c_str());
     os << line;
   }
-  os << "\nPareto front (GPUs, time to train, cost):\n";
+  os << "\nPareto front (GPUs, time to train, cost)";
+  if (o.min_gpus > 0)
+    os << " from " << o.min_gpus << " GPUs, the fewest where a plan fits without offload (search.min_gpus or fix.offload to see fewer)";
+  os << ":\n";
   for (const GpuPoint& g : o.pareto) {
-    std::snprintf(line, sizeof line, "  %6d GPUs  %10s  $%10.0f  %s%s\n", g.gpus, days(g.best.time_to_train_s).c_str(),
-                  g.best.cost_usd, plan_summary(g.best.plan, g.best.global_batch, g.best.point.lay.prec).c_str(), g.simulated ? "" : "  (analytic)");
+    std::snprintf(line, sizeof line, "  %6d GPUs  %12s  %9s  %s%s\n", g.gpus, days_text(g.best.time_to_train_s).c_str(),
+                  usd_text(g.best.cost_usd).c_str(), plan_summary(g.best.plan, g.best.global_batch, g.best.point.lay.prec).c_str(), g.simulated ? "" : "  (analytic)");
     os << line;
   }
   if (!o.why.empty()) {
@@ -189,7 +196,7 @@ void print_plan_outcome(std::ostream& os, const PlanOutcome& o) {
       const PlanOutcome& x = *v.outcome;
       if (x.top.empty()) { os << "  " << v.label << ": no plan (" << x.note << ")\n"; continue; }
       const Candidate& c = x.top[0];
-      std::snprintf(line, sizeof line, "  %-10s on %5d GPUs  %s\n      %s\n", days(c.time_to_train_s).c_str(), c.plan.gpus(),
+      std::snprintf(line, sizeof line, "  %-12s on %5d GPUs  %s\n      %s\n", days_text(c.time_to_train_s).c_str(), c.plan.gpus(),
                     v.label.c_str(), plan_summary(c.plan, c.global_batch, c.point.lay.prec).c_str());
       os << line;
     }

@@ -9,6 +9,8 @@
 #include <chrono>
 #include <cmath>
 #include <map>
+#include <mutex>
+#include <set>
 #include <thread>
 
 #include "analytic.hpp"
@@ -67,7 +69,29 @@ struct Keeper {
 
 // Confirmation: up to kConfirmRounds x confirm analytic-best points overall, and kPerGpuTries per GPU count.
 constexpr int kConfirmRounds = 4;
+constexpr int kTopKept = 32;        // analytic-best points kept (x confirm): enough for top_k distinct layouts
+constexpr int kPerLayoutTries = 2;  // analytic-best points of one layout confirmed before giving up on it
+constexpr double kEstimateShare = 0.6;  // progress: the estimating phase's share of the bar
 constexpr int kPerGpuTries = 6;
+
+// The layout the top list tells apart (dp, tp, tp_mode, pp, cp, ep, precision, schedule and accumulation, ZeRO,
+// offload): the top K are the best plan of K distinct layouts; other batch sizes or micro-batches of a layout
+// appear per GPU count (by_gpus), not in the top K.
+static auto layout_key(const Point& p) {
+  const Layout& l = p.lay;
+  return std::make_tuple(l.dp, l.tp, (int)l.tp_mode, l.node_blocks, l.pp, l.cp, l.ep, (int)l.prec, (int)p.ch.schedule,
+                         (int)p.ch.acc, p.ch.zero, (int)p.ch.offload);
+}
+using LayoutKey = decltype(layout_key(Point{}));
+
+// Keeps the first candidate of each layout (v sorted best first).
+static void keep_distinct_layouts(std::vector<Candidate>& v) {
+  std::set<LayoutKey> seen;
+  std::vector<Candidate> out;
+  for (Candidate& c : v)
+    if (seen.insert(layout_key(c.point)).second) out.push_back(std::move(c));
+  v = std::move(out);
+}
 
 // A point's family for per-GPU-count confirmation: ZeRO stage, schedule kind (contiguous, interleaved,
 // layered), offload kind.
@@ -188,7 +212,7 @@ static PlanOutcome search_one(const Scenario& sc, const PlanOptions& opt) {
   std::atomic<size_t> next{0}, done{0};
   auto work = [&](int w) {
     Keeper& K = keepers[w];
-    K.top.cap = kConfirmRounds * confirm;
+    K.top.cap = kTopKept * confirm;
     for (size_t i; (i = next.fetch_add(1)) < layouts.size(); done.fetch_add(1)) {
       const Layout& lay = layouts[i];
       long long dominated = 0;
@@ -213,7 +237,7 @@ static PlanOutcome search_one(const Scenario& sc, const PlanOptions& opt) {
   if (opt.progress) {
     std::thread main_worker(work, 0);
     while (done.load() < layouts.size()) {
-      opt.progress(0.9 * done.load() / std::max<size_t>(1, layouts.size()),
+      opt.progress(kEstimateShare * done.load() / std::max<size_t>(1, layouts.size()),
                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
@@ -225,7 +249,7 @@ static PlanOutcome search_one(const Scenario& sc, const PlanOptions& opt) {
 
   // Merge.
   Keeper all;
-  all.top.cap = kConfirmRounds * confirm;
+  all.top.cap = kTopKept * confirm;
   for (Keeper& k : keepers) {
     all.top.merge(k.top);
     for (auto& [key, tl] : k.per_gpus) { all.per_gpus[key].cap = 1; all.per_gpus[key].merge(tl); }
@@ -240,13 +264,37 @@ static PlanOutcome search_one(const Scenario& sc, const PlanOptions& opt) {
 
   // Confirm: the analytic best, then per GPU count the best that the simulation finds fitting.
   Confirmer cf(sc, se.objective, threads);
-  // In rounds of `confirm` points, until top_k of them fit when simulated (the closed-form memory model can
-  // be optimistic) or the kept candidates run out.
-  std::vector<Point> best = all.top.sorted();
-  for (size_t at = 0; at < best.size() && (int)out.top.size() < se.top_k; at += confirm) {
-    std::vector<Point> round(best.begin() + at, best.begin() + std::min(best.size(), at + confirm));
+  // Progress of the confirming phase: simulations done against those expected (the first round, a few per GPU
+  // count, the alternatives of the explanation and the winner's trace).
+  std::atomic<long long> sims_done{0};
+  std::mutex progress_mu;
+  const double expected_sims = (double)confirm + kPerGpuTries * (double)lim.gpu_counts.size() + 12;
+  if (opt.progress)
+    cf.on_simulated = [&]() {
+      double f = std::min(0.99, (double)++sims_done / expected_sims);
+      std::lock_guard<std::mutex> lk(progress_mu);
+      opt.progress(kEstimateShare + (1 - kEstimateShare) * f,
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    };
+  // In rounds of `confirm` points (at most kPerLayoutTries per layout, a layout dropped once one of its plans
+  // is confirmed), until top_k distinct layouts fit when simulated (the closed-form memory model can be
+  // optimistic) or the kept candidates run out.
+  std::vector<Point> queue;
+  {
+    std::map<LayoutKey, int> tries;
+    for (const Point& p : all.top.sorted())
+      if (tries[layout_key(p)]++ < kPerLayoutTries) queue.push_back(p);
+  }
+  std::set<LayoutKey> confirmed;
+  for (size_t at = 0; at < queue.size() && (int)confirmed.size() < se.top_k;) {
+    std::vector<Point> round;
+    for (; at < queue.size() && (int)round.size() < confirm; ++at)
+      if (!confirmed.count(layout_key(queue[at]))) round.push_back(queue[at]);
     for (Candidate& c : cf.run(round))
-      if (acceptable(c, am.capacity_bytes)) out.top.push_back(c);
+      if (acceptable(c, am.capacity_bytes)) {
+        confirmed.insert(layout_key(c.point));
+        out.top.push_back(c);
+      }
   }
   std::sort(out.top.begin(), out.top.end(), candidate_less);
   // Per GPU count: the analytic best of each family (ZeRO stage x schedule kind x offload), best first; the
@@ -278,7 +326,20 @@ static PlanOutcome search_one(const Scenario& sc, const PlanOptions& opt) {
     if (!have) out.top.push_back(g.best);
   }
   std::sort(out.top.begin(), out.top.end(), candidate_less);
+  keep_distinct_layouts(out.top);
   if ((int)out.top.size() > se.top_k) out.top.resize(se.top_k);
+  // Without search.min_gpus (and without an offload fix), the per-GPU answers start at the smallest count
+  // where a plan fits without offload, when any does: offload plans below it (years to train) stay reachable
+  // with min_gpus or fix.offload.
+  if (!se.min_gpus_given && se.fix.offload.empty()) {
+    int first = 0;
+    for (auto& [key, tl] : all.per_gpus)
+      if (key.second % 4 == (int)OffloadKind::none && !tl.v.empty() && (first == 0 || key.first < first)) first = key.first;
+    if (first > 0) {
+      out.min_gpus = first;
+      std::erase_if(out.by_gpus, [&](const GpuPoint& g) { return g.gpus < first; });
+    }
+  }
   out.pareto = pareto_front(out.by_gpus);
   if (!out.top.empty()) {  // the winner keeps its program and events (the report draws its timeline)
     out.top[0].sim = std::make_shared<Result>(simulate(cf.scenario_of(out.top[0].point)));

@@ -81,6 +81,7 @@ struct PlanOutcome {
   std::vector<Explanation> why;    // why the nearest alternatives lose to top[0]
   SearchStats stats;
   std::string note;                // e.g. why nothing fits
+  int min_gpus = 0;                // > 0: by_gpus starts here (the smallest count fitting without offload)
   std::vector<ShortestVariant> shortest;  // search.compare only
 };
 

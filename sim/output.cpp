@@ -1,6 +1,7 @@
 // output: JSON result and terminal summary. See output.hpp. The trace lives in trace.cpp.
 #include "output.hpp"
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -110,9 +111,32 @@ static std::string fmt_time(double s) {
   return b;
 }
 
-static std::string gib(double b) {
+std::string gib_text(double b) {
   char s[32];
   std::snprintf(s, sizeof s, "%.2f GiB", b / (1024.0 * 1024 * 1024));
+  return s;
+}
+static std::string gib(double b) { return gib_text(b); }
+
+std::string days_text(double seconds) {
+  char s[32];
+  std::snprintf(s, sizeof s, "%.2f days", seconds / 86400);
+  return s;
+}
+
+std::string usd_text(double usd) {
+  char s[32];
+  double a = std::fabs(usd);
+  if (a >= 1e9) std::snprintf(s, sizeof s, "$%.2fB", usd / 1e9);
+  else if (a >= 1e6) std::snprintf(s, sizeof s, "$%.2fM", usd / 1e6);
+  else if (a >= 1e3) std::snprintf(s, sizeof s, "$%.1fk", usd / 1e3);
+  else std::snprintf(s, sizeof s, "$%.0f", usd);
+  return s;
+}
+
+std::string percent_text(double frac) {
+  char s[32];
+  std::snprintf(s, sizeof s, "%.1f%%", 100 * frac);
   return s;
 }
 
@@ -198,8 +222,8 @@ void print_summary(std::ostream& os, const Result& r) {
                 e.tokens, e.tokens_from_scenario ? "from the scenario" : "compute-efficient, Kaplan",
                 e.steps, e.critical_batch_tokens, e.batch_tokens, e.loss_nats);
   os << line;
-  std::snprintf(line, sizeof line, "  time to train %s, %.3g GPU-hours, $%.3g, %.3g kWh\n", fmt_time(e.time_s).c_str(),
-                e.gpu_hours, e.cost_usd, e.energy_kwh);
+  std::snprintf(line, sizeof line, "  time to train %s, %.3g GPU-hours, %s, %.3g kWh\n", days_text(e.time_s).c_str(),
+                e.gpu_hours, usd_text(e.cost_usd).c_str(), e.energy_kwh);
   os << line;
   if (r.delink) {
     const Result& ps = *r.delink->pseudo;
@@ -210,9 +234,10 @@ void print_summary(std::ostream& os, const Result& r) {
                   ps.scenario.training.global_batch, fmt_time(ps.step_time_s).c_str(), gib(ps.peak_bytes_per_gpu).c_str(),
                   ps.fits ? "fits" : "does not fit", ps.run.tokens, fmt_time(ps.run.time_s).c_str());
     os << line;
-    std::snprintf(line, sizeof line, "  delink %s%s; real phase %.3g tokens in %s; total %s, %.3g GPU-hours, $%.3g\n",
+    std::snprintf(line, sizeof line, "  delink %s%s; real phase %.3g tokens in %s; total %s, %.3g GPU-hours, %s\n",
                   fmt_time(r.delink->delink_s).c_str(), r.delink->relayout ? " (re-layout)" : "", r.run.tokens,
-                  fmt_time(r.run.time_s).c_str(), fmt_time(r.delink->time_s).c_str(), r.delink->gpu_hours, r.delink->cost_usd);
+                  days_text(r.run.time_s).c_str(), days_text(r.delink->time_s).c_str(), r.delink->gpu_hours,
+                  usd_text(r.delink->cost_usd).c_str());
     os << line;
   }
   std::snprintf(line, sizeof line, "\n(simulated %d ranks%s, %lld events, %.1f ms)\n", (int)r.ranks.size(),

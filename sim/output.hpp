@@ -21,4 +21,11 @@ json trace_to_json(const Result& r, TraceDetail detail = TraceDetail::op);
 // Atomic write: text to path + ".tmp", then rename. Throws std::runtime_error on failure.
 void write_file_atomic(const std::string& path, const std::string& text);
 
+// The units every text output uses (simulate, plan, validate): memory in GiB, time to train in days, money in
+// dollars with one rounding ($1.23M, $456.7k), MFU in percent.
+std::string gib_text(double bytes);       // "12.34 GiB"
+std::string days_text(double seconds);    // "19.03 days"
+std::string usd_text(double usd);         // "$837.2k", "$1.06M", "$2.31B"
+std::string percent_text(double frac);    // "61.5%"
+
 }  // namespace tp
