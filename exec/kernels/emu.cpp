@@ -298,10 +298,7 @@ void check_dim(const char* name, Dim d) {
     throw LaunchError(std::string("kernel ") + name + ": bad launch (grid " + std::to_string(d.grid) + ", block " +
                       std::to_string(d.block) + ", shared " + std::to_string(d.smem) + " B): " + why);
   };
-  if (d.grid < 1) bad("the grid is empty");
-  if (d.block < kWarp || d.block > kMaxBlock) bad("block size must be in [32, 1024]");
-  if (d.block % kWarp != 0) bad("block size must be a multiple of 32 (whole warps)");
-  if (d.smem > kMaxSmem) bad("shared memory above 48 KiB per block");
+  if (const char* why = launch_problem(d)) bad(why);
 }
 
 }  // namespace

@@ -9,12 +9,12 @@
 #include <cstdint>
 #include <cstring>
 
+#include <cmath>
 #ifdef __CUDACC__
 #include <cuda_bf16.h>
 #define TP_HD __host__ __device__
 #define TP_INLINE __forceinline__
 #else
-#include <cmath>
 #define TP_HD
 #define TP_INLINE inline
 #endif
@@ -91,10 +91,10 @@ template <class A>
 TP_HD TP_INLINE A k_min(A a, A b) {
   return a < b ? a : b;
 }
-// -inf without <limits> on the device.
+// -inf, the same on host and device (INFINITY is a float constant).
 template <class A>
 TP_HD TP_INLINE A k_neg_inf() {
-  return -A(1e300) * A(1e300);
+  return -A(INFINITY);
 }
 
 constexpr unsigned kWarp = 32;
@@ -149,6 +149,15 @@ struct Dim {
   unsigned grid = 1, block = 256;
   unsigned smem = 0;
 };
+// Why a launch is invalid on every GPU we build for (block of whole warps, at most 1024 threads, at most
+// 48 KiB of dynamic shared memory without opting in), or null. Both launchers check it.
+inline const char* launch_problem(Dim d) {
+  if (d.grid < 1) return "the grid is empty";
+  if (d.block < kWarp || d.block > 1024) return "block size must be in [32, 1024]";
+  if (d.block % kWarp != 0) return "block size must be a multiple of 32 (whole warps)";
+  if (d.smem > 48 * 1024) return "shared memory above 48 KiB per block";
+  return nullptr;
+}
 // Blocks for `n` independent items at `per_block` items per block, capped (grid-stride loops cover the rest).
 inline unsigned blocks_for(long n, long per_block, unsigned max_grid) {
   long g = (n + per_block - 1) / per_block;

@@ -184,7 +184,7 @@ TEST(KernelEmu, Throughput) {
   std::printf("emulator, block 256: empty launch %.0f us; 1 warp sum + 2 block reductions %.0f us\n", us_launch,
               us_red);
   const emu::Stats s = emu::stats();
-  EXPECT_GT(s.launches, uint64_t(2 * n));
+  EXPECT_GE(s.launches, uint64_t(2 * n));
 }
 
 }  // namespace
