@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <atomic>
 #include <climits>
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -174,6 +175,7 @@ struct Block {
 };
 
 void EmuCtx::sync() {
+  if (fib_) return detail::fiber_sync(*fib_, tid_);
   const unsigned w = tid_ / kWarp;
   blk_->leave_turn<false>(w);
   blk_->sync_bar.arrive_and_wait([b = blk_] { b->sync_done(); });
@@ -182,6 +184,7 @@ void EmuCtx::sync() {
 
 uint64_t EmuCtx::exchange(uint64_t bits, int mask) {
   g_shuffles.fetch_add(1, std::memory_order_relaxed);
+  if (fib_) return detail::fiber_exchange(*fib_, tid_, bits, mask);
   Warp& W = blk_->warps[tid_ / kWarp];
   const unsigned lane = tid_ % kWarp;
   const unsigned src = lane ^ unsigned(mask);
@@ -307,6 +310,10 @@ void launch_raw(const char* name, BodyFn body, const void* kernel, Dim dim) {
   check_dim(name, dim);
   Pool& P = pool();
   std::lock_guard<std::mutex> lk(P.launch_m);
+  if (engine() == Engine::fibers && fibers_available()) {
+    g_launches.fetch_add(1, std::memory_order_relaxed);
+    return detail::run_fibers(name, body, kernel, dim, g_schedule.load() == Schedule::warps_backward);
+  }
   Block B;
   B.name = name;
   B.body = body;
@@ -326,6 +333,16 @@ void launch_raw(const char* name, BodyFn body, const void* kernel, Dim dim) {
   P.run(B);
   if (!B.err.empty()) throw LaunchError(B.err);
 }
+
+namespace {
+Engine engine_from_env() {
+  const char* e = std::getenv("TP_EMU_ENGINE");
+  return e && std::string(e) == "fibers" ? Engine::fibers : Engine::threads;
+}
+std::atomic<Engine> g_engine{engine_from_env()};
+}  // namespace
+void set_engine(Engine e) { g_engine.store(e); }
+Engine engine() { return g_engine.load(); }
 
 void set_schedule(Schedule s) { g_schedule.store(s); }
 Schedule schedule() { return g_schedule.load(); }

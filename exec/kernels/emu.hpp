@@ -28,7 +28,8 @@ enum class Schedule { free, warps_forward, warps_backward };
 constexpr unsigned kMaxBlock = 1024;
 constexpr unsigned kMaxSmem = 48 * 1024;
 
-struct Block;  // per-launch state shared by the threads of the block (emu.cpp)
+struct Block;     // per-launch state shared by the threads of the block (emu.cpp)
+struct FiberRun;  // per-launch state of the fiber engine (emu_fibers.cpp)
 
 // What a kernel body sees under the emulator: its thread and block indices, and the block's sync, shuffle
 // and shared memory.
@@ -36,6 +37,7 @@ struct EmuCtx {
   unsigned tid_ = 0, bid_ = 0, bdim_ = 0, gdim_ = 0;
   unsigned char* smem_ = nullptr;
   Block* blk_ = nullptr;
+  FiberRun* fib_ = nullptr;  // set when the fiber engine runs the block
 
   unsigned tid() const { return tid_; }
   unsigned bid() const { return bid_; }
@@ -72,6 +74,22 @@ void launch_raw(const char* name, BodyFn body, const void* kernel, Dim dim);
 // The schedule of later launches (process-wide; tests set it around a launch). Default: free.
 void set_schedule(Schedule s);
 Schedule schedule();
+
+// How a block is run. threads: one std::thread per CUDA thread (what ThreadSanitizer checks). fibers: all
+// threads of the block as user-space contexts on the launching thread, switched at sync() and shuffles,
+// in thread order (backward for warps_backward) — deterministic and far cheaper per sync, for training runs.
+// Default: threads, or fibers when the environment sets TP_EMU_ENGINE=fibers. Under AddressSanitizer or
+// ThreadSanitizer the fiber engine is not compiled and fibers means threads.
+enum class Engine { threads, fibers };
+void set_engine(Engine e);
+Engine engine();
+bool fibers_available();
+
+namespace detail {
+void run_fibers(const char* name, BodyFn body, const void* kernel, Dim dim, bool backward);
+void fiber_sync(FiberRun& r, unsigned tid);
+uint64_t fiber_exchange(FiberRun& r, unsigned tid, uint64_t bits, int mask);
+}  // namespace detail
 
 // Counters for tests and benchmarks: launches and block-threads run since the process started.
 struct Stats {

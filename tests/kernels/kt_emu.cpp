@@ -158,6 +158,31 @@ TEST(KernelEmu, ShuffleWithAReturnedLaneIsAnError) {
   EXPECT_THROW(emu::launch(ShuffleReturnedLane{}, {1, 32, 0}), emu::LaunchError);
 }
 
+// Half a warp waits at sync() while the other half waits at a shuffle with it: a hang on a GPU. The fiber
+// engine sees that nothing can run and reports it (the thread engine would wait forever, so it is not tried).
+struct DivergentSync {
+  static constexpr const char* kName = "divergent";
+  template <class Ctx>
+  void operator()(Ctx& c) const {
+    if (c.tid() % 32 < 16) c.sync();
+    else (void)c.shfl_xor(1.0f, 16);
+  }
+};
+
+TEST(KernelEmu, FibersReportADeadlock) {
+  if (!emu::fibers_available()) GTEST_SKIP() << "no fiber engine under sanitizers";
+  const emu::Engine old = emu::engine();
+  emu::set_engine(emu::Engine::fibers);
+  try {
+    emu::launch(DivergentSync{}, {1, 64, 0});
+    ADD_FAILURE() << "no error";
+  } catch (const emu::LaunchError& e) {
+    EXPECT_NE(std::string(e.what()).find("deadlock"), std::string::npos) << e.what();
+  }
+  EXPECT_NO_THROW(emu::launch(Nop{}, {1, 64, 0}));
+  emu::set_engine(old);
+}
+
 TEST(KernelEmu, LaunchesFromSeveralHostThreads) {
   std::vector<std::vector<long>> outs(3, std::vector<long>(2 * 64, -1));
   std::vector<std::thread> th;
@@ -181,8 +206,19 @@ TEST(KernelEmu, Throughput) {
   auto t2 = std::chrono::steady_clock::now();
   const double us_launch = std::chrono::duration<double, std::micro>(t1 - t0).count() / n;
   const double us_red = std::chrono::duration<double, std::micro>(t2 - t1).count() / n;
-  std::printf("emulator, block 256: empty launch %.0f us; 1 warp sum + 2 block reductions %.0f us\n", us_launch,
+  std::printf("emulator (%s), block 256: empty launch %.0f us; 1 warp sum + 2 block reductions %.0f us\n",
+              emu::engine() == emu::Engine::fibers && emu::fibers_available() ? "fibers" : "threads", us_launch,
               us_red);
+  // A training-sized LayerNorm (128 rows of 64) on small blocks, as the emu backend would launch it.
+  std::vector<float> x(128 * 64, 0.5f), w(64, 1.0f), y(128 * 64), m(128), r(128);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = float(i % 13);
+  for (unsigned block : {32u, 64u}) {
+    auto t3 = std::chrono::steady_clock::now();
+    K::layernorm_fwd(emu::Launcher{block, 8}, y.data(), m.data(), r.data(), x.data(), w.data(), (const float*)nullptr,
+                     128, 64, 1e-5f);
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t3).count();
+    std::printf("emulator: layernorm_fwd 128 x 64, block %u, grid 8: %.1f ms\n", block, ms);
+  }
   const emu::Stats s = emu::stats();
   EXPECT_GE(s.launches, uint64_t(2 * n));
 }
