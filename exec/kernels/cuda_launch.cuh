@@ -1,0 +1,65 @@
+// cuda_launch: the CUDA side of "written once" — DeviceCtx maps the kernel context onto threadIdx / blockIdx /
+// blockDim / gridDim, __syncthreads, __shfl_xor_sync over the full warp and extern dynamic shared memory; one
+// generic __global__ template runs any kernel functor; CudaLauncher is the launcher the op functions of
+// exec/kernels/k_*.hpp take. nvcc only (included by .cu files of libtrainplan_cuda.so).
+// Invariants: as kcommon.hpp (1-D blocks of whole warps, every lane in every shuffle); launch errors are
+// reported with the kernel's name and geometry (std::runtime_error), never ignored.
+#pragma once
+#ifndef __CUDACC__
+#error "cuda_launch.cuh is for nvcc; g++ builds use exec/kernels/emu.hpp"
+#endif
+#include <cuda_runtime.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "exec/kernels/kcommon.hpp"
+
+namespace tp::kernels {
+
+struct DeviceCtx {
+  __device__ unsigned tid() const { return threadIdx.x; }
+  __device__ unsigned bid() const { return blockIdx.x; }
+  __device__ unsigned bdim() const { return blockDim.x; }
+  __device__ unsigned gdim() const { return gridDim.x; }
+  template <class T>
+  __device__ T* shared() const {
+    extern __shared__ __align__(16) unsigned char tp_smem[];
+    return reinterpret_cast<T*>(tp_smem);
+  }
+  __device__ void sync() { __syncthreads(); }
+  __device__ float shfl_xor(float v, int mask) { return __shfl_xor_sync(0xffffffffu, v, mask); }
+  __device__ double shfl_xor(double v, int mask) { return __shfl_xor_sync(0xffffffffu, v, mask); }
+  __device__ int shfl_xor(int v, int mask) { return __shfl_xor_sync(0xffffffffu, v, mask); }
+};
+
+// The one kernel: the functor is passed by value (kernel parameters, <= 4 KiB).
+template <class K>
+__global__ void __launch_bounds__(1024) tp_kernel(const K k) {
+  DeviceCtx c;
+  k(c);
+}
+
+inline std::string cuda_launch_where(const char* name, Dim d) {
+  return std::string("kernel ") + name + " (grid " + std::to_string(d.grid) + ", block " + std::to_string(d.block) +
+         ", shared " + std::to_string(d.smem) + " B)";
+}
+
+// Launches on `stream`; grids are capped at max_grid (the kernels' loops cover the rest).
+struct CudaLauncher {
+  unsigned block = 256;
+  unsigned max_grid = 4096;
+  cudaStream_t stream = nullptr;
+  template <class K>
+  void operator()(const K& k, Dim d) const {
+    if (const char* why = launch_problem(d))
+      throw std::runtime_error(cuda_launch_where(K::kName, d) + ": bad launch: " + why);
+    tp_kernel<K><<<d.grid, d.block, d.smem, stream>>>(k);
+    const cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess)
+      throw std::runtime_error(cuda_launch_where(K::kName, d) + ": " + cudaGetErrorName(e) + ": " +
+                               cudaGetErrorString(e));
+  }
+};
+
+}  // namespace tp::kernels

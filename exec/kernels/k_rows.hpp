@@ -1,0 +1,326 @@
+// k_rows: the row-wise kernels — one block per row (grid-stride over rows), block reductions through warp
+// shuffles and shared memory: LayerNorm forward and its input gradient, softmax forward / backward (optionally
+// causal, for attention probabilities), and softmax cross-entropy: fused for one vocabulary, and in pieces
+// (shard max, exp-sum with the target logit, normalise) for a vocabulary split over ranks, where v0 is the
+// first vocabulary id of the shard. Contracts as exec/ops.hpp: LayerNorm statistics in acc_t<T> (fp32 for
+// bf16); probs may alias logits (every thread reads its elements before the block's last sync and writes
+// only its own elements after it); backwards accumulate unless kSet.
+// Invariant: the row loop's bounds depend on the block index only, so every thread of a block reaches every
+// sync the same number of times.
+#pragma once
+#include "exec/kernels/kcommon.hpp"
+
+namespace tp::kernels {
+
+#define TP_ROW_LOOP(c, r, N) for (long r = long((c).bid()); r < long(N); r += long((c).gdim()))
+#define TP_COL_LOOP(c, j, n) for (long j = long((c).tid()); j < long(n); j += long((c).bdim()))
+
+// y = (x - mean) rstd w (+ b); mean, rstd [N] saved; biased variance, two passes over the row.
+template <class T>
+struct LayerNormFwd {
+  static constexpr const char* kName = "layernorm_fwd";
+  using A = acc_t<T>;
+  T* y;
+  A* mean;
+  A* rstd;
+  const T* x;
+  const T* w;
+  const T* b;  // may be null
+  long N, C;
+  A eps;
+  template <class Ctx>
+  TP_HD void operator()(Ctx& c) const {
+    A* slots = c.template shared<A>();
+    TP_ROW_LOOP(c, r, N) {
+      const T* xr = x + r * C;
+      A s = 0;
+      TP_COL_LOOP(c, j, C) s += ld(xr[j]);
+      const A m = block_sum(c, s, slots) / A(C);
+      A v = 0;
+      TP_COL_LOOP(c, j, C) {
+        const A d = ld(xr[j]) - m;
+        v += d * d;
+      }
+      const A rs = A(1) / k_sqrt(block_sum(c, v, slots) / A(C) + eps);
+      T* yr = y + r * C;
+      TP_COL_LOOP(c, j, C) {
+        const A o = (ld(xr[j]) - m) * rs * ld(w[j]);
+        yr[j] = st<T>(b ? o + ld(b[j]) : o);
+      }
+      if (c.tid() == 0) {
+        mean[r] = m;
+        rstd[r] = rs;
+      }
+    }
+  }
+};
+
+// dx += rstd (g - mean(g) - xhat mean(g xhat)), g = w dy, xhat = (x - mean) rstd. (dw, db: k_reduce.hpp.)
+template <class T>
+struct LayerNormBwdDx {
+  static constexpr const char* kName = "layernorm_bwd_dx";
+  using A = acc_t<T>;
+  T* dx;
+  const T* dy;
+  const T* x;
+  const T* w;
+  const A* mean;
+  const A* rstd;
+  long N, C;
+  template <class Ctx>
+  TP_HD void operator()(Ctx& c) const {
+    A* slots = c.template shared<A>();
+    TP_ROW_LOOP(c, r, N) {
+      const T* xr = x + r * C;
+      const T* dyr = dy + r * C;
+      const A m = mean[r], rs = rstd[r];
+      A sg = 0, sgx = 0;
+      TP_COL_LOOP(c, j, C) {
+        const A g = ld(w[j]) * ld(dyr[j]);
+        sg += g;
+        sgx += g * (ld(xr[j]) - m) * rs;
+      }
+      const A gm = block_sum(c, sg, slots) / A(C);
+      const A gxm = block_sum(c, sgx, slots) / A(C);
+      T* dxr = dx + r * C;
+      TP_COL_LOOP(c, j, C) {
+        const A g = ld(w[j]) * ld(dyr[j]);
+        const A xh = (ld(xr[j]) - m) * rs;
+        dxr[j] = st<T>(ld(dxr[j]) + rs * (g - gm - xh * gxm));
+      }
+    }
+  }
+};
+
+// Valid length of row r of a softmax over rows of length L: causal rows (attention [.., T, T] with L = T)
+// see keys [0, r % T]; others the whole row.
+TP_HD TP_INLINE long softmax_len(long r, long L, bool causal) { return causal ? r % L + 1 : L; }
+
+// y[R, L] = softmax(scale x) per row (entries past a causal row's length are 0); y may be x.
+template <class T>
+struct SoftmaxFwd {
+  static constexpr const char* kName = "softmax_fwd";
+  using A = acc_t<T>;
+  T* y;
+  const T* x;
+  long R, L;
+  A scale;
+  bool causal;
+  template <class Ctx>
+  TP_HD void operator()(Ctx& c) const {
+    A* slots = c.template shared<A>();
+    TP_ROW_LOOP(c, r, R) {
+      const T* xr = x + r * L;
+      const long n = softmax_len(r, L, causal);
+      A mx = k_neg_inf<A>();
+      TP_COL_LOOP(c, j, n) mx = k_max(mx, scale * ld(xr[j]));
+      mx = block_max(c, mx, slots);
+      A s = 0;
+      TP_COL_LOOP(c, j, n) s += k_exp(scale * ld(xr[j]) - mx);
+      const A inv = A(1) / block_sum(c, s, slots);
+      T* yr = y + r * L;
+      TP_COL_LOOP(c, j, L) yr[j] = st<T>(j < n ? k_exp(scale * ld(xr[j]) - mx) * inv : A(0));
+    }
+  }
+};
+
+// dx (+)= scale y (dy - sum(y dy)) per row; kSet overwrites (dx may be dy).
+template <class T, bool kSet>
+struct SoftmaxBwd {
+  static constexpr const char* kName = kSet ? "softmax_bwd_set" : "softmax_bwd";
+  using A = acc_t<T>;
+  T* dx;
+  const T* y;
+  const T* dy;
+  long R, L;
+  A scale;
+  template <class Ctx>
+  TP_HD void operator()(Ctx& c) const {
+    A* slots = c.template shared<A>();
+    TP_ROW_LOOP(c, r, R) {
+      const T* yr = y + r * L;
+      const T* dyr = dy + r * L;
+      A s = 0;
+      TP_COL_LOOP(c, j, L) s += ld(yr[j]) * ld(dyr[j]);
+      const A dot = block_sum(c, s, slots);
+      T* dxr = dx + r * L;
+      TP_COL_LOOP(c, j, L) {
+        const A g = scale * ld(yr[j]) * (ld(dyr[j]) - dot);
+        dxr[j] = st<T>(kSet ? g : ld(dxr[j]) + g);
+      }
+    }
+  }
+};
+
+// Softmax cross-entropy over one whole vocabulary [N, V]: probs = softmax(logits) (probs may be logits),
+// loss[r] = log(sum exp(l - max)) - (l[target] - max).
+template <class T>
+struct CrossEntropyFwd {
+  static constexpr const char* kName = "cross_entropy_fwd";
+  using A = acc_t<T>;
+  T* probs;
+  A* loss;
+  const T* logits;
+  const int32_t* targets;
+  long N, V;
+  template <class Ctx>
+  TP_HD void operator()(Ctx& c) const {
+    A* slots = c.template shared<A>();
+    TP_ROW_LOOP(c, r, N) {
+      const T* lr = logits + r * V;
+      const A tl = ld(lr[targets[r]]);  // every thread reads it before the syncs below (probs may be logits)
+      A mx = k_neg_inf<A>();
+      TP_COL_LOOP(c, j, V) mx = k_max(mx, A(ld(lr[j])));
+      mx = block_max(c, mx, slots);
+      A s = 0;
+      TP_COL_LOOP(c, j, V) s += k_exp(ld(lr[j]) - mx);
+      s = block_sum(c, s, slots);
+      const A inv = A(1) / s;
+      T* pr = probs + r * V;
+      TP_COL_LOOP(c, j, V) pr[j] = st<T>(k_exp(ld(lr[j]) - mx) * inv);
+      if (c.tid() == 0) loss[r] = k_log(s) - (tl - mx);
+    }
+  }
+};
+
+// Vocabulary-parallel pieces, logits [N, Vl] of the shard starting at vocabulary id v0:
+// 1. row maxima of the shard (the caller takes the maximum over shards);
+template <class T>
+struct CeShardMax {
+  static constexpr const char* kName = "ce_shard_max";
+  using A = acc_t<T>;
+  A* mx;
+  const T* logits;
+  long N, Vl;
+  template <class Ctx>
+  TP_HD void operator()(Ctx& c) const {
+    A* slots = c.template shared<A>();
+    TP_ROW_LOOP(c, r, N) {
+      A m = k_neg_inf<A>();
+      TP_COL_LOOP(c, j, Vl) m = k_max(m, A(ld(logits[r * Vl + j])));
+      m = block_max(c, m, slots);
+      if (c.tid() == 0) mx[r] = m;
+    }
+  }
+};
+// 2. given the global maxima: sums[r] = sum over the shard of exp(l - mx[r]), tl[r] = the target's logit when
+//    the target is in the shard, else 0 (the caller sums both over shards);
+template <class T>
+struct CeShardExpSum {
+  static constexpr const char* kName = "ce_shard_expsum";
+  using A = acc_t<T>;
+  A* sums;
+  A* tl;
+  const T* logits;
+  const A* mx;
+  const int32_t* targets;
+  long N, Vl, v0;
+  template <class Ctx>
+  TP_HD void operator()(Ctx& c) const {
+    A* slots = c.template shared<A>();
+    TP_ROW_LOOP(c, r, N) {
+      A s = 0;
+      TP_COL_LOOP(c, j, Vl) s += k_exp(ld(logits[r * Vl + j]) - mx[r]);
+      s = block_sum(c, s, slots);
+      if (c.tid() == 0) {
+        const long t = long(targets[r]) - v0;
+        sums[r] = s;
+        tl[r] = (t >= 0 && t < Vl) ? A(ld(logits[r * Vl + t])) : A(0);
+      }
+    }
+  }
+};
+// 3. probs = exp(l - mx) / sums (probs may be logits; element-wise). The loss of row r is
+//    log(sums[r]) + mx[r] - tl[r].
+template <class T>
+struct CeShardNormalize {
+  static constexpr const char* kName = "ce_shard_normalize";
+  using A = acc_t<T>;
+  T* probs;
+  const T* logits;
+  const A* mx;
+  const A* sums;
+  long N, Vl;
+  template <class Ctx>
+  TP_HD void operator()(Ctx& c) const {
+    TP_ROW_LOOP(c, r, N) {
+      const A inv = A(1) / sums[r];
+      TP_COL_LOOP(c, j, Vl) probs[r * Vl + j] = st<T>(k_exp(ld(logits[r * Vl + j]) - mx[r]) * inv);
+    }
+  }
+};
+
+// dlogits (+)= scale (probs - onehot(target - v0)) on a shard [N, Vl]; kSet overwrites (dlogits may be probs).
+template <class T, bool kSet>
+struct CrossEntropyBwd {
+  static constexpr const char* kName = kSet ? "cross_entropy_bwd_set" : "cross_entropy_bwd";
+  using A = acc_t<T>;
+  T* dlogits;
+  const T* probs;
+  const int32_t* targets;
+  long N, Vl, v0;
+  A scale;
+  template <class Ctx>
+  TP_HD void operator()(Ctx& c) const {
+    TP_ROW_LOOP(c, r, N) {
+      const long t = long(targets[r]) - v0;
+      TP_COL_LOOP(c, j, Vl) {
+        const long i = r * Vl + j;
+        const A g = scale * (ld(probs[i]) - (j == t ? A(1) : A(0)));
+        dlogits[i] = st<T>(kSet ? g : ld(dlogits[i]) + g);
+      }
+    }
+  }
+};
+
+// ---- op functions ----
+
+template <class L>
+TP_INLINE Dim row_dim(const L& launch, long rows, unsigned elem_bytes) {
+  return Dim{blocks_for(rows, 1, launch.max_grid), launch.block, kReduceSlots * elem_bytes};
+}
+template <class L, class T>
+void layernorm_fwd(const L& launch, T* y, acc_t<T>* mean, acc_t<T>* rstd, const T* x, const T* w, const T* b,
+                   long N, long C, acc_t<T> eps) {
+  launch(LayerNormFwd<T>{y, mean, rstd, x, w, b, N, C, eps}, row_dim(launch, N, sizeof(acc_t<T>)));
+}
+template <class L, class T>
+void layernorm_bwd_dx(const L& launch, T* dx, const T* dy, const T* x, const T* w, const acc_t<T>* mean,
+                      const acc_t<T>* rstd, long N, long C) {
+  launch(LayerNormBwdDx<T>{dx, dy, x, w, mean, rstd, N, C}, row_dim(launch, N, sizeof(acc_t<T>)));
+}
+template <class L, class T>
+void softmax_fwd(const L& launch, T* y, const T* x, long R, long Lr, acc_t<T> scale, bool causal) {
+  launch(SoftmaxFwd<T>{y, x, R, Lr, scale, causal}, row_dim(launch, R, sizeof(acc_t<T>)));
+}
+template <bool kSet, class L, class T>
+void softmax_bwd(const L& launch, T* dx, const T* y, const T* dy, long R, long Lr, acc_t<T> scale) {
+  launch(SoftmaxBwd<T, kSet>{dx, y, dy, R, Lr, scale}, row_dim(launch, R, sizeof(acc_t<T>)));
+}
+template <class L, class T>
+void cross_entropy_fwd(const L& launch, T* probs, acc_t<T>* loss, const T* logits, const int32_t* targets, long N,
+                       long V) {
+  launch(CrossEntropyFwd<T>{probs, loss, logits, targets, N, V}, row_dim(launch, N, sizeof(acc_t<T>)));
+}
+template <class L, class T>
+void ce_shard_max(const L& launch, acc_t<T>* mx, const T* logits, long N, long Vl) {
+  launch(CeShardMax<T>{mx, logits, N, Vl}, row_dim(launch, N, sizeof(acc_t<T>)));
+}
+template <class L, class T>
+void ce_shard_expsum(const L& launch, acc_t<T>* sums, acc_t<T>* tl, const T* logits, const acc_t<T>* mx,
+                     const int32_t* targets, long N, long Vl, long v0) {
+  launch(CeShardExpSum<T>{sums, tl, logits, mx, targets, N, Vl, v0}, row_dim(launch, N, sizeof(acc_t<T>)));
+}
+template <class L, class T>
+void ce_shard_normalize(const L& launch, T* probs, const T* logits, const acc_t<T>* mx, const acc_t<T>* sums, long N,
+                        long Vl) {
+  launch(CeShardNormalize<T>{probs, logits, mx, sums, N, Vl}, Dim{blocks_for(N, 1, launch.max_grid), launch.block, 0});
+}
+template <bool kSet, class L, class T>
+void cross_entropy_bwd(const L& launch, T* dlogits, const T* probs, const int32_t* targets, long N, long Vl, long v0,
+                       acc_t<T> scale) {
+  launch(CrossEntropyBwd<T, kSet>{dlogits, probs, targets, N, Vl, v0, scale},
+         Dim{blocks_for(N, 1, launch.max_grid), launch.block, 0});
+}
+
+}  // namespace tp::kernels

@@ -1,0 +1,168 @@
+// kcommon: what every kernel header shares — the TP_HD qualifier, the bf16 storage type and its float
+// conversions, the accumulation type, portable math, and the warp / block reductions written against a
+// context object (kernel code never names threadIdx, __syncthreads or __shfl_xor_sync directly).
+// Compiled two ways: by nvcc (TP_HD = __host__ __device__, bf16 = __nv_bfloat16, the context is DeviceCtx in
+// cuda_launch.cuh) and by g++ (TP_HD empty, bf16 a 16-bit struct, the context is the block emulator's EmuCtx).
+// Invariants: blocks are one-dimensional with blockDim a multiple of 32 (the launchers check it); every lane
+// of a warp takes part in a shuffle; every thread of a block reaches every sync (no early return before one).
+#pragma once
+#include <cstdint>
+#include <cstring>
+
+#include <cmath>
+#ifdef __CUDACC__
+#include <cuda_bf16.h>
+#define TP_HD __host__ __device__
+#define TP_INLINE __forceinline__
+#else
+#define TP_HD
+#define TP_INLINE inline
+#endif
+
+namespace tp::kernels {
+
+#ifdef __CUDACC__
+using bf16 = __nv_bfloat16;
+TP_HD TP_INLINE float to_float(bf16 x) { return __bfloat162float(x); }
+TP_HD TP_INLINE bf16 to_bf16(float f) { return __float2bfloat16_rn(f); }
+#else
+// bfloat16 storage: the top 16 bits of an IEEE float. Conversion from float rounds to nearest even (NaN kept).
+struct bf16 {
+  uint16_t bits;
+};
+inline float to_float(bf16 x) {
+  uint32_t u = uint32_t(x.bits) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+inline bf16 to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return bf16{uint16_t((u >> 16) | 0x40u)};  // quiet NaN
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return bf16{uint16_t(u >> 16)};
+}
+#endif
+
+// Accumulation type: fp32 for float and bf16 storage, fp64 for double (the oracle precision).
+template <class T>
+struct Acc {
+  using type = float;
+};
+template <>
+struct Acc<double> {
+  using type = double;
+};
+template <class T>
+using acc_t = typename Acc<T>::type;
+
+// Load a stored value into its accumulation type, store an accumulated value back (rounding for bf16).
+TP_HD TP_INLINE float ld(float x) { return x; }
+TP_HD TP_INLINE double ld(double x) { return x; }
+TP_HD TP_INLINE float ld(bf16 x) { return to_float(x); }
+template <class T>
+struct St {
+  TP_HD static TP_INLINE T make(acc_t<T> a) { return T(a); }
+};
+template <>
+struct St<bf16> {
+  TP_HD static TP_INLINE bf16 make(float a) { return to_bf16(a); }
+};
+template <class T, class A>
+TP_HD TP_INLINE T st(A a) {
+  return St<T>::make(acc_t<T>(a));
+}
+
+// Math on the accumulation type, the same names on host and device.
+TP_HD TP_INLINE float k_exp(float x) { return ::expf(x); }
+TP_HD TP_INLINE double k_exp(double x) { return ::exp(x); }
+TP_HD TP_INLINE float k_log(float x) { return ::logf(x); }
+TP_HD TP_INLINE double k_log(double x) { return ::log(x); }
+TP_HD TP_INLINE float k_tanh(float x) { return ::tanhf(x); }
+TP_HD TP_INLINE double k_tanh(double x) { return ::tanh(x); }
+TP_HD TP_INLINE float k_sqrt(float x) { return ::sqrtf(x); }
+TP_HD TP_INLINE double k_sqrt(double x) { return ::sqrt(x); }
+template <class A>
+TP_HD TP_INLINE A k_max(A a, A b) {
+  return a > b ? a : b;
+}
+template <class A>
+TP_HD TP_INLINE A k_min(A a, A b) {
+  return a < b ? a : b;
+}
+// -inf, the same on host and device (INFINITY is a float constant).
+template <class A>
+TP_HD TP_INLINE A k_neg_inf() {
+  return -A(INFINITY);
+}
+
+constexpr unsigned kWarp = 32;
+// Shared-memory words one block reduction needs (one per warp, 1024 / 32).
+constexpr unsigned kReduceSlots = 32;
+
+// Sum (or max) over the 32 lanes of a warp by butterfly shuffles; every lane gets the result.
+template <class Ctx, class A>
+TP_HD TP_INLINE A warp_sum(Ctx& c, A v) {
+  for (int m = 16; m > 0; m >>= 1) v += c.shfl_xor(v, m);
+  return v;
+}
+template <class Ctx, class A>
+TP_HD TP_INLINE A warp_max(Ctx& c, A v) {
+  for (int m = 16; m > 0; m >>= 1) v = k_max(v, c.shfl_xor(v, m));
+  return v;
+}
+
+// Sum (kMax: max) over the block; every thread gets the result. `slots` is shared memory of kReduceSlots
+// values of A; it is free again when the function returns. Three syncs: warp partials written -> read by warp
+// 0; total written -> read by all; all have read -> slots may be reused. TP_KERNELS_TEST_DROP_SYNC removes the
+// first one (the test build that proves a missing sync is detected, tests/kernels/).
+template <bool kMax, class Ctx, class A>
+TP_HD A block_reduce(Ctx& c, A v, A* slots) {
+  const unsigned lane = c.tid() % kWarp, warp = c.tid() / kWarp, nwarps = c.bdim() / kWarp;
+  v = kMax ? warp_max(c, v) : warp_sum(c, v);
+  if (lane == 0) slots[warp] = v;
+#ifndef TP_KERNELS_TEST_DROP_SYNC
+  c.sync();
+#endif
+  if (warp == 0) {
+    A r = lane < nwarps ? slots[lane] : (kMax ? k_neg_inf<A>() : A(0));
+    r = kMax ? warp_max(c, r) : warp_sum(c, r);
+    if (lane == 0) slots[0] = r;
+  }
+  c.sync();
+  const A total = slots[0];
+  c.sync();
+  return total;
+}
+template <class Ctx, class A>
+TP_HD TP_INLINE A block_sum(Ctx& c, A v, A* slots) {
+  return block_reduce<false>(c, v, slots);
+}
+template <class Ctx, class A>
+TP_HD TP_INLINE A block_max(Ctx& c, A v, A* slots) {
+  return block_reduce<true>(c, v, slots);
+}
+
+// Launch geometry of a kernel: 1-D grid of 1-D blocks, `smem` bytes of dynamic shared memory per block.
+struct Dim {
+  unsigned grid = 1, block = 256;
+  unsigned smem = 0;
+};
+// Why a launch is invalid on every GPU we build for (block of whole warps, at most 1024 threads, at most
+// 48 KiB of dynamic shared memory without opting in), or null. Both launchers check it.
+inline const char* launch_problem(Dim d) {
+  if (d.grid < 1) return "the grid is empty";
+  if (d.block < kWarp || d.block > 1024) return "block size must be in [32, 1024]";
+  if (d.block % kWarp != 0) return "block size must be a multiple of 32 (whole warps)";
+  if (d.smem > 48 * 1024) return "shared memory above 48 KiB per block";
+  return nullptr;
+}
+// Blocks for `n` independent items at `per_block` items per block, capped (grid-stride loops cover the rest).
+inline unsigned blocks_for(long n, long per_block, unsigned max_grid) {
+  long g = (n + per_block - 1) / per_block;
+  if (g < 1) g = 1;
+  return g > long(max_grid) ? max_grid : unsigned(g);
+}
+
+}  // namespace tp::kernels

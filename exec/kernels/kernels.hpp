@@ -1,0 +1,7 @@
+// kernels: every non-GEMM kernel of the executor (exec/kernels/k_*.hpp), written once as TP_HD functors and
+// launched through a launcher: emu::Launcher (exec/kernels/emu.hpp, g++) or the CUDA one (cuda_launch.cuh,
+// nvcc). docs/kernels.md explains the rules.
+#pragma once
+#include "exec/kernels/k_elementwise.hpp"
+#include "exec/kernels/k_reduce.hpp"
+#include "exec/kernels/k_rows.hpp"

@@ -1,0 +1,226 @@
+// Tests of the block emulator itself (exec/kernels/emu.hpp): launch checks, thread / block indices, shuffles,
+// block reductions, shared memory (0xff-filled per block), errors from kernel bodies and from shuffles with a
+// returned lane, launches from several host threads, and that a missing sync is caught deterministically by
+// the ordered schedules (the kernel variant without its sync gives wrong results, the one with it never does).
+#include <chrono>
+#include <cmath>
+#include <thread>
+
+#include "tests/kernels/kt_util.hpp"
+
+namespace {
+namespace K = tp::kernels;
+namespace emu = tp::kernels::emu;
+using emu::Schedule;
+
+using kt::ScheduleScope;
+
+struct Nop {
+  static constexpr const char* kName = "nop";
+  template <class Ctx>
+  void operator()(Ctx&) const {}
+};
+
+TEST(KernelEmu, RejectsBadLaunches) {
+  auto expect_error = [](K::Dim d, const char* what) {
+    try {
+      emu::launch(Nop{}, d);
+      ADD_FAILURE() << "no error for " << what;
+    } catch (const emu::LaunchError& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("kernel nop"), std::string::npos) << e.what();
+    }
+  };
+  expect_error({1, 33, 0}, "multiple of 32");
+  expect_error({1, 16, 0}, "[32, 1024]");
+  expect_error({1, 2048, 0}, "[32, 1024]");
+  expect_error({0, 64, 0}, "grid is empty");
+  expect_error({1, 64, 48 * 1024 + 4}, "48 KiB");
+  EXPECT_NO_THROW(emu::launch(Nop{}, {2, 1024, 48 * 1024}));
+}
+
+struct Indices {
+  static constexpr const char* kName = "indices";
+  long* out;
+  template <class Ctx>
+  void operator()(Ctx& c) const {
+    out[c.bid() * c.bdim() + c.tid()] = long(c.tid()) + 1000L * c.bid() + 1000000L * c.gdim();
+  }
+};
+
+TEST(KernelEmu, EveryThreadOfEveryBlockRunsOnce) {
+  for (unsigned block : {32u, 96u, 1024u}) {
+    const unsigned grid = 3;
+    std::vector<long> out(grid * block, -1);
+    emu::launch(Indices{out.data()}, {grid, block, 0});
+    for (unsigned b = 0; b < grid; ++b)
+      for (unsigned t = 0; t < block; ++t) ASSERT_EQ(out[b * block + t], long(t) + 1000L * b + 3000000L);
+  }
+}
+
+// out[tid] = warp sum of lane ids, block sum and max of tid, and what shared memory held before any write.
+struct Reductions {
+  static constexpr const char* kName = "reductions";
+  double* out;
+  template <class Ctx>
+  void operator()(Ctx& c) const {
+    float* fresh = c.template shared<float>() + 64;
+    const float before = fresh[c.tid() % 32];
+    const float ws = K::warp_sum(c, float(c.tid() % 32));
+    const double bs = K::block_sum(c, double(c.tid()), c.template shared<double>());
+    const double bm = K::block_max(c, double(c.tid()), c.template shared<double>());
+    out[4 * c.tid() + 0] = ws;
+    out[4 * c.tid() + 1] = bs;
+    out[4 * c.tid() + 2] = bm;
+    out[4 * c.tid() + 3] = before;
+  }
+};
+
+TEST(KernelEmu, ShufflesAndBlockReductions) {
+  for (Schedule s : {Schedule::free, Schedule::warps_forward, Schedule::warps_backward}) {
+    ScheduleScope scope(s);
+    for (unsigned block : {32u, 64u, 512u}) {
+      std::vector<double> out(4 * block, -1);
+      emu::launch(Reductions{out.data()}, {2, block, 512});
+      for (unsigned t = 0; t < block; ++t) {
+        ASSERT_EQ(out[4 * t + 0], 496.0);
+        ASSERT_EQ(out[4 * t + 1], double(block) * (block - 1) / 2);
+        ASSERT_EQ(out[4 * t + 2], double(block - 1));
+        ASSERT_TRUE(std::isnan(out[4 * t + 3])) << "shared memory is 0xff-filled before each block";
+      }
+    }
+  }
+}
+
+// out[tid] = shared[bdim - 1 - tid] after every thread stored its tid: needs the sync between.
+template <bool kSync>
+struct Reverse {
+  static constexpr const char* kName = "reverse";
+  float* out;
+  template <class Ctx>
+  void operator()(Ctx& c) const {
+    float* sh = c.template shared<float>();
+    sh[c.tid()] = float(c.tid());
+    if (kSync) c.sync();
+    out[c.tid()] = sh[c.bdim() - 1 - c.tid()];
+  }
+};
+
+TEST(KernelEmu, OrderedSchedulesCatchAMissingSync) {
+  const unsigned block = 128;
+  auto run = [&](auto kernel_tag, Schedule s) {
+    ScheduleScope scope(s);
+    std::vector<float> out(block, -1);
+    emu::launch(decltype(kernel_tag){out.data()}, {1, block, block * 4});
+    int wrong = 0;
+    for (unsigned t = 0; t < block; ++t) wrong += out[t] != float(block - 1 - t);
+    return wrong;
+  };
+  for (Schedule s : {Schedule::free, Schedule::warps_forward, Schedule::warps_backward})
+    EXPECT_EQ(run(Reverse<true>{}, s), 0);
+  // Without the sync, warp 0 reads what the last warp has not written yet (forward), and the last warp reads
+  // what warp 0 has not written yet (backward): wrong results, every time.
+  EXPECT_EQ(run(Reverse<false>{}, Schedule::warps_forward), int(block / 2));
+  EXPECT_EQ(run(Reverse<false>{}, Schedule::warps_backward), int(block / 2));
+}
+
+struct Throws {
+  static constexpr const char* kName = "throws";
+  template <class Ctx>
+  void operator()(Ctx& c) const {
+    c.sync();
+    if (c.bid() == 1 && c.tid() == 40) throw std::runtime_error("boom");
+    c.sync();
+  }
+};
+
+TEST(KernelEmu, ErrorsInABodyReachTheLauncher) {
+  try {
+    emu::launch(Throws{}, {3, 64, 0});
+    ADD_FAILURE() << "no error";
+  } catch (const emu::LaunchError& e) {
+    EXPECT_NE(std::string(e.what()).find("kernel throws: block 1 thread 40: boom"), std::string::npos) << e.what();
+  }
+  EXPECT_NO_THROW(emu::launch(Nop{}, {1, 64, 0}));  // the pool survives
+}
+
+// Lanes 16..31 return before the others shuffle: lane i < 16 reads lane i ^ 16, which has returned.
+struct ShuffleReturnedLane {
+  static constexpr const char* kName = "shuffle_returned";
+  template <class Ctx>
+  void operator()(Ctx& c) const {
+    if (c.tid() % 32 >= 16) return;
+    (void)c.shfl_xor(1.0f, 16);
+  }
+};
+
+TEST(KernelEmu, ShuffleWithAReturnedLaneIsAnError) {
+  EXPECT_THROW(emu::launch(ShuffleReturnedLane{}, {1, 32, 0}), emu::LaunchError);
+}
+
+// Half a warp waits at sync() while the other half waits at a shuffle with it: a hang on a GPU. The fiber
+// engine sees that nothing can run and reports it (the thread engine would wait forever, so it is not tried).
+struct DivergentSync {
+  static constexpr const char* kName = "divergent";
+  template <class Ctx>
+  void operator()(Ctx& c) const {
+    if (c.tid() % 32 < 16) c.sync();
+    else (void)c.shfl_xor(1.0f, 16);
+  }
+};
+
+TEST(KernelEmu, FibersReportADeadlock) {
+  if (!emu::fibers_available()) GTEST_SKIP() << "no fiber engine under sanitizers";
+  const emu::Engine old = emu::engine();
+  emu::set_engine(emu::Engine::fibers);
+  try {
+    emu::launch(DivergentSync{}, {1, 64, 0});
+    ADD_FAILURE() << "no error";
+  } catch (const emu::LaunchError& e) {
+    EXPECT_NE(std::string(e.what()).find("deadlock"), std::string::npos) << e.what();
+  }
+  EXPECT_NO_THROW(emu::launch(Nop{}, {1, 64, 0}));
+  emu::set_engine(old);
+}
+
+TEST(KernelEmu, LaunchesFromSeveralHostThreads) {
+  std::vector<std::vector<long>> outs(3, std::vector<long>(2 * 64, -1));
+  std::vector<std::thread> th;
+  for (auto& o : outs)
+    th.emplace_back([&o] {
+      for (int i = 0; i < 20; ++i) emu::launch(Indices{o.data()}, {2, 64, 0});
+    });
+  for (auto& t : th) t.join();
+  for (auto& o : outs)
+    for (long t = 0; t < 128; ++t) ASSERT_EQ(o[t], t % 64 + 1000 * (t / 64) + 2000000);
+}
+
+// Not a check: prints what a launch and a sync cost here (docs/kernels.md quotes it).
+TEST(KernelEmu, Throughput) {
+  const int n = 20;
+  std::vector<double> out(4 * 256);
+  auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < n; ++i) emu::launch(Nop{}, {1, 256, 0});
+  auto t1 = std::chrono::steady_clock::now();
+  for (int i = 0; i < n; ++i) emu::launch(Reductions{out.data()}, {1, 256, 512});
+  auto t2 = std::chrono::steady_clock::now();
+  const double us_launch = std::chrono::duration<double, std::micro>(t1 - t0).count() / n;
+  const double us_red = std::chrono::duration<double, std::micro>(t2 - t1).count() / n;
+  std::printf("emulator (%s), block 256: empty launch %.0f us; 1 warp sum + 2 block reductions %.0f us\n",
+              emu::engine() == emu::Engine::fibers && emu::fibers_available() ? "fibers" : "threads", us_launch,
+              us_red);
+  // A training-sized LayerNorm (128 rows of 64) on small blocks, as the emu backend would launch it.
+  std::vector<float> x(128 * 64, 0.5f), w(64, 1.0f), y(128 * 64), m(128), r(128);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = float(i % 13);
+  for (unsigned block : {32u, 64u}) {
+    auto t3 = std::chrono::steady_clock::now();
+    K::layernorm_fwd(emu::Launcher{block, 8}, y.data(), m.data(), r.data(), x.data(), w.data(), (const float*)nullptr,
+                     128, 64, 1e-5f);
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t3).count();
+    std::printf("emulator: layernorm_fwd 128 x 64, block %u, grid 8: %.1f ms\n", block, ms);
+  }
+  const emu::Stats s = emu::stats();
+  EXPECT_GE(s.launches, uint64_t(2 * n));
+}
+
+}  // namespace

@@ -1,0 +1,113 @@
+// The kernels (double storage, on the emulator) against the CPU backend's own ops (exec/ops.hpp, double):
+// the same contracts, to rounding, on one odd shape. Guards against the kernels' tests and the kernels sharing
+// a misreading of ops.hpp (accumulate vs overwrite, eps, the loss sum, null bias / wpe). Whole project only
+// (links tp_exec).
+#include <numeric>
+
+#include "exec/ops.hpp"
+#include "tests/kernels/kt_util.hpp"
+
+namespace {
+namespace K = tp::kernels;
+namespace ops = tp::ops;
+using kt::Vec;
+
+const K::emu::Launcher kL{64, 3};
+constexpr long N = 5, C = 77;
+
+::testing::AssertionResult same(const Vec& a, const Vec& b) { return kt::near<double>(a, b, 10); }
+
+TEST(KernelsVsCpu, ElementwiseAndGelu) {
+  std::mt19937_64 rng(31);
+  const Vec x = kt::randv(N * C, rng, -3, 3), y = kt::randv(N * C, rng), b = kt::randv(C, rng);
+  Vec k1(N * C), c1(N * C), k2 = y, c2 = y;
+  K::add_bias(kL, k1.data(), x.data(), b.data(), N, C);
+  ops::add_bias(c1.data(), x.data(), b.data(), N, C);
+  EXPECT_TRUE(same(k1, c1));
+  K::gelu_fwd(kL, k1.data(), x.data(), N * C);
+  ops::gelu_fwd(c1.data(), x.data(), N * C);
+  EXPECT_TRUE(same(k1, c1));
+  K::gelu_bwd(kL, k2.data(), x.data(), y.data(), N * C);
+  ops::gelu_bwd(c2.data(), x.data(), y.data(), N * C);
+  EXPECT_TRUE(same(k2, c2));
+  Vec kb = b, cb = b;
+  K::bias_bwd(kL, kb.data(), y.data(), N, C);
+  ops::bias_bwd(cb.data(), y.data(), N, C);
+  EXPECT_TRUE(same(kb, cb));
+  std::vector<double> out(1), scratch(kL.max_grid);
+  K::sum_squares(kL, out.data(), scratch.data(), x.data(), N * C);
+  EXPECT_NEAR(out[0], ops::sum_squares(x.data(), N * C), 1e-10);
+}
+
+TEST(KernelsVsCpu, SwigluAndAdamW) {
+  std::mt19937_64 rng(32);
+  const Vec gu = kt::randv(N * 2 * C, rng, -3, 3), dy = kt::randv(N * C, rng);
+  Vec ky(N * C), cy(N * C), kd = kt::randv(N * 2 * C, rng), cd = kd;
+  K::swiglu_fwd(kL, ky.data(), gu.data(), N, C);
+  ops::swiglu_fwd(cy.data(), gu.data(), N, C);
+  EXPECT_TRUE(same(ky, cy));
+  K::swiglu_bwd(kL, kd.data(), gu.data(), dy.data(), N, C);
+  ops::swiglu_bwd(cd.data(), gu.data(), dy.data(), N, C);
+  EXPECT_TRUE(same(kd, cd));
+  Vec kp = kt::randv(N * C, rng), cp = kp, km(N * C, 0.1), cm = km, kv(N * C, 0.2), cv = kv;
+  K::adamw(kL, kp.data(), dy.data(), km.data(), kv.data(), (double*)nullptr, N * C, 1e-3, 0.9, 0.95, 1e-8, 0.1, 7);
+  ops::adamw(cp.data(), dy.data(), cm.data(), cv.data(), N * C, 1e-3, 0.9, 0.95, 1e-8, 0.1, 7);
+  EXPECT_TRUE(same(kp, cp));
+  EXPECT_TRUE(same(km, cm));
+  EXPECT_TRUE(same(kv, cv));
+}
+
+TEST(KernelsVsCpu, LayerNorm) {
+  std::mt19937_64 rng(33);
+  const Vec x = kt::randv(N * C, rng, -2, 3), w = kt::randv(C, rng), b = kt::randv(C, rng), dy = kt::randv(N * C, rng);
+  for (const double* bias : {b.data(), (const double*)nullptr}) {
+    Vec ky(N * C), cy(N * C), km(N), cm(N), ks(N), cs(N);
+    K::layernorm_fwd(kL, ky.data(), km.data(), ks.data(), x.data(), w.data(), bias, N, C, 1e-5);
+    ops::layernorm_fwd(cy.data(), cm.data(), cs.data(), x.data(), w.data(), bias, N, C, 1e-5);
+    EXPECT_TRUE(same(ky, cy));
+    EXPECT_TRUE(same(km, cm));
+    EXPECT_TRUE(same(ks, cs));
+    Vec kdx = kt::randv(N * C, rng), cdx = kdx, kdw = kt::randv(C, rng), cdw = kdw, kdb = kt::randv(C, rng), cdb = kdb;
+    K::layernorm_bwd_dx(kL, kdx.data(), dy.data(), x.data(), w.data(), km.data(), ks.data(), N, C);
+    K::layernorm_bwd_wb(kL, kdw.data(), bias ? kdb.data() : nullptr, dy.data(), x.data(), km.data(), ks.data(), N, C);
+    ops::layernorm_bwd(cdx.data(), cdw.data(), bias ? cdb.data() : nullptr, dy.data(), x.data(), w.data(), cm.data(),
+                       cs.data(), N, C);
+    EXPECT_TRUE(same(kdx, cdx));
+    EXPECT_TRUE(same(kdw, cdw));
+    EXPECT_TRUE(same(kdb, cdb));
+  }
+}
+
+TEST(KernelsVsCpu, CrossEntropyAndEmbedding) {
+  std::mt19937_64 rng(34);
+  const long V = 61, B = 2, Tn = 3;
+  const Vec lg = kt::randv(N * V, rng, -4, 4);
+  std::vector<int32_t> tg(N);
+  for (auto& t : tg) t = int32_t(rng() % V);
+  Vec kp(N * V), cp(N * V), kloss(N);
+  K::cross_entropy_fwd(kL, kp.data(), kloss.data(), lg.data(), tg.data(), N, V);
+  const double closs = ops::cross_entropy_fwd(cp.data(), lg.data(), tg.data(), N, V);
+  EXPECT_TRUE(same(kp, cp));
+  EXPECT_NEAR(std::accumulate(kloss.begin(), kloss.end(), 0.0), closs, 1e-10);
+  Vec kd = kt::randv(N * V, rng), cd = kd;
+  K::cross_entropy_bwd<false>(kL, kd.data(), kp.data(), tg.data(), N, V, 0, 0.25);
+  ops::cross_entropy_bwd(cd.data(), cp.data(), tg.data(), N, V, 0.25);
+  EXPECT_TRUE(same(kd, cd));
+  std::vector<int32_t> tok(B * Tn);
+  for (auto& t : tok) t = int32_t(rng() % 7);
+  tok[1] = tok[4];
+  const Vec wte = kt::randv(7 * C, rng), wpe = kt::randv(Tn * C, rng), dout = kt::randv(B * Tn * C, rng);
+  for (const double* pe : {wpe.data(), (const double*)nullptr}) {
+    Vec ko(B * Tn * C), co(B * Tn * C);
+    K::embedding_fwd(kL, ko.data(), tok.data(), wte.data(), pe, B, Tn, C, 0, 7);
+    ops::embedding_fwd(co.data(), tok.data(), wte.data(), pe, B, Tn, C);
+    EXPECT_TRUE(same(ko, co));
+    Vec kwte = kt::randv(7 * C, rng), cwte = kwte, kwpe = kt::randv(Tn * C, rng), cwpe = kwpe;
+    K::embedding_bwd(kL, kwte.data(), pe ? kwpe.data() : nullptr, dout.data(), tok.data(), B, Tn, C, 0, 7);
+    ops::embedding_bwd(cwte.data(), pe ? cwpe.data() : nullptr, dout.data(), tok.data(), B, Tn, C);
+    EXPECT_TRUE(same(kwte, cwte));
+    EXPECT_TRUE(same(kwpe, cwpe));
+  }
+}
+
+}  // namespace
