@@ -197,17 +197,12 @@ void Gpt<T>::embed_fwd(T* x, const int32_t* tokens, long B, long Tn) const {
   // all-reduced (SP: reduce-scattered to row shards); the replicated positions are added afterwards.
   const long long v0 = s.v_begin(), vl = s.v_loc();
   Buf<T> part(N * C);                                                              // [N, C]
-  const T* wte = p("wte");
-  for (long i = 0; i < N; ++i) {
-    long long t = (long long)tokens[i] - v0;
-    if (t >= 0 && t < vl) std::memcpy(part.data() + i * C, wte + t * C, sizeof(T) * C);
-    else std::memset(part.data() + i * C, 0, sizeof(T) * C);
-  }
+  ops::fill(part.data(), T(0), N * C);
+  ops::embedding_shard_fwd(part.data(), tokens, p("wte"), N, C, (long)v0, (long)vl);
   const long nl = sp ? N / tp->size() : N, r0 = sp ? tp->rank() * nl : 0;
   if (sp) reduce_scatter_rows(tp, part.data(), x, nl, C);
-  else { tp->all_reduce_sum(part.data(), N * C, dt(T{})); std::memcpy(x, part.data(), sizeof(T) * N * C); }
-  if (s.gelu)
-    for (long i = 0; i < nl; ++i) ops::add(x + i * C, x + i * C, p("wpe") + ((r0 + i) % Tn) * C, C);
+  else { tp->all_reduce_sum(part.data(), N * C, dt(T{})); ops::copy(x, part.data(), N * C); }
+  if (s.gelu) ops::add_positions(x, p("wpe"), nl, C, Tn, r0);
 }
 
 template <class T>
@@ -217,14 +212,8 @@ void Gpt<T>::embed_bwd(const T* dx, const int32_t* tokens, long B, long Tn) cons
   if (!tp) return ops::embedding_bwd(g("wte"), s.gelu ? g("wpe") : (T*)nullptr, dx, tokens, B, Tn, C);
   Buf<T> full;                                                                     // [N, C] (SP: gathered)
   if (sp) { full.resize(N * C); gather_rows(tp, dx, full.data(), N / tp->size(), C); dx = full.data(); }
-  const long long v0 = s.v_begin(), vl = s.v_loc();
-  T* gw = g("wte");
-  for (long i = 0; i < N; ++i) {
-    long long t = (long long)tokens[i] - v0;
-    if (t >= 0 && t < vl) ops::accumulate(gw + t * C, dx + i * C, C);
-  }
-  if (s.gelu)
-    for (long i = 0; i < N; ++i) ops::accumulate(g("wpe") + (i % Tn) * C, dx + i * C, C);
+  ops::embedding_shard_bwd(g("wte"), dx, tokens, N, C, (long)s.v_begin(), (long)s.v_loc());
+  if (s.gelu) ops::positions_bwd(g("wpe"), dx, N, C, Tn, 0);
 }
 
 template <class T>
@@ -237,7 +226,7 @@ void Gpt<T>::layer_fwd(int wl, const T* x_in, T* x_out, LayerActs<T>& a, long B,
   std::snprintf(pre, sizeof pre, "L%02d.", wl);
   std::string P = pre;
   const bool gl = s.gelu;
-  if (a.x_in.data() != x_in) a.x_in.assign(x_in, x_in + Nl * C);
+  if (a.x_in.data() != x_in) { a.x_in.resize(Nl * C); ops::copy(a.x_in.data(), x_in, Nl * C); }
   // ln1 [Nl, C] on the shard; the QKV input is the full [N, C] (all-gathered under SP).
   Buf<T> ln(Nl * C);
   a.ln1_mean.resize(Nl); a.ln1_rstd.resize(Nl);
@@ -249,12 +238,9 @@ void Gpt<T>::layer_fwd(int wl, const T* x_in, T* x_out, LayerActs<T>& a, long B,
   ops::matmul(qkv.data(), a.ln1.data(), p(P + "qkv_w"), N, Q, C, false, false, T(1), T(0));
   if (gl) ops::add_bias(qkv.data(), qkv.data(), p(P + "qkv_b"), N, Q);
   a.q.resize(N * Hl * D); a.k.resize(N * Kl * D); a.v.resize(N * Kl * D);         // [B, Tn, heads, D]
-  for (long i = 0; i < N; ++i) {
-    const T* row = qkv.data() + i * Q;
-    std::memcpy(a.q.data() + i * Hl * D, row, sizeof(T) * Hl * D);
-    std::memcpy(a.k.data() + i * Kl * D, row + Hl * D, sizeof(T) * Kl * D);
-    std::memcpy(a.v.data() + i * Kl * D, row + (Hl + Kl) * D, sizeof(T) * Kl * D);
-  }
+  ops::copy_rows(a.q.data(), Hl * D, qkv.data(), Q, N, Hl * D);
+  ops::copy_rows(a.k.data(), Kl * D, qkv.data() + Hl * D, Q, N, Kl * D);
+  ops::copy_rows(a.v.data(), Kl * D, qkv.data() + (Hl + Kl) * D, Q, N, Kl * D);
   Buf<T>().swap(qkv);  // dead: q, k, v hold its columns
   a.att.resize((size_t)B * Hl * Tn * Tn);                                         // [B, Hl, Tn, Tn]
   a.attn.resize(N * Hl * D);                                                      // [N, Hl D]
@@ -307,7 +293,7 @@ void Gpt<T>::layer_bwd(int wl, const T* dx_out, T* dx_in, LayerActs<T>& a, long 
   // autograd engine frees saved tensors; the residual-stream gradient lives in dx_in throughout (dx_out, then
   // d x_mid, then d x_in), so dx_in may be dx_out (in place) and the layer takes no [N, C] buffer for it.
   auto release = [](Buf<T>& v) { Buf<T>().swap(v); };
-  if (dx_in != dx_out) std::memcpy(dx_in, dx_out, sizeof(T) * Nl * C);
+  if (dx_in != dx_out) ops::copy(dx_in, dx_out, Nl * C);
   T* dx = dx_in;
   // MLP: z = act fc2_w (+ b), x_out = x_mid + z. dx_out is read (as dx) before the first write to dx below.
   if (gl) ops::bias_bwd(g(P + "fc2_b"), dx, Nl, C);
@@ -344,17 +330,14 @@ void Gpt<T>::layer_bwd(int wl, const T* dx_out, T* dx_in, LayerActs<T>& a, long 
   ops::matmul(dattn, dy, p(P + "proj_w"), N, Hl * D, C, false, true, T(1), T(0));
   release(dy_full);
   Buf<T> dq(N * Hl * D), dk(N * Kl * D), dv(N * Kl * D);
-  for (Buf<T>* d : {&dq, &dk, &dv}) std::fill(d->begin(), d->end(), T(0));
+  for (Buf<T>* d : {&dq, &dk, &dv}) ops::fill(d->data(), T(0), (long)d->size());
   ops::attention_bwd(dq.data(), dk.data(), dv.data(), dattn, a.att.data(), a.q.data(), a.k.data(), a.v.data(), B,
                      Tn, Hl, Kl, D);
   for (Buf<T>* v : {&a.att, &a.attn, &a.q, &a.k, &a.v}) release(*v);
   Buf<T> dqkv(N * Q);                                                            // [N, Q]
-  for (long i = 0; i < N; ++i) {
-    T* row = dqkv.data() + i * Q;
-    std::memcpy(row, dq.data() + i * Hl * D, sizeof(T) * Hl * D);
-    std::memcpy(row + Hl * D, dk.data() + i * Kl * D, sizeof(T) * Kl * D);
-    std::memcpy(row + (Hl + Kl) * D, dv.data() + i * Kl * D, sizeof(T) * Kl * D);
-  }
+  ops::copy_rows(dqkv.data(), Q, dq.data(), Hl * D, N, Hl * D);
+  ops::copy_rows(dqkv.data() + Hl * D, Q, dk.data(), Kl * D, N, Kl * D);
+  ops::copy_rows(dqkv.data() + (Hl + Kl) * D, Q, dv.data(), Kl * D, N, Kl * D);
   for (Buf<T>* d : {&dq, &dk, &dv}) release(*d);
   if (gl) ops::bias_bwd(g(P + "qkv_b"), dqkv.data(), N, Q);
   ops::matmul(g(P + "qkv_w"), a.ln1.data(), dqkv.data(), C, Q, N, true, false, T(1), T(1));
@@ -372,7 +355,7 @@ T Gpt<T>::head_fwd(const T* x, const int32_t* targets, HeadActs<T>& a, long B, l
   const GptShape& s = lay.s;
   const long N = B * Tn, C = s.C, Vl = (long)s.v_loc();
   if (sp) { a.x_in.resize(N * C); gather_rows(tp, x, a.x_in.data(), N / tp->size(), C); x = a.x_in.data(); }
-  else if (a.x_in.data() != x) a.x_in.assign(x, x + N * C);  // the runtime may have moved x into a.x_in
+  else if (a.x_in.data() != x) { a.x_in.resize(N * C); ops::copy(a.x_in.data(), x, N * C); }  // (or moved x there)
   a.lnf.resize(N * C); a.lnf_mean.resize(N); a.lnf_rstd.resize(N);
   ops::layernorm_fwd(a.lnf.data(), a.lnf_mean.data(), a.lnf_rstd.data(), x, p("lnf_w"),
                      s.gelu ? p("lnf_b") : (const T*)nullptr, N, C, T(1e-5));
@@ -383,30 +366,18 @@ T Gpt<T>::head_fwd(const T* x, const int32_t* targets, HeadActs<T>& a, long B, l
   if (!tp) return ops::cross_entropy_fwd(logits, logits, targets, N, Vl);
   // Vocabulary-parallel cross-entropy: global row max (all-gather of the shards' maxima), sum of exponentials
   // and target logit (all-reduced); probabilities of this shard saved for the backward.
+  // Comm buffers (mx, all, sums) are backend memory passed to the collectives: host memory on the CPU backend
+  // (exec/backend.hpp's rule; a device backend stages them).
   const int t = tp->size();
-  const long long v0 = s.v_begin();
-  std::vector<T> mx(N), all(N * t);
-  for (long i = 0; i < N; ++i) mx[i] = *std::max_element(logits + i * Vl, logits + (i + 1) * Vl);
+  const long v0 = (long)s.v_begin();
+  Buf<T> mx(N), all(N * t), sums(2 * N);  // sums = [sum exp | target logit]
+  ops::row_max(mx.data(), logits, N, Vl);
   tp->all_gather(mx.data(), all.data(), N, dt(T{}));
-  for (long i = 0; i < N; ++i)
-    for (int r = 0; r < t; ++r) mx[i] = std::max(mx[i], all[r * N + i]);
-  std::vector<T> sums(2 * N, T(0));  // [sum exp | target logit]
-  for (long i = 0; i < N; ++i) {
-    T* pr = logits + i * Vl;  // logits in, probabilities out
-    long long tg = (long long)targets[i] - v0;
-    if (tg >= 0 && tg < Vl) sums[N + i] = pr[tg];
-    T acc = 0;
-    for (long j = 0; j < Vl; ++j) { pr[j] = std::exp(pr[j] - mx[i]); acc += pr[j]; }
-    sums[i] = acc;
-  }
+  ops::max_combine(mx.data(), all.data(), N, t);
+  ops::ce_shard_exp(logits, sums.data(), sums.data() + N, logits, mx.data(), targets, N, Vl, v0,
+                    ops::CeForm::raw_target_divide);  // logits in, exponentials out
   tp->all_reduce_sum(sums.data(), 2 * N, dt(T{}));
-  double loss = 0;
-  for (long i = 0; i < N; ++i) {
-    T* pr = a.probs.data() + i * Vl;
-    for (long j = 0; j < Vl; ++j) pr[j] /= sums[i];
-    loss += (double)std::log(sums[i]) + (double)mx[i] - (double)sums[N + i];
-  }
-  return T(loss);
+  return T(ops::ce_shard_finish(logits, sums.data(), sums.data() + N, mx.data(), N, Vl, ops::CeForm::raw_target_divide));
 }
 
 template <class T>
@@ -418,16 +389,12 @@ void Gpt<T>::head_bwd(T* dx, const int32_t* targets, HeadActs<T>& a, long B, lon
   auto release = [](Buf<T>& v) { Buf<T>().swap(v); };
   T* dlogits = a.probs.data();                                                   // [N, V/t]
   ops::scale(dlogits, dlogits, scale, N * Vl);
-  const long long v0 = tp ? s.v_begin() : 0;
-  for (long i = 0; i < N; ++i) {
-    long long tg = (long long)targets[i] - v0;
-    if (tg >= 0 && tg < Vl) dlogits[i * Vl + tg] -= scale;
-  }
+  ops::ce_shard_target_grad(dlogits, targets, N, Vl, tp ? (long)s.v_begin() : 0L, scale);
   ops::matmul(g("wte"), dlogits, a.lnf.data(), Vl, C, N, true, false, T(1), T(1));
   release(a.lnf);
   Buf<T> dlnf(N * C), dfull(sp ? N * C : 0);
   T* dfp = sp ? dfull.data() : dx;  // without SP the gradient goes straight to dx
-  std::fill(dfp, dfp + N * C, T(0));
+  ops::fill(dfp, T(0), N * C);
   ops::matmul(dlnf.data(), dlogits, p("wte"), N, C, Vl, false, false, T(1), T(0));
   release(a.probs);
   if (tp) tp->all_reduce_sum(dlnf.data(), N * C, dt(T{}));  // partial over the vocabulary shards
@@ -435,7 +402,7 @@ void Gpt<T>::head_bwd(T* dx, const int32_t* targets, HeadActs<T>& a, long B, lon
                      a.lnf_mean.data(), a.lnf_rstd.data(), N, C);
   if (sp) {  // this rank's rows of the input gradient
     long nl = N / tp->size();
-    std::memcpy(dx, dfull.data() + tp->rank() * nl * C, sizeof(T) * nl * C);
+    ops::copy(dx, dfull.data() + tp->rank() * nl * C, nl * C);
   }
   for (Buf<T>* v : {&a.x_in, &a.lnf_mean, &a.lnf_rstd}) release(*v);
 }
