@@ -47,6 +47,7 @@ struct ParamView {
   long long offset = 0, count = 0;
   int layer = -1;    // -1 for embedding / head tensors
   bool decay = true; // weight decay applies (matrices), not to biases and norms
+  long long rows = 1, cols = 0;  // this rank's block as [rows, cols] (matrices [in, out]; vectors rows = 1)
 };
 
 // Name -> view index of a parameter layout (1D and 2D), so the op pieces look parameters up in O(1).
@@ -55,6 +56,19 @@ struct ViewNames {
   void build(const std::vector<ParamView>& views);
   size_t find(const std::string& name) const;  // throws std::logic_error when absent
 };
+
+// The model's parameters as view indices (into the layout's views, whose rows x cols are the shapes), resolved
+// once from the names so that the pieces do no string look-ups on the hot path; -1 where the model has no such
+// tensor (biases and wpe under SwiGLU).
+struct LayerParams {
+  int ln1_w = -1, ln1_b = -1, qkv_w = -1, qkv_b = -1, proj_w = -1, proj_b = -1;
+  int ln2_w = -1, ln2_b = -1, fc1_w = -1, fc1_b = -1, fc2_w = -1, fc2_b = -1;
+};
+struct ModelParams {
+  int wte = -1, wpe = -1, lnf_w = -1, lnf_b = -1;
+  std::vector<LayerParams> layers;
+};
+ModelParams model_params(const ViewNames& names, long long layers);
 
 // Where the parameters and gradients of a model's views are (shared by Gpt and Gpt2d). Per-view pointer
 // tables (index = view index; may be null): the runtime sets them to the flat-buffer addresses, and chunked
@@ -76,6 +90,11 @@ struct ParamTables {
     size_t i = lay.view_index(name);
     return gtab ? gtab[i] : grads + lay.views[i].offset;
   }
+  // By view index (ModelParams), i >= 0.
+  template <class Lay>
+  T* param_at(const Lay& lay, int i) const { return ptab ? ptab[i] : params + lay.views[i].offset; }
+  template <class Lay>
+  T* grad_at(const Lay& lay, int i) const { return gtab ? gtab[i] : grads + lay.views[i].offset; }
 };
 
 // Parameter layout of one tp rank: views into the flat buffer, per-layer ranges.
@@ -86,6 +105,7 @@ struct GptLayout {
   std::vector<long long> layer_begin, layer_end;  // per layer: [begin, end) in the flat buffer
   long long embed_begin = 0, embed_end = 0, head_begin = 0, head_end = 0;
   ViewNames names;
+  ModelParams params;  // the views by role
   const ParamView& view(const std::string& name) const { return views[view_index(name)]; }
   size_t view_index(const std::string& name) const { return names.find(name); }
 };
@@ -143,6 +163,8 @@ struct Gpt : ParamTables<T> {
 
   T* p(const std::string& name) const { return this->param_of(lay, name); }
   T* g(const std::string& name) const { return this->grad_of(lay, name); }
+  T* p(int view) const { return this->param_at(lay, view); }
+  T* g(int view) const { return this->grad_at(lay, view); }
 
   // x[N, C] = embedding of tokens [B, Tn].
   void embed_fwd(T* x, const int32_t* tokens, long B, long Tn) const;

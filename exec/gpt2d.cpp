@@ -124,12 +124,6 @@ void ln2d_bwd(const Grid& g, T* dx, T* dw, T* db, const T* dy, const T* x, const
   ops::ln_shard_bwd_apply(dx, dw, db, dy, x, w, mean, rstd, s.data(), N, Cl, C);
 }
 
-std::string prefix(int wl) {
-  char pre[16];
-  std::snprintf(pre, sizeof pre, "L%02d.", wl);
-  return pre;
-}
-
 }  // namespace
 
 #define TP_GPT2D_GRID                                                                                        \
@@ -147,11 +141,11 @@ void Gpt2d<T>::embed_fwd(T* x, const int32_t* tokens, long B, long Tn) const {
   const int32_t* tok = tokens + (long)lay.row * Nl;  // grid row r's sequences
   Buf<T> blk(Vl * Cl);
   for (int i = 0; i < G.q; ++i) {  // vocabulary block of grid row i, broadcast along the column
-    if (G.r == i) ops::copy(blk.data(), p("wte"), Vl * Cl);
+    if (G.r == i) ops::copy(blk.data(), p(lay.params.wte), Vl * Cl);
     bcast(G.col, blk.data(), Vl * Cl, i);
     ops::embedding_shard_fwd(x, tok, blk.data(), Nl, Cl, (long)i * Vl, Vl);
   }
-  if (lay.s.gelu) ops::add_positions(x, from_row0(G, p("wpe"), Tn * Cl).data(), Nl, Cl, Tn, 0);
+  if (lay.s.gelu) ops::add_positions(x, from_row0(G, p(lay.params.wpe), Tn * Cl).data(), Nl, Cl, Tn, 0);
 }
 
 template <class T>
@@ -164,13 +158,13 @@ void Gpt2d<T>::embed_bwd(const T* dx, const int32_t* tokens, long B, long Tn) co
     ops::fill(part.data(), T(0), Vl * Cl);
     ops::embedding_shard_bwd(part.data(), dx, tok, Nl, Cl, (long)i * Vl, Vl);
     reduce_to(G.col, part.data(), red.data(), Vl * Cl, i);
-    if (G.r == i) ops::accumulate(g("wte"), red.data(), Vl * Cl);
+    if (G.r == i) ops::accumulate(g(lay.params.wte), red.data(), Vl * Cl);
   }
   if (lay.s.gelu) {
     Buf<T> dwpe(Tn * Cl);
     ops::fill(dwpe.data(), T(0), Tn * Cl);
     ops::positions_bwd(dwpe.data(), dx, Nl, Cl, Tn, 0);
-    grad_to_row0(G, g("wpe"), dwpe.data(), Tn * Cl);
+    grad_to_row0(G, g(lay.params.wpe), dwpe.data(), Tn * Cl);
   }
 }
 
@@ -179,20 +173,20 @@ void Gpt2d<T>::layer_fwd(int wl, const T* x_in, T* x_out, LayerActs<T>& a, long 
   TP_GPT2D_GRID
   const long D = lay.s.D, Hl = lay.h_loc(), Kl = lay.hkv_loc(), Q = lay.qkv_cols(), F1 = lay.fc1_cols(),
              Fl = lay.f_loc();
-  const std::string P = prefix(wl);
+  const LayerParams& W = lay.params.layers[wl];
   const bool gl = lay.s.gelu;
   Buf<T> w, b;
   if (a.x_in.data() != x_in) { a.x_in.resize(Nl * Cl); ops::copy(a.x_in.data(), x_in, Nl * Cl); }
   // ln1
   a.ln1.resize(Nl * Cl); a.ln1_mean.resize(Nl); a.ln1_rstd.resize(Nl);
-  w = from_row0(G, p(P + "ln1_w"), Cl);
-  if (gl) b = from_row0(G, p(P + "ln1_b"), Cl);
+  w = from_row0(G, p(W.ln1_w), Cl);
+  if (gl) b = from_row0(G, p(W.ln1_b), Cl);
   ln2d_fwd(G, a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x_in, w.data(), gl ? b.data() : (const T*)nullptr,
            Nl, Cl, C);
   // QKV: this grid column's heads [Q Hl D | K Kl D | V Kl D].
   Buf<T> qkv(Nl * Q);
-  summa_ab(G, qkv.data(), a.ln1.data(), p(P + "qkv_w"), Nl, Q, Cl);
-  if (gl) ops::add_bias(qkv.data(), qkv.data(), from_row0(G, p(P + "qkv_b"), Q).data(), Nl, Q);
+  summa_ab(G, qkv.data(), a.ln1.data(), p(W.qkv_w), Nl, Q, Cl);
+  if (gl) ops::add_bias(qkv.data(), qkv.data(), from_row0(G, p(W.qkv_b), Q).data(), Nl, Q);
   a.q.resize(Nl * Hl * D); a.k.resize(Nl * Kl * D); a.v.resize(Nl * Kl * D);
   ops::copy_rows(a.q.data(), Hl * D, qkv.data(), Q, Nl, Hl * D);
   ops::copy_rows(a.k.data(), Kl * D, qkv.data() + Hl * D, Q, Nl, Kl * D);
@@ -204,23 +198,23 @@ void Gpt2d<T>::layer_fwd(int wl, const T* x_in, T* x_out, LayerActs<T>& a, long 
   ops::attention_fwd(a.attn.data(), a.att.data(), a.q.data(), a.k.data(), a.v.data(), Bl, Tn, Hl, Kl, D);
   // Projection: attn block (r, c) is block column c of the [N, H D] attention output.
   a.x_mid.resize(Nl * Cl);
-  summa_ab(G, a.x_mid.data(), a.attn.data(), p(P + "proj_w"), Nl, Cl, Hl * D);
-  if (gl) ops::add_bias(a.x_mid.data(), a.x_mid.data(), from_row0(G, p(P + "proj_b"), Cl).data(), Nl, Cl);
+  summa_ab(G, a.x_mid.data(), a.attn.data(), p(W.proj_w), Nl, Cl, Hl * D);
+  if (gl) ops::add_bias(a.x_mid.data(), a.x_mid.data(), from_row0(G, p(W.proj_b), Cl).data(), Nl, Cl);
   ops::add(a.x_mid.data(), a.x_mid.data(), x_in, Nl * Cl);
   // ln2, MLP
   a.ln2.resize(Nl * Cl); a.ln2_mean.resize(Nl); a.ln2_rstd.resize(Nl);
-  w = from_row0(G, p(P + "ln2_w"), Cl);
-  if (gl) b = from_row0(G, p(P + "ln2_b"), Cl);
+  w = from_row0(G, p(W.ln2_w), Cl);
+  if (gl) b = from_row0(G, p(W.ln2_b), Cl);
   ln2d_fwd(G, a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.x_mid.data(), w.data(),
            gl ? b.data() : (const T*)nullptr, Nl, Cl, C);
   a.fc1.resize(Nl * F1);
-  summa_ab(G, a.fc1.data(), a.ln2.data(), p(P + "fc1_w"), Nl, F1, Cl);
-  if (gl) ops::add_bias(a.fc1.data(), a.fc1.data(), from_row0(G, p(P + "fc1_b"), F1).data(), Nl, F1);
+  summa_ab(G, a.fc1.data(), a.ln2.data(), p(W.fc1_w), Nl, F1, Cl);
+  if (gl) ops::add_bias(a.fc1.data(), a.fc1.data(), from_row0(G, p(W.fc1_b), F1).data(), Nl, F1);
   a.act.resize(Nl * Fl);
   if (gl) ops::gelu_fwd(a.act.data(), a.fc1.data(), Nl * Fl);
   else ops::swiglu_fwd(a.act.data(), a.fc1.data(), Nl, Fl);
-  summa_ab(G, x_out, a.act.data(), p(P + "fc2_w"), Nl, Cl, Fl);
-  if (gl) ops::add_bias(x_out, x_out, from_row0(G, p(P + "fc2_b"), Cl).data(), Nl, Cl);
+  summa_ab(G, x_out, a.act.data(), p(W.fc2_w), Nl, Cl, Fl);
+  if (gl) ops::add_bias(x_out, x_out, from_row0(G, p(W.fc2_b), Cl).data(), Nl, Cl);
   ops::add(x_out, x_out, a.x_mid.data(), Nl * Cl);
 }
 
@@ -229,41 +223,41 @@ void Gpt2d<T>::layer_bwd(int wl, const T* dx_out, T* dx_in, LayerActs<T>& a, lon
   TP_GPT2D_GRID
   const long D = lay.s.D, Hl = lay.h_loc(), Kl = lay.hkv_loc(), Q = lay.qkv_cols(), F1 = lay.fc1_cols(),
              Fl = lay.f_loc();
-  const std::string P = prefix(wl);
+  const LayerParams& W = lay.params.layers[wl];
   const bool gl = lay.s.gelu;
   Buf<T> part;
   auto zeros = [](long n) { Buf<T> z(n); ops::fill(z.data(), T(0), n); return z; };
-  auto bias_grad = [&](const std::string& name, const T* dy, long cols) {  // row-0 bias gradient
+  auto bias_grad = [&](int view, const T* dy, long cols) {  // row-0 bias gradient
     part = zeros(cols);
     ops::bias_bwd(part.data(), dy, Nl, cols);
-    grad_to_row0(G, g(name), part.data(), cols);
+    grad_to_row0(G, g(view), part.data(), cols);
   };
-  auto ln_bwd = [&](const std::string& ln, T* dx, const T* dy, const T* x, const T* mean, const T* rstd) {
-    Buf<T> w = from_row0(G, p(P + ln + "_w"), Cl), dw = zeros(Cl), db = zeros(Cl);
+  auto ln_bwd = [&](int w_view, int b_view, T* dx, const T* dy, const T* x, const T* mean, const T* rstd) {
+    Buf<T> w = from_row0(G, p(w_view), Cl), dw = zeros(Cl), db = zeros(Cl);
     ln2d_bwd(G, dx, dw.data(), gl ? db.data() : (T*)nullptr, dy, x, w.data(), mean, rstd, Nl, Cl, C);
-    grad_to_row0(G, g(P + ln + "_w"), dw.data(), Cl);
-    if (gl) grad_to_row0(G, g(P + ln + "_b"), db.data(), Cl);
+    grad_to_row0(G, g(w_view), dw.data(), Cl);
+    if (gl) grad_to_row0(G, g(b_view), db.data(), Cl);
   };
   // MLP: x_out = x_mid + act fc2_w (+ b).
   Buf<T> dx_mid(Nl * Cl);
   ops::copy(dx_mid.data(), dx_out, Nl * Cl);
-  if (gl) bias_grad(P + "fc2_b", dx_out, Cl);
+  if (gl) bias_grad(W.fc2_b, dx_out, Cl);
   Buf<T> dact = zeros(Nl * Fl);
-  summa_abt(G, dact.data(), dx_out, p(P + "fc2_w"), Nl, Cl, Fl);
-  summa_atb(G, g(P + "fc2_w"), a.act.data(), dx_out, Nl, Cl, Fl);
+  summa_abt(G, dact.data(), dx_out, p(W.fc2_w), Nl, Cl, Fl);
+  summa_atb(G, g(W.fc2_w), a.act.data(), dx_out, Nl, Cl, Fl);
   Buf<T> dfc1 = zeros(Nl * F1);
   if (gl) ops::gelu_bwd(dfc1.data(), a.fc1.data(), dact.data(), Nl * Fl);
   else ops::swiglu_bwd(dfc1.data(), a.fc1.data(), dact.data(), Nl, Fl);
-  if (gl) bias_grad(P + "fc1_b", dfc1.data(), F1);
-  summa_atb(G, g(P + "fc1_w"), a.ln2.data(), dfc1.data(), Nl, F1, Cl);
+  if (gl) bias_grad(W.fc1_b, dfc1.data(), F1);
+  summa_atb(G, g(W.fc1_w), a.ln2.data(), dfc1.data(), Nl, F1, Cl);
   Buf<T> dln = zeros(Nl * Cl);
-  summa_abt(G, dln.data(), dfc1.data(), p(P + "fc1_w"), Nl, F1, Cl);
-  ln_bwd("ln2", dx_mid.data(), dln.data(), a.x_mid.data(), a.ln2_mean.data(), a.ln2_rstd.data());
+  summa_abt(G, dln.data(), dfc1.data(), p(W.fc1_w), Nl, F1, Cl);
+  ln_bwd(W.ln2_w, W.ln2_b, dx_mid.data(), dln.data(), a.x_mid.data(), a.ln2_mean.data(), a.ln2_rstd.data());
   // Attention: x_mid = x_in + attn proj_w (+ b).
-  if (gl) bias_grad(P + "proj_b", dx_mid.data(), Cl);
+  if (gl) bias_grad(W.proj_b, dx_mid.data(), Cl);
   Buf<T> dattn = zeros(Nl * Hl * D);
-  summa_abt(G, dattn.data(), dx_mid.data(), p(P + "proj_w"), Nl, Cl, Hl * D);
-  summa_atb(G, g(P + "proj_w"), a.attn.data(), dx_mid.data(), Nl, Cl, Hl * D);
+  summa_abt(G, dattn.data(), dx_mid.data(), p(W.proj_w), Nl, Cl, Hl * D);
+  summa_atb(G, g(W.proj_w), a.attn.data(), dx_mid.data(), Nl, Cl, Hl * D);
   Buf<T> dq = zeros(Nl * Hl * D), dk = zeros(Nl * Kl * D), dv = zeros(Nl * Kl * D);
   ops::attention_bwd(dq.data(), dk.data(), dv.data(), dattn.data(), a.att.data(), a.q.data(), a.k.data(), a.v.data(),
                      B / G.q, Tn, Hl, Kl, D);
@@ -271,12 +265,12 @@ void Gpt2d<T>::layer_bwd(int wl, const T* dx_out, T* dx_in, LayerActs<T>& a, lon
   ops::copy_rows(dqkv.data(), Q, dq.data(), Hl * D, Nl, Hl * D);
   ops::copy_rows(dqkv.data() + Hl * D, Q, dk.data(), Kl * D, Nl, Kl * D);
   ops::copy_rows(dqkv.data() + (Hl + Kl) * D, Q, dv.data(), Kl * D, Nl, Kl * D);
-  if (gl) bias_grad(P + "qkv_b", dqkv.data(), Q);
-  summa_atb(G, g(P + "qkv_w"), a.ln1.data(), dqkv.data(), Nl, Q, Cl);
+  if (gl) bias_grad(W.qkv_b, dqkv.data(), Q);
+  summa_atb(G, g(W.qkv_w), a.ln1.data(), dqkv.data(), Nl, Q, Cl);
   ops::fill(dln.data(), T(0), Nl * Cl);
-  summa_abt(G, dln.data(), dqkv.data(), p(P + "qkv_w"), Nl, Q, Cl);
+  summa_abt(G, dln.data(), dqkv.data(), p(W.qkv_w), Nl, Q, Cl);
   ops::copy(dx_in, dx_mid.data(), Nl * Cl);
-  ln_bwd("ln1", dx_in, dln.data(), a.x_in.data(), a.ln1_mean.data(), a.ln1_rstd.data());
+  ln_bwd(W.ln1_w, W.ln1_b, dx_in, dln.data(), a.x_in.data(), a.ln1_mean.data(), a.ln1_rstd.data());
 }
 
 template <class T>
@@ -286,14 +280,14 @@ T Gpt2d<T>::head_fwd(const T* x, const int32_t* targets, HeadActs<T>& a, long B,
   const bool gl = lay.s.gelu;
   if (a.x_in.data() != x) { a.x_in.resize(Nl * Cl); ops::copy(a.x_in.data(), x, Nl * Cl); }  // (or moved x there)
   a.lnf.resize(Nl * Cl); a.lnf_mean.resize(Nl); a.lnf_rstd.resize(Nl);
-  Buf<T> w = from_row0(G, p("lnf_w"), Cl), b;
-  if (gl) b = from_row0(G, p("lnf_b"), Cl);
+  Buf<T> w = from_row0(G, p(lay.params.lnf_w), Cl), b;
+  if (gl) b = from_row0(G, p(lay.params.lnf_b), Cl);
   ln2d_fwd(G, a.lnf.data(), a.lnf_mean.data(), a.lnf_rstd.data(), x, w.data(), gl ? b.data() : (const T*)nullptr, Nl,
            Cl, C);
   // logits (r, c) [Nl, Vl] = vocabulary block c: sum over hidden blocks k of lnf(r, k) wte(c, k)^T.
   Buf<T> logits(Nl * Vl);
   ops::fill(logits.data(), T(0), Nl * Vl);
-  summa_abt(G, logits.data(), a.lnf.data(), p("wte"), Nl, Cl, Vl);
+  summa_abt(G, logits.data(), a.lnf.data(), p(lay.params.wte), Nl, Cl, Vl);
   // Cross-entropy with the row max (all-gather), sum of exponentials and target logit (all-reduce).
   const int32_t* tgt = targets + (long)G.r * Nl;
   const long v0 = (long)G.c * Vl;
@@ -324,17 +318,17 @@ void Gpt2d<T>::head_bwd(T* dx, const int32_t* targets, HeadActs<T>& a, long B, l
   ops::scale(dlogits.data(), a.probs.data(), scale, Nl * Vl);
   ops::ce_shard_target_grad(dlogits.data(), tgt, Nl, Vl, v0, scale);
   // logits = lnf wte^T: dwte = dlogits^T lnf (SUMMA atb), dlnf = dlogits wte (SUMMA ab).
-  summa_atb(G, g("wte"), dlogits.data(), a.lnf.data(), Nl, Cl, Vl);
+  summa_atb(G, g(lay.params.wte), dlogits.data(), a.lnf.data(), Nl, Cl, Vl);
   Buf<T> dlnf(Nl * Cl);
-  summa_ab(G, dlnf.data(), dlogits.data(), p("wte"), Nl, Cl, Vl);
+  summa_ab(G, dlnf.data(), dlogits.data(), p(lay.params.wte), Nl, Cl, Vl);
   ops::fill(dx, T(0), Nl * Cl);
-  Buf<T> w = from_row0(G, p("lnf_w"), Cl), dw(Cl), db(Cl);
+  Buf<T> w = from_row0(G, p(lay.params.lnf_w), Cl), dw(Cl), db(Cl);
   ops::fill(dw.data(), T(0), Cl);
   ops::fill(db.data(), T(0), Cl);
   ln2d_bwd(G, dx, dw.data(), gl ? db.data() : (T*)nullptr, dlnf.data(), a.x_in.data(), w.data(), a.lnf_mean.data(),
            a.lnf_rstd.data(), Nl, Cl, C);
-  grad_to_row0(G, g("lnf_w"), dw.data(), Cl);
-  if (gl) grad_to_row0(G, g("lnf_b"), db.data(), Cl);
+  grad_to_row0(G, g(lay.params.lnf_w), dw.data(), Cl);
+  if (gl) grad_to_row0(G, g(lay.params.lnf_b), db.data(), Cl);
 }
 
 #undef TP_GPT2D_GRID
