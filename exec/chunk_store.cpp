@@ -127,6 +127,7 @@ void ChunkStore<T>::compact() {
   std::map<long long, int> moved;
   long long prev = 0;
   for (const auto& [off, c] : slots_) {
+    // An overlapping move inside the arena (a device backend needs a staged or chunked device-to-device copy).
     if (off != prev) std::memmove(arena_.get() + prev, arena_.get() + off, sizeof(T) * cap_[c]);
     slot_[c] = prev;
     moved[prev] = c;

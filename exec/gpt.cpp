@@ -384,8 +384,7 @@ T Gpt<T>::head_fwd(const T* x, const int32_t* targets, HeadActs<T>& a, long B, l
   if (!tp) return ops::cross_entropy_fwd(logits, logits, targets, N, Vl);
   // Vocabulary-parallel cross-entropy: global row max (all-gather of the shards' maxima), sum of exponentials
   // and target logit (all-reduced); probabilities of this shard saved for the backward.
-  // Comm buffers (mx, all, sums) are backend memory passed to the collectives: host memory on the CPU backend
-  // (exec/backend.hpp's rule; a device backend stages them).
+  // mx, all and sums go to the collectives: host memory (exec/comm.hpp's rule; a device backend stages them).
   const int t = tp->size();
   const long v0 = (long)s.v_begin();
   Buf<T> mx(N), all(N * t), sums(2 * N);  // sums = [sum exp | target logit]

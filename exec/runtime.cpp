@@ -229,7 +229,7 @@ struct RankRun {
   void reduce_scatter_unit(int ui) {
     const Unit& u = units[ui];
     long long len = u.b - u.a;
-    Buf<T> in(u.slice * p.dp), out(u.slice);  // comm buffers: backend memory (host on the CPU backend)
+    Buf<T> in(u.slice * p.dp), out(u.slice);  // comm buffers: host memory (exec/comm.hpp)
     ops::fill(in.data() + len, T(0), (long)(u.slice * p.dp - len));  // the padding; the views fill [0, len)
     gl.read_range(gtab, u.a, u.b, in.data());
     dp->reduce_scatter_sum(in.data(), out.data(), u.slice, dtype_of<T>());
