@@ -16,11 +16,14 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <new>
+#include <type_traits>
 #include <string>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
+#include "exec/backend.hpp"
 #include "exec/comm.hpp"
 #include "models/transformer.hpp"
 
@@ -120,15 +123,33 @@ std::vector<T> init_full_params(const GptShape& full, uint64_t seed);
 template <class T>
 std::vector<T> shard_params(const GptLayout& full, const std::vector<T>& full_params, const GptLayout& shard);
 
-// An allocator whose resize() leaves new elements uninitialised (default-init) instead of zero-filling them:
-// activations and scratch are always written before they are read, so the zero fill would be pure overhead.
+// The allocator of tensor buffers: memory of the backend that was current when the container was made
+// (exec/backend.hpp; kept with the container, so it is freed by the backend that allocated it), and resize()
+// leaves new elements uninitialised (default-init) instead of zero-filling them on the host: activations and
+// scratch are always written (by ops) before they are read. Constructing elements from values (assign from
+// iterators, a fill value) writes them on the host: only for host-accessible backends.
 template <class T>
-struct NoInitAlloc : std::allocator<T> {
+struct NoInitAlloc {
+  using value_type = T;
+  using propagate_on_container_copy_assignment = std::true_type;
+  using propagate_on_container_move_assignment = std::true_type;
+  using propagate_on_container_swap = std::true_type;
+  using is_always_equal = std::false_type;
   template <class U> struct rebind { using other = NoInitAlloc<U>; };
-  NoInitAlloc() = default;
-  template <class U> NoInitAlloc(const NoInitAlloc<U>&) noexcept {}
+  const Backend* be;
+  NoInitAlloc() noexcept : be(&current_backend()) {}
+  template <class U> NoInitAlloc(const NoInitAlloc<U>& o) noexcept : be(o.be) {}
+  T* allocate(std::size_t n) {
+    if (n == 0) return nullptr;
+    void* p = be->alloc(n * sizeof(T));
+    if (!p) throw std::bad_alloc();
+    return static_cast<T*>(p);
+  }
+  void deallocate(T* p, std::size_t) noexcept { be->free(p); }
   template <class U> void construct(U* p) noexcept { ::new ((void*)p) U; }
   template <class U, class... A> void construct(U* p, A&&... a) { ::new ((void*)p) U(std::forward<A>(a)...); }
+  template <class U> bool operator==(const NoInitAlloc<U>& o) const noexcept { return be == o.be; }
+  template <class U> bool operator!=(const NoInitAlloc<U>& o) const noexcept { return be != o.be; }
 };
 template <class T>
 using Buf = std::vector<T, NoInitAlloc<T>>;

@@ -76,13 +76,13 @@ struct RankRun {
   int nchunks = 0, first_stage = 0, last_stage = 0;
   std::unique_ptr<Comm> tp, dp, pp, emb;
   Flat gl;
-  std::vector<T> params, grads;
+  Buf<T> params, grads;                              // backend memory (Buf: exec/gpt.hpp)
   Net<T> model;
   std::unique_ptr<Comm> grid_row, grid_col;  // 2D: my grid row / column inside the tp group
   std::vector<Unit> units;  // 0 embed, 1 + l layer l, L + 1 head
   std::vector<std::pair<long long, long long>> own;  // owned [a, b) ranges (ZeRO slices when zero >= 1)
   std::vector<long long> own_off;                    // offset of each own range in the optimizer state
-  std::vector<T> m1, m2, gshard;                     // optimizer state and (zero >= 2) reduced gradient, by own range
+  Buf<T> m1, m2, gshard;                             // optimizer state and (zero >= 2) reduced gradient, by own range
   std::vector<char> replicated_view;                 // view is replicated across tp ranks
   Recorder rec;
   int shared = 0;                                    // Pseudo-to-Real: > 0 while k weight groups are shared
@@ -95,7 +95,7 @@ struct RankRun {
   bool zgrad = false;
   std::vector<Buf<T>> ugrad;
   bool zparam = false;  // ZeRO-3 with dp > 1, no chunked offload: layers as slices (pslice) + gathered (uparam)
-  std::vector<T> pslice;
+  Buf<T> pslice;
   std::vector<Buf<T>> uparam;
   // The unit holding flat (layout) element i, and the compact addresses of element i of a held unit.
   int unit_at(long long i) const {
@@ -130,6 +130,10 @@ struct RankRun {
     gl.each_view(units[ui].a, units[ui].b, [&](size_t v, long long, long long, long long) { gtab[v] = nullptr; });
   }
   int stage_of_layer(long long l) const { return lay.stage_of_layer(l); }
+  static void zeros(Buf<T>& v, long long n) {  // n zeroed elements of backend memory
+    v.resize((size_t)n);
+    ops::fill(v.data(), T(0), (long)n);
+  }
 
   void setup() {
     rc = rank_coord(p, world.rank());
@@ -149,7 +153,7 @@ struct RankRun {
     bool in_emb = p.pp > 1 && sc.model.tied_embeddings && (rc.stage == first_stage || rc.stage == last_stage);
     emb = world.split(in_emb ? 3 * S + rc.tp + p.tp * rc.dp : -1, rc.stage);
 
-    params = init_model<T>(sc, rc.tp, *tp, o.seed, model, gl, replicated_view, grid_row, grid_col);
+    std::vector<T> init = init_model<T>(sc, rc.tp, *tp, o.seed, model, gl, replicated_view, grid_row, grid_col);
     // Units and ownership.
     units.resize(L + 2);
     units[0] = Unit{gl.embed_begin, gl.embed_end, 0, rc.stage == first_stage || (sc.model.tied_embeddings && rc.stage == last_stage)};
@@ -171,15 +175,15 @@ struct RankRun {
     // zparam: the owned layers are only their slices (pslice, by own range).
     zparam = p.zero >= 3 && p.dp > 1 && p.offload.kind != OffloadKind::chunked;
     {
-      std::vector<T> all = std::move(params);
+      std::vector<T> all = std::move(init);  // host data, uploaded unit by unit
       long long n = 0;
       cbase.assign(units.size(), -1);
       for (size_t ui = 0; ui < units.size(); ++ui)
         if (units[ui].owned && !(zparam && is_layer_unit((int)ui))) { cbase[ui] = n; n += units[ui].b - units[ui].a; }
-      params.assign(n, T(0));
+      zeros(params, n);
       for (size_t ui = 0; ui < units.size(); ++ui)
         if (cbase[ui] >= 0) upload(params.data() + cbase[ui], all.data() + units[ui].a, units[ui].b - units[ui].a);
-      if (zparam) pslice.assign(state, T(0));
+      if (zparam) zeros(pslice, state);
       for (size_t ui = 0; zparam && ui < units.size(); ++ui)
         if (units[ui].owned && is_layer_unit((int)ui)) {
           size_t k = own_index((int)ui);
@@ -193,7 +197,7 @@ struct RankRun {
       gbase.assign(units.size(), -1);
       for (size_t ui = 0; ui < units.size(); ++ui)
         if (units[ui].owned && !(zgrad && is_layer_unit((int)ui))) { gbase[ui] = n; n += units[ui].b - units[ui].a; }
-      grads.assign(n, T(0));
+      zeros(grads, n);
       ugrad.resize(units.size());
     }
     model.d1.params = model.d2.params = params.data();
@@ -205,9 +209,9 @@ struct RankRun {
     }
     model.d1.ptab = model.d2.ptab = ptab.data();
     model.d1.gtab = model.d2.gtab = gtab.data();
-    m1.assign(state, T(0));
-    m2.assign(state, T(0));
-    if (p.zero >= 2) gshard.assign(state, T(0));
+    zeros(m1, state);
+    zeros(m2, state);
+    if (p.zero >= 2) zeros(gshard, state);
     if (p.offload.kind == OffloadKind::chunked) {  // the owned units' views in the simulator's order, part = unit
       std::vector<std::pair<long long, long long>> spans;
       for (const Unit& u : units) spans.push_back({u.a, u.b});

@@ -1,9 +1,9 @@
-// backend_cpu: the CPU backend's table (exec/backend.hpp) — host memory from the C heap (device and "pinned"
-// memory are the same), memcpy copies, synchronous trivial streams and events, and the ops of exec/cpu/.
+// backend_cpu: the CPU backend's table (exec/backend.hpp) — host memory from the C++ heap (device and
+// "pinned" memory are the same), memcpy copies, synchronous trivial streams and events, and the ops of exec/cpu/.
 // Invariants: the table is a constant built once; nothing in it holds state, so any number of threads and
 // other backends may use it at once.
-#include <cstdlib>
 #include <cstring>
+#include <new>
 
 #include "exec/backend.hpp"
 #include "exec/cpu/ops_cpu.hpp"
@@ -11,11 +11,10 @@
 namespace tp::exec {
 namespace {
 
-void* cpu_alloc(size_t bytes) {
-  if (bytes == 0) return nullptr;
-  return std::aligned_alloc(64, (bytes + 63) / 64 * 64);
-}
-void cpu_free(void* p) { std::free(p); }
+// The C++ heap, exactly as std::allocator gets it (so `validate`'s tracked heap, exec/prof.cpp, counts every
+// tensor as before the backend existed); aligned for any scalar type.
+void* cpu_alloc(size_t bytes) { return bytes == 0 ? nullptr : ::operator new(bytes, std::nothrow); }
+void cpu_free(void* p) { ::operator delete(p); }
 void cpu_copy(void* dst, const void* src, size_t bytes, CopyKind, Stream) {
   if (bytes > 0) std::memcpy(dst, src, bytes);
 }

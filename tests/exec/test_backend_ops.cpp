@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -470,7 +471,7 @@ TEST(BackendOps, MemoryStreamsAndEvents) {
     void* pinned = be->alloc_pinned(bytes);
     ASSERT_NE(a, nullptr);
     ASSERT_NE(pinned, nullptr);
-    EXPECT_EQ((uintptr_t)a % 64, 0u) << be->name;
+    EXPECT_EQ((uintptr_t)a % alignof(std::max_align_t), 0u) << be->name;
     Stream s = be->stream_create();
     Event ev = be->event_create();
     be->copy(pinned, host.data(), bytes, CopyKind::host_to_host, s);
