@@ -130,10 +130,6 @@ struct RankRun {
     gl.each_view(units[ui].a, units[ui].b, [&](size_t v, long long, long long, long long) { gtab[v] = nullptr; });
   }
   int stage_of_layer(long long l) const { return lay.stage_of_layer(l); }
-  static void zeros(Buf<T>& v, long long n) {  // n zeroed elements of backend memory
-    v.resize((size_t)n);
-    ops::fill(v.data(), T(0), (long)n);
-  }
 
   void setup() {
     rc = rank_coord(p, world.rank());
@@ -305,7 +301,11 @@ struct RankRun {
     std::vector<LayerActs<T>> acts((size_t)L * m);
     std::vector<HeadActs<T>> head(m);
     std::map<std::pair<int, int>, Buf<T>> local;  // (chunk boundary key, mb) -> activation / gradient
-    std::vector<std::vector<int32_t>> in(m, std::vector<int32_t>(N)), tgt(m, std::vector<int32_t>(N));
+    // Token ids and targets per micro-batch: read on the host (host_in, host_tgt), used by the ops from backend
+    // memory (in, tgt: an upload per step).
+    std::vector<int32_t> host_in(N), host_tgt(N);
+    std::vector<Buf<int32_t>> in(m), tgt(m);
+    for (long long j = 0; j < m; ++j) { in[j].resize(N); tgt[j].resize(N); }
     std::deque<Buf<T>> sendbufs;  // the buffers of outstanding pipeline sends, oldest first
     auto reap = [&] {             // free the buffers of completed sends
       if (sendbufs.empty()) return;
@@ -331,8 +331,12 @@ struct RankRun {
       if (store) store->zero_resident_grads();
       cur_run = -1;
       if (p.zero >= 2) ops::fill(gshard.data(), T(0), (long)gshard.size());
-      for (long long j = 0; j < m; ++j)
-        fill_micro_batch(tokens, BatchSpec{(int)Tn, (int)b, o.seed}, step, (long)((rc.dp * m + j) * b), in[j].data(), tgt[j].data());
+      for (long long j = 0; j < m; ++j) {
+        fill_micro_batch(tokens, BatchSpec{(int)Tn, (int)b, o.seed}, step, (long)((rc.dp * m + j) * b), host_in.data(),
+                         host_tgt.data());
+        upload(in[j].data(), host_in.data(), N);
+        upload(tgt[j].data(), host_tgt.data(), N);
+      }
       if (p.zero >= 3) {  // the ends once per step; layers before each run below
         if (units[0].owned) all_gather_unit(0);
         if (units[L + 1].owned) all_gather_unit((int)L + 1);

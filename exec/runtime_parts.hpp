@@ -104,6 +104,13 @@ void upload(T* dst, const T* src, long long n) {
   current_backend().copy(dst, src, sizeof(T) * (size_t)n, CopyKind::host_to_device, Stream{});
 }
 
+// v = n zeroed elements of backend memory.
+template <class T>
+void zeros(Buf<T>& v, long long n) {
+  v.resize((size_t)n);
+  ops::fill(v.data(), T(0), (long)n);
+}
+
 // The flat parameter layout of either mode (views and unit ranges). The range copies go through ops:: (the
 // tables point at backend memory).
 struct Flat {
