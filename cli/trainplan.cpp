@@ -18,6 +18,7 @@
 #include "sim/simulate.hpp"
 #include "sim/validate_devset.hpp"
 #include "sim/validate_published.hpp"
+#include "exec/backend.hpp"
 #include "exec/calibrate.hpp"
 #include "exec/comm.hpp"
 #include "exec/train.hpp"
@@ -56,8 +57,9 @@ const char* kHelp =
     "  trainplan run SCENARIO.json [--steps N] [--json FILE] [--fp64] [--seed S] [--lr LR] [--data TOKENS.bin]\n"
     "                [--delink-step N] [--checkpoint-dir DIR [--checkpoint-every K] [--resume]] [--trace FILE]\n"
     "                [--device-budget BYTES]   (plan.offload chunked: the per-rank device arena; default\n"
-    "                gpu_memory_fraction x the cluster GPU's HBM)\n"
-    "      train the scenario's GPT with its plan on CPUs (one process per rank: mpirun -np GPUS / srun)\n"
+    "                gpu_memory_fraction x the cluster GPU's HBM) [--backend cpu|emu|cuda]\n"
+    "      train the scenario's GPT with its plan on CPUs (one process per rank: mpirun -np GPUS / srun);\n"
+    "      --backend picks the compute backend (default cpu; emu and cuda are not built in this version)\n"
     "  trainplan calibrate --backend cpu --out PROFILE.json [--quick] [--gpus-per-node N] [--memory-bytes B]\n"
     "                      [--power-w W]\n"
     "      measure this machine (GEMM, memory, element-wise ops; links under mpirun -np 2+) and write a cluster\n"
@@ -169,7 +171,7 @@ int cmd_plan(int argc, char** argv) {
 // everywhere with exit 2 (printed once, by rank 0); a rank that fails later aborts the whole job.
 int cmd_run(int argc, char** argv) {
   Args a = parse_args(argc, argv, 2, {"--steps", "--json", "--seed", "--lr", "--data", "--delink-step", "--checkpoint-dir", "--checkpoint-every", "--trace",
-                                          "--device-budget"},
+                                          "--device-budget", "--backend"},
                   {"--fp64", "--quiet", "--resume"});
   if (a.positional.size() != 1) throw Usage("run needs exactly one scenario file");
   exec::RunOptions o;
@@ -193,6 +195,7 @@ int cmd_run(int argc, char** argv) {
   o.device_budget_bytes = num("--device-budget", 1, 0);
   if ((o.checkpoint_every > 0 || o.resume) && o.checkpoint_dir.empty()) throw Usage("--checkpoint-every and --resume need --checkpoint-dir");
   o.fp64 = a.flag("--fp64");
+  o.backend = a.value("--backend", "cpu");
   exec::Comm& world = exec::world();
   o.progress = world.rank() == 0 && isatty(2) && !a.flag("--quiet");
   Scenario sc;
@@ -200,6 +203,8 @@ int cmd_run(int argc, char** argv) {
     sc = load_scenario(a.positional[0]);
     if (world.rank() == 0) print_warnings(sc);
     exec::check_runnable(sc);
+    std::string why;
+    if (!exec::find_backend(o.backend, why)) throw InputError({"--backend: " + why});
     if (world.size() != sc.plan.gpus())
       throw InputError({a.positional[0] + ": $.plan: dp x tp x pp = " + std::to_string(sc.plan.gpus()) +
                         " ranks, but this job has " + std::to_string(world.size()) + " (launch with mpirun -np " +

@@ -1,4 +1,8 @@
 // chunk_store: the executor's PatrickStar chunk manager over a real arena. See chunk_store.hpp.
+// Every move of tensor data goes through the current backend (exec/backend.hpp): host flat buffers -> arena is
+// a host-to-device copy, arena -> host a device-to-host copy, zeroing a gradient slot the fill op. (The arena
+// itself is still operator new memory, so that `validate` keeps counting it in the tracked heap; a device
+// backend allocates it with Backend::alloc.)
 #include "exec/chunk_store.hpp"
 
 #include <algorithm>
@@ -6,6 +10,8 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "exec/backend.hpp"
+#include "exec/ops.hpp"
 #include "exec/prof.hpp"
 
 namespace tp::exec {
@@ -13,6 +19,10 @@ namespace tp::exec {
 namespace {
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+template <class T>
+void move(T* dst, const T* src, long long n, CopyKind kind) {
+  current_backend().copy(dst, src, sizeof(T) * (size_t)n, kind, Stream{});
+}
 }  // namespace
 
 template <class T>
@@ -117,6 +127,7 @@ void ChunkStore<T>::compact() {
   std::map<long long, int> moved;
   long long prev = 0;
   for (const auto& [off, c] : slots_) {
+    // An overlapping move inside the arena (a device backend needs a staged or chunked device-to-device copy).
     if (off != prev) std::memmove(arena_.get() + prev, arena_.get() + off, sizeof(T) * cap_[c]);
     slot_[c] = prev;
     moved[prev] = c;
@@ -143,7 +154,7 @@ void ChunkStore<T>::load(int c, int moment) {
   double bytes = 0;
   for (int t : tensors_of_[c]) {
     const ChunkTensor& x = tensors_[t];
-    std::memcpy(s + toff_[t], hp_ + x.offset, sizeof(T) * x.count);
+    move(s + toff_[t], hp_ + x.offset, x.count, CopyKind::host_to_device);
     bytes += (double)sizeof(T) * x.count;
   }
   gslot_[c] = 0;
@@ -165,7 +176,7 @@ void ChunkStore<T>::evict(int c, int moment) {
   double bytes = 0;
   for (int t : tensors_of_[c]) {
     const ChunkTensor& x = tensors_[t];
-    std::memcpy((gslot_[c] ? hg_ : hp_) + x.offset, s + toff_[t], sizeof(T) * x.count);
+    move((gslot_[c] ? hg_ : hp_) + x.offset, s + toff_[t], x.count, CopyKind::device_to_host);
     bytes += (double)sizeof(T) * x.count;
   }
   gslot_[c] = 0;
@@ -249,7 +260,7 @@ void ChunkStore<T>::release() {
         T* s = arena_.get() + slot_[c];
         for (int t : tensors_of_[c]) {
           const ChunkTensor& x = tensors_[t];
-          std::memcpy(s + toff_[t], hg_ + x.offset, sizeof(T) * x.count);
+          move(s + toff_[t], hg_ + x.offset, x.count, CopyKind::host_to_device);
           st_.grad_reuse_bytes += (double)sizeof(T) * x.count;
         }
         gslot_[c] = 1;
@@ -284,7 +295,7 @@ void ChunkStore<T>::access(int moment, const std::vector<int>& parts) {
 template <class T>
 void ChunkStore<T>::zero_resident_grads() {
   for (const auto& [off, c] : slots_)
-    if (gslot_[c]) std::fill(arena_.get() + off, arena_.get() + off + cap_[c], T(0));
+    if (gslot_[c]) ops::fill(arena_.get() + off, T(0), (long)cap_[c]);
 }
 
 template <class T>
@@ -299,7 +310,7 @@ void ChunkStore<T>::host_phase_begin(int moment) {
     if (gslot_[c])  // its gradients go to the host for CPU Adam (a P slot's gradients are already there)
       for (int t : tensors_of_[c]) {
         const ChunkTensor& x = tensors_[t];
-        std::memcpy(hg_ + x.offset, arena_.get() + off + toff_[t], sizeof(T) * x.count);
+        move(hg_ + x.offset, arena_.get() + off + toff_[t], x.count, CopyKind::device_to_host);
         st_.adam_d2h_bytes += (double)sizeof(T) * x.count;
       }
     gslot_[c] = 0;
@@ -317,7 +328,7 @@ void ChunkStore<T>::host_phase_end() {
   for (const auto& [off, c] : slots_) {
     for (int t : tensors_of_[c]) {
       const ChunkTensor& x = tensors_[t];
-      std::memcpy(arena_.get() + off + toff_[t], hp_ + x.offset, sizeof(T) * x.count);
+      move(arena_.get() + off + toff_[t], hp_ + x.offset, x.count, CopyKind::host_to_device);
       st_.adam_h2d_bytes += (double)sizeof(T) * x.count;
     }
     gslot_[c] = 0;

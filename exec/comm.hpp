@@ -2,7 +2,9 @@
 // exec/comm_mpi.cpp; a one-rank communicator for runs without MPI; NCCL later). No MPI type appears outside
 // the implementation. Collectives are blocking and deterministic: a sum over ranks adds in rank order, so
 // results do not depend on message arrival (the float64 oracle tests need bit-reproducible reductions).
-// Buffers hold `n` elements of float or double (Dtype names which).
+// Buffers hold `n` elements of float or double (Dtype names which). Buffers are HOST memory: on the CPU
+// backend (exec/backend.hpp, host_accessible) tensors are passed as they are; a device backend stages them
+// through pinned host buffers (until a device communicator, NCCL, takes device pointers).
 #pragma once
 #include <cstdint>
 #include <memory>

@@ -36,6 +36,27 @@ void ViewNames::build(const std::vector<ParamView>& views) {
   for (size_t i = 0; i < views.size(); ++i) index.emplace(views[i].name, i);
 }
 
+ModelParams model_params(const ViewNames& names, long long layers) {
+  auto at = [&](const std::string& n) {
+    auto it = names.index.find(n);
+    return it == names.index.end() ? -1 : (int)it->second;
+  };
+  ModelParams m;
+  m.wte = at("wte");
+  m.wpe = at("wpe");
+  m.lnf_w = at("lnf_w");
+  m.lnf_b = at("lnf_b");
+  for (long long l = 0; l < layers; ++l) {
+    char pre[16];
+    std::snprintf(pre, sizeof pre, "L%02lld.", l);
+    const std::string P = pre;
+    m.layers.push_back({at(P + "ln1_w"), at(P + "ln1_b"), at(P + "qkv_w"), at(P + "qkv_b"), at(P + "proj_w"),
+                        at(P + "proj_b"), at(P + "ln2_w"), at(P + "ln2_b"), at(P + "fc1_w"), at(P + "fc1_b"),
+                        at(P + "fc2_w"), at(P + "fc2_b")});
+  }
+  return m;
+}
+
 size_t ViewNames::find(const std::string& name) const {
   auto it = index.find(name);
   if (it == index.end()) throw std::logic_error("gpt: no parameter " + name);
@@ -45,13 +66,13 @@ size_t ViewNames::find(const std::string& name) const {
 GptLayout gpt_layout(const GptShape& s) {
   GptLayout L;
   L.s = s;
-  auto add = [&](const std::string& name, long long count, int layer, bool decay) {
-    L.views.push_back(ParamView{name, L.total, count, layer, decay});
+  auto add = [&](const std::string& name, long long count, int layer, bool decay, long long cols) {
+    L.views.push_back(ParamView{name, L.total, count, layer, decay, count / cols, cols});
     L.total += count;
   };
   L.embed_begin = 0;
-  add("wte", s.v_loc() * s.C, -1, true);
-  if (s.gelu) add("wpe", s.maxT * s.C, -1, true);
+  add("wte", s.v_loc() * s.C, -1, true, s.C);
+  if (s.gelu) add("wpe", s.maxT * s.C, -1, true, s.C);
   L.embed_end = L.total;
   for (long long l = 0; l < s.layers; ++l) {
     char pre[16];
@@ -59,25 +80,26 @@ GptLayout gpt_layout(const GptShape& s) {
     std::string p = pre;
     int li = (int)l;
     L.layer_begin.push_back(L.total);
-    add(p + "ln1_w", s.C, li, false);
-    if (s.gelu) add(p + "ln1_b", s.C, li, false);
-    add(p + "qkv_w", s.C * s.qkv_cols(), li, true);
-    if (s.gelu) add(p + "qkv_b", s.qkv_cols(), li, false);
-    add(p + "proj_w", s.h_loc() * s.D * s.C, li, true);
-    if (s.gelu) add(p + "proj_b", s.C, li, false);
-    add(p + "ln2_w", s.C, li, false);
-    if (s.gelu) add(p + "ln2_b", s.C, li, false);
-    add(p + "fc1_w", s.C * s.fc1_cols(), li, true);
-    if (s.gelu) add(p + "fc1_b", s.fc1_cols(), li, false);
-    add(p + "fc2_w", s.f_loc() * s.C, li, true);
-    if (s.gelu) add(p + "fc2_b", s.C, li, false);
+    add(p + "ln1_w", s.C, li, false, s.C);
+    if (s.gelu) add(p + "ln1_b", s.C, li, false, s.C);
+    add(p + "qkv_w", s.C * s.qkv_cols(), li, true, s.qkv_cols());
+    if (s.gelu) add(p + "qkv_b", s.qkv_cols(), li, false, s.qkv_cols());
+    add(p + "proj_w", s.h_loc() * s.D * s.C, li, true, s.C);
+    if (s.gelu) add(p + "proj_b", s.C, li, false, s.C);
+    add(p + "ln2_w", s.C, li, false, s.C);
+    if (s.gelu) add(p + "ln2_b", s.C, li, false, s.C);
+    add(p + "fc1_w", s.C * s.fc1_cols(), li, true, s.fc1_cols());
+    if (s.gelu) add(p + "fc1_b", s.fc1_cols(), li, false, s.fc1_cols());
+    add(p + "fc2_w", s.f_loc() * s.C, li, true, s.C);
+    if (s.gelu) add(p + "fc2_b", s.C, li, false, s.C);
     L.layer_end.push_back(L.total);
   }
   L.head_begin = L.total;
-  add("lnf_w", s.C, -1, false);
-  if (s.gelu) add("lnf_b", s.C, -1, false);
+  add("lnf_w", s.C, -1, false, s.C);
+  if (s.gelu) add("lnf_b", s.C, -1, false, s.C);
   L.head_end = L.total;
   L.names.build(L.views);
+  L.params = model_params(L.names, s.layers);
   return L;
 }
 
@@ -192,39 +214,28 @@ template <class T>
 void Gpt<T>::embed_fwd(T* x, const int32_t* tokens, long B, long Tn) const {
   const GptShape& s = lay.s;
   const long C = s.C, N = B * Tn;
-  if (!tp) return ops::embedding_fwd(x, tokens, p("wte"), s.gelu ? p("wpe") : (const T*)nullptr, B, Tn, C);
+  if (!tp) return ops::embedding_fwd(x, tokens, p(lay.params.wte), s.gelu ? p(lay.params.wpe) : (const T*)nullptr, B, Tn, C);
   // Vocabulary-parallel lookup: rows of tokens outside this rank's shard are zero; the ranks' partial sums are
   // all-reduced (SP: reduce-scattered to row shards); the replicated positions are added afterwards.
   const long long v0 = s.v_begin(), vl = s.v_loc();
   Buf<T> part(N * C);                                                              // [N, C]
-  const T* wte = p("wte");
-  for (long i = 0; i < N; ++i) {
-    long long t = (long long)tokens[i] - v0;
-    if (t >= 0 && t < vl) std::memcpy(part.data() + i * C, wte + t * C, sizeof(T) * C);
-    else std::memset(part.data() + i * C, 0, sizeof(T) * C);
-  }
+  ops::fill(part.data(), T(0), N * C);
+  ops::embedding_shard_fwd(part.data(), tokens, p(lay.params.wte), N, C, (long)v0, (long)vl);
   const long nl = sp ? N / tp->size() : N, r0 = sp ? tp->rank() * nl : 0;
   if (sp) reduce_scatter_rows(tp, part.data(), x, nl, C);
-  else { tp->all_reduce_sum(part.data(), N * C, dt(T{})); std::memcpy(x, part.data(), sizeof(T) * N * C); }
-  if (s.gelu)
-    for (long i = 0; i < nl; ++i) ops::add(x + i * C, x + i * C, p("wpe") + ((r0 + i) % Tn) * C, C);
+  else { tp->all_reduce_sum(part.data(), N * C, dt(T{})); ops::copy(x, part.data(), N * C); }
+  if (s.gelu) ops::add_positions(x, p(lay.params.wpe), nl, C, Tn, r0);
 }
 
 template <class T>
 void Gpt<T>::embed_bwd(const T* dx, const int32_t* tokens, long B, long Tn) const {
   const GptShape& s = lay.s;
   const long C = s.C, N = B * Tn;
-  if (!tp) return ops::embedding_bwd(g("wte"), s.gelu ? g("wpe") : (T*)nullptr, dx, tokens, B, Tn, C);
+  if (!tp) return ops::embedding_bwd(g(lay.params.wte), s.gelu ? g(lay.params.wpe) : (T*)nullptr, dx, tokens, B, Tn, C);
   Buf<T> full;                                                                     // [N, C] (SP: gathered)
   if (sp) { full.resize(N * C); gather_rows(tp, dx, full.data(), N / tp->size(), C); dx = full.data(); }
-  const long long v0 = s.v_begin(), vl = s.v_loc();
-  T* gw = g("wte");
-  for (long i = 0; i < N; ++i) {
-    long long t = (long long)tokens[i] - v0;
-    if (t >= 0 && t < vl) ops::accumulate(gw + t * C, dx + i * C, C);
-  }
-  if (s.gelu)
-    for (long i = 0; i < N; ++i) ops::accumulate(g("wpe") + (i % Tn) * C, dx + i * C, C);
+  ops::embedding_shard_bwd(g(lay.params.wte), dx, tokens, N, C, (long)s.v_begin(), (long)s.v_loc());
+  if (s.gelu) ops::positions_bwd(g(lay.params.wpe), dx, N, C, Tn, 0);
 }
 
 template <class T>
@@ -233,63 +244,58 @@ void Gpt<T>::layer_fwd(int wl, const T* x_in, T* x_out, LayerActs<T>& a, long B,
   const long N = B * Tn, C = s.C, D = s.D, Hl = s.h_loc(), Kl = s.hkv_loc(), Q = s.qkv_cols(), F1 = s.fc1_cols(),
              Fl = s.f_loc();
   const long Nl = sp ? N / tp->size() : N;  // rows of the residual stream on this rank
-  char pre[16];
-  std::snprintf(pre, sizeof pre, "L%02d.", wl);
-  std::string P = pre;
+  const LayerParams& W = lay.params.layers[wl];
   const bool gl = s.gelu;
-  if (a.x_in.data() != x_in) a.x_in.assign(x_in, x_in + Nl * C);
+  if (a.x_in.data() != x_in) { a.x_in.resize(Nl * C); ops::copy(a.x_in.data(), x_in, Nl * C); }
   // ln1 [Nl, C] on the shard; the QKV input is the full [N, C] (all-gathered under SP).
   Buf<T> ln(Nl * C);
   a.ln1_mean.resize(Nl); a.ln1_rstd.resize(Nl);
-  ops::layernorm_fwd(ln.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x_in, p(P + "ln1_w"),
-                     gl ? p(P + "ln1_b") : (const T*)nullptr, Nl, C, T(1e-5));
+  ops::layernorm_fwd(ln.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x_in, p(W.ln1_w),
+                     gl ? p(W.ln1_b) : (const T*)nullptr, Nl, C, T(1e-5));
   if (sp) { a.ln1.resize(N * C); gather_rows(tp, ln.data(), a.ln1.data(), Nl, C); }
   else a.ln1 = std::move(ln);
   Buf<T> qkv(N * Q);                                                       // [N, Q]
-  ops::matmul(qkv.data(), a.ln1.data(), p(P + "qkv_w"), N, Q, C, false, false, T(1), T(0));
-  if (gl) ops::add_bias(qkv.data(), qkv.data(), p(P + "qkv_b"), N, Q);
+  ops::matmul(qkv.data(), a.ln1.data(), p(W.qkv_w), N, Q, C, false, false, T(1), T(0));
+  if (gl) ops::add_bias(qkv.data(), qkv.data(), p(W.qkv_b), N, Q);
   a.q.resize(N * Hl * D); a.k.resize(N * Kl * D); a.v.resize(N * Kl * D);         // [B, Tn, heads, D]
-  for (long i = 0; i < N; ++i) {
-    const T* row = qkv.data() + i * Q;
-    std::memcpy(a.q.data() + i * Hl * D, row, sizeof(T) * Hl * D);
-    std::memcpy(a.k.data() + i * Kl * D, row + Hl * D, sizeof(T) * Kl * D);
-    std::memcpy(a.v.data() + i * Kl * D, row + (Hl + Kl) * D, sizeof(T) * Kl * D);
-  }
+  ops::copy_rows(a.q.data(), Hl * D, qkv.data(), Q, N, Hl * D);
+  ops::copy_rows(a.k.data(), Kl * D, qkv.data() + Hl * D, Q, N, Kl * D);
+  ops::copy_rows(a.v.data(), Kl * D, qkv.data() + (Hl + Kl) * D, Q, N, Kl * D);
   Buf<T>().swap(qkv);  // dead: q, k, v hold its columns
   a.att.resize((size_t)B * Hl * Tn * Tn);                                         // [B, Hl, Tn, Tn]
   a.attn.resize(N * Hl * D);                                                      // [N, Hl D]
   ops::attention_fwd(a.attn.data(), a.att.data(), a.q.data(), a.k.data(), a.v.data(), B, Tn, Hl, Kl, D);
   Buf<T> y(N * C);                                                        // [N, C] partial over tp
-  ops::matmul(y.data(), a.attn.data(), p(P + "proj_w"), N, C, Hl * D, false, false, T(1), T(0));
+  ops::matmul(y.data(), a.attn.data(), p(W.proj_w), N, C, Hl * D, false, false, T(1), T(0));
   a.x_mid.resize(Nl * C);                                                         // [Nl, C]
   if (sp) reduce_scatter_rows(tp, y.data(), a.x_mid.data(), Nl, C);
   else {
     if (tp) tp->all_reduce_sum(y.data(), N * C, dt(T{}));
     a.x_mid = std::move(y);
   }
-  if (gl) ops::add_bias(a.x_mid.data(), a.x_mid.data(), p(P + "proj_b"), Nl, C);
+  if (gl) ops::add_bias(a.x_mid.data(), a.x_mid.data(), p(W.proj_b), Nl, C);
   ops::add(a.x_mid.data(), a.x_mid.data(), x_in, Nl * C);
   Buf<T> ln2(Nl * C);
   a.ln2_mean.resize(Nl); a.ln2_rstd.resize(Nl);
-  ops::layernorm_fwd(ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.x_mid.data(), p(P + "ln2_w"),
-                     gl ? p(P + "ln2_b") : (const T*)nullptr, Nl, C, T(1e-5));
+  ops::layernorm_fwd(ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.x_mid.data(), p(W.ln2_w),
+                     gl ? p(W.ln2_b) : (const T*)nullptr, Nl, C, T(1e-5));
   if (sp) { a.ln2.resize(N * C); gather_rows(tp, ln2.data(), a.ln2.data(), Nl, C); }
   else a.ln2 = std::move(ln2);
   a.fc1.resize(N * F1);                                                           // [N, F1]
-  ops::matmul(a.fc1.data(), a.ln2.data(), p(P + "fc1_w"), N, F1, C, false, false, T(1), T(0));
-  if (gl) ops::add_bias(a.fc1.data(), a.fc1.data(), p(P + "fc1_b"), N, F1);
+  ops::matmul(a.fc1.data(), a.ln2.data(), p(W.fc1_w), N, F1, C, false, false, T(1), T(0));
+  if (gl) ops::add_bias(a.fc1.data(), a.fc1.data(), p(W.fc1_b), N, F1);
   a.act.resize(N * Fl);                                                           // [N, Fl]
   if (gl) ops::gelu_fwd(a.act.data(), a.fc1.data(), N * Fl);
   else ops::swiglu_fwd(a.act.data(), a.fc1.data(), N, Fl);
   if (sp) {
     Buf<T> z(N * C);                                                      // [N, C] partial
-    ops::matmul(z.data(), a.act.data(), p(P + "fc2_w"), N, C, Fl, false, false, T(1), T(0));
+    ops::matmul(z.data(), a.act.data(), p(W.fc2_w), N, C, Fl, false, false, T(1), T(0));
     reduce_scatter_rows(tp, z.data(), x_out, Nl, C);
   } else {
-    ops::matmul(x_out, a.act.data(), p(P + "fc2_w"), N, C, Fl, false, false, T(1), T(0));
+    ops::matmul(x_out, a.act.data(), p(W.fc2_w), N, C, Fl, false, false, T(1), T(0));
     if (tp) tp->all_reduce_sum(x_out, N * C, dt(T{}));
   }
-  if (gl) ops::add_bias(x_out, x_out, p(P + "fc2_b"), Nl, C);
+  if (gl) ops::add_bias(x_out, x_out, p(W.fc2_b), Nl, C);
   ops::add(x_out, x_out, a.x_mid.data(), Nl * C);
 }
 
@@ -299,72 +305,67 @@ void Gpt<T>::layer_bwd(int wl, const T* dx_out, T* dx_in, LayerActs<T>& a, long 
   const long N = B * Tn, C = s.C, D = s.D, Hl = s.h_loc(), Kl = s.hkv_loc(), Q = s.qkv_cols(), F1 = s.fc1_cols(),
              Fl = s.f_loc();
   const long Nl = sp ? N / tp->size() : N;
-  char pre[16];
-  std::snprintf(pre, sizeof pre, "L%02d.", wl);
-  std::string P = pre;
+  const LayerParams& W = lay.params.layers[wl];
   const bool gl = s.gelu;
   // Saved tensors are released (or overwritten by their own gradients) as soon as they are consumed, as an
   // autograd engine frees saved tensors; the residual-stream gradient lives in dx_in throughout (dx_out, then
   // d x_mid, then d x_in), so dx_in may be dx_out (in place) and the layer takes no [N, C] buffer for it.
   auto release = [](Buf<T>& v) { Buf<T>().swap(v); };
-  if (dx_in != dx_out) std::memcpy(dx_in, dx_out, sizeof(T) * Nl * C);
+  if (dx_in != dx_out) ops::copy(dx_in, dx_out, Nl * C);
   T* dx = dx_in;
   // MLP: z = act fc2_w (+ b), x_out = x_mid + z. dx_out is read (as dx) before the first write to dx below.
-  if (gl) ops::bias_bwd(g(P + "fc2_b"), dx, Nl, C);
+  if (gl) ops::bias_bwd(g(W.fc2_b), dx, Nl, C);
   Buf<T> dz_full;                                                                // [N, C] (SP: all-gathered)
   const T* dz = dx;
   if (sp) { dz_full.resize(N * C); gather_rows(tp, dx, dz_full.data(), Nl, C); dz = dz_full.data(); }
-  ops::matmul(g(P + "fc2_w"), a.act.data(), dz, Fl, C, N, true, false, T(1), T(1));
+  ops::matmul(g(W.fc2_w), a.act.data(), dz, Fl, C, N, true, false, T(1), T(1));
   T* dact = a.act.data();                                                        // [N, Fl], over the used act
-  ops::matmul(dact, dz, p(P + "fc2_w"), N, Fl, C, false, true, T(1), T(0));
+  ops::matmul(dact, dz, p(W.fc2_w), N, Fl, C, false, true, T(1), T(0));
   release(dz_full);
   T* dfc1 = a.fc1.data();                                                        // [N, F1], over the used fc1
   if (gl) ops::gelu_bwd_set(dfc1, a.fc1.data(), dact, N * Fl);
   else ops::swiglu_bwd_set(dfc1, a.fc1.data(), dact, N, Fl);
   release(a.act);
-  if (gl) ops::bias_bwd(g(P + "fc1_b"), dfc1, N, F1);
-  ops::matmul(g(P + "fc1_w"), a.ln2.data(), dfc1, C, F1, N, true, false, T(1), T(1));
+  if (gl) ops::bias_bwd(g(W.fc1_b), dfc1, N, F1);
+  ops::matmul(g(W.fc1_w), a.ln2.data(), dfc1, C, F1, N, true, false, T(1), T(1));
   release(a.ln2);
   Buf<T> dln(N * C), dln_sh(sp ? Nl * C : 0);                                    // [N, C] partial; SP: [Nl, C]
   T* dln_loc = sp ? dln_sh.data() : dln.data();
-  ops::matmul(dln.data(), dfc1, p(P + "fc1_w"), N, C, F1, false, true, T(1), T(0));
+  ops::matmul(dln.data(), dfc1, p(W.fc1_w), N, C, F1, false, true, T(1), T(0));
   release(a.fc1);
   if (sp) reduce_scatter_rows(tp, dln.data(), dln_loc, Nl, C);
   else if (tp) tp->all_reduce_sum(dln.data(), N * C, dt(T{}));
-  ops::layernorm_bwd(dx, g(P + "ln2_w"), gl ? g(P + "ln2_b") : (T*)nullptr, dln_loc, a.x_mid.data(),
-                     p(P + "ln2_w"), a.ln2_mean.data(), a.ln2_rstd.data(), Nl, C);   // dx = d x_mid
+  ops::layernorm_bwd(dx, g(W.ln2_w), gl ? g(W.ln2_b) : (T*)nullptr, dln_loc, a.x_mid.data(),
+                     p(W.ln2_w), a.ln2_mean.data(), a.ln2_rstd.data(), Nl, C);   // dx = d x_mid
   release(a.x_mid);
   // Attention: y = attn proj_w (+ b), x_mid = x_in + y.
-  if (gl) ops::bias_bwd(g(P + "proj_b"), dx, Nl, C);
+  if (gl) ops::bias_bwd(g(W.proj_b), dx, Nl, C);
   Buf<T> dy_full;
   const T* dy = dx;
   if (sp) { dy_full.resize(N * C); gather_rows(tp, dx, dy_full.data(), Nl, C); dy = dy_full.data(); }
-  ops::matmul(g(P + "proj_w"), a.attn.data(), dy, Hl * D, C, N, true, false, T(1), T(1));
+  ops::matmul(g(W.proj_w), a.attn.data(), dy, Hl * D, C, N, true, false, T(1), T(1));
   T* dattn = a.attn.data();                                                      // [N, Hl D], over the used attn
-  ops::matmul(dattn, dy, p(P + "proj_w"), N, Hl * D, C, false, true, T(1), T(0));
+  ops::matmul(dattn, dy, p(W.proj_w), N, Hl * D, C, false, true, T(1), T(0));
   release(dy_full);
   Buf<T> dq(N * Hl * D), dk(N * Kl * D), dv(N * Kl * D);
-  for (Buf<T>* d : {&dq, &dk, &dv}) std::fill(d->begin(), d->end(), T(0));
+  for (Buf<T>* d : {&dq, &dk, &dv}) ops::fill(d->data(), T(0), (long)d->size());
   ops::attention_bwd(dq.data(), dk.data(), dv.data(), dattn, a.att.data(), a.q.data(), a.k.data(), a.v.data(), B,
                      Tn, Hl, Kl, D);
   for (Buf<T>* v : {&a.att, &a.attn, &a.q, &a.k, &a.v}) release(*v);
   Buf<T> dqkv(N * Q);                                                            // [N, Q]
-  for (long i = 0; i < N; ++i) {
-    T* row = dqkv.data() + i * Q;
-    std::memcpy(row, dq.data() + i * Hl * D, sizeof(T) * Hl * D);
-    std::memcpy(row + Hl * D, dk.data() + i * Kl * D, sizeof(T) * Kl * D);
-    std::memcpy(row + (Hl + Kl) * D, dv.data() + i * Kl * D, sizeof(T) * Kl * D);
-  }
+  ops::copy_rows(dqkv.data(), Q, dq.data(), Hl * D, N, Hl * D);
+  ops::copy_rows(dqkv.data() + Hl * D, Q, dk.data(), Kl * D, N, Kl * D);
+  ops::copy_rows(dqkv.data() + (Hl + Kl) * D, Q, dv.data(), Kl * D, N, Kl * D);
   for (Buf<T>* d : {&dq, &dk, &dv}) release(*d);
-  if (gl) ops::bias_bwd(g(P + "qkv_b"), dqkv.data(), N, Q);
-  ops::matmul(g(P + "qkv_w"), a.ln1.data(), dqkv.data(), C, Q, N, true, false, T(1), T(1));
+  if (gl) ops::bias_bwd(g(W.qkv_b), dqkv.data(), N, Q);
+  ops::matmul(g(W.qkv_w), a.ln1.data(), dqkv.data(), C, Q, N, true, false, T(1), T(1));
   release(a.ln1);
-  ops::matmul(dln.data(), dqkv.data(), p(P + "qkv_w"), N, C, Q, false, true, T(1), T(0));
+  ops::matmul(dln.data(), dqkv.data(), p(W.qkv_w), N, C, Q, false, true, T(1), T(0));
   release(dqkv);
   if (sp) reduce_scatter_rows(tp, dln.data(), dln_loc, Nl, C);
   else if (tp) tp->all_reduce_sum(dln.data(), N * C, dt(T{}));
-  ops::layernorm_bwd(dx, g(P + "ln1_w"), gl ? g(P + "ln1_b") : (T*)nullptr, dln_loc, a.x_in.data(),
-                     p(P + "ln1_w"), a.ln1_mean.data(), a.ln1_rstd.data(), Nl, C);   // dx = d x_in
+  ops::layernorm_bwd(dx, g(W.ln1_w), gl ? g(W.ln1_b) : (T*)nullptr, dln_loc, a.x_in.data(),
+                     p(W.ln1_w), a.ln1_mean.data(), a.ln1_rstd.data(), Nl, C);   // dx = d x_in
 }
 
 template <class T>
@@ -372,41 +373,28 @@ T Gpt<T>::head_fwd(const T* x, const int32_t* targets, HeadActs<T>& a, long B, l
   const GptShape& s = lay.s;
   const long N = B * Tn, C = s.C, Vl = (long)s.v_loc();
   if (sp) { a.x_in.resize(N * C); gather_rows(tp, x, a.x_in.data(), N / tp->size(), C); x = a.x_in.data(); }
-  else if (a.x_in.data() != x) a.x_in.assign(x, x + N * C);  // the runtime may have moved x into a.x_in
+  else if (a.x_in.data() != x) { a.x_in.resize(N * C); ops::copy(a.x_in.data(), x, N * C); }  // (or moved x there)
   a.lnf.resize(N * C); a.lnf_mean.resize(N); a.lnf_rstd.resize(N);
-  ops::layernorm_fwd(a.lnf.data(), a.lnf_mean.data(), a.lnf_rstd.data(), x, p("lnf_w"),
-                     s.gelu ? p("lnf_b") : (const T*)nullptr, N, C, T(1e-5));
+  ops::layernorm_fwd(a.lnf.data(), a.lnf_mean.data(), a.lnf_rstd.data(), x, p(lay.params.lnf_w),
+                     s.gelu ? p(lay.params.lnf_b) : (const T*)nullptr, N, C, T(1e-5));
   // The logits become the saved probabilities in place (one [N, V/t] buffer, as in Megatron's cross-entropy).
   a.probs.resize(N * Vl);                                                         // [N, V/t]
   T* logits = a.probs.data();
-  ops::matmul(logits, a.lnf.data(), p("wte"), N, Vl, C, false, true, T(1), T(0));
+  ops::matmul(logits, a.lnf.data(), p(lay.params.wte), N, Vl, C, false, true, T(1), T(0));
   if (!tp) return ops::cross_entropy_fwd(logits, logits, targets, N, Vl);
   // Vocabulary-parallel cross-entropy: global row max (all-gather of the shards' maxima), sum of exponentials
   // and target logit (all-reduced); probabilities of this shard saved for the backward.
+  // mx, all and sums go to the collectives: host memory (exec/comm.hpp's rule; a device backend stages them).
   const int t = tp->size();
-  const long long v0 = s.v_begin();
-  std::vector<T> mx(N), all(N * t);
-  for (long i = 0; i < N; ++i) mx[i] = *std::max_element(logits + i * Vl, logits + (i + 1) * Vl);
+  const long v0 = (long)s.v_begin();
+  Buf<T> mx(N), all(N * t), sums(2 * N);  // sums = [sum exp | target logit]
+  ops::row_max(mx.data(), logits, N, Vl);
   tp->all_gather(mx.data(), all.data(), N, dt(T{}));
-  for (long i = 0; i < N; ++i)
-    for (int r = 0; r < t; ++r) mx[i] = std::max(mx[i], all[r * N + i]);
-  std::vector<T> sums(2 * N, T(0));  // [sum exp | target logit]
-  for (long i = 0; i < N; ++i) {
-    T* pr = logits + i * Vl;  // logits in, probabilities out
-    long long tg = (long long)targets[i] - v0;
-    if (tg >= 0 && tg < Vl) sums[N + i] = pr[tg];
-    T acc = 0;
-    for (long j = 0; j < Vl; ++j) { pr[j] = std::exp(pr[j] - mx[i]); acc += pr[j]; }
-    sums[i] = acc;
-  }
+  ops::max_combine(mx.data(), all.data(), N, t);
+  ops::ce_shard_exp(logits, sums.data(), sums.data() + N, logits, mx.data(), targets, N, Vl, v0,
+                    ops::CeForm::raw_target_divide);  // logits in, exponentials out
   tp->all_reduce_sum(sums.data(), 2 * N, dt(T{}));
-  double loss = 0;
-  for (long i = 0; i < N; ++i) {
-    T* pr = a.probs.data() + i * Vl;
-    for (long j = 0; j < Vl; ++j) pr[j] /= sums[i];
-    loss += (double)std::log(sums[i]) + (double)mx[i] - (double)sums[N + i];
-  }
-  return T(loss);
+  return T(ops::ce_shard_finish(logits, sums.data(), sums.data() + N, mx.data(), N, Vl, ops::CeForm::raw_target_divide));
 }
 
 template <class T>
@@ -418,24 +406,20 @@ void Gpt<T>::head_bwd(T* dx, const int32_t* targets, HeadActs<T>& a, long B, lon
   auto release = [](Buf<T>& v) { Buf<T>().swap(v); };
   T* dlogits = a.probs.data();                                                   // [N, V/t]
   ops::scale(dlogits, dlogits, scale, N * Vl);
-  const long long v0 = tp ? s.v_begin() : 0;
-  for (long i = 0; i < N; ++i) {
-    long long tg = (long long)targets[i] - v0;
-    if (tg >= 0 && tg < Vl) dlogits[i * Vl + tg] -= scale;
-  }
-  ops::matmul(g("wte"), dlogits, a.lnf.data(), Vl, C, N, true, false, T(1), T(1));
+  ops::ce_shard_target_grad(dlogits, targets, N, Vl, tp ? (long)s.v_begin() : 0L, scale);
+  ops::matmul(g(lay.params.wte), dlogits, a.lnf.data(), Vl, C, N, true, false, T(1), T(1));
   release(a.lnf);
   Buf<T> dlnf(N * C), dfull(sp ? N * C : 0);
   T* dfp = sp ? dfull.data() : dx;  // without SP the gradient goes straight to dx
-  std::fill(dfp, dfp + N * C, T(0));
-  ops::matmul(dlnf.data(), dlogits, p("wte"), N, C, Vl, false, false, T(1), T(0));
+  ops::fill(dfp, T(0), N * C);
+  ops::matmul(dlnf.data(), dlogits, p(lay.params.wte), N, C, Vl, false, false, T(1), T(0));
   release(a.probs);
   if (tp) tp->all_reduce_sum(dlnf.data(), N * C, dt(T{}));  // partial over the vocabulary shards
-  ops::layernorm_bwd(dfp, g("lnf_w"), s.gelu ? g("lnf_b") : (T*)nullptr, dlnf.data(), a.x_in.data(), p("lnf_w"),
+  ops::layernorm_bwd(dfp, g(lay.params.lnf_w), s.gelu ? g(lay.params.lnf_b) : (T*)nullptr, dlnf.data(), a.x_in.data(), p(lay.params.lnf_w),
                      a.lnf_mean.data(), a.lnf_rstd.data(), N, C);
   if (sp) {  // this rank's rows of the input gradient
     long nl = N / tp->size();
-    std::memcpy(dx, dfull.data() + tp->rank() * nl * C, sizeof(T) * nl * C);
+    ops::copy(dx, dfull.data() + tp->rank() * nl * C, nl * C);
   }
   for (Buf<T>* v : {&a.x_in, &a.lnf_mean, &a.lnf_rstd}) release(*v);
 }

@@ -16,11 +16,14 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <new>
+#include <type_traits>
 #include <string>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
+#include "exec/backend.hpp"
 #include "exec/comm.hpp"
 #include "models/transformer.hpp"
 
@@ -47,6 +50,7 @@ struct ParamView {
   long long offset = 0, count = 0;
   int layer = -1;    // -1 for embedding / head tensors
   bool decay = true; // weight decay applies (matrices), not to biases and norms
+  long long rows = 1, cols = 0;  // this rank's block as [rows, cols] (matrices [in, out]; vectors rows = 1)
 };
 
 // Name -> view index of a parameter layout (1D and 2D), so the op pieces look parameters up in O(1).
@@ -55,6 +59,19 @@ struct ViewNames {
   void build(const std::vector<ParamView>& views);
   size_t find(const std::string& name) const;  // throws std::logic_error when absent
 };
+
+// The model's parameters as view indices (into the layout's views, whose rows x cols are the shapes), resolved
+// once from the names so that the pieces do no string look-ups on the hot path; -1 where the model has no such
+// tensor (biases and wpe under SwiGLU).
+struct LayerParams {
+  int ln1_w = -1, ln1_b = -1, qkv_w = -1, qkv_b = -1, proj_w = -1, proj_b = -1;
+  int ln2_w = -1, ln2_b = -1, fc1_w = -1, fc1_b = -1, fc2_w = -1, fc2_b = -1;
+};
+struct ModelParams {
+  int wte = -1, wpe = -1, lnf_w = -1, lnf_b = -1;
+  std::vector<LayerParams> layers;
+};
+ModelParams model_params(const ViewNames& names, long long layers);
 
 // Where the parameters and gradients of a model's views are (shared by Gpt and Gpt2d). Per-view pointer
 // tables (index = view index; may be null): the runtime sets them to the flat-buffer addresses, and chunked
@@ -76,6 +93,11 @@ struct ParamTables {
     size_t i = lay.view_index(name);
     return gtab ? gtab[i] : grads + lay.views[i].offset;
   }
+  // By view index (ModelParams), i >= 0.
+  template <class Lay>
+  T* param_at(const Lay& lay, int i) const { return ptab ? ptab[i] : params + lay.views[i].offset; }
+  template <class Lay>
+  T* grad_at(const Lay& lay, int i) const { return gtab ? gtab[i] : grads + lay.views[i].offset; }
 };
 
 // Parameter layout of one tp rank: views into the flat buffer, per-layer ranges.
@@ -86,6 +108,7 @@ struct GptLayout {
   std::vector<long long> layer_begin, layer_end;  // per layer: [begin, end) in the flat buffer
   long long embed_begin = 0, embed_end = 0, head_begin = 0, head_end = 0;
   ViewNames names;
+  ModelParams params;  // the views by role
   const ParamView& view(const std::string& name) const { return views[view_index(name)]; }
   size_t view_index(const std::string& name) const { return names.find(name); }
 };
@@ -100,15 +123,33 @@ std::vector<T> init_full_params(const GptShape& full, uint64_t seed);
 template <class T>
 std::vector<T> shard_params(const GptLayout& full, const std::vector<T>& full_params, const GptLayout& shard);
 
-// An allocator whose resize() leaves new elements uninitialised (default-init) instead of zero-filling them:
-// activations and scratch are always written before they are read, so the zero fill would be pure overhead.
+// The allocator of tensor buffers: memory of the backend that was current when the container was made
+// (exec/backend.hpp; kept with the container, so it is freed by the backend that allocated it), and resize()
+// leaves new elements uninitialised (default-init) instead of zero-filling them on the host: activations and
+// scratch are always written (by ops) before they are read. Constructing elements from values (assign from
+// iterators, a fill value) writes them on the host: only for host-accessible backends.
 template <class T>
-struct NoInitAlloc : std::allocator<T> {
+struct NoInitAlloc {
+  using value_type = T;
+  using propagate_on_container_copy_assignment = std::true_type;
+  using propagate_on_container_move_assignment = std::true_type;
+  using propagate_on_container_swap = std::true_type;
+  using is_always_equal = std::false_type;
   template <class U> struct rebind { using other = NoInitAlloc<U>; };
-  NoInitAlloc() = default;
-  template <class U> NoInitAlloc(const NoInitAlloc<U>&) noexcept {}
+  const Backend* be;
+  NoInitAlloc() noexcept : be(&current_backend()) {}
+  template <class U> NoInitAlloc(const NoInitAlloc<U>& o) noexcept : be(o.be) {}
+  T* allocate(std::size_t n) {
+    if (n == 0) return nullptr;
+    void* p = be->alloc(n * sizeof(T));
+    if (!p) throw std::bad_alloc();
+    return static_cast<T*>(p);
+  }
+  void deallocate(T* p, std::size_t) noexcept { be->free(p); }
   template <class U> void construct(U* p) noexcept { ::new ((void*)p) U; }
   template <class U, class... A> void construct(U* p, A&&... a) { ::new ((void*)p) U(std::forward<A>(a)...); }
+  template <class U> bool operator==(const NoInitAlloc<U>& o) const noexcept { return be == o.be; }
+  template <class U> bool operator!=(const NoInitAlloc<U>& o) const noexcept { return be != o.be; }
 };
 template <class T>
 using Buf = std::vector<T, NoInitAlloc<T>>;
@@ -143,6 +184,8 @@ struct Gpt : ParamTables<T> {
 
   T* p(const std::string& name) const { return this->param_of(lay, name); }
   T* g(const std::string& name) const { return this->grad_of(lay, name); }
+  T* p(int view) const { return this->param_at(lay, view); }
+  T* g(int view) const { return this->grad_at(lay, view); }
 
   // x[N, C] = embedding of tokens [B, Tn].
   void embed_fwd(T* x, const int32_t* tokens, long B, long Tn) const;

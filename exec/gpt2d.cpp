@@ -7,9 +7,9 @@
 //   ab:  C(r, c)  = sum_i A(r, i) B(i, c)      broadcast A(r, i) along the row and B(i, c) along the column;
 //   abt: C(r, i)  = sum_c A(r, c) B(i, c)^T    broadcast B(i, c) along the column, reduce along the row to (r, i);
 //   atb: C(i, c) += sum_r A(r, i)^T B(r, c)    broadcast A(r, i) along the row, reduce along the column to (i, c).
-// The row statistics (LayerNorm mean / variance, cross-entropy max / sum of exponentials) are plain loops
-// over the local slice plus row collectives; they are small and backend-neutral (candidates for ops:: when a
-// GPU backend arrives).
+// The row statistics (LayerNorm mean / variance, cross-entropy max / sum of exponentials) are ops over the
+// local slice (ln_shard_*, row_max, ce_shard_*) around row collectives. Every tensor access goes through ops::
+// (exec/backend.hpp); buffers handed to a collective are backend memory (host memory on the CPU backend).
 #include "gpt2d.hpp"
 
 #include <cmath>
@@ -35,7 +35,7 @@ void bcast(Comm* cm, T* buf, long n, int root) {
 template <class T>
 void reduce_to(Comm* cm, const T* in, T* out, long n, int root) {  // out (on root) = sum over cm of in
   if (multi(cm)) cm->reduce_sum(in, out, n, dt<T>(), root);
-  else std::memcpy(out, in, sizeof(T) * n);
+  else ops::copy(out, in, n);
 }
 template <class T>
 void all_reduce(Comm* cm, T* buf, long n) {
@@ -51,11 +51,11 @@ struct Grid {
 // out[M, N] = sum_i A(r, i) · B(i, c); A local [M, K], B local [K, N] (overwrites out).
 template <class T>
 void summa_ab(const Grid& g, T* out, const T* A, const T* B, long M, long N, long K) {
-  std::vector<T> a(M * K), b(K * N);
+  Buf<T> a(M * K), b(K * N);
   for (int i = 0; i < g.q; ++i) {
-    if (g.c == i) std::memcpy(a.data(), A, sizeof(T) * M * K);
+    if (g.c == i) ops::copy(a.data(), A, M * K);
     bcast(g.row, a.data(), M * K, i);
-    if (g.r == i) std::memcpy(b.data(), B, sizeof(T) * K * N);
+    if (g.r == i) ops::copy(b.data(), B, K * N);
     bcast(g.col, b.data(), K * N, i);
     ops::matmul(out, a.data(), b.data(), M, N, K, false, false, T(1), i == 0 ? T(0) : T(1));
   }
@@ -64,9 +64,9 @@ void summa_ab(const Grid& g, T* out, const T* A, const T* B, long M, long N, lon
 // out[M, K] += sum_c A(r, c) · B(i, c)^T on rank (r, i); A local [M, N], B local [K, N].
 template <class T>
 void summa_abt(const Grid& g, T* out, const T* A, const T* B, long M, long N, long K) {
-  std::vector<T> b(K * N), part(M * K), red(M * K);
+  Buf<T> b(K * N), part(M * K), red(M * K);
   for (int i = 0; i < g.q; ++i) {
-    if (g.r == i) std::memcpy(b.data(), B, sizeof(T) * K * N);
+    if (g.r == i) ops::copy(b.data(), B, K * N);
     bcast(g.col, b.data(), K * N, i);
     ops::matmul(part.data(), A, b.data(), M, K, N, false, true, T(1), T(0));
     reduce_to(g.row, part.data(), red.data(), M * K, i);
@@ -77,9 +77,9 @@ void summa_abt(const Grid& g, T* out, const T* A, const T* B, long M, long N, lo
 // out[K, N] += sum_r A(r, i)^T · B(r, c) on rank (i, c); A local [M, K], B local [M, N].
 template <class T>
 void summa_atb(const Grid& g, T* out, const T* A, const T* B, long M, long N, long K) {
-  std::vector<T> a(M * K), part(K * N), red(K * N);
+  Buf<T> a(M * K), part(K * N), red(K * N);
   for (int i = 0; i < g.q; ++i) {
-    if (g.c == i) std::memcpy(a.data(), A, sizeof(T) * M * K);
+    if (g.c == i) ops::copy(a.data(), A, M * K);
     bcast(g.row, a.data(), M * K, i);
     ops::matmul(part.data(), a.data(), B, K, N, M, true, false, T(1), T(0));
     reduce_to(g.col, part.data(), red.data(), K * N, i);
@@ -89,16 +89,16 @@ void summa_atb(const Grid& g, T* out, const T* A, const T* B, long M, long N, lo
 
 // A column-replicated parameter slice as used: grid row 0's copy, broadcast along the column.
 template <class T>
-std::vector<T> from_row0(const Grid& g, const T* param, long n) {
-  std::vector<T> v(n);
-  if (g.r == 0) std::memcpy(v.data(), param, sizeof(T) * n);
+Buf<T> from_row0(const Grid& g, const T* param, long n) {
+  Buf<T> v(n);
+  if (g.r == 0) ops::copy(v.data(), param, n);
   bcast(g.col, v.data(), n, 0);
   return v;
 }
 // grad (row 0 only) += sum over the column of partial.
 template <class T>
 void grad_to_row0(const Grid& g, T* grad, const T* partial, long n) {
-  std::vector<T> red(n);
+  Buf<T> red(n);
   reduce_to(g.col, partial, red.data(), n, 0);
   if (g.r == 0) ops::accumulate(grad, red.data(), n);
 }
@@ -106,61 +106,22 @@ void grad_to_row0(const Grid& g, T* grad, const T* partial, long n) {
 // LayerNorm over the full row of C = q Cl columns; x, y [N, Cl] local; w, b [Cl] (b may be null).
 template <class T>
 void ln2d_fwd(const Grid& g, T* y, T* mean, T* rstd, const T* x, const T* w, const T* b, long N, long Cl, long C) {
-  std::vector<T> s(N);
-  for (long n = 0; n < N; ++n) {
-    T m = 0;
-    for (long j = 0; j < Cl; ++j) m += x[n * Cl + j];
-    s[n] = m;
-  }
+  Buf<T> s(N);
+  ops::ln_shard_sum(s.data(), x, N, Cl);
   all_reduce(g.row, s.data(), N);
-  for (long n = 0; n < N; ++n) mean[n] = s[n] / T(C);
-  for (long n = 0; n < N; ++n) {
-    T v = 0;
-    for (long j = 0; j < Cl; ++j) {
-      const T d = x[n * Cl + j] - mean[n];
-      v += d * d;
-    }
-    s[n] = v;
-  }
+  ops::ln_shard_sqdev(s.data(), mean, s.data(), x, N, Cl, C);  // in place: the sums become the squared deviations
   all_reduce(g.row, s.data(), N);
-  for (long n = 0; n < N; ++n) {
-    const T m = mean[n], r = T(1) / std::sqrt(s[n] / T(C) + T(1e-5));
-    rstd[n] = r;
-    for (long j = 0; j < Cl; ++j) y[n * Cl + j] = (x[n * Cl + j] - m) * r * w[j] + (b ? b[j] : T(0));
-  }
+  ops::ln_shard_apply(y, rstd, x, mean, s.data(), w, b, N, Cl, C, T(1e-5));
 }
 
 // dx += ..., dw, db += this rank's partial sums over its rows (db may be null). See ops::layernorm_bwd.
 template <class T>
 void ln2d_bwd(const Grid& g, T* dx, T* dw, T* db, const T* dy, const T* x, const T* w, const T* mean, const T* rstd,
               long N, long Cl, long C) {
-  std::vector<T> s(2 * N);  // [sum w dy | sum w dy xhat] per row
-  for (long n = 0; n < N; ++n) {
-    T a = 0, b2 = 0;
-    for (long j = 0; j < Cl; ++j) {
-      const T xh = (x[n * Cl + j] - mean[n]) * rstd[n], gj = w[j] * dy[n * Cl + j];
-      a += gj;
-      b2 += gj * xh;
-    }
-    s[n] = a;
-    s[N + n] = b2;
-  }
+  Buf<T> s(2 * N);  // [sum w dy | sum w dy xhat] per row
+  ops::ln_shard_bwd_sums(s.data(), dy, x, w, mean, rstd, N, Cl);
   all_reduce(g.row, s.data(), 2 * N);
-  for (long n = 0; n < N; ++n) {
-    const T gm = s[n] / T(C), gxm = s[N + n] / T(C), r = rstd[n];
-    for (long j = 0; j < Cl; ++j) {
-      const T xh = (x[n * Cl + j] - mean[n]) * r, dyj = dy[n * Cl + j];
-      dx[n * Cl + j] += r * (w[j] * dyj - gm - xh * gxm);
-      dw[j] += xh * dyj;
-      if (db) db[j] += dyj;
-    }
-  }
-}
-
-std::string prefix(int wl) {
-  char pre[16];
-  std::snprintf(pre, sizeof pre, "L%02d.", wl);
-  return pre;
+  ops::ln_shard_bwd_apply(dx, dw, db, dy, x, w, mean, rstd, s.data(), N, Cl, C);
 }
 
 }  // namespace
@@ -178,19 +139,13 @@ void Gpt2d<T>::embed_fwd(T* x, const int32_t* tokens, long B, long Tn) const {
   TP_GPT2D_GRID
   const long Vl = (long)lay.v_loc();
   const int32_t* tok = tokens + (long)lay.row * Nl;  // grid row r's sequences
-  std::vector<T> blk(Vl * Cl);
+  Buf<T> blk(Vl * Cl);
   for (int i = 0; i < G.q; ++i) {  // vocabulary block of grid row i, broadcast along the column
-    if (G.r == i) std::memcpy(blk.data(), p("wte"), sizeof(T) * Vl * Cl);
+    if (G.r == i) ops::copy(blk.data(), p(lay.params.wte), Vl * Cl);
     bcast(G.col, blk.data(), Vl * Cl, i);
-    for (long n = 0; n < Nl; ++n) {
-      const long t = (long)tok[n] - (long)i * Vl;
-      if (t >= 0 && t < Vl) std::memcpy(x + n * Cl, blk.data() + t * Cl, sizeof(T) * Cl);
-    }
+    ops::embedding_shard_fwd(x, tok, blk.data(), Nl, Cl, (long)i * Vl, Vl);
   }
-  if (lay.s.gelu) {
-    std::vector<T> wpe = from_row0(G, p("wpe"), Tn * Cl);
-    for (long n = 0; n < Nl; ++n) ops::accumulate(x + n * Cl, wpe.data() + (n % Tn) * Cl, Cl);
-  }
+  if (lay.s.gelu) ops::add_positions(x, from_row0(G, p(lay.params.wpe), Tn * Cl).data(), Nl, Cl, Tn, 0);
 }
 
 template <class T>
@@ -198,20 +153,18 @@ void Gpt2d<T>::embed_bwd(const T* dx, const int32_t* tokens, long B, long Tn) co
   TP_GPT2D_GRID
   const long Vl = (long)lay.v_loc();
   const int32_t* tok = tokens + (long)lay.row * Nl;
-  std::vector<T> part(Vl * Cl), red(Vl * Cl);
+  Buf<T> part(Vl * Cl), red(Vl * Cl);
   for (int i = 0; i < G.q; ++i) {  // gradient rows of vocabulary block i, reduced to grid row i
-    std::fill(part.begin(), part.end(), T(0));
-    for (long n = 0; n < Nl; ++n) {
-      const long t = (long)tok[n] - (long)i * Vl;
-      if (t >= 0 && t < Vl) ops::accumulate(part.data() + t * Cl, dx + n * Cl, Cl);
-    }
+    ops::fill(part.data(), T(0), Vl * Cl);
+    ops::embedding_shard_bwd(part.data(), dx, tok, Nl, Cl, (long)i * Vl, Vl);
     reduce_to(G.col, part.data(), red.data(), Vl * Cl, i);
-    if (G.r == i) ops::accumulate(g("wte"), red.data(), Vl * Cl);
+    if (G.r == i) ops::accumulate(g(lay.params.wte), red.data(), Vl * Cl);
   }
   if (lay.s.gelu) {
-    std::vector<T> dwpe(Tn * Cl, T(0));
-    for (long n = 0; n < Nl; ++n) ops::accumulate(dwpe.data() + (n % Tn) * Cl, dx + n * Cl, Cl);
-    grad_to_row0(G, g("wpe"), dwpe.data(), Tn * Cl);
+    Buf<T> dwpe(Tn * Cl);
+    ops::fill(dwpe.data(), T(0), Tn * Cl);
+    ops::positions_bwd(dwpe.data(), dx, Nl, Cl, Tn, 0);
+    grad_to_row0(G, g(lay.params.wpe), dwpe.data(), Tn * Cl);
   }
 }
 
@@ -220,27 +173,24 @@ void Gpt2d<T>::layer_fwd(int wl, const T* x_in, T* x_out, LayerActs<T>& a, long 
   TP_GPT2D_GRID
   const long D = lay.s.D, Hl = lay.h_loc(), Kl = lay.hkv_loc(), Q = lay.qkv_cols(), F1 = lay.fc1_cols(),
              Fl = lay.f_loc();
-  const std::string P = prefix(wl);
+  const LayerParams& W = lay.params.layers[wl];
   const bool gl = lay.s.gelu;
-  std::vector<T> w, b;
-  if (a.x_in.data() != x_in) a.x_in.assign(x_in, x_in + Nl * Cl);
+  Buf<T> w, b;
+  if (a.x_in.data() != x_in) { a.x_in.resize(Nl * Cl); ops::copy(a.x_in.data(), x_in, Nl * Cl); }
   // ln1
   a.ln1.resize(Nl * Cl); a.ln1_mean.resize(Nl); a.ln1_rstd.resize(Nl);
-  w = from_row0(G, p(P + "ln1_w"), Cl);
-  if (gl) b = from_row0(G, p(P + "ln1_b"), Cl);
+  w = from_row0(G, p(W.ln1_w), Cl);
+  if (gl) b = from_row0(G, p(W.ln1_b), Cl);
   ln2d_fwd(G, a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x_in, w.data(), gl ? b.data() : (const T*)nullptr,
            Nl, Cl, C);
   // QKV: this grid column's heads [Q Hl D | K Kl D | V Kl D].
-  std::vector<T> qkv(Nl * Q);
-  summa_ab(G, qkv.data(), a.ln1.data(), p(P + "qkv_w"), Nl, Q, Cl);
-  if (gl) ops::add_bias(qkv.data(), qkv.data(), from_row0(G, p(P + "qkv_b"), Q).data(), Nl, Q);
+  Buf<T> qkv(Nl * Q);
+  summa_ab(G, qkv.data(), a.ln1.data(), p(W.qkv_w), Nl, Q, Cl);
+  if (gl) ops::add_bias(qkv.data(), qkv.data(), from_row0(G, p(W.qkv_b), Q).data(), Nl, Q);
   a.q.resize(Nl * Hl * D); a.k.resize(Nl * Kl * D); a.v.resize(Nl * Kl * D);
-  for (long i = 0; i < Nl; ++i) {
-    const T* rw = qkv.data() + i * Q;
-    std::memcpy(a.q.data() + i * Hl * D, rw, sizeof(T) * Hl * D);
-    std::memcpy(a.k.data() + i * Kl * D, rw + Hl * D, sizeof(T) * Kl * D);
-    std::memcpy(a.v.data() + i * Kl * D, rw + (Hl + Kl) * D, sizeof(T) * Kl * D);
-  }
+  ops::copy_rows(a.q.data(), Hl * D, qkv.data(), Q, Nl, Hl * D);
+  ops::copy_rows(a.k.data(), Kl * D, qkv.data() + Hl * D, Q, Nl, Kl * D);
+  ops::copy_rows(a.v.data(), Kl * D, qkv.data() + (Hl + Kl) * D, Q, Nl, Kl * D);
   // Attention core: local (B/q sequences, this column's heads).
   const long Bl = B / G.q;
   a.att.resize((size_t)Bl * Hl * Tn * Tn);
@@ -248,23 +198,23 @@ void Gpt2d<T>::layer_fwd(int wl, const T* x_in, T* x_out, LayerActs<T>& a, long 
   ops::attention_fwd(a.attn.data(), a.att.data(), a.q.data(), a.k.data(), a.v.data(), Bl, Tn, Hl, Kl, D);
   // Projection: attn block (r, c) is block column c of the [N, H D] attention output.
   a.x_mid.resize(Nl * Cl);
-  summa_ab(G, a.x_mid.data(), a.attn.data(), p(P + "proj_w"), Nl, Cl, Hl * D);
-  if (gl) ops::add_bias(a.x_mid.data(), a.x_mid.data(), from_row0(G, p(P + "proj_b"), Cl).data(), Nl, Cl);
+  summa_ab(G, a.x_mid.data(), a.attn.data(), p(W.proj_w), Nl, Cl, Hl * D);
+  if (gl) ops::add_bias(a.x_mid.data(), a.x_mid.data(), from_row0(G, p(W.proj_b), Cl).data(), Nl, Cl);
   ops::add(a.x_mid.data(), a.x_mid.data(), x_in, Nl * Cl);
   // ln2, MLP
   a.ln2.resize(Nl * Cl); a.ln2_mean.resize(Nl); a.ln2_rstd.resize(Nl);
-  w = from_row0(G, p(P + "ln2_w"), Cl);
-  if (gl) b = from_row0(G, p(P + "ln2_b"), Cl);
+  w = from_row0(G, p(W.ln2_w), Cl);
+  if (gl) b = from_row0(G, p(W.ln2_b), Cl);
   ln2d_fwd(G, a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.x_mid.data(), w.data(),
            gl ? b.data() : (const T*)nullptr, Nl, Cl, C);
   a.fc1.resize(Nl * F1);
-  summa_ab(G, a.fc1.data(), a.ln2.data(), p(P + "fc1_w"), Nl, F1, Cl);
-  if (gl) ops::add_bias(a.fc1.data(), a.fc1.data(), from_row0(G, p(P + "fc1_b"), F1).data(), Nl, F1);
+  summa_ab(G, a.fc1.data(), a.ln2.data(), p(W.fc1_w), Nl, F1, Cl);
+  if (gl) ops::add_bias(a.fc1.data(), a.fc1.data(), from_row0(G, p(W.fc1_b), F1).data(), Nl, F1);
   a.act.resize(Nl * Fl);
   if (gl) ops::gelu_fwd(a.act.data(), a.fc1.data(), Nl * Fl);
   else ops::swiglu_fwd(a.act.data(), a.fc1.data(), Nl, Fl);
-  summa_ab(G, x_out, a.act.data(), p(P + "fc2_w"), Nl, Cl, Fl);
-  if (gl) ops::add_bias(x_out, x_out, from_row0(G, p(P + "fc2_b"), Cl).data(), Nl, Cl);
+  summa_ab(G, x_out, a.act.data(), p(W.fc2_w), Nl, Cl, Fl);
+  if (gl) ops::add_bias(x_out, x_out, from_row0(G, p(W.fc2_b), Cl).data(), Nl, Cl);
   ops::add(x_out, x_out, a.x_mid.data(), Nl * Cl);
 }
 
@@ -273,55 +223,54 @@ void Gpt2d<T>::layer_bwd(int wl, const T* dx_out, T* dx_in, LayerActs<T>& a, lon
   TP_GPT2D_GRID
   const long D = lay.s.D, Hl = lay.h_loc(), Kl = lay.hkv_loc(), Q = lay.qkv_cols(), F1 = lay.fc1_cols(),
              Fl = lay.f_loc();
-  const std::string P = prefix(wl);
+  const LayerParams& W = lay.params.layers[wl];
   const bool gl = lay.s.gelu;
-  std::vector<T> part;
-  auto bias_grad = [&](const std::string& name, const T* dy, long cols) {  // row-0 bias gradient
-    part.assign(cols, T(0));
+  Buf<T> part;
+  auto zeros = [](long n) { Buf<T> z(n); ops::fill(z.data(), T(0), n); return z; };
+  auto bias_grad = [&](int view, const T* dy, long cols) {  // row-0 bias gradient
+    part = zeros(cols);
     ops::bias_bwd(part.data(), dy, Nl, cols);
-    grad_to_row0(G, g(name), part.data(), cols);
+    grad_to_row0(G, g(view), part.data(), cols);
   };
-  auto ln_bwd = [&](const std::string& ln, T* dx, const T* dy, const T* x, const T* mean, const T* rstd) {
-    std::vector<T> w = from_row0(G, p(P + ln + "_w"), Cl), dw(Cl, T(0)), db(Cl, T(0));
+  auto ln_bwd = [&](int w_view, int b_view, T* dx, const T* dy, const T* x, const T* mean, const T* rstd) {
+    Buf<T> w = from_row0(G, p(w_view), Cl), dw = zeros(Cl), db = zeros(Cl);
     ln2d_bwd(G, dx, dw.data(), gl ? db.data() : (T*)nullptr, dy, x, w.data(), mean, rstd, Nl, Cl, C);
-    grad_to_row0(G, g(P + ln + "_w"), dw.data(), Cl);
-    if (gl) grad_to_row0(G, g(P + ln + "_b"), db.data(), Cl);
+    grad_to_row0(G, g(w_view), dw.data(), Cl);
+    if (gl) grad_to_row0(G, g(b_view), db.data(), Cl);
   };
   // MLP: x_out = x_mid + act fc2_w (+ b).
-  std::vector<T> dx_mid(dx_out, dx_out + Nl * Cl);
-  if (gl) bias_grad(P + "fc2_b", dx_out, Cl);
-  std::vector<T> dact(Nl * Fl, T(0));
-  summa_abt(G, dact.data(), dx_out, p(P + "fc2_w"), Nl, Cl, Fl);
-  summa_atb(G, g(P + "fc2_w"), a.act.data(), dx_out, Nl, Cl, Fl);
-  std::vector<T> dfc1(Nl * F1, T(0));
+  Buf<T> dx_mid(Nl * Cl);
+  ops::copy(dx_mid.data(), dx_out, Nl * Cl);
+  if (gl) bias_grad(W.fc2_b, dx_out, Cl);
+  Buf<T> dact = zeros(Nl * Fl);
+  summa_abt(G, dact.data(), dx_out, p(W.fc2_w), Nl, Cl, Fl);
+  summa_atb(G, g(W.fc2_w), a.act.data(), dx_out, Nl, Cl, Fl);
+  Buf<T> dfc1 = zeros(Nl * F1);
   if (gl) ops::gelu_bwd(dfc1.data(), a.fc1.data(), dact.data(), Nl * Fl);
   else ops::swiglu_bwd(dfc1.data(), a.fc1.data(), dact.data(), Nl, Fl);
-  if (gl) bias_grad(P + "fc1_b", dfc1.data(), F1);
-  summa_atb(G, g(P + "fc1_w"), a.ln2.data(), dfc1.data(), Nl, F1, Cl);
-  std::vector<T> dln(Nl * Cl, T(0));
-  summa_abt(G, dln.data(), dfc1.data(), p(P + "fc1_w"), Nl, F1, Cl);
-  ln_bwd("ln2", dx_mid.data(), dln.data(), a.x_mid.data(), a.ln2_mean.data(), a.ln2_rstd.data());
+  if (gl) bias_grad(W.fc1_b, dfc1.data(), F1);
+  summa_atb(G, g(W.fc1_w), a.ln2.data(), dfc1.data(), Nl, F1, Cl);
+  Buf<T> dln = zeros(Nl * Cl);
+  summa_abt(G, dln.data(), dfc1.data(), p(W.fc1_w), Nl, F1, Cl);
+  ln_bwd(W.ln2_w, W.ln2_b, dx_mid.data(), dln.data(), a.x_mid.data(), a.ln2_mean.data(), a.ln2_rstd.data());
   // Attention: x_mid = x_in + attn proj_w (+ b).
-  if (gl) bias_grad(P + "proj_b", dx_mid.data(), Cl);
-  std::vector<T> dattn(Nl * Hl * D, T(0));
-  summa_abt(G, dattn.data(), dx_mid.data(), p(P + "proj_w"), Nl, Cl, Hl * D);
-  summa_atb(G, g(P + "proj_w"), a.attn.data(), dx_mid.data(), Nl, Cl, Hl * D);
-  std::vector<T> dq(Nl * Hl * D, T(0)), dk(Nl * Kl * D, T(0)), dv(Nl * Kl * D, T(0));
+  if (gl) bias_grad(W.proj_b, dx_mid.data(), Cl);
+  Buf<T> dattn = zeros(Nl * Hl * D);
+  summa_abt(G, dattn.data(), dx_mid.data(), p(W.proj_w), Nl, Cl, Hl * D);
+  summa_atb(G, g(W.proj_w), a.attn.data(), dx_mid.data(), Nl, Cl, Hl * D);
+  Buf<T> dq = zeros(Nl * Hl * D), dk = zeros(Nl * Kl * D), dv = zeros(Nl * Kl * D);
   ops::attention_bwd(dq.data(), dk.data(), dv.data(), dattn.data(), a.att.data(), a.q.data(), a.k.data(), a.v.data(),
                      B / G.q, Tn, Hl, Kl, D);
-  std::vector<T> dqkv(Nl * Q);
-  for (long i = 0; i < Nl; ++i) {
-    T* rw = dqkv.data() + i * Q;
-    std::memcpy(rw, dq.data() + i * Hl * D, sizeof(T) * Hl * D);
-    std::memcpy(rw + Hl * D, dk.data() + i * Kl * D, sizeof(T) * Kl * D);
-    std::memcpy(rw + (Hl + Kl) * D, dv.data() + i * Kl * D, sizeof(T) * Kl * D);
-  }
-  if (gl) bias_grad(P + "qkv_b", dqkv.data(), Q);
-  summa_atb(G, g(P + "qkv_w"), a.ln1.data(), dqkv.data(), Nl, Q, Cl);
-  std::fill(dln.begin(), dln.end(), T(0));
-  summa_abt(G, dln.data(), dqkv.data(), p(P + "qkv_w"), Nl, Q, Cl);
-  std::memcpy(dx_in, dx_mid.data(), sizeof(T) * Nl * Cl);
-  ln_bwd("ln1", dx_in, dln.data(), a.x_in.data(), a.ln1_mean.data(), a.ln1_rstd.data());
+  Buf<T> dqkv(Nl * Q);
+  ops::copy_rows(dqkv.data(), Q, dq.data(), Hl * D, Nl, Hl * D);
+  ops::copy_rows(dqkv.data() + Hl * D, Q, dk.data(), Kl * D, Nl, Kl * D);
+  ops::copy_rows(dqkv.data() + (Hl + Kl) * D, Q, dv.data(), Kl * D, Nl, Kl * D);
+  if (gl) bias_grad(W.qkv_b, dqkv.data(), Q);
+  summa_atb(G, g(W.qkv_w), a.ln1.data(), dqkv.data(), Nl, Q, Cl);
+  ops::fill(dln.data(), T(0), Nl * Cl);
+  summa_abt(G, dln.data(), dqkv.data(), p(W.qkv_w), Nl, Q, Cl);
+  ops::copy(dx_in, dx_mid.data(), Nl * Cl);
+  ln_bwd(W.ln1_w, W.ln1_b, dx_in, dln.data(), a.x_in.data(), a.ln1_mean.data(), a.ln1_rstd.data());
 }
 
 template <class T>
@@ -329,47 +278,31 @@ T Gpt2d<T>::head_fwd(const T* x, const int32_t* targets, HeadActs<T>& a, long B,
   TP_GPT2D_GRID
   const long Vl = (long)lay.v_loc(), q = G.q;
   const bool gl = lay.s.gelu;
-  if (a.x_in.data() != x) a.x_in.assign(x, x + Nl * Cl);  // the runtime may have moved x into a.x_in
+  if (a.x_in.data() != x) { a.x_in.resize(Nl * Cl); ops::copy(a.x_in.data(), x, Nl * Cl); }  // (or moved x there)
   a.lnf.resize(Nl * Cl); a.lnf_mean.resize(Nl); a.lnf_rstd.resize(Nl);
-  std::vector<T> w = from_row0(G, p("lnf_w"), Cl), b;
-  if (gl) b = from_row0(G, p("lnf_b"), Cl);
+  Buf<T> w = from_row0(G, p(lay.params.lnf_w), Cl), b;
+  if (gl) b = from_row0(G, p(lay.params.lnf_b), Cl);
   ln2d_fwd(G, a.lnf.data(), a.lnf_mean.data(), a.lnf_rstd.data(), x, w.data(), gl ? b.data() : (const T*)nullptr, Nl,
            Cl, C);
   // logits (r, c) [Nl, Vl] = vocabulary block c: sum over hidden blocks k of lnf(r, k) wte(c, k)^T.
-  std::vector<T> logits(Nl * Vl, T(0));
-  summa_abt(G, logits.data(), a.lnf.data(), p("wte"), Nl, Cl, Vl);
+  Buf<T> logits(Nl * Vl);
+  ops::fill(logits.data(), T(0), Nl * Vl);
+  summa_abt(G, logits.data(), a.lnf.data(), p(lay.params.wte), Nl, Cl, Vl);
   // Cross-entropy with the row max (all-gather), sum of exponentials and target logit (all-reduce).
   const int32_t* tgt = targets + (long)G.r * Nl;
   const long v0 = (long)G.c * Vl;
-  std::vector<T> mx(Nl), mxs(Nl * q);
-  for (long n = 0; n < Nl; ++n) {
-    T m = logits[n * Vl];
-    for (long j = 1; j < Vl; ++j) m = logits[n * Vl + j] > m ? logits[n * Vl + j] : m;
-    mx[n] = m;
-  }
+  Buf<T> mx(Nl), mxs(Nl * q);
+  ops::row_max(mx.data(), logits.data(), Nl, Vl);
   if (multi(G.row)) G.row->all_gather(mx.data(), mxs.data(), Nl, dt<T>());
-  else mxs = mx;
-  for (long n = 0; n < Nl; ++n)
-    for (long i = 0; i < q; ++i) mx[n] = mxs[i * Nl + n] > mx[n] ? mxs[i * Nl + n] : mx[n];
-  std::vector<T> s(2 * Nl, T(0));  // [sum exp | target logit - max]
+  else ops::copy(mxs.data(), mx.data(), Nl);
+  ops::max_combine(mx.data(), mxs.data(), Nl, q);
+  Buf<T> s(2 * Nl);  // [sum exp | target logit - max]
   a.probs.resize(Nl * Vl);
-  for (long n = 0; n < Nl; ++n) {
-    T sum = 0;
-    for (long j = 0; j < Vl; ++j) {
-      a.probs[n * Vl + j] = std::exp(logits[n * Vl + j] - mx[n]);
-      sum += a.probs[n * Vl + j];
-    }
-    s[n] = sum;
-    const long t = (long)tgt[n] - v0;
-    if (t >= 0 && t < Vl) s[Nl + n] = logits[n * Vl + t] - mx[n];
-  }
+  ops::ce_shard_exp(a.probs.data(), s.data(), s.data() + Nl, logits.data(), mx.data(), tgt, Nl, Vl, v0,
+                    ops::CeForm::shifted_target_reciprocal);
   all_reduce(G.row, s.data(), 2 * Nl);
-  double loss = 0;
-  for (long n = 0; n < Nl; ++n) {
-    const T inv = T(1) / s[n];
-    for (long j = 0; j < Vl; ++j) a.probs[n * Vl + j] *= inv;
-    loss += double(std::log(s[n])) - double(s[Nl + n]);
-  }
+  double loss = ops::ce_shard_finish(a.probs.data(), s.data(), s.data() + Nl, mx.data(), Nl, Vl,
+                                     ops::CeForm::shifted_target_reciprocal);
   if (multi(G.col)) G.col->all_reduce_sum(&loss, 1, Dtype::f64);  // grid rows hold different sequences
   return T(loss);
 }
@@ -381,22 +314,21 @@ void Gpt2d<T>::head_bwd(T* dx, const int32_t* targets, HeadActs<T>& a, long B, l
   const bool gl = lay.s.gelu;
   const int32_t* tgt = targets + (long)G.r * Nl;
   const long v0 = (long)G.c * Vl;
-  std::vector<T> dlogits(Nl * Vl);
+  Buf<T> dlogits(Nl * Vl);
   ops::scale(dlogits.data(), a.probs.data(), scale, Nl * Vl);
-  for (long n = 0; n < Nl; ++n) {
-    const long t = (long)tgt[n] - v0;
-    if (t >= 0 && t < Vl) dlogits[n * Vl + t] -= scale;
-  }
+  ops::ce_shard_target_grad(dlogits.data(), tgt, Nl, Vl, v0, scale);
   // logits = lnf wte^T: dwte = dlogits^T lnf (SUMMA atb), dlnf = dlogits wte (SUMMA ab).
-  summa_atb(G, g("wte"), dlogits.data(), a.lnf.data(), Nl, Cl, Vl);
-  std::vector<T> dlnf(Nl * Cl);
-  summa_ab(G, dlnf.data(), dlogits.data(), p("wte"), Nl, Cl, Vl);
-  std::memset(dx, 0, sizeof(T) * Nl * Cl);
-  std::vector<T> w = from_row0(G, p("lnf_w"), Cl), dw(Cl, T(0)), db(Cl, T(0));
+  summa_atb(G, g(lay.params.wte), dlogits.data(), a.lnf.data(), Nl, Cl, Vl);
+  Buf<T> dlnf(Nl * Cl);
+  summa_ab(G, dlnf.data(), dlogits.data(), p(lay.params.wte), Nl, Cl, Vl);
+  ops::fill(dx, T(0), Nl * Cl);
+  Buf<T> w = from_row0(G, p(lay.params.lnf_w), Cl), dw(Cl), db(Cl);
+  ops::fill(dw.data(), T(0), Cl);
+  ops::fill(db.data(), T(0), Cl);
   ln2d_bwd(G, dx, dw.data(), gl ? db.data() : (T*)nullptr, dlnf.data(), a.x_in.data(), w.data(), a.lnf_mean.data(),
            a.lnf_rstd.data(), Nl, Cl, C);
-  grad_to_row0(G, g("lnf_w"), dw.data(), Cl);
-  if (gl) grad_to_row0(G, g("lnf_b"), db.data(), Cl);
+  grad_to_row0(G, g(lay.params.lnf_w), dw.data(), Cl);
+  if (gl) grad_to_row0(G, g(lay.params.lnf_b), db.data(), Cl);
 }
 
 #undef TP_GPT2D_GRID

@@ -52,6 +52,7 @@ struct Gpt2dLayout {
   std::vector<long long> layer_begin, layer_end;  // per layer: [begin, end) in the flat buffer
   long long embed_begin = 0, embed_end = 0, head_begin = 0, head_end = 0;
   ViewNames names;
+  ModelParams params;  // the views by role
   const ParamView& view(const std::string& name) const { return views[view_index(name)]; }
   size_t view_index(const std::string& name) const { return names.find(name); }
   // True when view i is a parameter of this rank (count it in norms, checkpoints): not column-replicated,
@@ -91,6 +92,8 @@ struct Gpt2d : ParamTables<T> {
 
   T* p(const std::string& name) const { return this->param_of(lay, name); }
   T* g(const std::string& name) const { return this->grad_of(lay, name); }
+  T* p(int view) const { return this->param_at(lay, view); }
+  T* g(int view) const { return this->grad_at(lay, view); }
 
   // x[(B/q) Tn, C/q] = this rank's block of the embedding of tokens [B, Tn] (the full micro-batch).
   void embed_fwd(T* x, const int32_t* tokens, long B, long Tn) const;

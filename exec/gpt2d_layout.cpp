@@ -118,6 +118,8 @@ Gpt2dLayout gpt2d_layout(const GptShape& full, int q, int tp_rank) {
     ParamView w = v;
     w.offset = L.total;
     w.count = m.rows * m.cols;
+    w.rows = m.rows;
+    w.cols = m.cols;
     L.views.push_back(w);
     L.total += w.count;
     const bool matrix = v.name == "wte" || ends_with(v.name, "qkv_w") || ends_with(v.name, "proj_w") ||
@@ -138,6 +140,7 @@ Gpt2dLayout gpt2d_layout(const GptShape& full, int q, int tp_rank) {
   L.head_begin = off(ref.head_begin);
   L.head_end = off(ref.head_end);
   L.names.build(L.views);
+  L.params = model_params(L.names, (long long)L.layer_begin.size());
   return L;
 }
 

@@ -1,6 +1,7 @@
-// ops: the small op interface every executor backend implements (CPU: Eigen in exec/cpu/; CUDA later).
+// ops: the small op interface every executor backend implements (CPU: Eigen in exec/cpu/; emu and CUDA later).
 // The model, the schedules, ZeRO, offload and delinking are written against these functions only, so no
-// Eigen (or CUDA) type appears outside a backend.
+// Eigen (or CUDA) type appears outside a backend, and they never read or write tensor memory themselves.
+// Each function dispatches through the calling thread's current backend (exec/backend.hpp; exec/ops.cpp).
 // Conventions: buffers are contiguous, row-major, of T = float or double (both instantiated); shapes are in
 // the comments ([B, T, C] = batch, time, channels); N = B * T rows. Forward functions overwrite their
 // outputs. Backward functions ACCUMULATE (+=) into every gradient they write (parameter gradients are summed
@@ -32,6 +33,16 @@ void accumulate(T* y, const T* x, long n);
 // y[n] = s * x[n]
 template <class T>
 void scale(T* y, const T* x, T s, long n);
+// y[n] = value
+template <class T>
+void fill(T* y, T value, long n);
+// dst[n] = src[n] (device to device; no overlap).
+template <class T>
+void copy(T* dst, const T* src, long n);
+// Strided 2D copy: dst[r * dst_stride + c] = src[r * src_stride + c] for r < rows, c < cols (no overlap);
+// e.g. the q / k / v column blocks of a [N, Q] QKV output.
+template <class T>
+void copy_rows(T* dst, long dst_stride, const T* src, long src_stride, long rows, long cols);
 
 // LayerNorm over the last dim: y = (x - mean) * rstd * w + b; x, y [N, C]; w, b [C]; mean, rstd [N] saved.
 template <class T>
@@ -40,6 +51,28 @@ void layernorm_fwd(T* y, T* mean, T* rstd, const T* x, const T* w, const T* b, l
 template <class T>
 void layernorm_bwd(T* dx, T* dw, T* db, const T* dy, const T* x, const T* w, const T* mean, const T* rstd, long N,
                    long C);
+
+// LayerNorm over rows split by columns across ranks (2D tensor parallelism): each rank holds Cl of the row's
+// C columns; the row sums go through a collective between the steps. x, y, dx, dy [N, Cl]; w, b, dw, db [Cl].
+// sum[n] = sum of x[n, :] (this rank's columns, in column order).
+template <class T>
+void ln_shard_sum(T* sum, const T* x, long N, long Cl);
+// mean[n] = sum[n] / C (sum: the all-reduced row sums), then sqdev[n] = sum over this rank's columns of
+// (x - mean)^2. sqdev may be sum (in place).
+template <class T>
+void ln_shard_sqdev(T* sqdev, T* mean, const T* sum, const T* x, long N, long Cl, long C);
+// rstd[n] = 1 / sqrt(sqdev[n] / C + eps) (sqdev all-reduced); y = (x - mean) * rstd * w + b (b may be null).
+template <class T>
+void ln_shard_apply(T* y, T* rstd, const T* x, const T* mean, const T* sqdev, const T* w, const T* b, long N,
+                    long Cl, long C, T eps);
+// sums[2N] = [sum of w dy | sum of w dy xhat] per row over this rank's columns (xhat = (x - mean) * rstd).
+template <class T>
+void ln_shard_bwd_sums(T* sums, const T* dy, const T* x, const T* w, const T* mean, const T* rstd, long N, long Cl);
+// With the all-reduced sums: dx += rstd (w dy - sums[n] / C - xhat sums[N + n] / C); dw += xhat dy; db += dy
+// (db may be null). dw and db are this rank's partial sums over its rows.
+template <class T>
+void ln_shard_bwd_apply(T* dx, T* dw, T* db, const T* dy, const T* x, const T* w, const T* mean, const T* rstd,
+                        const T* sums, long N, long Cl, long C);
 
 // GELU, tanh approximation (GPT-2): y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
 template <class T>
@@ -79,12 +112,52 @@ T cross_entropy_fwd(T* probs, const T* logits, const int32_t* targets, long N, l
 template <class T>
 void cross_entropy_bwd(T* dlogits, const T* probs, const int32_t* targets, long N, long V, T scale);
 
+// Vocabulary-parallel cross-entropy (Megatron), in steps around the ranks' collectives; logits and probs
+// [N, V] are this rank's vocabulary shard [v0, v0 + V) of the rows.
+// mx[n] = max of x[n, :] (x [N, V]).
+template <class T>
+void row_max(T* mx, const T* x, long N, long V);
+// mx[n] = max(mx[n], parts[p * N + n]) for p = 0 .. P-1 in order (parts: the all-gathered shard maxima).
+template <class T>
+void max_combine(T* mx, const T* parts, long N, long P);
+// How the shard partials form the loss (both kept so the 1D and 2D models keep their exact results):
+//  raw_target_divide: target[n] = the raw target logit; loss += log(sum) + max - target; p = e / sum.
+//  shifted_target_reciprocal: target[n] = target logit - max; loss += log(sum) - target; p = e * (1 / sum).
+enum class CeForm { raw_target_divide = 0, shifted_target_reciprocal = 1 };
+// probs[n, j] = exp(logits[n, j] - mx[n]) (probs may be logits: in place); sum_exp[n] = sum over j of it;
+// target[n] = the target's logit (form above) when targets[n] lies in [v0, v0 + V), else 0.
+template <class T>
+void ce_shard_exp(T* probs, T* sum_exp, T* target, const T* logits, const T* mx, const int32_t* targets, long N,
+                  long V, long v0, CeForm form);
+// With the all-reduced sum_exp and target: normalises probs[N, V] and returns the loss SUM over the N rows
+// (in double).
+template <class T>
+double ce_shard_finish(T* probs, const T* sum_exp, const T* target, const T* mx, long N, long V, CeForm form);
+// dlogits[n, targets[n] - v0] -= scale where the target lies in this shard (the one-hot part of the
+// cross-entropy gradient; the probability part is ops::scale of the saved probs).
+template <class T>
+void ce_shard_target_grad(T* dlogits, const int32_t* targets, long N, long V, long v0, T scale);
+
 // Embedding: out[B, T, C] = wte[tokens[b, t]] (+ wpe[t] when wpe is not null; wpe [maxT, C]).
 template <class T>
 void embedding_fwd(T* out, const int32_t* tokens, const T* wte, const T* wpe, long B, long Tn, long C);
 // dwte[V, C] += scatter of dout rows; dwpe[maxT, C] += sum over batch (when not null).
 template <class T>
 void embedding_bwd(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, long B, long Tn, long C);
+
+// Vocabulary-parallel embedding: rows n of out[N, C] whose token lies in this shard [v0, v0 + Vl) get
+// wte_shard[tokens[n] - v0, :] (overwritten); other rows are left as they are.
+template <class T>
+void embedding_shard_fwd(T* out, const int32_t* tokens, const T* wte_shard, long N, long C, long v0, long Vl);
+// dwte_shard[tokens[n] - v0, :] += dout[n, :] for the rows whose token lies in the shard.
+template <class T>
+void embedding_shard_bwd(T* dwte_shard, const T* dout, const int32_t* tokens, long N, long C, long v0, long Vl);
+// Positions of rows [row0, row0 + rows) of flattened [B, Tn] sequences: x[i, :] += wpe[(row0 + i) % Tn, :].
+template <class T>
+void add_positions(T* x, const T* wpe, long rows, long C, long Tn, long row0);
+// dwpe[(row0 + i) % Tn, :] += dx[i, :] for i < rows.
+template <class T>
+void positions_bwd(T* dwpe, const T* dx, long rows, long C, long Tn, long row0);
 
 // AdamW (decoupled weight decay), one step t >= 1 with bias correction:
 // m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; p -= lr (m_hat / (sqrt(v_hat) + eps) + wd p).

@@ -38,6 +38,7 @@
 #include <malloc.h>
 #endif
 
+#include "exec/backend.hpp"
 #include "exec/checkpoint.hpp"
 #include "exec/chunk_store.hpp"
 #include "exec/data.hpp"
@@ -75,13 +76,13 @@ struct RankRun {
   int nchunks = 0, first_stage = 0, last_stage = 0;
   std::unique_ptr<Comm> tp, dp, pp, emb;
   Flat gl;
-  std::vector<T> params, grads;
+  Buf<T> params, grads;                              // backend memory (Buf: exec/gpt.hpp)
   Net<T> model;
   std::unique_ptr<Comm> grid_row, grid_col;  // 2D: my grid row / column inside the tp group
   std::vector<Unit> units;  // 0 embed, 1 + l layer l, L + 1 head
   std::vector<std::pair<long long, long long>> own;  // owned [a, b) ranges (ZeRO slices when zero >= 1)
   std::vector<long long> own_off;                    // offset of each own range in the optimizer state
-  std::vector<T> m1, m2, gshard;                     // optimizer state and (zero >= 2) reduced gradient, by own range
+  Buf<T> m1, m2, gshard;                             // optimizer state and (zero >= 2) reduced gradient, by own range
   std::vector<char> replicated_view;                 // view is replicated across tp ranks
   Recorder rec;
   int shared = 0;                                    // Pseudo-to-Real: > 0 while k weight groups are shared
@@ -94,7 +95,7 @@ struct RankRun {
   bool zgrad = false;
   std::vector<Buf<T>> ugrad;
   bool zparam = false;  // ZeRO-3 with dp > 1, no chunked offload: layers as slices (pslice) + gathered (uparam)
-  std::vector<T> pslice;
+  Buf<T> pslice;
   std::vector<Buf<T>> uparam;
   // The unit holding flat (layout) element i, and the compact addresses of element i of a held unit.
   int unit_at(long long i) const {
@@ -120,7 +121,7 @@ struct RankRun {
     if (!zgrad || !is_layer_unit(ui) || !ugrad[ui].empty()) return;
     const Unit& u = units[ui];
     ugrad[ui].resize(u.b - u.a);
-    std::fill(ugrad[ui].begin(), ugrad[ui].end(), T(0));
+    ops::fill(ugrad[ui].data(), T(0), (long)(u.b - u.a));
     gl.each_view(u.a, u.b, [&](size_t v, long long lo, long long, long long at) { gtab[v] = ugrad[ui].data() + at - lo; });
   }
   void grad_release(int ui) {
@@ -148,7 +149,7 @@ struct RankRun {
     bool in_emb = p.pp > 1 && sc.model.tied_embeddings && (rc.stage == first_stage || rc.stage == last_stage);
     emb = world.split(in_emb ? 3 * S + rc.tp + p.tp * rc.dp : -1, rc.stage);
 
-    params = init_model<T>(sc, rc.tp, *tp, o.seed, model, gl, replicated_view, grid_row, grid_col);
+    std::vector<T> init = init_model<T>(sc, rc.tp, *tp, o.seed, model, gl, replicated_view, grid_row, grid_col);
     // Units and ownership.
     units.resize(L + 2);
     units[0] = Unit{gl.embed_begin, gl.embed_end, 0, rc.stage == first_stage || (sc.model.tied_embeddings && rc.stage == last_stage)};
@@ -170,19 +171,19 @@ struct RankRun {
     // zparam: the owned layers are only their slices (pslice, by own range).
     zparam = p.zero >= 3 && p.dp > 1 && p.offload.kind != OffloadKind::chunked;
     {
-      std::vector<T> all = std::move(params);
+      std::vector<T> all = std::move(init);  // host data, uploaded unit by unit
       long long n = 0;
       cbase.assign(units.size(), -1);
       for (size_t ui = 0; ui < units.size(); ++ui)
         if (units[ui].owned && !(zparam && is_layer_unit((int)ui))) { cbase[ui] = n; n += units[ui].b - units[ui].a; }
-      params.assign(n, T(0));
+      zeros(params, n);
       for (size_t ui = 0; ui < units.size(); ++ui)
-        if (cbase[ui] >= 0) std::copy(all.begin() + units[ui].a, all.begin() + units[ui].b, params.begin() + cbase[ui]);
-      if (zparam) pslice.assign(state, T(0));
+        if (cbase[ui] >= 0) upload(params.data() + cbase[ui], all.data() + units[ui].a, units[ui].b - units[ui].a);
+      if (zparam) zeros(pslice, state);
       for (size_t ui = 0; zparam && ui < units.size(); ++ui)
         if (units[ui].owned && is_layer_unit((int)ui)) {
           size_t k = own_index((int)ui);
-          std::copy(all.begin() + own[k].first, all.begin() + own[k].second, pslice.begin() + own_off[k]);
+          upload(pslice.data() + own_off[k], all.data() + own[k].first, own[k].second - own[k].first);
         }
       uparam.resize(units.size());
     }
@@ -192,7 +193,7 @@ struct RankRun {
       gbase.assign(units.size(), -1);
       for (size_t ui = 0; ui < units.size(); ++ui)
         if (units[ui].owned && !(zgrad && is_layer_unit((int)ui))) { gbase[ui] = n; n += units[ui].b - units[ui].a; }
-      grads.assign(n, T(0));
+      zeros(grads, n);
       ugrad.resize(units.size());
     }
     model.d1.params = model.d2.params = params.data();
@@ -204,9 +205,9 @@ struct RankRun {
     }
     model.d1.ptab = model.d2.ptab = ptab.data();
     model.d1.gtab = model.d2.gtab = gtab.data();
-    m1.assign(state, T(0));
-    m2.assign(state, T(0));
-    if (p.zero >= 2) gshard.assign(state, T(0));
+    zeros(m1, state);
+    zeros(m2, state);
+    if (p.zero >= 2) zeros(gshard, state);
     if (p.offload.kind == OffloadKind::chunked) {  // the owned units' views in the simulator's order, part = unit
       std::vector<std::pair<long long, long long>> spans;
       for (const Unit& u : units) spans.push_back({u.a, u.b});
@@ -228,11 +229,12 @@ struct RankRun {
   void reduce_scatter_unit(int ui) {
     const Unit& u = units[ui];
     long long len = u.b - u.a;
-    std::vector<T> in(u.slice * p.dp, T(0)), out(u.slice);
+    Buf<T> in(u.slice * p.dp), out(u.slice);  // comm buffers: host memory (exec/comm.hpp)
+    ops::fill(in.data() + len, T(0), (long)(u.slice * p.dp - len));  // the padding; the views fill [0, len)
     gl.read_range(gtab, u.a, u.b, in.data());
     dp->reduce_scatter_sum(in.data(), out.data(), u.slice, dtype_of<T>());
     size_t k = own_index(ui);
-    for (long long i = 0; i < u.slice; ++i) gshard[own_off[k] + i] += out[i];
+    ops::accumulate(gshard.data() + own_off[k], out.data(), (long)u.slice);
     if (zgrad && is_layer_unit(ui)) grad_release(ui);  // the next run starts from a fresh zeroed buffer
     else gl.zero_range(gtab, u.a, u.a + len);
   }
@@ -245,7 +247,8 @@ struct RankRun {
       gl.each_view(u.a, u.b, [&](size_t v, long long lo, long long, long long at) { ptab[v] = uparam[ui].data() + at - lo; });
       return;
     }
-    std::vector<T> mine(u.slice, T(0)), all(u.slice * p.dp);
+    Buf<T> mine(u.slice), all(u.slice * p.dp);
+    ops::fill(mine.data(), T(0), (long)u.slice);
     long long a = u.a + rc.dp * u.slice, z = std::min(u.b, a + u.slice);
     if (z > a) gl.read_range(ptab, a, z, mine.data());
     dp->all_gather(mine.data(), all.data(), u.slice, dtype_of<T>());
@@ -298,7 +301,11 @@ struct RankRun {
     std::vector<LayerActs<T>> acts((size_t)L * m);
     std::vector<HeadActs<T>> head(m);
     std::map<std::pair<int, int>, Buf<T>> local;  // (chunk boundary key, mb) -> activation / gradient
-    std::vector<std::vector<int32_t>> in(m, std::vector<int32_t>(N)), tgt(m, std::vector<int32_t>(N));
+    // Token ids and targets per micro-batch: read on the host (host_in, host_tgt), used by the ops from backend
+    // memory (in, tgt: an upload per step).
+    std::vector<int32_t> host_in(N), host_tgt(N);
+    std::vector<Buf<int32_t>> in(m), tgt(m);
+    for (long long j = 0; j < m; ++j) { in[j].resize(N); tgt[j].resize(N); }
     std::deque<Buf<T>> sendbufs;  // the buffers of outstanding pipeline sends, oldest first
     auto reap = [&] {             // free the buffers of completed sends
       if (sendbufs.empty()) return;
@@ -320,12 +327,16 @@ struct RankRun {
       prof::step_begin(step);
       rec.on = !o.trace.empty() && step == o.steps - 1;  // the last step, like the simulator's one step
       rec.t0 = t0;
-      std::fill(grads.begin(), grads.end(), T(0));
+      ops::fill(grads.data(), T(0), (long)grads.size());
       if (store) store->zero_resident_grads();
       cur_run = -1;
-      if (p.zero >= 2) std::fill(gshard.begin(), gshard.end(), T(0));
-      for (long long j = 0; j < m; ++j)
-        fill_micro_batch(tokens, BatchSpec{(int)Tn, (int)b, o.seed}, step, (long)((rc.dp * m + j) * b), in[j].data(), tgt[j].data());
+      if (p.zero >= 2) ops::fill(gshard.data(), T(0), (long)gshard.size());
+      for (long long j = 0; j < m; ++j) {
+        fill_micro_batch(tokens, BatchSpec{(int)Tn, (int)b, o.seed}, step, (long)((rc.dp * m + j) * b), host_in.data(),
+                         host_tgt.data());
+        upload(in[j].data(), host_in.data(), N);
+        upload(tgt[j].data(), host_tgt.data(), N);
+      }
       if (p.zero >= 3) {  // the ends once per step; layers before each run below
         if (units[0].owned) all_gather_unit(0);
         if (units[L + 1].owned) all_gather_unit((int)L + 1);
@@ -390,7 +401,7 @@ struct RankRun {
             } else if (p.recompute == Recompute::selective) {  // rebuild the attention probabilities
               long Bl, Hl, Kl, Dh;
               model.attn_dims(b, Bl, Hl, Kl, Dh);
-              std::vector<T> out(a.attn.size());
+              Buf<T> out(a.attn.size());
               a.att.resize((size_t)Bl * Hl * Tn * Tn);
               ops::attention_fwd(out.data(), a.att.data(), a.q.data(), a.k.data(), a.v.data(), Bl, Tn, Hl, Kl, Dh);
             }
@@ -493,11 +504,11 @@ struct RankRun {
       if (wg == l) continue;
       const Unit &src = units[unit_of_layer(wg)], &dst = units[unit_of_layer(l)];
       size_t ks = own_index(unit_of_layer(wg)), kd = own_index(unit_of_layer(l));
-      if (!zparam) std::copy(P(src.a), P(src.a) + (src.b - src.a), P(dst.a));
+      if (!zparam) ops::copy(P(dst.a), P(src.a), (long)(src.b - src.a));
       if (src.owned && dst.owned) {
-        if (zparam) std::copy(pslice.begin() + own_off[ks], pslice.begin() + own_off[ks] + src.slice, pslice.begin() + own_off[kd]);
-        std::copy(m1.begin() + own_off[ks], m1.begin() + own_off[ks] + src.slice, m1.begin() + own_off[kd]);
-        std::copy(m2.begin() + own_off[ks], m2.begin() + own_off[ks] + src.slice, m2.begin() + own_off[kd]);
+        if (zparam) ops::copy(pslice.data() + own_off[kd], pslice.data() + own_off[ks], (long)src.slice);
+        ops::copy(m1.data() + own_off[kd], m1.data() + own_off[ks], (long)src.slice);
+        ops::copy(m2.data() + own_off[kd], m2.data() + own_off[ks], (long)src.slice);
       }
     }
     shared = 0;
@@ -527,15 +538,16 @@ struct RankRun {
         if (p.zero >= 2 && ui != 0 && ui != (int)L + 1) continue;  // layers already reduced
         if (p.zero >= 2) { reduce_scatter_unit(ui); continue; }
         const Unit& u = units[ui];
-        std::vector<T> inb(u.slice * p.dp, T(0)), out(u.slice);
-        std::copy(Gd(u.a), Gd(u.a) + (u.b - u.a), inb.begin());
+        Buf<T> inb(u.slice * p.dp), out(u.slice);
+        ops::copy(inb.data(), Gd(u.a), (long)(u.b - u.a));
+        ops::fill(inb.data() + (u.b - u.a), T(0), (long)(u.slice * p.dp - (u.b - u.a)));  // the padding
         dp->reduce_scatter_sum(inb.data(), out.data(), u.slice, dtype_of<T>());
         long long a = u.a + rc.dp * u.slice, z = std::min(u.b, a + u.slice);
-        if (z > a) std::copy(out.begin(), out.begin() + (z - a), Gd(a));
+        if (z > a) ops::copy(Gd(a), out.data(), (long)(z - a));
       }
     } else if (p.zero >= 2) {  // dp == 1: the "slice" is the whole unit
       for (size_t k = 0; k < own.size(); ++k)
-        for (long long i = own[k].first; i < own[k].second; ++i) *G(k, i) += *Gd(i);
+        if (own[k].second > own[k].first) ops::accumulate(G(k, own[k].first), Gd(own[k].first), (long)(own[k].second - own[k].first));
     }
     // Global gradient norm: each parameter once (tp-replicated on tp rank 0, the tied embedding on its first stage).
     double sq = 0;
@@ -585,6 +597,10 @@ RunResult run_training(const Scenario& sc, const RunOptions& o, Comm& world) {
   mallopt(M_MMAP_THRESHOLD, 32 << 20);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
 #endif
+  std::string why;
+  const Backend* backend = find_backend(o.backend, why);
+  if (!backend) throw InputError({why});
+  BackendScope on_backend(*backend);  // every ops:: call of this rank's run goes to it
   if (o.fp64) { RankRun<double> r(sc, o, world); return r.run(); }
   RankRun<float> r(sc, o, world);
   return r.run();

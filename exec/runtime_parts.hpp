@@ -10,10 +10,12 @@
 #include <utility>
 #include <vector>
 
+#include "exec/backend.hpp"
 #include "exec/checkpoint.hpp"
 #include "exec/chunk_store.hpp"
 #include "exec/gpt.hpp"
 #include "exec/gpt2d.hpp"
+#include "exec/ops.hpp"
 #include "exec/train.hpp"
 #include "schedule/pipeline.hpp"
 
@@ -96,7 +98,21 @@ struct Net {
   }
 };
 
-// The flat parameter layout of either mode (views and unit ranges).
+// Host data (the initial parameters) into backend memory: a host-to-device copy (a memcpy on the CPU).
+template <class T>
+void upload(T* dst, const T* src, long long n) {
+  current_backend().copy(dst, src, sizeof(T) * (size_t)n, CopyKind::host_to_device, Stream{});
+}
+
+// v = n zeroed elements of backend memory.
+template <class T>
+void zeros(Buf<T>& v, long long n) {
+  v.resize((size_t)n);
+  ops::fill(v.data(), T(0), (long)n);
+}
+
+// The flat parameter layout of either mode (views and unit ranges). The range copies go through ops:: (the
+// tables point at backend memory).
 struct Flat {
   std::vector<ParamView> views;
   long long total = 0, embed_begin = 0, embed_end = 0, head_begin = 0, head_end = 0;
@@ -120,15 +136,15 @@ struct Flat {
   }
   template <class T>
   void read_range(const std::vector<T*>& tab, long long a, long long z, T* dst) const {
-    each_view(a, z, [&](size_t v, long long lo, long long hi, long long at) { std::copy(tab[v] + lo, tab[v] + hi, dst + at); });
+    each_view(a, z, [&](size_t v, long long lo, long long hi, long long at) { ops::copy(dst + at, tab[v] + lo, (long)(hi - lo)); });
   }
   template <class T>
   void write_range(const std::vector<T*>& tab, long long a, long long z, const T* src) const {
-    each_view(a, z, [&](size_t v, long long lo, long long hi, long long at) { std::copy(src + at, src + at + (hi - lo), tab[v] + lo); });
+    each_view(a, z, [&](size_t v, long long lo, long long hi, long long at) { ops::copy(tab[v] + lo, src + at, (long)(hi - lo)); });
   }
   template <class T>
   void zero_range(const std::vector<T*>& tab, long long a, long long z) const {
-    each_view(a, z, [&](size_t v, long long lo, long long hi, long long) { std::fill(tab[v] + lo, tab[v] + hi, T(0)); });
+    each_view(a, z, [&](size_t v, long long lo, long long hi, long long) { ops::fill(tab[v] + lo, T(0), (long)(hi - lo)); });
   }
 };
 

@@ -9,10 +9,10 @@
 #include <cstdint>
 #include <cstring>
 
-#include "exec/ops.hpp"
+#include "exec/cpu/ops_cpu.hpp"
 #include "exec/prof.hpp"
 
-namespace tp::ops {
+namespace tp::ops::cpu {
 
 // y[N, C] = x[N, C] + b[C]; y may equal x.
 template <class T>
@@ -352,4 +352,4 @@ TP_OPS_CPU_INSTANTIATE(float)
 TP_OPS_CPU_INSTANTIATE(double)
 #undef TP_OPS_CPU_INSTANTIATE
 
-}  // namespace tp::ops
+}  // namespace tp::ops::cpu

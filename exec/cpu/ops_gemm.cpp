@@ -7,10 +7,10 @@
 #include <cmath>
 #include <vector>
 
-#include "exec/ops.hpp"
+#include "exec/cpu/ops_cpu.hpp"
 #include "exec/prof.hpp"
 
-namespace tp::ops {
+namespace tp::ops::cpu {
 namespace {
 
 template <class T>
@@ -197,4 +197,4 @@ TP_OPS_GEMM_INSTANTIATE(float)
 TP_OPS_GEMM_INSTANTIATE(double)
 #undef TP_OPS_GEMM_INSTANTIATE
 
-}  // namespace tp::ops
+}  // namespace tp::ops::cpu

@@ -185,6 +185,17 @@ TEST(RunOracle, BadPlansExitTwoBeforeWork) {
   cmd = std::string(TP_BINARY) + " run " + f + " --steps 1 --quiet > " + f + ".log 2>&1";
   rc = std::system(cmd.c_str());
   EXPECT_EQ(WEXITSTATUS(rc), 2);
+  // A backend this binary lacks (exec/backend.hpp), or none of that name.
+  f = scenario("backend", json::object());
+  for (const char* b : {"emu", "cuda", "tpu"}) {
+    cmd = std::string(TP_BINARY) + " run " + f + " --steps 1 --quiet --backend " + b + " > " + f + ".log 2>&1";
+    rc = std::system(cmd.c_str());
+    EXPECT_EQ(WEXITSTATUS(rc), 2) << b;
+    std::ifstream blog(f + ".log");
+    std::string btext((std::istreambuf_iterator<char>(blog)), std::istreambuf_iterator<char>());
+    const std::string want = std::string(b) == "tpu" ? "unknown backend" : "backend " + std::string(b) + " is not built";
+    EXPECT_NE(btext.find(want), std::string::npos) << btext;
+  }
 }
 
 // Pseudo-to-Real: the loss right after delinking equals the pseudo model's loss on the same weights and batch

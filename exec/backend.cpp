@@ -1,0 +1,26 @@
+// backend: the registry of compiled-in backends and the per-thread current backend (exec/backend.hpp).
+// Invariants: the current backend is a thread_local pointer (null means the CPU backend), changed only by
+// BackendScope, so concurrent tests on different threads can use different backends.
+#include "exec/backend.hpp"
+
+namespace tp::exec {
+namespace {
+thread_local const Backend* t_current = nullptr;
+}  // namespace
+
+std::vector<const Backend*> available_backends() { return {&cpu_backend()}; }
+
+const Backend* find_backend(const std::string& name, std::string& why) {
+  for (const Backend* b : available_backends())
+    if (name == b->name) return b;
+  if (name == "emu" || name == "cuda") why = "backend " + name + " is not built in this version";
+  else why = "unknown backend \"" + name + "\" (expected cpu, emu or cuda)";
+  return nullptr;
+}
+
+const Backend& current_backend() { return t_current ? *t_current : cpu_backend(); }
+
+BackendScope::BackendScope(const Backend& b) : prev(t_current) { t_current = &b; }
+BackendScope::~BackendScope() { t_current = prev; }
+
+}  // namespace tp::exec

@@ -1,0 +1,128 @@
+// backend: the executor's compute device as a value chosen at run time (`trainplan run --backend cpu|emu|cuda`).
+// A Backend is a plain table: device and pinned-host memory, copies between host and device, streams and
+// events, and the op table (one per dtype) that exec/ops.hpp dispatches through. The model (gpt.cpp,
+// gpt2d.cpp) and the runtime (runtime*.cpp, chunk_store.cpp) read and write tensor data only through these ops
+// and copies, and allocate it through alloc. (Checkpoint I/O, communication, the chunk arena and the chunk
+// store's CPU Adam still assume host memory: the steps left before a device backend, docs/architecture.md.)
+// Invariants:
+//  - Backends are immutable tables; several live in one process. The CURRENT backend (the one ops:: calls
+//    use) is per thread, set with BackendScope (RAII, nests), and is the CPU backend by default.
+//  - Memory rule for communication: Comm (exec/comm.hpp) takes HOST pointers. On a backend with
+//    host_accessible == true (the CPU) device memory is host memory and is passed as is; a device backend
+//    stages through pinned host buffers around every collective.
+//  - Op contracts (shapes, overwrite-vs-accumulate, aliasing) are those of exec/ops.hpp; every backend's
+//    table implements all of them (no null entries: tests/exec/test_backend_ops.cpp checks).
+//  - Streams and events are handles; on the CPU every call is synchronous and they are trivial.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "exec/ops.hpp"
+
+namespace tp::exec {
+
+using ops::CeForm;
+
+// The op table of one dtype. Each entry has exactly the signature of the ops:: function of the same name
+// (exec/ops.hpp, where the contracts are written).
+template <class T>
+struct OpTable {
+  void (*matmul)(T*, const T*, const T*, long, long, long, bool, bool, T, T);
+  void (*add_bias)(T*, const T*, const T*, long, long);
+  void (*bias_bwd)(T*, const T*, long, long);
+  void (*add)(T*, const T*, const T*, long);
+  void (*accumulate)(T*, const T*, long);
+  void (*scale)(T*, const T*, T, long);
+  void (*fill)(T*, T, long);
+  void (*copy)(T*, const T*, long);
+  void (*copy_rows)(T*, long, const T*, long, long, long);
+  void (*layernorm_fwd)(T*, T*, T*, const T*, const T*, const T*, long, long, T);
+  void (*layernorm_bwd)(T*, T*, T*, const T*, const T*, const T*, const T*, const T*, long, long);
+  void (*ln_shard_sum)(T*, const T*, long, long);
+  void (*ln_shard_sqdev)(T*, T*, const T*, const T*, long, long, long);
+  void (*ln_shard_apply)(T*, T*, const T*, const T*, const T*, const T*, const T*, long, long, long, T);
+  void (*ln_shard_bwd_sums)(T*, const T*, const T*, const T*, const T*, const T*, long, long);
+  void (*ln_shard_bwd_apply)(T*, T*, T*, const T*, const T*, const T*, const T*, const T*, const T*, long, long,
+                             long);
+  void (*gelu_fwd)(T*, const T*, long);
+  void (*gelu_bwd)(T*, const T*, const T*, long);
+  void (*gelu_bwd_set)(T*, const T*, const T*, long);
+  void (*swiglu_fwd)(T*, const T*, long, long);
+  void (*swiglu_bwd)(T*, const T*, const T*, long, long);
+  void (*swiglu_bwd_set)(T*, const T*, const T*, long, long);
+  void (*attention_fwd)(T*, T*, const T*, const T*, const T*, long, long, long, long, long);
+  void (*attention_bwd)(T*, T*, T*, const T*, const T*, const T*, const T*, const T*, long, long, long, long,
+                        long);
+  T (*cross_entropy_fwd)(T*, const T*, const int32_t*, long, long);
+  void (*cross_entropy_bwd)(T*, const T*, const int32_t*, long, long, T);
+  void (*row_max)(T*, const T*, long, long);
+  void (*max_combine)(T*, const T*, long, long);
+  void (*ce_shard_exp)(T*, T*, T*, const T*, const T*, const int32_t*, long, long, long, CeForm);
+  double (*ce_shard_finish)(T*, const T*, const T*, const T*, long, long, CeForm);
+  void (*ce_shard_target_grad)(T*, const int32_t*, long, long, long, T);
+  void (*embedding_fwd)(T*, const int32_t*, const T*, const T*, long, long, long);
+  void (*embedding_bwd)(T*, T*, const T*, const int32_t*, long, long, long);
+  void (*embedding_shard_fwd)(T*, const int32_t*, const T*, long, long, long, long);
+  void (*embedding_shard_bwd)(T*, const T*, const int32_t*, long, long, long, long);
+  void (*add_positions)(T*, const T*, long, long, long, long);
+  void (*positions_bwd)(T*, const T*, long, long, long, long);
+  void (*adamw)(T*, const T*, T*, T*, long, T, T, T, T, T, long);
+  double (*sum_squares)(const T*, long);
+};
+
+enum class CopyKind { host_to_device = 0, device_to_host = 1, device_to_device = 2, host_to_host = 3 };
+struct Stream { void* handle = nullptr; };  // null: the backend's default stream
+struct Event { void* handle = nullptr; };
+
+struct Backend {
+  const char* name = "";       // "cpu", "emu", "cuda"
+  bool host_accessible = true;  // device memory is host memory (comm may take device pointers)
+  // Device memory (aligned for any scalar type; alloc(0) may return null; null when out of memory) and pinned
+  // host memory. Buf (exec/gpt.hpp) allocates every tensor buffer through alloc / free.
+  void* (*alloc)(size_t bytes) = nullptr;
+  void (*free)(void* p) = nullptr;
+  void* (*alloc_pinned)(size_t bytes) = nullptr;
+  void (*free_pinned)(void* p) = nullptr;
+  // bytes from src to dst (no overlap), ordered on `s` (synchronous on the CPU).
+  void (*copy)(void* dst, const void* src, size_t bytes, CopyKind kind, Stream s) = nullptr;
+  Stream (*stream_create)() = nullptr;
+  void (*stream_destroy)(Stream) = nullptr;
+  void (*stream_sync)(Stream) = nullptr;
+  Event (*event_create)() = nullptr;
+  void (*event_destroy)(Event) = nullptr;
+  void (*event_record)(Event, Stream) = nullptr;
+  void (*stream_wait)(Stream, Event) = nullptr;  // work queued on the stream after this waits for the event
+  void (*sync)() = nullptr;                      // every stream of the backend
+  OpTable<float> f32{};
+  OpTable<double> f64{};
+
+  template <class T>
+  const OpTable<T>& ops() const;
+};
+template <>
+inline const OpTable<float>& Backend::ops<float>() const { return f32; }
+template <>
+inline const OpTable<double>& Backend::ops<double>() const { return f64; }
+
+// The CPU backend (exec/cpu/backend_cpu.cpp): host memory, synchronous, Eigen GEMMs and plain loops.
+const Backend& cpu_backend();
+// The backends compiled into this binary, "cpu" first (the list tests loop over).
+std::vector<const Backend*> available_backends();
+// The backend named `name`, or null with `why` set: "backend emu is not built in this version" for a known
+// backend that this binary lacks, or an unknown-name message listing cpu|emu|cuda.
+const Backend* find_backend(const std::string& name, std::string& why);
+
+// The current backend of this thread (ops:: dispatch through it); the CPU backend unless a scope set another.
+const Backend& current_backend();
+// Makes `b` current on this thread for the scope's lifetime, then restores the previous one.
+struct BackendScope {
+  explicit BackendScope(const Backend& b);
+  ~BackendScope();
+  BackendScope(const BackendScope&) = delete;
+  BackendScope& operator=(const BackendScope&) = delete;
+  const Backend* prev;
+};
+
+}  // namespace tp::exec
