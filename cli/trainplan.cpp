@@ -16,6 +16,7 @@
 #include "models/scenario.hpp"
 #include "sim/output.hpp"
 #include "sim/simulate.hpp"
+#include "catalog_cmd.hpp"
 #include "sim/validate_devset.hpp"
 #include "sim/validate_published.hpp"
 #include "exec/backend.hpp"
@@ -67,7 +68,7 @@ const char* kHelp =
     "  trainplan validate SCENARIO.json --profile PROFILE.json [--steps N] [--json FILE] [--device-budget BYTES]\n"
     "      run the plan for N steps (under mpirun like run) and compare with the simulation on the profile:\n"
     "      step time, time per op class, peak memory\n"
-    "  trainplan catalog [gpus|clusters|models]\n"
+    "  trainplan catalog [gpus|clusters|models] [--json FILE|-]\n"
     "      list the bundled catalog\n"
     "  trainplan version\n";
 
@@ -370,19 +371,19 @@ int cmd_validate_published(int argc, char** argv) {
 }
 
 int cmd_catalog(int argc, char** argv) {
-  Args a = parse_args(argc, argv, 2, {}, {});
+  Args a = parse_args(argc, argv, 2, {"--json"}, {});
   std::vector<std::string> kinds = {"gpus", "clusters", "models"};
   if (a.positional.size() == 1) {
     if (std::find(kinds.begin(), kinds.end(), a.positional[0]) == kinds.end())
-      throw Usage("catalog kind must be gpus, clusters or models");
+      throw Usage("catalog kind must be gpus, clusters or models, got \"" + a.positional[0] + "\"");
     kinds = {a.positional[0]};
   } else if (a.positional.size() > 1) {
     throw Usage("catalog takes at most one kind");
   }
-  for (auto& k : kinds) {
-    std::cout << k << ":\n";
-    for (auto& n : catalog_names(k)) std::cout << "  " << n << "\n";
-  }
+  std::string out = a.value("--json");
+  json j = catalog_tables(kinds, out == "-" ? nullptr : &std::cout);
+  if (out == "-") std::cout << j.dump(2) << "\n";
+  else if (!out.empty()) write_file_atomic(out, j.dump(2) + "\n");
   return 0;
 }
 

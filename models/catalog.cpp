@@ -67,6 +67,32 @@ std::vector<std::string> catalog_names(const std::string& kind) {
   return names;
 }
 
+std::string closest_name(const std::string& word, const std::vector<std::string>& names) {
+  const std::string w = lower(word);
+  std::string best;
+  size_t best_d = std::max<size_t>(2, w.size() / 3) + 1;
+  for (const std::string& n : names) {
+    const std::string t = lower(n);
+    std::vector<size_t> prev(t.size() + 1), cur(t.size() + 1);  // Levenshtein, two rows
+    for (size_t j = 0; j <= t.size(); ++j) prev[j] = j;
+    for (size_t i = 1; i <= w.size(); ++i) {
+      cur[0] = i;
+      for (size_t j = 1; j <= t.size(); ++j)
+        cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (w[i - 1] == t[j - 1] ? 0 : 1)});
+      std::swap(prev, cur);
+    }
+    if (prev[t.size()] < best_d) { best_d = prev[t.size()]; best = n; }
+  }
+  return best;
+}
+
+void add_unknown_catalog_name(Issues& is, const std::string& path, const std::string& kind, const std::string& what,
+                              const std::string& or_else, const json& got) {
+  is.add_got(path, "a " + what + " catalog name (" + catalog_names_text(kind) + ")" + or_else, got);
+  std::string near = got.is_string() ? closest_name(got.get<std::string>(), catalog_names(kind)) : "";
+  if (!near.empty()) is.messages.back() += "; did you mean \"" + near + "\"?";
+}
+
 std::string catalog_names_text(const std::string& kind) {
   std::string s;
   for (auto& n : catalog_names(kind)) s += (s.empty() ? "" : ", ") + n;

@@ -14,5 +14,11 @@ std::string catalog_dir();
 const json* catalog_find(const std::string& kind, const std::string& name);
 std::vector<std::string> catalog_names(const std::string& kind);
 std::string catalog_names_text(const std::string& kind);  // "a, b, c" for error messages
+// The closest of `names` to `word` (case-insensitive edit distance at most max(2, |word| / 3)); "" when none is.
+std::string closest_name(const std::string& word, const std::vector<std::string>& names);
+// Reports an unknown catalog name at `path`: "expected a <what> catalog name (a, b, c)<or_else>, got "x"", followed
+// by "; did you mean "y"?" when a name is close. `what` is "GPU", "cluster" or "model".
+void add_unknown_catalog_name(Issues& is, const std::string& path, const std::string& kind, const std::string& what,
+                              const std::string& or_else, const json& got);
 
 }  // namespace tp

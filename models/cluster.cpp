@@ -9,7 +9,7 @@ static Gpu read_gpu_ref(const json& v, const std::string& path, Issues& issues) 
   if (v.is_string()) {
     const json* e = catalog_find("gpus", v.get<std::string>());
     if (!e) {
-      issues.add_got(path, "a GPU catalog name (" + catalog_names_text("gpus") + ") or an inline GPU object", v);
+      add_unknown_catalog_name(issues, path, "gpus", "GPU", " or an inline GPU object", v);
       return Gpu{};
     }
     Gpu g = read_gpu(*e, "catalog gpus." + v.get<std::string>(), issues);

@@ -541,7 +541,7 @@ Scenario scenario_from_json(const json& v, const std::string& base_dir, const st
     if (c->is_string()) {
       const json* e = catalog_find("clusters", c->get<std::string>());
       if (!e) {
-        is.add_got("$.cluster", "a cluster catalog name (" + catalog_names_text("clusters") + ") or an inline cluster object", *c);
+        add_unknown_catalog_name(is, "$.cluster", "clusters", "cluster", " or an inline cluster object", *c);
       } else {
         cluster_path = "catalog clusters." + c->get<std::string>();
         sc.cluster = read_cluster(*e, cluster_path, is);

@@ -85,7 +85,7 @@ Transformer read_transformer(const json& v, const std::string& path, const std::
   if (v.is_string()) {
     const json* e = catalog_find("models", v.get<std::string>());
     if (!e) {
-      issues.add_got(path, "a model catalog name (" + catalog_names_text("models") + "), an inline model object, or {\"hf_config\": path}", v);
+      add_unknown_catalog_name(issues, path, "models", "model", ", an inline model object, or {\"hf_config\": path}", v);
       return Transformer{};
     }
     Transformer m = read_inline(*e, "catalog models." + v.get<std::string>(), issues);
