@@ -66,8 +66,10 @@ const char* kHelp =
     "      measure this machine (GEMM, memory, element-wise ops; links under mpirun -np 2+) and write a cluster\n"
     "      profile for scenarios (\"cluster\": <its contents>)\n"
     "  trainplan validate SCENARIO.json --profile PROFILE.json [--steps N] [--json FILE] [--device-budget BYTES]\n"
+    "                     [--tolerance F]\n"
     "      run the plan for N steps (under mpirun like run) and compare with the simulation on the profile:\n"
-    "      step time, time per op class, peak memory\n"
+    "      step time, time per op class, peak memory; with --tolerance (e.g. 0.10) exit 1 when step time or\n"
+    "      peak memory misses it\n"
     "  trainplan catalog [gpus|clusters|models] [--json FILE|-]\n"
     "      list the bundled catalog\n"
     "  trainplan version\n";
@@ -300,11 +302,19 @@ int cmd_calibrate(int argc, char** argv) {
 
 // Like run: every rank checks the input first (exit 2 everywhere, printed once); rank 0 simulates and reports.
 int cmd_validate(int argc, char** argv) {
-  Args a = parse_args(argc, argv, 2, {"--profile", "--steps", "--json", "--device-budget"}, {"--quiet"});
+  Args a = parse_args(argc, argv, 2, {"--profile", "--steps", "--json", "--device-budget", "--tolerance"}, {"--quiet"});
   exec::Comm& world = exec::world();
   exec::ValidateOptions o;
   json profile, rep;
+  double tolerance = -1;  // < 0: no tolerance (report only)
   try {
+    if (!a.value("--tolerance").empty()) {
+      std::string t = a.value("--tolerance");
+      char* e = nullptr;
+      tolerance = std::strtod(t.c_str(), &e);
+      if (!e || *e || !(tolerance > 0 && tolerance < 10))
+        throw Usage("--tolerance expects a fraction in (0, 10), e.g. 0.10 for 10 %, got " + t);
+    }
     if (a.positional.size() != 1) throw Usage("validate needs exactly one scenario file");
     if (a.value("--profile").empty()) throw Usage("validate needs --profile PROFILE.json (from trainplan calibrate)");
     std::string v = a.value("--steps", "4");
@@ -333,12 +343,19 @@ int cmd_validate(int argc, char** argv) {
   } catch (const std::exception& e) {
     world.abort(1, e.what());
   }
+  std::vector<std::string> misses;
+  if (tolerance > 0) {
+    misses = exec::validate_misses(rep, tolerance);
+    rep["tolerance"] = tolerance;
+    rep["within_tolerance"] = misses.empty();
+  }
   if (world.rank() == 0) {
     if (!a.value("--json").empty()) write_file_atomic(a.value("--json"), rep.dump(2) + "\n");
     if (!a.flag("--quiet")) std::cout << exec::validate_text(rep);
+    for (const std::string& m : misses) std::cerr << "validate: outside the tolerance: " << m << "\n";
   }
   exec::finalize_world();
-  return 0;
+  return misses.empty() ? 0 : 1;
 }
 
 // --suite: a file, or the bundled sets by name: "dev" (the 2021 A100 dev suite, the default) and "h100"

@@ -209,9 +209,12 @@ json validate_run(const std::string& file, const json& profile, const std::strin
 std::string validate_text(const json& r) {
   std::ostringstream os;
   char b[256];
-  auto line = [&](const char* name, double p, double m, const char* unit, double scale) {
+  const double step_m = r["measured"]["step_time_s"].get<double>();
+  // `small`: an op class under 1 % of the measured step, whose relative error means nothing ("—")
+  auto line = [&](const char* name, double p, double m, const char* unit, double scale, bool small = false) {
     double e = m > 0 ? 100.0 * (p - m) / m : 0.0;
-    std::snprintf(b, sizeof b, "  %-22s %12.4g %12.4g %s  %+7.1f %%\n", name, p * scale, m * scale, unit, e);
+    if (small) std::snprintf(b, sizeof b, "  %-22s %12.4g %12.4g %s  %9s\n", name, p * scale, m * scale, unit, "—");
+    else std::snprintf(b, sizeof b, "  %-22s %12.4g %12.4g %s  %+7.1f %%\n", name, p * scale, m * scale, unit, e);
     os << b;
   };
   os << "validate " << r["scenario"].get<std::string>() << " on " << r["profile"].get<std::string>() << " ("
@@ -232,11 +235,26 @@ std::string validate_text(const json& r) {
     for (auto it = rk["classes"].begin(); it != rk["classes"].end(); ++it) {
       double p = it.value()["predicted_s"], m = it.value()["measured_s"];
       if (p == 0 && m == 0) continue;
-      line(("  " + it.key()).c_str(), p, m, "s ", 1);
+      line(("  " + it.key()).c_str(), p, m, "s ", 1, std::max(p, m) < 0.01 * step_m);
     }
   }
   if (!r["hooked_steps"].get<bool>()) os << "  (per-class times average every step, the first included: the runtime does not call prof::step_begin)\n";
   return os.str();
+}
+
+std::vector<std::string> validate_misses(const json& r, double tolerance) {
+  std::vector<std::string> out;
+  char b[256];
+  auto check = [&](const char* name, double p, double m, const char* unit, double scale) {
+    double e = m > 0 ? p / m - 1 : 0;
+    if (std::fabs(e) <= tolerance) return;
+    std::snprintf(b, sizeof b, "%s: predicted %.4g %s, measured %.4g %s, error %+.1f %% > %.1f %%", name, p * scale, unit,
+                  m * scale, unit, 100 * e, 100 * tolerance);
+    out.push_back(b);
+  };
+  check("step time", r["predicted"]["step_time_s"], r["measured"]["step_time_s"], "s", 1);
+  check("peak memory", r["predicted"]["peak_memory_bytes"], r["measured"]["peak_memory_bytes"], "MB", 1e-6);
+  return out;
 }
 
 }  // namespace tp::exec

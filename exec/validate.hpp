@@ -23,6 +23,7 @@
 // heap: host pools, Adam state, arena) is reported next to it.
 #pragma once
 #include <string>
+#include <vector>
 
 #include "exec/comm.hpp"
 #include "models/json_check.hpp"
@@ -42,7 +43,12 @@ struct ValidateOptions {
 json validate_run(const std::string& scenario_file, const json& profile, const std::string& profile_file,
                    const ValidateOptions& o, Comm& world);
 
-// The human-readable comparison of a report.
+// The human-readable comparison of a report. Op classes under 1 % of the measured step show "—" as error.
 std::string validate_text(const json& report);
+
+// validate --tolerance: the quantities (step time, peak memory) whose |predicted / measured - 1| exceeds
+// `tolerance`, one line each ("step time: predicted 1.2 s, measured 1.0 s, error +20.0 % > 10.0 %"); empty
+// when both are within it.
+std::vector<std::string> validate_misses(const json& report, double tolerance);
 
 }  // namespace tp::exec

@@ -78,3 +78,23 @@ TEST(Validate, Gpt256PeakMemoryWithinFivePercent) {
   const double pred = r["predicted"]["peak_memory_bytes"].get<double>(), meas = r["measured"]["peak_memory_bytes"].get<double>();
   EXPECT_LT(std::abs(pred - meas) / meas, 0.05) << "predicted " << pred << " measured " << meas;
 }
+
+// --tolerance: exit 1 naming the quantity when step time or memory misses it, 0 within it; the JSON says which.
+TEST(Validate, ToleranceDecidesTheExitCode) {
+  std::string prof = quick_profile();
+  ASSERT_FALSE(prof.empty());
+  std::string sc = std::string(TP_SOURCE_DIR) + "/scenarios/exec/tiny-gpt.json";
+  std::string out = prof + ".tol.json";
+  ASSERT_EQ(sh(std::string(TP_BINARY) + " validate " + sc + " --profile " + prof + " --steps 2 --tolerance 9.9 --json " +
+               out + " > " + out + ".log 2>&1"), 0);
+  json r = json::parse(std::ifstream(out));
+  EXPECT_TRUE(r["within_tolerance"].get<bool>());
+  EXPECT_EQ(sh(std::string(TP_BINARY) + " validate " + sc + " --profile " + prof + " --steps 2 --tolerance 1e-9 --json " +
+               out + " > " + out + ".log 2>&1"), 1);
+  r = json::parse(std::ifstream(out));
+  EXPECT_FALSE(r["within_tolerance"].get<bool>());
+  std::ifstream log(out + ".log");
+  std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("outside the tolerance: step time"), std::string::npos) << text;
+  EXPECT_EQ(sh(std::string(TP_BINARY) + " validate " + sc + " --profile " + prof + " --tolerance -1 > /dev/null 2>&1"), 2);
+}
