@@ -56,7 +56,8 @@ const char* kHelp =
     "      regenerate the published rows of the dev suite (A100, 2021) or of the H100 development set\n"
     "      and print predicted vs published\n"
     "  trainplan run SCENARIO.json [--steps N] [--json FILE] [--fp64] [--seed S] [--lr LR] [--data TOKENS.bin]\n"
-    "                [--delink-step N] [--checkpoint-dir DIR [--checkpoint-every K] [--resume]] [--trace FILE]\n"
+    "                [--delink-step N] [--checkpoint-dir DIR [--checkpoint-every K] [--resume] [--keep-checkpoints K]]\n"
+    "                [--trace FILE] [--log-every N]\n"
     "                [--device-budget BYTES]   (plan.offload chunked: the per-rank device arena; default\n"
     "                gpu_memory_fraction x the cluster GPU's HBM) [--backend cpu|emu|cuda]\n"
     "      train the scenario's GPT with its plan on CPUs (one process per rank: mpirun -np GPUS / srun);\n"
@@ -174,7 +175,7 @@ int cmd_plan(int argc, char** argv) {
 // everywhere with exit 2 (printed once, by rank 0); a rank that fails later aborts the whole job.
 int cmd_run(int argc, char** argv) {
   Args a = parse_args(argc, argv, 2, {"--steps", "--json", "--seed", "--lr", "--data", "--delink-step", "--checkpoint-dir", "--checkpoint-every", "--trace",
-                                          "--device-budget", "--backend"},
+                                          "--device-budget", "--backend", "--log-every", "--keep-checkpoints"},
                   {"--fp64", "--quiet", "--resume"});
   if (a.positional.size() != 1) throw Usage("run needs exactly one scenario file");
   exec::RunOptions o;
@@ -196,6 +197,8 @@ int cmd_run(int argc, char** argv) {
   o.resume = a.flag("--resume");
   o.trace = a.value("--trace");
   o.device_budget_bytes = num("--device-budget", 1, 0);
+  o.log_every = (int)num("--log-every", 0, -1);
+  o.keep_checkpoints = (int)num("--keep-checkpoints", 0, 3);
   if ((o.checkpoint_every > 0 || o.resume) && o.checkpoint_dir.empty()) throw Usage("--checkpoint-every and --resume need --checkpoint-dir");
   o.fp64 = a.flag("--fp64");
   o.backend = a.value("--backend", "cpu");
@@ -219,6 +222,7 @@ int cmd_run(int argc, char** argv) {
     return 2;
   }
   exec::RunResult r;
+  exec::install_stop_handlers();  // SIGINT / SIGTERM (Slurm's pre-emption): finish the step, then stop
   try {
     r = exec::run_training(sc, o, world);
   } catch (const InputError& e) {
@@ -247,12 +251,15 @@ int cmd_run(int argc, char** argv) {
   if (world.rank() == 0) {
     if (!trace_text.empty()) write_file_atomic(o.trace, trace_text);
     if (!a.value("--json").empty()) write_file_atomic(a.value("--json"), exec::run_result_to_json(r, sc, o).dump(2) + "\n");
-    if (!a.flag("--quiet"))
+    if (!a.flag("--quiet") && !r.losses.empty())
       std::printf("trainplan run: %s, %d ranks, %d steps: loss %.4f -> %.4f, %.0f tokens/s\n", sc.name.c_str(),
-                  world.size(), o.steps, r.losses.front(), r.losses.back(), r.tokens_per_s);
+                  world.size(), (int)r.losses.size(), r.losses.front(), r.losses.back(), r.tokens_per_s);
+    if (r.stop_signal)
+      std::fprintf(stderr, "stopped at step %ld; last checkpoint: %s\n", r.first_step + (long)r.losses.size(),
+                   r.last_checkpoint.empty() ? "none (no --checkpoint-dir / --checkpoint-every)" : r.last_checkpoint.c_str());
   }
   exec::finalize_world();
-  return 0;
+  return r.stop_signal ? 128 + r.stop_signal : 0;
 }
 
 // Every rank measures (concurrently, so a profile taken under mpirun -np R includes R busy cores); rank 0 writes.

@@ -295,6 +295,26 @@ std::string checkpoint_path(const std::string& dir, long step, int rank) {
   return (fs::path(dir) / sub / file).string();
 }
 
+std::string checkpoint_step_dir(const std::string& dir, long step) {
+  return fs::path(checkpoint_path(dir, step, 0)).parent_path().string();
+}
+
+void prune_checkpoints(const std::string& dir, int keep, long newest_step) {
+  if (keep <= 0) return;
+  std::error_code ec;
+  std::vector<long> steps;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.size() != 13 || name.compare(0, 5, "step_") != 0) continue;
+    const std::string digits = name.substr(5);
+    if (!std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) continue;
+    long s = std::stol(digits);
+    if (s < newest_step) steps.push_back(s);
+  }
+  std::sort(steps.rbegin(), steps.rend());  // newest first; the newest_step directory counts as one kept
+  for (size_t i = (size_t)std::max(0, keep - 1); i < steps.size(); ++i) fs::remove_all(checkpoint_step_dir(dir, steps[i]), ec);
+}
+
 std::optional<long> latest_complete(const std::string& dir, int world_size) {
   std::error_code ec;
   std::vector<long> steps;

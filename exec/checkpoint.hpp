@@ -65,6 +65,10 @@ bool checkpoint_valid(const std::string& path, CheckpointHeader* header = nullpt
 
 // dir/step_00000120/rank_00003.ckpt
 std::string checkpoint_path(const std::string& dir, long step, int rank);
+std::string checkpoint_step_dir(const std::string& dir, long step);  // DIR/step_NNNNNNNN
+// --keep-checkpoints: removes the step directories older than the `keep` newest complete ones, never touching
+// `newest_step` or anything newer (called after the newest is complete). keep <= 0 keeps everything.
+void prune_checkpoints(const std::string& dir, int keep, long newest_step);
 // The newest step under dir for which every rank 0..world_size-1 has a valid checkpoint whose header names that
 // step, rank and world size; std::nullopt when there is none. Leftover .tmp files are ignored.
 std::optional<long> latest_complete(const std::string& dir, int world_size);

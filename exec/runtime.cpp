@@ -40,6 +40,7 @@
 
 #include "exec/backend.hpp"
 #include "exec/checkpoint.hpp"
+#include "sim/op_cost.hpp"
 #include "exec/chunk_store.hpp"
 #include "exec/data.hpp"
 #include "exec/gpt.hpp"
@@ -315,9 +316,37 @@ struct RankRun {
     double tok_after_first = 0, time_after_first = 0;
     auto tag = [&](Pass ps, int g, long long j) { return ((ps == Pass::fwd ? 0 : 1) * nchunks + g) * (int)m + (int)j; };
 
+    // Rank 0's iteration line with Megatron-LM's fields, every log_every steps whatever stderr is (log tools
+    // read it); between them, on a terminal, the interactive progress line.
+    const int log_every = o.log_every >= 0 ? o.log_every : (o.steps <= 20 ? 1 : 10);
+    const long long gb = sc.training.global_batch;
+    const double model_flops = megatron_flops_per_iteration(sc.model, gb, Tn, false);
+    auto log_iteration = [&](int step, double dt, double loss) {
+      const double tps = (double)gb * Tn / dt;
+      if (log_every > 0 && ((step + 1) % log_every == 0 || step + 1 == o.steps)) {
+        std::fprintf(stderr,
+                     "%s iteration %8d/%8d | consumed samples: %12lld | elapsed time per iteration (ms): %.1f | "
+                     "throughput per GPU (TFLOP/s/GPU): %.4f | tokens per second: %.0f | learning rate: %.6E | "
+                     "global batch size: %5lld | lm loss: %.6E | grad norm: %.4f | peak memory (MB): %.1f |\n",
+                     o.progress ? "\r" : "", step + 1, o.steps, (long long)(step + 1) * gb, dt * 1e3,
+                     model_flops / dt / world.size() / 1e12, tps, learning_rate(o, step, warmup), gb, loss,
+                     res.grad_norm.empty() ? 0.0 : res.grad_norm.back(), peak_rss_bytes() / 1e6);
+      } else if (o.progress) {
+        std::fprintf(stderr, "\rstep %d/%d  loss %.4f  %.0f tokens/s  ETA %.0f s   ", step + 1, o.steps, loss, tps,
+                     dt * (o.steps - step - 1));
+        if (step + 1 == o.steps) std::fprintf(stderr, "\n");
+      }
+      std::fflush(stderr);
+    };
     int first = 0;
     if (o.resume && !o.checkpoint_dir.empty()) {
-      if (auto at = latest_complete(o.checkpoint_dir, world.size())) first = (int)load_checkpoint(*at);
+      if (auto at = latest_complete(o.checkpoint_dir, world.size())) {
+        first = (int)load_checkpoint(*at);
+        res.last_checkpoint = checkpoint_step_dir(o.checkpoint_dir, *at);
+        if (world.rank() == 0) std::fprintf(stderr, "resumed from step %d: %s\n", first, res.last_checkpoint.c_str());
+      } else if (world.rank() == 0) {
+        std::fprintf(stderr, "no complete checkpoint in %s: starting at step 0\n", o.checkpoint_dir.c_str());
+      }
     }
     res.first_step = first;
     for (int step = first; step < o.steps; ++step) {
@@ -451,13 +480,21 @@ struct RankRun {
       res.losses.push_back(mean_loss);
       res.step_time_s.push_back(dt);
       if (step > first) { tok_after_first += (double)sc.training.global_batch * Tn; time_after_first += dt; }
-      if (o.checkpoint_every > 0 && !o.checkpoint_dir.empty() && (step + 1) % o.checkpoint_every == 0)
+      // A signal on any rank stops every rank after this step (the flag is summed over the world).
+      double stop = pending_stop_signal();
+      world.all_reduce_sum(&stop, 1, Dtype::f64);
+      const bool stopping = stop > 0 && step + 1 < o.steps;
+      const bool ckpt = !o.checkpoint_dir.empty() &&
+                        ((o.checkpoint_every > 0 && (step + 1) % o.checkpoint_every == 0) || (stopping && o.checkpoint_every > 0));
+      if (ckpt) {
         save_checkpoint(step + 1);
-      if (o.progress && world.rank() == 0) {
-        double tps = (double)sc.training.global_batch * Tn / dt;
-        std::fprintf(stderr, "\rstep %d/%d  loss %.4f  %.0f tokens/s  ETA %.0f s   ", step + 1, o.steps, mean_loss, tps,
-                     dt * (o.steps - step - 1));
-        if (step + 1 == o.steps) std::fprintf(stderr, "\n");
+        res.last_checkpoint = checkpoint_step_dir(o.checkpoint_dir, step + 1);
+        if (world.rank() == 0) prune_checkpoints(o.checkpoint_dir, o.keep_checkpoints, step + 1);
+      }
+      if (world.rank() == 0) log_iteration(step, dt, mean_loss);
+      if (stopping) {
+        res.stop_signal = pending_stop_signal() ? pending_stop_signal() : 15;  // another rank's (mpirun forwards TERM)
+        break;
       }
     }
     res.delink_step = delink_step;

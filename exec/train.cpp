@@ -11,11 +11,28 @@
 #include <cstring>
 #include <unistd.h>
 
+#include <csignal>
+
 #include "exec/data.hpp"
 #include "exec/gpt.hpp"
 #include "exec/ops.hpp"
 
 namespace tp::exec {
+
+namespace {
+volatile std::sig_atomic_t g_stop_signal = 0;
+void on_stop_signal(int sig) { g_stop_signal = sig; }
+}  // namespace
+
+void install_stop_handlers() {
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+}
+
+int pending_stop_signal() { return (int)g_stop_signal; }
 
 void check_runnable(const Scenario& sc) {
   const Plan& p = sc.plan;
@@ -70,6 +87,8 @@ json run_result_to_json(const RunResult& r, const Scenario& sc, const RunOptions
           {"peak_memory_bytes", r.peak_memory_bytes},
           {"delink_step", r.delink_step},
           {"first_step", r.first_step}};
+  if (r.stop_signal) j["stopped_by_signal"] = r.stop_signal;
+  if (!r.last_checkpoint.empty()) j["last_checkpoint"] = r.last_checkpoint;
   if (r.offload.on) {
     const OffloadResult& f = r.offload;
     j["offload"] = {{"kind", "chunked"},

@@ -32,7 +32,14 @@ struct RunOptions {
   std::string trace;             // write a Chrome trace of the last step (lanes and op names as the simulator's)
   double device_budget_bytes = 0;  // plan.offload chunked: the device pool (arena) per rank in bytes;
                                    // 0 = gpu_memory_fraction x the scenario's cluster GPU hbm_bytes
+  int log_every = -1;            // rank 0's iteration line every N steps (-1: 10, every step for runs <= 20; 0: none)
+  int keep_checkpoints = 3;      // complete checkpoints kept (older ones removed after a newer one is complete)
 };
+
+// SIGINT / SIGTERM: the handler records the signal; run_training finishes the step, stops every rank at the
+// same step (checkpoint written when checkpointing is on) and reports it in RunResult::stop_signal.
+void install_stop_handlers();
+int pending_stop_signal();  // the signal received (0 none)
 
 // plan.offload "chunked": what the chunk store of rank 0 did, per step (exec/chunk_store.hpp).
 struct OffloadResult {
@@ -62,6 +69,8 @@ struct RunResult {
   long first_step = 0;               // losses[i] is step first_step + i (> 0 after a resume)
   json trace;                        // this rank's trace events of the last step (when RunOptions::trace is set)
   OffloadResult offload;             // plan.offload chunked (rank 0's store)
+  int stop_signal = 0;               // SIGINT / SIGTERM stopped the run after the steps in `losses`
+  std::string last_checkpoint;       // the newest complete checkpoint directory written or resumed from ("" none)
 };
 
 // Throws InputError (exit 2) for plans this executor cannot run yet; call on every rank before any work.

@@ -1,0 +1,127 @@
+// `trainplan run` as a batch job sees it: the iteration line (Megatron-LM's fields) whatever stderr is, SIGTERM /
+// SIGINT finishing the step with a checkpoint and the JSON of the steps done (exit 143 / 130), every rank of an
+// mpirun job stopping at the same step, --keep-checkpoints retention and --resume saying where it resumed.
+// The signal is sent once the log shows training has started (no fixed sleeps).
+#include <gtest/gtest.h>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include "models/json_check.hpp"
+#include "temp_dir.hpp"
+
+using tp::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Starts `cmd` through sh (its own process group), waits until `log` contains `marker`, sends `sig` to the
+// group, and returns the shell's exit status.
+int run_and_signal(const std::string& cmd, const fs::path& log, const std::string& marker, int sig) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    setpgid(0, 0);
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), (char*)nullptr);
+    _exit(127);
+  }
+  setpgid(pid, pid);
+  auto t0 = std::chrono::steady_clock::now();
+  while (slurp(log).find(marker) == std::string::npos &&
+         std::chrono::steady_clock::now() - t0 < std::chrono::seconds(120))
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  kill(-pid, sig);
+  int st = 0;
+  waitpid(pid, &st, 0);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+std::string tiny(const fs::path& dir, int dp) {
+  json j = json::parse(slurp(std::string(TP_SOURCE_DIR) + "/scenarios/exec/tiny-gpt.json"));
+  j["plan"]["dp"] = dp;
+  j["name"] = "tiny-signals";
+  fs::path f = dir / ("tiny-dp" + std::to_string(dp) + ".json");
+  std::ofstream(f) << j.dump(2);
+  return f.string();
+}
+
+int count_step_dirs(const fs::path& d) {
+  int n = 0;
+  for (auto& e : fs::directory_iterator(d)) n += e.path().filename().string().rfind("step_", 0) == 0;
+  return n;
+}
+
+}  // namespace
+
+TEST(RunSignals, IterationLineEveryStepForShortRuns) {
+  tp::testutil::TempDir t("signals_log");
+  fs::path log = t.path / "log";
+  std::string cmd = std::string(TP_BINARY) + " run " + tiny(t.path, 1) + " --steps 3 --quiet 2> " + log.string();
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  std::string s = slurp(log);
+  for (const char* k : {"iteration        3/       3", "consumed samples:", "elapsed time per iteration (ms):",
+                        "throughput per GPU (TFLOP/s/GPU):", "learning rate:", "lm loss:", "grad norm:", "peak memory (MB):"})
+    EXPECT_NE(s.find(k), std::string::npos) << k << "\n" << s;
+  EXPECT_NE(s.find("iteration        1/       3"), std::string::npos);  // every step for runs of <= 20 steps
+}
+
+TEST(RunSignals, SigtermCheckpointsWritesJsonAndResumes) {
+  tp::testutil::TempDir t("signals_term");
+  fs::path log = t.path / "log", ck = t.path / "ck", out = t.path / "o.json";
+  std::string sc = tiny(t.path, 1);
+  std::string cmd = "exec " + std::string(TP_BINARY) + " run " + sc + " --steps 100000 --checkpoint-dir " + ck.string() +
+                    " --checkpoint-every 2 --keep-checkpoints 2 --log-every 3 --json " + out.string() + " 2> " + log.string();
+  EXPECT_EQ(run_and_signal(cmd, log, "iteration        9/", SIGTERM), 143);
+  json r = json::parse(slurp(out));
+  EXPECT_EQ(r["stopped_by_signal"], 15);
+  const long steps = (long)r["losses"].size();
+  EXPECT_GE(steps, 9);
+  EXPECT_LT(steps, 100000);
+  std::string s = slurp(log);
+  EXPECT_NE(s.find("stopped at step " + std::to_string(steps) + "; last checkpoint:"), std::string::npos) << s;
+  EXPECT_EQ(r["last_checkpoint"].get<std::string>(), (ck / ("step_" + std::string(8 - std::to_string(steps).size(), '0') +
+                                                              std::to_string(steps))).string());
+  EXPECT_LE(count_step_dirs(ck), 2);  // --keep-checkpoints 2
+  // --resume says where it resumed, and continues from there.
+  fs::path log2 = t.path / "log2", out2 = t.path / "o2.json";
+  std::string cmd2 = std::string(TP_BINARY) + " run " + sc + " --steps " + std::to_string(steps + 2) + " --checkpoint-dir " +
+                     ck.string() + " --resume --quiet --json " + out2.string() + " 2> " + log2.string();
+  ASSERT_EQ(std::system(cmd2.c_str()), 0) << slurp(log2);
+  EXPECT_NE(slurp(log2).find("resumed from step " + std::to_string(steps) + ": "), std::string::npos) << slurp(log2);
+  EXPECT_EQ(json::parse(slurp(out2))["first_step"], steps);
+}
+
+TEST(RunSignals, SigtermUnderMpirunStopsEveryRankAtOneStep) {
+#ifndef TP_MPIEXEC
+  GTEST_SKIP() << "built without MPI";
+#else
+  tp::testutil::TempDir t("signals_mpi");
+  fs::path log = t.path / "log", ck = t.path / "ck", out = t.path / "o.json";
+  std::string cmd = std::string("exec ") + TP_MPIEXEC + " -np 2 --oversubscribe " + TP_MPI_ROOT_FLAG + " " + TP_BINARY +
+                    " run " + tiny(t.path, 2) + " --steps 100000 --checkpoint-dir " + ck.string() +
+                    " --checkpoint-every 4 --log-every 2 --json " + out.string() + " 2> " + log.string();
+  run_and_signal(cmd, log, "iteration        6/", SIGTERM);  // mpirun's own exit code is Open MPI's
+  json r = json::parse(slurp(out));
+  EXPECT_EQ(r["stopped_by_signal"], 15);
+  const long steps = (long)r["losses"].size();
+  // the stop step's checkpoint is complete on both ranks (a resume would find it)
+  fs::path d = r["last_checkpoint"].get<std::string>();
+  EXPECT_TRUE(fs::exists(d / "rank_00000.ckpt"));
+  EXPECT_TRUE(fs::exists(d / "rank_00001.ckpt"));
+  EXPECT_NE(slurp(log).find("stopped at step " + std::to_string(steps)), std::string::npos) << slurp(log);
+#endif
+}
