@@ -209,6 +209,7 @@ int cmd_run(int argc, char** argv) {
     sc = load_scenario(a.positional[0]);
     if (world.rank() == 0) print_warnings(sc);
     exec::check_runnable(sc);
+    if (!o.data.empty()) exec::load_run_tokens(o.data, sc.model.vocab);  // a bad token file: exit 2 on every rank, before work
     std::string why;
     if (!exec::find_backend(o.backend, why)) throw InputError({"--backend: " + why});
     if (world.size() != sc.plan.gpus())

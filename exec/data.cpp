@@ -77,8 +77,8 @@ std::string decode_ids(std::span<const Id> ids) {
   for (size_t i = 0; i < ids.size(); ++i) {
     const long v = static_cast<long>(ids[i]);
     if (v < 0 || v >= ByteTokenizer::vocab_size)
-      throw std::invalid_argument("ByteTokenizer::decode: id " + std::to_string(v) + " at position " +
-                                  std::to_string(i) + " is outside [0, 256)");
+      throw std::invalid_argument("cannot decode token id " + std::to_string(v) + " at position " + std::to_string(i) +
+                                  " as a byte: byte tokens are 0 to 255");
     s[i] = static_cast<char>(static_cast<unsigned char>(v));
   }
   return s;

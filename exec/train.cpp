@@ -66,7 +66,13 @@ void check_runnable(const Scenario& sc) {
 
 // The run's token stream: the given llm.c token file, or the bundled tiny corpus (byte tokens).
 std::vector<uint16_t> load_run_tokens(const std::string& path, long long vocab) {
-  std::vector<uint16_t> t = read_tokens(path.empty() ? ensure_corpus_tokens() : path);
+  std::vector<uint16_t> t;
+  try {
+    t = read_tokens(path.empty() ? ensure_corpus_tokens() : path);
+  } catch (const std::runtime_error& e) {  // a user's token file that is missing, truncated or not one: bad input
+    if (path.empty()) throw;
+    throw InputError({std::string("--data ") + e.what()});
+  }
   uint16_t mx = 0;
   for (uint16_t x : t) mx = std::max(mx, x);
   if ((long long)mx >= vocab)

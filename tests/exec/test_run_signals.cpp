@@ -1,13 +1,14 @@
 // `trainplan run` as a batch job sees it: the iteration line (Megatron-LM's fields) whatever stderr is, SIGTERM /
 // SIGINT finishing the step with a checkpoint and the JSON of the steps done (exit 143 / 130), every rank of an
 // mpirun job stopping at the same step, --keep-checkpoints retention and --resume saying where it resumed.
-// The signal is sent once the log shows training has started (no fixed sleeps).
+// The signal is sent once the log shows training has started (no fixed sleeps). Bad --data files exit 2.
 #include <gtest/gtest.h>
 
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -124,4 +125,22 @@ TEST(RunSignals, SigtermUnderMpirunStopsEveryRankAtOneStep) {
   EXPECT_TRUE(fs::exists(d / "rank_00001.ckpt"));
   EXPECT_NE(slurp(log).find("stopped at step " + std::to_string(steps)), std::string::npos) << slurp(log);
 #endif
+}
+
+// A bad --data file (not a token file, truncated, missing, ids outside the vocabulary) is bad input: exit 2 with
+// one clean line naming --data, checked on every rank before any work.
+TEST(RunSignals, BadDataFilesExitTwoBeforeWork) {
+  tp::testutil::TempDir t("signals_data");
+  std::string sc = tiny(t.path, 1);
+  fs::path junk = t.path / "junk.bin";
+  std::ofstream(junk) << std::string(1000, 'x');
+  for (const std::string& f : {junk.string(), (t.path / "missing.bin").string()}) {
+    fs::path log = t.path / "log";
+    std::string cmd = std::string(TP_BINARY) + " run " + sc + " --steps 1 --data " + f + " > /dev/null 2> " + log.string();
+    int rc = std::system(cmd.c_str());
+    EXPECT_EQ(WEXITSTATUS(rc), 2) << f;
+    std::string s = slurp(log);
+    EXPECT_EQ(s.rfind("error: --data " + f + ": ", 0), 0u) << s;
+    EXPECT_EQ(std::count(s.begin(), s.end(), '\n'), 1) << s;
+  }
 }
