@@ -16,6 +16,7 @@
 #include "models/scenario.hpp"
 #include "sim/output.hpp"
 #include "sim/simulate.hpp"
+#include "args.hpp"
 #include "catalog_cmd.hpp"
 #include "sim/validate_devset.hpp"
 #include "sim/validate_published.hpp"
@@ -32,83 +33,6 @@
 using namespace tp;
 
 namespace {
-
-struct Usage : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-const char* kHelp =
-    "trainplan — predict, plan and check the training of large transformers\n"
-    "\n"
-    "usage:\n"
-    "  trainplan simulate SCENARIO.json [--json FILE] [--trace FILE [--trace-detail op|layer|chunk]]\n"
-    "                     [--full-cluster] [--quiet]\n"
-    "      simulate one training step of the scenario's plan and estimate the whole run\n"
-    "  trainplan plan SCENARIO.json [--json FILE] [--csv FILE] [--trace FILE] [--threads N] [--quiet]\n"
-    "      search every plan for the scenario's \"search\" block: top plans (simulated), Pareto front (GPUs,\n"
-    "      time to train, cost), why the alternatives lose; exit 3 when no plan fits\n"
-    "  trainplan report SPEC.report.json --out DIR [--quiet]\n"
-    "  trainplan report SCENARIO.json [SCENARIO.json ...] --out DIR [--quiet]\n"
-    "      write a report to DIR: report.md, report.html (self-contained, SVG figures inline), figures/*.svg,\n"
-    "      data.json, data.csv. A spec (docs/reports.md) names runs, checks of published claims and figures;\n"
-    "      scenario files are compared side by side (one with a search block is planned first)\n"
-    "  trainplan validate-published [--suite dev|h100|FILE.json] [--cluster NAME] [--json FILE]\n"
-    "      regenerate the published rows of the dev suite (A100, 2021) or of the H100 development set\n"
-    "      and print predicted vs published\n"
-    "  trainplan run SCENARIO.json [--steps N] [--json FILE] [--fp64] [--seed S] [--lr LR] [--data TOKENS.bin]\n"
-    "                [--delink-step N] [--checkpoint-dir DIR [--checkpoint-every K] [--resume] [--keep-checkpoints K]]\n"
-    "                [--trace FILE] [--log-every N]\n"
-    "                [--device-budget BYTES]   (plan.offload chunked: the per-rank device arena; default\n"
-    "                gpu_memory_fraction x the cluster GPU's HBM) [--backend cpu|emu|cuda]\n"
-    "      train the scenario's GPT with its plan on CPUs (one process per rank: mpirun -np GPUS / srun);\n"
-    "      --backend picks the compute backend (default cpu; emu and cuda are not built in this version)\n"
-    "  trainplan calibrate --backend cpu --out PROFILE.json [--quick] [--gpus-per-node N] [--memory-bytes B]\n"
-    "                      [--power-w W]\n"
-    "      measure this machine (GEMM, memory, element-wise ops; links under mpirun -np 2+) and write a cluster\n"
-    "      profile for scenarios (\"cluster\": <its contents>)\n"
-    "  trainplan validate SCENARIO.json --profile PROFILE.json [--steps N] [--json FILE] [--device-budget BYTES]\n"
-    "                     [--tolerance F]\n"
-    "      run the plan for N steps (under mpirun like run) and compare with the simulation on the profile:\n"
-    "      step time, time per op class, peak memory; with --tolerance (e.g. 0.10) exit 1 when step time or\n"
-    "      peak memory misses it\n"
-    "  trainplan catalog [gpus|clusters|models] [--json FILE|-]\n"
-    "      list the bundled catalog\n"
-    "  trainplan version\n";
-
-struct Args {
-  std::vector<std::string> positional;
-  std::vector<std::pair<std::string, std::string>> options;  // --name value ("" for flags)
-  bool flag(const std::string& n) const {
-    for (auto& o : options) if (o.first == n) return true;
-    return false;
-  }
-  std::string value(const std::string& n, const std::string& dflt = "") const {
-    for (auto& o : options) if (o.first == n) return o.second;
-    return dflt;
-  }
-};
-
-Args parse_args(int argc, char** argv, int from, const std::vector<std::string>& valued, const std::vector<std::string>& flags) {
-  Args a;
-  for (int i = from; i < argc; ++i) {
-    std::string s = argv[i];
-    if (s.rfind("--", 0) == 0) {
-      bool is_valued = std::find(valued.begin(), valued.end(), s) != valued.end();
-      bool is_flag = std::find(flags.begin(), flags.end(), s) != flags.end();
-      if (is_valued) {
-        if (i + 1 >= argc) throw Usage("option " + s + " needs a value");
-        a.options.push_back({s, argv[++i]});
-      } else if (is_flag) {
-        a.options.push_back({s, ""});
-      } else {
-        throw Usage("unknown option " + s);
-      }
-    } else {
-      a.positional.push_back(s);
-    }
-  }
-  return a;
-}
 
 // Loading warnings (valid input that is not fully modelled) on stderr; they never change the exit code.
 void print_warnings(const Scenario& sc) {
@@ -414,13 +338,30 @@ int cmd_catalog(int argc, char** argv) {
 
 }  // namespace
 
+static const char* kVersion = "trainplan 0.1.0";
+
+static std::string version_text() {
+  std::string s = std::string(kVersion) + "\nbackends:";
+  for (const exec::Backend* b : exec::available_backends()) s += std::string(" ") + b->name;
+  return s + "\n";
+}
+
 int main(int argc, char** argv) {
-  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "help")) {
-    std::cout << kHelp;
-    return argc < 2 ? 2 : 0;
+  if (argc < 2) {
+    std::cerr << kHelp;
+    return 2;
   }
   std::string cmd = argv[1];
+  if (cmd == "--help" || cmd == "-h" || cmd == "help") {
+    std::cout << kHelp;
+    return 0;
+  }
   try {
+    if (cmd == "--version" || cmd == "-V" || cmd == "version") {
+      if (cmd == "version") parse_args(argc, argv, 2, {}, {});
+      std::cout << version_text();
+      return 0;
+    }
     if (cmd == "simulate") return cmd_simulate(argc, argv);
     if (cmd == "plan") return cmd_plan(argc, argv);
     if (cmd == "validate-published") return cmd_validate_published(argc, argv);
@@ -429,16 +370,21 @@ int main(int argc, char** argv) {
     if (cmd == "calibrate") return cmd_calibrate(argc, argv);
     if (cmd == "validate") return cmd_validate(argc, argv);
     if (cmd == "report") return report_main(std::vector<std::string>(argv + 2, argv + argc));
-    if (cmd == "version") { std::cout << "trainplan 0.1.0\n"; return 0; }
-    throw Usage("unknown command \"" + cmd + "\"");
+    std::cerr << "error: unknown command \"" << cmd << "\"" << did_you_mean(cmd, kCommands)
+              << "\nusage: trainplan COMMAND [options]   (commands: simulate, plan, report, validate-published, run, "
+                 "calibrate, validate, catalog, version; `trainplan --help` for all)\n";
+    return 2;
+  } catch (const HelpShown&) {
+    return 0;
   } catch (const InputError& e) {
     for (auto& m : e.messages) std::cerr << "error: " << m << "\n";
     return 2;
   } catch (const Usage& e) {
-    std::cerr << "error: " << e.what() << "\n\n" << kHelp;
+    std::cerr << "error: " << e.what() << "\nusage:\n" << command_usage(cmd) << "(`trainplan " << cmd
+              << " --help` for details)\n";
     return 2;
   } catch (const std::exception& e) {
-    std::cerr << "internal error: " << e.what() << "\n";
+    std::cerr << "error: " << e.what() << "\n";
     return 1;
   }
 }

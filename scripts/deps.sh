@@ -2,7 +2,7 @@
 # Installs the Debian packages trainplan needs, skipping those already present (Debian 12, run as root).
 set -euo pipefail
 pkgs=(cmake ninja-build g++ make nlohmann-json3-dev libboost-graph-dev libgtest-dev libgmock-dev libbenchmark-dev
-      libeigen3-dev openmpi-bin libopenmpi-dev)
+      libeigen3-dev openmpi-bin libopenmpi-dev libcli11-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 
 #include "op_cost.hpp"
 
@@ -246,6 +247,10 @@ void print_summary(std::ostream& os, const Result& r) {
 }
 
 void write_file_atomic(const std::string& path, const std::string& text) {
+  if (path == "-") {  // "-": standard output (the command line's convention for --json - and the like)
+    std::cout << text << std::flush;
+    return;
+  }
   std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);

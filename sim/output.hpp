@@ -18,7 +18,7 @@ void print_summary(std::ostream& os, const Result& r);
 // ("L07.fwd.mb3"), or one per chunk pass ("C03.fwd.mb5"). Very large traces fall back to coarser detail.
 enum class TraceDetail { op, layer, chunk };
 json trace_to_json(const Result& r, TraceDetail detail = TraceDetail::op);
-// Atomic write: text to path + ".tmp", then rename. Throws std::runtime_error on failure.
+// Atomic write: text to path + ".tmp", then rename ("-": standard output). Throws std::runtime_error on failure.
 void write_file_atomic(const std::string& path, const std::string& text);
 
 // The units every text output uses (simulate, plan, validate): memory in GiB, time to train in days, money in

@@ -1,0 +1,154 @@
+// args: see args.hpp.
+#include "args.hpp"
+
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <iostream>
+#include <map>
+#include <sstream>
+
+#include "models/catalog.hpp"
+
+namespace tp {
+
+const char* const kHelp =
+    "trainplan — predict, plan and check the training of large transformers\n"
+    "\n"
+    "usage:\n"
+    "  trainplan simulate SCENARIO.json [--json FILE] [--trace FILE [--trace-detail op|layer|chunk]]\n"
+    "                     [--full-cluster] [--quiet]\n"
+    "      simulate one training step of the scenario's plan and estimate the whole run\n"
+    "  trainplan plan SCENARIO.json [--json FILE] [--csv FILE] [--trace FILE] [--threads N] [--quiet]\n"
+    "      search every plan for the scenario's \"search\" block: top plans (simulated), Pareto front (GPUs,\n"
+    "      time to train, cost), why the alternatives lose; exit 3 when no plan fits\n"
+    "  trainplan report SPEC.report.json --out DIR [--quiet]\n"
+    "  trainplan report SCENARIO.json [SCENARIO.json ...] --out DIR [--quiet]\n"
+    "      write a report to DIR: report.md, report.html (self-contained, SVG figures inline), figures/*.svg,\n"
+    "      data.json, data.csv. A spec (docs/reports.md) names runs, checks of published claims and figures;\n"
+    "      scenario files are compared side by side (one with a search block is planned first)\n"
+    "  trainplan validate-published [--suite dev|h100|FILE.json] [--cluster NAME] [--json FILE]\n"
+    "      regenerate the published rows of the dev suite (A100, 2021) or of the H100 development set\n"
+    "      and print predicted vs published\n"
+    "  trainplan run SCENARIO.json [--steps N] [--json FILE] [--fp64] [--seed S] [--lr LR] [--data TOKENS.bin]\n"
+    "                [--delink-step N] [--checkpoint-dir DIR [--checkpoint-every K] [--resume] [--keep-checkpoints K]]\n"
+    "                [--trace FILE] [--log-every N]\n"
+    "                [--device-budget BYTES]   (plan.offload chunked: the per-rank device arena; default\n"
+    "                gpu_memory_fraction x the cluster GPU's HBM) [--backend cpu|emu|cuda]\n"
+    "      train the scenario's GPT with its plan on CPUs (one process per rank: mpirun -np GPUS / srun);\n"
+    "      --backend picks the compute backend (default cpu; emu and cuda are not built in this version)\n"
+    "  trainplan calibrate --backend cpu --out PROFILE.json [--quick] [--gpus-per-node N] [--memory-bytes B]\n"
+    "                      [--power-w W]\n"
+    "      measure this machine (GEMM, memory, element-wise ops; links under mpirun -np 2+) and write a cluster\n"
+    "      profile for scenarios (\"cluster\": <its contents>)\n"
+    "  trainplan validate SCENARIO.json --profile PROFILE.json [--steps N] [--json FILE] [--device-budget BYTES]\n"
+    "                     [--tolerance F]\n"
+    "      run the plan for N steps (under mpirun like run) and compare with the simulation on the profile:\n"
+    "      step time, time per op class, peak memory; with --tolerance (e.g. 0.10) exit 1 when step time or\n"
+    "      peak memory misses it\n"
+    "  trainplan catalog [gpus|clusters|models] [--json FILE|-]\n"
+    "      list the bundled catalog\n"
+    "  trainplan version | --version | -V\n"
+    "      the version and the backends compiled in\n"
+    "\n"
+    "`trainplan COMMAND --help` shows one command. Exit codes: 0 success, 1 a failure while running (or a\n"
+    "validate tolerance missed), 2 bad input or usage, 3 no plan fits, 77 a backend without a device,\n"
+    "130 / 143 stopped by SIGINT / SIGTERM (run).\n";
+
+const std::vector<std::string> kCommands = {"simulate", "plan", "report", "validate-published", "run", "calibrate",
+                                            "validate", "catalog", "version"};
+
+bool Args::flag(const std::string& n) const {
+  for (auto& o : options) if (o.first == n) return true;
+  return false;
+}
+
+std::string Args::value(const std::string& n, const std::string& dflt) const {
+  for (auto& o : options) if (o.first == n) return o.second;
+  return dflt;
+}
+
+std::string did_you_mean(const std::string& word, const std::vector<std::string>& known) {
+  std::string near = closest_name(word, known);
+  return near.empty() ? "" : "; did you mean \"" + near + "\"?";
+}
+
+// kHelp's sections: "  trainplan CMD ..." starts one (report has two), indented lines continue it.
+static std::map<std::string, std::string> help_sections() {
+  std::map<std::string, std::string> out;
+  std::istringstream in(kHelp);
+  std::string line, cur;
+  while (std::getline(in, line)) {
+    if (line.rfind("  trainplan ", 0) == 0) {
+      std::string rest = line.substr(12);
+      cur = rest.substr(0, rest.find(' '));
+    } else if (line.empty() || line[0] != ' ') {
+      cur.clear();
+    }
+    if (!cur.empty()) out[cur] += line + "\n";
+  }
+  return out;
+}
+
+std::string command_help(const std::string& cmd) {
+  auto s = help_sections();
+  auto it = s.find(cmd);
+  return it == s.end() ? "" : "usage:\n" + it->second;
+}
+
+std::string command_usage(const std::string& cmd) {
+  std::istringstream in(command_help(cmd));
+  std::string line, out;
+  std::getline(in, line);  // "usage:"
+  // usage lines and their continuations (deeply indented); the description is indented by exactly six spaces
+  while (std::getline(in, line) && !(line.rfind("      ", 0) == 0 && line.size() > 6 && line[6] != ' ')) out += line + "\n";
+  return out;
+}
+
+Args parse_args(int argc, char** argv, int from, const std::vector<std::string>& valued,
+                const std::vector<std::string>& flags) {
+  const std::string cmd = argv[from - 1];
+  CLI::App app("trainplan " + cmd, "trainplan " + cmd);
+  app.set_help_flag();  // our own -h / --help below: the command's section of the manual
+  bool help = false;
+  app.add_flag("-h,--help", help);
+  std::vector<std::string> vals(valued.size()), positional;
+  std::vector<bool> given_flag(flags.size());
+  std::vector<CLI::Option*> opts;
+  for (size_t i = 0; i < valued.size(); ++i) opts.push_back(app.add_option(valued[i], vals[i])->allow_extra_args(false));
+  std::vector<CLI::Option*> fopts;
+  for (size_t i = 0; i < flags.size(); ++i) fopts.push_back(app.add_flag(flags[i]));
+  app.add_option("args", positional);
+  app.allow_extras(false);
+  std::vector<std::string> known = valued;
+  known.insert(known.end(), flags.begin(), flags.end());
+  known.push_back("--help");
+  std::vector<std::string> rev;
+  for (int i = argc - 1; i >= from; --i) rev.push_back(argv[i]);
+  try {
+    app.parse(rev);
+  } catch (const CLI::ParseError& e) {
+    std::string msg = e.what();
+    // unknown option: name it and suggest the closest known one
+    for (int i = from; i < argc; ++i) {
+      std::string s = argv[i];
+      std::string name = s.substr(0, s.find('='));
+      if (name.rfind("-", 0) == 0 && name != "-" && std::find(known.begin(), known.end(), name) == known.end() && name != "-h")
+        throw Usage("unknown option " + name + " for " + cmd + did_you_mean(name, known));
+    }
+    throw Usage(msg);
+  }
+  if (help) {
+    std::cout << command_help(cmd);
+    throw HelpShown{};
+  }
+  Args a;
+  a.positional = positional;
+  for (size_t i = 0; i < valued.size(); ++i)
+    if (opts[i]->count() > 0) a.options.push_back({valued[i], vals[i]});
+  for (size_t i = 0; i < flags.size(); ++i)
+    if (fopts[i]->count() > 0) a.options.push_back({flags[i], ""});
+  return a;
+}
+
+}  // namespace tp

@@ -1,0 +1,87 @@
+// The command line as users of Megatron-LM / DeepSpeed / Slurm expect it: per-subcommand --help / -h (exit 0),
+// --version / -V, --opt=value, "-" for standard output, "did you mean" for misspelt commands and options, and a
+// short usage (not the whole manual) on a usage error (exit 2).
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+#include "models/json_check.hpp"
+#include "temp_dir.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Out { int rc; std::string text; };
+
+Out tp_run(const std::string& args, const std::string& cwd = ".") {
+  std::string cmd = "cd " + cwd + " && " + std::string(TP_BINARY) + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  int st = pclose(p);
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : 128, out};
+}
+
+long lines(const std::string& s) { return std::count(s.begin(), s.end(), '\n'); }
+
+const std::string kScenario = std::string(TP_SOURCE_DIR) + "/scenarios/default.json";
+
+}  // namespace
+
+TEST(Cli, HelpPerSubcommandExitsZero) {
+  for (const char* cmd : {"simulate", "plan", "run", "validate", "calibrate", "validate-published", "catalog", "version"}) {
+    for (const char* h : {"--help", "-h"}) {
+      Out o = tp_run(std::string(cmd) + " " + h);
+      EXPECT_EQ(o.rc, 0) << cmd << " " << h << "\n" << o.text;
+      EXPECT_EQ(o.text.rfind("usage:\n  trainplan " + std::string(cmd), 0), 0u) << o.text;
+    }
+  }
+  Out all = tp_run("--help");
+  EXPECT_EQ(all.rc, 0);
+  EXPECT_NE(all.text.find("Exit codes:"), std::string::npos);
+}
+
+TEST(Cli, VersionFlags) {
+  for (const char* v : {"--version", "-V", "version"}) {
+    Out o = tp_run(v);
+    EXPECT_EQ(o.rc, 0) << v;
+    EXPECT_EQ(o.text.rfind("trainplan ", 0), 0u) << o.text;
+    EXPECT_NE(o.text.find("backends: cpu"), std::string::npos) << o.text;
+  }
+}
+
+TEST(Cli, MisspeltCommandAndOptionGetSuggestionsAndAShortUsage) {
+  Out c = tp_run("simulat " + kScenario);
+  EXPECT_EQ(c.rc, 2);
+  EXPECT_NE(c.text.find("did you mean \"simulate\"?"), std::string::npos) << c.text;
+  EXPECT_LE(lines(c.text), 3) << c.text;
+  Out o = tp_run("simulate " + kScenario + " --jsn out.json");
+  EXPECT_EQ(o.rc, 2);
+  EXPECT_NE(o.text.find("unknown option --jsn for simulate; did you mean \"--json\"?"), std::string::npos) << o.text;
+  EXPECT_NE(o.text.find("trainplan simulate SCENARIO.json"), std::string::npos) << o.text;
+  EXPECT_LE(lines(o.text), 6) << o.text;  // the command's usage lines, not the 40-line manual
+  Out p = tp_run("plan");
+  EXPECT_EQ(p.rc, 2);
+  EXPECT_LE(lines(p.text), 6) << p.text;
+}
+
+TEST(Cli, EqualsValuesAndDashForStdout) {
+  tp::testutil::TempDir t("cli_eq");
+  std::string f = t.file("o.json");
+  Out a = tp_run("simulate " + kScenario + " --json=" + f + " --quiet");
+  EXPECT_EQ(a.rc, 0) << a.text;
+  EXPECT_TRUE(fs::exists(f));
+  Out b = tp_run("simulate " + kScenario + " --json - --quiet", t.path.string());
+  EXPECT_EQ(b.rc, 0) << b.text;
+  tp::json j = tp::json::parse(b.text);  // the JSON went to standard output
+  EXPECT_GT(j["step_time_s"].get<double>(), 0);
+  EXPECT_FALSE(fs::exists(t.path / "-"));
+}
