@@ -8,7 +8,14 @@
 #include <map>
 #include <sstream>
 
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
 #include "models/catalog.hpp"
+#include "models/json_check.hpp"
 
 namespace tp {
 
@@ -105,6 +112,22 @@ std::string command_usage(const std::string& cmd) {
   return out;
 }
 
+// Output files (--json, --trace, --csv, --out) are checked before any work, so a run never trains for minutes
+// and then loses its results: a name (not ""), an existing, writable directory, not a directory itself.
+static void check_output_path(const std::string& opt, const std::string& path) {
+  namespace fs = std::filesystem;
+  if (path.empty()) throw InputError({opt + ": expected a file name (or - for standard output), got an empty string"});
+  if (path == "-") return;
+  fs::path dir = fs::path(path).parent_path();
+  if (dir.empty()) dir = ".";
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec))
+    throw InputError({opt + ": cannot write " + path + ": " + (fs::exists(dir, ec) ? "not a directory: " : "no such directory: ") + dir.string()});
+  if (::access(dir.c_str(), W_OK) != 0)
+    throw InputError({opt + ": cannot write " + path + ": " + std::strerror(errno) + " (" + dir.string() + ")"});
+  if (fs::is_directory(path, ec)) throw InputError({opt + ": cannot write " + path + ": it is a directory"});
+}
+
 Args parse_args(int argc, char** argv, int from, const std::vector<std::string>& valued,
                 const std::vector<std::string>& flags) {
   const std::string cmd = argv[from - 1];
@@ -145,7 +168,11 @@ Args parse_args(int argc, char** argv, int from, const std::vector<std::string>&
   Args a;
   a.positional = positional;
   for (size_t i = 0; i < valued.size(); ++i)
-    if (opts[i]->count() > 0) a.options.push_back({valued[i], vals[i]});
+    if (opts[i]->count() > 0) {
+      a.options.push_back({valued[i], vals[i]});
+      if (valued[i] == "--json" || valued[i] == "--trace" || valued[i] == "--csv" || valued[i] == "--out")
+        check_output_path(valued[i], vals[i]);
+    }
   for (size_t i = 0; i < flags.size(); ++i)
     if (fopts[i]->count() > 0) a.options.push_back({flags[i], ""});
   return a;

@@ -28,7 +28,8 @@ extern const char* const kHelp;
 extern const std::vector<std::string> kCommands;
 
 // Parses argv[from..] of subcommand argv[from - 1] with the given valued options and flags (long names,
-// "--json"). Throws HelpShown after printing the subcommand's help, Usage on a bad command line.
+// "--json"). Throws HelpShown after printing the subcommand's help, Usage on a bad command line, InputError
+// (exit 2, before any work) when an output file (--json, --trace, --csv, --out) is "" or cannot be written there.
 Args parse_args(int argc, char** argv, int from, const std::vector<std::string>& valued,
                 const std::vector<std::string>& flags);
 

@@ -85,3 +85,20 @@ TEST(Cli, EqualsValuesAndDashForStdout) {
   EXPECT_GT(j["step_time_s"].get<double>(), 0);
   EXPECT_FALSE(fs::exists(t.path / "-"));
 }
+
+// Output paths are checked before any work: a missing directory, an empty name or a directory is exit 2 with
+// the reason, and a run does not train first.
+TEST(Cli, OutputPathsCheckedBeforeWork) {
+  Out a = tp_run("simulate " + kScenario + " --json /nonexistent-dir/o.json");
+  EXPECT_EQ(a.rc, 2);
+  EXPECT_NE(a.text.find("--json: cannot write /nonexistent-dir/o.json: no such directory"), std::string::npos) << a.text;
+  Out b = tp_run("simulate " + kScenario + " --json \"\"");
+  EXPECT_EQ(b.rc, 2);
+  EXPECT_NE(b.text.find("--json: expected a file name"), std::string::npos) << b.text;
+  Out c = tp_run("run " + std::string(TP_SOURCE_DIR) + "/scenarios/exec/tiny-gpt.json --steps 50 --trace /nonexistent-dir/t.json");
+  EXPECT_EQ(c.rc, 2);
+  EXPECT_EQ(c.text.find("iteration"), std::string::npos) << c.text;  // no step ran
+  Out d = tp_run("plan " + kScenario + " --csv /tmp");
+  EXPECT_EQ(d.rc, 2);
+  EXPECT_NE(d.text.find("it is a directory"), std::string::npos) << d.text;
+}
