@@ -343,7 +343,11 @@ struct RankRun {
       if (auto at = latest_complete(o.checkpoint_dir, world.size())) {
         first = (int)load_checkpoint(*at);
         res.last_checkpoint = checkpoint_step_dir(o.checkpoint_dir, *at);
-        if (world.rank() == 0) std::fprintf(stderr, "resumed from step %d: %s\n", first, res.last_checkpoint.c_str());
+        if (world.rank() == 0 && first >= o.steps)
+          std::fprintf(stderr, "nothing to do: the checkpoint at step %d is at or past --steps %d (%s)\n", first, o.steps,
+                       res.last_checkpoint.c_str());
+        else if (world.rank() == 0)
+          std::fprintf(stderr, "resumed from step %d: %s\n", first, res.last_checkpoint.c_str());
       } else if (world.rank() == 0) {
         std::fprintf(stderr, "no complete checkpoint in %s: starting at step 0\n", o.checkpoint_dir.c_str());
       }
@@ -500,8 +504,10 @@ struct RankRun {
     res.delink_step = delink_step;
     if (store) finish_offload(res.offload, *store, (long long)p.offload.chunk_elements);
     if (!o.trace.empty()) res.trace = rec.trace_events(world.rank(), rc.stage, o.steps - 1);
+    // (a resume from a checkpoint at or past --steps ran no step: nothing to measure)
     res.tokens_per_s = time_after_first > 0 ? tok_after_first / time_after_first
-                                            : (double)sc.training.global_batch * Tn / std::max(1e-12, res.step_time_s.back());
+                       : res.step_time_s.empty() ? 0.0
+                                                 : (double)sc.training.global_batch * Tn / std::max(1e-12, res.step_time_s.back());
     double mine = peak_rss_bytes();
     res.peak_memory_bytes.assign(world.size(), 0);
     world.all_gather(&mine, res.peak_memory_bytes.data(), 1, Dtype::f64);

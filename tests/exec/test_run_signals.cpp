@@ -144,3 +144,17 @@ TEST(RunSignals, BadDataFilesExitTwoBeforeWork) {
     EXPECT_EQ(std::count(s.begin(), s.end(), '\n'), 1) << s;
   }
 }
+
+// --resume when the newest checkpoint is at or past --steps (killed after its last checkpoint, before its JSON):
+// nothing to do, said plainly, exit 0 with an empty JSON record (it crashed before).
+TEST(RunSignals, ResumeAtOrPastStepsHasNothingToDo) {
+  tp::testutil::TempDir t("signals_done");
+  std::string sc = tiny(t.path, 1);
+  fs::path ck = t.path / "ck", log = t.path / "log", out = t.path / "o.json";
+  std::string base = std::string(TP_BINARY) + " run " + sc + " --steps 4 --checkpoint-dir " + ck.string() + " --log-every 0 --quiet";
+  ASSERT_EQ(std::system((base + " --checkpoint-every 2 2> " + log.string()).c_str()), 0);
+  int rc = std::system((base + " --resume --json " + out.string() + " 2> " + log.string()).c_str());
+  EXPECT_EQ(WEXITSTATUS(rc), 0) << slurp(log);
+  EXPECT_NE(slurp(log).find("nothing to do: the checkpoint at step 4 is at or past --steps 4"), std::string::npos) << slurp(log);
+  EXPECT_TRUE(json::parse(slurp(out))["losses"].empty());
+}
