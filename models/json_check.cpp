@@ -4,6 +4,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 namespace tp {
@@ -198,13 +199,43 @@ static std::string cap_message(std::string s) {
   return s.substr(0, cut) + "...";
 }
 
+// Duplicate keys of one object (nlohmann keeps the last silently): their JSON paths, found while parsing.
+struct DuplicateKeys {
+  struct Frame { bool array = false; long index = 0; std::set<std::string> keys; std::string key; };
+  std::vector<Frame> stack;
+  std::vector<std::string> found;
+  std::string path() const {
+    std::string p = "$";
+    for (const Frame& f : stack) p += f.array ? "[" + std::to_string(f.index) + "]" : "." + f.key;
+    return p;
+  }
+  void element_done() { if (!stack.empty() && stack.back().array) ++stack.back().index; }
+  bool operator()(int, json::parse_event_t ev, json& parsed) {
+    using E = json::parse_event_t;
+    if (ev == E::object_start || ev == E::array_start) stack.push_back(Frame{ev == E::array_start});
+    else if (ev == E::object_end || ev == E::array_end) { if (!stack.empty()) stack.pop_back(); element_done(); }
+    else if (ev == E::key && !stack.empty()) {
+      Frame& f = stack.back();
+      f.key = parsed.get<std::string>();
+      if (!f.keys.insert(f.key).second) found.push_back(path());
+    } else if (ev == E::value) element_done();
+    return true;
+  }
+};
+
 json parse_json_text(const std::string& text, const std::string& where, Issues& issues) {
   if (text.find_first_not_of(" \t\r\n") == std::string::npos) {
     issues.add(where, "empty input; expected a JSON document");
     return json();
   }
   try {
-    return json::parse(text);
+    DuplicateKeys dup;
+    json j = json::parse(text, [&dup](int d, json::parse_event_t ev, json& parsed) { return dup(d, ev, parsed); });
+    for (const std::string& p : dup.found)
+      issues.add(where + ": " + p, "duplicate key: each key may appear once in an object (JSON parsers disagree on "
+                                   "which value wins)");
+    if (!dup.found.empty()) return json();
+    return j;
   } catch (const json::parse_error& e) {
     // nlohmann gives a byte offset; turn it into line and column.
     size_t off = e.byte > 0 ? e.byte - 1 : 0;
