@@ -1,5 +1,5 @@
 // trainplan: the command-line program. Subcommands: simulate, validate-published, run, calibrate, validate,
-// catalog, version.
+// catalog, version, selftest (gpu_cmds.cpp); --version / -V.
 // Exit codes: 0 success, 2 bad input or usage (message names the JSON path and what was expected),
 // 1 internal error. Output files are written atomically and only after the whole run succeeded.
 #include <algorithm>
@@ -20,6 +20,7 @@
 #include "sim/validate_published.hpp"
 #include "exec/backend.hpp"
 #include "exec/calibrate.hpp"
+#include "exec/cuda_loader.hpp"
 #include "exec/comm.hpp"
 #include "exec/train.hpp"
 #include "exec/validate.hpp"
@@ -29,6 +30,11 @@
 #include <unistd.h>
 
 using namespace tp;
+
+namespace tp::cli {
+int cmd_selftest(int argc, char** argv);
+int cmd_version();
+}  // namespace tp::cli
 
 namespace {
 
@@ -59,7 +65,12 @@ const char* kHelp =
     "                [--device-budget BYTES]   (plan.offload chunked: the per-rank device arena; default\n"
     "                gpu_memory_fraction x the cluster GPU's HBM) [--backend cpu|emu|cuda]\n"
     "      train the scenario's GPT with its plan on CPUs (one process per rank: mpirun -np GPUS / srun);\n"
-    "      --backend picks the compute backend (default cpu; emu and cuda are not built in this version)\n"
+    "      --backend picks the compute backend (default cpu). cuda: no device -> exit 77 with the reason;\n"
+    "      training on cuda is not wired yet (exit 2): run `trainplan selftest --backend cuda` first\n"
+    "  trainplan selftest [--backend cpu|emu|cuda] [--json FILE] [--quick]\n"
+    "      every op of the backend against the CPU float64 reference; exit 0 all pass, 1 any fails,\n"
+    "      77 no device for the backend\n"
+    "  trainplan --version | -V      version, backends compiled in, CUDA / cuBLASLt / NCCL versions\n"
     "  trainplan calibrate --backend cpu --out PROFILE.json [--quick] [--gpus-per-node N] [--memory-bytes B]\n"
     "                      [--power-w W]\n"
     "      measure this machine (GEMM, memory, element-wise ops; links under mpirun -np 2+) and write a cluster\n"
@@ -196,6 +207,18 @@ int cmd_run(int argc, char** argv) {
   if ((o.checkpoint_every > 0 || o.resume) && o.checkpoint_dir.empty()) throw Usage("--checkpoint-every and --resume need --checkpoint-dir");
   o.fp64 = a.flag("--fp64");
   o.backend = a.value("--backend", "cpu");
+  if (o.backend == "cuda") {  // no device: 77 with the reason; a device: training there is not wired yet
+    std::string why;
+    exec::CudaLoad st;
+    if (exec::load_cuda_backend(st, why) || st != exec::CudaLoad::no_device) {
+      if (why.empty()) why = "the device was found, but training on the cuda backend is not wired yet (issue 11: "
+                             "host staging for MPI, checkpoints and the chunk store from device memory); run "
+                             "`trainplan selftest --backend cuda`";
+      throw InputError({"--backend cuda: " + why});
+    }
+    std::cerr << "error: " << why << "\n";
+    return 77;
+  }
   exec::Comm& world = exec::world();
   o.progress = world.rank() == 0 && isatty(2) && !a.flag("--quiet");
   Scenario sc;
@@ -389,6 +412,7 @@ int cmd_catalog(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc >= 2 && (!std::strcmp(argv[1], "--version") || !std::strcmp(argv[1], "-V"))) return tp::cli::cmd_version();
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "help")) {
     std::cout << kHelp;
     return argc < 2 ? 2 : 0;
@@ -403,7 +427,8 @@ int main(int argc, char** argv) {
     if (cmd == "calibrate") return cmd_calibrate(argc, argv);
     if (cmd == "validate") return cmd_validate(argc, argv);
     if (cmd == "report") return report_main(std::vector<std::string>(argv + 2, argv + argc));
-    if (cmd == "version") { std::cout << "trainplan 0.1.0\n"; return 0; }
+    if (cmd == "version") return tp::cli::cmd_version();
+    if (cmd == "selftest") return tp::cli::cmd_selftest(argc, argv);
     throw Usage("unknown command \"" + cmd + "\"");
   } catch (const InputError& e) {
     for (auto& m : e.messages) std::cerr << "error: " << m << "\n";

@@ -17,6 +17,8 @@
 #include <vector>
 
 #include "exec/backend.hpp"
+#include "exec/cuda_loader.hpp"
+#include "exec/selftest.hpp"
 
 using namespace tp::exec;
 
@@ -510,10 +512,28 @@ TEST(BackendOps, ScopesNestPerThreadAndNamesResolve) {
   EXPECT_EQ(find_backend("cpu", why), &cpu_backend());
   EXPECT_EQ(find_backend("emu", why), nullptr);
   EXPECT_EQ(why, "backend emu is not built in this version");
-  EXPECT_EQ(find_backend("cuda", why), nullptr);
-  EXPECT_EQ(why, "backend cuda is not built in this version");
+  // cuda: dlopened when built in (exec/cuda_loader.hpp): a device, or null naming cudaGetDeviceCount's error.
+  why.clear();
+  const Backend* cuda = find_backend("cuda", why);
+  if (!cuda_built_in()) EXPECT_EQ(why, "backend cuda is not built in this version");
+  else if (!cuda) EXPECT_EQ(why.rfind("no CUDA device: cudaGetDeviceCount", 0), 0u) << why;
+  else EXPECT_STREQ(cuda->name, "cuda");
   EXPECT_EQ(find_backend("tpu", why), nullptr);
   EXPECT_NE(why.find("unknown backend"), std::string::npos);
   ASSERT_FALSE(available_backends().empty());
   EXPECT_STREQ(available_backends().front()->name, "cpu");
+}
+
+// The op checks of `trainplan selftest` (exec/selftest.hpp), quick shapes, on every compiled-in backend: all
+// pass and none is unsupported (emu registers itself in available_backends and is checked here too).
+TEST(BackendOps, SelftestEveryBackend) {
+  for (const Backend* b : available_backends()) {
+    const SelftestResult r = run_selftest(*b, /*quick=*/true);
+    EXPECT_GT(r.passed, 100) << b->name;
+    EXPECT_EQ(r.failed, 0) << b->name;
+    EXPECT_EQ(r.unsupported, 0) << b->name;
+    for (const OpCheck& c : r.checks)
+      EXPECT_EQ(c.status, CheckStatus::pass) << b->name << " " << c.op << " " << c.shape << " " << c.variant << ": "
+                                             << c.err << " > " << c.tol << " " << c.message;
+  }
 }
