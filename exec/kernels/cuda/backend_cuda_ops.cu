@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "exec/kernels/cuda/backend_cuda_parts.hpp"
+#include "exec/kernels/cuda/attention_plan.hpp"
 #include "exec/kernels/cuda/gemm_lt.hpp"
 #include "exec/kernels/cuda_launch.cuh"
 #include "exec/kernels/kernels.hpp"
@@ -66,83 +67,32 @@ void matmul(F* C, const F* A, const F* B, long M, long N, long K, bool ta, bool 
       if (beta == F(0)) k::fill(launcher(), C, 0.f, M * N);
       else k::scale(launcher(), C, C, beta, M * N);
     } else {
-      GemmArgs a;
-      a.C = C, a.A = A, a.B = B, a.M = M, a.N = N, a.K = K, a.ta = ta, a.tb = tb, a.alpha = alpha, a.beta = beta;
-      a.lda = ta ? M : K, a.ldb = tb ? K : N, a.ldc = N;
-      lt_gemm(a);
+      lt_gemm(matmul_args(C, A, B, M, N, K, ta, tb, alpha, beta));
     }
   });
 }
 
-// One strided-batched GEMM per (batch b, group member gi), batched over the Hkv kv heads (see attention_fwd).
-GemmArgs head_gemm(const char* what, long M, long N, long K, bool ta, bool tb, float beta) {
-  GemmArgs a;
-  a.what = what, a.M = M, a.N = N, a.K = K, a.ta = ta, a.tb = tb, a.beta = beta;
-  return a;
-}
-
-// q [B,T,H,D], k, v [B,T,Hkv,D]; att [B,H,T,T]. Query head h = kvh * G + gi uses kv head kvh (G = H / Hkv), so
-// for fixed (b, gi) the Hkv heads are a strided batch: q stride G*D, k stride D, att stride G*T*T.
+// Attention: the GEMM lists of attention_plan.hpp (checked on the CPU) around the softmax kernels.
 void attention_fwd(F* out, F* att, const F* q, const F* kk, const F* v, long B, long T, long H, long Hkv, long D) {
   TP_OP("attention_fwd", ({{"B", B}, {"T", T}, {"H", H}, {"Hkv", Hkv}, {"D", D}}), {
     if (Hkv <= 0 || H % Hkv != 0) throw std::runtime_error("H must be a multiple of Hkv");
-    const long G = H / Hkv;
-    for (long b = 0; b < B; ++b)
-      for (long gi = 0; gi < G; ++gi) {
-        GemmArgs s = head_gemm("attention_fwd q·kᵀ", T, T, D, false, true, 0.f);
-        s.A = q + b * T * H * D + gi * D, s.lda = H * D, s.sa = G * D;
-        s.B = kk + b * T * Hkv * D, s.ldb = Hkv * D, s.sb = D;
-        s.C = att + (b * H + gi) * T * T, s.ldc = T, s.sc = G * T * T;
-        s.batch = int(Hkv);
-        lt_gemm(s);
-      }
+    const AttnDims d{B, T, H, Hkv, D};
+    for (const GemmArgs& a : attn_qk("attention_fwd q·kᵀ", att, q, kk, d)) lt_gemm(a);
     k::softmax_fwd(launcher(), att, att, B * H * T, T, F(1.0 / std::sqrt(double(D))), true);
-    for (long b = 0; b < B; ++b)
-      for (long gi = 0; gi < G; ++gi) {
-        GemmArgs o = head_gemm("attention_fwd att·v", T, D, T, false, false, 0.f);
-        o.A = att + (b * H + gi) * T * T, o.lda = T, o.sa = G * T * T;
-        o.B = v + b * T * Hkv * D, o.ldb = Hkv * D, o.sb = D;
-        o.C = out + b * T * H * D + gi * D, o.ldc = H * D, o.sc = G * D;
-        o.batch = int(Hkv);
-        lt_gemm(o);
-      }
+    for (const GemmArgs& a : attn_out(out, att, v, d)) lt_gemm(a);
   });
 }
 
-// dP = dout·vᵀ (scratch [B,H,T,T]); dS = softmax backward (scale 1/sqrt(D)) in place; dq += dS·k;
-// dk += dSᵀ·q; dv += attᵀ·dout. dk and dv sum over the G query heads of a kv head (beta 1, in order).
+// dP (scratch [B, H, T, T]) = dout vᵀ; dS = softmax backward of dP, in place; then the gradient GEMMs.
 void attention_bwd(F* dq, F* dk, F* dv, const F* dout, const F* att, const F* q, const F* kk, const F* v, long B,
                    long T, long H, long Hkv, long D) {
   TP_OP("attention_bwd", ({{"B", B}, {"T", T}, {"H", H}, {"Hkv", Hkv}, {"D", D}}), {
     if (Hkv <= 0 || H % Hkv != 0) throw std::runtime_error("H must be a multiple of Hkv");
-    const long G = H / Hkv;
+    const AttnDims d{B, T, H, Hkv, D};
     F* dp = static_cast<F*>(scratch(sizeof(F) * size_t(B * H * T * T)));
-    for (long b = 0; b < B; ++b)
-      for (long gi = 0; gi < G; ++gi) {
-        GemmArgs s = head_gemm("attention_bwd dout·vᵀ", T, T, D, false, true, 0.f);
-        s.A = dout + b * T * H * D + gi * D, s.lda = H * D, s.sa = G * D;
-        s.B = v + b * T * Hkv * D, s.ldb = Hkv * D, s.sb = D;
-        s.C = dp + (b * H + gi) * T * T, s.ldc = T, s.sc = G * T * T;
-        s.batch = int(Hkv);
-        lt_gemm(s);
-      }
+    for (const GemmArgs& a : attn_qk("attention_bwd dout·vᵀ", dp, dout, v, d)) lt_gemm(a);
     k::softmax_bwd<true>(launcher(), dp, att, dp, B * H * T, T, F(1.0 / std::sqrt(double(D))));
-    for (long b = 0; b < B; ++b)
-      for (long gi = 0; gi < G; ++gi) {
-        const long qo = b * T * H * D + gi * D, ko = b * T * Hkv * D, so = (b * H + gi) * T * T;
-        GemmArgs a = head_gemm("attention_bwd dS·k", T, D, T, false, false, 1.f);
-        a.A = dp + so, a.lda = T, a.sa = G * T * T, a.B = kk + ko, a.ldb = Hkv * D, a.sb = D;
-        a.C = dq + qo, a.ldc = H * D, a.sc = G * D, a.batch = int(Hkv);
-        lt_gemm(a);
-        GemmArgs c = head_gemm("attention_bwd dSᵀ·q", T, D, T, true, false, 1.f);
-        c.A = dp + so, c.lda = T, c.sa = G * T * T, c.B = q + qo, c.ldb = H * D, c.sb = G * D;
-        c.C = dk + ko, c.ldc = Hkv * D, c.sc = D, c.batch = int(Hkv);
-        lt_gemm(c);
-        GemmArgs e = head_gemm("attention_bwd attᵀ·dout", T, D, T, true, false, 1.f);
-        e.A = att + so, e.lda = T, e.sa = G * T * T, e.B = dout + qo, e.ldb = H * D, e.sb = G * D;
-        e.C = dv + ko, e.ldc = Hkv * D, e.sc = D, e.batch = int(Hkv);
-        lt_gemm(e);
-      }
+    for (const GemmArgs& a : attn_grads(dq, dk, dv, dp, att, q, kk, dout, d)) lt_gemm(a);
   });
 }
 

@@ -60,13 +60,13 @@ struct Pref {
   }
 };
 
-// Column-major layout of a row-major [rows, cols] matrix with row stride ld, batched when batch > 1.
-void make_layout(Layout& l, long rows, long cols, long ld, int batch, long stride, const GemmArgs& g) {
-  check(cublasLtMatrixLayoutCreate(&l.d, CUDA_R_32F, uint64_t(cols), uint64_t(rows), int64_t(ld)), g,
+// cuBLASLt's layout of m (already column-major, gemm_plan.hpp), batched when batch > 1.
+void make_layout(Layout& l, const LtMatrix& m, int batch, const GemmArgs& g) {
+  check(cublasLtMatrixLayoutCreate(&l.d, CUDA_R_32F, uint64_t(m.rows), uint64_t(m.cols), int64_t(m.ld)), g,
         "cublasLtMatrixLayoutCreate");
   if (batch > 1) {
     const int32_t b = batch;
-    const int64_t s = stride;
+    const int64_t s = m.stride;
     check(cublasLtMatrixLayoutSetAttribute(l.d, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &b, sizeof b), g,
           "set BATCH_COUNT");
     check(cublasLtMatrixLayoutSetAttribute(l.d, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &s, sizeof s), g,
@@ -111,17 +111,17 @@ void lt_gemm(const GemmArgs& g) {
   if (g.M == 0 || g.N == 0) return;
   validate(g);
   if (!g_lt.handle) throw std::runtime_error("cuda " + shape_text(g) + ": cuBLASLt is not initialised");
-  // Cᵀ[N, M] = op(B)ᵀ · op(A)ᵀ in column-major: cuBLASLt's first operand is our B, its second our A.
+  const LtPlan p = lt_plan(g);  // Cᵀ = op(B)ᵀ op(A)ᵀ in column-major: cuBLASLt's first operand is our B
   Desc desc;
   const cublasComputeType_t ct = g_lt.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   check(cublasLtMatmulDescCreate(&desc.d, ct, CUDA_R_32F), g, "cublasLtMatmulDescCreate");
-  const cublasOperation_t op1 = g.tb ? CUBLAS_OP_T : CUBLAS_OP_N, op2 = g.ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op1 = p.trans1 ? CUBLAS_OP_T : CUBLAS_OP_N, op2 = p.trans2 ? CUBLAS_OP_T : CUBLAS_OP_N;
   check(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_TRANSA, &op1, sizeof op1), g, "set TRANSA");
   check(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_TRANSB, &op2, sizeof op2), g, "set TRANSB");
   Layout l1, l2, lc;
-  make_layout(l1, g.tb ? g.N : g.K, g.tb ? g.K : g.N, g.ldb, g.batch, g.sb, g);
-  make_layout(l2, g.ta ? g.K : g.M, g.ta ? g.M : g.K, g.lda, g.batch, g.sa, g);
-  make_layout(lc, g.M, g.N, g.ldc, g.batch, g.sc, g);
+  make_layout(l1, p.m1, p.batch, g);
+  make_layout(l2, p.m2, p.batch, g);
+  make_layout(lc, p.mc, p.batch, g);
   Pref pref;
   check(cublasLtMatmulPreferenceCreate(&pref.d), g, "cublasLtMatmulPreferenceCreate");
   const uint64_t ws = g_lt.ws_bytes;
@@ -138,7 +138,7 @@ void lt_gemm(const GemmArgs& g) {
   check(cublasLtMatmulAlgoGetHeuristic(g_lt.handle, desc.d, l1.d, l2.d, lc.d, lc.d, pref.d, 1, &best, &found), g,
         "cublasLtMatmulAlgoGetHeuristic");
   if (found < 1) throw std::runtime_error("cuda " + shape_text(g) + ": cuBLASLt has no algorithm for this GEMM");
-  check(cublasLtMatmul(g_lt.handle, desc.d, &g.alpha, g.B, l1.d, g.A, l2.d, &g.beta, g.C, lc.d, g.C, lc.d, &best.algo,
+  check(cublasLtMatmul(g_lt.handle, desc.d, &g.alpha, p.x1, l1.d, p.x2, l2.d, &g.beta, p.c, lc.d, p.c, lc.d, &best.algo,
                        g_lt.workspace, g_lt.ws_bytes, g_lt.stream),
         g, "cublasLtMatmul");
 }
