@@ -13,6 +13,7 @@
 #include <cstring>
 #include <functional>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -535,5 +536,24 @@ TEST(BackendOps, SelftestEveryBackend) {
     for (const OpCheck& c : r.checks)
       EXPECT_EQ(c.status, CheckStatus::pass) << b->name << " " << c.op << " " << c.shape << " " << c.variant << ": "
                                              << c.err << " > " << c.tol << " " << c.message;
+  }
+}
+
+// The selftest catches a wrong op (gelu_fwd as the identity) and lists an op that throws "not supported" as
+// unsupported, not failed; every other check still passes.
+TEST(BackendOps, SelftestFlagsAWrongOpAndAnUnsupportedOne) {
+  Backend broken = cpu_backend();
+  broken.name = "broken";
+  broken.f32.gelu_fwd = [](float* y, const float* x, long n) { std::copy(x, x + n, y); };
+  broken.f32.max_combine = [](float*, const float*, long, long) {
+    throw std::runtime_error("op max_combine is not supported on broken");
+  };
+  const SelftestResult r = run_selftest(broken, /*quick=*/true);
+  EXPECT_GT(r.failed, 0);
+  EXPECT_GT(r.unsupported, 0);
+  for (const OpCheck& c : r.checks) {
+    const CheckStatus want = c.op == "gelu_fwd" ? CheckStatus::fail
+                             : c.op == "max_combine" ? CheckStatus::unsupported : CheckStatus::pass;
+    EXPECT_EQ(c.status, want) << c.op << " " << c.shape << " " << c.err;
   }
 }

@@ -173,6 +173,11 @@ void embedding_fwd(F* out, const int32_t* tok, const F* wte, const F* wpe, long 
 void embedding_bwd(F* dwte, F* dwpe, const F* dout, const int32_t* tok, long B, long T, long C) {
   TP_OP("embedding_bwd", ({{"B", B}, {"T", T}, {"C", C}}), k::embedding_bwd(launcher(), dwte, dwpe, dout, tok, B, T, C, 0L, kAllVocab));
 }
+// The shard's rows: dwte_shard[tokens[n] - v0] += dout[n] for tokens in [v0, v0 + Vl) (the kernel's own contract).
+void embedding_shard_bwd(F* dwte, const F* dout, const int32_t* tok, long N, long C, long v0, long Vl) {
+  TP_OP("embedding_shard_bwd", ({{"N", N}, {"C", C}, {"v0", v0}, {"Vl", Vl}}),
+        k::embedding_bwd(launcher(), dwte, static_cast<F*>(nullptr), dout, tok, 1L, N, C, v0, Vl));
+}
 void adamw(F* p, const F* gr, F* m, F* v, long n, F lr, F b1, F b2, F eps, F wd, long t) {
   TP_OP("adamw", ({{"n", n}, {"t", t}}), k::adamw(launcher(), p, gr, m, v, static_cast<F*>(nullptr), n, lr, b1, b2, eps, wd, t));
 }
@@ -198,7 +203,8 @@ void fill_f32_table(exec::OpTable<float>& t) {
   t.swiglu_fwd = swiglu_fwd, t.swiglu_bwd = swiglu_bwd, t.swiglu_bwd_set = swiglu_bwd_set;
   t.attention_fwd = attention_fwd, t.attention_bwd = attention_bwd;
   t.cross_entropy_fwd = cross_entropy_fwd, t.cross_entropy_bwd = cross_entropy_bwd, t.row_max = row_max;
-  t.embedding_fwd = embedding_fwd, t.embedding_bwd = embedding_bwd, t.adamw = adamw, t.sum_squares = sum_squares;
+  t.embedding_fwd = embedding_fwd, t.embedding_bwd = embedding_bwd, t.embedding_shard_bwd = embedding_shard_bwd;
+  t.adamw = adamw, t.sum_squares = sum_squares;
   // No kernel yet for these (2D tensor parallelism and vocabulary-parallel pieces): they throw.
   TP_STUB(t, ln_shard_sum, "f32");
   TP_STUB(t, ln_shard_sqdev, "f32");
@@ -210,7 +216,6 @@ void fill_f32_table(exec::OpTable<float>& t) {
   TP_STUB(t, ce_shard_finish, "f32");
   TP_STUB(t, ce_shard_target_grad, "f32");
   TP_STUB(t, embedding_shard_fwd, "f32");
-  TP_STUB(t, embedding_shard_bwd, "f32");
   TP_STUB(t, add_positions, "f32");
   TP_STUB(t, positions_bwd, "f32");
 }

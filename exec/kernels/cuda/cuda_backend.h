@@ -10,6 +10,11 @@
 #define TP_CUDA_BACKEND_H
 #include <stddef.h>
 
+/* The library is built with hidden visibility; only these C entries are exported. */
+#ifndef TP_CUDA_API
+#define TP_CUDA_API __attribute__((visibility("default")))
+#endif
+
 #define TP_CUDA_CREATE_OK 0
 #define TP_CUDA_CREATE_NO_DEVICE 1
 #define TP_CUDA_CREATE_ERROR 2
@@ -19,11 +24,11 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
-const void* tp_cuda_backend_create(int local_rank, int* status, char* why, size_t why_size);
+TP_CUDA_API const void* tp_cuda_backend_create(int local_rank, int* status, char* why, size_t why_size);
 typedef const void* (*tp_cuda_backend_create_fn)(int, int*, char*, size_t);
-void tp_cuda_versions(char* out, size_t out_size);
+TP_CUDA_API void tp_cuda_versions(char* out, size_t out_size);
 typedef void (*tp_cuda_versions_fn)(char*, size_t);
-int tp_cuda_abi_version(void);
+TP_CUDA_API int tp_cuda_abi_version(void);
 typedef int (*tp_cuda_abi_version_fn)(void);
 #ifdef __cplusplus
 }
