@@ -94,10 +94,18 @@ void* dev_alloc(size_t bytes) {
                fr, tot);
   return nullptr;
 }
+// Frees never throw: they run in destructors, also at exit after the runtime may be unloading. A failure
+// (usually a sticky error of an earlier fault) is printed once per kind.
+void report_free_error(cudaError_t e, const char* what) {
+  if (e == cudaSuccess || e == cudaErrorCudartUnloading) return;
+  static bool told = false;
+  if (!told) std::fprintf(stderr, "cuda: %s failed: %s: %s\n", what, cudaGetErrorName(e), cudaGetErrorString(e));
+  told = true;
+}
 void dev_free(void* p) {
   if (!p) return;
   enter();
-  check(cudaFree(p), "cudaFree");
+  report_free_error(cudaFree(p), "cudaFree");
 }
 void* pinned_alloc(size_t bytes) {
   if (bytes == 0) return nullptr;
@@ -111,7 +119,7 @@ void* pinned_alloc(size_t bytes) {
 void pinned_free(void* p) {
   if (!p) return;
   enter();
-  check(cudaFreeHost(p), "cudaFreeHost");
+  report_free_error(cudaFreeHost(p), "cudaFreeHost");
 }
 cudaStream_t stream_of(exec::Stream s) { return s.handle ? static_cast<cudaStream_t>(s.handle) : g.stream; }
 
@@ -133,7 +141,7 @@ exec::Stream stream_create() {
   return exec::Stream{s};
 }
 void stream_destroy(exec::Stream s) {
-  if (s.handle) check(cudaStreamDestroy(static_cast<cudaStream_t>(s.handle)), "cudaStreamDestroy");
+  if (s.handle) report_free_error(cudaStreamDestroy(static_cast<cudaStream_t>(s.handle)), "cudaStreamDestroy");
 }
 void stream_sync(exec::Stream s) {
   enter();
@@ -146,7 +154,7 @@ exec::Event event_create() {
   return exec::Event{e};
 }
 void event_destroy(exec::Event e) {
-  if (e.handle) check(cudaEventDestroy(static_cast<cudaEvent_t>(e.handle)), "cudaEventDestroy");
+  if (e.handle) report_free_error(cudaEventDestroy(static_cast<cudaEvent_t>(e.handle)), "cudaEventDestroy");
 }
 void event_record(exec::Event e, exec::Stream s) {
   enter();
