@@ -24,7 +24,8 @@ failed=0
 row() { rows+=("$(printf '| %-22s | %-8s | %s |' "$1" "$2" "$3")"); [[ "$2" == FAIL ]] && failed=1; return 0; }
 
 "$bin" --version | tee "$logs/version.txt"
-"$bin" selftest --backend cuda --json "$logs/selftest.json" >"$logs/selftest.txt" 2>&1
+# TP_CUDA_SYNC=1: a fault is reported by the op that caused it, not by a later one.
+TP_CUDA_SYNC=1 "$bin" selftest --backend cuda --json "$logs/selftest.json" >"$logs/selftest.txt" 2>&1
 rc=$?
 summary=$(grep -E "passed, [0-9]+ failed" "$logs/selftest.txt" | tail -1)
 case $rc in
