@@ -21,6 +21,15 @@ TP_CUDA_INSTANTIATE(extern template, float)
 }  // namespace tp::kernels
 
 namespace tp::cuda {
+
+kernels::CudaLauncher launcher() {
+  kernels::CudaLauncher l;
+  l.block = 256;
+  l.max_grid = 4096;
+  l.stream = g.stream;
+  return l;
+}
+
 namespace {
 
 namespace k = tp::kernels;

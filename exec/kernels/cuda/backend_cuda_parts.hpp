@@ -1,4 +1,4 @@
-// backend_cuda_parts: what the CUDA backend's files share (backend_cuda.cu: memory, streams, creation;
+// backend_cuda_parts: what the CUDA backend's files share (backend_cuda.cpp: memory, streams, creation;
 // backend_cuda_ops.cu: the op tables). Host code inside libtrainplan_cuda.so only.
 // Invariants: one State per process (one GPU per rank); enter() makes the backend's device current on the
 // calling thread before any CUDA call (host threads start on device 0).

@@ -1,6 +1,6 @@
 // instantiate: the list of kernel op functions libtrainplan_cuda.so compiles, as one macro.
 // kernels.cu expands it with PREFIX = `template` (the explicit instantiations: the only place nvcc compiles
-// the device code); backend_cuda.cu expands it with PREFIX = `extern template`, so the backend calls those
+// the device code); backend_cuda_ops.cu expands it with PREFIX = `extern template`, so the backend calls those
 // instantiations without compiling the kernels a second time. Needs cuda_launch.cuh and kernels.hpp first.
 #pragma once
 

@@ -1,6 +1,6 @@
 // kernels.cu: the kernels of exec/kernels/ compiled for the GPU — every op function instantiated with
 // CudaLauncher for fp32 and bf16 storage (the GPU's two precisions; fp64 is the CPU oracle only). The CUDA
-// backend (backend_cuda.cu) calls these; the same headers run on the CPU emulator in the tests. One TU of
+// backend (backend_cuda_ops.cu) calls these; the same headers run on the CPU emulator in the tests. One TU of
 // kernels on purpose: nvcc time on CI's two cores grows with the number of .cu files that compile device code.
 #include "exec/kernels/cuda_launch.cuh"
 #include "exec/kernels/kernels.hpp"

@@ -2,6 +2,7 @@
 // picked by local rank; device and pinned memory, copies, streams and events; the fp32 op table with every
 // non-GEMM op through the kernels of exec/kernels/ (generic __global__ of cuda_launch.cuh) and every matmul,
 // including attention's, through cuBLASLt (gemm_lt.hpp). The fp64 table reports "not supported on cuda".
+// Plain C++ (g++, CUDA runtime API only): the op tables with their kernel launches are backend_cuda_ops.cu.
 // Invariants:
 //  - All ops run in order on the backend's stream (g.stream); Stream{} means that stream. Copies on it are
 //    synchronous (the host may read or reuse the buffer when copy returns); copies on another stream are not.
@@ -23,13 +24,6 @@
 #include "exec/kernels/cuda/backend_cuda_parts.hpp"
 #include "exec/kernels/cuda/cuda_backend.h"
 #include "exec/kernels/cuda/gemm_lt.hpp"
-#include "exec/kernels/cuda_launch.cuh"
-#include "exec/kernels/kernels.hpp"
-#include "exec/kernels/cuda/instantiate.cuh"
-
-namespace tp::kernels {
-TP_CUDA_INSTANTIATE(extern template, float)
-}  // namespace tp::kernels
 
 namespace tp::cuda {
 
@@ -52,14 +46,6 @@ void after_op() {
   if (!g.sync_each) return;
   check(cudaStreamSynchronize(g.stream), "after the op (TP_CUDA_SYNC=1)");
   check(cudaGetLastError(), "after the op (TP_CUDA_SYNC=1)");
-}
-
-kernels::CudaLauncher launcher() {
-  kernels::CudaLauncher l;
-  l.block = 256;
-  l.max_grid = 4096;
-  l.stream = g.stream;
-  return l;
 }
 
 void* scratch(size_t bytes) {
