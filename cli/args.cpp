@@ -42,8 +42,13 @@ const char* const kHelp =
     "                [--trace FILE] [--log-every N]\n"
     "                [--device-budget BYTES]   (plan.offload chunked: the per-rank device arena; default\n"
     "                gpu_memory_fraction x the cluster GPU's HBM) [--backend cpu|emu|cuda]\n"
-    "      train the scenario's GPT with its plan on CPUs (one process per rank: mpirun -np GPUS / srun);\n"
-    "      --backend picks the compute backend (default cpu; emu and cuda are not built in this version)\n"
+    "      train the scenario's GPT with its plan (one process per rank: mpirun -np GPUS / srun); --backend\n"
+    "      picks the compute backend: cpu (default), emu (the GPU kernels on a CPU emulator of a thread block:\n"
+    "      slow, for checking them), cuda (no device -> exit 77 with the reason; training on cuda is not wired\n"
+    "      yet, exit 2: run `trainplan selftest --backend cuda` first)\n"
+    "  trainplan selftest [--backend cpu|emu|cuda] [--json FILE] [--quick]\n"
+    "      every op of the backend against the CPU float64 reference; exit 0 all pass, 1 any fails,\n"
+    "      77 no device for the backend\n"
     "  trainplan calibrate --backend cpu --out PROFILE.json [--quick] [--gpus-per-node N] [--memory-bytes B]\n"
     "                      [--power-w W]\n"
     "      measure this machine (GEMM, memory, element-wise ops; links under mpirun -np 2+) and write a cluster\n"
@@ -56,14 +61,14 @@ const char* const kHelp =
     "  trainplan catalog [gpus|clusters|models] [--json FILE|-]\n"
     "      list the bundled catalog\n"
     "  trainplan version | --version | -V\n"
-    "      the version and the backends compiled in\n"
+    "      the version, the backends compiled in and, for cuda, the CUDA / cuBLASLt / NCCL versions\n"
     "\n"
     "`trainplan COMMAND --help` shows one command. Exit codes: 0 success, 1 a failure while running (or a\n"
     "validate tolerance missed), 2 bad input or usage, 3 no plan fits, 77 a backend without a device,\n"
     "130 / 143 stopped by SIGINT / SIGTERM (run).\n";
 
 const std::vector<std::string> kCommands = {"simulate", "plan", "report", "validate-published", "run", "calibrate",
-                                            "validate", "catalog", "version"};
+                                            "validate", "selftest", "catalog", "version"};
 
 bool Args::flag(const std::string& n) const {
   for (auto& o : options) if (o.first == n) return true;

@@ -1,5 +1,5 @@
 // trainplan: the command-line program. Subcommands: simulate, validate-published, run, calibrate, validate,
-// catalog, version.
+// catalog, version, selftest (gpu_cmds.cpp); --version / -V.
 // Exit codes: 0 success, 2 bad input or usage (message names the JSON path and what was expected),
 // 1 internal error. Output files are written atomically and only after the whole run succeeded.
 #include <algorithm>
@@ -22,6 +22,7 @@
 #include "sim/validate_published.hpp"
 #include "exec/backend.hpp"
 #include "exec/calibrate.hpp"
+#include "exec/cuda_loader.hpp"
 #include "exec/comm.hpp"
 #include "exec/train.hpp"
 #include "exec/validate.hpp"
@@ -31,6 +32,11 @@
 #include <unistd.h>
 
 using namespace tp;
+
+namespace tp::cli {
+int cmd_selftest(int argc, char** argv);
+int cmd_version();
+}  // namespace tp::cli
 
 namespace {
 
@@ -126,6 +132,18 @@ int cmd_run(int argc, char** argv) {
   if ((o.checkpoint_every > 0 || o.resume) && o.checkpoint_dir.empty()) throw Usage("--checkpoint-every and --resume need --checkpoint-dir");
   o.fp64 = a.flag("--fp64");
   o.backend = a.value("--backend", "cpu");
+  if (o.backend == "cuda") {  // no device: 77 with the reason; a device: training there is not wired yet
+    std::string why;
+    exec::CudaLoad st;
+    if (exec::load_cuda_backend(st, why) || st != exec::CudaLoad::no_device) {
+      if (why.empty()) why = "the device was found, but training on the cuda backend is not wired yet (issue 11: "
+                             "host staging for MPI, checkpoints and the chunk store from device memory); run "
+                             "`trainplan selftest --backend cuda`";
+      throw InputError({"--backend cuda: " + why});
+    }
+    std::cerr << "error: " << why << "\n";
+    return 77;
+  }
   exec::Comm& world = exec::world();
   o.progress = world.rank() == 0 && isatty(2) && !a.flag("--quiet");
   Scenario sc;
@@ -338,14 +356,6 @@ int cmd_catalog(int argc, char** argv) {
 
 }  // namespace
 
-static const char* kVersion = "trainplan 0.1.0";
-
-static std::string version_text() {
-  std::string s = std::string(kVersion) + "\nbackends:";
-  for (const exec::Backend* b : exec::available_backends()) s += std::string(" ") + b->name;
-  return s + "\n";
-}
-
 int main(int argc, char** argv) {
   if (argc < 2) {
     std::cerr << kHelp;
@@ -359,8 +369,7 @@ int main(int argc, char** argv) {
   try {
     if (cmd == "--version" || cmd == "-V" || cmd == "version") {
       if (cmd == "version") parse_args(argc, argv, 2, {}, {});
-      std::cout << version_text();
-      return 0;
+      return tp::cli::cmd_version();
     }
     if (cmd == "simulate") return cmd_simulate(argc, argv);
     if (cmd == "plan") return cmd_plan(argc, argv);
@@ -370,9 +379,10 @@ int main(int argc, char** argv) {
     if (cmd == "calibrate") return cmd_calibrate(argc, argv);
     if (cmd == "validate") return cmd_validate(argc, argv);
     if (cmd == "report") return report_main(std::vector<std::string>(argv + 2, argv + argc));
+    if (cmd == "selftest") return tp::cli::cmd_selftest(argc, argv);
     std::cerr << "error: unknown command \"" << cmd << "\"" << did_you_mean(cmd, kCommands)
               << "\nusage: trainplan COMMAND [options]   (commands: simulate, plan, report, validate-published, run, "
-                 "calibrate, validate, catalog, version; `trainplan --help` for all)\n";
+                 "calibrate, validate, selftest, catalog, version; `trainplan --help` for all)\n";
     return 2;
   } catch (const HelpShown&) {
     return 0;

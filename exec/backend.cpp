@@ -3,6 +3,8 @@
 // BackendScope, so concurrent tests on different threads can use different backends.
 #include "exec/backend.hpp"
 
+#include "exec/cuda_loader.hpp"
+
 namespace tp::exec {
 namespace {
 thread_local const Backend* t_current = nullptr;
@@ -13,6 +15,10 @@ std::vector<const Backend*> available_backends() { return {&cpu_backend()}; }
 const Backend* find_backend(const std::string& name, std::string& why) {
   for (const Backend* b : available_backends())
     if (name == b->name) return b;
+  if (name == "cuda") {  // dlopens libtrainplan_cuda.so (exec/cuda_loader.hpp); null with why when no device
+    CudaLoad status;
+    return load_cuda_backend(status, why);
+  }
   if (name == "emu" || name == "cuda") why = "backend " + name + " is not built in this version";
   else why = "unknown backend \"" + name + "\" (expected cpu, emu or cuda)";
   return nullptr;

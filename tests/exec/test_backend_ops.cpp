@@ -13,10 +13,13 @@
 #include <cstring>
 #include <functional>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "exec/backend.hpp"
+#include "exec/cuda_loader.hpp"
+#include "exec/selftest.hpp"
 
 using namespace tp::exec;
 
@@ -510,10 +513,47 @@ TEST(BackendOps, ScopesNestPerThreadAndNamesResolve) {
   EXPECT_EQ(find_backend("cpu", why), &cpu_backend());
   EXPECT_EQ(find_backend("emu", why), nullptr);
   EXPECT_EQ(why, "backend emu is not built in this version");
-  EXPECT_EQ(find_backend("cuda", why), nullptr);
-  EXPECT_EQ(why, "backend cuda is not built in this version");
+  // cuda: dlopened when built in (exec/cuda_loader.hpp): a device, or null naming cudaGetDeviceCount's error.
+  why.clear();
+  const Backend* cuda = find_backend("cuda", why);
+  if (!cuda_built_in()) EXPECT_EQ(why, "backend cuda is not built in this version");
+  else if (!cuda) EXPECT_EQ(why.rfind("no CUDA device: cudaGetDeviceCount", 0), 0u) << why;
+  else EXPECT_STREQ(cuda->name, "cuda");
   EXPECT_EQ(find_backend("tpu", why), nullptr);
   EXPECT_NE(why.find("unknown backend"), std::string::npos);
   ASSERT_FALSE(available_backends().empty());
   EXPECT_STREQ(available_backends().front()->name, "cpu");
+}
+
+// The op checks of `trainplan selftest` (exec/selftest.hpp), quick shapes, on every compiled-in backend: all
+// pass and none is unsupported (emu registers itself in available_backends and is checked here too).
+TEST(BackendOps, SelftestEveryBackend) {
+  for (const Backend* b : available_backends()) {
+    const SelftestResult r = run_selftest(*b, /*quick=*/true);
+    EXPECT_GT(r.passed, 100) << b->name;
+    EXPECT_EQ(r.failed, 0) << b->name;
+    EXPECT_EQ(r.unsupported, 0) << b->name;
+    for (const OpCheck& c : r.checks)
+      EXPECT_EQ(c.status, CheckStatus::pass) << b->name << " " << c.op << " " << c.shape << " " << c.variant << ": "
+                                             << c.err << " > " << c.tol << " " << c.message;
+  }
+}
+
+// The selftest catches a wrong op (gelu_fwd as the identity) and lists an op that throws "not supported" as
+// unsupported, not failed; every other check still passes.
+TEST(BackendOps, SelftestFlagsAWrongOpAndAnUnsupportedOne) {
+  Backend broken = cpu_backend();
+  broken.name = "broken";
+  broken.f32.gelu_fwd = [](float* y, const float* x, long n) { std::copy(x, x + n, y); };
+  broken.f32.max_combine = [](float*, const float*, long, long) {
+    throw std::runtime_error("op max_combine is not supported on broken");
+  };
+  const SelftestResult r = run_selftest(broken, /*quick=*/true);
+  EXPECT_GT(r.failed, 0);
+  EXPECT_GT(r.unsupported, 0);
+  for (const OpCheck& c : r.checks) {
+    const CheckStatus want = c.op == "gelu_fwd" ? CheckStatus::fail
+                             : c.op == "max_combine" ? CheckStatus::unsupported : CheckStatus::pass;
+    EXPECT_EQ(c.status, want) << c.op << " " << c.shape << " " << c.err;
+  }
 }

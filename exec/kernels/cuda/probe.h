@@ -4,6 +4,11 @@
 #define TP_CUDA_PROBE_H
 #include <stddef.h>
 
+/* The library is built with hidden visibility; only these C entries are exported. */
+#ifndef TP_CUDA_API
+#define TP_CUDA_API __attribute__((visibility("default")))
+#endif
+
 #define TP_CUDA_PROBE_OK 0
 #define TP_CUDA_PROBE_NO_DEVICE 1
 
@@ -12,7 +17,7 @@ extern "C" {
 #endif
 /* Returns TP_CUDA_PROBE_OK when at least one device is usable, else TP_CUDA_PROBE_NO_DEVICE; *device_count
    gets the count (0 on error); message (may be null) gets a one-line reason or summary. */
-int tp_cuda_backend_probe(int* device_count, char* message, size_t message_size);
+TP_CUDA_API int tp_cuda_backend_probe(int* device_count, char* message, size_t message_size);
 typedef int (*tp_cuda_backend_probe_fn)(int*, char*, size_t);
 #ifdef __cplusplus
 }

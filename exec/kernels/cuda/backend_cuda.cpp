@@ -1,0 +1,231 @@
+// backend_cuda: the CUDA Backend (exec/backend.hpp) inside libtrainplan_cuda.so — one GPU per process (rank),
+// picked by local rank; device and pinned memory, copies, streams and events; the fp32 op table with every
+// non-GEMM op through the kernels of exec/kernels/ (generic __global__ of cuda_launch.cuh) and every matmul,
+// including attention's, through cuBLASLt (gemm_lt.hpp). The fp64 table reports "not supported on cuda".
+// Plain C++ (g++, CUDA runtime API only): the op tables with their kernel launches are backend_cuda_ops.cu.
+// Invariants:
+//  - All ops run in order on the backend's stream (g.stream); Stream{} means that stream. Copies on it are
+//    synchronous (the host may read or reuse the buffer when copy returns); copies on another stream are not.
+//  - Ops that return a value (cross-entropy loss, sum of squares) synchronise the stream to read it back.
+//  - Every error throws std::runtime_error naming the op and its shapes; TP_CUDA_SYNC=1 synchronises after
+//    each op so an asynchronous fault is blamed on the op that caused it. Out of memory: alloc returns null
+//    after printing the bytes asked and the bytes free.
+//  - Ops without a kernel yet (the tensor/vocabulary-parallel shard ops) are present and throw "not supported".
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "exec/backend.hpp"
+#include "exec/kernels/cuda/backend_cuda_parts.hpp"
+#include "exec/kernels/cuda/cuda_backend.h"
+#include "exec/kernels/cuda/gemm_lt.hpp"
+
+namespace tp::cuda {
+
+State g;
+thread_local int t_device = -1;
+
+void enter() {
+  if (t_device != g.device) {
+    cudaSetDevice(g.device);
+    t_device = g.device;
+  }
+}
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess)
+    throw std::runtime_error(std::string("cuda: ") + what + ": " + cudaGetErrorName(e) + ": " + cudaGetErrorString(e));
+}
+
+void after_op() {
+  if (!g.sync_each) return;
+  check(cudaStreamSynchronize(g.stream), "after the op (TP_CUDA_SYNC=1)");
+  check(cudaGetLastError(), "after the op (TP_CUDA_SYNC=1)");
+}
+
+void* scratch(size_t bytes) {
+  if (bytes <= g.scratch_bytes) return g.scratch;
+  if (g.scratch) check(cudaFree(g.scratch), "freeing the scratch buffer");
+  g.scratch = nullptr;
+  g.scratch_bytes = 0;
+  if (cudaMalloc(&g.scratch, bytes) != cudaSuccess) {
+    cudaGetLastError();
+    size_t fr = 0, tot = 0;
+    cudaMemGetInfo(&fr, &tot);
+    throw std::runtime_error("cuda: out of memory for a scratch buffer: asked " + std::to_string(bytes) +
+                             " bytes, " + std::to_string(fr) + " of " + std::to_string(tot) + " bytes free");
+  }
+  g.scratch_bytes = bytes;
+  return g.scratch;
+}
+
+namespace {
+
+// ---- memory, copies, streams, events ----
+
+void* dev_alloc(size_t bytes) {
+  if (bytes == 0) return nullptr;
+  enter();
+  void* p = nullptr;
+  if (cudaMalloc(&p, bytes) == cudaSuccess) return p;
+  cudaGetLastError();
+  size_t fr = 0, tot = 0;
+  cudaMemGetInfo(&fr, &tot);
+  std::fprintf(stderr, "cuda: out of memory on device %d: asked %zu bytes, %zu of %zu bytes free\n", g.device, bytes,
+               fr, tot);
+  return nullptr;
+}
+// Frees never throw: they run in destructors, also at exit after the runtime may be unloading. A failure
+// (usually a sticky error of an earlier fault) is printed once per kind.
+void report_free_error(cudaError_t e, const char* what) {
+  if (e == cudaSuccess || e == cudaErrorCudartUnloading) return;
+  static bool told = false;
+  if (!told) std::fprintf(stderr, "cuda: %s failed: %s: %s\n", what, cudaGetErrorName(e), cudaGetErrorString(e));
+  told = true;
+}
+void dev_free(void* p) {
+  if (!p) return;
+  enter();
+  report_free_error(cudaFree(p), "cudaFree");
+}
+void* pinned_alloc(size_t bytes) {
+  if (bytes == 0) return nullptr;
+  enter();
+  void* p = nullptr;
+  if (cudaMallocHost(&p, bytes) == cudaSuccess) return p;
+  cudaGetLastError();
+  std::fprintf(stderr, "cuda: cudaMallocHost failed: asked %zu bytes of pinned host memory\n", bytes);
+  return nullptr;
+}
+void pinned_free(void* p) {
+  if (!p) return;
+  enter();
+  report_free_error(cudaFreeHost(p), "cudaFreeHost");
+}
+cudaStream_t stream_of(exec::Stream s) { return s.handle ? static_cast<cudaStream_t>(s.handle) : g.stream; }
+
+void copy_bytes(void* dst, const void* src, size_t bytes, exec::CopyKind kind, exec::Stream s) {
+  if (bytes == 0) return;
+  enter();
+  static const cudaMemcpyKind kinds[4] = {cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost, cudaMemcpyDeviceToDevice,
+                                          cudaMemcpyHostToHost};
+  const cudaStream_t st = stream_of(s);
+  const cudaError_t e = cudaMemcpyAsync(dst, src, bytes, kinds[int(kind)], st);
+  if (e != cudaSuccess)
+    check(e, ("copy of " + std::to_string(bytes) + " bytes (kind " + std::to_string(int(kind)) + ")").c_str());
+  if (!s.handle) check(cudaStreamSynchronize(st), "synchronising a copy");
+}
+exec::Stream stream_create() {
+  enter();
+  cudaStream_t s = nullptr;
+  check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
+  return exec::Stream{s};
+}
+void stream_destroy(exec::Stream s) {
+  if (s.handle) report_free_error(cudaStreamDestroy(static_cast<cudaStream_t>(s.handle)), "cudaStreamDestroy");
+}
+void stream_sync(exec::Stream s) {
+  enter();
+  check(cudaStreamSynchronize(stream_of(s)), "cudaStreamSynchronize");
+}
+exec::Event event_create() {
+  enter();
+  cudaEvent_t e = nullptr;
+  check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+  return exec::Event{e};
+}
+void event_destroy(exec::Event e) {
+  if (e.handle) report_free_error(cudaEventDestroy(static_cast<cudaEvent_t>(e.handle)), "cudaEventDestroy");
+}
+void event_record(exec::Event e, exec::Stream s) {
+  enter();
+  check(cudaEventRecord(static_cast<cudaEvent_t>(e.handle), stream_of(s)), "cudaEventRecord");
+}
+void stream_wait(exec::Stream s, exec::Event e) {
+  enter();
+  check(cudaStreamWaitEvent(stream_of(s), static_cast<cudaEvent_t>(e.handle), 0), "cudaStreamWaitEvent");
+}
+void sync_all() {
+  enter();
+  check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  check(cudaGetLastError(), "cudaDeviceSynchronize");
+}
+
+std::string device_name(int d) {
+  cudaDeviceProp p{};
+  if (cudaGetDeviceProperties(&p, d) != cudaSuccess) return "?";
+  return p.name;
+}
+
+// Creates the process's backend on device local_rank % count; status and why as in cuda_backend.h.
+const exec::Backend* create(int local_rank, int& status, std::string& why) {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess || n == 0) {
+    status = TP_CUDA_CREATE_NO_DEVICE;
+    why = e != cudaSuccess ? "no CUDA device: cudaGetDeviceCount returned " + std::to_string(int(e)) + " (" +
+                                 cudaGetErrorName(e) + ": " + cudaGetErrorString(e) + ")"
+                           : std::string("no CUDA device: cudaGetDeviceCount found 0");
+    cudaGetLastError();
+    return nullptr;
+  }
+  g.device = (local_rank < 0 ? 0 : local_rank) % n;
+  t_device = -1;
+  enter();
+  check(cudaStreamCreateWithFlags(&g.stream, cudaStreamNonBlocking), "creating the backend stream");
+  const char* ws = std::getenv("TP_CUDA_WORKSPACE_MB");
+  lt_init(g.stream, size_t(ws ? std::atol(ws) : 32) << 20);
+  const char* se = std::getenv("TP_CUDA_SYNC");
+  g.sync_each = se && std::string(se) == "1";
+  static exec::Backend b;
+  b.name = "cuda";
+  b.host_accessible = false;
+  b.alloc = dev_alloc;
+  b.free = dev_free;
+  b.alloc_pinned = pinned_alloc;
+  b.free_pinned = pinned_free;
+  b.copy = copy_bytes;
+  b.stream_create = stream_create;
+  b.stream_destroy = stream_destroy;
+  b.stream_sync = stream_sync;
+  b.event_create = event_create;
+  b.event_destroy = event_destroy;
+  b.event_record = event_record;
+  b.stream_wait = stream_wait;
+  b.sync = sync_all;
+  fill_f32_table(b.f32);
+  fill_f64_unsupported(b.f64);
+  g.description = "device " + std::to_string(g.device) + " of " + std::to_string(n) + " (" + device_name(g.device) + ")";
+  status = TP_CUDA_CREATE_OK;
+  return &b;
+}
+
+}  // namespace
+}  // namespace tp::cuda
+
+extern "C" const void* tp_cuda_backend_create(int local_rank, int* status, char* why, size_t why_size) {
+  static std::mutex mu;
+  static const tp::exec::Backend* made = nullptr;
+  std::lock_guard<std::mutex> lock(mu);
+  int st = TP_CUDA_CREATE_OK;
+  std::string msg;
+  if (!made) {
+    try {
+      made = tp::cuda::create(local_rank, st, msg);
+    } catch (const std::exception& e) {
+      st = TP_CUDA_CREATE_ERROR;
+      msg = e.what();
+    }
+  }
+  if (made) msg = "cuda " + tp::cuda::g.description;
+  if (status) *status = made ? TP_CUDA_CREATE_OK : st;
+  if (why && why_size) std::snprintf(why, why_size, "%s", msg.c_str());
+  return made;
+}
+
+extern "C" int tp_cuda_abi_version(void) { return TP_CUDA_ABI_VERSION; }

@@ -1,0 +1,246 @@
+// backend_cuda_ops: the CUDA backend's op tables. fp32: each ops:: contract (exec/ops.hpp) bridged onto the
+// kernels of exec/kernels/ (docs/kernels.md lists the interface differences: per-row losses, LayerNorm
+// backward in two kernels) and cuBLASLt (matmul; attention as strided-batched GEMMs around the softmax kernels).
+// fp64 and the shard ops without a kernel yet: entries that throw "op X is not supported on cuda".
+// Invariants: everything on g.stream; an error names the op and its shapes (TP_OP below).
+#include <cmath>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "exec/kernels/cuda/backend_cuda_parts.hpp"
+#include "exec/kernels/cuda/attention_plan.hpp"
+#include "exec/kernels/cuda/gemm_lt.hpp"
+#include "exec/kernels/cuda_launch.cuh"
+#include "exec/kernels/kernels.hpp"
+#include "exec/kernels/cuda/instantiate.cuh"
+
+namespace tp::kernels {
+TP_CUDA_INSTANTIATE(extern template, float)
+}  // namespace tp::kernels
+
+namespace tp::cuda {
+
+kernels::CudaLauncher launcher() {
+  kernels::CudaLauncher l;
+  l.block = 256;
+  l.max_grid = 4096;
+  l.stream = g.stream;
+  return l;
+}
+
+namespace {
+
+namespace k = tp::kernels;
+using F = float;
+
+std::string dims(std::initializer_list<std::pair<const char*, long>> d) {
+  std::string s;
+  for (const auto& [n, v] : d) s += (s.empty() ? "" : ", ") + std::string(n) + " " + std::to_string(v);
+  return s;
+}
+
+// Runs `body` on the backend's device; any error is rethrown as "cuda op NAME (SHAPES): ...".
+#define TP_OP(name, shapes, ...)                                                                          \
+  do {                                                                                                    \
+    try {                                                                                                 \
+      enter();                                                                                            \
+      __VA_ARGS__;                                                                                        \
+      after_op();                                                                                         \
+    } catch (const std::exception& e_) {                                                                  \
+      throw std::runtime_error(std::string("cuda op ") + name + " (" + dims shapes + "): " + e_.what()); \
+    }                                                                                                     \
+  } while (0)
+
+// ---- unsupported entries: same signature as the table's, throwing with the op's name ----
+const char* g_stub_names[128];
+template <int I, class Fn>
+struct Stub;
+template <int I, class R, class... A>
+struct Stub<I, R (*)(A...)> {
+  static R fn(A...) { throw std::runtime_error(std::string("cuda: op ") + g_stub_names[I] + " is not supported on cuda"); }
+};
+#define TP_STUB(table, op, label)                            \
+  do {                                                       \
+    constexpr int i_ = __COUNTER__;                          \
+    static_assert(i_ < 128);                                 \
+    g_stub_names[i_] = label " " #op;                        \
+    (table).op = &Stub<i_, decltype((table).op)>::fn;        \
+  } while (0)
+
+// ---- GEMMs ----
+void matmul(F* C, const F* A, const F* B, long M, long N, long K, bool ta, bool tb, F alpha, F beta) {
+  TP_OP("matmul", ({{"M", M}, {"N", N}, {"K", K}, {"trans_a", ta}, {"trans_b", tb}}), {
+    if (K == 0) {  // no product: C = beta C
+      if (beta == F(0)) k::fill(launcher(), C, 0.f, M * N);
+      else k::scale(launcher(), C, C, beta, M * N);
+    } else {
+      lt_gemm(matmul_args(C, A, B, M, N, K, ta, tb, alpha, beta));
+    }
+  });
+}
+
+// Attention: the GEMM lists of attention_plan.hpp (checked on the CPU) around the softmax kernels.
+void attention_fwd(F* out, F* att, const F* q, const F* kk, const F* v, long B, long T, long H, long Hkv, long D) {
+  TP_OP("attention_fwd", ({{"B", B}, {"T", T}, {"H", H}, {"Hkv", Hkv}, {"D", D}}), {
+    if (Hkv <= 0 || H % Hkv != 0) throw std::runtime_error("H must be a multiple of Hkv");
+    const AttnDims d{B, T, H, Hkv, D};
+    for (const GemmArgs& a : attn_qk("attention_fwd q·kᵀ", att, q, kk, d)) lt_gemm(a);
+    k::softmax_fwd(launcher(), att, att, B * H * T, T, F(1.0 / std::sqrt(double(D))), true);
+    for (const GemmArgs& a : attn_out(out, att, v, d)) lt_gemm(a);
+  });
+}
+
+// dP (scratch [B, H, T, T]) = dout vᵀ; dS = softmax backward of dP, in place; then the gradient GEMMs.
+void attention_bwd(F* dq, F* dk, F* dv, const F* dout, const F* att, const F* q, const F* kk, const F* v, long B,
+                   long T, long H, long Hkv, long D) {
+  TP_OP("attention_bwd", ({{"B", B}, {"T", T}, {"H", H}, {"Hkv", Hkv}, {"D", D}}), {
+    if (Hkv <= 0 || H % Hkv != 0) throw std::runtime_error("H must be a multiple of Hkv");
+    const AttnDims d{B, T, H, Hkv, D};
+    F* dp = static_cast<F*>(scratch(sizeof(F) * size_t(B * H * T * T)));
+    for (const GemmArgs& a : attn_qk("attention_bwd dout·vᵀ", dp, dout, v, d)) lt_gemm(a);
+    k::softmax_bwd<true>(launcher(), dp, att, dp, B * H * T, T, F(1.0 / std::sqrt(double(D))));
+    for (const GemmArgs& a : attn_grads(dq, dk, dv, dp, att, q, kk, dout, d)) lt_gemm(a);
+  });
+}
+
+// ---- element-wise and row ops ----
+void add_bias(F* y, const F* x, const F* b, long N, long C) {
+  TP_OP("add_bias", ({{"N", N}, {"C", C}}), k::add_bias(launcher(), y, x, b, N, C));
+}
+void bias_bwd(F* db, const F* dy, long N, long C) {
+  TP_OP("bias_bwd", ({{"N", N}, {"C", C}}), k::bias_bwd(launcher(), db, dy, N, C));
+}
+void add(F* y, const F* a, const F* b, long n) { TP_OP("add", ({{"n", n}}), k::add(launcher(), y, a, b, n)); }
+void accumulate(F* y, const F* x, long n) {
+  TP_OP("accumulate", ({{"n", n}}), k::accumulate(launcher(), y, x, n));
+}
+void scale(F* y, const F* x, F s, long n) { TP_OP("scale", ({{"n", n}}), k::scale(launcher(), y, x, s, n)); }
+void fill(F* y, F v, long n) { TP_OP("fill", ({{"n", n}}), k::fill(launcher(), y, v, n)); }
+void copy(F* dst, const F* src, long n) { TP_OP("copy", ({{"n", n}}), k::copy(launcher(), dst, src, n)); }
+void copy_rows(F* dst, long ds, const F* src, long ss, long rows, long cols) {
+  TP_OP("copy_rows", ({{"dst_stride", ds}, {"src_stride", ss}, {"rows", rows}, {"cols", cols}}), {
+    if (rows > 0 && cols > 0)
+      check(cudaMemcpy2DAsync(dst, sizeof(F) * ds, src, sizeof(F) * ss, sizeof(F) * cols, rows,
+                              cudaMemcpyDeviceToDevice, g.stream),
+            "cudaMemcpy2DAsync");
+  });
+}
+void layernorm_fwd(F* y, F* mean, F* rstd, const F* x, const F* w, const F* b, long N, long C, F eps) {
+  TP_OP("layernorm_fwd", ({{"N", N}, {"C", C}}), k::layernorm_fwd(launcher(), y, mean, rstd, x, w, b, N, C, eps));
+}
+void layernorm_bwd(F* dx, F* dw, F* db, const F* dy, const F* x, const F* w, const F* mean, const F* rstd, long N,
+                   long C) {
+  TP_OP("layernorm_bwd", ({{"N", N}, {"C", C}}), {
+    k::layernorm_bwd_dx(launcher(), dx, dy, x, w, mean, rstd, N, C);
+    k::layernorm_bwd_wb(launcher(), dw, db, dy, x, mean, rstd, N, C);
+  });
+}
+void gelu_fwd(F* y, const F* x, long n) { TP_OP("gelu_fwd", ({{"n", n}}), k::gelu_fwd(launcher(), y, x, n)); }
+void gelu_bwd(F* dx, const F* x, const F* dy, long n) {
+  TP_OP("gelu_bwd", ({{"n", n}}), k::gelu_bwd(launcher(), dx, x, dy, n));
+}
+void gelu_bwd_set(F* dx, const F* x, const F* dy, long n) {
+  TP_OP("gelu_bwd_set", ({{"n", n}}), k::gelu_bwd_set(launcher(), dx, x, dy, n));
+}
+void swiglu_fwd(F* y, const F* gu, long N, long Fd) {
+  TP_OP("swiglu_fwd", ({{"N", N}, {"F", Fd}}), k::swiglu_fwd(launcher(), y, gu, N, Fd));
+}
+void swiglu_bwd(F* dgu, const F* gu, const F* dy, long N, long Fd) {
+  TP_OP("swiglu_bwd", ({{"N", N}, {"F", Fd}}), k::swiglu_bwd(launcher(), dgu, gu, dy, N, Fd));
+}
+void swiglu_bwd_set(F* dgu, const F* gu, const F* dy, long N, long Fd) {
+  TP_OP("swiglu_bwd_set", ({{"N", N}, {"F", Fd}}), k::swiglu_bwd_set(launcher(), dgu, gu, dy, N, Fd));
+}
+
+// Per-row losses into scratch, read back and summed in row order in double.
+F cross_entropy_fwd(F* probs, const F* logits, const int32_t* targets, long N, long V) {
+  double sum = 0;
+  TP_OP("cross_entropy_fwd", ({{"N", N}, {"V", V}}), {
+    if (N > 0) {
+      F* loss = static_cast<F*>(scratch(sizeof(F) * size_t(N)));
+      k::cross_entropy_fwd(launcher(), probs, loss, logits, targets, N, V);
+      std::vector<F> h(static_cast<size_t>(N));
+      check(cudaMemcpyAsync(h.data(), loss, sizeof(F) * size_t(N), cudaMemcpyDeviceToHost, g.stream), "loss copy");
+      check(cudaStreamSynchronize(g.stream), "loss read-back");
+      for (F l : h) sum += l;
+    }
+  });
+  return F(sum);
+}
+void cross_entropy_bwd(F* dl, const F* probs, const int32_t* targets, long N, long V, F s) {
+  TP_OP("cross_entropy_bwd", ({{"N", N}, {"V", V}}), k::cross_entropy_bwd<false>(launcher(), dl, probs, targets, N, V, 0L, s));
+}
+void row_max(F* mx, const F* x, long N, long V) {
+  TP_OP("row_max", ({{"N", N}, {"V", V}}), k::ce_shard_max(launcher(), mx, x, N, V));
+}
+constexpr long kAllVocab = 1L << 40;  // "every id is in the shard" for the unsharded embedding ops
+void embedding_fwd(F* out, const int32_t* tok, const F* wte, const F* wpe, long B, long T, long C) {
+  TP_OP("embedding_fwd", ({{"B", B}, {"T", T}, {"C", C}}), k::embedding_fwd(launcher(), out, tok, wte, wpe, B, T, C, 0L, kAllVocab));
+}
+void embedding_bwd(F* dwte, F* dwpe, const F* dout, const int32_t* tok, long B, long T, long C) {
+  TP_OP("embedding_bwd", ({{"B", B}, {"T", T}, {"C", C}}), k::embedding_bwd(launcher(), dwte, dwpe, dout, tok, B, T, C, 0L, kAllVocab));
+}
+// The shard's rows: dwte_shard[tokens[n] - v0] += dout[n] for tokens in [v0, v0 + Vl) (the kernel's own contract).
+void embedding_shard_bwd(F* dwte, const F* dout, const int32_t* tok, long N, long C, long v0, long Vl) {
+  TP_OP("embedding_shard_bwd", ({{"N", N}, {"C", C}, {"v0", v0}, {"Vl", Vl}}),
+        k::embedding_bwd(launcher(), dwte, static_cast<F*>(nullptr), dout, tok, 1L, N, C, v0, Vl));
+}
+void adamw(F* p, const F* gr, F* m, F* v, long n, F lr, F b1, F b2, F eps, F wd, long t) {
+  TP_OP("adamw", ({{"n", n}, {"t", t}}), k::adamw(launcher(), p, gr, m, v, static_cast<F*>(nullptr), n, lr, b1, b2, eps, wd, t));
+}
+double sum_squares(const F* x, long n) {
+  double r = 0;
+  TP_OP("sum_squares", ({{"n", n}}), {
+    const kernels::CudaLauncher l = launcher();
+    double* s = static_cast<double*>(scratch(sizeof(double) * (size_t(l.max_grid) + 1)));
+    k::sum_squares(l, s, s + 1, x, n);
+    check(cudaMemcpyAsync(&r, s, sizeof r, cudaMemcpyDeviceToHost, g.stream), "sum copy");
+    check(cudaStreamSynchronize(g.stream), "sum read-back");
+  });
+  return r;
+}
+
+}  // namespace
+
+void fill_f32_table(exec::OpTable<float>& t) {
+  t.matmul = matmul, t.add_bias = add_bias, t.bias_bwd = bias_bwd, t.add = add, t.accumulate = accumulate;
+  t.scale = scale, t.fill = fill, t.copy = copy, t.copy_rows = copy_rows;
+  t.layernorm_fwd = layernorm_fwd, t.layernorm_bwd = layernorm_bwd;
+  t.gelu_fwd = gelu_fwd, t.gelu_bwd = gelu_bwd, t.gelu_bwd_set = gelu_bwd_set;
+  t.swiglu_fwd = swiglu_fwd, t.swiglu_bwd = swiglu_bwd, t.swiglu_bwd_set = swiglu_bwd_set;
+  t.attention_fwd = attention_fwd, t.attention_bwd = attention_bwd;
+  t.cross_entropy_fwd = cross_entropy_fwd, t.cross_entropy_bwd = cross_entropy_bwd, t.row_max = row_max;
+  t.embedding_fwd = embedding_fwd, t.embedding_bwd = embedding_bwd, t.embedding_shard_bwd = embedding_shard_bwd;
+  t.adamw = adamw, t.sum_squares = sum_squares;
+  // No kernel yet for these (2D tensor parallelism and vocabulary-parallel pieces): they throw.
+  TP_STUB(t, ln_shard_sum, "f32");
+  TP_STUB(t, ln_shard_sqdev, "f32");
+  TP_STUB(t, ln_shard_apply, "f32");
+  TP_STUB(t, ln_shard_bwd_sums, "f32");
+  TP_STUB(t, ln_shard_bwd_apply, "f32");
+  TP_STUB(t, max_combine, "f32");
+  TP_STUB(t, ce_shard_exp, "f32");
+  TP_STUB(t, ce_shard_finish, "f32");
+  TP_STUB(t, ce_shard_target_grad, "f32");
+  TP_STUB(t, embedding_shard_fwd, "f32");
+  TP_STUB(t, add_positions, "f32");
+  TP_STUB(t, positions_bwd, "f32");
+}
+
+// The GPU backend computes in fp32 (bf16 next); fp64 is the CPU oracle's precision and is not faked here.
+void fill_f64_unsupported(exec::OpTable<double>& t) {
+#define TP_S(op) TP_STUB(t, op, "f64")
+  TP_S(matmul); TP_S(add_bias); TP_S(bias_bwd); TP_S(add); TP_S(accumulate); TP_S(scale); TP_S(fill); TP_S(copy);
+  TP_S(copy_rows); TP_S(layernorm_fwd); TP_S(layernorm_bwd); TP_S(ln_shard_sum); TP_S(ln_shard_sqdev);
+  TP_S(ln_shard_apply); TP_S(ln_shard_bwd_sums); TP_S(ln_shard_bwd_apply); TP_S(gelu_fwd); TP_S(gelu_bwd);
+  TP_S(gelu_bwd_set); TP_S(swiglu_fwd); TP_S(swiglu_bwd); TP_S(swiglu_bwd_set); TP_S(attention_fwd);
+  TP_S(attention_bwd); TP_S(cross_entropy_fwd); TP_S(cross_entropy_bwd); TP_S(row_max); TP_S(max_combine);
+  TP_S(ce_shard_exp); TP_S(ce_shard_finish); TP_S(ce_shard_target_grad); TP_S(embedding_fwd); TP_S(embedding_bwd);
+  TP_S(embedding_shard_fwd); TP_S(embedding_shard_bwd); TP_S(add_positions); TP_S(positions_bwd); TP_S(adamw);
+  TP_S(sum_squares);
+#undef TP_S
+}
+
+}  // namespace tp::cuda

@@ -1,0 +1,43 @@
+// backend_cuda_parts: what the CUDA backend's files share (backend_cuda.cpp: memory, streams, creation;
+// backend_cuda_ops.cu: the op tables). Host code inside libtrainplan_cuda.so only.
+// Invariants: one State per process (one GPU per rank); enter() makes the backend's device current on the
+// calling thread before any CUDA call (host threads start on device 0).
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <string>
+
+#include "exec/backend.hpp"
+#ifdef __CUDACC__
+#include "exec/kernels/cuda_launch.cuh"
+#endif
+
+namespace tp::cuda {
+
+struct State {
+  int device = 0;
+  cudaStream_t stream = nullptr;  // every op and every Stream{} copy
+  bool sync_each = false;         // TP_CUDA_SYNC=1
+  void* scratch = nullptr;        // grows on demand (losses, partial sums, attention's dP)
+  size_t scratch_bytes = 0;
+  std::string description;
+};
+extern State g;
+
+void enter();
+// Throws "cuda: <what>: <error name>: <error string>" unless e is cudaSuccess.
+void check(cudaError_t e, const char* what);
+// With TP_CUDA_SYNC=1: synchronise the stream and throw on any error (so the fault names its op).
+void after_op();
+// Device scratch of at least `bytes` (contents undefined; reused by the next op that asks).
+void* scratch(size_t bytes);
+#ifdef __CUDACC__
+// The launcher every op uses: block 256, grid capped at 4096, on g.stream.
+kernels::CudaLauncher launcher();
+#endif
+
+void fill_f32_table(exec::OpTable<float>& t);
+void fill_f64_unsupported(exec::OpTable<double>& t);
+
+}  // namespace tp::cuda

@@ -1,0 +1,36 @@
+/* cuda_backend.h: the C ABI of libtrainplan_cuda.so beyond the probe (probe.h). The CPU program dlsyms these
+   names, so it needs no CUDA header and links no CUDA library.
+   tp_cuda_backend_create: picks device local_rank % count, creates the stream, the cuBLASLt handle and the
+   workspace, and returns a `const tp::exec::Backend*` (exec/backend.hpp, compiled into both sides from the same
+   header) as void*, or null with the reason in why (e.g. "no CUDA device: cudaGetDeviceCount returned 35 ...").
+   A second call returns the same backend. TP_CUDA_CREATE_NO_DEVICE in *status means "no usable device".
+   tp_cuda_versions: one line with the runtime, driver, cuBLASLt and NCCL versions (run-time values where they
+   can be read without a device, compile-time ones otherwise, each marked). Needs no device. */
+#ifndef TP_CUDA_BACKEND_H
+#define TP_CUDA_BACKEND_H
+#include <stddef.h>
+
+/* The library is built with hidden visibility; only these C entries are exported. */
+#ifndef TP_CUDA_API
+#define TP_CUDA_API __attribute__((visibility("default")))
+#endif
+
+#define TP_CUDA_CREATE_OK 0
+#define TP_CUDA_CREATE_NO_DEVICE 1
+#define TP_CUDA_CREATE_ERROR 2
+/* The version of this C ABI: the loader refuses a library with another one. */
+#define TP_CUDA_ABI_VERSION 1
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+TP_CUDA_API const void* tp_cuda_backend_create(int local_rank, int* status, char* why, size_t why_size);
+typedef const void* (*tp_cuda_backend_create_fn)(int, int*, char*, size_t);
+TP_CUDA_API void tp_cuda_versions(char* out, size_t out_size);
+typedef void (*tp_cuda_versions_fn)(char*, size_t);
+TP_CUDA_API int tp_cuda_abi_version(void);
+typedef int (*tp_cuda_abi_version_fn)(void);
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,146 @@
+// gemm_lt: cuBLASLt GEMMs for the CUDA backend (see gemm_lt.hpp for the row-major mapping and invariants).
+// Descriptors are made per call (cheap next to a GEMM; a cache keyed by shape may follow). Alignment: every
+// pointer must be 4-byte aligned (fp32) and leading dimensions >= the stored row length; the heuristic is told
+// each pointer's actual alignment (16, 8 or 4 bytes) so it never picks a kernel that needs more.
+#include "exec/kernels/cuda/gemm_lt.hpp"
+
+#include <cublasLt.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+
+namespace tp::cuda {
+namespace {
+
+struct LtState {
+  cublasLtHandle_t handle = nullptr;
+  void* workspace = nullptr;
+  size_t ws_bytes = 0;
+  cudaStream_t stream = nullptr;
+  bool tf32 = false;
+} g_lt;
+
+std::string shape_text(const GemmArgs& g) {
+  return std::string(g.what) + " (M " + std::to_string(g.M) + ", N " + std::to_string(g.N) + ", K " +
+         std::to_string(g.K) + ", trans_a " + (g.ta ? "1" : "0") + ", trans_b " + (g.tb ? "1" : "0") + ", lda " +
+         std::to_string(g.lda) + ", ldb " + std::to_string(g.ldb) + ", ldc " + std::to_string(g.ldc) +
+         ", batch " + std::to_string(g.batch) + ")";
+}
+
+void check(cublasStatus_t s, const GemmArgs& g, const char* call) {
+  if (s == CUBLAS_STATUS_SUCCESS) return;
+  throw std::runtime_error("cuda " + shape_text(g) + ": " + call + " failed: " + cublasLtGetStatusName(s) + " (" +
+                           cublasLtGetStatusString(s) + ")");
+}
+
+uint32_t alignment(const void* p) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  return a % 16 == 0 ? 16u : a % 8 == 0 ? 8u : a % 4 == 0 ? 4u : 1u;
+}
+
+// RAII owners of the per-call descriptors.
+struct Layout {
+  cublasLtMatrixLayout_t d = nullptr;
+  ~Layout() {
+    if (d) cublasLtMatrixLayoutDestroy(d);
+  }
+};
+struct Desc {
+  cublasLtMatmulDesc_t d = nullptr;
+  ~Desc() {
+    if (d) cublasLtMatmulDescDestroy(d);
+  }
+};
+struct Pref {
+  cublasLtMatmulPreference_t d = nullptr;
+  ~Pref() {
+    if (d) cublasLtMatmulPreferenceDestroy(d);
+  }
+};
+
+// cuBLASLt's layout of m (already column-major, gemm_plan.hpp), batched when batch > 1.
+void make_layout(Layout& l, const LtMatrix& m, int batch, const GemmArgs& g) {
+  check(cublasLtMatrixLayoutCreate(&l.d, CUDA_R_32F, uint64_t(m.rows), uint64_t(m.cols), int64_t(m.ld)), g,
+        "cublasLtMatrixLayoutCreate");
+  if (batch > 1) {
+    const int32_t b = batch;
+    const int64_t s = m.stride;
+    check(cublasLtMatrixLayoutSetAttribute(l.d, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &b, sizeof b), g,
+          "set BATCH_COUNT");
+    check(cublasLtMatrixLayoutSetAttribute(l.d, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &s, sizeof s), g,
+          "set STRIDED_BATCH_OFFSET");
+  }
+}
+
+void validate(const GemmArgs& g) {
+  const long a_cols = g.ta ? g.M : g.K, b_cols = g.tb ? g.K : g.N;
+  const char* bad = nullptr;
+  if (g.M < 0 || g.N < 0 || g.K < 0 || g.batch < 1) bad = "negative size or batch < 1";
+  else if (g.lda < a_cols || g.ldb < b_cols || g.ldc < g.N) bad = "a leading dimension is below its row length";
+  else if (alignment(g.A) < 4 || alignment(g.B) < 4 || alignment(g.C) < 4) bad = "a pointer is not 4-byte aligned";
+  if (bad) throw std::runtime_error("cuda " + shape_text(g) + ": " + bad);
+}
+
+}  // namespace
+
+void lt_init(cudaStream_t stream, size_t ws_bytes) {
+  GemmArgs none;
+  none.what = "cuBLASLt setup";
+  check(cublasLtCreate(&g_lt.handle), none, "cublasLtCreate");
+  if (ws_bytes && cudaMalloc(&g_lt.workspace, ws_bytes) != cudaSuccess) {
+    cudaGetLastError();
+    ws_bytes = 0;  // run without a workspace rather than fail: the heuristic then picks kernels that need none
+  }
+  g_lt.ws_bytes = ws_bytes;
+  g_lt.stream = stream;
+  const char* tf = std::getenv("TP_CUDA_TF32");
+  g_lt.tf32 = tf && std::string(tf) == "1";
+}
+
+void lt_shutdown() {
+  if (g_lt.workspace) cudaFree(g_lt.workspace);
+  if (g_lt.handle) cublasLtDestroy(g_lt.handle);
+  g_lt = LtState{};
+}
+
+size_t lt_version() { return cublasLtGetVersion(); }
+
+void lt_gemm(const GemmArgs& g) {
+  if (g.M == 0 || g.N == 0) return;
+  validate(g);
+  if (!g_lt.handle) throw std::runtime_error("cuda " + shape_text(g) + ": cuBLASLt is not initialised");
+  const LtPlan p = lt_plan(g);  // Cᵀ = op(B)ᵀ op(A)ᵀ in column-major: cuBLASLt's first operand is our B
+  Desc desc;
+  const cublasComputeType_t ct = g_lt.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  check(cublasLtMatmulDescCreate(&desc.d, ct, CUDA_R_32F), g, "cublasLtMatmulDescCreate");
+  const cublasOperation_t op1 = p.trans1 ? CUBLAS_OP_T : CUBLAS_OP_N, op2 = p.trans2 ? CUBLAS_OP_T : CUBLAS_OP_N;
+  check(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_TRANSA, &op1, sizeof op1), g, "set TRANSA");
+  check(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_TRANSB, &op2, sizeof op2), g, "set TRANSB");
+  Layout l1, l2, lc;
+  make_layout(l1, p.m1, p.batch, g);
+  make_layout(l2, p.m2, p.batch, g);
+  make_layout(lc, p.mc, p.batch, g);
+  Pref pref;
+  check(cublasLtMatmulPreferenceCreate(&pref.d), g, "cublasLtMatmulPreferenceCreate");
+  const uint64_t ws = g_lt.ws_bytes;
+  check(cublasLtMatmulPreferenceSetAttribute(pref.d, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws), g,
+        "set MAX_WORKSPACE_BYTES");
+  const uint32_t al[4] = {alignment(g.B), alignment(g.A), alignment(g.C), alignment(g.C)};
+  const cublasLtMatmulPreferenceAttributes_t which[4] = {
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+  for (int i = 0; i < 4; ++i)
+    check(cublasLtMatmulPreferenceSetAttribute(pref.d, which[i], &al[i], sizeof al[i]), g, "set MIN_ALIGNMENT");
+  cublasLtMatmulHeuristicResult_t best{};
+  int found = 0;
+  check(cublasLtMatmulAlgoGetHeuristic(g_lt.handle, desc.d, l1.d, l2.d, lc.d, lc.d, pref.d, 1, &best, &found), g,
+        "cublasLtMatmulAlgoGetHeuristic");
+  if (found < 1) throw std::runtime_error("cuda " + shape_text(g) + ": cuBLASLt has no algorithm for this GEMM");
+  check(cublasLtMatmul(g_lt.handle, desc.d, &g.alpha, p.x1, l1.d, p.x2, l2.d, &g.beta, p.c, lc.d, p.c, lc.d, &best.algo,
+                       g_lt.workspace, g_lt.ws_bytes, g_lt.stream),
+        g, "cublasLtMatmul");
+}
+
+}  // namespace tp::cuda

@@ -1,0 +1,22 @@
+// gemm_lt: every matmul of the CUDA backend through cuBLASLt (host code inside libtrainplan_cuda.so only).
+// Invariants: matrices are ROW-major as in exec/ops.hpp; the mapping onto column-major cuBLASLt is
+// lt_plan (gemm_plan.hpp, checked on the CPU by tests/exec/test_cuda_gemm_plan.cpp). One handle and one workspace per process (one GPU per
+// rank), all work on the backend's stream. fp32 storage, fp32 compute (TF32 only when TP_CUDA_TF32=1).
+// Every failure throws std::runtime_error naming the op, the shapes, the strides and the cuBLASLt status.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstddef>
+
+#include "exec/kernels/cuda/gemm_plan.hpp"
+
+namespace tp::cuda {
+
+// Creates the cuBLASLt handle and a workspace of ws_bytes on the current device.
+void lt_init(cudaStream_t stream, size_t ws_bytes);
+void lt_shutdown();
+void lt_gemm(const GemmArgs& g);
+// cuBLASLt's version number (cublasLtGetVersion; needs no device).
+size_t lt_version();
+
+}  // namespace tp::cuda

@@ -1,0 +1,86 @@
+// gemm_plan: how a row-major GEMM of the CUDA backend becomes one cuBLASLt call, as plain data — no CUDA
+// header, so the CPU tests check the mapping (and attention's strided batches, attention_plan.hpp) against the
+// CPU backend by executing the plan with a column-major reference of cublasLtMatmul's definition.
+// Invariant: cuBLASLt is column-major; a row-major [r, c] matrix with row stride ld IS a column-major [c, r]
+// matrix with leading dimension ld. So C = op(A) op(B) (row-major) is computed as Cᵀ = op(B)ᵀ op(A)ᵀ
+// (column-major): cuBLASLt's first operand is our B, its second our A, transposes unchanged.
+#pragma once
+
+namespace tp::cuda {
+
+// One GEMM (batch == 1) or a strided batch of them. Row-major operands: A is [M, K] ([K, M] when ta) with
+// row stride lda; B is [K, N] ([N, K] when tb) with row stride ldb; C is [M, N] with row stride ldc.
+// sa, sb, sc: elements between consecutive batch items. C = alpha op(A) op(B) + beta C (beta 0: C not read).
+struct GemmArgs {
+  const char* what = "matmul";  // the op named in errors
+  float* C = nullptr;
+  const float* A = nullptr;
+  const float* B = nullptr;
+  long M = 0, N = 0, K = 0;
+  bool ta = false, tb = false;
+  float alpha = 1, beta = 0;
+  long lda = 0, ldb = 0, ldc = 0;
+  int batch = 1;
+  long sa = 0, sb = 0, sc = 0;
+};
+
+// ops::matmul's contract on contiguous row-major operands.
+inline GemmArgs matmul_args(float* C, const float* A, const float* B, long M, long N, long K, bool ta, bool tb,
+                            float alpha, float beta) {
+  GemmArgs a;
+  a.C = C, a.A = A, a.B = B, a.M = M, a.N = N, a.K = K, a.ta = ta, a.tb = tb, a.alpha = alpha, a.beta = beta;
+  a.lda = ta ? M : K, a.ldb = tb ? K : N, a.ldc = N;
+  return a;
+}
+
+// A column-major matrix as cuBLASLt's layout describes it: rows x cols, leading dimension ld, batch stride.
+struct LtMatrix {
+  long rows = 0, cols = 0, ld = 0, stride = 0;
+};
+// The cublasLtMatmul call: D = alpha op1(X1) op2(X2) + beta C with D = C, op(X) = Xᵀ when trans; m x n x k.
+struct LtPlan {
+  const float* x1 = nullptr;
+  const float* x2 = nullptr;
+  float* c = nullptr;
+  bool trans1 = false, trans2 = false;
+  LtMatrix m1, m2, mc;
+  long m = 0, n = 0, k = 0;
+  int batch = 1;
+};
+
+// Column-major layout of a row-major [rows, cols] matrix with row stride ld.
+inline LtMatrix col_major(long rows, long cols, long ld, long stride) { return LtMatrix{cols, rows, ld, stride}; }
+
+inline LtPlan lt_plan(const GemmArgs& g) {
+  LtPlan p;
+  p.x1 = g.B, p.x2 = g.A, p.c = g.C;
+  p.trans1 = g.tb, p.trans2 = g.ta;
+  p.m1 = col_major(g.tb ? g.N : g.K, g.tb ? g.K : g.N, g.ldb, g.sb);
+  p.m2 = col_major(g.ta ? g.K : g.M, g.ta ? g.M : g.K, g.lda, g.sa);
+  p.mc = col_major(g.M, g.N, g.ldc, g.sc);
+  p.m = g.N, p.n = g.M, p.k = g.K;
+  p.batch = g.batch;
+  return p;
+}
+
+// What cublasLtMatmul computes for plan p, on host memory, in double (the tests' reference of the call).
+inline void lt_reference(const LtPlan& p, float alpha, float beta) {
+  for (int b = 0; b < p.batch; ++b) {
+    const float* x1 = p.x1 + b * p.m1.stride;
+    const float* x2 = p.x2 + b * p.m2.stride;
+    float* c = p.c + b * p.mc.stride;
+    for (long i = 0; i < p.m; ++i)
+      for (long j = 0; j < p.n; ++j) {
+        double s = 0;
+        for (long l = 0; l < p.k; ++l) {
+          const double a = p.trans1 ? x1[l + i * p.m1.ld] : x1[i + l * p.m1.ld];  // op1(X1)(i, l)
+          const double v = p.trans2 ? x2[j + l * p.m2.ld] : x2[l + j * p.m2.ld];  // op2(X2)(l, j)
+          s += a * v;
+        }
+        float& d = c[i + j * p.mc.ld];
+        d = float(alpha * s + (beta == 0 ? 0.0 : beta * double(d)));
+      }
+  }
+}
+
+}  // namespace tp::cuda

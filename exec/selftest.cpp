@@ -1,0 +1,101 @@
+// selftest: runs the checks of selftest_cases.cpp on one backend (selftest.hpp). Each check calls the op once
+// with the CPU float64 table on host copies (the reference) and once with the backend's fp32 table on memory
+// from the backend's alloc, then reads the compared outputs back with the backend's copy.
+#include "exec/selftest.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <exception>
+#include <stdexcept>
+#include <string>
+
+#include "exec/selftest_harness.hpp"
+
+namespace tp::exec {
+namespace {
+
+using selftest::Ints;
+using selftest::Spec;
+using selftest::Vec;
+
+// Backend memory of one check, freed at the end.
+struct Mem {
+  const Backend& be;
+  std::vector<void*> blocks;
+  explicit Mem(const Backend& b) : be(b) {}
+  ~Mem() {
+    for (void* p : blocks) be.free(p);
+  }
+  Mem(const Mem&) = delete;
+  Mem& operator=(const Mem&) = delete;
+  void* raw(size_t bytes) {
+    void* p = be.alloc(std::max<size_t>(bytes, 64));
+    if (!p) throw std::runtime_error("out of memory allocating " + std::to_string(bytes) + " bytes");
+    blocks.push_back(p);
+    return p;
+  }
+  template <class T, class S>
+  T* up(const std::vector<S>& v) {
+    std::vector<T> h(v.begin(), v.end());
+    T* d = static_cast<T*>(raw(sizeof(T) * h.size()));
+    if (!h.empty()) be.copy(d, h.data(), sizeof(T) * h.size(), CopyKind::host_to_device, Stream{});
+    return d;
+  }
+  Vec down(const float* d, size_t n) {
+    std::vector<float> h(n);
+    if (n) be.copy(h.data(), d, sizeof(float) * n, CopyKind::device_to_host, Stream{});
+    be.sync();
+    return Vec(h.begin(), h.end());
+  }
+};
+
+double scaled_err(double got, double want) {
+  const double e = std::abs(got - want) / (1 + std::abs(want));
+  return std::isnan(e) ? INFINITY : e;
+}
+
+OpCheck run_one(const Backend& be, const Spec& s) {
+  OpCheck c{s.op, s.shape, s.variant, 0, kSelftestTolF32 * std::sqrt(std::max(1.0, s.red)), CheckStatus::pass, ""};
+  std::vector<Vec> ref = s.bufs;
+  std::vector<Ints> refi = s.ints;
+  std::vector<double*> rp;
+  std::vector<const int32_t*> rip;
+  for (Vec& v : ref) rp.push_back(v.data());
+  for (Ints& v : refi) rip.push_back(v.data());
+  const double want = s.f64(cpu_backend().f64, rp.data(), rip.data());
+  try {
+    Mem m(be);
+    std::vector<float*> dp;
+    std::vector<const int32_t*> dip;
+    for (const Vec& v : s.bufs) dp.push_back(m.up<float>(v));
+    for (const Ints& v : s.ints) dip.push_back(m.up<int32_t>(v));
+    const double got = s.f32(be.f32, dp.data(), dip.data());
+    be.sync();
+    if (s.scalar) c.err = scaled_err(got, want);
+    for (int o : s.outs) {
+      const Vec d = m.down(dp[size_t(o)], s.bufs[size_t(o)].size());
+      for (size_t i = 0; i < d.size(); ++i) c.err = std::max(c.err, scaled_err(d[i], ref[size_t(o)][i]));
+    }
+  } catch (const std::exception& e) {
+    c.message = e.what();
+    c.status = c.message.find("not supported") != std::string::npos ? CheckStatus::unsupported : CheckStatus::fail;
+    return c;
+  }
+  if (!(c.err <= c.tol)) c.status = CheckStatus::fail;
+  return c;
+}
+
+}  // namespace
+
+SelftestResult run_selftest(const Backend& b, bool quick) {
+  SelftestResult r;
+  r.backend = b.name;
+  for (const Spec& s : selftest::all_specs(quick)) {
+    r.checks.push_back(run_one(b, s));
+    const CheckStatus st = r.checks.back().status;
+    (st == CheckStatus::pass ? r.passed : st == CheckStatus::fail ? r.failed : r.unsupported)++;
+  }
+  return r;
+}
+
+}  // namespace tp::exec

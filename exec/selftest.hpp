@@ -1,0 +1,40 @@
+// selftest: every op of a backend's fp32 table against the CPU backend's float64 table on the same
+// (float-rounded) inputs, over many shapes: one row, odd sizes, rows longer than a block, in-place use, and
+// the accumulate and overwrite variants of exec/ops.hpp. Used by `trainplan selftest --backend NAME` (the first
+// thing to run on a GPU) and by tests/exec/test_backend_ops.cpp for every compiled-in backend (one place).
+// Invariants: outputs are compared element-wise as max |got - want| / (1 + |want|) against the fp32
+// tolerance times sqrt of the op's reduction length; an op that throws "not supported" is reported as
+// unsupported (not passed, not failed); any other exception is a failure with its message.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "exec/backend.hpp"
+
+namespace tp::exec {
+
+enum class CheckStatus { pass, fail, unsupported };
+
+struct OpCheck {
+  std::string op;       // ops:: name
+  std::string shape;    // e.g. "N 17, C 100"
+  std::string variant;  // e.g. "in place", "accumulate", "trans_a trans_b beta 0.5"
+  double err = 0;       // largest scaled error over the outputs (and the returned value)
+  double tol = 0;
+  CheckStatus status = CheckStatus::pass;
+  std::string message;  // the exception's text, when one was thrown
+};
+
+struct SelftestResult {
+  std::string backend;
+  std::vector<OpCheck> checks;
+  int passed = 0, failed = 0, unsupported = 0;
+};
+
+// Tolerance of fp32 against the float64 reference, per element, before the sqrt(reduction length) factor.
+constexpr double kSelftestTolF32 = 2e-5;
+
+// Runs every check on `b` (quick: the first shapes of each op only).
+SelftestResult run_selftest(const Backend& b, bool quick = false);
+
+}  // namespace tp::exec

@@ -1,0 +1,264 @@
+// selftest_cases: the checks of `trainplan selftest` — every entry of exec/backend.hpp's OpTable over shapes
+// with one row, odd sizes and rows longer than a GPU block (up to 5000), in place where ops.hpp allows it, and
+// the accumulate and overwrite variants. Inputs that must be consistent (LayerNorm statistics, row maxima,
+// positive second moments) are built so; everything else is uniform in [-1, 1), rounded to float.
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "exec/selftest_harness.hpp"
+
+// Specs are written as designated-order aggregates that leave the trailing members (red, scalar and the two
+// bodies, which add() sets) to their defaults.
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
+
+namespace tp::exec::selftest {
+namespace {
+
+std::string sh(std::initializer_list<std::pair<const char*, long>> d) {
+  std::string s;
+  for (const auto& [n, v] : d) s += (s.empty() ? "" : ", ") + std::string(n) + " " + std::to_string(v);
+  return s;
+}
+struct RC {
+  long r, c;
+};
+std::vector<RC> row_shapes(bool quick) {
+  std::vector<RC> v = {{1, 1}, {1, 37}, {3, 64}, {17, 100}, {5, 1031}, {2, 5000}};
+  if (quick) v.resize(3);
+  return v;
+}
+// LayerNorm statistics of x [N, C] in float64, rounded to float (what a float forward would have saved).
+void ln_stats(const Vec& x, long N, long C, Vec& mean, Vec& rstd) {
+  mean.assign(size_t(N), 0), rstd.assign(size_t(N), 0);
+  for (long n = 0; n < N; ++n) {
+    double m = 0, v = 0;
+    for (long c = 0; c < C; ++c) m += x[size_t(n * C + c)];
+    m /= double(C);
+    for (long c = 0; c < C; ++c) v += (x[size_t(n * C + c)] - m) * (x[size_t(n * C + c)] - m);
+    mean[size_t(n)] = double(float(m));
+    rstd[size_t(n)] = double(float(1 / std::sqrt(v / double(C) + 1e-5)));
+  }
+}
+Vec row_maxima(const Vec& x, long N, long V) {
+  Vec m(static_cast<size_t>(N));
+  for (long n = 0; n < N; ++n) m[size_t(n)] = *std::max_element(x.begin() + n * V, x.begin() + (n + 1) * V);
+  return m;
+}
+
+void gemm_cases(std::vector<Spec>& cs, bool quick) {
+  struct MNK {
+    long m, n, k;
+  };
+  std::vector<MNK> shapes = {{1, 1, 1}, {1, 7, 33}, {5, 7, 9}, {33, 17, 65}, {64, 48, 200}, {3, 5, 1000}};
+  if (quick) shapes.resize(3);
+  uint32_t s = 100;
+  for (auto [M, N, K] : shapes)
+    for (int ta = 0; ta < 2; ++ta)
+      for (int tb = 0; tb < 2; ++tb)
+        for (double beta : {0.0, 0.5}) {
+          std::string var = std::string(ta ? "Aᵀ" : "A") + (tb ? "·Bᵀ" : "·B") + (beta == 0 ? " overwrite" : " beta 0.5");
+          add(cs, {"matmul", sh({{"M", M}, {"N", N}, {"K", K}}), var, {rnd(M * K, s++), rnd(K * N, s++), rnd(M * N, s++)},
+                   {}, {2}, double(K)},
+              TP_SELFTEST_BODY {
+                t.matmul(p[2], p[0], p[1], M, N, K, ta, tb, TT(1.5), TT(beta));
+                return 0;
+              });
+        }
+  struct Att {
+    long B, T, H, Hkv, D;
+  };
+  std::vector<Att> att = {{1, 1, 1, 1, 4}, {1, 5, 2, 2, 8}, {2, 7, 4, 2, 16}, {1, 33, 4, 1, 8}, {2, 64, 2, 2, 32}};
+  if (quick) att.resize(3);
+  for (auto [B, T, H, Hkv, D] : att) {
+    const std::string shape = sh({{"B", B}, {"T", T}, {"H", H}, {"Hkv", Hkv}, {"D", D}});
+    const long nq = B * T * H * D, nk = B * T * Hkv * D, na = B * H * T * T;
+    add(cs, {"attention_fwd", shape, "", {rnd(nq, s++), rnd(nk, s++), rnd(nk, s++), Vec(size_t(nq)), Vec(size_t(na))}, {},
+             {3, 4}, double(std::max(T, D))},
+        TP_SELFTEST_BODY {
+          t.attention_fwd(p[3], p[4], p[0], p[1], p[2], B, T, H, Hkv, D);
+          return 0;
+        });
+    // Backward from a consistent forward: att is the reference softmax of these q, k (computed in the body
+    // by the table under test, then the gradients accumulate into random dq, dk, dv).
+    add(cs, {"attention_bwd", shape, "accumulate",
+             {rnd(nq, s++), rnd(nk, s++), rnd(nk, s++), Vec(size_t(nq)), Vec(size_t(na)), rnd(nq, s++), rnd(nq, s++),
+              rnd(nk, s++), rnd(nk, s++)},
+             {}, {5, 7, 8}, double(std::max(T, D) * H / Hkv)},
+        TP_SELFTEST_BODY {
+          t.attention_fwd(p[3], p[4], p[0], p[1], p[2], B, T, H, Hkv, D);
+          t.attention_bwd(p[5], p[7], p[8], p[6], p[4], p[0], p[1], p[2], B, T, H, Hkv, D);
+          return 0;
+        });
+  }
+}
+
+void elementwise_cases(std::vector<Spec>& cs, bool quick) {
+  uint32_t s = 1000;
+  for (auto [N, C] : row_shapes(quick)) {
+    const long n = N * C;
+    const std::string shape = sh({{"N", N}, {"C", C}});
+    add(cs, {"add_bias", shape, "", {rnd(n, s++), rnd(C, s++), Vec(size_t(n))}, {}, {2}},
+        TP_SELFTEST_BODY { return t.add_bias(p[2], p[0], p[1], N, C), 0.0; });
+    add(cs, {"add_bias", shape, "in place", {rnd(n, s++), rnd(C, s++)}, {}, {0}},
+        TP_SELFTEST_BODY { return t.add_bias(p[0], p[0], p[1], N, C), 0.0; });
+    add(cs, {"bias_bwd", shape, "accumulate", {rnd(C, s++), rnd(n, s++)}, {}, {0}, double(N)},
+        TP_SELFTEST_BODY { return t.bias_bwd(p[0], p[1], N, C), 0.0; });
+    add(cs, {"add", sh({{"n", n}}), "in place", {rnd(n, s++), rnd(n, s++)}, {}, {0}},
+        TP_SELFTEST_BODY { return t.add(p[0], p[0], p[1], n), 0.0; });
+    add(cs, {"accumulate", sh({{"n", n}}), "", {rnd(n, s++), rnd(n, s++)}, {}, {0}},
+        TP_SELFTEST_BODY { return t.accumulate(p[0], p[1], n), 0.0; });
+    add(cs, {"scale", sh({{"n", n}}), "in place", {rnd(n, s++)}, {}, {0}},
+        TP_SELFTEST_BODY { return t.scale(p[0], p[0], TT(-0.375), n), 0.0; });
+    add(cs, {"fill", sh({{"n", n}}), "", {rnd(n, s++)}, {}, {0}}, TP_SELFTEST_BODY { return t.fill(p[0], TT(2.5), n), 0.0; });
+    add(cs, {"copy", sh({{"n", n}}), "", {rnd(n, s++), rnd(n, s++)}, {}, {0}},
+        TP_SELFTEST_BODY { return t.copy(p[0], p[1], n), 0.0; });
+    add(cs, {"copy_rows", shape, "column block", {rnd(N * (C + 3), s++), rnd(N * (2 * C + 1), s++)}, {}, {0}},
+        TP_SELFTEST_BODY { return t.copy_rows(p[0], C + 3, p[1] + 1, 2 * C + 1, N, C), 0.0; });
+    add(cs, {"gelu_fwd", sh({{"n", n}}), "in place", {rnd(n, s++, -4, 4)}, {}, {0}},
+        TP_SELFTEST_BODY { return t.gelu_fwd(p[0], p[0], n), 0.0; });
+    add(cs, {"gelu_bwd", sh({{"n", n}}), "accumulate", {rnd(n, s++), rnd(n, s++, -4, 4), rnd(n, s++)}, {}, {0}},
+        TP_SELFTEST_BODY { return t.gelu_bwd(p[0], p[1], p[2], n), 0.0; });
+    add(cs, {"gelu_bwd_set", sh({{"n", n}}), "overwrite, in place over dy", {rnd(n, s++, -4, 4), rnd(n, s++)}, {}, {1}},
+        TP_SELFTEST_BODY { return t.gelu_bwd_set(p[1], p[0], p[1], n), 0.0; });
+    add(cs, {"swiglu_fwd", sh({{"N", N}, {"F", C}}), "", {rnd(2 * n, s++, -3, 3), Vec(size_t(n))}, {}, {1}},
+        TP_SELFTEST_BODY { return t.swiglu_fwd(p[1], p[0], N, C), 0.0; });
+    add(cs, {"swiglu_bwd", sh({{"N", N}, {"F", C}}), "accumulate", {rnd(2 * n, s++), rnd(2 * n, s++, -3, 3), rnd(n, s++)},
+             {}, {0}},
+        TP_SELFTEST_BODY { return t.swiglu_bwd(p[0], p[1], p[2], N, C), 0.0; });
+    add(cs, {"swiglu_bwd_set", sh({{"N", N}, {"F", C}}), "overwrite, in place over gate_up",
+             {rnd(2 * n, s++, -3, 3), rnd(n, s++)}, {}, {0}},
+        TP_SELFTEST_BODY { return t.swiglu_bwd_set(p[0], p[0], p[1], N, C), 0.0; });
+  }
+  for (long n : {1L, 7L, 1000L, 100003L}) {
+    if (quick && n > 1000) break;
+    for (long step : {1L, 7L})
+      add(cs, {"adamw", sh({{"n", n}, {"t", step}}), "", {rnd(n, s++), rnd(n, s++), rnd(n, s++), rnd(n, s++, 0, 1)}, {},
+               {0, 2, 3}, 4},
+          TP_SELFTEST_BODY {
+            return t.adamw(p[0], p[1], p[2], p[3], n, TT(1e-3), TT(0.9), TT(0.95), TT(1e-8), TT(0.1), step), 0.0;
+          });
+    add(cs, {"sum_squares", sh({{"n", n}}), "", {rnd(n, s++)}, {}, {}, double(n), true},
+        TP_SELFTEST_BODY { return t.sum_squares(p[0], n); });
+  }
+}
+
+void row_cases(std::vector<Spec>& cs, bool quick) {
+  uint32_t s = 5000;
+  for (auto [N, C] : row_shapes(quick)) {
+    const long n = N * C;
+    const std::string shape = sh({{"N", N}, {"C", C}});
+    Vec x = rnd(n, s++, -2, 2), mean, rstd;
+    ln_stats(x, N, C, mean, rstd);
+    add(cs, {"layernorm_fwd", shape, "", {x, rnd(C, s++), rnd(C, s++), Vec(size_t(n)), Vec(size_t(N)), Vec(size_t(N))}, {},
+             {3, 4, 5}, double(C)},
+        TP_SELFTEST_BODY { return t.layernorm_fwd(p[3], p[4], p[5], p[0], p[1], p[2], N, C, TT(1e-5)), 0.0; });
+    for (bool with_db : {true, false})
+      add(cs, {"layernorm_bwd", shape, with_db ? "accumulate" : "accumulate, db null",
+               {rnd(n, s++), rnd(C, s++), rnd(C, s++), rnd(n, s++), x, rnd(C, s++), mean, rstd}, {},
+               with_db ? std::vector<int>{0, 1, 2} : std::vector<int>{0, 1}, double(std::max(N, C))},
+          TP_SELFTEST_BODY {
+            return t.layernorm_bwd(p[0], p[1], with_db ? p[2] : nullptr, p[3], p[4], p[5], p[6], p[7], N, C), 0.0;
+          });
+    // Cross-entropy over V = C classes; targets cover the whole vocabulary.
+    const long V = C;
+    for (bool inplace : {false, true})
+      add(cs, {"cross_entropy_fwd", sh({{"N", N}, {"V", V}}), inplace ? "in place" : "",
+               {rnd(n, s++, -4, 4), Vec(size_t(n))}, {ids(N, int32_t(V), s++)}, {inplace ? 0 : 1}, double(V), true},
+          TP_SELFTEST_BODY { return double(t.cross_entropy_fwd(inplace ? p[0] : p[1], p[0], ip[0], N, V)); });
+    add(cs, {"cross_entropy_bwd", sh({{"N", N}, {"V", V}}), "accumulate", {rnd(n, s++), rnd(n, s++, 0, 1)},
+             {ids(N, int32_t(V), s++)}, {0}},
+        TP_SELFTEST_BODY { return t.cross_entropy_bwd(p[0], p[1], ip[0], N, V, TT(0.25)), 0.0; });
+    add(cs, {"row_max", sh({{"N", N}, {"V", V}}), "", {Vec(size_t(N)), rnd(n, s++)}, {}, {0}},
+        TP_SELFTEST_BODY { return t.row_max(p[0], p[1], N, V), 0.0; });
+  }
+}
+
+void shard_cases(std::vector<Spec>& cs, bool quick) {
+  uint32_t s = 9000;
+  for (auto [N, Cl] : row_shapes(quick)) {
+    const long n = N * Cl, C = 3 * Cl, v0 = Cl;  // this rank: the middle third of the columns / vocabulary
+    const std::string shape = sh({{"N", N}, {"Cl", Cl}, {"C", C}});
+    add(cs, {"ln_shard_sum", shape, "", {Vec(size_t(N)), rnd(n, s++)}, {}, {0}, double(Cl)},
+        TP_SELFTEST_BODY { return t.ln_shard_sum(p[0], p[1], N, Cl), 0.0; });
+    add(cs, {"ln_shard_sqdev", shape, "in place over sum", {rnd(N, s++, -C, C), Vec(size_t(N)), rnd(n, s++)}, {},
+             {0, 1}, double(Cl)},
+        TP_SELFTEST_BODY { return t.ln_shard_sqdev(p[0], p[1], p[0], p[2], N, Cl, C), 0.0; });
+    add(cs, {"ln_shard_apply", shape, "",
+             {Vec(size_t(n)), Vec(size_t(N)), rnd(n, s++), rnd(N, s++), rnd(N, s++, 0.5 * C, 2.0 * C), rnd(Cl, s++),
+              rnd(Cl, s++)},
+             {}, {0, 1}},
+        TP_SELFTEST_BODY { return t.ln_shard_apply(p[0], p[1], p[2], p[3], p[4], p[5], p[6], N, Cl, C, TT(1e-5)), 0.0; });
+    add(cs, {"ln_shard_bwd_sums", shape, "",
+             {Vec(size_t(2 * N)), rnd(n, s++), rnd(n, s++), rnd(Cl, s++), rnd(N, s++), rnd(N, s++, 0.5, 2)}, {}, {0},
+             double(Cl)},
+        TP_SELFTEST_BODY { return t.ln_shard_bwd_sums(p[0], p[1], p[2], p[3], p[4], p[5], N, Cl), 0.0; });
+    add(cs, {"ln_shard_bwd_apply", shape, "accumulate",
+             {rnd(n, s++), rnd(Cl, s++), rnd(Cl, s++), rnd(n, s++), rnd(n, s++), rnd(Cl, s++), rnd(N, s++),
+              rnd(N, s++, 0.5, 2), rnd(2 * N, s++, -C, C)},
+             {}, {0, 1, 2}, double(N)},
+        TP_SELFTEST_BODY {
+          return t.ln_shard_bwd_apply(p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], N, Cl, C), 0.0;
+        });
+    const long V = Cl;  // vocabulary shard [v0, v0 + V) of a 3V vocabulary
+    Vec logits = rnd(n, s++, -4, 4);
+    const Ints tg = ids(N, int32_t(3 * V), s++);
+    add(cs, {"max_combine", sh({{"N", N}, {"P", 3}}), "", {rnd(N, s++), rnd(3 * N, s++)}, {}, {0}},
+        TP_SELFTEST_BODY { return t.max_combine(p[0], p[1], N, 3), 0.0; });
+    for (CeForm form : {CeForm::raw_target_divide, CeForm::shifted_target_reciprocal}) {
+      const std::string fv = form == CeForm::raw_target_divide ? "raw_target_divide" : "shifted_target_reciprocal";
+      add(cs, {"ce_shard_exp", sh({{"N", N}, {"V", V}, {"v0", v0}}), fv + ", in place",
+               {logits, Vec(size_t(N)), Vec(size_t(N)), row_maxima(logits, N, V)}, {tg}, {0, 1, 2}, double(V)},
+          TP_SELFTEST_BODY { return t.ce_shard_exp(p[0], p[1], p[2], p[0], p[3], ip[0], N, V, v0, form), 0.0; });
+      add(cs, {"ce_shard_finish", sh({{"N", N}, {"V", V}}), fv,
+               {rnd(n, s++, 0, 1), rnd(N, s++, 1, 5), rnd(N, s++), rnd(N, s++)}, {}, {0}, double(N), true},
+          TP_SELFTEST_BODY { return t.ce_shard_finish(p[0], p[1], p[2], p[3], N, V, form); });
+    }
+    add(cs, {"ce_shard_target_grad", sh({{"N", N}, {"V", V}, {"v0", v0}}), "accumulate", {rnd(n, s++)}, {tg}, {0}},
+        TP_SELFTEST_BODY { return t.ce_shard_target_grad(p[0], ip[0], N, V, v0, TT(0.5)), 0.0; });
+    add(cs, {"embedding_shard_fwd", sh({{"N", N}, {"C", Cl}, {"v0", v0}, {"Vl", V}}), "rows outside kept",
+             {rnd(n, s++), rnd(V * Cl, s++)}, {tg}, {0}},
+        TP_SELFTEST_BODY { return t.embedding_shard_fwd(p[0], ip[0], p[1], N, Cl, v0, V), 0.0; });
+    add(cs, {"embedding_shard_bwd", sh({{"N", N}, {"C", Cl}, {"v0", v0}, {"Vl", V}}), "accumulate",
+             {rnd(V * Cl, s++), rnd(n, s++)}, {tg}, {0}, double(N)},
+        TP_SELFTEST_BODY { return t.embedding_shard_bwd(p[0], p[1], ip[0], N, Cl, v0, V), 0.0; });
+    const long Tn = std::max(1L, N / 2 + 1), row0 = N / 3;
+    add(cs, {"add_positions", sh({{"rows", N}, {"C", Cl}, {"Tn", Tn}, {"row0", row0}}), "", {rnd(n, s++), rnd(Tn * Cl, s++)},
+             {}, {0}},
+        TP_SELFTEST_BODY { return t.add_positions(p[0], p[1], N, Cl, Tn, row0), 0.0; });
+    add(cs, {"positions_bwd", sh({{"rows", N}, {"C", Cl}, {"Tn", Tn}, {"row0", row0}}), "accumulate",
+             {rnd(Tn * Cl, s++), rnd(n, s++)}, {}, {0}, double(N)},
+        TP_SELFTEST_BODY { return t.positions_bwd(p[0], p[1], N, Cl, Tn, row0), 0.0; });
+  }
+  struct E {
+    long B, T, C, V;
+  };
+  std::vector<E> es = {{1, 1, 1, 1}, {2, 3, 5, 4}, {3, 17, 64, 11}, {2, 33, 1031, 50}};
+  if (quick) es.resize(3);
+  for (auto [B, T, C, V] : es) {
+    const std::string shape = sh({{"B", B}, {"T", T}, {"C", C}, {"V", V}});
+    const Ints tok = ids(B * T, int32_t(V), s++);
+    for (bool wpe : {true, false}) {
+      add(cs, {"embedding_fwd", shape, wpe ? "with wpe" : "no wpe", {Vec(size_t(B * T * C)), rnd(V * C, s++), rnd(T * C, s++)},
+               {tok}, {0}},
+          TP_SELFTEST_BODY { return t.embedding_fwd(p[0], ip[0], p[1], wpe ? p[2] : nullptr, B, T, C), 0.0; });
+      add(cs, {"embedding_bwd", shape, wpe ? "accumulate" : "accumulate, dwpe null",
+               {rnd(V * C, s++), rnd(T * C, s++), rnd(B * T * C, s++)}, {tok}, wpe ? std::vector<int>{0, 1} : std::vector<int>{0},
+               double(B * T)},
+          TP_SELFTEST_BODY { return t.embedding_bwd(p[0], wpe ? p[1] : nullptr, p[2], ip[0], B, T, C), 0.0; });
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<Spec> all_specs(bool quick) {
+  std::vector<Spec> cs;
+  gemm_cases(cs, quick);
+  elementwise_cases(cs, quick);
+  row_cases(cs, quick);
+  shard_cases(cs, quick);
+  return cs;
+}
+
+}  // namespace tp::exec::selftest
