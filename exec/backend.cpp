@@ -8,12 +8,12 @@ namespace {
 thread_local const Backend* t_current = nullptr;
 }  // namespace
 
-std::vector<const Backend*> available_backends() { return {&cpu_backend()}; }
+std::vector<const Backend*> available_backends() { return {&cpu_backend(), &emu_backend()}; }
 
 const Backend* find_backend(const std::string& name, std::string& why) {
   for (const Backend* b : available_backends())
     if (name == b->name) return b;
-  if (name == "emu" || name == "cuda") why = "backend " + name + " is not built in this version";
+  if (name == "cuda") why = "backend " + name + " is not built in this version";
   else why = "unknown backend \"" + name + "\" (expected cpu, emu or cuda)";
   return nullptr;
 }

@@ -108,7 +108,10 @@ inline const OpTable<double>& Backend::ops<double>() const { return f64; }
 
 // The CPU backend (exec/cpu/backend_cpu.cpp): host memory, synchronous, Eigen GEMMs and plain loops.
 const Backend& cpu_backend();
-// The backends compiled into this binary, "cpu" first (the list tests loop over).
+// The emu backend (exec/kernels/backend_emu.cpp): the kernels of exec/kernels/ on the CPU block emulator, GEMMs
+// on the CPU backend, every op's pointers checked against its registry of allocations (docs/kernels.md).
+const Backend& emu_backend();
+// The backends compiled into this binary, "cpu" first, then "emu" (the list tests loop over).
 std::vector<const Backend*> available_backends();
 // The backend named `name`, or null with `why` set: "backend emu is not built in this version" for a known
 // backend that this binary lacks, or an unknown-name message listing cpu|emu|cuda.

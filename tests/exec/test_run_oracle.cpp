@@ -187,7 +187,7 @@ TEST(RunOracle, BadPlansExitTwoBeforeWork) {
   EXPECT_EQ(WEXITSTATUS(rc), 2);
   // A backend this binary lacks (exec/backend.hpp), or none of that name.
   f = scenario("backend", json::object());
-  for (const char* b : {"emu", "cuda", "tpu"}) {
+  for (const char* b : {"cuda", "tpu"}) {
     cmd = std::string(TP_BINARY) + " run " + f + " --steps 1 --quiet --backend " + b + " > " + f + ".log 2>&1";
     rc = std::system(cmd.c_str());
     EXPECT_EQ(WEXITSTATUS(rc), 2) << b;
