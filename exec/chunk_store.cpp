@@ -70,12 +70,20 @@ ChunkStore<T>::ChunkStore(const std::vector<ChunkTensor>& tensors, int parts, lo
     for (int p : lay_.parts_of_chunk[c]) chunks_of_part_[p].push_back(c);
   }
   arena_elems_ = std::min(total, (long long)(budget_bytes / sizeof(T)));
-  arena_.reset(new T[std::max(1LL, arena_elems_)]);
+  const Backend& be = current_backend();
+  arena_ = std::unique_ptr<T, ArenaFree>(static_cast<T*>(be.alloc(sizeof(T) * (size_t)std::max(1LL, arena_elems_))),
+                                         ArenaFree{&be});
+  if (!arena_) throw std::bad_alloc();
   slot_.assign(n, -1);
   gslot_.assign(n, 0);
   pinned_.assign(n, 0);
   trace_.assign(n, {});
   for (int c = 0; c < n; ++c) point(c, false);
+}
+
+template <class T>
+void ChunkStore<T>::ArenaFree::operator()(T* p) const {
+  if (be) be->free(p);
 }
 
 template <class T>

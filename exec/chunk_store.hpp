@@ -65,6 +65,8 @@
 
 namespace tp::exec {
 
+struct Backend;
+
 // One tensor of the store: a view [offset, offset + count) of the flat buffers, its access part and its index
 // in the pointer tables; `joined`: packed with the previous tensor as one simulator tensor (same part).
 struct ChunkTensor {
@@ -150,7 +152,11 @@ class ChunkStore {
   double budget_ = 0, warm_fraction_ = 1;
   T *hp_ = nullptr, *hg_ = nullptr;
   std::vector<T*>&pt_, &gt_;
-  std::unique_ptr<T[]> arena_;
+  struct ArenaFree {  // the arena is backend memory (ops run on it), freed by the backend that allocated it
+    const Backend* be = nullptr;
+    void operator()(T* p) const;
+  };
+  std::unique_ptr<T, ArenaFree> arena_;
   long long arena_elems_ = 0;
   std::vector<long long> slot_;                   // per chunk: slot offset (elements) or -1
   std::vector<char> gslot_;                       // per resident chunk: its slot holds the gradients

@@ -8,6 +8,7 @@
 // Invariants: this file and backend_emu_shard.cpp are the only code that touch emu device memory outside the
 // runtime's host-accessible paths (comm, checkpoint I/O, chunk store's host side: exec/backend.hpp); the
 // registry is process-wide and mutex-guarded, so several threads (ranks of a local test) may use it at once.
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -103,7 +104,10 @@ void sync_all() {}
 const Launch& launcher() {
   static const Launch l = [] {
     if (!std::getenv("TP_EMU_ENGINE")) k::emu::set_engine(k::emu::Engine::fibers);
-    return Launch{};
+    Launch l;
+    if (const char* b = std::getenv("TP_EMU_BLOCK")) l.block = unsigned(std::atoi(b));  // checked at launch
+    if (const char* g = std::getenv("TP_EMU_GRID")) l.max_grid = unsigned(std::max(1, std::atoi(g)));
+    return l;
   }();
   return l;
 }

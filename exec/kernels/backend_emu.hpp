@@ -23,9 +23,11 @@ size_t sz(long n) {
 }
 
 // The launcher of every emu op: fiber engine (unless TP_EMU_ENGINE chooses), blocks of `block` threads,
-// grids capped at max_grid blocks (grid-stride loops cover the rest).
+// grids capped at max_grid blocks (grid-stride loops cover the rest). TP_EMU_BLOCK and TP_EMU_GRID override
+// the two (the kernels are correct for any; 32-thread blocks are the fastest to emulate: a 64-thread block
+// costs about 2.5x as much per step of training, tests/kernels cover 32 to 1024).
 struct Launch {
-  unsigned block = 64;
+  unsigned block = 32;
   unsigned max_grid = 8;
   template <class K>
   void operator()(const K& k, kernels::Dim d) const {

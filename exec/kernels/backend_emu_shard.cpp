@@ -1,8 +1,9 @@
 // backend_emu_shard: the emu backend's sharded ops (column-split LayerNorm, vocabulary-parallel cross-entropy
 // and embedding, positions) and attention. Attention is what a GPU does with cuBLASLt: per (batch, head) the
 // products go through the CPU backend's matmul (the GEMMs) and the causal softmax and its backward through the
-// softmax kernels; a head's strided [T, D] slice is gathered into (and scattered back from) contiguous scratch
-// with the copy_rows kernel.
+// softmax kernels (one launch over every head's rows); q, k, v and the gradients are permuted between the
+// model's [B, T, H, D] and heads-major [B, H, T, D] scratch by a kernel, so each head's GEMM sees a contiguous
+// matrix.
 // Invariants: as backend_emu.cpp — every argument is checked with need() before a kernel runs; scratch is the
 // backend's own (registered emu memory, freed when the op returns).
 #include <cmath>
@@ -167,14 +168,14 @@ struct Scratch {
   Scratch(const Scratch&) = delete;
   Scratch& operator=(const Scratch&) = delete;
 };
-// [Tn, D] head slice with row stride `stride` <-> contiguous [Tn, D].
+// [B, Tn, H, D] <-> heads-major [B, H, Tn, D] (one launch for all heads).
 template <class T>
-void gather(T* dst, const T* src, long stride, long Tn, long D) {
-  launcher()(k::CopyRows<T>{dst, src, D, stride, Tn, D}, k::flat_dim(launcher(), Tn * D));
+void to_heads(T* dst, const T* src, long B, long Tn, long H, long D) {
+  launcher()(k::PermuteHeads<T, true>{dst, src, B, Tn, H, D}, k::flat_dim(launcher(), B * Tn * H * D));
 }
 template <class T>
-void scatter(T* dst, const T* src, long stride, long Tn, long D) {
-  launcher()(k::CopyRows<T>{dst, src, stride, D, Tn, D}, k::flat_dim(launcher(), Tn * D));
+void from_heads(T* dst, const T* src, long B, long Tn, long H, long D) {
+  launcher()(k::PermuteHeads<T, false>{dst, src, B, Tn, H, D}, k::flat_dim(launcher(), B * Tn * H * D));
 }
 
 template <class T>
@@ -186,31 +187,35 @@ void check_attention(const char* op, const T* q, const T* k, const T* v, const T
   need(op, "att", att, sz<T>(B * H * Tn * Tn));
 }
 
-// Per (b, h): att = softmax_causal(scale Q Kᵀ) (softmax kernel over the matmul's scores), out = att V.
+// att = softmax_causal(scale Q Kᵀ), out = att V: q, k, v permuted to heads-major, one scores GEMM per
+// (b, h) straight into att, one softmax launch over all B H Tn rows (causal by row % Tn), one GEMM per (b, h)
+// for the output, permuted back.
 template <class T>
 void attention_fwd(T* out, T* att, const T* q, const T* k, const T* v, long B, long Tn, long H, long Hkv, long D) {
   check_attention("attention_fwd", q, k, v, att, B, Tn, H, Hkv, D);
   need("attention_fwd", "out", out, sz<T>(B * Tn * H * D));
   if (B * Tn * H * D <= 0) return;
-  const long group = H / Hkv;
+  const long group = H / Hkv, hd = Tn * D;
   const T sc = T(1) / std::sqrt(T(D));
-  Scratch<T> Q(Tn * D), K(Tn * D), V(Tn * D), O(Tn * D);
+  Scratch<T> Q(B * H * hd), K(B * Hkv * hd), V(B * Hkv * hd), O(B * H * hd);
+  to_heads(Q.p, q, B, Tn, H, D);
+  to_heads(K.p, k, B, Tn, Hkv, D);
+  to_heads(V.p, v, B, Tn, Hkv, D);
   for (long b = 0; b < B; ++b)
-    for (long h = 0; h < H; ++h) {
-      const long kh = h / group;
-      T* P = att + (b * H + h) * Tn * Tn;
-      gather(Q.p, q + (b * Tn * H + h) * D, H * D, Tn, D);
-      gather(K.p, k + (b * Tn * Hkv + kh) * D, Hkv * D, Tn, D);
-      gather(V.p, v + (b * Tn * Hkv + kh) * D, Hkv * D, Tn, D);
-      ops::cpu::matmul<T>(P, Q.p, K.p, Tn, Tn, D, false, true, sc, T(0));
-      k::softmax_fwd(launcher(), P, P, Tn, Tn, k::acc_t<T>(1), true);
-      ops::cpu::matmul<T>(O.p, P, V.p, Tn, D, Tn, false, false, T(1), T(0));
-      scatter(out + (b * Tn * H + h) * D, O.p, H * D, Tn, D);
-    }
+    for (long h = 0; h < H; ++h)
+      ops::cpu::matmul<T>(att + (b * H + h) * Tn * Tn, Q.p + (b * H + h) * hd, K.p + (b * Hkv + h / group) * hd, Tn,
+                          Tn, D, false, true, sc, T(0));
+  k::softmax_fwd(launcher(), att, att, B * H * Tn, Tn, k::acc_t<T>(1), true);
+  for (long b = 0; b < B; ++b)
+    for (long h = 0; h < H; ++h)
+      ops::cpu::matmul<T>(O.p + (b * H + h) * hd, att + (b * H + h) * Tn * Tn, V.p + (b * Hkv + h / group) * hd, Tn,
+                          D, Tn, false, false, T(1), T(0));
+  from_heads(out, O.p, B, Tn, H, D);
 }
 
-// Per (b, h): dV += Pᵀ dO; dS = softmax_bwd(P, dO Vᵀ) (kernel, in place); dQ += scale dS K; dK += scale dSᵀ Q.
-// The accumulating products gather the strided gradient, add into it (beta 1) and scatter it back.
+// dV += Pᵀ dO; dS = softmax_bwd(P, dO Vᵀ) (one kernel launch over all rows, in place); dQ += scale dS K;
+// dK += scale dSᵀ Q. The gradients are permuted to heads-major, accumulated there by the GEMMs (beta 1; a kv
+// head collects its query heads in order) and permuted back.
 template <class T>
 void attention_bwd(T* dq, T* dk, T* dv, const T* dout, const T* att, const T* q, const T* k, const T* v, long B,
                    long Tn, long H, long Hkv, long D) {
@@ -221,29 +226,34 @@ void attention_bwd(T* dq, T* dk, T* dv, const T* dout, const T* att, const T* q,
   need(op, "dv", dv, sz<T>(B * Tn * Hkv * D));
   need(op, "dout", dout, sz<T>(B * Tn * H * D));
   if (B * Tn * H * D <= 0) return;
-  const long group = H / Hkv;
+  const long group = H / Hkv, hd = Tn * D, tt = Tn * Tn;
   const T sc = T(1) / std::sqrt(T(D));
-  Scratch<T> Q(Tn * D), K(Tn * D), V(Tn * D), dO(Tn * D), G(Tn * D), dS(Tn * Tn);
+  Scratch<T> Q(B * H * hd), K(B * Hkv * hd), V(B * Hkv * hd), dO(B * H * hd), dQ(B * H * hd), dK(B * Hkv * hd),
+      dV(B * Hkv * hd), dS(B * H * tt);
+  to_heads(Q.p, q, B, Tn, H, D);
+  to_heads(K.p, k, B, Tn, Hkv, D);
+  to_heads(V.p, v, B, Tn, Hkv, D);
+  to_heads(dO.p, dout, B, Tn, H, D);
+  to_heads(dQ.p, dq, B, Tn, H, D);
+  to_heads(dK.p, dk, B, Tn, Hkv, D);
+  to_heads(dV.p, dv, B, Tn, Hkv, D);
   for (long b = 0; b < B; ++b)
     for (long h = 0; h < H; ++h) {
-      const long kh = h / group, qo = (b * Tn * H + h) * D, ko = (b * Tn * Hkv + kh) * D;
-      const T* P = att + (b * H + h) * Tn * Tn;
-      gather(Q.p, q + qo, H * D, Tn, D);
-      gather(K.p, k + ko, Hkv * D, Tn, D);
-      gather(V.p, v + ko, Hkv * D, Tn, D);
-      gather(dO.p, dout + qo, H * D, Tn, D);
-      gather(G.p, dv + ko, Hkv * D, Tn, D);
-      ops::cpu::matmul<T>(G.p, P, dO.p, Tn, D, Tn, true, false, T(1), T(1));
-      scatter(dv + ko, G.p, Hkv * D, Tn, D);
-      ops::cpu::matmul<T>(dS.p, dO.p, V.p, Tn, Tn, D, false, true, T(1), T(0));
-      k::softmax_bwd<true>(launcher(), dS.p, P, dS.p, Tn, Tn, k::acc_t<T>(1));
-      gather(G.p, dq + qo, H * D, Tn, D);
-      ops::cpu::matmul<T>(G.p, dS.p, K.p, Tn, D, Tn, false, false, sc, T(1));
-      scatter(dq + qo, G.p, H * D, Tn, D);
-      gather(G.p, dk + ko, Hkv * D, Tn, D);
-      ops::cpu::matmul<T>(G.p, dS.p, Q.p, Tn, D, Tn, true, false, sc, T(1));
-      scatter(dk + ko, G.p, Hkv * D, Tn, D);
+      const long qh = (b * H + h) * hd, kh = (b * Hkv + h / group) * hd;
+      ops::cpu::matmul<T>(dV.p + kh, att + (b * H + h) * tt, dO.p + qh, Tn, D, Tn, true, false, T(1), T(1));
+      ops::cpu::matmul<T>(dS.p + (b * H + h) * tt, dO.p + qh, V.p + kh, Tn, Tn, D, false, true, T(1), T(0));
     }
+  k::softmax_bwd<true>(launcher(), dS.p, att, dS.p, B * H * Tn, Tn, k::acc_t<T>(1));
+  for (long b = 0; b < B; ++b)
+    for (long h = 0; h < H; ++h) {
+      const long qh = (b * H + h) * hd, kh = (b * Hkv + h / group) * hd;
+      const T* S = dS.p + (b * H + h) * tt;
+      ops::cpu::matmul<T>(dQ.p + qh, S, K.p + kh, Tn, D, Tn, false, false, sc, T(1));
+      ops::cpu::matmul<T>(dK.p + kh, S, Q.p + qh, Tn, D, Tn, true, false, sc, T(1));
+    }
+  from_heads(dq, dQ.p, B, Tn, H, D);
+  from_heads(dk, dK.p, B, Tn, Hkv, D);
+  from_heads(dv, dV.p, B, Tn, Hkv, D);
 }
 
 }  // namespace

@@ -26,6 +26,25 @@ struct CopyRows {
   }
 };
 
+// Attention's head layout: heads-major [B, H, Tn, D] from (kToHeads) or back to (else) the model's
+// [B, Tn, H, D], so a GEMM per head sees a contiguous [Tn, D] matrix.
+template <class T, bool kToHeads>
+struct PermuteHeads {
+  static constexpr const char* kName = kToHeads ? "permute_to_heads" : "permute_from_heads";
+  T* dst;
+  const T* src;
+  long B, Tn, H, D;
+  template <class Ctx>
+  TP_HD void operator()(Ctx& c) const {
+    TP_GRID_LOOP(c, i, B * Tn * H * D) {  // i indexes [B, H, Tn, D]
+      const long d = i % D, t = (i / D) % Tn, h = (i / (D * Tn)) % H, b = i / (D * Tn * H);
+      const long j = ((b * Tn + t) * H + h) * D + d;
+      if (kToHeads) dst[i] = src[j];
+      else dst[j] = src[i];
+    }
+  }
+};
+
 // Row sums, or (kSq) squared deviations from mean = sum / C: sum[n] = sum_j x[n, j]; kSq: mean[n] = in[n] / C,
 // out[n] = sum_j (x[n, j] - mean[n])^2 (out may be in).
 template <class T, bool kSq>
