@@ -2,8 +2,8 @@
 // A Backend is a plain table: device and pinned-host memory, copies between host and device, streams and
 // events, and the op table (one per dtype) that exec/ops.hpp dispatches through. The model (gpt.cpp,
 // gpt2d.cpp) and the runtime (runtime*.cpp, chunk_store.cpp) read and write tensor data only through these ops
-// and copies, and allocate it through alloc. (Checkpoint I/O, communication, the chunk arena and the chunk
-// store's CPU Adam still assume host memory: the steps left before a device backend, docs/architecture.md.)
+// and copies, and allocate it through alloc. (Checkpoint I/O, communication, the chunk arena's compaction and the
+// chunk store's CPU Adam still assume host memory: the steps left before a device backend, docs/architecture.md.)
 // Invariants:
 //  - Backends are immutable tables; several live in one process. The CURRENT backend (the one ops:: calls
 //    use) is per thread, set with BackendScope (RAII, nests), and is the CPU backend by default.
