@@ -388,12 +388,30 @@ TEST(RunOracleEmu, SingleRankMatchesCpuInFloat64AndFloat32) {
   expect_close(e32, ref, "losses", 1e-4, "emu fp32");
   expect_close(e32, ref, "grad_norm", 1e-4, "emu fp32");
   EXPECT_EQ(run(f, steps, true, nullptr, kEmu)["losses"], e64["losses"]);  // the fiber engine is deterministic
+}
+
+TEST(RunOracleEmu, DelinkAndResumeMatchTheCpuBackend) {
+  const int steps = 3;
+  std::string f = scenario("emu_single2", json::object());
+  json e32 = run(f, steps, false, nullptr, kEmu);
+  ASSERT_FALSE(e32.is_null());
   // Delinking (pseudo to real model at step 2) on emu matches the CPU backend's delinked run.
   json delink = {{"unique_layers", 2}, {"tokens", 768}};
   std::string d = scenario("emu_delink", {{"delink", delink}});
   json dc = run(d, steps, true, nullptr, "--delink-step 2"), de = run(d, steps, true, nullptr, kEmu + " --delink-step 2");
   ASSERT_FALSE(de.is_null());
   expect_close(de, dc, "losses", 1e-9, "emu delink");
+  // Checkpoints of emu memory (host I/O): resumed at step 2, the run reproduces the uninterrupted one bit for bit.
+  std::string dir = tmpdir() + "/emu_ckpt";
+  fs::remove_all(dir);
+  json first = run(f, steps, false, nullptr, kEmu + " --checkpoint-dir " + dir + " --checkpoint-every 2");
+  json resumed = run(f, steps, false, nullptr, kEmu + " --checkpoint-dir " + dir + " --resume");
+  ASSERT_FALSE(first.is_null());
+  ASSERT_FALSE(resumed.is_null());
+  EXPECT_EQ(first["losses"], e32["losses"]);
+  EXPECT_EQ(resumed["first_step"], 2);
+  ASSERT_EQ(resumed["losses"].size(), 1u);
+  EXPECT_EQ(resumed["losses"][0], e32["losses"][2]);
 }
 
 TEST(RunOracleEmu, ParallelPlansMatchSingleRankFloat64) {
