@@ -1,5 +1,5 @@
 // backend_emu: the `emu` backend (`trainplan run --backend emu`) — every non-GEMM op runs as the kernels of
-// exec/kernels/ on the CPU block emulator (fiber engine unless TP_EMU_ENGINE says otherwise; blocks of 64
+// exec/kernels/ on the CPU block emulator (fiber engine unless TP_EMU_ENGINE says otherwise; blocks of 32
 // threads, grids of at most 8 blocks), GEMMs (matmul; attention's products, backend_emu_shard.cpp) through the
 // CPU backend's functions. Device memory is host memory, but every allocation is kept in a registry: each op
 // checks that every pointer it gets lies, with its whole extent, in a live emu allocation, and the backend's
