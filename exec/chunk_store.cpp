@@ -1,8 +1,8 @@
 // chunk_store: the executor's PatrickStar chunk manager over a real arena. See chunk_store.hpp.
 // Every move of tensor data goes through the current backend (exec/backend.hpp): host flat buffers -> arena is
-// a host-to-device copy, arena -> host a device-to-host copy, zeroing a gradient slot the fill op. (The arena
-// itself is still operator new memory, so that `validate` keeps counting it in the tracked heap; a device
-// backend allocates it with Backend::alloc.)
+// a host-to-device copy, arena -> host a device-to-host copy, zeroing a gradient slot the fill op. The arena is
+// allocated with the current backend's alloc (on the CPU backend operator new, so `validate` keeps counting it
+// in the tracked heap; on emu registered memory its checked ops accept); its compaction is still a host memmove.
 #include "exec/chunk_store.hpp"
 
 #include <algorithm>

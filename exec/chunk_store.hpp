@@ -3,7 +3,8 @@
 //
 // Memory. The HOST POOL is the rank's flat parameter and gradient buffers themselves (plain host arrays,
 // exec/gpt.hpp). The DEVICE POOL is one arena allocated once, of min(budget, all chunk slots) bytes (a budget
-// larger than every chunk never needs more; on the CPU backend it is its own heap block). A chunk resident on
+// larger than every chunk never needs more; backend memory from the current backend's alloc, on the CPU backend
+// its own heap block). A chunk resident on
 // the device lives in one arena SLOT of its capacity: its parameters (state P), or, once its parameters are not
 // used again in the step, its gradients (state G). That is PatrickStar's gradient reuse of the fp16 param
 // chunk (the executor's elements are fp32 / fp64): at the release of a chunk's last access of the warm-up
