@@ -113,7 +113,7 @@ const Backend& cpu_backend();
 const Backend& emu_backend();
 // The backends compiled into this binary, "cpu" first, then "emu" (the list tests loop over).
 std::vector<const Backend*> available_backends();
-// The backend named `name`, or null with `why` set: "backend emu is not built in this version" for a known
+// The backend named `name`, or null with `why` set: "backend cuda is not built in this version" for a known
 // backend that this binary lacks, or an unknown-name message listing cpu|emu|cuda.
 const Backend* find_backend(const std::string& name, std::string& why);
 
