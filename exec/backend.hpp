@@ -2,8 +2,8 @@
 // A Backend is a plain table: device and pinned-host memory, copies between host and device, streams and
 // events, and the op table (one per dtype) that exec/ops.hpp dispatches through. The model (gpt.cpp,
 // gpt2d.cpp) and the runtime (runtime*.cpp, chunk_store.cpp) read and write tensor data only through these ops
-// and copies, and allocate it through alloc. (Checkpoint I/O, communication, the chunk arena and the chunk
-// store's CPU Adam still assume host memory: the steps left before a device backend, docs/architecture.md.)
+// and copies, and allocate it through alloc. (Checkpoint I/O, communication, the chunk arena's compaction and the
+// chunk store's CPU Adam still assume host memory: the steps left before a device backend, docs/architecture.md.)
 // Invariants:
 //  - Backends are immutable tables; several live in one process. The CURRENT backend (the one ops:: calls
 //    use) is per thread, set with BackendScope (RAII, nests), and is the CPU backend by default.
@@ -108,9 +108,12 @@ inline const OpTable<double>& Backend::ops<double>() const { return f64; }
 
 // The CPU backend (exec/cpu/backend_cpu.cpp): host memory, synchronous, Eigen GEMMs and plain loops.
 const Backend& cpu_backend();
-// The backends compiled into this binary, "cpu" first (the list tests loop over).
+// The emu backend (exec/kernels/backend_emu.cpp): the kernels of exec/kernels/ on the CPU block emulator, GEMMs
+// on the CPU backend, every op's pointers checked against its registry of allocations (docs/kernels.md).
+const Backend& emu_backend();
+// The backends compiled into this binary, "cpu" first, then "emu" (the list tests loop over).
 std::vector<const Backend*> available_backends();
-// The backend named `name`, or null with `why` set: "backend emu is not built in this version" for a known
+// The backend named `name`, or null with `why` set: "backend cuda is not built in this version" for a known
 // backend that this binary lacks, or an unknown-name message listing cpu|emu|cuda.
 const Backend* find_backend(const std::string& name, std::string& why);
 

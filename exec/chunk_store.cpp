@@ -1,8 +1,8 @@
 // chunk_store: the executor's PatrickStar chunk manager over a real arena. See chunk_store.hpp.
 // Every move of tensor data goes through the current backend (exec/backend.hpp): host flat buffers -> arena is
-// a host-to-device copy, arena -> host a device-to-host copy, zeroing a gradient slot the fill op. (The arena
-// itself is still operator new memory, so that `validate` keeps counting it in the tracked heap; a device
-// backend allocates it with Backend::alloc.)
+// a host-to-device copy, arena -> host a device-to-host copy, zeroing a gradient slot the fill op. The arena is
+// allocated with the current backend's alloc (on the CPU backend operator new, so `validate` keeps counting it
+// in the tracked heap; on emu registered memory its checked ops accept); its compaction is still a host memmove.
 #include "exec/chunk_store.hpp"
 
 #include <algorithm>
@@ -70,12 +70,20 @@ ChunkStore<T>::ChunkStore(const std::vector<ChunkTensor>& tensors, int parts, lo
     for (int p : lay_.parts_of_chunk[c]) chunks_of_part_[p].push_back(c);
   }
   arena_elems_ = std::min(total, (long long)(budget_bytes / sizeof(T)));
-  arena_.reset(new T[std::max(1LL, arena_elems_)]);
+  const Backend& be = current_backend();
+  arena_ = std::unique_ptr<T, ArenaFree>(static_cast<T*>(be.alloc(sizeof(T) * (size_t)std::max(1LL, arena_elems_))),
+                                         ArenaFree{&be});
+  if (!arena_) throw std::bad_alloc();
   slot_.assign(n, -1);
   gslot_.assign(n, 0);
   pinned_.assign(n, 0);
   trace_.assign(n, {});
   for (int c = 0; c < n; ++c) point(c, false);
+}
+
+template <class T>
+void ChunkStore<T>::ArenaFree::operator()(T* p) const {
+  if (be) be->free(p);
 }
 
 template <class T>

@@ -3,7 +3,8 @@
 //
 // Memory. The HOST POOL is the rank's flat parameter and gradient buffers themselves (plain host arrays,
 // exec/gpt.hpp). The DEVICE POOL is one arena allocated once, of min(budget, all chunk slots) bytes (a budget
-// larger than every chunk never needs more; on the CPU backend it is its own heap block). A chunk resident on
+// larger than every chunk never needs more; backend memory from the current backend's alloc, on the CPU backend
+// its own heap block). A chunk resident on
 // the device lives in one arena SLOT of its capacity: its parameters (state P), or, once its parameters are not
 // used again in the step, its gradients (state G). That is PatrickStar's gradient reuse of the fp16 param
 // chunk (the executor's elements are fp32 / fp64): at the release of a chunk's last access of the warm-up
@@ -64,6 +65,8 @@
 #include "sim/chunks.hpp"
 
 namespace tp::exec {
+
+struct Backend;
 
 // One tensor of the store: a view [offset, offset + count) of the flat buffers, its access part and its index
 // in the pointer tables; `joined`: packed with the previous tensor as one simulator tensor (same part).
@@ -150,7 +153,11 @@ class ChunkStore {
   double budget_ = 0, warm_fraction_ = 1;
   T *hp_ = nullptr, *hg_ = nullptr;
   std::vector<T*>&pt_, &gt_;
-  std::unique_ptr<T[]> arena_;
+  struct ArenaFree {  // the arena is backend memory (ops run on it), freed by the backend that allocated it
+    const Backend* be = nullptr;
+    void operator()(T* p) const;
+  };
+  std::unique_ptr<T, ArenaFree> arena_;
   long long arena_elems_ = 0;
   std::vector<long long> slot_;                   // per chunk: slot offset (elements) or -1
   std::vector<char> gslot_;                       // per resident chunk: its slot holds the gradients

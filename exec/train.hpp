@@ -17,7 +17,7 @@
 namespace tp::exec {
 
 struct RunOptions {
-  std::string backend = "cpu";   // the compute backend (exec/backend.hpp): cpu (emu and cuda are not built yet)
+  std::string backend = "cpu";   // the compute backend (exec/backend.hpp): cpu or emu (cuda is not built yet)
   int steps = 10;
   bool fp64 = false;
   uint64_t seed = 1234;

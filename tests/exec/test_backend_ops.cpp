@@ -511,8 +511,7 @@ TEST(BackendOps, ScopesNestPerThreadAndNamesResolve) {
   EXPECT_EQ(&current_backend(), &cpu_backend());
   std::string why;
   EXPECT_EQ(find_backend("cpu", why), &cpu_backend());
-  EXPECT_EQ(find_backend("emu", why), nullptr);
-  EXPECT_EQ(why, "backend emu is not built in this version");
+  EXPECT_EQ(find_backend("emu", why), &emu_backend());
   // cuda: dlopened when built in (exec/cuda_loader.hpp): a device, or null naming cudaGetDeviceCount's error.
   why.clear();
   const Backend* cuda = find_backend("cuda", why);
@@ -556,4 +555,33 @@ TEST(BackendOps, SelftestFlagsAWrongOpAndAnUnsupportedOne) {
                              : c.op == "max_combine" ? CheckStatus::unsupported : CheckStatus::pass;
     EXPECT_EQ(c.status, want) << c.op << " " << c.shape << " " << c.err;
   }
+}
+
+// The emu backend checks every pointer an op gets against its registry of allocations: a host pointer, a
+// freed buffer or an extent past the end of a buffer throws, naming the op and the argument, before any
+// kernel runs; a copy checks its device side.
+TEST(BackendOps, EmuRejectsMemoryItDidNotAllocate) {
+  const Backend& be = emu_backend();
+  auto message = [](const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  float* d = static_cast<float*>(be.alloc(sizeof(float) * 8));
+  std::vector<float> host(8, 1.f);
+  be.f32.fill(d, 2.f, 8);  // its own memory: fine
+  std::string m = message([&] { be.f32.add(d, d, host.data(), 8); });
+  EXPECT_NE(m.find("emu backend: add: argument b"), std::string::npos) << m;
+  m = message([&] { be.f32.scale(d, d, 2.f, 9); });  // one element past the end
+  EXPECT_NE(m.find("scale: argument y"), std::string::npos) << m;
+  m = message([&] { be.copy(host.data(), d, sizeof(float) * 8, CopyKind::host_to_device, Stream{}); });
+  EXPECT_NE(m.find("copy: argument dst"), std::string::npos) << m;
+  be.copy(host.data(), d, sizeof(float) * 8, CopyKind::device_to_host, Stream{});
+  EXPECT_EQ(host[7], 2.f);
+  be.free(d);
+  m = message([&] { be.f32.fill(d, 0.f, 1); });  // freed
+  EXPECT_NE(m.find("fill: argument y"), std::string::npos) << m;
 }
