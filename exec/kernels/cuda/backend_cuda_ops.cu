@@ -1,7 +1,7 @@
 // backend_cuda_ops: the CUDA backend's op tables. fp32: each ops:: contract (exec/ops.hpp) bridged onto the
 // kernels of exec/kernels/ (docs/kernels.md lists the interface differences: per-row losses, LayerNorm
 // backward in two kernels) and cuBLASLt (matmul; attention as strided-batched GEMMs around the softmax kernels).
-// fp64 and the shard ops without a kernel yet: entries that throw "op X is not supported on cuda".
+// fp64: entries that throw "op X is not supported on cuda". The shard ops are in backend_cuda_shard.cu.
 // Invariants: everything on g.stream; an error names the op and its shapes (TP_OP below).
 #include <cmath>
 #include <cstdint>
@@ -214,19 +214,7 @@ void fill_f32_table(exec::OpTable<float>& t) {
   t.cross_entropy_fwd = cross_entropy_fwd, t.cross_entropy_bwd = cross_entropy_bwd, t.row_max = row_max;
   t.embedding_fwd = embedding_fwd, t.embedding_bwd = embedding_bwd, t.embedding_shard_bwd = embedding_shard_bwd;
   t.adamw = adamw, t.sum_squares = sum_squares;
-  // No kernel yet for these (2D tensor parallelism and vocabulary-parallel pieces): they throw.
-  TP_STUB(t, ln_shard_sum, "f32");
-  TP_STUB(t, ln_shard_sqdev, "f32");
-  TP_STUB(t, ln_shard_apply, "f32");
-  TP_STUB(t, ln_shard_bwd_sums, "f32");
-  TP_STUB(t, ln_shard_bwd_apply, "f32");
-  TP_STUB(t, max_combine, "f32");
-  TP_STUB(t, ce_shard_exp, "f32");
-  TP_STUB(t, ce_shard_finish, "f32");
-  TP_STUB(t, ce_shard_target_grad, "f32");
-  TP_STUB(t, embedding_shard_fwd, "f32");
-  TP_STUB(t, add_positions, "f32");
-  TP_STUB(t, positions_bwd, "f32");
+  fill_f32_shard_ops(t);  // 2D tensor parallelism and vocabulary-parallel pieces (backend_cuda_shard.cu)
 }
 
 // The GPU backend computes in fp32 (bf16 next); fp64 is the CPU oracle's precision and is not faked here.
