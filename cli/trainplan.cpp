@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -77,8 +78,15 @@ void progress_bar(double frac, double elapsed_s) {
 }
 
 int cmd_plan(int argc, char** argv) {
-  Args a = parse_args(argc, argv, 2, {"--json", "--csv", "--threads", "--trace"}, {"--quiet"});
+  Args a = parse_args(argc, argv, 2, {"--json", "--csv", "--threads", "--trace", "--emit"}, {"--quiet"});
   if (a.positional.size() != 1) throw Usage("plan needs exactly one scenario file (with a \"search\" block)");
+  const std::string emit = a.value("--emit");
+  if (!emit.empty()) {  // the folder for the top plans' scenarios: created now, so a bad path fails before work
+    std::error_code ec;
+    std::filesystem::create_directories(emit, ec);
+    if (!std::filesystem::is_directory(emit) || ::access(emit.c_str(), W_OK) != 0)
+      throw InputError({"--emit: cannot write scenarios into " + emit + (ec ? ": " + ec.message() : "")});
+  }
   Scenario sc = load_scenario(a.positional[0], true);
   print_warnings(sc);
   if (!sc.search) throw InputError({a.positional[0] + ": $.search: missing; `trainplan plan` needs a search block (use simulate for a plan)"});
@@ -97,15 +105,52 @@ int cmd_plan(int argc, char** argv) {
   if (!json_text.empty()) write_file_atomic(a.value("--json"), json_text);
   if (!csv_text.empty()) write_file_atomic(a.value("--csv"), csv_text);
   if (!trace_text.empty()) write_file_atomic(a.value("--trace"), trace_text);
+  if (!emit.empty() && !o.top.empty()) {  // best.json, top2.json, ...: runnable scenarios of the top plans
+    Issues is;
+    json raw = parse_json_file(a.positional[0], a.positional[0], is);
+    for (size_t i = 0; i < o.top.size(); ++i) {
+      std::string name = i == 0 ? "best.json" : "top" + std::to_string(i + 1) + ".json";
+      write_file_atomic((std::filesystem::path(emit) / name).string(),
+                        emitted_scenario(raw, a.positional[0], o.top[i]).dump(2) + "\n");
+    }
+  }
   if (!a.flag("--quiet")) print_plan_outcome(std::cout, o);
   return o.top.empty() ? 3 : 0;
+}
+
+// run --plan PLAN.json[#k]: the scenario with the k-th plan (default the best) of a `plan --json` result, its
+// global batch and precision, validated like a scenario's own plan.
+Scenario with_planner_choice(const Scenario& sc, const std::string& scenario_file, const std::string& arg) {
+  std::string file = arg;
+  int k = 1;
+  if (auto h = arg.rfind('#'); h != std::string::npos) {
+    file = arg.substr(0, h);
+    char* end = nullptr;
+    long v = std::strtol(arg.c_str() + h + 1, &end, 10);
+    if (!end || *end || v < 1 || v > 100000) throw Usage("--plan expects PLAN.json or PLAN.json#k with k >= 1, got " + arg);
+    k = (int)v;
+  }
+  Issues is;
+  json result = parse_json_file(file, file, is);
+  if (!is.empty()) throw InputError(is.messages);
+  json choice = planner_choice(result, file, k);
+  json j = parse_json_file(scenario_file, scenario_file, is);  // the user's scenario as written (it parsed before)
+  if (!is.empty()) throw InputError(is.messages);
+  j.erase("search");
+  j["plan"] = choice["plan"];
+  j["training"]["global_batch"] = choice["global_batch"];
+  if (!choice["precision"].get<std::string>().empty()) j["training"]["precision"] = choice["precision"];
+  std::string base = std::filesystem::path(scenario_file).parent_path().string();
+  Scenario out = scenario_from_json(j, base.empty() ? "." : base, scenario_file + " with " + arg);
+  out.name = sc.name;
+  return out;
 }
 
 // One process per rank. Every rank loads and checks the scenario before any work, so bad input fails
 // everywhere with exit 2 (printed once, by rank 0); a rank that fails later aborts the whole job.
 int cmd_run(int argc, char** argv) {
   Args a = parse_args(argc, argv, 2, {"--steps", "--json", "--seed", "--lr", "--data", "--delink-step", "--checkpoint-dir", "--checkpoint-every", "--trace",
-                                          "--device-budget", "--backend", "--log-every", "--keep-checkpoints"},
+                                          "--device-budget", "--backend", "--log-every", "--keep-checkpoints", "--plan"},
                   {"--fp64", "--quiet", "--resume"});
   if (a.positional.size() != 1) throw Usage("run needs exactly one scenario file");
   exec::RunOptions o;
@@ -148,7 +193,9 @@ int cmd_run(int argc, char** argv) {
   o.progress = world.rank() == 0 && isatty(2) && !a.flag("--quiet");
   Scenario sc;
   try {
-    sc = load_scenario(a.positional[0]);
+    // with --plan, the scenario may be the search scenario the plan came from (its search block is replaced)
+    sc = load_scenario(a.positional[0], !a.value("--plan").empty());
+    if (!a.value("--plan").empty()) sc = with_planner_choice(sc, a.positional[0], a.value("--plan"));
     if (world.rank() == 0) print_warnings(sc);
     exec::check_runnable(sc);
     if (!o.data.empty()) exec::load_run_tokens(o.data, sc.model.vocab);  // a bad token file: exit 2 on every rank, before work

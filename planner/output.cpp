@@ -1,6 +1,7 @@
 // output: the renderings of a PlanOutcome — JSON (`plan --json`, keys in docs/reports.md), CSV and the
 // terminal table. See search.hpp.
 #include <cstdio>
+#include <filesystem>
 #include <iomanip>
 #include <ostream>
 #include <sstream>
@@ -201,6 +202,32 @@ void print_plan_outcome(std::ostream& os, const PlanOutcome& o) {
       os << line;
     }
   }
+}
+
+json emitted_scenario(const json& raw, const std::string& file, const Candidate& c) {
+  json j = raw;
+  j.erase("search");
+  j["plan"] = plan_json(c.plan, c.global_batch);
+  j["training"]["global_batch"] = c.global_batch;
+  j["training"]["precision"] = precision_name(c.point.lay.prec);
+  if (j.contains("model") && j["model"].is_object() && j["model"].contains("hf_config") && j["model"]["hf_config"].is_string()) {
+    std::filesystem::path p = j["model"]["hf_config"].get<std::string>();
+    if (p.is_relative()) j["model"]["hf_config"] = std::filesystem::absolute(std::filesystem::path(file).parent_path() / p).string();
+  }
+  return j;
+}
+
+json planner_choice(const json& result, const std::string& file, int k) {
+  if (!result.is_object() || !result.contains("top") || !result["top"].is_array())
+    throw InputError({file + ": $.top: missing; expected the --json output of `trainplan plan`"});
+  const json& top = result["top"];
+  if (k < 1 || k > (int)top.size())
+    throw InputError({file + "#" + std::to_string(k) + ": the result has " + std::to_string(top.size()) +
+                      " top plans; expected #1 to #" + std::to_string(top.size())});
+  const json& t = top[k - 1];
+  if (!t.contains("plan") || !t.contains("global_batch"))
+    throw InputError({file + ": $.top[" + std::to_string(k - 1) + "]: expected plan and global_batch"});
+  return {{"plan", t["plan"]}, {"global_batch", t["global_batch"]}, {"precision", t.value("precision", std::string())}};
 }
 
 }  // namespace tp

@@ -97,6 +97,15 @@ PlanOutcome plan_search(const Scenario& sc, const PlanOptions& opt = {});
 // `--json`: best (plan, global_batch and the simulated result with simulate --json's keys), top, pareto,
 // by_gpus, why and search.{configurations_evaluated, seconds, ...}.
 json plan_outcome_to_json(const PlanOutcome& o);
+
+// `plan --emit`: the user's scenario (`raw`, as read from `file`) with its search block replaced by the
+// candidate's plan, global batch and precision — a scenario simulate, run, validate and export accept. A
+// relative model.hf_config path is made absolute (the emitted file lives elsewhere).
+json emitted_scenario(const json& raw, const std::string& file, const Candidate& c);
+
+// `run --plan PLAN.json[#k]`: the k-th (1-based; 1 = best) plan of a `plan --json` result, as
+// {"plan": ..., "global_batch": ..., "precision": ...}. Throws InputError naming the file when absent.
+json planner_choice(const json& result, const std::string& file, int k);
 // `--csv`: one row per top candidate.
 std::string plan_outcome_to_csv(const PlanOutcome& o);
 // Terminal: top-K table, Pareto front, why the alternatives lose.
