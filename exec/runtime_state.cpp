@@ -8,6 +8,7 @@
 #include <sys/resource.h>
 
 #include <cmath>
+#include <cstdio>
 #include <string>
 
 #include "exec/runtime_parts.hpp"
@@ -90,7 +91,10 @@ void save_rank_checkpoint(const Scenario& sc, const RunOptions& o, Comm& world, 
   h.seed = o.seed;
   h.rank = world.rank();
   h.world_size = world.size();
-  h.description = scenario_to_json(sc).dump();
+  // What the next step depends on besides the tensors: the scenario and plan, and the run's options (a resume
+  // compares them; see load_rank_checkpoint).
+  h.description = json{{"scenario", scenario_to_json(sc)}, {"seed", o.seed}, {"lr", o.lr}, {"data", o.data},
+                       {"steps", o.steps}, {"fp64", o.fp64}}.dump();
   write_checkpoint(checkpoint_path(o.checkpoint_dir, next_step, world.rank()), h, tensors);
   world.barrier();  // a step's checkpoint is complete when every rank's file is
 }
@@ -98,8 +102,28 @@ void save_rank_checkpoint(const Scenario& sc, const RunOptions& o, Comm& world, 
 void load_rank_checkpoint(const Scenario& sc, const RunOptions& o, int rank, long step,
                           const std::vector<TensorView>& tensors) {
   Checkpoint c = read_checkpoint(checkpoint_path(o.checkpoint_dir, step, rank));
-  if (c.header.description != scenario_to_json(sc).dump())
-    throw InputError({o.checkpoint_dir + ": the checkpoint of step " + std::to_string(step) + " is of another scenario or plan"});
+  const std::string where = o.checkpoint_dir + ": the checkpoint of step " + std::to_string(step);
+  json d = json::parse(c.header.description, nullptr, false);
+  if (d.is_discarded() || !d.is_object() || !d.contains("scenario") || d["scenario"] != scenario_to_json(sc))
+    throw InputError({where + " is of another scenario or plan"});
+  // A resume must continue the same run: the data order, initialisation and updates depend on these.
+  std::vector<std::string> differ;
+  auto same = [&](const char* key, const json& now, const char* opt) {
+    if (!d.contains(key) || d[key] != now) differ.push_back(std::string(opt) + " " + now.dump() + " (the checkpoint has " +
+                                                            (d.contains(key) ? d[key].dump() : "none") + ")");
+  };
+  same("seed", o.seed, "--seed");
+  same("lr", o.lr, "--lr");
+  same("data", o.data, "--data");
+  same("fp64", o.fp64, "--fp64");
+  if (!differ.empty()) {
+    std::string m = where + " was written by a run with other options; resuming would not continue it:";
+    for (const std::string& x : differ) m += " " + x + ";";
+    throw InputError({m});
+  }
+  if (rank == 0 && d.contains("steps") && d["steps"] != o.steps)
+    std::fprintf(stderr, "warning: resuming with --steps %d where the checkpoint's run had %s: the learning-rate schedule "
+                 "(warmup and cosine decay over --steps) changes from here\n", o.steps, d["steps"].dump().c_str());
   for (const TensorView& t : tensors) c.copy_to(t.name, const_cast<void*>(t.data), t.count, t.dtype);
 }
 

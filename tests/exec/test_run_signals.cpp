@@ -158,3 +158,22 @@ TEST(RunSignals, ResumeAtOrPastStepsHasNothingToDo) {
   EXPECT_NE(slurp(log).find("nothing to do: the checkpoint at step 4 is at or past --steps 4"), std::string::npos) << slurp(log);
   EXPECT_TRUE(json::parse(slurp(out))["losses"].empty());
 }
+
+// A resume must continue the same run: another --seed, --lr, --data or precision is refused naming the option
+// (exit 2); another --steps only warns that the learning-rate schedule changes.
+TEST(RunSignals, ResumeRefusesOtherRunOptions) {
+  tp::testutil::TempDir t("signals_opts");
+  std::string sc = tiny(t.path, 1);
+  fs::path ck = t.path / "ck", log = t.path / "log";
+  std::string base = std::string(TP_BINARY) + " run " + sc + " --checkpoint-dir " + ck.string() + " --log-every 0 --quiet";
+  ASSERT_EQ(std::system((base + " --steps 2 --checkpoint-every 2 2> " + log.string()).c_str()), 0);
+  int rc = std::system((base + " --steps 4 --resume --seed 7 2> " + log.string()).c_str());
+  EXPECT_EQ(WEXITSTATUS(rc), 2);
+  EXPECT_NE(slurp(log).find("--seed 7 (the checkpoint has 1234)"), std::string::npos) << slurp(log);
+  rc = std::system((base + " --steps 4 --resume --lr 0.5 2> " + log.string()).c_str());
+  EXPECT_EQ(WEXITSTATUS(rc), 2);
+  EXPECT_NE(slurp(log).find("--lr 0.5"), std::string::npos) << slurp(log);
+  rc = std::system((base + " --steps 4 --resume 2> " + log.string()).c_str());
+  EXPECT_EQ(WEXITSTATUS(rc), 0) << slurp(log);
+  EXPECT_NE(slurp(log).find("the learning-rate schedule"), std::string::npos) << slurp(log);
+}
