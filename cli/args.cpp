@@ -39,7 +39,7 @@ const char* const kHelp =
     "      regenerate the published rows of the dev suite (A100, 2021) or of the H100 development set\n"
     "      and print predicted vs published\n"
     "  trainplan run SCENARIO.json [--steps N] [--json FILE] [--fp64] [--seed S] [--lr LR] [--data TOKENS.bin]\n"
-    "                [--delink-step N] [--checkpoint-dir DIR [--checkpoint-every K] [--resume] [--keep-checkpoints K]]\n"
+    "                [--delink-step N] [--checkpoint-dir DIR [--checkpoint-every K] [--resume | --resume-or-start] [--keep-checkpoints K]]\n"
     "                [--trace FILE] [--log-every N] [--plan PLAN.json[#k]]   (the k-th plan of a plan --json result)\n"
     "                [--device-budget BYTES]   (plan.offload chunked: the per-rank device arena; default\n"
     "                gpu_memory_fraction x the cluster GPU's HBM) [--backend cpu|emu|cuda]\n"

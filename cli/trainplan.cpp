@@ -151,7 +151,7 @@ Scenario with_planner_choice(const Scenario& sc, const std::string& scenario_fil
 int cmd_run(int argc, char** argv) {
   Args a = parse_args(argc, argv, 2, {"--steps", "--json", "--seed", "--lr", "--data", "--delink-step", "--checkpoint-dir", "--checkpoint-every", "--trace",
                                           "--device-budget", "--backend", "--log-every", "--keep-checkpoints", "--plan"},
-                  {"--fp64", "--quiet", "--resume"});
+                  {"--fp64", "--quiet", "--resume", "--resume-or-start"});
   if (a.positional.size() != 1) throw Usage("run needs exactly one scenario file");
   exec::RunOptions o;
   auto num = [&](const char* opt, double lo, double dflt) {
@@ -169,7 +169,8 @@ int cmd_run(int argc, char** argv) {
   o.delink_step = (long)num("--delink-step", 1, -1);
   o.checkpoint_dir = a.value("--checkpoint-dir");
   o.checkpoint_every = (int)num("--checkpoint-every", 1, 0);
-  o.resume = a.flag("--resume");
+  o.resume = a.flag("--resume") || a.flag("--resume-or-start");
+  o.resume_or_start = a.flag("--resume-or-start");
   o.trace = a.value("--trace");
   o.device_budget_bytes = num("--device-budget", 1, 0);
   o.log_every = (int)num("--log-every", 0, -1);

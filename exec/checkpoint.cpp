@@ -315,7 +315,7 @@ void prune_checkpoints(const std::string& dir, int keep, long newest_step) {
   for (size_t i = (size_t)std::max(0, keep - 1); i < steps.size(); ++i) fs::remove_all(checkpoint_step_dir(dir, steps[i]), ec);
 }
 
-std::optional<long> latest_complete(const std::string& dir, int world_size) {
+std::optional<long> latest_complete(const std::string& dir, int world_size, std::vector<std::string>* skipped) {
   std::error_code ec;
   std::vector<long> steps;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
@@ -331,8 +331,16 @@ std::optional<long> latest_complete(const std::string& dir, int world_size) {
     bool complete = world_size > 0;
     for (int r = 0; complete && r < world_size; ++r) {
       CheckpointHeader h;
-      complete = checkpoint_valid(checkpoint_path(dir, s, r), &h) && h.step == s && h.rank == r &&
-                 h.world_size == world_size;
+      std::string why;
+      complete = checkpoint_valid(checkpoint_path(dir, s, r), &h, &why);
+      if (complete && !(h.step == s && h.rank == r && h.world_size == world_size)) {
+        complete = false;
+        why = "its header names step " + std::to_string(h.step) + ", rank " + std::to_string(h.rank) + " of " +
+              std::to_string(h.world_size);
+      }
+      if (!complete && skipped)
+        skipped->push_back(fs::path(checkpoint_step_dir(dir, s)).filename().string() + ": rank " + std::to_string(r) + ": " +
+                           (why.empty() ? "missing or unreadable" : why));
     }
     if (complete) return s;
   }

@@ -70,8 +70,9 @@ std::string checkpoint_step_dir(const std::string& dir, long step);  // DIR/step
 // `newest_step` or anything newer (called after the newest is complete). keep <= 0 keeps everything.
 void prune_checkpoints(const std::string& dir, int keep, long newest_step);
 // The newest step under dir for which every rank 0..world_size-1 has a valid checkpoint whose header names that
-// step, rank and world size; std::nullopt when there is none. Leftover .tmp files are ignored.
-std::optional<long> latest_complete(const std::string& dir, int world_size);
+// step, rank and world size; std::nullopt when there is none. Leftover .tmp files are ignored. Newer steps passed
+// over are described in `skipped` ("step_00000012: rank 1: checksum mismatch").
+std::optional<long> latest_complete(const std::string& dir, int world_size, std::vector<std::string>* skipped = nullptr);
 
 uint64_t fnv1a64(const void* data, size_t n, uint64_t h = 0xcbf29ce484222325ULL);
 // Writes the concatenation of `parts` to tmp_path, then renames it to path (fsync of the file and of the

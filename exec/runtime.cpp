@@ -340,7 +340,14 @@ struct RankRun {
     };
     int first = 0;
     if (o.resume && !o.checkpoint_dir.empty()) {
-      if (auto at = latest_complete(o.checkpoint_dir, world.size())) {
+      std::vector<std::string> skipped;
+      auto at = latest_complete(o.checkpoint_dir, world.size(), &skipped);
+      if (world.rank() == 0)
+        for (const std::string& s : skipped) std::fprintf(stderr, "skipped checkpoint %s\n", s.c_str());
+      if (!at && !skipped.empty() && !o.resume_or_start)
+        throw InputError({o.checkpoint_dir + ": --resume found only incomplete or corrupt checkpoints (listed above); "
+                          "not restarting from step 0 (use --resume-or-start to allow it)"});
+      if (at) {
         first = (int)load_checkpoint(*at);
         res.last_checkpoint = checkpoint_step_dir(o.checkpoint_dir, *at);
         if (world.rank() == 0 && first >= o.steps)

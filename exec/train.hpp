@@ -29,6 +29,7 @@ struct RunOptions {
   std::string checkpoint_dir;    // where per-rank checkpoints go (empty: none)
   int checkpoint_every = 0;      // write one after every this many steps (0: never)
   bool resume = false;           // continue from the newest checkpoint that every rank completed
+  bool resume_or_start = false;  // with resume: start at step 0 when every checkpoint found is incomplete or corrupt
   std::string trace;             // write a Chrome trace of the last step (lanes and op names as the simulator's)
   double device_budget_bytes = 0;  // plan.offload chunked: the device pool (arena) per rank in bytes;
                                    // 0 = gpu_memory_fraction x the scenario's cluster GPU hbm_bytes

@@ -177,3 +177,24 @@ TEST(RunSignals, ResumeRefusesOtherRunOptions) {
   EXPECT_EQ(WEXITSTATUS(rc), 0) << slurp(log);
   EXPECT_NE(slurp(log).find("the learning-rate schedule"), std::string::npos) << slurp(log);
 }
+
+// --resume when every checkpoint is corrupt: each is listed with the reason, and the run refuses to restart from
+// step 0 (exit 2) unless --resume-or-start allows it.
+TEST(RunSignals, ResumeOverOnlyCorruptCheckpointsRefusesToRestart) {
+  tp::testutil::TempDir t("signals_corrupt");
+  std::string sc = tiny(t.path, 1);
+  fs::path ck = t.path / "ck", log = t.path / "log", out = t.path / "o.json";
+  std::string base = std::string(TP_BINARY) + " run " + sc + " --checkpoint-dir " + ck.string() + " --log-every 0 --quiet";
+  ASSERT_EQ(std::system((base + " --steps 2 --checkpoint-every 2 2> " + log.string()).c_str()), 0);
+  fs::path f = ck / "step_00000002" / "rank_00000.ckpt";
+  ASSERT_TRUE(fs::exists(f));
+  fs::resize_file(f, fs::file_size(f) / 2);  // truncated
+  int rc = std::system((base + " --steps 3 --resume 2> " + log.string()).c_str());
+  EXPECT_EQ(WEXITSTATUS(rc), 2);
+  std::string s = slurp(log);
+  EXPECT_NE(s.find("skipped checkpoint step_00000002: rank 0: "), std::string::npos) << s;
+  EXPECT_NE(s.find("--resume-or-start"), std::string::npos) << s;
+  rc = std::system((base + " --steps 3 --resume-or-start --json " + out.string() + " 2> " + log.string()).c_str());
+  EXPECT_EQ(WEXITSTATUS(rc), 0) << slurp(log);
+  EXPECT_EQ(json::parse(slurp(out))["first_step"], 0);
+}
