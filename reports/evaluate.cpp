@@ -60,6 +60,7 @@ std::vector<RunOut> evaluate_runs(const Spec& spec) {
         pt.value = r.sweep->values[i];
       }
       Scenario sc = load_point(spec, r, i);
+      if (i == 0) ro.name = sc.name.empty() ? r.id : sc.name;
       if (r.kind == RunKind::simulate) {
         SimOptions opt;
         opt.keep_memory_timeline = false;

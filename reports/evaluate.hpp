@@ -23,6 +23,7 @@ struct Point {
 
 struct RunOut {
   const RunSpec* spec = nullptr;
+  std::string name;                     // the scenario's "name" (the run's id when it has none): how reports name it
   std::vector<Point> points;            // one per sweep value; one without a sweep
 };
 
