@@ -360,7 +360,7 @@ Labelled bars_of(const std::vector<std::string>& ids, const std::vector<RunOut>&
     for (const Point& p : r->points) {
       const json* res = sim_result(p.result, r->spec->kind);
       if (!res) continue;
-      std::string label = r->name;
+      std::string label = r->label();
       if (r->spec->kind == RunKind::plan) label += " (best plan)";
       if (r->spec->sweep) label += " @ " + svg::num(p.x.get<double>(), 4);
       bars.push_back({label, *res});
@@ -374,7 +374,7 @@ std::string join(const std::vector<std::string>& ids, const std::vector<RunOut>&
   std::string s;
   for (size_t i = 0; i < ids.size(); ++i) {
     const RunOut* r = find_run(runs, ids[i]);
-    s += (i ? ", " : "") + (r ? r->name : ids[i]);
+    s += (i ? ", " : "") + (r ? r->label() : ids[i]);
   }
   return s;
 }
@@ -391,7 +391,7 @@ std::vector<Figure> make_figures(const Spec& spec, const std::vector<RunOut>& ru
     Figure fig;
     fig.file = std::string("figures/") + nn + "-" + figure_kind_name(f.kind) + (f.run.empty() ? "" : "-" + file_safe(f.run)) + ".svg";
     const RunOut* r = f.run.empty() ? nullptr : find_run(runs, f.run);
-    const std::string name = r ? r->name : f.run;
+    const std::string name = r ? r->label() : f.run;
     switch (f.kind) {
       case FigureKind::breakdown:
         fig.title = "Where the step time goes" + (f.runs.size() <= 2 ? ": " + join(f.runs, runs) : std::string());

@@ -36,7 +36,7 @@ std::string bounds_text(const Check& c) {
 }
 
 static std::string point_label(const RunOut& r, const Point& p) {
-  return r.spec->sweep ? r.name + " @ " + svg::num(p.x.get<double>(), 4) : r.name;
+  return r.spec->sweep ? r.label() + " @ " + svg::num(p.x.get<double>(), 4) : r.label();
 }
 
 std::vector<std::vector<std::string>> run_rows(const Report& rep) {
@@ -131,7 +131,7 @@ json render_data(const Report& rep) {
   d["source"] = sp.source;
   json runs = json::array();
   for (const RunOut& r : *rep.runs) {
-    json jr = {{"id", r.spec->id}, {"name", r.name}, {"kind", r.spec->kind == RunKind::plan ? "plan" : "simulate"},
+    json jr = {{"id", r.spec->id}, {"name", r.label()}, {"kind", r.spec->kind == RunKind::plan ? "plan" : "simulate"},
                {"scenario", r.spec->scenario}};
     if (r.spec->sweep) jr["sweep"] = {{"pointer", r.spec->sweep->pointer}, {"x_label", r.spec->sweep->x_label}};
     json pts = json::array();
@@ -198,7 +198,7 @@ std::string render_csv(const Report& rep) {
     for (const Point& p : r.points) {
       json m = key_metrics(p.result, r.spec->kind);
       char b[64];
-      std::string row = csv_field(r.spec->id) + "," + csv_field(r.name) + "," + (r.spec->kind == RunKind::plan ? "plan" : "simulate") + ",";
+      std::string row = csv_field(r.spec->id) + "," + csv_field(r.label()) + "," + (r.spec->kind == RunKind::plan ? "plan" : "simulate") + ",";
       if (p.x.is_number()) { std::snprintf(b, sizeof b, "%.9g", p.x.get<double>()); row += b; }
       row += ',';
       row += csv_field(m.value("plan", std::string()));

@@ -33,7 +33,7 @@ std::vector<std::pair<std::string, const json*>> plan_points(const Report& rep) 
   for (const RunOut& r : *rep.runs) {
     if (r.spec->kind != RunKind::plan) continue;
     for (const Point& p : r.points) {
-      std::string h = r.name;
+      std::string h = r.label();
       if (r.spec->sweep) h += ", " + r.spec->sweep->pointer + " = " + json_brief(p.value);
       v.push_back({h, &p.result});
     }
