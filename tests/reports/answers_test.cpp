@@ -177,3 +177,25 @@ TEST(ReportSeeds, CommittedReportsAreSelfContained) {
   }
   if (checked == 0) GTEST_SKIP() << "no committed seed reports";
 }
+
+TEST(ReportTimeline, LegendNamesOnlyWhatIsDrawn) {
+  svg::Gantt g;
+  g.title = "t";
+  g.t_end = 1.0;
+  g.categories = {"fwd", "bwd", "recompute", "pp comm"};
+  g.category_labels = {"forward", "backward", "recompute", "pipeline send/recv"};
+  g.lanes = {{"stage 0 compute", true}, {"stage 0 pp.fwd", false}};
+  g.slices = {{0, 0.0, 0.5, 0},           // forward: drawn
+              {0, 0.25, 0.25 + 1e-7, 2},  // a sub-pixel recompute slice inside forward's pixels: not drawn
+              {1, 0.6, 0.7, 3}};          // pipeline communication: drawn; no backward at all
+  std::string s = svg::gantt_chart(g);
+  EXPECT_NE(s.find(">forward<"), std::string::npos);
+  EXPECT_NE(s.find(">pipeline send/recv<"), std::string::npos);
+  EXPECT_EQ(s.find(">backward<"), std::string::npos);
+  EXPECT_EQ(s.find(">recompute<"), std::string::npos);
+  // The real timeline colours forward, backward and communication apart.
+  Result r = simulate(load_scenario(kSrc + "/scenarios/examples/gpt3-2.7b-frontera-gpipe.json"));
+  std::string tl = timeline_svg(r, "step");
+  for (const char* label : {">forward<", ">backward<", ">pipeline send/recv<"})
+    EXPECT_NE(tl.find(label), std::string::npos) << label;
+}
