@@ -49,7 +49,49 @@ json gpu_point_json(const GpuPoint& g) {
   return j;
 }
 
+std::string pareto_title(long long min_gpus) {
+  std::string t = "Pareto front (GPUs, time to train, cost)";
+  if (min_gpus > 0)
+    t += " from " + std::to_string(min_gpus) +
+         " GPUs, the fewest where a plan fits without offload (search.min_gpus or fix.offload to see fewer)";
+  return t;
+}
+
+std::string fixed_text(double v, int digits) {
+  char b[64];
+  std::snprintf(b, sizeof b, "%.*f", digits, v);
+  return b;
+}
+
 }  // namespace
+
+PlanAnswers plan_answers(const json& o) {
+  PlanAnswers a;
+  const double GiB = 1024.0 * 1024 * 1024;
+  auto num = [](const json& j, const char* k) { return j.contains(k) && j[k].is_number() ? j[k].get<double>() : 0.0; };
+  auto str = [](const json& j, const char* k) { return j.contains(k) && j[k].is_string() ? j[k].get<std::string>() : ""; };
+  double capacity = 0;
+  if (o.contains("best") && o["best"].is_object())
+    capacity = o["best"].value("result", json::object()).value("memory", json::object()).value("capacity_bytes", 0.0);
+  a.top_head = {"rank", "GPUs", "step (s)", "to train", "cost", "MFU", "mem (GiB)", "analytic (s)", "plan"};
+  for (const json& c : o.value("top", json::array())) {
+    const json s = c.value("simulated", json::object()), an = c.value("analytic", json::object());
+    a.top.push_back({std::to_string(c.value("rank", 0LL)), std::to_string(c.value("gpus", 0LL)),
+                     fixed_text(num(s, "step_time_s"), 3), days_text(num(s, "time_to_train_s")),
+                     usd_text(num(s, "cost_usd")), percent_text(num(s, "mfu")),
+                     fixed_text(num(s, "peak_bytes_per_gpu") / GiB, 1) + " / " + fixed_text(capacity / GiB, 1),
+                     fixed_text(num(an, "step_time_s"), 3), str(c, "summary")});
+  }
+  a.pareto_title = pareto_title(o.value("min_gpus", 0LL));
+  a.pareto_head = {"GPUs", "to train", "cost", "plan"};
+  for (const json& g : o.value("pareto", json::array()))
+    a.pareto.push_back({std::to_string(g.value("gpus", 0LL)), days_text(num(g, "time_to_train_s")),
+                        usd_text(num(g, "cost_usd")),
+                        str(g, "summary") + (g.value("simulated", true) ? "" : "  (analytic)")});
+  for (const json& e : o.value("why", json::array()))
+    a.why.push_back({"other " + str(e, "dimension") + ": " + str(e, "summary"), str(e, "reason") + ": " + str(e, "detail")});
+  return a;
+}
 
 json plan_outcome_to_json(const PlanOutcome& o) {
   json j;
@@ -176,10 +218,7 @@ void print_plan_outcome(std::ostream& os, const PlanOutcome& o) {
                   r.peak_bytes_per_gpu / GiB, r.capacity_bytes / GiB, c.point.est.step_s, plan_summary(c.plan, c.global_batch, c.point.lay.prec).c_str());
     os << line;
   }
-  os << "\nPareto front (GPUs, time to train, cost)";
-  if (o.min_gpus > 0)
-    os << " from " << o.min_gpus << " GPUs, the fewest where a plan fits without offload (search.min_gpus or fix.offload to see fewer)";
-  os << ":\n";
+  os << "\n" << pareto_title(o.min_gpus) << ":\n";
   for (const GpuPoint& g : o.pareto) {
     std::snprintf(line, sizeof line, "  %6d GPUs  %12s  %9s  %s%s\n", g.gpus, days_text(g.best.time_to_train_s).c_str(),
                   usd_text(g.best.cost_usd).c_str(), plan_summary(g.best.plan, g.best.global_batch, g.best.point.lay.prec).c_str(), g.simulated ? "" : "  (analytic)");

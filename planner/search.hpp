@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 #include <vector>
+#include <utility>
 
 #include "analytic.hpp"
 #include "models/scenario.hpp"
@@ -110,5 +111,17 @@ json planner_choice(const json& result, const std::string& file, int k);
 std::string plan_outcome_to_csv(const PlanOutcome& o);
 // Terminal: top-K table, Pareto front, why the alternatives lose.
 void print_plan_outcome(std::ostream& os, const PlanOutcome& o);
+
+// The planner's answers as text cells, from a `plan --json` object, in print_plan_outcome's columns and units
+// (sim/output.hpp's days_text, usd_text, percent_text, GiB): what reports render as tables.
+struct PlanAnswers {
+  std::vector<std::string> top_head;                 // rank, GPUs, step (s), to train, cost, MFU, mem (GiB), ...
+  std::vector<std::vector<std::string>> top;
+  std::string pareto_title;                          // "Pareto front (GPUs, time to train, cost) from N GPUs, ..."
+  std::vector<std::string> pareto_head;              // GPUs, to train, cost, plan
+  std::vector<std::vector<std::string>> pareto;
+  std::vector<std::pair<std::string, std::string>> why;  // ("other tp: <plan>", "<reason>: <detail>")
+};
+PlanAnswers plan_answers(const json& outcome);
 
 }  // namespace tp

@@ -3,6 +3,7 @@
 #include "charts.hpp"
 
 #include <algorithm>
+#include <functional>
 #include <cmath>
 
 namespace tp::svg {
@@ -339,58 +340,25 @@ std::string line_chart(const LineChart& c) {
   return d.finish(c.title);
 }
 
-std::string gantt_chart(const Gantt& g) {
-  const double W = g.width;
-  Doc d(W, 100);
-  const double ly = title(d, g.title);
-  std::vector<LegendItem> legend;
-  std::vector<bool> used(g.categories.size(), false);
-  for (const Slice& s : g.slices)
-    if (s.cat >= 0 && s.cat < (int)used.size()) used[s.cat] = true;
-  for (size_t k = 0; k < g.categories.size(); ++k)
-    if (used[k]) legend.push_back({g.category_labels[k], category_colour(g.categories[k], (int)k)});
-  double lh = legend_height(legend, W - 2 * kMargin);
-  draw_legend(d, legend, kMargin, ly, W - 2 * kMargin);
-  const double top = ly + lh + 14, lane_h = 15;
-  double labw = 40;
-  for (const Lane& l : g.lanes) labw = std::max(labw, text_width(l.label, 11));
-  labw = std::min(labw, 220.0);
-  const double left = kMargin + labw + 8, right = W - 20;
-  const double bottom = top + lane_h * (double)g.lanes.size();
-  const double t_end = g.t_end > 0 ? g.t_end : 1;
-  Scale sc = pick_scale(t_end, Unit::seconds);
-  Ticks t = nice_ticks(0, t_end / sc.scale, 8);
-  auto X = [&](double ts) { return left + ts / t_end * (right - left); };
-  int group = -1;
-  for (size_t i = 0; i < g.lanes.size(); ++i) {  // stage bands and lane labels
-    if (g.lanes[i].group_start || i == 0) ++group;
-    double y = top + lane_h * (double)i;
-    if (group % 2 == 0) d.rect(left, y, right - left, lane_h, "#F2F2F2");
-    if (g.lanes[i].group_start && i > 0) d.line(kMargin, y, right, y, "#BBBBBB", 1);
-    d.text(left - 6, y + lane_h - 4, fit_label(g.lanes[i].label, labw, 11), 11, "end");
-  }
-  for (size_t i = 0; i < t.values.size(); ++i) {
-    if (t.values[i] * sc.scale > t_end * (1 + 1e-9)) break;
-    double x = X(t.values[i] * sc.scale);
-    d.line(x, top, x, bottom, "#D0D0D0", 0.75);
-    d.text(x, bottom + 16, t.labels[i], 12, "middle");
-  }
-  // Slices are drawn per 1 px column: each column takes the category covering most of it, and is drawn when
-  // it is at least half covered or holds a whole (sub-pixel) slice; runs of equal columns become one rect.
-  // This keeps a step of thousands of tasks a small file, and sub-pixel slices visible.
-  const int ncol = std::max(1, (int)std::ceil(right - left)), ncat = std::max<int>(1, (int)g.categories.size());
+// The coloured runs of a Gantt chart: slices are drawn per 1 px column; each column takes the category covering
+// most of it, and is drawn when it is at least half covered or holds a whole (sub-pixel) slice; runs of equal
+// columns become one rect. This keeps a step of thousands of tasks a small file, and sub-pixel slices visible.
+struct GanttRun { int lane, col, end, cat; };
+static std::vector<GanttRun> gantt_runs(const Gantt& g, int ncol, const std::function<double(double)>& colx) {
+  const int ncat = std::max<int>(1, (int)g.categories.size());
   std::vector<std::vector<int>> by_lane(g.lanes.size());
   for (size_t i = 0; i < g.slices.size(); ++i)
     if (g.slices[i].lane >= 0 && g.slices[i].lane < (int)g.lanes.size()) by_lane[g.slices[i].lane].push_back((int)i);
   std::vector<double> cov((size_t)ncol * ncat);
   std::vector<char> whole(ncol);
+  std::vector<GanttRun> runs;
   for (size_t ln = 0; ln < g.lanes.size(); ++ln) {
     std::fill(cov.begin(), cov.end(), 0.0);
     std::fill(whole.begin(), whole.end(), 0);
     for (int i : by_lane[ln]) {
       const Slice& sl = g.slices[i];
       int cat = std::clamp(sl.cat, 0, ncat - 1);
-      double x0 = std::clamp(X(sl.t0) - left, 0.0, (double)ncol), x1 = std::clamp(X(sl.t1) - left, 0.0, (double)ncol);
+      double x0 = std::clamp(colx(sl.t0), 0.0, (double)ncol), x1 = std::clamp(colx(sl.t1), 0.0, (double)ncol);
       if (x1 < x0) continue;
       int c0 = std::min((int)x0, ncol - 1), c1 = std::min((int)x1, ncol - 1);
       if (c0 == c1) whole[c0] = 1;
@@ -407,14 +375,59 @@ std::string gantt_chart(const Gantt& g) {
       }
       return tot >= 0.5 || whole[col] ? best : -1;
     };
-    double y = top + lane_h * (double)ln + 2;
     for (int col = 0; col < ncol;) {
       int cat = colour_of(col), end = col + 1;
       while (end < ncol && colour_of(end) == cat) ++end;
-      if (cat >= 0) d.rect(left + col, y, end - col, lane_h - 4, category_colour(g.categories[cat], cat));
+      if (cat >= 0) runs.push_back({(int)ln, col, end, cat});
       col = end;
     }
   }
+  return runs;
+}
+
+std::string gantt_chart(const Gantt& g) {
+  const double W = g.width;
+  Doc d(W, 100);
+  const double ly = title(d, g.title);
+  double labw = 40;
+  for (const Lane& l : g.lanes) labw = std::max(labw, text_width(l.label, 11));
+  labw = std::min(labw, 220.0);
+  const double left = kMargin + labw + 8, right = W - 20;
+  const double t_end = g.t_end > 0 ? g.t_end : 1;
+  auto X = [&](double ts) { return left + ts / t_end * (right - left); };
+  const int ncol = std::max(1, (int)std::ceil(right - left));
+  const std::vector<GanttRun> runs = gantt_runs(g, ncol, [&](double ts) { return X(ts) - left; });
+  // The legend names only the categories drawn (a category whose slices lose every pixel column is left out).
+  std::vector<LegendItem> legend;
+  std::vector<bool> used(g.categories.size(), false);
+  for (const GanttRun& r : runs)
+    if (r.cat >= 0 && r.cat < (int)used.size()) used[r.cat] = true;
+  for (size_t k = 0; k < g.categories.size(); ++k)
+    if (used[k]) legend.push_back({k < g.category_labels.size() ? g.category_labels[k] : g.categories[k],
+                                   category_colour(g.categories[k], (int)k)});
+  double lh = legend_height(legend, W - 2 * kMargin);
+  draw_legend(d, legend, kMargin, ly, W - 2 * kMargin);
+  const double top = ly + lh + 14, lane_h = 15;
+  const double bottom = top + lane_h * (double)g.lanes.size();
+  Scale sc = pick_scale(t_end, Unit::seconds);
+  Ticks t = nice_ticks(0, t_end / sc.scale, 8);
+  int group = -1;
+  for (size_t i = 0; i < g.lanes.size(); ++i) {  // stage bands and lane labels
+    if (g.lanes[i].group_start || i == 0) ++group;
+    double y = top + lane_h * (double)i;
+    if (group % 2 == 0) d.rect(left, y, right - left, lane_h, "#F2F2F2");
+    if (g.lanes[i].group_start && i > 0) d.line(kMargin, y, right, y, "#BBBBBB", 1);
+    d.text(left - 6, y + lane_h - 4, fit_label(g.lanes[i].label, labw, 11), 11, "end");
+  }
+  for (size_t i = 0; i < t.values.size(); ++i) {
+    if (t.values[i] * sc.scale > t_end * (1 + 1e-9)) break;
+    double x = X(t.values[i] * sc.scale);
+    d.line(x, top, x, bottom, "#D0D0D0", 0.75);
+    d.text(x, bottom + 16, t.labels[i], 12, "middle");
+  }
+  for (const GanttRun& r : runs)
+    d.rect(left + r.col, top + lane_h * (double)r.lane + 2, r.end - r.col, lane_h - 4,
+           category_colour(g.categories[r.cat], r.cat));
   d.line(left, bottom, right, bottom, kAxis);
   d.line(left, top, left, bottom, kAxis);
   d.text((left + right) / 2, bottom + 36, with_unit("time in the step", sc), 12, "middle");

@@ -60,6 +60,7 @@ std::vector<RunOut> evaluate_runs(const Spec& spec) {
         pt.value = r.sweep->values[i];
       }
       Scenario sc = load_point(spec, r, i);
+      if (i == 0) ro.name = sc.name;
       if (r.kind == RunKind::simulate) {
         SimOptions opt;
         opt.keep_memory_timeline = false;
@@ -75,6 +76,11 @@ std::vector<RunOut> evaluate_runs(const Spec& spec) {
     }
     out.push_back(std::move(ro));
   }
+  // Runs of one scenario (told apart by overrides or sweeps) add their id to the shared name.
+  std::vector<std::string> names;
+  for (const RunOut& r : out) names.push_back(r.name);
+  for (RunOut& r : out)
+    if (!r.name.empty() && std::count(names.begin(), names.end(), r.name) > 1) r.name += " (" + r.spec->id + ")";
   return out;
 }
 

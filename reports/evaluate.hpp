@@ -23,7 +23,10 @@ struct Point {
 
 struct RunOut {
   const RunSpec* spec = nullptr;
+  std::string name;                     // the scenario's "name" (point 0's), "name (id)" when runs share it
   std::vector<Point> points;            // one per sweep value; one without a sweep
+  // How reports name the run (tables, figure titles, legends): the scenario's name, else the run's id.
+  const std::string& label() const { return name.empty() ? spec->id : name; }
 };
 
 struct CheckOut {

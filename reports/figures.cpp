@@ -193,6 +193,13 @@ static std::vector<std::pair<double, const json*>> gpu_points(const json& plan, 
   return v;
 }
 
+// "linear scaling from N GPUs": the scaling figure's baseline, its fewest-GPU point (empty without points).
+static std::string scaling_baseline(const json& plan) {
+  auto pts = gpu_points(plan, "by_gpus");
+  if (pts.empty()) return "";
+  return "linear scaling from " + svg::num(pts.front().first, 0) + (pts.front().first == 1 ? " GPU" : " GPUs");
+}
+
 std::string scaling_svg(const json& plan, const std::string& title) {
   svg::LineChart c;
   c.title = title;
@@ -206,7 +213,7 @@ std::string scaling_svg(const json& plan, const std::string& title) {
     s.y.push_back(num_at(*e, "/time_to_train_s"));
   }
   if (!pts.empty()) {
-    ideal.name = "linear scaling from " + svg::num(pts.front().first, 0) + (pts.front().first == 1 ? " GPU" : " GPUs");
+    ideal.name = scaling_baseline(plan);
     ideal.colour = "#777777";
     ideal.dashed = true;
     ideal.markers = false;
@@ -353,7 +360,7 @@ Labelled bars_of(const std::vector<std::string>& ids, const std::vector<RunOut>&
     for (const Point& p : r->points) {
       const json* res = sim_result(p.result, r->spec->kind);
       if (!res) continue;
-      std::string label = id;
+      std::string label = r->label();
       if (r->spec->kind == RunKind::plan) label += " (best plan)";
       if (r->spec->sweep) label += " @ " + svg::num(p.x.get<double>(), 4);
       bars.push_back({label, *res});
@@ -362,11 +369,16 @@ Labelled bars_of(const std::vector<std::string>& ids, const std::vector<RunOut>&
   return bars;
 }
 
-std::string join(const std::vector<std::string>& v) {
+// The runs' names (their scenarios' "name"), comma-separated.
+std::string join(const std::vector<std::string>& ids, const std::vector<RunOut>& runs) {
   std::string s;
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + v[i];
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const RunOut* r = find_run(runs, ids[i]);
+    s += (i ? ", " : "") + (r ? r->label() : ids[i]);
+  }
   return s;
 }
+
 
 }  // namespace
 
@@ -379,17 +391,18 @@ std::vector<Figure> make_figures(const Spec& spec, const std::vector<RunOut>& ru
     Figure fig;
     fig.file = std::string("figures/") + nn + "-" + figure_kind_name(f.kind) + (f.run.empty() ? "" : "-" + file_safe(f.run)) + ".svg";
     const RunOut* r = f.run.empty() ? nullptr : find_run(runs, f.run);
+    const std::string name = r ? r->label() : f.run;
     switch (f.kind) {
       case FigureKind::breakdown:
-        fig.title = "Where the step time goes" + (f.runs.size() <= 2 ? ": " + join(f.runs) : std::string());
+        fig.title = "Where the step time goes" + (f.runs.size() <= 2 ? ": " + join(f.runs, runs) : std::string());
         fig.svg = breakdown_svg(bars_of(f.runs, runs), fig.title);
         break;
       case FigureKind::memory:
-        fig.title = "Peak memory per GPU" + (f.runs.size() <= 2 ? ": " + join(f.runs) : std::string());
+        fig.title = "Peak memory per GPU" + (f.runs.size() <= 2 ? ": " + join(f.runs, runs) : std::string());
         fig.svg = memory_svg(bars_of(f.runs, runs), fig.title);
         break;
       case FigureKind::timeline: {
-        fig.title = "One training step of " + f.run + ", per pipeline stage";
+        fig.title = "One training step of " + name + ", per pipeline stage";
         std::shared_ptr<const Result> sim = r && !r->points.empty() ? r->points[0].sim : nullptr;
         if (sim) {
           fig.svg = timeline_svg(*sim, fig.title);
@@ -410,16 +423,18 @@ std::vector<Figure> make_figures(const Spec& spec, const std::vector<RunOut>& ru
         }
         fig.title = metric_unit(f.metric).second;
         if (!fig.title.empty() && fig.title[0] >= 'a' && fig.title[0] <= 'z') fig.title[0] = (char)(fig.title[0] - 'a' + 'A');
-        fig.title += " against " + r->spec->sweep->x_label + " (" + f.run + ")";
+        fig.title += " against " + r->spec->sweep->x_label + " (" + name + ")";
         fig.svg = sweep_svg(x, res, f.metric, r->spec->sweep->x_label, fig.title);
         break;
       }
-      case FigureKind::scaling:
-        fig.title = "Time to train against GPU count (" + f.run + ")";
+      case FigureKind::scaling: {
+        std::string base = scaling_baseline(r->points.at(0).result);
+        fig.title = "Time to train against GPU count (" + name + ")" + (base.empty() ? "" : "; dashed: " + base);
         fig.svg = scaling_svg(r->points.at(0).result, fig.title);
         break;
+      }
       case FigureKind::pareto:
-        fig.title = "GPUs against time to train: the Pareto front (" + f.run + ")";
+        fig.title = "GPUs against time to train: the Pareto front (" + name + ")";
         fig.svg = pareto_svg(r->points.at(0).result, fig.title);
         break;
     }

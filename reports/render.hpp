@@ -37,4 +37,12 @@ std::string bounds_text(const Check& c);                           // "in [1.2, 
 std::vector<std::vector<std::string>> run_rows(const Report& r);
 extern const char* const kRunColumns[11];
 
+// render_sections.cpp: the planner's answers of every plan run (empty without one), the legend sentence of the
+// confidence tags ([C], [D], [M], [?]) the spec's text uses (empty when it uses none), and a plan point's
+// top-K and why lists for data.json.
+std::string plan_answers_md(const Report& r);
+std::string plan_answers_html(const Report& r);
+std::string confidence_legend(const Spec& sp);
+json plan_answers_data(const json& plan_result);
+
 }  // namespace tp::report

@@ -71,6 +71,7 @@ std::string render_html(const Report& rep) {
   if (!sp.claim.empty()) h += "<p><strong>Claim.</strong> " + inline_md(sp.claim) + "</p>\n";
   if (!sp.source.empty()) h += "<p><strong>Source.</strong> " + inline_md(sp.source) + "</p>\n";
   h += paragraphs(sp.about);
+  if (std::string legend = confidence_legend(sp); !legend.empty()) h += "<p class=\"small\">" + esc(legend) + "</p>\n";
   if (!sp.checks.empty()) {
     int ok = 0;
     for (const CheckOut& c : rep.checks) ok += c.reproduced;
@@ -100,6 +101,7 @@ std::string render_html(const Report& rep) {
   }
   h += "</table>\n<p class=\"small\">Step time, MFU and memory are per step of the simulated plan; time to train and "
        "cost are for the whole run. All numbers are in data.json and data.csv.</p>\n";
+  h += plan_answers_html(rep);
   if (!rep.figures.empty()) {
     h += "<h2>Figures</h2>\n";
     for (const Figure& f : rep.figures)

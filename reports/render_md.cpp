@@ -36,7 +36,7 @@ std::string bounds_text(const Check& c) {
 }
 
 static std::string point_label(const RunOut& r, const Point& p) {
-  return r.spec->sweep ? r.spec->id + " @ " + svg::num(p.x.get<double>(), 4) : r.spec->id;
+  return r.spec->sweep ? r.label() + " @ " + svg::num(p.x.get<double>(), 4) : r.label();
 }
 
 std::vector<std::vector<std::string>> run_rows(const Report& rep) {
@@ -94,6 +94,7 @@ std::string render_md(const Report& rep) {
   if (!sp.claim.empty()) md += "**Claim.** " + sp.claim + "\n\n";
   if (!sp.source.empty()) md += "**Source.** " + sp.source + "\n\n";
   if (!sp.about.empty()) md += sp.about + "\n\n";
+  if (std::string legend = confidence_legend(sp); !legend.empty()) md += "*" + legend + "*\n\n";
   if (!sp.checks.empty()) {
     int ok = 0;
     for (const CheckOut& c : rep.checks) ok += c.reproduced;
@@ -114,6 +115,7 @@ std::string render_md(const Report& rep) {
   for (auto& row : run_rows(rep)) md += md_row(row);
   md += "\nStep time, MFU and memory are per step of the simulated plan (`trainplan simulate`); time to train and "
         "cost are for the whole run. All numbers are in data.json and data.csv.\n\n";
+  md += plan_answers_md(rep);
   if (!rep.figures.empty()) {
     md += "## Figures\n\n";
     for (const Figure& f : rep.figures) md += "![" + f.title + "](" + f.file + ")\n\n*" + f.title + "*\n\n";
@@ -129,7 +131,7 @@ json render_data(const Report& rep) {
   d["source"] = sp.source;
   json runs = json::array();
   for (const RunOut& r : *rep.runs) {
-    json jr = {{"id", r.spec->id}, {"kind", r.spec->kind == RunKind::plan ? "plan" : "simulate"},
+    json jr = {{"id", r.spec->id}, {"name", r.label()}, {"kind", r.spec->kind == RunKind::plan ? "plan" : "simulate"},
                {"scenario", r.spec->scenario}};
     if (r.spec->sweep) jr["sweep"] = {{"pointer", r.spec->sweep->pointer}, {"x_label", r.spec->sweep->x_label}};
     json pts = json::array();
@@ -148,12 +150,13 @@ json render_data(const Report& rep) {
           if (p.result.contains(list) && p.result[list].is_array())
             for (const json& e : p.result[list]) {
               json x;
-              for (const char* k : {"gpus", "global_batch", "step_time_s", "time_to_train_s", "cost_usd"})
+              for (const char* k : {"gpus", "global_batch", "step_time_s", "time_to_train_s", "cost_usd", "summary"})
                 if (e.contains(k)) x[k] = e[k];
               a.push_back(x);
             }
           jp[list] = a;
         }
+        jp.update(plan_answers_data(p.result));
       }
       pts.push_back(jp);
     }
@@ -189,13 +192,13 @@ std::string render_csv(const Report& rep) {
   static const char* const num_keys[] = {"gpus", "global_batch", "step_time_s", "mfu", "tokens_per_s",
                                          "peak_bytes_per_gpu", "capacity_bytes", "time_to_train_s", "gpu_hours",
                                          "cost_usd"};
-  std::string s = "run,kind,x,plan,gpus,global_batch,step_time_s,mfu,tokens_per_s,peak_bytes_per_gpu,capacity_bytes,"
+  std::string s = "run,name,kind,x,plan,gpus,global_batch,step_time_s,mfu,tokens_per_s,peak_bytes_per_gpu,capacity_bytes,"
                   "time_to_train_s,gpu_hours,cost_usd,fits,host_fits\n";
   for (const RunOut& r : *rep.runs) {
     for (const Point& p : r.points) {
       json m = key_metrics(p.result, r.spec->kind);
       char b[64];
-      std::string row = csv_field(r.spec->id) + "," + (r.spec->kind == RunKind::plan ? "plan" : "simulate") + ",";
+      std::string row = csv_field(r.spec->id) + "," + csv_field(r.label()) + "," + (r.spec->kind == RunKind::plan ? "plan" : "simulate") + ",";
       if (p.x.is_number()) { std::snprintf(b, sizeof b, "%.9g", p.x.get<double>()); row += b; }
       row += ',';
       row += csv_field(m.value("plan", std::string()));

@@ -76,8 +76,8 @@ TEST(ReportEndToEnd, SmallSpecQuantitiesChecksAndRenderings) {
             std::string::npos);
   EXPECT_NE(md.find("| 2D fits in memory | true | true | **reproduced** (ours = true) |"), std::string::npos);
   EXPECT_NE(md.find("2 of 4 reproduced."), std::string::npos);
-  EXPECT_NE(md.find("| batch @ 512 |"), std::string::npos);
-  EXPECT_NE(md.find("![Where the step time goes: 1d, 2d](figures/01-breakdown.svg)"), std::string::npos);
+  EXPECT_NE(md.find("| gpt3-2.7b-frontera-64 @ 512 |"), std::string::npos);
+  EXPECT_NE(md.find("![Where the step time goes: optimus-2d-frontera-16 (1d), optimus-2d-frontera-16 (2d)](figures/01-breakdown.svg)"), std::string::npos);
 
   std::string html = render_html(rep);
   size_t svgs = 0;
@@ -100,8 +100,8 @@ TEST(ReportEndToEnd, SmallSpecQuantitiesChecksAndRenderings) {
 
   std::string csv = render_csv(rep);
   EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 1 + 2 + 5);  // header + one row per run point
-  EXPECT_EQ(csv.rfind("run,kind,x,plan,gpus,", 0), 0u);
-  EXPECT_NE(csv.find("\nbatch,simulate,512,"), std::string::npos);
+  EXPECT_EQ(csv.rfind("run,name,kind,x,plan,gpus,", 0), 0u);
+  EXPECT_NE(csv.find("\nbatch,gpt3-2.7b-frontera-64,simulate,512,"), std::string::npos);
 }
 
 TEST(ReportEndToEnd, PlanRunsAndPlanSweeps) {
@@ -124,7 +124,7 @@ TEST(ReportEndToEnd, PlanRunsAndPlanSweeps) {
   EXPECT_EQ(figs[3].file, "figures/04-scaling-search.svg");
   EXPECT_EQ(figs[4].file, "figures/05-pareto-search.svg");
   for (const Figure& f : figs) EXPECT_EQ(xml_problem(f.svg), "") << f.file;
-  EXPECT_NE(figs[0].svg.find("caps (best plan) @ 8"), std::string::npos);
+  EXPECT_NE(figs[0].svg.find("small-search (caps) (best plan) @ 8"), std::string::npos);
   EXPECT_NE(figs[2].svg.find("stage 0 compute"), std::string::npos);
   EXPECT_NE(figs[3].svg.find("linear scaling from"), std::string::npos);
   // The planner is deterministic, so a second evaluation renders the same numbers and figures.
@@ -248,7 +248,7 @@ TEST(ReportCli, AdHocScenarios) {
                                                     "report.md"}));
   std::string md = read_text(out + "/report.md");
   EXPECT_EQ(md.find("## Checks"), std::string::npos);
-  EXPECT_NE(md.find("| gpt3-2.7b-frontera-gpipe | " + ex + "gpt3-2.7b-frontera-gpipe.json | 64 |"), std::string::npos);
+  EXPECT_NE(md.find("| gpt3-2.7b-frontera-64 | " + ex + "gpt3-2.7b-frontera-gpipe.json | 64 |"), std::string::npos);
   std::string err = t.file("err");
   std::string bad = t.file("bad.json");
   std::ofstream(bad) << R"({"model": "gpt3-2.7b", "cluster": "frontera-rtx", "training": {"global_batch": 8, "seq_len": 2048},
@@ -322,7 +322,7 @@ TEST(ReportFigures, PlanRunsInTablesAndData) {
   EXPECT_EQ(d["runs"][0]["points"][0]["by_gpus"].size(), 8u);
   EXPECT_EQ(d["runs"][0]["points"][0]["pareto"].size(), 7u);
   EXPECT_EQ(d["runs"][1]["points"][0]["metrics"], json::object());
-  EXPECT_NE(render_csv(rep).find("\nnothing,plan,,,"), std::string::npos);
+  EXPECT_NE(render_csv(rep).find("\nnothing,nothing,plan,,,"), std::string::npos);
 }
 
 TEST(ReportFigures, TimelineLanesAndSlices) {

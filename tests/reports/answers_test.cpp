@@ -1,0 +1,201 @@
+// Issue 12's report items: a plan run's answers (top-K, Pareto, why) in report.md, report.html and data.json
+// as `trainplan plan` prints them; runs named by their scenario's "name" in tables, figure titles and legends;
+// the scaling figure's stated baseline; and the committed seed reports being self-contained (no link out of
+// the repository, confidence tags explained where they appear).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <regex>
+#include <sstream>
+
+#include "planner/search.hpp"
+#include "report_test_util.hpp"
+#include "reports/render.hpp"
+#include "sim/output.hpp"
+
+using namespace tp;
+using namespace tp::report;
+using tp::reporttest::read_text;
+namespace fs = std::filesystem;
+
+static const std::string kSrc = TP_SOURCE_DIR;
+
+namespace {
+
+struct Evaluated {
+  Spec spec;
+  std::vector<RunOut> runs;
+  Report rep;
+};
+
+std::unique_ptr<Evaluated> evaluate(const std::string& spec_file) {
+  auto e = std::make_unique<Evaluated>();
+  e->spec = read_spec(spec_file);
+  e->runs = evaluate_runs(e->spec);
+  e->rep.spec = &e->spec;
+  e->rep.runs = &e->runs;
+  for (const Check& c : e->spec.checks) e->rep.checks.push_back(evaluate_check(e->spec, c, e->runs));
+  e->rep.figures = make_figures(e->spec, e->runs);
+  return e;
+}
+
+}  // namespace
+
+TEST(ReportPlanAnswers, TopParetoAndWhyAsThePlannerPrintsThem) {
+  auto e = evaluate(kSrc + "/tests/reports/specs/plan.report.json");
+  const json& res = e->runs[0].points[0].result;
+  ASSERT_FALSE(res["top"].empty());
+  ASSERT_FALSE(res["why"].empty()) << "the fixture search should explain its alternatives";
+  // What `trainplan plan` prints for the same scenario.
+  PlanOutcome o = plan_search(load_scenario(kSrc + "/tests/reports/specs/small-search.json", true));
+  std::ostringstream printed;
+  print_plan_outcome(printed, o);
+  const std::string plan_text = printed.str();
+
+  std::string md = render_md(e->rep), html = render_html(e->rep);
+  EXPECT_NE(md.find("## Planner answers"), std::string::npos);
+  EXPECT_NE(md.find("### small-search (search)"), std::string::npos);
+  EXPECT_NE(md.find("| rank | GPUs | step (s) | to train | cost | MFU | mem (GiB) | analytic (s) | plan |"), std::string::npos);
+  EXPECT_NE(md.find("Pareto front (GPUs, time to train, cost)"), std::string::npos);
+  EXPECT_NE(md.find("Why the nearest alternatives lose:"), std::string::npos);
+  EXPECT_NE(html.find("<h2>Planner answers</h2>"), std::string::npos);
+  EXPECT_NE(html.find("<th>analytic (s)</th>"), std::string::npos);
+  for (const json& c : res["top"]) {
+    const json& s = c["simulated"];
+    std::string row = "| " + std::to_string(c["rank"].get<int>()) + " | " + std::to_string(c["gpus"].get<int>()) + " | ";
+    EXPECT_NE(md.find(row), std::string::npos) << row;
+    for (const std::string& cell : {days_text(s["time_to_train_s"]), usd_text(s["cost_usd"]), percent_text(s["mfu"]),
+                                    c["summary"].get<std::string>()}) {
+      EXPECT_NE(md.find("| " + cell + " |"), std::string::npos) << cell;
+      EXPECT_NE(plan_text.find(cell), std::string::npos) << "not as `plan` prints it: " << cell;
+      EXPECT_NE(html.find(svg::xml_escape(cell)), std::string::npos) << cell;
+    }
+  }
+  for (const json& g : res["pareto"]) {
+    std::string cell = days_text(g["time_to_train_s"]);
+    EXPECT_NE(md.find("| " + std::to_string(g["gpus"].get<int>()) + " | " + cell + " |"), std::string::npos) << cell;
+  }
+  for (const json& w : res["why"]) {
+    std::string alt = "other " + w["dimension"].get<std::string>() + ": " + w["summary"].get<std::string>();
+    std::string reason = w["reason"].get<std::string>() + ": " + w["detail"].get<std::string>();
+    EXPECT_NE(md.find("- " + alt), std::string::npos) << alt;
+    EXPECT_NE(md.find(reason), std::string::npos) << reason;
+    EXPECT_NE(plan_text.find(alt), std::string::npos) << alt;
+    EXPECT_NE(html.find(svg::xml_escape(reason)), std::string::npos) << reason;
+  }
+  json d = render_data(e->rep);
+  const json& p0 = d["runs"][0]["points"][0];
+  EXPECT_EQ(p0["top"].size(), res["top"].size());
+  EXPECT_EQ(p0["why"].size(), res["why"].size());
+  EXPECT_EQ(p0["top"][0]["summary"], res["top"][0]["summary"]);
+  EXPECT_EQ(p0["why"][0]["reason"], res["why"][0]["reason"]);
+  EXPECT_EQ(p0["pareto"][0]["summary"], res["pareto"][0]["summary"]);
+}
+
+TEST(ReportPlanAnswers, NoPlanRunNoSection) {
+  auto e = evaluate(kSrc + "/tests/reports/specs/small.report.json");  // simulate runs only
+  EXPECT_EQ(render_md(e->rep).find("Planner answers"), std::string::npos);
+  EXPECT_EQ(render_html(e->rep).find("Planner answers"), std::string::npos);
+}
+
+TEST(ReportNames, RunsAreNamedByTheirScenario) {
+  auto e = evaluate(kSrc + "/tests/reports/specs/plan.report.json");
+  // Both runs use small-search.json ("name": "small-search"), so each adds its id.
+  EXPECT_EQ(e->runs[0].label(), "small-search (search)");
+  EXPECT_EQ(e->runs[1].label(), "small-search (caps)");
+  std::string md = render_md(e->rep);
+  EXPECT_NE(md.find("| small-search (search) | small-search.json |"), std::string::npos);
+  EXPECT_NE(md.find("| small-search (caps) @ 2 |"), std::string::npos);
+  const std::vector<Figure>& f = e->rep.figures;
+  EXPECT_EQ(f[0].title, "Where the step time goes: small-search (search), small-search (caps)");
+  EXPECT_NE(f[0].svg.find("small-search (search) (best plan)"), std::string::npos);  // legend / bar label
+  EXPECT_EQ(f[2].title, "One training step of small-search (search), per pipeline stage");
+  EXPECT_EQ(f[4].title, "GPUs against time to train: the Pareto front (small-search (search))");
+  EXPECT_NE(f[5].title.find("(small-search (caps))"), std::string::npos);
+  EXPECT_EQ(f[2].file, "figures/03-timeline-search.svg");  // files keep the run id
+  json d = render_data(e->rep);
+  EXPECT_EQ(d["runs"][0]["name"], "small-search (search)");
+  EXPECT_EQ(d["runs"][0]["id"], "search");
+  // A scenario used once keeps its plain name.
+  auto s = evaluate(kSrc + "/tests/reports/specs/small.report.json");
+  EXPECT_EQ(s->runs[2].label(), "gpt3-2.7b-frontera-64");
+}
+
+TEST(ReportScaling, FigureStatesItsBaseline) {
+  auto e = evaluate(kSrc + "/tests/reports/specs/plan.report.json");
+  const Figure& f = e->rep.figures[3];
+  const json& bg = e->runs[0].points[0].result["by_gpus"];
+  ASSERT_FALSE(bg.empty());
+  int fewest = bg[0]["gpus"];
+  for (const json& g : bg) fewest = std::min(fewest, g["gpus"].get<int>());
+  std::string base = "linear scaling from " + std::to_string(fewest) + (fewest == 1 ? " GPU" : " GPUs");
+  EXPECT_EQ(f.title, "Time to train against GPU count (small-search (search)); dashed: " + base);
+  EXPECT_NE(f.svg.find(base), std::string::npos);  // the legend names it too
+  EXPECT_NE(render_md(e->rep).find("*" + f.title + "*"), std::string::npos);
+}
+
+TEST(ReportLegend, ConfidenceTagsExplainedWhereTheyAppear) {
+  Spec sp;
+  EXPECT_EQ(confidence_legend(sp), "");
+  sp.about = "A derived number [D].";
+  std::string l = confidence_legend(sp);
+  EXPECT_NE(l.find("[D] derived by us"), std::string::npos);
+  EXPECT_EQ(l.find("[?]"), std::string::npos);  // only the tags used
+  Check c;
+  c.assumption = "not retrieved [?]";
+  sp.checks.push_back(c);
+  EXPECT_NE(confidence_legend(sp).find("[?] unknown"), std::string::npos);
+}
+
+TEST(ReportSeeds, CommittedReportsAreSelfContained) {
+  const fs::path committed = kSrc + "/reports/seeds";
+  int checked = 0;
+  const std::regex url(R"(https?://[^\s"'<>)]*)"), md_link(R"(\]\(([^)]*)\))"), attr_link(R"((?:href|src)=\"([^\"]*)\")");
+  for (const char* name : {"lga_mpp", "m6_10t", "optimus", "patrickstar"}) {
+    for (const char* file : {"report.md", "report.html"}) {
+      fs::path p = committed / name / file;
+      if (!fs::exists(p)) continue;
+      SCOPED_TRACE(p.string());
+      std::string text = read_text(p.string());
+      for (std::sregex_iterator it(text.begin(), text.end(), url), end; it != end; ++it)
+        EXPECT_EQ(it->str(), "http://www.w3.org/2000/svg") << "a link outside the repository";
+      for (const std::regex* re : {&md_link, &attr_link})
+        for (std::sregex_iterator it(text.begin(), text.end(), *re), end; it != end; ++it) {
+          std::string target = (*it)[1];
+          EXPECT_EQ(target.find(".."), std::string::npos) << "a relative link leaving the report: " << target;
+          EXPECT_NE(target.rfind("/", 0), 0u) << "an absolute path: " << target;
+        }
+      EXPECT_EQ(text.find("../"), std::string::npos) << "a path leaving the repository";
+      for (const char* tag : {"[C]", "[D]", "[M]", "[?]"})
+        if (text.find(tag) != std::string::npos)
+          EXPECT_NE(text.find(std::string(tag) + " " + (tag[1] == 'C' ? "confirmed" : tag[1] == 'D' ? "derived"
+                                                        : tag[1] == 'M' ? "from memory" : "unknown")),
+                    std::string::npos)
+              << tag << " is used but not explained";
+      ++checked;
+    }
+  }
+  if (checked == 0) GTEST_SKIP() << "no committed seed reports";
+}
+
+TEST(ReportTimeline, LegendNamesOnlyWhatIsDrawn) {
+  svg::Gantt g;
+  g.title = "t";
+  g.t_end = 1.0;
+  g.categories = {"fwd", "bwd", "recompute", "pp comm"};
+  g.category_labels = {"forward", "backward", "recompute", "pipeline send/recv"};
+  g.lanes = {{"stage 0 compute", true}, {"stage 0 pp.fwd", false}};
+  g.slices = {{0, 0.0, 0.5, 0},           // forward: drawn
+              {0, 0.25, 0.25 + 1e-7, 2},  // a sub-pixel recompute slice inside forward's pixels: not drawn
+              {1, 0.6, 0.7, 3}};          // pipeline communication: drawn; no backward at all
+  std::string s = svg::gantt_chart(g);
+  EXPECT_NE(s.find(">forward<"), std::string::npos);
+  EXPECT_NE(s.find(">pipeline send/recv<"), std::string::npos);
+  EXPECT_EQ(s.find(">backward<"), std::string::npos);
+  EXPECT_EQ(s.find(">recompute<"), std::string::npos);
+  // The real timeline colours forward, backward and communication apart.
+  Result r = simulate(load_scenario(kSrc + "/scenarios/examples/gpt3-2.7b-frontera-gpipe.json"));
+  std::string tl = timeline_svg(r, "step");
+  for (const char* label : {">forward<", ">backward<", ">pipeline send/recv<"})
+    EXPECT_NE(tl.find(label), std::string::npos) << label;
+}
