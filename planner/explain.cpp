@@ -7,6 +7,7 @@
 #include <sstream>
 #include <thread>
 
+#include "sim/output.hpp"
 #include "space.hpp"
 
 namespace tp {
@@ -147,12 +148,6 @@ static std::string fmt(double x, int prec = 3) {
   return o.str();
 }
 
-static std::string duration_text(double s) {
-  if (s >= 2 * 86400) return fmt(s / 86400, 3) + " days";
-  if (s >= 2 * 3600) return fmt(s / 3600, 3) + " h";
-  if (s >= 120) return fmt(s / 60, 3) + " min";
-  return fmt(s, 3) + " s";
-}
 
 std::string plan_summary(const Plan& p, long long B, Precision prec) {
   std::ostringstream o;
@@ -194,9 +189,9 @@ std::vector<Explanation> explain(Confirmer& cf, const Candidate& best, const std
     double dt = r.run.time_s / w.run.time_s - 1;
     if (!r.fits || !r.host_fits) {
       ex.reason = "memory wall";
-      ex.detail = !r.fits ? "needs " + fmt(r.peak_bytes_per_gpu / 1e9) + " GB per GPU against " + fmt(r.capacity_bytes / 1e9) + " GB"
-                          : "needs " + fmt(r.host_bytes_per_node / 1e9) + " GB of host memory per node against " +
-                                fmt(cf.sc.cluster.host.memory_bytes / 1e9) + " GB";
+      ex.detail = !r.fits ? "needs " + gib_text(r.peak_bytes_per_gpu) + " per GPU against " + gib_text(r.capacity_bytes)
+                          : "needs " + gib_text(r.host_bytes_per_node) + " of host memory per node against " +
+                                gib_text(cf.sc.cluster.host.memory_bytes);
       if (dt < 0) ex.detail += "; it would train " + fmt(-dt * 100, 2) + "% faster";
       out.push_back(ex);
       continue;
@@ -221,7 +216,7 @@ std::vector<Explanation> explain(Confirmer& cf, const Candidate& best, const std
       if (d > worst_d) { worst_d = d; worst = &p; }
     }
     ex.reason = dt <= 0 ? "cheaper or equal" : worst->name;
-    ex.detail = duration_text(r.run.time_s) + " to train against " + duration_text(w.run.time_s) + " (" +
+    ex.detail = days_text(r.run.time_s) + " to train against " + days_text(w.run.time_s) + " (" +
                 (dt >= 0 ? "+" : "") + fmt(dt * 100, 3) + "%); " + worst->name + " " + fmt(worst->alt, 3) + " s per step against " +
                 fmt(worst->win, 3) + " s";
     if (scale != 1) ex.detail += " (" + fmt(r.run.steps, 4) + " steps against " + fmt(w.run.steps, 4) + ")";
