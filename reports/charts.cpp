@@ -428,6 +428,12 @@ std::string gantt_chart(const Gantt& g) {
   for (const GanttRun& r : runs)
     d.rect(left + r.col, top + lane_h * (double)r.lane + 2, r.end - r.col, lane_h - 4,
            category_colour(g.categories[r.cat], r.cat));
+  for (const Slice& sl : g.slices) {  // slice labels (micro-batch numbers) where they fit inside the slice
+    if (sl.label.empty() || sl.lane < 0 || sl.lane >= (int)g.lanes.size()) continue;
+    const double x0 = X(sl.t0), x1 = X(sl.t1);
+    if (x1 - x0 < text_width(sl.label, 9) + 4) continue;
+    d.text((x0 + x1) / 2, top + lane_h * (double)sl.lane + lane_h - 4.5, sl.label, 9, "middle", "fill=\"#FFFFFF\"");
+  }
   d.line(left, bottom, right, bottom, kAxis);
   d.line(left, top, left, bottom, kAxis);
   d.text((left + right) / 2, bottom + 36, with_unit("time in the step", sc), 12, "middle");

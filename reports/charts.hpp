@@ -56,7 +56,7 @@ struct LineChart {
 std::string line_chart(const LineChart& c);
 
 struct Lane { std::string label; bool group_start = false; };  // group_start: first lane of a stage
-struct Slice { int lane; double t0, t1; int cat; };
+struct Slice { int lane; double t0, t1; int cat; std::string label = ""; };  // label: drawn inside when it fits
 
 struct Gantt {
   std::string title, note;

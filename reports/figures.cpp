@@ -274,10 +274,12 @@ svg::Gantt timeline_chart(const Result& r, const std::string& title) {
   svg::Gantt g;
   g.title = title;
   g.t_end = r.step_time_s;
-  g.categories = {"fwd", "bwd", "recompute", "optimizer", "pp comm", "dp comm", "zero gather", "pcie copy", "host adam"};
+  g.categories = {"fwd", "bwd", "recompute", "optimizer", "pp comm", "dp comm", "zero gather", "pcie copy", "host adam",
+                  "ep comm"};
   g.category_labels = {"forward", "backward", "recompute", "optimizer", "pipeline send/recv", "DP gradient reduce / gather",
-                       "ZeRO-3 parameter gather", "PCIe copy (offload)", "host CPU Adam"};
-  enum { kFwd, kBwd, kRe, kOpt, kPp, kDp, kZero, kPcie, kHost };
+                       "ZeRO-3 parameter gather", "PCIe copy (offload)", "host CPU Adam", "expert all-to-all (MoE)"};
+  enum { kFwd, kBwd, kRe, kOpt, kPp, kDp, kZero, kPcie, kHost, kEp };
+  const bool moe = r.scenario.model.moe.experts > 0;
   const Program& pg = r.prog;
   const Plan& plan = r.scenario.plan;
   const int pp = plan.pp, R = pg.in.ranks;
@@ -307,18 +309,35 @@ svg::Gantt timeline_chart(const Result& r, const std::string& title) {
       int lane = (int)g.lanes.size();
       g.lanes.push_back({"stage " + std::to_string(s) + " " + ld.name, first});
       first = false;
+      // MoE: the expert all-to-all inside each compute slice, on a lane of its own under the compute lane (its
+      // share of the slice, placed at the slice's end: the simulator costs it inside the task, not as a task)
+      int ep_lane = -1;
+      if (moe && ld.lane == kLaneCompute) {
+        ep_lane = (int)g.lanes.size();
+        g.lanes.push_back({"stage " + std::to_string(s) + " ep all-to-all", false});
+      }
+      auto ep_share = [&](const TaskInfo& ti, double t0, double t1) {
+        if (ep_lane < 0) return;
+        TaskCost tc = task_cost(pg.cm, ti);
+        double f = tc.duration_s > 0 ? std::clamp(tc.ep_s / tc.duration_s, 0.0, 1.0) : 0;
+        if (f > 0) g.slices.push_back({ep_lane, t1 - f * (t1 - t0), t1, kEp});
+      };
       for (int t : order) {
         const TaskInfo& ti = pg.info[t];
         double t0 = r.eo.start_s[t], t1 = r.eo.end_s[t];
         double tx = t < (int)r.eo.transfer_s.size() && r.eo.transfer_s[t] >= t0 ? r.eo.transfer_s[t] : t0;
         switch (ti.kind) {
-          case TaskKind::fwd: g.slices.push_back({lane, t0, t1, kFwd}); break;
+          case TaskKind::fwd:
+            g.slices.push_back({lane, t0, t1, kFwd, std::to_string(ti.mb)});
+            ep_share(ti, t0, t1);
+            break;
           case TaskKind::bwd: {
             TaskCost tc = task_cost(pg.cm, ti);
             double f = tc.duration_s > 0 ? std::clamp(tc.recompute_s / tc.duration_s, 0.0, 1.0) : 0;
             double tm = t0 + f * (t1 - t0);
             if (tm > t0) g.slices.push_back({lane, t0, tm, kRe});
-            g.slices.push_back({lane, tm, t1, kBwd});
+            g.slices.push_back({lane, tm, t1, kBwd, std::to_string(ti.mb)});
+            ep_share(ti, t0, t1);
             break;
           }
           case TaskKind::optimizer: g.slices.push_back({lane, t0, t1, kOpt}); break;
@@ -334,10 +353,10 @@ svg::Gantt timeline_chart(const Result& r, const std::string& title) {
     }
   }
   char note[256];
-  std::snprintf(note, sizeof note, "%s%d pipeline stage%s (the dp 0, tp 0 rank of each). Tensor-parallel%s collectives "
-                "run inside the compute slices; communication slices show transfer time.",
+  std::snprintf(note, sizeof note, "%s%d pipeline stage%s (the dp 0, tp 0 rank of each). Tensor-parallel collectives "
+                "run inside the compute slices%s; communication slices show transfer time; numbers are micro-batches.",
                 pp > kMax ? "Showing 16 of " : "", pp, pp == 1 ? "" : "s",
-                r.scenario.model.moe.experts > 0 ? " and MoE" : "");
+                moe ? " (the expert all-to-all's share of each is drawn on its own lane)" : "");
   g.note = note;
   return g;
 }

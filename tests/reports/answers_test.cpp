@@ -199,3 +199,28 @@ TEST(ReportTimeline, LegendNamesOnlyWhatIsDrawn) {
   for (const char* label : {">forward<", ">backward<", ">pipeline send/recv<"})
     EXPECT_NE(tl.find(label), std::string::npos) << label;
 }
+
+// The timeline labels micro-batches inside slices wide enough for their number, and gives the expert all-to-all
+// of MoE layers a lane of its own (with its legend entry) only for MoE models.
+TEST(ReportTimeline, MicroBatchLabelsAndTheExpertAllToAllLane) {
+  svg::Gantt g;
+  g.t_end = 1;
+  g.categories = {"fwd"};
+  g.lanes = {{"stage 0 compute", true}};
+  g.slices = {{0, 0.0, 0.4, 0, "3"}, {0, 0.5, 0.5000001, 0, "7"}};  // the second is far too narrow for its label
+  std::string s = svg::gantt_chart(g);
+  EXPECT_NE(s.find(">3<"), std::string::npos);
+  EXPECT_EQ(s.find(">7<"), std::string::npos);
+  Result dense = simulate(load_scenario(kSrc + "/scenarios/examples/gpt3-2.7b-frontera-gpipe.json"));
+  svg::Gantt gd = timeline_chart(dense, "dense");
+  for (const svg::Lane& l : gd.lanes) EXPECT_EQ(l.label.find("all-to-all"), std::string::npos) << l.label;
+  int labelled = 0;
+  for (const svg::Slice& sl : gd.slices) labelled += !sl.label.empty();
+  EXPECT_GT(labelled, 0);
+  Result moe = simulate(load_scenario(kSrc + "/scenarios/examples/m6-10t-pseudo-to-real.json"));
+  svg::Gantt gm = timeline_chart(moe, "moe");
+  bool lane = false;
+  for (const svg::Lane& l : gm.lanes) lane |= l.label.find("ep all-to-all") != std::string::npos;
+  EXPECT_TRUE(lane);
+  EXPECT_NE(timeline_svg(moe, "moe").find(">expert all-to-all (MoE)<"), std::string::npos);
+}
