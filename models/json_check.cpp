@@ -1,5 +1,6 @@
 // json_check: see json_check.hpp. Messages are stable text: tests and users grep them.
 #include "json_check.hpp"
+#include "models/safe_io.hpp"
 
 #include <cmath>
 #include <filesystem>
@@ -268,11 +269,19 @@ json parse_json_file(const std::string& file, const std::string& where, Issues& 
     issues.add(where, "\"" + file + "\" is a directory; expected a JSON file");
     return json();
   }
-  std::ifstream in(file, std::ios::binary);
-  if (!in) { issues.add(where, "cannot read file \"" + file + "\""); return json(); }
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse_json_text(ss.str(), where, issues);
+  if (!std::filesystem::exists(file, ec)) {
+    issues.add(where, "cannot read file \"" + file + "\": " + (ec ? ec.message() : "no such file"));
+    return json();
+  }
+  std::string text;
+  try {
+    // Regular files only (a FIFO would block open() forever), at most kMaxJsonBytes.
+    text = read_file_capped(file, kMaxJsonBytes, "JSON file");
+  } catch (const InputError& e) {
+    issues.add(where, e.messages.empty() ? "cannot read file \"" + file + "\"" : e.messages.front());
+    return json();
+  }
+  return parse_json_text(text, where, issues);
 }
 
 }  // namespace tp
