@@ -130,23 +130,23 @@ std::string file_kind_of(const std::string& path) {
 
 void require_regular_file(const std::string& path, const std::string& what) {
   struct stat st;
-  if (::stat(path.c_str(), &st) != 0) refuse(what + " " + path + ": cannot open: " + errno_text());
-  if (!S_ISREG(st.st_mode)) refuse(what + " " + path + ": is " + kind_of_mode(st.st_mode) + "; expected a regular file");
+  if (::stat(path.c_str(), &st) != 0) refuse(path + ": cannot open " + what + ": " + errno_text());
+  if (!S_ISREG(st.st_mode)) refuse(path + ": " + what + " is " + kind_of_mode(st.st_mode) + "; expected a regular file");
 }
 
 std::string read_file_capped(const std::string& path, size_t max_bytes, const std::string& what) {
   require_regular_file(path, what);
   // O_NONBLOCK: should the path have become a FIFO since the check, open() still returns at once.
   const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
-  if (fd < 0) refuse(what + " " + path + ": cannot read: " + errno_text());
+  if (fd < 0) refuse(path + ": cannot read " + what + ": " + errno_text());
   struct stat st;
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
-    refuse(what + " " + path + ": is not a regular file");
+    refuse(path + ": " + what + " is not a regular file");
   }
   if (static_cast<unsigned long long>(st.st_size) > max_bytes) {
     ::close(fd);
-    refuse(what + " " + path + ": is " + mib(static_cast<size_t>(st.st_size)) + "; the limit is " + mib(max_bytes));
+    refuse(path + ": " + what + " is " + mib(static_cast<size_t>(st.st_size)) + "; the limit is " + mib(max_bytes));
   }
   std::string text;
   text.resize(static_cast<size_t>(st.st_size));
@@ -159,13 +159,13 @@ std::string read_file_capped(const std::string& path, size_t max_bytes, const st
     if (k < 0) {
       const std::string why = errno_text();
       ::close(fd);
-      refuse(what + " " + path + ": cannot read: " + why);
+      refuse(path + ": cannot read " + what + ": " + why);
     }
     if (k == 0) break;
     got += static_cast<size_t>(k);
   }
   ::close(fd);
-  if (got > max_bytes) refuse(what + " " + path + ": is larger than the limit of " + mib(max_bytes));
+  if (got > max_bytes) refuse(path + ": " + what + " is larger than the limit of " + mib(max_bytes));
   text.resize(got);
   return text;
 }

@@ -17,7 +17,7 @@ constexpr size_t kMaxJsonBytes = size_t{64} << 20;  // scenarios, specs, profile
 
 // What a path is, in words: "a FIFO", "a character device", "a directory", ... ("" for a regular file).
 std::string file_kind_of(const std::string& path);
-// Throws InputError("<what> <path>: ...") unless path names (after symlinks) an existing regular file.
+// Throws InputError("<path>: <what> is a FIFO ...") unless path names (after symlinks) an existing regular file.
 void require_regular_file(const std::string& path, const std::string& what);
 // The whole file, at most max_bytes; refuses non-regular files before opening and larger files with a message.
 std::string read_file_capped(const std::string& path, size_t max_bytes, const std::string& what);
