@@ -46,6 +46,15 @@ void print_warnings(const Scenario& sc) {
   for (const std::string& w : sc.warnings) std::cerr << "warning: " << w << "\n";
 }
 
+// Every output of a command, or none: each option's text (skipped when the option was not given) goes to a
+// temporary, and all are renamed into place only when all are written (models/safe_io.hpp).
+void write_outputs(const Args& a, const std::vector<std::pair<std::string, std::string>>& texts,
+                   std::vector<OutputFile> files = {}) {  // `files`: more outputs of the same command
+  for (const auto& [opt, text] : texts)
+    if (!a.value(opt).empty() && !text.empty()) files.emplace_back(a.value(opt), text);
+  write_outputs_atomic(files);
+}
+
 int cmd_simulate(int argc, char** argv) {
   Args a = parse_args(argc, argv, 2, {"--json", "--trace", "--trace-detail"}, {"--full-cluster", "--quiet"});
   std::string detail = a.value("--trace-detail", "op");
@@ -61,8 +70,7 @@ int cmd_simulate(int argc, char** argv) {
   if (!a.value("--json").empty()) json_text = result_to_json(r).dump(2) + "\n";
   if (!a.value("--trace").empty())
     trace_text = trace_to_json(r, detail == "op" ? TraceDetail::op : detail == "layer" ? TraceDetail::layer : TraceDetail::chunk).dump() + "\n";
-  if (!json_text.empty()) write_file_atomic(a.value("--json"), json_text);
-  if (!trace_text.empty()) write_file_atomic(a.value("--trace"), trace_text);
+  write_outputs(a, {{"--json", json_text}, {"--trace", trace_text}});
   if (!a.flag("--quiet")) print_summary(std::cout, r);
   return 0;
 }
@@ -102,18 +110,19 @@ int cmd_plan(int argc, char** argv) {
   if (!a.value("--json").empty()) json_text = plan_outcome_to_json(o).dump(2) + "\n";
   if (!a.value("--csv").empty()) csv_text = plan_outcome_to_csv(o);
   if (!a.value("--trace").empty() && !o.top.empty()) trace_text = trace_to_json(*o.top[0].sim, TraceDetail::layer).dump() + "\n";
-  if (!json_text.empty()) write_file_atomic(a.value("--json"), json_text);
-  if (!csv_text.empty()) write_file_atomic(a.value("--csv"), csv_text);
-  if (!trace_text.empty()) write_file_atomic(a.value("--trace"), trace_text);
-  if (!emit.empty() && !o.top.empty()) {  // best.json, top2.json, ...: runnable scenarios of the top plans
+  // --emit: best.json, top2.json, ...: runnable scenarios of the top plans (OutputFile views its text: the
+  // texts live in emitted_texts, built in full before any view is taken)
+  std::vector<std::string> emitted_texts;
+  std::vector<OutputFile> emitted;
+  if (!emit.empty() && !o.top.empty()) {
     Issues is;
     json raw = parse_json_file(a.positional[0], a.positional[0], is);
-    for (size_t i = 0; i < o.top.size(); ++i) {
-      std::string name = i == 0 ? "best.json" : "top" + std::to_string(i + 1) + ".json";
-      write_file_atomic((std::filesystem::path(emit) / name).string(),
-                        emitted_scenario(raw, a.positional[0], o.top[i]).dump(2) + "\n");
-    }
+    for (size_t i = 0; i < o.top.size(); ++i) emitted_texts.push_back(emitted_scenario(raw, a.positional[0], o.top[i]).dump(2) + "\n");
+    for (size_t i = 0; i < o.top.size(); ++i)
+      emitted.emplace_back((std::filesystem::path(emit) / (i == 0 ? std::string("best.json") : "top" + std::to_string(i + 1) + ".json")).string(),
+                           emitted_texts[i]);
   }
+  write_outputs(a, {{"--json", json_text}, {"--csv", csv_text}, {"--trace", trace_text}}, emitted);
   if (!a.flag("--quiet")) print_plan_outcome(std::cout, o);
   return o.top.empty() ? 3 : 0;
 }
@@ -240,8 +249,15 @@ int cmd_run(int argc, char** argv) {
     }
   }
   if (world.rank() == 0) {
-    if (!trace_text.empty()) write_file_atomic(o.trace, trace_text);
-    if (!a.value("--json").empty()) write_file_atomic(a.value("--json"), exec::run_result_to_json(r, sc, o).dump(2) + "\n");
+    std::string json_text;
+    if (!a.value("--json").empty()) json_text = exec::run_result_to_json(r, sc, o).dump(2) + "\n";
+    try {
+      write_outputs(a, {{"--json", json_text}, {"--trace", trace_text}});
+    } catch (const InputError& e) {
+      for (const auto& m : e.messages) std::cerr << "error: " << m << "\n";
+      exec::finalize_world();
+      return 2;
+    }
     if (!a.flag("--quiet") && !r.losses.empty())
       std::printf("trainplan run: %s, %d ranks, %d steps: loss %.4f -> %.4f, %.0f tokens/s\n", sc.name.c_str(),
                   world.size(), (int)r.losses.size(), r.losses.front(), r.losses.back(), r.tokens_per_s);

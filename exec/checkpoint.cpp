@@ -3,6 +3,8 @@
 // magic, the header checksum, the exact file size, each tensor's bounds and the payload checksum before any
 // byte is trusted; errors name the file.
 #include "exec/checkpoint.hpp"
+#include "models/json_check.hpp"
+#include "models/safe_io.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -42,16 +44,11 @@ std::string hex64(uint64_t v) {
   throw std::runtime_error(path + ": " + what);
 }
 
-void write_all(int fd, const unsigned char* p, size_t n, const std::string& tmp) {
-  while (n > 0) {
-    const ssize_t w = ::write(fd, p, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      fail(tmp, std::string("write failed: ") + std::strerror(errno));
-    }
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
+// Refuses a FIFO, device or directory before it is opened (a FIFO would block open() forever).
+void require_regular(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) fail(path, std::string("cannot open checkpoint: ") + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) fail(path, "checkpoint is " + file_kind_of(path) + ", not a regular file");
 }
 
 // What the fixed part of a file declares, after the header checksum and JSON were verified.
@@ -147,35 +144,14 @@ Dtype parse_dtype(const std::string& s) {
   throw std::invalid_argument("unknown dtype '" + s + "', expected one of: f32, f64, i32, u8");
 }
 
-void write_file_atomic(const std::string& path, const std::string& tmp_path,
-                       std::span<const std::span<const unsigned char>> parts, bool sync) {
-  const int fd = ::open(tmp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) fail(tmp_path, std::string("cannot create: ") + std::strerror(errno));
+void write_file_atomic(const std::string& path, std::span<const std::span<const unsigned char>> parts, bool sync) {
+  struct stat st;
+  if (::lstat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode) && !S_ISLNK(st.st_mode))
+    fail(path, "cannot write: it is " + file_kind_of(path) + ", not a regular file");
   try {
-    for (const auto& part : parts) write_all(fd, part.data(), part.size(), tmp_path);
-    if (sync && ::fsync(fd) != 0) fail(tmp_path, std::string("fsync failed: ") + std::strerror(errno));
-  } catch (...) {
-    ::close(fd);
-    ::unlink(tmp_path.c_str());
-    throw;
-  }
-  if (::close(fd) != 0) {
-    ::unlink(tmp_path.c_str());
-    fail(tmp_path, std::string("close failed: ") + std::strerror(errno));
-  }
-  if (std::rename(tmp_path.c_str(), path.c_str()) != 0) {
-    const std::string err = std::strerror(errno);
-    ::unlink(tmp_path.c_str());
-    fail(path, "cannot rename " + tmp_path + " into place: " + err);
-  }
-  if (sync) {  // make the rename itself durable
-    std::string dir = fs::path(path).parent_path().string();
-    if (dir.empty()) dir = ".";
-    const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) {
-      ::fsync(dfd);
-      ::close(dfd);
-    }
+    write_outputs_atomic({OutputFile(path, std::vector<std::span<const unsigned char>>(parts.begin(), parts.end()))}, sync);
+  } catch (const InputError& e) {
+    throw std::runtime_error(e.messages.empty() ? path + ": cannot write" : e.messages.front());
   }
 }
 
@@ -232,10 +208,11 @@ void write_checkpoint(const std::string& path, const CheckpointHeader& header, s
     fs::create_directories(parent, ec);
     if (ec) fail(path, "cannot create directory " + parent.string() + ": " + ec.message());
   }
-  write_file_atomic(path, path + ".tmp", parts, /*sync=*/true);
+  write_file_atomic(path, parts, /*sync=*/true);
 }
 
 Checkpoint read_checkpoint(const std::string& path) {
+  require_regular(path);
   std::ifstream f(path, std::ios::binary);
   if (!f) fail(path, "cannot open checkpoint");
   Parsed p = parse_prefix(f, path);
@@ -252,6 +229,7 @@ Checkpoint read_checkpoint(const std::string& path) {
 
 bool checkpoint_valid(const std::string& path, CheckpointHeader* header, std::string* why) {
   try {
+    require_regular(path);
     std::ifstream f(path, std::ios::binary);
     if (!f) fail(path, "cannot open checkpoint");
     Parsed p = parse_prefix(f, path);

@@ -8,7 +8,7 @@
 //            "tensors": [{"name", "dtype" ("f32"|"f64"|"i32"|"u8"), "count", "offset"}]}
 //   u64      FNV-1a 64 of the H header bytes
 //   payload  payload_bytes bytes; tensor i at `offset` (8-byte aligned, relative to the payload start)
-// Invariants: a file is written to path + ".tmp", fsync'ed, renamed over path and its directory fsync'ed, so
+// Invariants: a file is written to a fresh temporary (.NAME.tmp-XXXXXX), fsync'ed, renamed over path and its directory fsync'ed, so
 // path is always either the old complete file or the new complete file; read_checkpoint accepts a file only if
 // magic, header checksum, sizes, tensor bounds and payload checksum all agree, else throws std::runtime_error
 // naming the file and the problem.
@@ -75,10 +75,10 @@ void prune_checkpoints(const std::string& dir, int keep, long newest_step);
 std::optional<long> latest_complete(const std::string& dir, int world_size, std::vector<std::string>* skipped = nullptr);
 
 uint64_t fnv1a64(const void* data, size_t n, uint64_t h = 0xcbf29ce484222325ULL);
-// Writes the concatenation of `parts` to tmp_path, then renames it to path (fsync of the file and of the
-// directory when sync). Throws std::runtime_error naming the file on failure; removes tmp_path then.
-void write_file_atomic(const std::string& path, const std::string& tmp_path,
-                       std::span<const std::span<const unsigned char>> parts, bool sync = true);
+// Writes the concatenation of `parts` to a fresh temporary next to path (mkstemp: never through a symlink),
+// then renames it to path (fsync of the file and of the directory when sync). A path that exists and is not a
+// regular file is refused. Throws std::runtime_error naming the file and why; the temporary is removed then.
+void write_file_atomic(const std::string& path, std::span<const std::span<const unsigned char>> parts, bool sync = true);
 
 std::string dtype_name(Dtype d);
 Dtype parse_dtype(const std::string& s);  // throws std::invalid_argument

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "exec/checkpoint.hpp"  // write_file_atomic
+#include "models/safe_io.hpp"
 
 namespace tp::exec {
 
@@ -30,10 +31,11 @@ void write_tokens(const std::string& path, std::span<const uint16_t> tokens) {
   const std::span<const unsigned char> parts[] = {
       {reinterpret_cast<const unsigned char*>(header), sizeof header},
       {reinterpret_cast<const unsigned char*>(tokens.data()), tokens.size() * sizeof(uint16_t)}};
-  write_file_atomic(path, path + ".tmp." + std::to_string(::getpid()), parts, /*sync=*/false);
+  write_file_atomic(path, parts, /*sync=*/false);
 }
 
 std::vector<uint16_t> read_tokens(const std::string& path) {
+  require_regular_file(path, "token file");  // a FIFO would block open() forever
   std::ifstream f(path, std::ios::binary);
   if (!f) throw std::runtime_error(path + ": cannot open token file");
   int32_t header[kTokenFileHeaderInts] = {};
@@ -84,11 +86,7 @@ std::string decode_ids(std::span<const Id> ids) {
   return s;
 }
 
-std::string read_text(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw std::runtime_error(path + ": cannot open");
-  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
-}
+std::string read_text(const std::string& path) { return read_file_capped(path, size_t{1} << 30, "text file"); }
 }  // namespace
 
 std::string ByteTokenizer::decode(std::span<const uint16_t> ids) { return decode_ids(ids); }

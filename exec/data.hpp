@@ -19,7 +19,7 @@ inline constexpr int32_t kTokenFileMagic = 20240520;
 inline constexpr int32_t kTokenFileVersion = 1;
 inline constexpr int kTokenFileHeaderInts = 256;
 
-// Writes tokens to `path` in llm.c format (atomically: `path`.tmp.<pid> then rename). Throws
+// Writes tokens to `path` in llm.c format (atomically: a fresh temporary, then rename). Throws
 // std::runtime_error on I/O failure or more than INT32_MAX tokens.
 void write_tokens(const std::string& path, std::span<const uint16_t> tokens);
 // Reads an llm.c token file; throws std::runtime_error for a missing file, a bad magic or version, a negative

@@ -1,5 +1,6 @@
 // json_check: see json_check.hpp. Messages are stable text: tests and users grep them.
 #include "json_check.hpp"
+#include "models/safe_io.hpp"
 
 #include <cmath>
 #include <filesystem>
@@ -206,13 +207,25 @@ struct DuplicateKeys {
   std::vector<std::string> found;
   std::string path() const {
     std::string p = "$";
-    for (const Frame& f : stack) p += f.array ? "[" + std::to_string(f.index) + "]" : "." + f.key;
+    for (const Frame& f : stack) {
+      if (f.array) {
+        p += '[';
+        p += std::to_string(f.index);
+        p += ']';
+      } else {
+        p += '.';
+        p += f.key;
+      }
+    }
     return p;
   }
   void element_done() { if (!stack.empty() && stack.back().array) ++stack.back().index; }
   bool operator()(int, json::parse_event_t ev, json& parsed) {
     using E = json::parse_event_t;
-    if (ev == E::object_start || ev == E::array_start) stack.push_back(Frame{ev == E::array_start});
+    if (ev == E::object_start || ev == E::array_start) {
+      stack.emplace_back();
+      stack.back().array = ev == E::array_start;
+    }
     else if (ev == E::object_end || ev == E::array_end) { if (!stack.empty()) stack.pop_back(); element_done(); }
     else if (ev == E::key && !stack.empty()) {
       Frame& f = stack.back();
@@ -268,11 +281,19 @@ json parse_json_file(const std::string& file, const std::string& where, Issues& 
     issues.add(where, "\"" + file + "\" is a directory; expected a JSON file");
     return json();
   }
-  std::ifstream in(file, std::ios::binary);
-  if (!in) { issues.add(where, "cannot read file \"" + file + "\""); return json(); }
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse_json_text(ss.str(), where, issues);
+  if (!std::filesystem::exists(file, ec)) {
+    issues.add(where, "cannot read file \"" + file + "\": " + (ec ? ec.message() : "no such file"));
+    return json();
+  }
+  std::string text;
+  try {
+    // Regular files only (a FIFO would block open() forever), at most kMaxJsonBytes.
+    text = read_file_capped(file, kMaxJsonBytes, "JSON file");
+  } catch (const InputError& e) {
+    issues.add(where, e.messages.empty() ? "cannot read file \"" + file + "\"" : e.messages.front());
+    return json();
+  }
+  return parse_json_text(text, where, issues);
 }
 
 }  // namespace tp

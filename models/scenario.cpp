@@ -73,7 +73,7 @@ static Training read_training(const json& v, const Transformer& m, Issues& issue
   t.global_batch = batch_optional ? r.opt_int("global_batch", 0, 1, 1LL << 40) : r.req_int("global_batch", 1, 1LL << 40);
   t.seq_len = r.opt_int("seq_len", m.seq_len > 0 ? m.seq_len : 2048, 1, 100000000);
   size_t before = issues.messages.size();
-  t.tokens = r.opt_num("tokens", 0, 0);
+  t.tokens = r.opt_num("tokens", 0, 0, kMaxTrainingTokens);
   if (r.has("tokens") && t.tokens <= 0 && issues.messages.size() == before)  // not twice for one bad value
     issues.add(r.at("tokens"), "expected a number of tokens > 0");
   t.target_loss = read_open_num(r, "target_loss", 0, 0, 100, false);
@@ -163,7 +163,7 @@ static Delink read_delink(const json& v, const std::string& path, Issues& is) {
   Reader r(v, path, is);
   if (!r.ok()) return d;
   d.unique_layers = (int)r.req_int("unique_layers", 1, 100000);
-  d.tokens = read_open_num(r, "tokens", 0, 0, 1e300, true);
+  d.tokens = read_open_num(r, "tokens", 0, 0, kMaxTrainingTokens, true);
   d.global_batch = r.opt_int("global_batch", 0, 1, 1LL << 40);
   if (const json* p = r.get("plan")) d.plan = std::make_shared<Plan>(read_plan(*p, r.at("plan"), is, nullptr));
   r.finish({"unique_layers", "tokens", "global_batch", "plan"});

@@ -1,13 +1,28 @@
 // render_html: report.html (see render.hpp). One file: inline CSS, the figures' SVG inline, no scripts, no
 // fonts, images or links to fetch. Spec text is escaped; its Markdown subset (paragraphs, **bold**,
-// *italic*, `code`, [text](url)) is rendered.
+// *italic*, `code`, [text](url)) is rendered; a link's target must be http(s) or relative (safe_url).
 #include "render.hpp"
+
+#include <cctype>
 
 namespace tp::report {
 
 namespace {
 
 std::string esc(const std::string& s) { return svg::xml_escape(s); }
+
+// A link target that is safe in href: http(s) or relative (no ':' at all), no whitespace or control characters.
+// javascript:, data:, vbscript:, file: and every other scheme are refused; the check runs on the escaped text,
+// so an entity can never hide a ':' from it.
+bool safe_url(const std::string& u) {
+  if (u.empty()) return false;
+  for (unsigned char c : u)
+    if (c <= 0x20 || c == 0x7f || c == '\\') return false;
+  std::string low;
+  for (unsigned char c : u) low += (char)std::tolower(c);
+  if (low.rfind("http://", 0) == 0 || low.rfind("https://", 0) == 0) return true;
+  return low.find(':') == std::string::npos;  // relative; a ':' anywhere could start a scheme, so none
+}
 
 // Inline Markdown of one paragraph: the source is escaped first, then the markers become tags.
 std::string inline_md(const std::string& src) {
@@ -27,7 +42,9 @@ std::string inline_md(const std::string& src) {
       size_t m = close_at(i + 1, "]");
       size_t e = m != std::string::npos && s.compare(m, 2, "](") == 0 ? close_at(m + 2, ")") : std::string::npos;
       if (e != std::string::npos) {
-        o += "<a href=\"" + s.substr(m + 2, e - m - 2) + "\">" + s.substr(i + 1, m - i - 1) + "</a>";
+        const std::string url = s.substr(m + 2, e - m - 2), text = s.substr(i + 1, m - i - 1);
+        if (safe_url(url)) o += "<a href=\"" + url + "\">" + text + "</a>";
+        else o += text + " (" + url + ")";  // an unsafe target stays visible as inert text, never a link
         i = e + 1;
         continue;
       }

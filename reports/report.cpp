@@ -12,6 +12,7 @@
 #include <map>
 #include <set>
 
+#include "models/safe_io.hpp"
 #include "render.hpp"
 
 namespace tp {
@@ -71,33 +72,14 @@ Spec adhoc_spec(const std::vector<std::string>& files, const std::vector<json>& 
   return s;
 }
 
-// Writes every file to "<path>.tmp" first and renames them all at the end; on failure removes the temps.
+// Writes every file or none: fresh temporaries first, all renamed at the end (write_outputs_atomic).
 void write_all(const fs::path& dir, const std::map<std::string, std::string>& files) {
   std::error_code ec;
   fs::create_directories(dir / "figures", ec);
   if (ec) throw InputError({"--out " + dir.string() + ": cannot create the folder: " + ec.message()});
-  std::vector<fs::path> temps;
-  auto cleanup = [&] {
-    for (auto& t : temps) fs::remove(t, ec);
-  };
-  for (const auto& [rel, text] : files) {
-    fs::path tmp = dir / (rel + ".tmp");
-    temps.push_back(tmp);
-    std::ofstream o(tmp, std::ios::binary);
-    o << text;
-    o.close();
-    if (!o) {
-      cleanup();
-      throw std::runtime_error("cannot write " + tmp.string());
-    }
-  }
-  for (const auto& [rel, text] : files) {
-    fs::rename(dir / (rel + ".tmp"), dir / rel, ec);
-    if (ec) {
-      cleanup();
-      throw std::runtime_error("cannot rename " + (dir / (rel + ".tmp")).string() + ": " + ec.message());
-    }
-  }
+  std::vector<OutputFile> outs;  // all files or none, each through a fresh temporary (models/safe_io.hpp)
+  for (const auto& [rel, text] : files) outs.emplace_back((dir / rel).string(), text);
+  write_outputs_atomic(outs);
   for (const auto& e : fs::directory_iterator(dir / "figures", ec))
     if (e.path().extension() == ".svg" && !files.count("figures/" + e.path().filename().string()))
       fs::remove(e.path(), ec);

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <iostream>
 
+#include "models/safe_io.hpp"
 #include "op_cost.hpp"
 
 namespace tp {
@@ -246,28 +247,6 @@ void print_summary(std::ostream& os, const Result& r) {
   os << line;
 }
 
-void write_file_atomic(const std::string& path, const std::string& text) {
-  if (path == "-") {  // "-": standard output (the command line's convention for --json - and the like)
-    std::cout << text << std::flush;
-    return;
-  }
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw std::runtime_error("cannot write " + tmp);
-    out << text;
-    out.flush();
-    if (!out) {
-      std::filesystem::remove(tmp);
-      throw std::runtime_error("cannot write " + tmp);
-    }
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::filesystem::remove(tmp);
-    throw std::runtime_error("cannot rename " + tmp + " to " + path + ": " + ec.message());
-  }
-}
+void write_file_atomic(const std::string& path, const std::string& text) { write_outputs_atomic({OutputFile(path, text)}); }
 
 }  // namespace tp

@@ -8,6 +8,7 @@
 #include <ostream>
 #include <string>
 
+#include "models/safe_io.hpp"
 #include "simulate.hpp"
 
 namespace tp {
@@ -18,7 +19,8 @@ void print_summary(std::ostream& os, const Result& r);
 // ("L07.fwd.mb3"), or one per chunk pass ("C03.fwd.mb5"). Very large traces fall back to coarser detail.
 enum class TraceDetail { op, layer, chunk };
 json trace_to_json(const Result& r, TraceDetail detail = TraceDetail::op);
-// Atomic write: text to path + ".tmp", then rename ("-": standard output). Throws std::runtime_error on failure.
+// Atomic write through a fresh temporary (models/safe_io.hpp; "-": standard output). Throws InputError saying why.
+// Several outputs of one command: write_outputs_atomic (all or none).
 void write_file_atomic(const std::string& path, const std::string& text);
 
 // The units every text output uses (simulate, plan, validate): memory in GiB, time to train in days, money in

@@ -17,6 +17,14 @@ using tp::json;
 
 namespace {
 
+json read_json(const fs::path& p) {
+  std::ifstream in(p);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  json j = json::parse(text, nullptr, false);
+  if (j.is_discarded()) ADD_FAILURE() << p << " is not JSON: " << text.substr(0, 200);
+  return j;
+}
+
 int sh(const std::string& cmd) {
   int rc = std::system(cmd.c_str());
   return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
@@ -43,13 +51,13 @@ TEST(PlanToRun, EmitWritesRunnableScenariosAndRunTakesThePlannersChoice) {
   ASSERT_EQ(sh(std::string(TP_BINARY) + " plan " + sc + " --emit " + emit.string() + " --json " + result.string() +
                " --quiet > " + t.file("plan.log") + " 2>&1"), 0);
   ASSERT_TRUE(fs::exists(emit / "best.json"));
-  json r = json::parse(std::ifstream(result));
+  json r = read_json(result);
   const size_t n = r["top"].size();
   ASSERT_GE(n, 1u);
   for (size_t i = 0; i < n; ++i) {
     fs::path f = emit / (i == 0 ? std::string("best.json") : "top" + std::to_string(i + 1) + ".json");
     ASSERT_TRUE(fs::exists(f)) << f;
-    json e = json::parse(std::ifstream(f));
+    json e = read_json(f);
     EXPECT_FALSE(e.contains("search"));
     EXPECT_EQ(e["plan"], r["top"][i]["plan"]);
     EXPECT_EQ(e["training"]["global_batch"], r["top"][i]["global_batch"]);
@@ -59,7 +67,7 @@ TEST(PlanToRun, EmitWritesRunnableScenariosAndRunTakesThePlannersChoice) {
   fs::path out = t.path / "run.json";
   ASSERT_EQ(sh(std::string(TP_BINARY) + " run " + sc + " --plan " + result.string() + " --steps 2 --log-every 0 --quiet --json " +
                out.string() + " 2> " + t.file("run.log")), 0);
-  json run = json::parse(std::ifstream(out));
+  json run = read_json(out);
   EXPECT_EQ(run["losses"].size(), 2u);
   EXPECT_EQ(run["scenario"]["plan"]["dp"], r["top"][0]["plan"]["dp"]);
   // #k beyond the list: exit 2 naming it
