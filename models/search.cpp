@@ -83,8 +83,10 @@ Fix read_fix(const json& v, const std::string& path, Issues& is) {
   });
   read_fix_list(r, "attention", f.attention, enum_of<Attention>({"flash", "unfused"}, is));
   read_fix_list(r, "precision", f.precision, enum_of<Precision>({"fp32", "fp16", "bf16", "fp8"}, is));
+  read_fix_list(r, "stage_split", f.stage_split, enum_of<StageSplitKind>({"even", "uneven"}, is));
   r.finish({"dp", "tp", "pp", "virtual_stages", "zero", "ep", "cp", "microbatch", "global_batch", "schedule", "recompute",
-            "tp_mode", "grad_accumulation", "offload", "sequence_parallel", "attention", "precision"});
+            "tp_mode", "grad_accumulation", "offload", "sequence_parallel", "attention", "precision",
+            "stage_split"});
   return f;
 }
 

@@ -13,6 +13,10 @@ enum class Objective { time_to_train = 0, cost = 1, throughput_per_gpu = 2 };
 const char* objective_name(Objective o);
 
 // Plan keys held at given values ("fix": {"tp_mode": "1d", "zero": [1, 2]}): allowed values per key.
+// Pipeline stage splits a search may use: the even one (pp divides the layers) and Megatron-style uneven ones
+// (fewer layers on the first and last stages: --decoder-first/last-pipeline-num-layers).
+enum class StageSplitKind { even, uneven };
+
 struct Fix {
   std::vector<int> dp, tp, pp, virtual_stages, zero, ep, cp;
   std::vector<long long> microbatch, global_batch;
@@ -24,6 +28,7 @@ struct Fix {
   std::vector<bool> sequence_parallel;
   std::vector<Attention> attention;
   std::vector<Precision> precision;  // training.precision values the search may choose (empty: the scenario's)
+  std::vector<StageSplitKind> stage_split;  // "even" / "uneven" pipeline stage splits (empty: both)
 };
 
 // The attention kind a search plans with: flash unless the fix allows only "unfused". Flash dominates unfused

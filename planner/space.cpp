@@ -110,7 +110,9 @@ std::vector<Layout> enumerate_layouts(const Scenario& sc, const SpaceLimits& lim
     for (const TpOpt& to : tps)
       for (long long pp = 1; pp <= M.layers; ++pp) {
         StageSplit splits[2];  // pp not dividing the layers: only uneven stages (Megatron's first / last counts)
-        if (!divides(pp, M.layers) && uneven_stage_splits(M.layers, (int)pp, splits) == 0) continue;
+        const bool even_pp = divides(pp, M.layers) && allowed(fx.stage_split, StageSplitKind::even);
+        if (!even_pp && (!allowed(fx.stage_split, StageSplitKind::uneven) || uneven_stage_splits(M.layers, (int)pp, splits) == 0))
+          continue;
         if (!allowed(fx.pp, (int)pp)) continue;
         for (int cp : cps) {
           if (n % (to.tp * pp * cp) != 0) continue;
@@ -153,9 +155,9 @@ long long enumerate_choices(const Scenario& sc, const AnalyticModel& am, const L
 
   // Stage splits: the even one when pp divides the layers, and Megatron-style uneven ones (standard accumulation,
   // not modular: see validate_plan).
-  const bool even_ok = divides(lay.pp, L);
+  const bool even_ok = divides(lay.pp, L) && allowed(fx.stage_split, StageSplitKind::even);
   StageSplit splits[3];
-  const int n_splits = uneven_stage_splits(L, lay.pp, splits + 1);
+  const int n_splits = allowed(fx.stage_split, StageSplitKind::uneven) ? uneven_stage_splits(L, lay.pp, splits + 1) : 0;
   auto split_ok = [&](int si, Schedule sc_, int v, bool layered) {
     if (si == 0) return even_ok && (sc_ != Schedule::interleaved || divides(v, Lp));
     if (layered || sc_ == Schedule::modular) return false;

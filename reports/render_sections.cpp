@@ -49,11 +49,20 @@ std::string md_cell(const std::string& s) {
 
 std::string md_table(const std::vector<std::string>& head, const std::vector<std::vector<std::string>>& rows) {
   std::string s = "|", rule = "|";
-  for (const std::string& h : head) { s += " " + md_cell(h) + " |"; rule += h == "plan" ? "---|" : "---:|"; }
+  for (const std::string& h : head) {
+    s += " ";
+    s += md_cell(h);
+    s += " |";
+    rule += h == "plan" ? "---|" : "---:|";
+  }
   s += "\n" + rule + "\n";
   for (const auto& row : rows) {
     s += "|";
-    for (const std::string& c : row) s += " " + md_cell(c) + " |";
+    for (const std::string& c : row) {
+      s += " ";
+      s += md_cell(c);
+      s += " |";
+    }
     s += "\n";
   }
   return s;

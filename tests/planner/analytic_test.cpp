@@ -168,3 +168,32 @@ TEST(PlanSpace, SearchOffersUnevenStagesWherePpDoesNotDivideTheLayers) {
     ASSERT_TRUE(c.sim);
   }
 }
+
+// search.fix.stage_split: "even" forbids the uneven candidates (pp must then divide the layers: 126 over 16 has no
+// plan), "uneven" forbids the even split (80 layers over 8 stages: only 7 + 6 x 11 + 7).
+TEST(PlanSpace, FixStageSplitChoosesEvenOrUneven) {
+  PlanOptions opt;
+  opt.threads = 2;
+  Scenario even = search_scenario(search_json("llama3-405b", "dgx-h100",
+                                              {{"min_gpus", 1024}, {"max_gpus", 1024}, {"top_k", 2},
+                                               {"fix", {{"pp", {16}}, {"tp", {8}}, {"stage_split", {"even"}}}}},
+                                              1e12, 1024));
+  EXPECT_TRUE(plan_search(even, opt).top.empty());
+  Scenario uneven = search_scenario(search_json("llama3-70b", "dgx-h100",
+                                                {{"min_gpus", 512}, {"max_gpus", 512}, {"top_k", 3},
+                                                 {"fix", {{"pp", {8}}, {"tp", {8}}, {"stage_split", {"uneven"}}}}},
+                                                1e12, 512));
+  PlanOutcome o = plan_search(uneven, opt);
+  ASSERT_FALSE(o.top.empty()) << o.note;
+  for (const Candidate& c : o.top) {
+    SCOPED_TRACE(plan_summary(c.plan, c.global_batch));
+    ASSERT_EQ(c.plan.stage_layers.size(), 8u);
+    EXPECT_EQ(c.plan.stage_layers.front(), 7);
+    EXPECT_EQ(c.plan.stage_layers[3], 11);
+  }
+  Scenario even70 = search_scenario(search_json("llama3-70b", "dgx-h100",
+                                              {{"min_gpus", 512}, {"max_gpus", 512}, {"top_k", 3},
+                                               {"fix", {{"pp", {8}}, {"tp", {8}}, {"stage_split", {"even"}}}}},
+                                              1e12, 512));
+  for (const Candidate& c : plan_search(even70, opt).top) EXPECT_TRUE(c.plan.stage_layers.empty());
+}
