@@ -115,7 +115,10 @@ void add_param_fetches(BuildCtx& x, RankCtx& rk) {
 void add_param_gathers_under_fwd(BuildCtx& x, RankCtx& rk) {
   if (!x.gather_under_fwd) return;
   const std::vector<Run>& rs = *rk.rs;
-  std::set<long long> seen;  // first layer of each piece already gathered (later micro-batches reuse it)
+  // What is already gathered (later micro-batches reuse it): layers, and the embedding and head. A later
+  // micro-batch's forward runs the whole chunk as one run; only what no earlier run gathered is added.
+  std::set<long long> seen_layers;
+  bool seen_embed = false, seen_head = false;
   Params cur;
   std::vector<int> users;  // first forward tasks of the current bucket's layers
   auto flush = [&]() {
@@ -130,8 +133,15 @@ void add_param_gathers_under_fwd(BuildCtx& x, RankCtx& rk) {
     users.clear();
   };
   for (const Run& ru : rs) {
-    if (ru.pass != Pass::fwd || !seen.insert(ru.lo * 4 + (ru.embed ? 1 : 0) + (ru.head ? 2 : 0)).second) continue;
-    cur += x.piece_params(ru.lo, ru.hi, ru.embed, ru.head);
+    if (ru.pass != Pass::fwd) continue;
+    const bool embed = ru.embed && !seen_embed, head = ru.head && !seen_head;
+    seen_embed |= ru.embed;
+    seen_head |= ru.head;
+    Params add = x.piece_params(ru.lo, ru.lo, embed, head);  // the ends alone (no layers)
+    for (long long l = ru.lo; l < ru.hi; ++l)
+      if (seen_layers.insert(l).second) add += x.piece_params(l, l + 1, false, false);
+    if (add.total() <= 0) continue;
+    cur += add;
     users.push_back(ru.first);
     if (cur.total() >= x.bucket_params) flush();
   }
