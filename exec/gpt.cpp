@@ -214,7 +214,11 @@ template <class T>
 void Gpt<T>::embed_fwd(T* x, const int32_t* tokens, long B, long Tn) const {
   const GptShape& s = lay.s;
   const long C = s.C, N = B * Tn;
-  if (!tp) return ops::embedding_fwd(x, tokens, p(lay.params.wte), s.gelu ? p(lay.params.wpe) : (const T*)nullptr, B, Tn, C);
+  if (!tp) {
+    ops::embedding_fwd(x, tokens, p(lay.params.wte), s.gelu && !cpx ? p(lay.params.wpe) : (const T*)nullptr, B, Tn, C);
+    if (s.gelu && cpx) cp_add_positions(*cpx, x, p(lay.params.wpe), N, C, 0);
+    return;
+  }
   // Vocabulary-parallel lookup: rows of tokens outside this rank's shard are zero; the ranks' partial sums are
   // all-reduced (SP: reduce-scattered to row shards); the replicated positions are added afterwards.
   const long long v0 = s.v_begin(), vl = s.v_loc();
@@ -224,18 +228,24 @@ void Gpt<T>::embed_fwd(T* x, const int32_t* tokens, long B, long Tn) const {
   const long nl = sp ? N / tp->size() : N, r0 = sp ? tp->rank() * nl : 0;
   if (sp) reduce_scatter_rows(tp, part.data(), x, nl, C);
   else { tp->all_reduce_sum(part.data(), N * C, dt(T{})); ops::copy(x, part.data(), N * C); }
-  if (s.gelu) ops::add_positions(x, p(lay.params.wpe), nl, C, Tn, r0);
+  if (s.gelu && cpx) cp_add_positions(*cpx, x, p(lay.params.wpe), nl, C, r0);
+  else if (s.gelu) ops::add_positions(x, p(lay.params.wpe), nl, C, Tn, r0);
 }
 
 template <class T>
 void Gpt<T>::embed_bwd(const T* dx, const int32_t* tokens, long B, long Tn) const {
   const GptShape& s = lay.s;
   const long C = s.C, N = B * Tn;
-  if (!tp) return ops::embedding_bwd(g(lay.params.wte), s.gelu ? g(lay.params.wpe) : (T*)nullptr, dx, tokens, B, Tn, C);
+  if (!tp) {
+    ops::embedding_bwd(g(lay.params.wte), s.gelu && !cpx ? g(lay.params.wpe) : (T*)nullptr, dx, tokens, B, Tn, C);
+    if (s.gelu && cpx) cp_positions_bwd(*cpx, g(lay.params.wpe), dx, N, C, 0);
+    return;
+  }
   Buf<T> full;                                                                     // [N, C] (SP: gathered)
   if (sp) { full.resize(N * C); gather_rows(tp, dx, full.data(), N / tp->size(), C); dx = full.data(); }
   ops::embedding_shard_bwd(g(lay.params.wte), dx, tokens, N, C, (long)s.v_begin(), (long)s.v_loc());
-  if (s.gelu) ops::positions_bwd(g(lay.params.wpe), dx, N, C, Tn, 0);
+  if (s.gelu && cpx) cp_positions_bwd(*cpx, g(lay.params.wpe), dx, N, C, 0);
+  else if (s.gelu) ops::positions_bwd(g(lay.params.wpe), dx, N, C, Tn, 0);
 }
 
 template <class T>
@@ -262,9 +272,10 @@ void Gpt<T>::layer_fwd(int wl, const T* x_in, T* x_out, LayerActs<T>& a, long B,
   ops::copy_rows(a.k.data(), Kl * D, qkv.data() + Hl * D, Q, N, Kl * D);
   ops::copy_rows(a.v.data(), Kl * D, qkv.data() + (Hl + Kl) * D, Q, N, Kl * D);
   Buf<T>().swap(qkv);  // dead: q, k, v hold its columns
-  a.att.resize((size_t)B * Hl * Tn * Tn);                                         // [B, Hl, Tn, Tn]
+  a.att.resize(cpx ? (size_t)cpx->att_elems(B, Hl) : (size_t)B * Hl * Tn * Tn);  // [B, Hl, Tn, Tn]; cp: its layout
   a.attn.resize(N * Hl * D);                                                      // [N, Hl D]
-  ops::attention_fwd(a.attn.data(), a.att.data(), a.q.data(), a.k.data(), a.v.data(), B, Tn, Hl, Kl, D);
+  if (cpx) cp_attention_fwd(*cpx, a.attn.data(), a.att.data(), a.q.data(), a.k.data(), a.v.data(), B, Hl, Kl, D);
+  else ops::attention_fwd(a.attn.data(), a.att.data(), a.q.data(), a.k.data(), a.v.data(), B, Tn, Hl, Kl, D);
   Buf<T> y(N * C);                                                        // [N, C] partial over tp
   ops::matmul(y.data(), a.attn.data(), p(W.proj_w), N, C, Hl * D, false, false, T(1), T(0));
   a.x_mid.resize(Nl * C);                                                         // [Nl, C]
@@ -349,8 +360,12 @@ void Gpt<T>::layer_bwd(int wl, const T* dx_out, T* dx_in, LayerActs<T>& a, long 
   release(dy_full);
   Buf<T> dq(N * Hl * D), dk(N * Kl * D), dv(N * Kl * D);
   for (Buf<T>* d : {&dq, &dk, &dv}) ops::fill(d->data(), T(0), (long)d->size());
-  ops::attention_bwd(dq.data(), dk.data(), dv.data(), dattn, a.att.data(), a.q.data(), a.k.data(), a.v.data(), B,
-                     Tn, Hl, Kl, D);
+  if (cpx)
+    cp_attention_bwd(*cpx, dq.data(), dk.data(), dv.data(), dattn, a.att.data(), a.q.data(), a.k.data(), a.v.data(),
+                     B, Hl, Kl, D);
+  else
+    ops::attention_bwd(dq.data(), dk.data(), dv.data(), dattn, a.att.data(), a.q.data(), a.k.data(), a.v.data(), B,
+                       Tn, Hl, Kl, D);
   for (Buf<T>* v : {&a.att, &a.attn, &a.q, &a.k, &a.v}) release(*v);
   Buf<T> dqkv(N * Q);                                                            // [N, Q]
   ops::copy_rows(dqkv.data(), Q, dq.data(), Hl * D, N, Hl * D);

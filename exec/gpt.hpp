@@ -25,6 +25,7 @@
 
 #include "exec/backend.hpp"
 #include "exec/comm.hpp"
+#include "exec/cp_attention.hpp"
 #include "models/transformer.hpp"
 
 namespace tp::exec {
@@ -181,6 +182,9 @@ struct Gpt : ParamTables<T> {
   GptLayout lay;
   Comm* tp = nullptr;  // tensor-parallel group (null: tp = 1)
   bool sp = false;     // sequence parallelism (needs tp)
+  // Context parallelism (exec/cp_attention.hpp; null: cp = 1): the pieces' Tn is then the LOCAL sequence
+  // (T / cp rows: two chunks), positions are global and the attention spans the cp group's keys.
+  const CpCtx* cpx = nullptr;
 
   T* p(const std::string& name) const { return this->param_of(lay, name); }
   T* g(const std::string& name) const { return this->grad_of(lay, name); }

@@ -43,7 +43,8 @@ void check_runnable(const Scenario& sc) {
   need(p.tp_mode == TpMode::d2 || sc.model.vocab % p.tp == 0,
        "$.plan.tp: must divide the model's vocab (" + std::to_string(sc.model.vocab) + ") for the vocabulary-parallel embedding");
   need(p.ep == 1 && sc.model.moe.experts == 0, "mixture of experts ($.model.moe, $.plan.ep)");
-  need(p.cp == 1, "$.plan.cp: context parallelism");
+  // plan.cp runs (exec/cp_attention.hpp); the scenario checks already refuse cp with tp_mode "2d".
+  need(p.cp == 1 || p.tp_mode == TpMode::d1, "$.plan.cp with tp_mode \"2d\"");
   // plan.attention is a cost-model choice: the executor computes exact attention either way.
   need(sc.training.precision != Precision::fp8, "$.training.precision \"fp8\" (the CPU backend has no fp8 GEMMs)");
   need(sc.model.attn_head_dim == 0, "$.model.head_dim other than hidden / heads");
