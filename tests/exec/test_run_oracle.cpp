@@ -476,6 +476,8 @@ TEST(RunOracleEmu, ParallelPlansMatchSingleRankFloat64) {
       // modular pipeline, ZeRO-2, selective recompute
       {"emu_dp2_pp2_zero2_modular_selective", {{"dp", 2}, {"pp", 2}, {"zero", 2}, {"schedule", "modular"},
                                                {"grad_accumulation", "layered"}, {"recompute", "selective"}}},
+      // context parallelism with sequence parallelism (attention_fwd_kv / attention_bwd_kv on the kernels)
+      {"emu_cp2_tp2_sp", {{"cp", 2}, {"tp", 2}, {"sequence_parallel", true}, {"attention", "flash"}}},
   };
   for (const Case& c : cases) {
     json got = run(scenario(c.name, c.plan), steps, true, nullptr, kEmu);
