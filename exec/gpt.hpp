@@ -32,7 +32,8 @@ namespace tp::exec {
 
 struct GptShape {
   long long layers = 0, C = 0, H = 0, Hkv = 0, D = 0, F = 0, V = 0, maxT = 0;
-  bool gelu = true;
+  bool gelu = true;  // GELU MLP, LayerNorm biases and learned positions (GPT-2); else SwiGLU, RMS-style norms
+  bool qkv_bias = false, proj_bias = false, mlp_bias = false;  // SwiGLU models' biases (gelu models have all)
   int tp = 1, tp_rank = 0;
   // Local (this tp rank's) sizes.
   long long h_loc() const { return H / tp; }
@@ -43,6 +44,9 @@ struct GptShape {
   long long v_begin() const { return tp_rank * v_loc(); }
   long long qkv_cols() const { return (h_loc() + 2 * hkv_loc()) * D; }
   long long fc1_cols() const { return (gelu ? 1 : 2) * f_loc(); }
+  bool has_qkv_bias() const { return gelu || qkv_bias; }
+  bool has_proj_bias() const { return gelu || proj_bias; }
+  bool has_mlp_bias() const { return gelu || mlp_bias; }
 };
 GptShape gpt_shape(const Transformer& m, long long seq_len, int tp = 1, int tp_rank = 0);
 
