@@ -131,3 +131,15 @@ TEST(Cli, ExportWritesTheFrameworkConfigurationOrRefuses) {
   EXPECT_EQ(h.rc, 0);
   EXPECT_NE(h.text.find("--to megatron|nemo|deepspeed|torchtitan"), std::string::npos) << h.text;
 }
+
+// The README's quick path from the planner to a framework: plan-megatron.json's answer exports.
+TEST(Cli, PlannerAnswerExportsToMegatron) {
+  tp::testutil::TempDir d("tp_export_plan");
+  const std::string sc = std::string(TP_SOURCE_DIR) + "/scenarios/plan-megatron.json", res = (d.path / "plan.json").string();
+  Out p = tp_run("plan " + sc + " --json " + res + " --quiet");
+  ASSERT_EQ(p.rc, 0) << p.text;
+  for (const char* to : {"megatron", "nemo"}) {
+    Out e = tp_run("export " + sc + " --plan " + res + "#1 --to " + to);
+    EXPECT_EQ(e.rc, 0) << to << ": " << e.text;
+  }
+}
