@@ -46,6 +46,7 @@
 #include "exec/data.hpp"
 #include "exec/gpt.hpp"
 #include "exec/gpt2d.hpp"
+#include "exec/host_optimizer.hpp"
 #include "exec/ops.hpp"
 #include "exec/prof.hpp"
 #include "exec/train.hpp"
@@ -115,6 +116,10 @@ struct RankRun {
   }
   T* Gd(long long i) { int u = unit_at(i); return grads.data() + gbase[u] + (i - units[u].a); }
   std::unique_ptr<ChunkStore<T>> store;              // plan.offload "chunked"
+  HostOptimizer<T> hopt;  // plan.offload "optimizer": master copy, moments and Adam on the host (exec/host_optimizer.hpp)
+  void pull_master() {    // the host master copy = the device parameters of the own ranges
+    for (size_t k = 0; hopt.on() && k < own.size(); ++k) hopt.pull(P(own[k].first), own_off[k], own[k].second - own[k].first);
+  }
   long delink_step = -1;                             // the step at which the shared weights are delinked
 
   RankRun(const Scenario& s, const RunOptions& opt, Comm& w) : sc(s), p(s.plan), o(opt), world(w) {}
@@ -216,8 +221,13 @@ struct RankRun {
     }
     model.d1.ptab = model.d2.ptab = ptab.data();
     model.d1.gtab = model.d2.gtab = gtab.data();
-    zeros(m1, state);
-    zeros(m2, state);
+    const bool opt_off = p.offload.kind == OffloadKind::optimizer;
+    zeros(m1, opt_off ? 0 : state);  // optimizer offload: the state is on the host (hopt)
+    zeros(m2, opt_off ? 0 : state);
+    if (opt_off) {
+      hopt.init(state);
+      pull_master();
+    }
     if (p.zero >= 2) zeros(gshard, state);
     if (p.offload.kind == OffloadKind::chunked) {  // the owned units' views in the simulator's order, part = unit
       std::vector<std::pair<long long, long long>> spans;
@@ -500,6 +510,7 @@ struct RankRun {
         optimizer_step(step, warmup, res);
         if (store) store->host_phase_end();
       });
+      if (hopt.on()) record_host_optimizer_step(res.offload, hopt);
       if (store) record_chunk_step(res.offload, store->end_step());
       double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       prof::step_end(step);
@@ -543,8 +554,11 @@ struct RankRun {
   // Checkpoints (exec/runtime_state.cpp): the compact parameters, the layers' slices (zparam), the optimizer state.
   std::vector<TensorView> state_tensors(int32_t* meta) {
     Dtype d = dtype_of<T>();
-    std::vector<TensorView> t = {{"params", d, params.data(), (long)params.size()}, {"m1", d, m1.data(), (long)m1.size()},
-                                 {"m2", d, m2.data(), (long)m2.size()}, {"meta", Dtype::i32, meta, 2}};
+    T* mom1 = hopt.on() ? hopt.m1.data() : m1.data();  // optimizer offload: the host's moments
+    T* mom2 = hopt.on() ? hopt.m2.data() : m2.data();
+    const long nm = hopt.on() ? (long)hopt.m1.size() : (long)m1.size();
+    std::vector<TensorView> t = {{"params", d, params.data(), (long)params.size()}, {"m1", d, mom1, nm},
+                                 {"m2", d, mom2, nm}, {"meta", Dtype::i32, meta, 2}};
     if (zparam) t.push_back({"pslice", d, pslice.data(), (long)pslice.size()});
     return t;
   }
@@ -557,6 +571,7 @@ struct RankRun {
     load_rank_checkpoint(sc, o, world.rank(), step, state_tensors(meta));
     shared = meta[0];
     delink_step = meta[1];
+    pull_master();
     return step;
   }
 
@@ -576,10 +591,15 @@ struct RankRun {
       if (!zparam) ops::copy(P(dst.a), P(src.a), (long)(src.b - src.a));
       if (src.owned && dst.owned) {
         if (zparam) ops::copy(pslice.data() + own_off[kd], pslice.data() + own_off[ks], (long)src.slice);
-        ops::copy(m1.data() + own_off[kd], m1.data() + own_off[ks], (long)src.slice);
-        ops::copy(m2.data() + own_off[kd], m2.data() + own_off[ks], (long)src.slice);
+        if (hopt.on()) {
+          hopt.copy_moments(own_off[kd], own_off[ks], src.slice);
+        } else {
+          ops::copy(m1.data() + own_off[kd], m1.data() + own_off[ks], (long)src.slice);
+          ops::copy(m2.data() + own_off[kd], m2.data() + own_off[ks], (long)src.slice);
+        }
       }
     }
+    pull_master();  // the slots' new weights into the host master copy
     shared = 0;
   }
 
@@ -645,8 +665,10 @@ struct RankRun {
         T* g = G(k, a);
         if (clip != T(1)) ops::scale(g, g, clip, (long)(z - a));
         long long so = own_off[k] + (a - own[k].first);
-        ops::adamw(P(a), g, m1.data() + so, m2.data() + so, (long)(z - a), T(lr), T(o.beta1), T(o.beta2),
-                   T(o.eps), T(pv.decay ? o.weight_decay : 0), (long)step + 1);
+        const T wd = T(pv.decay ? o.weight_decay : 0);
+        if (hopt.on()) hopt.step(P(a), g, so, z - a, T(lr), T(o.beta1), T(o.beta2), T(o.eps), wd, (long)step + 1);
+        else ops::adamw(P(a), g, m1.data() + so, m2.data() + so, (long)(z - a), T(lr), T(o.beta1), T(o.beta2), T(o.eps),
+                        wd, (long)step + 1);
       }
     }
     if (p.zero >= 1 && p.zero <= 2 && p.data_ranks() > 1)

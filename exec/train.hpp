@@ -42,9 +42,13 @@ struct RunOptions {
 void install_stop_handlers();
 int pending_stop_signal();  // the signal received (0 none)
 
-// plan.offload "chunked": what the chunk store of rank 0 did, per step (exec/chunk_store.hpp).
+// plan.offload "chunked": what the chunk store of rank 0 did, per step (exec/chunk_store.hpp); plan.offload
+// "optimizer": rank 0's host optimizer (exec/host_optimizer.hpp): kind, h2d_bytes / d2h_bytes per step and
+// host_bytes (the pinned host state: master copy, gradient buffer, two moments); the chunk fields stay 0.
 struct OffloadResult {
   bool on = false;
+  std::string kind = "chunked";  // "chunked" or "optimizer"
+  double host_bytes = 0;         // optimizer: pinned host memory held
   double budget_bytes = 0, arena_bytes = 0;  // the device budget and the arena actually allocated
   long long chunk_elements = 0;
   int chunks = 0;

@@ -134,7 +134,9 @@ json validate_run(const std::string& file, const json& profile, const std::strin
   double my_rss_peak = rr.peak_memory_bytes.empty() ? 0 : rr.peak_memory_bytes[std::min<size_t>(world.rank(), rr.peak_memory_bytes.size() - 1)];
   mine[kRow] = snap.heap_peak_bytes - heap0;
   mine[kRow + 1] = my_rss_peak - rss0;
-  mine[kRow + 2] = rr.offload.on ? rr.offload.peak_device_bytes_max : 0;  // chunked offload: device memory
+  const bool opt_off = rr.offload.on && rr.offload.kind == "optimizer";
+  // Device memory: chunked offload's store figure; optimizer offload's = the heap less its pinned host state.
+  mine[kRow + 2] = opt_off ? mine[kRow] - rr.offload.host_bytes : rr.offload.on ? rr.offload.peak_device_bytes_max : 0;
   std::vector<double> all(mine.size() * R);
   world.all_gather(mine.data(), all.data(), (long)mine.size(), Dtype::f64);
   if (world.rank() != 0) return nullptr;
@@ -155,8 +157,9 @@ json validate_run(const std::string& file, const json& profile, const std::strin
     meas_rss = std::max(meas_rss, meas(k, kRow + 1));
     meas_dev = std::max(meas_dev, meas(k, kRow + 2));
   }
-  // Chunked offload: the simulator's peak is device memory, so the comparison is against the executor's device
-  // figure (resident chunk slots + activations); the whole heap (host pools included) is reported next to it.
+  // Offload: the simulator's peak is device memory, so the comparison is against the executor's device figure
+  // (chunked: resident chunk slots + activations; optimizer: the tracked heap less the host optimizer's pinned
+  // buffers); the whole heap (host memory included) is reported next to it.
   const bool device = rr.offload.on;
   const double meas_peak = device ? meas_dev : meas_heap;
   auto rank_peak = [&](int g) { return device ? meas(g, kRow + 2) : meas(g, kRow); };
@@ -196,7 +199,9 @@ json validate_run(const std::string& file, const json& profile, const std::strin
                     {"tokens_per_s", rr.tokens_per_s}, {"losses", rr.losses}}},
       {"error", {{"step_time", rel_err(res.step_time_s, meas_step)}, {"peak_memory", rel_err(res.peak_bytes_per_gpu, meas_peak)}}},
       {"per_op_class", headline},
-      {"offload", device ? json{{"budget_bytes", rr.offload.budget_bytes}, {"arena_bytes", rr.offload.arena_bytes},
+      {"offload", opt_off ? json{{"kind", "optimizer"}, {"host_bytes", rr.offload.host_bytes},
+                                 {"h2d_bytes", rr.offload.h2d_bytes}, {"d2h_bytes", rr.offload.d2h_bytes}}
+                  : device ? json{{"kind", "chunked"}, {"budget_bytes", rr.offload.budget_bytes}, {"arena_bytes", rr.offload.arena_bytes},
                                 {"peak_device_bytes", rr.offload.peak_device_bytes},
                                 {"peak_arena_bytes", rr.offload.peak_arena_bytes},
                                 {"h2d_bytes", rr.offload.h2d_bytes}, {"d2h_bytes", rr.offload.d2h_bytes},
