@@ -20,7 +20,9 @@
 // With plan.offload "chunked" the simulator's peak is device memory only, so the measured peak compared is the
 // executor's DEVICE peak (the chunk store's resident slots plus the tracked heap's growth above each step's
 // start, per moment: activations and scratch; exec/chunk_store.hpp), and measured.peak_heap_bytes (the whole
-// heap: host pools, Adam state, arena) is reported next to it.
+// heap: host pools, Adam state, arena) is reported next to it. With "optimizer" the device peak is the tracked
+// heap's peak less the host optimizer's pinned buffers (master copy, gradient buffer, moments: allocated once,
+// live through every step; exec/host_optimizer.hpp).
 #pragma once
 #include <string>
 #include <vector>
