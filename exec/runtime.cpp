@@ -47,6 +47,7 @@
 #include "exec/gpt.hpp"
 #include "exec/gpt2d.hpp"
 #include "exec/host_optimizer.hpp"
+#include "exec/runtime_granular.hpp"
 #include "exec/ops.hpp"
 #include "exec/prof.hpp"
 #include "exec/train.hpp"
@@ -111,11 +112,17 @@ struct RankRun {
   }
   T* P(long long i) {  // (zparam layers: i must lie in this rank's slice)
     int u = unit_at(i);
+    if (gran.is_off(u)) return gran.param(u) + (i - units[u].a);  // granular: host memory
     if (zparam && is_layer_unit(u)) { size_t k = own_index(u); return pslice.data() + own_off[k] + (i - own[k].first); }
     return params.data() + cbase[u] + (i - units[u].a);
   }
-  T* Gd(long long i) { int u = unit_at(i); return grads.data() + gbase[u] + (i - units[u].a); }
+  T* Gd(long long i) {
+    int u = unit_at(i);
+    return gran.is_off(u) ? gran.grad(u) + (i - units[u].a) : grads.data() + gbase[u] + (i - units[u].a);
+  }
   std::unique_ptr<ChunkStore<T>> store;              // plan.offload "chunked"
+  GranularHost<T> gran;   // plan.offload "granular": offloaded layers on the host (exec/runtime_granular.hpp)
+  std::vector<int> own_unit;  // per own range: its unit
   HostOptimizer<T> hopt;  // plan.offload "optimizer": master copy, moments and Adam on the host (exec/host_optimizer.hpp)
   void pull_master() {    // the host master copy = the device parameters of the own ranges
     for (size_t k = 0; hopt.on() && k < own.size(); ++k) hopt.pull(P(own[k].first), own_off[k], own[k].second - own[k].first);
@@ -128,14 +135,14 @@ struct RankRun {
   bool is_layer_unit(int ui) const { return ui >= 1 && ui <= (int)L; }
   // zgrad: a zeroed full gradient of unit ui, the views' gradients pointing into it (no-op if it exists).
   void grad_acquire(int ui) {
-    if (!zgrad || !is_layer_unit(ui) || !ugrad[ui].empty()) return;
+    if ((!zgrad && !gran.is_off(ui)) || !is_layer_unit(ui) || !ugrad[ui].empty()) return;
     const Unit& u = units[ui];
     ugrad[ui].resize(u.b - u.a);
     ops::fill(ugrad[ui].data(), T(0), (long)(u.b - u.a));
     gl.each_view(u.a, u.b, [&](size_t v, long long lo, long long, long long at) { gtab[v] = ugrad[ui].data() + at - lo; });
   }
   void grad_release(int ui) {
-    if (!zgrad || !is_layer_unit(ui)) return;
+    if ((!zgrad && !gran.is_off(ui)) || !is_layer_unit(ui)) return;
     Buf<T>().swap(ugrad[ui]);
     gl.each_view(units[ui].a, units[ui].b, [&](size_t v, long long, long long, long long) { gtab[v] = nullptr; });
   }
@@ -170,17 +177,25 @@ struct RankRun {
     units[0] = Unit{gl.embed_begin, gl.embed_end, 0, rc.stage == first_stage || (sc.model.tied_embeddings && rc.stage == last_stage)};
     for (long long l = 0; l < L; ++l) units[unit_of_layer(l)] = Unit{gl.layer_begin[l], gl.layer_end[l], 0, stage_of_layer(l) == rc.stage};
     units[L + 1] = Unit{gl.head_begin, gl.head_end, 0, rc.stage == last_stage};
-    long long state = 0;
+    long long state = 0, hstate = 0;  // the moments' length on the device / host (granular offload)
+    std::vector<char> goff(units.size(), 0);
+    std::vector<long long> ulen;
+    if (p.offload.kind == OffloadKind::granular)
+      for (int l : p.offload.layers) goff[unit_of_layer(l)] = units[unit_of_layer(l)].owned;
     for (Unit& u : units) {
       long long len = u.b - u.a;
+      ulen.push_back(len);
       u.slice = p.zero >= 1 ? (len + p.data_ranks() - 1) / p.data_ranks() : len;
       if (!u.owned) continue;
       long long a = p.zero >= 1 ? u.a + rc.dp * u.slice : u.a;
       long long z = p.zero >= 1 ? std::min(u.b, a + u.slice) : u.b;
       own.push_back({a, std::max(a, z)});
-      own_off.push_back(state);
-      state += u.slice;  // padded: every own range gets its full slice
+      own_unit.push_back(int(&u - units.data()));
+      long long& at = goff[&u - units.data()] ? hstate : state;
+      own_off.push_back(at);
+      at += u.slice;  // padded: every own range gets its full slice
     }
+    if (p.offload.kind == OffloadKind::granular) gran.init(goff, ulen, hstate);
     // The rank holds only its stage's units: a compact buffer of the owned units in layout order; flat
     // (layout) offsets map to it through cbase (P / Gd below). Views of other stages' units get no storage.
     // zparam: the owned layers are only their slices (pslice, by own range).
@@ -190,10 +205,11 @@ struct RankRun {
       long long n = 0;
       cbase.assign(units.size(), -1);
       for (size_t ui = 0; ui < units.size(); ++ui)
-        if (units[ui].owned && !(zparam && is_layer_unit((int)ui))) { cbase[ui] = n; n += units[ui].b - units[ui].a; }
+        if (units[ui].owned && !(zparam && is_layer_unit((int)ui)) && !gran.is_off((int)ui)) { cbase[ui] = n; n += units[ui].b - units[ui].a; }
       zeros(params, n);
       for (size_t ui = 0; ui < units.size(); ++ui)
         if (cbase[ui] >= 0) upload(params.data() + cbase[ui], all.data() + units[ui].a, units[ui].b - units[ui].a);
+        else if (gran.is_off((int)ui)) std::copy(all.data() + units[ui].a, all.data() + units[ui].b, gran.param((int)ui));
       if (zparam) zeros(pslice, state);
       for (size_t ui = 0; zparam && ui < units.size(); ++ui)
         if (units[ui].owned && is_layer_unit((int)ui)) {
@@ -207,7 +223,7 @@ struct RankRun {
       long long n = 0;
       gbase.assign(units.size(), -1);
       for (size_t ui = 0; ui < units.size(); ++ui)
-        if (units[ui].owned && !(zgrad && is_layer_unit((int)ui))) { gbase[ui] = n; n += units[ui].b - units[ui].a; }
+        if (units[ui].owned && !(zgrad && is_layer_unit((int)ui)) && !gran.is_off((int)ui)) { gbase[ui] = n; n += units[ui].b - units[ui].a; }
       zeros(grads, n);
       ugrad.resize(units.size());
     }
@@ -215,7 +231,7 @@ struct RankRun {
     model.d1.params = model.d2.params = params.data();
     model.d1.grads = model.d2.grads = grads.data();
     for (const ParamView& v : gl.views) {
-      bool held = cbase[unit_at(v.offset)] >= 0;
+      bool held = cbase[unit_at(v.offset)] >= 0;  // (granular: null until a run loads its unit)
       ptab.push_back(held ? P(v.offset) : nullptr);
       gtab.push_back(held && gbase[unit_at(v.offset)] >= 0 ? Gd(v.offset) : nullptr);
     }
@@ -255,7 +271,8 @@ struct RankRun {
     gl.read_range(gtab, u.a, u.b, in.data());
     dp->reduce_scatter_sum(in.data(), out.data(), u.slice, dtype_of<T>());
     size_t k = own_index(ui);
-    ops::accumulate(gshard.data() + own_off[k], out.data(), (long)u.slice);
+    if (gran.is_off(ui)) gran.grad_to_host(Gd(own[k].first), out.data(), own[k].second - own[k].first);  // own slice down
+    else ops::accumulate(gshard.data() + own_off[k], out.data(), (long)u.slice);
     if (zgrad && is_layer_unit(ui)) grad_release(ui);  // the next run starts from a fresh zeroed buffer
     else gl.zero_range(gtab, u.a, u.a + len);
   }
@@ -266,6 +283,16 @@ struct RankRun {
     if (zparam && is_layer_unit(ui)) {  // straight into a fresh gathered unit, the views pointing into it
       gather_unit(*dp, pslice.data() + own_off[own_index(ui)], u.slice, uparam[ui]);
       gl.each_view(u.a, u.b, [&](size_t v, long long lo, long long, long long at) { ptab[v] = uparam[ui].data() + at - lo; });
+      return;
+    }
+    if (gran.is_off(ui)) {  // granular: the updated slices gathered on the host, into the host parameters
+      BackendScope host(cpu_backend());
+      Buf<T> mine(u.slice), all(u.slice * p.data_ranks());
+      std::fill(mine.begin(), mine.end(), T(0));
+      long long a = u.a + rc.dp * u.slice, z = std::min(u.b, a + u.slice);
+      std::copy(P(a), P(a) + std::max(0LL, z - a), mine.begin());
+      dp->all_gather(mine.data(), all.data(), u.slice, dtype_of<T>());
+      std::copy(all.begin(), all.begin() + (u.b - u.a), gran.param(ui));
       return;
     }
     Buf<T> mine(u.slice), all(u.slice * p.data_ranks());
@@ -313,6 +340,12 @@ struct RankRun {
       return parts;
     };
     if (store) check_runs_fit<T>(*store, run_layer, run_parts, (long long)p.offload.chunk_elements);
+    if (gran.on()) {  // the runs that use an offloaded layer
+      std::vector<int> ru(run_layer.size(), -1);
+      for (size_t r = 0; r < ru.size(); ++r)
+        if (gran.is_off(unit_of_layer(run_layer[r]))) ru[r] = unit_of_layer(run_layer[r]);
+      gran.set_runs(ru, p.offload.prefetch_layers);
+    }
     int cur_run = -1;
     auto enter = [&](size_t k) {  // before the first use of piece k's parameters: its run's chunks resident, pinned
       if (!store || run_of_piece[k] == cur_run) return;
@@ -391,6 +424,7 @@ struct RankRun {
       if (store) store->zero_resident_grads();
       cur_run = -1;
       if (p.zero >= 2) ops::fill(gshard.data(), T(0), (long)gshard.size());
+      if (gran.on()) gran.begin_step();
       for (long long j = 0; j < m; ++j) {
         fill_micro_batch(tokens, BatchSpec{(int)Tn, (int)b, o.seed}, step, (long)((rc.dp / p.cp * m + j) * b),
                          host_in.data(), host_tgt.data());
@@ -448,6 +482,11 @@ struct RankRun {
             std::snprintf(zn, sizeof zn, "zero.allgather.L%02d-L%02d.mb%d", l, l, (int)j);
             rec.span(zn, kTidZero, [&] { all_gather_unit(unit_of_layer(wl)); });
           }
+          if (run_start && gran.is_off(unit_of_layer(wl))) {  // granular: this run's loaded device copy
+            T* d = gran.device_copy(run_of_piece[pc]);
+            gl.each_view(units[unit_of_layer(wl)].a, units[unit_of_layer(wl)].b,
+                         [&](size_t v, long long lo, long long, long long at) { ptab[v] = d + at - lo; });
+          }
           const double piece_t0 = rec.on ? rec.now() : 0;
           LayerActs<T>& a = acts[(size_t)l * m + j];
           if (fwd) {
@@ -480,9 +519,19 @@ struct RankRun {
             if (p.zero >= 2 && p.data_ranks() > 1 && run_end) {
               if (model.sp) sp_reduce_layer(wl);
               reduce_scatter_unit(unit_of_layer(wl));
+            } else if (run_end && gran.is_off(unit_of_layer(wl))) {  // granular: the run's gradient to the host
+              const int ui = unit_of_layer(wl);
+              if (model.sp) sp_reduce_layer(wl);
+              gran.grad_to_host(gran.grad(ui), ugrad[ui].data(), units[ui].b - units[ui].a);
+              grad_release(ui);
             }
           }
           if (run_end) param_release(unit_of_layer(wl));
+          if (run_end && gran.is_off(unit_of_layer(wl))) {  // its copy freed; the next loads
+            gl.each_view(units[unit_of_layer(wl)].a, units[unit_of_layer(wl)].b,
+                         [&](size_t v, long long, long long, long long) { ptab[v] = nullptr; });
+            gran.end_run(run_of_piece[pc]);
+          }
           if (rec.on) {
             rec.ev.push_back({part_op_name(part_name(l), fwd ? "fwd" : "bwd", "", (int)j), kTidCompute, piece_t0, rec.now()});
             rec.sample_memory();
@@ -511,6 +560,7 @@ struct RankRun {
         if (store) store->host_phase_end();
       });
       if (hopt.on()) record_host_optimizer_step(res.offload, hopt);
+      if (gran.on()) record_granular_step(res.offload, gran);
       if (store) record_chunk_step(res.offload, store->end_step());
       double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       prof::step_end(step);
@@ -560,6 +610,9 @@ struct RankRun {
     std::vector<TensorView> t = {{"params", d, params.data(), (long)params.size()}, {"m1", d, mom1, nm},
                                  {"m2", d, mom2, nm}, {"meta", Dtype::i32, meta, 2}};
     if (zparam) t.push_back({"pslice", d, pslice.data(), (long)pslice.size()});
+    if (gran.on())  // granular: the host parameters and moments
+      for (auto [name, b] : {std::pair{"gparams", &gran.hp}, std::pair{"gm1", &gran.m1}, std::pair{"gm2", &gran.m2}})
+        t.push_back({name, d, b->data(), (long)b->size()});
     return t;
   }
   void save_checkpoint(long next_step) {
@@ -607,16 +660,18 @@ struct RankRun {
     // Sequence parallelism: the layers' LayerNorm and row-parallel bias gradients are partial per tp rank
     // (with ZeRO >= 2 and dp > 1 this happened before each layer's reduce-scatter).
     if (model.sp && !(p.zero >= 2 && p.data_ranks() > 1))
-      for (long long l = 0; l < L; ++l)
-        if (units[unit_of_layer(l)].owned) sp_reduce_layer((int)l);
+      for (long long l = 0; l < L; ++l)  // (granular: the offloaded layers' were reduced before going down)
+        if (units[unit_of_layer(l)].owned && !gran.is_off(unit_of_layer(l))) sp_reduce_layer((int)l);
     // Tied embedding: the first and last stage add their copies' gradients.
     if (units[0].owned && p.pp > 1 && sc.model.tied_embeddings && first_stage != last_stage && emb)
       emb->all_reduce_sum(Gd(units[0].a), units[0].b - units[0].a, dtype_of<T>());
     // Data parallel: all-reduce (ZeRO 0), reduce-scatter of each owned unit (ZeRO 1; ZeRO >= 2 reduced the layers
     // during the backward and reduces the ends here).
-    auto G = [&](size_t k, long long i) -> T* {  // gradient element i of own range k
-      return p.zero >= 2 ? gshard.data() + own_off[k] + (i - own[k].first) : Gd(i);
+    auto G = [&](size_t k, long long i) -> T* {  // gradient element i of own range k (granular: on the host)
+      return p.zero >= 2 && !gran.is_off(own_unit[k]) ? gshard.data() + own_off[k] + (i - own[k].first) : Gd(i);
     };
+    // Work on an offloaded unit's host memory runs on the CPU backend.
+    auto on_host = [&](int ui) -> const Backend& { return gran.is_off(ui) ? cpu_backend() : current_backend(); };
     if (p.zero == 0) {
       if (p.data_ranks() > 1)
         for (const Unit& u : units)
@@ -626,6 +681,7 @@ struct RankRun {
         if (!units[ui].owned) continue;
         if (p.zero >= 2 && ui != 0 && ui != (int)L + 1) continue;  // layers already reduced
         if (p.zero >= 2) { reduce_scatter_unit(ui); continue; }
+        BackendScope where(on_host(ui));
         const Unit& u = units[ui];
         Buf<T> inb(u.slice * p.data_ranks()), out(u.slice);
         ops::copy(inb.data(), Gd(u.a), (long)(u.b - u.a));
@@ -636,11 +692,12 @@ struct RankRun {
       }
     } else if (p.zero >= 2) {  // dp == 1: the "slice" is the whole unit
       for (size_t k = 0; k < own.size(); ++k)
-        if (own[k].second > own[k].first) ops::accumulate(G(k, own[k].first), Gd(own[k].first), (long)(own[k].second - own[k].first));
+        if (own[k].second > own[k].first && !gran.is_off(own_unit[k])) ops::accumulate(G(k, own[k].first), Gd(own[k].first), (long)(own[k].second - own[k].first));
     }
     // Global gradient norm: each parameter once (tp-replicated on tp rank 0, the tied embedding on its first stage).
     double sq = 0;
     for (size_t k = 0; k < own.size(); ++k) {
+      BackendScope where(on_host(own_unit[k]));
       for (size_t v = 0; v < gl.views.size(); ++v) {
         const ParamView& pv = gl.views[v];
         long long a = std::max(own[k].first, pv.offset), z = std::min(own[k].second, pv.offset + pv.count);
@@ -657,6 +714,9 @@ struct RankRun {
     T clip = norm > o.grad_clip && o.grad_clip > 0 ? T(o.grad_clip / norm) : T(1);
     double lr = learning_rate(o, step, warmup);
     for (size_t k = 0; k < own.size(); ++k) {
+      BackendScope where(on_host(own_unit[k]));
+      T* M1 = gran.is_off(own_unit[k]) ? gran.m1.data() : m1.data();
+      T* M2 = gran.is_off(own_unit[k]) ? gran.m2.data() : m2.data();
       for (const ParamView& pv : gl.views) {
         long long a = std::max(own[k].first, pv.offset), z = std::min(own[k].second, pv.offset + pv.count);
         if (a >= z) continue;
@@ -667,7 +727,7 @@ struct RankRun {
         long long so = own_off[k] + (a - own[k].first);
         const T wd = T(pv.decay ? o.weight_decay : 0);
         if (hopt.on()) hopt.step(P(a), g, so, z - a, T(lr), T(o.beta1), T(o.beta2), T(o.eps), wd, (long)step + 1);
-        else ops::adamw(P(a), g, m1.data() + so, m2.data() + so, (long)(z - a), T(lr), T(o.beta1), T(o.beta2), T(o.eps),
+        else ops::adamw(P(a), g, M1 + so, M2 + so, (long)(z - a), T(lr), T(o.beta1), T(o.beta2), T(o.eps),
                         wd, (long)step + 1);
       }
     }

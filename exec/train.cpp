@@ -38,8 +38,11 @@ void check_runnable(const Scenario& sc) {
   const Plan& p = sc.plan;
   std::vector<std::string> no;
   auto need = [&](bool ok, const std::string& what) { if (!ok) no.push_back(what); };
-  need(p.offload.kind != OffloadKind::granular,
-       "$.plan.offload kind \"granular\" (\"chunked\" and \"optimizer\" run)");
+  if (p.offload.kind == OffloadKind::granular) {  // exec/runtime_granular.hpp
+    need(p.zero <= 2, "$.plan.zero 3 with $.plan.offload kind \"granular\" (ZeRO 0-2 run)");
+    need(p.tp_mode == TpMode::d1 && p.cp == 1, "$.plan.offload kind \"granular\" with tp_mode \"2d\" or cp > 1");
+    need(!sc.delink.on(), "$.plan.offload kind \"granular\" with $.plan.delink");
+  }
   need(p.tp_mode == TpMode::d2 || sc.model.vocab % p.tp == 0,
        "$.plan.tp: must divide the model's vocab (" + std::to_string(sc.model.vocab) + ") for the vocabulary-parallel embedding");
   need(p.ep == 1 && sc.model.moe.experts == 0, "mixture of experts ($.model.moe, $.plan.ep)");
@@ -95,10 +98,11 @@ json run_result_to_json(const RunResult& r, const Scenario& sc, const RunOptions
           {"first_step", r.first_step}};
   if (r.stop_signal) j["stopped_by_signal"] = r.stop_signal;
   if (!r.last_checkpoint.empty()) j["last_checkpoint"] = r.last_checkpoint;
-  if (r.offload.on && r.offload.kind == "optimizer") {  // exec/host_optimizer.hpp
+  if (r.offload.on && r.offload.kind != "chunked") {  // exec/host_optimizer.hpp, exec/runtime_granular.hpp
     const OffloadResult& f = r.offload;
-    j["offload"] = {{"kind", "optimizer"}, {"h2d_bytes", f.h2d_bytes}, {"d2h_bytes", f.d2h_bytes},
+    j["offload"] = {{"kind", f.kind}, {"h2d_bytes", f.h2d_bytes}, {"d2h_bytes", f.d2h_bytes},
                     {"host_bytes", f.host_bytes}};
+    if (f.kind == "granular") j["offload"]["peak_loaded_bytes"] = f.peak_loaded_bytes;
   } else if (r.offload.on) {
     const OffloadResult& f = r.offload;
     j["offload"] = {{"kind", "chunked"},
