@@ -22,6 +22,11 @@
 // parts are the layer's unit plus the embedding for layer 0 and the head and the (tied) embedding for the last
 // layer; the store makes them resident and pins them before the run's first use; the optimizer is the ADAM
 // moment (CPU Adam on the flat buffers between host_phase_begin / host_phase_end).
+// Optimizer offload (exec/host_optimizer.hpp): no moments on the device; per own range, gradients down, host Adam,
+// parameters up. Granular offload (exec/runtime_granular.hpp): an offloaded layer has no device storage between
+// runs (cbase / gbase -1; P / Gd give its host copies); each run points its views at the run's loaded copy, its
+// backward gradient is a transient buffer sent down at the run's end; the optimizer works on its host memory
+// under the CPU backend.
 // Memory (what `trainplan validate` measures against the simulator): activations are held as a trainer's
 // autograd holds them. A layer's input is moved into its saved activations (no copy of the residual stream),
 // the backward runs in place on one [N, C] gradient buffer, saved tensors are freed or overwritten by their

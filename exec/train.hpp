@@ -5,8 +5,9 @@
 // Supported so far: data parallelism with ZeRO 0-3 x Megatron 1D tensor parallelism x pipelines (GPipe, 1F1B,
 // interleaved, modular) with standard or layered accumulation, recompute none / selective / full, float32 or
 // float64, 2D TP, sequence parallelism, delink, chunked offload (PatrickStar, exec/chunk_store.hpp: a real
-// device arena of --device-budget bytes) and optimizer offload (ZeRO-Offload, exec/host_optimizer.hpp). Other
-// plan keys (granular offload, MoE) are rejected with exit code 2 before any rank starts work.
+// device arena of --device-budget bytes), optimizer offload (ZeRO-Offload, exec/host_optimizer.hpp) and granular
+// offload with ZeRO 0-2 (M6-10T, exec/runtime_granular.hpp). Other plan keys (MoE; granular with ZeRO-3, 2D TP,
+// cp or delink) are rejected with exit code 2 before any rank starts work.
 #pragma once
 #include <string>
 #include <vector>
@@ -75,7 +76,7 @@ struct RunResult {
   long delink_step = -1;             // the step that ran first on the delinked (real) model, -1 without delink
   long first_step = 0;               // losses[i] is step first_step + i (> 0 after a resume)
   json trace;                        // this rank's trace events of the last step (when RunOptions::trace is set)
-  OffloadResult offload;             // plan.offload chunked (rank 0's store) or optimizer (its host optimizer)
+  OffloadResult offload;             // plan.offload chunked (rank 0's store), optimizer or granular (its host state)
   int stop_signal = 0;               // SIGINT / SIGTERM stopped the run after the steps in `losses`
   std::string last_checkpoint;       // the newest complete checkpoint directory written or resumed from ("" none)
 };
