@@ -96,7 +96,7 @@ void record_host_optimizer_step(OffloadResult& f, HostOptimizer<T>& h) {
   f.kind = "optimizer";
   f.h2d_bytes.push_back(h.h2d_bytes);
   f.d2h_bytes.push_back(h.d2h_bytes);
-  f.host_bytes = h.pinned_bytes();
+  f.host_state_bytes = h.pinned_bytes();
   h.h2d_bytes = h.d2h_bytes = 0;
 }
 

@@ -109,7 +109,7 @@ void record_granular_step(OffloadResult& f, GranularHost<T>& g) {
   f.kind = "granular";
   f.h2d_bytes.push_back(g.h2d_bytes);
   f.d2h_bytes.push_back(g.d2h_bytes);
-  f.host_bytes = g.pinned_bytes();
+  f.host_state_bytes = g.pinned_bytes();
   f.peak_loaded_bytes.push_back(g.peak_loaded_bytes);
   g.h2d_bytes = g.d2h_bytes = g.peak_loaded_bytes = 0;
 }

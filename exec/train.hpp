@@ -45,12 +45,12 @@ int pending_stop_signal();  // the signal received (0 none)
 
 // plan.offload "chunked": what the chunk store of rank 0 did, per step (exec/chunk_store.hpp); plan.offload
 // "optimizer": rank 0's host optimizer (exec/host_optimizer.hpp): kind, h2d_bytes / d2h_bytes per step and
-// host_bytes (the pinned host state: master copy, gradient buffer, two moments); the chunk fields stay 0.
+// host_state_bytes (the pinned host state: master copy, gradient buffer, two moments); the chunk fields stay 0.
 // "granular" (exec/runtime_granular.hpp): the same, plus peak_loaded_bytes per step.
 struct OffloadResult {
   bool on = false;
   std::string kind = "chunked";  // "chunked" or "optimizer"
-  double host_bytes = 0;         // optimizer / granular: pinned host memory held
+  double host_state_bytes = 0;         // optimizer / granular: pinned host memory held
   std::vector<double> peak_loaded_bytes;  // granular: per step, the most device copies of offloaded layers held
   double budget_bytes = 0, arena_bytes = 0;  // the device budget and the arena actually allocated
   long long chunk_elements = 0;

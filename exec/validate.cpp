@@ -136,7 +136,7 @@ json validate_run(const std::string& file, const json& profile, const std::strin
   mine[kRow + 1] = my_rss_peak - rss0;
   const bool opt_off = rr.offload.on && rr.offload.kind != "chunked";  // optimizer or granular
   // Device memory: chunked offload's store figure; optimizer offload's = the heap less its pinned host state.
-  mine[kRow + 2] = opt_off ? mine[kRow] - rr.offload.host_bytes : rr.offload.on ? rr.offload.peak_device_bytes_max : 0;
+  mine[kRow + 2] = opt_off ? mine[kRow] - rr.offload.host_state_bytes : rr.offload.on ? rr.offload.peak_device_bytes_max : 0;
   std::vector<double> all(mine.size() * R);
   world.all_gather(mine.data(), all.data(), (long)mine.size(), Dtype::f64);
   if (world.rank() != 0) return nullptr;
@@ -199,7 +199,7 @@ json validate_run(const std::string& file, const json& profile, const std::strin
                     {"tokens_per_s", rr.tokens_per_s}, {"losses", rr.losses}}},
       {"error", {{"step_time", rel_err(res.step_time_s, meas_step)}, {"peak_memory", rel_err(res.peak_bytes_per_gpu, meas_peak)}}},
       {"per_op_class", headline},
-      {"offload", opt_off ? json{{"kind", rr.offload.kind}, {"host_bytes", rr.offload.host_bytes},
+      {"offload", opt_off ? json{{"kind", rr.offload.kind}, {"host_state_bytes", rr.offload.host_state_bytes},
                                  {"h2d_bytes", rr.offload.h2d_bytes}, {"d2h_bytes", rr.offload.d2h_bytes}}
                   : device ? json{{"kind", "chunked"}, {"budget_bytes", rr.offload.budget_bytes}, {"arena_bytes", rr.offload.arena_bytes},
                                 {"peak_device_bytes", rr.offload.peak_device_bytes},

@@ -108,7 +108,7 @@ TEST(RunOffload, OptimizerOffloadMatchesSingleRankFloat64) {
   ASSERT_FALSE(f32.is_null());
   expect_close(f32, ref, "losses", 1e-4, "fp32");
   expect_copies(f32, kParams, sizeof(float), steps, "fp32");
-  EXPECT_EQ(f32["offload"]["host_bytes"].get<double>(), 4.0 * sizeof(float) * (double)kParams);  // master, grad, m, v
+  EXPECT_EQ(f32["offload"]["host_state_bytes"].get<double>(), 4.0 * sizeof(float) * (double)kParams);  // master, grad, m, v
 }
 
 // The host moments (and granular's host parameters) are checkpointed: a resumed run continues bit-identically.
@@ -170,7 +170,7 @@ TEST(RunOffload, OptimizerStateLeavesTheDevice) {
   EXPECT_NEAR(base_heap - off_dev, moments, 1e-3 * moments) << base_heap << " " << off_dev;
   EXPECT_NEAR(off_heap - base_heap, moments, 1e-3 * moments) << base_heap << " " << off_heap;
   EXPECT_EQ(off["predicted"]["memory"]["optimizer"].get<double>(), 0.0);
-  EXPECT_EQ(off["offload"]["host_bytes"].get<double>(), 2.0 * moments);
+  EXPECT_EQ(off["offload"]["host_state_bytes"].get<double>(), 2.0 * moments);
 
   std::ifstream in(std::string(TP_SOURCE_DIR) + "/scenarios/exec/validate-gpt256-1r.json");
   json sj = json::parse(in);
@@ -208,7 +208,7 @@ void expect_granular(const json& r, const GranCase& c, size_t eb, int steps) {
     EXPECT_EQ(f["peak_loaded_bytes"][s].get<double>(), (double)(eb * kLayer * std::min<long long>(c.prefetch + 1, total_runs)))
         << c.name << " step " << s;
   }
-  EXPECT_EQ(f["host_bytes"].get<double>(), (double)(eb * c.off_layers * (2 * kLayer + 2 * own))) << c.name;
+  EXPECT_EQ(f["host_state_bytes"].get<double>(), (double)(eb * c.off_layers * (2 * kLayer + 2 * own))) << c.name;
 }
 
 }  // namespace
@@ -284,7 +284,7 @@ TEST(RunOffload, GranularValidatesDeviceMemory) {
   ASSERT_FALSE(r.is_null());
   EXPECT_EQ(r["measured"]["peak_memory_kind"], "device");
   EXPECT_EQ(r["offload"]["kind"], "granular");
-  EXPECT_GT(r["offload"]["host_bytes"].get<double>(), 0);
+  EXPECT_GT(r["offload"]["host_state_bytes"].get<double>(), 0);
   const double pred = r["predicted"]["peak_memory_bytes"].get<double>(), meas = r["measured"]["peak_memory_bytes"].get<double>();
   EXPECT_LT(std::abs(pred - meas) / meas, 0.05) << "predicted " << pred << " measured " << meas;
 }
