@@ -103,7 +103,7 @@ TEST(ChunkSim, ModelThatFitsHasNoSteadyMovesAndGpuAdam) {
   EXPECT_DOUBLE_EQ(r.gpu_adam_elements, 4 * kE);
   EXPECT_DOUBLE_EQ(r.cpu_adam_elements, 0);
   EXPECT_DOUBLE_EQ(r.adam_d2h_bytes + r.adam_h2d_bytes, 0);
-  EXPECT_DOUBLE_EQ(r.host_state_bytes, 0);
+  EXPECT_DOUBLE_EQ(r.host_bytes, 0);
   EXPECT_DOUBLE_EQ(r.peak_gpu_chunk_bytes, 4 * kChunk);
   for (double b : r.gpu_chunk_bytes) EXPECT_DOUBLE_EQ(b, 4 * kChunk);
 }
@@ -125,7 +125,7 @@ TEST(ChunkSim, HybridAdamCountFollowsMargin) {
   EXPECT_TRUE(r.moves.empty());
   EXPECT_DOUBLE_EQ(r.adam_d2h_bytes, 2 * kChunk);
   EXPECT_DOUBLE_EQ(r.adam_h2d_bytes, 2 * kChunk);
-  EXPECT_DOUBLE_EQ(r.host_state_bytes, 2 * kE * 12);  // CPU optimizer state only
+  EXPECT_DOUBLE_EQ(r.host_bytes, 2 * kE * 12);  // CPU optimizer state only
 }
 
 TEST(ChunkSim, EvictsTheChunkUsedFurthestInTheFuture) {
@@ -151,7 +151,7 @@ TEST(ChunkSim, EvictsTheChunkUsedFurthestInTheFuture) {
   EXPECT_DOUBLE_EQ(r.h2d_bytes[3], kChunk);
   EXPECT_DOUBLE_EQ(r.d2h_bytes[5], kChunk);
   EXPECT_DOUBLE_EQ(r.peak_gpu_chunk_bytes, 2 * kChunk);
-  EXPECT_DOUBLE_EQ(r.host_state_bytes, kChunk + 3 * kE * 12);  // one fp16 chunk on the CPU + all OS
+  EXPECT_DOUBLE_EQ(r.host_bytes, kChunk + 3 * kE * 12);  // one fp16 chunk on the CPU + all OS
 }
 
 TEST(ChunkSim, WorstCasePcieBytesPerStep) {
@@ -169,7 +169,7 @@ TEST(ChunkSim, WorstCasePcieBytesPerStep) {
   EXPECT_EQ(r.moves.size(), 2u * (2 * P - 1));
   EXPECT_DOUBLE_EQ(r.adam_d2h_bytes + r.adam_h2d_bytes, 0);  // nothing on the GPU at ADAM
   EXPECT_DOUBLE_EQ(r.gpu_chunk_bytes.back(), 0);
-  EXPECT_DOUBLE_EQ(r.host_state_bytes, twoM + P * kE * 12);
+  EXPECT_DOUBLE_EQ(r.host_bytes, twoM + P * kE * 12);
 
   // N = 2: each part is one comm group (two chunks, one per rank). The gathered remote payload lives in
   // the all-gather buffer (comm_buffer 4000); the budget min(.) - 4000 = 2000 holds the local chunk only.
@@ -215,7 +215,7 @@ TEST(ChunkSim, Deterministic) {
     EXPECT_EQ(a.gpu_chunk_bytes, b.gpu_chunk_bytes);
     EXPECT_EQ(a.os_chunks_on_gpu, b.os_chunks_on_gpu);
     EXPECT_EQ(a.adam_d2h_bytes, b.adam_d2h_bytes);
-    EXPECT_EQ(a.host_state_bytes, b.host_state_bytes);
+    EXPECT_EQ(a.host_bytes, b.host_bytes);
     EXPECT_EQ(a.fits, b.fits);
     EXPECT_EQ(a.why, b.why);
   }

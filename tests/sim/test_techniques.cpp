@@ -178,7 +178,7 @@ TEST(TechniqueOffload, GranularPcieBytesStandardVsLayered) {
     const RankStatic& st = r.prog.statics[0];
     double gpu_params = st.params - P_layers;
     EXPECT_LT(rel(st.weights_bytes, gpu_params * e), 1e-9);
-    EXPECT_GT(st.host_state_bytes, 0);
+    EXPECT_GT(st.host_bytes, 0);
   }
 }
 
@@ -198,7 +198,7 @@ TEST(TechniqueOffload, OptimizerOffloadPcieBytesAndStall) {
   EXPECT_EQ(r.memory.optimizer, 0);
   EXPECT_EQ(count_tasks(r, TaskKind::optimizer), 0);
   EXPECT_EQ(count_tasks(r, TaskKind::host_adam), 1);
-  EXPECT_LT(rel(st.host_state_bytes, st.params / d * 16), 1e-9);  // fp32 master + m + v + fp32 gradient shard
+  EXPECT_LT(rel(st.host_bytes, st.params / d * 16), 1e-9);  // fp32 master + m + v + fp32 gradient shard
   EXPECT_LT(r.breakdown.offload_stall, 1e-6 * r.step_time_s);
   // A slow host: CPU Adam over N/d params at 36 B/param / (1e9 B/s / 8 GPUs) is exposed as an offload stall.
   Result slow = optimizer_offload_run(1e9);
