@@ -4,8 +4,8 @@
 // ZeRO-1 has no equivalent. Its tensor parallelism always shards the norms' activations (= sequence
 // parallelism), its attention is SDPA / flex (flash), its fp8 is torchao's float8 converter, and its models are
 // registered flavors (a comment gives the shape to register). Refused: GELU models, MoE (TorchTitan's MoE is
-// dropless), ZeRO-1, tp without sequence parallelism, unfused attention, fp16, every offload, and the
-// techniques no target has.
+// dropless), ZeRO-1, tp without sequence parallelism, unfused attention, fp16, mixed precision under tp / pp
+// without FSDP, every offload, and the techniques no target has.
 #include <algorithm>
 
 #include "export/export.hpp"
@@ -35,6 +35,12 @@ void refuse_torchtitan(const Scenario& sc, Refusals& r) {
          "ZeRO-Offload (FSDP2's CPU offload moves parameters and gradients too)", "no offload");
   r.need(!(p.schedule == Schedule::gpipe && p.virtual_stages > 1), "$.plan.virtual_stages",
          "virtual stages under the GPipe schedule", "\"schedule\": \"interleaved\" (Interleaved1F1B)");
+  // TorchTitan's mixed precision comes from fully_shard (dp shard > 1 or cp > 1) or, for plain DDP / one device,
+  // torch.autocast; with tp or pp and neither, it trains in fp32 (distributed/utils.py maybe_enable_amp).
+  const bool fsdp = (p.zero >= 2 && p.dp > 1) || p.cp > 1;
+  r.need(sc.training.precision == Precision::fp32 || fsdp || (p.tp == 1 && p.pp == 1), "$.training.precision",
+         "mixed precision with tp or pp but no FSDP (TorchTitan then trains in fp32)",
+         "\"zero\": 3 (FSDP2) over dp > 1, or \"precision\": \"fp32\"");
   r.need(!p.tp_comm_overlap || p.tp > 1, "$.plan.tp_comm_overlap", "tp communication overlap without tp", "without it");
 }
 

@@ -442,6 +442,8 @@ TEST(Export, InexpressibleFeaturesAreRefusedWithPathAndNearestPlan) {
       {"cp_ds", {{"cp", 2}, {"dp", 4}, {"attention", "flash"}}, Target::deepspeed, "$.plan.cp"},
       {"interleaved_ds", json::object(), Target::deepspeed, "$.plan.schedule"},
       {"zero1_titan", json::object(), Target::torchtitan, "$.plan.zero"},
+      {"zero0_tp_pp_bf16_titan", {{"zero", 0}, {"schedule", "1f1b"}, {"virtual_stages", 1}}, Target::torchtitan,
+       "$.training.precision"},
       {"uneven_interleaved_titan", {{"virtual_stages", 2}, {"first_stage_layers", 18}, {"last_stage_layers", 18}, {"zero", 3}},
        Target::torchtitan, "$.plan.stage_layers"},
       {"param_gather_no_grad_overlap", {{"overlap_param_gather", true}, {"overlap_grad_reduce", false}}, Target::megatron,
