@@ -1,7 +1,8 @@
 // export/megatron: the plan as Megatron-LM pretrain_gpt.py arguments (Megatron-LM core_v0.15.3,
 // megatron/training/arguments.py; data/export/megatron-lm.flags). Mapping: ZeRO-1 = --use-distributed-optimizer,
-// ZeRO-2 / ZeRO-3 = Megatron FSDP (--use-megatron-fsdp, sharding optim_grads / optim_grads_params), optimizer
-// offload = --optimizer-cpu-offload (with the distributed optimizer, as Megatron requires); uneven stages =
+// ZeRO-2 / ZeRO-3 = Megatron FSDP (--use-megatron-fsdp, sharding optim_grads / optim_grads_params, with the
+// distributed optimizer), optimizer offload = --optimizer-cpu-offload (with the distributed optimizer, as
+// Megatron requires); uneven stages =
 // --decoder-first/last-pipeline-num-layers; GPipe, modular pipelines, layered accumulation, Optimus 2D and the
 // chunked / granular offloads have no Megatron-LM equivalent and are refused.
 #include <algorithm>
@@ -86,7 +87,9 @@ void plan_args(const Scenario& sc, Options& o, Refusals& r) {
   } else if (p.recompute == Recompute::selective) {
     o.push_back({"--recompute-granularity", "selective"});
   }
-  if (p.zero == 1) o.push_back({"--use-distributed-optimizer", ""});
+  // Megatron FSDP runs with the distributed optimizer too (docs/source/api-guide/custom_fsdp.md and the fsdp_dtensor
+  // functional tests; the precision-aware optimizer of --optimizer-cpu-offload asserts it).
+  if (p.zero >= 1) o.push_back({"--use-distributed-optimizer", ""});
   if (p.zero >= 2) {
     o.push_back({"--use-megatron-fsdp", ""});
     o.push_back({"--data-parallel-sharding-strategy", p.zero == 2 ? "optim_grads" : "optim_grads_params"});

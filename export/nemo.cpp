@@ -96,8 +96,9 @@ void plan_overrides(const Scenario& sc, Options& o, Refusals& r) {
   } else {
     o.push_back({c + "recompute_granularity", p.recompute == Recompute::selective ? "selective" : "None"});
   }
-  o.push_back({s + "ddp.use_distributed_optimizer", b(p.zero == 1)});
-  o.push_back({"optim.config.use_distributed_optimizer", b(p.zero == 1)});
+  // ZeRO >= 1: Megatron-Core's distributed optimizer (with Megatron FSDP for ZeRO-2/3, as Megatron-LM runs it).
+  o.push_back({s + "ddp.use_distributed_optimizer", b(p.zero >= 1)});
+  o.push_back({"optim.config.use_distributed_optimizer", b(p.zero >= 1)});
   if (p.zero >= 2) {
     o.push_back({s + "fsdp", "megatron"});
     o.push_back({s + "ddp.data_parallel_sharding_strategy", p.zero == 2 ? "optim_grads" : "optim_grads_params"});

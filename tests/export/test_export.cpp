@@ -180,6 +180,9 @@ Back back_megatron(const std::string& text, const std::set<std::string>& valid) 
   b.acc_emb = m.count("--account-for-embedding-in-pipeline-split");
   b.acc_loss = m.count("--account-for-loss-in-pipeline-split");
   if (m.count("--moe-layer-freq")) b.moe_pattern = m["--moe-layer-freq"];
+  if (m.count("--use-megatron-fsdp") || m.count("--optimizer-cpu-offload")) {
+    EXPECT_TRUE(m.count("--use-distributed-optimizer")) << "Megatron FSDP / the precision-aware optimizer need it";
+  }
   if (m.count("--overlap-param-gather")) {
     EXPECT_TRUE(m.count("--overlap-grad-reduce")) << "Megatron-LM asserts --overlap-grad-reduce with it";
   }
