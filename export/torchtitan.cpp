@@ -4,7 +4,7 @@
 // ZeRO-1 has no equivalent. Its tensor parallelism always shards the norms' activations (= sequence
 // parallelism), its attention is SDPA / flex (flash), its fp8 is torchao's float8 converter, and its models are
 // registered flavors (a comment gives the shape to register). Refused: GELU models, MoE (TorchTitan's MoE is
-// dropless), ZeRO-1, tp without sequence parallelism, unfused attention, fp16, mixed precision under tp / pp
+// dropless), ZeRO-1, ZeRO-0 beside tp / pp / cp, tp without sequence parallelism, unfused attention, fp16, mixed precision under tp / pp
 // without FSDP, every offload, and the techniques no target has.
 #include <algorithm>
 
@@ -35,6 +35,11 @@ void refuse_torchtitan(const Scenario& sc, Refusals& r) {
          "ZeRO-Offload (FSDP2's CPU offload moves parameters and gradients too)", "no offload");
   r.need(!(p.schedule == Schedule::gpipe && p.virtual_stages > 1), "$.plan.virtual_stages",
          "virtual stages under the GPipe schedule", "\"schedule\": \"interleaved\" (Interleaved1F1B)");
+  // ZeRO-0 is TorchTitan's DDP, which runs only as the sole parallelism; with cp it always shards weights with
+  // FSDP over dp x cp (models/llama3/infra/parallelize.py, v0.2.2).
+  r.need(p.zero != 0 || (p.cp == 1 && (p.dp == 1 || p.gpus() == p.dp)), "$.plan.zero",
+         "replicated weights (ZeRO-0) beside tp, pp or cp (TorchTitan's DDP is 1-D; its cp shards with FSDP)",
+         "\"zero\": 3 (FSDP2) or 2");
   // TorchTitan's mixed precision comes from fully_shard (dp shard > 1 or cp > 1) or, for plain DDP / one device,
   // torch.autocast; with tp or pp and neither, it trains in fp32 (distributed/utils.py maybe_enable_amp).
   const bool fsdp = (p.zero >= 2 && p.dp > 1) || p.cp > 1;

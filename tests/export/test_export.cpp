@@ -424,6 +424,9 @@ TEST(Export, PlanVariantsRoundTripOnEveryTarget) {
        {{"layers", 30}}, "", 3},
       {"uneven_interleaved", {{"virtual_stages", 2}, {"first_stage_layers", 18}, {"last_stage_layers", 18}}, json::object(),
        "", 2},
+      // Plain data parallelism: TorchTitan's DDP (its mixed precision by autocast) and every other target.
+      {"ddp_only", {{"zero", 0}, {"tp", 1}, {"pp", 1}, {"dp", 64}, {"sequence_parallel", false}, {"schedule", "1f1b"},
+                    {"virtual_stages", 1}}, json::object(), "", 4},
       {"overlap_param_gather_dp1", {{"dp", 1}, {"zero", 1}, {"overlap_param_gather", true}}, json::object(), "", 2},
   };
   for (const Case& c : cases) {
@@ -447,6 +450,8 @@ TEST(Export, InexpressibleFeaturesAreRefusedWithPathAndNearestPlan) {
       {"zero1_titan", json::object(), Target::torchtitan, "$.plan.zero"},
       {"zero0_tp_pp_bf16_titan", {{"zero", 0}, {"schedule", "1f1b"}, {"virtual_stages", 1}}, Target::torchtitan,
        "$.training.precision"},
+      {"zero0_cp_titan", {{"zero", 0}, {"cp", 2}, {"dp", 4}, {"pp", 1}, {"schedule", "1f1b"}, {"virtual_stages", 1}},
+       Target::torchtitan, "$.plan.zero"},
       {"uneven_interleaved_titan", {{"virtual_stages", 2}, {"first_stage_layers", 18}, {"last_stage_layers", 18}, {"zero", 3}},
        Target::torchtitan, "$.plan.stage_layers"},
       {"param_gather_no_grad_overlap", {{"overlap_param_gather", true}, {"overlap_grad_reduce", false}}, Target::megatron,
