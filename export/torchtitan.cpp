@@ -4,8 +4,8 @@
 // ZeRO-1 has no equivalent. Its tensor parallelism always shards the norms' activations (= sequence
 // parallelism), its attention is SDPA / flex (flash), its fp8 is torchao's float8 converter, and its models are
 // registered flavors (a comment gives the shape to register). Refused: GELU models, MoE (TorchTitan's MoE is
-// dropless), ZeRO-1, ZeRO-0 beside tp / pp / cp, tp without sequence parallelism, unfused attention, fp16, mixed precision under tp / pp
-// without FSDP, every offload, and the techniques no target has.
+// dropless), ZeRO-1, ZeRO-0 beside tp / pp / cp, tp without sequence parallelism, unfused attention, fp16,
+// mixed precision under tp / pp without FSDP, every offload, and the techniques no target has.
 #include <algorithm>
 
 #include "export/export.hpp"
