@@ -436,7 +436,7 @@ TEST(Export, PlanVariantsRoundTripOnEveryTarget) {
 }
 
 TEST(Export, InexpressibleFeaturesAreRefusedWithPathAndNearestPlan) {
-  struct Case { const char* name; json plan; Target t; const char* path; };
+  struct Case { const char* name; json plan; Target t; const char* path; json model = json::object(); };
   std::vector<Case> cases = {
       {"2d", {{"tp", 4}, {"dp", 16}, {"tp_mode", "2d"}, {"sequence_parallel", false}, {"microbatch", 2}}, Target::megatron, "$.plan.tp_mode"},
       {"modular", {{"schedule", "modular"}, {"grad_accumulation", "layered"}}, Target::nemo, "$.plan.schedule"},
@@ -452,6 +452,8 @@ TEST(Export, InexpressibleFeaturesAreRefusedWithPathAndNearestPlan) {
        "$.training.precision"},
       {"zero0_cp_titan", {{"zero", 0}, {"cp", 2}, {"dp", 4}, {"pp", 1}, {"schedule", "1f1b"}, {"virtual_stages", 1}},
        Target::torchtitan, "$.plan.zero"},
+      {"moe_pp_deepspeed", {{"schedule", "1f1b"}, {"virtual_stages", 1}, {"zero", 1}, {"ep", 2}}, Target::deepspeed,
+       "$.plan.pp", {{"moe", {{"experts", 8}, {"top_k", 2}}}}},
       {"uneven_interleaved_titan", {{"virtual_stages", 2}, {"first_stage_layers", 18}, {"last_stage_layers", 18}, {"zero", 3}},
        Target::torchtitan, "$.plan.stage_layers"},
       {"param_gather_no_grad_overlap", {{"overlap_param_gather", true}, {"overlap_grad_reduce", false}}, Target::megatron,
@@ -462,7 +464,7 @@ TEST(Export, InexpressibleFeaturesAreRefusedWithPathAndNearestPlan) {
        "$.plan.stage_layers"},
   };
   for (const Case& c : cases) {
-    Scenario sc = load(variant(c.plan));
+    Scenario sc = load(variant(c.plan, c.model));
     try {
       export_plan(sc, c.t, "s.json");
       ADD_FAILURE() << c.name << ": exported";
