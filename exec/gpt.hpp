@@ -205,6 +205,7 @@ struct Gpt : ParamTables<T> {
   // each micro-batch's load-balancing loss in the step's objective (coefficient x micro-batch / global batch).
   Comm* ep = nullptr;
   double moe_aux_weight = 0;
+  mutable double moe_aux_sum = 0;  // the unweighted load-balancing losses of the MoE forwards so far (tests)
 
   T* p(const std::string& name) const { return this->param_of(lay, name); }
   T* g(const std::string& name) const { return this->grad_of(lay, name); }

@@ -30,7 +30,7 @@ void moe_mlp_fwd(const Gpt<T>& g, const LayerParams& W, LayerActs<T>& a, T* x_ou
   Buf<T> logits((size_t)(N * E));
   ops::matmul(logits.data(), a.ln2.data(), g.p(W.router_w), N, E, C, false, false, T(1), T(0));
   a.m_probs.resize((size_t)(N * E)); a.m_gate.resize((size_t)(N * k)); a.m_slot.resize((size_t)(N * k));
-  ops::moe_route(a.m_probs.data(), a.m_slot.data(), a.m_gate.data(), logits.data(), N, E, k, cap, k > 1 ? 1 : 0);
+  g.moe_aux_sum += ops::moe_route(a.m_probs.data(), a.m_slot.data(), a.m_gate.data(), logits.data(), N, E, k, cap, k > 1 ? 1 : 0);
   Buf<T>().swap(logits);
   Buf<T> disp((size_t)(rows * C));
   ops::moe_dispatch(disp.data(), a.ln2.data(), a.m_slot.data(), N, k, C, rows);
