@@ -351,31 +351,36 @@ void Gpt<T>::layer_bwd(int wl, const T* dx_out, T* dx_in, LayerActs<T>& a, long 
   auto release = [](Buf<T>& v) { Buf<T>().swap(v); };
   if (dx_in != dx_out) ops::copy(dx_in, dx_out, Nl * C);
   T* dx = dx_in;
-  Buf<T> dln(N * C), dln_sh(sp ? Nl * C : 0);                                    // [N, C] partial; SP: [Nl, C]
-  T* dln_loc = sp ? dln_sh.data() : dln.data();
-  if (W.router_w >= 0) {
-    moe_mlp_bwd(*this, W, a, dx, dln.data(), N);  // a MoE layer (exec/moe.hpp)
+  Buf<T> dln, dln_sh;                                                            // [N, C] partial; SP: [Nl, C]
+  T* dln_loc = nullptr;
+  if (W.router_w >= 0) {  // a MoE layer (exec/moe.hpp; no SP there)
+    dln.resize(N * C);
+    moe_mlp_bwd(*this, W, a, dx, dln.data(), N);
+    dln_loc = dln.data();
   } else {
-  // MLP: z = act fc2_w (+ b), x_out = x_mid + z. dx_out is read (as dx) before the first write to dx below.
-  if (s.has_mlp_bias()) ops::bias_bwd(g(W.fc2_b), dx, Nl, C);
-  Buf<T> dz_full;                                                                // [N, C] (SP: all-gathered)
-  const T* dz = dx;
-  if (sp) { dz_full.resize(N * C); gather_rows(tp, dx, dz_full.data(), Nl, C); dz = dz_full.data(); }
-  ops::matmul(g(W.fc2_w), a.act.data(), dz, Fl, C, N, true, false, T(1), T(1));
-  T* dact = a.act.data();                                                        // [N, Fl], over the used act
-  ops::matmul(dact, dz, p(W.fc2_w), N, Fl, C, false, true, T(1), T(0));
-  release(dz_full);
-  T* dfc1 = a.fc1.data();                                                        // [N, F1], over the used fc1
-  if (gl) ops::gelu_bwd_set(dfc1, a.fc1.data(), dact, N * Fl);
-  else ops::swiglu_bwd_set(dfc1, a.fc1.data(), dact, N, Fl);
-  release(a.act);
-  if (s.has_mlp_bias()) ops::bias_bwd(g(W.fc1_b), dfc1, N, F1);
-  ops::matmul(g(W.fc1_w), a.ln2.data(), dfc1, C, F1, N, true, false, T(1), T(1));
-  release(a.ln2);
-  ops::matmul(dln.data(), dfc1, p(W.fc1_w), N, C, F1, false, true, T(1), T(0));
-  release(a.fc1);
-  if (sp) reduce_scatter_rows(tp, dln.data(), dln_loc, Nl, C);
-  else if (tp) tp->all_reduce_sum(dln.data(), N * C, dt(T{}));
+    // MLP: z = act fc2_w (+ b), x_out = x_mid + z. dx_out is read (as dx) before the first write to dx below.
+    if (s.has_mlp_bias()) ops::bias_bwd(g(W.fc2_b), dx, Nl, C);
+    Buf<T> dz_full;                                                                // [N, C] (SP: all-gathered)
+    const T* dz = dx;
+    if (sp) { dz_full.resize(N * C); gather_rows(tp, dx, dz_full.data(), Nl, C); dz = dz_full.data(); }
+    ops::matmul(g(W.fc2_w), a.act.data(), dz, Fl, C, N, true, false, T(1), T(1));
+    T* dact = a.act.data();                                                        // [N, Fl], over the used act
+    ops::matmul(dact, dz, p(W.fc2_w), N, Fl, C, false, true, T(1), T(0));
+    release(dz_full);
+    T* dfc1 = a.fc1.data();                                                        // [N, F1], over the used fc1
+    if (gl) ops::gelu_bwd_set(dfc1, a.fc1.data(), dact, N * Fl);
+    else ops::swiglu_bwd_set(dfc1, a.fc1.data(), dact, N, Fl);
+    release(a.act);
+    if (s.has_mlp_bias()) ops::bias_bwd(g(W.fc1_b), dfc1, N, F1);
+    ops::matmul(g(W.fc1_w), a.ln2.data(), dfc1, C, F1, N, true, false, T(1), T(1));
+    release(a.ln2);
+    dln.resize(N * C);
+    if (sp) dln_sh.resize(Nl * C);
+    dln_loc = sp ? dln_sh.data() : dln.data();
+    ops::matmul(dln.data(), dfc1, p(W.fc1_w), N, C, F1, false, true, T(1), T(0));
+    release(a.fc1);
+    if (sp) reduce_scatter_rows(tp, dln.data(), dln_loc, Nl, C);
+    else if (tp) tp->all_reduce_sum(dln.data(), N * C, dt(T{}));
   }
   ops::layernorm_bwd(dx, g(W.ln2_w), gl ? g(W.ln2_b) : (T*)nullptr, dln_loc, a.x_mid.data(),
                      p(W.ln2_w), a.ln2_mean.data(), a.ln2_rstd.data(), Nl, C);   // dx = d x_mid

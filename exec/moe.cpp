@@ -4,7 +4,9 @@
 // orders coincide and no communication happens.
 #include "exec/moe.hpp"
 
+#include "exec/backend.hpp"
 #include "exec/ops.hpp"
+#include "models/json_check.hpp"
 
 namespace tp::exec {
 
@@ -27,6 +29,9 @@ void moe_mlp_fwd(const Gpt<T>& g, const LayerParams& W, LayerActs<T>& a, T* x_ou
   const long cap = moe_capacity(N, E, k, s.capacity_factor), rows = E * cap;
   const int ep = g.ep ? g.ep->size() : 1, er = g.ep ? g.ep->rank() : 0;
   const long El = E / ep;
+  if (!current_backend().ops<T>().moe_route)  // a backend without the MoE ops (cuda, for now): refuse, never crash
+    throw InputError({std::string("--backend ") + current_backend().name +
+                      ": has no mixture-of-experts ops yet ($.model.moe runs on the cpu and emu backends)"});
   Buf<T> logits((size_t)(N * E));
   ops::matmul(logits.data(), a.ln2.data(), g.p(W.router_w), N, E, C, false, false, T(1), T(0));
   a.m_probs.resize((size_t)(N * E)); a.m_gate.resize((size_t)(N * k)); a.m_slot.resize((size_t)(N * k));
