@@ -102,7 +102,7 @@ GptLayout gpt_layout(const GptShape& s) {
       add(p + "router_w", s.C * s.experts, li, true, s.experts);
       add(p + "ex_w1", s.experts * s.C * s.fe1_cols(), li, true, s.fe1_cols());
       if (s.has_mlp_bias()) add(p + "ex_b1", s.experts * s.fe1_cols(), li, false, s.fe1_cols());
-      add(p + "ex_w2", s.experts * s.Fe * s.C, li, true, s.C);
+      add(p + "ex_w2", s.experts * s.fe_loc() * s.C, li, true, s.C);
       if (s.has_mlp_bias()) add(p + "ex_b2", s.experts * s.C, li, false, s.C);
       L.layer_end.push_back(L.total);
       continue;
@@ -188,6 +188,15 @@ std::vector<T> shard_params(const GptLayout& full, const std::vector<T>& fp, con
           dst[i * cols + j] = src[i * full_cols + (ends_with(v.name, "qkv_w") ? qkv_col(j) : fc1_col(j))];
     } else if (ends_with(v.name, "qkv_b") || ends_with(v.name, "fc1_b")) {
       for (long long j = 0; j < v.count; ++j) dst[j] = src[ends_with(v.name, "qkv_b") ? qkv_col(j) : fc1_col(j)];
+    } else if (ends_with(v.name, "ex_w1") || ends_with(v.name, "ex_b1")) {  // per expert: fc1's column split
+      const long long cl = s.fe1_cols(), cfull = cl * s.tp, fl = s.fe_loc(), per = ends_with(v.name, "ex_w1") ? C : 1;
+      for (long long i = 0; i < s.experts * per; ++i)
+        for (long long j = 0; j < cl; ++j)
+          dst[i * cl + j] = src[i * cfull + (j < fl ? r * fl + j : s.Fe + r * fl + (j - fl))];
+    } else if (ends_with(v.name, "ex_w2")) {  // per expert: fc2's block of rows
+      const long long fl = s.fe_loc();
+      for (long long e = 0; e < s.experts; ++e)
+        std::memcpy(dst + e * fl * C, src + (e * s.Fe + r * fl) * C, sizeof(T) * fl * C);
     } else if (v.name == "wte") {  // vocabulary rows [r V/t, (r+1) V/t)
       std::memcpy(dst, src + s.v_begin() * C, sizeof(T) * v.count);
     } else if (ends_with(v.name, "proj_w") || ends_with(v.name, "fc2_w")) {

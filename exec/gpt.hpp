@@ -39,7 +39,8 @@ struct GptShape {
   long long experts = 0, top_k = 1, Fe = 0, moe_every = 1;
   double capacity_factor = 1.0;
   bool is_moe(long long l) const { return experts > 0 && (l + 1) % moe_every == 0; }
-  long long fe1_cols() const { return (gelu ? 1 : 2) * Fe; }
+  long long fe_loc() const { return Fe / tp; }  // an expert's inner columns on this tp rank
+  long long fe1_cols() const { return (gelu ? 1 : 2) * fe_loc(); }
   // Local (this tp rank's) sizes.
   long long h_loc() const { return H / tp; }
   long long hkv_loc() const { return Hkv / tp; }

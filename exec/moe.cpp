@@ -25,7 +25,7 @@ void exchange(Comm* ep, const T* in, T* out, long long El, long cap, long C, lon
 template <class T>
 void moe_mlp_fwd(const Gpt<T>& g, const LayerParams& W, LayerActs<T>& a, T* x_out, long N) {
   const GptShape& s = g.lay.s;
-  const long C = (long)s.C, E = (long)s.experts, k = (long)s.top_k, Fe = (long)s.Fe, F1 = (long)s.fe1_cols();
+  const long C = (long)s.C, E = (long)s.experts, k = (long)s.top_k, Fe = (long)s.fe_loc(), F1 = (long)s.fe1_cols();
   const long cap = moe_capacity(N, E, k, s.capacity_factor), rows = E * cap;
   const int ep = g.ep ? g.ep->size() : 1, er = g.ep ? g.ep->rank() : 0;
   const long El = E / ep;
@@ -53,10 +53,12 @@ void moe_mlp_fwd(const Gpt<T>& g, const LayerParams& W, LayerActs<T>& a, T* x_ou
     if (W.ex_b1 >= 0) ops::add_bias(h, h, g.p(W.ex_b1) + ge * F1, cap, F1);
     if (s.gelu) ops::gelu_fwd(act, h, cap * Fe);
     else ops::swiglu_fwd(act, h, cap, Fe);
-    T* o = eout.data() + b * cap * C;
-    ops::matmul(o, act, g.p(W.ex_w2) + ge * Fe * C, cap, C, Fe, false, false, T(1), T(0));
-    if (W.ex_b2 >= 0) ops::add_bias(o, o, g.p(W.ex_b2) + ge * C, cap, C);
+    ops::matmul(eout.data() + b * cap * C, act, g.p(W.ex_w2) + ge * Fe * C, cap, C, Fe, false, false, T(1), T(0));
   }
+  if (g.tp) g.tp->all_reduce_sum(eout.data(), rows * C, dt(T{}));  // row-parallel fc2: partial sums over tp
+  if (W.ex_b2 >= 0)
+    for (long b = 0; b < E; ++b)
+      ops::add_bias(eout.data() + b * cap * C, eout.data() + b * cap * C, g.p(W.ex_b2) + (er * El + b % El) * C, cap, C);
   a.m_ye.resize((size_t)(rows * C));
   exchange(g.ep, eout.data(), a.m_ye.data(), El, cap, C, E);
   ops::moe_combine(x_out, a.m_ye.data(), a.m_slot.data(), a.m_gate.data(), N, k, C);
@@ -65,7 +67,7 @@ void moe_mlp_fwd(const Gpt<T>& g, const LayerParams& W, LayerActs<T>& a, T* x_ou
 template <class T>
 void moe_mlp_bwd(const Gpt<T>& g, const LayerParams& W, LayerActs<T>& a, const T* dz, T* dln, long N) {
   const GptShape& s = g.lay.s;
-  const long C = (long)s.C, E = (long)s.experts, k = (long)s.top_k, Fe = (long)s.Fe, F1 = (long)s.fe1_cols();
+  const long C = (long)s.C, E = (long)s.experts, k = (long)s.top_k, Fe = (long)s.fe_loc(), F1 = (long)s.fe1_cols();
   const long cap = moe_capacity(N, E, k, s.capacity_factor), rows = E * cap;
   const int ep = g.ep ? g.ep->size() : 1, er = g.ep ? g.ep->rank() : 0;
   const long El = E / ep;
@@ -94,6 +96,7 @@ void moe_mlp_bwd(const Gpt<T>& g, const LayerParams& W, LayerActs<T>& a, const T
     ops::matmul(g.g(W.ex_w1) + ge * C * F1, xb, h, C, F1, cap, true, false, T(1), T(1));
     ops::matmul(dxe.data() + b * cap * C, h, g.p(W.ex_w1) + ge * C * F1, cap, C, F1, false, true, T(1), T(0));
   }
+  if (g.tp) g.tp->all_reduce_sum(dxe.data(), rows * C, dt(T{}));  // column-parallel fc1: partial over tp
   for (Buf<T>* v : {&a.fc1, &a.act, &a.m_xe, &deo}) release(*v);
   Buf<T> ddisp((size_t)(rows * C));
   exchange(g.ep, dxe.data(), ddisp.data(), El, cap, C, E);

@@ -18,7 +18,11 @@
 // sum over dp (all-reduce or ZeRO reduce-scatter) is exactly the reduction over the expert-data-parallel group
 // (dp / ep ranks that hold the same expert), and the optimizer keeps every copy identical. Memory is therefore
 // NOT reduced by ep (a limitation: the simulator counts El experts per GPU); compute and all-to-all are ep's.
-// Invariants: tp = 1, no sequence or context parallelism (check_runnable refuses the others with MoE).
+// Tensor parallelism: every tp rank routes all N tokens (the same decisions: ln2 is replicated without SP) and
+// holds each expert's fc1 columns / fc2 rows like the dense MLP (shard_params); the experts' outputs are
+// all-reduced over tp before their bias, and their input gradients in the backward. (The simulator instead
+// routes 1/t of the tokens per tp rank with all-gathers over tp: the same arithmetic, other collectives.)
+// Invariants: no sequence or context parallelism (check_runnable refuses them with MoE).
 #pragma once
 #include <cmath>
 

@@ -42,8 +42,8 @@ void check_runnable(const Scenario& sc) {
        std::string("$.plan.offload kind \"") + offload_kind_name(p.offload.kind) + "\" (only \"chunked\" runs)");
   need(p.tp_mode == TpMode::d2 || sc.model.vocab % p.tp == 0,
        "$.plan.tp: must divide the model's vocab (" + std::to_string(sc.model.vocab) + ") for the vocabulary-parallel embedding");
-  if (sc.model.moe.experts > 0) {  // exec/moe.hpp: MoE with expert parallelism over dp, tp 1, no SP / cp
-    need(p.tp == 1, "$.plan.tp > 1 with a mixture-of-experts model (tensor-parallel experts)");
+  if (sc.model.moe.experts > 0) {  // exec/moe.hpp: MoE with expert parallelism over dp, no SP / cp
+    need(!(p.sequence_parallel && p.tp > 1), "$.plan.sequence_parallel with a mixture-of-experts model");
     need(p.cp == 1, "$.plan.cp > 1 with a mixture-of-experts model");
     need(sc.model.moe.shared_ffn_hidden == 0, "$.model.moe.shared_ffn_hidden (shared experts)");
     need(!p.offload.on(), "$.plan.offload with a mixture-of-experts model");

@@ -1,10 +1,11 @@
 // test_run_moe: `trainplan run` of mixture-of-experts models (exec/moe.hpp) on the bundled tiny MoE scenario
 // (scenarios/exec/tiny-moe.json: 4 experts, top-2, capacity factor 1, so copies are dropped). The single-rank
 // float64 run (ep 1) is the oracle: every expert-parallel plan (ep inside dp, with pipeline stages, ZeRO 1 / 2 / 3
-// and full recompute) reproduces its losses and gradient norms to 1e-9 relative, as does the emu backend. A wrong
+// and full recompute, and with tensor-parallel experts) reproduces its losses and gradient norms to 1e-9 relative,
+// as does the emu backend. A wrong
 // all-to-all block order, an expert computing with another's weights, a capacity counted over the ep group instead
 // of the rank, or expert gradients reduced twice or not at all would each change them. Plans the executor does not
-// run with MoE (tp > 1) exit 2 before any work.
+// run with MoE (sequence parallelism) exit 2 before any work.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -59,6 +60,8 @@ TEST(RunMoe, ExpertParallelPlansMatchSingleRankFloat64) {
       {"dp2_ep2_zero2", {{"dp", 2}, {"ep", 2}, {"zero", 2}}},
       {"dp2_ep2_zero3_layered", {{"dp", 2}, {"ep", 2}, {"zero", 3}, {"grad_accumulation", "layered"}}},
       {"dp2_ep2_full_recompute", {{"dp", 2}, {"ep", 2}, {"recompute", "full"}}},
+      {"tp2", {{"tp", 2}}},
+      {"dp2_ep2_tp2", {{"dp", 2}, {"ep", 2}, {"tp", 2}}},
   };
   for (const Case& c : cases) {
     // dp4 with micro-batch 1 routes other micro-batches than the reference's 2-sequence ones: its own reference.
@@ -97,9 +100,9 @@ TEST(RunMoe, EmuBackendMatchesCpuFloat64) {
   expect_close(got, ref, "grad_norm", 1e-9, "emu");
 }
 
-TEST(RunMoe, TensorParallelExpertsAreRefused) {
+TEST(RunMoe, SequenceParallelMoeIsRefused) {
   int code = 0;
-  json r = run(moe_scenario("tp2", {{"tp", 2}}), 1, true, &code);
+  json r = run(moe_scenario("tp2_sp", {{"tp", 2}, {"sequence_parallel", true}}), 1, true, &code);
   EXPECT_TRUE(r.is_null());
-  EXPECT_EQ(code, have_mpi() ? 2 : 0) << "tp 2 with MoE must exit 2";
+  EXPECT_EQ(code, have_mpi() ? 2 : 0) << "sequence parallelism with MoE must exit 2";
 }
