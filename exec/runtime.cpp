@@ -42,6 +42,7 @@
 #include "exec/checkpoint.hpp"
 #include "sim/op_cost.hpp"
 #include "exec/chunk_store.hpp"
+#include "exec/host_optimizer.hpp"
 #include "exec/cp_attention.hpp"
 #include "exec/data.hpp"
 #include "exec/gpt.hpp"
@@ -117,6 +118,12 @@ struct RankRun {
   }
   T* Gd(long long i) { int u = unit_at(i); return grads.data() + gbase[u] + (i - units[u].a); }
   std::unique_ptr<ChunkStore<T>> store;              // plan.offload "chunked"
+  HostOptimizer<T> hopt;                             // plan.offload "optimizer": master copy, moments, Adam on the host
+  bool offload_opt() const { return p.offload.kind == OffloadKind::optimizer; }
+  void pull_master() {  // the host master copy = the device parameters of the own ranges
+    for (size_t k = 0; k < own.size(); ++k)
+      if (own[k].second > own[k].first) hopt.pull(P(own[k].first), own_off[k], own[k].second - own[k].first);
+  }
   long delink_step = -1;                             // the step at which the shared weights are delinked
 
   RankRun(const Scenario& s, const RunOptions& opt, Comm& w) : sc(s), p(s.plan), o(opt), world(w) {}
@@ -222,8 +229,12 @@ struct RankRun {
     }
     model.d1.ptab = model.d2.ptab = ptab.data();
     model.d1.gtab = model.d2.gtab = gtab.data();
-    zeros(m1, state);
-    zeros(m2, state);
+    zeros(m1, offload_opt() ? 0 : state);  // ZeRO-Offload: the optimizer state is on the host (hopt)
+    zeros(m2, offload_opt() ? 0 : state);
+    if (offload_opt()) {
+      hopt.init(state);
+      pull_master();
+    }
     if (p.zero >= 2) zeros(gshard, state);
     if (p.offload.kind == OffloadKind::chunked) {  // the owned units' views in the simulator's order, part = unit
       std::vector<std::pair<long long, long long>> spans;
@@ -505,6 +516,14 @@ struct RankRun {
         if (store) store->host_phase_begin((int)run_layer.size());  // the ADAM moment
         optimizer_step(step, warmup, res);
         if (store) store->host_phase_end();
+        if (offload_opt()) {
+          res.offload.on = true;
+          res.offload.kind = "optimizer";
+          res.offload.h2d_bytes.push_back(hopt.h2d_bytes);
+          res.offload.d2h_bytes.push_back(hopt.d2h_bytes);
+          res.offload.host_state_bytes = 4.0 * sizeof(T) * (double)hopt.master.size();
+          hopt.h2d_bytes = hopt.d2h_bytes = 0;
+        }
       });
       if (store) record_chunk_step(res.offload, store->end_step());
       double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -549,8 +568,11 @@ struct RankRun {
   // Checkpoints (exec/runtime_state.cpp): the compact parameters, the layers' slices (zparam), the optimizer state.
   std::vector<TensorView> state_tensors(int32_t* meta) {
     Dtype d = dtype_of<T>();
-    std::vector<TensorView> t = {{"params", d, params.data(), (long)params.size()}, {"m1", d, m1.data(), (long)m1.size()},
-                                 {"m2", d, m2.data(), (long)m2.size()}, {"meta", Dtype::i32, meta, 2}};
+    T* mom1 = offload_opt() ? hopt.m1.data() : m1.data();  // host memory either way (checkpoint I/O is on the host)
+    T* mom2 = offload_opt() ? hopt.m2.data() : m2.data();
+    const long nm = offload_opt() ? (long)hopt.m1.size() : (long)m1.size();
+    std::vector<TensorView> t = {{"params", d, params.data(), (long)params.size()}, {"m1", d, mom1, nm},
+                                 {"m2", d, mom2, nm}, {"meta", Dtype::i32, meta, 2}};
     if (zparam) t.push_back({"pslice", d, pslice.data(), (long)pslice.size()});
     return t;
   }
@@ -563,6 +585,7 @@ struct RankRun {
     load_rank_checkpoint(sc, o, world.rank(), step, state_tensors(meta));
     shared = meta[0];
     delink_step = meta[1];
+    if (offload_opt()) pull_master();
     return step;
   }
 
@@ -582,10 +605,16 @@ struct RankRun {
       if (!zparam) ops::copy(P(dst.a), P(src.a), (long)(src.b - src.a));
       if (src.owned && dst.owned) {
         if (zparam) ops::copy(pslice.data() + own_off[kd], pslice.data() + own_off[ks], (long)src.slice);
-        ops::copy(m1.data() + own_off[kd], m1.data() + own_off[ks], (long)src.slice);
-        ops::copy(m2.data() + own_off[kd], m2.data() + own_off[ks], (long)src.slice);
+        if (offload_opt()) {  // host state
+          for (std::vector<T>* m : {&hopt.m1, &hopt.m2})
+            std::copy(m->begin() + own_off[ks], m->begin() + own_off[ks] + src.slice, m->begin() + own_off[kd]);
+        } else {
+          ops::copy(m1.data() + own_off[kd], m1.data() + own_off[ks], (long)src.slice);
+          ops::copy(m2.data() + own_off[kd], m2.data() + own_off[ks], (long)src.slice);
+        }
       }
     }
+    if (offload_opt()) pull_master();  // the slots' new weights into the host master copy
     shared = 0;
   }
 
@@ -651,8 +680,12 @@ struct RankRun {
         T* g = G(k, a);
         if (clip != T(1)) ops::scale(g, g, clip, (long)(z - a));
         long long so = own_off[k] + (a - own[k].first);
-        ops::adamw(P(a), g, m1.data() + so, m2.data() + so, (long)(z - a), T(lr), T(o.beta1), T(o.beta2),
-                   T(o.eps), T(pv.decay ? o.weight_decay : 0), (long)step + 1);
+        if (offload_opt())
+          hopt.step(P(a), g, so, z - a, T(lr), T(o.beta1), T(o.beta2), T(o.eps), T(pv.decay ? o.weight_decay : 0),
+                    (long)step + 1);
+        else
+          ops::adamw(P(a), g, m1.data() + so, m2.data() + so, (long)(z - a), T(lr), T(o.beta1), T(o.beta2),
+                     T(o.eps), T(pv.decay ? o.weight_decay : 0), (long)step + 1);
       }
     }
     if (p.zero >= 1 && p.zero <= 2 && p.data_ranks() > 1)

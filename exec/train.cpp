@@ -38,8 +38,8 @@ void check_runnable(const Scenario& sc) {
   const Plan& p = sc.plan;
   std::vector<std::string> no;
   auto need = [&](bool ok, const std::string& what) { if (!ok) no.push_back(what); };
-  need(!p.offload.on() || p.offload.kind == OffloadKind::chunked,
-       std::string("$.plan.offload kind \"") + offload_kind_name(p.offload.kind) + "\" (only \"chunked\" runs)");
+  need(p.offload.kind != OffloadKind::granular,
+       "$.plan.offload kind \"granular\" (\"chunked\" and \"optimizer\" run)");
   need(p.tp_mode == TpMode::d2 || sc.model.vocab % p.tp == 0,
        "$.plan.tp: must divide the model's vocab (" + std::to_string(sc.model.vocab) + ") for the vocabulary-parallel embedding");
   if (sc.model.moe.experts > 0) {  // exec/moe.hpp: MoE with expert parallelism over dp, no SP / cp
@@ -101,7 +101,11 @@ json run_result_to_json(const RunResult& r, const Scenario& sc, const RunOptions
           {"first_step", r.first_step}};
   if (r.stop_signal) j["stopped_by_signal"] = r.stop_signal;
   if (!r.last_checkpoint.empty()) j["last_checkpoint"] = r.last_checkpoint;
-  if (r.offload.on) {
+  if (r.offload.on && r.offload.kind == "optimizer") {
+    const OffloadResult& f = r.offload;
+    j["offload"] = {{"kind", "optimizer"}, {"h2d_bytes", f.h2d_bytes}, {"d2h_bytes", f.d2h_bytes},
+                    {"host_state_bytes", f.host_state_bytes}};
+  } else if (r.offload.on) {
     const OffloadResult& f = r.offload;
     j["offload"] = {{"kind", "chunked"},
                     {"budget_bytes", f.budget_bytes},

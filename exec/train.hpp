@@ -45,6 +45,8 @@ int pending_stop_signal();  // the signal received (0 none)
 // plan.offload "chunked": what the chunk store of rank 0 did, per step (exec/chunk_store.hpp).
 struct OffloadResult {
   bool on = false;
+  std::string kind = "chunked";              // "chunked" (PatrickStar) or "optimizer" (ZeRO-Offload)
+  double host_state_bytes = 0;               // optimizer: master copy, gradients and moments on the host
   double budget_bytes = 0, arena_bytes = 0;  // the device budget and the arena actually allocated
   long long chunk_elements = 0;
   int chunks = 0;

@@ -134,7 +134,11 @@ json validate_run(const std::string& file, const json& profile, const std::strin
   double my_rss_peak = rr.peak_memory_bytes.empty() ? 0 : rr.peak_memory_bytes[std::min<size_t>(world.rank(), rr.peak_memory_bytes.size() - 1)];
   mine[kRow] = snap.heap_peak_bytes - heap0;
   mine[kRow + 1] = my_rss_peak - rss0;
-  mine[kRow + 2] = rr.offload.on ? rr.offload.peak_device_bytes_max : 0;  // chunked offload: device memory
+  // Offload: device memory. Chunked: the store's figure; optimizer (ZeRO-Offload): the heap without the host
+  // copies (master, gradients, moments) that a GPU run keeps in host memory.
+  mine[kRow + 2] = !rr.offload.on ? 0
+                   : rr.offload.kind == "optimizer" ? mine[kRow] - rr.offload.host_state_bytes
+                                                    : rr.offload.peak_device_bytes_max;
   std::vector<double> all(mine.size() * R);
   world.all_gather(mine.data(), all.data(), (long)mine.size(), Dtype::f64);
   if (world.rank() != 0) return nullptr;
@@ -196,7 +200,10 @@ json validate_run(const std::string& file, const json& profile, const std::strin
                     {"tokens_per_s", rr.tokens_per_s}, {"losses", rr.losses}}},
       {"error", {{"step_time", rel_err(res.step_time_s, meas_step)}, {"peak_memory", rel_err(res.peak_bytes_per_gpu, meas_peak)}}},
       {"per_op_class", headline},
-      {"offload", device ? json{{"budget_bytes", rr.offload.budget_bytes}, {"arena_bytes", rr.offload.arena_bytes},
+      {"offload", device && rr.offload.kind == "optimizer"
+                      ? json{{"kind", "optimizer"}, {"h2d_bytes", rr.offload.h2d_bytes}, {"d2h_bytes", rr.offload.d2h_bytes},
+                             {"host_state_bytes", rr.offload.host_state_bytes}}
+                  : device ? json{{"budget_bytes", rr.offload.budget_bytes}, {"arena_bytes", rr.offload.arena_bytes},
                                 {"peak_device_bytes", rr.offload.peak_device_bytes},
                                 {"peak_arena_bytes", rr.offload.peak_arena_bytes},
                                 {"h2d_bytes", rr.offload.h2d_bytes}, {"d2h_bytes", rr.offload.d2h_bytes},

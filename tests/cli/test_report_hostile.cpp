@@ -95,7 +95,9 @@ TEST(ReportHostile, NoScriptNoUnsafeUrlInHtml) {
   fs::copy_file(std::string(TP_SOURCE_DIR) + "/scenarios/default.json", d.file("s.json"));
   for (size_t i = 0; i < kHostile.size(); ++i) {
     const std::string& h = kHostile[i];
-    const std::string id = "r" + std::to_string(i) + h;
+    std::string id = "r";  // appended: g++ 12 warns -Wrestrict falsely on "r" + std::string&&
+    id += std::to_string(i);
+    id += h;
     json spec = {{"title", h},
                  {"claim", "claim " + h},
                  {"source", "source " + h},

@@ -150,7 +150,7 @@ TEST(RunOracle, BadPlansExitTwoBeforeWork) {
   std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
   EXPECT_NE(text.find("$.plan: dp x tp x pp = 4 ranks, but this job has 1"), std::string::npos) << text;
   // A plan key the executor does not run yet.
-  f = scenario("offload", {{"offload", {{"kind", "optimizer"}}}});
+  f = scenario("offload", {{"offload", {{"kind", "granular"}, {"fraction", 0.5}}}});
   cmd = std::string(TP_BINARY) + " run " + f + " --steps 1 --quiet > " + f + ".log 2>&1";
   rc = std::system(cmd.c_str());
   EXPECT_EQ(WEXITSTATUS(rc), 2);
