@@ -73,6 +73,12 @@ struct OpTable {
   void (*attention_fwd_kv)(T*, T*, const T*, const T*, const T*, long, long, long, long, long, long);
   void (*attention_bwd_kv)(T*, T*, T*, const T*, const T*, const T*, const T*, const T*, long, long, long, long, long,
                            long);
+  double (*moe_route)(T*, int32_t*, T*, const T*, long, long, long, long, int);
+  void (*moe_route_bwd)(T*, const T*, const int32_t*, const T*, long, long, long, long, int, T);
+  void (*moe_dispatch)(T*, const T*, const int32_t*, long, long, long, long);
+  void (*moe_dispatch_bwd)(T*, const T*, const int32_t*, long, long, long);
+  void (*moe_combine)(T*, const T*, const int32_t*, const T*, long, long, long);
+  void (*moe_combine_bwd)(T*, T*, const T*, const T*, const int32_t*, const T*, long, long, long);
 };
 
 enum class CopyKind { host_to_device = 0, device_to_host = 1, device_to_device = 2, host_to_host = 3 };

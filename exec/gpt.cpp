@@ -11,6 +11,7 @@
 #include <functional>
 #include <stdexcept>
 
+#include "exec/moe.hpp"
 #include "exec/ops.hpp"
 
 namespace tp::exec {
@@ -31,6 +32,11 @@ GptShape gpt_shape(const Transformer& m, long long seq_len, int tp, int tp_rank)
   s.mlp_bias = m.mlp_bias;
   s.tp = tp;
   s.tp_rank = tp_rank;
+  s.experts = m.moe.experts;
+  s.top_k = m.moe.top_k;
+  s.Fe = m.expert_ffn();
+  s.moe_every = m.moe.every;
+  s.capacity_factor = m.moe.capacity_factor;
   return s;
 }
 
@@ -55,7 +61,8 @@ ModelParams model_params(const ViewNames& names, long long layers) {
     const std::string P = pre;
     m.layers.push_back({at(P + "ln1_w"), at(P + "ln1_b"), at(P + "qkv_w"), at(P + "qkv_b"), at(P + "proj_w"),
                         at(P + "proj_b"), at(P + "ln2_w"), at(P + "ln2_b"), at(P + "fc1_w"), at(P + "fc1_b"),
-                        at(P + "fc2_w"), at(P + "fc2_b")});
+                        at(P + "fc2_w"), at(P + "fc2_b"), at(P + "router_w"), at(P + "ex_w1"), at(P + "ex_b1"),
+                        at(P + "ex_w2"), at(P + "ex_b2")});
   }
   return m;
 }
@@ -91,6 +98,15 @@ GptLayout gpt_layout(const GptShape& s) {
     if (s.has_proj_bias()) add(p + "proj_b", s.C, li, false, s.C);
     add(p + "ln2_w", s.C, li, false, s.C);
     if (s.gelu) add(p + "ln2_b", s.C, li, false, s.C);
+    if (s.is_moe(l)) {  // every rank holds all experts (exec/moe.hpp: it computes only its ep share)
+      add(p + "router_w", s.C * s.experts, li, true, s.experts);
+      add(p + "ex_w1", s.experts * s.C * s.fe1_cols(), li, true, s.fe1_cols());
+      if (s.has_mlp_bias()) add(p + "ex_b1", s.experts * s.fe1_cols(), li, false, s.fe1_cols());
+      add(p + "ex_w2", s.experts * s.fe_loc() * s.C, li, true, s.C);
+      if (s.has_mlp_bias()) add(p + "ex_b2", s.experts * s.C, li, false, s.C);
+      L.layer_end.push_back(L.total);
+      continue;
+    }
     add(p + "fc1_w", s.C * s.fc1_cols(), li, true, s.fc1_cols());
     if (s.has_mlp_bias()) add(p + "fc1_b", s.fc1_cols(), li, false, s.fc1_cols());
     add(p + "fc2_w", s.f_loc() * s.C, li, true, s.C);
@@ -137,7 +153,7 @@ std::vector<T> init_full_params(const GptShape& full, uint64_t seed) {
     Rng rng{seed * 0x100000001B3ull + std::hash<std::string>{}(v.name)};
     bool norm_w = ends_with(v.name, "ln1_w") || ends_with(v.name, "ln2_w") || v.name == "lnf_w";
     bool bias = ends_with(v.name, "_b");
-    double sd = 0.02 * ((ends_with(v.name, "proj_w") || ends_with(v.name, "fc2_w")) ? resid_scale : 1.0);
+    double sd = 0.02 * ((ends_with(v.name, "proj_w") || ends_with(v.name, "fc2_w") || ends_with(v.name, "ex_w2")) ? resid_scale : 1.0);
     for (long long i = 0; i < v.count; ++i) p[v.offset + i] = norm_w ? T(1) : bias ? T(0) : T(sd * rng.normal());
   }
   return p;
@@ -172,6 +188,15 @@ std::vector<T> shard_params(const GptLayout& full, const std::vector<T>& fp, con
           dst[i * cols + j] = src[i * full_cols + (ends_with(v.name, "qkv_w") ? qkv_col(j) : fc1_col(j))];
     } else if (ends_with(v.name, "qkv_b") || ends_with(v.name, "fc1_b")) {
       for (long long j = 0; j < v.count; ++j) dst[j] = src[ends_with(v.name, "qkv_b") ? qkv_col(j) : fc1_col(j)];
+    } else if (ends_with(v.name, "ex_w1") || ends_with(v.name, "ex_b1")) {  // per expert: fc1's column split
+      const long long cl = s.fe1_cols(), cfull = cl * s.tp, fl = s.fe_loc(), per = ends_with(v.name, "ex_w1") ? C : 1;
+      for (long long i = 0; i < s.experts * per; ++i)
+        for (long long j = 0; j < cl; ++j)
+          dst[i * cl + j] = src[i * cfull + (j < fl ? r * fl + j : s.Fe + r * fl + (j - fl))];
+    } else if (ends_with(v.name, "ex_w2")) {  // per expert: fc2's block of rows
+      const long long fl = s.fe_loc();
+      for (long long e = 0; e < s.experts; ++e)
+        std::memcpy(dst + e * fl * C, src + (e * s.Fe + r * fl) * C, sizeof(T) * fl * C);
     } else if (v.name == "wte") {  // vocabulary rows [r V/t, (r+1) V/t)
       std::memcpy(dst, src + s.v_begin() * C, sizeof(T) * v.count);
     } else if (ends_with(v.name, "proj_w") || ends_with(v.name, "fc2_w")) {
@@ -186,18 +211,21 @@ std::vector<T> shard_params(const GptLayout& full, const std::vector<T>& fp, con
 
 template <class T>
 void LayerActs<T>::clear_all_but_input() {
-  for (auto* v : {&ln1, &ln1_mean, &ln1_rstd, &q, &k, &v, &att, &attn, &x_mid, &ln2, &ln2_mean, &ln2_rstd, &fc1, &act}) {
+  for (auto* v : {&ln1, &ln1_mean, &ln1_rstd, &q, &k, &v, &att, &attn, &x_mid, &ln2, &ln2_mean, &ln2_rstd, &fc1, &act,
+                  &m_probs, &m_gate, &m_xe, &m_ye}) {
     v->clear();
     v->shrink_to_fit();
   }
+  Buf<int32_t>().swap(m_slot);
 }
 
 template <class T>
 size_t LayerActs<T>::bytes() const {
   size_t n = 0;
-  for (auto* v : {&x_in, &ln1, &ln1_mean, &ln1_rstd, &q, &k, &v, &att, &attn, &x_mid, &ln2, &ln2_mean, &ln2_rstd, &fc1, &act})
+  for (auto* v : {&x_in, &ln1, &ln1_mean, &ln1_rstd, &q, &k, &v, &att, &attn, &x_mid, &ln2, &ln2_mean, &ln2_rstd, &fc1, &act,
+                  &m_probs, &m_gate, &m_xe, &m_ye})
     n += v->size();
-  return n * sizeof(T);
+  return n * sizeof(T) + m_slot.size() * sizeof(int32_t);
 }
 
 static Dtype dt(float) { return Dtype::f32; }
@@ -295,6 +323,11 @@ void Gpt<T>::layer_fwd(int wl, const T* x_in, T* x_out, LayerActs<T>& a, long B,
                      gl ? p(W.ln2_b) : (const T*)nullptr, Nl, C, T(1e-5));
   if (sp) { a.ln2.resize(N * C); gather_rows(tp, ln2.data(), a.ln2.data(), Nl, C); }
   else a.ln2 = std::move(ln2);
+  if (W.router_w >= 0) {  // a MoE layer (exec/moe.hpp; no SP there: Nl = N)
+    moe_mlp_fwd(*this, W, a, x_out, N);
+    ops::add(x_out, x_out, a.x_mid.data(), N * C);
+    return;
+  }
   a.fc1.resize(N * F1);                                                           // [N, F1]
   ops::matmul(a.fc1.data(), a.ln2.data(), p(W.fc1_w), N, F1, C, false, false, T(1), T(0));
   if (s.has_mlp_bias()) ops::add_bias(a.fc1.data(), a.fc1.data(), p(W.fc1_b), N, F1);
@@ -327,28 +360,37 @@ void Gpt<T>::layer_bwd(int wl, const T* dx_out, T* dx_in, LayerActs<T>& a, long 
   auto release = [](Buf<T>& v) { Buf<T>().swap(v); };
   if (dx_in != dx_out) ops::copy(dx_in, dx_out, Nl * C);
   T* dx = dx_in;
-  // MLP: z = act fc2_w (+ b), x_out = x_mid + z. dx_out is read (as dx) before the first write to dx below.
-  if (s.has_mlp_bias()) ops::bias_bwd(g(W.fc2_b), dx, Nl, C);
-  Buf<T> dz_full;                                                                // [N, C] (SP: all-gathered)
-  const T* dz = dx;
-  if (sp) { dz_full.resize(N * C); gather_rows(tp, dx, dz_full.data(), Nl, C); dz = dz_full.data(); }
-  ops::matmul(g(W.fc2_w), a.act.data(), dz, Fl, C, N, true, false, T(1), T(1));
-  T* dact = a.act.data();                                                        // [N, Fl], over the used act
-  ops::matmul(dact, dz, p(W.fc2_w), N, Fl, C, false, true, T(1), T(0));
-  release(dz_full);
-  T* dfc1 = a.fc1.data();                                                        // [N, F1], over the used fc1
-  if (gl) ops::gelu_bwd_set(dfc1, a.fc1.data(), dact, N * Fl);
-  else ops::swiglu_bwd_set(dfc1, a.fc1.data(), dact, N, Fl);
-  release(a.act);
-  if (s.has_mlp_bias()) ops::bias_bwd(g(W.fc1_b), dfc1, N, F1);
-  ops::matmul(g(W.fc1_w), a.ln2.data(), dfc1, C, F1, N, true, false, T(1), T(1));
-  release(a.ln2);
-  Buf<T> dln(N * C), dln_sh(sp ? Nl * C : 0);                                    // [N, C] partial; SP: [Nl, C]
-  T* dln_loc = sp ? dln_sh.data() : dln.data();
-  ops::matmul(dln.data(), dfc1, p(W.fc1_w), N, C, F1, false, true, T(1), T(0));
-  release(a.fc1);
-  if (sp) reduce_scatter_rows(tp, dln.data(), dln_loc, Nl, C);
-  else if (tp) tp->all_reduce_sum(dln.data(), N * C, dt(T{}));
+  Buf<T> dln, dln_sh;                                                            // [N, C] partial; SP: [Nl, C]
+  T* dln_loc = nullptr;
+  if (W.router_w >= 0) {  // a MoE layer (exec/moe.hpp; no SP there)
+    dln.resize(N * C);
+    moe_mlp_bwd(*this, W, a, dx, dln.data(), N);
+    dln_loc = dln.data();
+  } else {
+    // MLP: z = act fc2_w (+ b), x_out = x_mid + z. dx_out is read (as dx) before the first write to dx below.
+    if (s.has_mlp_bias()) ops::bias_bwd(g(W.fc2_b), dx, Nl, C);
+    Buf<T> dz_full;                                                                // [N, C] (SP: all-gathered)
+    const T* dz = dx;
+    if (sp) { dz_full.resize(N * C); gather_rows(tp, dx, dz_full.data(), Nl, C); dz = dz_full.data(); }
+    ops::matmul(g(W.fc2_w), a.act.data(), dz, Fl, C, N, true, false, T(1), T(1));
+    T* dact = a.act.data();                                                        // [N, Fl], over the used act
+    ops::matmul(dact, dz, p(W.fc2_w), N, Fl, C, false, true, T(1), T(0));
+    release(dz_full);
+    T* dfc1 = a.fc1.data();                                                        // [N, F1], over the used fc1
+    if (gl) ops::gelu_bwd_set(dfc1, a.fc1.data(), dact, N * Fl);
+    else ops::swiglu_bwd_set(dfc1, a.fc1.data(), dact, N, Fl);
+    release(a.act);
+    if (s.has_mlp_bias()) ops::bias_bwd(g(W.fc1_b), dfc1, N, F1);
+    ops::matmul(g(W.fc1_w), a.ln2.data(), dfc1, C, F1, N, true, false, T(1), T(1));
+    release(a.ln2);
+    dln.resize(N * C);
+    if (sp) dln_sh.resize(Nl * C);
+    dln_loc = sp ? dln_sh.data() : dln.data();
+    ops::matmul(dln.data(), dfc1, p(W.fc1_w), N, C, F1, false, true, T(1), T(0));
+    release(a.fc1);
+    if (sp) reduce_scatter_rows(tp, dln.data(), dln_loc, Nl, C);
+    else if (tp) tp->all_reduce_sum(dln.data(), N * C, dt(T{}));
+  }
   ops::layernorm_bwd(dx, g(W.ln2_w), gl ? g(W.ln2_b) : (T*)nullptr, dln_loc, a.x_mid.data(),
                      p(W.ln2_w), a.ln2_mean.data(), a.ln2_rstd.data(), Nl, C);   // dx = d x_mid
   release(a.x_mid);

@@ -35,6 +35,12 @@ struct GptShape {
   bool gelu = true;  // GELU MLP, LayerNorm biases and learned positions (GPT-2); else SwiGLU, RMS-style norms
   bool qkv_bias = false, proj_bias = false, mlp_bias = false;  // SwiGLU models' biases (gelu models have all)
   int tp = 1, tp_rank = 0;
+  // Mixture of experts (exec/moe.hpp; experts == 0: dense): layer l is a MoE layer when (l + 1) % moe_every == 0.
+  long long experts = 0, top_k = 1, Fe = 0, moe_every = 1;
+  double capacity_factor = 1.0;
+  bool is_moe(long long l) const { return experts > 0 && (l + 1) % moe_every == 0; }
+  long long fe_loc() const { return Fe / tp; }  // an expert's inner columns on this tp rank
+  long long fe1_cols() const { return (gelu ? 1 : 2) * fe_loc(); }
   // Local (this tp rank's) sizes.
   long long h_loc() const { return H / tp; }
   long long hkv_loc() const { return Hkv / tp; }
@@ -71,6 +77,9 @@ struct ViewNames {
 struct LayerParams {
   int ln1_w = -1, ln1_b = -1, qkv_w = -1, qkv_b = -1, proj_w = -1, proj_b = -1;
   int ln2_w = -1, ln2_b = -1, fc1_w = -1, fc1_b = -1, fc2_w = -1, fc2_b = -1;
+  // MoE layers (instead of fc*): router [C, E]; experts stacked: ex_w1 [E C, Fe1], ex_b1 [E, Fe1], ex_w2 [E Fe, C],
+  // ex_b2 [E, C] (biases as the dense MLP's).
+  int router_w = -1, ex_w1 = -1, ex_b1 = -1, ex_w2 = -1, ex_b2 = -1;
 };
 struct ModelParams {
   int wte = -1, wpe = -1, lnf_w = -1, lnf_b = -1;
@@ -166,6 +175,10 @@ template <class T>
 struct LayerActs {
   Buf<T> x_in;                         // [N, C] layer input (kept even with full recompute)
   Buf<T> ln1, ln1_mean, ln1_rstd, q, k, v, att, attn, x_mid, ln2, ln2_mean, ln2_rstd, fc1, act;
+  // MoE layers (exec/moe.hpp): router probabilities [N, E], gates [N, k], slots [N, k], the experts' inputs
+  // (received, [E cap, C]) and their outputs back at the router ([E cap, C]); fc1 / act hold the experts'.
+  Buf<T> m_probs, m_gate, m_xe, m_ye;
+  Buf<int32_t> m_slot;
   void clear_all_but_input();
   size_t bytes() const;
 };
@@ -189,6 +202,11 @@ struct Gpt : ParamTables<T> {
   // Context parallelism (exec/cp_attention.hpp; null: cp = 1): the pieces' Tn is then the LOCAL sequence
   // (T / cp rows: two chunks), positions are global and the attention spans the cp group's keys.
   const CpCtx* cpx = nullptr;
+  // Expert parallelism (exec/moe.hpp; null: ep = 1): the ep group the tokens are dispatched over, and the weight of
+  // each micro-batch's load-balancing loss in the step's objective (coefficient x micro-batch / global batch).
+  Comm* ep = nullptr;
+  double moe_aux_weight = 0;
+  mutable double moe_aux_sum = 0;  // the unweighted load-balancing losses of the MoE forwards so far (tests)
 
   T* p(const std::string& name) const { return this->param_of(lay, name); }
   T* g(const std::string& name) const { return this->grad_of(lay, name); }

@@ -149,6 +149,32 @@ void adamw(T* p, const T* g, T* m, T* v, long n, T lr, T b1, T b2, T eps, T wd, 
 }
 template <class T>
 double sum_squares(const T* x, long n) { return tab<T>().sum_squares(x, n); }
+template <class T>
+double moe_route(T* probs, int32_t* slot, T* gate, const T* logits, long N, long E, long k, long cap, int renorm) {
+  return tab<T>().moe_route(probs, slot, gate, logits, N, E, k, cap, renorm);
+}
+template <class T>
+void moe_route_bwd(T* dlogits, const T* probs, const int32_t* slot, const T* dgate, long N, long E, long k, long cap,
+                   int renorm, T aux_weight) {
+  tab<T>().moe_route_bwd(dlogits, probs, slot, dgate, N, E, k, cap, renorm, aux_weight);
+}
+template <class T>
+void moe_dispatch(T* out, const T* x, const int32_t* slot, long N, long k, long C, long rows) {
+  tab<T>().moe_dispatch(out, x, slot, N, k, C, rows);
+}
+template <class T>
+void moe_dispatch_bwd(T* dx, const T* dout, const int32_t* slot, long N, long k, long C) {
+  tab<T>().moe_dispatch_bwd(dx, dout, slot, N, k, C);
+}
+template <class T>
+void moe_combine(T* y, const T* ein, const int32_t* slot, const T* gate, long N, long k, long C) {
+  tab<T>().moe_combine(y, ein, slot, gate, N, k, C);
+}
+template <class T>
+void moe_combine_bwd(T* dein, T* dgate, const T* dy, const T* ein, const int32_t* slot, const T* gate, long N, long k,
+                     long C) {
+  tab<T>().moe_combine_bwd(dein, dgate, dy, ein, slot, gate, N, k, C);
+}
 
 #define TP_OPS_DISPATCH_INSTANTIATE(T)                                                                        \
   template void matmul<T>(T*, const T*, const T*, long, long, long, bool, bool, T, T);                        \
@@ -194,7 +220,13 @@ double sum_squares(const T* x, long n) { return tab<T>().sum_squares(x, n); }
   template void add_positions<T>(T*, const T*, long, long, long, long);                                       \
   template void positions_bwd<T>(T*, const T*, long, long, long, long);                                       \
   template void adamw<T>(T*, const T*, T*, T*, long, T, T, T, T, T, long);                                    \
-  template double sum_squares<T>(const T*, long);
+  template double sum_squares<T>(const T*, long);                                                            \
+  template double moe_route<T>(T*, int32_t*, T*, const T*, long, long, long, long, int);                      \
+  template void moe_route_bwd<T>(T*, const T*, const int32_t*, const T*, long, long, long, long, int, T);       \
+  template void moe_dispatch<T>(T*, const T*, const int32_t*, long, long, long, long);                          \
+  template void moe_dispatch_bwd<T>(T*, const T*, const int32_t*, long, long, long);                            \
+  template void moe_combine<T>(T*, const T*, const int32_t*, const T*, long, long, long);                       \
+  template void moe_combine_bwd<T>(T*, T*, const T*, const T*, const int32_t*, const T*, long, long, long);
 TP_OPS_DISPATCH_INSTANTIATE(float)
 TP_OPS_DISPATCH_INSTANTIATE(double)
 #undef TP_OPS_DISPATCH_INSTANTIATE

@@ -178,4 +178,32 @@ void adamw(T* p, const T* g, T* m, T* v, long n, T lr, T b1, T b2, T eps, T wd, 
 template <class T>
 double sum_squares(const T* x, long n);
 
+// Mixture of experts (exec/moe.hpp). Router of N tokens over E experts, top-k, capacity `cap` tokens per expert:
+// probs[N, E] = softmax(logits[N, E]) (rows); each token's k largest probabilities (ties: lower expert index)
+// are its choices; gate[N, k] = those probabilities, divided by their sum when `renorm`. Capacity: the first
+// choices of all tokens in token order, then the second choices, ... take the free positions of their expert;
+// slot[N, k] = e * cap + position, or -(e + 1) when expert e was full (the copy is dropped). Returns the
+// load-balancing loss (Switch / GShard) E * sum_e f_e P_e, f_e = choices of e / (N k) (before dropping),
+// P_e = mean over tokens of probs[:, e] (1 when perfectly balanced).
+template <class T>
+double moe_route(T* probs, int32_t* slot, T* gate, const T* logits, long N, long E, long k, long cap, int renorm);
+// dlogits[N, E] += gradient from dgate[N, k] (the gates' gradients) plus aux_weight x the gradient of the
+// load-balancing loss (f_e held constant, as in Switch).
+template <class T>
+void moe_route_bwd(T* dlogits, const T* probs, const int32_t* slot, const T* dgate, long N, long E, long k, long cap,
+                   int renorm, T aux_weight);
+// out[rows, C] = 0, then out[slot[i, j], :] = x[i, :] for every kept copy (the capacity-padded expert inputs).
+template <class T>
+void moe_dispatch(T* out, const T* x, const int32_t* slot, long N, long k, long C, long rows);
+// dx[i, :] += dout[slot[i, j], :] over the kept copies.
+template <class T>
+void moe_dispatch_bwd(T* dx, const T* dout, const int32_t* slot, long N, long k, long C);
+// y[i, :] = sum over the kept copies of gate[i, j] ein[slot[i, j], :] (overwritten; 0 for a token all dropped).
+template <class T>
+void moe_combine(T* y, const T* ein, const int32_t* slot, const T* gate, long N, long k, long C);
+// dein[slot[i, j], :] += gate[i, j] dy[i, :]; dgate[i, j] += dy[i, :] . ein[slot[i, j], :] (kept copies).
+template <class T>
+void moe_combine_bwd(T* dein, T* dgate, const T* dy, const T* ein, const int32_t* slot, const T* gate, long N, long k,
+                     long C);
+
 }  // namespace tp::ops

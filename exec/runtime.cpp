@@ -53,6 +53,7 @@
 #include "exec/gpt2d.hpp"
 #include "exec/host_optimizer.hpp"
 #include "exec/runtime_granular.hpp"
+#include "exec/moe.hpp"
 #include "exec/ops.hpp"
 #include "exec/prof.hpp"
 #include "exec/train.hpp"
@@ -84,6 +85,7 @@ struct RankRun {
   long long L = 0, m = 0, b = 0, Tn = 0, C = 0;
   long long Tl = 0;  // tokens of a sequence on this rank: Tn / cp (context parallelism, exec/cp_attention.hpp)
   std::unique_ptr<Comm> cpc;  // the cp group (cp > 1)
+  std::unique_ptr<Comm> epc;  // the ep group (ep > 1, exec/moe.hpp)
   CpCtx cpx;
   int nchunks = 0, first_stage = 0, last_stage = 0;
   std::unique_ptr<Comm> tp, dp, pp, emb;
@@ -175,8 +177,12 @@ struct RankRun {
       cpc = world.split(4 * S + rc.tp + p.tp * (rc.dp / p.cp + p.dp * rc.stage), rc.dp % p.cp);
       cpx = CpCtx{cpc.get(), p.cp, rc.dp % p.cp, (long)Tn};
     }
+    if (p.ep > 1)  // the ep group: ep consecutive dp ranks of this tp rank and stage (exec/moe.hpp)
+      epc = world.split(5 * S + rc.tp + p.tp * (rc.dp / p.ep + p.dp * rc.stage), rc.dp % p.ep);
 
     std::vector<T> init = init_model<T>(sc, rc.tp, *tp, o.seed, model, gl, replicated_view, grid_row, grid_col);
+    model.d1.ep = epc.get();
+    model.d1.moe_aux_weight = kMoeAuxCoef * (double)b / (double)sc.training.global_batch;  // per micro-batch
     // Units and ownership.
     units.resize(L + 2);
     units[0] = Unit{gl.embed_begin, gl.embed_end, 0, rc.stage == first_stage || (sc.model.tied_embeddings && rc.stage == last_stage)};

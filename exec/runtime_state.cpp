@@ -53,6 +53,7 @@ std::vector<T> init_model(const Scenario& sc, int tp_rank, Comm& tp, uint64_t se
       const std::string& n = gl.views[i].name;
       replicated_view[i] = !(n.find("qkv_") != std::string::npos || n.find("fc1_") != std::string::npos ||
                              n.find("proj_w") != std::string::npos || n.find("fc2_w") != std::string::npos ||
+                             n.find("ex_w") != std::string::npos || n.find("ex_b1") != std::string::npos ||
                              n == "wte");  // wte: vocabulary-parallel
     }
   }

@@ -45,7 +45,13 @@ void check_runnable(const Scenario& sc) {
   }
   need(p.tp_mode == TpMode::d2 || sc.model.vocab % p.tp == 0,
        "$.plan.tp: must divide the model's vocab (" + std::to_string(sc.model.vocab) + ") for the vocabulary-parallel embedding");
-  need(p.ep == 1 && sc.model.moe.experts == 0, "mixture of experts ($.model.moe, $.plan.ep)");
+  if (sc.model.moe.experts > 0) {  // exec/moe.hpp: MoE with expert parallelism over dp, no SP / cp
+    need(!(p.sequence_parallel && p.tp > 1), "$.plan.sequence_parallel with a mixture-of-experts model");
+    need(p.cp == 1, "$.plan.cp > 1 with a mixture-of-experts model");
+    need(sc.model.moe.shared_ffn_hidden == 0, "$.model.moe.shared_ffn_hidden (shared experts)");
+    need(!p.offload.on(), "$.plan.offload with a mixture-of-experts model");
+    need(!sc.delink.on(), "$.plan.delink with a mixture-of-experts model");
+  }
   // plan.cp runs (exec/cp_attention.hpp); the scenario checks already refuse cp with tp_mode "2d".
   need(p.cp == 1 || p.tp_mode == TpMode::d1, "$.plan.cp with tp_mode \"2d\"");
   // plan.attention is a cost-model choice: the executor computes exact attention either way.

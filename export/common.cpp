@@ -1,6 +1,7 @@
 // export/common: what every target shares — the target names, refusals collected into one InputError, the
 // run's accumulation and step counts, Megatron-style first / last stage layers, and shell formatting.
 #include <cmath>
+#include <algorithm>
 #include <cstdio>
 
 #include "export/export.hpp"
@@ -61,7 +62,7 @@ long long train_steps(const Scenario& sc) {
 FirstLast first_last_layers(const Plan& p, long long layers) {
   FirstLast f;
   const std::vector<int>& s = p.stage_layers;
-  if (s.empty() || p.pp < 2) return f;
+  if (s.empty() || p.pp < 2 || p.account_for_embedding || p.account_for_loss) return f;
   bool even = true;
   for (int n : s) even = even && n == s[0];
   if (even) return f;
@@ -75,6 +76,21 @@ FirstLast first_last_layers(const Plan& p, long long layers) {
   if (n > 2 && f.last == mid) f.last = 0;
   (void)layers;
   return f;
+}
+
+std::vector<int> chunk_layers(const Plan& p, long long layers) {
+  if (!p.chunk_layers.empty()) return p.chunk_layers;
+  const int v = p.schedule == Schedule::interleaved ? std::max(1, p.virtual_stages) : 1;
+  std::vector<int> c((size_t)p.pp * v);
+  for (size_t g = 0; g < c.size(); ++g)
+    c[g] = (int)((p.stage_layers.empty() ? layers / p.pp : p.stage_layers[g % p.pp]) / v);
+  return c;
+}
+
+std::string moe_layer_pattern(const Transformer& m) {
+  const long long every = m.moe.every, groups = m.layers / every, rest = m.layers % every;
+  std::string s = "([0]*" + num(every - 1) + "+[1])*" + num(groups);
+  return rest > 0 ? s + "+[0]*" + num(rest) : s;
 }
 
 std::string shell_lines(const std::string& head, const Options& opts) {

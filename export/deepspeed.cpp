@@ -4,7 +4,7 @@
 // map one to one; optimizer offload is zero_optimization.offload_optimizer. What Megatron-DeepSpeed's pipeline
 // engine or ZeRO do not have (context parallelism — its --ds-sequence-parallel-size is Ulysses, another
 // algorithm —, interleaved or uneven stages, fp8, tp communication overlap, overlapped parameter gathers
-// outside ZeRO-3) is refused, as are the techniques no target has.
+// outside ZeRO-3, MoE with pp) is refused, as are the techniques no target has.
 #include <algorithm>
 
 #include "export/export.hpp"
@@ -70,6 +70,9 @@ Options megatron_ds_args(const Scenario& sc, Refusals& r) {
     r.need(m.moe.ffn_hidden == 0 || m.moe.ffn_hidden == m.ffn_hidden, "$.model.moe.ffn_hidden",
            "experts narrower than the dense MLP", "experts of the model's ffn_hidden");
     r.need(m.moe.shared_ffn_hidden == 0, "$.model.moe.shared_ffn_hidden", "shared experts", "no shared experts");
+    // examples_deepspeed/MoE/*.sh: "Currently MoE is not compatible with pipeline parallel" (GPTModelPipe).
+    r.need(p.pp == 1, "$.plan.pp", "MoE with pipeline parallelism (Megatron-DeepSpeed's pipeline model has no MoE)",
+           "\"pp\": 1");
   }
   if (p.sequence_parallel) o.push_back({"--sequence-parallel", ""});
   o.push_back({"--micro-batch-size", num(p.microbatch)});

@@ -42,9 +42,16 @@ void refuse_common(const Scenario& sc, Refusals& r);
 long long accumulation_steps(const Scenario& sc);
 long long train_steps(const Scenario& sc);
 // Megatron-style first / last pipeline-stage layer counts when the stages are uneven with an even middle:
-// {first, last}; {0, 0} for even stages. `ok` false when the split has no such form.
+// {first, last}; {0, 0} for even stages and for the account_for_embedding / loss split (Megatron-LM refuses
+// both at once: its own flags state that split). `ok` false when the split has no such form.
 struct FirstLast { int first = 0, last = 0; bool ok = true; };
 FirstLast first_last_layers(const Plan& p, long long layers);
+// Transformer layers of every model chunk in looping order (chunk g on stage g mod pp; pp x v chunks, v the
+// virtual stages of an interleaved schedule, else 1) — the split the plan runs.
+std::vector<int> chunk_layers(const Plan& p, long long layers);
+// Which layers are MoE, as Megatron-LM's --moe-layer-freq list pattern: "([0]*(every-1)+[1])*n+[0]*rest"
+// (trainplan's layer l is MoE when (l + 1) % every == 0; Megatron's integer form puts them at l % every == 0).
+std::string moe_layer_pattern(const Transformer& m);
 // "a \\\n  --b c \\\n ..." lines of a shell command.
 std::string shell_lines(const std::string& head, const Options& opts);
 std::string num(double v);

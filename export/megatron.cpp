@@ -1,7 +1,8 @@
 // export/megatron: the plan as Megatron-LM pretrain_gpt.py arguments (Megatron-LM core_v0.15.3,
 // megatron/training/arguments.py; data/export/megatron-lm.flags). Mapping: ZeRO-1 = --use-distributed-optimizer,
-// ZeRO-2 / ZeRO-3 = Megatron FSDP (--use-megatron-fsdp, sharding optim_grads / optim_grads_params), optimizer
-// offload = --optimizer-cpu-offload (with the distributed optimizer, as Megatron requires); uneven stages =
+// ZeRO-2 / ZeRO-3 = Megatron FSDP (--use-megatron-fsdp, sharding optim_grads / optim_grads_params, with the
+// distributed optimizer), optimizer offload = --optimizer-cpu-offload (with the distributed optimizer, as
+// Megatron requires); uneven stages =
 // --decoder-first/last-pipeline-num-layers; GPipe, modular pipelines, layered accumulation, Optimus 2D and the
 // chunked / granular offloads have no Megatron-LM equivalent and are refused.
 #include <algorithm>
@@ -44,10 +45,17 @@ void model_args(const Scenario& sc, Options& o, Refusals& r) {
     o.push_back({"--num-experts", num(m.moe.experts)});
     o.push_back({"--moe-router-topk", num((long long)m.moe.top_k)});
     o.push_back({"--moe-ffn-hidden-size", num(m.expert_ffn())});
-    if (m.moe.every > 1) o.push_back({"--moe-layer-freq", num((long long)m.moe.every)});
+    if (m.moe.every > 1) {
+      std::string pattern(1, '\'');  // quoted for the shell (appended: g++ 12 -Wrestrict false positive on "'" + s)
+      pattern += moe_layer_pattern(m);
+      pattern += '\'';
+      o.push_back({"--moe-layer-freq", pattern});
+    }
     if (m.moe.shared_ffn_hidden > 0) o.push_back({"--moe-shared-expert-intermediate-size", num(m.moe.shared_ffn_hidden)});
     o.push_back({"--moe-expert-capacity-factor", num(m.moe.capacity_factor)});
     o.push_back({"--moe-token-drop-policy", "probs"});
+    // Megatron-Core takes a capacity factor only with the all-to-all dispatcher and aux_loss / none balancing.
+    o.push_back({"--moe-token-dispatcher-type", "alltoall"});
     o.push_back({"--moe-router-load-balancing-type", "aux_loss"});
   }
 }
@@ -79,7 +87,9 @@ void plan_args(const Scenario& sc, Options& o, Refusals& r) {
   } else if (p.recompute == Recompute::selective) {
     o.push_back({"--recompute-granularity", "selective"});
   }
-  if (p.zero == 1) o.push_back({"--use-distributed-optimizer", ""});
+  // Megatron FSDP runs with the distributed optimizer too (docs/source/api-guide/custom_fsdp.md and the fsdp_dtensor
+  // functional tests; the precision-aware optimizer of --optimizer-cpu-offload asserts it).
+  if (p.zero >= 1) o.push_back({"--use-distributed-optimizer", ""});
   if (p.zero >= 2) {
     o.push_back({"--use-megatron-fsdp", ""});
     o.push_back({"--data-parallel-sharding-strategy", p.zero == 2 ? "optim_grads" : "optim_grads_params"});
@@ -92,10 +102,14 @@ void plan_args(const Scenario& sc, Options& o, Refusals& r) {
     o.push_back({"--optimizer-offload-fraction", "1.0"});
     o.push_back({"--use-precision-aware-optimizer", ""});
   }
-  if (p.overlap_grad_reduce && p.data_ranks() > 1) o.push_back({"--overlap-grad-reduce", ""});
+  // Megatron-LM asserts --overlap-param-gather only with --overlap-grad-reduce and a sharded optimizer.
+  if (p.overlap_grad_reduce && (p.data_ranks() > 1 || p.overlap_param_gather))
+    o.push_back({"--overlap-grad-reduce", ""});
   if (p.overlap_param_gather) {
     r.need(p.zero >= 1, "$.plan.overlap_param_gather", "parameter-gather overlap without a sharded optimizer",
            "\"zero\": 1");
+    r.need(p.overlap_grad_reduce, "$.plan.overlap_param_gather",
+           "parameter-gather overlap without overlapped gradient reduction", "\"overlap_grad_reduce\": true");
     o.push_back({"--overlap-param-gather", ""});
   }
   if (p.tp_comm_overlap) o.push_back({"--tp-comm-overlap", ""});

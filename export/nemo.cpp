@@ -14,6 +14,14 @@ namespace {
 
 std::string b(bool v) { return v ? "True" : "False"; }
 
+// Megatron-Core's moe_layer_freq as a list (1 = MoE layer), quoted for the shell: trainplan's MoE layers are
+// those with (l + 1) % every == 0, where the integer form would put them at l % every == 0.
+std::string moe_layer_list(const Transformer& m) {
+  std::string s = "'[";
+  for (long long l = 0; l < m.layers; ++l) s += std::string(l ? "," : "") + (m.is_moe_layer(l) ? "1" : "0");
+  return s + "]'";
+}
+
 const char* recipe_of(const Transformer& m) {
   if (m.activation == Activation::gelu) return "gpt3_175b";
   if (m.moe.experts > 0) return "mixtral_8x7b";
@@ -47,10 +55,13 @@ void model_overrides(const Scenario& sc, Options& o, Refusals& r) {
     o.push_back({c + "num_moe_experts", num(m.moe.experts)});
     o.push_back({c + "moe_router_topk", num((long long)m.moe.top_k)});
     o.push_back({c + "moe_ffn_hidden_size", num(m.expert_ffn())});
-    if (m.moe.every > 1) o.push_back({c + "moe_layer_freq", num((long long)m.moe.every)});
+    if (m.moe.every > 1) o.push_back({c + "moe_layer_freq", moe_layer_list(m)});
     if (m.moe.shared_ffn_hidden > 0) o.push_back({c + "moe_shared_expert_intermediate_size", num(m.moe.shared_ffn_hidden)});
     o.push_back({c + "moe_expert_capacity_factor", num(m.moe.capacity_factor)});
     o.push_back({c + "moe_token_drop_policy", "probs"});
+    // Megatron-Core takes a capacity factor only with the all-to-all dispatcher and aux_loss / none balancing.
+    o.push_back({c + "moe_token_dispatcher_type", "alltoall"});
+    o.push_back({c + "moe_router_load_balancing_type", "aux_loss"});
   }
 }
 
@@ -85,8 +96,9 @@ void plan_overrides(const Scenario& sc, Options& o, Refusals& r) {
   } else {
     o.push_back({c + "recompute_granularity", p.recompute == Recompute::selective ? "selective" : "None"});
   }
-  o.push_back({s + "ddp.use_distributed_optimizer", b(p.zero == 1)});
-  o.push_back({"optim.config.use_distributed_optimizer", b(p.zero == 1)});
+  // ZeRO >= 1: Megatron-Core's distributed optimizer (with Megatron FSDP for ZeRO-2/3, as Megatron-LM runs it).
+  o.push_back({s + "ddp.use_distributed_optimizer", b(p.zero >= 1)});
+  o.push_back({"optim.config.use_distributed_optimizer", b(p.zero >= 1)});
   if (p.zero >= 2) {
     o.push_back({s + "fsdp", "megatron"});
     o.push_back({s + "ddp.data_parallel_sharding_strategy", p.zero == 2 ? "optim_grads" : "optim_grads_params"});
@@ -97,9 +109,11 @@ void plan_overrides(const Scenario& sc, Options& o, Refusals& r) {
     o.push_back({"optim.config.optimizer_offload_fraction", "1.0"});
     o.push_back({"optim.config.use_precision_aware_optimizer", "True"});
   }
-  o.push_back({s + "ddp.overlap_grad_reduce", b(p.overlap_grad_reduce && p.data_ranks() > 1)});
+  o.push_back({s + "ddp.overlap_grad_reduce", b(p.overlap_grad_reduce && (p.data_ranks() > 1 || p.overlap_param_gather))});
   r.need(!p.overlap_param_gather || p.zero >= 1, "$.plan.overlap_param_gather",
          "parameter-gather overlap without a sharded optimizer", "\"zero\": 1");
+  r.need(!p.overlap_param_gather || p.overlap_grad_reduce, "$.plan.overlap_param_gather",
+         "parameter-gather overlap without overlapped gradient reduction", "\"overlap_grad_reduce\": true");
   o.push_back({s + "ddp.overlap_param_gather", b(p.overlap_param_gather)});
   o.push_back({c + "tp_comm_overlap", b(p.tp_comm_overlap)});
   o.push_back({c + "attention_backend", p.attention == Attention::flash ? "flash" : "unfused"});

@@ -4,8 +4,8 @@
 // ZeRO-1 has no equivalent. Its tensor parallelism always shards the norms' activations (= sequence
 // parallelism), its attention is SDPA / flex (flash), its fp8 is torchao's float8 converter, and its models are
 // registered flavors (a comment gives the shape to register). Refused: GELU models, MoE (TorchTitan's MoE is
-// dropless), ZeRO-1, tp without sequence parallelism, unfused attention, fp16, every offload, and the
-// techniques no target has.
+// dropless), ZeRO-1, ZeRO-0 beside tp / pp / cp, tp without sequence parallelism, unfused attention, fp16,
+// mixed precision under tp / pp without FSDP, every offload, and the techniques no target has.
 #include <algorithm>
 
 #include "export/export.hpp"
@@ -33,11 +33,24 @@ void refuse_torchtitan(const Scenario& sc, Refusals& r) {
   r.need(sc.training.precision != Precision::fp16, "$.training.precision", "fp16 training", "\"precision\": \"bf16\"");
   r.need(p.offload.kind != OffloadKind::optimizer, "$.plan.offload.kind",
          "ZeRO-Offload (FSDP2's CPU offload moves parameters and gradients too)", "no offload");
+  r.need(!(p.schedule == Schedule::gpipe && p.virtual_stages > 1), "$.plan.virtual_stages",
+         "virtual stages under the GPipe schedule", "\"schedule\": \"interleaved\" (Interleaved1F1B)");
+  // ZeRO-0 is TorchTitan's DDP, which runs only as the sole parallelism; with cp it always shards weights with
+  // FSDP over dp x cp (models/llama3/infra/parallelize.py, v0.2.2).
+  r.need(p.zero != 0 || (p.cp == 1 && (p.dp == 1 || p.gpus() == p.dp)), "$.plan.zero",
+         "replicated weights (ZeRO-0) beside tp, pp or cp (TorchTitan's DDP is 1-D; its cp shards with FSDP)",
+         "\"zero\": 3 (FSDP2) or 2");
+  // TorchTitan's mixed precision comes from fully_shard (dp shard > 1 or cp > 1) or, for plain DDP / one device,
+  // torch.autocast; with tp or pp and neither, it trains in fp32 (distributed/utils.py maybe_enable_amp).
+  const bool fsdp = (p.zero >= 2 && p.dp > 1) || p.cp > 1;
+  r.need(sc.training.precision == Precision::fp32 || fsdp || (p.tp == 1 && p.pp == 1), "$.training.precision",
+         "mixed precision with tp or pp but no FSDP (TorchTitan then trains in fp32)",
+         "\"zero\": 3 (FSDP2) over dp > 1, or \"precision\": \"fp32\"");
   r.need(!p.tp_comm_overlap || p.tp > 1, "$.plan.tp_comm_overlap", "tp communication overlap without tp", "without it");
 }
 
 const char* schedule_of(const Plan& p) {
-  if (p.schedule == Schedule::gpipe) return p.virtual_stages > 1 ? "InterleavedGPipe" : "GPipe";
+  if (p.schedule == Schedule::gpipe) return "GPipe";
   if (p.schedule == Schedule::interleaved && p.virtual_stages > 1) return "Interleaved1F1B";
   return "1F1B";
 }
@@ -50,16 +63,20 @@ std::string export_torchtitan(const Scenario& sc, const std::string& file) {
   refuse_torchtitan(sc, r);
   const Plan& p = sc.plan;
   const Transformer& m = sc.model;
-  const FirstLast fl = first_last_layers(p, m.layers);
-  r.need(fl.ok, "$.plan.stage_layers", "stages other than first / last around an even middle",
-         "first_stage_layers / last_stage_layers with the middle stages even");
+  // TorchTitan (distributed/pipeline_parallel.py generate_llm_fqn_per_model_part) splits layers + first_less +
+  // last_less evenly over its pp x v stages (our model chunks): the first (last) chunk holds first_less
+  // (last_less) layers fewer than the others. Any other chunk split is refused.
+  const std::vector<int> ch = chunk_layers(p, m.layers);
+  const size_t n = ch.size();
+  const long long k = n > 2 ? ch[1] : std::max(ch.front(), ch.back());
+  bool even_middle = ch.front() <= k && ch.back() <= k;
+  for (size_t i = 1; i + 1 < n; ++i) even_middle = even_middle && ch[i] == k;
+  r.need(even_middle, "$.plan.stage_layers",
+         "model chunks other than fewer layers on the first / last around an even middle",
+         "first_stage_layers / last_stage_layers no larger than the even middle stages");
   r.throw_if_any();
   const long long dp = p.dp, gb = sc.training.global_batch;
-  // TorchTitan splits layers + first_less + last_less evenly over the stages; the first (last) stage then holds
-  // first_less (last_less) layers fewer than a middle one.
-  const std::vector<int>& sl = p.stage_layers;
-  const long long mid = sl.empty() ? m.layers / p.pp : sl.size() > 2 ? sl[1] : std::max(sl[0], sl[1]);
-  const long long first_less = sl.empty() ? 0 : mid - sl.front(), last_less = sl.empty() ? 0 : mid - sl.back();
+  const long long first_less = n > 1 ? k - ch.front() : 0, last_less = n > 1 ? k - ch.back() : 0;
   std::string s = "# trainplan export --to torchtitan: scenario \"" + sc.name + "\" (" + file + ")\n";
   s += "# TorchTitan (v0.2.2 job config) for dp " + num(dp) + " x cp " + num((long long)p.cp) + " x tp " +
        num((long long)p.tp) + " x pp " + num((long long)p.pp) + " = " + num((long long)p.gpus()) +
@@ -91,7 +108,7 @@ std::string export_torchtitan(const Scenario& sc, const std::string& file) {
   if (p.pp > 1) {
     s += "pipeline_parallel_schedule = " + q(schedule_of(p)) + "\n";
     s += "pipeline_parallel_microbatch_size = " + num(p.microbatch) + "\n";
-    if (p.virtual_stages > 1) s += "pipeline_parallel_layers_per_stage = " + num(mid / p.virtual_stages) + "\n";
+    if (n > (size_t)p.pp) s += "pipeline_parallel_layers_per_stage = " + num(k) + "\n";
     s += "pipeline_parallel_first_stage_less_layers = " + num(first_less) + "\n";
     s += "pipeline_parallel_last_stage_less_layers = " + num(last_less) + "\n";
   }

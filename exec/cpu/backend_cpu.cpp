@@ -71,6 +71,12 @@ OpTable<T> cpu_ops() {
   t.positions_bwd = &c::positions_bwd<T>;
   t.adamw = &c::adamw<T>;
   t.sum_squares = &c::sum_squares<T>;
+  t.moe_route = &c::moe_route<T>;
+  t.moe_route_bwd = &c::moe_route_bwd<T>;
+  t.moe_dispatch = &c::moe_dispatch<T>;
+  t.moe_dispatch_bwd = &c::moe_dispatch_bwd<T>;
+  t.moe_combine = &c::moe_combine<T>;
+  t.moe_combine_bwd = &c::moe_combine_bwd<T>;
   return t;
 }
 

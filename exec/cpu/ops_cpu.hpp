@@ -67,5 +67,16 @@ template <class T> void add_positions(T* x, const T* wpe, long rows, long C, lon
 template <class T> void positions_bwd(T* dwpe, const T* dx, long rows, long C, long Tn, long row0);
 template <class T> void adamw(T* p, const T* g, T* m, T* v, long n, T lr, T b1, T b2, T eps, T wd, long t);
 template <class T> double sum_squares(const T* x, long n);
+template <class T>
+double moe_route(T* probs, int32_t* slot, T* gate, const T* logits, long N, long E, long k, long cap, int renorm);
+template <class T>
+void moe_route_bwd(T* dlogits, const T* probs, const int32_t* slot, const T* dgate, long N, long E, long k, long cap,
+                   int renorm, T aux_weight);
+template <class T> void moe_dispatch(T* out, const T* x, const int32_t* slot, long N, long k, long C, long rows);
+template <class T> void moe_dispatch_bwd(T* dx, const T* dout, const int32_t* slot, long N, long k, long C);
+template <class T> void moe_combine(T* y, const T* ein, const int32_t* slot, const T* gate, long N, long k, long C);
+template <class T>
+void moe_combine_bwd(T* dein, T* dgate, const T* dy, const T* ein, const int32_t* slot, const T* gate, long N, long k,
+                     long C);
 
 }  // namespace tp::ops::cpu

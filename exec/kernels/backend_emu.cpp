@@ -323,6 +323,7 @@ OpTable<T> table() {
   t.embedding_bwd = &embedding_bwd<T>;
   t.adamw = &adamw<T>;
   t.sum_squares = &sum_squares<T>;
+  set_moe_ops(t);    // the mixture-of-experts router, dispatch and combine (backend_emu_moe.cpp)
   set_shard_ops(t);  // the sharded ops and attention (backend_emu_shard.cpp)
   return t;
 }

@@ -39,5 +39,8 @@ const Launch& launcher();
 // Fills the sharded-op and attention entries of the table (backend_emu_shard.cpp).
 template <class T>
 void set_shard_ops(OpTable<T>& t);
+// Fills the mixture-of-experts entries (backend_emu_moe.cpp).
+template <class T>
+void set_moe_ops(OpTable<T>& t);
 
 }  // namespace tp::exec::emu_be

@@ -15,6 +15,7 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "exec/backend.hpp"
@@ -444,9 +445,52 @@ std::vector<Case> shard_cases() {
   return cs;
 }
 
+// The mixture-of-experts ops in one chain (route, dispatch, combine and their backwards): the router's slots must
+// be identical, the values within float32.
+std::vector<Case> moe_cases() {
+  std::vector<Case> cs;
+  cs.push_back({"moe_route_dispatch_combine", 1e-5, [](const Backend& be) {
+    const long N = 7, E = 3, k = 2, C = 4, cap = 4, rows = E * cap;  // 14 copies, 12 slots: some dropped
+    Dev d(be);
+    Vec lg = rnd(N * E, 51, -2, 2), x = rnd(N * C, 52), dy = rnd(N * C, 53);
+    Vec probs(N * E), gate(N * k), buf(rows * C), y(N * C), dbuf(rows * C, 0.0), dgate(N * k, 0.0), dx(N * C, 0.0),
+        dlg(N * E, 0.0);
+    std::vector<int32_t> slot(N * k), got_slot(N * k);
+    ref().moe_route(probs.data(), slot.data(), gate.data(), lg.data(), N, E, k, cap, 1);
+    ref().moe_dispatch(buf.data(), x.data(), slot.data(), N, k, C, rows);
+    ref().moe_combine(y.data(), buf.data(), slot.data(), gate.data(), N, k, C);
+    ref().moe_combine_bwd(dbuf.data(), dgate.data(), dy.data(), buf.data(), slot.data(), gate.data(), N, k, C);
+    ref().moe_dispatch_bwd(dx.data(), dbuf.data(), slot.data(), N, k, C);
+    ref().moe_route_bwd(dlg.data(), probs.data(), slot.data(), dgate.data(), N, E, k, cap, 1, 0.1);
+    float *pd = d.up(Vec(N * E, 0.0)), *gd = d.up(Vec(N * k, 0.0)), *bd = d.up(Vec(rows * C, 0.0)),
+          *yd = d.up(Vec(N * C, 0.0)), *dbd = d.up(Vec(rows * C, 0.0)), *dgd = d.up(Vec(N * k, 0.0)),
+          *dxd = d.up(Vec(N * C, 0.0)), *dld = d.up(Vec(N * E, 0.0)), *xd = d.up(x);
+    int32_t* sd = d.up(std::vector<int32_t>(N * k, 0));
+    be.f32.moe_route(pd, sd, gd, d.up(lg), N, E, k, cap, 1);
+    be.f32.moe_dispatch(bd, xd, sd, N, k, C, rows);
+    be.f32.moe_combine(yd, bd, sd, gd, N, k, C);
+    be.f32.moe_combine_bwd(dbd, dgd, d.up(dy), bd, sd, gd, N, k, C);
+    be.f32.moe_dispatch_bwd(dxd, dbd, sd, N, k, C);
+    be.f32.moe_route_bwd(dld, pd, sd, dgd, N, E, k, cap, 1, 0.1f);
+    be.copy(got_slot.data(), sd, sizeof(int32_t) * N * k, CopyKind::device_to_host, Stream{});
+    be.sync();
+    EXPECT_EQ(got_slot, slot) << be.name;
+    int dropped = 0;
+    for (int32_t v : slot) dropped += v < 0;
+    EXPECT_GT(dropped, 0);
+    double e = 0;
+    for (auto [dv, hv, n] : {std::tuple{pd, &probs, N * E}, {gd, &gate, N * k}, {yd, &y, N * C}, {dgd, &dgate, N * k},
+                             {dxd, &dx, N * C}, {dld, &dlg, N * E}})
+      e = std::max(e, err(d.down(dv, n), *hv));
+    return e;
+  }});
+  return cs;
+}
+
 std::vector<Case> all_cases() {
-  std::vector<Case> cs = elementwise_cases(), sh = shard_cases();
+  std::vector<Case> cs = elementwise_cases(), sh = shard_cases(), mo = moe_cases();
   cs.insert(cs.end(), sh.begin(), sh.end());
+  cs.insert(cs.end(), mo.begin(), mo.end());
   return cs;
 }
 

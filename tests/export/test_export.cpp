@@ -5,6 +5,8 @@
 // with the JSON path and a nearest plan, and one golden output per target stays byte-identical.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <fstream>
 #include <map>
 #include <set>
@@ -58,7 +60,70 @@ struct Back {
   long long mb = 0, gb = 0;
   std::string recompute = "none", precision = "fp32";
   bool sp = false, offload = false;
+  bool acc_emb = false, acc_loss = false;   // Megatron's account_for_embedding / loss_in_pipeline_split
+  int first_less = 0, last_less = 0, layers_per_stage = 0;  // TorchTitan's pipeline split
+  std::string moe_pattern;                  // Megatron --moe-layer-freq / NeMo moe_layer_freq, as given
 };
+
+// The layers of every model chunk (looping order) that Megatron-LM builds from its split options
+// (megatron/core/transformer/transformer_config.py, core_v0.15.3): account_for_* = (L + accounted) / (pp v) per
+// chunk, the first / last chunk one fewer; else first / last stage as given, the middle stages even; each stage's
+// layers split evenly over its v chunks.
+std::vector<int> megatron_chunks(long long L, const Back& b) {
+  std::vector<int> c((size_t)b.pp * b.v);
+  if ((b.acc_emb || b.acc_loss) && (b.first > 0 || b.last > 0)) return {};  // Megatron-Core raises ValueError
+  if (b.acc_emb || b.acc_loss) {
+    const long long k = (L + b.acc_emb + b.acc_loss) / (long long)c.size();
+    for (int& x : c) x = (int)k;
+    c.front() -= b.acc_emb;
+    c.back() -= b.acc_loss;
+    return c;
+  }
+  const int given = (b.first > 0) + (b.last > 0);
+  const long long mid = b.pp > given ? (L - b.first - b.last) / (b.pp - given) : 0;
+  for (size_t g = 0; g < c.size(); ++g) {
+    const int st = (int)(g % b.pp);
+    const long long n = st == 0 && b.first > 0 ? b.first : st == b.pp - 1 && b.last > 0 ? b.last : mid;
+    c[g] = (int)(n / b.v);
+  }
+  return c;
+}
+
+// The same for TorchTitan v0.2.2 (torchtitan/distributed/pipeline_parallel.py: pipeline_llm's stage count and
+// generate_llm_fqn_per_model_part): L + first_less + last_less split evenly over the stages, the remainder to
+// the first ones; the first (last) stage gives first_less (last_less) of its share to the embedding (output).
+std::vector<int> titan_chunks(long long L, const Back& b) {
+  const long long eff = L + b.first_less + b.last_less;
+  const long long n = b.pp == 1 ? 1 : b.layers_per_stage > 0 ? (eff + b.layers_per_stage - 1) / b.layers_per_stage : b.pp;
+  std::vector<int> c;
+  long long cur = 0;
+  for (long long i = 0; i < n; ++i) {
+    long long e = n == 1 ? L : eff / n + (i < eff % n ? 1 : 0);
+    if (n > 1 && i == 0) e -= b.first_less;
+    if (n > 1 && i == n - 1) e -= b.last_less;
+    e = std::min(e, L - cur);
+    cur += e;
+    c.push_back((int)e);
+  }
+  return c;
+}
+
+// Which layers a --moe-layer-freq pattern "([0]*a+[1])*n[+[0]*r]" or a list "'[0,1,...]'" makes MoE.
+std::vector<int> moe_layers_of(const std::string& given) {
+  std::vector<int> out;
+  long long a = 0, n = 0, r = 0;
+  if (std::sscanf(given.c_str(), "'([0]*%lld+[1])*%lld+[0]*%lld'", &a, &n, &r) >= 2) {
+    for (long long i = 0; i < n; ++i) {
+      out.insert(out.end(), (size_t)a, 0);
+      out.push_back(1);
+    }
+    out.insert(out.end(), (size_t)r, 0);
+    return out;
+  }
+  for (char ch : given)
+    if (ch == '0' || ch == '1') out.push_back(ch - '0');
+  return out;
+}
 
 // "  --flag value \" / "  key=value \" lines after the launcher line containing `launcher`.
 std::vector<std::pair<std::string, std::string>> command_options(const std::string& text, const std::string& launcher,
@@ -112,6 +177,18 @@ Back back_megatron(const std::string& text, const std::set<std::string>& valid) 
   b.sp = m.count("--sequence-parallel");
   b.precision = m.count("--fp8-format") ? "fp8" : m.count("--bf16") ? "bf16" : m.count("--fp16") ? "fp16" : "fp32";
   b.offload = m.count("--optimizer-cpu-offload");
+  b.acc_emb = m.count("--account-for-embedding-in-pipeline-split");
+  b.acc_loss = m.count("--account-for-loss-in-pipeline-split");
+  if (m.count("--moe-layer-freq")) b.moe_pattern = m["--moe-layer-freq"];
+  if (m.count("--use-megatron-fsdp") || m.count("--optimizer-cpu-offload")) {
+    EXPECT_TRUE(m.count("--use-distributed-optimizer")) << "Megatron FSDP / the precision-aware optimizer need it";
+  }
+  if (m.count("--overlap-param-gather")) {
+    EXPECT_TRUE(m.count("--overlap-grad-reduce")) << "Megatron-LM asserts --overlap-grad-reduce with it";
+  }
+  if (m.count("--moe-expert-capacity-factor")) {
+    EXPECT_EQ(m["--moe-token-dispatcher-type"], "alltoall") << "Megatron-Core: capacity factor needs alltoall";
+  }
   return b;
 }
 
@@ -147,6 +224,15 @@ Back back_nemo(const std::string& text, const std::set<std::string>& valid) {
   const std::string pl = m["trainer.plugins"];
   b.precision = pl.find("fp8") != std::string::npos ? "fp8" : pl.rfind("bf16", 0) == 0 ? "bf16" : "fp16";
   b.offload = m["optim.config.optimizer_cpu_offload"] == "True";
+  b.acc_emb = m[s + "account_for_embedding_in_pipeline_split"] == "True";
+  b.acc_loss = m[s + "account_for_loss_in_pipeline_split"] == "True";
+  if (m.count("model.config.moe_layer_freq")) b.moe_pattern = m["model.config.moe_layer_freq"];
+  if (m[s + "ddp.overlap_param_gather"] == "True") {
+    EXPECT_EQ(m[s + "ddp.overlap_grad_reduce"], "True");
+  }
+  if (m.count("model.config.moe_expert_capacity_factor")) {
+    EXPECT_EQ(m["model.config.moe_token_dispatcher_type"], "alltoall");
+  }
   return b;
 }
 
@@ -221,7 +307,12 @@ Back back_torchtitan(const std::string& text, const std::set<std::string>& valid
   b.sp = b.tp > 1;
   b.precision = m.count("model.converters") ? "fp8" : m["training.mixed_precision_param"] == "float32" ? "fp32" : "bf16";
   if (b.pp > 1 && m["parallelism.pipeline_parallel_schedule"] == "Interleaved1F1B")
-    b.v = 0;  // layers per stage given instead: checked by the caller
+    b.v = 0;  // layers per stage given instead: the caller checks the chunks
+  if (b.pp > 1) {
+    b.first_less = get("parallelism.pipeline_parallel_first_stage_less_layers", 1);  // TorchTitan's default 1
+    b.last_less = get("parallelism.pipeline_parallel_last_stage_less_layers", 1);
+    b.layers_per_stage = get("parallelism.pipeline_parallel_layers_per_stage", 0);
+  }
   return b;
 }
 
@@ -277,6 +368,20 @@ int round_trip(const Scenario& sc, const std::string& what) {
       const FirstLast fl = first_last_layers(p, sc.model.layers);
       EXPECT_EQ(b.first, fl.first) << tag;
       EXPECT_EQ(b.last, fl.last) << tag;
+      EXPECT_EQ(b.acc_emb, p.account_for_embedding) << tag;
+      EXPECT_EQ(b.acc_loss, p.account_for_loss) << tag;
+    }
+    // The layers of every model chunk the framework builds from its options = the plan's split.
+    if (t == Target::megatron || t == Target::nemo) {
+      EXPECT_EQ(megatron_chunks(sc.model.layers, b), chunk_layers(p, sc.model.layers)) << tag;
+    }
+    if (t == Target::torchtitan) {
+      EXPECT_EQ(titan_chunks(sc.model.layers, b), chunk_layers(p, sc.model.layers)) << tag;
+    }
+    if (sc.model.moe.every > 1 && (t == Target::megatron || t == Target::nemo)) {
+      std::vector<int> want;
+      for (long long l = 0; l < sc.model.layers; ++l) want.push_back(sc.model.is_moe_layer(l) ? 1 : 0);
+      EXPECT_EQ(moe_layers_of(b.moe_pattern), want) << tag << ": " << b.moe_pattern;
     }
   }
   return accepted;
@@ -309,6 +414,20 @@ TEST(Export, PlanVariantsRoundTripOnEveryTarget) {
       {"offload_optimizer_zero1", {{"offload", {{"kind", "optimizer"}}}}, json::object(), "", 2},
       {"moe_ep4", {{"ep", 4}, {"pp", 1}, {"tp", 4}, {"dp", 64}, {"schedule", "1f1b"}, {"virtual_stages", 1}},
        {{"moe", {{"experts", 8}, {"top_k", 2}}}}, "", 3},
+      // MoE on every other layer (trainplan: layers 1, 3, ...; Megatron's integer form would take 0, 2, ...).
+      {"moe_every2_pp3", {{"ep", 2}, {"pp", 3}, {"tp", 4}, {"dp", 16}, {"schedule", "1f1b"}, {"virtual_stages", 1}},
+       {{"layers", 15}, {"moe", {{"experts", 8}, {"top_k", 2}, {"every", 2}}}}, "", 2},
+      // Megatron's accounted split (30 layers + embedding + loss over 4 x 2 chunks: 3, 4, ..., 4, 3): no first /
+      // last stage options beside it (Megatron-Core refuses both at once); TorchTitan's less-layers per chunk.
+      {"account_emb_loss_v2", {{"virtual_stages", 2}, {"account_for_embedding_in_pipeline_split", true},
+                               {"account_for_loss_in_pipeline_split", true}, {"zero", 3}},
+       {{"layers", 30}}, "", 3},
+      {"uneven_interleaved", {{"virtual_stages", 2}, {"first_stage_layers", 18}, {"last_stage_layers", 18}}, json::object(),
+       "", 2},
+      // Plain data parallelism: TorchTitan's DDP (its mixed precision by autocast) and every other target.
+      {"ddp_only", {{"zero", 0}, {"tp", 1}, {"pp", 1}, {"dp", 64}, {"sequence_parallel", false}, {"schedule", "1f1b"},
+                    {"virtual_stages", 1}}, json::object(), "", 4},
+      {"overlap_param_gather_dp1", {{"dp", 1}, {"zero", 1}, {"overlap_param_gather", true}}, json::object(), "", 2},
   };
   for (const Case& c : cases) {
     Scenario sc = load(variant(c.plan, c.model, c.precision));
@@ -317,7 +436,7 @@ TEST(Export, PlanVariantsRoundTripOnEveryTarget) {
 }
 
 TEST(Export, InexpressibleFeaturesAreRefusedWithPathAndNearestPlan) {
-  struct Case { const char* name; json plan; Target t; const char* path; };
+  struct Case { const char* name; json plan; Target t; const char* path; json model = json::object(); };
   std::vector<Case> cases = {
       {"2d", {{"tp", 4}, {"dp", 16}, {"tp_mode", "2d"}, {"sequence_parallel", false}, {"microbatch", 2}}, Target::megatron, "$.plan.tp_mode"},
       {"modular", {{"schedule", "modular"}, {"grad_accumulation", "layered"}}, Target::nemo, "$.plan.schedule"},
@@ -329,11 +448,23 @@ TEST(Export, InexpressibleFeaturesAreRefusedWithPathAndNearestPlan) {
       {"cp_ds", {{"cp", 2}, {"dp", 4}, {"attention", "flash"}}, Target::deepspeed, "$.plan.cp"},
       {"interleaved_ds", json::object(), Target::deepspeed, "$.plan.schedule"},
       {"zero1_titan", json::object(), Target::torchtitan, "$.plan.zero"},
+      {"zero0_tp_pp_bf16_titan", {{"zero", 0}, {"schedule", "1f1b"}, {"virtual_stages", 1}}, Target::torchtitan,
+       "$.training.precision"},
+      {"zero0_cp_titan", {{"zero", 0}, {"cp", 2}, {"dp", 4}, {"pp", 1}, {"schedule", "1f1b"}, {"virtual_stages", 1}},
+       Target::torchtitan, "$.plan.zero"},
+      {"moe_pp_deepspeed", {{"schedule", "1f1b"}, {"virtual_stages", 1}, {"zero", 1}, {"ep", 2}}, Target::deepspeed,
+       "$.plan.pp", {{"moe", {{"experts", 8}, {"top_k", 2}}}}},
+      {"uneven_interleaved_titan", {{"virtual_stages", 2}, {"first_stage_layers", 18}, {"last_stage_layers", 18}, {"zero", 3}},
+       Target::torchtitan, "$.plan.stage_layers"},
+      {"param_gather_no_grad_overlap", {{"overlap_param_gather", true}, {"overlap_grad_reduce", false}}, Target::megatron,
+       "$.plan.overlap_param_gather"},
+      {"param_gather_no_grad_overlap_nemo", {{"overlap_param_gather", true}, {"overlap_grad_reduce", false}}, Target::nemo,
+       "$.plan.overlap_param_gather"},
       {"uneven_middle", {{"schedule", "1f1b"}, {"virtual_stages", 1}, {"stage_layers", {10, 30, 20, 20}}}, Target::megatron,
        "$.plan.stage_layers"},
   };
   for (const Case& c : cases) {
-    Scenario sc = load(variant(c.plan));
+    Scenario sc = load(variant(c.plan, c.model));
     try {
       export_plan(sc, c.t, "s.json");
       ADD_FAILURE() << c.name << ": exported";

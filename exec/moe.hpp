@@ -1,0 +1,49 @@
+// moe: the executor's mixture-of-experts MLP with expert parallelism (the MLP half of a MoE layer of exec/gpt.hpp),
+// as the simulator costs it (sim/op_cost.cpp "MoE layer"; models/transformer.hpp Moe):
+//  - router: logits = ln2 x router_w [C, E] (no bias), softmax, top-k, gates renormalised over the k choices when
+//    k > 1 (GShard; k = 1 keeps the raw probability, Switch); capacity per expert and micro-batch of this rank:
+//    cap = ceil(capacity_factor x k x N / E) tokens (moe_capacity); copies beyond it are dropped (the token then
+//    gets only its kept copies; with none its MLP output is 0 and the residual carries it);
+//  - load-balancing loss (Switch / GShard): aux = E sum_e f_e P_e per layer and micro-batch (ops::moe_route),
+//    weighted by kMoeAuxCoef (0.01, Switch Transformer's alpha; the scenario has no key for it) / micro-batches
+//    of the global batch, so the objective is mean cross-entropy + 0.01 x mean over micro-batches of the summed
+//    layers' aux. The reported loss is the cross-entropy alone;
+//  - dispatch: the capacity-padded copies [E, cap, C] (expert e = ep rank e / El, El = E / ep local experts) go to
+//    their ep rank with one all-to-all over the ep group (blocks of El cap C); each rank runs its El experts on
+//    ep x cap rows each (padding rows compute and are discarded, as the simulator counts); a second all-to-all
+//    returns the outputs, which are combined with the gates.
+// Expert parallelism lies inside data parallelism (Megatron-LM): ep group = ep consecutive dp ranks of one
+// (stage, tp rank). Every rank HOLDS all experts' parameters (the flat layout of gpt.hpp is the same on every
+// rank) but computes and differentiates only its own El; the gradients of the others stay 0 here, so the usual
+// sum over dp (all-reduce or ZeRO reduce-scatter) is exactly the reduction over the expert-data-parallel group
+// (dp / ep ranks that hold the same expert), and the optimizer keeps every copy identical. Memory is therefore
+// NOT reduced by ep (a limitation: the simulator counts El experts per GPU); compute and all-to-all are ep's.
+// Tensor parallelism: every tp rank routes all N tokens (the same decisions: ln2 is replicated without SP) and
+// holds each expert's fc1 columns / fc2 rows like the dense MLP (shard_params); the experts' outputs are
+// all-reduced over tp before their bias, and their input gradients in the backward. (The simulator instead
+// routes 1/t of the tokens per tp rank with all-gathers over tp: the same arithmetic, other collectives.)
+// Invariants: no sequence or context parallelism (check_runnable refuses them with MoE).
+#pragma once
+#include <cmath>
+
+#include "exec/gpt.hpp"
+
+namespace tp::exec {
+
+constexpr double kMoeAuxCoef = 0.01;
+
+// Tokens one expert takes from a micro-batch of n tokens on one rank.
+inline long moe_capacity(long n, long long experts, long long top_k, double capacity_factor) {
+  return (long)std::ceil(capacity_factor * (double)top_k * (double)n / (double)experts - 1e-9);
+}
+
+// x_out[N, C] = MoE MLP of a.ln2 (overwritten; the caller adds the residual). Saves the router and expert
+// activations in `a` (m_*, fc1, act).
+template <class T>
+void moe_mlp_fwd(const Gpt<T>& g, const LayerParams& W, LayerActs<T>& a, T* x_out, long N);
+// dln[N, C] = gradient w.r.t. a.ln2 (overwritten) from dz[N, C]; accumulates the router's and the local experts'
+// weight gradients (aux loss included). Consumes the MoE activations and a.ln2.
+template <class T>
+void moe_mlp_bwd(const Gpt<T>& g, const LayerParams& W, LayerActs<T>& a, const T* dz, T* dln, long N);
+
+}  // namespace tp::exec
