@@ -99,6 +99,8 @@ inline constexpr Limit unique_layers{"plan.delink.unique_layers", 1, 10000, K::i
 inline constexpr Limit max_gpus{"search.max_gpus", 1, 16777216, K::integer, "2^24 GPUs (also min_gpus, gpu_counts)"};
 inline constexpr Limit search_top_k{"search.top_k", 1, 1000, K::integer, "plans listed"};
 inline constexpr Limit confirm{"search.confirm", 1, 10000, K::integer, "plans simulated"};
+inline constexpr Limit confirm_budget{"search.confirm_budget_s", 0, 86400, K::open_number,
+                                      "estimated simulation seconds; default 300"};
 inline constexpr Limit headroom{"search.memory_headroom", 0, 0.9, K::number, "a fraction of HBM"};
 inline constexpr Limit batch_over_critical{"search.max_batch_over_critical", 0.001, 1000, K::number, "a ratio"};
 inline constexpr Limit eth_bits{"search.compare.ethernet_nic_bits_per_s", 1e6, 1e15, K::number, "typical 1e11"};
@@ -118,7 +120,7 @@ inline constexpr const Limit* kAllLimits[] = {
     &lim::dp, &lim::tp, &lim::pp, &lim::virtual_stages, &lim::microbatch, &lim::zero, &lim::ep, &lim::cp,
     &lim::stage_layers, &lim::first_stage_layers, &lim::last_stage_layers, &lim::offload_layer,
     &lim::offload_fraction, &lim::prefetch_layers, &lim::chunk_elements, &lim::gpu_memory_fraction,
-    &lim::warmup_fraction, &lim::adam_margin, &lim::unique_layers, &lim::max_gpus, &lim::search_top_k, &lim::confirm,
+    &lim::warmup_fraction, &lim::adam_margin, &lim::unique_layers, &lim::max_gpus, &lim::search_top_k, &lim::confirm, &lim::confirm_budget,
     &lim::headroom, &lim::batch_over_critical, &lim::eth_bits, &lim::eth_nics};
 
 // "an integer in [1, 10000]", "a number in [0, 1e+15]", "a number in (0, 1]": the text messages and the docs use.

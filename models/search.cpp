@@ -121,6 +121,7 @@ Search read_search(const json& v, const std::string& path, Issues& is) {
   if (s.confirm > 0 && s.confirm < s.top_k)
     is.add(r.at("confirm"), "must be >= top_k (" + std::to_string(s.top_k) + "): every reported plan is simulated, got " +
                                 std::to_string(s.confirm));
+  s.confirm_budget_s = r.opt_num("confirm_budget_s", 300, lim::confirm_budget);
   s.memory_headroom = r.opt_num("memory_headroom", 0.0, lim::headroom);
   s.max_batch_over_critical = r.opt_num("max_batch_over_critical", 1.0, lim::batch_over_critical);
   if (const json* f = r.get("fix")) s.fix = read_fix(*f, r.at("fix"), is);
@@ -133,7 +134,7 @@ Search read_search(const json& v, const std::string& path, Issues& is) {
       rc.finish({"ethernet_nic_bits_per_s", "ethernet_nics_per_node"});
     }
   }
-  r.finish({"max_gpus", "min_gpus", "gpu_counts", "objective", "top_k", "confirm", "memory_headroom",
+  r.finish({"max_gpus", "min_gpus", "gpu_counts", "objective", "top_k", "confirm", "confirm_budget_s", "memory_headroom",
             "max_batch_over_critical", "fix", "compare"});
   return s;
 }
@@ -143,6 +144,7 @@ json search_to_json(const Search& s) {
             {"top_k", s.top_k}, {"confirm", s.confirm}, {"memory_headroom", s.memory_headroom},
             {"max_batch_over_critical", s.max_batch_over_critical}};
   if (!s.gpu_counts.empty()) j["gpu_counts"] = s.gpu_counts;
+  if (s.confirm_budget_s != 300) j["confirm_budget_s"] = s.confirm_budget_s;
   if (s.compare.on)
     j["compare"] = {{"ethernet_nic_bits_per_s", s.compare.ethernet_nic_bits_per_s},
                     {"ethernet_nics_per_node", s.compare.ethernet_nics_per_node}};
