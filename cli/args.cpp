@@ -59,6 +59,11 @@ const char* const kHelp =
     "      run the plan for N steps (under mpirun like run) and compare with the simulation on the profile:\n"
     "      step time, time per op class, peak memory; with --tolerance (e.g. 0.10) exit 1 when step time or\n"
     "      peak memory misses it\n"
+    "  trainplan export SCENARIO.json --to megatron|nemo|deepspeed|torchtitan [--out FILE] [--plan PLAN.json[#k]]\n"
+    "      the plan as the framework's configuration: Megatron-LM pretrain_gpt.py arguments, NeMo 2 recipe\n"
+    "      overrides, a DeepSpeed ds_config.json with Megatron-DeepSpeed arguments, or a TorchTitan TOML job\n"
+    "      config (docs/export.md); a plan feature the framework cannot express is an error (exit 2) naming\n"
+    "      it and the nearest plan the framework runs\n"
     "  trainplan catalog [gpus|clusters|models] [--json FILE|-]\n"
     "      list the bundled catalog\n"
     "  trainplan version | --version | -V\n"
@@ -69,7 +74,7 @@ const char* const kHelp =
     "130 / 143 stopped by SIGINT / SIGTERM (run).\n";
 
 const std::vector<std::string> kCommands = {"simulate", "plan", "report", "validate-published", "run", "calibrate",
-                                            "validate", "selftest", "catalog", "version"};
+                                            "validate", "selftest", "catalog", "export", "version"};
 
 bool Args::flag(const std::string& n) const {
   for (auto& o : options) if (o.first == n) return true;

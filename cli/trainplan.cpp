@@ -1,5 +1,5 @@
 // trainplan: the command-line program. Subcommands: simulate, validate-published, run, calibrate, validate,
-// catalog, version, selftest (gpu_cmds.cpp); --version / -V.
+// catalog, export, version, selftest (gpu_cmds.cpp); --version / -V.
 // Exit codes: 0 success, 2 bad input or usage (message names the JSON path and what was expected),
 // 1 internal error. Output files are written atomically and only after the whole run succeeded.
 #include <algorithm>
@@ -27,6 +27,7 @@
 #include "exec/comm.hpp"
 #include "exec/train.hpp"
 #include "exec/validate.hpp"
+#include "export/export.hpp"
 #include "planner/search.hpp"
 #include "reports/report.hpp"
 
@@ -431,6 +432,22 @@ int cmd_catalog(int argc, char** argv) {
   return 0;
 }
 
+// export SCENARIO --to T [--out FILE] [--plan PLAN.json[#k]]: the plan as the target framework's configuration
+// (export/export.hpp), on stdout or written atomically to --out.
+int cmd_export(int argc, char** argv) {
+  Args a = parse_args(argc, argv, 2, {"--to", "--out", "--plan"}, {});
+  if (a.positional.size() != 1) throw Usage("export needs exactly one scenario file");
+  if (a.value("--to").empty()) throw Usage("export needs --to megatron|nemo|deepspeed|torchtitan");
+  const exporting::Target t = exporting::target_of(a.value("--to"));
+  Scenario sc = load_scenario(a.positional[0], !a.value("--plan").empty());
+  if (!a.value("--plan").empty()) sc = with_planner_choice(sc, a.positional[0], a.value("--plan"));
+  print_warnings(sc);
+  const std::string text = exporting::export_plan(sc, t, a.positional[0]);
+  if (a.value("--out").empty()) std::cout << text;
+  else write_outputs(a, {{"--out", text}});
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -452,6 +469,7 @@ int main(int argc, char** argv) {
     if (cmd == "plan") return cmd_plan(argc, argv);
     if (cmd == "validate-published") return cmd_validate_published(argc, argv);
     if (cmd == "catalog") return cmd_catalog(argc, argv);
+    if (cmd == "export") return cmd_export(argc, argv);
     if (cmd == "run") return cmd_run(argc, argv);
     if (cmd == "calibrate") return cmd_calibrate(argc, argv);
     if (cmd == "validate") return cmd_validate(argc, argv);
@@ -459,7 +477,7 @@ int main(int argc, char** argv) {
     if (cmd == "selftest") return tp::cli::cmd_selftest(argc, argv);
     std::cerr << "error: unknown command \"" << cmd << "\"" << did_you_mean(cmd, kCommands)
               << "\nusage: trainplan COMMAND [options]   (commands: simulate, plan, report, validate-published, run, "
-                 "calibrate, validate, selftest, catalog, version; `trainplan --help` for all)\n";
+                 "calibrate, validate, selftest, catalog, export, version; `trainplan --help` for all)\n";
     return 2;
   } catch (const HelpShown&) {
     return 0;

@@ -70,6 +70,9 @@ struct OpTable {
   void (*positions_bwd)(T*, const T*, long, long, long, long);
   void (*adamw)(T*, const T*, T*, T*, long, T, T, T, T, T, long);
   double (*sum_squares)(const T*, long);
+  void (*attention_fwd_kv)(T*, T*, const T*, const T*, const T*, long, long, long, long, long, long);
+  void (*attention_bwd_kv)(T*, T*, T*, const T*, const T*, const T*, const T*, const T*, long, long, long, long, long,
+                           long);
 };
 
 enum class CopyKind { host_to_device = 0, device_to_host = 1, device_to_device = 2, host_to_host = 3 };

@@ -26,6 +26,9 @@ GptShape gpt_shape(const Transformer& m, long long seq_len, int tp, int tp_rank)
   s.V = m.vocab;
   s.maxT = seq_len;
   s.gelu = m.activation == Activation::gelu;
+  s.qkv_bias = m.qkv_bias;
+  s.proj_bias = m.proj_bias;
+  s.mlp_bias = m.mlp_bias;
   s.tp = tp;
   s.tp_rank = tp_rank;
   return s;
@@ -83,15 +86,15 @@ GptLayout gpt_layout(const GptShape& s) {
     add(p + "ln1_w", s.C, li, false, s.C);
     if (s.gelu) add(p + "ln1_b", s.C, li, false, s.C);
     add(p + "qkv_w", s.C * s.qkv_cols(), li, true, s.qkv_cols());
-    if (s.gelu) add(p + "qkv_b", s.qkv_cols(), li, false, s.qkv_cols());
+    if (s.has_qkv_bias()) add(p + "qkv_b", s.qkv_cols(), li, false, s.qkv_cols());
     add(p + "proj_w", s.h_loc() * s.D * s.C, li, true, s.C);
-    if (s.gelu) add(p + "proj_b", s.C, li, false, s.C);
+    if (s.has_proj_bias()) add(p + "proj_b", s.C, li, false, s.C);
     add(p + "ln2_w", s.C, li, false, s.C);
     if (s.gelu) add(p + "ln2_b", s.C, li, false, s.C);
     add(p + "fc1_w", s.C * s.fc1_cols(), li, true, s.fc1_cols());
-    if (s.gelu) add(p + "fc1_b", s.fc1_cols(), li, false, s.fc1_cols());
+    if (s.has_mlp_bias()) add(p + "fc1_b", s.fc1_cols(), li, false, s.fc1_cols());
     add(p + "fc2_w", s.f_loc() * s.C, li, true, s.C);
-    if (s.gelu) add(p + "fc2_b", s.C, li, false, s.C);
+    if (s.has_mlp_bias()) add(p + "fc2_b", s.C, li, false, s.C);
     L.layer_end.push_back(L.total);
   }
   L.head_begin = L.total;
@@ -214,7 +217,11 @@ template <class T>
 void Gpt<T>::embed_fwd(T* x, const int32_t* tokens, long B, long Tn) const {
   const GptShape& s = lay.s;
   const long C = s.C, N = B * Tn;
-  if (!tp) return ops::embedding_fwd(x, tokens, p(lay.params.wte), s.gelu ? p(lay.params.wpe) : (const T*)nullptr, B, Tn, C);
+  if (!tp) {
+    ops::embedding_fwd(x, tokens, p(lay.params.wte), s.gelu && !cpx ? p(lay.params.wpe) : (const T*)nullptr, B, Tn, C);
+    if (s.gelu && cpx) cp_add_positions(*cpx, x, p(lay.params.wpe), N, C, 0);
+    return;
+  }
   // Vocabulary-parallel lookup: rows of tokens outside this rank's shard are zero; the ranks' partial sums are
   // all-reduced (SP: reduce-scattered to row shards); the replicated positions are added afterwards.
   const long long v0 = s.v_begin(), vl = s.v_loc();
@@ -224,18 +231,24 @@ void Gpt<T>::embed_fwd(T* x, const int32_t* tokens, long B, long Tn) const {
   const long nl = sp ? N / tp->size() : N, r0 = sp ? tp->rank() * nl : 0;
   if (sp) reduce_scatter_rows(tp, part.data(), x, nl, C);
   else { tp->all_reduce_sum(part.data(), N * C, dt(T{})); ops::copy(x, part.data(), N * C); }
-  if (s.gelu) ops::add_positions(x, p(lay.params.wpe), nl, C, Tn, r0);
+  if (s.gelu && cpx) cp_add_positions(*cpx, x, p(lay.params.wpe), nl, C, r0);
+  else if (s.gelu) ops::add_positions(x, p(lay.params.wpe), nl, C, Tn, r0);
 }
 
 template <class T>
 void Gpt<T>::embed_bwd(const T* dx, const int32_t* tokens, long B, long Tn) const {
   const GptShape& s = lay.s;
   const long C = s.C, N = B * Tn;
-  if (!tp) return ops::embedding_bwd(g(lay.params.wte), s.gelu ? g(lay.params.wpe) : (T*)nullptr, dx, tokens, B, Tn, C);
+  if (!tp) {
+    ops::embedding_bwd(g(lay.params.wte), s.gelu && !cpx ? g(lay.params.wpe) : (T*)nullptr, dx, tokens, B, Tn, C);
+    if (s.gelu && cpx) cp_positions_bwd(*cpx, g(lay.params.wpe), dx, N, C, 0);
+    return;
+  }
   Buf<T> full;                                                                     // [N, C] (SP: gathered)
   if (sp) { full.resize(N * C); gather_rows(tp, dx, full.data(), N / tp->size(), C); dx = full.data(); }
   ops::embedding_shard_bwd(g(lay.params.wte), dx, tokens, N, C, (long)s.v_begin(), (long)s.v_loc());
-  if (s.gelu) ops::positions_bwd(g(lay.params.wpe), dx, N, C, Tn, 0);
+  if (s.gelu && cpx) cp_positions_bwd(*cpx, g(lay.params.wpe), dx, N, C, 0);
+  else if (s.gelu) ops::positions_bwd(g(lay.params.wpe), dx, N, C, Tn, 0);
 }
 
 template <class T>
@@ -256,15 +269,16 @@ void Gpt<T>::layer_fwd(int wl, const T* x_in, T* x_out, LayerActs<T>& a, long B,
   else a.ln1 = std::move(ln);
   Buf<T> qkv(N * Q);                                                       // [N, Q]
   ops::matmul(qkv.data(), a.ln1.data(), p(W.qkv_w), N, Q, C, false, false, T(1), T(0));
-  if (gl) ops::add_bias(qkv.data(), qkv.data(), p(W.qkv_b), N, Q);
+  if (s.has_qkv_bias()) ops::add_bias(qkv.data(), qkv.data(), p(W.qkv_b), N, Q);
   a.q.resize(N * Hl * D); a.k.resize(N * Kl * D); a.v.resize(N * Kl * D);         // [B, Tn, heads, D]
   ops::copy_rows(a.q.data(), Hl * D, qkv.data(), Q, N, Hl * D);
   ops::copy_rows(a.k.data(), Kl * D, qkv.data() + Hl * D, Q, N, Kl * D);
   ops::copy_rows(a.v.data(), Kl * D, qkv.data() + (Hl + Kl) * D, Q, N, Kl * D);
   Buf<T>().swap(qkv);  // dead: q, k, v hold its columns
-  a.att.resize((size_t)B * Hl * Tn * Tn);                                         // [B, Hl, Tn, Tn]
+  a.att.resize(cpx ? (size_t)cpx->att_elems(B, Hl) : (size_t)B * Hl * Tn * Tn);  // [B, Hl, Tn, Tn]; cp: its layout
   a.attn.resize(N * Hl * D);                                                      // [N, Hl D]
-  ops::attention_fwd(a.attn.data(), a.att.data(), a.q.data(), a.k.data(), a.v.data(), B, Tn, Hl, Kl, D);
+  if (cpx) cp_attention_fwd(*cpx, a.attn.data(), a.att.data(), a.q.data(), a.k.data(), a.v.data(), B, Hl, Kl, D);
+  else ops::attention_fwd(a.attn.data(), a.att.data(), a.q.data(), a.k.data(), a.v.data(), B, Tn, Hl, Kl, D);
   Buf<T> y(N * C);                                                        // [N, C] partial over tp
   ops::matmul(y.data(), a.attn.data(), p(W.proj_w), N, C, Hl * D, false, false, T(1), T(0));
   a.x_mid.resize(Nl * C);                                                         // [Nl, C]
@@ -273,7 +287,7 @@ void Gpt<T>::layer_fwd(int wl, const T* x_in, T* x_out, LayerActs<T>& a, long B,
     if (tp) tp->all_reduce_sum(y.data(), N * C, dt(T{}));
     a.x_mid = std::move(y);
   }
-  if (gl) ops::add_bias(a.x_mid.data(), a.x_mid.data(), p(W.proj_b), Nl, C);
+  if (s.has_proj_bias()) ops::add_bias(a.x_mid.data(), a.x_mid.data(), p(W.proj_b), Nl, C);
   ops::add(a.x_mid.data(), a.x_mid.data(), x_in, Nl * C);
   Buf<T> ln2(Nl * C);
   a.ln2_mean.resize(Nl); a.ln2_rstd.resize(Nl);
@@ -283,7 +297,7 @@ void Gpt<T>::layer_fwd(int wl, const T* x_in, T* x_out, LayerActs<T>& a, long B,
   else a.ln2 = std::move(ln2);
   a.fc1.resize(N * F1);                                                           // [N, F1]
   ops::matmul(a.fc1.data(), a.ln2.data(), p(W.fc1_w), N, F1, C, false, false, T(1), T(0));
-  if (gl) ops::add_bias(a.fc1.data(), a.fc1.data(), p(W.fc1_b), N, F1);
+  if (s.has_mlp_bias()) ops::add_bias(a.fc1.data(), a.fc1.data(), p(W.fc1_b), N, F1);
   a.act.resize(N * Fl);                                                           // [N, Fl]
   if (gl) ops::gelu_fwd(a.act.data(), a.fc1.data(), N * Fl);
   else ops::swiglu_fwd(a.act.data(), a.fc1.data(), N, Fl);
@@ -295,7 +309,7 @@ void Gpt<T>::layer_fwd(int wl, const T* x_in, T* x_out, LayerActs<T>& a, long B,
     ops::matmul(x_out, a.act.data(), p(W.fc2_w), N, C, Fl, false, false, T(1), T(0));
     if (tp) tp->all_reduce_sum(x_out, N * C, dt(T{}));
   }
-  if (gl) ops::add_bias(x_out, x_out, p(W.fc2_b), Nl, C);
+  if (s.has_mlp_bias()) ops::add_bias(x_out, x_out, p(W.fc2_b), Nl, C);
   ops::add(x_out, x_out, a.x_mid.data(), Nl * C);
 }
 
@@ -314,7 +328,7 @@ void Gpt<T>::layer_bwd(int wl, const T* dx_out, T* dx_in, LayerActs<T>& a, long 
   if (dx_in != dx_out) ops::copy(dx_in, dx_out, Nl * C);
   T* dx = dx_in;
   // MLP: z = act fc2_w (+ b), x_out = x_mid + z. dx_out is read (as dx) before the first write to dx below.
-  if (gl) ops::bias_bwd(g(W.fc2_b), dx, Nl, C);
+  if (s.has_mlp_bias()) ops::bias_bwd(g(W.fc2_b), dx, Nl, C);
   Buf<T> dz_full;                                                                // [N, C] (SP: all-gathered)
   const T* dz = dx;
   if (sp) { dz_full.resize(N * C); gather_rows(tp, dx, dz_full.data(), Nl, C); dz = dz_full.data(); }
@@ -326,7 +340,7 @@ void Gpt<T>::layer_bwd(int wl, const T* dx_out, T* dx_in, LayerActs<T>& a, long 
   if (gl) ops::gelu_bwd_set(dfc1, a.fc1.data(), dact, N * Fl);
   else ops::swiglu_bwd_set(dfc1, a.fc1.data(), dact, N, Fl);
   release(a.act);
-  if (gl) ops::bias_bwd(g(W.fc1_b), dfc1, N, F1);
+  if (s.has_mlp_bias()) ops::bias_bwd(g(W.fc1_b), dfc1, N, F1);
   ops::matmul(g(W.fc1_w), a.ln2.data(), dfc1, C, F1, N, true, false, T(1), T(1));
   release(a.ln2);
   Buf<T> dln(N * C), dln_sh(sp ? Nl * C : 0);                                    // [N, C] partial; SP: [Nl, C]
@@ -339,7 +353,7 @@ void Gpt<T>::layer_bwd(int wl, const T* dx_out, T* dx_in, LayerActs<T>& a, long 
                      p(W.ln2_w), a.ln2_mean.data(), a.ln2_rstd.data(), Nl, C);   // dx = d x_mid
   release(a.x_mid);
   // Attention: y = attn proj_w (+ b), x_mid = x_in + y.
-  if (gl) ops::bias_bwd(g(W.proj_b), dx, Nl, C);
+  if (s.has_proj_bias()) ops::bias_bwd(g(W.proj_b), dx, Nl, C);
   Buf<T> dy_full;
   const T* dy = dx;
   if (sp) { dy_full.resize(N * C); gather_rows(tp, dx, dy_full.data(), Nl, C); dy = dy_full.data(); }
@@ -349,15 +363,19 @@ void Gpt<T>::layer_bwd(int wl, const T* dx_out, T* dx_in, LayerActs<T>& a, long 
   release(dy_full);
   Buf<T> dq(N * Hl * D), dk(N * Kl * D), dv(N * Kl * D);
   for (Buf<T>* d : {&dq, &dk, &dv}) ops::fill(d->data(), T(0), (long)d->size());
-  ops::attention_bwd(dq.data(), dk.data(), dv.data(), dattn, a.att.data(), a.q.data(), a.k.data(), a.v.data(), B,
-                     Tn, Hl, Kl, D);
+  if (cpx)
+    cp_attention_bwd(*cpx, dq.data(), dk.data(), dv.data(), dattn, a.att.data(), a.q.data(), a.k.data(), a.v.data(),
+                     B, Hl, Kl, D);
+  else
+    ops::attention_bwd(dq.data(), dk.data(), dv.data(), dattn, a.att.data(), a.q.data(), a.k.data(), a.v.data(), B,
+                       Tn, Hl, Kl, D);
   for (Buf<T>* v : {&a.att, &a.attn, &a.q, &a.k, &a.v}) release(*v);
   Buf<T> dqkv(N * Q);                                                            // [N, Q]
   ops::copy_rows(dqkv.data(), Q, dq.data(), Hl * D, N, Hl * D);
   ops::copy_rows(dqkv.data() + Hl * D, Q, dk.data(), Kl * D, N, Kl * D);
   ops::copy_rows(dqkv.data() + (Hl + Kl) * D, Q, dv.data(), Kl * D, N, Kl * D);
   for (Buf<T>* d : {&dq, &dk, &dv}) release(*d);
-  if (gl) ops::bias_bwd(g(W.qkv_b), dqkv.data(), N, Q);
+  if (s.has_qkv_bias()) ops::bias_bwd(g(W.qkv_b), dqkv.data(), N, Q);
   ops::matmul(g(W.qkv_w), a.ln1.data(), dqkv.data(), C, Q, N, true, false, T(1), T(1));
   release(a.ln1);
   ops::matmul(dln.data(), dqkv.data(), p(W.qkv_w), N, C, Q, false, true, T(1), T(0));

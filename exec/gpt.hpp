@@ -25,13 +25,15 @@
 
 #include "exec/backend.hpp"
 #include "exec/comm.hpp"
+#include "exec/cp_attention.hpp"
 #include "models/transformer.hpp"
 
 namespace tp::exec {
 
 struct GptShape {
   long long layers = 0, C = 0, H = 0, Hkv = 0, D = 0, F = 0, V = 0, maxT = 0;
-  bool gelu = true;
+  bool gelu = true;  // GELU MLP, LayerNorm biases and learned positions (GPT-2); else SwiGLU, RMS-style norms
+  bool qkv_bias = false, proj_bias = false, mlp_bias = false;  // SwiGLU models' biases (gelu models have all)
   int tp = 1, tp_rank = 0;
   // Local (this tp rank's) sizes.
   long long h_loc() const { return H / tp; }
@@ -42,6 +44,9 @@ struct GptShape {
   long long v_begin() const { return tp_rank * v_loc(); }
   long long qkv_cols() const { return (h_loc() + 2 * hkv_loc()) * D; }
   long long fc1_cols() const { return (gelu ? 1 : 2) * f_loc(); }
+  bool has_qkv_bias() const { return gelu || qkv_bias; }
+  bool has_proj_bias() const { return gelu || proj_bias; }
+  bool has_mlp_bias() const { return gelu || mlp_bias; }
 };
 GptShape gpt_shape(const Transformer& m, long long seq_len, int tp = 1, int tp_rank = 0);
 
@@ -181,6 +186,9 @@ struct Gpt : ParamTables<T> {
   GptLayout lay;
   Comm* tp = nullptr;  // tensor-parallel group (null: tp = 1)
   bool sp = false;     // sequence parallelism (needs tp)
+  // Context parallelism (exec/cp_attention.hpp; null: cp = 1): the pieces' Tn is then the LOCAL sequence
+  // (T / cp rows: two chunks), positions are global and the attention spans the cp group's keys.
+  const CpCtx* cpx = nullptr;
 
   T* p(const std::string& name) const { return this->param_of(lay, name); }
   T* g(const std::string& name) const { return this->grad_of(lay, name); }

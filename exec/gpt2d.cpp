@@ -186,7 +186,7 @@ void Gpt2d<T>::layer_fwd(int wl, const T* x_in, T* x_out, LayerActs<T>& a, long 
   // QKV: this grid column's heads [Q Hl D | K Kl D | V Kl D].
   Buf<T> qkv(Nl * Q);
   summa_ab(G, qkv.data(), a.ln1.data(), p(W.qkv_w), Nl, Q, Cl);
-  if (gl) ops::add_bias(qkv.data(), qkv.data(), from_row0(G, p(W.qkv_b), Q).data(), Nl, Q);
+  if (lay.s.has_qkv_bias()) ops::add_bias(qkv.data(), qkv.data(), from_row0(G, p(W.qkv_b), Q).data(), Nl, Q);
   a.q.resize(Nl * Hl * D); a.k.resize(Nl * Kl * D); a.v.resize(Nl * Kl * D);
   ops::copy_rows(a.q.data(), Hl * D, qkv.data(), Q, Nl, Hl * D);
   ops::copy_rows(a.k.data(), Kl * D, qkv.data() + Hl * D, Q, Nl, Kl * D);
@@ -199,7 +199,7 @@ void Gpt2d<T>::layer_fwd(int wl, const T* x_in, T* x_out, LayerActs<T>& a, long 
   // Projection: attn block (r, c) is block column c of the [N, H D] attention output.
   a.x_mid.resize(Nl * Cl);
   summa_ab(G, a.x_mid.data(), a.attn.data(), p(W.proj_w), Nl, Cl, Hl * D);
-  if (gl) ops::add_bias(a.x_mid.data(), a.x_mid.data(), from_row0(G, p(W.proj_b), Cl).data(), Nl, Cl);
+  if (lay.s.has_proj_bias()) ops::add_bias(a.x_mid.data(), a.x_mid.data(), from_row0(G, p(W.proj_b), Cl).data(), Nl, Cl);
   ops::add(a.x_mid.data(), a.x_mid.data(), x_in, Nl * Cl);
   // ln2, MLP
   a.ln2.resize(Nl * Cl); a.ln2_mean.resize(Nl); a.ln2_rstd.resize(Nl);
@@ -209,12 +209,12 @@ void Gpt2d<T>::layer_fwd(int wl, const T* x_in, T* x_out, LayerActs<T>& a, long 
            gl ? b.data() : (const T*)nullptr, Nl, Cl, C);
   a.fc1.resize(Nl * F1);
   summa_ab(G, a.fc1.data(), a.ln2.data(), p(W.fc1_w), Nl, F1, Cl);
-  if (gl) ops::add_bias(a.fc1.data(), a.fc1.data(), from_row0(G, p(W.fc1_b), F1).data(), Nl, F1);
+  if (lay.s.has_mlp_bias()) ops::add_bias(a.fc1.data(), a.fc1.data(), from_row0(G, p(W.fc1_b), F1).data(), Nl, F1);
   a.act.resize(Nl * Fl);
   if (gl) ops::gelu_fwd(a.act.data(), a.fc1.data(), Nl * Fl);
   else ops::swiglu_fwd(a.act.data(), a.fc1.data(), Nl, Fl);
   summa_ab(G, x_out, a.act.data(), p(W.fc2_w), Nl, Cl, Fl);
-  if (gl) ops::add_bias(x_out, x_out, from_row0(G, p(W.fc2_b), Cl).data(), Nl, Cl);
+  if (lay.s.has_mlp_bias()) ops::add_bias(x_out, x_out, from_row0(G, p(W.fc2_b), Cl).data(), Nl, Cl);
   ops::add(x_out, x_out, a.x_mid.data(), Nl * Cl);
 }
 
@@ -241,20 +241,20 @@ void Gpt2d<T>::layer_bwd(int wl, const T* dx_out, T* dx_in, LayerActs<T>& a, lon
   // MLP: x_out = x_mid + act fc2_w (+ b).
   Buf<T> dx_mid(Nl * Cl);
   ops::copy(dx_mid.data(), dx_out, Nl * Cl);
-  if (gl) bias_grad(W.fc2_b, dx_out, Cl);
+  if (lay.s.has_mlp_bias()) bias_grad(W.fc2_b, dx_out, Cl);
   Buf<T> dact = zeros(Nl * Fl);
   summa_abt(G, dact.data(), dx_out, p(W.fc2_w), Nl, Cl, Fl);
   summa_atb(G, g(W.fc2_w), a.act.data(), dx_out, Nl, Cl, Fl);
   Buf<T> dfc1 = zeros(Nl * F1);
   if (gl) ops::gelu_bwd(dfc1.data(), a.fc1.data(), dact.data(), Nl * Fl);
   else ops::swiglu_bwd(dfc1.data(), a.fc1.data(), dact.data(), Nl, Fl);
-  if (gl) bias_grad(W.fc1_b, dfc1.data(), F1);
+  if (lay.s.has_mlp_bias()) bias_grad(W.fc1_b, dfc1.data(), F1);
   summa_atb(G, g(W.fc1_w), a.ln2.data(), dfc1.data(), Nl, F1, Cl);
   Buf<T> dln = zeros(Nl * Cl);
   summa_abt(G, dln.data(), dfc1.data(), p(W.fc1_w), Nl, F1, Cl);
   ln_bwd(W.ln2_w, W.ln2_b, dx_mid.data(), dln.data(), a.x_mid.data(), a.ln2_mean.data(), a.ln2_rstd.data());
   // Attention: x_mid = x_in + attn proj_w (+ b).
-  if (gl) bias_grad(W.proj_b, dx_mid.data(), Cl);
+  if (lay.s.has_proj_bias()) bias_grad(W.proj_b, dx_mid.data(), Cl);
   Buf<T> dattn = zeros(Nl * Hl * D);
   summa_abt(G, dattn.data(), dx_mid.data(), p(W.proj_w), Nl, Cl, Hl * D);
   summa_atb(G, g(W.proj_w), a.attn.data(), dx_mid.data(), Nl, Cl, Hl * D);
@@ -265,7 +265,7 @@ void Gpt2d<T>::layer_bwd(int wl, const T* dx_out, T* dx_in, LayerActs<T>& a, lon
   ops::copy_rows(dqkv.data(), Q, dq.data(), Hl * D, Nl, Hl * D);
   ops::copy_rows(dqkv.data() + Hl * D, Q, dk.data(), Kl * D, Nl, Kl * D);
   ops::copy_rows(dqkv.data() + (Hl + Kl) * D, Q, dv.data(), Kl * D, Nl, Kl * D);
-  if (gl) bias_grad(W.qkv_b, dqkv.data(), Q);
+  if (lay.s.has_qkv_bias()) bias_grad(W.qkv_b, dqkv.data(), Q);
   summa_atb(G, g(W.qkv_w), a.ln1.data(), dqkv.data(), Nl, Q, Cl);
   ops::fill(dln.data(), T(0), Nl * Cl);
   summa_abt(G, dln.data(), dqkv.data(), p(W.qkv_w), Nl, Q, Cl);

@@ -85,6 +85,16 @@ void attention_bwd(T* dq, T* dk, T* dv, const T* dout, const T* att, const T* q,
   tab<T>().attention_bwd(dq, dk, dv, dout, att, q, k, v, B, Tn, H, Hkv, D);
 }
 template <class T>
+void attention_fwd_kv(T* out, T* att, const T* q, const T* k, const T* v, long B, long Tq, long Tk, long H, long Hkv,
+                      long D) {
+  tab<T>().attention_fwd_kv(out, att, q, k, v, B, Tq, Tk, H, Hkv, D);
+}
+template <class T>
+void attention_bwd_kv(T* dq, T* dk, T* dv, const T* dout, const T* att, const T* q, const T* k, const T* v, long B,
+                      long Tq, long Tk, long H, long Hkv, long D) {
+  tab<T>().attention_bwd_kv(dq, dk, dv, dout, att, q, k, v, B, Tq, Tk, H, Hkv, D);
+}
+template <class T>
 T cross_entropy_fwd(T* probs, const T* logits, const int32_t* targets, long N, long V) {
   return tab<T>().cross_entropy_fwd(probs, logits, targets, N, V);
 }
@@ -167,6 +177,9 @@ double sum_squares(const T* x, long n) { return tab<T>().sum_squares(x, n); }
   template void attention_fwd<T>(T*, T*, const T*, const T*, const T*, long, long, long, long, long);         \
   template void attention_bwd<T>(T*, T*, T*, const T*, const T*, const T*, const T*, const T*, long, long,    \
                                  long, long, long);                                                           \
+  template void attention_fwd_kv<T>(T*, T*, const T*, const T*, const T*, long, long, long, long, long, long); \
+  template void attention_bwd_kv<T>(T*, T*, T*, const T*, const T*, const T*, const T*, const T*, long, long, \
+                                    long, long, long, long);                                                  \
   template T cross_entropy_fwd<T>(T*, const T*, const int32_t*, long, long);                                  \
   template void cross_entropy_bwd<T>(T*, const T*, const int32_t*, long, long, T);                            \
   template void row_max<T>(T*, const T*, long, long);                                                         \

@@ -103,6 +103,16 @@ void attention_fwd(T* out, T* att, const T* q, const T* k, const T* v, long B, l
 template <class T>
 void attention_bwd(T* dq, T* dk, T* dv, const T* dout, const T* att, const T* q, const T* k, const T* v, long B,
                    long Tn, long H, long Hkv, long D);
+// Rectangular causal attention (context parallelism, exec/cp_attention.hpp): Tq query rows attend Tk >= Tq keys,
+// the mask aligned bottom-right (query i attends keys j <= i + Tk - Tq: the queries are the last Tq positions of
+// the key sequence). q, out [B, Tq, H, D]; k, v [B, Tk, Hkv, D]; att [B, H, Tq, Tk]. Tq == Tk is attention_fwd.
+template <class T>
+void attention_fwd_kv(T* out, T* att, const T* q, const T* k, const T* v, long B, long Tq, long Tk, long H, long Hkv,
+                      long D);
+// dq [B, Tq, H, D], dk and dv [B, Tk, Hkv, D] += gradients. `att` from attention_fwd_kv.
+template <class T>
+void attention_bwd_kv(T* dq, T* dk, T* dv, const T* dout, const T* att, const T* q, const T* k, const T* v, long B,
+                      long Tq, long Tk, long H, long Hkv, long D);
 
 // Softmax cross-entropy over the last dim, one target per row. logits [N, V]; probs [N, V] saved; returns the
 // SUM of -log p[target] over rows (callers divide by the token count). probs may be logits (in place).

@@ -42,6 +42,7 @@
 #include "exec/checkpoint.hpp"
 #include "sim/op_cost.hpp"
 #include "exec/chunk_store.hpp"
+#include "exec/cp_attention.hpp"
 #include "exec/data.hpp"
 #include "exec/gpt.hpp"
 #include "exec/gpt2d.hpp"
@@ -74,6 +75,9 @@ struct RankRun {
   RankCoord rc;
   StageLayout lay;
   long long L = 0, m = 0, b = 0, Tn = 0, C = 0;
+  long long Tl = 0;  // tokens of a sequence on this rank: Tn / cp (context parallelism, exec/cp_attention.hpp)
+  std::unique_ptr<Comm> cpc;  // the cp group (cp > 1)
+  CpCtx cpx;
   int nchunks = 0, first_stage = 0, last_stage = 0;
   std::unique_ptr<Comm> tp, dp, pp, emb;
   Flat gl;
@@ -139,16 +143,21 @@ struct RankRun {
     m = p.num_microbatches;
     b = p.microbatch;
     Tn = sc.training.seq_len;
+    Tl = Tn / p.cp;
     C = sc.model.hidden;
     nchunks = lay.num_model_chunks();
     first_stage = lay.stage_of(0);
     last_stage = lay.stage_of(nchunks - 1);
     const int S = 1 << 20;
-    tp = prof::classed(world.split(rc.dp + p.dp * rc.stage, rc.tp), prof::Cls::tp_comm);
+    tp = prof::classed(world.split(rc.dp + p.data_ranks() * rc.stage, rc.tp), prof::Cls::tp_comm);
     dp = world.split(S + rc.tp + p.tp * rc.stage, rc.dp);
     pp = prof::classed(world.split(2 * S + rc.tp + p.tp * rc.dp, rc.stage), prof::Cls::pp_comm);
     bool in_emb = p.pp > 1 && sc.model.tied_embeddings && (rc.stage == first_stage || rc.stage == last_stage);
     emb = world.split(in_emb ? 3 * S + rc.tp + p.tp * rc.dp : -1, rc.stage);
+    if (p.cp > 1) {  // the cp group: data ranks [cp * dp_rank, +cp) of this tp rank and stage (models/plan.hpp)
+      cpc = world.split(4 * S + rc.tp + p.tp * (rc.dp / p.cp + p.dp * rc.stage), rc.dp % p.cp);
+      cpx = CpCtx{cpc.get(), p.cp, rc.dp % p.cp, (long)Tn};
+    }
 
     std::vector<T> init = init_model<T>(sc, rc.tp, *tp, o.seed, model, gl, replicated_view, grid_row, grid_col);
     // Units and ownership.
@@ -159,7 +168,7 @@ struct RankRun {
     long long state = 0;
     for (Unit& u : units) {
       long long len = u.b - u.a;
-      u.slice = p.zero >= 1 ? (len + p.dp - 1) / p.dp : len;
+      u.slice = p.zero >= 1 ? (len + p.data_ranks() - 1) / p.data_ranks() : len;
       if (!u.owned) continue;
       long long a = p.zero >= 1 ? u.a + rc.dp * u.slice : u.a;
       long long z = p.zero >= 1 ? std::min(u.b, a + u.slice) : u.b;
@@ -170,7 +179,7 @@ struct RankRun {
     // The rank holds only its stage's units: a compact buffer of the owned units in layout order; flat
     // (layout) offsets map to it through cbase (P / Gd below). Views of other stages' units get no storage.
     // zparam: the owned layers are only their slices (pslice, by own range).
-    zparam = p.zero >= 3 && p.dp > 1 && p.offload.kind != OffloadKind::chunked;
+    zparam = p.zero >= 3 && p.data_ranks() > 1 && p.offload.kind != OffloadKind::chunked;
     {
       std::vector<T> all = std::move(init);  // host data, uploaded unit by unit
       long long n = 0;
@@ -188,7 +197,7 @@ struct RankRun {
         }
       uparam.resize(units.size());
     }
-    zgrad = p.zero >= 2 && p.dp > 1 && p.offload.kind != OffloadKind::chunked;
+    zgrad = p.zero >= 2 && p.data_ranks() > 1 && p.offload.kind != OffloadKind::chunked;
     {
       long long n = 0;
       gbase.assign(units.size(), -1);
@@ -197,6 +206,7 @@ struct RankRun {
       zeros(grads, n);
       ugrad.resize(units.size());
     }
+    if (p.cp > 1) model.d1.cpx = &cpx;
     model.d1.params = model.d2.params = params.data();
     model.d1.grads = model.d2.grads = grads.data();
     for (const ParamView& v : gl.views) {
@@ -230,8 +240,8 @@ struct RankRun {
   void reduce_scatter_unit(int ui) {
     const Unit& u = units[ui];
     long long len = u.b - u.a;
-    Buf<T> in(u.slice * p.dp), out(u.slice);  // comm buffers: host memory (exec/comm.hpp)
-    ops::fill(in.data() + len, T(0), (long)(u.slice * p.dp - len));  // the padding; the views fill [0, len)
+    Buf<T> in(u.slice * p.data_ranks()), out(u.slice);  // comm buffers: host memory (exec/comm.hpp)
+    ops::fill(in.data() + len, T(0), (long)(u.slice * p.data_ranks() - len));  // the padding; the views fill [0, len)
     gl.read_range(gtab, u.a, u.b, in.data());
     dp->reduce_scatter_sum(in.data(), out.data(), u.slice, dtype_of<T>());
     size_t k = own_index(ui);
@@ -248,7 +258,7 @@ struct RankRun {
       gl.each_view(u.a, u.b, [&](size_t v, long long lo, long long, long long at) { ptab[v] = uparam[ui].data() + at - lo; });
       return;
     }
-    Buf<T> mine(u.slice), all(u.slice * p.dp);
+    Buf<T> mine(u.slice), all(u.slice * p.data_ranks());
     ops::fill(mine.data(), T(0), (long)u.slice);
     long long a = u.a + rc.dp * u.slice, z = std::min(u.b, a + u.slice);
     if (z > a) gl.read_range(ptab, a, z, mine.data());
@@ -275,9 +285,9 @@ struct RankRun {
       delink_step = std::max(1L, delink_step);  // at or past the last step: the run stays in the pseudo phase
     }
     std::vector<uint16_t> tokens = load_run_tokens(o.data, sc.model.vocab);
-    const long long N = b * Tn;
+    const long long N = b * Tl;  // this rank's tokens of a micro-batch
     // Elements of the residual stream between pieces: SP row shard, 2D [B/q Tn, C/q] block, else [N, C].
-    const long long X = model.two_d ? model.d2.lay.act_rows(b, Tn) * model.d2.lay.act_cols() : (model.sp ? N / p.tp : N) * C;
+    const long long X = model.two_d ? model.d2.lay.act_rows(b, Tl) * model.d2.lay.act_cols() : (model.sp ? N / p.tp : N) * C;
     const T scale = T(1.0 / ((double)sc.training.global_batch * (double)Tn));
     const int warmup = o.warmup_steps >= 0 ? o.warmup_steps : std::max(1, o.steps / 10);
     std::vector<WorkItem> order = plan_order(p, L, rc.stage);
@@ -304,7 +314,7 @@ struct RankRun {
     std::map<std::pair<int, int>, Buf<T>> local;  // (chunk boundary key, mb) -> activation / gradient
     // Token ids and targets per micro-batch: read on the host (host_in, host_tgt), used by the ops from backend
     // memory (in, tgt: an upload per step).
-    std::vector<int32_t> host_in(N), host_tgt(N);
+    std::vector<int32_t> host_in(b * Tn), host_tgt(b * Tn);  // whole sequences (cp: this rank's rows selected)
     std::vector<Buf<int32_t>> in(m), tgt(m);
     for (long long j = 0; j < m; ++j) { in[j].resize(N); tgt[j].resize(N); }
     std::deque<Buf<T>> sendbufs;  // the buffers of outstanding pipeline sends, oldest first
@@ -372,8 +382,12 @@ struct RankRun {
       cur_run = -1;
       if (p.zero >= 2) ops::fill(gshard.data(), T(0), (long)gshard.size());
       for (long long j = 0; j < m; ++j) {
-        fill_micro_batch(tokens, BatchSpec{(int)Tn, (int)b, o.seed}, step, (long)((rc.dp * m + j) * b), host_in.data(),
-                         host_tgt.data());
+        fill_micro_batch(tokens, BatchSpec{(int)Tn, (int)b, o.seed}, step, (long)((rc.dp / p.cp * m + j) * b),
+                         host_in.data(), host_tgt.data());
+        if (p.cp > 1) {  // in place: a local row's global position is never before it
+          cp_select_tokens(cpx, host_in.data(), host_in.data(), (long)b);
+          cp_select_tokens(cpx, host_tgt.data(), host_tgt.data(), (long)b);
+        }
         upload(in[j].data(), host_in.data(), N);
         upload(tgt[j].data(), host_tgt.data(), N);
       }
@@ -399,13 +413,13 @@ struct RankRun {
                                     : g != nchunks - 1 && lay.stage_of(g + 1) == rc.stage;
         if (!from_local) x.resize(X);  // (a buffer from `local` replaces x below)
         if (fwd) {
-          if (g == 0) rec.span(part_op_name("embed", "fwd", "", (int)j), kTidCompute, [&] { model.embed_fwd(x.data(), in[j].data(), b, Tn); });
+          if (g == 0) rec.span(part_op_name("embed", "fwd", "", (int)j), kTidCompute, [&] { model.embed_fwd(x.data(), in[j].data(), b, Tl); });
           else if (lay.stage_of(g - 1) == rc.stage) { x = std::move(local[{g, (int)j}]); local.erase({g, (int)j}); }
           else rec.span(p2p_op_name(lay.stage_of(g - 1), rc.stage, Pass::fwd, (int)j), kTidPpFwd,
                         [&] { pp->recv(x.data(), X, dtype_of<T>(), lay.stage_of(g - 1), tag(Pass::fwd, g, j)); });
         } else {
           if (g == nchunks - 1) {
-            rec.span(part_op_name("head", "bwd", "", (int)j), kTidCompute, [&] { model.head_bwd(x.data(), tgt[j].data(), head[j], b, Tn, scale); });
+            rec.span(part_op_name("head", "bwd", "", (int)j), kTidCompute, [&] { model.head_bwd(x.data(), tgt[j].data(), head[j], b, Tl, scale); });
             head[j] = HeadActs<T>{};  // its saved tensors are dead
           } else if (lay.stage_of(g + 1) == rc.stage) { x = std::move(local[{-1 - g, (int)j}]); local.erase({-1 - g, (int)j}); }
           else rec.span(p2p_op_name(lay.stage_of(g + 1), rc.stage, Pass::bwd, (int)j), kTidPpBwd,
@@ -429,7 +443,7 @@ struct RankRun {
           if (fwd) {
             a.x_in = std::move(x);  // saved as the layer's input (layer_fwd reads it in place)
             Buf<T> y(X);
-            model.layer_fwd(wl, a.x_in.data(), y.data(), a, b, Tn);
+            model.layer_fwd(wl, a.x_in.data(), y.data(), a, b, Tl);
             x = std::move(y);
             if (p.recompute == Recompute::full) a.clear_all_but_input();
             if (p.recompute == Recompute::selective) { a.att.clear(); a.att.shrink_to_fit(); }
@@ -437,18 +451,23 @@ struct RankRun {
             if (p.recompute == Recompute::full) {
               // The saved input is read in place; the recomputed output is not needed.
               Buf<T> y(X);
-              model.layer_fwd(wl, a.x_in.data(), y.data(), a, b, Tn);
+              model.layer_fwd(wl, a.x_in.data(), y.data(), a, b, Tl);
             } else if (p.recompute == Recompute::selective) {  // rebuild the attention probabilities
               long Bl, Hl, Kl, Dh;
               model.attn_dims(b, Bl, Hl, Kl, Dh);
               Buf<T> out(a.attn.size());
-              a.att.resize((size_t)Bl * Hl * Tn * Tn);
-              ops::attention_fwd(out.data(), a.att.data(), a.q.data(), a.k.data(), a.v.data(), Bl, Tn, Hl, Kl, Dh);
+              if (p.cp > 1) {
+                a.att.resize((size_t)cpx.att_elems(Bl, Hl));
+                cp_attention_fwd(cpx, out.data(), a.att.data(), a.q.data(), a.k.data(), a.v.data(), Bl, Hl, Kl, Dh);
+              } else {
+                a.att.resize((size_t)Bl * Hl * Tn * Tn);
+                ops::attention_fwd(out.data(), a.att.data(), a.q.data(), a.k.data(), a.v.data(), Bl, Tn, Hl, Kl, Dh);
+              }
             }
             grad_acquire(unit_of_layer(wl));
-            model.layer_bwd(wl, x.data(), x.data(), a, b, Tn);  // in place: x becomes the input gradient
+            model.layer_bwd(wl, x.data(), x.data(), a, b, Tl);  // in place: x becomes the input gradient
             a = LayerActs<T>{};
-            if (p.zero >= 2 && p.dp > 1 && run_end) {
+            if (p.zero >= 2 && p.data_ranks() > 1 && run_end) {
               if (model.sp) sp_reduce_layer(wl);
               reduce_scatter_unit(unit_of_layer(wl));
             }
@@ -464,12 +483,12 @@ struct RankRun {
           if (g == nchunks - 1) {
             if (!model.sp) head[j].x_in = std::move(x);  // the head saves its input (SP: the gathered rows)
             const T* hx = model.sp ? x.data() : head[j].x_in.data();
-            rec.span(part_op_name("head", "fwd", "", (int)j), kTidCompute, [&] { loss += (double)model.head_fwd(hx, tgt[j].data(), head[j], b, Tn); });
+            rec.span(part_op_name("head", "fwd", "", (int)j), kTidCompute, [&] { loss += (double)model.head_fwd(hx, tgt[j].data(), head[j], b, Tl); });
             Buf<T>().swap(x);
           } else if (lay.stage_of(g + 1) == rc.stage) local[{g + 1, (int)j}] = std::move(x);
           else { sendbufs.push_back(std::move(x)); pp->isend(sendbufs.back().data(), X, dtype_of<T>(), lay.stage_of(g + 1), tag(Pass::fwd, g + 1, j)); }
         } else {
-          if (g == 0) rec.span(part_op_name("embed", "bwd", "", (int)j), kTidCompute, [&] { model.embed_bwd(x.data(), in[j].data(), b, Tn); });
+          if (g == 0) rec.span(part_op_name("embed", "bwd", "", (int)j), kTidCompute, [&] { model.embed_bwd(x.data(), in[j].data(), b, Tl); });
           else if (lay.stage_of(g - 1) == rc.stage) local[{-1 - (g - 1), (int)j}] = std::move(x);
           else { sendbufs.push_back(std::move(x)); pp->isend(sendbufs.back().data(), X, dtype_of<T>(), lay.stage_of(g - 1), tag(Pass::bwd, g - 1, j)); }
         }
@@ -567,7 +586,7 @@ struct RankRun {
   void optimizer_step(int step, int warmup, RunResult& res) {
     // Sequence parallelism: the layers' LayerNorm and row-parallel bias gradients are partial per tp rank
     // (with ZeRO >= 2 and dp > 1 this happened before each layer's reduce-scatter).
-    if (model.sp && !(p.zero >= 2 && p.dp > 1))
+    if (model.sp && !(p.zero >= 2 && p.data_ranks() > 1))
       for (long long l = 0; l < L; ++l)
         if (units[unit_of_layer(l)].owned) sp_reduce_layer((int)l);
     // Tied embedding: the first and last stage add their copies' gradients.
@@ -579,18 +598,18 @@ struct RankRun {
       return p.zero >= 2 ? gshard.data() + own_off[k] + (i - own[k].first) : Gd(i);
     };
     if (p.zero == 0) {
-      if (p.dp > 1)
+      if (p.data_ranks() > 1)
         for (const Unit& u : units)
           if (u.owned) dp->all_reduce_sum(Gd(u.a), u.b - u.a, dtype_of<T>());
-    } else if (p.dp > 1) {
+    } else if (p.data_ranks() > 1) {
       for (int ui = 0; ui < (int)units.size(); ++ui) {
         if (!units[ui].owned) continue;
         if (p.zero >= 2 && ui != 0 && ui != (int)L + 1) continue;  // layers already reduced
         if (p.zero >= 2) { reduce_scatter_unit(ui); continue; }
         const Unit& u = units[ui];
-        Buf<T> inb(u.slice * p.dp), out(u.slice);
+        Buf<T> inb(u.slice * p.data_ranks()), out(u.slice);
         ops::copy(inb.data(), Gd(u.a), (long)(u.b - u.a));
-        ops::fill(inb.data() + (u.b - u.a), T(0), (long)(u.slice * p.dp - (u.b - u.a)));  // the padding
+        ops::fill(inb.data() + (u.b - u.a), T(0), (long)(u.slice * p.data_ranks() - (u.b - u.a)));  // the padding
         dp->reduce_scatter_sum(inb.data(), out.data(), u.slice, dtype_of<T>());
         long long a = u.a + rc.dp * u.slice, z = std::min(u.b, a + u.slice);
         if (z > a) ops::copy(Gd(a), out.data(), (long)(z - a));
@@ -612,7 +631,7 @@ struct RankRun {
       }
     }
     world.all_reduce_sum(&sq, 1, Dtype::f64);  // over every rank: each parameter counted on exactly one
-    if (p.zero == 0) sq /= p.dp;                // ...except that without ZeRO every dp rank holds them all
+    if (p.zero == 0) sq /= p.data_ranks();                // ...except that without ZeRO every dp rank holds them all
     double norm = std::sqrt(sq);
     res.grad_norm.push_back(norm);
     T clip = norm > o.grad_clip && o.grad_clip > 0 ? T(o.grad_clip / norm) : T(1);
@@ -630,7 +649,7 @@ struct RankRun {
                    T(o.eps), T(pv.decay ? o.weight_decay : 0), (long)step + 1);
       }
     }
-    if (p.zero >= 1 && p.zero <= 2 && p.dp > 1)
+    if (p.zero >= 1 && p.zero <= 2 && p.data_ranks() > 1)
       for (int ui = 0; ui < (int)units.size(); ++ui)
         if (units[ui].owned) all_gather_unit(ui);
   }
@@ -650,6 +669,9 @@ RunResult run_training(const Scenario& sc, const RunOptions& o, Comm& world) {
   std::string why;
   const Backend* backend = find_backend(o.backend, why);
   if (!backend) throw InputError({why});
+  if (sc.plan.cp > 1 && !(backend->f32.attention_fwd_kv && backend->f64.attention_fwd_kv))
+    throw InputError({std::string("$.plan.cp: context parallelism needs the attention_fwd_kv op, which backend ") +
+                      backend->name + " does not have yet (use --backend cpu or emu)"});
   BackendScope on_backend(*backend);  // every ops:: call of this rank's run goes to it
   if (o.fp64) { RankRun<double> r(sc, o, world); return r.run(); }
   RankRun<float> r(sc, o, world);

@@ -91,7 +91,10 @@ int open_direct(const std::string& path, mode_t m) {
 
 // Creates, fills and closes a fresh temporary next to path; returns its name.
 std::string write_temporary(const OutputFile& f, bool sync, mode_t mode) {
-  std::string tmpl = (fs::path(dir_of(f.path)) / ("." + fs::path(f.path).filename().string() + ".tmp-XXXXXX")).string();
+  std::string name = ".";  // appended, not "." + string: g++ 12 warns -Wrestrict falsely on that form
+  name += fs::path(f.path).filename().string();
+  name += ".tmp-XXXXXX";
+  std::string tmpl = (fs::path(dir_of(f.path)) / name).string();
   std::vector<char> buf(tmpl.begin(), tmpl.end());
   buf.push_back('\0');
   const int fd = ::mkostemp(buf.data(), O_CLOEXEC);  // O_CREAT | O_EXCL: never opens an existing name or symlink

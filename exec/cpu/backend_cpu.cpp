@@ -54,6 +54,8 @@ OpTable<T> cpu_ops() {
   t.swiglu_bwd_set = &c::swiglu_bwd_set<T>;
   t.attention_fwd = &c::attention_fwd<T>;
   t.attention_bwd = &c::attention_bwd<T>;
+  t.attention_fwd_kv = &c::attention_fwd_kv<T>;
+  t.attention_bwd_kv = &c::attention_bwd_kv<T>;
   t.cross_entropy_fwd = &c::cross_entropy_fwd<T>;
   t.cross_entropy_bwd = &c::cross_entropy_bwd<T>;
   t.row_max = &c::row_max<T>;

@@ -124,75 +124,89 @@ void matmul(T* C, const T* A, const T* B, long M, long N, long K, bool trans_a, 
 }
 
 // Attention forward, per (b, h): S = scale · Q Kᵀ (written straight into att), causal softmax row by row
-// over keys 0..t (entries above the diagonal set to 0), out = P V. The [T, D] slice of one head inside
-// q/out [B, T, H, D] has row stride H*D; inside k/v [B, T, Hkv, D] it has row stride Hkv*D.
+// over keys 0..t + Tk - Tq (the mask aligned bottom-right; entries past it set to 0), out = P V. The [T, D]
+// slice of one head inside q/out [B, Tq, H, D] has row stride H*D; inside k/v [B, Tk, Hkv, D] it has row
+// stride Hkv*D. attention_fwd is the square case (Tq == Tk).
 template <class T>
-void attention_fwd(T* out, T* att, const T* q, const T* k, const T* v, long B, long Tn, long H, long Hkv, long D) {
+void attention_fwd_kv(T* out, T* att, const T* q, const T* k, const T* v, long B, long Tq, long Tk, long H, long Hkv,
+                      long D) {
   exec::prof::Scope prof_scope(exec::prof::Cls::attention);
-  const long group = H / Hkv;
+  const long group = H / Hkv, off = Tk - Tq;
   const T sc = T(1) / std::sqrt(T(D));
   for (long b = 0; b < B; ++b) {
     for (long h = 0; h < H; ++h) {
       const long kh = h / group;
-      CSMat<T> Q(q + (b * Tn * H + h) * D, Tn, D, Eigen::OuterStride<>(H * D));
-      CSMat<T> Kt(k + (b * Tn * Hkv + kh) * D, Tn, D, Eigen::OuterStride<>(Hkv * D));
-      CSMat<T> V(v + (b * Tn * Hkv + kh) * D, Tn, D, Eigen::OuterStride<>(Hkv * D));
-      SMat<T> O(out + (b * Tn * H + h) * D, Tn, D, Eigen::OuterStride<>(H * D));
-      T* P = att + (b * H + h) * Tn * Tn;  // [T, T]
-      Mat<T> Pm(P, Tn, Tn);
+      CSMat<T> Q(q + (b * Tq * H + h) * D, Tq, D, Eigen::OuterStride<>(H * D));
+      CSMat<T> Kt(k + (b * Tk * Hkv + kh) * D, Tk, D, Eigen::OuterStride<>(Hkv * D));
+      CSMat<T> V(v + (b * Tk * Hkv + kh) * D, Tk, D, Eigen::OuterStride<>(Hkv * D));
+      SMat<T> O(out + (b * Tq * H + h) * D, Tq, D, Eigen::OuterStride<>(H * D));
+      T* P = att + (b * H + h) * Tq * Tk;  // [Tq, Tk]
+      Mat<T> Pm(P, Tq, Tk);
       Pm.noalias() = sc * Q * Kt.transpose();
-      for (long t = 0; t < Tn; ++t) {
-        T* row = P + t * Tn;
-        softmax_row(row, t + 1);
-        for (long j = t + 1; j < Tn; ++j) row[j] = T(0);
+      for (long t = 0; t < Tq; ++t) {
+        T* row = P + t * Tk;
+        softmax_row(row, t + off + 1);
+        for (long j = t + off + 1; j < Tk; ++j) row[j] = T(0);
       }
-      O.noalias() = Pm * V;  // P is zero above the diagonal, so the full product is the causal one
+      O.noalias() = Pm * V;  // P is zero past the mask, so the full product is the causal one
     }
   }
+}
+template <class T>
+void attention_fwd(T* out, T* att, const T* q, const T* k, const T* v, long B, long Tn, long H, long Hkv, long D) {
+  attention_fwd_kv(out, att, q, k, v, B, Tn, Tn, H, Hkv, D);
 }
 
 // Attention backward, per (b, h) with P = att[b, h]:
 //   dV += Pᵀ dO;  dP = dO Vᵀ;  dS = P ⊙ (dP − rowsum(dP ⊙ P));  dQ += scale · dS K;  dK += scale · dSᵀ Q.
 // dK and dV of a kv head collect the sum over the query heads sharing it.
 template <class T>
-void attention_bwd(T* dq, T* dk, T* dv, const T* dout, const T* att, const T* q, const T* k, const T* v, long B,
-                   long Tn, long H, long Hkv, long D) {
+void attention_bwd_kv(T* dq, T* dk, T* dv, const T* dout, const T* att, const T* q, const T* k, const T* v, long B,
+                      long Tq, long Tk, long H, long Hkv, long D) {
   exec::prof::Scope prof_scope(exec::prof::Cls::attention);
-  const long group = H / Hkv;
+  const long group = H / Hkv, off = Tk - Tq;
   const T sc = T(1) / std::sqrt(T(D));
-  std::vector<T> scratch(static_cast<size_t>(Tn * Tn));  // dP, then dS in place: [T, T]
-  Mat<T> dS(scratch.data(), Tn, Tn);
+  std::vector<T> scratch(static_cast<size_t>(Tq * Tk));  // dP, then dS in place: [Tq, Tk]
+  Mat<T> dS(scratch.data(), Tq, Tk);
   for (long b = 0; b < B; ++b) {
     for (long h = 0; h < H; ++h) {
       const long kh = h / group;
-      const long qo = (b * Tn * H + h) * D, ko = (b * Tn * Hkv + kh) * D;
+      const long qo = (b * Tq * H + h) * D, ko = (b * Tk * Hkv + kh) * D;
       const Eigen::OuterStride<> qs(H * D), ks(Hkv * D);
-      CSMat<T> Q(q + qo, Tn, D, qs), dO(dout + qo, Tn, D, qs);
-      CSMat<T> Kt(k + ko, Tn, D, ks), V(v + ko, Tn, D, ks);
-      SMat<T> dQ(dq + qo, Tn, D, qs), dK(dk + ko, Tn, D, ks), dV(dv + ko, Tn, D, ks);
-      const T* P = att + (b * H + h) * Tn * Tn;
-      CMat<T> Pm(P, Tn, Tn);
+      CSMat<T> Q(q + qo, Tq, D, qs), dO(dout + qo, Tq, D, qs);
+      CSMat<T> Kt(k + ko, Tk, D, ks), V(v + ko, Tk, D, ks);
+      SMat<T> dQ(dq + qo, Tq, D, qs), dK(dk + ko, Tk, D, ks), dV(dv + ko, Tk, D, ks);
+      const T* P = att + (b * H + h) * Tq * Tk;
+      CMat<T> Pm(P, Tq, Tk);
 
       dV.noalias() += Pm.transpose() * dO;
       dS.noalias() = dO * V.transpose();
-      for (long t = 0; t < Tn; ++t) {
-        const T* pr = P + t * Tn;
-        T* dr = scratch.data() + t * Tn;
-        const T dot = row_dot(pr, dr, t + 1);
-        for (long j = 0; j <= t; ++j) dr[j] = pr[j] * (dr[j] - dot);
-        for (long j = t + 1; j < Tn; ++j) dr[j] = T(0);
+      for (long t = 0; t < Tq; ++t) {
+        const T* pr = P + t * Tk;
+        T* dr = scratch.data() + t * Tk;
+        const T dot = row_dot(pr, dr, t + off + 1);
+        for (long j = 0; j <= t + off; ++j) dr[j] = pr[j] * (dr[j] - dot);
+        for (long j = t + off + 1; j < Tk; ++j) dr[j] = T(0);
       }
       dQ.noalias() += sc * dS * Kt;
       dK.noalias() += sc * dS.transpose() * Q;
     }
   }
 }
+template <class T>
+void attention_bwd(T* dq, T* dk, T* dv, const T* dout, const T* att, const T* q, const T* k, const T* v, long B,
+                   long Tn, long H, long Hkv, long D) {
+  attention_bwd_kv(dq, dk, dv, dout, att, q, k, v, B, Tn, Tn, H, Hkv, D);
+}
 
 #define TP_OPS_GEMM_INSTANTIATE(T)                                                                              \
   template void matmul<T>(T*, const T*, const T*, long, long, long, bool, bool, T, T);                         \
   template void attention_fwd<T>(T*, T*, const T*, const T*, const T*, long, long, long, long, long);          \
   template void attention_bwd<T>(T*, T*, T*, const T*, const T*, const T*, const T*, const T*, long, long, long, \
-                                 long, long);
+                                 long, long);                                                                 \
+  template void attention_fwd_kv<T>(T*, T*, const T*, const T*, const T*, long, long, long, long, long, long); \
+  template void attention_bwd_kv<T>(T*, T*, T*, const T*, const T*, const T*, const T*, const T*, long, long,  \
+                                    long, long, long, long);
 TP_OPS_GEMM_INSTANTIATE(float)
 TP_OPS_GEMM_INSTANTIATE(double)
 #undef TP_OPS_GEMM_INSTANTIATE

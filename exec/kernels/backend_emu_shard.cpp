@@ -8,6 +8,7 @@
 // backend's own (registered emu memory, freed when the op returns).
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "exec/cpu/ops_cpu.hpp"
@@ -256,6 +257,85 @@ void attention_bwd(T* dq, T* dk, T* dv, const T* dout, const T* att, const T* q,
   from_heads(dv, dV.p, B, Tn, Hkv, D);
 }
 
+// Rectangular causal attention (context parallelism): Tq queries over Tk keys, mask aligned bottom-right. As
+// attention_fwd, but the softmax kernel runs unmasked over rows whose masked scores were set to -inf (the
+// fill kernel, one launch per row's masked tail), so their probabilities are exactly 0; the backward's softmax
+// kernel needs no mask (P is 0 there).
+template <class T>
+void attention_fwd_kv(T* out, T* att, const T* q, const T* k, const T* v, long B, long Tq, long Tk, long H, long Hkv,
+                      long D) {
+  const char* op = "attention_fwd_kv";
+  need(op, "q", q, sz<T>(B * Tq * H * D));
+  need(op, "k", k, sz<T>(B * Tk * Hkv * D));
+  need(op, "v", v, sz<T>(B * Tk * Hkv * D));
+  need(op, "att", att, sz<T>(B * H * Tq * Tk));
+  need(op, "out", out, sz<T>(B * Tq * H * D));
+  if (B * Tq * H * D <= 0) return;
+  const long group = H / Hkv, qd = Tq * D, kd = Tk * D, tt = Tq * Tk, off = Tk - Tq;
+  const T sc = T(1) / std::sqrt(T(D));
+  Scratch<T> Q(B * H * qd), K(B * Hkv * kd), V(B * Hkv * kd), O(B * H * qd);
+  to_heads(Q.p, q, B, Tq, H, D);
+  to_heads(K.p, k, B, Tk, Hkv, D);
+  to_heads(V.p, v, B, Tk, Hkv, D);
+  const auto fill = emu_backend().ops<T>().fill;
+  for (long b = 0; b < B; ++b)
+    for (long h = 0; h < H; ++h) {
+      T* S = att + (b * H + h) * tt;
+      ops::cpu::matmul<T>(S, Q.p + (b * H + h) * qd, K.p + (b * Hkv + h / group) * kd, Tq, Tk, D, false, true, sc,
+                          T(0));
+      for (long t = 0; t + off + 1 < Tk; ++t) fill(S + t * Tk + t + off + 1, -std::numeric_limits<T>::infinity(), Tk - t - off - 1);
+    }
+  k::softmax_fwd(launcher(), att, att, B * H * Tq, Tk, k::acc_t<T>(1), false);
+  for (long b = 0; b < B; ++b)
+    for (long h = 0; h < H; ++h)
+      ops::cpu::matmul<T>(O.p + (b * H + h) * qd, att + (b * H + h) * tt, V.p + (b * Hkv + h / group) * kd, Tq, D, Tk,
+                          false, false, T(1), T(0));
+  from_heads(out, O.p, B, Tq, H, D);
+}
+
+template <class T>
+void attention_bwd_kv(T* dq, T* dk, T* dv, const T* dout, const T* att, const T* q, const T* k, const T* v, long B,
+                      long Tq, long Tk, long H, long Hkv, long D) {
+  const char* op = "attention_bwd_kv";
+  need(op, "q", q, sz<T>(B * Tq * H * D));
+  need(op, "k", k, sz<T>(B * Tk * Hkv * D));
+  need(op, "v", v, sz<T>(B * Tk * Hkv * D));
+  need(op, "att", att, sz<T>(B * H * Tq * Tk));
+  need(op, "dq", dq, sz<T>(B * Tq * H * D));
+  need(op, "dk", dk, sz<T>(B * Tk * Hkv * D));
+  need(op, "dv", dv, sz<T>(B * Tk * Hkv * D));
+  need(op, "dout", dout, sz<T>(B * Tq * H * D));
+  if (B * Tq * H * D <= 0) return;
+  const long group = H / Hkv, qd = Tq * D, kd = Tk * D, tt = Tq * Tk;
+  const T sc = T(1) / std::sqrt(T(D));
+  Scratch<T> Q(B * H * qd), K(B * Hkv * kd), V(B * Hkv * kd), dO(B * H * qd), dQ(B * H * qd), dK(B * Hkv * kd),
+      dV(B * Hkv * kd), dS(B * H * tt);
+  to_heads(Q.p, q, B, Tq, H, D);
+  to_heads(K.p, k, B, Tk, Hkv, D);
+  to_heads(V.p, v, B, Tk, Hkv, D);
+  to_heads(dO.p, dout, B, Tq, H, D);
+  to_heads(dQ.p, dq, B, Tq, H, D);
+  to_heads(dK.p, dk, B, Tk, Hkv, D);
+  to_heads(dV.p, dv, B, Tk, Hkv, D);
+  for (long b = 0; b < B; ++b)
+    for (long h = 0; h < H; ++h) {
+      const long qh = (b * H + h) * qd, kh = (b * Hkv + h / group) * kd;
+      ops::cpu::matmul<T>(dV.p + kh, att + (b * H + h) * tt, dO.p + qh, Tk, D, Tq, true, false, T(1), T(1));
+      ops::cpu::matmul<T>(dS.p + (b * H + h) * tt, dO.p + qh, V.p + kh, Tq, Tk, D, false, true, T(1), T(0));
+    }
+  k::softmax_bwd<true>(launcher(), dS.p, att, dS.p, B * H * Tq, Tk, k::acc_t<T>(1));
+  for (long b = 0; b < B; ++b)
+    for (long h = 0; h < H; ++h) {
+      const long qh = (b * H + h) * qd, kh = (b * Hkv + h / group) * kd;
+      const T* S = dS.p + (b * H + h) * tt;
+      ops::cpu::matmul<T>(dQ.p + qh, S, K.p + kh, Tq, D, Tk, false, false, sc, T(1));
+      ops::cpu::matmul<T>(dK.p + kh, S, Q.p + qh, Tk, D, Tq, true, false, sc, T(1));
+    }
+  from_heads(dq, dQ.p, B, Tq, H, D);
+  from_heads(dk, dK.p, B, Tk, Hkv, D);
+  from_heads(dv, dV.p, B, Tk, Hkv, D);
+}
+
 }  // namespace
 
 template <class T>
@@ -276,6 +356,8 @@ void set_shard_ops(OpTable<T>& t) {
   t.positions_bwd = &positions_bwd<T>;
   t.attention_fwd = &attention_fwd<T>;
   t.attention_bwd = &attention_bwd<T>;
+  t.attention_fwd_kv = &attention_fwd_kv<T>;
+  t.attention_bwd_kv = &attention_bwd_kv<T>;
 }
 template void set_shard_ops<float>(OpTable<float>&);
 template void set_shard_ops<double>(OpTable<double>&);

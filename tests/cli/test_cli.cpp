@@ -102,3 +102,44 @@ TEST(Cli, OutputPathsCheckedBeforeWork) {
   EXPECT_EQ(d.rc, 2);
   EXPECT_NE(d.text.find("it is a directory"), std::string::npos) << d.text;
 }
+
+// trainplan export (export/export.hpp; the mapping itself is tests/export/test_export.cpp): the script on
+// stdout or atomically in --out, the refusal with its JSON path and exit 2, a bad --to, --plan.
+TEST(Cli, ExportWritesTheFrameworkConfigurationOrRefuses) {
+  Out a = tp_run("export " + kScenario + " --to megatron");
+  EXPECT_EQ(a.rc, 0) << a.text;
+  EXPECT_NE(a.text.find("--tensor-model-parallel-size 8"), std::string::npos) << a.text;
+  tp::testutil::TempDir d("tp_export");
+  const std::string out = (d.path / "ds.sh").string();
+  Out b = tp_run("export " + kScenario + " --to=deepspeed --out " + out);
+  EXPECT_EQ(b.rc, 0) << b.text;
+  EXPECT_TRUE(fs::exists(out));
+  Out c = tp_run("export " + kScenario + " --to torchtitan --out " + (d.path / "t.toml").string());
+  EXPECT_EQ(c.rc, 2) << c.text;
+  EXPECT_NE(c.text.find("$.model.activation"), std::string::npos) << c.text;
+  EXPECT_NE(c.text.find("nearest plan TorchTitan runs"), std::string::npos) << c.text;
+  EXPECT_FALSE(fs::exists(d.path / "t.toml"));  // nothing written on a refusal
+  Out e = tp_run("export " + kScenario + " --to colossalai");
+  EXPECT_EQ(e.rc, 2);
+  EXPECT_NE(e.text.find("--to: expected megatron, nemo, deepspeed or torchtitan"), std::string::npos) << e.text;
+  Out f = tp_run("export " + kScenario);
+  EXPECT_EQ(f.rc, 2);
+  EXPECT_NE(f.text.find("--to"), std::string::npos) << f.text;
+  Out g = tp_run("export " + kScenario + " --to nemo --plan " + (d.path / "missing.json").string());
+  EXPECT_EQ(g.rc, 2) << g.text;
+  Out h = tp_run("export --help");
+  EXPECT_EQ(h.rc, 0);
+  EXPECT_NE(h.text.find("--to megatron|nemo|deepspeed|torchtitan"), std::string::npos) << h.text;
+}
+
+// The README's quick path from the planner to a framework: plan-megatron.json's answer exports.
+TEST(Cli, PlannerAnswerExportsToMegatron) {
+  tp::testutil::TempDir d("tp_export_plan");
+  const std::string sc = std::string(TP_SOURCE_DIR) + "/scenarios/plan-megatron.json", res = (d.path / "plan.json").string();
+  Out p = tp_run("plan " + sc + " --json " + res + " --quiet");
+  ASSERT_EQ(p.rc, 0) << p.text;
+  for (const char* to : {"megatron", "nemo"}) {
+    Out e = tp_run("export " + sc + " --plan " + res + "#1 --to " + to);
+    EXPECT_EQ(e.rc, 0) << to << ": " << e.text;
+  }
+}

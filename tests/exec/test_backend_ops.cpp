@@ -214,6 +214,25 @@ std::vector<Case> elementwise_cases() {
     return std::max({err(d.down(outd, nq), out), err(d.down(attd, na), att), err(d.down(dqd, nq), dq),
                      err(d.down(dkd, nk), dk), err(d.down(dvd, nk), dv)});
   }});
+  cs.push_back({"attention_fwd_kv, attention_bwd_kv (Tq < Tk)", 1e-5, [](const Backend& be) {
+    Dev d(be);
+    const long B = 2, Tq = 3, Tk = 7, H = 4, Hkv = 2, D = 3, nq = B * Tq * H * D, nk = B * Tk * Hkv * D,
+               na = B * H * Tq * Tk;
+    Vec q = rnd(nq, 36), k = rnd(nk, 37), v = rnd(nk, 38), dout = rnd(nq, 39), out(nq), att(na);
+    Vec dq = rnd(nq, 40), dk = rnd(nk, 41), dv = rnd(nk, 42);
+    float *outd = d.up(out), *attd = d.up(att), *qd = d.up(q), *kd = d.up(k), *vd = d.up(v);
+    float *dqd = d.up(dq), *dkd = d.up(dk), *dvd = d.up(dv);
+    be.f32.attention_fwd_kv(outd, attd, qd, kd, vd, B, Tq, Tk, H, Hkv, D);
+    be.f32.attention_bwd_kv(dqd, dkd, dvd, d.up(dout), attd, qd, kd, vd, B, Tq, Tk, H, Hkv, D);
+    ref().attention_fwd_kv(out.data(), att.data(), q.data(), k.data(), v.data(), B, Tq, Tk, H, Hkv, D);
+    ref().attention_bwd_kv(dq.data(), dk.data(), dv.data(), dout.data(), att.data(), q.data(), k.data(), v.data(), B,
+                           Tq, Tk, H, Hkv, D);
+    // The last query row of every (b, h) sees every key; the first sees Tk - Tq + 1 of them (bottom-right mask).
+    double mask = 0;
+    for (long r = 0; r < B * H; ++r) mask = std::max(mask, std::abs((double)att[(r * Tq) * Tk + Tk - Tq + 1]));
+    return std::max({err(d.down(outd, nq), out), err(d.down(attd, na), att), err(d.down(dqd, nq), dq),
+                     err(d.down(dkd, nk), dk), err(d.down(dvd, nk), dv), mask});
+  }});
   cs.push_back({"adamw, sum_squares", 1e-5, [](const Backend& be) {
     Dev d(be);
     const long n = 29;

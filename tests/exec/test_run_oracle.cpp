@@ -18,78 +18,12 @@
 
 #include "exec/cuda_loader.hpp"
 #include "models/json_check.hpp"
+#include "exec/oracle_run.hpp"
 
 using tp::json;
 namespace fs = std::filesystem;
 
-namespace {
-
-std::string tmpdir() {
-  static std::string d = [] {
-    fs::path p = fs::temp_directory_path() / ("trainplan-oracle-" + std::to_string(::getpid()));
-    fs::create_directories(p);
-    return p.string();
-  }();
-  return d;
-}
-
-// Writes the tiny scenario with `plan` merged over its plan; returns the file.
-std::string scenario(const std::string& name, const json& plan, long long global_batch = 8) {
-  std::ifstream in(std::string(TP_SOURCE_DIR) + "/scenarios/exec/tiny-gpt.json");
-  json j = json::parse(in);
-  for (auto it = plan.begin(); it != plan.end(); ++it) j["plan"][it.key()] = it.value();
-  j["training"]["global_batch"] = global_batch;
-  std::string f = tmpdir() + "/" + name + ".json";
-  std::ofstream(f) << j.dump(2);
-  return f;
-}
-
-int ranks_of(const std::string& file) {
-  std::ifstream in(file);
-  json p = json::parse(in)["plan"];
-  return p["dp"].get<int>() * p["tp"].get<int>() * p["pp"].get<int>();
-}
-
-// Runs the plan; returns the result JSON (null on failure) and the exit code.
-json run(const std::string& file, int steps, bool fp64, int* code = nullptr, std::string extra = "") {
-  int n = ranks_of(file);
-  std::string out = file + (fp64 ? ".f64" : ".f32") + ".out.json";
-  std::string launcher;
-  if (n > 1) {
-#ifdef TP_MPIEXEC
-    // `timeout` turns a hung job into a failure (exit 124) instead of a stuck test.
-    launcher = "timeout 120 " + std::string(TP_MPIEXEC) + " -np " + std::to_string(n) + " --oversubscribe " + TP_MPI_ROOT_FLAG + " ";
-#else
-    return nullptr;
-#endif
-  }
-  std::string cmd = launcher + TP_BINARY + " run " + file + " --steps " + std::to_string(steps) + (fp64 ? " --fp64" : "") +
-                    " --quiet --json " + out + " " + extra + " > " + file + ".log 2>&1";
-  int rc = std::system(cmd.c_str());
-  int ec = WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
-  if (code) *code = ec;
-  if (ec != 0) return nullptr;
-  std::ifstream in(out);
-  return json::parse(in);
-}
-
-void expect_close(const json& got, const json& want, const char* key, double tol, const std::string& what) {
-  ASSERT_EQ(got[key].size(), want[key].size()) << what;
-  for (size_t i = 0; i < want[key].size(); ++i) {
-    double a = got[key][i].get<double>(), b = want[key][i].get<double>();
-    EXPECT_LE(std::abs(a - b), tol * std::abs(b)) << what << " " << key << "[" << i << "]: " << a << " vs " << b;
-  }
-}
-
-bool have_mpi() {
-#ifdef TP_MPIEXEC
-  return true;
-#else
-  return false;
-#endif
-}
-
-}  // namespace
+using namespace oracle;
 
 TEST(RunOracle, SingleRankTrainsAndIsDeterministic) {
   std::string f = scenario("single", json::object());
@@ -136,6 +70,40 @@ TEST(RunOracle, ParallelPlansMatchSingleRankFloat64) {
     ASSERT_FALSE(got.is_null()) << c.name;
     expect_close(got, ref, "losses", 1e-9, c.name);
     expect_close(got, ref, "grad_norm", 1e-9, c.name);
+  }
+}
+
+// Context parallelism (plan.cp, exec/cp_attention.hpp): each sequence in 2 cp chunks, rank r holding chunks r and
+// 2 cp - 1 - r; K and V all-gathered over cp, the causal mask by global position, dK / dV reduce-scattered back,
+// gradients reduced over dp x cp. Every combination trains exactly like one rank (the cp 1 float64 loss and
+// gradient norm to 1e-9): a mask by local positions, a wrong chunk order or positions by local index would change
+// the loss. seq 16 with cp 2 and seq 32 with cp 4 give chunks of 4 tokens.
+TEST(RunOracle, ContextParallelMatchesSingleRankFloat64) {
+  if (!have_mpi()) GTEST_SKIP() << "built without MPI";
+  const int steps = 3;
+  json ref = run(scenario("cp_ref", json::object()), steps, true);
+  json ref16 = run(scenario("cp_ref16", json::object(), 8, 16), steps, true);
+  ASSERT_FALSE(ref.is_null());
+  ASSERT_FALSE(ref16.is_null());
+  const json fl = "flash";  // the simulator models cp with the fused attention; the executor computes it exactly
+  struct Case { const char* name; json plan; long long seq; };
+  std::vector<Case> cases = {
+      {"cp2", {{"cp", 2}, {"attention", fl}}, 0},
+      {"cp2_seq16", {{"cp", 2}, {"attention", fl}}, 16},
+      {"cp4", {{"cp", 4}, {"attention", fl}}, 0},
+      {"cp2_dp2", {{"cp", 2}, {"dp", 2}, {"attention", fl}}, 0},
+      {"cp2_dp2_zero3_layered", {{"cp", 2}, {"dp", 2}, {"zero", 3}, {"grad_accumulation", "layered"}, {"attention", fl}}, 0},
+      {"cp2_tp2", {{"cp", 2}, {"tp", 2}, {"attention", fl}}, 0},
+      {"cp2_tp2_sp_selective", {{"cp", 2}, {"tp", 2}, {"sequence_parallel", true}, {"recompute", "selective"},
+                                {"attention", fl}}, 0},
+      {"cp2_pp2_full", {{"cp", 2}, {"pp", 2}, {"recompute", "full"}, {"attention", fl}}, 0},
+  };
+  for (const Case& c : cases) {
+    json got = run(scenario(c.name, c.plan, 8, c.seq), steps, true);
+    ASSERT_FALSE(got.is_null()) << c.name;
+    const json& want = c.seq == 16 ? ref16 : ref;
+    expect_close(got, want, "losses", 1e-9, c.name);
+    expect_close(got, want, "grad_norm", 1e-9, c.name);
   }
 }
 
@@ -441,6 +409,8 @@ TEST(RunOracleEmu, ParallelPlansMatchSingleRankFloat64) {
       // modular pipeline, ZeRO-2, selective recompute
       {"emu_dp2_pp2_zero2_modular_selective", {{"dp", 2}, {"pp", 2}, {"zero", 2}, {"schedule", "modular"},
                                                {"grad_accumulation", "layered"}, {"recompute", "selective"}}},
+      // context parallelism with sequence parallelism (attention_fwd_kv / attention_bwd_kv on the kernels)
+      {"emu_cp2_tp2_sp", {{"cp", 2}, {"tp", 2}, {"sequence_parallel", true}, {"attention", "flash"}}},
   };
   for (const Case& c : cases) {
     json got = run(scenario(c.name, c.plan), steps, true, nullptr, kEmu);

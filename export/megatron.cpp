@@ -1,0 +1,146 @@
+// export/megatron: the plan as Megatron-LM pretrain_gpt.py arguments (Megatron-LM core_v0.15.3,
+// megatron/training/arguments.py; data/export/megatron-lm.flags). Mapping: ZeRO-1 = --use-distributed-optimizer,
+// ZeRO-2 / ZeRO-3 = Megatron FSDP (--use-megatron-fsdp, sharding optim_grads / optim_grads_params), optimizer
+// offload = --optimizer-cpu-offload (with the distributed optimizer, as Megatron requires); uneven stages =
+// --decoder-first/last-pipeline-num-layers; GPipe, modular pipelines, layered accumulation, Optimus 2D and the
+// chunked / granular offloads have no Megatron-LM equivalent and are refused.
+#include <algorithm>
+
+#include "export/export.hpp"
+
+namespace tp::exporting {
+
+namespace {
+
+void model_args(const Scenario& sc, Options& o, Refusals& r) {
+  const Transformer& m = sc.model;
+  o.push_back({"--num-layers", num(m.layers)});
+  o.push_back({"--hidden-size", num(m.hidden)});
+  o.push_back({"--ffn-hidden-size", num(m.ffn_hidden)});
+  o.push_back({"--num-attention-heads", num(m.heads)});
+  if (m.kv_heads != m.heads) {
+    o.push_back({"--group-query-attention", ""});
+    o.push_back({"--num-query-groups", num(m.kv_heads)});
+  }
+  if (m.attn_head_dim > 0) o.push_back({"--kv-channels", num(m.attn_head_dim)});
+  o.push_back({"--seq-length", num(sc.training.seq_len)});
+  o.push_back({"--max-position-embeddings", num(std::max(sc.training.seq_len, m.seq_len))});
+  if (m.activation == Activation::swiglu) {
+    o.push_back({"--swiglu", ""});
+    o.push_back({"--normalization", "RMSNorm"});
+    o.push_back({"--position-embedding-type", "rope"});
+    // Megatron's linear biases are all or none (--disable-bias-linear), plus optional q/k/v biases.
+    r.need(m.proj_bias == m.mlp_bias, "$.model.mlp_bias",
+           "biases on only some of the attention-output and MLP layers", "proj_bias = mlp_bias");
+    if (!m.proj_bias && !m.mlp_bias) o.push_back({"--disable-bias-linear", ""});
+    if (m.qkv_bias && !m.proj_bias) o.push_back({"--add-qkv-bias", ""});
+  }
+  if (!m.tied_embeddings) o.push_back({"--untie-embeddings-and-output-weights", ""});
+  if (!m.dropout) {
+    o.push_back({"--attention-dropout", "0.0"});
+    o.push_back({"--hidden-dropout", "0.0"});
+  }
+  if (m.moe.experts > 0) {
+    o.push_back({"--num-experts", num(m.moe.experts)});
+    o.push_back({"--moe-router-topk", num((long long)m.moe.top_k)});
+    o.push_back({"--moe-ffn-hidden-size", num(m.expert_ffn())});
+    if (m.moe.every > 1) o.push_back({"--moe-layer-freq", num((long long)m.moe.every)});
+    if (m.moe.shared_ffn_hidden > 0) o.push_back({"--moe-shared-expert-intermediate-size", num(m.moe.shared_ffn_hidden)});
+    o.push_back({"--moe-expert-capacity-factor", num(m.moe.capacity_factor)});
+    o.push_back({"--moe-token-drop-policy", "probs"});
+    o.push_back({"--moe-router-load-balancing-type", "aux_loss"});
+  }
+}
+
+void plan_args(const Scenario& sc, Options& o, Refusals& r) {
+  const Plan& p = sc.plan;
+  o.push_back({"--tensor-model-parallel-size", num((long long)p.tp)});
+  o.push_back({"--pipeline-model-parallel-size", num((long long)p.pp)});
+  if (p.cp > 1) o.push_back({"--context-parallel-size", num((long long)p.cp)});
+  if (p.ep > 1) o.push_back({"--expert-model-parallel-size", num((long long)p.ep)});
+  if (p.sequence_parallel) o.push_back({"--sequence-parallel", ""});
+  r.need(!(p.pp > 1 && p.schedule == Schedule::gpipe), "$.plan.schedule", "the GPipe schedule",
+         "\"schedule\": \"1f1b\"");
+  if (p.schedule == Schedule::interleaved && p.virtual_stages > 1)
+    o.push_back({"--num-virtual-stages-per-pipeline-rank", num((long long)p.virtual_stages)});
+  const FirstLast fl = first_last_layers(p, sc.model.layers);
+  r.need(fl.ok, "$.plan.stage_layers", "stages other than first / last around an even middle",
+         "first_stage_layers / last_stage_layers with the middle stages even");
+  if (fl.first > 0) o.push_back({"--decoder-first-pipeline-num-layers", num((long long)fl.first)});
+  if (fl.last > 0) o.push_back({"--decoder-last-pipeline-num-layers", num((long long)fl.last)});
+  if (p.account_for_embedding) o.push_back({"--account-for-embedding-in-pipeline-split", ""});
+  if (p.account_for_loss) o.push_back({"--account-for-loss-in-pipeline-split", ""});
+  o.push_back({"--micro-batch-size", num(p.microbatch)});
+  o.push_back({"--global-batch-size", num(sc.training.global_batch)});
+  if (p.recompute == Recompute::full) {
+    o.push_back({"--recompute-granularity", "full"});
+    o.push_back({"--recompute-method", "uniform"});
+    o.push_back({"--recompute-num-layers", "1"});
+  } else if (p.recompute == Recompute::selective) {
+    o.push_back({"--recompute-granularity", "selective"});
+  }
+  if (p.zero == 1) o.push_back({"--use-distributed-optimizer", ""});
+  if (p.zero >= 2) {
+    o.push_back({"--use-megatron-fsdp", ""});
+    o.push_back({"--data-parallel-sharding-strategy", p.zero == 2 ? "optim_grads" : "optim_grads_params"});
+    o.push_back({"--ckpt-format", "fsdp_dtensor"});  // the only format Megatron FSDP saves
+  }
+  if (p.offload.kind == OffloadKind::optimizer) {
+    r.need(p.zero >= 1, "$.plan.zero", "optimizer offload without a sharded optimizer",
+           "\"zero\": 1 (Megatron offloads the distributed optimizer's state)");
+    o.push_back({"--optimizer-cpu-offload", ""});
+    o.push_back({"--optimizer-offload-fraction", "1.0"});
+    o.push_back({"--use-precision-aware-optimizer", ""});
+  }
+  if (p.overlap_grad_reduce && p.data_ranks() > 1) o.push_back({"--overlap-grad-reduce", ""});
+  if (p.overlap_param_gather) {
+    r.need(p.zero >= 1, "$.plan.overlap_param_gather", "parameter-gather overlap without a sharded optimizer",
+           "\"zero\": 1");
+    o.push_back({"--overlap-param-gather", ""});
+  }
+  if (p.tp_comm_overlap) o.push_back({"--tp-comm-overlap", ""});
+  o.push_back({"--attention-backend", p.attention == Attention::flash ? "flash" : "unfused"});
+}
+
+void precision_args(const Scenario& sc, Options& o) {
+  switch (sc.training.precision) {
+    case Precision::bf16: o.push_back({"--bf16", ""}); break;
+    case Precision::fp16: o.push_back({"--fp16", ""}); break;
+    case Precision::fp8:  // Transformer Engine: e4m3 forward, e5m2 gradients, delayed scaling
+      o.push_back({"--bf16", ""});
+      o.push_back({"--fp8-format", "hybrid"});
+      o.push_back({"--fp8-recipe", "delayed"});
+      break;
+    case Precision::fp32: break;
+  }
+  if (sc.training.grad_precision == Precision::bf16) o.push_back({"--grad-reduce-in-bf16", ""});
+}
+
+}  // namespace
+
+std::string export_megatron(const Scenario& sc, const std::string& file) {
+  Refusals r{"Megatron-LM", file, {}};
+  refuse_common(sc, r);
+  Options o;
+  model_args(sc, o, r);
+  plan_args(sc, o, r);
+  precision_args(sc, o);
+  if (long long steps = train_steps(sc); steps > 0) o.push_back({"--train-iters", num(steps)});
+  r.throw_if_any();
+  const Plan& p = sc.plan;
+  const int gpn = std::min(sc.cluster.gpus_per_node, p.gpus());
+  const int nodes = (p.gpus() + gpn - 1) / gpn;
+  std::string s = "#!/bin/sh\n# trainplan export --to megatron: scenario \"" + sc.name + "\" (" + file + ")\n";
+  s += "# Megatron-LM (core_v0.15.3 arguments) pretrain_gpt.py for dp " + num((long long)p.dp) + " x cp " +
+       num((long long)p.cp) + " x tp " + num((long long)p.tp) + " x pp " + num((long long)p.pp) + " = " +
+       num((long long)p.gpus()) + " GPUs (" + num((long long)nodes) + " node(s) of " + num((long long)gpn) +
+       "); gradient accumulation " + num(accumulation_steps(sc)) + " micro-batches per step.\n";
+  s += "# Add your data and tokenizer (--data-path, --tokenizer-type, ...; vocabulary " + num(sc.model.vocab) +
+       " tokens), optimizer and checkpoint arguments. Run on every node with its NODE_RANK and MASTER_ADDR.\n";
+  s += "export CUDA_DEVICE_MAX_CONNECTIONS=" + std::string(p.zero >= 2 ? "8" : "1") + "\n";
+  return s + shell_lines("torchrun --nnodes " + num((long long)nodes) + " --nproc-per-node " + num((long long)gpn) +
+                             " --node-rank ${NODE_RANK:-0} --master-addr ${MASTER_ADDR:-localhost} --master-port 6000 pretrain_gpt.py",
+                         o);
+}
+
+}  // namespace tp::exporting

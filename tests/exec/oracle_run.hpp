@@ -1,0 +1,95 @@
+// oracle_run: helpers of the executor's oracle tests (test_run_oracle.cpp, test_run_shapes.cpp): write the tiny
+// scenario with plan (and model) fields merged in, run `trainplan run` on it (under mpirun for several ranks,
+// bounded by `timeout`), and compare result series to a relative tolerance. Header-only, one copy per test file.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "models/json_check.hpp"
+
+namespace oracle {
+
+using tp::json;
+namespace fs = std::filesystem;
+
+inline std::string tmpdir() {
+  static std::string d = [] {
+    fs::path p = fs::temp_directory_path() / ("trainplan-oracle-" + std::to_string(::getpid()));
+    fs::create_directories(p);
+    return p.string();
+  }();
+  return d;
+}
+
+// Writes the tiny scenario with `plan` merged over its plan; returns the file.
+// `model` fields (if any) are merged over the model.
+inline std::string scenario(const std::string& name, const json& plan, long long global_batch = 8, long long seq_len = 0,
+                            const json& model = json::object()) {
+  std::ifstream in(std::string(TP_SOURCE_DIR) + "/scenarios/exec/tiny-gpt.json");
+  json j = json::parse(in);
+  for (auto it = model.begin(); it != model.end(); ++it) j["model"][it.key()] = it.value();
+  for (auto it = plan.begin(); it != plan.end(); ++it) j["plan"][it.key()] = it.value();
+  j["training"]["global_batch"] = global_batch;
+  if (seq_len > 0) j["training"]["seq_len"] = j["model"]["seq_len"] = seq_len;
+  std::string f = tmpdir() + "/" + name + ".json";
+  std::ofstream(f) << j.dump(2);
+  return f;
+}
+
+inline int ranks_of(const std::string& file) {
+  std::ifstream in(file);
+  json p = json::parse(in)["plan"];
+  return p["dp"].get<int>() * p["tp"].get<int>() * p["pp"].get<int>() * p.value("cp", 1);
+}
+
+// Runs the plan; returns the result JSON (null on failure) and the exit code.
+inline json run(const std::string& file, int steps, bool fp64, int* code = nullptr, std::string extra = "") {
+  int n = ranks_of(file);
+  std::string out = file + (fp64 ? ".f64" : ".f32") + ".out.json";
+  std::string launcher;
+  if (n > 1) {
+#ifdef TP_MPIEXEC
+    // `timeout` turns a hung job into a failure (exit 124) instead of a stuck test.
+    launcher = "timeout 120 " + std::string(TP_MPIEXEC) + " -np " + std::to_string(n) + " --oversubscribe " + TP_MPI_ROOT_FLAG + " ";
+#else
+    return nullptr;
+#endif
+  }
+  std::string cmd = launcher + TP_BINARY + " run " + file + " --steps " + std::to_string(steps) + (fp64 ? " --fp64" : "") +
+                    " --quiet --json " + out + " " + extra + " > " + file + ".log 2>&1";
+  int rc = std::system(cmd.c_str());
+  int ec = WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
+  if (code) *code = ec;
+  if (ec != 0) return nullptr;
+  std::ifstream in(out);
+  return json::parse(in);
+}
+
+inline void expect_close(const json& got, const json& want, const char* key, double tol, const std::string& what) {
+  ASSERT_EQ(got[key].size(), want[key].size()) << what;
+  for (size_t i = 0; i < want[key].size(); ++i) {
+    double a = got[key][i].get<double>(), b = want[key][i].get<double>();
+    EXPECT_LE(std::abs(a - b), tol * std::abs(b)) << what << " " << key << "[" << i << "]: " << a << " vs " << b;
+  }
+}
+
+inline bool have_mpi() {
+#ifdef TP_MPIEXEC
+  return true;
+#else
+  return false;
+#endif
+}
+
+
+}  // namespace oracle

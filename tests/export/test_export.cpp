@@ -1,0 +1,369 @@
+// test_export: `trainplan export` (export/export.hpp). For the bundled scenarios and plan variants (ZeRO 0-3,
+// optimizer offload, interleaved and uneven pipelines, context and expert parallelism, fp8, recompute), every
+// option name each target emits is in that framework's recorded list (data/export/*, with its source), the
+// output parsed back gives the scenario's plan fields (round trip), what a target cannot express is refused
+// with the JSON path and a nearest plan, and one golden output per target stays byte-identical.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "export/export.hpp"
+
+using namespace tp;
+using namespace tp::exporting;
+
+namespace {
+
+std::string src(const std::string& rel) { return std::string(TP_SOURCE_DIR) + "/" + rel; }
+
+std::set<std::string> names_in(const std::string& rel) {
+  std::ifstream in(src(rel));
+  std::set<std::string> s;
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty() && line[0] != '#') s.insert(line);
+  EXPECT_GT(s.size(), 50u) << rel;
+  return s;
+}
+
+json scenario_json(const std::string& rel) {
+  std::ifstream in(src(rel));
+  return json::parse(in);
+}
+
+Scenario load(const json& j) { return scenario_from_json(j, src("scenarios"), "test"); }
+
+// A plan variant: the llama3-70b example with `plan` merged over its plan (and `model` over its model).
+json variant(const json& plan, const json& model = json::object(), const std::string& precision = "") {
+  json j = scenario_json("scenarios/examples/llama3-70b-dgx-h100.json");
+  for (auto it = plan.begin(); it != plan.end(); ++it) j["plan"][it.key()] = it.value();
+  if (!model.empty()) {
+    json m = {{"name", "test-moe"}, {"layers", 16}, {"hidden", 4096}, {"heads", 32}, {"kv_heads", 8},
+              {"ffn_hidden", 14336}, {"vocab", 32000}, {"seq_len", 8192}, {"activation", "swiglu"},
+              {"tied_embeddings", false}, {"dropout", false}};
+    for (auto it = model.begin(); it != model.end(); ++it) m[it.key()] = it.value();
+    j["model"] = m;
+  }
+  if (!precision.empty()) j["training"]["precision"] = precision;
+  return j;
+}
+
+// The plan fields a framework's configuration states.
+struct Back {
+  int tp = 1, pp = 1, v = 1, cp = 1, ep = 1, dp = 0, zero = 0, first = 0, last = 0;
+  long long mb = 0, gb = 0;
+  std::string recompute = "none", precision = "fp32";
+  bool sp = false, offload = false;
+};
+
+// "  --flag value \" / "  key=value \" lines after the launcher line containing `launcher`.
+std::vector<std::pair<std::string, std::string>> command_options(const std::string& text, const std::string& launcher,
+                                                                 std::string* head) {
+  std::istringstream in(text);
+  std::vector<std::pair<std::string, std::string>> o;
+  bool on = false;
+  for (std::string line; std::getline(in, line);) {
+    if (!on) {
+      if (line[0] != '#' && line.find(launcher) != std::string::npos) { on = true; *head = line; }
+      continue;
+    }
+    if (line.size() > 2 && line.back() == '\\') line.pop_back();
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    size_t a = line.find_first_not_of(' ');
+    if (a == std::string::npos) continue;
+    line = line.substr(a);
+    size_t sp = line.find(' ');
+    o.push_back({line.substr(0, sp), sp == std::string::npos ? "" : line.substr(sp + 1)});
+  }
+  return o;
+}
+
+int head_int(const std::string& head, const std::string& opt) {
+  size_t p = head.find(opt + " ");
+  return p == std::string::npos ? 0 : std::stoi(head.substr(p + opt.size() + 1));
+}
+
+Back back_megatron(const std::string& text, const std::set<std::string>& valid) {
+  std::string head;
+  Back b;
+  std::map<std::string, std::string> m;
+  for (const auto& [k, v] : command_options(text, "pretrain_gpt.py", &head)) {
+    EXPECT_TRUE(valid.count(k)) << "not a Megatron-LM option: " << k;
+    m[k] = v;
+  }
+  auto get = [&](const char* k, int d) { return m.count(k) ? std::stoi(m[k]) : d; };
+  b.tp = get("--tensor-model-parallel-size", 1);
+  b.pp = get("--pipeline-model-parallel-size", 1);
+  b.v = get("--num-virtual-stages-per-pipeline-rank", 1);
+  b.cp = get("--context-parallel-size", 1);
+  b.ep = get("--expert-model-parallel-size", 1);
+  b.dp = head_int(head, "--nnodes") * head_int(head, "--nproc-per-node") / (b.tp * b.pp * b.cp);
+  b.mb = get("--micro-batch-size", 0);
+  b.gb = get("--global-batch-size", 0);
+  b.first = get("--decoder-first-pipeline-num-layers", 0);
+  b.last = get("--decoder-last-pipeline-num-layers", 0);
+  if (m.count("--recompute-granularity")) b.recompute = m["--recompute-granularity"];
+  b.zero = m.count("--use-distributed-optimizer") ? 1 : 0;
+  if (m.count("--data-parallel-sharding-strategy")) b.zero = m["--data-parallel-sharding-strategy"] == "optim_grads" ? 2 : 3;
+  b.sp = m.count("--sequence-parallel");
+  b.precision = m.count("--fp8-format") ? "fp8" : m.count("--bf16") ? "bf16" : m.count("--fp16") ? "fp16" : "fp32";
+  b.offload = m.count("--optimizer-cpu-offload");
+  return b;
+}
+
+Back back_nemo(const std::string& text, const std::set<std::string>& valid) {
+  std::string head;
+  Back b;
+  std::map<std::string, std::string> m;
+  for (const auto& [kv, unused] : command_options(text, "nemo llm pretrain", &head)) {
+    size_t eq = kv.find('=');
+    EXPECT_NE(eq, std::string::npos) << kv;
+    const std::string k = kv.substr(0, eq), v = kv.substr(eq + 1);
+    EXPECT_TRUE(valid.count(k)) << "not a NeMo override path: " << k;
+    m[k] = v;
+  }
+  EXPECT_TRUE(valid.count("plugin:" + m["trainer.plugins"])) << m["trainer.plugins"];
+  const std::string s = "trainer.strategy.";
+  auto get = [&](const std::string& k, int d) { return m.count(k) && m[k] != "None" ? std::stoi(m[k]) : d; };
+  b.tp = get(s + "tensor_model_parallel_size", 1);
+  b.pp = get(s + "pipeline_model_parallel_size", 1);
+  b.v = get(s + "virtual_pipeline_model_parallel_size", 1);
+  b.cp = get(s + "context_parallel_size", 1);
+  b.ep = get(s + "expert_model_parallel_size", 1);
+  b.dp = get("trainer.num_nodes", 0) * get("trainer.devices", 0) / (b.tp * b.pp * b.cp);
+  b.mb = get("data.micro_batch_size", 0);
+  b.gb = get("data.global_batch_size", 0);
+  b.first = get(s + "num_layers_in_first_pipeline_stage", 0);
+  b.last = get(s + "num_layers_in_last_pipeline_stage", 0);
+  if (m["model.config.recompute_granularity"] != "None") b.recompute = m["model.config.recompute_granularity"];
+  b.zero = m[s + "ddp.use_distributed_optimizer"] == "True" ? 1 : 0;
+  if (m.count(s + "ddp.data_parallel_sharding_strategy"))
+    b.zero = m[s + "ddp.data_parallel_sharding_strategy"] == "optim_grads" ? 2 : 3;
+  b.sp = m[s + "sequence_parallel"] == "True";
+  const std::string pl = m["trainer.plugins"];
+  b.precision = pl.find("fp8") != std::string::npos ? "fp8" : pl.rfind("bf16", 0) == 0 ? "bf16" : "fp16";
+  b.offload = m["optim.config.optimizer_cpu_offload"] == "True";
+  return b;
+}
+
+void check_ds_keys(const json& j, const std::string& prefix, const std::set<std::string>& valid) {
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    const std::string k = prefix + it.key();
+    if (it->is_object()) check_ds_keys(*it, k + ".", valid);
+    else EXPECT_TRUE(valid.count(k)) << "not a DeepSpeed config key: " << k;
+  }
+}
+
+Back back_deepspeed(const std::string& text, const std::set<std::string>& flags, const std::set<std::string>& keys) {
+  const std::string open = "cat > ds_config.json <<'EOF'\n";
+  size_t a = text.find(open), e = text.find("\nEOF\n", a);
+  EXPECT_NE(a, std::string::npos);
+  const json cfg = json::parse(text.substr(a + open.size(), e - a - open.size()));
+  check_ds_keys(cfg, "", keys);
+  std::string head;
+  Back b;
+  std::map<std::string, std::string> m;
+  for (const auto& [k, v] : command_options(text, "pretrain_gpt.py", &head)) {
+    EXPECT_TRUE(flags.count(k)) << "not a Megatron-DeepSpeed option: " << k;
+    m[k] = v;
+  }
+  b.tp = std::stoi(m["--tensor-model-parallel-size"]);
+  b.pp = std::stoi(m["--pipeline-model-parallel-size"]);
+  if (m.count("--moe-expert-parallel-size")) b.ep = std::stoi(m["--moe-expert-parallel-size"]);
+  b.dp = head_int(head, "--num_nodes") * head_int(head, "--num_gpus") / (b.tp * b.pp);
+  b.mb = cfg["train_micro_batch_size_per_gpu"].get<long long>();
+  b.gb = cfg["train_batch_size"].get<long long>();
+  EXPECT_EQ(b.gb, b.mb * b.dp * cfg["gradient_accumulation_steps"].get<long long>());  // DeepSpeed's own check
+  EXPECT_EQ(std::to_string(b.mb), m["--micro-batch-size"]);
+  if (m.count("--recompute-granularity")) b.recompute = m["--recompute-granularity"];
+  b.zero = cfg["zero_optimization"]["stage"].get<int>();
+  EXPECT_EQ(std::to_string(b.zero), m["--zero-stage"]);
+  b.sp = m.count("--sequence-parallel");
+  b.precision = cfg.contains("bf16") ? "bf16" : cfg.contains("fp16") ? "fp16" : "fp32";
+  b.offload = cfg["zero_optimization"].contains("offload_optimizer");
+  return b;
+}
+
+Back back_torchtitan(const std::string& text, const std::set<std::string>& valid) {
+  std::istringstream in(text);
+  std::map<std::string, std::string> m;
+  std::string section;
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    if (line[0] == '[') { section = line.substr(1, line.size() - 2); continue; }
+    size_t eq = line.find(" = ");
+    EXPECT_NE(eq, std::string::npos) << line;
+    if (eq == std::string::npos) continue;
+    std::string k = section + "." + line.substr(0, eq), v = line.substr(eq + 3);
+    if (v.size() >= 2 && v.front() == '"') v = v.substr(1, v.size() - 2);
+    EXPECT_TRUE(valid.count(k)) << "not a TorchTitan job-config key: " << k;
+    m[k] = v;
+  }
+  if (m.count("model.converters")) {
+    EXPECT_EQ(m["model.converters"], "[\"quantize.linear.float8\"]");
+    EXPECT_TRUE(valid.count("converter:quantize.linear.float8"));
+  }
+  Back b;
+  auto get = [&](const std::string& k, int d) { return m.count(k) ? std::stoi(m[k]) : d; };
+  b.tp = get("parallelism.tensor_parallel_degree", 1);
+  b.pp = get("parallelism.pipeline_parallel_degree", 1);
+  b.cp = get("parallelism.context_parallel_degree", 1);
+  b.dp = get("parallelism.data_parallel_replicate_degree", 1) * get("parallelism.data_parallel_shard_degree", 1);
+  b.gb = get("training.global_batch_size", 0);
+  b.mb = b.pp > 1 ? get("parallelism.pipeline_parallel_microbatch_size", 0) : get("training.local_batch_size", 0);
+  b.zero = get("parallelism.data_parallel_shard_degree", 1) > 1 || b.dp == 1
+               ? (m["parallelism.fsdp_reshard_after_forward"] == "never" ? 2 : 3) : 0;
+  b.recompute = m["activation_checkpoint.mode"];
+  b.sp = b.tp > 1;
+  b.precision = m.count("model.converters") ? "fp8" : m["training.mixed_precision_param"] == "float32" ? "fp32" : "bf16";
+  if (b.pp > 1 && m["parallelism.pipeline_parallel_schedule"] == "Interleaved1F1B")
+    b.v = 0;  // layers per stage given instead: checked by the caller
+  return b;
+}
+
+struct Lists {
+  std::set<std::string> megatron = names_in("data/export/megatron-lm.flags");
+  std::set<std::string> nemo = names_in("data/export/nemo.keys");
+  std::set<std::string> ds_flags = names_in("data/export/megatron-deepspeed.flags");
+  std::set<std::string> ds_keys = names_in("data/export/deepspeed-config.keys");
+  std::set<std::string> titan = names_in("data/export/torchtitan.keys");
+};
+
+const Lists& lists() {
+  static Lists l;
+  return l;
+}
+
+// Exports `sc` to every target; each that accepts it must state the plan (round trip). Returns how many accepted.
+int round_trip(const Scenario& sc, const std::string& what) {
+  const Plan& p = sc.plan;
+  int accepted = 0;
+  for (Target t : {Target::megatron, Target::nemo, Target::deepspeed, Target::torchtitan}) {
+    std::string text;
+    try {
+      text = export_plan(sc, t, "s.json");
+    } catch (const InputError& e) {
+      for (const std::string& m : e.messages) EXPECT_NE(m.find("nearest plan"), std::string::npos) << m;
+      continue;
+    }
+    ++accepted;
+    const std::string tag = what + " -> " + target_name(t);
+    Back b = t == Target::megatron ? back_megatron(text, lists().megatron)
+             : t == Target::nemo   ? back_nemo(text, lists().nemo)
+             : t == Target::deepspeed ? back_deepspeed(text, lists().ds_flags, lists().ds_keys)
+                                      : back_torchtitan(text, lists().titan);
+    EXPECT_EQ(b.tp, p.tp) << tag;
+    EXPECT_EQ(b.pp, p.pp) << tag;
+    EXPECT_EQ(b.cp, p.cp) << tag;
+    EXPECT_EQ(b.dp, p.dp) << tag;
+    if (t != Target::torchtitan) {
+      EXPECT_EQ(b.ep, p.ep) << tag;
+    }
+    if (b.v != 0) {
+      EXPECT_EQ(b.v, p.schedule == Schedule::interleaved ? p.virtual_stages : 1) << tag;
+    }
+    EXPECT_EQ(b.mb, p.microbatch) << tag;
+    EXPECT_EQ(b.gb, sc.training.global_batch) << tag;
+    EXPECT_EQ(b.recompute, recompute_name(p.recompute)) << tag;
+    EXPECT_EQ(b.zero, p.zero) << tag;
+    EXPECT_EQ(b.sp, p.sequence_parallel) << tag;
+    EXPECT_EQ(b.precision, precision_name(sc.training.precision)) << tag;
+    EXPECT_EQ(b.offload, p.offload.kind == OffloadKind::optimizer) << tag;
+    if (t == Target::megatron || t == Target::nemo) {
+      const FirstLast fl = first_last_layers(p, sc.model.layers);
+      EXPECT_EQ(b.first, fl.first) << tag;
+      EXPECT_EQ(b.last, fl.last) << tag;
+    }
+  }
+  return accepted;
+}
+
+}  // namespace
+
+TEST(Export, BundledScenariosRoundTripWithValidNames) {
+  int accepted = 0;
+  for (const char* f : {"scenarios/default.json", "scenarios/examples/llama3-70b-dgx-h100.json",
+                        "scenarios/examples/llama3-8b-dgx-h100-fp8.json", "scenarios/examples/llama3-405b-uneven.json",
+                        "scenarios/examples/llama3-70b-128k-cp16.json", "scenarios/examples/offload-optimizer.json",
+                        "scenarios/examples/gpt3-2.7b-frontera-gpipe.json", "scenarios/examples/zero3-layered.json"})
+    accepted += round_trip(load(scenario_json(f)), f);
+  EXPECT_GE(accepted, 14);
+}
+
+TEST(Export, PlanVariantsRoundTripOnEveryTarget) {
+  struct Case { const char* name; json plan, model; const char* precision; int min_accepted; };
+  const json flash = "flash";
+  std::vector<Case> cases = {
+      {"zero3_full", {{"zero", 3}, {"pp", 1}, {"dp", 32}, {"schedule", "1f1b"}, {"virtual_stages", 1}, {"recompute", "full"}},
+       json::object(), "", 3},
+      {"zero2_sp_fp8", {{"zero", 2}, {"pp", 1}, {"dp", 32}, {"schedule", "1f1b"}, {"virtual_stages", 1}}, json::object(),
+       "fp8", 3},
+      {"zero0_tp8_pp4_1f1b", {{"zero", 0}, {"schedule", "1f1b"}, {"virtual_stages", 1}}, json::object(), "", 3},
+      {"cp2", {{"cp", 2}, {"dp", 4}, {"attention", flash}}, json::object(), "", 2},
+      {"uneven_first_last", {{"schedule", "1f1b"}, {"virtual_stages", 1}, {"first_stage_layers", 18},
+                             {"last_stage_layers", 18}}, json::object(), "", 2},
+      {"offload_optimizer_zero1", {{"offload", {{"kind", "optimizer"}}}}, json::object(), "", 2},
+      {"moe_ep4", {{"ep", 4}, {"pp", 1}, {"tp", 4}, {"dp", 64}, {"schedule", "1f1b"}, {"virtual_stages", 1}},
+       {{"moe", {{"experts", 8}, {"top_k", 2}}}}, "", 3},
+  };
+  for (const Case& c : cases) {
+    Scenario sc = load(variant(c.plan, c.model, c.precision));
+    EXPECT_GE(round_trip(sc, c.name), c.min_accepted) << c.name;
+  }
+}
+
+TEST(Export, InexpressibleFeaturesAreRefusedWithPathAndNearestPlan) {
+  struct Case { const char* name; json plan; Target t; const char* path; };
+  std::vector<Case> cases = {
+      {"2d", {{"tp", 4}, {"dp", 16}, {"tp_mode", "2d"}, {"sequence_parallel", false}, {"microbatch", 2}}, Target::megatron, "$.plan.tp_mode"},
+      {"modular", {{"schedule", "modular"}, {"grad_accumulation", "layered"}}, Target::nemo, "$.plan.schedule"},
+      {"layered", {{"schedule", "gpipe"}, {"virtual_stages", 1}, {"grad_accumulation", "layered"}}, Target::megatron,
+       "$.plan.grad_accumulation"},
+      {"gpipe", {{"schedule", "gpipe"}, {"virtual_stages", 1}}, Target::megatron, "$.plan.schedule"},
+      {"granular", {{"offload", {{"kind", "granular"}, {"fraction", 0.5}}}}, Target::deepspeed, "$.plan.offload.kind"},
+      {"chunked", {{"offload", {{"kind", "chunked"}}}, {"zero", 3}}, Target::nemo, "$.plan.offload.kind"},
+      {"cp_ds", {{"cp", 2}, {"dp", 4}, {"attention", "flash"}}, Target::deepspeed, "$.plan.cp"},
+      {"interleaved_ds", json::object(), Target::deepspeed, "$.plan.schedule"},
+      {"zero1_titan", json::object(), Target::torchtitan, "$.plan.zero"},
+      {"uneven_middle", {{"schedule", "1f1b"}, {"virtual_stages", 1}, {"stage_layers", {10, 30, 20, 20}}}, Target::megatron,
+       "$.plan.stage_layers"},
+  };
+  for (const Case& c : cases) {
+    Scenario sc = load(variant(c.plan));
+    try {
+      export_plan(sc, c.t, "s.json");
+      ADD_FAILURE() << c.name << ": exported";
+    } catch (const InputError& e) {
+      bool found = false;
+      for (const std::string& m : e.messages)
+        found = found || (m.find(c.path) != std::string::npos && m.find("nearest plan") != std::string::npos);
+      EXPECT_TRUE(found) << c.name << ": " << e.messages.front();
+    }
+  }
+  EXPECT_THROW(target_of("colossalai"), InputError);
+}
+
+// Golden outputs (regenerate with scripts/update_golden.sh after an intended change; review the diff).
+TEST(Export, GoldenOutputs) {
+  struct G { const char* scenario; Target t; const char* golden; };
+  for (const G& g : {G{"scenarios/default.json", Target::megatron, "default.megatron.sh"},
+                     G{"scenarios/default.json", Target::nemo, "default.nemo.sh"},
+                     G{"scenarios/default.json", Target::deepspeed, "default.deepspeed.sh"},
+                     G{"scenarios/examples/llama3-70b-128k-cp16.json", Target::megatron, "llama3-70b-128k-cp16.megatron.sh"}}) {
+    std::ifstream in(src(std::string("tests/golden/export/") + g.golden));
+    std::stringstream want;
+    want << in.rdbuf();
+    EXPECT_EQ(export_plan(load(scenario_json(g.scenario)), g.t, g.scenario), want.str()) << g.golden;
+  }
+  // TorchTitan: the llama3-70b variant with ZeRO-3 and an uneven 1F1B pipeline.
+  std::ifstream in(src("tests/golden/export/llama3-70b-zero3.torchtitan.toml"));
+  std::stringstream want;
+  want << in.rdbuf();
+  Scenario sc = load(variant({{"zero", 3}, {"schedule", "1f1b"}, {"virtual_stages", 1}, {"first_stage_layers", 18},
+                              {"last_stage_layers", 18}}));
+  EXPECT_EQ(export_plan(sc, Target::torchtitan, "llama3-70b-zero3.json"), want.str());
+}
