@@ -65,14 +65,14 @@ TEST(HostileBattery, EveryCommandRefusesHostilePathsWithExitTwo) {
   const std::vector<std::string> inputs = {
       "simulate IN", "plan IN", "report IN --out " + d.file("rep"), "run IN --steps 1",
       "validate " + kTiny + " --profile IN --steps 2",
-      "run " + kTiny + " --steps 1 --data IN", "validate-published --suite IN"};
+      "run " + kTiny + " --steps 1 --data IN", "validate-published --suite IN", "export IN --to megatron"};
   const std::vector<std::string> bad_inputs = {fifo, "/dev/zero", dir, missing, huge};
   // Output slots: OUT is replaced by the hostile path.
   const std::vector<std::string> outputs = {
       "simulate " + kScenario + " --quiet --json OUT", "simulate " + kScenario + " --quiet --trace OUT",
       "plan " + search + " --quiet --json OUT", "plan " + search + " --quiet --csv OUT",
       "run " + kTiny + " --steps 1 --json OUT", "selftest --backend cpu --quick --json OUT",
-      "catalog --json OUT", "validate-published --json OUT", "calibrate --backend cpu --quick --out OUT"};
+      "catalog --json OUT", "validate-published --json OUT", "export " + kScenario + " --to megatron --out OUT", "calibrate --backend cpu --quick --out OUT"};
   const std::vector<std::string> bad_outputs = {d.file("no/such/dir/o.json"), "/sys/trainplan-o.json", dir};
   const std::set<std::string> before = tree(d.path);
   std::string misses;
