@@ -86,6 +86,18 @@ void progress_bar(double frac, double elapsed_s) {
   if (frac >= 1) std::fprintf(stderr, "\n");
 }
 
+// Progress when stderr is not a terminal (a log file, a pipe, a batch job): one line at the start, one every
+// kProgressEvery_s seconds and one at the end, so a long search shows it is alive.
+constexpr double kProgressEvery_s = 5;
+void progress_lines(double frac, double elapsed_s) {
+  static double last_s = -1;
+  if (last_s >= 0 && frac < 1 && elapsed_s - last_s < kProgressEvery_s) return;
+  last_s = elapsed_s;
+  double eta = frac > 0.02 && frac < 1 ? elapsed_s * (1 - frac) / frac : 0;
+  std::fprintf(stderr, "searching: %3.0f%% (%s), %.1f s elapsed, ETA %.1f s\n", frac * 100,
+               frac < kProgressEstimateShare ? "estimating" : frac < 1 ? "confirming by simulation" : "done", elapsed_s, eta);
+}
+
 int cmd_plan(int argc, char** argv) {
   Args a = parse_args(argc, argv, 2, {"--json", "--csv", "--threads", "--trace", "--emit"}, {"--quiet"});
   if (a.positional.size() != 1) throw Usage("plan needs exactly one scenario file (with a \"search\" block)");
@@ -105,7 +117,7 @@ int cmd_plan(int argc, char** argv) {
   long t = std::strtol(th.c_str(), &end, 10);
   if (!end || *end || t < 0 || t > 1024) throw Usage("--threads must be an integer in [0, 1024], got " + th);
   opt.threads = (int)t;
-  if (isatty(2) && !a.flag("--quiet")) opt.progress = progress_bar;
+  if (!a.flag("--quiet")) opt.progress = isatty(2) ? progress_bar : progress_lines;
   PlanOutcome o = plan_search(sc, opt);
   std::string json_text, csv_text, trace_text;
   if (!a.value("--json").empty()) json_text = plan_outcome_to_json(o).dump(2) + "\n";
@@ -209,6 +221,7 @@ int cmd_run(int argc, char** argv) {
     if (!a.value("--plan").empty()) sc = with_planner_choice(sc, a.positional[0], a.value("--plan"));
     if (world.rank() == 0) print_warnings(sc);
     exec::check_runnable(sc);
+    exec::check_run_memory(sc, o.fp64);
     if (!o.data.empty()) exec::load_run_tokens(o.data, sc.model.vocab);  // a bad token file: exit 2 on every rank, before work
     std::string why;
     if (!exec::find_backend(o.backend, why)) throw InputError({"--backend: " + why});

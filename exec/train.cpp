@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <unistd.h>
 
@@ -16,6 +17,8 @@
 #include "exec/data.hpp"
 #include "exec/gpt.hpp"
 #include "exec/ops.hpp"
+#include "models/host_memory.hpp"
+#include "sim/op_cost.hpp"
 
 namespace tp::exec {
 
@@ -71,6 +74,29 @@ void check_runnable(const Scenario& sc) {
     for (const std::string& w : no) msgs.push_back(w + ": not supported by `trainplan run` yet (simulate supports it)");
     throw InputError(msgs);
   }
+}
+
+double run_bytes_per_rank(const Scenario& sc, bool fp64) {
+  const Plan& p = sc.plan;
+  const Transformer& m = sc.model;
+  const double e = fp64 ? 8 : 4, tp = p.tp, mb = (double)p.microbatch, s = (double)sc.training.seq_len;
+  const double params = total_params(m) / (tp * p.pp);
+  const double adam_shards = p.zero >= 1 ? (double)p.dp : 1.0;
+  const double state = params * e * (2 + 2 / adam_shards);  // weights and gradients; Adam's two moments
+  const double layers = (double)m.layers / p.pp;
+  const double acts = mb * s * layers * (16.0 * m.hidden / tp + 2.0 * m.heads / tp * s);  // per layer: ~16 h + scores
+  const double logits = 2.0 * mb * s * (double)m.vocab / tp;                              // logits and their gradient
+  return state + (acts + logits) * e;
+}
+
+void check_run_memory(const Scenario& sc, bool fp64) {
+  double local = 1;
+  if (const char* v = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE")) local = std::max(1.0, std::atof(v));
+  local = std::min(local, (double)sc.plan.gpus());
+  char ranks[64];
+  std::snprintf(ranks, sizeof ranks, "%.0f rank%s", local, local == 1 ? "" : "s");
+  require_memory(std::string("training this model (") + ranks + " on this machine, " + (fp64 ? "fp64" : "fp32") + ")",
+                 local * run_bytes_per_rank(sc, fp64));
 }
 
 // The run's token stream: the given llm.c token file, or the bundled tiny corpus (byte tokens).

@@ -84,6 +84,13 @@ struct RunResult {
 // Throws InputError (exit 2) for plans this executor cannot run yet; call on every rank before any work.
 void check_runnable(const Scenario& sc);
 
+// About the bytes one rank of `trainplan run` allocates (a lower bound: parameters, gradients and Adam state of its
+// shard, one micro-batch's activations of its layers, the logits), and the check that it fits in the memory this
+// process may allocate, times the ranks that share this machine (Open MPI's local size): InputError
+// "... needs about X GB of memory; this machine has Y GB available" (exit 2) before any allocation.
+double run_bytes_per_rank(const Scenario& sc, bool fp64);
+void check_run_memory(const Scenario& sc, bool fp64);
+
 // Runs on every rank of `world` (world.size() must equal the plan's GPUs). Rank 0's result holds the losses.
 RunResult run_training(const Scenario& sc, const RunOptions& o, Comm& world);
 

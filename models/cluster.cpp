@@ -27,15 +27,15 @@ Cluster read_cluster(const json& v, const std::string& path, Issues& issues) {
   r.opt_str("about", "");
   if (const json* g = r.get("gpu")) c.gpu = read_gpu_ref(*g, r.at("gpu"), issues);
   else issues.add(r.at("gpu"), "missing; expected a GPU catalog name or an inline GPU object");
-  c.nodes = (int)r.req_int("nodes", 1, 1000000);
-  c.gpus_per_node = (int)r.req_int("gpus_per_node", 1, 1024);
+  c.nodes = (int)r.req_int("nodes", lim::nodes);
+  c.gpus_per_node = (int)r.req_int("gpus_per_node", lim::gpus_per_node);
 
   if (const json* in = r.get("intra_node")) {
     Reader ir(*in, r.at("intra_node"), issues);
     if (ir.ok()) {
       c.intra.kind = (Fabric)ir.req_enum("kind", {"nvswitch", "nvlink", "pcie"});
-      c.intra.bandwidth_bytes_per_s = ir.req_num("bandwidth_bytes_per_s", 1);
-      c.intra.latency_s = ir.req_num("latency_s", 0, 1);
+      c.intra.bandwidth_bytes_per_s = ir.req_num("bandwidth_bytes_per_s", lim::intra_bw);
+      c.intra.latency_s = ir.req_num("latency_s", lim::intra_latency);
       if (const json* e = ir.get("efficiency")) c.intra.efficiency = read_curve(*e, ir.at("efficiency"), issues);
       ir.finish({"kind", "bandwidth_bytes_per_s", "latency_s", "efficiency"});
     }
@@ -46,12 +46,12 @@ Cluster read_cluster(const json& v, const std::string& path, Issues& issues) {
   if (const json* nn = r.get("inter_node")) {
     Reader nr(*nn, r.at("inter_node"), issues);
     if (nr.ok()) {
-      c.inter.nics_per_node = (int)nr.req_int("nics_per_node", 1, 1024);
-      c.inter.nic_bandwidth_bytes_per_s = nr.req_num("nic_bandwidth_bits_per_s", 1) / 8.0;
+      c.inter.nics_per_node = (int)nr.req_int("nics_per_node", lim::nics_per_node);
+      c.inter.nic_bandwidth_bytes_per_s = nr.req_num("nic_bandwidth_bits_per_s", lim::nic_bits) / 8.0;
       c.inter.topology = (NetTopology)nr.opt_enum("topology", {"fat_tree", "rail_optimized"}, 0);
-      c.inter.oversubscription = nr.opt_num("oversubscription", 1.0, 1.0, 1000.0);
-      c.inter.nodes_per_leaf = (int)nr.opt_int("nodes_per_leaf", 16, 1, 1000000);
-      c.inter.latency_s = nr.req_num("latency_s", 0, 1);
+      c.inter.oversubscription = nr.opt_num("oversubscription", 1.0, lim::oversubscription);
+      c.inter.nodes_per_leaf = (int)nr.opt_int("nodes_per_leaf", 16, lim::nodes_per_leaf);
+      c.inter.latency_s = nr.req_num("latency_s", lim::inter_latency);
       if (const json* e = nr.get("efficiency")) c.inter.efficiency = read_curve(*e, nr.at("efficiency"), issues);
       nr.finish({"nics_per_node", "nic_bandwidth_bits_per_s", "topology", "oversubscription", "nodes_per_leaf",
                  "latency_s", "efficiency"});
@@ -63,18 +63,18 @@ Cluster read_cluster(const json& v, const std::string& path, Issues& issues) {
   if (const json* h = r.get("host")) {
     Reader hr(*h, r.at("host"), issues);
     if (hr.ok()) {
-      c.host.memory_bytes = hr.req_num("memory_bytes", 0);
-      c.host.pcie_bandwidth_bytes_per_s = hr.req_num("pcie_bandwidth_bytes_per_s", 1);
-      c.host.cpu_cores = (int)hr.opt_int("cpu_cores", 1, 1, 100000);
-      c.host.memory_bandwidth_bytes_per_s = hr.opt_num("memory_bandwidth_bytes_per_s", 0, 1);
+      c.host.memory_bytes = hr.req_num("memory_bytes", lim::host_memory);
+      c.host.pcie_bandwidth_bytes_per_s = hr.req_num("pcie_bandwidth_bytes_per_s", lim::pcie_bw);
+      c.host.cpu_cores = (int)hr.opt_int("cpu_cores", 1, lim::cpu_cores);
+      c.host.memory_bandwidth_bytes_per_s = hr.opt_num("memory_bandwidth_bytes_per_s", 0, lim::host_mem_bw);
       hr.finish({"memory_bytes", "pcie_bandwidth_bytes_per_s", "cpu_cores", "memory_bandwidth_bytes_per_s"});
     }
   } else {
     issues.add(r.at("host"), "missing; expected {memory_bytes, pcie_bandwidth_bytes_per_s, cpu_cores, memory_bandwidth_bytes_per_s}");
   }
-  c.price_per_gpu_hour_usd = r.opt_num("price_per_gpu_hour_usd", 0, 0);
-  c.power_per_gpu_w = r.opt_num("power_per_gpu_w", c.gpu.power_w, 0);
-  c.nccl_buffer_bytes_per_communicator = r.opt_num("nccl_buffer_bytes_per_communicator", 0, 0, 1e12);
+  c.price_per_gpu_hour_usd = r.opt_num("price_per_gpu_hour_usd", 0, lim::price);
+  c.power_per_gpu_w = r.opt_num("power_per_gpu_w", c.gpu.power_w, lim::cluster_power);
+  c.nccl_buffer_bytes_per_communicator = r.opt_num("nccl_buffer_bytes_per_communicator", 0, lim::nccl_buffer);
   r.finish({"name", "about", "gpu", "nodes", "gpus_per_node", "intra_node", "inter_node", "host",
             "price_per_gpu_hour_usd", "power_per_gpu_w", "nccl_buffer_bytes_per_communicator"});
   return c;

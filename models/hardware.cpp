@@ -36,7 +36,7 @@ double Curve::at(double x) const {
 
 Curve read_curve(const json& v, const std::string& path, Issues& issues) {
   Curve c;
-  const std::string want = "an array of [size > 0, efficiency in (0, 1]] pairs with increasing sizes";
+  const std::string want = "an array of [size in (0, 1e+30], efficiency in (0, 1]] pairs with increasing sizes";
   if (!v.is_array() || v.empty()) { issues.add_got(path, want, v); return c; }
   for (size_t i = 0; i < v.size(); ++i) {
     const json& p = v[i];
@@ -46,8 +46,8 @@ Curve read_curve(const json& v, const std::string& path, Issues& issues) {
       continue;
     }
     double x = p[0].get<double>(), e = p[1].get<double>();
-    if (!(x > 0) || !std::isfinite(x)) { issues.add_got(pi + "[0]", "a size > 0", p[0]); continue; }
-    if (!(e > 0 && e <= 1)) { issues.add_got(pi + "[1]", "an efficiency in (0, 1]", p[1]); continue; }
+    if (!within(lim::curve_size, x)) { issues.add_got(pi + "[0]", "a size in (0, 1e+30]", p[0]); continue; }
+    if (!within(lim::curve_eff, e)) { issues.add_got(pi + "[1]", "an efficiency in (0, 1]", p[1]); continue; }
     if (!c.points.empty() && x <= c.points.back().first) {
       issues.add_got(pi + "[0]", "a size larger than the previous point's", p[0]);
       continue;
@@ -73,10 +73,11 @@ static void read_by_precision(Reader& r, const std::string& key, double out[kPre
   }
   Reader p(*v, r.at(key), *r.issues);
   if (!p.ok()) return;
-  out[0] = p.req_num("fp32", 0);
-  out[1] = p.req_num("fp16", 0);
-  out[2] = p.req_num("bf16", 0);
-  if (fp8) out[3] = p.opt_num("fp8", 0, 0);
+  const Limit& l = fp8 ? lim::matrix_flops : lim::vector_flops;
+  out[0] = p.req_num("fp32", l);
+  out[1] = p.req_num("fp16", l);
+  out[2] = p.req_num("bf16", l);
+  if (fp8) out[3] = p.opt_num("fp8", 0, l);
   if (fp8) p.finish({"fp32", "fp16", "bf16", "fp8"});
   else p.finish({"fp32", "fp16", "bf16"});
 }
@@ -89,24 +90,24 @@ Gpu read_gpu(const json& v, const std::string& path, Issues& issues) {
   r.opt_str("about", "");
   read_by_precision(r, "matrix_flops_per_s", g.matrix_flops_per_s, true);
   read_by_precision(r, "vector_flops_per_s", g.vector_flops_per_s, false);
-  g.hbm_bytes = r.req_num("hbm_bytes", 1);
-  g.hbm_bandwidth_bytes_per_s = r.req_num("hbm_bandwidth_bytes_per_s", 1);
+  g.hbm_bytes = r.req_num("hbm_bytes", lim::hbm_bytes);
+  g.hbm_bandwidth_bytes_per_s = r.req_num("hbm_bandwidth_bytes_per_s", lim::hbm_bw);
   if (const json* c = r.get("matrix_efficiency")) g.matrix_efficiency = read_curve(*c, r.at("matrix_efficiency"), issues);
   else issues.add(r.at("matrix_efficiency"), "missing; expected an efficiency curve [[flops, efficiency], ...]");
   if (const json* c = r.get("memory_efficiency")) g.memory_efficiency = read_curve(*c, r.at("memory_efficiency"), issues);
   else issues.add(r.at("memory_efficiency"), "missing; expected an efficiency curve [[bytes, efficiency], ...]");
   if (const json* c = r.get("attention_efficiency")) g.attention_efficiency = read_curve(*c, r.at("attention_efficiency"), issues);
   if (const json* c = r.get("fp8_matrix_efficiency")) g.fp8_matrix_efficiency = read_curve(*c, r.at("fp8_matrix_efficiency"), issues);
-  g.attention_tile_rows = (double)r.opt_int("attention_tile_rows", 128, 1, 1 << 20);
-  g.sm_count = (double)r.opt_int("sm_count", 1, 1, 1 << 20);
-  g.kernel_overhead_s = r.opt_num("kernel_overhead_s", 0, 0, 1);
-  g.power_w = r.opt_num("power_w", 0, 0);
+  g.attention_tile_rows = (double)r.opt_int("attention_tile_rows", 128, lim::tile_rows);
+  g.sm_count = (double)r.opt_int("sm_count", 1, lim::sm_count);
+  g.kernel_overhead_s = r.opt_num("kernel_overhead_s", 0, lim::kernel_overhead);
+  g.power_w = r.opt_num("power_w", 0, lim::gpu_power);
   if (const json* f = r.get("framework_memory")) {
     Reader fr(*f, r.at("framework_memory"), issues);
     if (fr.ok()) {
-      g.framework.cuda_context_bytes = fr.opt_num("cuda_context_bytes", 0, 0, 1e12);
-      g.framework.cublas_workspace_bytes = fr.opt_num("cublas_workspace_bytes", 0, 0, 1e12);
-      g.framework.allocator_fragmentation = fr.opt_num("allocator_fragmentation", 0, 0, 1);
+      g.framework.cuda_context_bytes = fr.opt_num("cuda_context_bytes", 0, lim::framework_bytes);
+      g.framework.cublas_workspace_bytes = fr.opt_num("cublas_workspace_bytes", 0, lim::framework_bytes);
+      g.framework.allocator_fragmentation = fr.opt_num("allocator_fragmentation", 0, lim::fragmentation);
       fr.opt_str("about", "");
       fr.finish({"about", "cuda_context_bytes", "cublas_workspace_bytes", "allocator_fragmentation"});
     }

@@ -15,6 +15,11 @@ namespace tp {
 
 namespace {
 
+// Hugging Face keys without a scenario key of their own (0 experts or shared experts: none).
+constexpr Limit kHfExperts{"num_local_experts", 0, lim::experts.hi, LimitKind::integer, ""};
+constexpr Limit kHfSharedExperts{"n_shared_experts", 0, 1024, LimitKind::integer, ""};
+constexpr Limit kHfDenseLayers{"first_k_dense_replace", 0, lim::layers.hi, LimitKind::integer, ""};
+
 struct HfReader {
   const json& j;
   std::string file, path;
@@ -30,20 +35,20 @@ struct HfReader {
       if (find(k)) return k;
     return nullptr;
   }
-  // The first present key of `keys` (aliases) as an integer >= min_value; dflt when none is present.
-  long long integer(std::initializer_list<const char*> keys, long long dflt, bool required, long long min_value = 1) {
+  // The first present key of `keys` (aliases) as an integer in the range `l`; dflt when none is present.
+  long long integer(std::initializer_list<const char*> keys, long long dflt, bool required, const Limit& l) {
     const char* k = first_present(keys);
     if (!k) {
       if (required) {
         std::string also;
         for (auto it = keys.begin() + 1; it != keys.end(); ++it) also += (also.empty() ? " (or " : ", ") + std::string(*it);
-        issues.add(at(*keys.begin()), "missing; expected a positive integer" + (also.empty() ? "" : also + ")"));
+        issues.add(at(*keys.begin()), "missing; expected " + limit_text(l) + (also.empty() ? "" : also + ")"));
       }
       return dflt;
     }
     const json& v = *find(k);
-    if (!v.is_number_integer() || v.get<long long>() < min_value) {
-      issues.add_got(at(k), min_value > 0 ? "a positive integer" : "an integer >= " + std::to_string(min_value), v);
+    if (!v.is_number_integer() || !within(l, (double)v.get<long long>())) {
+      issues.add_got(at(k), limit_text(l), v);
       return dflt;
     }
     return v.get<long long>();
@@ -87,28 +92,28 @@ void read_activation(HfReader& r, const std::string& model_type, Transformer& m)
 // decoder_sparse_step (Qwen: layer l sparse when (l + 1) % step == 0, trainplan's moe.every) or
 // first_k_dense_replace / moe_layer_freq (DeepSeek: l >= k and l % freq == 0).
 void read_moe(HfReader& r, Transformer& m) {
-  long long experts = r.integer({"num_local_experts", "num_experts", "n_routed_experts"}, 0, false, 0);
+  long long experts = r.integer({"num_local_experts", "num_experts", "n_routed_experts"}, 0, false, kHfExperts);
   if (experts < 2) return;  // 0 or 1 expert: a dense model
   Moe& moe = m.moe;
   moe.experts = experts;
-  moe.top_k = (int)r.integer({"num_experts_per_tok"}, 1, true);
+  moe.top_k = (int)r.integer({"num_experts_per_tok"}, 1, true, lim::top_k);
   if (moe.top_k > experts) {
     r.issues.add(r.at("num_experts_per_tok"), "must not exceed the experts (" + std::to_string(experts) + "), got " +
                                                   std::to_string(moe.top_k));
     moe.top_k = 1;
   }
-  moe.ffn_hidden = r.integer({"moe_intermediate_size"}, m.ffn_hidden, false);
-  long long shared = r.integer({"n_shared_experts"}, 0, false, 0);
+  moe.ffn_hidden = r.integer({"moe_intermediate_size"}, m.ffn_hidden, false, lim::moe_ffn_hidden);
+  long long shared = r.integer({"n_shared_experts"}, 0, false, kHfSharedExperts);
   moe.shared_ffn_hidden = shared * moe.ffn_hidden;
   if (r.find("shared_expert_intermediate_size"))
-    moe.shared_ffn_hidden = r.integer({"shared_expert_intermediate_size"}, 0, false, 0);
-  moe.every = (int)r.integer({"decoder_sparse_step"}, 1, false);
+    moe.shared_ffn_hidden = r.integer({"shared_expert_intermediate_size"}, 0, false, lim::shared_ffn_hidden);
+  moe.every = (int)r.integer({"decoder_sparse_step"}, 1, false, lim::moe_every);
   if (const json* only = r.find("mlp_only_layers")) {
     if (!only->is_array()) r.issues.add_got(r.at("mlp_only_layers"), "an array of layer indices", *only);
     else if (!only->empty()) r.warn("mlp_only_layers", *only, "those layers are costed as MoE layers");
   }
-  long long first_dense = r.integer({"first_k_dense_replace"}, 0, false, 0);
-  long long freq = r.integer({"moe_layer_freq"}, 1, false);
+  long long first_dense = r.integer({"first_k_dense_replace"}, 0, false, kHfDenseLayers);
+  long long freq = r.integer({"moe_layer_freq"}, 1, false, lim::moe_every);
   if (r.find("moe_layer_freq")) moe.every = (int)freq;
   if (first_dense > 0)
     r.warn("first_k_dense_replace", first_dense, "moe.every cannot express leading dense layers: they are costed as "
@@ -143,7 +148,7 @@ void warn_unmodelled(HfReader& r, Transformer& m) {
     r.warn("num_nextn_predict_layers", *v, "multi-token prediction layers are not costed");
   bool sliding = r.boolean("use_sliding_window", true);
   if (r.find("sliding_window") && sliding) {
-    m.sliding_window = r.integer({"sliding_window"}, 0, false);
+    m.sliding_window = r.integer({"sliding_window"}, 0, false, lim::sliding_window);
     m.source = r.file;
   }
 }
@@ -161,14 +166,14 @@ Transformer read_hf_config(const std::string& file, const std::string& path, Iss
   bool gpt2 = r.find("n_embd") != nullptr;
   m.name = std::filesystem::path(file).parent_path().filename().string();
   if (m.name.empty()) m.name = "hf-config";
-  m.hidden = r.integer({"hidden_size", "n_embd"}, 1, true);
-  m.layers = r.integer({"num_hidden_layers", "n_layer"}, 1, true);
-  m.heads = r.integer({"num_attention_heads", "n_head"}, 1, true);
-  m.kv_heads = r.integer({"num_key_value_heads"}, m.heads, false);
-  m.attn_head_dim = r.integer({"head_dim"}, 0, false);
-  m.ffn_hidden = r.integer({"intermediate_size", "n_inner"}, 4 * m.hidden, false);
-  m.vocab = r.integer({"vocab_size"}, 1, true);
-  m.seq_len = r.integer({"max_position_embeddings", "n_positions"}, 2048, false);
+  m.hidden = r.integer({"hidden_size", "n_embd"}, 1, true, lim::hidden);
+  m.layers = r.integer({"num_hidden_layers", "n_layer"}, 1, true, lim::layers);
+  m.heads = r.integer({"num_attention_heads", "n_head"}, 1, true, lim::heads);
+  m.kv_heads = r.integer({"num_key_value_heads"}, m.heads, false, lim::kv_heads);
+  m.attn_head_dim = r.integer({"head_dim"}, 0, false, lim::head_dim);
+  m.ffn_hidden = r.integer({"intermediate_size", "n_inner"}, 4 * m.hidden, false, lim::ffn_hidden);
+  m.vocab = r.integer({"vocab_size"}, 1, true, lim::vocab);
+  m.seq_len = r.integer({"max_position_embeddings", "n_positions"}, 2048, false, lim::model_seq_len);
   read_activation(r, model_type, m);
   // PretrainedConfig defaults to tied embeddings; these families' config classes default to untied.
   static const std::set<std::string> untied = {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "deepseek_v2", "deepseek_v3"};

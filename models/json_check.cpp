@@ -135,6 +135,37 @@ double Reader::req_num(const std::string& key, double lo, double hi) {
   return opt_num(key, lo, lo, hi);
 }
 
+std::string limit_text(const Limit& l) {
+  if (l.kind == LimitKind::integer)
+    return "an integer in [" + std::to_string((long long)l.lo) + ", " + std::to_string((long long)l.hi) + "]";
+  std::ostringstream o;
+  o << "a number in " << (l.kind == LimitKind::open_number ? "(" : "[") << l.lo << ", " << l.hi << "]";
+  return o.str();
+}
+
+bool within(const Limit& l, double x) {
+  if (!std::isfinite(x) || x > l.hi || x < l.lo || (l.kind == LimitKind::open_number && x <= l.lo)) return false;
+  return l.kind != LimitKind::integer || std::floor(x) == x;
+}
+
+long long Reader::opt_int(const std::string& key, long long dflt, const Limit& l) {
+  return opt_int(key, dflt, (long long)l.lo, (long long)l.hi);
+}
+
+long long Reader::req_int(const std::string& key, const Limit& l) { return req_int(key, (long long)l.lo, (long long)l.hi); }
+
+double Reader::opt_num(const std::string& key, double dflt, const Limit& l) {
+  const json* v = get(key);
+  if (!v) return dflt;
+  if (!v->is_number() || !within(l, v->get<double>())) { issues->add_got(at(key), limit_text(l), *v); return dflt; }
+  return v->get<double>();
+}
+
+double Reader::req_num(const std::string& key, const Limit& l) {
+  if (obj && !has(key)) { issues->add(at(key), "missing; expected " + limit_text(l)); return l.lo; }
+  return opt_num(key, l.lo, l);
+}
+
 bool Reader::opt_bool(const std::string& key, bool dflt) {
   const json* v = get(key);
   if (!v) return dflt;

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "models/limits.hpp"
+
 namespace tp {
 
 using json = nlohmann::json;
@@ -51,6 +53,11 @@ struct Reader {
   long long opt_int(const std::string& key, long long dflt, long long min_value, long long max_value = (1LL << 53));
   double req_num(const std::string& key, double min_value, double max_value = 1e300);
   double opt_num(const std::string& key, double dflt, double min_value, double max_value = 1e300);
+  // The same against an entry of models/limits.hpp (the message names its range).
+  long long req_int(const std::string& key, const Limit& l);
+  long long opt_int(const std::string& key, long long dflt, const Limit& l);
+  double req_num(const std::string& key, const Limit& l);
+  double opt_num(const std::string& key, double dflt, const Limit& l);
   bool opt_bool(const std::string& key, bool dflt);
   std::string req_str(const std::string& key);
   std::string opt_str(const std::string& key, const std::string& dflt);

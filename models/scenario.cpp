@@ -64,19 +64,14 @@ Scenario pseudo_phase(const Scenario& sc) {
   return ps;
 }
 
-static double read_open_num(Reader& r, const std::string& key, double dflt, double lo, double hi, bool required);
-
 static Training read_training(const json& v, const Transformer& m, Issues& issues, bool batch_optional) {
   Training t;
   Reader r(v, "$.training", issues);
   if (!r.ok()) return t;
-  t.global_batch = batch_optional ? r.opt_int("global_batch", 0, 1, 1LL << 40) : r.req_int("global_batch", 1, 1LL << 40);
-  t.seq_len = r.opt_int("seq_len", m.seq_len > 0 ? m.seq_len : 2048, 1, 100000000);
-  size_t before = issues.messages.size();
-  t.tokens = r.opt_num("tokens", 0, 0, kMaxTrainingTokens);
-  if (r.has("tokens") && t.tokens <= 0 && issues.messages.size() == before)  // not twice for one bad value
-    issues.add(r.at("tokens"), "expected a number of tokens > 0");
-  t.target_loss = read_open_num(r, "target_loss", 0, 0, 100, false);
+  t.global_batch = batch_optional ? r.opt_int("global_batch", 0, lim::global_batch) : r.req_int("global_batch", lim::global_batch);
+  t.seq_len = r.opt_int("seq_len", m.seq_len > 0 ? m.seq_len : 2048, lim::seq_len);
+  t.tokens = r.opt_num("tokens", 0, lim::tokens);
+  t.target_loss = r.opt_num("target_loss", 0, lim::target_loss);
   if (t.tokens > 0 && t.target_loss > 0)
     issues.add(r.at("target_loss"), "give either tokens (the run's length) or target_loss (where it stops), not both");
   t.precision = (Precision)r.opt_enum("precision", {"fp32", "fp16", "bf16", "fp8"}, 1);
@@ -90,23 +85,6 @@ static std::string num_text(double x) {
   std::ostringstream o;
   o << x;
   return o.str();
-}
-
-// A number in (lo, hi] (lo excluded: fractions, positive sizes); hi >= 1e300 means no upper bound.
-static double read_open_num(Reader& r, const std::string& key, double dflt, double lo, double hi, bool required) {
-  std::string want = hi >= 1e300 ? "a number > " + num_text(lo) : "a number in (" + num_text(lo) + ", " + num_text(hi) + "]";
-  if (required && r.ok() && !r.has(key)) {
-    r.issues->add(r.at(key), "missing; expected " + want);
-    return dflt;
-  }
-  const json* v = r.get(key);
-  if (!v) return dflt;
-  double x = v->is_number() ? v->get<double>() : 0;
-  if (!v->is_number() || !std::isfinite(x) || x <= lo || x > hi) {
-    r.issues->add_got(r.at(key), x > hi && hi >= 1e300 ? want + " and <= 1e+300" : want, *v);
-    return dflt;
-  }
-  return x;
 }
 
 static Offload read_offload(const json& v, const std::string& path, Issues& is) {
@@ -132,23 +110,23 @@ static Offload read_offload(const json& v, const std::string& path, Issues& is) 
         const json& e = (*layers)[i];
         std::string at = r.at("layers") + "[" + std::to_string(i) + "]";
         double d = e.is_number() ? e.get<double>() : -1;
-        if (!e.is_number() || !std::isfinite(d) || std::floor(d) != d || d < 0 || d > 1e6) {
-          is.add_got(at, "a layer index (an integer >= 0)", e);
+        if (!e.is_number() || !within(lim::offload_layer, d)) {
+          is.add_got(at, "a layer index (" + limit_text(lim::offload_layer) + ")", e);
         } else if (!seen.insert((int)d).second) {
           is.add(at, "expected distinct layer indices, got " + s((long long)d) + " twice");
         }
       }
       o.layers.assign(seen.begin(), seen.end());  // sorted, unique
     }
-    o.fraction = read_open_num(r, "fraction", 0, 0, 1, false);
+    o.fraction = r.opt_num("fraction", 0, lim::offload_fraction);
     o.experts_only = r.opt_enum("target", {"layers", "experts"}, 0) == 1;
-    o.prefetch_layers = (int)r.opt_int("prefetch_layers", 1, 1, 100000);
+    o.prefetch_layers = (int)r.opt_int("prefetch_layers", 1, lim::prefetch_layers);
     r.finish({"kind", "layers", "fraction", "target", "prefetch_layers"});
   } else if (o.kind == OffloadKind::chunked) {
-    o.chunk_elements = r.opt_int("chunk_elements", 64LL << 20, 1, 1LL << 40);
-    o.gpu_memory_fraction = read_open_num(r, "gpu_memory_fraction", 0.8, 0, 1, false);
-    o.warmup_chunk_fraction = read_open_num(r, "warmup_chunk_fraction", 0.1, 0, 1, false);
-    o.hybrid_adam_margin = r.opt_num("hybrid_adam_margin", 0.8, 0, 1);
+    o.chunk_elements = r.opt_int("chunk_elements", 64LL << 20, lim::chunk_elements);
+    o.gpu_memory_fraction = r.opt_num("gpu_memory_fraction", 0.8, lim::gpu_memory_fraction);
+    o.warmup_chunk_fraction = r.opt_num("warmup_chunk_fraction", 0.1, lim::warmup_fraction);
+    o.hybrid_adam_margin = r.opt_num("hybrid_adam_margin", 0.8, lim::adam_margin);
     r.finish({"kind", "chunk_elements", "gpu_memory_fraction", "warmup_chunk_fraction", "hybrid_adam_margin"});
   } else {
     r.finish({"kind"});
@@ -162,9 +140,9 @@ static Delink read_delink(const json& v, const std::string& path, Issues& is) {
   Delink d;
   Reader r(v, path, is);
   if (!r.ok()) return d;
-  d.unique_layers = (int)r.req_int("unique_layers", 1, 100000);
-  d.tokens = read_open_num(r, "tokens", 0, 0, kMaxTrainingTokens, true);
-  d.global_batch = r.opt_int("global_batch", 0, 1, 1LL << 40);
+  d.unique_layers = (int)r.req_int("unique_layers", lim::unique_layers);
+  d.tokens = r.req_num("tokens", lim::tokens);
+  d.global_batch = r.opt_int("global_batch", 0, lim::global_batch);
   if (const json* p = r.get("plan")) d.plan = std::make_shared<Plan>(read_plan(*p, r.at("plan"), is, nullptr));
   r.finish({"unique_layers", "tokens", "global_batch", "plan"});
   return d;
@@ -176,17 +154,17 @@ static Plan read_plan(const json& v, const std::string& path, Issues& issues, De
   Plan p;
   Reader r(v, path, issues);
   if (!r.ok()) return p;
-  p.dp = (int)r.req_int("dp", 1, 1 << 24);
-  p.tp = (int)r.req_int("tp", 1, 1 << 16);
-  p.pp = (int)r.req_int("pp", 1, 1 << 16);
-  p.virtual_stages = (int)r.opt_int("virtual_stages", 1, 1, 1 << 16);
-  p.microbatch = r.opt_int("microbatch", 1, 1, 1LL << 30);
+  p.dp = (int)r.req_int("dp", lim::dp);
+  p.tp = (int)r.req_int("tp", lim::tp);
+  p.pp = (int)r.req_int("pp", lim::pp);
+  p.virtual_stages = (int)r.opt_int("virtual_stages", 1, lim::virtual_stages);
+  p.microbatch = r.opt_int("microbatch", 1, lim::microbatch);
   p.schedule = (Schedule)r.opt_enum("schedule", {"gpipe", "1f1b", "interleaved", "modular"},
                                     p.virtual_stages > 1 ? (int)Schedule::interleaved : (int)Schedule::one_f_one_b);
   if (p.schedule == Schedule::modular && !r.has("virtual_stages")) p.virtual_stages = 0;
   p.sequence_parallel = r.opt_bool("sequence_parallel", false);
   p.recompute = (Recompute)r.opt_enum("recompute", {"none", "selective", "full"}, 0);
-  p.zero = (int)r.opt_int("zero", 0, 0, 3);
+  p.zero = (int)r.opt_int("zero", 0, lim::zero);
   p.overlap_grad_reduce = r.opt_bool("overlap_grad_reduce", true);
   p.tp_comm_overlap = r.opt_bool("tp_comm_overlap", false);
   p.overlap_param_gather = r.opt_bool("overlap_param_gather", false);
@@ -194,8 +172,8 @@ static Plan read_plan(const json& v, const std::string& path, Issues& issues, De
   p.tp_grid_node_blocks = r.opt_enum("tp_grid", {"rows", "node_blocks"}, 0) == 1;
   p.grad_accumulation = (GradAccumulation)r.opt_enum("grad_accumulation", {"standard", "layered"}, 0);
   if (const json* o = r.get("offload")) p.offload = read_offload(*o, r.at("offload"), issues);
-  p.ep = (int)r.opt_int("ep", 1, 1, 1 << 24);
-  p.cp = (int)r.opt_int("cp", 1, 1, 1 << 16);
+  p.ep = (int)r.opt_int("ep", 1, lim::ep);
+  p.cp = (int)r.opt_int("cp", 1, lim::cp);
   p.attention = (Attention)r.opt_enum("attention", {"flash", "unfused"}, (int)Attention::flash);
   if (const json* sl = r.get("stage_layers")) {
     if (!sl->is_array() || sl->empty()) {
@@ -204,15 +182,16 @@ static Plan read_plan(const json& v, const std::string& path, Issues& issues, De
       for (size_t i = 0; i < sl->size(); ++i) {
         const json& e = (*sl)[i];
         double d = e.is_number() ? e.get<double>() : -1;
-        if (!e.is_number() || !std::isfinite(d) || std::floor(d) != d || d < 1 || d > 1e6)
-          issues.add_got(r.at("stage_layers") + "[" + std::to_string(i) + "]", "a layer count (an integer >= 1)", e);
+        if (!e.is_number() || !within(lim::stage_layers, d))
+          issues.add_got(r.at("stage_layers") + "[" + std::to_string(i) + "]",
+                         "a layer count (" + limit_text(lim::stage_layers) + ")", e);
         else p.stage_layers.push_back((int)d);
       }
       if (p.stage_layers.size() != sl->size()) p.stage_layers.clear();
     }
   }
-  p.first_stage_layers = (int)r.opt_int("first_stage_layers", 0, 1, 1000000);
-  p.last_stage_layers = (int)r.opt_int("last_stage_layers", 0, 1, 1000000);
+  p.first_stage_layers = (int)r.opt_int("first_stage_layers", 0, lim::first_stage_layers);
+  p.last_stage_layers = (int)r.opt_int("last_stage_layers", 0, lim::last_stage_layers);
   p.account_for_embedding = r.opt_bool("account_for_embedding_in_pipeline_split", false);
   p.account_for_loss = r.opt_bool("account_for_loss_in_pipeline_split", false);
   std::vector<std::string> keys = {"dp", "tp", "pp", "virtual_stages", "microbatch", "schedule", "sequence_parallel",

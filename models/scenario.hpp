@@ -13,9 +13,6 @@
 
 namespace tp {
 
-// The largest accepted training.tokens and delink.tokens (README): about 300 times the largest public run.
-constexpr double kMaxTrainingTokens = 1e16;
-
 struct Scenario {
   std::string name;
   Transformer model;

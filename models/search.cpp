@@ -34,11 +34,11 @@ void read_fix_list(Reader& r, const std::string& key, std::vector<T>& out, F one
   }
 }
 
-auto int_in(long long lo, long long hi, Issues& is) {
-  return [lo, hi, &is](const json& v, const std::string& at, auto& out) {
+auto int_in(const Limit& l, Issues& is) {
+  return [&l, &is](const json& v, const std::string& at, auto& out) {
     double d = v.is_number() ? v.get<double>() : NAN;
-    if (!v.is_number() || !std::isfinite(d) || std::floor(d) != d || d < (double)lo || d > (double)hi) {
-      is.add_got(at, "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]", v);
+    if (!v.is_number() || !within(l, d)) {
+      is.add_got(at, limit_text(l), v);
       return false;
     }
     out = (std::remove_reference_t<decltype(out)>)d;
@@ -62,15 +62,15 @@ Fix read_fix(const json& v, const std::string& path, Issues& is) {
   Fix f;
   Reader r(v, path, is);
   if (!r.ok()) return f;
-  read_fix_list(r, "dp", f.dp, int_in(1, 1 << 24, is));
-  read_fix_list(r, "tp", f.tp, int_in(1, 1 << 16, is));
-  read_fix_list(r, "pp", f.pp, int_in(1, 1 << 16, is));
-  read_fix_list(r, "virtual_stages", f.virtual_stages, int_in(1, 1 << 16, is));
-  read_fix_list(r, "zero", f.zero, int_in(0, 3, is));
-  read_fix_list(r, "ep", f.ep, int_in(1, 1 << 24, is));
-  read_fix_list(r, "cp", f.cp, int_in(1, 1 << 16, is));
-  read_fix_list(r, "microbatch", f.microbatch, int_in(1, 1LL << 30, is));
-  read_fix_list(r, "global_batch", f.global_batch, int_in(1, 1LL << 40, is));
+  read_fix_list(r, "dp", f.dp, int_in(lim::dp, is));
+  read_fix_list(r, "tp", f.tp, int_in(lim::tp, is));
+  read_fix_list(r, "pp", f.pp, int_in(lim::pp, is));
+  read_fix_list(r, "virtual_stages", f.virtual_stages, int_in(lim::virtual_stages, is));
+  read_fix_list(r, "zero", f.zero, int_in(lim::zero, is));
+  read_fix_list(r, "ep", f.ep, int_in(lim::ep, is));
+  read_fix_list(r, "cp", f.cp, int_in(lim::cp, is));
+  read_fix_list(r, "microbatch", f.microbatch, int_in(lim::microbatch, is));
+  read_fix_list(r, "global_batch", f.global_batch, int_in(lim::global_batch, is));
   read_fix_list(r, "schedule", f.schedule, enum_of<Schedule>({"gpipe", "1f1b", "interleaved", "modular"}, is));
   read_fix_list(r, "recompute", f.recompute, enum_of<Recompute>({"none", "selective", "full"}, is));
   read_fix_list(r, "tp_mode", f.tp_mode, enum_of<TpMode>({"1d", "2d"}, is));
@@ -102,8 +102,8 @@ Search read_search(const json& v, const std::string& path, Issues& is) {
   Search s;
   Reader r(v, path, is);
   if (!r.ok()) return s;
-  s.max_gpus = (int)r.opt_int("max_gpus", 0, 1, 1 << 24);
-  s.min_gpus = (int)r.opt_int("min_gpus", 1, 1, 1 << 24);
+  s.max_gpus = (int)r.opt_int("max_gpus", 0, lim::max_gpus);
+  s.min_gpus = (int)r.opt_int("min_gpus", 1, lim::max_gpus);
   s.min_gpus_given = r.has("min_gpus");
   if (s.max_gpus > 0 && s.min_gpus > s.max_gpus)
     is.add(r.at("min_gpus"), "must be <= max_gpus (" + std::to_string(s.max_gpus) + "), got " + std::to_string(s.min_gpus));
@@ -112,28 +112,29 @@ Search read_search(const json& v, const std::string& path, Issues& is) {
     else
       for (size_t i = 0; i < g->size(); ++i) {
         int x = 0;
-        if (int_in(1, 1 << 24, is)((*g)[i], r.at("gpu_counts") + "[" + std::to_string(i) + "]", x)) s.gpu_counts.push_back(x);
+        if (int_in(lim::max_gpus, is)((*g)[i], r.at("gpu_counts") + "[" + std::to_string(i) + "]", x)) s.gpu_counts.push_back(x);
       }
   }
   s.objective = (Objective)r.opt_enum("objective", {"time_to_train", "cost", "throughput_per_gpu"}, 0);
-  s.top_k = (int)r.opt_int("top_k", 5, 1, 1000);
-  s.confirm = (int)r.opt_int("confirm", 0, 1, 10000);
+  s.top_k = (int)r.opt_int("top_k", 5, lim::search_top_k);
+  s.confirm = (int)r.opt_int("confirm", 0, lim::confirm);
   if (s.confirm > 0 && s.confirm < s.top_k)
     is.add(r.at("confirm"), "must be >= top_k (" + std::to_string(s.top_k) + "): every reported plan is simulated, got " +
                                 std::to_string(s.confirm));
-  s.memory_headroom = r.opt_num("memory_headroom", 0.0, 0.0, 0.9);
-  s.max_batch_over_critical = r.opt_num("max_batch_over_critical", 1.0, 1e-3, 1e3);
+  s.confirm_budget_s = r.opt_num("confirm_budget_s", 300, lim::confirm_budget);
+  s.memory_headroom = r.opt_num("memory_headroom", 0.0, lim::headroom);
+  s.max_batch_over_critical = r.opt_num("max_batch_over_critical", 1.0, lim::batch_over_critical);
   if (const json* f = r.get("fix")) s.fix = read_fix(*f, r.at("fix"), is);
   if (const json* c = r.get("compare")) {
     Reader rc(*c, r.at("compare"), is);
     if (rc.ok()) {
       s.compare.on = true;
-      s.compare.ethernet_nic_bits_per_s = rc.opt_num("ethernet_nic_bits_per_s", 100e9, 1e6, 1e15);
-      s.compare.ethernet_nics_per_node = (int)rc.opt_int("ethernet_nics_per_node", 1, 1, 64);
+      s.compare.ethernet_nic_bits_per_s = rc.opt_num("ethernet_nic_bits_per_s", 100e9, lim::eth_bits);
+      s.compare.ethernet_nics_per_node = (int)rc.opt_int("ethernet_nics_per_node", 1, lim::eth_nics);
       rc.finish({"ethernet_nic_bits_per_s", "ethernet_nics_per_node"});
     }
   }
-  r.finish({"max_gpus", "min_gpus", "gpu_counts", "objective", "top_k", "confirm", "memory_headroom",
+  r.finish({"max_gpus", "min_gpus", "gpu_counts", "objective", "top_k", "confirm", "confirm_budget_s", "memory_headroom",
             "max_batch_over_critical", "fix", "compare"});
   return s;
 }
@@ -143,6 +144,7 @@ json search_to_json(const Search& s) {
             {"top_k", s.top_k}, {"confirm", s.confirm}, {"memory_headroom", s.memory_headroom},
             {"max_batch_over_critical", s.max_batch_over_critical}};
   if (!s.gpu_counts.empty()) j["gpu_counts"] = s.gpu_counts;
+  if (s.confirm_budget_s != 300) j["confirm_budget_s"] = s.confirm_budget_s;
   if (s.compare.on)
     j["compare"] = {{"ethernet_nic_bits_per_s", s.compare.ethernet_nic_bits_per_s},
                     {"ethernet_nics_per_node", s.compare.ethernet_nics_per_node}};

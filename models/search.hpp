@@ -50,6 +50,7 @@ struct Search {
   std::vector<int> gpu_counts;      // explicit GPU counts (empty: every count the layouts reach)
   Objective objective = Objective::time_to_train;
   int top_k = 5;
+  double confirm_budget_s = 300;    // estimated simulation seconds the confirmation may spend (planner/search.hpp)
   int confirm = 0;                  // analytic-best points the event simulation confirms (0 = max(3 top_k, 12))
   double memory_headroom = 0.0;     // fraction of GPU memory kept free
   double max_batch_over_critical = 1.0;  // global batch tokens <= this x Kaplan's B_crit (searched batches)

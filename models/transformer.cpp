@@ -26,17 +26,12 @@ static Moe read_moe(const json& v, const std::string& path, long long layers, Is
   Reader r(v, path, issues);
   if (!r.ok()) return moe;
   size_t before = issues.messages.size();
-  moe.experts = r.req_int("experts", 2, 1LL << 30);
-  moe.top_k = (int)r.opt_int("top_k", 1, 1, 1 << 30);
-  size_t before_cf = issues.messages.size();
-  moe.capacity_factor = r.opt_num("capacity_factor", 1.0, 0, 1e6);
-  if (r.has("capacity_factor") && moe.capacity_factor <= 0 && issues.messages.size() == before_cf) {
-    issues.add_got(r.at("capacity_factor"), "a number > 0", *r.get("capacity_factor"));
-    moe.capacity_factor = 1.0;
-  }
-  moe.every = (int)r.opt_int("every", 1, 1, 100000);
-  moe.ffn_hidden = r.opt_int("ffn_hidden", 0, 1, 100000000);
-  moe.shared_ffn_hidden = r.opt_int("shared_ffn_hidden", 0, 0, 100000000);
+  moe.experts = r.req_int("experts", lim::experts);
+  moe.top_k = (int)r.opt_int("top_k", 1, lim::top_k);
+  moe.capacity_factor = r.opt_num("capacity_factor", 1.0, lim::capacity_factor);
+  moe.every = (int)r.opt_int("every", 1, lim::moe_every);
+  moe.ffn_hidden = r.opt_int("ffn_hidden", 0, lim::moe_ffn_hidden);
+  moe.shared_ffn_hidden = r.opt_int("shared_ffn_hidden", 0, lim::shared_ffn_hidden);
   r.finish({"experts", "top_k", "capacity_factor", "every", "ffn_hidden", "shared_ffn_hidden"});
   if (issues.messages.size() != before) return moe;
   if (moe.top_k > moe.experts)
@@ -53,18 +48,18 @@ static Transformer read_inline(const json& v, const std::string& path, Issues& i
   if (!r.ok()) return m;
   m.name = r.opt_str("name", "");
   r.opt_str("about", "");
-  m.layers = r.req_int("layers", 1, 100000);
-  m.hidden = r.req_int("hidden", 1, 10000000);
-  m.heads = r.req_int("heads", 1, 100000);
-  m.kv_heads = r.opt_int("kv_heads", m.heads, 1, 100000);
-  m.ffn_hidden = r.opt_int("ffn_hidden", 4 * m.hidden, 1, 100000000);
-  m.vocab = r.req_int("vocab", 1, 100000000);
-  m.seq_len = r.req_int("seq_len", 1, 100000000);
+  m.layers = r.req_int("layers", lim::layers);
+  m.hidden = r.req_int("hidden", lim::hidden);
+  m.heads = r.req_int("heads", lim::heads);
+  m.kv_heads = r.opt_int("kv_heads", m.heads, lim::kv_heads);
+  m.ffn_hidden = r.opt_int("ffn_hidden", 4 * m.hidden, lim::ffn_hidden);
+  m.vocab = r.req_int("vocab", lim::vocab);
+  m.seq_len = r.req_int("seq_len", lim::model_seq_len);
   m.activation = (Activation)r.opt_enum("activation", {"gelu", "swiglu"}, 0);
   m.tied_embeddings = r.opt_bool("tied_embeddings", true);
   m.dropout = r.opt_bool("dropout", m.activation == Activation::gelu);
   if (const json* moe = r.get("moe")) m.moe = read_moe(*moe, r.at("moe"), m.layers, issues);
-  m.attn_head_dim = r.opt_int("head_dim", 0, 1, 1000000);
+  m.attn_head_dim = r.opt_int("head_dim", 0, lim::head_dim);
   // GPT-style (gelu) models always have every bias: the flags may only restate that.
   for (auto [key, flag] : {std::pair{"qkv_bias", &m.qkv_bias}, {"proj_bias", &m.proj_bias}, {"mlp_bias", &m.mlp_bias}}) {
     size_t before_flag = issues.messages.size();
@@ -72,7 +67,7 @@ static Transformer read_inline(const json& v, const std::string& path, Issues& i
     if (m.activation == Activation::gelu && r.has(key) && !*flag && issues.messages.size() == before_flag)
       issues.add(r.at(key), "GPT-style (gelu) models always have biases; remove this key or use swiglu");
   }
-  m.sliding_window = r.opt_int("sliding_window", 0, 1, 100000000);
+  m.sliding_window = r.opt_int("sliding_window", 0, lim::sliding_window);
   if (m.sliding_window > 0) m.source = path;
   r.finish({"name", "about", "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len", "activation",
             "tied_embeddings", "dropout", "moe", "head_dim", "qkv_bias", "proj_bias", "mlp_bias", "sliding_window"});

@@ -97,8 +97,15 @@ std::vector<Candidate> Confirmer::run(const std::vector<Point>& pts) {
     std::lock_guard<std::mutex> lk(mu_);
     for (size_t i = 0; i < pts.size(); ++i) {
       auto it = memo_.find(memo_key(pts[i]));
-      if (it != memo_.end()) out[i] = it->second;
-      else todo.push_back((int)i);
+      if (it != memo_.end()) { out[i] = it->second; continue; }
+      double c = cost ? cost(pts[i]) : 0;
+      if (simulated_ + (long long)todo.size() > 0 && spent_s_ + c > budget_s) {
+        out[i].point = pts[i];  // skipped: no simulation, so never acceptable as confirmed
+        ++skipped_;
+        continue;
+      }
+      spent_s_ += c;
+      todo.push_back((int)i);
     }
   }
   std::atomic<size_t> next{0};

@@ -35,6 +35,13 @@ struct Confirmer {
   Scenario scenario_of(const Point& p, bool* valid = nullptr) const;
   long long simulated() const { return simulated_; }
   std::function<void()> on_simulated;  // called after each simulation (from worker threads)
+  // The confirmation's budget: `cost` estimates a point's simulation in seconds; once the estimates of the points
+  // simulated reach `budget_s`, further points are skipped (left unsimulated, so never reported as confirmed).
+  // The first point is always simulated. Deterministic: the estimates, not the clock, decide.
+  std::function<double(const Point&)> cost;
+  double budget_s = 1e300;
+  long long skipped() const { return skipped_; }
+  double estimated_s() const { return spent_s_; }
   double seconds() const { return seconds_; }
   const Scenario& sc;
 
@@ -44,8 +51,8 @@ struct Confirmer {
   int threads_;
   std::mutex mu_;
   std::map<std::vector<double>, Candidate> memo_;
-  long long simulated_ = 0;
-  double seconds_ = 0;
+  long long simulated_ = 0, skipped_ = 0;
+  double seconds_ = 0, spent_s_ = 0;
 };
 
 // Non-dominated points in (GPUs, time-to-train, cost), ascending GPU count.

@@ -158,6 +158,11 @@ json plan_outcome_to_json(const PlanOutcome& o) {
                  {"analytic_seconds", s.analytic_seconds}, {"simulate_seconds", s.simulate_seconds},
                  {"configurations_per_second", s.analytic_seconds > 0 ? s.configurations_evaluated / s.analytic_seconds : 0.0},
                  {"threads", s.threads}};
+  if (s.confirm_skipped > 0) {  // only when the budget bit (outputs of other searches unchanged)
+    j["search"]["confirm_skipped"] = s.confirm_skipped;
+    j["search"]["confirm_estimated_s"] = s.confirm_estimated_s;
+    j["search"]["budget_note"] = o.budget_note;
+  }
   return j;
 }
 
@@ -204,6 +209,7 @@ void print_plan_outcome(std::ostream& os, const PlanOutcome& o) {
                 s.analytic_seconds > 0 ? s.configurations_evaluated / s.analytic_seconds : 0.0, s.threads, s.simulated,
                 s.simulate_seconds);
   os << line;
+  if (!o.budget_note.empty()) os << "  note: " << o.budget_note << "\n";
   if (o.top.empty()) { os << "\nno plan: " << o.note << "\n"; return; }
   os << "\ntop plans (simulated):\n";
   std::snprintf(line, sizeof line, "  %-4s %6s %10s %12s %9s %6s %13s %12s  %s\n", "rank", "GPUs", "step (s)", "to train",

@@ -71,7 +71,7 @@ struct Keeper {
 constexpr int kConfirmRounds = 4;
 constexpr int kTopKept = 32;        // analytic-best points kept (x confirm): enough for top_k distinct layouts
 constexpr int kPerLayoutTries = 2;  // analytic-best points of one layout confirmed before giving up on it
-constexpr double kEstimateShare = 0.6;  // progress: the estimating phase's share of the bar
+constexpr double kEstimateShare = kProgressEstimateShare;
 constexpr int kPerGpuTries = 6;
 
 // The layout the top list tells apart (dp, tp, tp_mode, pp, cp, ep, precision, schedule and accumulation, ZeRO,
@@ -142,6 +142,8 @@ static double sim_tasks(const Scenario& sc, const Point& p) {
   double per_stage = 2.0 * c.num_microbatches * (per_layer ? Lp : c.virtual_stages) * (c.zero >= 3 ? 2 : 1);
   return per_stage * p.lay.pp;
 }
+
+double confirm_cost_s(const Scenario& sc, const Point& p) { return 1e-5 * p.lay.gpus() + 1e-6 * sim_tasks(sc, p); }
 
 // The winner's neighbours: plans on the same GPU count that differ from it in exactly one plan dimension
 // (dp, the number of micro-batches and virtual stages follow). Per dimension, the best that fits and, when
@@ -264,6 +266,8 @@ static PlanOutcome search_one(const Scenario& sc, const PlanOptions& opt) {
 
   // Confirm: the analytic best, then per GPU count the best that the simulation finds fitting.
   Confirmer cf(sc, se.objective, threads);
+  cf.cost = [&sc](const Point& p) { return confirm_cost_s(sc, p); };
+  cf.budget_s = se.confirm_budget_s;
   // Progress of the confirming phase: simulations done against those expected (the first round, a few per GPU
   // count, the alternatives of the explanation and the winner's trace).
   std::atomic<long long> sims_done{0};
@@ -353,6 +357,13 @@ static PlanOutcome search_one(const Scenario& sc, const PlanOptions& opt) {
                    : "no plan was confirmed by the simulation: every analytic candidate ran out of memory when simulated";
   }
   out.stats.simulated = cf.simulated();
+  out.stats.confirm_skipped = cf.skipped();
+  out.stats.confirm_estimated_s = cf.estimated_s();
+  if (cf.skipped() > 0)
+    out.budget_note = "the confirmation budget (search.confirm_budget_s = " + json(se.confirm_budget_s).dump() +
+                      " estimated simulation seconds) was spent: " + std::to_string(cf.skipped()) +
+                      " candidates were not simulated; the top list may be shorter and per-GPU-count answers past it "
+                      "are analytic";
   out.stats.simulate_seconds = cf.seconds();
   out.stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (opt.progress) opt.progress(1.0, out.stats.seconds);

@@ -52,6 +52,8 @@ struct SearchStats {
   long long pruned_memory = 0;             // of the evaluated, those over memory (closed form)
   long long pruned_dominated = 0;          // not estimated: a fitting point with less recompute / no offload dominates
   long long simulated = 0;                 // event simulations run to confirm
+  long long confirm_skipped = 0;           // points left unsimulated: the confirmation budget was spent
+  double confirm_estimated_s = 0;          // the simulations' estimated cost (what search.confirm_budget_s bounds)
   double seconds = 0, analytic_seconds = 0, simulate_seconds = 0;
   int threads = 1;
 };
@@ -66,6 +68,11 @@ struct GpuPoint {
 // Event-simulation budget for confirming per-GPU-count points (tasks in the step program, about
 // micro-batches x layers per stage x stages): the top plans are always simulated.
 inline constexpr double kConfirmTaskBudget = 100000;
+
+// The estimated seconds of one confirming simulation (search.confirm_budget_s bounds their sum): about 10 us per GPU
+// (topology, collective rings) and 1 us per task of the step program, measured on one core of the development
+// machines (2026-11).
+double confirm_cost_s(const Scenario& sc, const Point& p);
 
 struct PlanOutcome;
 // search.compare: one variant of the shortest-time question (its own full search).
@@ -82,9 +89,13 @@ struct PlanOutcome {
   std::vector<Explanation> why;    // why the nearest alternatives lose to top[0]
   SearchStats stats;
   std::string note;                // e.g. why nothing fits
+  std::string budget_note;         // the confirmation budget was spent ("" when not)
   int min_gpus = 0;                // > 0: by_gpus starts here (the smallest count fitting without offload)
   std::vector<ShortestVariant> shortest;  // search.compare only
 };
+
+// Progress: the estimating phase's share of the fraction reported (the confirming simulations the rest).
+inline constexpr double kProgressEstimateShare = 0.6;
 
 struct PlanOptions {
   int threads = 0;                 // 0 = hardware concurrency

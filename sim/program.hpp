@@ -94,6 +94,15 @@ struct Program {
 // and by the planner's analytic pass).
 CostModel cost_model_on(const Scenario& sc, const Topology& topo);
 
+// Whether compute is split per layer (parameters or gradients move layer by layer: ZeRO-2/3, granular or chunked
+// offload, layered accumulation) rather than per model chunk.
+bool per_layer_pieces(const Plan& p);
+// Before building: the builder's task estimate, and about how many bytes the build and its engine run take
+// (measured: ~1.3 KB per GPU of the cluster for the topology and collective rings, ~220 B per task; both rounded
+// up). simulate() checks the latter against the memory available (exit 2 instead of bad_alloc).
+double program_tasks_estimate(const Scenario& sc, bool full_cluster);
+double program_bytes_estimate(const Scenario& sc, bool full_cluster);
+
 // `exhaustive_symmetry` routes every copy of every representative flow even when the layout is aligned (tests).
 Program build_program(const Scenario& sc, bool full_cluster, bool exhaustive_symmetry = false);
 

@@ -91,8 +91,7 @@ BuildCtx::BuildCtx(const Scenario& s, Program& pr, Builder& b)
   zero2 = p.zero >= 2 && p.data_ranks() > 1;
   zero3 = p.zero >= 3 && p.data_ranks() > 1;
   okind = p.offload.kind;
-  per_layer = p.zero >= 2 || okind == OffloadKind::granular || okind == OffloadKind::chunked ||
-              p.grad_accumulation == GradAccumulation::layered;
+  per_layer = per_layer_pieces(p);
   shared = p.shared_layers > 0;
   gather_under_fwd = p.overlap_param_gather && (p.zero == 1 || p.zero == 2) && p.data_ranks() > 1 && !shared &&
                      okind != OffloadKind::chunked;
@@ -267,6 +266,23 @@ void renumber_links(Program& prog) {
 
 }  // namespace
 
+bool per_layer_pieces(const Plan& p) {
+  return p.zero >= 2 || p.offload.kind == OffloadKind::granular || p.offload.kind == OffloadKind::chunked ||
+         p.grad_accumulation == GradAccumulation::layered;
+}
+
+double program_tasks_estimate(const Scenario& sc, bool full_cluster) {
+  const Plan& p = sc.plan;
+  double per = per_layer_pieces(p) ? (double)sc.model.layers / p.pp : std::max(1, p.virtual_stages);
+  double ranks = full_cluster ? (double)p.gpus() : (double)p.pp;
+  return ranks * ((double)p.num_microbatches * per * 4 + 64);  // as build_program reserves
+}
+
+double program_bytes_estimate(const Scenario& sc, bool full_cluster) {
+  constexpr double kBytesPerGpu = 1500, kBytesPerTask = 300, kBase = 64e6;
+  return kBase + kBytesPerGpu * sc.plan.gpus() + kBytesPerTask * program_tasks_estimate(sc, full_cluster);
+}
+
 Program build_program(const Scenario& sc, bool full_cluster, bool exhaustive_symmetry) {
   Program prog;
   prog.full = full_cluster;
@@ -296,8 +312,7 @@ Program build_program(const Scenario& sc, bool full_cluster, bool exhaustive_sym
   BuildCtx x(sc, prog, B);
   x.R = R;
   {
-    size_t per = x.per_layer ? (size_t)x.L / p.pp : (size_t)x.V;
-    size_t est = (size_t)R * ((size_t)x.m * per * 4 + 64);
+    size_t est = (size_t)program_tasks_estimate(sc, full_cluster);
     prog.in.tasks.reserve(est);
     prog.info.reserve(est);
     prog.in.edges.reserve(est * 2);

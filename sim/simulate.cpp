@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "models/host_memory.hpp"
 #include "step_formulas.hpp"
 
 namespace tp {
@@ -188,14 +189,17 @@ Result simulate(const Scenario& sc, const SimOptions& opt) {
   Result res;
   res.scenario = sc;
   res.options = opt;
-  // Full mode simulates every rank: bound its size (the symmetric mode is bounded by validation).
+  // Full mode simulates every rank: bound its size. Either mode: the memory the build needs must be there.
   auto check_full_size = [&]() {
-    double tasks = (double)sc.plan.gpus() * sc.plan.num_microbatches * sc.plan.virtual_stages * 4;
+    double tasks = program_tasks_estimate(sc, true);
     if (tasks > 2e8)
       throw InputError({"--full-cluster: about " + std::to_string((long long)tasks) +
                         " tasks (every rank x micro-batch) exceeds the limit of 200000000; use the symmetric mode"});
+    require_memory("simulating every rank (" + std::to_string(sc.plan.gpus()) + " GPUs, about " +
+                       std::to_string((long long)tasks) + " tasks)", program_bytes_estimate(sc, true));
   };
   if (opt.full_cluster) check_full_size();
+  else require_memory("simulating " + std::to_string(sc.plan.gpus()) + " GPUs", program_bytes_estimate(sc, false));
   res.prog = build_program(sc, opt.full_cluster);
   if (!res.prog.symmetric) {  // layout not symmetric: the representative would not stand for every rank
     check_full_size();

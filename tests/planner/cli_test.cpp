@@ -219,3 +219,45 @@ TEST(BadSearchInputs, InProcessMessagesNameThePath) {
     EXPECT_TRUE(has(e.messages, "$.plan"));
   }
 }
+
+// Issue 14: the confirmation is bounded by search.confirm_budget_s (estimated simulation seconds, deterministic):
+// past it, candidates stay unsimulated and the output says so (text note, JSON search.confirm_skipped and
+// budget_note); the first candidate is always simulated, so the search still answers.
+TEST(PlanCli, ConfirmationBudgetBoundsTheSimulationsAndSaysSo) {
+  Tmp tmp;
+  json s = small_search_scenario();
+  s["search"]["confirm_budget_s"] = 1e-6;
+  fs::path scen = tmp.path / "budget.json", out = tmp.path / "plan.json";
+  write_text(scen, s.dump(2));
+  CliResult r = run_trainplan("plan " + q(scen) + " --json " + q(out) + " --threads 2");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("note: the confirmation budget (search.confirm_budget_s = 1e-06"), std::string::npos) << r.out;
+  json j = json::parse(read_text(out));
+  EXPECT_EQ(j["search"]["simulated"], 1);
+  EXPECT_GT(j["search"]["confirm_skipped"].get<long long>(), 0);
+  EXPECT_NE(j["search"]["budget_note"].get<std::string>().find("not simulated"), std::string::npos);
+  ASSERT_EQ(j["top"].size(), 1u);  // only the simulated plan is reported as confirmed
+  // The default budget confirms the same search fully and says nothing about a budget.
+  write_text(scen, small_search_scenario().dump(2));
+  CliResult full = run_trainplan("plan " + q(scen) + " --json " + q(out) + " --threads 2");
+  ASSERT_EQ(full.exit_code, 0) << full.out;
+  json jf = json::parse(read_text(out));
+  EXPECT_GT(jf["search"]["simulated"].get<long long>(), 1);
+  EXPECT_FALSE(jf["search"].contains("confirm_skipped"));
+  EXPECT_EQ(full.out.find("confirmation budget"), std::string::npos);
+}
+
+// Progress reaches stderr also when it is not a terminal (a log file, a batch job): a line at the start, one
+// every few seconds, one at the end. --quiet silences it.
+TEST(PlanCli, ProgressLinesWhenStderrIsNotATerminal) {
+  Tmp tmp;
+  fs::path scen = tmp.path / "search.json";
+  write_text(scen, small_search_scenario().dump(2));
+  CliResult r = run_trainplan("plan " + q(scen) + " --threads 2", true);  // stderr into a pipe
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("searching:   0% (estimating)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("searching: 100% (done)"), std::string::npos) << r.out;
+  CliResult quiet = run_trainplan("plan " + q(scen) + " --threads 2 --quiet", true);
+  ASSERT_EQ(quiet.exit_code, 0) << quiet.out;
+  EXPECT_EQ(quiet.out.find("searching:"), std::string::npos) << quiet.out;
+}
