@@ -29,7 +29,7 @@ namespace {
 struct Out { int rc; std::string text; };
 
 Out tp_run(const std::string& args) {
-  std::string cmd = "timeout -k 2 20 " + std::string(TP_BINARY) + " " + args + " 2>&1 </dev/null";
+  std::string cmd = "timeout -k 2 120 " + std::string(TP_BINARY) + " " + args + " 2>&1 </dev/null";
   FILE* p = popen(cmd.c_str(), "r");
   std::string out;
   char buf[4096];

@@ -255,7 +255,7 @@ TEST(PlanCli, ProgressLinesWhenStderrIsNotATerminal) {
   write_text(scen, small_search_scenario().dump(2));
   CliResult r = run_trainplan("plan " + q(scen) + " --threads 2", true);  // stderr into a pipe
   ASSERT_EQ(r.exit_code, 0) << r.out;
-  EXPECT_NE(r.out.find("searching:   0% (estimating)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("(estimating)"), std::string::npos) << r.out;  // the first line (its % depends on timing)
   EXPECT_NE(r.out.find("searching: 100% (done)"), std::string::npos) << r.out;
   CliResult quiet = run_trainplan("plan " + q(scen) + " --threads 2 --quiet", true);
   ASSERT_EQ(quiet.exit_code, 0) << quiet.out;
