@@ -128,6 +128,10 @@ const Entry kEntries[] = {
     {"lga-mpp-gpt3-175b-1024", "lga-mpp-gpt3-175b-1024.json", false},
     // Today's runs: a 405B model with context parallelism and uneven pipeline stages on 16,384 GPUs.
     {"llama3-405b-cp2-uneven-16384", "llama3-405b-cp2-uneven-16384.json", false},
+    // A layout that is not symmetric (rings across 2:1 oversubscribed leaf uplinks): the simulator falls back to
+    // every rank; the cost should grow about linearly with dp (16x the GPUs, at most ~20x the time).
+    {"oversubscribed-dp-1024", "oversubscribed-dp-1024.json", false},
+    {"oversubscribed-dp-16384", "oversubscribed-dp-16384.json", false},
 };
 
 const bool registered = [] {

@@ -8,7 +8,8 @@
 # kept next to the binary ($BUILD_DIR/bench_simulate.json).
 # Targets (from the issue): 175B on 1536 GPUs < 20 ms, 1T on 3072 GPUs < 100 ms, 175B on 1024 GPUs in
 # full-cluster mode < 10 s; symmetry series: the 9984-GPU case at most 2x the 128-GPU case; a 405B model with
-# cp 2, tp 8 and 16 uneven pipeline stages on 16,384 GPUs < 100 ms.
+# cp 2, tp 8 and 16 uneven pipeline stages on 16,384 GPUs < 100 ms; a layout that is not symmetric (2:1
+# oversubscribed fabric, every rank simulated): dp 16384 at most 32x dp 1024 (about linear in dp).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -52,6 +53,8 @@ rows = [  # scenario, mode, target ms (None: no fixed target)
     ("optimus-2d-frontera-64", "representative", None),
     ("lga-mpp-gpt3-175b-1024", "representative", None),
     ("llama3-405b-cp2-uneven-16384", "representative", 100.0),
+    ("oversubscribed-dp-1024", "representative", None),
+    ("oversubscribed-dp-16384", "representative", None),
 ]
 out = []
 hdr = ("scenario", "GPUs", "mode", "median ms", "target ms", "result")
@@ -77,6 +80,13 @@ if a in med and b in med:
     ok = r <= 2.0
     failed = failed or not ok
     lines.append(("symmetry ratio 9984/128", "-", "representative", f"ratio {r:.2f}", "ratio <= 2",
+                  "pass" if ok else "FAIL"))
+a, b = "oversubscribed-dp-16384", "oversubscribed-dp-1024"
+if a in med and b in med:  # not symmetric: every rank runs; linear in dp is 16x, the old dp^2 cost was ~100x
+    r = med[a][0] / med[b][0]
+    ok = r <= 32.0
+    failed = failed or not ok
+    lines.append(("dp scaling ratio 16384/1024", "-", "full (not symmetric)", f"ratio {r:.2f}", "ratio <= 32",
                   "pass" if ok else "FAIL"))
 w = [max(len(str(x[i])) for x in [hdr] + lines) for i in range(len(hdr))]
 fmt = lambda r: "| " + " | ".join(str(c).ljust(w[i]) for i, c in enumerate(r)) + " |"

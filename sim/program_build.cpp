@@ -131,13 +131,19 @@ Params BuildCtx::offloaded_params(long long lo, long long hi) const {
 }
 
 int BuildCtx::group_coll(const std::vector<int>& group, int tag, Coll c, double bytes, int members, bool spans_dp) {
-  std::vector<int> key = group;
-  key.push_back(tag);
-  auto it = shared_colls.find(key);
+  auto it = shared_colls.find(std::forward_as_tuple(tag, group));
   if (it != shared_colls.end()) return it->second;
   int id = B.add_coll(B.shape_for(c, group, bytes, spans_dp), members);
-  shared_colls[key] = id;
+  shared_colls.emplace(std::make_tuple(tag, group), id);
   return id;
+}
+
+const std::vector<int>& BuildCtx::dp_group(int tp_rank, int stage, int residue) {
+  std::vector<int>& g = dp_groups[std::make_tuple(tp_rank, stage, residue)];
+  if (g.empty())
+    for (int d = residue < 0 ? 0 : residue; d < p.data_ranks(); d += residue < 0 ? 1 : p.ep)
+      g.push_back(rank_global(p, tp_rank, d, stage));
+  return g;
 }
 
 }  // namespace detail

@@ -5,6 +5,7 @@
 // memory) is one function over these contexts. Not part of the public interface.
 #pragma once
 #include <map>
+#include <tuple>
 #include <set>
 #include <utility>
 #include <vector>
@@ -36,7 +37,14 @@ struct BuildCtx {
   std::vector<std::pair<int, int>> comp;  // (sim, local chunk, mb, pass) -> first / last compute task
   std::vector<std::vector<WorkItem>> orders;
   std::vector<std::vector<Run>> runs;
-  std::map<std::vector<int>, int> shared_colls;  // full mode: one collective instance per (group, tag)
+  // full mode: one collective instance per (group, tag); looked up by reference (no copy of the group per rank)
+  std::map<std::tuple<int, std::vector<int>>, int, std::less<>> shared_colls;  // (tag, group): the tag compares first
+  // Data-parallel groups by (tp rank, stage, residue mod ep; -1: the whole dp group), built once: in full mode
+  // every member of a group shares it instead of building its own (which cost O(dp) per rank).
+  std::map<std::tuple<int, int, int>, std::vector<int>> dp_groups;
+  const std::vector<int>& dp_group(int tp_rank, int stage, int residue);
+  std::map<std::tuple<const void*, int, double>, int> dp_shape_memo;  // (dp group, kind, bytes) -> shape
+  std::map<std::pair<const void*, int>, int> dp_coll_memo;            // (dp group, tag) -> collective
 
   BuildCtx(const Scenario& s, Program& pr, Builder& b);
   std::pair<int, int>& comp_at(int sim, int model_chunk, int mb, int pass) {
@@ -60,7 +68,8 @@ struct BuildCtx {
 struct RankCtx {
   int r = 0, s = 0, me = 0;
   RankCoord rc{};
-  std::vector<int> dp_group, edp_group;
+  const std::vector<int>* dp_group = nullptr;   // BuildCtx::dp_groups: the dp group and
+  const std::vector<int>* edp_group = nullptr;  // the expert-data-parallel group of this rank
   int dp_members = 1, edp_members = 1;
   const std::vector<int>* lane = nullptr;  // compute lane order
   const std::vector<Run>* rs = nullptr;

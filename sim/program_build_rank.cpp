@@ -18,8 +18,8 @@ RankCtx make_rank_ctx(BuildCtx& x, int r) {
   rk.s = x.prog.sim_stage[r];
   rk.me = x.prog.sim_global[r];
   rk.rc = rank_coord(p, rk.me);
-  for (int d = 0; d < p.data_ranks(); ++d) rk.dp_group.push_back(rank_global(p, rk.rc.tp, d, rk.s));
-  for (int d = rk.rc.dp % p.ep; d < p.data_ranks(); d += p.ep) rk.edp_group.push_back(rank_global(p, rk.rc.tp, d, rk.s));
+  rk.dp_group = &x.dp_group(rk.rc.tp, rk.s, -1);
+  rk.edp_group = &x.dp_group(rk.rc.tp, rk.s, rk.rc.dp % p.ep);
   rk.dp_members = x.prog.full ? p.data_ranks() : 1;
   rk.edp_members = x.prog.full ? x.edp : 1;
   rk.lane = &x.prog.in.lane_order[r * kLanes + kLaneCompute];
@@ -52,15 +52,23 @@ int dp_collective(BuildCtx& x, RankCtx& rk, Coll c, TaskKind kind, const Params&
     ti.kind = kind;
     ti.expert = is_expert;
     double bytes = params * elem_bytes;
-    ti.sent = x.B.sent_by(x.B.shape_for(c, grp, bytes, true), rk.me);
-    int coll = x.group_coll(grp, rk.tag++, c, bytes, members, true);
+    // Memoised by the group's address (groups live in x.dp_groups): full mode asks once per member, and
+    // looking a dp-sized group up by value would cost O(dp) per member.
+    auto sk = std::make_tuple((const void*)&grp, (int)c, bytes);
+    auto si = x.dp_shape_memo.find(sk);
+    if (si == x.dp_shape_memo.end()) si = x.dp_shape_memo.emplace(sk, x.B.shape_for(c, grp, bytes, true)).first;
+    ti.sent = x.B.sent_by(si->second, rk.me);
+    auto ck = std::make_pair((const void*)&grp, rk.tag++);
+    auto ci = x.dp_coll_memo.find(ck);
+    if (ci == x.dp_coll_memo.end()) ci = x.dp_coll_memo.emplace(ck, x.group_coll(grp, ck.second, c, bytes, members, true)).first;
+    int coll = ci->second;
     int id = x.B.add_task(rk.r, kind == TaskKind::zero_gather ? kLaneZero : kLaneDp, 0, coll, ti);
     x.edge(after, id);
     if (out) out->push_back(id);
     last = id;
   };
-  one(rk.dp_group, rk.dp_members, dense, false);
-  one(rk.edp_group, rk.edp_members, expert, true);
+  one(*rk.dp_group, rk.dp_members, dense, false);
+  one(*rk.edp_group, rk.edp_members, expert, true);
   return last;
 }
 

@@ -72,7 +72,9 @@ struct Builder {
   }
 
   // Collective shapes cached by (kind, group, bytes): phases on the topology and their engine flows.
-  std::map<std::tuple<int, std::vector<int>, double>, int> shape_index;
+  // (kind, bytes, group). std::less<>: looked up with references, so a lookup copies no group (full mode looks
+  // up per rank); the group compares last, so only an equal (kind, bytes) pays for comparing it.
+  std::map<std::tuple<int, double, std::vector<int>>, int, std::less<>> shape_index;
   std::vector<std::vector<Phase>> shape_phases;
   std::map<std::pair<int, std::vector<int>>, int> route_shape_index;  // (kind, group) -> first shape with it
   std::vector<int> route_shape;                                       // shape -> that first shape
@@ -89,14 +91,13 @@ struct Builder {
 
   // `group_spans_dp`: the group is a data-parallel group (its members are each other's dp translates).
   int shape_for(Coll c, const std::vector<int>& group, double bytes, bool group_spans_dp = false) {
-    auto key = std::make_tuple((int)c, group, bytes);
-    auto it = shape_index.find(key);
+    auto it = shape_index.find(std::forward_as_tuple((int)c, bytes, group));
     if (it != shape_index.end()) return it->second;
     shape_phases.push_back(collective_phases(c, group, bytes, *prog.topo, sc.cluster));
     int id = (int)prog.in.shapes.size();
     route_shape.push_back(route_shape_index.emplace(std::make_pair((int)c, group), id).first->second);
     prog.in.shapes.push_back(make_shape(shape_phases.back(), id, c == Coll::p2p, group_spans_dp));
-    shape_index[key] = id;
+    shape_index.emplace(std::make_tuple((int)c, bytes, group), id);
     return id;
   }
 
@@ -124,13 +125,27 @@ struct Builder {
     return ec;
   }
 
+  // Bytes `src` sends in a shape, per tier. Full mode asks once per rank and shape: there the shape's senders
+  // are indexed once (a scan per rank would cost O(group) each); representative mode scans.
+  std::vector<std::map<int, TierBytes>> sent_index;
   TierBytes sent_by(int shape, int src) {
-    const std::vector<Phase>& phases = shape_phases[shape];
-    TierBytes tb;
-    for (const Phase& ph : phases)
-      for (const FlowReq& fr : ph.flows)
-        if (fr.src == src) (prog.topo->node_of(fr.src) == prog.topo->node_of(fr.dst) ? tb.intra : tb.inter) += fr.payload;
-    return tb;
+    auto add = [&](TierBytes& tb, const FlowReq& fr) {
+      (prog.topo->node_of(fr.src) == prog.topo->node_of(fr.dst) ? tb.intra : tb.inter) += fr.payload;
+    };
+    if (!prog.full) {
+      TierBytes tb;
+      for (const Phase& ph : shape_phases[shape])
+        for (const FlowReq& fr : ph.flows)
+          if (fr.src == src) add(tb, fr);
+      return tb;
+    }
+    if (sent_index.size() <= (size_t)shape) sent_index.resize(shape_phases.size());
+    std::map<int, TierBytes>& idx = sent_index[shape];
+    if (idx.empty())
+      for (const Phase& ph : shape_phases[shape])
+        for (const FlowReq& fr : ph.flows) add(idx[fr.src], fr);
+    auto it = idx.find(src);
+    return it == idx.end() ? TierBytes{} : it->second;
   }
 
   int add_coll(int shape, int members) {
