@@ -19,7 +19,7 @@ namespace tp::exec::detail {
 template <class T>
 std::vector<T> init_model(const Scenario& sc, int tp_rank, Comm& tp, uint64_t seed, Net<T>& model, Flat& gl,
                           std::vector<char>& replicated_view, std::unique_ptr<Comm>& grid_row,
-                          std::unique_ptr<Comm>& grid_col) {
+                          std::unique_ptr<Comm>& grid_col, int ep_rank) {
   const Plan& p = sc.plan;
   const long long Tn = sc.training.seq_len;
   GptShape fs = gpt_shape(sc.model, Tn, 1, 0);
@@ -42,7 +42,9 @@ std::vector<T> init_model(const Scenario& sc, int tp_rank, Comm& tp, uint64_t se
     replicated_view.resize(gl.views.size());
     for (size_t i = 0; i < gl.views.size(); ++i) replicated_view[i] = !l2.owned(i);  // counted elsewhere
   } else {
-    GptLayout l1 = gpt_layout(gpt_shape(sc.model, Tn, p.tp, tp_rank));
+    GptShape s1 = gpt_shape(sc.model, Tn, p.tp, tp_rank);
+    if (s1.experts > 0) { s1.ep = p.ep; s1.ep_rank = ep_rank; }
+    GptLayout l1 = gpt_layout(s1);
     params = shard_params<T>(full, init_full_params<T>(fs, seed), l1);
     gl = Flat::of(l1);
     model.d1.lay = l1;
@@ -60,9 +62,9 @@ std::vector<T> init_model(const Scenario& sc, int tp_rank, Comm& tp, uint64_t se
   return params;
 }
 template std::vector<float> init_model<float>(const Scenario&, int, Comm&, uint64_t, Net<float>&, Flat&,
-                                              std::vector<char>&, std::unique_ptr<Comm>&, std::unique_ptr<Comm>&);
+                                              std::vector<char>&, std::unique_ptr<Comm>&, std::unique_ptr<Comm>&, int);
 template std::vector<double> init_model<double>(const Scenario&, int, Comm&, uint64_t, Net<double>&, Flat&,
-                                                std::vector<char>&, std::unique_ptr<Comm>&, std::unique_ptr<Comm>&);
+                                                std::vector<char>&, std::unique_ptr<Comm>&, std::unique_ptr<Comm>&, int);
 
 double learning_rate(const RunOptions& o, int step, int warmup) {
   if (step < warmup) return o.lr * (step + 1) / warmup;

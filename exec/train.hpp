@@ -72,6 +72,9 @@ struct RunResult {
   std::vector<double> step_time_s;   // per step (rank 0's wall time, the step ends with the optimizer)
   double tokens_per_s = 0;           // over the steps after the first
   std::vector<double> peak_memory_bytes;  // per rank (process peak resident memory)
+  // per rank: parameter elements it stores (its stage's units; ZeRO-3 layers as slices; MoE: its local experts)
+  // and optimizer moment elements (each of Adam's two), to compare with the simulator's per-GPU counts
+  std::vector<double> param_elements, moment_elements;
   std::vector<double> grad_norm;     // per step, before clipping
   long delink_step = -1;             // the step that ran first on the delinked (real) model, -1 without delink
   long first_step = 0;               // losses[i] is step first_step + i (> 0 after a resume)
