@@ -185,9 +185,11 @@ TEST(RunMoe, ExpertShardedCheckpointsResumeBitIdentical) {
     std::string dir = tmpdir() + "/" + name;
     fs::remove_all(dir);
     json whole = run(f, 4, false);
-    json first = run(f, 2, false, nullptr, "--checkpoint-dir " + dir + " --checkpoint-every 2");
+    json first = run(f, 4, false, nullptr, "--checkpoint-dir " + dir + " --checkpoint-every 2");
     ASSERT_FALSE(whole.is_null());
     ASSERT_FALSE(first.is_null());
+    EXPECT_EQ(first["losses"], whole["losses"]);
+    fs::remove_all(dir + "/step_00000004");  // resume from step 2
     json resumed = run(f, 4, false, nullptr, "--checkpoint-dir " + dir + " --resume");
     ASSERT_FALSE(resumed.is_null());
     EXPECT_EQ(resumed["first_step"], 2);
