@@ -24,7 +24,8 @@
 // moment (CPU Adam on the flat buffers between host_phase_begin / host_phase_end).
 // Optimizer offload (exec/host_optimizer.hpp): no moments on the device; per own range, gradients down, host Adam,
 // parameters up. Granular offload (exec/runtime_granular.hpp): an offloaded layer has no device storage between
-// runs (cbase / gbase -1; P / Gd give its host copies); each run points its views at the run's loaded copy, its
+// runs (cbase / gbase -1; P / Gd give its host copies, with zparam the rank's slice); each run points its views at
+// the run's loaded copy (zparam: the slices gathered into uparam, like a ZeRO-3 layer's), its
 // backward gradient is a transient buffer sent down at the run's end; the optimizer works on its host memory
 // under the CPU backend.
 // Memory (what `trainplan validate` measures against the simulator): activations are held as a trainer's
@@ -120,7 +121,7 @@ struct RankRun {
   }
   T* P(long long i) {  // (zparam layers: i must lie in this rank's slice)
     int u = unit_at(i);
-    if (gran.is_off(u)) return gran.param(u) + (i - units[u].a);  // granular: host memory
+    if (gran.is_off(u)) return gran.param_at(u, i);  // granular: host memory (zparam: this rank's slice)
     if (zparam && is_layer_unit(u)) {
       size_t k = own_index(u) + (i >= units[u].x);  // its dense or expert slice
       return pslice.data() + own_off[k] + (i - own[k].first);
@@ -129,7 +130,7 @@ struct RankRun {
   }
   T* Gd(long long i) {
     int u = unit_at(i);
-    return gran.is_off(u) ? gran.grad(u) + (i - units[u].a) : grads.data() + gbase[u] + (i - units[u].a);
+    return gran.is_off(u) ? gran.grad_at(u, i) : grads.data() + gbase[u] + (i - units[u].a);
   }
   std::unique_ptr<ChunkStore<T>> store;              // plan.offload "chunked"
   GranularHost<T> gran;   // plan.offload "granular": offloaded layers on the host (exec/runtime_granular.hpp)
@@ -211,15 +212,19 @@ struct RankRun {
     units[L + 1].x = units[L + 1].b;
     long long state = 0, hstate = 0;  // the moments' length on the device / host (granular offload)
     std::vector<char> goff(units.size(), 0);
-    std::vector<long long> ulen;
+    std::vector<long long> hlen, horigin;  // granular: per unit, its host length and flat start (zparam: the slice)
+    zparam = p.zero >= 3 && p.data_ranks() > 1 && p.offload.kind != OffloadKind::chunked;
     if (p.offload.kind == OffloadKind::granular)
       for (int l : p.offload.layers) goff[unit_of_layer(l)] = units[unit_of_layer(l)].owned;
     for (Unit& u : units) {
       const int ui = int(&u - units.data());
-      ulen.push_back(u.b - u.a);
       u.slice = p.zero >= 1 ? (u.x - u.a + p.data_ranks() - 1) / p.data_ranks() : u.x - u.a;
       const int en = seg(ui, 1).n;
       u.eslice = p.zero >= 1 ? (u.b - u.x + en - 1) / en : u.b - u.x;
+      // granular host side (offloaded units have no experts: one segment over dp); zparam: the rank's slice
+      const bool sliced = zparam && is_layer_unit(ui);
+      hlen.push_back(sliced ? u.slice : u.b - u.a);
+      horigin.push_back(sliced ? (p.zero >= 1 ? u.a + rc.dp * u.slice : u.a) : u.a);
       if (!u.owned) continue;
       for (int si = 0; si < nseg(ui); ++si) {  // an own range per segment
         const Seg sg = seg(ui, si);
@@ -233,11 +238,10 @@ struct RankRun {
         at += sg.slice;  // padded: every own range gets its full slice
       }
     }
-    if (p.offload.kind == OffloadKind::granular) gran.init(goff, ulen, hstate);
+    if (p.offload.kind == OffloadKind::granular) gran.init(goff, hlen, horigin, hstate);
     // The rank holds only its stage's units: a compact buffer of the owned units in layout order; flat
     // (layout) offsets map to it through cbase (P / Gd below). Views of other stages' units get no storage.
-    // zparam: the owned layers are only their slices (pslice, by own range).
-    zparam = p.zero >= 3 && p.data_ranks() > 1 && p.offload.kind != OffloadKind::chunked;
+    // zparam: the owned layers are only their slices (pslice, by own range; granular: on the host).
     {
       std::vector<T> all = std::move(init);  // host data, uploaded unit by unit
       long long n = 0;
@@ -247,10 +251,11 @@ struct RankRun {
       zeros(params, n);
       for (size_t ui = 0; ui < units.size(); ++ui)
         if (cbase[ui] >= 0) upload(params.data() + cbase[ui], all.data() + units[ui].a, units[ui].b - units[ui].a);
-        else if (gran.is_off((int)ui)) std::copy(all.data() + units[ui].a, all.data() + units[ui].b, gran.param((int)ui));
+        else if (gran.is_off((int)ui))
+          std::copy(all.data() + gran.origin[ui], all.data() + std::min(units[ui].b, gran.origin[ui] + gran.len[ui]), gran.param((int)ui));
       if (zparam) zeros(pslice, state);
       for (size_t ui = 0; zparam && ui < units.size(); ++ui)
-        for (int si = 0; units[ui].owned && is_layer_unit((int)ui) && si < nseg((int)ui); ++si) {
+        for (int si = 0; units[ui].owned && is_layer_unit((int)ui) && !gran.is_off((int)ui) && si < nseg((int)ui); ++si) {
           size_t k = own_index((int)ui) + si;
           upload(pslice.data() + own_off[k], all.data() + own[k].first, own[k].second - own[k].first);
         }
@@ -335,14 +340,9 @@ struct RankRun {
       gl.each_view(u.x, u.b, [&](size_t v, long long lo, long long, long long at) { ptab[v] = ebase + at - lo; });
       return;
     }
-    if (gran.is_off(ui)) {  // granular: the updated slices gathered on the host, into the host parameters
-      BackendScope host(cpu_backend());
-      Buf<T> mine(u.slice), all(u.slice * p.data_ranks());
-      std::fill(mine.begin(), mine.end(), T(0));
-      long long a = u.a + rc.dp * u.slice, z = std::min(u.b, a + u.slice);
-      std::copy(P(a), P(a) + std::max(0LL, z - a), mine.begin());
-      dp->all_gather(mine.data(), all.data(), u.slice, dtype_of<T>());
-      std::copy(all.begin(), all.begin() + (u.b - u.a), gran.param(ui));
+    if (gran.is_off(ui)) {  // granular (ZeRO 1-2): the updated slices gathered on the host, into the host parameters
+      long long a = u.a + rc.dp * u.slice;
+      gran.host_all_gather(*dp, ui, u.slice, a, std::min(u.b, a + u.slice), u.b - u.a);
       return;
     }
     for (int si = 0; si < nseg(ui); ++si) {
@@ -355,8 +355,8 @@ struct RankRun {
       gl.write_range(ptab, sg.lo, sg.hi, all.data());
     }
   }
-  void param_release(int ui) {  // zparam: the gathered unit is freed at its run's end
-    if (!zparam || !is_layer_unit(ui)) return;
+  void param_release(int ui) {  // zparam: the gathered unit is freed at its run's end (granular: its views unset)
+    if (!(zparam || gran.is_off(ui)) || !is_layer_unit(ui)) return;
     Buf<T>().swap(uparam[ui]);
     gl.each_view(units[ui].a, units[ui].b, [&](size_t v, long long, long long, long long) { ptab[v] = nullptr; });
   }
@@ -393,12 +393,6 @@ struct RankRun {
       return parts;
     };
     if (store) check_runs_fit<T>(*store, run_layer, run_parts, (long long)p.offload.chunk_elements);
-    if (gran.on()) {  // the runs that use an offloaded layer
-      std::vector<int> ru(run_layer.size(), -1);
-      for (size_t r = 0; r < ru.size(); ++r)
-        if (gran.is_off(unit_of_layer(run_layer[r]))) ru[r] = unit_of_layer(run_layer[r]);
-      gran.set_runs(ru, p.offload.prefetch_layers);
-    }
     int cur_run = -1;
     auto enter = [&](size_t k) {  // before the first use of piece k's parameters: its run's chunks resident, pinned
       if (!store || run_of_piece[k] == cur_run) return;
@@ -477,7 +471,7 @@ struct RankRun {
       if (store) store->zero_resident_grads();
       cur_run = -1;
       if (p.zero >= 2) ops::fill(gshard.data(), T(0), (long)gshard.size());
-      if (gran.on()) gran.begin_step();
+      if (gran.on()) gran.begin_step(run_layer, shared, p.offload.prefetch_layers);  // (the runs change at a delink)
       for (long long j = 0; j < m; ++j) {
         fill_micro_batch(tokens, BatchSpec{(int)Tn, (int)b, o.seed}, step, (long)((rc.dp / p.cp * m + j) * b),
                          host_in.data(), host_tgt.data());
@@ -530,15 +524,15 @@ struct RankRun {
           bool run_end = pc + 1 == pieces.size() || pieces[pc + 1].layer != l || pieces[pc + 1].pass != pz.pass;
           const int wl = (int)weight_group(l, L, shared);  // the weight slot position l uses
           enter(pc);
-          if (p.zero >= 3 && run_start) {
+          if (p.zero >= 3 && run_start && !gran.is_off(unit_of_layer(wl))) {  // (granular: gathered as loaded)
             char zn[64];
             std::snprintf(zn, sizeof zn, "zero.allgather.L%02d-L%02d.mb%d", l, l, (int)j);
             rec.span(zn, kTidZero, [&] { all_gather_unit(unit_of_layer(wl)); });
           }
-          if (run_start && gran.is_off(unit_of_layer(wl))) {  // granular: this run's loaded device copy
-            T* d = gran.device_copy(run_of_piece[pc]);
-            gl.each_view(units[unit_of_layer(wl)].a, units[unit_of_layer(wl)].b,
-                         [&](size_t v, long long lo, long long, long long at) { ptab[v] = d + at - lo; });
+          if (run_start && gran.is_off(unit_of_layer(wl))) {  // granular: the run's loaded copy (zparam: gathered)
+            const int u = unit_of_layer(wl);
+            T* d = gran.attach(run_of_piece[pc], zparam ? dp.get() : nullptr, units[u].slice, uparam[u]);
+            gl.each_view(units[u].a, units[u].b, [&](size_t v, long long lo, long long, long long at) { ptab[v] = d + at - lo; });
           }
           const double piece_t0 = rec.on ? rec.now() : 0;
           LayerActs<T>& a = acts[(size_t)l * m + j];
@@ -580,11 +574,7 @@ struct RankRun {
             }
           }
           if (run_end) param_release(unit_of_layer(wl));
-          if (run_end && gran.is_off(unit_of_layer(wl))) {  // its copy freed; the next loads
-            gl.each_view(units[unit_of_layer(wl)].a, units[unit_of_layer(wl)].b,
-                         [&](size_t v, long long, long long, long long) { ptab[v] = nullptr; });
-            gran.end_run(run_of_piece[pc]);
-          }
+          if (run_end && gran.is_off(unit_of_layer(wl))) gran.end_run(run_of_piece[pc]);  // the next loads
           if (rec.on) {
             rec.ev.push_back({part_op_name(part_name(l), fwd ? "fwd" : "bwd", "", (int)j), kTidCompute, piece_t0, rec.now()});
             rec.sample_memory();
@@ -702,14 +692,19 @@ struct RankRun {
       if (wg == l) continue;
       const Unit &src = units[unit_of_layer(wg)], &dst = units[unit_of_layer(l)];
       size_t ks = own_index(unit_of_layer(wg)), kd = own_index(unit_of_layer(l));
-      if (!zparam) ops::copy(P(dst.a), P(src.a), (long)(src.b - src.a));
+      const int us = unit_of_layer(wg), ud = unit_of_layer(l);
+      const bool hs = gran.is_off(us), hd = gran.is_off(ud);  // granular: host memory
+      if (!zparam) GranularHost<T>::move(P(dst.a), hd, P(src.a), hs, src.b - src.a);
       if (src.owned && dst.owned) {
-        if (zparam) ops::copy(pslice.data() + own_off[kd], pslice.data() + own_off[ks], (long)src.slice);
+        if (zparam)  // the slices (granular: on the host)
+          GranularHost<T>::move(hd ? gran.param(ud) : pslice.data() + own_off[kd], hd,
+                                hs ? gran.param(us) : pslice.data() + own_off[ks], hs, src.slice);
         if (hopt.on()) {
           hopt.copy_moments(own_off[kd], own_off[ks], src.slice);
         } else {
-          ops::copy(m1.data() + own_off[kd], m1.data() + own_off[ks], (long)src.slice);
-          ops::copy(m2.data() + own_off[kd], m2.data() + own_off[ks], (long)src.slice);
+          for (auto [dev, host] : {std::pair{&m1, &gran.m1}, std::pair{&m2, &gran.m2}})
+            GranularHost<T>::move((hd ? host->data() : dev->data()) + own_off[kd], hd,
+                                  (hs ? host->data() : dev->data()) + own_off[ks], hs, src.slice);
         }
       }
     }

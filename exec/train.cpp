@@ -41,11 +41,7 @@ void check_runnable(const Scenario& sc) {
   const Plan& p = sc.plan;
   std::vector<std::string> no;
   auto need = [&](bool ok, const std::string& what) { if (!ok) no.push_back(what); };
-  if (p.offload.kind == OffloadKind::granular) {  // exec/runtime_granular.hpp
-    need(p.zero <= 2, "$.plan.zero 3 with $.plan.offload kind \"granular\" (ZeRO 0-2 run)");
-    need(p.tp_mode == TpMode::d1 && p.cp == 1, "$.plan.offload kind \"granular\" with tp_mode \"2d\" or cp > 1");
-    need(!sc.delink.on(), "$.plan.offload kind \"granular\" with $.plan.delink");
-  }
+  // plan.offload "granular" runs with every ZeRO stage, cp, 2D and delinking (exec/runtime_granular.hpp).
   need(p.tp_mode == TpMode::d2 || sc.model.vocab % p.tp == 0,
        "$.plan.tp: must divide the model's vocab (" + std::to_string(sc.model.vocab) + ") for the vocabulary-parallel embedding");
   if (sc.model.moe.experts > 0) {  // exec/moe.hpp: MoE with expert parallelism over dp (and SP), no cp

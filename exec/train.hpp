@@ -6,8 +6,8 @@
 // interleaved, modular) with standard or layered accumulation, recompute none / selective / full, float32 or
 // float64, 2D TP, sequence parallelism, delink, chunked offload (PatrickStar, exec/chunk_store.hpp: a real
 // device arena of --device-budget bytes), optimizer offload (ZeRO-Offload, exec/host_optimizer.hpp) and granular
-// offload with ZeRO 0-2 (M6-10T, exec/runtime_granular.hpp). Other plan keys (MoE; granular with ZeRO-3, 2D TP,
-// cp or delink) are rejected with exit code 2 before any rank starts work.
+// offload with ZeRO 0-3, cp, 2D TP and delink (M6-10T, exec/runtime_granular.hpp). Plan keys check_runnable
+// refuses are rejected with exit code 2 before any rank starts work.
 #pragma once
 #include <string>
 #include <vector>

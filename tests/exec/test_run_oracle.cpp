@@ -149,11 +149,21 @@ TEST(RunOracle, BadPlansExitTwoBeforeWork) {
   std::ifstream log(f + ".log");
   std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
   EXPECT_NE(text.find("$.plan: dp x tp x pp = 4 ranks, but this job has 1"), std::string::npos) << text;
-  // A plan key the executor does not run yet.
-  f = scenario("offload", {{"zero", 3}, {"offload", {{"kind", "granular"}, {"layers", {1}}}}});
+  // A plan key the executor does not run yet: offload with a mixture-of-experts model.
+  {
+    json mj = json::parse(std::ifstream(std::string(TP_SOURCE_DIR) + "/scenarios/exec/tiny-moe.json"));
+    mj["plan"]["offload"] = {{"kind", "granular"}, {"layers", {1}}};
+    f = tmpdir() + "/moe_offload.json";
+    std::ofstream(f) << mj.dump(2);
+  }
   cmd = std::string(TP_BINARY) + " run " + f + " --steps 1 --quiet > " + f + ".log 2>&1";
   rc = std::system(cmd.c_str());
   EXPECT_EQ(WEXITSTATUS(rc), 2);
+  {
+    std::ifstream olog(f + ".log");
+    std::string otext((std::istreambuf_iterator<char>(olog)), std::istreambuf_iterator<char>());
+    EXPECT_NE(otext.find("$.plan.offload with a mixture-of-experts model"), std::string::npos) << otext;
+  }
   // A backend this binary lacks (exec/backend.hpp), or none of that name.
   f = scenario("backend", json::object());
   for (const char* b : {"cuda", "tpu"}) {
