@@ -87,7 +87,11 @@ struct Event { void* handle = nullptr; };
 
 struct Backend {
   const char* name = "";       // "cpu", "emu", "cuda"
-  bool host_accessible = true;  // device memory is host memory (comm may take device pointers)
+  bool host_accessible = true;  // device memory is host memory (comm, checkpoints may take device pointers)
+  // True when p points into this backend's device memory, which host code must not read (only meaningful
+  // when !host_accessible; null on host-accessible backends). Pinned host memory (alloc_pinned) is not device
+  // memory: host code reads it, and ops may also take it (mapped, as CUDA's unified addressing allows).
+  bool (*is_device_ptr)(const void* p) = nullptr;
   // Device memory (aligned for any scalar type; alloc(0) may return null; null when out of memory) and pinned
   // host memory. Buf (exec/gpt.hpp) allocates every tensor buffer through alloc / free.
   void* (*alloc)(size_t bytes) = nullptr;
@@ -120,9 +124,20 @@ const Backend& cpu_backend();
 // The emu backend (exec/kernels/backend_emu.cpp): the kernels of exec/kernels/ on the CPU block emulator, GEMMs
 // on the CPU backend, every op's pointers checked against its registry of allocations (docs/kernels.md).
 const Backend& emu_backend();
+// The emu backend with device memory the host cannot read (host_accessible == false), backend "emu-device"
+// (exec/kernels/backend_emu_device.cpp): tensor allocations are handles into an address range mapped
+// PROT_NONE; ops and the backend's copies translate them, and host code that reads or writes one dies with
+// SIGSEGV and a message naming the address. It runs the executor under a GPU's memory rules without a GPU.
+const Backend& emu_device_backend();
+// True when `b` is not host-accessible and p lies in its device memory (the runtime's staging decisions).
+inline bool on_device(const Backend& b, const void* p) { return !b.host_accessible && b.is_device_ptr && b.is_device_ptr(p); }
+// The same backend with alloc / free taken from its pinned host memory (alloc_pinned / free_pinned): a
+// BackendScope over it makes Buf containers of pinned host memory that the backend's ops also accept.
+const Backend& pinned_variant(const Backend& b);
+
 // The backends compiled into this binary, "cpu" first, then "emu" (the list tests loop over).
 std::vector<const Backend*> available_backends();
-// The backend named `name`, or null with `why` set: "backend cuda is not built in this version" for a known
+// The backend named `name` (also "emu-device"), or null with `why` set: "backend cuda is not built in this version" for a known
 // backend that this binary lacks, or an unknown-name message listing cpu|emu|cuda.
 const Backend* find_backend(const std::string& name, std::string& why);
 
