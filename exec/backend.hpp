@@ -2,14 +2,14 @@
 // A Backend is a plain table: device and pinned-host memory, copies between host and device, streams and
 // events, and the op table (one per dtype) that exec/ops.hpp dispatches through. The model (gpt.cpp,
 // gpt2d.cpp) and the runtime (runtime*.cpp, chunk_store.cpp) read and write tensor data only through these ops
-// and copies, and allocate it through alloc. (Checkpoint I/O, communication, the chunk arena's compaction and the
-// chunk store's CPU Adam still assume host memory: the steps left before a device backend, docs/architecture.md.)
+// and copies, and allocate it through alloc. Where the runtime needs tensor data on the host (communication,
+// checkpoint files, chunked offload's host side) it stages it when host_accessible is false (docs/cuda.md).
 // Invariants:
 //  - Backends are immutable tables; several live in one process. The CURRENT backend (the one ops:: calls
 //    use) is per thread, set with BackendScope (RAII, nests), and is the CPU backend by default.
 //  - Memory rule for communication: Comm (exec/comm.hpp) takes HOST pointers. On a backend with
-//    host_accessible == true (the CPU) device memory is host memory and is passed as is; a device backend
-//    stages through pinned host buffers around every collective.
+//    host_accessible == true (cpu, emu) device memory is host memory and is passed as is; on a device backend
+//    (cuda, emu-device) the runtime stages through pinned host buffers around every call (staged_comm).
 //  - Op contracts (shapes, overwrite-vs-accumulate, aliasing) are those of exec/ops.hpp; every backend's
 //    table implements all of them (no null entries: tests/exec/test_backend_ops.cpp checks).
 //  - Streams and events are handles; on the CPU every call is synchronous and they are trivial.
