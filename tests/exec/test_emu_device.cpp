@@ -16,6 +16,7 @@
 #include "exec/ops.hpp"
 
 using namespace tp::exec;
+namespace ops = tp::ops;
 
 namespace {
 
