@@ -7,6 +7,7 @@
 // copy completed); an isend's staging buffer lives until reap_sends / wait_sends says the send completed; the
 // scratch buffers grow and are reused (pinned allocation is slow on a GPU); on a host-accessible backend the
 // runtime never wraps (the CPU path is zero-copy).
+#include <cstdlib>
 #include <deque>
 #include <memory>
 #include <string>
@@ -125,7 +126,10 @@ class StagedComm final : public Comm {
     return k;
   }
   void barrier() override { in_->barrier(); }
-  [[noreturn]] void abort(int code, const std::string& message) override { in_->abort(code, message); }
+  [[noreturn]] void abort(int code, const std::string& message) override {
+    in_->abort(code, message);
+    std::abort();  // not reached: Comm::abort does not return
+  }
 
  private:
   static size_t bytes(long n, Dtype d) { return n > 0 ? dtype_bytes(d) * (size_t)n : 0; }

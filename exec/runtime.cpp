@@ -217,7 +217,10 @@ struct RankRun {
     // gradients, the optimizer state) is pinned host memory, which the host Adam reads and the ops may also take.
     host_flat = p.offload.kind == OffloadKind::chunked && !current_backend().host_accessible;
     std::optional<BackendScope> pinned;
-    if (host_flat) pinned.emplace(pinned_variant(current_backend()));
+    if (host_flat) {  // (a Buf keeps the allocator of its construction: fresh ones take the pinned scope's)
+      pinned.emplace(pinned_variant(current_backend()));
+      for (Buf<T>* b : {&params, &grads, &m1, &m2, &gshard}) *b = Buf<T>();
+    }
     {
       std::vector<T> all = std::move(init);  // host data, uploaded unit by unit
       long long n = 0;
@@ -578,6 +581,7 @@ struct RankRun {
         std::optional<BackendScope> host;  // (the CPU's Adam on the pinned flat buffers)
         if (host_flat) host.emplace(cpu_backend());
         optimizer_step(step, warmup, res);
+        host.reset();  // (the store moves the parameters up through the device backend)
         if (store) store->host_phase_end();
       });
       if (hopt.on()) record_host_optimizer_step(res.offload, hopt);
