@@ -40,6 +40,7 @@
 #include <cstring>
 #include <deque>
 #include <map>
+#include <optional>
 #ifdef __GLIBC__
 #include <malloc.h>
 #endif
@@ -141,6 +142,7 @@ struct RankRun {
     for (size_t k = 0; hopt.on() && k < own.size(); ++k) hopt.pull(P(own[k].first), own_off[k], own[k].second - own[k].first);
   }
   long delink_step = -1;                             // the step at which the shared weights are delinked
+  bool host_flat = false;  // chunked offload, backend not host-accessible: flat buffers in pinned host memory
 
   RankRun(const Scenario& s, const RunOptions& opt, Comm& w) : sc(s), p(s.plan), o(opt), world(w) {}
 
@@ -242,6 +244,14 @@ struct RankRun {
     // The rank holds only its stage's units: a compact buffer of the owned units in layout order; flat
     // (layout) offsets map to it through cbase (P / Gd below). Views of other stages' units get no storage.
     // zparam: the owned layers are only their slices (pslice, by own range; granular: on the host).
+    // Chunked offload on a backend that is not host-accessible: the store's host side (flat parameters and
+    // gradients, the optimizer state) is pinned host memory, which the host Adam reads and the ops may also take.
+    host_flat = p.offload.kind == OffloadKind::chunked && !current_backend().host_accessible;
+    std::optional<BackendScope> pinned;
+    if (host_flat) {  // (a Buf keeps the allocator of its construction: fresh ones take the pinned scope's)
+      pinned.emplace(pinned_variant(current_backend()));
+      for (Buf<T>* b : {&params, &grads, &m1, &m2, &gshard}) *b = Buf<T>();
+    }
     {
       std::vector<T> all = std::move(init);  // host data, uploaded unit by unit
       long long n = 0;
@@ -288,6 +298,7 @@ struct RankRun {
       pull_master();
     }
     if (p.zero >= 2) zeros(gshard, state);
+    pinned.reset();  // (the chunk store's arena below is device memory)
     if (p.offload.kind == OffloadKind::chunked) {  // the owned units' views in the simulator's order, part = unit
       std::vector<std::pair<long long, long long>> spans;
       for (const Unit& u : units) spans.push_back({u.a, u.b});
@@ -599,7 +610,10 @@ struct RankRun {
       sendbufs.clear();
       rec.span("dp+optimizer", kTidDp, [&] {
         if (store) store->host_phase_begin((int)run_layer.size());  // the ADAM moment
+        std::optional<BackendScope> host;  // (the CPU's Adam on the pinned flat buffers)
+        if (host_flat) host.emplace(cpu_backend());
         optimizer_step(step, warmup, res);
+        host.reset();  // (the store moves the parameters up through the device backend)
         if (store) store->host_phase_end();
       });
       if (hopt.on()) record_host_optimizer_step(res.offload, hopt);
@@ -819,8 +833,12 @@ RunResult run_training(const Scenario& sc, const RunOptions& o, Comm& world) {
     throw InputError({std::string("$.plan.cp: context parallelism needs the attention_fwd_kv op, which backend ") +
                       backend->name + " does not have yet (use --backend cpu or emu)"});
   BackendScope on_backend(*backend);  // every ops:: call of this rank's run goes to it
-  if (o.fp64) { RankRun<double> r(sc, o, world); return r.run(); }
-  RankRun<float> r(sc, o, world);
+  // Device memory the host cannot read: every collective and send stages device buffers through pinned host
+  // memory (exec/comm_staged.cpp). The CPU backend passes tensors to the communicator as they are.
+  std::unique_ptr<Comm> staged = backend->host_accessible ? nullptr : staged_comm(world, *backend);
+  Comm& comm = staged ? *staged : world;
+  if (o.fp64) { RankRun<double> r(sc, o, comm); return r.run(); }
+  RankRun<float> r(sc, o, comm);
   return r.run();
 }
 

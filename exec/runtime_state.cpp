@@ -87,8 +87,23 @@ void gather_unit(Comm& dp, const T* mine, long long slice, Buf<T>& full) {
 template void gather_unit<float>(Comm&, const float*, long long, Buf<float>&);
 template void gather_unit<double>(Comm&, const double*, long long, Buf<double>&);
 
+namespace {
+// A checkpoint file is written and read on the host: tensors in device memory (a backend that is not
+// host-accessible) go through host copies; others (every tensor on the CPU backend) are used in place.
+bool staged(const TensorView& t) { return t.count > 0 && on_device(current_backend(), t.data); }
+size_t view_bytes(const TensorView& t) { return dtype_bytes(t.dtype) * (size_t)t.count; }
+}  // namespace
+
 void save_rank_checkpoint(const Scenario& sc, const RunOptions& o, Comm& world, long next_step,
-                          const std::vector<TensorView>& tensors) {
+                          const std::vector<TensorView>& device_tensors) {
+  std::vector<TensorView> tensors = device_tensors;
+  std::vector<std::vector<char>> host;  // the staged copies
+  for (TensorView& t : tensors)
+    if (staged(t)) {
+      host.emplace_back(view_bytes(t));
+      current_backend().copy(host.back().data(), t.data, view_bytes(t), CopyKind::device_to_host, Stream{});
+      t.data = host.back().data();
+    }
   CheckpointHeader h;
   h.step = next_step;
   h.seed = o.seed;
@@ -127,7 +142,13 @@ void load_rank_checkpoint(const Scenario& sc, const RunOptions& o, int rank, lon
   if (rank == 0 && d.contains("steps") && d["steps"] != o.steps)
     std::fprintf(stderr, "warning: resuming with --steps %d where the checkpoint's run had %s: the learning-rate schedule "
                  "(warmup and cosine decay over --steps) changes from here\n", o.steps, d["steps"].dump().c_str());
-  for (const TensorView& t : tensors) c.copy_to(t.name, const_cast<void*>(t.data), t.count, t.dtype);
+  std::vector<char> host;
+  for (const TensorView& t : tensors) {
+    if (!staged(t)) { c.copy_to(t.name, const_cast<void*>(t.data), t.count, t.dtype); continue; }
+    host.resize(view_bytes(t));
+    c.copy_to(t.name, host.data(), t.count, t.dtype);
+    current_backend().copy(const_cast<void*>(t.data), host.data(), host.size(), CopyKind::host_to_device, Stream{});
+  }
 }
 
 }  // namespace tp::exec::detail
