@@ -200,17 +200,17 @@ int cmd_run(int argc, char** argv) {
   if ((o.checkpoint_every > 0 || o.resume) && o.checkpoint_dir.empty()) throw Usage("--checkpoint-every and --resume need --checkpoint-dir");
   o.fp64 = a.flag("--fp64");
   o.backend = a.value("--backend", "cpu");
-  if (o.backend == "cuda") {  // no device: 77 with the reason; a device: training there is not wired yet
+  if (o.backend == "cuda") {  // no device: 77 with the reason; a device (the local rank's): trains there in fp32
     std::string why;
     exec::CudaLoad st;
-    if (exec::load_cuda_backend(st, why) || st != exec::CudaLoad::no_device) {
-      if (why.empty()) why = "the device was found, but training on the cuda backend is not wired yet (issue 11: "
-                             "host staging for MPI, checkpoints and the chunk store from device memory); run "
-                             "`trainplan selftest --backend cuda`";
-      throw InputError({"--backend cuda: " + why});
+    if (!exec::load_cuda_backend(st, why)) {
+      if (st != exec::CudaLoad::no_device) throw InputError({"--backend cuda: " + why});
+      std::cerr << "error: " << why << "\n";
+      return 77;
     }
-    std::cerr << "error: " << why << "\n";
-    return 77;
+    if (o.fp64)
+      throw Usage("--fp64 with --backend cuda: the cuda backend computes in float32 (float64 is the CPU oracle's "
+                  "precision: run it with --backend cpu)");
   }
   exec::Comm& world = exec::world();
   o.progress = world.rank() == 0 && isatty(2) && !a.flag("--quiet");

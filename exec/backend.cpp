@@ -3,6 +3,9 @@
 // BackendScope, so concurrent tests on different threads can use different backends.
 #include "exec/backend.hpp"
 
+#include <map>
+#include <mutex>
+
 #include "exec/cuda_loader.hpp"
 
 namespace tp::exec {
@@ -15,12 +18,27 @@ std::vector<const Backend*> available_backends() { return {&cpu_backend(), &emu_
 const Backend* find_backend(const std::string& name, std::string& why) {
   for (const Backend* b : available_backends())
     if (name == b->name) return b;
+  if (name == "emu-device") return &emu_device_backend();
   if (name == "cuda") {  // dlopens libtrainplan_cuda.so (exec/cuda_loader.hpp); null with why when no device
     CudaLoad status;
     return load_cuda_backend(status, why);
   }
-  else why = "unknown backend \"" + name + "\" (expected cpu, emu or cuda)";
+  else why = "unknown backend \"" + name + "\" (expected cpu, emu, emu-device or cuda)";
   return nullptr;
+}
+
+const Backend& pinned_variant(const Backend& b) {
+  static std::mutex m;
+  static std::map<const Backend*, Backend>* made = new std::map<const Backend*, Backend>;  // never destroyed
+  std::lock_guard<std::mutex> lk(m);
+  auto it = made->find(&b);
+  if (it == made->end()) {
+    Backend v = b;
+    v.alloc = b.alloc_pinned;
+    v.free = b.free_pinned;
+    it = made->emplace(&b, v).first;
+  }
+  return it->second;
 }
 
 const Backend& current_backend() { return t_current ? *t_current : cpu_backend(); }

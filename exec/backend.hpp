@@ -2,14 +2,14 @@
 // A Backend is a plain table: device and pinned-host memory, copies between host and device, streams and
 // events, and the op table (one per dtype) that exec/ops.hpp dispatches through. The model (gpt.cpp,
 // gpt2d.cpp) and the runtime (runtime*.cpp, chunk_store.cpp) read and write tensor data only through these ops
-// and copies, and allocate it through alloc. (Checkpoint I/O, communication, the chunk arena's compaction and the
-// chunk store's CPU Adam still assume host memory: the steps left before a device backend, docs/architecture.md.)
+// and copies, and allocate it through alloc. Where the runtime needs tensor data on the host (communication,
+// checkpoint files, chunked offload's host side) it stages it when host_accessible is false (docs/cuda.md).
 // Invariants:
 //  - Backends are immutable tables; several live in one process. The CURRENT backend (the one ops:: calls
 //    use) is per thread, set with BackendScope (RAII, nests), and is the CPU backend by default.
 //  - Memory rule for communication: Comm (exec/comm.hpp) takes HOST pointers. On a backend with
-//    host_accessible == true (the CPU) device memory is host memory and is passed as is; a device backend
-//    stages through pinned host buffers around every collective.
+//    host_accessible == true (cpu, emu) device memory is host memory and is passed as is; on a device backend
+//    (cuda, emu-device) the runtime stages through pinned host buffers around every call (staged_comm).
 //  - Op contracts (shapes, overwrite-vs-accumulate, aliasing) are those of exec/ops.hpp; every backend's
 //    table implements all of them (no null entries: tests/exec/test_backend_ops.cpp checks).
 //  - Streams and events are handles; on the CPU every call is synchronous and they are trivial.
@@ -87,7 +87,11 @@ struct Event { void* handle = nullptr; };
 
 struct Backend {
   const char* name = "";       // "cpu", "emu", "cuda"
-  bool host_accessible = true;  // device memory is host memory (comm may take device pointers)
+  bool host_accessible = true;  // device memory is host memory (comm, checkpoints may take device pointers)
+  // True when p points into this backend's device memory, which host code must not read (only meaningful
+  // when !host_accessible; null on host-accessible backends). Pinned host memory (alloc_pinned) is not device
+  // memory: host code reads it, and ops may also take it (mapped, as CUDA's unified addressing allows).
+  bool (*is_device_ptr)(const void* p) = nullptr;
   // Device memory (aligned for any scalar type; alloc(0) may return null; null when out of memory) and pinned
   // host memory. Buf (exec/gpt.hpp) allocates every tensor buffer through alloc / free.
   void* (*alloc)(size_t bytes) = nullptr;
@@ -120,9 +124,20 @@ const Backend& cpu_backend();
 // The emu backend (exec/kernels/backend_emu.cpp): the kernels of exec/kernels/ on the CPU block emulator, GEMMs
 // on the CPU backend, every op's pointers checked against its registry of allocations (docs/kernels.md).
 const Backend& emu_backend();
+// The emu backend with device memory the host cannot read (host_accessible == false), backend "emu-device"
+// (exec/kernels/backend_emu_device.cpp): tensor allocations are handles into an address range mapped
+// PROT_NONE; ops and the backend's copies translate them, and host code that reads or writes one dies with
+// SIGSEGV and a message naming the address. It runs the executor under a GPU's memory rules without a GPU.
+const Backend& emu_device_backend();
+// True when `b` is not host-accessible and p lies in its device memory (the runtime's staging decisions).
+inline bool on_device(const Backend& b, const void* p) { return !b.host_accessible && b.is_device_ptr && b.is_device_ptr(p); }
+// The same backend with alloc / free taken from its pinned host memory (alloc_pinned / free_pinned): a
+// BackendScope over it makes Buf containers of pinned host memory that the backend's ops also accept.
+const Backend& pinned_variant(const Backend& b);
+
 // The backends compiled into this binary, "cpu" first, then "emu" (the list tests loop over).
 std::vector<const Backend*> available_backends();
-// The backend named `name`, or null with `why` set: "backend cuda is not built in this version" for a known
+// The backend named `name` (also "emu-device"), or null with `why` set: "backend cuda is not built in this version" for a known
 // backend that this binary lacks, or an unknown-name message listing cpu|emu|cuda.
 const Backend* find_backend(const std::string& name, std::string& why);
 

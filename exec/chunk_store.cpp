@@ -2,7 +2,9 @@
 // Every move of tensor data goes through the current backend (exec/backend.hpp): host flat buffers -> arena is
 // a host-to-device copy, arena -> host a device-to-host copy, zeroing a gradient slot the fill op. The arena is
 // allocated with the current backend's alloc (on the CPU backend operator new, so `validate` keeps counting it
-// in the tracked heap; on emu registered memory its checked ops accept); its compaction is still a host memmove.
+// in the tracked heap; on emu registered memory its checked ops accept); its compaction is a host memmove where
+// the host can read the arena, device-to-device copies otherwise. On a backend that is not host-accessible the
+// "host" flat buffers are pinned host memory (the runtime allocates them so; ops may take them).
 #include "exec/chunk_store.hpp"
 
 #include <algorithm>
@@ -22,6 +24,20 @@ double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock:
 template <class T>
 void move(T* dst, const T* src, long long n, CopyKind kind) {
   current_backend().copy(dst, src, sizeof(T) * (size_t)n, kind, Stream{});
+}
+// An overlapping move down inside the arena (dst < src): a memmove where the host can read the arena; on a
+// device, device-to-device copies of pieces no longer than the gap (each piece's destination was read by the
+// piece before it, so no copy overlaps itself).
+template <class T>
+void shift_down(T* dst, const T* src, long long n) {
+  const Backend& be = current_backend();
+  if (be.host_accessible) {
+    std::memmove(dst, src, sizeof(T) * (size_t)n);
+    return;
+  }
+  const long long gap = src - dst;
+  for (long long i = 0; i < n; i += gap)
+    be.copy(dst + i, src + i, sizeof(T) * (size_t)std::min(gap, n - i), CopyKind::device_to_device, Stream{});
 }
 }  // namespace
 
@@ -135,8 +151,7 @@ void ChunkStore<T>::compact() {
   std::map<long long, int> moved;
   long long prev = 0;
   for (const auto& [off, c] : slots_) {
-    // An overlapping move inside the arena (a device backend needs a staged or chunked device-to-device copy).
-    if (off != prev) std::memmove(arena_.get() + prev, arena_.get() + off, sizeof(T) * cap_[c]);
+    if (off != prev) shift_down(arena_.get() + prev, arena_.get() + off, cap_[c]);
     slot_[c] = prev;
     moved[prev] = c;
     if (!host_phase_) point(c, true);

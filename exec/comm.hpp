@@ -4,7 +4,7 @@
 // results do not depend on message arrival (the float64 oracle tests need bit-reproducible reductions).
 // Buffers hold `n` elements of float or double (Dtype names which). Buffers are HOST memory: on the CPU
 // backend (exec/backend.hpp, host_accessible) tensors are passed as they are; a device backend stages them
-// through pinned host buffers (until a device communicator, NCCL, takes device pointers).
+// through pinned host buffers (staged_comm below; until a device communicator, NCCL, takes device pointers).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -57,5 +57,9 @@ Comm& world();
 void finalize_world();
 // A one-rank communicator (tests, single-process runs).
 std::unique_ptr<Comm> make_local_comm();
+// `inner` (not owned) with host staging of the buffers that lie in `be`'s device memory (exec/comm_staged.cpp):
+// the runtime wraps the world in it when the backend is not host-accessible; splits are staged too.
+struct Backend;
+std::unique_ptr<Comm> staged_comm(Comm& inner, const Backend& be);
 
 }  // namespace tp::exec

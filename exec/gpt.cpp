@@ -37,6 +37,7 @@ GptShape gpt_shape(const Transformer& m, long long seq_len, int tp, int tp_rank)
   s.Fe = m.expert_ffn();
   s.moe_every = m.moe.every;
   s.capacity_factor = m.moe.capacity_factor;
+  s.Fs = m.moe.experts > 0 ? m.moe.shared_ffn_hidden : 0;
   return s;
 }
 
@@ -62,7 +63,8 @@ ModelParams model_params(const ViewNames& names, long long layers) {
     m.layers.push_back({at(P + "ln1_w"), at(P + "ln1_b"), at(P + "qkv_w"), at(P + "qkv_b"), at(P + "proj_w"),
                         at(P + "proj_b"), at(P + "ln2_w"), at(P + "ln2_b"), at(P + "fc1_w"), at(P + "fc1_b"),
                         at(P + "fc2_w"), at(P + "fc2_b"), at(P + "router_w"), at(P + "ex_w1"), at(P + "ex_b1"),
-                        at(P + "ex_w2"), at(P + "ex_b2")});
+                        at(P + "ex_w2"), at(P + "ex_b2"), at(P + "sh_fc1_w"), at(P + "sh_fc1_b"), at(P + "sh_fc2_w"),
+                        at(P + "sh_fc2_b")});
   }
   return m;
 }
@@ -98,12 +100,19 @@ GptLayout gpt_layout(const GptShape& s) {
     if (s.has_proj_bias()) add(p + "proj_b", s.C, li, false, s.C);
     add(p + "ln2_w", s.C, li, false, s.C);
     if (s.gelu) add(p + "ln2_b", s.C, li, false, s.C);
-    if (s.is_moe(l)) {  // every rank holds all experts (exec/moe.hpp: it computes only its ep share)
+    if (s.is_moe(l)) {  // the router, then this ep rank's El experts (exec/moe.hpp), last in the layer
       add(p + "router_w", s.C * s.experts, li, true, s.experts);
-      add(p + "ex_w1", s.experts * s.C * s.fe1_cols(), li, true, s.fe1_cols());
-      if (s.has_mlp_bias()) add(p + "ex_b1", s.experts * s.fe1_cols(), li, false, s.fe1_cols());
-      add(p + "ex_w2", s.experts * s.fe_loc() * s.C, li, true, s.C);
-      if (s.has_mlp_bias()) add(p + "ex_b2", s.experts * s.C, li, false, s.C);
+      if (s.Fs > 0) {  // shared experts: a dense MLP of Fs inner columns (dense part: reduced over dp)
+        add(p + "sh_fc1_w", s.C * s.fs1_cols(), li, true, s.fs1_cols());
+        if (s.has_mlp_bias()) add(p + "sh_fc1_b", s.fs1_cols(), li, false, s.fs1_cols());
+        add(p + "sh_fc2_w", s.fs_loc() * s.C, li, true, s.C);
+        if (s.has_mlp_bias()) add(p + "sh_fc2_b", s.C, li, false, s.C);
+      }
+      L.expert_begin.push_back(L.total);
+      add(p + "ex_w1", s.el() * s.C * s.fe1_cols(), li, true, s.fe1_cols());
+      if (s.has_mlp_bias()) add(p + "ex_b1", s.el() * s.fe1_cols(), li, false, s.fe1_cols());
+      add(p + "ex_w2", s.el() * s.fe_loc() * s.C, li, true, s.C);
+      if (s.has_mlp_bias()) add(p + "ex_b2", s.el() * s.C, li, false, s.C);
       L.layer_end.push_back(L.total);
       continue;
     }
@@ -112,6 +121,7 @@ GptLayout gpt_layout(const GptShape& s) {
     add(p + "fc2_w", s.f_loc() * s.C, li, true, s.C);
     if (s.has_mlp_bias()) add(p + "fc2_b", s.C, li, false, s.C);
     L.layer_end.push_back(L.total);
+    L.expert_begin.push_back(L.total);
   }
   L.head_begin = L.total;
   add("lnf_w", s.C, -1, false, s.C);
@@ -171,31 +181,35 @@ std::vector<T> shard_params(const GptLayout& full, const std::vector<T>& fp, con
     if (j < hq + hk) return s.H * D + r * hk + (j - hq);
     return s.H * D + s.Hkv * D + r * hk + (j - hq - hk);
   };
-  auto fc1_col = [&](long long j) {
-    long long fl = s.f_loc();
+  auto fc1_col = [&](long long j, bool shared) {  // (shared experts: their inner size Fs)
+    const long long fl = shared ? s.fs_loc() : s.f_loc(), F = shared ? s.Fs : s.F;
     if (j < fl) return r * fl + j;
-    return s.F + r * fl + (j - fl);  // SwiGLU up half
+    return F + r * fl + (j - fl);  // SwiGLU up half
   };
   for (const ParamView& v : sh.views) {
     const ParamView& fv = full.view(v.name);
     const T* src = fp.data() + fv.offset;
     T* dst = out.data() + v.offset;
+    if (ends_with(v.name, "ex_w1") || ends_with(v.name, "ex_b1") || ends_with(v.name, "ex_w2") ||
+        ends_with(v.name, "ex_b2"))  // the local experts: full experts [ep_rank El, ..) (fv.count / E each)
+      src += s.ep_rank * s.el() * (fv.count / s.experts);
+    const bool sh = v.name.find("sh_fc") != std::string::npos;  // shared experts: fc1 / fc2 of inner size Fs
     if (ends_with(v.name, "qkv_w") || ends_with(v.name, "fc1_w")) {
-      long long cols = ends_with(v.name, "qkv_w") ? s.qkv_cols() : s.fc1_cols();
+      long long cols = ends_with(v.name, "qkv_w") ? s.qkv_cols() : sh ? s.fs1_cols() : s.fc1_cols();
       long long full_cols = fv.count / C;
       for (long long i = 0; i < C; ++i)
         for (long long j = 0; j < cols; ++j)
-          dst[i * cols + j] = src[i * full_cols + (ends_with(v.name, "qkv_w") ? qkv_col(j) : fc1_col(j))];
+          dst[i * cols + j] = src[i * full_cols + (ends_with(v.name, "qkv_w") ? qkv_col(j) : fc1_col(j, sh))];
     } else if (ends_with(v.name, "qkv_b") || ends_with(v.name, "fc1_b")) {
-      for (long long j = 0; j < v.count; ++j) dst[j] = src[ends_with(v.name, "qkv_b") ? qkv_col(j) : fc1_col(j)];
+      for (long long j = 0; j < v.count; ++j) dst[j] = src[ends_with(v.name, "qkv_b") ? qkv_col(j) : fc1_col(j, sh)];
     } else if (ends_with(v.name, "ex_w1") || ends_with(v.name, "ex_b1")) {  // per expert: fc1's column split
       const long long cl = s.fe1_cols(), cfull = cl * s.tp, fl = s.fe_loc(), per = ends_with(v.name, "ex_w1") ? C : 1;
-      for (long long i = 0; i < s.experts * per; ++i)
+      for (long long i = 0; i < s.el() * per; ++i)
         for (long long j = 0; j < cl; ++j)
           dst[i * cl + j] = src[i * cfull + (j < fl ? r * fl + j : s.Fe + r * fl + (j - fl))];
     } else if (ends_with(v.name, "ex_w2")) {  // per expert: fc2's block of rows
       const long long fl = s.fe_loc();
-      for (long long e = 0; e < s.experts; ++e)
+      for (long long e = 0; e < s.el(); ++e)
         std::memcpy(dst + e * fl * C, src + (e * s.Fe + r * fl) * C, sizeof(T) * fl * C);
     } else if (v.name == "wte") {  // vocabulary rows [r V/t, (r+1) V/t)
       std::memcpy(dst, src + s.v_begin() * C, sizeof(T) * v.count);
@@ -212,7 +226,7 @@ std::vector<T> shard_params(const GptLayout& full, const std::vector<T>& fp, con
 template <class T>
 void LayerActs<T>::clear_all_but_input() {
   for (auto* v : {&ln1, &ln1_mean, &ln1_rstd, &q, &k, &v, &att, &attn, &x_mid, &ln2, &ln2_mean, &ln2_rstd, &fc1, &act,
-                  &m_probs, &m_gate, &m_xe, &m_ye}) {
+                  &m_probs, &m_gate, &m_xe, &m_ye, &s_fc1, &s_act}) {
     v->clear();
     v->shrink_to_fit();
   }
@@ -223,7 +237,7 @@ template <class T>
 size_t LayerActs<T>::bytes() const {
   size_t n = 0;
   for (auto* v : {&x_in, &ln1, &ln1_mean, &ln1_rstd, &q, &k, &v, &att, &attn, &x_mid, &ln2, &ln2_mean, &ln2_rstd, &fc1, &act,
-                  &m_probs, &m_gate, &m_xe, &m_ye})
+                  &m_probs, &m_gate, &m_xe, &m_ye, &s_fc1, &s_act})
     n += v->size();
   return n * sizeof(T) + m_slot.size() * sizeof(int32_t);
 }
@@ -239,6 +253,58 @@ static void gather_rows(Comm* tp, const T* shard, T* full, long rows_loc, long C
 template <class T>
 static void reduce_scatter_rows(Comm* tp, const T* full, T* shard, long rows_loc, long C) {
   tp->reduce_scatter_sum(full, shard, rows_loc * C, dt(T{}));
+}
+
+// The dense MLP, or a MoE layer's shared experts (views w1, b1, w2, b2; F1 / Fl inner columns on this rank), of
+// in [N, C] (the micro-batch's rows: under SP all-gathered): saves fc1 [N, F1] and act [N, Fl]; out [Nl, C] = this
+// rank's rows of the output (SP: reduce-scattered, else all-reduced over tp) with the fc2 bias.
+template <class T>
+static void mlp_fwd(const Gpt<T>& g, int w1, int b1, int w2, int b2, long F1, long Fl, const T* in, Buf<T>& fc1,
+                    Buf<T>& act, T* out, long N, long Nl) {
+  const long C = (long)g.lay.s.C;
+  fc1.resize(N * F1);
+  ops::matmul(fc1.data(), in, g.p(w1), N, F1, C, false, false, T(1), T(0));
+  if (b1 >= 0) ops::add_bias(fc1.data(), fc1.data(), g.p(b1), N, F1);
+  act.resize(N * Fl);
+  if (g.lay.s.gelu) ops::gelu_fwd(act.data(), fc1.data(), N * Fl);
+  else ops::swiglu_fwd(act.data(), fc1.data(), N, Fl);
+  if (g.sp) {
+    Buf<T> z(N * C);  // [N, C] partial
+    ops::matmul(z.data(), act.data(), g.p(w2), N, C, Fl, false, false, T(1), T(0));
+    reduce_scatter_rows(g.tp, z.data(), out, Nl, C);
+  } else {
+    ops::matmul(out, act.data(), g.p(w2), N, C, Fl, false, false, T(1), T(0));
+    if (g.tp) g.tp->all_reduce_sum(out, N * C, dt(T{}));
+  }
+  if (b2 >= 0) ops::add_bias(out, out, g.p(b2), Nl, C);
+}
+
+// Backward of mlp_fwd from dout [Nl, C] (read only): accumulates the weight gradients (b2's over this rank's rows)
+// and sets din [N, C] (resized) = the input gradient, partial over tp (the caller reduces it). Consumes fc1 and
+// act, and `in_owner` (the buffer of `in`, if given) once its last reader is done.
+template <class T>
+static void mlp_bwd(const Gpt<T>& g, int w1, int b1, int w2, int b2, long F1, long Fl, const T* in, Buf<T>* in_owner,
+                    Buf<T>& fc1, Buf<T>& act, const T* dout, Buf<T>& din, long N, long Nl) {
+  const long C = (long)g.lay.s.C;
+  auto release = [](Buf<T>& v) { Buf<T>().swap(v); };
+  if (b2 >= 0) ops::bias_bwd(g.g(b2), dout, Nl, C);
+  Buf<T> dz_full;  // [N, C] (SP: all-gathered)
+  const T* dz = dout;
+  if (g.sp) { dz_full.resize(N * C); gather_rows(g.tp, dout, dz_full.data(), Nl, C); dz = dz_full.data(); }
+  ops::matmul(g.g(w2), act.data(), dz, Fl, C, N, true, false, T(1), T(1));
+  T* dact = act.data();  // [N, Fl], over the used act
+  ops::matmul(dact, dz, g.p(w2), N, Fl, C, false, true, T(1), T(0));
+  release(dz_full);
+  T* dfc1 = fc1.data();  // [N, F1], over the used fc1
+  if (g.lay.s.gelu) ops::gelu_bwd_set(dfc1, fc1.data(), dact, N * Fl);
+  else ops::swiglu_bwd_set(dfc1, fc1.data(), dact, N, Fl);
+  release(act);
+  if (b1 >= 0) ops::bias_bwd(g.g(b1), dfc1, N, F1);
+  ops::matmul(g.g(w1), in, dfc1, C, F1, N, true, false, T(1), T(1));
+  if (in_owner) release(*in_owner);
+  din.resize(N * C);
+  ops::matmul(din.data(), dfc1, g.p(w1), N, C, F1, false, true, T(1), T(0));
+  release(fc1);
 }
 
 template <class T>
@@ -321,28 +387,24 @@ void Gpt<T>::layer_fwd(int wl, const T* x_in, T* x_out, LayerActs<T>& a, long B,
   a.ln2_mean.resize(Nl); a.ln2_rstd.resize(Nl);
   ops::layernorm_fwd(ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.x_mid.data(), p(W.ln2_w),
                      gl ? p(W.ln2_b) : (const T*)nullptr, Nl, C, T(1e-5));
-  if (sp) { a.ln2.resize(N * C); gather_rows(tp, ln2.data(), a.ln2.data(), Nl, C); }
-  else a.ln2 = std::move(ln2);
-  if (W.router_w >= 0) {  // a MoE layer (exec/moe.hpp; no SP there: Nl = N)
-    moe_mlp_fwd(*this, W, a, x_out, N);
-    ops::add(x_out, x_out, a.x_mid.data(), N * C);
+  if (W.router_w >= 0) {  // a MoE layer (exec/moe.hpp): routes this rank's rows (SP: its shard, no gather)
+    Buf<T> shared;        // the shared experts' output rows: a dense MLP of every token (SP: of the gathered ln2)
+    if (W.sh_w1 >= 0) {
+      Buf<T> full;
+      if (sp) { full.resize(N * C); gather_rows(tp, ln2.data(), full.data(), Nl, C); }
+      shared.resize(Nl * C);
+      mlp_fwd(*this, W.sh_w1, W.sh_b1, W.sh_w2, W.sh_b2, (long)s.fs1_cols(), (long)s.fs_loc(), sp ? full.data() : ln2.data(),
+              a.s_fc1, a.s_act, shared.data(), N, Nl);
+    }
+    a.ln2 = std::move(ln2);
+    moe_mlp_fwd(*this, W, a, x_out, Nl);
+    if (!shared.empty()) ops::add(x_out, x_out, shared.data(), Nl * C);
+    ops::add(x_out, x_out, a.x_mid.data(), Nl * C);
     return;
   }
-  a.fc1.resize(N * F1);                                                           // [N, F1]
-  ops::matmul(a.fc1.data(), a.ln2.data(), p(W.fc1_w), N, F1, C, false, false, T(1), T(0));
-  if (s.has_mlp_bias()) ops::add_bias(a.fc1.data(), a.fc1.data(), p(W.fc1_b), N, F1);
-  a.act.resize(N * Fl);                                                           // [N, Fl]
-  if (gl) ops::gelu_fwd(a.act.data(), a.fc1.data(), N * Fl);
-  else ops::swiglu_fwd(a.act.data(), a.fc1.data(), N, Fl);
-  if (sp) {
-    Buf<T> z(N * C);                                                      // [N, C] partial
-    ops::matmul(z.data(), a.act.data(), p(W.fc2_w), N, C, Fl, false, false, T(1), T(0));
-    reduce_scatter_rows(tp, z.data(), x_out, Nl, C);
-  } else {
-    ops::matmul(x_out, a.act.data(), p(W.fc2_w), N, C, Fl, false, false, T(1), T(0));
-    if (tp) tp->all_reduce_sum(x_out, N * C, dt(T{}));
-  }
-  if (s.has_mlp_bias()) ops::add_bias(x_out, x_out, p(W.fc2_b), Nl, C);
+  if (sp) { a.ln2.resize(N * C); gather_rows(tp, ln2.data(), a.ln2.data(), Nl, C); }
+  else a.ln2 = std::move(ln2);
+  mlp_fwd(*this, W.fc1_w, W.fc1_b, W.fc2_w, W.fc2_b, F1, Fl, a.ln2.data(), a.fc1, a.act, x_out, N, Nl);
   ops::add(x_out, x_out, a.x_mid.data(), Nl * C);
 }
 
@@ -362,32 +424,26 @@ void Gpt<T>::layer_bwd(int wl, const T* dx_out, T* dx_in, LayerActs<T>& a, long 
   T* dx = dx_in;
   Buf<T> dln, dln_sh;                                                            // [N, C] partial; SP: [Nl, C]
   T* dln_loc = nullptr;
-  if (W.router_w >= 0) {  // a MoE layer (exec/moe.hpp; no SP there)
-    dln.resize(N * C);
-    moe_mlp_bwd(*this, W, a, dx, dln.data(), N);
-    dln_loc = dln.data();
-  } else {
-    // MLP: z = act fc2_w (+ b), x_out = x_mid + z. dx_out is read (as dx) before the first write to dx below.
-    if (s.has_mlp_bias()) ops::bias_bwd(g(W.fc2_b), dx, Nl, C);
-    Buf<T> dz_full;                                                                // [N, C] (SP: all-gathered)
-    const T* dz = dx;
-    if (sp) { dz_full.resize(N * C); gather_rows(tp, dx, dz_full.data(), Nl, C); dz = dz_full.data(); }
-    ops::matmul(g(W.fc2_w), a.act.data(), dz, Fl, C, N, true, false, T(1), T(1));
-    T* dact = a.act.data();                                                        // [N, Fl], over the used act
-    ops::matmul(dact, dz, p(W.fc2_w), N, Fl, C, false, true, T(1), T(0));
-    release(dz_full);
-    T* dfc1 = a.fc1.data();                                                        // [N, F1], over the used fc1
-    if (gl) ops::gelu_bwd_set(dfc1, a.fc1.data(), dact, N * Fl);
-    else ops::swiglu_bwd_set(dfc1, a.fc1.data(), dact, N, Fl);
-    release(a.act);
-    if (s.has_mlp_bias()) ops::bias_bwd(g(W.fc1_b), dfc1, N, F1);
-    ops::matmul(g(W.fc1_w), a.ln2.data(), dfc1, C, F1, N, true, false, T(1), T(1));
-    release(a.ln2);
-    dln.resize(N * C);
+  if (W.router_w >= 0) {  // a MoE layer (exec/moe.hpp): the gradient of this rank's rows, complete
+    Buf<T> dshared;        // the shared experts' input gradient rows (complete)
+    if (W.sh_w1 >= 0) {    // (their input re-gathered under SP, as the forward's all-gather is not saved)
+      Buf<T> full, part;
+      if (sp) { full.resize(N * C); gather_rows(tp, a.ln2.data(), full.data(), Nl, C); }
+      mlp_bwd(*this, W.sh_w1, W.sh_b1, W.sh_w2, W.sh_b2, (long)s.fs1_cols(), (long)s.fs_loc(),
+              sp ? full.data() : a.ln2.data(), sp ? &full : nullptr, a.s_fc1, a.s_act, dx, part, N, Nl);
+      if (sp) { dshared.resize(Nl * C); reduce_scatter_rows(tp, part.data(), dshared.data(), Nl, C); }
+      else { if (tp) tp->all_reduce_sum(part.data(), N * C, dt(T{})); dshared = std::move(part); }
+    }
+    dln.resize(N * C);     // (the attention's below)
     if (sp) dln_sh.resize(Nl * C);
     dln_loc = sp ? dln_sh.data() : dln.data();
-    ops::matmul(dln.data(), dfc1, p(W.fc1_w), N, C, F1, false, true, T(1), T(0));
-    release(a.fc1);
+    moe_mlp_bwd(*this, W, a, dx, dln_loc, Nl);
+    if (!dshared.empty()) ops::add(dln_loc, dln_loc, dshared.data(), Nl * C);
+  } else {
+    // MLP: z = act fc2_w (+ b), x_out = x_mid + z. dx_out is read (as dx) before the first write to dx below.
+    mlp_bwd(*this, W.fc1_w, W.fc1_b, W.fc2_w, W.fc2_b, F1, Fl, a.ln2.data(), &a.ln2, a.fc1, a.act, dx, dln, N, Nl);
+    if (sp) dln_sh.resize(Nl * C);
+    dln_loc = sp ? dln_sh.data() : dln.data();
     if (sp) reduce_scatter_rows(tp, dln.data(), dln_loc, Nl, C);
     else if (tp) tp->all_reduce_sum(dln.data(), N * C, dt(T{}));
   }

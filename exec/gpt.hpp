@@ -38,7 +38,13 @@ struct GptShape {
   // Mixture of experts (exec/moe.hpp; experts == 0: dense): layer l is a MoE layer when (l + 1) % moe_every == 0.
   long long experts = 0, top_k = 1, Fe = 0, moe_every = 1;
   double capacity_factor = 1.0;
+  // Expert parallelism: this rank holds experts [ep_rank El, (ep_rank + 1) El), El = experts / ep (el()).
+  int ep = 1, ep_rank = 0;
+  long long Fs = 0;  // shared experts' inner size (one always-on MLP per MoE layer; 0: none)
   bool is_moe(long long l) const { return experts > 0 && (l + 1) % moe_every == 0; }
+  long long el() const { return experts / ep; }
+  long long fs_loc() const { return Fs / tp; }  // the shared experts' inner columns on this tp rank
+  long long fs1_cols() const { return (gelu ? 1 : 2) * fs_loc(); }
   long long fe_loc() const { return Fe / tp; }  // an expert's inner columns on this tp rank
   long long fe1_cols() const { return (gelu ? 1 : 2) * fe_loc(); }
   // Local (this tp rank's) sizes.
@@ -77,9 +83,12 @@ struct ViewNames {
 struct LayerParams {
   int ln1_w = -1, ln1_b = -1, qkv_w = -1, qkv_b = -1, proj_w = -1, proj_b = -1;
   int ln2_w = -1, ln2_b = -1, fc1_w = -1, fc1_b = -1, fc2_w = -1, fc2_b = -1;
-  // MoE layers (instead of fc*): router [C, E]; experts stacked: ex_w1 [E C, Fe1], ex_b1 [E, Fe1], ex_w2 [E Fe, C],
-  // ex_b2 [E, C] (biases as the dense MLP's).
+  // MoE layers (instead of fc*): router [C, E]; this rank's El local experts stacked (the layer's last views):
+  // ex_w1 [El C, Fe1], ex_b1 [El, Fe1], ex_w2 [El Fe, C], ex_b2 [El, C] (biases as the dense MLP's).
   int router_w = -1, ex_w1 = -1, ex_b1 = -1, ex_w2 = -1, ex_b2 = -1;
+  // MoE layers with shared experts: sh_fc1_w [C, Fs1], sh_fc1_b [Fs1], sh_fc2_w [Fs, C], sh_fc2_b [C] (the dense
+  // MLP's shapes and tp split with Fs inner columns), between the router and the experts.
+  int sh_w1 = -1, sh_b1 = -1, sh_w2 = -1, sh_b2 = -1;
 };
 struct ModelParams {
   int wte = -1, wpe = -1, lnf_w = -1, lnf_b = -1;
@@ -120,12 +129,16 @@ struct GptLayout {
   std::vector<ParamView> views;
   long long total = 0;
   std::vector<long long> layer_begin, layer_end;  // per layer: [begin, end) in the flat buffer
+  // per layer: where its local experts begin (they end at layer_end: [expert_begin, layer_end) are the ex_*
+  // views, reduced over the expert-data-parallel group); layer_end for a dense layer
+  std::vector<long long> expert_begin;
   long long embed_begin = 0, embed_end = 0, head_begin = 0, head_end = 0;
   ViewNames names;
   ModelParams params;  // the views by role
   const ParamView& view(const std::string& name) const { return views[view_index(name)]; }
   size_t view_index(const std::string& name) const { return names.find(name); }
 };
+// The layout of tp rank s.tp_rank and ep rank s.ep_rank (only the local experts' views are this rank's).
 GptLayout gpt_layout(const GptShape& s);
 
 // Deterministic GPT-2 initialisation of the FULL (tp = 1) parameters from `seed`: N(0, 0.02) matrices, residual
@@ -133,7 +146,8 @@ GptLayout gpt_layout(const GptShape& s);
 // full tensors (shard_params), so any plan starts from the single-rank weights.
 template <class T>
 std::vector<T> init_full_params(const GptShape& full, uint64_t seed);
-// The tp shard of full parameters (layout `shard` with shard.s.tp = t) from the full buffer (layout `full`).
+// The tp shard of full parameters (layout `shard` with shard.s.tp = t) from the full buffer (layout `full`), with
+// the local experts of ep rank shard.s.ep_rank.
 template <class T>
 std::vector<T> shard_params(const GptLayout& full, const std::vector<T>& full_params, const GptLayout& shard);
 
@@ -179,6 +193,7 @@ struct LayerActs {
   // (received, [E cap, C]) and their outputs back at the router ([E cap, C]); fc1 / act hold the experts'.
   Buf<T> m_probs, m_gate, m_xe, m_ye;
   Buf<int32_t> m_slot;
+  Buf<T> s_fc1, s_act;  // MoE layers' shared experts: fc1 output, activation [N, Fs1 / Fs local]
   void clear_all_but_input();
   size_t bytes() const;
 };

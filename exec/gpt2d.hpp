@@ -50,6 +50,7 @@ struct Gpt2dLayout {
   std::vector<char> col_replicated;      // per view: a column slice kept on every grid row (row 0 owns it)
   long long total = 0;
   std::vector<long long> layer_begin, layer_end;  // per layer: [begin, end) in the flat buffer
+  std::vector<long long> expert_begin;            // = layer_end (no MoE layers in 2D; GptLayout's meaning)
   long long embed_begin = 0, embed_end = 0, head_begin = 0, head_end = 0;
   ViewNames names;
   ModelParams params;  // the views by role

@@ -137,6 +137,7 @@ Gpt2dLayout gpt2d_layout(const GptShape& full, int q, int tp_rank) {
     L.layer_begin.push_back(off(ref.layer_begin[l]));
     L.layer_end.push_back(off(ref.layer_end[l]));
   }
+  L.expert_begin = L.layer_end;
   L.head_begin = off(ref.head_begin);
   L.head_end = off(ref.head_end);
   L.names.build(L.views);

@@ -8,6 +8,9 @@
 #include "exec/ops.hpp"
 #include "models/json_check.hpp"
 
+#include <stdexcept>
+#include <string>
+
 namespace tp::exec {
 
 namespace {
@@ -22,13 +25,26 @@ void exchange(Comm* ep, const T* in, T* out, long long El, long cap, long C, lon
 }
 }  // namespace
 
+// The experts' inputs on this rank: m_xe [rows, C], or under SP all tp ranks' (gathered: [G rows, C], tp-rank
+// major) in `xg`; returns the pointer the expert GEMMs read.
+template <class T>
+const T* expert_inputs(const Gpt<T>& g, const Buf<T>& xe, Buf<T>& xg, long G, long rows, long C) {
+  if (G == 1) return xe.data();
+  xg.resize((size_t)(G * rows * C));
+  g.tp->all_gather(xe.data(), xg.data(), rows * C, dt(T{}));
+  return xg.data();
+}
+
 template <class T>
 void moe_mlp_fwd(const Gpt<T>& g, const LayerParams& W, LayerActs<T>& a, T* x_out, long N) {
   const GptShape& s = g.lay.s;
   const long C = (long)s.C, E = (long)s.experts, k = (long)s.top_k, Fe = (long)s.fe_loc(), F1 = (long)s.fe1_cols();
   const long cap = moe_capacity(N, E, k, s.capacity_factor), rows = E * cap;
-  const int ep = g.ep ? g.ep->size() : 1, er = g.ep ? g.ep->rank() : 0;
-  const long El = E / ep;
+  const int ep = g.ep ? g.ep->size() : 1;
+  const long El = E / ep, G = g.sp ? g.tp->size() : 1;  // G: tp ranks whose tokens this rank's experts take
+  if (El != (long)s.el())
+    throw std::logic_error("moe: the layout holds " + std::to_string(s.el()) + " experts, the ep group needs " +
+                           std::to_string(El));
   if (!current_backend().ops<T>().moe_route)  // a backend without the MoE ops (cuda, for now): refuse, never crash
     throw InputError({std::string("--backend ") + current_backend().name +
                       ": has no mixture-of-experts ops yet ($.model.moe runs on the cpu and emu backends)"});
@@ -41,24 +57,30 @@ void moe_mlp_fwd(const Gpt<T>& g, const LayerParams& W, LayerActs<T>& a, T* x_ou
   ops::moe_dispatch(disp.data(), a.ln2.data(), a.m_slot.data(), N, k, C, rows);
   a.m_xe.resize((size_t)(rows * C));
   exchange(g.ep, disp.data(), a.m_xe.data(), El, cap, C, E);
-  // Local expert l of block b (source rank b / El... in expert order: block = src * El + l).
-  a.fc1.resize((size_t)(rows * F1)); a.act.resize((size_t)(rows * Fe));
+  Buf<T> xg;
+  const T* xin = expert_inputs(g, a.m_xe, xg, G, rows, C);
+  // Block b (of G E) in expert order is local expert b % El (tp source b / E, ep source (b % E) / El).
+  a.fc1.resize((size_t)(G * rows * F1)); a.act.resize((size_t)(G * rows * Fe));
   Buf<T>& eout = disp;  // reused: the dispatched copies are in m_xe now
-  for (long b = 0; b < E; ++b) {
-    const long ge = er * El + b % El;  // the global expert
-    const T* xb = a.m_xe.data() + b * cap * C;
+  Buf<T> eg((size_t)(G > 1 ? G * rows * C : 0));  // SP: the experts' outputs for every tp rank's tokens
+  T* ep_out = G > 1 ? eg.data() : eout.data();    // partial over tp (row-parallel fc2)
+  for (long b = 0; b < G * E; ++b) {
+    const long ge = b % El;  // the local expert (global expert ep_rank El + b % El)
     T* h = a.fc1.data() + b * cap * F1;
     T* act = a.act.data() + b * cap * Fe;
-    ops::matmul(h, xb, g.p(W.ex_w1) + ge * C * F1, cap, F1, C, false, false, T(1), T(0));
+    ops::matmul(h, xin + b * cap * C, g.p(W.ex_w1) + ge * C * F1, cap, F1, C, false, false, T(1), T(0));
     if (W.ex_b1 >= 0) ops::add_bias(h, h, g.p(W.ex_b1) + ge * F1, cap, F1);
     if (s.gelu) ops::gelu_fwd(act, h, cap * Fe);
     else ops::swiglu_fwd(act, h, cap, Fe);
-    ops::matmul(eout.data() + b * cap * C, act, g.p(W.ex_w2) + ge * Fe * C, cap, C, Fe, false, false, T(1), T(0));
+    ops::matmul(ep_out + b * cap * C, act, g.p(W.ex_w2) + ge * Fe * C, cap, C, Fe, false, false, T(1), T(0));
   }
-  if (g.tp) g.tp->all_reduce_sum(eout.data(), rows * C, dt(T{}));  // row-parallel fc2: partial sums over tp
+  Buf<T>().swap(xg);
+  if (G > 1) g.tp->reduce_scatter_sum(eg.data(), eout.data(), rows * C, dt(T{}));  // SP: my tokens' sums
+  else if (g.tp) g.tp->all_reduce_sum(eout.data(), rows * C, dt(T{}));  // row-parallel fc2: partial sums over tp
+  Buf<T>().swap(eg);
   if (W.ex_b2 >= 0)
     for (long b = 0; b < E; ++b)
-      ops::add_bias(eout.data() + b * cap * C, eout.data() + b * cap * C, g.p(W.ex_b2) + (er * El + b % El) * C, cap, C);
+      ops::add_bias(eout.data() + b * cap * C, eout.data() + b * cap * C, g.p(W.ex_b2) + (b % El) * C, cap, C);
   a.m_ye.resize((size_t)(rows * C));
   exchange(g.ep, eout.data(), a.m_ye.data(), El, cap, C, E);
   ops::moe_combine(x_out, a.m_ye.data(), a.m_slot.data(), a.m_gate.data(), N, k, C);
@@ -69,8 +91,8 @@ void moe_mlp_bwd(const Gpt<T>& g, const LayerParams& W, LayerActs<T>& a, const T
   const GptShape& s = g.lay.s;
   const long C = (long)s.C, E = (long)s.experts, k = (long)s.top_k, Fe = (long)s.fe_loc(), F1 = (long)s.fe1_cols();
   const long cap = moe_capacity(N, E, k, s.capacity_factor), rows = E * cap;
-  const int ep = g.ep ? g.ep->size() : 1, er = g.ep ? g.ep->rank() : 0;
-  const long El = E / ep;
+  const int ep = g.ep ? g.ep->size() : 1;
+  const long El = E / ep, G = g.sp ? g.tp->size() : 1;
   auto release = [](Buf<T>& v) { Buf<T>().swap(v); };
   Buf<T> dye((size_t)(rows * C)), dgate((size_t)(N * k));
   ops::fill(dye.data(), T(0), rows * C);
@@ -79,25 +101,32 @@ void moe_mlp_bwd(const Gpt<T>& g, const LayerParams& W, LayerActs<T>& a, const T
   release(a.m_ye);
   Buf<T> deo((size_t)(rows * C));  // expert-output gradients in expert order
   exchange(g.ep, dye.data(), deo.data(), El, cap, C, E);
-  Buf<T>& dxe = dye;  // reused: expert-input gradients in expert order
-  for (long b = 0; b < E; ++b) {
-    const long ge = er * El + b % El;
-    const T* d = deo.data() + b * cap * C;
+  if (W.ex_b2 >= 0)  // (SP: over my tokens' rows; the runtime sums the partial bias gradients over tp)
+    for (long b = 0; b < E; ++b) ops::bias_bwd(g.g(W.ex_b2) + (b % El) * C, deo.data() + b * cap * C, cap, C);
+  Buf<T> dg, xg;  // SP: every tp rank's output gradients (the reduce-scatter's backward) and inputs, re-gathered
+  const T* dout = expert_inputs(g, deo, dg, G, rows, C);
+  const T* xin = expert_inputs(g, a.m_xe, xg, G, rows, C);
+  Buf<T> dxg((size_t)(G > 1 ? G * rows * C : 0));  // SP: for every tp rank's tokens
+  T* dx_part = G > 1 ? dxg.data() : dye.data();      // expert-input gradients in expert order, partial over tp
+  for (long b = 0; b < G * E; ++b) {
+    const long ge = b % El;  // the local expert
+    const T* d = dout + b * cap * C;
     T* act = a.act.data() + b * cap * Fe;
     T* h = a.fc1.data() + b * cap * F1;
-    if (W.ex_b2 >= 0) ops::bias_bwd(g.g(W.ex_b2) + ge * C, d, cap, C);
     ops::matmul(g.g(W.ex_w2) + ge * Fe * C, act, d, Fe, C, cap, true, false, T(1), T(1));
     Buf<T> dact((size_t)(cap * Fe));
     ops::matmul(dact.data(), d, g.p(W.ex_w2) + ge * Fe * C, cap, Fe, C, false, true, T(1), T(0));
     if (s.gelu) ops::gelu_bwd_set(h, h, dact.data(), cap * Fe);  // h becomes d fc1 in place
     else ops::swiglu_bwd_set(h, h, dact.data(), cap, Fe);
     if (W.ex_b1 >= 0) ops::bias_bwd(g.g(W.ex_b1) + ge * F1, h, cap, F1);
-    const T* xb = a.m_xe.data() + b * cap * C;
-    ops::matmul(g.g(W.ex_w1) + ge * C * F1, xb, h, C, F1, cap, true, false, T(1), T(1));
-    ops::matmul(dxe.data() + b * cap * C, h, g.p(W.ex_w1) + ge * C * F1, cap, C, F1, false, true, T(1), T(0));
+    ops::matmul(g.g(W.ex_w1) + ge * C * F1, xin + b * cap * C, h, C, F1, cap, true, false, T(1), T(1));
+    ops::matmul(dx_part + b * cap * C, h, g.p(W.ex_w1) + ge * C * F1, cap, C, F1, false, true, T(1), T(0));
   }
-  if (g.tp) g.tp->all_reduce_sum(dxe.data(), rows * C, dt(T{}));  // column-parallel fc1: partial over tp
-  for (Buf<T>* v : {&a.fc1, &a.act, &a.m_xe, &deo}) release(*v);
+  for (Buf<T>* v : {&a.fc1, &a.act, &a.m_xe, &deo, &dg, &xg}) release(*v);
+  Buf<T>& dxe = dye;  // reused: my tokens' expert-input gradients in expert order
+  if (G > 1) g.tp->reduce_scatter_sum(dxg.data(), dxe.data(), rows * C, dt(T{}));  // SP: the all-gather's backward
+  else if (g.tp) g.tp->all_reduce_sum(dxe.data(), rows * C, dt(T{}));  // column-parallel fc1: partial over tp
+  release(dxg);
   Buf<T> ddisp((size_t)(rows * C));
   exchange(g.ep, dxe.data(), ddisp.data(), El, cap, C, E);
   release(dye);
@@ -106,8 +135,9 @@ void moe_mlp_bwd(const Gpt<T>& g, const LayerParams& W, LayerActs<T>& a, const T
   release(ddisp);
   Buf<T> dlogits((size_t)(N * E));
   ops::fill(dlogits.data(), T(0), N * E);
+  // SP: each tp rank routes 1 / G of the micro-batch, a routing group weighing 1 / G of the micro-batch's aux
   ops::moe_route_bwd(dlogits.data(), a.m_probs.data(), a.m_slot.data(), dgate.data(), N, E, k, cap, k > 1 ? 1 : 0,
-                     T(g.moe_aux_weight));
+                     T(g.moe_aux_weight / (double)G));
   ops::matmul(g.g(W.router_w), a.ln2.data(), dlogits.data(), C, E, N, true, false, T(1), T(1));
   ops::matmul(dln, dlogits.data(), g.p(W.router_w), N, C, E, false, true, T(1), T(1));
   for (Buf<T>* v : {&a.m_probs, &a.m_gate, &a.ln2}) release(*v);

@@ -13,16 +13,26 @@
 //    ep x cap rows each (padding rows compute and are discarded, as the simulator counts); a second all-to-all
 //    returns the outputs, which are combined with the gates.
 // Expert parallelism lies inside data parallelism (Megatron-LM): ep group = ep consecutive dp ranks of one
-// (stage, tp rank). Every rank HOLDS all experts' parameters (the flat layout of gpt.hpp is the same on every
-// rank) but computes and differentiates only its own El; the gradients of the others stay 0 here, so the usual
-// sum over dp (all-reduce or ZeRO reduce-scatter) is exactly the reduction over the expert-data-parallel group
-// (dp / ep ranks that hold the same expert), and the optimizer keeps every copy identical. Memory is therefore
-// NOT reduced by ep (a limitation: the simulator counts El experts per GPU); compute and all-to-all are ep's.
-// Tensor parallelism: every tp rank routes all N tokens (the same decisions: ln2 is replicated without SP) and
-// holds each expert's fc1 columns / fc2 rows like the dense MLP (shard_params); the experts' outputs are
-// all-reduced over tp before their bias, and their input gradients in the backward. (The simulator instead
-// routes 1/t of the tokens per tp rank with all-gathers over tp: the same arithmetic, other collectives.)
-// Invariants: no sequence or context parallelism (check_runnable refuses them with MoE).
+// (stage, tp rank); ep rank r = dp rank % ep. Experts are sharded over ep: a rank's layout (gpt_layout with
+// GptShape::ep / ep_rank) holds only its El local experts [r El, (r+1) El) as the MoE layer's last views, so it
+// allocates, updates and checkpoints only those (parameters, gradients, Adam moments, ZeRO slices). The runtime
+// (exec/runtime.cpp, runtime_parts.hpp Unit) reduces and ZeRO-shards a MoE layer's dense part over the dp group
+// and its experts over the expert-data-parallel group (the dp / ep ranks with the same ep rank), as the
+// simulator counts them (sim/step_formulas.hpp Params, zero_shard).
+// Tensor parallelism: each expert's fc1 columns / fc2 rows are split like the dense MLP's (shard_params).
+//  - without SP every tp rank routes all N tokens (the same decisions: ln2 is replicated) and all-reduces the
+//    experts' outputs over tp before their bias, and their input gradients in the backward (the simulator routes
+//    1/t of the tokens per tp rank with all-gathers over tp: the same arithmetic, other collectives);
+//  - with SP (as the simulator costs it) each tp rank routes its own N/t rows (a routing group: capacity and
+//    load-balancing loss over them, the loss weighing 1/t of the micro-batch's), dispatches them over ep, and
+//    the experts' inputs are all-gathered over tp before fc1 ([t E cap, C], tp-rank major) and their outputs
+//    reduce-scattered after fc2; the backward all-gathers the output gradients, re-gathers the saved inputs
+//    and reduce-scatters the input gradients. The router's and ex_b2's gradients are then partial per tp rank
+//    (the runtime sums them with the other SP-replicated gradients).
+// Shared experts (model.moe.shared_ffn_hidden > 0, DeepSeek / Qwen-MoE): a dense MLP of every token beside the
+// routed experts (Gpt::layer_fwd: the dense MLP's code, views sh_fc*, split over tp like it; under SP on the
+// gathered ln2), its output added to the routed one; its parameters are in the layer's dense part (reduced over dp).
+// Invariants: no context parallelism (check_runnable refuses it with MoE); N is this rank's routed tokens.
 #pragma once
 #include <cmath>
 

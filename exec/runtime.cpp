@@ -24,7 +24,8 @@
 // moment (CPU Adam on the flat buffers between host_phase_begin / host_phase_end).
 // Optimizer offload (exec/host_optimizer.hpp): no moments on the device; per own range, gradients down, host Adam,
 // parameters up. Granular offload (exec/runtime_granular.hpp): an offloaded layer has no device storage between
-// runs (cbase / gbase -1; P / Gd give its host copies); each run points its views at the run's loaded copy, its
+// runs (cbase / gbase -1; P / Gd give its host copies, with zparam the rank's slice); each run points its views at
+// the run's loaded copy (zparam: the slices gathered into uparam, like a ZeRO-3 layer's), its
 // backward gradient is a transient buffer sent down at the run's end; the optimizer works on its host memory
 // under the CPU backend.
 // Memory (what `trainplan validate` measures against the simulator): activations are held as a trainer's
@@ -39,6 +40,7 @@
 #include <cstring>
 #include <deque>
 #include <map>
+#include <optional>
 #ifdef __GLIBC__
 #include <malloc.h>
 #endif
@@ -86,6 +88,7 @@ struct RankRun {
   long long Tl = 0;  // tokens of a sequence on this rank: Tn / cp (context parallelism, exec/cp_attention.hpp)
   std::unique_ptr<Comm> cpc;  // the cp group (cp > 1)
   std::unique_ptr<Comm> epc;  // the ep group (ep > 1, exec/moe.hpp)
+  std::unique_ptr<Comm> edpc;  // the expert-data-parallel group (MoE with ep > 1): dp ranks holding my experts
   CpCtx cpx;
   int nchunks = 0, first_stage = 0, last_stage = 0;
   std::unique_ptr<Comm> tp, dp, pp, emb;
@@ -119,25 +122,39 @@ struct RankRun {
   }
   T* P(long long i) {  // (zparam layers: i must lie in this rank's slice)
     int u = unit_at(i);
-    if (gran.is_off(u)) return gran.param(u) + (i - units[u].a);  // granular: host memory
-    if (zparam && is_layer_unit(u)) { size_t k = own_index(u); return pslice.data() + own_off[k] + (i - own[k].first); }
+    if (gran.is_off(u)) return gran.param_at(u, i);  // granular: host memory (zparam: this rank's slice)
+    if (zparam && is_layer_unit(u)) {
+      size_t k = own_index(u) + (i >= units[u].x);  // its dense or expert slice
+      return pslice.data() + own_off[k] + (i - own[k].first);
+    }
     return params.data() + cbase[u] + (i - units[u].a);
   }
   T* Gd(long long i) {
     int u = unit_at(i);
-    return gran.is_off(u) ? gran.grad(u) + (i - units[u].a) : grads.data() + gbase[u] + (i - units[u].a);
+    return gran.is_off(u) ? gran.grad_at(u, i) : grads.data() + gbase[u] + (i - units[u].a);
   }
   std::unique_ptr<ChunkStore<T>> store;              // plan.offload "chunked"
   GranularHost<T> gran;   // plan.offload "granular": offloaded layers on the host (exec/runtime_granular.hpp)
   std::vector<int> own_unit;  // per own range: its unit
+  std::vector<int> own_seg;   // per own range: its unit's segment (Seg: 0 dense, 1 experts)
   HostOptimizer<T> hopt;  // plan.offload "optimizer": master copy, moments and Adam on the host (exec/host_optimizer.hpp)
   void pull_master() {    // the host master copy = the device parameters of the own ranges
     for (size_t k = 0; hopt.on() && k < own.size(); ++k) hopt.pull(P(own[k].first), own_off[k], own[k].second - own[k].first);
   }
   long delink_step = -1;                             // the step at which the shared weights are delinked
+  bool host_flat = false;  // chunked offload, backend not host-accessible: flat buffers in pinned host memory
 
   RankRun(const Scenario& s, const RunOptions& opt, Comm& w) : sc(s), p(s.plan), o(opt), world(w) {}
 
+  // Segment s of unit ui (Unit): 0 = [a, x) over the dp group, 1 = the experts [x, b) over the expert-dp group.
+  struct Seg { long long lo, hi, slice; Comm* c; int n, r; };
+  int nseg(int ui) const { return units[ui].x < units[ui].b ? 2 : 1; }
+  Seg seg(int ui, int s) const {
+    const Unit& u = units[ui];
+    if (s == 0) return {u.a, u.x, u.slice, dp.get(), p.data_ranks(), rc.dp};
+    if (!edpc) return {u.x, u.b, u.eslice, dp.get(), p.data_ranks(), rc.dp};  // ep = 1: the dp group
+    return {u.x, u.b, u.eslice, edpc.get(), edpc->size(), edpc->rank()};
+  }
   int unit_of_layer(long long l) const { return 1 + (int)l; }
   bool is_layer_unit(int ui) const { return ui >= 1 && ui <= (int)L; }
   // zgrad: a zeroed full gradient of unit ui, the views' gradients pointing into it (no-op if it exists).
@@ -177,40 +194,64 @@ struct RankRun {
       cpc = world.split(4 * S + rc.tp + p.tp * (rc.dp / p.cp + p.dp * rc.stage), rc.dp % p.cp);
       cpx = CpCtx{cpc.get(), p.cp, rc.dp % p.cp, (long)Tn};
     }
-    if (p.ep > 1)  // the ep group: ep consecutive dp ranks of this tp rank and stage (exec/moe.hpp)
+    if (p.ep > 1) {  // the ep group: ep consecutive dp ranks of this tp rank and stage (exec/moe.hpp); the
+      // expert-dp group: the dp ranks of this tp rank and stage with my ep rank (they hold my experts)
       epc = world.split(5 * S + rc.tp + p.tp * (rc.dp / p.ep + p.dp * rc.stage), rc.dp % p.ep);
+      edpc = world.split(6 * S + rc.tp + p.tp * (rc.dp % p.ep + p.ep * rc.stage), rc.dp / p.ep);
+    }
 
-    std::vector<T> init = init_model<T>(sc, rc.tp, *tp, o.seed, model, gl, replicated_view, grid_row, grid_col);
+    std::vector<T> init = init_model<T>(sc, rc.tp, *tp, o.seed, model, gl, replicated_view, grid_row, grid_col,
+                                        p.ep > 1 ? rc.dp % p.ep : 0);
     model.d1.ep = epc.get();
     model.d1.moe_aux_weight = kMoeAuxCoef * (double)b / (double)sc.training.global_batch;  // per micro-batch
     // Units and ownership.
     units.resize(L + 2);
     units[0] = Unit{gl.embed_begin, gl.embed_end, 0, rc.stage == first_stage || (sc.model.tied_embeddings && rc.stage == last_stage)};
-    for (long long l = 0; l < L; ++l) units[unit_of_layer(l)] = Unit{gl.layer_begin[l], gl.layer_end[l], 0, stage_of_layer(l) == rc.stage};
+    for (long long l = 0; l < L; ++l)
+      units[unit_of_layer(l)] = Unit{gl.layer_begin[l], gl.layer_end[l], 0, stage_of_layer(l) == rc.stage, gl.expert_begin[l]};
     units[L + 1] = Unit{gl.head_begin, gl.head_end, 0, rc.stage == last_stage};
+    units[0].x = units[0].b;
+    units[L + 1].x = units[L + 1].b;
     long long state = 0, hstate = 0;  // the moments' length on the device / host (granular offload)
     std::vector<char> goff(units.size(), 0);
-    std::vector<long long> ulen;
+    std::vector<long long> hlen, horigin;  // granular: per unit, its host length and flat start (zparam: the slice)
+    zparam = p.zero >= 3 && p.data_ranks() > 1 && p.offload.kind != OffloadKind::chunked;
     if (p.offload.kind == OffloadKind::granular)
       for (int l : p.offload.layers) goff[unit_of_layer(l)] = units[unit_of_layer(l)].owned;
     for (Unit& u : units) {
-      long long len = u.b - u.a;
-      ulen.push_back(len);
-      u.slice = p.zero >= 1 ? (len + p.data_ranks() - 1) / p.data_ranks() : len;
+      const int ui = int(&u - units.data());
+      u.slice = p.zero >= 1 ? (u.x - u.a + p.data_ranks() - 1) / p.data_ranks() : u.x - u.a;
+      const int en = seg(ui, 1).n;
+      u.eslice = p.zero >= 1 ? (u.b - u.x + en - 1) / en : u.b - u.x;
+      // granular host side (offloaded units have no experts: one segment over dp); zparam: the rank's slice
+      const bool sliced = zparam && is_layer_unit(ui);
+      hlen.push_back(sliced ? u.slice : u.b - u.a);
+      horigin.push_back(sliced ? (p.zero >= 1 ? u.a + rc.dp * u.slice : u.a) : u.a);
       if (!u.owned) continue;
-      long long a = p.zero >= 1 ? u.a + rc.dp * u.slice : u.a;
-      long long z = p.zero >= 1 ? std::min(u.b, a + u.slice) : u.b;
-      own.push_back({a, std::max(a, z)});
-      own_unit.push_back(int(&u - units.data()));
-      long long& at = goff[&u - units.data()] ? hstate : state;
-      own_off.push_back(at);
-      at += u.slice;  // padded: every own range gets its full slice
+      for (int si = 0; si < nseg(ui); ++si) {  // an own range per segment
+        const Seg sg = seg(ui, si);
+        long long a = p.zero >= 1 ? sg.lo + sg.r * sg.slice : sg.lo;
+        long long z = p.zero >= 1 ? std::min(sg.hi, a + sg.slice) : sg.hi;
+        own.push_back({a, std::max(a, z)});
+        own_unit.push_back(ui);
+        own_seg.push_back(si);
+        long long& at = goff[ui] ? hstate : state;
+        own_off.push_back(at);
+        at += sg.slice;  // padded: every own range gets its full slice
+      }
     }
-    if (p.offload.kind == OffloadKind::granular) gran.init(goff, ulen, hstate);
+    if (p.offload.kind == OffloadKind::granular) gran.init(goff, hlen, horigin, hstate);
     // The rank holds only its stage's units: a compact buffer of the owned units in layout order; flat
     // (layout) offsets map to it through cbase (P / Gd below). Views of other stages' units get no storage.
-    // zparam: the owned layers are only their slices (pslice, by own range).
-    zparam = p.zero >= 3 && p.data_ranks() > 1 && p.offload.kind != OffloadKind::chunked;
+    // zparam: the owned layers are only their slices (pslice, by own range; granular: on the host).
+    // Chunked offload on a backend that is not host-accessible: the store's host side (flat parameters and
+    // gradients, the optimizer state) is pinned host memory, which the host Adam reads and the ops may also take.
+    host_flat = p.offload.kind == OffloadKind::chunked && !current_backend().host_accessible;
+    std::optional<BackendScope> pinned;
+    if (host_flat) {  // (a Buf keeps the allocator of its construction: fresh ones take the pinned scope's)
+      pinned.emplace(pinned_variant(current_backend()));
+      for (Buf<T>* b : {&params, &grads, &m1, &m2, &gshard}) *b = Buf<T>();
+    }
     {
       std::vector<T> all = std::move(init);  // host data, uploaded unit by unit
       long long n = 0;
@@ -220,11 +261,12 @@ struct RankRun {
       zeros(params, n);
       for (size_t ui = 0; ui < units.size(); ++ui)
         if (cbase[ui] >= 0) upload(params.data() + cbase[ui], all.data() + units[ui].a, units[ui].b - units[ui].a);
-        else if (gran.is_off((int)ui)) std::copy(all.data() + units[ui].a, all.data() + units[ui].b, gran.param((int)ui));
+        else if (gran.is_off((int)ui))
+          std::copy(all.data() + gran.origin[ui], all.data() + std::min(units[ui].b, gran.origin[ui] + gran.len[ui]), gran.param((int)ui));
       if (zparam) zeros(pslice, state);
       for (size_t ui = 0; zparam && ui < units.size(); ++ui)
-        if (units[ui].owned && is_layer_unit((int)ui)) {
-          size_t k = own_index((int)ui);
+        for (int si = 0; units[ui].owned && is_layer_unit((int)ui) && !gran.is_off((int)ui) && si < nseg((int)ui); ++si) {
+          size_t k = own_index((int)ui) + si;
           upload(pslice.data() + own_off[k], all.data() + own[k].first, own[k].second - own[k].first);
         }
       uparam.resize(units.size());
@@ -256,6 +298,7 @@ struct RankRun {
       pull_master();
     }
     if (p.zero >= 2) zeros(gshard, state);
+    pinned.reset();  // (the chunk store's arena below is device memory)
     if (p.offload.kind == OffloadKind::chunked) {  // the owned units' views in the simulator's order, part = unit
       std::vector<std::pair<long long, long long>> spans;
       for (const Unit& u : units) spans.push_back({u.a, u.b});
@@ -276,51 +319,61 @@ struct RankRun {
   // Gradient reduce-scatter of one unit over dp into this rank's slice (ZeRO >= 2), accumulated.
   void reduce_scatter_unit(int ui) {
     const Unit& u = units[ui];
-    long long len = u.b - u.a;
-    Buf<T> in(u.slice * p.data_ranks()), out(u.slice);  // comm buffers: host memory (exec/comm.hpp)
-    ops::fill(in.data() + len, T(0), (long)(u.slice * p.data_ranks() - len));  // the padding; the views fill [0, len)
-    gl.read_range(gtab, u.a, u.b, in.data());
-    dp->reduce_scatter_sum(in.data(), out.data(), u.slice, dtype_of<T>());
-    size_t k = own_index(ui);
-    if (gran.is_off(ui)) gran.grad_to_host(Gd(own[k].first), out.data(), own[k].second - own[k].first);  // own slice down
-    else ops::accumulate(gshard.data() + own_off[k], out.data(), (long)u.slice);
+    for (int si = 0; si < nseg(ui); ++si) {  // each segment over its group
+      const Seg sg = seg(ui, si);
+      long long len = sg.hi - sg.lo;
+      Buf<T> in(sg.slice * sg.n), out(sg.slice);  // comm buffers: host memory (exec/comm.hpp)
+      ops::fill(in.data() + len, T(0), (long)(sg.slice * sg.n - len));  // the padding; the views fill [0, len)
+      gl.read_range(gtab, sg.lo, sg.hi, in.data());
+      sg.c->reduce_scatter_sum(in.data(), out.data(), sg.slice, dtype_of<T>());
+      size_t k = own_index(ui) + si;
+      if (gran.is_off(ui)) gran.grad_to_host(Gd(own[k].first), out.data(), own[k].second - own[k].first);  // own slice down
+      else ops::accumulate(gshard.data() + own_off[k], out.data(), (long)sg.slice);
+    }
     if (zgrad && is_layer_unit(ui)) grad_release(ui);  // the next run starts from a fresh zeroed buffer
-    else gl.zero_range(gtab, u.a, u.a + len);
+    else gl.zero_range(gtab, u.a, u.b);
   }
   // All-gather of one unit's slices over dp into the full parameter buffer (ZeRO-1/2 after the update, ZeRO-3
   // before a run).
   void all_gather_unit(int ui) {
     const Unit& u = units[ui];
     if (zparam && is_layer_unit(ui)) {  // straight into a fresh gathered unit, the views pointing into it
-      gather_unit(*dp, pslice.data() + own_off[own_index(ui)], u.slice, uparam[ui]);
-      gl.each_view(u.a, u.b, [&](size_t v, long long lo, long long, long long at) { ptab[v] = uparam[ui].data() + at - lo; });
+      if (nseg(ui) == 1) gather_unit(*dp, pslice.data() + own_off[own_index(ui)], u.slice, uparam[ui]);
+      else {  // [dense slices (slice x dp) | expert slices (eslice x dp / ep)]
+        const Seg s0 = seg(ui, 0), s1 = seg(ui, 1);
+        uparam[ui].resize((size_t)(s0.slice * s0.n + s1.slice * s1.n));
+        s0.c->all_gather(pslice.data() + own_off[own_index(ui)], uparam[ui].data(), s0.slice, dtype_of<T>());
+        s1.c->all_gather(pslice.data() + own_off[own_index(ui) + 1], uparam[ui].data() + s0.slice * s0.n, s1.slice, dtype_of<T>());
+      }
+      T* base = uparam[ui].data();
+      gl.each_view(u.a, u.x, [&](size_t v, long long lo, long long, long long at) { ptab[v] = base + at - lo; });
+      T* ebase = base + u.slice * seg(ui, 0).n;
+      gl.each_view(u.x, u.b, [&](size_t v, long long lo, long long, long long at) { ptab[v] = ebase + at - lo; });
       return;
     }
-    if (gran.is_off(ui)) {  // granular: the updated slices gathered on the host, into the host parameters
-      BackendScope host(cpu_backend());
-      Buf<T> mine(u.slice), all(u.slice * p.data_ranks());
-      std::fill(mine.begin(), mine.end(), T(0));
-      long long a = u.a + rc.dp * u.slice, z = std::min(u.b, a + u.slice);
-      std::copy(P(a), P(a) + std::max(0LL, z - a), mine.begin());
-      dp->all_gather(mine.data(), all.data(), u.slice, dtype_of<T>());
-      std::copy(all.begin(), all.begin() + (u.b - u.a), gran.param(ui));
+    if (gran.is_off(ui)) {  // granular (ZeRO 1-2): the updated slices gathered on the host, into the host parameters
+      long long a = u.a + rc.dp * u.slice;
+      gran.host_all_gather(*dp, ui, u.slice, a, std::min(u.b, a + u.slice), u.b - u.a);
       return;
     }
-    Buf<T> mine(u.slice), all(u.slice * p.data_ranks());
-    ops::fill(mine.data(), T(0), (long)u.slice);
-    long long a = u.a + rc.dp * u.slice, z = std::min(u.b, a + u.slice);
-    if (z > a) gl.read_range(ptab, a, z, mine.data());
-    dp->all_gather(mine.data(), all.data(), u.slice, dtype_of<T>());
-    gl.write_range(ptab, u.a, u.b, all.data());
+    for (int si = 0; si < nseg(ui); ++si) {
+      const Seg sg = seg(ui, si);
+      Buf<T> mine(sg.slice), all(sg.slice * sg.n);
+      ops::fill(mine.data(), T(0), (long)sg.slice);
+      long long a = sg.lo + sg.r * sg.slice, z = std::min(sg.hi, a + sg.slice);
+      if (z > a) gl.read_range(ptab, a, z, mine.data());
+      sg.c->all_gather(mine.data(), all.data(), sg.slice, dtype_of<T>());
+      gl.write_range(ptab, sg.lo, sg.hi, all.data());
+    }
   }
-  void param_release(int ui) {  // zparam: the gathered unit is freed at its run's end
-    if (!zparam || !is_layer_unit(ui)) return;
+  void param_release(int ui) {  // zparam: the gathered unit is freed at its run's end (granular: its views unset)
+    if (!(zparam || gran.is_off(ui)) || !is_layer_unit(ui)) return;
     Buf<T>().swap(uparam[ui]);
     gl.each_view(units[ui].a, units[ui].b, [&](size_t v, long long, long long, long long) { ptab[v] = nullptr; });
   }
-  size_t own_index(int ui) const {
+  size_t own_index(int ui) const {  // the own range of unit ui's first segment (the next ones follow)
     size_t k = 0;
-    for (int i = 0; i < ui; ++i) k += units[i].owned;
+    for (int i = 0; i < ui; ++i) k += units[i].owned ? nseg(i) : 0;
     return k;
   }
 
@@ -351,12 +404,6 @@ struct RankRun {
       return parts;
     };
     if (store) check_runs_fit<T>(*store, run_layer, run_parts, (long long)p.offload.chunk_elements);
-    if (gran.on()) {  // the runs that use an offloaded layer
-      std::vector<int> ru(run_layer.size(), -1);
-      for (size_t r = 0; r < ru.size(); ++r)
-        if (gran.is_off(unit_of_layer(run_layer[r]))) ru[r] = unit_of_layer(run_layer[r]);
-      gran.set_runs(ru, p.offload.prefetch_layers);
-    }
     int cur_run = -1;
     auto enter = [&](size_t k) {  // before the first use of piece k's parameters: its run's chunks resident, pinned
       if (!store || run_of_piece[k] == cur_run) return;
@@ -435,7 +482,7 @@ struct RankRun {
       if (store) store->zero_resident_grads();
       cur_run = -1;
       if (p.zero >= 2) ops::fill(gshard.data(), T(0), (long)gshard.size());
-      if (gran.on()) gran.begin_step();
+      if (gran.on()) gran.begin_step(run_layer, shared, p.offload.prefetch_layers);  // (the runs change at a delink)
       for (long long j = 0; j < m; ++j) {
         fill_micro_batch(tokens, BatchSpec{(int)Tn, (int)b, o.seed}, step, (long)((rc.dp / p.cp * m + j) * b),
                          host_in.data(), host_tgt.data());
@@ -488,15 +535,15 @@ struct RankRun {
           bool run_end = pc + 1 == pieces.size() || pieces[pc + 1].layer != l || pieces[pc + 1].pass != pz.pass;
           const int wl = (int)weight_group(l, L, shared);  // the weight slot position l uses
           enter(pc);
-          if (p.zero >= 3 && run_start) {
+          if (p.zero >= 3 && run_start && !gran.is_off(unit_of_layer(wl))) {  // (granular: gathered as loaded)
             char zn[64];
             std::snprintf(zn, sizeof zn, "zero.allgather.L%02d-L%02d.mb%d", l, l, (int)j);
             rec.span(zn, kTidZero, [&] { all_gather_unit(unit_of_layer(wl)); });
           }
-          if (run_start && gran.is_off(unit_of_layer(wl))) {  // granular: this run's loaded device copy
-            T* d = gran.device_copy(run_of_piece[pc]);
-            gl.each_view(units[unit_of_layer(wl)].a, units[unit_of_layer(wl)].b,
-                         [&](size_t v, long long lo, long long, long long at) { ptab[v] = d + at - lo; });
+          if (run_start && gran.is_off(unit_of_layer(wl))) {  // granular: the run's loaded copy (zparam: gathered)
+            const int u = unit_of_layer(wl);
+            T* d = gran.attach(run_of_piece[pc], zparam ? dp.get() : nullptr, units[u].slice, uparam[u]);
+            gl.each_view(units[u].a, units[u].b, [&](size_t v, long long lo, long long, long long at) { ptab[v] = d + at - lo; });
           }
           const double piece_t0 = rec.on ? rec.now() : 0;
           LayerActs<T>& a = acts[(size_t)l * m + j];
@@ -538,11 +585,7 @@ struct RankRun {
             }
           }
           if (run_end) param_release(unit_of_layer(wl));
-          if (run_end && gran.is_off(unit_of_layer(wl))) {  // its copy freed; the next loads
-            gl.each_view(units[unit_of_layer(wl)].a, units[unit_of_layer(wl)].b,
-                         [&](size_t v, long long, long long, long long) { ptab[v] = nullptr; });
-            gran.end_run(run_of_piece[pc]);
-          }
+          if (run_end && gran.is_off(unit_of_layer(wl))) gran.end_run(run_of_piece[pc]);  // the next loads
           if (rec.on) {
             rec.ev.push_back({part_op_name(part_name(l), fwd ? "fwd" : "bwd", "", (int)j), kTidCompute, piece_t0, rec.now()});
             rec.sample_memory();
@@ -567,7 +610,10 @@ struct RankRun {
       sendbufs.clear();
       rec.span("dp+optimizer", kTidDp, [&] {
         if (store) store->host_phase_begin((int)run_layer.size());  // the ADAM moment
+        std::optional<BackendScope> host;  // (the CPU's Adam on the pinned flat buffers)
+        if (host_flat) host.emplace(cpu_backend());
         optimizer_step(step, warmup, res);
+        host.reset();  // (the store moves the parameters up through the device backend)
         if (store) store->host_phase_end();
       });
       if (hopt.on()) record_host_optimizer_step(res.offload, hopt);
@@ -609,6 +655,14 @@ struct RankRun {
     double mine = peak_rss_bytes();
     res.peak_memory_bytes.assign(world.size(), 0);
     world.all_gather(&mine, res.peak_memory_bytes.data(), 1, Dtype::f64);
+    double held[2] = {(double)(params.size() + pslice.size() + gran.hp.size()),
+                      (double)(hopt.on() ? hopt.m1.size() : m1.size() + gran.m1.size())};
+    std::vector<double> all_held(2 * world.size());
+    world.all_gather(held, all_held.data(), 2, Dtype::f64);
+    for (int r = 0; r < world.size(); ++r) {
+      res.param_elements.push_back(all_held[2 * r]);
+      res.moment_elements.push_back(all_held[2 * r + 1]);
+    }
     return res;
   }
 
@@ -652,14 +706,19 @@ struct RankRun {
       if (wg == l) continue;
       const Unit &src = units[unit_of_layer(wg)], &dst = units[unit_of_layer(l)];
       size_t ks = own_index(unit_of_layer(wg)), kd = own_index(unit_of_layer(l));
-      if (!zparam) ops::copy(P(dst.a), P(src.a), (long)(src.b - src.a));
+      const int us = unit_of_layer(wg), ud = unit_of_layer(l);
+      const bool hs = gran.is_off(us), hd = gran.is_off(ud);  // granular: host memory
+      if (!zparam) GranularHost<T>::move(P(dst.a), hd, P(src.a), hs, src.b - src.a);
       if (src.owned && dst.owned) {
-        if (zparam) ops::copy(pslice.data() + own_off[kd], pslice.data() + own_off[ks], (long)src.slice);
+        if (zparam)  // the slices (granular: on the host)
+          GranularHost<T>::move(hd ? gran.param(ud) : pslice.data() + own_off[kd], hd,
+                                hs ? gran.param(us) : pslice.data() + own_off[ks], hs, src.slice);
         if (hopt.on()) {
           hopt.copy_moments(own_off[kd], own_off[ks], src.slice);
         } else {
-          ops::copy(m1.data() + own_off[kd], m1.data() + own_off[ks], (long)src.slice);
-          ops::copy(m2.data() + own_off[kd], m2.data() + own_off[ks], (long)src.slice);
+          for (auto [dev, host] : {std::pair{&m1, &gran.m1}, std::pair{&m2, &gran.m2}})
+            GranularHost<T>::move((hd ? host->data() : dev->data()) + own_off[kd], hd,
+                                  (hs ? host->data() : dev->data()) + own_off[ks], hs, src.slice);
         }
       }
     }
@@ -684,30 +743,35 @@ struct RankRun {
     // Work on an offloaded unit's host memory runs on the CPU backend.
     auto on_host = [&](int ui) -> const Backend& { return gran.is_off(ui) ? cpu_backend() : current_backend(); };
     if (p.zero == 0) {
-      if (p.data_ranks() > 1)
-        for (const Unit& u : units)
-          if (u.owned) dp->all_reduce_sum(Gd(u.a), u.b - u.a, dtype_of<T>());
+      for (int ui = 0; ui < (int)units.size(); ++ui)
+        for (int si = 0; units[ui].owned && si < nseg(ui); ++si) {  // each segment over its group
+          const Seg sg = seg(ui, si);
+          if (sg.n > 1) sg.c->all_reduce_sum(Gd(sg.lo), sg.hi - sg.lo, dtype_of<T>());
+        }
     } else if (p.data_ranks() > 1) {
       for (int ui = 0; ui < (int)units.size(); ++ui) {
         if (!units[ui].owned) continue;
         if (p.zero >= 2 && ui != 0 && ui != (int)L + 1) continue;  // layers already reduced
         if (p.zero >= 2) { reduce_scatter_unit(ui); continue; }
         BackendScope where(on_host(ui));
-        const Unit& u = units[ui];
-        Buf<T> inb(u.slice * p.data_ranks()), out(u.slice);
-        ops::copy(inb.data(), Gd(u.a), (long)(u.b - u.a));
-        ops::fill(inb.data() + (u.b - u.a), T(0), (long)(u.slice * p.data_ranks() - (u.b - u.a)));  // the padding
-        dp->reduce_scatter_sum(inb.data(), out.data(), u.slice, dtype_of<T>());
-        long long a = u.a + rc.dp * u.slice, z = std::min(u.b, a + u.slice);
-        if (z > a) ops::copy(Gd(a), out.data(), (long)(z - a));
+        for (int si = 0; si < nseg(ui); ++si) {
+          const Seg sg = seg(ui, si);
+          Buf<T> inb(sg.slice * sg.n), out(sg.slice);
+          ops::copy(inb.data(), Gd(sg.lo), (long)(sg.hi - sg.lo));
+          ops::fill(inb.data() + (sg.hi - sg.lo), T(0), (long)(sg.slice * sg.n - (sg.hi - sg.lo)));  // the padding
+          sg.c->reduce_scatter_sum(inb.data(), out.data(), sg.slice, dtype_of<T>());
+          long long a = sg.lo + sg.r * sg.slice, z = std::min(sg.hi, a + sg.slice);
+          if (z > a) ops::copy(Gd(a), out.data(), (long)(z - a));
+        }
       }
     } else if (p.zero >= 2) {  // dp == 1: the "slice" is the whole unit
       for (size_t k = 0; k < own.size(); ++k)
         if (own[k].second > own[k].first && !gran.is_off(own_unit[k])) ops::accumulate(G(k, own[k].first), Gd(own[k].first), (long)(own[k].second - own[k].first));
     }
     // Global gradient norm: each parameter once (tp-replicated on tp rank 0, the tied embedding on its first stage).
-    double sq = 0;
+    double sq2[2] = {0, 0};  // dense, experts (without ZeRO each is held by its group's every rank)
     for (size_t k = 0; k < own.size(); ++k) {
+      double& sq = sq2[own_seg[k]];
       BackendScope where(on_host(own_unit[k]));
       for (size_t v = 0; v < gl.views.size(); ++v) {
         const ParamView& pv = gl.views[v];
@@ -718,9 +782,12 @@ struct RankRun {
         sq += ops::sum_squares(G(k, a), (long)(z - a));
       }
     }
-    world.all_reduce_sum(&sq, 1, Dtype::f64);  // over every rank: each parameter counted on exactly one
-    if (p.zero == 0) sq /= p.data_ranks();                // ...except that without ZeRO every dp rank holds them all
-    double norm = std::sqrt(sq);
+    world.all_reduce_sum(sq2, 2, Dtype::f64);  // over every rank: each parameter counted on exactly one
+    if (p.zero == 0) {  // ...except that without ZeRO every rank of a segment's group holds it
+      sq2[0] /= p.data_ranks();
+      sq2[1] /= edpc ? edpc->size() : p.data_ranks();
+    }
+    double norm = std::sqrt(sq2[0] + sq2[1]);
     res.grad_norm.push_back(norm);
     T clip = norm > o.grad_clip && o.grad_clip > 0 ? T(o.grad_clip / norm) : T(1);
     double lr = learning_rate(o, step, warmup);
@@ -766,8 +833,12 @@ RunResult run_training(const Scenario& sc, const RunOptions& o, Comm& world) {
     throw InputError({std::string("$.plan.cp: context parallelism needs the attention_fwd_kv op, which backend ") +
                       backend->name + " does not have yet (use --backend cpu or emu)"});
   BackendScope on_backend(*backend);  // every ops:: call of this rank's run goes to it
-  if (o.fp64) { RankRun<double> r(sc, o, world); return r.run(); }
-  RankRun<float> r(sc, o, world);
+  // Device memory the host cannot read: every collective and send stages device buffers through pinned host
+  // memory (exec/comm_staged.cpp). The CPU backend passes tensors to the communicator as they are.
+  std::unique_ptr<Comm> staged = backend->host_accessible ? nullptr : staged_comm(world, *backend);
+  Comm& comm = staged ? *staged : world;
+  if (o.fp64) { RankRun<double> r(sc, o, comm); return r.run(); }
+  RankRun<float> r(sc, o, comm);
   return r.run();
 }
 

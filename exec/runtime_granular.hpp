@@ -1,21 +1,29 @@
 // runtime_granular: granular offload for the executor (plan.offload "granular", M6-10T, as the simulator costs
 // it: sim/program_build_rank.cpp add_param_fetches / add_grad_reductions, sim/step_formulas.hpp state_bytes).
 // The offloaded layers (plan.offload.layers, resolved from "fraction" by the scenario) that this rank holds keep
-// their parameters, a full-unit gradient accumulator and their Adam moments (of the rank's own ZeRO slices) in
-// pinned host memory. Each RUN of such a layer (the runtime's runs: consecutive pieces of one layer and pass)
-// gets its own device copy, loaded host -> device `prefetch_layers` offloaded runs ahead: load i is issued when
-// offloaded run i - prefetch - 1 ends (the simulator's edge), the first prefetch + 1 at the step's start; the
-// copy is freed when its run ends. A backward run's gradient is a transient device buffer (the runtime's
-// grad_acquire / grad_release) sent to the host at the run's end (after the dp reduce-scatter with ZeRO-2, as its
-// own slice) and accumulated there. The host Adam (the CPU backend's op, on the host copies) updates them.
-// Invariants: host buffers are laid out per offloaded unit at base[u] (parameters, gradients: whole units;
-// moments: the own slices at the runtime's own_off); every copy goes through the backend and is counted.
+// their parameters, a gradient accumulator and their Adam moments (of the rank's own ZeRO slices) in pinned host
+// memory. With ZeRO 0-2 the host holds the whole unit's parameters and gradients; with ZeRO-3 over dp > 1 only
+// the rank's padded slice (host length = the unit's slice, at origin = the slice's flat start). Each RUN of such a
+// layer (the runtime's runs: consecutive pieces of one layer and pass) gets its own device copy, loaded host ->
+// device `prefetch_layers` offloaded runs ahead: load i is issued when offloaded run i - prefetch - 1 ends (the
+// simulator's edge), the first prefetch + 1 at the step's start. ZeRO 0-2: the copy is the layer and is freed
+// when its run ends. ZeRO-3: the copy is the slice, all-gathered over dp on the device into the run's full layer
+// (the runtime's uparam, freed at the run's end) and freed right after the gather (drop), as the simulator holds
+// only the gathered layer. A backward run's gradient is a transient device buffer (the runtime's grad_acquire /
+// grad_release) sent to the host at the run's end (after the dp reduce-scatter with ZeRO >= 2, as its own slice)
+// and accumulated there. The host Adam (the CPU backend's op, on the host copies) updates them.
+// Runs are keyed by the weight SLOT they use (Pseudo-to-Real's weight groups: position l uses slot
+// weight_group(l)); begin_step recomputes them each step (they change at a delink). Context parallelism and 2D tensor parallelism
+// change nothing here: the units are the rank's parameter units whatever their layout.
+// Invariants: host buffers are laid out per offloaded unit at base[u] (parameters, gradients: len[u] elements
+// from origin[u]; moments: the own slices at the runtime's own_off); every copy goes through the backend and is
+// counted; loaded_bytes is the device copies held now.
 #pragma once
-#include <algorithm>
 #include <map>
 #include <vector>
 
 #include "exec/backend.hpp"
+#include "exec/comm.hpp"
 #include "exec/gpt.hpp"
 #include "exec/host_optimizer.hpp"
 #include "exec/train.hpp"
@@ -24,94 +32,48 @@ namespace tp::exec {
 
 template <class T>
 struct GranularHost {
-  std::vector<char> off;                 // per unit: its parameters live on the host
-  std::vector<long long> base, len;      // per offloaded unit: its base in hp / hg, its length
-  PinnedBuf<T> hp, hg, m1, m2;           // parameters, gradients (whole units); moments (own slices)
-  std::vector<int> run_unit;             // per run of the rank's schedule: the offloaded unit it uses, or -1
-  std::vector<int> off_runs;             // the runs with an offloaded unit, in order
-  std::vector<int> off_index;            // per run: its index in off_runs (-1)
+  std::vector<char> off;                      // per unit: its parameters live on the host
+  std::vector<long long> base, len, origin;   // per unit: its base in hp / hg, its host length, its flat start
+  PinnedBuf<T> hp, hg, m1, m2;                // parameters, gradients (len[u] each); moments (own slices)
+  std::vector<int> run_unit;                  // per run of the rank's schedule: the offloaded unit it uses, or -1
+  std::vector<int> off_runs;                  // the runs with an offloaded unit, in order
+  std::vector<int> off_index;                 // per run: its index in off_runs (-1)
   int prefetch = 1;
-  size_t next = 0;                       // the next offloaded run to load
-  std::map<int, Buf<T>> loaded;          // run -> its device copy
-  double h2d_bytes = 0, d2h_bytes = 0;   // this step's copies
+  size_t next = 0;                            // the next offloaded run to load
+  std::map<int, Buf<T>> loaded;               // run -> its device copy
+  double h2d_bytes = 0, d2h_bytes = 0;        // this step's copies
   double loaded_bytes = 0, peak_loaded_bytes = 0;  // device copies held now / at most in this step
 
   bool on() const { return !base.empty(); }
   bool is_off(int u) const { return u >= 0 && u < (int)off.size() && off[u]; }
-  // off_units: the offloaded units with their lengths; state: the moments' length (own slices).
-  void init(const std::vector<char>& off_units, const std::vector<long long>& unit_len, long long state) {
-    off = off_units;
-    base.assign(off.size(), -1);
-    len = unit_len;
-    long long n = 0;
-    for (size_t u = 0; u < off.size(); ++u)
-      if (off[u]) { base[u] = n; n += len[u]; }
-    hp = PinnedBuf<T>(n);
-    hg = PinnedBuf<T>(n);
-    m1 = PinnedBuf<T>(state);
-    m2 = PinnedBuf<T>(state);
-  }
+  // off_units: the offloaded units; host_len / unit_origin: per unit, the host length and the flat index of its
+  // first host element; state: the moments' length (own slices).
+  void init(const std::vector<char>& off_units, const std::vector<long long>& host_len,
+            const std::vector<long long>& unit_origin, long long state);
   T* param(int u) { return hp.data() + base[u]; }
   T* grad(int u) { return hg.data() + base[u]; }
+  T* param_at(int u, long long i) { return param(u) + (i - origin[u]); }  // flat element i of unit u
+  T* grad_at(int u, long long i) { return grad(u) + (i - origin[u]); }
   double pinned_bytes() const { return sizeof(T) * (double)(hp.size() + hg.size() + m1.size() + m2.size()); }
-  void set_runs(const std::vector<int>& units_of_runs, int prefetch_layers) {
-    run_unit = units_of_runs;
-    prefetch = std::max(1, prefetch_layers);
-    off_runs.clear();
-    off_index.assign(run_unit.size(), -1);
-    for (size_t r = 0; r < run_unit.size(); ++r)
-      if (run_unit[r] >= 0) { off_index[r] = (int)off_runs.size(); off_runs.push_back((int)r); }
-  }
-  // Step start: gradients zeroed, the first prefetch + 1 offloaded runs loaded.
-  void begin_step() {
-    std::fill(hg.data(), hg.data() + hg.size(), T(0));
-    loaded.clear();
-    loaded_bytes = 0;
-    next = 0;
-    load_through(prefetch);
-  }
-  void load_through(size_t i) {  // loads offloaded runs next .. i
-    for (; next < off_runs.size() && next <= i; ++next) {
-      const int r = off_runs[next], u = run_unit[r];
-      Buf<T> d((size_t)len[u]);
-      current_backend().copy(d.data(), param(u), sizeof(T) * (size_t)len[u], CopyKind::host_to_device, Stream{});
-      h2d_bytes += sizeof(T) * (double)len[u];
-      loaded[r] = std::move(d);
-      loaded_bytes += sizeof(T) * (double)len[u];
-      peak_loaded_bytes = std::max(peak_loaded_bytes, loaded_bytes);
-    }
-  }
-  T* device_copy(int r) {  // run r's loaded parameters (loading through r if it was not prefetched)
-    if (off_index[r] >= 0) load_through((size_t)off_index[r]);
-    return loaded.at(r).data();
-  }
-  // Run r ended: its copy is freed and offloaded run (its index) + prefetch + 1 may load.
-  void end_run(int r) {
-    if (off_index[r] < 0) return;
-    loaded_bytes -= sizeof(T) * (double)len[run_unit[r]];
-    loaded.erase(r);
-    load_through((size_t)off_index[r] + prefetch + 1);
-  }
-  // n gradient elements from the device into the host accumulator at dst (CPU add).
-  void grad_to_host(T* dst, const T* dev, long long n) {
-    if (n <= 0) return;
-    std::vector<T> tmp((size_t)n);
-    current_backend().copy(tmp.data(), dev, sizeof(T) * (size_t)n, CopyKind::device_to_host, Stream{});
-    d2h_bytes += sizeof(T) * (double)n;
-    cpu_backend().ops<T>().accumulate(dst, tmp.data(), (long)n);
-  }
+  // Step start: the runs that use an offloaded weight slot (run r runs layer run_layer[r], which uses slot
+  // weight_group(layer, layers, shared), unit 1 + slot), gradients zeroed, the first prefetch + 1 runs loaded.
+  void begin_step(const std::vector<int>& run_layer, int shared, int prefetch_layers);
+  void load_through(size_t i);     // loads offloaded runs next .. i
+  T* device_copy(int r);           // run r's loaded copy (loading through r if it was not prefetched)
+  void drop(int r);                // run r's copy freed early (ZeRO-3: once gathered)
+  // Run r's parameters on the device: its loaded copy, or with gather (ZeRO-3 over dp) the slices of every dp
+  // rank all-gathered into `full` (slice elements each) and the loaded copy dropped; returns where they are.
+  T* attach(int r, Comm* gather, long long slice, Buf<T>& full);
+  void end_run(int r);             // run r ended: its copy freed, offloaded run (its index) + prefetch + 1 may load
+  void grad_to_host(T* dst, const T* dev, long long n);  // n gradient elements added into the host at dst
+  // ZeRO 1-2 after the update: unit u's updated slices [a, z) of every dp rank gathered into the host parameters.
+  void host_all_gather(Comm& dp, int u, long long slice, long long a, long long z, long long unit_len);
+  // Pseudo-to-Real: n elements from src to dst, each in host (on_host) or device memory (not step traffic).
+  static void move(T* dst, bool dst_host, const T* src, bool src_host, long long n);
 };
 
 // One step's figures into the run's result (then the counters restart).
 template <class T>
-void record_granular_step(OffloadResult& f, GranularHost<T>& g) {
-  f.on = true;
-  f.kind = "granular";
-  f.h2d_bytes.push_back(g.h2d_bytes);
-  f.d2h_bytes.push_back(g.d2h_bytes);
-  f.host_state_bytes = g.pinned_bytes();
-  f.peak_loaded_bytes.push_back(g.peak_loaded_bytes);
-  g.h2d_bytes = g.d2h_bytes = g.peak_loaded_bytes = 0;
-}
+void record_granular_step(OffloadResult& f, GranularHost<T>& g);
 
 }  // namespace tp::exec

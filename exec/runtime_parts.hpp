@@ -118,9 +118,10 @@ struct Flat {
   long long total = 0, embed_begin = 0, embed_end = 0, head_begin = 0, head_end = 0;
   std::vector<long long> layer_begin, layer_end;
   std::vector<long long> view_end;  // per view: end offset in the flat buffer (ascending)
+  std::vector<long long> expert_begin;  // per layer: its local experts are [expert_begin, layer_end) (exec/moe.hpp)
   template <class Lay>
   static Flat of(const Lay& l) {
-    Flat f{l.views, l.total, l.embed_begin, l.embed_end, l.head_begin, l.head_end, l.layer_begin, l.layer_end, {}};
+    Flat f{l.views, l.total, l.embed_begin, l.embed_end, l.head_begin, l.head_end, l.layer_begin, l.layer_end, {}, l.expert_begin};
     for (const ParamView& v : f.views) f.view_end.push_back(v.offset + v.count);
     return f;
   }
@@ -149,10 +150,14 @@ struct Flat {
 };
 
 // A parameter unit (embedding, a layer, head): also the ZeRO sharding unit.
+// A MoE layer's unit has two segments: [a, x) dense, reduced and ZeRO-sliced over the dp group, and [x, b) its
+// local experts, over the expert-data-parallel group (the dp / ep ranks holding the same experts; Megatron-LM).
 struct Unit {
   long long a = 0, b = 0;  // [a, b) in the flat buffer
-  long long slice = 0;     // ZeRO slice length (padded length / dp)
+  long long slice = 0;     // ZeRO slice length of [a, x) (padded length / dp; the length without ZeRO)
   bool owned = false;      // this stage holds it
+  long long x = 0;         // where its experts begin (b: none)
+  long long eslice = 0;    // ZeRO slice length of [x, b) (padded length / (dp / ep); the length without ZeRO)
 };
 
 // One layer's forward or backward inside work item `item` of the rank's order.
@@ -181,7 +186,7 @@ void finish_offload(OffloadResult& f, const ChunkStore<T>& store, long long chun
 template <class T>
 std::vector<T> init_model(const Scenario& sc, int tp_rank, Comm& tp, uint64_t seed, Net<T>& model, Flat& gl,
                           std::vector<char>& replicated_view, std::unique_ptr<Comm>& grid_row,
-                          std::unique_ptr<Comm>& grid_col);
+                          std::unique_ptr<Comm>& grid_col, int ep_rank = 0);  // (the local experts of ep_rank)
 double learning_rate(const RunOptions& o, int step, int warmup);  // linear warmup, then cosine to min_lr_ratio
 double peak_rss_bytes();
 // ZeRO-3 (exec/runtime_state.cpp): all-gathers a unit's padded slices (`slice` elements from `mine` on every dp

@@ -19,7 +19,7 @@ namespace tp::exec::detail {
 template <class T>
 std::vector<T> init_model(const Scenario& sc, int tp_rank, Comm& tp, uint64_t seed, Net<T>& model, Flat& gl,
                           std::vector<char>& replicated_view, std::unique_ptr<Comm>& grid_row,
-                          std::unique_ptr<Comm>& grid_col) {
+                          std::unique_ptr<Comm>& grid_col, int ep_rank) {
   const Plan& p = sc.plan;
   const long long Tn = sc.training.seq_len;
   GptShape fs = gpt_shape(sc.model, Tn, 1, 0);
@@ -42,7 +42,9 @@ std::vector<T> init_model(const Scenario& sc, int tp_rank, Comm& tp, uint64_t se
     replicated_view.resize(gl.views.size());
     for (size_t i = 0; i < gl.views.size(); ++i) replicated_view[i] = !l2.owned(i);  // counted elsewhere
   } else {
-    GptLayout l1 = gpt_layout(gpt_shape(sc.model, Tn, p.tp, tp_rank));
+    GptShape s1 = gpt_shape(sc.model, Tn, p.tp, tp_rank);
+    if (s1.experts > 0) { s1.ep = p.ep; s1.ep_rank = ep_rank; }
+    GptLayout l1 = gpt_layout(s1);
     params = shard_params<T>(full, init_full_params<T>(fs, seed), l1);
     gl = Flat::of(l1);
     model.d1.lay = l1;
@@ -60,9 +62,9 @@ std::vector<T> init_model(const Scenario& sc, int tp_rank, Comm& tp, uint64_t se
   return params;
 }
 template std::vector<float> init_model<float>(const Scenario&, int, Comm&, uint64_t, Net<float>&, Flat&,
-                                              std::vector<char>&, std::unique_ptr<Comm>&, std::unique_ptr<Comm>&);
+                                              std::vector<char>&, std::unique_ptr<Comm>&, std::unique_ptr<Comm>&, int);
 template std::vector<double> init_model<double>(const Scenario&, int, Comm&, uint64_t, Net<double>&, Flat&,
-                                                std::vector<char>&, std::unique_ptr<Comm>&, std::unique_ptr<Comm>&);
+                                                std::vector<char>&, std::unique_ptr<Comm>&, std::unique_ptr<Comm>&, int);
 
 double learning_rate(const RunOptions& o, int step, int warmup) {
   if (step < warmup) return o.lr * (step + 1) / warmup;
@@ -85,8 +87,23 @@ void gather_unit(Comm& dp, const T* mine, long long slice, Buf<T>& full) {
 template void gather_unit<float>(Comm&, const float*, long long, Buf<float>&);
 template void gather_unit<double>(Comm&, const double*, long long, Buf<double>&);
 
+namespace {
+// A checkpoint file is written and read on the host: tensors in device memory (a backend that is not
+// host-accessible) go through host copies; others (every tensor on the CPU backend) are used in place.
+bool staged(const TensorView& t) { return t.count > 0 && on_device(current_backend(), t.data); }
+size_t view_bytes(const TensorView& t) { return dtype_bytes(t.dtype) * (size_t)t.count; }
+}  // namespace
+
 void save_rank_checkpoint(const Scenario& sc, const RunOptions& o, Comm& world, long next_step,
-                          const std::vector<TensorView>& tensors) {
+                          const std::vector<TensorView>& device_tensors) {
+  std::vector<TensorView> tensors = device_tensors;
+  std::vector<std::vector<char>> host;  // the staged copies
+  for (TensorView& t : tensors)
+    if (staged(t)) {
+      host.emplace_back(view_bytes(t));
+      current_backend().copy(host.back().data(), t.data, view_bytes(t), CopyKind::device_to_host, Stream{});
+      t.data = host.back().data();
+    }
   CheckpointHeader h;
   h.step = next_step;
   h.seed = o.seed;
@@ -125,7 +142,13 @@ void load_rank_checkpoint(const Scenario& sc, const RunOptions& o, int rank, lon
   if (rank == 0 && d.contains("steps") && d["steps"] != o.steps)
     std::fprintf(stderr, "warning: resuming with --steps %d where the checkpoint's run had %s: the learning-rate schedule "
                  "(warmup and cosine decay over --steps) changes from here\n", o.steps, d["steps"].dump().c_str());
-  for (const TensorView& t : tensors) c.copy_to(t.name, const_cast<void*>(t.data), t.count, t.dtype);
+  std::vector<char> host;
+  for (const TensorView& t : tensors) {
+    if (!staged(t)) { c.copy_to(t.name, const_cast<void*>(t.data), t.count, t.dtype); continue; }
+    host.resize(view_bytes(t));
+    c.copy_to(t.name, host.data(), t.count, t.dtype);
+    current_backend().copy(const_cast<void*>(t.data), host.data(), host.size(), CopyKind::host_to_device, Stream{});
+  }
 }
 
 }  // namespace tp::exec::detail

@@ -41,17 +41,11 @@ void check_runnable(const Scenario& sc) {
   const Plan& p = sc.plan;
   std::vector<std::string> no;
   auto need = [&](bool ok, const std::string& what) { if (!ok) no.push_back(what); };
-  if (p.offload.kind == OffloadKind::granular) {  // exec/runtime_granular.hpp
-    need(p.zero <= 2, "$.plan.zero 3 with $.plan.offload kind \"granular\" (ZeRO 0-2 run)");
-    need(p.tp_mode == TpMode::d1 && p.cp == 1, "$.plan.offload kind \"granular\" with tp_mode \"2d\" or cp > 1");
-    need(!sc.delink.on(), "$.plan.offload kind \"granular\" with $.plan.delink");
-  }
+  // plan.offload "granular" runs with every ZeRO stage, cp, 2D and delinking (exec/runtime_granular.hpp).
   need(p.tp_mode == TpMode::d2 || sc.model.vocab % p.tp == 0,
        "$.plan.tp: must divide the model's vocab (" + std::to_string(sc.model.vocab) + ") for the vocabulary-parallel embedding");
-  if (sc.model.moe.experts > 0) {  // exec/moe.hpp: MoE with expert parallelism over dp, no SP / cp
-    need(!(p.sequence_parallel && p.tp > 1), "$.plan.sequence_parallel with a mixture-of-experts model");
+  if (sc.model.moe.experts > 0) {  // exec/moe.hpp: MoE with expert parallelism over dp (and SP), no cp
     need(p.cp == 1, "$.plan.cp > 1 with a mixture-of-experts model");
-    need(sc.model.moe.shared_ffn_hidden == 0, "$.model.moe.shared_ffn_hidden (shared experts)");
     need(!p.offload.on(), "$.plan.offload with a mixture-of-experts model");
     need(!sc.delink.on(), "$.plan.delink with a mixture-of-experts model");
   }
@@ -80,7 +74,10 @@ double run_bytes_per_rank(const Scenario& sc, bool fp64) {
   const Plan& p = sc.plan;
   const Transformer& m = sc.model;
   const double e = fp64 ? 8 : 4, tp = p.tp, mb = (double)p.microbatch, s = (double)sc.training.seq_len;
-  const double params = total_params(m) / (tp * p.pp);
+  // MoE: a rank holds E / ep of each MoE layer's experts (exec/moe.hpp)
+  const double idle_experts = m.moe.experts > 0 ? (double)m.moe_layers_in(0, m.layers) *
+                                                       (double)(m.moe.experts - m.moe.experts / p.ep) * expert_params_full(m) : 0;
+  const double params = (total_params(m) - idle_experts) / (tp * p.pp);
   const double adam_shards = p.zero >= 1 ? (double)p.dp : 1.0;
   const double state = params * e * (2 + 2 / adam_shards);  // weights and gradients; Adam's two moments
   const double layers = (double)m.layers / p.pp;
@@ -126,6 +123,8 @@ json run_result_to_json(const RunResult& r, const Scenario& sc, const RunOptions
           {"step_time_s", r.step_time_s},
           {"tokens_per_s", r.tokens_per_s},
           {"peak_memory_bytes", r.peak_memory_bytes},
+          {"param_elements", r.param_elements},
+          {"moment_elements", r.moment_elements},
           {"delink_step", r.delink_step},
           {"first_step", r.first_step}};
   if (r.stop_signal) j["stopped_by_signal"] = r.stop_signal;

@@ -6,8 +6,8 @@
 // interleaved, modular) with standard or layered accumulation, recompute none / selective / full, float32 or
 // float64, 2D TP, sequence parallelism, delink, chunked offload (PatrickStar, exec/chunk_store.hpp: a real
 // device arena of --device-budget bytes), optimizer offload (ZeRO-Offload, exec/host_optimizer.hpp) and granular
-// offload with ZeRO 0-2 (M6-10T, exec/runtime_granular.hpp). Other plan keys (MoE; granular with ZeRO-3, 2D TP,
-// cp or delink) are rejected with exit code 2 before any rank starts work.
+// offload with ZeRO 0-3, cp, 2D TP and delink (M6-10T, exec/runtime_granular.hpp). Plan keys check_runnable
+// refuses are rejected with exit code 2 before any rank starts work.
 #pragma once
 #include <string>
 #include <vector>
@@ -72,6 +72,9 @@ struct RunResult {
   std::vector<double> step_time_s;   // per step (rank 0's wall time, the step ends with the optimizer)
   double tokens_per_s = 0;           // over the steps after the first
   std::vector<double> peak_memory_bytes;  // per rank (process peak resident memory)
+  // per rank: parameter elements it stores (its stage's units; ZeRO-3 layers as slices; MoE: its local experts)
+  // and optimizer moment elements (each of Adam's two), to compare with the simulator's per-GPU counts
+  std::vector<double> param_elements, moment_elements;
   std::vector<double> grad_norm;     // per step, before clipping
   long delink_step = -1;             // the step that ran first on the delinked (real) model, -1 without delink
   long first_step = 0;               // losses[i] is step first_step + i (> 0 after a resume)

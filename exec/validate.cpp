@@ -208,6 +208,7 @@ json validate_run(const std::string& file, const json& profile, const std::strin
                                 {"chunk_bytes", rr.offload.chunk_bytes}, {"chunks", rr.offload.chunks}}
                          : json(nullptr)},
       {"per_rank", ranks}};
+  if (rr.offload.kind == "granular") rep["offload"]["peak_loaded_bytes"] = rr.offload.peak_loaded_bytes;  // per step
   return rep;
 }
 

@@ -1,14 +1,13 @@
 #!/usr/bin/env bash
 # gpu_check.sh: the first thing to run on a machine with an NVIDIA GPU (issue 11). Builds trainplan with the
 # CUDA library (-DTRAINPLAN_CUDA=ON), prints --version, runs `selftest --backend cuda` (every op against the
-# CPU float64 reference), tries a short training run on cuda, and runs compute-sanitizer's memcheck, racecheck,
-# initcheck and synccheck on the quick selftest (every kernel and cuBLASLt path on tiny shapes) when
-# compute-sanitizer is installed. Prints one summary table. Writes logs under $BUILD_DIR/gpu-check/.
+# CPU float64 reference), a short training run on cuda compared with the cpu backend's losses (and a 2-rank one
+# under mpirun), and compute-sanitizer's memcheck, racecheck, initcheck and synccheck on the quick selftest
+# (every kernel and cuBLASLt path on tiny shapes) when compute-sanitizer is installed. Prints one summary table.
+# Writes logs under $BUILD_DIR/gpu-check/.
 #
 # usage: scripts/gpu_check.sh            BUILD_DIR (default <repo>/build-gpu)   SKIP_BUILD=1 to reuse a build
 # Exit: 0 every step passed (or was skipped for a stated reason), 1 a step failed, 77 no CUDA device here.
-# Until training on cuda is wired (issue 11, runtime staging), the training step reports "not wired" and the
-# sanitizers run on the selftest instead of a training run.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${BUILD_DIR:-$root/build-gpu}
@@ -34,11 +33,34 @@ case $rc in
   *) row "selftest --backend cuda" FAIL "exit $rc: ${summary:-see $logs/selftest.txt}" ;;
 esac
 
-"$bin" run "$root/scenarios/exec/tiny-gpt.json" --backend cuda --steps 3 --json "$logs/run.json" >"$logs/run.txt" 2>&1
+# A short training run on the GPU against the CPU backend's float32 run of the same scenario: the losses agree
+# to 1e-3 relative (both fp32; cuBLASLt without TF32 sums in another order than Eigen).
+run_tiny() {  # backend, output json
+  "$bin" run "$root/scenarios/exec/tiny-gpt.json" --backend "$1" --steps 3 --quiet --json "$2" >"${2%.json}.txt" 2>&1
+}
+TP_CUDA_SYNC=1 run_tiny cuda "$logs/run_cuda.json"
 rc=$?
-if [[ $rc -eq 0 ]]; then row "run tiny-gpt (3 steps)" ok "$(tail -1 "$logs/run.txt")"
-elif grep -q "not wired" "$logs/run.txt"; then row "run tiny-gpt (3 steps)" "not yet" "training on cuda is not wired yet"
-else row "run tiny-gpt (3 steps)" FAIL "exit $rc: $(tail -1 "$logs/run.txt")"; fi
+if [[ $rc -ne 0 ]]; then row "run tiny-gpt (3 steps)" FAIL "exit $rc: $(tail -1 "$logs/run_cuda.txt")"
+elif ! run_tiny cpu "$logs/run_cpu.json"; then row "run tiny-gpt (3 steps)" FAIL "the cpu reference run failed: $logs/run_cpu.txt"
+else
+  cmp=$(python3 - "$logs/run_cuda.json" "$logs/run_cpu.json" <<'PY' 2>&1
+import json, sys
+g, w = (json.load(open(f))["losses"] for f in sys.argv[1:3])
+err = max(abs(a - b) / abs(b) for a, b in zip(g, w)) if len(g) == len(w) and g else float("inf")
+print(("ok" if err <= 1e-3 else "FAIL") + " losses cuda %s vs cpu %s, max rel diff %.2e" % (g, w, err))
+PY
+)
+  case $cmp in ok*) row "run tiny-gpt (3 steps)" ok "${cmp#ok }" ;; *) row "run tiny-gpt (3 steps)" FAIL "${cmp#FAIL }" ;; esac
+fi
+# Two ranks (dp 2, MPI with host staging) when mpirun is here: the same losses as the one-rank cuda run.
+if command -v mpirun >/dev/null; then
+  sed 's/"dp": *1/"dp": 2/' "$root/scenarios/exec/tiny-gpt.json" >"$logs/tiny-dp2.json"
+  mpirun -np 2 --oversubscribe "$bin" run "$logs/tiny-dp2.json" --backend cuda --steps 3 --quiet \
+    --json "$logs/run_cuda_dp2.json" >"$logs/run_cuda_dp2.txt" 2>&1
+  rc=$?
+  if [[ $rc -eq 0 ]]; then row "run dp 2 (mpirun)" ok "losses $(python3 -c "import json;print(json.load(open('$logs/run_cuda_dp2.json'))['losses'])" 2>/dev/null)"
+  else row "run dp 2 (mpirun)" FAIL "exit $rc: $(tail -1 "$logs/run_cuda_dp2.txt")"; fi
+else row "run dp 2 (mpirun)" skipped "mpirun not installed"; fi
 
 cs=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
 for tool in memcheck racecheck initcheck synccheck; do

@@ -6,7 +6,8 @@
 // copies check that the device side of a copy does. New allocations are filled with 0xff bytes (NaN as float
 // or double), and freed ones again, so a read before a write or after a free shows up in the results.
 // Invariants: this file and backend_emu_shard.cpp are the only code that touch emu device memory outside the
-// runtime's host-accessible paths (comm, checkpoint I/O, chunk store's host side: exec/backend.hpp); the
+// runtime's host-accessible paths (comm, checkpoint I/O, chunk store's compaction: exec/backend.hpp; the
+// emu-device backend, backend_emu_device.cpp, is this backend with those paths closed to the host); the
 // registry is process-wide and mutex-guarded, so several threads (ranks of a local test) may use it at once.
 #include <algorithm>
 #include <cstdint>

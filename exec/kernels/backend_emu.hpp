@@ -17,6 +17,12 @@ void need(const char* op, const char* arg, const void* p, size_t bytes);
 inline void opt(const char* op, const char* arg, const void* p, size_t bytes) {
   if (p) need(op, arg, p, bytes);
 }
+// The emu backend's device memory (registered, 0xff-filled) and its checked copy; backend_emu_device.cpp builds
+// the emu-device backend on them.
+void* emu_alloc(size_t bytes);
+void emu_free(void* p);
+void emu_copy(void* dst, const void* src, size_t bytes, CopyKind kind, Stream s);
+
 template <class T>
 size_t sz(long n) {
   return n > 0 ? sizeof(T) * size_t(n) : 0;

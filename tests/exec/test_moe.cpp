@@ -87,11 +87,11 @@ double objective(Gpt<double>& m, const std::vector<int32_t>& tok, const std::vec
   return loss;
 }
 
-void gradcheck(bool gelu, bool mlp_bias, long long top_k, double cf, long long every) {
+void gradcheck(bool gelu, bool mlp_bias, long long top_k, double cf, long long every, long long Fs = 0) {
   GptShape s;
   s.layers = 2; s.C = 8; s.H = 2; s.Hkv = 2; s.D = 4; s.F = 12; s.V = 11; s.maxT = kT;
   s.gelu = gelu; s.mlp_bias = mlp_bias;
-  s.experts = 3; s.top_k = top_k; s.Fe = 6; s.moe_every = every; s.capacity_factor = cf;
+  s.experts = 3; s.top_k = top_k; s.Fe = 6; s.moe_every = every; s.capacity_factor = cf; s.Fs = Fs;
   GptLayout lay = gpt_layout(s);
   std::vector<double> params = init_full_params<double>(s, 11);
   uint64_t z = 777;
@@ -111,7 +111,8 @@ void gradcheck(bool gelu, bool mlp_bias, long long top_k, double cf, long long e
   const double h = 1e-6;
   int checked = 0, moe_views = 0;
   for (const ParamView& v : lay.views) {
-    const bool moe = v.name.find("router") != std::string::npos || v.name.find("ex_") != std::string::npos;
+    const bool moe = v.name.find("router") != std::string::npos || v.name.find("ex_") != std::string::npos ||
+                     v.name.find("sh_") != std::string::npos;
     moe_views += moe;
     std::vector<long long> at = {0, v.count / 2, v.count - 1};
     if (moe) for (long long i = 1; i < v.count; i += std::max(1LL, v.count / 7)) at.push_back(i);
@@ -128,7 +129,7 @@ void gradcheck(bool gelu, bool mlp_bias, long long top_k, double cf, long long e
       ++checked;
     }
   }
-  EXPECT_GE(moe_views, mlp_bias || gelu ? 5 : 3);
+  EXPECT_GE(moe_views, (mlp_bias || gelu ? 5 : 3) + (Fs > 0 ? (mlp_bias || gelu ? 4 : 2) : 0));
   EXPECT_GT(checked, 40);
 }
 
@@ -137,6 +138,37 @@ void gradcheck(bool gelu, bool mlp_bias, long long top_k, double cf, long long e
 TEST(MoeGradCheck, Top1GeluEveryLayer) { gradcheck(true, true, 1, 1.0, 1); }
 TEST(MoeGradCheck, Top2SwigluBiasesDropping) { gradcheck(false, true, 2, 0.75, 1); }
 TEST(MoeGradCheck, Top2SwigluSecondLayerOnly) { gradcheck(false, false, 2, 1.0, 2); }
+// Shared experts (sh_fc*): a dense MLP beside the routed experts, its gradients through the same objective.
+TEST(MoeGradCheck, SharedExpertsGelu) { gradcheck(true, true, 2, 1.0, 1, 4); }
+TEST(MoeGradCheck, SharedExpertsSwiglu) { gradcheck(false, false, 1, 1.0, 2, 4); }
+
+// Experts sharded over ep: ep rank r's layout holds experts [r E/ep, (r+1) E/ep) only (the layer's last views,
+// after the router and the shared experts), and shard_params copies exactly those full experts' weights.
+TEST(MoeGradCheck, ExpertsShardedOverEp) {
+  GptShape s;
+  s.layers = 2; s.C = 8; s.H = 2; s.Hkv = 2; s.D = 4; s.F = 12; s.V = 11; s.maxT = 5; s.gelu = true;
+  s.experts = 4; s.top_k = 2; s.Fe = 6; s.moe_every = 2; s.Fs = 4;
+  GptLayout full = gpt_layout(s);
+  std::vector<double> fp = init_full_params<double>(s, 5);
+  for (int r = 0; r < 2; ++r) {
+    GptShape sr = s;
+    sr.ep = 2; sr.ep_rank = r;
+    GptLayout lay = gpt_layout(sr);
+    std::vector<double> mine = shard_params<double>(full, fp, lay);
+    const LayerParams& W = lay.params.layers[1];
+    EXPECT_EQ(lay.total, full.total - (6 * 8 + 6 + 6 * 8 + 8) * 2);  // two experts less
+    EXPECT_EQ(lay.expert_begin[1], lay.views[W.ex_w1].offset);      // the experts close the layer
+    EXPECT_EQ(lay.expert_begin[0], lay.layer_end[0]);               // a dense layer has none
+    EXPECT_LT(lay.views[W.sh_w2].offset, lay.expert_begin[1]);
+    for (const char* n : {"L01.ex_w1", "L01.ex_b1", "L01.ex_w2", "L01.ex_b2"}) {
+      const ParamView &v = lay.view(n), &fv = full.view(n);
+      ASSERT_EQ(v.count * 2, fv.count) << n;
+      for (long long i = 0; i < v.count; ++i)
+        ASSERT_EQ(mine[v.offset + i], fp[fv.offset + r * v.count + i]) << n << " rank " << r << " [" << i << "]";
+    }
+    EXPECT_EQ(mine[lay.view("L01.router_w").offset + 3], fp[full.view("L01.router_w").offset + 3]);
+  }
+}
 
 // A MoE layer's views replace the dense MLP's: router and stacked experts, biases as the flags say.
 TEST(MoeGradCheck, LayoutOfAMoeLayer) {

@@ -5,14 +5,17 @@
 // as does the emu backend. A wrong
 // all-to-all block order, an expert computing with another's weights, a capacity counted over the ep group instead
 // of the rank, or expert gradients reduced twice or not at all would each change them. Plans the executor does not
-// run with MoE (sequence parallelism) exit 2 before any work.
+// run with MoE (context parallelism) exit 2 before any work.
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <map>
 #include <string>
 
 #include "exec/oracle_run.hpp"
 #include "models/json_check.hpp"
+#include "models/scenario.hpp"
+#include "sim/simulate.hpp"
 
 using tp::json;
 using namespace oracle;
@@ -59,6 +62,9 @@ TEST(RunMoe, ExpertParallelPlansMatchSingleRankFloat64) {
       {"dp2_ep2_zero1", {{"dp", 2}, {"ep", 2}, {"zero", 1}}},
       {"dp2_ep2_zero2", {{"dp", 2}, {"ep", 2}, {"zero", 2}}},
       {"dp2_ep2_zero3_layered", {{"dp", 2}, {"ep", 2}, {"zero", 3}, {"grad_accumulation", "layered"}}},
+      // expert-data-parallel groups of 2 ranks: the experts' reduce-scatter / all-gather over them
+      {"dp4_ep2_zero1", {{"dp", 4}, {"ep", 2}, {"zero", 1}, {"microbatch", 1}}},
+      {"dp4_ep2_zero3", {{"dp", 4}, {"ep", 2}, {"zero", 3}, {"microbatch", 1}}},
       {"dp2_ep2_full_recompute", {{"dp", 2}, {"ep", 2}, {"recompute", "full"}}},
       {"tp2", {{"tp", 2}}},
       {"dp2_ep2_tp2", {{"dp", 2}, {"ep", 2}, {"tp", 2}}},
@@ -100,9 +106,132 @@ TEST(RunMoe, EmuBackendMatchesCpuFloat64) {
   expect_close(got, ref, "grad_norm", 1e-9, "emu");
 }
 
-TEST(RunMoe, SequenceParallelMoeIsRefused) {
+// Sequence parallelism (exec/moe.hpp): each tp rank routes its own rows — with micro-batch 2 and tp 2 one
+// sequence — so the oracle is the single-rank run with micro-batch 1 (the same routing groups: capacity and
+// load-balancing loss per sequence). Routing the gathered micro-batch instead, a wrong block order of the tp
+// gather / reduce-scatter, or an unreduced router gradient would each miss it; emu runs the same collectives.
+TEST(RunMoe, SequenceParallelPlansMatchSingleRankFloat64) {
+  if (!have_mpi()) GTEST_SKIP() << "built without MPI";
+  const int steps = 3;
+  json ref = run(moe_scenario("sp_ref_mb1", {{"microbatch", 1}}), steps, true);
+  ASSERT_FALSE(ref.is_null());
+  struct Case { const char* name; json plan; const char* extra; };
+  std::vector<Case> cases = {
+      {"tp2_sp", {{"tp", 2}, {"sequence_parallel", true}}, ""},
+      {"tp2_sp_dp2_ep2_zero2", {{"tp", 2}, {"sequence_parallel", true}, {"dp", 2}, {"ep", 2}, {"zero", 2}}, ""},
+      {"tp2_sp_dp2_ep2_emu", {{"tp", 2}, {"sequence_parallel", true}, {"dp", 2}, {"ep", 2}}, "--backend emu"},
+  };
+  for (const Case& c : cases) {
+    json got = run(moe_scenario(c.name, c.plan), steps, true, nullptr, c.extra);
+    ASSERT_FALSE(got.is_null()) << c.name;
+    expect_close(got, ref, "losses", 1e-9, c.name);
+    expect_close(got, ref, "grad_norm", 1e-9, c.name);
+  }
+}
+
+TEST(RunMoe, ContextParallelMoeIsRefused) {
   int code = 0;
-  json r = run(moe_scenario("tp2_sp", {{"tp", 2}, {"sequence_parallel", true}}), 1, true, &code);
+  json r = run(moe_scenario("cp2", {{"cp", 2}}), 1, true, &code);
   EXPECT_TRUE(r.is_null());
-  EXPECT_EQ(code, have_mpi() ? 2 : 0) << "sequence parallelism with MoE must exit 2";
+  EXPECT_EQ(code, have_mpi() ? 2 : 0) << "context parallelism with MoE must exit 2";
+}
+
+// Experts are sharded over ep (exec/moe.hpp): each rank stores only its E / ep experts, so its parameters and
+// Adam moments are what the simulator counts per GPU (sim/step_formulas.hpp zero_shard: dense over dp, experts
+// over the expert-dp group), and they drop with ep. fp32 runs: 4 bytes a weight, 8 bytes of moments a parameter.
+TEST(RunMoe, ExpertsShardedOverEpStoreWhatTheSimulatorCounts) {
+  if (!have_mpi()) GTEST_SKIP() << "built without MPI";
+  struct Case { const char* name; json plan; json moe = json::object(); };
+  std::vector<Case> cases = {
+      {"mem_dp2", {{"dp", 2}}},
+      {"mem_dp2_ep2", {{"dp", 2}, {"ep", 2}}},
+      {"mem_dp4_ep4", {{"dp", 4}, {"ep", 4}, {"microbatch", 1}}},
+      {"mem_dp4_ep2_zero1", {{"dp", 4}, {"ep", 2}, {"zero", 1}, {"microbatch", 1}}},
+      {"mem_dp2_ep2_tp2_zero2", {{"dp", 2}, {"ep", 2}, {"tp", 2}, {"zero", 2}}},
+      {"mem_shared_dp2_ep2_tp2_sp", {{"dp", 2}, {"ep", 2}, {"tp", 2}, {"sequence_parallel", true}},
+       {{"shared_ffn_hidden", 64}}},
+  };
+  std::map<std::string, double> rank0_params;
+  for (const Case& c : cases) {
+    std::string f = moe_scenario(c.name, c.plan, c.moe);
+    json got = run(f, 1, false);
+    ASSERT_FALSE(got.is_null()) << c.name;
+    tp::SimOptions so;
+    so.full_cluster = true;
+    tp::Result sim = tp::simulate(tp::load_scenario(f), so);
+    ASSERT_EQ(got["param_elements"].size(), sim.ranks.size()) << c.name;
+    for (const tp::RankResult& rr : sim.ranks) {
+      const double params = got["param_elements"][rr.global_rank], moments = got["moment_elements"][rr.global_rank];
+      EXPECT_NEAR(params * 4, rr.peak.weights, 1e-9 * rr.peak.weights) << c.name << " rank " << rr.global_rank;
+      // ZeRO slices are padded to a multiple of the group: a few elements per unit
+      EXPECT_NEAR(moments * 8, rr.peak.optimizer, 1e-3 * rr.peak.optimizer) << c.name << " rank " << rr.global_rank;
+    }
+    rank0_params[c.name] = got["param_elements"][0];
+  }
+  // 2 MoE layers of 4 experts, 128 x 64 x 2 weights + 128 + 64 biases each: ep 2 holds 2 experts less per layer
+  const double expert = 2.0 * 128 * 64 + 128 + 64;
+  EXPECT_DOUBLE_EQ(rank0_params["mem_dp2"] - rank0_params["mem_dp2_ep2"], 2 * 2 * expert);
+  EXPECT_DOUBLE_EQ(rank0_params["mem_dp2"] - rank0_params["mem_dp4_ep4"], 2 * 3 * expert);
+}
+
+// Checkpoints of expert-sharded ranks: a resumed run reproduces the uninterrupted one bit for bit (ZeRO-1 and
+// ZeRO-3 slices of the experts over their expert-dp group), and a checkpoint of another expert layout (ep 2
+// where the run has ep 1) is refused with exit 2.
+TEST(RunMoe, ExpertShardedCheckpointsResumeBitIdentical) {
+  if (!have_mpi()) GTEST_SKIP() << "built without MPI";
+  for (int zero : {1, 3}) {
+    std::string name = "ckpt_ep2_z" + std::to_string(zero);
+    std::string f = moe_scenario(name, {{"dp", 4}, {"ep", 2}, {"zero", zero}, {"microbatch", 1}});
+    std::string dir = tmpdir() + "/" + name;
+    fs::remove_all(dir);
+    json whole = run(f, 4, false);
+    json first = run(f, 4, false, nullptr, "--checkpoint-dir " + dir + " --checkpoint-every 2");
+    ASSERT_FALSE(whole.is_null());
+    ASSERT_FALSE(first.is_null());
+    EXPECT_EQ(first["losses"], whole["losses"]);
+    fs::remove_all(dir + "/step_00000004");  // resume from step 2
+    json resumed = run(f, 4, false, nullptr, "--checkpoint-dir " + dir + " --resume");
+    ASSERT_FALSE(resumed.is_null());
+    EXPECT_EQ(resumed["first_step"], 2);
+    ASSERT_EQ(resumed["losses"].size(), 2u);
+    for (int st = 2; st < 4; ++st) EXPECT_EQ(resumed["losses"][st - 2], whole["losses"][st]) << name << " step " << st;
+    EXPECT_EQ(resumed["grad_norm"].back(), whole["grad_norm"].back()) << name;
+    int code = 0;
+    std::string other = moe_scenario(name + "_ep1", {{"dp", 4}, {"zero", zero}, {"microbatch", 1}});
+    EXPECT_TRUE(run(other, 4, false, &code, "--checkpoint-dir " + dir + " --resume").is_null());
+    EXPECT_EQ(code, 2) << "a checkpoint of another expert layout must be refused";
+  }
+}
+
+// Shared experts (model.moe.shared_ffn_hidden): a dense MLP of every token added to the routed output, split over
+// tp like the dense MLP (under SP on the gathered rows), its parameters reduced over dp with the dense part. Each
+// parallel plan reproduces the single-rank run with the same shared experts (SP: with micro-batch 1, its routing
+// groups). A shared MLP that were skipped, applied to the wrong rows, or whose tp columns were mis-sharded would
+// change the losses (the references differ from the model without shared experts: checked).
+TEST(RunMoe, SharedExpertsMatchSingleRankFloat64) {
+  if (!have_mpi()) GTEST_SKIP() << "built without MPI";
+  const int steps = 3;
+  for (const char* act : {"gelu", "swiglu"}) {
+    json moe = {{"shared_ffn_hidden", 64}}, model = {{"activation", act}};
+    const std::string a = act;
+    json ref = run(moe_scenario("shared_ref_" + a, json::object(), moe, model), steps, true);
+    json ref1 = run(moe_scenario("shared_ref_mb1_" + a, {{"microbatch", 1}}, moe, model), steps, true);
+    json plain = run(moe_scenario("noshared_ref_" + a, json::object(), json::object(), model), steps, true);
+    ASSERT_FALSE(ref.is_null());
+    ASSERT_FALSE(ref1.is_null());
+    ASSERT_FALSE(plain.is_null());
+    EXPECT_NE(ref["losses"].back(), plain["losses"].back()) << "the shared experts change the model";
+    struct Case { std::string name; json plan; const json* want; };
+    std::vector<Case> cases = {
+        {"shared_dp2_ep2_zero1_" + a, {{"dp", 2}, {"ep", 2}, {"zero", 1}}, &ref},
+        {"shared_tp2_" + a, {{"tp", 2}}, &ref},
+        {"shared_tp2_sp_dp2_ep2_" + a, {{"tp", 2}, {"sequence_parallel", true}, {"dp", 2}, {"ep", 2}}, &ref1},
+    };
+    for (const Case& c : cases) {
+      json got = run(moe_scenario(c.name, c.plan, moe, model), steps, true);
+      ASSERT_FALSE(got.is_null()) << c.name;
+      expect_close(got, *c.want, "losses", 1e-9, c.name);
+      expect_close(got, *c.want, "grad_norm", 1e-9, c.name);
+    }
+  }
 }

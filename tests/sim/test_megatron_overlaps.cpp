@@ -87,8 +87,9 @@ TEST(OverlapParamGather, BucketsRunBeforeTheFirstForwardOfTheirLayers) {
 
 // The H100 development set (data/validation/h100-dev-set.json) with the fitted H100 curves. The target
 // (mean <= 8 %, max <= 15 % over the set) is NOT met yet (docs/accuracy.md says which rows miss and why): these
-// are regression bounds at today's accuracy (11.7 % mean, 47 % max); the Megatron-Core fp8 rows (NeMo,
-// Megatron-Bridge: 5.8 % / 13.8 %) meet the target.
+// are regression bounds at today's accuracy (9.3 % mean, 34.4 % max over all 40 rows); the Megatron-Core fp8
+// rows (NeMo, Megatron-Bridge: 6.0 % / 14.0 %) meet the target; the Megatron-LM README rows (fp16, interleaved
+// for pp > 1: 7.3 % mean, 28.4 % max, the 32B row) meet the mean.
 TEST(DevSetH100, RegressionBoundsAtTodaysAccuracy) {
   std::ifstream in(std::string(TP_SOURCE_DIR) + "/data/validation/h100-dev-set.json");
   ASSERT_TRUE(in.good());
@@ -96,8 +97,8 @@ TEST(DevSetH100, RegressionBoundsAtTodaysAccuracy) {
   PublishedReport r = validate_devset(set);
   EXPECT_EQ(r.time_rows.size(), 40u);
   EXPECT_TRUE(r.skipped.empty());
-  EXPECT_LE(r.time_mean_abs, 0.12);
-  EXPECT_LE(r.time_max_abs, 0.48);
+  EXPECT_LE(r.time_mean_abs, 0.10);
+  EXPECT_LE(r.time_max_abs, 0.37);
   std::vector<PublishedRow> mcore;
   for (const PublishedRow& row : r.time_rows)
     if (row.table.rfind("nemo", 0) == 0 || row.table.rfind("megatron-bridge", 0) == 0) mcore.push_back(row);
@@ -106,4 +107,11 @@ TEST(DevSetH100, RegressionBoundsAtTodaysAccuracy) {
   published_stats(mcore, mean, mx);
   EXPECT_LE(mean, 0.08);
   EXPECT_LE(mx, 0.15);
+  std::vector<PublishedRow> readme;
+  for (const PublishedRow& row : r.time_rows)
+    if (row.table == "megatron-lm-readme-h100") readme.push_back(row);
+  ASSERT_EQ(readme.size(), 9u);
+  published_stats(readme, mean, mx);
+  EXPECT_LE(mean, 0.08);
+  EXPECT_LE(mx, 0.30);
 }

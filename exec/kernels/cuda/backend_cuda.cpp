@@ -109,15 +109,29 @@ void pinned_free(void* p) {
 }
 cudaStream_t stream_of(exec::Stream s) { return s.handle ? static_cast<cudaStream_t>(s.handle) : g.stream; }
 
+const char* kind_name(exec::CopyKind k) {
+  static const char* names[4] = {"host to device", "device to host", "device to device", "host to host"};
+  return names[int(k) & 3];
+}
+bool is_device_ptr(const void* p) {
+  cudaPointerAttributes a{};
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    (void)cudaGetLastError();  // (a host pointer of an old driver: not an error to keep)
+    return false;
+  }
+  return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+}
+
 void copy_bytes(void* dst, const void* src, size_t bytes, exec::CopyKind kind, exec::Stream s) {
   if (bytes == 0) return;
   enter();
-  static const cudaMemcpyKind kinds[4] = {cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost, cudaMemcpyDeviceToDevice,
-                                          cudaMemcpyHostToHost};
+  // cudaMemcpyDefault: unified addressing infers the direction from the pointers, so a "host" side that is
+  // pinned memory another backend scope allocated, or a pinned buffer used as device memory (chunked offload's
+  // host flat buffers), is copied right; `kind` names the copy in errors (and is what the emu backends check).
   const cudaStream_t st = stream_of(s);
-  const cudaError_t e = cudaMemcpyAsync(dst, src, bytes, kinds[int(kind)], st);
+  const cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, st);
   if (e != cudaSuccess)
-    check(e, ("copy of " + std::to_string(bytes) + " bytes (kind " + std::to_string(int(kind)) + ")").c_str());
+    check(e, ("copy of " + std::to_string(bytes) + " bytes (" + kind_name(kind) + ")").c_str());
   if (!s.handle) check(cudaStreamSynchronize(st), "synchronising a copy");
 }
 exec::Stream stream_create() {
@@ -185,6 +199,7 @@ const exec::Backend* create(int local_rank, int& status, std::string& why) {
   static exec::Backend b;
   b.name = "cuda";
   b.host_accessible = false;
+  b.is_device_ptr = is_device_ptr;
   b.alloc = dev_alloc;
   b.free = dev_free;
   b.alloc_pinned = pinned_alloc;
