@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # gpu_check.sh: the first thing to run on a machine with an NVIDIA GPU (issue 11). Builds trainplan with the
 # CUDA library (-DTRAINPLAN_CUDA=ON), prints --version, runs `selftest --backend cuda` (every op against the
-# CPU float64 reference), a short training run on cuda compared with the cpu backend's losses (and a 2-rank one
-# under mpirun), and compute-sanitizer's memcheck, racecheck, initcheck and synccheck on the quick selftest
-# (every kernel and cuBLASLt path on tiny shapes) when compute-sanitizer is installed. Prints one summary table.
+# CPU float64 reference), a short training run on cuda compared with the cpu backend's losses, every plan kind
+# the backend runs against the cpu losses (scripts/gpu_plans.py; several ranks under mpirun), and
+# compute-sanitizer's memcheck, racecheck, initcheck and synccheck on the quick selftest (every kernel and
+# cuBLASLt path on tiny shapes) when compute-sanitizer is installed. Prints one summary table.
 # Writes logs under $BUILD_DIR/gpu-check/.
 #
 # usage: scripts/gpu_check.sh            BUILD_DIR (default <repo>/build-gpu)   SKIP_BUILD=1 to reuse a build
+#                                        SANITIZER_TOOLS (default all four)   SANITIZER_TIMEOUT_S (default 300)
 # Exit: 0 every step passed (or was skipped for a stated reason), 1 a step failed, 77 no CUDA device here.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -52,20 +54,21 @@ PY
 )
   case $cmp in ok*) row "run tiny-gpt (3 steps)" ok "${cmp#ok }" ;; *) row "run tiny-gpt (3 steps)" FAIL "${cmp#FAIL }" ;; esac
 fi
-# Two ranks (dp 2, MPI with host staging) when mpirun is here: the same losses as the one-rank cuda run.
-if command -v mpirun >/dev/null; then
-  sed 's/"dp": *1/"dp": 2/' "$root/scenarios/exec/tiny-gpt.json" >"$logs/tiny-dp2.json"
-  mpirun -np 2 --oversubscribe "$bin" run "$logs/tiny-dp2.json" --backend cuda --steps 3 --quiet \
-    --json "$logs/run_cuda_dp2.json" >"$logs/run_cuda_dp2.txt" 2>&1
-  rc=$?
-  if [[ $rc -eq 0 ]]; then row "run dp 2 (mpirun)" ok "losses $(python3 -c "import json;print(json.load(open('$logs/run_cuda_dp2.json'))['losses'])" 2>/dev/null)"
-  else row "run dp 2 (mpirun)" FAIL "exit $rc: $(tail -1 "$logs/run_cuda_dp2.txt")"; fi
-else row "run dp 2 (mpirun)" skipped "mpirun not installed"; fi
+# Every plan kind the cuda backend runs (offloads, delinking, dp / ZeRO / tp+sp / pp / 2D under mpirun, with
+# host staging), each against the cpu backend's losses; cp and MoE must be refused (scripts/gpu_plans.py).
+mpi=$(command -v mpirun || true)
+python3 "$root/scripts/gpu_plans.py" "$bin" "$root" "$logs/plans" $mpi >"$logs/plans.txt" 2>&1
+rc=$?
+while IFS= read -r line; do
+  IFS='|' read -r _ name state detail _ <<<"$line"
+  [[ -n "${state// /}" ]] && row "plan ${name// /}" "${state// /}" "$(echo "$detail" | sed 's/^ *//;s/ *$//')"
+done < <(grep '^|' "$logs/plans.txt")
+[[ $rc -ne 0 && -z "$(grep '^|' "$logs/plans.txt")" ]] && row "plans" FAIL "exit $rc: $(tail -1 "$logs/plans.txt")"
 
 cs=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
-for tool in memcheck racecheck initcheck synccheck; do
+for tool in ${SANITIZER_TOOLS:-memcheck racecheck initcheck synccheck}; do
   if [[ -z "$cs" ]]; then row "sanitizer $tool" skipped "compute-sanitizer not installed"; continue; fi
-  "$cs" --tool "$tool" --error-exitcode 9 "$bin" selftest --backend cuda --quick >"$logs/$tool.txt" 2>&1
+  timeout "${SANITIZER_TIMEOUT_S:-300}" "$cs" --tool "$tool" --error-exitcode 9 "$bin" selftest --backend cuda --quick >"$logs/$tool.txt" 2>&1
   rc=$?
   errs=$(grep -Eo "ERROR SUMMARY: [0-9]+ error" "$logs/$tool.txt" | tail -1)
   if [[ $rc -eq 0 ]]; then row "sanitizer $tool" ok "${errs:-no errors} (selftest --quick)"

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# gpu_bundle.sh: runs scripts/gpu_check.sh and bench/run_gpu_bench.sh on a GPU machine that has the NVIDIA driver
+# and CUDA runtime libraries but none of trainplan's build dependencies (no Boost, Eigen or Open MPI: a cloud GPU
+# image), from binaries built elsewhere (x86-64, glibc >= the build machine's).
+#   pack BUILD_DIR DEST   (on the build machine) copies cli/trainplan, libtrainplan_cuda.so, the shared libraries
+#                         trainplan needs beyond glibc and libstdc++, the catalog, and Open MPI's runtime (mpirun, its plugins,
+#                         PMIx, their libraries) into DEST (about 40 MB).
+#   check DEST [OUT]      (on the GPU machine) puts Open MPI's runtime at the paths it was built for when the machine
+#                         has no mpirun (only paths that do not exist yet), then runs run_gpu_bench.sh and
+#                         gpu_check.sh on the bundle; with OUT, writes OUT/bench.txt, OUT/check.txt and
+#                         OUT/gpu-check.tgz (every log).
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+mode=${1:-}
+
+pack() {
+  local build=$1 d=$2
+  rm -rf "$d"; mkdir -p "$d/cli" "$d/lib"
+  cp "$build/cli/trainplan" "$d/cli/"
+  cp "$build/exec/kernels/cuda/libtrainplan_cuda.so" "$d/cli/" || { echo "no CUDA library in $build" >&2; return 2; }
+  cp -r "$root/models/catalog" "$d/cli/catalog"  # found beside the program (models/catalog.cpp)
+  local ompi=/usr/lib/x86_64-linux-gnu/openmpi pmix=/usr/lib/x86_64-linux-gnu/pmix2
+  local files=("$d/cli/trainplan" "$(readlink -f /usr/bin/orterun)" "$ompi"/lib/openmpi3/*.so "$pmix"/lib/pmix/*.so
+               /usr/lib/x86_64-linux-gnu/libpmix.so.2)
+  # Every library these load, except the C library, the C++ runtime and the loader (the GPU machine has its own).
+  for f in "${files[@]}"; do ldd "$f" 2>/dev/null | awk '/=>/ && $3 != "" {print $3}'; done | sort -u |
+    grep -Ev '/(libc|libm|libdl|librt|libpthread|libstdc\+\+|libgcc_s|ld-linux[^/]*)\.so' |
+    while read -r lib; do cp -L "$lib" "$d/lib/"; done
+  tar -C / -czf "$d/ompi-runtime.tgz" usr/bin/orterun "${ompi#/}" "${pmix#/}" usr/share/openmpi etc/openmpi \
+    $(cd / && ls -d usr/share/pmix 2>/dev/null)
+  du -sh "$d"
+}
+
+check() {
+  local d; d=$(cd "$1" && pwd); local out=${2:-}
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+  # The CUDA libraries (cuBLASLt) where a CUDA image keeps them, then the bundle's own.
+  local cudalibs
+  cudalibs=$(ls -d /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
+             /opt/torch/.venv/lib/python3*/site-packages/nvidia/cu13/lib 2>/dev/null | tr '\n' ':')
+  export LD_LIBRARY_PATH="${cudalibs}${LD_LIBRARY_PATH:-}"
+  if command -v mpirun >/dev/null; then
+    # The machine's own Open MPI (libmpi.so.40 is one ABI across 4.x): only what it lacks comes from the bundle, so
+    # its mpirun never loads the bundle's PMIx or plugins' libraries.
+    mkdir -p "$d/lib-missing"
+    ldd "$d/cli/trainplan" | awk '/not found/ {print $1}' | while read -r lib; do ln -sf "$d/lib/$lib" "$d/lib-missing/"; done
+    export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$d/lib-missing"
+  else
+    export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$d/lib"
+    local skip=0
+    for p in usr/lib/x86_64-linux-gnu/openmpi usr/lib/x86_64-linux-gnu/pmix2 usr/share/openmpi etc/openmpi; do
+      [[ -e /$p ]] && skip=1
+    done
+    if [[ $skip == 0 ]] && tar -C / -xzf "$d/ompi-runtime.tgz"; then
+      mkdir -p "$d/bin" && ln -sf /usr/bin/orterun "$d/bin/mpirun" && export PATH="$PATH:$d/bin"
+    else echo "gpu_bundle.sh: Open MPI's paths exist but no mpirun: the several-rank plans are skipped" >&2; fi
+  fi
+  # Shared memory between the ranks of one machine, nothing that needs a fabric's libraries or ptrace.
+  export OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_mtl=^ofi,psm,psm2
+  local logs=$d/gpu-check rep=${out:-$d}
+  mkdir -p "$logs"
+  # The benchmark first (two short runs), then the checks; the reports go to OUT as they are written.
+  BUILD_DIR=$d OUT_DIR=$logs/bench bash "$root/bench/run_gpu_bench.sh" 2>&1 | tee "$rep/bench.txt"
+  BUILD_DIR=$d SKIP_BUILD=1 bash "$root/scripts/gpu_check.sh" 2>&1 | tee "$rep/check.txt"
+  local rc=${PIPESTATUS[0]}
+  [[ -n "$out" ]] && tar -C "$d" -czf "$out/gpu-check.tgz" gpu-check
+  return "$rc"
+}
+
+case $mode in
+  pack) pack "${2:?BUILD_DIR}" "${3:?DEST}" ;;
+  check) check "${2:?DEST}" "${3:-}" ;;
+  *) echo "usage: gpu_bundle.sh pack BUILD_DIR DEST | check DEST [OUT]" >&2; exit 2 ;;
+esac
