@@ -2,8 +2,9 @@
 # run_gpu_bench.sh: the single-GPU training benchmark of issue 11. Trains GPT-2 small's shape (12 layers, hidden
 # 768, 12 heads, vocabulary 50304, sequence 1024) with `trainplan run --backend cuda` in fp32 and with TF32 GEMMs
 # (TP_CUDA_TF32=1), and prints one table row each: median step time over the steps after the first two (warm-up),
-# tokens/s, achieved model TFLOP/s (the executor's own count, as Megatron-LM's log line) and MFU against the
-# H100 profile's fp32 peak (models/catalog/gpus.json). bf16 mixed precision is not in the executor yet, so the
+# tokens/s, achieved model TFLOP/s (the executor's own count, as Megatron-LM's log line), the peak device memory
+# the backend allocated, the simulator's step time and tensor memory for the same scenario beside them, and MFU
+# against the H100 profile's fp32 peak (models/catalog/gpus.json). bf16 mixed precision is not in the executor yet, so the
 # issue's target (>= 50 % MFU of the dense bf16 peak) cannot be measured: the table says so. Where there is no
 # CUDA device it prints "no device" and exits 0; it never prints a number that was not measured.
 # usage: bench/run_gpu_bench.sh     BUILD_DIR (default <repo>/build)   STEPS (default 8)   OUT_DIR for the run JSONs
@@ -15,16 +16,16 @@ steps=${STEPS:-8}
 [[ -x "$bin" ]] || { echo "run_gpu_bench.sh: $bin not built (bash scripts/build.sh)" >&2; exit 2; }
 out=$("$bin" selftest --backend cuda --quick 2>&1)
 rc=$?
-row() { printf '| %-22s | %-10s | %-10s | %-10s | %-9s | %s |\n' "$@"; }
-row model precision step_ms tokens/s TFLOP/s "MFU / note"
-printf '|%s|%s|%s|%s|%s|%s|\n' "------------------------" "------------" "------------" "------------" "-----------" \
-  "----------------------------------"
+row() { printf '| %-10s | %-9s | %-16s | %-8s | %-7s | %-18s | %s |\n' "$@"; }
+row model precision "step ms (sim)" tokens/s TFLOP/s "peak GiB (sim)" "MFU / note"
+printf '|%s|%s|%s|%s|%s|%s|%s|\n' "------------" "-----------" "------------------" "----------" "---------" \
+  "--------------------" "----------------------------------"
 if [[ $rc -eq 77 ]]; then
-  row gpt2-124m - - - - "no device: $(echo "$out" | tail -1 | sed 's/^selftest: skipped: //')"
+  row gpt2-124m - - - - - "no device: $(echo "$out" | tail -1 | sed 's/^selftest: skipped: //')"
   exit 0
 fi
 if [[ $rc -eq 2 ]]; then
-  row gpt2-124m - - - - "$(echo "$out" | tail -1)"
+  row gpt2-124m - - - - - "$(echo "$out" | tail -1)"
   exit 2
 fi
 work=${OUT_DIR:-$(mktemp -d)}
@@ -40,24 +41,33 @@ cat >"$work/gpt2-124m.json" <<'JSON'
   "plan": {"attention": "unfused", "dp": 1, "tp": 1, "pp": 1, "microbatch": 8}
 }
 JSON
+# The simulator's prediction for the same scenario (fp32; the TF32 row shares it): step time, and the device
+# memory of tensors (weights, gradients, optimizer state, activations, buffers; not the framework's context).
+"$bin" simulate "$work/gpt2-124m.json" --quiet --json "$work/sim.json" >/dev/null 2>&1 || echo '{}' >"$work/sim.json"
 peak=$(python3 -c "import json;print(json.load(open('$root/models/catalog/gpus.json'))['H100-SXM-80GB']['matrix_flops_per_s']['fp32'])")
-echo "device: $(echo "$out" | grep -m1 -i "device" || true)" >&2
+echo "device: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1); $("$bin" --version | grep '^cuda:')" >&2
 for mode in fp32 tf32; do
   env=(); [[ $mode == tf32 ]] && env=(TP_CUDA_TF32=1)
   log="$work/run_$mode.txt"
   env "${env[@]}" "$bin" run "$work/gpt2-124m.json" --backend cuda --steps "$steps" --lr 1e-4 --json "$work/run_$mode.json" >"$log" 2>&1
   rc=$?
-  if [[ $rc -ne 0 ]]; then row gpt2-124m "$mode" - - - "failed (exit $rc): $(tail -1 "$log")"; continue; fi
-  python3 - "$work/run_$mode.json" "$log" "$mode" "$peak" <<'PY'
+  if [[ $rc -ne 0 ]]; then row gpt2-124m "$mode" - - - - "failed (exit $rc): $(tail -1 "$log")"; continue; fi
+  python3 - "$work/run_$mode.json" "$log" "$mode" "$peak" "$work/sim.json" <<'PY'
 import json, re, statistics, sys
 r = json.load(open(sys.argv[1])); log = open(sys.argv[2]).read(); mode = sys.argv[3]; peak = float(sys.argv[4])
+sim = json.load(open(sys.argv[5]))
+sim_ms = "%.1f" % (1e3 * sim["step_time_s"]) if "step_time_s" in sim else "-"
+sim_gib = ("%.2f" % (sum(v for k, v in sim["memory"]["breakdown_bytes"].items() if k != "framework") / 2**30)
+           if "memory" in sim else "-")
+dev_gib = r["peak_memory_bytes"][0] / 2**30
 t = r["step_time_s"][2:] or r["step_time_s"]
 tf = [float(x) for x in re.findall(r"TFLOP/s/GPU\): ([0-9.]+)", log)][2:]
 med = statistics.median(t); tflops = statistics.median(tf) if tf else float("nan")
 tok = r["scenario"]["training"]["global_batch"] * r["scenario"]["training"]["seq_len"] / med
 note = ("%.1f %% of H100 fp32 peak (%.1f TFLOP/s)" % (100 * tflops * 1e12 / peak, peak / 1e12) if mode == "fp32"
         else "TF32 GEMMs; H100 SXM dense TF32 peak 494.7 TFLOP/s (datasheet)")
-print("| %-22s | %-10s | %-10.1f | %-10.0f | %-9.1f | %s |" % ("gpt2-124m", mode, med * 1e3, tok, tflops, note))
+print("| %-10s | %-9s | %-16s | %-8.0f | %-7.1f | %-18s | %s |" % ("gpt2-124m", mode, "%.1f (%s)" % (med * 1e3, sim_ms),
+      tok, tflops, "%.2f (%s)" % (dev_gib, sim_gib), note))
 PY
 done
-row gpt2-124m bf16 - - - "not measured: bf16 mixed precision is not in the executor yet (issue 11)"
+row gpt2-124m bf16 - - - - "not measured: bf16 mixed precision is not in the executor yet (issue 11)"

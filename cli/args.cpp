@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 
@@ -135,9 +136,14 @@ static void check_output_path(const std::string& opt, const std::string& path) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec))
     throw InputError({opt + ": cannot write " + path + ": " + (fs::exists(dir, ec) ? "not a directory: " : "no such directory: ") + dir.string()});
-  if (::access(dir.c_str(), W_OK) != 0)
-    throw InputError({opt + ": cannot write " + path + ": " + std::strerror(errno) + " (" + dir.string() + ")"});
   if (fs::is_directory(path, ec)) throw InputError({opt + ": cannot write " + path + ": it is a directory"});
+  // access(W_OK) is not enough (root passes it where a filesystem such as /sys refuses new files): create and
+  // remove a probe file in the directory, as the output itself will be written (a fresh file, then a rename).
+  std::string probe = (dir / ".trainplan-probe-XXXXXX").string();
+  const int fd = ::mkstemp(probe.data());
+  if (fd < 0) throw InputError({opt + ": cannot write " + path + ": " + std::strerror(errno) + " (" + dir.string() + ")"});
+  ::close(fd);
+  ::unlink(probe.c_str());
 }
 
 Args parse_args(int argc, char** argv, int from, const std::vector<std::string>& valued,

@@ -108,6 +108,9 @@ struct Backend {
   void (*event_record)(Event, Stream) = nullptr;
   void (*stream_wait)(Stream, Event) = nullptr;  // work queued on the stream after this waits for the event
   void (*sync)() = nullptr;                      // every stream of the backend
+  // The high-water mark of device memory allocated by this backend (tensors, its scratch and GEMM workspace),
+  // in bytes; null on host-accessible backends, whose peak is the process's resident memory.
+  double (*peak_device_bytes)() = nullptr;
   OpTable<float> f32{};
   OpTable<double> f64{};
 

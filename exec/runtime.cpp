@@ -441,7 +441,7 @@ struct RankRun {
                      "global batch size: %5lld | lm loss: %.6E | grad norm: %.4f | peak memory (MB): %.1f |\n",
                      o.progress ? "\r" : "", step + 1, o.steps, (long long)(step + 1) * gb, dt * 1e3,
                      model_flops / dt / world.size() / 1e12, tps, learning_rate(o, step, warmup), gb, loss,
-                     res.grad_norm.empty() ? 0.0 : res.grad_norm.back(), peak_rss_bytes() / 1e6);
+                     res.grad_norm.empty() ? 0.0 : res.grad_norm.back(), peak_memory_of(current_backend()) / 1e6);
       } else if (o.progress) {
         std::fprintf(stderr, "\rstep %d/%d  loss %.4f  %.0f tokens/s  ETA %.0f s   ", step + 1, o.steps, loss, tps,
                      dt * (o.steps - step - 1));
@@ -652,9 +652,13 @@ struct RankRun {
     res.tokens_per_s = time_after_first > 0 ? tok_after_first / time_after_first
                        : res.step_time_s.empty() ? 0.0
                                                  : (double)sc.training.global_batch * Tn / std::max(1e-12, res.step_time_s.back());
-    double mine = peak_rss_bytes();
+    const double mine[2] = {peak_memory_of(current_backend()), peak_rss_bytes()};
+    std::vector<double> gathered(2 * (size_t)world.size());
+    world.all_gather(mine, gathered.data(), 2, Dtype::f64);
     res.peak_memory_bytes.assign(world.size(), 0);
-    world.all_gather(&mine, res.peak_memory_bytes.data(), 1, Dtype::f64);
+    res.peak_host_memory_bytes.assign(world.size(), 0);
+    for (int r = 0; r < world.size(); ++r)
+      res.peak_memory_bytes[r] = gathered[2 * r], res.peak_host_memory_bytes[r] = gathered[2 * r + 1];
     double held[2] = {(double)(params.size() + pslice.size() + gran.hp.size()),
                       (double)(hopt.on() ? hopt.m1.size() : m1.size() + gran.m1.size())};
     std::vector<double> all_held(2 * world.size());
@@ -829,7 +833,7 @@ RunResult run_training(const Scenario& sc, const RunOptions& o, Comm& world) {
   std::string why;
   const Backend* backend = find_backend(o.backend, why);
   if (!backend) throw InputError({why});
-  if (sc.plan.cp > 1 && !(backend->f32.attention_fwd_kv && backend->f64.attention_fwd_kv))
+  if (sc.plan.cp > 1 && !(o.fp64 ? backend->f64.attention_fwd_kv != nullptr : backend->f32.attention_fwd_kv != nullptr))
     throw InputError({std::string("$.plan.cp: context parallelism needs the attention_fwd_kv op, which backend ") +
                       backend->name + " does not have yet (use --backend cpu or emu)"});
   BackendScope on_backend(*backend);  // every ops:: call of this rank's run goes to it

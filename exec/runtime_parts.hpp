@@ -189,6 +189,8 @@ std::vector<T> init_model(const Scenario& sc, int tp_rank, Comm& tp, uint64_t se
                           std::unique_ptr<Comm>& grid_col, int ep_rank = 0);  // (the local experts of ep_rank)
 double learning_rate(const RunOptions& o, int step, int warmup);  // linear warmup, then cosine to min_lr_ratio
 double peak_rss_bytes();
+// The run's peak memory on backend b: its device high-water mark on a device backend, else peak_rss_bytes().
+double peak_memory_of(const Backend& b);
 // ZeRO-3 (exec/runtime_state.cpp): all-gathers a unit's padded slices (`slice` elements from `mine` on every dp
 // rank) straight into `full` (resized to slice * dp elements).
 template <class T>

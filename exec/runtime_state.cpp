@@ -73,6 +73,8 @@ double learning_rate(const RunOptions& o, int step, int warmup) {
   return o.lr * (o.min_lr_ratio + (1 - o.min_lr_ratio) * 0.5 * (1 + std::cos(3.141592653589793 * r)));
 }
 
+double peak_memory_of(const Backend& b) { return b.peak_device_bytes ? b.peak_device_bytes() : peak_rss_bytes(); }
+
 double peak_rss_bytes() {
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);

@@ -93,6 +93,36 @@ void gemm_cases(std::vector<Spec>& cs, bool quick) {
   }
 }
 
+// Context parallelism's rectangular causal attention: Tq queries over Tk >= Tq keys, the mask bottom-right.
+void attention_kv_cases(std::vector<Spec>& cs, bool quick) {
+  struct Att {
+    long B, Tq, Tk, H, Hkv, D;
+  };
+  std::vector<Att> att = {{1, 1, 1, 1, 1, 4}, {1, 3, 6, 2, 2, 8}, {2, 4, 12, 4, 2, 16}, {1, 16, 64, 2, 1, 32},
+                          {1, 33, 33, 2, 2, 8}};
+  if (quick) att.resize(3);
+  uint32_t s = 700;
+  for (auto [B, Tq, Tk, H, Hkv, D] : att) {
+    const std::string shape = sh({{"B", B}, {"Tq", Tq}, {"Tk", Tk}, {"H", H}, {"Hkv", Hkv}, {"D", D}});
+    const long nq = B * Tq * H * D, nk = B * Tk * Hkv * D, na = B * H * Tq * Tk;
+    add(cs, {"attention_fwd_kv", shape, "", {rnd(nq, s++), rnd(nk, s++), rnd(nk, s++), Vec(size_t(nq)), Vec(size_t(na))},
+             {}, {3, 4}, double(std::max(Tk, D))},
+        TP_SELFTEST_BODY {
+          t.attention_fwd_kv(p[3], p[4], p[0], p[1], p[2], B, Tq, Tk, H, Hkv, D);
+          return 0;
+        });
+    add(cs, {"attention_bwd_kv", shape, "accumulate",
+             {rnd(nq, s++), rnd(nk, s++), rnd(nk, s++), Vec(size_t(nq)), Vec(size_t(na)), rnd(nq, s++), rnd(nq, s++),
+              rnd(nk, s++), rnd(nk, s++)},
+             {}, {5, 7, 8}, double(std::max(Tk, D) * H / Hkv)},
+        TP_SELFTEST_BODY {
+          t.attention_fwd_kv(p[3], p[4], p[0], p[1], p[2], B, Tq, Tk, H, Hkv, D);
+          t.attention_bwd_kv(p[5], p[7], p[8], p[6], p[4], p[0], p[1], p[2], B, Tq, Tk, H, Hkv, D);
+          return 0;
+        });
+  }
+}
+
 void elementwise_cases(std::vector<Spec>& cs, bool quick) {
   uint32_t s = 1000;
   for (auto [N, C] : row_shapes(quick)) {
@@ -255,6 +285,7 @@ void shard_cases(std::vector<Spec>& cs, bool quick) {
 std::vector<Spec> all_specs(bool quick) {
   std::vector<Spec> cs;
   gemm_cases(cs, quick);
+  attention_kv_cases(cs, quick);
   elementwise_cases(cs, quick);
   row_cases(cs, quick);
   shard_cases(cs, quick);

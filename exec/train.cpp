@@ -123,6 +123,7 @@ json run_result_to_json(const RunResult& r, const Scenario& sc, const RunOptions
           {"step_time_s", r.step_time_s},
           {"tokens_per_s", r.tokens_per_s},
           {"peak_memory_bytes", r.peak_memory_bytes},
+          {"peak_host_memory_bytes", r.peak_host_memory_bytes},
           {"param_elements", r.param_elements},
           {"moment_elements", r.moment_elements},
           {"delink_step", r.delink_step},

@@ -71,7 +71,10 @@ struct RunResult {
   std::vector<double> losses;        // per step: mean token loss over the global batch
   std::vector<double> step_time_s;   // per step (rank 0's wall time, the step ends with the optimizer)
   double tokens_per_s = 0;           // over the steps after the first
-  std::vector<double> peak_memory_bytes;  // per rank (process peak resident memory)
+  // Per rank: the peak device memory the backend allocated on a device backend (cuda, emu-device), else the
+  // process's peak resident memory; and the process's peak resident memory on every backend.
+  std::vector<double> peak_memory_bytes;
+  std::vector<double> peak_host_memory_bytes;
   // per rank: parameter elements it stores (its stage's units; ZeRO-3 layers as slices; MoE: its local experts)
   // and optimizer moment elements (each of Adam's two), to compare with the simulator's per-GPU counts
   std::vector<double> param_elements, moment_elements;

@@ -2,9 +2,10 @@
 """gpu_plans.py: every plan kind the cuda backend runs, trained on the GPU and compared with the cpu backend
 (issue 11; called by scripts/gpu_check.sh). Each case is tiny-gpt.json with the plan changed; the cuda run
 (under mpirun when it has several ranks, all sharing the machine's GPUs) must reproduce the losses of the same
-scenario's one-rank fp32 cpu run to a relative 2e-4 over STEPS steps (both fp32; cuBLASLt sums in another order
-than Eigen). A delinked run is compared with the cpu's delinked run. Prints one table row per case and exits 1
-if any failed. Context parallelism and MoE are refused on cuda (no kernels yet): each must exit 2 saying so.
+model's one-rank fp32 cpu run to a relative 2e-4 over STEPS steps (both fp32; cuBLASLt sums in another order
+than Eigen). A delinked run is compared with the cpu's delinked run; MoE plans (tiny-moe.json) with the
+cpu run of the same MoE plan (to 1e-3: a flipped near-tied routing choice). Prints one table row per case and exits 1 if any failed. Cases listed in REFUSED must exit 2
+on cuda (ops without CUDA kernels).
 
 usage: gpu_plans.py TRAINPLAN SOURCE_DIR LOG_DIR [MPIRUN]
 """
@@ -13,6 +14,7 @@ import json, os, subprocess, sys
 STEPS = 4
 BACKEND = os.environ.get("GPU_PLANS_BACKEND", "cuda")  # emu-device: try this script without a GPU
 TOL = 2e-4
+TOL_MOE = 1e-3
 CHUNKED = {"kind": "chunked", "chunk_elements": 2048}
 GRAN = {"kind": "granular", "layers": [1, 2]}
 CASES = [  # name, plan changes, extra run options, compare with a delinked cpu run
@@ -30,8 +32,15 @@ CASES = [  # name, plan changes, extra run options, compare with a delinked cpu 
     ("chunked_dp2_zero3", {"dp": 2, "zero": 3, "offload": CHUNKED}, ["--device-budget", "1000000"], False),
     ("optimizer_dp2_pp2_zero2", {"dp": 2, "pp": 2, "zero": 2, "offload": {"kind": "optimizer"}}, [], False),
     ("granular_dp2_zero2", {"dp": 2, "zero": 2, "offload": GRAN}, [], False),
+    ("cp2_flash", {"cp": 2, "attention": "flash"}, [], False),
+    ("cp2_tp2_sp_dp2", {"dp": 2, "cp": 2, "tp": 2, "sequence_parallel": True, "attention": "flash"}, [], False),
 ]
-REFUSED = [("cp2_refused", {"cp": 2, "attention": "flash"})]
+MOE_CASES = [  # on tiny-moe.json (4 experts, top-2, capacity factor 1: copies are dropped)
+    ("moe_single", {}),
+    ("moe_dp2_ep2", {"dp": 2, "ep": 2}),
+    ("moe_dp2_ep2_tp2_sp", {"dp": 2, "ep": 2, "tp": 2, "sequence_parallel": True}),
+]
+REFUSED = []  # (name, plan, base scenario) that cuda must refuse with exit 2
 
 
 def ranks(plan):
@@ -76,15 +85,21 @@ def main():
     binary, src, logs = sys.argv[1:4]
     mpirun = sys.argv[4] if len(sys.argv) > 4 else ""
     os.makedirs(logs, exist_ok=True)
-    with open(os.path.join(src, "scenarios/exec/tiny-gpt.json")) as f:
-        base = json.load(f)
-    ref_file = write(base, logs, "ref", {})
-    ref, why = run(binary, mpirun, ref_file, "cpu", [], os.path.join(logs, "ref_cpu.json"))
-    if ref is None:
-        print("| %-26s | FAIL     | the cpu reference run failed: %s |" % ("reference", why))
-        return 1
+    bases, refs = {}, {}
+    for b in ("tiny-gpt", "tiny-moe"):
+        with open(os.path.join(src, "scenarios/exec/%s.json" % b)) as f:
+            bases[b] = json.load(f)
+        ref_file = write(bases[b], logs, "ref_" + b, {})
+        refs[b], why = run(binary, mpirun, ref_file, "cpu", [], os.path.join(logs, "ref_%s_cpu.json" % b))
+        if refs[b] is None:
+            print("| %-26s | FAIL     | the cpu reference run failed: %s |" % ("reference " + b, why))
+            return 1
     failed = 0
-    for name, plan, extra, own_ref in CASES:
+    # MoE runs are compared with the cpu run of the same plan: in fp32 another summation order (tensor
+    # parallelism, cuBLASLt) can flip a near-tied top-k choice, a discontinuity no tolerance of the dense cases covers.
+    cases = [(n, p, e, o, "tiny-gpt") for n, p, e, o in CASES] + [(n, p, [], True, "tiny-moe") for n, p in MOE_CASES]
+    for name, plan, extra, own_ref, b in cases:
+        base, ref = bases[b], refs[b]
         f = write(base, logs, name, plan)
         want = ref
         if own_ref:
@@ -98,12 +113,12 @@ def main():
             print("| %-26s | %-8s | %s |" % (name, state, why)); continue
         g, w = got["losses"], want["losses"]
         err = max(abs(a - b) / abs(b) for a, b in zip(g, w)) if len(g) == len(w) and g else float("inf")
-        ok = err <= TOL
+        ok = err <= (TOL_MOE if b == "tiny-moe" else TOL)
         failed |= not ok
         print("| %-26s | %-8s | %d ranks, %d steps, max rel loss diff %.1e vs cpu; step %.1f ms |" %
               (name, "ok" if ok else "FAIL", ranks(plan), len(g), err, 1e3 * min(got["step_time_s"])))
-    for name, plan in (REFUSED if BACKEND == "cuda" else []):
-        f = write(base, logs, name, plan)
+    for name, plan, b in (REFUSED if BACKEND == "cuda" else []):
+        f = write(bases[b], logs, name, plan)
         got, why = run(binary, mpirun, f, BACKEND, [], os.path.join(logs, name + "_cuda.json"))
         ok = got is None and why.startswith("exit 2")
         failed |= not ok

@@ -13,6 +13,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -35,6 +36,7 @@ struct Handles {
   struct Live { uintptr_t real; size_t bytes; };
   std::map<uintptr_t, Live> live;                // handle -> its bytes
   std::multimap<size_t, uintptr_t> free_by_size;  // freed handles (reused for an allocation of the same size)
+  double now_bytes = 0, peak_bytes = 0;           // live device bytes, their high-water mark
 };
 Handles& handles();
 
@@ -117,6 +119,8 @@ void* dev_alloc(size_t bytes) {
     h.next += span;
   }
   h.live[a] = Handles::Live{reinterpret_cast<uintptr_t>(r), bytes};
+  h.now_bytes += double(bytes);
+  h.peak_bytes = std::max(h.peak_bytes, h.now_bytes);
   return reinterpret_cast<void*>(a);
 }
 
@@ -133,12 +137,19 @@ void dev_free(void* p) {
     }
     r = reinterpret_cast<void*>(it->second.real);
     h.free_by_size.insert({it->second.bytes, it->first});
+    h.now_bytes -= double(it->second.bytes);
     h.live.erase(it);
   }
   emu_be::emu_free(r);
 }
 
 bool is_device_ptr(const void* p) { return in_range(p); }
+
+double peak_device_bytes() {
+  Handles& h = handles();
+  std::lock_guard<std::mutex> lk(h.m);
+  return h.peak_bytes;
+}
 
 // A copy translates only its device side(s): a handle on the host side is a host access and faults, as a
 // cudaMemcpy with the wrong kind fails.
@@ -199,6 +210,7 @@ Backend make() {
   b.alloc_pinned = &emu_be::emu_alloc;  // host memory the emu ops accept (mapped pinned memory)
   b.free_pinned = &emu_be::emu_free;
   b.copy = &dev_copy;
+  b.peak_device_bytes = &peak_device_bytes;
   b.f32 = table<float>();
   b.f64 = table<double>();
   return b;

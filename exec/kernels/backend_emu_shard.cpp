@@ -258,9 +258,8 @@ void attention_bwd(T* dq, T* dk, T* dv, const T* dout, const T* att, const T* q,
 }
 
 // Rectangular causal attention (context parallelism): Tq queries over Tk keys, mask aligned bottom-right. As
-// attention_fwd, but the softmax kernel runs unmasked over rows whose masked scores were set to -inf (the
-// fill kernel, one launch per row's masked tail), so their probabilities are exactly 0; the backward's softmax
-// kernel needs no mask (P is 0 there).
+// attention_fwd, with the rectangular causal softmax kernel (softmax_fwd_rect, the cuda backend's too); the
+// backward's softmax kernel needs no mask (P is 0 there).
 template <class T>
 void attention_fwd_kv(T* out, T* att, const T* q, const T* k, const T* v, long B, long Tq, long Tk, long H, long Hkv,
                       long D) {
@@ -271,21 +270,17 @@ void attention_fwd_kv(T* out, T* att, const T* q, const T* k, const T* v, long B
   need(op, "att", att, sz<T>(B * H * Tq * Tk));
   need(op, "out", out, sz<T>(B * Tq * H * D));
   if (B * Tq * H * D <= 0) return;
-  const long group = H / Hkv, qd = Tq * D, kd = Tk * D, tt = Tq * Tk, off = Tk - Tq;
+  const long group = H / Hkv, qd = Tq * D, kd = Tk * D, tt = Tq * Tk;
   const T sc = T(1) / std::sqrt(T(D));
   Scratch<T> Q(B * H * qd), K(B * Hkv * kd), V(B * Hkv * kd), O(B * H * qd);
   to_heads(Q.p, q, B, Tq, H, D);
   to_heads(K.p, k, B, Tk, Hkv, D);
   to_heads(V.p, v, B, Tk, Hkv, D);
-  const auto fill = emu_backend().ops<T>().fill;
   for (long b = 0; b < B; ++b)
-    for (long h = 0; h < H; ++h) {
-      T* S = att + (b * H + h) * tt;
-      ops::cpu::matmul<T>(S, Q.p + (b * H + h) * qd, K.p + (b * Hkv + h / group) * kd, Tq, Tk, D, false, true, sc,
-                          T(0));
-      for (long t = 0; t + off + 1 < Tk; ++t) fill(S + t * Tk + t + off + 1, -std::numeric_limits<T>::infinity(), Tk - t - off - 1);
-    }
-  k::softmax_fwd(launcher(), att, att, B * H * Tq, Tk, k::acc_t<T>(1), false);
+    for (long h = 0; h < H; ++h)
+      ops::cpu::matmul<T>(att + (b * H + h) * tt, Q.p + (b * H + h) * qd, K.p + (b * Hkv + h / group) * kd, Tq, Tk, D,
+                          false, true, sc, T(0));
+  k::softmax_fwd_rect(launcher(), att, att, B * H * Tq, Tk, Tq, k::acc_t<T>(1));
   for (long b = 0; b < B; ++b)
     for (long h = 0; h < H; ++h)
       ops::cpu::matmul<T>(O.p + (b * H + h) * qd, att + (b * H + h) * tt, V.p + (b * Hkv + h / group) * kd, Tq, D, Tk,

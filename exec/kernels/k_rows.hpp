@@ -92,9 +92,10 @@ struct LayerNormBwdDx {
   }
 };
 
-// Valid length of row r of a softmax over rows of length L: causal rows (attention [.., T, T] with L = T)
-// see keys [0, r % T]; others the whole row.
-TP_HD TP_INLINE long softmax_len(long r, long L, bool causal) { return causal ? r % L + 1 : L; }
+// Valid length of row r of a softmax over rows of length L: causal rows of attention scores [.., Q, L] (Q query
+// rows over L keys, Q <= L, the mask aligned bottom-right as context parallelism needs; Q = L for ordinary
+// causal attention) see keys [0, r % Q + L - Q]; others the whole row.
+TP_HD TP_INLINE long softmax_len(long r, long L, bool causal, long Q) { return causal ? r % Q + (L - Q) + 1 : L; }
 
 // y[R, L] = softmax(scale x) per row (entries past a causal row's length are 0); y may be x.
 template <class T>
@@ -106,12 +107,13 @@ struct SoftmaxFwd {
   long R, L;
   A scale;
   bool causal;
+  long Q;  // query rows per causal block (causal only)
   template <class Ctx>
   TP_HD void operator()(Ctx& c) const {
     A* slots = c.template shared<A>();
     TP_ROW_LOOP(c, r, R) {
       const T* xr = x + r * L;
-      const long n = softmax_len(r, L, causal);
+      const long n = softmax_len(r, L, causal, Q);
       A mx = k_neg_inf<A>();
       TP_COL_LOOP(c, j, n) mx = k_max(mx, scale * ld(xr[j]));
       mx = block_max(c, mx, slots);
@@ -291,7 +293,12 @@ void layernorm_bwd_dx(const L& launch, T* dx, const T* dy, const T* x, const T* 
 }
 template <class L, class T>
 void softmax_fwd(const L& launch, T* y, const T* x, long R, long Lr, acc_t<T> scale, bool causal) {
-  launch(SoftmaxFwd<T>{y, x, R, Lr, scale, causal}, row_dim(launch, R, sizeof(acc_t<T>)));
+  launch(SoftmaxFwd<T>{y, x, R, Lr, scale, causal, Lr}, row_dim(launch, R, sizeof(acc_t<T>)));
+}
+// Causal softmax over rectangular blocks of Q query rows by Lr keys (rows r of block r / Q), mask bottom-right.
+template <class L, class T>
+void softmax_fwd_rect(const L& launch, T* y, const T* x, long R, long Lr, long Q, acc_t<T> scale) {
+  launch(SoftmaxFwd<T>{y, x, R, Lr, scale, true, Q}, row_dim(launch, R, sizeof(acc_t<T>)));
 }
 template <bool kSet, class L, class T>
 void softmax_bwd(const L& launch, T* dx, const T* y, const T* dy, long R, long Lr, acc_t<T> scale) {

@@ -101,6 +101,13 @@ TEST(Cli, OutputPathsCheckedBeforeWork) {
   Out d = tp_run("plan " + kScenario + " --csv /tmp");
   EXPECT_EQ(d.rc, 2);
   EXPECT_NE(d.text.find("it is a directory"), std::string::npos) << d.text;
+  // A directory that passes access(W_OK) for root but refuses new files (sysfs): refused before any step ran.
+  if (fs::is_directory("/sys/kernel")) {
+    Out e = tp_run("run " + std::string(TP_SOURCE_DIR) + "/scenarios/exec/tiny-gpt.json --steps 50 --json /sys/kernel/o.json");
+    EXPECT_EQ(e.rc, 2) << e.text;
+    EXPECT_NE(e.text.find("--json: cannot write /sys/kernel/o.json"), std::string::npos) << e.text;
+    EXPECT_EQ(e.text.find("iteration"), std::string::npos) << e.text;  // no step ran
+  }
 }
 
 // trainplan export (export/export.hpp; the mapping itself is tests/export/test_export.cpp): the script on

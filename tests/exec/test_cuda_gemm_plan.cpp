@@ -52,45 +52,53 @@ TEST(CudaGemmPlan, MatmulMatchesTheCpuBackendInEveryTransposeAndBeta) {
         }
 }
 
+// Square causal attention (Tk = T: attention_fwd / bwd) and context parallelism's rectangular blocks (T queries
+// over Tk > T keys, the mask bottom-right: attention_fwd_kv / bwd_kv).
 TEST(CudaGemmPlan, AttentionGemmsAroundTheSoftmaxMatchTheCpuBackend) {
   const auto& ref = exec::cpu_backend().f64;
-  for (auto [B, T, H, Hkv, D] : {std::array<long, 5>{1, 1, 1, 1, 4}, {2, 5, 4, 2, 8}, {1, 7, 6, 2, 4}, {2, 9, 3, 3, 5}}) {
-    const cuda::AttnDims d{B, T, H, Hkv, D};
-    const long nq = B * T * H * D, nk = B * T * Hkv * D, na = B * H * T * T, rows = B * H * T;
+  for (auto [B, T, Tk, H, Hkv, D] : {std::array<long, 6>{1, 1, 1, 1, 1, 4}, {2, 5, 5, 4, 2, 8}, {1, 7, 7, 6, 2, 4},
+                                     {2, 9, 9, 3, 3, 5}, {2, 4, 8, 4, 2, 8}, {1, 3, 12, 6, 3, 4}, {1, 1, 5, 2, 1, 4}}) {
+    const cuda::AttnDims d{B, T, H, Hkv, D, Tk};
+    const long nq = B * T * H * D, nk = B * Tk * Hkv * D, na = B * H * T * Tk, rows = B * H * T;
     const float sc = float(1 / std::sqrt(double(D)));
     std::vector<float> q = rndf(nq, 4), k = rndf(nk, 5), v = rndf(nk, 6), dout = rndf(nq, 7);
     std::vector<float> out(static_cast<size_t>(nq)), att(static_cast<size_t>(na)), dq = rndf(nq, 8), dk = rndf(nk, 9), dv = rndf(nk, 10);
     // Forward: scores, the causal softmax kernel's definition (row r is query r % T), att · v.
     run(cuda::attn_qk("scores", att.data(), q.data(), k.data(), d));
     for (long r = 0; r < rows; ++r) {
-      float* x = att.data() + r * T;
-      const long n = r % T + 1;
+      float* x = att.data() + r * Tk;
+      const long n = r % T + (Tk - T) + 1;
       double mx = -INFINITY, s = 0;
       for (long j = 0; j < n; ++j) mx = std::max(mx, double(sc * x[j]));
       for (long j = 0; j < n; ++j) s += std::exp(double(sc * x[j]) - mx);
-      for (long j = 0; j < T; ++j) x[j] = j < n ? float(std::exp(double(sc * x[j]) - mx) / s) : 0.f;
+      for (long j = 0; j < Tk; ++j) x[j] = j < n ? float(std::exp(double(sc * x[j]) - mx) / s) : 0.f;
     }
     run(cuda::attn_out(out.data(), att.data(), v.data(), d));
     std::vector<double> rout(static_cast<size_t>(nq)), ratt(static_cast<size_t>(na));
-    ref.attention_fwd(rout.data(), ratt.data(), dbl(q).data(), dbl(k).data(), dbl(v).data(), B, T, H, Hkv, D);
-    EXPECT_LT(max_err(att, ratt), 1e-5) << "att B " << B << " T " << T << " H " << H << " Hkv " << Hkv;
+    if (Tk == T) ref.attention_fwd(rout.data(), ratt.data(), dbl(q).data(), dbl(k).data(), dbl(v).data(), B, T, H, Hkv, D);
+    else ref.attention_fwd_kv(rout.data(), ratt.data(), dbl(q).data(), dbl(k).data(), dbl(v).data(), B, T, Tk, H, Hkv, D);
+    EXPECT_LT(max_err(att, ratt), 1e-5) << "att B " << B << " T " << T << " Tk " << Tk << " H " << H << " Hkv " << Hkv;
     EXPECT_LT(max_err(out, rout), 1e-5) << "out B " << B << " T " << T << " H " << H << " Hkv " << Hkv;
     // Backward: dP, the softmax backward kernel's definition (overwrite), then the gradient GEMMs (accumulate).
     std::vector<float> dp(static_cast<size_t>(na));
     run(cuda::attn_qk("dP", dp.data(), dout.data(), v.data(), d));
     for (long r = 0; r < rows; ++r) {
-      const float* y = att.data() + r * T;
-      float* g = dp.data() + r * T;
+      const float* y = att.data() + r * Tk;
+      float* g = dp.data() + r * Tk;
       double dot = 0;
-      for (long j = 0; j < T; ++j) dot += double(y[j]) * g[j];
-      for (long j = 0; j < T; ++j) g[j] = float(sc * y[j] * (g[j] - dot));
+      for (long j = 0; j < Tk; ++j) dot += double(y[j]) * g[j];
+      for (long j = 0; j < Tk; ++j) g[j] = float(sc * y[j] * (g[j] - dot));
     }
     std::vector<double> rdq = dbl(dq), rdk = dbl(dk), rdv = dbl(dv);
     run(cuda::attn_grads(dq.data(), dk.data(), dv.data(), dp.data(), att.data(), q.data(), k.data(), dout.data(), d));
-    ref.attention_bwd(rdq.data(), rdk.data(), rdv.data(), dbl(dout).data(), ratt.data(), dbl(q).data(), dbl(k).data(),
-                      dbl(v).data(), B, T, H, Hkv, D);
+    if (Tk == T)
+      ref.attention_bwd(rdq.data(), rdk.data(), rdv.data(), dbl(dout).data(), ratt.data(), dbl(q).data(), dbl(k).data(),
+                        dbl(v).data(), B, T, H, Hkv, D);
+    else
+      ref.attention_bwd_kv(rdq.data(), rdk.data(), rdv.data(), dbl(dout).data(), ratt.data(), dbl(q).data(),
+                           dbl(k).data(), dbl(v).data(), B, T, Tk, H, Hkv, D);
     EXPECT_LT(max_err(dq, rdq), 1e-5) << "dq B " << B << " T " << T << " H " << H << " Hkv " << Hkv;
-    EXPECT_LT(max_err(dk, rdk), 1e-5) << "dk B " << B << " T " << T << " H " << H << " Hkv " << Hkv;
+    EXPECT_LT(max_err(dk, rdk), 1e-5) << "dk B " << B << " T " << T << " Tk " << Tk << " H " << H << " Hkv " << Hkv;
     EXPECT_LT(max_err(dv, rdv), 1e-5) << "dv B " << B << " T " << T << " H " << H << " Hkv " << Hkv;
   }
 }

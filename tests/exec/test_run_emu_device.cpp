@@ -56,6 +56,11 @@ TEST(RunEmuDevice, SingleRankDelinkAndResume) {
   expect_close(e64, ref, "losses", 1e-9, "emu-device fp64");
   expect_close(e64, ref, "grad_norm", 1e-9, "emu-device fp64");
   expect_close(e32, ref, "losses", 1e-4, "emu-device fp32");
+  // peak_memory_bytes is the device high-water mark: at least the fp32 weights, gradients and two Adam moments
+  // (16 bytes a parameter), and below the process's resident peak, which holds the emulated device memory too.
+  const double dev_peak = e32["peak_memory_bytes"][0].get<double>(), params = e32["param_elements"][0].get<double>();
+  EXPECT_GE(dev_peak, 16.0 * params);
+  EXPECT_LT(dev_peak, e32["peak_host_memory_bytes"][0].get<double>());
   // Delinking at step 2 matches the CPU backend's delinked run.
   json delink = {{"unique_layers", 2}, {"tokens", 768}};
   std::string d = scenario("dev_delink", {{"delink", delink}});

@@ -88,11 +88,14 @@ TYPED_TEST(KernelRows, Softmax) {
     const Vec x = kt::rounded<T>(kt::randv(R * L, rng, -4, 4)), dy = kt::rounded<T>(kt::randv(R * L, rng));
     const Vec d0 = kt::rounded<T>(kt::randv(R * L, rng));
     const double scale = 0.7;
-    for (bool causal : {false, true}) {
-      SCOPED_TRACE(causal ? "causal" : "full");
+    // 0: full rows; 1: causal square blocks (Q = L); 2: causal rectangular blocks of Q < L query rows.
+    for (int mode : {0, 1, 2}) {
+      const bool causal = mode > 0;
+      const long Q = mode == 2 ? (L + 1) / 2 : L;
+      SCOPED_TRACE(mode == 0 ? "full" : mode == 1 ? "causal" : "causal rectangular");
       Vec y(R * L, 0.0), dacc(d0), dset(R * L);
       for (long r = 0; r < R; ++r) {
-        const long n = causal ? r % L + 1 : L;
+        const long n = causal ? r % Q + (L - Q) + 1 : L;
         double mx = -1e300, s = 0, dot = 0;
         for (long j = 0; j < n; ++j) mx = std::max(mx, scale * x[r * L + j]);
         for (long j = 0; j < n; ++j) s += std::exp(scale * x[r * L + j] - mx);
@@ -105,7 +108,8 @@ TYPED_TEST(KernelRows, Softmax) {
         }
       }
       Buf<T> by(x);
-      K::softmax_fwd(cf.L, by.data(), by.data(), R, L, A(scale), causal);  // in place
+      if (mode == 2) K::softmax_fwd_rect(cf.L, by.data(), by.data(), R, L, Q, A(scale));  // in place
+      else K::softmax_fwd(cf.L, by.data(), by.data(), R, L, A(scale), causal);
       EXPECT_TRUE(kt::near<T>(by.dbl(), y, 2));
       Buf<T> bdy(dy), bd(d0);
       K::softmax_bwd<false>(cf.L, bd.data(), by.data(), bdy.data(), R, L, A(scale));

@@ -1,8 +1,9 @@
 // attention_plan: the CUDA backend's attention as cuBLASLt GEMMs (gemm_plan.hpp) around the softmax kernels,
 // as plain data so the CPU tests execute the same GEMM lists with the reference of cublasLtMatmul.
-// Layouts (exec/ops.hpp): q, out [B, T, H, D]; k, v [B, T, Hkv, D]; att [B, H, T, T]. Query head
-// h = kvh * G + gi uses kv head kvh (G = H / Hkv). For fixed (b, gi) the Hkv heads form one strided batch:
-// query-side stride G*D, kv-side stride D, score stride G*T*T. Every list holds B * G GEMMs.
+// Layouts (exec/ops.hpp): q, out [B, T, H, D]; k, v [B, Tk, Hkv, D]; att [B, H, T, Tk] (Tk = T but for
+// context parallelism's rectangular attention, attention_fwd_kv). Query head h = kvh * G + gi uses kv head kvh
+// (G = H / Hkv). For fixed (b, gi) the Hkv heads form one strided batch: query-side stride G*D, kv-side stride
+// D, score stride G*T*Tk. Every list holds B * G GEMMs.
 // Forward: att = q kᵀ (scores) -> softmax(att / sqrt(D), causal) in place -> out = att v.
 // Backward: dp = dout vᵀ -> softmax backward (overwrite dp with dS) -> dq += dS k, dk += dSᵀ q, dv += attᵀ dout
 // (beta 1: the G query heads of one kv head add into dk, dv in order gi = 0, 1, ...).
@@ -15,61 +16,64 @@ namespace tp::cuda {
 
 struct AttnDims {
   long B, T, H, Hkv, D;
+  long Tk = 0;  // keys per sequence; 0: T
   long G() const { return H / Hkv; }
+  long K() const { return Tk ? Tk : T; }
 };
 
-// X [T, T] per query head = Y_q [T, D] (query-side, row stride H*D) · Z_kv [T, D]ᵀ (kv-side, row stride Hkv*D).
+// X [T, Tk] per query head = Y_q [T, D] (query-side, row stride H*D) · Z_kv [Tk, D]ᵀ (kv-side, row stride Hkv*D).
 // Scores use (q, k); the backward's dP uses (dout, v).
 inline std::vector<GemmArgs> attn_qk(const char* what, float* x, const float* yq, const float* zkv, AttnDims d) {
   std::vector<GemmArgs> v;
-  const long G = d.G(), T = d.T, D = d.D;
+  const long G = d.G(), T = d.T, Tk = d.K(), D = d.D;
   for (long b = 0; b < d.B; ++b)
     for (long gi = 0; gi < G; ++gi) {
       GemmArgs s;
-      s.what = what, s.M = T, s.N = T, s.K = D, s.tb = true, s.beta = 0, s.batch = int(d.Hkv);
+      s.what = what, s.M = T, s.N = Tk, s.K = D, s.tb = true, s.beta = 0, s.batch = int(d.Hkv);
       s.A = yq + b * T * d.H * D + gi * D, s.lda = d.H * D, s.sa = G * D;
-      s.B = zkv + b * T * d.Hkv * D, s.ldb = d.Hkv * D, s.sb = D;
-      s.C = x + (b * d.H + gi) * T * T, s.ldc = T, s.sc = G * T * T;
+      s.B = zkv + b * Tk * d.Hkv * D, s.ldb = d.Hkv * D, s.sb = D;
+      s.C = x + (b * d.H + gi) * T * Tk, s.ldc = Tk, s.sc = G * T * Tk;
       v.push_back(s);
     }
   return v;
 }
 
-// out [T, D] per query head = att [T, T] · v [T, D].
+// out [T, D] per query head = att [T, Tk] · v [Tk, D].
 inline std::vector<GemmArgs> attn_out(float* out, const float* att, const float* val, AttnDims d) {
   std::vector<GemmArgs> v;
-  const long G = d.G(), T = d.T, D = d.D;
+  const long G = d.G(), T = d.T, Tk = d.K(), D = d.D;
   for (long b = 0; b < d.B; ++b)
     for (long gi = 0; gi < G; ++gi) {
       GemmArgs o;
-      o.what = "attention_fwd att·v", o.M = T, o.N = D, o.K = T, o.beta = 0, o.batch = int(d.Hkv);
-      o.A = att + (b * d.H + gi) * T * T, o.lda = T, o.sa = G * T * T;
-      o.B = val + b * T * d.Hkv * D, o.ldb = d.Hkv * D, o.sb = D;
+      o.what = "attention_fwd att·v", o.M = T, o.N = D, o.K = Tk, o.beta = 0, o.batch = int(d.Hkv);
+      o.A = att + (b * d.H + gi) * T * Tk, o.lda = Tk, o.sa = G * T * Tk;
+      o.B = val + b * Tk * d.Hkv * D, o.ldb = d.Hkv * D, o.sb = D;
       o.C = out + b * T * d.H * D + gi * D, o.ldc = d.H * D, o.sc = G * D;
       v.push_back(o);
     }
   return v;
 }
 
-// dq += dS k; dk += dSᵀ q; dv += attᵀ dout (dS: the softmax backward of dP, [B, H, T, T] like att).
+// dq += dS k; dk += dSᵀ q; dv += attᵀ dout (dS: the softmax backward of dP, [B, H, T, Tk] like att).
 inline std::vector<GemmArgs> attn_grads(float* dq, float* dk, float* dv, const float* ds, const float* att,
                                         const float* q, const float* k, const float* dout, AttnDims d) {
   std::vector<GemmArgs> v;
-  const long G = d.G(), T = d.T, D = d.D;
+  const long G = d.G(), T = d.T, Tk = d.K(), D = d.D;
   for (long b = 0; b < d.B; ++b)
     for (long gi = 0; gi < G; ++gi) {
-      const long qo = b * T * d.H * D + gi * D, ko = b * T * d.Hkv * D, so = (b * d.H + gi) * T * T;
+      const long qo = b * T * d.H * D + gi * D, ko = b * Tk * d.Hkv * D, so = (b * d.H + gi) * T * Tk;
       GemmArgs g;
-      g.M = T, g.N = D, g.K = T, g.beta = 1, g.batch = int(d.Hkv);
-      g.lda = T, g.sa = G * T * T;
-      GemmArgs a = g;  // dq += dS k
-      a.what = "attention_bwd dS·k", a.A = ds + so, a.B = k + ko, a.ldb = d.Hkv * D, a.sb = D;
+      g.N = D, g.beta = 1, g.batch = int(d.Hkv);
+      g.lda = Tk, g.sa = G * T * Tk;
+      GemmArgs a = g;  // dq [T, D] += dS [T, Tk] k [Tk, D]
+      a.what = "attention_bwd dS·k", a.M = T, a.K = Tk, a.A = ds + so, a.B = k + ko, a.ldb = d.Hkv * D, a.sb = D;
       a.C = dq + qo, a.ldc = d.H * D, a.sc = G * D;
-      GemmArgs c = g;  // dk += dSᵀ q
-      c.what = "attention_bwd dSᵀ·q", c.ta = true, c.A = ds + so, c.B = q + qo, c.ldb = d.H * D, c.sb = G * D;
-      c.C = dk + ko, c.ldc = d.Hkv * D, c.sc = D;
-      GemmArgs e = g;  // dv += attᵀ dout
-      e.what = "attention_bwd attᵀ·dout", e.ta = true, e.A = att + so, e.B = dout + qo, e.ldb = d.H * D, e.sb = G * D;
+      GemmArgs c = g;  // dk [Tk, D] += dSᵀ q [T, D]
+      c.what = "attention_bwd dSᵀ·q", c.M = Tk, c.K = T, c.ta = true, c.A = ds + so, c.B = q + qo, c.ldb = d.H * D;
+      c.sb = G * D, c.C = dk + ko, c.ldc = d.Hkv * D, c.sc = D;
+      GemmArgs e = g;  // dv [Tk, D] += attᵀ dout
+      e.what = "attention_bwd attᵀ·dout", e.M = Tk, e.K = T, e.ta = true, e.A = att + so, e.B = dout + qo;
+      e.ldb = d.H * D, e.sb = G * D;
       e.C = dv + ko, e.ldc = d.Hkv * D, e.sc = D;
       v.push_back(a), v.push_back(c), v.push_back(e);
     }

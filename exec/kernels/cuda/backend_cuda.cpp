@@ -17,7 +17,9 @@
 #include <cstdlib>
 #include <mutex>
 #include <stdexcept>
+#include <algorithm>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "exec/backend.hpp"
@@ -48,9 +50,29 @@ void after_op() {
   check(cudaGetLastError(), "after the op (TP_CUDA_SYNC=1)");
 }
 
+// Bytes allocated now and at most; sizes of the live tensor allocations (their frees carry no size).
+namespace {
+std::mutex g_mem_m;
+double g_mem_now = 0, g_mem_peak = 0;
+std::unordered_map<void*, size_t> g_live;
+double peak_device_bytes() {
+  std::lock_guard<std::mutex> lk(g_mem_m);
+  return g_mem_peak;
+}
+}  // namespace
+void note_device_alloc(size_t bytes) {
+  std::lock_guard<std::mutex> lk(g_mem_m);
+  g_mem_now += double(bytes);
+  g_mem_peak = std::max(g_mem_peak, g_mem_now);
+}
+void note_device_free(size_t bytes) {
+  std::lock_guard<std::mutex> lk(g_mem_m);
+  g_mem_now -= double(bytes);
+}
+
 void* scratch(size_t bytes) {
   if (bytes <= g.scratch_bytes) return g.scratch;
-  if (g.scratch) check(cudaFree(g.scratch), "freeing the scratch buffer");
+  if (g.scratch) check(cudaFree(g.scratch), "freeing the scratch buffer"), note_device_free(g.scratch_bytes);
   g.scratch = nullptr;
   g.scratch_bytes = 0;
   if (cudaMalloc(&g.scratch, bytes) != cudaSuccess) {
@@ -61,6 +83,7 @@ void* scratch(size_t bytes) {
                              " bytes, " + std::to_string(fr) + " of " + std::to_string(tot) + " bytes free");
   }
   g.scratch_bytes = bytes;
+  note_device_alloc(bytes);
   return g.scratch;
 }
 
@@ -72,7 +95,12 @@ void* dev_alloc(size_t bytes) {
   if (bytes == 0) return nullptr;
   enter();
   void* p = nullptr;
-  if (cudaMalloc(&p, bytes) == cudaSuccess) return p;
+  if (cudaMalloc(&p, bytes) == cudaSuccess) {
+    note_device_alloc(bytes);
+    std::lock_guard<std::mutex> lk(g_mem_m);
+    g_live[p] = bytes;
+    return p;
+  }
   cudaGetLastError();
   size_t fr = 0, tot = 0;
   cudaMemGetInfo(&fr, &tot);
@@ -92,6 +120,12 @@ void dev_free(void* p) {
   if (!p) return;
   enter();
   report_free_error(cudaFree(p), "cudaFree");
+  size_t bytes = 0;
+  {
+    std::lock_guard<std::mutex> lk(g_mem_m);
+    if (auto it = g_live.find(p); it != g_live.end()) bytes = it->second, g_live.erase(it);
+  }
+  note_device_free(bytes);
 }
 void* pinned_alloc(size_t bytes) {
   if (bytes == 0) return nullptr;
@@ -213,6 +247,7 @@ const exec::Backend* create(int local_rank, int& status, std::string& why) {
   b.event_record = event_record;
   b.stream_wait = stream_wait;
   b.sync = sync_all;
+  b.peak_device_bytes = peak_device_bytes;
   fill_f32_table(b.f32);
   fill_f64_unsupported(b.f64);
   g.description = "device " + std::to_string(g.device) + " of " + std::to_string(n) + " (" + device_name(g.device) + ")";

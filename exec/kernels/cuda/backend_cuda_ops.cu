@@ -105,6 +105,32 @@ void attention_bwd(F* dq, F* dk, F* dv, const F* dout, const F* att, const F* q,
   });
 }
 
+// Context parallelism's rectangular causal attention: Tq queries over Tk >= Tq keys (the mask bottom-right), the
+// same GEMM lists with Tk keys and the rectangular softmax kernel.
+void attention_fwd_kv(F* out, F* att, const F* q, const F* kk, const F* v, long B, long Tq, long Tk, long H, long Hkv,
+                      long D) {
+  TP_OP("attention_fwd_kv", ({{"B", B}, {"Tq", Tq}, {"Tk", Tk}, {"H", H}, {"Hkv", Hkv}, {"D", D}}), {
+    if (Hkv <= 0 || H % Hkv != 0) throw std::runtime_error("H must be a multiple of Hkv");
+    if (Tq > Tk) throw std::runtime_error("Tq must not exceed Tk");
+    const AttnDims d{B, Tq, H, Hkv, D, Tk};
+    for (const GemmArgs& a : attn_qk("attention_fwd_kv q·kᵀ", att, q, kk, d)) lt_gemm(a);
+    k::softmax_fwd_rect(launcher(), att, att, B * H * Tq, Tk, Tq, F(1.0 / std::sqrt(double(D))));
+    for (const GemmArgs& a : attn_out(out, att, v, d)) lt_gemm(a);
+  });
+}
+void attention_bwd_kv(F* dq, F* dk, F* dv, const F* dout, const F* att, const F* q, const F* kk, const F* v, long B,
+                      long Tq, long Tk, long H, long Hkv, long D) {
+  TP_OP("attention_bwd_kv", ({{"B", B}, {"Tq", Tq}, {"Tk", Tk}, {"H", H}, {"Hkv", Hkv}, {"D", D}}), {
+    if (Hkv <= 0 || H % Hkv != 0) throw std::runtime_error("H must be a multiple of Hkv");
+    if (Tq > Tk) throw std::runtime_error("Tq must not exceed Tk");
+    const AttnDims d{B, Tq, H, Hkv, D, Tk};
+    F* dp = static_cast<F*>(scratch(sizeof(F) * size_t(B * H * Tq * Tk)));
+    for (const GemmArgs& a : attn_qk("attention_bwd_kv dout·vᵀ", dp, dout, v, d)) lt_gemm(a);
+    k::softmax_bwd<true>(launcher(), dp, att, dp, B * H * Tq, Tk, F(1.0 / std::sqrt(double(D))));
+    for (const GemmArgs& a : attn_grads(dq, dk, dv, dp, att, q, kk, dout, d)) lt_gemm(a);
+  });
+}
+
 // ---- element-wise and row ops ----
 void add_bias(F* y, const F* x, const F* b, long N, long C) {
   TP_OP("add_bias", ({{"N", N}, {"C", C}}), k::add_bias(launcher(), y, x, b, N, C));
@@ -211,6 +237,7 @@ void fill_f32_table(exec::OpTable<float>& t) {
   t.gelu_fwd = gelu_fwd, t.gelu_bwd = gelu_bwd, t.gelu_bwd_set = gelu_bwd_set;
   t.swiglu_fwd = swiglu_fwd, t.swiglu_bwd = swiglu_bwd, t.swiglu_bwd_set = swiglu_bwd_set;
   t.attention_fwd = attention_fwd, t.attention_bwd = attention_bwd;
+  t.attention_fwd_kv = attention_fwd_kv, t.attention_bwd_kv = attention_bwd_kv;
   t.cross_entropy_fwd = cross_entropy_fwd, t.cross_entropy_bwd = cross_entropy_bwd, t.row_max = row_max;
   t.embedding_fwd = embedding_fwd, t.embedding_bwd = embedding_bwd, t.embedding_shard_bwd = embedding_shard_bwd;
   t.adamw = adamw, t.sum_squares = sum_squares;
@@ -227,7 +254,7 @@ void fill_f64_unsupported(exec::OpTable<double>& t) {
   TP_S(attention_bwd); TP_S(cross_entropy_fwd); TP_S(cross_entropy_bwd); TP_S(row_max); TP_S(max_combine);
   TP_S(ce_shard_exp); TP_S(ce_shard_finish); TP_S(ce_shard_target_grad); TP_S(embedding_fwd); TP_S(embedding_bwd);
   TP_S(embedding_shard_fwd); TP_S(embedding_shard_bwd); TP_S(add_positions); TP_S(positions_bwd); TP_S(adamw);
-  TP_S(sum_squares);
+  TP_S(sum_squares); TP_S(attention_fwd_kv); TP_S(attention_bwd_kv);
 #undef TP_S
 }
 

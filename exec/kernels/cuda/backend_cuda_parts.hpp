@@ -32,6 +32,9 @@ void check(cudaError_t e, const char* what);
 void after_op();
 // Device scratch of at least `bytes` (contents undefined; reused by the next op that asks).
 void* scratch(size_t bytes);
+// Device-memory accounting of every cudaMalloc / cudaFree of the library (Backend::peak_device_bytes).
+void note_device_alloc(size_t bytes);
+void note_device_free(size_t bytes);
 #ifdef __CUDACC__
 // The launcher every op uses: block 256, grid capped at 4096, on g.stream.
 kernels::CudaLauncher launcher();

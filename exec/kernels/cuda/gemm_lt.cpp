@@ -4,6 +4,8 @@
 // each pointer's actual alignment (16, 8 or 4 bytes) so it never picks a kernel that needs more.
 #include "exec/kernels/cuda/gemm_lt.hpp"
 
+#include "exec/kernels/cuda/backend_cuda_parts.hpp"
+
 #include <cublasLt.h>
 
 #include <cstdint>
@@ -93,6 +95,7 @@ void lt_init(cudaStream_t stream, size_t ws_bytes) {
     cudaGetLastError();
     ws_bytes = 0;  // run without a workspace rather than fail: the heuristic then picks kernels that need none
   }
+  note_device_alloc(ws_bytes);
   g_lt.ws_bytes = ws_bytes;
   g_lt.stream = stream;
   const char* tf = std::getenv("TP_CUDA_TF32");
@@ -100,7 +103,7 @@ void lt_init(cudaStream_t stream, size_t ws_bytes) {
 }
 
 void lt_shutdown() {
-  if (g_lt.workspace) cudaFree(g_lt.workspace);
+  if (g_lt.workspace) cudaFree(g_lt.workspace), note_device_free(g_lt.ws_bytes);
   if (g_lt.handle) cublasLtDestroy(g_lt.handle);
   g_lt = LtState{};
 }

@@ -30,6 +30,7 @@ using L = CudaLauncher;
   PREFIX void layernorm_bwd_wb<L, T>(const L&, T*, T*, const T*, const T*, const float*, const float*, long,  \
                                        long);                                                                   \
   PREFIX void softmax_fwd<L, T>(const L&, T*, const T*, long, long, float, bool);                             \
+  PREFIX void softmax_fwd_rect<L, T>(const L&, T*, const T*, long, long, long, float);                        \
   PREFIX void softmax_bwd<false, L, T>(const L&, T*, const T*, const T*, long, long, float);                  \
   PREFIX void softmax_bwd<true, L, T>(const L&, T*, const T*, const T*, long, long, float);                   \
   PREFIX void cross_entropy_fwd<L, T>(const L&, T*, float*, const T*, const int32_t*, long, long);            \
