@@ -215,6 +215,7 @@ void fill_f32_table(exec::OpTable<float>& t) {
   t.embedding_fwd = embedding_fwd, t.embedding_bwd = embedding_bwd, t.embedding_shard_bwd = embedding_shard_bwd;
   t.adamw = adamw, t.sum_squares = sum_squares;
   fill_f32_shard_ops(t);  // 2D tensor parallelism and vocabulary-parallel pieces (backend_cuda_shard.cu)
+  fill_f32_moe_ops(t);    // mixture-of-experts router, dispatch, combine (backend_cuda_moe.cu)
 }
 
 // The GPU backend computes in fp32 (bf16 next); fp64 is the CPU oracle's precision and is not faked here.
@@ -228,6 +229,8 @@ void fill_f64_unsupported(exec::OpTable<double>& t) {
   TP_S(ce_shard_exp); TP_S(ce_shard_finish); TP_S(ce_shard_target_grad); TP_S(embedding_fwd); TP_S(embedding_bwd);
   TP_S(embedding_shard_fwd); TP_S(embedding_shard_bwd); TP_S(add_positions); TP_S(positions_bwd); TP_S(adamw);
   TP_S(sum_squares);
+  TP_S(moe_route); TP_S(moe_route_bwd); TP_S(moe_dispatch); TP_S(moe_dispatch_bwd); TP_S(moe_combine);
+  TP_S(moe_combine_bwd);
 #undef TP_S
 }
 
