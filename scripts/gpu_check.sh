@@ -55,8 +55,7 @@ PY
   case $cmp in ok*) row "run tiny-gpt (3 steps)" ok "${cmp#ok }" ;; *) row "run tiny-gpt (3 steps)" FAIL "${cmp#FAIL }" ;; esac
 fi
 # Every plan kind the cuda backend runs (offloads, delinking, dp / ZeRO / tp+sp / pp / 2D under mpirun, with
-# host staging; MoE with expert parallelism), each against the cpu backend's losses; cp must be refused
-# (scripts/gpu_plans.py).
+# host staging), each against the cpu backend's losses; cp and MoE must be refused (scripts/gpu_plans.py).
 mpi=$(command -v mpirun || true)
 python3 "$root/scripts/gpu_plans.py" "$bin" "$root" "$logs/plans" $mpi >"$logs/plans.txt" 2>&1
 rc=$?

@@ -111,8 +111,8 @@ TEST(KernelsVsCpu, CrossEntropyAndEmbedding) {
   }
 }
 
-// The whole mixture-of-experts chain, with drops and renormalisation: the router's probabilities, gates, slots and
-// load-balancing loss are the CPU's bit for bit (same order of operations); the rest to rounding.
+// The whole mixture-of-experts chain, with drops and renormalisation: the router's probabilities, gates and slots
+// are the CPU's bit for bit (same order of operations); the rest to rounding.
 TEST(KernelsVsCpu, MixtureOfExperts) {
   std::mt19937_64 rng(35);
   const long Nt = 23, E = 5, k = 2, cap = 7, rows = E * cap;  // 46 copies, 35 slots
@@ -126,7 +126,7 @@ TEST(KernelsVsCpu, MixtureOfExperts) {
     EXPECT_EQ(kp, cp);
     EXPECT_EQ(kg, cg);
     EXPECT_EQ(ks, cs);
-    EXPECT_EQ(stats[2 * E], caux);
+    EXPECT_NEAR(stats[2 * E], caux, 1e-14 * caux);  // the CPU ops are built with -march=native (FMA contractions)
     EXPECT_LT(std::count_if(cs.begin(), cs.end(), [](int32_t v) { return v >= 0; }), Nt * k);  // some dropped
     Vec kd(rows * C), cd(rows * C), ky(Nt * C), cy(Nt * C);
     K::moe_dispatch(kL, kd.data(), x.data(), ks.data(), Nt, k, C, rows);

@@ -229,8 +229,6 @@ void fill_f64_unsupported(exec::OpTable<double>& t) {
   TP_S(ce_shard_exp); TP_S(ce_shard_finish); TP_S(ce_shard_target_grad); TP_S(embedding_fwd); TP_S(embedding_bwd);
   TP_S(embedding_shard_fwd); TP_S(embedding_shard_bwd); TP_S(add_positions); TP_S(positions_bwd); TP_S(adamw);
   TP_S(sum_squares);
-  TP_S(moe_route); TP_S(moe_route_bwd); TP_S(moe_dispatch); TP_S(moe_dispatch_bwd); TP_S(moe_combine);
-  TP_S(moe_combine_bwd);
 #undef TP_S
 }
 
