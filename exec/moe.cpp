@@ -45,9 +45,9 @@ void moe_mlp_fwd(const Gpt<T>& g, const LayerParams& W, LayerActs<T>& a, T* x_ou
   if (El != (long)s.el())
     throw std::logic_error("moe: the layout holds " + std::to_string(s.el()) + " experts, the ep group needs " +
                            std::to_string(El));
-  if (!current_backend().ops<T>().moe_route)  // a backend without the MoE ops (cuda, for now): refuse, never crash
+  if (!current_backend().ops<T>().moe_route)  // a backend without the MoE ops: refuse, never crash
     throw InputError({std::string("--backend ") + current_backend().name +
-                      ": has no mixture-of-experts ops yet ($.model.moe runs on the cpu and emu backends)"});
+                      ": has no mixture-of-experts ops ($.model.moe runs on the cpu, emu and cuda backends)"});
   Buf<T> logits((size_t)(N * E));
   ops::matmul(logits.data(), a.ln2.data(), g.p(W.router_w), N, E, C, false, false, T(1), T(0));
   a.m_probs.resize((size_t)(N * E)); a.m_gate.resize((size_t)(N * k)); a.m_slot.resize((size_t)(N * k));

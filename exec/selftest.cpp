@@ -59,14 +59,14 @@ OpCheck run_one(const Backend& be, const Spec& s) {
   std::vector<Vec> ref = s.bufs;
   std::vector<Ints> refi = s.ints;
   std::vector<double*> rp;
-  std::vector<const int32_t*> rip;
+  std::vector<int32_t*> rip;
   for (Vec& v : ref) rp.push_back(v.data());
   for (Ints& v : refi) rip.push_back(v.data());
   const double want = s.f64(cpu_backend().f64, rp.data(), rip.data());
   try {
     Mem m(be);
     std::vector<float*> dp;
-    std::vector<const int32_t*> dip;
+    std::vector<int32_t*> dip;
     for (const Vec& v : s.bufs) dp.push_back(m.up<float>(v));
     for (const Ints& v : s.ints) dip.push_back(m.up<int32_t>(v));
     const double got = s.f32(be.f32, dp.data(), dip.data());
@@ -75,6 +75,19 @@ OpCheck run_one(const Backend& be, const Spec& s) {
     for (int o : s.outs) {
       const Vec d = m.down(dp[size_t(o)], s.bufs[size_t(o)].size());
       for (size_t i = 0; i < d.size(); ++i) c.err = std::max(c.err, scaled_err(d[i], ref[size_t(o)][i]));
+    }
+    for (int o : s.iouts) {  // integer outputs must be identical
+      const Ints& want_i = refi[size_t(o)];
+      Ints got_i(want_i.size());
+      if (!got_i.empty())
+        be.copy(got_i.data(), dip[size_t(o)], sizeof(int32_t) * got_i.size(), CopyKind::device_to_host, Stream{});
+      be.sync();
+      for (size_t i = 0; i < got_i.size() && c.message.empty(); ++i)
+        if (got_i[i] != want_i[i]) {
+          c.err = INFINITY;
+          c.message = "integer output " + std::to_string(o) + " element " + std::to_string(i) + ": got " +
+                      std::to_string(got_i[i]) + ", want " + std::to_string(want_i[i]);
+        }
     }
   } catch (const std::exception& e) {
     c.message = e.what();

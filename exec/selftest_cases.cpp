@@ -1,9 +1,11 @@
 // selftest_cases: the checks of `trainplan selftest` — every entry of exec/backend.hpp's OpTable over shapes
 // with one row, odd sizes and rows longer than a GPU block (up to 5000), in place where ops.hpp allows it, and
-// the accumulate and overwrite variants. Inputs that must be consistent (LayerNorm statistics, row maxima,
-// positive second moments) are built so; everything else is uniform in [-1, 1), rounded to float.
+// the accumulate and overwrite variants, and the mixture-of-experts ops. Inputs that must be consistent (LayerNorm
+// statistics, row maxima, positive second moments, router slots) are built so; everything else is uniform in
+// [-1, 1), rounded to float.
 #include <algorithm>
 #include <cmath>
+#include <random>
 #include <string>
 
 #include "exec/selftest_harness.hpp"
@@ -280,6 +282,76 @@ void shard_cases(std::vector<Spec>& cs, bool quick) {
   }
 }
 
+// Mixture of experts: router logits far apart per token (so fp32 and float64 choose the same experts) or small
+// integers (exact ties, equal in every precision: the lower expert wins); capacities that drop copies and ones
+// that keep all; renormalised gates or not. The router's slots must be identical. Dispatch and combine take
+// slots built as a router makes them: distinct kept positions, the rest dropped (-(e + 1)).
+Vec moe_logits(long N, long E, bool ties, uint32_t seed) {
+  std::mt19937 g(seed);
+  Vec z(size_t(N * E));
+  std::vector<long> perm(static_cast<size_t>(E));
+  for (long i = 0; i < N; ++i) {
+    for (long e = 0; e < E; ++e) perm[size_t(e)] = e;
+    std::shuffle(perm.begin(), perm.end(), g);
+    for (long e = 0; e < E; ++e)
+      z[size_t(i * E + e)] = ties ? double(long(g() % 3) - 1) : double(float(0.25 * double(perm[size_t(e)]) - 2));
+  }
+  return z;
+}
+Ints moe_slots(long N, long E, long k, long cap, uint32_t seed) {
+  std::mt19937 g(seed);
+  Ints pos(size_t(E * cap)), slot(size_t(N * k));
+  for (long q = 0; q < E * cap; ++q) pos[size_t(q)] = int32_t(q);
+  std::shuffle(pos.begin(), pos.end(), g);
+  size_t used = 0;
+  for (int32_t& s : slot) s = (g() % 4 != 0 && used < pos.size()) ? pos[used++] : -int32_t(g() % uint32_t(E)) - 1;
+  return slot;
+}
+
+void moe_cases(std::vector<Spec>& cs, bool quick) {
+  struct M {
+    long N, E, k, cap, C;
+  };
+  std::vector<M> ms = {{1, 1, 1, 1, 1}, {7, 3, 2, 4, 5}, {33, 8, 2, 5, 37}, {64, 4, 1, 64, 70}, {300, 16, 4, 60, 33},
+                       {40, 40, 3, 2, 300}};
+  if (quick) ms.resize(3);
+  uint32_t s = 13000;
+  for (auto [N, E, k, cap, C] : ms) {
+    const std::string shape = sh({{"N", N}, {"E", E}, {"k", k}, {"cap", cap}});
+    const long rows = E * cap;
+    for (bool ties : {false, true})
+      for (int renorm : {0, 1}) {
+        const std::string var = std::string(ties ? "exact ties" : "distinct") + (renorm ? ", renorm" : "");
+        const Vec z = moe_logits(N, E, ties, s++);
+        Spec r{"moe_route", shape, var, {z, Vec(size_t(N * E)), Vec(size_t(N * k))}, {Ints(size_t(N * k))}, {1, 2},
+               double(E), true};
+        r.iouts = {0};
+        add(cs, r, TP_SELFTEST_BODY { return t.moe_route(p[1], ip[0], p[2], p[0], N, E, k, cap, renorm); });
+        Spec b{"moe_route_bwd", shape, var + ", accumulate, after moe_route",
+               {z, Vec(size_t(N * E)), Vec(size_t(N * k)), rnd(N * E, s++), rnd(N * k, s++)}, {Ints(size_t(N * k))},
+               {3}, double(E * k)};
+        b.iouts = {0};
+        add(cs, b, TP_SELFTEST_BODY {
+          t.moe_route(p[1], ip[0], p[2], p[0], N, E, k, cap, renorm);
+          return t.moe_route_bwd(p[3], p[1], ip[0], p[4], N, E, k, cap, renorm, TT(0.3)), 0.0;
+        });
+      }
+    const std::string dshape = sh({{"N", N}, {"k", k}, {"C", C}, {"rows", rows}});
+    const Ints slot = moe_slots(N, E, k, cap, s++);
+    add(cs, {"moe_dispatch", dshape, "overwrite", {rnd(N * C, s++), rnd(rows * C, s++)}, {slot}, {1}},
+        TP_SELFTEST_BODY { return t.moe_dispatch(p[1], p[0], ip[0], N, k, C, rows), 0.0; });
+    add(cs, {"moe_dispatch_bwd", dshape, "accumulate", {rnd(N * C, s++), rnd(rows * C, s++)}, {slot}, {0}, double(k)},
+        TP_SELFTEST_BODY { return t.moe_dispatch_bwd(p[0], p[1], ip[0], N, k, C), 0.0; });
+    add(cs, {"moe_combine", dshape, "overwrite", {rnd(N * C, s++), rnd(rows * C, s++), rnd(N * k, s++, 0, 1)}, {slot},
+             {0}, double(k)},
+        TP_SELFTEST_BODY { return t.moe_combine(p[0], p[1], ip[0], p[2], N, k, C), 0.0; });
+    add(cs, {"moe_combine_bwd", dshape, "accumulate",
+             {rnd(rows * C, s++), rnd(N * k, s++), rnd(N * C, s++), rnd(rows * C, s++), rnd(N * k, s++, 0, 1)}, {slot},
+             {0, 1}, double(C)},
+        TP_SELFTEST_BODY { return t.moe_combine_bwd(p[0], p[1], p[2], p[3], ip[0], p[4], N, k, C), 0.0; });
+  }
+}
+
 }  // namespace
 
 std::vector<Spec> all_specs(bool quick) {
@@ -289,6 +361,7 @@ std::vector<Spec> all_specs(bool quick) {
   elementwise_cases(cs, quick);
   row_cases(cs, quick);
   shard_cases(cs, quick);
+  moe_cases(cs, quick);
   return cs;
 }
 

@@ -2,8 +2,8 @@
 // A Spec holds the initial contents of every buffer of one op call (inputs, and outputs whose old values
 // matter for accumulating ops), which of them are compared afterwards, and one generic body called twice:
 // with the CPU float64 table on host copies (the reference) and with the backend's fp32 table on backend memory.
-// Invariant: a body uses only the table and the pointers it is given (p: float buffers, ip: int32 buffers),
-// so the same code runs on host and device memory.
+// Invariant: a body uses only the table and the pointers it is given (p: float buffers, ip: int32 buffers,
+// written only where the op outputs integers), so the same code runs on host and device memory.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -26,12 +26,13 @@ struct Spec {
   std::vector<int> outs;  // indices into bufs compared after the call
   double red = 1;         // reduction length: the tolerance grows with its square root
   bool scalar = false;    // the returned value is compared too
-  std::function<double(const OpTable<double>&, double* const*, const int32_t* const*)> f64;
-  std::function<double(const OpTable<float>&, float* const*, const int32_t* const*)> f32;
+  std::function<double(const OpTable<double>&, double* const*, int32_t* const*)> f64;
+  std::function<double(const OpTable<float>&, float* const*, int32_t* const*)> f32;
+  std::vector<int> iouts;  // indices into ints compared exactly after the call (the router's slots)
 };
 
 // The body's signature; TT is the element type inside it (double for the reference, float for the backend).
-#define TP_SELFTEST_BODY [=](const auto& t, auto* const* p, const int32_t* const* ip) -> double
+#define TP_SELFTEST_BODY [=](const auto& t, auto* const* p, int32_t* const* ip) -> double
 #define TT std::remove_cvref_t<decltype(*p[0])>
 
 template <class Body>

@@ -2,6 +2,7 @@
 // the same contracts, to rounding, on one odd shape. Guards against the kernels' tests and the kernels sharing
 // a misreading of ops.hpp (accumulate vs overwrite, eps, the loss sum, null bias / wpe). Whole project only
 // (links tp_exec).
+#include <algorithm>
 #include <numeric>
 
 #include "exec/ops.hpp"
@@ -107,6 +108,45 @@ TEST(KernelsVsCpu, CrossEntropyAndEmbedding) {
     ops::embedding_bwd(cwte.data(), pe ? cwpe.data() : nullptr, dout.data(), tok.data(), B, Tn, C);
     EXPECT_TRUE(same(kwte, cwte));
     EXPECT_TRUE(same(kwpe, cwpe));
+  }
+}
+
+// The whole mixture-of-experts chain, with drops and renormalisation: the router's probabilities, gates and slots
+// are the CPU's bit for bit (same order of operations); the rest to rounding.
+TEST(KernelsVsCpu, MixtureOfExperts) {
+  std::mt19937_64 rng(35);
+  const long Nt = 23, E = 5, k = 2, cap = 7, rows = E * cap;  // 46 copies, 35 slots
+  for (int renorm : {0, 1}) {
+    const Vec lg = kt::randv(Nt * E, rng, -2, 2), x = kt::randv(Nt * C, rng), dy = kt::randv(Nt * C, rng);
+    Vec kp(Nt * E), cp(Nt * E), kg(Nt * k), cg(Nt * k);
+    std::vector<int32_t> ks(Nt * k), cs(Nt * k), choice(Nt * k);
+    std::vector<double> stats(2 * E + 1), base(E);
+    K::moe_route(kL, kp.data(), ks.data(), kg.data(), choice.data(), stats.data(), lg.data(), Nt, E, k, cap, renorm);
+    const double caux = ops::moe_route(cp.data(), cs.data(), cg.data(), lg.data(), Nt, E, k, cap, renorm);
+    EXPECT_EQ(kp, cp);
+    EXPECT_EQ(kg, cg);
+    EXPECT_EQ(ks, cs);
+    EXPECT_NEAR(stats[2 * E], caux, 1e-14 * caux);  // the CPU ops are built with -march=native (FMA contractions)
+    EXPECT_LT(std::count_if(cs.begin(), cs.end(), [](int32_t v) { return v >= 0; }), Nt * k);  // some dropped
+    Vec kd(rows * C), cd(rows * C), ky(Nt * C), cy(Nt * C);
+    K::moe_dispatch(kL, kd.data(), x.data(), ks.data(), Nt, k, C, rows);
+    ops::moe_dispatch(cd.data(), x.data(), cs.data(), Nt, k, C, rows);
+    EXPECT_EQ(kd, cd);
+    K::moe_combine(kL, ky.data(), kd.data(), ks.data(), kg.data(), Nt, k, C);
+    ops::moe_combine(cy.data(), cd.data(), cs.data(), cg.data(), Nt, k, C);
+    EXPECT_TRUE(same(ky, cy));
+    Vec kde = kt::randv(rows * C, rng), cde = kde, kdg = kt::randv(Nt * k, rng), cdg = kdg;
+    K::moe_combine_bwd(kL, kde.data(), kdg.data(), dy.data(), kd.data(), ks.data(), kg.data(), Nt, k, C);
+    ops::moe_combine_bwd(cde.data(), cdg.data(), dy.data(), cd.data(), cs.data(), cg.data(), Nt, k, C);
+    EXPECT_TRUE(same(kde, cde));
+    EXPECT_TRUE(same(kdg, cdg));
+    Vec kdx = kt::randv(Nt * C, rng), cdx = kdx, kdl = kt::randv(Nt * E, rng), cdl = kdl;
+    K::moe_dispatch_bwd(kL, kdx.data(), kde.data(), ks.data(), Nt, k, C);
+    ops::moe_dispatch_bwd(cdx.data(), cde.data(), cs.data(), Nt, k, C);
+    EXPECT_TRUE(same(kdx, cdx));
+    K::moe_route_bwd(kL, kdl.data(), base.data(), kp.data(), ks.data(), kdg.data(), Nt, E, k, cap, renorm, 0.01);
+    ops::moe_route_bwd(cdl.data(), cp.data(), cs.data(), cdg.data(), Nt, E, k, cap, renorm, 0.01);
+    EXPECT_TRUE(same(kdl, cdl));
   }
 }
 

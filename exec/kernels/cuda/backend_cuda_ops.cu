@@ -242,6 +242,7 @@ void fill_f32_table(exec::OpTable<float>& t) {
   t.embedding_fwd = embedding_fwd, t.embedding_bwd = embedding_bwd, t.embedding_shard_bwd = embedding_shard_bwd;
   t.adamw = adamw, t.sum_squares = sum_squares;
   fill_f32_shard_ops(t);  // 2D tensor parallelism and vocabulary-parallel pieces (backend_cuda_shard.cu)
+  fill_f32_moe_ops(t);    // mixture-of-experts router, dispatch, combine (backend_cuda_moe.cu)
 }
 
 // The GPU backend computes in fp32 (bf16 next); fp64 is the CPU oracle's precision and is not faked here.

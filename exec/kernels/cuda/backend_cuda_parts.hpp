@@ -42,6 +42,7 @@ kernels::CudaLauncher launcher();
 
 void fill_f32_table(exec::OpTable<float>& t);
 void fill_f32_shard_ops(exec::OpTable<float>& t);  // backend_cuda_shard.cu
+void fill_f32_moe_ops(exec::OpTable<float>& t);    // backend_cuda_moe.cu
 void fill_f64_unsupported(exec::OpTable<double>& t);
 
 }  // namespace tp::cuda

@@ -44,4 +44,12 @@ using L = CudaLauncher;
   PREFIX void sum_squares<L, T>(const L&, double*, double*, const T*, long);                                  \
   PREFIX void embedding_fwd<L, T>(const L&, T*, const int32_t*, const T*, const T*, long, long, long, long,   \
                                     long, long);                                                                \
-  PREFIX void embedding_bwd<L, T>(const L&, T*, T*, const T*, const int32_t*, long, long, long, long, long);
+  PREFIX void embedding_bwd<L, T>(const L&, T*, T*, const T*, const int32_t*, long, long, long, long, long); \
+  PREFIX void moe_route<L, T>(const L&, T*, int32_t*, T*, int32_t*, double*, const T*, long, long, long, long, int); \
+  PREFIX void moe_route_bwd<L, T>(const L&, T*, double*, const T*, const int32_t*, const T*, long, long, long, long, \
+                                    int, float);                                                                \
+  PREFIX void moe_dispatch<L, T>(const L&, T*, const T*, const int32_t*, long, long, long, long);             \
+  PREFIX void moe_dispatch_bwd<L, T>(const L&, T*, const T*, const int32_t*, long, long, long);               \
+  PREFIX void moe_combine<L, T>(const L&, T*, const T*, const int32_t*, const T*, long, long, long);          \
+  PREFIX void moe_combine_bwd<L, T>(const L&, T*, T*, const T*, const T*, const int32_t*, const T*, long, long, \
+                                      long);
