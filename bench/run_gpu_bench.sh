@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# run_gpu_bench.sh: the single-GPU training benchmark of issue 11. Trains GPT-2 small's shape (12 layers, hidden
-# 768, 12 heads, vocabulary 50304, sequence 1024) with `trainplan run --backend cuda` in fp32 and with TF32 GEMMs
-# (TP_CUDA_TF32=1), and prints one table row each: median step time over the steps after the first two (warm-up),
-# tokens/s, achieved model TFLOP/s (the executor's own count, as Megatron-LM's log line), the peak device memory
-# the backend allocated, the simulator's step time and tensor memory for the same scenario beside them, and MFU
-# against the H100 profile's fp32 peak (models/catalog/gpus.json). bf16 mixed precision is not in the executor yet, so the
-# issue's target (>= 50 % MFU of the dense bf16 peak) cannot be measured: the table says so. Where there is no
-# CUDA device it prints "no device" and exits 0; it never prints a number that was not measured.
+# run_gpu_bench.sh: the single-GPU training benchmark of issue 11. Trains GPT-2's shapes (124M: 12 layers, hidden
+# 768, 12 heads; also with full recompute, with sequence 2048, and 350M: 24 layers, hidden 1024; vocabulary 50304)
+# with `trainplan run --backend cuda` in fp32 (and the first with TF32 GEMMs, TP_CUDA_TF32=1), and prints one table
+# row each: median step time over the steps after the first two (warm-up), tokens/s, achieved model TFLOP/s (the
+# executor's own count, as Megatron-LM's log line), the peak device memory the backend allocated, the simulator's
+# step time and tensor memory for the same scenario beside them, and MFU against the H100 profile's fp32 peak
+# (models/catalog/gpus.json). bf16 mixed precision is not in the executor yet, so the issue's target (>= 50 % MFU
+# of the dense bf16 peak) cannot be measured: the table says so. Where there is no CUDA device it prints
+# "no device" and exits 0; it never prints a number that was not measured.
 # usage: bench/run_gpu_bench.sh     BUILD_DIR (default <repo>/build)   STEPS (default 8)   OUT_DIR for the run JSONs
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -30,29 +31,35 @@ if [[ $rc -eq 2 ]]; then
 fi
 work=${OUT_DIR:-$(mktemp -d)}
 mkdir -p "$work"
-cat >"$work/gpt2-124m.json" <<'JSON'
-{
-  "name": "bench-gpt2-124m-1gpu",
-  "about": "GPT-2 small's shape on one GPU (run_gpu_bench.sh); byte tokens of the bundled corpus in a 50304 vocabulary.",
-  "model": {"name": "gpt2-124m", "layers": 12, "hidden": 768, "heads": 12, "vocab": 50304, "seq_len": 1024,
-            "activation": "gelu", "tied_embeddings": true, "dropout": false},
-  "cluster": "dgx-h100",
-  "training": {"global_batch": 8, "seq_len": 1024, "precision": "fp32"},
-  "plan": {"attention": "unfused", "dp": 1, "tp": 1, "pp": 1, "microbatch": 8}
-}
-JSON
-# The simulator's prediction for the same scenario (fp32; the TF32 row shares it): step time, and the device
-# memory of tensors (weights, gradients, optimizer state, activations, buffers; not the framework's context).
-"$bin" simulate "$work/gpt2-124m.json" --quiet --json "$work/sim.json" >/dev/null 2>&1 || echo '{}' >"$work/sim.json"
 peak=$(python3 -c "import json;print(json.load(open('$root/models/catalog/gpus.json'))['H100-SXM-80GB']['matrix_flops_per_s']['fp32'])")
 echo "device: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1); $("$bin" --version | grep '^cuda:')" >&2
-for mode in fp32 tf32; do
-  env=(); [[ $mode == tf32 ]] && env=(TP_CUDA_TF32=1)
-  log="$work/run_$mode.txt"
-  env "${env[@]}" "$bin" run "$work/gpt2-124m.json" --backend cuda --steps "$steps" --lr 1e-4 --json "$work/run_$mode.json" >"$log" 2>&1
-  rc=$?
-  if [[ $rc -ne 0 ]]; then row gpt2-124m "$mode" - - - - "failed (exit $rc): $(tail -1 "$log")"; continue; fi
-  python3 - "$work/run_$mode.json" "$log" "$mode" "$peak" "$work/sim.json" <<'PY'
+# name, layers, hidden, heads, sequence, micro-batch (= global batch), recompute, modes
+configs=("gpt2-124m 12 768 12 1024 8 none fp32,tf32" "gpt2-124m-rc 12 768 12 1024 8 full fp32"
+         "gpt2-124m-s2k 12 768 12 2048 4 none fp32" "gpt2-350m 24 1024 16 1024 4 none fp32")
+for cfg in "${configs[@]}"; do
+  read -r name layers hidden heads seq mb rc_mode modes <<<"$cfg"
+  sc="$work/$name.json"
+  cat >"$sc" <<JSON
+{
+  "name": "bench-$name-1gpu",
+  "about": "GPT-2's shapes on one GPU (run_gpu_bench.sh); byte tokens of the bundled corpus in a 50304 vocabulary.",
+  "model": {"name": "$name", "layers": $layers, "hidden": $hidden, "heads": $heads, "vocab": 50304, "seq_len": $seq,
+            "activation": "gelu", "tied_embeddings": true, "dropout": false},
+  "cluster": "dgx-h100",
+  "training": {"global_batch": $mb, "seq_len": $seq, "precision": "fp32"},
+  "plan": {"attention": "unfused", "dp": 1, "tp": 1, "pp": 1, "microbatch": $mb, "recompute": "$rc_mode"}
+}
+JSON
+  # The simulator's prediction for the same scenario (fp32; a TF32 row shares it): step time, and the device
+  # memory of tensors (weights, gradients, optimizer state, activations, buffers; not the framework's context).
+  "$bin" simulate "$sc" --quiet --json "$work/$name.sim.json" >/dev/null 2>&1 || echo '{}' >"$work/$name.sim.json"
+  for mode in ${modes//,/ }; do
+    env=(); [[ $mode == tf32 ]] && env=(TP_CUDA_TF32=1)
+    log="$work/${name}_$mode.txt"
+    env "${env[@]}" "$bin" run "$sc" --backend cuda --steps "$steps" --lr 1e-4 --json "$work/${name}_$mode.json" >"$log" 2>&1
+    rc=$?
+    if [[ $rc -ne 0 ]]; then row "$name" "$mode" - - - - "failed (exit $rc): $(tail -1 "$log")"; continue; fi
+    python3 - "$work/${name}_$mode.json" "$log" "$mode" "$peak" "$work/$name.sim.json" "$name" <<'PY'
 import json, re, statistics, sys
 r = json.load(open(sys.argv[1])); log = open(sys.argv[2]).read(); mode = sys.argv[3]; peak = float(sys.argv[4])
 sim = json.load(open(sys.argv[5]))
@@ -66,8 +73,9 @@ med = statistics.median(t); tflops = statistics.median(tf) if tf else float("nan
 tok = r["scenario"]["training"]["global_batch"] * r["scenario"]["training"]["seq_len"] / med
 note = ("%.1f %% of H100 fp32 peak (%.1f TFLOP/s)" % (100 * tflops * 1e12 / peak, peak / 1e12) if mode == "fp32"
         else "TF32 GEMMs; H100 SXM dense TF32 peak 494.7 TFLOP/s (datasheet)")
-print("| %-10s | %-9s | %-16s | %-8.0f | %-7.1f | %-18s | %s |" % ("gpt2-124m", mode, "%.1f (%s)" % (med * 1e3, sim_ms),
+print("| %-10s | %-9s | %-16s | %-8.0f | %-7.1f | %-18s | %s |" % (sys.argv[6], mode, "%.1f (%s)" % (med * 1e3, sim_ms),
       tok, tflops, "%.2f (%s)" % (dev_gib, sim_gib), note))
 PY
+  done
 done
 row gpt2-124m bf16 - - - - "not measured: bf16 mixed precision is not in the executor yet (issue 11)"

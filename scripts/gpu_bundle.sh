@@ -9,6 +9,7 @@
 #                         has no mpirun (only paths that do not exist yet), then runs run_gpu_bench.sh and
 #                         gpu_check.sh on the bundle; with OUT, writes OUT/bench.txt, OUT/check.txt and
 #                         OUT/gpu-check.tgz (every log).
+#   bench DEST [OUT]      the same, the benchmark only.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 mode=${1:-}
@@ -31,8 +32,10 @@ pack() {
   du -sh "$d"
 }
 
-check() {
-  local d; d=$(cd "$1" && pwd); local out=${2:-}
+# The GPU machine's environment for the bundle in $1: CUDA libraries, the bundle's, and Open MPI (installed from
+# the bundle when the machine has none).
+setup() {
+  local d=$1
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
   # The CUDA libraries (cuBLASLt) where a CUDA image keeps them, then the bundle's own.
   local cudalibs
@@ -57,10 +60,16 @@ check() {
   fi
   # Shared memory between the ranks of one machine, nothing that needs a fabric's libraries or ptrace.
   export OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_mtl=^ofi,psm,psm2
+}
+
+check() {
+  local d; d=$(cd "$1" && pwd); local out=${2:-} only=${3:-}
+  setup "$d"
   local logs=$d/gpu-check rep=${out:-$d}
   mkdir -p "$logs"
   # The benchmark first (two short runs), then the checks; the reports go to OUT as they are written.
   BUILD_DIR=$d OUT_DIR=$logs/bench bash "$root/bench/run_gpu_bench.sh" 2>&1 | tee "$rep/bench.txt"
+  [[ $only == bench ]] && { [[ -n "$out" ]] && tar -C "$d" -czf "$out/gpu-check.tgz" gpu-check; return 0; }
   BUILD_DIR=$d SKIP_BUILD=1 bash "$root/scripts/gpu_check.sh" 2>&1 | tee "$rep/check.txt"
   local rc=${PIPESTATUS[0]}
   [[ -n "$out" ]] && tar -C "$d" -czf "$out/gpu-check.tgz" gpu-check
@@ -70,5 +79,6 @@ check() {
 case $mode in
   pack) pack "${2:?BUILD_DIR}" "${3:?DEST}" ;;
   check) check "${2:?DEST}" "${3:-}" ;;
-  *) echo "usage: gpu_bundle.sh pack BUILD_DIR DEST | check DEST [OUT]" >&2; exit 2 ;;
+  bench) check "${2:?DEST}" "${3:-}" bench ;;
+  *) echo "usage: gpu_bundle.sh pack BUILD_DIR DEST | check DEST [OUT] | bench DEST [OUT]" >&2; exit 2 ;;
 esac
