@@ -1,6 +1,7 @@
 // gpu_cmds: `trainplan selftest --backend NAME [--json FILE] [--quick]` and `trainplan --version` — the first
 // commands to run on a GPU machine. selftest checks every op of one backend against the CPU float64 reference
-// (exec/selftest.hpp) and prints a table and "N passed, M failed". Exit codes: 0 all passed, 1 any failed,
+// (exec/selftest.hpp), then (not for cpu) trains a tiny GPT a few steps against the cpu backend
+// (selftest_train.cpp), and prints a table and "N passed, M failed". Exit codes: 0 all passed, 1 any failed,
 // 2 bad usage or a backend this binary cannot load, 77 the backend has no device here (the reason printed).
 // --version names the backends compiled in and, for cuda, the versions read through libtrainplan_cuda.so's
 // C ABI (this program links no CUDA library).
@@ -44,9 +45,17 @@ const exec::Backend* backend_for_selftest(const std::string& name, int& code) {
   return b;
 }
 
-void write_json(const std::string& file, const exec::SelftestResult& r) {
-  nlohmann::json j = {{"backend", r.backend}, {"passed", r.passed}, {"failed", r.failed},
-                      {"unsupported", r.unsupported}, {"tolerance_f32", exec::kSelftestTolF32}};
+// tc: the training comparison, when it ran (counted in passed / failed like an op check).
+void write_json(const std::string& file, const exec::SelftestResult& r, const exec::TrainCheck* tc) {
+  const bool tpass = tc && tc->status == exec::CheckStatus::pass;
+  nlohmann::json j = {{"backend", r.backend}, {"passed", r.passed + (tpass ? 1 : 0)},
+                      {"failed", r.failed + (tc && !tpass ? 1 : 0)}, {"unsupported", r.unsupported},
+                      {"tolerance_f32", exec::kSelftestTolF32}};
+  if (tc)
+    j["training"] = {{"steps", tc->steps}, {"losses", tc->got_losses}, {"cpu_losses", tc->want_losses},
+                     {"error", std::isfinite(tc->err) ? nlohmann::json(tc->err) : nlohmann::json("inf")},
+                     {"tolerance", exec::kSelftestTrainTol}, {"status", status_name(tc->status)},
+                     {"message", tc->message}};
   nlohmann::json cs = nlohmann::json::array();
   for (const exec::OpCheck& c : r.checks)
     cs.push_back({{"op", c.op}, {"shape", c.shape}, {"variant", c.variant}, {"dtype", "f32"},
@@ -75,14 +84,26 @@ int cmd_selftest(int argc, char** argv) {
                 status_name(c.status));
     if (!c.message.empty()) std::printf("    %s\n", c.message.c_str());
   }
-  std::printf("%d passed, %d failed", r.passed, r.failed);
+  // Training: a tiny GPT for a few steps on this backend against the CPU backend (not for cpu itself).
+  exec::TrainCheck tc;
+  const bool train = std::string(b->name) != "cpu";
+  if (train) {
+    tc = exec::run_selftest_training(*b, quick ? 2 : 3);
+    std::string g, w;
+    for (double x : tc.got_losses) g += (g.empty() ? "" : " ") + std::to_string(x);
+    for (double x : tc.want_losses) w += (w.empty() ? "" : " ") + std::to_string(x);
+    std::printf("%-20s %-34s %-32s %10.2e %9.1e  %s\n", "training", "tiny GPT, 1 rank",
+                (std::to_string(tc.steps) + " steps vs cpu (fp32)").c_str(), tc.err, exec::kSelftestTrainTol,
+                status_name(tc.status));
+    if (!tc.message.empty()) std::printf("    %s\n", tc.message.c_str());
+    else std::printf("    losses %s: %s; cpu: %s\n", r.backend.c_str(), g.c_str(), w.c_str());
+  }
+  const int failed = r.failed + (train && tc.status == exec::CheckStatus::fail ? 1 : 0);
+  std::printf("%d passed, %d failed", r.passed + (train && tc.status == exec::CheckStatus::pass ? 1 : 0), failed);
   if (r.unsupported) std::printf(", %d not supported on %s (not counted as failures)", r.unsupported, r.backend.c_str());
   std::printf("\n");
-  if (!b->host_accessible)
-    std::printf("note: the training comparison with the CPU backend is not part of this selftest yet: "
-                "scripts/gpu_check.sh runs `run --backend cuda` and compares its losses with --backend cpu\n");
-  if (!json_file.empty()) write_json(json_file, r);
-  return r.failed ? 1 : 0;
+  if (!json_file.empty()) write_json(json_file, r, train ? &tc : nullptr);
+  return failed ? 1 : 0;
 }
 
 int cmd_version() {

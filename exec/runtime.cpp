@@ -34,6 +34,7 @@
 // own gradients after their last reader (gpt.cpp), the head's activations are freed after its backward, and a
 // pipeline send's buffer is the sent activation itself, freed as soon as the send completes (reap_sends).
 #include <algorithm>
+#include <new>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -59,6 +60,7 @@
 #include "exec/ops.hpp"
 #include "exec/prof.hpp"
 #include "exec/train.hpp"
+#include "exec/device_oom.hpp"
 #include "exec/runtime_parts.hpp"
 #include "schedule/pipeline.hpp"
 
@@ -841,9 +843,14 @@ RunResult run_training(const Scenario& sc, const RunOptions& o, Comm& world) {
   // memory (exec/comm_staged.cpp). The CPU backend passes tensors to the communicator as they are.
   std::unique_ptr<Comm> staged = backend->host_accessible ? nullptr : staged_comm(world, *backend);
   Comm& comm = staged ? *staged : world;
-  if (o.fp64) { RankRun<double> r(sc, o, comm); return r.run(); }
-  RankRun<float> r(sc, o, comm);
-  return r.run();
+  try {
+    if (o.fp64) { RankRun<double> r(sc, o, comm); return r.run(); }
+    RankRun<float> r(sc, o, comm);
+    return r.run();
+  } catch (const std::bad_alloc&) {
+    if (!backend->peak_device_bytes) throw;  // host memory: the process's own failure
+    throw InputError({device_oom_message(sc, *backend)});
+  }
 }
 
 }  // namespace tp::exec

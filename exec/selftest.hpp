@@ -37,4 +37,16 @@ constexpr double kSelftestTolF32 = 2e-5;
 // Runs every check on `b` (quick: the first shapes of each op only).
 SelftestResult run_selftest(const Backend& b, bool quick = false);
 
+// The training comparison (selftest_train.cpp): `steps` steps of a tiny GPT on backend `b` and on the CPU
+// backend, fp32, one rank each; pass when losses and gradient norms agree to kSelftestTrainTol relative.
+constexpr double kSelftestTrainTol = 1e-4;
+struct TrainCheck {
+  int steps = 0;
+  std::vector<double> got_losses, want_losses;
+  double err = 0;  // largest relative difference of a loss or a gradient norm
+  CheckStatus status = CheckStatus::pass;
+  std::string message;  // the exception's text, when one was thrown
+};
+TrainCheck run_selftest_training(const Backend& b, int steps);
+
 }  // namespace tp::exec

@@ -98,12 +98,27 @@ const void* real(const void* p) {
   return reinterpret_cast<const void*>(it->second.real + (a - it->first));
 }
 
+// The emulated device's memory: TP_EMU_DEVICE_BYTES (tests of out-of-memory handling), else the range.
+double device_capacity_bytes() {
+  static const double cap = [] {
+    const char* e = std::getenv("TP_EMU_DEVICE_BYTES");
+    return e && *e ? std::atof(e) : double(kRange);
+  }();
+  return cap;
+}
+
 void* dev_alloc(size_t bytes) {
   if (bytes == 0) return nullptr;
   void* r = emu_be::emu_alloc(bytes);
   if (!r) return nullptr;
   Handles& h = handles();
   std::lock_guard<std::mutex> lk(h.m);
+  if (h.now_bytes + double(bytes) > device_capacity_bytes()) {
+    emu_be::emu_free(r);
+    std::fprintf(stderr, "emu-device backend: out of memory: asked %zu bytes, %.0f of %.0f bytes in use\n", bytes,
+                 h.now_bytes, device_capacity_bytes());
+    return nullptr;  // as cudaMalloc's failure: the caller reports it
+  }
   uintptr_t a = 0;
   auto f = h.free_by_size.find(bytes);
   if (f != h.free_by_size.end()) {

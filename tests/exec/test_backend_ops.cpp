@@ -601,6 +601,25 @@ TEST(BackendOps, SelftestEveryBackend) {
   }
 }
 
+// The selftest's training comparison: two steps of the tiny GPT on emu and emu-device (the kernels, device memory
+// the host cannot read, staging) give the cpu backend's losses; a backend the run cannot find fails with the
+// reason instead of throwing.
+TEST(BackendOps, SelftestTrainingMatchesTheCpuBackend) {
+  for (const Backend* b : {&emu_backend(), &emu_device_backend()}) {
+    const TrainCheck c = run_selftest_training(*b, 2);
+    EXPECT_EQ(c.status, CheckStatus::pass) << b->name << ": " << c.err << " " << c.message;
+    ASSERT_EQ(c.got_losses.size(), 2u) << b->name;
+    ASSERT_EQ(c.want_losses.size(), 2u) << b->name;
+    EXPECT_LT(c.err, kSelftestTrainTol) << b->name;
+    EXPECT_GT(c.want_losses[0], 1.0);  // a real loss (log 256 = 5.5 at the start)
+  }
+  Backend unknown = cpu_backend();
+  unknown.name = "no-such-backend";
+  const TrainCheck bad = run_selftest_training(unknown, 2);
+  EXPECT_EQ(bad.status, CheckStatus::fail);
+  EXPECT_NE(bad.message.find("no-such-backend"), std::string::npos) << bad.message;
+}
+
 // The selftest catches a wrong op (gelu_fwd as the identity) and lists an op that throws "not supported" as
 // unsupported, not failed; every other check still passes.
 TEST(BackendOps, SelftestFlagsAWrongOpAndAnUnsupportedOne) {

@@ -147,3 +147,23 @@ TEST(RunEmuDevice, MoeMatchesSingleRankFloat64) {
   expect_close(got, ref, "losses", 1e-9, "emu-device moe dp2 ep2");
   expect_close(got, ref, "grad_norm", 1e-9, "emu-device moe dp2 ep2");
 }
+
+// A device too small for the run (TP_EMU_DEVICE_BYTES, the emulated device's memory): `run` exits 2 naming the
+// backend's peak, the scenario's GPU and the simulator's predicted breakdown, instead of a bare bad_alloc.
+TEST(RunEmuDevice, OutOfDeviceMemoryNamesThePredictedBreakdown) {
+  const std::string f = scenario("dev_oom", json::object());
+  const std::string cmd = "TP_EMU_DEVICE_BYTES=300000 " + std::string(TP_BINARY) + " run " + f +
+                          " --backend emu-device --steps 1 --quiet 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  const int st = pclose(p);
+  EXPECT_EQ(WIFEXITED(st) ? WEXITSTATUS(st) : -1, 2) << out;
+  EXPECT_NE(out.find("backend emu-device: out of device memory after allocating"), std::string::npos) << out;
+  EXPECT_NE(out.find("The simulator predicts"), std::string::npos) << out;
+  EXPECT_NE(out.find("activations"), std::string::npos) << out;
+  EXPECT_EQ(out.find("bad_alloc"), std::string::npos) << out;
+}
