@@ -221,7 +221,7 @@ int cmd_run(int argc, char** argv) {
     if (!a.value("--plan").empty()) sc = with_planner_choice(sc, a.positional[0], a.value("--plan"));
     if (world.rank() == 0) print_warnings(sc);
     exec::check_runnable(sc);
-    exec::check_run_memory(sc, o.fp64);
+    exec::check_run_memory(sc, o.fp64, o.backend == "cuda");
     if (!o.data.empty()) exec::load_run_tokens(o.data, sc.model.vocab);  // a bad token file: exit 2 on every rank, before work
     std::string why;
     if (!exec::find_backend(o.backend, why)) throw InputError({"--backend: " + why});

@@ -86,7 +86,8 @@ double run_bytes_per_rank(const Scenario& sc, bool fp64) {
   return state + (acts + logits) * e;
 }
 
-void check_run_memory(const Scenario& sc, bool fp64) {
+void check_run_memory(const Scenario& sc, bool fp64, bool on_gpu) {
+  if (on_gpu) return;
   double local = 1;
   if (const char* v = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE")) local = std::max(1.0, std::atof(v));
   local = std::min(local, (double)sc.plan.gpus());

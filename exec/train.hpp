@@ -95,7 +95,9 @@ void check_runnable(const Scenario& sc);
 // process may allocate, times the ranks that share this machine (Open MPI's local size): InputError
 // "... needs about X GB of memory; this machine has Y GB available" (exit 2) before any allocation.
 double run_bytes_per_rank(const Scenario& sc, bool fp64);
-void check_run_memory(const Scenario& sc, bool fp64);
+// on_gpu (--backend cuda): the tensors live in device memory, so the host check is skipped; running out of
+// device memory is reported by run_training with the simulator's prediction (exec/device_oom.hpp).
+void check_run_memory(const Scenario& sc, bool fp64, bool on_gpu = false);
 
 // Runs on every rank of `world` (world.size() must equal the plan's GPUs). Rank 0's result holds the losses.
 RunResult run_training(const Scenario& sc, const RunOptions& o, Comm& world);

@@ -9,7 +9,7 @@
 #                         has no mpirun (only paths that do not exist yet), then runs run_gpu_bench.sh and
 #                         gpu_check.sh on the bundle; with OUT, writes OUT/bench.txt, OUT/check.txt and
 #                         OUT/gpu-check.tgz (every log).
-#   bench DEST [OUT]      the same, the benchmark only.
+#   bench DEST [OUT]      the same, the benchmark only (SKIP_BENCH=1: check without the benchmark).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 mode=${1:-}
@@ -68,7 +68,8 @@ check() {
   local logs=$d/gpu-check rep=${out:-$d}
   mkdir -p "$logs"
   # The benchmark first (two short runs), then the checks; the reports go to OUT as they are written.
-  BUILD_DIR=$d OUT_DIR=$logs/bench bash "$root/bench/run_gpu_bench.sh" 2>&1 | tee "$rep/bench.txt"
+  [[ "${SKIP_BENCH:-0}" == 1 ]] ||
+    BUILD_DIR=$d OUT_DIR=$logs/bench bash "$root/bench/run_gpu_bench.sh" 2>&1 | tee "$rep/bench.txt"
   [[ $only == bench ]] && { [[ -n "$out" ]] && tar -C "$d" -czf "$out/gpu-check.tgz" gpu-check; return 0; }
   BUILD_DIR=$d SKIP_BUILD=1 bash "$root/scripts/gpu_check.sh" 2>&1 | tee "$rep/check.txt"
   local rc=${PIPESTATUS[0]}

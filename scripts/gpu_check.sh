@@ -54,6 +54,17 @@ PY
 )
   case $cmp in ok*) row "run tiny-gpt (3 steps)" ok "${cmp#ok }" ;; *) row "run tiny-gpt (3 steps)" FAIL "${cmp#FAIL }" ;; esac
 fi
+# Out of device memory: GPT-2 124M's shape at micro-batch 128 in fp32 with unfused attention needs about 170 GiB
+# of activations, more than any GPU has; run must exit 2 naming the simulator's predicted breakdown.
+sed -e 's/"layers": 4, "hidden": 64, "heads": 4, "vocab": 256, "seq_len": 32/"layers": 12, "hidden": 768, "heads": 12, "vocab": 50304, "seq_len": 1024/' \
+    -e 's/"global_batch": 8, "seq_len": 32/"global_batch": 128, "seq_len": 1024/' -e 's/"microbatch": 2/"microbatch": 128/' \
+    "$root/scenarios/exec/tiny-gpt.json" >"$logs/oom.json"
+"$bin" run "$logs/oom.json" --backend cuda --steps 1 --quiet >"$logs/oom.txt" 2>&1
+rc=$?
+if [[ $rc -eq 2 ]] && grep -q "The simulator predicts" "$logs/oom.txt"; then
+  row "out of device memory" ok "exit 2: $(grep -o 'after allocating [0-9.]* [GM]iB' "$logs/oom.txt"), $(grep -o 'predicts [0-9.]* [GM]iB' "$logs/oom.txt")"
+else row "out of device memory" FAIL "exit $rc: $(tail -1 "$logs/oom.txt" | cut -c1-200)"; fi
+
 # Every plan kind the cuda backend runs (offloads, delinking, dp / ZeRO / tp+sp / pp / 2D under mpirun, with
 # host staging), each against the cpu backend's losses; cp and MoE must be refused (scripts/gpu_plans.py).
 mpi=$(command -v mpirun || true)
