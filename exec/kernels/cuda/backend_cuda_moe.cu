@@ -25,24 +25,10 @@ namespace {
 namespace K = tp::kernels;
 using F = float;
 
-// Runs `body` on the backend's device; any error is rethrown as "cuda op NAME (N n, E e, ...): ...".
-template <class Body>
-void op(const char* name, std::initializer_list<std::pair<const char*, long>> shape, Body body) {
-  try {
-    enter();
-    body();
-    after_op();
-  } catch (const std::exception& e) {
-    std::string s;
-    for (const auto& [n, v] : shape) s += (s.empty() ? "" : ", ") + std::string(n) + " " + std::to_string(v);
-    throw std::runtime_error(std::string("cuda op ") + name + " (" + s + "): " + e.what());
-  }
-}
-
 // Scratch: stats [2E + 1] doubles, then the choices [N k] int32.
 double moe_route(F* probs, int32_t* slot, F* gate, const F* logits, long N, long E, long k, long cap, int renorm) {
   double aux = 0;
-  op("moe_route", {{"N", N}, {"E", E}, {"k", k}, {"cap", cap}, {"renorm", renorm}}, [&] {
+  run_op("moe_route", {{"N", N}, {"E", E}, {"k", k}, {"cap", cap}, {"renorm", renorm}}, [&] {
     if (N <= 0 || E <= 0) return;
     double* stats = static_cast<double*>(scratch(sizeof(double) * size_t(2 * E + 1) + sizeof(int32_t) * size_t(N * k)));
     int32_t* choice = reinterpret_cast<int32_t*>(stats + 2 * E + 1);
@@ -54,30 +40,30 @@ double moe_route(F* probs, int32_t* slot, F* gate, const F* logits, long N, long
 }
 void moe_route_bwd(F* dlogits, const F* probs, const int32_t* slot, const F* dgate, long N, long E, long k, long cap,
                    int renorm, F aux_weight) {
-  op("moe_route_bwd", {{"N", N}, {"E", E}, {"k", k}, {"cap", cap}, {"renorm", renorm}}, [&] {
+  run_op("moe_route_bwd", {{"N", N}, {"E", E}, {"k", k}, {"cap", cap}, {"renorm", renorm}}, [&] {
     if (N <= 0 || E <= 0) return;
     double* base = static_cast<double*>(scratch(sizeof(double) * size_t(E)));
     K::moe_route_bwd(launcher(), dlogits, base, probs, slot, dgate, N, E, k, cap, renorm, aux_weight);
   });
 }
 void moe_dispatch(F* out, const F* x, const int32_t* slot, long N, long k, long C, long rows) {
-  op("moe_dispatch", {{"N", N}, {"k", k}, {"C", C}, {"rows", rows}}, [&] {
+  run_op("moe_dispatch", {{"N", N}, {"k", k}, {"C", C}, {"rows", rows}}, [&] {
     if (rows * C > 0) K::moe_dispatch(launcher(), out, x, slot, N, k, C, rows);
   });
 }
 void moe_dispatch_bwd(F* dx, const F* dout, const int32_t* slot, long N, long k, long C) {
-  op("moe_dispatch_bwd", {{"N", N}, {"k", k}, {"C", C}}, [&] {
+  run_op("moe_dispatch_bwd", {{"N", N}, {"k", k}, {"C", C}}, [&] {
     if (N * C > 0) K::moe_dispatch_bwd(launcher(), dx, dout, slot, N, k, C);
   });
 }
 void moe_combine(F* y, const F* ein, const int32_t* slot, const F* gate, long N, long k, long C) {
-  op("moe_combine", {{"N", N}, {"k", k}, {"C", C}}, [&] {
+  run_op("moe_combine", {{"N", N}, {"k", k}, {"C", C}}, [&] {
     if (N * C > 0) K::moe_combine(launcher(), y, ein, slot, gate, N, k, C);
   });
 }
 void moe_combine_bwd(F* dein, F* dgate, const F* dy, const F* ein, const int32_t* slot, const F* gate, long N, long k,
                      long C) {
-  op("moe_combine_bwd", {{"N", N}, {"k", k}, {"C", C}}, [&] {
+  run_op("moe_combine_bwd", {{"N", N}, {"k", k}, {"C", C}}, [&] {
     if (N * k > 0) K::moe_combine_bwd(launcher(), dein, dgate, dy, ein, slot, gate, N, k, C);
   });
 }

@@ -6,7 +6,10 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <initializer_list>
+#include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "exec/backend.hpp"
 #ifdef __CUDACC__
@@ -30,6 +33,20 @@ void enter();
 void check(cudaError_t e, const char* what);
 // With TP_CUDA_SYNC=1: synchronise the stream and throw on any error (so the fault names its op).
 void after_op();
+// Runs `body` on the backend's device, then after_op(); any error is rethrown as
+// "cuda op NAME (N n, E e, ...): <what>" (the op tables of backend_cuda_moe.cu and backend_cuda_shard.cu).
+template <class Body>
+void run_op(const char* name, std::initializer_list<std::pair<const char*, long>> shape, Body body) {
+  try {
+    enter();
+    body();
+    after_op();
+  } catch (const std::exception& e) {
+    std::string s;
+    for (const auto& [n, v] : shape) s += (s.empty() ? "" : ", ") + std::string(n) + " " + std::to_string(v);
+    throw std::runtime_error(std::string("cuda op ") + name + " (" + s + "): " + e.what());
+  }
+}
 // Device scratch of at least `bytes` (contents undefined; reused by the next op that asks).
 void* scratch(size_t bytes);
 // Device-memory accounting of every cudaMalloc / cudaFree of the library (Backend::peak_device_bytes).

@@ -23,53 +23,40 @@ namespace {
 namespace k = tp::kernels;
 using F = float;
 
-// Runs `body` on the backend's device; any error is rethrown as "cuda op NAME (N n, ...): ...".
-template <class Body>
-void op(const char* name, long n0, long n1, Body body) {
-  try {
-    enter();
-    body();
-    after_op();
-  } catch (const std::exception& e) {
-    throw std::runtime_error(std::string("cuda op ") + name + " (" + std::to_string(n0) + " x " + std::to_string(n1) +
-                             "): " + e.what());
-  }
-}
-
 k::Dim rows(long n) { return k::row_dim(launcher(), n, sizeof(k::acc_t<F>)); }
 
 void ln_shard_sum(F* sum, const F* x, long N, long Cl) {
-  op("ln_shard_sum", N, Cl, [&] { if (N > 0) launcher()(k::LnShardRow<F, false>{sum, nullptr, nullptr, x, N, Cl, 1}, rows(N)); });
+  run_op("ln_shard_sum", {{"rows", N}, {"cols", Cl}}, [&] { if (N > 0) launcher()(k::LnShardRow<F, false>{sum, nullptr, nullptr, x, N, Cl, 1}, rows(N)); });
 }
 void ln_shard_sqdev(F* sqdev, F* mean, const F* sum, const F* x, long N, long Cl, long C) {
-  op("ln_shard_sqdev", N, Cl, [&] { if (N > 0) launcher()(k::LnShardRow<F, true>{sqdev, mean, sum, x, N, Cl, C}, rows(N)); });
+  run_op("ln_shard_sqdev", {{"rows", N}, {"cols", Cl}}, [&] { if (N > 0) launcher()(k::LnShardRow<F, true>{sqdev, mean, sum, x, N, Cl, C}, rows(N)); });
 }
 void ln_shard_apply(F* y, F* rstd, const F* x, const F* mean, const F* sqdev, const F* w, const F* b, long N, long Cl,
                     long C, F eps) {
-  op("ln_shard_apply", N, Cl, [&] {
+  run_op("ln_shard_apply", {{"rows", N}, {"cols", Cl}}, [&] {
     if (N * Cl > 0)
       launcher()(k::LnShardApply<F>{y, rstd, x, mean, sqdev, w, b, N, Cl, C, eps}, k::flat_dim(launcher(), N * Cl));
   });
 }
 void ln_shard_bwd_sums(F* sums, const F* dy, const F* x, const F* w, const F* mean, const F* rstd, long N, long Cl) {
-  op("ln_shard_bwd_sums", N, Cl, [&] {
+  run_op("ln_shard_bwd_sums", {{"rows", N}, {"cols", Cl}}, [&] {
     if (N > 0) launcher()(k::LnShardBwdSums<F>{sums, dy, x, w, mean, rstd, N, Cl}, rows(N));
   });
 }
 void ln_shard_bwd_apply(F* dx, F* dw, F* db, const F* dy, const F* x, const F* w, const F* mean, const F* rstd,
                         const F* sums, long N, long Cl, long C) {
-  op("ln_shard_bwd_apply", N, Cl, [&] {
+  run_op("ln_shard_bwd_apply", {{"rows", N}, {"cols", Cl}}, [&] {
     if (N <= 0 || Cl <= 0) return;
     launcher()(k::LnShardBwdDx<F>{dx, dy, x, w, mean, rstd, sums, N, Cl, C}, k::flat_dim(launcher(), N * Cl));
     k::layernorm_bwd_wb(launcher(), dw, db, dy, x, mean, rstd, N, Cl);
   });
 }
 void max_combine(F* mx, const F* parts, long N, long P) {
-  op("max_combine", N, P, [&] { if (N > 0) launcher()(k::MaxCombine<F>{mx, parts, N, P}, k::flat_dim(launcher(), N)); });
+  run_op("max_combine", {{"rows", N}, {"cols", P}}, [&] { if (N > 0) launcher()(k::MaxCombine<F>{mx, parts, N, P}, k::flat_dim(launcher(), N)); });
 }
 void ce_shard_exp(F* probs, F* sum_exp, F* target, const F* logits, const F* mx, const int32_t* targets, long N, long V,
                   long v0, exec::CeForm form) {
-  op("ce_shard_exp", N, V, [&] {
+  run_op("ce_shard_exp", {{"rows", N}, {"cols", V}}, [&] {
     if (N > 0)
       launcher()(k::CeShardExp<F>{probs, sum_exp, target, logits, mx, targets, N, V, v0,
                                   form == exec::CeForm::shifted_target_reciprocal},
@@ -79,7 +66,7 @@ void ce_shard_exp(F* probs, F* sum_exp, F* target, const F* logits, const F* mx,
 // Per-row losses into device scratch, summed in double by one block, the total read back.
 double ce_shard_finish(F* probs, const F* sum_exp, const F* target, const F* mx, long N, long V, exec::CeForm form) {
   double total = 0;
-  op("ce_shard_finish", N, V, [&] {
+  run_op("ce_shard_finish", {{"rows", N}, {"cols", V}}, [&] {
     if (N <= 0) return;
     double* loss = static_cast<double*>(scratch(sizeof(double) * (size_t(N) + 1)));
     const k::CudaLauncher l = launcher();
@@ -92,22 +79,22 @@ double ce_shard_finish(F* probs, const F* sum_exp, const F* target, const F* mx,
   return total;
 }
 void ce_shard_target_grad(F* dlogits, const int32_t* targets, long N, long V, long v0, F scale) {
-  op("ce_shard_target_grad", N, V, [&] {
+  run_op("ce_shard_target_grad", {{"rows", N}, {"cols", V}}, [&] {
     if (N > 0) launcher()(k::CeShardTargetGrad<F>{dlogits, targets, N, V, v0, scale}, k::flat_dim(launcher(), N));
   });
 }
 void embedding_shard_fwd(F* out, const int32_t* tokens, const F* wte, long N, long C, long v0, long Vl) {
-  op("embedding_shard_fwd", N, C, [&] {
+  run_op("embedding_shard_fwd", {{"rows", N}, {"cols", C}}, [&] {
     if (N * C > 0) launcher()(k::EmbeddingShardFwd<F>{out, tokens, wte, N, C, v0, Vl}, k::flat_dim(launcher(), N * C));
   });
 }
 void add_positions(F* x, const F* wpe, long rows_, long C, long Tn, long row0) {
-  op("add_positions", rows_, C, [&] {
+  run_op("add_positions", {{"rows", rows_}, {"cols", C}}, [&] {
     if (rows_ * C > 0) launcher()(k::AddPositions<F>{x, wpe, rows_, C, Tn, row0}, k::flat_dim(launcher(), rows_ * C));
   });
 }
 void positions_bwd(F* dwpe, const F* dx, long rows_, long C, long Tn, long row0) {
-  op("positions_bwd", rows_, C, [&] {
+  run_op("positions_bwd", {{"rows", rows_}, {"cols", C}}, [&] {
     if (rows_ * C > 0) launcher()(k::PositionsBwd<F>{dwpe, dx, rows_, C, Tn, row0}, k::flat_dim(launcher(), Tn * C));
   });
 }
