@@ -89,15 +89,4 @@ struct HostOptimizer {
   }
 };
 
-// One step's figures into the run's result (the step's copies, then the counters restart).
-template <class T>
-void record_host_optimizer_step(OffloadResult& f, HostOptimizer<T>& h) {
-  f.on = true;
-  f.kind = "optimizer";
-  f.h2d_bytes.push_back(h.h2d_bytes);
-  f.d2h_bytes.push_back(h.d2h_bytes);
-  f.host_state_bytes = h.pinned_bytes();
-  h.h2d_bytes = h.d2h_bytes = 0;
-}
-
 }  // namespace tp::exec

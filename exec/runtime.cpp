@@ -618,8 +618,10 @@ struct RankRun {
         host.reset();  // (the store moves the parameters up through the device backend)
         if (store) store->host_phase_end();
       });
-      if (hopt.on()) record_host_optimizer_step(res.offload, hopt);
-      if (gran.on()) record_granular_step(res.offload, gran);
+      if (hopt.on()) record_offload_step(res.offload, "optimizer", hopt.h2d_bytes, hopt.d2h_bytes, hopt.pinned_bytes(), nullptr);
+      if (gran.on())
+        record_offload_step(res.offload, "granular", gran.h2d_bytes, gran.d2h_bytes, gran.pinned_bytes(),
+                            &gran.peak_loaded_bytes);
       if (store) record_chunk_step(res.offload, store->end_step());
       double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       prof::step_end(step);

@@ -115,20 +115,7 @@ void GranularHost<T>::move(T* dst, bool dst_host, const T* src, bool src_host, l
                          Stream{});
 }
 
-template <class T>
-void record_granular_step(OffloadResult& f, GranularHost<T>& g) {
-  f.on = true;
-  f.kind = "granular";
-  f.h2d_bytes.push_back(g.h2d_bytes);
-  f.d2h_bytes.push_back(g.d2h_bytes);
-  f.host_state_bytes = g.pinned_bytes();
-  f.peak_loaded_bytes.push_back(g.peak_loaded_bytes);
-  g.h2d_bytes = g.d2h_bytes = g.peak_loaded_bytes = 0;
-}
-
 template struct GranularHost<float>;
 template struct GranularHost<double>;
-template void record_granular_step<float>(OffloadResult&, GranularHost<float>&);
-template void record_granular_step<double>(OffloadResult&, GranularHost<double>&);
 
 }  // namespace tp::exec

@@ -72,8 +72,6 @@ struct GranularHost {
   static void move(T* dst, bool dst_host, const T* src, bool src_host, long long n);
 };
 
-// One step's figures into the run's result (then the counters restart).
-template <class T>
-void record_granular_step(OffloadResult& f, GranularHost<T>& g);
+
 
 }  // namespace tp::exec

@@ -189,6 +189,19 @@ std::vector<T> init_model(const Scenario& sc, int tp_rank, Comm& tp, uint64_t se
                           std::unique_ptr<Comm>& grid_col, int ep_rank = 0);  // (the local experts of ep_rank)
 double learning_rate(const RunOptions& o, int step, int warmup);  // linear warmup, then cosine to min_lr_ratio
 double peak_rss_bytes();
+
+// One step's figures of optimizer or granular offload (host_optimizer.hpp, runtime_granular.hpp) into the run's
+// result: the step's copies (and, for granular, the peak of loaded layers), then the counters restart.
+inline void record_offload_step(OffloadResult& f, const char* kind, double& h2d_bytes, double& d2h_bytes,
+                                double host_state_bytes, double* peak_loaded_bytes) {
+  f.on = true;
+  f.kind = kind;
+  f.h2d_bytes.push_back(h2d_bytes);
+  f.d2h_bytes.push_back(d2h_bytes);
+  f.host_state_bytes = host_state_bytes;
+  h2d_bytes = d2h_bytes = 0;
+  if (peak_loaded_bytes) f.peak_loaded_bytes.push_back(*peak_loaded_bytes), *peak_loaded_bytes = 0;
+}
 // The run's peak memory on backend b: its device high-water mark on a device backend, else peak_rss_bytes().
 double peak_memory_of(const Backend& b);
 // ZeRO-3 (exec/runtime_state.cpp): all-gathers a unit's padded slices (`slice` elements from `mine` on every dp
