@@ -52,6 +52,14 @@ inline int ranks_of(const std::string& file) {
   return p["dp"].get<int>() * p["tp"].get<int>() * p["pp"].get<int>() * p.value("cp", 1);
 }
 
+// `timeout` turns a hung several-rank job into a failure (exit 124). Under AddressSanitizer (with the full unwinder
+// below) eight ranks of the emu backends on two cores take minutes where they take seconds otherwise.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr const char* kRunTimeout = "timeout 900 ";
+#else
+constexpr const char* kRunTimeout = "timeout 120 ";
+#endif
+
 // Runs the plan; returns the result JSON (null on failure) and the exit code.
 inline json run(const std::string& file, int steps, bool fp64, int* code = nullptr, std::string extra = "") {
   int n = ranks_of(file);
@@ -59,8 +67,7 @@ inline json run(const std::string& file, int steps, bool fp64, int* code = nullp
   std::string launcher;
   if (n > 1) {
 #ifdef TP_MPIEXEC
-    // `timeout` turns a hung job into a failure (exit 124) instead of a stuck test.
-    launcher = "timeout 120 " + std::string(TP_MPIEXEC) + " -np " + std::to_string(n) + " --oversubscribe " + TP_MPI_ROOT_FLAG + " ";
+    launcher = std::string(kRunTimeout) + std::string(TP_MPIEXEC) + " -np " + std::to_string(n) + " --oversubscribe " + TP_MPI_ROOT_FLAG + " ";
 #if defined(__SANITIZE_ADDRESS__)
     // Open MPI's plugins have no frame pointers and are unloaded before LeakSanitizer reports, so the fast
     // unwinder records one stale frame for their one-time allocations and scripts/lsan_openmpi.supp cannot match
