@@ -90,8 +90,8 @@ int cmd_selftest(int argc, char** argv) {
   if (train) {
     tc = exec::run_selftest_training(*b, quick ? 2 : 3);
     std::string g, w;
-    for (double x : tc.got_losses) g += (g.empty() ? "" : " ") + std::to_string(x);
-    for (double x : tc.want_losses) w += (w.empty() ? "" : " ") + std::to_string(x);
+    for (double x : tc.got_losses) g.append(g.empty() ? "" : " ").append(std::to_string(x));
+    for (double x : tc.want_losses) w.append(w.empty() ? "" : " ").append(std::to_string(x));
     std::printf("%-20s %-34s %-32s %10.2e %9.1e  %s\n", "training", "tiny GPT, 1 rank",
                 (std::to_string(tc.steps) + " steps vs cpu (fp32)").c_str(), tc.err, exec::kSelftestTrainTol,
                 status_name(tc.status));
