@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 
 #include "models/json_check.hpp"
@@ -104,5 +105,23 @@ inline bool have_mpi() {
 #endif
 }
 
+
+// Checkpoints on a backend (`flag`, e.g. "--backend emu"): a run checkpointed every 2 steps reproduces the
+// uninterrupted fp32 run `e32` of the same file, and a resume at step 2 reproduces its last step bit for bit.
+inline void expect_resume_bit_identical(const std::string& f, int steps, const json& e32, const std::string& flag,
+                                        const std::string& dir_name) {
+  const std::string dir = tmpdir() + "/" + dir_name;
+  fs::remove_all(dir);
+  json first = run(f, steps, false, nullptr, flag + " --checkpoint-dir " + dir + " --checkpoint-every 2");
+  json resumed = run(f, steps, false, nullptr, flag + " --checkpoint-dir " + dir + " --resume");
+  std::ifstream log(f + ".log");
+  const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  ASSERT_FALSE(first.is_null()) << text;
+  ASSERT_FALSE(resumed.is_null()) << text;
+  EXPECT_EQ(first["losses"], e32["losses"]);
+  EXPECT_EQ(resumed["first_step"], 2);
+  ASSERT_EQ(resumed["losses"].size(), 1u);
+  EXPECT_EQ(resumed["losses"][0], e32["losses"][2]);
+}
 
 }  // namespace oracle

@@ -68,16 +68,7 @@ TEST(RunEmuDevice, SingleRankDelinkAndResume) {
   ASSERT_FALSE(de.is_null()) << log_of(d);
   expect_close(de, dc, "losses", 1e-9, "emu-device delink");
   // Checkpoints of device memory (staged through host copies): a resume at step 2 reproduces the run bit for bit.
-  std::string dir = tmpdir() + "/dev_ckpt";
-  fs::remove_all(dir);
-  json first = run(f, steps, false, nullptr, kDev + " --checkpoint-dir " + dir + " --checkpoint-every 2");
-  json resumed = run(f, steps, false, nullptr, kDev + " --checkpoint-dir " + dir + " --resume");
-  ASSERT_FALSE(first.is_null()) << log_of(f);
-  ASSERT_FALSE(resumed.is_null()) << log_of(f);
-  EXPECT_EQ(first["losses"], e32["losses"]);
-  EXPECT_EQ(resumed["first_step"], 2);
-  ASSERT_EQ(resumed["losses"].size(), 1u);
-  EXPECT_EQ(resumed["losses"][0], e32["losses"][2]);
+  expect_resume_bit_identical(f, steps, e32, kDev, "dev_ckpt");
 }
 
 // Communication from device memory: dp (all-reduce), ZeRO 1-3 (reduce-scatter, all-gather), tp with sequence

@@ -386,16 +386,7 @@ TEST(RunOracleEmu, DelinkAndResumeMatchTheCpuBackend) {
   ASSERT_FALSE(de.is_null());
   expect_close(de, dc, "losses", 1e-9, "emu delink");
   // Checkpoints of emu memory (host I/O): resumed at step 2, the run reproduces the uninterrupted one bit for bit.
-  std::string dir = tmpdir() + "/emu_ckpt";
-  fs::remove_all(dir);
-  json first = run(f, steps, false, nullptr, kEmu + " --checkpoint-dir " + dir + " --checkpoint-every 2");
-  json resumed = run(f, steps, false, nullptr, kEmu + " --checkpoint-dir " + dir + " --resume");
-  ASSERT_FALSE(first.is_null());
-  ASSERT_FALSE(resumed.is_null());
-  EXPECT_EQ(first["losses"], e32["losses"]);
-  EXPECT_EQ(resumed["first_step"], 2);
-  ASSERT_EQ(resumed["losses"].size(), 1u);
-  EXPECT_EQ(resumed["losses"][0], e32["losses"][2]);
+  expect_resume_bit_identical(f, steps, e32, kEmu, "emu_ckpt");
 }
 
 TEST(RunOracleEmu, ParallelPlansMatchSingleRankFloat64) {
