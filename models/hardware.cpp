@@ -34,6 +34,36 @@ double Curve::at(double x) const {
   return points.back().second;
 }
 
+double Gpu::attention_kernel_head_dim(double dh) const {
+  if (attention_head_dims.empty()) return dh;
+  for (double d : attention_head_dims)
+    if (d >= dh) return d;
+  const double top = attention_head_dims.back();
+  return std::ceil(dh / top) * top;
+}
+
+// "attention_head_dims": a non-empty ascending array of integers in [1, 1024].
+static json head_dims_json(const std::vector<double>& dims) {
+  json j = json::array();
+  for (double d : dims) j.push_back((long long)d);
+  return j;
+}
+
+static std::vector<double> read_head_dims(const json& v, const std::string& path, Issues& is) {
+  std::vector<double> out;
+  const char* want = "a non-empty array of increasing head dims (integers in [1, 1024])";
+  if (!v.is_array() || v.empty()) { is.add_got(path, want, v); return out; }
+  for (const json& e : v) {
+    const double d = e.is_number() ? e.get<double>() : -1;
+    if (d < 1 || d > 1024 || d != std::floor(d) || (!out.empty() && d <= out.back())) {
+      is.add_got(path, want, v);
+      return {};
+    }
+    out.push_back(d);
+  }
+  return out;
+}
+
 Curve read_curve(const json& v, const std::string& path, Issues& issues) {
   Curve c;
   const std::string want = "an array of [size in (0, 1e+30], efficiency in (0, 1]] pairs with increasing sizes";
@@ -82,6 +112,39 @@ static void read_by_precision(Reader& r, const std::string& key, double out[kPre
   else p.finish({"fp32", "fp16", "bf16"});
 }
 
+static KernelProfile read_kernel_profile(const json& v, const std::string& name, const std::string& path, Issues& is) {
+  KernelProfile k;
+  k.name = name;
+  Reader r(v, path, is);
+  if (!r.ok()) return k;
+  r.opt_str("about", "");
+  const char* keys[] = {"matrix_efficiency", "fp8_matrix_efficiency", "attention_efficiency", "memory_efficiency"};
+  Curve* curves[] = {&k.matrix_efficiency, &k.fp8_matrix_efficiency, &k.attention_efficiency, &k.memory_efficiency};
+  bool any = false;
+  for (int i = 0; i < 4; ++i)
+    if (const json* c = r.get(keys[i])) { *curves[i] = read_curve(*c, r.at(keys[i]), is); any = true; }
+  if (const json* h = r.get("attention_head_dims")) { k.attention_head_dims = read_head_dims(*h, r.at("attention_head_dims"), is); any = true; }
+  if (!any) is.add(path, "a kernel profile needs at least one of matrix_efficiency, fp8_matrix_efficiency, "
+                         "attention_efficiency, memory_efficiency or attention_head_dims");
+  r.finish({"about", "matrix_efficiency", "fp8_matrix_efficiency", "attention_efficiency", "memory_efficiency",
+            "attention_head_dims"});
+  return k;
+}
+
+const KernelProfile* find_kernel_profile(const Gpu& g, const std::string& name) {
+  for (const KernelProfile& k : g.kernel_profiles)
+    if (k.name == name) return &k;
+  return nullptr;
+}
+
+void apply_kernel_profile(Gpu& g, const KernelProfile& k) {
+  if (!k.matrix_efficiency.points.empty()) g.matrix_efficiency = k.matrix_efficiency;
+  if (!k.fp8_matrix_efficiency.points.empty()) g.fp8_matrix_efficiency = k.fp8_matrix_efficiency;
+  if (!k.attention_efficiency.points.empty()) g.attention_efficiency = k.attention_efficiency;
+  if (!k.memory_efficiency.points.empty()) g.memory_efficiency = k.memory_efficiency;
+  if (!k.attention_head_dims.empty()) g.attention_head_dims = k.attention_head_dims;
+}
+
 Gpu read_gpu(const json& v, const std::string& path, Issues& issues) {
   Gpu g;
   Reader r(v, path, issues);
@@ -100,6 +163,7 @@ Gpu read_gpu(const json& v, const std::string& path, Issues& issues) {
   if (const json* c = r.get("fp8_matrix_efficiency")) g.fp8_matrix_efficiency = read_curve(*c, r.at("fp8_matrix_efficiency"), issues);
   g.attention_tile_rows = (double)r.opt_int("attention_tile_rows", 128, lim::tile_rows);
   g.sm_count = (double)r.opt_int("sm_count", 1, lim::sm_count);
+  if (const json* h = r.get("attention_head_dims")) g.attention_head_dims = read_head_dims(*h, r.at("attention_head_dims"), issues);
   g.kernel_overhead_s = r.opt_num("kernel_overhead_s", 0, lim::kernel_overhead);
   g.power_w = r.opt_num("power_w", 0, lim::gpu_power);
   if (const json* f = r.get("framework_memory")) {
@@ -112,11 +176,20 @@ Gpu read_gpu(const json& v, const std::string& path, Issues& issues) {
       fr.finish({"about", "cuda_context_bytes", "cublas_workspace_bytes", "allocator_fragmentation"});
     }
   }
+  if (const json* kp = r.get("kernel_profiles")) {
+    if (!kp->is_object() || kp->empty()) {
+      issues.add_got(r.at("kernel_profiles"), "an object {NAME: {about, attention_efficiency, ...}, ...}", *kp);
+    } else {
+      for (auto it = kp->begin(); it != kp->end(); ++it)
+        g.kernel_profiles.push_back(read_kernel_profile(it.value(), it.key(), r.at("kernel_profiles") + "." + it.key(), issues));
+    }
+  }
   if (g.matrix_flops_per_s[0] <= 0 && g.matrix_flops_per_s[1] <= 0 && g.matrix_flops_per_s[2] <= 0 && r.has("matrix_flops_per_s"))
     issues.add(r.at("matrix_flops_per_s"), "at least one precision needs a peak > 0");
   r.finish({"name", "about", "matrix_flops_per_s", "vector_flops_per_s", "hbm_bytes", "hbm_bandwidth_bytes_per_s",
             "matrix_efficiency", "memory_efficiency", "attention_efficiency", "fp8_matrix_efficiency",
-            "attention_tile_rows", "sm_count", "kernel_overhead_s", "power_w", "framework_memory"});
+            "attention_tile_rows", "sm_count", "attention_head_dims", "kernel_overhead_s", "power_w", "framework_memory",
+            "kernel_profiles"});
   return g;
 }
 
@@ -141,10 +214,24 @@ json gpu_to_json(const Gpu& g) {
   if (!g.fp8_matrix_efficiency.points.empty()) j["fp8_matrix_efficiency"] = curve_to_json(g.fp8_matrix_efficiency);
   if (g.attention_tile_rows != 128) j["attention_tile_rows"] = g.attention_tile_rows;
   if (g.sm_count != 1) j["sm_count"] = g.sm_count;
+  if (!g.attention_head_dims.empty()) j["attention_head_dims"] = head_dims_json(g.attention_head_dims);
   const FrameworkMemory& f = g.framework;
   if (f.cuda_context_bytes > 0 || f.cublas_workspace_bytes > 0 || f.allocator_fragmentation > 0)
     j["framework_memory"] = {{"cuda_context_bytes", f.cuda_context_bytes}, {"cublas_workspace_bytes", f.cublas_workspace_bytes},
                              {"allocator_fragmentation", f.allocator_fragmentation}};
+  if (!g.kernel_profiles.empty()) {
+    json kp = json::object();
+    for (const KernelProfile& k : g.kernel_profiles) {
+      json e = json::object();
+      if (!k.matrix_efficiency.points.empty()) e["matrix_efficiency"] = curve_to_json(k.matrix_efficiency);
+      if (!k.fp8_matrix_efficiency.points.empty()) e["fp8_matrix_efficiency"] = curve_to_json(k.fp8_matrix_efficiency);
+      if (!k.attention_efficiency.points.empty()) e["attention_efficiency"] = curve_to_json(k.attention_efficiency);
+      if (!k.memory_efficiency.points.empty()) e["memory_efficiency"] = curve_to_json(k.memory_efficiency);
+      if (!k.attention_head_dims.empty()) e["attention_head_dims"] = head_dims_json(k.attention_head_dims);
+      kp[k.name] = e;
+    }
+    j["kernel_profiles"] = kp;
+  }
   return j;
 }
 

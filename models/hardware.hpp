@@ -39,6 +39,16 @@ struct FrameworkMemory {
   double allocator_fragmentation = 0;
 };
 
+// A framework's kernels on this GPU (GPU JSON "kernel_profiles": {NAME: {...}}), chosen by a scenario's
+// training.kernel_profile: each curve given replaces the GPU's own (empty = keep it). The GPU's own curves are
+// the Megatron-Core / Transformer Engine kernels; a profile describes another framework's (e.g. llm-foundry's
+// Triton attention and PyTorch-eager elementwise ops), fitted and cited like the base curves.
+struct KernelProfile {
+  std::string name;
+  Curve matrix_efficiency, fp8_matrix_efficiency, attention_efficiency, memory_efficiency;
+  std::vector<double> attention_head_dims;  // as Gpu's; empty = keep the GPU's
+};
+
 struct Gpu {
   std::string name;
   double matrix_flops_per_s[kPrecisions] = {0, 0, 0, 0};  // dense tensor-core peak by precision (fp8 optional)
@@ -55,12 +65,22 @@ struct Gpu {
   // tiles of one head share each K / V read through L2 (1 = every tile reads K / V from HBM, Dao et al.'s model).
   double attention_tile_rows = 128;
   double sm_count = 1;
+  // Head dims the fused attention kernel is compiled for (ascending, "attention_head_dims"): a head of dim dh
+  // runs as the smallest listed >= dh (beyond the largest: its multiple), so e.g. dh 80 costs 128's tensor
+  // work in a kernel padded to powers of two. Empty = any head dim runs as itself.
+  std::vector<double> attention_head_dims;
+  double attention_kernel_head_dim(double dh) const;
   const Curve& attention_curve() const { return attention_efficiency.points.empty() ? matrix_efficiency : attention_efficiency; }
   const Curve& fp8_curve() const { return fp8_matrix_efficiency.points.empty() ? matrix_efficiency : fp8_matrix_efficiency; }
   double kernel_overhead_s = 0;  // fixed cost per launched kernel (launch + tail)
   double power_w = 0;            // board power at training load
   FrameworkMemory framework;
+  std::vector<KernelProfile> kernel_profiles;  // by name
 };
+
+const KernelProfile* find_kernel_profile(const Gpu& g, const std::string& name);
+// The GPU with the profile's curves in force (its non-empty curves replace the GPU's).
+void apply_kernel_profile(Gpu& g, const KernelProfile& k);
 
 // Reads a GPU object (all keys validated). `path` is the JSON path used in messages.
 Gpu read_gpu(const json& v, const std::string& path, Issues& issues);

@@ -65,6 +65,9 @@ struct Training {
   double target_loss = 0;      // nats: the run stops at this loss (Kaplan + McCandlish); 0 = not given
   Precision precision = Precision::fp16;
   Precision grad_precision = Precision::fp32;  // main-gradient accumulation / reduction dtype (Megatron default fp32)
+  // The framework's kernels: a name in the GPU's "kernel_profiles" whose curves replace the GPU's own (which
+  // describe Megatron-Core / Transformer Engine); "" = the GPU's own. Applied to the scenario's GPU at load.
+  std::string kernel_profile;
 };
 
 struct Plan {

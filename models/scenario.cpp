@@ -76,7 +76,8 @@ static Training read_training(const json& v, const Transformer& m, Issues& issue
     issues.add(r.at("target_loss"), "give either tokens (the run's length) or target_loss (where it stops), not both");
   t.precision = (Precision)r.opt_enum("precision", {"fp32", "fp16", "bf16", "fp8"}, 1);
   t.grad_precision = (Precision)r.opt_enum("grad_precision", {"fp32", "fp16", "bf16"}, 0);
-  r.finish({"global_batch", "seq_len", "tokens", "target_loss", "precision", "grad_precision"});
+  t.kernel_profile = r.opt_str("kernel_profile", "");
+  r.finish({"global_batch", "seq_len", "tokens", "target_loss", "precision", "grad_precision", "kernel_profile"});
   return t;
 }
 
@@ -506,6 +507,20 @@ static void validate_delink(Scenario& sc, Issues& is, const std::string& cluster
   }
 }
 
+// training.kernel_profile: puts the named profile of the scenario's GPU in force, or names the ones there are.
+static void apply_training_kernels(Scenario& sc, Issues& is) {
+  Gpu& g = sc.cluster.gpu;
+  const std::string& name = sc.training.kernel_profile;
+  if (const KernelProfile* k = find_kernel_profile(g, name)) {
+    apply_kernel_profile(g, *k);
+    return;
+  }
+  std::string have;
+  for (const KernelProfile& k : g.kernel_profiles) have += (have.empty() ? "\"" : ", \"") + k.name + "\"";
+  is.add("$.training.kernel_profile", "unknown kernel profile \"" + name + "\" for the GPU " + g.name + "; " +
+                                          (have.empty() ? std::string("its profile has no kernel_profiles") : "it has " + have));
+}
+
 Scenario scenario_from_json(const json& v, const std::string& base_dir, const std::string& where, bool allow_search) {
   Issues is;
   Scenario sc;
@@ -536,6 +551,7 @@ Scenario scenario_from_json(const json& v, const std::string& base_dir, const st
   const bool searching = r.has("search") && !r.has("plan");
   if (const json* t = r.get("training")) sc.training = read_training(*t, sc.model, is, searching);
   else is.add("$.training", "missing; expected {global_batch, seq_len, tokens, precision}");
+  if (!sc.training.kernel_profile.empty() && is.empty()) apply_training_kernels(sc, is);
   if (const json* sv = r.get("search")) {
     if (r.has("plan")) is.add("$.search", "a scenario has either a plan (simulate, run) or a search block (plan), not both");
     else if (!allow_search)
@@ -638,6 +654,7 @@ json scenario_to_json(const Scenario& s) {
             {"grad_precision", precision_name(s.training.grad_precision)}}},
           {"plan", plan}};
   if (s.training.target_loss > 0) out["training"]["target_loss"] = s.training.target_loss;
+  if (!s.training.kernel_profile.empty()) out["training"]["kernel_profile"] = s.training.kernel_profile;
   if (s.search) {
     out.erase("plan");
     out["search"] = search_to_json(*s.search);

@@ -58,10 +58,12 @@ struct Ctx {
     double t_mem = bytes / (gpu->hbm_bandwidth_bytes_per_s * gpu->memory_efficiency.at(bytes));
     return std::max(t_math, t_mem) + gpu->kernel_overhead_s;
   }
-  // A fused attention kernel: matrix peak of `prec` x the attention efficiency curve, or its HBM time.
-  double attn_s(double flops, double bytes) const {
+  // A fused attention kernel: matrix peak of `prec` x the attention efficiency curve, or its HBM time. The
+  // tensor work is that of the kernel's head dim (Gpu::attention_kernel_head_dim) for `flops` at head dim dh.
+  double attn_s(double flops, double bytes, double dh) const {
     double peak = gpu->matrix_flops_per_s[(int)prec];
-    double t_math = flops / (peak * gpu->attention_curve().at(flops));
+    double work = flops * gpu->attention_kernel_head_dim(dh) / dh;
+    double t_math = work / (peak * gpu->attention_curve().at(work));
     double t_mem = bytes / (gpu->hbm_bandwidth_bytes_per_s * gpu->memory_efficiency.at(bytes));
     return std::max(t_math, t_mem) + gpu->kernel_overhead_s;
   }
@@ -119,7 +121,7 @@ struct Ctx {
     Op op{"attn.flash", OpClass::attention};
     op.flops = 4 * bh * s_q * s_k * dh * kCausalFraction;
     op.bytes = e * dh * (2 * bh * s_q + 2 * kv_bh * s_k * flash_kv_passes(s_q)) + 4 * bh * s_q;
-    op.time_s = attn_s(op.flops, op.bytes);
+    op.time_s = attn_s(op.flops, op.bytes, dh);
     return op;
   }
   // Backward: recomputes the scores from Q, K and the statistics, then dV, dP, dQ, dK: 5 GEMMs of the
@@ -132,7 +134,7 @@ struct Ctx {
     op.flops = 2.5 * 4 * bh * s_q * s_k * dh * kCausalFraction;
     op.bytes = e * dh * (2 * bh * s_q + 4 * kv_bh * s_k + 2 * bh * s_q * passes + bh * s_q) +
                4 * s_q * dh * bh * (2 * passes + 1) + 4 * bh * s_q * (1 + 2 * passes);
-    op.time_s = attn_s(op.flops, op.bytes);
+    op.time_s = attn_s(op.flops, op.bytes, dh);
     return op;
   }
   // Batched GEMM: `batch` products [M,K] x [K,N]

@@ -116,12 +116,17 @@ TEST(PlanAnalytic, UnevenStagesWithin5PercentStepAnd3PercentMemory) {
                 sc->name.c_str(), r.step_time_s, e.step_s, es * 100, r.peak_bytes_per_gpu / 1e9, e.peak_bytes / 1e9, em * 100);
     EXPECT_LE(std::fabs(es), 0.05);
     EXPECT_LE(std::fabs(em), 0.03);
-    // The same plan with the layers spread evenly where pp divides them: the busiest stage sets the step, so
-    // moving layers onto the middle stages makes the estimated step longer.
+    // The same plan with the layers spread evenly where pp divides them: the busiest stage (the middle ones with
+    // more layers, or the last with the LM head) sets the step. The estimate of the even plan is within 5% of its
+    // simulation too, and where the two plans differ by more than 1% in simulation, the estimate orders them
+    // the same way.
     if (sc->model.layers % sc->plan.pp == 0) {
-      Plan even = sc->plan;
-      even.stage_layers.clear();
-      EXPECT_GT(e.step_s, estimate_plan(am, even).step_s);
+      Scenario even = *sc;
+      even.plan.stage_layers.clear();
+      double sim_even = simulate(even, so).step_time_s, est_even = estimate_plan(am, even.plan).step_s;
+      EXPECT_LE(std::fabs(est_even / sim_even - 1), 0.05);
+      if (std::fabs(sim_even / r.step_time_s - 1) > 0.01)
+        EXPECT_EQ(est_even < e.step_s, sim_even < r.step_time_s) << "sim even " << sim_even << " estimate even " << est_even;
     }
   }
 }

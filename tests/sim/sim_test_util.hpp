@@ -5,6 +5,7 @@
 #include <string>
 
 #include "models/scenario.hpp"
+#include "sim/op_cost.hpp"
 
 namespace tp::testutil {
 
@@ -70,6 +71,14 @@ inline Scenario make_scenario(json model, json cluster, long long batch, json pl
             {"training", {{"global_batch", batch}, {"precision", precision}}},
             {"plan", plan}};
   return scenario_from_json(j, ".", "test");
+}
+
+// Collectives that cost nothing: build_cost_model's compute ops alone.
+inline TpComm free_comm() {
+  TpComm tpc;
+  tpc.time_s = [](Coll, double, CommGroup) { return 0.0; };
+  tpc.bytes = [](Coll, double, CommGroup) { return TierBytes{}; };
+  return tpc;
 }
 
 }  // namespace tp::testutil

@@ -14,13 +14,6 @@ using namespace tp::testutil;
 
 namespace {
 
-TpComm free_comm() {
-  TpComm tpc;
-  tpc.time_s = [](Coll, double, CommGroup) { return 0.0; };
-  tpc.bytes = [](Coll, double, CommGroup) { return TierBytes{}; };
-  return tpc;
-}
-
 CostModel cost(const Scenario& sc) { return build_cost_model(sc, free_comm()); }
 
 const Op* find_op(const PassCost& pc, const std::string& name) {
