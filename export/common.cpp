@@ -47,6 +47,9 @@ void refuse_common(const Scenario& sc, Refusals& r) {
          "layered gradient accumulation", "\"grad_accumulation\": \"standard\"");
   r.need(p.offload.kind != OffloadKind::chunked, "$.plan.offload.kind", "PatrickStar chunked offload (\"chunked\")",
          "\"offload\": {\"kind\": \"optimizer\"} (ZeRO-Offload) where the target has it, else no offload");
+  r.need(p.cp == 1 || p.attention == Attention::flash, "$.plan.attention",
+         "context parallelism with unfused attention (trainplan's all-gather form; the frameworks run cp only inside "
+         "a fused attention kernel)", "\"attention\": \"flash\" with the same cp (" + std::to_string(p.cp) + ")");
   r.need(p.offload.kind != OffloadKind::granular, "$.plan.offload.kind", "M6-10T granular layer offload (\"granular\")",
          "\"offload\": {\"kind\": \"optimizer\"} (ZeRO-Offload) where the target has it, else no offload");
 }

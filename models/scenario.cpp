@@ -377,9 +377,6 @@ void validate_plan(const Transformer& m, const Cluster& c, const Training& t, Pl
       is.add(at("cp"), "needs 2 x cp (" + s(2LL * p.cp) + ") to divide seq_len (" + s(t.seq_len) +
                            "): each sequence is cut into 2 cp chunks for the causal load balance");
     if (p.tp_mode == TpMode::d2) is.add(at("cp"), "context parallelism with tp_mode \"2d\" is not modelled; use tp_mode \"1d\"");
-    if (p.attention != Attention::flash)
-      is.add(at("cp"), "context parallelism needs attention \"flash\" (Megatron-LM runs its K/V ring inside Transformer "
-                       "Engine's fused attention), got \"" + std::string(attention_name(p.attention)) + "\"");
   }
   // Pipeline. modular without virtual_stages: one layer per model chunk.
   if (p.virtual_stages <= 0)

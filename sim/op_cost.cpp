@@ -6,6 +6,10 @@
 // attend over the whole sequence's keys (s_k = s), receiving the other ranks' K and V around the cp ring
 // while it computes (all-gather semantics over cp, buffer = the full K and V of the micro-batch, overlapped
 // with the attention compute); the backward exchanges K, V again and reduce-scatters their gradients.
+// Unfused attention with cp > 1 is the all-gather form trainplan's executor runs (exec/cp_attention.hpp): K and
+// V are all-gathered before the attention (not overlapped) and copied into global order, and each of the
+// rank's two chunks of Lc = s / (2 cp) queries attends only its causal prefix of keys, (2 cp + 1) Lc key blocks
+// in all: on average s_kq = (2 cp + 1) s / (4 cp) keys per query instead of s.
 #include "op_cost.hpp"
 
 #include <algorithm>
@@ -67,11 +71,14 @@ CostModel build_cost_model(const Scenario& sc, const TpComm& tpc) {
   c.g_ep = p.ep;
   c.g_cp = p.cp;
   const double e = c.e;
-  const double scores = b * (a / t) * s_q * s;  // attention score elements per rank (its queries x all keys)
+  const bool flash = p.attention == Attention::flash;
+  // Keys each query's scores span: all s (the square of one rank, or flash's rectangle, whose causal half the
+  // kernel skips by itself); unfused with cp: the causal prefixes of the rank's two chunks (header).
+  const double s_kq = !flash && p.cp > 1 ? (2.0 * p.cp + 1) * s / (4.0 * p.cp) : s;
+  const double scores = b * (a / t) * s_q * s_kq;  // attention score elements per rank
   const double cp_kv_bytes = e * b * s * 2 * kvd / t;  // the micro-batch's K and V per TP rank (cp ring buffer)
   const double f_in = swiglu ? 2 * f : f;      // fc1 output width (gate and up for SwiGLU)
   const double mask = drop ? 1 : 0;            // dropout masks are 1 byte per element
-  const bool flash = p.attention == Attention::flash;
   const double bh = b * a / t, kv_bh = b * (double)m.kv_heads / t, dh = (double)m.head_dim();
   // fp8: bytes of a stored linear-layer input (Transformer Engine saves the fp8 cast, 1 byte, for backward)
   const double el = c.fp8 ? 1 : e;
@@ -90,23 +97,32 @@ CostModel build_cost_model(const Scenario& sc, const TpComm& tpc) {
   CostModel cm;
   // ---- layer forward: attention half, dense MLP half ------------------------------------------------------
   auto attention_core = [&](PassCost& pc, bool recompute) {
+    // cp: K and V of the other cp ranks; flash receives them around the ring while it computes, the unfused
+    // (all-gather) form gathers them before its scores.
+    auto cp_kv = [&]() {
+      Op kv = c.comm_n("cp.kv", Coll::all_gather, cp_kv_bytes, 1, CommGroup::cp, pc);
+      kv.recompute = recompute;
+      return kv;
+    };
     if (flash) {  // one fused kernel; dropout (GPT) fused into it
       Op fl = c.flash_fwd(bh, kv_bh, s_q, s, dh);
       fl.recompute = recompute;
       pc.add(fl);
+      if (p.cp > 1) add_overlapped(pc, cp_kv());
     } else {
-      Op qk = c.bgemm("attn.qk", b * a / t, s_q, (double)m.head_dim(), s);  // [s_q,dh] x [dh,s] per head
+      if (p.cp > 1) {  // the gathered blocks put back in global order: K and V read and written once
+        pc.add(cp_kv());
+        Op ro = c.elem("cp.kv.reorder", 2 * cp_kv_bytes);
+        ro.recompute = recompute;
+        pc.add(ro);
+      }
+      Op qk = c.bgemm("attn.qk", b * a / t, s_q, (double)m.head_dim(), s_kq);  // [s_q,dh] x [dh,s_kq] per head
       Op sm = c.elem("attn.softmax", 2 * e * scores, OpClass::attention);
-      Op av = c.bgemm("attn.av", b * a / t, s_q, s, (double)m.head_dim());
+      Op av = c.bgemm("attn.av", b * a / t, s_q, s_kq, (double)m.head_dim());
       for (Op* op : {&qk, &sm}) { op->recompute = recompute; pc.add(*op); }
       if (drop) { Op dr = c.elem("attn.dropout", (2 * e + 1) * scores, OpClass::attention); dr.recompute = recompute; pc.add(dr); }
       av.recompute = recompute;
       pc.add(av);
-    }
-    if (p.cp > 1) {  // K and V of the other cp ranks arrive while the attention computes
-      Op kv = c.comm_n("cp.kv", Coll::all_gather, cp_kv_bytes, 1, CommGroup::cp, pc);
-      kv.recompute = recompute;
-      add_overlapped(pc, kv);
     }
   };
   auto attention_fwd = [&](PassCost& pc, bool recompute) {
@@ -177,15 +193,25 @@ CostModel build_cost_model(const Scenario& sc, const TpComm& tpc) {
     if (flash) {
       pc.add(c.flash_bwd(bh, kv_bh, s_q, s, dh));
     } else {
-      pc.add(c.bgemm("attn.av.dgrad", bh, s_q, dh, s));
-      pc.add(c.bgemm("attn.av.wgrad", bh, s, s_q, dh));
+      pc.add(c.bgemm("attn.av.dgrad", bh, s_q, dh, s_kq));
+      pc.add(c.bgemm("attn.av.wgrad", bh, s_kq, s_q, dh));
       if (drop) pc.add(c.elem("attn.dropout.bwd", (2 * e + 1) * scores, OpClass::attention));
       pc.add(c.elem("attn.softmax.bwd", 3 * e * scores, OpClass::attention));
-      pc.add(c.bgemm("attn.qk.dgrad", bh, s_q, s, dh));
-      pc.add(c.bgemm("attn.qk.wgrad", bh, s, s_q, dh));
+      pc.add(c.bgemm("attn.qk.dgrad", bh, s_q, s_kq, dh));
+      pc.add(c.bgemm("attn.qk.wgrad", bh, s_kq, s_q, dh));
     }
-    // cp: K and V again, and their gradients reduce-scattered back to their owners, under the attention backward
-    if (p.cp > 1) add_overlapped(pc, c.comm_n("cp.kv.bwd", Coll::all_gather, cp_kv_bytes, 2, CommGroup::cp, pc));
+    // cp: K and V again, and their gradients reduce-scattered back to their owners: under flash's backward, or
+    // (unfused, all-gather form) exposed
+    if (p.cp > 1) {
+      Op kv = c.comm_n("cp.kv.bwd", Coll::all_gather, cp_kv_bytes, 2, CommGroup::cp, pc);
+      if (flash) {
+        add_overlapped(pc, kv);
+      } else {  // gathered K, V reordered (2), their gradients zeroed (1) and copied into send blocks (2), and
+                // the rank's reduced share added to its own dK, dV (3 / cp)
+        pc.add(kv);
+        pc.add(c.elem("cp.kv.reorder.bwd", (5 + 3.0 / p.cp) * cp_kv_bytes));
+      }
+    }
     column_bwd(pc, "qkv", h, (qw + 2 * kvd) / t, "qkv");
     pc.add(c.elem("ln1.bwd", 4 * e * n * h / tsp));
   };
@@ -364,9 +390,10 @@ CostModel build_cost_model(const Scenario& sc, const TpComm& tpc) {
 
   // ---- model FLOPs per step: 3 x forward (no recompute) over the whole batch, all TP ranks -----------------
   // MoE layers count their forward with the experts' FLOPs on k copies per token (no capacity padding).
-  // Flash attention counts as the unfused core would (full s x s score GEMMs, Megatron's convention), so model
-  // FLOPs and MFU do not depend on the attention kernel.
-  const double attn_convention = flash ? 4 * bh * s_q * s * dh * (1 - detail::kCausalFraction) : 0;
+  // Flash attention (and the unfused cp form's causal prefixes) count as the unfused core would (full s x s
+  // score GEMMs, Megatron's convention), so model FLOPs and MFU do not depend on the attention kernel.
+  const double attn_convention =
+      flash ? 4 * bh * s_q * s * dh * (1 - detail::kCausalFraction) : 4 * bh * s_q * (s - s_kq) * dh;
   const double layer_model_fwd = cm.layer_fwd.flops + attn_convention;
   double fwd_flops_mb = (double)m.layers * layer_model_fwd + cm.head_fwd.flops;
   if (moe) {

@@ -61,23 +61,32 @@ constexpr const char* kRunTimeout = "timeout 900 ";
 constexpr const char* kRunTimeout = "timeout 120 ";
 #endif
 
+// The command prefix that starts n ranks of a trainplan command under mpirun (with the run timeout); "" when
+// the build has no MPI.
+inline std::string mpi_launcher(int n) {
+#ifdef TP_MPIEXEC
+  std::string launcher = std::string(kRunTimeout) + std::string(TP_MPIEXEC) + " -np " + std::to_string(n) + " --oversubscribe " + TP_MPI_ROOT_FLAG + " ";
+#if defined(__SANITIZE_ADDRESS__)
+  // Open MPI's plugins have no frame pointers and are unloaded before LeakSanitizer reports, so the fast
+  // unwinder records one stale frame for their one-time allocations and scripts/lsan_openmpi.supp cannot match
+  // them; the full unwinder records the libopen-pal / libmpi frames beneath.
+  launcher = "ASAN_OPTIONS=\"${ASAN_OPTIONS}:fast_unwind_on_malloc=0\" " + launcher;
+#endif
+  return launcher;
+#else
+  (void)n;
+  return "";
+#endif
+}
+
 // Runs the plan; returns the result JSON (null on failure) and the exit code.
 inline json run(const std::string& file, int steps, bool fp64, int* code = nullptr, std::string extra = "") {
   int n = ranks_of(file);
   std::string out = file + (fp64 ? ".f64" : ".f32") + ".out.json";
   std::string launcher;
   if (n > 1) {
-#ifdef TP_MPIEXEC
-    launcher = std::string(kRunTimeout) + std::string(TP_MPIEXEC) + " -np " + std::to_string(n) + " --oversubscribe " + TP_MPI_ROOT_FLAG + " ";
-#if defined(__SANITIZE_ADDRESS__)
-    // Open MPI's plugins have no frame pointers and are unloaded before LeakSanitizer reports, so the fast
-    // unwinder records one stale frame for their one-time allocations and scripts/lsan_openmpi.supp cannot match
-    // them; the full unwinder records the libopen-pal / libmpi frames beneath.
-    launcher = "ASAN_OPTIONS=\"${ASAN_OPTIONS}:fast_unwind_on_malloc=0\" " + launcher;
-#endif
-#else
-    return nullptr;
-#endif
+    launcher = mpi_launcher(n);
+    if (launcher.empty()) return nullptr;
   }
   std::string cmd = launcher + TP_BINARY + " run " + file + " --steps " + std::to_string(steps) + (fp64 ? " --fp64" : "") +
                     " --quiet --json " + out + " " + extra + " > " + file + ".log 2>&1";

@@ -446,6 +446,7 @@ TEST(Export, InexpressibleFeaturesAreRefusedWithPathAndNearestPlan) {
       {"granular", {{"offload", {{"kind", "granular"}, {"fraction", 0.5}}}}, Target::deepspeed, "$.plan.offload.kind"},
       {"chunked", {{"offload", {{"kind", "chunked"}}}, {"zero", 3}}, Target::nemo, "$.plan.offload.kind"},
       {"cp_ds", {{"cp", 2}, {"dp", 4}, {"attention", "flash"}}, Target::deepspeed, "$.plan.cp"},
+      {"cp_unfused", {{"cp", 2}, {"dp", 4}, {"attention", "unfused"}}, Target::megatron, "$.plan.attention"},
       {"interleaved_ds", json::object(), Target::deepspeed, "$.plan.schedule"},
       {"zero1_titan", json::object(), Target::torchtitan, "$.plan.zero"},
       {"zero0_tp_pp_bf16_titan", {{"zero", 0}, {"schedule", "1f1b"}, {"virtual_stages", 1}}, Target::torchtitan,

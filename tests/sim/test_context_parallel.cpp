@@ -81,6 +81,43 @@ TEST(ContextParallel, PerRankWorkIsTheSequenceShareAndTheRingMovesKV) {
   EXPECT_NEAR(pipeline_send_bytes(two, 1, 1), e * (s / 2) * h, 1);
 }
 
+// Unfused attention with cp: the executor's all-gather form (exec/cp_attention.hpp). Each of a rank's two chunks
+// of Lc = s / (2 cp) queries attends its causal prefix of keys: (2 cp + 1) Lc^2 scores per head, K and V gathered
+// before the scores (exposed), model FLOPs still the s x s convention.
+TEST(ContextParallel, UnfusedAllGatherFormCostsTheCausalPrefixes) {
+  json model = gpt_model(4, 1024, 16, 32000, 8192);
+  json plan = cp_plan(2, 4, 1, 1);
+  plan["attention"] = "unfused";
+  json plan1 = cp_plan(8, 1, 1, 1);
+  plan1["attention"] = "unfused";
+  Scenario sc = make_scenario(model, finite_cluster(), 8, plan, "bf16");
+  Scenario one = make_scenario(model, finite_cluster(), 8, plan1, "bf16");
+  Program pg = build_program(sc, false), p1 = build_program(one, false);
+  const double s = 8192, cp = 4, Lc = s / (2 * cp), heads = 16, dh = 64, e = 2;
+  const double scores = heads * Lc * Lc * (2 * cp + 1);  // micro-batch 1
+  EXPECT_NEAR(gemm_flops(pg.cm.layer_fwd, "attn.qk"), 2 * scores * dh, 1);
+  EXPECT_NEAR(gemm_flops(pg.cm.layer_fwd, "attn.av"), 2 * scores * dh, 1);
+  const Op* sm = find_op(pg.cm.layer_fwd, "attn.softmax");
+  ASSERT_NE(sm, nullptr);
+  EXPECT_NEAR(sm->bytes, 2 * e * scores, 1);
+  // The gather is on the compute stream before the scores: nothing hidden.
+  const Op* kv = find_op(pg.cm.layer_fwd, "cp.kv");
+  ASSERT_NE(kv, nullptr);
+  EXPECT_EQ(kv->hidden_s, 0);
+  EXPECT_GT(kv->time_s, 0);
+  EXPECT_LT(kv - &pg.cm.layer_fwd.ops.front(), find_op(pg.cm.layer_fwd, "attn.qk") - &pg.cm.layer_fwd.ops.front());
+  EXPECT_EQ(find_op(pg.cm.layer_bwd, "cp.kv.bwd")->hidden_s, 0);
+  // The reorders of exec/cp_attention.cpp: gathered K, V into global order (forward and backward), dK, dV
+  // zeroed and copied into the reduce-scatter's blocks, the reduced share accumulated.
+  const double kv_bytes = e * s * 2 * 64 * 16;  // the micro-batch's K and V (kv heads x head dim = 1024)
+  EXPECT_NEAR(find_op(pg.cm.layer_fwd, "cp.kv.reorder")->bytes, 2 * kv_bytes, 1);
+  EXPECT_NEAR(find_op(pg.cm.layer_bwd, "cp.kv.reorder.bwd")->bytes, (5 + 3 / cp) * kv_bytes, 1);
+  // Model FLOPs per step do not depend on cp (or on the attention form).
+  Result r = simulate(sc), r1 = simulate(one);
+  EXPECT_NEAR(r.model_tflops_per_gpu * r.step_time_s, r1.model_tflops_per_gpu * r1.step_time_s,
+              1e-6 * r1.model_tflops_per_gpu * r1.step_time_s);
+}
+
 TEST(ContextParallel, GradientsAndZeroShardsSpanDpTimesCp) {
   json model = gpt_model(4, 1024, 16, 32000, 8192);
   // dp 2 x cp 4 = 8 data ranks: ZeRO-1 optimizer state is 12 bytes x params / 8, as with dp 8 and no cp.
