@@ -4,8 +4,8 @@
 // and full recompute, and with tensor-parallel experts) reproduces its losses and gradient norms to 1e-9 relative,
 // as does the emu backend. A wrong
 // all-to-all block order, an expert computing with another's weights, a capacity counted over the ep group instead
-// of the rank, or expert gradients reduced twice or not at all would each change them. Plans the executor does not
-// run with MoE (context parallelism) exit 2 before any work.
+// of the rank, or expert gradients reduced twice or not at all would each change them. Optimizer offload runs
+// with MoE; plans the executor does not run with MoE (context parallelism, granular offload) exit 2 before any work.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -68,6 +68,10 @@ TEST(RunMoe, ExpertParallelPlansMatchSingleRankFloat64) {
       {"dp2_ep2_full_recompute", {{"dp", 2}, {"ep", 2}, {"recompute", "full"}}},
       {"tp2", {{"tp", 2}}},
       {"dp2_ep2_tp2", {{"dp", 2}, {"ep", 2}, {"tp", 2}}},
+      // optimizer offload (ZeRO-Offload): the experts' master copy and moments on the host too
+      {"optimizer_offload", {{"offload", {{"kind", "optimizer"}}}}},
+      {"dp2_ep2_optimizer_offload", {{"dp", 2}, {"ep", 2}, {"offload", {{"kind", "optimizer"}}}}},
+      {"dp4_ep2_zero1_optimizer_offload", {{"dp", 4}, {"ep", 2}, {"zero", 1}, {"microbatch", 1}, {"offload", {{"kind", "optimizer"}}}}},
   };
   for (const Case& c : cases) {
     // dp4 with micro-batch 1 routes other micro-batches than the reference's 2-sequence ones: its own reference.
@@ -81,6 +85,14 @@ TEST(RunMoe, ExpertParallelPlansMatchSingleRankFloat64) {
     ASSERT_FALSE(got.is_null()) << c.name;
     expect_close(got, want, "losses", 1e-9, c.name);
     expect_close(got, want, "grad_norm", 1e-9, c.name);
+    // Optimizer offload without ZeRO: each step every parameter the rank holds (its experts only) goes down as a
+    // gradient and comes back updated, 8 bytes an element in float64.
+    if (c.plan.contains("offload") && !c.plan.contains("zero")) {
+      ASSERT_TRUE(got.contains("offload")) << c.name;
+      const double want_bytes = 8 * got["param_elements"][0].get<double>();
+      for (const char* k : {"d2h_bytes", "h2d_bytes"})
+        for (const json& b : got["offload"][k]) EXPECT_EQ(b.get<double>(), want_bytes) << c.name << " " << k;
+    }
   }
 }
 
@@ -129,11 +141,14 @@ TEST(RunMoe, SequenceParallelPlansMatchSingleRankFloat64) {
   }
 }
 
-TEST(RunMoe, ContextParallelMoeIsRefused) {
+TEST(RunMoe, ContextParallelAndGranularOffloadMoeAreRefused) {
   int code = 0;
   json r = run(moe_scenario("cp2", {{"cp", 2}}), 1, true, &code);
   EXPECT_TRUE(r.is_null());
   EXPECT_EQ(code, have_mpi() ? 2 : 0) << "context parallelism with MoE must exit 2";
+  r = run(moe_scenario("granular", {{"offload", {{"kind", "granular"}, {"fraction", 0.5}}}}), 1, true, &code);
+  EXPECT_TRUE(r.is_null());
+  EXPECT_EQ(code, 2) << "granular offload with MoE must exit 2";
 }
 
 // Experts are sharded over ep (exec/moe.hpp): each rank stores only its E / ep experts, so its parameters and
