@@ -111,6 +111,10 @@ struct Backend {
   // The high-water mark of device memory allocated by this backend (tensors, its scratch and GEMM workspace),
   // in bytes; null on host-accessible backends, whose peak is the process's resident memory.
   double (*peak_device_bytes)() = nullptr;
+  // The device this process runs on ("device 0 of 8 (NVIDIA H100 80GB HBM3)") and its memory in bytes; "" and 0
+  // on host-accessible backends. Messages (exec/device_oom.cpp) name it beside the scenario's GPU.
+  const char* device = "";
+  double device_bytes = 0;
   OpTable<float> f32{};
   OpTable<double> f64{};
 

@@ -1,7 +1,9 @@
 // device_oom: what `run` says when a device backend runs out of memory (issue 11): the bytes the backend had
-// allocated at its peak, the device's capacity from the scenario's GPU, and the simulator's predicted memory per
-// GPU for the same plan in the executor's precision (fp32 weights, gradients and activations) with its
-// breakdown, so the user sees which term to cut (recompute, a smaller micro-batch, ZeRO, offload, more ranks).
+// allocated at its peak, the device the run is on with its memory (Backend::device, device_bytes), the scenario's
+// GPU with its capacity (which may be another GPU: a cluster's plan tried on a workstation), and the simulator's
+// predicted memory per GPU for the same plan in the executor's precision (fp32 weights, gradients and
+// activations) with its breakdown, so the user sees which term to cut (recompute, a smaller micro-batch, ZeRO,
+// offload, more ranks).
 // Invariant: never throws itself (the simulation is best effort: its failure is named in the message).
 #include "exec/device_oom.hpp"
 
@@ -25,6 +27,10 @@ std::string gib(double bytes) {  // GiB, or MiB below one GiB
 std::string device_oom_message(const Scenario& sc, const Backend& b) {
   std::string m = std::string("backend ") + b.name + ": out of device memory";
   if (b.peak_device_bytes) m += " after allocating " + gib(b.peak_device_bytes()) + " (tensors, scratch, workspace)";
+  if (b.device && *b.device) {
+    m += std::string(" on ") + b.device;
+    if (b.device_bytes > 0) m += ", which has " + gib(b.device_bytes);
+  }
   m += "; the scenario's GPU " + sc.cluster.gpu.name + " has " + gib(sc.cluster.gpu.hbm_bytes) + ".";
   try {
     Scenario fp32 = sc;  // the executor trains in fp32

@@ -226,6 +226,8 @@ Backend make() {
   b.free_pinned = &emu_be::emu_free;
   b.copy = &dev_copy;
   b.peak_device_bytes = &peak_device_bytes;
+  b.device = "the CPU block emulator's device memory";
+  b.device_bytes = device_capacity_bytes();
   b.f32 = table<float>();
   b.f64 = table<double>();
   return b;

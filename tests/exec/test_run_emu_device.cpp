@@ -154,6 +154,9 @@ TEST(RunEmuDevice, OutOfDeviceMemoryNamesThePredictedBreakdown) {
   const int st = pclose(p);
   EXPECT_EQ(WIFEXITED(st) ? WEXITSTATUS(st) : -1, 2) << out;
   EXPECT_NE(out.find("backend emu-device: out of device memory after allocating"), std::string::npos) << out;
+  // The device the run is on, with the capacity TP_EMU_DEVICE_BYTES gave it (300000 bytes = 0.29 MiB), then the
+  // scenario's GPU.
+  EXPECT_NE(out.find("on the CPU block emulator's device memory, which has 0.29 MiB; the scenario's GPU"), std::string::npos) << out;
   EXPECT_NE(out.find("The simulator predicts"), std::string::npos) << out;
   EXPECT_NE(out.find("activations"), std::string::npos) << out;
   EXPECT_EQ(out.find("bad_alloc"), std::string::npos) << out;

@@ -209,6 +209,11 @@ std::string device_name(int d) {
   if (cudaGetDeviceProperties(&p, d) != cudaSuccess) return "?";
   return p.name;
 }
+double device_total_bytes(int d) {
+  cudaDeviceProp p{};
+  if (cudaGetDeviceProperties(&p, d) != cudaSuccess) return 0;
+  return double(p.totalGlobalMem);
+}
 
 // Creates the process's backend on device local_rank % count; status and why as in cuda_backend.h.
 const exec::Backend* create(int local_rank, int& status, std::string& why) {
@@ -251,6 +256,8 @@ const exec::Backend* create(int local_rank, int& status, std::string& why) {
   fill_f32_table(b.f32);
   fill_f64_unsupported(b.f64);
   g.description = "device " + std::to_string(g.device) + " of " + std::to_string(n) + " (" + device_name(g.device) + ")";
+  b.device = g.description.c_str();  // g lives as long as the library
+  b.device_bytes = device_total_bytes(g.device);
   status = TP_CUDA_CREATE_OK;
   return &b;
 }
