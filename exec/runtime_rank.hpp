@@ -1,0 +1,193 @@
+// runtime_rank: one rank's training run (RankRun), shared by exec/runtime.cpp (setup and the step loop) and
+// exec/runtime_update.cpp (between the steps: ZeRO's unit collectives, the optimizer step, delinking and the
+// checkpointed state). What follows is the runtime's design; each member is defined in one of the two files.
+//
+// One rank's training step is driven by the shared schedule (schedule/pipeline: stage_layout, plan_order)
+// exactly as the simulator costs it. See train.hpp for the supported plan keys.
+// Invariants: a rank only computes and updates the parameter units its pipeline stage owns (its layers; the
+// embedding on the first stage and, tied, on the last; the final norm on the last); every rank of a dp group
+// holds the same units; sums over ranks are rank-ordered (exec/comm.hpp), so a rerun is bit-identical.
+// Units (embedding, each layer, head) are also the ZeRO sharding units: with ZeRO >= 1 dp rank d owns slice d of
+// every unit (padded to a multiple of dp) — its optimizer state, and from ZeRO-2 its reduced gradient.
+// ZeRO-2/3 reduce-scatter a layer's gradient when a backward run of it ends (every micro-batch with standard
+// accumulation, once per step with layered accumulation); ZeRO-3 all-gathers a layer before each run of it.
+// With dp > 1 (and no chunked offload) a layer's full gradient is a transient buffer from its backward run's
+// start to that reduce-scatter (grad_acquire / grad_release); the rank keeps only its shards (gshard) and the
+// ends' (embedding, head) full gradients, reduced in the optimizer step. Likewise ZeRO-3 parameters: a layer is
+// held as this rank's slice (pslice; the optimizer, delink and checkpoints use it) and, from its all-gather to
+// the run's end, as the gathered unit (uparam; exec/runtime_state.cpp); the ends stay full, gathered per step.
+// Loss scale: every token of the global batch weighs 1 / (global_batch * seq_len).
+// Parameters and gradients are reached through per-view pointer tables (ptab / gtab; the model's p() / g() and
+// the ZeRO copies use them): flat-buffer addresses, except under plan.offload "chunked", where the chunk store
+// (exec/chunk_store.hpp) points the views of device-resident chunks at its arena. Chunked offload: the store
+// holds the views of the owned units (tensors in the simulator's order, exec/runtime_chunks.cpp; one access
+// part per unit); moment k of a step
+// = run k of the rank's schedule (the runtime's runs: consecutive pieces on the same layer and pass), whose
+// parts are the layer's unit plus the embedding for layer 0 and the head and the (tied) embedding for the last
+// layer; the store makes them resident and pins them before the run's first use; the optimizer is the ADAM
+// moment (CPU Adam on the flat buffers between host_phase_begin / host_phase_end).
+// Optimizer offload (exec/host_optimizer.hpp): no moments on the device; per own range, gradients down, host Adam,
+// parameters up. Granular offload (exec/runtime_granular.hpp): an offloaded layer has no device storage between
+// runs (cbase / gbase -1; P / Gd give its host copies, with zparam the rank's slice); each run points its views at
+// the run's loaded copy (zparam: the slices gathered into uparam, like a ZeRO-3 layer's), its
+// backward gradient is a transient buffer sent down at the run's end; the optimizer works on its host memory
+// under the CPU backend.
+// Memory (what `trainplan validate` measures against the simulator): activations are held as a trainer's
+// autograd holds them. A layer's input is moved into its saved activations (no copy of the residual stream),
+// the backward runs in place on one [N, C] gradient buffer, saved tensors are freed or overwritten by their
+// own gradients after their last reader (gpt.cpp), the head's activations are freed after its backward, and a
+// pipeline send's buffer is the sent activation itself, freed as soon as the send completes (reap_sends).
+#pragma once
+#include <algorithm>
+#include <new>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <optional>
+
+#include "exec/backend.hpp"
+#include "exec/checkpoint.hpp"
+#include "sim/op_cost.hpp"
+#include "exec/chunk_store.hpp"
+#include "exec/cp_attention.hpp"
+#include "exec/data.hpp"
+#include "exec/gpt.hpp"
+#include "exec/gpt2d.hpp"
+#include "exec/host_optimizer.hpp"
+#include "exec/runtime_granular.hpp"
+#include "exec/moe.hpp"
+#include "exec/ops.hpp"
+#include "exec/prof.hpp"
+#include "exec/train.hpp"
+#include "exec/device_oom.hpp"
+#include "exec/runtime_parts.hpp"
+#include "schedule/pipeline.hpp"
+
+namespace tp::exec::detail {
+
+template <class T>
+Dtype dtype_of() { return sizeof(T) == 8 ? Dtype::f64 : Dtype::f32; }
+
+template <class T>
+struct RankRun {
+  const Scenario& sc;
+  const Plan& p;
+  const RunOptions& o;
+  Comm& world;
+  RankCoord rc;
+  StageLayout lay;
+  long long L = 0, m = 0, b = 0, Tn = 0, C = 0;
+  long long Tl = 0;  // tokens of a sequence on this rank: Tn / cp (context parallelism, exec/cp_attention.hpp)
+  std::unique_ptr<Comm> cpc;  // the cp group (cp > 1)
+  std::unique_ptr<Comm> epc;  // the ep group (ep > 1, exec/moe.hpp)
+  std::unique_ptr<Comm> edpc;  // the expert-data-parallel group (MoE with ep > 1): dp ranks holding my experts
+  CpCtx cpx;
+  int nchunks = 0, first_stage = 0, last_stage = 0;
+  std::unique_ptr<Comm> tp, dp, pp, emb;
+  Flat gl;
+  Buf<T> params, grads;                              // backend memory (Buf: exec/gpt.hpp)
+  Net<T> model;
+  std::unique_ptr<Comm> grid_row, grid_col;  // 2D: my grid row / column inside the tp group
+  std::vector<Unit> units;  // 0 embed, 1 + l layer l, L + 1 head
+  std::vector<std::pair<long long, long long>> own;  // owned [a, b) ranges (ZeRO slices when zero >= 1)
+  std::vector<long long> own_off;                    // offset of each own range in the optimizer state
+  Buf<T> m1, m2, gshard;                             // optimizer state and (zero >= 2) reduced gradient, by own range
+  std::vector<char> replicated_view;                 // view is replicated across tp ranks
+  Recorder rec;
+  int shared = 0;                                    // Pseudo-to-Real: > 0 while k weight groups are shared
+  std::vector<T*> ptab, gtab;                        // per view: where its params / grads are now
+  std::vector<long long> cbase;                      // per unit: its base in the compact parameters (-1: not held)
+  std::vector<long long> gbase;                      // per unit: its base in `grads` (-1: not held, or transient)
+  // ZeRO >= 2 with dp > 1 (no chunked offload): a layer's full gradient exists only from the start of its
+  // backward run to the reduce-scatter at the run's end (ugrad[unit]); `grads` holds the ends (embedding, head),
+  // reduced in the optimizer step. Between runs a rank keeps only its reduced shards (gshard).
+  bool zgrad = false;
+  std::vector<Buf<T>> ugrad;
+  bool zparam = false;  // ZeRO-3 with dp > 1, no chunked offload: layers as slices (pslice) + gathered (uparam)
+  Buf<T> pslice;
+  std::vector<Buf<T>> uparam;
+  // The unit holding flat (layout) element i, and the compact addresses of element i of a held unit.
+  int unit_at(long long i) const {
+    int lo = 0, hi = (int)units.size() - 1;
+    while (lo < hi) { int mid = (lo + hi + 1) / 2; if (units[mid].a <= i) lo = mid; else hi = mid - 1; }
+    return lo;
+  }
+  T* P(long long i) {  // (zparam layers: i must lie in this rank's slice)
+    int u = unit_at(i);
+    if (gran.is_off(u)) return gran.param_at(u, i);  // granular: host memory (zparam: this rank's slice)
+    if (zparam && is_layer_unit(u)) {
+      size_t k = own_index(u) + (i >= units[u].x);  // its dense or expert slice
+      return pslice.data() + own_off[k] + (i - own[k].first);
+    }
+    return params.data() + cbase[u] + (i - units[u].a);
+  }
+  T* Gd(long long i) {
+    int u = unit_at(i);
+    return gran.is_off(u) ? gran.grad_at(u, i) : grads.data() + gbase[u] + (i - units[u].a);
+  }
+  std::unique_ptr<ChunkStore<T>> store;              // plan.offload "chunked"
+  GranularHost<T> gran;   // plan.offload "granular": offloaded layers on the host (exec/runtime_granular.hpp)
+  std::vector<int> own_unit;  // per own range: its unit
+  std::vector<int> own_seg;   // per own range: its unit's segment (Seg: 0 dense, 1 experts)
+  HostOptimizer<T> hopt;  // plan.offload "optimizer": master copy, moments and Adam on the host (exec/host_optimizer.hpp)
+  void pull_master() {    // the host master copy = the device parameters of the own ranges
+    for (size_t k = 0; hopt.on() && k < own.size(); ++k) hopt.pull(P(own[k].first), own_off[k], own[k].second - own[k].first);
+  }
+  long delink_step = -1;                             // the step at which the shared weights are delinked
+  bool host_flat = false;  // chunked offload, backend not host-accessible: flat buffers in pinned host memory
+
+  RankRun(const Scenario& s, const RunOptions& opt, Comm& w) : sc(s), p(s.plan), o(opt), world(w) {}
+
+  // Segment s of unit ui (Unit): 0 = [a, x) over the dp group, 1 = the experts [x, b) over the expert-dp group.
+  struct Seg { long long lo, hi, slice; Comm* c; int n, r; };
+  int nseg(int ui) const { return units[ui].x < units[ui].b ? 2 : 1; }
+  Seg seg(int ui, int s) const {
+    const Unit& u = units[ui];
+    if (s == 0) return {u.a, u.x, u.slice, dp.get(), p.data_ranks(), rc.dp};
+    if (!edpc) return {u.x, u.b, u.eslice, dp.get(), p.data_ranks(), rc.dp};  // ep = 1: the dp group
+    return {u.x, u.b, u.eslice, edpc.get(), edpc->size(), edpc->rank()};
+  }
+  int unit_of_layer(long long l) const { return 1 + (int)l; }
+  bool is_layer_unit(int ui) const { return ui >= 1 && ui <= (int)L; }
+  // zgrad: a zeroed full gradient of unit ui, the views' gradients pointing into it (no-op if it exists).
+  void grad_acquire(int ui) {
+    if ((!zgrad && !gran.is_off(ui)) || !is_layer_unit(ui) || !ugrad[ui].empty()) return;
+    const Unit& u = units[ui];
+    ugrad[ui].resize(u.b - u.a);
+    ops::fill(ugrad[ui].data(), T(0), (long)(u.b - u.a));
+    gl.each_view(u.a, u.b, [&](size_t v, long long lo, long long, long long at) { gtab[v] = ugrad[ui].data() + at - lo; });
+  }
+  void grad_release(int ui) {
+    if ((!zgrad && !gran.is_off(ui)) || !is_layer_unit(ui)) return;
+    Buf<T>().swap(ugrad[ui]);
+    gl.each_view(units[ui].a, units[ui].b, [&](size_t v, long long, long long, long long) { gtab[v] = nullptr; });
+  }
+  int stage_of_layer(long long l) const { return lay.stage_of_layer(l); }
+
+  void setup();
+  void sp_reduce_layer(int l);
+  void reduce_scatter_unit(int ui);
+  void all_gather_unit(int ui);
+  void param_release(int ui) {  // zparam: the gathered unit is freed at its run's end (granular: its views unset)
+    if (!(zparam || gran.is_off(ui)) || !is_layer_unit(ui)) return;
+    Buf<T>().swap(uparam[ui]);
+    gl.each_view(units[ui].a, units[ui].b, [&](size_t v, long long, long long, long long) { ptab[v] = nullptr; });
+  }
+  size_t own_index(int ui) const {  // the own range of unit ui's first segment (the next ones follow)
+    size_t k = 0;
+    for (int i = 0; i < ui; ++i) k += units[i].owned ? nseg(i) : 0;
+    return k;
+  }
+
+  RunResult run();
+  std::vector<TensorView> state_tensors(int32_t* meta);
+  void save_checkpoint(long next_step);
+  long load_checkpoint(long step);
+  void delink();
+  void optimizer_step(int step, int warmup, RunResult& res);
+};
+
+}  // namespace tp::exec::detail
