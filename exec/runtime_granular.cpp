@@ -99,11 +99,11 @@ void GranularHost<T>::grad_to_host(T* dst, const T* dev, long long n) {
 }
 
 template <class T>
-void GranularHost<T>::host_all_gather(Comm& dp, int u, long long slice, long long a, long long z, long long unit_len) {
-  std::vector<T> mine((size_t)slice, T(0)), all((size_t)(slice * dp.size()));
+void GranularHost<T>::host_all_gather(Comm& c, int u, long long slice, long long a, long long z, long long lo, long long len) {
+  std::vector<T> mine((size_t)slice, T(0)), all((size_t)(slice * c.size()));
   if (z > a) std::copy(param_at(u, a), param_at(u, z), mine.begin());
-  dp.all_gather(mine.data(), all.data(), slice, sizeof(T) == 8 ? Dtype::f64 : Dtype::f32);
-  std::copy(all.begin(), all.begin() + unit_len, param(u));
+  c.all_gather(mine.data(), all.data(), slice, sizeof(T) == 8 ? Dtype::f64 : Dtype::f32);
+  std::copy(all.begin(), all.begin() + len, param_at(u, lo));
 }
 
 template <class T>

@@ -66,8 +66,9 @@ struct GranularHost {
   T* attach(int r, Comm* gather, long long slice, Buf<T>& full);
   void end_run(int r);             // run r ended: its copy freed, offloaded run (its index) + prefetch + 1 may load
   void grad_to_host(T* dst, const T* dev, long long n);  // n gradient elements added into the host at dst
-  // ZeRO 1-2 after the update: unit u's updated slices [a, z) of every dp rank gathered into the host parameters.
-  void host_all_gather(Comm& dp, int u, long long slice, long long a, long long z, long long unit_len);
+  // ZeRO 1-2 after the update: the updated slices [a, z) of one segment of unit u (this rank's; `slice` long on
+  // every member of the segment's group c) gathered into the host parameters' elements [lo, lo + len).
+  void host_all_gather(Comm& c, int u, long long slice, long long a, long long z, long long lo, long long len);
   // Pseudo-to-Real: n elements from src to dst, each in host (on_host) or device memory (not step traffic).
   static void move(T* dst, bool dst_host, const T* src, bool src_host, long long n);
 };

@@ -51,9 +51,12 @@ void RankRun<T>::all_gather_unit(int ui) {
     gl.each_view(u.x, u.b, [&](size_t v, long long lo, long long, long long at) { ptab[v] = ebase + at - lo; });
     return;
   }
-  if (gran.is_off(ui)) {  // granular (ZeRO 1-2): the updated slices gathered on the host, into the host parameters
-    long long a = u.a + rc.dp * u.slice;
-    gran.host_all_gather(*dp, ui, u.slice, a, std::min(u.b, a + u.slice), u.b - u.a);
+  if (gran.is_off(ui)) {  // granular (ZeRO 1-2): each segment's updated slices gathered on the host over its group
+    for (int si = 0; si < nseg(ui); ++si) {
+      const Seg sg = seg(ui, si);
+      long long a = sg.lo + sg.r * sg.slice;
+      gran.host_all_gather(*sg.c, ui, sg.slice, a, std::min(sg.hi, a + sg.slice), sg.lo, sg.hi - sg.lo);
+    }
     return;
   }
   for (int si = 0; si < nseg(ui); ++si) {

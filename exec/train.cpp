@@ -46,7 +46,8 @@ void check_runnable(const Scenario& sc) {
        "$.plan.tp: must divide the model's vocab (" + std::to_string(sc.model.vocab) + ") for the vocabulary-parallel embedding");
   if (sc.model.moe.experts > 0) {  // exec/moe.hpp: MoE with expert parallelism over dp (and SP), no cp
     need(p.cp == 1, "$.plan.cp > 1 with a mixture-of-experts model");
-    need(!p.offload.on() || p.offload.kind == OffloadKind::optimizer,
+    need(!p.offload.on() || p.offload.kind == OffloadKind::optimizer ||
+             (p.offload.kind == OffloadKind::granular && p.zero <= 2 && !p.offload.experts_only),
          "$.plan.offload.kind \"" + std::string(offload_kind_name(p.offload.kind)) + "\" with a mixture-of-experts model");
     need(!sc.delink.on(), "$.plan.delink with a mixture-of-experts model");
   }

@@ -4,8 +4,9 @@
 // and full recompute, and with tensor-parallel experts) reproduces its losses and gradient norms to 1e-9 relative,
 // as does the emu backend. A wrong
 // all-to-all block order, an expert computing with another's weights, a capacity counted over the ep group instead
-// of the rank, or expert gradients reduced twice or not at all would each change them. Optimizer offload runs
-// with MoE; plans the executor does not run with MoE (context parallelism, granular offload) exit 2 before any work.
+// of the rank, or expert gradients reduced twice or not at all would each change them. Optimizer offload and
+// granular offload of whole layers (ZeRO 0-2) run with MoE; plans the executor does not run with MoE (context
+// parallelism, granular offload of the experts alone or with ZeRO-3) exit 2 before any work.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -72,6 +73,14 @@ TEST(RunMoe, ExpertParallelPlansMatchSingleRankFloat64) {
       {"optimizer_offload", {{"offload", {{"kind", "optimizer"}}}}},
       {"dp2_ep2_optimizer_offload", {{"dp", 2}, {"ep", 2}, {"offload", {{"kind", "optimizer"}}}}},
       {"dp4_ep2_zero1_optimizer_offload", {{"dp", 4}, {"ep", 2}, {"zero", 1}, {"microbatch", 1}, {"offload", {{"kind", "optimizer"}}}}},
+      // granular offload (M6-10T) of whole MoE layers: dense part and the rank's experts on the host, each segment
+      // reduced and (ZeRO 1-2) gathered on the host over its own group
+      {"granular", {{"offload", {{"kind", "granular"}, {"fraction", 0.5}}}}},
+      {"dp2_ep2_granular", {{"dp", 2}, {"ep", 2}, {"offload", {{"kind", "granular"}, {"fraction", 0.5}}}}},
+      {"dp2_ep2_pp2_granular", {{"dp", 2}, {"ep", 2}, {"pp", 2}, {"offload", {{"kind", "granular"}, {"fraction", 0.5}}}}},
+      {"dp2_ep2_zero1_granular", {{"dp", 2}, {"ep", 2}, {"zero", 1}, {"offload", {{"kind", "granular"}, {"fraction", 0.5}}}}},
+      {"dp4_ep2_zero2_granular", {{"dp", 4}, {"ep", 2}, {"zero", 2}, {"microbatch", 1},
+                                  {"offload", {{"kind", "granular"}, {"fraction", 0.5}}}}},
   };
   for (const Case& c : cases) {
     // dp4 with micro-batch 1 routes other micro-batches than the reference's 2-sequence ones: its own reference.
@@ -87,7 +96,7 @@ TEST(RunMoe, ExpertParallelPlansMatchSingleRankFloat64) {
     expect_close(got, want, "grad_norm", 1e-9, c.name);
     // Optimizer offload without ZeRO: each step every parameter the rank holds (its experts only) goes down as a
     // gradient and comes back updated, 8 bytes an element in float64.
-    if (c.plan.contains("offload") && !c.plan.contains("zero")) {
+    if (c.plan.contains("offload") && c.plan["offload"]["kind"] == "optimizer" && !c.plan.contains("zero")) {
       ASSERT_TRUE(got.contains("offload")) << c.name;
       const double want_bytes = 8 * got["param_elements"][0].get<double>();
       for (const char* k : {"d2h_bytes", "h2d_bytes"})
@@ -141,14 +150,20 @@ TEST(RunMoe, SequenceParallelPlansMatchSingleRankFloat64) {
   }
 }
 
-TEST(RunMoe, ContextParallelAndGranularOffloadMoeAreRefused) {
+TEST(RunMoe, ContextParallelAndExpertOrZero3GranularMoeAreRefused) {
   int code = 0;
   json r = run(moe_scenario("cp2", {{"cp", 2}}), 1, true, &code);
   EXPECT_TRUE(r.is_null());
   EXPECT_EQ(code, have_mpi() ? 2 : 0) << "context parallelism with MoE must exit 2";
-  r = run(moe_scenario("granular", {{"offload", {{"kind", "granular"}, {"fraction", 0.5}}}}), 1, true, &code);
+  // Granular offload of the experts alone, and with ZeRO-3 (host slices per segment), are not run yet.
+  r = run(moe_scenario("granular_experts", {{"offload", {{"kind", "granular"}, {"fraction", 0.5}, {"target", "experts"}}}}), 1,
+          true, &code);
   EXPECT_TRUE(r.is_null());
-  EXPECT_EQ(code, 2) << "granular offload with MoE must exit 2";
+  EXPECT_EQ(code, 2) << "granular offload of the experts alone must exit 2";
+  r = run(moe_scenario("granular_zero3", {{"dp", 2}, {"zero", 3}, {"offload", {{"kind", "granular"}, {"fraction", 0.5}}}}), 1,
+          true, &code);
+  EXPECT_TRUE(r.is_null());
+  EXPECT_EQ(code, have_mpi() ? 2 : 0) << "granular offload with ZeRO-3 and MoE must exit 2";
 }
 
 // Experts are sharded over ep (exec/moe.hpp): each rank stores only its E / ep experts, so its parameters and

@@ -149,10 +149,10 @@ TEST(RunOracle, BadPlansExitTwoBeforeWork) {
   std::ifstream log(f + ".log");
   std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
   EXPECT_NE(text.find("$.plan: dp x tp x pp = 4 ranks, but this job has 1"), std::string::npos) << text;
-  // A plan key the executor does not run yet: granular offload with a mixture-of-experts model.
+  // A plan key the executor does not run yet: granular offload of the experts alone.
   {
     json mj = json::parse(std::ifstream(std::string(TP_SOURCE_DIR) + "/scenarios/exec/tiny-moe.json"));
-    mj["plan"]["offload"] = {{"kind", "granular"}, {"layers", {1}}};
+    mj["plan"]["offload"] = {{"kind", "granular"}, {"layers", {1}}, {"target", "experts"}};
     f = tmpdir() + "/moe_offload.json";
     std::ofstream(f) << mj.dump(2);
   }
