@@ -41,10 +41,13 @@ struct BuildCtx {
   std::map<std::tuple<int, std::vector<int>>, int, std::less<>> shared_colls;  // (tag, group): the tag compares first
   // Data-parallel groups by (tp rank, stage, residue mod ep; -1: the whole dp group), built once: in full mode
   // every member of a group shares it instead of building its own (which cost O(dp) per rank).
-  std::map<std::tuple<int, int, int>, std::vector<int>> dp_groups;
+  using GroupKey = std::tuple<int, int, int>;  // (tp rank, stage, residue): names one of dp_groups
+  std::map<GroupKey, std::vector<int>> dp_groups;
   const std::vector<int>& dp_group(int tp_rank, int stage, int residue);
-  std::map<std::tuple<const void*, int, double>, int> dp_shape_memo;  // (dp group, kind, bytes) -> shape
-  std::map<std::pair<const void*, int>, int> dp_coll_memo;            // (dp group, tag) -> collective
+  // Memoised by the group's key: full mode asks once per member, and a dp-sized group compared by value would
+  // cost O(dp) per member.
+  std::map<std::tuple<GroupKey, int, double>, int> dp_shape_memo;  // (dp group, kind, bytes) -> shape
+  std::map<std::pair<GroupKey, int>, int> dp_coll_memo;            // (dp group, tag) -> collective
 
   BuildCtx(const Scenario& s, Program& pr, Builder& b);
   std::pair<int, int>& comp_at(int sim, int model_chunk, int mb, int pass) {
@@ -69,7 +72,8 @@ struct RankCtx {
   int r = 0, s = 0, me = 0;
   RankCoord rc{};
   const std::vector<int>* dp_group = nullptr;   // BuildCtx::dp_groups: the dp group and
-  const std::vector<int>* edp_group = nullptr;  // the expert-data-parallel group of this rank
+  const std::vector<int>* edp_group = nullptr;  // the expert-data-parallel group of this rank,
+  BuildCtx::GroupKey dp_key{}, edp_key{};       // and their keys there
   int dp_members = 1, edp_members = 1;
   const std::vector<int>* lane = nullptr;  // compute lane order
   const std::vector<Run>* rs = nullptr;

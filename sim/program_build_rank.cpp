@@ -18,6 +18,8 @@ RankCtx make_rank_ctx(BuildCtx& x, int r) {
   rk.s = x.prog.sim_stage[r];
   rk.me = x.prog.sim_global[r];
   rk.rc = rank_coord(p, rk.me);
+  rk.dp_key = {rk.rc.tp, rk.s, -1};
+  rk.edp_key = {rk.rc.tp, rk.s, rk.rc.dp % p.ep};
   rk.dp_group = &x.dp_group(rk.rc.tp, rk.s, -1);
   rk.edp_group = &x.dp_group(rk.rc.tp, rk.s, rk.rc.dp % p.ep);
   rk.dp_members = x.prog.full ? p.data_ranks() : 1;
@@ -46,19 +48,17 @@ int dp_collective(BuildCtx& x, RankCtx& rk, Coll c, TaskKind kind, const Params&
   const Plan& p = x.p;
   double dense = pr.dense + (p.ep == 1 ? pr.expert : 0), expert = p.ep == 1 ? 0 : pr.expert;
   int last = -1;
-  auto one = [&](const std::vector<int>& grp, int members, double params, bool is_expert) {
+  auto one = [&](const std::vector<int>& grp, const BuildCtx::GroupKey& key, int members, double params, bool is_expert) {
     if (grp.size() < 2 || params <= 0) return;
     TaskInfo ti = base;
     ti.kind = kind;
     ti.expert = is_expert;
     double bytes = params * elem_bytes;
-    // Memoised by the group's address (groups live in x.dp_groups): full mode asks once per member, and
-    // looking a dp-sized group up by value would cost O(dp) per member.
-    auto sk = std::make_tuple((const void*)&grp, (int)c, bytes);
+    auto sk = std::make_tuple(key, (int)c, bytes);  // memoised by the group's key (BuildCtx::dp_shape_memo)
     auto si = x.dp_shape_memo.find(sk);
     if (si == x.dp_shape_memo.end()) si = x.dp_shape_memo.emplace(sk, x.B.shape_for(c, grp, bytes, true)).first;
     ti.sent = x.B.sent_by(si->second, rk.me);
-    auto ck = std::make_pair((const void*)&grp, rk.tag++);
+    auto ck = std::make_pair(key, rk.tag++);
     auto ci = x.dp_coll_memo.find(ck);
     if (ci == x.dp_coll_memo.end()) ci = x.dp_coll_memo.emplace(ck, x.group_coll(grp, ck.second, c, bytes, members, true)).first;
     int coll = ci->second;
@@ -67,8 +67,8 @@ int dp_collective(BuildCtx& x, RankCtx& rk, Coll c, TaskKind kind, const Params&
     if (out) out->push_back(id);
     last = id;
   };
-  one(*rk.dp_group, rk.dp_members, dense, false);
-  one(*rk.edp_group, rk.edp_members, expert, true);
+  one(*rk.dp_group, rk.dp_key, rk.dp_members, dense, false);
+  one(*rk.edp_group, rk.edp_key, rk.edp_members, expert, true);
   return last;
 }
 
