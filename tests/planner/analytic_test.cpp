@@ -125,8 +125,9 @@ TEST(PlanAnalytic, UnevenStagesWithin5PercentStepAnd3PercentMemory) {
       even.plan.stage_layers.clear();
       double sim_even = simulate(even, so).step_time_s, est_even = estimate_plan(am, even.plan).step_s;
       EXPECT_LE(std::fabs(est_even / sim_even - 1), 0.05);
-      if (std::fabs(sim_even / r.step_time_s - 1) > 0.01)
+      if (std::fabs(sim_even / r.step_time_s - 1) > 0.01) {
         EXPECT_EQ(est_even < e.step_s, sim_even < r.step_time_s) << "sim even " << sim_even << " estimate even " << est_even;
+      }
     }
   }
 }
