@@ -113,20 +113,24 @@ void RankRun<T>::delink() {
     long long wg = weight_group(l, L, shared);
     if (wg == l) continue;
     const Unit &src = units[unit_of_layer(wg)], &dst = units[unit_of_layer(l)];
-    size_t ks = own_index(unit_of_layer(wg)), kd = own_index(unit_of_layer(l));
     const int us = unit_of_layer(wg), ud = unit_of_layer(l);
     const bool hs = gran.is_off(us), hd = gran.is_off(ud);  // granular: host memory
     if (!zparam) GranularHost<T>::move(P(dst.a), hd, P(src.a), hs, src.b - src.a);
-    if (src.owned && dst.owned) {
-      if (zparam)  // the slices (granular: on the host)
+    if (!src.owned || !dst.owned) continue;
+    // The own slices and their moments, segment by segment (MoE: the dense part over dp, the rank's experts
+    // over the expert-dp group; the rank holds the same experts of every layer, so slot l's layout is wg's).
+    for (int si = 0; si < nseg(us); ++si) {
+      const size_t ks = own_index(us) + si, kd = own_index(ud) + si;
+      const long long n = seg(us, si).slice;
+      if (zparam)  // the slices (granular, no experts there: the host copy is the one slice)
         GranularHost<T>::move(hd ? gran.param(ud) : pslice.data() + own_off[kd], hd,
-                              hs ? gran.param(us) : pslice.data() + own_off[ks], hs, src.slice);
+                              hs ? gran.param(us) : pslice.data() + own_off[ks], hs, n);
       if (hopt.on()) {
-        hopt.copy_moments(own_off[kd], own_off[ks], src.slice);
+        hopt.copy_moments(own_off[kd], own_off[ks], n);
       } else {
         for (auto [dev, host] : {std::pair{&m1, &gran.m1}, std::pair{&m2, &gran.m2}})
           GranularHost<T>::move((hd ? host->data() : dev->data()) + own_off[kd], hd,
-                                (hs ? host->data() : dev->data()) + own_off[ks], hs, src.slice);
+                                (hs ? host->data() : dev->data()) + own_off[ks], hs, n);
       }
     }
   }

@@ -44,12 +44,11 @@ void check_runnable(const Scenario& sc) {
   // plan.offload "granular" runs with every ZeRO stage, cp, 2D and delinking (exec/runtime_granular.hpp).
   need(p.tp_mode == TpMode::d2 || sc.model.vocab % p.tp == 0,
        "$.plan.tp: must divide the model's vocab (" + std::to_string(sc.model.vocab) + ") for the vocabulary-parallel embedding");
-  if (sc.model.moe.experts > 0) {  // exec/moe.hpp: MoE with expert parallelism over dp (and SP), no cp
+  if (sc.model.moe.experts > 0) {  // exec/moe.hpp: MoE with expert parallelism over dp (and SP), no cp; delinking
     need(p.cp == 1, "$.plan.cp > 1 with a mixture-of-experts model");
     need(!p.offload.on() || p.offload.kind == OffloadKind::optimizer ||
              (p.offload.kind == OffloadKind::granular && p.zero <= 2 && !p.offload.experts_only),
          "$.plan.offload.kind \"" + std::string(offload_kind_name(p.offload.kind)) + "\" with a mixture-of-experts model");
-    need(!sc.delink.on(), "$.plan.delink with a mixture-of-experts model");
   }
   // plan.cp runs (exec/cp_attention.hpp); the scenario checks already refuse cp with tp_mode "2d".
   need(p.cp == 1 || p.tp_mode == TpMode::d1, "$.plan.cp with tp_mode \"2d\"");

@@ -491,6 +491,10 @@ static void validate_delink(Scenario& sc, Issues& is, const std::string& cluster
   long long L = sc.model.layers;
   if (L > 0 && (L % d.unique_layers != 0 || d.unique_layers >= L))
     is.add("$.plan.delink.unique_layers", "must divide the model's layers (" + s(L) + ") and be smaller, got " + s(d.unique_layers));
+  // A weight group serves consecutive positions; with MoE layers alternating with dense ones it would serve both.
+  if (sc.model.moe.experts > 0 && sc.model.moe.every > 1)
+    is.add("$.plan.delink", "Pseudo-to-Real shares one weight set among consecutive layers, so with a mixture-of-experts "
+           "model every layer must be an MoE layer (model.moe.every 1), got model.moe.every " + s(sc.model.moe.every));
   // Without its own plan and batch the pseudo phase repeats the real plan's checks (less offload): nothing new.
   if (!d.plan && d.global_batch == 0) return;
   Training t = sc.training;

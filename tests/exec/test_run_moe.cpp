@@ -5,7 +5,7 @@
 // as does the emu backend. A wrong
 // all-to-all block order, an expert computing with another's weights, a capacity counted over the ep group instead
 // of the rank, or expert gradients reduced twice or not at all would each change them. Optimizer offload and
-// granular offload of whole layers (ZeRO 0-2) run with MoE; plans the executor does not run with MoE (context
+// granular offload of whole layers (ZeRO 0-2) and Pseudo-to-Real delinking run with MoE; plans the executor does not run with MoE (context
 // parallelism, granular offload of the experts alone or with ZeRO-3) exit 2 before any work.
 #include <gtest/gtest.h>
 
@@ -115,6 +115,42 @@ TEST(RunMoe, Top1SwigluExpertParallelMatches) {
   ASSERT_FALSE(got.is_null());
   expect_close(got, ref, "losses", 1e-9, "top1 ep2");
   expect_close(got, ref, "grad_norm", 1e-9, "top1 ep2");
+}
+
+// Pseudo-to-Real with MoE (M6-10T's form: every layer an MoE layer, the pseudo model shares one weight set among
+// consecutive layers, experts included). At the delink the loss is unchanged (every position keeps its weights,
+// its experts and their optimizer state); the delinked run then diverges from the one that stays shared. Each
+// expert-parallel plan reproduces the single-rank float64 run through the delink: copying only the dense part,
+// or the experts' ZeRO slices or moments of the wrong segment, would change the steps after it.
+TEST(RunMoe, DelinkedMoePlansMatchSingleRankFloat64) {
+  const json moe = {{"every", 1}}, delink = {{"unique_layers", 2}, {"tokens", 768}};
+  auto scen = [&](const std::string& name, json plan) {
+    plan["delink"] = delink;
+    return moe_scenario(name, plan, moe);
+  };
+  json at2 = run(scen("delink_ref", json::object()), 4, true, nullptr, "--delink-step 2");
+  json never = run(scen("delink_ref", json::object()), 4, true, nullptr, "--delink-step 100");
+  ASSERT_FALSE(at2.is_null());
+  ASSERT_FALSE(never.is_null());
+  EXPECT_EQ(at2["delink_step"], 2);
+  for (int s = 0; s < 3; ++s)  // steps 0-1 pseudo; step 2 on the delinked model: the same loss
+    EXPECT_NEAR(at2["losses"][s].get<double>(), never["losses"][s].get<double>(), 1e-12 * never["losses"][s].get<double>());
+  EXPECT_NE(at2["losses"][3], never["losses"][3]);  // then they diverge
+  if (!have_mpi()) return;
+  struct Case { const char* name; json plan; };
+  std::vector<Case> cases = {
+      {"delink_dp2_ep2", {{"dp", 2}, {"ep", 2}}},
+      {"delink_dp2_ep2_zero1", {{"dp", 2}, {"ep", 2}, {"zero", 1}}},
+      {"delink_dp2_ep2_zero3", {{"dp", 2}, {"ep", 2}, {"zero", 3}}},
+      {"delink_dp2_ep2_optimizer_offload", {{"dp", 2}, {"ep", 2}, {"zero", 1}, {"offload", {{"kind", "optimizer"}}}}},
+      {"delink_dp2_ep2_granular", {{"dp", 2}, {"ep", 2}, {"zero", 2}, {"offload", {{"kind", "granular"}, {"fraction", 0.5}}}}},
+  };
+  for (const Case& c : cases) {
+    json got = run(scen(c.name, c.plan), 4, true, nullptr, "--delink-step 2");
+    ASSERT_FALSE(got.is_null()) << c.name;
+    expect_close(got, at2, "losses", 1e-9, c.name);
+    expect_close(got, at2, "grad_norm", 1e-9, c.name);
+  }
 }
 
 // The emu backend runs the router, dispatch and combine ops (exec/kernels/backend_emu_moe.cpp).
