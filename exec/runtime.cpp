@@ -59,17 +59,24 @@ void RankRun<T>::setup() {
   std::vector<char> goff(units.size(), 0);
   std::vector<long long> hlen, horigin;  // granular: per unit, its host length and flat start (zparam: the slice)
   zparam = p.zero >= 3 && p.data_ranks() > 1 && p.offload.kind != OffloadKind::chunked;
+  // Granular: the offloaded units (target "experts": the MoE layers, only their experts go to the host).
+  const bool experts_only = p.offload.experts_only;
   if (p.offload.kind == OffloadKind::granular)
-    for (int l : p.offload.layers) goff[unit_of_layer(l)] = units[unit_of_layer(l)].owned;
+    for (int l : p.offload.layers) {
+      const Unit& u = units[unit_of_layer(l)];
+      goff[unit_of_layer(l)] = u.owned && (!experts_only || u.x < u.b);
+    }
   for (Unit& u : units) {
     const int ui = int(&u - units.data());
     u.slice = p.zero >= 1 ? (u.x - u.a + p.data_ranks() - 1) / p.data_ranks() : u.x - u.a;
     const int en = seg(ui, 1).n;
     u.eslice = p.zero >= 1 ? (u.b - u.x + en - 1) / en : u.b - u.x;
-    // granular host side (offloaded units have no experts: one segment over dp); zparam: the rank's slice
+    dev_end.push_back(!goff[ui] ? u.b : experts_only ? u.x : u.a);
+    // granular host side: [dev_end, b) (experts only: the expert segment); zparam (whole units, one segment
+    // over dp): the rank's slice
     const bool sliced = zparam && is_layer_unit(ui);
-    hlen.push_back(sliced ? u.slice : u.b - u.a);
-    horigin.push_back(sliced ? (p.zero >= 1 ? u.a + rc.dp * u.slice : u.a) : u.a);
+    hlen.push_back(sliced ? u.slice : u.b - dev_end.back());
+    horigin.push_back(sliced ? (p.zero >= 1 ? u.a + rc.dp * u.slice : u.a) : dev_end.back());
     if (!u.owned) continue;
     for (int si = 0; si < nseg(ui); ++si) {  // an own range per segment
       const Seg sg = seg(ui, si);
@@ -78,7 +85,7 @@ void RankRun<T>::setup() {
       own.push_back({a, std::max(a, z)});
       own_unit.push_back(ui);
       own_seg.push_back(si);
-      long long& at = goff[ui] ? hstate : state;
+      long long& at = goff[ui] && sg.lo >= dev_end[ui] ? hstate : state;
       own_off.push_back(at);
       at += sg.slice;  // padded: every own range gets its full slice
     }
@@ -100,12 +107,16 @@ void RankRun<T>::setup() {
     long long n = 0;
     cbase.assign(units.size(), -1);
     for (size_t ui = 0; ui < units.size(); ++ui)
-      if (units[ui].owned && !(zparam && is_layer_unit((int)ui)) && !gran.is_off((int)ui)) { cbase[ui] = n; n += units[ui].b - units[ui].a; }
+      if (units[ui].owned && !(zparam && is_layer_unit((int)ui)) && dev_end[ui] > units[ui].a) {  // [a, dev_end)
+        cbase[ui] = n;
+        n += dev_end[ui] - units[ui].a;
+      }
     zeros(params, n);
-    for (size_t ui = 0; ui < units.size(); ++ui)
-      if (cbase[ui] >= 0) upload(params.data() + cbase[ui], all.data() + units[ui].a, units[ui].b - units[ui].a);
-      else if (gran.is_off((int)ui))
+    for (size_t ui = 0; ui < units.size(); ++ui) {
+      if (cbase[ui] >= 0) upload(params.data() + cbase[ui], all.data() + units[ui].a, dev_end[ui] - units[ui].a);
+      if (gran.is_off((int)ui))
         std::copy(all.data() + gran.origin[ui], all.data() + std::min(units[ui].b, gran.origin[ui] + gran.len[ui]), gran.param((int)ui));
+    }
     if (zparam) zeros(pslice, state);
     for (size_t ui = 0; zparam && ui < units.size(); ++ui)
       for (int si = 0; units[ui].owned && is_layer_unit((int)ui) && !gran.is_off((int)ui) && si < nseg((int)ui); ++si) {
@@ -119,7 +130,10 @@ void RankRun<T>::setup() {
     long long n = 0;
     gbase.assign(units.size(), -1);
     for (size_t ui = 0; ui < units.size(); ++ui)
-      if (units[ui].owned && !(zgrad && is_layer_unit((int)ui)) && !gran.is_off((int)ui)) { gbase[ui] = n; n += units[ui].b - units[ui].a; }
+      if (units[ui].owned && !(zgrad && is_layer_unit((int)ui)) && dev_end[ui] > units[ui].a) {
+        gbase[ui] = n;
+        n += dev_end[ui] - units[ui].a;
+      }
     zeros(grads, n);
     ugrad.resize(units.size());
   }
@@ -127,9 +141,10 @@ void RankRun<T>::setup() {
   model.d1.params = model.d2.params = params.data();
   model.d1.grads = model.d2.grads = grads.data();
   for (const ParamView& v : gl.views) {
-    bool held = cbase[unit_at(v.offset)] >= 0;  // (granular: null until a run loads its unit)
+    const int u = unit_at(v.offset);  // (granular: null until a run loads its unit's host part)
+    bool held = cbase[u] >= 0 && v.offset < dev_end[u];
     ptab.push_back(held ? P(v.offset) : nullptr);
-    gtab.push_back(held && gbase[unit_at(v.offset)] >= 0 ? Gd(v.offset) : nullptr);
+    gtab.push_back(held && gbase[u] >= 0 ? Gd(v.offset) : nullptr);
   }
   model.d1.ptab = model.d2.ptab = ptab.data();
   model.d1.gtab = model.d2.gtab = gtab.data();
@@ -321,7 +336,7 @@ RunResult RankRun<T>::run() {
         if (run_start && gran.is_off(unit_of_layer(wl))) {  // granular: the run's loaded copy (zparam: gathered)
           const int u = unit_of_layer(wl);
           T* d = gran.attach(run_of_piece[pc], zparam ? dp.get() : nullptr, units[u].slice, uparam[u]);
-          gl.each_view(units[u].a, units[u].b, [&](size_t v, long long lo, long long, long long at) { ptab[v] = d + at - lo; });
+          gl.each_view(zparam ? units[u].a : dev_end[u], units[u].b, [&](size_t v, long long lo, long long, long long at) { ptab[v] = d + at - lo; });
         }
         const double piece_t0 = rec.on ? rec.now() : 0;
         LayerActs<T>& a = acts[(size_t)l * m + j];
@@ -353,12 +368,12 @@ RunResult RankRun<T>::run() {
           model.layer_bwd(wl, x.data(), x.data(), a, b, Tl);  // in place: x becomes the input gradient
           a = LayerActs<T>{};
           if (p.zero >= 2 && p.data_ranks() > 1 && run_end) {
-            if (model.sp) sp_reduce_layer(wl);
+            if (model.sp) sp_reduce_layer(wl, units[unit_of_layer(wl)].a, units[unit_of_layer(wl)].b);
             reduce_scatter_unit(unit_of_layer(wl));
           } else if (run_end && gran.is_off(unit_of_layer(wl))) {  // granular: the run's gradient to the host
             const int ui = unit_of_layer(wl);
-            if (model.sp) sp_reduce_layer(wl);
-            gran.grad_to_host(gran.grad(ui), ugrad[ui].data(), units[ui].b - units[ui].a);
+            if (model.sp) sp_reduce_layer(wl, dev_end[ui], units[ui].b);  // (the device part: at the step's end)
+            gran.grad_to_host(gran.grad(ui), ugrad[ui].data(), units[ui].b - dev_end[ui]);
             grad_release(ui);
           }
         }

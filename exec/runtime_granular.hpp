@@ -2,9 +2,11 @@
 // it: sim/program_build_rank.cpp add_param_fetches / add_grad_reductions, sim/step_formulas.hpp state_bytes).
 // The offloaded layers (plan.offload.layers, resolved from "fraction" by the scenario) that this rank holds keep
 // their parameters, a gradient accumulator and their Adam moments (of the rank's own ZeRO slices) in pinned host
-// memory. With ZeRO 0-2 the host holds the whole unit's parameters and gradients; with ZeRO-3 over dp > 1 only
-// the rank's padded slice (host length = the unit's slice, at origin = the slice's flat start). Each RUN of such a
-// layer (the runtime's runs: consecutive pieces of one layer and pass) gets its own device copy, loaded host ->
+// memory. With ZeRO 0-2 the host holds the unit's host part, [origin, b): the whole unit, or with target
+// "experts" (M6-10T) only its expert segment, the rest of the layer staying on the device (RankRun::dev_end);
+// with ZeRO-3 over dp > 1 (whole units) only the rank's padded slice (host length = the unit's slice, at origin
+// = the slice's flat start). Each RUN of such a
+// layer (the runtime's runs: consecutive pieces of one layer and pass) gets its own device copy of the host part, loaded host ->
 // device `prefetch_layers` offloaded runs ahead: load i is issued when offloaded run i - prefetch - 1 ends (the
 // simulator's edge), the first prefetch + 1 at the step's start. ZeRO 0-2: the copy is the layer and is freed
 // when its run ends. ZeRO-3: the copy is the slice, all-gathered over dp on the device into the run's full layer

@@ -117,7 +117,7 @@ struct RankRun {
   }
   T* P(long long i) {  // (zparam layers: i must lie in this rank's slice)
     int u = unit_at(i);
-    if (gran.is_off(u)) return gran.param_at(u, i);  // granular: host memory (zparam: this rank's slice)
+    if (host_at(u, i)) return gran.param_at(u, i);  // granular: host memory (zparam: this rank's slice)
     if (zparam && is_layer_unit(u)) {
       size_t k = own_index(u) + (i >= units[u].x);  // its dense or expert slice
       return pslice.data() + own_off[k] + (i - own[k].first);
@@ -126,10 +126,16 @@ struct RankRun {
   }
   T* Gd(long long i) {
     int u = unit_at(i);
-    return gran.is_off(u) ? gran.grad_at(u, i) : grads.data() + gbase[u] + (i - units[u].a);
+    return host_at(u, i) ? gran.grad_at(u, i) : grads.data() + gbase[u] + (i - units[u].a);
   }
   std::unique_ptr<ChunkStore<T>> store;              // plan.offload "chunked"
   GranularHost<T> gran;   // plan.offload "granular": offloaded layers on the host (exec/runtime_granular.hpp)
+  // Per unit: [a, dev_end) lives on the device, [dev_end, b) on the host (granular: b when not offloaded, a for a
+  // whole offloaded unit, x when only its experts are, target "experts").
+  std::vector<long long> dev_end;
+  bool host_at(int u, long long i) const { return gran.is_off(u) && i >= dev_end[u]; }
+  bool seg_on_host(int ui, int si) const { return gran.is_off(ui) && seg(ui, si).lo >= dev_end[ui]; }
+  bool own_on_host(size_t k) const { return seg_on_host(own_unit[k], own_seg[k]); }
   std::vector<int> own_unit;  // per own range: its unit
   std::vector<int> own_seg;   // per own range: its unit's segment (Seg: 0 dense, 1 experts)
   HostOptimizer<T> hopt;  // plan.offload "optimizer": master copy, moments and Adam on the host (exec/host_optimizer.hpp)
@@ -152,29 +158,31 @@ struct RankRun {
   }
   int unit_of_layer(long long l) const { return 1 + (int)l; }
   bool is_layer_unit(int ui) const { return ui >= 1 && ui <= (int)L; }
-  // zgrad: a zeroed full gradient of unit ui, the views' gradients pointing into it (no-op if it exists).
+  // zgrad: a zeroed full gradient of unit ui, the views' gradients pointing into it (no-op if it exists);
+  // granular without zgrad: of its host part [dev_end, b) only (the device part accumulates in `grads`).
+  long long ugrad_from(int ui) const { return zgrad ? units[ui].a : dev_end[ui]; }
   void grad_acquire(int ui) {
     if ((!zgrad && !gran.is_off(ui)) || !is_layer_unit(ui) || !ugrad[ui].empty()) return;
-    const Unit& u = units[ui];
-    ugrad[ui].resize(u.b - u.a);
-    ops::fill(ugrad[ui].data(), T(0), (long)(u.b - u.a));
-    gl.each_view(u.a, u.b, [&](size_t v, long long lo, long long, long long at) { gtab[v] = ugrad[ui].data() + at - lo; });
+    const long long a = ugrad_from(ui), b = units[ui].b;
+    ugrad[ui].resize(b - a);
+    ops::fill(ugrad[ui].data(), T(0), (long)(b - a));
+    gl.each_view(a, b, [&](size_t v, long long lo, long long, long long at) { gtab[v] = ugrad[ui].data() + at - lo; });
   }
   void grad_release(int ui) {
     if ((!zgrad && !gran.is_off(ui)) || !is_layer_unit(ui)) return;
     Buf<T>().swap(ugrad[ui]);
-    gl.each_view(units[ui].a, units[ui].b, [&](size_t v, long long, long long, long long) { gtab[v] = nullptr; });
+    gl.each_view(ugrad_from(ui), units[ui].b, [&](size_t v, long long, long long, long long) { gtab[v] = nullptr; });
   }
   int stage_of_layer(long long l) const { return lay.stage_of_layer(l); }
 
   void setup();
-  void sp_reduce_layer(int l);
+  void sp_reduce_layer(int l, long long lo, long long hi);  // the layer's replicated views in flat [lo, hi)
   void reduce_scatter_unit(int ui);
   void all_gather_unit(int ui);
   void param_release(int ui) {  // zparam: the gathered unit is freed at its run's end (granular: its views unset)
     if (!(zparam || gran.is_off(ui)) || !is_layer_unit(ui)) return;
     Buf<T>().swap(uparam[ui]);
-    gl.each_view(units[ui].a, units[ui].b, [&](size_t v, long long, long long, long long) { ptab[v] = nullptr; });
+    gl.each_view(zparam ? units[ui].a : dev_end[ui], units[ui].b, [&](size_t v, long long, long long, long long) { ptab[v] = nullptr; });
   }
   size_t own_index(int ui) const {  // the own range of unit ui's first segment (the next ones follow)
     size_t k = 0;

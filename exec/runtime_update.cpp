@@ -8,9 +8,9 @@
 namespace tp::exec::detail {
 
 template <class T>
-void RankRun<T>::sp_reduce_layer(int l) {
+void RankRun<T>::sp_reduce_layer(int l, long long lo, long long hi) {
   for (size_t v = 0; v < gl.views.size(); ++v)
-    if (gl.views[v].layer == l && replicated_view[v])
+    if (gl.views[v].layer == l && replicated_view[v] && gl.views[v].offset >= lo && gl.views[v].offset < hi)
       tp->all_reduce_sum(gtab[v], gl.views[v].count, dtype_of<T>());
 }
 
@@ -26,7 +26,7 @@ void RankRun<T>::reduce_scatter_unit(int ui) {
     gl.read_range(gtab, sg.lo, sg.hi, in.data());
     sg.c->reduce_scatter_sum(in.data(), out.data(), sg.slice, dtype_of<T>());
     size_t k = own_index(ui) + si;
-    if (gran.is_off(ui)) gran.grad_to_host(Gd(own[k].first), out.data(), own[k].second - own[k].first);  // own slice down
+    if (seg_on_host(ui, si)) gran.grad_to_host(Gd(own[k].first), out.data(), own[k].second - own[k].first);  // own slice down
     else ops::accumulate(gshard.data() + own_off[k], out.data(), (long)sg.slice);
   }
   if (zgrad && is_layer_unit(ui)) grad_release(ui);  // the next run starts from a fresh zeroed buffer
@@ -51,16 +51,13 @@ void RankRun<T>::all_gather_unit(int ui) {
     gl.each_view(u.x, u.b, [&](size_t v, long long lo, long long, long long at) { ptab[v] = ebase + at - lo; });
     return;
   }
-  if (gran.is_off(ui)) {  // granular (ZeRO 1-2): each segment's updated slices gathered on the host over its group
-    for (int si = 0; si < nseg(ui); ++si) {
-      const Seg sg = seg(ui, si);
-      long long a = sg.lo + sg.r * sg.slice;
-      gran.host_all_gather(*sg.c, ui, sg.slice, a, std::min(sg.hi, a + sg.slice), sg.lo, sg.hi - sg.lo);
-    }
-    return;
-  }
   for (int si = 0; si < nseg(ui); ++si) {
     const Seg sg = seg(ui, si);
+    if (seg_on_host(ui, si)) {  // granular (ZeRO 1-2): the segment's updated slices gathered on the host over its group
+      long long a = sg.lo + sg.r * sg.slice;
+      gran.host_all_gather(*sg.c, ui, sg.slice, a, std::min(sg.hi, a + sg.slice), sg.lo, sg.hi - sg.lo);
+      continue;
+    }
     Buf<T> mine(sg.slice), all(sg.slice * sg.n);
     ops::fill(mine.data(), T(0), (long)sg.slice);
     long long a = sg.lo + sg.r * sg.slice, z = std::min(sg.hi, a + sg.slice);
@@ -114,14 +111,16 @@ void RankRun<T>::delink() {
     if (wg == l) continue;
     const Unit &src = units[unit_of_layer(wg)], &dst = units[unit_of_layer(l)];
     const int us = unit_of_layer(wg), ud = unit_of_layer(l);
-    const bool hs = gran.is_off(us), hd = gran.is_off(ud);  // granular: host memory
-    if (!zparam) GranularHost<T>::move(P(dst.a), hd, P(src.a), hs, src.b - src.a);
     if (!src.owned || !dst.owned) continue;
-    // The own slices and their moments, segment by segment (MoE: the dense part over dp, the rank's experts
-    // over the expert-dp group; the rank holds the same experts of every layer, so slot l's layout is wg's).
+    // Segment by segment (MoE: the dense part over dp, the rank's experts over the expert-dp group; the rank
+    // holds the same experts of every layer, so slot l's layout is wg's), each on the device or the host
+    // (granular: the whole unit, or its experts alone): the parameters (zparam: the own slices) and the moments.
     for (int si = 0; si < nseg(us); ++si) {
+      const bool hs = seg_on_host(us, si), hd = seg_on_host(ud, si);
+      const Seg sg = seg(us, si);
+      if (!zparam) GranularHost<T>::move(P(dst.a + (sg.lo - src.a)), hd, P(sg.lo), hs, sg.hi - sg.lo);
       const size_t ks = own_index(us) + si, kd = own_index(ud) + si;
-      const long long n = seg(us, si).slice;
+      const long long n = sg.slice;
       if (zparam)  // the slices (granular, no experts there: the host copy is the one slice)
         GranularHost<T>::move(hd ? gran.param(ud) : pslice.data() + own_off[kd], hd,
                               hs ? gran.param(us) : pslice.data() + own_off[ks], hs, n);
@@ -144,17 +143,17 @@ void RankRun<T>::optimizer_step(int step, int warmup, RunResult& res) {
   // (with ZeRO >= 2 and dp > 1 this happened before each layer's reduce-scatter).
   if (model.sp && !(p.zero >= 2 && p.data_ranks() > 1))
     for (long long l = 0; l < L; ++l)  // (granular: the offloaded layers' were reduced before going down)
-      if (units[unit_of_layer(l)].owned && !gran.is_off(unit_of_layer(l))) sp_reduce_layer((int)l);
+      if (units[unit_of_layer(l)].owned) sp_reduce_layer((int)l, units[unit_of_layer(l)].a, dev_end[unit_of_layer(l)]);
   // Tied embedding: the first and last stage add their copies' gradients.
   if (units[0].owned && p.pp > 1 && sc.model.tied_embeddings && first_stage != last_stage && emb)
     emb->all_reduce_sum(Gd(units[0].a), units[0].b - units[0].a, dtype_of<T>());
   // Data parallel: all-reduce (ZeRO 0), reduce-scatter of each owned unit (ZeRO 1; ZeRO >= 2 reduced the layers
   // during the backward and reduces the ends here).
   auto G = [&](size_t k, long long i) -> T* {  // gradient element i of own range k (granular: on the host)
-    return p.zero >= 2 && !gran.is_off(own_unit[k]) ? gshard.data() + own_off[k] + (i - own[k].first) : Gd(i);
+    return p.zero >= 2 && !own_on_host(k) ? gshard.data() + own_off[k] + (i - own[k].first) : Gd(i);
   };
-  // Work on an offloaded unit's host memory runs on the CPU backend.
-  auto on_host = [&](int ui) -> const Backend& { return gran.is_off(ui) ? cpu_backend() : current_backend(); };
+  // Work on an offloaded segment's host memory runs on the CPU backend.
+  auto on_host = [&](bool host) -> const Backend& { return host ? cpu_backend() : current_backend(); };
   if (p.zero == 0) {
     for (int ui = 0; ui < (int)units.size(); ++ui)
       for (int si = 0; units[ui].owned && si < nseg(ui); ++si) {  // each segment over its group
@@ -166,8 +165,8 @@ void RankRun<T>::optimizer_step(int step, int warmup, RunResult& res) {
       if (!units[ui].owned) continue;
       if (p.zero >= 2 && ui != 0 && ui != (int)L + 1) continue;  // layers already reduced
       if (p.zero >= 2) { reduce_scatter_unit(ui); continue; }
-      BackendScope where(on_host(ui));
       for (int si = 0; si < nseg(ui); ++si) {
+        BackendScope where(on_host(seg_on_host(ui, si)));
         const Seg sg = seg(ui, si);
         Buf<T> inb(sg.slice * sg.n), out(sg.slice);
         ops::copy(inb.data(), Gd(sg.lo), (long)(sg.hi - sg.lo));
@@ -179,13 +178,13 @@ void RankRun<T>::optimizer_step(int step, int warmup, RunResult& res) {
     }
   } else if (p.zero >= 2) {  // dp == 1: the "slice" is the whole unit
     for (size_t k = 0; k < own.size(); ++k)
-      if (own[k].second > own[k].first && !gran.is_off(own_unit[k])) ops::accumulate(G(k, own[k].first), Gd(own[k].first), (long)(own[k].second - own[k].first));
+      if (own[k].second > own[k].first && !own_on_host(k)) ops::accumulate(G(k, own[k].first), Gd(own[k].first), (long)(own[k].second - own[k].first));
   }
   // Global gradient norm: each parameter once (tp-replicated on tp rank 0, the tied embedding on its first stage).
   double sq2[2] = {0, 0};  // dense, experts (without ZeRO each is held by its group's every rank)
   for (size_t k = 0; k < own.size(); ++k) {
     double& sq = sq2[own_seg[k]];
-    BackendScope where(on_host(own_unit[k]));
+    BackendScope where(on_host(own_on_host(k)));
     for (size_t v = 0; v < gl.views.size(); ++v) {
       const ParamView& pv = gl.views[v];
       long long a = std::max(own[k].first, pv.offset), z = std::min(own[k].second, pv.offset + pv.count);
@@ -205,9 +204,9 @@ void RankRun<T>::optimizer_step(int step, int warmup, RunResult& res) {
   T clip = norm > o.grad_clip && o.grad_clip > 0 ? T(o.grad_clip / norm) : T(1);
   double lr = learning_rate(o, step, warmup);
   for (size_t k = 0; k < own.size(); ++k) {
-    BackendScope where(on_host(own_unit[k]));
-    T* M1 = gran.is_off(own_unit[k]) ? gran.m1.data() : m1.data();
-    T* M2 = gran.is_off(own_unit[k]) ? gran.m2.data() : m2.data();
+    BackendScope where(on_host(own_on_host(k)));
+    T* M1 = own_on_host(k) ? gran.m1.data() : m1.data();
+    T* M2 = own_on_host(k) ? gran.m2.data() : m2.data();
     for (const ParamView& pv : gl.views) {
       long long a = std::max(own[k].first, pv.offset), z = std::min(own[k].second, pv.offset + pv.count);
       if (a >= z) continue;
@@ -227,7 +226,7 @@ void RankRun<T>::optimizer_step(int step, int warmup, RunResult& res) {
       if (units[ui].owned) all_gather_unit(ui);
 }
 
-template void RankRun<float>::sp_reduce_layer(int);
+template void RankRun<float>::sp_reduce_layer(int, long long, long long);
 template void RankRun<float>::reduce_scatter_unit(int);
 template void RankRun<float>::all_gather_unit(int);
 template std::vector<TensorView> RankRun<float>::state_tensors(int32_t*);
@@ -235,7 +234,7 @@ template void RankRun<float>::save_checkpoint(long);
 template long RankRun<float>::load_checkpoint(long);
 template void RankRun<float>::delink();
 template void RankRun<float>::optimizer_step(int, int, RunResult&);
-template void RankRun<double>::sp_reduce_layer(int);
+template void RankRun<double>::sp_reduce_layer(int, long long, long long);
 template void RankRun<double>::reduce_scatter_unit(int);
 template void RankRun<double>::all_gather_unit(int);
 template std::vector<TensorView> RankRun<double>::state_tensors(int32_t*);
