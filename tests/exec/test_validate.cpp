@@ -68,14 +68,15 @@ TEST(Validate, BadInputExits2) {
 // The memory target (docs/perf/validate.md) on the benchmark plans: the executor frees what a trainer frees
 // (saved tensors after their last reader, the head's activations after its backward, no copies of the residual
 // stream), so the measured peak (heap, or the device arena under offload) is within 5 % of the simulator's
-// (deterministic). One rank: the base plan, optimizer offload, granular offload and MoE; two ranks under mpirun:
+// (deterministic). One rank: the base plan, optimizer offload, granular offload, MoE, and MoE with granular offload of the experts; two ranks under mpirun:
 // context parallelism (the all-gather form) and MoE with ep 2.
 TEST(Validate, BenchmarkPlansPeakMemoryWithinFivePercent) {
   std::string prof = quick_profile();
   ASSERT_FALSE(prof.empty());
   struct Case { const char* name; int ranks; };
   std::vector<Case> cases = {{"validate-gpt256-1r", 1}, {"validate-gpt256-1r-optoffload", 1},
-                             {"validate-gpt256-1r-granular", 1}, {"validate-gpt256-moe-1r", 1}};
+                             {"validate-gpt256-1r-granular", 1}, {"validate-gpt256-moe-1r", 1},
+                             {"validate-gpt256-moe-1r-granular-experts", 1}};
 #ifdef TP_MPIEXEC
   cases.push_back({"validate-gpt256-cp2", 2});
   cases.push_back({"validate-gpt256-moe-ep2", 2});
