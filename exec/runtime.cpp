@@ -72,23 +72,26 @@ void RankRun<T>::setup() {
     const int en = seg(ui, 1).n;
     u.eslice = p.zero >= 1 ? (u.b - u.x + en - 1) / en : u.b - u.x;
     dev_end.push_back(!goff[ui] ? u.b : experts_only ? u.x : u.a);
-    // granular host side: [dev_end, b) (experts only: the expert segment); zparam (whole units, one segment
-    // over dp): the rank's slice
+    // granular host side: [dev_end, b) (experts only: the expert segment); zparam: the rank's slices of the
+    // segments on the host, one after the other (hoff)
     const bool sliced = zparam && is_layer_unit(ui);
-    hlen.push_back(sliced ? u.slice : u.b - dev_end.back());
-    horigin.push_back(sliced ? (p.zero >= 1 ? u.a + rc.dp * u.slice : u.a) : dev_end.back());
-    if (!u.owned) continue;
-    for (int si = 0; si < nseg(ui); ++si) {  // an own range per segment
+    long long hl = sliced ? 0 : u.b - dev_end.back();
+    for (int si = 0; u.owned && si < nseg(ui); ++si) {  // an own range per segment
       const Seg sg = seg(ui, si);
+      const bool host = goff[ui] && sg.lo >= dev_end[ui];
       long long a = p.zero >= 1 ? sg.lo + sg.r * sg.slice : sg.lo;
       long long z = p.zero >= 1 ? std::min(sg.hi, a + sg.slice) : sg.hi;
       own.push_back({a, std::max(a, z)});
       own_unit.push_back(ui);
       own_seg.push_back(si);
-      long long& at = goff[ui] && sg.lo >= dev_end[ui] ? hstate : state;
+      hoff.push_back(host && sliced ? hl : -1);
+      if (host && sliced) hl += sg.slice;
+      long long& at = host ? hstate : state;
       own_off.push_back(at);
       at += sg.slice;  // padded: every own range gets its full slice
     }
+    hlen.push_back(hl);
+    horigin.push_back(sliced ? -1 : dev_end.back());  // (zparam: own ranges through hoff)
   }
   if (p.offload.kind == OffloadKind::granular) gran.init(goff, hlen, horigin, hstate);
   // The rank holds only its stage's units: a compact buffer of the owned units in layout order; flat
@@ -114,13 +117,16 @@ void RankRun<T>::setup() {
     zeros(params, n);
     for (size_t ui = 0; ui < units.size(); ++ui) {
       if (cbase[ui] >= 0) upload(params.data() + cbase[ui], all.data() + units[ui].a, dev_end[ui] - units[ui].a);
-      if (gran.is_off((int)ui))
-        std::copy(all.data() + gran.origin[ui], all.data() + std::min(units[ui].b, gran.origin[ui] + gran.len[ui]), gran.param((int)ui));
+      if (gran.is_off((int)ui) && !(zparam && is_layer_unit((int)ui)))
+        std::copy(all.data() + dev_end[ui], all.data() + units[ui].b, gran.param((int)ui));
     }
+    for (size_t k = 0; k < own.size(); ++k)  // zparam: the own slices on the host
+      if (hoff[k] >= 0) std::copy(all.data() + own[k].first, all.data() + own[k].second, host_slice(k));
     if (zparam) zeros(pslice, state);
     for (size_t ui = 0; zparam && ui < units.size(); ++ui)
-      for (int si = 0; units[ui].owned && is_layer_unit((int)ui) && !gran.is_off((int)ui) && si < nseg((int)ui); ++si) {
+      for (int si = 0; units[ui].owned && is_layer_unit((int)ui) && si < nseg((int)ui); ++si) {
         size_t k = own_index((int)ui) + si;
+        if (hoff[k] >= 0) continue;  // on the host
         upload(pslice.data() + own_off[k], all.data() + own[k].first, own[k].second - own[k].first);
       }
     uparam.resize(units.size());
@@ -335,8 +341,13 @@ RunResult RankRun<T>::run() {
         }
         if (run_start && gran.is_off(unit_of_layer(wl))) {  // granular: the run's loaded copy (zparam: gathered)
           const int u = unit_of_layer(wl);
-          T* d = gran.attach(run_of_piece[pc], zparam ? dp.get() : nullptr, units[u].slice, uparam[u]);
-          gl.each_view(zparam ? units[u].a : dev_end[u], units[u].b, [&](size_t v, long long lo, long long, long long at) { ptab[v] = d + at - lo; });
+          T* d = gran.device_copy(run_of_piece[pc]);
+          if (zparam) {  // the loaded slices and the device's (experts only: the dense part) gathered, the copy freed
+            gather_layer(u, d);
+            gran.drop(run_of_piece[pc]);
+          } else {
+            gl.each_view(dev_end[u], units[u].b, [&](size_t v, long long lo, long long, long long at) { ptab[v] = d + at - lo; });
+          }
         }
         const double piece_t0 = rec.on ? rec.now() : 0;
         LayerActs<T>& a = acts[(size_t)l * m + j];

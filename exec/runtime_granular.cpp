@@ -74,15 +74,6 @@ void GranularHost<T>::drop(int r) {
 }
 
 template <class T>
-T* GranularHost<T>::attach(int r, Comm* gather, long long slice, Buf<T>& full) {
-  T* d = device_copy(r);
-  if (!gather) return d;
-  detail::gather_unit(*gather, d, slice, full);
-  drop(r);
-  return full.data();
-}
-
-template <class T>
 void GranularHost<T>::end_run(int r) {
   if (off_index[r] < 0) return;
   drop(r);

@@ -2,18 +2,19 @@
 // it: sim/program_build_rank.cpp add_param_fetches / add_grad_reductions, sim/step_formulas.hpp state_bytes).
 // The offloaded layers (plan.offload.layers, resolved from "fraction" by the scenario) that this rank holds keep
 // their parameters, a gradient accumulator and their Adam moments (of the rank's own ZeRO slices) in pinned host
-// memory. With ZeRO 0-2 the host holds the unit's host part, [origin, b): the whole unit, or with target
-// "experts" (M6-10T) only its expert segment, the rest of the layer staying on the device (RankRun::dev_end);
-// with ZeRO-3 over dp > 1 (whole units) only the rank's padded slice (host length = the unit's slice, at origin
-// = the slice's flat start). Each RUN of such a
-// layer (the runtime's runs: consecutive pieces of one layer and pass) gets its own device copy of the host part, loaded host ->
-// device `prefetch_layers` offloaded runs ahead: load i is issued when offloaded run i - prefetch - 1 ends (the
-// simulator's edge), the first prefetch + 1 at the step's start. ZeRO 0-2: the copy is the layer and is freed
-// when its run ends. ZeRO-3: the copy is the slice, all-gathered over dp on the device into the run's full layer
-// (the runtime's uparam, freed at the run's end) and freed right after the gather (drop), as the simulator holds
-// only the gathered layer. A backward run's gradient is a transient device buffer (the runtime's grad_acquire /
-// grad_release) sent to the host at the run's end (after the dp reduce-scatter with ZeRO >= 2, as its own slice)
-// and accumulated there. The host Adam (the CPU backend's op, on the host copies) updates them.
+// memory: the unit's host part, the whole unit or with target "experts" (M6-10T) only its expert segment, the
+// rest of the layer staying on the device (RankRun::dev_end). With ZeRO 0-2 the host holds that part, [origin,
+// b); with ZeRO-3 over dp > 1 only the rank's padded slices of its segments, one after the other (RankRun::hoff;
+// origin unused). Each RUN of such a layer (the runtime's runs: consecutive pieces of one layer and pass) gets
+// its own device copy of the host block, loaded host -> device `prefetch_layers` offloaded runs ahead: load i is
+// issued when offloaded run i - prefetch - 1 ends (the simulator's edge), the first prefetch + 1 at the step's
+// start. ZeRO 0-2: the copy is the layer's host part and is freed when its run ends. ZeRO-3: the copy holds the
+// slices, all-gathered per segment (its group) on the device into the run's full layer (RankRun::gather_layer,
+// with the device-resident slices of the other segments; the runtime's uparam, freed at the run's end) and freed
+// right after the gather (drop), as the simulator holds only the gathered layer. A backward run's gradient is a
+// transient device buffer (the runtime's grad_acquire / grad_release) sent to the host at the run's end (after
+// the reduce-scatter with ZeRO >= 2, as its own slices) and accumulated there. The host Adam (the CPU
+// backend's op, on the host copies) updates them.
 // Runs are keyed by the weight SLOT they use (Pseudo-to-Real's weight groups: position l uses slot
 // weight_group(l)); begin_step recomputes them each step (they change at a delink). Context parallelism and 2D tensor parallelism
 // change nothing here: the units are the rank's parameter units whatever their layout.
@@ -63,9 +64,6 @@ struct GranularHost {
   void load_through(size_t i);     // loads offloaded runs next .. i
   T* device_copy(int r);           // run r's loaded copy (loading through r if it was not prefetched)
   void drop(int r);                // run r's copy freed early (ZeRO-3: once gathered)
-  // Run r's parameters on the device: its loaded copy, or with gather (ZeRO-3 over dp) the slices of every dp
-  // rank all-gathered into `full` (slice elements each) and the loaded copy dropped; returns where they are.
-  T* attach(int r, Comm* gather, long long slice, Buf<T>& full);
   void end_run(int r);             // run r ended: its copy freed, offloaded run (its index) + prefetch + 1 may load
   void grad_to_host(T* dst, const T* dev, long long n);  // n gradient elements added into the host at dst
   // ZeRO 1-2 after the update: the updated slices [a, z) of one segment of unit u (this rank's; `slice` long on

@@ -204,10 +204,6 @@ inline void record_offload_step(OffloadResult& f, const char* kind, double& h2d_
 }
 // The run's peak memory on backend b: its device high-water mark on a device backend, else peak_rss_bytes().
 double peak_memory_of(const Backend& b);
-// ZeRO-3 (exec/runtime_state.cpp): all-gathers a unit's padded slices (`slice` elements from `mine` on every dp
-// rank) straight into `full` (resized to slice * dp elements).
-template <class T>
-void gather_unit(Comm& dp, const T* mine, long long slice, Buf<T>& full);
 // This rank's checkpoint of the state before step `next_step` (then a barrier: complete when every rank's is),
 // and its read-back into the same tensors (InputError when the file is of another scenario or plan).
 void save_rank_checkpoint(const Scenario& sc, const RunOptions& o, Comm& world, long next_step,

@@ -117,15 +117,20 @@ struct RankRun {
   }
   T* P(long long i) {  // (zparam layers: i must lie in this rank's slice)
     int u = unit_at(i);
-    if (host_at(u, i)) return gran.param_at(u, i);  // granular: host memory (zparam: this rank's slice)
+    if (host_at(u, i)) return zparam && is_layer_unit(u) ? host_slice(own_at(u, i)) + (i - own[own_at(u, i)].first)
+                                                         : gran.param_at(u, i);  // granular: host memory
     if (zparam && is_layer_unit(u)) {
-      size_t k = own_index(u) + (i >= units[u].x);  // its dense or expert slice
+      size_t k = own_at(u, i);  // its dense or expert slice
       return pslice.data() + own_off[k] + (i - own[k].first);
     }
     return params.data() + cbase[u] + (i - units[u].a);
   }
   T* Gd(long long i) {
     int u = unit_at(i);
+    if (host_at(u, i) && zparam && is_layer_unit(u)) {  // zparam: the own slice's gradient on the host
+      const size_t k = own_at(u, i);
+      return gran.grad(u) + hoff[k] + (i - own[k].first);
+    }
     return host_at(u, i) ? gran.grad_at(u, i) : grads.data() + gbase[u] + (i - units[u].a);
   }
   std::unique_ptr<ChunkStore<T>> store;              // plan.offload "chunked"
@@ -133,6 +138,10 @@ struct RankRun {
   // Per unit: [a, dev_end) lives on the device, [dev_end, b) on the host (granular: b when not offloaded, a for a
   // whole offloaded unit, x when only its experts are, target "experts").
   std::vector<long long> dev_end;
+  std::vector<long long> hoff;  // zparam: per own range, its offset in its unit's host block (-1: on the device)
+  size_t own_at(int u, long long i) const { return own_index(u) + (i >= units[u].x); }  // i's own range (zparam)
+  T* host_slice(size_t k) { return gran.param(own_unit[k]) + hoff[k]; }
+  T* slice_ptr(size_t k) { return hoff[k] >= 0 ? host_slice(k) : pslice.data() + own_off[k]; }  // zparam: own range k
   bool host_at(int u, long long i) const { return gran.is_off(u) && i >= dev_end[u]; }
   bool seg_on_host(int ui, int si) const { return gran.is_off(ui) && seg(ui, si).lo >= dev_end[ui]; }
   bool own_on_host(size_t k) const { return seg_on_host(own_unit[k], own_seg[k]); }
@@ -179,6 +188,9 @@ struct RankRun {
   void sp_reduce_layer(int l, long long lo, long long hi);  // the layer's replicated views in flat [lo, hi)
   void reduce_scatter_unit(int ui);
   void all_gather_unit(int ui);
+  // zparam: layer ui gathered into uparam[ui] ([dense slices x dp | expert slices x dp / ep]), the views pointing
+  // into it; each segment's own slice from pslice, or from `loaded` (granular: the run's copy of the host block).
+  void gather_layer(int ui, const T* loaded);
   void param_release(int ui) {  // zparam: the gathered unit is freed at its run's end (granular: its views unset)
     if (!(zparam || gran.is_off(ui)) || !is_layer_unit(ui)) return;
     Buf<T>().swap(uparam[ui]);

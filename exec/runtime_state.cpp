@@ -81,13 +81,6 @@ double peak_rss_bytes() {
   return (double)ru.ru_maxrss * 1024.0;
 }
 
-template <class T>
-void gather_unit(Comm& dp, const T* mine, long long slice, Buf<T>& full) {
-  full.resize((size_t)(slice * dp.size()));
-  dp.all_gather(mine, full.data(), slice, sizeof(T) == 8 ? Dtype::f64 : Dtype::f32);
-}
-template void gather_unit<float>(Comm&, const float*, long long, Buf<float>&);
-template void gather_unit<double>(Comm&, const double*, long long, Buf<double>&);
 
 namespace {
 // A checkpoint file is written and read on the host: tensors in device memory (a backend that is not

@@ -36,19 +36,8 @@ void RankRun<T>::reduce_scatter_unit(int ui) {
 // before a run).
 template <class T>
 void RankRun<T>::all_gather_unit(int ui) {
-  const Unit& u = units[ui];
   if (zparam && is_layer_unit(ui)) {  // straight into a fresh gathered unit, the views pointing into it
-    if (nseg(ui) == 1) gather_unit(*dp, pslice.data() + own_off[own_index(ui)], u.slice, uparam[ui]);
-    else {  // [dense slices (slice x dp) | expert slices (eslice x dp / ep)]
-      const Seg s0 = seg(ui, 0), s1 = seg(ui, 1);
-      uparam[ui].resize((size_t)(s0.slice * s0.n + s1.slice * s1.n));
-      s0.c->all_gather(pslice.data() + own_off[own_index(ui)], uparam[ui].data(), s0.slice, dtype_of<T>());
-      s1.c->all_gather(pslice.data() + own_off[own_index(ui) + 1], uparam[ui].data() + s0.slice * s0.n, s1.slice, dtype_of<T>());
-    }
-    T* base = uparam[ui].data();
-    gl.each_view(u.a, u.x, [&](size_t v, long long lo, long long, long long at) { ptab[v] = base + at - lo; });
-    T* ebase = base + u.slice * seg(ui, 0).n;
-    gl.each_view(u.x, u.b, [&](size_t v, long long lo, long long, long long at) { ptab[v] = ebase + at - lo; });
+    gather_layer(ui, nullptr);
     return;
   }
   for (int si = 0; si < nseg(ui); ++si) {
@@ -64,6 +53,23 @@ void RankRun<T>::all_gather_unit(int ui) {
     if (z > a) gl.read_range(ptab, a, z, mine.data());
     sg.c->all_gather(mine.data(), all.data(), sg.slice, dtype_of<T>());
     gl.write_range(ptab, sg.lo, sg.hi, all.data());
+  }
+}
+
+template <class T>
+void RankRun<T>::gather_layer(int ui, const T* loaded) {
+  long long total = 0;
+  for (int si = 0; si < nseg(ui); ++si) total += seg(ui, si).slice * seg(ui, si).n;
+  uparam[ui].resize((size_t)total);
+  long long at0 = 0;
+  for (int si = 0; si < nseg(ui); ++si) {
+    const Seg sg = seg(ui, si);
+    const size_t k = own_index(ui) + si;
+    const T* mine = hoff[k] >= 0 ? loaded + hoff[k] : pslice.data() + own_off[k];
+    T* base = uparam[ui].data() + at0;
+    sg.c->all_gather(mine, base, sg.slice, dtype_of<T>());
+    gl.each_view(sg.lo, sg.hi, [&](size_t v, long long lo, long long, long long at) { ptab[v] = base + at - lo; });
+    at0 += sg.slice * sg.n;
   }
 }
 
@@ -121,9 +127,7 @@ void RankRun<T>::delink() {
       if (!zparam) GranularHost<T>::move(P(dst.a + (sg.lo - src.a)), hd, P(sg.lo), hs, sg.hi - sg.lo);
       const size_t ks = own_index(us) + si, kd = own_index(ud) + si;
       const long long n = sg.slice;
-      if (zparam)  // the slices (granular, no experts there: the host copy is the one slice)
-        GranularHost<T>::move(hd ? gran.param(ud) : pslice.data() + own_off[kd], hd,
-                              hs ? gran.param(us) : pslice.data() + own_off[ks], hs, n);
+      if (zparam) GranularHost<T>::move(slice_ptr(kd), hd, slice_ptr(ks), hs, n);  // the slices (granular: on the host)
       if (hopt.on()) {
         hopt.copy_moments(own_off[kd], own_off[ks], n);
       } else {
@@ -229,6 +233,7 @@ void RankRun<T>::optimizer_step(int step, int warmup, RunResult& res) {
 template void RankRun<float>::sp_reduce_layer(int, long long, long long);
 template void RankRun<float>::reduce_scatter_unit(int);
 template void RankRun<float>::all_gather_unit(int);
+template void RankRun<float>::gather_layer(int, const float*);
 template std::vector<TensorView> RankRun<float>::state_tensors(int32_t*);
 template void RankRun<float>::save_checkpoint(long);
 template long RankRun<float>::load_checkpoint(long);
@@ -237,6 +242,7 @@ template void RankRun<float>::optimizer_step(int, int, RunResult&);
 template void RankRun<double>::sp_reduce_layer(int, long long, long long);
 template void RankRun<double>::reduce_scatter_unit(int);
 template void RankRun<double>::all_gather_unit(int);
+template void RankRun<double>::gather_layer(int, const double*);
 template std::vector<TensorView> RankRun<double>::state_tensors(int32_t*);
 template void RankRun<double>::save_checkpoint(long);
 template long RankRun<double>::load_checkpoint(long);

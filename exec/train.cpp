@@ -47,7 +47,7 @@ void check_runnable(const Scenario& sc) {
   if (sc.model.moe.experts > 0) {  // exec/moe.hpp: MoE with expert parallelism over dp (and SP), no cp; delinking
     need(p.cp == 1, "$.plan.cp > 1 with a mixture-of-experts model");
     need(!p.offload.on() || p.offload.kind == OffloadKind::optimizer ||
-             (p.offload.kind == OffloadKind::granular && p.zero <= 2),
+             p.offload.kind == OffloadKind::granular,
          "$.plan.offload.kind \"" + std::string(offload_kind_name(p.offload.kind)) + "\" with a mixture-of-experts model");
   }
   // plan.cp runs (exec/cp_attention.hpp); the scenario checks already refuse cp with tp_mode "2d".
