@@ -135,9 +135,11 @@ void moe_mlp_bwd(const Gpt<T>& g, const LayerParams& W, LayerActs<T>& a, const T
   release(ddisp);
   Buf<T> dlogits((size_t)(N * E));
   ops::fill(dlogits.data(), T(0), N * E);
-  // SP: each tp rank routes 1 / G of the micro-batch, a routing group weighing 1 / G of the micro-batch's aux
+  // SP (cp): each tp (cp) rank routes 1 / G (1 / cp) of the micro-batch, a routing group weighing as much of
+  // the micro-batch's aux
+  const double groups = (double)G * (g.cpx ? (double)g.cpx->size : 1.0);
   ops::moe_route_bwd(dlogits.data(), a.m_probs.data(), a.m_slot.data(), dgate.data(), N, E, k, cap, k > 1 ? 1 : 0,
-                     T(g.moe_aux_weight / (double)G));
+                     T(g.moe_aux_weight / groups));
   ops::matmul(g.g(W.router_w), a.ln2.data(), dlogits.data(), C, E, N, true, false, T(1), T(1));
   ops::matmul(dln, dlogits.data(), g.p(W.router_w), N, C, E, false, true, T(1), T(1));
   for (Buf<T>* v : {&a.m_probs, &a.m_gate, &a.ln2}) release(*v);

@@ -5,8 +5,8 @@
 //    cap = ceil(capacity_factor x k x N / E) tokens (moe_capacity); copies beyond it are dropped (the token then
 //    gets only its kept copies; with none its MLP output is 0 and the residual carries it);
 //  - load-balancing loss (Switch / GShard): aux = E sum_e f_e P_e per layer and micro-batch (ops::moe_route),
-//    weighted by kMoeAuxCoef (0.01, Switch Transformer's alpha; the scenario has no key for it) / micro-batches
-//    of the global batch, so the objective is mean cross-entropy + 0.01 x mean over micro-batches of the summed
+//    weighted by model.moe.aux_loss_coeff (default 0.01, Switch Transformer's alpha) / micro-batches of the
+//    global batch, so the objective is mean cross-entropy + coeff x mean over micro-batches of the summed
 //    layers' aux. The reported loss is the cross-entropy alone;
 //  - dispatch: the capacity-padded copies [E, cap, C] (expert e = ep rank e / El, El = E / ep local experts) go to
 //    their ep rank with one all-to-all over the ep group (blocks of El cap C); each rank runs its El experts on
@@ -32,15 +32,16 @@
 // Shared experts (model.moe.shared_ffn_hidden > 0, DeepSeek / Qwen-MoE): a dense MLP of every token beside the
 // routed experts (Gpt::layer_fwd: the dense MLP's code, views sh_fc*, split over tp like it; under SP on the
 // gathered ln2), its output added to the routed one; its parameters are in the layer's dense part (reduced over dp).
-// Invariants: no context parallelism (check_runnable refuses it with MoE); N is this rank's routed tokens.
+// Context parallelism: each cp rank routes its own rows (its two chunks of every sequence of the micro-batch: a
+// routing group, capacity and load-balancing loss over them, weighing 1/cp of the micro-batch's loss, as the
+// simulator counts capacity per rank); the MLP is token-local, so nothing else changes.
+// Invariants: N is this rank's routed tokens.
 #pragma once
 #include <cmath>
 
 #include "exec/gpt.hpp"
 
 namespace tp::exec {
-
-constexpr double kMoeAuxCoef = 0.01;
 
 // Tokens one expert takes from a micro-batch of n tokens on one rank.
 inline long moe_capacity(long n, long long experts, long long top_k, double capacity_factor) {

@@ -46,7 +46,7 @@ void RankRun<T>::setup() {
   std::vector<T> init = init_model<T>(sc, rc.tp, *tp, o.seed, model, gl, replicated_view, grid_row, grid_col,
                                       p.ep > 1 ? rc.dp % p.ep : 0);
   model.d1.ep = epc.get();
-  model.d1.moe_aux_weight = kMoeAuxCoef * (double)b / (double)sc.training.global_batch;  // per micro-batch
+  model.d1.moe_aux_weight = sc.model.moe.aux_loss_coeff * (double)b / (double)sc.training.global_batch;  // per micro-batch
   // Units and ownership.
   units.resize(L + 2);
   units[0] = Unit{gl.embed_begin, gl.embed_end, 0, rc.stage == first_stage || (sc.model.tied_embeddings && rc.stage == last_stage)};

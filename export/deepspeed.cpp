@@ -66,6 +66,7 @@ Options megatron_ds_args(const Scenario& sc, Refusals& r) {
     o.push_back({"--topk", num((long long)m.moe.top_k)});
     o.push_back({"--moe-expert-parallel-size", num((long long)p.ep)});
     o.push_back({"--moe-train-capacity-factor", num(m.moe.capacity_factor)});
+    o.push_back({"--moe-loss-coeff", num(m.moe.aux_loss_coeff)});  // (Megatron-DeepSpeed's default is 0.1)
     r.need(m.moe.every == 1, "$.model.moe.every", "MoE on every n-th layer", "\"every\": 1 (--expert-interval)");
     r.need(m.moe.ffn_hidden == 0 || m.moe.ffn_hidden == m.ffn_hidden, "$.model.moe.ffn_hidden",
            "experts narrower than the dense MLP", "experts of the model's ffn_hidden");

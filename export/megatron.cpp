@@ -57,6 +57,7 @@ void model_args(const Scenario& sc, Options& o, Refusals& r) {
     // Megatron-Core takes a capacity factor only with the all-to-all dispatcher and aux_loss / none balancing.
     o.push_back({"--moe-token-dispatcher-type", "alltoall"});
     o.push_back({"--moe-router-load-balancing-type", "aux_loss"});
+    o.push_back({"--moe-aux-loss-coeff", num(m.moe.aux_loss_coeff)});
   }
 }
 

@@ -62,6 +62,7 @@ void model_overrides(const Scenario& sc, Options& o, Refusals& r) {
     // Megatron-Core takes a capacity factor only with the all-to-all dispatcher and aux_loss / none balancing.
     o.push_back({c + "moe_token_dispatcher_type", "alltoall"});
     o.push_back({c + "moe_router_load_balancing_type", "aux_loss"});
+    o.push_back({c + "moe_aux_loss_coeff", num(m.moe.aux_loss_coeff)});
   }
 }
 

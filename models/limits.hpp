@@ -37,6 +37,7 @@ inline constexpr Limit capacity_factor{"model.moe.capacity_factor", 0, 1000, K::
 inline constexpr Limit moe_every{"model.moe.every", 1, 10000, K::integer, "at most layers"};
 inline constexpr Limit moe_ffn_hidden{"model.moe.ffn_hidden", 1, 16777216, K::integer, "as ffn_hidden"};
 inline constexpr Limit shared_ffn_hidden{"model.moe.shared_ffn_hidden", 0, 16777216, K::integer, "as ffn_hidden"};
+inline constexpr Limit aux_loss_coeff{"model.moe.aux_loss_coeff", 0, 100, K::number, "typical 0.001-0.01"};
 // cluster
 inline constexpr Limit nodes{"cluster.nodes", 1, 1000000, K::integer, "10^6 nodes"};
 inline constexpr Limit gpus_per_node{"cluster.gpus_per_node", 1, 1024, K::integer, "NVL72 racks: 72"};
@@ -111,7 +112,7 @@ inline constexpr Limit eth_nics{"search.compare.ethernet_nics_per_node", 1, 64, 
 inline constexpr const Limit* kAllLimits[] = {
     &lim::layers, &lim::hidden, &lim::heads, &lim::kv_heads, &lim::head_dim, &lim::ffn_hidden, &lim::vocab,
     &lim::model_seq_len, &lim::sliding_window, &lim::experts, &lim::top_k, &lim::capacity_factor, &lim::moe_every,
-    &lim::moe_ffn_hidden, &lim::shared_ffn_hidden, &lim::nodes, &lim::gpus_per_node, &lim::intra_bw,
+    &lim::moe_ffn_hidden, &lim::shared_ffn_hidden, &lim::aux_loss_coeff, &lim::nodes, &lim::gpus_per_node, &lim::intra_bw,
     &lim::intra_latency, &lim::nics_per_node, &lim::nic_bits, &lim::oversubscription, &lim::nodes_per_leaf,
     &lim::inter_latency, &lim::host_memory, &lim::pcie_bw, &lim::cpu_cores, &lim::host_mem_bw, &lim::price,
     &lim::cluster_power, &lim::nccl_buffer, &lim::matrix_flops, &lim::vector_flops, &lim::hbm_bytes, &lim::hbm_bw,

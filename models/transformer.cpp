@@ -20,7 +20,7 @@ void check_transformer_shape(Transformer& m, const std::string& path, Issues& is
     issues.add(path + ".kv_heads", "must divide heads (" + std::to_string(m.heads) + "), got " + std::to_string(m.kv_heads));
 }
 
-// model.moe = {experts, top_k, capacity_factor, every, ffn_hidden, shared_ffn_hidden}.
+// model.moe = {experts, top_k, capacity_factor, every, ffn_hidden, shared_ffn_hidden, aux_loss_coeff}.
 static Moe read_moe(const json& v, const std::string& path, long long layers, Issues& issues) {
   Moe moe;
   Reader r(v, path, issues);
@@ -32,7 +32,8 @@ static Moe read_moe(const json& v, const std::string& path, long long layers, Is
   moe.every = (int)r.opt_int("every", 1, lim::moe_every);
   moe.ffn_hidden = r.opt_int("ffn_hidden", 0, lim::moe_ffn_hidden);
   moe.shared_ffn_hidden = r.opt_int("shared_ffn_hidden", 0, lim::shared_ffn_hidden);
-  r.finish({"experts", "top_k", "capacity_factor", "every", "ffn_hidden", "shared_ffn_hidden"});
+  moe.aux_loss_coeff = r.opt_num("aux_loss_coeff", 0.01, lim::aux_loss_coeff);
+  r.finish({"experts", "top_k", "capacity_factor", "every", "ffn_hidden", "shared_ffn_hidden", "aux_loss_coeff"});
   if (issues.messages.size() != before) return moe;
   if (moe.top_k > moe.experts)
     issues.add(r.at("top_k"), "must not exceed experts (" + std::to_string(moe.experts) + "), got " + std::to_string(moe.top_k));
@@ -123,6 +124,7 @@ json transformer_to_json(const Transformer& m) {
                 {"every", m.moe.every}};
     if (m.moe.ffn_hidden > 0 && m.moe.ffn_hidden != m.ffn_hidden) j["moe"]["ffn_hidden"] = m.moe.ffn_hidden;
     if (m.moe.shared_ffn_hidden > 0) j["moe"]["shared_ffn_hidden"] = m.moe.shared_ffn_hidden;
+    if (m.moe.aux_loss_coeff != 0.01) j["moe"]["aux_loss_coeff"] = m.moe.aux_loss_coeff;  // only when not the default
   }
   if (m.attn_head_dim > 0) j["head_dim"] = m.attn_head_dim;
   if (m.activation == Activation::swiglu) {

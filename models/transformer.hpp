@@ -17,6 +17,7 @@ enum class Activation { gelu = 0, swiglu = 1 };
 // top_k experts; an expert processes at most capacity_factor * tokens * top_k / experts tokens (padding counts
 // as compute). shared_ffn_hidden > 0 adds an always-on shared expert MLP of that inner size (DeepSeek's
 // n_shared_experts x moe_intermediate_size, Qwen-MoE's shared_expert_intermediate_size) to every MoE layer.
+// aux_loss_coeff weighs the load-balancing loss the executor trains with (it costs nothing in the simulator).
 struct Moe {
   long long experts = 0;  // 0 = dense model
   int top_k = 1;
@@ -24,6 +25,7 @@ struct Moe {
   int every = 1;
   long long ffn_hidden = 0;         // one expert's inner size; 0 = the model's ffn_hidden
   long long shared_ffn_hidden = 0;  // shared experts' inner size (all of them together); 0 = none
+  double aux_loss_coeff = 0.01;     // load-balancing loss weight (Megatron-LM --moe-aux-loss-coeff; Switch's alpha)
 };
 
 struct Transformer {
