@@ -1,6 +1,7 @@
 // hardware: GPU JSON reading and efficiency-curve interpolation. See hardware.hpp.
 #include "hardware.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 namespace tp {
@@ -40,6 +41,21 @@ double Gpu::attention_kernel_head_dim(double dh) const {
     if (d >= dh) return d;
   const double top = attention_head_dims.back();
   return std::ceil(dh / top) * top;
+}
+
+const char* attn_bwd_grid_name(AttnBwdGrid g) { return g == AttnBwdGrid::heads ? "heads" : "key_tiles"; }
+
+double Gpu::attention_backward_occupancy(double bh) const {
+  if (attention_backward_grid != AttnBwdGrid::heads || bh <= 0) return 1.0;
+  const double sms = std::max(1.0, sm_count);
+  return bh / (std::ceil(bh / sms) * sms);
+}
+
+static AttnBwdGrid read_bwd_grid(Reader& r) {
+  std::string v = r.opt_str("attention_backward_grid", "key_tiles");
+  if (v == "heads") return AttnBwdGrid::heads;
+  if (v != "key_tiles") r.issues->add(r.at("attention_backward_grid"), "\"" + v + "\": expected \"key_tiles\" or \"heads\"");
+  return AttnBwdGrid::key_tiles;
 }
 
 // "attention_head_dims": a non-empty ascending array of integers in [1, 1024].
@@ -124,10 +140,11 @@ static KernelProfile read_kernel_profile(const json& v, const std::string& name,
   for (int i = 0; i < 4; ++i)
     if (const json* c = r.get(keys[i])) { *curves[i] = read_curve(*c, r.at(keys[i]), is); any = true; }
   if (const json* h = r.get("attention_head_dims")) { k.attention_head_dims = read_head_dims(*h, r.at("attention_head_dims"), is); any = true; }
+  if (r.has("attention_backward_grid")) { k.attention_backward_grid = read_bwd_grid(r); k.has_backward_grid = any = true; }
   if (!any) is.add(path, "a kernel profile needs at least one of matrix_efficiency, fp8_matrix_efficiency, "
-                         "attention_efficiency, memory_efficiency or attention_head_dims");
+                         "attention_efficiency, memory_efficiency, attention_head_dims or attention_backward_grid");
   r.finish({"about", "matrix_efficiency", "fp8_matrix_efficiency", "attention_efficiency", "memory_efficiency",
-            "attention_head_dims"});
+            "attention_head_dims", "attention_backward_grid"});
   return k;
 }
 
@@ -143,6 +160,7 @@ void apply_kernel_profile(Gpu& g, const KernelProfile& k) {
   if (!k.attention_efficiency.points.empty()) g.attention_efficiency = k.attention_efficiency;
   if (!k.memory_efficiency.points.empty()) g.memory_efficiency = k.memory_efficiency;
   if (!k.attention_head_dims.empty()) g.attention_head_dims = k.attention_head_dims;
+  if (k.has_backward_grid) g.attention_backward_grid = k.attention_backward_grid;
 }
 
 Gpu read_gpu(const json& v, const std::string& path, Issues& issues) {
@@ -164,6 +182,7 @@ Gpu read_gpu(const json& v, const std::string& path, Issues& issues) {
   g.attention_tile_rows = (double)r.opt_int("attention_tile_rows", 128, lim::tile_rows);
   g.sm_count = (double)r.opt_int("sm_count", 1, lim::sm_count);
   if (const json* h = r.get("attention_head_dims")) g.attention_head_dims = read_head_dims(*h, r.at("attention_head_dims"), issues);
+  g.attention_backward_grid = read_bwd_grid(r);
   g.kernel_overhead_s = r.opt_num("kernel_overhead_s", 0, lim::kernel_overhead);
   g.power_w = r.opt_num("power_w", 0, lim::gpu_power);
   if (const json* f = r.get("framework_memory")) {
@@ -188,7 +207,7 @@ Gpu read_gpu(const json& v, const std::string& path, Issues& issues) {
     issues.add(r.at("matrix_flops_per_s"), "at least one precision needs a peak > 0");
   r.finish({"name", "about", "matrix_flops_per_s", "vector_flops_per_s", "hbm_bytes", "hbm_bandwidth_bytes_per_s",
             "matrix_efficiency", "memory_efficiency", "attention_efficiency", "fp8_matrix_efficiency",
-            "attention_tile_rows", "sm_count", "attention_head_dims", "kernel_overhead_s", "power_w", "framework_memory",
+            "attention_tile_rows", "sm_count", "attention_head_dims", "attention_backward_grid", "kernel_overhead_s", "power_w", "framework_memory",
             "kernel_profiles"});
   return g;
 }
@@ -215,6 +234,7 @@ json gpu_to_json(const Gpu& g) {
   if (g.attention_tile_rows != 128) j["attention_tile_rows"] = g.attention_tile_rows;
   if (g.sm_count != 1) j["sm_count"] = g.sm_count;
   if (!g.attention_head_dims.empty()) j["attention_head_dims"] = head_dims_json(g.attention_head_dims);
+  if (g.attention_backward_grid != AttnBwdGrid::key_tiles) j["attention_backward_grid"] = attn_bwd_grid_name(g.attention_backward_grid);
   const FrameworkMemory& f = g.framework;
   if (f.cuda_context_bytes > 0 || f.cublas_workspace_bytes > 0 || f.allocator_fragmentation > 0)
     j["framework_memory"] = {{"cuda_context_bytes", f.cuda_context_bytes}, {"cublas_workspace_bytes", f.cublas_workspace_bytes},
@@ -228,6 +248,7 @@ json gpu_to_json(const Gpu& g) {
       if (!k.attention_efficiency.points.empty()) e["attention_efficiency"] = curve_to_json(k.attention_efficiency);
       if (!k.memory_efficiency.points.empty()) e["memory_efficiency"] = curve_to_json(k.memory_efficiency);
       if (!k.attention_head_dims.empty()) e["attention_head_dims"] = head_dims_json(k.attention_head_dims);
+      if (k.has_backward_grid) e["attention_backward_grid"] = attn_bwd_grid_name(k.attention_backward_grid);
       kp[k.name] = e;
     }
     j["kernel_profiles"] = kp;

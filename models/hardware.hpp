@@ -39,6 +39,13 @@ struct FrameworkMemory {
   double allocator_fragmentation = 0;
 };
 
+// How a fused attention kernel's backward spreads over the GPU ("attention_backward_grid"): key_tiles = one
+// program per (sequence, head, key tile), as FlashAttention-2/3 and cuDNN: enough programs that partial waves
+// are not modelled; heads = one program per (sequence, head) looping over every key tile (the Triton
+// FlashAttention of llm-foundry), so b x h programs fill sm_count SMs in ceil(b h / sm_count) waves.
+enum class AttnBwdGrid { key_tiles = 0, heads = 1 };
+const char* attn_bwd_grid_name(AttnBwdGrid g);
+
 // A framework's kernels on this GPU (GPU JSON "kernel_profiles": {NAME: {...}}), chosen by a scenario's
 // training.kernel_profile: each curve given replaces the GPU's own (empty = keep it). The GPU's own curves are
 // the Megatron-Core / Transformer Engine kernels; a profile describes another framework's (e.g. llm-foundry's
@@ -47,6 +54,8 @@ struct KernelProfile {
   std::string name;
   Curve matrix_efficiency, fp8_matrix_efficiency, attention_efficiency, memory_efficiency;
   std::vector<double> attention_head_dims;  // as Gpu's; empty = keep the GPU's
+  bool has_backward_grid = false;            // "attention_backward_grid" given
+  AttnBwdGrid attention_backward_grid = AttnBwdGrid::key_tiles;
 };
 
 struct Gpu {
@@ -70,6 +79,10 @@ struct Gpu {
   // work in a kernel padded to powers of two. Empty = any head dim runs as itself.
   std::vector<double> attention_head_dims;
   double attention_kernel_head_dim(double dh) const;
+  AttnBwdGrid attention_backward_grid = AttnBwdGrid::key_tiles;
+  // Fraction of the SMs the attention backward keeps busy for `bh` (sequences x heads) on one rank: 1 under
+  // key_tiles; under heads, bh / (ceil(bh / sm_count) x sm_count) (the last wave's idle SMs).
+  double attention_backward_occupancy(double bh) const;
   const Curve& attention_curve() const { return attention_efficiency.points.empty() ? matrix_efficiency : attention_efficiency; }
   const Curve& fp8_curve() const { return fp8_matrix_efficiency.points.empty() ? matrix_efficiency : fp8_matrix_efficiency; }
   double kernel_overhead_s = 0;  // fixed cost per launched kernel (launch + tail)

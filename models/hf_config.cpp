@@ -53,6 +53,17 @@ struct HfReader {
     }
     return v.get<long long>();
   }
+  // The first present key of `keys` as a number in the range `l`; dflt when none is present.
+  double number(std::initializer_list<const char*> keys, double dflt, const Limit& l) {
+    const char* k = first_present(keys);
+    if (!k) return dflt;
+    const json& v = *find(k);
+    if (!v.is_number() || !within(l, v.get<double>())) {
+      issues.add_got(at(k), limit_text(l), v);
+      return dflt;
+    }
+    return v.get<double>();
+  }
   bool boolean(const char* key, bool dflt) {
     const json* v = find(key);
     if (!v) return dflt;
@@ -107,6 +118,9 @@ void read_moe(HfReader& r, Transformer& m) {
   moe.shared_ffn_hidden = shared * moe.ffn_hidden;
   if (r.find("shared_expert_intermediate_size"))
     moe.shared_ffn_hidden = r.integer({"shared_expert_intermediate_size"}, 0, false, lim::shared_ffn_hidden);
+  // The load-balancing loss weight: Mixtral / Qwen-MoE router_aux_loss_coef, DeepSeek aux_loss_alpha
+  // (absent: trainplan's default). It changes no cost; `run` trains with it and `export` passes it on.
+  moe.aux_loss_coeff = r.number({"router_aux_loss_coef", "aux_loss_alpha"}, moe.aux_loss_coeff, lim::aux_loss_coeff);
   moe.every = (int)r.integer({"decoder_sparse_step"}, 1, false, lim::moe_every);
   if (const json* only = r.find("mlp_only_layers")) {
     if (!only->is_array()) r.issues.add_got(r.at("mlp_only_layers"), "an array of layer indices", *only);

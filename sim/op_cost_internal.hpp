@@ -60,12 +60,14 @@ struct Ctx {
   }
   // A fused attention kernel: matrix peak of `prec` x the attention efficiency curve, or its HBM time. The
   // tensor work is that of the kernel's head dim (Gpu::attention_kernel_head_dim) for `flops` at head dim dh.
-  double attn_s(double flops, double bytes, double dh) const {
+  // `occupancy` (<= 1): the fraction of the SMs the kernel's grid keeps busy; the kernel takes 1 / occupancy
+  // as long (Gpu::attention_backward_occupancy).
+  double attn_s(double flops, double bytes, double dh, double occupancy = 1.0) const {
     double peak = gpu->matrix_flops_per_s[(int)prec];
     double work = flops * gpu->attention_kernel_head_dim(dh) / dh;
     double t_math = work / (peak * gpu->attention_curve().at(work));
     double t_mem = bytes / (gpu->hbm_bandwidth_bytes_per_s * gpu->memory_efficiency.at(bytes));
-    return std::max(t_math, t_mem) + gpu->kernel_overhead_s;
+    return std::max(t_math, t_mem) / occupancy + gpu->kernel_overhead_s;
   }
   double mem_s(double bytes) const {
     return bytes / (gpu->hbm_bandwidth_bytes_per_s * gpu->memory_efficiency.at(bytes)) + gpu->kernel_overhead_s;
@@ -128,13 +130,15 @@ struct Ctx {
   // forward's 2 (2.5x its FLOPs). Bytes: O and dO read for D = rowsum(dO * O) (fp32, written); K, V read and
   // dK, dV written once; per wave of K / V column tiles (as the forward's passes) Q and dO re-read, the
   // statistics and D re-read (fp32), and dQ accumulated in fp32 (read + write); dQ converted and written.
+  // A kernel that runs one program per (sequence, head) ("attention_backward_grid": "heads") leaves SMs idle
+  // in its last wave: its time grows by 1 / Gpu::attention_backward_occupancy(bh).
   Op flash_bwd(double bh, double kv_bh, double s_q, double s_k, double dh) const {
     Op op{"attn.flash.bwd", OpClass::attention};
     const double passes = flash_kv_passes(s_k);
     op.flops = 2.5 * 4 * bh * s_q * s_k * dh * kCausalFraction;
     op.bytes = e * dh * (2 * bh * s_q + 4 * kv_bh * s_k + 2 * bh * s_q * passes + bh * s_q) +
                4 * s_q * dh * bh * (2 * passes + 1) + 4 * bh * s_q * (1 + 2 * passes);
-    op.time_s = attn_s(op.flops, op.bytes, dh);
+    op.time_s = attn_s(op.flops, op.bytes, dh, gpu->attention_backward_occupancy(bh));
     return op;
   }
   // Batched GEMM: `batch` products [M,K] x [K,N]

@@ -59,6 +59,7 @@ TEST(HfConfig, MixtralIsMoe) {
   EXPECT_EQ(m.moe.every, 1);
   EXPECT_EQ(m.expert_ffn(), 14336);  // Mixtral's experts use intermediate_size
   EXPECT_EQ(m.moe.shared_ffn_hidden, 0);
+  EXPECT_DOUBLE_EQ(m.moe.aux_loss_coeff, 0.02);  // router_aux_loss_coef
   EXPECT_EQ(m.moe_layers_in(0, m.layers), 32);
   expect_near_published(total_params(m), 46.7e9, "Mixtral-8x7B total");
   expect_near_published(active_params(m), 12.9e9, "Mixtral-8x7B active");

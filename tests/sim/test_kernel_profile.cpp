@@ -119,3 +119,51 @@ TEST(KernelProfile, AttentionHeadDimsPadTheTensorWork) {
   c["gpu"]["kernel_profiles"]["pow2"] = {{"attention_head_dims", {64, 32}}};
   EXPECT_THROW(flash("pow2"), InputError);
 }
+
+TEST(KernelProfile, BackwardGridOfHeadsRunsInWavesOverTheSms) {
+  Gpu g;
+  g.sm_count = 132;
+  EXPECT_DOUBLE_EQ(g.attention_backward_occupancy(60), 1.0);  // key_tiles (default): waves not modelled
+  g.attention_backward_grid = AttnBwdGrid::heads;
+  EXPECT_DOUBLE_EQ(g.attention_backward_occupancy(60), 60.0 / 132.0);    // one partial wave
+  EXPECT_DOUBLE_EQ(g.attention_backward_occupancy(264), 1.0);            // two full waves
+  EXPECT_DOUBLE_EQ(g.attention_backward_occupancy(288), 288.0 / 396.0);  // a third wave of 24
+  // On the compute-bound ideal GPU with 132 SMs: 8 sequences x 16 heads = 128 programs in one wave, the backward
+  // takes 132 / 128 as long; the forward (one program per query tile) and the FLOPs are unchanged.
+  json c = profiled_cluster();
+  c["gpu"]["sm_count"] = 132;
+  c["gpu"]["kernel_profiles"]["per-head"] = {{"attention_backward_grid", "heads"}};
+  auto ops = [&](const char* profile, long long microbatch) {
+    json j = {{"name", "grid"}, {"model", gpt_model(2, 1024, 16, 32000, 4096)}, {"cluster", c},
+              {"training", {{"global_batch", 8 * microbatch}, {"precision", "bf16"}}},
+              {"plan", plan_json(8, 1, 1, 1, "1f1b", "none", false, 0, (int)microbatch, "flash")}};
+    if (profile) j["training"]["kernel_profile"] = profile;
+    CostModel cm = build_cost_model(scenario_from_json(j, ".", "test"), free_comm());
+    return std::make_pair(*find_op(cm.layer_fwd, "attn.flash"), *find_op(cm.layer_bwd, "attn.flash.bwd"));
+  };
+  auto [f0, b0] = ops(nullptr, 8);
+  auto [f1, b1] = ops("per-head", 8);
+  EXPECT_DOUBLE_EQ(f1.time_s, f0.time_s);
+  EXPECT_NEAR(b1.time_s / b0.time_s, 132.0 / 128.0, 1e-9);
+  EXPECT_DOUBLE_EQ(b1.flops, b0.flops);
+  // 2 sequences: 32 programs, a quarter of the SMs: the backward takes 132 / 32 as long.
+  auto [f2, b2] = ops(nullptr, 2);
+  auto [f3, b3] = ops("per-head", 2);
+  EXPECT_NEAR(b3.time_s / b2.time_s, 132.0 / 32.0, 1e-9);
+  // The key round-trips through the GPU JSON and a bad value names its path.
+  Issues is;
+  json gj = c["gpu"];
+  gj["attention_backward_grid"] = "heads";
+  Gpu rg = read_gpu(gj, "$.gpu", is);
+  EXPECT_TRUE(is.empty());
+  EXPECT_EQ(gpu_to_json(rg)["attention_backward_grid"], "heads");
+  EXPECT_EQ(gpu_to_json(rg)["kernel_profiles"]["per-head"]["attention_backward_grid"], "heads");
+  c["gpu"]["kernel_profiles"]["per-head"] = {{"attention_backward_grid", "rows"}};
+  try {
+    ops("per-head", 8);
+    ADD_FAILURE() << "a bad attention_backward_grid was accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("$.cluster.gpu.kernel_profiles.per-head.attention_backward_grid: \"rows\": expected "
+                                         "\"key_tiles\" or \"heads\""), std::string::npos) << e.what();
+  }
+}

@@ -86,11 +86,12 @@ TEST(OverlapParamGather, BucketsRunBeforeTheFirstForwardOfTheirLayers) {
 }
 
 // The H100 development set (data/validation/h100-dev-set.json) with the fitted H100 curves (the llm-foundry rows
-// with the H100's llm-foundry kernel profile). The target (mean <= 8 %, max <= 15 % over the set) is met
-// for the mean, NOT for the max (docs/accuracy.md says which rows miss and why): these are regression bounds at
-// today's accuracy (6.9 % mean, 27.8 % max over all 40 rows); the Megatron-Core fp8 rows (NeMo,
-// Megatron-Bridge: 4.3 % / 9.9 %) meet the target; the Megatron-LM README rows (fp16, interleaved for pp > 1:
-// 7.6 % mean, 27.8 % max, the 32B row) meet the mean; the llm-foundry rows 8.6 % / 22.8 %.
+// with the H100's llm-foundry kernel profile, its per-head attention backward grid included). The target
+// (mean <= 8 %, max <= 15 % over the set) is met for the mean, NOT for the max: one row, the Megatron-LM README's
+// 32B (+27.8 %), misses (docs/accuracy.md says why). These are regression bounds at today's accuracy (5.8 % mean,
+// 27.8 % max over all 40 rows): the Megatron-Core fp8 rows (NeMo, Megatron-Bridge: 4.3 % / 10.1 %) and the
+// llm-foundry rows (6.1 % / 14.2 %) meet the target; the Megatron-LM README rows (fp16, interleaved for pp > 1:
+// 7.6 % mean, 27.8 % max) meet the mean.
 TEST(DevSetH100, RegressionBoundsAtTodaysAccuracy) {
   std::ifstream in(std::string(TP_SOURCE_DIR) + "/data/validation/h100-dev-set.json");
   ASSERT_TRUE(in.good());
@@ -98,7 +99,7 @@ TEST(DevSetH100, RegressionBoundsAtTodaysAccuracy) {
   PublishedReport r = validate_devset(set);
   EXPECT_EQ(r.time_rows.size(), 40u);
   EXPECT_TRUE(r.skipped.empty());
-  EXPECT_LE(r.time_mean_abs, 0.075);
+  EXPECT_LE(r.time_mean_abs, 0.065);
   EXPECT_LE(r.time_max_abs, 0.29);
   // Each family: its row count, and its mean / max |error| bounds.
   auto family = [&](const char* what, auto in_family, size_t rows, double mean_bound, double max_bound) {
@@ -114,5 +115,5 @@ TEST(DevSetH100, RegressionBoundsAtTodaysAccuracy) {
   family("Megatron-Core fp8", [](const std::string& t) { return t.rfind("nemo", 0) == 0 || t.rfind("megatron-bridge", 0) == 0; },
          14, 0.08, 0.15);
   family("Megatron-LM README", [](const std::string& t) { return t == "megatron-lm-readme-h100"; }, 9, 0.08, 0.29);
-  family("llm-foundry", [](const std::string& t) { return t == "llm-foundry-benchmarks"; }, 17, 0.09, 0.24);
+  family("llm-foundry", [](const std::string& t) { return t == "llm-foundry-benchmarks"; }, 17, 0.07, 0.15);
 }
