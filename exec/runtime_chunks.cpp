@@ -2,9 +2,10 @@
 // declared in runtime_parts.hpp: the pieces and runs of the rank's schedule (runs are the store's moments),
 // the store's tensor list, the check that every run's chunks fit the budget,
 // and the per-step / per-run offload figures of RunResult.
-// Invariants: the tensor list is the simulator's (sim/chunk_offload.cpp) for the same units: per owned unit in
-// unit order, a layer's QKV, projection, fc1 and fc2 weights (each one tensor, in that order), then the layer's
-// other views (norms, biases) joined as one tensor; the embedding's views (wte, wpe) joined as one, the head's
+// Invariants: the tensor list is the simulator's (sim/chunk_offload.cpp list_chunk_tensors) for the same units:
+// per owned unit in unit order, a layer's QKV, projection, fc1 and fc2 weights (a MoE layer: QKV, projection,
+// router, shared experts' fc1 and fc2, the local experts' fc1 and fc2 views, exec/gpt.cpp's view order; each
+// one tensor, in that order), then the layer's other views (norms, biases) joined as one tensor; the embedding's views (wte, wpe) joined as one, the head's
 // (the final norm) likewise. So the store's chunks, and the chunks resident at each moment, are the
 // simulator's. The order only places views in chunks: the pointer tables name every view's copy, so the
 // model computes on the same values in the same order whatever the order (results are bit-identical).
@@ -17,7 +18,7 @@ namespace tp::exec::detail {
 
 namespace {
 bool big_matrix(const std::string& name) {  // the simulator's per-layer tensors of their own
-  for (const char* s : {"qkv_w", "proj_w", "fc1_w", "fc2_w"}) {
+  for (const char* s : {"qkv_w", "proj_w", "fc1_w", "fc2_w", "router_w", "sh_fc1_w", "sh_fc2_w", "ex_w1", "ex_w2"}) {
     const std::string suf = std::string(".") + s;
     if (name.size() > suf.size() && name.compare(name.size() - suf.size(), suf.size(), suf) == 0) return true;
   }

@@ -44,11 +44,7 @@ void check_runnable(const Scenario& sc) {
   // plan.offload "granular" runs with every ZeRO stage, cp, 2D and delinking (exec/runtime_granular.hpp).
   need(p.tp_mode == TpMode::d2 || sc.model.vocab % p.tp == 0,
        "$.plan.tp: must divide the model's vocab (" + std::to_string(sc.model.vocab) + ") for the vocabulary-parallel embedding");
-  if (sc.model.moe.experts > 0) {  // exec/moe.hpp: MoE with expert parallelism over dp (SP, cp, delinking)
-    need(!p.offload.on() || p.offload.kind == OffloadKind::optimizer ||
-             p.offload.kind == OffloadKind::granular,
-         "$.plan.offload.kind \"" + std::string(offload_kind_name(p.offload.kind)) + "\" with a mixture-of-experts model");
-  }
+  // MoE (exec/moe.hpp) runs with every plan kind: expert parallelism over dp, SP, cp, delinking, and each offload.
   // plan.cp runs (exec/cp_attention.hpp); the scenario checks already refuse cp with tp_mode "2d".
   need(p.cp == 1 || p.tp_mode == TpMode::d1, "$.plan.cp with tp_mode \"2d\"");
   // plan.attention is a cost-model choice: the executor computes exact attention either way.

@@ -1,7 +1,9 @@
 // chunk_offload: PatrickStar chunked offload in the step program. See chunk_offload.hpp.
 // Tensors per layer (module order, per GPU after tensor parallelism): QKV, projection, fc1, fc2 weights
-// (a MoE layer: its router and two weights per local expert instead of fc1 / fc2), then the layer's small
-// tensors (biases, norms) as one tensor; the embedding first and the head last on the stages that hold them.
+// (a MoE layer: its router, the shared experts' fc1 and fc2, then the local experts' fc1 weights as one tensor
+// and their fc2 weights as one, as Megatron's GroupedMLP holds them, instead of fc1 / fc2), then the layer's
+// small tensors (biases, norms) as one tensor; the embedding first and the head last on the stages that hold
+// them. The executor's chunk store lists the same tensors (exec/runtime_chunks.cpp).
 #include "chunk_offload.hpp"
 
 #include <algorithm>
@@ -12,6 +14,47 @@ namespace tp {
 
 using detail::Run;
 
+void list_chunk_tensors(const Scenario& sc, const CostModel& cm, const std::vector<long long>& local_layers,
+                        bool has_embed, bool has_head, ChunkSimInput& in) {
+  const Plan& p = sc.plan;
+  const Transformer& M = sc.model;
+  const double shard_tp = (double)p.tp;  // 1D: tp ranks; 2D: q * q
+  const double h = (double)M.hidden, f = (double)M.ffn_hidden, kvd = (double)M.kv_heads * M.head_dim();
+  const double f_in = M.activation == Activation::swiglu ? 2 * f : f;
+  const double qw = (double)M.q_width(), fe = (double)M.expert_ffn(), fe_in = f_in / f * fe;
+  const double fs = (double)M.moe.shared_ffn_hidden, fs_in = f_in / f * fs;
+  const int head_part = 1 + (int)local_layers.size();
+  auto tensor = [&](double elements, int part) {
+    if (elements <= 0) return;
+    in.tensor_elements.push_back(elements);
+    in.tensor_part.push_back(part);
+  };
+  if (has_embed) tensor(cm.embed_params, 0);
+  for (size_t i = 0; i < local_layers.size(); ++i) {
+    const long long l = local_layers[i];
+    const int part = 1 + (int)i;
+    double qkv = h * (qw + 2 * kvd) / shard_tp, proj = qw * h / shard_tp;
+    tensor(qkv, part);
+    tensor(proj, part);
+    double big = qkv + proj;
+    double total = cm.layer_params;
+    if (M.is_moe_layer(l)) {  // router, shared experts' fc1 / fc2, the local experts' fc1 / fc2 (grouped)
+      total = cm.moe_params;
+      const double local_experts = (double)(M.moe.experts / p.ep);
+      const double router = h * (double)M.moe.experts, sh1 = h * fs_in / shard_tp, sh2 = fs * h / shard_tp;
+      const double ex1 = local_experts * h * fe_in / shard_tp, ex2 = local_experts * fe * h / shard_tp;
+      for (double x : {router, sh1, sh2, ex1, ex2}) tensor(x, part);  // (no shared experts: fs = 0, skipped)
+      big += router + sh1 + sh2 + ex1 + ex2;
+    } else {
+      tensor(h * f_in / shard_tp, part);
+      tensor(f * h / shard_tp, part);
+      big += (h * f_in + f * h) / shard_tp;
+    }
+    tensor(std::max(0.0, total - big), part);  // biases and norms
+  }
+  if (has_head) tensor(cm.head_params, head_part);
+}
+
 ChunkPlan plan_chunk_offload(const Scenario& sc, Program& prog, detail::Builder& B, int r,
                              const std::vector<Run>& runs, const detail::Params& held) {
   (void)held;
@@ -21,11 +64,6 @@ ChunkPlan plan_chunk_offload(const Scenario& sc, Program& prog, detail::Builder&
   const ElemBytes eb = elem_bytes(sc.training);
   const int s = prog.sim_stage[r];
   const StageLayout lay = stage_layout(p, M.layers);
-  const double shard_tp = (double)p.tp;  // 1D: tp ranks; 2D: q * q
-  const double h = (double)M.hidden, f = (double)M.ffn_hidden, kvd = (double)M.kv_heads * M.head_dim();
-  const double f_in = M.activation == Activation::swiglu ? 2 * f : f;
-  const double qw = (double)M.q_width(), fe = (double)M.expert_ffn(), fe_in = f_in / f * fe;
-  const double fs = (double)M.moe.shared_ffn_hidden, fs_in = f_in / f * fs;
 
   // Parts: 0 = embedding, 1 + i = the i-th local layer (ascending), last = head.
   std::vector<long long> local_layers;
@@ -41,41 +79,7 @@ ChunkPlan plan_chunk_offload(const Scenario& sc, Program& prog, detail::Builder&
 
   ChunkSimInput in;
   in.parts = head_part + 1;
-  auto tensor = [&](double elements, int part) {
-    if (elements <= 0) return;
-    in.tensor_elements.push_back(elements);
-    in.tensor_part.push_back(part);
-  };
-  if (has_embed) tensor(cm.embed_params, 0);
-  for (long long l : local_layers) {
-    int part = part_of_layer(l);
-    double qkv = h * (qw + 2 * kvd) / shard_tp, proj = qw * h / shard_tp;
-    tensor(qkv, part);
-    tensor(proj, part);
-    double big = qkv + proj;
-    double total = cm.layer_params;
-    if (M.is_moe_layer(l)) {
-      total = cm.moe_params;
-      long long local_experts = M.moe.experts / p.ep;
-      double per_expert = cm.moe_expert_params / (double)std::max(1LL, local_experts);
-      tensor(h * (double)M.moe.experts, part);  // router
-      big += h * (double)M.moe.experts;
-      for (long long x = 0; x < local_experts; ++x) {
-        tensor(per_expert * fe_in / (fe_in + fe), part);
-        tensor(per_expert * fe / (fe_in + fe), part);
-      }
-      big += cm.moe_expert_params;
-      tensor(h * fs_in / shard_tp, part);  // shared experts (none when fs = 0)
-      tensor(fs * h / shard_tp, part);
-      big += (h * fs_in + fs * h) / shard_tp;
-    } else {
-      tensor(h * f_in / shard_tp, part);
-      tensor(f * h / shard_tp, part);
-      big += (h * f_in + f * h) / shard_tp;
-    }
-    tensor(std::max(0.0, total - big), part);  // biases and norms
-  }
-  if (has_head) tensor(cm.head_params, head_part);
+  list_chunk_tensors(sc, cm, local_layers, has_embed, has_head, in);
   in.chunk_elements = p.offload.chunk_elements;
   in.world = p.data_ranks() > 1 ? p.data_ranks() : 1;
   in.rank = rank_coord(p, prog.sim_global[r]).dp;

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "chunks.hpp"
+#include "op_cost.hpp"
 #include "program_builder.hpp"
 
 namespace tp {
@@ -23,6 +25,11 @@ struct ChunkPlan {
   bool fits = true;
   std::string why;
 };
+
+// One rank's parameter tensors in module order (elements per GPU), appended to in.tensor_elements /
+// in.tensor_part: part 0 the embedding (when held), 1 + i the i-th of `local_layers` (ascending), then the head.
+void list_chunk_tensors(const Scenario& sc, const CostModel& cm, const std::vector<long long>& local_layers,
+                        bool has_embed, bool has_head, ChunkSimInput& in);
 
 ChunkPlan plan_chunk_offload(const Scenario& sc, Program& prog, detail::Builder& B, int rank,
                              const std::vector<detail::Run>& runs, const detail::Params& held);

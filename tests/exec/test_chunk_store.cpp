@@ -10,7 +10,10 @@
 #include <vector>
 
 #include "exec/chunk_store.hpp"
+#include "exec/gpt.hpp"
 #include "exec/runtime_parts.hpp"
+#include "models/scenario.hpp"
+#include "sim/chunk_offload.hpp"
 #include "sim/chunks.hpp"
 
 using tp::exec::ChunkStore;
@@ -302,4 +305,52 @@ TEST(ChunkStore, RuntimeTensorsPackLikeTheSimulator) {
       EXPECT_EQ(store.layout().used_elements, want.used_elements) << "tp " << tp << " E " << E;
       EXPECT_EQ(store.layout().parts_of_chunk, want.parts_of_chunk) << "tp " << tp << " E " << E;
     }
+}
+
+// MoE layers (and the dense ones between them) pack alike too: the simulator's own list
+// (sim/chunk_offload.cpp list_chunk_tensors over sim/op_cost.cpp's parameter counts: router, shared experts'
+// fc1 / fc2, the local experts' fc1 / fc2 as one tensor each, the rest as one) against the runtime's views of
+// the same rank, for GELU with biases and SwiGLU without, tp 1 and 2, ep 2 (rank 1), with shared experts.
+TEST(ChunkStore, RuntimeTensorsOfMoeLayersPackLikeTheSimulator) {
+  tp::TpComm free;
+  free.time_s = [](tp::Coll, double, tp::CommGroup) { return 0.0; };
+  free.bytes = [](tp::Coll, double, tp::CommGroup) { return tp::TierBytes{}; };
+  for (const char* act : {"gelu", "swiglu"})
+    for (int tp : {1, 2})
+      for (long long E : {3000LL, 9000LL}) {
+        tp::json j = {{"name", "moe-chunks"},
+                      {"model", {{"name", "m"}, {"layers", 4}, {"hidden", 32}, {"heads", 4}, {"vocab", 64}, {"seq_len", 16},
+                                 {"activation", act}, {"tied_embeddings", true}, {"dropout", false},
+                                 {"moe", {{"experts", 4}, {"top_k", 2}, {"every", 2}, {"ffn_hidden", 48}, {"shared_ffn_hidden", 24}}}}},
+                      {"cluster", "selene"},
+                      {"training", {{"global_batch", 8}, {"seq_len", 16}, {"precision", "fp32"}}},
+                      {"plan", {{"dp", 2}, {"ep", 2}, {"tp", tp}, {"pp", 1}, {"microbatch", 1}, {"attention", "unfused"},
+                                {"offload", {{"kind", "chunked"}, {"chunk_elements", E}}}, {"zero", 3}}}};
+        tp::Scenario sc = tp::scenario_from_json(j, ".", "test");
+        tp::exec::GptShape s = tp::exec::gpt_shape(sc.model, 16, tp, tp - 1);
+        s.ep = 2, s.ep_rank = 1;
+        tp::exec::GptLayout lay = tp::exec::gpt_layout(s);
+        tp::exec::detail::Flat gl = tp::exec::detail::Flat::of(lay);
+        std::vector<std::pair<long long, long long>> units = {{gl.embed_begin, gl.embed_end}};
+        for (long long l = 0; l < s.layers; ++l) units.push_back({gl.layer_begin[l], gl.layer_end[l]});
+        units.push_back({gl.head_begin, gl.head_end});
+        std::vector<long long> cbase;
+        for (auto [a, z] : units) cbase.push_back(a);
+        std::vector<ChunkTensor> ts = tp::exec::detail::chunk_tensors(gl, units, cbase);
+        std::vector<double> params(gl.total), grads(gl.total);
+        std::vector<double*> ptab(gl.views.size()), gtab(gl.views.size());
+        ChunkStore<double> store(ts, (int)units.size(), E, 1e9, 1.0, params.data(), grads.data(), ptab, gtab);
+
+        tp::ChunkSimInput in;
+        in.parts = (int)units.size();
+        in.chunk_elements = E;
+        tp::list_chunk_tensors(sc, tp::build_cost_model(sc, free), {0, 1, 2, 3}, true, true, in);
+        tp::ChunkLayout want = tp::layout_chunks(in);
+        const std::string what = std::string(act) + " tp " + std::to_string(tp) + " E " + std::to_string(E);
+        EXPECT_GT(want.chunk_elements.size(), 2u) << what;
+        EXPECT_EQ(store.layout().chunk_of_tensor, want.chunk_of_tensor) << what;
+        EXPECT_EQ(store.layout().chunk_elements, want.chunk_elements) << what;
+        EXPECT_EQ(store.layout().used_elements, want.used_elements) << what;
+        EXPECT_EQ(store.layout().parts_of_chunk, want.parts_of_chunk) << what;
+      }
 }

@@ -149,11 +149,12 @@ TEST(RunOracle, BadPlansExitTwoBeforeWork) {
   std::ifstream log(f + ".log");
   std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
   EXPECT_NE(text.find("$.plan: dp x tp x pp = 4 ranks, but this job has 1"), std::string::npos) << text;
-  // A plan key the executor does not run yet: chunked offload of an MoE model.
+  // A plan the executor does not run: fp8 training (the CPU backend has no fp8 GEMMs).
   {
     json mj = json::parse(std::ifstream(std::string(TP_SOURCE_DIR) + "/scenarios/exec/tiny-moe.json"));
-    mj["plan"]["offload"] = {{"kind", "chunked"}, {"chunk_elements", 65536}};
-    f = tmpdir() + "/moe_offload.json";
+    mj["cluster"] = "dgx-h100";
+    mj["training"]["precision"] = "fp8";
+    f = tmpdir() + "/moe_fp8.json";
     std::ofstream(f) << mj.dump(2);
   }
   cmd = std::string(TP_BINARY) + " run " + f + " --steps 1 --quiet > " + f + ".log 2>&1";
@@ -162,7 +163,7 @@ TEST(RunOracle, BadPlansExitTwoBeforeWork) {
   {
     std::ifstream olog(f + ".log");
     std::string otext((std::istreambuf_iterator<char>(olog)), std::istreambuf_iterator<char>());
-    EXPECT_NE(otext.find("$.plan.offload.kind \"chunked\" with a mixture-of-experts model: not supported by `trainplan run` yet"),
+    EXPECT_NE(otext.find("$.training.precision \"fp8\" (the CPU backend has no fp8 GEMMs): not supported by `trainplan run` yet"),
               std::string::npos) << otext;
   }
   // A backend this binary lacks (exec/backend.hpp), or none of that name.
