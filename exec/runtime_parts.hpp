@@ -1,4 +1,4 @@
-// runtime_parts: internal to exec/runtime.cpp — the measured-trace recorder (the simulator's lanes and op
+// runtime_parts: internal to exec/runtime*.cpp — the measured-trace recorder (the simulator's lanes and op
 // names), the dispatch of model pieces to the 1D or 2D GPT, the flat parameter layout of either, and the
 // chunk-store glue (exec/runtime_chunks.cpp), the initial model, the ZeRO-3 gather and the checkpoint files (exec/runtime_state.cpp).
 #pragma once

@@ -1,6 +1,7 @@
-// runtime_rank: one rank's training run (RankRun), shared by exec/runtime.cpp (setup and the step loop) and
-// exec/runtime_update.cpp (between the steps: ZeRO's unit collectives, the optimizer step, delinking and the
-// checkpointed state). What follows is the runtime's design; each member is defined in one of the two files.
+// runtime_rank: one rank's training run (RankRun), shared by exec/runtime.cpp (setup), exec/runtime_step.cpp
+// (the step loop) and exec/runtime_update.cpp (between the steps: ZeRO's unit collectives, the optimizer step,
+// delinking and the checkpointed state). What follows is the runtime's design; each member is defined in one of
+// those files.
 //
 // One rank's training step is driven by the shared schedule (schedule/pipeline: stage_layout, plan_order)
 // exactly as the simulator costs it. See train.hpp for the supported plan keys.
@@ -202,7 +203,24 @@ struct RankRun {
     return k;
   }
 
+  // The step loop (exec/runtime_step.cpp): run() drives it; Loop holds its state between the pieces below.
+  struct Loop;
   RunResult run();
+  void prepare_loop(Loop& lp);
+  int resume(RunResult& res);
+  void begin_step(Loop& lp, int step);
+  void item_input(Loop& lp, const WorkItem& w, int g, long long j, Buf<T>& x);
+  void run_piece(Loop& lp, const WorkItem& w, size_t pc, long long j, Buf<T>& x);
+  void piece_params(Loop& lp, size_t pc, long long j, bool run_start);
+  void piece_backward(Loop& lp, size_t pc, LayerActs<T>& a, Buf<T>& x, bool run_end);
+  double item_output(Loop& lp, const WorkItem& w, int g, long long j, Buf<T>& x);
+  bool end_step(Loop& lp, int step, int first, double loss, std::chrono::steady_clock::time_point t0);
+  void finish_run(Loop& lp);
+  std::vector<int> run_parts(const Loop& lp, int r) const;
+  void enter(Loop& lp, size_t k);
+  void reap(Loop& lp);
+  int tag(Pass ps, int g, long long j) const;
+  void log_iteration(const Loop& lp, int step, double dt, double loss) const;
   std::vector<TensorView> state_tensors(int32_t* meta);
   void save_checkpoint(long next_step);
   long load_checkpoint(long step);

@@ -1,5 +1,5 @@
 // train: the rank runtime of `trainplan run`. See train.hpp.
-// The step itself is exec/runtime.cpp; this file holds the checks, the data source and the JSON result.
+// The step itself is exec/runtime_step.cpp (setup: exec/runtime.cpp); this file holds the checks, the data source and the JSON result.
 #include "train.hpp"
 
 #include <sys/resource.h>
