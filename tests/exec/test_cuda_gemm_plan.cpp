@@ -2,17 +2,22 @@
 // and attention's GEMMs into cuBLASLt calls through lt_plan (exec/kernels/cuda/gemm_plan.hpp) and the GEMM
 // lists of attention_plan.hpp; here the same plans are executed by lt_reference (cublasLtMatmul's definition:
 // column-major, op per operand, leading dimensions, strided batches) and compared with the CPU backend's
-// float64 matmul and attention. What is not checked here: cuBLASLt itself and the CUDA calls around it.
+// float64 matmul and attention; and the cache of cuBLASLt setups (gemm_cache.hpp): its key tells every GEMM
+// that needs another setup apart, and it evicts the least recently used. What is not checked here: cuBLASLt
+// itself and the CUDA calls around it.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdint>
+#include <memory>
 #include <random>
 #include <vector>
 
 #include "exec/backend.hpp"
 #include "exec/kernels/cuda/attention_plan.hpp"
+#include "exec/kernels/cuda/gemm_cache.hpp"
 #include "exec/kernels/cuda/gemm_plan.hpp"
 
 using namespace tp;
@@ -101,4 +106,86 @@ TEST(CudaGemmPlan, AttentionGemmsAroundTheSoftmaxMatchTheCpuBackend) {
     EXPECT_LT(max_err(dk, rdk), 1e-5) << "dk B " << B << " T " << T << " Tk " << Tk << " H " << H << " Hkv " << Hkv;
     EXPECT_LT(max_err(dv, rdv), 1e-5) << "dv B " << B << " T " << T << " H " << H << " Hkv " << Hkv;
   }
+}
+
+// The setup cache's key: equal for the same GEMM at other addresses (same alignments) or with other alpha /
+// beta; different when any shape, leading dimension, batch stride, transpose, the batch, the compute mode or a
+// pointer's alignment differs (each of those changes the descriptor, a layout or the heuristic's choice).
+TEST(CudaGemmCache, KeyTellsApartEveryGemmThatNeedsAnotherSetup) {
+  alignas(16) static float buf[4096];
+  auto key = [](const cuda::GemmArgs& g, bool tf32 = false) {
+    auto al = [](const void* p) {
+      const auto a = reinterpret_cast<uintptr_t>(p);
+      return a % 16 == 0 ? 16u : a % 8 == 0 ? 8u : 4u;
+    };
+    return cuda::gemm_key(cuda::lt_plan(g), al(g.B), al(g.A), al(g.C), tf32);
+  };
+  const cuda::GemmArgs base = cuda::matmul_args(buf, buf + 1024, buf + 2048, 8, 12, 16, false, false, 1, 0);
+  cuda::GemmArgs moved = base;  // other addresses, same alignments, other alpha / beta
+  moved.A += 4, moved.B += 8, moved.C += 12, moved.alpha = 0.5f, moved.beta = 1;
+  EXPECT_TRUE(key(base) == key(moved));
+  EXPECT_EQ(cuda::GemmKeyHash{}(key(base)), cuda::GemmKeyHash{}(key(moved)));
+  std::vector<cuda::GemmArgs> others;
+  for (int f = 0; f < 11; ++f) {
+    cuda::GemmArgs g = base;
+    switch (f) {
+      case 0: g.M = 9, g.ldc = 12; break;
+      case 1: g = cuda::matmul_args(buf, buf + 1024, buf + 2048, 8, 13, 16, false, false, 1, 0); break;
+      case 2: g = cuda::matmul_args(buf, buf + 1024, buf + 2048, 8, 12, 17, false, false, 1, 0); break;
+      case 3: g = cuda::matmul_args(buf, buf + 1024, buf + 2048, 8, 12, 16, true, false, 1, 0); break;
+      case 4: g = cuda::matmul_args(buf, buf + 1024, buf + 2048, 8, 12, 16, false, true, 1, 0); break;
+      case 5: g.lda = 20; break;
+      case 6: g.ldc = 14; break;
+      case 7: g.batch = 2, g.sa = 128, g.sb = 192, g.sc = 96; break;
+      case 8: g.A += 1; break;  // 4-byte instead of 16-byte aligned
+      case 9: g.C += 2; break;  // 8-byte
+      case 10: g.B += 3; break;
+    }
+    others.push_back(g);
+  }
+  for (size_t i = 0; i < others.size(); ++i) {
+    EXPECT_FALSE(key(others[i]) == key(base)) << "variant " << i;
+    for (size_t j = 0; j < i; ++j) EXPECT_FALSE(key(others[i]) == key(others[j])) << i << " vs " << j;
+  }
+  cuda::GemmArgs batched = others[7];
+  batched.sc = 100;  // another batch stride of C
+  EXPECT_FALSE(key(batched) == key(others[7]));
+  EXPECT_FALSE(key(base, true) == key(base));  // TF32 compute
+}
+
+// Least recently used eviction; each value destroyed exactly once (evicted, cleared or with the cache).
+TEST(CudaGemmCache, EvictsTheLeastRecentlyUsedAndDestroysEachSetupOnce) {
+  static int alive = 0, destroyed = 0;
+  struct Setup {
+    int id;
+    explicit Setup(int i) : id(i) { ++alive; }
+    ~Setup() { --alive, ++destroyed; }
+  };
+  auto key = [](long n) {
+    cuda::GemmKey k;
+    k.m = n, k.n = 2 * n, k.k = 3;
+    return k;
+  };
+  {
+    cuda::GemmCache<Setup> c(3);
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(c.insert(key(i), std::make_unique<Setup>(i))->id, i);
+    EXPECT_EQ(c.size(), 3u);
+    ASSERT_NE(c.find(key(0)), nullptr);  // 0 used: 1 is now the least recently used
+    EXPECT_EQ(c.find(key(0))->id, 0);
+    c.insert(key(3), std::make_unique<Setup>(3));
+    EXPECT_EQ(c.size(), 3u);
+    EXPECT_EQ(c.find(key(1)), nullptr);
+    EXPECT_EQ(destroyed, 1);
+    for (long i : {0L, 2L, 3L}) ASSERT_NE(c.find(key(i)), nullptr) << i;
+    c.insert(key(4), std::make_unique<Setup>(4));  // 0 was used least recently of 0, 2, 3
+    EXPECT_EQ(c.find(key(0)), nullptr);
+    EXPECT_EQ(alive, 3);
+    c.clear();
+    EXPECT_EQ(alive, 0);
+    EXPECT_EQ(c.find(key(4)), nullptr);
+    c.insert(key(5), std::make_unique<Setup>(5));
+  }
+  EXPECT_EQ(alive, 0);
+  EXPECT_EQ(destroyed, 6);
+  EXPECT_EQ(cuda::GemmCache<Setup>(0).capacity(), 1u);
 }

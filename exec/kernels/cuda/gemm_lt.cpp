@@ -1,28 +1,25 @@
 // gemm_lt: cuBLASLt GEMMs for the CUDA backend (see gemm_lt.hpp for the row-major mapping and invariants).
-// Descriptors are made per call (cheap next to a GEMM; a cache keyed by shape may follow). Alignment: every
-// pointer must be 4-byte aligned (fp32) and leading dimensions >= the stored row length; the heuristic is told
-// each pointer's actual alignment (16, 8 or 4 bytes) so it never picks a kernel that needs more.
+// A GEMM's setup (matmul descriptor, the three layouts, the heuristic's algorithm) is made on its first call
+// and kept in a cache keyed by its shapes, strides, transposes, compute mode and pointer alignments
+// (gemm_cache.hpp); later calls with the same key reuse it. Alignment: every pointer must be 4-byte aligned
+// (fp32) and leading dimensions >= the stored row length; the heuristic is told each pointer's actual
+// alignment (16, 8 or 4 bytes) so it never picks a kernel that needs more (the alignment is part of the key).
 #include "exec/kernels/cuda/gemm_lt.hpp"
 
 #include "exec/kernels/cuda/backend_cuda_parts.hpp"
+#include "exec/kernels/cuda/gemm_cache.hpp"
 
 #include <cublasLt.h>
 
 #include <cstdint>
 #include <cstdlib>
+#include <memory>
 #include <stdexcept>
 #include <string>
 
 namespace tp::cuda {
 namespace {
 
-struct LtState {
-  cublasLtHandle_t handle = nullptr;
-  void* workspace = nullptr;
-  size_t ws_bytes = 0;
-  cudaStream_t stream = nullptr;
-  bool tf32 = false;
-} g_lt;
 
 std::string shape_text(const GemmArgs& g) {
   return std::string(g.what) + " (M " + std::to_string(g.M) + ", N " + std::to_string(g.N) + ", K " +
@@ -42,25 +39,53 @@ uint32_t alignment(const void* p) {
   return a % 16 == 0 ? 16u : a % 8 == 0 ? 8u : a % 4 == 0 ? 4u : 1u;
 }
 
-// RAII owners of the per-call descriptors.
+// RAII owners of the descriptors (not copyable: each is destroyed exactly once).
 struct Layout {
   cublasLtMatrixLayout_t d = nullptr;
+  Layout() = default;
+  Layout(const Layout&) = delete;
+  Layout& operator=(const Layout&) = delete;
   ~Layout() {
     if (d) cublasLtMatrixLayoutDestroy(d);
   }
 };
 struct Desc {
   cublasLtMatmulDesc_t d = nullptr;
+  Desc() = default;
+  Desc(const Desc&) = delete;
+  Desc& operator=(const Desc&) = delete;
   ~Desc() {
     if (d) cublasLtMatmulDescDestroy(d);
   }
 };
 struct Pref {
   cublasLtMatmulPreference_t d = nullptr;
+  Pref() = default;
+  Pref(const Pref&) = delete;
+  Pref& operator=(const Pref&) = delete;
   ~Pref() {
     if (d) cublasLtMatmulPreferenceDestroy(d);
   }
 };
+
+// One cached GEMM setup: what cublasLtMatmul needs besides the pointers, alpha and beta.
+struct LtSetup {
+  Desc desc;
+  Layout l1, l2, lc;
+  cublasLtMatmulAlgo_t algo{};
+};
+
+// Distinct GEMM shapes of a training run: a few per layer kind (forward, dgrad, wgrad; attention's batches).
+constexpr size_t kCachedSetups = 256;
+
+struct LtState {
+  cublasLtHandle_t handle = nullptr;
+  void* workspace = nullptr;
+  size_t ws_bytes = 0;
+  cudaStream_t stream = nullptr;
+  bool tf32 = false;
+  std::unique_ptr<GemmCache<LtSetup>> cache;
+} g_lt;
 
 // cuBLASLt's layout of m (already column-major, gemm_plan.hpp), batched when batch > 1.
 void make_layout(Layout& l, const LtMatrix& m, int batch, const GemmArgs& g) {
@@ -100,9 +125,11 @@ void lt_init(cudaStream_t stream, size_t ws_bytes) {
   g_lt.stream = stream;
   const char* tf = std::getenv("TP_CUDA_TF32");
   g_lt.tf32 = tf && std::string(tf) == "1";
+  g_lt.cache = std::make_unique<GemmCache<LtSetup>>(kCachedSetups);
 }
 
 void lt_shutdown() {
+  if (g_lt.cache) g_lt.cache->clear();  // the descriptors first, then the handle and the workspace
   if (g_lt.workspace) cudaFree(g_lt.workspace), note_device_free(g_lt.ws_bytes);
   if (g_lt.handle) cublasLtDestroy(g_lt.handle);
   g_lt = LtState{};
@@ -110,27 +137,26 @@ void lt_shutdown() {
 
 size_t lt_version() { return cublasLtGetVersion(); }
 
-void lt_gemm(const GemmArgs& g) {
-  if (g.M == 0 || g.N == 0) return;
-  validate(g);
-  if (!g_lt.handle) throw std::runtime_error("cuda " + shape_text(g) + ": cuBLASLt is not initialised");
-  const LtPlan p = lt_plan(g);  // Cᵀ = op(B)ᵀ op(A)ᵀ in column-major: cuBLASLt's first operand is our B
-  Desc desc;
-  const cublasComputeType_t ct = g_lt.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-  check(cublasLtMatmulDescCreate(&desc.d, ct, CUDA_R_32F), g, "cublasLtMatmulDescCreate");
+namespace {
+
+// The setup of plan p (shapes of g): descriptor, layouts and the heuristic's best algorithm for the workspace
+// and the alignments in `key`.
+std::unique_ptr<LtSetup> make_setup(const LtPlan& p, const GemmKey& key, const GemmArgs& g) {
+  auto s = std::make_unique<LtSetup>();
+  const cublasComputeType_t ct = key.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  check(cublasLtMatmulDescCreate(&s->desc.d, ct, CUDA_R_32F), g, "cublasLtMatmulDescCreate");
   const cublasOperation_t op1 = p.trans1 ? CUBLAS_OP_T : CUBLAS_OP_N, op2 = p.trans2 ? CUBLAS_OP_T : CUBLAS_OP_N;
-  check(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_TRANSA, &op1, sizeof op1), g, "set TRANSA");
-  check(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_TRANSB, &op2, sizeof op2), g, "set TRANSB");
-  Layout l1, l2, lc;
-  make_layout(l1, p.m1, p.batch, g);
-  make_layout(l2, p.m2, p.batch, g);
-  make_layout(lc, p.mc, p.batch, g);
+  check(cublasLtMatmulDescSetAttribute(s->desc.d, CUBLASLT_MATMUL_DESC_TRANSA, &op1, sizeof op1), g, "set TRANSA");
+  check(cublasLtMatmulDescSetAttribute(s->desc.d, CUBLASLT_MATMUL_DESC_TRANSB, &op2, sizeof op2), g, "set TRANSB");
+  make_layout(s->l1, p.m1, p.batch, g);
+  make_layout(s->l2, p.m2, p.batch, g);
+  make_layout(s->lc, p.mc, p.batch, g);
   Pref pref;
   check(cublasLtMatmulPreferenceCreate(&pref.d), g, "cublasLtMatmulPreferenceCreate");
   const uint64_t ws = g_lt.ws_bytes;
   check(cublasLtMatmulPreferenceSetAttribute(pref.d, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws), g,
         "set MAX_WORKSPACE_BYTES");
-  const uint32_t al[4] = {alignment(g.B), alignment(g.A), alignment(g.C), alignment(g.C)};
+  const uint32_t al[4] = {key.align1, key.align2, key.align_c, key.align_c};
   const cublasLtMatmulPreferenceAttributes_t which[4] = {
       CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
       CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
@@ -138,11 +164,26 @@ void lt_gemm(const GemmArgs& g) {
     check(cublasLtMatmulPreferenceSetAttribute(pref.d, which[i], &al[i], sizeof al[i]), g, "set MIN_ALIGNMENT");
   cublasLtMatmulHeuristicResult_t best{};
   int found = 0;
-  check(cublasLtMatmulAlgoGetHeuristic(g_lt.handle, desc.d, l1.d, l2.d, lc.d, lc.d, pref.d, 1, &best, &found), g,
-        "cublasLtMatmulAlgoGetHeuristic");
+  check(cublasLtMatmulAlgoGetHeuristic(g_lt.handle, s->desc.d, s->l1.d, s->l2.d, s->lc.d, s->lc.d, pref.d, 1, &best,
+                                       &found),
+        g, "cublasLtMatmulAlgoGetHeuristic");
   if (found < 1) throw std::runtime_error("cuda " + shape_text(g) + ": cuBLASLt has no algorithm for this GEMM");
-  check(cublasLtMatmul(g_lt.handle, desc.d, &g.alpha, p.x1, l1.d, p.x2, l2.d, &g.beta, p.c, lc.d, p.c, lc.d, &best.algo,
-                       g_lt.workspace, g_lt.ws_bytes, g_lt.stream),
+  s->algo = best.algo;
+  return s;
+}
+
+}  // namespace
+
+void lt_gemm(const GemmArgs& g) {
+  if (g.M == 0 || g.N == 0) return;
+  validate(g);
+  if (!g_lt.handle) throw std::runtime_error("cuda " + shape_text(g) + ": cuBLASLt is not initialised");
+  const LtPlan p = lt_plan(g);  // Cᵀ = op(B)ᵀ op(A)ᵀ in column-major: cuBLASLt's first operand is our B
+  const GemmKey key = gemm_key(p, alignment(g.B), alignment(g.A), alignment(g.C), g_lt.tf32);
+  LtSetup* s = g_lt.cache->find(key);
+  if (!s) s = g_lt.cache->insert(key, make_setup(p, key, g));
+  check(cublasLtMatmul(g_lt.handle, s->desc.d, &g.alpha, p.x1, s->l1.d, p.x2, s->l2.d, &g.beta, p.c, s->lc.d, p.c,
+                       s->lc.d, &s->algo, g_lt.workspace, g_lt.ws_bytes, g_lt.stream),
         g, "cublasLtMatmul");
 }
 

@@ -1,7 +1,8 @@
 // gemm_lt: every matmul of the CUDA backend through cuBLASLt (host code inside libtrainplan_cuda.so only).
 // Invariants: matrices are ROW-major as in exec/ops.hpp; the mapping onto column-major cuBLASLt is
 // lt_plan (gemm_plan.hpp, checked on the CPU by tests/exec/test_cuda_gemm_plan.cpp). One handle and one workspace per process (one GPU per
-// rank), all work on the backend's stream. fp32 storage, fp32 compute (TF32 only when TP_CUDA_TF32=1).
+// rank), all work on the backend's stream. fp32 storage, fp32 compute (TF32 only when TP_CUDA_TF32=1). Each
+// GEMM's cuBLASLt setup is cached by shape (gemm_cache.hpp): the heuristic runs once per distinct GEMM.
 // Every failure throws std::runtime_error naming the op, the shapes, the strides and the cuBLASLt status.
 #pragma once
 #include <cuda_runtime.h>
