@@ -16,6 +16,7 @@ void RankRun<T>::setup() {
   lay = stage_layout(p, sc.model.layers);
   L = sc.model.layers;
   m = p.num_microbatches;
+  gb = sc.training.global_batch;
   b = p.microbatch;
   Tn = sc.training.seq_len;
   Tl = Tn / p.cp;
@@ -42,7 +43,7 @@ void RankRun<T>::setup() {
   std::vector<T> init = init_model<T>(sc, rc.tp, *tp, o.seed, model, gl, replicated_view, grid_row, grid_col,
                                       p.ep > 1 ? rc.dp % p.ep : 0);
   model.d1.ep = epc.get();
-  model.d1.moe_aux_weight = sc.model.moe.aux_loss_coeff * (double)b / (double)sc.training.global_batch;  // per micro-batch
+  model.d1.moe_aux_weight = sc.model.moe.aux_loss_coeff * (double)b / (double)gb;  // per micro-batch (enter_phase)
   // Units and ownership.
   units.resize(L + 2);
   units[0] = Unit{gl.embed_begin, gl.embed_end, 0, rc.stage == first_stage || (sc.model.tied_embeddings && rc.stage == last_stage)};

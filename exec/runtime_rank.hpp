@@ -17,7 +17,7 @@
 // ends' (embedding, head) full gradients, reduced in the optimizer step. Likewise ZeRO-3 parameters: a layer is
 // held as this rank's slice (pslice; the optimizer, delink and checkpoints use it) and, from its all-gather to
 // the run's end, as the gathered unit (uparam; exec/runtime_state.cpp); the ends stay full, gathered per step.
-// Loss scale: every token of the global batch weighs 1 / (global_batch * seq_len).
+// Loss scale: every token of the global batch weighs 1 / (global_batch * seq_len) (the current phase's batch).
 // Parameters and gradients are reached through per-view pointer tables (ptab / gtab; the model's p() / g() and
 // the ZeRO copies use them): flat-buffer addresses, except under plan.offload "chunked", where the chunk store
 // (exec/chunk_store.hpp) points the views of device-resident chunks at its arena. Chunked offload: the store
@@ -81,6 +81,9 @@ struct RankRun {
   RankCoord rc;
   StageLayout lay;
   long long L = 0, m = 0, b = 0, Tn = 0, C = 0;
+  // The current phase's global batch and micro-batches per rank (m): Pseudo-to-Real's pseudo phase may train
+  // with its own batch (plan.delink.global_batch); enter_phase switches them.
+  long long gb = 0;
   long long Tl = 0;  // tokens of a sequence on this rank: Tn / cp (context parallelism, exec/cp_attention.hpp)
   std::unique_ptr<Comm> cpc;  // the cp group (cp > 1)
   std::unique_ptr<Comm> epc;  // the ep group (ep > 1, exec/moe.hpp)
@@ -207,6 +210,7 @@ struct RankRun {
   struct Loop;
   RunResult run();
   void prepare_loop(Loop& lp);
+  void enter_phase(Loop& lp, bool pseudo);
   int resume(RunResult& res);
   void begin_step(Loop& lp, int step);
   void item_input(Loop& lp, const WorkItem& w, int g, long long j, Buf<T>& x);

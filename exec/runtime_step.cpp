@@ -47,30 +47,43 @@ std::vector<int> RankRun<T>::run_parts(const Loop& lp, int r) const {
 
 template <class T>
 void RankRun<T>::prepare_loop(Loop& lp) {
-  if (sc.delink.on()) {
+  if (sc.delink.on()) {  // the pseudo phase's steps: its tokens over its own batch
+    const double pseudo_gb = (double)(sc.delink.global_batch > 0 ? sc.delink.global_batch : sc.training.global_batch);
     shared = sc.delink.unique_layers;
-    delink_step = o.delink_step >= 0 ? o.delink_step
-                                     : std::lround(sc.delink.tokens / ((double)sc.training.global_batch * (double)Tn));
+    delink_step = o.delink_step >= 0 ? o.delink_step : std::lround(sc.delink.tokens / (pseudo_gb * (double)Tn));
     delink_step = std::max(1L, delink_step);  // at or past the last step: the run stays in the pseudo phase
   }
   lp.tokens = load_run_tokens(o.data, sc.model.vocab);
   lp.N = b * Tl;
   // Elements of the residual stream between pieces: SP row shard, 2D [B/q Tn, C/q] block, else [N, C].
   lp.X = model.two_d ? model.d2.lay.act_rows(b, Tl) * model.d2.lay.act_cols() : (model.sp ? lp.N / p.tp : lp.N) * C;
-  lp.scale = T(1.0 / ((double)sc.training.global_batch * (double)Tn));
   lp.warmup = o.warmup_steps >= 0 ? o.warmup_steps : std::max(1, o.steps / 10);
-  lp.order = plan_order(p, L, rc.stage);
+}
+
+// The phase's batch (Pseudo-to-Real: the pseudo phase's plan.delink.global_batch, else the training batch): its
+// micro-batches per rank, the schedule's pieces and runs, the buffers per micro-batch and the loss weights.
+template <class T>
+void RankRun<T>::enter_phase(Loop& lp, bool pseudo) {
+  gb = pseudo && sc.delink.global_batch > 0 ? sc.delink.global_batch : sc.training.global_batch;
+  m = gb / ((long long)p.dp * b);  // (as Plan::num_microbatches; the scenario checks that the pseudo batch divides)
+  Plan phase = p;
+  phase.num_microbatches = m;
+  lp.order = plan_order(phase, L, rc.stage);
   lp.pieces = order_pieces(lp.order, lay, rc.stage);
   split_runs(lp.pieces, lp.run_of_piece, lp.run_layer);
   if (store)
     check_runs_fit<T>(*store, lp.run_layer, [&](int r) { return run_parts(lp, r); }, (long long)p.offload.chunk_elements);
+  lp.acts.clear();
   lp.acts.resize((size_t)L * m);
+  lp.head.clear();
   lp.head.resize(m);
   lp.host_in.resize(b * Tn);
   lp.host_tgt.resize(b * Tn);
   lp.in.resize(m);
   lp.tgt.resize(m);
   for (long long j = 0; j < m; ++j) { lp.in[j].resize(lp.N); lp.tgt[j].resize(lp.N); }
+  lp.scale = T(1.0 / ((double)gb * (double)Tn));
+  model.d1.moe_aux_weight = sc.model.moe.aux_loss_coeff * (double)b / (double)gb;  // per micro-batch
 }
 
 // Before the first use of piece k's parameters: its run's chunks resident and pinned (chunked offload).
@@ -98,7 +111,6 @@ int RankRun<T>::tag(Pass ps, int g, long long j) const {
 template <class T>
 void RankRun<T>::log_iteration(const Loop& lp, int step, double dt, double loss) const {
   const int log_every = o.log_every >= 0 ? o.log_every : (o.steps <= 20 ? 1 : 10);
-  const long long gb = sc.training.global_batch;
   const double tps = (double)gb * Tn / dt;
   if (log_every > 0 && ((step + 1) % log_every == 0 || step + 1 == o.steps)) {
     const double model_flops = megatron_flops_per_iteration(sc.model, gb, Tn, false);
@@ -333,10 +345,10 @@ bool RankRun<T>::end_step(Loop& lp, int step, int first, double loss, std::chron
   // Mean loss over the global batch: the last stage's tp rank 0 of every dp rank contributes.
   double contrib = (rc.stage == last_stage && rc.tp == 0) ? loss : 0.0;
   world.all_reduce_sum(&contrib, 1, Dtype::f64);
-  double mean_loss = contrib / ((double)sc.training.global_batch * (double)Tn);
+  double mean_loss = contrib / ((double)gb * (double)Tn);
   res.losses.push_back(mean_loss);
   res.step_time_s.push_back(dt);
-  if (step > first) { lp.tok_after_first += (double)sc.training.global_batch * Tn; lp.time_after_first += dt; }
+  if (step > first) { lp.tok_after_first += (double)gb * Tn; lp.time_after_first += dt; }
   // A signal on any rank stops every rank after this step (the flag is summed over the world).
   double stop = pending_stop_signal();
   world.all_reduce_sum(&stop, 1, Dtype::f64);
@@ -364,7 +376,7 @@ void RankRun<T>::finish_run(Loop& lp) {
   // (a resume from a checkpoint at or past --steps ran no step: nothing to measure)
   res.tokens_per_s = lp.time_after_first > 0 ? lp.tok_after_first / lp.time_after_first
                      : res.step_time_s.empty() ? 0.0
-                                               : (double)sc.training.global_batch * Tn / std::max(1e-12, res.step_time_s.back());
+                                               : (double)gb * Tn / std::max(1e-12, res.step_time_s.back());
   const double mine[2] = {peak_memory_of(current_backend()), peak_rss_bytes()};
   std::vector<double> gathered(2 * (size_t)world.size());
   world.all_gather(mine, gathered.data(), 2, Dtype::f64);
@@ -389,9 +401,13 @@ RunResult RankRun<T>::run() {
   prepare_loop(lp);
   const int first = resume(lp.res);
   lp.res.first_step = first;
+  enter_phase(lp, shared > 0);  // (a checkpoint after the delink resumes in the real phase)
   for (int step = first; step < o.steps; ++step) {
     if (store) store->begin_step();
-    if (step == delink_step) delink();
+    if (step == delink_step) {
+      delink();
+      enter_phase(lp, false);
+    }
     auto t0 = std::chrono::steady_clock::now();
     prof::step_begin(step);
     rec.on = !o.trace.empty() && step == o.steps - 1;  // the last step, like the simulator's one step

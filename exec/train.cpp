@@ -56,8 +56,6 @@ void check_runnable(const Scenario& sc) {
     need(p.pp == 1, "$.plan.delink with pp > 1 (weight groups shared across stages)");
     need(!pp || (pp->dp == p.dp && pp->tp == p.tp && pp->pp == p.pp && pp->zero == p.zero && pp->microbatch == p.microbatch),
          "$.plan.delink.plan: a pseudo phase with a different layout than the real plan");
-    need(sc.delink.global_batch == 0 || sc.delink.global_batch == sc.training.global_batch,
-         "$.plan.delink.global_batch: a pseudo phase with a different batch");
   }
   if (!no.empty()) {
     std::vector<std::string> msgs;

@@ -207,6 +207,56 @@ TEST(RunOracle, DelinkKeepsTheLossAndMatchesSingleRank) {
   expect_close(par, later, "grad_norm", 1e-9, "delink dp2 tp2 zero3");
 }
 
+// Pseudo-to-Real with the pseudo phase's own batch (plan.delink.global_batch 16, the real phase 8): the pseudo
+// phase runs for its tokens over its batch (768 / (16 x 32) = 1.5 -> 2 steps, not 3), its steps are those of a
+// run that trains the pseudo model at batch 16 (bit for bit: same micro-batches, same samples), the real phase
+// then trains at batch 8, and dp 2 with ZeRO-1 and tp 2 reproduce the single-rank run through the switch.
+TEST(RunOracle, DelinkWithThePseudoPhasesOwnBatch) {
+  json delink = {{"unique_layers", 2}, {"tokens", 768}, {"global_batch", 16}};
+  std::string f = scenario("delink_gb16", {{"delink", delink}});
+  json got = run(f, 5, true);
+  ASSERT_FALSE(got.is_null());
+  EXPECT_EQ(got["delink_step"], 2);
+  json pseudo = run(scenario("pseudo_gb16", {{"delink", {{"unique_layers", 2}, {"tokens", 768}}}}, 16), 5, true, nullptr,
+                    "--delink-step 100");
+  ASSERT_FALSE(pseudo.is_null());
+  for (int s = 0; s < 2; ++s) EXPECT_EQ(got["losses"][s], pseudo["losses"][s]) << s;
+  EXPECT_NE(got["losses"][2], pseudo["losses"][2]);  // the real phase: another batch, another model
+  json same_batch = run(scenario("delink_gb8", {{"delink", {{"unique_layers", 2}, {"tokens", 768}}}}), 5, true);
+  ASSERT_FALSE(same_batch.is_null());
+  EXPECT_EQ(same_batch["delink_step"], 3);
+  EXPECT_NE(same_batch["losses"][0], got["losses"][0]);  // batch 8 in the pseudo phase: other samples
+  // Resumed from a checkpoint of either phase (after step 1: pseudo; after step 3: real), bit-identical.
+  for (int at : {1, 3}) {
+    const std::string dir = tmpdir() + "/delink_gb16_ckpt" + std::to_string(at);
+    fs::remove_all(dir);
+    json whole = run(f, 5, true, nullptr, "--checkpoint-dir " + dir + " --keep-checkpoints 10 --checkpoint-every " + std::to_string(at));
+    ASSERT_FALSE(whole.is_null()) << at;
+    EXPECT_EQ(whole["losses"], got["losses"]);  // checkpointing does not change the run
+    for (int later = at + 1; later <= 5; ++later) {  // keep only the checkpoint after step `at`
+      char name[32];
+      std::snprintf(name, sizeof name, "/step_%08d", later);
+      fs::remove_all(dir + name);
+    }
+    json rest = run(f, 5, true, nullptr, "--checkpoint-dir " + dir + " --resume");
+    ASSERT_FALSE(rest.is_null()) << at;
+    EXPECT_EQ(rest["first_step"], at);
+    ASSERT_EQ(rest["losses"].size(), (size_t)(5 - at));
+    for (int s = at; s < 5; ++s) EXPECT_EQ(rest["losses"][s - at], got["losses"][s]) << "resumed at " << at << ", step " << s;
+  }
+  if (!have_mpi()) return;
+  for (const json& plan : {json{{"dp", 2}, {"zero", 1}}, json{{"dp", 2}, {"tp", 2}, {"zero", 3}}}) {
+    json pl = plan;
+    pl["delink"] = delink;
+    const std::string name = "delink_gb16_" + std::string(plan.contains("tp") ? "dp2_tp2_z3" : "dp2_z1");
+    json par = run(scenario(name, pl), 5, true);
+    ASSERT_FALSE(par.is_null()) << name;
+    EXPECT_EQ(par["delink_step"], 2) << name;
+    expect_close(par, got, "losses", 1e-9, name);
+    expect_close(par, got, "grad_norm", 1e-9, name);
+  }
+}
+
 // Checkpoints: a run resumed from the newest complete checkpoint reproduces the uninterrupted run's losses bit
 // for bit; a checkpoint that a kill left incomplete (a rank's file truncated or missing) is skipped. ZeRO-3 with
 // dp 2 keeps the layers as slices (the checkpoint's "pslice").
