@@ -52,6 +52,7 @@ void RankRun<T>::setup() {
   units[L + 1] = Unit{gl.head_begin, gl.head_end, 0, rc.stage == last_stage};
   units[0].x = units[0].b;
   units[L + 1].x = units[L + 1].b;
+  hold_weight_groups();
   long long state = 0, hstate = 0;  // the moments' length on the device / host (granular offload)
   std::vector<char> goff(units.size(), 0);
   std::vector<long long> hlen, horigin;  // granular: per unit, its host length and flat start (zparam: the slice)
@@ -168,6 +169,32 @@ void RankRun<T>::setup() {
                                               : p.offload.gpu_memory_fraction * sc.cluster.gpu.hbm_bytes;
     store = std::make_unique<ChunkStore<T>>(ts, (int)units.size(), p.offload.chunk_elements, budget,
                                             p.offload.warmup_chunk_fraction, params.data(), grads.data(), ptab, gtab);
+  }
+}
+
+// Pseudo-to-Real with pp > 1 (see slot_comm): this stage also holds the weight groups its layers use, and the
+// holders of each group get a communicator (world.split is collective: every rank takes part for every group).
+template <class T>
+void RankRun<T>::hold_weight_groups() {
+  replica_only.assign(units.size(), 0);
+  if (!sc.delink.on() || p.pp == 1) return;
+  const int k = sc.delink.unique_layers;
+  slot_comm.resize(k);
+  slot_first_holder.assign(k, -1);
+  for (int g = 0; g < k; ++g) {
+    std::vector<char> holds(p.pp, 0);
+    for (long long l = 0; l < L; ++l)
+      if (weight_group(l, L, k) == g) holds[stage_of_layer(l)] = 1;
+    int holders = 0;
+    for (int st = 0; st < p.pp; ++st) {
+      holders += holds[st];
+      if (holds[st] && slot_first_holder[g] < 0) slot_first_holder[g] = st;
+    }
+    Unit& u = units[unit_of_layer(g)];
+    if (holds[rc.stage] && !u.owned) u.owned = true, replica_only[unit_of_layer(g)] = 1;
+    const bool joins = holds[rc.stage] && holders > 1;
+    const int color = joins ? 7 * (1 << 20) + (g * p.data_ranks() + rc.dp) * p.tp + rc.tp : -1;
+    slot_comm[g] = world.split(color, rc.stage);
   }
 }
 

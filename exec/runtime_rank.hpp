@@ -91,6 +91,14 @@ struct RankRun {
   CpCtx cpx;
   int nchunks = 0, first_stage = 0, last_stage = 0;
   std::unique_ptr<Comm> tp, dp, pp, emb;
+  // Pseudo-to-Real with pp > 1: a weight group (slot g, unit 1 + g) serves layers on several stages. Each stage
+  // holding one of those layers holds the slot (replica_only: a unit this stage holds only for that, unused
+  // after the delink); slot_comm[g] joins the holders of my tp and data rank (null: not a holder, or the only
+  // one), which add their gradients before the optimizer; slot_first_holder[g] counts it in the norm.
+  std::vector<char> replica_only;
+  std::vector<std::unique_ptr<Comm>> slot_comm;
+  std::vector<int> slot_first_holder;
+  void hold_weight_groups();
   Flat gl;
   Buf<T> params, grads;                              // backend memory (Buf: exec/gpt.hpp)
   Net<T> model;

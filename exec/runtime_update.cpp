@@ -184,9 +184,29 @@ void RankRun<T>::optimizer_step(int step, int warmup, RunResult& res) {
     for (size_t k = 0; k < own.size(); ++k)
       if (own[k].second > own[k].first && !own_on_host(k)) ops::accumulate(G(k, own[k].first), Gd(own[k].first), (long)(own[k].second - own[k].first));
   }
+  // Pseudo-to-Real with pp > 1: the holders of a weight group add their gradients (after the dp reduction: on
+  // the own ranges, i.e. the reduced slices, identical on every holder).
+  for (int g = 0; shared > 0 && g < (int)slot_comm.size(); ++g) {
+    if (!slot_comm[g]) continue;
+    const int ui = unit_of_layer(g);
+    for (int si = 0; si < nseg(ui); ++si) {
+      const size_t k = own_index(ui) + si;
+      if (own[k].second > own[k].first)
+        slot_comm[g]->all_reduce_sum(G(k, own[k].first), own[k].second - own[k].first, dtype_of<T>());
+    }
+  }
+  // Own ranges this step leaves alone: after the delink, the weight-group replicas; in the pseudo phase a
+  // group's replicas count in the norm on its first holder stage only.
+  auto idle = [&](size_t k) { return shared == 0 && replica_only[own_unit[k]]; };
+  auto other_replica = [&](size_t k) {
+    const int ui = own_unit[k];
+    return shared > 0 && !slot_first_holder.empty() && is_layer_unit(ui) && ui - 1 < shared &&
+           rc.stage != slot_first_holder[ui - 1];
+  };
   // Global gradient norm: each parameter once (tp-replicated on tp rank 0, the tied embedding on its first stage).
   double sq2[2] = {0, 0};  // dense, experts (without ZeRO each is held by its group's every rank)
   for (size_t k = 0; k < own.size(); ++k) {
+    if (idle(k) || other_replica(k)) continue;
     double& sq = sq2[own_seg[k]];
     BackendScope where(on_host(own_on_host(k)));
     for (size_t v = 0; v < gl.views.size(); ++v) {
@@ -208,6 +228,7 @@ void RankRun<T>::optimizer_step(int step, int warmup, RunResult& res) {
   T clip = norm > o.grad_clip && o.grad_clip > 0 ? T(o.grad_clip / norm) : T(1);
   double lr = learning_rate(o, step, warmup);
   for (size_t k = 0; k < own.size(); ++k) {
+    if (idle(k)) continue;
     BackendScope where(on_host(own_on_host(k)));
     T* M1 = own_on_host(k) ? gran.m1.data() : m1.data();
     T* M2 = own_on_host(k) ? gran.m2.data() : m2.data();
@@ -227,7 +248,7 @@ void RankRun<T>::optimizer_step(int step, int warmup, RunResult& res) {
   }
   if (p.zero >= 1 && p.zero <= 2 && p.data_ranks() > 1)
     for (int ui = 0; ui < (int)units.size(); ++ui)
-      if (units[ui].owned) all_gather_unit(ui);
+      if (units[ui].owned && !(shared == 0 && replica_only[ui])) all_gather_unit(ui);
 }
 
 template void RankRun<float>::sp_reduce_layer(int, long long, long long);
