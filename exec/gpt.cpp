@@ -211,7 +211,7 @@ std::vector<T> shard_params(const GptLayout& full, const std::vector<T>& fp, con
       const long long fl = s.fe_loc();
       for (long long e = 0; e < s.el(); ++e)
         std::memcpy(dst + e * fl * C, src + (e * s.Fe + r * fl) * C, sizeof(T) * fl * C);
-    } else if (v.name == "wte") {  // vocabulary rows [r V/t, (r+1) V/t)
+    } else if (v.name == "wte") {  // vocabulary rows [v_begin, v_begin + v_loc)
       std::memcpy(dst, src + s.v_begin() * C, sizeof(T) * v.count);
     } else if (ends_with(v.name, "proj_w") || ends_with(v.name, "fc2_w")) {
       long long rows = v.count / C, row0 = r * rows;  // row-parallel: a block of rows

@@ -14,6 +14,7 @@
 // reduce-scatters) the masked lookups and the head computes the cross-entropy over the vocabulary shards with
 // all-reduces of the row max, the sum of exponentials and the target logit. The position table is replicated.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <new>
@@ -51,9 +52,13 @@ struct GptShape {
   long long h_loc() const { return H / tp; }
   long long hkv_loc() const { return Hkv / tp; }
   long long f_loc() const { return F / tp; }
-  // Vocabulary-parallel embedding / LM head (Megatron): with tp > 1 a rank holds rows [r V/t, (r+1) V/t) of wte.
-  long long v_loc() const { return V / tp; }
-  long long v_begin() const { return tp_rank * v_loc(); }
+  // Vocabulary-parallel embedding / LM head (Megatron): with tp > 1 rank r holds rows [r Vp, min(V, (r+1) Vp))
+  // of wte, Vp = ceil(V / t): when t does not divide V the last shard is shorter. No padding rows (Megatron pads
+  // the vocabulary and trains the padded classes too): every rank's logits are real classes, so the model is
+  // the single-rank one (train.cpp refuses a t that would leave a rank without rows).
+  long long v_per() const { return (V + tp - 1) / tp; }
+  long long v_begin() const { return std::min(V, tp_rank * v_per()); }
+  long long v_loc() const { return std::min(V, v_begin() + v_per()) - v_begin(); }
   long long qkv_cols() const { return (h_loc() + 2 * hkv_loc()) * D; }
   long long fc1_cols() const { return (gelu ? 1 : 2) * f_loc(); }
   bool has_qkv_bias() const { return gelu || qkv_bias; }

@@ -42,8 +42,14 @@ void check_runnable(const Scenario& sc) {
   std::vector<std::string> no;
   auto need = [&](bool ok, const std::string& what) { if (!ok) no.push_back(what); };
   // plan.offload "granular" runs with every ZeRO stage, cp, 2D and delinking (exec/runtime_granular.hpp).
-  need(p.tp_mode == TpMode::d2 || sc.model.vocab % p.tp == 0,
-       "$.plan.tp: must divide the model's vocab (" + std::to_string(sc.model.vocab) + ") for the vocabulary-parallel embedding");
+  // The vocabulary-parallel embedding gives each tp rank ceil(vocab / tp) rows, the last one the rest (exec/gpt.hpp).
+  const long long vp = (sc.model.vocab + p.tp - 1) / p.tp;
+  need(p.tp_mode == TpMode::d2 || (long long)(p.tp - 1) * vp < sc.model.vocab,
+       "$.plan.tp: " + std::to_string(p.tp) + " vocabulary shards of " + std::to_string(vp) + " rows would leave the last "
+       "one empty (vocab " + std::to_string(sc.model.vocab) + ")");
+  need(p.tp_mode != TpMode::d2 || sc.model.vocab % p.tp_q() == 0,  // (Optimus blocks: exec/gpt2d_layout.cpp)
+       "$.plan.tp: tp_mode \"2d\" with a vocab (" + std::to_string(sc.model.vocab) + ") the grid side " +
+       std::to_string(p.tp_q()) + " does not divide");
   // MoE (exec/moe.hpp) runs with every plan kind: expert parallelism over dp, SP, cp, delinking, and each offload.
   // plan.cp runs (exec/cp_attention.hpp); the scenario checks already refuse cp with tp_mode "2d".
   need(p.cp == 1 || p.tp_mode == TpMode::d1, "$.plan.cp with tp_mode \"2d\"");

@@ -59,3 +59,35 @@ TEST(RunShapes, BiasedSwigluWithHeadDimMatchesSingleRankFloat64) {
     }
   }
 }
+
+// A vocabulary that tp does not divide (GPT-2's 50257 with tp 2 is the common case): rank r holds rows
+// [r ceil(V/t), ...), the last shard shorter, no padding classes, so every plan is the single-rank model:
+// vocab 255 and 257 with tp 2, tp 4, tp 2 with SP and pp 2, and on the emu backend, to 1e-9. A tp that would
+// leave the last shard empty exits 2.
+TEST(RunShapes, VocabularyThatTpDoesNotDivideMatchesSingleRank) {
+  if (!have_mpi()) GTEST_SKIP() << "built without MPI";
+  const int steps = 3;
+  for (long long V : {255LL, 257LL}) {
+    const json model = {{"vocab", V}};
+    const std::string tag = std::string("v") + std::to_string(V) + "_";
+    json ref = run(scenario(tag + "ref", json::object(), 8, 0, model), steps, true);
+    ASSERT_FALSE(ref.is_null()) << tag;
+    struct Case { const char* name; json plan; const char* extra; };
+    std::vector<Case> cases = {
+        {"tp2", {{"tp", 2}}, ""},
+        {"tp4", {{"tp", 4}}, ""},
+        {"tp2_sp_pp2", {{"tp", 2}, {"sequence_parallel", true}, {"pp", 2}}, ""},
+        {"tp2_emu", {{"tp", 2}}, "--backend emu"},
+    };
+    for (const Case& c : cases) {
+      json got = run(scenario(tag + c.name, c.plan, 8, 0, model), steps, true, nullptr, c.extra);
+      ASSERT_FALSE(got.is_null()) << tag << c.name;
+      expect_close(got, ref, "losses", 1e-9, tag + c.name);
+      expect_close(got, ref, "grad_norm", 1e-9, tag + c.name);
+    }
+  }
+  int code = 0;  // vocab 6 over tp 4: shards of 2 rows, the fourth would start at row 6
+  json empty = run(scenario("v6_tp4", {{"tp", 4}}, 8, 0, json{{"vocab", 6}, {"heads", 4}}), 1, true, &code);
+  EXPECT_TRUE(empty.is_null());
+  EXPECT_EQ(code, 2);
+}
