@@ -59,10 +59,7 @@ void check_runnable(const Scenario& sc) {
   // (exec/gpt.hpp GptShape: D, qkv_bias, proj_bias, mlp_bias).
   if (sc.delink.on()) {
     const Plan* pp = sc.delink.plan.get();
-    // pp > 1: a weight group's replicas on several stages (RankRun::hold_weight_groups); not with the
-    // offloads that keep layers off the device (their host copies are per owned unit, not per replica).
-    need(p.pp == 1 || !(p.offload.kind == OffloadKind::granular || p.offload.kind == OffloadKind::chunked),
-         "$.plan.delink with pp > 1 and plan.offload \"" + std::string(offload_kind_name(p.offload.kind)) + "\"");
+    // pp > 1 runs: a weight group's replicas on several stages (RankRun::hold_weight_groups), with every offload.
     need(!pp || (pp->dp == p.dp && pp->tp == p.tp && pp->pp == p.pp && pp->zero == p.zero && pp->microbatch == p.microbatch),
          "$.plan.delink.plan: a pseudo phase with a different layout than the real plan");
   }
