@@ -10,8 +10,9 @@
 namespace tp::exec {
 namespace detail {
 
+// This rank's coordinates, sizes and communicators (tp, dp, pp, the tied embedding's, cp, ep and expert-dp).
 template <class T>
-void RankRun<T>::setup() {
+void RankRun<T>::make_groups() {
   rc = rank_coord(p, world.rank());
   lay = stage_layout(p, sc.model.layers);
   L = sc.model.layers;
@@ -39,12 +40,36 @@ void RankRun<T>::setup() {
     epc = world.split(5 * S + rc.tp + p.tp * (rc.dp / p.ep + p.dp * rc.stage), rc.dp % p.ep);
     edpc = world.split(6 * S + rc.tp + p.tp * (rc.dp % p.ep + p.ep * rc.stage), rc.dp / p.ep);
   }
+}
 
+template <class T>
+void RankRun<T>::setup() {
+  make_groups();
   std::vector<T> init = init_model<T>(sc, rc.tp, *tp, o.seed, model, gl, replicated_view, grid_row, grid_col,
                                       p.ep > 1 ? rc.dp % p.ep : 0);
   model.d1.ep = epc.get();
   model.d1.moe_aux_weight = sc.model.moe.aux_loss_coeff * (double)b / (double)gb;  // per micro-batch (enter_phase)
-  // Units and ownership.
+  const long long state = plan_units();
+  // Chunked offload on a backend that is not host-accessible: the store's host side (flat parameters and
+  // gradients, the optimizer state) is pinned host memory, which the host Adam reads and the ops may also take.
+  host_flat = p.offload.kind == OffloadKind::chunked && !current_backend().host_accessible;
+  {
+    std::optional<BackendScope> pinned;
+    if (host_flat) {  // (a Buf keeps the allocator of its construction: fresh ones take the pinned scope's)
+      pinned.emplace(pinned_variant(current_backend()));
+      for (Buf<T>* b : {&params, &grads, &m1, &m2, &gshard}) *b = Buf<T>();
+    }
+    place_parameters(std::move(init), state);
+    place_gradients_and_state(state);
+  }  // (the chunk store's arena below is device memory)
+  if (p.offload.kind == OffloadKind::chunked) make_chunk_store();
+}
+
+// Units (embedding, layers, head) and which this rank holds; per owned unit one own range per segment (ZeRO:
+// this data rank's slice) with its offset in the optimizer state; granular offload's host side. Returns the
+// optimizer state's length on the device.
+template <class T>
+long long RankRun<T>::plan_units() {
   units.resize(L + 2);
   units[0] = Unit{gl.embed_begin, gl.embed_end, 0, rc.stage == first_stage || (sc.model.tied_embeddings && rc.stage == last_stage)};
   for (long long l = 0; l < L; ++l)
@@ -92,19 +117,16 @@ void RankRun<T>::setup() {
     horigin.push_back(sliced ? -1 : dev_end.back());  // (zparam: own ranges through hoff)
   }
   if (p.offload.kind == OffloadKind::granular) gran.init(goff, hlen, horigin, hstate);
-  // The rank holds only its stage's units: a compact buffer of the owned units in layout order; flat
-  // (layout) offsets map to it through cbase (P / Gd below). Views of other stages' units get no storage.
-  // zparam: the owned layers are only their slices (pslice, by own range; granular: on the host).
-  // Chunked offload on a backend that is not host-accessible: the store's host side (flat parameters and
-  // gradients, the optimizer state) is pinned host memory, which the host Adam reads and the ops may also take.
-  host_flat = p.offload.kind == OffloadKind::chunked && !current_backend().host_accessible;
-  std::optional<BackendScope> pinned;
-  if (host_flat) {  // (a Buf keeps the allocator of its construction: fresh ones take the pinned scope's)
-    pinned.emplace(pinned_variant(current_backend()));
-    for (Buf<T>* b : {&params, &grads, &m1, &m2, &gshard}) *b = Buf<T>();
-  }
+  return state;
+}
+
+// The rank holds only its stage's units: a compact buffer of the owned units in layout order; flat (layout)
+// offsets map to it through cbase (P / Gd). Views of other stages' units get no storage. zparam: the owned
+// layers are only their slices (pslice, by own range; granular: on the host). `all`: the initial parameters of
+// this rank's layout, on the host.
+template <class T>
+void RankRun<T>::place_parameters(std::vector<T> all, long long state) {
   {
-    std::vector<T> all = std::move(init);  // host data, uploaded unit by unit
     long long n = 0;
     cbase.assign(units.size(), -1);
     for (size_t ui = 0; ui < units.size(); ++ui)
@@ -129,6 +151,12 @@ void RankRun<T>::setup() {
       }
     uparam.resize(units.size());
   }
+}
+
+// Gradients (compact like the parameters; zgrad: layers only while their run is reduced), the views' pointer
+// tables, the optimizer state (device, or the host optimizer's) and ZeRO-2/3's reduced shards.
+template <class T>
+void RankRun<T>::place_gradients_and_state(long long state) {
   zgrad = p.zero >= 2 && p.data_ranks() > 1 && p.offload.kind != OffloadKind::chunked;
   {
     long long n = 0;
@@ -160,16 +188,18 @@ void RankRun<T>::setup() {
     pull_master();
   }
   if (p.zero >= 2) zeros(gshard, state);
-  pinned.reset();  // (the chunk store's arena below is device memory)
-  if (p.offload.kind == OffloadKind::chunked) {  // the owned units' views in the simulator's order, part = unit
-    std::vector<std::pair<long long, long long>> spans;
-    for (const Unit& u : units) spans.push_back({u.a, u.b});
-    std::vector<ChunkTensor> ts = chunk_tensors(gl, spans, cbase);
-    double budget = o.device_budget_bytes > 0 ? o.device_budget_bytes
-                                              : p.offload.gpu_memory_fraction * sc.cluster.gpu.hbm_bytes;
-    store = std::make_unique<ChunkStore<T>>(ts, (int)units.size(), p.offload.chunk_elements, budget,
-                                            p.offload.warmup_chunk_fraction, params.data(), grads.data(), ptab, gtab);
-  }
+}
+
+// Chunked offload: the store over the owned units' views in the simulator's order (part = unit).
+template <class T>
+void RankRun<T>::make_chunk_store() {
+  std::vector<std::pair<long long, long long>> spans;
+  for (const Unit& u : units) spans.push_back({u.a, u.b});
+  std::vector<ChunkTensor> ts = chunk_tensors(gl, spans, cbase);
+  double budget = o.device_budget_bytes > 0 ? o.device_budget_bytes
+                                            : p.offload.gpu_memory_fraction * sc.cluster.gpu.hbm_bytes;
+  store = std::make_unique<ChunkStore<T>>(ts, (int)units.size(), p.offload.chunk_elements, budget,
+                                          p.offload.warmup_chunk_fraction, params.data(), grads.data(), ptab, gtab);
 }
 
 // Pseudo-to-Real with pp > 1 (see slot_comm): this stage also holds the weight groups its layers use, and the

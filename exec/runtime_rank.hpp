@@ -196,7 +196,12 @@ struct RankRun {
   }
   int stage_of_layer(long long l) const { return lay.stage_of_layer(l); }
 
-  void setup();
+  void setup();  // exec/runtime.cpp: the groups, the units and own ranges, parameters, gradients, state, stores
+  void make_groups();
+  long long plan_units();
+  void place_parameters(std::vector<T> all, long long state);
+  void place_gradients_and_state(long long state);
+  void make_chunk_store();
   void sp_reduce_layer(int l, long long lo, long long hi);  // the layer's replicated views in flat [lo, hi)
   void reduce_scatter_unit(int ui);
   void all_gather_unit(int ui);
