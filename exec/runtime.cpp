@@ -48,7 +48,7 @@ void RankRun<T>::setup() {
   std::vector<T> init = init_model<T>(sc, rc.tp, *tp, o.seed, model, gl, replicated_view, grid_row, grid_col,
                                       p.ep > 1 ? rc.dp % p.ep : 0);
   model.d1.ep = epc.get();
-  model.d1.moe_aux_weight = sc.model.moe.aux_loss_coeff * (double)b / (double)gb;  // per micro-batch (enter_phase)
+  // (model.d1.moe_aux_weight: per phase, RankRun::enter_phase)
   const long long state = plan_units();
   // Chunked offload on a backend that is not host-accessible: the store's host side (flat parameters and
   // gradients, the optimizer state) is pinned host memory, which the host Adam reads and the ops may also take.

@@ -66,6 +66,33 @@ void run_steps(ChunkStore<double>& s, const std::vector<std::vector<int>>& momen
   }
 }
 
+// The chunk layout the runtime's store gives a rank of layout s holding every unit (embedding, layers, head:
+// chunk_tensors' list, compact = flat), with chunk_elements E; `tensors`: how many store tensors it listed.
+tp::ChunkLayout runtime_layout(const tp::exec::GptShape& s, long long E, size_t* tensors = nullptr,
+                               size_t* views = nullptr) {
+  tp::exec::GptLayout lay = tp::exec::gpt_layout(s);
+  tp::exec::detail::Flat gl = tp::exec::detail::Flat::of(lay);
+  std::vector<std::pair<long long, long long>> units = {{gl.embed_begin, gl.embed_end}};
+  for (long long l = 0; l < s.layers; ++l) units.push_back({gl.layer_begin[l], gl.layer_end[l]});
+  units.push_back({gl.head_begin, gl.head_end});
+  std::vector<long long> cbase;
+  for (auto [a, z] : units) cbase.push_back(a);  // every unit held, compact = flat
+  std::vector<ChunkTensor> ts = tp::exec::detail::chunk_tensors(gl, units, cbase);
+  if (tensors) *tensors = ts.size();
+  if (views) *views = gl.views.size();
+  std::vector<double> params(gl.total), grads(gl.total);
+  std::vector<double*> ptab(gl.views.size()), gtab(gl.views.size());
+  ChunkStore<double> store(ts, (int)units.size(), E, 1e9, 1.0, params.data(), grads.data(), ptab, gtab);
+  return store.layout();
+}
+
+void expect_same_layout(const tp::ChunkLayout& got, const tp::ChunkLayout& want, const std::string& what) {
+  EXPECT_EQ(got.chunk_of_tensor, want.chunk_of_tensor) << what;
+  EXPECT_EQ(got.chunk_elements, want.chunk_elements) << what;
+  EXPECT_EQ(got.used_elements, want.used_elements) << what;
+  EXPECT_EQ(got.parts_of_chunk, want.parts_of_chunk) << what;
+}
+
 }  // namespace
 
 TEST(ChunkStore, LayoutIsTheSimulatorsAndTablesStartOnTheHost) {
@@ -273,22 +300,13 @@ TEST(ChunkStore, RuntimeTensorsPackLikeTheSimulator) {
       tp::exec::GptShape s;
       s.layers = 3, s.C = 32, s.H = 4, s.Hkv = 4, s.D = 8, s.F = 128, s.V = 64, s.maxT = 16, s.gelu = true;
       s.tp = tp, s.tp_rank = tp - 1;
-      tp::exec::GptLayout lay = tp::exec::gpt_layout(s);
-      tp::exec::detail::Flat gl = tp::exec::detail::Flat::of(lay);
-      std::vector<std::pair<long long, long long>> units = {{gl.embed_begin, gl.embed_end}};
-      for (long long l = 0; l < s.layers; ++l) units.push_back({gl.layer_begin[l], gl.layer_end[l]});
-      units.push_back({gl.head_begin, gl.head_end});
-      std::vector<long long> cbase;
-      for (auto [a, z] : units) cbase.push_back(a);  // every unit held, compact = flat
-      std::vector<ChunkTensor> ts = tp::exec::detail::chunk_tensors(gl, units, cbase);
-      ASSERT_EQ(ts.size(), gl.views.size());
-      std::vector<double> params(gl.total), grads(gl.total);
-      std::vector<double*> ptab(gl.views.size()), gtab(gl.views.size());
-      ChunkStore<double> store(ts, (int)units.size(), E, 1e9, 1.0, params.data(), grads.data(), ptab, gtab);
+      size_t tensors = 0, views = 0;
+      const tp::ChunkLayout got = runtime_layout(s, E, &tensors, &views);
+      ASSERT_EQ(tensors, views);
 
       const double h = (double)s.C, kvd = (double)s.Hkv * s.D, f = (double)s.F, t = tp, V = (double)s.V;
       tp::ChunkSimInput in;  // the simulator's list for the same model and rank
-      in.parts = (int)units.size();
+      in.parts = (int)s.layers + 2;
       in.chunk_elements = E;
       auto add = [&](double n, int part) { in.tensor_elements.push_back(n), in.tensor_part.push_back(part); };
       add(V * h / t + (double)s.maxT * h, 0);
@@ -298,12 +316,8 @@ TEST(ChunkStore, RuntimeTensorsPackLikeTheSimulator) {
         for (double x : {qkv, proj, fc1, fc2}) add(x, 1 + l);
         add(layer - qkv - proj - fc1 - fc2, 1 + l);
       }
-      add(2 * h, (int)units.size() - 1);
-      tp::ChunkLayout want = tp::layout_chunks(in);
-      EXPECT_EQ(store.layout().chunk_of_tensor, want.chunk_of_tensor) << "tp " << tp << " E " << E;
-      EXPECT_EQ(store.layout().chunk_elements, want.chunk_elements) << "tp " << tp << " E " << E;
-      EXPECT_EQ(store.layout().used_elements, want.used_elements) << "tp " << tp << " E " << E;
-      EXPECT_EQ(store.layout().parts_of_chunk, want.parts_of_chunk) << "tp " << tp << " E " << E;
+      add(2 * h, (int)s.layers + 1);
+      expect_same_layout(got, tp::layout_chunks(in), "tp " + std::to_string(tp) + " E " + std::to_string(E));
     }
 }
 
@@ -329,28 +343,15 @@ TEST(ChunkStore, RuntimeTensorsOfMoeLayersPackLikeTheSimulator) {
         tp::Scenario sc = tp::scenario_from_json(j, ".", "test");
         tp::exec::GptShape s = tp::exec::gpt_shape(sc.model, 16, tp, tp - 1);
         s.ep = 2, s.ep_rank = 1;
-        tp::exec::GptLayout lay = tp::exec::gpt_layout(s);
-        tp::exec::detail::Flat gl = tp::exec::detail::Flat::of(lay);
-        std::vector<std::pair<long long, long long>> units = {{gl.embed_begin, gl.embed_end}};
-        for (long long l = 0; l < s.layers; ++l) units.push_back({gl.layer_begin[l], gl.layer_end[l]});
-        units.push_back({gl.head_begin, gl.head_end});
-        std::vector<long long> cbase;
-        for (auto [a, z] : units) cbase.push_back(a);
-        std::vector<ChunkTensor> ts = tp::exec::detail::chunk_tensors(gl, units, cbase);
-        std::vector<double> params(gl.total), grads(gl.total);
-        std::vector<double*> ptab(gl.views.size()), gtab(gl.views.size());
-        ChunkStore<double> store(ts, (int)units.size(), E, 1e9, 1.0, params.data(), grads.data(), ptab, gtab);
+        const tp::ChunkLayout got = runtime_layout(s, E);
 
         tp::ChunkSimInput in;
-        in.parts = (int)units.size();
+        in.parts = (int)s.layers + 2;
         in.chunk_elements = E;
         tp::list_chunk_tensors(sc, tp::build_cost_model(sc, free), {0, 1, 2, 3}, true, true, in);
         tp::ChunkLayout want = tp::layout_chunks(in);
         const std::string what = std::string(act) + " tp " + std::to_string(tp) + " E " + std::to_string(E);
         EXPECT_GT(want.chunk_elements.size(), 2u) << what;
-        EXPECT_EQ(store.layout().chunk_of_tensor, want.chunk_of_tensor) << what;
-        EXPECT_EQ(store.layout().chunk_elements, want.chunk_elements) << what;
-        EXPECT_EQ(store.layout().used_elements, want.used_elements) << what;
-        EXPECT_EQ(store.layout().parts_of_chunk, want.parts_of_chunk) << what;
+        expect_same_layout(got, want, what);
       }
 }
