@@ -225,10 +225,7 @@ int cmd_run(int argc, char** argv) {
     if (!o.data.empty()) exec::load_run_tokens(o.data, sc.model.vocab);  // a bad token file: exit 2 on every rank, before work
     std::string why;
     if (!exec::find_backend(o.backend, why)) throw InputError({"--backend: " + why});
-    if (world.size() != sc.plan.gpus())
-      throw InputError({a.positional[0] + ": $.plan: dp x tp x pp = " + std::to_string(sc.plan.gpus()) +
-                        " ranks, but this job has " + std::to_string(world.size()) + " (launch with mpirun -np " +
-                        std::to_string(sc.plan.gpus()) + " or srun -n " + std::to_string(sc.plan.gpus()) + ")"});
+    exec::check_job_ranks(sc, a.positional[0], world.size());
   } catch (const InputError& e) {
     if (world.rank() == 0)
       for (auto& m : e.messages) std::cerr << "error: " << m << "\n";

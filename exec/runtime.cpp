@@ -46,7 +46,7 @@ template <class T>
 void RankRun<T>::setup() {
   make_groups();
   std::vector<T> init = init_model<T>(sc, rc.tp, *tp, o.seed, model, gl, replicated_view, grid_row, grid_col,
-                                      p.ep > 1 ? rc.dp % p.ep : 0);
+                                      p.ep > 1 ? rc.dp % p.ep : 0, start ? &start->w : nullptr);
   model.d1.ep = epc.get();
   // (model.d1.moe_aux_weight: per phase, RankRun::enter_phase)
   const long long state = plan_units();
@@ -247,7 +247,8 @@ RunResult run_training(const Scenario& sc, const RunOptions& o, Comm& world) {
   std::string why;
   const Backend* backend = find_backend(o.backend, why);
   if (!backend) throw InputError({why});
-  if (sc.plan.cp > 1 && !(o.fp64 ? backend->f64.attention_fwd_kv != nullptr : backend->f32.attention_fwd_kv != nullptr))
+  const int cp = std::max(sc.plan.cp, sc.delink.on() && sc.delink.plan ? sc.delink.plan->cp : 1);
+  if (cp > 1 && !(o.fp64 ? backend->f64.attention_fwd_kv != nullptr : backend->f32.attention_fwd_kv != nullptr))
     throw InputError({std::string("$.plan.cp: context parallelism needs the attention_fwd_kv op, which backend ") +
                       backend->name + " does not have yet (use --backend cpu or emu)"});
   BackendScope on_backend(*backend);  // every ops:: call of this rank's run goes to it
@@ -256,6 +257,8 @@ RunResult run_training(const Scenario& sc, const RunOptions& o, Comm& world) {
   std::unique_ptr<Comm> staged = backend->host_accessible ? nullptr : staged_comm(world, *backend);
   Comm& comm = staged ? *staged : world;
   try {
+    if (detail::pseudo_plan_differs(sc))  // Pseudo-to-Real over two layouts (exec/runtime_relayout.cpp)
+      return o.fp64 ? detail::run_two_layouts<double>(sc, o, comm) : detail::run_two_layouts<float>(sc, o, comm);
     if (o.fp64) { RankRun<double> r(sc, o, comm); return r.run(); }
     RankRun<float> r(sc, o, comm);
     return r.run();

@@ -182,11 +182,13 @@ template <class T>
 void finish_offload(OffloadResult& f, const ChunkStore<T>& store, long long chunk_elements);  // the run's
 
 // The model pieces and flat layout of tp rank `tp_rank` (1D, or 2D with its grid row / column communicators
-// split off `tp`), which views are replicated across tp ranks, and the initial parameters (flat layout order).
+// split off `tp`), which views are replicated across tp ranks, and the initial parameters (flat layout order):
+// the seed's model, or the given single-rank parameters (`full`, gpt_layout at tp 1) sharded like it.
 template <class T>
 std::vector<T> init_model(const Scenario& sc, int tp_rank, Comm& tp, uint64_t seed, Net<T>& model, Flat& gl,
                           std::vector<char>& replicated_view, std::unique_ptr<Comm>& grid_row,
-                          std::unique_ptr<Comm>& grid_col, int ep_rank = 0);  // (the local experts of ep_rank)
+                          std::unique_ptr<Comm>& grid_col, int ep_rank = 0,  // (the local experts of ep_rank)
+                          const std::vector<T>* full = nullptr);
 double learning_rate(const RunOptions& o, int step, int warmup);  // linear warmup, then cosine to min_lr_ratio
 double peak_rss_bytes();
 

@@ -72,6 +72,16 @@ namespace tp::exec::detail {
 template <class T>
 Dtype dtype_of() { return sizeof(T) == 8 ? Dtype::f64 : Dtype::f32; }
 
+// Pseudo-to-Real with a pseudo plan of another layout (exec/runtime_relayout.cpp): the model's state in the
+// single-rank layout (gpt_layout at tp 1 with every expert), weights and Adam's two moments, handed from the
+// pseudo phase's ranks to the real phase's at the delink; n counts the ranks that wrote each element (1 each
+// once summed over the ranks).
+template <class T>
+struct FullState {
+  std::vector<T> w, m1, m2, n;
+};
+long delink_step_of(const Scenario& sc, const RunOptions& o);  // exec/runtime_step.cpp
+
 template <class T>
 struct RankRun {
   const Scenario& sc;
@@ -164,6 +174,22 @@ struct RankRun {
     for (size_t k = 0; hopt.on() && k < own.size(); ++k) hopt.pull(P(own[k].first), own_off[k], own[k].second - own[k].first);
   }
   long delink_step = -1;                             // the step at which the shared weights are delinked
+  // Pseudo-to-Real over two layouts (exec/runtime_relayout.cpp): the pseudo phase's run delinks at delink_step,
+  // adds this rank's copies of record to *handoff and ends there; the real phase's run starts at start_step from
+  // *start (its weights placed by setup, its moments by import_moments) instead of the seed's model.
+  FullState<T>* handoff = nullptr;
+  FullState<T>* start = nullptr;  // (released once placed)
+  int start_step = 0;
+  std::vector<double> full_index_map() const;  // flat element i -> its index in the single-rank layout
+  void export_state(FullState<T>& st);  // this rank's copies of record into st (zeros elsewhere)
+  void import_moments(const FullState<T>& st);
+  // Whether view v's part from flat element a is this rank's copy of record (the gradient norm counts it, a
+  // handoff writes it): tp-replicated views on tp rank 0 (2D: the grid position owning the view), the tied
+  // embedding on its first stage. Without ZeRO every rank of a segment's group also holds it (see callers).
+  bool record_copy(size_t v, long long a) const {
+    if (replicated_view[v] && (model.two_d || rc.tp != 0)) return false;
+    return !(gl.views[v].layer < 0 && a < units[0].b && rc.stage != first_stage);
+  }
   bool host_flat = false;  // chunked offload, backend not host-accessible: flat buffers in pinned host memory
 
   RankRun(const Scenario& s, const RunOptions& opt, Comm& w) : sc(s), p(s.plan), o(opt), world(w) {}
@@ -244,5 +270,11 @@ struct RankRun {
   void delink();
   void optimizer_step(int step, int warmup, RunResult& res);
 };
+
+// Pseudo-to-Real whose plan.delink.plan differs from the real plan: the two phases' runs, the state handed over
+// at the delink (exec/runtime_relayout.cpp).
+bool pseudo_plan_differs(const Scenario& sc);
+template <class T>
+RunResult run_two_layouts(const Scenario& sc, const RunOptions& o, Comm& world);
 
 }  // namespace tp::exec::detail

@@ -19,11 +19,13 @@ namespace tp::exec::detail {
 template <class T>
 std::vector<T> init_model(const Scenario& sc, int tp_rank, Comm& tp, uint64_t seed, Net<T>& model, Flat& gl,
                           std::vector<char>& replicated_view, std::unique_ptr<Comm>& grid_row,
-                          std::unique_ptr<Comm>& grid_col, int ep_rank) {
+                          std::unique_ptr<Comm>& grid_col, int ep_rank, const std::vector<T>* full_params) {
   const Plan& p = sc.plan;
   const long long Tn = sc.training.seq_len;
   GptShape fs = gpt_shape(sc.model, Tn, 1, 0);
   GptLayout full = gpt_layout(fs);
+  const std::vector<T> seeded = full_params ? std::vector<T>() : init_full_params<T>(fs, seed);
+  const std::vector<T>& all = full_params ? *full_params : seeded;
   std::vector<T> params;
   model.two_d = p.tp_mode == TpMode::d2 && p.tp > 1;
   if (model.two_d) {
@@ -34,7 +36,7 @@ std::vector<T> init_model(const Scenario& sc, int tp_rank, Comm& tp, uint64_t se
     grid_row = tp.split(gp.row, gp.col);
     grid_col = tp.split(gp.col, gp.row);
     Gpt2dLayout l2 = gpt2d_layout(fs, q, gp.row * q + gp.col);
-    params = shard_params_2d<T>(full, init_full_params<T>(fs, seed), l2);
+    params = shard_params_2d<T>(full, all, l2);
     gl = Flat::of(l2);
     model.d2.lay = l2;
     model.d2.row = grid_row.get();
@@ -45,7 +47,7 @@ std::vector<T> init_model(const Scenario& sc, int tp_rank, Comm& tp, uint64_t se
     GptShape s1 = gpt_shape(sc.model, Tn, p.tp, tp_rank);
     if (s1.experts > 0) { s1.ep = p.ep; s1.ep_rank = ep_rank; }
     GptLayout l1 = gpt_layout(s1);
-    params = shard_params<T>(full, init_full_params<T>(fs, seed), l1);
+    params = shard_params<T>(full, all, l1);
     gl = Flat::of(l1);
     model.d1.lay = l1;
     model.d1.tp = p.tp > 1 ? &tp : nullptr;
@@ -62,9 +64,11 @@ std::vector<T> init_model(const Scenario& sc, int tp_rank, Comm& tp, uint64_t se
   return params;
 }
 template std::vector<float> init_model<float>(const Scenario&, int, Comm&, uint64_t, Net<float>&, Flat&,
-                                              std::vector<char>&, std::unique_ptr<Comm>&, std::unique_ptr<Comm>&, int);
+                                              std::vector<char>&, std::unique_ptr<Comm>&, std::unique_ptr<Comm>&, int,
+                                              const std::vector<float>*);
 template std::vector<double> init_model<double>(const Scenario&, int, Comm&, uint64_t, Net<double>&, Flat&,
-                                                std::vector<char>&, std::unique_ptr<Comm>&, std::unique_ptr<Comm>&, int);
+                                                std::vector<char>&, std::unique_ptr<Comm>&, std::unique_ptr<Comm>&, int,
+                                                const std::vector<double>*);
 
 double learning_rate(const RunOptions& o, int step, int warmup) {
   if (step < warmup) return o.lr * (step + 1) / warmup;

@@ -45,13 +45,19 @@ std::vector<int> RankRun<T>::run_parts(const Loop& lp, int r) const {
   return parts;
 }
 
+// The pseudo phase's steps: its tokens over its own batch (--delink-step overrides); at or past the last step
+// the run stays in the pseudo phase.
+long delink_step_of(const Scenario& sc, const RunOptions& o) {
+  const double pseudo_gb = (double)(sc.delink.global_batch > 0 ? sc.delink.global_batch : sc.training.global_batch);
+  const long at = o.delink_step >= 0 ? o.delink_step : std::lround(sc.delink.tokens / (pseudo_gb * (double)sc.training.seq_len));
+  return std::max(1L, at);
+}
+
 template <class T>
 void RankRun<T>::prepare_loop(Loop& lp) {
-  if (sc.delink.on()) {  // the pseudo phase's steps: its tokens over its own batch
-    const double pseudo_gb = (double)(sc.delink.global_batch > 0 ? sc.delink.global_batch : sc.training.global_batch);
+  if (sc.delink.on()) {
     shared = sc.delink.unique_layers;
-    delink_step = o.delink_step >= 0 ? o.delink_step : std::lround(sc.delink.tokens / (pseudo_gb * (double)Tn));
-    delink_step = std::max(1L, delink_step);  // at or past the last step: the run stays in the pseudo phase
+    delink_step = delink_step_of(sc, o);
   }
   lp.tokens = load_run_tokens(o.data, sc.model.vocab);
   lp.N = b * Tl;
@@ -399,13 +405,22 @@ RunResult RankRun<T>::run() {
   setup();
   Loop lp;
   prepare_loop(lp);
-  const int first = resume(lp.res);
+  if (start) {  // (its weights are in place since setup)
+    import_moments(*start);
+    pull_master();
+    *start = FullState<T>();
+  }
+  const int first = start ? start_step : resume(lp.res);
   lp.res.first_step = first;
   enter_phase(lp, shared > 0);  // (a checkpoint after the delink resumes in the real phase)
   for (int step = first; step < o.steps; ++step) {
     if (store) store->begin_step();
     if (step == delink_step) {
       delink();
+      if (handoff) {  // the real phase runs on its own layout (exec/runtime_relayout.cpp)
+        export_state(*handoff);
+        break;
+      }
       enter_phase(lp, false);
     }
     auto t0 = std::chrono::steady_clock::now();

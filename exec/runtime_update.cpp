@@ -213,8 +213,7 @@ void RankRun<T>::optimizer_step(int step, int warmup, RunResult& res) {
       const ParamView& pv = gl.views[v];
       long long a = std::max(own[k].first, pv.offset), z = std::min(own[k].second, pv.offset + pv.count);
       if (a >= z) continue;
-      if (replicated_view[v] && (model.two_d || rc.tp != 0)) continue;  // 2D: rows != 0 hold unused copies
-      if (pv.layer < 0 && a < units[0].b && rc.stage != first_stage) continue;  // tied copy on the last stage
+      if (!record_copy(v, a)) continue;  // (2D: rows != 0 hold unused copies; the tied copy on the last stage)
       sq += ops::sum_squares(G(k, a), (long)(z - a));
     }
   }

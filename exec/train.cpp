@@ -38,36 +38,53 @@ void install_stop_handlers() {
 int pending_stop_signal() { return (int)g_stop_signal; }
 
 void check_runnable(const Scenario& sc) {
-  const Plan& p = sc.plan;
   std::vector<std::string> no;
   auto need = [&](bool ok, const std::string& what) { if (!ok) no.push_back(what); };
-  // plan.offload "granular" runs with every ZeRO stage, cp, 2D and delinking (exec/runtime_granular.hpp).
-  // The vocabulary-parallel embedding gives each tp rank ceil(vocab / tp) rows, the last one the rest (exec/gpt.hpp).
-  const long long vp = (sc.model.vocab + p.tp - 1) / p.tp;
-  need(p.tp_mode == TpMode::d2 || (long long)(p.tp - 1) * vp < sc.model.vocab,
-       "$.plan.tp: " + std::to_string(p.tp) + " vocabulary shards of " + std::to_string(vp) + " rows would leave the last "
-       "one empty (vocab " + std::to_string(sc.model.vocab) + ")");
-  need(p.tp_mode != TpMode::d2 || sc.model.vocab % p.tp_q() == 0,  // (Optimus blocks: exec/gpt2d_layout.cpp)
-       "$.plan.tp: tp_mode \"2d\" with a vocab (" + std::to_string(sc.model.vocab) + ") the grid side " +
-       std::to_string(p.tp_q()) + " does not divide");
-  // MoE (exec/moe.hpp) runs with every plan kind: expert parallelism over dp, SP, cp, delinking, and each offload.
-  // plan.cp runs (exec/cp_attention.hpp); the scenario checks already refuse cp with tp_mode "2d".
-  need(p.cp == 1 || p.tp_mode == TpMode::d1, "$.plan.cp with tp_mode \"2d\"");
+  // One plan's keys at `at` ($.plan, or the pseudo phase's $.plan.delink.plan).
+  auto check_plan = [&](const Plan& p, const std::string& at) {
+    // plan.offload "granular" runs with every ZeRO stage, cp, 2D and delinking (exec/runtime_granular.hpp).
+    // The vocabulary-parallel embedding gives each tp rank ceil(vocab / tp) rows, the last one the rest (exec/gpt.hpp).
+    const long long vp = (sc.model.vocab + p.tp - 1) / p.tp;
+    need(p.tp_mode == TpMode::d2 || (long long)(p.tp - 1) * vp < sc.model.vocab,
+         at + ".tp: " + std::to_string(p.tp) + " vocabulary shards of " + std::to_string(vp) + " rows would leave the last "
+         "one empty (vocab " + std::to_string(sc.model.vocab) + ")");
+    need(p.tp_mode != TpMode::d2 || sc.model.vocab % p.tp_q() == 0,  // (Optimus blocks: exec/gpt2d_layout.cpp)
+         at + ".tp: tp_mode \"2d\" with a vocab (" + std::to_string(sc.model.vocab) + ") the grid side " +
+         std::to_string(p.tp_q()) + " does not divide");
+    // MoE (exec/moe.hpp) runs with every plan kind: expert parallelism over dp, SP, cp, delinking, and each offload.
+    // plan.cp runs (exec/cp_attention.hpp); the scenario checks already refuse cp with tp_mode "2d".
+    need(p.cp == 1 || p.tp_mode == TpMode::d1, at + ".cp with tp_mode \"2d\"");
+  };
+  check_plan(sc.plan, "$.plan");
   // plan.attention is a cost-model choice: the executor computes exact attention either way.
   need(sc.training.precision != Precision::fp8, "$.training.precision \"fp8\" (the CPU backend has no fp8 GEMMs)");
   // head_dim other than hidden / heads and the SwiGLU models' bias flags are part of the executor's layout
   // (exec/gpt.hpp GptShape: D, qkv_bias, proj_bias, mlp_bias).
-  if (sc.delink.on()) {
-    const Plan* pp = sc.delink.plan.get();
-    // pp > 1 runs: a weight group's replicas on several stages (RankRun::hold_weight_groups), with every offload.
-    need(!pp || (pp->dp == p.dp && pp->tp == p.tp && pp->pp == p.pp && pp->zero == p.zero && pp->microbatch == p.microbatch),
-         "$.plan.delink.plan: a pseudo phase with a different layout than the real plan");
+  if (sc.delink.on() && sc.delink.plan) {
+    // A pseudo plan of another layout runs on the first of the job's ranks (job_ranks) and hands its state to
+    // the real plan's at the delink (exec/runtime_relayout.cpp); pp > 1 holds weight-group replicas
+    // (RankRun::hold_weight_groups).
+    check_plan(*sc.delink.plan, "$.plan.delink.plan");
   }
   if (!no.empty()) {
     std::vector<std::string> msgs;
     for (const std::string& w : no) msgs.push_back(w + ": not supported by `trainplan run` yet (simulate supports it)");
     throw InputError(msgs);
   }
+}
+
+int job_ranks(const Scenario& sc) {
+  return std::max(sc.plan.gpus(), sc.delink.on() && sc.delink.plan ? sc.delink.plan->gpus() : 1);
+}
+
+void check_job_ranks(const Scenario& sc, const std::string& file, int world_size) {
+  const int n = job_ranks(sc);
+  if (world_size == n) return;
+  const std::string what = n == sc.plan.gpus() ? "$.plan: dp x cp x tp x pp = " + std::to_string(n) + " ranks"
+                                               : "$.plan.delink.plan: the pseudo phase's dp x cp x tp x pp = " +
+                                                     std::to_string(n) + " ranks (more than the real plan's)";
+  throw InputError({file + ": " + what + ", but this job has " + std::to_string(world_size) + " (launch with mpirun -np " +
+                    std::to_string(n) + " or srun -n " + std::to_string(n) + ")"});
 }
 
 double run_bytes_per_rank(const Scenario& sc, bool fp64) {

@@ -6,7 +6,8 @@
 // interleaved, modular) with standard or layered accumulation, recompute none / selective / full, float32 or
 // float64, 2D TP, sequence parallelism, delink, chunked offload (PatrickStar, exec/chunk_store.hpp: a real
 // device arena of --device-budget bytes), optimizer offload (ZeRO-Offload, exec/host_optimizer.hpp) and granular
-// offload with ZeRO 0-3, cp, 2D TP and delink (M6-10T, exec/runtime_granular.hpp). Plan keys check_runnable
+// offload with ZeRO 0-3, cp, 2D TP and delink (M6-10T, exec/runtime_granular.hpp); a delink pseudo phase on its
+// own plan of any layout (exec/runtime_relayout.cpp). Plan keys check_runnable
 // refuses are rejected with exit code 2 before any rank starts work.
 #pragma once
 #include <string>
@@ -89,6 +90,11 @@ struct RunResult {
 
 // Throws InputError (exit 2) for plans this executor cannot run yet; call on every rank before any work.
 void check_runnable(const Scenario& sc);
+// The ranks a run of sc takes: its plan's GPUs, or a Pseudo-to-Real pseudo plan's when that has more (the
+// other phase runs on the first ones); check_job_ranks throws InputError naming the plan when the job has another
+// count.
+int job_ranks(const Scenario& sc);
+void check_job_ranks(const Scenario& sc, const std::string& file, int world_size);
 
 // About the bytes one rank of `trainplan run` allocates (a lower bound: parameters, gradients and Adam state of its
 // shard, one micro-batch's activations of its layers, the logits), and the check that it fits in the memory this

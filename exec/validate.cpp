@@ -82,9 +82,7 @@ json validate_run(const std::string& file, const json& profile, const std::strin
   Scenario run_sc = load_scenario(file);
   check_runnable(run_sc);
   const int R = run_sc.plan.gpus();
-  if (world.size() != R)
-    throw InputError({file + ": $.plan: dp x tp x pp = " + std::to_string(R) + " ranks, but this job has " +
-                      std::to_string(world.size()) + " (launch with mpirun -np " + std::to_string(R) + ")"});
+  check_job_ranks(run_sc, file, world.size());
   Issues is;
   json sj = parse_json_file(file, file, is);
   if (!is.empty()) throw InputError(is.messages);

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -50,7 +51,9 @@ inline std::string scenario(const std::string& name, const json& plan, long long
 inline int ranks_of(const std::string& file) {
   std::ifstream in(file);
   json p = json::parse(in)["plan"];
-  return p["dp"].get<int>() * p["tp"].get<int>() * p["pp"].get<int>() * p.value("cp", 1);
+  auto n = [](const json& q) { return q.value("dp", 1) * q.value("tp", 1) * q.value("pp", 1) * q.value("cp", 1); };
+  // Pseudo-to-Real with a pseudo plan on more GPUs: the job has its ranks (exec::job_ranks)
+  return std::max(n(p), p.contains("delink") && p["delink"].contains("plan") ? n(p["delink"]["plan"]) : 1);
 }
 
 // `timeout` turns a hung several-rank job into a failure (exit 124). Under AddressSanitizer (with the full unwinder

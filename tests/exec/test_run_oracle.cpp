@@ -148,7 +148,7 @@ TEST(RunOracle, BadPlansExitTwoBeforeWork) {
   EXPECT_EQ(WEXITSTATUS(rc), 2);
   std::ifstream log(f + ".log");
   std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
-  EXPECT_NE(text.find("$.plan: dp x tp x pp = 4 ranks, but this job has 1"), std::string::npos) << text;
+  EXPECT_NE(text.find("$.plan: dp x cp x tp x pp = 4 ranks, but this job has 1"), std::string::npos) << text;
   // A plan the executor does not run: fp8 training (the CPU backend has no fp8 GEMMs).
   {
     json mj = json::parse(std::ifstream(std::string(TP_SOURCE_DIR) + "/scenarios/exec/tiny-moe.json"));
