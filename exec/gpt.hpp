@@ -52,13 +52,12 @@ struct GptShape {
   long long h_loc() const { return H / tp; }
   long long hkv_loc() const { return Hkv / tp; }
   long long f_loc() const { return F / tp; }
-  // Vocabulary-parallel embedding / LM head (Megatron): with tp > 1 rank r holds rows [r Vp, min(V, (r+1) Vp))
-  // of wte, Vp = ceil(V / t): when t does not divide V the last shard is shorter. No padding rows (Megatron pads
-  // the vocabulary and trains the padded classes too): every rank's logits are real classes, so the model is
-  // the single-rank one (train.cpp refuses a t that would leave a rank without rows).
-  long long v_per() const { return (V + tp - 1) / tp; }
-  long long v_begin() const { return std::min(V, tp_rank * v_per()); }
-  long long v_loc() const { return std::min(V, v_begin() + v_per()) - v_begin(); }
+  // Vocabulary-parallel embedding / LM head (Megatron): with tp > 1 rank r holds rows [v_begin, v_begin + v_loc)
+  // of wte, V split as evenly as it goes (the first V % t ranks one row more), so no rank is without rows while
+  // V >= t (train.cpp refuses fewer rows than ranks). No padding rows (Megatron pads the vocabulary and trains
+  // the padded classes too): every rank's logits are real classes, so the model is the single-rank one.
+  long long v_begin() const { return tp_rank * (V / tp) + std::min<long long>(tp_rank, V % tp); }
+  long long v_loc() const { return V / tp + (tp_rank < V % tp ? 1 : 0); }
   long long qkv_cols() const { return (h_loc() + 2 * hkv_loc()) * D; }
   long long fc1_cols() const { return (gelu ? 1 : 2) * f_loc(); }
   bool has_qkv_bias() const { return gelu || qkv_bias; }

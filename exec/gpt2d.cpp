@@ -137,13 +137,13 @@ void ln2d_bwd(const Grid& g, T* dx, T* dw, T* db, const T* dy, const T* x, const
 template <class T>
 void Gpt2d<T>::embed_fwd(T* x, const int32_t* tokens, long B, long Tn) const {
   TP_GPT2D_GRID
-  const long Vl = (long)lay.v_loc();
+  const long Vb = (long)lay.v_blk();
   const int32_t* tok = tokens + (long)lay.row * Nl;  // grid row r's sequences
-  Buf<T> blk(Vl * Cl);
+  Buf<T> blk(Vb * Cl);
   for (int i = 0; i < G.q; ++i) {  // vocabulary block of grid row i, broadcast along the column
-    if (G.r == i) ops::copy(blk.data(), p(lay.params.wte), Vl * Cl);
-    bcast(G.col, blk.data(), Vl * Cl, i);
-    ops::embedding_shard_fwd(x, tok, blk.data(), Nl, Cl, (long)i * Vl, Vl);
+    if (G.r == i) ops::copy(blk.data(), p(lay.params.wte), Vb * Cl);
+    bcast(G.col, blk.data(), Vb * Cl, i);
+    ops::embedding_shard_fwd(x, tok, blk.data(), Nl, Cl, (long)lay.v_begin(i), (long)lay.v_len(i));
   }
   if (lay.s.gelu) ops::add_positions(x, from_row0(G, p(lay.params.wpe), Tn * Cl).data(), Nl, Cl, Tn, 0);
 }
@@ -151,14 +151,14 @@ void Gpt2d<T>::embed_fwd(T* x, const int32_t* tokens, long B, long Tn) const {
 template <class T>
 void Gpt2d<T>::embed_bwd(const T* dx, const int32_t* tokens, long B, long Tn) const {
   TP_GPT2D_GRID
-  const long Vl = (long)lay.v_loc();
+  const long Vb = (long)lay.v_blk();
   const int32_t* tok = tokens + (long)lay.row * Nl;
-  Buf<T> part(Vl * Cl), red(Vl * Cl);
+  Buf<T> part(Vb * Cl), red(Vb * Cl);
   for (int i = 0; i < G.q; ++i) {  // gradient rows of vocabulary block i, reduced to grid row i
-    ops::fill(part.data(), T(0), Vl * Cl);
-    ops::embedding_shard_bwd(part.data(), dx, tok, Nl, Cl, (long)i * Vl, Vl);
-    reduce_to(G.col, part.data(), red.data(), Vl * Cl, i);
-    if (G.r == i) ops::accumulate(g(lay.params.wte), red.data(), Vl * Cl);
+    ops::fill(part.data(), T(0), Vb * Cl);
+    ops::embedding_shard_bwd(part.data(), dx, tok, Nl, Cl, (long)lay.v_begin(i), (long)lay.v_len(i));
+    reduce_to(G.col, part.data(), red.data(), Vb * Cl, i);
+    if (G.r == i) ops::accumulate(g(lay.params.wte), red.data(), Vb * Cl);
   }
   if (lay.s.gelu) {
     Buf<T> dwpe(Tn * Cl);
@@ -276,7 +276,7 @@ void Gpt2d<T>::layer_bwd(int wl, const T* dx_out, T* dx_in, LayerActs<T>& a, lon
 template <class T>
 T Gpt2d<T>::head_fwd(const T* x, const int32_t* targets, HeadActs<T>& a, long B, long Tn) const {
   TP_GPT2D_GRID
-  const long Vl = (long)lay.v_loc(), q = G.q;
+  const long Vb = (long)lay.v_blk(), Vl = (long)lay.v_len(G.c), q = G.q;  // block c: Vl real classes of Vb rows
   const bool gl = lay.s.gelu;
   if (a.x_in.data() != x) { a.x_in.resize(Nl * Cl); ops::copy(a.x_in.data(), x, Nl * Cl); }  // (or moved x there)
   a.lnf.resize(Nl * Cl); a.lnf_mean.resize(Nl); a.lnf_rstd.resize(Nl);
@@ -284,13 +284,19 @@ T Gpt2d<T>::head_fwd(const T* x, const int32_t* targets, HeadActs<T>& a, long B,
   if (gl) b = from_row0(G, p(lay.params.lnf_b), Cl);
   ln2d_fwd(G, a.lnf.data(), a.lnf_mean.data(), a.lnf_rstd.data(), x, w.data(), gl ? b.data() : (const T*)nullptr, Nl,
            Cl, C);
-  // logits (r, c) [Nl, Vl] = vocabulary block c: sum over hidden blocks k of lnf(r, k) wte(c, k)^T.
-  Buf<T> logits(Nl * Vl);
-  ops::fill(logits.data(), T(0), Nl * Vl);
-  summa_abt(G, logits.data(), a.lnf.data(), p(lay.params.wte), Nl, Cl, Vl);
+  // logits (r, c) [Nl, Vb] = vocabulary block c: sum over hidden blocks k of lnf(r, k) wte(c, k)^T; a shorter
+  // block's padding columns are dropped before the softmax.
+  Buf<T> logits(Nl * Vb);
+  ops::fill(logits.data(), T(0), Nl * Vb);
+  summa_abt(G, logits.data(), a.lnf.data(), p(lay.params.wte), Nl, Cl, Vb);
+  if (Vl < Vb) {
+    Buf<T> real(Nl * Vl);
+    ops::copy_rows(real.data(), Vl, logits.data(), Vb, Nl, Vl);
+    logits.swap(real);
+  }
   // Cross-entropy with the row max (all-gather), sum of exponentials and target logit (all-reduce).
   const int32_t* tgt = targets + (long)G.r * Nl;
-  const long v0 = (long)G.c * Vl;
+  const long v0 = (long)lay.v_begin(G.c);
   Buf<T> mx(Nl), mxs(Nl * q);
   ops::row_max(mx.data(), logits.data(), Nl, Vl);
   if (multi(G.row)) G.row->all_gather(mx.data(), mxs.data(), Nl, dt<T>());
@@ -310,17 +316,23 @@ T Gpt2d<T>::head_fwd(const T* x, const int32_t* targets, HeadActs<T>& a, long B,
 template <class T>
 void Gpt2d<T>::head_bwd(T* dx, const int32_t* targets, HeadActs<T>& a, long B, long Tn, T scale) const {
   TP_GPT2D_GRID
-  const long Vl = (long)lay.v_loc();
+  const long Vb = (long)lay.v_blk(), Vl = (long)lay.v_len(G.c);
   const bool gl = lay.s.gelu;
   const int32_t* tgt = targets + (long)G.r * Nl;
-  const long v0 = (long)G.c * Vl;
+  const long v0 = (long)lay.v_begin(G.c);
   Buf<T> dlogits(Nl * Vl);
   ops::scale(dlogits.data(), a.probs.data(), scale, Nl * Vl);
   ops::ce_shard_target_grad(dlogits.data(), tgt, Nl, Vl, v0, scale);
+  if (Vl < Vb) {  // the padding columns' gradient: zero
+    Buf<T> padded(Nl * Vb);
+    ops::fill(padded.data(), T(0), Nl * Vb);
+    ops::copy_rows(padded.data(), Vb, dlogits.data(), Vl, Nl, Vl);
+    dlogits.swap(padded);
+  }
   // logits = lnf wte^T: dwte = dlogits^T lnf (SUMMA atb), dlnf = dlogits wte (SUMMA ab).
-  summa_atb(G, g(lay.params.wte), dlogits.data(), a.lnf.data(), Nl, Cl, Vl);
+  summa_atb(G, g(lay.params.wte), dlogits.data(), a.lnf.data(), Nl, Cl, Vb);
   Buf<T> dlnf(Nl * Cl);
-  summa_ab(G, dlnf.data(), dlogits.data(), p(lay.params.wte), Nl, Cl, Vl);
+  summa_ab(G, dlnf.data(), dlogits.data(), p(lay.params.wte), Nl, Cl, Vb);
   ops::fill(dx, T(0), Nl * Cl);
   Buf<T> w = from_row0(G, p(lay.params.lnf_w), Cl), dw(Cl), db(Cl);
   ops::fill(dw.data(), T(0), Cl);

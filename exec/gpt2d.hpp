@@ -13,7 +13,10 @@
 //
 // Parameters (flat buffer, module order and names as in GptLayout; matrices are the (r, c) block of the full
 // [in, out] matrix, in / q rows by out / q columns):
-//  - wte [V/q, C/q]: vocabulary rows [r V/q, ..), hidden columns [c C/q, ..) (V % q == 0).
+//  - wte [Vb, C/q], Vb = ceil(V / q): vocabulary block r (rows [v_begin(r), + v_len(r)), V split as evenly as it
+//    goes), hidden columns [c C/q, ..). Blocks shorter than Vb end in padding rows (SUMMA moves equal blocks):
+//    zero, never looked up, their logits dropped before the softmax, so their gradient is zero and they stay
+//    zero; they are no element of the full model (shard_params_2d writes zeros, gather_grads_2d skips them).
 //  - qkv_w [C/q, (H + 2 Hkv) D / q]: the full QKV columns are permuted as [for each grid column c: Q heads
 //    [c H/q, (c+1) H/q) | K heads [c Hkv/q, ..) | V heads [c Hkv/q, ..)] before blocking, so grid column c
 //    owns whole heads and its local QKV output is exactly the 1D tp = q, tp_rank = c layout (H, Hkv % q == 0).
@@ -64,7 +67,9 @@ struct Gpt2dLayout {
   long long h_loc() const { return s.H / q; }
   long long hkv_loc() const { return s.Hkv / q; }
   long long f_loc() const { return s.F / q; }
-  long long v_loc() const { return s.V / q; }
+  long long v_blk() const { return (s.V + q - 1) / q; }  // rows of every wte block, padding included
+  long long v_begin(long long i) const { return i * (s.V / q) + std::min<long long>(i, s.V % q); }  // block i's rows
+  long long v_len(long long i) const { return s.V / q + (i < s.V % q ? 1 : 0); }
   long long qkv_cols() const { return (h_loc() + 2 * hkv_loc()) * s.D; }
   long long fc1_cols() const { return (s.gelu ? 1 : 2) * f_loc(); }
   // Local activation block of a micro-batch of B sequences (B % q == 0): act_rows x act_cols.
@@ -72,7 +77,7 @@ struct Gpt2dLayout {
   long long act_cols() const { return c_loc(); }
 };
 // Layout of tp rank `tp_rank` (grid (tp_rank / q, tp_rank % q)) for the full shape `full` (full.tp must be 1).
-// Throws std::invalid_argument unless q >= 1 divides C, H, Hkv, F and V.
+// Throws std::invalid_argument unless q >= 1 divides C, H, Hkv and F, and V >= q.
 Gpt2dLayout gpt2d_layout(const GptShape& full, int q, int tp_rank);
 
 // This rank's blocks of full (tp = 1, layout `full`) tensors: parameters from init_full_params (so a 2D run

@@ -1,8 +1,9 @@
 // gpt2d_layout: the 2D (Optimus) parameter layout, and the maps between a rank's blocks and the full (tp = 1)
 // tensors (shard_params_2d, gather_grads_2d). See gpt2d.hpp.
 // Every local tensor is a [rows, cols] matrix (1-D tensors: rows = 1) whose element (i, j) is element
-// (frow(i), fcol(j)) of the full tensor viewed as [full_rows, full_cols]; the maps below are the only place that
-// knows the blocking and the QKV / SwiGLU column permutations.
+// (frow(i), fcol(j)) of the full tensor viewed as [full_rows, full_cols] (frow -1: a padding row of a shorter wte
+// block, no full element); the maps below are the only place that knows the blocking and the QKV / SwiGLU
+// column permutations.
 #include "gpt2d.hpp"
 
 #include <cstdio>
@@ -57,8 +58,10 @@ BlockMap block_map(const Gpt2dLayout& L, const std::string& name) {
     m.full_cols = (s.gelu ? 1 : 2) * s.F;
     m.fcol = [=](long long j) { return j < fl ? c * fl + j : F + c * fl + (j - fl); };  // SwiGLU: up half
   };
-  if (name == "wte") {
-    rows_block(L.v_loc());
+  if (name == "wte") {  // vocabulary block r, padded to v_blk rows
+    const long long v0 = L.v_begin(r), len = L.v_len(r);
+    m.rows = L.v_blk();
+    m.frow = [v0, len](long long i) { return i < len ? v0 + i : -1LL; };
     hidden_cols();
   } else if (name == "wpe") {
     m.rows = s.maxT;
@@ -104,7 +107,9 @@ Gpt2dLayout gpt2d_layout(const GptShape& full, int q, int tp_rank) {
   need(full.H, "heads");
   need(full.Hkv, "kv_heads");
   need(full.F, "ffn_hidden");
-  need(full.V, "vocab");
+  if (full.V < q)
+    throw std::invalid_argument("gpt2d: vocab = " + std::to_string(full.V) + " has fewer rows than the grid side q = " +
+                                std::to_string(q));
   Gpt2dLayout L;
   L.s = full;
   L.q = q;
@@ -155,7 +160,7 @@ std::vector<T> shard_params_2d(const GptLayout& full, const std::vector<T>& fp, 
     T* dst = out.data() + v.offset;
     for (long long i = 0; i < m.rows; ++i) {
       const long long fr = m.frow(i);
-      for (long long j = 0; j < m.cols; ++j) dst[i * m.cols + j] = src[fr * m.full_cols + m.fcol(j)];
+      for (long long j = 0; j < m.cols; ++j) dst[i * m.cols + j] = fr < 0 ? T(0) : src[fr * m.full_cols + m.fcol(j)];
     }
   }
   return out;
@@ -173,6 +178,7 @@ std::vector<T> gather_grads_2d(const GptLayout& full, const Gpt2dLayout& lay, co
     T* dst = out.data() + fv.offset;
     for (long long i = 0; i < m.rows; ++i) {
       const long long fr = m.frow(i);
+      if (fr < 0) continue;  // padding
       for (long long j = 0; j < m.cols; ++j) dst[fr * m.full_cols + m.fcol(j)] = src[i * m.cols + j];
     }
   }

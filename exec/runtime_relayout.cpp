@@ -27,13 +27,16 @@ void copy_elems(T* dst, const T* src, long long n) {
 }
 }  // namespace
 
-// The single-rank index of every flat element: the shard of the identity (shard_params moves values only).
+// The single-rank index of every flat element, -1 for none (2D: a wte block's padding rows): the shard of the
+// identity plus one (the shard functions move values only, and write 0 where there is no full element).
 template <class T>
 std::vector<double> RankRun<T>::full_index_map() const {
   const GptLayout full = gpt_layout(gpt_shape(sc.model, Tn, 1, 0));
   std::vector<double> id(full.total);
-  for (long long i = 0; i < full.total; ++i) id[i] = (double)i;
-  return model.two_d ? shard_params_2d<double>(full, id, model.d2.lay) : shard_params<double>(full, id, model.d1.lay);
+  for (long long i = 0; i < full.total; ++i) id[i] = (double)(i + 1);
+  std::vector<double> at = model.two_d ? shard_params_2d<double>(full, id, model.d2.lay) : shard_params<double>(full, id, model.d1.lay);
+  for (double& x : at) x -= 1;
+  return at;
 }
 
 // Each own range's views, where this rank holds the copy of record: weights and moments into st by their
@@ -63,8 +66,8 @@ void RankRun<T>::export_state(FullState<T>& st) {
       copy_elems(a1.data(), M1 + so, n);
       copy_elems(a2.data(), M2 + so, n);
       for (long long i = 0; i < n; ++i) {
-        const size_t g = (size_t)at[(size_t)(a + i)];
-        st.w[g] = w[i], st.m1[g] = a1[i], st.m2[g] = a2[i], st.n[g] += T(1);
+        const double g = at[(size_t)(a + i)];
+        if (g >= 0) st.w[(size_t)g] = w[i], st.m1[(size_t)g] = a1[i], st.m2[(size_t)g] = a2[i], st.n[(size_t)g] += T(1);
       }
     }
   }
@@ -87,8 +90,8 @@ void RankRun<T>::import_moments(const FullState<T>& st) {
       a1.resize((size_t)n);
       a2.resize((size_t)n);
       for (long long i = 0; i < n; ++i) {
-        const size_t g = (size_t)at[(size_t)(a + i)];
-        a1[i] = st.m1[g], a2[i] = st.m2[g];
+        const double g = at[(size_t)(a + i)];
+        a1[i] = g >= 0 ? st.m1[(size_t)g] : T(0), a2[i] = g >= 0 ? st.m2[(size_t)g] : T(0);
       }
       copy_elems(M1 + so, a1.data(), n);
       copy_elems(M2 + so, a2.data(), n);

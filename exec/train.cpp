@@ -43,14 +43,11 @@ void check_runnable(const Scenario& sc) {
   // One plan's keys at `at` ($.plan, or the pseudo phase's $.plan.delink.plan).
   auto check_plan = [&](const Plan& p, const std::string& at) {
     // plan.offload "granular" runs with every ZeRO stage, cp, 2D and delinking (exec/runtime_granular.hpp).
-    // The vocabulary-parallel embedding gives each tp rank ceil(vocab / tp) rows, the last one the rest (exec/gpt.hpp).
-    const long long vp = (sc.model.vocab + p.tp - 1) / p.tp;
-    need(p.tp_mode == TpMode::d2 || (long long)(p.tp - 1) * vp < sc.model.vocab,
-         at + ".tp: " + std::to_string(p.tp) + " vocabulary shards of " + std::to_string(vp) + " rows would leave the last "
-         "one empty (vocab " + std::to_string(sc.model.vocab) + ")");
-    need(p.tp_mode != TpMode::d2 || sc.model.vocab % p.tp_q() == 0,  // (Optimus blocks: exec/gpt2d_layout.cpp)
-         at + ".tp: tp_mode \"2d\" with a vocab (" + std::to_string(sc.model.vocab) + ") the grid side " +
-         std::to_string(p.tp_q()) + " does not divide");
+    // The vocabulary-parallel embedding splits the rows as evenly as it goes (exec/gpt.hpp GptShape::v_loc; 2D:
+    // over the grid side, each block padded to the longest, exec/gpt2d.hpp).
+    const int shards = p.tp_mode == TpMode::d2 ? p.tp_q() : p.tp;
+    need(shards <= sc.model.vocab, at + ".tp: " + std::to_string(shards) + " vocabulary shards of a vocabulary of " +
+                                       std::to_string(sc.model.vocab) + " rows would leave a rank without rows");
     // MoE (exec/moe.hpp) runs with every plan kind: expert parallelism over dp, SP, cp, delinking, and each offload.
     // plan.cp runs (exec/cp_attention.hpp); the scenario checks already refuse cp with tp_mode "2d".
     need(p.cp == 1 || p.tp_mode == TpMode::d1, at + ".cp with tp_mode \"2d\"");

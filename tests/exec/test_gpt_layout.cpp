@@ -84,7 +84,37 @@ TEST(GptLayout, ShapesOfOneTensorParallelRank) {
   EXPECT_EQ(L.views[W.fc2_w].rows, s.f_loc());
   EXPECT_EQ(L.views[L.params.wte].rows, s.v_loc());
   const Gpt2dLayout L2 = gpt2d_layout(shape(true), 2, 1);
-  EXPECT_EQ(L2.views[L2.params.wte].rows, L2.v_loc());
+  EXPECT_EQ(L2.views[L2.params.wte].rows, L2.v_blk());
   EXPECT_EQ(L2.views[L2.params.wte].cols, L2.c_loc());
   EXPECT_EQ(L2.views[L2.params.layers[0].qkv_w].cols, L2.qkv_cols());
+}
+
+// 2D with a vocabulary the grid side does not divide: vocab 7 over q 2 is blocks of 4 and 3 rows, each stored
+// as 4 rows (the second with one zero padding row): rank (r, c)'s wte row i is full row v_begin(r) + i, hidden
+// columns [c C/2, ..).
+TEST(GptLayout, TwoDimensionalVocabularyBlocksThatQDoesNotDivide) {
+  GptShape s = shape(true);
+  s.V = 7;
+  const GptLayout full = gpt_layout(s);
+  std::vector<double> w(full.total);
+  for (size_t i = 0; i < w.size(); ++i) w[i] = 1.0 + (double)i;
+  const ParamView& fw = full.view("wte");
+  for (int k = 0; k < 4; ++k) {
+    const Gpt2dLayout L = gpt2d_layout(s, 2, k);
+    EXPECT_EQ(L.v_blk(), 4);
+    EXPECT_EQ(L.v_begin(1), 4);
+    EXPECT_EQ(L.v_len(0), 4);
+    EXPECT_EQ(L.v_len(1), 3);
+    const std::vector<double> mine = shard_params_2d<double>(full, w, L);
+    const ParamView& v = L.views[L.params.wte];
+    ASSERT_EQ(v.rows, 4);
+    const long long Cl = L.c_loc();
+    for (long long i = 0; i < v.rows; ++i)
+      for (long long j = 0; j < Cl; ++j) {
+        const double want = i < L.v_len(L.row) ? w[fw.offset + (L.v_begin(L.row) + i) * s.C + L.col * Cl + j] : 0.0;
+        EXPECT_EQ(mine[v.offset + i * Cl + j], want) << "rank " << k << " row " << i << " col " << j;
+      }
+  }
+  s.V = 1;  // fewer rows than the grid side
+  EXPECT_THROW(gpt2d_layout(s, 2, 0), std::invalid_argument);
 }

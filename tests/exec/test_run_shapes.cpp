@@ -5,9 +5,12 @@
 // and the result differs from the same model without the biases (the flags reach the executor).
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
+#include "exec/data.hpp"
 #include "exec/oracle_run.hpp"
 
 using namespace oracle;
@@ -60,10 +63,12 @@ TEST(RunShapes, BiasedSwigluWithHeadDimMatchesSingleRankFloat64) {
   }
 }
 
-// A vocabulary that tp does not divide (GPT-2's 50257 with tp 2 is the common case): rank r holds rows
-// [r ceil(V/t), ...), the last shard shorter, no padding classes, so every plan is the single-rank model:
-// vocab 255 and 257 with tp 2, tp 4, tp 2 with SP and pp 2, and on the emu backend, to 1e-9. A tp that would
-// leave the last shard empty exits 2.
+// A vocabulary that tp does not divide (GPT-2's 50257 with tp 2 is the common case): the rows split as evenly as
+// they go (the first V % t ranks one row more), no padding classes, so every plan is the single-rank model:
+// vocab 255 and 257 with tp 2, tp 4, tp 2 with SP and pp 2, on the emu backend, and 2D over a 2 x 2 grid (its
+// vocabulary blocks padded to the longest, exec/gpt2d.hpp), to 1e-9; vocab 6 and 7 over
+// tp 4 (shards of 2, 2, 1, 1 and 2, 2, 2, 1 rows, where ceil(V / t) rows per rank would leave the last rank
+// none or one) on a token file of their own. Fewer rows than tp ranks exits 2.
 TEST(RunShapes, VocabularyThatTpDoesNotDivideMatchesSingleRank) {
   if (!have_mpi()) GTEST_SKIP() << "built without MPI";
   const int steps = 3;
@@ -78,6 +83,7 @@ TEST(RunShapes, VocabularyThatTpDoesNotDivideMatchesSingleRank) {
         {"tp4", {{"tp", 4}}, ""},
         {"tp2_sp_pp2", {{"tp", 2}, {"sequence_parallel", true}, {"pp", 2}}, ""},
         {"tp2_emu", {{"tp", 2}}, "--backend emu"},
+        {"tp4_2d", {{"tp", 4}, {"tp_mode", "2d"}}, ""},  // Optimus: blocks of 128 and 127 (129 and 128) rows
     };
     for (const Case& c : cases) {
       json got = run(scenario(tag + c.name, c.plan, 8, 0, model), steps, true, nullptr, c.extra);
@@ -86,8 +92,31 @@ TEST(RunShapes, VocabularyThatTpDoesNotDivideMatchesSingleRank) {
       expect_close(got, ref, "grad_norm", 1e-9, tag + c.name);
     }
   }
-  int code = 0;  // vocab 6 over tp 4: shards of 2 rows, the fourth would start at row 6
-  json empty = run(scenario("v6_tp4", {{"tp", 4}}, 8, 0, json{{"vocab", 6}, {"heads", 4}}), 1, true, &code);
-  EXPECT_TRUE(empty.is_null());
+  // Tokens in [0, 7): a deterministic stream with some structure to learn.
+  const std::string data = tmpdir() + "/tokens_mod7.bin";
+  std::vector<uint16_t> toks(4096);
+  for (size_t i = 0; i < toks.size(); ++i) toks[i] = (uint16_t)((i * i + i / 3) % 7);
+  for (long long V : {6LL, 7LL}) {
+    std::vector<uint16_t> t = toks;
+    for (uint16_t& x : t) x = (uint16_t)(x % V);
+    const std::string file = data + std::to_string(V);
+    tp::exec::write_tokens(file, t);
+    const json model = {{"vocab", V}, {"heads", 4}};
+    const std::string tag = std::string("v") + std::to_string(V) + "_";
+    json ref = run(scenario(tag + "ref", json::object(), 8, 0, model), steps, true, nullptr, "--data " + file);
+    json got = run(scenario(tag + "tp4", {{"tp", 4}}, 8, 0, model), steps, true, nullptr, "--data " + file);
+    ASSERT_FALSE(ref.is_null()) << tag;
+    ASSERT_FALSE(got.is_null()) << tag;
+    expect_close(got, ref, "losses", 1e-9, tag + "tp4");
+    expect_close(got, ref, "grad_norm", 1e-9, tag + "tp4");
+  }
+  int code = 0;  // vocab 3 over tp 4: a rank without rows
+  const std::string f3 = scenario("v3_tp4", {{"tp", 4}}, 8, 0, json{{"vocab", 3}, {"heads", 4}});
+  json none = run(f3, 1, true, &code);
+  EXPECT_TRUE(none.is_null());
   EXPECT_EQ(code, 2);
+  std::ifstream log(f3 + ".log");
+  const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("$.plan.tp: 4 vocabulary shards of a vocabulary of 3 rows would leave a rank without rows"),
+            std::string::npos) << text;
 }
