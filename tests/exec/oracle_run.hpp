@@ -109,6 +109,15 @@ inline void expect_close(const json& got, const json& want, const char* key, dou
   }
 }
 
+// Removes the checkpoints of steps (after, last] under dir, so a --resume starts from the one after `after`.
+inline void drop_checkpoints_after(const std::string& dir, int after, int last) {
+  for (int later = after + 1; later <= last; ++later) {
+    char name[32];
+    std::snprintf(name, sizeof name, "/step_%08d", later);
+    std::filesystem::remove_all(dir + name);
+  }
+}
+
 inline bool have_mpi() {
 #ifdef TP_MPIEXEC
   return true;

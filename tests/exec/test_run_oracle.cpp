@@ -233,11 +233,7 @@ TEST(RunOracle, DelinkWithThePseudoPhasesOwnBatch) {
     json whole = run(f, 5, true, nullptr, "--checkpoint-dir " + dir + " --keep-checkpoints 10 --checkpoint-every " + std::to_string(at));
     ASSERT_FALSE(whole.is_null()) << at;
     EXPECT_EQ(whole["losses"], got["losses"]);  // checkpointing does not change the run
-    for (int later = at + 1; later <= 5; ++later) {  // keep only the checkpoint after step `at`
-      char name[32];
-      std::snprintf(name, sizeof name, "/step_%08d", later);
-      fs::remove_all(dir + name);
-    }
+    drop_checkpoints_after(dir, at, 5);  // keep only the checkpoint after step `at`
     json rest = run(f, 5, true, nullptr, "--checkpoint-dir " + dir + " --resume");
     ASSERT_FALSE(rest.is_null()) << at;
     EXPECT_EQ(rest["first_step"], at);

@@ -100,11 +100,7 @@ TEST(RunRelayout, CheckpointsOfEitherPhaseResumeBitForBit) {
     json whole = run(f, 6, true, nullptr, "--delink-step 3 --checkpoint-dir " + dir + " --checkpoint-every 2 --keep-checkpoints 10");
     ASSERT_FALSE(whole.is_null()) << at;
     ASSERT_EQ(whole["losses"].size(), 6u);
-    for (int later = at + 2; later <= 6; later += 2) {
-      char name[32];
-      std::snprintf(name, sizeof name, "/step_%08d", later);
-      fs::remove_all(dir + name);
-    }
+    drop_checkpoints_after(dir, at, 6);
     json rest = run(f, 6, true, nullptr, "--delink-step 3 --checkpoint-dir " + dir + " --resume");
     ASSERT_FALSE(rest.is_null()) << at;
     EXPECT_EQ(rest["first_step"], at);
