@@ -80,6 +80,72 @@ const MicroCost& AnalyticModel::micro(const Layout& lay, long long mb, bool sp, 
   return *slot;
 }
 
+// Activations at the peak: the first stage's layers and micro-batches in flight under the schedule (and its
+// embedding), the last stage's with its LM head's logits, and with uneven stages the second stage's; plus one
+// layer's transient buffers.
+static double inflight_activation_bytes(const MicroCost& mc, const Choice& ch, int p, double m, double v, double Lp,
+                                        double n_first, double n_mid, double n_last, bool layered, bool uneven) {
+  double inflight_layers, inflight_mb;
+  if (layered) { inflight_layers = m * Lp; inflight_mb = m; }
+  else if (p == 1) { inflight_layers = Lp; inflight_mb = 1; }
+  else if (ch.schedule == Schedule::gpipe) { inflight_layers = m * n_first; inflight_mb = m; }
+  else if (ch.schedule == Schedule::one_f_one_b) { inflight_mb = std::min<double>(m, p); inflight_layers = inflight_mb * n_first; }
+  else {
+    double chunks = std::min(m * v, 2.0 * (p - 1) + (v - 1) * p + 1);
+    inflight_layers = chunks * n_first / v;
+    inflight_mb = std::min(m, std::ceil(chunks / v));
+  }
+  double act = inflight_layers * mc.layer_stored_bytes + mc.layer_transient_bytes +
+               inflight_mb * mc.embed_stored_bytes + (p == 1 ? (layered ? m : 1) * mc.head_stored_bytes : 0);
+  if (p > 1) {  // the last stage: fewer micro-batches in flight, the LM head's logits
+    double last_mb = layered || ch.schedule == Schedule::gpipe ? m : 1;
+    double last = (layered || ch.schedule == Schedule::gpipe ? m * n_last : (v > 1 ? std::min(m * v, (v - 1) * p + 1.0) * n_last / v : n_last)) *
+                      mc.layer_stored_bytes + mc.layer_transient_bytes + last_mb * mc.head_stored_bytes;
+    act = std::max(act, last);
+  }
+  if (uneven && p > 2) {  // the second stage: one micro-batch fewer in flight than the first, a middle stage's layers
+    double chunks = ch.schedule == Schedule::gpipe ? m * v
+                    : v > 1 ? std::min(m * v, 2.0 * (p - 2) + (v - 1) * p + 1) : std::min<double>(m, p - 1);
+    act = std::max(act, chunks * n_mid / v * mc.layer_stored_bytes + mc.layer_transient_bytes);
+  }
+  return act;
+}
+
+// PatrickStar (sim/chunks.hpp): fp16 parameter chunks (gradients reuse them) and optimizer-state chunks of this
+// rank's shard; GPU budget = gpu_memory_fraction x HBM, less the all-gather buffer (dp chunks); hybrid Adam puts
+// whole optimizer-state chunks on the GPU within hybrid_adam_margin of the spare margin; parameter chunks that
+// do not fit next to the activations move over PCIe every step (two loads and one gradient store per moved
+// byte) and the Adam of the CPU chunks runs on the host.
+AnalyticModel::ChunkedState AnalyticModel::chunked_state(const MicroCost& mc, const Choice& ch, const Params& held,
+                                                         int dp, int edp, const ElemBytes& eb, double act,
+                                                         double buffers, int sharing_host) const {
+  const Offload& o = sc.plan.offload;  // defaults (the search uses PatrickStar's defaults)
+  const Host& host = sc.cluster.host;
+  const double e = eb.e;
+  const double budget = std::min(o.gpu_memory_fraction * sc.cluster.gpu.hbm_bytes, capacity_bytes);
+  const double chunk_e = (double)o.chunk_elements;
+  const double shard_params = zero_shard(held, ch.zero, 3, dp, edp);
+  const double local_chunks = std::ceil(shard_params / chunk_e);
+  const double param_bytes = local_chunks * chunk_e * e, os_chunk = chunk_e * eb.optimizer();
+  const double comm_buf = dp > 1 ? dp * chunk_e * e : 0;
+  const double gathered = dp > 1 ? (mc.layer_params / (dp * chunk_e) + 1) * (dp - 1) * chunk_e * e : 0;
+  const double margin = std::max(0.0, budget - act - buffers - param_bytes) * o.hybrid_adam_margin;
+  const double os_on_gpu = std::min(local_chunks, std::floor(margin / os_chunk)) * os_chunk;
+  const double room = budget - act - buffers - comm_buf - os_on_gpu - std::max(0.0, gathered - comm_buf);
+  const double resident = std::min(param_bytes, std::max(room, 0.0));
+  const double moved = param_bytes - resident;
+  const double host_os_params = shard_params * std::max(0.0, 1 - os_on_gpu / (local_chunks * os_chunk));
+  ChunkedState cs;
+  cs.weights = resident + gathered;
+  cs.optimizer_bytes = os_on_gpu;
+  cs.gpu_adam_s = gpu_adam_s(shard_params - host_os_params, sc.cluster.gpu, eb);
+  // loaded and evicted twice (a move is a copy)
+  cs.offload_s = pcie_copy_s(4 * moved, host) + host_adam_s(host_os_params, host, sharing_host, eb);
+  cs.host_bytes = moved + host_os_params * eb.optimizer();
+  cs.fits = budget - act - buffers >= (mc.layer_params / (dp * chunk_e) + 1) * dp * chunk_e * e;
+  return cs;
+}
+
 Estimate AnalyticModel::estimate(const Layout& lay, const MicroCost& mc, const Choice& ch) const {
   Estimate r;
   const Cluster& C = sc.cluster;
@@ -152,29 +218,7 @@ Estimate AnalyticModel::estimate(const Layout& lay, const MicroCost& mc, const C
   if (ch.offload == OffloadKind::granular) buffers += 2 * ch.offload_fraction * layer_bytes_e;
 
   // ---- activations in flight on the first stage ----
-  double inflight_layers, inflight_mb;
-  if (layered) { inflight_layers = m * Lp; inflight_mb = m; }
-  else if (p == 1) { inflight_layers = Lp; inflight_mb = 1; }
-  else if (ch.schedule == Schedule::gpipe) { inflight_layers = m * n_first; inflight_mb = m; }
-  else if (ch.schedule == Schedule::one_f_one_b) { inflight_mb = std::min<double>(m, p); inflight_layers = inflight_mb * n_first; }
-  else {
-    double chunks = std::min(m * v, 2.0 * (p - 1) + (v - 1) * p + 1);
-    inflight_layers = chunks * n_first / v;
-    inflight_mb = std::min(m, std::ceil(chunks / v));
-  }
-  double act = inflight_layers * mc.layer_stored_bytes + mc.layer_transient_bytes +
-               inflight_mb * mc.embed_stored_bytes + (p == 1 ? (layered ? m : 1) * mc.head_stored_bytes : 0);
-  if (p > 1) {  // the last stage: fewer micro-batches in flight, the LM head's logits
-    double last_mb = layered || ch.schedule == Schedule::gpipe ? m : 1;
-    double last = (layered || ch.schedule == Schedule::gpipe ? m * n_last : (v > 1 ? std::min(m * v, (v - 1) * p + 1.0) * n_last / v : n_last)) *
-                      mc.layer_stored_bytes + mc.layer_transient_bytes + last_mb * mc.head_stored_bytes;
-    act = std::max(act, last);
-  }
-  if (uneven && p > 2) {  // the second stage: one micro-batch fewer in flight than the first, a middle stage's layers
-    double chunks = ch.schedule == Schedule::gpipe ? m * v
-                    : v > 1 ? std::min(m * v, 2.0 * (p - 2) + (v - 1) * p + 1) : std::min<double>(m, p - 1);
-    act = std::max(act, chunks * n_mid / v * mc.layer_stored_bytes + mc.layer_transient_bytes);
-  }
+  const double act = inflight_activation_bytes(mc, ch, p, m, v, Lp, n_first, n_mid, n_last, layered, uneven);
   r.activation_bytes = act;
 
   // ---- data-parallel communication ----
@@ -234,32 +278,14 @@ Estimate AnalyticModel::estimate(const Layout& lay, const MicroCost& mc, const C
     double loads = 2 * runs * off_shard * e, stores = runs * off_shard * e;
     pcie_exposed = std::max(pcie_s(loads + stores) - r.compute_s, 0.0) + host_adam(host_opt_params);
   } else if (ch.offload == OffloadKind::chunked) {
-    // PatrickStar (sim/chunks.hpp): fp16 parameter chunks (gradients reuse them) and optimizer-state chunks
-    // of this rank's shard; GPU budget = gpu_memory_fraction x HBM, less the all-gather buffer (dp chunks);
-    // hybrid Adam puts whole optimizer-state chunks on the GPU within hybrid_adam_margin of the spare margin;
-    // parameter chunks that do not fit next to the activations move over PCIe every step (two loads and one
-    // gradient store per moved byte) and the Adam of the CPU chunks runs on the host.
-    const Offload& o = sc.plan.offload;  // defaults (the search uses PatrickStar's defaults)
-    const double budget = std::min(o.gpu_memory_fraction * gpu.hbm_bytes, capacity_bytes);
-    const double chunk_e = (double)o.chunk_elements;
-    const double shard_params = zero_shard(held, ch.zero, 3, dp, edp);
-    const double local_chunks = std::ceil(shard_params / chunk_e);
-    const double param_bytes = local_chunks * chunk_e * e, os_chunk = chunk_e * eb.optimizer();
-    const double comm_buf = dp > 1 ? dp * chunk_e * e : 0;
-    const double gathered = dp > 1 ? (mc.layer_params / (dp * chunk_e) + 1) * (dp - 1) * chunk_e * e : 0;
-    const double margin = std::max(0.0, budget - act - buffers - param_bytes) * o.hybrid_adam_margin;
-    const double os_on_gpu = std::min(local_chunks, std::floor(margin / os_chunk)) * os_chunk;
-    const double room = budget - act - buffers - comm_buf - os_on_gpu - std::max(0.0, gathered - comm_buf);
-    const double resident = std::min(param_bytes, std::max(room, 0.0));
-    const double moved = param_bytes - resident;
-    const double host_os_params = shard_params * std::max(0.0, 1 - os_on_gpu / (local_chunks * os_chunk));
-    weights = resident + gathered;
+    const ChunkedState cs = chunked_state(mc, ch, held, dp, edp, eb, act, buffers, sharing_host);
+    weights = cs.weights;
     grads = 0;
-    opt = os_on_gpu;
-    r.optimizer_s = gpu_adam_s(shard_params - host_os_params, gpu, eb);
-    pcie_exposed = pcie_s(4 * moved) + host_adam(host_os_params);  // loaded and evicted twice (a move is a copy)
-    host_bytes = moved + host_os_params * eb.optimizer();
-    chunks_fit = budget - act - buffers >= (mc.layer_params / (dp * chunk_e) + 1) * dp * chunk_e * e;
+    opt = cs.optimizer_bytes;
+    r.optimizer_s = cs.gpu_adam_s;
+    pcie_exposed = cs.offload_s;
+    host_bytes = cs.host_bytes;
+    chunks_fit = cs.fits;
   }
   r.offload_s = pcie_exposed;
   r.state_bytes = weights + grads + opt + buffers;

@@ -84,6 +84,13 @@ struct AnalyticModel {
   Estimate estimate(const Layout& lay, const MicroCost& mc, const Choice& ch) const;
 
  private:
+  // Chunked offload's GPU state and step costs for estimate (analytic.cpp).
+  struct ChunkedState {
+    double weights = 0, optimizer_bytes = 0, gpu_adam_s = 0, offload_s = 0, host_bytes = 0;
+    bool fits = true;
+  };
+  ChunkedState chunked_state(const MicroCost& mc, const Choice& ch, const Params& held, int dp, int edp,
+                             const ElemBytes& eb, double act, double buffers, int sharing_host) const;
   std::shared_ptr<const Topology> topo_;
   LinkTiers lat_;
   mutable std::mutex mu_;

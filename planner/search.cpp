@@ -194,22 +194,11 @@ static std::vector<std::pair<std::string, Point>> neighbours(const Scenario& sc,
   return out;
 }
 
-// The search proper on one scenario (no compare variants).
-static PlanOutcome search_one(const Scenario& sc, const PlanOptions& opt) {
-  auto t0 = std::chrono::steady_clock::now();
-  const Search& se = *sc.search;
-  PlanOutcome out;
-  out.scenario = sc;
-  check_target_loss(sc);
-  AnalyticModel am(sc);
-  const Scorer score(sc, am);
-  RunEstimate probe = score.run(1);
-  SpaceLimits lim = space_limits(sc, probe.critical_batch_tokens);
-  std::vector<Layout> layouts = enumerate_layouts(sc, lim);
-  const int confirm = se.confirm > 0 ? se.confirm : std::max(3 * se.top_k, 12);
-
-  int threads = opt.threads > 0 ? opt.threads : (int)std::max(1u, std::thread::hardware_concurrency());
-  threads = std::max(1, std::min<int>(threads, (int)layouts.size()));
+// The analytic pass over every layout on `threads` workers: the kept best points overall and per (GPU count,
+// family), and the counts, merged in worker order.
+static Keeper estimate_all(const Scenario& sc, const AnalyticModel& am, const Scorer& score, const SpaceLimits& lim,
+                           const std::vector<Layout>& layouts, int confirm, int threads, const PlanOptions& opt,
+                           std::chrono::steady_clock::time_point t0) {
   std::vector<Keeper> keepers(threads);
   std::atomic<size_t> next{0}, done{0};
   auto work = [&](int w) {
@@ -248,8 +237,6 @@ static PlanOutcome search_one(const Scenario& sc, const PlanOptions& opt) {
     work(0);
   }
   for (auto& t : pool) t.join();
-
-  // Merge.
   Keeper all;
   all.top.cap = kTopKept * confirm;
   for (Keeper& k : keepers) {
@@ -260,6 +247,100 @@ static PlanOutcome search_one(const Scenario& sc, const PlanOptions& opt) {
     all.st.pruned_memory += k.st.pruned_memory;
     all.st.pruned_dominated += k.st.pruned_dominated;
   }
+  return all;
+}
+
+// The top list: in rounds of `confirm` points (at most kPerLayoutTries per layout, a layout dropped once one of
+// its plans is confirmed), until top_k distinct layouts fit when simulated (the closed-form memory model can be
+// optimistic) or the kept candidates run out.
+static void confirm_top(Confirmer& cf, const Keeper& all, int top_k, int confirm, double capacity_bytes,
+                        PlanOutcome& out) {
+  std::vector<Point> queue;
+  {
+    std::map<LayoutKey, int> tries;
+    for (const Point& p : all.top.sorted())
+      if (tries[layout_key(p)]++ < kPerLayoutTries) queue.push_back(p);
+  }
+  std::set<LayoutKey> confirmed;
+  for (size_t at = 0; at < queue.size() && (int)confirmed.size() < top_k;) {
+    std::vector<Point> round;
+    for (; at < queue.size() && (int)round.size() < confirm; ++at)
+      if (!confirmed.count(layout_key(queue[at]))) round.push_back(queue[at]);
+    for (Candidate& c : cf.run(round))
+      if (acceptable(c, capacity_bytes)) {
+        confirmed.insert(layout_key(c.point));
+        out.top.push_back(c);
+      }
+  }
+  std::sort(out.top.begin(), out.top.end(), candidate_less);
+}
+
+// Per GPU count: the analytic best of each family (ZeRO stage x schedule kind x offload), best first; the first
+// kPerGpuTries within the simulation budget are simulated and the best that fits is kept. Families guard
+// against an analytic bias of one technique (e.g. ZeRO-3 gathers at large dp). Then the top list and these
+// answers are made consistent, and the top list cut to top_k distinct layouts.
+static void best_per_gpu_count(const Scenario& sc, Confirmer& cf, const Keeper& all, double capacity_bytes,
+                               PlanOutcome& out) {
+  std::map<int, std::vector<Point>> fam_best;
+  for (auto& [key, tl] : all.per_gpus) fam_best[key.first].push_back(tl.v.front());
+  for (auto& [n, pts] : fam_best) {
+    std::sort(pts.begin(), pts.end(), point_less);
+    std::vector<Point> sims;
+    for (const Point& p : pts)
+      if ((int)sims.size() < kPerGpuTries && sim_tasks(sc, p) <= kConfirmTaskBudget) sims.push_back(p);
+    GpuPoint g{n, Candidate{}, false};
+    bool have = false;
+    for (Candidate& c : cf.run(sims))
+      if (acceptable(c, capacity_bytes) && (!have || candidate_less(c, g.best))) { g.best = c; g.simulated = have = true; }
+    if (!have) g.best = cf.analytic(pts.front());  // nothing simulated fits, or all beyond the budget
+    out.by_gpus.push_back(g);
+  }
+  // A GPU count's best is the best confirmed plan with that count, whichever pass confirmed it.
+  for (GpuPoint& g : out.by_gpus)
+    for (const Candidate& c : out.top)
+      if (c.plan.gpus() == g.gpus && (!g.simulated || candidate_less(c, g.best))) { g.best = c; g.simulated = true; }
+  // The overall best may be a per-GPU-count best found only by that pass.
+  for (const GpuPoint& g : out.by_gpus) {
+    if (!g.simulated) continue;
+    bool have = false;
+    for (const Candidate& c : out.top) have |= same_plan(c, g.best);
+    if (!have) out.top.push_back(g.best);
+  }
+  std::sort(out.top.begin(), out.top.end(), candidate_less);
+  keep_distinct_layouts(out.top);
+  const Search& se = *sc.search;
+  if ((int)out.top.size() > se.top_k) out.top.resize(se.top_k);
+  // Without search.min_gpus (and without an offload fix), the per-GPU answers start at the smallest count
+  // where a plan fits without offload, when any does: offload plans below it (years to train) stay reachable
+  // with min_gpus or fix.offload.
+  if (!se.min_gpus_given && se.fix.offload.empty()) {
+    int first = 0;
+    for (auto& [key, tl] : all.per_gpus)
+      if (key.second % 4 == (int)OffloadKind::none && !tl.v.empty() && (first == 0 || key.first < first)) first = key.first;
+    if (first > 0) {
+      out.min_gpus = first;
+      std::erase_if(out.by_gpus, [&](const GpuPoint& g) { return g.gpus < first; });
+    }
+  }
+}
+
+// The search proper on one scenario (no compare variants).
+static PlanOutcome search_one(const Scenario& sc, const PlanOptions& opt) {
+  auto t0 = std::chrono::steady_clock::now();
+  const Search& se = *sc.search;
+  PlanOutcome out;
+  out.scenario = sc;
+  check_target_loss(sc);
+  AnalyticModel am(sc);
+  const Scorer score(sc, am);
+  RunEstimate probe = score.run(1);
+  SpaceLimits lim = space_limits(sc, probe.critical_batch_tokens);
+  std::vector<Layout> layouts = enumerate_layouts(sc, lim);
+  const int confirm = se.confirm > 0 ? se.confirm : std::max(3 * se.top_k, 12);
+
+  int threads = opt.threads > 0 ? opt.threads : (int)std::max(1u, std::thread::hardware_concurrency());
+  threads = std::max(1, std::min<int>(threads, (int)layouts.size()));
+  const Keeper all = estimate_all(sc, am, score, lim, layouts, confirm, threads, opt, t0);
   out.stats = all.st;
   out.stats.threads = threads;
   out.stats.analytic_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -280,70 +361,8 @@ static PlanOutcome search_one(const Scenario& sc, const PlanOptions& opt) {
       opt.progress(kEstimateShare + (1 - kEstimateShare) * f,
                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     };
-  // In rounds of `confirm` points (at most kPerLayoutTries per layout, a layout dropped once one of its plans
-  // is confirmed), until top_k distinct layouts fit when simulated (the closed-form memory model can be
-  // optimistic) or the kept candidates run out.
-  std::vector<Point> queue;
-  {
-    std::map<LayoutKey, int> tries;
-    for (const Point& p : all.top.sorted())
-      if (tries[layout_key(p)]++ < kPerLayoutTries) queue.push_back(p);
-  }
-  std::set<LayoutKey> confirmed;
-  for (size_t at = 0; at < queue.size() && (int)confirmed.size() < se.top_k;) {
-    std::vector<Point> round;
-    for (; at < queue.size() && (int)round.size() < confirm; ++at)
-      if (!confirmed.count(layout_key(queue[at]))) round.push_back(queue[at]);
-    for (Candidate& c : cf.run(round))
-      if (acceptable(c, am.capacity_bytes)) {
-        confirmed.insert(layout_key(c.point));
-        out.top.push_back(c);
-      }
-  }
-  std::sort(out.top.begin(), out.top.end(), candidate_less);
-  // Per GPU count: the analytic best of each family (ZeRO stage x schedule kind x offload), best first; the
-  // first kPerGpuTries within the simulation budget are simulated and the best that fits is kept. Families
-  // guard against an analytic bias of one technique (e.g. ZeRO-3 gathers at large dp).
-  std::map<int, std::vector<Point>> fam_best;
-  for (auto& [key, tl] : all.per_gpus) fam_best[key.first].push_back(tl.v.front());
-  for (auto& [n, pts] : fam_best) {
-    std::sort(pts.begin(), pts.end(), point_less);
-    std::vector<Point> sims;
-    for (const Point& p : pts)
-      if ((int)sims.size() < kPerGpuTries && sim_tasks(sc, p) <= kConfirmTaskBudget) sims.push_back(p);
-    GpuPoint g{n, Candidate{}, false};
-    bool have = false;
-    for (Candidate& c : cf.run(sims))
-      if (acceptable(c, am.capacity_bytes) && (!have || candidate_less(c, g.best))) { g.best = c; g.simulated = have = true; }
-    if (!have) g.best = cf.analytic(pts.front());  // nothing simulated fits, or all beyond the budget
-    out.by_gpus.push_back(g);
-  }
-  // A GPU count's best is the best confirmed plan with that count, whichever pass confirmed it.
-  for (GpuPoint& g : out.by_gpus)
-    for (const Candidate& c : out.top)
-      if (c.plan.gpus() == g.gpus && (!g.simulated || candidate_less(c, g.best))) { g.best = c; g.simulated = true; }
-  // The overall best may be a per-GPU-count best found only by that pass.
-  for (const GpuPoint& g : out.by_gpus) {
-    if (!g.simulated) continue;
-    bool have = false;
-    for (const Candidate& c : out.top) have |= same_plan(c, g.best);
-    if (!have) out.top.push_back(g.best);
-  }
-  std::sort(out.top.begin(), out.top.end(), candidate_less);
-  keep_distinct_layouts(out.top);
-  if ((int)out.top.size() > se.top_k) out.top.resize(se.top_k);
-  // Without search.min_gpus (and without an offload fix), the per-GPU answers start at the smallest count
-  // where a plan fits without offload, when any does: offload plans below it (years to train) stay reachable
-  // with min_gpus or fix.offload.
-  if (!se.min_gpus_given && se.fix.offload.empty()) {
-    int first = 0;
-    for (auto& [key, tl] : all.per_gpus)
-      if (key.second % 4 == (int)OffloadKind::none && !tl.v.empty() && (first == 0 || key.first < first)) first = key.first;
-    if (first > 0) {
-      out.min_gpus = first;
-      std::erase_if(out.by_gpus, [&](const GpuPoint& g) { return g.gpus < first; });
-    }
-  }
+  confirm_top(cf, all, se.top_k, confirm, am.capacity_bytes, out);
+  best_per_gpu_count(sc, cf, all, am.capacity_bytes, out);
   out.pareto = pareto_front(out.by_gpus);
   if (!out.top.empty()) {  // the winner keeps its program and events (the report draws its timeline)
     out.top[0].sim = std::make_shared<Result>(simulate(cf.scenario_of(out.top[0].point)));

@@ -54,42 +54,35 @@ ChunkLayout layout_chunks(const ChunkSimInput& in) {
   return L;
 }
 
-ChunkSimResult simulate_chunks(const ChunkSimInput& in) {
-  const ChunkLayout L = layout_chunks(in);
-  const int T = static_cast<int>(in.moments.size());
-  check(in.moment_is_adam.size() == in.moments.size(), "moment_is_adam size differs from moments");
-  check(in.nonmodel_bytes.size() == in.moments.size(), "nonmodel_bytes size differs from moments");
-  const int n = static_cast<int>(L.chunk_elements.size());
-  const int W = in.world;
-  const double pb = in.param_bytes;
-  const double E = static_cast<double>(in.chunk_elements);
-  const double overall = in.gpu_memory_fraction * in.hbm_bytes;
-  auto fp16 = [&](int c) { return L.chunk_elements[c] * pb; };
-  auto is_local = [&](int c) { return c % W == in.rank && !L.is_dummy[c]; };
+namespace {
 
-  ChunkSimResult r;
-  r.padded_chunks = n;
-  std::vector<int> local;
-  for (int c = 0; c < n; ++c) {
-    if (!L.is_dummy[c]) ++r.chunks;
-    if (!is_local(c)) continue;
-    local.push_back(c);
-    r.local_param_elements += L.used_elements[c];
-    r.local_fp16_bytes += fp16(c);
-  }
-  r.local_chunks = static_cast<int>(local.size());
-  r.comm_buffer_bytes = W > 1 ? W * E * pb : 0.0;
+// The layout seen from this rank: which chunks are local, a chunk's fp16 bytes.
+struct RankChunks {
+  const ChunkSimInput& in;
+  const ChunkLayout& L;
+  int n = 0, W = 1;
+  bool local(int c) const { return c % W == in.rank && !L.is_dummy[c]; }
+  double fp16(int c) const { return L.chunk_elements[c] * in.param_bytes; }
+};
 
-  // Groups touched by each part, then per moment: the needed local chunks and the transient payload bytes.
-  std::vector<std::vector<int>> groups_of_part(in.parts);
-  for (int c = 0; c < n; ++c)
-    for (int p : L.parts_of_chunk[c]) {
+// Per moment: the local chunks it needs, the bytes of the other ranks' chunks it gathers (transient payloads),
+// and per local chunk the moments that access it (the warm-up trace). The ADAM moment needs none.
+struct MomentNeeds {
+  std::vector<std::vector<int>> needed;
+  std::vector<double> transient;
+  std::vector<std::vector<int>> trace;
+};
+
+MomentNeeds moment_needs(const RankChunks& v) {
+  const ChunkSimInput& in = v.in;
+  const int T = static_cast<int>(in.moments.size()), W = v.W;
+  std::vector<std::vector<int>> groups_of_part(in.parts);  // the chunk groups each part touches
+  for (int c = 0; c < v.n; ++c)
+    for (int p : v.L.parts_of_chunk[c]) {
       auto& g = groups_of_part[p];
       if (g.empty() || g.back() != c / W) g.push_back(c / W);
     }
-  std::vector<std::vector<int>> needed(T);
-  std::vector<double> transient(T, 0.0);
-  std::vector<std::vector<int>> trace(n);  // moments at which each local chunk is accessed (warm-up trace)
+  MomentNeeds m{std::vector<std::vector<int>>(T), std::vector<double>(T, 0.0), std::vector<std::vector<int>>(v.n)};
   for (int k = 0; k < T; ++k) {
     if (in.moment_is_adam[k]) continue;
     std::vector<int> groups;
@@ -101,20 +94,23 @@ ChunkSimResult simulate_chunks(const ChunkSimInput& in) {
     groups.erase(std::unique(groups.begin(), groups.end()), groups.end());
     for (int g : groups)
       for (int c = g * W; c < (g + 1) * W; ++c) {
-        if (is_local(c)) {
-          needed[k].push_back(c);
-          trace[c].push_back(k);
+        if (v.local(c)) {
+          m.needed[k].push_back(c);
+          m.trace[c].push_back(k);
         } else {
-          transient[k] += fp16(c);
+          m.transient[k] += v.fp16(c);
         }
       }
   }
+  return m;
+}
 
-  // fits: the COMPUTE chunks of a moment alone must fit next to its non-model memory.
-  for (int k = 0; k < T && r.fits; ++k) {
-    double compute = transient[k];
-    for (int c : needed[k]) compute += fp16(c);
-    const double avail = overall - in.nonmodel_bytes[k];
+// fits: the COMPUTE chunks of a moment alone must fit next to its non-model memory.
+void check_fits(const RankChunks& v, const MomentNeeds& m, double overall, ChunkSimResult& r) {
+  for (int k = 0; k < static_cast<int>(m.needed.size()) && r.fits; ++k) {
+    double compute = m.transient[k];
+    for (int c : m.needed[k]) compute += v.fp16(c);
+    const double avail = overall - v.in.nonmodel_bytes[k];
     if (compute > avail) {
       r.fits = false;
       r.unfit_moment = k;
@@ -126,20 +122,136 @@ ChunkSimResult simulate_chunks(const ChunkSimInput& in) {
       r.why = buf;
     }
   }
+}
 
-  // Hybrid Adam: the first local chunks whose optimizer state fits in the margin go to the GPU.
+// Hybrid Adam: the first local chunks whose optimizer state fits in the margin go to the GPU (per chunk: 1).
+std::vector<char> place_hybrid_adam(const RankChunks& v, const std::vector<int>& local, double overall,
+                                    ChunkSimResult& r) {
   double max_nonmodel = 0;
-  for (double b : in.nonmodel_bytes) max_nonmodel = std::max(max_nonmodel, b);
+  for (double b : v.in.nonmodel_bytes) max_nonmodel = std::max(max_nonmodel, b);
   const double margin = overall - max_nonmodel - r.local_fp16_bytes;
-  const double allowance = std::max(0.0, margin) * in.hybrid_adam_margin;
-  std::vector<char> os_gpu(n, 0);
+  const double allowance = std::max(0.0, margin) * v.in.hybrid_adam_margin;
+  std::vector<char> os_gpu(v.n, 0);
   for (int c : local) {
-    const double os = L.chunk_elements[c] * in.os_bytes;
+    const double os = v.L.chunk_elements[c] * v.in.os_bytes;
     if (r.gpu_os_bytes + os > allowance) break;
     os_gpu[c] = 1;
     r.gpu_os_bytes += os;
     ++r.os_chunks_on_gpu;
   }
+  return os_gpu;
+}
+
+// The chunk residency over the steps: per moment, evict (warm-up: the lowest id; then Belady: the farthest next
+// use) until the moment's chunks fit its budget, then load them; `record` fills the reported step's figures.
+struct Residency {
+  const RankChunks& v;
+  const MomentNeeds& m;
+  const std::vector<int>& local;
+  const std::vector<char>& os_gpu;
+  ChunkSimResult& r;
+  std::vector<char> on_gpu;  // local chunks only; all start on the CPU
+  double resident = 0;       // bytes of local chunks on the GPU
+
+  // Belady key: next access of c after moment k (wrap: T + first access; never: 2T).
+  int next_use(int c, int k) const {
+    const int T = static_cast<int>(m.needed.size());
+    const auto& tr = m.trace[c];
+    auto it = std::upper_bound(tr.begin(), tr.end(), k);
+    if (it != tr.end()) return *it;
+    return tr.empty() ? 2 * T : T + tr.front();
+  }
+  void evict_for(int k, double incoming, double budget, bool warmup, bool record, const std::vector<char>& compute) {
+    const double spill = std::max(0.0, m.transient[k] - r.comm_buffer_bytes);
+    while (resident + incoming + spill > budget) {
+      int victim = -1, best = -1;
+      for (int c : local) {
+        if (!on_gpu[c] || compute[c]) continue;
+        const int key = warmup ? 0 : next_use(c, k);
+        if (victim < 0 || key > best) victim = c, best = key;  // strict: ties keep the lowest id
+      }
+      if (victim < 0) break;
+      on_gpu[victim] = 0;
+      resident -= v.fp16(victim);
+      if (record) {
+        r.moves.push_back({k, victim, false, v.fp16(victim)});
+        r.d2h_bytes[k] += v.fp16(victim);
+      }
+    }
+  }
+  void record_adam() {  // the ADAM moment: grads to the OS device, updated params back
+    r.adam_chunks.clear();
+    r.adam_d2h_bytes = r.adam_h2d_bytes = 0;
+    for (int c : local) {
+      r.adam_chunks.push_back({c, v.L.used_elements[c], os_gpu[c] != 0, on_gpu[c] != 0});
+      if (os_gpu[c] != on_gpu[c]) {
+        r.adam_d2h_bytes += v.fp16(c);
+        r.adam_h2d_bytes += v.fp16(c);
+      }
+    }
+  }
+  void step(const std::vector<double>& budget, bool warmup, bool record) {
+    const int T = static_cast<int>(m.needed.size());
+    if (record) {
+      r.h2d_bytes.assign(T, 0.0);
+      r.d2h_bytes.assign(T, 0.0);
+      r.gpu_chunk_bytes.assign(T, 0.0);
+      r.host_bytes = r.local_fp16_bytes - resident;
+    }
+    std::vector<char> compute(v.n, 0);
+    for (int k = 0; k < T; ++k) {
+      double incoming = 0;
+      for (int c : m.needed[k]) {
+        compute[c] = 1;
+        if (!on_gpu[c]) incoming += v.fp16(c);
+      }
+      evict_for(k, incoming, budget[k], warmup, record, compute);
+      for (int c : m.needed[k]) {
+        if (on_gpu[c]) continue;
+        on_gpu[c] = 1;
+        resident += v.fp16(c);
+        if (record) {
+          r.moves.push_back({k, c, true, v.fp16(c)});
+          r.h2d_bytes[k] += v.fp16(c);
+        }
+      }
+      for (int c : m.needed[k]) compute[c] = 0;
+      if (!record) continue;
+      r.gpu_chunk_bytes[k] = resident + m.transient[k];
+      r.peak_gpu_chunk_bytes = std::max(r.peak_gpu_chunk_bytes, r.gpu_chunk_bytes[k]);
+      r.host_bytes = std::max(r.host_bytes, r.local_fp16_bytes - resident);
+      if (v.in.moment_is_adam[k]) record_adam();
+    }
+  }
+};
+
+}  // namespace
+
+ChunkSimResult simulate_chunks(const ChunkSimInput& in) {
+  const ChunkLayout L = layout_chunks(in);
+  const int T = static_cast<int>(in.moments.size());
+  check(in.moment_is_adam.size() == in.moments.size(), "moment_is_adam size differs from moments");
+  check(in.nonmodel_bytes.size() == in.moments.size(), "nonmodel_bytes size differs from moments");
+  const RankChunks v{in, L, static_cast<int>(L.chunk_elements.size()), in.world};
+  const double E = static_cast<double>(in.chunk_elements);
+  const double overall = in.gpu_memory_fraction * in.hbm_bytes;
+
+  ChunkSimResult r;
+  r.padded_chunks = v.n;
+  std::vector<int> local;
+  for (int c = 0; c < v.n; ++c) {
+    if (!L.is_dummy[c]) ++r.chunks;
+    if (!v.local(c)) continue;
+    local.push_back(c);
+    r.local_param_elements += L.used_elements[c];
+    r.local_fp16_bytes += v.fp16(c);
+  }
+  r.local_chunks = static_cast<int>(local.size());
+  r.comm_buffer_bytes = v.W > 1 ? v.W * E * in.param_bytes : 0.0;
+
+  const MomentNeeds m = moment_needs(v);
+  check_fits(v, m, overall, r);
+  const std::vector<char> os_gpu = place_hybrid_adam(v, local, overall, r);
 
   // Budgets of the warm-up and the steady steps.
   std::vector<double> warm(T), steady(T);
@@ -155,75 +267,10 @@ ChunkSimResult simulate_chunks(const ChunkSimInput& in) {
   }
   r.budget_bytes = steady;
 
-  // Belady key: next access of c after moment k (wrap: T + first access; never: 2T).
-  auto next_use = [&](int c, int k) {
-    const auto& tr = trace[c];
-    auto it = std::upper_bound(tr.begin(), tr.end(), k);
-    if (it != tr.end()) return *it;
-    return tr.empty() ? 2 * T : T + tr.front();
-  };
-
-  std::vector<char> on_gpu(n, 0);  // local chunks only; all start on the CPU
-  double resident = 0;             // bytes of local chunks on the GPU
-  auto run_step = [&](const std::vector<double>& budget, bool warmup, bool record) {
-    if (record) {
-      r.h2d_bytes.assign(T, 0.0);
-      r.d2h_bytes.assign(T, 0.0);
-      r.gpu_chunk_bytes.assign(T, 0.0);
-      r.host_bytes = r.local_fp16_bytes - resident;
-    }
-    std::vector<char> compute(n, 0);
-    for (int k = 0; k < T; ++k) {
-      double incoming = 0;
-      for (int c : needed[k]) {
-        compute[c] = 1;
-        if (!on_gpu[c]) incoming += fp16(c);
-      }
-      const double spill = std::max(0.0, transient[k] - r.comm_buffer_bytes);
-      while (resident + incoming + spill > budget[k]) {
-        int victim = -1, best = -1;
-        for (int c : local) {
-          if (!on_gpu[c] || compute[c]) continue;
-          const int key = warmup ? 0 : next_use(c, k);
-          if (victim < 0 || key > best) victim = c, best = key;  // strict: ties keep the lowest id
-        }
-        if (victim < 0) break;
-        on_gpu[victim] = 0;
-        resident -= fp16(victim);
-        if (record) {
-          r.moves.push_back({k, victim, false, fp16(victim)});
-          r.d2h_bytes[k] += fp16(victim);
-        }
-      }
-      for (int c : needed[k]) {
-        if (on_gpu[c]) continue;
-        on_gpu[c] = 1;
-        resident += fp16(c);
-        if (record) {
-          r.moves.push_back({k, c, true, fp16(c)});
-          r.h2d_bytes[k] += fp16(c);
-        }
-      }
-      for (int c : needed[k]) compute[c] = 0;
-      if (!record) continue;
-      r.gpu_chunk_bytes[k] = resident + transient[k];
-      r.peak_gpu_chunk_bytes = std::max(r.peak_gpu_chunk_bytes, r.gpu_chunk_bytes[k]);
-      r.host_bytes = std::max(r.host_bytes, r.local_fp16_bytes - resident);
-      if (!in.moment_is_adam[k]) continue;
-      r.adam_chunks.clear();
-      r.adam_d2h_bytes = r.adam_h2d_bytes = 0;
-      for (int c : local) {
-        r.adam_chunks.push_back({c, L.used_elements[c], os_gpu[c] != 0, on_gpu[c] != 0});
-        if (os_gpu[c] != on_gpu[c]) {  // grads to the OS device, updated params back
-          r.adam_d2h_bytes += fp16(c);
-          r.adam_h2d_bytes += fp16(c);
-        }
-      }
-    }
-  };
-  run_step(warm, true, false);     // step 0: warm-up (the access trace is known from the moments)
-  run_step(steady, false, false);  // step 1
-  run_step(steady, false, true);   // step 2: reported
+  Residency res{v, m, local, os_gpu, r, std::vector<char>(v.n, 0), 0.0};
+  res.step(warm, true, false);     // step 0: warm-up (the access trace is known from the moments)
+  res.step(steady, false, false);  // step 1
+  res.step(steady, false, true);   // step 2: reported
 
   for (int c : local) {
     if (os_gpu[c]) {
@@ -234,7 +281,7 @@ ChunkSimResult simulate_chunks(const ChunkSimInput& in) {
     }
   }
   if (r.adam_chunks.empty())  // no ADAM moment: report where the chunks are at the end of the step
-    for (int c : local) r.adam_chunks.push_back({c, L.used_elements[c], os_gpu[c] != 0, on_gpu[c] != 0});
+    for (int c : local) r.adam_chunks.push_back({c, L.used_elements[c], os_gpu[c] != 0, res.on_gpu[c] != 0});
   return r;
 }
 
