@@ -5,7 +5,8 @@
 // each offload kind; a pseudo phase on fewer or on more ranks than the real one) reproduces its losses and
 // gradient norms to 1e-9 relative. A moment not handed over, a shard put at another tp rank's place or a copy
 // written twice would change the steps after the delink (the handover also checks that every element is written
-// exactly once). Checkpoints of either phase resume bit for bit.
+// exactly once). The handover also runs on the emu-device backend (device memory the host cannot read).
+// Checkpoints of either phase resume bit for bit.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -86,6 +87,29 @@ TEST(RunRelayout, PseudoPhaseOnItsOwnPlanMatchesSingleRankFloat64) {
     ASSERT_FALSE(got.is_null()) << c.name;
     expect_close(got, moe_ref, "losses", 1e-9, c.name);
     expect_close(got, moe_ref, "grad_norm", 1e-9, c.name);
+  }
+}
+
+// On the emu-device backend (tensor memory the host cannot read; a host read dies with SIGSEGV): the handover
+// reads the pseudo phase's weights and moments (device, pinned host for chunks, host for granular offload) and
+// writes the real phase's through the backend's copies only, its sums through the staged communicator.
+TEST(RunRelayout, HandoverOnADeviceBackendMatchesSingleRank) {
+  if (!have_mpi()) GTEST_SKIP() << "built without MPI";
+  json ref = run(relayout_scenario("dev_ref", json::object(), nullptr), 6, true, nullptr, "--delink-step 3");
+  ASSERT_FALSE(ref.is_null());
+  struct Case { const char* name; json real, pseudo; };
+  const std::vector<Case> cases = {
+      {"dev_tp4_2d_from_pp2_dp2_z3", {{"tp", 4}, {"tp_mode", "2d"}}, {{"pp", 2}, {"dp", 2}, {"zero", 3}, {"microbatch", 1}}},
+      {"dev_pp2_chunked_from_dp2_z1_granular", {{"pp", 2}, {"offload", {{"kind", "chunked"}, {"chunk_elements", 2048}}}},
+       {{"dp", 2}, {"zero", 1}, {"offload", {{"kind", "granular"}, {"fraction", 0.5}}}}},
+      {"dev_dp2_z2_optimizer_from_tp2", {{"dp", 2}, {"zero", 2}, {"offload", {{"kind", "optimizer"}}}}, {{"tp", 2}}},
+  };
+  for (const Case& c : cases) {
+    json got = run(relayout_scenario(c.name, c.real, c.pseudo), 6, true, nullptr,
+                   "--delink-step 3 --device-budget 600000 --backend emu-device");
+    ASSERT_FALSE(got.is_null()) << c.name;
+    expect_close(got, ref, "losses", 1e-9, c.name);
+    expect_close(got, ref, "grad_norm", 1e-9, c.name);
   }
 }
 
