@@ -102,13 +102,22 @@ double run_bytes_per_rank(const Scenario& sc, bool fp64) {
 
 void check_run_memory(const Scenario& sc, bool fp64, bool on_gpu) {
   if (on_gpu) return;
-  double local = 1;
-  if (const char* v = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE")) local = std::max(1.0, std::atof(v));
-  local = std::min(local, (double)sc.plan.gpus());
+  double job_local = 1;
+  if (const char* v = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE")) job_local = std::max(1.0, std::atof(v));
+  // The phase that needs more: Pseudo-to-Real's pseudo plan may hold the model on fewer ranks (its run holds
+  // every layer's slot), and the real plan's ranks hold the single-rank state once at the handover.
+  double local = std::min(job_local, (double)sc.plan.gpus()), bytes = local * run_bytes_per_rank(sc, fp64);
+  if (sc.delink.on() && sc.delink.plan) {
+    Scenario ps = sc;
+    ps.plan = *sc.delink.plan;
+    const double lp = std::min(job_local, (double)ps.plan.gpus());
+    if (lp * run_bytes_per_rank(ps, fp64) > bytes) local = lp, bytes = lp * run_bytes_per_rank(ps, fp64);
+    bytes += std::min(job_local, (double)job_ranks(sc)) * 4.0 * total_params(sc.model) * (fp64 ? 8 : 4);
+  }
   char ranks[64];
   std::snprintf(ranks, sizeof ranks, "%.0f rank%s", local, local == 1 ? "" : "s");
   require_memory(std::string("training this model (") + ranks + " on this machine, " + (fp64 ? "fp64" : "fp32") + ")",
-                 local * run_bytes_per_rank(sc, fp64));
+                 bytes);
 }
 
 // The run's token stream: the given llm.c token file, or the bundled tiny corpus (byte tokens).
