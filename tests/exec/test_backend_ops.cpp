@@ -20,7 +20,6 @@
 
 #include "exec/backend.hpp"
 #include "exec/cuda_loader.hpp"
-#include "exec/selftest.hpp"
 
 using namespace tp::exec;
 
@@ -585,58 +584,6 @@ TEST(BackendOps, ScopesNestPerThreadAndNamesResolve) {
   EXPECT_NE(why.find("unknown backend"), std::string::npos);
   ASSERT_FALSE(available_backends().empty());
   EXPECT_STREQ(available_backends().front()->name, "cpu");
-}
-
-// The op checks of `trainplan selftest` (exec/selftest.hpp), quick shapes, on every compiled-in backend: all
-// pass and none is unsupported (emu registers itself in available_backends and is checked here too).
-TEST(BackendOps, SelftestEveryBackend) {
-  for (const Backend* b : available_backends()) {
-    const SelftestResult r = run_selftest(*b, /*quick=*/true);
-    EXPECT_GT(r.passed, 100) << b->name;
-    EXPECT_EQ(r.failed, 0) << b->name;
-    EXPECT_EQ(r.unsupported, 0) << b->name;
-    for (const OpCheck& c : r.checks)
-      EXPECT_EQ(c.status, CheckStatus::pass) << b->name << " " << c.op << " " << c.shape << " " << c.variant << ": "
-                                             << c.err << " > " << c.tol << " " << c.message;
-  }
-}
-
-// The selftest's training comparison: two steps of the tiny GPT on emu and emu-device (the kernels, device memory
-// the host cannot read, staging) give the cpu backend's losses; a backend the run cannot find fails with the
-// reason instead of throwing.
-TEST(BackendOps, SelftestTrainingMatchesTheCpuBackend) {
-  for (const Backend* b : {&emu_backend(), &emu_device_backend()}) {
-    const TrainCheck c = run_selftest_training(*b, 2);
-    EXPECT_EQ(c.status, CheckStatus::pass) << b->name << ": " << c.err << " " << c.message;
-    ASSERT_EQ(c.got_losses.size(), 2u) << b->name;
-    ASSERT_EQ(c.want_losses.size(), 2u) << b->name;
-    EXPECT_LT(c.err, kSelftestTrainTol) << b->name;
-    EXPECT_GT(c.want_losses[0], 1.0);  // a real loss (log 256 = 5.5 at the start)
-  }
-  Backend unknown = cpu_backend();
-  unknown.name = "no-such-backend";
-  const TrainCheck bad = run_selftest_training(unknown, 2);
-  EXPECT_EQ(bad.status, CheckStatus::fail);
-  EXPECT_NE(bad.message.find("no-such-backend"), std::string::npos) << bad.message;
-}
-
-// The selftest catches a wrong op (gelu_fwd as the identity) and lists an op that throws "not supported" as
-// unsupported, not failed; every other check still passes.
-TEST(BackendOps, SelftestFlagsAWrongOpAndAnUnsupportedOne) {
-  Backend broken = cpu_backend();
-  broken.name = "broken";
-  broken.f32.gelu_fwd = [](float* y, const float* x, long n) { std::copy(x, x + n, y); };
-  broken.f32.max_combine = [](float*, const float*, long, long) {
-    throw std::runtime_error("op max_combine is not supported on broken");
-  };
-  const SelftestResult r = run_selftest(broken, /*quick=*/true);
-  EXPECT_GT(r.failed, 0);
-  EXPECT_GT(r.unsupported, 0);
-  for (const OpCheck& c : r.checks) {
-    const CheckStatus want = c.op == "gelu_fwd" ? CheckStatus::fail
-                             : c.op == "max_combine" ? CheckStatus::unsupported : CheckStatus::pass;
-    EXPECT_EQ(c.status, want) << c.op << " " << c.shape << " " << c.err;
-  }
 }
 
 // The emu backend checks every pointer an op gets against its registry of allocations: a host pointer, a

@@ -1,0 +1,65 @@
+// test_selftest: `trainplan selftest` (exec/selftest.hpp), what a user runs first on a GPU: its op checks pass on
+// every compiled-in backend, its two-step training comparison matches the CPU backend on emu and emu-device, and
+// it reports a wrong op as failed and an op that throws "not supported" as unsupported.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "exec/backend.hpp"
+#include "exec/selftest.hpp"
+
+using namespace tp::exec;
+
+// The op checks of `trainplan selftest` (exec/selftest.hpp), quick shapes, on every compiled-in backend: all
+// pass and none is unsupported (emu registers itself in available_backends and is checked here too).
+TEST(Selftest, OpChecksPassOnEveryBackend) {
+  for (const Backend* b : available_backends()) {
+    const SelftestResult r = run_selftest(*b, /*quick=*/true);
+    EXPECT_GT(r.passed, 100) << b->name;
+    EXPECT_EQ(r.failed, 0) << b->name;
+    EXPECT_EQ(r.unsupported, 0) << b->name;
+    for (const OpCheck& c : r.checks)
+      EXPECT_EQ(c.status, CheckStatus::pass) << b->name << " " << c.op << " " << c.shape << " " << c.variant << ": "
+                                             << c.err << " > " << c.tol << " " << c.message;
+  }
+}
+
+// The selftest's training comparison: two steps of the tiny GPT on emu and emu-device (the kernels, device memory
+// the host cannot read, staging) give the cpu backend's losses; a backend the run cannot find fails with the
+// reason instead of throwing.
+TEST(Selftest, TrainingMatchesTheCpuBackend) {
+  for (const Backend* b : {&emu_backend(), &emu_device_backend()}) {
+    const TrainCheck c = run_selftest_training(*b, 2);
+    EXPECT_EQ(c.status, CheckStatus::pass) << b->name << ": " << c.err << " " << c.message;
+    ASSERT_EQ(c.got_losses.size(), 2u) << b->name;
+    ASSERT_EQ(c.want_losses.size(), 2u) << b->name;
+    EXPECT_LT(c.err, kSelftestTrainTol) << b->name;
+    EXPECT_GT(c.want_losses[0], 1.0);  // a real loss (log 256 = 5.5 at the start)
+  }
+  Backend unknown = cpu_backend();
+  unknown.name = "no-such-backend";
+  const TrainCheck bad = run_selftest_training(unknown, 2);
+  EXPECT_EQ(bad.status, CheckStatus::fail);
+  EXPECT_NE(bad.message.find("no-such-backend"), std::string::npos) << bad.message;
+}
+
+// The selftest catches a wrong op (gelu_fwd as the identity) and lists an op that throws "not supported" as
+// unsupported, not failed; every other check still passes.
+TEST(Selftest, FlagsAWrongOpAndAnUnsupportedOne) {
+  Backend broken = cpu_backend();
+  broken.name = "broken";
+  broken.f32.gelu_fwd = [](float* y, const float* x, long n) { std::copy(x, x + n, y); };
+  broken.f32.max_combine = [](float*, const float*, long, long) {
+    throw std::runtime_error("op max_combine is not supported on broken");
+  };
+  const SelftestResult r = run_selftest(broken, /*quick=*/true);
+  EXPECT_GT(r.failed, 0);
+  EXPECT_GT(r.unsupported, 0);
+  for (const OpCheck& c : r.checks) {
+    const CheckStatus want = c.op == "gelu_fwd" ? CheckStatus::fail
+                             : c.op == "max_combine" ? CheckStatus::unsupported : CheckStatus::pass;
+    EXPECT_EQ(c.status, want) << c.op << " " << c.shape << " " << c.err;
+  }
+}
