@@ -165,6 +165,9 @@ RunResult run_two_layouts(const Scenario& sc, const RunOptions& o, Comm& world) 
       v->resize(total, T(0));  // (ranks without a pseudo-phase share: zeros)
       world.all_reduce_sum(v->data(), (long)total, dtype_of<T>());
     }
+    if (world.rank() == 0)
+      std::fprintf(stderr, "delinked at step %ld: %zu parameters and their Adam moments handed from the pseudo plan's %d "
+                   "rank%s to the real plan's %d\n", D, total, G, G == 1 ? "" : "s", sc.plan.gpus());
     for (size_t g = 0; g < total; ++g)
       if (st.n[g] != T(1))
         throw std::logic_error("Pseudo-to-Real over two layouts: element " + std::to_string(g) +

@@ -74,6 +74,14 @@ TEST(RunRelayout, PseudoPhaseOnItsOwnPlanMatchesSingleRankFloat64) {
     expect_close(got, ref, "losses", 1e-9, c.name);
     expect_close(got, ref, "grad_norm", 1e-9, c.name);
   }
+  // The bundled example (dp 2 x tp 2 ZeRO-1 from tp 2; its delink step from its tokens: 768 / (8 x 32) = 3).
+  const std::string copy = tmpdir() + "/relayout_bundled_example.json";  // (run writes its output beside the file)
+  fs::copy_file(std::string(TP_SOURCE_DIR) + "/scenarios/exec/tiny-gpt-pseudo-to-real.json", copy,
+                fs::copy_options::overwrite_existing);
+  json example = run(copy, 6, true);
+  ASSERT_FALSE(example.is_null());
+  EXPECT_EQ(example["delink_step"], 3);
+  expect_close(example, ref, "losses", 1e-9, "scenarios/exec/tiny-gpt-pseudo-to-real.json");
   // MoE: experts sharded over ep 2 in one phase, tp-split in the other, or on the host.
   json moe_ref = run(relayout_scenario("moe_ref", json::object(), nullptr, true), 5, true, nullptr, "--delink-step 2");
   ASSERT_FALSE(moe_ref.is_null());
