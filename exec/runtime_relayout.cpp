@@ -1,10 +1,10 @@
 // runtime_relayout: Pseudo-to-Real whose pseudo phase trains on a plan of another layout (plan.delink.plan with
-// other dp, tp, pp, ZeRO, cp, ep, micro-batch, offload, ...). The pseudo phase runs as its own RankRun on the
-// first G_pseudo ranks of the job (its ranks: the larger plan's, job_ranks); at the delink step it copies its weight groups into every layer (RankRun::delink, as in
-// one layout), and each rank writes its copies of record — weights and Adam moments — into the model's
-// single-rank layout (FullState). One sum over every rank assembles the state; the real phase's RankRun shards
-// it like the seed's model (setup) and its moments like its optimizer state, and trains on from the delink step
-// on the first G_real ranks.
+// other dp, tp, pp, ZeRO, cp, ep, micro-batch, offload, ...). The job has the larger plan's ranks (job_ranks).
+// The pseudo phase runs as its own RankRun on the first G_pseudo of them; at the delink step it copies its
+// weight groups into every layer (RankRun::delink, as in one layout), and each rank writes its copies of record
+// (weights and Adam moments) into the model's single-rank layout (FullState). One sum over every rank
+// assembles the state; the real phase's RankRun, on the first G_real ranks, shards it like the seed's model
+// (setup) and its moments like its optimizer state, and trains on from the delink step.
 // Invariants: every element of the single-rank layout is written by exactly one rank (checked: a layout error
 // is a logic_error, never a silently different model); a sum of one value and zeros is exact, so the real
 // phase starts from bit for bit the pseudo phase's state. Checkpoints: the pseudo phase's are those of its
@@ -34,7 +34,8 @@ std::vector<double> RankRun<T>::full_index_map() const {
   const GptLayout full = gpt_layout(gpt_shape(sc.model, Tn, 1, 0));
   std::vector<double> id(full.total);
   for (long long i = 0; i < full.total; ++i) id[i] = (double)(i + 1);
-  std::vector<double> at = model.two_d ? shard_params_2d<double>(full, id, model.d2.lay) : shard_params<double>(full, id, model.d1.lay);
+  std::vector<double> at = model.two_d ? shard_params_2d<double>(full, id, model.d2.lay)
+                                        : shard_params<double>(full, id, model.d1.lay);
   for (double& x : at) x -= 1;
   return at;
 }
@@ -159,15 +160,15 @@ RunResult run_two_layouts(const Scenario& sc, const RunOptions& o, Comm& world) 
       handed = world.rank() == 0 && !st.w.empty() ? 1 : 0;
     }
     world.all_reduce_sum(&handed, 1, Dtype::f64);
-    if (handed == 0) return res;  // (ranks past the pseudo phase's return nothing)
+    if (handed == 0) return res;  // the run ended in the pseudo phase (ranks outside it: an empty result)
     const size_t total = (size_t)gpt_layout(gpt_shape(sc.model, sc.training.seq_len, 1, 0)).total;
     for (std::vector<T>* v : {&st.w, &st.m1, &st.m2, &st.n}) {
       v->resize(total, T(0));  // (ranks without a pseudo-phase share: zeros)
       world.all_reduce_sum(v->data(), (long)total, dtype_of<T>());
     }
     if (world.rank() == 0)
-      std::fprintf(stderr, "delinked at step %ld: %zu parameters and their Adam moments handed from the pseudo plan's %d "
-                   "rank%s to the real plan's %d\n", D, total, G, G == 1 ? "" : "s", sc.plan.gpus());
+      std::fprintf(stderr, "delinked at step %ld: %zu parameters and their Adam moments handed from the pseudo "
+                   "plan's %d rank%s to the real plan's %d\n", D, total, G, G == 1 ? "" : "s", sc.plan.gpus());
     for (size_t g = 0; g < total; ++g)
       if (st.n[g] != T(1))
         throw std::logic_error("Pseudo-to-Real over two layouts: element " + std::to_string(g) +
