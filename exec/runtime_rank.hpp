@@ -170,6 +170,13 @@ struct RankRun {
   std::vector<int> own_unit;  // per own range: its unit
   std::vector<int> own_seg;   // per own range: its unit's segment (Seg: 0 dense, 1 experts)
   HostOptimizer<T> hopt;  // plan.offload "optimizer": master copy, moments and Adam on the host (exec/host_optimizer.hpp)
+  // Adam's moment i (1 or 2) of own range k starts at moments(k, i) + own_off[k]: the host optimizer's, a granular
+  // segment's on the host, or the device state.
+  T* moments(size_t k, int i) {
+    if (hopt.on()) return i == 1 ? hopt.m1.data() : hopt.m2.data();
+    if (own_on_host(k)) return i == 1 ? gran.m1.data() : gran.m2.data();
+    return i == 1 ? m1.data() : m2.data();
+  }
   void pull_master() {    // the host master copy = the device parameters of the own ranges
     for (size_t k = 0; hopt.on() && k < own.size(); ++k) hopt.pull(P(own[k].first), own_off[k], own[k].second - own[k].first);
   }

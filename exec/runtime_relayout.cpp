@@ -54,49 +54,41 @@ void RankRun<T>::export_state(FullState<T>& st) {
     const int ui = own_unit[k];
     if (shared == 0 && replica_only[ui]) continue;
     if (p.zero == 0 && seg(ui, own_seg[k]).r != 0) continue;
-    const T* M1 = hopt.on() ? hopt.m1.data() : own_on_host(k) ? gran.m1.data() : m1.data();
-    const T* M2 = hopt.on() ? hopt.m2.data() : own_on_host(k) ? gran.m2.data() : m2.data();
     BackendScope where(own_on_host(k) ? cpu_backend() : current_backend());
-    for (size_t v = 0; v < gl.views.size(); ++v) {
-      const ParamView& pv = gl.views[v];
-      const long long a = std::max(own[k].first, pv.offset), z = std::min(own[k].second, pv.offset + pv.count);
-      if (a >= z || !record_copy(v, a)) continue;
-      const long long so = own_off[k] + (a - own[k].first), n = z - a;
+    gl.each_view(own[k].first, own[k].second, [&](size_t v, long long lo, long long hi, long long off) {
+      const long long a = own[k].first + off, n = hi - lo, so = own_off[k] + off;
+      if (!record_copy(v, a)) return;
       for (std::vector<T>* h : {&w, &a1, &a2}) h->resize((size_t)n);
       copy_elems(w.data(), P(a), n);
-      copy_elems(a1.data(), M1 + so, n);
-      copy_elems(a2.data(), M2 + so, n);
+      copy_elems(a1.data(), moments(k, 1) + so, n);
+      copy_elems(a2.data(), moments(k, 2) + so, n);
       for (long long i = 0; i < n; ++i) {
         const double g = at[(size_t)(a + i)];
         if (g >= 0) st.w[(size_t)g] = w[i], st.m1[(size_t)g] = a1[i], st.m2[(size_t)g] = a2[i], st.n[(size_t)g] += T(1);
       }
-    }
+    });
   }
 }
 
-// The real phase's moments from the handed state (its weights came through setup); every own range's views,
-// the unused copies included (they stay unused).
+// The real phase's moments from the handed state (its weights came through setup, its host optimizer's master
+// copy with them); every own range's views, the unused copies included (they stay unused).
 template <class T>
 void RankRun<T>::import_moments(const FullState<T>& st) {
   const std::vector<double> at = full_index_map();
   std::vector<T> a1, a2;
   for (size_t k = 0; k < own.size(); ++k) {
-    T* M1 = hopt.on() ? hopt.m1.data() : own_on_host(k) ? gran.m1.data() : m1.data();
-    T* M2 = hopt.on() ? hopt.m2.data() : own_on_host(k) ? gran.m2.data() : m2.data();
     BackendScope where(own_on_host(k) ? cpu_backend() : current_backend());
-    for (const ParamView& pv : gl.views) {
-      const long long a = std::max(own[k].first, pv.offset), z = std::min(own[k].second, pv.offset + pv.count);
-      if (a >= z) continue;
-      const long long so = own_off[k] + (a - own[k].first), n = z - a;
+    gl.each_view(own[k].first, own[k].second, [&](size_t, long long lo, long long hi, long long off) {
+      const long long a = own[k].first + off, n = hi - lo, so = own_off[k] + off;
       a1.resize((size_t)n);
       a2.resize((size_t)n);
       for (long long i = 0; i < n; ++i) {
         const double g = at[(size_t)(a + i)];
         a1[i] = g >= 0 ? st.m1[(size_t)g] : T(0), a2[i] = g >= 0 ? st.m2[(size_t)g] : T(0);
       }
-      copy_elems(M1 + so, a1.data(), n);
-      copy_elems(M2 + so, a2.data(), n);
-    }
+      copy_elems(moments(k, 1) + so, a1.data(), n);
+      copy_elems(moments(k, 2) + so, a2.data(), n);
+    });
   }
 }
 

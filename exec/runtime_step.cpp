@@ -405,9 +405,8 @@ RunResult RankRun<T>::run() {
   setup();
   Loop lp;
   prepare_loop(lp);
-  if (start) {  // (its weights are in place since setup)
+  if (start) {  // (its weights, and the host optimizer's master copy, are in place since setup)
     import_moments(*start);
-    pull_master();
     *start = FullState<T>();
   }
   const int first = start ? start_step : resume(lp.res);

@@ -229,8 +229,8 @@ void RankRun<T>::optimizer_step(int step, int warmup, RunResult& res) {
   for (size_t k = 0; k < own.size(); ++k) {
     if (idle(k)) continue;
     BackendScope where(on_host(own_on_host(k)));
-    T* M1 = own_on_host(k) ? gran.m1.data() : m1.data();
-    T* M2 = own_on_host(k) ? gran.m2.data() : m2.data();
+    T* M1 = moments(k, 1);  // (the host optimizer keeps its own: hopt.step below)
+    T* M2 = moments(k, 2);
     for (const ParamView& pv : gl.views) {
       long long a = std::max(own[k].first, pv.offset), z = std::min(own[k].second, pv.offset + pv.count);
       if (a >= z) continue;

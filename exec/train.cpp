@@ -110,8 +110,8 @@ void check_run_memory(const Scenario& sc, bool fp64, bool on_gpu) {
   if (sc.delink.on() && sc.delink.plan) {
     Scenario ps = sc;
     ps.plan = *sc.delink.plan;
-    const double lp = std::min(job_local, (double)ps.plan.gpus());
-    if (lp * run_bytes_per_rank(ps, fp64) > bytes) local = lp, bytes = lp * run_bytes_per_rank(ps, fp64);
+    const double lp = std::min(job_local, (double)ps.plan.gpus()), pseudo_bytes = lp * run_bytes_per_rank(ps, fp64);
+    if (pseudo_bytes > bytes) local = lp, bytes = pseudo_bytes;
     bytes += std::min(job_local, (double)job_ranks(sc)) * 4.0 * total_params(sc.model) * (fp64 ? 8 : 4);
   }
   char ranks[64];
