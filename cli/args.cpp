@@ -42,6 +42,8 @@ const char* const kHelp =
     "  trainplan run SCENARIO.json [--steps N] [--json FILE] [--fp64] [--seed S] [--lr LR] [--data TOKENS.bin]\n"
     "                [--delink-step N] [--checkpoint-dir DIR [--checkpoint-every K] [--resume | --resume-or-start] [--keep-checkpoints K]]\n"
     "                [--trace FILE] [--log-every N] [--plan PLAN.json[#k]]   (the k-th plan of a plan --json result)\n"
+    "                [--handover-window N]   (Pseudo-to-Real over two plans: parameters per window of the state\n"
+    "                handed to the real plan; default 4194304)\n"
     "                [--device-budget BYTES]   (plan.offload chunked: the per-rank device arena; default\n"
     "                gpu_memory_fraction x the cluster GPU's HBM) [--backend cpu|emu|emu-device|cuda]\n"
     "      train the scenario's GPT with its plan (one process per rank: mpirun -np GPUS / srun); --backend\n"

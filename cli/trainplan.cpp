@@ -172,7 +172,8 @@ Scenario with_planner_choice(const Scenario& sc, const std::string& scenario_fil
 // everywhere with exit 2 (printed once, by rank 0); a rank that fails later aborts the whole job.
 int cmd_run(int argc, char** argv) {
   Args a = parse_args(argc, argv, 2, {"--steps", "--json", "--seed", "--lr", "--data", "--delink-step", "--checkpoint-dir", "--checkpoint-every", "--trace",
-                                          "--device-budget", "--backend", "--log-every", "--keep-checkpoints", "--plan"},
+                                          "--device-budget", "--backend", "--log-every", "--keep-checkpoints", "--plan",
+                                          "--handover-window"},
                   {"--fp64", "--quiet", "--resume", "--resume-or-start"});
   if (a.positional.size() != 1) throw Usage("run needs exactly one scenario file");
   exec::RunOptions o;
@@ -197,6 +198,7 @@ int cmd_run(int argc, char** argv) {
   o.device_budget_bytes = num("--device-budget", 1, 0);
   o.log_every = (int)num("--log-every", 0, -1);
   o.keep_checkpoints = (int)num("--keep-checkpoints", 0, 3);
+  o.handover_window = (long long)num("--handover-window", 1, 0);
   if ((o.checkpoint_every > 0 || o.resume) && o.checkpoint_dir.empty()) throw Usage("--checkpoint-every and --resume need --checkpoint-dir");
   o.fp64 = a.flag("--fp64");
   o.backend = a.value("--backend", "cpu");

@@ -170,10 +170,8 @@ std::vector<T> init_full_params(const GptShape& full, uint64_t seed) {
 }
 
 template <class T>
-std::vector<T> shard_params(const GptLayout& full, const std::vector<T>& fp, const GptLayout& sh) {
-  const GptShape& s = sh.s;
+void shard_view(const GptShape& s, const ParamView& v, const ParamView& fv, const T* full_view, T* dst) {
   const long long r = s.tp_rank, D = s.D, C = s.C;
-  std::vector<T> out(sh.total);
   // Column map of a sharded [rows, cols] matrix: local column j -> full column.
   auto qkv_col = [&](long long j) {
     long long hq = s.h_loc() * D, hk = s.hkv_loc() * D;
@@ -186,39 +184,44 @@ std::vector<T> shard_params(const GptLayout& full, const std::vector<T>& fp, con
     if (j < fl) return r * fl + j;
     return F + r * fl + (j - fl);  // SwiGLU up half
   };
+  const T* src = full_view;
+  if (ends_with(v.name, "ex_w1") || ends_with(v.name, "ex_b1") || ends_with(v.name, "ex_w2") ||
+      ends_with(v.name, "ex_b2"))  // the local experts: full experts [ep_rank El, ..) (fv.count / E each)
+    src += s.ep_rank * s.el() * (fv.count / s.experts);
+  const bool sh = v.name.find("sh_fc") != std::string::npos;  // shared experts: fc1 / fc2 of inner size Fs
+  if (ends_with(v.name, "qkv_w") || ends_with(v.name, "fc1_w")) {
+    long long cols = ends_with(v.name, "qkv_w") ? s.qkv_cols() : sh ? s.fs1_cols() : s.fc1_cols();
+    long long full_cols = fv.count / C;
+    for (long long i = 0; i < C; ++i)
+      for (long long j = 0; j < cols; ++j)
+        dst[i * cols + j] = src[i * full_cols + (ends_with(v.name, "qkv_w") ? qkv_col(j) : fc1_col(j, sh))];
+  } else if (ends_with(v.name, "qkv_b") || ends_with(v.name, "fc1_b")) {
+    for (long long j = 0; j < v.count; ++j) dst[j] = src[ends_with(v.name, "qkv_b") ? qkv_col(j) : fc1_col(j, sh)];
+  } else if (ends_with(v.name, "ex_w1") || ends_with(v.name, "ex_b1")) {  // per expert: fc1's column split
+    const long long cl = s.fe1_cols(), cfull = cl * s.tp, fl = s.fe_loc(), per = ends_with(v.name, "ex_w1") ? C : 1;
+    for (long long i = 0; i < s.el() * per; ++i)
+      for (long long j = 0; j < cl; ++j)
+        dst[i * cl + j] = src[i * cfull + (j < fl ? r * fl + j : s.Fe + r * fl + (j - fl))];
+  } else if (ends_with(v.name, "ex_w2")) {  // per expert: fc2's block of rows
+    const long long fl = s.fe_loc();
+    for (long long e = 0; e < s.el(); ++e)
+      std::memcpy(dst + e * fl * C, src + (e * s.Fe + r * fl) * C, sizeof(T) * fl * C);
+  } else if (v.name == "wte") {  // vocabulary rows [v_begin, v_begin + v_loc)
+    std::memcpy(dst, src + s.v_begin() * C, sizeof(T) * v.count);
+  } else if (ends_with(v.name, "proj_w") || ends_with(v.name, "fc2_w")) {
+    long long rows = v.count / C, row0 = r * rows;  // row-parallel: a block of rows
+    std::memcpy(dst, src + row0 * C, sizeof(T) * rows * C);
+  } else {
+    std::memcpy(dst, src, sizeof(T) * v.count);  // replicated
+  }
+}
+
+template <class T>
+std::vector<T> shard_params(const GptLayout& full, const std::vector<T>& fp, const GptLayout& sh) {
+  std::vector<T> out(sh.total);
   for (const ParamView& v : sh.views) {
     const ParamView& fv = full.view(v.name);
-    const T* src = fp.data() + fv.offset;
-    T* dst = out.data() + v.offset;
-    if (ends_with(v.name, "ex_w1") || ends_with(v.name, "ex_b1") || ends_with(v.name, "ex_w2") ||
-        ends_with(v.name, "ex_b2"))  // the local experts: full experts [ep_rank El, ..) (fv.count / E each)
-      src += s.ep_rank * s.el() * (fv.count / s.experts);
-    const bool sh = v.name.find("sh_fc") != std::string::npos;  // shared experts: fc1 / fc2 of inner size Fs
-    if (ends_with(v.name, "qkv_w") || ends_with(v.name, "fc1_w")) {
-      long long cols = ends_with(v.name, "qkv_w") ? s.qkv_cols() : sh ? s.fs1_cols() : s.fc1_cols();
-      long long full_cols = fv.count / C;
-      for (long long i = 0; i < C; ++i)
-        for (long long j = 0; j < cols; ++j)
-          dst[i * cols + j] = src[i * full_cols + (ends_with(v.name, "qkv_w") ? qkv_col(j) : fc1_col(j, sh))];
-    } else if (ends_with(v.name, "qkv_b") || ends_with(v.name, "fc1_b")) {
-      for (long long j = 0; j < v.count; ++j) dst[j] = src[ends_with(v.name, "qkv_b") ? qkv_col(j) : fc1_col(j, sh)];
-    } else if (ends_with(v.name, "ex_w1") || ends_with(v.name, "ex_b1")) {  // per expert: fc1's column split
-      const long long cl = s.fe1_cols(), cfull = cl * s.tp, fl = s.fe_loc(), per = ends_with(v.name, "ex_w1") ? C : 1;
-      for (long long i = 0; i < s.el() * per; ++i)
-        for (long long j = 0; j < cl; ++j)
-          dst[i * cl + j] = src[i * cfull + (j < fl ? r * fl + j : s.Fe + r * fl + (j - fl))];
-    } else if (ends_with(v.name, "ex_w2")) {  // per expert: fc2's block of rows
-      const long long fl = s.fe_loc();
-      for (long long e = 0; e < s.el(); ++e)
-        std::memcpy(dst + e * fl * C, src + (e * s.Fe + r * fl) * C, sizeof(T) * fl * C);
-    } else if (v.name == "wte") {  // vocabulary rows [v_begin, v_begin + v_loc)
-      std::memcpy(dst, src + s.v_begin() * C, sizeof(T) * v.count);
-    } else if (ends_with(v.name, "proj_w") || ends_with(v.name, "fc2_w")) {
-      long long rows = v.count / C, row0 = r * rows;  // row-parallel: a block of rows
-      std::memcpy(dst, src + row0 * C, sizeof(T) * rows * C);
-    } else {
-      std::memcpy(dst, src, sizeof(T) * v.count);  // replicated
-    }
+    shard_view(sh.s, v, fv, fp.data() + fv.offset, out.data() + v.offset);
   }
   return out;
 }
@@ -542,6 +545,8 @@ void Gpt<T>::head_bwd(T* dx, const int32_t* targets, HeadActs<T>& a, long B, lon
 
 template std::vector<float> init_full_params<float>(const GptShape&, uint64_t);
 template std::vector<double> init_full_params<double>(const GptShape&, uint64_t);
+template void shard_view<float>(const GptShape&, const ParamView&, const ParamView&, const float*, float*);
+template void shard_view<double>(const GptShape&, const ParamView&, const ParamView&, const double*, double*);
 template std::vector<float> shard_params<float>(const GptLayout&, const std::vector<float>&, const GptLayout&);
 template std::vector<double> shard_params<double>(const GptLayout&, const std::vector<double>&, const GptLayout&);
 template struct LayerActs<float>;

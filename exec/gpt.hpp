@@ -154,6 +154,9 @@ std::vector<T> init_full_params(const GptShape& full, uint64_t seed);
 // the local experts of ep rank shard.s.ep_rank.
 template <class T>
 std::vector<T> shard_params(const GptLayout& full, const std::vector<T>& full_params, const GptLayout& shard);
+// One view of it: view v of a shard with shape s from its full view fv (full_view: fv's first element).
+template <class T>
+void shard_view(const GptShape& s, const ParamView& v, const ParamView& fv, const T* full_view, T* dst);
 
 // The allocator of tensor buffers: memory of the backend that was current when the container was made
 // (exec/backend.hpp; kept with the container, so it is freed by the backend that allocated it), and resize()

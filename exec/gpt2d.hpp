@@ -84,6 +84,9 @@ Gpt2dLayout gpt2d_layout(const GptShape& full, int q, int tp_rank);
 // starts from the single-rank weights), or any full gradient. Column-replicated slices are filled on every row.
 template <class T>
 std::vector<T> shard_params_2d(const GptLayout& full, const std::vector<T>& full_params, const Gpt2dLayout& lay);
+// One view of it: view v of `lay` from its full view's elements (src: the full view's first element).
+template <class T>
+void shard_view_2d(const Gpt2dLayout& lay, const ParamView& v, const T* src, T* dst);
 // Inverse: the full (layout `full`) tensor assembled from every tp rank's owned blocks of `local` (lay.total
 // elements), returned on every rank of `tp` (the q^2 ranks of the grid; an all-reduce of disjoint blocks, so it
 // is exact). Collective over `tp`.

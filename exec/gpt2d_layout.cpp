@@ -151,18 +151,18 @@ Gpt2dLayout gpt2d_layout(const GptShape& full, int q, int tp_rank) {
 }
 
 template <class T>
+void shard_view_2d(const Gpt2dLayout& lay, const ParamView& v, const T* src, T* dst) {
+  BlockMap m = block_map(lay, v.name);
+  for (long long i = 0; i < m.rows; ++i) {
+    const long long fr = m.frow(i);
+    for (long long j = 0; j < m.cols; ++j) dst[i * m.cols + j] = fr < 0 ? T(0) : src[fr * m.full_cols + m.fcol(j)];
+  }
+}
+
+template <class T>
 std::vector<T> shard_params_2d(const GptLayout& full, const std::vector<T>& fp, const Gpt2dLayout& lay) {
   std::vector<T> out(lay.total);
-  for (const ParamView& v : lay.views) {
-    const ParamView& fv = full.view(v.name);
-    BlockMap m = block_map(lay, v.name);
-    const T* src = fp.data() + fv.offset;
-    T* dst = out.data() + v.offset;
-    for (long long i = 0; i < m.rows; ++i) {
-      const long long fr = m.frow(i);
-      for (long long j = 0; j < m.cols; ++j) dst[i * m.cols + j] = fr < 0 ? T(0) : src[fr * m.full_cols + m.fcol(j)];
-    }
-  }
+  for (const ParamView& v : lay.views) shard_view_2d(lay, v, fp.data() + full.view(v.name).offset, out.data() + v.offset);
   return out;
 }
 
@@ -186,6 +186,8 @@ std::vector<T> gather_grads_2d(const GptLayout& full, const Gpt2dLayout& lay, co
   return out;
 }
 
+template void shard_view_2d<float>(const Gpt2dLayout&, const ParamView&, const float*, float*);
+template void shard_view_2d<double>(const Gpt2dLayout&, const ParamView&, const double*, double*);
 template std::vector<float> shard_params_2d<float>(const GptLayout&, const std::vector<float>&, const Gpt2dLayout&);
 template std::vector<double> shard_params_2d<double>(const GptLayout&, const std::vector<double>&,
                                                      const Gpt2dLayout&);

@@ -45,8 +45,9 @@ void RankRun<T>::make_groups() {
 template <class T>
 void RankRun<T>::setup() {
   make_groups();
+  const PlaceParams<T> place = [this](const std::vector<IndexRun>& r, long long n) { return place_handed(r, n); };
   std::vector<T> init = init_model<T>(sc, rc.tp, *tp, o.seed, model, gl, replicated_view, grid_row, grid_col,
-                                      p.ep > 1 ? rc.dp % p.ep : 0, start ? &start->w : nullptr);
+                                      p.ep > 1 ? rc.dp % p.ep : 0, start ? &place : nullptr);
   model.d1.ep = epc.get();
   // (model.d1.moe_aux_weight: per phase, RankRun::enter_phase)
   const long long state = plan_units();

@@ -57,6 +57,7 @@
 #include "exec/data.hpp"
 #include "exec/gpt.hpp"
 #include "exec/gpt2d.hpp"
+#include "exec/handover.hpp"
 #include "exec/host_optimizer.hpp"
 #include "exec/runtime_granular.hpp"
 #include "exec/moe.hpp"
@@ -72,13 +73,14 @@ namespace tp::exec::detail {
 template <class T>
 Dtype dtype_of() { return sizeof(T) == 8 ? Dtype::f64 : Dtype::f32; }
 
-// Pseudo-to-Real with a pseudo plan of another layout (exec/runtime_relayout.cpp): the model's state in the
-// single-rank layout (gpt_layout at tp 1 with every expert), weights and Adam's two moments, handed from the
-// pseudo phase's ranks to the real phase's at the delink; n counts the ranks that wrote each element (1 each
-// once summed over the ranks).
+// Pseudo-to-Real with a pseudo plan of another layout (exec/runtime_relayout.cpp, exec/handover.hpp): the
+// handover of the model's state to the real phase's ranks, one window of the single-rank layout at a time.
 template <class T>
-struct FullState {
-  std::vector<T> w, m1, m2, n;
+struct Handover {
+  Records<T> mine;        // this rank's copies of record from the pseudo phase (export_state)
+  Comm* job = nullptr;    // every rank of the job takes part in each window's sum
+  long long total = 0, window = default_handover_window;  // elements of the single-rank layout; per window
+  std::vector<T> m1, m2;  // the real phase's moments in its flat layout (from the exchange, for import_moments)
 };
 long delink_step_of(const Scenario& sc, const RunOptions& o);  // exec/runtime_step.cpp
 
@@ -182,14 +184,16 @@ struct RankRun {
   }
   long delink_step = -1;                             // the step at which the shared weights are delinked
   // Pseudo-to-Real over two layouts (exec/runtime_relayout.cpp): the pseudo phase's run delinks at delink_step,
-  // adds this rank's copies of record to *handoff and ends there; the real phase's run starts at start_step from
-  // *start (its weights placed by setup, its moments by import_moments) instead of the seed's model.
-  FullState<T>* handoff = nullptr;
-  FullState<T>* start = nullptr;  // (released once placed)
+  // keeps this rank's copies of record in *handoff and ends there; the real phase's run starts at start_step from
+  // the handover *start (its weights placed by setup through place_handed, its moments by import_moments)
+  // instead of the seed's model.
+  Records<T>* handoff = nullptr;
+  Handover<T>* start = nullptr;  // (its parts released once placed)
   int start_step = 0;
-  std::vector<double> full_index_map() const;  // flat element i -> its index in the single-rank layout
-  void export_state(FullState<T>& st);  // this rank's copies of record into st (zeros elsewhere)
-  void import_moments(const FullState<T>& st);
+  std::vector<double> view_index(size_t v) const;  // view v's elements -> their index in the single-rank layout
+  void export_state(Records<T>& rec);  // this rank's copies of record
+  std::vector<T> place_handed(const std::vector<IndexRun>& runs, long long flat_n);  // setup: the exchange
+  void import_moments();  // the real phase's moments from *start
   // Whether view v's part from flat element a is this rank's copy of record (the gradient norm counts it, a
   // handoff writes it): tp-replicated views on tp rank 0 (2D: the grid position owning the view), the tied
   // embedding on its first stage. Without ZeRO every rank of a segment's group also holds it (see callers).

@@ -2,14 +2,16 @@
 // other dp, tp, pp, ZeRO, cp, ep, micro-batch, offload, ...). The job has the larger plan's ranks (job_ranks).
 // The pseudo phase runs as its own RankRun on the first G_pseudo of them; at the delink step it copies its
 // weight groups into every layer (RankRun::delink, as in one layout), and each rank writes its copies of record
-// (weights and Adam moments) into the model's single-rank layout (FullState). One sum over every rank
-// assembles the state; the real phase's RankRun, on the first G_real ranks, shards it like the seed's model
-// (setup) and its moments like its optimizer state, and trains on from the delink step.
-// Invariants: every element of the single-rank layout is written by exactly one rank (checked: a layout error
-// is a logic_error, never a silently different model); a sum of one value and zeros is exact, so the real
-// phase starts from bit for bit the pseudo phase's state. Checkpoints: the pseudo phase's are those of its
-// RankRun (steps up to the delink, its G_pseudo ranks), the real phase's those of a run without delink on
-// the real plan (steps after it); --resume continues in the phase of the newest complete one.
+// (weights and Adam moments) by their index in the model's single-rank layout. The handover (exec/handover.hpp)
+// assembles that layout one window at a time with one sum over every rank per window; the real phase's RankRun,
+// on the first G_real ranks, takes its elements of each window (its weights in setup, as the seed's model would
+// be sharded, and its moments like its optimizer state) and trains on from the delink step.
+// Invariants: every element of the single-rank layout is written by exactly one rank (checked per window: a
+// layout error is a logic_error, never a silently different model); a sum of one value and zeros is exact, so
+// the real phase starts from bit for bit the pseudo phase's state. No rank holds the whole model for it: a rank
+// holds its copies of record, one window and its real-phase elements. Checkpoints: the pseudo phase's are those
+// of its RankRun (steps up to the delink, its G_pseudo ranks), the real phase's those of a run without delink
+// on the real plan (steps after it); --resume continues in the phase of the newest complete one.
 #include "exec/runtime_rank.hpp"
 
 namespace tp::exec {
@@ -27,28 +29,21 @@ void copy_elems(T* dst, const T* src, long long n) {
 }
 }  // namespace
 
-// The single-rank index of every flat element, -1 for none (2D: a wte block's padding rows): the shard of the
-// identity plus one (the shard functions move values only, and write 0 where there is no full element).
+// The single-rank index of each element of view v, -1 for none (2D: a wte block's padding rows).
 template <class T>
-std::vector<double> RankRun<T>::full_index_map() const {
+std::vector<double> RankRun<T>::view_index(size_t v) const {
   const GptLayout full = gpt_layout(gpt_shape(sc.model, Tn, 1, 0));
-  std::vector<double> id(full.total);
-  for (long long i = 0; i < full.total; ++i) id[i] = (double)(i + 1);
-  std::vector<double> at = model.two_d ? shard_params_2d<double>(full, id, model.d2.lay)
-                                        : shard_params<double>(full, id, model.d1.lay);
-  for (double& x : at) x -= 1;
-  return at;
+  return model.two_d ? view_full_index(full, model.d2.lay, gl.views[v]) : view_full_index(full, model.d1.lay, gl.views[v]);
 }
 
-// Each own range's views, where this rank holds the copy of record: weights and moments into st by their
+// Each own range's views, where this rank holds the copy of record: weights and moments into rec by their
 // single-rank index. Without ZeRO every rank of a segment's group holds the same values; its rank 0 writes them.
 // After the delink the weight-group replicas of other stages (replica_only) are not copies of record.
 template <class T>
-void RankRun<T>::export_state(FullState<T>& st) {
+void RankRun<T>::export_state(Records<T>& out) {
   if (store) store->evict_all();  // the flat buffers hold every chunk (delink did so too)
-  const std::vector<double> at = full_index_map();
-  const size_t total = (size_t)gpt_layout(gpt_shape(sc.model, Tn, 1, 0)).total;
-  for (std::vector<T>* v : {&st.w, &st.m1, &st.m2, &st.n}) v->assign(total, T(0));
+  std::vector<double> at;  // view iv's single-rank indices
+  size_t iv = gl.views.size();
   std::vector<T> w, a1, a2;
   for (size_t k = 0; k < own.size(); ++k) {
     const int ui = own_unit[k];
@@ -58,46 +53,59 @@ void RankRun<T>::export_state(FullState<T>& st) {
     gl.each_view(own[k].first, own[k].second, [&](size_t v, long long lo, long long hi, long long off) {
       const long long a = own[k].first + off, n = hi - lo, so = own_off[k] + off;
       if (!record_copy(v, a)) return;
+      if (v != iv) at = view_index(v), iv = v;
       for (std::vector<T>* h : {&w, &a1, &a2}) h->resize((size_t)n);
       copy_elems(w.data(), P(a), n);
       copy_elems(a1.data(), moments(k, 1) + so, n);
       copy_elems(a2.data(), moments(k, 2) + so, n);
       for (long long i = 0; i < n; ++i) {
-        const double g = at[(size_t)(a + i)];
-        if (g >= 0) st.w[(size_t)g] = w[i], st.m1[(size_t)g] = a1[i], st.m2[(size_t)g] = a2[i], st.n[(size_t)g] += T(1);
+        const double g = at[(size_t)(a + i - gl.views[v].offset)];
+        if (g >= 0) out.add((long long)g, w[i], a1[i], a2[i]);
       }
     });
   }
+  out.done = true;
 }
 
-// The real phase's moments from the handed state (its weights came through setup, its host optimizer's master
-// copy with them); every own range's views, the unused copies included (they stay unused).
+// setup's initial parameters in the real phase: the windows of the handover (every rank of the job takes part),
+// this rank's weights returned, its moments kept for import_moments.
 template <class T>
-void RankRun<T>::import_moments(const FullState<T>& st) {
-  const std::vector<double> at = full_index_map();
-  std::vector<T> a1, a2;
+std::vector<T> RankRun<T>::place_handed(const std::vector<IndexRun>& runs, long long flat_n) {
+  Handover<T>& h = *start;
+  Placed<T> got;
+  exchange_state(h.mine, split_and_sort(runs, h.window), flat_n, h.total, h.window, *h.job, &got);
+  h.mine.release();
+  h.m1 = std::move(got.m1);
+  h.m2 = std::move(got.m2);
+  return std::move(got.w);
+}
+
+// The real phase's moments from the handover (in its flat layout), every own range's views, the unused copies
+// included (they stay unused).
+template <class T>
+void RankRun<T>::import_moments() {
+  const std::vector<T>& h1 = start->m1;
+  const std::vector<T>& h2 = start->m2;
   for (size_t k = 0; k < own.size(); ++k) {
     BackendScope where(own_on_host(k) ? cpu_backend() : current_backend());
     gl.each_view(own[k].first, own[k].second, [&](size_t, long long lo, long long hi, long long off) {
       const long long a = own[k].first + off, n = hi - lo, so = own_off[k] + off;
-      a1.resize((size_t)n);
-      a2.resize((size_t)n);
-      for (long long i = 0; i < n; ++i) {
-        const double g = at[(size_t)(a + i)];
-        a1[i] = g >= 0 ? st.m1[(size_t)g] : T(0), a2[i] = g >= 0 ? st.m2[(size_t)g] : T(0);
-      }
-      copy_elems(moments(k, 1) + so, a1.data(), n);
-      copy_elems(moments(k, 2) + so, a2.data(), n);
+      copy_elems(moments(k, 1) + so, h1.data() + a, n);
+      copy_elems(moments(k, 2) + so, h2.data() + a, n);
     });
   }
+  start->m1 = std::vector<T>();
+  start->m2 = std::vector<T>();
 }
 
-template std::vector<double> RankRun<float>::full_index_map() const;
-template std::vector<double> RankRun<double>::full_index_map() const;
-template void RankRun<float>::export_state(FullState<float>&);
-template void RankRun<double>::export_state(FullState<double>&);
-template void RankRun<float>::import_moments(const FullState<float>&);
-template void RankRun<double>::import_moments(const FullState<double>&);
+template std::vector<double> RankRun<float>::view_index(size_t) const;
+template std::vector<double> RankRun<double>::view_index(size_t) const;
+template void RankRun<float>::export_state(Records<float>&);
+template void RankRun<double>::export_state(Records<double>&);
+template std::vector<float> RankRun<float>::place_handed(const std::vector<IndexRun>&, long long);
+template std::vector<double> RankRun<double>::place_handed(const std::vector<IndexRun>&, long long);
+template void RankRun<float>::import_moments();
+template void RankRun<double>::import_moments();
 
 bool pseudo_plan_differs(const Scenario& sc) {
   if (!sc.delink.on() || !sc.delink.plan) return false;
@@ -141,39 +149,37 @@ RunResult run_two_layouts(const Scenario& sc, const RunOptions& o, Comm& world) 
   std::optional<long> real_ckpt;
   if (o.resume && !o.checkpoint_dir.empty()) real_ckpt = latest_complete(o.checkpoint_dir, sc.plan.gpus());
   RunResult res;
-  FullState<T> st;
+  Handover<T> h;
+  h.job = &world;
+  h.total = gpt_layout(gpt_shape(sc.model, sc.training.seq_len, 1, 0)).total;
+  h.window = o.handover_window > 0 ? o.handover_window : default_handover_window;
   double handed = 0;  // 1: the pseudo phase reached the delink (it may end before: --steps, a signal)
   if (!(real_ckpt && *real_ckpt > D)) {
     std::unique_ptr<Comm> group = world.split(world.rank() < G ? 0 : 1, world.rank());
     if (world.rank() < G) {
       RankRun<T> r(pseudo, o, *group);
-      r.handoff = &st;
+      r.handoff = &h.mine;
       res = r.run();
-      handed = world.rank() == 0 && !st.w.empty() ? 1 : 0;
-    }
+      handed = world.rank() == 0 && h.mine.done ? 1 : 0;
+    }  // (the pseudo phase's memory is freed here; its copies of record stay in h.mine)
     world.all_reduce_sum(&handed, 1, Dtype::f64);
     if (handed == 0) return res;  // the run ended in the pseudo phase (ranks outside it: an empty result)
-    const size_t total = (size_t)gpt_layout(gpt_shape(sc.model, sc.training.seq_len, 1, 0)).total;
-    for (std::vector<T>* v : {&st.w, &st.m1, &st.m2, &st.n}) {
-      v->resize(total, T(0));  // (ranks without a pseudo-phase share: zeros)
-      world.all_reduce_sum(v->data(), (long)total, dtype_of<T>());
-    }
+    h.mine.finish(h.window);
     if (world.rank() == 0)
-      std::fprintf(stderr, "delinked at step %ld: %zu parameters and their Adam moments handed from the pseudo "
-                   "plan's %d rank%s to the real plan's %d\n", D, total, G, G == 1 ? "" : "s", sc.plan.gpus());
-    for (size_t g = 0; g < total; ++g)
-      if (st.n[g] != T(1))
-        throw std::logic_error("Pseudo-to-Real over two layouts: element " + std::to_string(g) +
-                               " of the single-rank layout was written by " + std::to_string((long long)st.n[g]) +
-                               " ranks, not one (exec/runtime_relayout.cpp)");
+      std::fprintf(stderr, "delinked at step %ld: %lld parameters and their Adam moments handed from the pseudo "
+                   "plan's %d rank%s to the real plan's %d\n", D, h.total, G, G == 1 ? "" : "s", sc.plan.gpus());
   }
-  // The real phase on the first G_real ranks (a pseudo phase on more GPUs: the job has its ranks).
+  // The real phase on the first G_real ranks (a pseudo phase on more GPUs: the job has its ranks, and those
+  // outside the real plan add their copies of record to the handover's windows).
   const int Gr = real.plan.gpus();
   std::unique_ptr<Comm> group = Gr < world.size() ? world.split(world.rank() < Gr ? 0 : 1, world.rank()) : nullptr;
-  if (world.rank() >= Gr) return res;
+  if (world.rank() >= Gr) {
+    if (handed != 0) exchange_state<T>(h.mine, {}, 0, h.total, h.window, world, nullptr);
+    return res;
+  }
   RankRun<T> r(real, o, group ? *group : world);
   if (handed != 0) {
-    r.start = &st;
+    r.start = &h;  // (setup runs the handover's windows: RankRun::place_handed)
     r.start_step = (int)D;
   }
   RunResult rest = r.run();

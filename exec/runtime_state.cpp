@@ -19,13 +19,12 @@ namespace tp::exec::detail {
 template <class T>
 std::vector<T> init_model(const Scenario& sc, int tp_rank, Comm& tp, uint64_t seed, Net<T>& model, Flat& gl,
                           std::vector<char>& replicated_view, std::unique_ptr<Comm>& grid_row,
-                          std::unique_ptr<Comm>& grid_col, int ep_rank, const std::vector<T>* full_params) {
+                          std::unique_ptr<Comm>& grid_col, int ep_rank, const PlaceParams<T>* place) {
   const Plan& p = sc.plan;
   const long long Tn = sc.training.seq_len;
   GptShape fs = gpt_shape(sc.model, Tn, 1, 0);
   GptLayout full = gpt_layout(fs);
-  const std::vector<T> seeded = full_params ? std::vector<T>() : init_full_params<T>(fs, seed);
-  const std::vector<T>& all = full_params ? *full_params : seeded;
+  const std::vector<T> all = place ? std::vector<T>() : init_full_params<T>(fs, seed);
   std::vector<T> params;
   model.two_d = p.tp_mode == TpMode::d2 && p.tp > 1;
   if (model.two_d) {
@@ -36,7 +35,7 @@ std::vector<T> init_model(const Scenario& sc, int tp_rank, Comm& tp, uint64_t se
     grid_row = tp.split(gp.row, gp.col);
     grid_col = tp.split(gp.col, gp.row);
     Gpt2dLayout l2 = gpt2d_layout(fs, q, gp.row * q + gp.col);
-    params = shard_params_2d<T>(full, all, l2);
+    params = place ? (*place)(full_index_runs(full, l2), l2.total) : shard_params_2d<T>(full, all, l2);
     gl = Flat::of(l2);
     model.d2.lay = l2;
     model.d2.row = grid_row.get();
@@ -47,7 +46,7 @@ std::vector<T> init_model(const Scenario& sc, int tp_rank, Comm& tp, uint64_t se
     GptShape s1 = gpt_shape(sc.model, Tn, p.tp, tp_rank);
     if (s1.experts > 0) { s1.ep = p.ep; s1.ep_rank = ep_rank; }
     GptLayout l1 = gpt_layout(s1);
-    params = shard_params<T>(full, all, l1);
+    params = place ? (*place)(full_index_runs(full, l1), l1.total) : shard_params<T>(full, all, l1);
     gl = Flat::of(l1);
     model.d1.lay = l1;
     model.d1.tp = p.tp > 1 ? &tp : nullptr;
@@ -65,10 +64,41 @@ std::vector<T> init_model(const Scenario& sc, int tp_rank, Comm& tp, uint64_t se
 }
 template std::vector<float> init_model<float>(const Scenario&, int, Comm&, uint64_t, Net<float>&, Flat&,
                                               std::vector<char>&, std::unique_ptr<Comm>&, std::unique_ptr<Comm>&, int,
-                                              const std::vector<float>*);
+                                              const PlaceParams<float>*);
 template std::vector<double> init_model<double>(const Scenario&, int, Comm&, uint64_t, Net<double>&, Flat&,
                                                 std::vector<char>&, std::unique_ptr<Comm>&, std::unique_ptr<Comm>&, int,
-                                                const std::vector<double>*);
+                                                const PlaceParams<double>*);
+
+namespace {
+// The shard of the identity over one view (values: index + 1, so that the 0 written where a shard element has
+// no full element becomes -1).
+template <class Shard>
+std::vector<double> view_index(const ParamView& fv, long long count, Shard shard) {
+  std::vector<double> id((size_t)fv.count), at((size_t)count);
+  for (long long i = 0; i < fv.count; ++i) id[(size_t)i] = (double)(fv.offset + i + 1);
+  shard(id.data(), at.data());
+  for (double& x : at) x -= 1;
+  return at;
+}
+}  // namespace
+
+std::vector<double> view_full_index(const GptLayout& full, const GptLayout& shard, const ParamView& v) {
+  const ParamView& fv = full.view(v.name);
+  return view_index(fv, v.count, [&](const double* src, double* dst) { shard_view(shard.s, v, fv, src, dst); });
+}
+
+std::vector<double> view_full_index(const GptLayout& full, const Gpt2dLayout& shard, const ParamView& v) {
+  return view_index(full.view(v.name), v.count, [&](const double* src, double* dst) { shard_view_2d(shard, v, src, dst); });
+}
+
+template <class Lay>
+std::vector<IndexRun> full_index_runs(const GptLayout& full, const Lay& shard) {
+  std::vector<IndexRun> runs;
+  for (const ParamView& v : shard.views) append_runs(runs, view_full_index(full, shard, v), v.offset);
+  return runs;
+}
+template std::vector<IndexRun> full_index_runs<GptLayout>(const GptLayout&, const GptLayout&);
+template std::vector<IndexRun> full_index_runs<Gpt2dLayout>(const GptLayout&, const Gpt2dLayout&);
 
 double learning_rate(const RunOptions& o, int step, int warmup) {
   if (step < warmup) return o.lr * (step + 1) / warmup;

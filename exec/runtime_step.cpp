@@ -405,10 +405,7 @@ RunResult RankRun<T>::run() {
   setup();
   Loop lp;
   prepare_loop(lp);
-  if (start) {  // (its weights, and the host optimizer's master copy, are in place since setup)
-    import_moments(*start);
-    *start = FullState<T>();
-  }
+  if (start) import_moments();  // (its weights, and the host optimizer's master copy, are in place since setup)
   const int first = start ? start_step : resume(lp.res);
   lp.res.first_step = first;
   enter_phase(lp, shared > 0);  // (a checkpoint after the delink resumes in the real phase)

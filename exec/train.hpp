@@ -37,6 +37,8 @@ struct RunOptions {
                                    // 0 = gpu_memory_fraction x the scenario's cluster GPU hbm_bytes
   int log_every = -1;            // rank 0's iteration line every N steps (-1: 10, every step for runs <= 20; 0: none)
   int keep_checkpoints = 3;      // complete checkpoints kept (older ones removed after a newer one is complete)
+  long long handover_window = 0;  // Pseudo-to-Real over two layouts: single-rank elements per window of the
+                                  // handover (exec/handover.hpp; 0: 4 Mi)
 };
 
 // SIGINT / SIGTERM: the handler records the signal; run_training finishes the step, stops every rank at the

@@ -98,6 +98,27 @@ TEST(RunRelayout, PseudoPhaseOnItsOwnPlanMatchesSingleRankFloat64) {
   }
 }
 
+// The handover in windows smaller than any view (--handover-window 97, which divides no layout's size): the
+// same results as in one window, with the pseudo phase on fewer ranks, on more ranks, and over a 2D layout
+// (whose padding rows are no element).
+TEST(RunRelayout, SmallHandoverWindowsMatchSingleRank) {
+  json ref = run(relayout_scenario("win_ref", json::object(), nullptr), 6, true, nullptr, "--delink-step 3");
+  ASSERT_FALSE(ref.is_null());
+  struct Case { const char* name; json real, pseudo; };
+  std::vector<Case> cases = {{"win_mb1", json::object(), {{"microbatch", 1}}}};
+  if (have_mpi()) {
+    cases.push_back({"win_dp2_tp2_z3_from_tp2", {{"dp", 2}, {"tp", 2}, {"zero", 3}}, {{"tp", 2}}});
+    cases.push_back({"win_tp4_2d_from_dp2_z2", {{"tp", 4}, {"tp_mode", "2d"}}, {{"dp", 2}, {"zero", 2}}});
+    cases.push_back({"win_dp2_from_pp2_dp2_z1", {{"dp", 2}}, {{"pp", 2}, {"dp", 2}, {"zero", 1}}});
+  }
+  for (const Case& c : cases) {
+    json got = run(relayout_scenario(c.name, c.real, c.pseudo), 6, true, nullptr, "--delink-step 3 --handover-window 97");
+    ASSERT_FALSE(got.is_null()) << c.name;
+    expect_close(got, ref, "losses", 1e-9, c.name);
+    expect_close(got, ref, "grad_norm", 1e-9, c.name);
+  }
+}
+
 // On the emu-device backend (tensor memory the host cannot read; a host read dies with SIGSEGV): the handover
 // reads the pseudo phase's weights and moments (device, pinned host for chunks, host for granular offload) and
 // writes the real phase's through the backend's copies only, its sums through the staged communicator.
