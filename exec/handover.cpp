@@ -36,43 +36,47 @@ std::vector<IndexRun> index_runs(const std::vector<double>& idx, long long windo
 }
 
 template <class T>
-void exchange_state(const Records<T>& mine, const std::vector<IndexRun>& want, long long flat_n, long long total,
-                    long long window, Comm& job, Placed<T>* out) {
-  if (out)
-    for (std::vector<T>* v : {&out->w, &out->m1, &out->m2}) v->assign((size_t)flat_n, T(0));
-  std::vector<T> buf;  // [w | m1 | m2 | count], len each
+void exchange_state(const Records<T>& mine, const std::vector<IndexRun>& want, long long out_n, long long total,
+                    long long window, Comm& job, HandoverPart part, Placed<T>* out) {
+  const bool weights = part == HandoverPart::weights;
+  if (out && weights) out->w.assign((size_t)out_n, T(0));
+  if (out && !weights) out->m1.assign((size_t)out_n, T(0)), out->m2.assign((size_t)out_n, T(0));
+  // Per window [first | second], len each: the weights and the count of writers, or the two moments.
+  const std::vector<T>& first = weights ? mine.w : mine.m1;
+  std::vector<T> buf;
   size_t r = 0, q = 0;  // the next run of mine / want (sorted, each within one window)
   for (long long g0 = 0; g0 < total; g0 += window) {
     const long long len = std::min(window, total - g0), g1 = g0 + len;
-    buf.assign(4 * (size_t)len, T(0));
-    T *w = buf.data(), *a1 = w + len, *a2 = a1 + len, *cnt = a2 + len;
+    buf.assign(2 * (size_t)len, T(0));
+    T *x = buf.data(), *y = x + len;
     for (; r < mine.runs.size() && mine.runs[r].full < g1; ++r) {
-      const IndexRun& x = mine.runs[r];
-      for (long long j = 0; j < x.n; ++j) {
-        const long long d = x.full - g0 + j, s = x.at + j;
-        w[d] = mine.w[(size_t)s], a1[d] = mine.m1[(size_t)s], a2[d] = mine.m2[(size_t)s], cnt[d] += T(1);
+      const IndexRun& run = mine.runs[r];
+      for (long long j = 0; j < run.n; ++j) {
+        const long long d = run.full - g0 + j, s = run.at + j;
+        x[d] = first[(size_t)s];
+        y[d] = weights ? y[d] + T(1) : mine.m2[(size_t)s];
       }
     }
-    job.all_reduce_sum(buf.data(), (long)(4 * len), sizeof(T) == 8 ? Dtype::f64 : Dtype::f32);
-    for (long long j = 0; j < len; ++j)
-      if (cnt[j] != T(1))
+    job.all_reduce_sum(buf.data(), (long)(2 * len), sizeof(T) == 8 ? Dtype::f64 : Dtype::f32);
+    for (long long j = 0; weights && j < len; ++j)
+      if (y[j] != T(1))
         throw std::logic_error("Pseudo-to-Real over two layouts: element " + std::to_string(g0 + j) +
-                               " of the single-rank layout was written by " + std::to_string((long long)cnt[j]) +
+                               " of the single-rank layout was written by " + std::to_string((long long)y[j]) +
                                " ranks, not one (exec/handover.cpp)");
     for (; q < want.size() && want[q].full < g1; ++q) {
-      const IndexRun& x = want[q];
-      if (!out) continue;
-      for (long long j = 0; j < x.n; ++j) {
-        const long long s = x.full - g0 + j, d = x.at + j;
-        out->w[(size_t)d] = w[s], out->m1[(size_t)d] = a1[s], out->m2[(size_t)d] = a2[s];
+      const IndexRun& run = want[q];
+      for (long long j = 0; out && j < run.n; ++j) {
+        const long long s = run.full - g0 + j, d = run.at + j;
+        if (weights) out->w[(size_t)d] = x[s];
+        else out->m1[(size_t)d] = x[s], out->m2[(size_t)d] = y[s];
       }
     }
   }
 }
 
 template void exchange_state<float>(const Records<float>&, const std::vector<IndexRun>&, long long, long long,
-                                    long long, Comm&, Placed<float>*);
+                                    long long, Comm&, HandoverPart, Placed<float>*);
 template void exchange_state<double>(const Records<double>&, const std::vector<IndexRun>&, long long, long long,
-                                     long long, Comm&, Placed<double>*);
+                                     long long, Comm&, HandoverPart, Placed<double>*);
 
 }  // namespace tp::exec::detail

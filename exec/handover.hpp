@@ -2,13 +2,16 @@
 // pseudo plan's ranks to the real plan's through the single-rank layout (gpt_layout at tp 1 with every expert),
 // one window of that layout at a time, so that no rank ever holds the whole model for it.
 // Each pseudo-phase rank keeps only its copies of record (Records: runs of consecutive single-rank indices and
-// their values); each real-phase rank names what it needs (runs of its flat layout's elements); per window of
-// `window` single-rank elements every rank of the job adds its records into one buffer, one sum over the job
-// assembles the window, and each real rank takes its elements out of it.
+// their values); each real-phase rank names what it needs (runs of positions: its flat layout's for the weights,
+// its optimizer state's for the moments); per window of `window` single-rank elements every rank of the job
+// adds its records into one buffer, one sum over the job assembles the window, and each real rank takes its
+// elements out of it. Two passes: the weights (with a count of writers) when the real phase's setup places its
+// parameters, the moments once its optimizer state exists.
 // Invariants: every element of the single-rank layout is written by exactly one rank over the job (checked per
 // window: a logic_error naming the element, never a silently different model); a sum of one value and zeros is
 // exact, so the real phase receives bit for bit the pseudo phase's values. Every rank of the job calls
-// exchange_state with the same `total` and `window` (the windows' sums are collectives over the job).
+// exchange_state for both parts in the same order with the same `total` and `window` (the windows' sums are
+// collectives over the job).
 #pragma once
 #include <vector>
 
@@ -44,18 +47,19 @@ struct Records {
   void release() { *this = Records(); }
 };
 
-// The real phase's elements (a rank's flat layout) taken from the exchange.
+// The real phase's elements taken from the exchange: the weights (w) in one pass, the moments (m1, m2) in another.
 template <class T>
 struct Placed {
   std::vector<T> w, m1, m2;
 };
+enum class HandoverPart { weights, moments };  // (the weights' pass also checks that each element is written once)
 
-// The job's windows in order: `mine` (finished; empty for a rank without a pseudo-phase part) into each
-// window's sum over `job`, and for a rank of the real phase (`out` not null) the elements named by `want`
-// (from index_runs over its flat layout of `flat_n` elements; elements no run names stay 0).
+// The job's windows in order, for one part: `mine` (finished; empty for a rank without a pseudo-phase part)
+// into each window's sum over `job`, and for a rank of the real phase (`out` not null) the elements named by
+// `want` at their positions in out's vectors of `out_n` elements (positions no run names stay 0).
 template <class T>
-void exchange_state(const Records<T>& mine, const std::vector<IndexRun>& want, long long flat_n, long long total,
-                    long long window, Comm& job, Placed<T>* out);
+void exchange_state(const Records<T>& mine, const std::vector<IndexRun>& want, long long out_n, long long total,
+                    long long window, Comm& job, HandoverPart part, Placed<T>* out);
 
 // Elements per window when the run does not say (RunOptions::handover_window): 4 Mi.
 constexpr long long default_handover_window = 1LL << 22;

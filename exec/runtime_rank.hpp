@@ -80,7 +80,6 @@ struct Handover {
   Records<T> mine;        // this rank's copies of record from the pseudo phase (export_state)
   Comm* job = nullptr;    // every rank of the job takes part in each window's sum
   long long total = 0, window = default_handover_window;  // elements of the single-rank layout; per window
-  std::vector<T> m1, m2;  // the real phase's moments in its flat layout (from the exchange, for import_moments)
 };
 long delink_step_of(const Scenario& sc, const RunOptions& o);  // exec/runtime_step.cpp
 
@@ -192,8 +191,8 @@ struct RankRun {
   int start_step = 0;
   std::vector<double> view_index(size_t v) const;  // view v's elements -> their index in the single-rank layout
   void export_state(Records<T>& rec);  // this rank's copies of record
-  std::vector<T> place_handed(const std::vector<IndexRun>& runs, long long flat_n);  // setup: the exchange
-  void import_moments();  // the real phase's moments from *start
+  std::vector<T> place_handed(const std::vector<IndexRun>& runs, long long flat_n);  // setup: the weights' pass
+  void import_moments();  // the moments' pass into the optimizer state, after setup
   // Whether view v's part from flat element a is this rank's copy of record (the gradient norm counts it, a
   // handoff writes it): tp-replicated views on tp rank 0 (2D: the grid position owning the view), the tied
   // embedding on its first stage. Without ZeRO every rank of a segment's group also holds it (see callers).

@@ -67,35 +67,43 @@ void RankRun<T>::export_state(Records<T>& out) {
   out.done = true;
 }
 
-// setup's initial parameters in the real phase: the windows of the handover (every rank of the job takes part),
-// this rank's weights returned, its moments kept for import_moments.
+// setup's initial parameters in the real phase: the weights' pass of the handover (every rank of the job takes
+// part), into this rank's flat layout.
 template <class T>
 std::vector<T> RankRun<T>::place_handed(const std::vector<IndexRun>& runs, long long flat_n) {
   Handover<T>& h = *start;
   Placed<T> got;
-  exchange_state(h.mine, split_and_sort(runs, h.window), flat_n, h.total, h.window, *h.job, &got);
-  h.mine.release();
-  h.m1 = std::move(got.m1);
-  h.m2 = std::move(got.m2);
+  exchange_state(h.mine, split_and_sort(runs, h.window), flat_n, h.total, h.window, *h.job, HandoverPart::weights,
+                 &got);
+  h.mine.w = std::vector<T>();  // (the moments' pass needs only the moments)
   return std::move(got.w);
 }
 
-// The real phase's moments from the handover (in its flat layout), every own range's views, the unused copies
-// included (they stay unused).
+// The moments' pass of the handover into every own range's optimizer state (the unused copies included: they
+// stay unused), through a staging buffer of the own ranges one after the other; then the records are released.
 template <class T>
 void RankRun<T>::import_moments() {
-  const std::vector<T>& h1 = start->m1;
-  const std::vector<T>& h2 = start->m2;
+  Handover<T>& h = *start;
+  std::vector<IndexRun> want;
+  std::vector<long long> base(own.size() + 1, 0);  // own range k's start in the staging buffer
+  for (size_t k = 0; k < own.size(); ++k) {
+    gl.each_view(own[k].first, own[k].second, [&](size_t v, long long lo, long long hi, long long off) {
+      const std::vector<double> at = view_index(v);
+      const long long from = own[k].first + off - gl.views[v].offset;
+      append_runs(want, std::vector<double>(at.begin() + from, at.begin() + from + (hi - lo)), base[k] + off);
+    });
+    base[k + 1] = base[k] + (own[k].second - own[k].first);
+  }
+  Placed<T> got;
+  exchange_state(h.mine, split_and_sort(std::move(want), h.window), base.back(), h.total, h.window, *h.job,
+                 HandoverPart::moments, &got);
+  h.mine.release();
   for (size_t k = 0; k < own.size(); ++k) {
     BackendScope where(own_on_host(k) ? cpu_backend() : current_backend());
-    gl.each_view(own[k].first, own[k].second, [&](size_t, long long lo, long long hi, long long off) {
-      const long long a = own[k].first + off, n = hi - lo, so = own_off[k] + off;
-      copy_elems(moments(k, 1) + so, h1.data() + a, n);
-      copy_elems(moments(k, 2) + so, h2.data() + a, n);
-    });
+    const long long n = own[k].second - own[k].first;
+    copy_elems(moments(k, 1) + own_off[k], got.m1.data() + base[k], n);
+    copy_elems(moments(k, 2) + own_off[k], got.m2.data() + base[k], n);
   }
-  start->m1 = std::vector<T>();
-  start->m2 = std::vector<T>();
 }
 
 template std::vector<double> RankRun<float>::view_index(size_t) const;
@@ -174,12 +182,16 @@ RunResult run_two_layouts(const Scenario& sc, const RunOptions& o, Comm& world) 
   const int Gr = real.plan.gpus();
   std::unique_ptr<Comm> group = Gr < world.size() ? world.split(world.rank() < Gr ? 0 : 1, world.rank()) : nullptr;
   if (world.rank() >= Gr) {
-    if (handed != 0) exchange_state<T>(h.mine, {}, 0, h.total, h.window, world, nullptr);
+    if (handed != 0) {
+      exchange_state<T>(h.mine, {}, 0, h.total, h.window, world, HandoverPart::weights, nullptr);
+      h.mine.w = std::vector<T>();
+      exchange_state<T>(h.mine, {}, 0, h.total, h.window, world, HandoverPart::moments, nullptr);
+    }
     return res;
   }
   RankRun<T> r(real, o, group ? *group : world);
   if (handed != 0) {
-    r.start = &h;  // (setup runs the handover's windows: RankRun::place_handed)
+    r.start = &h;  // (the handover's two passes: in setup, place_handed; after it, import_moments)
     r.start_step = (int)D;
   }
   RunResult rest = r.run();

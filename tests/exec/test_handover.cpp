@@ -67,7 +67,8 @@ TEST(Handover, EveryWindowSizePlacesEveryElement) {
     rec.finish(window);
     const std::vector<double> want = shuffled_layout(total, total + 9, 23);  // 9 padding positions
     Placed<double> got;
-    exchange_state(rec, index_runs(want, window), (long long)want.size(), total, window, *one, &got);
+    for (HandoverPart part : {HandoverPart::weights, HandoverPart::moments})
+      exchange_state(rec, index_runs(want, window), (long long)want.size(), total, window, *one, part, &got);
     ASSERT_EQ(got.w.size(), want.size());
     for (size_t i = 0; i < want.size(); ++i) {
       const double g = want[i];
@@ -83,7 +84,7 @@ TEST(Handover, AnElementWrittenTwiceOrNotAtAllIsALogicError) {
   auto expect_error = [&](Records<float>& rec, const std::string& what) {
     rec.finish(8);
     try {
-      exchange_state<float>(rec, {}, 0, 20, 8, *one, nullptr);
+      exchange_state<float>(rec, {}, 0, 20, 8, *one, HandoverPart::weights, nullptr);
       ADD_FAILURE() << "no error for " << what;
     } catch (const std::logic_error& e) {
       EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
