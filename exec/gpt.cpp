@@ -155,17 +155,20 @@ bool ends_with(const std::string& s, const char* suf) {
 }  // namespace
 
 template <class T>
+void init_full_view(const GptShape& full, const ParamView& v, uint64_t seed, T* dst) {
+  const double resid_scale = 1.0 / std::sqrt(2.0 * (double)full.layers);
+  Rng rng{seed * 0x100000001B3ull + std::hash<std::string>{}(v.name)};  // (each view its own stream)
+  bool norm_w = ends_with(v.name, "ln1_w") || ends_with(v.name, "ln2_w") || v.name == "lnf_w";
+  bool bias = ends_with(v.name, "_b");
+  double sd = 0.02 * ((ends_with(v.name, "proj_w") || ends_with(v.name, "fc2_w") || ends_with(v.name, "ex_w2")) ? resid_scale : 1.0);
+  for (long long i = 0; i < v.count; ++i) dst[i] = norm_w ? T(1) : bias ? T(0) : T(sd * rng.normal());
+}
+
+template <class T>
 std::vector<T> init_full_params(const GptShape& full, uint64_t seed) {
   GptLayout L = gpt_layout(full);
   std::vector<T> p(L.total, T(0));
-  const double resid_scale = 1.0 / std::sqrt(2.0 * (double)full.layers);
-  for (const ParamView& v : L.views) {
-    Rng rng{seed * 0x100000001B3ull + std::hash<std::string>{}(v.name)};
-    bool norm_w = ends_with(v.name, "ln1_w") || ends_with(v.name, "ln2_w") || v.name == "lnf_w";
-    bool bias = ends_with(v.name, "_b");
-    double sd = 0.02 * ((ends_with(v.name, "proj_w") || ends_with(v.name, "fc2_w") || ends_with(v.name, "ex_w2")) ? resid_scale : 1.0);
-    for (long long i = 0; i < v.count; ++i) p[v.offset + i] = norm_w ? T(1) : bias ? T(0) : T(sd * rng.normal());
-  }
+  for (const ParamView& v : L.views) init_full_view(full, v, seed, p.data() + v.offset);
   return p;
 }
 
@@ -544,6 +547,8 @@ void Gpt<T>::head_bwd(T* dx, const int32_t* targets, HeadActs<T>& a, long B, lon
 }
 
 template std::vector<float> init_full_params<float>(const GptShape&, uint64_t);
+template void init_full_view<float>(const GptShape&, const ParamView&, uint64_t, float*);
+template void init_full_view<double>(const GptShape&, const ParamView&, uint64_t, double*);
 template std::vector<double> init_full_params<double>(const GptShape&, uint64_t);
 template void shard_view<float>(const GptShape&, const ParamView&, const ParamView&, const float*, float*);
 template void shard_view<double>(const GptShape&, const ParamView&, const ParamView&, const double*, double*);

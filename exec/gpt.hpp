@@ -150,6 +150,9 @@ GptLayout gpt_layout(const GptShape& s);
 // full tensors (shard_params), so any plan starts from the single-rank weights.
 template <class T>
 std::vector<T> init_full_params(const GptShape& full, uint64_t seed);
+// One view of it (v: a view of gpt_layout(full); v.count values into dst), so a rank can shard view by view.
+template <class T>
+void init_full_view(const GptShape& full, const ParamView& v, uint64_t seed, T* dst);
 // The tp shard of full parameters (layout `shard` with shard.s.tp = t) from the full buffer (layout `full`), with
 // the local experts of ep rank shard.s.ep_rank.
 template <class T>

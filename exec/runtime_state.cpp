@@ -24,7 +24,17 @@ std::vector<T> init_model(const Scenario& sc, int tp_rank, Comm& tp, uint64_t se
   const long long Tn = sc.training.seq_len;
   GptShape fs = gpt_shape(sc.model, Tn, 1, 0);
   GptLayout full = gpt_layout(fs);
-  const std::vector<T> all = place ? std::vector<T>() : init_full_params<T>(fs, seed);
+  // The seed's model view by view (init_full_view, then the view's shard): never the whole model on a rank.
+  auto seeded = [&](const auto& lay, auto shard) {
+    std::vector<T> out((size_t)lay.total), fview;
+    for (const ParamView& v : lay.views) {
+      const ParamView& fv = full.view(v.name);
+      fview.resize((size_t)fv.count);
+      init_full_view(fs, fv, seed, fview.data());
+      shard(v, fv, fview.data(), out.data() + v.offset);
+    }
+    return out;
+  };
   std::vector<T> params;
   model.two_d = p.tp_mode == TpMode::d2 && p.tp > 1;
   if (model.two_d) {
@@ -35,7 +45,10 @@ std::vector<T> init_model(const Scenario& sc, int tp_rank, Comm& tp, uint64_t se
     grid_row = tp.split(gp.row, gp.col);
     grid_col = tp.split(gp.col, gp.row);
     Gpt2dLayout l2 = gpt2d_layout(fs, q, gp.row * q + gp.col);
-    params = place ? (*place)(full_index_runs(full, l2), l2.total) : shard_params_2d<T>(full, all, l2);
+    params = place ? (*place)(full_index_runs(full, l2), l2.total)
+                   : seeded(l2, [&](const ParamView& v, const ParamView&, const T* src, T* dst) {
+                       shard_view_2d(l2, v, src, dst);
+                     });
     gl = Flat::of(l2);
     model.d2.lay = l2;
     model.d2.row = grid_row.get();
@@ -46,7 +59,10 @@ std::vector<T> init_model(const Scenario& sc, int tp_rank, Comm& tp, uint64_t se
     GptShape s1 = gpt_shape(sc.model, Tn, p.tp, tp_rank);
     if (s1.experts > 0) { s1.ep = p.ep; s1.ep_rank = ep_rank; }
     GptLayout l1 = gpt_layout(s1);
-    params = place ? (*place)(full_index_runs(full, l1), l1.total) : shard_params<T>(full, all, l1);
+    params = place ? (*place)(full_index_runs(full, l1), l1.total)
+                   : seeded(l1, [&](const ParamView& v, const ParamView& fv, const T* src, T* dst) {
+                       shard_view(l1.s, v, fv, src, dst);
+                     });
     gl = Flat::of(l1);
     model.d1.lay = l1;
     model.d1.tp = p.tp > 1 ? &tp : nullptr;
