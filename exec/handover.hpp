@@ -39,7 +39,8 @@ struct Records {
   bool done = false;  // the pseudo phase reached the delink and exported (set by its exporter)
   void add(long long full, T w_, T m1_, T m2_) {
     const long long at = (long long)w.size();
-    if (!runs.empty() && runs.back().full + runs.back().n == full && runs.back().at + runs.back().n == at) ++runs.back().n;
+    IndexRun* last = runs.empty() ? nullptr : &runs.back();
+    if (last && last->full + last->n == full && last->at + last->n == at) ++last->n;
     else runs.push_back({full, at, 1});
     w.push_back(w_), m1.push_back(m1_), m2.push_back(m2_);
   }

@@ -34,7 +34,8 @@ void copy_elems(T* dst, const T* src, long long n) {
 template <class T>
 std::vector<double> RankRun<T>::view_index(size_t v) const {
   const GptLayout full = gpt_layout(gpt_shape(sc.model, Tn, 1, 0));
-  return model.two_d ? view_full_index(full, model.d2.lay, gl.views[v]) : view_full_index(full, model.d1.lay, gl.views[v]);
+  return model.two_d ? view_full_index(full, model.d2.lay, gl.views[v])
+                      : view_full_index(full, model.d1.lay, gl.views[v]);
 }
 
 // Each own range's views, where this rank holds the copy of record: weights and moments into rec by their

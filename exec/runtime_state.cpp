@@ -104,7 +104,8 @@ std::vector<double> view_full_index(const GptLayout& full, const GptLayout& shar
 }
 
 std::vector<double> view_full_index(const GptLayout& full, const Gpt2dLayout& shard, const ParamView& v) {
-  return view_index(full.view(v.name), v.count, [&](const double* src, double* dst) { shard_view_2d(shard, v, src, dst); });
+  return view_index(full.view(v.name), v.count,
+                    [&](const double* src, double* dst) { shard_view_2d(shard, v, src, dst); });
 }
 
 template <class Lay>
