@@ -119,4 +119,13 @@ TEST(RunShapes, VocabularyThatTpDoesNotDivideMatchesSingleRank) {
   const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
   EXPECT_NE(text.find("$.plan.tp: 4 vocabulary shards of a vocabulary of 3 rows would leave a rank without rows"),
             std::string::npos) << text;
+  // 2D: the vocabulary is split over the grid side q (tp 4: q = 2); a vocabulary of 1 row leaves a block empty.
+  const std::string f1 = scenario("v1_tp4_2d", {{"tp", 4}, {"tp_mode", "2d"}}, 8, 0, json{{"vocab", 1}, {"heads", 4}});
+  json none2d = run(f1, 1, true, &code);
+  EXPECT_TRUE(none2d.is_null());
+  EXPECT_EQ(code, 2);
+  std::ifstream log2d(f1 + ".log");
+  const std::string text2d((std::istreambuf_iterator<char>(log2d)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text2d.find("$.plan.tp: 2 vocabulary shards of a vocabulary of 1 rows would leave a rank without rows"),
+            std::string::npos) << text2d;
 }
