@@ -209,13 +209,11 @@ void RankRun<T>::optimizer_step(int step, int warmup, RunResult& res) {
     if (idle(k) || other_replica(k)) continue;
     double& sq = sq2[own_seg[k]];
     BackendScope where(on_host(own_on_host(k)));
-    for (size_t v = 0; v < gl.views.size(); ++v) {
-      const ParamView& pv = gl.views[v];
-      long long a = std::max(own[k].first, pv.offset), z = std::min(own[k].second, pv.offset + pv.count);
-      if (a >= z) continue;
-      if (!record_copy(v, a)) continue;  // (2D: rows != 0 hold unused copies; the tied copy on the last stage)
-      sq += ops::sum_squares(G(k, a), (long)(z - a));
-    }
+    gl.each_view(own[k].first, own[k].second, [&](size_t v, long long lo, long long hi, long long at) {
+      const long long a = own[k].first + at;
+      if (!record_copy(v, a)) return;  // (2D: rows != 0 hold unused copies; the tied copy on the last stage)
+      sq += ops::sum_squares(G(k, a), (long)(hi - lo));
+    });
   }
   world.all_reduce_sum(sq2, 2, Dtype::f64);  // over every rank: each parameter counted on exactly one
   if (p.zero == 0) {  // ...except that without ZeRO every rank of a segment's group holds it
@@ -231,19 +229,17 @@ void RankRun<T>::optimizer_step(int step, int warmup, RunResult& res) {
     BackendScope where(on_host(own_on_host(k)));
     T* M1 = moments(k, 1);  // (the host optimizer keeps its own: hopt.step below)
     T* M2 = moments(k, 2);
-    for (const ParamView& pv : gl.views) {
-      long long a = std::max(own[k].first, pv.offset), z = std::min(own[k].second, pv.offset + pv.count);
-      if (a >= z) continue;
-      if (shared > 0 && pv.layer >= shared) continue;  // pseudo phase: slots beyond the k groups are unused
-      if (model.two_d && replicated_view[&pv - gl.views.data()]) continue;  // 2D: not this grid row's parameter
+    gl.each_view(own[k].first, own[k].second, [&](size_t v, long long lo, long long hi, long long at) {
+      const ParamView& pv = gl.views[v];
+      if (shared > 0 && pv.layer >= shared) return;  // pseudo phase: slots beyond the k groups are unused
+      if (model.two_d && replicated_view[v]) return;  // 2D: not this grid row's parameter
+      const long long a = own[k].first + at, n = hi - lo, so = own_off[k] + at;
       T* g = G(k, a);
-      if (clip != T(1)) ops::scale(g, g, clip, (long)(z - a));
-      long long so = own_off[k] + (a - own[k].first);
+      if (clip != T(1)) ops::scale(g, g, clip, (long)n);
       const T wd = T(pv.decay ? o.weight_decay : 0);
-      if (hopt.on()) hopt.step(P(a), g, so, z - a, T(lr), T(o.beta1), T(o.beta2), T(o.eps), wd, (long)step + 1);
-      else ops::adamw(P(a), g, M1 + so, M2 + so, (long)(z - a), T(lr), T(o.beta1), T(o.beta2), T(o.eps),
-                      wd, (long)step + 1);
-    }
+      if (hopt.on()) hopt.step(P(a), g, so, n, T(lr), T(o.beta1), T(o.beta2), T(o.eps), wd, (long)step + 1);
+      else ops::adamw(P(a), g, M1 + so, M2 + so, (long)n, T(lr), T(o.beta1), T(o.beta2), T(o.eps), wd, (long)step + 1);
+    });
   }
   if (p.zero >= 1 && p.zero <= 2 && p.data_ranks() > 1)
     for (int ui = 0; ui < (int)units.size(); ++ui)
