@@ -45,9 +45,7 @@ void RankRun<T>::make_groups() {
 template <class T>
 void RankRun<T>::setup() {
   make_groups();
-  const PlaceParams<T> place = [this](const std::vector<IndexRun>& r, long long n) { return place_handed(r, n); };
-  std::vector<T> init = init_model<T>(sc, rc.tp, *tp, o.seed, model, gl, replicated_view, grid_row, grid_col,
-                                      p.ep > 1 ? rc.dp % p.ep : 0, start ? &place : nullptr);
+  init_model<T>(sc, rc.tp, *tp, model, gl, replicated_view, grid_row, grid_col, p.ep > 1 ? rc.dp % p.ep : 0);
   model.d1.ep = epc.get();
   // (model.d1.moe_aux_weight: per phase, RankRun::enter_phase)
   const long long state = plan_units();
@@ -60,7 +58,8 @@ void RankRun<T>::setup() {
       pinned.emplace(pinned_variant(current_backend()));
       for (Buf<T>* b : {&params, &grads, &m1, &m2, &gshard}) *b = Buf<T>();
     }
-    place_parameters(std::move(init), state);
+    // The seed's model, or Pseudo-to-Real's handed weights (the handover's weights' pass: RankRun::place_handed).
+    place_parameters(start ? place_handed() : seeded_params<T>(sc, model, gl, o.seed), state);
     place_gradients_and_state(state);
   }  // (the chunk store's arena below is device memory)
   if (p.offload.kind == OffloadKind::chunked) make_chunk_store();
@@ -123,35 +122,53 @@ long long RankRun<T>::plan_units() {
 
 // The rank holds only its stage's units: a compact buffer of the owned units in layout order; flat (layout)
 // offsets map to it through cbase (P / Gd). Views of other stages' units get no storage. zparam: the owned
-// layers are only their slices (pslice, by own range; granular: on the host). `all`: the initial parameters of
-// this rank's layout, on the host.
+// layers are only their slices (pslice, by own range; granular: on the host). `src` gives the initial
+// parameters of a flat range (params_needed's ranges or parts of them) in host memory.
 template <class T>
-void RankRun<T>::place_parameters(std::vector<T> all, long long state) {
-  {
-    long long n = 0;
-    cbase.assign(units.size(), -1);
-    for (size_t ui = 0; ui < units.size(); ++ui)
-      if (units[ui].owned && !(zparam && is_layer_unit((int)ui)) && dev_end[ui] > units[ui].a) {  // [a, dev_end)
-        cbase[ui] = n;
-        n += dev_end[ui] - units[ui].a;
-      }
-    zeros(params, n);
-    for (size_t ui = 0; ui < units.size(); ++ui) {
-      if (cbase[ui] >= 0) upload(params.data() + cbase[ui], all.data() + units[ui].a, dev_end[ui] - units[ui].a);
-      if (gran.is_off((int)ui) && !(zparam && is_layer_unit((int)ui)))
-        std::copy(all.data() + dev_end[ui], all.data() + units[ui].b, gran.param((int)ui));
+void RankRun<T>::place_parameters(const ParamSource<T>& src, long long state) {
+  std::vector<T> tmp;
+  auto put = [&](T* dst, long long a, long long z) {  // flat [a, z) into backend memory at dst
+    tmp.resize((size_t)(z - a));
+    src(a, z, tmp.data());
+    upload(dst, tmp.data(), z - a);
+  };
+  long long n = 0;
+  cbase.assign(units.size(), -1);
+  for (size_t ui = 0; ui < units.size(); ++ui)
+    if (units[ui].owned && !(zparam && is_layer_unit((int)ui)) && dev_end[ui] > units[ui].a) {  // [a, dev_end)
+      cbase[ui] = n;
+      n += dev_end[ui] - units[ui].a;
     }
-    for (size_t k = 0; k < own.size(); ++k)  // zparam: the own slices on the host
-      if (hoff[k] >= 0) std::copy(all.data() + own[k].first, all.data() + own[k].second, host_slice(k));
-    if (zparam) zeros(pslice, state);
-    for (size_t ui = 0; zparam && ui < units.size(); ++ui)
-      for (int si = 0; units[ui].owned && is_layer_unit((int)ui) && si < nseg((int)ui); ++si) {
-        size_t k = own_index((int)ui) + si;
-        if (hoff[k] >= 0) continue;  // on the host
-        upload(pslice.data() + own_off[k], all.data() + own[k].first, own[k].second - own[k].first);
-      }
-    uparam.resize(units.size());
+  zeros(params, n);
+  for (size_t ui = 0; ui < units.size(); ++ui) {
+    if (cbase[ui] >= 0) put(params.data() + cbase[ui], units[ui].a, dev_end[ui]);
+    if (gran.is_off((int)ui) && !(zparam && is_layer_unit((int)ui))) src(dev_end[ui], units[ui].b, gran.param((int)ui));
   }
+  for (size_t k = 0; k < own.size(); ++k)  // zparam: the own slices on the host
+    if (hoff[k] >= 0) src(own[k].first, own[k].second, host_slice(k));
+  if (zparam) zeros(pslice, state);
+  for (size_t ui = 0; zparam && ui < units.size(); ++ui)
+    for (int si = 0; units[ui].owned && is_layer_unit((int)ui) && si < nseg((int)ui); ++si) {
+      size_t k = own_index((int)ui) + si;
+      if (hoff[k] >= 0) continue;  // on the host
+      put(pslice.data() + own_off[k], own[k].first, own[k].second);
+    }
+  uparam.resize(units.size());
+}
+
+// The flat ranges place_parameters takes: each owned unit whole, a zparam layer's own slices (ascending).
+template <class T>
+std::vector<std::pair<long long, long long>> RankRun<T>::params_needed() const {
+  std::vector<std::pair<long long, long long>> r;
+  for (size_t ui = 0; ui < units.size(); ++ui) {
+    if (!units[ui].owned) continue;
+    if (!(zparam && is_layer_unit((int)ui))) { r.push_back({units[ui].a, units[ui].b}); continue; }
+    for (int si = 0; si < nseg((int)ui); ++si) {
+      const size_t k = own_index((int)ui) + si;
+      if (own[k].second > own[k].first) r.push_back(own[k]);
+    }
+  }
+  return r;
 }
 
 // Gradients (compact like the parameters; zgrad: layers only while their run is reduced), the views' pointer
@@ -231,6 +248,8 @@ void RankRun<T>::hold_weight_groups() {
 
 template void RankRun<float>::setup();
 template void RankRun<double>::setup();
+template std::vector<std::pair<long long, long long>> RankRun<float>::params_needed() const;
+template std::vector<std::pair<long long, long long>> RankRun<double>::params_needed() const;
 
 }  // namespace detail
 

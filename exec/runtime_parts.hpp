@@ -182,26 +182,25 @@ void record_chunk_step(OffloadResult& f, const ChunkStepStats& cs);  // appends 
 template <class T>
 void finish_offload(OffloadResult& f, const ChunkStore<T>& store, long long chunk_elements);  // the run's
 
-// Initial parameters given by where each element of the single-rank layout goes in the flat layout of
-// flat_n elements (runs of consecutive elements, any order; full_index_runs).
-template <class T>
-using PlaceParams = std::function<std::vector<T>(const std::vector<IndexRun>& runs, long long flat_n)>;
 // The model pieces and flat layout of tp rank `tp_rank` (1D, or 2D with its grid row / column communicators
-// split off `tp`), which views are replicated across tp ranks, and the initial parameters (flat layout order):
-// the seed's model sharded (shard_params), or what `place` returns for the layout (Pseudo-to-Real's handover).
+// split off `tp`) and which views are replicated across tp ranks.
 template <class T>
-std::vector<T> init_model(const Scenario& sc, int tp_rank, Comm& tp, uint64_t seed, Net<T>& model, Flat& gl,
-                          std::vector<char>& replicated_view, std::unique_ptr<Comm>& grid_row,
-                          std::unique_ptr<Comm>& grid_col, int ep_rank = 0,  // (the local experts of ep_rank)
-                          const PlaceParams<T>* place = nullptr);
+void init_model(const Scenario& sc, int tp_rank, Comm& tp, Net<T>& model, Flat& gl, std::vector<char>& replicated_view,
+                std::unique_ptr<Comm>& grid_row, std::unique_ptr<Comm>& grid_col,
+                int ep_rank = 0);  // (the local experts of ep_rank)
+// The initial parameters of the rank's flat range [a, z) into host memory at dst.
+template <class T>
+using ParamSource = std::function<void(long long a, long long z, T* dst)>;
+// The seed's model: each view's full tensor (init_full_view, its own random stream), then the rank's shard of it
+// (shard_view / shard_view_2d), so a rank never holds more than one view of the full model; the values are
+// init_full_params sharded by shard_params. Valid while model and gl are.
+template <class T>
+ParamSource<T> seeded_params(const Scenario& sc, const Net<T>& model, const Flat& gl, uint64_t seed);
 // The single-rank index (layout `full`) of each element of the shard's view v (-1: none, a 2D block's padding
 // rows): the view's shard of the identity (the shard functions move values only, and write 0 where there is no
 // full element). Memory: the view's size, never the model's.
 std::vector<double> view_full_index(const GptLayout& full, const GptLayout& shard, const ParamView& v);
 std::vector<double> view_full_index(const GptLayout& full, const Gpt2dLayout& shard, const ParamView& v);
-// Every view's, as runs (IndexRun::at: the flat position), view by view.
-template <class Lay>
-std::vector<IndexRun> full_index_runs(const GptLayout& full, const Lay& shard);
 double learning_rate(const RunOptions& o, int step, int warmup);  // linear warmup, then cosine to min_lr_ratio
 double peak_rss_bytes();
 

@@ -191,7 +191,10 @@ struct RankRun {
   int start_step = 0;
   std::vector<double> view_index(size_t v) const;  // view v's elements -> their index in the single-rank layout
   void export_state(Records<T>& rec);  // this rank's copies of record
-  std::vector<T> place_handed(const std::vector<IndexRun>& runs, long long flat_n);  // setup: the weights' pass
+  // The positions of flat ranges [first, second) one after the other (base[k]: range k's start) as runs of the
+  // single-rank layout's elements (sorted, split at the handover's windows).
+  std::vector<IndexRun> wanted(const std::vector<std::pair<long long, long long>>& ranges, std::vector<long long>& base) const;
+  ParamSource<T> place_handed();  // setup: the weights' pass, for params_needed's ranges
   void import_moments();  // the moments' pass into the optimizer state, after setup
   // Whether view v's part from flat element a is this rank's copy of record (the gradient norm counts it, a
   // handoff writes it): tp-replicated views on tp rank 0 (2D: the grid position owning the view), the tied
@@ -235,7 +238,8 @@ struct RankRun {
   void setup();  // exec/runtime.cpp: the groups, the units and own ranges, parameters, gradients, state, stores
   void make_groups();
   long long plan_units();
-  void place_parameters(std::vector<T> all, long long state);
+  void place_parameters(const ParamSource<T>& src, long long state);
+  std::vector<std::pair<long long, long long>> params_needed() const;
   void place_gradients_and_state(long long state);
   void make_chunk_store();
   void sp_reduce_layer(int l, long long lo, long long hi);  // the layer's replicated views in flat [lo, hi)

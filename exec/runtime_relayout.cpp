@@ -13,6 +13,8 @@
 // holds its copies of record, one window and its real-phase elements. Checkpoints: the pseudo phase's are those
 // of its RankRun (steps up to the delink, its G_pseudo ranks), the real phase's those of a run without delink
 // on the real plan (steps after it); --resume continues in the phase of the newest complete one.
+#include <climits>
+
 #include "exec/runtime_rank.hpp"
 
 namespace tp::exec {
@@ -69,16 +71,38 @@ void RankRun<T>::export_state(Records<T>& out) {
   out.done = true;
 }
 
-// setup's initial parameters in the real phase: the weights' pass of the handover (every rank of the job takes
-// part), into this rank's flat layout.
 template <class T>
-std::vector<T> RankRun<T>::place_handed(const std::vector<IndexRun>& runs, long long flat_n) {
+std::vector<IndexRun> RankRun<T>::wanted(const std::vector<std::pair<long long, long long>>& ranges,
+                                         std::vector<long long>& base) const {
+  std::vector<IndexRun> want;
+  base.assign(ranges.size() + 1, 0);
+  for (size_t k = 0; k < ranges.size(); ++k) {
+    gl.each_view(ranges[k].first, ranges[k].second, [&](size_t v, long long lo, long long hi, long long at) {
+      const std::vector<double> idx = view_index(v);
+      append_runs(want, std::vector<double>(idx.begin() + lo, idx.begin() + hi), base[k] + at);
+    });
+    base[k + 1] = base[k] + (ranges[k].second - ranges[k].first);
+  }
+  return split_and_sort(std::move(want), start->window);
+}
+
+// setup's initial parameters in the real phase: the weights' pass of the handover (every rank of the job takes
+// part) for the ranges setup places, one after the other; the source reads them from there.
+template <class T>
+ParamSource<T> RankRun<T>::place_handed() {
   Handover<T>& h = *start;
+  std::vector<std::pair<long long, long long>> ranges = params_needed();
+  std::vector<long long> base;
+  const std::vector<IndexRun> want = wanted(ranges, base);
   Placed<T> got;
-  exchange_state(h.mine, split_and_sort(runs, h.window), flat_n, h.total, h.window, *h.job, HandoverPart::weights,
-                 &got);
+  exchange_state(h.mine, want, base.back(), h.total, h.window, *h.job, HandoverPart::weights, &got);
   h.mine.w = std::vector<T>();  // (the moments' pass needs only the moments)
-  return std::move(got.w);
+  return [ranges, base, w = std::move(got.w)](long long a, long long z, T* dst) {
+    // (a request lies inside one of the ranges: the last that starts at or before a)
+    const size_t k = std::upper_bound(ranges.begin(), ranges.end(), std::pair{a, LLONG_MAX}) - ranges.begin() - 1;
+    if (z > ranges[k].second) throw std::logic_error("handover: flat range outside the placed ranges");
+    std::copy(w.begin() + base[k] + (a - ranges[k].first), w.begin() + base[k] + (z - ranges[k].first), dst);
+  };
 }
 
 // The moments' pass of the handover into every own range's optimizer state (the unused copies included: they
@@ -86,19 +110,10 @@ std::vector<T> RankRun<T>::place_handed(const std::vector<IndexRun>& runs, long 
 template <class T>
 void RankRun<T>::import_moments() {
   Handover<T>& h = *start;
-  std::vector<IndexRun> want;
-  std::vector<long long> base(own.size() + 1, 0);  // own range k's start in the staging buffer
-  for (size_t k = 0; k < own.size(); ++k) {
-    gl.each_view(own[k].first, own[k].second, [&](size_t v, long long lo, long long hi, long long off) {
-      const std::vector<double> at = view_index(v);
-      const long long from = own[k].first + off - gl.views[v].offset;
-      append_runs(want, std::vector<double>(at.begin() + from, at.begin() + from + (hi - lo)), base[k] + off);
-    });
-    base[k + 1] = base[k] + (own[k].second - own[k].first);
-  }
+  std::vector<long long> base;
+  const std::vector<IndexRun> want = wanted(own, base);
   Placed<T> got;
-  exchange_state(h.mine, split_and_sort(std::move(want), h.window), base.back(), h.total, h.window, *h.job,
-                 HandoverPart::moments, &got);
+  exchange_state(h.mine, want, base.back(), h.total, h.window, *h.job, HandoverPart::moments, &got);
   h.mine.release();
   for (size_t k = 0; k < own.size(); ++k) {
     BackendScope where(own_on_host(k) ? cpu_backend() : current_backend());
@@ -112,8 +127,12 @@ template std::vector<double> RankRun<float>::view_index(size_t) const;
 template std::vector<double> RankRun<double>::view_index(size_t) const;
 template void RankRun<float>::export_state(Records<float>&);
 template void RankRun<double>::export_state(Records<double>&);
-template std::vector<float> RankRun<float>::place_handed(const std::vector<IndexRun>&, long long);
-template std::vector<double> RankRun<double>::place_handed(const std::vector<IndexRun>&, long long);
+template std::vector<IndexRun> RankRun<float>::wanted(const std::vector<std::pair<long long, long long>>&,
+                                                      std::vector<long long>&) const;
+template std::vector<IndexRun> RankRun<double>::wanted(const std::vector<std::pair<long long, long long>>&,
+                                                       std::vector<long long>&) const;
+template ParamSource<float> RankRun<float>::place_handed();
+template ParamSource<double> RankRun<double>::place_handed();
 template void RankRun<float>::import_moments();
 template void RankRun<double>::import_moments();
 

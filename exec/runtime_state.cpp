@@ -17,25 +17,11 @@
 namespace tp::exec::detail {
 
 template <class T>
-std::vector<T> init_model(const Scenario& sc, int tp_rank, Comm& tp, uint64_t seed, Net<T>& model, Flat& gl,
-                          std::vector<char>& replicated_view, std::unique_ptr<Comm>& grid_row,
-                          std::unique_ptr<Comm>& grid_col, int ep_rank, const PlaceParams<T>* place) {
+void init_model(const Scenario& sc, int tp_rank, Comm& tp, Net<T>& model, Flat& gl, std::vector<char>& replicated_view,
+                std::unique_ptr<Comm>& grid_row, std::unique_ptr<Comm>& grid_col, int ep_rank) {
   const Plan& p = sc.plan;
   const long long Tn = sc.training.seq_len;
   GptShape fs = gpt_shape(sc.model, Tn, 1, 0);
-  GptLayout full = gpt_layout(fs);
-  // The seed's model view by view (init_full_view, then the view's shard): never the whole model on a rank.
-  auto seeded = [&](const auto& lay, auto shard) {
-    std::vector<T> out((size_t)lay.total), fview;
-    for (const ParamView& v : lay.views) {
-      const ParamView& fv = full.view(v.name);
-      fview.resize((size_t)fv.count);
-      init_full_view(fs, fv, seed, fview.data());
-      shard(v, fv, fview.data(), out.data() + v.offset);
-    }
-    return out;
-  };
-  std::vector<T> params;
   model.two_d = p.tp_mode == TpMode::d2 && p.tp > 1;
   if (model.two_d) {
     // Grid position of this tp rank (rows, or Optimus' node blocks), as the simulator places it.
@@ -45,10 +31,6 @@ std::vector<T> init_model(const Scenario& sc, int tp_rank, Comm& tp, uint64_t se
     grid_row = tp.split(gp.row, gp.col);
     grid_col = tp.split(gp.col, gp.row);
     Gpt2dLayout l2 = gpt2d_layout(fs, q, gp.row * q + gp.col);
-    params = place ? (*place)(full_index_runs(full, l2), l2.total)
-                   : seeded(l2, [&](const ParamView& v, const ParamView&, const T* src, T* dst) {
-                       shard_view_2d(l2, v, src, dst);
-                     });
     gl = Flat::of(l2);
     model.d2.lay = l2;
     model.d2.row = grid_row.get();
@@ -59,10 +41,6 @@ std::vector<T> init_model(const Scenario& sc, int tp_rank, Comm& tp, uint64_t se
     GptShape s1 = gpt_shape(sc.model, Tn, p.tp, tp_rank);
     if (s1.experts > 0) { s1.ep = p.ep; s1.ep_rank = ep_rank; }
     GptLayout l1 = gpt_layout(s1);
-    params = place ? (*place)(full_index_runs(full, l1), l1.total)
-                   : seeded(l1, [&](const ParamView& v, const ParamView& fv, const T* src, T* dst) {
-                       shard_view(l1.s, v, fv, src, dst);
-                     });
     gl = Flat::of(l1);
     model.d1.lay = l1;
     model.d1.tp = p.tp > 1 ? &tp : nullptr;
@@ -76,14 +54,36 @@ std::vector<T> init_model(const Scenario& sc, int tp_rank, Comm& tp, uint64_t se
                              n == "wte");  // wte: vocabulary-parallel
     }
   }
-  return params;
 }
-template std::vector<float> init_model<float>(const Scenario&, int, Comm&, uint64_t, Net<float>&, Flat&,
-                                              std::vector<char>&, std::unique_ptr<Comm>&, std::unique_ptr<Comm>&, int,
-                                              const PlaceParams<float>*);
-template std::vector<double> init_model<double>(const Scenario&, int, Comm&, uint64_t, Net<double>&, Flat&,
-                                                std::vector<char>&, std::unique_ptr<Comm>&, std::unique_ptr<Comm>&, int,
-                                                const PlaceParams<double>*);
+template void init_model<float>(const Scenario&, int, Comm&, Net<float>&, Flat&, std::vector<char>&,
+                                std::unique_ptr<Comm>&, std::unique_ptr<Comm>&, int);
+template void init_model<double>(const Scenario&, int, Comm&, Net<double>&, Flat&, std::vector<char>&,
+                                 std::unique_ptr<Comm>&, std::unique_ptr<Comm>&, int);
+
+template <class T>
+ParamSource<T> seeded_params(const Scenario& sc, const Net<T>& model, const Flat& gl, uint64_t seed) {
+  const GptShape fs = gpt_shape(sc.model, sc.training.seq_len, 1, 0);
+  const GptLayout full = gpt_layout(fs);
+  size_t cached = gl.views.size();  // the view whose shard `shard` holds
+  std::vector<T> fview, shard;
+  return [=, &model, &gl](long long a, long long z, T* dst) mutable {
+    gl.each_view(a, z, [&](size_t v, long long lo, long long hi, long long at) {
+      if (v != cached) {  // the view's full tensor (its own random stream), then this rank's shard of it
+        const ParamView& pv = gl.views[v];
+        const ParamView& fv = full.view(pv.name);
+        fview.resize((size_t)fv.count);
+        shard.resize((size_t)pv.count);
+        init_full_view(fs, fv, seed, fview.data());
+        if (model.two_d) shard_view_2d(model.d2.lay, pv, fview.data(), shard.data());
+        else shard_view(model.d1.lay.s, pv, fv, fview.data(), shard.data());
+        cached = v;
+      }
+      std::copy(shard.begin() + lo, shard.begin() + hi, dst + at);
+    });
+  };
+}
+template ParamSource<float> seeded_params<float>(const Scenario&, const Net<float>&, const Flat&, uint64_t);
+template ParamSource<double> seeded_params<double>(const Scenario&, const Net<double>&, const Flat&, uint64_t);
 
 namespace {
 // The shard of the identity over one view (values: index + 1, so that the 0 written where a shard element has
@@ -107,15 +107,6 @@ std::vector<double> view_full_index(const GptLayout& full, const Gpt2dLayout& sh
   return view_index(full.view(v.name), v.count,
                     [&](const double* src, double* dst) { shard_view_2d(shard, v, src, dst); });
 }
-
-template <class Lay>
-std::vector<IndexRun> full_index_runs(const GptLayout& full, const Lay& shard) {
-  std::vector<IndexRun> runs;
-  for (const ParamView& v : shard.views) append_runs(runs, view_full_index(full, shard, v), v.offset);
-  return runs;
-}
-template std::vector<IndexRun> full_index_runs<GptLayout>(const GptLayout&, const GptLayout&);
-template std::vector<IndexRun> full_index_runs<Gpt2dLayout>(const GptLayout&, const Gpt2dLayout&);
 
 double learning_rate(const RunOptions& o, int step, int warmup) {
   if (step < warmup) return o.lr * (step + 1) / warmup;
