@@ -106,17 +106,17 @@ void check_run_memory(const Scenario& sc, bool fp64, bool on_gpu) {
   double job_local = 1;
   if (const char* v = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE")) job_local = std::max(1.0, std::atof(v));
   // The phase that needs more: Pseudo-to-Real's pseudo plan may hold the model on fewer ranks (its run holds
-  // every layer's slot); the real plan's run starts while its ranks hold the handover (exec/handover.hpp): their
-  // flat layout's weights once, their optimizer state's two moments, the pseudo phase's copies of record (at
+  // every layer's slot); the real plan's run starts while its ranks hold the handover (exec/handover.hpp): the
+  // weights of their units once, their optimizer state's two moments, the pseudo phase's copies of record (at
   // most a tp x pp share, three values each) and one window of two values.
   double local = std::min(job_local, (double)sc.plan.gpus()), bytes = local * run_bytes_per_rank(sc, fp64);
   if (sc.delink.on() && (sc.delink.plan || sc.plan.pp > 1)) {  // (runs in two RankRuns: delink_in_two_runs)
     Scenario ps = sc;
     if (sc.delink.plan) ps.plan = *sc.delink.plan;
     const double lp = std::min(job_local, (double)ps.plan.gpus()), pseudo_bytes = lp * run_bytes_per_rank(ps, fp64);
-    const double total = total_params(sc.model), flat = total / sc.plan.tp;
-    const double own = sc.plan.zero >= 1 ? flat / sc.plan.dp : flat;
-    const double handover = (flat + 2 * own + 3 * total / (ps.plan.tp * ps.plan.pp) +
+    const double total = total_params(sc.model), held = total / (sc.plan.tp * sc.plan.pp);
+    const double own = sc.plan.zero >= 1 ? held / sc.plan.dp : held;
+    const double handover = (held + 2 * own + 3 * total / (ps.plan.tp * ps.plan.pp) +
                              2 * std::min(total, (double)detail::default_handover_window)) * (fp64 ? 8 : 4);
     bytes += std::min(job_local, (double)job_ranks(sc)) * handover;
     if (pseudo_bytes > bytes) local = lp, bytes = pseudo_bytes;
