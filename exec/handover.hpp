@@ -2,8 +2,8 @@
 // pseudo plan's ranks to the real plan's through the single-rank layout (gpt_layout at tp 1 with every expert),
 // one window of that layout at a time, so that no rank ever holds the whole model for it.
 // Each pseudo-phase rank keeps only its copies of record (Records: runs of consecutive single-rank indices and
-// their values); each real-phase rank names what it needs (runs of positions: its flat layout's for the weights,
-// its optimizer state's for the moments); per window of `window` single-rank elements every rank of the job
+// their values); each real-phase rank names what it needs (runs of positions: the flat ranges its setup places
+// for the weights, its own ranges for the moments); per window of `window` single-rank elements every rank of the job
 // adds its records into one buffer, one sum over the job assembles the window, and each real rank takes its
 // elements out of it. Two passes: the weights (with a count of writers) when the real phase's setup places its
 // parameters, the moments once its optimizer state exists.
