@@ -277,7 +277,7 @@ RunResult run_training(const Scenario& sc, const RunOptions& o, Comm& world) {
   std::unique_ptr<Comm> staged = backend->host_accessible ? nullptr : staged_comm(world, *backend);
   Comm& comm = staged ? *staged : world;
   try {
-    if (detail::delink_in_two_runs(sc))  // Pseudo-to-Real over two runs (exec/runtime_relayout.cpp)
+    if (detail::pseudo_plan_differs(sc))  // Pseudo-to-Real over two layouts (exec/runtime_relayout.cpp)
       return o.fp64 ? detail::run_two_layouts<double>(sc, o, comm) : detail::run_two_layouts<float>(sc, o, comm);
     if (o.fp64) { RankRun<double> r(sc, o, comm); return r.run(); }
     RankRun<float> r(sc, o, comm);

@@ -285,11 +285,9 @@ struct RankRun {
   void optimizer_step(int step, int warmup, RunResult& res);
 };
 
-// Pseudo-to-Real whose plan.delink.plan differs from the real plan, or with pp > 1 (the pseudo phase's stages
-// hold replicas of the weight groups their layers use, which the real phase must not keep): the two phases'
-// runs, the state handed over at the delink (exec/runtime_relayout.cpp).
+// Pseudo-to-Real whose plan.delink.plan differs from the real plan: the two phases' runs, the state handed over
+// at the delink (exec/runtime_relayout.cpp).
 bool pseudo_plan_differs(const Scenario& sc);
-bool delink_in_two_runs(const Scenario& sc);
 template <class T>
 RunResult run_two_layouts(const Scenario& sc, const RunOptions& o, Comm& world);
 

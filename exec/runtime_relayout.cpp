@@ -1,6 +1,5 @@
 // runtime_relayout: Pseudo-to-Real whose pseudo phase trains on a plan of another layout (plan.delink.plan with
-// other dp, tp, pp, ZeRO, cp, ep, micro-batch, offload, ...), or on the same plan with pp > 1 (whose pseudo
-// phase holds weight-group replicas the real phase must not keep). The job has the larger plan's ranks (job_ranks).
+// other dp, tp, pp, ZeRO, cp, ep, micro-batch, offload, ...). The job has the larger plan's ranks (job_ranks).
 // The pseudo phase runs as its own RankRun on the first G_pseudo of them; at the delink step it copies its
 // weight groups into every layer (RankRun::delink, as in one layout), and each rank writes its copies of record
 // (weights and Adam moments) by their index in the model's single-rank layout. The handover (exec/handover.hpp)
@@ -145,10 +144,6 @@ bool pseudo_plan_differs(const Scenario& sc) {
   return scenario_to_json(real)["plan"] != scenario_to_json(pseudo)["plan"];
 }
 
-bool delink_in_two_runs(const Scenario& sc) {
-  return sc.delink.on() && (pseudo_plan_differs(sc) || sc.plan.pp > 1);
-}
-
 namespace {
 // Per-step lists of the pseudo phase, then the real phase's.
 void append_phase(RunResult& r, const RunResult& real) {
@@ -172,8 +167,8 @@ void append_phase(RunResult& r, const RunResult& real) {
 
 template <class T>
 RunResult run_two_layouts(const Scenario& sc, const RunOptions& o, Comm& world) {
-  Scenario pseudo = sc;  // the pseudo phase: its plan (or the real one), delinked by its own run
-  if (sc.delink.plan) pseudo.plan = *sc.delink.plan;
+  Scenario pseudo = sc;  // the pseudo phase: its plan, delinked by its own run
+  pseudo.plan = *sc.delink.plan;
   Scenario real = sc;  // the real phase: a run without delink that starts at the delink step
   real.delink = Delink{};
   const long D = delink_step_of(sc, o);

@@ -110,9 +110,9 @@ void check_run_memory(const Scenario& sc, bool fp64, bool on_gpu) {
   // weights of their units once, their optimizer state's two moments, the pseudo phase's copies of record (at
   // most a tp x pp share, three values each) and one window of two values.
   double local = std::min(job_local, (double)sc.plan.gpus()), bytes = local * run_bytes_per_rank(sc, fp64);
-  if (sc.delink.on() && (sc.delink.plan || sc.plan.pp > 1)) {  // (runs in two RankRuns: delink_in_two_runs)
+  if (sc.delink.on() && sc.delink.plan) {
     Scenario ps = sc;
-    if (sc.delink.plan) ps.plan = *sc.delink.plan;
+    ps.plan = *sc.delink.plan;
     const double lp = std::min(job_local, (double)ps.plan.gpus()), pseudo_bytes = lp * run_bytes_per_rank(ps, fp64);
     const double total = total_params(sc.model), held = total / (sc.plan.tp * sc.plan.pp);
     const double own = sc.plan.zero >= 1 ? held / sc.plan.dp : held;

@@ -261,7 +261,6 @@ TEST(RunOracle, DelinkWithThePseudoPhasesOwnBatch) {
 // resume from a pseudo-phase checkpoint is bit-identical.
 TEST(RunOracle, DelinkWithPipelineStagesMatchesSingleRank) {
   if (!have_mpi()) GTEST_SKIP() << "built without MPI";
-  json pp2_k1;
   for (int k : {1, 2}) {
     const json delink = {{"unique_layers", k}, {"tokens", 768}};
     const std::string tag = "_k" + std::to_string(k);
@@ -287,16 +286,8 @@ TEST(RunOracle, DelinkWithPipelineStagesMatchesSingleRank) {
       ASSERT_FALSE(got.is_null()) << name;
       expect_close(got, ref, "losses", 1e-9, name);
       expect_close(got, ref, "grad_norm", 1e-9, name);
-      if (k == 1 && std::string(c.name) == "pp2") pp2_k1 = got;
     }
   }
-  // The real phase keeps no weight-group replica (it runs as its own RankRun after the handover): with one group
-  // stage 1 held layer 0's weights for its layers; after the delink each stage holds what it holds without
-  // delinking.
-  json plain = run(scenario("delink_pp2_plain", {{"pp", 2}}), 1, true);
-  ASSERT_FALSE(plain.is_null());
-  EXPECT_EQ(pp2_k1["param_elements"], plain["param_elements"]);
-  EXPECT_EQ(pp2_k1["moment_elements"], plain["moment_elements"]);
   const json delink = {{"unique_layers", 1}, {"tokens", 768}};
   const std::string f = scenario("delink_pp2_ckpt", {{"pp", 2}, {"delink", delink}});
   const std::string dir = tmpdir() + "/delink_pp2_ckpt";
