@@ -97,10 +97,12 @@ ParamSource<T> RankRun<T>::place_handed() {
   exchange_state(h.mine, want, base.back(), h.total, h.window, *h.job, HandoverPart::weights, &got);
   h.mine.w = std::vector<T>();  // (the moments' pass needs only the moments)
   return [ranges, base, w = std::move(got.w)](long long a, long long z, T* dst) {
+    if (z <= a) return;  // (an empty ZeRO slice may lie outside every range)
     // (a request lies inside one of the ranges: the last that starts at or before a)
-    const size_t k = std::upper_bound(ranges.begin(), ranges.end(), std::pair{a, LLONG_MAX}) - ranges.begin() - 1;
-    if (z > ranges[k].second) throw std::logic_error("handover: flat range outside the placed ranges");
-    std::copy(w.begin() + base[k] + (a - ranges[k].first), w.begin() + base[k] + (z - ranges[k].first), dst);
+    const size_t k = std::upper_bound(ranges.begin(), ranges.end(), std::pair{a, LLONG_MAX}) - ranges.begin();
+    if (k == 0 || z > ranges[k - 1].second) throw std::logic_error("handover: flat range outside the placed ranges");
+    const auto& r = ranges[k - 1];
+    std::copy(w.begin() + base[k - 1] + (a - r.first), w.begin() + base[k - 1] + (z - r.first), dst);
   };
 }
 
