@@ -20,19 +20,13 @@ std::vector<IndexRun> split_and_sort(std::vector<IndexRun> runs, long long windo
   return out;
 }
 
-void append_runs(std::vector<IndexRun>& runs, const std::vector<double>& idx, long long at0) {
-  for (size_t i = 0; i < idx.size(); ++i) {
+void append_runs(std::vector<IndexRun>& runs, const double* idx, long long n, long long at0) {
+  for (long long i = 0; i < n; ++i) {
     if (idx[i] < 0) continue;
-    const long long f = (long long)idx[i], at = at0 + (long long)i;
+    const long long f = (long long)idx[i], at = at0 + i;
     if (!runs.empty() && runs.back().full + runs.back().n == f && runs.back().at + runs.back().n == at) ++runs.back().n;
     else runs.push_back({f, at, 1});
   }
-}
-
-std::vector<IndexRun> index_runs(const std::vector<double>& idx, long long window) {
-  std::vector<IndexRun> runs;
-  append_runs(runs, idx, 0);
-  return split_and_sort(std::move(runs), window);
 }
 
 template <class T>

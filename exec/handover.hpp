@@ -24,11 +24,9 @@ struct IndexRun {
   long long full = 0, at = 0, n = 0;
 };
 
-// Appends the runs of `idx` (position at0 + i holds single-rank element idx[i]; < 0: none) to `runs`.
-void append_runs(std::vector<IndexRun>& runs, const std::vector<double>& idx, long long at0);
-// The runs of `idx` (from position 0), each within one window of `window` elements, sorted by first element.
-std::vector<IndexRun> index_runs(const std::vector<double>& idx, long long window);
-// The same pieces of runs in any order: split at multiples of `window`, sorted by their first element.
+// Appends the runs of idx[0, n) (position at0 + i holds single-rank element idx[i]; < 0: none) to `runs`.
+void append_runs(std::vector<IndexRun>& runs, const double* idx, long long n, long long at0);
+// Runs in any order, split at multiples of `window` (each piece within one window), sorted by first element.
 std::vector<IndexRun> split_and_sort(std::vector<IndexRun> runs, long long window);
 
 // One rank's copies of record, added element by element in any order (finish: into windowed, sorted runs).

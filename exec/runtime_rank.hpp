@@ -189,7 +189,8 @@ struct RankRun {
   Records<T>* handoff = nullptr;
   Handover<T>* start = nullptr;  // (its parts released once placed)
   int start_step = 0;
-  std::vector<double> view_index(size_t v) const;  // view v's elements -> their index in the single-rank layout
+  GptLayout single_rank_layout() const;
+  std::vector<double> full_index(const GptLayout& full, size_t v) const;  // view v's elements -> their index in `full`
   void export_state(Records<T>& rec);  // this rank's copies of record
   // The positions of flat ranges [first, second) one after the other (base[k]: range k's start) as runs of the
   // single-rank layout's elements (sorted, split at the handover's windows).

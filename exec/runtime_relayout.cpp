@@ -31,10 +31,15 @@ void copy_elems(T* dst, const T* src, long long n) {
 }
 }  // namespace
 
-// The single-rank index of each element of view v, -1 for none (2D: a wte block's padding rows).
+// The single-rank layout (gpt_layout at tp 1 with every expert), and the index in it of each element of view v,
+// -1 for none (2D: a wte block's padding rows).
 template <class T>
-std::vector<double> RankRun<T>::view_index(size_t v) const {
-  const GptLayout full = gpt_layout(gpt_shape(sc.model, Tn, 1, 0));
+GptLayout RankRun<T>::single_rank_layout() const {
+  return gpt_layout(gpt_shape(sc.model, Tn, 1, 0));
+}
+
+template <class T>
+std::vector<double> RankRun<T>::full_index(const GptLayout& full, size_t v) const {
   return model.two_d ? view_full_index(full, model.d2.lay, gl.views[v])
                       : view_full_index(full, model.d1.lay, gl.views[v]);
 }
@@ -45,6 +50,7 @@ std::vector<double> RankRun<T>::view_index(size_t v) const {
 template <class T>
 void RankRun<T>::export_state(Records<T>& out) {
   if (store) store->evict_all();  // the flat buffers hold every chunk (delink did so too)
+  const GptLayout full = single_rank_layout();
   std::vector<double> at;  // view iv's single-rank indices
   size_t iv = gl.views.size();
   std::vector<T> w, a1, a2;
@@ -56,7 +62,7 @@ void RankRun<T>::export_state(Records<T>& out) {
     gl.each_view(own[k].first, own[k].second, [&](size_t v, long long lo, long long hi, long long off) {
       const long long a = own[k].first + off, n = hi - lo, so = own_off[k] + off;
       if (!record_copy(v, a)) return;
-      if (v != iv) at = view_index(v), iv = v;
+      if (v != iv) at = full_index(full, v), iv = v;
       for (std::vector<T>* h : {&w, &a1, &a2}) h->resize((size_t)n);
       copy_elems(w.data(), P(a), n);
       copy_elems(a1.data(), moments(k, 1) + so, n);
@@ -73,12 +79,13 @@ void RankRun<T>::export_state(Records<T>& out) {
 template <class T>
 std::vector<IndexRun> RankRun<T>::wanted(const std::vector<std::pair<long long, long long>>& ranges,
                                          std::vector<long long>& base) const {
+  const GptLayout full = single_rank_layout();
   std::vector<IndexRun> want;
   base.assign(ranges.size() + 1, 0);
   for (size_t k = 0; k < ranges.size(); ++k) {
     gl.each_view(ranges[k].first, ranges[k].second, [&](size_t v, long long lo, long long hi, long long at) {
-      const std::vector<double> idx = view_index(v);
-      append_runs(want, std::vector<double>(idx.begin() + lo, idx.begin() + hi), base[k] + at);
+      const std::vector<double> idx = full_index(full, v);
+      append_runs(want, idx.data() + lo, hi - lo, base[k] + at);
     });
     base[k + 1] = base[k] + (ranges[k].second - ranges[k].first);
   }
@@ -124,8 +131,10 @@ void RankRun<T>::import_moments() {
   }
 }
 
-template std::vector<double> RankRun<float>::view_index(size_t) const;
-template std::vector<double> RankRun<double>::view_index(size_t) const;
+template GptLayout RankRun<float>::single_rank_layout() const;
+template GptLayout RankRun<double>::single_rank_layout() const;
+template std::vector<double> RankRun<float>::full_index(const GptLayout&, size_t) const;
+template std::vector<double> RankRun<double>::full_index(const GptLayout&, size_t) const;
 template void RankRun<float>::export_state(Records<float>&);
 template void RankRun<double>::export_state(Records<double>&);
 template std::vector<IndexRun> RankRun<float>::wanted(const std::vector<std::pair<long long, long long>>&,

@@ -35,6 +35,12 @@ inline std::string tmpdir() {
 
 // Writes the tiny scenario with `plan` merged over its plan; returns the file.
 // `model` fields (if any) are merged over the model.
+// The whole of a run's log (run() writes FILE.log beside the scenario FILE).
+inline std::string log_text(const std::string& file) {
+  std::ifstream in(file + ".log");
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
 inline std::string scenario(const std::string& name, const json& plan, long long global_batch = 8, long long seq_len = 0,
                             const json& model = json::object()) {
   std::ifstream in(std::string(TP_SOURCE_DIR) + "/scenarios/exec/tiny-gpt.json");

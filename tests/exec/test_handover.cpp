@@ -17,6 +17,15 @@
 using namespace tp::exec;
 using namespace tp::exec::detail;
 
+namespace {
+// The runs of idx (from position 0), windowed and sorted, as the runtime builds them.
+std::vector<IndexRun> index_runs(const std::vector<double>& idx, long long window) {
+  std::vector<IndexRun> runs;
+  append_runs(runs, idx.data(), (long long)idx.size(), 0);
+  return split_and_sort(std::move(runs), window);
+}
+}  // namespace
+
 TEST(Handover, IndexRunsAreSplitAtWindowBoundariesAndSorted) {
   // positions 0..6 hold elements 5 6 7 8, none, 0 1 (two runs; the first crosses the window boundary at 8)
   const std::vector<double> idx = {5, 6, 7, 8, -1, 0, 1};

@@ -115,8 +115,7 @@ TEST(RunShapes, VocabularyThatTpDoesNotDivideMatchesSingleRank) {
   json none = run(f3, 1, true, &code);
   EXPECT_TRUE(none.is_null());
   EXPECT_EQ(code, 2);
-  std::ifstream log(f3 + ".log");
-  const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  const std::string text = log_text(f3);
   EXPECT_NE(text.find("$.plan.tp: 4 vocabulary shards of a vocabulary of 3 rows would leave a rank without rows"),
             std::string::npos) << text;
   // 2D: the vocabulary is split over the grid side q (tp 4: q = 2); a vocabulary of 1 row leaves a block empty.
@@ -124,8 +123,7 @@ TEST(RunShapes, VocabularyThatTpDoesNotDivideMatchesSingleRank) {
   json none2d = run(f1, 1, true, &code);
   EXPECT_TRUE(none2d.is_null());
   EXPECT_EQ(code, 2);
-  std::ifstream log2d(f1 + ".log");
-  const std::string text2d((std::istreambuf_iterator<char>(log2d)), std::istreambuf_iterator<char>());
+  const std::string text2d = log_text(f1);
   EXPECT_NE(text2d.find("$.plan.tp: 2 vocabulary shards of a vocabulary of 1 rows would leave a rank without rows"),
             std::string::npos) << text2d;
 }
