@@ -9,6 +9,9 @@
 # of the dense bf16 peak) cannot be measured: the table says so. Where there is no CUDA device it prints
 # "no device" and exits 0; it never prints a number that was not measured.
 # usage: bench/run_gpu_bench.sh     BUILD_DIR (default <repo>/build)   STEPS (default 8)   OUT_DIR for the run JSONs
+#        VARIANTS=1: the first model's modes also as MODE+heur (TP_CUDA_GEMM_TUNE=0: cuBLASLt's first heuristic
+#        algorithm instead of the fastest of its first 8, gemm_lt.cpp) and MODE+nocache (TP_CUDA_CACHE=0: every
+#        tensor through cudaMalloc / cudaFree, backend_cuda.cpp)   PROFILE=1: op profiles (below)
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${BUILD_DIR:-$root/build}
@@ -53,8 +56,12 @@ JSON
   # The simulator's prediction for the same scenario (fp32; a TF32 row shares it): step time, and the device
   # memory of tensors (weights, gradients, optimizer state, activations, buffers; not the framework's context).
   "$bin" simulate "$sc" --quiet --json "$work/$name.sim.json" >/dev/null 2>&1 || echo '{}' >"$work/$name.sim.json"
+  [[ "${VARIANTS:-0}" == 1 && $cfg == "${configs[0]}" ]] &&
+    modes=$(echo "$modes" | sed -E 's/([a-z0-9]+)/\1,\1+heur,\1+nocache/g')
   for mode in ${modes//,/ }; do
-    env=(); [[ $mode == tf32 ]] && env=(TP_CUDA_TF32=1)
+    env=(); [[ $mode == tf32* ]] && env=(TP_CUDA_TF32=1)
+    [[ $mode == *+heur ]] && env+=(TP_CUDA_GEMM_TUNE=0)
+    [[ $mode == *+nocache ]] && env+=(TP_CUDA_CACHE=0)
     log="$work/${name}_$mode.txt"
     env "${env[@]}" "$bin" run "$sc" --backend cuda --steps "$steps" --lr 1e-4 --json "$work/${name}_$mode.json" >"$log" 2>&1
     rc=$?
@@ -71,7 +78,7 @@ t = r["step_time_s"][2:] or r["step_time_s"]
 tf = [float(x) for x in re.findall(r"TFLOP/s/GPU\): ([0-9.]+)", log)][2:]
 med = statistics.median(t); tflops = statistics.median(tf) if tf else float("nan")
 tok = r["scenario"]["training"]["global_batch"] * r["scenario"]["training"]["seq_len"] / med
-note = ("%.1f %% of H100 fp32 peak (%.1f TFLOP/s)" % (100 * tflops * 1e12 / peak, peak / 1e12) if mode == "fp32"
+note = ("%.1f %% of H100 fp32 peak (%.1f TFLOP/s)" % (100 * tflops * 1e12 / peak, peak / 1e12) if mode.startswith("fp32")
         else "TF32 GEMMs; H100 SXM dense TF32 peak 494.7 TFLOP/s (datasheet)")
 print("| %-10s | %-9s | %-16s | %-8.0f | %-7.1f | %-18s | %s |" % (sys.argv[6], mode, "%.1f (%s)" % (med * 1e3, sim_ms),
       tok, tflops, "%.2f (%s)" % (dev_gib, sim_gib), note))
@@ -79,3 +86,16 @@ PY
   done
 done
 row gpt2-124m bf16 - - - - "not measured: bf16 mixed precision is not in the executor yet (issue 11)"
+# PROFILE=1: where a step's GPU time goes. One more run per mode of the first model, 4 steps, with the CUDA
+# backend's op profile (TP_CUDA_PROFILE: GPU time between events around each op; exec/kernels/cuda/op_profile.hpp),
+# printed after the table and kept as OUT_DIR/<model>_<mode>.prof.txt. Not part of the timed runs above.
+if [[ "${PROFILE:-0}" == 1 ]]; then
+  read -r name _ _ _ _ _ _ modes <<<"${configs[0]}"
+  for mode in ${modes//,/ }; do
+    env=(TP_CUDA_PROFILE="$work/${name}_$mode.prof.txt" TP_CUDA_GEMM_TUNE=2)  # 2: each GEMM's candidates on stderr
+    [[ $mode == tf32* ]] && env+=(TP_CUDA_TF32=1)
+    echo; echo "$name $mode:"
+    env "${env[@]}" "$bin" run "$work/$name.json" --backend cuda --steps 4 --lr 1e-4 --quiet >/dev/null \
+      2>"$work/${name}_$mode.prof.err" && cat "$work/${name}_$mode.prof.txt" || echo "profiled run failed"
+  done
+fi

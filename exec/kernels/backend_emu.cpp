@@ -133,7 +133,9 @@ template <class T>
 void bias_bwd(T* db, const T* dy, long N, long C) {
   need("bias_bwd", "db", db, sz<T>(C));
   need("bias_bwd", "dy", dy, sz<T>(N * C));
-  if (N > 0 && C > 0) k::bias_bwd(launcher(), db, dy, N, C);
+  if (N <= 0 || C <= 0) return;
+  std::vector<k::acc_t<T>> scratch(size_t(k::column_sums_scratch(N, C)));
+  k::bias_bwd(launcher(), db, dy, N, C, scratch.data());
 }
 template <class T>
 void add(T* y, const T* a, const T* b, long n) {
@@ -198,7 +200,8 @@ void layernorm_bwd(T* dx, T* dw, T* db, const T* dy, const T* x, const T* w, con
   need(op, "rstd", rstd, sz<T>(N));
   if (N <= 0 || C <= 0) return;
   k::layernorm_bwd_dx(launcher(), dx, dy, x, w, mean, rstd, N, C);
-  k::layernorm_bwd_wb(launcher(), dw, db, dy, x, mean, rstd, N, C);
+  std::vector<k::acc_t<T>> scratch(size_t(k::column_sums_scratch(N, C)));
+  k::layernorm_bwd_wb(launcher(), dw, db, dy, x, mean, rstd, N, C, scratch.data());
 }
 template <class T>
 void gelu_fwd(T* y, const T* x, long n) {

@@ -79,7 +79,8 @@ void ln_shard_bwd_apply(T* dx, T* dw, T* db, const T* dy, const T* x, const T* w
   need(op, "sums", sums, sz<T>(2 * N));
   if (N <= 0 || Cl <= 0) return;
   launcher()(k::LnShardBwdDx<T>{dx, dy, x, w, mean, rstd, sums, N, Cl, C}, k::flat_dim(launcher(), N * Cl));
-  k::layernorm_bwd_wb(launcher(), dw, db, dy, x, mean, rstd, N, Cl);
+  std::vector<k::acc_t<T>> scratch(size_t(k::column_sums_scratch(N, Cl)));
+  k::layernorm_bwd_wb(launcher(), dw, db, dy, x, mean, rstd, N, Cl, scratch.data());
 }
 template <class T>
 void row_max(T* mx, const T* x, long N, long V) {

@@ -2,15 +2,34 @@
 // bias gradients (column sums over rows), sum of squares (per-block partials, then one block), and the
 // embedding lookup and its scatter-add backward (with a vocabulary offset for a vocabulary-parallel shard).
 // All deterministic: no atomics; each output element is written by exactly one thread, in a fixed order.
-// Column sums: a block covers 32 columns (one per lane); its warps take rows warp, warp + nwarps, ...; the
-// per-warp partials meet in shared memory and warp 0 adds them in warp order.
+// Column sums: a block covers 32 columns (one per lane) of one row chunk; its warps take the chunk's rows warp,
+// warp + nwarps, ...; the per-warp partials meet in shared memory and warp 0 adds them in warp order; with
+// several chunks a second kernel adds the chunks' partials in chunk order (column_chunks).
 #pragma once
 #include "exec/kernels/kcommon.hpp"
 
 namespace tp::kernels {
 
+// Column sums run in one pass when N is small, else in two: row chunks of at least kColumnRows rows (enough
+// chunks to give the grid about kColumnBlocks blocks) write per-chunk partials, then one thread per column adds
+// them in chunk order. The chunking depends only on N and C, so a result is the same on every run and device.
+inline constexpr long kColumnRows = 32;
+inline constexpr long kColumnBlocks = 1024;
+TP_HD TP_INLINE long column_chunks(long N, long C) {
+  const long tiles = (C + kWarp - 1) / kWarp, by_rows = (N + kColumnRows - 1) / kColumnRows;
+  const long by_grid = tiles >= kColumnBlocks ? 1 : kColumnBlocks / tiles;
+  const long r = by_rows < by_grid ? by_rows : by_grid;
+  return r < 1 ? 1 : r;
+}
+// Scratch elements (acc_t) the column sums of an [N, C] input need: 0 in one pass, else 2 * chunks * C.
+TP_HD TP_INLINE long column_sums_scratch(long N, long C) {
+  const long r = column_chunks(N, C);
+  return r > 1 ? 2 * r * C : 0;
+}
+
 // db[C] += sum_n dy[n, c]; LayerNorm (kLn): dw[c] += sum_n xhat[n, c] dy[n, c] and db[c] += sum_n dy[n, c],
-// xhat = (x - mean[n]) rstd[n]. dw or db may be null.
+// xhat = (x - mean[n]) rstd[n]. dw or db may be null. Work units are (32-column tile, row chunk) pairs; with
+// chunks > 1 a unit writes its chunk's partials to part_w / part_b [chunks, C] instead of adding to dw / db.
 template <class T, bool kLn>
 struct ColumnSums {
   static constexpr const char* kName = kLn ? "layernorm_bwd_wb" : "bias_bwd";
@@ -22,16 +41,21 @@ struct ColumnSums {
   const A* mean;
   const A* rstd;
   long N, C;
+  long chunks;   // row chunks (1: one pass)
+  A* part_w;     // [chunks, C] when chunks > 1
+  A* part_b;
   template <class Ctx>
   TP_HD void operator()(Ctx& c) const {
     const unsigned lane = c.tid() % kWarp, warp = c.tid() / kWarp, nw = c.bdim() / kWarp;
     A* sw = c.template shared<A>();  // [nw][32] partials of dw
     A* sb = sw + nw * kWarp;         // [nw][32] partials of db
-    for (long c0 = long(c.bid()) * kWarp; c0 < C; c0 += long(c.gdim()) * kWarp) {
-      const long col = c0 + lane;
+    const long tiles = (C + kWarp - 1) / kWarp, rows_per = (N + chunks - 1) / chunks;
+    for (long u = c.bid(); u < tiles * chunks; u += long(c.gdim())) {
+      const long col = (u % tiles) * kWarp + lane, chunk = u / tiles;
+      const long r0 = chunk * rows_per, r1 = r0 + rows_per < N ? r0 + rows_per : N;
       A pw = 0, pb = 0;
       if (col < C) {
-        for (long n = warp; n < N; n += nw) {
+        for (long n = r0 + warp; n < r1; n += nw) {
           const A d = ld(dy[n * C + col]);
           pb += d;
           if (kLn) pw += (ld(x[n * C + col]) - mean[n]) * rstd[n] * d;
@@ -46,10 +70,38 @@ struct ColumnSums {
           tw += sw[k * kWarp + lane];
           tb += sb[k * kWarp + lane];
         }
-        if (kLn && dw) dw[col] = st<T>(ld(dw[col]) + tw);
-        if (db) db[col] = st<T>(ld(db[col]) + tb);
+        if (chunks > 1) {
+          part_w[chunk * C + col] = tw;
+          part_b[chunk * C + col] = tb;
+        } else {
+          if (kLn && dw) dw[col] = st<T>(ld(dw[col]) + tw);
+          if (db) db[col] = st<T>(ld(db[col]) + tb);
+        }
       }
-      c.sync();  // partials read before the next tile overwrites them
+      c.sync();  // partials read before the next unit overwrites them
+    }
+  }
+};
+// Second pass: dw[c] += sum over chunks of part_w[chunk, c] (kLn), db likewise, in chunk order.
+template <class T, bool kLn>
+struct ColumnFinish {
+  static constexpr const char* kName = kLn ? "layernorm_bwd_wb_finish" : "bias_bwd_finish";
+  using A = acc_t<T>;
+  T* dw;
+  T* db;
+  const A* part_w;
+  const A* part_b;
+  long C, chunks;
+  template <class Ctx>
+  TP_HD void operator()(Ctx& c) const {
+    for (long col = long(c.bid()) * c.bdim() + c.tid(); col < C; col += long(c.gdim()) * c.bdim()) {
+      A tw = 0, tb = 0;
+      for (long r = 0; r < chunks; ++r) {
+        tw += part_w[r * C + col];
+        tb += part_b[r * C + col];
+      }
+      if (kLn && dw) dw[col] = st<T>(ld(dw[col]) + tw);
+      if (db) db[col] = st<T>(ld(db[col]) + tb);
     }
   }
 };
@@ -109,21 +161,26 @@ struct EmbeddingFwd {
   }
 };
 
-// dwte[tokens[i] - v0, :] += dout[i, :] over rows in order (for tokens in the shard). One thread per column
-// walks all rows, so repeated tokens add up without atomics, in the CPU backend's order.
+// dwte[tokens[i] - v0, :] += dout[i, :] over rows in order (for tokens in the shard). Work units are (column,
+// token bucket) pairs: the unit of bucket b walks all rows and adds those whose shard row t has t % buckets == b
+// (buckets a power of two),
+// so every element of dwte has one owner that adds its rows in order — repeated tokens add up without atomics,
+// in the CPU backend's order — and buckets × C threads share the work.
+inline constexpr long kEmbeddingBuckets = 64;
 template <class T>
 struct EmbeddingBwdWte {
   static constexpr const char* kName = "embedding_bwd_wte";
   T* dwte;
   const int32_t* tokens;
   const T* dout;
-  long N, C, v0, Vl;
+  long N, C, v0, Vl, buckets;  // buckets: a power of two
   template <class Ctx>
   TP_HD void operator()(Ctx& c) const {
-    for (long col = long(c.bid()) * c.bdim() + c.tid(); col < C; col += long(c.gdim()) * c.bdim()) {
+    for (long u = long(c.bid()) * c.bdim() + c.tid(); u < C * buckets; u += long(c.gdim()) * c.bdim()) {
+      const long col = u % C, b = u / C;
       for (long r = 0; r < N; ++r) {
         const long t = long(tokens[r]) - v0;
-        if (t >= 0 && t < Vl) dwte[t * C + col] = st<T>(ld(dwte[t * C + col]) + ld(dout[r * C + col]));
+        if (t >= 0 && t < Vl && (t & (buckets - 1)) == b) dwte[t * C + col] = st<T>(ld(dwte[t * C + col]) + ld(dout[r * C + col]));
       }
     }
   }
@@ -148,21 +205,30 @@ struct EmbeddingBwdWpe {
 
 // ---- op functions ----
 
-template <class L, class T>
-void bias_bwd(const L& launch, T* db, const T* dy, long N, long C) {
+template <class L, class T, bool kLn>
+void column_sums(const L& launch, T* dw, T* db, const T* dy, const T* x, const acc_t<T>* mean, const acc_t<T>* rstd,
+                 long N, long C, acc_t<T>* scratch) {
   const unsigned nw = launch.block / kWarp;
-  launch(ColumnSums<T, false>{nullptr, db, dy, nullptr, nullptr, nullptr, N, C},
-         Dim{blocks_for(C, kWarp, launch.max_grid), launch.block, unsigned(2 * nw * kWarp * sizeof(acc_t<T>))});
+  const long chunks = column_chunks(N, C), tiles = (C + kWarp - 1) / kWarp;
+  acc_t<T>* pw = chunks > 1 ? scratch : nullptr;
+  acc_t<T>* pb = chunks > 1 ? scratch + chunks * C : nullptr;
+  launch(ColumnSums<T, kLn>{dw, db, dy, x, mean, rstd, N, C, chunks, pw, pb},
+         Dim{blocks_for(tiles * chunks, 1, launch.max_grid), launch.block, unsigned(2 * nw * kWarp * sizeof(acc_t<T>))});
+  if (chunks > 1)
+    launch(ColumnFinish<T, kLn>{dw, db, pw, pb, C, chunks}, Dim{blocks_for(C, launch.block, launch.max_grid), launch.block, 0});
+}
+// db += the column sums of dy [N, C]. scratch: column_sums_scratch(N, C) elements (may be null when that is 0).
+template <class L, class T>
+void bias_bwd(const L& launch, T* db, const T* dy, long N, long C, acc_t<T>* scratch) {
+  column_sums<L, T, false>(launch, nullptr, db, dy, nullptr, nullptr, nullptr, N, C, scratch);
 }
 // dw, db += the LayerNorm parameter gradients (either may be null; exec/ops.hpp's layernorm_bwd is
-// layernorm_bwd_dx plus this).
+// layernorm_bwd_dx plus this). scratch as bias_bwd's.
 template <class L, class T>
 void layernorm_bwd_wb(const L& launch, T* dw, T* db, const T* dy, const T* x, const acc_t<T>* mean,
-                      const acc_t<T>* rstd, long N, long C) {
+                      const acc_t<T>* rstd, long N, long C, acc_t<T>* scratch) {
   if (!dw && !db) return;
-  const unsigned nw = launch.block / kWarp;
-  launch(ColumnSums<T, true>{dw, db, dy, x, mean, rstd, N, C},
-         Dim{blocks_for(C, kWarp, launch.max_grid), launch.block, unsigned(2 * nw * kWarp * sizeof(acc_t<T>))});
+  column_sums<L, T, true>(launch, dw, db, dy, x, mean, rstd, N, C, scratch);
 }
 // out[0] = sum of x^2 in double; scratch holds launch.max_grid doubles.
 template <class L, class T>
@@ -183,9 +249,12 @@ void embedding_fwd(const L& launch, T* out, const int32_t* tokens, const T* wte,
 template <class L, class T>
 void embedding_bwd(const L& launch, T* dwte, T* dwpe, const T* dout, const int32_t* tokens, long B, long Tn, long C,
                    long v0, long Vl) {
-  if (dwte)
-    launch(EmbeddingBwdWte<T>{dwte, tokens, dout, B * Tn, C, v0, Vl},
-           Dim{blocks_for(C, launch.block, launch.max_grid), launch.block, 0});
+  if (dwte) {
+    long buckets = 1;
+    while (buckets * 2 <= kEmbeddingBuckets && buckets * 2 <= Vl) buckets *= 2;
+    launch(EmbeddingBwdWte<T>{dwte, tokens, dout, B * Tn, C, v0, Vl, buckets},
+           Dim{blocks_for(C * buckets, launch.block, launch.max_grid), launch.block, 0});
+  }
   if (dwpe)
     launch(EmbeddingBwdWpe<T>{dwpe, dout, B, Tn, C},
            Dim{blocks_for(Tn * C, launch.block, launch.max_grid), launch.block, 0});

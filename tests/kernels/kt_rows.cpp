@@ -6,6 +6,7 @@
 // TP_KERNELS_TEST_DROP_SYNC (one sync removed from the block reduction), where it must fail.
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 
 #include "tests/kernels/kt_util.hpp"
 
@@ -71,7 +72,8 @@ TYPED_TEST(KernelRows, LayerNorm) {
     EXPECT_TRUE(kt::near<float>(dbl(ks), rstd, 10));
     K::layernorm_bwd_dx(cf.L, bdx.data(), bdy.data(), bx.data(), bw.data(), km.data(), ks.data(), N, C);
     EXPECT_TRUE(kt::near<T>(bdx.dbl(), dx, 10));
-    K::layernorm_bwd_wb(cf.L, bdw.data(), bdb.data(), bdy.data(), bx.data(), km.data(), ks.data(), N, C);
+    std::vector<A> scr(size_t(K::column_sums_scratch(N, C)) + 1, A(-1));
+    K::layernorm_bwd_wb(cf.L, bdw.data(), bdb.data(), bdy.data(), bx.data(), km.data(), ks.data(), N, C, scr.data());
     EXPECT_TRUE(kt::near<T>(bdw.dbl(), dw, 4 * std::sqrt(double(N))));
     EXPECT_TRUE(kt::near<T>(bdb.dbl(), db, 2 * std::sqrt(double(N))));
   }
@@ -205,11 +207,43 @@ TYPED_TEST(KernelRows, BiasGradAndSumSquares) {
     double ss = 0;
     for (long i = 0; i < N * C; ++i) db[i % C] += dy[i], ss += dy[i] * dy[i];
     Buf<T> bdy(dy), bdb(db0);
-    K::bias_bwd(cf.L, bdb.data(), bdy.data(), N, C);
+    std::vector<K::acc_t<T>> scr(size_t(K::column_sums_scratch(N, C)) + 1, -1);
+    K::bias_bwd(cf.L, bdb.data(), bdy.data(), N, C, scr.data());
     EXPECT_TRUE(kt::near<T>(bdb.dbl(), db, 2 * std::sqrt(double(N))));
     std::vector<double> out(1, -1), scratch(cf.L.max_grid, -1);
     K::sum_squares(cf.L, out.data(), scratch.data(), bdy.data(), N * C);
     EXPECT_NEAR(out[0], ss, 1e-12 * ss + 1e-300);
+  }
+}
+
+// Column sums over many rows run in row chunks and a second pass (k_reduce.hpp column_chunks): the bias and
+// LayerNorm weight / bias gradients of 1000 rows (32 chunks) and of 3000 rows of a wide input (chunks limited by
+// the grid), against the double reference, with grids smaller than the work units.
+TYPED_TEST(KernelRows, ColumnSumsInRowChunks) {
+  using T = TypeParam;
+  using A = K::acc_t<T>;
+  std::mt19937_64 rng(15);
+  for (const auto& [N, C, L] : {std::tuple{1000L, 45L, kt::Launcher{64, 3}}, std::tuple{3000L, 700L, kt::Launcher{128, 7}}}) {
+    SCOPED_TRACE(kt::where({N, C}, L));
+    ASSERT_GT(K::column_chunks(N, C), 1);
+    ASSERT_LE(K::column_chunks(N, C) * ((C + 31) / 32), K::kColumnBlocks);
+    const Vec dy = kt::rounded<T>(kt::randv(N * C, rng)), x = kt::rounded<T>(kt::randv(N * C, rng)),
+              dw0 = kt::rounded<T>(kt::randv(C, rng)), db0 = kt::rounded<T>(kt::randv(C, rng));
+    std::vector<A> mean(N), rstd(N);
+    for (long n = 0; n < N; ++n) mean[n] = A(0.1 * double(n % 7)), rstd[n] = A(1 + 0.01 * double(n % 5));
+    Vec dw(dw0), db(db0);
+    for (long n = 0; n < N; ++n)
+      for (long c = 0; c < C; ++c) {
+        db[c] += dy[n * C + c];
+        dw[c] += (x[n * C + c] - double(mean[n])) * double(rstd[n]) * dy[n * C + c];
+      }
+    std::vector<A> scr(size_t(K::column_sums_scratch(N, C)), A(-1));
+    Buf<T> bdy(dy), bx(x), bdw(dw0), bdb(db0), bb(db0);
+    K::bias_bwd(L, bb.data(), bdy.data(), N, C, scr.data());
+    EXPECT_TRUE(kt::near<T>(bb.dbl(), db, 2 * std::sqrt(double(N))));
+    K::layernorm_bwd_wb(L, bdw.data(), bdb.data(), bdy.data(), bx.data(), mean.data(), rstd.data(), N, C, scr.data());
+    EXPECT_TRUE(kt::near<T>(bdw.dbl(), dw, 4 * std::sqrt(double(N))));
+    EXPECT_TRUE(kt::near<T>(bdb.dbl(), db, 2 * std::sqrt(double(N))));
   }
 }
 

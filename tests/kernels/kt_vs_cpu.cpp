@@ -32,7 +32,8 @@ TEST(KernelsVsCpu, ElementwiseAndGelu) {
   ops::gelu_bwd(c2.data(), x.data(), y.data(), N * C);
   EXPECT_TRUE(same(k2, c2));
   Vec kb = b, cb = b;
-  K::bias_bwd(kL, kb.data(), y.data(), N, C);
+  Vec scr(size_t(K::column_sums_scratch(N, C)) + 1);
+  K::bias_bwd(kL, kb.data(), y.data(), N, C, scr.data());
   ops::bias_bwd(cb.data(), y.data(), N, C);
   EXPECT_TRUE(same(kb, cb));
   std::vector<double> out(1), scratch(kL.max_grid);
@@ -70,7 +71,9 @@ TEST(KernelsVsCpu, LayerNorm) {
     EXPECT_TRUE(same(ks, cs));
     Vec kdx = kt::randv(N * C, rng), cdx = kdx, kdw = kt::randv(C, rng), cdw = kdw, kdb = kt::randv(C, rng), cdb = kdb;
     K::layernorm_bwd_dx(kL, kdx.data(), dy.data(), x.data(), w.data(), km.data(), ks.data(), N, C);
-    K::layernorm_bwd_wb(kL, kdw.data(), bias ? kdb.data() : nullptr, dy.data(), x.data(), km.data(), ks.data(), N, C);
+    Vec scr(size_t(K::column_sums_scratch(N, C)) + 1);
+    K::layernorm_bwd_wb(kL, kdw.data(), bias ? kdb.data() : nullptr, dy.data(), x.data(), km.data(), ks.data(), N, C,
+                        scr.data());
     ops::layernorm_bwd(cdx.data(), cdw.data(), bias ? cdb.data() : nullptr, dy.data(), x.data(), w.data(), cm.data(),
                        cs.data(), N, C);
     EXPECT_TRUE(same(kdx, cdx));

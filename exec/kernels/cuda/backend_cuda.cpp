@@ -15,6 +15,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <mutex>
 #include <stdexcept>
 #include <algorithm>
@@ -26,6 +27,7 @@
 #include "exec/kernels/cuda/backend_cuda_parts.hpp"
 #include "exec/kernels/cuda/cuda_backend.h"
 #include "exec/kernels/cuda/gemm_lt.hpp"
+#include "exec/kernels/cuda/op_profile.hpp"
 
 namespace tp::cuda {
 
@@ -91,14 +93,50 @@ namespace {
 
 // ---- memory, copies, streams, events ----
 
+// Tensor memory is cached (as the frameworks' allocators do): a freed block goes to a free list by size and a
+// later allocation of the same rounded size (or up to 1/8 larger) reuses it, so a training step makes no
+// cudaMalloc / cudaFree calls (cudaFree synchronises the whole device, which left the GPU idle while the host
+// launched the next ops). Safe because every op and every copy of the runtime runs on the one stream g.stream
+// (Stream{}): work queued after the reuse runs after the work queued before the free. TP_CUDA_CACHE=0 turns it
+// off. peak_device_bytes counts live tensors (cached free blocks are not tensors); a cudaMalloc that fails
+// first returns the cached blocks to the device and tries again.
+constexpr size_t kRound = 512;
+bool g_cache_on = true;
+std::multimap<size_t, void*> g_free_blocks;  // rounded size -> block (under g_mem_m)
+
+void release_cached() {
+  std::lock_guard<std::mutex> lk(g_mem_m);
+  for (auto& [sz, p] : g_free_blocks) cudaFree(p);
+  g_free_blocks.clear();
+}
+
 void* dev_alloc(size_t bytes) {
   if (bytes == 0) return nullptr;
   enter();
-  void* p = nullptr;
-  if (cudaMalloc(&p, bytes) == cudaSuccess) {
-    note_device_alloc(bytes);
+  const size_t want = (bytes + kRound - 1) / kRound * kRound;
+  if (g_cache_on) {
     std::lock_guard<std::mutex> lk(g_mem_m);
-    g_live[p] = bytes;
+    auto it = g_free_blocks.lower_bound(want);
+    if (it != g_free_blocks.end() && it->first <= want + want / 8) {
+      void* p = it->second;
+      g_live[p] = it->first;
+      g_free_blocks.erase(it);
+      g_mem_now += double(g_live[p]);
+      g_mem_peak = std::max(g_mem_peak, g_mem_now);
+      return p;
+    }
+  }
+  void* p = nullptr;
+  cudaError_t e = cudaMalloc(&p, want);
+  if (e != cudaSuccess && g_cache_on) {
+    cudaGetLastError();
+    release_cached();
+    e = cudaMalloc(&p, want);
+  }
+  if (e == cudaSuccess) {
+    note_device_alloc(want);
+    std::lock_guard<std::mutex> lk(g_mem_m);
+    g_live[p] = want;
     return p;
   }
   cudaGetLastError();
@@ -119,12 +157,13 @@ void report_free_error(cudaError_t e, const char* what) {
 void dev_free(void* p) {
   if (!p) return;
   enter();
-  report_free_error(cudaFree(p), "cudaFree");
   size_t bytes = 0;
   {
     std::lock_guard<std::mutex> lk(g_mem_m);
     if (auto it = g_live.find(p); it != g_live.end()) bytes = it->second, g_live.erase(it);
+    if (g_cache_on && bytes) g_free_blocks.emplace(bytes, p);
   }
+  if (!g_cache_on || !bytes) report_free_error(cudaFree(p), "cudaFree");
   note_device_free(bytes);
 }
 void* pinned_alloc(size_t bytes) {
@@ -235,6 +274,9 @@ const exec::Backend* create(int local_rank, int& status, std::string& why) {
   lt_init(g.stream, size_t(ws ? std::atol(ws) : 32) << 20);
   const char* se = std::getenv("TP_CUDA_SYNC");
   g.sync_each = se && std::string(se) == "1";
+  const char* cc = std::getenv("TP_CUDA_CACHE");
+  g_cache_on = !(cc && std::string(cc) == "0");
+  prof::init_from_env();
   static exec::Backend b;
   b.name = "cuda";
   b.host_accessible = false;

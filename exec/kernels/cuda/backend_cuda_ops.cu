@@ -12,6 +12,7 @@
 #include "exec/kernels/cuda/backend_cuda_parts.hpp"
 #include "exec/kernels/cuda/attention_plan.hpp"
 #include "exec/kernels/cuda/gemm_lt.hpp"
+#include "exec/kernels/cuda/op_profile.hpp"
 #include "exec/kernels/cuda_launch.cuh"
 #include "exec/kernels/kernels.hpp"
 #include "exec/kernels/cuda/instantiate.cuh"
@@ -21,6 +22,11 @@ TP_CUDA_INSTANTIATE(extern template, float)
 }  // namespace tp::kernels
 
 namespace tp::cuda {
+
+float* column_scratch(long N, long C) {
+  const long n = kernels::column_sums_scratch(N, C);
+  return n > 0 ? static_cast<float*>(scratch(size_t(n) * sizeof(float))) : nullptr;
+}
 
 kernels::CudaLauncher launcher() {
   kernels::CudaLauncher l;
@@ -41,11 +47,13 @@ std::string dims(std::initializer_list<std::pair<const char*, long>> d) {
   return s;
 }
 
+#define TP_UNPAREN(...) __VA_ARGS__
 // Runs `body` on the backend's device; any error is rethrown as "cuda op NAME (SHAPES): ...".
 #define TP_OP(name, shapes, ...)                                                                          \
   do {                                                                                                    \
     try {                                                                                                 \
       enter();                                                                                            \
+      prof::OpTimer op_timer_(name, TP_UNPAREN shapes);                                                   \
       __VA_ARGS__;                                                                                        \
       after_op();                                                                                         \
     } catch (const std::exception& e_) {                                                                  \
@@ -70,8 +78,15 @@ struct Stub<I, R (*)(A...)> {
   } while (0)
 
 // ---- GEMMs ----
+// The three pointers' alignments in bytes (16, 8, 4, ...) as one number ABC in decimal (161616: all 16), for messages
+// and the op profile.
+long align3(const void* a, const void* b, const void* c) {
+  auto al = [](const void* p) { const auto u = reinterpret_cast<uintptr_t>(p); return u % 16 == 0 ? 16L : u % 8 == 0 ? 8L : u % 4 == 0 ? 4L : 1L; };
+  auto w = [](long x) { return x >= 10 ? 100L : 10L; };
+  return (al(a) * w(al(b)) + al(b)) * w(al(c)) + al(c);
+}
 void matmul(F* C, const F* A, const F* B, long M, long N, long K, bool ta, bool tb, F alpha, F beta) {
-  TP_OP("matmul", ({{"M", M}, {"N", N}, {"K", K}, {"trans_a", ta}, {"trans_b", tb}}), {
+  TP_OP("matmul", ({{"M", M}, {"N", N}, {"K", K}, {"trans_a", ta}, {"trans_b", tb}, {"align", align3(A, B, C)}}), {
     if (K == 0) {  // no product: C = beta C
       if (beta == F(0)) k::fill(launcher(), C, 0.f, M * N);
       else k::scale(launcher(), C, C, beta, M * N);
@@ -136,7 +151,9 @@ void add_bias(F* y, const F* x, const F* b, long N, long C) {
   TP_OP("add_bias", ({{"N", N}, {"C", C}}), k::add_bias(launcher(), y, x, b, N, C));
 }
 void bias_bwd(F* db, const F* dy, long N, long C) {
-  TP_OP("bias_bwd", ({{"N", N}, {"C", C}}), k::bias_bwd(launcher(), db, dy, N, C));
+  TP_OP("bias_bwd", ({{"N", N}, {"C", C}}), {
+    if (N > 0 && C > 0) k::bias_bwd(launcher(), db, dy, N, C, column_scratch(N, C));
+  });
 }
 void add(F* y, const F* a, const F* b, long n) { TP_OP("add", ({{"n", n}}), k::add(launcher(), y, a, b, n)); }
 void accumulate(F* y, const F* x, long n) {
@@ -160,7 +177,7 @@ void layernorm_bwd(F* dx, F* dw, F* db, const F* dy, const F* x, const F* w, con
                    long C) {
   TP_OP("layernorm_bwd", ({{"N", N}, {"C", C}}), {
     k::layernorm_bwd_dx(launcher(), dx, dy, x, w, mean, rstd, N, C);
-    k::layernorm_bwd_wb(launcher(), dw, db, dy, x, mean, rstd, N, C);
+    k::layernorm_bwd_wb(launcher(), dw, db, dy, x, mean, rstd, N, C, column_scratch(N, C));
   });
 }
 void gelu_fwd(F* y, const F* x, long n) { TP_OP("gelu_fwd", ({{"n", n}}), k::gelu_fwd(launcher(), y, x, n)); }

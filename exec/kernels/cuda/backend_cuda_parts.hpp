@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "exec/backend.hpp"
+#include "exec/kernels/cuda/op_profile.hpp"
 #ifdef __CUDACC__
 #include "exec/kernels/cuda_launch.cuh"
 #endif
@@ -39,7 +40,10 @@ template <class Body>
 void run_op(const char* name, std::initializer_list<std::pair<const char*, long>> shape, Body body) {
   try {
     enter();
-    body();
+    {
+      prof::OpTimer timer(name, shape);
+      body();
+    }
     after_op();
   } catch (const std::exception& e) {
     std::string s;
@@ -52,6 +56,9 @@ void* scratch(size_t bytes);
 // Device-memory accounting of every cudaMalloc / cudaFree of the library (Backend::peak_device_bytes).
 void note_device_alloc(size_t bytes);
 void note_device_free(size_t bytes);
+// Device scratch for the column sums of an [N, C] input (bias and LayerNorm weight gradients; k_reduce.hpp's
+// column_sums_scratch floats; null when they run in one pass).
+float* column_scratch(long N, long C);
 #ifdef __CUDACC__
 // The launcher every op uses: block 256, grid capped at 4096, on g.stream.
 kernels::CudaLauncher launcher();

@@ -48,7 +48,7 @@ void ln_shard_bwd_apply(F* dx, F* dw, F* db, const F* dy, const F* x, const F* w
   run_op("ln_shard_bwd_apply", {{"rows", N}, {"cols", Cl}}, [&] {
     if (N <= 0 || Cl <= 0) return;
     launcher()(k::LnShardBwdDx<F>{dx, dy, x, w, mean, rstd, sums, N, Cl, C}, k::flat_dim(launcher(), N * Cl));
-    k::layernorm_bwd_wb(launcher(), dw, db, dy, x, mean, rstd, N, Cl);
+    k::layernorm_bwd_wb(launcher(), dw, db, dy, x, mean, rstd, N, Cl, column_scratch(N, Cl));
   });
 }
 void max_combine(F* mx, const F* parts, long N, long P) {

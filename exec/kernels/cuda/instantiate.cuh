@@ -28,7 +28,7 @@ using L = CudaLauncher;
   PREFIX void layernorm_bwd_dx<L, T>(const L&, T*, const T*, const T*, const T*, const float*, const float*,  \
                                        long, long);                                                             \
   PREFIX void layernorm_bwd_wb<L, T>(const L&, T*, T*, const T*, const T*, const float*, const float*, long,  \
-                                       long);                                                                   \
+                                       long, float*);                                                           \
   PREFIX void softmax_fwd<L, T>(const L&, T*, const T*, long, long, float, bool);                             \
   PREFIX void softmax_fwd_rect<L, T>(const L&, T*, const T*, long, long, long, float);                        \
   PREFIX void softmax_bwd<false, L, T>(const L&, T*, const T*, const T*, long, long, float);                  \
@@ -40,7 +40,7 @@ using L = CudaLauncher;
   PREFIX void ce_shard_normalize<L, T>(const L&, T*, const T*, const float*, const float*, long, long);       \
   PREFIX void cross_entropy_bwd<false, L, T>(const L&, T*, const T*, const int32_t*, long, long, long, float); \
   PREFIX void cross_entropy_bwd<true, L, T>(const L&, T*, const T*, const int32_t*, long, long, long, float);  \
-  PREFIX void bias_bwd<L, T>(const L&, T*, const T*, long, long);                                             \
+  PREFIX void bias_bwd<L, T>(const L&, T*, const T*, long, long, float*);                                     \
   PREFIX void sum_squares<L, T>(const L&, double*, double*, const T*, long);                                  \
   PREFIX void embedding_fwd<L, T>(const L&, T*, const int32_t*, const T*, const T*, long, long, long, long,   \
                                     long, long);                                                                \
