@@ -9,7 +9,7 @@
 # of the dense bf16 peak) cannot be measured: the table says so. Where there is no CUDA device it prints
 # "no device" and exits 0; it never prints a number that was not measured.
 # usage: bench/run_gpu_bench.sh     BUILD_DIR (default <repo>/build)   STEPS (default 8)   OUT_DIR for the run JSONs
-#        VARIANTS=1: the first model's modes also as MODE+heur (TP_CUDA_GEMM_TUNE=0: cuBLASLt's first heuristic
+#        VARIANTS=MODE (fp32 or tf32): the first model's MODE also as MODE+heur (TP_CUDA_GEMM_TUNE=0: cuBLASLt's first heuristic
 #        algorithm instead of the fastest of its first 8, gemm_lt.cpp) and MODE+nocache (TP_CUDA_CACHE=0: every
 #        tensor through cudaMalloc / cudaFree, backend_cuda.cpp)   PROFILE=1: op profiles (below)
 set -uo pipefail
@@ -56,8 +56,8 @@ JSON
   # The simulator's prediction for the same scenario (fp32; a TF32 row shares it): step time, and the device
   # memory of tensors (weights, gradients, optimizer state, activations, buffers; not the framework's context).
   "$bin" simulate "$sc" --quiet --json "$work/$name.sim.json" >/dev/null 2>&1 || echo '{}' >"$work/$name.sim.json"
-  [[ "${VARIANTS:-0}" == 1 && $cfg == "${configs[0]}" ]] &&
-    modes=$(echo "$modes" | sed -E 's/([a-z0-9]+)/\1,\1+heur,\1+nocache/g')
+  [[ -n "${VARIANTS:-}" && $cfg == "${configs[0]}" ]] &&
+    modes=$(echo "$modes" | sed -E "s/(^|,)($VARIANTS)(,|$)/\1\2,\2+heur,\2+nocache\3/")
   for mode in ${modes//,/ }; do
     env=(); [[ $mode == tf32* ]] && env=(TP_CUDA_TF32=1)
     [[ $mode == *+heur ]] && env+=(TP_CUDA_GEMM_TUNE=0)
@@ -78,8 +78,8 @@ t = r["step_time_s"][2:] or r["step_time_s"]
 tf = [float(x) for x in re.findall(r"TFLOP/s/GPU\): ([0-9.]+)", log)][2:]
 med = statistics.median(t); tflops = statistics.median(tf) if tf else float("nan")
 tok = r["scenario"]["training"]["global_batch"] * r["scenario"]["training"]["seq_len"] / med
-note = ("%.1f %% of H100 fp32 peak (%.1f TFLOP/s)" % (100 * tflops * 1e12 / peak, peak / 1e12) if mode.startswith("fp32")
-        else "TF32 GEMMs; H100 SXM dense TF32 peak 494.7 TFLOP/s (datasheet)")
+note = ("%.1f %% of H100/H200 fp32 peak (%.1f TFLOP/s)" % (100 * tflops * 1e12 / peak, peak / 1e12) if mode.startswith("fp32")
+        else "TF32 GEMMs; H100/H200 SXM dense TF32 peak 494.7 TFLOP/s (datasheet)")
 print("| %-10s | %-9s | %-16s | %-8.0f | %-7.1f | %-18s | %s |" % (sys.argv[6], mode, "%.1f (%s)" % (med * 1e3, sim_ms),
       tok, tflops, "%.2f (%s)" % (dev_gib, sim_gib), note))
 PY

@@ -31,6 +31,7 @@ template <class T>
 struct OpTable {
   void (*matmul)(T*, const T*, const T*, long, long, long, bool, bool, T, T);
   void (*add_bias)(T*, const T*, const T*, long, long);
+  void (*linear_fwd)(T*, T*, const T*, const T*, const T*, long, long, long);
   void (*bias_bwd)(T*, const T*, long, long);
   void (*add)(T*, const T*, const T*, long);
   void (*accumulate)(T*, const T*, long);
@@ -125,6 +126,16 @@ template <>
 inline const OpTable<float>& Backend::ops<float>() const { return f32; }
 template <>
 inline const OpTable<double>& Backend::ops<double>() const { return f64; }
+
+// ops::linear_fwd as its three ops on backend Be() (the CPU and emu backends, which fuse nothing).
+template <const Backend& (*Be)(), class T>
+void composed_linear_fwd(T* y, T* pre, const T* x, const T* w, const T* b, long M, long N, long K) {
+  const OpTable<T>& t = Be().template ops<T>();
+  T* z = pre ? pre : y;
+  t.matmul(z, x, w, M, N, K, false, false, T(1), T(0));
+  if (b) t.add_bias(z, z, b, M, N);
+  if (pre) t.gelu_fwd(y, pre, M * N);
+}
 
 // The CPU backend (exec/cpu/backend_cpu.cpp): host memory, synchronous, Eigen GEMMs and plain loops.
 const Backend& cpu_backend();

@@ -269,11 +269,14 @@ static void mlp_fwd(const Gpt<T>& g, int w1, int b1, int w2, int b2, long F1, lo
                     Buf<T>& act, T* out, long N, long Nl) {
   const long C = (long)g.lay.s.C;
   fc1.resize(N * F1);
-  ops::matmul(fc1.data(), in, g.p(w1), N, F1, C, false, false, T(1), T(0));
-  if (b1 >= 0) ops::add_bias(fc1.data(), fc1.data(), g.p(b1), N, F1);
   act.resize(N * Fl);
-  if (g.lay.s.gelu) ops::gelu_fwd(act.data(), fc1.data(), N * Fl);
-  else ops::swiglu_fwd(act.data(), fc1.data(), N, Fl);
+  const T* bias1 = b1 >= 0 ? g.p(b1) : nullptr;
+  if (g.lay.s.gelu) {
+    ops::linear_fwd(act.data(), fc1.data(), in, g.p(w1), bias1, N, F1, C);  // fc1 = in w1 + b1, act = gelu(fc1)
+  } else {
+    ops::linear_fwd(fc1.data(), (T*)nullptr, in, g.p(w1), bias1, N, F1, C);
+    ops::swiglu_fwd(act.data(), fc1.data(), N, Fl);
+  }
   if (g.sp) {
     Buf<T> z(N * C);  // [N, C] partial
     ops::matmul(z.data(), act.data(), g.p(w2), N, C, Fl, false, false, T(1), T(0));
@@ -368,8 +371,8 @@ void Gpt<T>::layer_fwd(int wl, const T* x_in, T* x_out, LayerActs<T>& a, long B,
   if (sp) { a.ln1.resize(N * C); gather_rows(tp, ln.data(), a.ln1.data(), Nl, C); }
   else a.ln1 = std::move(ln);
   Buf<T> qkv(N * Q);                                                       // [N, Q]
-  ops::matmul(qkv.data(), a.ln1.data(), p(W.qkv_w), N, Q, C, false, false, T(1), T(0));
-  if (s.has_qkv_bias()) ops::add_bias(qkv.data(), qkv.data(), p(W.qkv_b), N, Q);
+  ops::linear_fwd(qkv.data(), (T*)nullptr, a.ln1.data(), p(W.qkv_w), s.has_qkv_bias() ? p(W.qkv_b) : (const T*)nullptr,
+                  N, Q, C);
   a.q.resize(N * Hl * D); a.k.resize(N * Kl * D); a.v.resize(N * Kl * D);         // [B, Tn, heads, D]
   ops::copy_rows(a.q.data(), Hl * D, qkv.data(), Q, N, Hl * D);
   ops::copy_rows(a.k.data(), Kl * D, qkv.data() + Hl * D, Q, N, Kl * D);

@@ -17,6 +17,13 @@ namespace tp::ops {
 template <class T>
 void matmul(T* C, const T* A, const T* B, long M, long N, long K, bool trans_a, bool trans_b, T alpha, T beta);
 
+// A linear layer's forward, as one op so a GPU backend can fuse it into the GEMM (cuBLASLt's bias and GELU
+// epilogues): with pre == null, y[M, N] = x[M, K] · w[K, N] + b[N]; with pre != null, pre = x · w + b and
+// y = gelu(pre) (gelu_fwd's tanh form). b may be null (no bias). Exactly matmul, then add_bias, then gelu_fwd.
+// y and pre alias nothing else.
+template <class T>
+void linear_fwd(T* y, T* pre, const T* x, const T* w, const T* b, long M, long N, long K);
+
 // y[N, C] = x[N, C] + b[C] broadcast over rows (bias add, in place allowed: y == x).
 template <class T>
 void add_bias(T* y, const T* x, const T* b, long N, long C);

@@ -67,6 +67,22 @@ void gemm_cases(std::vector<Spec>& cs, bool quick) {
                 return 0;
               });
         }
+  // linear_fwd: GELU and bias epilogues (a CUDA backend fuses them into the GEMM when the output row length is a
+  // multiple of 8 and composes them otherwise: both kinds of shape).
+  std::vector<MNK> lin = {{1, 1, 1}, {5, 7, 9}, {5, 16, 9}, {33, 64, 40}, {64, 128, 200}};
+  if (quick) lin.resize(3);
+  for (auto [M, N, K] : lin)
+    for (int bias = 0; bias < 2; ++bias)
+      for (int gelu = 0; gelu < 2; ++gelu) {
+        const std::string var = std::string(bias ? "bias" : "no bias") + (gelu ? ", gelu" : "");
+        add(cs, {"linear_fwd", sh({{"M", M}, {"N", N}, {"K", K}}), var,
+                 {rnd(M * K, s++), rnd(K * N, s++), rnd(N, s++), Vec(size_t(M * N)), Vec(size_t(M * N))}, {},
+                 gelu ? std::vector<int>{3, 4} : std::vector<int>{3}, double(K)},
+            TP_SELFTEST_BODY {
+              t.linear_fwd(p[3], gelu ? p[4] : nullptr, p[0], p[1], bias ? p[2] : nullptr, M, N, K);
+              return 0;
+            });
+      }
   struct Att {
     long B, T, H, Hkv, D;
   };

@@ -32,6 +32,7 @@ OpTable<T> cpu_ops() {
   OpTable<T> t{};
   t.matmul = &c::matmul<T>;
   t.add_bias = &c::add_bias<T>;
+  t.linear_fwd = &composed_linear_fwd<cpu_backend, T>;
   t.bias_bwd = &c::bias_bwd<T>;
   t.add = &c::add<T>;
   t.accumulate = &c::accumulate<T>;

@@ -306,6 +306,7 @@ OpTable<T> table() {
   OpTable<T> t{};
   t.matmul = &matmul<T>;
   t.add_bias = &add_bias<T>;
+  t.linear_fwd = &composed_linear_fwd<emu_backend, T>;
   t.bias_bwd = &bias_bwd<T>;
   t.add = &add<T>;
   t.accumulate = &accumulate<T>;

@@ -97,6 +97,11 @@ struct LayerNormBwdDx {
 // causal attention) see keys [0, r % Q + L - Q]; others the whole row.
 TP_HD TP_INLINE long softmax_len(long r, long L, bool causal, long Q) { return causal ? r % Q + (L - Q) + 1 : L; }
 
+// Rows of at most kSoftmaxHold x blockDim entries are read once into registers (each thread keeps its columns
+// tid, tid + blockDim, ... in the same order the loops below visit them, so the sums are the same); longer rows
+// take the loops that read the row again for each pass.
+inline constexpr int kSoftmaxHold = 8;
+
 // y[R, L] = softmax(scale x) per row (entries past a causal row's length are 0); y may be x.
 template <class T>
 struct SoftmaxFwd {
@@ -114,6 +119,30 @@ struct SoftmaxFwd {
     TP_ROW_LOOP(c, r, R) {
       const T* xr = x + r * L;
       const long n = softmax_len(r, L, causal, Q);
+      const long b = long(c.bdim()), t = long(c.tid());
+      if (n <= kSoftmaxHold * b) {
+        A v[kSoftmaxHold];
+        A mx = k_neg_inf<A>();
+        TP_UNROLL for (int k = 0; k < kSoftmaxHold; ++k) {
+          const long j = t + k * b;
+          v[k] = j < n ? scale * ld(xr[j]) : k_neg_inf<A>();
+          mx = k_max(mx, v[k]);
+        }
+        mx = block_max(c, mx, slots);
+        A s = 0;
+        TP_UNROLL for (int k = 0; k < kSoftmaxHold; ++k) {
+          v[k] = t + k * b < n ? k_exp(v[k] - mx) : A(0);
+          s += v[k];
+        }
+        const A inv = A(1) / block_sum(c, s, slots);
+        T* yr = y + r * L;
+        TP_UNROLL for (int k = 0; k < kSoftmaxHold; ++k) {
+          const long j = t + k * b;
+          if (j < L) yr[j] = st<T>(v[k] * inv);  // 0 past n
+        }
+        for (long j = t + kSoftmaxHold * b; j < L; j += b) yr[j] = st<T>(A(0));
+        continue;
+      }
       A mx = k_neg_inf<A>();
       TP_COL_LOOP(c, j, n) mx = k_max(mx, scale * ld(xr[j]));
       mx = block_max(c, mx, slots);
@@ -142,6 +171,27 @@ struct SoftmaxBwd {
     TP_ROW_LOOP(c, r, R) {
       const T* yr = y + r * L;
       const T* dyr = dy + r * L;
+      const long b = long(c.bdim()), t = long(c.tid());
+      if (L <= kSoftmaxHold * b) {
+        A yv[kSoftmaxHold], dv[kSoftmaxHold];
+        A s = 0;
+        TP_UNROLL for (int k = 0; k < kSoftmaxHold; ++k) {
+          const long j = t + k * b;
+          yv[k] = j < L ? A(ld(yr[j])) : A(0);
+          dv[k] = j < L ? A(ld(dyr[j])) : A(0);
+          s += yv[k] * dv[k];
+        }
+        const A dot = block_sum(c, s, slots);
+        T* dxr = dx + r * L;
+        TP_UNROLL for (int k = 0; k < kSoftmaxHold; ++k) {
+          const long j = t + k * b;
+          if (j < L) {
+            const A g = scale * yv[k] * (dv[k] - dot);
+            dxr[j] = st<T>(kSet ? g : ld(dxr[j]) + g);
+          }
+        }
+        continue;
+      }
       A s = 0;
       TP_COL_LOOP(c, j, L) s += ld(yr[j]) * ld(dyr[j]);
       const A dot = block_sum(c, s, slots);

@@ -14,9 +14,11 @@
 #include <cuda_bf16.h>
 #define TP_HD __host__ __device__
 #define TP_INLINE __forceinline__
+#define TP_UNROLL _Pragma("unroll")
 #else
 #define TP_HD
 #define TP_INLINE inline
+#define TP_UNROLL
 #endif
 
 namespace tp::kernels {

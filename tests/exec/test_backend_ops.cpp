@@ -109,6 +109,21 @@ std::vector<Case> elementwise_cases() {
         }
     return e;
   }});
+  cs.push_back({"linear_fwd (bias, gelu)", 1e-5, [](const Backend& be) {
+    double e = 0;
+    for (auto [M, N, K] : {std::tuple{5L, 7L, 9L}, std::tuple{6L, 16L, 33L}})
+      for (int bias = 0; bias < 2; ++bias)
+        for (int gelu = 0; gelu < 2; ++gelu) {
+          Dev d(be);
+          Vec x = rnd(M * K, 21), w = rnd(K * N, 22), b = rnd(N, 23), y(M * N), pre(M * N);
+          float *yd = d.up(y), *pd = d.up(pre);
+          be.f32.linear_fwd(yd, gelu ? pd : nullptr, d.up(x), d.up(w), bias ? d.up(b) : nullptr, M, N, K);
+          ref().linear_fwd(y.data(), gelu ? pre.data() : nullptr, x.data(), w.data(), bias ? b.data() : nullptr, M, N, K);
+          e = std::max(e, err(d.down(yd, M * N), y));
+          if (gelu) e = std::max(e, err(d.down(pd, M * N), pre));
+        }
+    return e;
+  }});
   cs.push_back({"add_bias, bias_bwd", 1e-6, [](const Backend& be) {
     Dev d(be);
     const long N = 6, C = 11;

@@ -109,8 +109,8 @@ TEST(CudaGemmPlan, AttentionGemmsAroundTheSoftmaxMatchTheCpuBackend) {
 }
 
 // The setup cache's key: equal for the same GEMM at other addresses (same alignments) or with other alpha /
-// beta; different when any shape, leading dimension, batch stride, transpose, the batch, the compute mode or a
-// pointer's alignment differs (each of those changes the descriptor, a layout or the heuristic's choice).
+// beta; different when any shape, leading dimension, batch stride, transpose, the batch, the compute mode, the
+// epilogue or a pointer's alignment differs (each of those changes the descriptor, a layout or the heuristic's choice).
 TEST(CudaGemmCache, KeyTellsApartEveryGemmThatNeedsAnotherSetup) {
   alignas(16) static float buf[4096];
   auto key = [](const cuda::GemmArgs& g, bool tf32 = false) {
@@ -151,6 +151,11 @@ TEST(CudaGemmCache, KeyTellsApartEveryGemmThatNeedsAnotherSetup) {
   batched.sc = 100;  // another batch stride of C
   EXPECT_FALSE(key(batched) == key(others[7]));
   EXPECT_FALSE(key(base, true) == key(base));  // TF32 compute
+  // The epilogue (none, bias, GELU with aux, GELU with aux and bias): each its own setup.
+  const cuda::LtPlan lp = cuda::lt_plan(base);
+  for (int e = 0; e < 4; ++e)
+    for (int f = 0; f < e; ++f)
+      EXPECT_FALSE(cuda::gemm_key(lp, 16, 16, 16, false, e) == cuda::gemm_key(lp, 16, 16, 16, false, f)) << e << " vs " << f;
 }
 
 // Least recently used eviction; each value destroyed exactly once (evicted, cleared or with the cache).

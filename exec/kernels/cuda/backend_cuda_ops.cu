@@ -96,6 +96,22 @@ void matmul(F* C, const F* A, const F* B, long M, long N, long K, bool ta, bool 
   });
 }
 
+// A linear layer's forward in one cuBLASLt call with a bias / GELU epilogue when cuBLASLt takes it (aligned
+// vectors, an output row length that is a multiple of 8); otherwise the GEMM, then the bias and GELU kernels.
+void linear_fwd(F* y, F* pre, const F* x, const F* w, const F* b, long M, long N, long K) {
+  TP_OP("linear_fwd", ({{"M", M}, {"N", N}, {"K", K}, {"bias", b != nullptr}, {"gelu", pre != nullptr}}), {
+    GemmArgs a = matmul_args(y, x, w, M, N, K, false, false, 1.f, 0.f);
+    a.what = "linear_fwd";
+    a.bias = b, a.aux = pre, a.gelu = pre != nullptr;
+    if (K == 0 || !lt_gemm(a)) {
+      F* z = pre ? pre : y;
+      matmul(z, x, w, M, N, K, false, false, 1.f, 0.f);
+      if (b && M * N > 0) k::add_bias(launcher(), z, z, b, M, N);
+      if (pre && M * N > 0) k::gelu_fwd(launcher(), y, pre, M * N);
+    }
+  });
+}
+
 // Attention: the GEMM lists of attention_plan.hpp (checked on the CPU) around the softmax kernels.
 void attention_fwd(F* out, F* att, const F* q, const F* kk, const F* v, long B, long T, long H, long Hkv, long D) {
   TP_OP("attention_fwd", ({{"B", B}, {"T", T}, {"H", H}, {"Hkv", Hkv}, {"D", D}}), {
@@ -248,7 +264,7 @@ double sum_squares(const F* x, long n) {
 }  // namespace
 
 void fill_f32_table(exec::OpTable<float>& t) {
-  t.matmul = matmul, t.add_bias = add_bias, t.bias_bwd = bias_bwd, t.add = add, t.accumulate = accumulate;
+  t.matmul = matmul, t.linear_fwd = linear_fwd, t.add_bias = add_bias, t.bias_bwd = bias_bwd, t.add = add, t.accumulate = accumulate;
   t.scale = scale, t.fill = fill, t.copy = copy, t.copy_rows = copy_rows;
   t.layernorm_fwd = layernorm_fwd, t.layernorm_bwd = layernorm_bwd;
   t.gelu_fwd = gelu_fwd, t.gelu_bwd = gelu_bwd, t.gelu_bwd_set = gelu_bwd_set;
@@ -265,7 +281,7 @@ void fill_f32_table(exec::OpTable<float>& t) {
 // The GPU backend computes in fp32 (bf16 next); fp64 is the CPU oracle's precision and is not faked here.
 void fill_f64_unsupported(exec::OpTable<double>& t) {
 #define TP_S(op) TP_STUB(t, op, "f64")
-  TP_S(matmul); TP_S(add_bias); TP_S(bias_bwd); TP_S(add); TP_S(accumulate); TP_S(scale); TP_S(fill); TP_S(copy);
+  TP_S(matmul); TP_S(linear_fwd); TP_S(add_bias); TP_S(bias_bwd); TP_S(add); TP_S(accumulate); TP_S(scale); TP_S(fill); TP_S(copy);
   TP_S(copy_rows); TP_S(layernorm_fwd); TP_S(layernorm_bwd); TP_S(ln_shard_sum); TP_S(ln_shard_sqdev);
   TP_S(ln_shard_apply); TP_S(ln_shard_bwd_sums); TP_S(ln_shard_bwd_apply); TP_S(gelu_fwd); TP_S(gelu_bwd);
   TP_S(gelu_bwd_set); TP_S(swiglu_fwd); TP_S(swiglu_bwd); TP_S(swiglu_bwd_set); TP_S(attention_fwd);

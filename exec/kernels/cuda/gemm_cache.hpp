@@ -3,7 +3,7 @@
 // key, the matmul descriptor, the three matrix layouts and the algorithm the heuristic chose, so a repeated
 // GEMM (every layer, every micro-batch, every step) skips the descriptor creation and the heuristic query.
 // Invariants: the key holds everything the stored setup depends on — the cuBLASLt plan's shapes, leading
-// dimensions, batch strides and transposes, the compute mode (TF32 or not) and the alignment of each pointer
+// dimensions, batch strides and transposes, the compute mode (TF32 or not), the epilogue and the alignment of each pointer
 // (the heuristic was told them) — and nothing else: pointers, alpha and beta are passed per call. At most
 // `capacity` entries; inserting beyond it destroys the least recently used one (its value's destructor runs
 // exactly once, when evicted or when the cache is cleared or destroyed).
@@ -25,6 +25,7 @@ struct GemmKey {
   int batch = 1;
   bool trans1 = false, trans2 = false, tf32 = false;
   uint32_t align1 = 0, align2 = 0, align_c = 0;  // bytes: 16, 8 or 4
+  int epilogue = 0;                              // 0 none, 1 bias, 2 gelu with aux, 3 gelu with aux and bias
 
   bool operator==(const GemmKey& o) const {
     auto same = [](const LtMatrix& a, const LtMatrix& b) {
@@ -32,18 +33,20 @@ struct GemmKey {
     };
     return same(m1, o.m1) && same(m2, o.m2) && same(mc, o.mc) && m == o.m && n == o.n && k == o.k &&
            batch == o.batch && trans1 == o.trans1 && trans2 == o.trans2 && tf32 == o.tf32 && align1 == o.align1 &&
-           align2 == o.align2 && align_c == o.align_c;
+           align2 == o.align2 && align_c == o.align_c && epilogue == o.epilogue;
   }
 };
 
 // The key of plan p with its pointers' alignments (in bytes) and the compute mode.
-inline GemmKey gemm_key(const LtPlan& p, uint32_t align1, uint32_t align2, uint32_t align_c, bool tf32) {
+inline GemmKey gemm_key(const LtPlan& p, uint32_t align1, uint32_t align2, uint32_t align_c, bool tf32,
+                        int epilogue = 0) {
   GemmKey k;
   k.m1 = p.m1, k.m2 = p.m2, k.mc = p.mc;
   k.m = p.m, k.n = p.n, k.k = p.k;
   k.batch = p.batch;
   k.trans1 = p.trans1, k.trans2 = p.trans2, k.tf32 = tf32;
   k.align1 = align1, k.align2 = align2, k.align_c = align_c;
+  k.epilogue = epilogue;
   return k;
 }
 
@@ -56,7 +59,7 @@ struct GemmKeyHash {
     }
     mix((uint64_t)k.m), mix((uint64_t)k.n), mix((uint64_t)k.k), mix((uint64_t)k.batch);
     mix((uint64_t)k.trans1 | (uint64_t)k.trans2 << 1 | (uint64_t)k.tf32 << 2);
-    mix(k.align1), mix(k.align2), mix(k.align_c);
+    mix(k.align1), mix(k.align2), mix(k.align_c), mix((uint64_t)k.epilogue);
     return (size_t)h;
   }
 };

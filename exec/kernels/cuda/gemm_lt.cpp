@@ -1,9 +1,10 @@
 // gemm_lt: cuBLASLt GEMMs for the CUDA backend (see gemm_lt.hpp for the row-major mapping and invariants).
 // A GEMM's setup (matmul descriptor, the three layouts, the heuristic's algorithm) is made on its first call
 // and kept in a cache keyed by its shapes, strides, transposes, compute mode and pointer alignments
-// (gemm_cache.hpp); later calls with the same key reuse it. The algorithm: when the first call has beta == 0,
-// the fastest of the heuristic's first 8 on that call's own operands (each run once, then timed twice;
-// TP_CUDA_GEMM_TUNE=0 takes the heuristic's first, as cuBLAS does). Measured on an H200 (docs/perf/gpu.md):
+// (gemm_cache.hpp); later calls with the same key reuse it. The algorithm: the fastest of the heuristic's first 8
+// on the first call's own operands (each run once, then timed twice; an accumulating GEMM on a saved copy of C,
+// restored after, when C is at most 64 MiB, else the heuristic's first; TP_CUDA_GEMM_TUNE=0 always takes the
+// heuristic's first, as cuBLAS does). Measured on an H200 (docs/perf/gpu.md):
 // the GPT-2 124M TF32 step went from 109 to 89 ms although each tuned GEMM is within a few % of the first. Alignment: every pointer must be 4-byte aligned
 // (fp32) and leading dimensions >= the stored row length; the heuristic is told each pointer's actual
 // alignment (16, 8 or 4 bytes) so it never picks a kernel that needs more (the alignment is part of the key).
@@ -77,6 +78,7 @@ struct LtSetup {
   Desc desc;
   Layout l1, l2, lc;
   cublasLtMatmulAlgo_t algo{};
+  bool none = false;  // the epilogue has no algorithm: the caller composes it
 };
 
 // Distinct GEMM shapes of a training run: a few per layer kind (forward, dgrad, wgrad; attention's batches).
@@ -151,13 +153,49 @@ namespace {
 // and the alignments in `key`.
 constexpr int kTuneAlgos = 8;
 
+// The epilogue's pointers (and the aux matrix's leading dimension) live in the descriptor: set per call.
+void set_epilogue_pointers(LtSetup& s, const GemmArgs& g) {
+  if (g.bias)
+    check(cublasLtMatmulDescSetAttribute(s.desc.d, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof g.bias), g,
+          "set BIAS_POINTER");
+  if (g.gelu) {
+    const int64_t ld = g.ldc;
+    check(cublasLtMatmulDescSetAttribute(s.desc.d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g.aux, sizeof g.aux),
+          g, "set EPILOGUE_AUX_POINTER");
+    check(cublasLtMatmulDescSetAttribute(s.desc.d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld), g,
+          "set EPILOGUE_AUX_LD");
+  }
+}
+
+int epilogue_of(const GemmArgs& g) { return g.gelu ? (g.bias ? 3 : 2) : (g.bias ? 1 : 0); }
+
+// Bytes C spans (its layout in plan p, every batch item).
+size_t c_bytes(const LtPlan& p) {
+  const LtMatrix& c = p.mc;
+  return sizeof(float) * size_t(long(p.batch - 1) * c.stride + (c.cols - 1) * c.ld + c.rows);
+}
+// GEMMs that accumulate (beta != 0) are tuned on a saved copy of C, restored afterwards, when C is at most this.
+constexpr size_t kTuneSaveBytes = size_t(64) << 20;
+
 // The fastest of the heuristic's algorithms on this GEMM's own operands: each runs once to warm up, then twice
-// timed with events on the stream. Only when beta == 0 (C is overwritten by the call that follows anyway).
+// timed with events on the stream. C is overwritten by the candidates: with beta == 0 the call that follows
+// overwrites it again; with beta != 0 C is saved to a temporary buffer first and restored after.
 int fastest(const LtSetup& s, const LtPlan& p, const GemmArgs& g, const cublasLtMatmulHeuristicResult_t* r, int n) {
   cudaEvent_t e0 = nullptr, e1 = nullptr;
   if (cudaEventCreate(&e0) != cudaSuccess || cudaEventCreate(&e1) != cudaSuccess) {
     cudaGetLastError();
     return 0;
+  }
+  void* saved = nullptr;
+  const size_t cb = c_bytes(p);
+  if (g.beta != 0.f) {
+    if (cudaMalloc(&saved, cb) != cudaSuccess) {
+      cudaGetLastError();
+      cudaEventDestroy(e0), cudaEventDestroy(e1);
+      return 0;
+    }
+    note_device_alloc(cb);
+    tp::cuda::check(cudaMemcpyAsync(saved, p.c, cb, cudaMemcpyDeviceToDevice, g_lt.stream), "saving C before tuning");
   }
   int best = 0;
   float best_ms = 0;
@@ -183,6 +221,12 @@ int fastest(const LtSetup& s, const LtPlan& p, const GemmArgs& g, const cublasLt
   }
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);
+  if (saved) {
+    tp::cuda::check(cudaMemcpyAsync(p.c, saved, cb, cudaMemcpyDeviceToDevice, g_lt.stream), "restoring C after tuning");
+    tp::cuda::check(cudaStreamSynchronize(g_lt.stream), "restoring C after tuning");
+    cudaFree(saved);
+    note_device_free(cb);
+  }
   if (g_lt.tune >= 2) std::fprintf(stderr, "cuda gemm tune %s: picked %d of%s\n", shape_text(g).c_str(), best, log.c_str());
   return best;
 }
@@ -194,6 +238,13 @@ std::unique_ptr<LtSetup> make_setup(const LtPlan& p, const GemmKey& key, const G
   const cublasOperation_t op1 = p.trans1 ? CUBLAS_OP_T : CUBLAS_OP_N, op2 = p.trans2 ? CUBLAS_OP_T : CUBLAS_OP_N;
   check(cublasLtMatmulDescSetAttribute(s->desc.d, CUBLASLT_MATMUL_DESC_TRANSA, &op1, sizeof op1), g, "set TRANSA");
   check(cublasLtMatmulDescSetAttribute(s->desc.d, CUBLASLT_MATMUL_DESC_TRANSB, &op2, sizeof op2), g, "set TRANSB");
+  if (key.epilogue) {
+    static const cublasLtEpilogue_t kinds[4] = {CUBLASLT_EPILOGUE_DEFAULT, CUBLASLT_EPILOGUE_BIAS,
+                                                CUBLASLT_EPILOGUE_GELU_AUX, CUBLASLT_EPILOGUE_GELU_AUX_BIAS};
+    const cublasLtEpilogue_t e = kinds[key.epilogue];
+    check(cublasLtMatmulDescSetAttribute(s->desc.d, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof e), g, "set EPILOGUE");
+    set_epilogue_pointers(*s, g);
+  }
   make_layout(s->l1, p.m1, p.batch, g);
   make_layout(s->l2, p.m2, p.batch, g);
   make_layout(s->lc, p.mc, p.batch, g);
@@ -210,10 +261,14 @@ std::unique_ptr<LtSetup> make_setup(const LtPlan& p, const GemmKey& key, const G
     check(cublasLtMatmulPreferenceSetAttribute(pref.d, which[i], &al[i], sizeof al[i]), g, "set MIN_ALIGNMENT");
   cublasLtMatmulHeuristicResult_t res[kTuneAlgos]{};
   int found = 0;
-  const int want = g_lt.tune > 0 && g.beta == 0.f ? kTuneAlgos : 1;
+  const int want = g_lt.tune > 0 && (g.beta == 0.f || c_bytes(p) <= kTuneSaveBytes) ? kTuneAlgos : 1;
   check(cublasLtMatmulAlgoGetHeuristic(g_lt.handle, s->desc.d, s->l1.d, s->l2.d, s->lc.d, s->lc.d, pref.d, want, res,
                                        &found),
         g, "cublasLtMatmulAlgoGetHeuristic");
+  if (found < 1 && key.epilogue) {
+    s->none = true;
+    return s;
+  }
   if (found < 1) throw std::runtime_error("cuda " + shape_text(g) + ": cuBLASLt has no algorithm for this GEMM");
   s->algo = res[found > 1 ? fastest(*s, p, g, res, found) : 0].algo;
   return s;
@@ -221,17 +276,26 @@ std::unique_ptr<LtSetup> make_setup(const LtPlan& p, const GemmKey& key, const G
 
 }  // namespace
 
-void lt_gemm(const GemmArgs& g) {
-  if (g.M == 0 || g.N == 0) return;
+bool lt_gemm(const GemmArgs& g) {
+  const int epi = epilogue_of(g);
+  // cuBLASLt's epilogues want 16-byte aligned vectors, an aux leading dimension that is a multiple of 8, one
+  // GEMM, alpha 1 and beta 0 (as linear_fwd asks); otherwise the caller composes them.
+  if (epi && (g.batch != 1 || g.alpha != 1.f || g.beta != 0.f || (g.bias && alignment(g.bias) < 16) ||
+              (g.gelu && (alignment(g.aux) < 16 || g.ldc % 8 != 0))))
+    return false;
+  if (g.M == 0 || g.N == 0) return true;
   validate(g);
   if (!g_lt.handle) throw std::runtime_error("cuda " + shape_text(g) + ": cuBLASLt is not initialised");
   const LtPlan p = lt_plan(g);  // Cᵀ = op(B)ᵀ op(A)ᵀ in column-major: cuBLASLt's first operand is our B
-  const GemmKey key = gemm_key(p, alignment(g.B), alignment(g.A), alignment(g.C), g_lt.tf32);
+  const GemmKey key = gemm_key(p, alignment(g.B), alignment(g.A), alignment(g.C), g_lt.tf32, epi);
   LtSetup* s = g_lt.cache->find(key);
   if (!s) s = g_lt.cache->insert(key, make_setup(p, key, g));
+  if (s->none) return false;
+  if (epi) set_epilogue_pointers(*s, g);
   check(cublasLtMatmul(g_lt.handle, s->desc.d, &g.alpha, p.x1, s->l1.d, p.x2, s->l2.d, &g.beta, p.c, s->lc.d, p.c,
                        s->lc.d, &s->algo, g_lt.workspace, g_lt.ws_bytes, g_lt.stream),
         g, "cublasLtMatmul");
+  return true;
 }
 
 }  // namespace tp::cuda

@@ -16,7 +16,9 @@ namespace tp::cuda {
 // Creates the cuBLASLt handle and a workspace of ws_bytes on the current device.
 void lt_init(cudaStream_t stream, size_t ws_bytes);
 void lt_shutdown();
-void lt_gemm(const GemmArgs& g);
+// Runs g. False (nothing computed) only when g asks for an epilogue that cuBLASLt has no algorithm for, or
+// whose pointers or leading dimension it cannot take (then the caller composes it from kernels).
+bool lt_gemm(const GemmArgs& g);
 // cuBLASLt's version number (cublasLtGetVersion; needs no device).
 size_t lt_version();
 

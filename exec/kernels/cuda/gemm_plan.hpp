@@ -22,6 +22,11 @@ struct GemmArgs {
   long lda = 0, ldb = 0, ldc = 0;
   int batch = 1;
   long sa = 0, sb = 0, sc = 0;
+  // Epilogue (batch 1 only): C = act(op(A) op(B) + bias[N]) with bias null for none; gelu: aux (laid out as C)
+  // receives the pre-activation and C its GELU (cuBLASLt's GELU_AUX[_BIAS]; alpha 1, beta 0).
+  const float* bias = nullptr;
+  float* aux = nullptr;
+  bool gelu = false;
 };
 
 // ops::matmul's contract on contiguous row-major operands.

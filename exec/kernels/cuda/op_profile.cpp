@@ -101,7 +101,7 @@ OpTimer::OpTimer(const char* name, std::initializer_list<std::pair<const char*, 
   if (s.pending.size() >= kMaxPending) drain();
   Pending p;
   p.key = name;
-  if (p.key.rfind("matmul", 0) == 0 || p.key.rfind("attention", 0) == 0) {
+  if (p.key.rfind("matmul", 0) == 0 || p.key.rfind("linear", 0) == 0 || p.key.rfind("attention", 0) == 0) {
     std::string d;
     for (const auto& [n, v] : shape) d += (d.empty() ? "" : ", ") + std::string(n) + " " + std::to_string(v);
     p.key += " (" + d + ")";

@@ -8,7 +8,7 @@
 //  - Only the outermost op is timed (an op called inside another op counts once, as part of its caller).
 //  - Enabled, it never synchronises inside an op: pending event pairs are read when 4096 are waiting (one
 //    event synchronisation) and at exit; the ops' order on the stream is unchanged.
-//  - Rows are keyed by op name; matmul and attention rows also by their shapes, so the table shows which GEMMs
+//  - Rows are keyed by op name; matmul, linear and attention rows also by their shapes, so the table shows which GEMMs
 //    cost what.
 #pragma once
 #include <initializer_list>
