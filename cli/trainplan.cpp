@@ -3,6 +3,7 @@
 // Exit codes: 0 success, 2 bad input or usage (message names the JSON path and what was expected),
 // 1 internal error. Output files are written atomically and only after the whole run succeeded.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -185,20 +186,32 @@ int cmd_run(int argc, char** argv) {
     if (!end || *end || !(x >= lo)) throw Usage(std::string(opt) + " expects a number >= " + std::to_string(lo) + ", got " + v);
     return x;
   };
-  o.steps = (int)num("--steps", 1, 10);
-  o.seed = (uint64_t)num("--seed", 0, 1234);
+  // A count: a whole number from lo to hi (so 2.5, 1e30 or -1 are usage errors, never truncated or wrapped).
+  auto count = [&](const char* opt, long long lo, long long hi, long long dflt) {
+    if (a.value(opt).empty()) return dflt;
+    const std::string v = a.value(opt);
+    char* end = nullptr;
+    const double x = std::strtod(v.c_str(), &end);
+    if (!end || *end || !(x >= double(lo) && x <= double(hi)) || x != std::floor(x))
+      throw Usage(std::string(opt) + " expects a whole number from " + std::to_string(lo) + " to " + std::to_string(hi) +
+                  ", got " + v);
+    return (long long)x;
+  };
+  constexpr long long kIntMax = 2147483647LL, kExact = 9007199254740992LL;  // int; 2^53, doubles' exact integers
+  o.steps = (int)count("--steps", 1, kIntMax, 10);
+  o.seed = (uint64_t)count("--seed", 0, kExact, 1234);
   o.lr = num("--lr", 0, 1e-3);
   o.data = a.value("--data");
-  o.delink_step = (long)num("--delink-step", 1, -1);
+  o.delink_step = (long)count("--delink-step", 1, kIntMax, -1);
   o.checkpoint_dir = a.value("--checkpoint-dir");
-  o.checkpoint_every = (int)num("--checkpoint-every", 1, 0);
+  o.checkpoint_every = (int)count("--checkpoint-every", 1, kIntMax, 0);
   o.resume = a.flag("--resume") || a.flag("--resume-or-start");
   o.resume_or_start = a.flag("--resume-or-start");
   o.trace = a.value("--trace");
   o.device_budget_bytes = num("--device-budget", 1, 0);
-  o.log_every = (int)num("--log-every", 0, -1);
-  o.keep_checkpoints = (int)num("--keep-checkpoints", 0, 3);
-  o.handover_window = (long long)num("--handover-window", 1, 0);
+  o.log_every = (int)count("--log-every", 0, kIntMax, -1);
+  o.keep_checkpoints = (int)count("--keep-checkpoints", 0, kIntMax, 3);
+  o.handover_window = count("--handover-window", 1, kExact, 0);
   if ((o.checkpoint_every > 0 || o.resume) && o.checkpoint_dir.empty()) throw Usage("--checkpoint-every and --resume need --checkpoint-dir");
   o.fp64 = a.flag("--fp64");
   o.backend = a.value("--backend", "cpu");

@@ -209,11 +209,10 @@ void RankRun<T>::optimizer_step(int step, int warmup, RunResult& res) {
     if (idle(k) || other_replica(k)) continue;
     double& sq = sq2[own_seg[k]];
     BackendScope where(on_host(own_on_host(k)));
-    gl.each_view(own[k].first, own[k].second, [&](size_t v, long long lo, long long hi, long long at) {
-      const long long a = own[k].first + at;
-      if (!record_copy(v, a)) return;  // (2D: rows != 0 hold unused copies; the tied copy on the last stage)
-      sq += ops::sum_squares(G(k, a), (long)(hi - lo));
-    });
+    // (2D: rows != 0 hold unused copies; the tied copy on the last stage.) One sum per run of adjacent views.
+    gl.each_run(
+        own[k].first, own[k].second, [&](size_t v, long long at) { return record_copy(v, own[k].first + at) ? 0L : -1L; },
+        [&](long long at, long long n, long) { sq += ops::sum_squares(G(k, own[k].first + at), (long)n); });
   }
   world.all_reduce_sum(sq2, 2, Dtype::f64);  // over every rank: each parameter counted on exactly one
   if (p.zero == 0) {  // ...except that without ZeRO every rank of a segment's group holds it
@@ -229,14 +228,18 @@ void RankRun<T>::optimizer_step(int step, int warmup, RunResult& res) {
     BackendScope where(on_host(own_on_host(k)));
     T* M1 = moments(k, 1);  // (the host optimizer keeps its own: hopt.step below)
     T* M2 = moments(k, 2);
-    gl.each_view(own[k].first, own[k].second, [&](size_t v, long long lo, long long hi, long long at) {
+    // One clip and one Adam step per run of adjacent views with the same weight decay (key 1: decayed).
+    auto key = [&](size_t v, long long) -> long {
       const ParamView& pv = gl.views[v];
-      if (shared > 0 && pv.layer >= shared) return;  // pseudo phase: slots beyond the k groups are unused
-      if (model.two_d && replicated_view[v]) return;  // 2D: not this grid row's parameter
-      const long long a = own[k].first + at, n = hi - lo, so = own_off[k] + at;
+      if (shared > 0 && pv.layer >= shared) return -1;  // pseudo phase: slots beyond the k groups are unused
+      if (model.two_d && replicated_view[v]) return -1;  // 2D: not this grid row's parameter
+      return pv.decay ? 1 : 0;
+    };
+    gl.each_run(own[k].first, own[k].second, key, [&](long long at, long long n, long decay) {
+      const long long a = own[k].first + at, so = own_off[k] + at;
       T* g = G(k, a);
       if (clip != T(1)) ops::scale(g, g, clip, (long)n);
-      const T wd = T(pv.decay ? o.weight_decay : 0);
+      const T wd = T(decay ? o.weight_decay : 0);
       if (hopt.on()) hopt.step(P(a), g, so, n, T(lr), T(o.beta1), T(o.beta2), T(o.eps), wd, (long)step + 1);
       else ops::adamw(P(a), g, M1 + so, M2 + so, (long)n, T(lr), T(o.beta1), T(o.beta2), T(o.eps), wd, (long)step + 1);
     });

@@ -88,6 +88,23 @@ TEST(Cli, EqualsValuesAndDashForStdout) {
 
 // Output paths are checked before any work: a missing directory, an empty name or a directory is exit 2 with
 // the reason, and a run does not train first.
+// run's counts (--steps, --handover-window, ...) are whole numbers in range: 2.5, 1e30, -1 or text are usage
+// errors (exit 2) naming the option, never truncated or wrapped; a good value runs.
+TEST(Cli, RunCountOptionsAreWholeNumbersInRange) {
+  const std::string tiny = std::string(TP_SOURCE_DIR) + "/scenarios/exec/tiny-gpt.json";
+  for (const char* bad : {"--handover-window 0", "--handover-window 2.5", "--handover-window abc",
+                          "--handover-window 1e30", "--steps -1", "--steps 3.5", "--keep-checkpoints -2",
+                          "--log-every 1e10", "--seed -3"}) {
+    SCOPED_TRACE(bad);
+    Out o = tp_run("run " + tiny + " " + bad);
+    EXPECT_EQ(o.rc, 2) << o.text;
+    const std::string opt = std::string(bad).substr(0, std::string(bad).find(' '));
+    EXPECT_NE(o.text.find(opt + " expects a whole number"), std::string::npos) << o.text;
+  }
+  Out ok = tp_run("run " + tiny + " --steps 1 --handover-window 97 --seed 7 --quiet");
+  EXPECT_EQ(ok.rc, 0) << ok.text;
+}
+
 TEST(Cli, OutputPathsCheckedBeforeWork) {
   Out a = tp_run("simulate " + kScenario + " --json /nonexistent-dir/o.json");
   EXPECT_EQ(a.rc, 2);
