@@ -4,7 +4,8 @@
 # with `trainplan run --backend cuda` in fp32 (and the first with TF32 GEMMs, TP_CUDA_TF32=1), and prints one table
 # row each: median step time over the steps after the first two (warm-up), tokens/s, achieved model TFLOP/s (the
 # executor's own count, as Megatron-LM's log line), the peak device memory the backend allocated, the simulator's
-# step time and tensor memory for the same scenario beside them, and MFU against the H100 profile's fp32 peak
+# step time and tensor memory for the same scenario beside them (on the catalog's cluster of the GPU: h200-single
+# on an H200, dgx-h100 otherwise), and MFU against that GPU's fp32 peak
 # (models/catalog/gpus.json). bf16 mixed precision is not in the executor yet, so the issue's target (>= 50 % MFU
 # of the dense bf16 peak) cannot be measured: the table says so. Where there is no CUDA device it prints
 # "no device" and exits 0; it never prints a number that was not measured.
@@ -34,8 +35,11 @@ if [[ $rc -eq 2 ]]; then
 fi
 work=${OUT_DIR:-$(mktemp -d)}
 mkdir -p "$work"
-peak=$(python3 -c "import json;print(json.load(open('$root/models/catalog/gpus.json'))['H100-SXM-80GB']['matrix_flops_per_s']['fp32'])")
-echo "device: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1); $("$bin" --version | grep '^cuda:')" >&2
+gpu=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)
+echo "device: $gpu; $("$bin" --version | grep '^cuda:')" >&2
+# The simulator's prediction on the catalog's cluster of this GPU (one H200: h200-single; else the H100's).
+cluster=dgx-h100 gpu_key=H100-SXM-80GB; [[ $gpu == *H200* ]] && cluster=h200-single gpu_key=H200-SXM-141GB
+peak=$(python3 -c "import json;print(json.load(open('$root/models/catalog/gpus.json'))['$gpu_key']['matrix_flops_per_s']['fp32'])")
 # name, layers, hidden, heads, sequence, micro-batch (= global batch), recompute, modes
 configs=("gpt2-124m 12 768 12 1024 8 none fp32,tf32" "gpt2-124m-rc 12 768 12 1024 8 full fp32"
          "gpt2-124m-s2k 12 768 12 2048 4 none fp32" "gpt2-350m 24 1024 16 1024 4 none fp32")
@@ -48,7 +52,7 @@ for cfg in "${configs[@]}"; do
   "about": "GPT-2's shapes on one GPU (run_gpu_bench.sh); byte tokens of the bundled corpus in a 50304 vocabulary.",
   "model": {"name": "$name", "layers": $layers, "hidden": $hidden, "heads": $heads, "vocab": 50304, "seq_len": $seq,
             "activation": "gelu", "tied_embeddings": true, "dropout": false},
-  "cluster": "dgx-h100",
+  "cluster": "$cluster",
   "training": {"global_batch": $mb, "seq_len": $seq, "precision": "fp32"},
   "plan": {"attention": "unfused", "dp": 1, "tp": 1, "pp": 1, "microbatch": $mb, "recompute": "$rc_mode"}
 }
@@ -78,7 +82,7 @@ t = r["step_time_s"][2:] or r["step_time_s"]
 tf = [float(x) for x in re.findall(r"TFLOP/s/GPU\): ([0-9.]+)", log)][2:]
 med = statistics.median(t); tflops = statistics.median(tf) if tf else float("nan")
 tok = r["scenario"]["training"]["global_batch"] * r["scenario"]["training"]["seq_len"] / med
-note = ("%.1f %% of H100/H200 fp32 peak (%.1f TFLOP/s)" % (100 * tflops * 1e12 / peak, peak / 1e12) if mode.startswith("fp32")
+note = ("%.1f %% of the fp32 peak (%.1f TFLOP/s)" % (100 * tflops * 1e12 / peak, peak / 1e12) if mode.startswith("fp32")
         else "TF32 GEMMs; H100/H200 SXM dense TF32 peak 494.7 TFLOP/s (datasheet)")
 print("| %-10s | %-9s | %-16s | %-8.0f | %-7.1f | %-18s | %s |" % (sys.argv[6], mode, "%.1f (%s)" % (med * 1e3, sim_ms),
       tok, tflops, "%.2f (%s)" % (dev_gib, sim_gib), note))
