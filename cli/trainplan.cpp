@@ -236,6 +236,8 @@ int cmd_run(int argc, char** argv) {
     if (!a.value("--plan").empty()) sc = with_planner_choice(sc, a.positional[0], a.value("--plan"));
     if (world.rank() == 0) print_warnings(sc);
     exec::check_runnable(sc);
+    if (world.rank() == 0)
+      for (const std::string& n : exec::run_notes(sc, o.fp64)) std::cerr << "note: " << n << "\n";
     exec::check_run_memory(sc, o.fp64, o.backend == "cuda");
     if (!o.data.empty()) exec::load_run_tokens(o.data, sc.model.vocab);  // a bad token file: exit 2 on every rank, before work
     std::string why;

@@ -71,6 +71,17 @@ void check_runnable(const Scenario& sc) {
   }
 }
 
+std::vector<std::string> run_notes(const Scenario& sc, bool fp64) {
+  std::vector<std::string> notes;
+  const Precision p = sc.training.precision;
+  if (p == Precision::bf16 || p == Precision::fp16)
+    notes.push_back(std::string("$.training.precision \"") + precision_name(p) + "\": run trains in " +
+                    (fp64 ? "float64 (--fp64)" : "float32") +
+                    " (the executor has no mixed precision yet), so its losses, step time and memory are " +
+                    (fp64 ? "float64's" : "float32's") + ", not " + precision_name(p) + "'s");
+  return notes;
+}
+
 int job_ranks(const Scenario& sc) {
   return std::max(sc.plan.gpus(), sc.delink.on() && sc.delink.plan ? sc.delink.plan->gpus() : 1);
 }

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "models/json_check.hpp"
@@ -103,6 +104,25 @@ TEST(Cli, RunCountOptionsAreWholeNumbersInRange) {
   }
   Out ok = tp_run("run " + tiny + " --steps 1 --handover-window 97 --seed 7 --quiet");
   EXPECT_EQ(ok.rc, 0) << ok.text;
+}
+
+// A bf16 scenario trains in float32 (no mixed precision in the executor yet): run says so on stderr, once, and
+// an fp32 scenario gets no note.
+TEST(Cli, RunSaysWhenItTrainsInAnotherPrecision) {
+  tp::testutil::TempDir d("tp_cli_bf16");
+  std::ifstream in(std::string(TP_SOURCE_DIR) + "/scenarios/exec/tiny-gpt.json");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string f32 = "\"precision\": \"fp32\"";
+  ASSERT_NE(text.find(f32), std::string::npos);
+  text.replace(text.find(f32), f32.size(), "\"precision\": \"bf16\"");
+  const std::string sc = d.file("bf16.json");
+  std::ofstream(sc) << text;
+  Out o = tp_run("run " + sc + " --steps 1 --quiet");
+  EXPECT_EQ(o.rc, 0) << o.text;
+  EXPECT_NE(o.text.find("note: $.training.precision \"bf16\": run trains in float32"), std::string::npos) << o.text;
+  Out f = tp_run("run " + std::string(TP_SOURCE_DIR) + "/scenarios/exec/tiny-gpt.json --steps 1 --quiet");
+  EXPECT_EQ(f.rc, 0) << f.text;
+  EXPECT_EQ(f.text.find("note:"), std::string::npos) << f.text;
 }
 
 TEST(Cli, OutputPathsCheckedBeforeWork) {
