@@ -10,6 +10,9 @@
 //  - Every error throws std::runtime_error naming the op and its shapes; TP_CUDA_SYNC=1 synchronises after
 //    each op so an asynchronous fault is blamed on the op that caused it. Out of memory: alloc returns null
 //    after printing the bytes asked and the bytes free.
+//  - Tensor memory is cached: a freed block is reused by a later alloc of its size (dev_alloc below), so a
+//    training step calls neither cudaMalloc nor cudaFree; TP_CUDA_CACHE=0 turns it off.
+//  - TP_CUDA_PROFILE times every op (op_profile.hpp).
 //  - Ops without a kernel yet (the tensor/vocabulary-parallel shard ops) are present and throw "not supported".
 #include <cuda_runtime.h>
 
