@@ -38,11 +38,6 @@ void expect_cases(const json& ref, const std::vector<Case>& cases, int steps) {
   }
 }
 
-std::string log_of(const std::string& file) {
-  std::ifstream in(file + ".log");
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
 }  // namespace
 
 TEST(RunEmuDevice, SingleRankDelinkAndResume) {
@@ -51,8 +46,8 @@ TEST(RunEmuDevice, SingleRankDelinkAndResume) {
   ASSERT_FALSE(ref.is_null());
   std::string f = scenario("dev_single", json::object());
   json e64 = run(f, steps, true, nullptr, kDev), e32 = run(f, steps, false, nullptr, kDev);
-  ASSERT_FALSE(e64.is_null()) << log_of(f);
-  ASSERT_FALSE(e32.is_null()) << log_of(f);
+  ASSERT_FALSE(e64.is_null()) << log_text(f);
+  ASSERT_FALSE(e32.is_null()) << log_text(f);
   expect_close(e64, ref, "losses", 1e-9, "emu-device fp64");
   expect_close(e64, ref, "grad_norm", 1e-9, "emu-device fp64");
   expect_close(e32, ref, "losses", 1e-4, "emu-device fp32");
@@ -65,7 +60,7 @@ TEST(RunEmuDevice, SingleRankDelinkAndResume) {
   json delink = {{"unique_layers", 2}, {"tokens", 768}};
   std::string d = scenario("dev_delink", {{"delink", delink}});
   json dc = run(d, steps, true, nullptr, "--delink-step 2"), de = run(d, steps, true, nullptr, kDev + " --delink-step 2");
-  ASSERT_FALSE(de.is_null()) << log_of(d);
+  ASSERT_FALSE(de.is_null()) << log_text(d);
   expect_close(de, dc, "losses", 1e-9, "emu-device delink");
   // Checkpoints of device memory (staged through host copies): a resume at step 2 reproduces the run bit for bit.
   expect_resume_bit_identical(f, steps, e32, kDev, "dev_ckpt");
@@ -129,12 +124,12 @@ TEST(RunEmuDevice, MoeMatchesSingleRankFloat64) {
   ASSERT_FALSE(ref.is_null());
   std::string one = moe("dev_moe_1", json::object());
   json got = run(one, 2, true, nullptr, kDev);
-  ASSERT_FALSE(got.is_null()) << log_of(one);
+  ASSERT_FALSE(got.is_null()) << log_text(one);
   expect_close(got, ref, "losses", 1e-9, "emu-device moe");
   if (!have_mpi()) return;
   std::string par = moe("dev_moe_dp2_ep2", {{"dp", 2}, {"ep", 2}});
   got = run(par, 2, true, nullptr, kDev);
-  ASSERT_FALSE(got.is_null()) << log_of(par);
+  ASSERT_FALSE(got.is_null()) << log_text(par);
   expect_close(got, ref, "losses", 1e-9, "emu-device moe dp2 ep2");
   expect_close(got, ref, "grad_norm", 1e-9, "emu-device moe dp2 ep2");
 }

@@ -146,8 +146,7 @@ TEST(RunOracle, BadPlansExitTwoBeforeWork) {
   std::string cmd = std::string(TP_BINARY) + " run " + f + " --steps 1 --quiet > " + f + ".log 2>&1";
   int rc = std::system(cmd.c_str());
   EXPECT_EQ(WEXITSTATUS(rc), 2);
-  std::ifstream log(f + ".log");
-  std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  std::string text = log_text(f);
   EXPECT_NE(text.find("$.plan: dp x cp x tp x pp = 4 ranks, but this job has 1"), std::string::npos) << text;
   // A plan the executor does not run: fp8 training (the CPU backend has no fp8 GEMMs).
   {
@@ -161,8 +160,7 @@ TEST(RunOracle, BadPlansExitTwoBeforeWork) {
   rc = std::system(cmd.c_str());
   EXPECT_EQ(WEXITSTATUS(rc), 2);
   {
-    std::ifstream olog(f + ".log");
-    std::string otext((std::istreambuf_iterator<char>(olog)), std::istreambuf_iterator<char>());
+    const std::string otext = log_text(f);
     EXPECT_NE(otext.find("$.training.precision \"fp8\" (the CPU backend has no fp8 GEMMs): not supported by `trainplan run` yet"),
               std::string::npos) << otext;
   }
@@ -171,8 +169,7 @@ TEST(RunOracle, BadPlansExitTwoBeforeWork) {
   for (const char* b : {"cuda", "tpu"}) {
     cmd = std::string(TP_BINARY) + " run " + f + " --steps 1 --quiet --backend " + b + " > " + f + ".log 2>&1";
     rc = std::system(cmd.c_str());
-    std::ifstream blog(f + ".log");
-    std::string btext((std::istreambuf_iterator<char>(blog)), std::istreambuf_iterator<char>());
+    const std::string btext = log_text(f);
     if (std::string(b) == "cuda" && tp::exec::cuda_built_in()) {  // dlopened: no device (77) or trained (0)
       const bool no_dev = WEXITSTATUS(rc) == 77 && btext.find("no CUDA device: cudaGetDeviceCount") != std::string::npos;
       EXPECT_TRUE(no_dev || WEXITSTATUS(rc) == 0) << WEXITSTATUS(rc) << " " << btext;
@@ -396,8 +393,7 @@ TEST(RunOracle, ChunkedOffloadUnderATightBudgetMatchesSingleRank) {
   json none = run(f, 1, true, &code, "--device-budget 100000");
   EXPECT_TRUE(none.is_null());
   EXPECT_EQ(code, 2);
-  std::ifstream log(f + ".log");
-  std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  const std::string text = log_text(f);
   EXPECT_NE(text.find("more than the device budget"), std::string::npos) << text;
   if (!have_mpi()) return;
   struct Case { const char* name; json plan; const char* budget; };
@@ -441,8 +437,7 @@ TEST(RunOracle, FailingRankEndsTheJob) {
   EXPECT_TRUE(r.is_null());
   EXPECT_NE(code, 0);
   EXPECT_NE(code, 124) << "the job hung";
-  std::ifstream log(f + ".log");
-  std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  const std::string text = log_text(f);
   EXPECT_NE(text.find("error"), std::string::npos) << text;
 }
 

@@ -169,7 +169,6 @@ TEST(RunRelayout, AJobWithTooFewRanksForThePseudoPlanExitsTwo) {
   const std::string cmd = std::string(TP_BINARY) + " run " + f + " --steps 1 --quiet > " + f + ".log 2>&1";
   const int rc = std::system(cmd.c_str());
   EXPECT_EQ(WEXITSTATUS(rc), 2);
-  std::ifstream log(f + ".log");
-  const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  const std::string text = log_text(f);
   EXPECT_NE(text.find("$.plan.delink.plan: the pseudo phase's dp x cp x tp x pp = 2 ranks"), std::string::npos) << text;
 }

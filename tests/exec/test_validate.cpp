@@ -112,8 +112,7 @@ TEST(Validate, ToleranceDecidesTheExitCode) {
                out + " > " + out + ".log 2>&1"), 1);
   r = json::parse(std::ifstream(out));
   EXPECT_FALSE(r["within_tolerance"].get<bool>());
-  std::ifstream log(out + ".log");
-  std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  const std::string text = oracle::log_text(out);
   EXPECT_NE(text.find("outside the tolerance: step time"), std::string::npos) << text;
   EXPECT_EQ(sh(std::string(TP_BINARY) + " validate " + sc + " --profile " + prof + " --tolerance -1 > /dev/null 2>&1"), 2);
 }
