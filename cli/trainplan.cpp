@@ -188,8 +188,8 @@ int cmd_run(int argc, char** argv) {
   };
   // A count: a whole number from lo to hi (so 2.5, 1e30 or -1 are usage errors, never truncated or wrapped).
   auto count = [&](const char* opt, long long lo, long long hi, long long dflt) {
-    if (a.value(opt).empty()) return dflt;
     const std::string v = a.value(opt);
+    if (v.empty()) return dflt;
     char* end = nullptr;
     const double x = std::strtod(v.c_str(), &end);
     if (!end || *end || !(x >= double(lo) && x <= double(hi)) || x != std::floor(x))

@@ -114,11 +114,7 @@ TEST(CudaGemmPlan, AttentionGemmsAroundTheSoftmaxMatchTheCpuBackend) {
 TEST(CudaGemmCache, KeyTellsApartEveryGemmThatNeedsAnotherSetup) {
   alignas(16) static float buf[4096];
   auto key = [](const cuda::GemmArgs& g, bool tf32 = false) {
-    auto al = [](const void* p) {
-      const auto a = reinterpret_cast<uintptr_t>(p);
-      return a % 16 == 0 ? 16u : a % 8 == 0 ? 8u : 4u;
-    };
-    return cuda::gemm_key(cuda::lt_plan(g), al(g.B), al(g.A), al(g.C), tf32);
+    return cuda::gemm_key(cuda::lt_plan(g), cuda::alignment(g.B), cuda::alignment(g.A), cuda::alignment(g.C), tf32);
   };
   const cuda::GemmArgs base = cuda::matmul_args(buf, buf + 1024, buf + 2048, 8, 12, 16, false, false, 1, 0);
   cuda::GemmArgs moved = base;  // other addresses, same alignments, other alpha / beta

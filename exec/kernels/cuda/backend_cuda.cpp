@@ -116,30 +116,26 @@ void release_cached() {
 void* dev_alloc(size_t bytes) {
   if (bytes == 0) return nullptr;
   enter();
-  const size_t want = (bytes + kRound - 1) / kRound * kRound;
+  size_t size = (bytes + kRound - 1) / kRound * kRound;
+  void* p = nullptr;
   if (g_cache_on) {
     std::lock_guard<std::mutex> lk(g_mem_m);
-    auto it = g_free_blocks.lower_bound(want);
-    if (it != g_free_blocks.end() && it->first <= want + want / 8) {
-      void* p = it->second;
-      g_live[p] = it->first;
+    auto it = g_free_blocks.lower_bound(size);
+    if (it != g_free_blocks.end() && it->first <= size + size / 8) {
+      size = it->first, p = it->second;
       g_free_blocks.erase(it);
-      g_mem_now += double(g_live[p]);
-      g_mem_peak = std::max(g_mem_peak, g_mem_now);
-      return p;
     }
   }
-  void* p = nullptr;
-  cudaError_t e = cudaMalloc(&p, want);
+  cudaError_t e = p ? cudaSuccess : cudaMalloc(&p, size);
   if (e != cudaSuccess && g_cache_on) {
     cudaGetLastError();
     release_cached();
-    e = cudaMalloc(&p, want);
+    e = cudaMalloc(&p, size);
   }
   if (e == cudaSuccess) {
-    note_device_alloc(want);
+    note_device_alloc(size);
     std::lock_guard<std::mutex> lk(g_mem_m);
-    g_live[p] = want;
+    g_live[p] = size;
     return p;
   }
   cudaGetLastError();

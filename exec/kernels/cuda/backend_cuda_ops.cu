@@ -81,7 +81,7 @@ struct Stub<I, R (*)(A...)> {
 // The three pointers' alignments in bytes (16, 8, 4, ...) as one number ABC in decimal (161616: all 16), for messages
 // and the op profile.
 long align3(const void* a, const void* b, const void* c) {
-  auto al = [](const void* p) { const auto u = reinterpret_cast<uintptr_t>(p); return u % 16 == 0 ? 16L : u % 8 == 0 ? 8L : u % 4 == 0 ? 4L : 1L; };
+  auto al = [](const void* p) { return long(alignment(p)); };
   auto w = [](long x) { return x >= 10 ? 100L : 10L; };
   return (al(a) * w(al(b)) + al(b)) * w(al(c)) + al(c);
 }

@@ -39,10 +39,6 @@ void check(cublasStatus_t s, const GemmArgs& g, const char* call) {
                            cublasLtGetStatusString(s) + ")");
 }
 
-uint32_t alignment(const void* p) {
-  const auto a = reinterpret_cast<uintptr_t>(p);
-  return a % 16 == 0 ? 16u : a % 8 == 0 ? 8u : a % 4 == 0 ? 4u : 1u;
-}
 
 // RAII owners of the descriptors (not copyable: each is destroyed exactly once).
 struct Layout {

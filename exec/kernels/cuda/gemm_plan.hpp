@@ -5,8 +5,15 @@
 // matrix with leading dimension ld. So C = op(A) op(B) (row-major) is computed as Cᵀ = op(B)ᵀ op(A)ᵀ
 // (column-major): cuBLASLt's first operand is our B, its second our A, transposes unchanged.
 #pragma once
+#include <cstdint>
 
 namespace tp::cuda {
+
+// A pointer's alignment in bytes as cuBLASLt's preferences take it: 16, 8, 4 or 1.
+inline uint32_t alignment(const void* p) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  return a % 16 == 0 ? 16u : a % 8 == 0 ? 8u : a % 4 == 0 ? 4u : 1u;
+}
 
 // One GEMM (batch == 1) or a strided batch of them. Row-major operands: A is [M, K] ([K, M] when ta) with
 // row stride lda; B is [K, N] ([N, K] when tb) with row stride ldb; C is [M, N] with row stride ldc.
