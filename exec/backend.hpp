@@ -71,6 +71,7 @@ struct OpTable {
   void (*positions_bwd)(T*, const T*, long, long, long, long);
   void (*adamw)(T*, const T*, T*, T*, long, T, T, T, T, T, long);
   double (*sum_squares)(const T*, long);
+  double (*fp8_quantize)(T*, const T*, long, T, int);
   void (*attention_fwd_kv)(T*, T*, const T*, const T*, const T*, long, long, long, long, long, long);
   void (*attention_bwd_kv)(T*, T*, T*, const T*, const T*, const T*, const T*, const T*, long, long, long, long, long,
                            long);

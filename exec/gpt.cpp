@@ -11,6 +11,7 @@
 #include <functional>
 #include <stdexcept>
 
+#include "exec/fp8.hpp"
 #include "exec/moe.hpp"
 #include "exec/ops.hpp"
 
@@ -265,24 +266,29 @@ static void reduce_scatter_rows(Comm* tp, const T* full, T* shard, long rows_loc
 // in [N, C] (the micro-batch's rows: under SP all-gathered): saves fc1 [N, F1] and act [N, Fl]; out [Nl, C] = this
 // rank's rows of the output (SP: reduce-scattered, else all-reduced over tp) with the fc2 bias.
 template <class T>
-static void mlp_fwd(const Gpt<T>& g, int w1, int b1, int w2, int b2, long F1, long Fl, const T* in, Buf<T>& fc1,
-                    Buf<T>& act, T* out, long N, long Nl) {
+static void mlp_fwd(const Gpt<T>& g, int wl, int lin1, int w1, int b1, int w2, int b2, long F1, long Fl, const T* in,
+                    Buf<T>& fc1, Buf<T>& act, T* out, long N, long Nl) {
   const long C = (long)g.lay.s.C;
   fc1.resize(N * F1);
   act.resize(N * Fl);
   const T* bias1 = b1 >= 0 ? g.p(b1) : nullptr;
+  Buf<T> qx, qw;  // fp8 casts of the GEMM operands (linears lin1 and lin1 + 1 of exec/fp8.hpp)
+  const T* x1 = g.f8(qx, in, N * C, wl, lin1, Fp8Operand::x);
+  const T* w1p = g.f8(qw, g.p(w1), C * F1, wl, lin1, Fp8Operand::w);
   if (g.lay.s.gelu) {
-    ops::linear_fwd(act.data(), fc1.data(), in, g.p(w1), bias1, N, F1, C);  // fc1 = in w1 + b1, act = gelu(fc1)
+    ops::linear_fwd(act.data(), fc1.data(), x1, w1p, bias1, N, F1, C);  // fc1 = in w1 + b1, act = gelu(fc1)
   } else {
-    ops::linear_fwd(fc1.data(), (T*)nullptr, in, g.p(w1), bias1, N, F1, C);
+    ops::linear_fwd(fc1.data(), (T*)nullptr, x1, w1p, bias1, N, F1, C);
     ops::swiglu_fwd(act.data(), fc1.data(), N, Fl);
   }
+  const T* x2 = g.f8(qx, act.data(), N * Fl, wl, lin1 + 1, Fp8Operand::x);
+  const T* w2p = g.f8(qw, g.p(w2), Fl * C, wl, lin1 + 1, Fp8Operand::w);
   if (g.sp) {
     Buf<T> z(N * C);  // [N, C] partial
-    ops::matmul(z.data(), act.data(), g.p(w2), N, C, Fl, false, false, T(1), T(0));
+    ops::matmul(z.data(), x2, w2p, N, C, Fl, false, false, T(1), T(0));
     reduce_scatter_rows(g.tp, z.data(), out, Nl, C);
   } else {
-    ops::matmul(out, act.data(), g.p(w2), N, C, Fl, false, false, T(1), T(0));
+    ops::matmul(out, x2, w2p, N, C, Fl, false, false, T(1), T(0));
     if (g.tp) g.tp->all_reduce_sum(out, N * C, dt(T{}));
   }
   if (b2 >= 0) ops::add_bias(out, out, g.p(b2), Nl, C);
@@ -292,28 +298,38 @@ static void mlp_fwd(const Gpt<T>& g, int w1, int b1, int w2, int b2, long F1, lo
 // and sets din [N, C] (resized) = the input gradient, partial over tp (the caller reduces it). Consumes fc1 and
 // act, and `in_owner` (the buffer of `in`, if given) once its last reader is done.
 template <class T>
-static void mlp_bwd(const Gpt<T>& g, int w1, int b1, int w2, int b2, long F1, long Fl, const T* in, Buf<T>* in_owner,
-                    Buf<T>& fc1, Buf<T>& act, const T* dout, Buf<T>& din, long N, long Nl) {
+static void mlp_bwd(const Gpt<T>& g, int wl, int lin1, int w1, int b1, int w2, int b2, long F1, long Fl, const T* in,
+                    Buf<T>* in_owner, Buf<T>& fc1, Buf<T>& act, const T* dout, Buf<T>& din, long N, long Nl) {
   const long C = (long)g.lay.s.C;
   auto release = [](Buf<T>& v) { Buf<T>().swap(v); };
   if (b2 >= 0) ops::bias_bwd(g.g(b2), dout, Nl, C);
   Buf<T> dz_full;  // [N, C] (SP: all-gathered)
   const T* dz = dout;
   if (g.sp) { dz_full.resize(N * C); gather_rows(g.tp, dout, dz_full.data(), Nl, C); dz = dz_full.data(); }
-  ops::matmul(g.g(w2), act.data(), dz, Fl, C, N, true, false, T(1), T(1));
+  Buf<T> qx, qw, qd;  // fp8 casts (the forward operands again with the same scales: the same values)
+  dz = g.f8(qd, dz, N * C, wl, lin1 + 1, Fp8Operand::dy);
+  ops::matmul(g.g(w2), g.f8(qx, act.data(), N * Fl, wl, lin1 + 1, Fp8Operand::x, false), dz, Fl, C, N, true, false,
+              T(1), T(1));
   T* dact = act.data();  // [N, Fl], over the used act
-  ops::matmul(dact, dz, g.p(w2), N, Fl, C, false, true, T(1), T(0));
+  ops::matmul(dact, dz, g.f8(qw, g.p(w2), Fl * C, wl, lin1 + 1, Fp8Operand::w, false), N, Fl, C, false, true, T(1), T(0));
   release(dz_full);
   T* dfc1 = fc1.data();  // [N, F1], over the used fc1
   if (g.lay.s.gelu) ops::gelu_bwd_set(dfc1, fc1.data(), dact, N * Fl);
   else ops::swiglu_bwd_set(dfc1, fc1.data(), dact, N, Fl);
   release(act);
   if (b1 >= 0) ops::bias_bwd(g.g(b1), dfc1, N, F1);
-  ops::matmul(g.g(w1), in, dfc1, C, F1, N, true, false, T(1), T(1));
+  const T* d1 = g.f8(qd, dfc1, N * F1, wl, lin1, Fp8Operand::dy);
+  ops::matmul(g.g(w1), g.f8(qx, in, N * C, wl, lin1, Fp8Operand::x, false), d1, C, F1, N, true, false, T(1), T(1));
   if (in_owner) release(*in_owner);
   din.resize(N * C);
-  ops::matmul(din.data(), dfc1, g.p(w1), N, C, F1, false, true, T(1), T(0));
+  ops::matmul(din.data(), d1, g.f8(qw, g.p(w1), C * F1, wl, lin1, Fp8Operand::w, false), N, C, F1, false, true, T(1),
+              T(0));
   release(fc1);
+}
+
+template <class T>
+const T* Gpt<T>::f8(Buf<T>& tmp, const T* x, long n, int wl, int lin, Fp8Operand op, bool record) const {
+  return fp8_operand(fp8, tmp, x, n, wl, lin, op, record);
 }
 
 template <class T>
@@ -371,8 +387,10 @@ void Gpt<T>::layer_fwd(int wl, const T* x_in, T* x_out, LayerActs<T>& a, long B,
   if (sp) { a.ln1.resize(N * C); gather_rows(tp, ln.data(), a.ln1.data(), Nl, C); }
   else a.ln1 = std::move(ln);
   Buf<T> qkv(N * Q);                                                       // [N, Q]
-  ops::linear_fwd(qkv.data(), (T*)nullptr, a.ln1.data(), p(W.qkv_w), s.has_qkv_bias() ? p(W.qkv_b) : (const T*)nullptr,
-                  N, Q, C);
+  Buf<T> qx, qw;                                                           // fp8 casts (exec/fp8.hpp)
+  ops::linear_fwd(qkv.data(), (T*)nullptr, f8(qx, a.ln1.data(), N * C, wl, kFp8Qkv, Fp8Operand::x),
+                  f8(qw, p(W.qkv_w), C * Q, wl, kFp8Qkv, Fp8Operand::w),
+                  s.has_qkv_bias() ? p(W.qkv_b) : (const T*)nullptr, N, Q, C);
   a.q.resize(N * Hl * D); a.k.resize(N * Kl * D); a.v.resize(N * Kl * D);         // [B, Tn, heads, D]
   ops::copy_rows(a.q.data(), Hl * D, qkv.data(), Q, N, Hl * D);
   ops::copy_rows(a.k.data(), Kl * D, qkv.data() + Hl * D, Q, N, Kl * D);
@@ -383,7 +401,9 @@ void Gpt<T>::layer_fwd(int wl, const T* x_in, T* x_out, LayerActs<T>& a, long B,
   if (cpx) cp_attention_fwd(*cpx, a.attn.data(), a.att.data(), a.q.data(), a.k.data(), a.v.data(), B, Hl, Kl, D);
   else ops::attention_fwd(a.attn.data(), a.att.data(), a.q.data(), a.k.data(), a.v.data(), B, Tn, Hl, Kl, D);
   Buf<T> y(N * C);                                                        // [N, C] partial over tp
-  ops::matmul(y.data(), a.attn.data(), p(W.proj_w), N, C, Hl * D, false, false, T(1), T(0));
+  ops::matmul(y.data(), f8(qx, a.attn.data(), N * Hl * D, wl, kFp8Proj, Fp8Operand::x),
+              f8(qw, p(W.proj_w), Hl * D * C, wl, kFp8Proj, Fp8Operand::w), N, C, Hl * D, false, false, T(1), T(0));
+  Buf<T>().swap(qx), Buf<T>().swap(qw);
   a.x_mid.resize(Nl * C);                                                         // [Nl, C]
   if (sp) reduce_scatter_rows(tp, y.data(), a.x_mid.data(), Nl, C);
   else {
@@ -402,18 +422,18 @@ void Gpt<T>::layer_fwd(int wl, const T* x_in, T* x_out, LayerActs<T>& a, long B,
       Buf<T> full;
       if (sp) { full.resize(N * C); gather_rows(tp, ln2.data(), full.data(), Nl, C); }
       shared.resize(Nl * C);
-      mlp_fwd(*this, W.sh_w1, W.sh_b1, W.sh_w2, W.sh_b2, (long)s.fs1_cols(), (long)s.fs_loc(), sp ? full.data() : ln2.data(),
+      mlp_fwd(*this, wl, kFp8ShFc1, W.sh_w1, W.sh_b1, W.sh_w2, W.sh_b2, (long)s.fs1_cols(), (long)s.fs_loc(), sp ? full.data() : ln2.data(),
               a.s_fc1, a.s_act, shared.data(), N, Nl);
     }
     a.ln2 = std::move(ln2);
-    moe_mlp_fwd(*this, W, a, x_out, Nl);
+    moe_mlp_fwd(*this, wl, W, a, x_out, Nl);
     if (!shared.empty()) ops::add(x_out, x_out, shared.data(), Nl * C);
     ops::add(x_out, x_out, a.x_mid.data(), Nl * C);
     return;
   }
   if (sp) { a.ln2.resize(N * C); gather_rows(tp, ln2.data(), a.ln2.data(), Nl, C); }
   else a.ln2 = std::move(ln2);
-  mlp_fwd(*this, W.fc1_w, W.fc1_b, W.fc2_w, W.fc2_b, F1, Fl, a.ln2.data(), a.fc1, a.act, x_out, N, Nl);
+  mlp_fwd(*this, wl, kFp8Fc1, W.fc1_w, W.fc1_b, W.fc2_w, W.fc2_b, F1, Fl, a.ln2.data(), a.fc1, a.act, x_out, N, Nl);
   ops::add(x_out, x_out, a.x_mid.data(), Nl * C);
 }
 
@@ -438,7 +458,7 @@ void Gpt<T>::layer_bwd(int wl, const T* dx_out, T* dx_in, LayerActs<T>& a, long 
     if (W.sh_w1 >= 0) {    // (their input re-gathered under SP, as the forward's all-gather is not saved)
       Buf<T> full, part;
       if (sp) { full.resize(N * C); gather_rows(tp, a.ln2.data(), full.data(), Nl, C); }
-      mlp_bwd(*this, W.sh_w1, W.sh_b1, W.sh_w2, W.sh_b2, (long)s.fs1_cols(), (long)s.fs_loc(),
+      mlp_bwd(*this, wl, kFp8ShFc1, W.sh_w1, W.sh_b1, W.sh_w2, W.sh_b2, (long)s.fs1_cols(), (long)s.fs_loc(),
               sp ? full.data() : a.ln2.data(), sp ? &full : nullptr, a.s_fc1, a.s_act, dx, part, N, Nl);
       if (sp) { dshared.resize(Nl * C); reduce_scatter_rows(tp, part.data(), dshared.data(), Nl, C); }
       else { if (tp) tp->all_reduce_sum(part.data(), N * C, dt(T{})); dshared = std::move(part); }
@@ -446,11 +466,11 @@ void Gpt<T>::layer_bwd(int wl, const T* dx_out, T* dx_in, LayerActs<T>& a, long 
     dln.resize(N * C);     // (the attention's below)
     if (sp) dln_sh.resize(Nl * C);
     dln_loc = sp ? dln_sh.data() : dln.data();
-    moe_mlp_bwd(*this, W, a, dx, dln_loc, Nl);
+    moe_mlp_bwd(*this, wl, W, a, dx, dln_loc, Nl);
     if (!dshared.empty()) ops::add(dln_loc, dln_loc, dshared.data(), Nl * C);
   } else {
     // MLP: z = act fc2_w (+ b), x_out = x_mid + z. dx_out is read (as dx) before the first write to dx below.
-    mlp_bwd(*this, W.fc1_w, W.fc1_b, W.fc2_w, W.fc2_b, F1, Fl, a.ln2.data(), &a.ln2, a.fc1, a.act, dx, dln, N, Nl);
+    mlp_bwd(*this, wl, kFp8Fc1, W.fc1_w, W.fc1_b, W.fc2_w, W.fc2_b, F1, Fl, a.ln2.data(), &a.ln2, a.fc1, a.act, dx, dln, N, Nl);
     if (sp) dln_sh.resize(Nl * C);
     dln_loc = sp ? dln_sh.data() : dln.data();
     if (sp) reduce_scatter_rows(tp, dln.data(), dln_loc, Nl, C);
@@ -464,9 +484,14 @@ void Gpt<T>::layer_bwd(int wl, const T* dx_out, T* dx_in, LayerActs<T>& a, long 
   Buf<T> dy_full;
   const T* dy = dx;
   if (sp) { dy_full.resize(N * C); gather_rows(tp, dx, dy_full.data(), Nl, C); dy = dy_full.data(); }
-  ops::matmul(g(W.proj_w), a.attn.data(), dy, Hl * D, C, N, true, false, T(1), T(1));
+  Buf<T> qx, qw, qd;                                                             // fp8 casts (exec/fp8.hpp)
+  dy = f8(qd, dy, N * C, wl, kFp8Proj, Fp8Operand::dy);
+  ops::matmul(g(W.proj_w), f8(qx, a.attn.data(), N * Hl * D, wl, kFp8Proj, Fp8Operand::x, false), dy, Hl * D, C, N,
+              true, false, T(1), T(1));
   T* dattn = a.attn.data();                                                      // [N, Hl D], over the used attn
-  ops::matmul(dattn, dy, p(W.proj_w), N, Hl * D, C, false, true, T(1), T(0));
+  ops::matmul(dattn, dy, f8(qw, p(W.proj_w), Hl * D * C, wl, kFp8Proj, Fp8Operand::w, false), N, Hl * D, C, false, true,
+              T(1), T(0));
+  Buf<T>().swap(qd);
   release(dy_full);
   Buf<T> dq(N * Hl * D), dk(N * Kl * D), dv(N * Kl * D);
   for (Buf<T>* d : {&dq, &dk, &dv}) ops::fill(d->data(), T(0), (long)d->size());
@@ -483,9 +508,13 @@ void Gpt<T>::layer_bwd(int wl, const T* dx_out, T* dx_in, LayerActs<T>& a, long 
   ops::copy_rows(dqkv.data() + (Hl + Kl) * D, Q, dv.data(), Kl * D, N, Kl * D);
   for (Buf<T>* d : {&dq, &dk, &dv}) release(*d);
   if (s.has_qkv_bias()) ops::bias_bwd(g(W.qkv_b), dqkv.data(), N, Q);
-  ops::matmul(g(W.qkv_w), a.ln1.data(), dqkv.data(), C, Q, N, true, false, T(1), T(1));
+  const T* dq8 = f8(qd, dqkv.data(), N * Q, wl, kFp8Qkv, Fp8Operand::dy);
+  ops::matmul(g(W.qkv_w), f8(qx, a.ln1.data(), N * C, wl, kFp8Qkv, Fp8Operand::x, false), dq8, C, Q, N, true, false,
+              T(1), T(1));
   release(a.ln1);
-  ops::matmul(dln.data(), dqkv.data(), p(W.qkv_w), N, C, Q, false, true, T(1), T(0));
+  release(qx);
+  ops::matmul(dln.data(), dq8, f8(qw, p(W.qkv_w), C * Q, wl, kFp8Qkv, Fp8Operand::w, false), N, C, Q, false, true, T(1),
+              T(0));
   release(dqkv);
   if (sp) reduce_scatter_rows(tp, dln.data(), dln_loc, Nl, C);
   else if (tp) tp->all_reduce_sum(dln.data(), N * C, dt(T{}));

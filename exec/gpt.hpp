@@ -214,6 +214,9 @@ struct HeadActs {
   Buf<T> x_in, lnf, lnf_mean, lnf_rstd, probs;
 };
 
+struct Fp8State;                 // exec/fp8.hpp
+enum class Fp8Operand : int;     // x, w, dy
+
 // Sequence parallelism (Megatron SP, `sp` with tp > 1): between the attention and MLP blocks activations are
 // split by rows over the tp ranks (rank r holds rows [r N/t, (r+1) N/t) of the flattened [B*Tn, C]): LayerNorm,
 // biases and residuals run on the shard; an all-gather precedes each column-parallel linear and a
@@ -232,6 +235,11 @@ struct Gpt : ParamTables<T> {
   Comm* ep = nullptr;
   double moe_aux_weight = 0;
   mutable double moe_aux_sum = 0;  // the unweighted load-balancing losses of the MoE forwards so far (tests)
+
+  // fp8 linear layers (exec/fp8.hpp; null: precision other than fp8): f8 casts operand `op` of linear `lin` of
+  // weight group wl into tmp and returns it (x itself when off); `record` counts it in the slot's amax.
+  Fp8State* fp8 = nullptr;
+  const T* f8(Buf<T>& tmp, const T* x, long n, int wl, int lin, Fp8Operand op, bool record = true) const;
 
   T* p(const std::string& name) const { return this->param_of(lay, name); }
   T* g(const std::string& name) const { return this->grad_of(lay, name); }

@@ -17,6 +17,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "exec/fp8.hpp"
 #include "exec/ops.hpp"
 
 namespace tp::exec {
@@ -183,9 +184,14 @@ void Gpt2d<T>::layer_fwd(int wl, const T* x_in, T* x_out, LayerActs<T>& a, long 
   if (gl) b = from_row0(G, p(W.ln1_b), Cl);
   ln2d_fwd(G, a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x_in, w.data(), gl ? b.data() : (const T*)nullptr,
            Nl, Cl, C);
+  // fp8 (exec/fp8.hpp): each SUMMA operand block cast before the broadcasts (element-wise with the slot's scale,
+  // so the blocks are those of the cast full tensor).
+  Buf<T> qx, qw;
+  auto f8 = [&](Buf<T>& tmp, const T* x, long n, int lin, Fp8Operand op) { return fp8_operand(fp8, tmp, x, n, wl, lin, op); };
   // QKV: this grid column's heads [Q Hl D | K Kl D | V Kl D].
   Buf<T> qkv(Nl * Q);
-  summa_ab(G, qkv.data(), a.ln1.data(), p(W.qkv_w), Nl, Q, Cl);
+  summa_ab(G, qkv.data(), f8(qx, a.ln1.data(), Nl * Cl, kFp8Qkv, Fp8Operand::x),
+           f8(qw, p(W.qkv_w), Cl * Q, kFp8Qkv, Fp8Operand::w), Nl, Q, Cl);
   if (lay.s.has_qkv_bias()) ops::add_bias(qkv.data(), qkv.data(), from_row0(G, p(W.qkv_b), Q).data(), Nl, Q);
   a.q.resize(Nl * Hl * D); a.k.resize(Nl * Kl * D); a.v.resize(Nl * Kl * D);
   ops::copy_rows(a.q.data(), Hl * D, qkv.data(), Q, Nl, Hl * D);
@@ -198,7 +204,8 @@ void Gpt2d<T>::layer_fwd(int wl, const T* x_in, T* x_out, LayerActs<T>& a, long 
   ops::attention_fwd(a.attn.data(), a.att.data(), a.q.data(), a.k.data(), a.v.data(), Bl, Tn, Hl, Kl, D);
   // Projection: attn block (r, c) is block column c of the [N, H D] attention output.
   a.x_mid.resize(Nl * Cl);
-  summa_ab(G, a.x_mid.data(), a.attn.data(), p(W.proj_w), Nl, Cl, Hl * D);
+  summa_ab(G, a.x_mid.data(), f8(qx, a.attn.data(), Nl * Hl * D, kFp8Proj, Fp8Operand::x),
+           f8(qw, p(W.proj_w), Hl * D * Cl, kFp8Proj, Fp8Operand::w), Nl, Cl, Hl * D);
   if (lay.s.has_proj_bias()) ops::add_bias(a.x_mid.data(), a.x_mid.data(), from_row0(G, p(W.proj_b), Cl).data(), Nl, Cl);
   ops::add(a.x_mid.data(), a.x_mid.data(), x_in, Nl * Cl);
   // ln2, MLP
@@ -208,12 +215,14 @@ void Gpt2d<T>::layer_fwd(int wl, const T* x_in, T* x_out, LayerActs<T>& a, long 
   ln2d_fwd(G, a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.x_mid.data(), w.data(),
            gl ? b.data() : (const T*)nullptr, Nl, Cl, C);
   a.fc1.resize(Nl * F1);
-  summa_ab(G, a.fc1.data(), a.ln2.data(), p(W.fc1_w), Nl, F1, Cl);
+  summa_ab(G, a.fc1.data(), f8(qx, a.ln2.data(), Nl * Cl, kFp8Fc1, Fp8Operand::x),
+           f8(qw, p(W.fc1_w), Cl * F1, kFp8Fc1, Fp8Operand::w), Nl, F1, Cl);
   if (lay.s.has_mlp_bias()) ops::add_bias(a.fc1.data(), a.fc1.data(), from_row0(G, p(W.fc1_b), F1).data(), Nl, F1);
   a.act.resize(Nl * Fl);
   if (gl) ops::gelu_fwd(a.act.data(), a.fc1.data(), Nl * Fl);
   else ops::swiglu_fwd(a.act.data(), a.fc1.data(), Nl, Fl);
-  summa_ab(G, x_out, a.act.data(), p(W.fc2_w), Nl, Cl, Fl);
+  summa_ab(G, x_out, f8(qx, a.act.data(), Nl * Fl, kFp8Fc2, Fp8Operand::x), f8(qw, p(W.fc2_w), Fl * Cl, kFp8Fc2, Fp8Operand::w),
+           Nl, Cl, Fl);
   if (lay.s.has_mlp_bias()) ops::add_bias(x_out, x_out, from_row0(G, p(W.fc2_b), Cl).data(), Nl, Cl);
   ops::add(x_out, x_out, a.x_mid.data(), Nl * Cl);
 }
@@ -238,26 +247,34 @@ void Gpt2d<T>::layer_bwd(int wl, const T* dx_out, T* dx_in, LayerActs<T>& a, lon
     grad_to_row0(G, g(w_view), dw.data(), Cl);
     if (gl) grad_to_row0(G, g(b_view), db.data(), Cl);
   };
+  // fp8 (exec/fp8.hpp): the output gradients cast (E5M2), the forward operands cast again with the same scales.
+  Buf<T> qx, qw, qd;
+  auto f8 = [&](Buf<T>& tmp, const T* x, long n, int lin, Fp8Operand op) {
+    return fp8_operand(fp8, tmp, x, n, wl, lin, op, op == Fp8Operand::dy);
+  };
   // MLP: x_out = x_mid + act fc2_w (+ b).
   Buf<T> dx_mid(Nl * Cl);
   ops::copy(dx_mid.data(), dx_out, Nl * Cl);
   if (lay.s.has_mlp_bias()) bias_grad(W.fc2_b, dx_out, Cl);
   Buf<T> dact = zeros(Nl * Fl);
-  summa_abt(G, dact.data(), dx_out, p(W.fc2_w), Nl, Cl, Fl);
-  summa_atb(G, g(W.fc2_w), a.act.data(), dx_out, Nl, Cl, Fl);
+  const T* d2 = f8(qd, dx_out, Nl * Cl, kFp8Fc2, Fp8Operand::dy);
+  summa_abt(G, dact.data(), d2, f8(qw, p(W.fc2_w), Fl * Cl, kFp8Fc2, Fp8Operand::w), Nl, Cl, Fl);
+  summa_atb(G, g(W.fc2_w), f8(qx, a.act.data(), Nl * Fl, kFp8Fc2, Fp8Operand::x), d2, Nl, Cl, Fl);
   Buf<T> dfc1 = zeros(Nl * F1);
   if (gl) ops::gelu_bwd(dfc1.data(), a.fc1.data(), dact.data(), Nl * Fl);
   else ops::swiglu_bwd(dfc1.data(), a.fc1.data(), dact.data(), Nl, Fl);
   if (lay.s.has_mlp_bias()) bias_grad(W.fc1_b, dfc1.data(), F1);
-  summa_atb(G, g(W.fc1_w), a.ln2.data(), dfc1.data(), Nl, F1, Cl);
+  const T* d1 = f8(qd, dfc1.data(), Nl * F1, kFp8Fc1, Fp8Operand::dy);
+  summa_atb(G, g(W.fc1_w), f8(qx, a.ln2.data(), Nl * Cl, kFp8Fc1, Fp8Operand::x), d1, Nl, F1, Cl);
   Buf<T> dln = zeros(Nl * Cl);
-  summa_abt(G, dln.data(), dfc1.data(), p(W.fc1_w), Nl, F1, Cl);
+  summa_abt(G, dln.data(), d1, f8(qw, p(W.fc1_w), Cl * F1, kFp8Fc1, Fp8Operand::w), Nl, F1, Cl);
   ln_bwd(W.ln2_w, W.ln2_b, dx_mid.data(), dln.data(), a.x_mid.data(), a.ln2_mean.data(), a.ln2_rstd.data());
   // Attention: x_mid = x_in + attn proj_w (+ b).
   if (lay.s.has_proj_bias()) bias_grad(W.proj_b, dx_mid.data(), Cl);
   Buf<T> dattn = zeros(Nl * Hl * D);
-  summa_abt(G, dattn.data(), dx_mid.data(), p(W.proj_w), Nl, Cl, Hl * D);
-  summa_atb(G, g(W.proj_w), a.attn.data(), dx_mid.data(), Nl, Cl, Hl * D);
+  const T* dp = f8(qd, dx_mid.data(), Nl * Cl, kFp8Proj, Fp8Operand::dy);
+  summa_abt(G, dattn.data(), dp, f8(qw, p(W.proj_w), Hl * D * Cl, kFp8Proj, Fp8Operand::w), Nl, Cl, Hl * D);
+  summa_atb(G, g(W.proj_w), f8(qx, a.attn.data(), Nl * Hl * D, kFp8Proj, Fp8Operand::x), dp, Nl, Cl, Hl * D);
   Buf<T> dq = zeros(Nl * Hl * D), dk = zeros(Nl * Kl * D), dv = zeros(Nl * Kl * D);
   ops::attention_bwd(dq.data(), dk.data(), dv.data(), dattn.data(), a.att.data(), a.q.data(), a.k.data(), a.v.data(),
                      B / G.q, Tn, Hl, Kl, D);
@@ -266,9 +283,10 @@ void Gpt2d<T>::layer_bwd(int wl, const T* dx_out, T* dx_in, LayerActs<T>& a, lon
   ops::copy_rows(dqkv.data() + Hl * D, Q, dk.data(), Kl * D, Nl, Kl * D);
   ops::copy_rows(dqkv.data() + (Hl + Kl) * D, Q, dv.data(), Kl * D, Nl, Kl * D);
   if (lay.s.has_qkv_bias()) bias_grad(W.qkv_b, dqkv.data(), Q);
-  summa_atb(G, g(W.qkv_w), a.ln1.data(), dqkv.data(), Nl, Q, Cl);
+  const T* dq8 = f8(qd, dqkv.data(), Nl * Q, kFp8Qkv, Fp8Operand::dy);
+  summa_atb(G, g(W.qkv_w), f8(qx, a.ln1.data(), Nl * Cl, kFp8Qkv, Fp8Operand::x), dq8, Nl, Q, Cl);
   ops::fill(dln.data(), T(0), Nl * Cl);
-  summa_abt(G, dln.data(), dqkv.data(), p(W.qkv_w), Nl, Q, Cl);
+  summa_abt(G, dln.data(), dq8, f8(qw, p(W.qkv_w), Cl * Q, kFp8Qkv, Fp8Operand::w), Nl, Q, Cl);
   ops::copy(dx_in, dx_mid.data(), Nl * Cl);
   ln_bwd(W.ln1_w, W.ln1_b, dx_in, dln.data(), a.x_in.data(), a.ln1_mean.data(), a.ln1_rstd.data());
 }

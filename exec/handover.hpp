@@ -35,6 +35,7 @@ struct Records {
   std::vector<IndexRun> runs;  // at: the position in w, m1, m2
   std::vector<T> w, m1, m2;
   bool done = false;  // the pseudo phase reached the delink and exported (set by its exporter)
+  std::vector<double> fp8_scale;  // precision fp8: the exporter's scales (exec/fp8.hpp; replicated on every rank)
   void add(long long full, T w_, T m1_, T m2_) {
     const long long at = (long long)w.size();
     IndexRun* last = runs.empty() ? nullptr : &runs.back();

@@ -4,6 +4,8 @@
 // orders coincide and no communication happens.
 #include "exec/moe.hpp"
 
+#include "exec/fp8.hpp"
+
 #include "exec/backend.hpp"
 #include "exec/ops.hpp"
 #include "models/json_check.hpp"
@@ -36,7 +38,7 @@ const T* expert_inputs(const Gpt<T>& g, const Buf<T>& xe, Buf<T>& xg, long G, lo
 }
 
 template <class T>
-void moe_mlp_fwd(const Gpt<T>& g, const LayerParams& W, LayerActs<T>& a, T* x_out, long N) {
+void moe_mlp_fwd(const Gpt<T>& g, int wl, const LayerParams& W, LayerActs<T>& a, T* x_out, long N) {
   const GptShape& s = g.lay.s;
   const long C = (long)s.C, E = (long)s.experts, k = (long)s.top_k, Fe = (long)s.fe_loc(), F1 = (long)s.fe1_cols();
   const long cap = moe_capacity(N, E, k, s.capacity_factor), rows = E * cap;
@@ -64,15 +66,20 @@ void moe_mlp_fwd(const Gpt<T>& g, const LayerParams& W, LayerActs<T>& a, T* x_ou
   Buf<T>& eout = disp;  // reused: the dispatched copies are in m_xe now
   Buf<T> eg((size_t)(G > 1 ? G * rows * C : 0));  // SP: the experts' outputs for every tp rank's tokens
   T* ep_out = G > 1 ? eg.data() : eout.data();    // partial over tp (row-parallel fc2)
+  Buf<T> qx, qw;  // fp8 casts (exec/fp8.hpp): expert e's GEMMs are linears kFp8Expert + 2e and + 2e + 1
   for (long b = 0; b < G * E; ++b) {
     const long ge = b % El;  // the local expert (global expert ep_rank El + b % El)
+    const int lin = kFp8Expert + 2 * int(s.ep_rank * El + ge);
     T* h = a.fc1.data() + b * cap * F1;
     T* act = a.act.data() + b * cap * Fe;
-    ops::matmul(h, xin + b * cap * C, g.p(W.ex_w1) + ge * C * F1, cap, F1, C, false, false, T(1), T(0));
+    ops::matmul(h, g.f8(qx, xin + b * cap * C, cap * C, wl, lin, Fp8Operand::x),
+                g.f8(qw, g.p(W.ex_w1) + ge * C * F1, C * F1, wl, lin, Fp8Operand::w), cap, F1, C, false, false, T(1), T(0));
     if (W.ex_b1 >= 0) ops::add_bias(h, h, g.p(W.ex_b1) + ge * F1, cap, F1);
     if (s.gelu) ops::gelu_fwd(act, h, cap * Fe);
     else ops::swiglu_fwd(act, h, cap, Fe);
-    ops::matmul(ep_out + b * cap * C, act, g.p(W.ex_w2) + ge * Fe * C, cap, C, Fe, false, false, T(1), T(0));
+    ops::matmul(ep_out + b * cap * C, g.f8(qx, act, cap * Fe, wl, lin + 1, Fp8Operand::x),
+                g.f8(qw, g.p(W.ex_w2) + ge * Fe * C, Fe * C, wl, lin + 1, Fp8Operand::w), cap, C, Fe, false, false, T(1),
+                T(0));
   }
   Buf<T>().swap(xg);
   if (G > 1) g.tp->reduce_scatter_sum(eg.data(), eout.data(), rows * C, dt(T{}));  // SP: my tokens' sums
@@ -87,7 +94,7 @@ void moe_mlp_fwd(const Gpt<T>& g, const LayerParams& W, LayerActs<T>& a, T* x_ou
 }
 
 template <class T>
-void moe_mlp_bwd(const Gpt<T>& g, const LayerParams& W, LayerActs<T>& a, const T* dz, T* dln, long N) {
+void moe_mlp_bwd(const Gpt<T>& g, int wl, const LayerParams& W, LayerActs<T>& a, const T* dz, T* dln, long N) {
   const GptShape& s = g.lay.s;
   const long C = (long)s.C, E = (long)s.experts, k = (long)s.top_k, Fe = (long)s.fe_loc(), F1 = (long)s.fe1_cols();
   const long cap = moe_capacity(N, E, k, s.capacity_factor), rows = E * cap;
@@ -108,19 +115,26 @@ void moe_mlp_bwd(const Gpt<T>& g, const LayerParams& W, LayerActs<T>& a, const T
   const T* xin = expert_inputs(g, a.m_xe, xg, G, rows, C);
   Buf<T> dxg((size_t)(G > 1 ? G * rows * C : 0));  // SP: for every tp rank's tokens
   T* dx_part = G > 1 ? dxg.data() : dye.data();      // expert-input gradients in expert order, partial over tp
+  Buf<T> qx, qw, qd;  // fp8 casts (exec/fp8.hpp; the forward operands again with the same scales)
   for (long b = 0; b < G * E; ++b) {
     const long ge = b % El;  // the local expert
-    const T* d = dout + b * cap * C;
+    const int lin = kFp8Expert + 2 * int(s.ep_rank * El + ge);
+    const T* d = g.f8(qd, dout + b * cap * C, cap * C, wl, lin + 1, Fp8Operand::dy);
     T* act = a.act.data() + b * cap * Fe;
     T* h = a.fc1.data() + b * cap * F1;
-    ops::matmul(g.g(W.ex_w2) + ge * Fe * C, act, d, Fe, C, cap, true, false, T(1), T(1));
+    ops::matmul(g.g(W.ex_w2) + ge * Fe * C, g.f8(qx, act, cap * Fe, wl, lin + 1, Fp8Operand::x, false), d, Fe, C, cap,
+                true, false, T(1), T(1));
     Buf<T> dact((size_t)(cap * Fe));
-    ops::matmul(dact.data(), d, g.p(W.ex_w2) + ge * Fe * C, cap, Fe, C, false, true, T(1), T(0));
+    ops::matmul(dact.data(), d, g.f8(qw, g.p(W.ex_w2) + ge * Fe * C, Fe * C, wl, lin + 1, Fp8Operand::w, false), cap,
+                Fe, C, false, true, T(1), T(0));
     if (s.gelu) ops::gelu_bwd_set(h, h, dact.data(), cap * Fe);  // h becomes d fc1 in place
     else ops::swiglu_bwd_set(h, h, dact.data(), cap, Fe);
     if (W.ex_b1 >= 0) ops::bias_bwd(g.g(W.ex_b1) + ge * F1, h, cap, F1);
-    ops::matmul(g.g(W.ex_w1) + ge * C * F1, xin + b * cap * C, h, C, F1, cap, true, false, T(1), T(1));
-    ops::matmul(dx_part + b * cap * C, h, g.p(W.ex_w1) + ge * C * F1, cap, C, F1, false, true, T(1), T(0));
+    const T* dh = g.f8(qd, h, cap * F1, wl, lin, Fp8Operand::dy);
+    ops::matmul(g.g(W.ex_w1) + ge * C * F1, g.f8(qx, xin + b * cap * C, cap * C, wl, lin, Fp8Operand::x, false), dh, C,
+                F1, cap, true, false, T(1), T(1));
+    ops::matmul(dx_part + b * cap * C, dh, g.f8(qw, g.p(W.ex_w1) + ge * C * F1, C * F1, wl, lin, Fp8Operand::w, false),
+                cap, C, F1, false, true, T(1), T(0));
   }
   for (Buf<T>* v : {&a.fc1, &a.act, &a.m_xe, &deo, &dg, &xg}) release(*v);
   Buf<T>& dxe = dye;  // reused: my tokens' expert-input gradients in expert order
@@ -146,10 +160,10 @@ void moe_mlp_bwd(const Gpt<T>& g, const LayerParams& W, LayerActs<T>& a, const T
   Buf<int32_t>().swap(a.m_slot);
 }
 
-template void moe_mlp_fwd<float>(const Gpt<float>&, const LayerParams&, LayerActs<float>&, float*, long);
-template void moe_mlp_fwd<double>(const Gpt<double>&, const LayerParams&, LayerActs<double>&, double*, long);
-template void moe_mlp_bwd<float>(const Gpt<float>&, const LayerParams&, LayerActs<float>&, const float*, float*, long);
-template void moe_mlp_bwd<double>(const Gpt<double>&, const LayerParams&, LayerActs<double>&, const double*, double*,
+template void moe_mlp_fwd<float>(const Gpt<float>&, int, const LayerParams&, LayerActs<float>&, float*, long);
+template void moe_mlp_fwd<double>(const Gpt<double>&, int, const LayerParams&, LayerActs<double>&, double*, long);
+template void moe_mlp_bwd<float>(const Gpt<float>&, int, const LayerParams&, LayerActs<float>&, const float*, float*, long);
+template void moe_mlp_bwd<double>(const Gpt<double>&, int, const LayerParams&, LayerActs<double>&, const double*, double*,
                                   long);
 
 }  // namespace tp::exec

@@ -51,10 +51,10 @@ inline long moe_capacity(long n, long long experts, long long top_k, double capa
 // x_out[N, C] = MoE MLP of a.ln2 (overwritten; the caller adds the residual). Saves the router and expert
 // activations in `a` (m_*, fc1, act).
 template <class T>
-void moe_mlp_fwd(const Gpt<T>& g, const LayerParams& W, LayerActs<T>& a, T* x_out, long N);
+void moe_mlp_fwd(const Gpt<T>& g, int wl, const LayerParams& W, LayerActs<T>& a, T* x_out, long N);
 // dln[N, C] = gradient w.r.t. a.ln2 (overwritten) from dz[N, C]; accumulates the router's and the local experts'
 // weight gradients (aux loss included). Consumes the MoE activations and a.ln2.
 template <class T>
-void moe_mlp_bwd(const Gpt<T>& g, const LayerParams& W, LayerActs<T>& a, const T* dz, T* dln, long N);
+void moe_mlp_bwd(const Gpt<T>& g, int wl, const LayerParams& W, LayerActs<T>& a, const T* dz, T* dln, long N);
 
 }  // namespace tp::exec

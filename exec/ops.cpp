@@ -154,6 +154,8 @@ void adamw(T* p, const T* g, T* m, T* v, long n, T lr, T b1, T b2, T eps, T wd, 
 template <class T>
 double sum_squares(const T* x, long n) { return tab<T>().sum_squares(x, n); }
 template <class T>
+double fp8_quantize(T* y, const T* x, long n, T scale, int format) { return tab<T>().fp8_quantize(y, x, n, scale, format); }
+template <class T>
 double moe_route(T* probs, int32_t* slot, T* gate, const T* logits, long N, long E, long k, long cap, int renorm) {
   return tab<T>().moe_route(probs, slot, gate, logits, N, E, k, cap, renorm);
 }
@@ -226,6 +228,7 @@ void moe_combine_bwd(T* dein, T* dgate, const T* dy, const T* ein, const int32_t
   template void positions_bwd<T>(T*, const T*, long, long, long, long);                                       \
   template void adamw<T>(T*, const T*, T*, T*, long, T, T, T, T, T, long);                                    \
   template double sum_squares<T>(const T*, long);                                                            \
+  template double fp8_quantize<T>(T*, const T*, long, T, int);                                               \
   template double moe_route<T>(T*, int32_t*, T*, const T*, long, long, long, long, int);                      \
   template void moe_route_bwd<T>(T*, const T*, const int32_t*, const T*, long, long, long, long, int, T);       \
   template void moe_dispatch<T>(T*, const T*, const int32_t*, long, long, long, long);                          \

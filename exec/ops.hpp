@@ -185,6 +185,12 @@ void adamw(T* p, const T* g, T* m, T* v, long n, T lr, T b1, T b2, T eps, T wd, 
 template <class T>
 double sum_squares(const T* x, long n);
 
+// fp8 cast of a linear layer's GEMM operand, emulated in T (exec/fp8.hpp): y[n] = fp8(x[n] * scale) / scale, fp8
+// being E4M3 (format 0) or E5M2 (format 1), rounded to nearest even and saturated to the format's max
+// (exec/kernels/k_fp8.hpp fp8_round). Returns max |x| (before scaling), in double. y may be x (in place).
+template <class T>
+double fp8_quantize(T* y, const T* x, long n, T scale, int format);
+
 // Mixture of experts (exec/moe.hpp). Router of N tokens over E experts, top-k, capacity `cap` tokens per expert:
 // probs[N, E] = softmax(logits[N, E]) (rows); each token's k largest probabilities (ties: lower expert index)
 // are its choices; gate[N, k] = those probabilities, divided by their sum when `renorm`. Capacity: the first

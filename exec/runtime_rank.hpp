@@ -65,6 +65,7 @@
 #include "exec/prof.hpp"
 #include "exec/train.hpp"
 #include "exec/device_oom.hpp"
+#include "exec/fp8.hpp"
 #include "exec/runtime_parts.hpp"
 #include "schedule/pipeline.hpp"
 
@@ -80,6 +81,7 @@ struct Handover {
   Records<T> mine;        // this rank's copies of record from the pseudo phase (export_state)
   Comm* job = nullptr;    // every rank of the job takes part in each window's sum
   long long total = 0, window = default_handover_window;  // elements of the single-rank layout; per window
+  std::vector<double> fp8_scale;  // precision fp8: the scales at the delink (every rank's, exec/fp8.hpp)
 };
 long delink_step_of(const Scenario& sc, const RunOptions& o);  // exec/runtime_step.cpp
 
@@ -170,6 +172,7 @@ struct RankRun {
   bool own_on_host(size_t k) const { return seg_on_host(own_unit[k], own_seg[k]); }
   std::vector<int> own_unit;  // per own range: its unit
   std::vector<int> own_seg;   // per own range: its unit's segment (Seg: 0 dense, 1 experts)
+  Fp8State f8;  // precision "fp8": the delayed-scaling state of the fp8 linear layers (exec/fp8.hpp; off otherwise)
   HostOptimizer<T> hopt;  // plan.offload "optimizer": master copy, moments and Adam on the host (exec/host_optimizer.hpp)
   // Adam's moment i (1 or 2) of own range k starts at moments(k, i) + own_off[k]: the host optimizer's, a granular
   // segment's on the host, or the device state.

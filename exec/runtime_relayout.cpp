@@ -73,6 +73,7 @@ void RankRun<T>::export_state(Records<T>& out) {
       }
     });
   }
+  out.fp8_scale = f8.scale;
   out.done = true;
 }
 
@@ -204,6 +205,13 @@ RunResult run_two_layouts(const Scenario& sc, const RunOptions& o, Comm& world) 
     world.all_reduce_sum(&handed, 1, Dtype::f64);
     if (handed == 0) return res;  // the run ended in the pseudo phase (ranks outside it: an empty result)
     h.mine.finish(h.window);
+    if (sc.training.precision == Precision::fp8) {  // the delink's scales, from rank 0 (a pseudo rank) to all
+      Fp8State f;
+      f.init(sc.model.layers, gpt_shape(sc.model, sc.training.seq_len).experts);
+      if (world.rank() == 0) f.scale = h.mine.fp8_scale;
+      world.broadcast(f.scale.data(), (long)f.scale.size(), Dtype::f64, 0);
+      h.fp8_scale = std::move(f.scale);
+    }
     if (world.rank() == 0)
       std::fprintf(stderr, "delinked at step %ld: %lld parameters and their Adam moments handed from the pseudo "
                    "plan's %d rank%s to the real plan's %d\n", D, h.total, G, G == 1 ? "" : "s", sc.plan.gpus());

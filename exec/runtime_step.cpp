@@ -346,6 +346,7 @@ bool RankRun<T>::end_step(Loop& lp, int step, int first, double loss, std::chron
     record_offload_step(res.offload, "granular", gran.h2d_bytes, gran.d2h_bytes, gran.pinned_bytes(),
                         &gran.peak_loaded_bytes);
   if (store) record_chunk_step(res.offload, store->end_step());
+  f8.end_step(world);  // precision fp8: the step's amax over the ranks -> the next step's scales
   double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   prof::step_end(step);
   // Mean loss over the global batch: the last stage's tp rank 0 of every dp rank contributes.

@@ -83,6 +83,7 @@ std::vector<TensorView> RankRun<T>::state_tensors(int32_t* meta) {
   std::vector<TensorView> t = {{"params", d, params.data(), (long)params.size()}, {"m1", d, mom1, nm},
                                {"m2", d, mom2, nm}, {"meta", Dtype::i32, meta, 2}};
   if (zparam) t.push_back({"pslice", d, pslice.data(), (long)pslice.size()});
+  if (f8.on()) t.push_back({"fp8_scale", Dtype::f64, f8.scale.data(), (long)f8.scale.size()});
   if (gran.on())  // granular: the host parameters and moments
     for (auto [name, b] : {std::pair{"gparams", &gran.hp}, std::pair{"gm1", &gran.m1}, std::pair{"gm2", &gran.m2}})
       t.push_back({name, d, b->data(), (long)b->size()});
@@ -138,6 +139,9 @@ void RankRun<T>::delink() {
     }
   }
   pull_master();  // the slots' new weights into the host master copy
+  std::vector<long long> group_of((size_t)L);  // fp8: each layer's scales from its group's
+  for (long long l = 0; l < L; ++l) group_of[(size_t)l] = weight_group(l, L, shared);
+  f8.delink(group_of);
   shared = 0;
 }
 

@@ -188,6 +188,16 @@ void elementwise_cases(std::vector<Spec>& cs, bool quick) {
           });
     add(cs, {"sum_squares", sh({{"n", n}}), "", {rnd(n, s++)}, {}, {}, double(n), true},
         TP_SELFTEST_BODY { return t.sum_squares(p[0], n); });
+    // fp8 casts: power-of-two scales keep x * scale and the division back exact in float and double, so the
+    // backend's fp8 values are the reference's (ties and saturation included: scale 1024 saturates E4M3).
+    for (int format : {0, 1})
+      for (double sc : {1.0, format == 0 ? 256.0 : 4096.0, format == 0 ? 1024.0 : 65536.0}) {
+        const std::string var = std::string(format == 0 ? "E4M3" : "E5M2") + ", scale " + std::to_string(long(sc));
+        add(cs, {"fp8_quantize", sh({{"n", n}}), var, {rnd(n, s++), Vec(size_t(n))}, {}, {1}, 1, true},
+            TP_SELFTEST_BODY { return t.fp8_quantize(p[1], p[0], n, TT(sc), format); });
+      }
+    add(cs, {"fp8_quantize", sh({{"n", n}}), "E4M3, in place", {rnd(n, s++)}, {}, {0}, 1, true},
+        TP_SELFTEST_BODY { return t.fp8_quantize(p[0], p[0], n, TT(16), 0); });
   }
 }
 

@@ -55,7 +55,7 @@ void check_runnable(const Scenario& sc) {
   };
   check_plan(sc.plan, "$.plan");
   // plan.attention is a cost-model choice: the executor computes exact attention either way.
-  need(sc.training.precision != Precision::fp8, "$.training.precision \"fp8\" (the CPU backend has no fp8 GEMMs)");
+  // precision "fp8" runs the linear layers as emulated fp8 GEMMs (exec/fp8.hpp) on every backend and plan.
   // head_dim other than hidden / heads and the SwiGLU models' bias flags are part of the executor's layout
   // (exec/gpt.hpp GptShape: D, qkv_bias, proj_bias, mlp_bias).
   if (sc.delink.on() && sc.delink.plan) {
@@ -79,6 +79,12 @@ std::vector<std::string> run_notes(const Scenario& sc, bool fp64) {
                     (fp64 ? "float64 (--fp64)" : "float32") +
                     " (the executor has no mixed precision yet), so its losses, step time and memory are " +
                     (fp64 ? "float64's" : "float32's") + ", not " + precision_name(p) + "'s");
+  if (p == Precision::fp8)
+    notes.push_back(std::string("$.training.precision \"fp8\": run emulates Transformer Engine's fp8 linear layers "
+                                "(E4M3 inputs and weights, E5M2 gradients, delayed scaling) by casting each GEMM operand "
+                                "to fp8 and back in ") +
+                    (fp64 ? "float64" : "float32") + " (exec/fp8.hpp): the losses follow fp8's rounding; the GEMMs, step "
+                    "time and memory are " + (fp64 ? "float64's" : "float32's") + ", not fp8's");
   return notes;
 }
 

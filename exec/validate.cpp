@@ -81,6 +81,14 @@ json validate_run(const std::string& file, const json& profile, const std::strin
   prof::track_heap();  // from here on every block is counted (malloc_usable_size) when allocated and freed
   Scenario run_sc = load_scenario(file);
   check_runnable(run_sc);
+  // Both sides in fp32 (the simulation below too): the executor's fp8 is an emulation whose casts cost what
+  // fp32 element-wise ops cost, not what fp8 GEMMs save (exec/fp8.hpp), so validate runs the plan without them.
+  if (run_sc.training.precision == Precision::fp8) {
+    run_sc.training.precision = Precision::fp32;
+    if (world.rank() == 0)
+      std::fprintf(stderr, "note: $.training.precision \"fp8\": validate runs and simulates the plan in fp32 (the "
+                   "executor's fp8 casts are an emulation, not fp8 GEMMs)\n");
+  }
   const int R = run_sc.plan.gpus();
   check_job_ranks(run_sc, file, world.size());
   Issues is;

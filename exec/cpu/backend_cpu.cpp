@@ -72,6 +72,7 @@ OpTable<T> cpu_ops() {
   t.positions_bwd = &c::positions_bwd<T>;
   t.adamw = &c::adamw<T>;
   t.sum_squares = &c::sum_squares<T>;
+  t.fp8_quantize = &c::fp8_quantize<T>;
   t.moe_route = &c::moe_route<T>;
   t.moe_route_bwd = &c::moe_route_bwd<T>;
   t.moe_dispatch = &c::moe_dispatch<T>;

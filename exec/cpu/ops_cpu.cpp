@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "exec/cpu/ops_cpu.hpp"
+#include "exec/kernels/k_fp8.hpp"
 #include "exec/prof.hpp"
 
 namespace tp::ops::cpu {
@@ -328,6 +329,19 @@ double sum_squares(const T* x, long n) {
   return s;
 }
 
+// The kernels' rounding rule (exec/kernels/k_fp8.hpp), computed in T as the kernels compute in acc_t<T>.
+template <class T>
+double fp8_quantize(T* y, const T* x, long n, T scale, int format) {
+  exec::prof::Scope prof_scope(exec::prof::Cls::elementwise);
+  double amax = 0;
+  for (long i = 0; i < n; ++i) {
+    const T v = x[i];
+    amax = std::max(amax, std::abs(double(v)));
+    y[i] = kernels::fp8_round<T>(v * scale, format) / scale;
+  }
+  return amax;
+}
+
 #define TP_OPS_CPU_INSTANTIATE(T)                                                                           \
   template void add_bias<T>(T*, const T*, const T*, long, long);                                           \
   template void bias_bwd<T>(T*, const T*, long, long);                                                      \
@@ -347,7 +361,8 @@ double sum_squares(const T* x, long n) {
   template void embedding_fwd<T>(T*, const int32_t*, const T*, const T*, long, long, long);                 \
   template void embedding_bwd<T>(T*, T*, const T*, const int32_t*, long, long, long);                       \
   template void adamw<T>(T*, const T*, T*, T*, long, T, T, T, T, T, long);                                  \
-  template double sum_squares<T>(const T*, long);
+  template double sum_squares<T>(const T*, long);                                                           \
+  template double fp8_quantize<T>(T*, const T*, long, T, int);
 TP_OPS_CPU_INSTANTIATE(float)
 TP_OPS_CPU_INSTANTIATE(double)
 #undef TP_OPS_CPU_INSTANTIATE

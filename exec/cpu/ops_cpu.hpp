@@ -67,6 +67,7 @@ template <class T> void add_positions(T* x, const T* wpe, long rows, long C, lon
 template <class T> void positions_bwd(T* dwpe, const T* dx, long rows, long C, long Tn, long row0);
 template <class T> void adamw(T* p, const T* g, T* m, T* v, long n, T lr, T b1, T b2, T eps, T wd, long t);
 template <class T> double sum_squares(const T* x, long n);
+template <class T> double fp8_quantize(T* y, const T* x, long n, T scale, int format);
 template <class T>
 double moe_route(T* probs, int32_t* slot, T* gate, const T* logits, long N, long E, long k, long cap, int renorm);
 template <class T>

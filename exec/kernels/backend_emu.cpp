@@ -300,6 +300,16 @@ double sum_squares(const T* x, long n) {
   k::sum_squares(launcher(), &out, scratch.data(), x, n);
   return out;
 }
+template <class T>
+double fp8_quantize(T* y, const T* x, long n, T scale, int format) {
+  need("fp8_quantize", "y", y, sz<T>(n));
+  need("fp8_quantize", "x", x, sz<T>(n));
+  if (n <= 0) return 0;
+  std::vector<double> scratch(launcher().max_grid);
+  double out = 0;
+  k::fp8_quantize(launcher(), &out, scratch.data(), y, x, n, scale, format);
+  return out;
+}
 
 template <class T>
 OpTable<T> table() {
@@ -328,6 +338,7 @@ OpTable<T> table() {
   t.embedding_bwd = &embedding_bwd<T>;
   t.adamw = &adamw<T>;
   t.sum_squares = &sum_squares<T>;
+  t.fp8_quantize = &fp8_quantize<T>;
   set_moe_ops(t);    // the mixture-of-experts router, dispatch and combine (backend_emu_moe.cpp)
   set_shard_ops(t);  // the sharded ops and attention (backend_emu_shard.cpp)
   return t;

@@ -202,7 +202,7 @@ struct Tr<M> {
   X(gelu_fwd) X(gelu_bwd) X(gelu_bwd_set) X(swiglu_fwd) X(swiglu_bwd) X(swiglu_bwd_set) X(attention_fwd)           \
   X(attention_bwd) X(cross_entropy_fwd) X(cross_entropy_bwd) X(row_max) X(max_combine) X(ce_shard_exp)             \
   X(ce_shard_finish) X(ce_shard_target_grad) X(embedding_fwd) X(embedding_bwd) X(embedding_shard_fwd)              \
-  X(embedding_shard_bwd) X(add_positions) X(positions_bwd) X(adamw) X(sum_squares) X(attention_fwd_kv)             \
+  X(embedding_shard_bwd) X(add_positions) X(positions_bwd) X(adamw) X(sum_squares) X(fp8_quantize) X(attention_fwd_kv) \
   X(attention_bwd_kv) X(moe_route) X(moe_route_bwd) X(moe_dispatch) X(moe_dispatch_bwd) X(moe_combine)             \
   X(moe_combine_bwd)
 

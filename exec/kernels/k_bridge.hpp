@@ -8,6 +8,7 @@
 // thread reads what it needs before the block's sync and writes only its own elements after it.
 #pragma once
 #include "exec/kernels/k_elementwise.hpp"
+#include "exec/kernels/k_fp8.hpp"
 #include "exec/kernels/k_reduce.hpp"
 #include "exec/kernels/k_rows.hpp"
 

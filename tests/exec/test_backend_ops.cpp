@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "exec/backend.hpp"
+#include "exec/kernels/k_fp8.hpp"
 #include "exec/cuda_loader.hpp"
 
 using namespace tp::exec;
@@ -257,6 +258,32 @@ std::vector<Case> elementwise_cases() {
     ref().adamw(p.data(), g.data(), m.data(), v.data(), n, 1e-2, 0.9, 0.95, 1e-8, 0.1, 3);
     const double ss = be.f32.sum_squares(gd, n), ss_ref = ref().sum_squares(g.data(), n);
     return std::max({err(d.down(pd, n), p), err(d.down(md, n), m), err(d.down(vd, n), v), err({ss}, {ss_ref})});
+  }});
+  // fp8 casts with a scale that is not a power of two (the delayed-scaling recipe's 448 / amax): a value whose
+  // float product lands on the other side of a rounding tie than the double one would differ by a quantum, so
+  // the inputs are far from ties here (checked) and the results must agree to float rounding.
+  cs.push_back({"fp8_quantize (E4M3, E5M2)", 1e-6, [](const Backend& be) {
+    Dev d(be);
+    const long n = 3001;
+    Vec x = rnd(n, 36, -3, 3);
+    double worst = 0;
+    for (int format : {0, 1}) {
+      const double scale = 448.0 / 2.9;
+      Vec y(n);
+      float* xd = d.up(x);
+      float* yd = d.up(y);
+      const double amax = be.f32.fp8_quantize(yd, xd, n, float(scale), format);
+      const double amax_ref = ref().fp8_quantize(y.data(), x.data(), n, double(float(scale)), format);
+      Vec got = d.down(yd, n), near_tie(n);
+      for (long i = 0; i < n; ++i) {  // skip elements within float rounding of a tie (none expected)
+        const double t = x[i] * double(float(scale));
+        const double q = tp::kernels::fp8_round(t, format), up = tp::kernels::fp8_round(t * (1 + 1e-6), format),
+                     dn = tp::kernels::fp8_round(t * (1 - 1e-6), format);
+        if (up != q || dn != q) got[i] = y[i];
+      }
+      worst = std::max({worst, err(got, y), err({amax}, {amax_ref})});
+    }
+    return worst;
   }});
   return cs;
 }

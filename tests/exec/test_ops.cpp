@@ -11,6 +11,7 @@
 #include <random>
 #include <vector>
 
+#include "exec/kernels/k_fp8.hpp"
 #include "exec/ops.hpp"
 
 namespace {
@@ -504,4 +505,43 @@ void overwriting_backwards_check(double tol) {
 TEST(Ops, OverwritingBackwardsAndInPlaceCrossEntropy) {
   overwriting_backwards_check<double>(1e-15);
   overwriting_backwards_check<float>(1e-6);
+}
+
+// The fp8 formats' values, worked out by hand: E4M3 (3 mantissa bits, smallest normal 2^-6, max 448) and E5M2
+// (2 bits, 2^-14, max 57344); ties go to the even mantissa, subnormals keep the smallest normal's quantum,
+// everything at or beyond max saturates.
+TEST(Ops, Fp8RoundingOfKnownValues) {
+  using tp::kernels::fp8_round;
+  struct Case { double x; int format; double want; };
+  const Case cases[] = {
+      {0.1, 0, 0.1015625},         // 12.8 quanta of 2^-7 -> 13
+      {1.0625, 0, 1.0},            // 8.5 quanta of 1/8 -> 8 (even)
+      {1.1875, 0, 1.25},           // 9.5 -> 10 (even)
+      {-1.1875, 0, -1.25},
+      {447.0, 0, 448.0},           // quantum 32 at 256..512: 13.97 -> 14
+      {460.0, 0, 448.0},           // saturates (would round to 480)
+      {1e9, 0, 448.0},
+      {-1e9, 0, -448.0},
+      {0.001953125, 0, 0.001953125},  // 2^-9, the smallest subnormal
+      {0.0009765625, 0, 0.0},         // 2^-10: half a quantum, ties to 0
+      {0.0029296875, 0, 0.00390625},  // 1.5 quanta of 2^-9 -> 2
+      {0.1, 1, 0.09375},           // 6.4 quanta of 2^-6 -> 6
+      {50000.0, 1, 49152.0},       // 6.1 quanta of 2^13 -> 6
+      {60000.0, 1, 57344.0},       // saturates
+      {1e-6, 1, 0.0},              // below half of 2^-16
+      {3e-5, 1, 3.0517578125e-05}, // 1.97 quanta of 2^-16 -> 2
+      {0.0, 1, 0.0},
+  };
+  for (const Case& c : cases) {
+    EXPECT_EQ(fp8_round(c.x, c.format), c.want) << c.x << " format " << c.format;
+    EXPECT_EQ(fp8_round(float(c.x), c.format), float(c.want)) << c.x << " format " << c.format << " (float)";
+  }
+  EXPECT_TRUE(std::isnan(fp8_round(std::numeric_limits<double>::quiet_NaN(), 0)));
+  // The op: y = fp8(x * scale) / scale, the amax of x returned; in place.
+  std::vector<double> x = {0.1 / 64, -3.0, 460.0 / 64};
+  const double amax = tp::ops::fp8_quantize(x.data(), x.data(), 3, 64.0, 0);
+  EXPECT_EQ(amax, 7.1875);
+  EXPECT_EQ(x[0], 0.1015625 / 64);
+  EXPECT_EQ(x[1], -3.0);
+  EXPECT_EQ(x[2], 448.0 / 64);
 }

@@ -148,22 +148,7 @@ TEST(RunOracle, BadPlansExitTwoBeforeWork) {
   EXPECT_EQ(WEXITSTATUS(rc), 2);
   std::string text = log_text(f);
   EXPECT_NE(text.find("$.plan: dp x cp x tp x pp = 4 ranks, but this job has 1"), std::string::npos) << text;
-  // A plan the executor does not run: fp8 training (the CPU backend has no fp8 GEMMs).
-  {
-    json mj = json::parse(std::ifstream(std::string(TP_SOURCE_DIR) + "/scenarios/exec/tiny-moe.json"));
-    mj["cluster"] = "dgx-h100";
-    mj["training"]["precision"] = "fp8";
-    f = tmpdir() + "/moe_fp8.json";
-    std::ofstream(f) << mj.dump(2);
-  }
-  cmd = std::string(TP_BINARY) + " run " + f + " --steps 1 --quiet > " + f + ".log 2>&1";
-  rc = std::system(cmd.c_str());
-  EXPECT_EQ(WEXITSTATUS(rc), 2);
-  {
-    const std::string otext = log_text(f);
-    EXPECT_NE(otext.find("$.training.precision \"fp8\" (the CPU backend has no fp8 GEMMs): not supported by `trainplan run` yet"),
-              std::string::npos) << otext;
-  }
+  // (fp8 training, refused here before, runs: tests/exec/test_run_fp8.cpp)
   // A backend this binary lacks (exec/backend.hpp), or none of that name.
   f = scenario("backend", json::object());
   for (const char* b : {"cuda", "tpu"}) {

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -115,4 +116,28 @@ TEST(Validate, ToleranceDecidesTheExitCode) {
   const std::string text = oracle::log_text(out);
   EXPECT_NE(text.find("outside the tolerance: step time"), std::string::npos) << text;
   EXPECT_EQ(sh(std::string(TP_BINARY) + " validate " + sc + " --profile " + prof + " --tolerance -1 > /dev/null 2>&1"), 2);
+}
+
+// An fp8 scenario is validated in fp32 on both sides (the executor's fp8 casts are an emulation, exec/fp8.hpp):
+// validate says so, and its measured losses are those of the fp32 run, not the fp8 one.
+TEST(Validate, Fp8ScenarioRunsAndSimulatesInFp32) {
+  std::string prof = quick_profile();
+  ASSERT_FALSE(prof.empty());
+  json j = json::parse(std::ifstream(std::string(TP_SOURCE_DIR) + "/scenarios/exec/tiny-gpt.json"));
+  j["cluster"] = "dgx-h100";
+  j["training"]["precision"] = "fp8";
+  const std::string sc = prof + ".fp8.json", out = sc + ".validate.json";
+  std::ofstream(sc) << j.dump(2);
+  ASSERT_EQ(sh(std::string(TP_BINARY) + " validate " + sc + " --profile " + prof + " --steps 2 --json " + out + " > " +
+               out + ".log 2>&1"), 0);
+  std::ifstream log(out + ".log");
+  const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("note: $.training.precision \"fp8\": validate runs and simulates the plan in fp32"), std::string::npos)
+      << text;
+  j["training"]["precision"] = "fp32";
+  const std::string sc32 = prof + ".fp32.json";
+  std::ofstream(sc32) << j.dump(2);
+  ASSERT_EQ(sh(std::string(TP_BINARY) + " run " + sc32 + " --steps 2 --quiet --json " + sc32 + ".out > /dev/null 2>&1"), 0);
+  const json v = json::parse(std::ifstream(out)), r = json::parse(std::ifstream(sc32 + ".out"));
+  EXPECT_EQ(v["measured"]["losses"], r["losses"]);
 }

@@ -260,6 +260,18 @@ double sum_squares(const F* x, long n) {
   });
   return r;
 }
+double fp8_quantize(F* y, const F* x, long n, F s, int format) {
+  double r = 0;
+  if (n <= 0) return r;
+  TP_OP("fp8_quantize", ({{"n", n}, {"format", format}}), {
+    const kernels::CudaLauncher l = launcher();
+    double* sc = static_cast<double*>(scratch(sizeof(double) * (size_t(l.max_grid) + 1)));
+    k::fp8_quantize(l, sc, sc + 1, y, x, n, s, format);
+    check(cudaMemcpyAsync(&r, sc, sizeof r, cudaMemcpyDeviceToHost, g.stream), "amax copy");
+    check(cudaStreamSynchronize(g.stream), "amax read-back");
+  });
+  return r;
+}
 
 }  // namespace
 
@@ -273,7 +285,7 @@ void fill_f32_table(exec::OpTable<float>& t) {
   t.attention_fwd_kv = attention_fwd_kv, t.attention_bwd_kv = attention_bwd_kv;
   t.cross_entropy_fwd = cross_entropy_fwd, t.cross_entropy_bwd = cross_entropy_bwd, t.row_max = row_max;
   t.embedding_fwd = embedding_fwd, t.embedding_bwd = embedding_bwd, t.embedding_shard_bwd = embedding_shard_bwd;
-  t.adamw = adamw, t.sum_squares = sum_squares;
+  t.adamw = adamw, t.sum_squares = sum_squares, t.fp8_quantize = fp8_quantize;
   fill_f32_shard_ops(t);  // 2D tensor parallelism and vocabulary-parallel pieces (backend_cuda_shard.cu)
   fill_f32_moe_ops(t);    // mixture-of-experts router, dispatch, combine (backend_cuda_moe.cu)
 }
@@ -288,7 +300,7 @@ void fill_f64_unsupported(exec::OpTable<double>& t) {
   TP_S(attention_bwd); TP_S(cross_entropy_fwd); TP_S(cross_entropy_bwd); TP_S(row_max); TP_S(max_combine);
   TP_S(ce_shard_exp); TP_S(ce_shard_finish); TP_S(ce_shard_target_grad); TP_S(embedding_fwd); TP_S(embedding_bwd);
   TP_S(embedding_shard_fwd); TP_S(embedding_shard_bwd); TP_S(add_positions); TP_S(positions_bwd); TP_S(adamw);
-  TP_S(sum_squares); TP_S(attention_fwd_kv); TP_S(attention_bwd_kv);
+  TP_S(sum_squares); TP_S(fp8_quantize); TP_S(attention_fwd_kv); TP_S(attention_bwd_kv);
 #undef TP_S
 }
 

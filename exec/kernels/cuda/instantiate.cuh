@@ -42,6 +42,7 @@ using L = CudaLauncher;
   PREFIX void cross_entropy_bwd<true, L, T>(const L&, T*, const T*, const int32_t*, long, long, long, float);  \
   PREFIX void bias_bwd<L, T>(const L&, T*, const T*, long, long, float*);                                     \
   PREFIX void sum_squares<L, T>(const L&, double*, double*, const T*, long);                                  \
+  PREFIX void fp8_quantize<L, T>(const L&, double*, double*, T*, const T*, long, acc_t<T>, int);              \
   PREFIX void embedding_fwd<L, T>(const L&, T*, const int32_t*, const T*, const T*, long, long, long, long,   \
                                     long, long);                                                                \
   PREFIX void embedding_bwd<L, T>(const L&, T*, T*, const T*, const int32_t*, long, long, long, long, long); \

@@ -1,0 +1,91 @@
+// k_fp8: the fp8 cast of Transformer Engine's linear layers, emulated in the storage type: y = fp8(x * s) / s,
+// fp8 being E4M3 (forward: activations and weights) or E5M2 (backward: output gradients), and the absolute
+// maximum of x, which the delayed-scaling recipe (exec/fp8.hpp) turns into the next step's scale.
+// fp8_round is the one rounding rule (the CPU backend calls it too): round to nearest even on the format's
+// mantissa, subnormals below its smallest normal, saturation to +-max (CUDA's __NV_SATFINITE, as TE casts).
+// E4M3 ("fn": no infinities): max 448, 3 mantissa bits, smallest normal 2^-6. E5M2: max 57344, 2 bits, 2^-14.
+// Invariants: the result of each element depends on that element and the scale only (layout-invariant); the
+// amax is a max, exact in any order; y may be x (each element is read, then written, by one thread).
+#pragma once
+#include <cmath>
+
+#include "exec/kernels/kcommon.hpp"
+
+namespace tp::kernels {
+
+enum Fp8Format : int { kFp8E4M3 = 0, kFp8E5M2 = 1 };
+
+TP_HD TP_INLINE double fp8_max(int format) { return format == kFp8E4M3 ? 448.0 : 57344.0; }
+
+TP_HD TP_INLINE float k_rint(float x) { return ::rintf(x); }
+TP_HD TP_INLINE double k_rint(double x) { return ::rint(x); }
+TP_HD TP_INLINE int k_ilogb(float x) { return ::ilogbf(x); }
+TP_HD TP_INLINE int k_ilogb(double x) { return ::ilogb(x); }
+TP_HD TP_INLINE float k_ldexp(float x, int e) { return ::ldexpf(x, e); }
+TP_HD TP_INLINE double k_ldexp(double x, int e) { return ::ldexp(x, e); }
+
+// v rounded to the nearest value of the fp8 format (ties to even), saturated to +-max; NaN stays NaN.
+template <class A>
+TP_HD TP_INLINE A fp8_round(A v, int format) {
+  const A maxv = A(fp8_max(format));
+  const int mbits = format == kFp8E4M3 ? 3 : 2, emin = format == kFp8E4M3 ? -6 : -14;
+  const A a = v < A(0) ? -v : v;
+  if (!(a == a) || a == A(0)) return v;
+  if (a >= maxv) return v < A(0) ? -maxv : maxv;
+  int e = k_ilogb(a);  // a in [2^e, 2^(e+1))
+  if (e < emin) e = emin;  // subnormals share the smallest normal's quantum
+  const int q = e - mbits;  // the quantum is 2^q: a / 2^q and its product back are exact
+  A r = k_ldexp(k_rint(k_ldexp(a, -q)), q);
+  if (r > maxv) r = maxv;  // a just below max rounded up past it: saturate
+  return v < A(0) ? -r : r;
+}
+
+// y[i] = fp8_round(x[i] * s) / s; partial[bid] = max |x[i]| over the block's share (in double).
+template <class T>
+struct Fp8QuantizePartial {
+  static constexpr const char* kName = "fp8_quantize";
+  using A = acc_t<T>;
+  T* y;
+  const T* x;
+  A s;
+  long n;
+  int format;
+  double* partial;
+  template <class Ctx>
+  TP_HD void operator()(Ctx& c) const {
+    double m = 0;
+    for (long i = long(c.bid()) * c.bdim() + c.tid(); i < n; i += long(c.gdim()) * c.bdim()) {
+      const A v = ld(x[i]);
+      const double av = double(v < A(0) ? -v : v);
+      m = av > m ? av : m;
+      y[i] = st<T>(fp8_round(v * s, format) / s);
+    }
+    m = block_max(c, m, c.template shared<double>());
+    if (c.tid() == 0) partial[c.bid()] = m;
+  }
+};
+// out[0] = max of in[0, n) (one block; the values are >= 0).
+struct MaxDoubles {
+  static constexpr const char* kName = "max_doubles";
+  double* out;
+  const double* in;
+  long n;
+  template <class Ctx>
+  TP_HD void operator()(Ctx& c) const {
+    double m = 0;
+    for (long i = c.tid(); i < n; i += c.bdim()) m = in[i] > m ? in[i] : m;
+    m = block_max(c, m, c.template shared<double>());
+    if (c.tid() == 0) out[0] = m;
+  }
+};
+
+// y[n] = fp8(x * s) / s in `format`; out[0] = max |x|. scratch holds launch.max_grid doubles.
+template <class L, class T>
+void fp8_quantize(const L& launch, double* out, double* scratch, T* y, const T* x, long n, acc_t<T> s, int format) {
+  const unsigned grid = blocks_for(n, launch.block, launch.max_grid);
+  const unsigned smem = unsigned(kReduceSlots * sizeof(double));
+  launch(Fp8QuantizePartial<T>{y, x, s, n, format, scratch}, Dim{grid, launch.block, smem});
+  launch(MaxDoubles{out, scratch, long(grid)}, Dim{1, launch.block, smem});
+}
+
+}  // namespace tp::kernels
