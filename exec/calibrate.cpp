@@ -117,9 +117,11 @@ long copies_for(double set_bytes, const CalibrateOptions& o) {
 // GEMM sweep on the training shapes of a linear layer with 4s tokens of width s (all 8 s^3 FLOPs): the
 // forward [4s, s] x [s, s] (NN), the input gradient [4s, s] x [s, s]^T (NT) and the weight gradient
 // [s, 4s] = ... [4s, s]^T x [4s, s] (TN), as exec/gpt.cpp calls ops::matmul. (Quick mode: NN and TN.)
-std::vector<std::vector<Gemm>> gemm_sweep(const CalibrateOptions& o, Comm& w) {
-  std::vector<long> sizes = o.quick ? std::vector<long>{16, 64, 192, 512}
-                                    : std::vector<long>{8, 16, 32, 64, 128, 192, 256, 384, 512, 768, 1024, 1536};
+// `only` (not empty): those sizes alone (validate's machine-speed probe).
+std::vector<std::vector<Gemm>> gemm_sweep(const CalibrateOptions& o, Comm& w, std::vector<long> only = {}) {
+  std::vector<long> sizes = !only.empty() ? only
+                            : o.quick     ? std::vector<long>{16, 64, 192, 512}
+                                          : std::vector<long>{8, 16, 32, 64, 128, 192, 256, 384, 512, 768, 1024, 1536};
   // Three passes over the sizes (full mode), keeping each point's median time: a burst of other work on the
   // machine during one point (seen on shared VMs) then bends the curve neither down nor up.
   const int passes = o.quick ? 1 : 3;
@@ -350,6 +352,13 @@ CommCal comm_calibrate(const CalibrateOptions& o, Comm& w, double dram_bw) {
 }
 
 }  // namespace
+
+double gemm_probe_flops_per_s(long s, Comm& w) {
+  const std::vector<Gemm> row = gemm_sweep(CalibrateOptions{}, w, {s}).front();
+  double mean = 0;  // as a matrix_efficiency point: the mean over the variants of the achieved FLOP/s
+  for (const Gemm& g : row) mean += g.flops / g.sec / (double)row.size();
+  return mean;
+}
 
 json calibrate_cpu(const CalibrateOptions& o, Comm& w) {
   auto t_start = Clock::now();

@@ -42,4 +42,10 @@ struct CalibrateOptions {
 // Collective over `world` (every rank calls it). Returns the cluster object on rank 0 (null elsewhere).
 json calibrate_cpu(const CalibrateOptions& o, Comm& world);
 
+// One point of the full GEMM sweep, size s (cold operands, the three variants, the median of three passes): the
+// mean achieved FLOP/s over the variants, which is what the profile's curve holds at FLOPs 8 s^3 (times the
+// peak) for a machine running as fast as when it was calibrated. Collective; about 1 s. `validate` runs it
+// before and after its measured steps to tell how fast the machine ran then (docs/perf/validate.md).
+double gemm_probe_flops_per_s(long s, Comm& world);
+
 }  // namespace tp::exec

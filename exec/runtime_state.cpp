@@ -118,9 +118,24 @@ double learning_rate(const RunOptions& o, int step, int warmup) {
 double peak_memory_of(const Backend& b) { return b.peak_device_bytes ? b.peak_device_bytes() : peak_rss_bytes(); }
 
 double peak_rss_bytes() {
+  // VmHWM (resettable: reset_peak_rss), else getrusage's maximum of the process's lifetime.
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  char line[256];
+  double kb = -1;
+  while (f && std::fgets(line, sizeof line, f))
+    if (std::sscanf(line, "VmHWM: %lf kB", &kb) == 1) break;
+  if (f) std::fclose(f);
+  if (kb >= 0) return kb * 1024.0;
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
   return (double)ru.ru_maxrss * 1024.0;
+}
+
+bool reset_peak_rss() {
+  std::FILE* f = std::fopen("/proc/self/clear_refs", "w");
+  if (!f) return false;
+  const bool ok = std::fputs("5", f) >= 0;
+  return std::fclose(f) == 0 && ok;
 }
 
 

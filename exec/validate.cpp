@@ -13,7 +13,9 @@
 #include <fstream>
 #include <sstream>
 
+#include "exec/calibrate.hpp"
 #include "exec/prof.hpp"
+#include "exec/runtime_parts.hpp"
 #include "exec/train.hpp"
 #include "models/scenario.hpp"
 #include "sim/simulate.hpp"
@@ -71,6 +73,9 @@ std::vector<double> predicted_classes(const Result& res, int r) {
   return out;
 }
 
+// validate's machine-speed probe: the GEMM size (a point of calibrate's sweep, so the profile's curve holds it).
+constexpr long kProbeSize = 256;
+
 double rel_err(double pred, double meas) { return meas > 0 ? (pred - meas) / meas : 0.0; }
 
 }  // namespace
@@ -119,6 +124,10 @@ json validate_run(const std::string& file, const json& profile, const std::strin
   RunOptions ro;
   ro.steps = std::max(2, o.steps);
   ro.device_budget_bytes = o.device_budget_bytes;
+  // The machine's speed against the profile's (a shared VM's speed drifts by more than the 10 % target within
+  // minutes): calibrate's GEMM point at s = kProbeSize, before the warm-up and after the measured steps.
+  const double probe_before = gemm_probe_flops_per_s(kProbeSize, world);
+  detail::reset_peak_rss();  // (the probe's 0.5 GB of operands are not the run's; without a reset the RSS figure includes them)
   {  // a one-step warm-up run (not measured): first-touch page faults, malloc's adaptive thresholds, caches
     RunOptions warm = ro;
     warm.steps = 1;
@@ -132,6 +141,7 @@ json validate_run(const std::string& file, const json& profile, const std::strin
   RunResult rr = run_training(run_sc, ro, world);
   prof::set_enabled(false);
   prof::Snapshot snap = prof::snapshot();
+  const double probe_after = gemm_probe_flops_per_s(kProbeSize, world);
   const bool hooked = snap.steps > 0;  // the runtime calls prof::step_begin / step_end
   const double steady = hooked ? (double)snap.steps : (double)ro.steps;
   std::vector<double> mine(kRow + 3, 0.0);
@@ -155,6 +165,12 @@ json validate_run(const std::string& file, const json& profile, const std::strin
   std::vector<double> steps(rr.step_time_s.begin() + 1, rr.step_time_s.end());
   std::sort(steps.begin(), steps.end());
   const double meas_step = steps[steps.size() / 2];
+  // Speed = probe / what the profile says that GEMM achieves (1: as fast as when calibrated; 0.9: 10 % slower).
+  const Gpu& pg = sim_sc.cluster.gpu;
+  const double probe_flops = 8.0 * std::pow((double)kProbeSize, 3);
+  const double expect = pg.matrix_flops_per_s[(int)Precision::fp32] * pg.matrix_efficiency.at(probe_flops);
+  const double speed_before = expect > 0 ? probe_before / expect : 0, speed_after = expect > 0 ? probe_after / expect : 0;
+  const double speed = 0.5 * (speed_before + speed_after);
   const size_t W = mine.size();
   auto meas = [&](int rank, int c) { return all[(size_t)rank * W + c]; };
   double meas_heap = 0, meas_rss = 0, meas_dev = 0;
@@ -204,6 +220,10 @@ json validate_run(const std::string& file, const json& profile, const std::strin
                     {"peak_memory_kind", device ? "device" : "heap"},
                     {"tokens_per_s", rr.tokens_per_s}, {"losses", rr.losses}}},
       {"error", {{"step_time", rel_err(res.step_time_s, meas_step)}, {"peak_memory", rel_err(res.peak_bytes_per_gpu, meas_peak)}}},
+      {"machine_speed", {{"probe", "calibrate's GEMM point at s = " + std::to_string(kProbeSize) +
+                                       " (4s x s x s, three variants, cold operands), against the profile's curve"},
+                         {"before", speed_before}, {"after", speed_after}, {"mean", speed},
+                         {"step_time_error_at_that_speed", speed > 0 ? rel_err(res.step_time_s / speed, meas_step) : 0.0}}},
       {"per_op_class", headline},
       {"offload", opt_off ? json{{"kind", rr.offload.kind}, {"host_state_bytes", rr.offload.host_state_bytes},
                                  {"h2d_bytes", rr.offload.h2d_bytes}, {"d2h_bytes", rr.offload.d2h_bytes}}
@@ -236,6 +256,14 @@ std::string validate_text(const json& r) {
   line("step time", r["predicted"]["step_time_s"], r["measured"]["step_time_s"], "s ", 1);
   const json& mz = r["measured"];
   const bool device = mz.contains("peak_memory_kind") && mz["peak_memory_kind"] == "device";
+  if (r.contains("machine_speed")) {
+    const json& ms = r["machine_speed"];
+    std::snprintf(b, sizeof b, "  %-22s %12.4g %12s s   %+7.1f %%  (machine at %.2f / %.2f x the profile's speed "
+                  "before / after the steps)\n", "at the probed speed", r["predicted"]["step_time_s"].get<double>() /
+                  std::max(1e-12, ms["mean"].get<double>()), "", 100 * ms["step_time_error_at_that_speed"].get<double>(),
+                  ms["before"].get<double>(), ms["after"].get<double>());
+    os << b;
+  }
   line(device ? "peak device memory" : "peak memory", r["predicted"]["peak_memory_bytes"], mz["peak_memory_bytes"], "MB", 1e-6);
   if (device && mz.contains("peak_heap_bytes")) {
     std::snprintf(b, sizeof b, "  %-22s %12s %12.4g MB  (host pools included)\n", "peak heap", "",

@@ -51,6 +51,19 @@ TEST(Validate, TinyScenarioWritesTheReport) {
   }
   EXPECT_GT(cls["gemm"]["measured_s"].get<double>(), 0);
   EXPECT_GT(cls["gemm"]["predicted_s"].get<double>(), 0);
+  // The machine-speed probe (calibrate's GEMM point before and after the steps) and the error at that speed; its
+  // half a gigabyte of operands is not in the run's resident peak (the high-water mark is restarted after it).
+  const json& ms = r["machine_speed"];
+  EXPECT_GT(ms["before"].get<double>(), 0);
+  EXPECT_GT(ms["after"].get<double>(), 0);
+  EXPECT_NEAR(ms["mean"].get<double>(), 0.5 * (ms["before"].get<double>() + ms["after"].get<double>()), 1e-12);
+  const double at_speed = r["predicted"]["step_time_s"].get<double>() / ms["mean"].get<double>();
+  EXPECT_NEAR(ms["step_time_error_at_that_speed"].get<double>(),
+              (at_speed - r["measured"]["step_time_s"].get<double>()) / r["measured"]["step_time_s"].get<double>(), 1e-9);
+  EXPECT_LT(r["measured"]["peak_rss_growth_bytes"].get<double>(), 2.5e8);
+  std::ifstream log(out + ".log");
+  const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("at the probed speed"), std::string::npos) << text;
 }
 
 TEST(Validate, BadInputExits2) {
