@@ -99,6 +99,8 @@ TEST(Validate, BenchmarkPlansPeakMemoryWithinFivePercent) {
 #ifdef TP_MPIEXEC
   cases.push_back({"validate-gpt256-cp2", 2, ""});
   cases.push_back({"validate-gpt256-moe-ep2", 2, ""});
+  cases.push_back({"validate-gpt256-dp2-optoffload", 2, ""});
+  cases.push_back({"validate-gpt256-dp2-granular", 2, ""});
 #endif
   for (const Case& c : cases) {
     std::string out = prof + "." + c.name + ".json";
