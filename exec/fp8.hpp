@@ -45,7 +45,11 @@ struct Fp8State {
   // the slot's amax (the backward's second cast of a forward operand does not). Returns dst.
   template <class T>
   const T* cast(Buf<T>& dst, const T* x, long n, int slot, bool record = true) {
-    dst.resize((size_t)n);
+    if (dst.size() != (size_t)n) {  // a fresh buffer: resizing a used one would copy its elements on the host,
+      Buf<T> fresh;                 // which a device backend's memory does not allow
+      fresh.resize((size_t)n);
+      dst.swap(fresh);
+    }
     const double a = ops::fp8_quantize(dst.data(), x, n, T(scale[(size_t)slot]), slot % 3 == 2 ? 1 : 0);
     if (record && a > amax[(size_t)slot]) amax[(size_t)slot] = a;
     return dst.data();
