@@ -256,7 +256,7 @@ std::string validate_text(const json& r) {
   line("step time", r["predicted"]["step_time_s"], r["measured"]["step_time_s"], "s ", 1);
   const json& mz = r["measured"];
   const bool device = mz.contains("peak_memory_kind") && mz["peak_memory_kind"] == "device";
-  if (r.contains("machine_speed")) {
+  if (r.contains("machine_speed") && r["machine_speed"]["mean"].get<double>() > 0) {  // (0: the profile has no curve)
     const json& ms = r["machine_speed"];
     std::snprintf(b, sizeof b, "  %-22s %12.4g %12s s   %+7.1f %%  (machine at %.2f / %.2f x the profile's speed "
                   "before / after the steps)\n", "at the probed speed", r["predicted"]["step_time_s"].get<double>() /

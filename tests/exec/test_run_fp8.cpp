@@ -79,6 +79,13 @@ TEST(RunFp8, PlansMatchSingleRankFloat64) {
   ASSERT_FALSE(f32.is_null());
   // The casts change the run from the first step (scale 1: the inputs and weights on the E4M3 grid).
   for (int s = 0; s < steps; ++s) EXPECT_GT(std::abs(ref["losses"][s].get<double>() - f32["losses"][s].get<double>()), 1e-5) << s;
+  // The bundled fp8 scenario is this one (its first loss: before any update, whatever the step count).
+  const std::string bundled_file = tmpdir() + "/fp8_bundled.json";  // (run writes its log beside the scenario)
+  fs::copy_file(std::string(TP_SOURCE_DIR) + "/scenarios/exec/tiny-gpt-fp8.json", bundled_file,
+                fs::copy_options::overwrite_existing);
+  json bundled = run(bundled_file, 1, true);
+  ASSERT_FALSE(bundled.is_null());
+  EXPECT_EQ(bundled["losses"][0], ref["losses"][0]);
   const std::string note = log_text(tmpdir() + "/fp8_ref.json");
   EXPECT_NE(note.find("note: $.training.precision \"fp8\": run emulates"), std::string::npos) << note;
   // The emu backends: the cast kernel; emu-device, with tensor memory the host cannot touch (the casts' scratch
