@@ -14,6 +14,12 @@ void Fp8State::init(long long layers, long long experts) {
   amax.assign(scale.size(), 0.0);
 }
 
+Fp8State Fp8State::for_scenario(const Scenario& sc) {
+  Fp8State f;
+  if (sc.training.precision == Precision::fp8) f.init(sc.model.layers, gpt_shape(sc.model, sc.training.seq_len).experts);
+  return f;
+}
+
 void Fp8State::end_step(Comm& world) {
   if (!on()) return;
   const long n = (long)amax.size();
@@ -26,7 +32,7 @@ void Fp8State::end_step(Comm& world) {
   for (long i = 0; i < n; ++i) {
     const double a = amax[(size_t)i];
     // TE's _default_sf_compute with margin 0: fp8_max / amax where amax is positive and finite.
-    if (a > 0 && std::isfinite(a)) scale[(size_t)i] = kernels::fp8_max(i % 3 == 2 ? 1 : 0) / a;
+    if (a > 0 && std::isfinite(a)) scale[(size_t)i] = kernels::fp8_max(format_of(i)) / a;
     amax[(size_t)i] = 0;
   }
 }

@@ -22,6 +22,7 @@
 #include "exec/comm.hpp"
 #include "exec/gpt.hpp"
 #include "exec/ops.hpp"
+#include "models/scenario.hpp"
 
 namespace tp::exec {
 
@@ -41,6 +42,10 @@ struct Fp8State {
   int slot(int group, int linear, Fp8Operand op) const {
     return int((group * linears + linear) * 3 + (int)op);
   }
+  // The fp8 format of a slot (exec/kernels/k_fp8.hpp Fp8Format): E5M2 for output gradients, else E4M3.
+  static int format_of(long slot) { return slot % 3 == (int)Fp8Operand::dy ? 1 : 0; }
+  // The state `sc` trains with: slots for its layers and experts when training.precision is fp8, else off.
+  static Fp8State for_scenario(const Scenario& sc);
   // dst[n] = x cast to the slot's fp8 format with its scale (E5M2 for dy, else E4M3); `record` adds max |x| to
   // the slot's amax (the backward's second cast of a forward operand does not). Returns dst.
   template <class T>
@@ -50,7 +55,7 @@ struct Fp8State {
       fresh.resize((size_t)n);
       dst.swap(fresh);
     }
-    const double a = ops::fp8_quantize(dst.data(), x, n, T(scale[(size_t)slot]), slot % 3 == 2 ? 1 : 0);
+    const double a = ops::fp8_quantize(dst.data(), x, n, T(scale[(size_t)slot]), format_of(slot));
     if (record && a > amax[(size_t)slot]) amax[(size_t)slot] = a;
     return dst.data();
   }

@@ -50,6 +50,7 @@ inline long moe_capacity(long n, long long experts, long long top_k, double capa
 
 // x_out[N, C] = MoE MLP of a.ln2 (overwritten; the caller adds the residual). Saves the router and expert
 // activations in `a` (m_*, fc1, act).
+// wl: the weight group (the fp8 casts' slots, exec/fp8.hpp).
 template <class T>
 void moe_mlp_fwd(const Gpt<T>& g, int wl, const LayerParams& W, LayerActs<T>& a, T* x_out, long N);
 // dln[N, C] = gradient w.r.t. a.ln2 (overwritten) from dz[N, C]; accumulates the router's and the local experts'

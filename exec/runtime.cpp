@@ -47,8 +47,8 @@ void RankRun<T>::setup() {
   make_groups();
   init_model<T>(sc, rc.tp, *tp, model, gl, replicated_view, grid_row, grid_col, p.ep > 1 ? rc.dp % p.ep : 0);
   model.d1.ep = epc.get();
-  if (sc.training.precision == Precision::fp8) {
-    f8.init(L, gpt_shape(sc.model, sc.training.seq_len).experts);
+  f8 = Fp8State::for_scenario(sc);
+  if (f8.on()) {
     if (start && !start->fp8_scale.empty()) f8.scale = start->fp8_scale;  // Pseudo-to-Real's handover
     model.d1.fp8 = model.d2.fp8 = &f8;
   }

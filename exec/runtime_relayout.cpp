@@ -205,9 +205,7 @@ RunResult run_two_layouts(const Scenario& sc, const RunOptions& o, Comm& world) 
     world.all_reduce_sum(&handed, 1, Dtype::f64);
     if (handed == 0) return res;  // the run ended in the pseudo phase (ranks outside it: an empty result)
     h.mine.finish(h.window);
-    if (sc.training.precision == Precision::fp8) {  // the delink's scales, from rank 0 (a pseudo rank) to all
-      Fp8State f;
-      f.init(sc.model.layers, gpt_shape(sc.model, sc.training.seq_len).experts);
+    if (Fp8State f = Fp8State::for_scenario(sc); f.on()) {  // the delink's scales, from rank 0 (a pseudo rank) to all
       if (world.rank() == 0) f.scale = h.mine.fp8_scale;
       world.broadcast(f.scale.data(), (long)f.scale.size(), Dtype::f64, 0);
       h.fp8_scale = std::move(f.scale);

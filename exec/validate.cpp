@@ -260,7 +260,7 @@ std::string validate_text(const json& r) {
     const json& ms = r["machine_speed"];
     std::snprintf(b, sizeof b, "  %-22s %12.4g %12s s   %+7.1f %%  (machine at %.2f / %.2f x the profile's speed "
                   "before / after the steps)\n", "at the probed speed", r["predicted"]["step_time_s"].get<double>() /
-                  std::max(1e-12, ms["mean"].get<double>()), "", 100 * ms["step_time_error_at_that_speed"].get<double>(),
+                  ms["mean"].get<double>(), "", 100 * ms["step_time_error_at_that_speed"].get<double>(),
                   ms["before"].get<double>(), ms["after"].get<double>());
     os << b;
   }

@@ -10,6 +10,7 @@
 #include <cmath>
 
 #include "exec/kernels/kcommon.hpp"
+#include "exec/kernels/k_reduce.hpp"
 
 namespace tp::kernels {
 
@@ -64,20 +65,6 @@ struct Fp8QuantizePartial {
     if (c.tid() == 0) partial[c.bid()] = m;
   }
 };
-// out[0] = max of in[0, n) (one block; the values are >= 0).
-struct MaxDoubles {
-  static constexpr const char* kName = "max_doubles";
-  double* out;
-  const double* in;
-  long n;
-  template <class Ctx>
-  TP_HD void operator()(Ctx& c) const {
-    double m = 0;
-    for (long i = c.tid(); i < n; i += c.bdim()) m = in[i] > m ? in[i] : m;
-    m = block_max(c, m, c.template shared<double>());
-    if (c.tid() == 0) out[0] = m;
-  }
-};
 
 // y[n] = fp8(x * s) / s in `format`; out[0] = max |x|. scratch holds launch.max_grid doubles.
 template <class L, class T>
@@ -85,7 +72,7 @@ void fp8_quantize(const L& launch, double* out, double* scratch, T* y, const T* 
   const unsigned grid = blocks_for(n, launch.block, launch.max_grid);
   const unsigned smem = unsigned(kReduceSlots * sizeof(double));
   launch(Fp8QuantizePartial<T>{y, x, s, n, format, scratch}, Dim{grid, launch.block, smem});
-  launch(MaxDoubles{out, scratch, long(grid)}, Dim{1, launch.block, smem});
+  launch(ReduceDoubles<true>{out, scratch, long(grid)}, Dim{1, launch.block, smem});
 }
 
 }  // namespace tp::kernels

@@ -124,17 +124,18 @@ struct SumSquaresPartial {
     if (c.tid() == 0) partial[c.bid()] = s;
   }
 };
-// out[0] = sum of in[0, n) (one block).
-struct SumDoubles {
-  static constexpr const char* kName = "sum_doubles";
+// out[0] = sum of in[0, n) (one block; kMax: the max, n >= 1) — — the second pass of the two-pass reductions (sum_squares, fp8_quantize's amax).
+template <bool kMax>
+struct ReduceDoubles {
+  static constexpr const char* kName = kMax ? "max_doubles" : "sum_doubles";
   double* out;
   const double* in;
   long n;
   template <class Ctx>
   TP_HD void operator()(Ctx& c) const {
-    double s = 0;
-    for (long i = c.tid(); i < n; i += c.bdim()) s += in[i];
-    s = block_sum(c, s, c.template shared<double>());
+    double s = kMax ? k_neg_inf<double>() : 0.0;
+    for (long i = c.tid(); i < n; i += c.bdim()) s = kMax ? k_max(s, in[i]) : s + in[i];
+    s = block_reduce<kMax>(c, s, c.template shared<double>());
     if (c.tid() == 0) out[0] = s;
   }
 };
@@ -236,7 +237,7 @@ void sum_squares(const L& launch, double* out, double* scratch, const T* x, long
   const unsigned grid = blocks_for(n, launch.block, launch.max_grid);
   const unsigned smem = unsigned(kReduceSlots * sizeof(double));
   launch(SumSquaresPartial<T>{scratch, x, n}, Dim{grid, launch.block, smem});
-  launch(SumDoubles{out, scratch, long(grid)}, Dim{1, launch.block, smem});
+  launch(ReduceDoubles<false>{out, scratch, long(grid)}, Dim{1, launch.block, smem});
 }
 // Whole vocabulary: v0 = 0, Vl = V. pos0: position of row 0 (a sequence-parallel row shard starts later).
 template <class L, class T>
