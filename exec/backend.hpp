@@ -113,6 +113,11 @@ struct Backend {
   // The high-water mark of device memory allocated by this backend (tensors, its scratch and GEMM workspace),
   // in bytes; null on host-accessible backends, whose peak is the process's resident memory.
   double (*peak_device_bytes)() = nullptr;
+  // bf16 GEMM operands (training.precision "bf16"), per calling thread: while on, every GEMM of this backend's
+  // ops (matmul, linear_fwd, attention, MoE's experts) takes its two operands rounded to bf16 (nearest even,
+  // exec/kernels/k_fp8.hpp bf16_round) and accumulates in the table's type (fp32, or fp64 for the oracle);
+  // tensors stay in that type. Returns the previous setting. Set it with Bf16GemmScope.
+  bool (*set_bf16_gemm)(bool on) = nullptr;
   // The device this process runs on ("device 0 of 8 (NVIDIA H100 80GB HBM3)") and its memory in bytes; "" and 0
   // on host-accessible backends. Messages (exec/device_oom.cpp) name it beside the scenario's GPU.
   const char* device = "";
@@ -127,6 +132,16 @@ template <>
 inline const OpTable<float>& Backend::ops<float>() const { return f32; }
 template <>
 inline const OpTable<double>& Backend::ops<double>() const { return f64; }
+
+// Sets b's bf16 GEMM operands to `on` on this thread for the scope's lifetime, then restores the previous setting.
+struct Bf16GemmScope {
+  Bf16GemmScope(const Backend& b, bool on) : be(&b), prev(b.set_bf16_gemm(on)) {}
+  ~Bf16GemmScope() { be->set_bf16_gemm(prev); }
+  Bf16GemmScope(const Bf16GemmScope&) = delete;
+  Bf16GemmScope& operator=(const Bf16GemmScope&) = delete;
+  const Backend* be;
+  bool prev;
+};
 
 // ops::linear_fwd as its three ops on backend Be() (the CPU and emu backends, which fuse nothing).
 template <const Backend& (*Be)(), class T>

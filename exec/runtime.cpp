@@ -277,6 +277,8 @@ RunResult run_training(const Scenario& sc, const RunOptions& o, Comm& world) {
     throw InputError({std::string("$.plan.cp: context parallelism needs the attention_fwd_kv op, which backend ") +
                       backend->name + " does not have yet (use --backend cpu or emu)"});
   BackendScope on_backend(*backend);  // every ops:: call of this rank's run goes to it
+  // training.precision "bf16": every GEMM of this rank's run takes bf16 operands (Backend::set_bf16_gemm)
+  Bf16GemmScope bf16_gemms(*backend, sc.training.precision == Precision::bf16);
   // Device memory the host cannot read: every collective and send stages device buffers through pinned host
   // memory (exec/comm_staged.cpp). The CPU backend passes tensors to the communicator as they are.
   std::unique_ptr<Comm> staged = backend->host_accessible ? nullptr : staged_comm(world, *backend);

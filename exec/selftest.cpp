@@ -1,6 +1,7 @@
 // selftest: runs the checks of selftest_cases.cpp on one backend (selftest.hpp). Each check calls the op once
 // with the CPU float64 table on host copies (the reference) and once with the backend's fp32 table on memory
-// from the backend's alloc, then reads the compared outputs back with the backend's copy.
+// from the backend's alloc, then reads the compared outputs back with the backend's copy. A check with bf16
+// operands makes both calls under Bf16GemmScope (the reference rounds the same operands in float64).
 #include "exec/selftest.hpp"
 
 #include <algorithm>
@@ -55,22 +56,31 @@ double scaled_err(double got, double want) {
 }
 
 OpCheck run_one(const Backend& be, const Spec& s) {
-  OpCheck c{s.op, s.shape, s.variant, 0, kSelftestTolF32 * std::sqrt(std::max(1.0, s.red)), CheckStatus::pass, ""};
+  const double tol = s.tol > 0 ? s.tol : kSelftestTolF32 * std::sqrt(std::max(1.0, s.red));
+  OpCheck c{s.op, s.shape, s.variant, 0, tol, CheckStatus::pass, ""};
   std::vector<Vec> ref = s.bufs;
   std::vector<Ints> refi = s.ints;
   std::vector<double*> rp;
   std::vector<int32_t*> rip;
   for (Vec& v : ref) rp.push_back(v.data());
   for (Ints& v : refi) rip.push_back(v.data());
-  const double want = s.f64(cpu_backend().f64, rp.data(), rip.data());
+  double want = 0;
+  {
+    Bf16GemmScope b16(cpu_backend(), s.bf16);
+    want = s.f64(cpu_backend().f64, rp.data(), rip.data());
+  }
   try {
     Mem m(be);
     std::vector<float*> dp;
     std::vector<int32_t*> dip;
     for (const Vec& v : s.bufs) dp.push_back(m.up<float>(v));
     for (const Ints& v : s.ints) dip.push_back(m.up<int32_t>(v));
-    const double got = s.f32(be.f32, dp.data(), dip.data());
-    be.sync();
+    double got = 0;
+    {
+      Bf16GemmScope b16(be, s.bf16);
+      got = s.f32(be.f32, dp.data(), dip.data());
+      be.sync();
+    }
     if (s.scalar) c.err = scaled_err(got, want);
     for (int o : s.outs) {
       const Vec d = m.down(dp[size_t(o)], s.bufs[size_t(o)].size());

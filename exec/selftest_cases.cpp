@@ -67,6 +67,23 @@ void gemm_cases(std::vector<Spec>& cs, bool quick) {
                 return 0;
               });
         }
+  // bf16 GEMM operands (training.precision "bf16"): the inputs are floats, so both sides round the same values
+  // to bf16 and the products are exact; only the fp32 accumulation differs, so the fp32 tolerance holds. A
+  // backend that truncated instead of rounding to nearest even, or skipped the rounding, would be off by about
+  // 2^-8 per product.
+  for (size_t i = 1; i < shapes.size(); ++i) {
+    const auto [M, N, K] = shapes[i];
+    for (int ta = 0; ta < 2; ++ta)
+      for (int tb = 0; tb < 2; ++tb) {
+        std::string var = std::string(ta ? "Aᵀ" : "A") + (tb ? "·Bᵀ" : "·B") + " beta 0.5";
+        add(cs, bf16_operands({"matmul", sh({{"M", M}, {"N", N}, {"K", K}}), var,
+                               {rnd(M * K, s++), rnd(K * N, s++), rnd(M * N, s++)}, {}, {2}, double(K)}),
+            TP_SELFTEST_BODY {
+              t.matmul(p[2], p[0], p[1], M, N, K, ta, tb, TT(1.5), TT(0.5));
+              return 0;
+            });
+      }
+  }
   // linear_fwd: GELU and bias epilogues (a CUDA backend fuses them into the GEMM when the output row length is a
   // multiple of 8 and composes them otherwise: both kinds of shape).
   std::vector<MNK> lin = {{1, 1, 1}, {5, 7, 9}, {5, 16, 9}, {33, 64, 40}, {64, 128, 200}};
@@ -82,6 +99,14 @@ void gemm_cases(std::vector<Spec>& cs, bool quick) {
               t.linear_fwd(p[3], gelu ? p[4] : nullptr, p[0], p[1], bias ? p[2] : nullptr, M, N, K);
               return 0;
             });
+        if (bias == gelu)
+          add(cs, bf16_operands({"linear_fwd", sh({{"M", M}, {"N", N}, {"K", K}}), var,
+                                 {rnd(M * K, s++), rnd(K * N, s++), rnd(N, s++), Vec(size_t(M * N)), Vec(size_t(M * N))},
+                                 {}, gelu ? std::vector<int>{3, 4} : std::vector<int>{3}, double(K)}),
+              TP_SELFTEST_BODY {
+                t.linear_fwd(p[3], gelu ? p[4] : nullptr, p[0], p[1], bias ? p[2] : nullptr, M, N, K);
+                return 0;
+              });
       }
   struct Att {
     long B, T, H, Hkv, D;
@@ -103,6 +128,24 @@ void gemm_cases(std::vector<Spec>& cs, bool quick) {
              {rnd(nq, s++), rnd(nk, s++), rnd(nk, s++), Vec(size_t(nq)), Vec(size_t(na)), rnd(nq, s++), rnd(nq, s++),
               rnd(nk, s++), rnd(nk, s++)},
              {}, {5, 7, 8}, double(std::max(T, D) * H / Hkv)},
+        TP_SELFTEST_BODY {
+          t.attention_fwd(p[3], p[4], p[0], p[1], p[2], B, T, H, Hkv, D);
+          t.attention_bwd(p[5], p[7], p[8], p[6], p[4], p[0], p[1], p[2], B, T, H, Hkv, D);
+          return 0;
+        });
+    // bf16 operands: P (and dS) are computed, not given, so a float P a few ulp from the reference's may round
+    // to the neighbouring bf16 value (about 1 element in 30,000): one such element moves an output by up to
+    // 2^-8 P V. Hence a tolerance of 2e-3 here; the matmul checks above hold the rounding rule to fp32's.
+    add(cs, bf16_operands({"attention_fwd", shape, "", {rnd(nq, s++), rnd(nk, s++), rnd(nk, s++), Vec(size_t(nq)),
+                                                        Vec(size_t(na))}, {}, {3, 4}, double(std::max(T, D))}, 2e-3),
+        TP_SELFTEST_BODY {
+          t.attention_fwd(p[3], p[4], p[0], p[1], p[2], B, T, H, Hkv, D);
+          return 0;
+        });
+    add(cs, bf16_operands({"attention_bwd", shape, "accumulate",
+                           {rnd(nq, s++), rnd(nk, s++), rnd(nk, s++), Vec(size_t(nq)), Vec(size_t(na)), rnd(nq, s++),
+                            rnd(nq, s++), rnd(nk, s++), rnd(nk, s++)},
+                           {}, {5, 7, 8}, double(std::max(T, D) * H / Hkv)}, 2e-3),
         TP_SELFTEST_BODY {
           t.attention_fwd(p[3], p[4], p[0], p[1], p[2], B, T, H, Hkv, D);
           t.attention_bwd(p[5], p[7], p[8], p[6], p[4], p[0], p[1], p[2], B, T, H, Hkv, D);
@@ -133,6 +176,15 @@ void attention_kv_cases(std::vector<Spec>& cs, bool quick) {
              {rnd(nq, s++), rnd(nk, s++), rnd(nk, s++), Vec(size_t(nq)), Vec(size_t(na)), rnd(nq, s++), rnd(nq, s++),
               rnd(nk, s++), rnd(nk, s++)},
              {}, {5, 7, 8}, double(std::max(Tk, D) * H / Hkv)},
+        TP_SELFTEST_BODY {
+          t.attention_fwd_kv(p[3], p[4], p[0], p[1], p[2], B, Tq, Tk, H, Hkv, D);
+          t.attention_bwd_kv(p[5], p[7], p[8], p[6], p[4], p[0], p[1], p[2], B, Tq, Tk, H, Hkv, D);
+          return 0;
+        });
+    add(cs, bf16_operands({"attention_bwd_kv", shape, "accumulate",  // (tolerance: attention_bwd's bf16 note)
+                           {rnd(nq, s++), rnd(nk, s++), rnd(nk, s++), Vec(size_t(nq)), Vec(size_t(na)), rnd(nq, s++),
+                            rnd(nq, s++), rnd(nk, s++), rnd(nk, s++)},
+                           {}, {3, 4, 5, 7, 8}, double(std::max(Tk, D) * H / Hkv)}, 2e-3),
         TP_SELFTEST_BODY {
           t.attention_fwd_kv(p[3], p[4], p[0], p[1], p[2], B, Tq, Tk, H, Hkv, D);
           t.attention_bwd_kv(p[5], p[7], p[8], p[6], p[4], p[0], p[1], p[2], B, Tq, Tk, H, Hkv, D);

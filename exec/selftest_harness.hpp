@@ -29,7 +29,17 @@ struct Spec {
   std::function<double(const OpTable<double>&, double* const*, int32_t* const*)> f64;
   std::function<double(const OpTable<float>&, float* const*, int32_t* const*)> f32;
   std::vector<int> iouts;  // indices into ints compared exactly after the call (the router's slots)
+  bool bf16 = false;       // both calls with bf16 GEMM operands (Bf16GemmScope on the CPU and on the backend)
+  double tol = 0;          // when > 0, the tolerance instead of kSelftestTolF32 * sqrt(red)
 };
+
+// s with bf16 GEMM operands ("bf16 operands" appended to its variant) and, when tol > 0, that tolerance.
+inline Spec bf16_operands(Spec s, double tol = 0) {
+  s.bf16 = true;
+  s.tol = tol;
+  s.variant += s.variant.empty() ? "bf16 operands" : ", bf16 operands";
+  return s;
+}
 
 // The body's signature; TT is the element type inside it (double for the reference, float for the backend).
 #define TP_SELFTEST_BODY [=](const auto& t, auto* const* p, int32_t* const* ip) -> double

@@ -74,7 +74,14 @@ void check_runnable(const Scenario& sc) {
 std::vector<std::string> run_notes(const Scenario& sc, bool fp64) {
   std::vector<std::string> notes;
   const Precision p = sc.training.precision;
-  if (p == Precision::bf16 || p == Precision::fp16)
+  if (p == Precision::bf16)
+    notes.push_back(std::string("$.training.precision \"bf16\": run computes every GEMM (the linear layers, attention's "
+                                "products, the LM head, MoE's experts) on bf16 operands rounded to nearest even, accumulating in ") +
+                    (fp64 ? "float64 (--fp64)" : "float32 (bf16 tensor cores on cuda)") +
+                    "; weights, activations, gradients and Adam state stay in " + (fp64 ? "float64" : "float32") +
+                    " (no bf16 storage yet), so its memory is " + (fp64 ? "float64's" : "float32's") +
+                    " and its element-wise ops run at that width");
+  if (p == Precision::fp16)
     notes.push_back(std::string("$.training.precision \"") + precision_name(p) + "\": run trains in " +
                     (fp64 ? "float64 (--fp64)" : "float32") +
                     " (the executor has no mixed precision yet), so its losses, step time and memory are " +

@@ -93,8 +93,8 @@ struct RunResult {
 // Throws InputError (exit 2) for plans this executor cannot run yet; call on every rank before any work.
 void check_runnable(const Scenario& sc);
 // What `run` does differently from what the scenario says without refusing it, one line each for rank 0 to print
-// as "note: ...": training.precision bf16 / fp16 train in float32 (float64 with --fp64), since the executor has
-// no mixed precision yet (issue 11), so its losses, step time and memory are float32's.
+// as "note: ...": training.precision fp16 trains in float32 (float64 with --fp64); bf16 runs its GEMMs on bf16
+// operands with tensors stored in float32 (Backend::set_bf16_gemm); fp8 emulates Transformer Engine's casts.
 std::vector<std::string> run_notes(const Scenario& sc, bool fp64);
 // The ranks a run of sc takes: its plan's GPUs, or a Pseudo-to-Real pseudo plan's when that has more (the
 // other phase runs on the first ones); check_job_ranks throws InputError naming the plan when the job has another

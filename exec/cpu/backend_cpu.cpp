@@ -99,6 +99,7 @@ Backend make_cpu_backend() {
   b.event_record = &cpu_event_record;
   b.stream_wait = &cpu_stream_wait;
   b.sync = &cpu_sync;
+  b.set_bf16_gemm = &ops::cpu::set_bf16_gemm;
   b.f32 = cpu_ops<float>();
   b.f64 = cpu_ops<double>();
   return b;

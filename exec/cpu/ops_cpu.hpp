@@ -8,6 +8,11 @@
 
 namespace tp::ops::cpu {
 
+// bf16 GEMM operands (training.precision "bf16"), per thread: while on, matmul and attention round every
+// product's operands to bf16 (kernels::bf16_round) and accumulate in T. Returns the previous setting. The emu
+// backends' GEMMs are this file's matmul, so the setting is theirs too.
+bool set_bf16_gemm(bool on);
+bool bf16_gemm();
 template <class T> void matmul(T* C, const T* A, const T* B, long M, long N, long K, bool trans_a, bool trans_b, T alpha, T beta);
 template <class T> void add_bias(T* y, const T* x, const T* b, long N, long C);
 template <class T> void bias_bwd(T* db, const T* dy, long N, long C);

@@ -2,12 +2,15 @@
 // and backward). Every product goes through Eigen's blocked GEMM (Map + noalias), never a naive loop.
 // Invariants: buffers are row-major and contiguous as exec/ops.hpp says; outputs do not alias inputs;
 // forwards overwrite, backwards accumulate (+=); with beta == 0 matmul never reads C (it may hold NaN).
-// Eigen types stay inside this file.
+// Eigen types stay inside this file. With bf16 GEMM operands on (set_bf16_gemm), each product's two operands
+// are rounded copies (kernels::bf16_round), attention's P included, exactly as the CUDA backend casts each
+// cuBLASLt operand; off, the code path and its results are the fp32 / fp64 ones, unchanged.
 #include <Eigen/Core>
 #include <cmath>
 #include <vector>
 
 #include "exec/cpu/ops_cpu.hpp"
+#include "exec/kernels/k_fp8.hpp"
 #include "exec/prof.hpp"
 
 namespace tp::ops::cpu {
@@ -23,6 +26,17 @@ template <class T>
 using SMat = Eigen::Map<RowMat<T>, 0, Eigen::OuterStride<>>;  // [rows, cols] with a row stride
 template <class T>
 using CSMat = Eigen::Map<const RowMat<T>, 0, Eigen::OuterStride<>>;
+
+thread_local bool t_bf16 = false;
+
+// buf = m with every element rounded to bf16; returns buf (a dense copy of a map, a transpose or a block).
+template <class T, class M>
+const RowMat<T>& rounded(RowMat<T>& buf, const M& m) {
+  buf = m;
+  T* p = buf.data();
+  for (long i = 0, n = (long)buf.size(); i < n; ++i) p[i] = kernels::bf16_round(p[i]);
+  return buf;
+}
 
 // C = alpha * a · b + beta * C, with a and b already op()-ed Eigen expressions (maps or their transposes).
 template <class T, class CM, class LA, class LB>
@@ -104,6 +118,13 @@ inline void softmax_row(double* row, long n) {
 
 }  // namespace
 
+bool set_bf16_gemm(bool on) {
+  const bool prev = t_bf16;
+  t_bf16 = on;
+  return prev;
+}
+bool bf16_gemm() { return t_bf16; }
+
 // C[M, N] = alpha * op(A)[M, K] · op(B)[K, N] + beta * C.
 template <class T>
 void matmul(T* C, const T* A, const T* B, long M, long N, long K, bool trans_a, bool trans_b, T alpha, T beta) {
@@ -113,6 +134,13 @@ void matmul(T* C, const T* A, const T* B, long M, long N, long K, bool trans_a, 
   if (K <= 0) {  // empty sum: C = beta * C (and never read C when beta == 0)
     if (beta == T(0)) c.setZero();
     else c *= beta;
+    return;
+  }
+  if (t_bf16) {  // op(A) and op(B) as rounded dense copies, then the same product
+    thread_local RowMat<T> ra, rb;
+    const RowMat<T>& a = trans_a ? rounded(ra, CMat<T>(A, K, M).transpose()) : rounded(ra, CMat<T>(A, M, K));
+    const RowMat<T>& b = trans_b ? rounded(rb, CMat<T>(B, N, K).transpose()) : rounded(rb, CMat<T>(B, K, N));
+    gemm_into(c, a, b, alpha, beta);
     return;
   }
   // A is stored [M, K] or, transposed, [K, M]; B is [K, N] or [N, K]. Eigen folds the transposes and alpha
@@ -142,13 +170,17 @@ void attention_fwd_kv(T* out, T* att, const T* q, const T* k, const T* v, long B
       SMat<T> O(out + (b * Tq * H + h) * D, Tq, D, Eigen::OuterStride<>(H * D));
       T* P = att + (b * H + h) * Tq * Tk;  // [Tq, Tk]
       Mat<T> Pm(P, Tq, Tk);
-      Pm.noalias() = sc * Q * Kt.transpose();
+      thread_local RowMat<T> rq, rk, rv, rp;  // bf16 operands: rounded copies
+      if (t_bf16) Pm.noalias() = sc * rounded(rq, Q) * rounded(rk, Kt).transpose();
+      else Pm.noalias() = sc * Q * Kt.transpose();
       for (long t = 0; t < Tq; ++t) {
         T* row = P + t * Tk;
         softmax_row(row, t + off + 1);
         for (long j = t + off + 1; j < Tk; ++j) row[j] = T(0);
       }
-      O.noalias() = Pm * V;  // P is zero past the mask, so the full product is the causal one
+      // P is zero past the mask, so the full product is the causal one
+      if (t_bf16) O.noalias() = rounded(rp, Pm) * rounded(rv, V);
+      else O.noalias() = Pm * V;
     }
   }
 }
@@ -179,8 +211,14 @@ void attention_bwd_kv(T* dq, T* dk, T* dv, const T* dout, const T* att, const T*
       const T* P = att + (b * H + h) * Tq * Tk;
       CMat<T> Pm(P, Tq, Tk);
 
-      dV.noalias() += Pm.transpose() * dO;
-      dS.noalias() = dO * V.transpose();
+      thread_local RowMat<T> rp, ro, rv, rs, rk, rq;  // bf16 operands: rounded copies
+      if (t_bf16) {
+        dV.noalias() += rounded(rp, Pm.transpose()) * rounded(ro, dO);
+        dS.noalias() = ro * rounded(rv, V).transpose();
+      } else {
+        dV.noalias() += Pm.transpose() * dO;
+        dS.noalias() = dO * V.transpose();
+      }
       for (long t = 0; t < Tq; ++t) {
         const T* pr = P + t * Tk;
         T* dr = scratch.data() + t * Tk;
@@ -188,8 +226,14 @@ void attention_bwd_kv(T* dq, T* dk, T* dv, const T* dout, const T* att, const T*
         for (long j = 0; j <= t + off; ++j) dr[j] = pr[j] * (dr[j] - dot);
         for (long j = t + off + 1; j < Tk; ++j) dr[j] = T(0);
       }
-      dQ.noalias() += sc * dS * Kt;
-      dK.noalias() += sc * dS.transpose() * Q;
+      if (t_bf16) {
+        rounded(rs, dS);
+        dQ.noalias() += sc * rs * rounded(rk, Kt);
+        dK.noalias() += sc * rs.transpose() * rounded(rq, Q);
+      } else {
+        dQ.noalias() += sc * dS * Kt;
+        dK.noalias() += sc * dS.transpose() * Q;
+      }
     }
   }
 }

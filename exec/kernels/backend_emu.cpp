@@ -361,6 +361,7 @@ Backend make() {
   b.event_record = &event_record;
   b.stream_wait = &stream_wait;
   b.sync = &sync_all;
+  b.set_bf16_gemm = &ops::cpu::set_bf16_gemm;  // every emu GEMM is the CPU backend's matmul
   b.f32 = table<float>();
   b.f64 = table<double>();
   return b;

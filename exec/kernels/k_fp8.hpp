@@ -1,4 +1,6 @@
-// k_fp8: the fp8 cast of Transformer Engine's linear layers, emulated in the storage type: y = fp8(x * s) / s,
+// k_fp8: rounding to the low-precision formats. bf16_round: a GEMM operand under training.precision "bf16"
+// (every backend's GEMMs round their operands with it or, on CUDA, with the same rule in __float2bfloat16_rn).
+// The fp8 cast of Transformer Engine's linear layers, emulated in the storage type: y = fp8(x * s) / s,
 // fp8 being E4M3 (forward: activations and weights) or E5M2 (backward: output gradients), and the absolute
 // maximum of x, which the delayed-scaling recipe (exec/fp8.hpp) turns into the next step's scale.
 // fp8_round is the one rounding rule (the CPU backend calls it too): round to nearest even on the format's
@@ -39,6 +41,21 @@ TP_HD TP_INLINE A fp8_round(A v, int format) {
   A r = k_ldexp(k_rint(k_ldexp(a, -q)), q);
   if (r > maxv) r = maxv;  // a just below max rounded up past it: saturate
   return v < A(0) ? -r : r;
+}
+
+// v rounded to the nearest bfloat16 (8 significant bits, float's exponent range; ties to even; past bf16's
+// largest finite value: infinity; NaN stays NaN). Float: the bit rule of to_bf16 (kcommon.hpp); double: the
+// same rule on the value itself, so a double that is a float rounds exactly as that float does.
+TP_HD TP_INLINE float bf16_round(float v) { return to_float(to_bf16(v)); }
+TP_HD TP_INLINE double bf16_round(double v) {
+  const double a = v < 0 ? -v : v;
+  if (!(a == a) || a == 0 || a > 1.7976931348623157e308) return v;
+  int e = k_ilogb(a);
+  if (e < -126) e = -126;  // bf16's subnormals share its smallest normal's quantum, 2^-133
+  const int q = e - 7;
+  double r = k_ldexp(k_rint(k_ldexp(a, -q)), q);
+  if (r > 3.3895313892515355e38) r = HUGE_VAL;  // above bf16's largest finite value (2^128 - 2^120)
+  return v < 0 ? -r : r;
 }
 
 // y[i] = fp8_round(x[i] * s) / s; partial[bid] = max |x[i]| over the block's share (in double).

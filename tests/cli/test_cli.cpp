@@ -106,20 +106,28 @@ TEST(Cli, RunCountOptionsAreWholeNumbersInRange) {
   EXPECT_EQ(ok.rc, 0) << ok.text;
 }
 
-// A bf16 scenario trains in float32 (no mixed precision in the executor yet): run says so on stderr, once, and
-// an fp32 scenario gets no note.
+// An fp16 scenario trains in float32 (no fp16 in the executor): run says so on stderr; a bf16 one says that its
+// GEMMs take bf16 operands while tensors stay in float32; an fp32 scenario gets no note.
 TEST(Cli, RunSaysWhenItTrainsInAnotherPrecision) {
   tp::testutil::TempDir d("tp_cli_bf16");
   std::ifstream in(std::string(TP_SOURCE_DIR) + "/scenarios/exec/tiny-gpt.json");
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string base((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   const std::string f32 = "\"precision\": \"fp32\"";
-  ASSERT_NE(text.find(f32), std::string::npos);
-  text.replace(text.find(f32), f32.size(), "\"precision\": \"bf16\"");
-  const std::string sc = d.file("bf16.json");
-  std::ofstream(sc) << text;
-  Out o = tp_run("run " + sc + " --steps 1 --quiet");
+  ASSERT_NE(base.find(f32), std::string::npos);
+  auto with = [&](const std::string& p) {
+    std::string text = base;
+    text.replace(text.find(f32), f32.size(), "\"precision\": \"" + p + "\"");
+    const std::string sc = d.file(p + ".json");
+    std::ofstream(sc) << text;
+    return sc;
+  };
+  Out h = tp_run("run " + with("fp16") + " --steps 1 --quiet");
+  EXPECT_EQ(h.rc, 0) << h.text;
+  EXPECT_NE(h.text.find("note: $.training.precision \"fp16\": run trains in float32"), std::string::npos) << h.text;
+  Out o = tp_run("run " + with("bf16") + " --steps 1 --quiet");
   EXPECT_EQ(o.rc, 0) << o.text;
-  EXPECT_NE(o.text.find("note: $.training.precision \"bf16\": run trains in float32"), std::string::npos) << o.text;
+  EXPECT_NE(o.text.find("note: $.training.precision \"bf16\": run computes every GEMM"), std::string::npos) << o.text;
+  EXPECT_NE(o.text.find("stay in float32 (no bf16 storage yet)"), std::string::npos) << o.text;
   Out f = tp_run("run " + std::string(TP_SOURCE_DIR) + "/scenarios/exec/tiny-gpt.json --steps 1 --quiet");
   EXPECT_EQ(f.rc, 0) << f.text;
   EXPECT_EQ(f.text.find("note:"), std::string::npos) << f.text;

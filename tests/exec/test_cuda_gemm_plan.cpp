@@ -113,8 +113,8 @@ TEST(CudaGemmPlan, AttentionGemmsAroundTheSoftmaxMatchTheCpuBackend) {
 // epilogue or a pointer's alignment differs (each of those changes the descriptor, a layout or the heuristic's choice).
 TEST(CudaGemmCache, KeyTellsApartEveryGemmThatNeedsAnotherSetup) {
   alignas(16) static float buf[4096];
-  auto key = [](const cuda::GemmArgs& g, bool tf32 = false) {
-    return cuda::gemm_key(cuda::lt_plan(g), cuda::alignment(g.B), cuda::alignment(g.A), cuda::alignment(g.C), tf32);
+  auto key = [](const cuda::GemmArgs& g, int compute = cuda::kComputeF32) {
+    return cuda::gemm_key(cuda::lt_plan(g), cuda::alignment(g.B), cuda::alignment(g.A), cuda::alignment(g.C), compute);
   };
   const cuda::GemmArgs base = cuda::matmul_args(buf, buf + 1024, buf + 2048, 8, 12, 16, false, false, 1, 0);
   cuda::GemmArgs moved = base;  // other addresses, same alignments, other alpha / beta
@@ -146,7 +146,9 @@ TEST(CudaGemmCache, KeyTellsApartEveryGemmThatNeedsAnotherSetup) {
   cuda::GemmArgs batched = others[7];
   batched.sc = 100;  // another batch stride of C
   EXPECT_FALSE(key(batched) == key(others[7]));
-  EXPECT_FALSE(key(base, true) == key(base));  // TF32 compute
+  EXPECT_FALSE(key(base, cuda::kComputeTf32) == key(base));  // TF32 compute
+  EXPECT_FALSE(key(base, cuda::kComputeBf16Cast) == key(base));  // bf16 operands
+  EXPECT_FALSE(key(base, cuda::kComputeBf16Cast) == key(base, cuda::kComputeBf16Fast));
   // The epilogue (none, bias, GELU with aux, GELU with aux and bias): each its own setup.
   const cuda::LtPlan lp = cuda::lt_plan(base);
   for (int e = 0; e < 4; ++e)

@@ -294,6 +294,7 @@ const exec::Backend* create(int local_rank, int& status, std::string& why) {
   b.stream_wait = stream_wait;
   b.sync = sync_all;
   b.peak_device_bytes = peak_device_bytes;
+  b.set_bf16_gemm = lt_set_bf16;
   fill_f32_table(b.f32);
   fill_f64_unsupported(b.f64);
   g.description = "device " + std::to_string(g.device) + " of " + std::to_string(n) + " (" + device_name(g.device) + ")";

@@ -19,6 +19,7 @@
 
 namespace tp::kernels {
 TP_CUDA_INSTANTIATE(extern template, float)
+extern template void copy<L, bf16, float>(const L&, bf16*, const float*, long);
 }  // namespace tp::kernels
 
 namespace tp::cuda {
@@ -26,6 +27,10 @@ namespace tp::cuda {
 float* column_scratch(long N, long C) {
   const long n = kernels::column_sums_scratch(N, C);
   return n > 0 ? static_cast<float*>(scratch(size_t(n) * sizeof(float))) : nullptr;
+}
+
+void cast_to_bf16(void* y, const float* x, long n) {
+  if (n > 0) kernels::copy(launcher(), static_cast<kernels::bf16*>(y), x, n);
 }
 
 kernels::CudaLauncher launcher() {

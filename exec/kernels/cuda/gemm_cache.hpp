@@ -3,7 +3,7 @@
 // key, the matmul descriptor, the three matrix layouts and the algorithm the heuristic chose, so a repeated
 // GEMM (every layer, every micro-batch, every step) skips the descriptor creation and the heuristic query.
 // Invariants: the key holds everything the stored setup depends on — the cuBLASLt plan's shapes, leading
-// dimensions, batch strides and transposes, the compute mode (TF32 or not), the epilogue and the alignment of each pointer
+// dimensions, batch strides and transposes, the compute mode (GemmCompute), the epilogue and the alignment of each pointer
 // (the heuristic was told them) — and nothing else: pointers, alpha and beta are passed per call. At most
 // `capacity` entries; inserting beyond it destroys the least recently used one (its value's destructor runs
 // exactly once, when evicted or when the cache is cleared or destroyed).
@@ -19,11 +19,17 @@
 
 namespace tp::cuda {
 
+// How a GEMM computes: fp32; TF32 tensor cores (TP_CUDA_TF32=1); bf16 tensor cores on operands cast to bf16
+// copies first (training.precision "bf16"); or cuBLASLt's own down-conversion of the fp32 operands
+// (CUBLAS_COMPUTE_32F_FAST_16BF, with TP_CUDA_BF16=fast). All accumulate in fp32 into fp32 C.
+enum GemmCompute : int { kComputeF32 = 0, kComputeTf32 = 1, kComputeBf16Cast = 2, kComputeBf16Fast = 3 };
+
 struct GemmKey {
   LtMatrix m1, m2, mc;
   long m = 0, n = 0, k = 0;
   int batch = 1;
-  bool trans1 = false, trans2 = false, tf32 = false;
+  bool trans1 = false, trans2 = false;
+  int compute = kComputeF32;  // GemmCompute
   uint32_t align1 = 0, align2 = 0, align_c = 0;  // bytes: 16, 8 or 4
   int epilogue = 0;                              // 0 none, 1 bias, 2 gelu with aux, 3 gelu with aux and bias
 
@@ -32,19 +38,19 @@ struct GemmKey {
       return a.rows == b.rows && a.cols == b.cols && a.ld == b.ld && a.stride == b.stride;
     };
     return same(m1, o.m1) && same(m2, o.m2) && same(mc, o.mc) && m == o.m && n == o.n && k == o.k &&
-           batch == o.batch && trans1 == o.trans1 && trans2 == o.trans2 && tf32 == o.tf32 && align1 == o.align1 &&
+           batch == o.batch && trans1 == o.trans1 && trans2 == o.trans2 && compute == o.compute && align1 == o.align1 &&
            align2 == o.align2 && align_c == o.align_c && epilogue == o.epilogue;
   }
 };
 
 // The key of plan p with its pointers' alignments (in bytes) and the compute mode.
-inline GemmKey gemm_key(const LtPlan& p, uint32_t align1, uint32_t align2, uint32_t align_c, bool tf32,
+inline GemmKey gemm_key(const LtPlan& p, uint32_t align1, uint32_t align2, uint32_t align_c, int compute,
                         int epilogue = 0) {
   GemmKey k;
   k.m1 = p.m1, k.m2 = p.m2, k.mc = p.mc;
   k.m = p.m, k.n = p.n, k.k = p.k;
   k.batch = p.batch;
-  k.trans1 = p.trans1, k.trans2 = p.trans2, k.tf32 = tf32;
+  k.trans1 = p.trans1, k.trans2 = p.trans2, k.compute = compute;
   k.align1 = align1, k.align2 = align2, k.align_c = align_c;
   k.epilogue = epilogue;
   return k;
@@ -58,7 +64,7 @@ struct GemmKeyHash {
       mix((uint64_t)x->rows), mix((uint64_t)x->cols), mix((uint64_t)x->ld), mix((uint64_t)x->stride);
     }
     mix((uint64_t)k.m), mix((uint64_t)k.n), mix((uint64_t)k.k), mix((uint64_t)k.batch);
-    mix((uint64_t)k.trans1 | (uint64_t)k.trans2 << 1 | (uint64_t)k.tf32 << 2);
+    mix((uint64_t)k.trans1 | (uint64_t)k.trans2 << 1 | (uint64_t)k.compute << 2);
     mix(k.align1), mix(k.align2), mix(k.align_c), mix((uint64_t)k.epilogue);
     return (size_t)h;
   }

@@ -86,14 +86,18 @@ struct LtState {
   size_t ws_bytes = 0;
   cudaStream_t stream = nullptr;
   bool tf32 = false;
+  bool bf16_fast = false;  // TP_CUDA_BF16=fast: bf16 operands as CUBLAS_COMPUTE_32F_FAST_16BF, no cast copies
+  void* bf16_buf[2] = {nullptr, nullptr};  // the cast copies of the two operands (grow only)
+  size_t bf16_bytes[2] = {0, 0};
   int tune = 1;  // TP_CUDA_GEMM_TUNE: 0 the heuristic's first algorithm; 1 (default) the fastest of its first
                  // kTuneAlgos; 2 the same, printing each GEMM's candidates and times
   std::unique_ptr<GemmCache<LtSetup>> cache;
 } g_lt;
+thread_local bool t_bf16 = false;
 
 // cuBLASLt's layout of m (already column-major, gemm_plan.hpp), batched when batch > 1.
-void make_layout(Layout& l, const LtMatrix& m, int batch, const GemmArgs& g) {
-  check(cublasLtMatrixLayoutCreate(&l.d, CUDA_R_32F, uint64_t(m.rows), uint64_t(m.cols), int64_t(m.ld)), g,
+void make_layout(Layout& l, const LtMatrix& m, int batch, const GemmArgs& g, cudaDataType_t type = CUDA_R_32F) {
+  check(cublasLtMatrixLayoutCreate(&l.d, type, uint64_t(m.rows), uint64_t(m.cols), int64_t(m.ld)), g,
         "cublasLtMatrixLayoutCreate");
   if (batch > 1) {
     const int32_t b = batch;
@@ -129,6 +133,8 @@ void lt_init(cudaStream_t stream, size_t ws_bytes) {
   g_lt.stream = stream;
   const char* tf = std::getenv("TP_CUDA_TF32");
   g_lt.tf32 = tf && std::string(tf) == "1";
+  const char* bf = std::getenv("TP_CUDA_BF16");
+  g_lt.bf16_fast = bf && std::string(bf) == "fast";
   const char* tu = std::getenv("TP_CUDA_GEMM_TUNE");
   g_lt.tune = tu ? std::atoi(tu) : 1;
   g_lt.cache = std::make_unique<GemmCache<LtSetup>>(kCachedSetups);
@@ -137,11 +143,19 @@ void lt_init(cudaStream_t stream, size_t ws_bytes) {
 void lt_shutdown() {
   if (g_lt.cache) g_lt.cache->clear();  // the descriptors first, then the handle and the workspace
   if (g_lt.workspace) cudaFree(g_lt.workspace), note_device_free(g_lt.ws_bytes);
+  for (int i = 0; i < 2; ++i)
+    if (g_lt.bf16_buf[i]) cudaFree(g_lt.bf16_buf[i]), note_device_free(g_lt.bf16_bytes[i]);
   if (g_lt.handle) cublasLtDestroy(g_lt.handle);
   g_lt = LtState{};
 }
 
 size_t lt_version() { return cublasLtGetVersion(); }
+
+bool lt_set_bf16(bool on) {
+  const bool prev = t_bf16;
+  t_bf16 = on;
+  return prev;
+}
 
 namespace {
 
@@ -165,10 +179,32 @@ void set_epilogue_pointers(LtSetup& s, const GemmArgs& g) {
 
 int epilogue_of(const GemmArgs& g) { return g.gelu ? (g.bias ? 3 : 2) : (g.bias ? 1 : 0); }
 
+// Elements a column-major matrix spans from its first (every batch item).
+long span(const LtMatrix& m, int batch) { return long(batch - 1) * m.stride + (m.cols - 1) * m.ld + m.rows; }
 // Bytes C spans (its layout in plan p, every batch item).
-size_t c_bytes(const LtPlan& p) {
-  const LtMatrix& c = p.mc;
-  return sizeof(float) * size_t(long(p.batch - 1) * c.stride + (c.cols - 1) * c.ld + c.rows);
+size_t c_bytes(const LtPlan& p) { return sizeof(float) * size_t(span(p.mc, p.batch)); }
+
+// Operand i's bf16 copy: the n floats at x cast to bf16 (round to nearest even) in g_lt.bf16_buf[i], which
+// grows to fit; the copy keeps x's layout (same leading dimension and batch stride, in elements).
+const void* bf16_copy(int i, const float* x, long n, const GemmArgs& g) {
+  const size_t bytes = size_t(n) * 2;
+  if (bytes > g_lt.bf16_bytes[i]) {
+    if (g_lt.bf16_buf[i]) {
+      tp::cuda::check(cudaStreamSynchronize(g_lt.stream), "freeing a bf16 operand buffer");
+      cudaFree(g_lt.bf16_buf[i]), note_device_free(g_lt.bf16_bytes[i]);
+      g_lt.bf16_buf[i] = nullptr, g_lt.bf16_bytes[i] = 0;
+    }
+    if (cudaMalloc(&g_lt.bf16_buf[i], bytes) != cudaSuccess) {
+      cudaGetLastError();
+      g_lt.bf16_buf[i] = nullptr;
+      throw std::runtime_error("cuda " + shape_text(g) + ": out of device memory for a bf16 operand copy of " +
+                               std::to_string(bytes) + " bytes");
+    }
+    note_device_alloc(bytes);
+    g_lt.bf16_bytes[i] = bytes;
+  }
+  cast_to_bf16(g_lt.bf16_buf[i], x, n);
+  return g_lt.bf16_buf[i];
 }
 // GEMMs that accumulate (beta != 0) are tuned on a saved copy of C, restored afterwards, when C is at most this.
 constexpr size_t kTuneSaveBytes = size_t(64) << 20;
@@ -176,7 +212,8 @@ constexpr size_t kTuneSaveBytes = size_t(64) << 20;
 // The fastest of the heuristic's algorithms on this GEMM's own operands: each runs once to warm up, then twice
 // timed with events on the stream. C is overwritten by the candidates: with beta == 0 the call that follows
 // overwrites it again; with beta != 0 C is saved to a temporary buffer first and restored after.
-int fastest(const LtSetup& s, const LtPlan& p, const GemmArgs& g, const cublasLtMatmulHeuristicResult_t* r, int n) {
+int fastest(const LtSetup& s, const LtPlan& p, const GemmArgs& g, const cublasLtMatmulHeuristicResult_t* r, int n,
+            const void* x1, const void* x2) {
   cudaEvent_t e0 = nullptr, e1 = nullptr;
   if (cudaEventCreate(&e0) != cudaSuccess || cudaEventCreate(&e1) != cudaSuccess) {
     cudaGetLastError();
@@ -198,7 +235,7 @@ int fastest(const LtSetup& s, const LtPlan& p, const GemmArgs& g, const cublasLt
   std::string log;
   for (int i = 0; i < n; ++i) {
     auto run = [&] {
-      return cublasLtMatmul(g_lt.handle, s.desc.d, &g.alpha, p.x1, s.l1.d, p.x2, s.l2.d, &g.beta, p.c, s.lc.d, p.c,
+      return cublasLtMatmul(g_lt.handle, s.desc.d, &g.alpha, x1, s.l1.d, x2, s.l2.d, &g.beta, p.c, s.lc.d, p.c,
                             s.lc.d, &r[i].algo, g_lt.workspace, g_lt.ws_bytes, g_lt.stream);
     };
     if (run() != CUBLAS_STATUS_SUCCESS) continue;
@@ -227,9 +264,12 @@ int fastest(const LtSetup& s, const LtPlan& p, const GemmArgs& g, const cublasLt
   return best;
 }
 
-std::unique_ptr<LtSetup> make_setup(const LtPlan& p, const GemmKey& key, const GemmArgs& g) {
+std::unique_ptr<LtSetup> make_setup(const LtPlan& p, const GemmKey& key, const GemmArgs& g, const void* x1,
+                                    const void* x2) {
   auto s = std::make_unique<LtSetup>();
-  const cublasComputeType_t ct = key.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  const cublasComputeType_t ct = key.compute == kComputeTf32      ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                 : key.compute == kComputeBf16Fast ? CUBLAS_COMPUTE_32F_FAST_16BF
+                                                                   : CUBLAS_COMPUTE_32F;
   check(cublasLtMatmulDescCreate(&s->desc.d, ct, CUDA_R_32F), g, "cublasLtMatmulDescCreate");
   const cublasOperation_t op1 = p.trans1 ? CUBLAS_OP_T : CUBLAS_OP_N, op2 = p.trans2 ? CUBLAS_OP_T : CUBLAS_OP_N;
   check(cublasLtMatmulDescSetAttribute(s->desc.d, CUBLASLT_MATMUL_DESC_TRANSA, &op1, sizeof op1), g, "set TRANSA");
@@ -241,8 +281,9 @@ std::unique_ptr<LtSetup> make_setup(const LtPlan& p, const GemmKey& key, const G
     check(cublasLtMatmulDescSetAttribute(s->desc.d, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof e), g, "set EPILOGUE");
     set_epilogue_pointers(*s, g);
   }
-  make_layout(s->l1, p.m1, p.batch, g);
-  make_layout(s->l2, p.m2, p.batch, g);
+  const cudaDataType_t ab = key.compute == kComputeBf16Cast ? CUDA_R_16BF : CUDA_R_32F;
+  make_layout(s->l1, p.m1, p.batch, g, ab);
+  make_layout(s->l2, p.m2, p.batch, g, ab);
   make_layout(s->lc, p.mc, p.batch, g);
   Pref pref;
   check(cublasLtMatmulPreferenceCreate(&pref.d), g, "cublasLtMatmulPreferenceCreate");
@@ -266,7 +307,7 @@ std::unique_ptr<LtSetup> make_setup(const LtPlan& p, const GemmKey& key, const G
     return s;
   }
   if (found < 1) throw std::runtime_error("cuda " + shape_text(g) + ": cuBLASLt has no algorithm for this GEMM");
-  s->algo = res[found > 1 ? fastest(*s, p, g, res, found) : 0].algo;
+  s->algo = res[found > 1 ? fastest(*s, p, g, res, found, x1, x2) : 0].algo;
   return s;
 }
 
@@ -283,12 +324,21 @@ bool lt_gemm(const GemmArgs& g) {
   validate(g);
   if (!g_lt.handle) throw std::runtime_error("cuda " + shape_text(g) + ": cuBLASLt is not initialised");
   const LtPlan p = lt_plan(g);  // Cᵀ = op(B)ᵀ op(A)ᵀ in column-major: cuBLASLt's first operand is our B
-  const GemmKey key = gemm_key(p, alignment(g.B), alignment(g.A), alignment(g.C), g_lt.tf32, epi);
+  const int compute = t_bf16 ? (g_lt.bf16_fast ? kComputeBf16Fast : kComputeBf16Cast)
+                              : (g_lt.tf32 ? kComputeTf32 : kComputeF32);
+  // bf16 operands: cuBLASLt reads the cast copies (16-byte aligned), laid out as the operands themselves
+  const void* x1 = p.x1;
+  const void* x2 = p.x2;
+  if (compute == kComputeBf16Cast) {
+    x1 = bf16_copy(0, p.x1, span(p.m1, p.batch), g);
+    x2 = bf16_copy(1, p.x2, span(p.m2, p.batch), g);
+  }
+  const GemmKey key = gemm_key(p, alignment(x1), alignment(x2), alignment(g.C), compute, epi);
   LtSetup* s = g_lt.cache->find(key);
-  if (!s) s = g_lt.cache->insert(key, make_setup(p, key, g));
+  if (!s) s = g_lt.cache->insert(key, make_setup(p, key, g, x1, x2));
   if (s->none) return false;
   if (epi) set_epilogue_pointers(*s, g);
-  check(cublasLtMatmul(g_lt.handle, s->desc.d, &g.alpha, p.x1, s->l1.d, p.x2, s->l2.d, &g.beta, p.c, s->lc.d, p.c,
+  check(cublasLtMatmul(g_lt.handle, s->desc.d, &g.alpha, x1, s->l1.d, x2, s->l2.d, &g.beta, p.c, s->lc.d, p.c,
                        s->lc.d, &s->algo, g_lt.workspace, g_lt.ws_bytes, g_lt.stream),
         g, "cublasLtMatmul");
   return true;

@@ -1,7 +1,10 @@
 // gemm_lt: every matmul of the CUDA backend through cuBLASLt (host code inside libtrainplan_cuda.so only).
 // Invariants: matrices are ROW-major as in exec/ops.hpp; the mapping onto column-major cuBLASLt is
 // lt_plan (gemm_plan.hpp, checked on the CPU by tests/exec/test_cuda_gemm_plan.cpp). One handle and one workspace per process (one GPU per
-// rank), all work on the backend's stream. fp32 storage, fp32 compute (TF32 only when TP_CUDA_TF32=1). Each
+// rank), all work on the backend's stream. fp32 storage, fp32 compute (TF32 only when TP_CUDA_TF32=1); with bf16
+// operands on (lt_set_bf16, training.precision "bf16") each operand is cast to a bf16 copy (round to nearest
+// even, the CPU backends' bf16_round) and the GEMM runs on bf16 tensor cores, accumulating in fp32 (TP_CUDA_BF16=fast:
+// cuBLASLt converts the fp32 operands itself, CUBLAS_COMPUTE_32F_FAST_16BF, no copies). Each
 // GEMM's cuBLASLt setup is cached by shape (gemm_cache.hpp): the heuristic runs once per distinct GEMM.
 // Every failure throws std::runtime_error naming the op, the shapes, the strides and the cuBLASLt status.
 #pragma once
@@ -19,6 +22,8 @@ void lt_shutdown();
 // Runs g. False (nothing computed) only when g asks for an epilogue that cuBLASLt has no algorithm for, or
 // whose pointers or leading dimension it cannot take (then the caller composes it from kernels).
 bool lt_gemm(const GemmArgs& g);
+// bf16 GEMM operands for this thread's later GEMMs (Backend::set_bf16_gemm); returns the previous setting.
+bool lt_set_bf16(bool on);
 // cuBLASLt's version number (cublasLtGetVersion; needs no device).
 size_t lt_version();
 
