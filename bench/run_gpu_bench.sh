@@ -1,18 +1,22 @@
 #!/usr/bin/env bash
 # run_gpu_bench.sh: the single-GPU training benchmark of issue 11. Trains GPT-2's shapes (124M: 12 layers, hidden
 # 768, 12 heads; also with full recompute, with sequence 2048, and 350M: 24 layers, hidden 1024; vocabulary 50304)
-# with `trainplan run --backend cuda` in fp32 (and the first with TF32 GEMMs, TP_CUDA_TF32=1), and prints one table
+# with `trainplan run --backend cuda` in fp32 (the first also with TF32 GEMMs, TP_CUDA_TF32=1; the first and the
+# 350M with training.precision "bf16": bf16 GEMM operands on tensor cores, tensors in fp32; "bf16+fast": the same
+# with TP_CUDA_BF16=fast, cuBLASLt's own down-conversion instead of cast copies), and prints one table
 # row each: median step time over the steps after the first two (warm-up), tokens/s, achieved model TFLOP/s (the
 # executor's own count, as Megatron-LM's log line), the peak device memory the backend allocated, the simulator's
 # step time and tensor memory for the same scenario beside them (on the catalog's cluster of the GPU: h200-single
-# on an H200, dgx-h100 otherwise), and MFU against that GPU's fp32 peak
-# (models/catalog/gpus.json). bf16 mixed precision is not in the executor yet, so the issue's target (>= 50 % MFU
-# of the dense bf16 peak) cannot be measured: the table says so. Where there is no CUDA device it prints
+# on an H200, dgx-h100 otherwise), and MFU against that GPU's fp32 peak, or its dense bf16 peak for the bf16 rows
+# (models/catalog/gpus.json). The bf16 rows are not the issue's bf16 mixed precision (bf16 weights, activations and
+# gradients): the executor stores tensors in fp32, so their element-wise ops and memory are fp32's; the table says
+# so. Where there is no CUDA device it prints
 # "no device" and exits 0; it never prints a number that was not measured.
 # usage: bench/run_gpu_bench.sh     BUILD_DIR (default <repo>/build)   STEPS (default 8)   OUT_DIR for the run JSONs
 #        VARIANTS=MODE (fp32 or tf32): the first model's MODE also as MODE+heur (TP_CUDA_GEMM_TUNE=0: cuBLASLt's first heuristic
 #        algorithm instead of the fastest of its first 8, gemm_lt.cpp) and MODE+nocache (TP_CUDA_CACHE=0: every
-#        tensor through cudaMalloc / cudaFree, backend_cuda.cpp)   PROFILE=1: op profiles (below)
+#        tensor through cudaMalloc / cudaFree, backend_cuda.cpp)   PROFILE=1: op profiles (below), of the modes in
+#        PROFILE_MODES (default: every mode of the first model)
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${BUILD_DIR:-$root/build}
@@ -40,12 +44,15 @@ echo "device: $gpu; $("$bin" --version | grep '^cuda:')" >&2
 # The simulator's prediction on the catalog's cluster of this GPU (one H200: h200-single; else the H100's).
 cluster=dgx-h100 gpu_key=H100-SXM-80GB; [[ $gpu == *H200* ]] && cluster=h200-single gpu_key=H200-SXM-141GB
 peak=$(python3 -c "import json;print(json.load(open('$root/models/catalog/gpus.json'))['$gpu_key']['matrix_flops_per_s']['fp32'])")
+peak_bf16=$(python3 -c "import json;print(json.load(open('$root/models/catalog/gpus.json'))['$gpu_key']['matrix_flops_per_s']['bf16'])")
 # name, layers, hidden, heads, sequence, micro-batch (= global batch), recompute, modes
-configs=("gpt2-124m 12 768 12 1024 8 none fp32,tf32" "gpt2-124m-rc 12 768 12 1024 8 full fp32"
-         "gpt2-124m-s2k 12 768 12 2048 4 none fp32" "gpt2-350m 24 1024 16 1024 4 none fp32")
+configs=("gpt2-124m 12 768 12 1024 8 none fp32,tf32,bf16,bf16+fast" "gpt2-124m-rc 12 768 12 1024 8 full fp32"
+         "gpt2-124m-s2k 12 768 12 2048 4 none fp32" "gpt2-350m 24 1024 16 1024 4 none fp32,bf16")
 for cfg in "${configs[@]}"; do
   read -r name layers hidden heads seq mb rc_mode modes <<<"$cfg"
-  sc="$work/$name.json"
+  for prec in fp32 bf16; do
+  [[ $prec == bf16 && $modes != *bf16* ]] && continue
+  sc="$work/$name.json"; [[ $prec == bf16 ]] && sc="$work/$name-bf16.json"
   cat >"$sc" <<JSON
 {
   "name": "bench-$name-1gpu",
@@ -53,24 +60,27 @@ for cfg in "${configs[@]}"; do
   "model": {"name": "$name", "layers": $layers, "hidden": $hidden, "heads": $heads, "vocab": 50304, "seq_len": $seq,
             "activation": "gelu", "tied_embeddings": true, "dropout": false},
   "cluster": "$cluster",
-  "training": {"global_batch": $mb, "seq_len": $seq, "precision": "fp32"},
+  "training": {"global_batch": $mb, "seq_len": $seq, "precision": "$prec"},
   "plan": {"attention": "unfused", "dp": 1, "tp": 1, "pp": 1, "microbatch": $mb, "recompute": "$rc_mode"}
 }
 JSON
   # The simulator's prediction for the same scenario (fp32; a TF32 row shares it): step time, and the device
   # memory of tensors (weights, gradients, optimizer state, activations, buffers; not the framework's context).
-  "$bin" simulate "$sc" --quiet --json "$work/$name.sim.json" >/dev/null 2>&1 || echo '{}' >"$work/$name.sim.json"
+  "$bin" simulate "$sc" --quiet --json "${sc%.json}.sim.json" >/dev/null 2>&1 || echo '{}' >"${sc%.json}.sim.json"
+  done
   [[ -n "${VARIANTS:-}" && $cfg == "${configs[0]}" ]] &&
     modes=$(echo "$modes" | sed -E "s/(^|,)($VARIANTS)(,|$)/\1\2,\2+heur,\2+nocache\3/")
   for mode in ${modes//,/ }; do
     env=(); [[ $mode == tf32* ]] && env=(TP_CUDA_TF32=1)
+    sc="$work/$name.json"; [[ $mode == bf16* ]] && sc="$work/$name-bf16.json"
+    [[ $mode == *+fast ]] && env+=(TP_CUDA_BF16=fast)
     [[ $mode == *+heur ]] && env+=(TP_CUDA_GEMM_TUNE=0)
     [[ $mode == *+nocache ]] && env+=(TP_CUDA_CACHE=0)
     log="$work/${name}_$mode.txt"
     env "${env[@]}" "$bin" run "$sc" --backend cuda --steps "$steps" --lr 1e-4 --json "$work/${name}_$mode.json" >"$log" 2>&1
     rc=$?
     if [[ $rc -ne 0 ]]; then row "$name" "$mode" - - - - "failed (exit $rc): $(tail -1 "$log")"; continue; fi
-    python3 - "$work/${name}_$mode.json" "$log" "$mode" "$peak" "$work/$name.sim.json" "$name" <<'PY'
+    python3 - "$work/${name}_$mode.json" "$log" "$mode" "$peak" "${sc%.json}.sim.json" "$name" "$peak_bf16" <<'PY'
 import json, re, statistics, sys
 r = json.load(open(sys.argv[1])); log = open(sys.argv[2]).read(); mode = sys.argv[3]; peak = float(sys.argv[4])
 sim = json.load(open(sys.argv[5]))
@@ -82,24 +92,28 @@ t = r["step_time_s"][2:] or r["step_time_s"]
 tf = [float(x) for x in re.findall(r"TFLOP/s/GPU\): ([0-9.]+)", log)][2:]
 med = statistics.median(t); tflops = statistics.median(tf) if tf else float("nan")
 tok = r["scenario"]["training"]["global_batch"] * r["scenario"]["training"]["seq_len"] / med
+pbf = float(sys.argv[7])
 note = ("%.1f %% of the fp32 peak (%.1f TFLOP/s)" % (100 * tflops * 1e12 / peak, peak / 1e12) if mode.startswith("fp32")
+        else "MFU %.1f %% of the dense bf16 peak (%.1f TFLOP/s); bf16 GEMM operands, fp32 tensors (sim: bf16 storage)"
+        % (100 * tflops * 1e12 / pbf, pbf / 1e12) if mode.startswith("bf16")
         else "TF32 GEMMs; H100/H200 SXM dense TF32 peak 494.7 TFLOP/s (datasheet)")
 print("| %-10s | %-9s | %-16s | %-8.0f | %-7.1f | %-18s | %s |" % (sys.argv[6], mode, "%.1f (%s)" % (med * 1e3, sim_ms),
       tok, tflops, "%.2f (%s)" % (dev_gib, sim_gib), note))
 PY
   done
 done
-row gpt2-124m bf16 - - - - "not measured: bf16 mixed precision is not in the executor yet (issue 11)"
 # PROFILE=1: where a step's GPU time goes. One more run per mode of the first model, 4 steps, with the CUDA
 # backend's op profile (TP_CUDA_PROFILE: GPU time between events around each op; exec/kernels/cuda/op_profile.hpp),
 # printed after the table and kept as OUT_DIR/<model>_<mode>.prof.txt. Not part of the timed runs above.
 if [[ "${PROFILE:-0}" == 1 ]]; then
   read -r name _ _ _ _ _ _ modes <<<"${configs[0]}"
-  for mode in ${modes//,/ }; do
+  for mode in ${PROFILE_MODES:-${modes//,/ }}; do
     env=(TP_CUDA_PROFILE="$work/${name}_$mode.prof.txt" TP_CUDA_GEMM_TUNE=2)  # 2: each GEMM's candidates on stderr
     [[ $mode == tf32* ]] && env+=(TP_CUDA_TF32=1)
+    [[ $mode == *+fast ]] && env+=(TP_CUDA_BF16=fast)
+    sc="$work/$name.json"; [[ $mode == bf16* ]] && sc="$work/$name-bf16.json"
     echo; echo "$name $mode:"
-    env "${env[@]}" "$bin" run "$work/$name.json" --backend cuda --steps 4 --lr 1e-4 --quiet >/dev/null \
+    env "${env[@]}" "$bin" run "$sc" --backend cuda --steps 4 --lr 1e-4 --quiet >/dev/null \
       2>"$work/${name}_$mode.prof.err" && cat "$work/${name}_$mode.prof.txt" || echo "profiled run failed"
   done
 fi

@@ -40,6 +40,18 @@ MOE_CASES = [  # on tiny-moe.json (4 experts, top-2, capacity factor 1: copies a
     ("moe_dp2_ep2", {"dp": 2, "ep": 2}),
     ("moe_dp2_ep2_tp2_sp", {"dp": 2, "ep": 2, "tp": 2, "sequence_parallel": True}),
 ]
+# training.precision "bf16" (bf16 GEMM operands, fp32 accumulation): each against the cpu backend's bf16 run of the
+# same scenario, to 2e-3 (another summation order can move a value across a bf16 rounding boundary); "fast" runs
+# with TP_CUDA_BF16=fast (cuBLASLt's own conversion of the fp32 operands).
+BF16_CASES = [  # name, plan changes, base scenario, extra environment
+    ("bf16_single", {}, "tiny-gpt", {}),
+    ("bf16_single_fast", {}, "tiny-gpt", {"TP_CUDA_BF16": "fast"}),
+    ("bf16_dp2_tp2_sp_zero1", {"dp": 2, "tp": 2, "sequence_parallel": True, "zero": 1}, "tiny-gpt", {}),
+    ("bf16_cp2_flash", {"cp": 2, "attention": "flash"}, "tiny-gpt", {}),
+    ("bf16_chunked_tight", {"offload": CHUNKED}, "tiny-gpt", {}),
+    ("bf16_moe_dp2_ep2", {"dp": 2, "ep": 2}, "tiny-moe", {}),
+]
+TOL_BF16 = 2e-3
 REFUSED = []  # (name, plan, base scenario) that cuda must refuse with exit 2
 
 
@@ -57,7 +69,7 @@ def write(base, logs, name, plan):
     return f
 
 
-def run(binary, mpirun, scenario, backend, extra, out):
+def run(binary, mpirun, scenario, backend, extra, out, env_add=None):
     with open(scenario) as f:
         n = ranks(json.load(f)["plan"])
     cmd = [binary, "run", scenario, "--backend", backend, "--steps", str(STEPS), "--quiet", "--json", out] + extra
@@ -67,7 +79,7 @@ def run(binary, mpirun, scenario, backend, extra, out):
         cmd = [mpirun, "-np", str(n), "--oversubscribe"] + cmd
     if n > 1 and os.geteuid() == 0:
         cmd[1:1] = ["--allow-run-as-root"]
-    env = dict(os.environ, TP_CUDA_SYNC="1") if backend == "cuda" else None
+    env = dict(os.environ, TP_CUDA_SYNC="1", **(env_add or {})) if backend == "cuda" else None
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
     except subprocess.TimeoutExpired:
@@ -116,6 +128,25 @@ def main():
         ok = err <= (TOL_MOE if b == "tiny-moe" else TOL)
         failed |= not ok
         print("| %-26s | %-8s | %d ranks, %d steps, max rel loss diff %.1e vs cpu; step %.1f ms |" %
+              (name, "ok" if ok else "FAIL", ranks(plan), len(g), err, 1e3 * min(got["step_time_s"])))
+    for name, plan, b, env_add in BF16_CASES:
+        base = json.loads(json.dumps(bases[b]))
+        base["training"]["precision"] = "bf16"
+        f = write(base, logs, name, plan)
+        extra = ["--device-budget", "1000000"] if "offload" in plan else []
+        want, why = run(binary, mpirun, f, "cpu", extra, os.path.join(logs, name + "_cpu.json"))
+        if want is None:
+            print("| %-26s | FAIL     | cpu run: %s |" % (name, why)); failed = 1; continue
+        got, why = run(binary, mpirun, f, BACKEND, extra, os.path.join(logs, name + "_cuda.json"), env_add)
+        if got is None:
+            state = "skipped" if why == "mpirun not installed" else "FAIL"
+            failed |= state == "FAIL"
+            print("| %-26s | %-8s | %s |" % (name, state, why)); continue
+        g, w = got["losses"], want["losses"]
+        err = max(abs(a - b) / abs(b) for a, b in zip(g, w)) if len(g) == len(w) and g else float("inf")
+        ok = err <= TOL_BF16
+        failed |= not ok
+        print("| %-26s | %-8s | %d ranks, %d steps, max rel loss diff %.1e vs the cpu bf16 run; step %.1f ms |" %
               (name, "ok" if ok else "FAIL", ranks(plan), len(g), err, 1e3 * min(got["step_time_s"])))
     for name, plan, b in (REFUSED if BACKEND == "cuda" else []):
         f = write(bases[b], logs, name, plan)

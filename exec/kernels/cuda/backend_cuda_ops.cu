@@ -20,6 +20,7 @@
 namespace tp::kernels {
 TP_CUDA_INSTANTIATE(extern template, float)
 extern template void copy<L, bf16, float>(const L&, bf16*, const float*, long);
+extern template void copy<L, float, bf16>(const L&, float*, const bf16*, long);
 }  // namespace tp::kernels
 
 namespace tp::cuda {
@@ -31,6 +32,9 @@ float* column_scratch(long N, long C) {
 
 void cast_to_bf16(void* y, const float* x, long n) {
   if (n > 0) kernels::copy(launcher(), static_cast<kernels::bf16*>(y), x, n);
+}
+void cast_from_bf16(float* y, const void* x, long n) {
+  if (n > 0) kernels::copy(launcher(), y, static_cast<const kernels::bf16*>(x), n);
 }
 
 kernels::CudaLauncher launcher() {

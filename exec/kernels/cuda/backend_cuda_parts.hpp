@@ -55,6 +55,8 @@ void run_op(const char* name, std::initializer_list<std::pair<const char*, long>
 void* scratch(size_t bytes);
 // y[n] (bf16, device) = x[n] rounded to nearest even, on g.stream (kernels::copy; gemm_lt's bf16 operands).
 void cast_to_bf16(void* y, const float* x, long n);
+// y[n] (float, device) = x[n] (bf16, device), exactly.
+void cast_from_bf16(float* y, const void* x, long n);
 // Device-memory accounting of every cudaMalloc / cudaFree of the library (Backend::peak_device_bytes).
 void note_device_alloc(size_t bytes);
 void note_device_free(size_t bytes);

@@ -184,10 +184,8 @@ long span(const LtMatrix& m, int batch) { return long(batch - 1) * m.stride + (m
 // Bytes C spans (its layout in plan p, every batch item).
 size_t c_bytes(const LtPlan& p) { return sizeof(float) * size_t(span(p.mc, p.batch)); }
 
-// Operand i's bf16 copy: the n floats at x cast to bf16 (round to nearest even) in g_lt.bf16_buf[i], which
-// grows to fit; the copy keeps x's layout (same leading dimension and batch stride, in elements).
-const void* bf16_copy(int i, const float* x, long n, const GemmArgs& g) {
-  const size_t bytes = size_t(n) * 2;
+// Operand i's scratch g_lt.bf16_buf[i] of at least `bytes` (grown, never shrunk).
+void* operand_buf(int i, size_t bytes, const GemmArgs& g) {
   if (bytes > g_lt.bf16_bytes[i]) {
     if (g_lt.bf16_buf[i]) {
       tp::cuda::check(cudaStreamSynchronize(g_lt.stream), "freeing a bf16 operand buffer");
@@ -203,8 +201,21 @@ const void* bf16_copy(int i, const float* x, long n, const GemmArgs& g) {
     note_device_alloc(bytes);
     g_lt.bf16_bytes[i] = bytes;
   }
-  cast_to_bf16(g_lt.bf16_buf[i], x, n);
   return g_lt.bf16_buf[i];
+}
+// Operand i's bf16 copy: the n floats at x cast to bf16 (round to nearest even) in its scratch; the copy keeps
+// x's layout (same leading dimension and batch stride, in elements).
+const void* bf16_copy(int i, const float* x, long n, const GemmArgs& g) {
+  void* b = operand_buf(i, size_t(n) * 2, g);
+  cast_to_bf16(b, x, n);
+  return b;
+}
+// The same values as fp32 (the bf16 copy cast back, exactly), for a GEMM that cuBLASLt has no bf16 algorithm for.
+const float* rounded_f32_copy(int i, const float* x, long n, const GemmArgs& g) {
+  char* b = static_cast<char*>(operand_buf(i, size_t(n) * 6, g));
+  cast_to_bf16(b + size_t(n) * 4, x, n);
+  cast_from_bf16(reinterpret_cast<float*>(b), b + size_t(n) * 4, n);
+  return reinterpret_cast<const float*>(b);
 }
 // GEMMs that accumulate (beta != 0) are tuned on a saved copy of C, restored afterwards, when C is at most this.
 constexpr size_t kTuneSaveBytes = size_t(64) << 20;
@@ -302,7 +313,7 @@ std::unique_ptr<LtSetup> make_setup(const LtPlan& p, const GemmKey& key, const G
   check(cublasLtMatmulAlgoGetHeuristic(g_lt.handle, s->desc.d, s->l1.d, s->l2.d, s->lc.d, s->lc.d, pref.d, want, res,
                                        &found),
         g, "cublasLtMatmulAlgoGetHeuristic");
-  if (found < 1 && key.epilogue) {
+  if (found < 1 && (key.epilogue || key.compute == kComputeBf16Cast)) {  // the caller composes or falls back
     s->none = true;
     return s;
   }
@@ -336,6 +347,22 @@ bool lt_gemm(const GemmArgs& g) {
   const GemmKey key = gemm_key(p, alignment(x1), alignment(x2), alignment(g.C), compute, epi);
   LtSetup* s = g_lt.cache->find(key);
   if (!s) s = g_lt.cache->insert(key, make_setup(p, key, g, x1, x2));
+  if (s->none && compute == kComputeBf16Cast && !epi) {
+    // No bf16 algorithm for these layouts (a leading dimension, say): the same bf16 values as fp32 copies, and
+    // an fp32 GEMM on them (exact products, fp32 sums: the same result, slower).
+    GemmArgs r = g;
+    r.B = rounded_f32_copy(0, p.x1, span(p.m1, p.batch), g);  // cuBLASLt's first operand is our B
+    r.A = rounded_f32_copy(1, p.x2, span(p.m2, p.batch), g);
+    t_bf16 = false;
+    try {
+      lt_gemm(r);
+    } catch (...) {
+      t_bf16 = true;
+      throw;
+    }
+    t_bf16 = true;
+    return true;
+  }
   if (s->none) return false;
   if (epi) set_epilogue_pointers(*s, g);
   check(cublasLtMatmul(g_lt.handle, s->desc.d, &g.alpha, x1, s->l1.d, x2, s->l2.d, &g.beta, p.c, s->lc.d, p.c,
