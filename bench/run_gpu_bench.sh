@@ -16,7 +16,9 @@
 #        VARIANTS=MODE (fp32 or tf32): the first model's MODE also as MODE+heur (TP_CUDA_GEMM_TUNE=0: cuBLASLt's first heuristic
 #        algorithm instead of the fastest of its first 8, gemm_lt.cpp) and MODE+nocache (TP_CUDA_CACHE=0: every
 #        tensor through cudaMalloc / cudaFree, backend_cuda.cpp)   PROFILE=1: op profiles (below), of the modes in
-#        PROFILE_MODES (default: every mode of the first model)
+#        PROFILE_MODES (default: every mode of the first model), PROFILE_STEPS steps (default 4), GEMM tuning
+#        PROFILE_TUNE (default 2: tuned, candidates on stderr; 0: no tuning, so the first step is not inflated)
+#        BENCH_CONFIGS="gpt2-124m ...": only these models; BENCH_MODES=a,b: the first model's modes
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${BUILD_DIR:-$root/build}
@@ -48,8 +50,10 @@ peak_bf16=$(python3 -c "import json;print(json.load(open('$root/models/catalog/g
 # name, layers, hidden, heads, sequence, micro-batch (= global batch), recompute, modes
 configs=("gpt2-124m 12 768 12 1024 8 none fp32,tf32,bf16,bf16+fast" "gpt2-124m-rc 12 768 12 1024 8 full fp32"
          "gpt2-124m-s2k 12 768 12 2048 4 none fp32" "gpt2-350m 24 1024 16 1024 4 none fp32,bf16")
+[[ -n "${BENCH_MODES:-}" ]] && configs[0]="${configs[0]% *} $BENCH_MODES"
 for cfg in "${configs[@]}"; do
   read -r name layers hidden heads seq mb rc_mode modes <<<"$cfg"
+  [[ -n "${BENCH_CONFIGS:-}" && " $BENCH_CONFIGS " != *" $name "* ]] && continue
   for prec in fp32 bf16; do
   [[ $prec == bf16 && $modes != *bf16* ]] && continue
   sc="$work/$name.json"; [[ $prec == bf16 ]] && sc="$work/$name-bf16.json"
@@ -108,12 +112,12 @@ done
 if [[ "${PROFILE:-0}" == 1 ]]; then
   read -r name _ _ _ _ _ _ modes <<<"${configs[0]}"
   for mode in ${PROFILE_MODES:-${modes//,/ }}; do
-    env=(TP_CUDA_PROFILE="$work/${name}_$mode.prof.txt" TP_CUDA_GEMM_TUNE=2)  # 2: each GEMM's candidates on stderr
+    env=(TP_CUDA_PROFILE="$work/${name}_$mode.prof.txt" TP_CUDA_GEMM_TUNE="${PROFILE_TUNE:-2}")  # 2: candidates on stderr
     [[ $mode == tf32* ]] && env+=(TP_CUDA_TF32=1)
     [[ $mode == *+fast ]] && env+=(TP_CUDA_BF16=fast)
     sc="$work/$name.json"; [[ $mode == bf16* ]] && sc="$work/$name-bf16.json"
     echo; echo "$name $mode:"
-    env "${env[@]}" "$bin" run "$sc" --backend cuda --steps 4 --lr 1e-4 --quiet >/dev/null \
+    env "${env[@]}" "$bin" run "$sc" --backend cuda --steps "${PROFILE_STEPS:-4}" --lr 1e-4 --quiet >/dev/null \
       2>"$work/${name}_$mode.prof.err" && cat "$work/${name}_$mode.prof.txt" || echo "profiled run failed"
   done
 fi

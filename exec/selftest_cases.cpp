@@ -133,11 +133,13 @@ void gemm_cases(std::vector<Spec>& cs, bool quick) {
           t.attention_bwd(p[5], p[7], p[8], p[6], p[4], p[0], p[1], p[2], B, T, H, Hkv, D);
           return 0;
         });
-    // bf16 operands: P (and dS) are computed, not given, so a float P a few ulp from the reference's may round
-    // to the neighbouring bf16 value (about 1 element in 30,000): one such element moves an output by up to
-    // 2^-8 P V. Hence a tolerance of 2e-3 here; the matmul checks above hold the rounding rule to fp32's.
+    // bf16 operands: P and dS are computed, not given, so a float value a few ulp from the reference's may round
+    // to the neighbouring bf16 value; one such element moves an output by up to 2^-8 of its term. dS = P (dP -
+    // rowsum) cancels, so its float error is many of its own ulp and such flips are common in the backward
+    // (measured on an H200: up to 1.0e-3; 1.0e-4 on the emulator). Hence 5e-3 for attention with bf16 operands;
+    // the matmul and linear checks above hold the rounding rule itself to fp32's tolerance.
     add(cs, bf16_operands({"attention_fwd", shape, "", {rnd(nq, s++), rnd(nk, s++), rnd(nk, s++), Vec(size_t(nq)),
-                                                        Vec(size_t(na))}, {}, {3, 4}, double(std::max(T, D))}, 2e-3),
+                                                        Vec(size_t(na))}, {}, {3, 4}, double(std::max(T, D))}, 5e-3),
         TP_SELFTEST_BODY {
           t.attention_fwd(p[3], p[4], p[0], p[1], p[2], B, T, H, Hkv, D);
           return 0;
@@ -145,7 +147,7 @@ void gemm_cases(std::vector<Spec>& cs, bool quick) {
     add(cs, bf16_operands({"attention_bwd", shape, "accumulate",
                            {rnd(nq, s++), rnd(nk, s++), rnd(nk, s++), Vec(size_t(nq)), Vec(size_t(na)), rnd(nq, s++),
                             rnd(nq, s++), rnd(nk, s++), rnd(nk, s++)},
-                           {}, {5, 7, 8}, double(std::max(T, D) * H / Hkv)}, 2e-3),
+                           {}, {5, 7, 8}, double(std::max(T, D) * H / Hkv)}, 5e-3),
         TP_SELFTEST_BODY {
           t.attention_fwd(p[3], p[4], p[0], p[1], p[2], B, T, H, Hkv, D);
           t.attention_bwd(p[5], p[7], p[8], p[6], p[4], p[0], p[1], p[2], B, T, H, Hkv, D);
@@ -184,7 +186,7 @@ void attention_kv_cases(std::vector<Spec>& cs, bool quick) {
     add(cs, bf16_operands({"attention_bwd_kv", shape, "accumulate",  // (tolerance: attention_bwd's bf16 note)
                            {rnd(nq, s++), rnd(nk, s++), rnd(nk, s++), Vec(size_t(nq)), Vec(size_t(na)), rnd(nq, s++),
                             rnd(nq, s++), rnd(nk, s++), rnd(nk, s++)},
-                           {}, {3, 4, 5, 7, 8}, double(std::max(Tk, D) * H / Hkv)}, 2e-3),
+                           {}, {3, 4, 5, 7, 8}, double(std::max(Tk, D) * H / Hkv)}, 5e-3),
         TP_SELFTEST_BODY {
           t.attention_fwd_kv(p[3], p[4], p[0], p[1], p[2], B, Tq, Tk, H, Hkv, D);
           t.attention_bwd_kv(p[5], p[7], p[8], p[6], p[4], p[0], p[1], p[2], B, Tq, Tk, H, Hkv, D);

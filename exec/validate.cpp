@@ -86,13 +86,16 @@ json validate_run(const std::string& file, const json& profile, const std::strin
   prof::track_heap();  // from here on every block is counted (malloc_usable_size) when allocated and freed
   Scenario run_sc = load_scenario(file);
   check_runnable(run_sc);
-  // Both sides in fp32 (the simulation below too): the executor's fp8 is an emulation whose casts cost what
-  // fp32 element-wise ops cost, not what fp8 GEMMs save (exec/fp8.hpp), so validate runs the plan without them.
-  if (run_sc.training.precision == Precision::fp8) {
+  // Both sides in fp32 (the simulation below too): on the CPU the executor's fp8 and bf16 are emulations whose
+  // casts and rounded operand copies cost what fp32 element-wise work costs, not what fp8 / bf16 tensor cores
+  // save (exec/fp8.hpp, Backend::set_bf16_gemm), so validate runs the plan without them.
+  const Precision p = run_sc.training.precision;
+  if (p == Precision::fp8 || p == Precision::bf16) {
     run_sc.training.precision = Precision::fp32;
     if (world.rank() == 0)
-      std::fprintf(stderr, "note: $.training.precision \"fp8\": validate runs and simulates the plan in fp32 (the "
-                   "executor's fp8 casts are an emulation, not fp8 GEMMs)\n");
+      std::fprintf(stderr, "note: $.training.precision \"%s\": validate runs and simulates the plan in fp32 (the "
+                   "executor's %s is an emulation on the CPU, not %s GEMMs)\n", precision_name(p),
+                   p == Precision::fp8 ? "fp8 casts" : "bf16 operand rounding", precision_name(p));
   }
   const int R = run_sc.plan.gpus();
   check_job_ranks(run_sc, file, world.size());
