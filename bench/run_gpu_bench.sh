@@ -2,8 +2,7 @@
 # run_gpu_bench.sh: the single-GPU training benchmark of issue 11. Trains GPT-2's shapes (124M: 12 layers, hidden
 # 768, 12 heads; also with full recompute, with sequence 2048, and 350M: 24 layers, hidden 1024; vocabulary 50304)
 # with `trainplan run --backend cuda` in fp32 (the first also with TF32 GEMMs, TP_CUDA_TF32=1; the first and the
-# 350M with training.precision "bf16": bf16 GEMM operands on tensor cores, tensors in fp32; "bf16+fast": the same
-# with TP_CUDA_BF16=fast, cuBLASLt's own down-conversion instead of cast copies), and prints one table
+# 350M with training.precision "bf16": bf16 GEMM operands on tensor cores, tensors in fp32), and prints one table
 # row each: median step time over the steps after the first two (warm-up), tokens/s, achieved model TFLOP/s (the
 # executor's own count, as Megatron-LM's log line), the peak device memory the backend allocated, the simulator's
 # step time and tensor memory for the same scenario beside them (on the catalog's cluster of the GPU: h200-single
@@ -48,7 +47,7 @@ cluster=dgx-h100 gpu_key=H100-SXM-80GB; [[ $gpu == *H200* ]] && cluster=h200-sin
 peak=$(python3 -c "import json;print(json.load(open('$root/models/catalog/gpus.json'))['$gpu_key']['matrix_flops_per_s']['fp32'])")
 peak_bf16=$(python3 -c "import json;print(json.load(open('$root/models/catalog/gpus.json'))['$gpu_key']['matrix_flops_per_s']['bf16'])")
 # name, layers, hidden, heads, sequence, micro-batch (= global batch), recompute, modes
-configs=("gpt2-124m 12 768 12 1024 8 none fp32,tf32,bf16,bf16+fast" "gpt2-124m-rc 12 768 12 1024 8 full fp32"
+configs=("gpt2-124m 12 768 12 1024 8 none fp32,tf32,bf16" "gpt2-124m-rc 12 768 12 1024 8 full fp32"
          "gpt2-124m-s2k 12 768 12 2048 4 none fp32" "gpt2-350m 24 1024 16 1024 4 none fp32,bf16")
 [[ -n "${BENCH_MODES:-}" ]] && configs[0]="${configs[0]% *} $BENCH_MODES"
 for cfg in "${configs[@]}"; do
@@ -77,7 +76,6 @@ JSON
   for mode in ${modes//,/ }; do
     env=(); [[ $mode == tf32* ]] && env=(TP_CUDA_TF32=1)
     sc="$work/$name.json"; [[ $mode == bf16* ]] && sc="$work/$name-bf16.json"
-    [[ $mode == *+fast ]] && env+=(TP_CUDA_BF16=fast)
     [[ $mode == *+heur ]] && env+=(TP_CUDA_GEMM_TUNE=0)
     [[ $mode == *+nocache ]] && env+=(TP_CUDA_CACHE=0)
     log="$work/${name}_$mode.txt"
@@ -114,7 +112,6 @@ if [[ "${PROFILE:-0}" == 1 ]]; then
   for mode in ${PROFILE_MODES:-${modes//,/ }}; do
     env=(TP_CUDA_PROFILE="$work/${name}_$mode.prof.txt" TP_CUDA_GEMM_TUNE="${PROFILE_TUNE:-2}")  # 2: candidates on stderr
     [[ $mode == tf32* ]] && env+=(TP_CUDA_TF32=1)
-    [[ $mode == *+fast ]] && env+=(TP_CUDA_BF16=fast)
     sc="$work/$name.json"; [[ $mode == bf16* ]] && sc="$work/$name-bf16.json"
     echo; echo "$name $mode:"
     env "${env[@]}" "$bin" run "$sc" --backend cuda --steps "${PROFILE_STEPS:-4}" --lr 1e-4 --quiet >/dev/null \

@@ -40,17 +40,20 @@ MOE_CASES = [  # on tiny-moe.json (4 experts, top-2, capacity factor 1: copies a
     ("moe_dp2_ep2", {"dp": 2, "ep": 2}),
     ("moe_dp2_ep2_tp2_sp", {"dp": 2, "ep": 2, "tp": 2, "sequence_parallel": True}),
 ]
-# training.precision "bf16" (bf16 GEMM operands, fp32 accumulation): each against the cpu backend's bf16 run of the
-# same scenario, to 2e-3 (another summation order can move a value across a bf16 rounding boundary); "fast" runs
-# with TP_CUDA_BF16=fast (cuBLASLt's own conversion of the fp32 operands).
-BF16_CASES = [  # name, plan changes, base scenario, extra environment
+# training.precision "bf16" (bf16 GEMM operands, fp32 accumulation) and "fp8": each against the cpu backend's run of the
+# same scenario, to 2e-3 (another summation order can move a value across a bf16 rounding boundary).
+BF16_CASES = [  # name, plan changes, base scenario, extra environment; fp8_* cases train in fp8 (exec/fp8.hpp)
     ("bf16_single", {}, "tiny-gpt", {}),
-    ("bf16_single_fast", {}, "tiny-gpt", {"TP_CUDA_BF16": "fast"}),
     ("bf16_dp2_tp2_sp_zero1", {"dp": 2, "tp": 2, "sequence_parallel": True, "zero": 1}, "tiny-gpt", {}),
     ("bf16_cp2_flash", {"cp": 2, "attention": "flash"}, "tiny-gpt", {}),
     ("bf16_chunked_tight", {"offload": CHUNKED}, "tiny-gpt", {}),
     ("bf16_moe_dp2_ep2", {"dp": 2, "ep": 2}, "tiny-moe", {}),
+    ("fp8_single", {}, "tiny-gpt", {}),
+    ("fp8_dp2_tp2_sp_zero3", {"dp": 2, "tp": 2, "sequence_parallel": True, "zero": 3}, "tiny-gpt", {}),
+    ("fp8_moe_dp2_ep2", {"dp": 2, "ep": 2}, "tiny-moe", {}),
 ]
+# fp8: a value a few float ulp from the cpu's can round to the neighbouring fp8 value (1/16 apart for E4M3)
+TOL_FP8 = 1e-2
 TOL_BF16 = 2e-3
 REFUSED = []  # (name, plan, base scenario) that cuda must refuse with exit 2
 
@@ -131,7 +134,9 @@ def main():
               (name, "ok" if ok else "FAIL", ranks(plan), len(g), err, 1e3 * min(got["step_time_s"])))
     for name, plan, b, env_add in BF16_CASES:
         base = json.loads(json.dumps(bases[b]))
-        base["training"]["precision"] = "bf16"
+        base["training"]["precision"] = "fp8" if name.startswith("fp8") else "bf16"
+        if name.startswith("fp8"):
+            base["cluster"] = "dgx-h100"  # fp8 needs a GPU with fp8 tensor cores (the scenario's check)
         f = write(base, logs, name, plan)
         extra = ["--device-budget", "1000000"] if "offload" in plan else []
         want, why = run(binary, mpirun, f, "cpu", extra, os.path.join(logs, name + "_cpu.json"))
@@ -144,10 +149,11 @@ def main():
             print("| %-26s | %-8s | %s |" % (name, state, why)); continue
         g, w = got["losses"], want["losses"]
         err = max(abs(a - b) / abs(b) for a, b in zip(g, w)) if len(g) == len(w) and g else float("inf")
-        ok = err <= TOL_BF16
+        ok = err <= (TOL_FP8 if name.startswith("fp8") else TOL_BF16)
         failed |= not ok
-        print("| %-26s | %-8s | %d ranks, %d steps, max rel loss diff %.1e vs the cpu bf16 run; step %.1f ms |" %
-              (name, "ok" if ok else "FAIL", ranks(plan), len(g), err, 1e3 * min(got["step_time_s"])))
+        print("| %-26s | %-8s | %d ranks, %d steps, max rel loss diff %.1e vs the cpu %s run; step %.1f ms |" %
+              (name, "ok" if ok else "FAIL", ranks(plan), len(g), err, base["training"]["precision"],
+               1e3 * min(got["step_time_s"])))
     for name, plan, b in (REFUSED if BACKEND == "cuda" else []):
         f = write(bases[b], logs, name, plan)
         got, why = run(binary, mpirun, f, BACKEND, [], os.path.join(logs, name + "_cuda.json"))

@@ -148,7 +148,6 @@ TEST(CudaGemmCache, KeyTellsApartEveryGemmThatNeedsAnotherSetup) {
   EXPECT_FALSE(key(batched) == key(others[7]));
   EXPECT_FALSE(key(base, cuda::kComputeTf32) == key(base));  // TF32 compute
   EXPECT_FALSE(key(base, cuda::kComputeBf16Cast) == key(base));  // bf16 operands
-  EXPECT_FALSE(key(base, cuda::kComputeBf16Cast) == key(base, cuda::kComputeBf16Fast));
   // The epilogue (none, bias, GELU with aux, GELU with aux and bias): each its own setup.
   const cuda::LtPlan lp = cuda::lt_plan(base);
   for (int e = 0; e < 4; ++e)

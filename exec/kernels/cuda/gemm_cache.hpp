@@ -19,10 +19,11 @@
 
 namespace tp::cuda {
 
-// How a GEMM computes: fp32; TF32 tensor cores (TP_CUDA_TF32=1); bf16 tensor cores on operands cast to bf16
-// copies first (training.precision "bf16"); or cuBLASLt's own down-conversion of the fp32 operands
-// (CUBLAS_COMPUTE_32F_FAST_16BF, with TP_CUDA_BF16=fast). All accumulate in fp32 into fp32 C.
-enum GemmCompute : int { kComputeF32 = 0, kComputeTf32 = 1, kComputeBf16Cast = 2, kComputeBf16Fast = 3 };
+// How a GEMM computes: fp32; TF32 tensor cores (TP_CUDA_TF32=1); or bf16 tensor cores on operands cast to bf16
+// copies first (training.precision "bf16"). All accumulate in fp32 into fp32 C. (cuBLASLt's
+// CUBLAS_COMPUTE_32F_FAST_16BF on the fp32 operands was tried on an H200: all 30 of the selftest's bf16 matmul and
+// linear checks failed (it does not compute on bf16-rounded operands), and its GPT-2 losses equalled TF32's.)
+enum GemmCompute : int { kComputeF32 = 0, kComputeTf32 = 1, kComputeBf16Cast = 2 };
 
 struct GemmKey {
   LtMatrix m1, m2, mc;

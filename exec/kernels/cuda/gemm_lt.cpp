@@ -86,7 +86,6 @@ struct LtState {
   size_t ws_bytes = 0;
   cudaStream_t stream = nullptr;
   bool tf32 = false;
-  bool bf16_fast = false;  // TP_CUDA_BF16=fast: bf16 operands as CUBLAS_COMPUTE_32F_FAST_16BF, no cast copies
   void* bf16_buf[2] = {nullptr, nullptr};  // the cast copies of the two operands (grow only)
   size_t bf16_bytes[2] = {0, 0};
   int tune = 1;  // TP_CUDA_GEMM_TUNE: 0 the heuristic's first algorithm; 1 (default) the fastest of its first
@@ -133,8 +132,6 @@ void lt_init(cudaStream_t stream, size_t ws_bytes) {
   g_lt.stream = stream;
   const char* tf = std::getenv("TP_CUDA_TF32");
   g_lt.tf32 = tf && std::string(tf) == "1";
-  const char* bf = std::getenv("TP_CUDA_BF16");
-  g_lt.bf16_fast = bf && std::string(bf) == "fast";
   const char* tu = std::getenv("TP_CUDA_GEMM_TUNE");
   g_lt.tune = tu ? std::atoi(tu) : 1;
   g_lt.cache = std::make_unique<GemmCache<LtSetup>>(kCachedSetups);
@@ -278,9 +275,7 @@ int fastest(const LtSetup& s, const LtPlan& p, const GemmArgs& g, const cublasLt
 std::unique_ptr<LtSetup> make_setup(const LtPlan& p, const GemmKey& key, const GemmArgs& g, const void* x1,
                                     const void* x2) {
   auto s = std::make_unique<LtSetup>();
-  const cublasComputeType_t ct = key.compute == kComputeTf32      ? CUBLAS_COMPUTE_32F_FAST_TF32
-                                 : key.compute == kComputeBf16Fast ? CUBLAS_COMPUTE_32F_FAST_16BF
-                                                                   : CUBLAS_COMPUTE_32F;
+  const cublasComputeType_t ct = key.compute == kComputeTf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   check(cublasLtMatmulDescCreate(&s->desc.d, ct, CUDA_R_32F), g, "cublasLtMatmulDescCreate");
   const cublasOperation_t op1 = p.trans1 ? CUBLAS_OP_T : CUBLAS_OP_N, op2 = p.trans2 ? CUBLAS_OP_T : CUBLAS_OP_N;
   check(cublasLtMatmulDescSetAttribute(s->desc.d, CUBLASLT_MATMUL_DESC_TRANSA, &op1, sizeof op1), g, "set TRANSA");
@@ -335,8 +330,7 @@ bool lt_gemm(const GemmArgs& g) {
   validate(g);
   if (!g_lt.handle) throw std::runtime_error("cuda " + shape_text(g) + ": cuBLASLt is not initialised");
   const LtPlan p = lt_plan(g);  // Cᵀ = op(B)ᵀ op(A)ᵀ in column-major: cuBLASLt's first operand is our B
-  const int compute = t_bf16 ? (g_lt.bf16_fast ? kComputeBf16Fast : kComputeBf16Cast)
-                              : (g_lt.tf32 ? kComputeTf32 : kComputeF32);
+  const int compute = t_bf16 ? kComputeBf16Cast : g_lt.tf32 ? kComputeTf32 : kComputeF32;
   // bf16 operands: cuBLASLt reads the cast copies (16-byte aligned), laid out as the operands themselves
   const void* x1 = p.x1;
   const void* x2 = p.x2;
@@ -350,6 +344,10 @@ bool lt_gemm(const GemmArgs& g) {
   if (s->none && compute == kComputeBf16Cast && !epi) {
     // No bf16 algorithm for these layouts (a leading dimension, say): the same bf16 values as fp32 copies, and
     // an fp32 GEMM on them (exact products, fp32 sums: the same result, slower).
+    static bool told = false;
+    if (!told) std::fprintf(stderr, "note: cuda %s: cuBLASLt has no bf16 algorithm for it; GEMMs like it run in fp32 on "
+                            "their bf16-rounded operands (the same result, slower)\n", shape_text(g).c_str());
+    told = true;
     GemmArgs r = g;
     r.B = rounded_f32_copy(0, p.x1, span(p.m1, p.batch), g);  // cuBLASLt's first operand is our B
     r.A = rounded_f32_copy(1, p.x2, span(p.m2, p.batch), g);

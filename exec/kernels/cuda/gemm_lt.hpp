@@ -3,8 +3,7 @@
 // lt_plan (gemm_plan.hpp, checked on the CPU by tests/exec/test_cuda_gemm_plan.cpp). One handle and one workspace per process (one GPU per
 // rank), all work on the backend's stream. fp32 storage, fp32 compute (TF32 only when TP_CUDA_TF32=1); with bf16
 // operands on (lt_set_bf16, training.precision "bf16") each operand is cast to a bf16 copy (round to nearest
-// even, the CPU backends' bf16_round) and the GEMM runs on bf16 tensor cores, accumulating in fp32 (TP_CUDA_BF16=fast:
-// cuBLASLt converts the fp32 operands itself, CUBLAS_COMPUTE_32F_FAST_16BF, no copies). Each
+// even, the CPU backends' bf16_round) and the GEMM runs on bf16 tensor cores, accumulating in fp32. Each
 // GEMM's cuBLASLt setup is cached by shape (gemm_cache.hpp): the heuristic runs once per distinct GEMM.
 // Every failure throws std::runtime_error naming the op, the shapes, the strides and the cuBLASLt status.
 #pragma once

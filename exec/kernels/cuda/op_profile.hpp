@@ -10,6 +10,9 @@
 //    event synchronisation) and at exit; the ops' order on the stream is unchanged.
 //  - Rows are keyed by op name; matmul, linear and attention rows also by their shapes, so the table shows which GEMMs
 //    cost what.
+//  - Each row's first call is left out of it (one line sums them): it carries one-time costs — cuBLASLt's heuristic
+//    and tuning, kernel module loading (CUDA's lazy loading) — that made a 50 us GEMM read ~1 ms per call on an
+//    H200 over an 8-step run (docs/perf/gpu.md).
 #pragma once
 #include <initializer_list>
 #include <string>
