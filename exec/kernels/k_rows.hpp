@@ -102,10 +102,14 @@ TP_HD TP_INLINE long softmax_len(long r, long L, bool causal, long Q) { return c
 // take the loops that read the row again for each pass.
 inline constexpr int kSoftmaxHold = 8;
 
-// y[R, L] = softmax(scale x) per row (entries past a causal row's length are 0); y may be x.
-template <class T>
+// y[R, L] = softmax(scale x) per row (entries past a causal row's length are 0); y may be x. With y16 set, also
+// y16 = y rounded to bf16 (the stored value's, as a later cast of y would give: the CUDA backend's bf16 GEMM
+// operand for P, made in the same pass). The copy is a separate instantiation (kEmit), holding at most 4 entries
+// per thread, so the plain kernel's registers are as before (ptxas: no spills in either).
+template <class T, bool kEmit = false>
 struct SoftmaxFwd {
-  static constexpr const char* kName = "softmax_fwd";
+  static constexpr const char* kName = kEmit ? "softmax_fwd (with a bf16 copy)" : "softmax_fwd";
+  static constexpr int kHold = kEmit ? 4 : kSoftmaxHold;
   using A = acc_t<T>;
   T* y;
   const T* x;
@@ -113,6 +117,7 @@ struct SoftmaxFwd {
   A scale;
   bool causal;
   long Q;  // query rows per causal block (causal only)
+  bf16* y16 = nullptr;
   template <class Ctx>
   TP_HD void operator()(Ctx& c) const {
     A* slots = c.template shared<A>();
@@ -120,27 +125,27 @@ struct SoftmaxFwd {
       const T* xr = x + r * L;
       const long n = softmax_len(r, L, causal, Q);
       const long b = long(c.bdim()), t = long(c.tid());
-      if (n <= kSoftmaxHold * b) {
-        A v[kSoftmaxHold];
+      if (n <= kHold * b) {
+        A v[kHold];
         A mx = k_neg_inf<A>();
-        TP_UNROLL for (int k = 0; k < kSoftmaxHold; ++k) {
+        TP_UNROLL for (int k = 0; k < kHold; ++k) {
           const long j = t + k * b;
           v[k] = j < n ? scale * ld(xr[j]) : k_neg_inf<A>();
           mx = k_max(mx, v[k]);
         }
         mx = block_max(c, mx, slots);
         A s = 0;
-        TP_UNROLL for (int k = 0; k < kSoftmaxHold; ++k) {
+        TP_UNROLL for (int k = 0; k < kHold; ++k) {
           v[k] = t + k * b < n ? k_exp(v[k] - mx) : A(0);
           s += v[k];
         }
         const A inv = A(1) / block_sum(c, s, slots);
         T* yr = y + r * L;
-        TP_UNROLL for (int k = 0; k < kSoftmaxHold; ++k) {
+        TP_UNROLL for (int k = 0; k < kHold; ++k) {
           const long j = t + k * b;
-          if (j < L) yr[j] = st<T>(v[k] * inv);  // 0 past n
+          if (j < L) put(yr, r * L + j, j, st<T>(v[k] * inv));  // 0 past n
         }
-        for (long j = t + kSoftmaxHold * b; j < L; j += b) yr[j] = st<T>(A(0));
+        for (long j = t + kHold * b; j < L; j += b) put(yr, r * L + j, j, st<T>(A(0)));
         continue;
       }
       A mx = k_neg_inf<A>();
@@ -150,21 +155,37 @@ struct SoftmaxFwd {
       TP_COL_LOOP(c, j, n) s += k_exp(scale * ld(xr[j]) - mx);
       const A inv = A(1) / block_sum(c, s, slots);
       T* yr = y + r * L;
-      TP_COL_LOOP(c, j, L) yr[j] = st<T>(j < n ? k_exp(scale * ld(xr[j]) - mx) * inv : A(0));
+      TP_COL_LOOP(c, j, L) put(yr, r * L + j, j, st<T>(j < n ? k_exp(scale * ld(xr[j]) - mx) * inv : A(0)));
     }
+  }
+  // yr[j] = v, and its bf16 copy at y16[i] when asked for
+  TP_HD TP_INLINE void put(T* yr, long i, long j, T v) const {
+    yr[j] = v;
+    if constexpr (kEmit) y16[i] = to_bf16(float(ld(v)));
   }
 };
 
-// dx (+)= scale y (dy - sum(y dy)) per row; kSet overwrites (dx may be dy).
-template <class T, bool kSet>
+// dx (+)= scale y (dy - sum(y dy)) per row; kSet overwrites (dx may be dy). With dx16 / y16 set, also the bf16
+// copies of the stored dx and of y (the CUDA backend's bf16 GEMM operands dS and P, made in the same pass).
+template <class T, bool kSet, bool kEmit = false>
 struct SoftmaxBwd {
-  static constexpr const char* kName = kSet ? "softmax_bwd_set" : "softmax_bwd";
+  static constexpr const char* kName = kEmit ? "softmax_bwd (with bf16 copies)" : kSet ? "softmax_bwd_set" : "softmax_bwd";
+  static constexpr int kHold = kEmit ? 4 : kSoftmaxHold;
   using A = acc_t<T>;
   T* dx;
   const T* y;
   const T* dy;
   long R, L;
   A scale;
+  bf16* dx16 = nullptr;
+  bf16* y16 = nullptr;
+  TP_HD TP_INLINE void put(T* dxr, long i, long j, T g, T yv) const {
+    dxr[j] = g;
+    if constexpr (kEmit) {
+      dx16[i] = to_bf16(float(ld(g)));
+      y16[i] = to_bf16(float(ld(yv)));
+    }
+  }
   template <class Ctx>
   TP_HD void operator()(Ctx& c) const {
     A* slots = c.template shared<A>();
@@ -172,10 +193,10 @@ struct SoftmaxBwd {
       const T* yr = y + r * L;
       const T* dyr = dy + r * L;
       const long b = long(c.bdim()), t = long(c.tid());
-      if (L <= kSoftmaxHold * b) {
-        A yv[kSoftmaxHold], dv[kSoftmaxHold];
+      if (L <= kHold * b) {
+        A yv[kHold], dv[kHold];
         A s = 0;
-        TP_UNROLL for (int k = 0; k < kSoftmaxHold; ++k) {
+        TP_UNROLL for (int k = 0; k < kHold; ++k) {
           const long j = t + k * b;
           yv[k] = j < L ? A(ld(yr[j])) : A(0);
           dv[k] = j < L ? A(ld(dyr[j])) : A(0);
@@ -183,11 +204,11 @@ struct SoftmaxBwd {
         }
         const A dot = block_sum(c, s, slots);
         T* dxr = dx + r * L;
-        TP_UNROLL for (int k = 0; k < kSoftmaxHold; ++k) {
+        TP_UNROLL for (int k = 0; k < kHold; ++k) {
           const long j = t + k * b;
           if (j < L) {
             const A g = scale * yv[k] * (dv[k] - dot);
-            dxr[j] = st<T>(kSet ? g : ld(dxr[j]) + g);
+            put(dxr, r * L + j, j, st<T>(kSet ? g : ld(dxr[j]) + g), st<T>(yv[k]));
           }
         }
         continue;
@@ -198,7 +219,7 @@ struct SoftmaxBwd {
       T* dxr = dx + r * L;
       TP_COL_LOOP(c, j, L) {
         const A g = scale * ld(yr[j]) * (ld(dyr[j]) - dot);
-        dxr[j] = st<T>(kSet ? g : ld(dxr[j]) + g);
+        put(dxr, r * L + j, j, st<T>(kSet ? g : ld(dxr[j]) + g), yr[j]);
       }
     }
   }
@@ -341,18 +362,25 @@ void layernorm_bwd_dx(const L& launch, T* dx, const T* dy, const T* x, const T* 
                       const acc_t<T>* rstd, long N, long C) {
   launch(LayerNormBwdDx<T>{dx, dy, x, w, mean, rstd, N, C}, row_dim(launch, N, sizeof(acc_t<T>)));
 }
+// y16 / dx16: optional bf16 copies of the outputs (SoftmaxFwd, SoftmaxBwd), [R, Lr] like them.
 template <class L, class T>
-void softmax_fwd(const L& launch, T* y, const T* x, long R, long Lr, acc_t<T> scale, bool causal) {
-  launch(SoftmaxFwd<T>{y, x, R, Lr, scale, causal, Lr}, row_dim(launch, R, sizeof(acc_t<T>)));
+void softmax_fwd(const L& launch, T* y, const T* x, long R, long Lr, acc_t<T> scale, bool causal, bf16* y16 = nullptr) {
+  if (y16) launch(SoftmaxFwd<T, true>{y, x, R, Lr, scale, causal, Lr, y16}, row_dim(launch, R, sizeof(acc_t<T>)));
+  else launch(SoftmaxFwd<T>{y, x, R, Lr, scale, causal, Lr}, row_dim(launch, R, sizeof(acc_t<T>)));
 }
 // Causal softmax over rectangular blocks of Q query rows by Lr keys (rows r of block r / Q), mask bottom-right.
 template <class L, class T>
-void softmax_fwd_rect(const L& launch, T* y, const T* x, long R, long Lr, long Q, acc_t<T> scale) {
-  launch(SoftmaxFwd<T>{y, x, R, Lr, scale, true, Q}, row_dim(launch, R, sizeof(acc_t<T>)));
+void softmax_fwd_rect(const L& launch, T* y, const T* x, long R, long Lr, long Q, acc_t<T> scale, bf16* y16 = nullptr) {
+  if (y16) launch(SoftmaxFwd<T, true>{y, x, R, Lr, scale, true, Q, y16}, row_dim(launch, R, sizeof(acc_t<T>)));
+  else launch(SoftmaxFwd<T>{y, x, R, Lr, scale, true, Q}, row_dim(launch, R, sizeof(acc_t<T>)));
 }
+// dx16 and y16: both or neither.
 template <bool kSet, class L, class T>
-void softmax_bwd(const L& launch, T* dx, const T* y, const T* dy, long R, long Lr, acc_t<T> scale) {
-  launch(SoftmaxBwd<T, kSet>{dx, y, dy, R, Lr, scale}, row_dim(launch, R, sizeof(acc_t<T>)));
+void softmax_bwd(const L& launch, T* dx, const T* y, const T* dy, long R, long Lr, acc_t<T> scale,
+                 bf16* dx16 = nullptr, bf16* y16 = nullptr) {
+  if (dx16 && y16)
+    launch(SoftmaxBwd<T, kSet, true>{dx, y, dy, R, Lr, scale, dx16, y16}, row_dim(launch, R, sizeof(acc_t<T>)));
+  else launch(SoftmaxBwd<T, kSet>{dx, y, dy, R, Lr, scale}, row_dim(launch, R, sizeof(acc_t<T>)));
 }
 template <class L, class T>
 void cross_entropy_fwd(const L& launch, T* probs, acc_t<T>* loss, const T* logits, const int32_t* targets, long N,

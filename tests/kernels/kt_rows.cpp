@@ -118,6 +118,24 @@ TYPED_TEST(KernelRows, Softmax) {
       EXPECT_TRUE(kt::near<T>(bd.dbl(), dacc, 4));
       K::softmax_bwd<true>(cf.L, bdy.data(), by.data(), bdy.data(), R, L, A(scale));  // dx == dy
       EXPECT_TRUE(kt::near<T>(bdy.dbl(), dset, 4));
+      // The bf16 copies made in the same pass (the CUDA backend's bf16 GEMM operands P and dS) are the casts of
+      // the stored outputs, element for element, and the outputs themselves are unchanged.
+      auto same16 = [](const std::vector<K::bf16>& h, const Vec& v) {
+        for (size_t i = 0; i < v.size(); ++i)
+          if (h[i].bits != K::to_bf16(float(v[i])).bits) return false;
+        return true;
+      };
+      std::vector<K::bf16> y16(R * L), d16(R * L), p16(R * L);
+      Buf<T> by2(x);
+      if (mode == 2) K::softmax_fwd_rect(cf.L, by2.data(), by2.data(), R, L, Q, A(scale), y16.data());
+      else K::softmax_fwd(cf.L, by2.data(), by2.data(), R, L, A(scale), causal, y16.data());
+      EXPECT_EQ(by2.dbl(), by.dbl());
+      EXPECT_TRUE(same16(y16, by2.dbl()));
+      Buf<T> bdy2(dy);
+      K::softmax_bwd<true>(cf.L, bdy2.data(), by.data(), bdy2.data(), R, L, A(scale), d16.data(), p16.data());
+      EXPECT_EQ(bdy2.dbl(), bdy.dbl());
+      EXPECT_TRUE(same16(d16, bdy2.dbl()));
+      EXPECT_TRUE(same16(p16, by.dbl()));
     }
   }
 }

@@ -121,14 +121,52 @@ void linear_fwd(F* y, F* pre, const F* x, const F* w, const F* b, long M, long N
   });
 }
 
-// Attention: the GEMM lists of attention_plan.hpp (checked on the CPU) around the softmax kernels.
+// Attention: the GEMM lists of attention_plan.hpp (checked on the CPU) around the softmax kernels. With bf16 GEMM
+// operands on, the softmax kernels also write the bf16 copies of P (forward and backward) and dS (backward) that
+// the GEMMs over them read (GemmArgs::A16), instead of four casts of these [B, H, T, Tk] matrices per layer.
+
+// bf16 scratch of n elements in slot s (0: P, 1: dS) when bf16 operands are on, else null.
+k::bf16* copy16(int s, long n) {
+  return lt_bf16() ? static_cast<k::bf16*>(lt_bf16_scratch(s, sizeof(k::bf16) * size_t(n))) : nullptr;
+}
+// Points each GEMM's A16 / B16 at base16's copy when its A / B lies in [base, base + n).
+void use_copy16(std::vector<GemmArgs>& v, const float* base, const k::bf16* base16, long n) {
+  if (!base16) return;
+  for (GemmArgs& a : v) {
+    if (a.A >= base && a.A < base + n) a.A16 = base16 + (a.A - base);
+    if (a.B >= base && a.B < base + n) a.B16 = base16 + (a.B - base);
+  }
+}
+// Forward after the score GEMMs: P = softmax (in place, rectangular when Tq < Tk), then out = P v.
+void attention_fwd_rest(F* out, F* att, const F* v, const AttnDims& d) {
+  const long Tq = d.T, Tk = d.K(), na = d.B * d.H * Tq * Tk;
+  k::bf16* p16 = copy16(0, na);
+  const F scale = F(1.0 / std::sqrt(double(d.D)));
+  if (Tq == Tk) k::softmax_fwd(launcher(), att, att, d.B * d.H * Tq, Tk, scale, true, p16);
+  else k::softmax_fwd_rect(launcher(), att, att, d.B * d.H * Tq, Tk, Tq, scale, p16);
+  std::vector<GemmArgs> outs = attn_out(out, att, v, d);
+  use_copy16(outs, att, p16, na);
+  for (const GemmArgs& a : outs) lt_gemm(a);
+}
+// Backward after dP = dout vᵀ: dS = softmax backward of dP in place, then the gradient GEMMs.
+void attention_bwd_rest(F* dq, F* dk, F* dv, F* dp, const F* dout, const F* att, const F* q, const F* kk,
+                        const AttnDims& d) {
+  const long na = d.B * d.H * d.T * d.K();
+  k::bf16* p16 = copy16(0, na);
+  k::bf16* ds16 = copy16(1, na);
+  k::softmax_bwd<true>(launcher(), dp, att, dp, d.B * d.H * d.T, d.K(), F(1.0 / std::sqrt(double(d.D))), ds16, p16);
+  std::vector<GemmArgs> grads = attn_grads(dq, dk, dv, dp, att, q, kk, dout, d);
+  use_copy16(grads, dp, ds16, na);
+  use_copy16(grads, att, p16, na);
+  for (const GemmArgs& a : grads) lt_gemm(a);
+}
+
 void attention_fwd(F* out, F* att, const F* q, const F* kk, const F* v, long B, long T, long H, long Hkv, long D) {
   TP_OP("attention_fwd", ({{"B", B}, {"T", T}, {"H", H}, {"Hkv", Hkv}, {"D", D}}), {
     if (Hkv <= 0 || H % Hkv != 0) throw std::runtime_error("H must be a multiple of Hkv");
     const AttnDims d{B, T, H, Hkv, D};
     for (const GemmArgs& a : attn_qk("attention_fwd q·kᵀ", att, q, kk, d)) lt_gemm(a);
-    k::softmax_fwd(launcher(), att, att, B * H * T, T, F(1.0 / std::sqrt(double(D))), true);
-    for (const GemmArgs& a : attn_out(out, att, v, d)) lt_gemm(a);
+    attention_fwd_rest(out, att, v, d);
   });
 }
 
@@ -140,8 +178,7 @@ void attention_bwd(F* dq, F* dk, F* dv, const F* dout, const F* att, const F* q,
     const AttnDims d{B, T, H, Hkv, D};
     F* dp = static_cast<F*>(scratch(sizeof(F) * size_t(B * H * T * T)));
     for (const GemmArgs& a : attn_qk("attention_bwd dout·vᵀ", dp, dout, v, d)) lt_gemm(a);
-    k::softmax_bwd<true>(launcher(), dp, att, dp, B * H * T, T, F(1.0 / std::sqrt(double(D))));
-    for (const GemmArgs& a : attn_grads(dq, dk, dv, dp, att, q, kk, dout, d)) lt_gemm(a);
+    attention_bwd_rest(dq, dk, dv, dp, dout, att, q, kk, d);
   });
 }
 
@@ -154,8 +191,7 @@ void attention_fwd_kv(F* out, F* att, const F* q, const F* kk, const F* v, long 
     if (Tq > Tk) throw std::runtime_error("Tq must not exceed Tk");
     const AttnDims d{B, Tq, H, Hkv, D, Tk};
     for (const GemmArgs& a : attn_qk("attention_fwd_kv q·kᵀ", att, q, kk, d)) lt_gemm(a);
-    k::softmax_fwd_rect(launcher(), att, att, B * H * Tq, Tk, Tq, F(1.0 / std::sqrt(double(D))));
-    for (const GemmArgs& a : attn_out(out, att, v, d)) lt_gemm(a);
+    attention_fwd_rest(out, att, v, d);
   });
 }
 void attention_bwd_kv(F* dq, F* dk, F* dv, const F* dout, const F* att, const F* q, const F* kk, const F* v, long B,
@@ -166,8 +202,7 @@ void attention_bwd_kv(F* dq, F* dk, F* dv, const F* dout, const F* att, const F*
     const AttnDims d{B, Tq, H, Hkv, D, Tk};
     F* dp = static_cast<F*>(scratch(sizeof(F) * size_t(B * H * Tq * Tk)));
     for (const GemmArgs& a : attn_qk("attention_bwd_kv dout·vᵀ", dp, dout, v, d)) lt_gemm(a);
-    k::softmax_bwd<true>(launcher(), dp, att, dp, B * H * Tq, Tk, F(1.0 / std::sqrt(double(D))));
-    for (const GemmArgs& a : attn_grads(dq, dk, dv, dp, att, q, kk, dout, d)) lt_gemm(a);
+    attention_bwd_rest(dq, dk, dv, dp, dout, att, q, kk, d);
   });
 }
 

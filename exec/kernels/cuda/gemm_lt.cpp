@@ -86,8 +86,10 @@ struct LtState {
   size_t ws_bytes = 0;
   cudaStream_t stream = nullptr;
   bool tf32 = false;
-  void* bf16_buf[2] = {nullptr, nullptr};  // the cast copies of the two operands (grow only)
-  size_t bf16_bytes[2] = {0, 0};
+  // bf16 scratch (grow only): 0, 1 the cast copies of a GEMM's two operands; 2, 3 attention's P and dS copies
+  // (lt_bf16_scratch)
+  void* bf16_buf[4] = {nullptr, nullptr, nullptr, nullptr};
+  size_t bf16_bytes[4] = {0, 0, 0, 0};
   int tune = 1;  // TP_CUDA_GEMM_TUNE: 0 the heuristic's first algorithm; 1 (default) the fastest of its first
                  // kTuneAlgos; 2 the same, printing each GEMM's candidates and times
   std::unique_ptr<GemmCache<LtSetup>> cache;
@@ -140,13 +142,15 @@ void lt_init(cudaStream_t stream, size_t ws_bytes) {
 void lt_shutdown() {
   if (g_lt.cache) g_lt.cache->clear();  // the descriptors first, then the handle and the workspace
   if (g_lt.workspace) cudaFree(g_lt.workspace), note_device_free(g_lt.ws_bytes);
-  for (int i = 0; i < 2; ++i)
+  for (int i = 0; i < 4; ++i)
     if (g_lt.bf16_buf[i]) cudaFree(g_lt.bf16_buf[i]), note_device_free(g_lt.bf16_bytes[i]);
   if (g_lt.handle) cublasLtDestroy(g_lt.handle);
   g_lt = LtState{};
 }
 
 size_t lt_version() { return cublasLtGetVersion(); }
+
+bool lt_bf16() { return t_bf16; }
 
 bool lt_set_bf16(bool on) {
   const bool prev = t_bf16;
@@ -334,9 +338,9 @@ bool lt_gemm(const GemmArgs& g) {
   // bf16 operands: cuBLASLt reads the cast copies (16-byte aligned), laid out as the operands themselves
   const void* x1 = p.x1;
   const void* x2 = p.x2;
-  if (compute == kComputeBf16Cast) {
-    x1 = bf16_copy(0, p.x1, span(p.m1, p.batch), g);
-    x2 = bf16_copy(1, p.x2, span(p.m2, p.batch), g);
+  if (compute == kComputeBf16Cast) {  // (cuBLASLt's first operand is our B)
+    x1 = g.B16 ? g.B16 : bf16_copy(0, p.x1, span(p.m1, p.batch), g);
+    x2 = g.A16 ? g.A16 : bf16_copy(1, p.x2, span(p.m2, p.batch), g);
   }
   const GemmKey key = gemm_key(p, alignment(x1), alignment(x2), alignment(g.C), compute, epi);
   LtSetup* s = g_lt.cache->find(key);
@@ -367,6 +371,12 @@ bool lt_gemm(const GemmArgs& g) {
                        s->lc.d, &s->algo, g_lt.workspace, g_lt.ws_bytes, g_lt.stream),
         g, "cublasLtMatmul");
   return true;
+}
+
+void* lt_bf16_scratch(int slot, size_t bytes) {
+  GemmArgs none;
+  none.what = "attention's bf16 scratch";
+  return operand_buf(2 + slot, bytes, none);
 }
 
 }  // namespace tp::cuda

@@ -23,6 +23,10 @@ void lt_shutdown();
 bool lt_gemm(const GemmArgs& g);
 // bf16 GEMM operands for this thread's later GEMMs (Backend::set_bf16_gemm); returns the previous setting.
 bool lt_set_bf16(bool on);
+bool lt_bf16();
+// Device scratch for attention's bf16 copies of P (slot 0) and dS (slot 1), at least `bytes`; valid until the next
+// call with the same slot (the ops fill and consume it within one op, in stream order).
+void* lt_bf16_scratch(int slot, size_t bytes);
 // cuBLASLt's version number (cublasLtGetVersion; needs no device).
 size_t lt_version();
 

@@ -34,6 +34,10 @@ struct GemmArgs {
   const float* bias = nullptr;
   float* aux = nullptr;
   bool gelu = false;
+  // With bf16 operands on: bf16 copies of A / B already made (each laid out as A / B: same leading dimension and
+  // batch stride, in elements), used instead of casting A / B again; null: cast them. Ignored otherwise.
+  const void* A16 = nullptr;
+  const void* B16 = nullptr;
 };
 
 // ops::matmul's contract on contiguous row-major operands.

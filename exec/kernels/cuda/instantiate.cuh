@@ -29,10 +29,10 @@ using L = CudaLauncher;
                                        long, long);                                                             \
   PREFIX void layernorm_bwd_wb<L, T>(const L&, T*, T*, const T*, const T*, const float*, const float*, long,  \
                                        long, float*);                                                           \
-  PREFIX void softmax_fwd<L, T>(const L&, T*, const T*, long, long, float, bool);                             \
-  PREFIX void softmax_fwd_rect<L, T>(const L&, T*, const T*, long, long, long, float);                        \
-  PREFIX void softmax_bwd<false, L, T>(const L&, T*, const T*, const T*, long, long, float);                  \
-  PREFIX void softmax_bwd<true, L, T>(const L&, T*, const T*, const T*, long, long, float);                   \
+  PREFIX void softmax_fwd<L, T>(const L&, T*, const T*, long, long, float, bool, bf16*);                      \
+  PREFIX void softmax_fwd_rect<L, T>(const L&, T*, const T*, long, long, long, float, bf16*);                 \
+  PREFIX void softmax_bwd<false, L, T>(const L&, T*, const T*, const T*, long, long, float, bf16*, bf16*);    \
+  PREFIX void softmax_bwd<true, L, T>(const L&, T*, const T*, const T*, long, long, float, bf16*, bf16*);     \
   PREFIX void cross_entropy_fwd<L, T>(const L&, T*, float*, const T*, const int32_t*, long, long);            \
   PREFIX void ce_shard_max<L, T>(const L&, float*, const T*, long, long);                                     \
   PREFIX void ce_shard_expsum<L, T>(const L&, float*, float*, const T*, const float*, const int32_t*, long,    \
