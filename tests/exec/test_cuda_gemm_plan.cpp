@@ -111,6 +111,34 @@ TEST(CudaGemmPlan, AttentionGemmsAroundTheSoftmaxMatchTheCpuBackend) {
 // The setup cache's key: equal for the same GEMM at other addresses (same alignments) or with other alpha /
 // beta; different when any shape, leading dimension, batch stride, transpose, the batch, the compute mode, the
 // epilogue or a pointer's alignment differs (each of those changes the descriptor, a layout or the heuristic's choice).
+// bf16 operands: the GEMMs over P and dS read the softmax kernels' bf16 copies only where a copy is 16-byte
+// aligned; the others cast their operand into an aligned buffer. An H200 showed cuBLASLt's heuristic refusing a bf16
+// operand told 2-byte alignment (the second query head's P at T = 7): this keeps every such GEMM on the cast path.
+TEST(CudaGemmPlan, AttentionBf16CopiesOnlyWhereAligned) {
+  for (const cuda::AttnDims d : {cuda::AttnDims{2, 7, 4, 2, 16}, cuda::AttnDims{2, 8, 4, 2, 16}, cuda::AttnDims{1, 33, 4, 1, 8}}) {
+    const long na = d.B * d.H * d.T * d.K(), nv = d.B * d.K() * d.Hkv * d.D;
+    std::vector<float> att(na), val(nv), out(d.B * d.T * d.H * d.D);
+    std::vector<uint16_t> store(na + 8);
+    uint16_t* c16 = store.data();
+    while (cuda::alignment(c16) != 16) ++c16;
+    std::vector<cuda::GemmArgs> v = cuda::attn_out(out.data(), att.data(), val.data(), d);
+    cuda::attach_copies16(v, att.data(), c16, na);
+    long attached = 0;
+    for (const cuda::GemmArgs& g : v) {
+      const long off = g.A - att.data();
+      const bool aligned = (2 * off) % 16 == 0;
+      EXPECT_EQ(g.A16, aligned ? static_cast<const void*>(c16 + off) : nullptr) << d.T << " offset " << off;
+      EXPECT_EQ(g.B16, nullptr);  // v is not in att
+      attached += aligned;
+    }
+    if (d.T % 8 == 0) EXPECT_EQ(attached, (long)v.size()) << d.T;  // training shapes: every copy is used
+    else EXPECT_LT(attached, (long)v.size()) << d.T;
+    std::vector<cuda::GemmArgs> none = cuda::attn_out(out.data(), att.data(), val.data(), d);
+    cuda::attach_copies16(none, att.data(), nullptr, na);  // bf16 operands off: nothing attached
+    for (const cuda::GemmArgs& g : none) EXPECT_EQ(g.A16, nullptr);
+  }
+}
+
 TEST(CudaGemmCache, KeyTellsApartEveryGemmThatNeedsAnotherSetup) {
   alignas(16) static float buf[4096];
   auto key = [](const cuda::GemmArgs& g, int compute = cuda::kComputeF32) {

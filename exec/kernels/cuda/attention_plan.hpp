@@ -80,4 +80,22 @@ inline std::vector<GemmArgs> attn_grads(float* dq, float* dk, float* dv, const f
   return v;
 }
 
+// With bf16 GEMM operands: points each GEMM's A16 / B16 at the bf16 copy base16 (2-byte elements, laid out as
+// the n floats at base) when its A / B lies in [base, base + n) and that copy's address is 16-byte aligned. An
+// operand left without one is cast by the GEMM into an aligned buffer instead. (An H200 measured why: cuBLASLt's
+// heuristic answers CUBLAS_STATUS_NOT_SUPPORTED for a bf16 operand told 2-byte alignment, e.g. the second query
+// head's P at T = 7.) In training shapes (T a multiple of 8) every copy is aligned.
+inline void attach_copies16(std::vector<GemmArgs>& v, const float* base, const void* base16, long n) {
+  if (!base16) return;
+  auto copy_of = [&](const float* p) -> const void* {
+    if (p < base || p >= base + n) return nullptr;
+    const void* c = static_cast<const char*>(base16) + 2 * (p - base);
+    return alignment(c) == 16 ? c : nullptr;
+  };
+  for (GemmArgs& a : v) {
+    if (const void* c = copy_of(a.A)) a.A16 = c;
+    if (const void* c = copy_of(a.B)) a.B16 = c;
+  }
+}
+
 }  // namespace tp::cuda

@@ -129,14 +129,6 @@ void linear_fwd(F* y, F* pre, const F* x, const F* w, const F* b, long M, long N
 k::bf16* copy16(int s, long n) {
   return lt_bf16() ? static_cast<k::bf16*>(lt_bf16_scratch(s, sizeof(k::bf16) * size_t(n))) : nullptr;
 }
-// Points each GEMM's A16 / B16 at base16's copy when its A / B lies in [base, base + n).
-void use_copy16(std::vector<GemmArgs>& v, const float* base, const k::bf16* base16, long n) {
-  if (!base16) return;
-  for (GemmArgs& a : v) {
-    if (a.A >= base && a.A < base + n) a.A16 = base16 + (a.A - base);
-    if (a.B >= base && a.B < base + n) a.B16 = base16 + (a.B - base);
-  }
-}
 // Forward after the score GEMMs: P = softmax (in place, rectangular when Tq < Tk), then out = P v.
 void attention_fwd_rest(F* out, F* att, const F* v, const AttnDims& d) {
   const long Tq = d.T, Tk = d.K(), na = d.B * d.H * Tq * Tk;
@@ -145,7 +137,7 @@ void attention_fwd_rest(F* out, F* att, const F* v, const AttnDims& d) {
   if (Tq == Tk) k::softmax_fwd(launcher(), att, att, d.B * d.H * Tq, Tk, scale, true, p16);
   else k::softmax_fwd_rect(launcher(), att, att, d.B * d.H * Tq, Tk, Tq, scale, p16);
   std::vector<GemmArgs> outs = attn_out(out, att, v, d);
-  use_copy16(outs, att, p16, na);
+  attach_copies16(outs, att, p16, na);
   for (const GemmArgs& a : outs) lt_gemm(a);
 }
 // Backward after dP = dout vᵀ: dS = softmax backward of dP in place, then the gradient GEMMs.
@@ -156,8 +148,8 @@ void attention_bwd_rest(F* dq, F* dk, F* dv, F* dp, const F* dout, const F* att,
   k::bf16* ds16 = copy16(1, na);
   k::softmax_bwd<true>(launcher(), dp, att, dp, d.B * d.H * d.T, d.K(), F(1.0 / std::sqrt(double(d.D))), ds16, p16);
   std::vector<GemmArgs> grads = attn_grads(dq, dk, dv, dp, att, q, kk, dout, d);
-  use_copy16(grads, dp, ds16, na);
-  use_copy16(grads, att, p16, na);
+  attach_copies16(grads, dp, ds16, na);
+  attach_copies16(grads, att, p16, na);
   for (const GemmArgs& a : grads) lt_gemm(a);
 }
 

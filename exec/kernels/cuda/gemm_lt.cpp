@@ -309,9 +309,10 @@ std::unique_ptr<LtSetup> make_setup(const LtPlan& p, const GemmKey& key, const G
   cublasLtMatmulHeuristicResult_t res[kTuneAlgos]{};
   int found = 0;
   const int want = g_lt.tune > 0 && (g.beta == 0.f || c_bytes(p) <= kTuneSaveBytes) ? kTuneAlgos : 1;
-  check(cublasLtMatmulAlgoGetHeuristic(g_lt.handle, s->desc.d, s->l1.d, s->l2.d, s->lc.d, s->lc.d, pref.d, want, res,
-                                       &found),
-        g, "cublasLtMatmulAlgoGetHeuristic");
+  const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(g_lt.handle, s->desc.d, s->l1.d, s->l2.d, s->lc.d, s->lc.d,
+                                                           pref.d, want, res, &found);
+  if (hs == CUBLAS_STATUS_NOT_SUPPORTED && key.compute == kComputeBf16Cast) found = 0;  // the fp32 fallback below
+  else check(hs, g, "cublasLtMatmulAlgoGetHeuristic");
   if (found < 1 && (key.epilogue || key.compute == kComputeBf16Cast)) {  // the caller composes or falls back
     s->none = true;
     return s;
