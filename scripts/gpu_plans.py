@@ -113,47 +113,38 @@ def main():
     # MoE runs are compared with the cpu run of the same plan: in fp32 another summation order (tensor
     # parallelism, cuBLASLt) can flip a near-tied top-k choice, a discontinuity no tolerance of the dense cases covers.
     cases = [(n, p, e, o, "tiny-gpt") for n, p, e, o in CASES] + [(n, p, [], True, "tiny-moe") for n, p in MOE_CASES]
-    for name, plan, extra, own_ref, b in cases:
-        base, ref = bases[b], refs[b]
+    def compare(name, plan, base, want, extra, tol, vs, env_add=None):
+        """Runs the case on BACKEND against `want` (None: the cpu run of the same scenario); prints its row."""
         f = write(base, logs, name, plan)
-        want = ref
-        if own_ref:
+        if want is None:
             want, why = run(binary, mpirun, f, "cpu", extra, os.path.join(logs, name + "_cpu.json"))
             if want is None:
-                print("| %-26s | FAIL     | cpu run: %s |" % (name, why)); failed = 1; continue
-        got, why = run(binary, mpirun, f, BACKEND, extra, os.path.join(logs, name + "_cuda.json"))
-        if got is None:
-            state = "skipped" if why == "mpirun not installed" else "FAIL"
-            failed |= state == "FAIL"
-            print("| %-26s | %-8s | %s |" % (name, state, why)); continue
-        g, w = got["losses"], want["losses"]
-        err = max(abs(a - b) / abs(b) for a, b in zip(g, w)) if len(g) == len(w) and g else float("inf")
-        ok = err <= (TOL_MOE if b == "tiny-moe" else TOL)
-        failed |= not ok
-        print("| %-26s | %-8s | %d ranks, %d steps, max rel loss diff %.1e vs cpu; step %.1f ms |" %
-              (name, "ok" if ok else "FAIL", ranks(plan), len(g), err, 1e3 * min(got["step_time_s"])))
-    for name, plan, b, env_add in BF16_CASES:
-        base = json.loads(json.dumps(bases[b]))
-        base["training"]["precision"] = "fp8" if name.startswith("fp8") else "bf16"
-        if name.startswith("fp8"):
-            base["cluster"] = "dgx-h100"  # fp8 needs a GPU with fp8 tensor cores (the scenario's check)
-        f = write(base, logs, name, plan)
-        extra = ["--device-budget", "1000000"] if "offload" in plan else []
-        want, why = run(binary, mpirun, f, "cpu", extra, os.path.join(logs, name + "_cpu.json"))
-        if want is None:
-            print("| %-26s | FAIL     | cpu run: %s |" % (name, why)); failed = 1; continue
+                print("| %-26s | FAIL     | cpu run: %s |" % (name, why))
+                return 1
         got, why = run(binary, mpirun, f, BACKEND, extra, os.path.join(logs, name + "_cuda.json"), env_add)
         if got is None:
             state = "skipped" if why == "mpirun not installed" else "FAIL"
-            failed |= state == "FAIL"
-            print("| %-26s | %-8s | %s |" % (name, state, why)); continue
+            print("| %-26s | %-8s | %s |" % (name, state, why))
+            return state == "FAIL"
         g, w = got["losses"], want["losses"]
         err = max(abs(a - b) / abs(b) for a, b in zip(g, w)) if len(g) == len(w) and g else float("inf")
-        ok = err <= (TOL_FP8 if name.startswith("fp8") else TOL_BF16)
-        failed |= not ok
-        print("| %-26s | %-8s | %d ranks, %d steps, max rel loss diff %.1e vs the cpu %s run; step %.1f ms |" %
-              (name, "ok" if ok else "FAIL", ranks(plan), len(g), err, base["training"]["precision"],
-               1e3 * min(got["step_time_s"])))
+        ok = err <= tol
+        print("| %-26s | %-8s | %d ranks, %d steps, max rel loss diff %.1e vs %s; step %.1f ms |" %
+              (name, "ok" if ok else "FAIL", ranks(plan), len(g), err, vs, 1e3 * min(got["step_time_s"])))
+        return not ok
+
+    for name, plan, extra, own_ref, b in cases:
+        failed |= compare(name, plan, bases[b], None if own_ref else refs[b], extra,
+                          TOL_MOE if b == "tiny-moe" else TOL, "cpu")
+    for name, plan, b, env_add in BF16_CASES:
+        base = json.loads(json.dumps(bases[b]))
+        precision = "fp8" if name.startswith("fp8") else "bf16"
+        base["training"]["precision"] = precision
+        if precision == "fp8":
+            base["cluster"] = "dgx-h100"  # fp8 needs a GPU with fp8 tensor cores (the scenario's check)
+        extra = ["--device-budget", "1000000"] if "offload" in plan else []
+        failed |= compare(name, plan, base, None, extra, TOL_FP8 if precision == "fp8" else TOL_BF16,
+                          "the cpu %s run" % precision, env_add)
     for name, plan, b in (REFUSED if BACKEND == "cuda" else []):
         f = write(bases[b], logs, name, plan)
         got, why = run(binary, mpirun, f, BACKEND, [], os.path.join(logs, name + "_cuda.json"))

@@ -16,6 +16,7 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <vector>
 
 #include "models/json_check.hpp"
 
@@ -112,6 +113,38 @@ inline void expect_close(const json& got, const json& want, const char* key, dou
   for (size_t i = 0; i < want[key].size(); ++i) {
     double a = got[key][i].get<double>(), b = want[key][i].get<double>();
     EXPECT_LE(std::abs(a - b), tol * std::abs(b)) << what << " " << key << "[" << i << "]: " << a << " vs " << b;
+  }
+}
+
+// The bundled scenario scenarios/exec/<base>.json with `plan` merged over its plan and training.precision set
+// (and the cluster, when given), written as tmpdir()/<prefix>_<name>.json.
+inline std::string precision_scenario(const std::string& prefix, const std::string& name, const json& plan,
+                                      const std::string& base, const std::string& precision,
+                                      const std::string& cluster = "") {
+  std::ifstream in(std::string(TP_SOURCE_DIR) + "/scenarios/exec/" + base + ".json");
+  json j = json::parse(in);
+  for (auto it = plan.begin(); it != plan.end(); ++it) j["plan"][it.key()] = it.value();
+  j["training"]["precision"] = precision;
+  if (!cluster.empty()) j["cluster"] = cluster;
+  std::string f = tmpdir() + "/" + prefix + "_" + name + ".json";
+  std::ofstream(f) << j.dump(2);
+  return f;
+}
+
+// Each named plan, written by make(name, plan) and run for `steps` float64 steps, has the losses and gradient
+// norms of `want` to 1e-9.
+struct PlanCase {
+  std::string name;
+  json plan;
+};
+template <class Make>
+void expect_plans_match(const std::vector<PlanCase>& cases, const json& want, int steps, Make make) {
+  for (const PlanCase& c : cases) {
+    const std::string f = make(c.name, c.plan);
+    json got = run(f, steps, true);
+    ASSERT_FALSE(got.is_null()) << c.name << "\n" << log_text(f);
+    expect_close(got, want, "losses", 1e-9, c.name);
+    expect_close(got, want, "grad_norm", 1e-9, c.name);
   }
 }
 

@@ -131,8 +131,11 @@ TEST(CudaGemmPlan, AttentionBf16CopiesOnlyWhereAligned) {
       EXPECT_EQ(g.B16, nullptr);  // v is not in att
       attached += aligned;
     }
-    if (d.T % 8 == 0) EXPECT_EQ(attached, (long)v.size()) << d.T;  // training shapes: every copy is used
-    else EXPECT_LT(attached, (long)v.size()) << d.T;
+    if (d.T % 8 == 0) {
+      EXPECT_EQ(attached, (long)v.size()) << d.T;  // training shapes: every copy is used
+    } else {
+      EXPECT_LT(attached, (long)v.size()) << d.T;
+    }
     std::vector<cuda::GemmArgs> none = cuda::attn_out(out.data(), att.data(), val.data(), d);
     cuda::attach_copies16(none, att.data(), nullptr, na);  // bf16 operands off: nothing attached
     for (const cuda::GemmArgs& g : none) EXPECT_EQ(g.A16, nullptr);

@@ -28,13 +28,7 @@ namespace {
 // The bundled scenario `base` (scenarios/exec/) in `precision` with `plan` merged over its plan.
 std::string bf16_scenario(const std::string& name, const json& plan, const std::string& base = "tiny-gpt",
                           const std::string& precision = "bf16") {
-  std::ifstream in(std::string(TP_SOURCE_DIR) + "/scenarios/exec/" + base + ".json");
-  json j = json::parse(in);
-  for (auto it = plan.begin(); it != plan.end(); ++it) j["plan"][it.key()] = it.value();
-  j["training"]["precision"] = precision;
-  std::string f = tmpdir() + "/bf16_" + name + ".json";
-  std::ofstream(f) << j.dump(2);
-  return f;
+  return precision_scenario("bf16", name, plan, base, precision);
 }
 
 std::vector<double> random_values(long n, unsigned seed) {
@@ -70,7 +64,9 @@ TEST(Ops, Bf16RoundingOfKnownValues) {
   };
   for (const Case& c : cases) {
     EXPECT_EQ(K::bf16_round(c.in), c.want) << c.in;
-    if (std::abs(c.in) < 3.4e38 && (double)(float)c.in == c.in) EXPECT_EQ((double)K::bf16_round((float)c.in), c.want) << c.in;
+    if (std::abs(c.in) < 3.4e38 && (double)(float)c.in == c.in) {
+      EXPECT_EQ((double)K::bf16_round((float)c.in), c.want) << c.in;
+    }
   }
   EXPECT_TRUE(std::isnan(K::bf16_round(std::nan(""))));
   std::mt19937 g(5);
@@ -191,8 +187,7 @@ TEST(RunBf16, PlansMatchSingleRankFloat64) {
   ASSERT_FALSE(f32run.is_null());
   expect_close(f32run, ref, "losses", 1e-4, "float32");
   if (!have_mpi()) return;
-  struct Case { const char* name; json plan; };
-  const std::vector<Case> cases = {
+  const std::vector<PlanCase> cases = {
       {"dp2", {{"dp", 2}}},
       {"tp2_sp", {{"tp", 2}, {"sequence_parallel", true}}},
       {"pp2_interleaved", {{"pp", 2}, {"schedule", "interleaved"}, {"virtual_stages", 2}}},
@@ -203,12 +198,7 @@ TEST(RunBf16, PlansMatchSingleRankFloat64) {
       {"pp2_granular", {{"pp", 2}, {"offload", {{"kind", "granular"}, {"fraction", 0.5}}}}},
       {"tp2d_q2", {{"tp", 4}, {"tp_mode", "2d"}}},
   };
-  for (const Case& c : cases) {
-    json got = run(bf16_scenario(c.name, c.plan), steps, true);
-    ASSERT_FALSE(got.is_null()) << c.name << "\n" << log_text(tmpdir() + "/bf16_" + c.name + ".json");
-    expect_close(got, ref, "losses", 1e-9, c.name);
-    expect_close(got, ref, "grad_norm", 1e-9, c.name);
-  }
+  expect_plans_match(cases, ref, steps, [](const std::string& n, const json& p) { return bf16_scenario(n, p); });
 }
 
 // MoE: the router's and the experts' GEMMs round too, so expert-parallel and tensor-parallel experts match the

@@ -27,14 +27,7 @@ namespace {
 // The bundled scenario `base` (scenarios/exec/) in fp8 on dgx-h100 with `plan` merged over its plan.
 std::string fp8_scenario(const std::string& name, const json& plan, const std::string& base = "tiny-gpt",
                          const std::string& precision = "fp8") {
-  std::ifstream in(std::string(TP_SOURCE_DIR) + "/scenarios/exec/" + base + ".json");
-  json j = json::parse(in);
-  for (auto it = plan.begin(); it != plan.end(); ++it) j["plan"][it.key()] = it.value();
-  j["training"]["precision"] = precision;
-  j["cluster"] = "dgx-h100";
-  std::string f = tmpdir() + "/fp8_" + name + ".json";
-  std::ofstream(f) << j.dump(2);
-  return f;
+  return precision_scenario("fp8", name, plan, base, precision, "dgx-h100");
 }
 
 }  // namespace
@@ -101,8 +94,7 @@ TEST(RunFp8, PlansMatchSingleRankFloat64) {
   ASSERT_FALSE(f32run.is_null());
   expect_close(f32run, ref, "losses", 2e-3, "float32");
   if (!have_mpi()) return;
-  struct Case { const char* name; json plan; };
-  const std::vector<Case> cases = {
+  const std::vector<PlanCase> cases = {
       {"dp2", {{"dp", 2}}},
       {"tp2_sp", {{"tp", 2}, {"sequence_parallel", true}}},
       {"pp2_1f1b", {{"pp", 2}}},
@@ -116,12 +108,7 @@ TEST(RunFp8, PlansMatchSingleRankFloat64) {
       {"tp2d_q2", {{"tp", 4}, {"tp_mode", "2d"}}},
       {"tp2d_q2_dp2_zero3_layered", {{"tp", 4}, {"tp_mode", "2d"}, {"dp", 2}, {"zero", 3}, {"grad_accumulation", "layered"}}},
   };
-  for (const Case& c : cases) {
-    json got = run(fp8_scenario(c.name, c.plan), steps, true);
-    ASSERT_FALSE(got.is_null()) << c.name << "\n" << log_text(tmpdir() + "/fp8_" + c.name + ".json");
-    expect_close(got, ref, "losses", 1e-9, c.name);
-    expect_close(got, ref, "grad_norm", 1e-9, c.name);
-  }
+  expect_plans_match(cases, ref, steps, [](const std::string& n, const json& p) { return fp8_scenario(n, p); });
 }
 
 // The experts' GEMMs have a slot each (by global expert index): expert-parallel plans and tensor-parallel experts
