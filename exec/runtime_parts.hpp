@@ -17,6 +17,7 @@
 #include "exec/gpt2d.hpp"
 #include "exec/handover.hpp"
 #include "exec/ops.hpp"
+#include "exec/rss.hpp"
 #include "exec/train.hpp"
 #include "schedule/pipeline.hpp"
 
@@ -219,8 +220,6 @@ ParamSource<T> seeded_params(const Scenario& sc, const Net<T>& model, const Flat
 std::vector<double> view_full_index(const GptLayout& full, const GptLayout& shard, const ParamView& v);
 std::vector<double> view_full_index(const GptLayout& full, const Gpt2dLayout& shard, const ParamView& v);
 double learning_rate(const RunOptions& o, int step, int warmup);  // linear warmup, then cosine to min_lr_ratio
-double peak_rss_bytes();  // the process's resident high-water mark (Linux VmHWM)
-bool reset_peak_rss();    // restarts that mark from the resident memory now (/proc/self/clear_refs "5"); false: could not
 
 // One step's figures of optimizer or granular offload (host_optimizer.hpp, runtime_granular.hpp) into the run's
 // result: the step's copies (and, for granular, the peak of loaded layers), then the counters restart.

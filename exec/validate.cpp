@@ -15,7 +15,7 @@
 
 #include "exec/calibrate.hpp"
 #include "exec/prof.hpp"
-#include "exec/runtime_parts.hpp"
+#include "exec/rss.hpp"
 #include "exec/train.hpp"
 #include "models/scenario.hpp"
 #include "sim/simulate.hpp"
