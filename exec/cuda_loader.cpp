@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <climits>
 #include <cstdlib>
 #include <mutex>
@@ -77,13 +78,19 @@ Fn symbol(const Lib& lib, const char* name, std::string& why) {
   return reinterpret_cast<Fn>(s);
 }
 
-int local_rank() {
-  for (const char* v : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID", "LOCAL_RANK"})
-    if (const char* s = std::getenv(v); s && *s) return std::atoi(s);
+}  // namespace
+
+int local_rank_from_env() {
+  for (const char* v : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID", "LOCAL_RANK"}) {
+    const char* s = std::getenv(v);
+    if (!s || !*s) continue;
+    char* end = nullptr;
+    errno = 0;
+    const long r = std::strtol(s, &end, 10);
+    if (*end == '\0' && errno == 0 && r >= 0 && r <= 1 << 20) return int(r);
+  }
   return 0;
 }
-
-}  // namespace
 
 bool cuda_built_in() { return TRAINPLAN_WITH_CUDA != 0; }
 
@@ -109,7 +116,7 @@ const Backend* load_cuda_backend(CudaLoad& status, std::string& why) {
   }
   char msg[512] = {0};
   int st = TP_CUDA_CREATE_ERROR;
-  const void* b = create(local_rank(), &st, msg, sizeof msg);
+  const void* b = create(local_rank_from_env(), &st, msg, sizeof msg);
   if (b) {
     status = CudaLoad::ok;
     return static_cast<const Backend*>(b);

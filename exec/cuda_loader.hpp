@@ -21,6 +21,10 @@ enum class CudaLoad {
 // The CUDA backend of this process on the device of its local rank (OMPI_COMM_WORLD_LOCAL_RANK,
 // MPI_LOCALRANKID, SLURM_LOCALID or LOCAL_RANK; 0 when none is set), or null with status and why.
 const Backend* load_cuda_backend(CudaLoad& status, std::string& why);
+// This process's rank on its node, which picks its GPU (device local rank % device count): the first of
+// OMPI_COMM_WORLD_LOCAL_RANK (Open MPI, also under srun), MPI_LOCALRANKID (MPICH, Intel MPI), SLURM_LOCALID and
+// LOCAL_RANK (torchrun) that holds a whole number >= 0; 0 when none does.
+int local_rank_from_env();
 // Whether this binary was built with the CUDA library (TRAINPLAN_CUDA on).
 bool cuda_built_in();
 // One line of CUDA versions from the library (runtime, driver, cuBLASLt, NCCL), or why it cannot be read.

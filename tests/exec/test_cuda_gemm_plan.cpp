@@ -3,19 +3,24 @@
 // lists of attention_plan.hpp; here the same plans are executed by lt_reference (cublasLtMatmul's definition:
 // column-major, op per operand, leading dimensions, strided batches) and compared with the CPU backend's
 // float64 matmul and attention; and the cache of cuBLASLt setups (gemm_cache.hpp): its key tells every GEMM
-// that needs another setup apart, and it evicts the least recently used. What is not checked here: cuBLASLt
-// itself and the CUDA calls around it.
+// that needs another setup apart, and it evicts the least recently used; which of attention's GEMMs read the
+// softmax's bf16 copies; and the local rank that picks a rank's GPU. What is not checked here: cuBLASLt itself
+// and the CUDA calls around it.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <random>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "exec/backend.hpp"
+#include "exec/cuda_loader.hpp"
 #include "exec/kernels/cuda/attention_plan.hpp"
 #include "exec/kernels/cuda/gemm_cache.hpp"
 #include "exec/kernels/cuda/gemm_plan.hpp"
@@ -221,4 +226,27 @@ TEST(CudaGemmCache, EvictsTheLeastRecentlyUsedAndDestroysEachSetupOnce) {
   EXPECT_EQ(alive, 0);
   EXPECT_EQ(destroyed, 6);
   EXPECT_EQ(cuda::GemmCache<Setup>(0).capacity(), 1u);
+}
+
+// One GPU per rank: the local rank that picks the device (local rank % device count) comes from the first launcher
+// variable holding a whole number >= 0 (Open MPI's first, as it is also set under srun), else 0.
+TEST(CudaDevice, LocalRankFromTheLaunchersVariables) {
+  const char* vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID", "LOCAL_RANK"};
+  std::vector<std::pair<std::string, std::string>> saved;
+  for (const char* v : vars) {
+    if (const char* s = std::getenv(v)) saved.emplace_back(v, s);
+    unsetenv(v);
+  }
+  EXPECT_EQ(tp::exec::local_rank_from_env(), 0);
+  setenv("LOCAL_RANK", "3", 1);
+  EXPECT_EQ(tp::exec::local_rank_from_env(), 3);
+  setenv("SLURM_LOCALID", "5", 1);
+  EXPECT_EQ(tp::exec::local_rank_from_env(), 5);
+  setenv("OMPI_COMM_WORLD_LOCAL_RANK", "7", 1);
+  EXPECT_EQ(tp::exec::local_rank_from_env(), 7);
+  setenv("OMPI_COMM_WORLD_LOCAL_RANK", "x7", 1);  // not a number: the next variable
+  setenv("MPI_LOCALRANKID", "-1", 1);             // negative: the next
+  EXPECT_EQ(tp::exec::local_rank_from_env(), 5);
+  for (const char* v : vars) unsetenv(v);
+  for (const auto& [k, v] : saved) setenv(k.c_str(), v.c_str(), 1);
 }
