@@ -71,11 +71,18 @@ constexpr const char* kRunTimeout = "timeout 900 ";
 constexpr const char* kRunTimeout = "timeout 120 ";
 #endif
 
+// A shell assignment giving this test process's mpirun jobs their own Open MPI session directory (under
+// tmpdir()). Jobs of two tests that share /tmp/ompi.<host>.<uid> race: the first to end removes that directory
+// while the other creates its own inside it ("A call to mkdir was unable to create ... /tmp/ompi.vm.0/pid.N",
+// orte_session_dir failed; seen once in CI on 2026-11-27). Open MPI 4's variable; others ignore it.
+inline std::string mpi_session_env() { return "OMPI_MCA_orte_tmpdir_base=" + tmpdir() + " "; }
+
 // The command prefix that starts n ranks of a trainplan command under mpirun (with the run timeout); "" when
 // the build has no MPI.
 inline std::string mpi_launcher(int n) {
 #ifdef TP_MPIEXEC
-  std::string launcher = std::string(kRunTimeout) + std::string(TP_MPIEXEC) + " -np " + std::to_string(n) + " --oversubscribe " + TP_MPI_ROOT_FLAG + " ";
+  std::string launcher = mpi_session_env() + std::string(kRunTimeout) + std::string(TP_MPIEXEC) + " -np " +
+                         std::to_string(n) + " --oversubscribe " + TP_MPI_ROOT_FLAG + " ";
 #if defined(__SANITIZE_ADDRESS__)
   // Open MPI's plugins have no frame pointers and are unloaded before LeakSanitizer reports, so the fast
   // unwinder records one stale frame for their one-time allocations and scripts/lsan_openmpi.supp cannot match

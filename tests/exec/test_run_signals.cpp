@@ -112,7 +112,10 @@ TEST(RunSignals, SigtermUnderMpirunStopsEveryRankAtOneStep) {
 #else
   tp::testutil::TempDir t("signals_mpi");
   fs::path log = t.path / "log", ck = t.path / "ck", out = t.path / "o.json";
-  std::string cmd = std::string("exec ") + TP_MPIEXEC + " -np 2 --oversubscribe " + TP_MPI_ROOT_FLAG + " " + TP_BINARY +
+  // (env execs mpirun in place, so the signal reaches it; its own Open MPI session directory: oracle_run.hpp's
+  // mpi_session_env says why)
+  std::string cmd = std::string("exec env OMPI_MCA_orte_tmpdir_base=") + t.path.string() + " " + TP_MPIEXEC +
+                    " -np 2 --oversubscribe " + TP_MPI_ROOT_FLAG + " " + TP_BINARY +
                     " run " + tiny(t.path, 2) + " --steps 100000 --checkpoint-dir " + ck.string() +
                     " --checkpoint-every 4 --log-every 2 --json " + out.string() + " 2> " + log.string();
   run_and_signal(cmd, log, "iteration        6/", SIGTERM);  // mpirun's own exit code is Open MPI's
