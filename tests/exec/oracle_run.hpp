@@ -138,6 +138,19 @@ inline std::string precision_scenario(const std::string& prefix, const std::stri
   return f;
 }
 
+// The emu and emu-device backends' float64 runs of make(name) (name "emu_<backend>") have the losses and gradient
+// norms of `want` to 1e-9.
+template <class Make>
+void expect_emu_backends_match(const json& want, int steps, Make make) {
+  for (const char* be : {"emu", "emu-device"}) {
+    const std::string f = make(std::string("emu_") + be);
+    json got = run(f, steps, true, nullptr, std::string("--backend ") + be);
+    ASSERT_FALSE(got.is_null()) << be << "\n" << log_text(f);
+    expect_close(got, want, "losses", 1e-9, be);
+    expect_close(got, want, "grad_norm", 1e-9, be);
+  }
+}
+
 // Each named plan, written by make(name, plan) and run for `steps` float64 steps, has the losses and gradient
 // norms of `want` to 1e-9.
 struct PlanCase {

@@ -176,13 +176,7 @@ TEST(RunBf16, PlansMatchSingleRankFloat64) {
   expect_close(ref, f32, "losses", 1e-2, "bf16 near fp32");
   const std::string note = log_text(tmpdir() + "/bf16_ref.json");
   EXPECT_NE(note.find("note: $.training.precision \"bf16\": run computes every GEMM"), std::string::npos) << note;
-  for (const char* be : {"emu", "emu-device"}) {
-    json emu = run(bf16_scenario(std::string("emu_") + be, json::object()), steps, true, nullptr,
-                   std::string("--backend ") + be);
-    ASSERT_FALSE(emu.is_null()) << be << "\n" << log_text(tmpdir() + "/bf16_emu_" + be + ".json");
-    expect_close(emu, ref, "losses", 1e-9, be);
-    expect_close(emu, ref, "grad_norm", 1e-9, be);
-  }
+  expect_emu_backends_match(ref, steps, [](const std::string& n) { return bf16_scenario(n, json::object()); });
   json f32run = run(bf16_scenario("ref", json::object()), steps, false);
   ASSERT_FALSE(f32run.is_null());
   expect_close(f32run, ref, "losses", 1e-4, "float32");

@@ -83,13 +83,7 @@ TEST(RunFp8, PlansMatchSingleRankFloat64) {
   EXPECT_NE(note.find("note: $.training.precision \"fp8\": run emulates"), std::string::npos) << note;
   // The emu backends: the cast kernel; emu-device, with tensor memory the host cannot touch (the casts' scratch
   // buffers are reused at other sizes, so they must be reallocated, never copied on the host).
-  for (const char* be : {"emu", "emu-device"}) {
-    json emu = run(fp8_scenario(std::string("emu_") + be, json::object()), steps, true, nullptr,
-                   std::string("--backend ") + be);
-    ASSERT_FALSE(emu.is_null()) << be << "\n" << log_text(tmpdir() + "/fp8_emu_" + be + ".json");
-    expect_close(emu, ref, "losses", 1e-9, be);
-    expect_close(emu, ref, "grad_norm", 1e-9, be);
-  }
+  expect_emu_backends_match(ref, steps, [](const std::string& n) { return fp8_scenario(n, json::object()); });
   json f32run = run(fp8_scenario("ref", json::object()), steps, false);
   ASSERT_FALSE(f32run.is_null());
   expect_close(f32run, ref, "losses", 2e-3, "float32");

@@ -133,36 +133,31 @@ TEST(Validate, ToleranceDecidesTheExitCode) {
   EXPECT_EQ(sh(std::string(TP_BINARY) + " validate " + sc + " --profile " + prof + " --tolerance -1 > /dev/null 2>&1"), 2);
 }
 
-// An fp8 scenario is validated in fp32 on both sides (the executor's fp8 casts are an emulation, exec/fp8.hpp):
-// validate says so, and its measured losses are those of the fp32 run, not the fp8 one.
+// An fp8 or bf16 scenario is validated in fp32 on both sides (on the CPU the executor's fp8 casts and bf16 operand
+// rounding are emulations): validate says so, and its measured losses are those of the fp32 run.
 TEST(Validate, Fp8AndBf16ScenariosRunAndSimulateInFp32) {
   std::string prof = quick_profile();
   ASSERT_FALSE(prof.empty());
   json j = json::parse(std::ifstream(std::string(TP_SOURCE_DIR) + "/scenarios/exec/tiny-gpt.json"));
   j["cluster"] = "dgx-h100";
-  j["training"]["precision"] = "fp8";
-  const std::string sc = prof + ".fp8.json", out = sc + ".validate.json";
-  std::ofstream(sc) << j.dump(2);
-  ASSERT_EQ(sh(std::string(TP_BINARY) + " validate " + sc + " --profile " + prof + " --steps 2 --json " + out + " > " +
-               out + ".log 2>&1"), 0);
-  std::ifstream log(out + ".log");
-  const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
-  EXPECT_NE(text.find("note: $.training.precision \"fp8\": validate runs and simulates the plan in fp32"), std::string::npos)
-      << text;
-  j["training"]["precision"] = "bf16";  // the same for bf16 (its GEMM operand rounding)
-  const std::string scb = prof + ".bf16.json", outb = scb + ".validate.json";
-  std::ofstream(scb) << j.dump(2);
-  ASSERT_EQ(sh(std::string(TP_BINARY) + " validate " + scb + " --profile " + prof + " --steps 2 --json " + outb + " > " +
-               outb + ".log 2>&1"), 0);
-  std::ifstream logb(outb + ".log");
-  const std::string textb((std::istreambuf_iterator<char>(logb)), std::istreambuf_iterator<char>());
-  EXPECT_NE(textb.find("note: $.training.precision \"bf16\": validate runs and simulates the plan in fp32"),
-            std::string::npos) << textb;
+  std::string out[2];
+  for (int i = 0; i < 2; ++i) {  // fp8 (its casts), then bf16 (its GEMM operand rounding)
+    const std::string prec = i == 0 ? "fp8" : "bf16";
+    j["training"]["precision"] = prec;
+    const std::string sc = prof + "." + prec + ".json";
+    out[i] = sc + ".validate.json";
+    std::ofstream(sc) << j.dump(2);
+    ASSERT_EQ(sh(std::string(TP_BINARY) + " validate " + sc + " --profile " + prof + " --steps 2 --json " + out[i] +
+                 " > " + out[i] + ".log 2>&1"), 0);
+    std::ifstream log(out[i] + ".log");
+    const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+    EXPECT_NE(text.find("note: $.training.precision \"" + prec + "\": validate runs and simulates the plan in fp32"),
+              std::string::npos) << text;
+  }
   j["training"]["precision"] = "fp32";
   const std::string sc32 = prof + ".fp32.json";
   std::ofstream(sc32) << j.dump(2);
   ASSERT_EQ(sh(std::string(TP_BINARY) + " run " + sc32 + " --steps 2 --quiet --json " + sc32 + ".out > /dev/null 2>&1"), 0);
-  const json v = json::parse(std::ifstream(out)), r = json::parse(std::ifstream(sc32 + ".out"));
-  EXPECT_EQ(v["measured"]["losses"], r["losses"]);
-  EXPECT_EQ(json::parse(std::ifstream(outb))["measured"]["losses"], r["losses"]);
+  const json r = json::parse(std::ifstream(sc32 + ".out"));
+  for (const std::string& o : out) EXPECT_EQ(json::parse(std::ifstream(o))["measured"]["losses"], r["losses"]) << o;
 }

@@ -356,15 +356,11 @@ bool lt_gemm(const GemmArgs& g) {
     GemmArgs r = g;
     r.B = rounded_f32_copy(0, p.x1, span(p.m1, p.batch), g);  // cuBLASLt's first operand is our B
     r.A = rounded_f32_copy(1, p.x2, span(p.m2, p.batch), g);
-    t_bf16 = false;
-    try {
-      lt_gemm(r);
-    } catch (...) {
-      t_bf16 = true;
-      throw;
-    }
-    t_bf16 = true;
-    return true;
+    struct Fp32Here {  // the fp32 GEMM below, bf16 operands back on after it (also when it throws)
+      Fp32Here() { t_bf16 = false; }
+      ~Fp32Here() { t_bf16 = true; }
+    } fp32_here;
+    return lt_gemm(r);
   }
   if (s->none) return false;
   if (epi) set_epilogue_pointers(*s, g);
