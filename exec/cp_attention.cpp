@@ -52,9 +52,10 @@ void scatter_seq(const CpCtx& c, const T* full, T* local, long B, long W) {
   ops::accumulate(local, mine.data(), n);
 }
 
-// The saved probabilities of (b, h).
+// The saved probabilities (flash: statistics) of (b, h).
 long att_offset(const CpCtx& c, long b, int h, long Hl) {
   const long Lc = c.Lc();
+  if (c.flash) return (b * 2 + h) * Hl * Lc * 2;
   return b * Hl * Lc * Lc * (2L * c.size + 1) + (h == 0 ? 0 : Hl * Lc * (c.chunk(0) + 1) * Lc);
 }
 
@@ -99,14 +100,18 @@ void cp_attention_fwd(const CpCtx& c, T* out, T* att, const T* q, const T* k, co
   for (long b = 0; b < B; ++b)
     for (int h = 0; h < 2; ++h) {
       const long Tk = (c.chunk(h) + 1) * Lc, qo = (b * Tl + h * Lc) * Hl * D, ko = b * c.T * Kl * D;
-      ops::attention_fwd_kv(out + qo, att + att_offset(c, b, h, Hl), q + qo, kf.data() + ko, vf.data() + ko, 1L, Lc,
-                            Tk, Hl, Kl, D);
+      if (c.flash)
+        ops::flash_attention_fwd(out + qo, att + att_offset(c, b, h, Hl), q + qo, kf.data() + ko, vf.data() + ko, 1L,
+                                 Lc, Tk, Hl, Kl, D);
+      else
+        ops::attention_fwd_kv(out + qo, att + att_offset(c, b, h, Hl), q + qo, kf.data() + ko, vf.data() + ko, 1L, Lc,
+                              Tk, Hl, Kl, D);
     }
 }
 
 template <class T>
-void cp_attention_bwd(const CpCtx& c, T* dq, T* dk, T* dv, const T* dout, const T* att, const T* q, const T* k,
-                      const T* v, long B, long Hl, long Kl, long D) {
+void cp_attention_bwd(const CpCtx& c, T* dq, T* dk, T* dv, const T* dout, const T* out, const T* att, const T* q,
+                      const T* k, const T* v, long B, long Hl, long Kl, long D) {
   Buf<T> kf, vf, dkf, dvf;  // [B, T, Kl, D]
   gather_seq(c, k, kf, B, Kl * D);
   gather_seq(c, v, vf, B, Kl * D);
@@ -118,8 +123,13 @@ void cp_attention_bwd(const CpCtx& c, T* dq, T* dk, T* dv, const T* dout, const 
   for (long b = 0; b < B; ++b)
     for (int h = 0; h < 2; ++h) {
       const long Tk = (c.chunk(h) + 1) * Lc, qo = (b * Tl + h * Lc) * Hl * D, ko = b * c.T * Kl * D;
-      ops::attention_bwd_kv(dq + qo, dkf.data() + ko, dvf.data() + ko, dout + qo, att + att_offset(c, b, h, Hl),
-                            q + qo, kf.data() + ko, vf.data() + ko, 1L, Lc, Tk, Hl, Kl, D);
+      if (c.flash)
+        ops::flash_attention_bwd(dq + qo, dkf.data() + ko, dvf.data() + ko, dout + qo, out + qo,
+                                 att + att_offset(c, b, h, Hl), q + qo, kf.data() + ko, vf.data() + ko, 1L, Lc, Tk, Hl,
+                                 Kl, D);
+      else
+        ops::attention_bwd_kv(dq + qo, dkf.data() + ko, dvf.data() + ko, dout + qo, att + att_offset(c, b, h, Hl),
+                              q + qo, kf.data() + ko, vf.data() + ko, 1L, Lc, Tk, Hl, Kl, D);
     }
   Buf<T>().swap(kf);
   Buf<T>().swap(vf);
@@ -132,7 +142,7 @@ void cp_attention_bwd(const CpCtx& c, T* dq, T* dk, T* dv, const T* dout, const 
   template void cp_positions_bwd<T>(const CpCtx&, T*, const T*, long, long, long);                            \
   template void cp_attention_fwd<T>(const CpCtx&, T*, T*, const T*, const T*, const T*, long, long, long, long); \
   template void cp_attention_bwd<T>(const CpCtx&, T*, T*, T*, const T*, const T*, const T*, const T*, const T*, \
-                                    long, long, long, long);
+                                    const T*, long, long, long, long);
 TP_CP_INSTANTIATE(float)
 TP_CP_INSTANTIATE(double)
 #undef TP_CP_INSTANTIATE

@@ -26,14 +26,16 @@ struct CpCtx {
   Comm* cp = nullptr;  // the cp group (cp ranks of one data-parallel replica, ordered by cp rank)
   int size = 1, rank = 0;
   long T = 0;          // the global sequence length
+  bool flash = false;  // plan.attention "flash": the attention saves row statistics, not probabilities
   long Lc() const { return T / (2 * size); }
   long Tl() const { return T / size; }
   // The global chunk of local half h (0: rows [0, Lc), 1: rows [Lc, 2 Lc)).
   long chunk(int h) const { return h == 0 ? rank : 2L * size - 1 - rank; }
   // The global position of local row t of a sequence.
   long global_pos(long t) const { return chunk(t < Lc() ? 0 : 1) * Lc() + t % Lc(); }
-  // Elements of the saved attention probabilities of B sequences with Hl local query heads.
-  long att_elems(long B, long Hl) const { return B * Hl * Lc() * Lc() * (2L * size + 1); }
+  // Elements of the saved attention state of B sequences with Hl local query heads: the probabilities, or under
+  // flash each local query row's two statistics.
+  long att_elems(long B, long Hl) const { return flash ? B * Hl * Tl() * 2 : B * Hl * Lc() * Lc() * (2L * size + 1); }
 };
 
 // This cp rank's tokens of B full sequences: local[b, t] = full[b, global_pos(t)] (host arrays, [B, T] -> [B, Tl]).
@@ -47,13 +49,15 @@ template <class T>
 void cp_positions_bwd(const CpCtx& c, T* dwpe, const T* dx, long rows, long C, long row0);
 
 // out [B, Tl, Hl, D] and att (att_elems(B, Hl)) from the local q [B, Tl, Hl, D] and the local k, v
-// [B, Tl, Kl, D]: the causal attention of the local queries over the whole sequence's keys.
+// [B, Tl, Kl, D]: the causal attention of the local queries over the whole sequence's keys (ops::attention_fwd_kv,
+// or ops::flash_attention_fwd when c.flash).
 template <class T>
 void cp_attention_fwd(const CpCtx& c, T* out, T* att, const T* q, const T* k, const T* v, long B, long Hl, long Kl,
                       long D);
 // dq, dk, dv (local shapes) += the gradients; dk, dv collect every cp rank's contribution to this rank's keys.
+// out: the forward's output (read under flash only; may be null otherwise).
 template <class T>
-void cp_attention_bwd(const CpCtx& c, T* dq, T* dk, T* dv, const T* dout, const T* att, const T* q, const T* k,
-                      const T* v, long B, long Hl, long Kl, long D);
+void cp_attention_bwd(const CpCtx& c, T* dq, T* dk, T* dv, const T* dout, const T* out, const T* att, const T* q,
+                      const T* k, const T* v, long B, long Hl, long Kl, long D);
 
 }  // namespace tp::exec

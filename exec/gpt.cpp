@@ -396,9 +396,12 @@ void Gpt<T>::layer_fwd(int wl, const T* x_in, T* x_out, LayerActs<T>& a, long B,
   ops::copy_rows(a.k.data(), Kl * D, qkv.data() + Hl * D, Q, N, Kl * D);
   ops::copy_rows(a.v.data(), Kl * D, qkv.data() + (Hl + Kl) * D, Q, N, Kl * D);
   Buf<T>().swap(qkv);  // dead: q, k, v hold its columns
-  a.att.resize(cpx ? (size_t)cpx->att_elems(B, Hl) : (size_t)B * Hl * Tn * Tn);  // [B, Hl, Tn, Tn]; cp: its layout
+  // [B, Hl, Tn, Tn] (flash: [B, Hl, Tn, 2]); cp: its layout
+  a.att.resize(cpx ? (size_t)cpx->att_elems(B, Hl) : (size_t)B * Hl * Tn * (flash ? 2 : Tn));
   a.attn.resize(N * Hl * D);                                                      // [N, Hl D]
   if (cpx) cp_attention_fwd(*cpx, a.attn.data(), a.att.data(), a.q.data(), a.k.data(), a.v.data(), B, Hl, Kl, D);
+  else if (flash)
+    ops::flash_attention_fwd(a.attn.data(), a.att.data(), a.q.data(), a.k.data(), a.v.data(), B, Tn, Tn, Hl, Kl, D);
   else ops::attention_fwd(a.attn.data(), a.att.data(), a.q.data(), a.k.data(), a.v.data(), B, Tn, Hl, Kl, D);
   Buf<T> y(N * C);                                                        // [N, C] partial over tp
   ops::matmul(y.data(), f8(qx, a.attn.data(), N * Hl * D, wl, kFp8Proj, Fp8Operand::x),
@@ -488,7 +491,9 @@ void Gpt<T>::layer_bwd(int wl, const T* dx_out, T* dx_in, LayerActs<T>& a, long 
   dy = f8(qd, dy, N * C, wl, kFp8Proj, Fp8Operand::dy);
   ops::matmul(g(W.proj_w), f8(qx, a.attn.data(), N * Hl * D, wl, kFp8Proj, Fp8Operand::x, false), dy, Hl * D, C, N,
               true, false, T(1), T(1));
-  T* dattn = a.attn.data();                                                      // [N, Hl D], over the used attn
+  Buf<T> dattn_own;  // flash: the backward reads the output too, so its gradient takes a buffer of its own
+  if (flash) dattn_own.resize(N * Hl * D);
+  T* dattn = flash ? dattn_own.data() : a.attn.data();                           // [N, Hl D], over the used attn
   ops::matmul(dattn, dy, f8(qw, p(W.proj_w), Hl * D * C, wl, kFp8Proj, Fp8Operand::w, false), N, Hl * D, C, false, true,
               T(1), T(0));
   Buf<T>().swap(qd);
@@ -496,12 +501,15 @@ void Gpt<T>::layer_bwd(int wl, const T* dx_out, T* dx_in, LayerActs<T>& a, long 
   Buf<T> dq(N * Hl * D), dk(N * Kl * D), dv(N * Kl * D);
   for (Buf<T>* d : {&dq, &dk, &dv}) ops::fill(d->data(), T(0), (long)d->size());
   if (cpx)
-    cp_attention_bwd(*cpx, dq.data(), dk.data(), dv.data(), dattn, a.att.data(), a.q.data(), a.k.data(), a.v.data(),
-                     B, Hl, Kl, D);
+    cp_attention_bwd(*cpx, dq.data(), dk.data(), dv.data(), dattn, a.attn.data(), a.att.data(), a.q.data(), a.k.data(),
+                     a.v.data(), B, Hl, Kl, D);
+  else if (flash)
+    ops::flash_attention_bwd(dq.data(), dk.data(), dv.data(), dattn, a.attn.data(), a.att.data(), a.q.data(),
+                             a.k.data(), a.v.data(), B, Tn, Tn, Hl, Kl, D);
   else
     ops::attention_bwd(dq.data(), dk.data(), dv.data(), dattn, a.att.data(), a.q.data(), a.k.data(), a.v.data(), B,
                        Tn, Hl, Kl, D);
-  for (Buf<T>* v : {&a.att, &a.attn, &a.q, &a.k, &a.v}) release(*v);
+  for (Buf<T>* v : {&a.att, &a.attn, &a.q, &a.k, &a.v, &dattn_own}) release(*v);
   Buf<T> dqkv(N * Q);                                                            // [N, Q]
   ops::copy_rows(dqkv.data(), Q, dq.data(), Hl * D, N, Hl * D);
   ops::copy_rows(dqkv.data() + Hl * D, Q, dk.data(), Kl * D, N, Kl * D);

@@ -198,7 +198,7 @@ using Buf = std::vector<T, NoInitAlloc<T>>;
 template <class T>
 struct LayerActs {
   Buf<T> x_in;                         // [N, C] layer input (kept even with full recompute)
-  Buf<T> ln1, ln1_mean, ln1_rstd, q, k, v, att, attn, x_mid, ln2, ln2_mean, ln2_rstd, fc1, act;
+  Buf<T> ln1, ln1_mean, ln1_rstd, q, k, v, att, attn, x_mid, ln2, ln2_mean, ln2_rstd, fc1, act;  // att: flash's stats
   // MoE layers (exec/moe.hpp): router probabilities [N, E], gates [N, k], slots [N, k], the experts' inputs
   // (received, [E cap, C]) and their outputs back at the router ([E cap, C]); fc1 / act hold the experts'.
   Buf<T> m_probs, m_gate, m_xe, m_ye;
@@ -230,6 +230,9 @@ struct Gpt : ParamTables<T> {
   // Context parallelism (exec/cp_attention.hpp; null: cp = 1): the pieces' Tn is then the LOCAL sequence
   // (T / cp rows: two chunks), positions are global and the attention spans the cp group's keys.
   const CpCtx* cpx = nullptr;
+  // plan.attention "flash": ops::flash_attention_fwd / bwd, and LayerActs::att holds each query row's two softmax
+  // statistics ([B, Hl, Tn, 2]) instead of the probabilities [B, Hl, Tn, Tn] (cp: cpx->flash, the same choice).
+  bool flash = false;
   // Expert parallelism (exec/moe.hpp; null: ep = 1): the ep group the tokens are dispatched over, and the weight of
   // each micro-batch's load-balancing loss in the step's objective (coefficient x micro-batch / global batch).
   Comm* ep = nullptr;

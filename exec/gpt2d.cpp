@@ -199,9 +199,11 @@ void Gpt2d<T>::layer_fwd(int wl, const T* x_in, T* x_out, LayerActs<T>& a, long 
   ops::copy_rows(a.v.data(), Kl * D, qkv.data() + (Hl + Kl) * D, Q, Nl, Kl * D);
   // Attention core: local (B/q sequences, this column's heads).
   const long Bl = B / G.q;
-  a.att.resize((size_t)Bl * Hl * Tn * Tn);
+  a.att.resize((size_t)Bl * Hl * Tn * (flash ? 2 : Tn));
   a.attn.resize(Nl * Hl * D);
-  ops::attention_fwd(a.attn.data(), a.att.data(), a.q.data(), a.k.data(), a.v.data(), Bl, Tn, Hl, Kl, D);
+  if (flash)
+    ops::flash_attention_fwd(a.attn.data(), a.att.data(), a.q.data(), a.k.data(), a.v.data(), Bl, Tn, Tn, Hl, Kl, D);
+  else ops::attention_fwd(a.attn.data(), a.att.data(), a.q.data(), a.k.data(), a.v.data(), Bl, Tn, Hl, Kl, D);
   // Projection: attn block (r, c) is block column c of the [N, H D] attention output.
   a.x_mid.resize(Nl * Cl);
   summa_ab(G, a.x_mid.data(), f8(qx, a.attn.data(), Nl * Hl * D, kFp8Proj, Fp8Operand::x),
@@ -276,8 +278,12 @@ void Gpt2d<T>::layer_bwd(int wl, const T* dx_out, T* dx_in, LayerActs<T>& a, lon
   summa_abt(G, dattn.data(), dp, f8(qw, p(W.proj_w), Hl * D * Cl, kFp8Proj, Fp8Operand::w), Nl, Cl, Hl * D);
   summa_atb(G, g(W.proj_w), f8(qx, a.attn.data(), Nl * Hl * D, kFp8Proj, Fp8Operand::x), dp, Nl, Cl, Hl * D);
   Buf<T> dq = zeros(Nl * Hl * D), dk = zeros(Nl * Kl * D), dv = zeros(Nl * Kl * D);
-  ops::attention_bwd(dq.data(), dk.data(), dv.data(), dattn.data(), a.att.data(), a.q.data(), a.k.data(), a.v.data(),
-                     B / G.q, Tn, Hl, Kl, D);
+  if (flash)
+    ops::flash_attention_bwd(dq.data(), dk.data(), dv.data(), dattn.data(), a.attn.data(), a.att.data(), a.q.data(),
+                             a.k.data(), a.v.data(), B / G.q, Tn, Tn, Hl, Kl, D);
+  else
+    ops::attention_bwd(dq.data(), dk.data(), dv.data(), dattn.data(), a.att.data(), a.q.data(), a.k.data(),
+                       a.v.data(), B / G.q, Tn, Hl, Kl, D);
   Buf<T> dqkv(Nl * Q);
   ops::copy_rows(dqkv.data(), Q, dq.data(), Hl * D, Nl, Hl * D);
   ops::copy_rows(dqkv.data() + Hl * D, Q, dk.data(), Kl * D, Nl, Kl * D);

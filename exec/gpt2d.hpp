@@ -96,6 +96,7 @@ std::vector<T> gather_grads_2d(const GptLayout& full, const Gpt2dLayout& lay, co
 template <class T>
 struct Gpt2d : ParamTables<T> {
   Gpt2dLayout lay;
+  bool flash = false;       // plan.attention "flash": as Gpt::flash (LayerActs::att holds the row statistics)
   Fp8State* fp8 = nullptr;  // precision fp8: the SUMMA operands of the four linears cast (exec/fp8.hpp)
   Comm* row = nullptr;  // grid row r, ordered by column (size q)
   Comm* col = nullptr;  // grid column c, ordered by row (size q)

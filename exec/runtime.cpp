@@ -34,6 +34,7 @@ void RankRun<T>::make_groups() {
   if (p.cp > 1) {  // the cp group: data ranks [cp * dp_rank, +cp) of this tp rank and stage (models/plan.hpp)
     cpc = world.split(4 * S + rc.tp + p.tp * (rc.dp / p.cp + p.dp * rc.stage), rc.dp % p.cp);
     cpx = CpCtx{cpc.get(), p.cp, rc.dp % p.cp, (long)Tn};
+    cpx.flash = p.attention == Attention::flash;
   }
   if (p.ep > 1) {  // the ep group: ep consecutive dp ranks of this tp rank and stage (exec/moe.hpp); the
     // expert-dp group: the dp ranks of this tp rank and stage with my ep rank (they hold my experts)

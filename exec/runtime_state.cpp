@@ -22,6 +22,8 @@ void init_model(const Scenario& sc, int tp_rank, Comm& tp, Net<T>& model, Flat& 
   const Plan& p = sc.plan;
   const long long Tn = sc.training.seq_len;
   GptShape fs = gpt_shape(sc.model, Tn, 1, 0);
+  // plan.attention: flash saves the softmax statistics and recomputes P in the backward (exec/ops.hpp).
+  model.d1.flash = model.d2.flash = p.attention == Attention::flash;
   model.two_d = p.tp_mode == TpMode::d2 && p.tp > 1;
   if (model.two_d) {
     // Grid position of this tp rank (rows, or Optimus' node blocks), as the simulator places it.

@@ -268,7 +268,7 @@ void RankRun<T>::piece_backward(Loop& lp, size_t pc, LayerActs<T>& a, Buf<T>& x,
     // The saved input is read in place; the recomputed output is not needed.
     Buf<T> y(lp.X);
     model.layer_fwd(wl, a.x_in.data(), y.data(), a, b, Tl);
-  } else if (p.recompute == Recompute::selective) {  // rebuild the attention probabilities
+  } else if (p.recompute == Recompute::selective && p.attention != Attention::flash) {  // rebuild the probabilities
     long Bl, Hl, Kl, Dh;
     model.attn_dims(b, Bl, Hl, Kl, Dh);
     Buf<T> out(a.attn.size());
@@ -314,7 +314,8 @@ void RankRun<T>::run_piece(Loop& lp, const WorkItem& w, size_t pc, long long j, 
     model.layer_fwd(wl, a.x_in.data(), y.data(), a, b, Tl);
     x = std::move(y);
     if (p.recompute == Recompute::full) a.clear_all_but_input();
-    if (p.recompute == Recompute::selective) { a.att.clear(); a.att.shrink_to_fit(); }
+    // selective: the probabilities go (flash keeps only row statistics: nothing to recompute, as Megatron-LM)
+    if (p.recompute == Recompute::selective && p.attention != Attention::flash) { a.att.clear(); a.att.shrink_to_fit(); }
   } else {
     piece_backward(lp, pc, a, x, run_end);
   }

@@ -54,7 +54,7 @@ void check_runnable(const Scenario& sc) {
     need(p.cp == 1 || p.tp_mode == TpMode::d1, at + ".cp with tp_mode \"2d\"");
   };
   check_plan(sc.plan, "$.plan");
-  // plan.attention is a cost-model choice: the executor computes exact attention either way.
+  // plan.attention runs either way: "flash" as the fused ops (exec/ops.hpp flash_attention_*), "unfused" saving P.
   // precision "fp8" runs the linear layers as emulated fp8 GEMMs (exec/fp8.hpp) on every backend and plan.
   // head_dim other than hidden / heads and the SwiGLU models' bias flags are part of the executor's layout
   // (exec/gpt.hpp GptShape: D, qkv_bias, proj_bias, mlp_bias).

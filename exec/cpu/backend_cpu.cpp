@@ -57,6 +57,8 @@ OpTable<T> cpu_ops() {
   t.attention_bwd = &c::attention_bwd<T>;
   t.attention_fwd_kv = &c::attention_fwd_kv<T>;
   t.attention_bwd_kv = &c::attention_bwd_kv<T>;
+  t.flash_attention_fwd = &c::flash_attention_fwd<T>;
+  t.flash_attention_bwd = &c::flash_attention_bwd<T>;
   t.cross_entropy_fwd = &c::cross_entropy_fwd<T>;
   t.cross_entropy_bwd = &c::cross_entropy_bwd<T>;
   t.row_max = &c::row_max<T>;

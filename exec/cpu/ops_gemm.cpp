@@ -1,5 +1,6 @@
 // ops_gemm: the CPU backend's GEMM-shaped ops on Eigen — matmul and causal grouped-query attention (forward
-// and backward). Every product goes through Eigen's blocked GEMM (Map + noalias), never a naive loop.
+// and backward; saving the probabilities, or flash: head by head, recomputed in the backward). Every product
+// goes through Eigen's blocked GEMM (Map + noalias), never a naive loop.
 // Invariants: buffers are row-major and contiguous as exec/ops.hpp says; outputs do not alias inputs;
 // forwards overwrite, backwards accumulate (+=); with beta == 0 matmul never reads C (it may hold NaN).
 // Eigen types stay inside this file. With bf16 GEMM operands on (set_bf16_gemm), each product's two operands
@@ -91,7 +92,8 @@ inline double row_dot(const double* a, const double* b, long n) {
 // Softmax of row[0..n) in place: row[j] = exp(row[j] - max) / sum. Float: Eigen's vectorised exp (a few ulp
 // from std::exp), computed in an aligned scratch so that the split between vector and scalar code (and so the
 // result) does not depend on the row's address; the sum as row_dot's lanes. Double: std::exp, sequential sum.
-inline void softmax_row(float* row, long n) {
+// st (may be null) receives the row's statistics: st[0] = max, st[1] = 1 / sum.
+inline void softmax_row(float* row, long n, float* st = nullptr) {
   const float mx = row_max(row, n);
   thread_local Eigen::ArrayXf buf;
   if (buf.size() < n) buf.resize(n);
@@ -104,8 +106,9 @@ inline void softmax_row(float* row, long n) {
   for (; j < n; ++j) acc[j & 15] += b[j];
   const float inv = 1.f / lane_combine(acc);
   for (j = 0; j < n; ++j) row[j] = b[j] * inv;
+  if (st) st[0] = mx, st[1] = inv;
 }
-inline void softmax_row(double* row, long n) {
+inline void softmax_row(double* row, long n, double* st = nullptr) {
   const double mx = row_max(row, n);
   double sum = 0;
   for (long j = 0; j < n; ++j) {
@@ -114,6 +117,7 @@ inline void softmax_row(double* row, long n) {
   }
   const double inv = 1.0 / sum;
   for (long j = 0; j < n; ++j) row[j] *= inv;
+  if (st) st[0] = mx, st[1] = inv;
 }
 
 }  // namespace
@@ -151,16 +155,37 @@ void matmul(T* C, const T* A, const T* B, long M, long N, long K, bool trans_a, 
   else gemm_into(c, CMat<T>(A, K, M).transpose(), CMat<T>(B, N, K).transpose(), alpha, beta);
 }
 
-// Attention forward, per (b, h): S = scale · Q Kᵀ (written straight into att), causal softmax row by row
-// over keys 0..t + Tk - Tq (the mask aligned bottom-right; entries past it set to 0), out = P V. The [T, D]
-// slice of one head inside q/out [B, Tq, H, D] has row stride H*D; inside k/v [B, Tk, Hkv, D] it has row
-// stride Hkv*D. attention_fwd is the square case (Tq == Tk).
+// One head's probabilities and output: S = scale · Q Kᵀ written into P [Tq, Tk], the causal softmax row by row
+// over keys 0..t + Tk - Tq (the mask aligned bottom-right; entries past it set to 0; st [Tq, 2] receives each
+// row's max and 1 / sum when not null), then O = P V unless O is null. Q, O: [Tq, D] with row stride H*D; K, V:
+// [Tk, D] with row stride Hkv*D. attention_fwd_kv and both flash ops compute P through this one function, so the
+// flash backward's recomputed P is bit-identical to its forward's and to attention_fwd_kv's.
+template <class T>
+void head_attention(T* P, T* st, SMat<T>* O, const CSMat<T>& Q, const CSMat<T>& Kt, const CSMat<T>& V, long Tq,
+                    long Tk, long D) {
+  const long off = Tk - Tq;
+  const T sc = T(1) / std::sqrt(T(D));
+  Mat<T> Pm(P, Tq, Tk);
+  thread_local RowMat<T> rq, rk, rv, rp;  // bf16 operands: rounded copies
+  if (t_bf16) Pm.noalias() = sc * rounded(rq, Q) * rounded(rk, Kt).transpose();
+  else Pm.noalias() = sc * Q * Kt.transpose();
+  for (long t = 0; t < Tq; ++t) {
+    T* row = P + t * Tk;
+    softmax_row(row, t + off + 1, st ? st + 2 * t : nullptr);
+    for (long j = t + off + 1; j < Tk; ++j) row[j] = T(0);
+  }
+  if (!O) return;
+  // P is zero past the mask, so the full product is the causal one
+  if (t_bf16) O->noalias() = rounded(rp, Pm) * rounded(rv, V);
+  else O->noalias() = Pm * V;
+}
+
+// Attention forward, per (b, h): head_attention with P = att[b, h].
 template <class T>
 void attention_fwd_kv(T* out, T* att, const T* q, const T* k, const T* v, long B, long Tq, long Tk, long H, long Hkv,
                       long D) {
   exec::prof::Scope prof_scope(exec::prof::Cls::attention);
-  const long group = H / Hkv, off = Tk - Tq;
-  const T sc = T(1) / std::sqrt(T(D));
+  const long group = H / Hkv;
   for (long b = 0; b < B; ++b) {
     for (long h = 0; h < H; ++h) {
       const long kh = h / group;
@@ -168,19 +193,7 @@ void attention_fwd_kv(T* out, T* att, const T* q, const T* k, const T* v, long B
       CSMat<T> Kt(k + (b * Tk * Hkv + kh) * D, Tk, D, Eigen::OuterStride<>(Hkv * D));
       CSMat<T> V(v + (b * Tk * Hkv + kh) * D, Tk, D, Eigen::OuterStride<>(Hkv * D));
       SMat<T> O(out + (b * Tq * H + h) * D, Tq, D, Eigen::OuterStride<>(H * D));
-      T* P = att + (b * H + h) * Tq * Tk;  // [Tq, Tk]
-      Mat<T> Pm(P, Tq, Tk);
-      thread_local RowMat<T> rq, rk, rv, rp;  // bf16 operands: rounded copies
-      if (t_bf16) Pm.noalias() = sc * rounded(rq, Q) * rounded(rk, Kt).transpose();
-      else Pm.noalias() = sc * Q * Kt.transpose();
-      for (long t = 0; t < Tq; ++t) {
-        T* row = P + t * Tk;
-        softmax_row(row, t + off + 1);
-        for (long j = t + off + 1; j < Tk; ++j) row[j] = T(0);
-      }
-      // P is zero past the mask, so the full product is the causal one
-      if (t_bf16) O.noalias() = rounded(rp, Pm) * rounded(rv, V);
-      else O.noalias() = Pm * V;
+      head_attention(att + (b * H + h) * Tq * Tk, (T*)nullptr, &O, Q, Kt, V, Tq, Tk, D);
     }
   }
 }
@@ -189,53 +202,102 @@ void attention_fwd(T* out, T* att, const T* q, const T* k, const T* v, long B, l
   attention_fwd_kv(out, att, q, k, v, B, Tn, Tn, H, Hkv, D);
 }
 
-// Attention backward, per (b, h) with P = att[b, h]:
-//   dV += Pᵀ dO;  dP = dO Vᵀ;  dS = P ⊙ (dP − rowsum(dP ⊙ P));  dQ += scale · dS K;  dK += scale · dSᵀ Q.
-// dK and dV of a kv head collect the sum over the query heads sharing it.
+// One head's backward from its probabilities P [Tq, Tk] (shapes and strides as head_attention):
+//   dV += Pᵀ dO;  dP = dO Vᵀ;  dS = P ⊙ (dP − r);  dQ += scale · dS K;  dK += scale · dSᵀ Q,
+// r[t] = rowsum(dP ⊙ P) (delta null: attention_bwd_kv) or delta[t] (the flash backward's rowsum(dO ⊙ O)).
+// dsbuf is the [Tq, Tk] scratch for dP, then dS in place.
+template <class T>
+void head_attention_bwd(SMat<T>& dQ, SMat<T>& dK, SMat<T>& dV, const T* P, const T* delta, T* dsbuf, const CSMat<T>& dO,
+                        const CSMat<T>& Q, const CSMat<T>& Kt, const CSMat<T>& V, long Tq, long Tk, long D) {
+  const long off = Tk - Tq;
+  const T sc = T(1) / std::sqrt(T(D));
+  Mat<T> dS(dsbuf, Tq, Tk);
+  CMat<T> Pm(P, Tq, Tk);
+  thread_local RowMat<T> rp, ro, rv, rs, rk, rq;  // bf16 operands: rounded copies
+  if (t_bf16) {
+    dV.noalias() += rounded(rp, Pm.transpose()) * rounded(ro, dO);
+    dS.noalias() = ro * rounded(rv, V).transpose();
+  } else {
+    dV.noalias() += Pm.transpose() * dO;
+    dS.noalias() = dO * V.transpose();
+  }
+  for (long t = 0; t < Tq; ++t) {
+    const T* pr = P + t * Tk;
+    T* dr = dsbuf + t * Tk;
+    const T dot = delta ? delta[t] : row_dot(pr, dr, t + off + 1);
+    for (long j = 0; j <= t + off; ++j) dr[j] = pr[j] * (dr[j] - dot);
+    for (long j = t + off + 1; j < Tk; ++j) dr[j] = T(0);
+  }
+  if (t_bf16) {
+    rounded(rs, dS);
+    dQ.noalias() += sc * rs * rounded(rk, Kt);
+    dK.noalias() += sc * rs.transpose() * rounded(rq, Q);
+  } else {
+    dQ.noalias() += sc * dS * Kt;
+    dK.noalias() += sc * dS.transpose() * Q;
+  }
+}
+
+// The views of head h of sequence b: q-side [Tq, D] with row stride H*D, kv-side [Tk, D] with stride Hkv*D.
+struct HeadAt {
+  long qo, ko;
+  Eigen::OuterStride<> qs, ks;
+  HeadAt(long b, long h, long Tq, long Tk, long H, long Hkv, long D)
+      : qo((b * Tq * H + h) * D), ko((b * Tk * Hkv + h / (H / Hkv)) * D), qs(H * D), ks(Hkv * D) {}
+};
+
+// Attention backward, per (b, h) with P = att[b, h]. dK and dV of a kv head collect the sum over the query heads
+// sharing it.
 template <class T>
 void attention_bwd_kv(T* dq, T* dk, T* dv, const T* dout, const T* att, const T* q, const T* k, const T* v, long B,
                       long Tq, long Tk, long H, long Hkv, long D) {
   exec::prof::Scope prof_scope(exec::prof::Cls::attention);
-  const long group = H / Hkv, off = Tk - Tq;
-  const T sc = T(1) / std::sqrt(T(D));
   std::vector<T> scratch(static_cast<size_t>(Tq * Tk));  // dP, then dS in place: [Tq, Tk]
-  Mat<T> dS(scratch.data(), Tq, Tk);
   for (long b = 0; b < B; ++b) {
     for (long h = 0; h < H; ++h) {
-      const long kh = h / group;
-      const long qo = (b * Tq * H + h) * D, ko = (b * Tk * Hkv + kh) * D;
-      const Eigen::OuterStride<> qs(H * D), ks(Hkv * D);
-      CSMat<T> Q(q + qo, Tq, D, qs), dO(dout + qo, Tq, D, qs);
-      CSMat<T> Kt(k + ko, Tk, D, ks), V(v + ko, Tk, D, ks);
-      SMat<T> dQ(dq + qo, Tq, D, qs), dK(dk + ko, Tk, D, ks), dV(dv + ko, Tk, D, ks);
-      const T* P = att + (b * H + h) * Tq * Tk;
-      CMat<T> Pm(P, Tq, Tk);
-
-      thread_local RowMat<T> rp, ro, rv, rs, rk, rq;  // bf16 operands: rounded copies
-      if (t_bf16) {
-        dV.noalias() += rounded(rp, Pm.transpose()) * rounded(ro, dO);
-        dS.noalias() = ro * rounded(rv, V).transpose();
-      } else {
-        dV.noalias() += Pm.transpose() * dO;
-        dS.noalias() = dO * V.transpose();
-      }
-      for (long t = 0; t < Tq; ++t) {
-        const T* pr = P + t * Tk;
-        T* dr = scratch.data() + t * Tk;
-        const T dot = row_dot(pr, dr, t + off + 1);
-        for (long j = 0; j <= t + off; ++j) dr[j] = pr[j] * (dr[j] - dot);
-        for (long j = t + off + 1; j < Tk; ++j) dr[j] = T(0);
-      }
-      if (t_bf16) {
-        rounded(rs, dS);
-        dQ.noalias() += sc * rs * rounded(rk, Kt);
-        dK.noalias() += sc * rs.transpose() * rounded(rq, Q);
-      } else {
-        dQ.noalias() += sc * dS * Kt;
-        dK.noalias() += sc * dS.transpose() * Q;
-      }
+      const HeadAt a(b, h, Tq, Tk, H, Hkv, D);
+      CSMat<T> Q(q + a.qo, Tq, D, a.qs), dO(dout + a.qo, Tq, D, a.qs);
+      CSMat<T> Kt(k + a.ko, Tk, D, a.ks), V(v + a.ko, Tk, D, a.ks);
+      SMat<T> dQ(dq + a.qo, Tq, D, a.qs), dK(dk + a.ko, Tk, D, a.ks), dV(dv + a.ko, Tk, D, a.ks);
+      head_attention_bwd(dQ, dK, dV, att + (b * H + h) * Tq * Tk, (const T*)nullptr, scratch.data(), dO, Q, Kt, V, Tq,
+                         Tk, D);
     }
   }
+}
+
+// Flash attention (exec/ops.hpp) on the CPU: head by head, the probabilities of one head in a [Tq, Tk] scratch
+// (head_attention), never all of them; the backward recomputes them the same way (bit-identical), so the
+// forward equals attention_fwd_kv exactly and the backward differs from attention_bwd_kv only by its row term.
+template <class T>
+void flash_attention_fwd(T* out, T* stats, const T* q, const T* k, const T* v, long B, long Tq, long Tk, long H,
+                         long Hkv, long D) {
+  exec::prof::Scope prof_scope(exec::prof::Cls::attention);
+  thread_local std::vector<T> P;
+  P.resize(static_cast<size_t>(Tq * Tk));
+  for (long b = 0; b < B; ++b)
+    for (long h = 0; h < H; ++h) {
+      const HeadAt a(b, h, Tq, Tk, H, Hkv, D);
+      CSMat<T> Q(q + a.qo, Tq, D, a.qs), Kt(k + a.ko, Tk, D, a.ks), V(v + a.ko, Tk, D, a.ks);
+      SMat<T> O(out + a.qo, Tq, D, a.qs);
+      head_attention(P.data(), stats + (b * H + h) * Tq * 2, &O, Q, Kt, V, Tq, Tk, D);
+    }
+}
+template <class T>
+void flash_attention_bwd(T* dq, T* dk, T* dv, const T* dout, const T* out, const T*, const T* q, const T* k,
+                         const T* v, long B, long Tq, long Tk, long H, long Hkv, long D) {
+  exec::prof::Scope prof_scope(exec::prof::Cls::attention);
+  thread_local std::vector<T> P, dS, delta;
+  P.resize(static_cast<size_t>(Tq * Tk)), dS.resize(P.size()), delta.resize(static_cast<size_t>(Tq));
+  for (long b = 0; b < B; ++b)
+    for (long h = 0; h < H; ++h) {
+      const HeadAt a(b, h, Tq, Tk, H, Hkv, D);
+      CSMat<T> Q(q + a.qo, Tq, D, a.qs), dO(dout + a.qo, Tq, D, a.qs);
+      CSMat<T> Kt(k + a.ko, Tk, D, a.ks), V(v + a.ko, Tk, D, a.ks);
+      SMat<T> dQ(dq + a.qo, Tq, D, a.qs), dK(dk + a.ko, Tk, D, a.ks), dV(dv + a.ko, Tk, D, a.ks);
+      head_attention(P.data(), (T*)nullptr, (SMat<T>*)nullptr, Q, Kt, V, Tq, Tk, D);
+      for (long t = 0; t < Tq; ++t) delta[t] = row_dot(dout + a.qo + t * H * D, out + a.qo + t * H * D, D);
+      head_attention_bwd(dQ, dK, dV, P.data(), delta.data(), dS.data(), dO, Q, Kt, V, Tq, Tk, D);
+    }
 }
 template <class T>
 void attention_bwd(T* dq, T* dk, T* dv, const T* dout, const T* att, const T* q, const T* k, const T* v, long B,
@@ -250,7 +312,10 @@ void attention_bwd(T* dq, T* dk, T* dv, const T* dout, const T* att, const T* q,
                                  long, long);                                                                 \
   template void attention_fwd_kv<T>(T*, T*, const T*, const T*, const T*, long, long, long, long, long, long); \
   template void attention_bwd_kv<T>(T*, T*, T*, const T*, const T*, const T*, const T*, const T*, long, long,  \
-                                    long, long, long, long);
+                                    long, long, long, long);                                                  \
+  template void flash_attention_fwd<T>(T*, T*, const T*, const T*, const T*, long, long, long, long, long, long); \
+  template void flash_attention_bwd<T>(T*, T*, T*, const T*, const T*, const T*, const T*, const T*, const T*, long, \
+                                       long, long, long, long, long);
 TP_OPS_GEMM_INSTANTIATE(float)
 TP_OPS_GEMM_INSTANTIATE(double)
 #undef TP_OPS_GEMM_INSTANTIATE

@@ -3,7 +3,8 @@
 // products go through the CPU backend's matmul (the GEMMs) and the causal softmax and its backward through the
 // softmax kernels (one launch over every head's rows); q, k, v and the gradients are permuted between the
 // model's [B, T, H, D] and heads-major [B, H, T, D] scratch by a kernel, so each head's GEMM sees a contiguous
-// matrix.
+// matrix. Flash attention is the fused kernels of k_flash.hpp (the CUDA backend's), bf16 operands as the CPU's
+// GEMMs are set.
 // Invariants: as backend_emu.cpp — every argument is checked with need() before a kernel runs; scratch is the
 // backend's own (registered emu memory, freed when the op returns).
 #include <cmath>
@@ -14,6 +15,7 @@
 #include "exec/cpu/ops_cpu.hpp"
 #include "exec/kernels/backend_emu.hpp"
 #include "exec/kernels/k_bridge.hpp"
+#include "exec/kernels/k_flash.hpp"
 
 namespace tp::exec::emu_be {
 namespace {
@@ -332,6 +334,41 @@ void attention_bwd_kv(T* dq, T* dk, T* dv, const T* dout, const T* att, const T*
   from_heads(dv, dV.p, B, Tk, Hkv, D);
 }
 
+void flash_head_dim(const char* op, long D) {
+  if (D > k::kFlashMaxHeadDim)
+    throw std::runtime_error(std::string(op) + ": head dim " + std::to_string(D) + " above the flash kernels' " +
+                             std::to_string(k::kFlashMaxHeadDim));
+}
+
+template <class T>
+void flash_attention_fwd(T* out, T* stats, const T* q, const T* k, const T* v, long B, long Tq, long Tk, long H,
+                         long Hkv, long D) {
+  const char* op = "flash_attention_fwd";
+  need(op, "q", q, sz<T>(B * Tq * H * D));
+  need(op, "k", k, sz<T>(B * Tk * Hkv * D));
+  need(op, "v", v, sz<T>(B * Tk * Hkv * D));
+  need(op, "stats", stats, sz<T>(B * H * Tq * 2));
+  need(op, "out", out, sz<T>(B * Tq * H * D));
+  flash_head_dim(op, D);
+  if (B * Tq * H * D <= 0) return;
+  k::flash_attention_fwd(launcher(), out, stats, q, k, v, B, Tq, Tk, H, Hkv, D, ops::cpu::bf16_gemm());
+}
+
+template <class T>
+void flash_attention_bwd(T* dq, T* dk, T* dv, const T* dout, const T* out, const T* stats, const T* q, const T* k,
+                         const T* v, long B, long Tq, long Tk, long H, long Hkv, long D) {
+  const char* op = "flash_attention_bwd";
+  for (auto [name, p] : {std::pair<const char*, const T*>{"q", q}, {"dq", dq}, {"dout", dout}, {"out", out}})
+    need(op, name, p, sz<T>(B * Tq * H * D));
+  for (auto [name, p] : {std::pair<const char*, const T*>{"k", k}, {"v", v}, {"dk", dk}, {"dv", dv}})
+    need(op, name, p, sz<T>(B * Tk * Hkv * D));
+  need(op, "stats", stats, sz<T>(B * H * Tq * 2));
+  flash_head_dim(op, D);
+  if (B * Tq * H * D <= 0) return;
+  k::flash_attention_bwd(launcher(), dq, dk, dv, dout, out, stats, q, k, v, B, Tq, Tk, H, Hkv, D,
+                         ops::cpu::bf16_gemm());
+}
+
 }  // namespace
 
 template <class T>
@@ -354,6 +391,8 @@ void set_shard_ops(OpTable<T>& t) {
   t.attention_bwd = &attention_bwd<T>;
   t.attention_fwd_kv = &attention_fwd_kv<T>;
   t.attention_bwd_kv = &attention_bwd_kv<T>;
+  t.flash_attention_fwd = &flash_attention_fwd<T>;
+  t.flash_attention_bwd = &flash_attention_bwd<T>;
 }
 template void set_shard_ops<float>(OpTable<float>&);
 template void set_shard_ops<double>(OpTable<double>&);

@@ -40,6 +40,13 @@ __global__ void __launch_bounds__(1024) tp_kernel(const K k) {
   k(c);
 }
 
+// The same with a tighter bound (LaunchBound, kcommon.hpp): more registers per thread.
+template <class K, unsigned kBound>
+__global__ void __launch_bounds__(kBound) tp_kernel_bounded(const K k) {
+  DeviceCtx c;
+  k(c);
+}
+
 inline std::string cuda_launch_where(const char* name, Dim d) {
   return std::string("kernel ") + name + " (grid " + std::to_string(d.grid) + ", block " + std::to_string(d.block) +
          ", shared " + std::to_string(d.smem) + " B)";
@@ -52,9 +59,10 @@ struct CudaLauncher {
   cudaStream_t stream = nullptr;
   template <class K>
   void operator()(const K& k, Dim d) const {
-    if (const char* why = launch_problem(d))
+    if (const char* why = launch_problem_for<K>(d))
       throw std::runtime_error(cuda_launch_where(K::kName, d) + ": bad launch: " + why);
-    tp_kernel<K><<<d.grid, d.block, d.smem, stream>>>(k);
+    if constexpr (LaunchBound<K>::value == 1024) tp_kernel<K><<<d.grid, d.block, d.smem, stream>>>(k);
+    else tp_kernel_bounded<K, LaunchBound<K>::value><<<d.grid, d.block, d.smem, stream>>>(k);
     const cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess)
       throw std::runtime_error(cuda_launch_where(K::kName, d) + ": " + cudaGetErrorName(e) + ": " +

@@ -79,6 +79,11 @@ struct Warp {
   uint64_t slot[2][kWarp] = {};
   unsigned parity[kWarp] = {};  // per lane: which slot row its next shuffle uses
   std::atomic<uint32_t> done{0};  // lanes that returned from the body in this block
+  // `done` when the last shuffle's barrier completed: a lane that returned before that shuffle never wrote its
+  // slot. (Read after the barrier, `done` itself may already hold a partner that took part in the shuffle and
+  // returned since.) One copy suffices: the next shuffle cannot complete before every lane has read this one.
+  uint32_t done_at_shuffle = 0;
+  void snapshot() { done_at_shuffle = done.load(std::memory_order_acquire); }
 };
 
 
@@ -191,11 +196,11 @@ uint64_t EmuCtx::exchange(uint64_t bits, int mask) {
   uint64_t* row = W.slot[W.parity[lane]];
   W.parity[lane] ^= 1u;
   row[lane] = bits;
-  W.bar.arrive_and_wait(kNothing);
+  W.bar.arrive_and_wait([&W] { W.snapshot(); });
   uint64_t r = 0;
   if (mask < 0 || src >= kWarp)
     blk_->fail(bid_, tid_, "shfl_xor lane mask " + std::to_string(mask) + " leaves the warp");
-  else if (W.done.load(std::memory_order_acquire) & (1u << src))
+  else if (W.done_at_shuffle & (1u << src))
     blk_->fail(bid_, tid_, "shfl_xor reads lane " + std::to_string(src) + ", which has returned");
   else
     r = row[src];
@@ -224,7 +229,8 @@ void run_thread(Block& B, unsigned tid) {
       B.fail(bid, tid, "unknown exception");
     }
     B.warps[w].done.fetch_or(1u << (tid % kWarp), std::memory_order_release);
-    B.warps[w].bar.arrive_and_drop(kNothing);
+    Warp& W = B.warps[w];
+    W.bar.arrive_and_drop([&W] { W.snapshot(); });  // (completes a shuffle the other lanes wait in)
     B.leave_turn<true>(w);
     B.sync_bar.arrive_and_drop([&B] { B.sync_done(); });
     B.end_bar.arrive_and_wait([&B] { B.end_done(); });

@@ -102,6 +102,8 @@ Stats stats();
 // Launch a kernel functor K (with `template <class Ctx> void operator()(Ctx&) const`) on the emulator.
 template <class K>
 void launch(const K& k, Dim dim, const char* name = K::kName) {
+  if (LaunchBound<K>::value < kMaxBlock && dim.block > LaunchBound<K>::value)  // (launch_raw checks the rest)
+    throw LaunchError(std::string("kernel ") + name + ": bad launch: block size above the kernel's launch bound");
   launch_raw(
       name, [](const void* p, EmuCtx& c) { (*static_cast<const K*>(p))(c); }, &k, dim);
 }

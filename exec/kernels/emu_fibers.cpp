@@ -58,6 +58,9 @@ struct FiberRun {
   std::unique_ptr<unsigned char[]> smem;
   std::vector<Fiber> f;
   std::vector<uint64_t> slots;  // per warp: [2][32]
+  // Per warp: the lanes that had returned when its last shuffle was released (a lane may return between the
+  // release and a later lane's read of the shuffle it took part in; see emu.cpp's Warp::done_at_shuffle).
+  std::vector<uint32_t> done_at_shuffle;
   jmp_buf sched;
   std::string err;
 
@@ -132,8 +135,12 @@ bool release(FiberRun& R, bool& deadlock) {
       shfl += st == kAtShfl;
     }
     if (shfl && shfl == live) {
-      for (unsigned l = 0; l < kWarp; ++l)
+      uint32_t done = 0;
+      for (unsigned l = 0; l < kWarp; ++l) {
+        if (R.f[w * kWarp + l].st == kDone) done |= 1u << l;
         if (R.f[w * kWarp + l].st == kAtShfl) R.f[w * kWarp + l].st = kRun;
+      }
+      R.done_at_shuffle[w] = done;
       any = true;
     }
   }
@@ -164,7 +171,7 @@ uint64_t fiber_exchange(FiberRun& r, unsigned tid, uint64_t bits, int mask) {
     r.fail(tid, "shfl_xor lane mask " + std::to_string(mask) + " leaves the warp");
     return 0;
   }
-  if (r.f[w * kWarp + src].st == kDone) {
+  if (r.done_at_shuffle[w] & (1u << src)) {
     r.fail(tid, "shfl_xor reads lane " + std::to_string(src) + ", which has returned");
     return 0;
   }
@@ -181,6 +188,7 @@ void run_fibers(const char* name, BodyFn body, const void* kernel, Dim dim, bool
   R.smem.reset(new unsigned char[dim.smem ? dim.smem : 16]);
   R.f.resize(dim.block);
   R.slots.assign(size_t(dim.block / kWarp) * 2 * kWarp, 0);
+  R.done_at_shuffle.assign(dim.block / kWarp, 0);
   auto& S = stacks();
   while (S.size() < dim.block) S.emplace_back(new char[kStack]);
   const uintptr_t self = reinterpret_cast<uintptr_t>(&R);

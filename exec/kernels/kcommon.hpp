@@ -8,6 +8,7 @@
 #pragma once
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include <cmath>
 #ifdef __CUDACC__
@@ -160,6 +161,23 @@ inline const char* launch_problem(Dim d) {
   if (d.smem > 48 * 1024) return "shared memory above 48 KiB per block";
   return nullptr;
 }
+// A kernel's launch bound: K::kMaxThreads when the functor declares one (a tighter bound, so nvcc may give each
+// thread more registers: cuda_launch.cuh compiles it with __launch_bounds__(kMaxThreads)), else 1024. Both
+// launchers refuse a block above it.
+template <class K, class = void>
+struct LaunchBound {
+  static constexpr unsigned value = 1024;
+};
+template <class K>
+struct LaunchBound<K, std::void_t<decltype(K::kMaxThreads)>> {
+  static constexpr unsigned value = K::kMaxThreads;
+};
+template <class K>
+inline const char* launch_problem_for(Dim d) {
+  if (d.block > LaunchBound<K>::value) return "block size above the kernel's launch bound";
+  return launch_problem(d);
+}
+
 // Blocks for `n` independent items at `per_block` items per block, capped (grid-stride loops cover the rest).
 inline unsigned blocks_for(long n, long per_block, unsigned max_grid) {
   long g = (n + per_block - 1) / per_block;

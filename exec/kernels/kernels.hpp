@@ -3,6 +3,7 @@
 // nvcc). docs/kernels.md explains the rules.
 #pragma once
 #include "exec/kernels/k_elementwise.hpp"
+#include "exec/kernels/k_flash.hpp"
 #include "exec/kernels/k_fp8.hpp"
 #include "exec/kernels/k_moe.hpp"
 #include "exec/kernels/k_reduce.hpp"

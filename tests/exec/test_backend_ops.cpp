@@ -249,6 +249,29 @@ std::vector<Case> elementwise_cases() {
     return std::max({err(d.down(outd, nq), out), err(d.down(attd, na), att), err(d.down(dqd, nq), dq),
                      err(d.down(dkd, nk), dk), err(d.down(dvd, nk), dv), mask});
   }});
+  // Flash attention: the fused kernels (emu, cuda) against the CPU's float64 flash, over shapes that take every
+  // lane width (D = 3, 40, 100: one, two, four lanes per row), several query and key tiles (T = 70, 130), grouped
+  // kv heads and a rectangular mask; the saved statistics too. The float64 flash forward is the unfused one.
+  cs.push_back({"flash_attention_fwd, flash_attention_bwd", 1e-5, [](const Backend& be) {
+    double e = 0;
+    for (auto [B, Tq, Tk, H, Hkv, D] : {std::tuple{2L, 7L, 7L, 4L, 2L, 3L}, std::tuple{1L, 70L, 70L, 2L, 1L, 40L},
+                                        std::tuple{2L, 5L, 13L, 2L, 2L, 100L}, std::tuple{1L, 130L, 130L, 1L, 1L, 16L}}) {
+      Dev d(be);
+      const long nq = B * Tq * H * D, nk = B * Tk * Hkv * D, ns = B * H * Tq * 2;
+      Vec q = rnd(nq, 51), k = rnd(nk, 52), v = rnd(nk, 53), dout = rnd(nq, 54), out(nq), st(ns);
+      Vec dq = rnd(nq, 55), dk = rnd(nk, 56), dv = rnd(nk, 57);
+      float *outd = d.up(out), *std_ = d.up(st), *qd = d.up(q), *kd = d.up(k), *vd = d.up(v);
+      float *dqd = d.up(dq), *dkd = d.up(dk), *dvd = d.up(dv);
+      be.f32.flash_attention_fwd(outd, std_, qd, kd, vd, B, Tq, Tk, H, Hkv, D);
+      be.f32.flash_attention_bwd(dqd, dkd, dvd, d.up(dout), outd, std_, qd, kd, vd, B, Tq, Tk, H, Hkv, D);
+      ref().flash_attention_fwd(out.data(), st.data(), q.data(), k.data(), v.data(), B, Tq, Tk, H, Hkv, D);
+      ref().flash_attention_bwd(dq.data(), dk.data(), dv.data(), dout.data(), out.data(), st.data(), q.data(), k.data(),
+                                v.data(), B, Tq, Tk, H, Hkv, D);
+      e = std::max({e, err(d.down(outd, nq), out), err(d.down(std_, ns), st), err(d.down(dqd, nq), dq),
+                    err(d.down(dkd, nk), dk), err(d.down(dvd, nk), dv)});
+    }
+    return e;
+  }});
   cs.push_back({"adamw, sum_squares", 1e-5, [](const Backend& be) {
     Dev d(be);
     const long n = 29;

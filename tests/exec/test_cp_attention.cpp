@@ -68,24 +68,39 @@ TEST(CpAttention, PositionsAreGlobal) {
   }
 }
 
+// Both ways of saving the attention's state: the probabilities, and flash's row statistics.
 TEST(CpAttention, OneRankChunkedAttentionEqualsCausalAttention) {
   auto comm = tp::exec::make_local_comm();
   const long B = 2, T = 8, H = 4, Hkv = 2, D = 3;
-  CpCtx c{comm.get(), 1, 0, T};  // chunks 0 and 1 of 4 tokens: prefixes of 4 and 8 keys
   const long nq = B * T * H * D, nk = B * T * Hkv * D;
   Vec q = randv(nq, 3), k = randv(nk, 4), v = randv(nk, 5), dout = randv(nq, 6);
-  Vec out(nq), att(B * H * T * T), out_cp(nq), att_cp(c.att_elems(B, H));
-  tp::ops::attention_fwd(out.data(), att.data(), q.data(), k.data(), v.data(), B, T, H, Hkv, D);
-  tp::exec::cp_attention_fwd(c, out_cp.data(), att_cp.data(), q.data(), k.data(), v.data(), B, H, Hkv, D);
-  EXPECT_LT(max_diff(out, out_cp), 1e-14);
-  Vec dq(nq, 0.0), dk(nk, 0.0), dv(nk, 0.0), dq_cp(nq, 0.0), dk_cp(nk, 0.0), dv_cp(nk, 0.0);
-  tp::ops::attention_bwd(dq.data(), dk.data(), dv.data(), dout.data(), att.data(), q.data(), k.data(), v.data(), B, T,
-                         H, Hkv, D);
-  tp::exec::cp_attention_bwd(c, dq_cp.data(), dk_cp.data(), dv_cp.data(), dout.data(), att_cp.data(), q.data(),
-                             k.data(), v.data(), B, H, Hkv, D);
-  EXPECT_LT(max_diff(dq, dq_cp), 1e-13);
-  EXPECT_LT(max_diff(dk, dk_cp), 1e-13);
-  EXPECT_LT(max_diff(dv, dv_cp), 1e-13);
+  Vec out(nq), out_cp(nq);
+  for (bool flash : {false, true}) {
+    SCOPED_TRACE(flash ? "flash" : "unfused");
+    CpCtx c{comm.get(), 1, 0, T};  // chunks 0 and 1 of 4 tokens: prefixes of 4 and 8 keys
+    c.flash = flash;
+    Vec att(B * H * T * (flash ? 2 : T)), att_cp(c.att_elems(B, H));
+    if (flash) {
+      EXPECT_EQ(c.att_elems(B, H), B * H * T * 2);
+      tp::ops::flash_attention_fwd(out.data(), att.data(), q.data(), k.data(), v.data(), B, T, T, H, Hkv, D);
+    } else {
+      tp::ops::attention_fwd(out.data(), att.data(), q.data(), k.data(), v.data(), B, T, H, Hkv, D);
+    }
+    tp::exec::cp_attention_fwd(c, out_cp.data(), att_cp.data(), q.data(), k.data(), v.data(), B, H, Hkv, D);
+    EXPECT_LT(max_diff(out, out_cp), 1e-14);
+    Vec dq(nq, 0.0), dk(nk, 0.0), dv(nk, 0.0), dq_cp(nq, 0.0), dk_cp(nk, 0.0), dv_cp(nk, 0.0);
+    if (flash)
+      tp::ops::flash_attention_bwd(dq.data(), dk.data(), dv.data(), dout.data(), out.data(), att.data(), q.data(),
+                                   k.data(), v.data(), B, T, T, H, Hkv, D);
+    else
+      tp::ops::attention_bwd(dq.data(), dk.data(), dv.data(), dout.data(), att.data(), q.data(), k.data(), v.data(), B,
+                             T, H, Hkv, D);
+    tp::exec::cp_attention_bwd(c, dq_cp.data(), dk_cp.data(), dv_cp.data(), dout.data(), out_cp.data(), att_cp.data(),
+                               q.data(), k.data(), v.data(), B, H, Hkv, D);
+    EXPECT_LT(max_diff(dq, dq_cp), 1e-13);
+    EXPECT_LT(max_diff(dk, dk_cp), 1e-13);
+    EXPECT_LT(max_diff(dv, dv_cp), 1e-13);
+  }
   // A mask by local positions (each chunk attending only its own keys) gives another output: the test can fail.
   Vec out_local(nq), att_local(B * H * 4 * 4);
   Vec q0(B * 4 * H * D), k0(B * 4 * Hkv * D), v0(B * 4 * Hkv * D);

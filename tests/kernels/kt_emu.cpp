@@ -144,6 +144,25 @@ TEST(KernelEmu, ErrorsInABodyReachTheLauncher) {
   EXPECT_NO_THROW(emu::launch(Nop{}, {1, 64, 0}));  // the pool survives
 }
 
+// A kernel that declares a launch bound (K::kMaxThreads, compiled into __launch_bounds__ on CUDA) refuses a larger
+// block on the emulator as on the GPU.
+struct Bounded {
+  static constexpr const char* kName = "bounded";
+  static constexpr unsigned kMaxThreads = 64;
+  template <class Ctx>
+  void operator()(Ctx&) const {}
+};
+
+TEST(KernelEmu, ABlockAboveTheLaunchBoundIsRefused) {
+  EXPECT_NO_THROW(emu::launch(Bounded{}, {1, 64, 0}));
+  try {
+    emu::launch(Bounded{}, {1, 128, 0});
+    ADD_FAILURE() << "no error";
+  } catch (const emu::LaunchError& e) {
+    EXPECT_NE(std::string(e.what()).find("launch bound"), std::string::npos) << e.what();
+  }
+}
+
 // Lanes 16..31 return before the others shuffle: lane i < 16 reads lane i ^ 16, which has returned.
 struct ShuffleReturnedLane {
   static constexpr const char* kName = "shuffle_returned";
@@ -156,6 +175,32 @@ struct ShuffleReturnedLane {
 
 TEST(KernelEmu, ShuffleWithAReturnedLaneIsAnError) {
   EXPECT_THROW(emu::launch(ShuffleReturnedLane{}, {1, 32, 0}), emu::LaunchError);
+}
+
+// Every lane shuffles, then returns at once: a lane that runs to its end before its partner has read the shuffle
+// they took part in is not "a returned lane" (the flash kernels end this way). Both engines, every schedule; the
+// sum proves the values arrived.
+struct ShuffleThenReturn {
+  static constexpr const char* kName = "shuffle_then_return";
+  float* out;
+  template <class Ctx>
+  void operator()(Ctx& c) const {
+    const float v = c.shfl_xor(float(c.tid()), 1);
+    out[c.tid()] = v;
+  }
+};
+
+TEST(KernelEmu, ALaneMayReturnRightAfterItsLastShuffle) {
+  const emu::Engine old = emu::engine();
+  for (emu::Engine e : {emu::Engine::threads, emu::Engine::fibers}) {
+    emu::set_engine(e);
+    for (int rep = 0; rep < 20; ++rep) {
+      std::vector<float> out(64, -1);
+      EXPECT_NO_THROW(emu::launch(ShuffleThenReturn{out.data()}, {2, 64, 0}));
+      for (unsigned t = 0; t < 64; ++t) EXPECT_EQ(out[t], float(t ^ 1u)) << t;
+    }
+  }
+  emu::set_engine(old);
 }
 
 // Half a warp waits at sync() while the other half waits at a shuffle with it: a hang on a GPU. The fiber

@@ -1,6 +1,7 @@
 // backend_cuda_ops: the CUDA backend's op tables. fp32: each ops:: contract (exec/ops.hpp) bridged onto the
 // kernels of exec/kernels/ (docs/kernels.md lists the interface differences: per-row losses, LayerNorm
-// backward in two kernels) and cuBLASLt (matmul; attention as strided-batched GEMMs around the softmax kernels).
+// backward in two kernels) and cuBLASLt (matmul; attention as strided-batched GEMMs around the softmax kernels);
+// flash attention as the fused kernels of k_flash.hpp.
 // fp64: entries that throw "op X is not supported on cuda". The shard ops are in backend_cuda_shard.cu.
 // Invariants: everything on g.stream; an error names the op and its shapes (TP_OP below).
 #include <cmath>
@@ -21,6 +22,8 @@ namespace tp::kernels {
 TP_CUDA_INSTANTIATE(extern template, float)
 extern template void copy<L, bf16, float>(const L&, bf16*, const float*, long);
 extern template void copy<L, float, bf16>(const L&, float*, const bf16*, long);
+extern template void flash_attention_fwd<L, float>(const L&, float*, float*, const float*, const float*, const float*, long, long, long, long, long, long, bool);
+extern template void flash_attention_bwd<L, float>(const L&, float*, float*, float*, const float*, const float*, const float*, const float*, const float*, const float*, long, long, long, long, long, long, bool);
 }  // namespace tp::kernels
 
 namespace tp::cuda {
@@ -198,6 +201,29 @@ void attention_bwd_kv(F* dq, F* dk, F* dv, const F* dout, const F* att, const F*
   });
 }
 
+// Flash attention: the fused kernels of k_flash.hpp (no [Tq, Tk] matrix), bf16 operands as the GEMMs are set.
+void flash_check(long H, long Hkv, long Tq, long Tk, long D) {
+  if (Hkv <= 0 || H % Hkv != 0) throw std::runtime_error("H must be a multiple of Hkv");
+  if (Tq > Tk) throw std::runtime_error("Tq must not exceed Tk");
+  if (D > k::kFlashMaxHeadDim)
+    throw std::runtime_error("head dim above the flash kernels' " + std::to_string(k::kFlashMaxHeadDim));
+}
+void flash_attention_fwd(F* out, F* stats, const F* q, const F* kk, const F* v, long B, long Tq, long Tk, long H,
+                         long Hkv, long D) {
+  TP_OP("flash_attention_fwd", ({{"B", B}, {"Tq", Tq}, {"Tk", Tk}, {"H", H}, {"Hkv", Hkv}, {"D", D}}), {
+    flash_check(H, Hkv, Tq, Tk, D);
+    if (B * Tq * H * D > 0) k::flash_attention_fwd(launcher(), out, stats, q, kk, v, B, Tq, Tk, H, Hkv, D, lt_bf16());
+  });
+}
+void flash_attention_bwd(F* dq, F* dk, F* dv, const F* dout, const F* out, const F* stats, const F* q, const F* kk,
+                         const F* v, long B, long Tq, long Tk, long H, long Hkv, long D) {
+  TP_OP("flash_attention_bwd", ({{"B", B}, {"Tq", Tq}, {"Tk", Tk}, {"H", H}, {"Hkv", Hkv}, {"D", D}}), {
+    flash_check(H, Hkv, Tq, Tk, D);
+    if (B * Tq * H * D > 0)
+      k::flash_attention_bwd(launcher(), dq, dk, dv, dout, out, stats, q, kk, v, B, Tq, Tk, H, Hkv, D, lt_bf16());
+  });
+}
+
 // ---- element-wise and row ops ----
 void add_bias(F* y, const F* x, const F* b, long N, long C) {
   TP_OP("add_bias", ({{"N", N}, {"C", C}}), k::add_bias(launcher(), y, x, b, N, C));
@@ -319,6 +345,7 @@ void fill_f32_table(exec::OpTable<float>& t) {
   t.swiglu_fwd = swiglu_fwd, t.swiglu_bwd = swiglu_bwd, t.swiglu_bwd_set = swiglu_bwd_set;
   t.attention_fwd = attention_fwd, t.attention_bwd = attention_bwd;
   t.attention_fwd_kv = attention_fwd_kv, t.attention_bwd_kv = attention_bwd_kv;
+  t.flash_attention_fwd = flash_attention_fwd, t.flash_attention_bwd = flash_attention_bwd;
   t.cross_entropy_fwd = cross_entropy_fwd, t.cross_entropy_bwd = cross_entropy_bwd, t.row_max = row_max;
   t.embedding_fwd = embedding_fwd, t.embedding_bwd = embedding_bwd, t.embedding_shard_bwd = embedding_shard_bwd;
   t.adamw = adamw, t.sum_squares = sum_squares, t.fp8_quantize = fp8_quantize;
@@ -337,6 +364,7 @@ void fill_f64_unsupported(exec::OpTable<double>& t) {
   TP_S(ce_shard_exp); TP_S(ce_shard_finish); TP_S(ce_shard_target_grad); TP_S(embedding_fwd); TP_S(embedding_bwd);
   TP_S(embedding_shard_fwd); TP_S(embedding_shard_bwd); TP_S(add_positions); TP_S(positions_bwd); TP_S(adamw);
   TP_S(sum_squares); TP_S(fp8_quantize); TP_S(attention_fwd_kv); TP_S(attention_bwd_kv);
+  TP_S(flash_attention_fwd); TP_S(flash_attention_bwd);
 #undef TP_S
 }
 

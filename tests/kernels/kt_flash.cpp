@@ -1,0 +1,132 @@
+// The fused attention kernels (exec/kernels/k_flash.hpp) on the emulator against a naive float64 causal attention
+// (softmax of the scaled scores, the mask bottom-right) and its gradients, float / double / bf16 storage, under each
+// schedule: one, two, four and eight lanes per row (D = 5, 64, 100, 256), several query and key tiles, grouped
+// kv heads, a rectangular mask (Tq < Tk), small grids (the work-item loop runs several items per block), and
+// gradients that accumulate into what dq, dk, dv held. Also: the saved statistics are the rows' max and 1 / sum.
+#include <algorithm>
+#include <cmath>
+#include <tuple>
+
+#include "tests/kernels/kt_util.hpp"
+
+namespace {
+namespace K = tp::kernels;
+using kt::Buf;
+using kt::Vec;
+
+template <class T>
+class KernelFlash : public ::testing::Test {};
+using Types = ::testing::Types<float, double, K::bf16>;
+TYPED_TEST_SUITE(KernelFlash, Types);
+
+struct Dims {
+  long B, Tq, Tk, H, Hkv, D;
+};
+
+// The float64 reference: out, stats (max, 1 / sum) and dq, dk, dv += gradients (dS = P (dP - rowsum(dP P))).
+struct Ref {
+  Vec out, st, dq, dk, dv;
+};
+Ref reference(const Dims& d, const Vec& q, const Vec& k, const Vec& v, const Vec& dout, const Vec& dq0,
+              const Vec& dk0, const Vec& dv0) {
+  Ref r{Vec(q.size()), Vec(size_t(d.B * d.H * d.Tq * 2)), dq0, dk0, dv0};
+  const long G = d.H / d.Hkv, off = d.Tk - d.Tq;
+  const double sc = 1 / std::sqrt(double(d.D));
+  auto qi = [&](long b, long t, long h) { return ((b * d.Tq + t) * d.H + h) * d.D; };
+  auto ki = [&](long b, long t, long h) { return ((b * d.Tk + t) * d.Hkv + h) * d.D; };
+  for (long b = 0; b < d.B; ++b)
+    for (long h = 0; h < d.H; ++h) {
+      const long kh = h / G;
+      for (long t = 0; t < d.Tq; ++t) {
+        const long n = t + off + 1;
+        Vec p(n), dp(n);
+        double mx = -INFINITY, sum = 0;
+        for (long j = 0; j < n; ++j) {
+          double s = 0;
+          for (long e = 0; e < d.D; ++e) s += q[qi(b, t, h) + e] * k[ki(b, j, kh) + e];
+          p[j] = s * sc;
+          mx = std::max(mx, p[j]);
+        }
+        for (long j = 0; j < n; ++j) sum += (p[j] = std::exp(p[j] - mx));
+        for (long j = 0; j < n; ++j) p[j] /= sum;
+        r.st[((b * d.H + h) * d.Tq + t) * 2] = mx, r.st[((b * d.H + h) * d.Tq + t) * 2 + 1] = 1 / sum;
+        double dot = 0;
+        for (long j = 0; j < n; ++j) {
+          for (long e = 0; e < d.D; ++e) r.out[qi(b, t, h) + e] += p[j] * v[ki(b, j, kh) + e];
+          for (long e = 0; e < d.D; ++e) dp[j] += dout[qi(b, t, h) + e] * v[ki(b, j, kh) + e];
+          dot += dp[j] * p[j];
+        }
+        for (long j = 0; j < n; ++j) {
+          const double ds = p[j] * (dp[j] - dot);
+          for (long e = 0; e < d.D; ++e) {
+            r.dq[qi(b, t, h) + e] += sc * ds * k[ki(b, j, kh) + e];
+            r.dk[ki(b, j, kh) + e] += sc * ds * q[qi(b, t, h) + e];
+            r.dv[ki(b, j, kh) + e] += p[j] * dout[qi(b, t, h) + e];
+          }
+        }
+      }
+    }
+  return r;
+}
+
+TYPED_TEST(KernelFlash, MatchesNaiveAttention) {
+  using T = TypeParam;
+  std::mt19937_64 rng(21);
+  const bool quick = kt::quick();
+  std::vector<Dims> dims = {{2, 7, 7, 4, 2, 5}, {1, 70, 70, 2, 1, 64}, {2, 5, 13, 2, 2, 100}, {1, 9, 9, 1, 1, 256}};
+  if (!quick) dims.push_back({1, 131, 131, 2, 2, 33});
+  size_t n = 0;
+  for (const Dims& d : dims)
+    for (unsigned grid : {1u, 3u}) {
+      const auto sched = K::emu::Schedule(n++ % 3);
+      SCOPED_TRACE("B " + std::to_string(d.B) + " Tq " + std::to_string(d.Tq) + " Tk " + std::to_string(d.Tk) +
+                   " H " + std::to_string(d.H) + "/" + std::to_string(d.Hkv) + " D " + std::to_string(d.D) +
+                   " grid " + std::to_string(grid) + " schedule " + std::to_string(int(sched)));
+      kt::ScheduleScope sc(sched);
+      const long nq = d.B * d.Tq * d.H * d.D, nk = d.B * d.Tk * d.Hkv * d.D;
+      const Vec q = kt::rounded<T>(kt::randv(nq, rng)), k = kt::rounded<T>(kt::randv(nk, rng)),
+                v = kt::rounded<T>(kt::randv(nk, rng)), dout = kt::rounded<T>(kt::randv(nq, rng));
+      const Vec dq0 = kt::rounded<T>(kt::randv(nq, rng)), dk0 = kt::rounded<T>(kt::randv(nk, rng)),
+                dv0 = kt::rounded<T>(kt::randv(nk, rng));
+      const Ref r = reference(d, q, k, v, dout, dq0, dk0, dv0);
+      Buf<T> qb(q), kb(k), vb(v), ob{Vec(nq)}, sb{Vec(r.st.size())}, dob(dout), dqb(dq0), dkb(dk0), dvb(dv0);
+      const K::emu::Launcher L{128, grid};
+      K::flash_attention_fwd(L, ob.data(), sb.data(), qb.data(), kb.data(), vb.data(), d.B, d.Tq, d.Tk, d.H, d.Hkv,
+                             d.D, false);
+      EXPECT_TRUE(kt::near<T>(ob.dbl(), r.out));
+      EXPECT_TRUE(kt::near<T>(sb.dbl(), r.st));
+      // The backward from the reference's own out (as stored), so only the kernels' backward is measured.
+      Buf<T> oref(r.out);
+      K::flash_attention_bwd(L, dqb.data(), dkb.data(), dvb.data(), dob.data(), oref.data(), sb.data(), qb.data(),
+                             kb.data(), vb.data(), d.B, d.Tq, d.Tk, d.H, d.Hkv, d.D, false);
+      EXPECT_TRUE(kt::near<T>(dqb.dbl(), r.dq, 4));
+      EXPECT_TRUE(kt::near<T>(dkb.dbl(), r.dk, 4));
+      EXPECT_TRUE(kt::near<T>(dvb.dbl(), r.dv, 4));
+    }
+}
+
+// With bf16 operands the kernels round q, k, v, dout, P and dS where attention's GEMMs would: the result moves
+// from the unrounded one by bf16's precision, and stays within it of the float64 reference.
+TEST(KernelFlashBf16, OperandsRoundedMovesTheResult) {
+  std::mt19937_64 rng(5);
+  const Dims d{1, 40, 40, 2, 1, 48};
+  const long nq = d.B * d.Tq * d.H * d.D, nk = d.B * d.Tk * d.Hkv * d.D;
+  const Vec q = kt::randv(nq, rng), k = kt::randv(nk, rng), v = kt::randv(nk, rng);
+  const Ref r = reference(d, q, k, v, Vec(nq), Vec(nq), Vec(nk), Vec(nk));
+  Buf<float> qb(q), kb(k), vb(v), o32{Vec(nq)}, o16{Vec(nq)}, sb{Vec(r.st.size())};
+  const K::emu::Launcher L{128, 2};
+  K::flash_attention_fwd(L, o32.data(), sb.data(), qb.data(), kb.data(), vb.data(), d.B, d.Tq, d.Tk, d.H, d.Hkv, d.D,
+                         false);
+  K::flash_attention_fwd(L, o16.data(), sb.data(), qb.data(), kb.data(), vb.data(), d.B, d.Tq, d.Tk, d.H, d.Hkv, d.D,
+                         true);
+  double moved = 0, err = 0;
+  const Vec a = o32.dbl(), b = o16.dbl();
+  for (long i = 0; i < nq; ++i) {
+    moved = std::max(moved, std::fabs(a[i] - b[i]));
+    err = std::max(err, std::fabs(b[i] - r.out[i]));
+  }
+  EXPECT_GT(moved, 1e-5);
+  EXPECT_LT(err, 2e-2);
+}
+
+}  // namespace
