@@ -18,6 +18,9 @@
 #        PROFILE_MODES (default: every mode of the first model), PROFILE_STEPS steps (default 4), GEMM tuning
 #        PROFILE_TUNE (default 2: tuned, candidates on stderr; 0: no tuning, so the first step is not inflated)
 #        BENCH_CONFIGS="gpt2-124m ...": only these models; BENCH_MODES=a,b: the first model's modes
+# A mode MODE+flash runs the same scenario with plan.attention "flash" (the fused kernels of exec/kernels/k_flash.hpp,
+# no [T, T] probabilities kept) instead of "unfused" (cuBLASLt GEMMs around the softmax kernels); the first model
+# runs tf32+flash and bf16+flash beside its unfused rows.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${BUILD_DIR:-$root/build}
@@ -47,7 +50,7 @@ cluster=dgx-h100 gpu_key=H100-SXM-80GB; [[ $gpu == *H200* ]] && cluster=h200-sin
 peak=$(python3 -c "import json;print(json.load(open('$root/models/catalog/gpus.json'))['$gpu_key']['matrix_flops_per_s']['fp32'])")
 peak_bf16=$(python3 -c "import json;print(json.load(open('$root/models/catalog/gpus.json'))['$gpu_key']['matrix_flops_per_s']['bf16'])")
 # name, layers, hidden, heads, sequence, micro-batch (= global batch), recompute, modes
-configs=("gpt2-124m 12 768 12 1024 8 none fp32,tf32,bf16" "gpt2-124m-rc 12 768 12 1024 8 full fp32"
+configs=("gpt2-124m 12 768 12 1024 8 none fp32,tf32,bf16,tf32+flash,bf16+flash" "gpt2-124m-rc 12 768 12 1024 8 full fp32"
          "gpt2-124m-s2k 12 768 12 2048 4 none fp32" "gpt2-350m 24 1024 16 1024 4 none fp32,bf16")
 [[ -n "${BENCH_MODES:-}" ]] && configs[0]="${configs[0]% *} $BENCH_MODES"
 for cfg in "${configs[@]}"; do
@@ -70,12 +73,16 @@ JSON
   # The simulator's prediction for the same scenario (fp32; a TF32 row shares it): step time, and the device
   # memory of tensors (weights, gradients, optimizer state, activations, buffers; not the framework's context).
   "$bin" simulate "$sc" --quiet --json "${sc%.json}.sim.json" >/dev/null 2>&1 || echo '{}' >"${sc%.json}.sim.json"
+  fl="${sc%.json}-flash.json"
+  sed 's/"attention": "unfused"/"attention": "flash"/' "$sc" >"$fl"
+  "$bin" simulate "$fl" --quiet --json "${fl%.json}.sim.json" >/dev/null 2>&1 || echo '{}' >"${fl%.json}.sim.json"
   done
   [[ -n "${VARIANTS:-}" && $cfg == "${configs[0]}" ]] &&
     modes=$(echo "$modes" | sed -E "s/(^|,)($VARIANTS)(,|$)/\1\2,\2+heur,\2+nocache\3/")
   for mode in ${modes//,/ }; do
     env=(); [[ $mode == tf32* ]] && env=(TP_CUDA_TF32=1)
     sc="$work/$name.json"; [[ $mode == bf16* ]] && sc="$work/$name-bf16.json"
+    [[ $mode == *+flash ]] && sc="${sc%.json}-flash.json"
     [[ $mode == *+heur ]] && env+=(TP_CUDA_GEMM_TUNE=0)
     [[ $mode == *+nocache ]] && env+=(TP_CUDA_CACHE=0)
     log="$work/${name}_$mode.txt"
@@ -113,6 +120,7 @@ if [[ "${PROFILE:-0}" == 1 ]]; then
     env=(TP_CUDA_PROFILE="$work/${name}_$mode.prof.txt" TP_CUDA_GEMM_TUNE="${PROFILE_TUNE:-2}")  # 2: candidates on stderr
     [[ $mode == tf32* ]] && env+=(TP_CUDA_TF32=1)
     sc="$work/$name.json"; [[ $mode == bf16* ]] && sc="$work/$name-bf16.json"
+    [[ $mode == *+flash ]] && sc="${sc%.json}-flash.json"
     echo; echo "$name $mode:"
     env "${env[@]}" "$bin" run "$sc" --backend cuda --steps "${PROFILE_STEPS:-4}" --lr 1e-4 --quiet >/dev/null \
       2>"$work/${name}_$mode.prof.err" && cat "$work/${name}_$mode.prof.txt" || echo "profiled run failed"

@@ -125,7 +125,7 @@ void attention_bwd_kv(T* dq, T* dk, T* dv, const T* dout, const T* att, const T*
 // keeps the [Tq, Tk] probabilities: out [B, Tq, H, D] as attention_fwd_kv's; stats [B, H, Tq, 2] saves each query
 // row's softmax statistics (max of the scaled scores, then 1 / sum of exp(score - max)), from which the backward
 // recomputes P = exp(score - max) / sum. With bf16 GEMM operands (exec/backend.hpp) the same operands are rounded
-// as in attention_fwd_kv (q, k; the normalised P and v), so the two ops compute the same function.
+// as in attention_fwd_kv (q, k; the normalised P and v), so the two ops compute the same function (to rounding).
 template <class T>
 void flash_attention_fwd(T* out, T* stats, const T* q, const T* k, const T* v, long B, long Tq, long Tk, long H,
                          long Hkv, long D);

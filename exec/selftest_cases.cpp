@@ -195,6 +195,39 @@ void attention_kv_cases(std::vector<Spec>& cs, bool quick) {
   }
 }
 
+// Flash attention (the fused kernels on emu and cuda): one, two and four lanes per row (D <= 32, 64, 128), several
+// query and key tiles, grouped kv heads, Tq < Tk. The backward runs from the forward of the table under test.
+void flash_cases(std::vector<Spec>& cs, bool quick) {
+  struct Att {
+    long B, Tq, Tk, H, Hkv, D;
+  };
+  std::vector<Att> att = {{1, 1, 1, 1, 1, 4}, {1, 3, 6, 2, 2, 8}, {2, 7, 7, 4, 2, 40}, {1, 70, 70, 2, 1, 64},
+                          {1, 5, 13, 2, 2, 100}, {1, 33, 33, 1, 1, 128}};
+  if (quick) att.resize(3);
+  uint32_t s = 800;
+  for (auto [B, Tq, Tk, H, Hkv, D] : att) {
+    const std::string shape = sh({{"B", B}, {"Tq", Tq}, {"Tk", Tk}, {"H", H}, {"Hkv", Hkv}, {"D", D}});
+    const long nq = B * Tq * H * D, nk = B * Tk * Hkv * D, ns = B * H * Tq * 2;
+    for (bool bf16 : {false, true}) {
+      Spec fwd{"flash_attention_fwd", shape, "", {rnd(nq, s++), rnd(nk, s++), rnd(nk, s++), Vec(size_t(nq)),
+                                                  Vec(size_t(ns))}, {}, {3, 4}, double(std::max(Tk, D))};
+      add(cs, bf16 ? bf16_operands(fwd, 5e-3) : fwd, TP_SELFTEST_BODY {
+        t.flash_attention_fwd(p[3], p[4], p[0], p[1], p[2], B, Tq, Tk, H, Hkv, D);
+        return 0;
+      });
+      Spec bwd{"flash_attention_bwd", shape, "accumulate",
+               {rnd(nq, s++), rnd(nk, s++), rnd(nk, s++), Vec(size_t(nq)), Vec(size_t(ns)), rnd(nq, s++), rnd(nq, s++),
+                rnd(nk, s++), rnd(nk, s++)},
+               {}, {5, 7, 8}, double(std::max(Tk, D) * H / Hkv)};
+      add(cs, bf16 ? bf16_operands(bwd, 5e-3) : bwd, TP_SELFTEST_BODY {  // (tolerance: attention_bwd's bf16 note)
+        t.flash_attention_fwd(p[3], p[4], p[0], p[1], p[2], B, Tq, Tk, H, Hkv, D);
+        t.flash_attention_bwd(p[5], p[7], p[8], p[6], p[3], p[4], p[0], p[1], p[2], B, Tq, Tk, H, Hkv, D);
+        return 0;
+      });
+    }
+  }
+}
+
 void elementwise_cases(std::vector<Spec>& cs, bool quick) {
   uint32_t s = 1000;
   for (auto [N, C] : row_shapes(quick)) {
@@ -438,6 +471,7 @@ std::vector<Spec> all_specs(bool quick) {
   std::vector<Spec> cs;
   gemm_cases(cs, quick);
   attention_kv_cases(cs, quick);
+  flash_cases(cs, quick);
   elementwise_cases(cs, quick);
   row_cases(cs, quick);
   shard_cases(cs, quick);

@@ -159,7 +159,8 @@ void matmul(T* C, const T* A, const T* B, long M, long N, long K, bool trans_a, 
 // over keys 0..t + Tk - Tq (the mask aligned bottom-right; entries past it set to 0; st [Tq, 2] receives each
 // row's max and 1 / sum when not null), then O = P V unless O is null. Q, O: [Tq, D] with row stride H*D; K, V:
 // [Tk, D] with row stride Hkv*D. attention_fwd_kv and both flash ops compute P through this one function, so the
-// flash backward's recomputed P is bit-identical to its forward's and to attention_fwd_kv's.
+// flash backward's recomputed P is bit-identical to its forward's (same buffer) and attention_fwd_kv's equals it to
+// rounding (Eigen's summation order may follow a buffer's alignment).
 template <class T>
 void head_attention(T* P, T* st, SMat<T>* O, const CSMat<T>& Q, const CSMat<T>& Kt, const CSMat<T>& V, long Tq,
                     long Tk, long D) {
@@ -267,7 +268,7 @@ void attention_bwd_kv(T* dq, T* dk, T* dv, const T* dout, const T* att, const T*
 
 // Flash attention (exec/ops.hpp) on the CPU: head by head, the probabilities of one head in a [Tq, Tk] scratch
 // (head_attention), never all of them; the backward recomputes them the same way (bit-identical), so the
-// forward equals attention_fwd_kv exactly and the backward differs from attention_bwd_kv only by its row term.
+// forward is attention_fwd_kv's and the backward differs from attention_bwd_kv only by its row term (and rounding).
 template <class T>
 void flash_attention_fwd(T* out, T* stats, const T* q, const T* k, const T* v, long B, long Tq, long Tk, long H,
                          long Hkv, long D) {

@@ -287,6 +287,35 @@ TEST(OpsGrad, AttentionGroupedQuery) {
   attention_grad_check(1, 6, 4, 1, 4, 12);  // multi-query
 }
 
+// The CPU's flash attention is the unfused one: the forward to rounding (one function computes every head's P), the
+// statistics are each row's max and 1 / sum, and the backward differs only by its row term rowsum(dout ⊙ out)
+// (rowsum(P ⊙ dP) in exact arithmetic): float64 rounding. Square and rectangular (Tq < Tk), grouped kv heads.
+TEST(Ops, FlashAttentionIsTheUnfusedAttention) {
+  std::mt19937_64 rng(14);
+  for (auto [Tq, Tk] : {std::pair{6L, 6L}, std::pair{3L, 8L}}) {
+    const long B = 2, H = 4, Hkv = 2, D = 5, nq = B * Tq * H * D, nk = B * Tk * Hkv * D;
+    Vec q = randv(nq, rng, -2, 2), k = randv(nk, rng, -2, 2), v = randv(nk, rng), dout = randv(nq, rng);
+    Vec out(nq), att(B * H * Tq * Tk), fout(nq), st(B * H * Tq * 2);
+    tp::ops::attention_fwd_kv(out.data(), att.data(), q.data(), k.data(), v.data(), B, Tq, Tk, H, Hkv, D);
+    tp::ops::flash_attention_fwd(fout.data(), st.data(), q.data(), k.data(), v.data(), B, Tq, Tk, H, Hkv, D);
+    EXPECT_LT(rel_err(fout, out), 1e-15);
+    for (long bh = 0; bh < B * H; ++bh)
+      for (long t = 0; t < Tq; ++t) {  // P = exp(s - max) / sum, so P's largest entry is 1 / sum
+        double pmax = 0;
+        for (long j = 0; j < Tk; ++j) pmax = std::max(pmax, att[(bh * Tq + t) * Tk + j]);
+        EXPECT_NEAR(st[(bh * Tq + t) * 2 + 1], pmax, 1e-15);
+      }
+    Vec dq(nq, 0.5), dk(nk, 0.25), dv(nk, -0.5), fdq(dq), fdk(dk), fdv(dv);
+    tp::ops::attention_bwd_kv(dq.data(), dk.data(), dv.data(), dout.data(), att.data(), q.data(), k.data(), v.data(),
+                              B, Tq, Tk, H, Hkv, D);
+    tp::ops::flash_attention_bwd(fdq.data(), fdk.data(), fdv.data(), dout.data(), fout.data(), st.data(), q.data(),
+                                 k.data(), v.data(), B, Tq, Tk, H, Hkv, D);
+    EXPECT_LT(rel_err(fdq, dq), 1e-13);
+    EXPECT_LT(rel_err(fdk, dk), 1e-13);
+    EXPECT_LT(rel_err(fdv, dv), 1e-15);  // (dV = Pᵀ dout: no row term)
+  }
+}
+
 TEST(Ops, AttentionCausalMask) {
   std::mt19937_64 rng(13);
   const long B = 2, T = 7, H = 4, Hkv = 2, D = 8;
