@@ -32,6 +32,9 @@ CASES = [  # name, plan changes, extra run options, compare with a delinked cpu 
     ("chunked_dp2_zero3", {"dp": 2, "zero": 3, "offload": CHUNKED}, ["--device-budget", "1000000"], False),
     ("optimizer_dp2_pp2_zero2", {"dp": 2, "pp": 2, "zero": 2, "offload": {"kind": "optimizer"}}, [], False),
     ("granular_dp2_zero2", {"dp": 2, "zero": 2, "offload": GRAN}, [], False),
+    ("flash", {"attention": "flash"}, [], False),  # the fused kernels (exec/kernels/k_flash.hpp)
+    ("flash_tp2_sp_selective", {"tp": 2, "sequence_parallel": True, "attention": "flash", "recompute": "selective"}, [],
+     False),
     ("cp2_flash", {"cp": 2, "attention": "flash"}, [], False),
     ("cp2_tp2_sp_dp2", {"dp": 2, "cp": 2, "tp": 2, "sequence_parallel": True, "attention": "flash"}, [], False),
 ]
@@ -45,6 +48,7 @@ MOE_CASES = [  # on tiny-moe.json (4 experts, top-2, capacity factor 1: copies a
 BF16_CASES = [  # name, plan changes, base scenario, extra environment; fp8_* cases train in fp8 (exec/fp8.hpp)
     ("bf16_single", {}, "tiny-gpt", {}),
     ("bf16_dp2_tp2_sp_zero1", {"dp": 2, "tp": 2, "sequence_parallel": True, "zero": 1}, "tiny-gpt", {}),
+    ("bf16_flash", {"attention": "flash"}, "tiny-gpt", {}),
     ("bf16_cp2_flash", {"cp": 2, "attention": "flash"}, "tiny-gpt", {}),
     ("bf16_chunked_tight", {"offload": CHUNKED}, "tiny-gpt", {}),
     ("bf16_moe_dp2_ep2", {"dp": 2, "ep": 2}, "tiny-moe", {}),
