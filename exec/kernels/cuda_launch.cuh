@@ -9,6 +9,7 @@
 #error "cuda_launch.cuh is for nvcc; g++ builds use exec/kernels/emu.hpp"
 #endif
 #include <cuda_runtime.h>
+#include <mma.h>
 
 #include <stdexcept>
 #include <string>
@@ -24,13 +25,29 @@ struct DeviceCtx {
   __device__ unsigned gdim() const { return gridDim.x; }
   template <class T>
   __device__ T* shared() const {
-    extern __shared__ __align__(16) unsigned char tp_smem[];
+    extern __shared__ __align__(32) unsigned char tp_smem[];  // (32: warp-matrix loads and stores)
     return reinterpret_cast<T*>(tp_smem);
   }
   __device__ void sync() { __syncthreads(); }
   __device__ float shfl_xor(float v, int mask) { return __shfl_xor_sync(0xffffffffu, v, mask); }
   __device__ double shfl_xor(double v, int mask) { return __shfl_xor_sync(0xffffffffu, v, mask); }
   __device__ int shfl_xor(int v, int mask) { return __shfl_xor_sync(0xffffffffu, v, mask); }
+  __device__ void syncwarp() { __syncwarp(); }
+  // Warp matrix products: nvcuda::wmma 16 x 16 x 16 with bf16 operands and fp32 accumulation (sm_80 and later;
+  // the emulator's EmuCtx has the same interface, exec/kernels/emu.hpp).
+  using FragA = nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, __nv_bfloat16, nvcuda::wmma::row_major>;
+  using FragBRow = nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, __nv_bfloat16, nvcuda::wmma::row_major>;
+  using FragBCol = nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, __nv_bfloat16, nvcuda::wmma::col_major>;
+  using FragC = nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float>;
+  __device__ void load_a(FragA& f, const __nv_bfloat16* p, unsigned ld) { nvcuda::wmma::load_matrix_sync(f, p, ld); }
+  __device__ void load_b_row(FragBRow& f, const __nv_bfloat16* p, unsigned ld) { nvcuda::wmma::load_matrix_sync(f, p, ld); }
+  __device__ void load_b_col(FragBCol& f, const __nv_bfloat16* p, unsigned ld) { nvcuda::wmma::load_matrix_sync(f, p, ld); }
+  __device__ void fill(FragC& f, float x) { nvcuda::wmma::fill_fragment(f, x); }
+  template <class FB>
+  __device__ void mma(FragC& d, const FragA& a, const FB& b, const FragC& c) { nvcuda::wmma::mma_sync(d, a, b, c); }
+  __device__ void store(float* p, const FragC& f, unsigned ld) {
+    nvcuda::wmma::store_matrix_sync(p, f, ld, nvcuda::wmma::mem_row_major);
+  }
 };
 
 // The one kernel: the functor is passed by value (kernel parameters, <= 4 KiB).

@@ -187,6 +187,17 @@ void EmuCtx::sync() {
   blk_->gate(w);
 }
 
+void EmuCtx::check_frag(const void* p, unsigned ld, unsigned elem_bytes, const char* what) const {
+  const auto* b = static_cast<const unsigned char*>(p);
+  const bool in_smem = smem_ && b >= smem_ && b < smem_ + smem_bytes_;
+  const uintptr_t off = in_smem ? uintptr_t(b - smem_) : reinterpret_cast<uintptr_t>(p);
+  if (off % 32 != 0)
+    throw std::runtime_error(std::string(what) + ": pointer not 32-byte aligned" + (in_smem ? " (shared memory)" : ""));
+  if (ld % (16 / elem_bytes) != 0)
+    throw std::runtime_error(std::string(what) + ": ldm " + std::to_string(ld) + " not a multiple of " +
+                             std::to_string(16 / elem_bytes));
+}
+
 uint64_t EmuCtx::exchange(uint64_t bits, int mask) {
   g_shuffles.fetch_add(1, std::memory_order_relaxed);
   if (fib_) return detail::fiber_exchange(*fib_, tid_, bits, mask);
@@ -219,6 +230,7 @@ void run_thread(Block& B, unsigned tid) {
     c.bdim_ = B.dim.block;
     c.gdim_ = B.dim.grid;
     c.smem_ = B.smem.get();
+    c.smem_bytes_ = B.dim.smem;
     c.blk_ = &B;
     B.gate(w);
     try {

@@ -35,9 +35,16 @@ struct FiberRun;  // per-launch state of the fiber engine (emu_fibers.cpp)
 
 // What a kernel body sees under the emulator: its thread and block indices, and the block's sync, shuffle
 // and shared memory.
+// A warp-matrix fragment under the emulator: the whole 16 x 16 tile in every lane (the GPU spreads it over the
+// lanes; kernel code never looks inside a fragment), bf16 operands held exactly as float.
+struct EmuFrag {
+  float v[256];
+};
+
 struct EmuCtx {
   unsigned tid_ = 0, bid_ = 0, bdim_ = 0, gdim_ = 0;
   unsigned char* smem_ = nullptr;
+  unsigned smem_bytes_ = 0;
   Block* blk_ = nullptr;
   FiberRun* fib_ = nullptr;  // set when the fiber engine runs the block
 
@@ -53,8 +60,49 @@ struct EmuCtx {
   float shfl_xor(float v, int mask) { return exchange_bits(v, mask); }
   double shfl_xor(double v, int mask) { return exchange_bits(v, mask); }
   int shfl_xor(int v, int mask) { return exchange_bits(v, mask); }
+  // __syncwarp(): the lanes of this warp meet (all of them; a lane that returned is an error).
+  void syncwarp() { (void)exchange(0, 0); }
+
+  // Warp matrix products (nvcuda::wmma on the GPU, cuda_launch.cuh): 16 x 16 x 16 tiles, bf16 operands, fp32
+  // accumulation; every lane of the warp calls each of these. Products are summed in k order in float (tensor cores
+  // may order and round the sum differently: tests compare within fp32 accumulation error). A store writes from
+  // lane 0 only, so the kernel must syncwarp() before another lane reads what was stored, as on the GPU. Loads and
+  // stores enforce the GPU's rules: the pointer 32-byte aligned (counted from the block's shared memory when it
+  // points there), ldm a multiple of 8 elements (bf16) or 4 (float); a violation throws (the launch fails).
+  using FragA = EmuFrag;     // matrix_a, row-major: (m, k) at p[m ld + k]
+  using FragBRow = EmuFrag;  // matrix_b, row-major: (k, n) at p[k ld + n]
+  using FragBCol = EmuFrag;  // matrix_b, column-major: (k, n) at p[n ld + k]
+  using FragC = EmuFrag;     // accumulator, float
+  void load_a(FragA& f, const bf16* p, unsigned ld) { load(f, p, ld, false); }
+  void load_b_row(FragBRow& f, const bf16* p, unsigned ld) { load(f, p, ld, false); }
+  void load_b_col(FragBCol& f, const bf16* p, unsigned ld) { load(f, p, ld, true); }
+  void fill(FragC& f, float x) {
+    for (float& e : f.v) e = x;
+  }
+  void mma(FragC& d, const FragA& a, const EmuFrag& b, const FragC& c) {
+    EmuFrag r;
+    for (int m = 0; m < 16; ++m)
+      for (int n = 0; n < 16; ++n) {
+        float s = c.v[m * 16 + n];
+        for (int k = 0; k < 16; ++k) s += a.v[m * 16 + k] * b.v[k * 16 + n];
+        r.v[m * 16 + n] = s;
+      }
+    d = r;
+  }
+  void store(float* p, const FragC& f, unsigned ld) {
+    check_frag(p, ld, 4, "store_matrix_sync");
+    if (tid_ % 32 != 0) return;
+    for (int m = 0; m < 16; ++m)
+      for (int n = 0; n < 16; ++n) p[size_t(m) * ld + n] = f.v[m * 16 + n];
+  }
 
  private:
+  void check_frag(const void* p, unsigned ld, unsigned elem_bytes, const char* what) const;
+  void load(EmuFrag& f, const bf16* p, unsigned ld, bool col) {
+    check_frag(p, ld, 2, "load_matrix_sync");
+    for (int r = 0; r < 16; ++r)
+      for (int c = 0; c < 16; ++c) f.v[r * 16 + c] = to_float(col ? p[size_t(c) * ld + r] : p[size_t(r) * ld + c]);
+  }
   uint64_t exchange(uint64_t bits, int mask);
   template <class V>
   V exchange_bits(V v, int mask) {

@@ -87,6 +87,7 @@ void fiber_entry(unsigned hi, unsigned lo) {
   c.bdim_ = R->dim.block;
   c.gdim_ = R->dim.grid;
   c.smem_ = R->smem.get();
+  c.smem_bytes_ = R->dim.smem;
   c.fib_ = R;
   try {
     R->body(R->kernel, c);

@@ -18,7 +18,10 @@
 // each thread the registers for its 2 to 4 slices without spills.
 #pragma once
 #include "exec/kernels/k_fp8.hpp"
+#include "exec/kernels/k_flash_mma.hpp"
 #include "exec/kernels/k_rows.hpp"  // TP_ROW_LOOP
+
+#include <type_traits>
 
 namespace tp::kernels {
 
@@ -310,10 +313,21 @@ struct FlashBwdDkv {
 };
 
 // ---- op functions (the launcher's max_grid caps the grid; the kernels loop over the rest) ----
+// fp32 storage with bf16 operands and D in 16, 32, 48, 64 takes the tensor-core kernels (k_flash_mma.hpp); every
+// other case the kernels above.
 
 template <class L, class T>
 void flash_attention_fwd(const L& launch, T* out, T* stats, const T* q, const T* k, const T* v, long B, long Tq,
                          long Tk, long H, long Hkv, long D, bool bf16) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (bf16 && flash_mma_fits(D)) {
+      const MmaGeom mg{B, Tq, Tk, H, Hkv, D};
+      launch(FlashFwdMma<T>{out, stats, q, k, v, mg}, Dim{blocks_for(B * H * ((Tq + kMmaRows - 1) / kMmaRows), 1,
+                                                                     launch.max_grid),
+                                                          kMmaBlock, mma_smem<FlashFwdMma<T>>(mg)});
+      return;
+    }
+  }
   const FlashGeom g = flash_geom(B, Tq, Tk, H, Hkv, D, sizeof(acc_t<T>));
   const long items = B * H * ((Tq + g.rows() - 1) / g.rows());
   launch(FlashFwd<T>{out, stats, q, k, v, g, bf16},
@@ -323,6 +337,17 @@ template <class L, class T>
 void flash_attention_bwd(const L& launch, T* dq, T* dk, T* dv, const T* dout, const T* out, const T* stats,
                          const T* q, const T* k, const T* v, long B, long Tq, long Tk, long H, long Hkv, long D,
                          bool bf16) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (bf16 && flash_mma_fits(D)) {
+      const MmaGeom mg{B, Tq, Tk, H, Hkv, D};
+      const long qi = B * H * ((Tq + kMmaRows - 1) / kMmaRows), ki = B * Hkv * ((Tk + kMmaRows - 1) / kMmaRows);
+      launch(FlashBwdDqMma<T>{dq, dout, out, stats, q, k, v, mg},
+             Dim{blocks_for(qi, 1, launch.max_grid), kMmaBlock, mma_smem<FlashBwdDqMma<T>>(mg)});
+      launch(FlashBwdDkvMma<T>{dk, dv, dout, out, stats, q, k, v, mg},
+             Dim{blocks_for(ki, 1, launch.max_grid), kMmaBlock, mma_smem<FlashBwdDkvMma<T>>(mg)});
+      return;
+    }
+  }
   const FlashGeom g = flash_geom(B, Tq, Tk, H, Hkv, D, sizeof(acc_t<T>));
   const unsigned smem = flash_smem(g, sizeof(acc_t<T>));
   const long qitems = B * H * ((Tq + g.rows() - 1) / g.rows()), kitems = B * Hkv * ((Tk + g.rows() - 1) / g.rows());

@@ -56,7 +56,9 @@ TEST(RunFlash, TrainsTheUnfusedModelOnEveryPlan) {
 }
 
 // bf16 operands: the fused kernels round where attention's GEMMs do, so emu and emu-device reproduce the CPU's
-// flash (head by head through the GEMMs) at float64, and the run differs from the fp32 one.
+// flash (head by head through the GEMMs) at float64, and the run differs from the fp32 one. In float32 (head dim
+// 16 here) emu runs the tensor-core kernels (k_flash_mma.hpp, the emulator's warp-matrix products): within 2e-3 of
+// the cpu's float32 bf16 run (a P or dS a few ulp away may round to the neighbouring bf16 value).
 TEST(RunFlash, Bf16OperandsOnTheFusedKernels) {
   const int steps = 3;
   json ref = run(flash_scenario("bf16_ref", json::object(), "bf16"), steps, true);
@@ -65,6 +67,13 @@ TEST(RunFlash, Bf16OperandsOnTheFusedKernels) {
   ASSERT_FALSE(f32.is_null());
   EXPECT_GT(std::abs(ref["losses"][0].get<double>() - f32["losses"][0].get<double>()), 1e-6);
   expect_emu_backends_match(ref, steps, [](const std::string& n) { return flash_scenario("bf16_" + n, json::object(), "bf16"); });
+  const std::string f = flash_scenario("bf16_f32", json::object(), "bf16");
+  json cpu32 = run(f, steps, false);
+  json emu32 = run(f, steps, false, nullptr, "--backend emu");
+  ASSERT_FALSE(cpu32.is_null());
+  ASSERT_FALSE(emu32.is_null()) << log_text(f);
+  expect_close(emu32, cpu32, "losses", 2e-3, "emu tensor-core kernels vs cpu, float32");
+  expect_close(cpu32, ref, "losses", 1e-3, "float32 vs float64");
 }
 
 // Device memory (emu-device counts every allocation): with T = 128 the unfused run keeps each layer's [mb, H, T, T]

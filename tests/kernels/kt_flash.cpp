@@ -24,11 +24,15 @@ struct Dims {
 };
 
 // The float64 reference: out, stats (max, 1 / sum) and dq, dk, dv += gradients (dS = P (dP - rowsum(dP P))).
+// With b16, the operands of every product rounded to bf16 as the kernels' bf16 path rounds them (q, k, v, dout,
+// the normalised P, dS) and the row term rowsum(dout out) from `out16` (the out the kernel is given).
 struct Ref {
   Vec out, st, dq, dk, dv;
 };
+double r16(double x) { return tp::kernels::bf16_round(x); }
 Ref reference(const Dims& d, const Vec& q, const Vec& k, const Vec& v, const Vec& dout, const Vec& dq0,
-              const Vec& dk0, const Vec& dv0) {
+              const Vec& dk0, const Vec& dv0, bool b16 = false, const Vec* out16 = nullptr) {
+  auto R = [b16](double x) { return b16 ? r16(x) : x; };
   Ref r{Vec(q.size()), Vec(size_t(d.B * d.H * d.Tq * 2)), dq0, dk0, dv0};
   const long G = d.H / d.Hkv, off = d.Tk - d.Tq;
   const double sc = 1 / std::sqrt(double(d.D));
@@ -43,7 +47,7 @@ Ref reference(const Dims& d, const Vec& q, const Vec& k, const Vec& v, const Vec
         double mx = -INFINITY, sum = 0;
         for (long j = 0; j < n; ++j) {
           double s = 0;
-          for (long e = 0; e < d.D; ++e) s += q[qi(b, t, h) + e] * k[ki(b, j, kh) + e];
+          for (long e = 0; e < d.D; ++e) s += R(q[qi(b, t, h) + e]) * R(k[ki(b, j, kh) + e]);
           p[j] = s * sc;
           mx = std::max(mx, p[j]);
         }
@@ -52,16 +56,20 @@ Ref reference(const Dims& d, const Vec& q, const Vec& k, const Vec& v, const Vec
         r.st[((b * d.H + h) * d.Tq + t) * 2] = mx, r.st[((b * d.H + h) * d.Tq + t) * 2 + 1] = 1 / sum;
         double dot = 0;
         for (long j = 0; j < n; ++j) {
-          for (long e = 0; e < d.D; ++e) r.out[qi(b, t, h) + e] += p[j] * v[ki(b, j, kh) + e];
-          for (long e = 0; e < d.D; ++e) dp[j] += dout[qi(b, t, h) + e] * v[ki(b, j, kh) + e];
+          for (long e = 0; e < d.D; ++e) r.out[qi(b, t, h) + e] += R(p[j]) * R(v[ki(b, j, kh) + e]);
+          for (long e = 0; e < d.D; ++e) dp[j] += R(dout[qi(b, t, h) + e]) * R(v[ki(b, j, kh) + e]);
           dot += dp[j] * p[j];
         }
+        if (out16) {
+          dot = 0;
+          for (long e = 0; e < d.D; ++e) dot += dout[qi(b, t, h) + e] * (*out16)[qi(b, t, h) + e];
+        }
         for (long j = 0; j < n; ++j) {
-          const double ds = p[j] * (dp[j] - dot);
+          const double ds = R(p[j] * (dp[j] - dot));
           for (long e = 0; e < d.D; ++e) {
-            r.dq[qi(b, t, h) + e] += sc * ds * k[ki(b, j, kh) + e];
-            r.dk[ki(b, j, kh) + e] += sc * ds * q[qi(b, t, h) + e];
-            r.dv[ki(b, j, kh) + e] += p[j] * dout[qi(b, t, h) + e];
+            r.dq[qi(b, t, h) + e] += sc * ds * R(k[ki(b, j, kh) + e]);
+            r.dk[ki(b, j, kh) + e] += sc * ds * R(q[qi(b, t, h) + e]);
+            r.dv[ki(b, j, kh) + e] += R(p[j]) * R(dout[qi(b, t, h) + e]);
           }
         }
       }
@@ -102,6 +110,50 @@ TYPED_TEST(KernelFlash, MatchesNaiveAttention) {
       EXPECT_TRUE(kt::near<T>(dqb.dbl(), r.dq, 4));
       EXPECT_TRUE(kt::near<T>(dkb.dbl(), r.dk, 4));
       EXPECT_TRUE(kt::near<T>(dvb.dbl(), r.dv, 4));
+    }
+}
+
+// bf16 operands in fp32 storage with D = 16, 32, 48, 64 run the tensor-core kernels (k_flash_mma.hpp; the emulator's
+// warp-matrix products); the scalar kernels take D = 40. Both against the float64 attention with the operands
+// rounded as they round them: within bf16's precision (a P or dS a few float ulp from the reference's may round to
+// the neighbouring bf16 value), and with the mask, the tails (T not a multiple of 16, 32 or 64), grouped heads and
+// Tq < Tk right. Accumulating: dq, dk, dv start from random values.
+TEST(KernelFlashBf16, TensorCoreKernelsMatchTheRoundedReference) {
+  std::mt19937_64 rng(8);
+  const std::vector<Dims> dims = {{1, 16, 16, 1, 1, 16}, {2, 37, 37, 4, 2, 32}, {1, 70, 90, 2, 1, 64},
+                                  {1, 5, 21, 2, 2, 48}, {1, 33, 33, 2, 1, 40}};
+  size_t n = 0;
+  for (const Dims& d : dims)
+    for (unsigned grid : {1u, 2u}) {
+      const auto sched = K::emu::Schedule(n++ % 3);
+      SCOPED_TRACE("Tq " + std::to_string(d.Tq) + " Tk " + std::to_string(d.Tk) + " H " + std::to_string(d.H) + "/" +
+                   std::to_string(d.Hkv) + " D " + std::to_string(d.D) + " grid " + std::to_string(grid) +
+                   (K::flash_mma_fits(d.D) ? " (tensor cores)" : " (scalar)"));
+      kt::ScheduleScope sc(sched);
+      const long nq = d.B * d.Tq * d.H * d.D, nk = d.B * d.Tk * d.Hkv * d.D;
+      const Vec q = kt::rounded<float>(kt::randv(nq, rng)), k = kt::rounded<float>(kt::randv(nk, rng)),
+                v = kt::rounded<float>(kt::randv(nk, rng)), dout = kt::rounded<float>(kt::randv(nq, rng));
+      const Vec dq0 = kt::rounded<float>(kt::randv(nq, rng)), dk0 = kt::rounded<float>(kt::randv(nk, rng)),
+                dv0 = kt::rounded<float>(kt::randv(nk, rng));
+      const Ref fwd = reference(d, q, k, v, dout, dq0, dk0, dv0, true);
+      Buf<float> qb(q), kb(k), vb(v), ob{Vec(nq)}, sb{Vec(fwd.st.size())}, dob(dout), dqb(dq0), dkb(dk0), dvb(dv0);
+      const K::emu::Launcher L{64, grid};
+      K::flash_attention_fwd(L, ob.data(), sb.data(), qb.data(), kb.data(), vb.data(), d.B, d.Tq, d.Tk, d.H, d.Hkv,
+                             d.D, true);
+      const Vec out = ob.dbl();
+      const Ref r = reference(d, q, k, v, dout, dq0, dk0, dv0, true, &out);
+      auto close = [](const Vec& got, const Vec& want, double tol) {
+        double e = 0;
+        for (size_t i = 0; i < got.size(); ++i) e = std::max(e, std::fabs(got[i] - want[i]) / (1 + std::fabs(want[i])));
+        return e <= tol ? ::testing::AssertionSuccess() : ::testing::AssertionFailure() << "error " << e;
+      };
+      EXPECT_TRUE(close(out, r.out, 5e-3));
+      EXPECT_TRUE(close(sb.dbl(), r.st, 1e-5));  // (max and 1 / sum: fp32 sums of the same rounded products)
+      K::flash_attention_bwd(L, dqb.data(), dkb.data(), dvb.data(), dob.data(), ob.data(), sb.data(), qb.data(),
+                             kb.data(), vb.data(), d.B, d.Tq, d.Tk, d.H, d.Hkv, d.D, true);
+      EXPECT_TRUE(close(dqb.dbl(), r.dq, 5e-3));
+      EXPECT_TRUE(close(dkb.dbl(), r.dk, 5e-3));
+      EXPECT_TRUE(close(dvb.dbl(), r.dv, 5e-3));
     }
 }
 
