@@ -120,8 +120,9 @@ TYPED_TEST(KernelFlash, MatchesNaiveAttention) {
 // Tq < Tk right. Accumulating: dq, dk, dv start from random values.
 TEST(KernelFlashBf16, TensorCoreKernelsMatchTheRoundedReference) {
   std::mt19937_64 rng(8);
-  const std::vector<Dims> dims = {{1, 16, 16, 1, 1, 16}, {2, 37, 37, 4, 2, 32}, {1, 70, 90, 2, 1, 64},
-                                  {1, 5, 21, 2, 2, 48}, {1, 33, 33, 2, 1, 40}};
+  std::vector<Dims> dims = {{1, 16, 16, 1, 1, 16}, {2, 37, 37, 4, 2, 32}, {1, 70, 90, 2, 1, 64},
+                            {1, 5, 21, 2, 2, 48}, {1, 33, 33, 2, 1, 40}};
+  if (kt::quick()) dims = {{2, 37, 37, 4, 2, 32}, {1, 5, 21, 2, 2, 48}};  // (the sanitizer builds)
   size_t n = 0;
   for (const Dims& d : dims)
     for (unsigned grid : {1u, 2u}) {
