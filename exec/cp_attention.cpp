@@ -102,7 +102,7 @@ void cp_attention_fwd(const CpCtx& c, T* out, T* att, const T* q, const T* k, co
       const long Tk = (c.chunk(h) + 1) * Lc, qo = (b * Tl + h * Lc) * Hl * D, ko = b * c.T * Kl * D;
       if (c.flash)
         ops::flash_attention_fwd(out + qo, att + att_offset(c, b, h, Hl), q + qo, kf.data() + ko, vf.data() + ko, 1L,
-                                 Lc, Tk, Hl, Kl, D);
+                                 Lc, Tk, Hl, Kl, D, Hl * D, Kl * D);
       else
         ops::attention_fwd_kv(out + qo, att + att_offset(c, b, h, Hl), q + qo, kf.data() + ko, vf.data() + ko, 1L, Lc,
                               Tk, Hl, Kl, D);
@@ -126,7 +126,7 @@ void cp_attention_bwd(const CpCtx& c, T* dq, T* dk, T* dv, const T* dout, const 
       if (c.flash)
         ops::flash_attention_bwd(dq + qo, dkf.data() + ko, dvf.data() + ko, dout + qo, out + qo,
                                  att + att_offset(c, b, h, Hl), q + qo, kf.data() + ko, vf.data() + ko, 1L, Lc, Tk, Hl,
-                                 Kl, D);
+                                 Kl, D, Hl * D, Kl * D);
       else
         ops::attention_bwd_kv(dq + qo, dkf.data() + ko, dvf.data() + ko, dout + qo, att + att_offset(c, b, h, Hl),
                               q + qo, kf.data() + ko, vf.data() + ko, 1L, Lc, Tk, Hl, Kl, D);

@@ -391,17 +391,22 @@ void Gpt<T>::layer_fwd(int wl, const T* x_in, T* x_out, LayerActs<T>& a, long B,
   ops::linear_fwd(qkv.data(), (T*)nullptr, f8(qx, a.ln1.data(), N * C, wl, kFp8Qkv, Fp8Operand::x),
                   f8(qw, p(W.qkv_w), C * Q, wl, kFp8Qkv, Fp8Operand::w),
                   s.has_qkv_bias() ? p(W.qkv_b) : (const T*)nullptr, N, Q, C);
-  a.q.resize(N * Hl * D); a.k.resize(N * Kl * D); a.v.resize(N * Kl * D);         // [B, Tn, heads, D]
-  ops::copy_rows(a.q.data(), Hl * D, qkv.data(), Q, N, Hl * D);
-  ops::copy_rows(a.k.data(), Kl * D, qkv.data() + Hl * D, Q, N, Kl * D);
-  ops::copy_rows(a.v.data(), Kl * D, qkv.data() + (Hl + Kl) * D, Q, N, Kl * D);
-  Buf<T>().swap(qkv);  // dead: q, k, v hold its columns
+  if (flash && !cpx) {  // flash reads q, k, v in place: a.q keeps the whole [N, Q] output (k and v stay empty)
+    a.q = std::move(qkv);
+  } else {
+    a.q.resize(N * Hl * D); a.k.resize(N * Kl * D); a.v.resize(N * Kl * D);       // [B, Tn, heads, D]
+    ops::copy_rows(a.q.data(), Hl * D, qkv.data(), Q, N, Hl * D);
+    ops::copy_rows(a.k.data(), Kl * D, qkv.data() + Hl * D, Q, N, Kl * D);
+    ops::copy_rows(a.v.data(), Kl * D, qkv.data() + (Hl + Kl) * D, Q, N, Kl * D);
+    Buf<T>().swap(qkv);  // dead: q, k, v hold its columns
+  }
   // [B, Hl, Tn, Tn] (flash: [B, Hl, Tn, 2]); cp: its layout
   a.att.resize(cpx ? (size_t)cpx->att_elems(B, Hl) : (size_t)B * Hl * Tn * (flash ? 2 : Tn));
   a.attn.resize(N * Hl * D);                                                      // [N, Hl D]
   if (cpx) cp_attention_fwd(*cpx, a.attn.data(), a.att.data(), a.q.data(), a.k.data(), a.v.data(), B, Hl, Kl, D);
   else if (flash)
-    ops::flash_attention_fwd(a.attn.data(), a.att.data(), a.q.data(), a.k.data(), a.v.data(), B, Tn, Tn, Hl, Kl, D);
+    ops::flash_attention_fwd(a.attn.data(), a.att.data(), a.q.data(), a.q.data() + Hl * D, a.q.data() + (Hl + Kl) * D,
+                             B, Tn, Tn, Hl, Kl, D, Q, Q);
   else ops::attention_fwd(a.attn.data(), a.att.data(), a.q.data(), a.k.data(), a.v.data(), B, Tn, Hl, Kl, D);
   Buf<T> y(N * C);                                                        // [N, C] partial over tp
   ops::matmul(y.data(), f8(qx, a.attn.data(), N * Hl * D, wl, kFp8Proj, Fp8Operand::x),
@@ -498,23 +503,27 @@ void Gpt<T>::layer_bwd(int wl, const T* dx_out, T* dx_in, LayerActs<T>& a, long 
               T(1), T(0));
   Buf<T>().swap(qd);
   release(dy_full);
-  Buf<T> dq(N * Hl * D), dk(N * Kl * D), dv(N * Kl * D);
-  for (Buf<T>* d : {&dq, &dk, &dv}) ops::fill(d->data(), T(0), (long)d->size());
-  if (cpx)
-    cp_attention_bwd(*cpx, dq.data(), dk.data(), dv.data(), dattn, a.attn.data(), a.att.data(), a.q.data(), a.k.data(),
-                     a.v.data(), B, Hl, Kl, D);
-  else if (flash)
-    ops::flash_attention_bwd(dq.data(), dk.data(), dv.data(), dattn, a.attn.data(), a.att.data(), a.q.data(),
-                             a.k.data(), a.v.data(), B, Tn, Tn, Hl, Kl, D);
-  else
-    ops::attention_bwd(dq.data(), dk.data(), dv.data(), dattn, a.att.data(), a.q.data(), a.k.data(), a.v.data(), B,
-                       Tn, Hl, Kl, D);
-  for (Buf<T>* v : {&a.att, &a.attn, &a.q, &a.k, &a.v, &dattn_own}) release(*v);
   Buf<T> dqkv(N * Q);                                                            // [N, Q]
-  ops::copy_rows(dqkv.data(), Q, dq.data(), Hl * D, N, Hl * D);
-  ops::copy_rows(dqkv.data() + Hl * D, Q, dk.data(), Kl * D, N, Kl * D);
-  ops::copy_rows(dqkv.data() + (Hl + Kl) * D, Q, dv.data(), Kl * D, N, Kl * D);
-  for (Buf<T>* d : {&dq, &dk, &dv}) release(*d);
+  if (flash && !cpx) {  // q, k, v in place in a.q ([N, Q]); their gradients straight into dqkv's columns
+    T* qkv = a.q.data();
+    ops::fill(dqkv.data(), T(0), N * Q);
+    ops::flash_attention_bwd(dqkv.data(), dqkv.data() + Hl * D, dqkv.data() + (Hl + Kl) * D, dattn, a.attn.data(),
+                             a.att.data(), qkv, qkv + Hl * D, qkv + (Hl + Kl) * D, B, Tn, Tn, Hl, Kl, D, Q, Q);
+    for (Buf<T>* v : {&a.att, &a.attn, &a.q, &dattn_own}) release(*v);
+  } else {
+    Buf<T> dq(N * Hl * D), dk(N * Kl * D), dv(N * Kl * D);
+    for (Buf<T>* d : {&dq, &dk, &dv}) ops::fill(d->data(), T(0), (long)d->size());
+    if (cpx)
+      cp_attention_bwd(*cpx, dq.data(), dk.data(), dv.data(), dattn, a.attn.data(), a.att.data(), a.q.data(),
+                       a.k.data(), a.v.data(), B, Hl, Kl, D);
+    else
+      ops::attention_bwd(dq.data(), dk.data(), dv.data(), dattn, a.att.data(), a.q.data(), a.k.data(), a.v.data(), B,
+                         Tn, Hl, Kl, D);
+    for (Buf<T>* v : {&a.att, &a.attn, &a.q, &a.k, &a.v, &dattn_own}) release(*v);
+    ops::copy_rows(dqkv.data(), Q, dq.data(), Hl * D, N, Hl * D);
+    ops::copy_rows(dqkv.data() + Hl * D, Q, dk.data(), Kl * D, N, Kl * D);
+    ops::copy_rows(dqkv.data() + (Hl + Kl) * D, Q, dv.data(), Kl * D, N, Kl * D);
+  }
   if (s.has_qkv_bias()) ops::bias_bwd(g(W.qkv_b), dqkv.data(), N, Q);
   const T* dq8 = f8(qd, dqkv.data(), N * Q, wl, kFp8Qkv, Fp8Operand::dy);
   ops::matmul(g(W.qkv_w), f8(qx, a.ln1.data(), N * C, wl, kFp8Qkv, Fp8Operand::x, false), dq8, C, Q, N, true, false,

@@ -198,7 +198,8 @@ using Buf = std::vector<T, NoInitAlloc<T>>;
 template <class T>
 struct LayerActs {
   Buf<T> x_in;                         // [N, C] layer input (kept even with full recompute)
-  Buf<T> ln1, ln1_mean, ln1_rstd, q, k, v, att, attn, x_mid, ln2, ln2_mean, ln2_rstd, fc1, act;  // att: flash's stats
+  // att: flash's statistics; q: under flash without cp the whole QKV output [N, Q] (read in place; k, v empty)
+  Buf<T> ln1, ln1_mean, ln1_rstd, q, k, v, att, attn, x_mid, ln2, ln2_mean, ln2_rstd, fc1, act;
   // MoE layers (exec/moe.hpp): router probabilities [N, E], gates [N, k], slots [N, k], the experts' inputs
   // (received, [E cap, C]) and their outputs back at the router ([E cap, C]); fc1 / act hold the experts'.
   Buf<T> m_probs, m_gate, m_xe, m_ye;

@@ -202,7 +202,8 @@ void Gpt2d<T>::layer_fwd(int wl, const T* x_in, T* x_out, LayerActs<T>& a, long 
   a.att.resize((size_t)Bl * Hl * Tn * (flash ? 2 : Tn));
   a.attn.resize(Nl * Hl * D);
   if (flash)
-    ops::flash_attention_fwd(a.attn.data(), a.att.data(), a.q.data(), a.k.data(), a.v.data(), Bl, Tn, Tn, Hl, Kl, D);
+    ops::flash_attention_fwd(a.attn.data(), a.att.data(), a.q.data(), a.k.data(), a.v.data(), Bl, Tn, Tn, Hl, Kl, D,
+                             Hl * D, Kl * D);
   else ops::attention_fwd(a.attn.data(), a.att.data(), a.q.data(), a.k.data(), a.v.data(), Bl, Tn, Hl, Kl, D);
   // Projection: attn block (r, c) is block column c of the [N, H D] attention output.
   a.x_mid.resize(Nl * Cl);
@@ -280,7 +281,7 @@ void Gpt2d<T>::layer_bwd(int wl, const T* dx_out, T* dx_in, LayerActs<T>& a, lon
   Buf<T> dq = zeros(Nl * Hl * D), dk = zeros(Nl * Kl * D), dv = zeros(Nl * Kl * D);
   if (flash)
     ops::flash_attention_bwd(dq.data(), dk.data(), dv.data(), dattn.data(), a.attn.data(), a.att.data(), a.q.data(),
-                             a.k.data(), a.v.data(), B / G.q, Tn, Tn, Hl, Kl, D);
+                             a.k.data(), a.v.data(), B / G.q, Tn, Tn, Hl, Kl, D, Hl * D, Kl * D);
   else
     ops::attention_bwd(dq.data(), dk.data(), dv.data(), dattn.data(), a.att.data(), a.q.data(), a.k.data(),
                        a.v.data(), B / G.q, Tn, Hl, Kl, D);

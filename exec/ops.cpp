@@ -100,13 +100,13 @@ void attention_bwd_kv(T* dq, T* dk, T* dv, const T* dout, const T* att, const T*
 }
 template <class T>
 void flash_attention_fwd(T* out, T* stats, const T* q, const T* k, const T* v, long B, long Tq, long Tk, long H,
-                         long Hkv, long D) {
-  tab<T>().flash_attention_fwd(out, stats, q, k, v, B, Tq, Tk, H, Hkv, D);
+                         long Hkv, long D, long ldq, long ldkv) {
+  tab<T>().flash_attention_fwd(out, stats, q, k, v, B, Tq, Tk, H, Hkv, D, ldq, ldkv);
 }
 template <class T>
 void flash_attention_bwd(T* dq, T* dk, T* dv, const T* dout, const T* out, const T* stats, const T* q, const T* k,
-                         const T* v, long B, long Tq, long Tk, long H, long Hkv, long D) {
-  tab<T>().flash_attention_bwd(dq, dk, dv, dout, out, stats, q, k, v, B, Tq, Tk, H, Hkv, D);
+                         const T* v, long B, long Tq, long Tk, long H, long Hkv, long D, long ldq, long ldkv) {
+  tab<T>().flash_attention_bwd(dq, dk, dv, dout, out, stats, q, k, v, B, Tq, Tk, H, Hkv, D, ldq, ldkv);
 }
 template <class T>
 T cross_entropy_fwd(T* probs, const T* logits, const int32_t* targets, long N, long V) {
@@ -223,9 +223,10 @@ void moe_combine_bwd(T* dein, T* dgate, const T* dy, const T* ein, const int32_t
   template void attention_fwd_kv<T>(T*, T*, const T*, const T*, const T*, long, long, long, long, long, long); \
   template void attention_bwd_kv<T>(T*, T*, T*, const T*, const T*, const T*, const T*, const T*, long, long, \
                                     long, long, long, long);                                                  \
-  template void flash_attention_fwd<T>(T*, T*, const T*, const T*, const T*, long, long, long, long, long, long); \
+  template void flash_attention_fwd<T>(T*, T*, const T*, const T*, const T*, long, long, long, long, long, long,   \
+                                       long, long);                                                                \
   template void flash_attention_bwd<T>(T*, T*, T*, const T*, const T*, const T*, const T*, const T*, const T*, long, \
-                                       long, long, long, long, long);                                              \
+                                       long, long, long, long, long, long, long);                                  \
   template T cross_entropy_fwd<T>(T*, const T*, const int32_t*, long, long);                                  \
   template void cross_entropy_bwd<T>(T*, const T*, const int32_t*, long, long, T);                            \
   template void row_max<T>(T*, const T*, long, long);                                                         \

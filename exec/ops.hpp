@@ -122,20 +122,22 @@ void attention_bwd_kv(T* dq, T* dk, T* dv, const T* dout, const T* att, const T*
                       long Tq, long Tk, long H, long Hkv, long D);
 
 // Fused ("flash") causal attention over Tq <= Tk keys, the mask bottom-right as attention_fwd_kv's, which never
-// keeps the [Tq, Tk] probabilities: out [B, Tq, H, D] as attention_fwd_kv's; stats [B, H, Tq, 2] saves each query
+// keeps the [Tq, Tk] probabilities. q (and dq) hold one row of H*D per token with row stride ldq >= H*D; k, v (and
+// dk, dv) rows of Hkv*D with stride ldkv >= Hkv*D, so the model passes its fused QKV output [N, Q] in place (ldq =
+// ldkv = Q) instead of copies; out, dout: [B, Tq, H, D]. out as attention_fwd_kv's; stats [B, H, Tq, 2] saves each query
 // row's softmax statistics (max of the scaled scores, then 1 / sum of exp(score - max)), from which the backward
 // recomputes P = exp(score - max) / sum. With bf16 GEMM operands (exec/backend.hpp) the same operands are rounded
 // as in attention_fwd_kv (q, k; the normalised P and v), so the two ops compute the same function (to rounding).
 template <class T>
 void flash_attention_fwd(T* out, T* stats, const T* q, const T* k, const T* v, long B, long Tq, long Tk, long H,
-                         long Hkv, long D);
+                         long Hkv, long D, long ldq, long ldkv);
 // dq [B, Tq, H, D], dk and dv [B, Tk, Hkv, D] += gradients, with out and stats from flash_attention_fwd and
 // FlashAttention-2's row term rowsum(dout ⊙ out) in place of rowsum(P ⊙ dP) (equal in exact arithmetic):
 // dS = P ⊙ (dP − rowsum(dout ⊙ out)), computed in the working precision (bf16 rounds dout, v for dP; P, dout for
 // dV; dS, k for dQ; dS, q for dK, as attention_bwd_kv). dout may not alias out.
 template <class T>
 void flash_attention_bwd(T* dq, T* dk, T* dv, const T* dout, const T* out, const T* stats, const T* q, const T* k,
-                         const T* v, long B, long Tq, long Tk, long H, long Hkv, long D);
+                         const T* v, long B, long Tq, long Tk, long H, long Hkv, long D, long ldq, long ldkv);
 
 // Softmax cross-entropy over the last dim, one target per row. logits [N, V]; probs [N, V] saved; returns the
 // SUM of -log p[target] over rows (callers divide by the token count). probs may be logits (in place).

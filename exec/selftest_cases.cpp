@@ -212,7 +212,7 @@ void flash_cases(std::vector<Spec>& cs, bool quick) {
       Spec fwd{"flash_attention_fwd", shape, "", {rnd(nq, s++), rnd(nk, s++), rnd(nk, s++), Vec(size_t(nq)),
                                                   Vec(size_t(ns))}, {}, {3, 4}, double(std::max(Tk, D))};
       add(cs, bf16 ? bf16_operands(fwd, 5e-3) : fwd, TP_SELFTEST_BODY {
-        t.flash_attention_fwd(p[3], p[4], p[0], p[1], p[2], B, Tq, Tk, H, Hkv, D);
+        t.flash_attention_fwd(p[3], p[4], p[0], p[1], p[2], B, Tq, Tk, H, Hkv, D, H * D, Hkv * D);
         return 0;
       });
       Spec bwd{"flash_attention_bwd", shape, "accumulate",
@@ -220,8 +220,23 @@ void flash_cases(std::vector<Spec>& cs, bool quick) {
                 rnd(nk, s++), rnd(nk, s++)},
                {}, {5, 7, 8}, double(std::max(Tk, D) * H / Hkv)};
       add(cs, bf16 ? bf16_operands(bwd, 5e-3) : bwd, TP_SELFTEST_BODY {  // (tolerance: attention_bwd's bf16 note)
-        t.flash_attention_fwd(p[3], p[4], p[0], p[1], p[2], B, Tq, Tk, H, Hkv, D);
-        t.flash_attention_bwd(p[5], p[7], p[8], p[6], p[3], p[4], p[0], p[1], p[2], B, Tq, Tk, H, Hkv, D);
+        t.flash_attention_fwd(p[3], p[4], p[0], p[1], p[2], B, Tq, Tk, H, Hkv, D, H * D, Hkv * D);
+        t.flash_attention_bwd(p[5], p[7], p[8], p[6], p[3], p[4], p[0], p[1], p[2], B, Tq, Tk, H, Hkv, D, H * D, Hkv * D);
+        return 0;
+      });
+      if (Tq != Tk) continue;
+      // The model's call: q, k, v in place in the fused QKV output [B T, W], W = (H + 2 Hkv) D, and the gradients
+      // into dqkv's columns (accumulating).
+      const long W = (H + 2 * Hkv) * D, nw = B * Tq * W;
+      Spec packed{"flash_attention_fwd+bwd", shape, "packed qkv, accumulate",
+                  {rnd(nw, s++), Vec(size_t(nq)), Vec(size_t(ns)), rnd(nw, s++), rnd(nq, s++)}, {}, {1, 2, 3},
+                  double(std::max(Tk, D) * H / Hkv)};
+      add(cs, bf16 ? bf16_operands(packed, 5e-3) : packed, TP_SELFTEST_BODY {
+        auto* qkv = p[0];
+        auto* dqkv = p[3];
+        t.flash_attention_fwd(p[1], p[2], qkv, qkv + H * D, qkv + (H + Hkv) * D, B, Tq, Tk, H, Hkv, D, W, W);
+        t.flash_attention_bwd(dqkv, dqkv + H * D, dqkv + (H + Hkv) * D, p[4], p[1], p[2], qkv, qkv + H * D,
+                              qkv + (H + Hkv) * D, B, Tq, Tk, H, Hkv, D, W, W);
         return 0;
       });
     }

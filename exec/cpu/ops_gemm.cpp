@@ -271,35 +271,39 @@ void attention_bwd_kv(T* dq, T* dk, T* dv, const T* dout, const T* att, const T*
 // forward is attention_fwd_kv's and the backward differs from attention_bwd_kv only by its row term (and rounding).
 template <class T>
 void flash_attention_fwd(T* out, T* stats, const T* q, const T* k, const T* v, long B, long Tq, long Tk, long H,
-                         long Hkv, long D) {
+                         long Hkv, long D, long ldq, long ldkv) {
   exec::prof::Scope prof_scope(exec::prof::Cls::attention);
   thread_local std::vector<T> P;
   P.resize(static_cast<size_t>(Tq * Tk));
+  const Eigen::OuterStride<> qs(ldq), ks(ldkv), os(H * D);
   for (long b = 0; b < B; ++b)
     for (long h = 0; h < H; ++h) {
-      const HeadAt a(b, h, Tq, Tk, H, Hkv, D);
-      CSMat<T> Q(q + a.qo, Tq, D, a.qs), Kt(k + a.ko, Tk, D, a.ks), V(v + a.ko, Tk, D, a.ks);
-      SMat<T> O(out + a.qo, Tq, D, a.qs);
+      const long kh = h / (H / Hkv);
+      CSMat<T> Q(q + b * Tq * ldq + h * D, Tq, D, qs);
+      CSMat<T> Kt(k + b * Tk * ldkv + kh * D, Tk, D, ks), V(v + b * Tk * ldkv + kh * D, Tk, D, ks);
+      SMat<T> O(out + (b * Tq * H + h) * D, Tq, D, os);
       head_attention(P.data(), stats + (b * H + h) * Tq * 2, &O, Q, Kt, V, Tq, Tk, D);
     }
 }
 template <class T>
 void flash_attention_bwd(T* dq, T* dk, T* dv, const T* dout, const T* out, const T*, const T* q, const T* k,
-                         const T* v, long B, long Tq, long Tk, long H, long Hkv, long D) {
+                         const T* v, long B, long Tq, long Tk, long H, long Hkv, long D, long ldq, long ldkv) {
   exec::prof::Scope prof_scope(exec::prof::Cls::attention);
   thread_local std::vector<T> P, dS, delta;
   P.resize(static_cast<size_t>(Tq * Tk)), dS.resize(P.size()), delta.resize(static_cast<size_t>(Tq));
+  const Eigen::OuterStride<> qs(ldq), ks(ldkv), os(H * D);
   for (long b = 0; b < B; ++b)
     for (long h = 0; h < H; ++h) {
-      const HeadAt a(b, h, Tq, Tk, H, Hkv, D);
-      CSMat<T> Q(q + a.qo, Tq, D, a.qs), dO(dout + a.qo, Tq, D, a.qs);
-      CSMat<T> Kt(k + a.ko, Tk, D, a.ks), V(v + a.ko, Tk, D, a.ks);
-      SMat<T> dQ(dq + a.qo, Tq, D, a.qs), dK(dk + a.ko, Tk, D, a.ks), dV(dv + a.ko, Tk, D, a.ks);
+      const long kh = h / (H / Hkv), qo = b * Tq * ldq + h * D, ko = b * Tk * ldkv + kh * D, oo = (b * Tq * H + h) * D;
+      CSMat<T> Q(q + qo, Tq, D, qs), dO(dout + oo, Tq, D, os);
+      CSMat<T> Kt(k + ko, Tk, D, ks), V(v + ko, Tk, D, ks);
+      SMat<T> dQ(dq + qo, Tq, D, qs), dK(dk + ko, Tk, D, ks), dV(dv + ko, Tk, D, ks);
       head_attention(P.data(), (T*)nullptr, (SMat<T>*)nullptr, Q, Kt, V, Tq, Tk, D);
-      for (long t = 0; t < Tq; ++t) delta[t] = row_dot(dout + a.qo + t * H * D, out + a.qo + t * H * D, D);
+      for (long t = 0; t < Tq; ++t) delta[t] = row_dot(dout + oo + t * H * D, out + oo + t * H * D, D);
       head_attention_bwd(dQ, dK, dV, P.data(), delta.data(), dS.data(), dO, Q, Kt, V, Tq, Tk, D);
     }
 }
+
 template <class T>
 void attention_bwd(T* dq, T* dk, T* dv, const T* dout, const T* att, const T* q, const T* k, const T* v, long B,
                    long Tn, long H, long Hkv, long D) {
@@ -314,9 +318,10 @@ void attention_bwd(T* dq, T* dk, T* dv, const T* dout, const T* att, const T* q,
   template void attention_fwd_kv<T>(T*, T*, const T*, const T*, const T*, long, long, long, long, long, long); \
   template void attention_bwd_kv<T>(T*, T*, T*, const T*, const T*, const T*, const T*, const T*, long, long,  \
                                     long, long, long, long);                                                  \
-  template void flash_attention_fwd<T>(T*, T*, const T*, const T*, const T*, long, long, long, long, long, long); \
+  template void flash_attention_fwd<T>(T*, T*, const T*, const T*, const T*, long, long, long, long, long, long, \
+                                       long, long);                                                              \
   template void flash_attention_bwd<T>(T*, T*, T*, const T*, const T*, const T*, const T*, const T*, const T*, long, \
-                                       long, long, long, long, long);
+                                       long, long, long, long, long, long, long);
 TP_OPS_GEMM_INSTANTIATE(float)
 TP_OPS_GEMM_INSTANTIATE(double)
 #undef TP_OPS_GEMM_INSTANTIATE

@@ -340,32 +340,37 @@ void flash_head_dim(const char* op, long D) {
                              std::to_string(k::kFlashMaxHeadDim));
 }
 
+// Elements spanned by `rows` rows of `width` at row stride ld.
+long strided(long rows, long ld, long width) { return rows > 0 ? (rows - 1) * ld + width : 0; }
+
 template <class T>
 void flash_attention_fwd(T* out, T* stats, const T* q, const T* k, const T* v, long B, long Tq, long Tk, long H,
-                         long Hkv, long D) {
+                         long Hkv, long D, long ldq, long ldkv) {
   const char* op = "flash_attention_fwd";
-  need(op, "q", q, sz<T>(B * Tq * H * D));
-  need(op, "k", k, sz<T>(B * Tk * Hkv * D));
-  need(op, "v", v, sz<T>(B * Tk * Hkv * D));
+  need(op, "q", q, sz<T>(strided(B * Tq, ldq, H * D)));
+  need(op, "k", k, sz<T>(strided(B * Tk, ldkv, Hkv * D)));
+  need(op, "v", v, sz<T>(strided(B * Tk, ldkv, Hkv * D)));
   need(op, "stats", stats, sz<T>(B * H * Tq * 2));
   need(op, "out", out, sz<T>(B * Tq * H * D));
   flash_head_dim(op, D);
   if (B * Tq * H * D <= 0) return;
-  k::flash_attention_fwd(launcher(), out, stats, q, k, v, B, Tq, Tk, H, Hkv, D, ops::cpu::bf16_gemm());
+  k::flash_attention_fwd(launcher(), out, stats, q, k, v, B, Tq, Tk, H, Hkv, D, ldq, ldkv, ops::cpu::bf16_gemm());
 }
 
 template <class T>
 void flash_attention_bwd(T* dq, T* dk, T* dv, const T* dout, const T* out, const T* stats, const T* q, const T* k,
-                         const T* v, long B, long Tq, long Tk, long H, long Hkv, long D) {
+                         const T* v, long B, long Tq, long Tk, long H, long Hkv, long D, long ldq, long ldkv) {
   const char* op = "flash_attention_bwd";
-  for (auto [name, p] : {std::pair<const char*, const T*>{"q", q}, {"dq", dq}, {"dout", dout}, {"out", out}})
+  for (auto [name, p] : {std::pair<const char*, const T*>{"q", q}, {"dq", dq}})
+    need(op, name, p, sz<T>(strided(B * Tq, ldq, H * D)));
+  for (auto [name, p] : {std::pair<const char*, const T*>{"dout", dout}, {"out", out}})
     need(op, name, p, sz<T>(B * Tq * H * D));
   for (auto [name, p] : {std::pair<const char*, const T*>{"k", k}, {"v", v}, {"dk", dk}, {"dv", dv}})
-    need(op, name, p, sz<T>(B * Tk * Hkv * D));
+    need(op, name, p, sz<T>(strided(B * Tk, ldkv, Hkv * D)));
   need(op, "stats", stats, sz<T>(B * H * Tq * 2));
   flash_head_dim(op, D);
   if (B * Tq * H * D <= 0) return;
-  k::flash_attention_bwd(launcher(), dq, dk, dv, dout, out, stats, q, k, v, B, Tq, Tk, H, Hkv, D,
+  k::flash_attention_bwd(launcher(), dq, dk, dv, dout, out, stats, q, k, v, B, Tq, Tk, H, Hkv, D, ldq, ldkv,
                          ops::cpu::bf16_gemm());
 }
 

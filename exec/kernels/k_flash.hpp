@@ -38,6 +38,7 @@ TP_HD TP_INLINE int flash_lanes(long D) {
 
 struct FlashGeom {
   long B = 0, Tq = 0, Tk = 0, H = 0, Hkv = 0, D = 0;
+  long ldq = 0, ldkv = 0;  // row strides of q / dq and of k, v, dk, dv (exec/ops.hpp)
   int R = 1;   // lanes per row
   long kc = 1; // rows per shared-memory tile
   TP_HD long rs() const { return long(kFlashSlice + 1) * R; }  // a tile row's stride in shared words
@@ -48,9 +49,9 @@ struct FlashGeom {
 
 // The geometry for accumulation words of `acc_bytes`: the largest tile (a power of two, at most 64 rows) whose two
 // row tiles and three per-row words fit in 40 KiB of shared memory.
-inline FlashGeom flash_geom(long B, long Tq, long Tk, long H, long Hkv, long D, unsigned acc_bytes) {
+inline FlashGeom flash_geom(long B, long Tq, long Tk, long H, long Hkv, long D, long ldq, long ldkv, unsigned acc_bytes) {
   FlashGeom g;
-  g.B = B, g.Tq = Tq, g.Tk = Tk, g.H = H, g.Hkv = Hkv, g.D = D, g.R = flash_lanes(D);
+  g.B = B, g.Tq = Tq, g.Tk = Tk, g.H = H, g.Hkv = Hkv, g.D = D, g.ldq = ldq, g.ldkv = ldkv, g.R = flash_lanes(D);
   g.kc = 64;
   while (g.kc > 1 && (2 * g.kc * g.rs() + 3 * g.kc) * long(acc_bytes) > 40 * 1024) g.kc /= 2;
   return g;
@@ -121,15 +122,15 @@ struct FlashFwd {
       const long r0 = (item % tiles) * rows, i = r0 + lr, ic = i < g.Tq ? i : g.Tq - 1, lim = ic + g.off();
       const bool live = i < g.Tq;
       const long last = k_min(g.Tq, r0 + rows) + g.off();  // the block's rows see keys [0, last)
-      const T* kb = k + (b * g.Tk * g.Hkv + kh) * g.D;
-      const T* vb = v + (b * g.Tk * g.Hkv + kh) * g.D;
+      const T* kb = k + b * g.Tk * g.ldkv + kh * g.D;
+      const T* vb = v + b * g.Tk * g.ldkv + kh * g.D;
       A qv[kFlashSlice];
-      flash_slice(qv, q + ((b * g.Tq + ic) * g.H + h) * g.D, g.D, s, bf16);
+      flash_slice(qv, q + (b * g.Tq + ic) * g.ldq + h * g.D, g.D, s, bf16);
       A m = k_neg_inf<A>(), l = 0;
       for (long j0 = 0; j0 < last; j0 += g.kc) {  // pass 1: max and sum of exp, online
         const long n = k_min(g.kc, last - j0);
         c.sync();
-        flash_tile(c, g, Ks, kb, g.Hkv * g.D, j0, n, bf16);
+        flash_tile(c, g, Ks, kb, g.ldkv, j0, n, bf16);
         c.sync();
         for (long jj = 0; jj < n; ++jj) {
           const A x = flash_group_sum(c, flash_dot(qv, Ks + flash_at(g, jj, long(s) * kFlashSlice)), R) * scale;
@@ -145,8 +146,8 @@ struct FlashFwd {
       for (long j0 = 0; j0 < last; j0 += g.kc) {  // pass 2: out = P v with the final P
         const long n = k_min(g.kc, last - j0);
         c.sync();
-        flash_tile(c, g, Ks, kb, g.Hkv * g.D, j0, n, bf16);
-        flash_tile(c, g, Vs, vb, g.Hkv * g.D, j0, n, bf16);
+        flash_tile(c, g, Ks, kb, g.ldkv, j0, n, bf16);
+        flash_tile(c, g, Vs, vb, g.ldkv, j0, n, bf16);
         c.sync();
         for (long jj = 0; jj < n; ++jj) {
           const A x = flash_group_sum(c, flash_dot(qv, Ks + flash_at(g, jj, long(s) * kFlashSlice)), R) * scale;
@@ -194,13 +195,13 @@ struct FlashBwdDq {
       const long bh = item / tiles, b = bh / g.H, h = bh % g.H, kh = h / g.G();
       const long r0 = (item % tiles) * rows, i = r0 + lr, ic = i < g.Tq ? i : g.Tq - 1, lim = ic + g.off();
       const long last = k_min(g.Tq, r0 + rows) + g.off();
-      const long qo = ((b * g.Tq + ic) * g.H + h) * g.D;
-      const T* kb = k + (b * g.Tk * g.Hkv + kh) * g.D;
-      const T* vb = v + (b * g.Tk * g.Hkv + kh) * g.D;
+      const long qo = (b * g.Tq + ic) * g.ldq + h * g.D, oo = ((b * g.Tq + ic) * g.H + h) * g.D;
+      const T* kb = k + b * g.Tk * g.ldkv + kh * g.D;
+      const T* vb = v + b * g.Tk * g.ldkv + kh * g.D;
       A qv[kFlashSlice], dov[kFlashSlice], acc[kFlashSlice];
       flash_slice(qv, q + qo, g.D, s, bf16);
-      flash_slice(acc, out + qo, g.D, s, false);  // (out, for the row term only)
-      flash_slice(dov, dout + qo, g.D, s, false);
+      flash_slice(acc, out + oo, g.D, s, false);  // (out, for the row term only)
+      flash_slice(dov, dout + oo, g.D, s, false);
       const A delta = flash_group_sum(c, flash_dot(dov, acc), R);
       TP_UNROLL for (int d = 0; d < kFlashSlice; ++d) {
         if (bf16) dov[d] = bf16_round(dov[d]);
@@ -210,8 +211,8 @@ struct FlashBwdDq {
       for (long j0 = 0; j0 < last; j0 += g.kc) {
         const long n = k_min(g.kc, last - j0);
         c.sync();
-        flash_tile(c, g, Ks, kb, g.Hkv * g.D, j0, n, bf16);
-        flash_tile(c, g, Vs, vb, g.Hkv * g.D, j0, n, bf16);
+        flash_tile(c, g, Ks, kb, g.ldkv, j0, n, bf16);
+        flash_tile(c, g, Vs, vb, g.ldkv, j0, n, bf16);
         c.sync();
         for (long jj = 0; jj < n; ++jj) {
           const A* kr = Ks + flash_at(g, jj, long(s) * kFlashSlice);
@@ -264,7 +265,7 @@ struct FlashBwdDkv {
     TP_ROW_LOOP(c, item, g.B * g.Hkv * tiles) {
       const long bk = item / tiles, b = bk / g.Hkv, kh = bk % g.Hkv;
       const long j0 = (item % tiles) * rows, j = j0 + lr, jc = j < g.Tk ? j : g.Tk - 1;
-      const long ko = ((b * g.Tk + jc) * g.Hkv + kh) * g.D;
+      const long ko = (b * g.Tk + jc) * g.ldkv + kh * g.D;
       A kv[kFlashSlice], vv[kFlashSlice], dka[kFlashSlice], dva[kFlashSlice];
       flash_slice(kv, k + ko, g.D, s, bf16);
       flash_slice(vv, v + ko, g.D, s, bf16);
@@ -272,12 +273,12 @@ struct FlashBwdDkv {
       const long first = k_max(0L, j0 - g.off());  // the first query that sees a key of the block
       for (long gi = 0; gi < g.G(); ++gi) {
         const long h = kh * g.G() + gi, bh = b * g.H + h;
-        const T* qb = q + (b * g.Tq * g.H + h) * g.D;
+        const T* qb = q + b * g.Tq * g.ldq + h * g.D;
         const T* ob = dout + (b * g.Tq * g.H + h) * g.D;
         for (long i0 = first; i0 < g.Tq; i0 += g.kc) {
           const long n = k_min(g.kc, g.Tq - i0);
           c.sync();
-          flash_tile(c, g, Qs, qb, g.H * g.D, i0, n, bf16);
+          flash_tile(c, g, Qs, qb, g.ldq, i0, n, bf16);
           flash_tile(c, g, Os, ob, g.H * g.D, i0, n, bf16);
           for (long t = long(c.tid()); t < n; t += long(c.bdim())) {
             const long qo = ((b * g.Tq + i0 + t) * g.H + h) * g.D;
@@ -318,17 +319,17 @@ struct FlashBwdDkv {
 
 template <class L, class T>
 void flash_attention_fwd(const L& launch, T* out, T* stats, const T* q, const T* k, const T* v, long B, long Tq,
-                         long Tk, long H, long Hkv, long D, bool bf16) {
+                         long Tk, long H, long Hkv, long D, long ldq, long ldkv, bool bf16) {
   if constexpr (std::is_same_v<T, float>) {
     if (bf16 && flash_mma_fits(D)) {
-      const MmaGeom mg{B, Tq, Tk, H, Hkv, D};
+      const MmaGeom mg{B, Tq, Tk, H, Hkv, D, ldq, ldkv};
       launch(FlashFwdMma<T>{out, stats, q, k, v, mg}, Dim{blocks_for(B * H * ((Tq + kMmaRows - 1) / kMmaRows), 1,
                                                                      launch.max_grid),
                                                           kMmaBlock, mma_smem<FlashFwdMma<T>>(mg)});
       return;
     }
   }
-  const FlashGeom g = flash_geom(B, Tq, Tk, H, Hkv, D, sizeof(acc_t<T>));
+  const FlashGeom g = flash_geom(B, Tq, Tk, H, Hkv, D, ldq, ldkv, sizeof(acc_t<T>));
   const long items = B * H * ((Tq + g.rows() - 1) / g.rows());
   launch(FlashFwd<T>{out, stats, q, k, v, g, bf16},
          Dim{blocks_for(items, 1, launch.max_grid), kFlashBlock, flash_smem(g, sizeof(acc_t<T>))});
@@ -336,10 +337,10 @@ void flash_attention_fwd(const L& launch, T* out, T* stats, const T* q, const T*
 template <class L, class T>
 void flash_attention_bwd(const L& launch, T* dq, T* dk, T* dv, const T* dout, const T* out, const T* stats,
                          const T* q, const T* k, const T* v, long B, long Tq, long Tk, long H, long Hkv, long D,
-                         bool bf16) {
+                         long ldq, long ldkv, bool bf16) {
   if constexpr (std::is_same_v<T, float>) {
     if (bf16 && flash_mma_fits(D)) {
-      const MmaGeom mg{B, Tq, Tk, H, Hkv, D};
+      const MmaGeom mg{B, Tq, Tk, H, Hkv, D, ldq, ldkv};
       const long qi = B * H * ((Tq + kMmaRows - 1) / kMmaRows), ki = B * Hkv * ((Tk + kMmaRows - 1) / kMmaRows);
       launch(FlashBwdDqMma<T>{dq, dout, out, stats, q, k, v, mg},
              Dim{blocks_for(qi, 1, launch.max_grid), kMmaBlock, mma_smem<FlashBwdDqMma<T>>(mg)});
@@ -348,7 +349,7 @@ void flash_attention_bwd(const L& launch, T* dq, T* dk, T* dv, const T* dout, co
       return;
     }
   }
-  const FlashGeom g = flash_geom(B, Tq, Tk, H, Hkv, D, sizeof(acc_t<T>));
+  const FlashGeom g = flash_geom(B, Tq, Tk, H, Hkv, D, ldq, ldkv, sizeof(acc_t<T>));
   const unsigned smem = flash_smem(g, sizeof(acc_t<T>));
   const long qitems = B * H * ((Tq + g.rows() - 1) / g.rows()), kitems = B * Hkv * ((Tk + g.rows() - 1) / g.rows());
   launch(FlashBwdDq<T>{dq, dout, out, stats, q, k, v, g, bf16},

@@ -29,6 +29,7 @@ TP_HD TP_INLINE bool flash_mma_fits(long D) { return D % 16 == 0 && D >= 16 && D
 
 struct MmaGeom {
   long B = 0, Tq = 0, Tk = 0, H = 0, Hkv = 0, D = 0;
+  long ldq = 0, ldkv = 0;  // row strides of q / dq and of k, v, dk, dv (exec/ops.hpp)
   TP_HD long ldk() const { return D + 8; }              // bf16 row tiles
   TP_HD long off() const { return Tk - Tq; }
   TP_HD long G() const { return H / Hkv; }
@@ -113,11 +114,11 @@ struct FlashFwdMma {
       const long r0 = (item % tiles) * kMmaRows, i = r0 + warp * 16 + row, lim = i + g.off();
       const bool live = i < g.Tq;
       const long last = k_min(g.Tq, r0 + kMmaRows) + g.off();
-      const T* kb = k + (b * g.Tk * g.Hkv + kh) * g.D;
-      const T* vb = v + (b * g.Tk * g.Hkv + kh) * g.D;
+      const T* kb = k + b * g.Tk * g.ldkv + kh * g.D;
+      const T* vb = v + b * g.Tk * g.ldkv + kh * g.D;
       typename Ctx::FragA qa[kMmaMaxFrags];
       c.sync();  // (the previous item's reads of Ks are done)
-      mma_stage(c, sm.Ks, ldk, q + (b * g.Tq * g.H + h) * g.D, g.H * g.D, r0, k_min(kMmaRows, g.Tq - r0), kMmaRows, g.D);
+      mma_stage(c, sm.Ks, ldk, q + b * g.Tq * g.ldq + h * g.D, g.ldq, r0, k_min(kMmaRows, g.Tq - r0), kMmaRows, g.D);
       c.sync();
       TP_UNROLL for (int kd = 0; kd < kMmaMaxFrags; ++kd) if (kd < nd) c.load_a(qa[kd], sm.Ks + warp * 16 * ldk + kd * 16, unsigned(ldk));
       float m = k_neg_inf<float>(), l = 0, M = 0, inv = 0;
@@ -127,8 +128,8 @@ struct FlashFwdMma {
         for (long j0 = 0; j0 < last; j0 += kMmaKeys) {
           const long n = k_min(kMmaKeys, last - j0);
           c.sync();
-          mma_stage(c, sm.Ks, ldk, kb, g.Hkv * g.D, j0, n, kMmaKeys, g.D);
-          if (pass == 1) mma_stage(c, sm.Vs, ldk, vb, g.Hkv * g.D, j0, n, kMmaKeys, g.D);
+          mma_stage(c, sm.Ks, ldk, kb, g.ldkv, j0, n, kMmaKeys, g.D);
+          if (pass == 1) mma_stage(c, sm.Vs, ldk, vb, g.ldkv, j0, n, kMmaKeys, g.D);
           c.sync();
           for (int sb = 0; sb < int(kMmaKeys / 16); ++sb) {
             typename Ctx::FragC acc;
@@ -223,13 +224,13 @@ struct FlashBwdDqMma {
       const long r0 = (item % tiles) * kMmaRows, i = r0 + warp * 16 + row, lim = i + g.off();
       const bool live = i < g.Tq;
       const long last = k_min(g.Tq, r0 + kMmaRows) + g.off(), nrows = k_min(kMmaRows, g.Tq - r0);
-      const long qbase = (b * g.Tq * g.H + h) * g.D;
-      const T* kb = k + (b * g.Tk * g.Hkv + kh) * g.D;
-      const T* vb = v + (b * g.Tk * g.Hkv + kh) * g.D;
+      const long qbase = b * g.Tq * g.ldq + h * g.D, obase = (b * g.Tq * g.H + h) * g.D;
+      const T* kb = k + b * g.Tk * g.ldkv + kh * g.D;
+      const T* vb = v + b * g.Tk * g.ldkv + kh * g.D;
       typename Ctx::FragA qa[kMmaMaxFrags], oa[kMmaMaxFrags];
       c.sync();
-      mma_stage(c, sm.Ks, ldk, q + qbase, g.H * g.D, r0, nrows, kMmaRows, g.D);
-      mma_stage(c, sm.Vs, ldk, dout + qbase, g.H * g.D, r0, nrows, kMmaRows, g.D);
+      mma_stage(c, sm.Ks, ldk, q + qbase, g.ldq, r0, nrows, kMmaRows, g.D);
+      mma_stage(c, sm.Vs, ldk, dout + obase, g.H * g.D, r0, nrows, kMmaRows, g.D);
       c.sync();
       TP_UNROLL for (int kd = 0; kd < kMmaMaxFrags; ++kd) if (kd < nd) {
         c.load_a(qa[kd], sm.Ks + warp * 16 * ldk + kd * 16, unsigned(ldk));
@@ -239,7 +240,7 @@ struct FlashBwdDqMma {
       float part = 0;
       if (live)
         for (long d = half * (g.D / 2); d < (half + 1) * (g.D / 2); ++d)
-          part += float(ld(dout[qbase + i * g.H * g.D + d])) * float(ld(out[qbase + i * g.H * g.D + d]));
+          part += float(ld(dout[obase + i * g.H * g.D + d])) * float(ld(out[obase + i * g.H * g.D + d]));
       const float delta = part + c.shfl_xor(part, 1);
       const float M = live ? float(ld(stats[(bh * g.Tq + i) * 2])) : 0.f;
       const float inv = live ? float(ld(stats[(bh * g.Tq + i) * 2 + 1])) : 0.f;
@@ -248,8 +249,8 @@ struct FlashBwdDqMma {
       for (long j0 = 0; j0 < last; j0 += kMmaKeys) {
         const long n = k_min(kMmaKeys, last - j0);
         c.sync();
-        mma_stage(c, sm.Ks, ldk, kb, g.Hkv * g.D, j0, n, kMmaKeys, g.D);
-        mma_stage(c, sm.Vs, ldk, vb, g.Hkv * g.D, j0, n, kMmaKeys, g.D);
+        mma_stage(c, sm.Ks, ldk, kb, g.ldkv, j0, n, kMmaKeys, g.D);
+        mma_stage(c, sm.Vs, ldk, vb, g.ldkv, j0, n, kMmaKeys, g.D);
         c.sync();
         for (int sb = 0; sb < int(kMmaKeys / 16); ++sb) {
           typename Ctx::FragC s, dp;
@@ -282,10 +283,10 @@ struct FlashBwdDqMma {
           }
         }
       }
-      T* qrow = dq + qbase + (r0 + warp * 16) * g.H * g.D;
+      T* qrow = dq + qbase + (r0 + warp * 16) * g.ldq;
       const long wrows = g.Tq - (r0 + warp * 16);
       TP_UNROLL for (int dd = 0; dd < kMmaMaxFrags; ++dd) if (dd < nd)
-        mma_emit<true>(c, Sw, MmaGeom::lds, acc[dd], qrow + dd * 16, g.H * g.D, wrows, scale);
+        mma_emit<true>(c, Sw, MmaGeom::lds, acc[dd], qrow + dd * 16, g.ldq, wrows, scale);
     }
   }
 };
@@ -337,11 +338,11 @@ struct FlashBwdDkvMma {
     TP_ROW_LOOP(c, item, g.B * g.Hkv * tiles) {
       const long bk = item / tiles, b = bk / g.Hkv, kh = bk % g.Hkv;
       const long j0 = (item % tiles) * kMmaRows, j = j0 + warp * 16 + row;
-      const long kbase = (b * g.Tk * g.Hkv + kh) * g.D, nkeys = k_min(kMmaRows, g.Tk - j0);
+      const long kbase = b * g.Tk * g.ldkv + kh * g.D, nkeys = k_min(kMmaRows, g.Tk - j0);
       typename Ctx::FragA ka[kMmaMaxFrags], va[kMmaMaxFrags];
       c.sync();
-      mma_stage(c, sm.Qs, ldk, k + kbase, g.Hkv * g.D, j0, nkeys, kMmaRows, g.D);
-      mma_stage(c, sm.Os, ldk, v + kbase, g.Hkv * g.D, j0, nkeys, kMmaRows, g.D);
+      mma_stage(c, sm.Qs, ldk, k + kbase, g.ldkv, j0, nkeys, kMmaRows, g.D);
+      mma_stage(c, sm.Os, ldk, v + kbase, g.ldkv, j0, nkeys, kMmaRows, g.D);
       c.sync();
       TP_UNROLL for (int kd = 0; kd < kMmaMaxFrags; ++kd) if (kd < nd) {
         c.load_a(ka[kd], sm.Qs + warp * 16 * ldk + kd * 16, unsigned(ldk));
@@ -351,16 +352,17 @@ struct FlashBwdDkvMma {
       TP_UNROLL for (int dd = 0; dd < kMmaMaxFrags; ++dd) c.fill(dka[dd], 0.f), c.fill(dva[dd], 0.f);
       const long first = k_max(0L, j0 - g.off());  // the first query that sees a key of the item
       for (long gi = 0; gi < g.G(); ++gi) {
-        const long h = kh * g.G() + gi, bh = b * g.H + h, qbase = (b * g.Tq * g.H + h) * g.D;
+        const long h = kh * g.G() + gi, bh = b * g.H + h, qbase = b * g.Tq * g.ldq + h * g.D;
+        const long obase = (b * g.Tq * g.H + h) * g.D;
         for (long i0 = first; i0 < g.Tq; i0 += kMmaRows) {
           const long n = k_min(kMmaRows, g.Tq - i0);
           c.sync();
-          mma_stage(c, sm.Qs, ldk, q + qbase, g.H * g.D, i0, n, kMmaRows, g.D);
-          mma_stage(c, sm.Os, ldk, dout + qbase, g.H * g.D, i0, n, kMmaRows, g.D);
+          mma_stage(c, sm.Qs, ldk, q + qbase, g.ldq, i0, n, kMmaRows, g.D);
+          mma_stage(c, sm.Os, ldk, dout + obase, g.H * g.D, i0, n, kMmaRows, g.D);
           for (long t = long(c.tid()); t < kMmaRows; t += long(c.bdim())) {
             float dl = 0, mx = 0, iv = 0;
             if (t < n) {
-              const long qo = qbase + (i0 + t) * g.H * g.D;
+              const long qo = obase + (i0 + t) * g.H * g.D;
               for (long d = 0; d < g.D; ++d) dl += float(ld(dout[qo + d])) * float(ld(out[qo + d]));
               mx = float(ld(stats[(bh * g.Tq + i0 + t) * 2])), iv = float(ld(stats[(bh * g.Tq + i0 + t) * 2 + 1]));
             }
@@ -403,10 +405,10 @@ struct FlashBwdDkvMma {
           }
         }
       }
-      const long wrows = g.Tk - (j0 + warp * 16), at = kbase + (j0 + warp * 16) * g.Hkv * g.D;
+      const long wrows = g.Tk - (j0 + warp * 16), at = kbase + (j0 + warp * 16) * g.ldkv;
       TP_UNROLL for (int dd = 0; dd < kMmaMaxFrags; ++dd) if (dd < nd) {
-        mma_emit<true>(c, St, MmaGeom::ldt, dka[dd], dk + at + dd * 16, g.Hkv * g.D, wrows, scale);
-        mma_emit<true>(c, St, MmaGeom::ldt, dva[dd], dv + at + dd * 16, g.Hkv * g.D, wrows, 1.f);
+        mma_emit<true>(c, St, MmaGeom::ldt, dka[dd], dk + at + dd * 16, g.ldkv, wrows, scale);
+        mma_emit<true>(c, St, MmaGeom::ldt, dva[dd], dv + at + dd * 16, g.ldkv, wrows, 1.f);
       }
     }
   }

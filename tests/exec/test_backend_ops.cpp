@@ -262,11 +262,11 @@ std::vector<Case> elementwise_cases() {
       Vec dq = rnd(nq, 55), dk = rnd(nk, 56), dv = rnd(nk, 57);
       float *outd = d.up(out), *std_ = d.up(st), *qd = d.up(q), *kd = d.up(k), *vd = d.up(v);
       float *dqd = d.up(dq), *dkd = d.up(dk), *dvd = d.up(dv);
-      be.f32.flash_attention_fwd(outd, std_, qd, kd, vd, B, Tq, Tk, H, Hkv, D);
-      be.f32.flash_attention_bwd(dqd, dkd, dvd, d.up(dout), outd, std_, qd, kd, vd, B, Tq, Tk, H, Hkv, D);
-      ref().flash_attention_fwd(out.data(), st.data(), q.data(), k.data(), v.data(), B, Tq, Tk, H, Hkv, D);
+      be.f32.flash_attention_fwd(outd, std_, qd, kd, vd, B, Tq, Tk, H, Hkv, D, H * D, Hkv * D);
+      be.f32.flash_attention_bwd(dqd, dkd, dvd, d.up(dout), outd, std_, qd, kd, vd, B, Tq, Tk, H, Hkv, D, H * D, Hkv * D);
+      ref().flash_attention_fwd(out.data(), st.data(), q.data(), k.data(), v.data(), B, Tq, Tk, H, Hkv, D, H * D, Hkv * D);
       ref().flash_attention_bwd(dq.data(), dk.data(), dv.data(), dout.data(), out.data(), st.data(), q.data(), k.data(),
-                                v.data(), B, Tq, Tk, H, Hkv, D);
+                                v.data(), B, Tq, Tk, H, Hkv, D, H * D, Hkv * D);
       e = std::max({e, err(d.down(outd, nq), out), err(d.down(std_, ns), st), err(d.down(dqd, nq), dq),
                     err(d.down(dkd, nk), dk), err(d.down(dvd, nk), dv)});
     }

@@ -82,7 +82,7 @@ TEST(CpAttention, OneRankChunkedAttentionEqualsCausalAttention) {
     Vec att(B * H * T * (flash ? 2 : T)), att_cp(c.att_elems(B, H));
     if (flash) {
       EXPECT_EQ(c.att_elems(B, H), B * H * T * 2);
-      tp::ops::flash_attention_fwd(out.data(), att.data(), q.data(), k.data(), v.data(), B, T, T, H, Hkv, D);
+      tp::ops::flash_attention_fwd(out.data(), att.data(), q.data(), k.data(), v.data(), B, T, T, H, Hkv, D, H * D, Hkv * D);
     } else {
       tp::ops::attention_fwd(out.data(), att.data(), q.data(), k.data(), v.data(), B, T, H, Hkv, D);
     }
@@ -91,7 +91,7 @@ TEST(CpAttention, OneRankChunkedAttentionEqualsCausalAttention) {
     Vec dq(nq, 0.0), dk(nk, 0.0), dv(nk, 0.0), dq_cp(nq, 0.0), dk_cp(nk, 0.0), dv_cp(nk, 0.0);
     if (flash)
       tp::ops::flash_attention_bwd(dq.data(), dk.data(), dv.data(), dout.data(), out.data(), att.data(), q.data(),
-                                   k.data(), v.data(), B, T, T, H, Hkv, D);
+                                   k.data(), v.data(), B, T, T, H, Hkv, D, H * D, Hkv * D);
     else
       tp::ops::attention_bwd(dq.data(), dk.data(), dv.data(), dout.data(), att.data(), q.data(), k.data(), v.data(), B,
                              T, H, Hkv, D);

@@ -297,7 +297,7 @@ TEST(Ops, FlashAttentionIsTheUnfusedAttention) {
     Vec q = randv(nq, rng, -2, 2), k = randv(nk, rng, -2, 2), v = randv(nk, rng), dout = randv(nq, rng);
     Vec out(nq), att(B * H * Tq * Tk), fout(nq), st(B * H * Tq * 2);
     tp::ops::attention_fwd_kv(out.data(), att.data(), q.data(), k.data(), v.data(), B, Tq, Tk, H, Hkv, D);
-    tp::ops::flash_attention_fwd(fout.data(), st.data(), q.data(), k.data(), v.data(), B, Tq, Tk, H, Hkv, D);
+    tp::ops::flash_attention_fwd(fout.data(), st.data(), q.data(), k.data(), v.data(), B, Tq, Tk, H, Hkv, D, H * D, Hkv * D);
     EXPECT_LT(rel_err(fout, out), 1e-15);
     for (long bh = 0; bh < B * H; ++bh)
       for (long t = 0; t < Tq; ++t) {  // P = exp(s - max) / sum, so P's largest entry is 1 / sum
@@ -309,7 +309,7 @@ TEST(Ops, FlashAttentionIsTheUnfusedAttention) {
     tp::ops::attention_bwd_kv(dq.data(), dk.data(), dv.data(), dout.data(), att.data(), q.data(), k.data(), v.data(),
                               B, Tq, Tk, H, Hkv, D);
     tp::ops::flash_attention_bwd(fdq.data(), fdk.data(), fdv.data(), dout.data(), fout.data(), st.data(), q.data(),
-                                 k.data(), v.data(), B, Tq, Tk, H, Hkv, D);
+                                 k.data(), v.data(), B, Tq, Tk, H, Hkv, D, H * D, Hkv * D);
     EXPECT_LT(rel_err(fdq, dq), 1e-13);
     EXPECT_LT(rel_err(fdk, dk), 1e-13);
     EXPECT_LT(rel_err(fdv, dv), 1e-15);  // (dV = Pᵀ dout: no row term)

@@ -100,13 +100,13 @@ TYPED_TEST(KernelFlash, MatchesNaiveAttention) {
       Buf<T> qb(q), kb(k), vb(v), ob{Vec(nq)}, sb{Vec(r.st.size())}, dob(dout), dqb(dq0), dkb(dk0), dvb(dv0);
       const K::emu::Launcher L{128, grid};
       K::flash_attention_fwd(L, ob.data(), sb.data(), qb.data(), kb.data(), vb.data(), d.B, d.Tq, d.Tk, d.H, d.Hkv,
-                             d.D, false);
+                             d.D, d.H * d.D, d.Hkv * d.D, false);
       EXPECT_TRUE(kt::near<T>(ob.dbl(), r.out));
       EXPECT_TRUE(kt::near<T>(sb.dbl(), r.st));
       // The backward from the reference's own out (as stored), so only the kernels' backward is measured.
       Buf<T> oref(r.out);
       K::flash_attention_bwd(L, dqb.data(), dkb.data(), dvb.data(), dob.data(), oref.data(), sb.data(), qb.data(),
-                             kb.data(), vb.data(), d.B, d.Tq, d.Tk, d.H, d.Hkv, d.D, false);
+                             kb.data(), vb.data(), d.B, d.Tq, d.Tk, d.H, d.Hkv, d.D, d.H * d.D, d.Hkv * d.D, false);
       EXPECT_TRUE(kt::near<T>(dqb.dbl(), r.dq, 4));
       EXPECT_TRUE(kt::near<T>(dkb.dbl(), r.dk, 4));
       EXPECT_TRUE(kt::near<T>(dvb.dbl(), r.dv, 4));
@@ -140,7 +140,7 @@ TEST(KernelFlashBf16, TensorCoreKernelsMatchTheRoundedReference) {
       Buf<float> qb(q), kb(k), vb(v), ob{Vec(nq)}, sb{Vec(fwd.st.size())}, dob(dout), dqb(dq0), dkb(dk0), dvb(dv0);
       const K::emu::Launcher L{64, grid};
       K::flash_attention_fwd(L, ob.data(), sb.data(), qb.data(), kb.data(), vb.data(), d.B, d.Tq, d.Tk, d.H, d.Hkv,
-                             d.D, true);
+                             d.D, d.H * d.D, d.Hkv * d.D, true);
       const Vec out = ob.dbl();
       const Ref r = reference(d, q, k, v, dout, dq0, dk0, dv0, true, &out);
       auto close = [](const Vec& got, const Vec& want, double tol) {
@@ -151,11 +151,50 @@ TEST(KernelFlashBf16, TensorCoreKernelsMatchTheRoundedReference) {
       EXPECT_TRUE(close(out, r.out, 5e-3));
       EXPECT_TRUE(close(sb.dbl(), r.st, 1e-5));  // (max and 1 / sum: fp32 sums of the same rounded products)
       K::flash_attention_bwd(L, dqb.data(), dkb.data(), dvb.data(), dob.data(), ob.data(), sb.data(), qb.data(),
-                             kb.data(), vb.data(), d.B, d.Tq, d.Tk, d.H, d.Hkv, d.D, true);
+                             kb.data(), vb.data(), d.B, d.Tq, d.Tk, d.H, d.Hkv, d.D, d.H * d.D, d.Hkv * d.D, true);
       EXPECT_TRUE(close(dqb.dbl(), r.dq, 5e-3));
       EXPECT_TRUE(close(dkb.dbl(), r.dk, 5e-3));
       EXPECT_TRUE(close(dvb.dbl(), r.dv, 5e-3));
     }
+}
+
+// The model's layout: q, k, v read in place from the fused QKV output [B T, (H + 2 Hkv) D] (row strides ldq = ldkv
+// = (H + 2 Hkv) D) and dq, dk, dv written into its gradient's columns. The same values in the same order as with
+// contiguous q, k, v: bit-identical, on both kernel paths (scalar: D = 40; tensor cores: D = 64 with bf16).
+TEST(KernelFlash, PackedQkvIsTheContiguousResult) {
+  std::mt19937_64 rng(9);
+  for (auto [D, b16] : {std::pair{40L, false}, std::pair{64L, true}, std::pair{40L, true}}) {
+    SCOPED_TRACE("D " + std::to_string(D) + (b16 ? " bf16" : ""));
+    const long B = 2, T = 37, H = 4, Hkv = 2, W = (H + 2 * Hkv) * D, N = B * T;
+    const Vec qkv = kt::randv(N * W, rng), dout = kt::randv(N * H * D, rng);
+    Vec q(N * H * D), k(N * Hkv * D), v(N * Hkv * D);
+    for (long r = 0; r < N; ++r) {
+      for (long e = 0; e < H * D; ++e) q[r * H * D + e] = qkv[r * W + e];
+      for (long e = 0; e < Hkv * D; ++e) k[r * Hkv * D + e] = qkv[r * W + H * D + e], v[r * Hkv * D + e] = qkv[r * W + (H + Hkv) * D + e];
+    }
+    const K::emu::Launcher L{128, 3};
+    Buf<float> qb(q), kb(k), vb(v), o1{Vec(N * H * D)}, s1{Vec(B * H * T * 2)}, dob(dout);
+    Buf<float> dq{Vec(q.size())}, dk{Vec(k.size())}, dv{Vec(v.size())};
+    K::flash_attention_fwd(L, o1.data(), s1.data(), qb.data(), kb.data(), vb.data(), B, T, T, H, Hkv, D, H * D, Hkv * D, b16);
+    K::flash_attention_bwd(L, dq.data(), dk.data(), dv.data(), dob.data(), o1.data(), s1.data(), qb.data(), kb.data(),
+                           vb.data(), B, T, T, H, Hkv, D, H * D, Hkv * D, b16);
+    Buf<float> pk(qkv), o2{Vec(N * H * D)}, s2{Vec(B * H * T * 2)}, dpk{Vec(N * W)};
+    float* P = pk.data();
+    float* dP = dpk.data();
+    K::flash_attention_fwd(L, o2.data(), s2.data(), P, P + H * D, P + (H + Hkv) * D, B, T, T, H, Hkv, D, W, W, b16);
+    K::flash_attention_bwd(L, dP, dP + H * D, dP + (H + Hkv) * D, dob.data(), o2.data(), s2.data(), P, P + H * D,
+                           P + (H + Hkv) * D, B, T, T, H, Hkv, D, W, W, b16);
+    EXPECT_EQ(o1.dbl(), o2.dbl());
+    EXPECT_EQ(s1.dbl(), s2.dbl());
+    const Vec g = dpk.dbl(), gq = dq.dbl(), gk = dk.dbl(), gv = dv.dbl();
+    for (long r = 0; r < N; ++r) {
+      for (long e = 0; e < H * D; ++e) ASSERT_EQ(g[r * W + e], gq[r * H * D + e]) << r << " " << e;
+      for (long e = 0; e < Hkv * D; ++e) {
+        ASSERT_EQ(g[r * W + H * D + e], gk[r * Hkv * D + e]) << r << " " << e;
+        ASSERT_EQ(g[r * W + (H + Hkv) * D + e], gv[r * Hkv * D + e]) << r << " " << e;
+      }
+    }
+  }
 }
 
 // With bf16 operands the kernels round q, k, v, dout, P and dS where attention's GEMMs would: the result moves
@@ -168,9 +207,9 @@ TEST(KernelFlashBf16, OperandsRoundedMovesTheResult) {
   const Ref r = reference(d, q, k, v, Vec(nq), Vec(nq), Vec(nk), Vec(nk));
   Buf<float> qb(q), kb(k), vb(v), o32{Vec(nq)}, o16{Vec(nq)}, sb{Vec(r.st.size())};
   const K::emu::Launcher L{128, 2};
-  K::flash_attention_fwd(L, o32.data(), sb.data(), qb.data(), kb.data(), vb.data(), d.B, d.Tq, d.Tk, d.H, d.Hkv, d.D,
+  K::flash_attention_fwd(L, o32.data(), sb.data(), qb.data(), kb.data(), vb.data(), d.B, d.Tq, d.Tk, d.H, d.Hkv, d.D, d.H * d.D, d.Hkv * d.D,
                          false);
-  K::flash_attention_fwd(L, o16.data(), sb.data(), qb.data(), kb.data(), vb.data(), d.B, d.Tq, d.Tk, d.H, d.Hkv, d.D,
+  K::flash_attention_fwd(L, o16.data(), sb.data(), qb.data(), kb.data(), vb.data(), d.B, d.Tq, d.Tk, d.H, d.Hkv, d.D, d.H * d.D, d.Hkv * d.D,
                          true);
   double moved = 0, err = 0;
   const Vec a = o32.dbl(), b = o16.dbl();

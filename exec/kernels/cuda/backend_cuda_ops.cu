@@ -22,8 +22,8 @@ namespace tp::kernels {
 TP_CUDA_INSTANTIATE(extern template, float)
 extern template void copy<L, bf16, float>(const L&, bf16*, const float*, long);
 extern template void copy<L, float, bf16>(const L&, float*, const bf16*, long);
-extern template void flash_attention_fwd<L, float>(const L&, float*, float*, const float*, const float*, const float*, long, long, long, long, long, long, bool);
-extern template void flash_attention_bwd<L, float>(const L&, float*, float*, float*, const float*, const float*, const float*, const float*, const float*, const float*, long, long, long, long, long, long, bool);
+extern template void flash_attention_fwd<L, float>(const L&, float*, float*, const float*, const float*, const float*, long, long, long, long, long, long, long, long, bool);
+extern template void flash_attention_bwd<L, float>(const L&, float*, float*, float*, const float*, const float*, const float*, const float*, const float*, const float*, long, long, long, long, long, long, long, long, bool);
 }  // namespace tp::kernels
 
 namespace tp::cuda {
@@ -209,18 +209,20 @@ void flash_check(long H, long Hkv, long Tq, long Tk, long D) {
     throw std::runtime_error("head dim above the flash kernels' " + std::to_string(k::kFlashMaxHeadDim));
 }
 void flash_attention_fwd(F* out, F* stats, const F* q, const F* kk, const F* v, long B, long Tq, long Tk, long H,
-                         long Hkv, long D) {
+                         long Hkv, long D, long ldq, long ldkv) {
   TP_OP("flash_attention_fwd", ({{"B", B}, {"Tq", Tq}, {"Tk", Tk}, {"H", H}, {"Hkv", Hkv}, {"D", D}}), {
     flash_check(H, Hkv, Tq, Tk, D);
-    if (B * Tq * H * D > 0) k::flash_attention_fwd(launcher(), out, stats, q, kk, v, B, Tq, Tk, H, Hkv, D, lt_bf16());
+    if (B * Tq * H * D > 0)
+      k::flash_attention_fwd(launcher(), out, stats, q, kk, v, B, Tq, Tk, H, Hkv, D, ldq, ldkv, lt_bf16());
   });
 }
 void flash_attention_bwd(F* dq, F* dk, F* dv, const F* dout, const F* out, const F* stats, const F* q, const F* kk,
-                         const F* v, long B, long Tq, long Tk, long H, long Hkv, long D) {
+                         const F* v, long B, long Tq, long Tk, long H, long Hkv, long D, long ldq, long ldkv) {
   TP_OP("flash_attention_bwd", ({{"B", B}, {"Tq", Tq}, {"Tk", Tk}, {"H", H}, {"Hkv", Hkv}, {"D", D}}), {
     flash_check(H, Hkv, Tq, Tk, D);
     if (B * Tq * H * D > 0)
-      k::flash_attention_bwd(launcher(), dq, dk, dv, dout, out, stats, q, kk, v, B, Tq, Tk, H, Hkv, D, lt_bf16());
+      k::flash_attention_bwd(launcher(), dq, dk, dv, dout, out, stats, q, kk, v, B, Tq, Tk, H, Hkv, D, ldq, ldkv,
+                             lt_bf16());
   });
 }
 
