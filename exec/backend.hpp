@@ -69,7 +69,7 @@ struct OpTable {
   void (*embedding_shard_bwd)(T*, const T*, const int32_t*, long, long, long, long);
   void (*add_positions)(T*, const T*, long, long, long, long);
   void (*positions_bwd)(T*, const T*, long, long, long, long);
-  void (*adamw)(T*, const T*, T*, T*, long, T, T, T, T, T, long);
+  void (*adamw)(T*, const T*, T*, T*, long, T, T, T, T, T, long, T);
   double (*sum_squares)(const T*, long);
   double (*fp8_quantize)(T*, const T*, long, T, int);
   void (*attention_fwd_kv)(T*, T*, const T*, const T*, const T*, long, long, long, long, long, long);

@@ -268,7 +268,8 @@ std::vector<Opt> optimizer_sweep(const CalibrateOptions& o, Comm& w) {
       Set& st = sets[next];
       next = (next + 1) % copies;
       sink += ops::sum_squares<float>(st.g.data(), n);
-      ops::adamw<float>(st.p.data(), st.g.data(), st.m.data(), st.v.data(), n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 10);
+      ops::adamw<float>(st.p.data(), st.g.data(), st.m.data(), st.v.data(), n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 10,
+                        0.5f);
     }, min_s);
     if (sink < 0) std::fprintf(stderr, " ");  // keep the sums
     out.push_back({24.0 * (double)n, t});

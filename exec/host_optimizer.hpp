@@ -83,7 +83,7 @@ struct HostOptimizer {
     be.copy(grad.data() + off, dev_grad, bytes, CopyKind::device_to_host, Stream{});
     d2h_bytes += (double)bytes;
     cpu_backend().ops<T>().adamw(master.data() + off, grad.data() + off, m1.data() + off, m2.data() + off, (long)n, lr, b1, b2,
-                       eps, wd, t);  // the CPU's Adam (host memory whatever the backend)
+                       eps, wd, t, T(1));  // the CPU's Adam (host memory whatever the backend); g clipped
     be.copy(dev_param, master.data() + off, bytes, CopyKind::host_to_device, Stream{});
     h2d_bytes += (double)bytes;
   }

@@ -158,8 +158,8 @@ void positions_bwd(T* dwpe, const T* dx, long rows, long C, long Tn, long row0) 
   tab<T>().positions_bwd(dwpe, dx, rows, C, Tn, row0);
 }
 template <class T>
-void adamw(T* p, const T* g, T* m, T* v, long n, T lr, T b1, T b2, T eps, T wd, long t) {
-  tab<T>().adamw(p, g, m, v, n, lr, b1, b2, eps, wd, t);
+void adamw(T* p, const T* g, T* m, T* v, long n, T lr, T b1, T b2, T eps, T wd, long t, T gscale) {
+  tab<T>().adamw(p, g, m, v, n, lr, b1, b2, eps, wd, t, gscale);
 }
 template <class T>
 double sum_squares(const T* x, long n) { return tab<T>().sum_squares(x, n); }
@@ -240,7 +240,7 @@ void moe_combine_bwd(T* dein, T* dgate, const T* dy, const T* ein, const int32_t
   template void embedding_shard_bwd<T>(T*, const T*, const int32_t*, long, long, long, long);                 \
   template void add_positions<T>(T*, const T*, long, long, long, long);                                       \
   template void positions_bwd<T>(T*, const T*, long, long, long, long);                                       \
-  template void adamw<T>(T*, const T*, T*, T*, long, T, T, T, T, T, long);                                    \
+  template void adamw<T>(T*, const T*, T*, T*, long, T, T, T, T, T, long, T);                                    \
   template double sum_squares<T>(const T*, long);                                                            \
   template double fp8_quantize<T>(T*, const T*, long, T, int);                                               \
   template double moe_route<T>(T*, int32_t*, T*, const T*, long, long, long, long, int);                      \

@@ -194,10 +194,11 @@ void add_positions(T* x, const T* wpe, long rows, long C, long Tn, long row0);
 template <class T>
 void positions_bwd(T* dwpe, const T* dx, long rows, long C, long Tn, long row0);
 
-// AdamW (decoupled weight decay), one step t >= 1 with bias correction:
-// m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; p -= lr (m_hat / (sqrt(v_hat) + eps) + wd p).
+// AdamW (decoupled weight decay), one step t >= 1 with bias correction, on the gradient gscale g (the global-norm
+// clip's factor, 1 without clipping; g itself is not written): with g' = gscale g (rounded as ops::scale rounds it),
+// m = b1 m + (1-b1) g'; v = b2 v + (1-b2) g'^2; p -= lr (m_hat / (sqrt(v_hat) + eps) + wd p).
 template <class T>
-void adamw(T* p, const T* g, T* m, T* v, long n, T lr, T b1, T b2, T eps, T wd, long t);
+void adamw(T* p, const T* g, T* m, T* v, long n, T lr, T b1, T b2, T eps, T wd, long t, T gscale);
 
 // Sum of squares (for gradient-norm clipping), accumulated in double.
 template <class T>

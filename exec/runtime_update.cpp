@@ -232,7 +232,8 @@ void RankRun<T>::optimizer_step(int step, int warmup, RunResult& res) {
     BackendScope where(on_host(own_on_host(k)));
     T* M1 = moments(k, 1);  // (the host optimizer keeps its own: hopt.step below)
     T* M2 = moments(k, 2);
-    // One clip and one Adam step per run of adjacent views with the same weight decay (key 1: decayed).
+    // One Adam step per run of adjacent views with the same weight decay (key 1: decayed), the clip fused into it
+    // (ops::adamw's gscale; the host optimizer takes the clipped gradient).
     auto key = [&](size_t v, long long) -> long {
       const ParamView& pv = gl.views[v];
       if (shared > 0 && pv.layer >= shared) return -1;  // pseudo phase: slots beyond the k groups are unused
@@ -242,10 +243,14 @@ void RankRun<T>::optimizer_step(int step, int warmup, RunResult& res) {
     gl.each_run(own[k].first, own[k].second, key, [&](long long at, long long n, long decay) {
       const long long a = own[k].first + at, so = own_off[k] + at;
       T* g = G(k, a);
-      if (clip != T(1)) ops::scale(g, g, clip, (long)n);
       const T wd = T(decay ? o.weight_decay : 0);
-      if (hopt.on()) hopt.step(P(a), g, so, n, T(lr), T(o.beta1), T(o.beta2), T(o.eps), wd, (long)step + 1);
-      else ops::adamw(P(a), g, M1 + so, M2 + so, (long)n, T(lr), T(o.beta1), T(o.beta2), T(o.eps), wd, (long)step + 1);
+      if (hopt.on()) {
+        if (clip != T(1)) ops::scale(g, g, clip, (long)n);
+        hopt.step(P(a), g, so, n, T(lr), T(o.beta1), T(o.beta2), T(o.eps), wd, (long)step + 1);
+      } else {
+        ops::adamw(P(a), g, M1 + so, M2 + so, (long)n, T(lr), T(o.beta1), T(o.beta2), T(o.eps), wd, (long)step + 1,
+                   clip);
+      }
     });
   }
   if (p.zero >= 1 && p.zero <= 2 && p.data_ranks() > 1)

@@ -304,15 +304,15 @@ void embedding_bwd(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, long 
   }
 }
 
-// AdamW step t >= 1: m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+// AdamW step t >= 1 on g' = gscale g (ops::scale's product): m = b1 m + (1-b1) g'; v = b2 v + (1-b2) g'^2;
 // p -= lr (m / (1 - b1^t) / (sqrt(v / (1 - b2^t)) + eps) + wd p).
 template <class T>
-void adamw(T* p, const T* g, T* m, T* v, long n, T lr, T b1, T b2, T eps, T wd, long t) {
+void adamw(T* p, const T* g, T* m, T* v, long n, T lr, T b1, T b2, T eps, T wd, long t, T gscale) {
   exec::prof::Scope prof_scope(exec::prof::Cls::optimizer);
   const T c1 = T(1.0 / (1.0 - std::pow(double(b1), double(t))));
   const T c2 = T(1.0 / (1.0 - std::pow(double(b2), double(t))));
   for (long i = 0; i < n; ++i) {
-    const T gi = g[i];
+    const T gi = gscale * g[i];
     const T mi = b1 * m[i] + (T(1) - b1) * gi;
     const T vi = b2 * v[i] + (T(1) - b2) * gi * gi;
     m[i] = mi;
@@ -360,7 +360,7 @@ double fp8_quantize(T* y, const T* x, long n, T scale, int format) {
   template void cross_entropy_bwd<T>(T*, const T*, const int32_t*, long, long, T);                          \
   template void embedding_fwd<T>(T*, const int32_t*, const T*, const T*, long, long, long);                 \
   template void embedding_bwd<T>(T*, T*, const T*, const int32_t*, long, long, long);                       \
-  template void adamw<T>(T*, const T*, T*, T*, long, T, T, T, T, T, long);                                  \
+  template void adamw<T>(T*, const T*, T*, T*, long, T, T, T, T, T, long, T);                                  \
   template double sum_squares<T>(const T*, long);                                                           \
   template double fp8_quantize<T>(T*, const T*, long, T, int);
 TP_OPS_CPU_INSTANTIATE(float)

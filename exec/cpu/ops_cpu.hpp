@@ -76,7 +76,7 @@ template <class T>
 void embedding_shard_bwd(T* dwte_shard, const T* dout, const int32_t* tokens, long N, long C, long v0, long Vl);
 template <class T> void add_positions(T* x, const T* wpe, long rows, long C, long Tn, long row0);
 template <class T> void positions_bwd(T* dwpe, const T* dx, long rows, long C, long Tn, long row0);
-template <class T> void adamw(T* p, const T* g, T* m, T* v, long n, T lr, T b1, T b2, T eps, T wd, long t);
+template <class T> void adamw(T* p, const T* g, T* m, T* v, long n, T lr, T b1, T b2, T eps, T wd, long t, T gscale);
 template <class T> double sum_squares(const T* x, long n);
 template <class T> double fp8_quantize(T* y, const T* x, long n, T scale, int format);
 template <class T>

@@ -284,12 +284,12 @@ void embedding_bwd(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, long 
   if (B * Tn * C > 0) k::embedding_bwd(launcher(), dwte, dwpe, dout, tokens, B, Tn, C, 0, long(1) << 40);
 }
 template <class T>
-void adamw(T* p, const T* g, T* m, T* v, long n, T lr, T b1, T b2, T eps, T wd, long t) {
+void adamw(T* p, const T* g, T* m, T* v, long n, T lr, T b1, T b2, T eps, T wd, long t, T gscale) {
   need("adamw", "p", p, sz<T>(n));
   need("adamw", "g", g, sz<T>(n));
   need("adamw", "m", m, sz<T>(n));
   need("adamw", "v", v, sz<T>(n));
-  if (n > 0) k::adamw(launcher(), p, g, m, v, static_cast<T*>(nullptr), n, lr, b1, b2, eps, wd, t);
+  if (n > 0) k::adamw(launcher(), p, g, m, v, static_cast<T*>(nullptr), n, lr, b1, b2, eps, wd, t, gscale);
 }
 template <class T>
 double sum_squares(const T* x, long n) {

@@ -189,11 +189,12 @@ struct AdamW {
   G* p_copy;
   long n;
   acc_t<P> lr, b1, b2, eps, wd, c1, c2;
+  acc_t<P> gs;  // the gradient's scale (the clip): g' = gs g, the product Scale computes
   template <class Ctx>
   TP_HD void operator()(Ctx& c) const {
     using A = acc_t<P>;
     TP_GRID_LOOP(c, i, n) {
-      const A gi = A(ld(g[i]));
+      const A gi = gs * A(ld(g[i]));
       const A mi = b1 * ld(m[i]) + (A(1) - b1) * gi;
       const A vi = b2 * ld(v[i]) + (A(1) - b2) * gi * gi;
       m[i] = st<P>(mi);
@@ -260,13 +261,14 @@ template <class L, class T>
 void swiglu_bwd_set(const L& launch, T* dgate_up, const T* gate_up, const T* dy, long N, long F) {
   launch(SwigluBwd<T, true>{dgate_up, gate_up, dy, N, F}, flat_dim(launch, N * F));
 }
-// Step t >= 1; the bias corrections are computed here in double, as the CPU backend does.
+// Step t >= 1 on the gradient gscale g; the bias corrections are computed here in double, as the CPU backend does.
 template <class L, class P, class G>
 void adamw(const L& launch, P* p, const G* g, P* m, P* v, G* p_copy, long n, double lr, double b1, double b2,
-           double eps, double wd, long t) {
+           double eps, double wd, long t, double gscale) {
   using A = acc_t<P>;
   const A c1 = A(1.0 / (1.0 - std::pow(b1, double(t)))), c2 = A(1.0 / (1.0 - std::pow(b2, double(t))));
-  launch(AdamW<P, G>{p, g, m, v, p_copy, n, A(lr), A(b1), A(b2), A(eps), A(wd), c1, c2}, flat_dim(launch, n));
+  launch(AdamW<P, G>{p, g, m, v, p_copy, n, A(lr), A(b1), A(b2), A(eps), A(wd), c1, c2, A(gscale)},
+         flat_dim(launch, n));
 }
 
 }  // namespace tp::kernels

@@ -172,7 +172,7 @@ void every_op(double tol) {
   check("adamw, sum_squares", diff<T>([&](auto& t, auto& m) {
     const long n = 1000;
     T *p = m.r(n, 80), *g = m.r(n, 81), *m1 = m.r(n, 82, 0, 0.1), *v = m.r(n, 83, 0, 0.1);
-    t.adamw(p, g, m1, v, n, T(1e-3), T(0.9), T(0.95), T(1e-8), T(0.1), 3);
+    t.adamw(p, g, m1, v, n, T(1e-3), T(0.9), T(0.95), T(1e-8), T(0.1), 3, T(0.8));
     return t.sum_squares(g, n) + t.sum_squares(g, 1);
   }));
 }

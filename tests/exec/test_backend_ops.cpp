@@ -277,8 +277,8 @@ std::vector<Case> elementwise_cases() {
     const long n = 29;
     Vec p = rnd(n, 32), g = rnd(n, 33), m = rnd(n, 34), v = rnd(n, 35, 0, 1);
     float *pd = d.up(p), *md = d.up(m), *vd = d.up(v), *gd = d.up(g);
-    be.f32.adamw(pd, gd, md, vd, n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 3);
-    ref().adamw(p.data(), g.data(), m.data(), v.data(), n, 1e-2, 0.9, 0.95, 1e-8, 0.1, 3);
+    be.f32.adamw(pd, gd, md, vd, n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 3, 0.5f);
+    ref().adamw(p.data(), g.data(), m.data(), v.data(), n, 1e-2, 0.9, 0.95, 1e-8, 0.1, 3, 0.5);
     const double ss = be.f32.sum_squares(gd, n), ss_ref = ref().sum_squares(g.data(), n);
     return std::max({err(d.down(pd, n), p), err(d.down(md, n), m), err(d.down(vd, n), v), err({ss}, {ss_ref})});
   }});
@@ -576,6 +576,27 @@ TEST(BackendOps, EveryOpOfEveryBackendMatchesTheFloat64Reference) {
       const double e = c.run(*be);
       EXPECT_LE(e, c.tol) << "backend " << be->name << ", op " << c.name;
     }
+  }
+}
+
+// The runtime fuses the global-norm clip into AdamW (exec/runtime_update.cpp): adamw with gscale s must be, bit for
+// bit, ops::scale(g, s) followed by adamw with gscale 1, on every backend (so fusing changed no result).
+TEST(BackendOps, AdamwGradientScaleIsTheClipsScale) {
+  for (const Backend* be : available_backends()) {
+    SCOPED_TRACE(be->name);
+    Dev d(*be);
+    const long n = 1031;
+    const Vec p = rnd(n, 61), g = rnd(n, 62, -3, 3), m = rnd(n, 63), v = rnd(n, 64, 0, 1);
+    float *p1 = d.up(p), *g1 = d.up(g), *m1 = d.up(m), *v1 = d.up(v);
+    float *p2 = d.up(p), *g2 = d.up(g), *m2 = d.up(m), *v2 = d.up(v);
+    const float s = 0.3719f;
+    be->f32.scale(g1, g1, s, n);
+    be->f32.adamw(p1, g1, m1, v1, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 5, 1.f);
+    be->f32.adamw(p2, g2, m2, v2, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 5, s);
+    EXPECT_EQ(d.down(p1, n), d.down(p2, n));
+    EXPECT_EQ(d.down(m1, n), d.down(m2, n));
+    EXPECT_EQ(d.down(v1, n), d.down(v2, n));
+    EXPECT_EQ(d.down(g2, n), Vec(g.begin(), g.end()));  // g itself is not written
   }
 }
 

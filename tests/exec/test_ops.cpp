@@ -364,14 +364,14 @@ TEST(Ops, AdamWOneStepByHand) {
   // p = 1, g = 0.5, m = v = 0, lr = 0.1, b1 = 0.9, b2 = 0.999, eps = 1e-8, wd = 0.01, t = 1:
   // m = 0.05, v = 0.00025, m_hat = 0.5, v_hat = 0.25, p = 1 - 0.1 (0.5 / (0.5 + 1e-8) + 0.01).
   double p = 1, g = 0.5, m = 0, v = 0;
-  tp::ops::adamw(&p, &g, &m, &v, 1, 0.1, 0.9, 0.999, 1e-8, 0.01, 1);
+  tp::ops::adamw(&p, &g, &m, &v, 1, 0.1, 0.9, 0.999, 1e-8, 0.01, 1, 1.0);
   EXPECT_DOUBLE_EQ(m, 0.05);
   EXPECT_DOUBLE_EQ(v, 0.00025);
   EXPECT_NEAR(p, 1 - 0.1 * (0.5 / (0.5 + 1e-8) + 0.01), 1e-15);
   // Second step, g = -1: m = 0.045 - 0.1, v = 0.00024975 + 0.001, corrections 1 - 0.81 and 1 - 0.998001.
   const double p1 = p;
   g = -1;
-  tp::ops::adamw(&p, &g, &m, &v, 1, 0.1, 0.9, 0.999, 1e-8, 0.01, 2);
+  tp::ops::adamw(&p, &g, &m, &v, 1, 0.1, 0.9, 0.999, 1e-8, 0.01, 2, 1.0);
   const double m2 = 0.9 * 0.05 + 0.1 * -1, v2 = 0.999 * 0.00025 + 0.001 * 1;
   EXPECT_NEAR(m, m2, 1e-16);
   EXPECT_NEAR(v, v2, 1e-16);
@@ -472,8 +472,8 @@ TEST(OpsFloat, ForwardsAgreeWithDouble) {
     for (long t = 1; t <= 3; ++t) {
       Vec g = randv(n, rng);
       auto gf = cast<float>(g);
-      tp::ops::adamw(p.data(), g.data(), m.data(), v.data(), n, 1e-3, 0.9, 0.95, 1e-8, 0.1, t);
-      tp::ops::adamw(pf.data(), gf.data(), mf.data(), vf.data(), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
+      tp::ops::adamw(p.data(), g.data(), m.data(), v.data(), n, 1e-3, 0.9, 0.95, 1e-8, 0.1, t, 1.0);
+      tp::ops::adamw(pf.data(), gf.data(), mf.data(), vf.data(), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t, 1.0f);
     }
     EXPECT_LT(rel_err(pf, p), kF32Tol) << "adamw";
   }

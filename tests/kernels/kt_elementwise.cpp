@@ -152,14 +152,15 @@ TYPED_TEST(KernelElementwise, AdamW) {
     for (long t = 1; t <= 3; ++t) {
       const Vec g = kt::rounded<T>(kt::randv(n, rng));
       Buf<T> bg(g);
+      const double gs = t == 2 ? 0.5 : 1.0;  // step 2: the gradient scaled (the clip)
       for (long i = 0; i < n; ++i) {
-        m[i] = b1 * m[i] + (1 - b1) * g[i];
-        v[i] = b2 * v[i] + (1 - b2) * g[i] * g[i];
+        m[i] = b1 * m[i] + (1 - b1) * gs * g[i];
+        v[i] = b2 * v[i] + (1 - b2) * gs * g[i] * gs * g[i];
         const double mh = m[i] / (1 - std::pow(b1, t)), vh = v[i] / (1 - std::pow(b2, t));
         p[i] -= lr * (mh / (std::sqrt(vh) + eps) + wd * p[i]);
       }
       K::adamw(cf.L, bp.data(), bg.data(), bm.data(), bv.data(), std::is_same_v<T, P> ? nullptr : copy.data(), n, lr,
-               b1, b2, eps, wd, t);
+               b1, b2, eps, wd, t, gs);
     }
     EXPECT_TRUE(kt::near<P>(bp.dbl(), p, 4));
     EXPECT_TRUE(kt::near<P>(bm.dbl(), m));

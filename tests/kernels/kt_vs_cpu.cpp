@@ -52,8 +52,8 @@ TEST(KernelsVsCpu, SwigluAndAdamW) {
   ops::swiglu_bwd(cd.data(), gu.data(), dy.data(), N, C);
   EXPECT_TRUE(same(kd, cd));
   Vec kp = kt::randv(N * C, rng), cp = kp, km(N * C, 0.1), cm = km, kv(N * C, 0.2), cv = kv;
-  K::adamw(kL, kp.data(), dy.data(), km.data(), kv.data(), (double*)nullptr, N * C, 1e-3, 0.9, 0.95, 1e-8, 0.1, 7);
-  ops::adamw(cp.data(), dy.data(), cm.data(), cv.data(), N * C, 1e-3, 0.9, 0.95, 1e-8, 0.1, 7);
+  K::adamw(kL, kp.data(), dy.data(), km.data(), kv.data(), (double*)nullptr, N * C, 1e-3, 0.9, 0.95, 1e-8, 0.1, 7, 0.6);
+  ops::adamw(cp.data(), dy.data(), cm.data(), cv.data(), N * C, 1e-3, 0.9, 0.95, 1e-8, 0.1, 7, 0.6);
   EXPECT_TRUE(same(kp, cp));
   EXPECT_TRUE(same(km, cm));
   EXPECT_TRUE(same(kv, cv));

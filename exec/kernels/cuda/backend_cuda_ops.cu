@@ -310,8 +310,9 @@ void embedding_shard_bwd(F* dwte, const F* dout, const int32_t* tok, long N, lon
   TP_OP("embedding_shard_bwd", ({{"N", N}, {"C", C}, {"v0", v0}, {"Vl", Vl}}),
         k::embedding_bwd(launcher(), dwte, static_cast<F*>(nullptr), dout, tok, 1L, N, C, v0, Vl));
 }
-void adamw(F* p, const F* gr, F* m, F* v, long n, F lr, F b1, F b2, F eps, F wd, long t) {
-  TP_OP("adamw", ({{"n", n}, {"t", t}}), k::adamw(launcher(), p, gr, m, v, static_cast<F*>(nullptr), n, lr, b1, b2, eps, wd, t));
+void adamw(F* p, const F* gr, F* m, F* v, long n, F lr, F b1, F b2, F eps, F wd, long t, F gscale) {
+  TP_OP("adamw", ({{"n", n}, {"t", t}}),
+        k::adamw(launcher(), p, gr, m, v, static_cast<F*>(nullptr), n, lr, b1, b2, eps, wd, t, gscale));
 }
 double sum_squares(const F* x, long n) {
   double r = 0;

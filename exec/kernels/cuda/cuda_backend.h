@@ -20,7 +20,7 @@
 #define TP_CUDA_CREATE_ERROR 2
 /* The version of this C ABI: the loader refuses a library with another one. */
 #define TP_CUDA_ABI_VERSION 6  // 2: Backend::is_device_ptr; 3: Backend::peak_device_bytes; 4: Backend::device, device_bytes;
-                               // 5: Backend::set_bf16_gemm; 6: OpTable flash_attention_fwd / bwd
+                               // 5: Backend::set_bf16_gemm; 6: OpTable flash_attention_fwd / bwd, adamw gscale
 
 #ifdef __cplusplus
 extern "C" {

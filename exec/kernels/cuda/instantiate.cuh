@@ -22,7 +22,7 @@ using L = CudaLauncher;
   PREFIX void swiglu_bwd<L, T>(const L&, T*, const T*, const T*, long, long);                                 \
   PREFIX void swiglu_bwd_set<L, T>(const L&, T*, const T*, const T*, long, long);                             \
   PREFIX void adamw<L, float, T>(const L&, float*, const T*, float*, float*, T*, long, double, double, double, \
-                                   double, double, long);                                                       \
+                                   double, double, long, double);                                               \
   PREFIX void layernorm_fwd<L, T>(const L&, T*, float*, float*, const T*, const T*, const T*, long, long,     \
                                     float);                                                                     \
   PREFIX void layernorm_bwd_dx<L, T>(const L&, T*, const T*, const T*, const T*, const float*, const float*,  \
