@@ -118,12 +118,11 @@ struct FlashFwd {
     const long rows = g.rows(), lr = long(c.tid() / unsigned(R)), tiles = (g.Tq + rows - 1) / rows;
     const A scale = A(1) / k_sqrt(A(g.D));
     TP_ROW_LOOP(c, item, g.B * g.H * tiles) {
-      const long bh = item / tiles, b = bh / g.H, h = bh % g.H, kh = h / g.G();
-      const long r0 = (item % tiles) * rows, i = r0 + lr, ic = i < g.Tq ? i : g.Tq - 1, lim = ic + g.off();
-      const bool live = i < g.Tq;
-      const long last = k_min(g.Tq, r0 + rows) + g.off();  // the block's rows see keys [0, last)
-      const T* kb = k + b * g.Tk * g.ldkv + kh * g.D;
-      const T* vb = v + b * g.Tk * g.ldkv + kh * g.D;
+      const QueryTile qt = query_tile(g, item, tiles, rows, lr);
+      const long bh = qt.bh, b = qt.b, h = qt.h, i = qt.i, ic = qt.ic, lim = qt.lim, last = qt.last;
+      const bool live = qt.live;
+      const T* kb = k + qt.kvo;
+      const T* vb = v + qt.kvo;
       A qv[kFlashSlice];
       flash_slice(qv, q + (b * g.Tq + ic) * g.ldq + h * g.D, g.D, s, bf16);
       A m = k_neg_inf<A>(), l = 0;
@@ -192,12 +191,11 @@ struct FlashBwdDq {
     const long rows = g.rows(), lr = long(c.tid() / unsigned(R)), tiles = (g.Tq + rows - 1) / rows;
     const A scale = A(1) / k_sqrt(A(g.D));
     TP_ROW_LOOP(c, item, g.B * g.H * tiles) {
-      const long bh = item / tiles, b = bh / g.H, h = bh % g.H, kh = h / g.G();
-      const long r0 = (item % tiles) * rows, i = r0 + lr, ic = i < g.Tq ? i : g.Tq - 1, lim = ic + g.off();
-      const long last = k_min(g.Tq, r0 + rows) + g.off();
+      const QueryTile qt = query_tile(g, item, tiles, rows, lr);
+      const long bh = qt.bh, b = qt.b, h = qt.h, i = qt.i, ic = qt.ic, lim = qt.lim, last = qt.last;
       const long qo = (b * g.Tq + ic) * g.ldq + h * g.D, oo = ((b * g.Tq + ic) * g.H + h) * g.D;
-      const T* kb = k + b * g.Tk * g.ldkv + kh * g.D;
-      const T* vb = v + b * g.Tk * g.ldkv + kh * g.D;
+      const T* kb = k + qt.kvo;
+      const T* vb = v + qt.kvo;
       A qv[kFlashSlice], dov[kFlashSlice], acc[kFlashSlice];
       flash_slice(qv, q + qo, g.D, s, bf16);
       flash_slice(acc, out + oo, g.D, s, false);  // (out, for the row term only)

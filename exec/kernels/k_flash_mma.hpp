@@ -40,6 +40,23 @@ struct MmaGeom {
   static constexpr long ldt16 = kMmaRows + 8;           // bf16 transposed tiles
 };
 
+// One work item of the query-side kernels (forward, dQ; both paths): sequence b, query head h of kv head kh, the
+// tile of `rows` query rows from r0. This thread's row i (ic: clamped to the last row, for reads; live: the row
+// exists) sees keys j <= lim; the tile's rows see keys [0, last); kvo: where kv head kh's rows of sequence b begin
+// in k and v. Gm: FlashGeom or MmaGeom.
+struct QueryTile {
+  long bh, b, h, kh, r0, i, ic, lim, last, kvo;
+  bool live;
+};
+template <class Gm>
+TP_HD TP_INLINE QueryTile query_tile(const Gm& g, long item, long tiles, long rows, long lr) {
+  QueryTile t;
+  t.bh = item / tiles, t.b = t.bh / g.H, t.h = t.bh % g.H, t.kh = t.h / g.G();
+  t.r0 = (item % tiles) * rows, t.i = t.r0 + lr, t.ic = t.i < g.Tq ? t.i : g.Tq - 1, t.lim = t.ic + g.off();
+  t.last = k_min(g.Tq, t.r0 + rows) + g.off(), t.kvo = t.b * g.Tk * g.ldkv + t.kh * g.D, t.live = t.i < g.Tq;
+  return t;
+}
+
 // Shared-memory buffers cut from one base, each starting on 32 bytes; with base 0 it only counts (host).
 struct Carve {
   uintptr_t base = 0;
@@ -110,12 +127,11 @@ struct FlashFwdMma {
     const long ldk = g.ldk(), tiles = (g.Tq + kMmaRows - 1) / kMmaRows;
     const float scale = 1.f / k_sqrt(float(g.D));
     TP_ROW_LOOP(c, item, g.B * g.H * tiles) {
-      const long bh = item / tiles, b = bh / g.H, h = bh % g.H, kh = h / g.G();
-      const long r0 = (item % tiles) * kMmaRows, i = r0 + warp * 16 + row, lim = i + g.off();
-      const bool live = i < g.Tq;
-      const long last = k_min(g.Tq, r0 + kMmaRows) + g.off();
-      const T* kb = k + b * g.Tk * g.ldkv + kh * g.D;
-      const T* vb = v + b * g.Tk * g.ldkv + kh * g.D;
+      const QueryTile qt = query_tile(g, item, tiles, kMmaRows, warp * 16 + row);
+      const long bh = qt.bh, b = qt.b, h = qt.h, r0 = qt.r0, i = qt.i, lim = qt.lim, last = qt.last;
+      const bool live = qt.live;
+      const T* kb = k + qt.kvo;
+      const T* vb = v + qt.kvo;
       typename Ctx::FragA qa[kMmaMaxFrags];
       c.sync();  // (the previous item's reads of Ks are done)
       mma_stage(c, sm.Ks, ldk, q + b * g.Tq * g.ldq + h * g.D, g.ldq, r0, k_min(kMmaRows, g.Tq - r0), kMmaRows, g.D);
@@ -220,13 +236,13 @@ struct FlashBwdDqMma {
     const long ldk = g.ldk(), tiles = (g.Tq + kMmaRows - 1) / kMmaRows;
     const float scale = 1.f / k_sqrt(float(g.D));
     TP_ROW_LOOP(c, item, g.B * g.H * tiles) {
-      const long bh = item / tiles, b = bh / g.H, h = bh % g.H, kh = h / g.G();
-      const long r0 = (item % tiles) * kMmaRows, i = r0 + warp * 16 + row, lim = i + g.off();
-      const bool live = i < g.Tq;
-      const long last = k_min(g.Tq, r0 + kMmaRows) + g.off(), nrows = k_min(kMmaRows, g.Tq - r0);
+      const QueryTile qt = query_tile(g, item, tiles, kMmaRows, warp * 16 + row);
+      const long bh = qt.bh, b = qt.b, h = qt.h, r0 = qt.r0, i = qt.i, lim = qt.lim, last = qt.last;
+      const bool live = qt.live;
+      const long nrows = k_min(kMmaRows, g.Tq - r0);
       const long qbase = b * g.Tq * g.ldq + h * g.D, obase = (b * g.Tq * g.H + h) * g.D;
-      const T* kb = k + b * g.Tk * g.ldkv + kh * g.D;
-      const T* vb = v + b * g.Tk * g.ldkv + kh * g.D;
+      const T* kb = k + qt.kvo;
+      const T* vb = v + qt.kvo;
       typename Ctx::FragA qa[kMmaMaxFrags], oa[kMmaMaxFrags];
       c.sync();
       mma_stage(c, sm.Ks, ldk, q + qbase, g.ldq, r0, nrows, kMmaRows, g.D);
