@@ -39,6 +39,8 @@ struct OpTable {
   void (*fill)(T*, T, long);
   void (*copy)(T*, const T*, long);
   void (*copy_rows)(T*, long, const T*, long, long, long);
+  void (*pack_bf16)(uint16_t*, const T*, long);
+  void (*unpack_bf16)(T*, const uint16_t*, long);
   void (*layernorm_fwd)(T*, T*, T*, const T*, const T*, const T*, long, long, T);
   void (*layernorm_bwd)(T*, T*, T*, const T*, const T*, const T*, const T*, const T*, long, long);
   void (*ln_shard_sum)(T*, const T*, long, long);

@@ -242,11 +242,50 @@ void LayerActs<T>::clear_all_but_input() {
 
 template <class T>
 size_t LayerActs<T>::bytes() const {
-  size_t n = 0;
+  size_t n = 0, n16 = 0;
   for (auto* v : {&x_in, &ln1, &ln1_mean, &ln1_rstd, &q, &k, &v, &att, &attn, &x_mid, &ln2, &ln2_mean, &ln2_rstd, &fc1, &act,
                   &m_probs, &m_gate, &m_xe, &m_ye, &s_fc1, &s_act})
     n += v->size();
-  return n * sizeof(T) + m_slot.size() * sizeof(int32_t);
+  for (const Buf<uint16_t>& h : b16) n16 += h.size();
+  return n * sizeof(T) + n16 * sizeof(uint16_t) + m_slot.size() * sizeof(int32_t);
+}
+
+template <class T>
+std::vector<Buf<T>*> LayerActs<T>::bf16_fields(bool att_is_stats) {
+  return {&x_in, &ln1, &q, &k, &v, att_is_stats ? nullptr : &att, &attn, &x_mid, &ln2, &fc1, &act, &m_xe, &m_ye,
+          &s_fc1, &s_act};
+}
+
+template <class T>
+void LayerActs<T>::pack_bf16(bool att_is_stats) {
+  const std::vector<Buf<T>*> f = bf16_fields(att_is_stats);
+  b16.resize(f.size());
+  for (size_t i = 0; i < f.size(); ++i) {
+    if (!f[i] || f[i]->empty()) continue;
+    b16[i].resize(f[i]->size());
+    ops::pack_bf16(b16[i].data(), f[i]->data(), (long)f[i]->size());
+    Buf<T>().swap(*f[i]);
+  }
+}
+
+template <class T>
+void LayerActs<T>::unpack_bf16(bool att_is_stats) {
+  const std::vector<Buf<T>*> f = bf16_fields(att_is_stats);
+  for (size_t i = 0; i < b16.size() && i < f.size(); ++i) {
+    if (b16[i].empty()) continue;
+    f[i]->resize(b16[i].size());
+    ops::unpack_bf16(f[i]->data(), b16[i].data(), (long)b16[i].size());
+    Buf<uint16_t>().swap(b16[i]);
+  }
+  b16.clear();
+}
+
+template <class T>
+void round_bf16(Buf<T>& x) {
+  if (x.empty()) return;
+  Buf<uint16_t> h(x.size());
+  ops::pack_bf16(h.data(), x.data(), (long)x.size());
+  ops::unpack_bf16(x.data(), h.data(), (long)x.size());
 }
 
 static Dtype dt(float) { return Dtype::f32; }
@@ -391,7 +430,7 @@ void Gpt<T>::layer_fwd(int wl, const T* x_in, T* x_out, LayerActs<T>& a, long B,
   ops::linear_fwd(qkv.data(), (T*)nullptr, f8(qx, a.ln1.data(), N * C, wl, kFp8Qkv, Fp8Operand::x),
                   f8(qw, p(W.qkv_w), C * Q, wl, kFp8Qkv, Fp8Operand::w),
                   s.has_qkv_bias() ? p(W.qkv_b) : (const T*)nullptr, N, Q, C);
-  if (flash && !cpx) {  // flash reads q, k, v in place: a.q keeps the whole [N, Q] output (k and v stay empty)
+  if (qkv_in_place()) {  // a.q keeps the whole [N, Q] output (k and v stay empty)
     a.q = std::move(qkv);
   } else {
     a.q.resize(N * Hl * D); a.k.resize(N * Kl * D); a.v.resize(N * Kl * D);       // [B, Tn, heads, D]
@@ -504,7 +543,7 @@ void Gpt<T>::layer_bwd(int wl, const T* dx_out, T* dx_in, LayerActs<T>& a, long 
   Buf<T>().swap(qd);
   release(dy_full);
   Buf<T> dqkv(N * Q);                                                            // [N, Q]
-  if (flash && !cpx) {  // q, k, v in place in a.q ([N, Q]); their gradients straight into dqkv's columns
+  if (qkv_in_place()) {  // q, k, v in a.q ([N, Q]); their gradients straight into dqkv's columns
     T* qkv = a.q.data();
     ops::fill(dqkv.data(), T(0), N * Q);
     ops::flash_attention_bwd(dqkv.data(), dqkv.data() + Hl * D, dqkv.data() + (Hl + Kl) * D, dattn, a.attn.data(),
@@ -605,6 +644,8 @@ template std::vector<float> shard_params<float>(const GptLayout&, const std::vec
 template std::vector<double> shard_params<double>(const GptLayout&, const std::vector<double>&, const GptLayout&);
 template struct LayerActs<float>;
 template struct LayerActs<double>;
+template void round_bf16<float>(Buf<float>&);
+template void round_bf16<double>(Buf<double>&);
 template struct Gpt<float>;
 template struct Gpt<double>;
 

@@ -205,9 +205,24 @@ struct LayerActs {
   Buf<T> m_probs, m_gate, m_xe, m_ye;
   Buf<int32_t> m_slot;
   Buf<T> s_fc1, s_act;  // MoE layers' shared experts: fc1 output, activation [N, Fs1 / Fs local]
+  // bf16 storage (training.precision "bf16", exec/runtime_step.cpp): from the end of the layer's forward to the
+  // start of its backward the saved tensors are held as bf16 (ops::pack_bf16), half their bytes. LayerNorm's
+  // statistics, flash's softmax statistics (att when att_is_stats) and the router's probabilities and gates stay
+  // in T, as Megatron-LM keeps them in fp32. pack_bf16 moves each such nonempty tensor into b16 (its T buffer
+  // freed); unpack_bf16 moves them back, each value now rounded to bf16.
+  std::vector<Buf<uint16_t>> b16;  // per packed field, in bf16_fields' order (empty: not packed)
+  void pack_bf16(bool att_is_stats);
+  void unpack_bf16(bool att_is_stats);
   void clear_all_but_input();
   size_t bytes() const;
+
+ private:
+  std::vector<Buf<T>*> bf16_fields(bool att_is_stats);
 };
+// x rounded to bf16 in place (pack, then unpack): a bf16-stored layer input, so a recompute from the saved input
+// sees what the forward saw.
+template <class T>
+void round_bf16(Buf<T>& x);
 
 // Activations of the head for one micro-batch.
 template <class T>
@@ -234,6 +249,9 @@ struct Gpt : ParamTables<T> {
   // plan.attention "flash": ops::flash_attention_fwd / bwd, and LayerActs::att holds each query row's two softmax
   // statistics ([B, Hl, Tn, 2]) instead of the probabilities [B, Hl, Tn, Tn] (cp: cpx->flash, the same choice).
   bool flash = false;
+  // Flash without cp reads q, k and v in place from the QKV output (row strides, exec/ops.hpp flash_attention_fwd):
+  // LayerActs::q then holds the whole [N, Q] output and k, v stay empty; otherwise q, k, v are copies.
+  bool qkv_in_place() const { return flash && !cpx; }
   // Expert parallelism (exec/moe.hpp; null: ep = 1): the ep group the tokens are dispatched over, and the weight of
   // each micro-batch's load-balancing loss in the step's objective (coefficient x micro-batch / global batch).
   Comm* ep = nullptr;

@@ -3,7 +3,7 @@
 // d2h / host_adam / h2d tasks). The master copy of the rank's own parameter ranges (its ZeRO slices with
 // ZeRO >= 1, else every parameter it holds), their Adam moments, a gradient buffer and the Adam step live in
 // pinned host memory (Backend::alloc_pinned); the device keeps only the working parameters and gradients. Each
-// step, per own range: the reduced, clipped gradients go device -> host, the CPU Adam updates the master copy,
+// step, per own range: the reduced gradients go device -> host, the CPU Adam (with the clip factor) updates the master copy,
 // and the updated parameters go host -> device (before the ZeRO all-gather reads them).
 // Invariants: the host buffers have the layout of the runtime's optimizer state (own range k at own_off[k],
 // padded slices); after setup, a checkpoint load, a delink and every step, master equals the device parameters
@@ -76,14 +76,16 @@ struct HostOptimizer {
   void copy_moments(long long to, long long from, long long n) {
     for (PinnedBuf<T>* m : {&m1, &m2}) std::copy(m->data() + from, m->data() + from + n, m->data() + to);
   }
-  // One own range's Adam step on the host: gradients down, CPU Adam on the master copy, parameters up.
-  void step(T* dev_param, const T* dev_grad, long long off, long long n, T lr, T b1, T b2, T eps, T wd, long t) {
+  // One own range's Adam step on the host: gradients down, CPU Adam on the master copy (on gscale x the gradient:
+  // the global-norm clip's factor, ops::adamw), parameters up.
+  void step(T* dev_param, const T* dev_grad, long long off, long long n, T lr, T b1, T b2, T eps, T wd, long t,
+            T gscale) {
     const Backend& be = current_backend();
     const size_t bytes = sizeof(T) * (size_t)n;
     be.copy(grad.data() + off, dev_grad, bytes, CopyKind::device_to_host, Stream{});
     d2h_bytes += (double)bytes;
     cpu_backend().ops<T>().adamw(master.data() + off, grad.data() + off, m1.data() + off, m2.data() + off, (long)n, lr, b1, b2,
-                       eps, wd, t, T(1));  // the CPU's Adam (host memory whatever the backend); g clipped
+                       eps, wd, t, gscale);  // the CPU's Adam (host memory whatever the backend)
     be.copy(dev_param, master.data() + off, bytes, CopyKind::host_to_device, Stream{});
     h2d_bytes += (double)bytes;
   }

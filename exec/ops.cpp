@@ -37,6 +37,10 @@ void copy_rows(T* dst, long dst_stride, const T* src, long src_stride, long rows
   tab<T>().copy_rows(dst, dst_stride, src, src_stride, rows, cols);
 }
 template <class T>
+void pack_bf16(uint16_t* y, const T* x, long n) { tab<T>().pack_bf16(y, x, n); }
+template <class T>
+void unpack_bf16(T* y, const uint16_t* x, long n) { tab<T>().unpack_bf16(y, x, n); }
+template <class T>
 void layernorm_fwd(T* y, T* mean, T* rstd, const T* x, const T* w, const T* b, long N, long C, T eps) {
   tab<T>().layernorm_fwd(y, mean, rstd, x, w, b, N, C, eps);
 }
@@ -203,6 +207,8 @@ void moe_combine_bwd(T* dein, T* dgate, const T* dy, const T* ein, const int32_t
   template void fill<T>(T*, T, long);                                                                         \
   template void copy<T>(T*, const T*, long);                                                                  \
   template void copy_rows<T>(T*, long, const T*, long, long, long);                                           \
+  template void pack_bf16<T>(uint16_t*, const T*, long);                                                      \
+  template void unpack_bf16<T>(T*, const uint16_t*, long);                                                    \
   template void layernorm_fwd<T>(T*, T*, T*, const T*, const T*, const T*, long, long, T);                    \
   template void layernorm_bwd<T>(T*, T*, T*, const T*, const T*, const T*, const T*, const T*, long, long);   \
   template void ln_shard_sum<T>(T*, const T*, long, long);                                                    \

@@ -51,6 +51,15 @@ void copy(T* dst, const T* src, long n);
 template <class T>
 void copy_rows(T* dst, long dst_stride, const T* src, long src_stride, long rows, long cols);
 
+// bf16 storage of a tensor (training.precision "bf16": the saved activations between the forward and the backward,
+// exec/gpt.hpp LayerActs::pack_bf16). pack: y[n] = the bf16 bits of x[n] rounded to nearest even (exec/kernels/k_fp8.hpp
+// bf16_round, from x's own type: a double is not rounded through float first), the rule the bf16 GEMM operands use,
+// so a packed GEMM operand rounds to the same value again. unpack: y[n] = the bf16 value x[n], exact in T.
+template <class T>
+void pack_bf16(uint16_t* y, const T* x, long n);
+template <class T>
+void unpack_bf16(T* y, const uint16_t* x, long n);
+
 // LayerNorm over the last dim: y = (x - mean) * rstd * w + b; x, y [N, C]; w, b [C]; mean, rstd [N] saved.
 template <class T>
 void layernorm_fwd(T* y, T* mean, T* rstd, const T* x, const T* w, const T* b, long N, long C, T eps);

@@ -98,6 +98,12 @@ struct RankRun {
   // with its own batch (plan.delink.global_batch); enter_phase switches them.
   long long gb = 0;
   long long Tl = 0;  // tokens of a sequence on this rank: Tn / cp (context parallelism, exec/cp_attention.hpp)
+  // training.precision "bf16": a layer's input and its saved activations are stored as bf16 between its forward and
+  // backward (LayerActs::pack_bf16; the GEMMs take bf16 operands, Backend::set_bf16_gemm)
+  bool bf16_acts() const { return sc.training.precision == Precision::bf16; }
+  // Selective recompute drops each layer's probabilities after its forward and rebuilds them for its backward;
+  // flash keeps only row statistics, so there is nothing to recompute (as Megatron-LM).
+  bool recomputes_probs() const { return p.recompute == Recompute::selective && p.attention != Attention::flash; }
   std::unique_ptr<Comm> cpc;  // the cp group (cp > 1)
   std::unique_ptr<Comm> epc;  // the ep group (ep > 1, exec/moe.hpp)
   std::unique_ptr<Comm> edpc;  // the expert-data-parallel group (MoE with ep > 1): dp ranks holding my experts

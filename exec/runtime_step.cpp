@@ -264,11 +264,13 @@ void RankRun<T>::piece_params(Loop& lp, size_t pc, long long j, bool run_start) 
 template <class T>
 void RankRun<T>::piece_backward(Loop& lp, size_t pc, LayerActs<T>& a, Buf<T>& x, bool run_end) {
   const int wl = (int)weight_group(lp.pieces[pc].layer, L, shared);
+  const bool flash = p.attention == Attention::flash;
+  if (bf16_acts()) a.unpack_bf16(flash);
   if (p.recompute == Recompute::full) {
     // The saved input is read in place; the recomputed output is not needed.
     Buf<T> y(lp.X);
     model.layer_fwd(wl, a.x_in.data(), y.data(), a, b, Tl);
-  } else if (p.recompute == Recompute::selective && p.attention != Attention::flash) {  // rebuild the probabilities
+  } else if (recomputes_probs()) {  // rebuild the probabilities
     long Bl, Hl, Kl, Dh;
     model.attn_dims(b, Bl, Hl, Kl, Dh);
     Buf<T> out(a.attn.size());
@@ -279,6 +281,11 @@ void RankRun<T>::piece_backward(Loop& lp, size_t pc, LayerActs<T>& a, Buf<T>& x,
       a.att.resize((size_t)Bl * Hl * Tn * Tn);
       ops::attention_fwd(out.data(), a.att.data(), a.q.data(), a.k.data(), a.v.data(), Bl, Tn, Hl, Kl, Dh);
     }
+  }
+  // bf16: what was recomputed is rounded as the forward's saved tensors were, so recompute changes no result
+  if (bf16_acts() && (p.recompute == Recompute::full || recomputes_probs())) {
+    a.pack_bf16(flash);
+    a.unpack_bf16(flash);
   }
   grad_acquire(unit_of_layer(wl));
   model.layer_bwd(wl, x.data(), x.data(), a, b, Tl);  // in place: x becomes the input gradient
@@ -310,12 +317,13 @@ void RankRun<T>::run_piece(Loop& lp, const WorkItem& w, size_t pc, long long j, 
   LayerActs<T>& a = lp.acts[(size_t)l * m + j];
   if (fwd) {
     a.x_in = std::move(x);  // saved as the layer's input (layer_fwd reads it in place)
+    if (bf16_acts()) round_bf16(a.x_in);  // the layer computes from the input it saves (bf16)
     Buf<T> y(lp.X);
     model.layer_fwd(wl, a.x_in.data(), y.data(), a, b, Tl);
     x = std::move(y);
     if (p.recompute == Recompute::full) a.clear_all_but_input();
-    // selective: the probabilities go (flash keeps only row statistics: nothing to recompute, as Megatron-LM)
-    if (p.recompute == Recompute::selective && p.attention != Attention::flash) { a.att.clear(); a.att.shrink_to_fit(); }
+    if (recomputes_probs()) { a.att.clear(); a.att.shrink_to_fit(); }
+    if (bf16_acts()) a.pack_bf16(p.attention == Attention::flash);
   } else {
     piece_backward(lp, pc, a, x, run_end);
   }

@@ -233,7 +233,7 @@ void RankRun<T>::optimizer_step(int step, int warmup, RunResult& res) {
     T* M1 = moments(k, 1);  // (the host optimizer keeps its own: hopt.step below)
     T* M2 = moments(k, 2);
     // One Adam step per run of adjacent views with the same weight decay (key 1: decayed), the clip fused into it
-    // (ops::adamw's gscale; the host optimizer takes the clipped gradient).
+    // (ops::adamw's gscale, on the device or in the host optimizer's CPU Adam).
     auto key = [&](size_t v, long long) -> long {
       const ParamView& pv = gl.views[v];
       if (shared > 0 && pv.layer >= shared) return -1;  // pseudo phase: slots beyond the k groups are unused
@@ -245,8 +245,7 @@ void RankRun<T>::optimizer_step(int step, int warmup, RunResult& res) {
       T* g = G(k, a);
       const T wd = T(decay ? o.weight_decay : 0);
       if (hopt.on()) {
-        if (clip != T(1)) ops::scale(g, g, clip, (long)n);
-        hopt.step(P(a), g, so, n, T(lr), T(o.beta1), T(o.beta2), T(o.eps), wd, (long)step + 1);
+        hopt.step(P(a), g, so, n, T(lr), T(o.beta1), T(o.beta2), T(o.eps), wd, (long)step + 1, clip);
       } else {
         ops::adamw(P(a), g, M1 + so, M2 + so, (long)n, T(lr), T(o.beta1), T(o.beta2), T(o.eps), wd, (long)step + 1,
                    clip);

@@ -263,6 +263,13 @@ void elementwise_cases(std::vector<Spec>& cs, bool quick) {
     add(cs, {"fill", sh({{"n", n}}), "", {rnd(n, s++)}, {}, {0}}, TP_SELFTEST_BODY { return t.fill(p[0], TT(2.5), n), 0.0; });
     add(cs, {"copy", sh({{"n", n}}), "", {rnd(n, s++), rnd(n, s++)}, {}, {0}},
         TP_SELFTEST_BODY { return t.copy(p[0], p[1], n), 0.0; });
+    // bf16 storage: the packed bits (compared exactly, in an int32 buffer) and the values unpacked from them
+    add(cs, {"pack_bf16", sh({{"n", n}}), "then unpack_bf16", {Vec(size_t(n)), rnd(n, s++, -300, 300)},
+             {Ints(size_t((n + 1) / 2))}, {0}, 1, false, {}, {}, {0}},
+        TP_SELFTEST_BODY {
+          t.pack_bf16(reinterpret_cast<uint16_t*>(ip[0]), p[1], n);
+          return t.unpack_bf16(p[0], reinterpret_cast<const uint16_t*>(ip[0]), n), 0.0;
+        });
     add(cs, {"copy_rows", shape, "column block", {rnd(N * (C + 3), s++), rnd(N * (2 * C + 1), s++)}, {}, {0}},
         TP_SELFTEST_BODY { return t.copy_rows(p[0], C + 3, p[1] + 1, 2 * C + 1, N, C), 0.0; });
     add(cs, {"gelu_fwd", sh({{"n", n}}), "in place", {rnd(n, s++, -4, 4)}, {}, {0}},

@@ -78,9 +78,11 @@ std::vector<std::string> run_notes(const Scenario& sc, bool fp64) {
     notes.push_back(std::string("$.training.precision \"bf16\": run computes every GEMM (the linear layers, attention's "
                                 "products, the LM head, MoE's experts) on bf16 operands rounded to nearest even, accumulating in ") +
                     (fp64 ? "float64 (--fp64)" : "float32 (bf16 tensor cores on cuda)") +
-                    "; weights, activations, gradients and Adam state stay in " + (fp64 ? "float64" : "float32") +
-                    " (no bf16 storage yet), so its memory is " + (fp64 ? "float64's" : "float32's") +
-                    " and its element-wise ops run at that width");
+                    "; each layer's input and saved activations are stored as bf16 from its forward to its "
+                    "backward (LayerNorm's and flash's statistics and the router's probabilities stay in " +
+                    (fp64 ? "float64" : "float32") + "); weights, gradients, Adam state and the tensors between ops "
+                    "stay in " + (fp64 ? "float64" : "float32") + " (no bf16 op table yet), so the element-wise ops run "
+                    "at that width");
   if (p == Precision::fp16)
     notes.push_back(std::string("$.training.precision \"") + precision_name(p) + "\": run trains in " +
                     (fp64 ? "float64 (--fp64)" : "float32") +
@@ -122,7 +124,9 @@ double run_bytes_per_rank(const Scenario& sc, bool fp64) {
   const double layers = (double)m.layers / p.pp;
   const double acts = mb * s * layers * (16.0 * m.hidden / tp + 2.0 * m.heads / tp * s);  // per layer: ~16 h + scores
   const double logits = 2.0 * mb * s * (double)m.vocab / tp;                              // logits and their gradient
-  return state + (acts + logits) * e;
+  // training.precision "bf16": the saved activations are bf16 (LayerActs::pack_bf16)
+  const double acts_e = sc.training.precision == Precision::bf16 ? 2 : e;
+  return state + acts * acts_e + logits * e;
 }
 
 void check_run_memory(const Scenario& sc, bool fp64, bool on_gpu) {

@@ -40,6 +40,8 @@ OpTable<T> cpu_ops() {
   t.fill = &c::fill<T>;
   t.copy = &c::copy<T>;
   t.copy_rows = &c::copy_rows<T>;
+  t.pack_bf16 = &c::pack_bf16<T>;
+  t.unpack_bf16 = &c::unpack_bf16<T>;
   t.layernorm_fwd = &c::layernorm_fwd<T>;
   t.layernorm_bwd = &c::layernorm_bwd<T>;
   t.ln_shard_sum = &c::ln_shard_sum<T>;

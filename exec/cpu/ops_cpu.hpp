@@ -22,6 +22,8 @@ template <class T> void scale(T* y, const T* x, T s, long n);
 template <class T> void fill(T* y, T value, long n);
 template <class T> void copy(T* dst, const T* src, long n);
 template <class T> void copy_rows(T* dst, long dst_stride, const T* src, long src_stride, long rows, long cols);
+template <class T> void pack_bf16(uint16_t* y, const T* x, long n);
+template <class T> void unpack_bf16(T* y, const uint16_t* x, long n);
 template <class T> void layernorm_fwd(T* y, T* mean, T* rstd, const T* x, const T* w, const T* b, long N, long C, T eps);
 template <class T>
 void layernorm_bwd(T* dx, T* dw, T* db, const T* dy, const T* x, const T* w, const T* mean, const T* rstd, long N, long C);

@@ -1,4 +1,4 @@
-// ops_shard: the CPU backend's data-movement and sharded-statistics ops — fill, copy, strided row copy,
+// ops_shard: the CPU backend's data-movement and sharded-statistics ops — fill, copy, strided row copy, bf16 pack,
 // vocabulary-parallel embedding and positions, the steps of the vocabulary-parallel cross-entropy, and the
 // column-split LayerNorm of 2D tensor parallelism (exec/ops.hpp has the contracts).
 // Invariants: these loops were the model's and runtime's own host loops before the backend existed; they keep
@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "exec/cpu/ops_cpu.hpp"
+#include "exec/kernels/k_fp8.hpp"
 #include "exec/prof.hpp"
 
 namespace tp::ops::cpu {
@@ -32,6 +33,28 @@ template <class T>
 void copy_rows(T* dst, long dst_stride, const T* src, long src_stride, long rows, long cols) {
   Scope prof_scope(Cls::elementwise);
   for (long r = 0; r < rows; ++r) std::memcpy(dst + r * dst_stride, src + r * src_stride, sizeof(T) * (size_t)cols);
+}
+
+template <class T>
+void pack_bf16(uint16_t* y, const T* x, long n) {
+  Scope prof_scope(Cls::elementwise);
+  for (long i = 0; i < n; ++i) {
+    const float r = (float)kernels::bf16_round(x[i]);  // a bf16 value: exact in float
+    uint32_t u;
+    std::memcpy(&u, &r, 4);
+    y[i] = uint16_t(u >> 16);
+  }
+}
+
+template <class T>
+void unpack_bf16(T* y, const uint16_t* x, long n) {
+  Scope prof_scope(Cls::elementwise);
+  for (long i = 0; i < n; ++i) {
+    const uint32_t u = uint32_t(x[i]) << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    y[i] = T(f);
+  }
 }
 
 template <class T>
@@ -210,6 +233,8 @@ void positions_bwd(T* dwpe, const T* dx, long rows, long C, long Tn, long row0) 
   template void fill<T>(T*, T, long);                                                                        \
   template void copy<T>(T*, const T*, long);                                                                 \
   template void copy_rows<T>(T*, long, const T*, long, long, long);                                          \
+  template void pack_bf16<T>(uint16_t*, const T*, long);                                                     \
+  template void unpack_bf16<T>(T*, const uint16_t*, long);                                                   \
   template void ln_shard_sum<T>(T*, const T*, long, long);                                                   \
   template void ln_shard_sqdev<T>(T*, T*, const T*, const T*, long, long, long);                             \
   template void ln_shard_apply<T>(T*, T*, const T*, const T*, const T*, const T*, const T*, long, long, long, T); \

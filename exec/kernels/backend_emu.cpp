@@ -175,6 +175,18 @@ void copy_rows(T* dst, long ds, const T* src, long ss, long rows, long cols) {
   launcher()(k::CopyRows<T>{dst, src, ds, ss, rows, cols}, k::flat_dim(launcher(), rows * cols));
 }
 template <class T>
+void pack_bf16(uint16_t* y, const T* x, long n) {
+  need("pack_bf16", "y", y, sz<uint16_t>(n));
+  need("pack_bf16", "x", x, sz<T>(n));
+  if (n > 0) k::pack_bf16(launcher(), reinterpret_cast<k::bf16*>(y), x, n);
+}
+template <class T>
+void unpack_bf16(T* y, const uint16_t* x, long n) {
+  need("unpack_bf16", "y", y, sz<T>(n));
+  need("unpack_bf16", "x", x, sz<uint16_t>(n));
+  if (n > 0) k::copy(launcher(), y, reinterpret_cast<const k::bf16*>(x), n);
+}
+template <class T>
 void layernorm_fwd(T* y, T* mean, T* rstd, const T* x, const T* w, const T* b, long N, long C, T eps) {
   const char* op = "layernorm_fwd";
   need(op, "y", y, sz<T>(N * C));
@@ -324,6 +336,8 @@ OpTable<T> table() {
   t.fill = &fill<T>;
   t.copy = &copy<T>;
   t.copy_rows = &copy_rows<T>;
+  t.pack_bf16 = &pack_bf16<T>;
+  t.unpack_bf16 = &unpack_bf16<T>;
   t.layernorm_fwd = &layernorm_fwd<T>;
   t.layernorm_bwd = &layernorm_bwd<T>;
   t.gelu_fwd = &gelu_fwd<T>;

@@ -12,6 +12,7 @@
 #include <cmath>
 
 #include "exec/kernels/kcommon.hpp"
+#include "exec/kernels/k_elementwise.hpp"
 #include "exec/kernels/k_reduce.hpp"
 
 namespace tp::kernels {
@@ -58,6 +59,19 @@ TP_HD TP_INLINE double bf16_round(double v) {
   return v < 0 ? -r : r;
 }
 
+// bf16 storage: y[i] = x[i] rounded by bf16_round (a double directly, not through float), as bf16 bits.
+template <class T>
+struct PackBf16 {
+  static constexpr const char* kName = "pack_bf16";
+  bf16* y;
+  const T* x;
+  long n;
+  template <class Ctx>
+  TP_HD void operator()(Ctx& c) const {
+    TP_GRID_LOOP(c, i, n) y[i] = to_bf16(float(bf16_round(ld(x[i]))));  // a bf16 value: exact in float
+  }
+};
+
 // y[i] = fp8_round(x[i] * s) / s; partial[bid] = max |x[i]| over the block's share (in double).
 template <class T>
 struct Fp8QuantizePartial {
@@ -82,6 +96,12 @@ struct Fp8QuantizePartial {
     if (c.tid() == 0) partial[c.bid()] = m;
   }
 };
+
+// y[n] = x[n] as bf16 (PackBf16); the way back is copy<L, T, bf16> (k_elementwise.hpp), exact.
+template <class L, class T>
+void pack_bf16(const L& launch, bf16* y, const T* x, long n) {
+  launch(PackBf16<T>{y, x, n}, flat_dim(launch, n));
+}
 
 // y[n] = fp8(x * s) / s in `format`; out[0] = max |x|. scratch holds launch.max_grid doubles.
 template <class L, class T>

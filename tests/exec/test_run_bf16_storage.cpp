@@ -1,0 +1,127 @@
+// test_run_bf16_storage: training.precision "bf16" keeps each layer's input and saved activations as bf16 between
+// its forward and its backward (exec/gpt.hpp LayerActs::pack_bf16, exec/runtime_step.cpp), as Megatron-LM's bf16
+// runs keep them; LayerNorm's and flash's statistics and the router's probabilities stay in the working type.
+// - LayerActs: pack moves exactly the stored tensors into bf16 (bytes() counts 2 per element) and unpack gives
+//   each value rounded to bf16 back, the statistics untouched.
+// - Device memory (emu-device counts every allocation): the bf16 run's peak drops by the saved activations' bytes
+//   less their bf16 bytes, against the same run in fp32.
+// - Plans: the layer computes from the input it saves (rounded) and what a recompute rebuilds is rounded as the
+//   forward's saved tensors were, so full and selective recompute, flash with context parallelism and Optimus 2D
+//   reproduce the single-rank bf16 float64 run to 1e-9 (RunBf16.PlansMatchSingleRankFloat64 covers the unfused
+//   plans). Mutations tried: not rounding the layer input, or not rounding after a recompute: the full-recompute
+//   plans fail by about 1e-5.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "exec/backend.hpp"
+#include "exec/gpt.hpp"
+#include "exec/kernels/k_fp8.hpp"
+#include "exec/oracle_run.hpp"
+
+using tp::json;
+using namespace oracle;
+namespace E = tp::exec;
+
+namespace {
+
+// tiny-gpt in bf16 with `plan` over its plan (attention "flash" unless the plan says otherwise) and seq_len `T`.
+std::string storage_scenario(const std::string& name, json plan, const std::string& precision = "bf16", int T = 0) {
+  if (!plan.contains("attention")) plan["attention"] = "flash";
+  std::string f = precision_scenario("bf16s", name, plan, "tiny-gpt", precision);
+  if (T > 0) {
+    std::ifstream in(f);
+    json j = json::parse(in);
+    j["training"]["seq_len"] = j["model"]["seq_len"] = T;
+    std::ofstream(f) << j.dump(2);
+  }
+  return f;
+}
+
+template <class T>
+void fill_random(E::Buf<T>& b, size_t n, unsigned seed) {
+  std::mt19937 g(seed);
+  std::uniform_real_distribution<double> u(-3, 3);
+  b.resize(n);
+  for (T& x : b) x = T(u(g));
+}
+
+}  // namespace
+
+TEST(Bf16Storage, PackKeepsTheStatisticsAndRoundsTheRest) {
+  for (bool flash : {false, true}) {
+    E::LayerActs<double> a;
+    fill_random(a.x_in, 64, 1);
+    fill_random(a.ln1, 64, 2);
+    fill_random(a.ln1_mean, 8, 3);
+    fill_random(a.ln1_rstd, 8, 4);
+    fill_random(a.q, 192, 5);
+    fill_random(a.att, 16, 6);
+    fill_random(a.fc1, 256, 7);
+    fill_random(a.m_probs, 24, 8);
+    const E::LayerActs<double> before = a;
+    const size_t packed = 64 + 64 + 192 + 256 + (flash ? 0 : 16), kept = 8 + 8 + 24 + (flash ? 16 : 0);
+    a.pack_bf16(flash);
+    EXPECT_EQ(a.bytes(), packed * 2 + kept * 8) << flash;
+    EXPECT_TRUE(a.x_in.empty() && a.ln1.empty() && a.q.empty() && a.fc1.empty());
+    EXPECT_EQ(a.att.empty(), !flash);
+    EXPECT_EQ(a.ln1_mean, before.ln1_mean);
+    a.unpack_bf16(flash);
+    EXPECT_EQ(a.bytes(), (packed + kept) * 8);
+    for (size_t i = 0; i < before.q.size(); ++i) ASSERT_EQ(a.q[i], tp::kernels::bf16_round(before.q[i])) << i;
+    for (size_t i = 0; i < before.fc1.size(); ++i) ASSERT_EQ(a.fc1[i], tp::kernels::bf16_round(before.fc1[i])) << i;
+    EXPECT_NE(a.x_in, before.x_in);  // values of [-3, 3) do not all fit in bf16
+    EXPECT_EQ(a.att == before.att, flash);  // flash's statistics are kept as they were
+    EXPECT_EQ(a.ln1_rstd, before.ln1_rstd);
+    EXPECT_EQ(a.m_probs, before.m_probs);
+  }
+}
+
+// With T = 128 (unfused: each layer also saves its [mb, H, T, T] probabilities) every saved element of a layer takes
+// 2 bytes instead of float64's 8 until its backward. Saved per token and layer: x_in, ln1, q, k, v, attn, x_mid, ln2
+// (C each), fc1 and act (4C each), the probabilities (H T). The layer being computed holds its tensors in the working
+// type until its forward ends, so at the peak (the last layer's forward, here 0.82 of the bound) the drop lies
+// between that of L - 1 layers and that of L.
+TEST(Bf16Storage, SavedActivationsTakeTwoBytesOnTheDevice) {
+  const int T = 128;
+  const json plan = {{"attention", "unfused"}, {"microbatch", 2}};
+  json b16 = run(storage_scenario("mem_bf16", plan, "bf16", T), 2, true, nullptr, "--backend emu-device");
+  json f32 = run(storage_scenario("mem_fp32", plan, "fp32", T), 2, true, nullptr, "--backend emu-device");
+  ASSERT_FALSE(b16.is_null()) << log_text(tmpdir() + "/bf16s_mem_bf16.json");
+  ASSERT_FALSE(f32.is_null());
+  const double layers = 4, mb = 2, C = 64, H = 4;
+  const double saved_elems = layers * mb * T * (8 * C + 8 * C + H * T);
+  const double want = saved_elems * (8 - 2);
+  const double got = f32["peak_memory_bytes"][0].get<double>() - b16["peak_memory_bytes"][0].get<double>();
+  EXPECT_GT(got, 0.95 * (layers - 1) / layers * want) << "fp32 " << f32["peak_memory_bytes"][0] << ", bf16 "
+                                                      << b16["peak_memory_bytes"][0];
+  EXPECT_LT(got, 1.05 * want);
+}
+
+// Flash (the statistics stay in the working type) and the unfused attention's selective recompute: every plan
+// reproduces its single-rank bf16 float64 run; emu and emu-device (the pack kernel) match the CPU.
+TEST(Bf16Storage, RecomputeAndPlansMatchSingleRankFloat64) {
+  const int steps = 3;
+  json ref = run(storage_scenario("ref", json::object()), steps, true);
+  ASSERT_FALSE(ref.is_null()) << log_text(tmpdir() + "/bf16s_ref.json");
+  expect_emu_backends_match(ref, steps, [](const std::string& n) { return storage_scenario(n, json::object()); });
+  json un = run(storage_scenario("ref_unfused", {{"attention", "unfused"}}), steps, true);
+  ASSERT_FALSE(un.is_null());
+  expect_close(un, ref, "losses", 1e-3, "unfused near flash");
+  if (!have_mpi()) return;
+  const std::vector<PlanCase> flash_cases = {
+      {"cp2_full", {{"cp", 2}, {"recompute", "full"}}},
+      {"tp2_sp_pp2_full", {{"tp", 2}, {"sequence_parallel", true}, {"pp", 2}, {"recompute", "full"}}},
+      {"tp2d_q2_full", {{"tp", 4}, {"tp_mode", "2d"}, {"recompute", "full"}}},
+  };
+  expect_plans_match(flash_cases, ref, steps, [](const std::string& n, const json& p) { return storage_scenario(n, p); });
+  const std::vector<PlanCase> unfused_cases = {
+      {"un_pp2_selective", {{"attention", "unfused"}, {"pp", 2}, {"recompute", "selective"}}},
+      {"un_cp2_selective", {{"attention", "unfused"}, {"cp", 2}, {"recompute", "selective"}}},
+  };
+  expect_plans_match(unfused_cases, un, steps, [](const std::string& n, const json& p) { return storage_scenario(n, p); });
+}
