@@ -86,6 +86,7 @@ TYPED_TEST(KernelFlash, MatchesNaiveAttention) {
   size_t n = 0;
   for (const Dims& d : dims)
     for (unsigned grid : {1u, 3u}) {
+      if (quick && grid == 1 && &d != &dims[0]) continue;  // the sanitizer builds: one grid of one block is enough
       const auto sched = K::emu::Schedule(n++ % 3);
       SCOPED_TRACE("B " + std::to_string(d.B) + " Tq " + std::to_string(d.Tq) + " Tk " + std::to_string(d.Tk) +
                    " H " + std::to_string(d.H) + "/" + std::to_string(d.Hkv) + " D " + std::to_string(d.D) +
@@ -165,7 +166,7 @@ TEST(KernelFlash, PackedQkvIsTheContiguousResult) {
   std::mt19937_64 rng(9);
   for (auto [D, b16] : {std::pair{40L, false}, std::pair{64L, true}, std::pair{40L, true}}) {
     SCOPED_TRACE("D " + std::to_string(D) + (b16 ? " bf16" : ""));
-    const long B = 2, T = 37, H = 4, Hkv = 2, W = (H + 2 * Hkv) * D, N = B * T;
+    const long B = 2, T = kt::quick() ? 17 : 37, H = 4, Hkv = 2, W = (H + 2 * Hkv) * D, N = B * T;
     const Vec qkv = kt::randv(N * W, rng), dout = kt::randv(N * H * D, rng);
     Vec q(N * H * D), k(N * Hkv * D), v(N * Hkv * D);
     for (long r = 0; r < N; ++r) {
