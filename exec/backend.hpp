@@ -30,6 +30,7 @@ using ops::CeForm;
 template <class T>
 struct OpTable {
   void (*matmul)(T*, const T*, const T*, long, long, long, bool, bool, T, T);
+  void (*matmul_a16)(T*, const uint16_t*, const T*, long, long, long, bool, bool, T, T);
   void (*add_bias)(T*, const T*, const T*, long, long);
   void (*linear_fwd)(T*, T*, const T*, const T*, const T*, long, long, long);
   void (*bias_bwd)(T*, const T*, long, long);

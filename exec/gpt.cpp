@@ -269,15 +269,35 @@ void LayerActs<T>::pack_bf16(bool att_is_stats) {
 }
 
 template <class T>
-void LayerActs<T>::unpack_bf16(bool att_is_stats) {
+void LayerActs<T>::unpack_bf16(bool att_is_stats, bool keep_gemm_operands) {
   const std::vector<Buf<T>*> f = bf16_fields(att_is_stats);
+  bool kept = false;
   for (size_t i = 0; i < b16.size() && i < f.size(); ++i) {
     if (b16[i].empty()) continue;
+    if (keep_gemm_operands && (f[i] == &ln1 || f[i] == &ln2 || f[i] == &act)) {
+      kept = true;
+      continue;
+    }
     f[i]->resize(b16[i].size());
     ops::unpack_bf16(f[i]->data(), b16[i].data(), (long)b16[i].size());
     Buf<uint16_t>().swap(b16[i]);
   }
-  b16.clear();
+  if (!kept) b16.clear();
+}
+
+template <class T>
+const uint16_t* LayerActs<T>::packed(const Buf<T>& field) const {
+  const std::vector<Buf<T>*> f = const_cast<LayerActs*>(this)->bf16_fields(false);
+  for (size_t i = 0; i < b16.size() && i < f.size(); ++i)
+    if (f[i] == &field && !b16[i].empty()) return b16[i].data();
+  return nullptr;
+}
+
+template <class T>
+void LayerActs<T>::release_packed(const Buf<T>& field) {
+  const std::vector<Buf<T>*> f = bf16_fields(false);
+  for (size_t i = 0; i < b16.size() && i < f.size(); ++i)
+    if (f[i] == &field) Buf<uint16_t>().swap(b16[i]);
 }
 
 template <class T>
@@ -335,10 +355,12 @@ static void mlp_fwd(const Gpt<T>& g, int wl, int lin1, int w1, int b1, int w2, i
 
 // Backward of mlp_fwd from dout [Nl, C] (read only): accumulates the weight gradients (b2's over this rank's rows)
 // and sets din [N, C] (resized) = the input gradient, partial over tp (the caller reduces it). Consumes fc1 and
-// act, and `in_owner` (the buffer of `in`, if given) once its last reader is done.
+// act, and `in_owner` (the buffer of `in`, if given) once its last reader is done. in16 / act16 (may be null): in
+// and act still packed as bf16 (LayerActs::packed), read by the weight-gradient GEMMs as they are (in, act unused).
 template <class T>
 static void mlp_bwd(const Gpt<T>& g, int wl, int lin1, int w1, int b1, int w2, int b2, long F1, long Fl, const T* in,
-                    Buf<T>* in_owner, Buf<T>& fc1, Buf<T>& act, const T* dout, Buf<T>& din, long N, long Nl) {
+                    Buf<T>* in_owner, Buf<T>& fc1, Buf<T>& act, const T* dout, Buf<T>& din, long N, long Nl,
+                    const uint16_t* in16 = nullptr, const uint16_t* act16 = nullptr) {
   const long C = (long)g.lay.s.C;
   auto release = [](Buf<T>& v) { Buf<T>().swap(v); };
   if (b2 >= 0) ops::bias_bwd(g.g(b2), dout, Nl, C);
@@ -347,8 +369,10 @@ static void mlp_bwd(const Gpt<T>& g, int wl, int lin1, int w1, int b1, int w2, i
   if (g.sp) { dz_full.resize(N * C); gather_rows(g.tp, dout, dz_full.data(), Nl, C); dz = dz_full.data(); }
   Buf<T> qx, qw, qd;  // fp8 casts (the forward operands again with the same scales: the same values)
   dz = g.f8(qd, dz, N * C, wl, lin1 + 1, Fp8Operand::dy);
-  ops::matmul(g.g(w2), g.f8(qx, act.data(), N * Fl, wl, lin1 + 1, Fp8Operand::x, false), dz, Fl, C, N, true, false,
-              T(1), T(1));
+  if (act16) ops::matmul_a16(g.g(w2), act16, dz, Fl, C, N, true, false, T(1), T(1));
+  else ops::matmul(g.g(w2), g.f8(qx, act.data(), N * Fl, wl, lin1 + 1, Fp8Operand::x, false), dz, Fl, C, N, true, false,
+                   T(1), T(1));
+  if (act16) act.resize(N * Fl);  // (packed: a buffer for the gradient, as the used act would have been)
   T* dact = act.data();  // [N, Fl], over the used act
   ops::matmul(dact, dz, g.f8(qw, g.p(w2), Fl * C, wl, lin1 + 1, Fp8Operand::w, false), N, Fl, C, false, true, T(1), T(0));
   release(dz_full);
@@ -358,7 +382,8 @@ static void mlp_bwd(const Gpt<T>& g, int wl, int lin1, int w1, int b1, int w2, i
   release(act);
   if (b1 >= 0) ops::bias_bwd(g.g(b1), dfc1, N, F1);
   const T* d1 = g.f8(qd, dfc1, N * F1, wl, lin1, Fp8Operand::dy);
-  ops::matmul(g.g(w1), g.f8(qx, in, N * C, wl, lin1, Fp8Operand::x, false), d1, C, F1, N, true, false, T(1), T(1));
+  if (in16) ops::matmul_a16(g.g(w1), in16, d1, C, F1, N, true, false, T(1), T(1));
+  else ops::matmul(g.g(w1), g.f8(qx, in, N * C, wl, lin1, Fp8Operand::x, false), d1, C, F1, N, true, false, T(1), T(1));
   if (in_owner) release(*in_owner);
   din.resize(N * C);
   ops::matmul(din.data(), d1, g.f8(qw, g.p(w1), C * F1, wl, lin1, Fp8Operand::w, false), N, C, F1, false, true, T(1),
@@ -517,7 +542,10 @@ void Gpt<T>::layer_bwd(int wl, const T* dx_out, T* dx_in, LayerActs<T>& a, long 
     if (!dshared.empty()) ops::add(dln_loc, dln_loc, dshared.data(), Nl * C);
   } else {
     // MLP: z = act fc2_w (+ b), x_out = x_mid + z. dx_out is read (as dx) before the first write to dx below.
-    mlp_bwd(*this, wl, kFp8Fc1, W.fc1_w, W.fc1_b, W.fc2_w, W.fc2_b, F1, Fl, a.ln2.data(), &a.ln2, a.fc1, a.act, dx, dln, N, Nl);
+    mlp_bwd(*this, wl, kFp8Fc1, W.fc1_w, W.fc1_b, W.fc2_w, W.fc2_b, F1, Fl, a.ln2.data(), &a.ln2, a.fc1, a.act, dx, dln, N, Nl,
+            a.packed(a.ln2), a.packed(a.act));
+    a.release_packed(a.ln2);
+    a.release_packed(a.act);
     if (sp) dln_sh.resize(Nl * C);
     dln_loc = sp ? dln_sh.data() : dln.data();
     if (sp) reduce_scatter_rows(tp, dln.data(), dln_loc, Nl, C);
@@ -565,9 +593,11 @@ void Gpt<T>::layer_bwd(int wl, const T* dx_out, T* dx_in, LayerActs<T>& a, long 
   }
   if (s.has_qkv_bias()) ops::bias_bwd(g(W.qkv_b), dqkv.data(), N, Q);
   const T* dq8 = f8(qd, dqkv.data(), N * Q, wl, kFp8Qkv, Fp8Operand::dy);
-  ops::matmul(g(W.qkv_w), f8(qx, a.ln1.data(), N * C, wl, kFp8Qkv, Fp8Operand::x, false), dq8, C, Q, N, true, false,
-              T(1), T(1));
+  if (const uint16_t* ln1_16 = a.packed(a.ln1)) ops::matmul_a16(g(W.qkv_w), ln1_16, dq8, C, Q, N, true, false, T(1), T(1));
+  else ops::matmul(g(W.qkv_w), f8(qx, a.ln1.data(), N * C, wl, kFp8Qkv, Fp8Operand::x, false), dq8, C, Q, N, true,
+                   false, T(1), T(1));
   release(a.ln1);
+  a.release_packed(a.ln1);
   release(qx);
   ops::matmul(dln.data(), dq8, f8(qw, p(W.qkv_w), C * Q, wl, kFp8Qkv, Fp8Operand::w, false), N, C, Q, false, true, T(1),
               T(0));

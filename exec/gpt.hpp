@@ -210,9 +210,13 @@ struct LayerActs {
   // statistics, flash's softmax statistics (att when att_is_stats) and the router's probabilities and gates stay
   // in T, as Megatron-LM keeps them in fp32. pack_bf16 moves each such nonempty tensor into b16 (its T buffer
   // freed); unpack_bf16 moves them back, each value now rounded to bf16.
+  // keep_gemm_operands: ln1, ln2 and act, which the backward reads only as its weight-gradient GEMMs' A operands
+  // (dense layers of the 1D model), stay packed; the backward hands them to ops::matmul_a16 (packed()).
   std::vector<Buf<uint16_t>> b16;  // per packed field, in bf16_fields' order (empty: not packed)
   void pack_bf16(bool att_is_stats);
-  void unpack_bf16(bool att_is_stats);
+  void unpack_bf16(bool att_is_stats, bool keep_gemm_operands = false);
+  const uint16_t* packed(const Buf<T>& field) const;  // field's bf16 copy while packed, else null
+  void release_packed(const Buf<T>& field);
   void clear_all_but_input();
   size_t bytes() const;
 

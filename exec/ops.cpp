@@ -15,6 +15,11 @@ void matmul(T* C, const T* A, const T* B, long M, long N, long K, bool trans_a, 
   tab<T>().matmul(C, A, B, M, N, K, trans_a, trans_b, alpha, beta);
 }
 template <class T>
+void matmul_a16(T* C, const uint16_t* A16, const T* B, long M, long N, long K, bool trans_a, bool trans_b, T alpha,
+                T beta) {
+  tab<T>().matmul_a16(C, A16, B, M, N, K, trans_a, trans_b, alpha, beta);
+}
+template <class T>
 void linear_fwd(T* y, T* pre, const T* x, const T* w, const T* b, long M, long N, long K) {
   tab<T>().linear_fwd(y, pre, x, w, b, M, N, K);
 }
@@ -198,6 +203,7 @@ void moe_combine_bwd(T* dein, T* dgate, const T* dy, const T* ein, const int32_t
 
 #define TP_OPS_DISPATCH_INSTANTIATE(T)                                                                        \
   template void matmul<T>(T*, const T*, const T*, long, long, long, bool, bool, T, T);                        \
+  template void matmul_a16<T>(T*, const uint16_t*, const T*, long, long, long, bool, bool, T, T);              \
   template void add_bias<T>(T*, const T*, const T*, long, long);                                             \
   template void linear_fwd<T>(T*, T*, const T*, const T*, const T*, long, long, long);                        \
   template void bias_bwd<T>(T*, const T*, long, long);                                                        \

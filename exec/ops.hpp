@@ -17,6 +17,13 @@ namespace tp::ops {
 template <class T>
 void matmul(T* C, const T* A, const T* B, long M, long N, long K, bool trans_a, bool trans_b, T alpha, T beta);
 
+// matmul with A held as bf16 (pack_bf16's storage: a saved activation kept packed into the backward's weight-gradient
+// GEMM): exactly matmul on A's bf16 values, unpacked (with bf16 GEMM operands on, A is already rounded and B is
+// rounded as usual). A16 is laid out as A would be. A GPU backend gives the packed copy to the bf16 GEMM directly.
+template <class T>
+void matmul_a16(T* C, const uint16_t* A16, const T* B, long M, long N, long K, bool trans_a, bool trans_b, T alpha,
+                T beta);
+
 // A linear layer's forward, as one op so a GPU backend can fuse it into the GEMM (cuBLASLt's bias and GELU
 // epilogues): with pre == null, y[M, N] = x[M, K] · w[K, N] + b[N]; with pre != null, pre = x · w + b and
 // y = gelu(pre) (gelu_fwd's tanh form). b may be null (no bias). Exactly matmul, then add_bias, then gelu_fwd.

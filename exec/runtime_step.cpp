@@ -265,7 +265,9 @@ template <class T>
 void RankRun<T>::piece_backward(Loop& lp, size_t pc, LayerActs<T>& a, Buf<T>& x, bool run_end) {
   const int wl = (int)weight_group(lp.pieces[pc].layer, L, shared);
   const bool flash = p.attention == Attention::flash;
-  if (bf16_acts()) a.unpack_bf16(flash);
+  // ln1, ln2 and act stay packed for the 1D model's dense layers: its backward reads them as matmul_a16's operand
+  const bool keep16 = !model.two_d && model.d1.lay.params.layers[(size_t)wl].router_w < 0;
+  if (bf16_acts()) a.unpack_bf16(flash, keep16);
   if (p.recompute == Recompute::full) {
     // The saved input is read in place; the recomputed output is not needed.
     Buf<T> y(lp.X);
@@ -285,7 +287,7 @@ void RankRun<T>::piece_backward(Loop& lp, size_t pc, LayerActs<T>& a, Buf<T>& x,
   // bf16: what was recomputed is rounded as the forward's saved tensors were, so recompute changes no result
   if (bf16_acts() && (p.recompute == Recompute::full || recomputes_probs())) {
     a.pack_bf16(flash);
-    a.unpack_bf16(flash);
+    a.unpack_bf16(flash, keep16);
   }
   grad_acquire(unit_of_layer(wl));
   model.layer_bwd(wl, x.data(), x.data(), a, b, Tl);  // in place: x becomes the input gradient

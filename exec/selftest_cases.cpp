@@ -84,6 +84,22 @@ void gemm_cases(std::vector<Spec>& cs, bool quick) {
             });
       }
   }
+  // matmul_a16: A packed to bf16 first (the saved activations of training.precision "bf16"); with bf16 operands on a
+  // GPU backend hands the packed copy to its bf16 GEMM as it is (the A16 path), off it unpacks it; the weight-gradient
+  // shape (Aᵀ B, beta 1) and the others
+  for (size_t i = 1; i < shapes.size(); ++i) {
+    const auto [M, N, K] = shapes[i];
+    for (int ta = 0; ta < 2; ++ta)
+      for (int b16 = 0; b16 < 2; ++b16) {
+        Spec sp{"matmul_a16", sh({{"M", M}, {"N", N}, {"K", K}}), std::string(ta ? "Aᵀ" : "A") + "·B beta 1",
+                {rnd(M * K, s++), rnd(K * N, s++), rnd(M * N, s++)}, {Ints(size_t((M * K + 1) / 2))}, {2}, double(K)};
+        add(cs, b16 ? bf16_operands(sp) : sp, TP_SELFTEST_BODY {
+          t.pack_bf16(reinterpret_cast<uint16_t*>(ip[0]), p[0], M * K);
+          t.matmul_a16(p[2], reinterpret_cast<const uint16_t*>(ip[0]), p[1], M, N, K, ta, false, TT(1), TT(1));
+          return 0;
+        });
+      }
+  }
   // linear_fwd: GELU and bias epilogues (a CUDA backend fuses them into the GEMM when the output row length is a
   // multiple of 8 and composes them otherwise: both kinds of shape).
   std::vector<MNK> lin = {{1, 1, 1}, {5, 7, 9}, {5, 16, 9}, {33, 64, 40}, {64, 128, 200}};

@@ -7,6 +7,7 @@
 // are rounded copies (kernels::bf16_round), attention's P included, exactly as the CUDA backend casts each
 // cuBLASLt operand; off, the code path and its results are the fp32 / fp64 ones, unchanged.
 #include <Eigen/Core>
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -153,6 +154,15 @@ void matmul(T* C, const T* A, const T* B, long M, long N, long K, bool trans_a, 
   else if (!trans_a && trans_b) gemm_into(c, CMat<T>(A, M, K), CMat<T>(B, N, K).transpose(), alpha, beta);
   else if (trans_a && !trans_b) gemm_into(c, CMat<T>(A, K, M).transpose(), CMat<T>(B, K, N), alpha, beta);
   else gemm_into(c, CMat<T>(A, K, M).transpose(), CMat<T>(B, N, K).transpose(), alpha, beta);
+}
+
+template <class T>
+void matmul_a16(T* C, const uint16_t* A16, const T* B, long M, long N, long K, bool trans_a, bool trans_b, T alpha,
+                T beta) {
+  thread_local std::vector<T> a;
+  a.resize(size_t(std::max(0L, M * K)));
+  unpack_bf16(a.data(), A16, M * K);
+  matmul(C, a.data(), B, M, N, K, trans_a, trans_b, alpha, beta);
 }
 
 // One head's probabilities and output: S = scale · Q Kᵀ written into P [Tq, Tk], the causal softmax row by row
@@ -312,6 +322,7 @@ void attention_bwd(T* dq, T* dk, T* dv, const T* dout, const T* att, const T* q,
 
 #define TP_OPS_GEMM_INSTANTIATE(T)                                                                              \
   template void matmul<T>(T*, const T*, const T*, long, long, long, bool, bool, T, T);                         \
+  template void matmul_a16<T>(T*, const uint16_t*, const T*, long, long, long, bool, bool, T, T);               \
   template void attention_fwd<T>(T*, T*, const T*, const T*, const T*, long, long, long, long, long);          \
   template void attention_bwd<T>(T*, T*, T*, const T*, const T*, const T*, const T*, const T*, long, long, long, \
                                  long, long);                                                                 \

@@ -123,6 +123,13 @@ void matmul(T* C, const T* A, const T* B, long M, long N, long K, bool ta, bool 
   ops::cpu::matmul<T>(C, A, B, M, N, K, ta, tb, alpha, beta);
 }
 template <class T>
+void matmul_a16(T* C, const uint16_t* A16, const T* B, long M, long N, long K, bool ta, bool tb, T alpha, T beta) {
+  need("matmul_a16", "A16", A16, sz<uint16_t>(M * K));
+  need("matmul_a16", "B", B, sz<T>(K * N));
+  need("matmul_a16", "C", C, sz<T>(M * N));
+  ops::cpu::matmul_a16<T>(C, A16, B, M, N, K, ta, tb, alpha, beta);
+}
+template <class T>
 void add_bias(T* y, const T* x, const T* b, long N, long C) {
   need("add_bias", "y", y, sz<T>(N * C));
   need("add_bias", "x", x, sz<T>(N * C));
@@ -327,6 +334,7 @@ template <class T>
 OpTable<T> table() {
   OpTable<T> t{};
   t.matmul = &matmul<T>;
+  t.matmul_a16 = &matmul_a16<T>;
   t.add_bias = &add_bias<T>;
   t.linear_fwd = &composed_linear_fwd<emu_backend, T>;
   t.bias_bwd = &bias_bwd<T>;

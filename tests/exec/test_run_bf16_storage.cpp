@@ -3,6 +3,8 @@
 // runs keep them; LayerNorm's and flash's statistics and the router's probabilities stay in the working type.
 // - LayerActs: pack moves exactly the stored tensors into bf16 (bytes() counts 2 per element) and unpack gives
 //   each value rounded to bf16 back, the statistics untouched.
+// - The backward reads ln1, ln2 and act of a dense layer still packed (ops::matmul_a16, the GPU's bf16 GEMM on the
+//   packed copy): the same gradients, bit for bit, as from unpacked tensors, on every backend.
 // - Device memory (emu-device counts every allocation): the bf16 run's peak drops by the saved activations' bytes
 //   less their bf16 bytes, against the same run in fp32.
 // - Plans: the layer computes from the input it saves (rounded) and what a recompute rebuilds is rounded as the
@@ -20,6 +22,7 @@
 
 #include "exec/backend.hpp"
 #include "exec/gpt.hpp"
+#include "exec/ops.hpp"
 #include "exec/kernels/k_fp8.hpp"
 #include "exec/oracle_run.hpp"
 
@@ -40,6 +43,18 @@ std::string storage_scenario(const std::string& name, json plan, const std::stri
     std::ofstream(f) << j.dump(2);
   }
   return f;
+}
+
+template <class T>
+std::vector<T> down(const E::Backend& be, const E::Buf<T>& b) {
+  std::vector<T> h(b.size());
+  be.copy(h.data(), b.data(), sizeof(T) * b.size(), E::CopyKind::device_to_host, E::Stream{});
+  be.sync();
+  return h;
+}
+template <class T>
+void ops_fill(E::Buf<T>& b, T v) {
+  tp::ops::fill(b.data(), v, (long)b.size());
 }
 
 template <class T>
@@ -79,6 +94,58 @@ TEST(Bf16Storage, PackKeepsTheStatisticsAndRoundsTheRest) {
     EXPECT_EQ(a.ln1_rstd, before.ln1_rstd);
     EXPECT_EQ(a.m_probs, before.m_probs);
   }
+}
+
+// One dense GELU layer of Gpt<T> with bf16 GEMM operands, its saved tensors packed after the forward, then unpacked
+// for the backward either wholly or keeping ln1, ln2 and act packed: identical input and weight gradients.
+template <class T>
+void packed_operands_case(const E::Backend& be, bool flash) {
+  E::BackendScope on(be);
+  E::Bf16GemmScope b16(be, true);
+  E::GptShape s;
+  s.layers = 1, s.C = 32, s.H = 4, s.Hkv = 2, s.D = 8, s.F = 64, s.V = 16, s.maxT = 9;
+  const long B = 2, Tn = 9, N = B * Tn, C = (long)s.C;
+  const E::GptLayout lay = E::gpt_layout(s);
+  const std::vector<T> params = E::init_full_params<T>(s, 5);
+  std::vector<std::vector<T>> grads, dxs;
+  for (bool keep : {false, true}) {
+    E::Buf<T> p(params.size()), gr(params.size()), x(N * C), y(N * C), dx(N * C);
+    be.copy(p.data(), params.data(), sizeof(T) * params.size(), E::CopyKind::host_to_device, E::Stream{});
+    ops_fill(gr, T(0.25));  // (accumulated into: the weight gradients add to what is there)
+    std::vector<T> hx(N * C), hd(N * C);
+    std::mt19937 g(3);
+    std::uniform_real_distribution<double> u(-1, 1);
+    for (T& v : hx) v = T(u(g));
+    for (T& v : hd) v = T(u(g));
+    be.copy(x.data(), hx.data(), sizeof(T) * hx.size(), E::CopyKind::host_to_device, E::Stream{});
+    be.copy(dx.data(), hd.data(), sizeof(T) * hd.size(), E::CopyKind::host_to_device, E::Stream{});
+    E::Gpt<T> m;
+    m.lay = lay;
+    m.params = p.data();
+    m.grads = gr.data();
+    m.flash = flash;
+    E::LayerActs<T> a;
+    m.layer_fwd(0, x.data(), y.data(), a, B, Tn);
+    a.pack_bf16(flash);
+    a.unpack_bf16(flash, keep);
+    EXPECT_EQ(a.packed(a.ln1) != nullptr, keep);
+    EXPECT_EQ(a.packed(a.act) != nullptr, keep);
+    EXPECT_EQ(a.ln2.empty(), keep);
+    m.layer_bwd(0, dx.data(), dx.data(), a, B, Tn);
+    grads.push_back(down(be, gr));
+    dxs.push_back(down(be, dx));
+  }
+  EXPECT_EQ(grads[0], grads[1]) << be.name << (flash ? " flash" : " unfused");
+  EXPECT_EQ(dxs[0], dxs[1]) << be.name << (flash ? " flash" : " unfused");
+  EXPECT_NE(grads[0], std::vector<T>(grads[0].size(), T(0.25)));
+}
+
+TEST(Bf16Storage, BackwardReadsPackedGemmOperandsBitForBit) {
+  for (const E::Backend* be : {&E::cpu_backend(), &E::emu_backend(), &E::emu_device_backend()})
+    for (bool flash : {false, true}) {
+      packed_operands_case<double>(*be, flash);
+      packed_operands_case<float>(*be, flash);
+    }
 }
 
 // With T = 128 (unfused: each layer also saves its [mb, H, T, T] probabilities) every saved element of a layer takes

@@ -21,7 +21,7 @@
 /* The version of this C ABI: the loader refuses a library with another one. */
 #define TP_CUDA_ABI_VERSION 7  // 2: Backend::is_device_ptr; 3: Backend::peak_device_bytes; 4: Backend::device, device_bytes;
                                // 5: Backend::set_bf16_gemm; 6: OpTable flash_attention_fwd / bwd, adamw gscale;
-                               // 7: OpTable pack_bf16 / unpack_bf16
+                               // 7: OpTable pack_bf16 / unpack_bf16, matmul_a16
 
 #ifdef __cplusplus
 extern "C" {

@@ -218,6 +218,12 @@ const float* rounded_f32_copy(int i, const float* x, long n, const GemmArgs& g) 
   cast_from_bf16(reinterpret_cast<float*>(b), b + size_t(n) * 4, n);
   return reinterpret_cast<const float*>(b);
 }
+// x16's bf16 values as fp32 (exactly), for the same fallback when an operand exists only as its bf16 copy.
+const float* f32_of_bf16(int i, const void* x16, long n, const GemmArgs& g) {
+  float* b = static_cast<float*>(operand_buf(i, size_t(n) * 4, g));
+  cast_from_bf16(b, x16, n);
+  return b;
+}
 // GEMMs that accumulate (beta != 0) are tuned on a saved copy of C, restored afterwards, when C is at most this.
 constexpr size_t kTuneSaveBytes = size_t(64) << 20;
 
@@ -354,8 +360,9 @@ bool lt_gemm(const GemmArgs& g) {
                             "their bf16-rounded operands (the same result, slower)\n", shape_text(g).c_str());
     told = true;
     GemmArgs r = g;
-    r.B = rounded_f32_copy(0, p.x1, span(p.m1, p.batch), g);  // cuBLASLt's first operand is our B
-    r.A = rounded_f32_copy(1, p.x2, span(p.m2, p.batch), g);
+    // (cuBLASLt's first operand is our B; an operand given only as its bf16 copy, matmul_a16's A, from that copy)
+    r.B = g.B16 ? f32_of_bf16(0, g.B16, span(p.m1, p.batch), g) : rounded_f32_copy(0, p.x1, span(p.m1, p.batch), g);
+    r.A = g.A16 ? f32_of_bf16(1, g.A16, span(p.m2, p.batch), g) : rounded_f32_copy(1, p.x2, span(p.m2, p.batch), g);
     struct Fp32Here {  // the fp32 GEMM below, bf16 operands back on after it (also when it throws)
       Fp32Here() { t_bf16 = false; }
       ~Fp32Here() { t_bf16 = true; }
