@@ -279,6 +279,9 @@ struct Gpt : ParamTables<T> {
   void layer_fwd(int wl, const T* x_in, T* x_out, LayerActs<T>& a, long B, long Tn) const;
   // dx_in[N, C] = gradient w.r.t. the layer input (overwritten), from dx_out (dx_in may be dx_out: in
   // place); accumulates weight grads. Consumes `a` (its buffers are released or reused as gradient scratch).
+  // For a dense layer it reads ln1, ln2 and act through LayerActs::packed while they are packed (bf16 storage:
+  // LayerActs::unpack_bf16's keep_gemm_operands), which reads_packed says.
+  bool reads_packed(int wl) const { return lay.params.layers[(size_t)wl].router_w < 0; }
   void layer_bwd(int wl, const T* dx_out, T* dx_in, LayerActs<T>& a, long B, long Tn) const;
   // Final norm, LM head (tied to wte), cross-entropy: returns the SUM of losses over the [B, Tn] targets.
   // x may be a.x_in (the caller moved the input there: no copy).

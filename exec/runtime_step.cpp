@@ -265,8 +265,7 @@ template <class T>
 void RankRun<T>::piece_backward(Loop& lp, size_t pc, LayerActs<T>& a, Buf<T>& x, bool run_end) {
   const int wl = (int)weight_group(lp.pieces[pc].layer, L, shared);
   const bool flash = p.attention == Attention::flash;
-  // ln1, ln2 and act stay packed for the 1D model's dense layers: its backward reads them as matmul_a16's operand
-  const bool keep16 = !model.two_d && model.d1.lay.params.layers[(size_t)wl].router_w < 0;
+  const bool keep16 = model.reads_packed(wl);  // ln1, ln2 and act stay packed where the backward reads them so
   if (bf16_acts()) a.unpack_bf16(flash, keep16);
   if (p.recompute == Recompute::full) {
     // The saved input is read in place; the recomputed output is not needed.
