@@ -274,7 +274,7 @@ void LayerActs<T>::unpack_bf16(bool att_is_stats, bool keep_gemm_operands) {
   bool kept = false;
   for (size_t i = 0; i < b16.size() && i < f.size(); ++i) {
     if (b16[i].empty()) continue;
-    if (keep_gemm_operands && (f[i] == &ln1 || f[i] == &ln2 || f[i] == &act)) {
+    if (keep_gemm_operands && (f[i] == &ln1 || f[i] == &ln2 || f[i] == &act || (f[i] == &attn && !att_is_stats))) {
       kept = true;
       continue;
     }
@@ -561,8 +561,14 @@ void Gpt<T>::layer_bwd(int wl, const T* dx_out, T* dx_in, LayerActs<T>& a, long 
   if (sp) { dy_full.resize(N * C); gather_rows(tp, dx, dy_full.data(), Nl, C); dy = dy_full.data(); }
   Buf<T> qx, qw, qd;                                                             // fp8 casts (exec/fp8.hpp)
   dy = f8(qd, dy, N * C, wl, kFp8Proj, Fp8Operand::dy);
-  ops::matmul(g(W.proj_w), f8(qx, a.attn.data(), N * Hl * D, wl, kFp8Proj, Fp8Operand::x, false), dy, Hl * D, C, N,
-              true, false, T(1), T(1));
+  if (const uint16_t* attn16 = a.packed(a.attn)) {  // (unfused: packed until here, then the gradient's buffer)
+    ops::matmul_a16(g(W.proj_w), attn16, dy, Hl * D, C, N, true, false, T(1), T(1));
+    a.release_packed(a.attn);
+    a.attn.resize(N * Hl * D);
+  } else {
+    ops::matmul(g(W.proj_w), f8(qx, a.attn.data(), N * Hl * D, wl, kFp8Proj, Fp8Operand::x, false), dy, Hl * D, C, N,
+                true, false, T(1), T(1));
+  }
   Buf<T> dattn_own;  // flash: the backward reads the output too, so its gradient takes a buffer of its own
   if (flash) dattn_own.resize(N * Hl * D);
   T* dattn = flash ? dattn_own.data() : a.attn.data();                           // [N, Hl D], over the used attn

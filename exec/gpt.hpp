@@ -210,8 +210,9 @@ struct LayerActs {
   // statistics, flash's softmax statistics (att when att_is_stats) and the router's probabilities and gates stay
   // in T, as Megatron-LM keeps them in fp32. pack_bf16 moves each such nonempty tensor into b16 (its T buffer
   // freed); unpack_bf16 moves them back, each value now rounded to bf16.
-  // keep_gemm_operands: ln1, ln2 and act, which the backward reads only as its weight-gradient GEMMs' A operands
-  // (dense layers of the 1D model), stay packed; the backward hands them to ops::matmul_a16 (packed()).
+  // keep_gemm_operands: ln1, ln2, act and (unless flash, whose backward reads it) attn, which the backward reads only
+  // as its weight-gradient GEMMs' A operands (dense layers of the 1D model), stay packed; the backward hands them to
+  // ops::matmul_a16 (packed()).
   std::vector<Buf<uint16_t>> b16;  // per packed field, in bf16_fields' order (empty: not packed)
   void pack_bf16(bool att_is_stats);
   void unpack_bf16(bool att_is_stats, bool keep_gemm_operands = false);
@@ -279,7 +280,7 @@ struct Gpt : ParamTables<T> {
   void layer_fwd(int wl, const T* x_in, T* x_out, LayerActs<T>& a, long B, long Tn) const;
   // dx_in[N, C] = gradient w.r.t. the layer input (overwritten), from dx_out (dx_in may be dx_out: in
   // place); accumulates weight grads. Consumes `a` (its buffers are released or reused as gradient scratch).
-  // For a dense layer it reads ln1, ln2 and act through LayerActs::packed while they are packed (bf16 storage:
+  // For a dense layer it reads ln1, ln2, act and attn through LayerActs::packed while they are packed (bf16 storage:
   // LayerActs::unpack_bf16's keep_gemm_operands), which reads_packed says.
   bool reads_packed(int wl) const { return lay.params.layers[(size_t)wl].router_w < 0; }
   void layer_bwd(int wl, const T* dx_out, T* dx_in, LayerActs<T>& a, long B, long Tn) const;

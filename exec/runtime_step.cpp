@@ -265,7 +265,7 @@ template <class T>
 void RankRun<T>::piece_backward(Loop& lp, size_t pc, LayerActs<T>& a, Buf<T>& x, bool run_end) {
   const int wl = (int)weight_group(lp.pieces[pc].layer, L, shared);
   const bool flash = p.attention == Attention::flash;
-  const bool keep16 = model.reads_packed(wl);  // ln1, ln2 and act stay packed where the backward reads them so
+  const bool keep16 = model.reads_packed(wl);  // ln1, ln2, act (attn) stay packed where the backward reads them so
   if (bf16_acts()) a.unpack_bf16(flash, keep16);
   if (p.recompute == Recompute::full) {
     // The saved input is read in place; the recomputed output is not needed.
@@ -274,7 +274,8 @@ void RankRun<T>::piece_backward(Loop& lp, size_t pc, LayerActs<T>& a, Buf<T>& x,
   } else if (recomputes_probs()) {  // rebuild the probabilities
     long Bl, Hl, Kl, Dh;
     model.attn_dims(b, Bl, Hl, Kl, Dh);
-    Buf<T> out(a.attn.size());
+    Buf<T> out((size_t)(Bl * Tl * Hl * Dh));  // (the attention output: attn may be held packed)
+    if (!a.attn.empty() && a.attn.size() != out.size()) throw std::logic_error("selective recompute: attention output size");
     if (p.cp > 1) {
       a.att.resize((size_t)cpx.att_elems(Bl, Hl));
       cp_attention_fwd(cpx, out.data(), a.att.data(), a.q.data(), a.k.data(), a.v.data(), Bl, Hl, Kl, Dh);

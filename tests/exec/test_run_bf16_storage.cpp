@@ -3,7 +3,7 @@
 // runs keep them; LayerNorm's and flash's statistics and the router's probabilities stay in the working type.
 // - LayerActs: pack moves exactly the stored tensors into bf16 (bytes() counts 2 per element) and unpack gives
 //   each value rounded to bf16 back, the statistics untouched.
-// - The backward reads ln1, ln2 and act of a dense layer still packed (ops::matmul_a16, the GPU's bf16 GEMM on the
+// - The backward reads ln1, ln2, act (and, unfused, attn) of a dense layer still packed (ops::matmul_a16, the GPU's bf16 GEMM on the
 //   packed copy): the same gradients, bit for bit, as from unpacked tensors, on every backend.
 // - Device memory (emu-device counts every allocation): the bf16 run's peak drops by the saved activations' bytes
 //   less their bf16 bytes, against the same run in fp32.
@@ -131,6 +131,7 @@ void packed_operands_case(const E::Backend& be, bool flash) {
     EXPECT_EQ(a.packed(a.ln1) != nullptr, keep);
     EXPECT_EQ(a.packed(a.act) != nullptr, keep);
     EXPECT_EQ(a.ln2.empty(), keep);
+    EXPECT_EQ(a.packed(a.attn) != nullptr, keep && !flash);  // flash's backward reads the attention output
     m.layer_bwd(0, dx.data(), dx.data(), a, B, Tn);
     grads.push_back(down(be, gr));
     dxs.push_back(down(be, dx));
