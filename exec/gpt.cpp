@@ -5,6 +5,7 @@
 #include "gpt.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -250,15 +251,18 @@ size_t LayerActs<T>::bytes() const {
   return n * sizeof(T) + n16 * sizeof(uint16_t) + m_slot.size() * sizeof(int32_t);
 }
 
-template <class T>
-std::vector<Buf<T>*> LayerActs<T>::bf16_fields(bool att_is_stats) {
-  return {&x_in, &ln1, &q, &k, &v, att_is_stats ? nullptr : &att, &attn, &x_mid, &ln2, &fc1, &act, &m_xe, &m_ye,
-          &s_fc1, &s_act};
+// The tensors of a (const) LayerActs that bf16 storage packs, in LayerActs::b16's order (att: null when it holds
+// flash's statistics).
+template <class Acts>
+static auto bf16_fields(Acts& a, bool att_is_stats) {
+  using P = decltype(&a.x_in);
+  return std::array<P, 15>{&a.x_in, &a.ln1, &a.q, &a.k, &a.v, att_is_stats ? nullptr : &a.att, &a.attn, &a.x_mid,
+                           &a.ln2, &a.fc1, &a.act, &a.m_xe, &a.m_ye, &a.s_fc1, &a.s_act};
 }
 
 template <class T>
 void LayerActs<T>::pack_bf16(bool att_is_stats) {
-  const std::vector<Buf<T>*> f = bf16_fields(att_is_stats);
+  const auto f = bf16_fields(*this, att_is_stats);
   b16.resize(f.size());
   for (size_t i = 0; i < f.size(); ++i) {
     if (!f[i] || f[i]->empty()) continue;
@@ -270,7 +274,7 @@ void LayerActs<T>::pack_bf16(bool att_is_stats) {
 
 template <class T>
 void LayerActs<T>::unpack_bf16(bool att_is_stats, bool keep_gemm_operands) {
-  const std::vector<Buf<T>*> f = bf16_fields(att_is_stats);
+  const auto f = bf16_fields(*this, att_is_stats);
   bool kept = false;
   for (size_t i = 0; i < b16.size() && i < f.size(); ++i) {
     if (b16[i].empty()) continue;
@@ -287,7 +291,7 @@ void LayerActs<T>::unpack_bf16(bool att_is_stats, bool keep_gemm_operands) {
 
 template <class T>
 const uint16_t* LayerActs<T>::packed(const Buf<T>& field) const {
-  const std::vector<Buf<T>*> f = const_cast<LayerActs*>(this)->bf16_fields(false);
+  const auto f = bf16_fields(*this, false);
   for (size_t i = 0; i < b16.size() && i < f.size(); ++i)
     if (f[i] == &field && !b16[i].empty()) return b16[i].data();
   return nullptr;
@@ -295,7 +299,7 @@ const uint16_t* LayerActs<T>::packed(const Buf<T>& field) const {
 
 template <class T>
 void LayerActs<T>::release_packed(const Buf<T>& field) {
-  const std::vector<Buf<T>*> f = bf16_fields(false);
+  const auto f = bf16_fields(*this, false);
   for (size_t i = 0; i < b16.size() && i < f.size(); ++i)
     if (f[i] == &field) Buf<uint16_t>().swap(b16[i]);
 }

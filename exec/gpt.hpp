@@ -213,16 +213,13 @@ struct LayerActs {
   // keep_gemm_operands: ln1, ln2, act and (unless flash, whose backward reads it) attn, which the backward reads only
   // as its weight-gradient GEMMs' A operands (dense layers of the 1D model), stay packed; the backward hands them to
   // ops::matmul_a16 (packed()).
-  std::vector<Buf<uint16_t>> b16;  // per packed field, in bf16_fields' order (empty: not packed)
+  std::vector<Buf<uint16_t>> b16;  // per packed field, in gpt.cpp bf16_fields' order (empty: not packed)
   void pack_bf16(bool att_is_stats);
   void unpack_bf16(bool att_is_stats, bool keep_gemm_operands = false);
   const uint16_t* packed(const Buf<T>& field) const;  // field's bf16 copy while packed, else null
   void release_packed(const Buf<T>& field);
   void clear_all_but_input();
   size_t bytes() const;
-
- private:
-  std::vector<Buf<T>*> bf16_fields(bool att_is_stats);
 };
 // x rounded to bf16 in place (pack, then unpack): a bf16-stored layer input, so a recompute from the saved input
 // sees what the forward saw.

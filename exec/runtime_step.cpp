@@ -284,10 +284,13 @@ void RankRun<T>::piece_backward(Loop& lp, size_t pc, LayerActs<T>& a, Buf<T>& x,
       ops::attention_fwd(out.data(), a.att.data(), a.q.data(), a.k.data(), a.v.data(), Bl, Tn, Hl, Kl, Dh);
     }
   }
-  // bf16: what was recomputed is rounded as the forward's saved tensors were, so recompute changes no result
-  if (bf16_acts() && (p.recompute == Recompute::full || recomputes_probs())) {
+  // bf16: what was recomputed is rounded as the forward's saved tensors were, so recompute changes no result (full:
+  // every saved tensor again; selective: only the rebuilt probabilities)
+  if (bf16_acts() && p.recompute == Recompute::full) {
     a.pack_bf16(flash);
     a.unpack_bf16(flash, keep16);
+  } else if (bf16_acts() && recomputes_probs()) {
+    round_bf16(a.att);
   }
   grad_acquire(unit_of_layer(wl));
   model.layer_bwd(wl, x.data(), x.data(), a, b, Tl);  // in place: x becomes the input gradient

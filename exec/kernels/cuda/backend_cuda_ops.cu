@@ -98,11 +98,15 @@ long align3(const void* a, const void* b, const void* c) {
   auto w = [](long x) { return x >= 10 ? 100L : 10L; };
   return (al(a) * w(al(b)) + al(b)) * w(al(c)) + al(c);
 }
+// A GEMM without a product (K = 0): C = beta C, never reading C when beta is 0.
+void empty_product(F* C, F beta, long n) {
+  if (beta == F(0)) k::fill(launcher(), C, 0.f, n);
+  else k::scale(launcher(), C, C, beta, n);
+}
 void matmul(F* C, const F* A, const F* B, long M, long N, long K, bool ta, bool tb, F alpha, F beta) {
   TP_OP("matmul", ({{"M", M}, {"N", N}, {"K", K}, {"trans_a", ta}, {"trans_b", tb}, {"align", align3(A, B, C)}}), {
-    if (K == 0) {  // no product: C = beta C
-      if (beta == F(0)) k::fill(launcher(), C, 0.f, M * N);
-      else k::scale(launcher(), C, C, beta, M * N);
+    if (K == 0) {
+      empty_product(C, beta, M * N);
     } else {
       lt_gemm(matmul_args(C, A, B, M, N, K, ta, tb, alpha, beta));
     }
@@ -115,8 +119,7 @@ void matmul(F* C, const F* A, const F* B, long M, long N, long K, bool ta, bool 
 void matmul_a16(F* C, const uint16_t* A16, const F* B, long M, long N, long K, bool ta, bool tb, F alpha, F beta) {
   TP_OP("matmul_a16", ({{"M", M}, {"N", N}, {"K", K}, {"trans_a", ta}, {"trans_b", tb}, {"align", align3(A16, B, C)}}), {
     if (K == 0) {
-      if (beta == F(0)) k::fill(launcher(), C, 0.f, M * N);
-      else k::scale(launcher(), C, C, beta, M * N);
+      empty_product(C, beta, M * N);
     } else if (lt_bf16()) {
       GemmArgs a = matmul_args(C, reinterpret_cast<const F*>(A16), B, M, N, K, ta, tb, alpha, beta);
       a.what = "matmul_a16";
