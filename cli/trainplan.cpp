@@ -175,7 +175,7 @@ int cmd_run(int argc, char** argv) {
   Args a = parse_args(argc, argv, 2, {"--steps", "--json", "--seed", "--lr", "--data", "--delink-step", "--checkpoint-dir", "--checkpoint-every", "--trace",
                                           "--device-budget", "--backend", "--log-every", "--keep-checkpoints", "--plan",
                                           "--handover-window"},
-                  {"--fp64", "--quiet", "--resume", "--resume-or-start"});
+                  {"--fp64", "--quiet", "--resume", "--resume-or-start", "--no-bf16-weight-copies"});
   if (a.positional.size() != 1) throw Usage("run needs exactly one scenario file");
   exec::RunOptions o;
   auto num = [&](const char* opt, double lo, double dflt) {
@@ -214,6 +214,7 @@ int cmd_run(int argc, char** argv) {
   o.handover_window = count("--handover-window", 1, kExact, 0);
   if ((o.checkpoint_every > 0 || o.resume) && o.checkpoint_dir.empty()) throw Usage("--checkpoint-every and --resume need --checkpoint-dir");
   o.fp64 = a.flag("--fp64");
+  o.bf16_weight_copies = !a.flag("--no-bf16-weight-copies");
   o.backend = a.value("--backend", "cpu");
   if (o.backend == "cuda") {  // no device: 77 with the reason; a device (the local rank's): trains there in fp32
     std::string why;

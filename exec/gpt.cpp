@@ -251,67 +251,6 @@ size_t LayerActs<T>::bytes() const {
   return n * sizeof(T) + n16 * sizeof(uint16_t) + m_slot.size() * sizeof(int32_t);
 }
 
-// The tensors of a (const) LayerActs that bf16 storage packs, in LayerActs::b16's order (att: null when it holds
-// flash's statistics).
-template <class Acts>
-static auto bf16_fields(Acts& a, bool att_is_stats) {
-  using P = decltype(&a.x_in);
-  return std::array<P, 15>{&a.x_in, &a.ln1, &a.q, &a.k, &a.v, att_is_stats ? nullptr : &a.att, &a.attn, &a.x_mid,
-                           &a.ln2, &a.fc1, &a.act, &a.m_xe, &a.m_ye, &a.s_fc1, &a.s_act};
-}
-
-template <class T>
-void LayerActs<T>::pack_bf16(bool att_is_stats) {
-  const auto f = bf16_fields(*this, att_is_stats);
-  b16.resize(f.size());
-  for (size_t i = 0; i < f.size(); ++i) {
-    if (!f[i] || f[i]->empty()) continue;
-    b16[i].resize(f[i]->size());
-    ops::pack_bf16(b16[i].data(), f[i]->data(), (long)f[i]->size());
-    Buf<T>().swap(*f[i]);
-  }
-}
-
-template <class T>
-void LayerActs<T>::unpack_bf16(bool att_is_stats, bool keep_gemm_operands) {
-  const auto f = bf16_fields(*this, att_is_stats);
-  bool kept = false;
-  for (size_t i = 0; i < b16.size() && i < f.size(); ++i) {
-    if (b16[i].empty()) continue;
-    if (keep_gemm_operands && (f[i] == &ln1 || f[i] == &ln2 || f[i] == &act || (f[i] == &attn && !att_is_stats))) {
-      kept = true;
-      continue;
-    }
-    f[i]->resize(b16[i].size());
-    ops::unpack_bf16(f[i]->data(), b16[i].data(), (long)b16[i].size());
-    Buf<uint16_t>().swap(b16[i]);
-  }
-  if (!kept) b16.clear();
-}
-
-template <class T>
-const uint16_t* LayerActs<T>::packed(const Buf<T>& field) const {
-  const auto f = bf16_fields(*this, false);
-  for (size_t i = 0; i < b16.size() && i < f.size(); ++i)
-    if (f[i] == &field && !b16[i].empty()) return b16[i].data();
-  return nullptr;
-}
-
-template <class T>
-void LayerActs<T>::release_packed(const Buf<T>& field) {
-  const auto f = bf16_fields(*this, false);
-  for (size_t i = 0; i < b16.size() && i < f.size(); ++i)
-    if (f[i] == &field) Buf<uint16_t>().swap(b16[i]);
-}
-
-template <class T>
-void round_bf16(Buf<T>& x) {
-  if (x.empty()) return;
-  Buf<uint16_t> h(x.size());
-  ops::pack_bf16(h.data(), x.data(), (long)x.size());
-  ops::unpack_bf16(x.data(), h.data(), (long)x.size());
-}
-
 static Dtype dt(float) { return Dtype::f32; }
 static Dtype dt(double) { return Dtype::f64; }
 
@@ -337,21 +276,23 @@ static void mlp_fwd(const Gpt<T>& g, int wl, int lin1, int w1, int b1, int w2, i
   const T* bias1 = b1 >= 0 ? g.p(b1) : nullptr;
   Buf<T> qx, qw;  // fp8 casts of the GEMM operands (linears lin1 and lin1 + 1 of exec/fp8.hpp)
   const T* x1 = g.f8(qx, in, N * C, wl, lin1, Fp8Operand::x);
-  const T* w1p = g.f8(qw, g.p(w1), C * F1, wl, lin1, Fp8Operand::w);
+  const uint16_t* w1_16 = g.p16(w1);  // (bf16 storage of the weights; fp8 casts T weights)
+  const T* w1p = w1_16 ? nullptr : g.f8(qw, g.p(w1), C * F1, wl, lin1, Fp8Operand::w);
   if (g.lay.s.gelu) {
-    ops::linear_fwd(act.data(), fc1.data(), x1, w1p, bias1, N, F1, C);  // fc1 = in w1 + b1, act = gelu(fc1)
+    ops::linear_fwd(act.data(), fc1.data(), x1, w1p, w1_16, bias1, N, F1, C);  // fc1 = in w1 + b1, act = gelu(fc1)
   } else {
-    ops::linear_fwd(fc1.data(), (T*)nullptr, x1, w1p, bias1, N, F1, C);
+    ops::linear_fwd(fc1.data(), (T*)nullptr, x1, w1p, w1_16, bias1, N, F1, C);
     ops::swiglu_fwd(act.data(), fc1.data(), N, Fl);
   }
   const T* x2 = g.f8(qx, act.data(), N * Fl, wl, lin1 + 1, Fp8Operand::x);
-  const T* w2p = g.f8(qw, g.p(w2), Fl * C, wl, lin1 + 1, Fp8Operand::w);
+  const uint16_t* w2_16 = g.p16(w2);
+  const T* w2p = w2_16 ? nullptr : g.f8(qw, g.p(w2), Fl * C, wl, lin1 + 1, Fp8Operand::w);
   if (g.sp) {
     Buf<T> z(N * C);  // [N, C] partial
-    ops::matmul(z.data(), x2, w2p, N, C, Fl, false, false, T(1), T(0));
+    gemm16(z.data(), x2, nullptr, w2p, w2_16, N, C, Fl, false, false, T(0));
     reduce_scatter_rows(g.tp, z.data(), out, Nl, C);
   } else {
-    ops::matmul(out, x2, w2p, N, C, Fl, false, false, T(1), T(0));
+    gemm16(out, x2, nullptr, w2p, w2_16, N, C, Fl, false, false, T(0));
     if (g.tp) g.tp->all_reduce_sum(out, N * C, dt(T{}));
   }
   if (b2 >= 0) ops::add_bias(out, out, g.p(b2), Nl, C);
@@ -373,12 +314,13 @@ static void mlp_bwd(const Gpt<T>& g, int wl, int lin1, int w1, int b1, int w2, i
   if (g.sp) { dz_full.resize(N * C); gather_rows(g.tp, dout, dz_full.data(), Nl, C); dz = dz_full.data(); }
   Buf<T> qx, qw, qd;  // fp8 casts (the forward operands again with the same scales: the same values)
   dz = g.f8(qd, dz, N * C, wl, lin1 + 1, Fp8Operand::dy);
-  if (act16) ops::matmul_a16(g.g(w2), act16, dz, Fl, C, N, true, false, T(1), T(1));
-  else ops::matmul(g.g(w2), g.f8(qx, act.data(), N * Fl, wl, lin1 + 1, Fp8Operand::x, false), dz, Fl, C, N, true, false,
-                   T(1), T(1));
+  gemm16(g.g(w2), act16 ? nullptr : g.f8(qx, act.data(), N * Fl, wl, lin1 + 1, Fp8Operand::x, false), act16, dz, nullptr,
+       Fl, C, N, true, false, T(1));
   if (act16) act.resize(N * Fl);  // (packed: a buffer for the gradient, as the used act would have been)
   T* dact = act.data();  // [N, Fl], over the used act
-  ops::matmul(dact, dz, g.f8(qw, g.p(w2), Fl * C, wl, lin1 + 1, Fp8Operand::w, false), N, Fl, C, false, true, T(1), T(0));
+  const uint16_t* w2_16 = g.p16(w2), *w1_16 = g.p16(w1);
+  gemm16(dact, dz, nullptr, w2_16 ? nullptr : g.f8(qw, g.p(w2), Fl * C, wl, lin1 + 1, Fp8Operand::w, false), w2_16, N, Fl,
+       C, false, true, T(0));
   release(dz_full);
   T* dfc1 = fc1.data();  // [N, F1], over the used fc1
   if (g.lay.s.gelu) ops::gelu_bwd_set(dfc1, fc1.data(), dact, N * Fl);
@@ -386,12 +328,12 @@ static void mlp_bwd(const Gpt<T>& g, int wl, int lin1, int w1, int b1, int w2, i
   release(act);
   if (b1 >= 0) ops::bias_bwd(g.g(b1), dfc1, N, F1);
   const T* d1 = g.f8(qd, dfc1, N * F1, wl, lin1, Fp8Operand::dy);
-  if (in16) ops::matmul_a16(g.g(w1), in16, d1, C, F1, N, true, false, T(1), T(1));
-  else ops::matmul(g.g(w1), g.f8(qx, in, N * C, wl, lin1, Fp8Operand::x, false), d1, C, F1, N, true, false, T(1), T(1));
+  gemm16(g.g(w1), in16 ? nullptr : g.f8(qx, in, N * C, wl, lin1, Fp8Operand::x, false), in16, d1, nullptr, C, F1, N, true,
+       false, T(1));
   if (in_owner) release(*in_owner);
   din.resize(N * C);
-  ops::matmul(din.data(), d1, g.f8(qw, g.p(w1), C * F1, wl, lin1, Fp8Operand::w, false), N, C, F1, false, true, T(1),
-              T(0));
+  gemm16(din.data(), d1, nullptr, w1_16 ? nullptr : g.f8(qw, g.p(w1), C * F1, wl, lin1, Fp8Operand::w, false), w1_16, N, C,
+       F1, false, true, T(0));
   release(fc1);
 }
 
@@ -456,8 +398,9 @@ void Gpt<T>::layer_fwd(int wl, const T* x_in, T* x_out, LayerActs<T>& a, long B,
   else a.ln1 = std::move(ln);
   Buf<T> qkv(N * Q);                                                       // [N, Q]
   Buf<T> qx, qw;                                                           // fp8 casts (exec/fp8.hpp)
+  const uint16_t* qkv16 = p16(W.qkv_w);  // (bf16 storage of the weights; fp8 casts T weights)
   ops::linear_fwd(qkv.data(), (T*)nullptr, f8(qx, a.ln1.data(), N * C, wl, kFp8Qkv, Fp8Operand::x),
-                  f8(qw, p(W.qkv_w), C * Q, wl, kFp8Qkv, Fp8Operand::w),
+                  qkv16 ? nullptr : f8(qw, p(W.qkv_w), C * Q, wl, kFp8Qkv, Fp8Operand::w), qkv16,
                   s.has_qkv_bias() ? p(W.qkv_b) : (const T*)nullptr, N, Q, C);
   if (qkv_in_place()) {  // a.q keeps the whole [N, Q] output (k and v stay empty)
     a.q = std::move(qkv);
@@ -477,8 +420,10 @@ void Gpt<T>::layer_fwd(int wl, const T* x_in, T* x_out, LayerActs<T>& a, long B,
                              B, Tn, Tn, Hl, Kl, D, Q, Q);
   else ops::attention_fwd(a.attn.data(), a.att.data(), a.q.data(), a.k.data(), a.v.data(), B, Tn, Hl, Kl, D);
   Buf<T> y(N * C);                                                        // [N, C] partial over tp
-  ops::matmul(y.data(), f8(qx, a.attn.data(), N * Hl * D, wl, kFp8Proj, Fp8Operand::x),
-              f8(qw, p(W.proj_w), Hl * D * C, wl, kFp8Proj, Fp8Operand::w), N, C, Hl * D, false, false, T(1), T(0));
+  const uint16_t* proj16 = p16(W.proj_w);
+  gemm16(y.data(), f8(qx, a.attn.data(), N * Hl * D, wl, kFp8Proj, Fp8Operand::x), nullptr,
+       proj16 ? nullptr : f8(qw, p(W.proj_w), Hl * D * C, wl, kFp8Proj, Fp8Operand::w), proj16, N, C, Hl * D, false,
+       false, T(0));
   Buf<T>().swap(qx), Buf<T>().swap(qw);
   a.x_mid.resize(Nl * C);                                                         // [Nl, C]
   if (sp) reduce_scatter_rows(tp, y.data(), a.x_mid.data(), Nl, C);
@@ -566,7 +511,7 @@ void Gpt<T>::layer_bwd(int wl, const T* dx_out, T* dx_in, LayerActs<T>& a, long 
   Buf<T> qx, qw, qd;                                                             // fp8 casts (exec/fp8.hpp)
   dy = f8(qd, dy, N * C, wl, kFp8Proj, Fp8Operand::dy);
   if (const uint16_t* attn16 = a.packed(a.attn)) {  // (unfused: packed until here, then the gradient's buffer)
-    ops::matmul_a16(g(W.proj_w), attn16, dy, Hl * D, C, N, true, false, T(1), T(1));
+    gemm16(g(W.proj_w), (const T*)nullptr, attn16, dy, nullptr, Hl * D, C, N, true, false, T(1));
     a.release_packed(a.attn);
     a.attn.resize(N * Hl * D);
   } else {
@@ -576,8 +521,9 @@ void Gpt<T>::layer_bwd(int wl, const T* dx_out, T* dx_in, LayerActs<T>& a, long 
   Buf<T> dattn_own;  // flash: the backward reads the output too, so its gradient takes a buffer of its own
   if (flash) dattn_own.resize(N * Hl * D);
   T* dattn = flash ? dattn_own.data() : a.attn.data();                           // [N, Hl D], over the used attn
-  ops::matmul(dattn, dy, f8(qw, p(W.proj_w), Hl * D * C, wl, kFp8Proj, Fp8Operand::w, false), N, Hl * D, C, false, true,
-              T(1), T(0));
+  const uint16_t* proj16 = p16(W.proj_w);
+  gemm16(dattn, dy, nullptr, proj16 ? nullptr : f8(qw, p(W.proj_w), Hl * D * C, wl, kFp8Proj, Fp8Operand::w, false), proj16,
+       N, Hl * D, C, false, true, T(0));
   Buf<T>().swap(qd);
   release(dy_full);
   Buf<T> dqkv(N * Q);                                                            // [N, Q]
@@ -603,14 +549,15 @@ void Gpt<T>::layer_bwd(int wl, const T* dx_out, T* dx_in, LayerActs<T>& a, long 
   }
   if (s.has_qkv_bias()) ops::bias_bwd(g(W.qkv_b), dqkv.data(), N, Q);
   const T* dq8 = f8(qd, dqkv.data(), N * Q, wl, kFp8Qkv, Fp8Operand::dy);
-  if (const uint16_t* ln1_16 = a.packed(a.ln1)) ops::matmul_a16(g(W.qkv_w), ln1_16, dq8, C, Q, N, true, false, T(1), T(1));
-  else ops::matmul(g(W.qkv_w), f8(qx, a.ln1.data(), N * C, wl, kFp8Qkv, Fp8Operand::x, false), dq8, C, Q, N, true,
-                   false, T(1), T(1));
+  const uint16_t* ln1_16 = a.packed(a.ln1);
+  gemm16(g(W.qkv_w), ln1_16 ? nullptr : f8(qx, a.ln1.data(), N * C, wl, kFp8Qkv, Fp8Operand::x, false), ln1_16, dq8,
+       nullptr, C, Q, N, true, false, T(1));
   release(a.ln1);
   a.release_packed(a.ln1);
   release(qx);
-  ops::matmul(dln.data(), dq8, f8(qw, p(W.qkv_w), C * Q, wl, kFp8Qkv, Fp8Operand::w, false), N, C, Q, false, true, T(1),
-              T(0));
+  const uint16_t* qkv16 = p16(W.qkv_w);
+  gemm16(dln.data(), dq8, nullptr, qkv16 ? nullptr : f8(qw, p(W.qkv_w), C * Q, wl, kFp8Qkv, Fp8Operand::w, false), qkv16, N,
+       C, Q, false, true, T(0));
   release(dqkv);
   if (sp) reduce_scatter_rows(tp, dln.data(), dln_loc, Nl, C);
   else if (tp) tp->all_reduce_sum(dln.data(), N * C, dt(T{}));
@@ -630,7 +577,7 @@ T Gpt<T>::head_fwd(const T* x, const int32_t* targets, HeadActs<T>& a, long B, l
   // The logits become the saved probabilities in place (one [N, V/t] buffer, as in Megatron's cross-entropy).
   a.probs.resize(N * Vl);                                                         // [N, V/t]
   T* logits = a.probs.data();
-  ops::matmul(logits, a.lnf.data(), p(lay.params.wte), N, Vl, C, false, true, T(1), T(0));
+  gemm16(logits, a.lnf.data(), nullptr, p(lay.params.wte), p16(lay.params.wte), N, Vl, C, false, true, T(0));
   if (!tp) return ops::cross_entropy_fwd(logits, logits, targets, N, Vl);
   // Vocabulary-parallel cross-entropy: global row max (all-gather of the shards' maxima), sum of exponentials
   // and target logit (all-reduced); probabilities of this shard saved for the backward.
@@ -662,7 +609,7 @@ void Gpt<T>::head_bwd(T* dx, const int32_t* targets, HeadActs<T>& a, long B, lon
   Buf<T> dlnf(N * C), dfull(sp ? N * C : 0);
   T* dfp = sp ? dfull.data() : dx;  // without SP the gradient goes straight to dx
   ops::fill(dfp, T(0), N * C);
-  ops::matmul(dlnf.data(), dlogits, p(lay.params.wte), N, C, Vl, false, false, T(1), T(0));
+  gemm16(dlnf.data(), dlogits, nullptr, p(lay.params.wte), p16(lay.params.wte), N, C, Vl, false, false, T(0));
   release(a.probs);
   if (tp) tp->all_reduce_sum(dlnf.data(), N * C, dt(T{}));  // partial over the vocabulary shards
   ops::layernorm_bwd(dfp, g(lay.params.lnf_w), s.gelu ? g(lay.params.lnf_b) : (T*)nullptr, dlnf.data(), a.x_in.data(), p(lay.params.lnf_w),
@@ -684,8 +631,6 @@ template std::vector<float> shard_params<float>(const GptLayout&, const std::vec
 template std::vector<double> shard_params<double>(const GptLayout&, const std::vector<double>&, const GptLayout&);
 template struct LayerActs<float>;
 template struct LayerActs<double>;
-template void round_bf16<float>(Buf<float>&);
-template void round_bf16<double>(Buf<double>&);
 template struct Gpt<float>;
 template struct Gpt<double>;
 

@@ -100,6 +100,8 @@ struct ModelParams {
 };
 ModelParams model_params(const ViewNames& names, long long layers);
 
+struct WeightCopies16;  // below
+
 // Where the parameters and gradients of a model's views are (shared by Gpt and Gpt2d). Per-view pointer
 // tables (index = view index; may be null): the runtime sets them to the flat-buffer addresses, and chunked
 // offload (exec/chunk_store.hpp) moves them to the device arena while a view's chunk is resident. Null tables:
@@ -110,6 +112,7 @@ struct ParamTables {
   T* grads = nullptr;   // flat gradients (accumulated)
   T* const* ptab = nullptr;
   T* const* gtab = nullptr;
+  WeightCopies16* w16 = nullptr;  // bf16 storage of the weights (null: off; Gpt::p16)
   template <class Lay>
   T* param_of(const Lay& lay, const std::string& name) const {
     size_t i = lay.view_index(name);
@@ -192,6 +195,37 @@ struct NoInitAlloc {
 template <class T>
 using Buf = std::vector<T, NoInitAlloc<T>>;
 
+// bf16 storage of the weights (training.precision "bf16", exec/runtime_rank.hpp): the weight matrices' bf16 copies,
+// which the GEMMs read (ops::matmul16, linear_fwd's w16). They are Megatron-LM's bf16 parameters; the T parameters are
+// the optimizer's master copy, and gradients accumulate in T (Megatron's fp32 main gradients). A view's copy is made
+// (ops::pack_bf16) at its first use in a step, from wherever the view's parameters then are (ParamTables), so a copy
+// is the bf16 rounding of the weights the T GEMM would read, and training gives the same results with copies as
+// without (bf16 GEMM operands round the same values). Invariant: a copy is only used in the step it was made in (the
+// runtime calls next_step() before each step: the optimizer has changed the weights), and the runtime drops a
+// view's copy when it releases that view's parameters (ZeRO-3's gathered layers, granular offload's loaded copies),
+// so a copy is held no longer than the weights it copies.
+struct WeightCopies16 {
+  std::vector<Buf<uint16_t>> copy;  // per view (empty: none)
+  std::vector<long> made;           // per view: the step its copy was made in
+  long step = 0;
+  explicit WeightCopies16(size_t views) : copy(views), made(views, -1) {}
+  void next_step() { ++step; }
+  void drop(size_t v) { Buf<uint16_t>().swap(copy[v]); }
+  // View v's copy, made from its n parameters at src unless it is this step's.
+  template <class T>
+  const uint16_t* of(size_t v, const T* src, long long n);
+  size_t bytes() const;
+};
+
+// C = op(A) op(B) + beta C (alpha 1), each operand read as its bf16 copy where that is given (A16: a saved activation
+// still packed, LayerActs::packed; B16: a weight's copy, Gpt::p16; ops::matmul16), else as T (ops::matmul).
+template <class T>
+void gemm16(T* C, const T* A, const uint16_t* A16, const T* B, const uint16_t* B16, long M, long N, long K, bool ta,
+            bool tb, T beta) {
+  if (A16 || B16) ops::matmul16(C, A16 ? nullptr : A, A16, B16 ? nullptr : B, B16, M, N, K, ta, tb, T(1), beta);
+  else ops::matmul(C, A, B, M, N, K, ta, tb, T(1), beta);
+}
+
 // Saved activations of one layer for one micro-batch (sizes per tp rank); the backward needs them (or a
 // recompute of the layer from its input). Gpt::layer_bwd consumes them: it releases (or reuses as gradient
 // scratch) each saved tensor once it is no longer needed, as an autograd engine frees saved tensors.
@@ -212,7 +246,7 @@ struct LayerActs {
   // freed); unpack_bf16 moves them back, each value now rounded to bf16.
   // keep_gemm_operands: ln1, ln2, act and (unless flash, whose backward reads it) attn, which the backward reads only
   // as its weight-gradient GEMMs' A operands (dense layers of the 1D model), stay packed; the backward hands them to
-  // ops::matmul_a16 (packed()).
+  // ops::matmul16 (packed()).
   std::vector<Buf<uint16_t>> b16;  // per packed field, in gpt.cpp bf16_fields' order (empty: not packed)
   void pack_bf16(bool att_is_stats);
   void unpack_bf16(bool att_is_stats, bool keep_gemm_operands = false);
@@ -269,6 +303,8 @@ struct Gpt : ParamTables<T> {
   T* g(const std::string& name) const { return this->grad_of(lay, name); }
   T* p(int view) const { return this->param_at(lay, view); }
   T* g(int view) const { return this->grad_at(lay, view); }
+  // The view's bf16 copy under bf16 storage of the weights (WeightCopies16), else null.
+  const uint16_t* p16(int view) const;
 
   // x[N, C] = embedding of tokens [B, Tn].
   void embed_fwd(T* x, const int32_t* tokens, long B, long Tn) const;

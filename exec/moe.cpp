@@ -67,19 +67,21 @@ void moe_mlp_fwd(const Gpt<T>& g, int wl, const LayerParams& W, LayerActs<T>& a,
   Buf<T> eg((size_t)(G > 1 ? G * rows * C : 0));  // SP: the experts' outputs for every tp rank's tokens
   T* ep_out = G > 1 ? eg.data() : eout.data();    // partial over tp (row-parallel fc2)
   Buf<T> qx, qw;  // fp8 casts (exec/fp8.hpp): expert e's GEMMs are linears kFp8Expert + 2e and + 2e + 1
+  const uint16_t *w1_16 = g.p16(W.ex_w1), *w2_16 = g.p16(W.ex_w2);  // bf16 storage of the weights (else null)
   for (long b = 0; b < G * E; ++b) {
     const long ge = b % El;  // the local expert (global expert ep_rank El + b % El)
     const int lin = kFp8Expert + 2 * int(s.ep_rank * El + ge);
     T* h = a.fc1.data() + b * cap * F1;
     T* act = a.act.data() + b * cap * Fe;
-    ops::matmul(h, g.f8(qx, xin + b * cap * C, cap * C, wl, lin, Fp8Operand::x),
-                g.f8(qw, g.p(W.ex_w1) + ge * C * F1, C * F1, wl, lin, Fp8Operand::w), cap, F1, C, false, false, T(1), T(0));
+    gemm16(h, g.f8(qx, xin + b * cap * C, cap * C, wl, lin, Fp8Operand::x), nullptr,
+           w1_16 ? nullptr : g.f8(qw, g.p(W.ex_w1) + ge * C * F1, C * F1, wl, lin, Fp8Operand::w),
+           w1_16 ? w1_16 + ge * C * F1 : nullptr, cap, F1, C, false, false, T(0));
     if (W.ex_b1 >= 0) ops::add_bias(h, h, g.p(W.ex_b1) + ge * F1, cap, F1);
     if (s.gelu) ops::gelu_fwd(act, h, cap * Fe);
     else ops::swiglu_fwd(act, h, cap, Fe);
-    ops::matmul(ep_out + b * cap * C, g.f8(qx, act, cap * Fe, wl, lin + 1, Fp8Operand::x),
-                g.f8(qw, g.p(W.ex_w2) + ge * Fe * C, Fe * C, wl, lin + 1, Fp8Operand::w), cap, C, Fe, false, false, T(1),
-                T(0));
+    gemm16(ep_out + b * cap * C, g.f8(qx, act, cap * Fe, wl, lin + 1, Fp8Operand::x), nullptr,
+           w2_16 ? nullptr : g.f8(qw, g.p(W.ex_w2) + ge * Fe * C, Fe * C, wl, lin + 1, Fp8Operand::w),
+           w2_16 ? w2_16 + ge * Fe * C : nullptr, cap, C, Fe, false, false, T(0));
   }
   Buf<T>().swap(xg);
   if (G > 1) g.tp->reduce_scatter_sum(eg.data(), eout.data(), rows * C, dt(T{}));  // SP: my tokens' sums
@@ -116,6 +118,7 @@ void moe_mlp_bwd(const Gpt<T>& g, int wl, const LayerParams& W, LayerActs<T>& a,
   Buf<T> dxg((size_t)(G > 1 ? G * rows * C : 0));  // SP: for every tp rank's tokens
   T* dx_part = G > 1 ? dxg.data() : dye.data();      // expert-input gradients in expert order, partial over tp
   Buf<T> qx, qw, qd;  // fp8 casts (exec/fp8.hpp; the forward operands again with the same scales)
+  const uint16_t *w1_16 = g.p16(W.ex_w1), *w2_16 = g.p16(W.ex_w2);  // bf16 storage of the weights (else null)
   for (long b = 0; b < G * E; ++b) {
     const long ge = b % El;  // the local expert
     const int lin = kFp8Expert + 2 * int(s.ep_rank * El + ge);
@@ -125,16 +128,18 @@ void moe_mlp_bwd(const Gpt<T>& g, int wl, const LayerParams& W, LayerActs<T>& a,
     ops::matmul(g.g(W.ex_w2) + ge * Fe * C, g.f8(qx, act, cap * Fe, wl, lin + 1, Fp8Operand::x, false), d, Fe, C, cap,
                 true, false, T(1), T(1));
     Buf<T> dact((size_t)(cap * Fe));
-    ops::matmul(dact.data(), d, g.f8(qw, g.p(W.ex_w2) + ge * Fe * C, Fe * C, wl, lin + 1, Fp8Operand::w, false), cap,
-                Fe, C, false, true, T(1), T(0));
+    gemm16(dact.data(), d, nullptr,
+           w2_16 ? nullptr : g.f8(qw, g.p(W.ex_w2) + ge * Fe * C, Fe * C, wl, lin + 1, Fp8Operand::w, false),
+           w2_16 ? w2_16 + ge * Fe * C : nullptr, cap, Fe, C, false, true, T(0));
     if (s.gelu) ops::gelu_bwd_set(h, h, dact.data(), cap * Fe);  // h becomes d fc1 in place
     else ops::swiglu_bwd_set(h, h, dact.data(), cap, Fe);
     if (W.ex_b1 >= 0) ops::bias_bwd(g.g(W.ex_b1) + ge * F1, h, cap, F1);
     const T* dh = g.f8(qd, h, cap * F1, wl, lin, Fp8Operand::dy);
     ops::matmul(g.g(W.ex_w1) + ge * C * F1, g.f8(qx, xin + b * cap * C, cap * C, wl, lin, Fp8Operand::x, false), dh, C,
                 F1, cap, true, false, T(1), T(1));
-    ops::matmul(dx_part + b * cap * C, dh, g.f8(qw, g.p(W.ex_w1) + ge * C * F1, C * F1, wl, lin, Fp8Operand::w, false),
-                cap, C, F1, false, true, T(1), T(0));
+    gemm16(dx_part + b * cap * C, dh, nullptr,
+           w1_16 ? nullptr : g.f8(qw, g.p(W.ex_w1) + ge * C * F1, C * F1, wl, lin, Fp8Operand::w, false),
+           w1_16 ? w1_16 + ge * C * F1 : nullptr, cap, C, F1, false, true, T(0));
   }
   for (Buf<T>* v : {&a.fc1, &a.act, &a.m_xe, &deo, &dg, &xg}) release(*v);
   Buf<T>& dxe = dye;  // reused: my tokens' expert-input gradients in expert order

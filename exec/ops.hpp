@@ -17,19 +17,22 @@ namespace tp::ops {
 template <class T>
 void matmul(T* C, const T* A, const T* B, long M, long N, long K, bool trans_a, bool trans_b, T alpha, T beta);
 
-// matmul with A held as bf16 (pack_bf16's storage: a saved activation kept packed into the backward's weight-gradient
-// GEMM): exactly matmul on A's bf16 values, unpacked (with bf16 GEMM operands on, A is already rounded and B is
-// rounded as usual). A16 is laid out as A would be. A GPU backend gives the packed copy to the bf16 GEMM directly.
+// matmul with either operand (or both) held as bf16 instead: A16 / B16, laid out as A / B would be, given in place
+// of A / B (for each operand exactly one of the two pointers is non-null). The packed operands are pack_bf16's
+// storage: a saved activation kept packed into the backward's weight-gradient GEMM, a weight's bf16 copy (bf16
+// storage of the weights). Exactly matmul on their bf16 values, unpacked (with bf16 GEMM operands on they are
+// already rounded and a T operand is rounded as usual). A GPU backend gives the packed copies to the bf16 GEMM.
 template <class T>
-void matmul_a16(T* C, const uint16_t* A16, const T* B, long M, long N, long K, bool trans_a, bool trans_b, T alpha,
-                T beta);
+void matmul16(T* C, const T* A, const uint16_t* A16, const T* B, const uint16_t* B16, long M, long N, long K,
+              bool trans_a, bool trans_b, T alpha, T beta);
 
 // A linear layer's forward, as one op so a GPU backend can fuse it into the GEMM (cuBLASLt's bias and GELU
 // epilogues): with pre == null, y[M, N] = x[M, K] · w[K, N] + b[N]; with pre != null, pre = x · w + b and
-// y = gelu(pre) (gelu_fwd's tanh form). b may be null (no bias). Exactly matmul, then add_bias, then gelu_fwd.
+// y = gelu(pre) (gelu_fwd's tanh form). b may be null (no bias). Exactly matmul (matmul16 with w16, the weight's
+// bf16 copy, given instead of w: exactly one of w, w16 is non-null), then add_bias, then gelu_fwd.
 // y and pre alias nothing else.
 template <class T>
-void linear_fwd(T* y, T* pre, const T* x, const T* w, const T* b, long M, long N, long K);
+void linear_fwd(T* y, T* pre, const T* x, const T* w, const uint16_t* w16, const T* b, long M, long N, long K);
 
 // y[N, C] = x[N, C] + b[C] broadcast over rows (bias add, in place allowed: y == x).
 template <class T>

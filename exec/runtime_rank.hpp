@@ -130,6 +130,10 @@ struct RankRun {
   Recorder rec;
   int shared = 0;                                    // Pseudo-to-Real: > 0 while k weight groups are shared
   std::vector<T*> ptab, gtab;                        // per view: where its params / grads are now
+  // training.precision "bf16": the weights' bf16 copies the GEMMs read (exec/gpt.hpp; made at a view's first use in a
+  // step, dropped with its released parameters). Not under chunked offload, whose device budget holds the T weights
+  // only, nor under Optimus 2D, whose GEMMs read gathered weight blocks: their GEMMs round the T weights.
+  std::unique_ptr<WeightCopies16> w16;
   std::vector<long long> cbase;                      // per unit: its base in the compact parameters (-1: not held)
   std::vector<long long> gbase;                      // per unit: its base in `grads` (-1: not held, or transient)
   // ZeRO >= 2 with dp > 1 (no chunked offload): a layer's full gradient exists only from the start of its
@@ -261,7 +265,10 @@ struct RankRun {
   void param_release(int ui) {  // zparam: the gathered unit is freed at its run's end (granular: its views unset)
     if (!(zparam || gran.is_off(ui)) || !is_layer_unit(ui)) return;
     Buf<T>().swap(uparam[ui]);
-    gl.each_view(zparam ? units[ui].a : dev_end[ui], units[ui].b, [&](size_t v, long long, long long, long long) { ptab[v] = nullptr; });
+    gl.each_view(zparam ? units[ui].a : dev_end[ui], units[ui].b, [&](size_t v, long long, long long, long long) {
+      ptab[v] = nullptr;
+      if (w16) w16->drop(v);
+    });
   }
   size_t own_index(int ui) const {  // the own range of unit ui's first segment (the next ones follow)
     size_t k = 0;

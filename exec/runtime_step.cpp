@@ -168,6 +168,7 @@ void RankRun<T>::begin_step(Loop& lp, int step) {
   if (store) store->zero_resident_grads();
   lp.cur_run = -1;
   if (p.zero >= 2) ops::fill(gshard.data(), T(0), (long)gshard.size());
+  if (w16) w16->next_step();  // (the optimizer, a delink or a resume changed the weights: every copy is stale)
   if (gran.on()) gran.begin_step(lp.run_layer, shared, p.offload.prefetch_layers);  // (the runs change at a delink)
   for (long long j = 0; j < m; ++j) {
     fill_micro_batch(lp.tokens, BatchSpec{(int)Tn, (int)b, o.seed}, step, (long)((rc.dp / p.cp * m + j) * b),

@@ -84,18 +84,29 @@ void gemm_cases(std::vector<Spec>& cs, bool quick) {
             });
       }
   }
-  // matmul_a16: A packed to bf16 first (the saved activations of training.precision "bf16"); with bf16 operands on a
-  // GPU backend hands the packed copy to its bf16 GEMM as it is (the A16 path), off it unpacks it; the weight-gradient
-  // shape (Aᵀ B, beta 1) and the others
+  // matmul16: A, B or both packed to bf16 first (the saved activations and the weights' copies of training.precision
+  // "bf16"); with bf16 operands on a GPU backend hands the packed copies to its bf16 GEMM as they are (the A16 / B16
+  // path), off it unpacks them. The GEMMs training runs: the weight gradient (A packed, Aᵀ B, beta 1), the forward
+  // and the input gradient (B packed, B or Bᵀ), and both packed.
+  struct Packing {
+    bool a16, b16, ta, tb;
+  };
+  const Packing packings[] = {{true, false, true, false}, {true, false, false, false}, {false, true, false, false},
+                              {false, true, false, true}, {true, true, true, true}};
   for (size_t i = 1; i < shapes.size(); ++i) {
     const auto [M, N, K] = shapes[i];
-    for (int ta = 0; ta < 2; ++ta)
+    for (const Packing& k : packings)
       for (int b16 = 0; b16 < 2; ++b16) {
-        Spec sp{"matmul_a16", sh({{"M", M}, {"N", N}, {"K", K}}), std::string(ta ? "Aᵀ" : "A") + "·B beta 1",
-                {rnd(M * K, s++), rnd(K * N, s++), rnd(M * N, s++)}, {Ints(size_t((M * K + 1) / 2))}, {2}, double(K)};
+        const std::string var = std::string(k.a16 ? "A16" : "A") + (k.ta ? "ᵀ" : "") + "·" + (k.b16 ? "B16" : "B") +
+                                (k.tb ? "ᵀ" : "") + " beta 1";
+        Spec sp{"matmul16", sh({{"M", M}, {"N", N}, {"K", K}}), var, {rnd(M * K, s++), rnd(K * N, s++), rnd(M * N, s++)},
+                {Ints(size_t((M * K + 1) / 2)), Ints(size_t((K * N + 1) / 2))}, {2}, double(K)};
         add(cs, b16 ? bf16_operands(sp) : sp, TP_SELFTEST_BODY {
-          t.pack_bf16(reinterpret_cast<uint16_t*>(ip[0]), p[0], M * K);
-          t.matmul_a16(p[2], reinterpret_cast<const uint16_t*>(ip[0]), p[1], M, N, K, ta, false, TT(1), TT(1));
+          uint16_t* a16 = k.a16 ? reinterpret_cast<uint16_t*>(ip[0]) : nullptr;
+          uint16_t* w16 = k.b16 ? reinterpret_cast<uint16_t*>(ip[1]) : nullptr;
+          if (a16) t.pack_bf16(a16, p[0], M * K);
+          if (w16) t.pack_bf16(w16, p[1], K * N);
+          t.matmul16(p[2], a16 ? nullptr : p[0], a16, w16 ? nullptr : p[1], w16, M, N, K, k.ta, k.tb, TT(1), TT(1));
           return 0;
         });
       }
@@ -112,17 +123,21 @@ void gemm_cases(std::vector<Spec>& cs, bool quick) {
                  {rnd(M * K, s++), rnd(K * N, s++), rnd(N, s++), Vec(size_t(M * N)), Vec(size_t(M * N))}, {},
                  gelu ? std::vector<int>{3, 4} : std::vector<int>{3}, double(K)},
             TP_SELFTEST_BODY {
-              t.linear_fwd(p[3], gelu ? p[4] : nullptr, p[0], p[1], bias ? p[2] : nullptr, M, N, K);
+              t.linear_fwd(p[3], gelu ? p[4] : nullptr, p[0], p[1], nullptr, bias ? p[2] : nullptr, M, N, K);
               return 0;
             });
         if (bias == gelu)
-          add(cs, bf16_operands({"linear_fwd", sh({{"M", M}, {"N", N}, {"K", K}}), var,
-                                 {rnd(M * K, s++), rnd(K * N, s++), rnd(N, s++), Vec(size_t(M * N)), Vec(size_t(M * N))},
-                                 {}, gelu ? std::vector<int>{3, 4} : std::vector<int>{3}, double(K)}),
-              TP_SELFTEST_BODY {
-                t.linear_fwd(p[3], gelu ? p[4] : nullptr, p[0], p[1], bias ? p[2] : nullptr, M, N, K);
-                return 0;
-              });
+          for (int w16 = 0; w16 < 2; ++w16) {  // w16: the weight given as its bf16 copy (bf16 storage of the weights)
+            Spec sp{"linear_fwd", sh({{"M", M}, {"N", N}, {"K", K}}), var + (w16 ? ", w16" : ""),
+                    {rnd(M * K, s++), rnd(K * N, s++), rnd(N, s++), Vec(size_t(M * N)), Vec(size_t(M * N))},
+                    {Ints(size_t((K * N + 1) / 2))}, gelu ? std::vector<int>{3, 4} : std::vector<int>{3}, double(K)};
+            add(cs, bf16_operands(sp), TP_SELFTEST_BODY {
+              uint16_t* wp = w16 ? reinterpret_cast<uint16_t*>(ip[0]) : nullptr;
+              if (wp) t.pack_bf16(wp, p[1], K * N);
+              t.linear_fwd(p[3], gelu ? p[4] : nullptr, p[0], wp ? nullptr : p[1], wp, bias ? p[2] : nullptr, M, N, K);
+              return 0;
+            });
+          }
       }
   struct Att {
     long B, T, H, Hkv, D;

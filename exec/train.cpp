@@ -80,9 +80,11 @@ std::vector<std::string> run_notes(const Scenario& sc, bool fp64) {
                     (fp64 ? "float64 (--fp64)" : "float32 (bf16 tensor cores on cuda)") +
                     "; each layer's input and saved activations are stored as bf16 from its forward to its "
                     "backward (LayerNorm's and flash's statistics and the router's probabilities stay in " +
-                    (fp64 ? "float64" : "float32") + "); weights, gradients, Adam state and the tensors between ops "
-                    "stay in " + (fp64 ? "float64" : "float32") + " (no bf16 op table yet), so the element-wise ops run "
-                    "at that width");
+                    (fp64 ? "float64" : "float32") + "); the GEMMs read bf16 copies of the weights, made once per "
+                    "step from the " + (fp64 ? "float64" : "float32") + " master weights (not under chunked offload "
+                    "or Optimus 2D); gradients, Adam state and the tensors between ops stay in " +
+                    (fp64 ? "float64" : "float32") + " (no bf16 op table yet), so the element-wise ops run at that "
+                    "width");
   if (p == Precision::fp16)
     notes.push_back(std::string("$.training.precision \"") + precision_name(p) + "\": run trains in " +
                     (fp64 ? "float64 (--fp64)" : "float32") +
@@ -124,9 +126,11 @@ double run_bytes_per_rank(const Scenario& sc, bool fp64) {
   const double layers = (double)m.layers / p.pp;
   const double acts = mb * s * layers * (16.0 * m.hidden / tp + 2.0 * m.heads / tp * s);  // per layer: ~16 h + scores
   const double logits = 2.0 * mb * s * (double)m.vocab / tp;                              // logits and their gradient
-  // training.precision "bf16": the saved activations are bf16 (LayerActs::pack_bf16)
-  const double acts_e = sc.training.precision == Precision::bf16 ? 2 : e;
-  return state + acts * acts_e + logits * e;
+  // training.precision "bf16": the saved activations are bf16 (LayerActs::pack_bf16), and the weights have bf16
+  // copies (WeightCopies16; counted over every parameter, as Megatron-LM's bf16 parameters)
+  const bool bf16 = sc.training.precision == Precision::bf16;
+  const double acts_e = bf16 ? 2 : e;
+  return state + (bf16 ? 2 * params : 0.0) + acts * acts_e + logits * e;
 }
 
 void check_run_memory(const Scenario& sc, bool fp64, bool on_gpu) {

@@ -37,6 +37,9 @@ struct RunOptions {
                                    // 0 = gpu_memory_fraction x the scenario's cluster GPU hbm_bytes
   int log_every = -1;            // rank 0's iteration line every N steps (-1: 10, every step for runs <= 20; 0: none)
   int keep_checkpoints = 3;      // complete checkpoints kept (older ones removed after a newer one is complete)
+  // training.precision "bf16": the GEMMs read the weights' bf16 copies (exec/gpt.hpp WeightCopies16). Off, each GEMM
+  // rounds the T weights itself: the same values (tests compare the two), no copies held.
+  bool bf16_weight_copies = true;
   long long handover_window = 0;  // Pseudo-to-Real over two layouts: single-rank elements per window of the
                                   // handover (exec/handover.hpp; 0: 4 Mi)
 };

@@ -44,7 +44,9 @@ MOE_CASES = [  # on tiny-moe.json (4 experts, top-2, capacity factor 1: copies a
     ("moe_dp2_ep2_tp2_sp", {"dp": 2, "ep": 2, "tp": 2, "sequence_parallel": True}),
 ]
 # training.precision "bf16" (bf16 GEMM operands, fp32 accumulation, saved activations stored as bf16: pack_bf16, the
-# weight-gradient GEMMs on packed operands through matmul_a16; recompute re-rounds what it rebuilds) and "fp8": each against the cpu backend's run of the
+# weight-gradient GEMMs on packed operands through matmul16; recompute re-rounds what it rebuilds; the weights' bf16
+# copies, made per step, dropped with ZeRO-3's gathered and granular offload's loaded layers; not under chunked
+# offload) and "fp8": each against the cpu backend's run of the
 # same scenario, to 2e-3 (another summation order can move a value across a bf16 rounding boundary).
 BF16_CASES = [  # name, plan changes, base scenario, extra environment; fp8_* cases train in fp8 (exec/fp8.hpp)
     ("bf16_single", {}, "tiny-gpt", {}),
@@ -55,6 +57,7 @@ BF16_CASES = [  # name, plan changes, base scenario, extra environment; fp8_* ca
     ("bf16_recompute_full", {"recompute": "full"}, "tiny-gpt", {}),
     ("bf16_pp2_selective", {"pp": 2, "recompute": "selective"}, "tiny-gpt", {}),
     ("bf16_tp2d_q2", {"tp": 4, "tp_mode": "2d"}, "tiny-gpt", {}),
+    ("bf16_dp2_zero3_granular", {"dp": 2, "zero": 3, "offload": GRAN}, "tiny-gpt", {}),
     ("bf16_moe_dp2_ep2", {"dp": 2, "ep": 2}, "tiny-moe", {}),
     ("fp8_single", {}, "tiny-gpt", {}),
     ("fp8_dp2_tp2_sp_zero3", {"dp": 2, "tp": 2, "sequence_parallel": True, "zero": 3}, "tiny-gpt", {}),

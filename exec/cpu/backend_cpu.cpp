@@ -31,7 +31,7 @@ OpTable<T> cpu_ops() {
   namespace c = ops::cpu;
   OpTable<T> t{};
   t.matmul = &c::matmul<T>;
-  t.matmul_a16 = &c::matmul_a16<T>;
+  t.matmul16 = &c::matmul16<T>;
   t.add_bias = &c::add_bias<T>;
   t.linear_fwd = &composed_linear_fwd<cpu_backend, T>;
   t.bias_bwd = &c::bias_bwd<T>;

@@ -22,7 +22,8 @@ template <class T> void scale(T* y, const T* x, T s, long n);
 template <class T> void fill(T* y, T value, long n);
 template <class T> void copy(T* dst, const T* src, long n);
 template <class T>
-void matmul_a16(T* C, const uint16_t* A16, const T* B, long M, long N, long K, bool trans_a, bool trans_b, T alpha, T beta);
+void matmul16(T* C, const T* A, const uint16_t* A16, const T* B, const uint16_t* B16, long M, long N, long K,
+              bool trans_a, bool trans_b, T alpha, T beta);
 template <class T> void copy_rows(T* dst, long dst_stride, const T* src, long src_stride, long rows, long cols);
 template <class T> void pack_bf16(uint16_t* y, const T* x, long n);
 template <class T> void unpack_bf16(T* y, const uint16_t* x, long n);

@@ -157,12 +157,20 @@ void matmul(T* C, const T* A, const T* B, long M, long N, long K, bool trans_a, 
 }
 
 template <class T>
-void matmul_a16(T* C, const uint16_t* A16, const T* B, long M, long N, long K, bool trans_a, bool trans_b, T alpha,
-                T beta) {
-  thread_local std::vector<T> a;
-  a.resize(size_t(std::max(0L, M * K)));
-  unpack_bf16(a.data(), A16, M * K);
-  matmul(C, a.data(), B, M, N, K, trans_a, trans_b, alpha, beta);
+void matmul16(T* C, const T* A, const uint16_t* A16, const T* B, const uint16_t* B16, long M, long N, long K,
+              bool trans_a, bool trans_b, T alpha, T beta) {
+  thread_local std::vector<T> a, b;  // the packed operands unpacked
+  if (A16) {
+    a.resize(size_t(std::max(0L, M * K)));
+    unpack_bf16(a.data(), A16, M * K);
+    A = a.data();
+  }
+  if (B16) {
+    b.resize(size_t(std::max(0L, K * N)));
+    unpack_bf16(b.data(), B16, K * N);
+    B = b.data();
+  }
+  matmul(C, A, B, M, N, K, trans_a, trans_b, alpha, beta);
 }
 
 // One head's probabilities and output: S = scale · Q Kᵀ written into P [Tq, Tk], the causal softmax row by row
@@ -322,7 +330,8 @@ void attention_bwd(T* dq, T* dk, T* dv, const T* dout, const T* att, const T* q,
 
 #define TP_OPS_GEMM_INSTANTIATE(T)                                                                              \
   template void matmul<T>(T*, const T*, const T*, long, long, long, bool, bool, T, T);                         \
-  template void matmul_a16<T>(T*, const uint16_t*, const T*, long, long, long, bool, bool, T, T);               \
+  template void matmul16<T>(T*, const T*, const uint16_t*, const T*, const uint16_t*, long, long, long, bool, bool,  \
+                            T, T);                                                                              \
   template void attention_fwd<T>(T*, T*, const T*, const T*, const T*, long, long, long, long, long);          \
   template void attention_bwd<T>(T*, T*, T*, const T*, const T*, const T*, const T*, const T*, long, long, long, \
                                  long, long);                                                                 \

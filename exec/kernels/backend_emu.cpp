@@ -123,11 +123,16 @@ void matmul(T* C, const T* A, const T* B, long M, long N, long K, bool ta, bool 
   ops::cpu::matmul<T>(C, A, B, M, N, K, ta, tb, alpha, beta);
 }
 template <class T>
-void matmul_a16(T* C, const uint16_t* A16, const T* B, long M, long N, long K, bool ta, bool tb, T alpha, T beta) {
-  need("matmul_a16", "A16", A16, sz<uint16_t>(M * K));
-  need("matmul_a16", "B", B, sz<T>(K * N));
-  need("matmul_a16", "C", C, sz<T>(M * N));
-  ops::cpu::matmul_a16<T>(C, A16, B, M, N, K, ta, tb, alpha, beta);
+void matmul16(T* C, const T* A, const uint16_t* A16, const T* B, const uint16_t* B16, long M, long N, long K, bool ta,
+              bool tb, T alpha, T beta) {
+  if ((A == nullptr) == (A16 == nullptr) || (B == nullptr) == (B16 == nullptr))
+    throw std::runtime_error("emu backend: matmul16: each operand is given exactly once (A or A16, B or B16)");
+  if (A16) need("matmul16", "A16", A16, sz<uint16_t>(M * K));
+  else need("matmul16", "A", A, sz<T>(M * K));
+  if (B16) need("matmul16", "B16", B16, sz<uint16_t>(K * N));
+  else need("matmul16", "B", B, sz<T>(K * N));
+  need("matmul16", "C", C, sz<T>(M * N));
+  ops::cpu::matmul16<T>(C, A, A16, B, B16, M, N, K, ta, tb, alpha, beta);
 }
 template <class T>
 void add_bias(T* y, const T* x, const T* b, long N, long C) {
@@ -334,7 +339,7 @@ template <class T>
 OpTable<T> table() {
   OpTable<T> t{};
   t.matmul = &matmul<T>;
-  t.matmul_a16 = &matmul_a16<T>;
+  t.matmul16 = &matmul16<T>;
   t.add_bias = &add_bias<T>;
   t.linear_fwd = &composed_linear_fwd<emu_backend, T>;
   t.bias_bwd = &bias_bwd<T>;

@@ -128,6 +128,7 @@ TEST(Cli, RunSaysWhenItTrainsInAnotherPrecision) {
   EXPECT_EQ(o.rc, 0) << o.text;
   EXPECT_NE(o.text.find("note: $.training.precision \"bf16\": run computes every GEMM"), std::string::npos) << o.text;
   EXPECT_NE(o.text.find("saved activations are stored as bf16"), std::string::npos) << o.text;
+  EXPECT_NE(o.text.find("the GEMMs read bf16 copies of the weights"), std::string::npos) << o.text;
   EXPECT_NE(o.text.find("stay in float32 (no bf16 op table yet)"), std::string::npos) << o.text;
   Out f = tp_run("run " + std::string(TP_SOURCE_DIR) + "/scenarios/exec/tiny-gpt.json --steps 1 --quiet");
   EXPECT_EQ(f.rc, 0) << f.text;

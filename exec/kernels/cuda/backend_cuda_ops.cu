@@ -113,36 +113,53 @@ void matmul(F* C, const F* A, const F* B, long M, long N, long K, bool ta, bool 
   });
 }
 
-// A16 holds A as bf16 (a saved activation kept packed): with bf16 operands on, cuBLASLt reads it as the operand's
-// bf16 copy (GemmArgs::A16; A is given the copy's address only for the alignment checks); otherwise it is unpacked
-// into scratch and the fp32 GEMM runs on it.
-void matmul_a16(F* C, const uint16_t* A16, const F* B, long M, long N, long K, bool ta, bool tb, F alpha, F beta) {
-  TP_OP("matmul_a16", ({{"M", M}, {"N", N}, {"K", K}, {"trans_a", ta}, {"trans_b", tb}, {"align", align3(A16, B, C)}}), {
+// A16 / B16 hold A / B as bf16 (a saved activation kept packed, a weight's bf16 copy): with bf16 operands on,
+// cuBLASLt reads them as the operands' bf16 copies (GemmArgs::A16 / B16; A / B are given the copies' addresses only
+// for the alignment checks); otherwise they are unpacked into scratch and the fp32 GEMM runs on them.
+GemmArgs packed_args(F* C, const F* A, const uint16_t* A16, const F* B, const uint16_t* B16, long M, long N, long K,
+                     bool ta, bool tb, F alpha, F beta) {
+  if ((A == nullptr) == (A16 == nullptr) || (B == nullptr) == (B16 == nullptr))
+    throw std::runtime_error("matmul16: each operand is given exactly once (A or A16, B or B16)");
+  if (lt_bf16()) {
+    GemmArgs a = matmul_args(C, A ? A : reinterpret_cast<const F*>(A16), B ? B : reinterpret_cast<const F*>(B16), M, N,
+                             K, ta, tb, alpha, beta);
+    a.A16 = A ? nullptr : A16;
+    a.B16 = B ? nullptr : B16;
+    return a;
+  }
+  const size_t a_n = A16 ? size_t(M * K + 63) / 64 * 64 : 0;  // (B's unpacked copy 256-byte aligned after A's)
+  F* s = static_cast<F*>(scratch(sizeof(F) * (a_n + (B16 ? size_t(K * N) : 0))));
+  if (A16) cast_from_bf16(s, A16, M * K), A = s;
+  if (B16) cast_from_bf16(s + a_n, B16, K * N), B = s + a_n;
+  return matmul_args(C, A, B, M, N, K, ta, tb, alpha, beta);
+}
+void matmul16(F* C, const F* A, const uint16_t* A16, const F* B, const uint16_t* B16, long M, long N, long K, bool ta,
+              bool tb, F alpha, F beta) {
+  const void* a = A ? static_cast<const void*>(A) : A16;
+  const void* b = B ? static_cast<const void*>(B) : B16;
+  TP_OP("matmul16", ({{"M", M}, {"N", N}, {"K", K}, {"trans_a", ta}, {"trans_b", tb}, {"A16", A16 != nullptr},
+                      {"B16", B16 != nullptr}, {"align", align3(a, b, C)}}), {
     if (K == 0) {
       empty_product(C, beta, M * N);
-    } else if (lt_bf16()) {
-      GemmArgs a = matmul_args(C, reinterpret_cast<const F*>(A16), B, M, N, K, ta, tb, alpha, beta);
-      a.what = "matmul_a16";
-      a.A16 = A16;
-      lt_gemm(a);
     } else {
-      F* a32 = static_cast<F*>(scratch(sizeof(F) * size_t(M * K)));
-      cast_from_bf16(a32, A16, M * K);
-      lt_gemm(matmul_args(C, a32, B, M, N, K, ta, tb, alpha, beta));
+      GemmArgs g = packed_args(C, A, A16, B, B16, M, N, K, ta, tb, alpha, beta);
+      g.what = "matmul16";
+      lt_gemm(g);
     }
   });
 }
 
 // A linear layer's forward in one cuBLASLt call with a bias / GELU epilogue when cuBLASLt takes it (aligned
 // vectors, an output row length that is a multiple of 8); otherwise the GEMM, then the bias and GELU kernels.
-void linear_fwd(F* y, F* pre, const F* x, const F* w, const F* b, long M, long N, long K) {
-  TP_OP("linear_fwd", ({{"M", M}, {"N", N}, {"K", K}, {"bias", b != nullptr}, {"gelu", pre != nullptr}}), {
-    GemmArgs a = matmul_args(y, x, w, M, N, K, false, false, 1.f, 0.f);
+void linear_fwd(F* y, F* pre, const F* x, const F* w, const uint16_t* w16, const F* b, long M, long N, long K) {
+  TP_OP("linear_fwd", ({{"M", M}, {"N", N}, {"K", K}, {"bias", b != nullptr}, {"gelu", pre != nullptr},
+                        {"w16", w16 != nullptr}}), {
+    GemmArgs a = K == 0 ? GemmArgs{} : packed_args(y, x, nullptr, w, w16, M, N, K, false, false, 1.f, 0.f);
     a.what = "linear_fwd";
     a.bias = b, a.aux = pre, a.gelu = pre != nullptr;
     if (K == 0 || !lt_gemm(a)) {
       F* z = pre ? pre : y;
-      matmul(z, x, w, M, N, K, false, false, 1.f, 0.f);
+      matmul16(z, x, nullptr, w, w16, M, N, K, false, false, 1.f, 0.f);
       if (b && M * N > 0) k::add_bias(launcher(), z, z, b, M, N);
       if (pre && M * N > 0) k::gelu_fwd(launcher(), y, pre, M * N);
     }
@@ -372,7 +389,7 @@ double fp8_quantize(F* y, const F* x, long n, F s, int format) {
 }  // namespace
 
 void fill_f32_table(exec::OpTable<float>& t) {
-  t.matmul = matmul, t.matmul_a16 = matmul_a16, t.linear_fwd = linear_fwd, t.add_bias = add_bias, t.bias_bwd = bias_bwd, t.add = add, t.accumulate = accumulate;
+  t.matmul = matmul, t.matmul16 = matmul16, t.linear_fwd = linear_fwd, t.add_bias = add_bias, t.bias_bwd = bias_bwd, t.add = add, t.accumulate = accumulate;
   t.scale = scale, t.fill = fill, t.copy = copy, t.copy_rows = copy_rows;
   t.pack_bf16 = pack_bf16, t.unpack_bf16 = unpack_bf16;
   t.layernorm_fwd = layernorm_fwd, t.layernorm_bwd = layernorm_bwd;
@@ -391,7 +408,7 @@ void fill_f32_table(exec::OpTable<float>& t) {
 // The GPU backend computes in fp32 (bf16 next); fp64 is the CPU oracle's precision and is not faked here.
 void fill_f64_unsupported(exec::OpTable<double>& t) {
 #define TP_S(op) TP_STUB(t, op, "f64")
-  TP_S(matmul); TP_S(matmul_a16); TP_S(linear_fwd); TP_S(add_bias); TP_S(bias_bwd); TP_S(add); TP_S(accumulate); TP_S(scale); TP_S(fill); TP_S(copy);
+  TP_S(matmul); TP_S(matmul16); TP_S(linear_fwd); TP_S(add_bias); TP_S(bias_bwd); TP_S(add); TP_S(accumulate); TP_S(scale); TP_S(fill); TP_S(copy);
   TP_S(copy_rows); TP_S(pack_bf16); TP_S(unpack_bf16); TP_S(layernorm_fwd); TP_S(layernorm_bwd); TP_S(ln_shard_sum); TP_S(ln_shard_sqdev);
   TP_S(ln_shard_apply); TP_S(ln_shard_bwd_sums); TP_S(ln_shard_bwd_apply); TP_S(gelu_fwd); TP_S(gelu_bwd);
   TP_S(gelu_bwd_set); TP_S(swiglu_fwd); TP_S(swiglu_bwd); TP_S(swiglu_bwd_set); TP_S(attention_fwd);

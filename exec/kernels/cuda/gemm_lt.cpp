@@ -360,7 +360,7 @@ bool lt_gemm(const GemmArgs& g) {
                             "their bf16-rounded operands (the same result, slower)\n", shape_text(g).c_str());
     told = true;
     GemmArgs r = g;
-    // (cuBLASLt's first operand is our B; an operand given only as its bf16 copy, matmul_a16's A, from that copy)
+    // (cuBLASLt's first operand is our B; an operand given only as its bf16 copy, matmul16's A16 or B16, from that copy)
     r.B = g.B16 ? f32_of_bf16(0, g.B16, span(p.m1, p.batch), g) : rounded_f32_copy(0, p.x1, span(p.m1, p.batch), g);
     r.A = g.A16 ? f32_of_bf16(1, g.A16, span(p.m2, p.batch), g) : rounded_f32_copy(1, p.x2, span(p.m2, p.batch), g);
     struct Fp32Here {  // the fp32 GEMM below, bf16 operands back on after it (also when it throws)

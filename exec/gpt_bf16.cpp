@@ -1,0 +1,106 @@
+// gpt_bf16: bf16 storage (training.precision "bf16"; gpt.hpp): the saved activations packed between a layer's forward
+// and backward (LayerActs::pack_bf16 / unpack_bf16), and the weight matrices' bf16 copies (WeightCopies16, Gpt::p16).
+// Every value stored as bf16 is ops::pack_bf16's rounding of the T value, the rounding the bf16 GEMM operands get, so
+// what a GEMM reads packed is exactly what it would have rounded itself.
+#include <array>
+
+#include "exec/gpt.hpp"
+#include "exec/ops.hpp"
+
+namespace tp::exec {
+
+// The tensors of a (const) LayerActs that bf16 storage packs, in LayerActs::b16's order (att: null when it holds
+// flash's statistics).
+template <class Acts>
+static auto bf16_fields(Acts& a, bool att_is_stats) {
+  using P = decltype(&a.x_in);
+  return std::array<P, 15>{&a.x_in, &a.ln1, &a.q, &a.k, &a.v, att_is_stats ? nullptr : &a.att, &a.attn, &a.x_mid,
+                           &a.ln2, &a.fc1, &a.act, &a.m_xe, &a.m_ye, &a.s_fc1, &a.s_act};
+}
+
+template <class T>
+void LayerActs<T>::pack_bf16(bool att_is_stats) {
+  const auto f = bf16_fields(*this, att_is_stats);
+  b16.resize(f.size());
+  for (size_t i = 0; i < f.size(); ++i) {
+    if (!f[i] || f[i]->empty()) continue;
+    b16[i].resize(f[i]->size());
+    ops::pack_bf16(b16[i].data(), f[i]->data(), (long)f[i]->size());
+    Buf<T>().swap(*f[i]);
+  }
+}
+
+template <class T>
+void LayerActs<T>::unpack_bf16(bool att_is_stats, bool keep_gemm_operands) {
+  const auto f = bf16_fields(*this, att_is_stats);
+  bool kept = false;
+  for (size_t i = 0; i < b16.size() && i < f.size(); ++i) {
+    if (b16[i].empty()) continue;
+    if (keep_gemm_operands && (f[i] == &ln1 || f[i] == &ln2 || f[i] == &act || (f[i] == &attn && !att_is_stats))) {
+      kept = true;
+      continue;
+    }
+    f[i]->resize(b16[i].size());
+    ops::unpack_bf16(f[i]->data(), b16[i].data(), (long)b16[i].size());
+    Buf<uint16_t>().swap(b16[i]);
+  }
+  if (!kept) b16.clear();
+}
+
+template <class T>
+const uint16_t* LayerActs<T>::packed(const Buf<T>& field) const {
+  const auto f = bf16_fields(*this, false);
+  for (size_t i = 0; i < b16.size() && i < f.size(); ++i)
+    if (f[i] == &field && !b16[i].empty()) return b16[i].data();
+  return nullptr;
+}
+
+template <class T>
+void LayerActs<T>::release_packed(const Buf<T>& field) {
+  const auto f = bf16_fields(*this, false);
+  for (size_t i = 0; i < b16.size() && i < f.size(); ++i)
+    if (f[i] == &field) Buf<uint16_t>().swap(b16[i]);
+}
+
+template <class T>
+void round_bf16(Buf<T>& x) {
+  if (x.empty()) return;
+  Buf<uint16_t> h(x.size());
+  ops::pack_bf16(h.data(), x.data(), (long)x.size());
+  ops::unpack_bf16(x.data(), h.data(), (long)x.size());
+}
+
+template <class T>
+const uint16_t* WeightCopies16::of(size_t v, const T* src, long long n) {
+  if (made[v] != step || (long long)copy[v].size() != n) {
+    copy[v].resize((size_t)n);
+    ops::pack_bf16(copy[v].data(), src, (long)n);
+    made[v] = step;
+  }
+  return copy[v].data();
+}
+
+size_t WeightCopies16::bytes() const {
+  size_t n = 0;
+  for (const Buf<uint16_t>& c : copy) n += c.size();
+  return n * sizeof(uint16_t);
+}
+
+template <class T>
+const uint16_t* Gpt<T>::p16(int view) const {
+  if (!this->w16) return nullptr;
+  return this->w16->of((size_t)view, p(view), lay.views[(size_t)view].count);
+}
+
+#define TP_GPT_BF16_INSTANTIATE(T)                                              \
+  template void LayerActs<T>::pack_bf16(bool);                                  \
+  template void LayerActs<T>::unpack_bf16(bool, bool);                          \
+  template const uint16_t* LayerActs<T>::packed(const Buf<T>&) const;           \
+  template void LayerActs<T>::release_packed(const Buf<T>&);                    \
+  template void round_bf16<T>(Buf<T>&);                                         \
+  template const uint16_t* WeightCopies16::of<T>(size_t, const T*, long long);  \
+  template const uint16_t* Gpt<T>::p16(int) const;
+TP_GPT_BF16_INSTANTIATE(float)
+TP_GPT_BF16_INSTANTIATE(double)
+
+}  // namespace tp::exec
