@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # run_gpu_bench.sh: the single-GPU training benchmark of issue 11. Trains GPT-2's shapes (124M: 12 layers, hidden
-# 768, 12 heads; also with full recompute, with sequence 2048, and 350M: 24 layers, hidden 1024; vocabulary 50304)
-# with `trainplan run --backend cuda` in fp32 (the first also with TF32 GEMMs, TP_CUDA_TF32=1; the first and the
-# 350M with training.precision "bf16": bf16 GEMM operands on tensor cores, tensors in fp32), and prints one table
+# 768, 12 heads; also with full recompute, with sequence 2048, 350M: 24 layers, hidden 1024, and 1.5B: 48 layers,
+# hidden 1600, 25 heads, the issue's target model, in bf16 with flash only; vocabulary 50304) with `trainplan run
+# --backend cuda` in fp32 (the first also with TF32 GEMMs, TP_CUDA_TF32=1; the first, the 350M and the 1.5B with
+# training.precision "bf16": bf16 GEMM operands on tensor cores, the saved activations and the weights' copies in
+# bf16, the other tensors in fp32), and prints one table
 # row each: median step time over the steps after the first two (warm-up), tokens/s, achieved model TFLOP/s (the
 # executor's own count, as Megatron-LM's log line), the peak device memory the backend allocated, the simulator's
 # step time and tensor memory for the same scenario beside them (on the catalog's cluster of the GPU: h200-single
 # on an H200, dgx-h100 otherwise), and MFU against that GPU's fp32 peak, or its dense bf16 peak for the bf16 rows
-# (models/catalog/gpus.json). The bf16 rows are not the issue's bf16 mixed precision (bf16 weights, activations and
-# gradients): the executor stores tensors in fp32, so their element-wise ops and memory are fp32's; the table says
-# so. Where there is no CUDA device it prints
+# (models/catalog/gpus.json). The bf16 rows are not all of the issue's bf16 mixed precision: the tensors between ops
+# and the gradients are fp32, so the element-wise ops run at fp32's width; the table says so. Where there is no
+# CUDA device it prints
 # "no device" and exits 0; it never prints a number that was not measured.
 # usage: bench/run_gpu_bench.sh     BUILD_DIR (default <repo>/build)   STEPS (default 8)   OUT_DIR for the run JSONs
 #        VARIANTS=MODE (fp32 or tf32): the first model's MODE also as MODE+heur (TP_CUDA_GEMM_TUNE=0: cuBLASLt's first heuristic
@@ -20,7 +22,9 @@
 #        BENCH_CONFIGS="gpt2-124m ...": only these models; BENCH_MODES=a,b: the first model's modes
 # A mode MODE+flash runs the same scenario with plan.attention "flash" (the fused kernels of exec/kernels/k_flash.hpp,
 # no [T, T] probabilities kept) instead of "unfused" (cuBLASLt GEMMs around the softmax kernels); the first model
-# runs tf32+flash and bf16+flash beside its unfused rows.
+# runs tf32+flash and bf16+flash beside its unfused rows. A mode ending in +nocopies runs with
+# --no-bf16-weight-copies (each GEMM casts the fp32 weights itself): the first model's bf16+flash+nocopies row
+# measures what the weights' bf16 copies save.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${BUILD_DIR:-$root/build}
@@ -50,8 +54,9 @@ cluster=dgx-h100 gpu_key=H100-SXM-80GB; [[ $gpu == *H200* ]] && cluster=h200-sin
 peak=$(python3 -c "import json;print(json.load(open('$root/models/catalog/gpus.json'))['$gpu_key']['matrix_flops_per_s']['fp32'])")
 peak_bf16=$(python3 -c "import json;print(json.load(open('$root/models/catalog/gpus.json'))['$gpu_key']['matrix_flops_per_s']['bf16'])")
 # name, layers, hidden, heads, sequence, micro-batch (= global batch), recompute, modes
-configs=("gpt2-124m 12 768 12 1024 8 none fp32,tf32,bf16,tf32+flash,bf16+flash" "gpt2-124m-rc 12 768 12 1024 8 full fp32"
-         "gpt2-124m-s2k 12 768 12 2048 4 none fp32" "gpt2-350m 24 1024 16 1024 4 none fp32,bf16")
+configs=("gpt2-124m 12 768 12 1024 8 none fp32,tf32,bf16,tf32+flash,bf16+flash,bf16+flash+nocopies"
+         "gpt2-124m-rc 12 768 12 1024 8 full fp32" "gpt2-124m-s2k 12 768 12 2048 4 none fp32"
+         "gpt2-350m 24 1024 16 1024 4 none fp32,bf16" "gpt2-1.5b 48 1600 25 1024 8 none bf16+flash")
 [[ -n "${BENCH_MODES:-}" ]] && configs[0]="${configs[0]% *} $BENCH_MODES"
 for cfg in "${configs[@]}"; do
   read -r name layers hidden heads seq mb rc_mode modes <<<"$cfg"
@@ -82,11 +87,13 @@ JSON
   for mode in ${modes//,/ }; do
     env=(); [[ $mode == tf32* ]] && env=(TP_CUDA_TF32=1)
     sc="$work/$name.json"; [[ $mode == bf16* ]] && sc="$work/$name-bf16.json"
-    [[ $mode == *+flash ]] && sc="${sc%.json}-flash.json"
+    [[ $mode == *+flash* ]] && sc="${sc%.json}-flash.json"
     [[ $mode == *+heur ]] && env+=(TP_CUDA_GEMM_TUNE=0)
     [[ $mode == *+nocache ]] && env+=(TP_CUDA_CACHE=0)
+    args=(); [[ $mode == *+nocopies ]] && args=(--no-bf16-weight-copies)
     log="$work/${name}_$mode.txt"
-    env "${env[@]}" "$bin" run "$sc" --backend cuda --steps "$steps" --lr 1e-4 --json "$work/${name}_$mode.json" >"$log" 2>&1
+    env "${env[@]}" "$bin" run "$sc" --backend cuda --steps "$steps" --lr 1e-4 "${args[@]}" --json "$work/${name}_$mode.json" \
+      >"$log" 2>&1
     rc=$?
     if [[ $rc -ne 0 ]]; then row "$name" "$mode" - - - - "failed (exit $rc): $(tail -1 "$log")"; continue; fi
     python3 - "$work/${name}_$mode.json" "$log" "$mode" "$peak" "${sc%.json}.sim.json" "$name" "$peak_bf16" <<'PY'
@@ -103,7 +110,8 @@ med = statistics.median(t); tflops = statistics.median(tf) if tf else float("nan
 tok = r["scenario"]["training"]["global_batch"] * r["scenario"]["training"]["seq_len"] / med
 pbf = float(sys.argv[7])
 note = ("%.1f %% of the fp32 peak (%.1f TFLOP/s)" % (100 * tflops * 1e12 / peak, peak / 1e12) if mode.startswith("fp32")
-        else "MFU %.1f %% of the dense bf16 peak (%.1f TFLOP/s); bf16 GEMM operands, fp32 tensors (sim: bf16 storage)"
+        else "MFU %.1f %% of the dense bf16 peak (%.1f TFLOP/s); bf16 GEMMs, saved activations and weight copies, "
+        "fp32 tensors between ops (sim: bf16 storage)"
         % (100 * tflops * 1e12 / pbf, pbf / 1e12) if mode.startswith("bf16")
         else "TF32 GEMMs; H100/H200 SXM dense TF32 peak 494.7 TFLOP/s (datasheet)")
 print("| %-10s | %-9s | %-16s | %-8.0f | %-7.1f | %-18s | %s |" % (sys.argv[6], mode, "%.1f (%s)" % (med * 1e3, sim_ms),
@@ -120,9 +128,10 @@ if [[ "${PROFILE:-0}" == 1 ]]; then
     env=(TP_CUDA_PROFILE="$work/${name}_$mode.prof.txt" TP_CUDA_GEMM_TUNE="${PROFILE_TUNE:-2}")  # 2: candidates on stderr
     [[ $mode == tf32* ]] && env+=(TP_CUDA_TF32=1)
     sc="$work/$name.json"; [[ $mode == bf16* ]] && sc="$work/$name-bf16.json"
-    [[ $mode == *+flash ]] && sc="${sc%.json}-flash.json"
+    [[ $mode == *+flash* ]] && sc="${sc%.json}-flash.json"
+    args=(); [[ $mode == *+nocopies ]] && args=(--no-bf16-weight-copies)
     echo; echo "$name $mode:"
-    env "${env[@]}" "$bin" run "$sc" --backend cuda --steps "${PROFILE_STEPS:-4}" --lr 1e-4 --quiet >/dev/null \
+    env "${env[@]}" "$bin" run "$sc" --backend cuda --steps "${PROFILE_STEPS:-4}" --lr 1e-4 "${args[@]}" --quiet >/dev/null \
       2>"$work/${name}_$mode.prof.err" && cat "$work/${name}_$mode.prof.txt" || echo "profiled run failed"
   done
 fi

@@ -249,6 +249,10 @@ struct LayerActs {
   // ops::matmul16 (packed()).
   std::vector<Buf<uint16_t>> b16;  // per packed field, in gpt.cpp bf16_fields' order (empty: not packed)
   void pack_bf16(bool att_is_stats);
+  // x_in rounded to bf16 in place (the layer computes from the input it saves), its packed copy kept beside it, so
+  // pack_bf16 takes that copy instead of packing x_in again. Invariant: x_in is not changed until pack_bf16 (the
+  // forward only reads it); a field whose copy is present when pack_bf16 runs is taken as packed and unchanged.
+  void round_input();
   void unpack_bf16(bool att_is_stats, bool keep_gemm_operands = false);
   const uint16_t* packed(const Buf<T>& field) const;  // field's bf16 copy while packed, else null
   void release_packed(const Buf<T>& field);

@@ -24,6 +24,10 @@ void LayerActs<T>::pack_bf16(bool att_is_stats) {
   b16.resize(f.size());
   for (size_t i = 0; i < f.size(); ++i) {
     if (!f[i] || f[i]->empty()) continue;
+    if (!b16[i].empty()) {  // packed and unchanged since (round_input's x_in): its copy is kept
+      Buf<T>().swap(*f[i]);
+      continue;
+    }
     b16[i].resize(f[i]->size());
     ops::pack_bf16(b16[i].data(), f[i]->data(), (long)f[i]->size());
     Buf<T>().swap(*f[i]);
@@ -63,6 +67,15 @@ void LayerActs<T>::release_packed(const Buf<T>& field) {
 }
 
 template <class T>
+void LayerActs<T>::round_input() {
+  if (x_in.empty()) return;
+  b16.resize(bf16_fields(*this, false).size());
+  b16[0].resize(x_in.size());  // (x_in is bf16_fields' first)
+  ops::pack_bf16(b16[0].data(), x_in.data(), (long)x_in.size());
+  ops::unpack_bf16(x_in.data(), b16[0].data(), (long)x_in.size());
+}
+
+template <class T>
 void round_bf16(Buf<T>& x) {
   if (x.empty()) return;
   Buf<uint16_t> h(x.size());
@@ -94,6 +107,7 @@ const uint16_t* Gpt<T>::p16(int view) const {
 
 #define TP_GPT_BF16_INSTANTIATE(T)                                              \
   template void LayerActs<T>::pack_bf16(bool);                                  \
+  template void LayerActs<T>::round_input();                                    \
   template void LayerActs<T>::unpack_bf16(bool, bool);                          \
   template const uint16_t* LayerActs<T>::packed(const Buf<T>&) const;           \
   template void LayerActs<T>::release_packed(const Buf<T>&);                    \

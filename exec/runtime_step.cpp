@@ -323,7 +323,7 @@ void RankRun<T>::run_piece(Loop& lp, const WorkItem& w, size_t pc, long long j, 
   LayerActs<T>& a = lp.acts[(size_t)l * m + j];
   if (fwd) {
     a.x_in = std::move(x);  // saved as the layer's input (layer_fwd reads it in place)
-    if (bf16_acts()) round_bf16(a.x_in);  // the layer computes from the input it saves (bf16)
+    if (bf16_acts()) a.round_input();  // the layer computes from the input it saves (bf16), packed once
     Buf<T> y(lp.X);
     model.layer_fwd(wl, a.x_in.data(), y.data(), a, b, Tl);
     x = std::move(y);

@@ -96,6 +96,23 @@ TEST(Bf16Storage, PackKeepsTheStatisticsAndRoundsTheRest) {
   }
 }
 
+// round_input rounds x_in in place and keeps its packed copy, which pack_bf16 then takes (x_in's T buffer freed):
+// unpacked, x_in is the rounded input.
+TEST(Bf16Storage, RoundInputKeepsTheInputsCopyForThePack) {
+  E::LayerActs<double> a;
+  fill_random(a.x_in, 64, 11);
+  fill_random(a.fc1, 32, 12);
+  const std::vector<double> in(a.x_in.begin(), a.x_in.end());
+  a.round_input();
+  for (size_t i = 0; i < in.size(); ++i) ASSERT_EQ(a.x_in[i], tp::kernels::bf16_round(in[i])) << i;
+  EXPECT_EQ(a.bytes(), (64 + 32) * 8 + 64 * 2);  // the input in both forms until the pack
+  a.pack_bf16(false);
+  EXPECT_TRUE(a.x_in.empty());
+  EXPECT_EQ(a.bytes(), (64 + 32) * 2);
+  a.unpack_bf16(false);
+  for (size_t i = 0; i < in.size(); ++i) ASSERT_EQ(a.x_in[i], tp::kernels::bf16_round(in[i])) << i;
+}
+
 // One dense GELU layer of Gpt<T> with bf16 GEMM operands, its saved tensors packed after the forward, then unpacked
 // for the backward either wholly or keeping ln1, ln2 and act packed: identical input and weight gradients.
 template <class T>
