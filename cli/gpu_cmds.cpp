@@ -45,17 +45,20 @@ const exec::Backend* backend_for_selftest(const std::string& name, int& code) {
   return b;
 }
 
-// tc: the training comparison, when it ran (counted in passed / failed like an op check).
-void write_json(const std::string& file, const exec::SelftestResult& r, const exec::TrainCheck* tc) {
-  const bool tpass = tc && tc->status == exec::CheckStatus::pass;
-  nlohmann::json j = {{"backend", r.backend}, {"passed", r.passed + (tpass ? 1 : 0)},
-                      {"failed", r.failed + (tc && !tpass ? 1 : 0)}, {"unsupported", r.unsupported},
+// tcs: the training comparisons, when they ran (each counted in passed / failed like an op check).
+void write_json(const std::string& file, const exec::SelftestResult& r, const std::vector<exec::TrainCheck>& tcs) {
+  int tpassed = 0;
+  for (const exec::TrainCheck& tc : tcs) tpassed += tc.status == exec::CheckStatus::pass;
+  nlohmann::json j = {{"backend", r.backend}, {"passed", r.passed + tpassed},
+                      {"failed", r.failed + int(tcs.size()) - tpassed}, {"unsupported", r.unsupported},
                       {"tolerance_f32", exec::kSelftestTolF32}};
-  if (tc)
-    j["training"] = {{"steps", tc->steps}, {"losses", tc->got_losses}, {"cpu_losses", tc->want_losses},
-                     {"error", std::isfinite(tc->err) ? nlohmann::json(tc->err) : nlohmann::json("inf")},
-                     {"tolerance", exec::kSelftestTrainTol}, {"status", status_name(tc->status)},
-                     {"message", tc->message}};
+  nlohmann::json tj = nlohmann::json::array();
+  for (const exec::TrainCheck& tc : tcs)
+    tj.push_back({{"precision", tc.precision}, {"attention", tc.attention}, {"steps", tc.steps},
+                  {"losses", tc.got_losses}, {"cpu_losses", tc.want_losses},
+                  {"error", std::isfinite(tc.err) ? nlohmann::json(tc.err) : nlohmann::json("inf")},
+                  {"tolerance", tc.tol}, {"status", status_name(tc.status)}, {"message", tc.message}});
+  if (!tcs.empty()) j["training"] = tj;
   nlohmann::json cs = nlohmann::json::array();
   for (const exec::OpCheck& c : r.checks)
     cs.push_back({{"op", c.op}, {"shape", c.shape}, {"variant", c.variant}, {"dtype", "f32"},
@@ -84,25 +87,27 @@ int cmd_selftest(int argc, char** argv) {
                 status_name(c.status));
     if (!c.message.empty()) std::printf("    %s\n", c.message.c_str());
   }
-  // Training: a tiny GPT for a few steps on this backend against the CPU backend (not for cpu itself).
-  exec::TrainCheck tc;
-  const bool train = std::string(b->name) != "cpu";
-  if (train) {
-    tc = exec::run_selftest_training(*b, quick ? 2 : 3);
+  // Training: a tiny GPT for a few steps on this backend against the CPU backend (not for cpu itself), in fp32 and
+  // bf16 with each attention.
+  std::vector<exec::TrainCheck> tcs;
+  if (std::string(b->name) != "cpu") tcs = exec::run_selftest_training(*b, quick ? 2 : 3);
+  int tpassed = 0;
+  for (const exec::TrainCheck& tc : tcs) {
+    tpassed += tc.status == exec::CheckStatus::pass;
     std::string g, w;
     for (double x : tc.got_losses) g.append(g.empty() ? "" : " ").append(std::to_string(x));
     for (double x : tc.want_losses) w.append(w.empty() ? "" : " ").append(std::to_string(x));
     std::printf("%-20s %-34s %-32s %10.2e %9.1e  %s\n", "training", "tiny GPT, 1 rank",
-                (std::to_string(tc.steps) + " steps vs cpu (fp32)").c_str(), tc.err, exec::kSelftestTrainTol,
-                status_name(tc.status));
+                (std::to_string(tc.steps) + " steps vs cpu (" + tc.precision + ", " + tc.attention + ")").c_str(),
+                tc.err, tc.tol, status_name(tc.status));
     if (!tc.message.empty()) std::printf("    %s\n", tc.message.c_str());
     else std::printf("    losses %s: %s; cpu: %s\n", r.backend.c_str(), g.c_str(), w.c_str());
   }
-  const int failed = r.failed + (train && tc.status == exec::CheckStatus::fail ? 1 : 0);
-  std::printf("%d passed, %d failed", r.passed + (train && tc.status == exec::CheckStatus::pass ? 1 : 0), failed);
+  const int failed = r.failed + int(tcs.size()) - tpassed;
+  std::printf("%d passed, %d failed", r.passed + tpassed, failed);
   if (r.unsupported) std::printf(", %d not supported on %s (not counted as failures)", r.unsupported, r.backend.c_str());
   std::printf("\n");
-  if (!json_file.empty()) write_json(json_file, r, train ? &tc : nullptr);
+  if (!json_file.empty()) write_json(json_file, r, tcs);
   return failed ? 1 : 0;
 }
 

@@ -314,26 +314,30 @@ static void mlp_bwd(const Gpt<T>& g, int wl, int lin1, int w1, int b1, int w2, i
   if (g.sp) { dz_full.resize(N * C); gather_rows(g.tp, dout, dz_full.data(), Nl, C); dz = dz_full.data(); }
   Buf<T> qx, qw, qd;  // fp8 casts (the forward operands again with the same scales: the same values)
   dz = g.f8(qd, dz, N * C, wl, lin1 + 1, Fp8Operand::dy);
-  gemm16(g.g(w2), act16 ? nullptr : g.f8(qx, act.data(), N * Fl, wl, lin1 + 1, Fp8Operand::x, false), act16, dz, nullptr,
-       Fl, C, N, true, false, T(1));
+  Buf<uint16_t> dz16 = g.grad16(dz, N * C);  // (bf16: read by both GEMMs below)
+  gemm16(g.g(w2), act16 ? nullptr : g.f8(qx, act.data(), N * Fl, wl, lin1 + 1, Fp8Operand::x, false), act16, dz,
+         data16(dz16), Fl, C, N, true, false, T(1));
   if (act16) act.resize(N * Fl);  // (packed: a buffer for the gradient, as the used act would have been)
   T* dact = act.data();  // [N, Fl], over the used act
   const uint16_t* w2_16 = g.p16(w2), *w1_16 = g.p16(w1);
-  gemm16(dact, dz, nullptr, w2_16 ? nullptr : g.f8(qw, g.p(w2), Fl * C, wl, lin1 + 1, Fp8Operand::w, false), w2_16, N, Fl,
-       C, false, true, T(0));
+  gemm16(dact, dz, data16(dz16), w2_16 ? nullptr : g.f8(qw, g.p(w2), Fl * C, wl, lin1 + 1, Fp8Operand::w, false), w2_16,
+         N, Fl, C, false, true, T(0));
   release(dz_full);
+  Buf<uint16_t>().swap(dz16);
   T* dfc1 = fc1.data();  // [N, F1], over the used fc1
   if (g.lay.s.gelu) ops::gelu_bwd_set(dfc1, fc1.data(), dact, N * Fl);
   else ops::swiglu_bwd_set(dfc1, fc1.data(), dact, N, Fl);
   release(act);
   if (b1 >= 0) ops::bias_bwd(g.g(b1), dfc1, N, F1);
   const T* d1 = g.f8(qd, dfc1, N * F1, wl, lin1, Fp8Operand::dy);
-  gemm16(g.g(w1), in16 ? nullptr : g.f8(qx, in, N * C, wl, lin1, Fp8Operand::x, false), in16, d1, nullptr, C, F1, N, true,
-       false, T(1));
+  const Buf<uint16_t> d1_16 = g.grad16(d1, N * F1);
+  if (!d1_16.empty()) release(fc1), d1 = nullptr;  // (bf16: the GEMMs read d1's copy)
+  gemm16(g.g(w1), in16 ? nullptr : g.f8(qx, in, N * C, wl, lin1, Fp8Operand::x, false), in16, d1, data16(d1_16), C, F1,
+         N, true, false, T(1));
   if (in_owner) release(*in_owner);
   din.resize(N * C);
-  gemm16(din.data(), d1, nullptr, w1_16 ? nullptr : g.f8(qw, g.p(w1), C * F1, wl, lin1, Fp8Operand::w, false), w1_16, N, C,
-       F1, false, true, T(0));
+  gemm16(din.data(), d1, data16(d1_16), w1_16 ? nullptr : g.f8(qw, g.p(w1), C * F1, wl, lin1, Fp8Operand::w, false),
+         w1_16, N, C, F1, false, true, T(0));
   release(fc1);
 }
 
@@ -510,20 +514,22 @@ void Gpt<T>::layer_bwd(int wl, const T* dx_out, T* dx_in, LayerActs<T>& a, long 
   if (sp) { dy_full.resize(N * C); gather_rows(tp, dx, dy_full.data(), Nl, C); dy = dy_full.data(); }
   Buf<T> qx, qw, qd;                                                             // fp8 casts (exec/fp8.hpp)
   dy = f8(qd, dy, N * C, wl, kFp8Proj, Fp8Operand::dy);
+  Buf<uint16_t> dy16 = grad16(dy, N * C);  // (bf16: read by both GEMMs)
   if (const uint16_t* attn16 = a.packed(a.attn)) {  // (unfused: packed until here, then the gradient's buffer)
-    gemm16(g(W.proj_w), (const T*)nullptr, attn16, dy, nullptr, Hl * D, C, N, true, false, T(1));
+    gemm16(g(W.proj_w), (const T*)nullptr, attn16, dy, data16(dy16), Hl * D, C, N, true, false, T(1));
     a.release_packed(a.attn);
     a.attn.resize(N * Hl * D);
   } else {
-    ops::matmul(g(W.proj_w), f8(qx, a.attn.data(), N * Hl * D, wl, kFp8Proj, Fp8Operand::x, false), dy, Hl * D, C, N,
-                true, false, T(1), T(1));
+    gemm16(g(W.proj_w), f8(qx, a.attn.data(), N * Hl * D, wl, kFp8Proj, Fp8Operand::x, false), nullptr, dy, data16(dy16),
+           Hl * D, C, N, true, false, T(1));
   }
   Buf<T> dattn_own;  // flash: the backward reads the output too, so its gradient takes a buffer of its own
   if (flash) dattn_own.resize(N * Hl * D);
   T* dattn = flash ? dattn_own.data() : a.attn.data();                           // [N, Hl D], over the used attn
   const uint16_t* proj16 = p16(W.proj_w);
-  gemm16(dattn, dy, nullptr, proj16 ? nullptr : f8(qw, p(W.proj_w), Hl * D * C, wl, kFp8Proj, Fp8Operand::w, false), proj16,
-       N, Hl * D, C, false, true, T(0));
+  gemm16(dattn, dy, data16(dy16), proj16 ? nullptr : f8(qw, p(W.proj_w), Hl * D * C, wl, kFp8Proj, Fp8Operand::w, false),
+         proj16, N, Hl * D, C, false, true, T(0));
+  Buf<uint16_t>().swap(dy16);
   Buf<T>().swap(qd);
   release(dy_full);
   Buf<T> dqkv(N * Q);                                                            // [N, Q]
@@ -549,15 +555,17 @@ void Gpt<T>::layer_bwd(int wl, const T* dx_out, T* dx_in, LayerActs<T>& a, long 
   }
   if (s.has_qkv_bias()) ops::bias_bwd(g(W.qkv_b), dqkv.data(), N, Q);
   const T* dq8 = f8(qd, dqkv.data(), N * Q, wl, kFp8Qkv, Fp8Operand::dy);
+  const Buf<uint16_t> dq16 = grad16(dq8, N * Q);
+  if (!dq16.empty()) release(dqkv), dq8 = nullptr;  // (bf16: the GEMMs read its copy)
   const uint16_t* ln1_16 = a.packed(a.ln1);
   gemm16(g(W.qkv_w), ln1_16 ? nullptr : f8(qx, a.ln1.data(), N * C, wl, kFp8Qkv, Fp8Operand::x, false), ln1_16, dq8,
-       nullptr, C, Q, N, true, false, T(1));
+         data16(dq16), C, Q, N, true, false, T(1));
   release(a.ln1);
   a.release_packed(a.ln1);
   release(qx);
   const uint16_t* qkv16 = p16(W.qkv_w);
-  gemm16(dln.data(), dq8, nullptr, qkv16 ? nullptr : f8(qw, p(W.qkv_w), C * Q, wl, kFp8Qkv, Fp8Operand::w, false), qkv16, N,
-       C, Q, false, true, T(0));
+  gemm16(dln.data(), dq8, data16(dq16), qkv16 ? nullptr : f8(qw, p(W.qkv_w), C * Q, wl, kFp8Qkv, Fp8Operand::w, false),
+         qkv16, N, C, Q, false, true, T(0));
   release(dqkv);
   if (sp) reduce_scatter_rows(tp, dln.data(), dln_loc, Nl, C);
   else if (tp) tp->all_reduce_sum(dln.data(), N * C, dt(T{}));
@@ -604,12 +612,14 @@ void Gpt<T>::head_bwd(T* dx, const int32_t* targets, HeadActs<T>& a, long B, lon
   T* dlogits = a.probs.data();                                                   // [N, V/t]
   ops::scale(dlogits, dlogits, scale, N * Vl);
   ops::ce_shard_target_grad(dlogits, targets, N, Vl, tp ? (long)s.v_begin() : 0L, scale);
-  ops::matmul(g(lay.params.wte), dlogits, a.lnf.data(), Vl, C, N, true, false, T(1), T(1));
+  const Buf<uint16_t> dl16 = grad16(dlogits, N * Vl);
+  if (!dl16.empty()) release(a.probs), dlogits = nullptr;  // (bf16: the GEMMs read the copy, half the bytes)
+  gemm16(g(lay.params.wte), dlogits, data16(dl16), a.lnf.data(), nullptr, Vl, C, N, true, false, T(1));
   release(a.lnf);
   Buf<T> dlnf(N * C), dfull(sp ? N * C : 0);
   T* dfp = sp ? dfull.data() : dx;  // without SP the gradient goes straight to dx
   ops::fill(dfp, T(0), N * C);
-  gemm16(dlnf.data(), dlogits, nullptr, p(lay.params.wte), p16(lay.params.wte), N, C, Vl, false, false, T(0));
+  gemm16(dlnf.data(), dlogits, data16(dl16), p(lay.params.wte), p16(lay.params.wte), N, C, Vl, false, false, T(0));
   release(a.probs);
   if (tp) tp->all_reduce_sum(dlnf.data(), N * C, dt(T{}));  // partial over the vocabulary shards
   ops::layernorm_bwd(dfp, g(lay.params.lnf_w), s.gelu ? g(lay.params.lnf_b) : (T*)nullptr, dlnf.data(), a.x_in.data(), p(lay.params.lnf_w),

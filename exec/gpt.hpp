@@ -226,6 +226,9 @@ void gemm16(T* C, const T* A, const uint16_t* A16, const T* B, const uint16_t* B
   else ops::matmul(C, A, B, M, N, K, ta, tb, T(1), beta);
 }
 
+// b's elements, or null when b is empty (an optional packed operand).
+inline const uint16_t* data16(const Buf<uint16_t>& b) { return b.empty() ? nullptr : b.data(); }
+
 // Saved activations of one layer for one micro-batch (sizes per tp rank); the backward needs them (or a
 // recompute of the layer from its input). Gpt::layer_bwd consumes them: it releases (or reuses as gradient
 // scratch) each saved tensor once it is no longer needed, as an autograd engine frees saved tensors.
@@ -297,6 +300,13 @@ struct Gpt : ParamTables<T> {
   Comm* ep = nullptr;
   double moe_aux_weight = 0;
   mutable double moe_aux_sum = 0;  // the unweighted load-balancing losses of the MoE forwards so far (tests)
+
+  // bf16 GEMM operands (training.precision "bf16"): an output gradient that two GEMMs read (the input gradient's and
+  // the weight gradient's, the LM head's logits gradient included) is packed to bf16 once and both read the copy
+  // (grad16), instead of each rounding it (a GPU backend would cast it in each). The same values: the same results.
+  bool share_grads16 = false;
+  // The copy of output gradient d[n] under share_grads16 (ops::pack_bf16), else empty.
+  Buf<uint16_t> grad16(const T* d, long n) const;
 
   // fp8 linear layers (exec/fp8.hpp; null: precision other than fp8): f8 casts operand `op` of linear `lin` of
   // weight group wl into tmp and returns it (x itself when off); `record` counts it in the slot's amax.

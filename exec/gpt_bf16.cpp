@@ -105,6 +105,16 @@ const uint16_t* Gpt<T>::p16(int view) const {
   return this->w16->of((size_t)view, p(view), lay.views[(size_t)view].count);
 }
 
+template <class T>
+Buf<uint16_t> Gpt<T>::grad16(const T* d, long n) const {
+  Buf<uint16_t> c;
+  if (share_grads16 && n > 0) {
+    c.resize((size_t)n);
+    ops::pack_bf16(c.data(), d, n);
+  }
+  return c;
+}
+
 #define TP_GPT_BF16_INSTANTIATE(T)                                              \
   template void LayerActs<T>::pack_bf16(bool);                                  \
   template void LayerActs<T>::round_input();                                    \
@@ -113,7 +123,8 @@ const uint16_t* Gpt<T>::p16(int view) const {
   template void LayerActs<T>::release_packed(const Buf<T>&);                    \
   template void round_bf16<T>(Buf<T>&);                                         \
   template const uint16_t* WeightCopies16::of<T>(size_t, const T*, long long);  \
-  template const uint16_t* Gpt<T>::p16(int) const;
+  template const uint16_t* Gpt<T>::p16(int) const;                              \
+  template Buf<uint16_t> Gpt<T>::grad16(const T*, long) const;
 TP_GPT_BF16_INSTANTIATE(float)
 TP_GPT_BF16_INSTANTIATE(double)
 

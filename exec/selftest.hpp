@@ -37,16 +37,23 @@ constexpr double kSelftestTolF32 = 2e-5;
 // Runs every check on `b` (quick: the first shapes of each op only).
 SelftestResult run_selftest(const Backend& b, bool quick = false);
 
-// The training comparison (selftest_train.cpp): `steps` steps of a tiny GPT on backend `b` and on the CPU
-// backend, fp32, one rank each; pass when losses and gradient norms agree to kSelftestTrainTol relative.
+// The training comparisons (selftest_train.cpp): `steps` steps of a tiny GPT on backend `b` and on the CPU backend,
+// one rank each, in each precision and attention the executor trains with: fp32 with the unfused and the flash
+// attention (pass when losses and gradient norms agree to kSelftestTrainTol relative), and training.precision
+// "bf16" with each (kSelftestTrainTolBf16: another summation order can move a value across a bf16 rounding
+// boundary). The bf16 runs take every bf16 path of the backend: GEMMs on bf16 operands, the saved activations
+// packed, the weights' copies, the output gradients packed once, flash on tensor cores.
 constexpr double kSelftestTrainTol = 1e-4;
+constexpr double kSelftestTrainTolBf16 = 2e-3;
 struct TrainCheck {
+  std::string precision, attention;  // "fp32" / "bf16", "unfused" / "flash"
+  double tol = 0;
   int steps = 0;
   std::vector<double> got_losses, want_losses;
   double err = 0;  // largest relative difference of a loss or a gradient norm
   CheckStatus status = CheckStatus::pass;
   std::string message;  // the exception's text, when one was thrown
 };
-TrainCheck run_selftest_training(const Backend& b, int steps);
+std::vector<TrainCheck> run_selftest_training(const Backend& b, int steps);
 
 }  // namespace tp::exec

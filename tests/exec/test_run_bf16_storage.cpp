@@ -114,7 +114,8 @@ TEST(Bf16Storage, RoundInputKeepsTheInputsCopyForThePack) {
 }
 
 // One dense GELU layer of Gpt<T> with bf16 GEMM operands, its saved tensors packed after the forward, then unpacked
-// for the backward either wholly or keeping ln1, ln2 and act packed: identical input and weight gradients.
+// for the backward either wholly or keeping ln1, ln2 and act packed, and its output gradients either rounded in each
+// GEMM or packed once for both (Gpt::share_grads16): identical input and weight gradients.
 template <class T>
 void packed_operands_case(const E::Backend& be, bool flash) {
   E::BackendScope on(be);
@@ -125,7 +126,8 @@ void packed_operands_case(const E::Backend& be, bool flash) {
   const E::GptLayout lay = E::gpt_layout(s);
   const std::vector<T> params = E::init_full_params<T>(s, 5);
   std::vector<std::vector<T>> grads, dxs;
-  for (bool keep : {false, true}) {
+  for (int variant = 0; variant < 4; ++variant) {
+    const bool keep = variant & 1, share = variant & 2;
     E::Buf<T> p(params.size()), gr(params.size()), x(N * C), y(N * C), dx(N * C);
     be.copy(p.data(), params.data(), sizeof(T) * params.size(), E::CopyKind::host_to_device, E::Stream{});
     ops_fill(gr, T(0.25));  // (accumulated into: the weight gradients add to what is there)
@@ -141,6 +143,7 @@ void packed_operands_case(const E::Backend& be, bool flash) {
     m.params = p.data();
     m.grads = gr.data();
     m.flash = flash;
+    m.share_grads16 = share;
     E::LayerActs<T> a;
     m.layer_fwd(0, x.data(), y.data(), a, B, Tn);
     a.pack_bf16(flash);
@@ -153,9 +156,58 @@ void packed_operands_case(const E::Backend& be, bool flash) {
     grads.push_back(down(be, gr));
     dxs.push_back(down(be, dx));
   }
-  EXPECT_EQ(grads[0], grads[1]) << be.name << (flash ? " flash" : " unfused");
-  EXPECT_EQ(dxs[0], dxs[1]) << be.name << (flash ? " flash" : " unfused");
+  for (int v = 1; v < 4; ++v) {
+    EXPECT_EQ(grads[0], grads[v]) << be.name << (flash ? " flash" : " unfused") << " variant " << v;
+    EXPECT_EQ(dxs[0], dxs[v]) << be.name << (flash ? " flash" : " unfused") << " variant " << v;
+  }
   EXPECT_NE(grads[0], std::vector<T>(grads[0].size(), T(0.25)));
+}
+
+// The head (final norm, tied LM head, cross-entropy) with its logits' gradient rounded in each GEMM or packed once.
+template <class T>
+void head_share_case(const E::Backend& be) {
+  E::BackendScope on(be);
+  E::Bf16GemmScope b16(be, true);
+  E::GptShape s;
+  s.layers = 1, s.C = 32, s.H = 4, s.Hkv = 4, s.D = 8, s.F = 64, s.V = 40, s.maxT = 9;
+  const long B = 2, Tn = 9, N = B * Tn, C = (long)s.C;
+  const E::GptLayout lay = E::gpt_layout(s);
+  const std::vector<T> params = E::init_full_params<T>(s, 7);
+  std::vector<int32_t> tg(N);
+  for (long i = 0; i < N; ++i) tg[i] = int32_t((i * 7) % s.V);
+  std::vector<std::vector<T>> grads, dxs;
+  for (bool share : {false, true}) {
+    E::Buf<T> p(params.size()), gr(params.size()), x(N * C), dx(N * C);
+    E::Buf<int32_t> t(N);
+    be.copy(p.data(), params.data(), sizeof(T) * params.size(), E::CopyKind::host_to_device, E::Stream{});
+    be.copy(t.data(), tg.data(), sizeof(int32_t) * N, E::CopyKind::host_to_device, E::Stream{});
+    ops_fill(gr, T(0));
+    std::vector<T> hx(N * C);
+    std::mt19937 g(5);
+    std::uniform_real_distribution<double> u(-1, 1);
+    for (T& v : hx) v = T(u(g));
+    be.copy(x.data(), hx.data(), sizeof(T) * hx.size(), E::CopyKind::host_to_device, E::Stream{});
+    E::Gpt<T> m;
+    m.lay = lay;
+    m.params = p.data();
+    m.grads = gr.data();
+    m.share_grads16 = share;
+    E::HeadActs<T> a;
+    m.head_fwd(x.data(), t.data(), a, B, Tn);
+    m.head_bwd(dx.data(), t.data(), a, B, Tn, T(1.0 / N));
+    grads.push_back(down(be, gr));
+    dxs.push_back(down(be, dx));
+  }
+  EXPECT_EQ(grads[0], grads[1]) << be.name;
+  EXPECT_EQ(dxs[0], dxs[1]) << be.name;
+  EXPECT_NE(grads[0], std::vector<T>(grads[0].size(), T(0)));
+}
+
+TEST(Bf16Storage, HeadReadsItsLogitsGradientPackedBitForBit) {
+  for (const E::Backend* be : {&E::cpu_backend(), &E::emu_backend(), &E::emu_device_backend()}) {
+    head_share_case<double>(*be);
+    head_share_case<float>(*be);
+  }
 }
 
 TEST(Bf16Storage, BackwardReadsPackedGemmOperandsBitForBit) {

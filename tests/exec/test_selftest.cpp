@@ -26,23 +26,30 @@ TEST(Selftest, OpChecksPassOnEveryBackend) {
   }
 }
 
-// The selftest's training comparison: two steps of the tiny GPT on emu and emu-device (the kernels, device memory
-// the host cannot read, staging) give the cpu backend's losses; a backend the run cannot find fails with the
-// reason instead of throwing.
+// The selftest's training comparisons: two steps of the tiny GPT on emu and emu-device (the kernels, device memory
+// the host cannot read, staging) give the cpu backend's losses in fp32 and bf16, unfused and flash; a backend the run
+// cannot find fails with the reason instead of throwing.
 TEST(Selftest, TrainingMatchesTheCpuBackend) {
   for (const Backend* b : {&emu_backend(), &emu_device_backend()}) {
-    const TrainCheck c = run_selftest_training(*b, 2);
-    EXPECT_EQ(c.status, CheckStatus::pass) << b->name << ": " << c.err << " " << c.message;
-    ASSERT_EQ(c.got_losses.size(), 2u) << b->name;
-    ASSERT_EQ(c.want_losses.size(), 2u) << b->name;
-    EXPECT_LT(c.err, kSelftestTrainTol) << b->name;
-    EXPECT_GT(c.want_losses[0], 1.0);  // a real loss (log 256 = 5.5 at the start)
+    const std::vector<TrainCheck> cs = run_selftest_training(*b, 2);
+    ASSERT_EQ(cs.size(), 4u);
+    for (const TrainCheck& c : cs) {
+      const std::string what = std::string(b->name) + " " + c.precision + " " + c.attention;
+      EXPECT_EQ(c.status, CheckStatus::pass) << what << ": " << c.err << " " << c.message;
+      ASSERT_EQ(c.got_losses.size(), 2u) << what;
+      ASSERT_EQ(c.want_losses.size(), 2u) << what;
+      EXPECT_LT(c.err, c.tol) << what;
+      EXPECT_EQ(c.tol, c.precision == "bf16" ? kSelftestTrainTolBf16 : kSelftestTrainTol) << what;
+      EXPECT_GT(c.want_losses[0], 1.0);  // a real loss (log 256 = 5.5 at the start)
+    }
+    EXPECT_NE(cs[0].want_losses, cs[2].want_losses) << "bf16 trains differently from fp32";
   }
   Backend unknown = cpu_backend();
   unknown.name = "no-such-backend";
-  const TrainCheck bad = run_selftest_training(unknown, 2);
-  EXPECT_EQ(bad.status, CheckStatus::fail);
-  EXPECT_NE(bad.message.find("no-such-backend"), std::string::npos) << bad.message;
+  const std::vector<TrainCheck> bad = run_selftest_training(unknown, 2);
+  ASSERT_EQ(bad.size(), 4u);
+  EXPECT_EQ(bad[0].status, CheckStatus::fail);
+  EXPECT_NE(bad[0].message.find("no-such-backend"), std::string::npos) << bad[0].message;
 }
 
 // The selftest catches a wrong op (gelu_fwd as the identity) and lists an op that throws "not supported" as
