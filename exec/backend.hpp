@@ -32,7 +32,7 @@ struct OpTable {
   void (*matmul)(T*, const T*, const T*, long, long, long, bool, bool, T, T);
   void (*matmul16)(T*, const T*, const uint16_t*, const T*, const uint16_t*, long, long, long, bool, bool, T, T);
   void (*add_bias)(T*, const T*, const T*, long, long);
-  void (*linear_fwd)(T*, T*, const T*, const T*, const uint16_t*, const T*, long, long, long);
+  void (*linear_fwd)(T*, T*, const T*, const uint16_t*, const T*, const uint16_t*, const T*, long, long, long);
   void (*bias_bwd)(T*, const T*, long, long);
   void (*add)(T*, const T*, const T*, long);
   void (*accumulate)(T*, const T*, long);
@@ -151,11 +151,11 @@ struct Bf16GemmScope {
 
 // ops::linear_fwd as its three ops on backend Be() (the CPU and emu backends, which fuse nothing).
 template <const Backend& (*Be)(), class T>
-void composed_linear_fwd(T* y, T* pre, const T* x, const T* w, const uint16_t* w16, const T* b, long M, long N,
-                         long K) {
+void composed_linear_fwd(T* y, T* pre, const T* x, const uint16_t* x16, const T* w, const uint16_t* w16, const T* b,
+                         long M, long N, long K) {
   const OpTable<T>& t = Be().template ops<T>();
   T* z = pre ? pre : y;
-  if (w16) t.matmul16(z, x, nullptr, nullptr, w16, M, N, K, false, false, T(1), T(0));
+  if (x16 || w16) t.matmul16(z, x16 ? nullptr : x, x16, w16 ? nullptr : w, w16, M, N, K, false, false, T(1), T(0));
   else t.matmul(z, x, w, M, N, K, false, false, T(1), T(0));
   if (b) t.add_bias(z, z, b, M, N);
   if (pre) t.gelu_fwd(y, pre, M * N);

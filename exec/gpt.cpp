@@ -239,6 +239,7 @@ void LayerActs<T>::clear_all_but_input() {
     v->shrink_to_fit();
   }
   Buf<int32_t>().swap(m_slot);
+  for (size_t i = 1; i < b16.size(); ++i) Buf<uint16_t>().swap(b16[i]);  // (packed copies but x_in's: index 0)
 }
 
 template <class T>
@@ -265,34 +266,36 @@ static void reduce_scatter_rows(Comm* tp, const T* full, T* shard, long rows_loc
 }
 
 // The dense MLP, or a MoE layer's shared experts (views w1, b1, w2, b2; F1 / Fl inner columns on this rank), of
-// in [N, C] (the micro-batch's rows: under SP all-gathered): saves fc1 [N, F1] and act [N, Fl]; out [Nl, C] = this
-// rank's rows of the output (SP: reduce-scattered, else all-reduced over tp) with the fc2 bias.
+// in [N, C] (the micro-batch's rows: under SP all-gathered; in16: given as its bf16 copy instead): saves fc1 [N, F1]
+// and act [N, Fl]; out [Nl, C] = this rank's rows of the output (SP: reduce-scattered, else all-reduced over tp) with
+// the fc2 bias. pk (Gpt::pack_operands16, else null): the LayerActs holding act, which packs it for fc2 (pack_now).
 template <class T>
 static void mlp_fwd(const Gpt<T>& g, int wl, int lin1, int w1, int b1, int w2, int b2, long F1, long Fl, const T* in,
-                    Buf<T>& fc1, Buf<T>& act, T* out, long N, long Nl) {
+                    const uint16_t* in16, Buf<T>& fc1, Buf<T>& act, T* out, long N, long Nl, LayerActs<T>* pk) {
   const long C = (long)g.lay.s.C;
   fc1.resize(N * F1);
   act.resize(N * Fl);
   const T* bias1 = b1 >= 0 ? g.p(b1) : nullptr;
   Buf<T> qx, qw;  // fp8 casts of the GEMM operands (linears lin1 and lin1 + 1 of exec/fp8.hpp)
-  const T* x1 = g.f8(qx, in, N * C, wl, lin1, Fp8Operand::x);
+  const T* x1 = in16 ? nullptr : g.f8(qx, in, N * C, wl, lin1, Fp8Operand::x);
   const uint16_t* w1_16 = g.p16(w1);  // (bf16 storage of the weights; fp8 casts T weights)
   const T* w1p = w1_16 ? nullptr : g.f8(qw, g.p(w1), C * F1, wl, lin1, Fp8Operand::w);
   if (g.lay.s.gelu) {
-    ops::linear_fwd(act.data(), fc1.data(), x1, w1p, w1_16, bias1, N, F1, C);  // fc1 = in w1 + b1, act = gelu(fc1)
+    ops::linear_fwd(act.data(), fc1.data(), x1, in16, w1p, w1_16, bias1, N, F1, C);  // fc1 = in w1 + b1, act = gelu(fc1)
   } else {
-    ops::linear_fwd(fc1.data(), (T*)nullptr, x1, w1p, w1_16, bias1, N, F1, C);
+    ops::linear_fwd(fc1.data(), (T*)nullptr, x1, in16, w1p, w1_16, bias1, N, F1, C);
     ops::swiglu_fwd(act.data(), fc1.data(), N, Fl);
   }
-  const T* x2 = g.f8(qx, act.data(), N * Fl, wl, lin1 + 1, Fp8Operand::x);
+  const uint16_t* act16 = pk ? pk->pack_now(act) : nullptr;
+  const T* x2 = act16 ? nullptr : g.f8(qx, act.data(), N * Fl, wl, lin1 + 1, Fp8Operand::x);
   const uint16_t* w2_16 = g.p16(w2);
   const T* w2p = w2_16 ? nullptr : g.f8(qw, g.p(w2), Fl * C, wl, lin1 + 1, Fp8Operand::w);
   if (g.sp) {
     Buf<T> z(N * C);  // [N, C] partial
-    gemm16(z.data(), x2, nullptr, w2p, w2_16, N, C, Fl, false, false, T(0));
+    gemm16(z.data(), x2, act16, w2p, w2_16, N, C, Fl, false, false, T(0));
     reduce_scatter_rows(g.tp, z.data(), out, Nl, C);
   } else {
-    gemm16(out, x2, nullptr, w2p, w2_16, N, C, Fl, false, false, T(0));
+    gemm16(out, x2, act16, w2p, w2_16, N, C, Fl, false, false, T(0));
     if (g.tp) g.tp->all_reduce_sum(out, N * C, dt(T{}));
   }
   if (b2 >= 0) ops::add_bias(out, out, g.p(b2), Nl, C);
@@ -403,8 +406,9 @@ void Gpt<T>::layer_fwd(int wl, const T* x_in, T* x_out, LayerActs<T>& a, long B,
   Buf<T> qkv(N * Q);                                                       // [N, Q]
   Buf<T> qx, qw;                                                           // fp8 casts (exec/fp8.hpp)
   const uint16_t* qkv16 = p16(W.qkv_w);  // (bf16 storage of the weights; fp8 casts T weights)
-  ops::linear_fwd(qkv.data(), (T*)nullptr, f8(qx, a.ln1.data(), N * C, wl, kFp8Qkv, Fp8Operand::x),
-                  qkv16 ? nullptr : f8(qw, p(W.qkv_w), C * Q, wl, kFp8Qkv, Fp8Operand::w), qkv16,
+  const uint16_t* ln1_16 = pack_operands16 ? a.pack_now(a.ln1) : nullptr;
+  ops::linear_fwd(qkv.data(), (T*)nullptr, ln1_16 ? nullptr : f8(qx, a.ln1.data(), N * C, wl, kFp8Qkv, Fp8Operand::x),
+                  ln1_16, qkv16 ? nullptr : f8(qw, p(W.qkv_w), C * Q, wl, kFp8Qkv, Fp8Operand::w), qkv16,
                   s.has_qkv_bias() ? p(W.qkv_b) : (const T*)nullptr, N, Q, C);
   if (qkv_in_place()) {  // a.q keeps the whole [N, Q] output (k and v stay empty)
     a.q = std::move(qkv);
@@ -425,9 +429,10 @@ void Gpt<T>::layer_fwd(int wl, const T* x_in, T* x_out, LayerActs<T>& a, long B,
   else ops::attention_fwd(a.attn.data(), a.att.data(), a.q.data(), a.k.data(), a.v.data(), B, Tn, Hl, Kl, D);
   Buf<T> y(N * C);                                                        // [N, C] partial over tp
   const uint16_t* proj16 = p16(W.proj_w);
-  gemm16(y.data(), f8(qx, a.attn.data(), N * Hl * D, wl, kFp8Proj, Fp8Operand::x), nullptr,
-       proj16 ? nullptr : f8(qw, p(W.proj_w), Hl * D * C, wl, kFp8Proj, Fp8Operand::w), proj16, N, C, Hl * D, false,
-       false, T(0));
+  const uint16_t* attn16 = pack_operands16 ? a.pack_now(a.attn) : nullptr;
+  gemm16(y.data(), attn16 ? nullptr : f8(qx, a.attn.data(), N * Hl * D, wl, kFp8Proj, Fp8Operand::x), attn16,
+         proj16 ? nullptr : f8(qw, p(W.proj_w), Hl * D * C, wl, kFp8Proj, Fp8Operand::w), proj16, N, C, Hl * D, false,
+         false, T(0));
   Buf<T>().swap(qx), Buf<T>().swap(qw);
   a.x_mid.resize(Nl * C);                                                         // [Nl, C]
   if (sp) reduce_scatter_rows(tp, y.data(), a.x_mid.data(), Nl, C);
@@ -447,8 +452,9 @@ void Gpt<T>::layer_fwd(int wl, const T* x_in, T* x_out, LayerActs<T>& a, long B,
       Buf<T> full;
       if (sp) { full.resize(N * C); gather_rows(tp, ln2.data(), full.data(), Nl, C); }
       shared.resize(Nl * C);
-      mlp_fwd(*this, wl, kFp8ShFc1, W.sh_w1, W.sh_b1, W.sh_w2, W.sh_b2, (long)s.fs1_cols(), (long)s.fs_loc(), sp ? full.data() : ln2.data(),
-              a.s_fc1, a.s_act, shared.data(), N, Nl);
+      mlp_fwd(*this, wl, kFp8ShFc1, W.sh_w1, W.sh_b1, W.sh_w2, W.sh_b2, (long)s.fs1_cols(), (long)s.fs_loc(),
+              sp ? full.data() : ln2.data(), nullptr, a.s_fc1, a.s_act, shared.data(), N, Nl,
+              pack_operands16 ? &a : nullptr);
     }
     a.ln2 = std::move(ln2);
     moe_mlp_fwd(*this, wl, W, a, x_out, Nl);
@@ -458,7 +464,9 @@ void Gpt<T>::layer_fwd(int wl, const T* x_in, T* x_out, LayerActs<T>& a, long B,
   }
   if (sp) { a.ln2.resize(N * C); gather_rows(tp, ln2.data(), a.ln2.data(), Nl, C); }
   else a.ln2 = std::move(ln2);
-  mlp_fwd(*this, wl, kFp8Fc1, W.fc1_w, W.fc1_b, W.fc2_w, W.fc2_b, F1, Fl, a.ln2.data(), a.fc1, a.act, x_out, N, Nl);
+  const uint16_t* ln2_16 = pack_operands16 ? a.pack_now(a.ln2) : nullptr;  // (a dense layer: only fc1 reads it)
+  mlp_fwd(*this, wl, kFp8Fc1, W.fc1_w, W.fc1_b, W.fc2_w, W.fc2_b, F1, Fl, a.ln2.data(), ln2_16, a.fc1, a.act, x_out, N,
+          Nl, pack_operands16 ? &a : nullptr);
   ops::add(x_out, x_out, a.x_mid.data(), Nl * C);
 }
 

@@ -252,6 +252,8 @@ struct LayerActs {
   // ops::matmul16 (packed()).
   std::vector<Buf<uint16_t>> b16;  // per packed field, in gpt.cpp bf16_fields' order (empty: not packed)
   void pack_bf16(bool att_is_stats);
+  // field (one of the packed fields) packed now, its T buffer freed; returns the copy (Gpt::pack_operands16).
+  const uint16_t* pack_now(Buf<T>& field);
   // x_in rounded to bf16 in place (the layer computes from the input it saves), its packed copy kept beside it, so
   // pack_bf16 takes that copy instead of packing x_in again. Invariant: x_in is not changed until pack_bf16 (the
   // forward only reads it); a field whose copy is present when pack_bf16 runs is taken as packed and unchanged.
@@ -301,11 +303,14 @@ struct Gpt : ParamTables<T> {
   double moe_aux_weight = 0;
   mutable double moe_aux_sum = 0;  // the unweighted load-balancing losses of the MoE forwards so far (tests)
 
-  // bf16 GEMM operands (training.precision "bf16"): an output gradient that two GEMMs read (the input gradient's and
-  // the weight gradient's, the LM head's logits gradient included) is packed to bf16 once and both read the copy
-  // (grad16), instead of each rounding it (a GPU backend would cast it in each). The same values: the same results.
-  bool share_grads16 = false;
-  // The copy of output gradient d[n] under share_grads16 (ops::pack_bf16), else empty.
+  // bf16 storage (training.precision "bf16"): the linear layers' GEMM operands are packed to bf16 once, where they are
+  // made, and the GEMMs read the copies, instead of each GEMM rounding its operands (a GPU backend would cast them in
+  // each). Forward: ln1, the attention output and, in dense layers, ln2 and the activation (LayerActs::pack_now; the
+  // layer's saved-tensor pack then takes these copies); backward: each output gradient that two GEMMs read (the input
+  // gradient's and the weight gradient's, the LM head's logits gradient included; grad16). The same values: the same
+  // results. Not in MoE layers' router and experts.
+  bool pack_operands16 = false;
+  // The copy of output gradient d[n] under pack_operands16 (ops::pack_bf16), else empty.
   Buf<uint16_t> grad16(const T* d, long n) const;
 
   // fp8 linear layers (exec/fp8.hpp; null: precision other than fp8): f8 casts operand `op` of linear `lin` of

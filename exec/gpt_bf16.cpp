@@ -3,6 +3,7 @@
 // Every value stored as bf16 is ops::pack_bf16's rounding of the T value, the rounding the bf16 GEMM operands get, so
 // what a GEMM reads packed is exactly what it would have rounded itself.
 #include <array>
+#include <stdexcept>
 
 #include "exec/gpt.hpp"
 #include "exec/ops.hpp"
@@ -67,6 +68,20 @@ void LayerActs<T>::release_packed(const Buf<T>& field) {
 }
 
 template <class T>
+const uint16_t* LayerActs<T>::pack_now(Buf<T>& field) {
+  const auto f = bf16_fields(*this, false);
+  b16.resize(f.size());
+  for (size_t i = 0; i < f.size(); ++i) {
+    if (f[i] != &field) continue;
+    b16[i].resize(field.size());
+    ops::pack_bf16(b16[i].data(), field.data(), (long)field.size());
+    Buf<T>().swap(field);
+    return b16[i].data();
+  }
+  throw std::logic_error("LayerActs::pack_now: not a packed field");
+}
+
+template <class T>
 void LayerActs<T>::round_input() {
   if (x_in.empty()) return;
   b16.resize(bf16_fields(*this, false).size());
@@ -108,7 +123,7 @@ const uint16_t* Gpt<T>::p16(int view) const {
 template <class T>
 Buf<uint16_t> Gpt<T>::grad16(const T* d, long n) const {
   Buf<uint16_t> c;
-  if (share_grads16 && n > 0) {
+  if (pack_operands16 && n > 0) {
     c.resize((size_t)n);
     ops::pack_bf16(c.data(), d, n);
   }
@@ -118,6 +133,7 @@ Buf<uint16_t> Gpt<T>::grad16(const T* d, long n) const {
 #define TP_GPT_BF16_INSTANTIATE(T)                                              \
   template void LayerActs<T>::pack_bf16(bool);                                  \
   template void LayerActs<T>::round_input();                                    \
+  template const uint16_t* LayerActs<T>::pack_now(Buf<T>&);                     \
   template void LayerActs<T>::unpack_bf16(bool, bool);                          \
   template const uint16_t* LayerActs<T>::packed(const Buf<T>&) const;           \
   template void LayerActs<T>::release_packed(const Buf<T>&);                    \

@@ -20,8 +20,9 @@ void matmul16(T* C, const T* A, const uint16_t* A16, const T* B, const uint16_t*
   tab<T>().matmul16(C, A, A16, B, B16, M, N, K, trans_a, trans_b, alpha, beta);
 }
 template <class T>
-void linear_fwd(T* y, T* pre, const T* x, const T* w, const uint16_t* w16, const T* b, long M, long N, long K) {
-  tab<T>().linear_fwd(y, pre, x, w, w16, b, M, N, K);
+void linear_fwd(T* y, T* pre, const T* x, const uint16_t* x16, const T* w, const uint16_t* w16, const T* b, long M,
+                long N, long K) {
+  tab<T>().linear_fwd(y, pre, x, x16, w, w16, b, M, N, K);
 }
 template <class T>
 void add_bias(T* y, const T* x, const T* b, long N, long C) { tab<T>().add_bias(y, x, b, N, C); }
@@ -206,7 +207,8 @@ void moe_combine_bwd(T* dein, T* dgate, const T* dy, const T* ein, const int32_t
   template void matmul16<T>(T*, const T*, const uint16_t*, const T*, const uint16_t*, long, long, long, bool, bool, T, \
                             T);              \
   template void add_bias<T>(T*, const T*, const T*, long, long);                                             \
-  template void linear_fwd<T>(T*, T*, const T*, const T*, const uint16_t*, const T*, long, long, long);                        \
+  template void linear_fwd<T>(T*, T*, const T*, const uint16_t*, const T*, const uint16_t*, const T*, long, long,  \
+                              long);                                                                            \
   template void bias_bwd<T>(T*, const T*, long, long);                                                        \
   template void add<T>(T*, const T*, const T*, long);                                                         \
   template void accumulate<T>(T*, const T*, long);                                                            \

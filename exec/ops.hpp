@@ -28,11 +28,12 @@ void matmul16(T* C, const T* A, const uint16_t* A16, const T* B, const uint16_t*
 
 // A linear layer's forward, as one op so a GPU backend can fuse it into the GEMM (cuBLASLt's bias and GELU
 // epilogues): with pre == null, y[M, N] = x[M, K] · w[K, N] + b[N]; with pre != null, pre = x · w + b and
-// y = gelu(pre) (gelu_fwd's tanh form). b may be null (no bias). Exactly matmul (matmul16 with w16, the weight's
-// bf16 copy, given instead of w: exactly one of w, w16 is non-null), then add_bias, then gelu_fwd.
-// y and pre alias nothing else.
+// y = gelu(pre) (gelu_fwd's tanh form). b may be null (no bias). Exactly matmul (matmul16 when x16, the input's bf16
+// copy, is given instead of x, or w16, the weight's, instead of w: exactly one of x, x16 and one of w, w16 is
+// non-null), then add_bias, then gelu_fwd. y and pre alias nothing else.
 template <class T>
-void linear_fwd(T* y, T* pre, const T* x, const T* w, const uint16_t* w16, const T* b, long M, long N, long K);
+void linear_fwd(T* y, T* pre, const T* x, const uint16_t* x16, const T* w, const uint16_t* w16, const T* b, long M,
+                long N, long K);
 
 // y[N, C] = x[N, C] + b[C] broadcast over rows (bias add, in place allowed: y == x).
 template <class T>

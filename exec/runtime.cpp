@@ -204,7 +204,7 @@ void RankRun<T>::place_gradients_and_state(long long state) {
   }
   model.d1.ptab = model.d2.ptab = ptab.data();
   model.d1.gtab = model.d2.gtab = gtab.data();
-  model.d1.share_grads16 = bf16_acts();
+  model.d1.pack_operands16 = bf16_acts();
   if (bf16_acts() && o.bf16_weight_copies && p.offload.kind != OffloadKind::chunked && !model.two_d) {
     w16 = std::make_unique<WeightCopies16>(gl.views.size());
     model.d1.w16 = w16.get();

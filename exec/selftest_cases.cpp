@@ -123,18 +123,23 @@ void gemm_cases(std::vector<Spec>& cs, bool quick) {
                  {rnd(M * K, s++), rnd(K * N, s++), rnd(N, s++), Vec(size_t(M * N)), Vec(size_t(M * N))}, {},
                  gelu ? std::vector<int>{3, 4} : std::vector<int>{3}, double(K)},
             TP_SELFTEST_BODY {
-              t.linear_fwd(p[3], gelu ? p[4] : nullptr, p[0], p[1], nullptr, bias ? p[2] : nullptr, M, N, K);
+              t.linear_fwd(p[3], gelu ? p[4] : nullptr, p[0], nullptr, p[1], nullptr, bias ? p[2] : nullptr, M, N, K);
               return 0;
             });
         if (bias == gelu)
-          for (int w16 = 0; w16 < 2; ++w16) {  // w16: the weight given as its bf16 copy (bf16 storage of the weights)
-            Spec sp{"linear_fwd", sh({{"M", M}, {"N", N}, {"K", K}}), var + (w16 ? ", w16" : ""),
+          for (int pk = 0; pk < 3; ++pk) {  // the weight (1) or the input and the weight (2) given as bf16 copies
+            const bool x16 = pk == 2, w16 = pk >= 1;
+            Spec sp{"linear_fwd", sh({{"M", M}, {"N", N}, {"K", K}}), var + (x16 ? ", x16, w16" : w16 ? ", w16" : ""),
                     {rnd(M * K, s++), rnd(K * N, s++), rnd(N, s++), Vec(size_t(M * N)), Vec(size_t(M * N))},
-                    {Ints(size_t((K * N + 1) / 2))}, gelu ? std::vector<int>{3, 4} : std::vector<int>{3}, double(K)};
+                    {Ints(size_t((K * N + 1) / 2)), Ints(size_t((M * K + 1) / 2))},
+                    gelu ? std::vector<int>{3, 4} : std::vector<int>{3}, double(K)};
             add(cs, bf16_operands(sp), TP_SELFTEST_BODY {
               uint16_t* wp = w16 ? reinterpret_cast<uint16_t*>(ip[0]) : nullptr;
+              uint16_t* xp = x16 ? reinterpret_cast<uint16_t*>(ip[1]) : nullptr;
               if (wp) t.pack_bf16(wp, p[1], K * N);
-              t.linear_fwd(p[3], gelu ? p[4] : nullptr, p[0], wp ? nullptr : p[1], wp, bias ? p[2] : nullptr, M, N, K);
+              if (xp) t.pack_bf16(xp, p[0], M * K);
+              t.linear_fwd(p[3], gelu ? p[4] : nullptr, xp ? nullptr : p[0], xp, wp ? nullptr : p[1], wp,
+                           bias ? p[2] : nullptr, M, N, K);
               return 0;
             });
           }

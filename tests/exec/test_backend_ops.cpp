@@ -119,8 +119,8 @@ std::vector<Case> elementwise_cases() {
           Dev d(be);
           Vec x = rnd(M * K, 21), w = rnd(K * N, 22), b = rnd(N, 23), y(M * N), pre(M * N);
           float *yd = d.up(y), *pd = d.up(pre);
-          be.f32.linear_fwd(yd, gelu ? pd : nullptr, d.up(x), d.up(w), nullptr, bias ? d.up(b) : nullptr, M, N, K);
-          ref().linear_fwd(y.data(), gelu ? pre.data() : nullptr, x.data(), w.data(), nullptr, bias ? b.data() : nullptr, M, N, K);
+          be.f32.linear_fwd(yd, gelu ? pd : nullptr, d.up(x), nullptr, d.up(w), nullptr, bias ? d.up(b) : nullptr, M, N, K);
+          ref().linear_fwd(y.data(), gelu ? pre.data() : nullptr, x.data(), nullptr, w.data(), nullptr, bias ? b.data() : nullptr, M, N, K);
           e = std::max(e, err(d.down(yd, M * N), y));
           if (gelu) e = std::max(e, err(d.down(pd, M * N), pre));
         }

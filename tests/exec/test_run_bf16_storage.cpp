@@ -115,7 +115,7 @@ TEST(Bf16Storage, RoundInputKeepsTheInputsCopyForThePack) {
 
 // One dense GELU layer of Gpt<T> with bf16 GEMM operands, its saved tensors packed after the forward, then unpacked
 // for the backward either wholly or keeping ln1, ln2 and act packed, and its output gradients either rounded in each
-// GEMM or packed once for both (Gpt::share_grads16): identical input and weight gradients.
+// GEMM or packed once for both (Gpt::pack_operands16): identical input and weight gradients.
 template <class T>
 void packed_operands_case(const E::Backend& be, bool flash) {
   E::BackendScope on(be);
@@ -143,7 +143,7 @@ void packed_operands_case(const E::Backend& be, bool flash) {
     m.params = p.data();
     m.grads = gr.data();
     m.flash = flash;
-    m.share_grads16 = share;
+    m.pack_operands16 = share;
     E::LayerActs<T> a;
     m.layer_fwd(0, x.data(), y.data(), a, B, Tn);
     a.pack_bf16(flash);
@@ -191,7 +191,7 @@ void head_share_case(const E::Backend& be) {
     m.lay = lay;
     m.params = p.data();
     m.grads = gr.data();
-    m.share_grads16 = share;
+    m.pack_operands16 = share;
     E::HeadActs<T> a;
     m.head_fwd(x.data(), t.data(), a, B, Tn);
     m.head_bwd(dx.data(), t.data(), a, B, Tn, T(1.0 / N));

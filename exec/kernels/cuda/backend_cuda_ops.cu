@@ -151,15 +151,18 @@ void matmul16(F* C, const F* A, const uint16_t* A16, const F* B, const uint16_t*
 
 // A linear layer's forward in one cuBLASLt call with a bias / GELU epilogue when cuBLASLt takes it (aligned
 // vectors, an output row length that is a multiple of 8); otherwise the GEMM, then the bias and GELU kernels.
-void linear_fwd(F* y, F* pre, const F* x, const F* w, const uint16_t* w16, const F* b, long M, long N, long K) {
+void linear_fwd(F* y, F* pre, const F* x, const uint16_t* x16, const F* w, const uint16_t* w16, const F* b, long M, long N,
+                long K) {
+  if (x16) x = nullptr;  // (exactly one of each pair is read)
+  if (w16) w = nullptr;
   TP_OP("linear_fwd", ({{"M", M}, {"N", N}, {"K", K}, {"bias", b != nullptr}, {"gelu", pre != nullptr},
-                        {"w16", w16 != nullptr}}), {
-    GemmArgs a = K == 0 ? GemmArgs{} : packed_args(y, x, nullptr, w, w16, M, N, K, false, false, 1.f, 0.f);
+                        {"x16", x16 != nullptr}, {"w16", w16 != nullptr}}), {
+    GemmArgs a = K == 0 ? GemmArgs{} : packed_args(y, x, x16, w, w16, M, N, K, false, false, 1.f, 0.f);
     a.what = "linear_fwd";
     a.bias = b, a.aux = pre, a.gelu = pre != nullptr;
     if (K == 0 || !lt_gemm(a)) {
       F* z = pre ? pre : y;
-      matmul16(z, x, nullptr, w, w16, M, N, K, false, false, 1.f, 0.f);
+      matmul16(z, x, x16, w, w16, M, N, K, false, false, 1.f, 0.f);
       if (b && M * N > 0) k::add_bias(launcher(), z, z, b, M, N);
       if (pre && M * N > 0) k::gelu_fwd(launcher(), y, pre, M * N);
     }

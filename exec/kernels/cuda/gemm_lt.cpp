@@ -115,7 +115,11 @@ void validate(const GemmArgs& g) {
   const char* bad = nullptr;
   if (g.M < 0 || g.N < 0 || g.K < 0 || g.batch < 1) bad = "negative size or batch < 1";
   else if (g.lda < a_cols || g.ldb < b_cols || g.ldc < g.N) bad = "a leading dimension is below its row length";
-  else if (alignment(g.A) < 4 || alignment(g.B) < 4 || alignment(g.C) < 4) bad = "a pointer is not 4-byte aligned";
+  // (an operand given as its bf16 copy, read as such with bf16 operands on, needs bf16's 2-byte alignment only: a
+  // MoE expert's block of a weight copy may start at an odd element)
+  else if ((t_bf16 && g.A16 ? alignment(g.A16) < 2 : alignment(g.A) < 4) ||
+           (t_bf16 && g.B16 ? alignment(g.B16) < 2 : alignment(g.B) < 4) || alignment(g.C) < 4)
+    bad = "a pointer is not aligned to its element (4 bytes; a bf16 copy 2)";
   if (bad) throw std::runtime_error("cuda " + shape_text(g) + ": " + bad);
 }
 
