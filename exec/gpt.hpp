@@ -308,7 +308,8 @@ struct Gpt : ParamTables<T> {
   // each). Forward: ln1, the attention output and, in dense layers, ln2 and the activation (LayerActs::pack_now; the
   // layer's saved-tensor pack then takes these copies); backward: each output gradient that two GEMMs read (the input
   // gradient's and the weight gradient's, the LM head's logits gradient included; grad16). The same values: the same
-  // results. Not in MoE layers' router and experts.
+  // results. A MoE layer's experts share their output gradients' copies too (exec/moe.cpp); their forward inputs and
+  // the router are rounded in each GEMM.
   bool pack_operands16 = false;
   // The copy of output gradient d[n] under pack_operands16 (ops::pack_bf16), else empty.
   Buf<uint16_t> grad16(const T* d, long n) const;

@@ -125,19 +125,22 @@ void moe_mlp_bwd(const Gpt<T>& g, int wl, const LayerParams& W, LayerActs<T>& a,
     const T* d = g.f8(qd, dout + b * cap * C, cap * C, wl, lin + 1, Fp8Operand::dy);
     T* act = a.act.data() + b * cap * Fe;
     T* h = a.fc1.data() + b * cap * F1;
-    ops::matmul(g.g(W.ex_w2) + ge * Fe * C, g.f8(qx, act, cap * Fe, wl, lin + 1, Fp8Operand::x, false), d, Fe, C, cap,
-                true, false, T(1), T(1));
+    Buf<uint16_t> d16 = g.grad16(d, cap * C);  // (bf16: packed once for the two GEMMs that read it)
+    gemm16(g.g(W.ex_w2) + ge * Fe * C, g.f8(qx, act, cap * Fe, wl, lin + 1, Fp8Operand::x, false), nullptr, d,
+           data16(d16), Fe, C, cap, true, false, T(1));
     Buf<T> dact((size_t)(cap * Fe));
-    gemm16(dact.data(), d, nullptr,
+    gemm16(dact.data(), d, data16(d16),
            w2_16 ? nullptr : g.f8(qw, g.p(W.ex_w2) + ge * Fe * C, Fe * C, wl, lin + 1, Fp8Operand::w, false),
            w2_16 ? w2_16 + ge * Fe * C : nullptr, cap, Fe, C, false, true, T(0));
     if (s.gelu) ops::gelu_bwd_set(h, h, dact.data(), cap * Fe);  // h becomes d fc1 in place
     else ops::swiglu_bwd_set(h, h, dact.data(), cap, Fe);
     if (W.ex_b1 >= 0) ops::bias_bwd(g.g(W.ex_b1) + ge * F1, h, cap, F1);
+    Buf<uint16_t>().swap(d16);
     const T* dh = g.f8(qd, h, cap * F1, wl, lin, Fp8Operand::dy);
-    ops::matmul(g.g(W.ex_w1) + ge * C * F1, g.f8(qx, xin + b * cap * C, cap * C, wl, lin, Fp8Operand::x, false), dh, C,
-                F1, cap, true, false, T(1), T(1));
-    gemm16(dx_part + b * cap * C, dh, nullptr,
+    const Buf<uint16_t> dh16 = g.grad16(dh, cap * F1);
+    gemm16(g.g(W.ex_w1) + ge * C * F1, g.f8(qx, xin + b * cap * C, cap * C, wl, lin, Fp8Operand::x, false), nullptr, dh,
+           data16(dh16), C, F1, cap, true, false, T(1));
+    gemm16(dx_part + b * cap * C, dh, data16(dh16),
            w1_16 ? nullptr : g.f8(qw, g.p(W.ex_w1) + ge * C * F1, C * F1, wl, lin, Fp8Operand::w, false),
            w1_16 ? w1_16 + ge * C * F1 : nullptr, cap, C, F1, false, true, T(0));
   }

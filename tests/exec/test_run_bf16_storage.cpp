@@ -115,19 +115,21 @@ TEST(Bf16Storage, RoundInputKeepsTheInputsCopyForThePack) {
 
 // One dense GELU layer of Gpt<T> with bf16 GEMM operands, its saved tensors packed after the forward, then unpacked
 // for the backward either wholly or keeping ln1, ln2 and act packed, and its output gradients either rounded in each
-// GEMM or packed once for both (Gpt::pack_operands16): identical input and weight gradients.
+// GEMM or packed once for both (Gpt::pack_operands16): identical input and weight gradients. moe: a MoE layer (4
+// experts, top 2, a shared expert; its backward reads nothing packed, as Gpt::reads_packed says).
 template <class T>
-void packed_operands_case(const E::Backend& be, bool flash) {
+void packed_operands_case(const E::Backend& be, bool flash, bool moe = false) {
   E::BackendScope on(be);
   E::Bf16GemmScope b16(be, true);
   E::GptShape s;
   s.layers = 1, s.C = 32, s.H = 4, s.Hkv = 2, s.D = 8, s.F = 64, s.V = 16, s.maxT = 9;
+  if (moe) s.experts = 4, s.top_k = 2, s.Fe = 48, s.Fs = 40, s.capacity_factor = 1.5;
   const long B = 2, Tn = 9, N = B * Tn, C = (long)s.C;
   const E::GptLayout lay = E::gpt_layout(s);
   const std::vector<T> params = E::init_full_params<T>(s, 5);
   std::vector<std::vector<T>> grads, dxs;
   for (int variant = 0; variant < 4; ++variant) {
-    const bool keep = variant & 1, share = variant & 2;
+    const bool keep = (variant & 1) && !moe, share = variant & 2;
     E::Buf<T> p(params.size()), gr(params.size()), x(N * C), y(N * C), dx(N * C);
     be.copy(p.data(), params.data(), sizeof(T) * params.size(), E::CopyKind::host_to_device, E::Stream{});
     ops_fill(gr, T(0.25));  // (accumulated into: the weight gradients add to what is there)
@@ -148,9 +150,15 @@ void packed_operands_case(const E::Backend& be, bool flash) {
     m.layer_fwd(0, x.data(), y.data(), a, B, Tn);
     a.pack_bf16(flash);
     a.unpack_bf16(flash, keep);
+    if (moe) {
+      EXPECT_FALSE(m.reads_packed(0));
+    }
     EXPECT_EQ(a.packed(a.ln1) != nullptr, keep);
     EXPECT_EQ(a.packed(a.act) != nullptr, keep);
     EXPECT_EQ(a.ln2.empty(), keep);
+    if (moe) {
+      EXPECT_FALSE(a.m_xe.empty());
+    }
     EXPECT_EQ(a.packed(a.attn) != nullptr, keep && !flash);  // flash's backward reads the attention output
     m.layer_bwd(0, dx.data(), dx.data(), a, B, Tn);
     grads.push_back(down(be, gr));
@@ -215,6 +223,7 @@ TEST(Bf16Storage, BackwardReadsPackedGemmOperandsBitForBit) {
     for (bool flash : {false, true}) {
       packed_operands_case<double>(*be, flash);
       packed_operands_case<float>(*be, flash);
+      packed_operands_case<float>(*be, flash, true);
     }
 }
 
