@@ -9,6 +9,8 @@
 #include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "exec/cpu/ops_cpu.hpp"
@@ -37,6 +39,27 @@ const RowMat<T>& rounded(RowMat<T>& buf, const M& m) {
   buf = m;
   T* p = buf.data();
   for (long i = 0, n = (long)buf.size(); i < n; ++i) p[i] = kernels::bf16_round(p[i]);
+  return buf;
+}
+
+// buf = op(X) from X's bf16 copy x16 (X stored [rows, cols]; op(X) = Xᵀ when trans), in one pass: the values are
+// bf16 already, so they need no rounding; the same matrix as rounded() makes from X's T values.
+template <class T>
+const RowMat<T>& unpacked(RowMat<T>& buf, const uint16_t* x16, long rows, long cols, bool trans) {
+  auto val = [x16](long i) {
+    const uint32_t u = uint32_t(x16[i]) << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return T(f);
+  };
+  buf.resize(trans ? cols : rows, trans ? rows : cols);
+  T* p = buf.data();
+  if (!trans) {
+    for (long i = 0; i < rows * cols; ++i) p[i] = val(i);
+  } else {
+    for (long i = 0; i < rows; ++i)
+      for (long j = 0; j < cols; ++j) p[j * rows + i] = val(i * cols + j);
+  }
   return buf;
 }
 
@@ -159,6 +182,16 @@ void matmul(T* C, const T* A, const T* B, long M, long N, long K, bool trans_a, 
 template <class T>
 void matmul16(T* C, const T* A, const uint16_t* A16, const T* B, const uint16_t* B16, long M, long N, long K,
               bool trans_a, bool trans_b, T alpha, T beta) {
+  if (t_bf16 && M > 0 && N > 0 && K > 0) {  // op(A) and op(B) as matmul's rounded copies, a packed one unpacked into its
+    exec::prof::Scope prof_scope(exec::prof::Cls::gemm);
+    thread_local RowMat<T> ra, rb;
+    const RowMat<T>& a = A16 ? unpacked(ra, A16, trans_a ? K : M, trans_a ? M : K, trans_a)
+                         : trans_a ? rounded(ra, CMat<T>(A, K, M).transpose()) : rounded(ra, CMat<T>(A, M, K));
+    const RowMat<T>& b = B16 ? unpacked(rb, B16, trans_b ? N : K, trans_b ? K : N, trans_b)
+                         : trans_b ? rounded(rb, CMat<T>(B, N, K).transpose()) : rounded(rb, CMat<T>(B, K, N));
+    gemm_into(Mat<T>(C, M, N), a, b, alpha, beta);
+    return;
+  }
   thread_local std::vector<T> a, b;  // the packed operands unpacked
   if (A16) {
     a.resize(size_t(std::max(0L, M * K)));
