@@ -155,7 +155,7 @@ void composed_linear_fwd(T* y, T* pre, const T* x, const uint16_t* x16, const T*
                          long M, long N, long K) {
   const OpTable<T>& t = Be().template ops<T>();
   T* z = pre ? pre : y;
-  if (x16 || w16) t.matmul16(z, x16 ? nullptr : x, x16, w16 ? nullptr : w, w16, M, N, K, false, false, T(1), T(0));
+  if (x16 || w16) t.matmul16(z, x, x16, w, w16, M, N, K, false, false, T(1), T(0));
   else t.matmul(z, x, w, M, N, K, false, false, T(1), T(0));
   if (b) t.add_bias(z, z, b, M, N);
   if (pre) t.gelu_fwd(y, pre, M * N);

@@ -48,6 +48,7 @@ void RankRun<T>::setup() {
   make_groups();
   init_model<T>(sc, rc.tp, *tp, model, gl, replicated_view, grid_row, grid_col, p.ep > 1 ? rc.dp % p.ep : 0);
   model.d1.ep = epc.get();
+  model.d1.pack_operands16 = bf16_acts();  // (bf16: every GEMM operand packed once, where it is made)
   f8 = Fp8State::for_scenario(sc);
   if (f8.on()) {
     if (start && !start->fp8_scale.empty()) f8.scale = start->fp8_scale;  // Pseudo-to-Real's handover
@@ -204,8 +205,7 @@ void RankRun<T>::place_gradients_and_state(long long state) {
   }
   model.d1.ptab = model.d2.ptab = ptab.data();
   model.d1.gtab = model.d2.gtab = gtab.data();
-  model.d1.pack_operands16 = bf16_acts();
-  if (bf16_acts() && o.bf16_weight_copies && p.offload.kind != OffloadKind::chunked && !model.two_d) {
+  if (plan_keeps_bf16_weight_copies(sc) && o.bf16_weight_copies) {
     w16 = std::make_unique<WeightCopies16>(gl.views.size());
     model.d1.w16 = w16.get();
   }

@@ -128,9 +128,14 @@ double run_bytes_per_rank(const Scenario& sc, bool fp64) {
   const double logits = 2.0 * mb * s * (double)m.vocab / tp;                              // logits and their gradient
   // training.precision "bf16": the saved activations are bf16 (LayerActs::pack_bf16), and the weights have bf16
   // copies (WeightCopies16; counted over every parameter, as Megatron-LM's bf16 parameters)
-  const bool bf16 = sc.training.precision == Precision::bf16;
-  const double acts_e = bf16 ? 2 : e;
-  return state + (bf16 ? 2 * params : 0.0) + acts * acts_e + logits * e;
+  const double acts_e = sc.training.precision == Precision::bf16 ? 2 : e;
+  return state + (plan_keeps_bf16_weight_copies(sc) ? 2 * params : 0.0) + acts * acts_e + logits * e;
+}
+
+bool plan_keeps_bf16_weight_copies(const Scenario& sc) {
+  const Plan& p = sc.plan;
+  return sc.training.precision == Precision::bf16 && p.offload.kind != OffloadKind::chunked &&
+         !(p.tp_mode == TpMode::d2 && p.tp > 1);
 }
 
 void check_run_memory(const Scenario& sc, bool fp64, bool on_gpu) {

@@ -105,6 +105,10 @@ std::vector<std::string> run_notes(const Scenario& sc, bool fp64);
 int job_ranks(const Scenario& sc);
 void check_job_ranks(const Scenario& sc, const std::string& file, int world_size);
 
+// training.precision "bf16": whether the plan keeps bf16 copies of the weights (exec/gpt.hpp WeightCopies16; the
+// runtime and run_bytes_per_rank ask here): not under chunked offload, whose device budget holds the fp32 weights only,
+// nor under Optimus 2D, whose GEMMs read broadcast weight blocks (RunOptions::bf16_weight_copies can turn them off).
+bool plan_keeps_bf16_weight_copies(const Scenario& sc);
 // About the bytes one rank of `trainplan run` allocates (a lower bound: parameters, gradients and Adam state of its
 // shard, one micro-batch's activations of its layers, the logits), and the check that it fits in the memory this
 // process may allocate, times the ranks that share this machine (Open MPI's local size): InputError

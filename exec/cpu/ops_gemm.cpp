@@ -63,6 +63,14 @@ const RowMat<T>& unpacked(RowMat<T>& buf, const uint16_t* x16, long rows, long c
   return buf;
 }
 
+// op(X) as a dense operand of bf16 values: X's T values rounded, or (X16 given) X's bf16 copy unpacked; X is stored
+// [rows, cols], op(X) = Xᵀ when trans.
+template <class T>
+const RowMat<T>& bf16_operand(RowMat<T>& buf, const T* X, const uint16_t* X16, long rows, long cols, bool trans) {
+  if (X16) return unpacked(buf, X16, rows, cols, trans);
+  return trans ? rounded(buf, CMat<T>(X, rows, cols).transpose()) : rounded(buf, CMat<T>(X, rows, cols));
+}
+
 // C = alpha * a · b + beta * C, with a and b already op()-ed Eigen expressions (maps or their transposes).
 template <class T, class CM, class LA, class LB>
 void gemm_into(CM&& C, const LA& a, const LB& b, T alpha, T beta) {
@@ -144,6 +152,16 @@ inline void softmax_row(double* row, long n, double* st = nullptr) {
   if (st) st[0] = mx, st[1] = inv;
 }
 
+// C[M, N] = alpha op(A) op(B) + beta C on bf16 operands (bf16_operand: A16 / B16, when given, instead of A / B),
+// the one product of matmul and matmul16 under bf16 GEMM operands. M, N, K > 0.
+template <class T>
+void bf16_product(T* C, const T* A, const uint16_t* A16, const T* B, const uint16_t* B16, long M, long N, long K,
+                  bool trans_a, bool trans_b, T alpha, T beta) {
+  thread_local RowMat<T> ra, rb;
+  gemm_into(Mat<T>(C, M, N), bf16_operand(ra, A, A16, trans_a ? K : M, trans_a ? M : K, trans_a),
+            bf16_operand(rb, B, B16, trans_b ? N : K, trans_b ? K : N, trans_b), alpha, beta);
+}
+
 }  // namespace
 
 bool set_bf16_gemm(bool on) {
@@ -165,10 +183,7 @@ void matmul(T* C, const T* A, const T* B, long M, long N, long K, bool trans_a, 
     return;
   }
   if (t_bf16) {  // op(A) and op(B) as rounded dense copies, then the same product
-    thread_local RowMat<T> ra, rb;
-    const RowMat<T>& a = trans_a ? rounded(ra, CMat<T>(A, K, M).transpose()) : rounded(ra, CMat<T>(A, M, K));
-    const RowMat<T>& b = trans_b ? rounded(rb, CMat<T>(B, N, K).transpose()) : rounded(rb, CMat<T>(B, K, N));
-    gemm_into(c, a, b, alpha, beta);
+    bf16_product(C, A, nullptr, B, nullptr, M, N, K, trans_a, trans_b, alpha, beta);
     return;
   }
   // A is stored [M, K] or, transposed, [K, M]; B is [K, N] or [N, K]. Eigen folds the transposes and alpha
@@ -182,14 +197,9 @@ void matmul(T* C, const T* A, const T* B, long M, long N, long K, bool trans_a, 
 template <class T>
 void matmul16(T* C, const T* A, const uint16_t* A16, const T* B, const uint16_t* B16, long M, long N, long K,
               bool trans_a, bool trans_b, T alpha, T beta) {
-  if (t_bf16 && M > 0 && N > 0 && K > 0) {  // op(A) and op(B) as matmul's rounded copies, a packed one unpacked into its
+  if (t_bf16 && M > 0 && N > 0 && K > 0) {  // matmul's bf16 product, a packed operand unpacked in one pass
     exec::prof::Scope prof_scope(exec::prof::Cls::gemm);
-    thread_local RowMat<T> ra, rb;
-    const RowMat<T>& a = A16 ? unpacked(ra, A16, trans_a ? K : M, trans_a ? M : K, trans_a)
-                         : trans_a ? rounded(ra, CMat<T>(A, K, M).transpose()) : rounded(ra, CMat<T>(A, M, K));
-    const RowMat<T>& b = B16 ? unpacked(rb, B16, trans_b ? N : K, trans_b ? K : N, trans_b)
-                         : trans_b ? rounded(rb, CMat<T>(B, N, K).transpose()) : rounded(rb, CMat<T>(B, K, N));
-    gemm_into(Mat<T>(C, M, N), a, b, alpha, beta);
+    bf16_product(C, A, A16, B, B16, M, N, K, trans_a, trans_b, alpha, beta);
     return;
   }
   thread_local std::vector<T> a, b;  // the packed operands unpacked

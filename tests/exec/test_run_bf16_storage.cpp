@@ -53,6 +53,28 @@ std::vector<T> down(const E::Backend& be, const E::Buf<T>& b) {
   return h;
 }
 template <class T>
+void up(const E::Backend& be, E::Buf<T>& d, const std::vector<T>& h) {
+  be.copy(d.data(), h.data(), sizeof(T) * h.size(), E::CopyKind::host_to_device, E::Stream{});
+}
+// n values uniform in [-1, 1) from g.
+template <class T>
+std::vector<T> uniform(size_t n, std::mt19937& g) {
+  std::uniform_real_distribution<double> u(-1, 1);
+  std::vector<T> v(n);
+  for (T& x : v) x = T(u(g));
+  return v;
+}
+// A model of layout lay over parameters p and gradients gr (device buffers), its GEMM operands packed once or not.
+template <class T>
+E::Gpt<T> model_over(const E::GptLayout& lay, E::Buf<T>& p, E::Buf<T>& gr, bool pack_operands16) {
+  E::Gpt<T> m;
+  m.lay = lay;
+  m.params = p.data();
+  m.grads = gr.data();
+  m.pack_operands16 = pack_operands16;
+  return m;
+}
+template <class T>
 void ops_fill(E::Buf<T>& b, T v) {
   tp::ops::fill(b.data(), v, (long)b.size());
 }
@@ -131,21 +153,13 @@ void packed_operands_case(const E::Backend& be, bool flash, bool moe = false) {
   for (int variant = 0; variant < 4; ++variant) {
     const bool keep = (variant & 1) && !moe, share = variant & 2;
     E::Buf<T> p(params.size()), gr(params.size()), x(N * C), y(N * C), dx(N * C);
-    be.copy(p.data(), params.data(), sizeof(T) * params.size(), E::CopyKind::host_to_device, E::Stream{});
+    up(be, p, params);
     ops_fill(gr, T(0.25));  // (accumulated into: the weight gradients add to what is there)
-    std::vector<T> hx(N * C), hd(N * C);
     std::mt19937 g(3);
-    std::uniform_real_distribution<double> u(-1, 1);
-    for (T& v : hx) v = T(u(g));
-    for (T& v : hd) v = T(u(g));
-    be.copy(x.data(), hx.data(), sizeof(T) * hx.size(), E::CopyKind::host_to_device, E::Stream{});
-    be.copy(dx.data(), hd.data(), sizeof(T) * hd.size(), E::CopyKind::host_to_device, E::Stream{});
-    E::Gpt<T> m;
-    m.lay = lay;
-    m.params = p.data();
-    m.grads = gr.data();
+    up(be, x, uniform<T>(N * C, g));
+    up(be, dx, uniform<T>(N * C, g));
+    E::Gpt<T> m = model_over(lay, p, gr, share);
     m.flash = flash;
-    m.pack_operands16 = share;
     E::LayerActs<T> a;
     m.layer_fwd(0, x.data(), y.data(), a, B, Tn);
     a.pack_bf16(flash);
@@ -187,19 +201,12 @@ void head_share_case(const E::Backend& be) {
   for (bool share : {false, true}) {
     E::Buf<T> p(params.size()), gr(params.size()), x(N * C), dx(N * C);
     E::Buf<int32_t> t(N);
-    be.copy(p.data(), params.data(), sizeof(T) * params.size(), E::CopyKind::host_to_device, E::Stream{});
-    be.copy(t.data(), tg.data(), sizeof(int32_t) * N, E::CopyKind::host_to_device, E::Stream{});
+    up(be, p, params);
+    up(be, t, tg);
     ops_fill(gr, T(0));
-    std::vector<T> hx(N * C);
     std::mt19937 g(5);
-    std::uniform_real_distribution<double> u(-1, 1);
-    for (T& v : hx) v = T(u(g));
-    be.copy(x.data(), hx.data(), sizeof(T) * hx.size(), E::CopyKind::host_to_device, E::Stream{});
-    E::Gpt<T> m;
-    m.lay = lay;
-    m.params = p.data();
-    m.grads = gr.data();
-    m.pack_operands16 = share;
+    up(be, x, uniform<T>(N * C, g));
+    E::Gpt<T> m = model_over(lay, p, gr, share);
     E::HeadActs<T> a;
     m.head_fwd(x.data(), t.data(), a, B, Tn);
     m.head_bwd(dx.data(), t.data(), a, B, Tn, T(1.0 / N));
