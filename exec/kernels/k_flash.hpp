@@ -74,9 +74,9 @@ TP_HD TP_INLINE long flash_at(const FlashGeom& g, long r, long d) {
 // bf16 when `round`.
 template <class Ctx, class T, class A>
 TP_HD void flash_tile(Ctx& c, const FlashGeom& g, A* dst, const T* src, long stride, long r0, long n, bool round) {
-  const long Dp = long(g.R) * kFlashSlice;
-  for (long e = long(c.tid()); e < g.kc * Dp; e += long(c.bdim())) {
-    const long r = e / Dp, d = e % Dp;
+  const int Dp = g.R * kFlashSlice, total = int(g.kc) * Dp;  // at most 64 x 1024: 32-bit index arithmetic
+  for (int e = int(c.tid()); e < total; e += int(c.bdim())) {
+    const int r = e / Dp, d = e - r * Dp;
     A x = r < n && d < g.D ? A(ld(src[(r0 + r) * stride + d])) : A(0);
     dst[flash_at(g, r, d)] = round ? bf16_round(x) : x;
   }
@@ -321,9 +321,9 @@ void flash_attention_fwd(const L& launch, T* out, T* stats, const T* q, const T*
   if constexpr (std::is_same_v<T, float>) {
     if (bf16 && flash_mma_fits(D)) {
       const MmaGeom mg{B, Tq, Tk, H, Hkv, D, ldq, ldkv};
-      launch(FlashFwdMma<T>{out, stats, q, k, v, mg}, Dim{blocks_for(B * H * ((Tq + kMmaRows - 1) / kMmaRows), 1,
-                                                                     launch.max_grid),
-                                                          kMmaBlock, mma_smem<FlashFwdMma<T>>(mg)});
+      using F = FlashFwdMma<T>;
+      launch(F{out, stats, q, k, v, mg},
+             Dim{blocks_for(B * H * ((Tq + F::kRows - 1) / F::kRows), 1, launch.max_grid), F::kMaxThreads, mma_smem<F>(mg)});
       return;
     }
   }
@@ -339,11 +339,12 @@ void flash_attention_bwd(const L& launch, T* dq, T* dk, T* dv, const T* dout, co
   if constexpr (std::is_same_v<T, float>) {
     if (bf16 && flash_mma_fits(D)) {
       const MmaGeom mg{B, Tq, Tk, H, Hkv, D, ldq, ldkv};
-      const long qi = B * H * ((Tq + kMmaRows - 1) / kMmaRows), ki = B * Hkv * ((Tk + kMmaRows - 1) / kMmaRows);
-      launch(FlashBwdDqMma<T>{dq, dout, out, stats, q, k, v, mg},
-             Dim{blocks_for(qi, 1, launch.max_grid), kMmaBlock, mma_smem<FlashBwdDqMma<T>>(mg)});
-      launch(FlashBwdDkvMma<T>{dk, dv, dout, out, stats, q, k, v, mg},
-             Dim{blocks_for(ki, 1, launch.max_grid), kMmaBlock, mma_smem<FlashBwdDkvMma<T>>(mg)});
+      using Q = FlashBwdDqMma<T>;
+      using KV = FlashBwdDkvMma<T>;
+      const long qi = B * H * ((Tq + Q::kRows - 1) / Q::kRows), ki = B * Hkv * ((Tk + KV::kRows - 1) / KV::kRows);
+      launch(Q{dq, dout, out, stats, q, k, v, mg}, Dim{blocks_for(qi, 1, launch.max_grid), Q::kMaxThreads, mma_smem<Q>(mg)});
+      launch(KV{dk, dv, dout, out, stats, q, k, v, mg},
+             Dim{blocks_for(ki, 1, launch.max_grid), KV::kMaxThreads, mma_smem<KV>(mg)});
       return;
     }
   }

@@ -14,15 +14,21 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "exec/kernels/k_rows.hpp"  // TP_ROW_LOOP
 
 namespace tp::kernels {
 
-constexpr unsigned kMmaBlock = 64;  // two warps
-constexpr long kMmaRows = 32;       // query (forward, dQ) or key (dK, dV) rows per work item
-constexpr long kMmaKeys = 64;       // keys per tile (forward, dQ); queries per tile of dK, dV: kMmaRows
+constexpr long kMmaKeys = 64;       // keys per tile (forward, dQ)
+constexpr long kMmaQueries = 32;    // queries per tile (dK, dV)
 constexpr int kMmaMaxFrags = 4;     // head dims / 16
+// A kernel's work item is 16 rows per warp: kWarps warps of 32 lanes (kMaxThreads), kRows = 16 kWarps query
+// (forward, dQ) or key (dK, dV) rows.
+#define TP_MMA_WARPS(W)                                   \
+  static constexpr int kWarps = W;                        \
+  static constexpr unsigned kMaxThreads = 32u * kWarps;   \
+  static constexpr long kRows = 16L * kWarps;
 
 // Whether the tensor-core kernels take a head dim.
 TP_HD TP_INLINE bool flash_mma_fits(long D) { return D % 16 == 0 && D >= 16 && D <= 16 * kMmaMaxFrags; }
@@ -36,8 +42,8 @@ struct MmaGeom {
   TP_HD int nd() const { return int(D / 16); }
   static constexpr long lds = kMmaKeys + 4;             // float score tiles [16, kMmaKeys]
   static constexpr long ldp = kMmaKeys + 8;             // bf16 P / dS tiles
-  static constexpr long ldt = kMmaRows + 4;             // float transposed tiles [16 keys, 32 queries]
-  static constexpr long ldt16 = kMmaRows + 8;           // bf16 transposed tiles
+  static constexpr long ldt = kMmaQueries + 4;          // float transposed tiles [16 keys, 32 queries]
+  static constexpr long ldt16 = kMmaQueries + 8;        // bf16 transposed tiles
 };
 
 // One work item of the query-side kernels (forward, dQ; both paths): sequence b, query head h of kv head kh, the
@@ -70,13 +76,62 @@ struct Carve {
   }
 };
 
-// dst [rows, ldd] bf16 = rows [r0, r0 + n) of src (row stride `stride`, D columns), zeros past n.
+// dst [rows, ldd] bf16 = rows [r0, r0 + n) of src (row stride `stride`, D columns), zeros past n. The block's
+// threads take consecutive elements with 32-bit index arithmetic; float rows with D and the stride multiples of 4
+// on a 16-byte boundary (every call of the model's, fused QKV included) are read four floats per load.
 template <class Ctx, class T>
 TP_HD void mma_stage(Ctx& c, bf16* dst, long ldd, const T* src, long stride, long r0, long n, long rows, long D) {
-  for (long e = long(c.tid()); e < rows * D; e += long(c.bdim())) {
-    const long r = e / D, d = e % D;
-    dst[r * ldd + d] = to_bf16(r < n ? float(ld(src[(r0 + r) * stride + d])) : 0.f);
+  const T* s0 = src + r0 * stride;
+  const int nn = int(n), dd = int(D), ldo = int(ldd);
+  if constexpr (std::is_same_v<T, float>) {
+    if (dd % 4 == 0 && stride % 4 == 0 && reinterpret_cast<uintptr_t>(s0) % 16 == 0) {
+      // Each thread issues kLoads loads before it converts any, so their latencies overlap.
+      constexpr int kLoads = 4;
+      const int q4 = dd / 4, total = int(rows) * q4, bd = int(c.bdim());
+      for (int e0 = int(c.tid()); e0 < total; e0 += kLoads * bd) {
+        F4 x[kLoads];
+        TP_UNROLL for (int u = 0; u < kLoads; ++u) {
+          const int e = e0 + u * bd, r = e / q4, d = (e - r * q4) * 4;
+          x[u] = e < total && r < nn ? ld4(s0 + long(r) * stride + d) : F4{0.f, 0.f, 0.f, 0.f};
+        }
+        TP_UNROLL for (int u = 0; u < kLoads; ++u) {
+          const int e = e0 + u * bd, r = e / q4, d = (e - r * q4) * 4;
+          if (e < total) {
+            bf16* o = dst + r * ldo + d;
+            o[0] = to_bf16(x[u].x), o[1] = to_bf16(x[u].y), o[2] = to_bf16(x[u].z), o[3] = to_bf16(x[u].w);
+          }
+        }
+      }
+      return;
+    }
   }
+  const int total = int(rows) * dd;
+  for (int e = int(c.tid()); e < total; e += int(c.bdim())) {
+    const int r = e / dd, d = e - r * dd;
+    dst[r * ldo + d] = to_bf16(r < nn ? float(ld(s0[long(r) * stride + d])) : 0.f);
+  }
+}
+// A query row's half (`half` 0 or 1) of rowsum(dout ⊙ out) over its D head dims, summed in order of the dims, in
+// fp32; the two halves' sum is the row term of FlashAttention-2's backward (both backward kernels add them alike).
+template <class T>
+TP_HD TP_INLINE float mma_row_term_half(const T* dout_row, const T* out_row, long D, int half) {
+  const long d0 = half * (D / 2), d1 = d0 + D / 2;
+  float part = 0;
+  if constexpr (std::is_same_v<T, float>) {
+    if ((D / 2) % 4 == 0 && reinterpret_cast<uintptr_t>(dout_row + d0) % 16 == 0 &&
+        reinterpret_cast<uintptr_t>(out_row + d0) % 16 == 0) {
+      TP_NO_UNROLL for (long d = d0; d < d1; d += 4) {  // (unrolled, it costs the dK / dV kernel spills)
+        const F4 a = ld4(dout_row + d), b = ld4(out_row + d);
+        part += a.x * b.x;
+        part += a.y * b.y;
+        part += a.z * b.z;
+        part += a.w * b.w;
+      }
+      return part;
+    }
+  }
+  for (long d = d0; d < d1; ++d) part += float(ld(dout_row[d])) * float(ld(out_row[d]));
+  return part;
 }
 // dst[r, col] (+)= scale x (r, col) of the 16 x 16 accumulator f, for the warp's rows r with r < nrows (row stride
 // `stride` in dst): f is staged in `tile` (ldt) and read back by the lanes, two per row, 8 columns each.
@@ -96,8 +151,9 @@ TP_HD TP_INLINE void mma_emit(Ctx& c, float* tile, long ldt, const F& f, T* dst,
 
 template <class T>
 struct FlashFwdMma {
+  TP_MMA_WARPS(4)
   static constexpr const char* kName = "flash_attention_fwd (tensor cores)";
-  static constexpr unsigned kMaxThreads = kMmaBlock;
+  static_assert(kRows <= kMmaKeys, "the query tile is staged in Ks");
   T* out;
   T* stats;
   const T* q;
@@ -113,8 +169,8 @@ struct FlashFwdMma {
     Smem s;
     s.Ks = cv.take<bf16>(kMmaKeys * g.ldk());
     s.Vs = cv.take<bf16>(kMmaKeys * g.ldk());
-    s.S = cv.take<float>(2 * 16 * MmaGeom::lds);
-    s.P = cv.take<bf16>(2 * 16 * MmaGeom::ldp);
+    s.S = cv.take<float>(kWarps * 16 * MmaGeom::lds);
+    s.P = cv.take<bf16>(kWarps * 16 * MmaGeom::ldp);
     return s;
   }
   template <class Ctx>
@@ -124,17 +180,17 @@ struct FlashFwdMma {
     const int warp = int(c.tid() / 32u), lane = int(c.tid() % 32u), row = lane / 2, half = lane % 2, nd = g.nd();
     float* Sw = sm.S + warp * 16 * MmaGeom::lds;
     bf16* Pw = sm.P + warp * 16 * MmaGeom::ldp;
-    const long ldk = g.ldk(), tiles = (g.Tq + kMmaRows - 1) / kMmaRows;
+    const long ldk = g.ldk(), tiles = (g.Tq + kRows - 1) / kRows;
     const float scale = 1.f / k_sqrt(float(g.D));
     TP_ROW_LOOP(c, item, g.B * g.H * tiles) {
-      const QueryTile qt = query_tile(g, item, tiles, kMmaRows, warp * 16 + row);
+      const QueryTile qt = query_tile(g, item, tiles, kRows, warp * 16 + row);
       const long bh = qt.bh, b = qt.b, h = qt.h, r0 = qt.r0, i = qt.i, lim = qt.lim, last = qt.last;
       const bool live = qt.live;
       const T* kb = k + qt.kvo;
       const T* vb = v + qt.kvo;
       typename Ctx::FragA qa[kMmaMaxFrags];
       c.sync();  // (the previous item's reads of Ks are done)
-      mma_stage(c, sm.Ks, ldk, q + b * g.Tq * g.ldq + h * g.D, g.ldq, r0, k_min(kMmaRows, g.Tq - r0), kMmaRows, g.D);
+      mma_stage(c, sm.Ks, ldk, q + b * g.Tq * g.ldq + h * g.D, g.ldq, r0, k_min(kRows, g.Tq - r0), kRows, g.D);
       c.sync();
       TP_UNROLL for (int kd = 0; kd < kMmaMaxFrags; ++kd) if (kd < nd) c.load_a(qa[kd], sm.Ks + warp * 16 * ldk + kd * 16, unsigned(ldk));
       float m = k_neg_inf<float>(), l = 0, M = 0, inv = 0;
@@ -201,8 +257,8 @@ struct FlashFwdMma {
 // dq += scale dS k (dS = P (dP - rowsum(dout out)), P recomputed from the statistics).
 template <class T>
 struct FlashBwdDqMma {
+  TP_MMA_WARPS(2)  // (four warps' score tiles would not fit 48 KiB beside Ks and Vs)
   static constexpr const char* kName = "flash_attention_bwd_dq (tensor cores)";
-  static constexpr unsigned kMaxThreads = kMmaBlock;
   T* dq;
   const T* dout;
   const T* out;
@@ -220,9 +276,9 @@ struct FlashBwdDqMma {
     Smem s;
     s.Ks = cv.take<bf16>(kMmaKeys * g.ldk());
     s.Vs = cv.take<bf16>(kMmaKeys * g.ldk());
-    s.S = cv.take<float>(2 * 16 * MmaGeom::lds);
-    s.dP = cv.take<float>(2 * 16 * MmaGeom::lds);
-    s.dS = cv.take<bf16>(2 * 16 * MmaGeom::ldp);
+    s.S = cv.take<float>(kWarps * 16 * MmaGeom::lds);
+    s.dP = cv.take<float>(kWarps * 16 * MmaGeom::lds);
+    s.dS = cv.take<bf16>(kWarps * 16 * MmaGeom::ldp);
     return s;
   }
   template <class Ctx>
@@ -233,30 +289,28 @@ struct FlashBwdDqMma {
     float* Sw = sm.S + warp * 16 * MmaGeom::lds;
     float* Pw = sm.dP + warp * 16 * MmaGeom::lds;
     bf16* DSw = sm.dS + warp * 16 * MmaGeom::ldp;
-    const long ldk = g.ldk(), tiles = (g.Tq + kMmaRows - 1) / kMmaRows;
+    const long ldk = g.ldk(), tiles = (g.Tq + kRows - 1) / kRows;
     const float scale = 1.f / k_sqrt(float(g.D));
     TP_ROW_LOOP(c, item, g.B * g.H * tiles) {
-      const QueryTile qt = query_tile(g, item, tiles, kMmaRows, warp * 16 + row);
+      const QueryTile qt = query_tile(g, item, tiles, kRows, warp * 16 + row);
       const long bh = qt.bh, b = qt.b, h = qt.h, r0 = qt.r0, i = qt.i, lim = qt.lim, last = qt.last;
       const bool live = qt.live;
-      const long nrows = k_min(kMmaRows, g.Tq - r0);
+      const long nrows = k_min(kRows, g.Tq - r0);
       const long qbase = b * g.Tq * g.ldq + h * g.D, obase = (b * g.Tq * g.H + h) * g.D;
       const T* kb = k + qt.kvo;
       const T* vb = v + qt.kvo;
       typename Ctx::FragA qa[kMmaMaxFrags], oa[kMmaMaxFrags];
       c.sync();
-      mma_stage(c, sm.Ks, ldk, q + qbase, g.ldq, r0, nrows, kMmaRows, g.D);
-      mma_stage(c, sm.Vs, ldk, dout + obase, g.H * g.D, r0, nrows, kMmaRows, g.D);
+      mma_stage(c, sm.Ks, ldk, q + qbase, g.ldq, r0, nrows, kRows, g.D);
+      mma_stage(c, sm.Vs, ldk, dout + obase, g.H * g.D, r0, nrows, kRows, g.D);
       c.sync();
       TP_UNROLL for (int kd = 0; kd < kMmaMaxFrags; ++kd) if (kd < nd) {
         c.load_a(qa[kd], sm.Ks + warp * 16 * ldk + kd * 16, unsigned(ldk));
         c.load_a(oa[kd], sm.Vs + warp * 16 * ldk + kd * 16, unsigned(ldk));
       }
       // This row's term rowsum(dout out) in fp32, each lane of the pair over half the head dims.
-      float part = 0;
-      if (live)
-        for (long d = half * (g.D / 2); d < (half + 1) * (g.D / 2); ++d)
-          part += float(ld(dout[obase + i * g.H * g.D + d])) * float(ld(out[obase + i * g.H * g.D + d]));
+      const float part = live ? mma_row_term_half(dout + obase + i * g.H * g.D, out + obase + i * g.H * g.D, g.D, half)
+                              : 0.f;
       const float delta = part + c.shfl_xor(part, 1);
       const float M = live ? float(ld(stats[(bh * g.Tq + i) * 2])) : 0.f;
       const float inv = live ? float(ld(stats[(bh * g.Tq + i) * 2 + 1])) : 0.f;
@@ -310,8 +364,10 @@ struct FlashBwdDqMma {
 // dk += scale dSᵀ q, dv += Pᵀ dout, over the query tiles of the G query heads of one kv head.
 template <class T>
 struct FlashBwdDkvMma {
+  TP_MMA_WARPS(4)
   static constexpr const char* kName = "flash_attention_bwd_dkv (tensor cores)";
-  static constexpr unsigned kMaxThreads = kMmaBlock;
+  static constexpr long kStage = kRows > kMmaQueries ? kRows : kMmaQueries;  // rows of Qs and Os
+  static_assert(kMaxThreads >= 2 * kMmaQueries, "two lanes per query row of a tile (the row terms)");
   T* dk;
   T* dv;
   const T* dout;
@@ -322,22 +378,22 @@ struct FlashBwdDkvMma {
   const T* v;
   MmaGeom g;
   struct Smem {
-    bf16 *Qs, *Os;      // [kMmaRows, ldk]: the query tile's q and dout (first: staging of k and v)
+    bf16 *Qs, *Os;      // [kStage, ldk]: the query tile's q and dout (first: staging of k and v)
     float *Ms, *Is, *Ds; // per query row of the tile: max, 1 / sum, rowsum(dout out)
     float *St, *dPt;    // per warp [16, ldt]: scores and dP transposed (keys by queries)
     bf16 *Pt, *dSt;     // per warp [16, ldt16]
   };
   TP_HD static Smem carve(Carve& cv, const MmaGeom& g) {
     Smem s;
-    s.Qs = cv.take<bf16>(kMmaRows * g.ldk());
-    s.Os = cv.take<bf16>(kMmaRows * g.ldk());
-    s.Ms = cv.take<float>(kMmaRows);
-    s.Is = cv.take<float>(kMmaRows);
-    s.Ds = cv.take<float>(kMmaRows);
-    s.St = cv.take<float>(2 * 16 * MmaGeom::ldt);
-    s.dPt = cv.take<float>(2 * 16 * MmaGeom::ldt);
-    s.Pt = cv.take<bf16>(2 * 16 * MmaGeom::ldt16);
-    s.dSt = cv.take<bf16>(2 * 16 * MmaGeom::ldt16);
+    s.Qs = cv.take<bf16>(kStage * g.ldk());
+    s.Os = cv.take<bf16>(kStage * g.ldk());
+    s.Ms = cv.take<float>(kMmaQueries);
+    s.Is = cv.take<float>(kMmaQueries);
+    s.Ds = cv.take<float>(kMmaQueries);
+    s.St = cv.take<float>(kWarps * 16 * MmaGeom::ldt);
+    s.dPt = cv.take<float>(kWarps * 16 * MmaGeom::ldt);
+    s.Pt = cv.take<bf16>(kWarps * 16 * MmaGeom::ldt16);
+    s.dSt = cv.take<bf16>(kWarps * 16 * MmaGeom::ldt16);
     return s;
   }
   template <class Ctx>
@@ -349,16 +405,16 @@ struct FlashBwdDkvMma {
     float* dPt = sm.dPt + warp * 16 * MmaGeom::ldt;
     bf16* Pt = sm.Pt + warp * 16 * MmaGeom::ldt16;
     bf16* dSt = sm.dSt + warp * 16 * MmaGeom::ldt16;
-    const long ldk = g.ldk(), tiles = (g.Tk + kMmaRows - 1) / kMmaRows;
+    const long ldk = g.ldk(), tiles = (g.Tk + kRows - 1) / kRows;
     const float scale = 1.f / k_sqrt(float(g.D));
     TP_ROW_LOOP(c, item, g.B * g.Hkv * tiles) {
       const long bk = item / tiles, b = bk / g.Hkv, kh = bk % g.Hkv;
-      const long j0 = (item % tiles) * kMmaRows, j = j0 + warp * 16 + row;
-      const long kbase = b * g.Tk * g.ldkv + kh * g.D, nkeys = k_min(kMmaRows, g.Tk - j0);
+      const long j0 = (item % tiles) * kRows, j = j0 + warp * 16 + row;
+      const long kbase = b * g.Tk * g.ldkv + kh * g.D, nkeys = k_min(kRows, g.Tk - j0);
       typename Ctx::FragA ka[kMmaMaxFrags], va[kMmaMaxFrags];
       c.sync();
-      mma_stage(c, sm.Qs, ldk, k + kbase, g.ldkv, j0, nkeys, kMmaRows, g.D);
-      mma_stage(c, sm.Os, ldk, v + kbase, g.ldkv, j0, nkeys, kMmaRows, g.D);
+      mma_stage(c, sm.Qs, ldk, k + kbase, g.ldkv, j0, nkeys, kRows, g.D);
+      mma_stage(c, sm.Os, ldk, v + kbase, g.ldkv, j0, nkeys, kRows, g.D);
       c.sync();
       TP_UNROLL for (int kd = 0; kd < kMmaMaxFrags; ++kd) if (kd < nd) {
         c.load_a(ka[kd], sm.Qs + warp * 16 * ldk + kd * 16, unsigned(ldk));
@@ -370,22 +426,26 @@ struct FlashBwdDkvMma {
       for (long gi = 0; gi < g.G(); ++gi) {
         const long h = kh * g.G() + gi, bh = b * g.H + h, qbase = b * g.Tq * g.ldq + h * g.D;
         const long obase = (b * g.Tq * g.H + h) * g.D;
-        for (long i0 = first; i0 < g.Tq; i0 += kMmaRows) {
-          const long n = k_min(kMmaRows, g.Tq - i0);
+        for (long i0 = first; i0 < g.Tq; i0 += kMmaQueries) {
+          const long n = k_min(kMmaQueries, g.Tq - i0);
           c.sync();
-          mma_stage(c, sm.Qs, ldk, q + qbase, g.ldq, i0, n, kMmaRows, g.D);
-          mma_stage(c, sm.Os, ldk, dout + obase, g.H * g.D, i0, n, kMmaRows, g.D);
-          for (long t = long(c.tid()); t < kMmaRows; t += long(c.bdim())) {
-            float dl = 0, mx = 0, iv = 0;
-            if (t < n) {
-              const long qo = obase + (i0 + t) * g.H * g.D;
-              for (long d = 0; d < g.D; ++d) dl += float(ld(dout[qo + d])) * float(ld(out[qo + d]));
-              mx = float(ld(stats[(bh * g.Tq + i0 + t) * 2])), iv = float(ld(stats[(bh * g.Tq + i0 + t) * 2 + 1]));
+          mma_stage(c, sm.Qs, ldk, q + qbase, g.ldq, i0, n, kMmaQueries, g.D);
+          mma_stage(c, sm.Os, ldk, dout + obase, g.H * g.D, i0, n, kMmaQueries, g.D);
+          if (c.tid() < unsigned(2 * kMmaQueries)) {  // the tile's row terms: two lanes per query row (whole warps),
+                                                       // as FlashBwdDqMma's
+            const long t = long(c.tid() / 2u);
+            const int th = int(c.tid() % 2u);
+            const long qo = obase + (i0 + t) * g.H * g.D;
+            float dl = t < n ? mma_row_term_half(dout + qo, out + qo, g.D, th) : 0.f;
+            dl += c.shfl_xor(dl, 1);
+            if (th == 0) {
+              sm.Ds[t] = dl;
+              sm.Ms[t] = t < n ? float(ld(stats[(bh * g.Tq + i0 + t) * 2])) : 0.f;
+              sm.Is[t] = t < n ? float(ld(stats[(bh * g.Tq + i0 + t) * 2 + 1])) : 0.f;
             }
-            sm.Ms[t] = mx, sm.Is[t] = iv, sm.Ds[t] = dl;
           }
           c.sync();
-          for (int qs = 0; qs < int(kMmaRows / 16); ++qs) {
+          for (int qs = 0; qs < int(kMmaQueries / 16); ++qs) {
             typename Ctx::FragC s, dp;
             c.fill(s, 0.f);
             c.fill(dp, 0.f);
@@ -400,14 +460,14 @@ struct FlashBwdDkvMma {
             c.store(dPt + qs * 16, dp, unsigned(MmaGeom::ldt));
           }
           c.syncwarp();
-          for (long cc = half * (kMmaRows / 2); cc < (half + 1) * (kMmaRows / 2); ++cc) {
+          for (long cc = half * (kMmaQueries / 2); cc < (half + 1) * (kMmaQueries / 2); ++cc) {
             const bool ok = j < g.Tk && cc < n && j <= i0 + cc + g.off();
             const float p = ok ? k_exp(St[row * MmaGeom::ldt + cc] * scale - sm.Ms[cc]) * sm.Is[cc] : 0.f;
             Pt[row * MmaGeom::ldt16 + cc] = to_bf16(p);
             dSt[row * MmaGeom::ldt16 + cc] = to_bf16(p * (dPt[row * MmaGeom::ldt + cc] - sm.Ds[cc]));
           }
           c.syncwarp();
-          for (int qs = 0; qs < int(kMmaRows / 16); ++qs) {
+          for (int qs = 0; qs < int(kMmaQueries / 16); ++qs) {
             typename Ctx::FragA pa, da;
             c.load_a(pa, Pt + qs * 16, unsigned(MmaGeom::ldt16));
             c.load_a(da, dSt + qs * 16, unsigned(MmaGeom::ldt16));

@@ -16,10 +16,12 @@
 #define TP_HD __host__ __device__
 #define TP_INLINE __forceinline__
 #define TP_UNROLL _Pragma("unroll")
+#define TP_NO_UNROLL _Pragma("unroll 1")
 #else
 #define TP_HD
 #define TP_INLINE inline
 #define TP_UNROLL
+#define TP_NO_UNROLL
 #endif
 
 namespace tp::kernels {
@@ -75,6 +77,22 @@ struct St<bf16> {
 template <class T, class A>
 TP_HD TP_INLINE T st(A a) {
   return St<T>::make(acc_t<T>(a));
+}
+
+// Four adjacent floats read at once: one 16-byte load on the GPU (p must be 16-byte aligned there), a copy on the
+// host.
+struct alignas(16) F4 {
+  float x, y, z, w;
+};
+TP_HD TP_INLINE F4 ld4(const float* p) {
+#ifdef __CUDA_ARCH__
+  const float4 t = *reinterpret_cast<const float4*>(p);
+  return F4{t.x, t.y, t.z, t.w};
+#else
+  F4 r;
+  std::memcpy(&r, p, sizeof r);
+  return r;
+#endif
 }
 
 // Math on the accumulation type, the same names on host and device.
