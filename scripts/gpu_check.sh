@@ -9,6 +9,7 @@
 #
 # usage: scripts/gpu_check.sh            BUILD_DIR (default <repo>/build-gpu)   SKIP_BUILD=1 to reuse a build
 #                                        SANITIZER_TOOLS (default all four)   SANITIZER_TIMEOUT_S (default 300)
+#                                        ONLY=sanitizers: the sanitizer steps alone (a short second look at the kernels)
 # Exit: 0 every step passed (or was skipped for a stated reason), 1 a step failed, 77 no CUDA device here.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -25,6 +26,10 @@ failed=0
 row() { rows+=("$(printf '| %-22s | %-8s | %s |' "$1" "$2" "$3")"); [[ "$2" == FAIL ]] && failed=1; return 0; }
 
 "$bin" --version | tee "$logs/version.txt"
+if [[ "${ONLY:-}" == sanitizers ]]; then
+  out=$("$bin" selftest --backend cuda --quick 2>&1)
+  [[ $? -eq 77 ]] && { echo "gpu_check.sh: $(echo "$out" | tail -1)"; echo "no device: nothing to check here"; exit 77; }
+else
 # TP_CUDA_SYNC=1: a fault is reported by the op that caused it, not by a later one.
 TP_CUDA_SYNC=1 "$bin" selftest --backend cuda --json "$logs/selftest.json" >"$logs/selftest.txt" 2>&1
 rc=$?
@@ -75,6 +80,7 @@ while IFS= read -r line; do
   [[ -n "${state// /}" ]] && row "plan ${name// /}" "${state// /}" "$(echo "$detail" | sed 's/^ *//;s/ *$//')"
 done < <(grep '^|' "$logs/plans.txt")
 [[ $rc -ne 0 && -z "$(grep '^|' "$logs/plans.txt")" ]] && row "plans" FAIL "exit $rc: $(tail -1 "$logs/plans.txt")"
+fi
 
 cs=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
 for tool in ${SANITIZER_TOOLS:-memcheck racecheck initcheck synccheck}; do

@@ -5,8 +5,11 @@
 // k_flash.hpp's bf16 path rounds them (q, k, v, dout, the normalised P, dS), so the two paths compute one function
 // to fp32 accumulation order. The row work between the products (scale, mask, online max and sum, P, dS) is done
 // by the lanes on a per-warp shared-memory copy of the 16 x kc tile, two lanes per row.
-// Work: 64-thread blocks (two warps of 16 rows). Forward and dQ: one item per (b, query head, 32 query rows), key
-// tiles of 64; dK / dV: one item per (b, kv head, 32 key rows), query tiles of 32 of each query head of the group.
+// Work: warps of 16 rows each (kWarps per kernel, TP_MMA_WARPS). Forward: 128-thread blocks, one item per (b, query
+// head, 64 query rows), key tiles of 64. dQ: 64-thread blocks, one item per (b, query head, 32 query rows), key tiles
+// of 64 (four warps' score tiles would not fit 48 KiB). dK / dV: 128-thread blocks, one item per (b, kv head, 64 key
+// rows), query tiles of 32 of each query head of the group. Tiles are staged from global memory with 16-byte loads
+// where rows allow (mma_stage); the backward's row term rowsum(dout ⊙ out) is two lanes' halves in both kernels.
 // Invariants: as k_flash.hpp (block-uniform loop bounds, one writer per output element, no atomics); a warp
 // syncs (syncwarp) between a fragment store and the lanes' reads, and between the lanes' writes and a fragment
 // load; every fragment pointer is 32-byte aligned in shared memory (carve() rounds each buffer, rows and column

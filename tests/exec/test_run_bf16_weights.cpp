@@ -11,9 +11,13 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "exec/oracle_run.hpp"
+#include "exec/train.hpp"
+#include "models/scenario.hpp"
+#include "sim/op_cost.hpp"
 
 using tp::json;
 using namespace oracle;
@@ -85,4 +89,29 @@ TEST(Bf16Weights, Zero3HoldsTheGatheredLayersCopiesOnly) {
   const double got = with["peak_memory_bytes"][0].get<double>() - without["peak_memory_bytes"][0].get<double>();
   EXPECT_GE(got, 2 * kWteElems) << with["peak_memory_bytes"][0] << " vs " << without["peak_memory_bytes"][0];
   EXPECT_LE(got, 2 * (2 * kLayerMatrixElems + kWteElems) * 1.05);
+}
+
+// run_bytes_per_rank (the CPU run's host-memory check) counts the copies as 2 bytes per parameter of the rank's
+// share, only where plan_keeps_bf16_weight_copies says the run keeps them: not under chunked offload nor Optimus 2D.
+TEST(Bf16Weights, RunBytesCountTwoBytesPerParameterWhereCopiesAreKept) {
+  const auto bytes = [](const std::string& name, const json& plan, const std::string& precision = "bf16") {
+    const tp::Scenario sc = tp::load_scenario(precision_scenario("bf16bytes", name, plan, "tiny-gpt", precision));
+    return std::pair{tp::exec::run_bytes_per_rank(sc, false), tp::exec::plan_keeps_bf16_weight_copies(sc)};
+  };
+  const double params = tp::total_params(tp::load_scenario(std::string(TP_SOURCE_DIR) + "/scenarios/exec/tiny-gpt.json").model);
+  const json chunked = {{"kind", "chunked"}, {"chunk_elements", 2048}};
+  // One rank: the same plan with chunked offload differs by the copies alone (the estimate has no offload term).
+  const auto [resident, keeps] = bytes("resident", json::object());
+  const auto [offloaded, keeps_chunked] = bytes("chunked", {{"offload", chunked}});
+  EXPECT_TRUE(keeps);
+  EXPECT_FALSE(keeps_chunked);
+  EXPECT_DOUBLE_EQ(resident - offloaded, 2 * params);
+  // tp 4 in 1D keeps copies of its quarter; Optimus 2D on the same 4 GPUs keeps none.
+  const auto [tp1d, keeps1d] = bytes("tp4", {{"tp", 4}});
+  const auto [tp2d, keeps2d] = bytes("tp4_2d", {{"tp", 4}, {"tp_mode", "2d"}});
+  EXPECT_TRUE(keeps1d);
+  EXPECT_FALSE(keeps2d);
+  EXPECT_DOUBLE_EQ(tp1d - tp2d, 2 * params / 4);
+  // fp32 keeps none: its estimate is the bf16 one's without the copies, with 4-byte activations.
+  EXPECT_FALSE(bytes("fp32", json::object(), "fp32").second);
 }
