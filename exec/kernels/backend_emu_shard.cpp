@@ -370,8 +370,9 @@ void flash_attention_bwd(T* dq, T* dk, T* dv, const T* dout, const T* out, const
   need(op, "stats", stats, sz<T>(B * H * Tq * 2));
   flash_head_dim(op, D);
   if (B * Tq * H * D <= 0) return;
+  std::vector<float> terms(size_t(k::flash_bwd_scratch(B, H, Tq)));
   k::flash_attention_bwd(launcher(), dq, dk, dv, dout, out, stats, q, k, v, B, Tq, Tk, H, Hkv, D, ldq, ldkv,
-                         ops::cpu::bf16_gemm());
+                         ops::cpu::bf16_gemm(), terms.data());
 }
 
 }  // namespace

@@ -332,18 +332,22 @@ void flash_attention_fwd(const L& launch, T* out, T* stats, const T* q, const T*
   launch(FlashFwd<T>{out, stats, q, k, v, g, bf16},
          Dim{blocks_for(items, 1, launch.max_grid), kFlashBlock, flash_smem(g, sizeof(acc_t<T>))});
 }
+// Floats of scratch flash_attention_bwd takes: the query rows' terms rowsum(dout ⊙ out), which the tensor-core dQ
+// kernel writes and the dK / dV kernel reads (the scalar kernels compute their own and leave it untouched).
+inline long flash_bwd_scratch(long B, long H, long Tq) { return B * H * Tq; }
 template <class L, class T>
 void flash_attention_bwd(const L& launch, T* dq, T* dk, T* dv, const T* dout, const T* out, const T* stats,
                          const T* q, const T* k, const T* v, long B, long Tq, long Tk, long H, long Hkv, long D,
-                         long ldq, long ldkv, bool bf16) {
+                         long ldq, long ldkv, bool bf16, float* scratch) {
   if constexpr (std::is_same_v<T, float>) {
     if (bf16 && flash_mma_fits(D)) {
       const MmaGeom mg{B, Tq, Tk, H, Hkv, D, ldq, ldkv};
       using Q = FlashBwdDqMma<T>;
       using KV = FlashBwdDkvMma<T>;
       const long qi = B * H * ((Tq + Q::kRows - 1) / Q::kRows), ki = B * Hkv * ((Tk + KV::kRows - 1) / KV::kRows);
-      launch(Q{dq, dout, out, stats, q, k, v, mg}, Dim{blocks_for(qi, 1, launch.max_grid), Q::kMaxThreads, mma_smem<Q>(mg)});
-      launch(KV{dk, dv, dout, out, stats, q, k, v, mg},
+      launch(Q{dq, scratch, dout, out, stats, q, k, v, mg},
+             Dim{blocks_for(qi, 1, launch.max_grid), Q::kMaxThreads, mma_smem<Q>(mg)});
+      launch(KV{dk, dv, scratch, dout, stats, q, k, v, mg},
              Dim{blocks_for(ki, 1, launch.max_grid), KV::kMaxThreads, mma_smem<KV>(mg)});
       return;
     }

@@ -9,7 +9,8 @@
 // head, 64 query rows), key tiles of 64. dQ: 64-thread blocks, one item per (b, query head, 32 query rows), key tiles
 // of 64 (four warps' score tiles would not fit 48 KiB). dK / dV: 128-thread blocks, one item per (b, kv head, 64 key
 // rows), query tiles of 32 of each query head of the group. Tiles are staged from global memory with 16-byte loads
-// where rows allow (mma_stage); the backward's row term rowsum(dout ⊙ out) is two lanes' halves in both kernels.
+// where rows allow (mma_stage); the backward's row terms rowsum(dout ⊙ out) are computed once, by the dQ kernel
+// (two lanes' halves per row), which writes them to scratch for the dK / dV kernel.
 // Invariants: as k_flash.hpp (block-uniform loop bounds, one writer per output element, no atomics); a warp
 // syncs (syncwarp) between a fragment store and the lanes' reads, and between the lanes' writes and a fragment
 // load; every fragment pointer is 32-byte aligned in shared memory (carve() rounds each buffer, rows and column
@@ -257,12 +258,14 @@ struct FlashFwdMma {
   }
 };
 
-// dq += scale dS k (dS = P (dP - rowsum(dout out)), P recomputed from the statistics).
+// dq += scale dS k (dS = P (dP - rowsum(dout out)), P recomputed from the statistics); writes each query row's term
+// rowsum(dout out) to `terms` for the dK / dV kernel, which runs after it.
 template <class T>
 struct FlashBwdDqMma {
   TP_MMA_WARPS(2)  // (four warps' score tiles would not fit 48 KiB beside Ks and Vs)
   static constexpr const char* kName = "flash_attention_bwd_dq (tensor cores)";
   T* dq;
+  float* terms;  // [B, H, Tq]
   const T* dout;
   const T* out;
   const T* stats;
@@ -315,6 +318,7 @@ struct FlashBwdDqMma {
       const float part = live ? mma_row_term_half(dout + obase + i * g.H * g.D, out + obase + i * g.H * g.D, g.D, half)
                               : 0.f;
       const float delta = part + c.shfl_xor(part, 1);
+      if (live && half == 0) terms[bh * g.Tq + i] = delta;
       const float M = live ? float(ld(stats[(bh * g.Tq + i) * 2])) : 0.f;
       const float inv = live ? float(ld(stats[(bh * g.Tq + i) * 2 + 1])) : 0.f;
       typename Ctx::FragC acc[kMmaMaxFrags];
@@ -364,17 +368,17 @@ struct FlashBwdDqMma {
   }
 };
 
-// dk += scale dSᵀ q, dv += Pᵀ dout, over the query tiles of the G query heads of one kv head.
+// dk += scale dSᵀ q, dv += Pᵀ dout, over the query tiles of the G query heads of one kv head; the query rows'
+// terms rowsum(dout out) are those the dQ kernel wrote.
 template <class T>
 struct FlashBwdDkvMma {
   TP_MMA_WARPS(4)
   static constexpr const char* kName = "flash_attention_bwd_dkv (tensor cores)";
   static constexpr long kStage = kRows > kMmaQueries ? kRows : kMmaQueries;  // rows of Qs and Os
-  static_assert(kMaxThreads >= 2 * kMmaQueries, "two lanes per query row of a tile (the row terms)");
   T* dk;
   T* dv;
+  const float* terms;  // [B, H, Tq], from FlashBwdDqMma
   const T* dout;
-  const T* out;
   const T* stats;
   const T* q;
   const T* k;
@@ -434,18 +438,11 @@ struct FlashBwdDkvMma {
           c.sync();
           mma_stage(c, sm.Qs, ldk, q + qbase, g.ldq, i0, n, kMmaQueries, g.D);
           mma_stage(c, sm.Os, ldk, dout + obase, g.H * g.D, i0, n, kMmaQueries, g.D);
-          if (c.tid() < unsigned(2 * kMmaQueries)) {  // the tile's row terms: two lanes per query row (whole warps),
-                                                       // as FlashBwdDqMma's
-            const long t = long(c.tid() / 2u);
-            const int th = int(c.tid() % 2u);
-            const long qo = obase + (i0 + t) * g.H * g.D;
-            float dl = t < n ? mma_row_term_half(dout + qo, out + qo, g.D, th) : 0.f;
-            dl += c.shfl_xor(dl, 1);
-            if (th == 0) {
-              sm.Ds[t] = dl;
-              sm.Ms[t] = t < n ? float(ld(stats[(bh * g.Tq + i0 + t) * 2])) : 0.f;
-              sm.Is[t] = t < n ? float(ld(stats[(bh * g.Tq + i0 + t) * 2 + 1])) : 0.f;
-            }
+          for (long t = long(c.tid()); t < kMmaQueries; t += long(c.bdim())) {
+            const long at = bh * g.Tq + i0 + t;
+            sm.Ds[t] = t < n ? terms[at] : 0.f;
+            sm.Ms[t] = t < n ? float(ld(stats[at * 2])) : 0.f;
+            sm.Is[t] = t < n ? float(ld(stats[at * 2 + 1])) : 0.f;
           }
           c.sync();
           for (int qs = 0; qs < int(kMmaQueries / 16); ++qs) {

@@ -106,8 +106,10 @@ TYPED_TEST(KernelFlash, MatchesNaiveAttention) {
       EXPECT_TRUE(kt::near<T>(sb.dbl(), r.st));
       // The backward from the reference's own out (as stored), so only the kernels' backward is measured.
       Buf<T> oref(r.out);
+      std::vector<float> terms(size_t(K::flash_bwd_scratch(d.B, d.H, d.Tq)));
       K::flash_attention_bwd(L, dqb.data(), dkb.data(), dvb.data(), dob.data(), oref.data(), sb.data(), qb.data(),
-                             kb.data(), vb.data(), d.B, d.Tq, d.Tk, d.H, d.Hkv, d.D, d.H * d.D, d.Hkv * d.D, false);
+                             kb.data(), vb.data(), d.B, d.Tq, d.Tk, d.H, d.Hkv, d.D, d.H * d.D, d.Hkv * d.D, false,
+                             terms.data());
       EXPECT_TRUE(kt::near<T>(dqb.dbl(), r.dq, 4));
       EXPECT_TRUE(kt::near<T>(dkb.dbl(), r.dk, 4));
       EXPECT_TRUE(kt::near<T>(dvb.dbl(), r.dv, 4));
@@ -151,8 +153,10 @@ TEST(KernelFlashBf16, TensorCoreKernelsMatchTheRoundedReference) {
       };
       EXPECT_TRUE(close(out, r.out, 5e-3));
       EXPECT_TRUE(close(sb.dbl(), r.st, 1e-5));  // (max and 1 / sum: fp32 sums of the same rounded products)
+      std::vector<float> terms(size_t(K::flash_bwd_scratch(d.B, d.H, d.Tq)));
       K::flash_attention_bwd(L, dqb.data(), dkb.data(), dvb.data(), dob.data(), ob.data(), sb.data(), qb.data(),
-                             kb.data(), vb.data(), d.B, d.Tq, d.Tk, d.H, d.Hkv, d.D, d.H * d.D, d.Hkv * d.D, true);
+                             kb.data(), vb.data(), d.B, d.Tq, d.Tk, d.H, d.Hkv, d.D, d.H * d.D, d.Hkv * d.D, true,
+                             terms.data());
       EXPECT_TRUE(close(dqb.dbl(), r.dq, 5e-3));
       EXPECT_TRUE(close(dkb.dbl(), r.dk, 5e-3));
       EXPECT_TRUE(close(dvb.dbl(), r.dv, 5e-3));
@@ -176,15 +180,16 @@ TEST(KernelFlash, PackedQkvIsTheContiguousResult) {
     const K::emu::Launcher L{128, 3};
     Buf<float> qb(q), kb(k), vb(v), o1{Vec(N * H * D)}, s1{Vec(B * H * T * 2)}, dob(dout);
     Buf<float> dq{Vec(q.size())}, dk{Vec(k.size())}, dv{Vec(v.size())};
+    std::vector<float> terms(size_t(K::flash_bwd_scratch(B, H, T)));
     K::flash_attention_fwd(L, o1.data(), s1.data(), qb.data(), kb.data(), vb.data(), B, T, T, H, Hkv, D, H * D, Hkv * D, b16);
     K::flash_attention_bwd(L, dq.data(), dk.data(), dv.data(), dob.data(), o1.data(), s1.data(), qb.data(), kb.data(),
-                           vb.data(), B, T, T, H, Hkv, D, H * D, Hkv * D, b16);
+                           vb.data(), B, T, T, H, Hkv, D, H * D, Hkv * D, b16, terms.data());
     Buf<float> pk(qkv), o2{Vec(N * H * D)}, s2{Vec(B * H * T * 2)}, dpk{Vec(N * W)};
     float* P = pk.data();
     float* dP = dpk.data();
     K::flash_attention_fwd(L, o2.data(), s2.data(), P, P + H * D, P + (H + Hkv) * D, B, T, T, H, Hkv, D, W, W, b16);
     K::flash_attention_bwd(L, dP, dP + H * D, dP + (H + Hkv) * D, dob.data(), o2.data(), s2.data(), P, P + H * D,
-                           P + (H + Hkv) * D, B, T, T, H, Hkv, D, W, W, b16);
+                           P + (H + Hkv) * D, B, T, T, H, Hkv, D, W, W, b16, terms.data());
     EXPECT_EQ(o1.dbl(), o2.dbl());
     EXPECT_EQ(s1.dbl(), s2.dbl());
     const Vec g = dpk.dbl(), gq = dq.dbl(), gk = dk.dbl(), gv = dv.dbl();

@@ -24,7 +24,9 @@ extern template void copy<L, bf16, float>(const L&, bf16*, const float*, long);
 extern template void copy<L, float, bf16>(const L&, float*, const bf16*, long);
 extern template void pack_bf16<L, float>(const L&, bf16*, const float*, long);
 extern template void flash_attention_fwd<L, float>(const L&, float*, float*, const float*, const float*, const float*, long, long, long, long, long, long, long, long, bool);
-extern template void flash_attention_bwd<L, float>(const L&, float*, float*, float*, const float*, const float*, const float*, const float*, const float*, const float*, long, long, long, long, long, long, long, long, bool);
+extern template void flash_attention_bwd<L, float>(const L&, float*, float*, float*, const float*, const float*,
+                                                  const float*, const float*, const float*, const float*, long, long,
+                                                  long, long, long, long, long, long, bool, float*);
 }  // namespace tp::kernels
 
 namespace tp::cuda {
@@ -263,9 +265,11 @@ void flash_attention_bwd(F* dq, F* dk, F* dv, const F* dout, const F* out, const
                          const F* v, long B, long Tq, long Tk, long H, long Hkv, long D, long ldq, long ldkv) {
   TP_OP("flash_attention_bwd", ({{"B", B}, {"Tq", Tq}, {"Tk", Tk}, {"H", H}, {"Hkv", Hkv}, {"D", D}}), {
     flash_check(H, Hkv, Tq, Tk, D);
-    if (B * Tq * H * D > 0)
+    if (B * Tq * H * D > 0) {
+      float* terms = static_cast<float*>(scratch(sizeof(float) * size_t(k::flash_bwd_scratch(B, H, Tq))));
       k::flash_attention_bwd(launcher(), dq, dk, dv, dout, out, stats, q, kk, v, B, Tq, Tk, H, Hkv, D, ldq, ldkv,
-                             lt_bf16());
+                             lt_bf16(), terms);
+    }
   });
 }
 

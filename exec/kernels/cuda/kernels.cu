@@ -16,6 +16,8 @@ template void copy<L, float, bf16>(const L&, float*, const bf16*, long);
 template void pack_bf16<L, float>(const L&, bf16*, const float*, long);
 // Flash attention in fp32 storage only (the backend's tensors; bf16 storage does not use it yet).
 template void flash_attention_fwd<L, float>(const L&, float*, float*, const float*, const float*, const float*, long, long, long, long, long, long, long, long, bool);
-template void flash_attention_bwd<L, float>(const L&, float*, float*, float*, const float*, const float*, const float*, const float*, const float*, const float*, long, long, long, long, long, long, long, long, bool);
+template void flash_attention_bwd<L, float>(const L&, float*, float*, float*, const float*, const float*, const float*,
+                                           const float*, const float*, const float*, long, long, long, long, long,
+                                           long, long, long, bool, float*);
 
 }  // namespace tp::kernels
