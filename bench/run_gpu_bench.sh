@@ -19,7 +19,8 @@
 #        tensor through cudaMalloc / cudaFree, backend_cuda.cpp)   PROFILE=1: op profiles (below), of the modes in
 #        PROFILE_MODES (default: every mode of the first model), PROFILE_STEPS steps (default 4), GEMM tuning
 #        PROFILE_TUNE (default 2: tuned, candidates on stderr; 0: no tuning, so the first step is not inflated),
-#        PROFILE_MODEL (default: the first model; another must be among those run, e.g. gpt2-1.5b with PROFILE_MODES=bf16+flash)
+#        PROFILE_MODEL (default: the first model; another must be among those run, e.g. gpt2-1.5b with
+#        PROFILE_MODES=bf16+flash)
 #        BENCH_CONFIGS="gpt2-124m ...": only these models; BENCH_MODES=a,b: the first model's modes. The 1.5B row runs
 #        only when BENCH_CONFIGS names it (BENCH_CONFIGS=gpt2-1.5b): its 1.5B fp32 master weights are initialised on
 #        the host first, which the default set's time on a lent machine does not leave room for
@@ -123,8 +124,8 @@ print("| %-10s | %-9s | %-16s | %-8.0f | %-7.1f | %-18s | %s |" % (sys.argv[6], 
 PY
   done
 done
-# PROFILE=1: where a step's GPU time goes. One more run per mode of the first model (or PROFILE_MODEL), 4 steps, with the CUDA
-# backend's op profile (TP_CUDA_PROFILE: GPU time between events around each op; exec/kernels/cuda/op_profile.hpp),
+# PROFILE=1: where a step's GPU time goes. One more run per mode of the first model (or PROFILE_MODEL), 4 steps, with
+# the CUDA backend's op profile (TP_CUDA_PROFILE: GPU time between events around each op; exec/kernels/cuda/op_profile.hpp),
 # printed after the table and kept as OUT_DIR/<model>_<mode>.prof.txt. Not part of the timed runs above.
 if [[ "${PROFILE:-0}" == 1 ]]; then
   pcfg=${configs[0]}

@@ -98,7 +98,8 @@ TEST(Bf16Weights, RunBytesCountTwoBytesPerParameterWhereCopiesAreKept) {
     const tp::Scenario sc = tp::load_scenario(precision_scenario("bf16bytes", name, plan, "tiny-gpt", precision));
     return std::pair{tp::exec::run_bytes_per_rank(sc, false), tp::exec::plan_keeps_bf16_weight_copies(sc)};
   };
-  const double params = tp::total_params(tp::load_scenario(std::string(TP_SOURCE_DIR) + "/scenarios/exec/tiny-gpt.json").model);
+  const std::string tiny = std::string(TP_SOURCE_DIR) + "/scenarios/exec/tiny-gpt.json";
+  const double params = tp::total_params(tp::load_scenario(tiny).model);
   const json chunked = {{"kind", "chunked"}, {"chunk_elements", 2048}};
   // One rank: the same plan with chunked offload differs by the copies alone (the estimate has no offload term).
   const auto [resident, keeps] = bytes("resident", json::object());
