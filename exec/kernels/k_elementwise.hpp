@@ -38,6 +38,15 @@ struct Copy {
   long n;
   template <class Ctx>
   TP_HD void operator()(Ctx& c) const {
+    if constexpr (std::is_same_v<Y, float> && std::is_same_v<X, bf16>) {
+      // bf16 -> float (unpacking; exact): groups of four through one 8-byte load and one 16-byte store
+      if (aligned_to(x, 8) && aligned_to(y, 16)) {
+        const long n4 = n / 4;
+        TP_GRID_LOOP(c, i, n4) st4(y + 4 * i, ld4(x + 4 * i));
+        TP_GRID_LOOP(c, i, n - 4 * n4) y[4 * n4 + i] = to_float(x[4 * n4 + i]);
+        return;
+      }
+    }
     TP_GRID_LOOP(c, i, n) y[i] = st<Y>(ld(x[i]));
   }
 };
@@ -219,7 +228,8 @@ void fill(const L& launch, T* y, acc_t<T> v, long n) {
 }
 template <class L, class Y, class X>
 void copy(const L& launch, Y* y, const X* x, long n) {
-  launch(Copy<Y, X>{y, x, n}, flat_dim(launch, n));
+  constexpr bool kVec = std::is_same_v<Y, float> && std::is_same_v<X, bf16>;  // (four per thread, Copy)
+  launch(Copy<Y, X>{y, x, n}, flat_dim(launch, kVec ? (n + 3) / 4 : n));
 }
 template <class L, class T>
 void add(const L& launch, T* y, const T* a, const T* b, long n) {

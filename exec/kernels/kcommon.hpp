@@ -8,6 +8,8 @@
 #pragma once
 #include <cstdint>
 #include <cstring>
+#include <stdexcept>
+#include <string>
 #include <type_traits>
 
 #include <cmath>
@@ -80,19 +82,65 @@ TP_HD TP_INLINE T st(A a) {
 }
 
 // Four adjacent floats read at once: one 16-byte load on the GPU (p must be 16-byte aligned there), a copy on the
-// host.
+// host, which throws where the GPU's access would fault (vector_align_check), so the emulator catches it.
 struct alignas(16) F4 {
   float x, y, z, w;
 };
+#ifndef __CUDA_ARCH__
+inline void vector_align_check(const void* p, unsigned bytes, const char* what) {
+  if (reinterpret_cast<uintptr_t>(p) % bytes != 0)
+    throw std::runtime_error(std::string(what) + ": address not " + std::to_string(bytes) + "-byte aligned");
+}
+#endif
 TP_HD TP_INLINE F4 ld4(const float* p) {
 #ifdef __CUDA_ARCH__
   const float4 t = *reinterpret_cast<const float4*>(p);
   return F4{t.x, t.y, t.z, t.w};
 #else
+  vector_align_check(p, 16, "ld4 (float)");
   F4 r;
   std::memcpy(&r, p, sizeof r);
   return r;
 #endif
+}
+// Four adjacent bf16 as floats: one 8-byte load on the GPU (p must be 8-byte aligned there).
+TP_HD TP_INLINE F4 ld4(const bf16* p) {
+#ifdef __CUDA_ARCH__
+  const uint2 u = *reinterpret_cast<const uint2*>(p);
+  const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.x));
+  const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.y));
+  return F4{a.x, a.y, b.x, b.y};
+#else
+  vector_align_check(p, 8, "ld4 (bf16)");
+  return F4{to_float(p[0]), to_float(p[1]), to_float(p[2]), to_float(p[3])};
+#endif
+}
+// v stored at p as four floats (one 16-byte store on the GPU; p 16-byte aligned there).
+TP_HD TP_INLINE void st4(float* p, F4 v) {
+#ifdef __CUDA_ARCH__
+  *reinterpret_cast<float4*>(p) = make_float4(v.x, v.y, v.z, v.w);
+#else
+  vector_align_check(p, 16, "st4 (float)");
+  std::memcpy(p, &v, sizeof v);
+#endif
+}
+// v rounded to bf16 (to_bf16's rounding) and stored at p: one 8-byte store on the GPU (p 8-byte aligned there).
+TP_HD TP_INLINE void st4(bf16* p, F4 v) {
+#ifdef __CUDA_ARCH__
+  const __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y), hi = __floats2bfloat162_rn(v.z, v.w);
+  uint2 u;
+  u.x = *reinterpret_cast<const unsigned*>(&lo);
+  u.y = *reinterpret_cast<const unsigned*>(&hi);
+  *reinterpret_cast<uint2*>(p) = u;
+#else
+  vector_align_check(p, 8, "st4 (bf16)");
+  p[0] = to_bf16(v.x), p[1] = to_bf16(v.y), p[2] = to_bf16(v.z), p[3] = to_bf16(v.w);
+#endif
+}
+// Whether p sits on a `bytes` boundary (the vector loads' and stores' condition).
+template <class T>
+TP_HD TP_INLINE bool aligned_to(const T* p, unsigned bytes) {
+  return reinterpret_cast<uintptr_t>(p) % bytes == 0;
 }
 
 // Math on the accumulation type, the same names on host and device.

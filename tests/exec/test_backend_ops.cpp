@@ -749,6 +749,29 @@ void check_pack_bf16(const Backend& be, const OpTable<T>& t) {
   be.copy(y.data(), dy, sizeof(T), CopyKind::device_to_host, Stream{});
   be.sync();
   EXPECT_TRUE(std::isnan(y[0])) << be.name;
+  // Views that start off the 16-byte boundary and lengths that are not multiples of 4 (the kernels' vector loads
+  // take the aligned part, element loads the rest): each element of [off, off + m) is written, nothing else.
+  be.copy(dx, x.data(), nb, CopyKind::host_to_device, Stream{});
+  for (long off : {1L, 2L, 4L})
+    for (long m : {1L, 6L, n - 5}) {
+      const std::vector<uint16_t> h0((size_t)n, 0x7fc1);
+      const std::vector<T> y0((size_t)n, T(-7));
+      be.copy(dh, h0.data(), hb, CopyKind::host_to_device, Stream{});
+      be.copy(dy, y0.data(), nb, CopyKind::host_to_device, Stream{});
+      t.pack_bf16(dh + off, dx + off, m);
+      t.unpack_bf16(dy + off, dh + off, m);
+      be.copy(h.data(), dh, hb, CopyKind::device_to_host, Stream{});
+      be.copy(y.data(), dy, nb, CopyKind::device_to_host, Stream{});
+      be.sync();
+      for (long i = 0; i < n; ++i) {
+        const bool in = i >= off && i < off + m;
+        const double want = in ? tp::kernels::bf16_round((double)x[i]) : -7.0;
+        ASSERT_EQ((double)y[i], want) << be.name << " off " << off << " m " << m << " i " << i;
+        if (!in) {
+          ASSERT_EQ(h[i], 0x7fc1) << be.name << " off " << off << " m " << m << " i " << i;
+        }
+      }
+    }
   be.free(dx);
   be.free(dh);
   be.free(dy);
