@@ -88,7 +88,7 @@ TP_HD void mma_stage(Ctx& c, bf16* dst, long ldd, const T* src, long stride, lon
   const T* s0 = src + r0 * stride;
   const int nn = int(n), dd = int(D), ldo = int(ldd);
   if constexpr (std::is_same_v<T, float>) {
-    if (dd % 4 == 0 && stride % 4 == 0 && reinterpret_cast<uintptr_t>(s0) % 16 == 0) {
+    if (dd % 4 == 0 && stride % 4 == 0 && ldo % 4 == 0 && aligned_to(s0, 16) && aligned_to(dst, 8)) {
       // Each thread issues kLoads loads before it converts any, so their latencies overlap.
       constexpr int kLoads = 4;
       const int q4 = dd / 4, total = int(rows) * q4, bd = int(c.bdim());
@@ -100,10 +100,7 @@ TP_HD void mma_stage(Ctx& c, bf16* dst, long ldd, const T* src, long stride, lon
         }
         TP_UNROLL for (int u = 0; u < kLoads; ++u) {
           const int e = e0 + u * bd, r = e / q4, d = (e - r * q4) * 4;
-          if (e < total) {
-            bf16* o = dst + r * ldo + d;
-            o[0] = to_bf16(x[u].x), o[1] = to_bf16(x[u].y), o[2] = to_bf16(x[u].z), o[3] = to_bf16(x[u].w);
-          }
+          if (e < total) st4(dst + r * ldo + d, x[u]);  // (8-byte aligned: ldd and d are multiples of 4)
         }
       }
       return;
