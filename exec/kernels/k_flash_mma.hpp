@@ -215,16 +215,20 @@ struct FlashFwdMma {
             c.store(Sw + sb * 16, acc, unsigned(MmaGeom::lds));
           }
           c.syncwarp();
-          for (long cc = half * (kMmaKeys / 2); cc < (half + 1) * (kMmaKeys / 2); ++cc) {
-            const float x = Sw[row * MmaGeom::lds + cc] * scale;
-            const bool ok = live && cc < n && j0 + cc <= lim;
-            if (pass == 0) {
-              if (ok) {
-                if (x > m) l = l * k_exp(m - x) + 1.f, m = x;
-                else l += k_exp(x - m);
-              }
-            } else {
-              Pw[row * MmaGeom::ldp + cc] = to_bf16(ok ? k_exp(x - M) * inv : 0.f);
+          const long c0 = half * (kMmaKeys / 2), c1 = c0 + kMmaKeys / 2;
+          if (pass == 0) {
+            // The online max and sum one tile at a time: the tile's max first, then its exps (independent of each
+            // other; an element-by-element update would chain every exp on the previous one's max).
+            float tm = k_neg_inf<float>();
+            for (long cc = c0; cc < c1; ++cc)
+              if (live && cc < n && j0 + cc <= lim) tm = k_max(tm, Sw[row * MmaGeom::lds + cc] * scale);
+            if (tm > m) l = l > 0 ? l * k_exp(m - tm) : 0.f, m = tm;
+            for (long cc = c0; cc < c1; ++cc)
+              if (live && cc < n && j0 + cc <= lim) l += k_exp(Sw[row * MmaGeom::lds + cc] * scale - m);
+          } else {
+            for (long cc = c0; cc < c1; ++cc) {
+              const bool ok = live && cc < n && j0 + cc <= lim;
+              Pw[row * MmaGeom::ldp + cc] = to_bf16(ok ? k_exp(Sw[row * MmaGeom::lds + cc] * scale - M) * inv : 0.f);
             }
           }
           c.syncwarp();
