@@ -29,6 +29,22 @@ struct Fill {
   }
 };
 
+// Whether the conversion X -> Y of bf16 storage goes four elements per thread (convert4): float <-> bf16.
+template <class Y, class X>
+inline constexpr bool kConvert4 = (std::is_same_v<Y, float> && std::is_same_v<X, bf16>) ||
+                                  (std::is_same_v<Y, bf16> && std::is_same_v<X, float>);
+// y[n] = x converted (st<Y>(ld(x)): float -> bf16 rounds to nearest even, bf16 -> float is exact) in groups of four,
+// one vector load and one vector store each (ld4 / st4), the last n % 4 one by one; false, and nothing done, when a
+// view is off its vector boundary (4 elements' bytes), for the caller's element loop.
+template <class Ctx, class Y, class X>
+TP_HD bool convert4(Ctx& c, Y* y, const X* x, long n) {
+  if (!aligned_to(x, 4 * sizeof(X)) || !aligned_to(y, 4 * sizeof(Y))) return false;
+  const long n4 = n / 4;
+  TP_GRID_LOOP(c, i, n4) st4(y + 4 * i, ld4(x + 4 * i));
+  TP_GRID_LOOP(c, i, n - 4 * n4) y[4 * n4 + i] = st<Y>(ld(x[4 * n4 + i]));
+  return true;
+}
+
 // y = x converted to Y (float -> bf16 rounds to nearest even).
 template <class Y, class X>
 struct Copy {
@@ -38,15 +54,8 @@ struct Copy {
   long n;
   template <class Ctx>
   TP_HD void operator()(Ctx& c) const {
-    if constexpr (std::is_same_v<Y, float> && std::is_same_v<X, bf16>) {
-      // bf16 -> float (unpacking; exact): groups of four through one 8-byte load and one 16-byte store
-      if (aligned_to(x, 8) && aligned_to(y, 16)) {
-        const long n4 = n / 4;
-        TP_GRID_LOOP(c, i, n4) st4(y + 4 * i, ld4(x + 4 * i));
-        TP_GRID_LOOP(c, i, n - 4 * n4) y[4 * n4 + i] = to_float(x[4 * n4 + i]);
-        return;
-      }
-    }
+    if constexpr (kConvert4<Y, X>)
+      if (convert4(c, y, x, n)) return;
     TP_GRID_LOOP(c, i, n) y[i] = st<Y>(ld(x[i]));
   }
 };
@@ -228,8 +237,7 @@ void fill(const L& launch, T* y, acc_t<T> v, long n) {
 }
 template <class L, class Y, class X>
 void copy(const L& launch, Y* y, const X* x, long n) {
-  constexpr bool kVec = std::is_same_v<Y, float> && std::is_same_v<X, bf16>;  // (four per thread, Copy)
-  launch(Copy<Y, X>{y, x, n}, flat_dim(launch, kVec ? (n + 3) / 4 : n));
+  launch(Copy<Y, X>{y, x, n}, flat_dim(launch, kConvert4<Y, X> ? (n + 3) / 4 : n));
 }
 template <class L, class T>
 void add(const L& launch, T* y, const T* a, const T* b, long n) {

@@ -112,28 +112,6 @@ TP_HD void mma_stage(Ctx& c, bf16* dst, long ldd, const T* src, long stride, lon
     dst[r * ldo + d] = to_bf16(r < nn ? float(ld(s0[long(r) * stride + d])) : 0.f);
   }
 }
-// A query row's half (`half` 0 or 1) of rowsum(dout ⊙ out) over its D head dims, summed in order of the dims, in
-// fp32; the two halves' sum is the row term of FlashAttention-2's backward (both backward kernels add them alike).
-template <class T>
-TP_HD TP_INLINE float mma_row_term_half(const T* dout_row, const T* out_row, long D, int half) {
-  const long d0 = half * (D / 2), d1 = d0 + D / 2;
-  float part = 0;
-  if constexpr (std::is_same_v<T, float>) {
-    if ((D / 2) % 4 == 0 && reinterpret_cast<uintptr_t>(dout_row + d0) % 16 == 0 &&
-        reinterpret_cast<uintptr_t>(out_row + d0) % 16 == 0) {
-      TP_NO_UNROLL for (long d = d0; d < d1; d += 4) {  // (unrolled, it costs the dK / dV kernel spills)
-        const F4 a = ld4(dout_row + d), b = ld4(out_row + d);
-        part += a.x * b.x;
-        part += a.y * b.y;
-        part += a.z * b.z;
-        part += a.w * b.w;
-      }
-      return part;
-    }
-  }
-  for (long d = d0; d < d1; ++d) part += float(ld(dout_row[d])) * float(ld(out_row[d]));
-  return part;
-}
 // dst[r, col] (+)= scale x (r, col) of the 16 x 16 accumulator f, for the warp's rows r with r < nrows (row stride
 // `stride` in dst): f is staged in `tile` (ldt) and read back by the lanes, two per row, 8 columns each.
 template <bool kAdd, class Ctx, class F, class T>
@@ -316,8 +294,10 @@ struct FlashBwdDqMma {
         c.load_a(oa[kd], sm.Vs + warp * 16 * ldk + kd * 16, unsigned(ldk));
       }
       // This row's term rowsum(dout out) in fp32, each lane of the pair over half the head dims.
-      const float part = live ? mma_row_term_half(dout + obase + i * g.H * g.D, out + obase + i * g.H * g.D, g.D, half)
-                              : 0.f;
+      float part = 0;
+      if (live)
+        for (long d = half * (g.D / 2); d < (half + 1) * (g.D / 2); ++d)
+          part += float(ld(dout[obase + i * g.H * g.D + d])) * float(ld(out[obase + i * g.H * g.D + d]));
       const float delta = part + c.shfl_xor(part, 1);
       if (live && half == 0) terms[bh * g.Tq + i] = delta;
       const float M = live ? float(ld(stats[(bh * g.Tq + i) * 2])) : 0.f;

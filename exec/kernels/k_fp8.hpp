@@ -68,16 +68,8 @@ struct PackBf16 {
   long n;
   template <class Ctx>
   TP_HD void operator()(Ctx& c) const {
-    if constexpr (std::is_same_v<T, float>) {
-      // float: bf16_round is to_bf16's rounding, so groups of four go through one load and one store (x on 16
-      // bytes, y on 8); the last n % 4 one by one
-      if (aligned_to(x, 16) && aligned_to(y, 8)) {
-        const long n4 = n / 4;
-        TP_GRID_LOOP(c, i, n4) st4(y + 4 * i, ld4(x + 4 * i));
-        TP_GRID_LOOP(c, i, n - 4 * n4) y[4 * n4 + i] = to_bf16(x[4 * n4 + i]);
-        return;
-      }
-    }
+    if constexpr (kConvert4<bf16, T>)  // float: bf16_round is to_bf16's rounding, the conversion itself
+      if (convert4(c, y, x, n)) return;
     TP_GRID_LOOP(c, i, n) y[i] = to_bf16(float(bf16_round(ld(x[i]))));  // a bf16 value: exact in float
   }
 };
@@ -110,7 +102,7 @@ struct Fp8QuantizePartial {
 // y[n] = x[n] as bf16 (PackBf16); the way back is copy<L, T, bf16> (k_elementwise.hpp), exact.
 template <class L, class T>
 void pack_bf16(const L& launch, bf16* y, const T* x, long n) {
-  launch(PackBf16<T>{y, x, n}, flat_dim(launch, std::is_same_v<T, float> ? (n + 3) / 4 : n));
+  launch(PackBf16<T>{y, x, n}, flat_dim(launch, kConvert4<bf16, T> ? (n + 3) / 4 : n));
 }
 
 // y[n] = fp8(x * s) / s in `format`; out[0] = max |x|. scratch holds launch.max_grid doubles.

@@ -18,12 +18,10 @@
 #define TP_HD __host__ __device__
 #define TP_INLINE __forceinline__
 #define TP_UNROLL _Pragma("unroll")
-#define TP_NO_UNROLL _Pragma("unroll 1")
 #else
 #define TP_HD
 #define TP_INLINE inline
 #define TP_UNROLL
-#define TP_NO_UNROLL
 #endif
 
 namespace tp::kernels {
