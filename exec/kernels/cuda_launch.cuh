@@ -9,7 +9,6 @@
 #error "cuda_launch.cuh is for nvcc; g++ builds use exec/kernels/emu.hpp"
 #endif
 #include <cuda_runtime.h>
-#include <mma.h>
 
 #include <stdexcept>
 #include <string>
@@ -33,20 +32,27 @@ struct DeviceCtx {
   __device__ double shfl_xor(double v, int mask) { return __shfl_xor_sync(0xffffffffu, v, mask); }
   __device__ int shfl_xor(int v, int mask) { return __shfl_xor_sync(0xffffffffu, v, mask); }
   __device__ void syncwarp() { __syncwarp(); }
-  // Warp matrix products: nvcuda::wmma 16 x 16 x 16 with bf16 operands and fp32 accumulation (sm_80 and later;
-  // the emulator's EmuCtx has the same interface, exec/kernels/emu.hpp).
-  using FragA = nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, __nv_bfloat16, nvcuda::wmma::row_major>;
-  using FragBRow = nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, __nv_bfloat16, nvcuda::wmma::row_major>;
-  using FragBCol = nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, __nv_bfloat16, nvcuda::wmma::col_major>;
-  using FragC = nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float>;
-  __device__ void load_a(FragA& f, const __nv_bfloat16* p, unsigned ld) { nvcuda::wmma::load_matrix_sync(f, p, ld); }
-  __device__ void load_b_row(FragBRow& f, const __nv_bfloat16* p, unsigned ld) { nvcuda::wmma::load_matrix_sync(f, p, ld); }
-  __device__ void load_b_col(FragBCol& f, const __nv_bfloat16* p, unsigned ld) { nvcuda::wmma::load_matrix_sync(f, p, ld); }
-  __device__ void fill(FragC& f, float x) { nvcuda::wmma::fill_fragment(f, x); }
-  template <class FB>
-  __device__ void mma(FragC& d, const FragA& a, const FB& b, const FragC& c) { nvcuda::wmma::mma_sync(d, a, b, c); }
-  __device__ void store(float* p, const FragC& f, unsigned ld) {
-    nvcuda::wmma::store_matrix_sync(p, f, ld, nvcuda::wmma::mem_row_major);
+  // Warp-level tensor-core instructions, as the emulator's EmuCtx documents them (exec/kernels/emu.hpp): every
+  // lane of the warp executes each (sm_80 and later).
+  __device__ void mma16816(float d[4], const uint32_t a[4], const uint32_t b[2]) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  }
+  __device__ void ldsm4(uint32_t r[4], const __nv_bfloat16* p) {
+    const unsigned addr = unsigned(__cvta_generic_to_shared(p));
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr)
+                 : "memory");
+  }
+  __device__ void ldsm4_t(uint32_t r[4], const __nv_bfloat16* p) {
+    const unsigned addr = unsigned(__cvta_generic_to_shared(p));
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr)
+                 : "memory");
   }
 };
 

@@ -187,20 +187,57 @@ void EmuCtx::sync() {
   blk_->gate(w);
 }
 
-void EmuCtx::check_frag(const void* p, unsigned ld, unsigned elem_bytes, const char* what) const {
-  const auto* b = static_cast<const unsigned char*>(p);
-  const bool in_smem = smem_ && b >= smem_ && b < smem_ + smem_bytes_;
-  const uintptr_t off = in_smem ? uintptr_t(b - smem_) : reinterpret_cast<uintptr_t>(p);
-  if (off % 32 != 0)
-    throw std::runtime_error(std::string(what) + ": pointer not 32-byte aligned" + (in_smem ? " (shared memory)" : ""));
-  if (ld % (16 / elem_bytes) != 0)
-    throw std::runtime_error(std::string(what) + ": ldm " + std::to_string(ld) + " not a multiple of " +
-                             std::to_string(16 / elem_bytes));
+void EmuCtx::ldsm(uint32_t r[4], const bf16* p, bool trans) {
+  const auto* b = reinterpret_cast<const unsigned char*>(p);
+  if (!smem_ || b < smem_ || b + 16 > smem_ + smem_bytes_ || (b - smem_) % 16 != 0)
+    throw std::runtime_error(std::string("ldmatrix: row pointer not 16-byte aligned in the block's shared memory") +
+                             (trans ? " (.trans)" : ""));
+  uint64_t rows[kWarp];
+  (void)exchange(reinterpret_cast<uintptr_t>(p), 0, rows);
+  if (std::find(rows, rows + kWarp, uint64_t(0)) != rows + kWarp) {  // (a lane failed: the launch is failing)
+    std::fill(r, r + 4, 0u);
+    return;
+  }
+  const unsigned lane = tid_ % kWarp, g = lane / 4, t = lane % 4;
+  for (unsigned i = 0; i < 4; ++i) {
+    uint16_t e[2];
+    for (unsigned h = 0; h < 2; ++h) {
+      // matrix i's element (g, 2t + h), or (2t + h, g) transposed; row r's pointer came from lane 8i + r
+      const unsigned row = trans ? 2 * t + h : g, col = trans ? g : 2 * t + h;
+      e[h] = reinterpret_cast<const bf16*>(uintptr_t(rows[8 * i + row]))[col].bits;
+    }
+    r[i] = uint32_t(e[0]) | uint32_t(e[1]) << 16;
+  }
 }
 
-uint64_t EmuCtx::exchange(uint64_t bits, int mask) {
+void EmuCtx::mma16816(float d[4], const uint32_t a[4], const uint32_t b[2]) {
+  uint64_t A01[kWarp], A23[kWarp], Bs[kWarp];
+  (void)exchange(a[0] | uint64_t(a[1]) << 32, 0, A01);
+  (void)exchange(a[2] | uint64_t(a[3]) << 32, 0, A23);
+  (void)exchange(b[0] | uint64_t(b[1]) << 32, 0, Bs);
+  // The 16-bit element at register `reg` (0..3 of a, 0..1 of b), half h, of lane l.
+  auto half = [](uint64_t pair, unsigned reg, unsigned h) {
+    return to_float(bf16{uint16_t(pair >> (32 * (reg % 2) + 16 * h))});
+  };
+  // A (m, k): lane (m % 8) 4 + (k % 8) / 2, register (m >= 8) + 2 (k >= 8), half k % 2 (a[0..1] in A01, a[2..3] in A23);
+  // B (k, n): lane 4 n + (k % 8) / 2, register (k >= 8), half k % 2.
+  auto A = [&](unsigned m, unsigned k) {
+    const unsigned l = (m % 8) * 4 + (k % 8) / 2, reg = (m >= 8 ? 1u : 0u) + (k >= 8 ? 2u : 0u);
+    return half(reg < 2 ? A01[l] : A23[l], reg, k % 2);
+  };
+  auto B = [&](unsigned k, unsigned n) { return half(Bs[4 * n + (k % 8) / 2], k >= 8 ? 1u : 0u, k % 2); };
+  const unsigned lane = tid_ % kWarp, g = lane / 4, t = lane % 4;
+  for (unsigned i = 0; i < 4; ++i) {
+    const unsigned m = g + (i >= 2 ? 8u : 0u), n = 2 * t + i % 2;
+    float s = d[i];
+    for (unsigned k = 0; k < 16; ++k) s += A(m, k) * B(k, n);
+    d[i] = s;
+  }
+}
+
+uint64_t EmuCtx::exchange(uint64_t bits, int mask, uint64_t* all) {
   g_shuffles.fetch_add(1, std::memory_order_relaxed);
-  if (fib_) return detail::fiber_exchange(*fib_, tid_, bits, mask);
+  if (fib_) return detail::fiber_exchange(*fib_, tid_, bits, mask, all);
   Warp& W = blk_->warps[tid_ / kWarp];
   const unsigned lane = tid_ % kWarp;
   const unsigned src = lane ^ unsigned(mask);
@@ -211,10 +248,15 @@ uint64_t EmuCtx::exchange(uint64_t bits, int mask) {
   uint64_t r = 0;
   if (mask < 0 || src >= kWarp)
     blk_->fail(bid_, tid_, "shfl_xor lane mask " + std::to_string(mask) + " leaves the warp");
-  else if (W.done_at_shuffle & (1u << src))
-    blk_->fail(bid_, tid_, "shfl_xor reads lane " + std::to_string(src) + ", which has returned");
-  else
+  else if (W.done_at_shuffle & (all ? ~0u : 1u << src)) {
+    if (all) std::fill(all, all + kWarp, uint64_t(0));
+    blk_->fail(bid_, tid_, all ? std::string("a warp-wide instruction (mma, ldmatrix) with a lane that has returned")
+                               : "shfl_xor reads lane " + std::to_string(src) + ", which has returned");
+  } else if (all) {
+    std::copy(row, row + kWarp, all), r = row[src];
+  } else {
     r = row[src];
+  }
   return r;
 }
 

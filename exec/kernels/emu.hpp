@@ -35,12 +35,6 @@ struct FiberRun;  // per-launch state of the fiber engine (emu_fibers.cpp)
 
 // What a kernel body sees under the emulator: its thread and block indices, and the block's sync, shuffle
 // and shared memory.
-// A warp-matrix fragment under the emulator: the whole 16 x 16 tile in every lane (the GPU spreads it over the
-// lanes; kernel code never looks inside a fragment), bf16 operands held exactly as float.
-struct EmuFrag {
-  float v[256];
-};
-
 struct EmuCtx {
   unsigned tid_ = 0, bid_ = 0, bdim_ = 0, gdim_ = 0;
   unsigned char* smem_ = nullptr;
@@ -63,47 +57,26 @@ struct EmuCtx {
   // __syncwarp(): the lanes of this warp meet (all of them; a lane that returned is an error).
   void syncwarp() { (void)exchange(0, 0); }
 
-  // Warp matrix products (nvcuda::wmma on the GPU, cuda_launch.cuh): 16 x 16 x 16 tiles, bf16 operands, fp32
-  // accumulation; every lane of the warp calls each of these. Products are summed in k order in float (tensor cores
-  // may order and round the sum differently: tests compare within fp32 accumulation error). A store writes from
-  // lane 0 only, so the kernel must syncwarp() before another lane reads what was stored, as on the GPU. Loads and
-  // stores enforce the GPU's rules: the pointer 32-byte aligned (counted from the block's shared memory when it
-  // points there), ldm a multiple of 8 elements (bf16) or 4 (float); a violation throws (the launch fails).
-  using FragA = EmuFrag;     // matrix_a, row-major: (m, k) at p[m ld + k]
-  using FragBRow = EmuFrag;  // matrix_b, row-major: (k, n) at p[k ld + n]
-  using FragBCol = EmuFrag;  // matrix_b, column-major: (k, n) at p[n ld + k]
-  using FragC = EmuFrag;     // accumulator, float
-  void load_a(FragA& f, const bf16* p, unsigned ld) { load(f, p, ld, false); }
-  void load_b_row(FragBRow& f, const bf16* p, unsigned ld) { load(f, p, ld, false); }
-  void load_b_col(FragBCol& f, const bf16* p, unsigned ld) { load(f, p, ld, true); }
-  void fill(FragC& f, float x) {
-    for (float& e : f.v) e = x;
-  }
-  void mma(FragC& d, const FragA& a, const EmuFrag& b, const FragC& c) {
-    EmuFrag r;
-    for (int m = 0; m < 16; ++m)
-      for (int n = 0; n < 16; ++n) {
-        float s = c.v[m * 16 + n];
-        for (int k = 0; k < 16; ++k) s += a.v[m * 16 + k] * b.v[k * 16 + n];
-        r.v[m * 16 + n] = s;
-      }
-    d = r;
-  }
-  void store(float* p, const FragC& f, unsigned ld) {
-    check_frag(p, ld, 4, "store_matrix_sync");
-    if (tid_ % 32 != 0) return;
-    for (int m = 0; m < 16; ++m)
-      for (int n = 0; n < 16; ++n) p[size_t(m) * ld + n] = f.v[m * 16 + n];
-  }
+  // Warp-level tensor-core instructions (PTX on the GPU, cuda_launch.cuh), every lane of the warp calling each
+  // with its own registers; lane l holds its fragment elements in the PTX ISA's layout (g = l / 4, t = l % 4;
+  // a bf16 pair per 32-bit register, the lower-indexed element in the low half):
+  // - mma16816: d += a b, mma.sync.m16n8k16.row.col.f32.bf16.bf16.f32. a (16 x 16): a[0] (g, 2t..2t+1),
+  //   a[1] (g + 8, 2t..), a[2] (g, 2t + 8..), a[3] (g + 8, 2t + 8..); b (16 x 8): b[0] (2t..2t+1, g),
+  //   b[1] (2t + 8.., g); d (16 x 8): d[0..1] (g, 2t..2t+1), d[2..3] (g + 8, 2t..). The emulator sums each element's
+  //   16 products in k order in float after c (tensor cores may order and round differently: tests compare
+  //   within fp32 accumulation error).
+  // - ldsm4 / ldsm4_t: ldmatrix.sync.m8n8.x4(.trans).shared.b16 — four 8 x 8 bf16 matrices, matrix i's row r at
+  //   lane 8i + r's pointer; r[i] = matrix i's (g, 2t..2t+1), or with .trans (2t..2t+1, g). The emulator checks
+  //   every row pointer is in the block's shared memory and 16-byte aligned (a violation fails the launch).
+  void mma16816(float d[4], const uint32_t a[4], const uint32_t b[2]);
+  void ldsm4(uint32_t r[4], const bf16* p) { ldsm(r, p, false); }
+  void ldsm4_t(uint32_t r[4], const bf16* p) { ldsm(r, p, true); }
 
  private:
-  void check_frag(const void* p, unsigned ld, unsigned elem_bytes, const char* what) const;
-  void load(EmuFrag& f, const bf16* p, unsigned ld, bool col) {
-    check_frag(p, ld, 2, "load_matrix_sync");
-    for (int r = 0; r < 16; ++r)
-      for (int c = 0; c < 16; ++c) f.v[r * 16 + c] = to_float(col ? p[size_t(c) * ld + r] : p[size_t(r) * ld + c]);
-  }
-  uint64_t exchange(uint64_t bits, int mask);
+  void ldsm(uint32_t r[4], const bf16* p, bool trans);
+  // The value of lane (this lane ^ mask) after every lane of the warp gave its own; with `all`, every lane's
+  // value in all[0..31] (a warp-wide gather: no lane may have returned).
+  uint64_t exchange(uint64_t bits, int mask, uint64_t* all = nullptr);
   template <class V>
   V exchange_bits(V v, int mask) {
     uint64_t b = 0;
@@ -138,7 +111,7 @@ bool fibers_available();
 namespace detail {
 void run_fibers(const char* name, BodyFn body, const void* kernel, Dim dim, bool backward);
 void fiber_sync(FiberRun& r, unsigned tid);
-uint64_t fiber_exchange(FiberRun& r, unsigned tid, uint64_t bits, int mask);
+uint64_t fiber_exchange(FiberRun& r, unsigned tid, uint64_t bits, int mask, uint64_t* all);
 }  // namespace detail
 
 // Counters for tests and benchmarks: launches and block-threads run since the process started.

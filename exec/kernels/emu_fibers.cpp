@@ -15,6 +15,7 @@
 #include <setjmp.h>
 #include <ucontext.h>
 
+#include <algorithm>
 #include <memory>
 #include <vector>
 #endif
@@ -26,7 +27,7 @@ bool fibers_available() { return false; }
 namespace detail {
 void run_fibers(const char*, BodyFn, const void*, Dim, bool) {}
 void fiber_sync(FiberRun&, unsigned) {}
-uint64_t fiber_exchange(FiberRun&, unsigned, uint64_t, int) { return 0; }
+uint64_t fiber_exchange(FiberRun&, unsigned, uint64_t, int, uint64_t*) { return 0; }
 }  // namespace detail
 #else
 bool fibers_available() { return true; }
@@ -162,7 +163,7 @@ namespace detail {
 
 void fiber_sync(FiberRun& r, unsigned tid) { r.park(tid, kAtSync); }
 
-uint64_t fiber_exchange(FiberRun& r, unsigned tid, uint64_t bits, int mask) {
+uint64_t fiber_exchange(FiberRun& r, unsigned tid, uint64_t bits, int mask, uint64_t* all) {
   const unsigned w = tid / kWarp, lane = tid % kWarp, src = lane ^ unsigned(mask);
   uint64_t* row = &r.slots[(w * 2 + r.f[tid].parity) * kWarp];
   r.f[tid].parity ^= 1u;  // the next shuffle uses the other row (see emu.cpp's Warp)
@@ -172,10 +173,13 @@ uint64_t fiber_exchange(FiberRun& r, unsigned tid, uint64_t bits, int mask) {
     r.fail(tid, "shfl_xor lane mask " + std::to_string(mask) + " leaves the warp");
     return 0;
   }
-  if (r.done_at_shuffle[w] & (1u << src)) {
-    r.fail(tid, "shfl_xor reads lane " + std::to_string(src) + ", which has returned");
+  if (r.done_at_shuffle[w] & (all ? ~0u : 1u << src)) {
+    if (all) std::fill(all, all + kWarp, uint64_t(0));
+    r.fail(tid, all ? std::string("a warp-wide instruction (mma, ldmatrix) with a lane that has returned")
+                    : "shfl_xor reads lane " + std::to_string(src) + ", which has returned");
     return 0;
   }
+  if (all) std::copy(row, row + kWarp, all);
   return row[src];
 }
 

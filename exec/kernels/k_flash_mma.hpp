@@ -1,20 +1,22 @@
 // k_flash_mma: the flash attention kernels of k_flash.hpp on tensor cores, for fp32 storage with bf16 GEMM operands
-// (training.precision "bf16") and head dims D = 16, 32, 48, 64: every product (S = q kᵀ, P v, dP = dout vᵀ, dS k,
-// Pᵀ dout, dSᵀ q) is a 16 x 16 x 16 warp-matrix product of bf16 operands accumulated in fp32 (nvcuda::wmma on the
-// GPU; the emulator's EmuCtx computes the same products, exec/kernels/emu.hpp). The operands are rounded where
-// k_flash.hpp's bf16 path rounds them (q, k, v, dout, the normalised P, dS), so the two paths compute one function
-// to fp32 accumulation order. The row work between the products (scale, mask, online max and sum, P, dS) is done
-// by the lanes on a per-warp shared-memory copy of the 16 x kc tile, two lanes per row.
-// Work: warps of 16 rows each (kWarps per kernel, TP_MMA_WARPS). Forward: 128-thread blocks, one item per (b, query
-// head, 64 query rows), key tiles of 64. dQ: 64-thread blocks, one item per (b, query head, 32 query rows), key tiles
-// of 64 (four warps' score tiles would not fit 48 KiB). dK / dV: 128-thread blocks, one item per (b, kv head, 64 key
-// rows), query tiles of 32 of each query head of the group. Tiles are staged from global memory with 16-byte loads
-// where rows allow (mma_stage); the backward's row terms rowsum(dout ⊙ out) are computed once, by the dQ kernel
-// (two lanes' halves per row), which writes them to scratch for the dK / dV kernel.
-// Invariants: as k_flash.hpp (block-uniform loop bounds, one writer per output element, no atomics); a warp
-// syncs (syncwarp) between a fragment store and the lanes' reads, and between the lanes' writes and a fragment
-// load; every fragment pointer is 32-byte aligned in shared memory (carve() rounds each buffer, rows and column
-// offsets are multiples of 16 elements of strides that keep 32 bytes) and every ldm a multiple of 8 (bf16) or 4.
+// (training.precision "bf16") and head dims D = 16, 32, 48, 64, written as FlashAttention-2 writes them: every product
+// (S = q kᵀ, P v, dP = dout vᵀ, dS k, Pᵀ dout, dSᵀ q) is a chain of m16n8k16 bf16 tensor-core instructions
+// accumulating in fp32 registers (EmuCtx::mma16816; its fragment layout is documented in exec/kernels/emu.hpp), the
+// operands read from shared memory with ldmatrix (ldsm4, ldsm4_t). Scores, probabilities and their gradients stay
+// in the accumulator registers: each lane holds two rows' (g, g + 8) columns 2t, 2t + 1 of every 8-column tile, a
+// row's four lanes reduce it with two shuffles, and an accumulator becomes the next product's A operand in place.
+// The operands are rounded where k_flash.hpp's bf16 path rounds them (q, k, v, dout, P, dS), except that the forward
+// is one pass with online rescaling (FlashAttention-2): P v takes P = exp(s - the running max) rounded, and out is
+// divided by the row's sum at the end, where the reference rounds the normalised P.
+// Work: 4 warps of 16 rows (TP_MMA_WARPS), 64 rows per item. Forward and dQ: one item per (b, query head, 64 query
+// rows), key tiles of 64 (dQ in two halves of 32 keys, for registers). dK / dV: one item per (b, kv head, 64 key
+// rows), query tiles of 64 (two halves of 32) of each query head of the group. Tiles are staged from global memory
+// as bf16 (mma_stage); the backward's row terms rowsum(dout ⊙ out) are computed once, by the dQ kernel, which writes
+// them to scratch for the dK / dV kernel.
+// Invariants: as k_flash.hpp (block-uniform loop bounds, one writer per output element, no atomics); every lane of a
+// warp executes every mma16816 / ldsm4 (masks act on values, never on control flow); every ldmatrix row address is
+// 16-byte aligned (carve() starts each buffer on 32 bytes, rows are (D + 8) bf16 = 2 D + 16 bytes, column offsets
+// multiples of 8); register arrays are indexed only by unrolled constant-bound loops.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -25,8 +27,9 @@
 namespace tp::kernels {
 
 constexpr long kMmaKeys = 64;       // keys per tile (forward, dQ)
-constexpr long kMmaQueries = 32;    // queries per tile (dK, dV)
+constexpr long kMmaQueries = 64;    // queries per tile (dK, dV)
 constexpr int kMmaMaxFrags = 4;     // head dims / 16
+constexpr int kMmaHalf = 32;        // columns of the backward's score tiles in registers at a time
 // A kernel's work item is 16 rows per warp: kWarps warps of 32 lanes (kMaxThreads), kRows = 16 kWarps query
 // (forward, dQ) or key (dK, dV) rows.
 #define TP_MMA_WARPS(W)                                   \
@@ -40,14 +43,10 @@ TP_HD TP_INLINE bool flash_mma_fits(long D) { return D % 16 == 0 && D >= 16 && D
 struct MmaGeom {
   long B = 0, Tq = 0, Tk = 0, H = 0, Hkv = 0, D = 0;
   long ldq = 0, ldkv = 0;  // row strides of q / dq and of k, v, dk, dv (exec/ops.hpp)
-  TP_HD long ldk() const { return D + 8; }              // bf16 row tiles
+  TP_HD long ldk() const { return D + 8; }              // bf16 row tiles (2 D + 16 bytes: 16-byte rows, no bank conflicts)
   TP_HD long off() const { return Tk - Tq; }
   TP_HD long G() const { return H / Hkv; }
   TP_HD int nd() const { return int(D / 16); }
-  static constexpr long lds = kMmaKeys + 4;             // float score tiles [16, kMmaKeys]
-  static constexpr long ldp = kMmaKeys + 8;             // bf16 P / dS tiles
-  static constexpr long ldt = kMmaQueries + 4;          // float transposed tiles [16 keys, 32 queries]
-  static constexpr long ldt16 = kMmaQueries + 8;        // bf16 transposed tiles
 };
 
 // One work item of the query-side kernels (forward, dQ; both paths): sequence b, query head h of kv head kh, the
@@ -112,20 +111,55 @@ TP_HD void mma_stage(Ctx& c, bf16* dst, long ldd, const T* src, long stride, lon
     dst[r * ldo + d] = to_bf16(r < nn ? float(ld(s0[long(r) * stride + d])) : 0.f);
   }
 }
-// dst[r, col] (+)= scale x (r, col) of the 16 x 16 accumulator f, for the warp's rows r with r < nrows (row stride
-// `stride` in dst): f is staged in `tile` (ldt) and read back by the lanes, two per row, 8 columns each.
-template <bool kAdd, class Ctx, class F, class T>
-TP_HD TP_INLINE void mma_emit(Ctx& c, float* tile, long ldt, const F& f, T* dst, long stride, long nrows, float scale) {
-  c.store(tile, f, unsigned(ldt));
-  c.syncwarp();
-  const int lane = int(c.tid() % 32u), row = lane / 2, half = lane % 2;
-  if (row < nrows)
-    for (int e = 0; e < 8; ++e) {
-      T& y = dst[row * stride + half * 8 + e];
-      const float x = scale * tile[row * ldt + half * 8 + e];
+// ---- fragments (lane l: g = l / 4, t = l % 4; the layouts of EmuCtx::mma16816) ----
+// A operand (16 x 16) of the warp's 16 rows of the row-major bf16 tile X (row stride ld), columns k0..k0+15.
+template <class Ctx>
+TP_HD TP_INLINE void frag_a(Ctx& c, uint32_t a[4], const bf16* X, long ld, int k0) {
+  const int lane = int(c.tid() % 32u);
+  c.ldsm4(a, X + (lane % 8 + 8 * ((lane / 8) % 2)) * ld + k0 + 8 * (lane / 16));
+}
+// B operands of the n-tiles n0 and n0 + 8 over k0..k0+15 where B(k, n) = Y[n ld + k] (Y row-major with the n index
+// as row: k in "q kᵀ"): b = {b0, b1} of n0, then of n0 + 8.
+template <class Ctx>
+TP_HD TP_INLINE void frag_bt(Ctx& c, uint32_t b[4], const bf16* Y, long ld, int n0, int k0) {
+  const int lane = int(c.tid() % 32u), m = lane / 8;
+  c.ldsm4(b, Y + (n0 + lane % 8 + 8 * (m / 2)) * ld + k0 + 8 * (m % 2));
+}
+// The same where B(k, n) = Y[k ld + n] (v in "P v"): ldmatrix's transpose.
+template <class Ctx>
+TP_HD TP_INLINE void frag_b(Ctx& c, uint32_t b[4], const bf16* Y, long ld, int k0, int n0) {
+  const int lane = int(c.tid() % 32u), m = lane / 8;
+  c.ldsm4_t(b, Y + (k0 + lane % 8 + 8 * (m % 2)) * ld + n0 + 8 * (m / 2));
+}
+// The A operand over columns 16 kc.. of an accumulator row of 8-column tiles: tiles 2 kc (lo) and 2 kc + 1 (hi),
+// rounded to bf16.
+TP_HD TP_INLINE void acc_to_a(uint32_t a[4], const float lo[4], const float hi[4]) {
+  a[0] = pack_bf16x2(lo[0], lo[1]), a[1] = pack_bf16x2(lo[2], lo[3]);
+  a[2] = pack_bf16x2(hi[0], hi[1]), a[3] = pack_bf16x2(hi[2], hi[3]);
+}
+// dst[r, col + (2t, 2t + 1)] (+)= scale x the accumulator tile f, for its rows r = g, g + 8 below nrows.
+template <bool kAdd, class T>
+TP_HD TP_INLINE void frag_emit(int lane, const float f[4], T* dst, long stride, long col, long nrows, float scale) {
+  const int g = lane / 4, t = lane % 4;
+  TP_UNROLL for (int e = 0; e < 4; ++e) {
+    const long r = g + 8 * (e / 2);
+    if (r < nrows) {
+      T& y = dst[r * stride + col + 2 * t + e % 2];
+      const float x = scale * f[e];
       y = st<T>(kAdd ? float(ld(y)) + x : x);
     }
-  c.syncwarp();
+  }
+}
+// x reduced over a row's four lanes (t = 0..3): every lane of the quad gets the same bits.
+template <class Ctx>
+TP_HD TP_INLINE float quad_max(Ctx& c, float x) {
+  x = k_max(x, c.shfl_xor(x, 1));
+  return k_max(x, c.shfl_xor(x, 2));
+}
+template <class Ctx>
+TP_HD TP_INLINE float quad_sum(Ctx& c, float x) {
+  x += c.shfl_xor(x, 1);
+  return x + c.shfl_xor(x, 2);
 }
 
 template <class T>
@@ -140,99 +174,93 @@ struct FlashFwdMma {
   const T* v;
   MmaGeom g;
   struct Smem {
-    bf16 *Ks, *Vs;
-    float* S;  // per warp [16, lds]
-    bf16* P;   // per warp [16, ldp]
+    bf16 *Ks, *Vs;  // [kMmaKeys, ldk]
   };
   TP_HD static Smem carve(Carve& cv, const MmaGeom& g) {
     Smem s;
     s.Ks = cv.take<bf16>(kMmaKeys * g.ldk());
     s.Vs = cv.take<bf16>(kMmaKeys * g.ldk());
-    s.S = cv.take<float>(kWarps * 16 * MmaGeom::lds);
-    s.P = cv.take<bf16>(kWarps * 16 * MmaGeom::ldp);
     return s;
   }
   template <class Ctx>
   TP_HD void operator()(Ctx& c) const {
     Carve cv{reinterpret_cast<uintptr_t>(c.template shared<unsigned char>())};
     const Smem sm = carve(cv, g);
-    const int warp = int(c.tid() / 32u), lane = int(c.tid() % 32u), row = lane / 2, half = lane % 2, nd = g.nd();
-    float* Sw = sm.S + warp * 16 * MmaGeom::lds;
-    bf16* Pw = sm.P + warp * 16 * MmaGeom::ldp;
+    const int warp = int(c.tid() / 32u), lane = int(c.tid() % 32u), t4 = lane % 4, nd = g.nd();
     const long ldk = g.ldk(), tiles = (g.Tq + kRows - 1) / kRows;
     const float scale = 1.f / k_sqrt(float(g.D));
     TP_ROW_LOOP(c, item, g.B * g.H * tiles) {
-      const QueryTile qt = query_tile(g, item, tiles, kRows, warp * 16 + row);
-      const long bh = qt.bh, b = qt.b, h = qt.h, r0 = qt.r0, i = qt.i, lim = qt.lim, last = qt.last;
-      const bool live = qt.live;
+      const QueryTile qt = query_tile(g, item, tiles, kRows, warp * 16 + lane / 4);  // row g (row g + 8: i + 8)
+      const long bh = qt.bh, b = qt.b, h = qt.h, r0 = qt.r0, last = qt.last;
+      const long row[2] = {qt.i, qt.i + 8};
+      const bool live[2] = {row[0] < g.Tq, row[1] < g.Tq};
       const T* kb = k + qt.kvo;
       const T* vb = v + qt.kvo;
-      typename Ctx::FragA qa[kMmaMaxFrags];
       c.sync();  // (the previous item's reads of Ks are done)
       mma_stage(c, sm.Ks, ldk, q + b * g.Tq * g.ldq + h * g.D, g.ldq, r0, k_min(kRows, g.Tq - r0), kRows, g.D);
       c.sync();
-      TP_UNROLL for (int kd = 0; kd < kMmaMaxFrags; ++kd) if (kd < nd) c.load_a(qa[kd], sm.Ks + warp * 16 * ldk + kd * 16, unsigned(ldk));
-      float m = k_neg_inf<float>(), l = 0, M = 0, inv = 0;
-      typename Ctx::FragC o[kMmaMaxFrags];
-      TP_UNROLL for (int dd = 0; dd < kMmaMaxFrags; ++dd) c.fill(o[dd], 0.f);
-      for (int pass = 0; pass < 2; ++pass) {  // 0: max and sum of exp (online); 1: out = P v with the final P
-        for (long j0 = 0; j0 < last; j0 += kMmaKeys) {
-          const long n = k_min(kMmaKeys, last - j0);
-          c.sync();
-          mma_stage(c, sm.Ks, ldk, kb, g.ldkv, j0, n, kMmaKeys, g.D);
-          if (pass == 1) mma_stage(c, sm.Vs, ldk, vb, g.ldkv, j0, n, kMmaKeys, g.D);
-          c.sync();
-          for (int sb = 0; sb < int(kMmaKeys / 16); ++sb) {
-            typename Ctx::FragC acc;
-            c.fill(acc, 0.f);
-            TP_UNROLL for (int kd = 0; kd < kMmaMaxFrags; ++kd) if (kd < nd) {
-              typename Ctx::FragBCol kf;
-              c.load_b_col(kf, sm.Ks + sb * 16 * ldk + kd * 16, unsigned(ldk));
-              c.mma(acc, qa[kd], kf, acc);
-            }
-            c.store(Sw + sb * 16, acc, unsigned(MmaGeom::lds));
+      uint32_t qa[kMmaMaxFrags][4];
+      TP_UNROLL for (int kd = 0; kd < kMmaMaxFrags; ++kd) if (kd < nd) frag_a(c, qa[kd], sm.Ks + warp * 16 * ldk, ldk, kd * 16);
+      float o[2 * kMmaMaxFrags][4] = {}, m[2] = {k_neg_inf<float>(), k_neg_inf<float>()}, l[2] = {0.f, 0.f};
+      for (long j0 = 0; j0 < last; j0 += kMmaKeys) {
+        const long n = k_min(kMmaKeys, last - j0);
+        c.sync();
+        mma_stage(c, sm.Ks, ldk, kb, g.ldkv, j0, n, kMmaKeys, g.D);
+        mma_stage(c, sm.Vs, ldk, vb, g.ldkv, j0, n, kMmaKeys, g.D);
+        c.sync();
+        float s[kMmaKeys / 8][4] = {};
+        TP_UNROLL for (int kd = 0; kd < kMmaMaxFrags; ++kd) if (kd < nd)
+          TP_UNROLL for (int np = 0; np < int(kMmaKeys / 16); ++np) {
+            uint32_t bk[4];
+            frag_bt(c, bk, sm.Ks, ldk, np * 16, kd * 16);
+            c.mma16816(s[2 * np], qa[kd], bk);
+            c.mma16816(s[2 * np + 1], qa[kd], bk + 2);
           }
-          c.syncwarp();
-          const long c0 = half * (kMmaKeys / 2), c1 = c0 + kMmaKeys / 2;
-          if (pass == 0) {
-            // The online max and sum one tile at a time: the tile's max first, then its exps (independent of each
-            // other; an element-by-element update would chain every exp on the previous one's max).
-            float tm = k_neg_inf<float>();
-            for (long cc = c0; cc < c1; ++cc)
-              if (live && cc < n && j0 + cc <= lim) tm = k_max(tm, Sw[row * MmaGeom::lds + cc] * scale);
-            if (tm > m) l = l > 0 ? l * k_exp(m - tm) : 0.f, m = tm;
-            for (long cc = c0; cc < c1; ++cc)
-              if (live && cc < n && j0 + cc <= lim) l += k_exp(Sw[row * MmaGeom::lds + cc] * scale - m);
-          } else {
-            for (long cc = c0; cc < c1; ++cc) {
-              const bool ok = live && cc < n && j0 + cc <= lim;
-              Pw[row * MmaGeom::ldp + cc] = to_bf16(ok ? k_exp(Sw[row * MmaGeom::lds + cc] * scale - M) * inv : 0.f);
-            }
+        // Scale and mask; the tile's row max, then the running max, the rescale of l and o, and P.
+        float tm[2] = {k_neg_inf<float>(), k_neg_inf<float>()};
+        TP_UNROLL for (int nt = 0; nt < int(kMmaKeys / 8); ++nt) TP_UNROLL for (int e = 0; e < 4; ++e) {
+          const long col = nt * 8 + 2 * t4 + e % 2;
+          const bool ok = live[e / 2] && col < n && j0 + col <= row[e / 2] + g.off();
+          s[nt][e] = ok ? s[nt][e] * scale : k_neg_inf<float>();
+          tm[e / 2] = k_max(tm[e / 2], s[nt][e]);
+        }
+        float base[2];
+        TP_UNROLL for (int r = 0; r < 2; ++r) {
+          const float mn = k_max(m[r], quad_max(c, tm[r]));
+          base[r] = mn == k_neg_inf<float>() ? 0.f : mn;  // (a row without keys yet: every P is 0)
+          const float alpha = k_exp(m[r] - base[r]);
+          l[r] *= alpha;
+          TP_UNROLL for (int dt = 0; dt < 2 * kMmaMaxFrags; ++dt) o[dt][2 * r] *= alpha, o[dt][2 * r + 1] *= alpha;
+          m[r] = mn;
+        }
+        TP_UNROLL for (int nt = 0; nt < int(kMmaKeys / 8); ++nt) TP_UNROLL for (int e = 0; e < 4; ++e) {
+          s[nt][e] = k_exp(s[nt][e] - base[e / 2]);
+          l[e / 2] += s[nt][e];
+        }
+        TP_UNROLL for (int kc = 0; kc < int(kMmaKeys / 16); ++kc) {
+          uint32_t pa[4];
+          acc_to_a(pa, s[2 * kc], s[2 * kc + 1]);
+          TP_UNROLL for (int dp = 0; dp < kMmaMaxFrags; ++dp) if (dp < nd) {
+            uint32_t bv[4];
+            frag_b(c, bv, sm.Vs, ldk, kc * 16, dp * 16);
+            c.mma16816(o[2 * dp], pa, bv);
+            c.mma16816(o[2 * dp + 1], pa, bv + 2);
           }
-          c.syncwarp();
-          if (pass == 1)
-            for (int sb = 0; sb < int(kMmaKeys / 16); ++sb) {
-              typename Ctx::FragA pa;
-              c.load_a(pa, Pw + sb * 16, unsigned(MmaGeom::ldp));
-              TP_UNROLL for (int dd = 0; dd < kMmaMaxFrags; ++dd) if (dd < nd) {
-                typename Ctx::FragBRow vf;
-                c.load_b_row(vf, sm.Vs + sb * 16 * ldk + dd * 16, unsigned(ldk));
-                c.mma(o[dd], pa, vf, o[dd]);
-              }
-            }
         }
-        if (pass == 0) {  // the row's two halves: every lane of the pair gets the same bits
-          const float m2 = c.shfl_xor(m, 1), l2 = c.shfl_xor(l, 1);
-          M = k_max(m, m2);
-          const float L = (l > 0 ? l * k_exp(m - M) : 0.f) + (l2 > 0 ? l2 * k_exp(m2 - M) : 0.f);
-          inv = L > 0 ? 1.f / L : 0.f;
-        }
+      }
+      float inv[2];
+      TP_UNROLL for (int r = 0; r < 2; ++r) {
+        const float L = quad_sum(c, l[r]);
+        inv[r] = L > 0 ? 1.f / L : 0.f;
+        TP_UNROLL for (int dt = 0; dt < 2 * kMmaMaxFrags; ++dt) o[dt][2 * r] *= inv[r], o[dt][2 * r + 1] *= inv[r];
       }
       T* orow = out + (b * g.Tq * g.H + h) * g.D + (r0 + warp * 16) * g.H * g.D;
       const long wrows = g.Tq - (r0 + warp * 16);  // this warp's rows that exist
-      TP_UNROLL for (int dd = 0; dd < kMmaMaxFrags; ++dd) if (dd < nd)
-        mma_emit<false>(c, Sw, MmaGeom::lds, o[dd], orow + dd * 16, g.H * g.D, wrows, 1.f);
-      if (live && half == 0) stats[(bh * g.Tq + i) * 2] = st<T>(M), stats[(bh * g.Tq + i) * 2 + 1] = st<T>(inv);
+      TP_UNROLL for (int dt = 0; dt < 2 * kMmaMaxFrags; ++dt) if (dt < 2 * nd)
+        frag_emit<false>(lane, o[dt], orow, g.H * g.D, dt * 8, wrows, 1.f);
+      TP_UNROLL for (int r = 0; r < 2; ++r)
+        if (live[r] && t4 == 0)
+          stats[(bh * g.Tq + row[r]) * 2] = st<T>(m[r]), stats[(bh * g.Tq + row[r]) * 2 + 1] = st<T>(inv[r]);
     }
   }
 };
@@ -241,8 +269,9 @@ struct FlashFwdMma {
 // rowsum(dout out) to `terms` for the dK / dV kernel, which runs after it.
 template <class T>
 struct FlashBwdDqMma {
-  TP_MMA_WARPS(2)  // (four warps' score tiles would not fit 48 KiB beside Ks and Vs)
+  TP_MMA_WARPS(4)
   static constexpr const char* kName = "flash_attention_bwd_dq (tensor cores)";
+  static_assert(kRows <= kMmaKeys, "the query tile is staged in Ks");
   T* dq;
   float* terms;  // [B, H, Tq]
   const T* dout;
@@ -253,109 +282,106 @@ struct FlashBwdDqMma {
   const T* v;
   MmaGeom g;
   struct Smem {
-    bf16 *Ks, *Vs;
-    float *S, *dP;  // per warp [16, lds]
-    bf16* dS;       // per warp [16, ldp]
+    bf16 *Ks, *Vs;  // [kMmaKeys, ldk] (first: the query tile's q and dout)
   };
   TP_HD static Smem carve(Carve& cv, const MmaGeom& g) {
     Smem s;
     s.Ks = cv.take<bf16>(kMmaKeys * g.ldk());
     s.Vs = cv.take<bf16>(kMmaKeys * g.ldk());
-    s.S = cv.take<float>(kWarps * 16 * MmaGeom::lds);
-    s.dP = cv.take<float>(kWarps * 16 * MmaGeom::lds);
-    s.dS = cv.take<bf16>(kWarps * 16 * MmaGeom::ldp);
     return s;
   }
   template <class Ctx>
   TP_HD void operator()(Ctx& c) const {
     Carve cv{reinterpret_cast<uintptr_t>(c.template shared<unsigned char>())};
     const Smem sm = carve(cv, g);
-    const int warp = int(c.tid() / 32u), lane = int(c.tid() % 32u), row = lane / 2, half = lane % 2, nd = g.nd();
-    float* Sw = sm.S + warp * 16 * MmaGeom::lds;
-    float* Pw = sm.dP + warp * 16 * MmaGeom::lds;
-    bf16* DSw = sm.dS + warp * 16 * MmaGeom::ldp;
+    const int warp = int(c.tid() / 32u), lane = int(c.tid() % 32u), t4 = lane % 4, nd = g.nd();
     const long ldk = g.ldk(), tiles = (g.Tq + kRows - 1) / kRows;
     const float scale = 1.f / k_sqrt(float(g.D));
     TP_ROW_LOOP(c, item, g.B * g.H * tiles) {
-      const QueryTile qt = query_tile(g, item, tiles, kRows, warp * 16 + row);
-      const long bh = qt.bh, b = qt.b, h = qt.h, r0 = qt.r0, i = qt.i, lim = qt.lim, last = qt.last;
-      const bool live = qt.live;
+      const QueryTile qt = query_tile(g, item, tiles, kRows, warp * 16 + lane / 4);
+      const long bh = qt.bh, b = qt.b, h = qt.h, r0 = qt.r0, last = qt.last;
+      const long row[2] = {qt.i, qt.i + 8};
+      const bool live[2] = {row[0] < g.Tq, row[1] < g.Tq};
       const long nrows = k_min(kRows, g.Tq - r0);
       const long qbase = b * g.Tq * g.ldq + h * g.D, obase = (b * g.Tq * g.H + h) * g.D;
       const T* kb = k + qt.kvo;
       const T* vb = v + qt.kvo;
-      typename Ctx::FragA qa[kMmaMaxFrags], oa[kMmaMaxFrags];
       c.sync();
       mma_stage(c, sm.Ks, ldk, q + qbase, g.ldq, r0, nrows, kRows, g.D);
       mma_stage(c, sm.Vs, ldk, dout + obase, g.H * g.D, r0, nrows, kRows, g.D);
       c.sync();
+      uint32_t qa[kMmaMaxFrags][4], da[kMmaMaxFrags][4];
       TP_UNROLL for (int kd = 0; kd < kMmaMaxFrags; ++kd) if (kd < nd) {
-        c.load_a(qa[kd], sm.Ks + warp * 16 * ldk + kd * 16, unsigned(ldk));
-        c.load_a(oa[kd], sm.Vs + warp * 16 * ldk + kd * 16, unsigned(ldk));
+        frag_a(c, qa[kd], sm.Ks + warp * 16 * ldk, ldk, kd * 16);
+        frag_a(c, da[kd], sm.Vs + warp * 16 * ldk, ldk, kd * 16);
       }
-      // This row's term rowsum(dout out) in fp32, each lane of the pair over half the head dims.
-      float part = 0;
-      if (live)
-        for (long d = half * (g.D / 2); d < (half + 1) * (g.D / 2); ++d)
-          part += float(ld(dout[obase + i * g.H * g.D + d])) * float(ld(out[obase + i * g.H * g.D + d]));
-      const float delta = part + c.shfl_xor(part, 1);
-      if (live && half == 0) terms[bh * g.Tq + i] = delta;
-      const float M = live ? float(ld(stats[(bh * g.Tq + i) * 2])) : 0.f;
-      const float inv = live ? float(ld(stats[(bh * g.Tq + i) * 2 + 1])) : 0.f;
-      typename Ctx::FragC acc[kMmaMaxFrags];
-      TP_UNROLL for (int dd = 0; dd < kMmaMaxFrags; ++dd) c.fill(acc[dd], 0.f);
+      // The rows' terms rowsum(dout out) in fp32: each lane of the quad over a quarter of the head dims.
+      float delta[2], M[2], inv[2];
+      TP_UNROLL for (int r = 0; r < 2; ++r) {
+        float part = 0;
+        const long at = obase + row[r] * g.H * g.D;
+        if (live[r])
+          for (long d = t4 * (g.D / 4); d < (t4 + 1) * (g.D / 4); ++d) part += float(ld(dout[at + d])) * float(ld(out[at + d]));
+        delta[r] = quad_sum(c, part);
+        if (live[r] && t4 == 0) terms[bh * g.Tq + row[r]] = delta[r];
+        M[r] = live[r] ? float(ld(stats[(bh * g.Tq + row[r]) * 2])) : 0.f;
+        inv[r] = live[r] ? float(ld(stats[(bh * g.Tq + row[r]) * 2 + 1])) : 0.f;
+      }
+      float acc[2 * kMmaMaxFrags][4] = {};
       for (long j0 = 0; j0 < last; j0 += kMmaKeys) {
         const long n = k_min(kMmaKeys, last - j0);
         c.sync();
         mma_stage(c, sm.Ks, ldk, kb, g.ldkv, j0, n, kMmaKeys, g.D);
         mma_stage(c, sm.Vs, ldk, vb, g.ldkv, j0, n, kMmaKeys, g.D);
         c.sync();
-        for (int sb = 0; sb < int(kMmaKeys / 16); ++sb) {
-          typename Ctx::FragC s, dp;
-          c.fill(s, 0.f);
-          c.fill(dp, 0.f);
-          TP_UNROLL for (int kd = 0; kd < kMmaMaxFrags; ++kd) if (kd < nd) {
-            typename Ctx::FragBCol f;
-            c.load_b_col(f, sm.Ks + sb * 16 * ldk + kd * 16, unsigned(ldk));
-            c.mma(s, qa[kd], f, s);
-            c.load_b_col(f, sm.Vs + sb * 16 * ldk + kd * 16, unsigned(ldk));
-            c.mma(dp, oa[kd], f, dp);
+        for (int c0 = 0; c0 < int(kMmaKeys); c0 += kMmaHalf) {
+          float s[kMmaHalf / 8][4] = {}, dp[kMmaHalf / 8][4] = {};
+          TP_UNROLL for (int kd = 0; kd < kMmaMaxFrags; ++kd) if (kd < nd)
+            TP_UNROLL for (int np = 0; np < kMmaHalf / 16; ++np) {
+              uint32_t bf[4];
+              frag_bt(c, bf, sm.Ks, ldk, c0 + np * 16, kd * 16);
+              c.mma16816(s[2 * np], qa[kd], bf);
+              c.mma16816(s[2 * np + 1], qa[kd], bf + 2);
+              frag_bt(c, bf, sm.Vs, ldk, c0 + np * 16, kd * 16);
+              c.mma16816(dp[2 * np], da[kd], bf);
+              c.mma16816(dp[2 * np + 1], da[kd], bf + 2);
+            }
+          TP_UNROLL for (int nt = 0; nt < kMmaHalf / 8; ++nt) TP_UNROLL for (int e = 0; e < 4; ++e) {
+            const long col = c0 + nt * 8 + 2 * t4 + e % 2;
+            const int r = e / 2;
+            const bool ok = live[r] && col < n && j0 + col <= row[r] + g.off();
+            const float p = ok ? k_exp(s[nt][e] * scale - M[r]) * inv[r] : 0.f;
+            s[nt][e] = p * (dp[nt][e] - delta[r]);  // dS
           }
-          c.store(Sw + sb * 16, s, unsigned(MmaGeom::lds));
-          c.store(Pw + sb * 16, dp, unsigned(MmaGeom::lds));
-        }
-        c.syncwarp();
-        for (long cc = half * (kMmaKeys / 2); cc < (half + 1) * (kMmaKeys / 2); ++cc) {
-          const bool ok = live && cc < n && j0 + cc <= lim;
-          const float p = ok ? k_exp(Sw[row * MmaGeom::lds + cc] * scale - M) * inv : 0.f;
-          DSw[row * MmaGeom::ldp + cc] = to_bf16(p * (Pw[row * MmaGeom::lds + cc] - delta));
-        }
-        c.syncwarp();
-        for (int sb = 0; sb < int(kMmaKeys / 16); ++sb) {
-          typename Ctx::FragA da;
-          c.load_a(da, DSw + sb * 16, unsigned(MmaGeom::ldp));
-          TP_UNROLL for (int dd = 0; dd < kMmaMaxFrags; ++dd) if (dd < nd) {
-            typename Ctx::FragBRow kf;
-            c.load_b_row(kf, sm.Ks + sb * 16 * ldk + dd * 16, unsigned(ldk));
-            c.mma(acc[dd], da, kf, acc[dd]);
+          TP_UNROLL for (int kc = 0; kc < kMmaHalf / 16; ++kc) {
+            uint32_t dsa[4];
+            acc_to_a(dsa, s[2 * kc], s[2 * kc + 1]);
+            TP_UNROLL for (int dd = 0; dd < kMmaMaxFrags; ++dd) if (dd < nd) {
+              uint32_t bk[4];
+              frag_b(c, bk, sm.Ks, ldk, c0 + kc * 16, dd * 16);
+              c.mma16816(acc[2 * dd], dsa, bk);
+              c.mma16816(acc[2 * dd + 1], dsa, bk + 2);
+            }
           }
         }
       }
       T* qrow = dq + qbase + (r0 + warp * 16) * g.ldq;
       const long wrows = g.Tq - (r0 + warp * 16);
-      TP_UNROLL for (int dd = 0; dd < kMmaMaxFrags; ++dd) if (dd < nd)
-        mma_emit<true>(c, Sw, MmaGeom::lds, acc[dd], qrow + dd * 16, g.ldq, wrows, scale);
+      TP_UNROLL for (int dt = 0; dt < 2 * kMmaMaxFrags; ++dt) if (dt < 2 * nd)
+        frag_emit<true>(lane, acc[dt], qrow, g.ldq, dt * 8, wrows, scale);
     }
   }
 };
 
-// dk += scale dSᵀ q, dv += Pᵀ dout, over the query tiles of the G query heads of one kv head; the query rows'
-// terms rowsum(dout out) are those the dQ kernel wrote.
+// dk += scale dSᵀ q, dv += Pᵀ dout, over the query tiles of the G query heads of one kv head; the warp's rows are
+// keys, so Sᵀ = k qᵀ and dPᵀ = v doutᵀ come out transposed in the registers. The query rows' terms
+// rowsum(dout out) are those the dQ kernel wrote.
 template <class T>
 struct FlashBwdDkvMma {
   TP_MMA_WARPS(4)
   static constexpr const char* kName = "flash_attention_bwd_dkv (tensor cores)";
   static constexpr long kStage = kRows > kMmaQueries ? kRows : kMmaQueries;  // rows of Qs and Os
+  static constexpr int kCols = 16;  // query columns of the score tiles in registers at a time (registers: no spills)
   T* dk;
   T* dv;
   const float* terms;  // [B, H, Tq], from FlashBwdDqMma
@@ -366,10 +392,8 @@ struct FlashBwdDkvMma {
   const T* v;
   MmaGeom g;
   struct Smem {
-    bf16 *Qs, *Os;      // [kStage, ldk]: the query tile's q and dout (first: staging of k and v)
-    float *Ms, *Is, *Ds; // per query row of the tile: max, 1 / sum, rowsum(dout out)
-    float *St, *dPt;    // per warp [16, ldt]: scores and dP transposed (keys by queries)
-    bf16 *Pt, *dSt;     // per warp [16, ldt16]
+    bf16 *Qs, *Os;        // [kStage, ldk]: the query tile's q and dout (first: the item's k and v)
+    float *Ms, *Is, *Ds;  // per query row of the tile: max, 1 / sum, rowsum(dout out)
   };
   TP_HD static Smem carve(Carve& cv, const MmaGeom& g) {
     Smem s;
@@ -378,38 +402,30 @@ struct FlashBwdDkvMma {
     s.Ms = cv.take<float>(kMmaQueries);
     s.Is = cv.take<float>(kMmaQueries);
     s.Ds = cv.take<float>(kMmaQueries);
-    s.St = cv.take<float>(kWarps * 16 * MmaGeom::ldt);
-    s.dPt = cv.take<float>(kWarps * 16 * MmaGeom::ldt);
-    s.Pt = cv.take<bf16>(kWarps * 16 * MmaGeom::ldt16);
-    s.dSt = cv.take<bf16>(kWarps * 16 * MmaGeom::ldt16);
     return s;
   }
   template <class Ctx>
   TP_HD void operator()(Ctx& c) const {
     Carve cv{reinterpret_cast<uintptr_t>(c.template shared<unsigned char>())};
     const Smem sm = carve(cv, g);
-    const int warp = int(c.tid() / 32u), lane = int(c.tid() % 32u), row = lane / 2, half = lane % 2, nd = g.nd();
-    float* St = sm.St + warp * 16 * MmaGeom::ldt;
-    float* dPt = sm.dPt + warp * 16 * MmaGeom::ldt;
-    bf16* Pt = sm.Pt + warp * 16 * MmaGeom::ldt16;
-    bf16* dSt = sm.dSt + warp * 16 * MmaGeom::ldt16;
+    const int warp = int(c.tid() / 32u), lane = int(c.tid() % 32u), t4 = lane % 4, nd = g.nd();
     const long ldk = g.ldk(), tiles = (g.Tk + kRows - 1) / kRows;
     const float scale = 1.f / k_sqrt(float(g.D));
     TP_ROW_LOOP(c, item, g.B * g.Hkv * tiles) {
       const long bk = item / tiles, b = bk / g.Hkv, kh = bk % g.Hkv;
-      const long j0 = (item % tiles) * kRows, j = j0 + warp * 16 + row;
+      const long j0 = (item % tiles) * kRows, jw = j0 + warp * 16 + lane / 4;
+      const long key[2] = {jw, jw + 8};
       const long kbase = b * g.Tk * g.ldkv + kh * g.D, nkeys = k_min(kRows, g.Tk - j0);
-      typename Ctx::FragA ka[kMmaMaxFrags], va[kMmaMaxFrags];
       c.sync();
       mma_stage(c, sm.Qs, ldk, k + kbase, g.ldkv, j0, nkeys, kRows, g.D);
       mma_stage(c, sm.Os, ldk, v + kbase, g.ldkv, j0, nkeys, kRows, g.D);
       c.sync();
+      uint32_t ka[kMmaMaxFrags][4], va[kMmaMaxFrags][4];
       TP_UNROLL for (int kd = 0; kd < kMmaMaxFrags; ++kd) if (kd < nd) {
-        c.load_a(ka[kd], sm.Qs + warp * 16 * ldk + kd * 16, unsigned(ldk));
-        c.load_a(va[kd], sm.Os + warp * 16 * ldk + kd * 16, unsigned(ldk));
+        frag_a(c, ka[kd], sm.Qs + warp * 16 * ldk, ldk, kd * 16);
+        frag_a(c, va[kd], sm.Os + warp * 16 * ldk, ldk, kd * 16);
       }
-      typename Ctx::FragC dka[kMmaMaxFrags], dva[kMmaMaxFrags];
-      TP_UNROLL for (int dd = 0; dd < kMmaMaxFrags; ++dd) c.fill(dka[dd], 0.f), c.fill(dva[dd], 0.f);
+      float dka[2 * kMmaMaxFrags][4] = {}, dva[2 * kMmaMaxFrags][4] = {};
       const long first = k_max(0L, j0 - g.off());  // the first query that sees a key of the item
       for (long gi = 0; gi < g.G(); ++gi) {
         const long h = kh * g.G() + gi, bh = b * g.H + h, qbase = b * g.Tq * g.ldq + h * g.D;
@@ -426,46 +442,47 @@ struct FlashBwdDkvMma {
             sm.Is[t] = t < n ? float(ld(stats[at * 2 + 1])) : 0.f;
           }
           c.sync();
-          for (int qs = 0; qs < int(kMmaQueries / 16); ++qs) {
-            typename Ctx::FragC s, dp;
-            c.fill(s, 0.f);
-            c.fill(dp, 0.f);
-            TP_UNROLL for (int kd = 0; kd < kMmaMaxFrags; ++kd) if (kd < nd) {
-              typename Ctx::FragBCol f;
-              c.load_b_col(f, sm.Qs + qs * 16 * ldk + kd * 16, unsigned(ldk));
-              c.mma(s, ka[kd], f, s);
-              c.load_b_col(f, sm.Os + qs * 16 * ldk + kd * 16, unsigned(ldk));
-              c.mma(dp, va[kd], f, dp);
+          for (int c0 = 0; c0 < int(kMmaQueries) && c0 < n; c0 += kCols) {  // (block-uniform)
+            float sT[kCols / 8][4] = {}, dpT[kCols / 8][4] = {};
+            TP_UNROLL for (int kd = 0; kd < kMmaMaxFrags; ++kd) if (kd < nd)
+              TP_UNROLL for (int np = 0; np < kCols / 16; ++np) {
+                uint32_t bf[4];
+                frag_bt(c, bf, sm.Qs, ldk, c0 + np * 16, kd * 16);
+                c.mma16816(sT[2 * np], ka[kd], bf);
+                c.mma16816(sT[2 * np + 1], ka[kd], bf + 2);
+                frag_bt(c, bf, sm.Os, ldk, c0 + np * 16, kd * 16);
+                c.mma16816(dpT[2 * np], va[kd], bf);
+                c.mma16816(dpT[2 * np + 1], va[kd], bf + 2);
+              }
+            TP_UNROLL for (int nt = 0; nt < kCols / 8; ++nt) TP_UNROLL for (int e = 0; e < 4; ++e) {
+              const int col = c0 + nt * 8 + 2 * t4 + e % 2;  // the query i0 + col
+              const long j = key[e / 2];
+              const bool ok = j < g.Tk && col < n && j <= i0 + col + g.off();
+              const float p = ok ? k_exp(sT[nt][e] * scale - sm.Ms[col]) * sm.Is[col] : 0.f;
+              sT[nt][e] = p;
+              dpT[nt][e] = p * (dpT[nt][e] - sm.Ds[col]);  // dSᵀ
             }
-            c.store(St + qs * 16, s, unsigned(MmaGeom::ldt));
-            c.store(dPt + qs * 16, dp, unsigned(MmaGeom::ldt));
-          }
-          c.syncwarp();
-          for (long cc = half * (kMmaQueries / 2); cc < (half + 1) * (kMmaQueries / 2); ++cc) {
-            const bool ok = j < g.Tk && cc < n && j <= i0 + cc + g.off();
-            const float p = ok ? k_exp(St[row * MmaGeom::ldt + cc] * scale - sm.Ms[cc]) * sm.Is[cc] : 0.f;
-            Pt[row * MmaGeom::ldt16 + cc] = to_bf16(p);
-            dSt[row * MmaGeom::ldt16 + cc] = to_bf16(p * (dPt[row * MmaGeom::ldt + cc] - sm.Ds[cc]));
-          }
-          c.syncwarp();
-          for (int qs = 0; qs < int(kMmaQueries / 16); ++qs) {
-            typename Ctx::FragA pa, da;
-            c.load_a(pa, Pt + qs * 16, unsigned(MmaGeom::ldt16));
-            c.load_a(da, dSt + qs * 16, unsigned(MmaGeom::ldt16));
-            TP_UNROLL for (int dd = 0; dd < kMmaMaxFrags; ++dd) if (dd < nd) {
-              typename Ctx::FragBRow f;
-              c.load_b_row(f, sm.Os + qs * 16 * ldk + dd * 16, unsigned(ldk));
-              c.mma(dva[dd], pa, f, dva[dd]);
-              c.load_b_row(f, sm.Qs + qs * 16 * ldk + dd * 16, unsigned(ldk));
-              c.mma(dka[dd], da, f, dka[dd]);
+            TP_UNROLL for (int kc = 0; kc < kCols / 16; ++kc) {
+              uint32_t pa[4], dsa[4];
+              acc_to_a(pa, sT[2 * kc], sT[2 * kc + 1]);
+              acc_to_a(dsa, dpT[2 * kc], dpT[2 * kc + 1]);
+              TP_UNROLL for (int dd = 0; dd < kMmaMaxFrags; ++dd) if (dd < nd) {
+                uint32_t bf[4];
+                frag_b(c, bf, sm.Os, ldk, c0 + kc * 16, dd * 16);
+                c.mma16816(dva[2 * dd], pa, bf);
+                c.mma16816(dva[2 * dd + 1], pa, bf + 2);
+                frag_b(c, bf, sm.Qs, ldk, c0 + kc * 16, dd * 16);
+                c.mma16816(dka[2 * dd], dsa, bf);
+                c.mma16816(dka[2 * dd + 1], dsa, bf + 2);
+              }
             }
           }
         }
       }
       const long wrows = g.Tk - (j0 + warp * 16), at = kbase + (j0 + warp * 16) * g.ldkv;
-      TP_UNROLL for (int dd = 0; dd < kMmaMaxFrags; ++dd) if (dd < nd) {
-        mma_emit<true>(c, St, MmaGeom::ldt, dka[dd], dk + at + dd * 16, g.ldkv, wrows, scale);
-        mma_emit<true>(c, St, MmaGeom::ldt, dva[dd], dv + at + dd * 16, g.ldkv, wrows, 1.f);
+      TP_UNROLL for (int dt = 0; dt < 2 * kMmaMaxFrags; ++dt) if (dt < 2 * nd) {
+        frag_emit<true>(lane, dka[dt], dk + at, g.ldkv, dt * 8, wrows, scale);
+        frag_emit<true>(lane, dva[dt], dv + at, g.ldkv, dt * 8, wrows, 1.f);
       }
     }
   }

@@ -135,6 +135,18 @@ TP_HD TP_INLINE void st4(bf16* p, F4 v) {
   p[0] = to_bf16(v.x), p[1] = to_bf16(v.y), p[2] = to_bf16(v.z), p[3] = to_bf16(v.w);
 #endif
 }
+// lo and hi rounded to bf16 (to_bf16's rounding) in one 32-bit register, lo in the low half: the operand pairs of
+// the tensor-core instructions (EmuCtx::mma16816, exec/kernels/emu.hpp).
+TP_HD TP_INLINE uint32_t pack_bf16x2(float lo, float hi) {
+#ifdef __CUDACC__
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  uint32_t u;
+  memcpy(&u, &v, 4);
+  return u;
+#else
+  return uint32_t(to_bf16(lo).bits) | uint32_t(to_bf16(hi).bits) << 16;
+#endif
+}
 // Whether p sits on a `bytes` boundary (the vector loads' and stores' condition).
 template <class T>
 TP_HD TP_INLINE bool aligned_to(const T* p, unsigned bytes) {
