@@ -50,7 +50,8 @@ struct MmaGeom {
 };
 
 // One work item of the query-side kernels (forward, dQ; both paths): sequence b, query head h of kv head kh, the
-// tile of `rows` query rows from r0. This thread's row i (ic: clamped to the last row, for reads; live: the row
+// tile of `rows` query rows from r0, the last tile first (under the causal mask the last rows see the most keys:
+// the longest items start first, so fewer run alone at the end of the grid). This thread's row i (ic: clamped to the last row, for reads; live: the row
 // exists) sees keys j <= lim; the tile's rows see keys [0, last); kvo: where kv head kh's rows of sequence b begin
 // in k and v. Gm: FlashGeom or MmaGeom.
 struct QueryTile {
@@ -61,7 +62,7 @@ template <class Gm>
 TP_HD TP_INLINE QueryTile query_tile(const Gm& g, long item, long tiles, long rows, long lr) {
   QueryTile t;
   t.bh = item / tiles, t.b = t.bh / g.H, t.h = t.bh % g.H, t.kh = t.h / g.G();
-  t.r0 = (item % tiles) * rows, t.i = t.r0 + lr, t.ic = t.i < g.Tq ? t.i : g.Tq - 1, t.lim = t.ic + g.off();
+  t.r0 = (tiles - 1 - item % tiles) * rows, t.i = t.r0 + lr, t.ic = t.i < g.Tq ? t.i : g.Tq - 1, t.lim = t.ic + g.off();
   t.last = k_min(g.Tq, t.r0 + rows) + g.off(), t.kvo = t.b * g.Tk * g.ldkv + t.kh * g.D, t.live = t.i < g.Tq;
   return t;
 }
@@ -188,7 +189,7 @@ struct FlashFwdMma {
     const Smem sm = carve(cv, g);
     const int warp = int(c.tid() / 32u), lane = int(c.tid() % 32u), t4 = lane % 4, nd = g.nd();
     const long ldk = g.ldk(), tiles = (g.Tq + kRows - 1) / kRows;
-    const float scale = 1.f / k_sqrt(float(g.D));
+    const float scale = 1.f / k_sqrt(float(g.D)), sl2 = scale * kLog2e;  // exp(s scale - x) = 2^(s sl2 - x log2 e)
     TP_ROW_LOOP(c, item, g.B * g.H * tiles) {
       const QueryTile qt = query_tile(g, item, tiles, kRows, warp * 16 + lane / 4);  // row g (row g + 8: i + 8)
       const long bh = qt.bh, b = qt.b, h = qt.h, r0 = qt.r0, last = qt.last;
@@ -201,9 +202,12 @@ struct FlashFwdMma {
       c.sync();
       uint32_t qa[kMmaMaxFrags][4];
       TP_UNROLL for (int kd = 0; kd < kMmaMaxFrags; ++kd) if (kd < nd) frag_a(c, qa[kd], sm.Ks + warp * 16 * ldk, ldk, kd * 16);
+      // o, and per row (g, g + 8) the running max m of the raw scores s = q·k and this lane's part of the sum
       float o[2 * kMmaMaxFrags][4] = {}, m[2] = {k_neg_inf<float>(), k_neg_inf<float>()}, l[2] = {0.f, 0.f};
       for (long j0 = 0; j0 < last; j0 += kMmaKeys) {
         const long n = k_min(kMmaKeys, last - j0);
+        // The mask as one bound per row: the tile's columns below hi[r] exist and are visible to row r.
+        const long hi[2] = {live[0] ? k_min(n, row[0] + g.off() - j0 + 1) : 0, live[1] ? k_min(n, row[1] + g.off() - j0 + 1) : 0};
         c.sync();
         mma_stage(c, sm.Ks, ldk, kb, g.ldkv, j0, n, kMmaKeys, g.D);
         mma_stage(c, sm.Vs, ldk, vb, g.ldkv, j0, n, kMmaKeys, g.D);
@@ -216,25 +220,23 @@ struct FlashFwdMma {
             c.mma16816(s[2 * np], qa[kd], bk);
             c.mma16816(s[2 * np + 1], qa[kd], bk + 2);
           }
-        // Scale and mask; the tile's row max, then the running max, the rescale of l and o, and P.
+        // The mask; the tile's row max, then the running max, the rescale of l and o, and P = exp(scale (s - m)).
         float tm[2] = {k_neg_inf<float>(), k_neg_inf<float>()};
         TP_UNROLL for (int nt = 0; nt < int(kMmaKeys / 8); ++nt) TP_UNROLL for (int e = 0; e < 4; ++e) {
-          const long col = nt * 8 + 2 * t4 + e % 2;
-          const bool ok = live[e / 2] && col < n && j0 + col <= row[e / 2] + g.off();
-          s[nt][e] = ok ? s[nt][e] * scale : k_neg_inf<float>();
+          if (nt * 8 + 2 * t4 + e % 2 >= hi[e / 2]) s[nt][e] = k_neg_inf<float>();
           tm[e / 2] = k_max(tm[e / 2], s[nt][e]);
         }
-        float base[2];
+        float base[2];  // m sl2, in the exponent's units
         TP_UNROLL for (int r = 0; r < 2; ++r) {
           const float mn = k_max(m[r], quad_max(c, tm[r]));
-          base[r] = mn == k_neg_inf<float>() ? 0.f : mn;  // (a row without keys yet: every P is 0)
-          const float alpha = k_exp(m[r] - base[r]);
+          base[r] = mn == k_neg_inf<float>() ? 0.f : mn * sl2;  // (a row without keys yet: every P is 0)
+          const float alpha = k_exp2(m[r] * sl2 - base[r]);
           l[r] *= alpha;
           TP_UNROLL for (int dt = 0; dt < 2 * kMmaMaxFrags; ++dt) o[dt][2 * r] *= alpha, o[dt][2 * r + 1] *= alpha;
           m[r] = mn;
         }
         TP_UNROLL for (int nt = 0; nt < int(kMmaKeys / 8); ++nt) TP_UNROLL for (int e = 0; e < 4; ++e) {
-          s[nt][e] = k_exp(s[nt][e] - base[e / 2]);
+          s[nt][e] = k_exp2(s[nt][e] * sl2 - base[e / 2]);
           l[e / 2] += s[nt][e];
         }
         TP_UNROLL for (int kc = 0; kc < int(kMmaKeys / 16); ++kc) {
@@ -260,7 +262,7 @@ struct FlashFwdMma {
         frag_emit<false>(lane, o[dt], orow, g.H * g.D, dt * 8, wrows, 1.f);
       TP_UNROLL for (int r = 0; r < 2; ++r)
         if (live[r] && t4 == 0)
-          stats[(bh * g.Tq + row[r]) * 2] = st<T>(m[r]), stats[(bh * g.Tq + row[r]) * 2 + 1] = st<T>(inv[r]);
+          stats[(bh * g.Tq + row[r]) * 2] = st<T>(m[r] * scale), stats[(bh * g.Tq + row[r]) * 2 + 1] = st<T>(inv[r]);
     }
   }
 };
@@ -296,7 +298,7 @@ struct FlashBwdDqMma {
     const Smem sm = carve(cv, g);
     const int warp = int(c.tid() / 32u), lane = int(c.tid() % 32u), t4 = lane % 4, nd = g.nd();
     const long ldk = g.ldk(), tiles = (g.Tq + kRows - 1) / kRows;
-    const float scale = 1.f / k_sqrt(float(g.D));
+    const float scale = 1.f / k_sqrt(float(g.D)), sl2 = scale * kLog2e;
     TP_ROW_LOOP(c, item, g.B * g.H * tiles) {
       const QueryTile qt = query_tile(g, item, tiles, kRows, warp * 16 + lane / 4);
       const long bh = qt.bh, b = qt.b, h = qt.h, r0 = qt.r0, last = qt.last;
@@ -316,7 +318,7 @@ struct FlashBwdDqMma {
         frag_a(c, da[kd], sm.Vs + warp * 16 * ldk, ldk, kd * 16);
       }
       // The rows' terms rowsum(dout out) in fp32: each lane of the quad over a quarter of the head dims.
-      float delta[2], M[2], inv[2];
+      float delta[2], M[2], inv[2];  // M: the row's max in log2 units (M log2 e)
       TP_UNROLL for (int r = 0; r < 2; ++r) {
         float part = 0;
         const long at = obase + row[r] * g.H * g.D;
@@ -324,12 +326,13 @@ struct FlashBwdDqMma {
           for (long d = t4 * (g.D / 4); d < (t4 + 1) * (g.D / 4); ++d) part += float(ld(dout[at + d])) * float(ld(out[at + d]));
         delta[r] = quad_sum(c, part);
         if (live[r] && t4 == 0) terms[bh * g.Tq + row[r]] = delta[r];
-        M[r] = live[r] ? float(ld(stats[(bh * g.Tq + row[r]) * 2])) : 0.f;
+        M[r] = live[r] ? float(ld(stats[(bh * g.Tq + row[r]) * 2])) * kLog2e : 0.f;
         inv[r] = live[r] ? float(ld(stats[(bh * g.Tq + row[r]) * 2 + 1])) : 0.f;
       }
       float acc[2 * kMmaMaxFrags][4] = {};
       for (long j0 = 0; j0 < last; j0 += kMmaKeys) {
         const long n = k_min(kMmaKeys, last - j0);
+        const long hi[2] = {live[0] ? k_min(n, row[0] + g.off() - j0 + 1) : 0, live[1] ? k_min(n, row[1] + g.off() - j0 + 1) : 0};  // (as the forward's)
         c.sync();
         mma_stage(c, sm.Ks, ldk, kb, g.ldkv, j0, n, kMmaKeys, g.D);
         mma_stage(c, sm.Vs, ldk, vb, g.ldkv, j0, n, kMmaKeys, g.D);
@@ -347,10 +350,8 @@ struct FlashBwdDqMma {
               c.mma16816(dp[2 * np + 1], da[kd], bf + 2);
             }
           TP_UNROLL for (int nt = 0; nt < kMmaHalf / 8; ++nt) TP_UNROLL for (int e = 0; e < 4; ++e) {
-            const long col = c0 + nt * 8 + 2 * t4 + e % 2;
             const int r = e / 2;
-            const bool ok = live[r] && col < n && j0 + col <= row[r] + g.off();
-            const float p = ok ? k_exp(s[nt][e] * scale - M[r]) * inv[r] : 0.f;
+            const float p = c0 + nt * 8 + 2 * t4 + e % 2 < hi[r] ? k_exp2(s[nt][e] * sl2 - M[r]) * inv[r] : 0.f;
             s[nt][e] = p * (dp[nt][e] - delta[r]);  // dS
           }
           TP_UNROLL for (int kc = 0; kc < kMmaHalf / 16; ++kc) {
@@ -393,7 +394,7 @@ struct FlashBwdDkvMma {
   MmaGeom g;
   struct Smem {
     bf16 *Qs, *Os;        // [kStage, ldk]: the query tile's q and dout (first: the item's k and v)
-    float *Ms, *Is, *Ds;  // per query row of the tile: max, 1 / sum, rowsum(dout out)
+    float *Ms, *Is, *Ds;  // per query row of the tile: max (log2 units: max log2 e), 1 / sum, rowsum(dout out)
   };
   TP_HD static Smem carve(Carve& cv, const MmaGeom& g) {
     Smem s;
@@ -410,7 +411,7 @@ struct FlashBwdDkvMma {
     const Smem sm = carve(cv, g);
     const int warp = int(c.tid() / 32u), lane = int(c.tid() % 32u), t4 = lane % 4, nd = g.nd();
     const long ldk = g.ldk(), tiles = (g.Tk + kRows - 1) / kRows;
-    const float scale = 1.f / k_sqrt(float(g.D));
+    const float scale = 1.f / k_sqrt(float(g.D)), sl2 = scale * kLog2e;
     TP_ROW_LOOP(c, item, g.B * g.Hkv * tiles) {
       const long bk = item / tiles, b = bk / g.Hkv, kh = bk % g.Hkv;
       const long j0 = (item % tiles) * kRows, jw = j0 + warp * 16 + lane / 4;
@@ -432,13 +433,16 @@ struct FlashBwdDkvMma {
         const long obase = (b * g.Tq * g.H + h) * g.D;
         for (long i0 = first; i0 < g.Tq; i0 += kMmaQueries) {
           const long n = k_min(kMmaQueries, g.Tq - i0);
+          // The mask as bounds per key row: the tile's columns (queries) in [lo[r], hi[r]) exist and see key r.
+          const long lo[2] = {key[0] - i0 - g.off(), key[1] - i0 - g.off()};
+          const long hi[2] = {key[0] < g.Tk ? n : 0, key[1] < g.Tk ? n : 0};
           c.sync();
           mma_stage(c, sm.Qs, ldk, q + qbase, g.ldq, i0, n, kMmaQueries, g.D);
           mma_stage(c, sm.Os, ldk, dout + obase, g.H * g.D, i0, n, kMmaQueries, g.D);
           for (long t = long(c.tid()); t < kMmaQueries; t += long(c.bdim())) {
             const long at = bh * g.Tq + i0 + t;
             sm.Ds[t] = t < n ? terms[at] : 0.f;
-            sm.Ms[t] = t < n ? float(ld(stats[at * 2])) : 0.f;
+            sm.Ms[t] = t < n ? float(ld(stats[at * 2])) * kLog2e : 0.f;
             sm.Is[t] = t < n ? float(ld(stats[at * 2 + 1])) : 0.f;
           }
           c.sync();
@@ -456,9 +460,7 @@ struct FlashBwdDkvMma {
               }
             TP_UNROLL for (int nt = 0; nt < kCols / 8; ++nt) TP_UNROLL for (int e = 0; e < 4; ++e) {
               const int col = c0 + nt * 8 + 2 * t4 + e % 2;  // the query i0 + col
-              const long j = key[e / 2];
-              const bool ok = j < g.Tk && col < n && j <= i0 + col + g.off();
-              const float p = ok ? k_exp(sT[nt][e] * scale - sm.Ms[col]) * sm.Is[col] : 0.f;
+              const float p = col >= lo[e / 2] && col < hi[e / 2] ? k_exp2(sT[nt][e] * sl2 - sm.Ms[col]) * sm.Is[col] : 0.f;
               sT[nt][e] = p;
               dpT[nt][e] = p * (dpT[nt][e] - sm.Ds[col]);  // dSᵀ
             }

@@ -156,6 +156,9 @@ TP_HD TP_INLINE bool aligned_to(const T* p, unsigned bytes) {
 // Math on the accumulation type, the same names on host and device.
 TP_HD TP_INLINE float k_exp(float x) { return ::expf(x); }
 TP_HD TP_INLINE double k_exp(double x) { return ::exp(x); }
+// 2^x: one MUFU.EX2 (and its range scaling) on the GPU, where expf is a polynomial; exp(x) = 2^(x log2 e).
+TP_HD TP_INLINE float k_exp2(float x) { return ::exp2f(x); }
+constexpr float kLog2e = 1.4426950408889634f;
 TP_HD TP_INLINE float k_log(float x) { return ::logf(x); }
 TP_HD TP_INLINE double k_log(double x) { return ::log(x); }
 TP_HD TP_INLINE float k_tanh(float x) { return ::tanhf(x); }
