@@ -9,8 +9,8 @@
 // is one pass with online rescaling (FlashAttention-2): P v takes P = exp(s - the running max) rounded, and out is
 // divided by the row's sum at the end, where the reference rounds the normalised P.
 // Work: 4 warps of 16 rows (TP_MMA_WARPS), 64 rows per item. Forward and dQ: one item per (b, query head, 64 query
-// rows), key tiles of 64 (dQ in two halves of 32 keys, for registers). dK / dV: one item per (b, kv head, 64 key
-// rows), query tiles of 64 (two halves of 32) of each query head of the group. Tiles are staged from global memory
+// rows), key tiles of 64 (dQ in halves of 32 keys, for registers). dK / dV: one item per (b, kv head, 64 key
+// rows), query tiles of 64 (in quarters of 16) of each query head of the group. Tiles are staged from global memory
 // as bf16 (mma_stage); the backward's row terms rowsum(dout ⊙ out) are computed once, by the dQ kernel, which writes
 // them to scratch for the dK / dV kernel.
 // Invariants: as k_flash.hpp (block-uniform loop bounds, one writer per output element, no atomics); every lane of a
@@ -132,6 +132,26 @@ TP_HD TP_INLINE void frag_b(Ctx& c, uint32_t b[4], const bf16* Y, long ld, int k
   const int lane = int(c.tid() % 32u), m = lane / 8;
   c.ldsm4_t(b, Y + (k0 + lane % 8 + 8 * (m % 2)) * ld + n0 + 8 * (m / 2));
 }
+// acc[2 p], acc[2 p + 1] += a b for the n-tile pairs p < pairs (kMax at most) from n0 + 16 p, with frag_bt's b
+// over k0..k0+15; mma_b the same with frag_b's.
+template <int kMax, class Ctx>
+TP_HD TP_INLINE void mma_bt(Ctx& c, float (*acc)[4], const uint32_t a[4], const bf16* Y, long ld, int n0, int k0, int pairs) {
+  TP_UNROLL for (int p = 0; p < kMax; ++p) if (p < pairs) {
+    uint32_t b[4];
+    frag_bt(c, b, Y, ld, n0 + 16 * p, k0);
+    c.mma16816(acc[2 * p], a, b);
+    c.mma16816(acc[2 * p + 1], a, b + 2);
+  }
+}
+template <int kMax, class Ctx>
+TP_HD TP_INLINE void mma_b(Ctx& c, float (*acc)[4], const uint32_t a[4], const bf16* Y, long ld, int k0, int n0, int pairs) {
+  TP_UNROLL for (int p = 0; p < kMax; ++p) if (p < pairs) {
+    uint32_t b[4];
+    frag_b(c, b, Y, ld, k0, n0 + 16 * p);
+    c.mma16816(acc[2 * p], a, b);
+    c.mma16816(acc[2 * p + 1], a, b + 2);
+  }
+}
 // The A operand over columns 16 kc.. of an accumulator row of 8-column tiles: tiles 2 kc (lo) and 2 kc + 1 (hi),
 // rounded to bf16.
 TP_HD TP_INLINE void acc_to_a(uint32_t a[4], const float lo[4], const float hi[4]) {
@@ -214,12 +234,7 @@ struct FlashFwdMma {
         c.sync();
         float s[kMmaKeys / 8][4] = {};
         TP_UNROLL for (int kd = 0; kd < kMmaMaxFrags; ++kd) if (kd < nd)
-          TP_UNROLL for (int np = 0; np < int(kMmaKeys / 16); ++np) {
-            uint32_t bk[4];
-            frag_bt(c, bk, sm.Ks, ldk, np * 16, kd * 16);
-            c.mma16816(s[2 * np], qa[kd], bk);
-            c.mma16816(s[2 * np + 1], qa[kd], bk + 2);
-          }
+          mma_bt<int(kMmaKeys / 16)>(c, s, qa[kd], sm.Ks, ldk, 0, kd * 16, int(kMmaKeys / 16));
         // The mask; the tile's row max, then the running max, the rescale of l and o, and P = exp(scale (s - m)).
         float tm[2] = {k_neg_inf<float>(), k_neg_inf<float>()};
         TP_UNROLL for (int nt = 0; nt < int(kMmaKeys / 8); ++nt) TP_UNROLL for (int e = 0; e < 4; ++e) {
@@ -242,12 +257,7 @@ struct FlashFwdMma {
         TP_UNROLL for (int kc = 0; kc < int(kMmaKeys / 16); ++kc) {
           uint32_t pa[4];
           acc_to_a(pa, s[2 * kc], s[2 * kc + 1]);
-          TP_UNROLL for (int dp = 0; dp < kMmaMaxFrags; ++dp) if (dp < nd) {
-            uint32_t bv[4];
-            frag_b(c, bv, sm.Vs, ldk, kc * 16, dp * 16);
-            c.mma16816(o[2 * dp], pa, bv);
-            c.mma16816(o[2 * dp + 1], pa, bv + 2);
-          }
+          mma_b<kMmaMaxFrags>(c, o, pa, sm.Vs, ldk, kc * 16, 0, nd);
         }
       }
       float inv[2];
@@ -339,16 +349,10 @@ struct FlashBwdDqMma {
         c.sync();
         for (int c0 = 0; c0 < int(kMmaKeys); c0 += kMmaHalf) {
           float s[kMmaHalf / 8][4] = {}, dp[kMmaHalf / 8][4] = {};
-          TP_UNROLL for (int kd = 0; kd < kMmaMaxFrags; ++kd) if (kd < nd)
-            TP_UNROLL for (int np = 0; np < kMmaHalf / 16; ++np) {
-              uint32_t bf[4];
-              frag_bt(c, bf, sm.Ks, ldk, c0 + np * 16, kd * 16);
-              c.mma16816(s[2 * np], qa[kd], bf);
-              c.mma16816(s[2 * np + 1], qa[kd], bf + 2);
-              frag_bt(c, bf, sm.Vs, ldk, c0 + np * 16, kd * 16);
-              c.mma16816(dp[2 * np], da[kd], bf);
-              c.mma16816(dp[2 * np + 1], da[kd], bf + 2);
-            }
+          TP_UNROLL for (int kd = 0; kd < kMmaMaxFrags; ++kd) if (kd < nd) {
+            mma_bt<kMmaHalf / 16>(c, s, qa[kd], sm.Ks, ldk, c0, kd * 16, kMmaHalf / 16);
+            mma_bt<kMmaHalf / 16>(c, dp, da[kd], sm.Vs, ldk, c0, kd * 16, kMmaHalf / 16);
+          }
           TP_UNROLL for (int nt = 0; nt < kMmaHalf / 8; ++nt) TP_UNROLL for (int e = 0; e < 4; ++e) {
             const int r = e / 2;
             const float p = c0 + nt * 8 + 2 * t4 + e % 2 < hi[r] ? k_exp2(s[nt][e] * sl2 - M[r]) * inv[r] : 0.f;
@@ -357,12 +361,7 @@ struct FlashBwdDqMma {
           TP_UNROLL for (int kc = 0; kc < kMmaHalf / 16; ++kc) {
             uint32_t dsa[4];
             acc_to_a(dsa, s[2 * kc], s[2 * kc + 1]);
-            TP_UNROLL for (int dd = 0; dd < kMmaMaxFrags; ++dd) if (dd < nd) {
-              uint32_t bk[4];
-              frag_b(c, bk, sm.Ks, ldk, c0 + kc * 16, dd * 16);
-              c.mma16816(acc[2 * dd], dsa, bk);
-              c.mma16816(acc[2 * dd + 1], dsa, bk + 2);
-            }
+            mma_b<kMmaMaxFrags>(c, acc, dsa, sm.Ks, ldk, c0 + kc * 16, 0, nd);
           }
         }
       }
@@ -448,16 +447,10 @@ struct FlashBwdDkvMma {
           c.sync();
           for (int c0 = 0; c0 < int(kMmaQueries) && c0 < n; c0 += kCols) {  // (block-uniform)
             float sT[kCols / 8][4] = {}, dpT[kCols / 8][4] = {};
-            TP_UNROLL for (int kd = 0; kd < kMmaMaxFrags; ++kd) if (kd < nd)
-              TP_UNROLL for (int np = 0; np < kCols / 16; ++np) {
-                uint32_t bf[4];
-                frag_bt(c, bf, sm.Qs, ldk, c0 + np * 16, kd * 16);
-                c.mma16816(sT[2 * np], ka[kd], bf);
-                c.mma16816(sT[2 * np + 1], ka[kd], bf + 2);
-                frag_bt(c, bf, sm.Os, ldk, c0 + np * 16, kd * 16);
-                c.mma16816(dpT[2 * np], va[kd], bf);
-                c.mma16816(dpT[2 * np + 1], va[kd], bf + 2);
-              }
+            TP_UNROLL for (int kd = 0; kd < kMmaMaxFrags; ++kd) if (kd < nd) {
+              mma_bt<kCols / 16>(c, sT, ka[kd], sm.Qs, ldk, c0, kd * 16, kCols / 16);
+              mma_bt<kCols / 16>(c, dpT, va[kd], sm.Os, ldk, c0, kd * 16, kCols / 16);
+            }
             TP_UNROLL for (int nt = 0; nt < kCols / 8; ++nt) TP_UNROLL for (int e = 0; e < 4; ++e) {
               const int col = c0 + nt * 8 + 2 * t4 + e % 2;  // the query i0 + col
               const float p = col >= lo[e / 2] && col < hi[e / 2] ? k_exp2(sT[nt][e] * sl2 - sm.Ms[col]) * sm.Is[col] : 0.f;
@@ -468,15 +461,8 @@ struct FlashBwdDkvMma {
               uint32_t pa[4], dsa[4];
               acc_to_a(pa, sT[2 * kc], sT[2 * kc + 1]);
               acc_to_a(dsa, dpT[2 * kc], dpT[2 * kc + 1]);
-              TP_UNROLL for (int dd = 0; dd < kMmaMaxFrags; ++dd) if (dd < nd) {
-                uint32_t bf[4];
-                frag_b(c, bf, sm.Os, ldk, c0 + kc * 16, dd * 16);
-                c.mma16816(dva[2 * dd], pa, bf);
-                c.mma16816(dva[2 * dd + 1], pa, bf + 2);
-                frag_b(c, bf, sm.Qs, ldk, c0 + kc * 16, dd * 16);
-                c.mma16816(dka[2 * dd], dsa, bf);
-                c.mma16816(dka[2 * dd + 1], dsa, bf + 2);
-              }
+              mma_b<kMmaMaxFrags>(c, dva, pa, sm.Os, ldk, c0 + kc * 16, 0, nd);
+              mma_b<kMmaMaxFrags>(c, dka, dsa, sm.Qs, ldk, c0 + kc * 16, 0, nd);
             }
           }
         }
