@@ -119,6 +119,9 @@ note = ("%.1f %% of the fp32 peak (%.1f TFLOP/s)" % (100 * tflops * 1e12 / peak,
         "fp32 tensors between ops (sim: bf16 storage)"
         % (100 * tflops * 1e12 / pbf, pbf / 1e12) if mode.startswith("bf16")
         else "TF32 GEMMs; H100/H200 SXM dense TF32 peak 494.7 TFLOP/s (datasheet)")
+losses = r.get("losses") or []
+if losses:
+    note += "; loss %.4f -> %.4f (max %.4f)" % (losses[0], losses[-1], max(losses))
 print("| %-10s | %-9s | %-16s | %-8.0f | %-7.1f | %-18s | %s |" % (sys.argv[6], mode, "%.1f (%s)" % (med * 1e3, sim_ms),
       tok, tflops, "%.2f (%s)" % (dev_gib, sim_gib), note))
 PY

@@ -4,7 +4,8 @@
 # CPU float64 reference), a short training run on cuda compared with the cpu backend's losses, every plan kind
 # the backend runs against the cpu losses (scripts/gpu_plans.py; several ranks under mpirun), and
 # compute-sanitizer's memcheck, racecheck, initcheck and synccheck on the quick selftest (every kernel and
-# cuBLASLt path on tiny shapes) when compute-sanitizer is installed. Prints one summary table.
+# cuBLASLt path on tiny shapes), and racecheck on one bf16 + flash training step, when compute-sanitizer is
+# installed; a failing tool's row names the kernels its reports point at. Prints one summary table.
 # Writes logs under $BUILD_DIR/gpu-check/.
 #
 # usage: scripts/gpu_check.sh            BUILD_DIR (default <repo>/build-gpu)   SKIP_BUILD=1 to reuse a build
@@ -83,13 +84,31 @@ done < <(grep '^|' "$logs/plans.txt")
 fi
 
 cs=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
+# One bf16 + flash training step of the tiny GPT (the tensor-core flash kernels, partial tiles included): the
+# racecheck target besides the quick selftest, which runs out of time before its flash ops.
+python3 - "$root/scenarios/exec/tiny-gpt.json" "$logs/tiny-bf16-flash.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+d.setdefault("training", {})["precision"] = "bf16"
+d.setdefault("plan", {})["attention"] = "flash"
+json.dump(d, open(sys.argv[2], "w"))
+PY
+sanitize() {  # tool, row name, what, command...
+  local tool=$1 name=$2 what=$3; shift 3
+  timeout "${SANITIZER_TIMEOUT_S:-300}" "$cs" --tool "$tool" --error-exitcode 9 "$@" >"$logs/$name.txt" 2>&1
+  local rc=$? errs top
+  errs=$(grep -Eo "ERROR SUMMARY: [0-9]+ error" "$logs/$name.txt" | tail -1)
+  # the reports' kernels, most frequent first (among the printed reports)
+  top=$(grep -E "^=========     at " "$logs/$name.txt" | sed -E 's/^=========     at (void )?//; s/\+0x[0-9a-f]+.*//; s/\([^()]*\)$//' |
+        sort | uniq -c | sort -rn | head -3 | awk '{c=$1; $1=""; sub(/^ /, ""); printf "%s%s x%s", (NR>1?"; ":""), $0, c}')
+  if [[ $rc -eq 0 ]]; then row "sanitizer $name" ok "${errs:-no errors} ($what)"
+  else row "sanitizer $name" FAIL "exit $rc, ${errs:-see $logs/$name.txt}${top:+; in: $top}"; fi
+}
 for tool in ${SANITIZER_TOOLS:-memcheck racecheck initcheck synccheck}; do
   if [[ -z "$cs" ]]; then row "sanitizer $tool" skipped "compute-sanitizer not installed"; continue; fi
-  timeout "${SANITIZER_TIMEOUT_S:-300}" "$cs" --tool "$tool" --error-exitcode 9 "$bin" selftest --backend cuda --quick >"$logs/$tool.txt" 2>&1
-  rc=$?
-  errs=$(grep -Eo "ERROR SUMMARY: [0-9]+ error" "$logs/$tool.txt" | tail -1)
-  if [[ $rc -eq 0 ]]; then row "sanitizer $tool" ok "${errs:-no errors} (selftest --quick)"
-  else row "sanitizer $tool" FAIL "exit $rc, ${errs:-see $logs/$tool.txt}"; fi
+  sanitize "$tool" "$tool" "selftest --quick" "$bin" selftest --backend cuda --quick
+  [[ $tool == racecheck ]] && sanitize racecheck racecheck-flash "one bf16 + flash step" \
+    "$bin" run "$logs/tiny-bf16-flash.json" --backend cuda --steps 1 --quiet
 done
 
 echo
