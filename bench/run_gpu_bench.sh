@@ -29,6 +29,9 @@
 # runs tf32+flash and bf16+flash beside its unfused rows. A mode ending in +nocopies runs with
 # --no-bf16-weight-copies (each GEMM casts the fp32 weights itself): the first model's bf16+flash+nocopies row
 # measures what the weights' bf16 copies save.
+# BASELINE_LIB=PATH (another build's libtrainplan_cuda.so, e.g. the last commit measured): every row also runs with
+# that library (TRAINPLAN_CUDA_LIB), just before the same row with this build's, and is printed as "MODE (base)": a
+# comparison on the same machine in the same call.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${BUILD_DIR:-$root/build}
@@ -96,12 +99,15 @@ JSON
     [[ $mode == *+heur ]] && env+=(TP_CUDA_GEMM_TUNE=0)
     [[ $mode == *+nocache ]] && env+=(TP_CUDA_CACHE=0)
     args=(); [[ $mode == *+nocopies ]] && args=(--no-bf16-weight-copies)
-    log="$work/${name}_$mode.txt"
-    env "${env[@]}" "$bin" run "$sc" --backend cuda --steps "$steps" --lr 1e-4 "${args[@]}" --json "$work/${name}_$mode.json" \
-      >"$log" 2>&1
+    for lib in ${BASELINE_LIB:+base} this; do
+    tag=$mode; label=$mode; lenv=()
+    [[ $lib == base ]] && tag="$mode.base" label="$mode (base)" lenv=(TRAINPLAN_CUDA_LIB="$BASELINE_LIB")
+    log="$work/${name}_$tag.txt"
+    env "${env[@]}" "${lenv[@]}" "$bin" run "$sc" --backend cuda --steps "$steps" --lr 1e-4 "${args[@]}" \
+      --json "$work/${name}_$tag.json" >"$log" 2>&1
     rc=$?
-    if [[ $rc -ne 0 ]]; then row "$name" "$mode" - - - - "failed (exit $rc): $(tail -1 "$log")"; continue; fi
-    python3 - "$work/${name}_$mode.json" "$log" "$mode" "$peak" "${sc%.json}.sim.json" "$name" "$peak_bf16" <<'PY'
+    if [[ $rc -ne 0 ]]; then row "$name" "$label" - - - - "failed (exit $rc): $(tail -1 "$log")"; continue; fi
+    python3 - "$work/${name}_$tag.json" "$log" "$label" "$peak" "${sc%.json}.sim.json" "$name" "$peak_bf16" <<'PY'
 import json, re, statistics, sys
 r = json.load(open(sys.argv[1])); log = open(sys.argv[2]).read(); mode = sys.argv[3]; peak = float(sys.argv[4])
 sim = json.load(open(sys.argv[5]))
@@ -125,6 +131,7 @@ if losses:
 print("| %-10s | %-9s | %-16s | %-8.0f | %-7.1f | %-18s | %s |" % (sys.argv[6], mode, "%.1f (%s)" % (med * 1e3, sim_ms),
       tok, tflops, "%.2f (%s)" % (dev_gib, sim_gib), note))
 PY
+    done
   done
 done
 # PROFILE=1: where a step's GPU time goes. One more run per mode of the first model (or PROFILE_MODEL), 4 steps, with
