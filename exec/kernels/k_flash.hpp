@@ -60,12 +60,6 @@ inline unsigned flash_smem(const FlashGeom& g, unsigned acc_bytes) {
   return unsigned((2 * g.kc * g.rs() + 3 * g.kc) * long(acc_bytes));
 }
 
-// Sum over the R lanes of a row group (R a power of two, groups aligned at multiples of R).
-template <class Ctx, class A>
-TP_HD TP_INLINE A flash_group_sum(Ctx& c, A v, int R) {
-  for (int m = R / 2; m > 0; m >>= 1) v += c.shfl_xor(v, m);
-  return v;
-}
 // Shared word of row r, head dim d.
 TP_HD TP_INLINE long flash_at(const FlashGeom& g, long r, long d) {
   return r * g.rs() + (d / kFlashSlice) * (kFlashSlice + 1) + d % kFlashSlice;
@@ -132,7 +126,7 @@ struct FlashFwd {
         flash_tile(c, g, Ks, kb, g.ldkv, j0, n, bf16);
         c.sync();
         for (long jj = 0; jj < n; ++jj) {
-          const A x = flash_group_sum(c, flash_dot(qv, Ks + flash_at(g, jj, long(s) * kFlashSlice)), R) * scale;
+          const A x = group_sum(c, flash_dot(qv, Ks + flash_at(g, jj, long(s) * kFlashSlice)), R) * scale;
           if (j0 + jj <= lim) {
             if (x > m) l = l * k_exp(m - x) + A(1), m = x;
             else l += k_exp(x - m);
@@ -149,7 +143,7 @@ struct FlashFwd {
         flash_tile(c, g, Vs, vb, g.ldkv, j0, n, bf16);
         c.sync();
         for (long jj = 0; jj < n; ++jj) {
-          const A x = flash_group_sum(c, flash_dot(qv, Ks + flash_at(g, jj, long(s) * kFlashSlice)), R) * scale;
+          const A x = group_sum(c, flash_dot(qv, Ks + flash_at(g, jj, long(s) * kFlashSlice)), R) * scale;
           A p = j0 + jj <= lim ? k_exp(x - m) * inv : A(0);
           if (bf16) p = bf16_round(p);
           const A* vr = Vs + flash_at(g, jj, long(s) * kFlashSlice);
@@ -200,7 +194,7 @@ struct FlashBwdDq {
       flash_slice(qv, q + qo, g.D, s, bf16);
       flash_slice(acc, out + oo, g.D, s, false);  // (out, for the row term only)
       flash_slice(dov, dout + oo, g.D, s, false);
-      const A delta = flash_group_sum(c, flash_dot(dov, acc), R);
+      const A delta = group_sum(c, flash_dot(dov, acc), R);
       TP_UNROLL for (int d = 0; d < kFlashSlice; ++d) {
         if (bf16) dov[d] = bf16_round(dov[d]);
         acc[d] = 0;
@@ -214,8 +208,8 @@ struct FlashBwdDq {
         c.sync();
         for (long jj = 0; jj < n; ++jj) {
           const A* kr = Ks + flash_at(g, jj, long(s) * kFlashSlice);
-          const A x = flash_group_sum(c, flash_dot(qv, kr), R) * scale;
-          const A dp = flash_group_sum(c, flash_dot(dov, Vs + flash_at(g, jj, long(s) * kFlashSlice)), R);
+          const A x = group_sum(c, flash_dot(qv, kr), R) * scale;
+          const A dp = group_sum(c, flash_dot(dov, Vs + flash_at(g, jj, long(s) * kFlashSlice)), R);
           const A p = j0 + jj <= lim ? k_exp(x - m) * inv : A(0);
           A ds = p * (dp - delta);
           if (bf16) ds = bf16_round(ds);
@@ -288,8 +282,8 @@ struct FlashBwdDkv {
           for (long ii = 0; ii < n; ++ii) {
             const A* qr = Qs + flash_at(g, ii, long(s) * kFlashSlice);
             const A* orow = Os + flash_at(g, ii, long(s) * kFlashSlice);
-            const A x = flash_group_sum(c, flash_dot(kv, qr), R) * scale;
-            const A dp = flash_group_sum(c, flash_dot(vv, orow), R);
+            const A x = group_sum(c, flash_dot(kv, qr), R) * scale;
+            const A dp = group_sum(c, flash_dot(vv, orow), R);
             const A p = j < g.Tk && j <= i0 + ii + g.off() ? k_exp(x - Ms[ii]) * Is[ii] : A(0);
             const A pr = bf16 ? bf16_round(p) : p;
             A ds = p * (dp - Ds[ii]);

@@ -171,18 +171,6 @@ TP_HD TP_INLINE void frag_emit(int lane, const float f[4], T* dst, long stride, 
     }
   }
 }
-// x reduced over a row's four lanes (t = 0..3): every lane of the quad gets the same bits.
-template <class Ctx>
-TP_HD TP_INLINE float quad_max(Ctx& c, float x) {
-  x = k_max(x, c.shfl_xor(x, 1));
-  return k_max(x, c.shfl_xor(x, 2));
-}
-template <class Ctx>
-TP_HD TP_INLINE float quad_sum(Ctx& c, float x) {
-  x += c.shfl_xor(x, 1);
-  return x + c.shfl_xor(x, 2);
-}
-
 template <class T>
 struct FlashFwdMma {
   TP_MMA_WARPS(4)
@@ -243,7 +231,7 @@ struct FlashFwdMma {
         }
         float base[2];  // m sl2, in the exponent's units
         TP_UNROLL for (int r = 0; r < 2; ++r) {
-          const float mn = k_max(m[r], quad_max(c, tm[r]));
+          const float mn = k_max(m[r], group_max(c, tm[r], 4));
           base[r] = mn == k_neg_inf<float>() ? 0.f : mn * sl2;  // (a row without keys yet: every P is 0)
           const float alpha = k_exp2(m[r] * sl2 - base[r]);
           l[r] *= alpha;
@@ -262,7 +250,7 @@ struct FlashFwdMma {
       }
       float inv[2];
       TP_UNROLL for (int r = 0; r < 2; ++r) {
-        const float L = quad_sum(c, l[r]);
+        const float L = group_sum(c, l[r], 4);
         inv[r] = L > 0 ? 1.f / L : 0.f;
         TP_UNROLL for (int dt = 0; dt < 2 * kMmaMaxFrags; ++dt) o[dt][2 * r] *= inv[r], o[dt][2 * r + 1] *= inv[r];
       }
@@ -334,7 +322,7 @@ struct FlashBwdDqMma {
         const long at = obase + row[r] * g.H * g.D;
         if (live[r])
           for (long d = t4 * (g.D / 4); d < (t4 + 1) * (g.D / 4); ++d) part += float(ld(dout[at + d])) * float(ld(out[at + d]));
-        delta[r] = quad_sum(c, part);
+        delta[r] = group_sum(c, part, 4);
         if (live[r] && t4 == 0) terms[bh * g.Tq + row[r]] = delta[r];
         M[r] = live[r] ? float(ld(stats[(bh * g.Tq + row[r]) * 2])) * kLog2e : 0.f;
         inv[r] = live[r] ? float(ld(stats[(bh * g.Tq + row[r]) * 2 + 1])) : 0.f;

@@ -183,16 +183,25 @@ constexpr unsigned kWarp = 32;
 // Shared-memory words one block reduction needs (one per warp, 1024 / 32).
 constexpr unsigned kReduceSlots = 32;
 
-// Sum (or max) over the 32 lanes of a warp by butterfly shuffles; every lane gets the result.
+// Sum (or max) over the R lanes of a lane group (R a power of two up to 32, groups aligned at multiples of R) by
+// butterfly shuffles; every lane of the group gets the result. warp_sum / warp_max: R = 32, the whole warp.
 template <class Ctx, class A>
-TP_HD TP_INLINE A warp_sum(Ctx& c, A v) {
-  for (int m = 16; m > 0; m >>= 1) v += c.shfl_xor(v, m);
+TP_HD TP_INLINE A group_sum(Ctx& c, A v, int R) {
+  for (int m = R / 2; m > 0; m >>= 1) v += c.shfl_xor(v, m);
   return v;
 }
 template <class Ctx, class A>
-TP_HD TP_INLINE A warp_max(Ctx& c, A v) {
-  for (int m = 16; m > 0; m >>= 1) v = k_max(v, c.shfl_xor(v, m));
+TP_HD TP_INLINE A group_max(Ctx& c, A v, int R) {
+  for (int m = R / 2; m > 0; m >>= 1) v = k_max(v, c.shfl_xor(v, m));
   return v;
+}
+template <class Ctx, class A>
+TP_HD TP_INLINE A warp_sum(Ctx& c, A v) {
+  return group_sum(c, v, int(kWarp));
+}
+template <class Ctx, class A>
+TP_HD TP_INLINE A warp_max(Ctx& c, A v) {
+  return group_max(c, v, int(kWarp));
 }
 
 // Sum (kMax: max) over the block; every thread gets the result. `slots` is shared memory of kReduceSlots
