@@ -81,6 +81,10 @@ struct OpTable {
   void (*flash_attention_fwd)(T*, T*, const T*, const T*, const T*, long, long, long, long, long, long, long, long);
   void (*flash_attention_bwd)(T*, T*, T*, const T*, const T*, const T*, const T*, const T*, const T*, long, long, long,
                               long, long, long, long, long);
+  void (*flash_attention_fwd16)(uint16_t*, T*, const uint16_t*, const uint16_t*, const uint16_t*, long, long, long, long,
+                                long, long, long, long);
+  void (*flash_attention_bwd16)(T*, T*, T*, const T*, const uint16_t*, const T*, const uint16_t*, const uint16_t*,
+                                const uint16_t*, long, long, long, long, long, long, long, long);
   double (*moe_route)(T*, int32_t*, T*, const T*, long, long, long, long, int);
   void (*moe_route_bwd)(T*, const T*, const int32_t*, const T*, long, long, long, long, int, T);
   void (*moe_dispatch)(T*, const T*, const int32_t*, long, long, long, long);

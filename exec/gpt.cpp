@@ -28,6 +28,7 @@ void LayerActs<T>::clear_all_but_input() {
   }
   Buf<int32_t>().swap(m_slot);
   for (size_t i = 1; i < b16.size(); ++i) Buf<uint16_t>().swap(b16[i]);  // (packed copies but x_in's: index 0)
+  stay16 = 0;
 }
 
 template <class T>
@@ -209,15 +210,26 @@ void Gpt<T>::layer_fwd(int wl, const T* x_in, T* x_out, LayerActs<T>& a, long B,
   }
   // [B, Hl, Tn, Tn] (flash: [B, Hl, Tn, 2]); cp: its layout
   a.att.resize(cpx ? (size_t)cpx->att_elems(B, Hl) : (size_t)B * Hl * Tn * (flash ? 2 : Tn));
-  a.attn.resize(N * Hl * D);                                                      // [N, Hl D]
-  if (cpx) cp_attention_fwd(*cpx, a.attn.data(), a.att.data(), a.q.data(), a.k.data(), a.v.data(), B, Hl, Kl, D);
-  else if (flash)
-    ops::flash_attention_fwd(a.attn.data(), a.att.data(), a.q.data(), a.q.data() + Hl * D, a.q.data() + (Hl + Kl) * D,
-                             B, Tn, Tn, Hl, Kl, D, Q, Q);
-  else ops::attention_fwd(a.attn.data(), a.att.data(), a.q.data(), a.k.data(), a.v.data(), B, Tn, Hl, Kl, D);
+  const uint16_t* attn16 = nullptr;  // (bf16 storage: the attention output's copy, the projection's operand)
+  if (qkv_in_place() && pack_operands16) {
+    // bf16 storage under flash: the QKV output packed once and the attention output written packed, both read so
+    // by the backward (LayerActs::stay16); the values of packing the T ones
+    const uint16_t* qkv_16 = a.pack_now(a.q, true);
+    uint16_t* out_16 = a.out16(a.attn, (size_t)(N * Hl * D));
+    ops::flash_attention_fwd16(out_16, a.att.data(), qkv_16, qkv_16 + Hl * D, qkv_16 + (Hl + Kl) * D, B, Tn, Tn, Hl,
+                               Kl, D, Q, Q);
+    attn16 = out_16;
+  } else {
+    a.attn.resize(N * Hl * D);                                                    // [N, Hl D]
+    if (cpx) cp_attention_fwd(*cpx, a.attn.data(), a.att.data(), a.q.data(), a.k.data(), a.v.data(), B, Hl, Kl, D);
+    else if (flash)
+      ops::flash_attention_fwd(a.attn.data(), a.att.data(), a.q.data(), a.q.data() + Hl * D,
+                               a.q.data() + (Hl + Kl) * D, B, Tn, Tn, Hl, Kl, D, Q, Q);
+    else ops::attention_fwd(a.attn.data(), a.att.data(), a.q.data(), a.k.data(), a.v.data(), B, Tn, Hl, Kl, D);
+    if (pack_operands16) attn16 = a.pack_now(a.attn);
+  }
   Buf<T> y(N * C);                                                        // [N, C] partial over tp
   const uint16_t* proj16 = p16(W.proj_w);
-  const uint16_t* attn16 = pack_operands16 ? a.pack_now(a.attn) : nullptr;
   gemm16(y.data(), attn16 ? nullptr : f8(qx, a.attn.data(), N * Hl * D, wl, kFp8Proj, Fp8Operand::x), attn16,
          proj16 ? nullptr : f8(qw, p(W.proj_w), Hl * D * C, wl, kFp8Proj, Fp8Operand::w), proj16, N, C, Hl * D, false,
          false, T(0));
@@ -313,8 +325,10 @@ void Gpt<T>::layer_bwd(int wl, const T* dx_out, T* dx_in, LayerActs<T>& a, long 
   Buf<uint16_t> dy16 = grad16(dy, N * C);  // (bf16: read by both GEMMs)
   if (const uint16_t* attn16 = a.packed(a.attn)) {  // (unfused: packed until here, then the gradient's buffer)
     gemm16(g(W.proj_w), (const T*)nullptr, attn16, dy, data16(dy16), Hl * D, C, N, true, false, T(1));
-    a.release_packed(a.attn);
-    a.attn.resize(N * Hl * D);
+    if (!flash) {  // (flash reads it again: released after its backward)
+      a.release_packed(a.attn);
+      a.attn.resize(N * Hl * D);
+    }
   } else {
     gemm16(g(W.proj_w), f8(qx, a.attn.data(), N * Hl * D, wl, kFp8Proj, Fp8Operand::x, false), nullptr, dy, data16(dy16),
            Hl * D, C, N, true, false, T(1));
@@ -330,10 +344,20 @@ void Gpt<T>::layer_bwd(int wl, const T* dx_out, T* dx_in, LayerActs<T>& a, long 
   release(dy_full);
   Buf<T> dqkv(N * Q);                                                            // [N, Q]
   if (qkv_in_place()) {  // q, k, v in a.q ([N, Q]); their gradients straight into dqkv's columns
-    T* qkv = a.q.data();
     ops::fill(dqkv.data(), T(0), N * Q);
-    ops::flash_attention_bwd(dqkv.data(), dqkv.data() + Hl * D, dqkv.data() + (Hl + Kl) * D, dattn, a.attn.data(),
-                             a.att.data(), qkv, qkv + Hl * D, qkv + (Hl + Kl) * D, B, Tn, Tn, Hl, Kl, D, Q, Q);
+    T* dq = dqkv.data();
+    if (const uint16_t* qkv16 = a.packed(a.q)) {  // (bf16 storage: q and attn as the forward packed them)
+      const uint16_t* out16 = a.packed(a.attn);
+      if (!out16) throw std::logic_error("layer_bwd: the packed QKV without the packed attention output");
+      ops::flash_attention_bwd16(dq, dq + Hl * D, dq + (Hl + Kl) * D, dattn, out16, a.att.data(), qkv16,
+                                 qkv16 + Hl * D, qkv16 + (Hl + Kl) * D, B, Tn, Tn, Hl, Kl, D, Q, Q);
+      a.release_packed(a.q);
+      a.release_packed(a.attn);
+    } else {
+      const T* qkv = a.q.data();
+      ops::flash_attention_bwd(dq, dq + Hl * D, dq + (Hl + Kl) * D, dattn, a.attn.data(), a.att.data(), qkv,
+                               qkv + Hl * D, qkv + (Hl + Kl) * D, B, Tn, Tn, Hl, Kl, D, Q, Q);
+    }
     for (Buf<T>* v : {&a.att, &a.attn, &a.q, &dattn_own}) release(*v);
   } else {
     Buf<T> dq(N * Hl * D), dk(N * Kl * D), dv(N * Kl * D);

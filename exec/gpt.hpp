@@ -250,10 +250,17 @@ struct LayerActs {
   // keep_gemm_operands: ln1, ln2, act and (unless flash, whose backward reads it) attn, which the backward reads only
   // as its weight-gradient GEMMs' A operands (dense layers of the 1D model), stay packed; the backward hands them to
   // ops::matmul16 (packed()).
+  // Fields the forward wrote packed for a backward that reads them packed (bit i: b16[i]; under flash the fused QKV
+  // output q and the attention output attn, which flash_attention_bwd16 reads as bf16) stay packed through
+  // unpack_bf16, whatever keep_gemm_operands says, until released.
   std::vector<Buf<uint16_t>> b16;  // per packed field, in gpt.cpp bf16_fields' order (empty: not packed)
+  uint32_t stay16 = 0;
   void pack_bf16(bool att_is_stats);
   // field (one of the packed fields) packed now, its T buffer freed; returns the copy (Gpt::pack_operands16).
-  const uint16_t* pack_now(Buf<T>& field);
+  // stays: the backward reads it packed (stay16).
+  const uint16_t* pack_now(Buf<T>& field, bool stays = false);
+  // field's copy of n elements, to be written packed by the forward (no T value ever; it stays, as above).
+  uint16_t* out16(Buf<T>& field, size_t n);
   // x_in rounded to bf16 in place (the layer computes from the input it saves), its packed copy kept beside it, so
   // pack_bf16 takes that copy instead of packing x_in again. Invariant: x_in is not changed until pack_bf16 (the
   // forward only reads it); a field whose copy is present when pack_bf16 runs is taken as packed and unchanged.

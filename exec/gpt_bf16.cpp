@@ -41,6 +41,10 @@ void LayerActs<T>::unpack_bf16(bool att_is_stats, bool keep_gemm_operands) {
   bool kept = false;
   for (size_t i = 0; i < b16.size() && i < f.size(); ++i) {
     if (b16[i].empty()) continue;
+    if (stay16 >> i & 1u) {  // (read packed by the backward)
+      kept = true;
+      continue;
+    }
     if (keep_gemm_operands && (f[i] == &ln1 || f[i] == &ln2 || f[i] == &act || (f[i] == &attn && !att_is_stats))) {
       kept = true;
       continue;
@@ -64,11 +68,11 @@ template <class T>
 void LayerActs<T>::release_packed(const Buf<T>& field) {
   const auto f = bf16_fields(*this, false);
   for (size_t i = 0; i < b16.size() && i < f.size(); ++i)
-    if (f[i] == &field) Buf<uint16_t>().swap(b16[i]);
+    if (f[i] == &field) Buf<uint16_t>().swap(b16[i]), stay16 &= ~(1u << i);
 }
 
 template <class T>
-const uint16_t* LayerActs<T>::pack_now(Buf<T>& field) {
+const uint16_t* LayerActs<T>::pack_now(Buf<T>& field, bool stays) {
   const auto f = bf16_fields(*this, false);
   b16.resize(f.size());
   for (size_t i = 0; i < f.size(); ++i) {
@@ -76,9 +80,24 @@ const uint16_t* LayerActs<T>::pack_now(Buf<T>& field) {
     b16[i].resize(field.size());
     ops::pack_bf16(b16[i].data(), field.data(), (long)field.size());
     Buf<T>().swap(field);
+    if (stays) stay16 |= 1u << i;
     return b16[i].data();
   }
   throw std::logic_error("LayerActs::pack_now: not a packed field");
+}
+
+template <class T>
+uint16_t* LayerActs<T>::out16(Buf<T>& field, size_t n) {
+  const auto f = bf16_fields(*this, false);
+  b16.resize(f.size());
+  for (size_t i = 0; i < f.size(); ++i) {
+    if (f[i] != &field) continue;
+    Buf<T>().swap(field);
+    b16[i].resize(n);
+    stay16 |= 1u << i;
+    return b16[i].data();
+  }
+  throw std::logic_error("LayerActs::out16: not a packed field");
 }
 
 template <class T>
@@ -133,10 +152,11 @@ Buf<uint16_t> Gpt<T>::grad16(const T* d, long n) const {
 #define TP_GPT_BF16_INSTANTIATE(T)                                              \
   template void LayerActs<T>::pack_bf16(bool);                                  \
   template void LayerActs<T>::round_input();                                    \
-  template const uint16_t* LayerActs<T>::pack_now(Buf<T>&);                     \
+  template const uint16_t* LayerActs<T>::pack_now(Buf<T>&, bool);               \
   template void LayerActs<T>::unpack_bf16(bool, bool);                          \
   template const uint16_t* LayerActs<T>::packed(const Buf<T>&) const;           \
   template void LayerActs<T>::release_packed(const Buf<T>&);                    \
+  template uint16_t* LayerActs<T>::out16(Buf<T>&, size_t);                      \
   template void round_bf16<T>(Buf<T>&);                                         \
   template const uint16_t* WeightCopies16::of<T>(size_t, const T*, long long);  \
   template const uint16_t* Gpt<T>::p16(int) const;                              \

@@ -119,6 +119,17 @@ void flash_attention_bwd(T* dq, T* dk, T* dv, const T* dout, const T* out, const
   tab<T>().flash_attention_bwd(dq, dk, dv, dout, out, stats, q, k, v, B, Tq, Tk, H, Hkv, D, ldq, ldkv);
 }
 template <class T>
+void flash_attention_fwd16(uint16_t* out, T* stats, const uint16_t* q, const uint16_t* k, const uint16_t* v, long B,
+                           long Tq, long Tk, long H, long Hkv, long D, long ldq, long ldkv) {
+  tab<T>().flash_attention_fwd16(out, stats, q, k, v, B, Tq, Tk, H, Hkv, D, ldq, ldkv);
+}
+template <class T>
+void flash_attention_bwd16(T* dq, T* dk, T* dv, const T* dout, const uint16_t* out, const T* stats, const uint16_t* q,
+                           const uint16_t* k, const uint16_t* v, long B, long Tq, long Tk, long H, long Hkv, long D,
+                           long ldq, long ldkv) {
+  tab<T>().flash_attention_bwd16(dq, dk, dv, dout, out, stats, q, k, v, B, Tq, Tk, H, Hkv, D, ldq, ldkv);
+}
+template <class T>
 T cross_entropy_fwd(T* probs, const T* logits, const int32_t* targets, long N, long V) {
   return tab<T>().cross_entropy_fwd(probs, logits, targets, N, V);
 }
@@ -242,6 +253,11 @@ void moe_combine_bwd(T* dein, T* dgate, const T* dy, const T* ein, const int32_t
                                        long, long);                                                                \
   template void flash_attention_bwd<T>(T*, T*, T*, const T*, const T*, const T*, const T*, const T*, const T*, long, \
                                        long, long, long, long, long, long, long);                                  \
+  template void flash_attention_fwd16<T>(uint16_t*, T*, const uint16_t*, const uint16_t*, const uint16_t*, long, long, \
+                                         long, long, long, long, long, long);                                        \
+  template void flash_attention_bwd16<T>(T*, T*, T*, const T*, const uint16_t*, const T*, const uint16_t*,           \
+                                         const uint16_t*, const uint16_t*, long, long, long, long, long, long, long,  \
+                                         long);                                                                      \
   template T cross_entropy_fwd<T>(T*, const T*, const int32_t*, long, long);                                  \
   template void cross_entropy_bwd<T>(T*, const T*, const int32_t*, long, long, T);                            \
   template void row_max<T>(T*, const T*, long, long);                                                         \

@@ -158,6 +158,17 @@ void flash_attention_fwd(T* out, T* stats, const T* q, const T* k, const T* v, l
 template <class T>
 void flash_attention_bwd(T* dq, T* dk, T* dv, const T* dout, const T* out, const T* stats, const T* q, const T* k,
                          const T* v, long B, long Tq, long Tk, long H, long Hkv, long D, long ldq, long ldkv);
+// The two with q, k, v and out held as bf16 (pack_bf16's storage, the same layouts and strides): training.precision
+// "bf16" packs the fused QKV output once and keeps the attention output packed, both read so by the backward.
+// Exactly the T ops on their values unpacked, with out packed (exec/cpu/flash16.hpp); a GPU backend's kernels read
+// and write bf16 directly (half the bytes, no unpacking).
+template <class T>
+void flash_attention_fwd16(uint16_t* out, T* stats, const uint16_t* q, const uint16_t* k, const uint16_t* v, long B,
+                           long Tq, long Tk, long H, long Hkv, long D, long ldq, long ldkv);
+template <class T>
+void flash_attention_bwd16(T* dq, T* dk, T* dv, const T* dout, const uint16_t* out, const T* stats, const uint16_t* q,
+                           const uint16_t* k, const uint16_t* v, long B, long Tq, long Tk, long H, long Hkv, long D,
+                           long ldq, long ldkv);
 
 // Softmax cross-entropy over the last dim, one target per row. logits [N, V]; probs [N, V] saved; returns the
 // SUM of -log p[target] over rows (callers divide by the token count). probs may be logits (in place).

@@ -260,6 +260,38 @@ void flash_cases(std::vector<Spec>& cs, bool quick) {
         t.flash_attention_bwd(p[5], p[7], p[8], p[6], p[3], p[4], p[0], p[1], p[2], B, Tq, Tk, H, Hkv, D, H * D, Hkv * D);
         return 0;
       });
+      if (bf16) {
+        // bf16 storage (flash_attention_fwd16 / _bwd16): q, k, v packed, out written packed and read so by the
+        // backward; with Tq = Tk in place in a fused QKV buffer, as the model calls them.
+        const long W = Tq == Tk ? (H + 2 * Hkv) * D : 0, ldq = W ? W : H * D, ldkv = W ? W : Hkv * D;
+        const long nqs = W ? B * Tq * W : nq, nks = W ? 0 : nk;  // the packed q (or qkv) and k, v buffers
+        Spec s16{"flash_attention_fwd16+bwd16", shape, W ? "bf16 storage, packed qkv, accumulate" : "bf16 storage, accumulate",
+                 {rnd(nqs, s++), rnd(nks, s++), rnd(nks, s++), Vec(size_t(nq)), Vec(size_t(ns)), rnd(nq, s++),
+                  rnd(nqs, s++), rnd(nks, s++), rnd(nks, s++)},
+                 {Ints(size_t((nqs + 1) / 2)), Ints(size_t((nks + 1) / 2)), Ints(size_t((nks + 1) / 2)),
+                  Ints(size_t((nq + 1) / 2))},
+                 {3, 4, 6, 7, 8}, double(std::max(Tk, D) * H / Hkv)};
+        add(cs, bf16_operands(s16, 5e-3), TP_SELFTEST_BODY {
+          uint16_t* q16 = reinterpret_cast<uint16_t*>(ip[0]);
+          uint16_t* o16 = reinterpret_cast<uint16_t*>(ip[3]);
+          t.pack_bf16(q16, p[0], nqs);
+          const uint16_t* k16 = q16 + H * D;
+          const uint16_t* v16 = q16 + (H + Hkv) * D;
+          TT* dq = p[6];
+          TT* dk = dq + H * D;
+          TT* dv = dq + (H + Hkv) * D;
+          if (!W) {  // (separate q, k, v)
+            t.pack_bf16(reinterpret_cast<uint16_t*>(ip[1]), p[1], nks);
+            t.pack_bf16(reinterpret_cast<uint16_t*>(ip[2]), p[2], nks);
+            k16 = reinterpret_cast<const uint16_t*>(ip[1]), v16 = reinterpret_cast<const uint16_t*>(ip[2]);
+            dk = p[7], dv = p[8];
+          }
+          t.flash_attention_fwd16(o16, p[4], q16, k16, v16, B, Tq, Tk, H, Hkv, D, ldq, ldkv);
+          t.unpack_bf16(p[3], o16, nq);
+          t.flash_attention_bwd16(dq, dk, dv, p[5], o16, p[4], q16, k16, v16, B, Tq, Tk, H, Hkv, D, ldq, ldkv);
+          return 0;
+        });
+      }
       if (Tq != Tk) continue;
       // The model's call: q, k, v in place in the fused QKV output [B T, W], W = (H + 2 Hkv) D, and the gradients
       // into dqkv's columns (accumulating).

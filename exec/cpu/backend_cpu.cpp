@@ -62,6 +62,8 @@ OpTable<T> cpu_ops() {
   t.attention_bwd_kv = &c::attention_bwd_kv<T>;
   t.flash_attention_fwd = &c::flash_attention_fwd<T>;
   t.flash_attention_bwd = &c::flash_attention_bwd<T>;
+  t.flash_attention_fwd16 = &c::flash_attention_fwd16<T>;
+  t.flash_attention_bwd16 = &c::flash_attention_bwd16<T>;
   t.cross_entropy_fwd = &c::cross_entropy_fwd<T>;
   t.cross_entropy_bwd = &c::cross_entropy_bwd<T>;
   t.row_max = &c::row_max<T>;

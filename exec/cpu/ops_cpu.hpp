@@ -63,6 +63,13 @@ void flash_attention_fwd(T* out, T* stats, const T* q, const T* k, const T* v, l
 template <class T>
 void flash_attention_bwd(T* dq, T* dk, T* dv, const T* dout, const T* out, const T* stats, const T* q, const T* k,
                          const T* v, long B, long Tq, long Tk, long H, long Hkv, long D, long ldq, long ldkv);
+template <class T>
+void flash_attention_fwd16(uint16_t* out, T* stats, const uint16_t* q, const uint16_t* k, const uint16_t* v, long B,
+                           long Tq, long Tk, long H, long Hkv, long D, long ldq, long ldkv);
+template <class T>
+void flash_attention_bwd16(T* dq, T* dk, T* dv, const T* dout, const uint16_t* out, const T* stats, const uint16_t* q,
+                           const uint16_t* k, const uint16_t* v, long B, long Tq, long Tk, long H, long Hkv, long D,
+                           long ldq, long ldkv);
 template <class T> T cross_entropy_fwd(T* probs, const T* logits, const int32_t* targets, long N, long V);
 template <class T> void cross_entropy_bwd(T* dlogits, const T* probs, const int32_t* targets, long N, long V, T scale);
 template <class T> void row_max(T* mx, const T* x, long N, long V);

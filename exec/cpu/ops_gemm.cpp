@@ -13,6 +13,7 @@
 #include <cstring>
 #include <vector>
 
+#include "exec/cpu/flash16.hpp"
 #include "exec/cpu/ops_cpu.hpp"
 #include "exec/kernels/k_fp8.hpp"
 #include "exec/prof.hpp"
@@ -365,6 +366,21 @@ void flash_attention_bwd(T* dq, T* dk, T* dv, const T* dout, const T* out, const
     }
 }
 
+// The bf16-stored variants: exec/cpu/flash16.hpp's definition.
+template <class T>
+void flash_attention_fwd16(uint16_t* out, T* stats, const uint16_t* q, const uint16_t* k, const uint16_t* v, long B,
+                           long Tq, long Tk, long H, long Hkv, long D, long ldq, long ldkv) {
+  flash16_fwd_unpacked<T>(&unpack_bf16<T>, &pack_bf16<T>, &flash_attention_fwd<T>, out, stats, q, k, v, B, Tq, Tk, H,
+                          Hkv, D, ldq, ldkv);
+}
+template <class T>
+void flash_attention_bwd16(T* dq, T* dk, T* dv, const T* dout, const uint16_t* out, const T* stats, const uint16_t* q,
+                           const uint16_t* k, const uint16_t* v, long B, long Tq, long Tk, long H, long Hkv, long D,
+                           long ldq, long ldkv) {
+  flash16_bwd_unpacked<T>(&unpack_bf16<T>, &flash_attention_bwd<T>, dq, dk, dv, dout, out, stats, q, k, v, B, Tq, Tk,
+                          H, Hkv, D, ldq, ldkv);
+}
+
 template <class T>
 void attention_bwd(T* dq, T* dk, T* dv, const T* dout, const T* att, const T* q, const T* k, const T* v, long B,
                    long Tn, long H, long Hkv, long D) {
@@ -384,7 +400,12 @@ void attention_bwd(T* dq, T* dk, T* dv, const T* dout, const T* att, const T* q,
   template void flash_attention_fwd<T>(T*, T*, const T*, const T*, const T*, long, long, long, long, long, long, \
                                        long, long);                                                              \
   template void flash_attention_bwd<T>(T*, T*, T*, const T*, const T*, const T*, const T*, const T*, const T*, long, \
-                                       long, long, long, long, long, long, long);
+                                       long, long, long, long, long, long, long);                                  \
+  template void flash_attention_fwd16<T>(uint16_t*, T*, const uint16_t*, const uint16_t*, const uint16_t*, long, long, \
+                                         long, long, long, long, long, long);                                        \
+  template void flash_attention_bwd16<T>(T*, T*, T*, const T*, const uint16_t*, const T*, const uint16_t*,           \
+                                         const uint16_t*, const uint16_t*, long, long, long, long, long, long, long,  \
+                                         long);
 TP_OPS_GEMM_INSTANTIATE(float)
 TP_OPS_GEMM_INSTANTIATE(double)
 #undef TP_OPS_GEMM_INSTANTIATE

@@ -204,7 +204,7 @@ struct Tr<M> {
   X(ce_shard_finish) X(ce_shard_target_grad) X(embedding_fwd) X(embedding_bwd) X(embedding_shard_fwd)              \
   X(embedding_shard_bwd) X(add_positions) X(positions_bwd) X(adamw) X(sum_squares) X(fp8_quantize) X(attention_fwd_kv) \
   X(attention_bwd_kv) X(moe_route) X(moe_route_bwd) X(moe_dispatch) X(moe_dispatch_bwd) X(moe_combine)             \
-  X(moe_combine_bwd) X(flash_attention_fwd) X(flash_attention_bwd)
+  X(moe_combine_bwd) X(flash_attention_fwd) X(flash_attention_bwd) X(flash_attention_fwd16) X(flash_attention_bwd16)
 
 template <class T>
 OpTable<T> table() {

@@ -10,8 +10,10 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
+#include "exec/cpu/flash16.hpp"
 #include "exec/cpu/ops_cpu.hpp"
 #include "exec/kernels/backend_emu.hpp"
 #include "exec/kernels/k_bridge.hpp"
@@ -343,36 +345,87 @@ void flash_head_dim(const char* op, long D) {
 // Elements spanned by `rows` rows of `width` at row stride ld.
 long strided(long rows, long ld, long width) { return rows > 0 ? (rows - 1) * ld + width : 0; }
 
-template <class T>
-void flash_attention_fwd(T* out, T* stats, const T* q, const T* k, const T* v, long B, long Tq, long Tk, long H,
-                         long Hkv, long D, long ldq, long ldkv) {
-  const char* op = "flash_attention_fwd";
-  need(op, "q", q, sz<T>(strided(B * Tq, ldq, H * D)));
-  need(op, "k", k, sz<T>(strided(B * Tk, ldkv, Hkv * D)));
-  need(op, "v", v, sz<T>(strided(B * Tk, ldkv, Hkv * D)));
+// The flash ops on S storage of q, k, v and out: T, or uint16_t (bf16, the *16 ops): fp32 reads and writes bf16
+// in the kernels; fp64 (the oracle precision) is exec/cpu/flash16.hpp's definition around the kernels.
+template <class T, class S>
+void flash_fwd_any(const char* op, S* out, T* stats, const S* q, const S* k, const S* v, long B, long Tq, long Tk,
+                   long H, long Hkv, long D, long ldq, long ldkv) {
+  need(op, "q", q, sz<S>(strided(B * Tq, ldq, H * D)));
+  need(op, "k", k, sz<S>(strided(B * Tk, ldkv, Hkv * D)));
+  need(op, "v", v, sz<S>(strided(B * Tk, ldkv, Hkv * D)));
   need(op, "stats", stats, sz<T>(B * H * Tq * 2));
-  need(op, "out", out, sz<T>(B * Tq * H * D));
+  need(op, "out", out, sz<S>(B * Tq * H * D));
   flash_head_dim(op, D);
   if (B * Tq * H * D <= 0) return;
-  k::flash_attention_fwd(launcher(), out, stats, q, k, v, B, Tq, Tk, H, Hkv, D, ldq, ldkv, ops::cpu::bf16_gemm());
+  const bool b16 = ops::cpu::bf16_gemm();
+  if constexpr (std::is_same_v<S, T>) {
+    k::flash_attention_fwd(launcher(), out, stats, q, k, v, B, Tq, Tk, H, Hkv, D, ldq, ldkv, b16);
+  } else if constexpr (std::is_same_v<T, float>) {
+    auto bf = [](auto* p) { return reinterpret_cast<std::conditional_t<std::is_const_v<std::remove_pointer_t<decltype(p)>>, const k::bf16*, k::bf16*>>(p); };
+    k::flash_attention_fwd(launcher(), bf(out), stats, bf(q), bf(k), bf(v), B, Tq, Tk, H, Hkv, D, ldq, ldkv, b16);
+  } else {
+    ops::cpu::flash16_fwd_unpacked<T>(
+        [](T* y, const uint16_t* x, long n) { k::copy(launcher(), y, reinterpret_cast<const k::bf16*>(x), n); },
+        [](uint16_t* y, const T* x, long n) { k::pack_bf16(launcher(), reinterpret_cast<k::bf16*>(y), x, n); },
+        [b16](T* o, T* st, const T* tq, const T* tk, const T* tv, long b, long tq_, long tk_, long h, long hkv, long d,
+              long lq, long lkv) { k::flash_attention_fwd(launcher(), o, st, tq, tk, tv, b, tq_, tk_, h, hkv, d, lq, lkv, b16); },
+        out, stats, q, k, v, B, Tq, Tk, H, Hkv, D, ldq, ldkv);
+  }
 }
 
-template <class T>
-void flash_attention_bwd(T* dq, T* dk, T* dv, const T* dout, const T* out, const T* stats, const T* q, const T* k,
-                         const T* v, long B, long Tq, long Tk, long H, long Hkv, long D, long ldq, long ldkv) {
-  const char* op = "flash_attention_bwd";
-  for (auto [name, p] : {std::pair<const char*, const T*>{"q", q}, {"dq", dq}})
-    need(op, name, p, sz<T>(strided(B * Tq, ldq, H * D)));
-  for (auto [name, p] : {std::pair<const char*, const T*>{"dout", dout}, {"out", out}})
-    need(op, name, p, sz<T>(B * Tq * H * D));
-  for (auto [name, p] : {std::pair<const char*, const T*>{"k", k}, {"v", v}, {"dk", dk}, {"dv", dv}})
+template <class T, class S>
+void flash_bwd_any(const char* op, T* dq, T* dk, T* dv, const T* dout, const S* out, const T* stats, const S* q,
+                   const S* k, const S* v, long B, long Tq, long Tk, long H, long Hkv, long D, long ldq, long ldkv) {
+  need(op, "q", q, sz<S>(strided(B * Tq, ldq, H * D)));
+  need(op, "dq", dq, sz<T>(strided(B * Tq, ldq, H * D)));
+  need(op, "dout", dout, sz<T>(B * Tq * H * D));
+  need(op, "out", out, sz<S>(B * Tq * H * D));
+  for (auto [name, p] : {std::pair<const char*, const S*>{"k", k}, {"v", v}})
+    need(op, name, p, sz<S>(strided(B * Tk, ldkv, Hkv * D)));
+  for (auto [name, p] : {std::pair<const char*, const T*>{"dk", dk}, {"dv", dv}})
     need(op, name, p, sz<T>(strided(B * Tk, ldkv, Hkv * D)));
   need(op, "stats", stats, sz<T>(B * H * Tq * 2));
   flash_head_dim(op, D);
   if (B * Tq * H * D <= 0) return;
+  const bool b16 = ops::cpu::bf16_gemm();
   std::vector<float> terms(size_t(k::flash_bwd_scratch(B, H, Tq)));
-  k::flash_attention_bwd(launcher(), dq, dk, dv, dout, out, stats, q, k, v, B, Tq, Tk, H, Hkv, D, ldq, ldkv,
-                         ops::cpu::bf16_gemm(), terms.data());
+  auto run = [&terms, b16](T* gq, T* gk, T* gv, const T* go, const auto* o, const T* st, const auto* tq, const auto* tk,
+                           const auto* tv, long b, long tq_, long tk_, long h, long hkv, long d, long lq, long lkv) {
+    k::flash_attention_bwd(launcher(), gq, gk, gv, go, o, st, tq, tk, tv, b, tq_, tk_, h, hkv, d, lq, lkv, b16,
+                           terms.data());
+  };
+  if constexpr (std::is_same_v<S, T>) {
+    run(dq, dk, dv, dout, out, stats, q, k, v, B, Tq, Tk, H, Hkv, D, ldq, ldkv);
+  } else if constexpr (std::is_same_v<T, float>) {
+    auto bf = [](const uint16_t* p) { return reinterpret_cast<const k::bf16*>(p); };
+    run(dq, dk, dv, dout, bf(out), stats, bf(q), bf(k), bf(v), B, Tq, Tk, H, Hkv, D, ldq, ldkv);
+  } else {
+    ops::cpu::flash16_bwd_unpacked<T>(
+        [](T* y, const uint16_t* x, long n) { k::copy(launcher(), y, reinterpret_cast<const k::bf16*>(x), n); }, run,
+        dq, dk, dv, dout, out, stats, q, k, v, B, Tq, Tk, H, Hkv, D, ldq, ldkv);
+  }
+}
+
+template <class T>
+void flash_attention_fwd(T* out, T* stats, const T* q, const T* k, const T* v, long B, long Tq, long Tk, long H,
+                         long Hkv, long D, long ldq, long ldkv) {
+  flash_fwd_any("flash_attention_fwd", out, stats, q, k, v, B, Tq, Tk, H, Hkv, D, ldq, ldkv);
+}
+template <class T>
+void flash_attention_bwd(T* dq, T* dk, T* dv, const T* dout, const T* out, const T* stats, const T* q, const T* k,
+                         const T* v, long B, long Tq, long Tk, long H, long Hkv, long D, long ldq, long ldkv) {
+  flash_bwd_any("flash_attention_bwd", dq, dk, dv, dout, out, stats, q, k, v, B, Tq, Tk, H, Hkv, D, ldq, ldkv);
+}
+template <class T>
+void flash_attention_fwd16(uint16_t* out, T* stats, const uint16_t* q, const uint16_t* k, const uint16_t* v, long B,
+                           long Tq, long Tk, long H, long Hkv, long D, long ldq, long ldkv) {
+  flash_fwd_any("flash_attention_fwd16", out, stats, q, k, v, B, Tq, Tk, H, Hkv, D, ldq, ldkv);
+}
+template <class T>
+void flash_attention_bwd16(T* dq, T* dk, T* dv, const T* dout, const uint16_t* out, const T* stats, const uint16_t* q,
+                           const uint16_t* k, const uint16_t* v, long B, long Tq, long Tk, long H, long Hkv, long D,
+                           long ldq, long ldkv) {
+  flash_bwd_any("flash_attention_bwd16", dq, dk, dv, dout, out, stats, q, k, v, B, Tq, Tk, H, Hkv, D, ldq, ldkv);
 }
 
 }  // namespace
@@ -399,6 +452,8 @@ void set_shard_ops(OpTable<T>& t) {
   t.attention_bwd_kv = &attention_bwd_kv<T>;
   t.flash_attention_fwd = &flash_attention_fwd<T>;
   t.flash_attention_bwd = &flash_attention_bwd<T>;
+  t.flash_attention_fwd16 = &flash_attention_fwd16<T>;
+  t.flash_attention_bwd16 = &flash_attention_bwd16<T>;
 }
 template void set_shard_ops<float>(OpTable<float>&);
 template void set_shard_ops<double>(OpTable<double>&);

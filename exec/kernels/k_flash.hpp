@@ -92,16 +92,16 @@ TP_HD TP_INLINE A flash_dot(const A* x, const A* y) {
 }
 
 // out, stats (max, 1 / sum per query row) from q, k, v. One work item: kFlashBlock / R query rows of one (b, h).
-template <class T>
+template <class T, class S = T>
 struct FlashFwd {
   static constexpr const char* kName = "flash_attention_fwd";
   static constexpr unsigned kMaxThreads = kFlashBlock;
   using A = acc_t<T>;
-  T* out;
+  S* out;
   T* stats;
-  const T* q;
-  const T* k;
-  const T* v;
+  const S* q;
+  const S* k;
+  const S* v;
   FlashGeom g;
   bool bf16;
   template <class Ctx>
@@ -115,8 +115,8 @@ struct FlashFwd {
       const QueryTile qt = query_tile(g, item, tiles, rows, lr);
       const long bh = qt.bh, b = qt.b, h = qt.h, i = qt.i, ic = qt.ic, lim = qt.lim, last = qt.last;
       const bool live = qt.live;
-      const T* kb = k + qt.kvo;
-      const T* vb = v + qt.kvo;
+      const S* kb = k + qt.kvo;
+      const S* vb = v + qt.kvo;
       A qv[kFlashSlice];
       flash_slice(qv, q + (b * g.Tq + ic) * g.ldq + h * g.D, g.D, s, bf16);
       A m = k_neg_inf<A>(), l = 0;
@@ -151,10 +151,10 @@ struct FlashFwd {
         }
       }
       if (live) {
-        T* orow = out + ((b * g.Tq + i) * g.H + h) * g.D;
+        S* orow = out + ((b * g.Tq + i) * g.H + h) * g.D;
         TP_UNROLL for (int d = 0; d < kFlashSlice; ++d) {
           const long dd = long(s) * kFlashSlice + d;
-          if (dd < g.D) orow[dd] = st<T>(o[d]);
+          if (dd < g.D) orow[dd] = st<S>(o[d]);
         }
         if (s == 0) stats[(bh * g.Tq + i) * 2] = st<T>(m), stats[(bh * g.Tq + i) * 2 + 1] = st<T>(inv);
       }
@@ -163,18 +163,18 @@ struct FlashFwd {
 };
 
 // dq += scale dS k. One work item: kFlashBlock / R query rows of one (b, h), over the key tiles they see.
-template <class T>
+template <class T, class S = T>
 struct FlashBwdDq {
   static constexpr const char* kName = "flash_attention_bwd_dq";
   static constexpr unsigned kMaxThreads = kFlashBlock;
   using A = acc_t<T>;
   T* dq;
   const T* dout;
-  const T* out;
+  const S* out;
   const T* stats;
-  const T* q;
-  const T* k;
-  const T* v;
+  const S* q;
+  const S* k;
+  const S* v;
   FlashGeom g;
   bool bf16;
   template <class Ctx>
@@ -188,8 +188,8 @@ struct FlashBwdDq {
       const QueryTile qt = query_tile(g, item, tiles, rows, lr);
       const long bh = qt.bh, b = qt.b, h = qt.h, i = qt.i, ic = qt.ic, lim = qt.lim, last = qt.last;
       const long qo = (b * g.Tq + ic) * g.ldq + h * g.D, oo = ((b * g.Tq + ic) * g.H + h) * g.D;
-      const T* kb = k + qt.kvo;
-      const T* vb = v + qt.kvo;
+      const S* kb = k + qt.kvo;
+      const S* vb = v + qt.kvo;
       A qv[kFlashSlice], dov[kFlashSlice], acc[kFlashSlice];
       flash_slice(qv, q + qo, g.D, s, bf16);
       flash_slice(acc, out + oo, g.D, s, false);  // (out, for the row term only)
@@ -229,7 +229,7 @@ struct FlashBwdDq {
 
 // dk += scale dSᵀ q, dv += Pᵀ dout. One work item: kFlashBlock / R key rows of one (b, kv head), over the query
 // tiles that see them, for each of the G query heads sharing the kv head in turn.
-template <class T>
+template <class T, class S = T>
 struct FlashBwdDkv {
   static constexpr const char* kName = "flash_attention_bwd_dkv";
   static constexpr unsigned kMaxThreads = kFlashBlock;
@@ -237,11 +237,11 @@ struct FlashBwdDkv {
   T* dk;
   T* dv;
   const T* dout;
-  const T* out;
+  const S* out;
   const T* stats;
-  const T* q;
-  const T* k;
-  const T* v;
+  const S* q;
+  const S* k;
+  const S* v;
   FlashGeom g;
   bool bf16;
   template <class Ctx>
@@ -265,7 +265,7 @@ struct FlashBwdDkv {
       const long first = k_max(0L, j0 - g.off());  // the first query that sees a key of the block
       for (long gi = 0; gi < g.G(); ++gi) {
         const long h = kh * g.G() + gi, bh = b * g.H + h;
-        const T* qb = q + b * g.Tq * g.ldq + h * g.D;
+        const S* qb = q + b * g.Tq * g.ldq + h * g.D;
         const T* ob = dout + (b * g.Tq * g.H + h) * g.D;
         for (long i0 = first; i0 < g.Tq; i0 += g.kc) {
           const long n = k_min(g.kc, g.Tq - i0);
@@ -307,15 +307,18 @@ struct FlashBwdDkv {
 
 // ---- op functions (the launcher's max_grid caps the grid; the kernels loop over the rest) ----
 // fp32 storage with bf16 operands and D in 16, 32, 48, 64 takes the tensor-core kernels (k_flash_mma.hpp); every
-// other case the kernels above.
+// other case the kernels above. S: the storage of q, k, v and out — T, or bf16 with T = float (bf16 storage of
+// the saved activations, exec/ops.hpp flash_attention_fwd16): out is then written rounded, and the operands are
+// read as stored; the result is the T op's on the same (rounded) values, out rounded.
 
-template <class L, class T>
-void flash_attention_fwd(const L& launch, T* out, T* stats, const T* q, const T* k, const T* v, long B, long Tq,
+template <class L, class T, class S>
+void flash_attention_fwd(const L& launch, S* out, T* stats, const S* q, const S* k, const S* v, long B, long Tq,
                          long Tk, long H, long Hkv, long D, long ldq, long ldkv, bool bf16) {
+  static_assert(std::is_same_v<S, T> || (std::is_same_v<S, tp::kernels::bf16> && std::is_same_v<T, float>), "storage");
   if constexpr (std::is_same_v<T, float>) {
     if (bf16 && flash_mma_fits(D)) {
       const MmaGeom mg{B, Tq, Tk, H, Hkv, D, ldq, ldkv};
-      using F = FlashFwdMma<T>;
+      using F = FlashFwdMma<T, S>;
       launch(F{out, stats, q, k, v, mg},
              Dim{blocks_for(B * H * ((Tq + F::kRows - 1) / F::kRows), 1, launch.max_grid), F::kMaxThreads, mma_smem<F>(mg)});
       return;
@@ -323,21 +326,22 @@ void flash_attention_fwd(const L& launch, T* out, T* stats, const T* q, const T*
   }
   const FlashGeom g = flash_geom(B, Tq, Tk, H, Hkv, D, ldq, ldkv, sizeof(acc_t<T>));
   const long items = B * H * ((Tq + g.rows() - 1) / g.rows());
-  launch(FlashFwd<T>{out, stats, q, k, v, g, bf16},
+  launch(FlashFwd<T, S>{out, stats, q, k, v, g, bf16},
          Dim{blocks_for(items, 1, launch.max_grid), kFlashBlock, flash_smem(g, sizeof(acc_t<T>))});
 }
 // Floats of scratch flash_attention_bwd takes: the query rows' terms rowsum(dout ⊙ out), which the tensor-core dQ
 // kernel writes and the dK / dV kernel reads (the scalar kernels compute their own and leave it untouched).
 inline long flash_bwd_scratch(long B, long H, long Tq) { return B * H * Tq; }
-template <class L, class T>
-void flash_attention_bwd(const L& launch, T* dq, T* dk, T* dv, const T* dout, const T* out, const T* stats,
-                         const T* q, const T* k, const T* v, long B, long Tq, long Tk, long H, long Hkv, long D,
+template <class L, class T, class S>
+void flash_attention_bwd(const L& launch, T* dq, T* dk, T* dv, const T* dout, const S* out, const T* stats,
+                         const S* q, const S* k, const S* v, long B, long Tq, long Tk, long H, long Hkv, long D,
                          long ldq, long ldkv, bool bf16, float* scratch) {
+  static_assert(std::is_same_v<S, T> || (std::is_same_v<S, tp::kernels::bf16> && std::is_same_v<T, float>), "storage");
   if constexpr (std::is_same_v<T, float>) {
     if (bf16 && flash_mma_fits(D)) {
       const MmaGeom mg{B, Tq, Tk, H, Hkv, D, ldq, ldkv};
-      using Q = FlashBwdDqMma<T>;
-      using KV = FlashBwdDkvMma<T>;
+      using Q = FlashBwdDqMma<T, S>;
+      using KV = FlashBwdDkvMma<T, S>;
       const long qi = B * H * ((Tq + Q::kRows - 1) / Q::kRows), ki = B * Hkv * ((Tk + KV::kRows - 1) / KV::kRows);
       launch(Q{dq, scratch, dout, out, stats, q, k, v, mg},
              Dim{blocks_for(qi, 1, launch.max_grid), Q::kMaxThreads, mma_smem<Q>(mg)});
@@ -349,9 +353,9 @@ void flash_attention_bwd(const L& launch, T* dq, T* dk, T* dv, const T* dout, co
   const FlashGeom g = flash_geom(B, Tq, Tk, H, Hkv, D, ldq, ldkv, sizeof(acc_t<T>));
   const unsigned smem = flash_smem(g, sizeof(acc_t<T>));
   const long qitems = B * H * ((Tq + g.rows() - 1) / g.rows()), kitems = B * Hkv * ((Tk + g.rows() - 1) / g.rows());
-  launch(FlashBwdDq<T>{dq, dout, out, stats, q, k, v, g, bf16},
+  launch(FlashBwdDq<T, S>{dq, dout, out, stats, q, k, v, g, bf16},
          Dim{blocks_for(qitems, 1, launch.max_grid), kFlashBlock, smem});
-  launch(FlashBwdDkv<T>{dk, dv, dout, out, stats, q, k, v, g, bf16},
+  launch(FlashBwdDkv<T, S>{dk, dv, dout, out, stats, q, k, v, g, bf16},
          Dim{blocks_for(kitems, 1, launch.max_grid), kFlashBlock, smem});
 }
 

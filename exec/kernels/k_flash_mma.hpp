@@ -82,11 +82,30 @@ struct Carve {
 
 // dst [rows, ldd] bf16 = rows [r0, r0 + n) of src (row stride `stride`, D columns), zeros past n. The block's
 // threads take consecutive elements with 32-bit index arithmetic; float rows with D and the stride multiples of 4
-// on a 16-byte boundary (every call of the model's, fused QKV included) are read four floats per load.
+// on a 16-byte boundary (every call of the model's, fused QKV included) are read four floats per load, bf16 rows
+// with D and the stride multiples of 8 on a 16-byte boundary copied eight at a time (16 bytes).
 template <class Ctx, class T>
 TP_HD void mma_stage(Ctx& c, bf16* dst, long ldd, const T* src, long stride, long r0, long n, long rows, long D) {
   const T* s0 = src + r0 * stride;
   const int nn = int(n), dd = int(D), ldo = int(ldd);
+  if constexpr (std::is_same_v<T, bf16>) {
+    if (dd % 8 == 0 && stride % 8 == 0 && ldo % 8 == 0 && aligned_to(s0, 16) && aligned_to(dst, 16)) {
+      constexpr int kLoads = 4;  // (as below: the loads issued before the stores)
+      const int q8 = dd / 8, total = int(rows) * q8, bd = int(c.bdim());
+      for (int e0 = int(c.tid()); e0 < total; e0 += kLoads * bd) {
+        B8 x[kLoads];
+        TP_UNROLL for (int u = 0; u < kLoads; ++u) {
+          const int e = e0 + u * bd, r = e / q8, d = (e - r * q8) * 8;
+          x[u] = e < total && r < nn ? ld8(s0 + long(r) * stride + d) : B8{{0u, 0u, 0u, 0u}};
+        }
+        TP_UNROLL for (int u = 0; u < kLoads; ++u) {
+          const int e = e0 + u * bd, r = e / q8, d = (e - r * q8) * 8;
+          if (e < total) st8(dst + r * ldo + d, x[u]);
+        }
+      }
+      return;
+    }
+  }
   if constexpr (std::is_same_v<T, float>) {
     if (dd % 4 == 0 && stride % 4 == 0 && ldo % 4 == 0 && aligned_to(s0, 16) && aligned_to(dst, 8)) {
       // Each thread issues kLoads loads before it converts any, so their latencies overlap.
@@ -171,16 +190,16 @@ TP_HD TP_INLINE void frag_emit(int lane, const float f[4], T* dst, long stride, 
     }
   }
 }
-template <class T>
+template <class T, class S = T>
 struct FlashFwdMma {
   TP_MMA_WARPS(4)
   static constexpr const char* kName = "flash_attention_fwd (tensor cores)";
   static_assert(kRows <= kMmaKeys, "the query tile is staged in Ks");
-  T* out;
+  S* out;
   T* stats;
-  const T* q;
-  const T* k;
-  const T* v;
+  const S* q;
+  const S* k;
+  const S* v;
   MmaGeom g;
   struct Smem {
     bf16 *Ks, *Vs;  // [kMmaKeys, ldk]
@@ -203,8 +222,8 @@ struct FlashFwdMma {
       const long bh = qt.bh, b = qt.b, h = qt.h, r0 = qt.r0, last = qt.last;
       const long row[2] = {qt.i, qt.i + 8};
       const bool live[2] = {row[0] < g.Tq, row[1] < g.Tq};
-      const T* kb = k + qt.kvo;
-      const T* vb = v + qt.kvo;
+      const S* kb = k + qt.kvo;
+      const S* vb = v + qt.kvo;
       c.sync();  // (the previous item's reads of Ks are done)
       mma_stage(c, sm.Ks, ldk, q + b * g.Tq * g.ldq + h * g.D, g.ldq, r0, k_min(kRows, g.Tq - r0), kRows, g.D);
       c.sync();
@@ -254,7 +273,7 @@ struct FlashFwdMma {
         inv[r] = L > 0 ? 1.f / L : 0.f;
         TP_UNROLL for (int dt = 0; dt < 2 * kMmaMaxFrags; ++dt) o[dt][2 * r] *= inv[r], o[dt][2 * r + 1] *= inv[r];
       }
-      T* orow = out + (b * g.Tq * g.H + h) * g.D + (r0 + warp * 16) * g.H * g.D;
+      S* orow = out + (b * g.Tq * g.H + h) * g.D + (r0 + warp * 16) * g.H * g.D;
       const long wrows = g.Tq - (r0 + warp * 16);  // this warp's rows that exist
       TP_UNROLL for (int dt = 0; dt < 2 * kMmaMaxFrags; ++dt) if (dt < 2 * nd)
         frag_emit<false>(lane, o[dt], orow, g.H * g.D, dt * 8, wrows, 1.f);
@@ -267,7 +286,7 @@ struct FlashFwdMma {
 
 // dq += scale dS k (dS = P (dP - rowsum(dout out)), P recomputed from the statistics); writes each query row's term
 // rowsum(dout out) to `terms` for the dK / dV kernel, which runs after it.
-template <class T>
+template <class T, class S = T>
 struct FlashBwdDqMma {
   TP_MMA_WARPS(4)
   static constexpr const char* kName = "flash_attention_bwd_dq (tensor cores)";
@@ -275,11 +294,11 @@ struct FlashBwdDqMma {
   T* dq;
   float* terms;  // [B, H, Tq]
   const T* dout;
-  const T* out;
+  const S* out;
   const T* stats;
-  const T* q;
-  const T* k;
-  const T* v;
+  const S* q;
+  const S* k;
+  const S* v;
   MmaGeom g;
   struct Smem {
     bf16 *Ks, *Vs;  // [kMmaKeys, ldk] (first: the query tile's q and dout)
@@ -304,8 +323,8 @@ struct FlashBwdDqMma {
       const bool live[2] = {row[0] < g.Tq, row[1] < g.Tq};
       const long nrows = k_min(kRows, g.Tq - r0);
       const long qbase = b * g.Tq * g.ldq + h * g.D, obase = (b * g.Tq * g.H + h) * g.D;
-      const T* kb = k + qt.kvo;
-      const T* vb = v + qt.kvo;
+      const S* kb = k + qt.kvo;
+      const S* vb = v + qt.kvo;
       c.sync();
       mma_stage(c, sm.Ks, ldk, q + qbase, g.ldq, r0, nrows, kRows, g.D);
       mma_stage(c, sm.Vs, ldk, dout + obase, g.H * g.D, r0, nrows, kRows, g.D);
@@ -364,7 +383,7 @@ struct FlashBwdDqMma {
 // dk += scale dSᵀ q, dv += Pᵀ dout, over the query tiles of the G query heads of one kv head; the warp's rows are
 // keys, so Sᵀ = k qᵀ and dPᵀ = v doutᵀ come out transposed in the registers. The query rows' terms
 // rowsum(dout out) are those the dQ kernel wrote.
-template <class T>
+template <class T, class S = T>
 struct FlashBwdDkvMma {
   TP_MMA_WARPS(4)
   static constexpr const char* kName = "flash_attention_bwd_dkv (tensor cores)";
@@ -375,9 +394,9 @@ struct FlashBwdDkvMma {
   const float* terms;  // [B, H, Tq], from FlashBwdDqMma
   const T* dout;
   const T* stats;
-  const T* q;
-  const T* k;
-  const T* v;
+  const S* q;
+  const S* k;
+  const S* v;
   MmaGeom g;
   struct Smem {
     bf16 *Qs, *Os;        // [kStage, ldk]: the query tile's q and dout (first: the item's k and v)

@@ -135,6 +135,30 @@ TP_HD TP_INLINE void st4(bf16* p, F4 v) {
   p[0] = to_bf16(v.x), p[1] = to_bf16(v.y), p[2] = to_bf16(v.z), p[3] = to_bf16(v.w);
 #endif
 }
+// Eight adjacent bf16 moved as they are: one 16-byte load or store on the GPU (p 16-byte aligned there; the host
+// copy throws where the GPU's access would fault).
+struct alignas(16) B8 {
+  uint32_t w[4];
+};
+TP_HD TP_INLINE B8 ld8(const bf16* p) {
+#ifdef __CUDA_ARCH__
+  const uint4 u = *reinterpret_cast<const uint4*>(p);
+  return B8{{u.x, u.y, u.z, u.w}};
+#else
+  vector_align_check(p, 16, "ld8 (bf16)");
+  B8 r;
+  std::memcpy(&r, p, sizeof r);
+  return r;
+#endif
+}
+TP_HD TP_INLINE void st8(bf16* p, B8 v) {
+#ifdef __CUDA_ARCH__
+  *reinterpret_cast<uint4*>(p) = make_uint4(v.w[0], v.w[1], v.w[2], v.w[3]);
+#else
+  vector_align_check(p, 16, "st8 (bf16)");
+  std::memcpy(p, &v, sizeof v);
+#endif
+}
 // lo and hi rounded to bf16 (to_bf16's rounding) in one 32-bit register, lo in the low half: the operand pairs of
 // the tensor-core instructions (EmuCtx::mma16816, exec/kernels/emu.hpp).
 TP_HD TP_INLINE uint32_t pack_bf16x2(float lo, float hi) {

@@ -137,7 +137,8 @@ TEST(Bf16Storage, RoundInputKeepsTheInputsCopyForThePack) {
 
 // One dense GELU layer of Gpt<T> with bf16 GEMM operands, its saved tensors packed after the forward, then unpacked
 // for the backward either wholly or keeping ln1, ln2 and act packed, and its output gradients either rounded in each
-// GEMM or packed once for both (Gpt::pack_operands16): identical input and weight gradients. moe: a MoE layer (4
+// GEMM or packed once for both (Gpt::pack_operands16; under flash that also runs the attention on the packed QKV
+// output, flash_attention_fwd16 / _bwd16): identical input and weight gradients. moe: a MoE layer (4
 // experts, top 2, a shared expert; its backward reads nothing packed, as Gpt::reads_packed says).
 template <class T>
 void packed_operands_case(const E::Backend& be, bool flash, bool moe = false) {
@@ -173,7 +174,10 @@ void packed_operands_case(const E::Backend& be, bool flash, bool moe = false) {
     if (moe) {
       EXPECT_FALSE(a.m_xe.empty());
     }
-    EXPECT_EQ(a.packed(a.attn) != nullptr, keep && !flash);  // flash's backward reads the attention output
+    // The unfused backward reads the attention output packed when kept; flash with the operands packed once (share)
+    // reads the fused QKV output and the attention output packed (flash_attention_bwd16), whatever keep says.
+    EXPECT_EQ(a.packed(a.attn) != nullptr, (keep && !flash) || (flash && share));
+    EXPECT_EQ(a.packed(a.q) != nullptr, flash && share);
     m.layer_bwd(0, dx.data(), dx.data(), a, B, Tn);
     grads.push_back(down(be, gr));
     dxs.push_back(down(be, dx));

@@ -27,6 +27,11 @@ extern template void flash_attention_fwd<L, float>(const L&, float*, float*, con
 extern template void flash_attention_bwd<L, float>(const L&, float*, float*, float*, const float*, const float*,
                                                   const float*, const float*, const float*, const float*, long, long,
                                                   long, long, long, long, long, long, bool, float*);
+extern template void flash_attention_fwd<L, float, bf16>(const L&, bf16*, float*, const bf16*, const bf16*, const bf16*,
+                                                        long, long, long, long, long, long, long, long, bool);
+extern template void flash_attention_bwd<L, float, bf16>(const L&, float*, float*, float*, const float*, const bf16*,
+                                                        const float*, const bf16*, const bf16*, const bf16*, long, long,
+                                                        long, long, long, long, long, long, bool, float*);
 }  // namespace tp::kernels
 
 namespace tp::cuda {
@@ -272,6 +277,29 @@ void flash_attention_bwd(F* dq, F* dk, F* dv, const F* dout, const F* out, const
     }
   });
 }
+// The bf16-stored variants (exec/ops.hpp): the same kernels reading and writing bf16.
+const k::bf16* b16p(const uint16_t* p) { return reinterpret_cast<const k::bf16*>(p); }
+void flash_attention_fwd16(uint16_t* out, F* stats, const uint16_t* q, const uint16_t* kk, const uint16_t* v, long B,
+                           long Tq, long Tk, long H, long Hkv, long D, long ldq, long ldkv) {
+  TP_OP("flash_attention_fwd16", ({{"B", B}, {"Tq", Tq}, {"Tk", Tk}, {"H", H}, {"Hkv", Hkv}, {"D", D}}), {
+    flash_check(H, Hkv, Tq, Tk, D);
+    if (B * Tq * H * D > 0)
+      k::flash_attention_fwd(launcher(), reinterpret_cast<k::bf16*>(out), stats, b16p(q), b16p(kk), b16p(v), B, Tq, Tk,
+                             H, Hkv, D, ldq, ldkv, lt_bf16());
+  });
+}
+void flash_attention_bwd16(F* dq, F* dk, F* dv, const F* dout, const uint16_t* out, const F* stats, const uint16_t* q,
+                           const uint16_t* kk, const uint16_t* v, long B, long Tq, long Tk, long H, long Hkv, long D,
+                           long ldq, long ldkv) {
+  TP_OP("flash_attention_bwd16", ({{"B", B}, {"Tq", Tq}, {"Tk", Tk}, {"H", H}, {"Hkv", Hkv}, {"D", D}}), {
+    flash_check(H, Hkv, Tq, Tk, D);
+    if (B * Tq * H * D > 0) {
+      float* terms = static_cast<float*>(scratch(sizeof(float) * size_t(k::flash_bwd_scratch(B, H, Tq))));
+      k::flash_attention_bwd(launcher(), dq, dk, dv, dout, b16p(out), stats, b16p(q), b16p(kk), b16p(v), B, Tq, Tk, H,
+                             Hkv, D, ldq, ldkv, lt_bf16(), terms);
+    }
+  });
+}
 
 // ---- element-wise and row ops ----
 void add_bias(F* y, const F* x, const F* b, long N, long C) {
@@ -403,6 +431,7 @@ void fill_f32_table(exec::OpTable<float>& t) {
   t.attention_fwd = attention_fwd, t.attention_bwd = attention_bwd;
   t.attention_fwd_kv = attention_fwd_kv, t.attention_bwd_kv = attention_bwd_kv;
   t.flash_attention_fwd = flash_attention_fwd, t.flash_attention_bwd = flash_attention_bwd;
+  t.flash_attention_fwd16 = flash_attention_fwd16, t.flash_attention_bwd16 = flash_attention_bwd16;
   t.cross_entropy_fwd = cross_entropy_fwd, t.cross_entropy_bwd = cross_entropy_bwd, t.row_max = row_max;
   t.embedding_fwd = embedding_fwd, t.embedding_bwd = embedding_bwd, t.embedding_shard_bwd = embedding_shard_bwd;
   t.adamw = adamw, t.sum_squares = sum_squares, t.fp8_quantize = fp8_quantize;
@@ -421,7 +450,7 @@ void fill_f64_unsupported(exec::OpTable<double>& t) {
   TP_S(ce_shard_exp); TP_S(ce_shard_finish); TP_S(ce_shard_target_grad); TP_S(embedding_fwd); TP_S(embedding_bwd);
   TP_S(embedding_shard_fwd); TP_S(embedding_shard_bwd); TP_S(add_positions); TP_S(positions_bwd); TP_S(adamw);
   TP_S(sum_squares); TP_S(fp8_quantize); TP_S(attention_fwd_kv); TP_S(attention_bwd_kv);
-  TP_S(flash_attention_fwd); TP_S(flash_attention_bwd);
+  TP_S(flash_attention_fwd); TP_S(flash_attention_bwd); TP_S(flash_attention_fwd16); TP_S(flash_attention_bwd16);
 #undef TP_S
 }
 
