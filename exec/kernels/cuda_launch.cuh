@@ -47,6 +47,16 @@ struct DeviceCtx {
                  : "r"(addr)
                  : "memory");
   }
+  // cp.async (sm_80 and later), as EmuCtx documents it: 16 bytes global -> shared (zero: src-size 0, zeros).
+  __device__ void cp_async16(void* dst, const void* src, bool zero) {
+    const unsigned addr = unsigned(__cvta_generic_to_shared(dst));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(addr), "l"(src), "r"(zero ? 0 : 16) : "memory");
+  }
+  __device__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+  template <int N>
+  __device__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+  }
   __device__ void ldsm4_t(uint32_t r[4], const __nv_bfloat16* p) {
     const unsigned addr = unsigned(__cvta_generic_to_shared(p));
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"

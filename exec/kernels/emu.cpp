@@ -210,6 +210,43 @@ void EmuCtx::ldsm(uint32_t r[4], const bf16* p, bool trans) {
   }
 }
 
+void EmuCtx::cp_async16(void* dst, const void* src, bool zero) {
+  const auto* b = static_cast<unsigned char*>(dst);
+  if (!smem_ || b < smem_ || b + 16 > smem_ + smem_bytes_ || (b - smem_) % 16 != 0)
+    throw std::runtime_error("cp.async: destination not 16-byte aligned in the block's shared memory");
+  if (!zero && reinterpret_cast<uintptr_t>(src) % 16 != 0) throw std::runtime_error("cp.async: source not 16-byte aligned");
+  if (nacp_ == kAsyncMax) throw std::runtime_error("cp.async: more queued copies than the emulator holds");
+  if (schedule() == Schedule::warps_backward) {  // (at once: the earliest a GPU may; see emu.hpp)
+    if (zero) std::memset(dst, 0, 16);
+    else std::memcpy(dst, src, 16);
+    zero = true, src = nullptr, dst = nullptr;  // (queued as done, so the waits and the end check still count it)
+  }
+  acp_[nacp_++] = AsyncCopy{dst, src, zero};
+}
+
+void EmuCtx::cp_async_commit() {
+  if (ngrp_ == kGroupsMax) throw std::runtime_error("cp.async: more committed groups than the emulator holds");
+  grp_[ngrp_++] = nacp_;
+}
+
+void EmuCtx::async_wait(int n) {
+  if (ngrp_ <= n) return;
+  const int done = ngrp_ - n, upto = grp_[done - 1];  // the oldest `done` groups: copies [0, upto)
+  for (int i = 0; i < upto; ++i) {
+    if (!acp_[i].dst) continue;  // (copied when issued)
+    if (acp_[i].zero) std::memset(acp_[i].dst, 0, 16);
+    else std::memcpy(acp_[i].dst, acp_[i].src, 16);
+  }
+  for (int i = upto; i < nacp_; ++i) acp_[i - upto] = acp_[i];
+  nacp_ -= upto;
+  for (int i = done; i < ngrp_; ++i) grp_[i - done] = grp_[i] - upto;
+  ngrp_ -= done;
+}
+
+void EmuCtx::cp_async_end() {
+  if (nacp_ > 0) throw std::runtime_error("cp.async: copies still queued when the thread returned");
+}
+
 void EmuCtx::mma16816(float d[4], const uint32_t a[4], const uint32_t b[2]) {
   uint64_t A01[kWarp], A23[kWarp], Bs[kWarp];
   (void)exchange(a[0] | uint64_t(a[1]) << 32, 0, A01);
@@ -277,6 +314,7 @@ void run_thread(Block& B, unsigned tid) {
     B.gate(w);
     try {
       B.body(B.kernel, c);
+      c.cp_async_end();
     } catch (const std::exception& e) {
       B.fail(bid, tid, e.what());
     } catch (...) {

@@ -71,8 +71,34 @@ struct EmuCtx {
   void mma16816(float d[4], const uint32_t a[4], const uint32_t b[2]);
   void ldsm4(uint32_t r[4], const bf16* p) { ldsm(r, p, false); }
   void ldsm4_t(uint32_t r[4], const bf16* p) { ldsm(r, p, true); }
+  // Asynchronous copies (cp.async, sm_80): cp_async16 queues 16 bytes from global memory to shared memory (zero:
+  // 16 zero bytes, src unread, as cp.async's src-size 0), cp_async_commit closes this thread's group,
+  // cp_async_wait<N> completes every committed group but the newest N. The emulator copies at the two ends of the
+  // window in which a GPU may: at the wait that completes the group (schedules free and warps_forward), so a read
+  // of a destination before its wait and the sync that publishes it sees the old bytes; and at once
+  // (warps_backward), so a copy issued into a buffer another warp still reads, before the sync that ends those
+  // reads, overwrites what that warp reads. A destination outside the block's shared memory or not 16-byte
+  // aligned, a source not 16-byte aligned, and copies still queued when the thread returns fail the launch.
+  void cp_async16(void* dst, const void* src, bool zero);
+  void cp_async_commit();
+  template <int N>
+  void cp_async_wait() {
+    async_wait(N);
+  }
+  void cp_async_end();  // (the engines, after the body returns)
 
  private:
+  static constexpr int kAsyncMax = 64, kGroupsMax = 8;
+  struct AsyncCopy {
+    void* dst;
+    const void* src;
+    bool zero;
+  };
+  AsyncCopy acp_[kAsyncMax];
+  int nacp_ = 0;              // queued copies, oldest first
+  int grp_[kGroupsMax] = {};  // committed group i ends before acp_[grp_[i]]
+  int ngrp_ = 0;
+  void async_wait(int n);
   void ldsm(uint32_t r[4], const bf16* p, bool trans);
   // The value of lane (this lane ^ mask) after every lane of the warp gave its own; with `all`, every lane's
   // value in all[0..31] (a warp-wide gather: no lane may have returned).

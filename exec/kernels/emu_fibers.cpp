@@ -92,6 +92,7 @@ void fiber_entry(unsigned hi, unsigned lo) {
   c.fib_ = R;
   try {
     R->body(R->kernel, c);
+    c.cp_async_end();
   } catch (const std::exception& e) {
     R->fail(t, e.what());
   } catch (...) {

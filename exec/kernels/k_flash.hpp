@@ -317,7 +317,7 @@ void flash_attention_fwd(const L& launch, S* out, T* stats, const S* q, const S*
   static_assert(std::is_same_v<S, T> || (std::is_same_v<S, tp::kernels::bf16> && std::is_same_v<T, float>), "storage");
   if constexpr (std::is_same_v<T, float>) {
     if (bf16 && flash_mma_fits(D)) {
-      const MmaGeom mg{B, Tq, Tk, H, Hkv, D, ldq, ldkv};
+      const MmaGeom mg{B, Tq, Tk, H, Hkv, D, ldq, ldkv, mma_async_fits(k, ldkv, D) && mma_async_fits(v, ldkv, D)};
       using F = FlashFwdMma<T, S>;
       launch(F{out, stats, q, k, v, mg},
              Dim{blocks_for(B * H * ((Tq + F::kRows - 1) / F::kRows), 1, launch.max_grid), F::kMaxThreads, mma_smem<F>(mg)});
@@ -339,7 +339,7 @@ void flash_attention_bwd(const L& launch, T* dq, T* dk, T* dv, const T* dout, co
   static_assert(std::is_same_v<S, T> || (std::is_same_v<S, tp::kernels::bf16> && std::is_same_v<T, float>), "storage");
   if constexpr (std::is_same_v<T, float>) {
     if (bf16 && flash_mma_fits(D)) {
-      const MmaGeom mg{B, Tq, Tk, H, Hkv, D, ldq, ldkv};
+      const MmaGeom mg{B, Tq, Tk, H, Hkv, D, ldq, ldkv, mma_async_fits(k, ldkv, D) && mma_async_fits(v, ldkv, D)};
       using Q = FlashBwdDqMma<T, S>;
       using KV = FlashBwdDkvMma<T, S>;
       const long qi = B * H * ((Tq + Q::kRows - 1) / Q::kRows), ki = B * Hkv * ((Tk + KV::kRows - 1) / KV::kRows);

@@ -43,7 +43,9 @@ TP_HD TP_INLINE bool flash_mma_fits(long D) { return D % 16 == 0 && D >= 16 && D
 struct MmaGeom {
   long B = 0, Tq = 0, Tk = 0, H = 0, Hkv = 0, D = 0;
   long ldq = 0, ldkv = 0;  // row strides of q / dq and of k, v, dk, dv (exec/ops.hpp)
+  bool async = false;      // the key tiles (k, v) are staged by cp.async (mma_async_fits)
   TP_HD long ldk() const { return D + 8; }              // bf16 row tiles (2 D + 16 bytes: 16-byte rows, no bank conflicts)
+  TP_HD long tile() const { return kMmaKeys * ldk(); }  // elements of one key tile buffer (a multiple of 32 bytes)
   TP_HD long off() const { return Tk - Tq; }
   TP_HD long G() const { return H / Hkv; }
   TP_HD int nd() const { return int(D / 16); }
@@ -131,6 +133,47 @@ TP_HD void mma_stage(Ctx& c, bf16* dst, long ldd, const T* src, long stride, lon
     dst[r * ldo + d] = to_bf16(r < nn ? float(ld(s0[long(r) * stride + d])) : 0.f);
   }
 }
+// Whether rows of src (row stride `stride`, D columns) can be staged by cp.async: bf16, D and the stride multiples
+// of 8, on a 16-byte boundary (so is every row: the model's packed QKV under bf16 storage).
+template <class T>
+inline bool mma_async_fits(const T* src, long stride, long D) {
+  return std::is_same_v<T, bf16> && D % 8 == 0 && stride % 8 == 0 && aligned_to(src, 16);
+}
+// mma_stage's tile by cp.async when `async` (the rows as mma_async_fits says; 16 bytes per copy, rows past n
+// zero-filled), else mma_stage itself. Either way the tile is complete once every thread has waited for its copies
+// (cp_async_wait) and the block has synced; the caller commits the group.
+template <class Ctx, class T>
+TP_HD void mma_stage_tile(Ctx& c, bool async, bf16* dst, long ldd, const T* src, long stride, long r0, long n, long rows,
+                          long D) {
+  if constexpr (std::is_same_v<T, bf16>) {
+    if (async) {
+      const bf16* s0 = src + r0 * stride;
+      const int q8 = int(D / 8), total = int(rows) * q8, nn = int(n), ldo = int(ldd);
+      for (int e = int(c.tid()); e < total; e += int(c.bdim())) {
+        const int r = e / q8, d = (e - r * q8) * 8;
+        c.cp_async16(dst + r * ldo + d, r < nn ? s0 + long(r) * stride + d : s0, r >= nn);
+      }
+    } else {  // (unaligned bf16 rows, which the model never passes: element by element, few registers)
+      const int total = int(rows * D), dd = int(D), nn = int(n), ldo = int(ldd);
+      for (int e = int(c.tid()); e < total; e += int(c.bdim())) {
+        const int r = e / dd, d = e - r * dd;
+        dst[r * ldo + d] = r < nn ? src[(r0 + r) * stride + d] : to_bf16(0.f);
+      }
+    }
+    return;
+  }
+  mma_stage(c, dst, ldd, src, stride, r0, n, rows, D);
+}
+// Key tile j0 (n = its keys before `last`) of kb and vb into tile buffer `buf` of Ks and Vs, as one cp.async group.
+template <class Ctx, class S>
+TP_HD void mma_stage_kv(Ctx& c, const MmaGeom& g, bf16* Ks, bf16* Vs, int buf, const S* kb, const S* vb, long j0,
+                        long last) {
+  const long n = k_min(kMmaKeys, last - j0);
+  mma_stage_tile(c, g.async, Ks + buf * g.tile(), g.ldk(), kb, g.ldkv, j0, n, kMmaKeys, g.D);
+  mma_stage_tile(c, g.async, Vs + buf * g.tile(), g.ldk(), vb, g.ldkv, j0, n, kMmaKeys, g.D);
+  c.cp_async_commit();
+}
+
 // ---- fragments (lane l: g = l / 4, t = l % 4; the layouts of EmuCtx::mma16816) ----
 // A operand (16 x 16) of the warp's 16 rows of the row-major bf16 tile X (row stride ld), columns k0..k0+15.
 template <class Ctx>
@@ -202,12 +245,12 @@ struct FlashFwdMma {
   const S* v;
   MmaGeom g;
   struct Smem {
-    bf16 *Ks, *Vs;  // [kMmaKeys, ldk]
+    bf16 *Ks, *Vs;  // two tile buffers each, [2][kMmaKeys, ldk]: key tile t in buffer t % 2 (the query tile first in 1)
   };
   TP_HD static Smem carve(Carve& cv, const MmaGeom& g) {
     Smem s;
-    s.Ks = cv.take<bf16>(kMmaKeys * g.ldk());
-    s.Vs = cv.take<bf16>(kMmaKeys * g.ldk());
+    s.Ks = cv.take<bf16>(2 * g.tile());
+    s.Vs = cv.take<bf16>(2 * g.tile());
     return s;
   }
   template <class Ctx>
@@ -224,24 +267,29 @@ struct FlashFwdMma {
       const bool live[2] = {row[0] < g.Tq, row[1] < g.Tq};
       const S* kb = k + qt.kvo;
       const S* vb = v + qt.kvo;
-      c.sync();  // (the previous item's reads of Ks are done)
-      mma_stage(c, sm.Ks, ldk, q + b * g.Tq * g.ldq + h * g.D, g.ldq, r0, k_min(kRows, g.Tq - r0), kRows, g.D);
+      c.sync();  // (the previous item's reads of the buffers are done)
+      mma_stage(c, sm.Ks + g.tile(), ldk, q + b * g.Tq * g.ldq + h * g.D, g.ldq, r0, k_min(kRows, g.Tq - r0), kRows, g.D);
+      mma_stage_kv(c, g, sm.Ks, sm.Vs, 0, kb, vb, 0, last);  // key tile 0, in flight under the query fragments' loads
       c.sync();
       uint32_t qa[kMmaMaxFrags][4];
-      TP_UNROLL for (int kd = 0; kd < kMmaMaxFrags; ++kd) if (kd < nd) frag_a(c, qa[kd], sm.Ks + warp * 16 * ldk, ldk, kd * 16);
+      TP_UNROLL for (int kd = 0; kd < kMmaMaxFrags; ++kd) if (kd < nd) frag_a(c, qa[kd], sm.Ks + g.tile() + warp * 16 * ldk, ldk, kd * 16);
       // o, and per row (g, g + 8) the running max m of the raw scores s = q·k and this lane's part of the sum
       float o[2 * kMmaMaxFrags][4] = {}, m[2] = {k_neg_inf<float>(), k_neg_inf<float>()}, l[2] = {0.f, 0.f};
       for (long j0 = 0; j0 < last; j0 += kMmaKeys) {
         const long n = k_min(kMmaKeys, last - j0);
         // The mask as one bound per row: the tile's columns below hi[r] exist and are visible to row r.
         const long hi[2] = {live[0] ? k_min(n, row[0] + g.off() - j0 + 1) : 0, live[1] ? k_min(n, row[1] + g.off() - j0 + 1) : 0};
+        // Pipelined: this tile complete for every thread, and every warp done with the other buffer (the previous
+        // tile, or the query tile), which the next tile then takes while this one is computed.
+        c.template cp_async_wait<0>();
         c.sync();
-        mma_stage(c, sm.Ks, ldk, kb, g.ldkv, j0, n, kMmaKeys, g.D);
-        mma_stage(c, sm.Vs, ldk, vb, g.ldkv, j0, n, kMmaKeys, g.D);
-        c.sync();
+        const int buf = int(j0 / kMmaKeys) % 2;
+        if (j0 + kMmaKeys < last) mma_stage_kv(c, g, sm.Ks, sm.Vs, 1 - buf, kb, vb, j0 + kMmaKeys, last);
+        const bf16* Ks = sm.Ks + buf * g.tile();
+        const bf16* Vs = sm.Vs + buf * g.tile();
         float s[kMmaKeys / 8][4] = {};
         TP_UNROLL for (int kd = 0; kd < kMmaMaxFrags; ++kd) if (kd < nd)
-          mma_bt<int(kMmaKeys / 16)>(c, s, qa[kd], sm.Ks, ldk, 0, kd * 16, int(kMmaKeys / 16));
+          mma_bt<int(kMmaKeys / 16)>(c, s, qa[kd], Ks, ldk, 0, kd * 16, int(kMmaKeys / 16));
         // The mask; the tile's row max, then the running max, the rescale of l and o, and P = exp(scale (s - m)).
         float tm[2] = {k_neg_inf<float>(), k_neg_inf<float>()};
         TP_UNROLL for (int nt = 0; nt < int(kMmaKeys / 8); ++nt) TP_UNROLL for (int e = 0; e < 4; ++e) {
@@ -264,7 +312,7 @@ struct FlashFwdMma {
         TP_UNROLL for (int kc = 0; kc < int(kMmaKeys / 16); ++kc) {
           uint32_t pa[4];
           acc_to_a(pa, s[2 * kc], s[2 * kc + 1]);
-          mma_b<kMmaMaxFrags>(c, o, pa, sm.Vs, ldk, kc * 16, 0, nd);
+          mma_b<kMmaMaxFrags>(c, o, pa, Vs, ldk, kc * 16, 0, nd);
         }
       }
       float inv[2];
@@ -301,12 +349,12 @@ struct FlashBwdDqMma {
   const S* v;
   MmaGeom g;
   struct Smem {
-    bf16 *Ks, *Vs;  // [kMmaKeys, ldk] (first: the query tile's q and dout)
+    bf16 *Ks, *Vs;  // two tile buffers each, as the forward's (first in buffer 1: the query tile's q and dout)
   };
   TP_HD static Smem carve(Carve& cv, const MmaGeom& g) {
     Smem s;
-    s.Ks = cv.take<bf16>(kMmaKeys * g.ldk());
-    s.Vs = cv.take<bf16>(kMmaKeys * g.ldk());
+    s.Ks = cv.take<bf16>(2 * g.tile());
+    s.Vs = cv.take<bf16>(2 * g.tile());
     return s;
   }
   template <class Ctx>
@@ -325,14 +373,15 @@ struct FlashBwdDqMma {
       const long qbase = b * g.Tq * g.ldq + h * g.D, obase = (b * g.Tq * g.H + h) * g.D;
       const S* kb = k + qt.kvo;
       const S* vb = v + qt.kvo;
-      c.sync();
-      mma_stage(c, sm.Ks, ldk, q + qbase, g.ldq, r0, nrows, kRows, g.D);
-      mma_stage(c, sm.Vs, ldk, dout + obase, g.H * g.D, r0, nrows, kRows, g.D);
+      c.sync();  // (the previous item's reads of the buffers are done)
+      mma_stage(c, sm.Ks + g.tile(), ldk, q + qbase, g.ldq, r0, nrows, kRows, g.D);
+      mma_stage(c, sm.Vs + g.tile(), ldk, dout + obase, g.H * g.D, r0, nrows, kRows, g.D);
+      mma_stage_kv(c, g, sm.Ks, sm.Vs, 0, kb, vb, 0, last);  // key tile 0, in flight meanwhile
       c.sync();
       uint32_t qa[kMmaMaxFrags][4], da[kMmaMaxFrags][4];
       TP_UNROLL for (int kd = 0; kd < kMmaMaxFrags; ++kd) if (kd < nd) {
-        frag_a(c, qa[kd], sm.Ks + warp * 16 * ldk, ldk, kd * 16);
-        frag_a(c, da[kd], sm.Vs + warp * 16 * ldk, ldk, kd * 16);
+        frag_a(c, qa[kd], sm.Ks + g.tile() + warp * 16 * ldk, ldk, kd * 16);
+        frag_a(c, da[kd], sm.Vs + g.tile() + warp * 16 * ldk, ldk, kd * 16);
       }
       // The rows' terms rowsum(dout out) in fp32: each lane of the quad over a quarter of the head dims.
       float delta[2], M[2], inv[2];  // M: the row's max in log2 units (M log2 e)
@@ -350,15 +399,17 @@ struct FlashBwdDqMma {
       for (long j0 = 0; j0 < last; j0 += kMmaKeys) {
         const long n = k_min(kMmaKeys, last - j0);
         const long hi[2] = {live[0] ? k_min(n, row[0] + g.off() - j0 + 1) : 0, live[1] ? k_min(n, row[1] + g.off() - j0 + 1) : 0};  // (as the forward's)
+        c.template cp_async_wait<0>();  // (pipelined as the forward's)
         c.sync();
-        mma_stage(c, sm.Ks, ldk, kb, g.ldkv, j0, n, kMmaKeys, g.D);
-        mma_stage(c, sm.Vs, ldk, vb, g.ldkv, j0, n, kMmaKeys, g.D);
-        c.sync();
+        const int buf = int(j0 / kMmaKeys) % 2;
+        if (j0 + kMmaKeys < last) mma_stage_kv(c, g, sm.Ks, sm.Vs, 1 - buf, kb, vb, j0 + kMmaKeys, last);
+        const bf16* Ks = sm.Ks + buf * g.tile();
+        const bf16* Vs = sm.Vs + buf * g.tile();
         for (int c0 = 0; c0 < int(kMmaKeys); c0 += kMmaHalf) {
           float s[kMmaHalf / 8][4] = {}, dp[kMmaHalf / 8][4] = {};
           TP_UNROLL for (int kd = 0; kd < kMmaMaxFrags; ++kd) if (kd < nd) {
-            mma_bt<kMmaHalf / 16>(c, s, qa[kd], sm.Ks, ldk, c0, kd * 16, kMmaHalf / 16);
-            mma_bt<kMmaHalf / 16>(c, dp, da[kd], sm.Vs, ldk, c0, kd * 16, kMmaHalf / 16);
+            mma_bt<kMmaHalf / 16>(c, s, qa[kd], Ks, ldk, c0, kd * 16, kMmaHalf / 16);
+            mma_bt<kMmaHalf / 16>(c, dp, da[kd], Vs, ldk, c0, kd * 16, kMmaHalf / 16);
           }
           TP_UNROLL for (int nt = 0; nt < kMmaHalf / 8; ++nt) TP_UNROLL for (int e = 0; e < 4; ++e) {
             const int r = e / 2;
@@ -368,7 +419,7 @@ struct FlashBwdDqMma {
           TP_UNROLL for (int kc = 0; kc < kMmaHalf / 16; ++kc) {
             uint32_t dsa[4];
             acc_to_a(dsa, s[2 * kc], s[2 * kc + 1]);
-            mma_b<kMmaMaxFrags>(c, acc, dsa, sm.Ks, ldk, c0 + kc * 16, 0, nd);
+            mma_b<kMmaMaxFrags>(c, acc, dsa, Ks, ldk, c0 + kc * 16, 0, nd);
           }
         }
       }

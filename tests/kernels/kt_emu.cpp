@@ -380,4 +380,47 @@ TEST(KernelMma, TheGpusRulesFailTheLaunch) {
   EXPECT_THROW(emu::launch(MmaReturnedLane{}, {1, 32, 0}), emu::LaunchError);
 }
 
+// cp.async: each thread copies its 16 bytes of `src` into shared memory as one group, then records what its
+// destination holds before the wait (seen[0]) and after it (seen[1]), as 32-bit words; with `zero` the copy is
+// cp.async's zero fill; `pending` returns without the wait.
+struct AsyncCopyProbe {
+  static constexpr const char* kName = "cp_async_probe";
+  const uint32_t* src;
+  uint32_t* seen;
+  bool zero, pending;
+  long shift;
+  template <class Ctx>
+  void operator()(Ctx& c) const {
+    uint32_t* dst = c.template shared<uint32_t>() + 4 * c.tid();
+    dst[0] = 7u;
+    c.cp_async16(reinterpret_cast<unsigned char*>(dst) + shift, src + 4 * c.tid(), zero);
+    c.cp_async_commit();
+    seen[2 * c.tid()] = dst[0];
+    if (pending) return;
+    c.template cp_async_wait<0>();
+    seen[2 * c.tid() + 1] = dst[0];
+  }
+};
+
+// The emulator copies at the wait (free, warps_forward: the old bytes before it) or at once (warps_backward), the two
+// ends of a GPU's window; the launch rules as the GPU's: a destination off 16 bytes, copies never waited for.
+TEST(KernelAsync, CopiesLandAtTheWaitOrAtOnceAndTheRulesFailTheLaunch) {
+  std::vector<uint32_t> src(4 * 64), seen(2 * 64);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = uint32_t(100 + i);
+  for (auto sched : {emu::Schedule::free, emu::Schedule::warps_forward, emu::Schedule::warps_backward})
+    for (bool zero : {false, true}) {
+      kt::ScheduleScope sc(sched);
+      std::fill(seen.begin(), seen.end(), 0u);
+      emu::launch(AsyncCopyProbe{src.data(), seen.data(), zero, false, 0}, {1, 64, 64 * 16});
+      const bool at_once = sched == emu::Schedule::warps_backward;
+      for (unsigned t = 0; t < 64; ++t) {
+        const uint32_t copied = zero ? 0u : src[4 * t];
+        EXPECT_EQ(seen[2 * t], at_once ? copied : 7u) << t;
+        EXPECT_EQ(seen[2 * t + 1], copied) << t;
+      }
+    }
+  EXPECT_THROW(emu::launch(AsyncCopyProbe{src.data(), seen.data(), false, false, 8}, {1, 32, 64 * 16}), emu::LaunchError);
+  EXPECT_THROW(emu::launch(AsyncCopyProbe{src.data(), seen.data(), false, true, 0}, {1, 32, 64 * 16}), emu::LaunchError);
+}
+
 }  // namespace

@@ -232,23 +232,25 @@ TEST(KernelFlashBf16, OperandsRoundedMovesTheResult) {
 namespace {
 // bf16 storage (S = bf16, exec/ops.hpp flash_attention_fwd16 / _bwd16): q, k, v and out read as bf16 and out
 // written rounded give exactly the fp32-storage kernels' result on the same (rounded) values, out rounded: the
-// same bits, on every path (tensor cores: D = 16, 64 with bf16 operands; scalar: D = 40 with them, D = 64
-// without), in the model's packed-QKV layout.
+// same bits, on every path (tensor cores: D = 16, 64 with bf16 operands, the key tiles by cp.async, or by plain
+// copies when the rows are off 16 bytes (shift 1); scalar: D = 40 with them, D = 64 without), in the model's
+// packed-QKV layout.
 TEST(KernelFlashBf16, Bf16StorageIsTheFloatResultRounded) {
   std::mt19937_64 rng(12);
   struct Case {
     long D;
     bool b16;
+    long shift;  // elements the packed QKV starts past its buffer's (aligned) start
   };
-  for (const Case& cs : {Case{16, true}, Case{64, true}, Case{40, true}, Case{64, false}}) {
-    SCOPED_TRACE("D " + std::to_string(cs.D) + (cs.b16 ? " bf16 operands" : ""));
+  for (const Case& cs : {Case{16, true, 0}, Case{64, true, 0}, Case{64, true, 1}, Case{40, true, 0}, Case{64, false, 0}}) {
+    SCOPED_TRACE("D " + std::to_string(cs.D) + (cs.b16 ? " bf16 operands" : "") + " shift " + std::to_string(cs.shift));
     const long D = cs.D, B = 2, T = kt::quick() ? 21 : 37, H = 4, Hkv = 2, W = (H + 2 * Hkv) * D, N = B * T;
-    const Vec qkv = kt::rounded<K::bf16>(kt::randv(N * W, rng)), dout = kt::randv(N * H * D, rng);
+    const Vec qkv = kt::rounded<K::bf16>(kt::randv(N * W + cs.shift, rng)), dout = kt::randv(N * H * D, rng);
     const K::emu::Launcher L{128, 3};
     std::vector<float> terms(size_t(K::flash_bwd_scratch(B, H, T)));
     // fp32 storage: the reference
     Buf<float> pf(qkv), of{Vec(N * H * D)}, sf{Vec(B * H * T * 2)}, dof(dout), gf{Vec(N * W)};
-    float* P = pf.data();
+    float* P = pf.data() + cs.shift;
     K::flash_attention_fwd(L, of.data(), sf.data(), P, P + H * D, P + (H + Hkv) * D, B, T, T, H, Hkv, D, W, W, cs.b16);
     Buf<float> of16(kt::rounded<K::bf16>(of.dbl()));  // out as the backward reads it: rounded
     K::flash_attention_bwd(L, gf.data(), gf.data() + H * D, gf.data() + (H + Hkv) * D, dof.data(), of16.data(),
@@ -256,7 +258,7 @@ TEST(KernelFlashBf16, Bf16StorageIsTheFloatResultRounded) {
     // bf16 storage
     Buf<K::bf16> pb(qkv), ob{Vec(N * H * D)};
     Buf<float> sb{Vec(B * H * T * 2)}, gb{Vec(N * W)};
-    const K::bf16* Pb = pb.data();
+    const K::bf16* Pb = pb.data() + cs.shift;
     K::flash_attention_fwd(L, ob.data(), sb.data(), Pb, Pb + H * D, Pb + (H + Hkv) * D, B, T, T, H, Hkv, D, W, W,
                            cs.b16);
     EXPECT_EQ(ob.dbl(), of16.dbl());
