@@ -388,7 +388,7 @@ void flash_bwd_any(const char* op, T* dq, T* dk, T* dv, const T* dout, const S* 
   flash_head_dim(op, D);
   if (B * Tq * H * D <= 0) return;
   const bool b16 = ops::cpu::bf16_gemm();
-  std::vector<float> terms(size_t(k::flash_bwd_scratch(B, H, Tq)));
+  std::vector<float> terms(size_t(k::flash_bwd_scratch(B, H, Tq, D)));
   auto run = [&terms, b16](T* gq, T* gk, T* gv, const T* go, const auto* o, const T* st, const auto* tq, const auto* tk,
                            const auto* tv, long b, long tq_, long tk_, long h, long hkv, long d, long lq, long lkv) {
     k::flash_attention_bwd(launcher(), gq, gk, gv, go, o, st, tq, tk, tv, b, tq_, tk_, h, hkv, d, lq, lkv, b16,

@@ -329,9 +329,11 @@ void flash_attention_fwd(const L& launch, S* out, T* stats, const S* q, const S*
   launch(FlashFwd<T, S>{out, stats, q, k, v, g, bf16},
          Dim{blocks_for(items, 1, launch.max_grid), kFlashBlock, flash_smem(g, sizeof(acc_t<T>))});
 }
-// Floats of scratch flash_attention_bwd takes: the query rows' terms rowsum(dout ⊙ out), which the tensor-core dQ
-// kernel writes and the dK / dV kernel reads (the scalar kernels compute their own and leave it untouched).
-inline long flash_bwd_scratch(long B, long H, long Tq) { return B * H * Tq; }
+// Floats of scratch flash_attention_bwd takes (16-byte aligned): the query rows' terms rowsum(dout ⊙ out), then
+// dout rounded to bf16 (from 16 bytes on), both written by the tensor-core dQ kernel and read by the dK / dV kernel
+// (the scalar kernels compute their own and leave it untouched).
+inline long flash_bwd_terms(long B, long H, long Tq) { return (B * H * Tq + 3) / 4 * 4; }
+inline long flash_bwd_scratch(long B, long H, long Tq, long D) { return flash_bwd_terms(B, H, Tq) + (B * Tq * H * D + 1) / 2; }
 template <class L, class T, class S>
 void flash_attention_bwd(const L& launch, T* dq, T* dk, T* dv, const T* dout, const S* out, const T* stats,
                          const S* q, const S* k, const S* v, long B, long Tq, long Tk, long H, long Hkv, long D,
@@ -343,9 +345,10 @@ void flash_attention_bwd(const L& launch, T* dq, T* dk, T* dv, const T* dout, co
       using Q = FlashBwdDqMma<T, S>;
       using KV = FlashBwdDkvMma<T, S>;
       const long qi = B * H * ((Tq + Q::kRows - 1) / Q::kRows), ki = B * Hkv * ((Tk + KV::kRows - 1) / KV::kRows);
-      launch(Q{dq, scratch, dout, out, stats, q, k, v, mg},
+      tp::kernels::bf16* dout16 = reinterpret_cast<tp::kernels::bf16*>(scratch + flash_bwd_terms(B, H, Tq));
+      launch(Q{dq, scratch, dout16, dout, out, stats, q, k, v, mg},
              Dim{blocks_for(qi, 1, launch.max_grid), Q::kMaxThreads, mma_smem<Q>(mg)});
-      launch(KV{dk, dv, scratch, dout, stats, q, k, v, mg},
+      launch(KV{dk, dv, scratch, dout16, stats, q, k, v, mg, mma_async_fits(q, ldq, D), mma_async_fits(dout16, H * D, D)},
              Dim{blocks_for(ki, 1, launch.max_grid), KV::kMaxThreads, mma_smem<KV>(mg)});
       return;
     }

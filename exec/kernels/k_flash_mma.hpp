@@ -341,6 +341,7 @@ struct FlashBwdDqMma {
   static_assert(kRows <= kMmaKeys, "the query tile is staged in Ks");
   T* dq;
   float* terms;  // [B, H, Tq]
+  bf16* dout16;  // [B, Tq, H, D]: dout rounded, as staged here, for the dK / dV kernel
   const T* dout;
   const S* out;
   const T* stats;
@@ -378,6 +379,10 @@ struct FlashBwdDqMma {
       mma_stage(c, sm.Vs + g.tile(), ldk, dout + obase, g.H * g.D, r0, nrows, kRows, g.D);
       mma_stage_kv(c, g, sm.Ks, sm.Vs, 0, kb, vb, 0, last);  // key tile 0, in flight meanwhile
       c.sync();
+      for (int e = int(c.tid()); e < int(nrows * g.D / 8); e += int(c.bdim())) {  // (the staged dout, 16 bytes at a time)
+        const int r = e / int(g.D / 8), d = (e - r * int(g.D / 8)) * 8;
+        st8(dout16 + obase + (r0 + r) * g.H * g.D + d, ld8(sm.Vs + g.tile() + r * ldk + d));
+      }
       uint32_t qa[kMmaMaxFrags][4], da[kMmaMaxFrags][4];
       TP_UNROLL for (int kd = 0; kd < kMmaMaxFrags; ++kd) if (kd < nd) {
         frag_a(c, qa[kd], sm.Ks + g.tile() + warp * 16 * ldk, ldk, kd * 16);
@@ -433,34 +438,53 @@ struct FlashBwdDqMma {
 
 // dk += scale dSᵀ q, dv += Pᵀ dout, over the query tiles of the G query heads of one kv head; the warp's rows are
 // keys, so Sᵀ = k qᵀ and dPᵀ = v doutᵀ come out transposed in the registers. The query rows' terms
-// rowsum(dout out) are those the dQ kernel wrote.
+// rowsum(dout out) and dout rounded to bf16 are those the dQ kernel wrote. The query tiles (G heads' in turn, one
+// sequence u) are double-buffered as the forward's key tiles: q and dout by cp.async when their rows allow, the
+// rows' statistics and terms by plain loads.
 template <class T, class S = T>
 struct FlashBwdDkvMma {
   TP_MMA_WARPS(4)
   static constexpr const char* kName = "flash_attention_bwd_dkv (tensor cores)";
-  static constexpr long kStage = kRows > kMmaQueries ? kRows : kMmaQueries;  // rows of Qs and Os
+  static_assert(kRows <= kMmaQueries, "the item's k, v rows are staged in a query tile buffer");
   static constexpr int kCols = 16;  // query columns of the score tiles in registers at a time (registers: no spills)
   T* dk;
   T* dv;
-  const float* terms;  // [B, H, Tq], from FlashBwdDqMma
-  const T* dout;
+  const float* terms;   // [B, H, Tq], from FlashBwdDqMma
+  const bf16* dout16;   // [B, Tq, H, D], from FlashBwdDqMma
   const T* stats;
   const S* q;
   const S* k;
   const S* v;
   MmaGeom g;
+  bool async_q = false, async_o = false;  // q's, dout16's tiles by cp.async (mma_async_fits)
   struct Smem {
-    bf16 *Qs, *Os;        // [kStage, ldk]: the query tile's q and dout (first: the item's k and v)
-    float *Ms, *Is, *Ds;  // per query row of the tile: max (log2 units: max log2 e), 1 / sum, rowsum(dout out)
+    bf16 *Qs, *Os;        // two buffers each, [2][kMmaQueries, ldk]: query tile u's q and dout in u % 2 (k, v first in 1)
+    float *Ms, *Is, *Ds;  // two buffers each, [2][kMmaQueries]: per query row max (log2 units), 1 / sum, rowsum(dout out)
   };
+  TP_HD static long qtile(const MmaGeom& g) { return kMmaQueries * g.ldk(); }
   TP_HD static Smem carve(Carve& cv, const MmaGeom& g) {
     Smem s;
-    s.Qs = cv.take<bf16>(kStage * g.ldk());
-    s.Os = cv.take<bf16>(kStage * g.ldk());
-    s.Ms = cv.take<float>(kMmaQueries);
-    s.Is = cv.take<float>(kMmaQueries);
-    s.Ds = cv.take<float>(kMmaQueries);
+    s.Qs = cv.take<bf16>(2 * qtile(g));
+    s.Os = cv.take<bf16>(2 * qtile(g));
+    s.Ms = cv.take<float>(2 * kMmaQueries);
+    s.Is = cv.take<float>(2 * kMmaQueries);
+    s.Ds = cv.take<float>(2 * kMmaQueries);
     return s;
+  }
+  // The query tile of rows i0.. of query head h, sequence b, into buffer buf.
+  template <class Ctx>
+  TP_HD void stage(Ctx& c, const Smem& sm, int buf, long i0, long h, long b) const {
+    const long n = k_min(kMmaQueries, g.Tq - i0), bh = b * g.H + h, ldk = g.ldk();
+    mma_stage_tile(c, async_q, sm.Qs + buf * qtile(g), ldk, q + b * g.Tq * g.ldq + h * g.D, g.ldq, i0, n, kMmaQueries, g.D);
+    mma_stage_tile(c, async_o, sm.Os + buf * qtile(g), ldk, dout16 + (b * g.Tq * g.H + h) * g.D, g.H * g.D, i0, n,
+                   kMmaQueries, g.D);
+    c.cp_async_commit();
+    for (long t = long(c.tid()); t < kMmaQueries; t += long(c.bdim())) {
+      const long at = bh * g.Tq + i0 + t;
+      sm.Ds[buf * kMmaQueries + t] = t < n ? terms[at] : 0.f;
+      sm.Ms[buf * kMmaQueries + t] = t < n ? float(ld(stats[at * 2])) * kLog2e : 0.f;
+      sm.Is[buf * kMmaQueries + t] = t < n ? float(ld(stats[at * 2 + 1])) : 0.f;
+    }
   }
   template <class Ctx>
   TP_HD void operator()(Ctx& c) const {
@@ -474,56 +498,55 @@ struct FlashBwdDkvMma {
       const long j0 = (item % tiles) * kRows, jw = j0 + warp * 16 + lane / 4;
       const long key[2] = {jw, jw + 8};
       const long kbase = b * g.Tk * g.ldkv + kh * g.D, nkeys = k_min(kRows, g.Tk - j0);
-      c.sync();
-      mma_stage(c, sm.Qs, ldk, k + kbase, g.ldkv, j0, nkeys, kRows, g.D);
-      mma_stage(c, sm.Os, ldk, v + kbase, g.ldkv, j0, nkeys, kRows, g.D);
+      const long first = k_max(0L, j0 - g.off());  // the first query that sees a key of the item
+      c.sync();  // (the previous item's reads of the buffers are done)
+      mma_stage(c, sm.Qs + qtile(g), ldk, k + kbase, g.ldkv, j0, nkeys, kRows, g.D);
+      mma_stage(c, sm.Os + qtile(g), ldk, v + kbase, g.ldkv, j0, nkeys, kRows, g.D);
+      stage(c, sm, 0, first, kh * g.G(), b);  // query tile 0, in flight meanwhile
       c.sync();
       uint32_t ka[kMmaMaxFrags][4], va[kMmaMaxFrags][4];
       TP_UNROLL for (int kd = 0; kd < kMmaMaxFrags; ++kd) if (kd < nd) {
-        frag_a(c, ka[kd], sm.Qs + warp * 16 * ldk, ldk, kd * 16);
-        frag_a(c, va[kd], sm.Os + warp * 16 * ldk, ldk, kd * 16);
+        frag_a(c, ka[kd], sm.Qs + qtile(g) + warp * 16 * ldk, ldk, kd * 16);
+        frag_a(c, va[kd], sm.Os + qtile(g) + warp * 16 * ldk, ldk, kd * 16);
       }
       float dka[2 * kMmaMaxFrags][4] = {}, dva[2 * kMmaMaxFrags][4] = {};
-      const long first = k_max(0L, j0 - g.off());  // the first query that sees a key of the item
-      for (long gi = 0; gi < g.G(); ++gi) {
-        const long h = kh * g.G() + gi, bh = b * g.H + h, qbase = b * g.Tq * g.ldq + h * g.D;
-        const long obase = (b * g.Tq * g.H + h) * g.D;
-        for (long i0 = first; i0 < g.Tq; i0 += kMmaQueries) {
-          const long n = k_min(kMmaQueries, g.Tq - i0);
-          // The mask as bounds per key row: the tile's columns (queries) in [lo[r], hi[r]) exist and see key r.
-          const long lo[2] = {key[0] - i0 - g.off(), key[1] - i0 - g.off()};
-          const long hi[2] = {key[0] < g.Tk ? n : 0, key[1] < g.Tk ? n : 0};
-          c.sync();
-          mma_stage(c, sm.Qs, ldk, q + qbase, g.ldq, i0, n, kMmaQueries, g.D);
-          mma_stage(c, sm.Os, ldk, dout + obase, g.H * g.D, i0, n, kMmaQueries, g.D);
-          for (long t = long(c.tid()); t < kMmaQueries; t += long(c.bdim())) {
-            const long at = bh * g.Tq + i0 + t;
-            sm.Ds[t] = t < n ? terms[at] : 0.f;
-            sm.Ms[t] = t < n ? float(ld(stats[at * 2])) * kLog2e : 0.f;
-            sm.Is[t] = t < n ? float(ld(stats[at * 2 + 1])) : 0.f;
+      // The query tiles: rows i0.. of head h, the heads kh G .. kh G + G - 1 in turn (u counts them).
+      for (long u = 0, h = kh * g.G(), i0 = first; h < (kh + 1) * g.G(); ++u) {
+        const long n = k_min(kMmaQueries, g.Tq - i0);
+        // The mask as bounds per key row: the tile's columns (queries) in [lo[r], hi[r]) exist and see key r.
+        const long lo[2] = {key[0] - i0 - g.off(), key[1] - i0 - g.off()};
+        const long hi[2] = {key[0] < g.Tk ? n : 0, key[1] < g.Tk ? n : 0};
+        c.template cp_async_wait<0>();  // (pipelined as the forward's key tiles)
+        c.sync();
+        const int buf = int(u % 2);
+        const long h1 = i0 + kMmaQueries < g.Tq ? h : h + 1, i1 = h1 == h ? i0 + kMmaQueries : first;  // the next
+        if (h1 < (kh + 1) * g.G()) stage(c, sm, 1 - buf, i1, h1, b);
+        const bf16* Qs = sm.Qs + buf * qtile(g);
+        const bf16* Os = sm.Os + buf * qtile(g);
+        const float* Ms = sm.Ms + buf * kMmaQueries;
+        const float* Is = sm.Is + buf * kMmaQueries;
+        const float* Ds = sm.Ds + buf * kMmaQueries;
+        for (int c0 = 0; c0 < int(kMmaQueries) && c0 < n; c0 += kCols) {  // (block-uniform)
+          float sT[kCols / 8][4] = {}, dpT[kCols / 8][4] = {};
+          TP_UNROLL for (int kd = 0; kd < kMmaMaxFrags; ++kd) if (kd < nd) {
+            mma_bt<kCols / 16>(c, sT, ka[kd], Qs, ldk, c0, kd * 16, kCols / 16);
+            mma_bt<kCols / 16>(c, dpT, va[kd], Os, ldk, c0, kd * 16, kCols / 16);
           }
-          c.sync();
-          for (int c0 = 0; c0 < int(kMmaQueries) && c0 < n; c0 += kCols) {  // (block-uniform)
-            float sT[kCols / 8][4] = {}, dpT[kCols / 8][4] = {};
-            TP_UNROLL for (int kd = 0; kd < kMmaMaxFrags; ++kd) if (kd < nd) {
-              mma_bt<kCols / 16>(c, sT, ka[kd], sm.Qs, ldk, c0, kd * 16, kCols / 16);
-              mma_bt<kCols / 16>(c, dpT, va[kd], sm.Os, ldk, c0, kd * 16, kCols / 16);
-            }
-            TP_UNROLL for (int nt = 0; nt < kCols / 8; ++nt) TP_UNROLL for (int e = 0; e < 4; ++e) {
-              const int col = c0 + nt * 8 + 2 * t4 + e % 2;  // the query i0 + col
-              const float p = col >= lo[e / 2] && col < hi[e / 2] ? k_exp2(sT[nt][e] * sl2 - sm.Ms[col]) * sm.Is[col] : 0.f;
-              sT[nt][e] = p;
-              dpT[nt][e] = p * (dpT[nt][e] - sm.Ds[col]);  // dSᵀ
-            }
-            TP_UNROLL for (int kc = 0; kc < kCols / 16; ++kc) {
-              uint32_t pa[4], dsa[4];
-              acc_to_a(pa, sT[2 * kc], sT[2 * kc + 1]);
-              acc_to_a(dsa, dpT[2 * kc], dpT[2 * kc + 1]);
-              mma_b<kMmaMaxFrags>(c, dva, pa, sm.Os, ldk, c0 + kc * 16, 0, nd);
-              mma_b<kMmaMaxFrags>(c, dka, dsa, sm.Qs, ldk, c0 + kc * 16, 0, nd);
-            }
+          TP_UNROLL for (int nt = 0; nt < kCols / 8; ++nt) TP_UNROLL for (int e = 0; e < 4; ++e) {
+            const int col = c0 + nt * 8 + 2 * t4 + e % 2;  // the query i0 + col
+            const float p = col >= lo[e / 2] && col < hi[e / 2] ? k_exp2(sT[nt][e] * sl2 - Ms[col]) * Is[col] : 0.f;
+            sT[nt][e] = p;
+            dpT[nt][e] = p * (dpT[nt][e] - Ds[col]);  // dSᵀ
+          }
+          TP_UNROLL for (int kc = 0; kc < kCols / 16; ++kc) {
+            uint32_t pa[4], dsa[4];
+            acc_to_a(pa, sT[2 * kc], sT[2 * kc + 1]);
+            acc_to_a(dsa, dpT[2 * kc], dpT[2 * kc + 1]);
+            mma_b<kMmaMaxFrags>(c, dva, pa, Os, ldk, c0 + kc * 16, 0, nd);
+            mma_b<kMmaMaxFrags>(c, dka, dsa, Qs, ldk, c0 + kc * 16, 0, nd);
           }
         }
+        h = h1, i0 = i1;
       }
       const long wrows = g.Tk - (j0 + warp * 16), at = kbase + (j0 + warp * 16) * g.ldkv;
       TP_UNROLL for (int dt = 0; dt < 2 * kMmaMaxFrags; ++dt) if (dt < 2 * nd) {

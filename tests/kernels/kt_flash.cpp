@@ -106,7 +106,7 @@ TYPED_TEST(KernelFlash, MatchesNaiveAttention) {
       EXPECT_TRUE(kt::near<T>(sb.dbl(), r.st));
       // The backward from the reference's own out (as stored), so only the kernels' backward is measured.
       Buf<T> oref(r.out);
-      std::vector<float> terms(size_t(K::flash_bwd_scratch(d.B, d.H, d.Tq)));
+      std::vector<float> terms(size_t(K::flash_bwd_scratch(d.B, d.H, d.Tq, d.D)));
       K::flash_attention_bwd(L, dqb.data(), dkb.data(), dvb.data(), dob.data(), oref.data(), sb.data(), qb.data(),
                              kb.data(), vb.data(), d.B, d.Tq, d.Tk, d.H, d.Hkv, d.D, d.H * d.D, d.Hkv * d.D, false,
                              terms.data());
@@ -153,7 +153,7 @@ TEST(KernelFlashBf16, TensorCoreKernelsMatchTheRoundedReference) {
       };
       EXPECT_TRUE(close(out, r.out, 5e-3));
       EXPECT_TRUE(close(sb.dbl(), r.st, 1e-5));  // (max and 1 / sum: fp32 sums of the same rounded products)
-      std::vector<float> terms(size_t(K::flash_bwd_scratch(d.B, d.H, d.Tq)));
+      std::vector<float> terms(size_t(K::flash_bwd_scratch(d.B, d.H, d.Tq, d.D)));
       K::flash_attention_bwd(L, dqb.data(), dkb.data(), dvb.data(), dob.data(), ob.data(), sb.data(), qb.data(),
                              kb.data(), vb.data(), d.B, d.Tq, d.Tk, d.H, d.Hkv, d.D, d.H * d.D, d.Hkv * d.D, true,
                              terms.data());
@@ -180,7 +180,7 @@ TEST(KernelFlash, PackedQkvIsTheContiguousResult) {
     const K::emu::Launcher L{128, 3};
     Buf<float> qb(q), kb(k), vb(v), o1{Vec(N * H * D)}, s1{Vec(B * H * T * 2)}, dob(dout);
     Buf<float> dq{Vec(q.size())}, dk{Vec(k.size())}, dv{Vec(v.size())};
-    std::vector<float> terms(size_t(K::flash_bwd_scratch(B, H, T)));
+    std::vector<float> terms(size_t(K::flash_bwd_scratch(B, H, T, D)));
     K::flash_attention_fwd(L, o1.data(), s1.data(), qb.data(), kb.data(), vb.data(), B, T, T, H, Hkv, D, H * D, Hkv * D, b16);
     K::flash_attention_bwd(L, dq.data(), dk.data(), dv.data(), dob.data(), o1.data(), s1.data(), qb.data(), kb.data(),
                            vb.data(), B, T, T, H, Hkv, D, H * D, Hkv * D, b16, terms.data());
@@ -247,7 +247,7 @@ TEST(KernelFlashBf16, Bf16StorageIsTheFloatResultRounded) {
     const long D = cs.D, B = 2, T = kt::quick() ? 21 : 37, H = 4, Hkv = 2, W = (H + 2 * Hkv) * D, N = B * T;
     const Vec qkv = kt::rounded<K::bf16>(kt::randv(N * W + cs.shift, rng)), dout = kt::randv(N * H * D, rng);
     const K::emu::Launcher L{128, 3};
-    std::vector<float> terms(size_t(K::flash_bwd_scratch(B, H, T)));
+    std::vector<float> terms(size_t(K::flash_bwd_scratch(B, H, T, D)));
     // fp32 storage: the reference
     Buf<float> pf(qkv), of{Vec(N * H * D)}, sf{Vec(B * H * T * 2)}, dof(dout), gf{Vec(N * W)};
     float* P = pf.data() + cs.shift;

@@ -271,7 +271,7 @@ void flash_attention_bwd(F* dq, F* dk, F* dv, const F* dout, const F* out, const
   TP_OP("flash_attention_bwd", ({{"B", B}, {"Tq", Tq}, {"Tk", Tk}, {"H", H}, {"Hkv", Hkv}, {"D", D}}), {
     flash_check(H, Hkv, Tq, Tk, D);
     if (B * Tq * H * D > 0) {
-      float* terms = static_cast<float*>(scratch(sizeof(float) * size_t(k::flash_bwd_scratch(B, H, Tq))));
+      float* terms = static_cast<float*>(scratch(sizeof(float) * size_t(k::flash_bwd_scratch(B, H, Tq, D))));
       k::flash_attention_bwd(launcher(), dq, dk, dv, dout, out, stats, q, kk, v, B, Tq, Tk, H, Hkv, D, ldq, ldkv,
                              lt_bf16(), terms);
     }
@@ -294,7 +294,7 @@ void flash_attention_bwd16(F* dq, F* dk, F* dv, const F* dout, const uint16_t* o
   TP_OP("flash_attention_bwd16", ({{"B", B}, {"Tq", Tq}, {"Tk", Tk}, {"H", H}, {"Hkv", Hkv}, {"D", D}}), {
     flash_check(H, Hkv, Tq, Tk, D);
     if (B * Tq * H * D > 0) {
-      float* terms = static_cast<float*>(scratch(sizeof(float) * size_t(k::flash_bwd_scratch(B, H, Tq))));
+      float* terms = static_cast<float*>(scratch(sizeof(float) * size_t(k::flash_bwd_scratch(B, H, Tq, D))));
       k::flash_attention_bwd(launcher(), dq, dk, dv, dout, b16p(out), stats, b16p(q), b16p(kk), b16p(v), B, Tq, Tk, H,
                              Hkv, D, ldq, ldkv, lt_bf16(), terms);
     }
