@@ -93,11 +93,13 @@ static void mlp_fwd(const Gpt<T>& g, int wl, int lin1, int w1, int b1, int w2, i
 // Backward of mlp_fwd from dout [Nl, C] (read only): accumulates the weight gradients (b2's over this rank's rows)
 // and sets din [N, C] (resized) = the input gradient, partial over tp (the caller reduces it). Consumes fc1 and
 // act, and `in_owner` (the buffer of `in`, if given) once its last reader is done. in16 / act16 (may be null): in
-// and act still packed as bf16 (LayerActs::packed), read by the weight-gradient GEMMs as they are (in, act unused).
+// and act still packed as bf16 (LayerActs::packed), read by the weight-gradient GEMMs as they are (in, act unused);
+// fc1_16 (GELU only; may be null): fc1 still packed, read so by the GELU backward (fc1 unused: the gradient goes over
+// the used act).
 template <class T>
 static void mlp_bwd(const Gpt<T>& g, int wl, int lin1, int w1, int b1, int w2, int b2, long F1, long Fl, const T* in,
                     Buf<T>* in_owner, Buf<T>& fc1, Buf<T>& act, const T* dout, Buf<T>& din, long N, long Nl,
-                    const uint16_t* in16 = nullptr, const uint16_t* act16 = nullptr) {
+                    const uint16_t* in16 = nullptr, const uint16_t* act16 = nullptr, const uint16_t* fc1_16 = nullptr) {
   const long C = (long)g.lay.s.C;
   auto release = [](Buf<T>& v) { Buf<T>().swap(v); };
   if (b2 >= 0) ops::bias_bwd(g.g(b2), dout, Nl, C);
@@ -116,9 +118,16 @@ static void mlp_bwd(const Gpt<T>& g, int wl, int lin1, int w1, int b1, int w2, i
          N, Fl, C, false, true, T(0));
   release(dz_full);
   Buf<uint16_t>().swap(dz16);
-  T* dfc1 = fc1.data();  // [N, F1], over the used fc1
-  if (g.lay.s.gelu) ops::gelu_bwd_set(dfc1, fc1.data(), dact, N * Fl);
-  else ops::swiglu_bwd_set(dfc1, fc1.data(), dact, N, Fl);
+  if (fc1_16) {  // (packed: the gradient over the used act, which the GELU backward reads in place)
+    if (!g.lay.s.gelu) throw std::logic_error("mlp_bwd: a packed fc1 without GELU");
+    ops::gelu_bwd_set16(dact, fc1_16, dact, N * Fl);
+    fc1.swap(act);
+  } else if (g.lay.s.gelu) {
+    ops::gelu_bwd_set(fc1.data(), fc1.data(), dact, N * Fl);
+  } else {
+    ops::swiglu_bwd_set(fc1.data(), fc1.data(), dact, N, Fl);
+  }
+  T* dfc1 = fc1.data();  // [N, F1], over the used fc1 (or act)
   release(act);
   if (b1 >= 0) ops::bias_bwd(g.g(b1), dfc1, N, F1);
   const T* d1 = g.f8(qd, dfc1, N * F1, wl, lin1, Fp8Operand::dy);
@@ -267,6 +276,7 @@ void Gpt<T>::layer_fwd(int wl, const T* x_in, T* x_out, LayerActs<T>& a, long B,
   const uint16_t* ln2_16 = pack_operands16 ? a.pack_now(a.ln2) : nullptr;  // (a dense layer: only fc1 reads it)
   mlp_fwd(*this, wl, kFp8Fc1, W.fc1_w, W.fc1_b, W.fc2_w, W.fc2_b, F1, Fl, a.ln2.data(), ln2_16, a.fc1, a.act, x_out, N,
           Nl, pack_operands16 ? &a : nullptr);
+  if (pack_operands16 && s.gelu) a.pack_now(a.fc1, true);  // (read packed by the GELU backward: gelu_bwd_set16)
   ops::add(x_out, x_out, a.x_mid.data(), Nl * C);
 }
 
@@ -304,9 +314,10 @@ void Gpt<T>::layer_bwd(int wl, const T* dx_out, T* dx_in, LayerActs<T>& a, long 
   } else {
     // MLP: z = act fc2_w (+ b), x_out = x_mid + z. dx_out is read (as dx) before the first write to dx below.
     mlp_bwd(*this, wl, kFp8Fc1, W.fc1_w, W.fc1_b, W.fc2_w, W.fc2_b, F1, Fl, a.ln2.data(), &a.ln2, a.fc1, a.act, dx, dln, N, Nl,
-            a.packed(a.ln2), a.packed(a.act));
+            a.packed(a.ln2), a.packed(a.act), a.packed(a.fc1));
     a.release_packed(a.ln2);
     a.release_packed(a.act);
+    a.release_packed(a.fc1);
     if (sp) dln_sh.resize(Nl * C);
     dln_loc = sp ? dln_sh.data() : dln.data();
     if (sp) reduce_scatter_rows(tp, dln.data(), dln_loc, Nl, C);

@@ -110,6 +110,10 @@ void gelu_bwd(T* dx, const T* x, const T* dy, long n);  // dx += gelu'(x) * dy
 // gradient can replace a saved tensor in place instead of taking a buffer of its own.
 template <class T>
 void gelu_bwd_set(T* dx, const T* x, const T* dy, long n);
+// The same with x held as bf16 (pack_bf16's storage: the saved fc1 under bf16 storage, read packed): exactly
+// gelu_bwd_set on x unpacked. dx may be dy.
+template <class T>
+void gelu_bwd_set16(T* dx, const uint16_t* x16, const T* dy, long n);
 
 // SwiGLU: gate_up [N, 2F] holds gate in columns [0, F) and up in [F, 2F); y [N, F] = silu(gate) * up.
 template <class T>

@@ -346,6 +346,13 @@ void elementwise_cases(std::vector<Spec>& cs, bool quick) {
         TP_SELFTEST_BODY { return t.gelu_bwd(p[0], p[1], p[2], n), 0.0; });
     add(cs, {"gelu_bwd_set", sh({{"n", n}}), "overwrite, in place over dy", {rnd(n, s++, -4, 4), rnd(n, s++)}, {}, {1}},
         TP_SELFTEST_BODY { return t.gelu_bwd_set(p[1], p[0], p[1], n), 0.0; });
+    add(cs, {"gelu_bwd_set16", sh({{"n", n}}), "x as bf16, overwrite, in place over dy",
+             {rnd(n, s++, -4, 4), rnd(n, s++)}, {Ints(size_t((n + 1) / 2))}, {1}},
+        TP_SELFTEST_BODY {
+          uint16_t* x16 = reinterpret_cast<uint16_t*>(ip[0]);
+          t.pack_bf16(x16, p[0], n);
+          return t.gelu_bwd_set16(p[1], x16, p[1], n), 0.0;
+        });
     add(cs, {"swiglu_fwd", sh({{"N", N}, {"F", C}}), "", {rnd(2 * n, s++, -3, 3), Vec(size_t(n))}, {}, {1}},
         TP_SELFTEST_BODY { return t.swiglu_fwd(p[1], p[0], N, C), 0.0; });
     add(cs, {"swiglu_bwd", sh({{"N", N}, {"F", C}}), "accumulate", {rnd(2 * n, s++), rnd(2 * n, s++, -3, 3), rnd(n, s++)},

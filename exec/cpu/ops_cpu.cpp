@@ -191,6 +191,17 @@ void gelu_bwd_set(T* dx, const T* x, const T* dy, long n) {
     std::memcpy(dx + i0, tile, sizeof(T) * k);
   }
 }
+// x unpacked tile by tile (exactly gelu_bwd_set on its values).
+template <class T>
+void gelu_bwd_set16(T* dx, const uint16_t* x16, const T* dy, long n) {
+  constexpr long kTile = 512;
+  alignas(64) T xs[kTile];
+  for (long i0 = 0; i0 < n; i0 += kTile) {
+    const long k = std::min(kTile, n - i0);
+    unpack_bf16(xs, x16 + i0, k);
+    gelu_bwd_set(dx + i0, xs, dy + i0, k);
+  }
+}
 
 // y[N, F] = silu(g) * u with g = gate_up[:, 0:F], u = gate_up[:, F:2F], silu(g) = g * sigmoid(g).
 template <class T>
@@ -355,6 +366,7 @@ double fp8_quantize(T* y, const T* x, long n, T scale, int format) {
   template void swiglu_fwd<T>(T*, const T*, long, long);                                                    \
   template void swiglu_bwd<T>(T*, const T*, const T*, long, long);                                          \
   template void gelu_bwd_set<T>(T*, const T*, const T*, long);                                              \
+  template void gelu_bwd_set16<T>(T*, const uint16_t*, const T*, long);                                     \
   template void swiglu_bwd_set<T>(T*, const T*, const T*, long, long);                                      \
   template T cross_entropy_fwd<T>(T*, const T*, const int32_t*, long, long);                                \
   template void cross_entropy_bwd<T>(T*, const T*, const int32_t*, long, long, T);                          \

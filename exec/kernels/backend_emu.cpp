@@ -248,6 +248,13 @@ void gelu_bwd_set(T* dx, const T* x, const T* dy, long n) {
   if (n > 0) k::gelu_bwd_set(launcher(), dx, x, dy, n);
 }
 template <class T>
+void gelu_bwd_set16(T* dx, const uint16_t* x16, const T* dy, long n) {
+  need("gelu_bwd_set16", "dx", dx, sz<T>(n));
+  need("gelu_bwd_set16", "x16", x16, sz<uint16_t>(n));
+  need("gelu_bwd_set16", "dy", dy, sz<T>(n));
+  if (n > 0) k::gelu_bwd_set(launcher(), dx, reinterpret_cast<const k::bf16*>(x16), dy, n);
+}
+template <class T>
 void swiglu_fwd(T* y, const T* gu, long N, long F) {
   need("swiglu_fwd", "y", y, sz<T>(N * F));
   need("swiglu_fwd", "gate_up", gu, sz<T>(2 * N * F));
@@ -356,6 +363,7 @@ OpTable<T> table() {
   t.gelu_fwd = &gelu_fwd<T>;
   t.gelu_bwd = &gelu_bwd<T>;
   t.gelu_bwd_set = &gelu_bwd_set<T>;
+  t.gelu_bwd_set16 = &gelu_bwd_set16<T>;
   t.swiglu_fwd = &swiglu_fwd<T>;
   t.swiglu_bwd = &swiglu_bwd<T>;
   t.swiglu_bwd_set = &swiglu_bwd_set<T>;

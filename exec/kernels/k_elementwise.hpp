@@ -137,18 +137,18 @@ struct GeluFwd {
   }
 };
 
-// dx += gelu'(x) dy, or (kSet) dx = gelu'(x) dy with dx possibly x or dy.
-template <class T, bool kSet>
+// dx += gelu'(x) dy, or (kSet) dx = gelu'(x) dy with dx possibly x or dy; x stored as X (T, or bf16).
+template <class T, bool kSet, class X = T>
 struct GeluBwd {
   static constexpr const char* kName = kSet ? "gelu_bwd_set" : "gelu_bwd";
   T* dx;
-  const T* x;
+  const X* x;
   const T* dy;
   long n;
   template <class Ctx>
   TP_HD void operator()(Ctx& c) const {
     TP_GRID_LOOP(c, i, n) {
-      const acc_t<T> g = gelu_grad(ld(x[i])) * ld(dy[i]);
+      const acc_t<T> g = gelu_grad(acc_t<T>(ld(x[i]))) * ld(dy[i]);
       dx[i] = st<T>(kSet ? g : ld(dx[i]) + g);
     }
   }
@@ -263,9 +263,9 @@ template <class L, class T>
 void gelu_bwd(const L& launch, T* dx, const T* x, const T* dy, long n) {
   launch(GeluBwd<T, false>{dx, x, dy, n}, flat_dim(launch, n));
 }
-template <class L, class T>
-void gelu_bwd_set(const L& launch, T* dx, const T* x, const T* dy, long n) {
-  launch(GeluBwd<T, true>{dx, x, dy, n}, flat_dim(launch, n));
+template <class L, class T, class X>
+void gelu_bwd_set(const L& launch, T* dx, const X* x, const T* dy, long n) {
+  launch(GeluBwd<T, true, X>{dx, x, dy, n}, flat_dim(launch, n));
 }
 template <class L, class T>
 void swiglu_fwd(const L& launch, T* y, const T* gate_up, long N, long F) {
