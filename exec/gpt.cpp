@@ -355,9 +355,8 @@ void Gpt<T>::layer_bwd(int wl, const T* dx_out, T* dx_in, LayerActs<T>& a, long 
   release(dy_full);
   Buf<T> dqkv(N * Q);                                                            // [N, Q]
   if (qkv_in_place()) {  // q, k, v in a.q ([N, Q]); their gradients straight into dqkv's columns
-    ops::fill(dqkv.data(), T(0), N * Q);
     T* dq = dqkv.data();
-    if (const uint16_t* qkv16 = a.packed(a.q)) {  // (bf16 storage: q and attn as the forward packed them)
+    if (const uint16_t* qkv16 = a.packed(a.q)) {  // (bf16 storage: q and attn as the forward packed them; overwrites)
       const uint16_t* out16 = a.packed(a.attn);
       if (!out16) throw std::logic_error("layer_bwd: the packed QKV without the packed attention output");
       ops::flash_attention_bwd16(dq, dq + Hl * D, dq + (Hl + Kl) * D, dattn, out16, a.att.data(), qkv16,
@@ -366,6 +365,7 @@ void Gpt<T>::layer_bwd(int wl, const T* dx_out, T* dx_in, LayerActs<T>& a, long 
       a.release_packed(a.attn);
     } else {
       const T* qkv = a.q.data();
+      ops::fill(dq, T(0), N * Q);
       ops::flash_attention_bwd(dq, dq + Hl * D, dq + (Hl + Kl) * D, dattn, a.attn.data(), a.att.data(), qkv,
                                qkv + Hl * D, qkv + (Hl + Kl) * D, B, Tn, Tn, Hl, Kl, D, Q, Q);
     }

@@ -164,8 +164,10 @@ void flash_attention_bwd(T* dq, T* dk, T* dv, const T* dout, const T* out, const
                          const T* v, long B, long Tq, long Tk, long H, long Hkv, long D, long ldq, long ldkv);
 // The two with q, k, v and out held as bf16 (pack_bf16's storage, the same layouts and strides): training.precision
 // "bf16" packs the fused QKV output once and keeps the attention output packed, both read so by the backward.
-// Exactly the T ops on their values unpacked, with out packed (exec/cpu/flash16.hpp); a GPU backend's kernels read
-// and write bf16 directly (half the bytes, no unpacking).
+// Exactly the T ops on their values unpacked, with out packed, except that the backward OVERWRITES dq, dk and dv
+// (their H D and Hkv D columns of each row) with the gradients, as the T op accumulating into zeros would
+// (exec/cpu/flash16.hpp), so the model's gradient buffer needs no fill; a GPU backend's kernels read and write
+// bf16 directly (half the bytes, no unpacking).
 template <class T>
 void flash_attention_fwd16(uint16_t* out, T* stats, const uint16_t* q, const uint16_t* k, const uint16_t* v, long B,
                            long Tq, long Tk, long H, long Hkv, long D, long ldq, long ldkv);

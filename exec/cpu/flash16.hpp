@@ -44,12 +44,18 @@ void flash16_fwd_unpacked(Unpack unpack, Pack pack, Fwd fwd, uint16_t* out, T* s
   pack(out, to.data(), no);
 }
 
-// bwd: the T op's signature (dq, dk, dv accumulate as its).
+// bwd: the T op's signature (accumulating); dq, dk, dv are zeroed first (their columns only: the bf16 op
+// overwrites them).
 template <class T, class Unpack, class Bwd>
 void flash16_bwd_unpacked(Unpack unpack, Bwd bwd, T* dq, T* dk, T* dv, const T* dout, const uint16_t* out,
                           const T* stats, const uint16_t* q, const uint16_t* k, const uint16_t* v, long B, long Tq,
                           long Tk, long H, long Hkv, long D, long ldq, long ldkv) {
   const long nq = flash16_span(B * Tq, ldq, H * D), nk = flash16_span(B * Tk, ldkv, Hkv * D), no = B * Tq * H * D;
+  for (long r = 0; r < B * Tq; ++r) std::fill(dq + r * ldq, dq + r * ldq + H * D, T(0));
+  for (long r = 0; r < B * Tk; ++r) {
+    std::fill(dk + r * ldkv, dk + r * ldkv + Hkv * D, T(0));
+    std::fill(dv + r * ldkv, dv + r * ldkv + Hkv * D, T(0));
+  }
   std::vector<T> tq, to(static_cast<size_t>(no));
   const T *qp, *kp, *vp;
   flash16_unpack_qkv(unpack, tq, qp, kp, vp, q, k, v, nq, nk);

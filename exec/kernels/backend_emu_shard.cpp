@@ -389,16 +389,18 @@ void flash_bwd_any(const char* op, T* dq, T* dk, T* dv, const T* dout, const S* 
   if (B * Tq * H * D <= 0) return;
   const bool b16 = ops::cpu::bf16_gemm();
   std::vector<float> terms(size_t(k::flash_bwd_scratch(B, H, Tq, D)));
+  // (accumulate: the T op; the bf16 op overwrites, as exec/ops.hpp says, and the fp64 one through the definition)
   auto run = [&terms, b16](T* gq, T* gk, T* gv, const T* go, const auto* o, const T* st, const auto* tq, const auto* tk,
-                           const auto* tv, long b, long tq_, long tk_, long h, long hkv, long d, long lq, long lkv) {
+                           const auto* tv, long b, long tq_, long tk_, long h, long hkv, long d, long lq, long lkv,
+                           bool accumulate = true) {
     k::flash_attention_bwd(launcher(), gq, gk, gv, go, o, st, tq, tk, tv, b, tq_, tk_, h, hkv, d, lq, lkv, b16,
-                           terms.data());
+                           terms.data(), accumulate);
   };
   if constexpr (std::is_same_v<S, T>) {
     run(dq, dk, dv, dout, out, stats, q, k, v, B, Tq, Tk, H, Hkv, D, ldq, ldkv);
   } else if constexpr (std::is_same_v<T, float>) {
     auto bf = [](const uint16_t* p) { return reinterpret_cast<const k::bf16*>(p); };
-    run(dq, dk, dv, dout, bf(out), stats, bf(q), bf(k), bf(v), B, Tq, Tk, H, Hkv, D, ldq, ldkv);
+    run(dq, dk, dv, dout, bf(out), stats, bf(q), bf(k), bf(v), B, Tq, Tk, H, Hkv, D, ldq, ldkv, false);
   } else {
     ops::cpu::flash16_bwd_unpacked<T>(
         [](T* y, const uint16_t* x, long n) { k::copy(launcher(), y, reinterpret_cast<const k::bf16*>(x), n); }, run,

@@ -177,6 +177,7 @@ struct FlashBwdDq {
   const S* v;
   FlashGeom g;
   bool bf16;
+  bool accumulate = true;  // dq += (else =: what adding to zeros gives)
   template <class Ctx>
   TP_HD void operator()(Ctx& c) const {
     A* Ks = c.template shared<A>();
@@ -220,7 +221,7 @@ struct FlashBwdDq {
         T* r = dq + qo;
         TP_UNROLL for (int d = 0; d < kFlashSlice; ++d) {
           const long dd = long(s) * kFlashSlice + d;
-          if (dd < g.D) r[dd] = st<T>(ld(r[dd]) + scale * acc[d]);
+          if (dd < g.D) r[dd] = st<T>((accumulate ? ld(r[dd]) : A(0)) + scale * acc[d]);
         }
       }
     }
@@ -244,6 +245,7 @@ struct FlashBwdDkv {
   const S* v;
   FlashGeom g;
   bool bf16;
+  bool accumulate = true;  // dk, dv += (else =)
   template <class Ctx>
   TP_HD void operator()(Ctx& c) const {
     A* Qs = c.template shared<A>();
@@ -296,8 +298,8 @@ struct FlashBwdDkv {
         TP_UNROLL for (int d = 0; d < kFlashSlice; ++d) {
           const long dd = long(s) * kFlashSlice + d;
           if (dd < g.D) {
-            dk[ko + dd] = st<T>(ld(dk[ko + dd]) + scale * dka[d]);
-            dv[ko + dd] = st<T>(ld(dv[ko + dd]) + dva[d]);
+            dk[ko + dd] = st<T>((accumulate ? ld(dk[ko + dd]) : A(0)) + scale * dka[d]);
+            dv[ko + dd] = st<T>((accumulate ? ld(dv[ko + dd]) : A(0)) + dva[d]);
           }
         }
       }
@@ -337,7 +339,7 @@ inline long flash_bwd_scratch(long B, long H, long Tq, long D) { return flash_bw
 template <class L, class T, class S>
 void flash_attention_bwd(const L& launch, T* dq, T* dk, T* dv, const T* dout, const S* out, const T* stats,
                          const S* q, const S* k, const S* v, long B, long Tq, long Tk, long H, long Hkv, long D,
-                         long ldq, long ldkv, bool bf16, float* scratch) {
+                         long ldq, long ldkv, bool bf16, float* scratch, bool accumulate = true) {
   static_assert(std::is_same_v<S, T> || (std::is_same_v<S, tp::kernels::bf16> && std::is_same_v<T, float>), "storage");
   if constexpr (std::is_same_v<T, float>) {
     if (bf16 && flash_mma_fits(D)) {
@@ -346,9 +348,10 @@ void flash_attention_bwd(const L& launch, T* dq, T* dk, T* dv, const T* dout, co
       using KV = FlashBwdDkvMma<T, S>;
       const long qi = B * H * ((Tq + Q::kRows - 1) / Q::kRows), ki = B * Hkv * ((Tk + KV::kRows - 1) / KV::kRows);
       tp::kernels::bf16* dout16 = reinterpret_cast<tp::kernels::bf16*>(scratch + flash_bwd_terms(B, H, Tq));
-      launch(Q{dq, scratch, dout16, dout, out, stats, q, k, v, mg},
+      launch(Q{dq, scratch, dout16, dout, out, stats, q, k, v, mg, accumulate},
              Dim{blocks_for(qi, 1, launch.max_grid), Q::kMaxThreads, mma_smem<Q>(mg)});
-      launch(KV{dk, dv, scratch, dout16, stats, q, k, v, mg, mma_async_fits(q, ldq, D), mma_async_fits(dout16, H * D, D)},
+      launch(KV{dk, dv, scratch, dout16, stats, q, k, v, mg, mma_async_fits(q, ldq, D), mma_async_fits(dout16, H * D, D),
+                accumulate},
              Dim{blocks_for(ki, 1, launch.max_grid), KV::kMaxThreads, mma_smem<KV>(mg)});
       return;
     }
@@ -356,9 +359,9 @@ void flash_attention_bwd(const L& launch, T* dq, T* dk, T* dv, const T* dout, co
   const FlashGeom g = flash_geom(B, Tq, Tk, H, Hkv, D, ldq, ldkv, sizeof(acc_t<T>));
   const unsigned smem = flash_smem(g, sizeof(acc_t<T>));
   const long qitems = B * H * ((Tq + g.rows() - 1) / g.rows()), kitems = B * Hkv * ((Tk + g.rows() - 1) / g.rows());
-  launch(FlashBwdDq<T, S>{dq, dout, out, stats, q, k, v, g, bf16},
+  launch(FlashBwdDq<T, S>{dq, dout, out, stats, q, k, v, g, bf16, accumulate},
          Dim{blocks_for(qitems, 1, launch.max_grid), kFlashBlock, smem});
-  launch(FlashBwdDkv<T, S>{dk, dv, dout, out, stats, q, k, v, g, bf16},
+  launch(FlashBwdDkv<T, S>{dk, dv, dout, out, stats, q, k, v, g, bf16, accumulate},
          Dim{blocks_for(kitems, 1, launch.max_grid), kFlashBlock, smem});
 }
 

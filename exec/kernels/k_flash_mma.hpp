@@ -220,16 +220,18 @@ TP_HD TP_INLINE void acc_to_a(uint32_t a[4], const float lo[4], const float hi[4
   a[0] = pack_bf16x2(lo[0], lo[1]), a[1] = pack_bf16x2(lo[2], lo[3]);
   a[2] = pack_bf16x2(hi[0], hi[1]), a[3] = pack_bf16x2(hi[2], hi[3]);
 }
-// dst[r, col + (2t, 2t + 1)] (+)= scale x the accumulator tile f, for its rows r = g, g + 8 below nrows.
+// dst[r, col + (2t, 2t + 1)] (+)= scale x the accumulator tile f, for its rows r = g, g + 8 below nrows; with kAdd
+// and not `old`, 0 + scale x f (what accumulating into zeros gives, -0 included).
 template <bool kAdd, class T>
-TP_HD TP_INLINE void frag_emit(int lane, const float f[4], T* dst, long stride, long col, long nrows, float scale) {
+TP_HD TP_INLINE void frag_emit(int lane, const float f[4], T* dst, long stride, long col, long nrows, float scale,
+                               bool old = true) {
   const int g = lane / 4, t = lane % 4;
   TP_UNROLL for (int e = 0; e < 4; ++e) {
     const long r = g + 8 * (e / 2);
     if (r < nrows) {
       T& y = dst[r * stride + col + 2 * t + e % 2];
       const float x = scale * f[e];
-      y = st<T>(kAdd ? float(ld(y)) + x : x);
+      y = st<T>(kAdd ? (old ? float(ld(y)) : 0.f) + x : x);
     }
   }
 }
@@ -349,6 +351,7 @@ struct FlashBwdDqMma {
   const S* k;
   const S* v;
   MmaGeom g;
+  bool accumulate = true;  // dq += (else dq = the gradient: what adding it to zeros gives)
   struct Smem {
     bf16 *Ks, *Vs;  // two tile buffers each, as the forward's (first in buffer 1: the query tile's q and dout)
   };
@@ -431,7 +434,7 @@ struct FlashBwdDqMma {
       T* qrow = dq + qbase + (r0 + warp * 16) * g.ldq;
       const long wrows = g.Tq - (r0 + warp * 16);
       TP_UNROLL for (int dt = 0; dt < 2 * kMmaMaxFrags; ++dt) if (dt < 2 * nd)
-        frag_emit<true>(lane, acc[dt], qrow, g.ldq, dt * 8, wrows, scale);
+        frag_emit<true>(lane, acc[dt], qrow, g.ldq, dt * 8, wrows, scale, accumulate);
     }
   }
 };
@@ -457,6 +460,7 @@ struct FlashBwdDkvMma {
   const S* v;
   MmaGeom g;
   bool async_q = false, async_o = false;  // q's, dout16's tiles by cp.async (mma_async_fits)
+  bool accumulate = true;                 // dk, dv += (else =, as FlashBwdDqMma's)
   struct Smem {
     bf16 *Qs, *Os;        // two buffers each, [2][kMmaQueries, ldk]: query tile u's q and dout in u % 2 (k, v first in 1)
     float *Ms, *Is, *Ds;  // two buffers each, [2][kMmaQueries]: per query row max (log2 units), 1 / sum, rowsum(dout out)
@@ -550,8 +554,8 @@ struct FlashBwdDkvMma {
       }
       const long wrows = g.Tk - (j0 + warp * 16), at = kbase + (j0 + warp * 16) * g.ldkv;
       TP_UNROLL for (int dt = 0; dt < 2 * kMmaMaxFrags; ++dt) if (dt < 2 * nd) {
-        frag_emit<true>(lane, dka[dt], dk + at, g.ldkv, dt * 8, wrows, scale);
-        frag_emit<true>(lane, dva[dt], dv + at, g.ldkv, dt * 8, wrows, 1.f);
+        frag_emit<true>(lane, dka[dt], dk + at, g.ldkv, dt * 8, wrows, scale, accumulate);
+        frag_emit<true>(lane, dva[dt], dv + at, g.ldkv, dt * 8, wrows, 1.f, accumulate);
       }
     }
   }

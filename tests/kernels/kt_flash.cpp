@@ -232,7 +232,7 @@ TEST(KernelFlashBf16, OperandsRoundedMovesTheResult) {
 namespace {
 // bf16 storage (S = bf16, exec/ops.hpp flash_attention_fwd16 / _bwd16): q, k, v and out read as bf16 and out
 // written rounded give exactly the fp32-storage kernels' result on the same (rounded) values, out rounded: the
-// same bits, on every path (tensor cores: D = 16, 64 with bf16 operands, the tiles by cp.async over two tiles, or
+// same bits (the backward overwriting, as the bf16 op does, against accumulating into zeros), on every path (tensor cores: D = 16, 64 with bf16 operands, the tiles by cp.async over two tiles, or
 // by plain copies when the rows are off 16 bytes (shift 1); scalar: D = 40 with them, D = 64 without), in the
 // model's packed-QKV layout.
 TEST(KernelFlashBf16, Bf16StorageIsTheFloatResultRounded) {
@@ -261,7 +261,7 @@ TEST(KernelFlashBf16, Bf16StorageIsTheFloatResultRounded) {
                            sf.data(), P, P + H * D, P + (H + Hkv) * D, B, T, T, H, Hkv, D, W, W, cs.b16, terms.data());
     // bf16 storage
     Buf<K::bf16> pb(qkv), ob{Vec(N * H * D)};
-    Buf<float> sb{Vec(B * H * T * 2)}, gb{Vec(N * W)};
+    Buf<float> sb{Vec(B * H * T * 2)}, gb{Vec(size_t(N * W), 7.0)};  // (overwritten: accumulate false)
     const K::bf16* Pb = pb.data() + cs.shift;
     K::flash_attention_fwd(L, ob.data(), sb.data(), Pb, Pb + H * D, Pb + (H + Hkv) * D, B, T, T, H, Hkv, D, W, W,
                            cs.b16);
@@ -269,7 +269,7 @@ TEST(KernelFlashBf16, Bf16StorageIsTheFloatResultRounded) {
     EXPECT_EQ(sb.dbl(), sf.dbl());
     K::flash_attention_bwd(L, gb.data(), gb.data() + H * D, gb.data() + (H + Hkv) * D, dof.data(), ob.data(),
                            sb.data(), Pb, Pb + H * D, Pb + (H + Hkv) * D, B, T, T, H, Hkv, D, W, W, cs.b16,
-                           terms.data());
+                           terms.data(), false);
     EXPECT_EQ(gb.dbl(), gf.dbl());
   }
 }

@@ -27,12 +27,12 @@ extern template void gelu_bwd_set<L, float, bf16>(const L&, float*, const bf16*,
 extern template void flash_attention_fwd<L, float>(const L&, float*, float*, const float*, const float*, const float*, long, long, long, long, long, long, long, long, bool);
 extern template void flash_attention_bwd<L, float>(const L&, float*, float*, float*, const float*, const float*,
                                                   const float*, const float*, const float*, const float*, long, long,
-                                                  long, long, long, long, long, long, bool, float*);
+                                                  long, long, long, long, long, long, bool, float*, bool);
 extern template void flash_attention_fwd<L, float, bf16>(const L&, bf16*, float*, const bf16*, const bf16*, const bf16*,
                                                         long, long, long, long, long, long, long, long, bool);
 extern template void flash_attention_bwd<L, float, bf16>(const L&, float*, float*, float*, const float*, const bf16*,
                                                         const float*, const bf16*, const bf16*, const bf16*, long, long,
-                                                        long, long, long, long, long, long, bool, float*);
+                                                        long, long, long, long, long, long, bool, float*, bool);
 }  // namespace tp::kernels
 
 namespace tp::cuda {
@@ -297,7 +297,7 @@ void flash_attention_bwd16(F* dq, F* dk, F* dv, const F* dout, const uint16_t* o
     if (B * Tq * H * D > 0) {
       float* terms = static_cast<float*>(scratch(sizeof(float) * size_t(k::flash_bwd_scratch(B, H, Tq, D))));
       k::flash_attention_bwd(launcher(), dq, dk, dv, dout, b16p(out), stats, b16p(q), b16p(kk), b16p(v), B, Tq, Tk, H,
-                             Hkv, D, ldq, ldkv, lt_bf16(), terms);
+                             Hkv, D, ldq, ldkv, lt_bf16(), terms, false);  // (overwrites: exec/ops.hpp)
     }
   });
 }

@@ -19,11 +19,11 @@ template void gelu_bwd_set<L, float, bf16>(const L&, float*, const bf16*, const 
 template void flash_attention_fwd<L, float>(const L&, float*, float*, const float*, const float*, const float*, long, long, long, long, long, long, long, long, bool);
 template void flash_attention_bwd<L, float>(const L&, float*, float*, float*, const float*, const float*, const float*,
                                            const float*, const float*, const float*, long, long, long, long, long,
-                                           long, long, long, bool, float*);
+                                           long, long, long, bool, float*, bool);
 template void flash_attention_fwd<L, float, bf16>(const L&, bf16*, float*, const bf16*, const bf16*, const bf16*, long,
                                                  long, long, long, long, long, long, long, bool);
 template void flash_attention_bwd<L, float, bf16>(const L&, float*, float*, float*, const float*, const bf16*,
                                                  const float*, const bf16*, const bf16*, const bf16*, long, long, long,
-                                                 long, long, long, long, long, bool, float*);
+                                                 long, long, long, long, long, bool, float*, bool);
 
 }  // namespace tp::kernels
