@@ -55,7 +55,23 @@ struct ColumnSums {
       const long r0 = chunk * rows_per, r1 = r0 + rows_per < N ? r0 + rows_per : N;
       A pw = 0, pb = 0;
       if (col < C) {
-        for (long n = r0 + warp; n < r1; n += nw) {
+        // kRows rows' loads issued before their adds (memory-level parallelism: one load in flight per thread
+        // leaves the GPU's memory idle), the adds in the same row order as one at a time: the same bits.
+        constexpr int kRows = 4;
+        long n = r0 + warp;
+        for (; n + (kRows - 1) * long(nw) < r1; n += kRows * long(nw)) {
+          A d[kRows], xh[kRows];
+          TP_UNROLL for (int k = 0; k < kRows; ++k) {
+            const long m = n + k * long(nw);
+            d[k] = ld(dy[m * C + col]);
+            xh[k] = kLn ? (ld(x[m * C + col]) - mean[m]) * rstd[m] : A(0);
+          }
+          TP_UNROLL for (int k = 0; k < kRows; ++k) {
+            pb += d[k];
+            if (kLn) pw += xh[k] * d[k];
+          }
+        }
+        for (; n < r1; n += nw) {
           const A d = ld(dy[n * C + col]);
           pb += d;
           if (kLn) pw += (ld(x[n * C + col]) - mean[n]) * rstd[n] * d;
