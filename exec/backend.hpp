@@ -53,7 +53,7 @@ struct OpTable {
   void (*gelu_fwd)(T*, const T*, long);
   void (*gelu_bwd)(T*, const T*, const T*, long);
   void (*gelu_bwd_set)(T*, const T*, const T*, long);
-  void (*gelu_bwd_set16)(T*, const uint16_t*, const T*, long);
+  void (*gelu_bwd_set16)(T*, uint16_t*, const uint16_t*, const T*, long);
   void (*swiglu_fwd)(T*, const T*, long, long);
   void (*swiglu_bwd)(T*, const T*, const T*, long, long);
   void (*swiglu_bwd_set)(T*, const T*, const T*, long, long);

@@ -118,9 +118,11 @@ static void mlp_bwd(const Gpt<T>& g, int wl, int lin1, int w1, int b1, int w2, i
          N, Fl, C, false, true, T(0));
   release(dz_full);
   Buf<uint16_t>().swap(dz16);
+  Buf<uint16_t> d1_16;  // (bf16: the GEMMs' copy of fc1's gradient, which the packed GELU backward writes too)
   if (fc1_16) {  // (packed: the gradient over the used act, which the GELU backward reads in place)
     if (!g.lay.s.gelu) throw std::logic_error("mlp_bwd: a packed fc1 without GELU");
-    ops::gelu_bwd_set16(dact, fc1_16, dact, N * Fl);
+    if (g.pack_operands16) d1_16.resize((size_t)(N * Fl));
+    ops::gelu_bwd_set16(dact, d1_16.empty() ? nullptr : d1_16.data(), fc1_16, dact, N * Fl);
     fc1.swap(act);
   } else if (g.lay.s.gelu) {
     ops::gelu_bwd_set(fc1.data(), fc1.data(), dact, N * Fl);
@@ -131,7 +133,7 @@ static void mlp_bwd(const Gpt<T>& g, int wl, int lin1, int w1, int b1, int w2, i
   release(act);
   if (b1 >= 0) ops::bias_bwd(g.g(b1), dfc1, N, F1);
   const T* d1 = g.f8(qd, dfc1, N * F1, wl, lin1, Fp8Operand::dy);
-  const Buf<uint16_t> d1_16 = g.grad16(d1, N * F1);
+  if (d1_16.empty()) d1_16 = g.grad16(d1, N * F1);
   if (!d1_16.empty()) release(fc1), d1 = nullptr;  // (bf16: the GEMMs read d1's copy)
   gemm16(g.g(w1), in16 ? nullptr : g.f8(qx, in, N * C, wl, lin1, Fp8Operand::x, false), in16, d1, data16(d1_16), C, F1,
          N, true, false, T(1));

@@ -82,7 +82,9 @@ void gelu_bwd(T* dx, const T* x, const T* dy, long n) { tab<T>().gelu_bwd(dx, x,
 template <class T>
 void gelu_bwd_set(T* dx, const T* x, const T* dy, long n) { tab<T>().gelu_bwd_set(dx, x, dy, n); }
 template <class T>
-void gelu_bwd_set16(T* dx, const uint16_t* x16, const T* dy, long n) { tab<T>().gelu_bwd_set16(dx, x16, dy, n); }
+void gelu_bwd_set16(T* dx, uint16_t* dx16, const uint16_t* x16, const T* dy, long n) {
+  tab<T>().gelu_bwd_set16(dx, dx16, x16, dy, n);
+}
 template <class T>
 void swiglu_fwd(T* y, const T* gate_up, long N, long F) { tab<T>().swiglu_fwd(y, gate_up, N, F); }
 template <class T>
@@ -242,7 +244,7 @@ void moe_combine_bwd(T* dein, T* dgate, const T* dy, const T* ein, const int32_t
   template void gelu_fwd<T>(T*, const T*, long);                                                              \
   template void gelu_bwd<T>(T*, const T*, const T*, long);                                                    \
   template void gelu_bwd_set<T>(T*, const T*, const T*, long);                                                \
-  template void gelu_bwd_set16<T>(T*, const uint16_t*, const T*, long);                                       \
+  template void gelu_bwd_set16<T>(T*, uint16_t*, const uint16_t*, const T*, long);                                       \
   template void swiglu_fwd<T>(T*, const T*, long, long);                                                      \
   template void swiglu_bwd<T>(T*, const T*, const T*, long, long);                                            \
   template void swiglu_bwd_set<T>(T*, const T*, const T*, long, long);                                        \

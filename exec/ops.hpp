@@ -110,10 +110,11 @@ void gelu_bwd(T* dx, const T* x, const T* dy, long n);  // dx += gelu'(x) * dy
 // gradient can replace a saved tensor in place instead of taking a buffer of its own.
 template <class T>
 void gelu_bwd_set(T* dx, const T* x, const T* dy, long n);
-// The same with x held as bf16 (pack_bf16's storage: the saved fc1 under bf16 storage, read packed): exactly
-// gelu_bwd_set on x unpacked. dx may be dy.
+// The same with x held as bf16 (pack_bf16's storage: the saved fc1 under bf16 storage, read packed), and dx16 (may
+// be null) = dx packed too (the GEMMs' copy of the gradient): exactly gelu_bwd_set on x unpacked, then pack_bf16.
+// dx may be dy.
 template <class T>
-void gelu_bwd_set16(T* dx, const uint16_t* x16, const T* dy, long n);
+void gelu_bwd_set16(T* dx, uint16_t* dx16, const uint16_t* x16, const T* dy, long n);
 
 // SwiGLU: gate_up [N, 2F] holds gate in columns [0, F) and up in [F, 2F); y [N, F] = silu(gate) * up.
 template <class T>

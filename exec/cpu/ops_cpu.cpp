@@ -191,15 +191,16 @@ void gelu_bwd_set(T* dx, const T* x, const T* dy, long n) {
     std::memcpy(dx + i0, tile, sizeof(T) * k);
   }
 }
-// x unpacked tile by tile (exactly gelu_bwd_set on its values).
+// x unpacked tile by tile (exactly gelu_bwd_set on its values), dx packed tile by tile.
 template <class T>
-void gelu_bwd_set16(T* dx, const uint16_t* x16, const T* dy, long n) {
+void gelu_bwd_set16(T* dx, uint16_t* dx16, const uint16_t* x16, const T* dy, long n) {
   constexpr long kTile = 512;
   alignas(64) T xs[kTile];
   for (long i0 = 0; i0 < n; i0 += kTile) {
     const long k = std::min(kTile, n - i0);
     unpack_bf16(xs, x16 + i0, k);
     gelu_bwd_set(dx + i0, xs, dy + i0, k);
+    if (dx16) pack_bf16(dx16 + i0, dx + i0, k);
   }
 }
 
@@ -366,7 +367,7 @@ double fp8_quantize(T* y, const T* x, long n, T scale, int format) {
   template void swiglu_fwd<T>(T*, const T*, long, long);                                                    \
   template void swiglu_bwd<T>(T*, const T*, const T*, long, long);                                          \
   template void gelu_bwd_set<T>(T*, const T*, const T*, long);                                              \
-  template void gelu_bwd_set16<T>(T*, const uint16_t*, const T*, long);                                     \
+  template void gelu_bwd_set16<T>(T*, uint16_t*, const uint16_t*, const T*, long);                                     \
   template void swiglu_bwd_set<T>(T*, const T*, const T*, long, long);                                      \
   template T cross_entropy_fwd<T>(T*, const T*, const int32_t*, long, long);                                \
   template void cross_entropy_bwd<T>(T*, const T*, const int32_t*, long, long, T);                          \

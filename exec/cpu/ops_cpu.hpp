@@ -43,7 +43,7 @@ void ln_shard_bwd_apply(T* dx, T* dw, T* db, const T* dy, const T* x, const T* w
 template <class T> void gelu_fwd(T* y, const T* x, long n);
 template <class T> void gelu_bwd(T* dx, const T* x, const T* dy, long n);
 template <class T> void gelu_bwd_set(T* dx, const T* x, const T* dy, long n);
-template <class T> void gelu_bwd_set16(T* dx, const uint16_t* x16, const T* dy, long n);
+template <class T> void gelu_bwd_set16(T* dx, uint16_t* dx16, const uint16_t* x16, const T* dy, long n);
 template <class T> void swiglu_fwd(T* y, const T* gate_up, long N, long F);
 template <class T> void swiglu_bwd(T* dgate_up, const T* gate_up, const T* dy, long N, long F);
 template <class T> void swiglu_bwd_set(T* dgate_up, const T* gate_up, const T* dy, long N, long F);

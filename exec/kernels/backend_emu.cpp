@@ -248,11 +248,19 @@ void gelu_bwd_set(T* dx, const T* x, const T* dy, long n) {
   if (n > 0) k::gelu_bwd_set(launcher(), dx, x, dy, n);
 }
 template <class T>
-void gelu_bwd_set16(T* dx, const uint16_t* x16, const T* dy, long n) {
+void gelu_bwd_set16(T* dx, uint16_t* dx16, const uint16_t* x16, const T* dy, long n) {
   need("gelu_bwd_set16", "dx", dx, sz<T>(n));
+  opt("gelu_bwd_set16", "dx16", dx16, sz<uint16_t>(n));
   need("gelu_bwd_set16", "x16", x16, sz<uint16_t>(n));
   need("gelu_bwd_set16", "dy", dy, sz<T>(n));
-  if (n > 0) k::gelu_bwd_set(launcher(), dx, reinterpret_cast<const k::bf16*>(x16), dy, n);
+  if (n <= 0) return;
+  k::bf16* d16 = reinterpret_cast<k::bf16*>(dx16);
+  if constexpr (std::is_same_v<T, float>) {
+    k::gelu_bwd_set(launcher(), dx, reinterpret_cast<const k::bf16*>(x16), dy, n, d16);
+  } else {  // (fp64: the kernel writes no bf16 copy; pack_bf16's double rounding)
+    k::gelu_bwd_set(launcher(), dx, reinterpret_cast<const k::bf16*>(x16), dy, n);
+    if (d16) k::pack_bf16(launcher(), d16, dx, n);
+  }
 }
 template <class T>
 void swiglu_fwd(T* y, const T* gu, long N, long F) {

@@ -23,7 +23,7 @@ TP_CUDA_INSTANTIATE(extern template, float)
 extern template void copy<L, bf16, float>(const L&, bf16*, const float*, long);
 extern template void copy<L, float, bf16>(const L&, float*, const bf16*, long);
 extern template void pack_bf16<L, float>(const L&, bf16*, const float*, long);
-extern template void gelu_bwd_set<L, float, bf16>(const L&, float*, const bf16*, const float*, long);
+extern template void gelu_bwd_set<L, float, bf16>(const L&, float*, const bf16*, const float*, long, bf16*);
 extern template void flash_attention_fwd<L, float>(const L&, float*, float*, const float*, const float*, const float*, long, long, long, long, long, long, long, long, bool);
 extern template void flash_attention_bwd<L, float>(const L&, float*, float*, float*, const float*, const float*,
                                                   const float*, const float*, const float*, const float*, long, long,
@@ -349,8 +349,9 @@ void gelu_bwd(F* dx, const F* x, const F* dy, long n) {
 void gelu_bwd_set(F* dx, const F* x, const F* dy, long n) {
   TP_OP("gelu_bwd_set", ({{"n", n}}), k::gelu_bwd_set(launcher(), dx, x, dy, n));
 }
-void gelu_bwd_set16(F* dx, const uint16_t* x16, const F* dy, long n) {
-  TP_OP("gelu_bwd_set16", ({{"n", n}}), k::gelu_bwd_set(launcher(), dx, reinterpret_cast<const k::bf16*>(x16), dy, n));
+void gelu_bwd_set16(F* dx, uint16_t* dx16, const uint16_t* x16, const F* dy, long n) {
+  TP_OP("gelu_bwd_set16", ({{"n", n}}), k::gelu_bwd_set(launcher(), dx, reinterpret_cast<const k::bf16*>(x16), dy, n,
+                                                         reinterpret_cast<k::bf16*>(dx16)));
 }
 void swiglu_fwd(F* y, const F* gu, long N, long Fd) {
   TP_OP("swiglu_fwd", ({{"N", N}, {"F", Fd}}), k::swiglu_fwd(launcher(), y, gu, N, Fd));

@@ -17,7 +17,7 @@ using L = CudaLauncher;
   PREFIX void add_bias<L, T>(const L&, T*, const T*, const T*, long, long);                                   \
   PREFIX void gelu_fwd<L, T>(const L&, T*, const T*, long);                                                   \
   PREFIX void gelu_bwd<L, T>(const L&, T*, const T*, const T*, long);                                         \
-  PREFIX void gelu_bwd_set<L, T, T>(const L&, T*, const T*, const T*, long);                                  \
+  PREFIX void gelu_bwd_set<L, T, T>(const L&, T*, const T*, const T*, long, bf16*);                           \
   PREFIX void swiglu_fwd<L, T>(const L&, T*, const T*, long, long);                                           \
   PREFIX void swiglu_bwd<L, T>(const L&, T*, const T*, const T*, long, long);                                 \
   PREFIX void swiglu_bwd_set<L, T>(const L&, T*, const T*, const T*, long, long);                             \
