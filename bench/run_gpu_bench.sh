@@ -29,9 +29,10 @@
 # runs tf32+flash and bf16+flash beside its unfused rows. A mode ending in +nocopies runs with
 # --no-bf16-weight-copies (each GEMM casts the fp32 weights itself): the first model's bf16+flash+nocopies row
 # measures what the weights' bf16 copies save.
-# BASELINE_LIB=PATH (another build's libtrainplan_cuda.so, e.g. the last commit measured): every row also runs with
-# that library (TRAINPLAN_CUDA_LIB), just before the same row with this build's, and is printed as "MODE (base)": a
-# comparison on the same machine in the same call.
+# BASELINE_BIN=PATH (another build's trainplan with its libtrainplan_cuda.so beside it, e.g. the last commit
+# measured): every row also runs with that program, just before the same row with this build's, and is printed as
+# "MODE (base)": a comparison on the same machine in the same call. (A whole program, not only its library: the
+# loader refuses a library of another C ABI version, exec/kernels/cuda/cuda_backend.h.)
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${BUILD_DIR:-$root/build}
@@ -99,11 +100,11 @@ JSON
     [[ $mode == *+heur ]] && env+=(TP_CUDA_GEMM_TUNE=0)
     [[ $mode == *+nocache ]] && env+=(TP_CUDA_CACHE=0)
     args=(); [[ $mode == *+nocopies ]] && args=(--no-bf16-weight-copies)
-    for lib in ${BASELINE_LIB:+base} this; do
-    tag=$mode; label=$mode; lenv=()
-    [[ $lib == base ]] && tag="$mode.base" label="$mode (base)" lenv=(TRAINPLAN_CUDA_LIB="$BASELINE_LIB")
+    for prog in ${BASELINE_BIN:+base} this; do
+    tag=$mode; label=$mode; exe=$bin
+    [[ $prog == base ]] && tag="$mode.base" label="$mode (base)" exe=$BASELINE_BIN
     log="$work/${name}_$tag.txt"
-    env "${env[@]}" "${lenv[@]}" "$bin" run "$sc" --backend cuda --steps "$steps" --lr 1e-4 "${args[@]}" \
+    env "${env[@]}" "$exe" run "$sc" --backend cuda --steps "$steps" --lr 1e-4 "${args[@]}" \
       --json "$work/${name}_$tag.json" >"$log" 2>&1
     rc=$?
     if [[ $rc -ne 0 ]]; then row "$name" "$label" - - - - "failed (exit $rc): $(tail -1 "$log")"; continue; fi

@@ -10,9 +10,10 @@
 #                         gpu_check.sh on the bundle; with OUT, writes OUT/bench.txt, OUT/check.txt and
 #                         OUT/gpu-check.tgz (every log).
 #   bench DEST [OUT]      the same, the benchmark only (SKIP_BENCH=1: check without the benchmark).
-# BASELINE_LIB=PATH at pack: another build's libtrainplan_cuda.so goes into the bundle (DEST/baseline/), and the
-# benchmark runs every row with it too, just before this build's (run_gpu_bench.sh's BASELINE_LIB): a before /
-# after comparison on one machine in one call.
+# BASELINE_BUILD=DIR at pack: another build directory's trainplan and libtrainplan_cuda.so go into the bundle
+# (DEST/baseline/cli/, with the catalog; built on this machine, so the bundle's libraries serve it too), and the
+# benchmark runs every row with that program too, just before this build's (run_gpu_bench.sh's BASELINE_BIN): a
+# before / after comparison on one machine in one call.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 mode=${1:-}
@@ -23,7 +24,10 @@ pack() {
   cp "$build/cli/trainplan" "$d/cli/"
   cp "$build/exec/kernels/cuda/libtrainplan_cuda.so" "$d/cli/" || { echo "no CUDA library in $build" >&2; return 2; }
   cp -r "$root/models/catalog" "$d/cli/catalog"  # found beside the program (models/catalog.cpp)
-  if [[ -n "${BASELINE_LIB:-}" ]]; then mkdir -p "$d/baseline" && cp "$BASELINE_LIB" "$d/baseline/libtrainplan_cuda.so" || return 2; fi
+  if [[ -n "${BASELINE_BUILD:-}" ]]; then
+    mkdir -p "$d/baseline/cli" && cp "$BASELINE_BUILD/cli/trainplan" "$BASELINE_BUILD/exec/kernels/cuda/libtrainplan_cuda.so" \
+      "$d/baseline/cli/" && cp -r "$root/models/catalog" "$d/baseline/cli/catalog" || return 2
+  fi
   local ompi=/usr/lib/x86_64-linux-gnu/openmpi pmix=/usr/lib/x86_64-linux-gnu/pmix2
   local files=("$d/cli/trainplan" "$(readlink -f /usr/bin/orterun)" "$ompi"/lib/openmpi3/*.so "$pmix"/lib/pmix/*.so
                /usr/lib/x86_64-linux-gnu/libpmix.so.2)
@@ -71,10 +75,10 @@ check() {
   setup "$d"
   local logs=$d/gpu-check rep=${out:-$d} base=""
   mkdir -p "$logs" "$rep"
-  [[ -f $d/baseline/libtrainplan_cuda.so ]] && base=$d/baseline/libtrainplan_cuda.so
+  [[ -x $d/baseline/cli/trainplan ]] && base=$d/baseline/cli/trainplan
   # The benchmark first (two short runs), then the checks; the reports go to OUT as they are written.
   [[ "${SKIP_BENCH:-0}" == 1 ]] ||
-    BUILD_DIR=$d OUT_DIR=$logs/bench BASELINE_LIB=$base bash "$root/bench/run_gpu_bench.sh" 2>&1 | tee "$rep/bench.txt"
+    BUILD_DIR=$d OUT_DIR=$logs/bench BASELINE_BIN=$base bash "$root/bench/run_gpu_bench.sh" 2>&1 | tee "$rep/bench.txt"
   [[ $only == bench ]] && { [[ -n "$out" ]] && tar -C "$d" -czf "$out/gpu-check.tgz" gpu-check; return 0; }
   BUILD_DIR=$d SKIP_BUILD=1 bash "$root/scripts/gpu_check.sh" 2>&1 | tee "$rep/check.txt"
   local rc=${PIPESTATUS[0]}
