@@ -43,6 +43,7 @@ struct OpTable {
   void (*pack_bf16)(uint16_t*, const T*, long);
   void (*unpack_bf16)(T*, const uint16_t*, long);
   void (*layernorm_fwd)(T*, T*, T*, const T*, const T*, const T*, long, long, T);
+  void (*layernorm_fwd16)(uint16_t*, T*, T*, const T*, const T*, const T*, long, long, T);
   void (*layernorm_bwd)(T*, T*, T*, const T*, const T*, const T*, const T*, const T*, long, long);
   void (*ln_shard_sum)(T*, const T*, long, long);
   void (*ln_shard_sqdev)(T*, T*, const T*, const T*, long, long, long);

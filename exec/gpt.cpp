@@ -196,17 +196,26 @@ void Gpt<T>::layer_fwd(int wl, const T* x_in, T* x_out, LayerActs<T>& a, long B,
   const LayerParams& W = lay.params.layers[wl];
   const bool gl = s.gelu;
   if (a.x_in.data() != x_in) { a.x_in.resize(Nl * C); ops::copy(a.x_in.data(), x_in, Nl * C); }
-  // ln1 [Nl, C] on the shard; the QKV input is the full [N, C] (all-gathered under SP).
-  Buf<T> ln(Nl * C);
+  // ln1 [Nl, C] on the shard; the QKV input is the full [N, C] (all-gathered under SP). bf16 storage without SP:
+  // written packed only (the QKV GEMM and its weight gradient read it so).
   a.ln1_mean.resize(Nl); a.ln1_rstd.resize(Nl);
-  ops::layernorm_fwd(ln.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x_in, p(W.ln1_w),
-                     gl ? p(W.ln1_b) : (const T*)nullptr, Nl, C, T(1e-5));
-  if (sp) { a.ln1.resize(N * C); gather_rows(tp, ln.data(), a.ln1.data(), Nl, C); }
-  else a.ln1 = std::move(ln);
+  const uint16_t* ln1_16 = nullptr;
+  if (pack_operands16 && !sp) {
+    uint16_t* y16 = a.out16(a.ln1, (size_t)(N * C));
+    ops::layernorm_fwd16(y16, a.ln1_mean.data(), a.ln1_rstd.data(), x_in, p(W.ln1_w),
+                         gl ? p(W.ln1_b) : (const T*)nullptr, Nl, C, T(1e-5));
+    ln1_16 = y16;
+  } else {
+    Buf<T> ln(Nl * C);
+    ops::layernorm_fwd(ln.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x_in, p(W.ln1_w),
+                       gl ? p(W.ln1_b) : (const T*)nullptr, Nl, C, T(1e-5));
+    if (sp) { a.ln1.resize(N * C); gather_rows(tp, ln.data(), a.ln1.data(), Nl, C); }
+    else a.ln1 = std::move(ln);
+    if (pack_operands16) ln1_16 = a.pack_now(a.ln1);
+  }
   Buf<T> qkv(N * Q);                                                       // [N, Q]
   Buf<T> qx, qw;                                                           // fp8 casts (exec/fp8.hpp)
   const uint16_t* qkv16 = p16(W.qkv_w);  // (bf16 storage of the weights; fp8 casts T weights)
-  const uint16_t* ln1_16 = pack_operands16 ? a.pack_now(a.ln1) : nullptr;
   ops::linear_fwd(qkv.data(), (T*)nullptr, ln1_16 ? nullptr : f8(qx, a.ln1.data(), N * C, wl, kFp8Qkv, Fp8Operand::x),
                   ln1_16, qkv16 ? nullptr : f8(qw, p(W.qkv_w), C * Q, wl, kFp8Qkv, Fp8Operand::w), qkv16,
                   s.has_qkv_bias() ? p(W.qkv_b) : (const T*)nullptr, N, Q, C);
@@ -253,10 +262,21 @@ void Gpt<T>::layer_fwd(int wl, const T* x_in, T* x_out, LayerActs<T>& a, long B,
   }
   if (s.has_proj_bias()) ops::add_bias(a.x_mid.data(), a.x_mid.data(), p(W.proj_b), Nl, C);
   ops::add(a.x_mid.data(), a.x_mid.data(), x_in, Nl * C);
-  Buf<T> ln2(Nl * C);
   a.ln2_mean.resize(Nl); a.ln2_rstd.resize(Nl);
-  ops::layernorm_fwd(ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.x_mid.data(), p(W.ln2_w),
-                     gl ? p(W.ln2_b) : (const T*)nullptr, Nl, C, T(1e-5));
+  // bf16 storage in a dense layer without SP: ln2 written packed only (fc1 and its weight gradient read it so)
+  const bool ln2_packed = pack_operands16 && !sp && W.router_w < 0;
+  const uint16_t* ln2_16 = nullptr;
+  Buf<T> ln2;
+  if (ln2_packed) {
+    uint16_t* y16 = a.out16(a.ln2, (size_t)(Nl * C));
+    ops::layernorm_fwd16(y16, a.ln2_mean.data(), a.ln2_rstd.data(), a.x_mid.data(), p(W.ln2_w),
+                         gl ? p(W.ln2_b) : (const T*)nullptr, Nl, C, T(1e-5));
+    ln2_16 = y16;
+  } else {
+    ln2.resize(Nl * C);
+    ops::layernorm_fwd(ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.x_mid.data(), p(W.ln2_w),
+                       gl ? p(W.ln2_b) : (const T*)nullptr, Nl, C, T(1e-5));
+  }
   if (W.router_w >= 0) {  // a MoE layer (exec/moe.hpp): routes this rank's rows (SP: its shard, no gather)
     Buf<T> shared;        // the shared experts' output rows: a dense MLP of every token (SP: of the gathered ln2)
     if (W.sh_w1 >= 0) {
@@ -273,9 +293,11 @@ void Gpt<T>::layer_fwd(int wl, const T* x_in, T* x_out, LayerActs<T>& a, long B,
     ops::add(x_out, x_out, a.x_mid.data(), Nl * C);
     return;
   }
-  if (sp) { a.ln2.resize(N * C); gather_rows(tp, ln2.data(), a.ln2.data(), Nl, C); }
-  else a.ln2 = std::move(ln2);
-  const uint16_t* ln2_16 = pack_operands16 ? a.pack_now(a.ln2) : nullptr;  // (a dense layer: only fc1 reads it)
+  if (!ln2_packed) {
+    if (sp) { a.ln2.resize(N * C); gather_rows(tp, ln2.data(), a.ln2.data(), Nl, C); }
+    else a.ln2 = std::move(ln2);
+    if (pack_operands16) ln2_16 = a.pack_now(a.ln2);  // (a dense layer: only fc1 reads it)
+  }
   mlp_fwd(*this, wl, kFp8Fc1, W.fc1_w, W.fc1_b, W.fc2_w, W.fc2_b, F1, Fl, a.ln2.data(), ln2_16, a.fc1, a.act, x_out, N,
           Nl, pack_operands16 ? &a : nullptr);
   if (pack_operands16 && s.gelu) a.pack_now(a.fc1, true);  // (read packed by the GELU backward: gelu_bwd_set16)

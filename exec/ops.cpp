@@ -51,6 +51,10 @@ void layernorm_fwd(T* y, T* mean, T* rstd, const T* x, const T* w, const T* b, l
   tab<T>().layernorm_fwd(y, mean, rstd, x, w, b, N, C, eps);
 }
 template <class T>
+void layernorm_fwd16(uint16_t* y16, T* mean, T* rstd, const T* x, const T* w, const T* b, long N, long C, T eps) {
+  tab<T>().layernorm_fwd16(y16, mean, rstd, x, w, b, N, C, eps);
+}
+template <class T>
 void layernorm_bwd(T* dx, T* dw, T* db, const T* dy, const T* x, const T* w, const T* mean, const T* rstd, long N,
                    long C) {
   tab<T>().layernorm_bwd(dx, dw, db, dy, x, w, mean, rstd, N, C);
@@ -234,6 +238,7 @@ void moe_combine_bwd(T* dein, T* dgate, const T* dy, const T* ein, const int32_t
   template void pack_bf16<T>(uint16_t*, const T*, long);                                                      \
   template void unpack_bf16<T>(T*, const uint16_t*, long);                                                    \
   template void layernorm_fwd<T>(T*, T*, T*, const T*, const T*, const T*, long, long, T);                    \
+  template void layernorm_fwd16<T>(uint16_t*, T*, T*, const T*, const T*, const T*, long, long, T);           \
   template void layernorm_bwd<T>(T*, T*, T*, const T*, const T*, const T*, const T*, const T*, long, long);   \
   template void ln_shard_sum<T>(T*, const T*, long, long);                                                    \
   template void ln_shard_sqdev<T>(T*, T*, const T*, const T*, long, long, long);                              \

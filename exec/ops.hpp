@@ -74,6 +74,10 @@ void unpack_bf16(T* y, const uint16_t* x, long n);
 // LayerNorm over the last dim: y = (x - mean) * rstd * w + b; x, y [N, C]; w, b [C]; mean, rstd [N] saved.
 template <class T>
 void layernorm_fwd(T* y, T* mean, T* rstd, const T* x, const T* w, const T* b, long N, long C, T eps);
+// The same with y written only as bf16 (pack_bf16 of layernorm_fwd's y: a GEMM input under bf16 storage, never
+// needed in T).
+template <class T>
+void layernorm_fwd16(uint16_t* y16, T* mean, T* rstd, const T* x, const T* w, const T* b, long N, long C, T eps);
 // dx[N, C] += ..., dw[C] += ..., db[C] += ... (b may be null for RMS-style callers that pass b = null).
 template <class T>
 void layernorm_bwd(T* dx, T* dw, T* db, const T* dy, const T* x, const T* w, const T* mean, const T* rstd, long N,

@@ -44,6 +44,7 @@ OpTable<T> cpu_ops() {
   t.pack_bf16 = &c::pack_bf16<T>;
   t.unpack_bf16 = &c::unpack_bf16<T>;
   t.layernorm_fwd = &c::layernorm_fwd<T>;
+  t.layernorm_fwd16 = &c::layernorm_fwd16<T>;
   t.layernorm_bwd = &c::layernorm_bwd<T>;
   t.ln_shard_sum = &c::ln_shard_sum<T>;
   t.ln_shard_sqdev = &c::ln_shard_sqdev<T>;

@@ -81,6 +81,17 @@ void layernorm_fwd(T* y, T* mean, T* rstd, const T* x, const T* w, const T* b, l
     rstd[n] = s;
   }
 }
+// Row blocks through a local buffer, then packed (exactly layernorm_fwd, then pack_bf16).
+template <class T>
+void layernorm_fwd16(uint16_t* y16, T* mean, T* rstd, const T* x, const T* w, const T* b, long N, long C, T eps) {
+  const long rows = std::max(1L, 4096 / std::max(1L, C));
+  std::vector<T> y(static_cast<size_t>(rows * C));
+  for (long r0 = 0; r0 < N; r0 += rows) {
+    const long n = std::min(rows, N - r0);
+    layernorm_fwd(y.data(), mean + r0, rstd + r0, x + r0 * C, w, b, n, C, eps);
+    pack_bf16(y16 + r0 * C, y.data(), n * C);
+  }
+}
 
 // With xhat = (x - mean) * rstd and g = w ⊙ dy (per row):
 //   dx += rstd * (g - mean(g) - xhat * mean(g ⊙ xhat)),  dw += xhat ⊙ dy,  db += dy.
@@ -361,6 +372,7 @@ double fp8_quantize(T* y, const T* x, long n, T scale, int format) {
   template void accumulate<T>(T*, const T*, long);                                                          \
   template void scale<T>(T*, const T*, T, long);                                                            \
   template void layernorm_fwd<T>(T*, T*, T*, const T*, const T*, const T*, long, long, T);                  \
+  template void layernorm_fwd16<T>(uint16_t*, T*, T*, const T*, const T*, const T*, long, long, T);         \
   template void layernorm_bwd<T>(T*, T*, T*, const T*, const T*, const T*, const T*, const T*, long, long); \
   template void gelu_fwd<T>(T*, const T*, long);                                                            \
   template void gelu_bwd<T>(T*, const T*, const T*, long);                                                  \

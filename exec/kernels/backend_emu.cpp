@@ -209,6 +209,25 @@ void layernorm_fwd(T* y, T* mean, T* rstd, const T* x, const T* w, const T* b, l
   opt(op, "b", b, sz<T>(C));
   if (N > 0 && C > 0) k::layernorm_fwd(launcher(), y, mean, rstd, x, w, b, N, C, eps);
 }
+template <class T>
+void layernorm_fwd16(uint16_t* y16, T* mean, T* rstd, const T* x, const T* w, const T* b, long N, long C, T eps) {
+  const char* op = "layernorm_fwd16";
+  need(op, "y16", y16, sz<uint16_t>(N * C));
+  need(op, "mean", mean, sz<T>(N));
+  need(op, "rstd", rstd, sz<T>(N));
+  need(op, "x", x, sz<T>(N * C));
+  need(op, "w", w, sz<T>(C));
+  opt(op, "b", b, sz<T>(C));
+  if (N <= 0 || C <= 0) return;
+  k::bf16* y = reinterpret_cast<k::bf16*>(y16);
+  if constexpr (std::is_same_v<T, float>) {
+    k::layernorm_fwd16(launcher(), y, mean, rstd, x, w, b, N, C, eps);
+  } else {  // (fp64: through T, then pack_bf16's double rounding)
+    std::vector<T> yt(static_cast<size_t>(N * C));
+    k::layernorm_fwd(launcher(), yt.data(), mean, rstd, x, w, b, N, C, eps);
+    k::pack_bf16(launcher(), y, yt.data(), N * C);
+  }
+}
 // The kernels split it: dx by rows, dw / db by columns (docs/kernels.md).
 template <class T>
 void layernorm_bwd(T* dx, T* dw, T* db, const T* dy, const T* x, const T* w, const T* mean, const T* rstd, long N,
@@ -367,6 +386,7 @@ OpTable<T> table() {
   t.pack_bf16 = &pack_bf16<T>;
   t.unpack_bf16 = &unpack_bf16<T>;
   t.layernorm_fwd = &layernorm_fwd<T>;
+  t.layernorm_fwd16 = &layernorm_fwd16<T>;
   t.layernorm_bwd = &layernorm_bwd<T>;
   t.gelu_fwd = &gelu_fwd<T>;
   t.gelu_bwd = &gelu_bwd<T>;

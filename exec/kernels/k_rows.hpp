@@ -16,11 +16,11 @@ namespace tp::kernels {
 #define TP_COL_LOOP(c, j, n) for (long j = long((c).tid()); j < long(n); j += long((c).bdim()))
 
 // y = (x - mean) rstd w (+ b); mean, rstd [N] saved; biased variance, two passes over the row.
-template <class T>
+template <class T, class Y = T>
 struct LayerNormFwd {
   static constexpr const char* kName = "layernorm_fwd";
   using A = acc_t<T>;
-  T* y;
+  Y* y;  // (Y: T, or bf16 with T = float: layernorm_fwd16)
   A* mean;
   A* rstd;
   const T* x;
@@ -42,10 +42,10 @@ struct LayerNormFwd {
         v += d * d;
       }
       const A rs = A(1) / k_sqrt(block_sum(c, v, slots) / A(C) + eps);
-      T* yr = y + r * C;
+      Y* yr = y + r * C;
       TP_COL_LOOP(c, j, C) {
         const A o = (ld(xr[j]) - m) * rs * ld(w[j]);
-        yr[j] = st<T>(b ? o + ld(b[j]) : o);
+        yr[j] = st<Y>(ld(st<T>(b ? o + ld(b[j]) : o)));  // (Y bf16: the T value rounded, as pack_bf16 rounds it)
       }
       if (c.tid() == 0) {
         mean[r] = m;
@@ -356,6 +356,12 @@ template <class L, class T>
 void layernorm_fwd(const L& launch, T* y, acc_t<T>* mean, acc_t<T>* rstd, const T* x, const T* w, const T* b,
                    long N, long C, acc_t<T> eps) {
   launch(LayerNormFwd<T>{y, mean, rstd, x, w, b, N, C, eps}, row_dim(launch, N, sizeof(acc_t<T>)));
+}
+// y written as bf16 (fp32 storage: layernorm_fwd16).
+template <class L>
+void layernorm_fwd16(const L& launch, bf16* y, float* mean, float* rstd, const float* x, const float* w, const float* b,
+                     long N, long C, float eps) {
+  launch(LayerNormFwd<float, bf16>{y, mean, rstd, x, w, b, N, C, eps}, row_dim(launch, N, sizeof(float)));
 }
 template <class L, class T>
 void layernorm_bwd_dx(const L& launch, T* dx, const T* dy, const T* x, const T* w, const acc_t<T>* mean,

@@ -23,7 +23,8 @@
                                // 5: Backend::set_bf16_gemm; 6: OpTable flash_attention_fwd / bwd, adamw gscale;
                                // 7: OpTable pack_bf16 / unpack_bf16, matmul_a16;
                                // 8: matmul16 (either operand packed) replaces matmul_a16, linear_fwd's w16;
-                               // 9: linear_fwd x16; 10: OpTable flash_attention_fwd16 / bwd16, gelu_bwd_set16
+                               // 9: linear_fwd x16; 10: OpTable flash_attention_fwd16 / bwd16, gelu_bwd_set16,
+                               //     layernorm_fwd16
 
 #ifdef __cplusplus
 extern "C" {
