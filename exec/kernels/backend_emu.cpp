@@ -198,26 +198,25 @@ void unpack_bf16(T* y, const uint16_t* x, long n) {
   need("unpack_bf16", "x", x, sz<uint16_t>(n));
   if (n > 0) k::copy(launcher(), y, reinterpret_cast<const k::bf16*>(x), n);
 }
-template <class T>
-void layernorm_fwd(T* y, T* mean, T* rstd, const T* x, const T* w, const T* b, long N, long C, T eps) {
-  const char* op = "layernorm_fwd";
-  need(op, "y", y, sz<T>(N * C));
+// LayerNorm forward's arguments (y of element type Y: T, or uint16_t for layernorm_fwd16).
+template <class Y, class T>
+void layernorm_fwd_need(const char* op, const Y* y, const T* mean, const T* rstd, const T* x, const T* w, const T* b,
+                        long N, long C) {
+  need(op, "y", y, sz<Y>(N * C));
   need(op, "mean", mean, sz<T>(N));
   need(op, "rstd", rstd, sz<T>(N));
   need(op, "x", x, sz<T>(N * C));
   need(op, "w", w, sz<T>(C));
   opt(op, "b", b, sz<T>(C));
+}
+template <class T>
+void layernorm_fwd(T* y, T* mean, T* rstd, const T* x, const T* w, const T* b, long N, long C, T eps) {
+  layernorm_fwd_need("layernorm_fwd", y, mean, rstd, x, w, b, N, C);
   if (N > 0 && C > 0) k::layernorm_fwd(launcher(), y, mean, rstd, x, w, b, N, C, eps);
 }
 template <class T>
 void layernorm_fwd16(uint16_t* y16, T* mean, T* rstd, const T* x, const T* w, const T* b, long N, long C, T eps) {
-  const char* op = "layernorm_fwd16";
-  need(op, "y16", y16, sz<uint16_t>(N * C));
-  need(op, "mean", mean, sz<T>(N));
-  need(op, "rstd", rstd, sz<T>(N));
-  need(op, "x", x, sz<T>(N * C));
-  need(op, "w", w, sz<T>(C));
-  opt(op, "b", b, sz<T>(C));
+  layernorm_fwd_need("layernorm_fwd16", y16, mean, rstd, x, w, b, N, C);
   if (N <= 0 || C <= 0) return;
   k::bf16* y = reinterpret_cast<k::bf16*>(y16);
   if constexpr (std::is_same_v<T, float>) {
