@@ -13,4 +13,4 @@ cmake -S "$root/tests/kernels" -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWit
 cmake --build "$build" -j "$(nproc)"
 export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 ${TSAN_OPTIONS:-}"
 export ASAN_OPTIONS="detect_leaks=1 ${ASAN_OPTIONS:-}"
-ctest --test-dir "$build" --output-on-failure
+ctest --test-dir "$build" --output-on-failure -j "$(nproc)"

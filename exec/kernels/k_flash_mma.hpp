@@ -1,5 +1,6 @@
-// k_flash_mma: the flash attention kernels of k_flash.hpp on tensor cores, for fp32 storage with bf16 GEMM operands
-// (training.precision "bf16") and head dims D = 16, 32, 48, 64, written as FlashAttention-2 writes them: every product
+// k_flash_mma: the flash attention kernels of k_flash.hpp on tensor cores, for bf16 GEMM operands (training.precision
+// "bf16"; q, k, v and out stored as fp32 or, S = bf16, as bf16) and head dims D = 16, 32, 48, 64, written as
+// FlashAttention-2 writes them: every product
 // (S = q kᵀ, P v, dP = dout vᵀ, dS k, Pᵀ dout, dSᵀ q) is a chain of m16n8k16 bf16 tensor-core instructions
 // accumulating in fp32 registers (EmuCtx::mma16816; its fragment layout is documented in exec/kernels/emu.hpp), the
 // operands read from shared memory with ldmatrix (ldsm4, ldsm4_t). Scores, probabilities and their gradients stay
@@ -11,12 +12,16 @@
 // Work: 4 warps of 16 rows (TP_MMA_WARPS), 64 rows per item. Forward and dQ: one item per (b, query head, 64 query
 // rows), key tiles of 64 (dQ in halves of 32 keys, for registers). dK / dV: one item per (b, kv head, 64 key
 // rows), query tiles of 64 (in quarters of 16) of each query head of the group. Tiles are staged from global memory
-// as bf16 (mma_stage); the backward's row terms rowsum(dout ⊙ out) are computed once, by the dQ kernel, which writes
-// them to scratch for the dK / dV kernel.
+// as bf16; the loop tiles (key tiles, dK / dV's query tiles) are double-buffered, the next loading (by cp.async when
+// its rows are bf16 on 16 bytes: mma_stage_tile) while this one is computed, one sync per tile. The backward's row
+// terms rowsum(dout ⊙ out), and dout rounded to bf16, are written once, by the dQ kernel, to scratch for the dK / dV
+// kernel.
 // Invariants: as k_flash.hpp (block-uniform loop bounds, one writer per output element, no atomics); every lane of a
 // warp executes every mma16816 / ldsm4 (masks act on values, never on control flow); every ldmatrix row address is
 // 16-byte aligned (carve() starts each buffer on 32 bytes, rows are (D + 8) bf16 = 2 D + 16 bytes, column offsets
-// multiples of 8); register arrays are indexed only by unrolled constant-bound loops.
+// multiples of 8); register arrays are indexed only by unrolled constant-bound loops; a tile buffer is written (or
+// its copies issued) only after the sync that follows every warp's last read of it, and read only after this
+// thread's cp_async_wait and the sync after it.
 #pragma once
 #include <cstddef>
 #include <cstdint>

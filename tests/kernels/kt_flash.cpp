@@ -243,9 +243,10 @@ TEST(KernelFlashBf16, Bf16StorageIsTheFloatResultRounded) {
     long shift;  // elements the packed QKV starts past its buffer's (aligned) start
     long T;      // (77, 70: two 64-row tiles, so the pipelined loops prefetch)
   };
-  const bool quick = kt::quick();
-  for (const Case& cs : {Case{16, true, 0, quick ? 70 : 77}, Case{64, true, 0, quick ? 21 : 37}, Case{64, true, 1, 21},
-                         Case{40, true, 0, 21}, Case{64, false, 0, 21}}) {
+  std::vector<Case> cases = {Case{16, true, 0, 77}, Case{64, true, 0, 37}, Case{64, true, 1, 21}, Case{40, true, 0, 21},
+                             Case{64, false, 0, 21}};
+  if (kt::quick()) cases = {Case{16, true, 0, 70}, Case{16, true, 1, 21}};  // (the sanitizer builds: both stagings)
+  for (const Case& cs : cases) {
     SCOPED_TRACE("D " + std::to_string(cs.D) + (cs.b16 ? " bf16 operands" : "") + " shift " + std::to_string(cs.shift) +
                  " T " + std::to_string(cs.T));
     const long D = cs.D, B = 2, T = cs.T, H = 4, Hkv = 2, W = (H + 2 * Hkv) * D, N = B * T;
