@@ -121,8 +121,8 @@ static void mlp_bwd(const Gpt<T>& g, int wl, int lin1, int w1, int b1, int w2, i
   Buf<uint16_t> d1_16;  // (bf16: the GEMMs' copy of fc1's gradient, which the packed GELU backward writes too)
   if (fc1_16) {  // (packed: the gradient over the used act, which the GELU backward reads in place)
     if (!g.lay.s.gelu) throw std::logic_error("mlp_bwd: a packed fc1 without GELU");
-    if (g.pack_operands16) d1_16.resize((size_t)(N * Fl));
-    ops::gelu_bwd_set16(dact, d1_16.empty() ? nullptr : d1_16.data(), fc1_16, dact, N * Fl);
+    d1_16.resize((size_t)(N * Fl));  // (fc1 packed: pack_operands16 is on)
+    ops::gelu_bwd_set16(dact, d1_16.data(), fc1_16, dact, N * Fl);
     fc1.swap(act);
   } else if (g.lay.s.gelu) {
     ops::gelu_bwd_set(fc1.data(), fc1.data(), dact, N * Fl);

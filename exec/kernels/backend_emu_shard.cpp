@@ -361,8 +361,9 @@ void flash_fwd_any(const char* op, S* out, T* stats, const S* q, const S* k, con
   if constexpr (std::is_same_v<S, T>) {
     k::flash_attention_fwd(launcher(), out, stats, q, k, v, B, Tq, Tk, H, Hkv, D, ldq, ldkv, b16);
   } else if constexpr (std::is_same_v<T, float>) {
-    auto bf = [](auto* p) { return reinterpret_cast<std::conditional_t<std::is_const_v<std::remove_pointer_t<decltype(p)>>, const k::bf16*, k::bf16*>>(p); };
-    k::flash_attention_fwd(launcher(), bf(out), stats, bf(q), bf(k), bf(v), B, Tq, Tk, H, Hkv, D, ldq, ldkv, b16);
+    auto bf = [](const uint16_t* p) { return reinterpret_cast<const k::bf16*>(p); };
+    k::flash_attention_fwd(launcher(), reinterpret_cast<k::bf16*>(out), stats, bf(q), bf(k), bf(v), B, Tq, Tk, H, Hkv, D,
+                           ldq, ldkv, b16);
   } else {
     ops::cpu::flash16_fwd_unpacked<T>(
         [](T* y, const uint16_t* x, long n) { k::copy(launcher(), y, reinterpret_cast<const k::bf16*>(x), n); },
