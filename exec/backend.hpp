@@ -33,7 +33,7 @@ struct OpTable {
   void (*matmul16)(T*, const T*, const uint16_t*, const T*, const uint16_t*, long, long, long, bool, bool, T, T);
   void (*add_bias)(T*, const T*, const T*, long, long);
   void (*linear_fwd)(T*, T*, const T*, const uint16_t*, const T*, const uint16_t*, const T*, long, long, long);
-  void (*bias_bwd)(T*, const T*, long, long);
+  void (*bias_bwd)(T*, const T*, long, long, uint16_t*);
   void (*add)(T*, const T*, const T*, long);
   void (*accumulate)(T*, const T*, long);
   void (*scale)(T*, const T*, T, long);
@@ -54,7 +54,7 @@ struct OpTable {
   void (*gelu_fwd)(T*, const T*, long);
   void (*gelu_bwd)(T*, const T*, const T*, long);
   void (*gelu_bwd_set)(T*, const T*, const T*, long);
-  void (*gelu_bwd_set16)(T*, uint16_t*, const uint16_t*, const T*, long);
+  void (*gelu_bwd_bias16)(uint16_t*, T*, const uint16_t*, const T*, long, long);
   void (*swiglu_fwd)(T*, const T*, long, long);
   void (*swiglu_bwd)(T*, const T*, const T*, long, long);
   void (*swiglu_bwd_set)(T*, const T*, const T*, long, long);

@@ -102,13 +102,15 @@ static void mlp_bwd(const Gpt<T>& g, int wl, int lin1, int w1, int b1, int w2, i
                     const uint16_t* in16 = nullptr, const uint16_t* act16 = nullptr, const uint16_t* fc1_16 = nullptr) {
   const long C = (long)g.lay.s.C;
   auto release = [](Buf<T>& v) { Buf<T>().swap(v); };
-  if (b2 >= 0) ops::bias_bwd(g.g(b2), dout, Nl, C);
+  // (bf16: dout's copy, read by both GEMMs below; without SP from the bias gradient's pass)
+  Buf<uint16_t> dz16 = g.sp ? Buf<uint16_t>() : g.bias_grad16(b2 >= 0 ? g.g(b2) : nullptr, dout, N, C);
+  if (g.sp && b2 >= 0) ops::bias_bwd(g.g(b2), dout, Nl, C);
   Buf<T> dz_full;  // [N, C] (SP: all-gathered)
   const T* dz = dout;
   if (g.sp) { dz_full.resize(N * C); gather_rows(g.tp, dout, dz_full.data(), Nl, C); dz = dz_full.data(); }
   Buf<T> qx, qw, qd;  // fp8 casts (the forward operands again with the same scales: the same values)
   dz = g.f8(qd, dz, N * C, wl, lin1 + 1, Fp8Operand::dy);
-  Buf<uint16_t> dz16 = g.grad16(dz, N * C);  // (bf16: read by both GEMMs below)
+  if (g.sp) dz16 = g.grad16(dz, N * C);
   gemm16(g.g(w2), act16 ? nullptr : g.f8(qx, act.data(), N * Fl, wl, lin1 + 1, Fp8Operand::x, false), act16, dz,
          data16(dz16), Fl, C, N, true, false, T(1));
   if (act16) act.resize(N * Fl);  // (packed: a buffer for the gradient, as the used act would have been)
@@ -118,23 +120,21 @@ static void mlp_bwd(const Gpt<T>& g, int wl, int lin1, int w1, int b1, int w2, i
          N, Fl, C, false, true, T(0));
   release(dz_full);
   Buf<uint16_t>().swap(dz16);
-  Buf<uint16_t> d1_16;  // (bf16: the GEMMs' copy of fc1's gradient, which the packed GELU backward writes too)
-  if (fc1_16) {  // (packed: the gradient over the used act, which the GELU backward reads in place)
+  Buf<uint16_t> d1_16;  // (bf16: the GEMMs' copy of fc1's gradient d1, made with the b1 gradient's pass)
+  const T* d1 = nullptr;  // [N, F1] (null: only its copy exists)
+  if (fc1_16) {  // (fc1 packed, so pack_operands16 is on: the GELU backward writes the gradient only as the copy)
     if (!g.lay.s.gelu) throw std::logic_error("mlp_bwd: a packed fc1 without GELU");
-    d1_16.resize((size_t)(N * Fl));  // (fc1 packed: pack_operands16 is on)
-    ops::gelu_bwd_set16(dact, d1_16.data(), fc1_16, dact, N * Fl);
-    fc1.swap(act);
-  } else if (g.lay.s.gelu) {
-    ops::gelu_bwd_set(fc1.data(), fc1.data(), dact, N * Fl);
+    d1_16.resize((size_t)(N * Fl));
+    ops::gelu_bwd_bias16(d1_16.data(), b1 >= 0 ? g.g(b1) : nullptr, fc1_16, dact, N, Fl);
+    release(act);
   } else {
-    ops::swiglu_bwd_set(fc1.data(), fc1.data(), dact, N, Fl);
+    if (g.lay.s.gelu) ops::gelu_bwd_set(fc1.data(), fc1.data(), dact, N * Fl);
+    else ops::swiglu_bwd_set(fc1.data(), fc1.data(), dact, N, Fl);
+    release(act);
+    d1_16 = g.bias_grad16(b1 >= 0 ? g.g(b1) : nullptr, fc1.data(), N, F1);  // [N, F1], over the used fc1
+    d1 = g.f8(qd, fc1.data(), N * F1, wl, lin1, Fp8Operand::dy);
+    if (!d1_16.empty()) release(fc1), d1 = nullptr;  // (bf16: the GEMMs read d1's copy)
   }
-  T* dfc1 = fc1.data();  // [N, F1], over the used fc1 (or act)
-  release(act);
-  if (b1 >= 0) ops::bias_bwd(g.g(b1), dfc1, N, F1);
-  const T* d1 = g.f8(qd, dfc1, N * F1, wl, lin1, Fp8Operand::dy);
-  if (d1_16.empty()) d1_16 = g.grad16(d1, N * F1);
-  if (!d1_16.empty()) release(fc1), d1 = nullptr;  // (bf16: the GEMMs read d1's copy)
   gemm16(g.g(w1), in16 ? nullptr : g.f8(qx, in, N * C, wl, lin1, Fp8Operand::x, false), in16, d1, data16(d1_16), C, F1,
          N, true, false, T(1));
   if (in_owner) release(*in_owner);
@@ -300,7 +300,7 @@ void Gpt<T>::layer_fwd(int wl, const T* x_in, T* x_out, LayerActs<T>& a, long B,
   }
   mlp_fwd(*this, wl, kFp8Fc1, W.fc1_w, W.fc1_b, W.fc2_w, W.fc2_b, F1, Fl, a.ln2.data(), ln2_16, a.fc1, a.act, x_out, N,
           Nl, pack_operands16 ? &a : nullptr);
-  if (pack_operands16 && s.gelu) a.pack_now(a.fc1, true);  // (read packed by the GELU backward: gelu_bwd_set16)
+  if (pack_operands16 && s.gelu) a.pack_now(a.fc1, true);  // (read packed by the GELU backward: gelu_bwd_bias16)
   ops::add(x_out, x_out, a.x_mid.data(), Nl * C);
 }
 
@@ -351,13 +351,15 @@ void Gpt<T>::layer_bwd(int wl, const T* dx_out, T* dx_in, LayerActs<T>& a, long 
                      p(W.ln2_w), a.ln2_mean.data(), a.ln2_rstd.data(), Nl, C);   // dx = d x_mid
   release(a.x_mid);
   // Attention: y = attn proj_w (+ b), x_mid = x_in + y.
-  if (s.has_proj_bias()) ops::bias_bwd(g(W.proj_b), dx, Nl, C);
+  // (bf16: dx's copy, read by both GEMMs; without SP from the bias gradient's pass)
+  Buf<uint16_t> dy16 = sp ? Buf<uint16_t>() : bias_grad16(s.has_proj_bias() ? g(W.proj_b) : nullptr, dx, N, C);
+  if (sp && s.has_proj_bias()) ops::bias_bwd(g(W.proj_b), dx, Nl, C);
   Buf<T> dy_full;
   const T* dy = dx;
   if (sp) { dy_full.resize(N * C); gather_rows(tp, dx, dy_full.data(), Nl, C); dy = dy_full.data(); }
   Buf<T> qx, qw, qd;                                                             // fp8 casts (exec/fp8.hpp)
   dy = f8(qd, dy, N * C, wl, kFp8Proj, Fp8Operand::dy);
-  Buf<uint16_t> dy16 = grad16(dy, N * C);  // (bf16: read by both GEMMs)
+  if (sp) dy16 = grad16(dy, N * C);
   if (const uint16_t* attn16 = a.packed(a.attn)) {  // (unfused: packed until here, then the gradient's buffer)
     gemm16(g(W.proj_w), (const T*)nullptr, attn16, dy, data16(dy16), Hl * D, C, N, true, false, T(1));
     if (!flash) {  // (flash reads it again: released after its backward)
@@ -408,9 +410,8 @@ void Gpt<T>::layer_bwd(int wl, const T* dx_out, T* dx_in, LayerActs<T>& a, long 
     ops::copy_rows(dqkv.data() + Hl * D, Q, dk.data(), Kl * D, N, Kl * D);
     ops::copy_rows(dqkv.data() + (Hl + Kl) * D, Q, dv.data(), Kl * D, N, Kl * D);
   }
-  if (s.has_qkv_bias()) ops::bias_bwd(g(W.qkv_b), dqkv.data(), N, Q);
+  const Buf<uint16_t> dq16 = bias_grad16(s.has_qkv_bias() ? g(W.qkv_b) : nullptr, dqkv.data(), N, Q);  // (bf16: its copy)
   const T* dq8 = f8(qd, dqkv.data(), N * Q, wl, kFp8Qkv, Fp8Operand::dy);
-  const Buf<uint16_t> dq16 = grad16(dq8, N * Q);
   if (!dq16.empty()) release(dqkv), dq8 = nullptr;  // (bf16: the GEMMs read its copy)
   const uint16_t* ln1_16 = a.packed(a.ln1);
   gemm16(g(W.qkv_w), ln1_16 ? nullptr : f8(qx, a.ln1.data(), N * C, wl, kFp8Qkv, Fp8Operand::x, false), ln1_16, dq8,

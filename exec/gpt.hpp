@@ -320,6 +320,10 @@ struct Gpt : ParamTables<T> {
   bool pack_operands16 = false;
   // The copy of output gradient d[n] under pack_operands16 (ops::pack_bf16), else empty.
   Buf<uint16_t> grad16(const T* d, long n) const;
+  // ops::bias_bwd into db (may be null: no bias) over output gradient d [N, C], and grad16 of d from the same pass.
+  // Only where the bias's rows are the GEMMs' (not under SP) and d is what the GEMMs read (fp8 casts d later, and
+  // packs nothing).
+  Buf<uint16_t> bias_grad16(T* db, const T* d, long N, long C) const;
 
   // fp8 linear layers (exec/fp8.hpp; null: precision other than fp8): f8 casts operand `op` of linear `lin` of
   // weight group wl into tmp and returns it (x itself when off); `record` counts it in the slot's amax.

@@ -149,6 +149,15 @@ Buf<uint16_t> Gpt<T>::grad16(const T* d, long n) const {
   return c;
 }
 
+template <class T>
+Buf<uint16_t> Gpt<T>::bias_grad16(T* db, const T* d, long N, long C) const {
+  Buf<uint16_t> c;
+  if (pack_operands16 && N * C > 0) c.resize((size_t)(N * C));
+  if (db) ops::bias_bwd(db, d, N, C, c.empty() ? nullptr : c.data());
+  else if (!c.empty()) ops::pack_bf16(c.data(), d, N * C);
+  return c;
+}
+
 #define TP_GPT_BF16_INSTANTIATE(T)                                              \
   template void LayerActs<T>::pack_bf16(bool);                                  \
   template void LayerActs<T>::round_input();                                    \
@@ -160,7 +169,8 @@ Buf<uint16_t> Gpt<T>::grad16(const T* d, long n) const {
   template void round_bf16<T>(Buf<T>&);                                         \
   template const uint16_t* WeightCopies16::of<T>(size_t, const T*, long long);  \
   template const uint16_t* Gpt<T>::p16(int) const;                              \
-  template Buf<uint16_t> Gpt<T>::grad16(const T*, long) const;
+  template Buf<uint16_t> Gpt<T>::grad16(const T*, long) const;                  \
+  template Buf<uint16_t> Gpt<T>::bias_grad16(T*, const T*, long, long) const;
 TP_GPT_BF16_INSTANTIATE(float)
 TP_GPT_BF16_INSTANTIATE(double)
 

@@ -134,10 +134,10 @@ void moe_mlp_bwd(const Gpt<T>& g, int wl, const LayerParams& W, LayerActs<T>& a,
            w2_16 ? w2_16 + ge * Fe * C : nullptr, cap, Fe, C, false, true, T(0));
     if (s.gelu) ops::gelu_bwd_set(h, h, dact.data(), cap * Fe);  // h becomes d fc1 in place
     else ops::swiglu_bwd_set(h, h, dact.data(), cap, Fe);
-    if (W.ex_b1 >= 0) ops::bias_bwd(g.g(W.ex_b1) + ge * F1, h, cap, F1);
     Buf<uint16_t>().swap(d16);
+    // (bf16: h's copy, from the pass of the bias gradient: expert ge's slice of the stacked bias)
+    const Buf<uint16_t> dh16 = g.bias_grad16(W.ex_b1 >= 0 ? g.g(W.ex_b1) + ge * F1 : nullptr, h, cap, F1);
     const T* dh = g.f8(qd, h, cap * F1, wl, lin, Fp8Operand::dy);
-    const Buf<uint16_t> dh16 = g.grad16(dh, cap * F1);
     gemm16(g.g(W.ex_w1) + ge * C * F1, g.f8(qx, xin + b * cap * C, cap * C, wl, lin, Fp8Operand::x, false), nullptr, dh,
            data16(dh16), C, F1, cap, true, false, T(1));
     gemm16(dx_part + b * cap * C, dh, data16(dh16),

@@ -27,7 +27,7 @@ void linear_fwd(T* y, T* pre, const T* x, const uint16_t* x16, const T* w, const
 template <class T>
 void add_bias(T* y, const T* x, const T* b, long N, long C) { tab<T>().add_bias(y, x, b, N, C); }
 template <class T>
-void bias_bwd(T* db, const T* dy, long N, long C) { tab<T>().bias_bwd(db, dy, N, C); }
+void bias_bwd(T* db, const T* dy, long N, long C, uint16_t* dy16) { tab<T>().bias_bwd(db, dy, N, C, dy16); }
 template <class T>
 void add(T* y, const T* a, const T* b, long n) { tab<T>().add(y, a, b, n); }
 template <class T>
@@ -86,8 +86,8 @@ void gelu_bwd(T* dx, const T* x, const T* dy, long n) { tab<T>().gelu_bwd(dx, x,
 template <class T>
 void gelu_bwd_set(T* dx, const T* x, const T* dy, long n) { tab<T>().gelu_bwd_set(dx, x, dy, n); }
 template <class T>
-void gelu_bwd_set16(T* dx, uint16_t* dx16, const uint16_t* x16, const T* dy, long n) {
-  tab<T>().gelu_bwd_set16(dx, dx16, x16, dy, n);
+void gelu_bwd_bias16(uint16_t* dx16, T* db, const uint16_t* x16, const T* dy, long N, long F) {
+  tab<T>().gelu_bwd_bias16(dx16, db, x16, dy, N, F);
 }
 template <class T>
 void swiglu_fwd(T* y, const T* gate_up, long N, long F) { tab<T>().swiglu_fwd(y, gate_up, N, F); }
@@ -228,7 +228,7 @@ void moe_combine_bwd(T* dein, T* dgate, const T* dy, const T* ein, const int32_t
   template void add_bias<T>(T*, const T*, const T*, long, long);                                             \
   template void linear_fwd<T>(T*, T*, const T*, const uint16_t*, const T*, const uint16_t*, const T*, long, long,  \
                               long);                                                                            \
-  template void bias_bwd<T>(T*, const T*, long, long);                                                        \
+  template void bias_bwd<T>(T*, const T*, long, long, uint16_t*);                                                  \
   template void add<T>(T*, const T*, const T*, long);                                                         \
   template void accumulate<T>(T*, const T*, long);                                                            \
   template void scale<T>(T*, const T*, T, long);                                                              \
@@ -249,7 +249,7 @@ void moe_combine_bwd(T* dein, T* dgate, const T* dy, const T* ein, const int32_t
   template void gelu_fwd<T>(T*, const T*, long);                                                              \
   template void gelu_bwd<T>(T*, const T*, const T*, long);                                                    \
   template void gelu_bwd_set<T>(T*, const T*, const T*, long);                                                \
-  template void gelu_bwd_set16<T>(T*, uint16_t*, const uint16_t*, const T*, long);                                       \
+  template void gelu_bwd_bias16<T>(uint16_t*, T*, const uint16_t*, const T*, long, long);                          \
   template void swiglu_fwd<T>(T*, const T*, long, long);                                                      \
   template void swiglu_bwd<T>(T*, const T*, const T*, long, long);                                            \
   template void swiglu_bwd_set<T>(T*, const T*, const T*, long, long);                                        \

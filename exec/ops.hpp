@@ -38,9 +38,10 @@ void linear_fwd(T* y, T* pre, const T* x, const uint16_t* x16, const T* w, const
 // y[N, C] = x[N, C] + b[C] broadcast over rows (bias add, in place allowed: y == x).
 template <class T>
 void add_bias(T* y, const T* x, const T* b, long N, long C);
-// db[C] += sum over rows of dy[N, C].
+// db[C] += sum over rows of dy[N, C]; dy16 (may be null): dy packed too (pack_bf16's rounding: the copy the
+// GEMMs read under bf16 storage), from the same read of dy.
 template <class T>
-void bias_bwd(T* db, const T* dy, long N, long C);
+void bias_bwd(T* db, const T* dy, long N, long C, uint16_t* dy16 = nullptr);
 
 // y[n] = a[n] + b[n] (residual; in place allowed).
 template <class T>
@@ -114,11 +115,11 @@ void gelu_bwd(T* dx, const T* x, const T* dy, long n);  // dx += gelu'(x) * dy
 // gradient can replace a saved tensor in place instead of taking a buffer of its own.
 template <class T>
 void gelu_bwd_set(T* dx, const T* x, const T* dy, long n);
-// The same with x held as bf16 (pack_bf16's storage: the saved fc1 under bf16 storage, read packed), and dx16 (may
-// be null) = dx packed too (the GEMMs' copy of the gradient): exactly gelu_bwd_set on x unpacked, then pack_bf16.
-// dx may be dy.
+// The same over [N, F] with x held as bf16 (pack_bf16's storage: the saved fc1 under bf16 storage, read packed),
+// the gradient written only packed, as the GEMMs read it: dx16 = pack_bf16(gelu_bwd_set's dx on x unpacked), and db
+// (may be null) += bias_bwd's column sums of that dx, from one pass (the T-valued dx is not stored).
 template <class T>
-void gelu_bwd_set16(T* dx, uint16_t* dx16, const uint16_t* x16, const T* dy, long n);
+void gelu_bwd_bias16(uint16_t* dx16, T* db, const uint16_t* x16, const T* dy, long N, long F);
 
 // SwiGLU: gate_up [N, 2F] holds gate in columns [0, F) and up in [F, 2F); y [N, F] = silu(gate) * up.
 template <class T>

@@ -321,7 +321,7 @@ void elementwise_cases(std::vector<Spec>& cs, bool quick) {
     add(cs, {"add_bias", shape, "in place", {rnd(n, s++), rnd(C, s++)}, {}, {0}},
         TP_SELFTEST_BODY { return t.add_bias(p[0], p[0], p[1], N, C), 0.0; });
     add(cs, {"bias_bwd", shape, "accumulate", {rnd(C, s++), rnd(n, s++)}, {}, {0}, double(N)},
-        TP_SELFTEST_BODY { return t.bias_bwd(p[0], p[1], N, C), 0.0; });
+        TP_SELFTEST_BODY { return t.bias_bwd(p[0], p[1], N, C, nullptr), 0.0; });
     add(cs, {"add", sh({{"n", n}}), "in place", {rnd(n, s++), rnd(n, s++)}, {}, {0}},
         TP_SELFTEST_BODY { return t.add(p[0], p[0], p[1], n), 0.0; });
     add(cs, {"accumulate", sh({{"n", n}}), "", {rnd(n, s++), rnd(n, s++)}, {}, {0}},
@@ -346,22 +346,6 @@ void elementwise_cases(std::vector<Spec>& cs, bool quick) {
         TP_SELFTEST_BODY { return t.gelu_bwd(p[0], p[1], p[2], n), 0.0; });
     add(cs, {"gelu_bwd_set", sh({{"n", n}}), "overwrite, in place over dy", {rnd(n, s++, -4, 4), rnd(n, s++)}, {}, {1}},
         TP_SELFTEST_BODY { return t.gelu_bwd_set(p[1], p[0], p[1], n), 0.0; });
-    // (dx, then its packed copy: bf16's tolerance, as a value near a rounding boundary may round either way)
-    for (int packed = 0; packed < 2; ++packed) {
-      Spec g16{"gelu_bwd_set16", sh({{"n", n}}),
-               packed ? "x as bf16, dx's packed copy" : "x as bf16, overwrite, in place over dy",
-               {rnd(n, s++, -4, 4), rnd(n, s++), Vec(size_t(n))}, {Ints(size_t((n + 1) / 2)), Ints(size_t((n + 1) / 2))},
-               {packed ? 2 : 1}};
-      if (packed) g16.tol = 5e-3;
-      add(cs, g16, TP_SELFTEST_BODY {
-        uint16_t* x16 = reinterpret_cast<uint16_t*>(ip[0]);
-        uint16_t* dx16 = packed ? reinterpret_cast<uint16_t*>(ip[1]) : nullptr;
-        t.pack_bf16(x16, p[0], n);
-        t.gelu_bwd_set16(p[1], dx16, x16, p[1], n);
-        if (dx16) t.unpack_bf16(p[2], dx16, n);
-        return 0;
-      });
-    }
     add(cs, {"swiglu_fwd", sh({{"N", N}, {"F", C}}), "", {rnd(2 * n, s++, -3, 3), Vec(size_t(n))}, {}, {1}},
         TP_SELFTEST_BODY { return t.swiglu_fwd(p[1], p[0], N, C), 0.0; });
     add(cs, {"swiglu_bwd", sh({{"N", N}, {"F", C}}), "accumulate", {rnd(2 * n, s++), rnd(2 * n, s++, -3, 3), rnd(n, s++)},
@@ -370,6 +354,40 @@ void elementwise_cases(std::vector<Spec>& cs, bool quick) {
     add(cs, {"swiglu_bwd_set", sh({{"N", N}, {"F", C}}), "overwrite, in place over gate_up",
              {rnd(2 * n, s++, -3, 3), rnd(n, s++)}, {}, {0}},
         TP_SELFTEST_BODY { return t.swiglu_bwd_set(p[0], p[0], p[1], N, C), 0.0; });
+  }
+  // The fused bf16 steps (k_fused.hpp), also on more rows than a column sum takes in one pass.
+  std::vector<RC> fused = row_shapes(quick);
+  if (!quick) fused.push_back({300, 70});
+  for (auto [N, C] : fused) {
+    const long n = N * C, h = (n + 1) / 2;  // (h: int32 elements holding n bf16 values)
+    const std::string shape = sh({{"N", N}, {"C", C}});
+    // the bias gradient (the sum's tolerance), then the gradient's packed copy unpacked (bf16's: a value near a
+    // rounding boundary may round either way)
+    for (int copy = 0; copy < 2; ++copy) {
+      Spec b16{"bias_bwd", shape, copy ? "dy's packed copy" : "accumulate, with dy's packed copy",
+               {rnd(C, s++), rnd(n, s++), Vec(size_t(n))}, {Ints(size_t(h))}, {copy ? 2 : 0}, copy ? 1.0 : double(N)};
+      if (copy) b16.tol = 5e-3;
+      add(cs, b16, TP_SELFTEST_BODY {
+        uint16_t* dy16 = reinterpret_cast<uint16_t*>(ip[0]);
+        t.bias_bwd(p[0], p[1], N, C, dy16);
+        return t.unpack_bf16(p[2], dy16, n), 0.0;
+      });
+    }
+    // GELU's backward from x as bf16: the bias gradient, then the packed gradient unpacked; and without a bias
+    for (int copy = 0; copy < 3; ++copy) {
+      Spec g16{"gelu_bwd_bias16", sh({{"N", N}, {"F", C}}),
+               copy == 0 ? "x as bf16, bias accumulated" : copy == 1 ? "x as bf16, dx's packed copy" : "no bias",
+               {rnd(n, s++, -4, 4), rnd(n, s++), rnd(C, s++), Vec(size_t(n))}, {Ints(size_t(h)), Ints(size_t(h))},
+               {copy ? 3 : 2}, copy ? 1.0 : double(N)};
+      if (copy) g16.tol = 5e-3;
+      add(cs, g16, TP_SELFTEST_BODY {
+        uint16_t* x16 = reinterpret_cast<uint16_t*>(ip[0]);
+        uint16_t* dx16 = reinterpret_cast<uint16_t*>(ip[1]);
+        t.pack_bf16(x16, p[0], n);
+        t.gelu_bwd_bias16(dx16, copy < 2 ? p[2] : nullptr, x16, p[1], N, C);
+        return t.unpack_bf16(p[3], dx16, n), 0.0;
+      });
+    }
   }
   for (long n : {1L, 7L, 1000L, 100003L}) {
     if (quick && n > 1000) break;

@@ -54,7 +54,7 @@ OpTable<T> cpu_ops() {
   t.gelu_fwd = &c::gelu_fwd<T>;
   t.gelu_bwd = &c::gelu_bwd<T>;
   t.gelu_bwd_set = &c::gelu_bwd_set<T>;
-  t.gelu_bwd_set16 = &c::gelu_bwd_set16<T>;
+  t.gelu_bwd_bias16 = &c::gelu_bwd_bias16<T>;
   t.swiglu_fwd = &c::swiglu_fwd<T>;
   t.swiglu_bwd = &c::swiglu_bwd<T>;
   t.swiglu_bwd_set = &c::swiglu_bwd_set<T>;

@@ -28,12 +28,15 @@ void add_bias(T* y, const T* x, const T* b, long N, long C) {
 
 // db[C] += sum over rows of dy[N, C].
 template <class T>
-void bias_bwd(T* db, const T* dy, long N, long C) {
-  exec::prof::Scope prof_scope(exec::prof::Cls::elementwise);
-  for (long n = 0; n < N; ++n) {
-    const T* dr = dy + n * C;
-    for (long c = 0; c < C; ++c) db[c] += dr[c];
+void bias_bwd(T* db, const T* dy, long N, long C, uint16_t* dy16) {
+  {
+    exec::prof::Scope prof_scope(exec::prof::Cls::elementwise);
+    for (long n = 0; n < N; ++n) {
+      const T* dr = dy + n * C;
+      for (long c = 0; c < C; ++c) db[c] += dr[c];
+    }
   }
+  if (dy16) pack_bf16(dy16, dy, N * C);
 }
 
 template <class T>
@@ -202,17 +205,21 @@ void gelu_bwd_set(T* dx, const T* x, const T* dy, long n) {
     std::memcpy(dx + i0, tile, sizeof(T) * k);
   }
 }
-// x unpacked tile by tile (exactly gelu_bwd_set on its values), dx packed tile by tile.
+// Row tiles through local buffers: exactly gelu_bwd_set on x unpacked, pack_bf16, then bias_bwd (db's adds in row
+// order).
 template <class T>
-void gelu_bwd_set16(T* dx, uint16_t* dx16, const uint16_t* x16, const T* dy, long n) {
+void gelu_bwd_bias16(uint16_t* dx16, T* db, const uint16_t* x16, const T* dy, long N, long F) {
   constexpr long kTile = 512;
-  alignas(64) T xs[kTile];
-  for (long i0 = 0; i0 < n; i0 += kTile) {
-    const long k = std::min(kTile, n - i0);
-    unpack_bf16(xs, x16 + i0, k);
-    gelu_bwd_set(dx + i0, xs, dy + i0, k);
-    if (dx16) pack_bf16(dx16 + i0, dx + i0, k);
-  }
+  alignas(64) T xs[kTile], dx[kTile];
+  for (long n = 0; n < N; ++n)
+    for (long c0 = 0; c0 < F; c0 += kTile) {
+      const long k = std::min(kTile, F - c0), i0 = n * F + c0;
+      unpack_bf16(xs, x16 + i0, k);
+      gelu_bwd_set(dx, xs, dy + i0, k);
+      pack_bf16(dx16 + i0, dx, k);
+      if (db)
+        for (long c = 0; c < k; ++c) db[c0 + c] += dx[c];
+    }
 }
 
 // y[N, F] = silu(g) * u with g = gate_up[:, 0:F], u = gate_up[:, F:2F], silu(g) = g * sigmoid(g).
@@ -367,7 +374,7 @@ double fp8_quantize(T* y, const T* x, long n, T scale, int format) {
 
 #define TP_OPS_CPU_INSTANTIATE(T)                                                                           \
   template void add_bias<T>(T*, const T*, const T*, long, long);                                           \
-  template void bias_bwd<T>(T*, const T*, long, long);                                                      \
+  template void bias_bwd<T>(T*, const T*, long, long, uint16_t*);                                                  \
   template void add<T>(T*, const T*, const T*, long);                                                       \
   template void accumulate<T>(T*, const T*, long);                                                          \
   template void scale<T>(T*, const T*, T, long);                                                            \
@@ -379,7 +386,7 @@ double fp8_quantize(T* y, const T* x, long n, T scale, int format) {
   template void swiglu_fwd<T>(T*, const T*, long, long);                                                    \
   template void swiglu_bwd<T>(T*, const T*, const T*, long, long);                                          \
   template void gelu_bwd_set<T>(T*, const T*, const T*, long);                                              \
-  template void gelu_bwd_set16<T>(T*, uint16_t*, const uint16_t*, const T*, long);                                     \
+  template void gelu_bwd_bias16<T>(uint16_t*, T*, const uint16_t*, const T*, long, long);                          \
   template void swiglu_bwd_set<T>(T*, const T*, const T*, long, long);                                      \
   template T cross_entropy_fwd<T>(T*, const T*, const int32_t*, long, long);                                \
   template void cross_entropy_bwd<T>(T*, const T*, const int32_t*, long, long, T);                          \

@@ -15,7 +15,7 @@ bool set_bf16_gemm(bool on);
 bool bf16_gemm();
 template <class T> void matmul(T* C, const T* A, const T* B, long M, long N, long K, bool trans_a, bool trans_b, T alpha, T beta);
 template <class T> void add_bias(T* y, const T* x, const T* b, long N, long C);
-template <class T> void bias_bwd(T* db, const T* dy, long N, long C);
+template <class T> void bias_bwd(T* db, const T* dy, long N, long C, uint16_t* dy16);
 template <class T> void add(T* y, const T* a, const T* b, long n);
 template <class T> void accumulate(T* y, const T* x, long n);
 template <class T> void scale(T* y, const T* x, T s, long n);
@@ -45,7 +45,7 @@ void ln_shard_bwd_apply(T* dx, T* dw, T* db, const T* dy, const T* x, const T* w
 template <class T> void gelu_fwd(T* y, const T* x, long n);
 template <class T> void gelu_bwd(T* dx, const T* x, const T* dy, long n);
 template <class T> void gelu_bwd_set(T* dx, const T* x, const T* dy, long n);
-template <class T> void gelu_bwd_set16(T* dx, uint16_t* dx16, const uint16_t* x16, const T* dy, long n);
+template <class T> void gelu_bwd_bias16(uint16_t* dx16, T* db, const uint16_t* x16, const T* dy, long N, long F);
 template <class T> void swiglu_fwd(T* y, const T* gate_up, long N, long F);
 template <class T> void swiglu_bwd(T* dgate_up, const T* gate_up, const T* dy, long N, long F);
 template <class T> void swiglu_bwd_set(T* dgate_up, const T* gate_up, const T* dy, long N, long F);

@@ -24,6 +24,7 @@
 #include "exec/cpu/ops_cpu.hpp"
 #include "exec/kernels/backend_emu.hpp"
 #include "exec/kernels/k_bridge.hpp"
+#include "exec/kernels/k_fused.hpp"
 
 namespace tp::exec {
 namespace emu_be {
@@ -142,12 +143,14 @@ void add_bias(T* y, const T* x, const T* b, long N, long C) {
   if (N * C > 0) k::add_bias(launcher(), y, x, b, N, C);
 }
 template <class T>
-void bias_bwd(T* db, const T* dy, long N, long C) {
+void bias_bwd(T* db, const T* dy, long N, long C, uint16_t* dy16) {
   need("bias_bwd", "db", db, sz<T>(C));
   need("bias_bwd", "dy", dy, sz<T>(N * C));
+  opt("bias_bwd", "dy16", dy16, sz<uint16_t>(N * C));
   if (N <= 0 || C <= 0) return;
   std::vector<k::acc_t<T>> scratch(size_t(k::column_sums_scratch(N, C)));
-  k::bias_bwd(launcher(), db, dy, N, C, scratch.data());
+  if (dy16) k::bias_bwd16(launcher(), db, reinterpret_cast<k::bf16*>(dy16), dy, N, C, scratch.data());
+  else k::bias_bwd(launcher(), db, dy, N, C, scratch.data());
 }
 template <class T>
 void add(T* y, const T* a, const T* b, long n) {
@@ -266,19 +269,15 @@ void gelu_bwd_set(T* dx, const T* x, const T* dy, long n) {
   if (n > 0) k::gelu_bwd_set(launcher(), dx, x, dy, n);
 }
 template <class T>
-void gelu_bwd_set16(T* dx, uint16_t* dx16, const uint16_t* x16, const T* dy, long n) {
-  need("gelu_bwd_set16", "dx", dx, sz<T>(n));
-  opt("gelu_bwd_set16", "dx16", dx16, sz<uint16_t>(n));
-  need("gelu_bwd_set16", "x16", x16, sz<uint16_t>(n));
-  need("gelu_bwd_set16", "dy", dy, sz<T>(n));
-  if (n <= 0) return;
-  k::bf16* d16 = reinterpret_cast<k::bf16*>(dx16);
-  if constexpr (std::is_same_v<T, float>) {
-    k::gelu_bwd_set(launcher(), dx, reinterpret_cast<const k::bf16*>(x16), dy, n, d16);
-  } else {  // (fp64: the kernel writes no bf16 copy; pack_bf16's double rounding)
-    k::gelu_bwd_set(launcher(), dx, reinterpret_cast<const k::bf16*>(x16), dy, n);
-    if (d16) k::pack_bf16(launcher(), d16, dx, n);
-  }
+void gelu_bwd_bias16(uint16_t* dx16, T* db, const uint16_t* x16, const T* dy, long N, long F) {
+  need("gelu_bwd_bias16", "dx16", dx16, sz<uint16_t>(N * F));
+  opt("gelu_bwd_bias16", "db", db, sz<T>(F));
+  need("gelu_bwd_bias16", "x16", x16, sz<uint16_t>(N * F));
+  need("gelu_bwd_bias16", "dy", dy, sz<T>(N * F));
+  if (N <= 0 || F <= 0) return;
+  std::vector<k::acc_t<T>> scratch(size_t(k::column_sums_scratch(N, F)));
+  k::gelu_bwd_bias16(launcher(), reinterpret_cast<k::bf16*>(dx16), db, reinterpret_cast<const k::bf16*>(x16), dy, N,
+                     F, scratch.data());
 }
 template <class T>
 void swiglu_fwd(T* y, const T* gu, long N, long F) {
@@ -390,7 +389,7 @@ OpTable<T> table() {
   t.gelu_fwd = &gelu_fwd<T>;
   t.gelu_bwd = &gelu_bwd<T>;
   t.gelu_bwd_set = &gelu_bwd_set<T>;
-  t.gelu_bwd_set16 = &gelu_bwd_set16<T>;
+  t.gelu_bwd_bias16 = &gelu_bwd_bias16<T>;
   t.swiglu_fwd = &swiglu_fwd<T>;
   t.swiglu_bwd = &swiglu_bwd<T>;
   t.swiglu_bwd_set = &swiglu_bwd_set<T>;

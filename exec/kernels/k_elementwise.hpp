@@ -137,25 +137,20 @@ struct GeluFwd {
   }
 };
 
-// dx += gelu'(x) dy, or (kSet) dx = gelu'(x) dy with dx possibly x or dy; x stored as X (T, or bf16); dx16 (float
-// storage only; may be null): dx rounded to bf16 too, as pack_bf16 rounds it.
-template <class T, bool kSet, class X = T>
+// dx += gelu'(x) dy, or (kSet) dx = gelu'(x) dy with dx possibly x or dy (x stored as bf16: k_fused.hpp's
+// gelu_bwd_bias16).
+template <class T, bool kSet>
 struct GeluBwd {
   static constexpr const char* kName = kSet ? "gelu_bwd_set" : "gelu_bwd";
   T* dx;
-  const X* x;
+  const T* x;
   const T* dy;
   long n;
-  bf16* dx16 = nullptr;
   template <class Ctx>
   TP_HD void operator()(Ctx& c) const {
     TP_GRID_LOOP(c, i, n) {
       const acc_t<T> g = gelu_grad(acc_t<T>(ld(x[i]))) * ld(dy[i]);
-      const T r = st<T>(kSet ? g : ld(dx[i]) + g);
-      dx[i] = r;
-      if constexpr (std::is_same_v<T, float>) {
-        if (dx16) dx16[i] = to_bf16(r);
-      }
+      dx[i] = st<T>(kSet ? g : ld(dx[i]) + g);
     }
   }
 };
@@ -269,9 +264,9 @@ template <class L, class T>
 void gelu_bwd(const L& launch, T* dx, const T* x, const T* dy, long n) {
   launch(GeluBwd<T, false>{dx, x, dy, n}, flat_dim(launch, n));
 }
-template <class L, class T, class X>
-void gelu_bwd_set(const L& launch, T* dx, const X* x, const T* dy, long n, bf16* dx16 = nullptr) {
-  launch(GeluBwd<T, true, X>{dx, x, dy, n, dx16}, flat_dim(launch, n));
+template <class L, class T>
+void gelu_bwd_set(const L& launch, T* dx, const T* x, const T* dy, long n) {
+  launch(GeluBwd<T, true>{dx, x, dy, n}, flat_dim(launch, n));
 }
 template <class L, class T>
 void swiglu_fwd(const L& launch, T* y, const T* gate_up, long N, long F) {

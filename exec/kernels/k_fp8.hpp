@@ -59,6 +59,10 @@ TP_HD TP_INLINE double bf16_round(double v) {
   return v < 0 ? -r : r;
 }
 
+// v as bf16 bits, rounded by bf16_round: pack_bf16's rule for every storage type (float: to_bf16 itself).
+TP_HD TP_INLINE bf16 bf16_of(float v) { return to_bf16(v); }
+TP_HD TP_INLINE bf16 bf16_of(double v) { return to_bf16(float(bf16_round(v))); }  // (a bf16 value: exact in float)
+
 // bf16 storage: y[i] = x[i] rounded by bf16_round (a double directly, not through float), as bf16 bits.
 template <class T>
 struct PackBf16 {
@@ -70,7 +74,7 @@ struct PackBf16 {
   TP_HD void operator()(Ctx& c) const {
     if constexpr (kConvert4<bf16, T>)  // float: bf16_round is to_bf16's rounding, the conversion itself
       if (convert4(c, y, x, n)) return;
-    TP_GRID_LOOP(c, i, n) y[i] = to_bf16(float(bf16_round(ld(x[i]))));  // a bf16 value: exact in float
+    TP_GRID_LOOP(c, i, n) y[i] = bf16_of(ld(x[i]));
   }
 };
 

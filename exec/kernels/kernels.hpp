@@ -5,6 +5,7 @@
 #include "exec/kernels/k_elementwise.hpp"
 #include "exec/kernels/k_flash.hpp"
 #include "exec/kernels/k_fp8.hpp"
+#include "exec/kernels/k_fused.hpp"
 #include "exec/kernels/k_moe.hpp"
 #include "exec/kernels/k_reduce.hpp"
 #include "exec/kernels/k_rows.hpp"

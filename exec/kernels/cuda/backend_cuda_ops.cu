@@ -25,7 +25,6 @@ extern template void copy<L, float, bf16>(const L&, float*, const bf16*, long);
 extern template void pack_bf16<L, float>(const L&, bf16*, const float*, long);
 extern template void layernorm_fwd16<L>(const L&, bf16*, float*, float*, const float*, const float*, const float*, long,
                                         long, float);
-extern template void gelu_bwd_set<L, float, bf16>(const L&, float*, const bf16*, const float*, long, bf16*);
 extern template void flash_attention_fwd<L, float>(const L&, float*, float*, const float*, const float*, const float*, long, long, long, long, long, long, long, long, bool);
 extern template void flash_attention_bwd<L, float>(const L&, float*, float*, float*, const float*, const float*,
                                                   const float*, const float*, const float*, const float*, long, long,
@@ -308,9 +307,12 @@ void flash_attention_bwd16(F* dq, F* dk, F* dv, const F* dout, const uint16_t* o
 void add_bias(F* y, const F* x, const F* b, long N, long C) {
   TP_OP("add_bias", ({{"N", N}, {"C", C}}), k::add_bias(launcher(), y, x, b, N, C));
 }
-void bias_bwd(F* db, const F* dy, long N, long C) {
-  TP_OP("bias_bwd", ({{"N", N}, {"C", C}}), {
-    if (N > 0 && C > 0) k::bias_bwd(launcher(), db, dy, N, C, column_scratch(N, C));
+void bias_bwd(F* db, const F* dy, long N, long C, uint16_t* dy16) {
+  TP_OP((dy16 ? "bias_bwd16" : "bias_bwd"), ({{"N", N}, {"C", C}}), {
+    if (N > 0 && C > 0 && dy16)
+      k::bias_bwd16(launcher(), db, reinterpret_cast<k::bf16*>(dy16), dy, N, C, column_scratch(N, C));
+    else if (N > 0 && C > 0)
+      k::bias_bwd(launcher(), db, dy, N, C, column_scratch(N, C));
   });
 }
 void add(F* y, const F* a, const F* b, long n) { TP_OP("add", ({{"n", n}}), k::add(launcher(), y, a, b, n)); }
@@ -355,9 +357,12 @@ void gelu_bwd(F* dx, const F* x, const F* dy, long n) {
 void gelu_bwd_set(F* dx, const F* x, const F* dy, long n) {
   TP_OP("gelu_bwd_set", ({{"n", n}}), k::gelu_bwd_set(launcher(), dx, x, dy, n));
 }
-void gelu_bwd_set16(F* dx, uint16_t* dx16, const uint16_t* x16, const F* dy, long n) {
-  TP_OP("gelu_bwd_set16", ({{"n", n}}), k::gelu_bwd_set(launcher(), dx, reinterpret_cast<const k::bf16*>(x16), dy, n,
-                                                         reinterpret_cast<k::bf16*>(dx16)));
+void gelu_bwd_bias16(uint16_t* dx16, F* db, const uint16_t* x16, const F* dy, long N, long Fd) {
+  TP_OP("gelu_bwd_bias16", ({{"N", N}, {"F", Fd}}), {
+    if (N > 0 && Fd > 0)
+      k::gelu_bwd_bias16(launcher(), reinterpret_cast<k::bf16*>(dx16), db, reinterpret_cast<const k::bf16*>(x16), dy,
+                         N, Fd, column_scratch(N, Fd));
+  });
 }
 void swiglu_fwd(F* y, const F* gu, long N, long Fd) {
   TP_OP("swiglu_fwd", ({{"N", N}, {"F", Fd}}), k::swiglu_fwd(launcher(), y, gu, N, Fd));
@@ -437,7 +442,7 @@ void fill_f32_table(exec::OpTable<float>& t) {
   t.scale = scale, t.fill = fill, t.copy = copy, t.copy_rows = copy_rows;
   t.pack_bf16 = pack_bf16, t.unpack_bf16 = unpack_bf16;
   t.layernorm_fwd = layernorm_fwd, t.layernorm_fwd16 = layernorm_fwd16, t.layernorm_bwd = layernorm_bwd;
-  t.gelu_fwd = gelu_fwd, t.gelu_bwd = gelu_bwd, t.gelu_bwd_set = gelu_bwd_set, t.gelu_bwd_set16 = gelu_bwd_set16;
+  t.gelu_fwd = gelu_fwd, t.gelu_bwd = gelu_bwd, t.gelu_bwd_set = gelu_bwd_set, t.gelu_bwd_bias16 = gelu_bwd_bias16;
   t.swiglu_fwd = swiglu_fwd, t.swiglu_bwd = swiglu_bwd, t.swiglu_bwd_set = swiglu_bwd_set;
   t.attention_fwd = attention_fwd, t.attention_bwd = attention_bwd;
   t.attention_fwd_kv = attention_fwd_kv, t.attention_bwd_kv = attention_bwd_kv;
@@ -456,7 +461,7 @@ void fill_f64_unsupported(exec::OpTable<double>& t) {
   TP_S(matmul); TP_S(matmul16); TP_S(linear_fwd); TP_S(add_bias); TP_S(bias_bwd); TP_S(add); TP_S(accumulate); TP_S(scale); TP_S(fill); TP_S(copy);
   TP_S(copy_rows); TP_S(pack_bf16); TP_S(unpack_bf16); TP_S(layernorm_fwd); TP_S(layernorm_fwd16); TP_S(layernorm_bwd); TP_S(ln_shard_sum); TP_S(ln_shard_sqdev);
   TP_S(ln_shard_apply); TP_S(ln_shard_bwd_sums); TP_S(ln_shard_bwd_apply); TP_S(gelu_fwd); TP_S(gelu_bwd);
-  TP_S(gelu_bwd_set); TP_S(gelu_bwd_set16); TP_S(swiglu_fwd); TP_S(swiglu_bwd); TP_S(swiglu_bwd_set); TP_S(attention_fwd);
+  TP_S(gelu_bwd_set); TP_S(gelu_bwd_bias16); TP_S(swiglu_fwd); TP_S(swiglu_bwd); TP_S(swiglu_bwd_set); TP_S(attention_fwd);
   TP_S(attention_bwd); TP_S(cross_entropy_fwd); TP_S(cross_entropy_bwd); TP_S(row_max); TP_S(max_combine);
   TP_S(ce_shard_exp); TP_S(ce_shard_finish); TP_S(ce_shard_target_grad); TP_S(embedding_fwd); TP_S(embedding_bwd);
   TP_S(embedding_shard_fwd); TP_S(embedding_shard_bwd); TP_S(add_positions); TP_S(positions_bwd); TP_S(adamw);

@@ -17,7 +17,7 @@ using L = CudaLauncher;
   PREFIX void add_bias<L, T>(const L&, T*, const T*, const T*, long, long);                                   \
   PREFIX void gelu_fwd<L, T>(const L&, T*, const T*, long);                                                   \
   PREFIX void gelu_bwd<L, T>(const L&, T*, const T*, const T*, long);                                         \
-  PREFIX void gelu_bwd_set<L, T, T>(const L&, T*, const T*, const T*, long, bf16*);                           \
+  PREFIX void gelu_bwd_set<L, T>(const L&, T*, const T*, const T*, long);                                     \
   PREFIX void swiglu_fwd<L, T>(const L&, T*, const T*, long, long);                                           \
   PREFIX void swiglu_bwd<L, T>(const L&, T*, const T*, const T*, long, long);                                 \
   PREFIX void swiglu_bwd_set<L, T>(const L&, T*, const T*, const T*, long, long);                             \
@@ -41,6 +41,8 @@ using L = CudaLauncher;
   PREFIX void cross_entropy_bwd<false, L, T>(const L&, T*, const T*, const int32_t*, long, long, long, float); \
   PREFIX void cross_entropy_bwd<true, L, T>(const L&, T*, const T*, const int32_t*, long, long, long, float);  \
   PREFIX void bias_bwd<L, T>(const L&, T*, const T*, long, long, float*);                                     \
+  PREFIX void bias_bwd16<L, T>(const L&, T*, bf16*, const T*, long, long, float*);                            \
+  PREFIX void gelu_bwd_bias16<L, T>(const L&, bf16*, T*, const bf16*, const T*, long, long, float*);          \
   PREFIX void sum_squares<L, T>(const L&, double*, double*, const T*, long);                                  \
   PREFIX void fp8_quantize<L, T>(const L&, double*, double*, T*, const T*, long, acc_t<T>, int);              \
   PREFIX void embedding_fwd<L, T>(const L&, T*, const int32_t*, const T*, const T*, long, long, long, long,   \

@@ -16,7 +16,6 @@ template void copy<L, float, bf16>(const L&, float*, const bf16*, long);
 template void pack_bf16<L, float>(const L&, bf16*, const float*, long);
 template void layernorm_fwd16<L>(const L&, bf16*, float*, float*, const float*, const float*, const float*, long, long,
                                  float);
-template void gelu_bwd_set<L, float, bf16>(const L&, float*, const bf16*, const float*, long, bf16*);
 // Flash attention on fp32 storage, and on bf16 q, k, v and out (the *16 ops: bf16 storage of the activations).
 template void flash_attention_fwd<L, float>(const L&, float*, float*, const float*, const float*, const float*, long, long, long, long, long, long, long, long, bool);
 template void flash_attention_bwd<L, float>(const L&, float*, float*, float*, const float*, const float*, const float*,

@@ -1,0 +1,57 @@
+// k_fused: backward steps fused into the column sums of k_reduce.hpp, so a bf16 training step reads a gradient
+// once where it was read two or three times:
+// - bias_bwd16: a linear layer's bias gradient (bias_bwd) and the output gradient's bf16 copy for the two GEMMs
+//   that read it (pack_bf16), from one read of the gradient;
+// - gelu_bwd_bias16: the GELU backward from fc1 stored as bf16 (gelu_bwd_set's value), written only as the bf16
+//   copy the GEMMs read, and summed into the fc1 bias gradient; the T-valued gradient is never stored.
+// Invariants: the same bits as the unfused ops: the element values are the unfused kernels' expressions, the
+// column sums add in ColumnSums' order, and each element's bf16 copy is written by the thread that adds it.
+#pragma once
+#include "exec/kernels/k_elementwise.hpp"
+#include "exec/kernels/k_fp8.hpp"
+#include "exec/kernels/k_reduce.hpp"
+
+namespace tp::kernels {
+
+// ColumnSums' source for bias_bwd16: dy[i], also written to dy16[i] as bf16.
+template <class T>
+struct ColPack16 {
+  static constexpr const char* kName = "bias_bwd16";
+  const T* dy;
+  bf16* dy16;
+  TP_HD TP_INLINE acc_t<T> operator()(long i) const {
+    const acc_t<T> v = ld(dy[i]);
+    dy16[i] = bf16_of(v);
+    return v;
+  }
+};
+// ColumnSums' source for gelu_bwd_bias16: dx = gelu'(x16[i]) dy[i] rounded to T (GeluBwd's value), written to
+// dx16[i] as bf16.
+template <class T>
+struct ColGeluBwd16 {
+  static constexpr const char* kName = "gelu_bwd_bias16";
+  const bf16* x16;
+  const T* dy;
+  bf16* dx16;
+  TP_HD TP_INLINE acc_t<T> operator()(long i) const {
+    const acc_t<T> v = ld(st<T>(gelu_grad(acc_t<T>(ld(x16[i]))) * ld(dy[i])));
+    dx16[i] = bf16_of(v);
+    return v;
+  }
+};
+
+// db [C] += the column sums of dy [N, C], and dy16 = dy as bf16. scratch: column_sums_scratch(N, C) elements.
+template <class L, class T>
+void bias_bwd16(const L& launch, T* db, bf16* dy16, const T* dy, long N, long C, acc_t<T>* scratch) {
+  column_sums<L, T, false>(launch, nullptr, db, ColPack16<T>{dy, dy16}, nullptr, nullptr, nullptr, N, C, scratch);
+}
+// dx = gelu'(x16) dy over [N, F]: dx16 = dx as bf16, and db [F] (may be null) += its column sums. dx16 may be x16
+// (each element is read, then written, by one thread). scratch as bias_bwd16's.
+template <class L, class T>
+void gelu_bwd_bias16(const L& launch, bf16* dx16, T* db, const bf16* x16, const T* dy, long N, long F,
+                     acc_t<T>* scratch) {
+  column_sums<L, T, false>(launch, nullptr, db, ColGeluBwd16<T>{x16, dy, dx16}, nullptr, nullptr, nullptr, N, F,
+                           scratch);
+}
+
+}  // namespace tp::kernels

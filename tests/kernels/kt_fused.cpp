@@ -1,0 +1,76 @@
+// The fused bf16 backward steps (exec/kernels/k_fused.hpp) on the emulator, float and double gradients, over every
+// kt::configs() shape / launcher / schedule and two shapes whose column sums run in row chunks: each must give the
+// unfused kernels' bits exactly. bias_bwd16 is bias_bwd then pack_bf16; gelu_bwd_bias16 is x unpacked (copy from
+// bf16), gelu_bwd_set, bias_bwd and pack_bf16 (without a bias too, and in place over x's packed copy).
+#include <tuple>
+
+#include "tests/kernels/kt_util.hpp"
+
+namespace {
+namespace K = tp::kernels;
+using kt::Buf;
+using kt::Vec;
+
+template <class T>
+class KernelFused : public ::testing::Test {};
+using Types = ::testing::Types<float, double>;
+TYPED_TEST_SUITE(KernelFused, Types);
+
+// The configs' shapes with blocks up to 256 threads (ColumnSums' tests take the larger ones; an emulated
+// 1024-thread block is slow), then two in row chunks (column_chunks > 1).
+std::vector<std::tuple<long, long, kt::Launcher, int>> fused_runs() {
+  std::vector<std::tuple<long, long, kt::Launcher, int>> v;
+  for (const kt::Config& cf : kt::configs())
+    if (cf.L.block <= 256) v.push_back({cf.s.rows, cf.s.cols, cf.L, int(cf.sched)});
+  v.push_back({1000L, 45L, kt::Launcher{64, 3}, 0});
+  if (!kt::quick()) v.push_back({700L, 300L, kt::Launcher{128, 7}, 2});
+  return v;
+}
+
+TYPED_TEST(KernelFused, BiasGradWithThePackedCopyIsBiasBwdThenPack) {
+  using T = TypeParam;
+  std::mt19937_64 rng(21);
+  for (const auto& [N, C, L, sched] : fused_runs()) {
+    SCOPED_TRACE(kt::where({N, C}, L) + " schedule " + std::to_string(sched));
+    kt::ScheduleScope sc{K::emu::Schedule(sched)};
+    const Vec dy = kt::rounded<T>(kt::randv(N * C, rng)), db0 = kt::rounded<T>(kt::randv(C, rng));
+    std::vector<K::acc_t<T>> scr(size_t(K::column_sums_scratch(N, C)) + 1, -1);
+    Buf<T> bdy(dy), db_ref(db0), db(db0);
+    Buf<K::bf16> p_ref(Vec(N * C, 7.0)), p(Vec(N * C, 7.0));
+    K::bias_bwd(L, db_ref.data(), bdy.data(), N, C, scr.data());
+    K::pack_bf16(L, p_ref.data(), bdy.data(), N * C);
+    K::bias_bwd16(L, db.data(), p.data(), bdy.data(), N, C, scr.data());
+    EXPECT_EQ(db.dbl(), db_ref.dbl());
+    EXPECT_EQ(p.dbl(), p_ref.dbl());
+  }
+}
+
+TYPED_TEST(KernelFused, GeluBwdWithItsBiasGradIsTheUnfusedSteps) {
+  using T = TypeParam;
+  std::mt19937_64 rng(22);
+  for (const auto& [N, F, L, sched] : fused_runs()) {
+    SCOPED_TRACE(kt::where({N, F}, L) + " schedule " + std::to_string(sched));
+    kt::ScheduleScope sc{K::emu::Schedule(sched)};
+    const long n = N * F;
+    const Vec x = kt::rounded<K::bf16>(kt::randv(n, rng, -4, 4)), dy = kt::rounded<T>(kt::randv(n, rng)),
+              db0 = kt::rounded<T>(kt::randv(F, rng));
+    std::vector<K::acc_t<T>> scr(size_t(K::column_sums_scratch(N, F)) + 1, -1);
+    // unfused: x unpacked, dx = gelu'(x) dy in T, its column sums, its bf16 copy
+    Buf<K::bf16> x16(x), d16_ref(Vec(n, 7.0));
+    Buf<T> xs(Vec(n, 7.0)), dx(Vec(n, 7.0)), bdy(dy), db_ref(db0);
+    K::copy(L, xs.data(), x16.data(), n);
+    K::gelu_bwd_set(L, dx.data(), xs.data(), bdy.data(), n);
+    K::bias_bwd(L, db_ref.data(), dx.data(), N, F, scr.data());
+    K::pack_bf16(L, d16_ref.data(), dx.data(), n);
+    // fused, with the bias; then without it, over x's packed copy
+    Buf<K::bf16> d16(Vec(n, 7.0)), over_x(x);
+    Buf<T> db(db0);
+    K::gelu_bwd_bias16(L, d16.data(), db.data(), x16.data(), bdy.data(), N, F, scr.data());
+    EXPECT_EQ(db.dbl(), db_ref.dbl());
+    EXPECT_EQ(d16.dbl(), d16_ref.dbl());
+    K::gelu_bwd_bias16(L, over_x.data(), (T*)nullptr, over_x.data(), bdy.data(), N, F, scr.data());
+    EXPECT_EQ(over_x.dbl(), d16_ref.dbl());
+  }
+}
+
+}  // namespace
