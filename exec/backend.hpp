@@ -52,6 +52,7 @@ struct OpTable {
   void (*ln_shard_bwd_apply)(T*, T*, T*, const T*, const T*, const T*, const T*, const T*, const T*, long, long,
                              long);
   void (*gelu_fwd)(T*, const T*, long);
+  void (*gelu_fwd16)(uint16_t*, uint16_t*, const T*, long);
   void (*gelu_bwd)(T*, const T*, const T*, long);
   void (*gelu_bwd_set)(T*, const T*, const T*, long);
   void (*gelu_bwd_bias16)(uint16_t*, T*, const uint16_t*, const T*, long, long);

@@ -82,6 +82,8 @@ void ln_shard_bwd_apply(T* dx, T* dw, T* db, const T* dy, const T* x, const T* w
 template <class T>
 void gelu_fwd(T* y, const T* x, long n) { tab<T>().gelu_fwd(y, x, n); }
 template <class T>
+void gelu_fwd16(uint16_t* y16, uint16_t* x16, const T* x, long n) { tab<T>().gelu_fwd16(y16, x16, x, n); }
+template <class T>
 void gelu_bwd(T* dx, const T* x, const T* dy, long n) { tab<T>().gelu_bwd(dx, x, dy, n); }
 template <class T>
 void gelu_bwd_set(T* dx, const T* x, const T* dy, long n) { tab<T>().gelu_bwd_set(dx, x, dy, n); }
@@ -247,6 +249,7 @@ void moe_combine_bwd(T* dein, T* dgate, const T* dy, const T* ein, const int32_t
   template void ln_shard_bwd_apply<T>(T*, T*, T*, const T*, const T*, const T*, const T*, const T*, const T*, \
                                       long, long, long);                                                      \
   template void gelu_fwd<T>(T*, const T*, long);                                                              \
+  template void gelu_fwd16<T>(uint16_t*, uint16_t*, const T*, long);                                          \
   template void gelu_bwd<T>(T*, const T*, const T*, long);                                                    \
   template void gelu_bwd_set<T>(T*, const T*, const T*, long);                                                \
   template void gelu_bwd_bias16<T>(uint16_t*, T*, const uint16_t*, const T*, long, long);                          \

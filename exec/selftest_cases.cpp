@@ -373,6 +373,18 @@ void elementwise_cases(std::vector<Spec>& cs, bool quick) {
         return t.unpack_bf16(p[2], dy16, n), 0.0;
       });
     }
+    // GELU written as bf16 only: y's packed copy, then x's (exact: x's own rounding), unpacked
+    for (int copy = 0; copy < 2; ++copy) {
+      Spec f16{"gelu_fwd16", sh({{"n", n}}), copy ? "x's packed copy" : "y packed", {rnd(n, s++, -4, 4), Vec(size_t(n))},
+               {Ints(size_t(h)), Ints(size_t(h))}, {1}};
+      f16.tol = 5e-3;
+      add(cs, f16, TP_SELFTEST_BODY {
+        uint16_t* y16 = reinterpret_cast<uint16_t*>(ip[0]);
+        uint16_t* x16 = reinterpret_cast<uint16_t*>(ip[1]);
+        t.gelu_fwd16(y16, x16, p[0], n);
+        return t.unpack_bf16(p[1], copy ? x16 : y16, n), 0.0;
+      });
+    }
     // GELU's backward from x as bf16: the bias gradient, then the packed gradient unpacked; and without a bias
     for (int copy = 0; copy < 3; ++copy) {
       Spec g16{"gelu_bwd_bias16", sh({{"N", N}, {"F", C}}),

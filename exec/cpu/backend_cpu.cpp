@@ -52,6 +52,7 @@ OpTable<T> cpu_ops() {
   t.ln_shard_bwd_sums = &c::ln_shard_bwd_sums<T>;
   t.ln_shard_bwd_apply = &c::ln_shard_bwd_apply<T>;
   t.gelu_fwd = &c::gelu_fwd<T>;
+  t.gelu_fwd16 = &c::gelu_fwd16<T>;
   t.gelu_bwd = &c::gelu_bwd<T>;
   t.gelu_bwd_set = &c::gelu_bwd_set<T>;
   t.gelu_bwd_bias16 = &c::gelu_bwd_bias16<T>;

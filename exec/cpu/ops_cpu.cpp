@@ -171,6 +171,19 @@ void gelu_fwd(T* y, const T* x, long n) {
   }
 }
 
+// Tiles through a local buffer: exactly gelu_fwd, then pack_bf16 of y and of x.
+template <class T>
+void gelu_fwd16(uint16_t* y16, uint16_t* x16, const T* x, long n) {
+  constexpr long kTile = 512;
+  alignas(64) T y[kTile];
+  for (long i0 = 0; i0 < n; i0 += kTile) {
+    const long k = std::min(kTile, n - i0);
+    gelu_fwd(y, x + i0, k);
+    pack_bf16(y16 + i0, y, k);
+    if (x16) pack_bf16(x16 + i0, x + i0, k);
+  }
+}
+
 // gelu'(x) = 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) sqrt(2/pi) (1 + 3 * 0.044715 x^2).
 template <class T>
 void gelu_bwd(T* dx, const T* x, const T* dy, long n) {
@@ -382,6 +395,7 @@ double fp8_quantize(T* y, const T* x, long n, T scale, int format) {
   template void layernorm_fwd16<T>(uint16_t*, T*, T*, const T*, const T*, const T*, long, long, T);         \
   template void layernorm_bwd<T>(T*, T*, T*, const T*, const T*, const T*, const T*, const T*, long, long); \
   template void gelu_fwd<T>(T*, const T*, long);                                                            \
+  template void gelu_fwd16<T>(uint16_t*, uint16_t*, const T*, long);                                        \
   template void gelu_bwd<T>(T*, const T*, const T*, long);                                                  \
   template void swiglu_fwd<T>(T*, const T*, long, long);                                                    \
   template void swiglu_bwd<T>(T*, const T*, const T*, long, long);                                          \

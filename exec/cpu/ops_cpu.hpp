@@ -43,6 +43,7 @@ template <class T>
 void ln_shard_bwd_apply(T* dx, T* dw, T* db, const T* dy, const T* x, const T* w, const T* mean, const T* rstd,
                         const T* sums, long N, long Cl, long C);
 template <class T> void gelu_fwd(T* y, const T* x, long n);
+template <class T> void gelu_fwd16(uint16_t* y16, uint16_t* x16, const T* x, long n);
 template <class T> void gelu_bwd(T* dx, const T* x, const T* dy, long n);
 template <class T> void gelu_bwd_set(T* dx, const T* x, const T* dy, long n);
 template <class T> void gelu_bwd_bias16(uint16_t* dx16, T* db, const uint16_t* x16, const T* dy, long N, long F);

@@ -255,6 +255,13 @@ void gelu_fwd(T* y, const T* x, long n) {
   if (n > 0) k::gelu_fwd(launcher(), y, x, n);
 }
 template <class T>
+void gelu_fwd16(uint16_t* y16, uint16_t* x16, const T* x, long n) {
+  need("gelu_fwd16", "y16", y16, sz<uint16_t>(n));
+  opt("gelu_fwd16", "x16", x16, sz<uint16_t>(n));
+  need("gelu_fwd16", "x", x, sz<T>(n));
+  if (n > 0) k::gelu_fwd16(launcher(), reinterpret_cast<k::bf16*>(y16), reinterpret_cast<k::bf16*>(x16), x, n);
+}
+template <class T>
 void gelu_bwd(T* dx, const T* x, const T* dy, long n) {
   need("gelu_bwd", "dx", dx, sz<T>(n));
   need("gelu_bwd", "x", x, sz<T>(n));
@@ -387,6 +394,7 @@ OpTable<T> table() {
   t.layernorm_fwd16 = &layernorm_fwd16<T>;
   t.layernorm_bwd = &layernorm_bwd<T>;
   t.gelu_fwd = &gelu_fwd<T>;
+  t.gelu_fwd16 = &gelu_fwd16<T>;
   t.gelu_bwd = &gelu_bwd<T>;
   t.gelu_bwd_set = &gelu_bwd_set<T>;
   t.gelu_bwd_bias16 = &gelu_bwd_bias16<T>;

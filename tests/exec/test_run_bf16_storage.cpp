@@ -168,9 +168,11 @@ void packed_operands_case(const E::Backend& be, bool flash, bool moe = false) {
     if (moe) {
       EXPECT_FALSE(m.reads_packed(0));
     }
-    // (with the operands packed once, LayerNorm writes ln1, and ln2 in a dense layer, packed only, read so)
+    // (with the operands packed once, LayerNorm writes ln1, and ln2 in a dense layer, packed only, read so; so does
+    // the dense MLP's GELU write act and fc1: gelu_fwd16)
     EXPECT_EQ(a.packed(a.ln1) != nullptr, keep || share);
-    EXPECT_EQ(a.packed(a.act) != nullptr, keep);
+    EXPECT_EQ(a.packed(a.act) != nullptr, keep || (share && !moe));
+    EXPECT_EQ(a.packed(a.fc1) != nullptr, share && !moe);
     EXPECT_EQ(a.ln2.empty(), keep || (share && !moe));
     if (moe) {
       EXPECT_FALSE(a.m_xe.empty());

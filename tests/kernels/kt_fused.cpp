@@ -1,7 +1,8 @@
-// The fused bf16 backward steps (exec/kernels/k_fused.hpp) on the emulator, float and double gradients, over every
-// kt::configs() shape / launcher / schedule and two shapes whose column sums run in row chunks: each must give the
-// unfused kernels' bits exactly. bias_bwd16 is bias_bwd then pack_bf16; gelu_bwd_bias16 is x unpacked (copy from
-// bf16), gelu_bwd_set, bias_bwd and pack_bf16 (without a bias too, and in place over x's packed copy).
+// The fused bf16 steps (exec/kernels/k_fused.hpp) on the emulator, float and double, over every kt::configs()
+// shape / launcher / schedule and two shapes whose column sums run in row chunks: each must give the unfused
+// kernels' bits exactly. gelu_fwd16 is gelu_fwd then pack_bf16 of y and x (on and off the vector boundary);
+// bias_bwd16 is bias_bwd then pack_bf16; gelu_bwd_bias16 is x unpacked (copy from bf16), gelu_bwd_set, bias_bwd and
+// pack_bf16 (without a bias too, and in place over x's packed copy).
 #include <tuple>
 
 #include "tests/kernels/kt_util.hpp"
@@ -25,6 +26,27 @@ std::vector<std::tuple<long, long, kt::Launcher, int>> fused_runs() {
   v.push_back({1000L, 45L, kt::Launcher{64, 3}, 0});
   if (!kt::quick()) v.push_back({700L, 300L, kt::Launcher{128, 7}, 2});
   return v;
+}
+
+TYPED_TEST(KernelFused, GeluWrittenPackedIsGeluThenPack) {
+  using T = TypeParam;
+  std::mt19937_64 rng(20);
+  for (const auto& [N, C, L, sched] : fused_runs()) {
+    SCOPED_TRACE(kt::where({N, C}, L) + " schedule " + std::to_string(sched));
+    kt::ScheduleScope sc{K::emu::Schedule(sched)};
+    const long n = N * C;
+    const Vec x = kt::rounded<T>(kt::randv(n + 1, rng, -4, 4));
+    for (long off : {0L, 1L}) {  // (1: views off the vector boundary, one element at a time)
+      Buf<T> bx(x), y(Vec(n + 1, 7.0));
+      Buf<K::bf16> y_ref(Vec(n + 1, 7.0)), x_ref(Vec(n + 1, 7.0)), y16(Vec(n + 1, 7.0)), x16(Vec(n + 1, 7.0));
+      K::gelu_fwd(L, y.data() + off, bx.data() + off, n);
+      K::pack_bf16(L, y_ref.data() + off, y.data() + off, n);
+      K::pack_bf16(L, x_ref.data() + off, bx.data() + off, n);
+      K::gelu_fwd16(L, y16.data() + off, x16.data() + off, bx.data() + off, n);
+      EXPECT_EQ(y16.dbl(), y_ref.dbl()) << "offset " << off;
+      EXPECT_EQ(x16.dbl(), x_ref.dbl()) << "offset " << off;
+    }
+  }
 }
 
 TYPED_TEST(KernelFused, BiasGradWithThePackedCopyIsBiasBwdThenPack) {

@@ -351,6 +351,10 @@ void layernorm_bwd(F* dx, F* dw, F* db, const F* dy, const F* x, const F* w, con
   });
 }
 void gelu_fwd(F* y, const F* x, long n) { TP_OP("gelu_fwd", ({{"n", n}}), k::gelu_fwd(launcher(), y, x, n)); }
+void gelu_fwd16(uint16_t* y16, uint16_t* x16, const F* x, long n) {
+  TP_OP("gelu_fwd16", ({{"n", n}}), k::gelu_fwd16(launcher(), reinterpret_cast<k::bf16*>(y16),
+                                                   reinterpret_cast<k::bf16*>(x16), x, n));
+}
 void gelu_bwd(F* dx, const F* x, const F* dy, long n) {
   TP_OP("gelu_bwd", ({{"n", n}}), k::gelu_bwd(launcher(), dx, x, dy, n));
 }
@@ -442,7 +446,7 @@ void fill_f32_table(exec::OpTable<float>& t) {
   t.scale = scale, t.fill = fill, t.copy = copy, t.copy_rows = copy_rows;
   t.pack_bf16 = pack_bf16, t.unpack_bf16 = unpack_bf16;
   t.layernorm_fwd = layernorm_fwd, t.layernorm_fwd16 = layernorm_fwd16, t.layernorm_bwd = layernorm_bwd;
-  t.gelu_fwd = gelu_fwd, t.gelu_bwd = gelu_bwd, t.gelu_bwd_set = gelu_bwd_set, t.gelu_bwd_bias16 = gelu_bwd_bias16;
+  t.gelu_fwd = gelu_fwd, t.gelu_fwd16 = gelu_fwd16, t.gelu_bwd = gelu_bwd, t.gelu_bwd_set = gelu_bwd_set, t.gelu_bwd_bias16 = gelu_bwd_bias16;
   t.swiglu_fwd = swiglu_fwd, t.swiglu_bwd = swiglu_bwd, t.swiglu_bwd_set = swiglu_bwd_set;
   t.attention_fwd = attention_fwd, t.attention_bwd = attention_bwd;
   t.attention_fwd_kv = attention_fwd_kv, t.attention_bwd_kv = attention_bwd_kv;
@@ -460,7 +464,7 @@ void fill_f64_unsupported(exec::OpTable<double>& t) {
 #define TP_S(op) TP_STUB(t, op, "f64")
   TP_S(matmul); TP_S(matmul16); TP_S(linear_fwd); TP_S(add_bias); TP_S(bias_bwd); TP_S(add); TP_S(accumulate); TP_S(scale); TP_S(fill); TP_S(copy);
   TP_S(copy_rows); TP_S(pack_bf16); TP_S(unpack_bf16); TP_S(layernorm_fwd); TP_S(layernorm_fwd16); TP_S(layernorm_bwd); TP_S(ln_shard_sum); TP_S(ln_shard_sqdev);
-  TP_S(ln_shard_apply); TP_S(ln_shard_bwd_sums); TP_S(ln_shard_bwd_apply); TP_S(gelu_fwd); TP_S(gelu_bwd);
+  TP_S(ln_shard_apply); TP_S(ln_shard_bwd_sums); TP_S(ln_shard_bwd_apply); TP_S(gelu_fwd); TP_S(gelu_fwd16); TP_S(gelu_bwd);
   TP_S(gelu_bwd_set); TP_S(gelu_bwd_bias16); TP_S(swiglu_fwd); TP_S(swiglu_bwd); TP_S(swiglu_bwd_set); TP_S(attention_fwd);
   TP_S(attention_bwd); TP_S(cross_entropy_fwd); TP_S(cross_entropy_bwd); TP_S(row_max); TP_S(max_combine);
   TP_S(ce_shard_exp); TP_S(ce_shard_finish); TP_S(ce_shard_target_grad); TP_S(embedding_fwd); TP_S(embedding_bwd);

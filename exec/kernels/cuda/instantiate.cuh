@@ -41,6 +41,7 @@ using L = CudaLauncher;
   PREFIX void cross_entropy_bwd<false, L, T>(const L&, T*, const T*, const int32_t*, long, long, long, float); \
   PREFIX void cross_entropy_bwd<true, L, T>(const L&, T*, const T*, const int32_t*, long, long, long, float);  \
   PREFIX void bias_bwd<L, T>(const L&, T*, const T*, long, long, float*);                                     \
+  PREFIX void gelu_fwd16<L, T>(const L&, bf16*, bf16*, const T*, long);                                      \
   PREFIX void bias_bwd16<L, T>(const L&, T*, bf16*, const T*, long, long, float*);                            \
   PREFIX void gelu_bwd_bias16<L, T>(const L&, bf16*, T*, const bf16*, const T*, long, long, float*);          \
   PREFIX void sum_squares<L, T>(const L&, double*, double*, const T*, long);                                  \
