@@ -31,7 +31,7 @@ template <class T>
 struct OpTable {
   void (*matmul)(T*, const T*, const T*, long, long, long, bool, bool, T, T);
   void (*matmul16)(T*, const T*, const uint16_t*, const T*, const uint16_t*, long, long, long, bool, bool, T, T);
-  void (*add_bias)(T*, const T*, const T*, long, long);
+  void (*add_bias)(T*, const T*, const T*, long, long, const T*);
   void (*linear_fwd)(T*, T*, const T*, const uint16_t*, const T*, const uint16_t*, const T*, long, long, long);
   void (*bias_bwd)(T*, const T*, long, long, uint16_t*);
   void (*add)(T*, const T*, const T*, long);
@@ -164,7 +164,7 @@ void composed_linear_fwd(T* y, T* pre, const T* x, const uint16_t* x16, const T*
   T* z = pre ? pre : y;
   if (x16 || w16) t.matmul16(z, x, x16, w, w16, M, N, K, false, false, T(1), T(0));
   else t.matmul(z, x, w, M, N, K, false, false, T(1), T(0));
-  if (b) t.add_bias(z, z, b, M, N);
+  if (b) t.add_bias(z, z, b, M, N, nullptr);
   if (pre) t.gelu_fwd(y, pre, M * N);
 }
 

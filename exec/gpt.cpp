@@ -59,11 +59,12 @@ static void reduce_scatter_rows(Comm* tp, const T* full, T* shard, long rows_loc
 // and act [N, Fl]; out [Nl, C] = this rank's rows of the output (SP: reduce-scattered, else all-reduced over tp) with
 // the fc2 bias. pk (Gpt::pack_operands16, else null): the LayerActs holding act, which packs it for fc2 (pack_now).
 // fc1_16 (with pk, GELU only: the dense MLP, whose backward reads fc1 and act packed): act and fc1 are written only
-// as bf16, from one pass over fc1's T values (ops::gelu_fwd16, after the GEMM and its bias).
+// as bf16, from one pass over fc1's T values (ops::gelu_fwd16, after the GEMM and its bias). res (may be null): a
+// residual [Nl, C] added to out after the fc2 bias.
 template <class T>
 static void mlp_fwd(const Gpt<T>& g, int wl, int lin1, int w1, int b1, int w2, int b2, long F1, long Fl, const T* in,
                     const uint16_t* in16, Buf<T>& fc1, Buf<T>& act, T* out, long N, long Nl, LayerActs<T>* pk,
-                    bool fc1_16 = false) {
+                    bool fc1_16 = false, const T* res = nullptr) {
   const long C = (long)g.lay.s.C;
   fc1.resize(N * F1);
   if (!(pk && fc1_16)) act.resize(N * Fl);
@@ -99,7 +100,8 @@ static void mlp_fwd(const Gpt<T>& g, int wl, int lin1, int w1, int b1, int w2, i
     gemm16(out, x2, act16, w2p, w2_16, N, C, Fl, false, false, T(0));
     if (g.tp) g.tp->all_reduce_sum(out, N * C, dt(T{}));
   }
-  if (b2 >= 0) ops::add_bias(out, out, g.p(b2), Nl, C);
+  if (b2 >= 0) ops::add_bias(out, out, g.p(b2), Nl, C, res);
+  else if (res) ops::add(out, out, res, Nl * C);
 }
 
 // Backward of mlp_fwd from dout [Nl, C] (read only): accumulates the weight gradients (b2's over this rank's rows)
@@ -272,8 +274,8 @@ void Gpt<T>::layer_fwd(int wl, const T* x_in, T* x_out, LayerActs<T>& a, long B,
     if (tp) tp->all_reduce_sum(y.data(), N * C, dt(T{}));
     a.x_mid = std::move(y);
   }
-  if (s.has_proj_bias()) ops::add_bias(a.x_mid.data(), a.x_mid.data(), p(W.proj_b), Nl, C);
-  ops::add(a.x_mid.data(), a.x_mid.data(), x_in, Nl * C);
+  if (s.has_proj_bias()) ops::add_bias(a.x_mid.data(), a.x_mid.data(), p(W.proj_b), Nl, C, x_in);  // (+ the residual)
+  else ops::add(a.x_mid.data(), a.x_mid.data(), x_in, Nl * C);
   a.ln2_mean.resize(Nl); a.ln2_rstd.resize(Nl);
   // bf16 storage in a dense layer without SP: ln2 written packed only (fc1 and its weight gradient read it so)
   const bool ln2_packed = pack_operands16 && !sp && W.router_w < 0;
@@ -312,8 +314,7 @@ void Gpt<T>::layer_fwd(int wl, const T* x_in, T* x_out, LayerActs<T>& a, long B,
   }
   // (bf16, GELU: act and fc1 written packed, read so by fc2 and the backward: matmul16, gelu_bwd_bias16)
   mlp_fwd(*this, wl, kFp8Fc1, W.fc1_w, W.fc1_b, W.fc2_w, W.fc2_b, F1, Fl, a.ln2.data(), ln2_16, a.fc1, a.act, x_out, N,
-          Nl, pack_operands16 ? &a : nullptr, pack_operands16 && s.gelu);
-  ops::add(x_out, x_out, a.x_mid.data(), Nl * C);
+          Nl, pack_operands16 ? &a : nullptr, pack_operands16 && s.gelu, a.x_mid.data());  // (+ the residual)
 }
 
 template <class T>

@@ -209,8 +209,9 @@ void Gpt2d<T>::layer_fwd(int wl, const T* x_in, T* x_out, LayerActs<T>& a, long 
   a.x_mid.resize(Nl * Cl);
   summa_ab(G, a.x_mid.data(), f8(qx, a.attn.data(), Nl * Hl * D, kFp8Proj, Fp8Operand::x),
            f8(qw, p(W.proj_w), Hl * D * Cl, kFp8Proj, Fp8Operand::w), Nl, Cl, Hl * D);
-  if (lay.s.has_proj_bias()) ops::add_bias(a.x_mid.data(), a.x_mid.data(), from_row0(G, p(W.proj_b), Cl).data(), Nl, Cl);
-  ops::add(a.x_mid.data(), a.x_mid.data(), x_in, Nl * Cl);
+  if (lay.s.has_proj_bias())  // (+ the residual)
+    ops::add_bias(a.x_mid.data(), a.x_mid.data(), from_row0(G, p(W.proj_b), Cl).data(), Nl, Cl, x_in);
+  else ops::add(a.x_mid.data(), a.x_mid.data(), x_in, Nl * Cl);
   // ln2, MLP
   a.ln2.resize(Nl * Cl); a.ln2_mean.resize(Nl); a.ln2_rstd.resize(Nl);
   w = from_row0(G, p(W.ln2_w), Cl);
@@ -226,8 +227,8 @@ void Gpt2d<T>::layer_fwd(int wl, const T* x_in, T* x_out, LayerActs<T>& a, long 
   else ops::swiglu_fwd(a.act.data(), a.fc1.data(), Nl, Fl);
   summa_ab(G, x_out, f8(qx, a.act.data(), Nl * Fl, kFp8Fc2, Fp8Operand::x), f8(qw, p(W.fc2_w), Fl * Cl, kFp8Fc2, Fp8Operand::w),
            Nl, Cl, Fl);
-  if (lay.s.has_mlp_bias()) ops::add_bias(x_out, x_out, from_row0(G, p(W.fc2_b), Cl).data(), Nl, Cl);
-  ops::add(x_out, x_out, a.x_mid.data(), Nl * Cl);
+  if (lay.s.has_mlp_bias()) ops::add_bias(x_out, x_out, from_row0(G, p(W.fc2_b), Cl).data(), Nl, Cl, a.x_mid.data());
+  else ops::add(x_out, x_out, a.x_mid.data(), Nl * Cl);
 }
 
 template <class T>

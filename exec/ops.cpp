@@ -25,7 +25,7 @@ void linear_fwd(T* y, T* pre, const T* x, const uint16_t* x16, const T* w, const
   tab<T>().linear_fwd(y, pre, x, x16, w, w16, b, M, N, K);
 }
 template <class T>
-void add_bias(T* y, const T* x, const T* b, long N, long C) { tab<T>().add_bias(y, x, b, N, C); }
+void add_bias(T* y, const T* x, const T* b, long N, long C, const T* r) { tab<T>().add_bias(y, x, b, N, C, r); }
 template <class T>
 void bias_bwd(T* db, const T* dy, long N, long C, uint16_t* dy16) { tab<T>().bias_bwd(db, dy, N, C, dy16); }
 template <class T>
@@ -227,7 +227,7 @@ void moe_combine_bwd(T* dein, T* dgate, const T* dy, const T* ein, const int32_t
   template void matmul<T>(T*, const T*, const T*, long, long, long, bool, bool, T, T);                        \
   template void matmul16<T>(T*, const T*, const uint16_t*, const T*, const uint16_t*, long, long, long, bool, bool, T, \
                             T);              \
-  template void add_bias<T>(T*, const T*, const T*, long, long);                                             \
+  template void add_bias<T>(T*, const T*, const T*, long, long, const T*);                                    \
   template void linear_fwd<T>(T*, T*, const T*, const uint16_t*, const T*, const uint16_t*, const T*, long, long,  \
                               long);                                                                            \
   template void bias_bwd<T>(T*, const T*, long, long, uint16_t*);                                                  \

@@ -35,9 +35,10 @@ template <class T>
 void linear_fwd(T* y, T* pre, const T* x, const uint16_t* x16, const T* w, const uint16_t* w16, const T* b, long M,
                 long N, long K);
 
-// y[N, C] = x[N, C] + b[C] broadcast over rows (bias add, in place allowed: y == x).
+// y[N, C] = x[N, C] + b[C] broadcast over rows (bias add, in place allowed: y == x); r (may be null; y may be r):
+// a residual [N, C] added after the bias in the same pass, exactly add_bias then add(y, y, r).
 template <class T>
-void add_bias(T* y, const T* x, const T* b, long N, long C);
+void add_bias(T* y, const T* x, const T* b, long N, long C, const T* r = nullptr);
 // db[C] += sum over rows of dy[N, C]; dy16 (may be null): dy packed too (pack_bf16's rounding: the copy the
 // GEMMs read under bf16 storage), from the same read of dy.
 template <class T>

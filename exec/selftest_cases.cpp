@@ -317,9 +317,13 @@ void elementwise_cases(std::vector<Spec>& cs, bool quick) {
     const long n = N * C;
     const std::string shape = sh({{"N", N}, {"C", C}});
     add(cs, {"add_bias", shape, "", {rnd(n, s++), rnd(C, s++), Vec(size_t(n))}, {}, {2}},
-        TP_SELFTEST_BODY { return t.add_bias(p[2], p[0], p[1], N, C), 0.0; });
+        TP_SELFTEST_BODY { return t.add_bias(p[2], p[0], p[1], N, C, nullptr), 0.0; });
     add(cs, {"add_bias", shape, "in place", {rnd(n, s++), rnd(C, s++)}, {}, {0}},
-        TP_SELFTEST_BODY { return t.add_bias(p[0], p[0], p[1], N, C), 0.0; });
+        TP_SELFTEST_BODY { return t.add_bias(p[0], p[0], p[1], N, C, nullptr), 0.0; });
+    add(cs, {"add_bias", shape, "residual, in place over x", {rnd(n, s++), rnd(C, s++), rnd(n, s++)}, {}, {0}},
+        TP_SELFTEST_BODY { return t.add_bias(p[0], p[0], p[1], N, C, p[2]), 0.0; });
+    add(cs, {"add_bias", shape, "residual, in place over it", {rnd(n, s++), rnd(C, s++), rnd(n, s++)}, {}, {2}},
+        TP_SELFTEST_BODY { return t.add_bias(p[2], p[0], p[1], N, C, p[2]), 0.0; });
     add(cs, {"bias_bwd", shape, "accumulate", {rnd(C, s++), rnd(n, s++)}, {}, {0}, double(N)},
         TP_SELFTEST_BODY { return t.bias_bwd(p[0], p[1], N, C, nullptr), 0.0; });
     add(cs, {"add", sh({{"n", n}}), "in place", {rnd(n, s++), rnd(n, s++)}, {}, {0}},

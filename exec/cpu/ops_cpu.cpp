@@ -15,14 +15,19 @@
 
 namespace tp::ops::cpu {
 
-// y[N, C] = x[N, C] + b[C]; y may equal x.
+// y[N, C] = x[N, C] + b[C] (+ r[N, C], added after b); y may equal x or r.
 template <class T>
-void add_bias(T* y, const T* x, const T* b, long N, long C) {
+void add_bias(T* y, const T* x, const T* b, long N, long C, const T* r) {
   exec::prof::Scope prof_scope(exec::prof::Cls::elementwise);
   for (long n = 0; n < N; ++n) {
     const T* xr = x + n * C;
     T* yr = y + n * C;
-    for (long c = 0; c < C; ++c) yr[c] = xr[c] + b[c];
+    if (r) {
+      const T* rr = r + n * C;
+      for (long c = 0; c < C; ++c) yr[c] = (xr[c] + b[c]) + rr[c];
+    } else {
+      for (long c = 0; c < C; ++c) yr[c] = xr[c] + b[c];
+    }
   }
 }
 
@@ -386,7 +391,7 @@ double fp8_quantize(T* y, const T* x, long n, T scale, int format) {
 }
 
 #define TP_OPS_CPU_INSTANTIATE(T)                                                                           \
-  template void add_bias<T>(T*, const T*, const T*, long, long);                                           \
+  template void add_bias<T>(T*, const T*, const T*, long, long, const T*);                                   \
   template void bias_bwd<T>(T*, const T*, long, long, uint16_t*);                                                  \
   template void add<T>(T*, const T*, const T*, long);                                                       \
   template void accumulate<T>(T*, const T*, long);                                                          \

@@ -14,7 +14,7 @@ namespace tp::ops::cpu {
 bool set_bf16_gemm(bool on);
 bool bf16_gemm();
 template <class T> void matmul(T* C, const T* A, const T* B, long M, long N, long K, bool trans_a, bool trans_b, T alpha, T beta);
-template <class T> void add_bias(T* y, const T* x, const T* b, long N, long C);
+template <class T> void add_bias(T* y, const T* x, const T* b, long N, long C, const T* r);
 template <class T> void bias_bwd(T* db, const T* dy, long N, long C, uint16_t* dy16);
 template <class T> void add(T* y, const T* a, const T* b, long n);
 template <class T> void accumulate(T* y, const T* x, long n);

@@ -136,11 +136,12 @@ void matmul16(T* C, const T* A, const uint16_t* A16, const T* B, const uint16_t*
   ops::cpu::matmul16<T>(C, A, A16, B, B16, M, N, K, ta, tb, alpha, beta);
 }
 template <class T>
-void add_bias(T* y, const T* x, const T* b, long N, long C) {
+void add_bias(T* y, const T* x, const T* b, long N, long C, const T* r) {
   need("add_bias", "y", y, sz<T>(N * C));
   need("add_bias", "x", x, sz<T>(N * C));
   need("add_bias", "b", b, sz<T>(C));
-  if (N * C > 0) k::add_bias(launcher(), y, x, b, N, C);
+  opt("add_bias", "r", r, sz<T>(N * C));
+  if (N * C > 0) k::add_bias(launcher(), y, x, b, N, C, r);
 }
 template <class T>
 void bias_bwd(T* db, const T* dy, long N, long C, uint16_t* dy16) {

@@ -88,8 +88,8 @@ void every_op(double tol) {
   }));
   check("elementwise", diff<T>([&](auto& t, auto& m) {
     T *x = m.r(N * C, 4), *y = m.r(N * C, 5);
-    t.add_bias(y, x, m.r(C, 6), N, C);
-    t.add_bias(x, x, m.r(C, 7), N, C);
+    t.add_bias(y, x, m.r(C, 6), N, C, nullptr);
+    t.add_bias(x, x, m.r(C, 7), N, C, nullptr);
     t.bias_bwd(m.r(C, 8), y, N, C, nullptr);
     t.add(m.r(N * C, 9), x, y, N * C);
     t.accumulate(y, x, N * C);

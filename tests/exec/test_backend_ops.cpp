@@ -131,9 +131,9 @@ std::vector<Case> elementwise_cases() {
     const long N = 6, C = 11;
     Vec x = rnd(N * C, 4), b = rnd(C, 5), y(N * C), db = rnd(C, 6);
     float *yd = d.up(y), *dbd = d.up(db);
-    be.f32.add_bias(yd, d.up(x), d.up(b), N, C);
+    be.f32.add_bias(yd, d.up(x), d.up(b), N, C, nullptr);
     be.f32.bias_bwd(dbd, d.up(x), N, C, nullptr);
-    ref().add_bias(y.data(), x.data(), b.data(), N, C);
+    ref().add_bias(y.data(), x.data(), b.data(), N, C, nullptr);
     ref().bias_bwd(db.data(), x.data(), N, C, nullptr);
     return std::max(err(d.down(yd, N * C), y), err(d.down(dbd, C), db));
   }});

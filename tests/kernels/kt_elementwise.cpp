@@ -76,6 +76,13 @@ TYPED_TEST(KernelElementwise, AddBias) {
     EXPECT_TRUE(kt::near<T>(y.dbl(), ref));
     K::add_bias(cf.L, bx.data(), bx.data(), bb.data(), N, C);  // in place
     EXPECT_TRUE(kt::near<T>(bx.dbl(), ref));
+    // with a residual, in place over it: exactly add_bias, then add (the bits)
+    const Vec r = kt::rounded<T>(kt::randv(N * C, rng));
+    Buf<T> x2(x), two(Vec(N * C, 0.0)), br(r), fused(r);
+    K::add_bias(cf.L, two.data(), x2.data(), bb.data(), N, C);
+    K::add(cf.L, two.data(), two.data(), br.data(), N * C);
+    K::add_bias(cf.L, fused.data(), x2.data(), bb.data(), N, C, fused.data());
+    EXPECT_EQ(fused.dbl(), two.dbl());
   }
 }
 

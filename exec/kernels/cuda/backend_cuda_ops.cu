@@ -170,7 +170,7 @@ void linear_fwd(F* y, F* pre, const F* x, const uint16_t* x16, const F* w, const
     if (K == 0 || !lt_gemm(a)) {
       F* z = pre ? pre : y;
       matmul16(z, x, x16, w, w16, M, N, K, false, false, 1.f, 0.f);
-      if (b && M * N > 0) k::add_bias(launcher(), z, z, b, M, N);
+      if (b && M * N > 0) k::add_bias(launcher(), z, z, b, M, N, static_cast<const F*>(nullptr));
       if (pre && M * N > 0) k::gelu_fwd(launcher(), y, pre, M * N);
     }
   });
@@ -304,8 +304,8 @@ void flash_attention_bwd16(F* dq, F* dk, F* dv, const F* dout, const uint16_t* o
 }
 
 // ---- element-wise and row ops ----
-void add_bias(F* y, const F* x, const F* b, long N, long C) {
-  TP_OP("add_bias", ({{"N", N}, {"C", C}}), k::add_bias(launcher(), y, x, b, N, C));
+void add_bias(F* y, const F* x, const F* b, long N, long C, const F* r) {
+  TP_OP("add_bias", ({{"N", N}, {"C", C}, {"residual", r != nullptr}}), k::add_bias(launcher(), y, x, b, N, C, r));
 }
 void bias_bwd(F* db, const F* dy, long N, long C, uint16_t* dy16) {
   TP_OP((dy16 ? "bias_bwd16" : "bias_bwd"), ({{"N", N}, {"C", C}}), {

@@ -14,7 +14,7 @@ using L = CudaLauncher;
   PREFIX void add<L, T>(const L&, T*, const T*, const T*, long);                                              \
   PREFIX void accumulate<L, T>(const L&, T*, const T*, long);                                                 \
   PREFIX void scale<L, T>(const L&, T*, const T*, acc_t<T>, long);                                            \
-  PREFIX void add_bias<L, T>(const L&, T*, const T*, const T*, long, long);                                   \
+  PREFIX void add_bias<L, T>(const L&, T*, const T*, const T*, long, long, const T*);                         \
   PREFIX void gelu_fwd<L, T>(const L&, T*, const T*, long);                                                   \
   PREFIX void gelu_bwd<L, T>(const L&, T*, const T*, const T*, long);                                         \
   PREFIX void gelu_bwd_set<L, T>(const L&, T*, const T*, const T*, long);                                     \
