@@ -58,24 +58,25 @@ static void reduce_scatter_rows(Comm* tp, const T* full, T* shard, long rows_loc
 // in [N, C] (the micro-batch's rows: under SP all-gathered; in16: given as its bf16 copy instead): saves fc1 [N, F1]
 // and act [N, Fl]; out [Nl, C] = this rank's rows of the output (SP: reduce-scattered, else all-reduced over tp) with
 // the fc2 bias. pk (Gpt::pack_operands16, else null): the LayerActs holding act, which packs it for fc2 (pack_now).
-// fc1_16 (with pk, GELU only: the dense MLP, whose backward reads fc1 and act packed): act and fc1 are written only
-// as bf16, from one pass over fc1's T values (ops::gelu_fwd16, after the GEMM and its bias). res (may be null): a
-// residual [Nl, C] added to out after the fc2 bias.
+// bwd16 (with pk: the dense MLP, whose backward reads act, and fc1 under GELU, packed): act stays packed for the
+// backward (LayerActs::stay16); under GELU act and fc1 are written only as bf16, from one pass over fc1's T values
+// (ops::gelu_fwd16, after the GEMM and its bias). res (may be null): a residual [Nl, C] added to out after the fc2
+// bias.
 template <class T>
 static void mlp_fwd(const Gpt<T>& g, int wl, int lin1, int w1, int b1, int w2, int b2, long F1, long Fl, const T* in,
                     const uint16_t* in16, Buf<T>& fc1, Buf<T>& act, T* out, long N, long Nl, LayerActs<T>* pk,
-                    bool fc1_16 = false, const T* res = nullptr) {
+                    bool bwd16 = false, const T* res = nullptr) {
   const long C = (long)g.lay.s.C;
   fc1.resize(N * F1);
-  if (!(pk && fc1_16)) act.resize(N * Fl);
+  const bool gelu16 = pk && bwd16 && g.lay.s.gelu;
+  if (!gelu16) act.resize(N * Fl);
   const T* bias1 = b1 >= 0 ? g.p(b1) : nullptr;
   Buf<T> qx, qw;  // fp8 casts of the GEMM operands (linears lin1 and lin1 + 1 of exec/fp8.hpp)
   const T* x1 = in16 ? nullptr : g.f8(qx, in, N * C, wl, lin1, Fp8Operand::x);
   const uint16_t* w1_16 = g.p16(w1);  // (bf16 storage of the weights; fp8 casts T weights)
   const T* w1p = w1_16 ? nullptr : g.f8(qw, g.p(w1), C * F1, wl, lin1, Fp8Operand::w);
   const uint16_t* act16 = nullptr;
-  if (pk && fc1_16) {  // (fc1 = in w1 + b1 in T, then act = gelu(fc1) and fc1 itself as bf16 only)
-    if (!g.lay.s.gelu) throw std::logic_error("mlp_fwd: fc1 written packed without GELU");
+  if (gelu16) {  // (fc1 = in w1 + b1 in T, then act = gelu(fc1) and fc1 itself as bf16 only)
     ops::linear_fwd(fc1.data(), (T*)nullptr, x1, in16, w1p, w1_16, bias1, N, F1, C);
     Buf<T> pre;
     pre.swap(fc1);
@@ -88,7 +89,7 @@ static void mlp_fwd(const Gpt<T>& g, int wl, int lin1, int w1, int b1, int w2, i
     ops::linear_fwd(fc1.data(), (T*)nullptr, x1, in16, w1p, w1_16, bias1, N, F1, C);
     ops::swiglu_fwd(act.data(), fc1.data(), N, Fl);
   }
-  if (pk && !act16) act16 = pk->pack_now(act);
+  if (pk && !act16) act16 = pk->pack_now(act, bwd16);
   const T* x2 = act16 ? nullptr : g.f8(qx, act.data(), N * Fl, wl, lin1 + 1, Fp8Operand::x);
   const uint16_t* w2_16 = g.p16(w2);
   const T* w2p = w2_16 ? nullptr : g.f8(qw, g.p(w2), Fl * C, wl, lin1 + 1, Fp8Operand::w);
@@ -225,7 +226,7 @@ void Gpt<T>::layer_fwd(int wl, const T* x_in, T* x_out, LayerActs<T>& a, long B,
                        gl ? p(W.ln1_b) : (const T*)nullptr, Nl, C, T(1e-5));
     if (sp) { a.ln1.resize(N * C); gather_rows(tp, ln.data(), a.ln1.data(), Nl, C); }
     else a.ln1 = std::move(ln);
-    if (pack_operands16) ln1_16 = a.pack_now(a.ln1);
+    if (pack_operands16) ln1_16 = a.pack_now(a.ln1, true);  // (the QKV weight gradient reads it packed too)
   }
   Buf<T> qkv(N * Q);                                                       // [N, Q]
   Buf<T> qx, qw;                                                           // fp8 casts (exec/fp8.hpp)
@@ -260,7 +261,8 @@ void Gpt<T>::layer_fwd(int wl, const T* x_in, T* x_out, LayerActs<T>& a, long B,
       ops::flash_attention_fwd(a.attn.data(), a.att.data(), a.q.data(), a.q.data() + Hl * D,
                                a.q.data() + (Hl + Kl) * D, B, Tn, Tn, Hl, Kl, D, Q, Q);
     else ops::attention_fwd(a.attn.data(), a.att.data(), a.q.data(), a.k.data(), a.v.data(), B, Tn, Hl, Kl, D);
-    if (pack_operands16) attn16 = a.pack_now(a.attn);
+    // (unfused: the projection's weight gradient reads it packed, the only reader; flash under CP reads it in T)
+    if (pack_operands16) attn16 = a.pack_now(a.attn, !flash);
   }
   Buf<T> y(N * C);                                                        // [N, C] partial over tp
   const uint16_t* proj16 = p16(W.proj_w);
@@ -310,11 +312,11 @@ void Gpt<T>::layer_fwd(int wl, const T* x_in, T* x_out, LayerActs<T>& a, long B,
   if (!ln2_packed) {
     if (sp) { a.ln2.resize(N * C); gather_rows(tp, ln2.data(), a.ln2.data(), Nl, C); }
     else a.ln2 = std::move(ln2);
-    if (pack_operands16) ln2_16 = a.pack_now(a.ln2);  // (a dense layer: only fc1 reads it)
+    if (pack_operands16) ln2_16 = a.pack_now(a.ln2, true);  // (a dense layer: only fc1 and its weight gradient read it)
   }
-  // (bf16, GELU: act and fc1 written packed, read so by fc2 and the backward: matmul16, gelu_bwd_bias16)
+  // (bf16: act, and fc1 under GELU, written packed, read so by fc2 and the backward: matmul16, gelu_bwd_bias16)
   mlp_fwd(*this, wl, kFp8Fc1, W.fc1_w, W.fc1_b, W.fc2_w, W.fc2_b, F1, Fl, a.ln2.data(), ln2_16, a.fc1, a.act, x_out, N,
-          Nl, pack_operands16 ? &a : nullptr, pack_operands16 && s.gelu, a.x_mid.data());  // (+ the residual)
+          Nl, pack_operands16 ? &a : nullptr, true, a.x_mid.data());  // (+ the residual)
 }
 
 template <class T>

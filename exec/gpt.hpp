@@ -247,12 +247,12 @@ struct LayerActs {
   // statistics, flash's softmax statistics (att when att_is_stats) and the router's probabilities and gates stay
   // in T, as Megatron-LM keeps them in fp32. pack_bf16 moves each such nonempty tensor into b16 (its T buffer
   // freed); unpack_bf16 moves them back, each value now rounded to bf16.
-  // keep_gemm_operands: ln1, ln2, act and (unless flash, whose backward reads it) attn, which the backward reads only
-  // as its weight-gradient GEMMs' A operands (dense layers of the 1D model), stay packed; the backward hands them to
-  // ops::matmul16 (packed()).
-  // Fields the forward wrote packed for a backward that reads them packed (bit i: b16[i]; under flash the fused QKV
-  // output q and the attention output attn, which flash_attention_bwd16 reads as bf16) stay packed through
-  // unpack_bf16, whatever keep_gemm_operands says, until released.
+  // Fields the 1D model's forward packed (or wrote packed) for a backward that reads them so (bit i: b16[i]) stay
+  // packed through unpack_bf16 until released: ln1, ln2 and act (dense layers), and attn (unfused), the
+  // weight-gradient GEMMs' A operands (ops::matmul16, through packed()); under GELU fc1 (gelu_bwd_bias16); under
+  // flash without CP the fused QKV output q and attn (flash_attention_bwd16). The forward marks them only under
+  // Gpt::pack_operands16 (a MoE layer's experts and Optimus 2D mark none): what the forward marked, the backward
+  // reads packed, and everything else is unpacked.
   std::vector<Buf<uint16_t>> b16;  // per packed field, in gpt.cpp bf16_fields' order (empty: not packed)
   uint32_t stay16 = 0;
   void pack_bf16(bool att_is_stats);
@@ -265,7 +265,7 @@ struct LayerActs {
   // pack_bf16 takes that copy instead of packing x_in again. Invariant: x_in is not changed until pack_bf16 (the
   // forward only reads it); a field whose copy is present when pack_bf16 runs is taken as packed and unchanged.
   void round_input();
-  void unpack_bf16(bool att_is_stats, bool keep_gemm_operands = false);
+  void unpack_bf16(bool att_is_stats);
   const uint16_t* packed(const Buf<T>& field) const;  // field's bf16 copy while packed, else null
   void release_packed(const Buf<T>& field);
   void clear_all_but_input();
@@ -344,9 +344,7 @@ struct Gpt : ParamTables<T> {
   void layer_fwd(int wl, const T* x_in, T* x_out, LayerActs<T>& a, long B, long Tn) const;
   // dx_in[N, C] = gradient w.r.t. the layer input (overwritten), from dx_out (dx_in may be dx_out: in
   // place); accumulates weight grads. Consumes `a` (its buffers are released or reused as gradient scratch).
-  // For a dense layer it reads ln1, ln2, act and attn through LayerActs::packed while they are packed (bf16 storage:
-  // LayerActs::unpack_bf16's keep_gemm_operands), which reads_packed says.
-  bool reads_packed(int wl) const { return lay.params.layers[(size_t)wl].router_w < 0; }
+  // Under bf16 storage it reads what the forward marked packed (LayerActs::stay16) through LayerActs::packed.
   void layer_bwd(int wl, const T* dx_out, T* dx_in, LayerActs<T>& a, long B, long Tn) const;
   // Final norm, LM head (tied to wte), cross-entropy: returns the SUM of losses over the [B, Tn] targets.
   // x may be a.x_in (the caller moved the input there: no copy).

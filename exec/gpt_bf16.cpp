@@ -36,16 +36,12 @@ void LayerActs<T>::pack_bf16(bool att_is_stats) {
 }
 
 template <class T>
-void LayerActs<T>::unpack_bf16(bool att_is_stats, bool keep_gemm_operands) {
+void LayerActs<T>::unpack_bf16(bool att_is_stats) {
   const auto f = bf16_fields(*this, att_is_stats);
   bool kept = false;
   for (size_t i = 0; i < b16.size() && i < f.size(); ++i) {
     if (b16[i].empty()) continue;
     if (stay16 >> i & 1u) {  // (read packed by the backward)
-      kept = true;
-      continue;
-    }
-    if (keep_gemm_operands && (f[i] == &ln1 || f[i] == &ln2 || f[i] == &act || (f[i] == &attn && !att_is_stats))) {
       kept = true;
       continue;
     }
@@ -162,7 +158,7 @@ Buf<uint16_t> Gpt<T>::bias_grad16(T* db, const T* d, long N, long C) const {
   template void LayerActs<T>::pack_bf16(bool);                                  \
   template void LayerActs<T>::round_input();                                    \
   template const uint16_t* LayerActs<T>::pack_now(Buf<T>&, bool);               \
-  template void LayerActs<T>::unpack_bf16(bool, bool);                          \
+  template void LayerActs<T>::unpack_bf16(bool);                                \
   template const uint16_t* LayerActs<T>::packed(const Buf<T>&) const;           \
   template void LayerActs<T>::release_packed(const Buf<T>&);                    \
   template uint16_t* LayerActs<T>::out16(Buf<T>&, size_t);                      \

@@ -87,8 +87,6 @@ struct Net {
   void layer_bwd(int wl, const T* dy, T* dx, LayerActs<T>& a, long B, long Tn) {
     two_d ? d2.layer_bwd(wl, dy, dx, a, B, Tn) : d1.layer_bwd(wl, dy, dx, a, B, Tn);
   }
-  // layer_bwd of weight group wl reads ln1, ln2, act and attn packed (Gpt::reads_packed; Optimus 2D unpacks all)
-  bool reads_packed(int wl) const { return !two_d && d1.reads_packed(wl); }
   T head_fwd(const T* x, const int32_t* t, HeadActs<T>& a, long B, long Tn) {
     return two_d ? d2.head_fwd(x, t, a, B, Tn) : d1.head_fwd(x, t, a, B, Tn);
   }

@@ -266,8 +266,7 @@ template <class T>
 void RankRun<T>::piece_backward(Loop& lp, size_t pc, LayerActs<T>& a, Buf<T>& x, bool run_end) {
   const int wl = (int)weight_group(lp.pieces[pc].layer, L, shared);
   const bool flash = p.attention == Attention::flash;
-  const bool keep16 = model.reads_packed(wl);  // ln1, ln2, act (attn) stay packed where the backward reads them so
-  if (bf16_acts()) a.unpack_bf16(flash, keep16);
+  if (bf16_acts()) a.unpack_bf16(flash);  // (what the forward marked stays packed: LayerActs::stay16)
   if (p.recompute == Recompute::full) {
     // The saved input is read in place; the recomputed output is not needed.
     Buf<T> y(lp.X);
@@ -289,7 +288,7 @@ void RankRun<T>::piece_backward(Loop& lp, size_t pc, LayerActs<T>& a, Buf<T>& x,
   // every saved tensor again; selective: only the rebuilt probabilities)
   if (bf16_acts() && p.recompute == Recompute::full) {
     a.pack_bf16(flash);
-    a.unpack_bf16(flash, keep16);
+    a.unpack_bf16(flash);
   } else if (bf16_acts() && recomputes_probs()) {
     round_bf16(a.att);
   }
