@@ -46,14 +46,15 @@ struct GeluFwd16 {
   }
 };
 
-// ColumnSums' source for bias_bwd16: dy[i], also written to dy16[i] as bf16.
+// ColumnSums' source (k_reduce.hpp's ColRead) for bias_bwd16: dy[i], also written to dy16[i] as bf16.
 template <class T>
 struct ColPack16 {
   static constexpr const char* kName = "bias_bwd16";
+  using Raw = acc_t<T>;
   const T* dy;
   bf16* dy16;
-  TP_HD TP_INLINE acc_t<T> operator()(long i) const {
-    const acc_t<T> v = ld(dy[i]);
+  TP_HD TP_INLINE Raw load(long i) const { return ld(dy[i]); }
+  TP_HD TP_INLINE acc_t<T> take(Raw v, long i) const {
     dy16[i] = bf16_of(v);
     return v;
   }
@@ -63,11 +64,15 @@ struct ColPack16 {
 template <class T>
 struct ColGeluBwd16 {
   static constexpr const char* kName = "gelu_bwd_bias16";
+  struct Raw {
+    acc_t<T> x, dy;
+  };
   const bf16* x16;
   const T* dy;
   bf16* dx16;
-  TP_HD TP_INLINE acc_t<T> operator()(long i) const {
-    const acc_t<T> v = ld(st<T>(gelu_grad(acc_t<T>(ld(x16[i]))) * ld(dy[i])));
+  TP_HD TP_INLINE Raw load(long i) const { return Raw{acc_t<T>(ld(x16[i])), acc_t<T>(ld(dy[i]))}; }
+  TP_HD TP_INLINE acc_t<T> take(Raw r, long i) const {
+    const acc_t<T> v = ld(st<T>(gelu_grad(r.x) * r.dy));
     dx16[i] = bf16_of(v);
     return v;
   }

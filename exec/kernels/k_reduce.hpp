@@ -27,14 +27,18 @@ TP_HD TP_INLINE long column_sums_scratch(long N, long C) {
   return r > 1 ? 2 * r * C : 0;
 }
 
-// The value a column sum adds for element i of [N, C] (row-major): dy[i]. A source is called once per element, by
-// one thread, in the sum's order, so a fused source (k_fused.hpp's ColPack16, ColGeluBwd16) may also write
-// element i of an output of its own.
+// The value a column sum adds for element i of [N, C] (row-major), in two steps: load(i) reads what the value needs
+// (Raw), take(raw, i) makes it. ColumnSums issues several rows' loads before it takes any (a store of a fused
+// source's take might alias a later load, so loads and stores are kept apart). Each element is loaded and taken
+// once, by one thread, in the sum's order, so a fused source (k_fused.hpp's ColPack16, ColGeluBwd16) may also write
+// element i of an output of its own in take. ColRead: dy[i] itself.
 template <class T>
 struct ColRead {
   static constexpr const char* kName = nullptr;  // (the sum's own name)
+  using Raw = acc_t<T>;
   const T* dy;
-  TP_HD TP_INLINE acc_t<T> operator()(long i) const { return ld(dy[i]); }
+  TP_HD TP_INLINE Raw load(long i) const { return ld(dy[i]); }
+  TP_HD TP_INLINE acc_t<T> take(Raw r, long) const { return r; }
 };
 
 // db[C] += sum_n dy[n, c]; LayerNorm (kLn): dw[c] += sum_n xhat[n, c] dy[n, c] and db[c] += sum_n dy[n, c],
@@ -71,19 +75,21 @@ struct ColumnSums {
         constexpr int kRows = 4;
         long n = r0 + warp;
         for (; n + (kRows - 1) * long(nw) < r1; n += kRows * long(nw)) {
-          A d[kRows], xh[kRows];
+          typename Src::Raw raw[kRows];
+          A xh[kRows];
           TP_UNROLL for (int k = 0; k < kRows; ++k) {
             const long m = n + k * long(nw);
-            d[k] = dy(m * C + col);
+            raw[k] = dy.load(m * C + col);
             xh[k] = kLn ? (ld(x[m * C + col]) - mean[m]) * rstd[m] : A(0);
           }
           TP_UNROLL for (int k = 0; k < kRows; ++k) {
-            pb += d[k];
-            if (kLn) pw += xh[k] * d[k];
+            const A d = dy.take(raw[k], (n + k * long(nw)) * C + col);
+            pb += d;
+            if (kLn) pw += xh[k] * d;
           }
         }
         for (; n < r1; n += nw) {
-          const A d = dy(n * C + col);
+          const A d = dy.take(dy.load(n * C + col), n * C + col);
           pb += d;
           if (kLn) pw += (ld(x[n * C + col]) - mean[n]) * rstd[n] * d;
         }

@@ -23,7 +23,7 @@ std::vector<std::tuple<long, long, kt::Launcher, int>> fused_runs() {
   std::vector<std::tuple<long, long, kt::Launcher, int>> v;
   for (const kt::Config& cf : kt::configs())
     if (cf.L.block <= 256) v.push_back({cf.s.rows, cf.s.cols, cf.L, int(cf.sched)});
-  v.push_back({1000L, 45L, kt::Launcher{64, 3}, 0});
+  v.push_back({130L, 45L, kt::Launcher{64, 3}, 0});  // (5 chunks)
   if (!kt::quick()) v.push_back({700L, 300L, kt::Launcher{128, 7}, 2});
   return v;
 }
