@@ -45,6 +45,7 @@ struct OpTable {
   void (*layernorm_fwd)(T*, T*, T*, const T*, const T*, const T*, long, long, T);
   void (*layernorm_fwd16)(uint16_t*, T*, T*, const T*, const T*, const T*, long, long, T);
   void (*layernorm_bwd)(T*, T*, T*, const T*, const T*, const T*, const T*, const T*, long, long);
+  void (*layernorm_bwd16)(T*, T*, T*, const T*, const uint16_t*, const T*, const T*, const T*, long, long);
   void (*ln_shard_sum)(T*, const T*, long, long);
   void (*ln_shard_sqdev)(T*, T*, const T*, const T*, long, long, long);
   void (*ln_shard_apply)(T*, T*, const T*, const T*, const T*, const T*, const T*, long, long, long, T);

@@ -278,6 +278,7 @@ void Gpt<T>::layer_fwd(int wl, const T* x_in, T* x_out, LayerActs<T>& a, long B,
   }
   if (s.has_proj_bias()) ops::add_bias(a.x_mid.data(), a.x_mid.data(), p(W.proj_b), Nl, C, x_in);  // (+ the residual)
   else ops::add(a.x_mid.data(), a.x_mid.data(), x_in, Nl * C);
+  if (pack_operands16) a.stays_packed(a.x_mid);  // (LayerNorm's backward reads it packed: layernorm_bwd16)
   a.ln2_mean.resize(Nl); a.ln2_rstd.resize(Nl);
   // bf16 storage in a dense layer without SP: ln2 written packed only (fc1 and its weight gradient read it so)
   const bool ln2_packed = pack_operands16 && !sp && W.router_w < 0;
@@ -362,9 +363,14 @@ void Gpt<T>::layer_bwd(int wl, const T* dx_out, T* dx_in, LayerActs<T>& a, long 
     if (sp) reduce_scatter_rows(tp, dln.data(), dln_loc, Nl, C);
     else if (tp) tp->all_reduce_sum(dln.data(), N * C, dt(T{}));
   }
-  ops::layernorm_bwd(dx, g(W.ln2_w), gl ? g(W.ln2_b) : (T*)nullptr, dln_loc, a.x_mid.data(),
-                     p(W.ln2_w), a.ln2_mean.data(), a.ln2_rstd.data(), Nl, C);   // dx = d x_mid
+  if (const uint16_t* xm16 = a.packed(a.x_mid))  // dx = d x_mid
+    ops::layernorm_bwd16(dx, g(W.ln2_w), gl ? g(W.ln2_b) : (T*)nullptr, dln_loc, xm16, p(W.ln2_w), a.ln2_mean.data(),
+                         a.ln2_rstd.data(), Nl, C);
+  else
+    ops::layernorm_bwd(dx, g(W.ln2_w), gl ? g(W.ln2_b) : (T*)nullptr, dln_loc, a.x_mid.data(), p(W.ln2_w),
+                       a.ln2_mean.data(), a.ln2_rstd.data(), Nl, C);
   release(a.x_mid);
+  a.release_packed(a.x_mid);
   // Attention: y = attn proj_w (+ b), x_mid = x_in + y.
   // (bf16: dx's copy, read by both GEMMs; without SP from the bias gradient's pass)
   Buf<uint16_t> dy16 = sp ? Buf<uint16_t>() : bias_grad16(s.has_proj_bias() ? g(W.proj_b) : nullptr, dx, N, C);

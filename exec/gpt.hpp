@@ -259,6 +259,8 @@ struct LayerActs {
   // field (one of the packed fields) packed now, its T buffer freed; returns the copy (Gpt::pack_operands16).
   // stays: the backward reads it packed (stay16).
   const uint16_t* pack_now(Buf<T>& field, bool stays = false);
+  // field (one of the packed fields, still in T) marked to stay packed once pack_bf16 has packed it (stay16).
+  void stays_packed(const Buf<T>& field);
   // field's copy of n elements, to be written packed by the forward (no T value ever; it stays, as above).
   uint16_t* out16(Buf<T>& field, size_t n);
   // x_in rounded to bf16 in place (the layer computes from the input it saves), its packed copy kept beside it, so

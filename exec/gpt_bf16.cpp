@@ -83,6 +83,17 @@ const uint16_t* LayerActs<T>::pack_now(Buf<T>& field, bool stays) {
 }
 
 template <class T>
+void LayerActs<T>::stays_packed(const Buf<T>& field) {
+  const auto f = bf16_fields(*this, false);
+  for (size_t i = 0; i < f.size(); ++i)
+    if (f[i] == &field) {
+      stay16 |= 1u << i;
+      return;
+    }
+  throw std::logic_error("LayerActs::stays_packed: not a packed field");
+}
+
+template <class T>
 uint16_t* LayerActs<T>::out16(Buf<T>& field, size_t n) {
   const auto f = bf16_fields(*this, false);
   b16.resize(f.size());
@@ -162,6 +173,7 @@ Buf<uint16_t> Gpt<T>::bias_grad16(T* db, const T* d, long N, long C) const {
   template const uint16_t* LayerActs<T>::packed(const Buf<T>&) const;           \
   template void LayerActs<T>::release_packed(const Buf<T>&);                    \
   template uint16_t* LayerActs<T>::out16(Buf<T>&, size_t);                      \
+  template void LayerActs<T>::stays_packed(const Buf<T>&);                      \
   template void round_bf16<T>(Buf<T>&);                                         \
   template const uint16_t* WeightCopies16::of<T>(size_t, const T*, long long);  \
   template const uint16_t* Gpt<T>::p16(int) const;                              \

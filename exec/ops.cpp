@@ -60,6 +60,11 @@ void layernorm_bwd(T* dx, T* dw, T* db, const T* dy, const T* x, const T* w, con
   tab<T>().layernorm_bwd(dx, dw, db, dy, x, w, mean, rstd, N, C);
 }
 template <class T>
+void layernorm_bwd16(T* dx, T* dw, T* db, const T* dy, const uint16_t* x16, const T* w, const T* mean, const T* rstd,
+                     long N, long C) {
+  tab<T>().layernorm_bwd16(dx, dw, db, dy, x16, w, mean, rstd, N, C);
+}
+template <class T>
 void ln_shard_sum(T* sum, const T* x, long N, long Cl) { tab<T>().ln_shard_sum(sum, x, N, Cl); }
 template <class T>
 void ln_shard_sqdev(T* sqdev, T* mean, const T* sum, const T* x, long N, long Cl, long C) {
@@ -242,6 +247,7 @@ void moe_combine_bwd(T* dein, T* dgate, const T* dy, const T* ein, const int32_t
   template void layernorm_fwd<T>(T*, T*, T*, const T*, const T*, const T*, long, long, T);                    \
   template void layernorm_fwd16<T>(uint16_t*, T*, T*, const T*, const T*, const T*, long, long, T);           \
   template void layernorm_bwd<T>(T*, T*, T*, const T*, const T*, const T*, const T*, const T*, long, long);   \
+  template void layernorm_bwd16<T>(T*, T*, T*, const T*, const uint16_t*, const T*, const T*, const T*, long, long); \
   template void ln_shard_sum<T>(T*, const T*, long, long);                                                    \
   template void ln_shard_sqdev<T>(T*, T*, const T*, const T*, long, long, long);                              \
   template void ln_shard_apply<T>(T*, T*, const T*, const T*, const T*, const T*, const T*, long, long, long, T); \

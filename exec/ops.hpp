@@ -84,6 +84,11 @@ void layernorm_fwd16(uint16_t* y16, T* mean, T* rstd, const T* x, const T* w, co
 template <class T>
 void layernorm_bwd(T* dx, T* dw, T* db, const T* dy, const T* x, const T* w, const T* mean, const T* rstd, long N,
                    long C);
+// The same with x given as its bf16 copy (pack_bf16's storage: a saved input held packed), exactly layernorm_bwd on x
+// unpacked.
+template <class T>
+void layernorm_bwd16(T* dx, T* dw, T* db, const T* dy, const uint16_t* x16, const T* w, const T* mean, const T* rstd,
+                     long N, long C);
 
 // LayerNorm over rows split by columns across ranks (2D tensor parallelism): each rank holds Cl of the row's
 // C columns; the row sums go through a collective between the steps. x, y, dx, dy [N, Cl]; w, b, dw, db [Cl].

@@ -457,6 +457,14 @@ void row_cases(std::vector<Spec>& cs, bool quick) {
           TP_SELFTEST_BODY {
             return t.layernorm_bwd(p[0], p[1], with_db ? p[2] : nullptr, p[3], p[4], p[5], p[6], p[7], N, C), 0.0;
           });
+    add(cs, {"layernorm_bwd16", shape, "x as bf16, accumulate",
+             {rnd(n, s++), rnd(C, s++), rnd(C, s++), rnd(n, s++), x, rnd(C, s++), mean, rstd}, {Ints(size_t((n + 1) / 2))},
+             {0, 1, 2}, double(std::max(N, C))},
+        TP_SELFTEST_BODY {
+          uint16_t* x16 = reinterpret_cast<uint16_t*>(ip[0]);
+          t.pack_bf16(x16, p[4], N * C);
+          return t.layernorm_bwd16(p[0], p[1], p[2], p[3], x16, p[5], p[6], p[7], N, C), 0.0;
+        });
     // Cross-entropy over V = C classes; targets cover the whole vocabulary.
     const long V = C;
     for (bool inplace : {false, true})

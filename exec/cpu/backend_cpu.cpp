@@ -46,6 +46,7 @@ OpTable<T> cpu_ops() {
   t.layernorm_fwd = &c::layernorm_fwd<T>;
   t.layernorm_fwd16 = &c::layernorm_fwd16<T>;
   t.layernorm_bwd = &c::layernorm_bwd<T>;
+  t.layernorm_bwd16 = &c::layernorm_bwd16<T>;
   t.ln_shard_sum = &c::ln_shard_sum<T>;
   t.ln_shard_sqdev = &c::ln_shard_sqdev<T>;
   t.ln_shard_apply = &c::ln_shard_apply<T>;

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "exec/cpu/ops_cpu.hpp"
 #include "exec/kernels/k_fp8.hpp"
@@ -134,6 +135,15 @@ void layernorm_bwd(T* dx, T* dw, T* db, const T* dy, const T* x, const T* w, con
       for (long c = 0; c < C; ++c) db[c] += dyr[c];
     }
   }
+}
+
+// x unpacked into a local buffer, then exactly layernorm_bwd.
+template <class T>
+void layernorm_bwd16(T* dx, T* dw, T* db, const T* dy, const uint16_t* x16, const T* w, const T* mean, const T* rstd,
+                     long N, long C) {
+  std::vector<T> x((size_t)(N * C));
+  unpack_bf16(x.data(), x16, N * C);
+  layernorm_bwd(dx, dw, db, dy, x.data(), w, mean, rstd, N, C);
 }
 
 namespace {
@@ -399,6 +409,7 @@ double fp8_quantize(T* y, const T* x, long n, T scale, int format) {
   template void layernorm_fwd<T>(T*, T*, T*, const T*, const T*, const T*, long, long, T);                  \
   template void layernorm_fwd16<T>(uint16_t*, T*, T*, const T*, const T*, const T*, long, long, T);         \
   template void layernorm_bwd<T>(T*, T*, T*, const T*, const T*, const T*, const T*, const T*, long, long); \
+  template void layernorm_bwd16<T>(T*, T*, T*, const T*, const uint16_t*, const T*, const T*, const T*, long, long); \
   template void gelu_fwd<T>(T*, const T*, long);                                                            \
   template void gelu_fwd16<T>(uint16_t*, uint16_t*, const T*, long);                                        \
   template void gelu_bwd<T>(T*, const T*, const T*, long);                                                  \

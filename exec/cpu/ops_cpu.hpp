@@ -32,6 +32,9 @@ template <class T>
 void layernorm_fwd16(uint16_t* y16, T* mean, T* rstd, const T* x, const T* w, const T* b, long N, long C, T eps);
 template <class T>
 void layernorm_bwd(T* dx, T* dw, T* db, const T* dy, const T* x, const T* w, const T* mean, const T* rstd, long N, long C);
+template <class T>
+void layernorm_bwd16(T* dx, T* dw, T* db, const T* dy, const uint16_t* x16, const T* w, const T* mean, const T* rstd,
+                     long N, long C);
 template <class T> void ln_shard_sum(T* sum, const T* x, long N, long Cl);
 template <class T> void ln_shard_sqdev(T* sqdev, T* mean, const T* sum, const T* x, long N, long Cl, long C);
 template <class T>

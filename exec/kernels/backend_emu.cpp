@@ -231,16 +231,16 @@ void layernorm_fwd16(uint16_t* y16, T* mean, T* rstd, const T* x, const T* w, co
     k::pack_bf16(launcher(), y, yt.data(), N * C);
   }
 }
-// The kernels split it: dx by rows, dw / db by columns (docs/kernels.md).
-template <class T>
-void layernorm_bwd(T* dx, T* dw, T* db, const T* dy, const T* x, const T* w, const T* mean, const T* rstd, long N,
-                   long C) {
-  const char* op = "layernorm_bwd";
+// layernorm_bwd and layernorm_bwd16 (op): x stored as X. The kernels split it: dx by rows, dw / db by columns
+// (docs/kernels.md).
+template <class T, class X>
+void ln_bwd(const char* op, T* dx, T* dw, T* db, const T* dy, const X* x, const T* w, const T* mean, const T* rstd,
+            long N, long C) {
   need(op, "dx", dx, sz<T>(N * C));
   need(op, "dw", dw, sz<T>(C));
   opt(op, "db", db, sz<T>(C));
   need(op, "dy", dy, sz<T>(N * C));
-  need(op, "x", x, sz<T>(N * C));
+  need(op, "x", x, sz<X>(N * C));
   need(op, "w", w, sz<T>(C));
   need(op, "mean", mean, sz<T>(N));
   need(op, "rstd", rstd, sz<T>(N));
@@ -248,6 +248,16 @@ void layernorm_bwd(T* dx, T* dw, T* db, const T* dy, const T* x, const T* w, con
   k::layernorm_bwd_dx(launcher(), dx, dy, x, w, mean, rstd, N, C);
   std::vector<k::acc_t<T>> scratch(size_t(k::column_sums_scratch(N, C)));
   k::layernorm_bwd_wb(launcher(), dw, db, dy, x, mean, rstd, N, C, scratch.data());
+}
+template <class T>
+void layernorm_bwd(T* dx, T* dw, T* db, const T* dy, const T* x, const T* w, const T* mean, const T* rstd, long N,
+                   long C) {
+  ln_bwd("layernorm_bwd", dx, dw, db, dy, x, w, mean, rstd, N, C);
+}
+template <class T>
+void layernorm_bwd16(T* dx, T* dw, T* db, const T* dy, const uint16_t* x16, const T* w, const T* mean, const T* rstd,
+                     long N, long C) {
+  ln_bwd("layernorm_bwd16", dx, dw, db, dy, reinterpret_cast<const k::bf16*>(x16), w, mean, rstd, N, C);
 }
 template <class T>
 void gelu_fwd(T* y, const T* x, long n) {
@@ -394,6 +404,7 @@ OpTable<T> table() {
   t.layernorm_fwd = &layernorm_fwd<T>;
   t.layernorm_fwd16 = &layernorm_fwd16<T>;
   t.layernorm_bwd = &layernorm_bwd<T>;
+  t.layernorm_bwd16 = &layernorm_bwd16<T>;
   t.gelu_fwd = &gelu_fwd<T>;
   t.gelu_fwd16 = &gelu_fwd16<T>;
   t.gelu_bwd = &gelu_bwd<T>;

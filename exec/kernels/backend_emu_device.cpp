@@ -198,7 +198,7 @@ struct Tr<M> {
 
 #define TP_EMU_DEV_OPS(X)                                                                                            \
   X(matmul) X(matmul16) X(linear_fwd) X(add_bias) X(bias_bwd) X(add) X(accumulate) X(scale) X(fill) X(copy) X(copy_rows) X(pack_bf16) X(unpack_bf16) X(layernorm_fwd) X(layernorm_fwd16)      \
-  X(layernorm_bwd) X(ln_shard_sum) X(ln_shard_sqdev) X(ln_shard_apply) X(ln_shard_bwd_sums) X(ln_shard_bwd_apply)  \
+  X(layernorm_bwd) X(layernorm_bwd16) X(ln_shard_sum) X(ln_shard_sqdev) X(ln_shard_apply) X(ln_shard_bwd_sums) X(ln_shard_bwd_apply)  \
   X(gelu_fwd) X(gelu_fwd16) X(gelu_bwd) X(gelu_bwd_set) X(gelu_bwd_bias16) X(swiglu_fwd) X(swiglu_bwd) X(swiglu_bwd_set) X(attention_fwd)           \
   X(attention_bwd) X(cross_entropy_fwd) X(cross_entropy_bwd) X(row_max) X(max_combine) X(ce_shard_exp)             \
   X(ce_shard_finish) X(ce_shard_target_grad) X(embedding_fwd) X(embedding_bwd) X(embedding_shard_fwd)              \

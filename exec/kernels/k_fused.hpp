@@ -85,15 +85,16 @@ void gelu_fwd16(const L& launch, bf16* y16, bf16* x16, const T* x, long n) {
 // db [C] += the column sums of dy [N, C], and dy16 = dy as bf16. scratch: column_sums_scratch(N, C) elements.
 template <class L, class T>
 void bias_bwd16(const L& launch, T* db, bf16* dy16, const T* dy, long N, long C, acc_t<T>* scratch) {
-  column_sums<L, T, false>(launch, nullptr, db, ColPack16<T>{dy, dy16}, nullptr, nullptr, nullptr, N, C, scratch);
+  column_sums<L, T, false>(launch, nullptr, db, ColPack16<T>{dy, dy16}, (const T*)nullptr, nullptr, nullptr, N, C,
+                           scratch);
 }
 // dx = gelu'(x16) dy over [N, F]: dx16 = dx as bf16, and db [F] (may be null) += its column sums. dx16 may be x16
 // (each element is read, then written, by one thread). scratch as bias_bwd16's.
 template <class L, class T>
 void gelu_bwd_bias16(const L& launch, bf16* dx16, T* db, const bf16* x16, const T* dy, long N, long F,
                      acc_t<T>* scratch) {
-  column_sums<L, T, false>(launch, nullptr, db, ColGeluBwd16<T>{x16, dy, dx16}, nullptr, nullptr, nullptr, N, F,
-                           scratch);
+  column_sums<L, T, false>(launch, nullptr, db, ColGeluBwd16<T>{x16, dy, dx16}, (const T*)nullptr, nullptr, nullptr, N,
+                           F, scratch);
 }
 
 }  // namespace tp::kernels

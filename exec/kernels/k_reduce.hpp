@@ -42,17 +42,17 @@ struct ColRead {
 };
 
 // db[C] += sum_n dy[n, c]; LayerNorm (kLn): dw[c] += sum_n xhat[n, c] dy[n, c] and db[c] += sum_n dy[n, c],
-// xhat = (x - mean[n]) rstd[n]; dy[n, c] is the source's value of element n C + c (ColRead: dy itself). dw or db
-// may be null. Work units are (32-column tile, row chunk) pairs; with chunks > 1 a unit writes its chunk's partials
+// xhat = (x - mean[n]) rstd[n] (x stored as X: T, or bf16); dy[n, c] is the source's value of element n C + c
+// (ColRead: dy itself). dw or db may be null. Work units are (32-column tile, row chunk) pairs; with chunks > 1 a unit writes its chunk's partials
 // to part_w / part_b [chunks, C] instead of adding to dw / db.
-template <class T, bool kLn, class Src = ColRead<T>>
+template <class T, bool kLn, class Src = ColRead<T>, class X = T>
 struct ColumnSums {
   static constexpr const char* kName = Src::kName ? Src::kName : kLn ? "layernorm_bwd_wb" : "bias_bwd";
   using A = acc_t<T>;
   T* dw;
   T* db;
   Src dy;
-  const T* x;
+  const X* x;
   const A* mean;
   const A* rstd;
   long N, C;
@@ -80,7 +80,7 @@ struct ColumnSums {
           TP_UNROLL for (int k = 0; k < kRows; ++k) {
             const long m = n + k * long(nw);
             raw[k] = dy.load(m * C + col);
-            xh[k] = kLn ? (ld(x[m * C + col]) - mean[m]) * rstd[m] : A(0);
+            xh[k] = kLn ? (A(ld(x[m * C + col])) - mean[m]) * rstd[m] : A(0);
           }
           TP_UNROLL for (int k = 0; k < kRows; ++k) {
             const A d = dy.take(raw[k], (n + k * long(nw)) * C + col);
@@ -91,7 +91,7 @@ struct ColumnSums {
         for (; n < r1; n += nw) {
           const A d = dy.take(dy.load(n * C + col), n * C + col);
           pb += d;
-          if (kLn) pw += (ld(x[n * C + col]) - mean[n]) * rstd[n] * d;
+          if (kLn) pw += (A(ld(x[n * C + col])) - mean[n]) * rstd[n] * d;
         }
       }
       sw[warp * kWarp + lane] = pw;
@@ -239,14 +239,14 @@ struct EmbeddingBwdWpe {
 
 // ---- op functions ----
 
-template <class L, class T, bool kLn, class Src>
-void column_sums(const L& launch, T* dw, T* db, Src dy, const T* x, const acc_t<T>* mean, const acc_t<T>* rstd,
+template <class L, class T, bool kLn, class Src, class X>
+void column_sums(const L& launch, T* dw, T* db, Src dy, const X* x, const acc_t<T>* mean, const acc_t<T>* rstd,
                  long N, long C, acc_t<T>* scratch) {
   const unsigned nw = launch.block / kWarp;
   const long chunks = column_chunks(N, C), tiles = (C + kWarp - 1) / kWarp;
   acc_t<T>* pw = chunks > 1 ? scratch : nullptr;
   acc_t<T>* pb = chunks > 1 ? scratch + chunks * C : nullptr;
-  launch(ColumnSums<T, kLn, Src>{dw, db, dy, x, mean, rstd, N, C, chunks, pw, pb},
+  launch(ColumnSums<T, kLn, Src, X>{dw, db, dy, x, mean, rstd, N, C, chunks, pw, pb},
          Dim{blocks_for(tiles * chunks, 1, launch.max_grid), launch.block, unsigned(2 * nw * kWarp * sizeof(acc_t<T>))});
   if (chunks > 1)
     launch(ColumnFinish<T, kLn>{dw, db, pw, pb, C, chunks}, Dim{blocks_for(C, launch.block, launch.max_grid), launch.block, 0});
@@ -254,12 +254,12 @@ void column_sums(const L& launch, T* dw, T* db, Src dy, const T* x, const acc_t<
 // db += the column sums of dy [N, C]. scratch: column_sums_scratch(N, C) elements (may be null when that is 0).
 template <class L, class T>
 void bias_bwd(const L& launch, T* db, const T* dy, long N, long C, acc_t<T>* scratch) {
-  column_sums<L, T, false>(launch, nullptr, db, ColRead<T>{dy}, nullptr, nullptr, nullptr, N, C, scratch);
+  column_sums<L, T, false>(launch, nullptr, db, ColRead<T>{dy}, (const T*)nullptr, nullptr, nullptr, N, C, scratch);
 }
 // dw, db += the LayerNorm parameter gradients (either may be null; exec/ops.hpp's layernorm_bwd is
 // layernorm_bwd_dx plus this). scratch as bias_bwd's.
-template <class L, class T>
-void layernorm_bwd_wb(const L& launch, T* dw, T* db, const T* dy, const T* x, const acc_t<T>* mean,
+template <class L, class T, class X>
+void layernorm_bwd_wb(const L& launch, T* dw, T* db, const T* dy, const X* x, const acc_t<T>* mean,
                       const acc_t<T>* rstd, long N, long C, acc_t<T>* scratch) {
   if (!dw && !db) return;
   column_sums<L, T, true>(launch, dw, db, ColRead<T>{dy}, x, mean, rstd, N, C, scratch);

@@ -55,14 +55,15 @@ struct LayerNormFwd {
   }
 };
 
-// dx += rstd (g - mean(g) - xhat mean(g xhat)), g = w dy, xhat = (x - mean) rstd. (dw, db: k_reduce.hpp.)
-template <class T>
+// dx += rstd (g - mean(g) - xhat mean(g xhat)), g = w dy, xhat = (x - mean) rstd; x stored as X (T, or bf16:
+// layernorm_bwd16). (dw, db: k_reduce.hpp.)
+template <class T, class X = T>
 struct LayerNormBwdDx {
   static constexpr const char* kName = "layernorm_bwd_dx";
   using A = acc_t<T>;
   T* dx;
   const T* dy;
-  const T* x;
+  const X* x;
   const T* w;
   const A* mean;
   const A* rstd;
@@ -71,21 +72,21 @@ struct LayerNormBwdDx {
   TP_HD void operator()(Ctx& c) const {
     A* slots = c.template shared<A>();
     TP_ROW_LOOP(c, r, N) {
-      const T* xr = x + r * C;
+      const X* xr = x + r * C;
       const T* dyr = dy + r * C;
       const A m = mean[r], rs = rstd[r];
       A sg = 0, sgx = 0;
       TP_COL_LOOP(c, j, C) {
         const A g = ld(w[j]) * ld(dyr[j]);
         sg += g;
-        sgx += g * (ld(xr[j]) - m) * rs;
+        sgx += g * (A(ld(xr[j])) - m) * rs;
       }
       const A gm = block_sum(c, sg, slots) / A(C);
       const A gxm = block_sum(c, sgx, slots) / A(C);
       T* dxr = dx + r * C;
       TP_COL_LOOP(c, j, C) {
         const A g = ld(w[j]) * ld(dyr[j]);
-        const A xh = (ld(xr[j]) - m) * rs;
+        const A xh = (A(ld(xr[j])) - m) * rs;
         dxr[j] = st<T>(ld(dxr[j]) + rs * (g - gm - xh * gxm));
       }
     }
@@ -363,10 +364,10 @@ void layernorm_fwd16(const L& launch, bf16* y, float* mean, float* rstd, const f
                      long N, long C, float eps) {
   launch(LayerNormFwd<float, bf16>{y, mean, rstd, x, w, b, N, C, eps}, row_dim(launch, N, sizeof(float)));
 }
-template <class L, class T>
-void layernorm_bwd_dx(const L& launch, T* dx, const T* dy, const T* x, const T* w, const acc_t<T>* mean,
+template <class L, class T, class X>
+void layernorm_bwd_dx(const L& launch, T* dx, const T* dy, const X* x, const T* w, const acc_t<T>* mean,
                       const acc_t<T>* rstd, long N, long C) {
-  launch(LayerNormBwdDx<T>{dx, dy, x, w, mean, rstd, N, C}, row_dim(launch, N, sizeof(acc_t<T>)));
+  launch(LayerNormBwdDx<T, X>{dx, dy, x, w, mean, rstd, N, C}, row_dim(launch, N, sizeof(acc_t<T>)));
 }
 // y16 / dx16: optional bf16 copies of the outputs (SoftmaxFwd, SoftmaxBwd), [R, Lr] like them.
 template <class L, class T>

@@ -2,7 +2,8 @@
 // shape / launcher / schedule and two shapes whose column sums run in row chunks: each must give the unfused
 // kernels' bits exactly. gelu_fwd16 is gelu_fwd then pack_bf16 of y and x (on and off the vector boundary);
 // bias_bwd16 is bias_bwd then pack_bf16; gelu_bwd_bias16 is x unpacked (copy from bf16), gelu_bwd_set, bias_bwd and
-// pack_bf16 (without a bias too, and in place over x's packed copy).
+// pack_bf16 (without a bias too, and in place over x's packed copy). And LayerNorm's backward kernels reading x as
+// bf16 (layernorm_bwd16) against the same kernels on x unpacked.
 #include <tuple>
 
 #include "tests/kernels/kt_util.hpp"
@@ -92,6 +93,32 @@ TYPED_TEST(KernelFused, GeluBwdWithItsBiasGradIsTheUnfusedSteps) {
     EXPECT_EQ(d16.dbl(), d16_ref.dbl());
     K::gelu_bwd_bias16(L, over_x.data(), (T*)nullptr, over_x.data(), bdy.data(), N, F, scr.data());
     EXPECT_EQ(over_x.dbl(), d16_ref.dbl());
+  }
+}
+
+TYPED_TEST(KernelFused, LayerNormBackwardFromPackedXIsTheUnpackedOnes) {
+  using T = TypeParam;
+  using A = K::acc_t<T>;
+  std::mt19937_64 rng(23);
+  for (const auto& [N, C, L, sched] : fused_runs()) {
+    SCOPED_TRACE(kt::where({N, C}, L) + " schedule " + std::to_string(sched));
+    kt::ScheduleScope sc{K::emu::Schedule(sched)};
+    const Vec x = kt::rounded<K::bf16>(kt::randv(N * C, rng, -2, 3)), dy = kt::rounded<T>(kt::randv(N * C, rng)),
+              w = kt::rounded<T>(kt::randv(C, rng)), d0 = kt::rounded<T>(kt::randv(N * C, rng)),
+              c0 = kt::rounded<T>(kt::randv(C, rng));
+    std::vector<A> mean(N), rstd(N);
+    for (long n = 0; n < N; ++n) mean[n] = A(0.1 * double(n % 7)), rstd[n] = A(1 + 0.01 * double(n % 5));
+    std::vector<K::acc_t<T>> scr(size_t(K::column_sums_scratch(N, C)) + 1, -1);
+    Buf<T> xs(x), bdy(dy), bw(w), dx_ref(d0), dw_ref(c0), db_ref(c0), dx(d0), dw(c0), db(c0);
+    Buf<K::bf16> x16(x);
+    K::layernorm_bwd_dx(L, dx_ref.data(), bdy.data(), xs.data(), bw.data(), mean.data(), rstd.data(), N, C);
+    K::layernorm_bwd_wb(L, dw_ref.data(), db_ref.data(), bdy.data(), xs.data(), mean.data(), rstd.data(), N, C,
+                        scr.data());
+    K::layernorm_bwd_dx(L, dx.data(), bdy.data(), x16.data(), bw.data(), mean.data(), rstd.data(), N, C);
+    K::layernorm_bwd_wb(L, dw.data(), db.data(), bdy.data(), x16.data(), mean.data(), rstd.data(), N, C, scr.data());
+    EXPECT_EQ(dx.dbl(), dx_ref.dbl());
+    EXPECT_EQ(dw.dbl(), dw_ref.dbl());
+    EXPECT_EQ(db.dbl(), db_ref.dbl());
   }
 }
 

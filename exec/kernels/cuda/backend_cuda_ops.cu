@@ -23,6 +23,10 @@ TP_CUDA_INSTANTIATE(extern template, float)
 extern template void copy<L, bf16, float>(const L&, bf16*, const float*, long);
 extern template void copy<L, float, bf16>(const L&, float*, const bf16*, long);
 extern template void pack_bf16<L, float>(const L&, bf16*, const float*, long);
+extern template void layernorm_bwd_dx<L, float, bf16>(const L&, float*, const float*, const bf16*, const float*,
+                                                     const float*, const float*, long, long);
+extern template void layernorm_bwd_wb<L, float, bf16>(const L&, float*, float*, const float*, const bf16*,
+                                                     const float*, const float*, long, long, float*);
 extern template void layernorm_fwd16<L>(const L&, bf16*, float*, float*, const float*, const float*, const float*, long,
                                         long, float);
 extern template void flash_attention_fwd<L, float>(const L&, float*, float*, const float*, const float*, const float*, long, long, long, long, long, long, long, long, bool);
@@ -350,6 +354,14 @@ void layernorm_bwd(F* dx, F* dw, F* db, const F* dy, const F* x, const F* w, con
     k::layernorm_bwd_wb(launcher(), dw, db, dy, x, mean, rstd, N, C, column_scratch(N, C));
   });
 }
+void layernorm_bwd16(F* dx, F* dw, F* db, const F* dy, const uint16_t* x16, const F* w, const F* mean, const F* rstd,
+                     long N, long C) {
+  const k::bf16* x = reinterpret_cast<const k::bf16*>(x16);
+  TP_OP("layernorm_bwd16", ({{"N", N}, {"C", C}}), {
+    k::layernorm_bwd_dx(launcher(), dx, dy, x, w, mean, rstd, N, C);
+    k::layernorm_bwd_wb(launcher(), dw, db, dy, x, mean, rstd, N, C, column_scratch(N, C));
+  });
+}
 void gelu_fwd(F* y, const F* x, long n) { TP_OP("gelu_fwd", ({{"n", n}}), k::gelu_fwd(launcher(), y, x, n)); }
 void gelu_fwd16(uint16_t* y16, uint16_t* x16, const F* x, long n) {
   TP_OP("gelu_fwd16", ({{"n", n}}), k::gelu_fwd16(launcher(), reinterpret_cast<k::bf16*>(y16),
@@ -445,7 +457,7 @@ void fill_f32_table(exec::OpTable<float>& t) {
   t.matmul = matmul, t.matmul16 = matmul16, t.linear_fwd = linear_fwd, t.add_bias = add_bias, t.bias_bwd = bias_bwd, t.add = add, t.accumulate = accumulate;
   t.scale = scale, t.fill = fill, t.copy = copy, t.copy_rows = copy_rows;
   t.pack_bf16 = pack_bf16, t.unpack_bf16 = unpack_bf16;
-  t.layernorm_fwd = layernorm_fwd, t.layernorm_fwd16 = layernorm_fwd16, t.layernorm_bwd = layernorm_bwd;
+  t.layernorm_fwd = layernorm_fwd, t.layernorm_fwd16 = layernorm_fwd16, t.layernorm_bwd = layernorm_bwd, t.layernorm_bwd16 = layernorm_bwd16;
   t.gelu_fwd = gelu_fwd, t.gelu_fwd16 = gelu_fwd16, t.gelu_bwd = gelu_bwd, t.gelu_bwd_set = gelu_bwd_set, t.gelu_bwd_bias16 = gelu_bwd_bias16;
   t.swiglu_fwd = swiglu_fwd, t.swiglu_bwd = swiglu_bwd, t.swiglu_bwd_set = swiglu_bwd_set;
   t.attention_fwd = attention_fwd, t.attention_bwd = attention_bwd;
@@ -463,7 +475,7 @@ void fill_f32_table(exec::OpTable<float>& t) {
 void fill_f64_unsupported(exec::OpTable<double>& t) {
 #define TP_S(op) TP_STUB(t, op, "f64")
   TP_S(matmul); TP_S(matmul16); TP_S(linear_fwd); TP_S(add_bias); TP_S(bias_bwd); TP_S(add); TP_S(accumulate); TP_S(scale); TP_S(fill); TP_S(copy);
-  TP_S(copy_rows); TP_S(pack_bf16); TP_S(unpack_bf16); TP_S(layernorm_fwd); TP_S(layernorm_fwd16); TP_S(layernorm_bwd); TP_S(ln_shard_sum); TP_S(ln_shard_sqdev);
+  TP_S(copy_rows); TP_S(pack_bf16); TP_S(unpack_bf16); TP_S(layernorm_fwd); TP_S(layernorm_fwd16); TP_S(layernorm_bwd); TP_S(layernorm_bwd16); TP_S(ln_shard_sum); TP_S(ln_shard_sqdev);
   TP_S(ln_shard_apply); TP_S(ln_shard_bwd_sums); TP_S(ln_shard_bwd_apply); TP_S(gelu_fwd); TP_S(gelu_fwd16); TP_S(gelu_bwd);
   TP_S(gelu_bwd_set); TP_S(gelu_bwd_bias16); TP_S(swiglu_fwd); TP_S(swiglu_bwd); TP_S(swiglu_bwd_set); TP_S(attention_fwd);
   TP_S(attention_bwd); TP_S(cross_entropy_fwd); TP_S(cross_entropy_bwd); TP_S(row_max); TP_S(max_combine);

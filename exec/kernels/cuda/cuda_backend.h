@@ -25,7 +25,7 @@
                                // 8: matmul16 (either operand packed) replaces matmul_a16, linear_fwd's w16;
                                // 9: linear_fwd x16; 10: OpTable flash_attention_fwd16 / bwd16, gelu_bwd_set16,
                                //     layernorm_fwd16; 11: bias_bwd's dy16, gelu_bwd_bias16 replaces gelu_bwd_set16,
-                               //     gelu_fwd16, add_bias's residual
+                               //     gelu_fwd16, add_bias's residual, layernorm_bwd16
 
 #ifdef __cplusplus
 extern "C" {

@@ -14,6 +14,10 @@ TP_CUDA_INSTANTIATE(template, bf16)
 template void copy<L, bf16, float>(const L&, bf16*, const float*, long);
 template void copy<L, float, bf16>(const L&, float*, const bf16*, long);
 template void pack_bf16<L, float>(const L&, bf16*, const float*, long);
+template void layernorm_bwd_dx<L, float, bf16>(const L&, float*, const float*, const bf16*, const float*, const float*,
+                                              const float*, long, long);
+template void layernorm_bwd_wb<L, float, bf16>(const L&, float*, float*, const float*, const bf16*, const float*,
+                                              const float*, long, long, float*);
 template void layernorm_fwd16<L>(const L&, bf16*, float*, float*, const float*, const float*, const float*, long, long,
                                  float);
 // Flash attention on fp32 storage, and on bf16 q, k, v and out (the *16 ops: bf16 storage of the activations).
