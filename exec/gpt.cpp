@@ -278,7 +278,10 @@ void Gpt<T>::layer_fwd(int wl, const T* x_in, T* x_out, LayerActs<T>& a, long B,
   }
   if (s.has_proj_bias()) ops::add_bias(a.x_mid.data(), a.x_mid.data(), p(W.proj_b), Nl, C, x_in);  // (+ the residual)
   else ops::add(a.x_mid.data(), a.x_mid.data(), x_in, Nl * C);
-  if (pack_operands16) a.stays_packed(a.x_mid);  // (LayerNorm's backward reads it packed: layernorm_bwd16)
+  if (pack_operands16) {  // (LayerNorm's backwards read both packed: layernorm_bwd16; a full recompute unmarks x_in)
+    a.stays_packed(a.x_in);
+    a.stays_packed(a.x_mid);
+  }
   a.ln2_mean.resize(Nl); a.ln2_rstd.resize(Nl);
   // bf16 storage in a dense layer without SP: ln2 written packed only (fc1 and its weight gradient read it so)
   const bool ln2_packed = pack_operands16 && !sp && W.router_w < 0;
@@ -446,8 +449,13 @@ void Gpt<T>::layer_bwd(int wl, const T* dx_out, T* dx_in, LayerActs<T>& a, long 
   release(dqkv);
   if (sp) reduce_scatter_rows(tp, dln.data(), dln_loc, Nl, C);
   else if (tp) tp->all_reduce_sum(dln.data(), N * C, dt(T{}));
-  ops::layernorm_bwd(dx, g(W.ln1_w), gl ? g(W.ln1_b) : (T*)nullptr, dln_loc, a.x_in.data(),
-                     p(W.ln1_w), a.ln1_mean.data(), a.ln1_rstd.data(), Nl, C);   // dx = d x_in
+  if (const uint16_t* xi16 = a.packed(a.x_in))  // dx = d x_in
+    ops::layernorm_bwd16(dx, g(W.ln1_w), gl ? g(W.ln1_b) : (T*)nullptr, dln_loc, xi16, p(W.ln1_w), a.ln1_mean.data(),
+                         a.ln1_rstd.data(), Nl, C);
+  else
+    ops::layernorm_bwd(dx, g(W.ln1_w), gl ? g(W.ln1_b) : (T*)nullptr, dln_loc, a.x_in.data(), p(W.ln1_w),
+                       a.ln1_mean.data(), a.ln1_rstd.data(), Nl, C);
+  a.release_packed(a.x_in);
 }
 
 template <class T>

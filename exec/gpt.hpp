@@ -270,6 +270,8 @@ struct LayerActs {
   void unpack_bf16(bool att_is_stats);
   const uint16_t* packed(const Buf<T>& field) const;  // field's bf16 copy while packed, else null
   void release_packed(const Buf<T>& field);
+  // (full recompute) everything but x_in and its packed copy freed, and nothing marked to stay packed: the backward's
+  // unpack_bf16 gives the recomputed forward x_in in T, and that forward marks what it saves again.
   void clear_all_but_input();
   size_t bytes() const;
 };
