@@ -105,6 +105,21 @@ static void mlp_fwd(const Gpt<T>& g, int wl, int lin1, int w1, int b1, int w2, i
   else if (res) ops::add(out, out, res, Nl * C);
 }
 
+// dx [N, C] += LayerNorm's backward from dy over the layer's saved input x (a field of a, read packed while it is:
+// layernorm_bwd16), with weight view w and bias view b (< 0: none); x's buffers are released after.
+template <class T>
+static void ln_bwd_saved(const Gpt<T>& g, T* dx, int w, int b, const T* dy, LayerActs<T>& a, Buf<T>& x,
+                         const Buf<T>& mean, const Buf<T>& rstd, long N) {
+  const long C = (long)g.lay.s.C;
+  T* db = b >= 0 ? g.g(b) : nullptr;
+  if (const uint16_t* x16 = a.packed(x))
+    ops::layernorm_bwd16(dx, g.g(w), db, dy, x16, g.p(w), mean.data(), rstd.data(), N, C);
+  else
+    ops::layernorm_bwd(dx, g.g(w), db, dy, x.data(), g.p(w), mean.data(), rstd.data(), N, C);
+  Buf<T>().swap(x);
+  a.release_packed(x);
+}
+
 // Backward of mlp_fwd from dout [Nl, C] (read only): accumulates the weight gradients (b2's over this rank's rows)
 // and sets din [N, C] (resized) = the input gradient, partial over tp (the caller reduces it). Consumes fc1 and
 // act, and `in_owner` (the buffer of `in`, if given) once its last reader is done. in16 / act16 (may be null): in
@@ -366,14 +381,7 @@ void Gpt<T>::layer_bwd(int wl, const T* dx_out, T* dx_in, LayerActs<T>& a, long 
     if (sp) reduce_scatter_rows(tp, dln.data(), dln_loc, Nl, C);
     else if (tp) tp->all_reduce_sum(dln.data(), N * C, dt(T{}));
   }
-  if (const uint16_t* xm16 = a.packed(a.x_mid))  // dx = d x_mid
-    ops::layernorm_bwd16(dx, g(W.ln2_w), gl ? g(W.ln2_b) : (T*)nullptr, dln_loc, xm16, p(W.ln2_w), a.ln2_mean.data(),
-                         a.ln2_rstd.data(), Nl, C);
-  else
-    ops::layernorm_bwd(dx, g(W.ln2_w), gl ? g(W.ln2_b) : (T*)nullptr, dln_loc, a.x_mid.data(), p(W.ln2_w),
-                       a.ln2_mean.data(), a.ln2_rstd.data(), Nl, C);
-  release(a.x_mid);
-  a.release_packed(a.x_mid);
+  ln_bwd_saved(*this, dx, W.ln2_w, gl ? W.ln2_b : -1, dln_loc, a, a.x_mid, a.ln2_mean, a.ln2_rstd, Nl);  // d x_mid
   // Attention: y = attn proj_w (+ b), x_mid = x_in + y.
   // (bf16: dx's copy, read by both GEMMs; without SP from the bias gradient's pass)
   Buf<uint16_t> dy16 = sp ? Buf<uint16_t>() : bias_grad16(s.has_proj_bias() ? g(W.proj_b) : nullptr, dx, N, C);
@@ -449,13 +457,7 @@ void Gpt<T>::layer_bwd(int wl, const T* dx_out, T* dx_in, LayerActs<T>& a, long 
   release(dqkv);
   if (sp) reduce_scatter_rows(tp, dln.data(), dln_loc, Nl, C);
   else if (tp) tp->all_reduce_sum(dln.data(), N * C, dt(T{}));
-  if (const uint16_t* xi16 = a.packed(a.x_in))  // dx = d x_in
-    ops::layernorm_bwd16(dx, g(W.ln1_w), gl ? g(W.ln1_b) : (T*)nullptr, dln_loc, xi16, p(W.ln1_w), a.ln1_mean.data(),
-                         a.ln1_rstd.data(), Nl, C);
-  else
-    ops::layernorm_bwd(dx, g(W.ln1_w), gl ? g(W.ln1_b) : (T*)nullptr, dln_loc, a.x_in.data(), p(W.ln1_w),
-                       a.ln1_mean.data(), a.ln1_rstd.data(), Nl, C);
-  a.release_packed(a.x_in);
+  ln_bwd_saved(*this, dx, W.ln1_w, gl ? W.ln1_b : -1, dln_loc, a, a.x_in, a.ln1_mean, a.ln1_rstd, Nl);  // d x_in
 }
 
 template <class T>
