@@ -250,7 +250,8 @@ struct LayerActs {
   // Fields the 1D model's forward packed (or wrote packed) for a backward that reads them so (bit i: b16[i]) stay
   // packed through unpack_bf16 until released: ln1, ln2 and act (dense layers), and attn (unfused), the
   // weight-gradient GEMMs' A operands (ops::matmul16, through packed()); under GELU fc1 (gelu_bwd_bias16); under
-  // flash without CP the fused QKV output q and attn (flash_attention_bwd16). The forward marks them only under
+  // flash without CP the fused QKV output q and attn (flash_attention_bwd16); x_in and x_mid, LayerNorm's
+  // backwards' inputs (layernorm_bwd16; a full recompute unmarks x_in, clear_all_but_input). The forward marks them only under
   // Gpt::pack_operands16 (a MoE layer's experts and Optimus 2D mark none): what the forward marked, the backward
   // reads packed, and everything else is unpacked.
   std::vector<Buf<uint16_t>> b16;  // per packed field, in gpt.cpp bf16_fields' order (empty: not packed)

@@ -158,10 +158,10 @@ Buf<uint16_t> Gpt<T>::grad16(const T* d, long n) const {
 
 template <class T>
 Buf<uint16_t> Gpt<T>::bias_grad16(T* db, const T* d, long N, long C) const {
+  if (!db) return grad16(d, N * C);
   Buf<uint16_t> c;
   if (pack_operands16 && N * C > 0) c.resize((size_t)(N * C));
-  if (db) ops::bias_bwd(db, d, N, C, c.empty() ? nullptr : c.data());
-  else if (!c.empty()) ops::pack_bf16(c.data(), d, N * C);
+  ops::bias_bwd(db, d, N, C, c.empty() ? nullptr : c.data());
   return c;
 }
 
