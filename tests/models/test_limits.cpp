@@ -3,6 +3,7 @@
 // on the bound loads, one just past it is refused with the JSON path and the range).
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -36,7 +37,7 @@ json small() {
 }  // namespace
 
 TEST(Limits, DocsListEveryRange) {
-  std::ifstream f(std::string(TP_SOURCE_DIR) + "/docs/limits.md");
+  std::ifstream f(std::filesystem::path(TP_SOURCE_DIR) / "docs" / "limits.md");
   ASSERT_TRUE(f.good()) << "docs/limits.md missing";
   std::stringstream ss;
   ss << f.rdbuf();
