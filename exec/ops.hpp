@@ -115,7 +115,7 @@ void ln_shard_bwd_apply(T* dx, T* dw, T* db, const T* dy, const T* x, const T* w
 // GELU, tanh approximation (GPT-2): y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
 template <class T>
 void gelu_fwd(T* y, const T* x, long n);
-// The same written only as bf16 (bf16 storage's dense MLP): y16 = pack_bf16(gelu_fwd(x)) and x16 (may be null) =
+// The same written only as bf16 (bf16 storage's dense MLP): y16 = pack_bf16(gelu_fwd(x)) and x16 =
 // pack_bf16(x), from one read of x (the T-valued y is not stored).
 template <class T>
 void gelu_fwd16(uint16_t* y16, uint16_t* x16, const T* x, long n);

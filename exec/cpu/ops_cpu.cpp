@@ -195,7 +195,7 @@ void gelu_fwd16(uint16_t* y16, uint16_t* x16, const T* x, long n) {
     const long k = std::min(kTile, n - i0);
     gelu_fwd(y, x + i0, k);
     pack_bf16(y16 + i0, y, k);
-    if (x16) pack_bf16(x16 + i0, x + i0, k);
+    pack_bf16(x16 + i0, x + i0, k);
   }
 }
 

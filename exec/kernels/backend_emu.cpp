@@ -268,7 +268,7 @@ void gelu_fwd(T* y, const T* x, long n) {
 template <class T>
 void gelu_fwd16(uint16_t* y16, uint16_t* x16, const T* x, long n) {
   need("gelu_fwd16", "y16", y16, sz<uint16_t>(n));
-  opt("gelu_fwd16", "x16", x16, sz<uint16_t>(n));
+  need("gelu_fwd16", "x16", x16, sz<uint16_t>(n));
   need("gelu_fwd16", "x", x, sz<T>(n));
   if (n > 0) k::gelu_fwd16(launcher(), reinterpret_cast<k::bf16*>(y16), reinterpret_cast<k::bf16*>(x16), x, n);
 }

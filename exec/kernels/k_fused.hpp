@@ -14,7 +14,7 @@
 
 namespace tp::kernels {
 
-// y16 = gelu(x) and x16 (may be null) = x, both as bf16: gelu_fwd, then pack_bf16 of y and of x. Float: four
+// y16 = gelu(x) and x16 = x, both as bf16: gelu_fwd, then pack_bf16 of y and of x. Float: four
 // elements per thread (ld4 / st4) when the views are on their vector boundaries.
 template <class T>
 struct GeluFwd16 {
@@ -26,17 +26,17 @@ struct GeluFwd16 {
   TP_HD TP_INLINE void one(long i) const {
     const acc_t<T> v = ld(x[i]);
     y16[i] = bf16_of(ld(st<T>(gelu_value(v))));
-    if (x16) x16[i] = bf16_of(v);
+    x16[i] = bf16_of(v);
   }
   template <class Ctx>
   TP_HD void operator()(Ctx& c) const {
     if constexpr (std::is_same_v<T, float>) {
-      if (aligned_to(x, 16) && aligned_to(y16, 8) && (!x16 || aligned_to(x16, 8))) {
+      if (aligned_to(x, 16) && aligned_to(y16, 8) && aligned_to(x16, 8)) {
         const long n4 = n / 4;
         TP_GRID_LOOP(c, i, n4) {
           const F4 v = ld4(x + 4 * i);
           st4(y16 + 4 * i, F4{gelu_value(v.x), gelu_value(v.y), gelu_value(v.z), gelu_value(v.w)});
-          if (x16) st4(x16 + 4 * i, v);
+          st4(x16 + 4 * i, v);
         }
         TP_GRID_LOOP(c, i, n - 4 * n4) one(4 * n4 + i);
         return;
