@@ -21,14 +21,16 @@
 #        PROFILE_TUNE (default 2: tuned, candidates on stderr; 0: no tuning, so the first step is not inflated),
 #        PROFILE_MODEL (default: the first model; another must be among those run, e.g. gpt2-1.5b with
 #        PROFILE_MODES=bf16+flash)
-#        BENCH_CONFIGS="gpt2-124m ...": only these models; BENCH_MODES=a,b: the first model's modes. The 1.5B row runs
+#        BENCH_CONFIGS="gpt2-124m ...": only these models; BENCH_MODES=a,b: every model's modes. The 1.5B row runs
 #        only when BENCH_CONFIGS names it (BENCH_CONFIGS=gpt2-1.5b): its 1.5B fp32 master weights are initialised on
 #        the host first, which the default set's time on a lent machine does not leave room for
 # A mode MODE+flash runs the same scenario with plan.attention "flash" (the fused kernels of exec/kernels/k_flash.hpp,
 # no [T, T] probabilities kept) instead of "unfused" (cuBLASLt GEMMs around the softmax kernels); the first model
 # runs tf32+flash and bf16+flash beside its unfused rows. A mode ending in +nocopies runs with
 # --no-bf16-weight-copies (each GEMM casts the fp32 weights itself): the first model's bf16+flash+nocopies row
-# measures what the weights' bf16 copies save.
+# measures what the weights' bf16 copies save. A mode ending in +ownattn runs with TP_CUDA_ATTENTION=own: the
+# bf16 flash ops on the project's own kernels instead of cuDNN's fused attention (exec/kernels/cuda/fused_attention.hpp),
+# so bf16+flash against bf16+flash+ownattn measures what cuDNN's attention changes.
 # BASELINE_BIN=PATH (another build's trainplan with its libtrainplan_cuda.so beside it, e.g. the last commit
 # measured): every row also runs with that program, just before the same row with this build's, and is printed as
 # "MODE (base)": a comparison on the same machine in the same call. (A whole program, not only its library: the
@@ -65,7 +67,9 @@ peak_bf16=$(python3 -c "import json;print(json.load(open('$root/models/catalog/g
 configs=("gpt2-124m 12 768 12 1024 8 none fp32,tf32,bf16,tf32+flash,bf16+flash,bf16+flash+nocopies"
          "gpt2-124m-rc 12 768 12 1024 8 full fp32" "gpt2-124m-s2k 12 768 12 2048 4 none fp32"
          "gpt2-350m 24 1024 16 1024 4 none fp32,bf16" "gpt2-1.5b 48 1600 25 1024 8 none bf16+flash")
-[[ -n "${BENCH_MODES:-}" ]] && configs[0]="${configs[0]% *} $BENCH_MODES"
+if [[ -n "${BENCH_MODES:-}" ]]; then
+  for i in "${!configs[@]}"; do configs[$i]="${configs[$i]% *} $BENCH_MODES"; done
+fi
 for cfg in "${configs[@]}"; do
   read -r name layers hidden heads seq mb rc_mode modes <<<"$cfg"
   [[ -n "${BENCH_CONFIGS:-}" && " $BENCH_CONFIGS " != *" $name "* ]] && continue
@@ -99,6 +103,7 @@ JSON
     [[ $mode == *+flash* ]] && sc="${sc%.json}-flash.json"
     [[ $mode == *+heur ]] && env+=(TP_CUDA_GEMM_TUNE=0)
     [[ $mode == *+nocache ]] && env+=(TP_CUDA_CACHE=0)
+    [[ $mode == *+ownattn ]] && env+=(TP_CUDA_ATTENTION=own)
     args=(); [[ $mode == *+nocopies ]] && args=(--no-bf16-weight-copies)
     for prog in ${BASELINE_BIN:+base} this; do
     tag=$mode; label=$mode; exe=$bin
@@ -145,6 +150,7 @@ if [[ "${PROFILE:-0}" == 1 ]]; then
   for mode in ${PROFILE_MODES:-${modes//,/ }}; do
     env=(TP_CUDA_PROFILE="$work/${name}_$mode.prof.txt" TP_CUDA_GEMM_TUNE="${PROFILE_TUNE:-2}")  # 2: candidates on stderr
     [[ $mode == tf32* ]] && env+=(TP_CUDA_TF32=1)
+    [[ $mode == *+ownattn ]] && env+=(TP_CUDA_ATTENTION=own)
     sc="$work/$name.json"; [[ $mode == bf16* ]] && sc="$work/$name-bf16.json"
     [[ $mode == *+flash* ]] && sc="${sc%.json}-flash.json"
     args=(); [[ $mode == *+nocopies ]] && args=(--no-bf16-weight-copies)

@@ -132,6 +132,11 @@ struct Backend {
   // exec/kernels/k_fp8.hpp bf16_round) and accumulates in the table's type (fp32, or fp64 for the oracle);
   // tensors stay in that type. Returns the previous setting. Set it with Bf16GemmScope.
   bool (*set_bf16_gemm)(bool on) = nullptr;
+  // Which attention runs the bf16-storage flash ops (flash_attention_fwd16 / bwd16) where the backend has a choice:
+  // on, a library's fused attention where it is loaded and accepts the shape (cuda: cuDNN's SDPA,
+  // exec/kernels/cuda/fused_attention.hpp), the backend's own kernels elsewhere; off, always the own kernels. Returns
+  // the previous setting. Null on backends without a choice (cpu, emu). The library's stats are the pair (lse, 1).
+  bool (*set_attention_library)(bool on) = nullptr;
   // The device this process runs on ("device 0 of 8 (NVIDIA H100 80GB HBM3)") and its memory in bytes; "" and 0
   // on host-accessible backends. Messages (exec/device_oom.cpp) name it beside the scenario's GPU.
   const char* device = "";

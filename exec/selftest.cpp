@@ -2,6 +2,10 @@
 // with the CPU float64 table on host copies (the reference) and once with the backend's fp32 table on memory
 // from the backend's alloc, then reads the compared outputs back with the backend's copy. A check with bf16
 // operands makes both calls under Bf16GemmScope (the reference rounds the same operands in float64).
+// On a backend with an attention library (Backend::set_attention_library: cuDNN on cuda), a check that names
+// outputs in lse_pairs (the flash stats) runs twice: with the own kernels, as on every backend, and with the
+// library, whose stats pairs are compared as the log-sum-exp m - log c they stand for (the library's are (lse, 1)),
+// within the library's tolerance (kSelftestTolLibraryAttention).
 #include "exec/selftest.hpp"
 
 #include <algorithm>
@@ -55,8 +59,22 @@ double scaled_err(double got, double want) {
   return std::isnan(e) ? INFINITY : e;
 }
 
-OpCheck run_one(const Backend& be, const Spec& s) {
-  const double tol = s.tol > 0 ? s.tol : kSelftestTolF32 * std::sqrt(std::max(1.0, s.red));
+// Each stats pair (m, c) of v as the log-sum-exp it stands for: (m - log c, 0).
+void as_lse(Vec& v) {
+  for (size_t i = 0; i + 1 < v.size(); i += 2) v[i] -= std::log(v[i + 1]), v[i + 1] = 0;
+}
+
+// The attention library on or off for the scope (on backends that have one).
+struct AttentionScope {
+  AttentionScope(const Backend& b, bool on) : be(b), prev(b.set_attention_library(on)) {}
+  ~AttentionScope() { be.set_attention_library(prev); }
+  const Backend& be;
+  bool prev;
+};
+
+OpCheck run_one(const Backend& be, const Spec& s, bool library = false) {
+  const double tol = library ? std::max(s.tol, kSelftestTolLibraryAttention)
+                     : s.tol > 0 ? s.tol : kSelftestTolF32 * std::sqrt(std::max(1.0, s.red));
   OpCheck c{s.op, s.shape, s.variant, 0, tol, CheckStatus::pass, ""};
   std::vector<Vec> ref = s.bufs;
   std::vector<Ints> refi = s.ints;
@@ -83,8 +101,10 @@ OpCheck run_one(const Backend& be, const Spec& s) {
     }
     if (s.scalar) c.err = scaled_err(got, want);
     for (int o : s.outs) {
-      const Vec d = m.down(dp[size_t(o)], s.bufs[size_t(o)].size());
-      for (size_t i = 0; i < d.size(); ++i) c.err = std::max(c.err, scaled_err(d[i], ref[size_t(o)][i]));
+      Vec d = m.down(dp[size_t(o)], s.bufs[size_t(o)].size());
+      Vec w = ref[size_t(o)];
+      if (library && std::find(s.lse_pairs.begin(), s.lse_pairs.end(), o) != s.lse_pairs.end()) as_lse(d), as_lse(w);
+      for (size_t i = 0; i < d.size(); ++i) c.err = std::max(c.err, scaled_err(d[i], w[i]));
     }
     for (int o : s.iouts) {  // integer outputs must be identical
       const Ints& want_i = refi[size_t(o)];
@@ -113,10 +133,26 @@ OpCheck run_one(const Backend& be, const Spec& s) {
 SelftestResult run_selftest(const Backend& b, bool quick) {
   SelftestResult r;
   r.backend = b.name;
-  for (const Spec& s : selftest::all_specs(quick)) {
-    r.checks.push_back(run_one(b, s));
+  auto count = [&r](OpCheck c) {
+    r.checks.push_back(std::move(c));
     const CheckStatus st = r.checks.back().status;
     (st == CheckStatus::pass ? r.passed : st == CheckStatus::fail ? r.failed : r.unsupported)++;
+  };
+  for (const Spec& s : selftest::all_specs(quick)) {
+    if (s.lse_pairs.empty() || !b.set_attention_library) {
+      count(run_one(b, s));
+      continue;
+    }
+    {
+      AttentionScope own(b, false);
+      OpCheck c = run_one(b, s);
+      c.variant += ", own kernels";
+      count(std::move(c));
+    }
+    AttentionScope lib(b, true);
+    OpCheck c = run_one(b, s, true);
+    c.variant += ", attention library";
+    count(std::move(c));
   }
   return r;
 }

@@ -271,6 +271,7 @@ void flash_cases(std::vector<Spec>& cs, bool quick) {
                  {Ints(size_t((nqs + 1) / 2)), Ints(size_t((nks + 1) / 2)), Ints(size_t((nks + 1) / 2)),
                   Ints(size_t((nq + 1) / 2))},
                  {3, 4, 6, 7, 8}, double(std::max(Tk, D) * H / Hkv)};
+        s16.lse_pairs = {4};  // (also run with the backend's attention library, selftest.cpp)
         add(cs, bf16_operands(s16, 5e-3), TP_SELFTEST_BODY {
           uint16_t* q16 = reinterpret_cast<uint16_t*>(ip[0]);
           uint16_t* o16 = reinterpret_cast<uint16_t*>(ip[3]);

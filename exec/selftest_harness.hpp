@@ -31,6 +31,7 @@ struct Spec {
   std::vector<int> iouts;  // indices into ints compared exactly after the call (the router's slots)
   bool bf16 = false;       // both calls with bf16 GEMM operands (Bf16GemmScope on the CPU and on the backend)
   double tol = 0;          // when > 0, the tolerance instead of kSelftestTolF32 * sqrt(red)
+  std::vector<int> lse_pairs;  // outputs of (m, c) stats pairs: with an attention library, compared as m - log c
 };
 
 // s with bf16 GEMM operands ("bf16 operands" appended to its variant) and, when tol > 0, that tolerance.

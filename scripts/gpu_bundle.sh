@@ -23,10 +23,14 @@ pack() {
   rm -rf "$d"; mkdir -p "$d/cli" "$d/lib"
   cp "$build/cli/trainplan" "$d/cli/"
   cp "$build/exec/kernels/cuda/libtrainplan_cuda.so" "$d/cli/" || { echo "no CUDA library in $build" >&2; return 2; }
+  # cuDNN's fused attention (loaded from beside libtrainplan_cuda.so; cuDNN itself comes from the GPU machine)
+  cp "$build/exec/kernels/cuda/libtrainplan_cudnn.so" "$d/cli/" 2>/dev/null ||
+    echo "gpu_bundle.sh: no libtrainplan_cudnn.so in $build: the bundle runs the own flash kernels" >&2
   cp -r "$root/models/catalog" "$d/cli/catalog"  # found beside the program (models/catalog.cpp)
   if [[ -n "${BASELINE_BUILD:-}" ]]; then
     mkdir -p "$d/baseline/cli" && cp "$BASELINE_BUILD/cli/trainplan" "$BASELINE_BUILD/exec/kernels/cuda/libtrainplan_cuda.so" \
       "$d/baseline/cli/" && cp -r "$root/models/catalog" "$d/baseline/cli/catalog" || return 2
+    cp "$BASELINE_BUILD/exec/kernels/cuda/libtrainplan_cudnn.so" "$d/baseline/cli/" 2>/dev/null || true
   fi
   local ompi=/usr/lib/x86_64-linux-gnu/openmpi pmix=/usr/lib/x86_64-linux-gnu/pmix2
   local files=("$d/cli/trainplan" "$(readlink -f /usr/bin/orterun)" "$ompi"/lib/openmpi3/*.so "$pmix"/lib/pmix/*.so
@@ -47,8 +51,10 @@ setup() {
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
   # The CUDA libraries (cuBLASLt) where a CUDA image keeps them, then the bundle's own.
   local cudalibs
+  # cuDNN where a CUDA image keeps it, or PyTorch's wheels do (nvidia-cudnn-cu13), for the fused attention.
   cudalibs=$(ls -d /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
-             /opt/torch/.venv/lib/python3*/site-packages/nvidia/cu13/lib 2>/dev/null | tr '\n' ':')
+             /opt/torch/.venv/lib/python3*/site-packages/nvidia/cu13/lib \
+             /opt/torch/.venv/lib/python3*/site-packages/nvidia/cudnn/lib 2>/dev/null | tr '\n' ':')
   export LD_LIBRARY_PATH="${cudalibs}${LD_LIBRARY_PATH:-}"
   if command -v mpirun >/dev/null; then
     # The machine's own Open MPI (libmpi.so.40 is one ABI across 4.x): only what it lacks comes from the bundle, so

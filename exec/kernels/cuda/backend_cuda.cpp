@@ -29,6 +29,7 @@
 #include "exec/backend.hpp"
 #include "exec/kernels/cuda/backend_cuda_parts.hpp"
 #include "exec/kernels/cuda/cuda_backend.h"
+#include "exec/kernels/cuda/fused_attention.hpp"
 #include "exec/kernels/cuda/gemm_lt.hpp"
 #include "exec/kernels/cuda/op_profile.hpp"
 
@@ -295,6 +296,9 @@ const exec::Backend* create(int local_rank, int& status, std::string& why) {
   b.sync = sync_all;
   b.peak_device_bytes = peak_device_bytes;
   b.set_bf16_gemm = lt_set_bf16;
+  b.set_attention_library = [](bool on) {
+    return attention_choice().set_mode(on ? AttentionMode::library : AttentionMode::own) == AttentionMode::library;
+  };
   fill_f32_table(b.f32);
   fill_f64_unsupported(b.f64);
   g.description = "device " + std::to_string(g.device) + " of " + std::to_string(n) + " (" + device_name(g.device) + ")";

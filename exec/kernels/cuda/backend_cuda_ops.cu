@@ -6,6 +6,7 @@
 // Invariants: everything on g.stream; an error names the op and its shapes (TP_OP below).
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -14,7 +15,9 @@
 #include "exec/kernels/cuda/attention_plan.hpp"
 #include "exec/kernels/cuda/gemm_lt.hpp"
 #include "exec/kernels/cuda/op_profile.hpp"
+#include "exec/kernels/cuda/fused_attention.hpp"
 #include "exec/kernels/cuda_launch.cuh"
+#include "exec/kernels/k_attn_glue.hpp"
 #include "exec/kernels/kernels.hpp"
 #include "exec/kernels/cuda/instantiate.cuh"
 
@@ -285,11 +288,77 @@ void flash_attention_bwd(F* dq, F* dk, F* dv, const F* dout, const F* out, const
 }
 // The bf16-stored variants (exec/ops.hpp): the same kernels reading and writing bf16.
 const k::bf16* b16p(const uint16_t* p) { return reinterpret_cast<const k::bf16*>(p); }
+// The library's fused attention (fused_attention.hpp: cuDNN's SDPA where it loaded and accepts the shape) or the
+// own kernels. The library's forward writes each row's log-sum-exp, kept in stats as the pair (lse, 1); its
+// backward reads the log-sum-exp of whichever pair stats holds (k_attn_glue.hpp), takes dout packed and writes bf16
+// gradients, which are unpacked over dq, dk and dv (overwriting, as the own kernels do).
+tp_sdpa_shape sdpa_shape(long B, long Tq, long Tk, long H, long Hkv, long D, long ldq, long ldkv) {
+  return {B, Tq, Tk, H, Hkv, D, ldq, ldkv, 1.f / std::sqrt(float(D))};
+}
+size_t round_up(size_t bytes) { return (bytes + 255) / 256 * 256; }
+void sdpa_check(int status, const char* what, const char* why) {
+  if (status != TP_SDPA_OK) throw std::runtime_error(std::string(what) + ": " + why);
+}
+void note_refusals() {
+  static size_t printed = 0;
+  const auto& notes = attention_choice().notes();
+  for (; printed < notes.size(); ++printed)
+    std::fprintf(stderr, "note: cuda: fused attention %s; the own flash kernels run it\n", notes[printed].c_str());
+}
+long sdpa_workspace(const tp_sdpa_shape& s) {
+  const long ws = attention_choice().workspace_or_own(s, g.stream);
+  note_refusals();
+  return ws;
+}
+// The library's forward: out, and each row's log-sum-exp as the stats pair (lse, 1).
+void sdpa_fwd16(const tp_sdpa_shape& s, long ws, uint16_t* out, F* stats, const uint16_t* q, const uint16_t* kk,
+                const uint16_t* v) {
+  const long rows = s.B * s.H * s.Tq;
+  char* base = static_cast<char*>(scratch(round_up(size_t(ws)) + sizeof(float) * size_t(rows)));
+  float* lse = reinterpret_cast<float*>(base + round_up(size_t(ws)));
+  char why[512] = "";
+  sdpa_check(attention_choice().library().fwd(&s, out, lse, q, kk, v, base, why, sizeof why), "cuDNN attention forward",
+             why);
+  k::stats_from_lse(launcher(), stats, lse, rows);
+}
+// The library's backward: dout packed, the log-sum-exp from stats, the gradients as bf16 in q's and k's layouts
+// (one region when dq, dk, dv are the fused QKV gradient's columns, as the model calls it, else three), then
+// unpacked over dq, dk, dv.
+void sdpa_bwd16(const tp_sdpa_shape& s, long ws, F* dq, F* dk, F* dv, const F* dout, const uint16_t* out,
+                const F* stats, const uint16_t* q, const uint16_t* kk, const uint16_t* v) {
+  const long B = s.B, Tq = s.Tq, Tk = s.Tk, H = s.H, Hkv = s.Hkv, D = s.D, ldq = s.ldq, ldkv = s.ldkv;
+  const bool fused = ldq == ldkv && dk == dq + H * D && dv == dk + Hkv * D;
+  const size_t nq = size_t(B * Tq * ldq), nkv = size_t(B * Tk * ldkv), rows = size_t(B * H * Tq);
+  const size_t bytes[5] = {round_up(size_t(ws)), round_up(sizeof(float) * rows), round_up(2 * size_t(B * Tq * H * D)),
+                           round_up(2 * nq), fused ? 0 : 2 * round_up(2 * nkv)};
+  char* base = static_cast<char*>(scratch(bytes[0] + bytes[1] + bytes[2] + bytes[3] + bytes[4]));
+  float* lse = reinterpret_cast<float*>(base + bytes[0]);
+  k::bf16* dout16 = reinterpret_cast<k::bf16*>(base + bytes[0] + bytes[1]);
+  k::bf16* dq16 = reinterpret_cast<k::bf16*>(base + bytes[0] + bytes[1] + bytes[2]);
+  k::bf16* dk16 = fused ? dq16 + H * D : reinterpret_cast<k::bf16*>(base + bytes[0] + bytes[1] + bytes[2] + bytes[3]);
+  k::bf16* dv16 = fused ? dk16 + Hkv * D : dk16 + round_up(2 * nkv) / 2;
+  k::lse_from_stats(launcher(), lse, stats, long(rows));
+  k::copy(launcher(), dout16, dout, B * Tq * H * D);
+  char why[512] = "";
+  sdpa_check(attention_choice().library().bwd(&s, dq16, dk16, dv16, dout16, out, lse, q, kk, v, base, why, sizeof why),
+             "cuDNN attention backward", why);
+  if (fused) {
+    k::unpack_rows(launcher(), dq, ldq, dq16, ldq, B * Tq, (H + 2 * Hkv) * D);
+  } else {
+    k::unpack_rows(launcher(), dq, ldq, dq16, ldq, B * Tq, H * D);
+    k::unpack_rows(launcher(), dk, ldkv, dk16, ldkv, B * Tk, Hkv * D);
+    k::unpack_rows(launcher(), dv, ldkv, dv16, ldkv, B * Tk, Hkv * D);
+  }
+}
 void flash_attention_fwd16(uint16_t* out, F* stats, const uint16_t* q, const uint16_t* kk, const uint16_t* v, long B,
                            long Tq, long Tk, long H, long Hkv, long D, long ldq, long ldkv) {
   TP_OP("flash_attention_fwd16", ({{"B", B}, {"Tq", Tq}, {"Tk", Tk}, {"H", H}, {"Hkv", Hkv}, {"D", D}}), {
     flash_check(H, Hkv, Tq, Tk, D);
-    if (B * Tq * H * D > 0)
+    const tp_sdpa_shape s = sdpa_shape(B, Tq, Tk, H, Hkv, D, ldq, ldkv);
+    const long ws = B * Tq * H * D > 0 ? sdpa_workspace(s) : -1;
+    if (ws >= 0)
+      sdpa_fwd16(s, ws, out, stats, q, kk, v);
+    else if (B * Tq * H * D > 0)
       k::flash_attention_fwd(launcher(), reinterpret_cast<k::bf16*>(out), stats, b16p(q), b16p(kk), b16p(v), B, Tq, Tk,
                              H, Hkv, D, ldq, ldkv, lt_bf16());
   });
@@ -299,7 +368,11 @@ void flash_attention_bwd16(F* dq, F* dk, F* dv, const F* dout, const uint16_t* o
                            long ldq, long ldkv) {
   TP_OP("flash_attention_bwd16", ({{"B", B}, {"Tq", Tq}, {"Tk", Tk}, {"H", H}, {"Hkv", Hkv}, {"D", D}}), {
     flash_check(H, Hkv, Tq, Tk, D);
-    if (B * Tq * H * D > 0) {
+    const tp_sdpa_shape s = sdpa_shape(B, Tq, Tk, H, Hkv, D, ldq, ldkv);
+    const long ws = B * Tq * H * D > 0 ? sdpa_workspace(s) : -1;
+    if (ws >= 0) {
+      sdpa_bwd16(s, ws, dq, dk, dv, dout, out, stats, q, kk, v);
+    } else if (B * Tq * H * D > 0) {
       float* terms = static_cast<float*>(scratch(sizeof(float) * size_t(k::flash_bwd_scratch(B, H, Tq, D))));
       k::flash_attention_bwd(launcher(), dq, dk, dv, dout, b16p(out), stats, b16p(q), b16p(kk), b16p(v), B, Tq, Tk, H,
                              Hkv, D, ldq, ldkv, lt_bf16(), terms, false);  // (overwrites: exec/ops.hpp)

@@ -19,13 +19,14 @@
 #define TP_CUDA_CREATE_NO_DEVICE 1
 #define TP_CUDA_CREATE_ERROR 2
 /* The version of this C ABI: the loader refuses a library with another one. */
-#define TP_CUDA_ABI_VERSION 11 // 2: Backend::is_device_ptr; 3: Backend::peak_device_bytes; 4: Backend::device, device_bytes;
+#define TP_CUDA_ABI_VERSION 12 // 2: Backend::is_device_ptr; 3: Backend::peak_device_bytes; 4: Backend::device, device_bytes;
                                // 5: Backend::set_bf16_gemm; 6: OpTable flash_attention_fwd / bwd, adamw gscale;
                                // 7: OpTable pack_bf16 / unpack_bf16, matmul_a16;
                                // 8: matmul16 (either operand packed) replaces matmul_a16, linear_fwd's w16;
                                // 9: linear_fwd x16; 10: OpTable flash_attention_fwd16 / bwd16, gelu_bwd_set16,
                                //     layernorm_fwd16; 11: bias_bwd's dy16, gelu_bwd_bias16 replaces gelu_bwd_set16,
-                               //     gelu_fwd16, add_bias's residual, layernorm_bwd16
+                               //     gelu_fwd16, add_bias's residual, layernorm_bwd16;
+                               // 12: Backend::set_attention_library (cuDNN fused attention)
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,7 +1,8 @@
 // versions: tp_cuda_versions (cuda_backend.h) — the CUDA runtime, driver, cuBLASLt and NCCL versions for
 // `trainplan --version`, readable without a device: the runtime and cuBLASLt answer without a driver; the
 // driver version is reported as "none" when cudaDriverGetVersion gives 0 or fails. NCCL is not linked (it
-// comes with the next GPU issue): its version is the compile-time one from nccl.h, marked so.
+// comes with the next GPU issue): its version is the compile-time one from nccl.h, marked so. The attention
+// behind the bf16 flash ops: cuDNN's (its run-time version) or the own kernels, with the reason.
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
@@ -9,6 +10,7 @@
 #include <string>
 
 #include "exec/kernels/cuda/cuda_backend.h"
+#include "exec/kernels/cuda/fused_attention.hpp"
 #include "exec/kernels/cuda/gemm_lt.hpp"
 #if __has_include(<nccl.h>)
 #include <nccl.h>
@@ -38,5 +40,6 @@ extern "C" void tp_cuda_versions(char* out, size_t out_size) {
   s += ", NCCL not found at build time";
 #endif
   s += ", architectures sm_80 sm_90";
+  s += "; bf16 flash attention: " + tp::cuda::attention_choice().describe();
   if (out && out_size) std::snprintf(out, out_size, "%s", s.c_str());
 }
