@@ -95,8 +95,9 @@ def print_row(log, side):
     mfu = ("MFU %.1f %% (llm.c's count: %.1f TFLOP/s, %.1f %%) of the dense bf16 peak"
            % (100 * r["mfu_project"], r["tflops_llmc"], 100 * r["mfu_llmc"]) if r["peak_tflops"]
            else "llm.c's count: %.1f TFLOP/s" % r["tflops_llmc"])
-    note = ("%s; PyTorch %s on %s, %s (first step %.1f s), SDPA, fused AdamW, autocast bf16 over fp32 weights; "
-            "loss %.4f -> %.4f" % (mfu, r["torch"], r["device"], comp, r["first_step_s"], r["losses"][0], r["losses"][-1]))
+    note = ("%s; PyTorch %s on %s, %s (first step %.1f s), SDPA, %s AdamW, autocast bf16 over fp32 weights; "
+            "loss %.4f -> %.4f" % (mfu, r["torch"], r["device"], comp, r["first_step_s"],
+                                   "fused" if r["fused_adamw"] else "unfused", r["losses"][0], r["losses"][-1]))
     mem = "%.2f (-)" % (r["peak_memory_bytes"] / 2**30) if r["peak_memory_bytes"] else "-"
     print(fmt % (r["name"], "bf16 peer", "%.1f (-)" % (1e3 * r["median_step_s"]), "%.0f" % r["tokens_per_s"],
                  "%.1f" % r["tflops_project"], mem, note))
@@ -149,6 +150,8 @@ def main():
     ap.add_argument("--row", metavar="LOG", help="print run_gpu_bench.sh's row from a run's log (no run)")
     ap.add_argument("--side", metavar="JSONL", help="with --row: append the measured result here")
     ap.add_argument("--table", metavar="JSONL", help="print the side-by-side table of these results (no run)")
+    if "--tiny" in sys.argv[1:]:  # smaller defaults; arguments given still count
+        ap.set_defaults(layers=2, hidden=64, heads=4, seq=64, batch=4, vocab=256)
     a = ap.parse_args()
     if a.row:
         print_row(a.row, a.side or os.devnull)
@@ -157,7 +160,7 @@ def main():
         print_table(a.table)
         return 0
     if a.tiny:
-        a.name, a.layers, a.hidden, a.heads, a.seq, a.batch, a.vocab = a.name + "-tiny", 2, 64, 4, 64, 4, 256
+        a.name += "-tiny"
 
     try:
         import torch
@@ -306,7 +309,7 @@ def main():
     r = {
         "name": a.name, "program": "pytorch", "torch": torch.__version__, "device": dev_name,
         "layers": L, "hidden": C, "heads": H, "vocab": V, "seq_len": T, "batch": B, "precision": a.precision,
-        "compile": a.compile, "params": n_params, "steps": a.steps, "warmup": a.warmup,
+        "compile": a.compile, "fused_adamw": fused, "params": n_params, "steps": a.steps, "warmup": a.warmup,
         "step_time_s": times, "median_step_s": med, "first_step_s": times[0],
         # what the first step took beyond a steady one: compilation (PEER_COMPILE != 0) and first-use costs
         "first_step_extra_s": times[0] - med,
