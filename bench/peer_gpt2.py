@@ -37,6 +37,7 @@ Without torch or without a CUDA device (and without --device cpu) it says so and
 Environment: PEER_COMPILE=0 (eager), 1 (torch.compile of the whole model; default), blocks (each transformer
 block and the head compiled on their own: regional compilation, one compiled graph reused by every block, far less
 compile time for 48 layers). The first step's time (compilation and first use included) is printed separately.
+When compilation fails in the first step, that step runs again eager and the result says so (compile_error).
 """
 import argparse
 import json
@@ -92,6 +93,8 @@ def print_row(log, side):
         print(fmt % (r["name"], "bf16 peer", "-", "-", "-", "-", "not run: " + r["skipped"]))
         return
     comp = {"0": "eager", "1": "torch.compile", "blocks": "torch.compile per block"}[r["compile"]]
+    if r.get("compile_error"):
+        comp += " (torch.compile failed: %s)" % r["compile_error"]
     mfu = ("MFU %.1f %% (llm.c's count: %.1f TFLOP/s, %.1f %%) of the dense bf16 peak"
            % (100 * r["mfu_project"], r["tflops_llmc"], 100 * r["mfu_llmc"]) if r["peak_tflops"]
            else "llm.c's count: %.1f TFLOP/s" % r["tflops_llmc"])
@@ -280,13 +283,30 @@ def main():
         "torch %s on %s" % (a.name, L, C, H, T, B, V, a.precision, n_params / 1e6, a.compile, torch.__version__,
                             dev_name))
     times, losses = [], []
+    compile_error = None
     for step in range(a.steps):
         x, y = batch(step)
         sync()
         t0 = time.perf_counter()
-        with amp:
-            loss = fwd(x, y)
-        loss.backward()
+        try:
+            with amp:
+                loss = fwd(x, y)
+            loss.backward()
+        except Exception as e:  # torch.compile's failure (no C compiler for Triton, ...): the step again, eager
+            if step > 0 or a.compile == "0":
+                raise
+            compile_error = ("%s: %s" % (type(e).__name__, e)).splitlines()[0][:200]
+            say("torch.compile failed (%s): eager from here" % compile_error)
+            torch._dynamo.reset()
+            for m in [*model.blocks, model.head]:
+                m._compiled_call_impl = None  # (undoes nn.Module.compile)
+            fwd = model
+            opt.zero_grad(set_to_none=True)
+            sync()
+            t0 = time.perf_counter()
+            with amp:
+                loss = fwd(x, y)
+            loss.backward()
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, foreach=True)
         for g in opt.param_groups:
             g["lr"] = lr_at(step)
@@ -309,7 +329,7 @@ def main():
     r = {
         "name": a.name, "program": "pytorch", "torch": torch.__version__, "device": dev_name,
         "layers": L, "hidden": C, "heads": H, "vocab": V, "seq_len": T, "batch": B, "precision": a.precision,
-        "compile": a.compile, "fused_adamw": fused, "params": n_params, "steps": a.steps, "warmup": a.warmup,
+        "compile": a.compile if compile_error is None else "0", "compile_error": compile_error, "fused_adamw": fused, "params": n_params, "steps": a.steps, "warmup": a.warmup,
         "step_time_s": times, "median_step_s": med, "first_step_s": times[0],
         # what the first step took beyond a steady one: compilation (PEER_COMPILE != 0) and first-use costs
         "first_step_extra_s": times[0] - med,

@@ -40,9 +40,10 @@
 # row and the peer's: tokens/s, model TFLOP/s and MFU by the project's count (Megatron-LM's, as trainplan's
 # iteration line: per token 72 l h^2 + 12 l h s + 6 h V) and by llm.c's (6N + 6LCT, N every parameter), and each
 # row's tokens/s over the peer's. PEER=0: no peer. PEER_COMPILE=0 (eager), 1 (whole model; the default) or blocks
-# (each block compiled on its own; the 1.5B's default). PEER_TIMEOUT (default 300 s): the peer's run is ended after
-# that, with no numbers. PEER_PYTHON: the Python with torch (default: /opt/torch/.venv/bin/python3, else python3);
-# without torch or a CUDA device the row says "not run". PEER_ARGS: more arguments to peer_gpt2.py.
+# (each block compiled on its own; the 1.5B's default); a compilation that fails falls back to eager, and the row
+# says so. PEER_TIMEOUT (default 300 s): the peer's run is ended after that, with no numbers. PEER_PYTHON: the Python
+# with torch (default: /opt/torch/.venv/bin/python3, else python3); without torch or a CUDA device the row says
+# "not run". PEER_ARGS: more arguments to peer_gpt2.py. docs/perf/gpu.md ("PyTorch peer") has the details.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${BUILD_DIR:-$root/build}
