@@ -84,10 +84,10 @@ def catalog_peak(device_name, precision):
         return None
 
 
-def print_row(log, side):
-    """--row: the table row of run_gpu_bench.sh from the peer's log; a measured result also goes to side (JSON lines)."""
+def print_row(log, side, name):
+    """--row: run_gpu_bench.sh's row from the peer's log; a measured result also goes to side (JSON lines)."""
     lines = [ln for ln in open(log) if ln.startswith("peer-result: ")]
-    r = json.loads(lines[-1][len("peer-result: "):]) if lines else {"name": "?", "skipped": "no result line"}
+    r = json.loads(lines[-1][len("peer-result: "):]) if lines else {"name": name, "skipped": "no result line"}
     fmt = "| %-10s | %-9s | %-16s | %-8s | %-7s | %-18s | %s |"
     if "skipped" in r:
         print(fmt % (r["name"], "bf16 peer", "-", "-", "-", "-", "not run: " + r["skipped"]))
@@ -146,7 +146,8 @@ def main():
     ap.add_argument("--precision", choices=["bf16", "fp32"], default="bf16")
     ap.add_argument("--compile", default=os.environ.get("PEER_COMPILE", "1"), choices=["0", "1", "blocks"])
     ap.add_argument("--device", default="cuda", help="cuda (the benchmark) or cpu (a check of the script only)")
-    ap.add_argument("--tiny", action="store_true", help="2 layers, hidden 64, 4 heads, seq 64, batch 4, vocab 256 (a CPU check)")
+    ap.add_argument("--tiny", action="store_true",
+                    help="2 layers, hidden 64, 4 heads, seq 64, batch 4, vocab 256 (a CPU check)")
     ap.add_argument("--peak-tflops", type=float, default=0, help="dense peak for MFU (default: the catalog's)")
     ap.add_argument("--data", default=os.path.join(ROOT, "data", "tiny_corpus.txt"))
     ap.add_argument("--seed", type=int, default=1234)
@@ -157,7 +158,7 @@ def main():
         ap.set_defaults(layers=2, hidden=64, heads=4, seq=64, batch=4, vocab=256)
     a = ap.parse_args()
     if a.row:
-        print_row(a.row, a.side or os.devnull)
+        print_row(a.row, a.side or os.devnull, a.name)
         return 0
     if a.table:
         print_table(a.table)
@@ -329,7 +330,8 @@ def main():
     r = {
         "name": a.name, "program": "pytorch", "torch": torch.__version__, "device": dev_name,
         "layers": L, "hidden": C, "heads": H, "vocab": V, "seq_len": T, "batch": B, "precision": a.precision,
-        "compile": a.compile if compile_error is None else "0", "compile_error": compile_error, "fused_adamw": fused, "params": n_params, "steps": a.steps, "warmup": a.warmup,
+        "compile": a.compile if compile_error is None else "0", "compile_error": compile_error,
+        "fused_adamw": fused, "params": n_params, "steps": a.steps, "warmup": a.warmup,
         "step_time_s": times, "median_step_s": med, "first_step_s": times[0],
         # what the first step took beyond a steady one: compilation (PEER_COMPILE != 0) and first-use costs
         "first_step_extra_s": times[0] - med,

@@ -98,7 +98,7 @@ peer() {  # name layers hidden heads seq micro-batch
   local rc=$?
   if [[ $rc -eq 124 || $rc -eq 137 ]]; then row "$name" "bf16 peer" - - - - "timed out after $to s (PEER_TIMEOUT)"
   elif [[ $rc -ne 0 ]]; then row "$name" "bf16 peer" - - - - "failed (exit $rc): $(tail -1 "$log")"
-  else python3 "$root/bench/peer_gpt2.py" --row "$log" --side "$work/side.jsonl"; fi
+  else python3 "$root/bench/peer_gpt2.py" --row "$log" --side "$work/side.jsonl" --name "$name"; fi
 }
 for cfg in "${configs[@]}"; do
   read -r name layers hidden heads seq mb rc_mode modes <<<"$cfg"
@@ -142,7 +142,8 @@ JSON
       --json "$work/${name}_$tag.json" >"$log" 2>&1
     rc=$?
     if [[ $rc -ne 0 ]]; then row "$name" "$label" - - - - "failed (exit $rc): $(tail -1 "$log")"; continue; fi
-    python3 - "$work/${name}_$tag.json" "$log" "$label" "$peak" "${sc%.json}.sim.json" "$name" "$peak_bf16" "$work/side.jsonl" <<'PY'
+    python3 - "$work/${name}_$tag.json" "$log" "$label" "$peak" "${sc%.json}.sim.json" "$name" "$peak_bf16" \
+      "$work/side.jsonl" <<'PY'
 import json, re, statistics, sys
 r = json.load(open(sys.argv[1])); log = open(sys.argv[2]).read(); mode = sys.argv[3]; peak = float(sys.argv[4])
 sim = json.load(open(sys.argv[5]))
