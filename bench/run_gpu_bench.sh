@@ -35,6 +35,17 @@
 # measured): every row also runs with that program, just before the same row with this build's, and is printed as
 # "MODE (base)": a comparison on the same machine in the same call. (A whole program, not only its library: the
 # loader refuses a library of another C ABI version, exec/kernels/cuda/cuda_backend.h.)
+# The PyTorch peer (issue 42): after trainplan's rows of gpt2-124m and gpt2-1.5b (PEER_CONFIGS, those among the models
+# run), bench/peer_gpt2.py trains the same GPT-2 (same shapes, batch, sequence, data, AdamW settings, learning rate,
+# STEPS, median after the first two steps) with PyTorch in bf16 (autocast over fp32 weights), torch.compile, causal
+# F.scaled_dot_product_attention and the fused AdamW, as a row "bf16 peer"; then a side-by-side table of every bf16
+# row and the peer's: tokens/s, model TFLOP/s and MFU by the project's count (Megatron-LM's, as trainplan's
+# iteration line: per token 72 l h^2 + 12 l h s + 6 h V) and by llm.c's (6N + 6LCT, N every parameter), and each
+# row's tokens/s over the peer's. PEER=0: no peer. PEER_COMPILE=0 (eager), 1 (whole model; the default) or blocks
+# (each block compiled on its own; the 1.5B's default); a compilation that fails falls back to eager, and the row
+# says so. PEER_TIMEOUT (default 300 s): the peer's run is ended after that, with no numbers. PEER_PYTHON: the Python
+# with torch (default: /opt/torch/.venv/bin/python3, else python3); without torch or a CUDA device the row says
+# "not run". PEER_ARGS: more arguments to peer_gpt2.py. docs/perf/gpu.md ("PyTorch peer") has the details.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${BUILD_DIR:-$root/build}
@@ -57,6 +68,7 @@ if [[ $rc -eq 2 ]]; then
 fi
 work=${OUT_DIR:-$(mktemp -d)}
 mkdir -p "$work"
+rm -f "$work/side.jsonl"
 gpu=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)
 echo "device: $gpu; $("$bin" --version | grep '^cuda:')" >&2
 # The simulator's prediction on the catalog's cluster of this GPU (one H200: h200-single; else the H100's).
@@ -70,6 +82,28 @@ configs=("gpt2-124m 12 768 12 1024 8 none fp32,tf32,bf16,tf32+flash,bf16+flash,b
 if [[ -n "${BENCH_MODES:-}" ]]; then
   for i in "${!configs[@]}"; do configs[$i]="${configs[$i]% *} $BENCH_MODES"; done
 fi
+# The PyTorch peer (bench/peer_gpt2.py) of one model in bf16, in this call: a row "bf16 peer" of the table, and a
+# line of OUT_DIR/side.jsonl for the side-by-side table at the end.
+peer_py=""
+peer() {  # name layers hidden heads seq micro-batch
+  local name=$1 log="$work/$1_peer.txt" comp=${PEER_COMPILE:-1} to=${PEER_TIMEOUT:-300} pk c
+  [[ -z "${PEER_COMPILE:-}" && $name == gpt2-1.5b ]] && comp=blocks  # regional compilation: 1 block's compile, not 48
+  if [[ -z $peer_py ]]; then  # the first Python with torch (the GPU image keeps it in /opt/torch/.venv)
+    peer_py=python3
+    for c in ${PEER_PYTHON:-} /opt/torch/.venv/bin/python3 python3; do
+      "$c" -c 'import torch' 2>/dev/null && { peer_py=$c; break; }
+    done
+  fi
+  pk=$(python3 -c "print($peak_bf16 / 1e12)")
+  # shellcheck disable=SC2086  # PEER_ARGS: more arguments, split (e.g. "--device cpu" to check the plumbing)
+  timeout -k 10 "$to" "$peer_py" "$root/bench/peer_gpt2.py" --name "$name" --layers "$2" --hidden "$3" --heads "$4" \
+    --seq "$5" --batch "$6" --steps "$steps" --lr 1e-4 --precision bf16 --compile "$comp" --peak-tflops "$pk" \
+    ${PEER_ARGS:-} >"$log" 2>&1
+  local rc=$?
+  if [[ $rc -eq 124 || $rc -eq 137 ]]; then row "$name" "bf16 peer" - - - - "timed out after $to s (PEER_TIMEOUT)"
+  elif [[ $rc -ne 0 ]]; then row "$name" "bf16 peer" - - - - "failed (exit $rc): $(tail -1 "$log")"
+  else python3 "$root/bench/peer_gpt2.py" --row "$log" --side "$work/side.jsonl" --name "$name"; fi
+}
 for cfg in "${configs[@]}"; do
   read -r name layers hidden heads seq mb rc_mode modes <<<"$cfg"
   [[ -n "${BENCH_CONFIGS:-}" && " $BENCH_CONFIGS " != *" $name "* ]] && continue
@@ -113,7 +147,8 @@ JSON
       --json "$work/${name}_$tag.json" >"$log" 2>&1
     rc=$?
     if [[ $rc -ne 0 ]]; then row "$name" "$label" - - - - "failed (exit $rc): $(tail -1 "$log")"; continue; fi
-    python3 - "$work/${name}_$tag.json" "$log" "$label" "$peak" "${sc%.json}.sim.json" "$name" "$peak_bf16" <<'PY'
+    python3 - "$work/${name}_$tag.json" "$log" "$label" "$peak" "${sc%.json}.sim.json" "$name" "$peak_bf16" \
+      "$work/side.jsonl" <<'PY'
 import json, re, statistics, sys
 r = json.load(open(sys.argv[1])); log = open(sys.argv[2]).read(); mode = sys.argv[3]; peak = float(sys.argv[4])
 sim = json.load(open(sys.argv[5]))
@@ -136,10 +171,20 @@ if losses:
     note += "; loss %.4f -> %.4f (max %.4f)" % (losses[0], losses[-1], max(losses))
 print("| %-10s | %-9s | %-16s | %-8.0f | %-7.1f | %-18s | %s |" % (sys.argv[6], mode, "%.1f (%s)" % (med * 1e3, sim_ms),
       tok, tflops, "%.2f (%s)" % (dev_gib, sim_gib), note))
+if mode.startswith("bf16"):  # for the side-by-side table with the PyTorch peer
+    m = r["scenario"]["model"]
+    with open(sys.argv[8], "a") as f:
+        f.write(json.dumps({"name": sys.argv[6], "program": "trainplan " + mode, "layers": m["layers"],
+                            "hidden": m["hidden"], "vocab": m["vocab"], "seq_len": r["scenario"]["training"]["seq_len"],
+                            "median_step_s": med, "tokens_per_s": tok, "peak_tflops": pbf / 1e12}) + "\n")
 PY
     done
   done
+  [[ "${PEER:-1}" != 0 && " ${PEER_CONFIGS:-gpt2-124m gpt2-1.5b} " == *" $name "* ]] &&
+    peer "$name" "$layers" "$hidden" "$heads" "$seq" "$mb"
 done
+# Side by side, when the peer ran: each bf16 row of trainplan and the peer's, model TFLOP/s and MFU by both counts.
+grep -qs '"pytorch' "$work/side.jsonl" && python3 "$root/bench/peer_gpt2.py" --table "$work/side.jsonl"
 # PROFILE=1: where a step's GPU time goes. One more run per mode of the first model (or PROFILE_MODEL), 4 steps, with
 # the CUDA backend's op profile (TP_CUDA_PROFILE: GPU time between events around each op; exec/kernels/cuda/op_profile.hpp),
 # printed after the table and kept as OUT_DIR/<model>_<mode>.prof.txt. Not part of the timed runs above.
