@@ -10,6 +10,8 @@
 #                         gpu_check.sh on the bundle; with OUT, writes OUT/bench.txt, OUT/check.txt and
 #                         OUT/gpu-check.tgz (every log).
 #   bench DEST [OUT]      the same, the benchmark only (SKIP_BENCH=1: check without the benchmark).
+#   run DEST CMD...       (on the GPU machine) CMD under the bundle's environment (its libraries, cuDNN's, Open MPI),
+#                         e.g. `run .gpub .gpub/cli/trainplan selftest --backend cuda`.
 # BASELINE_BUILD=DIR at pack: another build directory's trainplan and libtrainplan_cuda.so go into the bundle
 # (DEST/baseline/cli/, with the catalog; built on this machine, so the bundle's libraries serve it too), and the
 # benchmark runs every row with that program too, just before this build's (run_gpu_bench.sh's BASELINE_BIN): a
@@ -96,5 +98,6 @@ case $mode in
   pack) pack "${2:?BUILD_DIR}" "${3:?DEST}" ;;
   check) check "${2:?DEST}" "${3:-}" ;;
   bench) check "${2:?DEST}" "${3:-}" bench ;;
-  *) echo "usage: gpu_bundle.sh pack BUILD_DIR DEST | check DEST [OUT] | bench DEST [OUT]" >&2; exit 2 ;;
+  run) d=$(cd "${2:?DEST}" && pwd) && shift 2 && setup "$d" && "$@" ;;
+  *) echo "usage: gpu_bundle.sh pack BUILD_DIR DEST | check DEST [OUT] | bench DEST [OUT] | run DEST CMD..." >&2; exit 2 ;;
 esac

@@ -9,7 +9,7 @@
 # Writes logs under $BUILD_DIR/gpu-check/.
 #
 # usage: scripts/gpu_check.sh            BUILD_DIR (default <repo>/build-gpu)   SKIP_BUILD=1 to reuse a build
-#                                        SANITIZER_TOOLS (default all four)   SANITIZER_TIMEOUT_S (default 300)
+#                                        SANITIZER_TOOLS (default all four; none: skip)   SANITIZER_TIMEOUT_S (default 300)
 #                                        ONLY=sanitizers: the sanitizer steps alone (a short second look at the kernels)
 # Exit: 0 every step passed (or was skipped for a stated reason), 1 a step failed, 77 no CUDA device here.
 set -uo pipefail
@@ -105,6 +105,7 @@ sanitize() {  # tool, row name, what, command...
   else row "sanitizer $name" FAIL "exit $rc, ${errs:-see $logs/$name.txt}${top:+; in: $top}"; fi
 }
 for tool in ${SANITIZER_TOOLS:-memcheck racecheck initcheck synccheck}; do
+  [[ $tool == none ]] && continue  # (SANITIZER_TOOLS=none: no sanitizer step)
   if [[ -z "$cs" ]]; then row "sanitizer $tool" skipped "compute-sanitizer not installed"; continue; fi
   sanitize "$tool" "$tool" "selftest --quick" "$bin" selftest --backend cuda --quick
   [[ $tool == racecheck ]] && sanitize racecheck racecheck-flash "one bf16 + flash step" \
