@@ -231,8 +231,8 @@ void layernorm_fwd16(uint16_t* y16, T* mean, T* rstd, const T* x, const T* w, co
     k::pack_bf16(launcher(), y, yt.data(), N * C);
   }
 }
-// layernorm_bwd and layernorm_bwd16 (op): x stored as X. One pass over the rows with per-chunk column partials where
-// a row fits it (layernorm_bwd_rows), else two kernels: dx by rows, dw / db by columns (docs/kernels.md).
+// layernorm_bwd and layernorm_bwd16 (op): x stored as X. The kernels split it: dx by rows, dw / db by columns
+// (docs/kernels.md).
 template <class T, class X>
 void ln_bwd(const char* op, T* dx, T* dw, T* db, const T* dy, const X* x, const T* w, const T* mean, const T* rstd,
             long N, long C) {
@@ -245,8 +245,6 @@ void ln_bwd(const char* op, T* dx, T* dw, T* db, const T* dy, const X* x, const 
   need(op, "mean", mean, sz<T>(N));
   need(op, "rstd", rstd, sz<T>(N));
   if (N <= 0 || C <= 0) return;
-  std::vector<k::acc_t<T>> rows(size_t(k::layernorm_bwd_rows_scratch(N, C)));
-  if (k::layernorm_bwd_rows(launcher(), dx, dw, db, dy, x, w, mean, rstd, N, C, rows.data())) return;
   k::layernorm_bwd_dx(launcher(), dx, dy, x, w, mean, rstd, N, C);
   std::vector<k::acc_t<T>> scratch(size_t(k::column_sums_scratch(N, C)));
   k::layernorm_bwd_wb(launcher(), dw, db, dy, x, mean, rstd, N, C, scratch.data());

@@ -237,69 +237,6 @@ struct EmbeddingBwdWpe {
   }
 };
 
-// LayerNorm's whole backward in one pass over each row (layernorm_bwd_rows below), for rows of at most
-// kLnBwdHold x blockDim entries: dx += rstd (g - mean(g) - xhat mean(g xhat)) with g = w dy, exactly as LayerNormBwdDx
-// (k_rows.hpp: the same per-thread order and block sums, so dx has the same bits), while each thread also adds its
-// columns' dw (xhat dy) and db (dy) terms over a chunk of rows; the chunk's partials go to part_w / part_b
-// [chunks, C] and ColumnFinish adds them in chunk order. dy and x are read once (the two-kernel form reads both
-// twice from memory). Chunks are contiguous row ranges of ln_bwd_rows_per(N) rows: a function of N only.
-inline constexpr int kLnBwdHold = 8;
-inline constexpr unsigned kLnBwdMaxThreads = 256;  // (its launch bound: registers for the held columns and partials)
-TP_HD TP_INLINE long ln_bwd_rows_per(long N) {
-  const long r = (N + 1023) / 1024;  // (at most 1024 chunks, about one wave of 256-thread blocks on a big GPU)
-  return r < 8 ? 8 : r;
-}
-template <class T, class X = T>
-struct LayerNormBwdRows {
-  static constexpr const char* kName = "layernorm_bwd_rows";
-  static constexpr unsigned kMaxThreads = kLnBwdMaxThreads;
-  using A = acc_t<T>;
-  T* dx;
-  A* part_w;  // [chunks, C]
-  A* part_b;
-  const T* dy;
-  const X* x;
-  const T* w;
-  const A* mean;
-  const A* rstd;
-  long N, C, chunks;
-  template <class Ctx>
-  TP_HD void operator()(Ctx& c) const {
-    A* slots = c.template shared<A>();
-    const long per = ln_bwd_rows_per(N), bd = long(c.bdim());
-    for (long u = c.bid(); u < chunks; u += long(c.gdim())) {  // (bounds per block: every thread meets every sync)
-      A pw[kLnBwdHold] = {}, pb[kLnBwdHold] = {};
-      const long r1 = (u + 1) * per < N ? (u + 1) * per : N;
-      for (long r = u * per; r < r1; ++r) {
-        const A m = mean[r], rs = rstd[r];
-        A g[kLnBwdHold], xm[kLnBwdHold], sg = 0, sgx = 0;
-        TP_UNROLL for (int k = 0; k < kLnBwdHold; ++k) {
-          const long j = long(c.tid()) + k * bd;
-          if (j < C) {
-            const A d = ld(dy[r * C + j]);
-            g[k] = ld(w[j]) * d;
-            xm[k] = A(ld(x[r * C + j])) - m;
-            sg += g[k];
-            sgx += g[k] * xm[k] * rs;
-            pb[k] += d;
-            pw[k] += xm[k] * rs * d;
-          }
-        }
-        const A gm = block_sum(c, sg, slots) / A(C);
-        const A gxm = block_sum(c, sgx, slots) / A(C);
-        TP_UNROLL for (int k = 0; k < kLnBwdHold; ++k) {
-          const long j = long(c.tid()) + k * bd;
-          if (j < C) dx[r * C + j] = st<T>(ld(dx[r * C + j]) + rs * (g[k] - gm - xm[k] * rs * gxm));
-        }
-      }
-      TP_UNROLL for (int k = 0; k < kLnBwdHold; ++k) {
-        const long j = long(c.tid()) + k * bd;
-        if (j < C) part_w[u * C + j] = pw[k], part_b[u * C + j] = pb[k];
-      }
-    }
-  }
-};
-
 // ---- op functions ----
 
 template <class L, class T, bool kLn, class Src, class X>
@@ -326,24 +263,6 @@ void layernorm_bwd_wb(const L& launch, T* dw, T* db, const T* dy, const X* x, co
                       const acc_t<T>* rstd, long N, long C, acc_t<T>* scratch) {
   if (!dw && !db) return;
   column_sums<L, T, true>(launch, dw, db, ColRead<T>{dy}, x, mean, rstd, N, C, scratch);
-}
-// LayerNorm's backward in one pass (LayerNormBwdRows + ColumnFinish): dx, dw, db += their gradients (dw or db may be
-// null), dx exactly layernorm_bwd_dx's. False, and nothing done, when a row is longer than kLnBwdHold x launch.block
-// or the block is above kLnBwdMaxThreads (the caller runs layernorm_bwd_dx and layernorm_bwd_wb). scratch: layernorm_bwd_rows_scratch(N, C) elements.
-TP_HD TP_INLINE long layernorm_bwd_rows_scratch(long N, long C) { return 2 * ((N + ln_bwd_rows_per(N) - 1) / ln_bwd_rows_per(N)) * C; }
-template <class L, class T, class X>
-bool layernorm_bwd_rows(const L& launch, T* dx, T* dw, T* db, const T* dy, const X* x, const T* w, const acc_t<T>* mean,
-                        const acc_t<T>* rstd, long N, long C, acc_t<T>* scratch) {
-  if (C > long(kLnBwdHold) * long(launch.block) || launch.block > kLnBwdMaxThreads) return false;
-  if (N <= 0 || C <= 0) return true;
-  const long chunks = (N + ln_bwd_rows_per(N) - 1) / ln_bwd_rows_per(N);
-  acc_t<T>* pw = scratch;
-  acc_t<T>* pb = scratch + chunks * C;
-  launch(LayerNormBwdRows<T, X>{dx, pw, pb, dy, x, w, mean, rstd, N, C, chunks},
-         Dim{blocks_for(chunks, 1, launch.max_grid), launch.block, unsigned(kReduceSlots * sizeof(acc_t<T>))});
-  if (dw || db)
-    launch(ColumnFinish<T, true>{dw, db, pw, pb, C, chunks}, Dim{blocks_for(C, launch.block, launch.max_grid), launch.block, 0});
-  return true;
 }
 // out[0] = sum of x^2 in double; scratch holds launch.max_grid doubles.
 template <class L, class T>

@@ -420,23 +420,20 @@ void layernorm_fwd16(uint16_t* y16, F* mean, F* rstd, const F* x, const F* w, co
   TP_OP("layernorm_fwd16", ({{"N", N}, {"C", C}}),
         k::layernorm_fwd16(launcher(), reinterpret_cast<k::bf16*>(y16), mean, rstd, x, w, b, N, C, eps));
 }
-// LayerNorm's backward in one pass over the rows where they fit the pass (k_reduce.hpp layernorm_bwd_rows), else
-// its two kernels (dx by rows, dw / db by columns).
-template <class X>
-void ln_bwd(F* dx, F* dw, F* db, const F* dy, const X* x, const F* w, const F* mean, const F* rstd, long N, long C) {
-  float* s = static_cast<float*>(scratch(sizeof(float) * size_t(k::layernorm_bwd_rows_scratch(N, C))));
-  if (k::layernorm_bwd_rows(launcher(), dx, dw, db, dy, x, w, mean, rstd, N, C, s)) return;
-  k::layernorm_bwd_dx(launcher(), dx, dy, x, w, mean, rstd, N, C);
-  k::layernorm_bwd_wb(launcher(), dw, db, dy, x, mean, rstd, N, C, column_scratch(N, C));
-}
 void layernorm_bwd(F* dx, F* dw, F* db, const F* dy, const F* x, const F* w, const F* mean, const F* rstd, long N,
                    long C) {
-  TP_OP("layernorm_bwd", ({{"N", N}, {"C", C}}), ln_bwd(dx, dw, db, dy, x, w, mean, rstd, N, C));
+  TP_OP("layernorm_bwd", ({{"N", N}, {"C", C}}), {
+    k::layernorm_bwd_dx(launcher(), dx, dy, x, w, mean, rstd, N, C);
+    k::layernorm_bwd_wb(launcher(), dw, db, dy, x, mean, rstd, N, C, column_scratch(N, C));
+  });
 }
 void layernorm_bwd16(F* dx, F* dw, F* db, const F* dy, const uint16_t* x16, const F* w, const F* mean, const F* rstd,
                      long N, long C) {
-  TP_OP("layernorm_bwd16", ({{"N", N}, {"C", C}}),
-        ln_bwd(dx, dw, db, dy, reinterpret_cast<const k::bf16*>(x16), w, mean, rstd, N, C));
+  const k::bf16* x = reinterpret_cast<const k::bf16*>(x16);
+  TP_OP("layernorm_bwd16", ({{"N", N}, {"C", C}}), {
+    k::layernorm_bwd_dx(launcher(), dx, dy, x, w, mean, rstd, N, C);
+    k::layernorm_bwd_wb(launcher(), dw, db, dy, x, mean, rstd, N, C, column_scratch(N, C));
+  });
 }
 void gelu_fwd(F* y, const F* x, long n) { TP_OP("gelu_fwd", ({{"n", n}}), k::gelu_fwd(launcher(), y, x, n)); }
 void gelu_fwd16(uint16_t* y16, uint16_t* x16, const F* x, long n) {
