@@ -122,7 +122,7 @@ Search read_search(const json& v, const std::string& path, Issues& is) {
     is.add(r.at("confirm"), "must be >= top_k (" + std::to_string(s.top_k) + "): every reported plan is simulated, got " +
                                 std::to_string(s.confirm));
   s.confirm_budget_s = r.opt_num("confirm_budget_s", 300, lim::confirm_budget);
-  s.memory_headroom = r.opt_num("memory_headroom", 0.0, lim::headroom);
+  s.memory_headroom = r.opt_num("memory_headroom", kDefaultMemoryHeadroom, lim::headroom);
   s.max_batch_over_critical = r.opt_num("max_batch_over_critical", 1.0, lim::batch_over_critical);
   if (const json* f = r.get("fix")) s.fix = read_fix(*f, r.at("fix"), is);
   if (const json* c = r.get("compare")) {

@@ -43,6 +43,11 @@ struct Compare {
   int ethernet_nics_per_node = 1;
 };
 
+// search.memory_headroom's default: the share of HBM a team leaves free beyond what trainplan models (CUDA
+// graphs, allocator spikes, MoE token imbalance): Ascend MindSpeed's memory guide caps the PyTorch process at
+// 0.94 of device memory (torch_npu.npu.set_per_process_memory_fraction(0.94)); docs/techniques.md.
+inline constexpr double kDefaultMemoryHeadroom = 0.06;
+
 struct Search {
   int max_gpus = 0;                 // 0 = the cluster's GPUs
   int min_gpus = 1;
@@ -52,7 +57,7 @@ struct Search {
   int top_k = 5;
   double confirm_budget_s = 300;    // estimated simulation seconds the confirmation may spend (planner/search.hpp)
   int confirm = 0;                  // analytic-best points the event simulation confirms (0 = max(3 top_k, 12))
-  double memory_headroom = 0.0;     // fraction of GPU memory kept free
+  double memory_headroom = kDefaultMemoryHeadroom;  // fraction of GPU memory kept free
   double max_batch_over_critical = 1.0;  // global batch tokens <= this x Kaplan's B_crit (searched batches)
   Fix fix;
   Compare compare;

@@ -242,7 +242,19 @@ Estimate AnalyticModel::estimate(const Layout& lay, const MicroCost& mc, const C
     double red = red_one * red_times;
     double window = (ch.zero >= 2 || layered ? m : 1) * bwd_s;
     dp_exposed += std::max(red - window, 0.0) + red_one / buckets;
-    if (ch.zero == 1 || ch.zero == 2) dp_exposed += dp_coll(2, D, E, e);  // updated parameters gathered
+    if (ch.zero == 1 || ch.zero == 2) {  // updated parameters gathered: after the optimizer, or under the first forward
+      const double gather = dp_coll(2, D, E, e);
+      if (ch.overlap_param_gather && ch.offload != OffloadKind::chunked) {
+        // In buckets (as the gradients), each before the first forward of its layers: the first bucket is
+        // exposed, the rest hides under the first forward pass through the stage (every micro-batch's under
+        // layered accumulation).
+        const double first = gather / std::max(1.0, std::ceil(P / grad_bucket_params(dp)));
+        const double window = (layered ? m : 1) * (n_busy * mc.layer_f_s + mc.embed_f_s);
+        dp_exposed += first + std::max(gather - first - window, 0.0);
+      } else {
+        dp_exposed += gather;
+      }
+    }
     if (zero3) {
       // Gathers and reduce-scatters share the NIC: together they hide only under the step's compute.
       double gather_one = dp_coll(2, D / n_P, E / n_P, e);  // one layer
@@ -317,6 +329,7 @@ Choice choice_of(const Plan& p, long long layers) {
   c.experts_only = p.offload.experts_only;
   c.offload_fraction = p.offload.kind == OffloadKind::granular && layers > 0 ? (double)p.offload.layers.size() / layers : 0;
   c.sp = p.sequence_parallel && p.tp > 1; c.recompute = p.recompute;
+  c.overlap_param_gather = p.overlap_param_gather && (p.zero == 1 || p.zero == 2) && p.data_ranks() > 1;
   if (!p.stage_layers.empty()) {  // uneven: first, the largest middle stage, last
     c.first_layers = p.stage_layers.front();
     c.last_layers = p.stage_layers.back();

@@ -55,6 +55,7 @@ struct Choice {
   double offload_fraction = 0;          // granular: share of layers (or experts) in host memory
   bool experts_only = false;
   bool sp = false;
+  bool overlap_param_gather = false;    // ZeRO-1/2: the updated parameters gathered under the first forward
   Recompute recompute = Recompute::none;
   // Uneven pipeline stages (0 = layers / pp on every stage): layers on the first stage, the largest middle stage
   // (0 when pp = 2) and the last stage (Megatron-LM's first / last-stage counts around an even middle).

@@ -280,6 +280,7 @@ Plan plan_from(const Layout& lay, const Choice& ch) {
   p.tp_grid_node_blocks = lay.node_blocks;
   p.microbatch = ch.microbatch; p.schedule = ch.schedule; p.virtual_stages = ch.virtual_stages;
   p.grad_accumulation = ch.acc; p.zero = ch.zero; p.sequence_parallel = ch.sp; p.recompute = ch.recompute;
+  p.overlap_param_gather = ch.overlap_param_gather;
   p.offload.kind = ch.offload;
   if (ch.offload == OffloadKind::granular) { p.offload.fraction = ch.offload_fraction; p.offload.experts_only = ch.experts_only; }
   p.num_microbatches = ch.num_microbatches;

@@ -42,6 +42,7 @@ void PassCost::add(const Op& op) {
   else if (op.cls == OpClass::ep_comm) ep_comm_s += op.time_s;
   else compute_s += op.time_s;
   flops += op.flops;
+  if (op.recompute) recompute_flops += op.flops;
 }
 
 void PassCost::append(const PassCost& o, int times) {

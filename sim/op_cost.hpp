@@ -39,6 +39,7 @@ struct PassCost {
   double tp_comm_s = 0;    // exposed TP comm, not recompute
   double ep_comm_s = 0;    // expert-parallel all-to-alls (dispatch / combine), not recompute
   double flops = 0;        // hardware FLOPs including recompute
+  double recompute_flops = 0;  // of which the recompute ops'
   TierBytes tp_bytes;      // TP (and EP all-to-all) collective bytes sent per GPU
   void add(const Op& op);
   void append(const PassCost& other, int times);

@@ -51,9 +51,16 @@ json result_to_json(const Result& r) {
   j["network"] = {{"bytes_per_step_per_gpu", {{"intra_node", r.intra_bytes_per_gpu}, {"inter_node", r.inter_bytes_per_gpu},
                                              {"pcie", r.pcie_bytes_per_gpu}}}};
   j["throughput"] = {{"tokens_per_s", r.tokens_per_s},
+                     {"tokens_per_s_per_gpu", r.tokens_per_s_per_gpu()},
                      {"model_tflops_per_gpu", r.model_tflops_per_gpu},
                      {"hardware_tflops_per_gpu", r.hardware_tflops_per_gpu},
-                     {"mfu", r.mfu}};
+                     {"mfu", r.mfu},
+                     {"mfu_peak_tflops", r.mfu_peak_flops_per_s / 1e12},
+                     {"mfu_peak_precision", precision_name(r.mfu_peak_precision)}};
+  if (r.fp8_peak_flops_per_s > 0) {  // fp8 training: MFU against the fp8 peak too
+    j["throughput"]["mfu_fp8"] = r.mfu_fp8;
+    j["throughput"]["fp8_peak_tflops"] = r.fp8_peak_flops_per_s / 1e12;
+  }
   const RunEstimate& e = r.run;
   j["training"] = {{"loss_nats", e.loss_nats},
                    {"critical_batch_tokens", e.critical_batch_tokens},
@@ -142,6 +149,15 @@ std::string percent_text(double frac) {
   return s;
 }
 
+std::string mfu_text(const Result& r) {
+  char s[160];
+  int n = std::snprintf(s, sizeof s, "MFU %.1f%% of %s peak (%.0f TFLOP/s)", 100 * r.mfu, precision_name(r.mfu_peak_precision),
+                        r.mfu_peak_flops_per_s / 1e12);
+  if (r.fp8_peak_flops_per_s > 0 && n > 0 && n < (int)sizeof s)
+    std::snprintf(s + n, sizeof s - n, ", %.1f%% of fp8 peak (%.0f TFLOP/s)", 100 * r.mfu_fp8, r.fp8_peak_flops_per_s / 1e12);
+  return s;
+}
+
 // A parameter count in short form: 124.4M, 46.70B.
 static std::string count_text(double n) {
   char b[32];
@@ -215,8 +231,10 @@ void print_summary(std::ostream& os, const Result& r) {
                 gib(r.intra_bytes_per_gpu).c_str(), gib(r.inter_bytes_per_gpu).c_str(),
                 r.pcie_bytes_per_gpu > 0 ? ", PCIe " : "", r.pcie_bytes_per_gpu > 0 ? gib(r.pcie_bytes_per_gpu).c_str() : "");
   os << line;
-  std::snprintf(line, sizeof line, "Throughput  %.0f tokens/s, %.1f model TFLOP/s per GPU (%.1f with recompute), MFU %.1f%%\n",
-                r.tokens_per_s, r.model_tflops_per_gpu, r.hardware_tflops_per_gpu, 100 * r.mfu);
+  std::snprintf(line, sizeof line,
+                "Throughput  %.0f tokens/s (%.0f per GPU), %.1f model TFLOP/s per GPU (%.1f with recompute), %s\n",
+                r.tokens_per_s, r.tokens_per_s_per_gpu(), r.model_tflops_per_gpu, r.hardware_tflops_per_gpu,
+                mfu_text(r).c_str());
   os << line;
   const RunEstimate& e = r.run;
   std::snprintf(line, sizeof line,

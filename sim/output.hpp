@@ -29,5 +29,8 @@ std::string gib_text(double bytes);       // "12.34 GiB"
 std::string days_text(double seconds);    // "19.03 days"
 std::string usd_text(double usd);         // "$837.2k", "$1.06M", "$2.31B"
 std::string percent_text(double frac);    // "61.5%"
+// MFU naming its peak: "MFU 45.1% of bf16 peak (989 TFLOP/s)"; fp8 training shows both peaks:
+// "MFU 80.1% of bf16 peak (989 TFLOP/s), 40.0% of fp8 peak (1979 TFLOP/s)".
+std::string mfu_text(const Result& r);
 
 }  // namespace tp

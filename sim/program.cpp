@@ -66,6 +66,7 @@ TaskCost task_cost(const CostModel& cm, const TaskInfo& ti) {
     tc.tp_s += times * pc.tp_comm_s;
     tc.ep_s += times * pc.ep_comm_s;
     tc.flops += times * pc.flops;
+    tc.recompute_flops += times * pc.recompute_flops;
     tc.tp_bytes.intra += times * pc.tp_bytes.intra;
     tc.tp_bytes.inter += times * pc.tp_bytes.inter;
   };

@@ -49,7 +49,7 @@ struct TaskInfo {
 
 // Derived cost of a forward / backward compute task (zero for other kinds).
 struct TaskCost {
-  double duration_s = 0, compute_s = 0, recompute_s = 0, tp_s = 0, ep_s = 0, flops = 0;
+  double duration_s = 0, compute_s = 0, recompute_s = 0, tp_s = 0, ep_s = 0, flops = 0, recompute_flops = 0;
   TierBytes tp_bytes;           // TP collective payload its rank sends
   double stored_bytes = 0;      // activations stored by a forward / released by a backward piece
   double transient_bytes = 0;   // extra live while it runs

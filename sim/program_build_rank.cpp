@@ -202,6 +202,10 @@ void add_grad_reductions(BuildCtx& x, RankCtx& rk) {
   const Plan& p = x.p;
   const int r = rk.r;
   const Host& host = x.sc.cluster.host;
+  // ZeRO-2/3: at most kGradBucketsInFlight unreduced buckets. A bucket's backward waits until the reduction of
+  // the bucket kGradBucketsInFlight before it has ended (DeepSpeed's two ipg buffers: the backward hook syncs the
+  // reduction stream before reusing one), so the unreduced gradients never pile up behind a slow reduction.
+  std::vector<std::vector<int>> reduce_ids;
   for (const Bucket& b : grad_buckets(x, rk)) {
     TaskInfo base;
     base.model_chunk = b.chunk;
@@ -212,8 +216,19 @@ void add_grad_reductions(BuildCtx& x, RankCtx& rk) {
       Coll c = p.zero >= 1 ? Coll::reduce_scatter : Coll::all_reduce;
       dp_collective(x, rk, c, TaskKind::dp_reduce, b.pr, x.eb.g, b.last, base, &ids);
       for (int id : ids) { rk.opt_deps.push_back(id); rk.host_deps.push_back(id); ready = id; }
-      if (x.zero2 && x.okind != OffloadKind::chunked)  // (chunked: gradients reuse the parameter chunks)
-        for (int id : ids) x.hold(r, b.first, true, id, b.pr.total() * x.eb.g, MemCat::gradients);
+      if (x.zero2 && x.okind != OffloadKind::chunked) {  // (chunked: gradients reuse the parameter chunks)
+        // Each reduction frees its own part (dp_collective's order: the dense part over the dp group, then the
+        // experts over the expert-dp group when ep > 1), not the whole bucket once per collective.
+        std::vector<double> part;
+        const double dense = b.pr.dense + (p.ep == 1 ? b.pr.expert : 0), expert = p.ep == 1 ? 0 : b.pr.expert;
+        if (rk.dp_group->size() >= 2 && dense > 0) part.push_back(dense);
+        if (rk.edp_group->size() >= 2 && expert > 0) part.push_back(expert);
+        if (part.size() != ids.size()) part.assign(ids.size(), b.pr.total() / std::max<size_t>(1, ids.size()));
+        for (size_t i = 0; i < ids.size(); ++i) x.hold(r, b.first, true, ids[i], part[i] * x.eb.g, MemCat::gradients);
+        if (reduce_ids.size() >= (size_t)kGradBucketsInFlight)
+          for (int id : reduce_ids[reduce_ids.size() - kGradBucketsInFlight]) x.edge(id, b.first);
+        reduce_ids.push_back(ids);
+      }
     }
     if (x.okind == OffloadKind::optimizer) {  // gradients (this rank's shard) to the host
       TaskInfo ti = base;
@@ -238,7 +253,9 @@ void add_grad_reductions(BuildCtx& x, RankCtx& rk) {
     ti.optimizer_s = pcie_copy_s(ti.pcie_bytes, host);
     int id = x.B.add_task(r, kLaneD2H, ti.optimizer_s, -1, ti);
     x.edge(ru.last, id);
-    x.hold(r, ru.first, true, id, op.total() * x.eb.e, MemCat::gradients);
+    // What is copied (ZeRO-2: this rank's reduced slice; the whole gradient is the bucket's hold until its
+    // reduce-scatter ends), not the whole gradient a second time.
+    x.hold(r, ru.first, true, id, ti.pcie_bytes, MemCat::gradients);
     rk.host_deps.push_back(id);
   }
 }

@@ -220,7 +220,7 @@ Result simulate(const Scenario& sc, const SimOptions& opt) {
   double busiest = -1, latest = -1, mem_peak = -1;
   const Plan& pl = sc.plan;
   const int comms = rank_communicators(pl.tp, pl.cp, pl.data_ranks(), pl.ep, pl.pp, sc.model.tied_embeddings);
-  double sent_intra = 0, sent_inter = 0, hw_flops = 0;
+  double sent_intra = 0, sent_inter = 0, recompute_flops = 0;
   for (int r = 0; r < R; ++r) {
     RankResult rr;
     rr.global_rank = pg.sim_global[r];
@@ -249,7 +249,7 @@ Result simulate(const Scenario& sc, const SimOptions& opt) {
     TaskCost tc = task_cost(pg.cm, pg.info[t]);
     sent_intra += pg.info[t].sent.intra + tc.tp_bytes.intra;
     sent_inter += pg.info[t].sent.inter + tc.tp_bytes.inter;
-    hw_flops += tc.flops;
+    recompute_flops += tc.recompute_flops;
   }
   res.intra_bytes_per_gpu = sent_intra / R;
   res.inter_bytes_per_gpu = sent_inter / R;
@@ -264,12 +264,19 @@ Result simulate(const Scenario& sc, const SimOptions& opt) {
   double batch_tokens = (double)sc.training.global_batch * sc.training.seq_len;
   res.tokens_per_s = batch_tokens / res.step_time_s;
   res.model_tflops_per_gpu = pg.cm.model_flops_per_step / res.step_time_s / gpus / 1e12;
-  // Hardware FLOPs (recompute included): simulated ranks are a uniform sample of the GPUs (one per stage or all).
-  res.hardware_tflops_per_gpu = hw_flops / R / res.step_time_s / 1e12;
+  // Hardware FLOPs: the model FLOPs plus the recomputed ones (Korthikanti et al. 2022's HFU; attention counted
+  // by the model FLOPs' convention, so hardware FLOP/s are never below model FLOP/s). Simulated ranks are a
+  // uniform sample of the GPUs (one per stage or all).
+  res.hardware_tflops_per_gpu = res.model_tflops_per_gpu + recompute_flops / R / res.step_time_s / 1e12;
   // MFU against the dense peak of the training's tensor precision; fp8 training against its bf16 peak (only
-  // the linear layers run in fp8), as fp8 runs are usually reported.
-  double peak = sc.cluster.gpu.matrix_flops_per_s[(int)tensor_precision(sc.training.precision)];
-  res.mfu = res.model_tflops_per_gpu * 1e12 / peak;
+  // the linear layers run in fp8), as fp8 runs are usually reported, and also against its fp8 peak.
+  res.mfu_peak_precision = tensor_precision(sc.training.precision);
+  res.mfu_peak_flops_per_s = sc.cluster.gpu.matrix_flops_per_s[(int)res.mfu_peak_precision];
+  res.mfu = res.model_tflops_per_gpu * 1e12 / res.mfu_peak_flops_per_s;
+  if (sc.training.precision == Precision::fp8) {
+    res.fp8_peak_flops_per_s = sc.cluster.gpu.matrix_flops_per_s[(int)Precision::fp8];
+    res.mfu_fp8 = res.model_tflops_per_gpu * 1e12 / res.fp8_peak_flops_per_s;
+  }
 
   const Transformer& m = sc.model;
   double n_nonembed = (double)m.layers * layer_params_full(m);

@@ -2,6 +2,7 @@
 // then derives the step-time breakdown, the memory timeline and its peak, network volume per tier,
 // throughput and MFU, and the run estimate. Result is what `simulate --json` and `--trace` write.
 #pragma once
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -58,6 +59,11 @@ struct Result {
   bool fits = false;
   double intra_bytes_per_gpu = 0, inter_bytes_per_gpu = 0;  // per step
   double tokens_per_s = 0, model_tflops_per_gpu = 0, hardware_tflops_per_gpu = 0, mfu = 0;
+  // The peak MFU is against: the dense peak of the training's tensor precision (fp8 training: bf16, as fp8 runs
+  // are usually reported). fp8 training also reports MFU against the fp8 peak (mfu_fp8; 0 otherwise).
+  Precision mfu_peak_precision = Precision::bf16;
+  double mfu_peak_flops_per_s = 0, mfu_fp8 = 0, fp8_peak_flops_per_s = 0;
+  double tokens_per_s_per_gpu() const { return tokens_per_s / std::max(1, scenario.plan.gpus()); }
   RunEstimate run;
   long long events = 0;
   bool fallback_to_full = false;  // symmetric mode was asked for but the layout is not symmetric

@@ -41,6 +41,9 @@ double pipeline_send_bytes(const Scenario& sc, long long microbatch, int tp);
 
 // Megatron's gradient bucket: max(40 M, 1 M x dp) parameters.
 inline double grad_bucket_params(int dp) { return std::max(40e6, 1e6 * dp); }
+// ZeRO-2/3: unreduced gradient buckets a rank holds at most (DeepSpeed's double-buffered ipg buckets): the
+// backward that fills a third waits for the first one's reduce-scatter.
+constexpr int kGradBucketsInFlight = 2;
 
 // Which parameters each optimizer updates: the GPU's Adam and the host CPU's Adam (ZeRO-Offload: all of
 // this rank's shard; granular: the offloaded layers'). `held`: parameters of the rank; `off`: those that

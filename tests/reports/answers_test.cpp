@@ -55,7 +55,9 @@ TEST(ReportPlanAnswers, TopParetoAndWhyAsThePlannerPrintsThem) {
   std::string md = render_md(e->rep), html = render_html(e->rep);
   EXPECT_NE(md.find("## Planner answers"), std::string::npos);
   EXPECT_NE(md.find("### small-search (search)"), std::string::npos);
-  EXPECT_NE(md.find("| rank | GPUs | step (s) | to train | cost | MFU | mem (GiB) | analytic (s) | plan |"), std::string::npos);
+  EXPECT_NE(md.find("| rank | GPUs | step (s) | to train | cost | MFU (of peak) | TFLOP/s/GPU | tokens/s/GPU | mem (GiB) | "
+                    "analytic (s) | plan |"),
+            std::string::npos);
   EXPECT_NE(md.find("Pareto front (GPUs, time to train, cost)"), std::string::npos);
   EXPECT_NE(md.find("Why the nearest alternatives lose:"), std::string::npos);
   EXPECT_NE(html.find("<h2>Planner answers</h2>"), std::string::npos);
@@ -64,7 +66,9 @@ TEST(ReportPlanAnswers, TopParetoAndWhyAsThePlannerPrintsThem) {
     const json& s = c["simulated"];
     std::string row = "| " + std::to_string(c["rank"].get<int>()) + " | " + std::to_string(c["gpus"].get<int>()) + " | ";
     EXPECT_NE(md.find(row), std::string::npos) << row;
-    for (const std::string& cell : {days_text(s["time_to_train_s"]), usd_text(s["cost_usd"]), percent_text(s["mfu"]),
+    const std::string mfu = percent_text(s["mfu"]) + " " + s["mfu_peak_precision"].get<std::string>() +
+                            (s["mfu_fp8"].is_number() ? ", " + percent_text(s["mfu_fp8"]) + " fp8" : std::string());
+    for (const std::string& cell : {days_text(s["time_to_train_s"]), usd_text(s["cost_usd"]), mfu,
                                     c["summary"].get<std::string>()}) {
       EXPECT_NE(md.find("| " + cell + " |"), std::string::npos) << cell;
       EXPECT_NE(plan_text.find(cell), std::string::npos) << "not as `plan` prints it: " << cell;
