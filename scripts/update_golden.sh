@@ -20,6 +20,6 @@ j = json.load(open(sys.argv[1] + "/scenarios/examples/llama3-70b-dgx-h100.json")
 j["plan"].update({"zero": 3, "schedule": "1f1b", "virtual_stages": 1, "first_stage_layers": 18, "last_stage_layers": 18})
 json.dump(j, open(sys.argv[2] + "/llama3-70b-zero3.json", "w"))
 PY
-(cd "$tmp" && "$bin" export llama3-70b-zero3.json --to torchtitan --out "$root/tests/golden/export/llama3-70b-zero3.torchtitan.toml")
+(cd "$tmp" && "$bin" export llama3-70b-zero3.json --to torchtitan --out "$root/tests/golden/export/llama3-70b-zero3.torchtitan.sh")
 rm -rf "$tmp"
 echo "wrote tests/golden/export/*"
