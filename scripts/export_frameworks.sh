@@ -21,7 +21,7 @@ py=$venv/bin/python
 if [ "${EXPORT_FW_SKIP_INSTALL:-0}" != 1 ]; then
   # One pip call per framework, so that one that cannot install here leaves the others.
   "$py" -m pip install -q ${EXPORT_FW_PIP:-} torch numpy packaging || echo "note: torch did not install"
-  "$py" -m pip install -q ${EXPORT_FW_PIP:-} "megatron-core==0.15.3" einops || echo "note: megatron-core did not install"
+  "$py" -m pip install -q ${EXPORT_FW_PIP:-} "megatron-core==0.15.3" einops regex || echo "note: megatron-core did not install"
   "$py" -m pip install -q ${EXPORT_FW_PIP:-} deepspeed || echo "note: deepspeed did not install"
   "$py" -m pip install -q ${EXPORT_FW_PIP:-} "torchtitan==0.2.2" || echo "note: torchtitan did not install"
   "$py" -m pip install -q ${EXPORT_FW_PIP:-} nemo_run nemo_toolkit || echo "note: nemo did not install"
