@@ -108,6 +108,7 @@ std::string sbatch_header(const Scenario& sc, const std::string& about, int task
   s += "TOKENIZER=${TOKENIZER:?\"set TOKENIZER to your tokenizer (a Hugging Face name or folder; the model has a vocabulary of " +
        num(sc.model.vocab) + " tokens)\"}\n";
   s += "CKPT_DIR=${CKPT_DIR:-checkpoints/" + job_name(sc.name) + "}\n";
+  s += "export DATA_PATH TOKENIZER CKPT_DIR\n";
   s += "# Rendezvous: the job's first node.\n";
   s += "MASTER_ADDR=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n 1)\n";
   s += "MASTER_PORT=${MASTER_PORT:-6000}\n";

@@ -1,6 +1,8 @@
-// export/nemo: the plan as NeMo 2 recipe overrides for `nemo llm pretrain --factory RECIPE` (NeMo 2.5,
-// nemo-run's dotted overrides of the recipe's config tree; data/export/nemo.keys), in a Slurm batch script that
-// starts one task per GPU (Lightning's SLURM environment takes the ranks; no NeMo-Run executor). The recipe is
+// export/nemo: the plan as NeMo 2 recipe overrides (NeMo 2.5, nemo-run's dotted overrides of the recipe's config
+// tree, parsed by nemo-run's own CLI parser as `nemo llm pretrain --factory RECIPE` does; data/export/nemo.keys), in
+// a Slurm batch script that writes a short launcher and starts it as one task per GPU (Lightning's SLURM environment
+// takes the ranks; the recipe runs in each task, no NeMo-Run executor). The launcher sets the data module in Python:
+// nemo-run 0.11's parser cannot parse PreTrainingDataModule.paths (its annotation has a bare List). The recipe is
 // the closest NeMo model family (llama3_8b for dense SwiGLU, q/k/v biases included — qwen2_7b keeps a string
 // ddp that its ddp.* overrides cannot reach —, llama31_8b with Llama 3.1 rope scaling, mixtral_8x7b for MoE,
 // gpt3_175b for GPT-style GELU models); every shape field, the rotary base and norm epsilon are overridden, and
@@ -164,14 +166,24 @@ void precision_overrides(const Scenario& sc, Options& o, Refusals& r) {
   o.push_back({"trainer.plugins.grad_reduce_in_fp32", b(sc.training.grad_precision == Precision::fp32)});
 }
 
-// The recipes train on MockDataModule: the data module is replaced by Megatron's indexed data with a Hugging Face
-// tokenizer (nemo-run builds an empty Config from "Config[dotted.path]"; the fields follow).
-void data_overrides(Options& o) {
-  o.push_back({"data", "'Config[nemo.collections.llm.gpt.data.pre_training.PreTrainingDataModule]'"});
-  o.push_back({"data.paths", "\"$DATA_PATH\""});
-  o.push_back({"data.tokenizer", "'Config[nemo.collections.common.tokenizers.huggingface.auto_tokenizer.AutoTokenizer]'"});
-  o.push_back({"data.tokenizer.pretrained_model_name", "\"$TOKENIZER\""});
-}
+// The launcher (python, written by the script): the recipe with the job's nodes and GPUs, its MockDataModule
+// replaced by Megatron indexed data ($DATA_PATH) with a Hugging Face tokenizer ($TOKENIZER), the plan's overrides
+// through nemo-run's CLI parser, then the recipe run in this task.
+constexpr const char* kLauncher = R"(import importlib, os, sys
+import nemo_run as run
+from nemo_run.cli.cli_parser import parse_cli_args
+from nemo.collections.common.tokenizers.huggingface.auto_tokenizer import AutoTokenizer
+from nemo.collections.llm.gpt.data.pre_training import PreTrainingDataModule
+
+recipe_name, overrides = sys.argv[1], sys.argv[2:]
+recipe = importlib.import_module("nemo.collections.llm.recipes." + recipe_name).pretrain_recipe(
+    dir=os.environ["CKPT_DIR"], name=os.environ.get("SLURM_JOB_NAME", "trainplan"),
+    num_nodes=int(os.environ["SLURM_JOB_NUM_NODES"]), num_gpus_per_node=int(os.environ["SLURM_NTASKS_PER_NODE"]))
+recipe.data = run.Config(PreTrainingDataModule, paths=[os.environ["DATA_PATH"]],
+                         tokenizer=run.Config(AutoTokenizer, pretrained_model_name=os.environ["TOKENIZER"]))
+recipe = parse_cli_args(recipe, overrides)
+run.run(recipe, direct=True)
+)";
 
 // Data, optimizer (Megatron's distributed Adam with NeMo's cosine annealing), checkpoints and logging.
 void run_overrides(const Scenario& sc, Options& o, Refusals& r) {
@@ -203,7 +215,6 @@ std::string export_nemo(const Scenario& sc, const std::string& file) {
   refuse_common(sc, r);
   Options o;
   model_overrides(sc, o, r);
-  data_overrides(o);
   plan_overrides(sc, o, r);
   precision_overrides(sc, o, r);
   run_overrides(sc, o, r);
@@ -220,10 +231,10 @@ std::string export_nemo(const Scenario& sc, const std::string& file) {
   if (recomputes_nothing(p))
     about += "# plan.recompute \"selective\" under flash attention recomputes nothing in trainplan: recompute off.\n";
   about += "# sbatch THIS_FILE inside the NeMo container: one task per GPU, no NeMo-Run executor (the recipe runs in\n"
-           "# each task; Lightning reads the ranks from Slurm).\n";
+           "# each task; Lightning reads the ranks from Slurm). The overrides are those of `nemo llm pretrain --factory`.\n";
   std::string s = sbatch_header(sc, about, l.gpus_per_node, "your data prefix (Megatron's .bin / .idx, without the suffix)");
-  s += "\n";
-  return s + shell_lines(std::string("srun --kill-on-bad-exit=1 nemo llm pretrain --yes --factory ") + recipe_of(sc.model), kv);
+  s += "cat > trainplan_nemo_pretrain.py <<'EOF'\n" + std::string(kLauncher) + "EOF\n\n";
+  return s + shell_lines(std::string("srun --kill-on-bad-exit=1 python trainplan_nemo_pretrain.py ") + recipe_of(sc.model), kv);
 }
 
 }  // namespace tp::exporting

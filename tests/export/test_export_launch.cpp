@@ -98,7 +98,7 @@ TEST(ExportLaunch, ModelFieldsComeFromTheScenarioAndItsHuggingFaceConfig) {
   EXPECT_EQ(flag(qm, "--norm-epsilon"), "1e-06");
   EXPECT_TRUE(has(qm, "  --add-qkv-bias"));
   // Qwen2 goes through llama3_8b (qwen2_7b's string ddp would refuse the ddp.* overrides), stating its biases.
-  EXPECT_TRUE(has(qn, "--factory llama3_8b"));
+  EXPECT_TRUE(has(qn, "python trainplan_nemo_pretrain.py llama3_8b \\\n"));
   EXPECT_EQ(nemo_value(qn, "model.config.add_qkv_bias"), "True");
   EXPECT_EQ(nemo_value(qn, "model.config.rotary_base"), "1000000");
   EXPECT_EQ(nemo_value(qn, "model.config.layernorm_epsilon"), "1e-06");
@@ -111,7 +111,7 @@ TEST(ExportLaunch, ModelFieldsComeFromTheScenarioAndItsHuggingFaceConfig) {
   const std::string sm = exp(s, Target::megatron), sn = exp(s, Target::nemo);
   EXPECT_TRUE(has(sm, "  --use-rope-scaling"));
   EXPECT_EQ(flag(sm, "--rope-scaling-factor"), "8");
-  EXPECT_TRUE(has(sn, "--factory llama31_8b"));
+  EXPECT_TRUE(has(sn, "python trainplan_nemo_pretrain.py llama31_8b \\\n"));
   EXPECT_EQ(nemo_value(sn, "model.config.scale_factor"), "8");
   EXPECT_EQ(nemo_value(sn, "model.config.old_context_len"), "8192");
 }

@@ -8,7 +8,8 @@ class, as installed in this interpreter:
               modules, MoE options), from the checkout in $MEGATRON_LM_DIR with its world size from the #SBATCH lines
   deepspeed   DeepSpeed's DeepSpeedConfig on the script's ds_config.json, its data-parallel size from the job
   torchtitan  TorchTitan's ConfigManager.parse_args on the script's TOML (every key must be a JobConfig field)
-  nemo        NeMo-Run's parse_cli_args applied to the recipe's pretrain_recipe() (NeMo installed)
+  nemo        the script's launcher: the recipe's pretrain_recipe(), its data module, NeMo-Run's parse_cli_args over
+              the overrides, up to run.run (NeMo installed)
 
 Then the parsed result is compared with the plan the script's header states (parallel degrees, batches). A target
 whose framework is not importable is reported as "not run: <why>" and does not fail the check; a parse error or a
@@ -169,13 +170,24 @@ def check_torchtitan(text):
 
 
 def check_nemo(text):
-    from nemo_run.cli.cli_parser import parse_cli_args
-    recipe_name = re.search(r"--factory (\S+)", text).group(1)
-    recipe = importlib.import_module("nemo.collections.llm.recipes." + recipe_name).pretrain_recipe(
-        name="trainplan", num_nodes=sbatch(text, "nodes"), num_gpus_per_node=sbatch(text, "gpus-per-node"))
-    toks = command_tokens(text, "nemo llm pretrain")
-    overrides = [t for t in toks if "=" in t and not t.startswith("--")]
-    parse_cli_args(recipe, overrides)
+    """The script's own launcher (the recipe, its data module, NeMo-Run's CLI parser over the overrides) up to the
+    run itself, with the job's Slurm environment."""
+    launcher = heredoc(text, "cat > trainplan_nemo_pretrain.py <<'EOF'\n")
+    assert launcher.rstrip().endswith("run.run(recipe, direct=True)"), launcher[-200:]
+    toks = command_tokens(text, "python trainplan_nemo_pretrain.py")
+    argv = toks[toks.index("trainplan_nemo_pretrain.py"):]
+    os.environ.update(SLURM_JOB_NUM_NODES=str(sbatch(text, "nodes")), SLURM_NTASKS_PER_NODE=str(sbatch(text, "gpus-per-node")),
+                      **{k: PLACEHOLDERS[k] for k in ("DATA_PATH", "TOKENIZER", "CKPT_DIR")})
+    sys.argv = argv
+    scope = {"__name__": "trainplan_nemo_pretrain"}
+    exec(compile(launcher.rstrip()[:-len("run.run(recipe, direct=True)")], "trainplan_nemo_pretrain.py", "exec"), scope)
+    recipe = scope["recipe"]
+    p = header_plan(text)
+    s = recipe.trainer.strategy
+    got = {"tp": s.tensor_model_parallel_size, "pp": s.pipeline_model_parallel_size, "cp": s.context_parallel_size,
+           "dp": recipe.trainer.num_nodes * recipe.trainer.devices // (s.tensor_model_parallel_size *
+                                                                      s.pipeline_model_parallel_size * s.context_parallel_size)}
+    assert got == p, "parallel sizes %s, plan %s" % (got, p)
 
 
 CHECKS = {"megatron": check_megatron, "deepspeed": check_deepspeed, "torchtitan": check_torchtitan, "nemo": check_nemo}
