@@ -53,6 +53,9 @@ void refuse_common(const Scenario& sc, Refusals& r) {
   r.need(p.cp == 1 || p.attention == Attention::flash, "$.plan.attention",
          "context parallelism with unfused attention (trainplan's all-gather form; the frameworks run cp only inside "
          "a fused attention kernel)", "\"attention\": \"flash\" with the same cp (" + std::to_string(p.cp) + ")");
+  r.need(sc.model.rope_scaling_factor >= 0, "$.model.hf_config",
+         "a Hugging Face rope_scaling other than Llama 3.1's \"llama3\" (YaRN, linear, ...)",
+         "the model without that rope_scaling");
   r.need(p.offload.kind != OffloadKind::granular, "$.plan.offload.kind", "M6-10T granular layer offload (\"granular\")",
          "\"offload\": {\"kind\": \"optimizer\"} (ZeRO-Offload) where the target has it, else no offload");
 }

@@ -153,7 +153,8 @@ void read_biases(HfReader& r, const std::string& model_type, Transformer& m) {
 }
 
 // What a framework needs to build the same model but costs nothing: the rotary base, the norm epsilon and Llama
-// 3.1's rope scaling (rope_type "llama3"); another scaling type is warned about (export cannot state it).
+// 3.1's rope scaling (rope_type "llama3"); another scaling type (YaRN, linear, ...) is recorded as factor -1, which
+// export refuses (no target states it here), with no warning, since it changes no cost.
 void read_export_fields(HfReader& r, Transformer& m) {
   m.rope_theta = r.number({"rope_theta"}, 0, lim::rope_theta);
   m.norm_eps = r.number({"rms_norm_eps", "layer_norm_epsilon", "layer_norm_eps"}, 0, lim::norm_eps);
@@ -163,7 +164,7 @@ void read_export_fields(HfReader& r, Transformer& m) {
   HfReader sub{*rs, r.file, r.path + ".rope_scaling", r.issues};
   std::string type = sub.string({"rope_type", "type"}, "", "a string");
   if (type != "llama3") {
-    r.warn("rope_scaling", *rs, "only Llama 3.1's rope scaling (rope_type \"llama3\") is exported; this one is not");
+    m.rope_scaling_factor = -1;
     return;
   }
   m.rope_scaling_factor = sub.number({"factor"}, 8, lim::rope_factor);

@@ -6,7 +6,8 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 bin=${1:-$root/build/cli/trainplan}
 for f in "$root"/scenarios/default.json "$root"/scenarios/examples/*.json; do
   name=$(basename "$f" .json)
-  "$bin" simulate "$f" --json "$root/tests/golden/$name.json" --quiet
+  # exit 3: the plan does not fit (some examples show exactly that); the result is still written
+  "$bin" simulate "$f" --json "$root/tests/golden/$name.json" --quiet || [ $? -eq 3 ]
   echo "wrote tests/golden/$name.json"
 done
 # trainplan export goldens (tests/export/test_export.cpp, Export.GoldenOutputs).
