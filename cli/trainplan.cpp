@@ -3,6 +3,7 @@
 // Exit codes: 0 success, 2 bad input or usage (message names the JSON path and what was expected),
 // 1 internal error. Output files are written atomically and only after the whole run succeeded.
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -10,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -74,6 +76,14 @@ int cmd_simulate(int argc, char** argv) {
     trace_text = trace_to_json(r, detail == "op" ? TraceDetail::op : detail == "layer" ? TraceDetail::layer : TraceDetail::chunk).dump() + "\n";
   write_outputs(a, {{"--json", json_text}, {"--trace", trace_text}});
   if (!a.flag("--quiet")) print_summary(std::cout, r);
+  // A plan that does not fit still has its outputs written (they say why); the exit code says so, as `plan`'s 3
+  // when no plan fits, so a script does not take the prediction for a runnable plan.
+  const bool delink_fits = !r.delink || !r.delink->pseudo || (r.delink->pseudo->fits && r.delink->pseudo->host_fits);
+  if (!r.fits || !r.host_fits || !delink_fits) {
+    std::cerr << "note: the plan does not fit (" << (!r.fits || !delink_fits ? "GPU memory" : "host memory")
+              << "); exit code 3\n";
+    return 3;
+  }
   return 0;
 }
 
@@ -137,7 +147,7 @@ int cmd_plan(int argc, char** argv) {
                            emitted_texts[i]);
   }
   write_outputs(a, {{"--json", json_text}, {"--csv", csv_text}, {"--trace", trace_text}}, emitted);
-  if (!a.flag("--quiet")) print_plan_outcome(std::cout, o);
+  print_plan_outcome(std::cout, o);  // --quiet silences the progress only: the answer is what was asked for
   return o.top.empty() ? 3 : 0;
 }
 
@@ -174,7 +184,7 @@ Scenario with_planner_choice(const Scenario& sc, const std::string& scenario_fil
 int cmd_run(int argc, char** argv) {
   Args a = parse_args(argc, argv, 2, {"--steps", "--json", "--seed", "--lr", "--data", "--delink-step", "--checkpoint-dir", "--checkpoint-every", "--trace",
                                           "--device-budget", "--backend", "--log-every", "--keep-checkpoints", "--plan",
-                                          "--handover-window"},
+                                          "--handover-window", "--metrics"},
                   {"--fp64", "--quiet", "--resume", "--resume-or-start", "--no-bf16-weight-copies"});
   if (a.positional.size() != 1) throw Usage("run needs exactly one scenario file");
   exec::RunOptions o;
@@ -250,6 +260,23 @@ int cmd_run(int argc, char** argv) {
     exec::finalize_world();
     return 2;
   }
+  // --metrics FILE.jsonl: rank 0 streams one JSON line per logged step (TensorBoard / W&B importers read it while
+  // the run goes); opened before any work, and a failure stops every rank with exit 2.
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> metrics(nullptr, std::fclose);
+  double metrics_bad = 0;
+  if (!a.value("--metrics").empty() && world.rank() == 0) {
+    metrics.reset(std::fopen(a.value("--metrics").c_str(), "w"));
+    if (!metrics) {
+      std::cerr << "error: --metrics: cannot write " << a.value("--metrics") << ": " << std::strerror(errno) << "\n";
+      metrics_bad = 1;
+    }
+  }
+  world.all_reduce_sum(&metrics_bad, 1, exec::Dtype::f64);
+  if (metrics_bad > 0) {
+    exec::finalize_world();
+    return 2;
+  }
+  o.metrics = metrics.get();
   exec::RunResult r;
   exec::install_stop_handlers();  // SIGINT / SIGTERM (Slurm's pre-emption): finish the step, then stop
   try {
@@ -287,9 +314,16 @@ int cmd_run(int argc, char** argv) {
       exec::finalize_world();
       return 2;
     }
-    if (!a.flag("--quiet") && !r.losses.empty())
-      std::printf("trainplan run: %s, %d ranks, %d steps: loss %.4f -> %.4f, %.0f tokens/s\n", sc.name.c_str(),
-                  world.size(), (int)r.losses.size(), r.losses.front(), r.losses.back(), r.tokens_per_s);
+    if (!a.flag("--quiet") && !r.losses.empty()) {
+      // The throughput leaves out the run's first step (allocations, first touch of every page, caches: warm-up),
+      // as the iteration lines' means do not; say so, with the steps it covers.
+      const long first = r.first_step + 1, last = r.first_step + (long)r.losses.size();
+      const std::string over = r.losses.size() > 1 ? " over steps " + std::to_string(first + 1) + "-" + std::to_string(last) +
+                                                         " (step " + std::to_string(first) + " left out: warm-up)"
+                                                   : " (one step: warm-up included)";
+      std::printf("trainplan run: %s, %d ranks, %d steps: loss %.4f -> %.4f, %.0f tokens/s%s\n", sc.name.c_str(),
+                  world.size(), (int)r.losses.size(), r.losses.front(), r.losses.back(), r.tokens_per_s, over.c_str());
+    }
     if (r.stop_signal)
       std::fprintf(stderr, "stopped at step %ld; last checkpoint: %s\n", r.first_step + (long)r.losses.size(),
                    r.last_checkpoint.empty() ? "none (no --checkpoint-dir / --checkpoint-every)" : r.last_checkpoint.c_str());
@@ -430,17 +464,42 @@ int cmd_validate_published(int argc, char** argv) {
   return 0;
 }
 
+// catalog NAME: one entry (a GPU, cluster or model) exactly as the catalog holds it — the object a scenario takes
+// inline in place of the name, so a user can copy a cluster and grow it. Null when NAME is no entry.
+const json* catalog_entry(const std::string& name, std::string* kind) {
+  for (const char* k : {"gpus", "clusters", "models"})
+    if (const json* e = catalog_find(k, name)) {
+      *kind = k;
+      return e;
+    }
+  return nullptr;
+}
+
 int cmd_catalog(int argc, char** argv) {
   Args a = parse_args(argc, argv, 2, {"--json"}, {});
   std::vector<std::string> kinds = {"gpus", "clusters", "models"};
-  if (a.positional.size() == 1) {
-    if (std::find(kinds.begin(), kinds.end(), a.positional[0]) == kinds.end())
-      throw Usage("catalog kind must be gpus, clusters or models, got \"" + a.positional[0] + "\"");
-    kinds = {a.positional[0]};
-  } else if (a.positional.size() > 1) {
-    throw Usage("catalog takes at most one kind");
-  }
   std::string out = a.value("--json");
+  if (a.positional.size() == 1 && std::find(kinds.begin(), kinds.end(), a.positional[0]) == kinds.end()) {
+    std::string kind;
+    const json* e = catalog_entry(a.positional[0], &kind);
+    if (!e) {
+      std::vector<std::string> all = kinds;
+      for (const std::string& k : kinds)
+        for (const std::string& n : catalog_names(k)) all.push_back(n);
+      const std::string near = closest_name(a.positional[0], all);
+      throw Usage("catalog takes a kind (gpus, clusters, models) or an entry name, got \"" + a.positional[0] + "\"" +
+                  (near.empty() ? std::string() : "; did you mean \"" + near + "\"?"));
+    }
+    const std::string text = e->dump(2) + "\n";
+    if (out.empty() || out == "-") std::cout << text;
+    else write_file_atomic(out, text);
+    if (out.empty())
+      std::cerr << "(the " << kind.substr(0, kind.size() - 1) << " entry; a scenario takes this object in place of the name \""
+                << a.positional[0] << "\")\n";
+    return 0;
+  }
+  if (a.positional.size() > 1) throw Usage("catalog takes at most one kind or entry name");
+  if (a.positional.size() == 1) kinds = {a.positional[0]};
   json j = catalog_tables(kinds, out == "-" ? nullptr : &std::cout);
   if (out == "-") std::cout << j.dump(2) << "\n";
   else if (!out.empty()) write_file_atomic(out, j.dump(2) + "\n");

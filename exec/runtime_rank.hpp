@@ -294,7 +294,7 @@ struct RankRun {
   void enter(Loop& lp, size_t k);
   void reap(Loop& lp);
   int tag(Pass ps, int g, long long j) const;
-  void log_iteration(const Loop& lp, int step, double dt, double loss) const;
+  void log_iteration(Loop& lp, int step, double dt, double loss) const;
   std::vector<TensorView> state_tensors(int32_t* meta);
   void save_checkpoint(long next_step);
   long load_checkpoint(long step);

@@ -5,6 +5,8 @@
 // gathers, granular loads) are in place before its first piece and released after its last.
 #include "exec/runtime_rank.hpp"
 
+#include <ctime>
+
 namespace tp::exec {
 
 std::vector<uint16_t> load_run_tokens(const std::string& path, long long vocab);
@@ -34,6 +36,7 @@ struct RankRun<T>::Loop {
   std::deque<Buf<T>> sendbufs;  // the buffers of outstanding pipeline sends, oldest first
   RunResult res;
   double tok_after_first = 0, time_after_first = 0;
+  int last_logged = 0;  // the step (1-based) of the last iteration line: its interval starts after it
 };
 
 template <class T>
@@ -113,23 +116,43 @@ int RankRun<T>::tag(Pass ps, int g, long long j) const {
 }
 
 // Rank 0's iteration line with Megatron-LM's fields, every log_every steps whatever stderr is (log tools read
-// it); between them, on a terminal, the interactive progress line.
+// it); between them, on a terminal, the interactive progress line. As Megatron-LM, the line opens with the wall
+// clock and its time per iteration (and the throughputs from it) is the mean over the steps since the last line,
+// not the last step's. --metrics: the same numbers as one JSON line (exec/train.hpp RunOptions::metrics).
 template <class T>
-void RankRun<T>::log_iteration(const Loop& lp, int step, double dt, double loss) const {
+void RankRun<T>::log_iteration(Loop& lp, int step, double dt, double loss) const {
   const int log_every = o.log_every >= 0 ? o.log_every : (o.steps <= 20 ? 1 : 10);
-  const double tps = (double)gb * Tn / dt;
   if (log_every > 0 && ((step + 1) % log_every == 0 || step + 1 == o.steps)) {
+    const std::vector<double>& ts = lp.res.step_time_s;  // this run's steps (after a resume: from its first)
+    const size_t n = std::min(ts.size(), (size_t)std::max(1, step + 1 - lp.last_logged));
+    double sum_s = 0;
+    for (size_t i = ts.size() - n; i < ts.size(); ++i) sum_s += ts[i];
+    const double mean_s = n > 0 ? sum_s / (double)n : dt;
+    lp.last_logged = step + 1;
     const double model_flops = megatron_flops_per_iteration(sc.model, gb, Tn, false);
+    const double tflops = model_flops / mean_s / world.size() / 1e12, tokens_s = (double)gb * Tn / mean_s;
+    const double lr = learning_rate(o, step, lp.warmup), peak_mb = peak_memory_of(current_backend()) / 1e6;
+    const double gnorm = lp.res.grad_norm.empty() ? 0.0 : lp.res.grad_norm.back();
+    char stamp[32];
+    const std::time_t now = std::time(nullptr);
+    std::strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M:%S", std::localtime(&now));
     std::fprintf(stderr,
-                 "%s iteration %8d/%8d | consumed samples: %12lld | elapsed time per iteration (ms): %.1f | "
+                 "%s [%s] iteration %8d/%8d | consumed samples: %12lld | elapsed time per iteration (ms): %.1f | "
                  "throughput per GPU (TFLOP/s/GPU): %.4f | tokens per second: %.0f | learning rate: %.6E | "
                  "global batch size: %5lld | lm loss: %.6E | grad norm: %.4f | peak memory (MB): %.1f |\n",
-                 o.progress ? "\r" : "", step + 1, o.steps, (long long)(step + 1) * gb, dt * 1e3,
-                 model_flops / dt / world.size() / 1e12, tps, learning_rate(o, step, lp.warmup), gb, loss,
-                 lp.res.grad_norm.empty() ? 0.0 : lp.res.grad_norm.back(), peak_memory_of(current_backend()) / 1e6);
+                 o.progress ? "\r" : "", stamp, step + 1, o.steps, (long long)(step + 1) * gb, mean_s * 1e3, tflops,
+                 tokens_s, lr, gb, loss, gnorm, peak_mb);
+    if (o.metrics) {
+      const json line = {{"step", step + 1}, {"consumed_samples", (long long)(step + 1) * gb}, {"loss", loss},
+                         {"grad_norm", gnorm}, {"learning_rate", lr}, {"iteration_time_s", mean_s},
+                         {"iterations_averaged", (long long)n}, {"tokens_per_s", tokens_s}, {"tflops_per_gpu", tflops},
+                         {"peak_memory_bytes", peak_mb * 1e6}, {"timestamp", stamp}, {"unix_time_s", (long long)now}};
+      std::fprintf(o.metrics, "%s\n", line.dump().c_str());
+      std::fflush(o.metrics);
+    }
   } else if (o.progress) {
-    std::fprintf(stderr, "\rstep %d/%d  loss %.4f  %.0f tokens/s  ETA %.0f s   ", step + 1, o.steps, loss, tps,
-                 dt * (o.steps - step - 1));
+    std::fprintf(stderr, "\rstep %d/%d  loss %.4f  %.0f tokens/s  ETA %.0f s   ", step + 1, o.steps, loss,
+                 (double)gb * Tn / dt, dt * (o.steps - step - 1));
     if (step + 1 == o.steps) std::fprintf(stderr, "\n");
   }
   std::fflush(stderr);

@@ -10,6 +10,7 @@
 // own plan of any layout (exec/runtime_relayout.cpp). Plan keys check_runnable
 // refuses are rejected with exit code 2 before any rank starts work.
 #pragma once
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,9 @@ struct RunOptions {
   double device_budget_bytes = 0;  // plan.offload chunked: the device pool (arena) per rank in bytes;
                                    // 0 = gpu_memory_fraction x the scenario's cluster GPU hbm_bytes
   int log_every = -1;            // rank 0's iteration line every N steps (-1: 10, every step for runs <= 20; 0: none)
+  // --metrics: rank 0 writes one JSON line per logged step here (step, loss, grad norm, learning rate, mean time
+  // per iteration over the interval, tokens/s, TFLOP/s per GPU, peak memory), flushed at once; owned by the caller.
+  std::FILE* metrics = nullptr;
   int keep_checkpoints = 3;      // complete checkpoints kept (older ones removed after a newer one is complete)
   // training.precision "bf16": the GEMMs read the weights' bf16 copies (exec/gpt.hpp WeightCopies16). Off, each GEMM
   // rounds the T weights itself: the same values (tests compare the two), no copies held.

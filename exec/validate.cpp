@@ -4,14 +4,17 @@
 // only rank 0 simulates and assembles the report; measured per-class times are per steady step.
 #include "exec/validate.hpp"
 
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "exec/calibrate.hpp"
 #include "exec/prof.hpp"
@@ -73,6 +76,23 @@ std::vector<double> predicted_classes(const Result& res, int r) {
   return out;
 }
 
+// Cores this process may run on (its affinity mask; the machine's count when that is unavailable).
+int usable_cores() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return std::max(1, (int)std::thread::hardware_concurrency());
+}
+
+// Ranks of the job on this node: the launcher's local size (Open MPI, MPICH / Intel MPI, Slurm), else all of them.
+int local_ranks(int world_size) {
+  for (const char* v : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"})
+    if (const char* e = std::getenv(v)) {
+      const int n = std::atoi(e);
+      if (n > 0) return n;
+    }
+  return world_size;
+}
+
 // validate's machine-speed probe: the GEMM size (a point of calibrate's sweep, so the profile's curve holds it).
 constexpr long kProbeSize = 256;
 
@@ -132,6 +152,10 @@ json validate_run(const std::string& file, const json& profile, const std::strin
   const double probe_before = gemm_probe_flops_per_s(kProbeSize, world);
   detail::reset_peak_rss();  // (the probe's 0.5 GB of operands are not the run's; without a reset the RSS figure includes them)
   {  // a one-step warm-up run (not measured): first-touch page faults, malloc's adaptive thresholds, caches
+    if (world.rank() == 0)
+      std::fprintf(stderr, "validate: first a one-step warm-up run, not measured (first-touch page faults, the "
+                           "allocator's thresholds, caches): its \"iteration 1/1\" line; then the %d measured steps\n",
+                   ro.steps);
     RunOptions warm = ro;
     warm.steps = 1;
     prof::set_enabled(false);
@@ -147,7 +171,7 @@ json validate_run(const std::string& file, const json& profile, const std::strin
   const double probe_after = gemm_probe_flops_per_s(kProbeSize, world);
   const bool hooked = snap.steps > 0;  // the runtime calls prof::step_begin / step_end
   const double steady = hooked ? (double)snap.steps : (double)ro.steps;
-  std::vector<double> mine(kRow + 3, 0.0);
+  std::vector<double> mine(kRow + 4, 0.0);
   double tracked = 0;
   for (int c = 0; c < prof::kClasses; ++c) { mine[c] = snap.seconds[c] / steady; tracked += mine[c]; }
   double my_rss_peak = rr.peak_memory_bytes.empty() ? 0 : rr.peak_memory_bytes[std::min<size_t>(world.rank(), rr.peak_memory_bytes.size() - 1)];
@@ -156,6 +180,7 @@ json validate_run(const std::string& file, const json& profile, const std::strin
   const bool opt_off = rr.offload.on && rr.offload.kind != "chunked";  // optimizer or granular
   // Device memory: chunked offload's store figure; optimizer offload's = the heap less its pinned host state.
   mine[kRow + 2] = opt_off ? mine[kRow] - rr.offload.host_state_bytes : rr.offload.on ? rr.offload.peak_device_bytes_max : 0;
+  mine[kRow + 3] = my_rss_peak;  // what the iteration lines print as "peak memory (MB)": the whole process
   std::vector<double> all(mine.size() * R);
   world.all_gather(mine.data(), all.data(), (long)mine.size(), Dtype::f64);
   if (world.rank() != 0) return nullptr;
@@ -176,8 +201,9 @@ json validate_run(const std::string& file, const json& profile, const std::strin
   const double speed = 0.5 * (speed_before + speed_after);
   const size_t W = mine.size();
   auto meas = [&](int rank, int c) { return all[(size_t)rank * W + c]; };
-  double meas_heap = 0, meas_rss = 0, meas_dev = 0;
+  double meas_heap = 0, meas_rss = 0, meas_dev = 0, log_peak = 0;
   for (int k = 0; k < R; ++k) {
+    log_peak = std::max(log_peak, meas(k, kRow + 3));
     meas_heap = std::max(meas_heap, meas(k, kRow));
     meas_rss = std::max(meas_rss, meas(k, kRow + 1));
     meas_dev = std::max(meas_dev, meas(k, kRow + 2));
@@ -220,6 +246,7 @@ json validate_run(const std::string& file, const json& profile, const std::strin
                      {"tokens_per_s", res.tokens_per_s}}},
       {"measured", {{"step_time_s", meas_step}, {"step_times_s", rr.step_time_s}, {"peak_memory_bytes", meas_peak},
                     {"peak_heap_bytes", meas_heap}, {"peak_rss_growth_bytes", meas_rss},
+                    {"peak_process_bytes", log_peak},
                     {"peak_memory_kind", device ? "device" : "heap"},
                     {"tokens_per_s", rr.tokens_per_s}, {"losses", rr.losses}}},
       {"error", {{"step_time", rel_err(res.step_time_s, meas_step)}, {"peak_memory", rel_err(res.peak_bytes_per_gpu, meas_peak)}}},
@@ -238,12 +265,20 @@ json validate_run(const std::string& file, const json& profile, const std::strin
                          : json(nullptr)},
       {"per_rank", ranks}};
   if (rr.offload.kind == "granular") rep["offload"]["peak_loaded_bytes"] = rr.offload.peak_loaded_bytes;  // per step
+  rep["warnings"] = json::array();
+  const int cores = usable_cores(), local = local_ranks(world.size());
+  if (local > cores)
+    rep["warnings"].push_back(std::to_string(local) + " ranks on " + std::to_string(cores) +
+                              " cores: the ranks share cores, so the measured step time says nothing about the "
+                              "prediction (peak memory still compares)");
   return rep;
 }
 
 std::string validate_text(const json& r) {
   std::ostringstream os;
-  char b[256];
+  char b[512];
+  if (r.contains("warnings"))
+    for (const json& w : r["warnings"]) os << "warning: " << w.get<std::string>() << "\n";
   const double step_m = r["measured"]["step_time_s"].get<double>();
   // `small`: an op class under 1 % of the measured step, whose relative error means nothing ("—")
   auto line = [&](const char* name, double p, double m, const char* unit, double scale, bool small = false) {
@@ -268,6 +303,12 @@ std::string validate_text(const json& r) {
     os << b;
   }
   line(device ? "peak device memory" : "peak memory", r["predicted"]["peak_memory_bytes"], mz["peak_memory_bytes"], "MB", 1e-6);
+  if (mz.contains("peak_process_bytes")) {  // the iteration lines' figure, so that the two outputs agree
+    std::snprintf(b, sizeof b, "  %-22s %12s %12.4g MB  (the iteration lines' peak memory: the whole process, program, "
+                  "libraries and communication buffers included; the simulator predicts the tensors, compared above)\n",
+                  "peak process memory", "", mz["peak_process_bytes"].get<double>() * 1e-6);
+    os << b;
+  }
   if (device && mz.contains("peak_heap_bytes")) {
     std::snprintf(b, sizeof b, "  %-22s %12s %12.4g MB  (host pools included)\n", "peak heap", "",
                   mz["peak_heap_bytes"].get<double>() * 1e-6);

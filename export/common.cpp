@@ -2,9 +2,12 @@
 // run's accumulation and step counts, Megatron-style first / last stage layers, and shell formatting.
 #include <cmath>
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 
 #include "export/export.hpp"
+#include "sim/op_cost.hpp"
+#include "sim/run_estimate.hpp"
 
 namespace tp::exporting {
 
@@ -50,6 +53,9 @@ void refuse_common(const Scenario& sc, Refusals& r) {
   r.need(p.cp == 1 || p.attention == Attention::flash, "$.plan.attention",
          "context parallelism with unfused attention (trainplan's all-gather form; the frameworks run cp only inside "
          "a fused attention kernel)", "\"attention\": \"flash\" with the same cp (" + std::to_string(p.cp) + ")");
+  r.need(sc.model.rope_scaling_factor >= 0, "$.model.hf_config",
+         "a Hugging Face rope_scaling other than Llama 3.1's \"llama3\" (YaRN, linear, ...)",
+         "the model without that rope_scaling");
   r.need(p.offload.kind != OffloadKind::granular, "$.plan.offload.kind", "M6-10T granular layer offload (\"granular\")",
          "\"offload\": {\"kind\": \"optimizer\"} (ZeRO-Offload) where the target has it, else no offload");
 }
@@ -57,10 +63,75 @@ void refuse_common(const Scenario& sc, Refusals& r) {
 long long accumulation_steps(const Scenario& sc) { return sc.plan.num_microbatches; }
 
 long long train_steps(const Scenario& sc) {
-  if (sc.training.tokens <= 0) return 0;
   const double per_step = (double)sc.training.global_batch * (double)sc.training.seq_len;
-  return (long long)std::ceil(sc.training.tokens / per_step);
+  if (sc.training.tokens > 0) return (long long)std::ceil(sc.training.tokens / per_step);
+  // As sim/simulate.cpp: non-embedding parameters of the dense layers, Kaplan's stopping point or target_loss.
+  const double n_nonembed = (double)sc.model.layers * layer_params_full(sc.model);
+  const RunEstimate r = estimate_run(n_nonembed, per_step, 0, 1.0, 1, 0, 0, ScalingLaw{}, sc.training.target_loss);
+  return std::max(1LL, (long long)r.steps);
 }
+
+RunSettings run_settings(const Scenario& sc) {
+  RunSettings s;
+  s.opt = sc.training.optimizer;
+  s.steps = train_steps(sc);
+  s.warmup = std::min(s.steps, s.opt.warmup_of(s.steps));
+  s.min_lr = s.opt.min_lr_value();
+  s.save_every = std::min(s.steps, sc.training.checkpoint_every);
+  s.log_every = std::min(s.steps, sc.training.log_every);
+  return s;
+}
+
+Launch launch_of(const Scenario& sc) {
+  Launch l;
+  l.gpus_per_node = std::min(sc.cluster.gpus_per_node, sc.plan.gpus());
+  l.nodes = (sc.plan.gpus() + l.gpus_per_node - 1) / l.gpus_per_node;
+  return l;
+}
+
+// A Slurm job name: the scenario's name with anything but [A-Za-z0-9._-] replaced.
+static std::string job_name(const std::string& name) {
+  std::string s = name.empty() ? "trainplan" : name;
+  for (char& c : s)
+    if (!std::isalnum((unsigned char)c) && c != '.' && c != '_' && c != '-') c = '_';
+  return s;
+}
+
+std::string sbatch_header(const Scenario& sc, const std::string& about, int tasks_per_node, const std::string& data_what) {
+  const Launch l = launch_of(sc);
+  std::string s = "#!/bin/bash\n" + about;
+  s += "#SBATCH --job-name=" + job_name(sc.name) + "\n";
+  s += "#SBATCH --nodes=" + num((long long)l.nodes) + "\n";
+  s += "#SBATCH --ntasks-per-node=" + num((long long)tasks_per_node) + "\n";
+  s += "#SBATCH --gpus-per-node=" + num((long long)l.gpus_per_node) + "\n";
+  s += "#SBATCH --exclusive\n";
+  s += "set -euo pipefail\n\n";
+  s += "# The only placeholders: your data and tokenizer. Set them in the environment (sbatch --export) or here.\n";
+  s += "DATA_PATH=${DATA_PATH:?\"set DATA_PATH to " + data_what + "\"}\n";
+  s += "TOKENIZER=${TOKENIZER:?\"set TOKENIZER to your tokenizer (a Hugging Face name or folder; the model has a vocabulary of " +
+       num(sc.model.vocab) + " tokens)\"}\n";
+  s += "CKPT_DIR=${CKPT_DIR:-checkpoints/" + job_name(sc.name) + "}\n";
+  s += "export DATA_PATH TOKENIZER CKPT_DIR\n";
+  s += "# Rendezvous: the job's first node.\n";
+  s += "MASTER_ADDR=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n 1)\n";
+  s += "MASTER_PORT=${MASTER_PORT:-6000}\n";
+  s += "export MASTER_ADDR MASTER_PORT\n";
+  return s;
+}
+
+std::string pipeline_layout(const Plan& p, long long layers) {
+  const std::vector<int> ch = chunk_layers(p, layers);
+  std::string s = "'";
+  for (size_t g = 0; g < ch.size(); ++g) {
+    if (g) s += '|';
+    if (g == 0) s += 'E';
+    if (ch[g] > 0) s += ch[g] == 1 ? std::string("t") : "t*" + num((long long)ch[g]);  // Megatron unrolls x*n
+    if (g + 1 == ch.size()) s += 'L';
+  }
+  return s + "'";
+}
+
+bool recomputes_nothing(const Plan& p) { return p.recompute == Recompute::selective && p.attention == Attention::flash; }
 
 FirstLast first_last_layers(const Plan& p, long long layers) {
   FirstLast f;

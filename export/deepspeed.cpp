@@ -4,7 +4,11 @@
 // map one to one; optimizer offload is zero_optimization.offload_optimizer. What Megatron-DeepSpeed's pipeline
 // engine or ZeRO do not have (context parallelism — its --ds-sequence-parallel-size is Ulysses, another
 // algorithm —, interleaved or uneven stages, fp8, tp communication overlap, overlapped parameter gathers
-// outside ZeRO-3, MoE with pp) is refused, as are the techniques no target has.
+// outside ZeRO-3, MoE with pp, Llama 3.1 rope scaling) is refused, as are the techniques no target has. The output
+// is a Slurm batch script: one task per GPU under srun, each exec'ing pretrain_gpt.py with the rendezvous
+// variables (deepspeed.init_distributed reads them), with the start-up flags ZeRO needs (--cpu-optimizer for
+// optimizer offload, --create-moe-param-group for MoE) and the plan's every-layer MoE and fp32 gradient
+// accumulation / reduction stated (DeepSpeed's defaults differ).
 #include <algorithm>
 
 #include "export/export.hpp"
@@ -18,11 +22,18 @@ json ds_config(const Scenario& sc, Refusals& r) {
   json c = {{"train_batch_size", sc.training.global_batch},
             {"train_micro_batch_size_per_gpu", p.microbatch},
             {"gradient_accumulation_steps", accumulation_steps(sc)},
-            {"gradient_clipping", 1.0},
-            {"steps_per_print", 10}};
+            {"gradient_clipping", sc.training.optimizer.grad_clip},
+            {"steps_per_print", run_settings(sc).log_every}};
   if (sc.training.precision == Precision::bf16) c["bf16"] = {{"enabled", true}};
   if (sc.training.precision == Precision::fp16) c["fp16"] = {{"enabled", true}, {"initial_scale_power", 16}};
   r.need(sc.training.precision != Precision::fp8, "$.training.precision", "fp8 training", "\"precision\": \"bf16\"");
+  // DeepSpeed accumulates and reduces gradients in the model dtype unless told (the plan's grad_precision).
+  if (sc.training.precision == Precision::bf16 || sc.training.precision == Precision::fp16) {
+    const char* g = sc.training.grad_precision == Precision::fp32 ? "fp32"
+                    : sc.training.grad_precision == Precision::bf16 ? "bf16" : "fp16";
+    c["data_types"] = {{"grad_accum_dtype", g}};
+    c["communication_data_type"] = g;
+  }
   json z = {{"stage", p.zero}, {"overlap_comm", p.overlap_grad_reduce}, {"contiguous_gradients", true}};
   if (p.offload.kind == OffloadKind::optimizer) {
     r.need(p.zero >= 1, "$.plan.zero", "optimizer offload without ZeRO (DeepSpeed offloads ZeRO's partitions)",
@@ -31,6 +42,32 @@ json ds_config(const Scenario& sc, Refusals& r) {
   }
   c["zero_optimization"] = z;
   return c;
+}
+
+// Data, optimizer and schedule, checkpoints and logging (RunSettings; docs/export.md has the defaults).
+void run_args(const Scenario& sc, Options& o) {
+  const RunSettings rs = run_settings(sc);
+  o.push_back({"--data-path", "\"$DATA_PATH\""});
+  o.push_back({"--tokenizer-type", "HFTokenizer"});
+  o.push_back({"--tokenizer-model", "\"$TOKENIZER\""});
+  o.push_back({"--train-iters", num(rs.steps)});
+  o.push_back({"--optimizer", "adam"});
+  o.push_back({"--lr", num(rs.opt.lr)});
+  o.push_back({"--min-lr", num(rs.min_lr)});
+  o.push_back({"--lr-decay-style", lr_decay_name(rs.opt.decay)});
+  o.push_back({"--lr-decay-iters", num(rs.steps)});
+  o.push_back({"--lr-warmup-iters", num(rs.warmup)});
+  o.push_back({"--weight-decay", num(rs.opt.weight_decay)});
+  o.push_back({"--clip-grad", num(rs.opt.grad_clip)});
+  o.push_back({"--adam-beta1", num(rs.opt.beta1)});
+  o.push_back({"--adam-beta2", num(rs.opt.beta2)});
+  o.push_back({"--adam-eps", num(rs.opt.eps)});
+  o.push_back({"--save", "\"$CKPT_DIR\""});
+  o.push_back({"--load", "\"$CKPT_DIR\""});
+  o.push_back({"--save-interval", num(rs.save_every)});
+  o.push_back({"--log-interval", num(rs.log_every)});
+  o.push_back({"--eval-interval", num(rs.save_every)});
+  o.push_back({"--eval-iters", "10"});
 }
 
 Options megatron_ds_args(const Scenario& sc, Refusals& r) {
@@ -52,10 +89,14 @@ Options megatron_ds_args(const Scenario& sc, Refusals& r) {
     o.push_back({"--normalization", "rmsnorm"});
     o.push_back({"--use-rotary-position-embeddings", ""});
     o.push_back({"--no-position-embedding", ""});
+    o.push_back({"--rotary-position-embeddings-theta", num(m.rotary_base())});
+    r.need(m.rope_scaling_factor == 0, "$.model.rope_scaling", "Llama 3.1 rope scaling (Megatron-DeepSpeed has none)",
+           "no rope_scaling");
     r.need(!m.qkv_bias && !m.proj_bias && !m.mlp_bias, "$.model.qkv_bias",
            "biases on a SwiGLU model (Megatron-DeepSpeed's --disable-bias-linear is all or none)", "no biases");
     o.push_back({"--disable-bias-linear", ""});
   }
+  o.push_back({"--layernorm-epsilon", num(m.norm_epsilon())});
   if (!m.tied_embeddings) o.push_back({"--untie-embeddings-and-output-weights", ""});
   if (!m.dropout) {
     o.push_back({"--attention-dropout", "0.0"});
@@ -63,6 +104,11 @@ Options megatron_ds_args(const Scenario& sc, Refusals& r) {
   }
   if (m.moe.experts > 0) {
     o.push_back({"--num-experts", num(m.moe.experts)});
+    o.push_back({"--expert-interval", "1"});  // Megatron-DeepSpeed's default 2 makes every second layer MoE
+    // trainplan shards every expert over tp (as the dense MLP); Megatron-DeepSpeed replicates them without this.
+    if (p.tp > 1) o.push_back({"--enable-expert-tensor-parallelism", ""});
+    // ZeRO's optimizer asserts expert parameters in their own group (runtime/zero/stage_1_and_2.py).
+    if (p.zero >= 1) o.push_back({"--create-moe-param-group", ""});
     o.push_back({"--topk", num((long long)m.moe.top_k)});
     o.push_back({"--moe-expert-parallel-size", num((long long)p.ep)});
     o.push_back({"--moe-train-capacity-factor", num(m.moe.capacity_factor)});
@@ -84,12 +130,14 @@ Options megatron_ds_args(const Scenario& sc, Refusals& r) {
     o.push_back({"--recompute-granularity", "full"});
     o.push_back({"--recompute-method", "uniform"});
     o.push_back({"--deepspeed-activation-checkpointing", ""});
-  } else if (p.recompute == Recompute::selective) {
-    o.push_back({"--recompute-granularity", "selective"});
+  } else if (p.recompute == Recompute::selective && !recomputes_nothing(p)) {
+    o.push_back({"--recompute-granularity", "selective"});  // core attention (the unfused path only)
   }
   if (p.attention == Attention::flash) o.push_back({"--use-flash-attn-v2", ""});
   o.push_back({"--zero-stage", num((long long)p.zero)});
-  if (long long steps = train_steps(sc); steps > 0) o.push_back({"--train-iters", num(steps)});
+  // DeepSpeed's ZeRO-Offload runs DeepSpeedCPUAdam; without it deepspeed.initialize raises ZeRORuntimeException.
+  if (p.offload.kind == OffloadKind::optimizer) o.push_back({"--cpu-optimizer", ""});
+  run_args(sc, o);
   o.push_back({"--deepspeed", ""});
   o.push_back({"--deepspeed_config", "ds_config.json"});
   return o;
@@ -119,16 +167,19 @@ std::string export_deepspeed(const Scenario& sc, const std::string& file) {
   const Options args = megatron_ds_args(sc, r);
   r.throw_if_any();
   const Plan& p = sc.plan;
-  const int gpn = std::min(sc.cluster.gpus_per_node, p.gpus());
-  const int nodes = (p.gpus() + gpn - 1) / gpn;
-  std::string s = "#!/bin/sh\n# trainplan export --to deepspeed: scenario \"" + sc.name + "\" (" + file + ")\n";
-  s += "# DeepSpeed ZeRO-" + num((long long)p.zero) + " with Megatron-DeepSpeed for dp " + num((long long)p.dp) +
-       " x tp " + num((long long)p.tp) + " x pp " + num((long long)p.pp) + " = " + num((long long)p.gpus()) + " GPUs (" +
-       num((long long)nodes) + " node(s) of " + num((long long)gpn) + "). Add your data and tokenizer (--data-path,\n"
-       "# --tokenizer-type, ...; vocabulary " + num(sc.model.vocab) + " tokens) and a hostfile for several nodes.\n";
-  s += "cat > ds_config.json <<'EOF'\n" + cfg.dump(2) + "\nEOF\n";
-  return s + shell_lines("deepspeed --num_nodes " + num((long long)nodes) + " --num_gpus " + num((long long)gpn) +
-                             " pretrain_gpt.py",
+  const Launch l = launch_of(sc);
+  std::string about = "# trainplan export --to deepspeed: scenario \"" + sc.name + "\" (" + file + ")\n";
+  about += "# DeepSpeed ZeRO-" + num((long long)p.zero) + " with Megatron-DeepSpeed for dp " + num((long long)p.dp) +
+           " x tp " + num((long long)p.tp) + " x pp " + num((long long)p.pp) + " = " + num((long long)p.gpus()) + " GPUs (" +
+           num((long long)l.nodes) + " node(s) of " + num((long long)l.gpus_per_node) + ").\n";
+  if (recomputes_nothing(p))
+    about += "# plan.recompute \"selective\" under flash attention recomputes nothing in trainplan: no recompute flags.\n";
+  about += "# Submit from the Megatron-DeepSpeed folder: sbatch THIS_FILE (one task per GPU under srun).\n";
+  std::string s = sbatch_header(sc, about, l.gpus_per_node, "your data prefix (Megatron's .bin / .idx, without the suffix)");
+  s += "export CUDA_DEVICE_MAX_CONNECTIONS=1\n";
+  s += "cat > ds_config.json <<'EOF'\n" + cfg.dump(2) + "\nEOF\n\n";
+  return s + shell_lines("srun --kill-on-bad-exit=1 bash -c 'export RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID "
+                         "WORLD_SIZE=$SLURM_NTASKS; exec python pretrain_gpt.py \"$@\"' pretrain_gpt.py",
                          args);
 }
 

@@ -37,10 +37,33 @@ struct Refusals {
 };
 // Checks every target shares (delink, Optimus 2D, modular pipelines, layered accumulation).
 void refuse_common(const Scenario& sc, Refusals& r);
-// Gradient-accumulation steps (micro-batches per step per data rank) and optimizer steps of the run (0 when
-// the scenario gives no token count).
+// Gradient-accumulation steps (micro-batches per step per data rank) and optimizer steps of the run: from
+// training.tokens, else where `simulate` stops it (training.target_loss or Kaplan's compute-efficient point,
+// sim/run_estimate.hpp) — the same count `simulate --json` reports as training.steps.
 long long accumulation_steps(const Scenario& sc);
 long long train_steps(const Scenario& sc);
+// The run's optimizer and intervals (training.optimizer, checkpoint_every, log_every, with their defaults):
+// warm-up resolved against the run's steps, the checkpoint interval capped at the run.
+struct RunSettings {
+  OptimizerSettings opt;
+  long long steps = 0, warmup = 0, save_every = 0, log_every = 0;
+  double min_lr = 0;
+};
+RunSettings run_settings(const Scenario& sc);
+// Nodes and GPUs per node of the plan on the scenario's cluster (a plan smaller than a node takes part of one).
+struct Launch { int nodes = 1, gpus_per_node = 1; };
+Launch launch_of(const Scenario& sc);
+// The opening of every export's Slurm batch script: "#!/bin/bash", what it is (`about` lines, already "# "-prefixed),
+// the #SBATCH nodes / tasks / GPUs, then the only placeholders (DATA_PATH and TOKENIZER, required from the
+// environment with a message saying what they are), CKPT_DIR, and the rendezvous (MASTER_ADDR = the job's first
+// node, MASTER_PORT) — nothing defaults to localhost.
+std::string sbatch_header(const Scenario& sc, const std::string& about, int tasks_per_node, const std::string& data_what);
+// Megatron-Core's --pipeline-model-parallel-layout for the plan's chunks ("E" embedding, "t*n" n layers, "L" the
+// loss, "|" between the pp x v model chunks in looping order: chunk g on stage g mod pp), quoted for the shell.
+std::string pipeline_layout(const Plan& p, long long layers);
+// Under flash attention trainplan's selective recompute recomputes nothing (the kernel keeps no s x s tensor; see
+// docs/export.md): the exports then turn recompute off. Unfused: core attention (Megatron's "core_attn").
+bool recomputes_nothing(const Plan& p);
 // Megatron-style first / last pipeline-stage layer counts when the stages are uneven with an even middle:
 // {first, last}; {0, 0} for even stages and for the account_for_embedding / loss split (Megatron-LM refuses
 // both at once: its own flags state that split). `ok` false when the split has no such form.

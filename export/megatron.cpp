@@ -3,8 +3,12 @@
 // ZeRO-2 / ZeRO-3 = Megatron FSDP (--use-megatron-fsdp, sharding optim_grads / optim_grads_params, with the
 // distributed optimizer), optimizer offload = --optimizer-cpu-offload (with the distributed optimizer, as
 // Megatron requires); uneven stages =
-// --decoder-first/last-pipeline-num-layers; GPipe, modular pipelines, layered accumulation, Optimus 2D and the
-// chunked / granular offloads have no Megatron-LM equivalent and are refused.
+// --decoder-first/last-pipeline-num-layers, other splits = --pipeline-model-parallel-layout; GPipe, modular
+// pipelines, layered accumulation, Optimus 2D and the chunked / granular offloads have no Megatron-LM equivalent
+// and are refused. The output is a Slurm batch script: one task per GPU under srun, each exec'ing pretrain_gpt.py
+// with RANK / LOCAL_RANK / WORLD_SIZE from Slurm and MASTER_ADDR = the job's first node; the model fields
+// (rotary base and scaling, norm epsilon, ...) and the run's optimizer, schedule, checkpoint and log intervals
+// come from the scenario (docs/export.md has the defaults).
 #include <algorithm>
 
 #include "export/export.hpp"
@@ -26,10 +30,20 @@ void model_args(const Scenario& sc, Options& o, Refusals& r) {
   if (m.attn_head_dim > 0) o.push_back({"--kv-channels", num(m.attn_head_dim)});
   o.push_back({"--seq-length", num(sc.training.seq_len)});
   o.push_back({"--max-position-embeddings", num(std::max(sc.training.seq_len, m.seq_len))});
+  o.push_back({"--norm-epsilon", num(m.norm_epsilon())});
   if (m.activation == Activation::swiglu) {
     o.push_back({"--swiglu", ""});
     o.push_back({"--normalization", "RMSNorm"});
     o.push_back({"--position-embedding-type", "rope"});
+    o.push_back({"--rotary-base", num(m.rotary_base())});
+    if (m.rope_scaling_factor > 0) {
+      // Megatron-Core's Llama 3.1 scaling takes the factor; the frequency factors and original length are fixed.
+      r.need(m.rope_low_freq_factor == 1 && m.rope_high_freq_factor == 4 && m.rope_original_max_position == 8192,
+             "$.model.rope_scaling", "rope scaling with frequency factors other than 1 / 4 or an original length "
+             "other than 8192", "Llama 3.1's low_freq_factor 1, high_freq_factor 4, original_max_position 8192");
+      o.push_back({"--use-rope-scaling", ""});
+      o.push_back({"--rope-scaling-factor", num(m.rope_scaling_factor)});
+    }
     // Megatron's linear biases are all or none (--disable-bias-linear), plus optional q/k/v biases.
     r.need(m.proj_bias == m.mlp_bias, "$.model.mlp_bias",
            "biases on only some of the attention-output and MLP layers", "proj_bias = mlp_bias");
@@ -70,13 +84,14 @@ void plan_args(const Scenario& sc, Options& o, Refusals& r) {
   if (p.sequence_parallel) o.push_back({"--sequence-parallel", ""});
   r.need(!(p.pp > 1 && p.schedule == Schedule::gpipe), "$.plan.schedule", "the GPipe schedule",
          "\"schedule\": \"1f1b\"");
-  if (p.schedule == Schedule::interleaved && p.virtual_stages > 1)
+  if (p.schedule == Schedule::interleaved && p.virtual_stages > 1 && first_last_layers(p, sc.model.layers).ok)
     o.push_back({"--num-virtual-stages-per-pipeline-rank", num((long long)p.virtual_stages)});
   const FirstLast fl = first_last_layers(p, sc.model.layers);
-  r.need(fl.ok, "$.plan.stage_layers", "stages other than first / last around an even middle",
-         "first_stage_layers / last_stage_layers with the middle stages even");
-  if (fl.first > 0) o.push_back({"--decoder-first-pipeline-num-layers", num((long long)fl.first)});
-  if (fl.last > 0) o.push_back({"--decoder-last-pipeline-num-layers", num((long long)fl.last)});
+  if (!fl.ok) {  // any other split: the explicit layout (which also sets the virtual stages)
+    o.push_back({"--pipeline-model-parallel-layout", pipeline_layout(p, sc.model.layers)});
+  }
+  if (fl.ok && fl.first > 0) o.push_back({"--decoder-first-pipeline-num-layers", num((long long)fl.first)});
+  if (fl.ok && fl.last > 0) o.push_back({"--decoder-last-pipeline-num-layers", num((long long)fl.last)});
   if (p.account_for_embedding) o.push_back({"--account-for-embedding-in-pipeline-split", ""});
   if (p.account_for_loss) o.push_back({"--account-for-loss-in-pipeline-split", ""});
   o.push_back({"--micro-batch-size", num(p.microbatch)});
@@ -85,8 +100,10 @@ void plan_args(const Scenario& sc, Options& o, Refusals& r) {
     o.push_back({"--recompute-granularity", "full"});
     o.push_back({"--recompute-method", "uniform"});
     o.push_back({"--recompute-num-layers", "1"});
-  } else if (p.recompute == Recompute::selective) {
+  } else if (p.recompute == Recompute::selective && !recomputes_nothing(p)) {
+    // trainplan's selective = Korthikanti's core attention; named, since recompute_modules' default may change.
     o.push_back({"--recompute-granularity", "selective"});
+    o.push_back({"--recompute-modules", "core_attn"});
   }
   // Megatron FSDP runs with the distributed optimizer too (docs/source/api-guide/custom_fsdp.md and the fsdp_dtensor
   // functional tests; the precision-aware optimizer of --optimizer-cpu-offload asserts it).
@@ -120,7 +137,11 @@ void plan_args(const Scenario& sc, Options& o, Refusals& r) {
 void precision_args(const Scenario& sc, Options& o) {
   switch (sc.training.precision) {
     case Precision::bf16: o.push_back({"--bf16", ""}); break;
-    case Precision::fp16: o.push_back({"--fp16", ""}); break;
+    case Precision::fp16:
+      o.push_back({"--fp16", ""});
+      // Megatron sets fp32 main gradients itself only for bf16; the plan's fp32 gradients need the flag under fp16.
+      if (sc.training.grad_precision == Precision::fp32) o.push_back({"--accumulate-allreduce-grads-in-fp32", ""});
+      break;
     case Precision::fp8:  // Transformer Engine: e4m3 forward, e5m2 gradients, delayed scaling
       o.push_back({"--bf16", ""});
       o.push_back({"--fp8-format", "hybrid"});
@@ -129,6 +150,32 @@ void precision_args(const Scenario& sc, Options& o) {
     case Precision::fp32: break;
   }
   if (sc.training.grad_precision == Precision::bf16) o.push_back({"--grad-reduce-in-bf16", ""});
+}
+
+// Data, optimizer and its schedule, checkpoints and logging (RunSettings; docs/export.md has the defaults).
+void run_args(const Scenario& sc, Options& o) {
+  const RunSettings rs = run_settings(sc);
+  o.push_back({"--data-path", "\"$DATA_PATH\""});
+  o.push_back({"--tokenizer-type", "HuggingFaceTokenizer"});
+  o.push_back({"--tokenizer-model", "\"$TOKENIZER\""});
+  o.push_back({"--train-iters", num(rs.steps)});
+  o.push_back({"--optimizer", "adam"});
+  o.push_back({"--lr", num(rs.opt.lr)});
+  o.push_back({"--min-lr", num(rs.min_lr)});
+  o.push_back({"--lr-decay-style", lr_decay_name(rs.opt.decay)});
+  o.push_back({"--lr-decay-iters", num(rs.steps)});
+  o.push_back({"--lr-warmup-iters", num(rs.warmup)});
+  o.push_back({"--weight-decay", num(rs.opt.weight_decay)});
+  o.push_back({"--clip-grad", num(rs.opt.grad_clip)});
+  o.push_back({"--adam-beta1", num(rs.opt.beta1)});
+  o.push_back({"--adam-beta2", num(rs.opt.beta2)});
+  o.push_back({"--adam-eps", num(rs.opt.eps)});
+  o.push_back({"--save", "\"$CKPT_DIR\""});
+  o.push_back({"--load", "\"$CKPT_DIR\""});
+  o.push_back({"--save-interval", num(rs.save_every)});
+  o.push_back({"--log-interval", num(rs.log_every)});
+  o.push_back({"--eval-interval", num(rs.save_every)});
+  o.push_back({"--eval-iters", "10"});
 }
 
 }  // namespace
@@ -140,21 +187,22 @@ std::string export_megatron(const Scenario& sc, const std::string& file) {
   model_args(sc, o, r);
   plan_args(sc, o, r);
   precision_args(sc, o);
-  if (long long steps = train_steps(sc); steps > 0) o.push_back({"--train-iters", num(steps)});
+  run_args(sc, o);
   r.throw_if_any();
   const Plan& p = sc.plan;
-  const int gpn = std::min(sc.cluster.gpus_per_node, p.gpus());
-  const int nodes = (p.gpus() + gpn - 1) / gpn;
-  std::string s = "#!/bin/sh\n# trainplan export --to megatron: scenario \"" + sc.name + "\" (" + file + ")\n";
-  s += "# Megatron-LM (core_v0.15.3 arguments) pretrain_gpt.py for dp " + num((long long)p.dp) + " x cp " +
-       num((long long)p.cp) + " x tp " + num((long long)p.tp) + " x pp " + num((long long)p.pp) + " = " +
-       num((long long)p.gpus()) + " GPUs (" + num((long long)nodes) + " node(s) of " + num((long long)gpn) +
-       "); gradient accumulation " + num(accumulation_steps(sc)) + " micro-batches per step.\n";
-  s += "# Add your data and tokenizer (--data-path, --tokenizer-type, ...; vocabulary " + num(sc.model.vocab) +
-       " tokens), optimizer and checkpoint arguments. Run on every node with its NODE_RANK and MASTER_ADDR.\n";
-  s += "export CUDA_DEVICE_MAX_CONNECTIONS=" + std::string(p.zero >= 2 ? "8" : "1") + "\n";
-  return s + shell_lines("torchrun --nnodes " + num((long long)nodes) + " --nproc-per-node " + num((long long)gpn) +
-                             " --node-rank ${NODE_RANK:-0} --master-addr ${MASTER_ADDR:-localhost} --master-port 6000 pretrain_gpt.py",
+  const Launch l = launch_of(sc);
+  std::string about = "# trainplan export --to megatron: scenario \"" + sc.name + "\" (" + file + ")\n";
+  about += "# Megatron-LM (core_v0.15.3 arguments) pretrain_gpt.py for dp " + num((long long)p.dp) + " x cp " +
+           num((long long)p.cp) + " x tp " + num((long long)p.tp) + " x pp " + num((long long)p.pp) + " = " +
+           num((long long)p.gpus()) + " GPUs (" + num((long long)l.nodes) + " node(s) of " + num((long long)l.gpus_per_node) +
+           "); gradient accumulation " + num(accumulation_steps(sc)) + " micro-batches per step.\n";
+  if (recomputes_nothing(p))
+    about += "# plan.recompute \"selective\" under flash attention recomputes nothing in trainplan: no recompute flags.\n";
+  about += "# Submit from the Megatron-LM folder: sbatch THIS_FILE (one task per GPU; srun starts pretrain_gpt.py).\n";
+  std::string s = sbatch_header(sc, about, l.gpus_per_node, "your data prefix (Megatron's .bin / .idx, without the suffix)");
+  s += "export CUDA_DEVICE_MAX_CONNECTIONS=" + std::string(p.zero >= 2 ? "8" : "1") + "\n\n";
+  return s + shell_lines("srun --kill-on-bad-exit=1 bash -c 'export RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID "
+                         "WORLD_SIZE=$SLURM_NTASKS; exec python pretrain_gpt.py \"$@\"' pretrain_gpt.py",
                          o);
 }
 

@@ -152,6 +152,27 @@ void read_biases(HfReader& r, const std::string& model_type, Transformer& m) {
   m.mlp_bias = r.boolean("mlp_bias", false);
 }
 
+// What a framework needs to build the same model but costs nothing: the rotary base, the norm epsilon and Llama
+// 3.1's rope scaling (rope_type "llama3"); another scaling type (YaRN, linear, ...) is recorded as factor -1, which
+// export refuses (no target states it here), with no warning, since it changes no cost.
+void read_export_fields(HfReader& r, Transformer& m) {
+  m.rope_theta = r.number({"rope_theta"}, 0, lim::rope_theta);
+  m.norm_eps = r.number({"rms_norm_eps", "layer_norm_epsilon", "layer_norm_eps"}, 0, lim::norm_eps);
+  const json* rs = r.find("rope_scaling");
+  if (!rs) return;
+  if (!rs->is_object()) { r.issues.add_got(r.at("rope_scaling"), "an object or null", *rs); return; }
+  HfReader sub{*rs, r.file, r.path + ".rope_scaling", r.issues};
+  std::string type = sub.string({"rope_type", "type"}, "", "a string");
+  if (type != "llama3") {
+    m.rope_scaling_factor = -1;
+    return;
+  }
+  m.rope_scaling_factor = sub.number({"factor"}, 8, lim::rope_factor);
+  m.rope_low_freq_factor = sub.number({"low_freq_factor"}, 1, lim::rope_freq_factor);
+  m.rope_high_freq_factor = sub.number({"high_freq_factor"}, 4, lim::rope_freq_factor);
+  m.rope_original_max_position = sub.integer({"original_max_position_embeddings"}, 8192, false, lim::rope_original);
+}
+
 // Cost-changing keys trainplan does not model: one warning each.
 void warn_unmodelled(HfReader& r, Transformer& m) {
   for (const char* k : {"q_lora_rank", "kv_lora_rank"})
@@ -196,6 +217,7 @@ Transformer read_hf_config(const std::string& file, const std::string& path, Iss
   read_biases(r, model_type, m);
   read_moe(r, m);  // after an error its result is discarded; it still reports its own fields' problems
   warn_unmodelled(r, m);
+  read_export_fields(r, m);
   if (issues.messages.size() == before) check_transformer_shape(m, path, issues);
   return m;
 }

@@ -38,6 +38,12 @@ inline constexpr Limit moe_every{"model.moe.every", 1, 10000, K::integer, "at mo
 inline constexpr Limit moe_ffn_hidden{"model.moe.ffn_hidden", 1, 16777216, K::integer, "as ffn_hidden"};
 inline constexpr Limit shared_ffn_hidden{"model.moe.shared_ffn_hidden", 0, 16777216, K::integer, "as ffn_hidden"};
 inline constexpr Limit aux_loss_coeff{"model.moe.aux_loss_coeff", 0, 100, K::number, "typical 0.001-0.01"};
+inline constexpr Limit rope_theta{"model.rope_theta", 1, 1e12, K::number, "Llama 3: 500000; Qwen2: 1e6"};
+inline constexpr Limit norm_eps{"model.norm_eps", 0, 1, K::open_number, "typical 1e-6 to 1e-5"};
+inline constexpr Limit rope_factor{"model.rope_scaling.factor", 0, 10000, K::open_number, "Llama 3.1: 8"};
+inline constexpr Limit rope_freq_factor{"model.rope_scaling.*_freq_factor", 0, 10000, K::open_number, "Llama 3.1: 1 and 4"};
+inline constexpr Limit rope_original{"model.rope_scaling.original_max_position", 1, 100000000, K::integer,
+                                     "Llama 3.1: 8192"};
 // cluster
 inline constexpr Limit nodes{"cluster.nodes", 1, 1000000, K::integer, "10^6 nodes"};
 inline constexpr Limit gpus_per_node{"cluster.gpus_per_node", 1, 1024, K::integer, "NVL72 racks: 72"};
@@ -76,6 +82,16 @@ inline constexpr Limit global_batch{"training.global_batch", 1, 100000000, K::in
 inline constexpr Limit seq_len{"training.seq_len", 1, 100000000, K::integer, "10^8 tokens"};
 inline constexpr Limit tokens{"training.tokens", 0, 1e16, K::open_number, "~300x the largest public run (also delink)"};
 inline constexpr Limit target_loss{"training.target_loss", 0, 100, K::open_number, "nats per token"};
+// training.optimizer and the run's intervals (export only; they change no cost)
+inline constexpr Limit lr{"training.optimizer.lr", 0, 10, K::open_number, "typical 1e-4 to 3e-3"};
+inline constexpr Limit min_lr{"training.optimizer.min_lr", 0, 10, K::number, "typical lr / 10"};
+inline constexpr Limit warmup_steps{"training.optimizer.warmup_steps", 0, 1000000000, K::integer, "typical 2,000"};
+inline constexpr Limit weight_decay{"training.optimizer.weight_decay", 0, 10, K::number, "typical 0.1"};
+inline constexpr Limit grad_clip{"training.optimizer.grad_clip", 0, 1000000, K::number, "typical 1.0; 0 = off"};
+inline constexpr Limit adam_beta{"training.optimizer.beta*", 0, 1, K::number, "typical 0.9 and 0.95"};
+inline constexpr Limit adam_eps{"training.optimizer.eps", 0, 1, K::open_number, "typical 1e-8"};
+inline constexpr Limit checkpoint_every{"training.checkpoint_every", 1, 1000000000, K::integer, "steps; typical 1,000"};
+inline constexpr Limit log_every{"training.log_every", 1, 1000000000, K::integer, "steps; typical 10"};
 // plan (also search.fix)
 inline constexpr Limit dp{"plan.dp", 1, 16777216, K::integer, "2^24 GPUs"};
 inline constexpr Limit tp{"plan.tp", 1, 65536, K::integer, "typical <= 64"};
@@ -112,12 +128,15 @@ inline constexpr Limit eth_nics{"search.compare.ethernet_nics_per_node", 1, 64, 
 inline constexpr const Limit* kAllLimits[] = {
     &lim::layers, &lim::hidden, &lim::heads, &lim::kv_heads, &lim::head_dim, &lim::ffn_hidden, &lim::vocab,
     &lim::model_seq_len, &lim::sliding_window, &lim::experts, &lim::top_k, &lim::capacity_factor, &lim::moe_every,
-    &lim::moe_ffn_hidden, &lim::shared_ffn_hidden, &lim::aux_loss_coeff, &lim::nodes, &lim::gpus_per_node, &lim::intra_bw,
+    &lim::moe_ffn_hidden, &lim::shared_ffn_hidden, &lim::aux_loss_coeff, &lim::rope_theta, &lim::norm_eps,
+    &lim::rope_factor, &lim::rope_freq_factor, &lim::rope_original, &lim::nodes, &lim::gpus_per_node, &lim::intra_bw,
     &lim::intra_latency, &lim::nics_per_node, &lim::nic_bits, &lim::oversubscription, &lim::nodes_per_leaf,
     &lim::inter_latency, &lim::host_memory, &lim::pcie_bw, &lim::cpu_cores, &lim::host_mem_bw, &lim::price,
     &lim::cluster_power, &lim::nccl_buffer, &lim::matrix_flops, &lim::vector_flops, &lim::hbm_bytes, &lim::hbm_bw,
     &lim::curve_size, &lim::curve_eff, &lim::tile_rows, &lim::sm_count, &lim::kernel_overhead, &lim::gpu_power,
     &lim::framework_bytes, &lim::fragmentation, &lim::global_batch, &lim::seq_len, &lim::tokens, &lim::target_loss,
+    &lim::lr, &lim::min_lr, &lim::warmup_steps, &lim::weight_decay, &lim::grad_clip, &lim::adam_beta, &lim::adam_eps,
+    &lim::checkpoint_every, &lim::log_every,
     &lim::dp, &lim::tp, &lim::pp, &lim::virtual_stages, &lim::microbatch, &lim::zero, &lim::ep, &lim::cp,
     &lim::stage_layers, &lim::first_stage_layers, &lim::last_stage_layers, &lim::offload_layer,
     &lim::offload_fraction, &lim::prefetch_layers, &lim::chunk_elements, &lim::gpu_memory_fraction,

@@ -5,6 +5,7 @@
 // ep divides dp and the model's experts; stage_layers is empty or pp positive counts summing to the layers,
 // not all equal; offload.layers is sorted, unique and within [0, layers).
 #pragma once
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -58,6 +59,22 @@ struct Offload {
   bool on() const { return kind != OffloadKind::none; }
 };
 
+// The optimizer and its learning-rate schedule (JSON training.optimizer): what a framework's run needs beyond the
+// plan (export/). They change no simulated cost. Defaults (docs/export.md): AdamW, lr 3e-4 decaying by cosine to
+// lr / 10 over the run, warm-up 1 % of the steps (warmup_steps -1), weight decay 0.1, clipping at 1.0, betas 0.9 /
+// 0.95, eps 1e-8; a checkpoint every 1000 steps and a log line every 10.
+enum class LrDecay { cosine = 0, linear = 1, constant = 2 };
+struct OptimizerSettings {
+  double lr = 3e-4;
+  double min_lr = -1;             // -1 = lr / 10
+  LrDecay decay = LrDecay::cosine;
+  long long warmup_steps = -1;    // -1 = 1 % of the run's steps (at least 1)
+  double weight_decay = 0.1, grad_clip = 1.0, beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
+  double min_lr_value() const { return min_lr >= 0 ? min_lr : lr / 10; }
+  long long warmup_of(long long steps) const { return warmup_steps >= 0 ? warmup_steps : std::max(1LL, steps / 100); }
+};
+const char* lr_decay_name(LrDecay d);
+
 struct Training {
   long long global_batch = 0;  // sequences per optimizer step
   long long seq_len = 0;       // tokens per sequence (defaults to the model's)
@@ -68,6 +85,10 @@ struct Training {
   // The framework's kernels: a name in the GPU's "kernel_profiles" whose curves replace the GPU's own (which
   // describe Megatron-Core / Transformer Engine); "" = the GPU's own. Applied to the scenario's GPU at load.
   std::string kernel_profile;
+  OptimizerSettings optimizer;
+  bool optimizer_given = false;      // training.optimizer was in the scenario (echoed by scenario_to_json)
+  long long checkpoint_every = 1000; // steps between checkpoints (export)
+  long long log_every = 10;          // steps between log lines (export)
 };
 
 struct Plan {

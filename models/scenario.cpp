@@ -41,6 +41,7 @@ const char* offload_kind_name(OffloadKind k) {
   return "?";
 }
 
+const char* lr_decay_name(LrDecay d) { return d == LrDecay::linear ? "linear" : d == LrDecay::constant ? "constant" : "cosine"; }
 const char* attention_name(Attention a) { return a == Attention::unfused ? "unfused" : "flash"; }
 
 int Plan::tp_q() const {
@@ -63,6 +64,33 @@ Scenario pseudo_phase(const Scenario& sc) {
   return ps;
 }
 
+// training.optimizer = {lr, min_lr, decay, warmup_steps, weight_decay, grad_clip, beta1, beta2, eps}.
+static OptimizerSettings read_optimizer(const json& v, const std::string& path, Issues& issues) {
+  OptimizerSettings o;
+  Reader r(v, path, issues);
+  if (!r.ok()) return o;
+  o.lr = r.opt_num("lr", o.lr, lim::lr);
+  o.min_lr = r.opt_num("min_lr", o.min_lr_value(), lim::min_lr);
+  o.decay = (LrDecay)r.opt_enum("decay", {"cosine", "linear", "constant"}, 0);
+  o.warmup_steps = r.opt_int("warmup_steps", -1, lim::warmup_steps);
+  o.weight_decay = r.opt_num("weight_decay", o.weight_decay, lim::weight_decay);
+  o.grad_clip = r.opt_num("grad_clip", o.grad_clip, lim::grad_clip);
+  o.beta1 = r.opt_num("beta1", o.beta1, lim::adam_beta);
+  o.beta2 = r.opt_num("beta2", o.beta2, lim::adam_beta);
+  o.eps = r.opt_num("eps", o.eps, lim::adam_eps);
+  r.finish({"lr", "min_lr", "decay", "warmup_steps", "weight_decay", "grad_clip", "beta1", "beta2", "eps"});
+  if (o.min_lr > o.lr) issues.add(r.at("min_lr"), "must not exceed lr (" + std::to_string(o.lr) + ")");
+  return o;
+}
+
+static json optimizer_to_json(const OptimizerSettings& o) {
+  json j = {{"lr", o.lr}, {"min_lr", o.min_lr_value()}, {"decay", lr_decay_name(o.decay)},
+            {"weight_decay", o.weight_decay}, {"grad_clip", o.grad_clip}, {"beta1", o.beta1}, {"beta2", o.beta2},
+            {"eps", o.eps}};
+  if (o.warmup_steps >= 0) j["warmup_steps"] = o.warmup_steps;
+  return j;
+}
+
 static Training read_training(const json& v, const Transformer& m, Issues& issues, bool batch_optional) {
   Training t;
   Reader r(v, "$.training", issues);
@@ -76,7 +104,14 @@ static Training read_training(const json& v, const Transformer& m, Issues& issue
   t.precision = (Precision)r.opt_enum("precision", {"fp32", "fp16", "bf16", "fp8"}, 1);
   t.grad_precision = (Precision)r.opt_enum("grad_precision", {"fp32", "fp16", "bf16"}, 0);
   t.kernel_profile = r.opt_str("kernel_profile", "");
-  r.finish({"global_batch", "seq_len", "tokens", "target_loss", "precision", "grad_precision", "kernel_profile"});
+  if (const json* o = r.get("optimizer")) {
+    t.optimizer = read_optimizer(*o, r.at("optimizer"), issues);
+    t.optimizer_given = true;
+  }
+  t.checkpoint_every = r.opt_int("checkpoint_every", t.checkpoint_every, lim::checkpoint_every);
+  t.log_every = r.opt_int("log_every", t.log_every, lim::log_every);
+  r.finish({"global_batch", "seq_len", "tokens", "target_loss", "precision", "grad_precision", "kernel_profile",
+            "optimizer", "checkpoint_every", "log_every"});
   return t;
 }
 
@@ -374,6 +409,9 @@ json scenario_to_json(const Scenario& s) {
           {"plan", plan}};
   if (s.training.target_loss > 0) out["training"]["target_loss"] = s.training.target_loss;
   if (!s.training.kernel_profile.empty()) out["training"]["kernel_profile"] = s.training.kernel_profile;
+  if (s.training.optimizer_given) out["training"]["optimizer"] = optimizer_to_json(s.training.optimizer);
+  if (s.training.checkpoint_every != Training{}.checkpoint_every) out["training"]["checkpoint_every"] = s.training.checkpoint_every;
+  if (s.training.log_every != Training{}.log_every) out["training"]["log_every"] = s.training.log_every;
   if (s.search) {
     out.erase("plan");
     out["search"] = search_to_json(*s.search);

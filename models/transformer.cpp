@@ -42,6 +42,17 @@ static Moe read_moe(const json& v, const std::string& path, long long layers, Is
   return moe;
 }
 
+// model.rope_scaling = {factor, low_freq_factor, high_freq_factor, original_max_position} (Llama 3.1's "llama3").
+static void read_rope_scaling(const json& v, const std::string& path, Transformer& m, Issues& issues) {
+  Reader r(v, path, issues);
+  if (!r.ok()) return;
+  m.rope_scaling_factor = r.req_num("factor", lim::rope_factor);
+  m.rope_low_freq_factor = r.opt_num("low_freq_factor", 1, lim::rope_freq_factor);
+  m.rope_high_freq_factor = r.opt_num("high_freq_factor", 4, lim::rope_freq_factor);
+  m.rope_original_max_position = r.opt_int("original_max_position", 8192, lim::rope_original);
+  r.finish({"factor", "low_freq_factor", "high_freq_factor", "original_max_position"});
+}
+
 static Transformer read_inline(const json& v, const std::string& path, Issues& issues) {
   Transformer m;
   size_t before = issues.messages.size();
@@ -70,8 +81,12 @@ static Transformer read_inline(const json& v, const std::string& path, Issues& i
   }
   m.sliding_window = r.opt_int("sliding_window", 0, lim::sliding_window);
   if (m.sliding_window > 0) m.source = path;
+  m.rope_theta = r.opt_num("rope_theta", 0, lim::rope_theta);
+  m.norm_eps = r.opt_num("norm_eps", 0, lim::norm_eps);
+  if (const json* rs = r.get("rope_scaling")) read_rope_scaling(*rs, r.at("rope_scaling"), m, issues);
   r.finish({"name", "about", "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len", "activation",
-            "tied_embeddings", "dropout", "moe", "head_dim", "qkv_bias", "proj_bias", "mlp_bias", "sliding_window"});
+            "tied_embeddings", "dropout", "moe", "head_dim", "qkv_bias", "proj_bias", "mlp_bias", "sliding_window",
+            "rope_theta", "norm_eps", "rope_scaling"});
   // shapes of defaulted fields would mislead
   if (issues.messages.size() == before) check_transformer_shape(m, path, issues);
   return m;
@@ -133,6 +148,12 @@ json transformer_to_json(const Transformer& m) {
     if (m.mlp_bias) j["mlp_bias"] = true;
   }
   if (m.sliding_window > 0) j["sliding_window"] = m.sliding_window;
+  if (m.rope_theta > 0) j["rope_theta"] = m.rope_theta;
+  if (m.norm_eps > 0) j["norm_eps"] = m.norm_eps;
+  if (m.rope_scaling_factor > 0)
+    j["rope_scaling"] = {{"factor", m.rope_scaling_factor}, {"low_freq_factor", m.rope_low_freq_factor},
+                         {"high_freq_factor", m.rope_high_freq_factor},
+                         {"original_max_position", m.rope_original_max_position}};
   return j;
 }
 

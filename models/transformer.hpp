@@ -48,6 +48,14 @@ struct Transformer {
   bool mlp_bias = false;        // SwiGLU models: biases on the MLP's gate, up and down projections (Llama mlp_bias)
   long long sliding_window = 0; // attention window of the source config; not modelled (the scenario warns), 0 = none
   std::string source;           // where the model came from, for warnings (the hf_config file, or the JSON path)
+  // Fields that change no cost but that a framework needs to build the same model (export/); 0 = the default.
+  double rope_theta = 0;        // rotary base (Llama 3 500000, Mixtral / Qwen2 1e6); 0 = 10000 (Megatron's default)
+  double norm_eps = 0;          // RMSNorm / LayerNorm epsilon; 0 = 1e-5
+  // Llama 3.1 rope scaling (HF rope_scaling with rope_type "llama3"); factor 0 = none.
+  double rope_scaling_factor = 0, rope_low_freq_factor = 1, rope_high_freq_factor = 4;
+  long long rope_original_max_position = 8192;
+  double rotary_base() const { return rope_theta > 0 ? rope_theta : 10000.0; }
+  double norm_epsilon() const { return norm_eps > 0 ? norm_eps : 1e-5; }
   long long head_dim() const { return attn_head_dim > 0 ? attn_head_dim : hidden / heads; }
   long long q_width() const { return heads * head_dim(); }  // width of Q and of the projection's input
   long long expert_ffn() const { return moe.ffn_hidden > 0 ? moe.ffn_hidden : ffn_hidden; }

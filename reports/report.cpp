@@ -49,8 +49,13 @@ Spec adhoc_spec(const std::vector<std::string>& files, const std::vector<json>& 
     all.push_back(r.id);
     s.runs.push_back(r);
   }
+  // The title names the scenarios by their "name" (what their results and tables call them), else the file.
   s.title = "trainplan report: ";
-  for (size_t i = 0; i < all.size(); ++i) s.title += (i ? ", " : "") + all[i];
+  for (size_t i = 0; i < all.size(); ++i) {
+    const bool named = texts[i].is_object() && texts[i].contains("name") && texts[i]["name"].is_string() &&
+                       !texts[i]["name"].get<std::string>().empty();
+    s.title += (i ? ", " : "") + (named ? texts[i]["name"].get<std::string>() : all[i]);
+  }
   FigureSpec b;
   b.kind = FigureKind::breakdown;
   b.runs = all;

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -62,7 +63,9 @@ struct Back {
   bool sp = false, offload = false;
   bool acc_emb = false, acc_loss = false;   // Megatron's account_for_embedding / loss_in_pipeline_split
   int first_less = 0, last_less = 0, layers_per_stage = 0;  // TorchTitan's pipeline split
+  std::string fqns;                         // TorchTitan's module_fqns_per_model_part, when given
   std::string moe_pattern;                  // Megatron --moe-layer-freq / NeMo moe_layer_freq, as given
+  std::vector<int> layout;                  // Megatron / NeMo pipeline_model_parallel_layout's chunks, when given
 };
 
 // The layers of every model chunk (looping order) that Megatron-LM builds from its split options
@@ -70,6 +73,7 @@ struct Back {
 // chunk, the first / last chunk one fewer; else first / last stage as given, the middle stages even; each stage's
 // layers split evenly over its v chunks.
 std::vector<int> megatron_chunks(long long L, const Back& b) {
+  if (!b.layout.empty()) return b.layout;
   std::vector<int> c((size_t)b.pp * b.v);
   if ((b.acc_emb || b.acc_loss) && (b.first > 0 || b.last > 0)) return {};  // Megatron-Core raises ValueError
   if (b.acc_emb || b.acc_loss) {
@@ -93,6 +97,21 @@ std::vector<int> megatron_chunks(long long L, const Back& b) {
 // generate_llm_fqn_per_model_part): L + first_less + last_less split evenly over the stages, the remainder to
 // the first ones; the first (last) stage gives first_less (last_less) of its share to the embedding (output).
 std::vector<int> titan_chunks(long long L, const Back& b) {
+  if (!b.fqns.empty()) {  // [["tok_embeddings", "layers.0", ...], ...]: layers per part, consecutive from 0
+    std::vector<int> c;
+    long long next = 0;
+    for (size_t i = 0; i < b.fqns.size(); ++i) {
+      if (b.fqns[i] == '[' && i > 0) c.push_back(0);
+      if (b.fqns.compare(i, 8, "\"layers.") == 0) {
+        EXPECT_EQ(std::stoll(b.fqns.substr(i + 8)), next++) << b.fqns;
+        ++c.back();
+      }
+    }
+    EXPECT_EQ(next, L);
+    EXPECT_EQ(b.fqns.find("[[\"tok_embeddings\""), 0u);
+    EXPECT_NE(b.fqns.find("\"norm\", \"output\"]]"), std::string::npos);
+    return c;
+  }
   const long long eff = L + b.first_less + b.last_less;
   const long long n = b.pp == 1 ? 1 : b.layers_per_stage > 0 ? (eff + b.layers_per_stage - 1) / b.layers_per_stage : b.pp;
   std::vector<int> c;
@@ -147,9 +166,42 @@ std::vector<std::pair<std::string, std::string>> command_options(const std::stri
   return o;
 }
 
-int head_int(const std::string& head, const std::string& opt) {
-  size_t p = head.find(opt + " ");
-  return p == std::string::npos ? 0 : std::stoi(head.substr(p + opt.size() + 1));
+// "#SBATCH --nodes=N" and the like: the job's shape, which gives dp with the parallel degrees.
+int sbatch_int(const std::string& text, const std::string& opt) {
+  size_t p = text.find("#SBATCH " + opt + "=");
+  return p == std::string::npos ? 0 : std::stoi(text.substr(p + opt.size() + 9));
+}
+int job_gpus(const std::string& text) { return sbatch_int(text, "--nodes") * sbatch_int(text, "--gpus-per-node"); }
+
+// The chunks of a Megatron-Core --pipeline-model-parallel-layout ("Et*3|t*4|...|tL", x*n unrolled as Megatron's
+// parse_str_to_list does): transformer layers per chunk in looping order; E / L only on the first / last chunk.
+std::vector<int> layout_chunks(std::string l) {
+  if (!l.empty() && l.front() == '\'') l = l.substr(1, l.size() - 2);
+  std::string u;
+  for (size_t i = 0; i < l.size(); ++i) {
+    if (i + 1 < l.size() && l[i + 1] == '*') {
+      size_t e = i + 2;
+      while (e < l.size() && std::isdigit((unsigned char)l[e])) ++e;
+      u += std::string((size_t)std::stoi(l.substr(i + 2, e - i - 2)), l[i]);
+      i = e - 1;
+    } else {
+      u += l[i];
+    }
+  }
+  std::vector<int> c(1, 0);
+  for (size_t i = 0; i < u.size(); ++i) {
+    if (u[i] == '|') c.push_back(0);
+    else if (u[i] == 't') ++c.back();
+    else if (u[i] == 'E') EXPECT_TRUE(c.size() == 1) << l;
+    else if (u[i] == 'L') EXPECT_EQ(u.find('|', i), std::string::npos) << l;
+    else ADD_FAILURE() << "layout symbol " << u[i] << " in " << l;
+  }
+  return c;
+}
+
+// The recompute a plan runs (docs/export.md): selective under flash attention recomputes nothing.
+std::string effective_recompute(const Plan& p) {
+  return recomputes_nothing(p) ? "none" : recompute_name(p.recompute);
 }
 
 Back back_megatron(const std::string& text, const std::set<std::string>& valid) {
@@ -166,12 +218,22 @@ Back back_megatron(const std::string& text, const std::set<std::string>& valid) 
   b.v = get("--num-virtual-stages-per-pipeline-rank", 1);
   b.cp = get("--context-parallel-size", 1);
   b.ep = get("--expert-model-parallel-size", 1);
-  b.dp = head_int(head, "--nnodes") * head_int(head, "--nproc-per-node") / (b.tp * b.pp * b.cp);
+  b.dp = job_gpus(text) / (b.tp * b.pp * b.cp);
+  EXPECT_EQ(sbatch_int(text, "--ntasks-per-node"), sbatch_int(text, "--gpus-per-node")) << "one task per GPU";
   b.mb = get("--micro-batch-size", 0);
   b.gb = get("--global-batch-size", 0);
   b.first = get("--decoder-first-pipeline-num-layers", 0);
   b.last = get("--decoder-last-pipeline-num-layers", 0);
   if (m.count("--recompute-granularity")) b.recompute = m["--recompute-granularity"];
+  if (b.recompute == "selective") {
+    EXPECT_EQ(m["--recompute-modules"], "core_attn") << "trainplan's selective = core attention";
+  }
+  if (m.count("--pipeline-model-parallel-layout")) {
+    b.layout = layout_chunks(m["--pipeline-model-parallel-layout"]);
+    EXPECT_FALSE(m.count("--num-virtual-stages-per-pipeline-rank")) << "Megatron asserts at most one of them";
+    b.v = (int)b.layout.size() / b.pp;
+  }
+  EXPECT_TRUE(m.count("--train-iters")) << "Megatron needs a run length";
   b.zero = m.count("--use-distributed-optimizer") ? 1 : 0;
   if (m.count("--data-parallel-sharding-strategy")) b.zero = m["--data-parallel-sharding-strategy"] == "optim_grads" ? 2 : 3;
   b.sp = m.count("--sequence-parallel");
@@ -196,14 +258,18 @@ Back back_nemo(const std::string& text, const std::set<std::string>& valid) {
   std::string head;
   Back b;
   std::map<std::string, std::string> m;
-  for (const auto& [kv, unused] : command_options(text, "nemo llm pretrain", &head)) {
+  for (const auto& [kv, unused] : command_options(text, "python trainplan_nemo_pretrain.py", &head)) {
     size_t eq = kv.find('=');
     EXPECT_NE(eq, std::string::npos) << kv;
     const std::string k = kv.substr(0, eq), v = kv.substr(eq + 1);
     EXPECT_TRUE(valid.count(k)) << "not a NeMo override path: " << k;
     m[k] = v;
   }
-  EXPECT_TRUE(valid.count("plugin:" + m["trainer.plugins"])) << m["trainer.plugins"];
+  const std::string plugin_path = "nemo.collections.llm.recipes.precision.mixed_precision.";
+  EXPECT_EQ(m["trainer.plugins"].rfind(plugin_path, 0), 0u) << "the factory's full path: " << m["trainer.plugins"];
+  const std::string plugin = m["trainer.plugins"].substr(std::min(plugin_path.size(), m["trainer.plugins"].size()));
+  EXPECT_TRUE(valid.count("plugin:" + plugin)) << m["trainer.plugins"];
+  EXPECT_FALSE(m.count("trainer.strategy.ddp.grad_reduce_in_fp32")) << "the precision plugin overwrites it";
   const std::string s = "trainer.strategy.";
   auto get = [&](const std::string& k, int d) { return m.count(k) && m[k] != "None" ? std::stoi(m[k]) : d; };
   b.tp = get(s + "tensor_model_parallel_size", 1);
@@ -212,17 +278,33 @@ Back back_nemo(const std::string& text, const std::set<std::string>& valid) {
   b.cp = get(s + "context_parallel_size", 1);
   b.ep = get(s + "expert_model_parallel_size", 1);
   b.dp = get("trainer.num_nodes", 0) * get("trainer.devices", 0) / (b.tp * b.pp * b.cp);
+  EXPECT_EQ(job_gpus(text), b.dp * b.tp * b.pp * b.cp);
+  EXPECT_EQ(sbatch_int(text, "--ntasks-per-node"), get("trainer.devices", 0)) << "Lightning: one task per device";
   b.mb = get("data.micro_batch_size", 0);
   b.gb = get("data.global_batch_size", 0);
   b.first = get(s + "num_layers_in_first_pipeline_stage", 0);
   b.last = get(s + "num_layers_in_last_pipeline_stage", 0);
   if (m["model.config.recompute_granularity"] != "None") b.recompute = m["model.config.recompute_granularity"];
+  if (b.recompute == "selective") {
+    EXPECT_EQ(m["model.config.recompute_modules"], "'[core_attn]'");
+  }
+  if (m.count(s + "pipeline_model_parallel_layout")) {
+    b.layout = layout_chunks(m[s + "pipeline_model_parallel_layout"]);
+    EXPECT_EQ(m[s + "virtual_pipeline_model_parallel_size"], b.layout.size() / b.pp > 1 ? std::to_string(b.layout.size() / b.pp) : "None");
+  }
+  if (m.count(s + "fsdp")) {
+    EXPECT_EQ(m[s + "save_ckpt_format"], "fsdp_dtensor") << "MegatronStrategy refuses Megatron FSDP otherwise";
+  }
+  EXPECT_NE(text.find("recipe.data = run.Config(PreTrainingDataModule, paths=[os.environ[\"DATA_PATH\"]]"), std::string::npos)
+      << "not the recipe's mock data";
   b.zero = m[s + "ddp.use_distributed_optimizer"] == "True" ? 1 : 0;
   if (m.count(s + "ddp.data_parallel_sharding_strategy"))
     b.zero = m[s + "ddp.data_parallel_sharding_strategy"] == "optim_grads" ? 2 : 3;
   b.sp = m[s + "sequence_parallel"] == "True";
-  const std::string pl = m["trainer.plugins"];
-  b.precision = pl.find("fp8") != std::string::npos ? "fp8" : pl.rfind("bf16", 0) == 0 ? "bf16" : "fp16";
+  b.precision = m.count("trainer.plugins.fp8") ? "fp8" : plugin.rfind("bf16", 0) == 0 ? "bf16" : "fp16";
+  if (b.precision == "fp8") {
+    EXPECT_EQ(m["trainer.plugins.fp8_param_gather"], "False") << "fp8 parameter gathers are not simulated";
+  }
   b.offload = m["optim.config.optimizer_cpu_offload"] == "True";
   b.acc_emb = m[s + "account_for_embedding_in_pipeline_split"] == "True";
   b.acc_loss = m[s + "account_for_loss_in_pipeline_split"] == "True";
@@ -260,7 +342,8 @@ Back back_deepspeed(const std::string& text, const std::set<std::string>& flags,
   b.tp = std::stoi(m["--tensor-model-parallel-size"]);
   b.pp = std::stoi(m["--pipeline-model-parallel-size"]);
   if (m.count("--moe-expert-parallel-size")) b.ep = std::stoi(m["--moe-expert-parallel-size"]);
-  b.dp = head_int(head, "--num_nodes") * head_int(head, "--num_gpus") / (b.tp * b.pp);
+  b.dp = job_gpus(text) / (b.tp * b.pp);
+  EXPECT_EQ(sbatch_int(text, "--ntasks-per-node"), sbatch_int(text, "--gpus-per-node")) << "one task per GPU";
   b.mb = cfg["train_micro_batch_size_per_gpu"].get<long long>();
   b.gb = cfg["train_batch_size"].get<long long>();
   EXPECT_EQ(b.gb, b.mb * b.dp * cfg["gradient_accumulation_steps"].get<long long>());  // DeepSpeed's own check
@@ -271,10 +354,28 @@ Back back_deepspeed(const std::string& text, const std::set<std::string>& flags,
   b.sp = m.count("--sequence-parallel");
   b.precision = cfg.contains("bf16") ? "bf16" : cfg.contains("fp16") ? "fp16" : "fp32";
   b.offload = cfg["zero_optimization"].contains("offload_optimizer");
+  if (b.offload) {
+    EXPECT_TRUE(m.count("--cpu-optimizer")) << "ZeRO-Offload needs DeepSpeedCPUAdam";
+  }
+  if (m.count("--num-experts")) {
+    EXPECT_EQ(m["--expert-interval"], "1") << "MoE on every layer";
+    EXPECT_EQ(m.count("--enable-expert-tensor-parallelism"), b.tp > 1 ? 1u : 0u);
+    EXPECT_EQ(m.count("--create-moe-param-group"), b.zero >= 1 ? 1u : 0u);
+  }
+  if (cfg.contains("bf16") || cfg.contains("fp16")) {
+    EXPECT_EQ(cfg["data_types"]["grad_accum_dtype"], cfg["communication_data_type"]);
+  }
   return b;
 }
 
-Back back_torchtitan(const std::string& text, const std::set<std::string>& valid) {
+Back back_torchtitan(const std::string& script, const std::set<std::string>& valid) {
+  const std::string open = "cat > torchtitan-job.toml <<EOF\n";
+  size_t a = script.find(open), e = script.find("\nEOF\n", a);
+  EXPECT_NE(a, std::string::npos);
+  const std::string text = script.substr(a + open.size(), e - a - open.size());
+  EXPECT_NE(script.find("torchrun --nnodes " + std::to_string(sbatch_int(script, "--nodes")) + " --nproc-per-node " +
+                        std::to_string(sbatch_int(script, "--gpus-per-node"))), std::string::npos);
+  EXPECT_EQ(sbatch_int(script, "--ntasks-per-node"), 1) << "one torchrun per node";
   std::istringstream in(text);
   std::map<std::string, std::string> m;
   std::string section;
@@ -304,9 +405,18 @@ Back back_torchtitan(const std::string& text, const std::set<std::string>& valid
   b.zero = get("parallelism.data_parallel_shard_degree", 1) > 1 || b.dp == 1
                ? (m["parallelism.fsdp_reshard_after_forward"] == "never" ? 2 : 3) : 0;
   b.recompute = m["activation_checkpoint.mode"];
+  EXPECT_NE(m["model.hf_assets_path"], "") << "the tokenizer placeholder";
+  EXPECT_EQ(m["training.dataset_path"], "${DATA_PATH}");
+  if (m.count("quantize.linear.float8.enable_fsdp_float8_all_gather")) {
+    EXPECT_EQ(m["quantize.linear.float8.enable_fsdp_float8_all_gather"], "false");
+  }
+  if (get("parallelism.context_parallel_degree", 1) > 1) {
+    EXPECT_EQ(m["parallelism.context_parallel_rotate_method"], "alltoall") << "the ring";
+  }
+  if (m.count("parallelism.module_fqns_per_model_part")) b.fqns = m["parallelism.module_fqns_per_model_part"];
   b.sp = b.tp > 1;
   b.precision = m.count("model.converters") ? "fp8" : m["training.mixed_precision_param"] == "float32" ? "fp32" : "bf16";
-  if (b.pp > 1 && m["parallelism.pipeline_parallel_schedule"] == "Interleaved1F1B")
+  if (b.pp > 1 && (m["parallelism.pipeline_parallel_schedule"] == "Interleaved1F1B" || !b.fqns.empty()))
     b.v = 0;  // layers per stage given instead: the caller checks the chunks
   if (b.pp > 1) {
     b.first_less = get("parallelism.pipeline_parallel_first_stage_less_layers", 1);  // TorchTitan's default 1
@@ -359,15 +469,21 @@ int round_trip(const Scenario& sc, const std::string& what) {
     }
     EXPECT_EQ(b.mb, p.microbatch) << tag;
     EXPECT_EQ(b.gb, sc.training.global_batch) << tag;
-    EXPECT_EQ(b.recompute, recompute_name(p.recompute)) << tag;
+    EXPECT_EQ(b.recompute, effective_recompute(p)) << tag;
+    EXPECT_EQ(text.find("localhost"), std::string::npos) << tag;
     EXPECT_EQ(b.zero, p.zero) << tag;
     EXPECT_EQ(b.sp, p.sequence_parallel) << tag;
     EXPECT_EQ(b.precision, precision_name(sc.training.precision)) << tag;
     EXPECT_EQ(b.offload, p.offload.kind == OffloadKind::optimizer) << tag;
+    if (t == Target::megatron) {  // Megatron sets fp32 main gradients itself only under bf16
+      const bool fp32_grads = sc.training.precision == Precision::fp16 && sc.training.grad_precision == Precision::fp32;
+      EXPECT_EQ(text.find("--accumulate-allreduce-grads-in-fp32") != std::string::npos, fp32_grads) << tag;
+    }
     if (t == Target::megatron || t == Target::nemo) {
       const FirstLast fl = first_last_layers(p, sc.model.layers);
-      EXPECT_EQ(b.first, fl.first) << tag;
-      EXPECT_EQ(b.last, fl.last) << tag;
+      EXPECT_EQ(b.first, fl.ok ? fl.first : 0) << tag;
+      EXPECT_EQ(b.last, fl.ok ? fl.last : 0) << tag;
+      EXPECT_EQ(b.layout.empty(), fl.ok) << tag;
       EXPECT_EQ(b.acc_emb, p.account_for_embedding) << tag;
       EXPECT_EQ(b.acc_loss, p.account_for_loss) << tag;
     }
@@ -424,6 +540,15 @@ TEST(Export, PlanVariantsRoundTripOnEveryTarget) {
        {{"layers", 30}}, "", 3},
       {"uneven_interleaved", {{"virtual_stages", 2}, {"first_stage_layers", 18}, {"last_stage_layers", 18}}, json::object(),
        "", 2},
+      // Any other split: Megatron / NeMo's pipeline_model_parallel_layout, TorchTitan's module_fqns_per_model_part.
+      {"uneven_middle", {{"schedule", "1f1b"}, {"virtual_stages", 1}, {"stage_layers", {10, 30, 20, 20}}, {"zero", 3}},
+       json::object(), "", 3},
+      {"uneven_interleaved_zero3", {{"virtual_stages", 2}, {"first_stage_layers", 18}, {"last_stage_layers", 18}, {"zero", 3}},
+       json::object(), "", 3},
+      // Selective recompute: under flash nothing is recomputed (no flags); unfused: core attention.
+      {"selective_flash", {{"recompute", "selective"}, {"attention", "flash"}}, json::object(), "", 2},
+      {"selective_unfused", {{"recompute", "selective"}, {"attention", "unfused"}}, json::object(), "", 2},
+      {"fp16_megatron", {{"schedule", "1f1b"}, {"virtual_stages", 1}}, json::object(), "fp16", 3},
       // Plain data parallelism: TorchTitan's DDP (its mixed precision by autocast) and every other target.
       {"ddp_only", {{"zero", 0}, {"tp", 1}, {"pp", 1}, {"dp", 64}, {"sequence_parallel", false}, {"schedule", "1f1b"},
                     {"virtual_stages", 1}}, json::object(), "", 4},
@@ -455,17 +580,18 @@ TEST(Export, InexpressibleFeaturesAreRefusedWithPathAndNearestPlan) {
        Target::torchtitan, "$.plan.zero"},
       {"moe_pp_deepspeed", {{"schedule", "1f1b"}, {"virtual_stages", 1}, {"zero", 1}, {"ep", 2}}, Target::deepspeed,
        "$.plan.pp", {{"moe", {{"experts", 8}, {"top_k", 2}}}}},
-      {"uneven_interleaved_titan", {{"virtual_stages", 2}, {"first_stage_layers", 18}, {"last_stage_layers", 18}, {"zero", 3}},
-       Target::torchtitan, "$.plan.stage_layers"},
       {"param_gather_no_grad_overlap", {{"overlap_param_gather", true}, {"overlap_grad_reduce", false}}, Target::megatron,
        "$.plan.overlap_param_gather"},
       {"param_gather_no_grad_overlap_nemo", {{"overlap_param_gather", true}, {"overlap_grad_reduce", false}}, Target::nemo,
        "$.plan.overlap_param_gather"},
-      {"uneven_middle", {{"schedule", "1f1b"}, {"virtual_stages", 1}, {"stage_layers", {10, 30, 20, 20}}}, Target::megatron,
-       "$.plan.stage_layers"},
+      {"rope_scaling_ds", {{"zero", 1}, {"pp", 1}, {"dp", 32}, {"schedule", "1f1b"}, {"virtual_stages", 1}},
+       Target::deepspeed, "$.model.rope_scaling", {{"rope_scaling", {{"factor", 8}}}}},
+      {"constant_lr_nemo", json::object(), Target::nemo, "$.training.optimizer.decay"},
   };
   for (const Case& c : cases) {
-    Scenario sc = load(variant(c.plan, c.model));
+    json j = variant(c.plan, c.model);
+    if (std::string(c.name) == "constant_lr_nemo") j["training"]["optimizer"] = {{"decay", "constant"}};
+    Scenario sc = load(j);
     try {
       export_plan(sc, c.t, "s.json");
       ADD_FAILURE() << c.name << ": exported";
@@ -492,7 +618,7 @@ TEST(Export, GoldenOutputs) {
     EXPECT_EQ(export_plan(load(scenario_json(g.scenario)), g.t, g.scenario), want.str()) << g.golden;
   }
   // TorchTitan: the llama3-70b variant with ZeRO-3 and an uneven 1F1B pipeline.
-  std::ifstream in(src("tests/golden/export/llama3-70b-zero3.torchtitan.toml"));
+  std::ifstream in(src("tests/golden/export/llama3-70b-zero3.torchtitan.sh"));
   std::stringstream want;
   want << in.rdbuf();
   Scenario sc = load(variant({{"zero", 3}, {"schedule", "1f1b"}, {"virtual_stages", 1}, {"first_stage_layers", 18},

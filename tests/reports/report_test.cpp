@@ -249,6 +249,8 @@ TEST(ReportCli, AdHocScenarios) {
   std::string md = read_text(out + "/report.md");
   EXPECT_EQ(md.find("## Checks"), std::string::npos);
   EXPECT_NE(md.find("| gpt3-2.7b-frontera-64 | " + ex + "gpt3-2.7b-frontera-gpipe.json | 64 |"), std::string::npos);
+  // The title names the scenarios by their "name", as the tables do (issue 43).
+  EXPECT_NE(md.find("trainplan report: optimus-2d-frontera-16, gpt3-2.7b-frontera-64"), std::string::npos) << md;
   std::string err = t.file("err");
   std::string bad = t.file("bad.json");
   std::ofstream(bad) << R"({"model": "gpt3-2.7b", "cluster": "frontera-rtx", "training": {"global_batch": 8, "seq_len": 2048},
