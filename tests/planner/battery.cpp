@@ -141,7 +141,11 @@ struct Checker {
   std::map<std::string, Check*> by_name;
   explicit Checker(Report& r) : rep(r) {
     rep.checks.clear();
-    for (const char* n : kInvariants) rep.checks.push_back(Check{n, enforced(n)});
+    for (const char* n : kInvariants) {
+      Check ch;
+      ch.invariant = n, ch.enforced = enforced(n);
+      rep.checks.push_back(ch);
+    }
     for (Check& c : rep.checks) by_name[c.invariant] = &c;
   }
   // One check: `excess` > 0 is a failure (relative excess over the bound).
