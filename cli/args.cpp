@@ -163,7 +163,7 @@ void check_output_dir(const std::string& opt, const std::string& dir) {
   fs::create_directories(dir, ec);
   if (!fs::is_directory(dir))
     throw InputError({opt + ": cannot write into " + dir + ": " +
-                      (ec ? ec.message() : fs::exists(dir) ? "it is " + file_kind_of(dir) : std::string("cannot create it"))});
+                      (ec ? ec.message() : "it is " + (file_kind_of(dir).empty() ? std::string("a regular file") : file_kind_of(dir)))});
   probe_writable(opt, dir, dir);
 }
 

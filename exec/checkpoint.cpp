@@ -282,7 +282,7 @@ void check_checkpoint_dir(const std::string& dir, int world_size) {
   const std::string opt = "--checkpoint-dir: ";
   struct stat st;
   if (::stat(dir.c_str(), &st) == 0 && !S_ISDIR(st.st_mode))
-    throw InputError({opt + dir + " is " + file_kind_of(dir) + "; expected a directory"});
+    throw InputError({opt + dir + " is " + (S_ISREG(st.st_mode) ? "a regular file" : file_kind_of(dir)) + "; expected a directory"});
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec || !fs::is_directory(dir))

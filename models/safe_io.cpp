@@ -198,9 +198,11 @@ namespace {
 void write_direct(std::vector<Pending>& ps) {
   for (Pending& p : ps) {
     if (!p.tmp.empty()) continue;
-    if (p.fd < 0) {  // "-": standard output, flushed and checked now (issue 44: a full stdout was exit 0)
-      for (const auto& part : p.file->parts) std::cout.write(reinterpret_cast<const char*>(part.data()), part.size());
+    if (p.fd < 0) {  // "-": standard output, after what is buffered there, checked now (a full stdout was exit 0)
       check_stdout();
+      bool ok = true;
+      for (const auto& part : p.file->parts) ok = ok && write_fully(STDOUT_FILENO, part.data(), part.size());
+      if (!ok) throw StdoutError("cannot write standard output: " + errno_text());
       continue;
     }
     bool ok = true;
