@@ -17,6 +17,7 @@
 
 #include "models/catalog.hpp"
 #include "models/json_check.hpp"
+#include "models/safe_io.hpp"
 
 namespace tp {
 
@@ -129,6 +130,16 @@ std::string command_usage(const std::string& cmd) {
   return out;
 }
 
+// A probe file created and removed in dir, as an output will be written there (a fresh file, then a rename):
+// access(W_OK) is not enough (root passes it where a filesystem such as /sys, or an immutable folder, refuses).
+static void probe_writable(const std::string& opt, const std::string& path, const std::filesystem::path& dir) {
+  std::string probe = (dir / ".trainplan-probe-XXXXXX").string();
+  const int fd = ::mkstemp(probe.data());
+  if (fd < 0) throw InputError({opt + ": cannot write " + path + ": " + std::strerror(errno) + " (" + dir.string() + ")"});
+  ::close(fd);
+  ::unlink(probe.c_str());
+}
+
 // Output files (--json, --trace, --csv, --out) are checked before any work, so a run never trains for minutes
 // and then loses its results: a name (not ""), an existing, writable directory, not a directory itself.
 static void check_output_path(const std::string& opt, const std::string& path) {
@@ -141,13 +152,19 @@ static void check_output_path(const std::string& opt, const std::string& path) {
   if (!fs::is_directory(dir, ec))
     throw InputError({opt + ": cannot write " + path + ": " + (fs::exists(dir, ec) ? "not a directory: " : "no such directory: ") + dir.string()});
   if (fs::is_directory(path, ec)) throw InputError({opt + ": cannot write " + path + ": it is a directory"});
-  // access(W_OK) is not enough (root passes it where a filesystem such as /sys refuses new files): create and
-  // remove a probe file in the directory, as the output itself will be written (a fresh file, then a rename).
-  std::string probe = (dir / ".trainplan-probe-XXXXXX").string();
-  const int fd = ::mkstemp(probe.data());
-  if (fd < 0) throw InputError({opt + ": cannot write " + path + ": " + std::strerror(errno) + " (" + dir.string() + ")"});
-  ::close(fd);
-  ::unlink(probe.c_str());
+  probe_writable(opt, path, dir);
+}
+
+void check_output_dir(const std::string& opt, const std::string& dir) {
+  namespace fs = std::filesystem;
+  if (dir.empty()) throw InputError({opt + ": expected a folder name, got an empty string"});
+  if (dir == "-") throw InputError({opt + ": expected a folder name; - (standard output) cannot hold several files"});
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (!fs::is_directory(dir))
+    throw InputError({opt + ": cannot write into " + dir + ": " +
+                      (ec ? ec.message() : "it is " + (file_kind_of(dir).empty() ? std::string("a regular file") : file_kind_of(dir)))});
+  probe_writable(opt, dir, dir);
 }
 
 Args parse_args(int argc, char** argv, int from, const std::vector<std::string>& valued,
@@ -194,6 +211,10 @@ Args parse_args(int argc, char** argv, int from, const std::vector<std::string>&
       a.options.push_back({valued[i], vals[i]});
       if (valued[i] == "--json" || valued[i] == "--trace" || valued[i] == "--csv" || valued[i] == "--out")
         check_output_path(valued[i], vals[i]);
+      else if (valued[i] == "--emit")
+        check_output_dir(valued[i], vals[i]);
+      else if (vals[i].empty())  // --steps '' is not the default: every option given takes a value
+        throw Usage(valued[i] + " expects a value, got an empty string");
     }
   for (size_t i = 0; i < flags.size(); ++i)
     if (fopts[i]->count() > 0) a.options.push_back({flags[i], ""});

@@ -29,9 +29,14 @@ extern const std::vector<std::string> kCommands;
 
 // Parses argv[from..] of subcommand argv[from - 1] with the given valued options and flags (long names,
 // "--json"). Throws HelpShown after printing the subcommand's help, Usage on a bad command line, InputError
-// (exit 2, before any work) when an output file (--json, --trace, --csv, --out) is "" or cannot be written there.
+// (exit 2, before any work) when an output file (--json, --trace, --csv, --out) or folder (--emit) is "" or cannot be
+// written there; any other option given with an empty value is a Usage error (never its default).
 Args parse_args(int argc, char** argv, int from, const std::vector<std::string>& valued,
                 const std::vector<std::string>& flags);
+
+// An output folder (plan --emit): not "" nor "-", created when missing, and a file can be created in it; else
+// InputError (exit 2) with the reason. parse_args checks --emit with it.
+void check_output_dir(const std::string& opt, const std::string& dir);
 
 // The help section of a subcommand (its usage lines and description from kHelp); "" when unknown.
 std::string command_help(const std::string& cmd);

@@ -26,6 +26,7 @@
 #include "sim/validate_published.hpp"
 #include "exec/backend.hpp"
 #include "exec/calibrate.hpp"
+#include "exec/checkpoint.hpp"
 #include "exec/cuda_loader.hpp"
 #include "exec/comm.hpp"
 #include "exec/train.hpp"
@@ -112,13 +113,7 @@ void progress_lines(double frac, double elapsed_s) {
 int cmd_plan(int argc, char** argv) {
   Args a = parse_args(argc, argv, 2, {"--json", "--csv", "--threads", "--trace", "--emit"}, {"--quiet"});
   if (a.positional.size() != 1) throw Usage("plan needs exactly one scenario file (with a \"search\" block)");
-  const std::string emit = a.value("--emit");
-  if (!emit.empty()) {  // the folder for the top plans' scenarios: created now, so a bad path fails before work
-    std::error_code ec;
-    std::filesystem::create_directories(emit, ec);
-    if (!std::filesystem::is_directory(emit) || ::access(emit.c_str(), W_OK) != 0)
-      throw InputError({"--emit: cannot write scenarios into " + emit + (ec ? ": " + ec.message() : "")});
-  }
+  const std::string emit = a.value("--emit");  // the folder for the top plans' scenarios: made by parse_args
   Scenario sc = load_scenario(a.positional[0], true);
   print_warnings(sc);
   if (!sc.search) throw InputError({a.positional[0] + ": $.search: missing; `trainplan plan` needs a search block (use simulate for a plan)"});
@@ -222,7 +217,8 @@ int cmd_run(int argc, char** argv) {
   o.log_every = (int)count("--log-every", 0, kIntMax, -1);
   o.keep_checkpoints = (int)count("--keep-checkpoints", 0, kIntMax, 3);
   o.handover_window = count("--handover-window", 1, kExact, 0);
-  if ((o.checkpoint_every > 0 || o.resume) && o.checkpoint_dir.empty()) throw Usage("--checkpoint-every and --resume need --checkpoint-dir");
+  if ((o.checkpoint_every > 0 || o.resume || a.flag("--keep-checkpoints")) && o.checkpoint_dir.empty())
+    throw Usage("--checkpoint-every, --resume and --keep-checkpoints need --checkpoint-dir");
   o.fp64 = a.flag("--fp64");
   o.bf16_weight_copies = !a.flag("--no-bf16-weight-copies");
   o.backend = a.value("--backend", "cpu");
@@ -254,6 +250,7 @@ int cmd_run(int argc, char** argv) {
     std::string why;
     if (!exec::find_backend(o.backend, why)) throw InputError({"--backend: " + why});
     exec::check_job_ranks(sc, a.positional[0], world.size());
+    if (!o.checkpoint_dir.empty()) exec::check_checkpoint_dir(o.checkpoint_dir, world.size());  // before step 1
   } catch (const InputError& e) {
     if (world.rank() == 0)
       for (auto& m : e.messages) std::cerr << "error: " << m << "\n";
@@ -313,6 +310,10 @@ int cmd_run(int argc, char** argv) {
       for (const auto& m : e.messages) std::cerr << "error: " << m << "\n";
       exec::finalize_world();
       return 2;
+    } catch (const StdoutError& e) {
+      std::cerr << "error: " << e.what() << "\n";
+      exec::finalize_world();
+      return 1;
     }
     if (!a.flag("--quiet") && !r.losses.empty()) {
       // The throughput leaves out the run's first step (allocations, first touch of every page, caches: warm-up),
@@ -327,6 +328,14 @@ int cmd_run(int argc, char** argv) {
     if (r.stop_signal)
       std::fprintf(stderr, "stopped at step %ld; last checkpoint: %s\n", r.first_step + (long)r.losses.size(),
                    r.last_checkpoint.empty() ? "none (no --checkpoint-dir / --checkpoint-every)" : r.last_checkpoint.c_str());
+  }
+  if (r.stop_signal && world.size() > 1) {
+    // Stopped by a signal under a launcher. mpirun (Open MPI 4.1) forwards SIGTERM / SIGINT and kills the ranks
+    // one second later (odls_base_sigkill_timeout), and MPI_Finalize waits on the daemon that is tearing the job
+    // down: once every rank's outputs are written (the barrier), each exits at once with 128 + signal.
+    world.barrier();
+    std::fflush(nullptr);
+    std::_Exit(128 + r.stop_signal);
   }
   exec::finalize_world();
   return r.stop_signal ? 128 + r.stop_signal : 0;
@@ -524,7 +533,9 @@ int cmd_export(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+namespace {
+
+int run_command(int argc, char** argv) {
   if (argc < 2) {
     std::cerr << kHelp;
     return 2;
@@ -566,4 +577,19 @@ int main(int argc, char** argv) {
     std::cerr << "error: " << e.what() << "\n";
     return 1;
   }
+}
+
+}  // namespace
+
+// Whatever the command wrote on standard output must have arrived: a full disk or a closed descriptor is a
+// failure (exit 1), never a silent exit 0 (issue 44).
+int main(int argc, char** argv) {
+  int rc = run_command(argc, argv);
+  try {
+    check_stdout();
+  } catch (const StdoutError& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    if (rc == 0) rc = 1;
+  }
+  return rc;
 }

@@ -14,6 +14,7 @@
 #include <bit>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -277,23 +278,53 @@ std::string checkpoint_step_dir(const std::string& dir, long step) {
   return fs::path(checkpoint_path(dir, step, 0)).parent_path().string();
 }
 
-void prune_checkpoints(const std::string& dir, int keep, long newest_step) {
-  if (keep <= 0) return;
+void check_checkpoint_dir(const std::string& dir, int world_size) {
+  const std::string opt = "--checkpoint-dir: ";
+  struct stat st;
+  if (::stat(dir.c_str(), &st) == 0 && !S_ISDIR(st.st_mode))
+    throw InputError({opt + dir + " is " + (S_ISREG(st.st_mode) ? "a regular file" : file_kind_of(dir)) + "; expected a directory"});
   std::error_code ec;
-  std::vector<long> steps;
+  fs::create_directories(dir, ec);
+  if (ec || !fs::is_directory(dir))
+    throw InputError({opt + "cannot create " + dir + ": " + (ec ? ec.message() : "not a directory")});
+  // A checkpoint is a step folder holding a file: probe both, as the first checkpoint will make them.
+  std::string probe = (fs::path(dir) / ".trainplan-probe-XXXXXX").string();
+  bool ok = ::mkdtemp(probe.data()) != nullptr;
+  int err = errno;
+  if (ok) {
+    std::string file = probe + "/probe-XXXXXX";
+    const int fd = ::mkstemp(file.data());
+    if (fd < 0) {
+      ok = false;
+      err = errno;
+    } else {
+      ::close(fd);
+      ::unlink(file.c_str());
+    }
+    ::rmdir(probe.c_str());
+  }
+  if (!ok) throw InputError({opt + "cannot write checkpoints into " + dir + ": " + std::strerror(err)});
+  // Step folders from an earlier run (a resume may skip them, and this run may write them again): folders, and
+  // every rank's file in them a regular file or absent.
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
-    if (name.size() != 13 || name.compare(0, 5, "step_") != 0) continue;
-    const std::string digits = name.substr(5);
-    if (!std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) continue;
-    long s = std::stol(digits);
-    if (s < newest_step) steps.push_back(s);
+    if (name.size() <= 5 || name.compare(0, 5, "step_") != 0) continue;
+    if (!std::all_of(name.begin() + 5, name.end(), [](char c) { return c >= '0' && c <= '9'; })) continue;
+    const std::string step_dir = it->path().string();
+    if (!fs::is_directory(step_dir))
+      throw InputError({opt + step_dir + " is " + file_kind_of(step_dir) + "; expected a checkpoint step folder"});
+    for (int r = 0; r < world_size; ++r) {
+      const std::string f = (fs::path(step_dir) / fs::path(checkpoint_path(dir, 0, r)).filename()).string();
+      if (::stat(f.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+        throw InputError({opt + f + " is " + file_kind_of(f) + "; expected a checkpoint file (or none)"});
+    }
   }
-  std::sort(steps.rbegin(), steps.rend());  // newest first; the newest_step directory counts as one kept
-  for (size_t i = (size_t)std::max(0, keep - 1); i < steps.size(); ++i) fs::remove_all(checkpoint_step_dir(dir, steps[i]), ec);
 }
 
-std::optional<long> latest_complete(const std::string& dir, int world_size, std::vector<std::string>* skipped) {
+namespace {
+
+// The step folders under dir (step_ and digits), newest first.
+std::vector<long> step_folders(const std::string& dir) {
   std::error_code ec;
   std::vector<long> steps;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
@@ -305,22 +336,68 @@ std::optional<long> latest_complete(const std::string& dir, int world_size, std:
     steps.push_back(std::stol(digits));
   }
   std::sort(steps.rbegin(), steps.rend());
-  for (long s : steps) {
-    bool complete = world_size > 0;
-    for (int r = 0; complete && r < world_size; ++r) {
-      CheckpointHeader h;
-      std::string why;
-      complete = checkpoint_valid(checkpoint_path(dir, s, r), &h, &why);
-      if (complete && !(h.step == s && h.rank == r && h.world_size == world_size)) {
-        complete = false;
-        why = "its header names step " + std::to_string(h.step) + ", rank " + std::to_string(h.rank) + " of " +
-              std::to_string(h.world_size);
-      }
-      if (!complete && skipped)
-        skipped->push_back(fs::path(checkpoint_step_dir(dir, s)).filename().string() + ": rank " + std::to_string(r) + ": " +
-                           (why.empty() ? "missing or unreadable" : why));
+  return steps;
+}
+
+// Whether every rank 0..world_size-1 of step s has a valid checkpoint whose header names that step, rank and world
+// size (world_size 0: the size rank 0's header names). On failure `why` says which rank and why; `other_world` is
+// set when the step is complete for a job of another rank count.
+bool step_complete(const std::string& dir, long s, int world_size, std::string& why, int* other_world) {
+  CheckpointHeader h0;
+  std::string why0;
+  const bool valid0 = checkpoint_valid(checkpoint_path(dir, s, 0), &h0, &why0) && h0.step == s && h0.rank == 0;
+  if (world_size == 0) world_size = valid0 ? h0.world_size : 0;
+  if (valid0 && h0.world_size != world_size) {  // written by a job of another size: complete there?
+    std::string w;
+    const bool there = h0.world_size >= 1 && step_complete(dir, s, h0.world_size, w, nullptr);
+    if (there && other_world) *other_world = h0.world_size;
+    why = (there ? "complete, but " : "") + std::string("written by a job of ") + std::to_string(h0.world_size) +
+          " ranks; this job has " + std::to_string(world_size);
+    return false;
+  }
+  if (world_size <= 0) {
+    why = "rank 0: " + (why0.empty() ? std::string("missing or unreadable") : why0);
+    return false;
+  }
+  for (int r = 0; r < world_size; ++r) {
+    CheckpointHeader h;
+    std::string w;
+    bool ok = checkpoint_valid(checkpoint_path(dir, s, r), &h, &w);
+    if (ok && !(h.step == s && h.rank == r && h.world_size == world_size)) {
+      ok = false;
+      w = "its header names step " + std::to_string(h.step) + ", rank " + std::to_string(h.rank) + " of " +
+          std::to_string(h.world_size);
     }
-    if (complete) return s;
+    if (!ok) {
+      why = "rank " + std::to_string(r) + ": " + (w.empty() ? "missing or unreadable" : w);
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+void prune_checkpoints(const std::string& dir, int keep, long newest_step) {
+  if (keep <= 0) return;
+  // Only complete, verified checkpoints count (a corrupt or partial step folder is not one of the `keep`): the
+  // newest_step folder is the first; older ones are kept until keep complete ones are found, then removed.
+  int complete = 1;
+  std::error_code ec;
+  for (long s : step_folders(dir)) {
+    if (s >= newest_step) continue;
+    std::string why;
+    if (complete >= keep) fs::remove_all(checkpoint_step_dir(dir, s), ec);
+    else if (step_complete(dir, s, 0, why, nullptr)) ++complete;
+  }
+}
+
+std::optional<long> latest_complete(const std::string& dir, int world_size, std::vector<std::string>* skipped,
+                                    int* other_world) {
+  for (long s : step_folders(dir)) {
+    std::string why;
+    if (world_size > 0 && step_complete(dir, s, world_size, why, other_world)) return s;
+    if (skipped) skipped->push_back(fs::path(checkpoint_step_dir(dir, s)).filename().string() + ": " + why);
   }
   return std::nullopt;
 }

@@ -66,13 +66,21 @@ bool checkpoint_valid(const std::string& path, CheckpointHeader* header = nullpt
 // dir/step_00000120/rank_00003.ckpt
 std::string checkpoint_path(const std::string& dir, long step, int rank);
 std::string checkpoint_step_dir(const std::string& dir, long step);  // DIR/step_NNNNNNNN
+// --checkpoint-dir, checked on every rank before step 1: an existing directory or one it creates, in which a step
+// folder and a file can be made, and whose step folders are folders holding, for ranks 0..world_size-1, regular
+// files or nothing. Throws InputError (exit 2) naming the path and what it is.
+void check_checkpoint_dir(const std::string& dir, int world_size);
 // --keep-checkpoints: removes the step directories older than the `keep` newest complete ones, never touching
-// `newest_step` or anything newer (called after the newest is complete). keep <= 0 keeps everything.
+// `newest_step` or anything newer (called after the newest is complete). Only complete, verified checkpoints
+// (every rank's file valid, checksums included) count; incomplete ones newer than the oldest kept stay. keep <= 0
+// keeps everything.
 void prune_checkpoints(const std::string& dir, int keep, long newest_step);
 // The newest step under dir for which every rank 0..world_size-1 has a valid checkpoint whose header names that
 // step, rank and world size; std::nullopt when there is none. Leftover .tmp files are ignored. Newer steps passed
-// over are described in `skipped` ("step_00000012: rank 1: checksum mismatch").
-std::optional<long> latest_complete(const std::string& dir, int world_size, std::vector<std::string>* skipped = nullptr);
+// over are described in `skipped` ("step_00000012: rank 1: checksum mismatch"); `other_world` is set to the rank
+// count of a step passed over only because a job of that many ranks wrote it.
+std::optional<long> latest_complete(const std::string& dir, int world_size, std::vector<std::string>* skipped = nullptr,
+                                    int* other_world = nullptr);
 
 uint64_t fnv1a64(const void* data, size_t n, uint64_t h = 0xcbf29ce484222325ULL);
 // Writes the concatenation of `parts` to a fresh temporary next to path (mkstemp: never through a symlink),

@@ -164,9 +164,14 @@ int RankRun<T>::resume(RunResult& res) {
   if (!o.resume || o.checkpoint_dir.empty()) return 0;
   int first = 0;
   std::vector<std::string> skipped;
-  auto at = latest_complete(o.checkpoint_dir, world.size(), &skipped);
+  int other_world = 0;
+  auto at = latest_complete(o.checkpoint_dir, world.size(), &skipped, &other_world);
   if (world.rank() == 0)
     for (const std::string& s : skipped) std::fprintf(stderr, "skipped checkpoint %s\n", s.c_str());
+  if (!at && other_world > 0 && !o.resume_or_start)  // complete checkpoints, of another job size: say so
+    throw InputError({o.checkpoint_dir + ": --resume found complete checkpoints written by a job of " +
+                      std::to_string(other_world) + " ranks; this job has " + std::to_string(world.size()) +
+                      " (run it with " + std::to_string(other_world) + " ranks, or use --resume-or-start to start at step 0)"});
   if (!at && !skipped.empty() && !o.resume_or_start)
     throw InputError({o.checkpoint_dir + ": --resume found only incomplete or corrupt checkpoints (listed above); "
                       "not restarting from step 0 (use --resume-or-start to allow it)"});

@@ -93,7 +93,7 @@ Curve read_curve(const json& v, const std::string& path, Issues& issues) {
     }
     double x = p[0].get<double>(), e = p[1].get<double>();
     if (!within(lim::curve_size, x)) { issues.add_got(pi + "[0]", "a size in (0, 1e+30]", p[0]); continue; }
-    if (!within(lim::curve_eff, e)) { issues.add_got(pi + "[1]", "an efficiency in (0, 1]", p[1]); continue; }
+    if (!within(lim::curve_eff, e)) { issues.add_got(pi + "[1]", "an efficiency: " + limit_text(lim::curve_eff), p[1]); continue; }
     if (!c.points.empty() && x <= c.points.back().first) {
       issues.add_got(pi + "[0]", "a size larger than the previous point's", p[0]);
       continue;

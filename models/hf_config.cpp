@@ -82,10 +82,13 @@ struct HfReader {
 };
 
 // hidden_act / activation_function -> gelu (GPT-style) or swiglu; gated gelu (Gemma's GeGLU) is costed as swiglu.
+// Absent or null, it is the family's default in its config class: silu for Llama, Mistral, Mixtral, Qwen2,
+// Qwen-MoE and DeepSeek; gelu otherwise (GPT-2's gelu_new).
 void read_activation(HfReader& r, const std::string& model_type, Transformer& m) {
+  static const std::set<std::string> silu_family = {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "deepseek_v2", "deepseek_v3"};
   const char* key = r.first_present({"hidden_act", "hidden_activation", "activation_function"});
-  std::string act = r.string({"hidden_act", "hidden_activation", "activation_function"}, "gelu",
-                             "a string such as \"gelu\" or \"silu\"");
+  std::string act = r.string({"hidden_act", "hidden_activation", "activation_function"},
+                             silu_family.count(model_type) ? "silu" : "gelu", "a string such as \"gelu\" or \"silu\"");
   if (act == "silu" || act == "swish" || act == "swiglu") {
     m.activation = Activation::swiglu;
   } else if (act.rfind("gelu", 0) == 0) {
@@ -192,9 +195,9 @@ void warn_unmodelled(HfReader& r, Transformer& m) {
 
 Transformer read_hf_config(const std::string& file, const std::string& path, Issues& issues) {
   Transformer m;
-  size_t before = issues.messages.size();
+  size_t before = issues.count();
   json j = parse_json_file(file, path, issues);
-  if (issues.messages.size() != before) return m;
+  if (issues.count() != before) return m;
   if (!j.is_object()) { issues.add_got(path, "a Hugging Face config object", j); return m; }
   HfReader r{j, file, path, issues};
   std::string model_type = r.string({"model_type"}, "", "a string");
@@ -218,7 +221,7 @@ Transformer read_hf_config(const std::string& file, const std::string& path, Iss
   read_moe(r, m);  // after an error its result is discarded; it still reports its own fields' problems
   warn_unmodelled(r, m);
   read_export_fields(r, m);
-  if (issues.messages.size() == before) check_transformer_shape(m, path, issues);
+  if (issues.count() == before) check_transformer_shape(m, path, issues);
   return m;
 }
 

@@ -17,13 +17,20 @@ using json = nlohmann::json;
 
 // All problems found in one input, each "<path>: <what was expected>[, got <value>]". Warnings (an input that is
 // valid but only partly modelled) do not stop the run; the CLI prints them as "warning: ..." lines on stderr.
+constexpr size_t kMaxIssueMessages = 20;     // problems listed; the rest are counted in one last line
+constexpr size_t kMaxJsonDepth = 64;         // arrays / objects nested deeper: refused while parsing
+constexpr long long kMaxJsonValues = 1000000;  // values and keys in one JSON input: refused past it
+
 struct Issues {
-  std::vector<std::string> messages;
+  std::vector<std::string> messages;  // at most kMaxIssueMessages + 1 (the last: "... and N more problems")
   std::vector<std::string> warnings;
+  long long more = 0;                 // problems past kMaxIssueMessages, counted only
   void add(const std::string& path, const std::string& expected);
   void warn(const std::string& text) { warnings.push_back(text); }
   void add_got(const std::string& path, const std::string& expected, const json& got);
   bool empty() const { return messages.empty(); }
+  size_t count() const { return messages.size() + (size_t)more - (more > 0); }  // problems found, shown or not
+  void push(std::string message);
 };
 
 // Thrown when user input is invalid; what() joins all messages, one per line. Maps to exit code 2.

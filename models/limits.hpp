@@ -2,7 +2,9 @@
 // a documented physical range"). Each range holds every published model, GPU and cluster with a wide margin and
 // keeps the simulator's arithmetic finite and its work bounded; a value outside is bad input (exit 2, the message
 // names the JSON path and the range). Speeds (FLOP/s, bytes/s) go up to 1e21, far past any hardware, so that idealised
-// profiles can make a resource free (the tests' 1e18-1e20). docs/limits.md lists the same table (a test checks that they agree).
+// profiles can make a resource free (the tests' 1e18-1e20); peaks start at 1e6 FLOP/s and efficiencies at 1e-6, so
+// that a time (work over speed x efficiency) stays finite: an in-range 1e-300 gave "inf days" and deadlocks (issue
+// 44). docs/limits.md lists the same table (a test checks that they agree).
 // Invariants: integers are exact in a double (<= 2^53); an entry's key is its JSON path without "$." (fix lists,
 // delink and Hugging Face configs reuse the entry of the key they stand for).
 #pragma once
@@ -10,7 +12,8 @@
 
 namespace tp {
 
-enum class LimitKind { integer, number, open_number };  // [lo, hi] integer, [lo, hi] number, (lo, hi] number
+// [lo, hi] integer, [lo, hi] number, (lo, hi] number, 0 or [lo, hi] number (a peak: 0 = none)
+enum class LimitKind { integer, number, open_number, zero_or_number };
 
 struct Limit {
   const char* key;   // JSON path without "$.", e.g. "model.hidden"
@@ -62,13 +65,14 @@ inline constexpr Limit price{"cluster.price_per_gpu_hour_usd", 0, 10000, K::numb
 inline constexpr Limit cluster_power{"cluster.power_per_gpu_w", 0, 100000, K::number, "typical 300-1,500"};
 inline constexpr Limit nccl_buffer{"cluster.nccl_buffer_bytes_per_communicator", 0, 1e12, K::number, "typical 1e8"};
 // cluster.gpu
-inline constexpr Limit matrix_flops{"cluster.gpu.matrix_flops_per_s.*", 0, 1e21, K::number, "B200 fp8: 4.5e15"};
-inline constexpr Limit vector_flops{"cluster.gpu.vector_flops_per_s.*", 0, 1e21, K::number, "as matrix"};
+inline constexpr Limit matrix_flops{"cluster.gpu.matrix_flops_per_s.*", 1e6, 1e21, K::zero_or_number,
+                                    "B200 fp8: 4.5e15; 0 = no such precision"};
+inline constexpr Limit vector_flops{"cluster.gpu.vector_flops_per_s.*", 1e6, 1e21, K::zero_or_number, "as matrix"};
 inline constexpr Limit hbm_bytes{"cluster.gpu.hbm_bytes", 1, 1e15, K::number, "B200: 1.9e11"};
 inline constexpr Limit hbm_bw{"cluster.gpu.hbm_bandwidth_bytes_per_s", 1, 1e21, K::number, "B200: 8e12"};
 inline constexpr Limit curve_size{"cluster.gpu.*_efficiency[i][0]", 0, 1e30, K::open_number,
                                   "FLOPs or bytes of one op; also the fabrics' efficiency curves"};
-inline constexpr Limit curve_eff{"cluster.gpu.*_efficiency[i][1]", 0, 1, K::open_number, "a fraction of peak"};
+inline constexpr Limit curve_eff{"cluster.gpu.*_efficiency[i][1]", 1e-6, 1, K::number, "a fraction of peak"};
 inline constexpr Limit tile_rows{"cluster.gpu.attention_tile_rows", 1, 1048576, K::integer, "typical 128"};
 inline constexpr Limit sm_count{"cluster.gpu.sm_count", 1, 1048576, K::integer, "H100: 132"};
 inline constexpr Limit kernel_overhead{"cluster.gpu.kernel_overhead_s", 0, 1, K::number, "microseconds"};

@@ -285,13 +285,14 @@ void validate_plan(const Transformer& m, const Cluster& c, const Training& t, Pl
 
 std::string precision_problem(const Gpu& g, Precision pr) {
   if (g.matrix_efficiency.points.empty()) return "";  // a profile without curves is rejected elsewhere
+  // An inline GPU may have no name: "the GPU of $.cluster.gpu (no name)" then, never an empty word.
+  const std::string gpu = g.name.empty() ? std::string("the GPU of $.cluster.gpu (no name)") : g.name;
   if (pr == Precision::fp8 && g.matrix_flops_per_s[(int)Precision::fp8] <= 0)
-    return std::string("fp8 needs a GPU with fp8 tensor cores; ") + g.name + " has none";
+    return "fp8 needs a GPU with fp8 tensor cores; " + gpu + " has none";
   if (pr == Precision::fp8 && g.matrix_flops_per_s[(int)Precision::bf16] <= 0)
-    return std::string("fp8 training keeps attention and the other GEMMs in bf16; ") + g.name +
-           " has no bf16 support (peak 0 in its profile)";
+    return "fp8 training keeps attention and the other GEMMs in bf16; " + gpu + " has no bf16 support (peak 0 in its profile)";
   if (g.matrix_flops_per_s[(int)pr] <= 0)
-    return std::string("the GPU ") + g.name + " has no " + precision_name(pr) + " support (peak 0 in its profile)";
+    return (g.name.empty() ? gpu : "the GPU " + gpu) + " has no " + precision_name(pr) + " support (peak 0 in its profile)";
   return "";
 }
 

@@ -33,7 +33,24 @@ std::string kind_of_mode(mode_t m) {
 
 std::string errno_text() { return std::strerror(errno); }
 
-std::string mib(size_t bytes) { return std::to_string(bytes >> 20) + " MiB"; }
+// "64 MiB" for a whole number of MiB, else the exact bytes too: "67108865 bytes (64.0 MiB)", so that a file one
+// byte over the limit never reads as "64 MiB; the limit is 64 MiB".
+std::string mib(size_t bytes) {
+  if (bytes % (size_t{1} << 20) == 0) return std::to_string(bytes >> 20) + " MiB";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%zu bytes (%.1f MiB)", bytes, (double)bytes / (1 << 20));
+  return buf;
+}
+
+// A path from JSON may hold "\u0000"; the system calls would read it only up to there.
+void refuse_nul(const std::string& path, const std::string& what) {
+  if (path.find('\0') != std::string::npos) {
+    std::string m = "\"";  // appended, not "\"" + string: g++ 12 warns -Wstringop-overflow falsely on that form
+    m += path.substr(0, path.find('\0'));
+    m += "\\u0000...\": " + what + " path contains a NUL character (\\u0000); expected a file name";
+    refuse(m);
+  }
+}
 
 // Writes n bytes to fd; false with errno set on failure.
 bool write_fully(int fd, const unsigned char* p, size_t n) {
@@ -132,6 +149,7 @@ std::string file_kind_of(const std::string& path) {
 }
 
 void require_regular_file(const std::string& path, const std::string& what) {
+  refuse_nul(path, what);
   struct stat st;
   if (::stat(path.c_str(), &st) != 0) refuse(path + ": cannot open " + what + ": " + errno_text());
   if (!S_ISREG(st.st_mode)) refuse(path + ": " + what + " is " + kind_of_mode(st.st_mode) + "; expected a regular file");
@@ -173,12 +191,81 @@ std::string read_file_capped(const std::string& path, size_t max_bytes, const st
   return text;
 }
 
+namespace {
+
+// Writes the outputs that cannot be renamed into place: standard output ("-") and non-regular targets. Throws
+// (nothing renamed yet) on the first failure: InputError for a file, StdoutError (exit 1) for standard output.
+void write_direct(std::vector<Pending>& ps) {
+  for (Pending& p : ps) {
+    if (!p.tmp.empty()) continue;
+    if (p.fd < 0) {  // "-": standard output, after what is buffered there, checked now (a full stdout was exit 0)
+      check_stdout();
+      bool ok = true;
+      for (const auto& part : p.file->parts) ok = ok && write_fully(STDOUT_FILENO, part.data(), part.size());
+      if (!ok) throw StdoutError("cannot write standard output: " + errno_text());
+      continue;
+    }
+    bool ok = true;
+    for (const auto& part : p.file->parts) ok = ok && write_fully(p.fd, part.data(), part.size());
+    const std::string why = ok ? "" : errno_text();
+    ::close(p.fd);
+    p.fd = -1;
+    if (!ok) refuse("cannot write " + p.file->path + ": " + why);
+  }
+}
+
+// A hard link to the target's current file, so that a later failed rename can put it back; "" when there is no
+// target or it cannot be linked (then it cannot be restored, and a failure says so).
+std::string backup_of(const std::string& path) {
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0) return "";
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    std::string name = ".";
+    name += fs::path(path).filename().string();
+    name += ".old-XXXXXX";
+    std::string tmpl = (fs::path(dir_of(path)) / name).string();
+    const int fd = ::mkstemp(tmpl.data());  // reserves a fresh name, then hands it to link()
+    if (fd < 0) return "";
+    ::close(fd);
+    ::unlink(tmpl.c_str());
+    if (::link(path.c_str(), tmpl.c_str()) == 0) return tmpl;
+    if (errno != EEXIST) return "";
+  }
+  return "";
+}
+
+struct Renamed {
+  std::string path, backup;  // backup "": the target did not exist (or could not be kept)
+  bool existed = false;
+};
+
+// Puts back what the renames in `done` replaced; returns the outputs that stay replaced ("" when none).
+std::string undo_renames(const std::vector<Renamed>& done) {
+  std::string left;
+  for (auto it = done.rbegin(); it != done.rend(); ++it) {
+    bool ok = !it->backup.empty() ? std::rename(it->backup.c_str(), it->path.c_str()) == 0
+                                  : !it->existed && ::unlink(it->path.c_str()) == 0;
+    if (!ok) left += (left.empty() ? "" : ", ") + it->path;
+  }
+  return left;
+}
+
+}  // namespace
+
+void check_stdout() {
+  errno = 0;
+  std::cout.flush();
+  const bool ok = std::cout.good() && std::fflush(stdout) == 0 && !std::ferror(stdout);
+  if (!ok) throw StdoutError("cannot write standard output" + (errno ? ": " + errno_text() : std::string()));
+}
+
 void write_outputs_atomic(const std::vector<OutputFile>& files, bool sync) {
   std::vector<Pending> ps;
   const mode_t mode = default_file_mode();
   try {
     for (const OutputFile& f : files) {
       if (f.path.empty()) refuse("cannot write an output with an empty file name");
+      refuse_nul(f.path, "output");
       if (f.path == "-") { ps.push_back({&f, "", -1}); continue; }
       struct stat st;
       if (::stat(f.path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
@@ -188,41 +275,39 @@ void write_outputs_atomic(const std::vector<OutputFile>& files, bool sync) {
       ps.push_back({&f, "", -1});
       ps.back().tmp = write_temporary(f, sync, mode);
     }
+    write_direct(ps);  // devices, FIFOs, standard output: before any rename, so a failure leaves every file as it was
   } catch (...) {
     cleanup(ps);
     throw;
   }
-  for (Pending& p : ps) {  // everything is written: only renames (which do not fail for want of space) remain
+  // Every byte is written: only renames remain. Each replaced target is kept as a hard link until all renames
+  // succeeded, so that a failed rename (an immutable target) puts the earlier ones back.
+  std::vector<Renamed> done;
+  for (Pending& p : ps) {
     if (p.tmp.empty()) continue;
-    if (std::rename(p.tmp.c_str(), p.file->path.c_str()) != 0) {
+    struct stat st;
+    Renamed r{p.file->path, "", ::lstat(p.file->path.c_str(), &st) == 0};
+    if (r.existed) r.backup = backup_of(r.path);
+    if (std::rename(p.tmp.c_str(), r.path.c_str()) != 0) {
       const std::string why = errno_text();
+      if (!r.backup.empty()) ::unlink(r.backup.c_str());
       cleanup(ps);
-      refuse("cannot write " + p.file->path + ": " + why);
+      const std::string left = undo_renames(done);  // a backup it could not put back stays, beside its target
+      refuse("cannot write " + r.path + ": " + why +
+             (left.empty() ? "; no output was changed" : "; these outputs were replaced and could not be restored: " + left));
     }
     p.tmp.clear();
+    done.push_back(r);
     if (sync) {  // make the rename itself durable
-      const int dfd = ::open(dir_of(p.file->path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+      const int dfd = ::open(dir_of(r.path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
       if (dfd >= 0) {
         ::fsync(dfd);
         ::close(dfd);
       }
     }
   }
-  std::string failed;
-  for (Pending& p : ps) {
-    if (!p.tmp.empty() || (p.fd < 0 && p.file->path != "-")) continue;
-    if (p.fd < 0) {
-      for (const auto& part : p.file->parts) std::cout.write(reinterpret_cast<const char*>(part.data()), part.size());
-      std::cout.flush();
-      continue;
-    }
-    bool ok = true;
-    for (const auto& part : p.file->parts) ok = ok && write_fully(p.fd, part.data(), part.size());
-    if (!ok && failed.empty()) failed = "cannot write " + p.file->path + ": " + errno_text();
-    ::close(p.fd);
-    p.fd = -1;
-  }
-  if (!failed.empty()) refuse(failed);
+  for (const Renamed& d : done)
+    if (!d.backup.empty()) ::unlink(d.backup.c_str());
 }
 
 }  // namespace tp

@@ -3,10 +3,14 @@
 // for reading, and reads are capped. Outputs: every file goes to a fresh temporary in its own directory
 // (mkstemp: O_CREAT|O_EXCL, so never through a symlink planted at the temporary's name), and the temporaries
 // are renamed into place only once all of them are written; a target that is not a regular file (/dev/null,
-// a FIFO with a reader) is written directly, never renamed over. Errors throw InputError (exit 2) saying why.
+// a FIFO with a reader) and standard output are written directly, never renamed over, and before any rename, so
+// that their failure leaves every file as it was. A replaced target is kept as a hard link until every rename
+// succeeded: when one fails, the earlier ones are put back (or the message names those that could not be).
+// Errors throw InputError (exit 2) saying why; a failed standard output throws StdoutError (exit 1).
 #pragma once
 #include <cstddef>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -30,8 +34,16 @@ struct OutputFile {
   OutputFile(std::string p, std::vector<std::span<const unsigned char>> parts);
 };
 
-// Writes every file or none: all temporaries first (fsync'ed when sync), then all renames (and the directories
-// fsync'ed when sync). On any failure the temporaries are removed and InputError says which file and why.
+// A write to standard output failed (a full disk, a closed pipe): exit 1, the output is lost.
+struct StdoutError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+// Flushes standard output (std::cout and stdio) and throws StdoutError when anything written to it was lost.
+void check_stdout();
+
+// Writes every file or none: all temporaries first (fsync'ed when sync), then the direct targets and standard
+// output, then all renames (and the directories fsync'ed when sync). On any failure the temporaries are removed,
+// replaced targets restored, and InputError says which file and why.
 void write_outputs_atomic(const std::vector<OutputFile>& files, bool sync = false);
 
 }  // namespace tp

@@ -121,9 +121,9 @@ static Offload read_offload(const json& v, const std::string& path, Issues& is) 
   Offload o;
   Reader r(v, path, is);
   if (!r.ok()) return o;
-  size_t before = is.messages.size();
+  size_t before = is.count();
   int kind = r.req_enum("kind", {"optimizer", "granular", "chunked"});
-  if (is.messages.size() != before) return o;  // without a valid kind its other keys cannot be checked
+  if (is.count() != before) return o;  // without a valid kind its other keys cannot be checked
   o.kind = (OffloadKind)(kind + 1);
   if (o.kind == OffloadKind::granular) {
     const json* layers = r.get("layers");

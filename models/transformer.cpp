@@ -25,7 +25,7 @@ static Moe read_moe(const json& v, const std::string& path, long long layers, Is
   Moe moe;
   Reader r(v, path, issues);
   if (!r.ok()) return moe;
-  size_t before = issues.messages.size();
+  size_t before = issues.count();
   moe.experts = r.req_int("experts", lim::experts);
   moe.top_k = (int)r.opt_int("top_k", 1, lim::top_k);
   moe.capacity_factor = r.opt_num("capacity_factor", 1.0, lim::capacity_factor);
@@ -34,7 +34,7 @@ static Moe read_moe(const json& v, const std::string& path, long long layers, Is
   moe.shared_ffn_hidden = r.opt_int("shared_ffn_hidden", 0, lim::shared_ffn_hidden);
   moe.aux_loss_coeff = r.opt_num("aux_loss_coeff", 0.01, lim::aux_loss_coeff);
   r.finish({"experts", "top_k", "capacity_factor", "every", "ffn_hidden", "shared_ffn_hidden", "aux_loss_coeff"});
-  if (issues.messages.size() != before) return moe;
+  if (issues.count() != before) return moe;
   if (moe.top_k > moe.experts)
     issues.add(r.at("top_k"), "must not exceed experts (" + std::to_string(moe.experts) + "), got " + std::to_string(moe.top_k));
   if (layers > 0 && moe.every > layers)
@@ -55,7 +55,7 @@ static void read_rope_scaling(const json& v, const std::string& path, Transforme
 
 static Transformer read_inline(const json& v, const std::string& path, Issues& issues) {
   Transformer m;
-  size_t before = issues.messages.size();
+  size_t before = issues.count();
   Reader r(v, path, issues);
   if (!r.ok()) return m;
   m.name = r.opt_str("name", "");
@@ -74,9 +74,9 @@ static Transformer read_inline(const json& v, const std::string& path, Issues& i
   m.attn_head_dim = r.opt_int("head_dim", 0, lim::head_dim);
   // GPT-style (gelu) models always have every bias: the flags may only restate that.
   for (auto [key, flag] : {std::pair{"qkv_bias", &m.qkv_bias}, {"proj_bias", &m.proj_bias}, {"mlp_bias", &m.mlp_bias}}) {
-    size_t before_flag = issues.messages.size();
+    size_t before_flag = issues.count();
     *flag = r.opt_bool(key, false);
-    if (m.activation == Activation::gelu && r.has(key) && !*flag && issues.messages.size() == before_flag)
+    if (m.activation == Activation::gelu && r.has(key) && !*flag && issues.count() == before_flag)
       issues.add(r.at(key), "GPT-style (gelu) models always have biases; remove this key or use swiglu");
   }
   m.sliding_window = r.opt_int("sliding_window", 0, lim::sliding_window);
@@ -88,7 +88,7 @@ static Transformer read_inline(const json& v, const std::string& path, Issues& i
             "tied_embeddings", "dropout", "moe", "head_dim", "qkv_bias", "proj_bias", "mlp_bias", "sliding_window",
             "rope_theta", "norm_eps", "rope_scaling"});
   // shapes of defaulted fields would mislead
-  if (issues.messages.size() == before) check_transformer_shape(m, path, issues);
+  if (issues.count() == before) check_transformer_shape(m, path, issues);
   return m;
 }
 
@@ -105,11 +105,15 @@ Transformer read_transformer(const json& v, const std::string& path, const std::
   }
   if (v.is_object() && v.contains("hf_config")) {
     Reader r(v, path, issues);
-    size_t before = issues.messages.size();
+    size_t before = issues.count();
     std::string f = r.req_str("hf_config");
     r.finish({"hf_config"});
     if (f.empty()) {
-      if (issues.messages.size() == before) issues.add(path + ".hf_config", "expected a path to a Hugging Face config.json, got \"\"");
+      if (issues.count() == before) issues.add(path + ".hf_config", "expected a path to a Hugging Face config.json, got \"\"");
+      return Transformer{};
+    }
+    if (f.find('\0') != std::string::npos) {  // "\u0000": the file system would read the path only up to there
+      issues.add(path + ".hf_config", "expected a path to a Hugging Face config.json, got a path with a NUL character (\\u0000)");
       return Transformer{};
     }
     std::filesystem::path p(f);

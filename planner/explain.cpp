@@ -9,6 +9,7 @@
 
 #include "sim/output.hpp"
 #include "space.hpp"
+#include "workers.hpp"
 
 namespace tp {
 
@@ -109,16 +110,14 @@ std::vector<Candidate> Confirmer::run(const std::vector<Point>& pts) {
     }
   }
   std::atomic<size_t> next{0};
-  auto work = [&]() {
-    for (size_t k; (k = next.fetch_add(1)) < todo.size();) {
+  Workers workers;  // a worker's exception (bad_alloc, a simulator error) is rethrown here, after the join
+  auto work = [&](int) {
+    for (size_t k; !workers.failed() && (k = next.fetch_add(1)) < todo.size();) {
       out[todo[k]] = simulate_point(pts[todo[k]]);
       if (on_simulated) on_simulated();
     }
   };
-  std::vector<std::thread> pool;
-  for (int t = 1; t < std::min<int>(threads_, (int)todo.size()); ++t) pool.emplace_back(work);
-  work();
-  for (auto& t : pool) t.join();
+  workers.run(std::max(1, std::min<int>(threads_, (int)todo.size())), work);
   std::lock_guard<std::mutex> lk(mu_);
   for (int i : todo) {
     // Keep the program and engine output only where a trace may be drawn (set by the caller); drop here.

@@ -17,6 +17,7 @@
 #include "explain.hpp"
 #include "sim/op_cost.hpp"
 #include "space.hpp"
+#include "workers.hpp"
 
 namespace tp {
 
@@ -201,10 +202,11 @@ static Keeper estimate_all(const Scenario& sc, const AnalyticModel& am, const Sc
                            std::chrono::steady_clock::time_point t0) {
   std::vector<Keeper> keepers(threads);
   std::atomic<size_t> next{0}, done{0};
+  Workers workers;  // an exception in a worker (bad_alloc, a simulator error) reaches the caller
   auto work = [&](int w) {
     Keeper& K = keepers[w];
     K.top.cap = kTopKept * confirm;
-    for (size_t i; (i = next.fetch_add(1)) < layouts.size(); done.fetch_add(1)) {
+    for (size_t i; !workers.failed() && (i = next.fetch_add(1)) < layouts.size(); done.fetch_add(1)) {
       const Layout& lay = layouts[i];
       long long dominated = 0;
       K.st.pruned_invalid += enumerate_choices(sc, am, lay, lim, [&](const Choice& ch, const MicroCost& mc, long long B) {
@@ -223,20 +225,16 @@ static Keeper estimate_all(const Scenario& sc, const AnalyticModel& am, const Sc
       K.st.pruned_dominated += dominated;
     }
   };
-  std::vector<std::thread> pool;
-  for (int w = 1; w < threads; ++w) pool.emplace_back(work, w);
-  if (opt.progress) {
-    std::thread main_worker(work, 0);
-    while (done.load() < layouts.size()) {
-      opt.progress(kEstimateShare * done.load() / std::max<size_t>(1, layouts.size()),
-                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    main_worker.join();
-  } else {
-    work(0);
-  }
-  for (auto& t : pool) t.join();
+  std::function<void()> progress;
+  if (opt.progress)
+    progress = [&] {
+      while (done.load() < layouts.size() && !workers.failed()) {
+        opt.progress(kEstimateShare * done.load() / std::max<size_t>(1, layouts.size()),
+                     std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+    };
+  workers.run(threads, work, progress);
   Keeper all;
   all.top.cap = kTopKept * confirm;
   for (Keeper& k : keepers) {

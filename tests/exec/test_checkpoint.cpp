@@ -5,6 +5,7 @@
 
 #include "temp_dir.hpp"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "exec/checkpoint.hpp"
+#include "models/json_check.hpp"
 
 namespace fs = std::filesystem;
 using namespace tp::exec;
@@ -227,4 +229,71 @@ TEST(Checkpoint, AtomicReplace) {
   // A failed write (unwritable destination) leaves the old file intact and no .tmp behind.
   EXPECT_THROW(write_checkpoint((d.path / "c.ckpt" / "sub.ckpt").string(), header(4), t2), std::runtime_error);
   EXPECT_EQ(read_checkpoint(p).header.step, 3);
+}
+
+// --keep-checkpoints counts complete, verified checkpoints only (issue 44, item 6): with steps 2, 4 and 6 on disk
+// and step 4 corrupt, keeping 3 after step 8 keeps 8, 6 and 2 (three good ones); before, step 2 was removed and
+// the corrupt step 4 kept.
+TEST(Checkpoint, PruneCountsOnlyCompleteCheckpoints) {
+  TempDir d;
+  const std::string dir = d.path.string();
+  Sample s;
+  for (long step : {2, 4, 6, 8}) write_checkpoint(checkpoint_path(dir, step, 0), header(step, 0, 1), s.views());
+  fs::resize_file(checkpoint_path(dir, 4, 0), fs::file_size(checkpoint_path(dir, 4, 0)) - 4);  // step 4 corrupt
+  prune_checkpoints(dir, 3, 8);
+  for (long step : {2, 6, 8}) EXPECT_TRUE(fs::exists(checkpoint_step_dir(dir, step))) << step;
+  // A newer complete one: now 10, 8, 6 are the three; the corrupt 4 and the complete 2 are older: removed.
+  write_checkpoint(checkpoint_path(dir, 10, 0), header(10, 0, 1), s.views());
+  prune_checkpoints(dir, 3, 10);
+  for (long step : {6, 8, 10}) EXPECT_TRUE(fs::exists(checkpoint_step_dir(dir, step))) << step;
+  for (long step : {2, 4}) EXPECT_FALSE(fs::exists(checkpoint_step_dir(dir, step))) << step;
+}
+
+// Resuming with another rank count: the checkpoints are complete, for another job size, and the skip says so
+// (issue 44, item 10: it called them "incomplete or corrupt").
+TEST(Checkpoint, LatestCompleteNamesAnotherJobSize) {
+  TempDir d;
+  const std::string dir = d.path.string();
+  Sample s;
+  for (int r = 0; r < 2; ++r) write_checkpoint(checkpoint_path(dir, 4, r), header(4, r, 2), s.views());
+  std::vector<std::string> skipped;
+  int other = 0;
+  EXPECT_EQ(latest_complete(dir, 1, &skipped, &other), std::nullopt);
+  EXPECT_EQ(other, 2);
+  ASSERT_EQ(skipped.size(), 1u);
+  EXPECT_NE(skipped[0].find("complete, but written by a job of 2 ranks; this job has 1"), std::string::npos) << skipped[0];
+  EXPECT_EQ(latest_complete(dir, 2), 4);
+}
+
+// --checkpoint-dir is checked before step 1 (issue 44, item 5): a file, a FIFO, a path that cannot be created,
+// a step folder that is not a folder and a rank file that is a FIFO are refused with the path and what it is.
+TEST(Checkpoint, CheckpointDirCheckedBeforeTraining) {
+  TempDir d;
+  auto refused = [](const std::string& dir, const std::string& what) {
+    try {
+      check_checkpoint_dir(dir, 2);
+      ADD_FAILURE() << dir << " accepted";
+    } catch (const tp::InputError& e) {
+      EXPECT_NE(e.messages.at(0).find(what), std::string::npos) << e.messages.at(0);
+      EXPECT_NE(e.messages.at(0).find("--checkpoint-dir"), std::string::npos) << e.messages.at(0);
+    }
+  };
+  std::ofstream(d.file("afile")) << "x";
+  refused(d.file("afile"), "expected a directory");
+  ASSERT_EQ(::mkfifo(d.file("fifo").c_str(), 0600), 0);
+  refused(d.file("fifo"), "FIFO");
+  refused("/proc/trainplan-ckpt", "cannot");
+  refused(d.file("afile") + "/sub", "cannot");
+  const std::string ok = d.file("ck");
+  EXPECT_NO_THROW(check_checkpoint_dir(ok, 2));  // created
+  EXPECT_TRUE(fs::is_directory(ok));
+  ASSERT_EQ(::mkfifo(checkpoint_step_dir(ok, 6).c_str(), 0600), 0);
+  refused(ok, "step_00000006 is a FIFO");
+  fs::remove(checkpoint_step_dir(ok, 6));
+  fs::create_directories(checkpoint_step_dir(ok, 6));
+  ASSERT_EQ(::mkfifo(checkpoint_path(ok, 6, 1).c_str(), 0600), 0);
+  refused(ok, "rank_00001.ckpt is a FIFO");
+  EXPECT_NO_THROW(check_checkpoint_dir(ok, 1));  // rank 1's file is not this one-rank job's
+  for (const auto& e : fs::directory_iterator(ok))  // the probes are gone
+    EXPECT_EQ(e.path().filename().string().rfind(".trainplan-probe", 0), std::string::npos) << e.path();
 }

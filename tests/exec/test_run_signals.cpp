@@ -4,6 +4,7 @@
 // The signal is sent once the log shows training has started (no fixed sleeps). Bad --data files exit 2.
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -127,6 +128,55 @@ TEST(RunSignals, SigtermUnderMpirunStopsEveryRankAtOneStep) {
   EXPECT_TRUE(fs::exists(d / "rank_00000.ckpt"));
   EXPECT_TRUE(fs::exists(d / "rank_00001.ckpt"));
   EXPECT_NE(slurp(log).find("stopped at step " + std::to_string(steps)), std::string::npos) << slurp(log);
+#endif
+}
+
+// SIGTERM to mpirun itself, as Slurm's pre-emption and `kill <mpirun>` send it (issue 44, item 7): Open MPI 4.1
+// forwards it to the ranks and kills them one second later (odls_base_sigkill_timeout). The short steps of the
+// tiny model end within that: every rank stops at one step, the stop step's checkpoint is complete, the JSON is
+// written, and the ranks exit with 143 at once instead of waiting in MPI_Finalize for the launcher's SIGKILL.
+TEST(RunSignals, SigtermToMpirunItselfKeepsCheckpointAndJson) {
+#ifndef TP_MPIEXEC
+  GTEST_SKIP() << "built without MPI";
+#else
+  tp::testutil::TempDir t("signals_mpirun");
+  fs::path log = t.path / "log", ck = t.path / "ck", out = t.path / "o.json", status = t.path / "status";
+  // Each rank is a shell that ignores the signal itself and records trainplan's exit code, if it gets to (the
+  // launcher's SIGKILL a second after the signal ends the shell too).
+  const std::string rank = std::string(TP_BINARY) + " run " + tiny(t.path, 2) + " --steps 100000 --checkpoint-dir " +
+                           ck.string() + " --checkpoint-every 4 --log-every 2 --json " + out.string() +
+                           "; echo \"rank $OMPI_COMM_WORLD_RANK exit $?\" >> " + status.string();
+  std::string cmd = std::string(TP_MPIEXEC) + " -np 2 --oversubscribe " + TP_MPI_ROOT_FLAG + " sh -c 'trap \"\" TERM INT; " +
+                    rank + "'";
+  pid_t pid = fork();
+  if (pid == 0) {  // mpirun itself is the child: the signal goes to it alone, not to a process group
+    setenv("OMPI_MCA_orte_tmpdir_base", t.path.string().c_str(), 1);
+    int fd = ::open(log.string().c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 2);
+    execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), (char*)nullptr);
+    _exit(127);
+  }
+  auto t0 = std::chrono::steady_clock::now();
+  while (slurp(log).find("iteration        6/") == std::string::npos &&
+         std::chrono::steady_clock::now() - t0 < std::chrono::seconds(120))
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  kill(pid, SIGTERM);
+  int st = 0;
+  waitpid(pid, &st, 0);
+  ASSERT_TRUE(fs::exists(out)) << slurp(log);
+  json r = json::parse(slurp(out));
+  EXPECT_EQ(r["stopped_by_signal"], 15);
+  fs::path d = r["last_checkpoint"].get<std::string>();
+  EXPECT_TRUE(fs::exists(d / "rank_00000.ckpt"));
+  EXPECT_TRUE(fs::exists(d / "rank_00001.ckpt"));
+  const std::string s = slurp(log);
+  EXPECT_NE(s.find("stopped at step " + std::to_string(r["losses"].size())), std::string::npos) << s;
+  // The ranks exit 143 on their own, inside the launcher's second; before, they hung in MPI_Finalize until its
+  // SIGKILL and no shell got to record an exit code. (The first rank to exit makes mpirun kill the others, so
+  // one line is what every run shows; mpirun's own exit code is Open MPI's: 1.)
+  const std::string exits = slurp(status);
+  EXPECT_NE(exits.find(" exit 143"), std::string::npos) << exits << s;
+  EXPECT_EQ(exits.find(" exit 1\n"), std::string::npos) << exits;
 #endif
 }
 

@@ -8,6 +8,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 
 #include "exec/train.hpp"
 #include "models/scenario.hpp"
@@ -241,4 +242,26 @@ TEST(HfConfig, ExecutorRunsHeadDimAndSwigluBiases) {
   // `trainplan run` trains an explicit head_dim (Mistral-NeMo) and q/k/v biases (Qwen2): exec/gpt.hpp GptShape;
   // their gradients are checked in tests/exec/test_gpt_gradcheck.cpp, the parallel plans in test_run_shapes.cpp.
   for (const char* name : {"mistral-nemo-12b", "qwen2-7b", "gpt2"}) EXPECT_NO_THROW(exec::check_runnable(load_hf(name))) << name;
+}
+
+// A Llama-family config whose hidden_act is missing or null is its family's silu (swiglu), as transformers'
+// config classes default it; GPT-2 without activation_function stays gelu (issue 44, item 9: it was gelu).
+TEST(HfConfig, MissingActivationTakesTheFamilyDefault) {
+  json mistral = json::parse(std::ifstream(config_path("mistral-7b-v0.1")));
+  const fs::path dir = fs::temp_directory_path() / ("tp_hf_act_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  for (bool null_value : {false, true}) {
+    json c = mistral;
+    if (null_value) c["hidden_act"] = nullptr;
+    else c.erase("hidden_act");
+    std::ofstream((dir / "config.json").string()) << c.dump();
+    Scenario sc = scenario_from_json(scenario_json({{"hf_config", (dir / "config.json").string()}}), ".", "test");
+    EXPECT_EQ(sc.model.activation, Activation::swiglu) << (null_value ? "null" : "missing");
+  }
+  json gpt2 = json::parse(std::ifstream(config_path("gpt2")));
+  gpt2.erase("activation_function");
+  std::ofstream((dir / "config.json").string()) << gpt2.dump();
+  Scenario g = scenario_from_json(scenario_json({{"hf_config", (dir / "config.json").string()}}, 1024), ".", "test");
+  EXPECT_EQ(g.model.activation, Activation::gelu);
+  fs::remove_all(dir);
 }
