@@ -122,7 +122,7 @@ inline constexpr Limit search_top_k{"search.top_k", 1, 1000, K::integer, "plans 
 inline constexpr Limit confirm{"search.confirm", 1, 10000, K::integer, "plans simulated"};
 inline constexpr Limit confirm_budget{"search.confirm_budget_s", 0, 86400, K::open_number,
                                       "estimated simulation seconds; default 300"};
-inline constexpr Limit headroom{"search.memory_headroom", 0, 0.9, K::number, "a fraction of HBM"};
+inline constexpr Limit headroom{"search.memory_headroom", 0, 0.9, K::number, "a fraction of HBM (default 0.06, docs/techniques.md)"};
 inline constexpr Limit batch_over_critical{"search.max_batch_over_critical", 0.001, 1000, K::number, "a ratio"};
 inline constexpr Limit eth_bits{"search.compare.ethernet_nic_bits_per_s", 1e6, 1e15, K::number, "typical 1e11"};
 inline constexpr Limit eth_nics{"search.compare.ethernet_nics_per_node", 1, 64, K::integer, "typical 1-8"};
