@@ -191,4 +191,31 @@ std::string export_plan(const Scenario& sc, Target t, const std::string& scenari
   return {};
 }
 
+// Megatron-style data, optimizer and schedule, checkpoint and logging arguments (RunSettings; docs/export.md has the
+// defaults), shared by Megatron-LM and Megatron-DeepSpeed, which differ only in the tokenizer type's name.
+void megatron_run_args(const Scenario& sc, const std::string& tokenizer_type, Options& o) {
+  const RunSettings rs = run_settings(sc);
+  o.push_back({"--data-path", "\"$DATA_PATH\""});
+  o.push_back({"--tokenizer-type", tokenizer_type});
+  o.push_back({"--tokenizer-model", "\"$TOKENIZER\""});
+  o.push_back({"--train-iters", num(rs.steps)});
+  o.push_back({"--optimizer", "adam"});
+  o.push_back({"--lr", num(rs.opt.lr)});
+  o.push_back({"--min-lr", num(rs.min_lr)});
+  o.push_back({"--lr-decay-style", lr_decay_name(rs.opt.decay)});
+  o.push_back({"--lr-decay-iters", num(rs.steps)});
+  o.push_back({"--lr-warmup-iters", num(rs.warmup)});
+  o.push_back({"--weight-decay", num(rs.opt.weight_decay)});
+  o.push_back({"--clip-grad", num(rs.opt.grad_clip)});
+  o.push_back({"--adam-beta1", num(rs.opt.beta1)});
+  o.push_back({"--adam-beta2", num(rs.opt.beta2)});
+  o.push_back({"--adam-eps", num(rs.opt.eps)});
+  o.push_back({"--save", "\"$CKPT_DIR\""});
+  o.push_back({"--load", "\"$CKPT_DIR\""});
+  o.push_back({"--save-interval", num(rs.save_every)});
+  o.push_back({"--log-interval", num(rs.log_every)});
+  o.push_back({"--eval-interval", num(rs.save_every)});
+  o.push_back({"--eval-iters", "10"});
+}
+
 }  // namespace tp::exporting

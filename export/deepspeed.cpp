@@ -44,31 +44,6 @@ json ds_config(const Scenario& sc, Refusals& r) {
   return c;
 }
 
-// Data, optimizer and schedule, checkpoints and logging (RunSettings; docs/export.md has the defaults).
-void run_args(const Scenario& sc, Options& o) {
-  const RunSettings rs = run_settings(sc);
-  o.push_back({"--data-path", "\"$DATA_PATH\""});
-  o.push_back({"--tokenizer-type", "HFTokenizer"});
-  o.push_back({"--tokenizer-model", "\"$TOKENIZER\""});
-  o.push_back({"--train-iters", num(rs.steps)});
-  o.push_back({"--optimizer", "adam"});
-  o.push_back({"--lr", num(rs.opt.lr)});
-  o.push_back({"--min-lr", num(rs.min_lr)});
-  o.push_back({"--lr-decay-style", lr_decay_name(rs.opt.decay)});
-  o.push_back({"--lr-decay-iters", num(rs.steps)});
-  o.push_back({"--lr-warmup-iters", num(rs.warmup)});
-  o.push_back({"--weight-decay", num(rs.opt.weight_decay)});
-  o.push_back({"--clip-grad", num(rs.opt.grad_clip)});
-  o.push_back({"--adam-beta1", num(rs.opt.beta1)});
-  o.push_back({"--adam-beta2", num(rs.opt.beta2)});
-  o.push_back({"--adam-eps", num(rs.opt.eps)});
-  o.push_back({"--save", "\"$CKPT_DIR\""});
-  o.push_back({"--load", "\"$CKPT_DIR\""});
-  o.push_back({"--save-interval", num(rs.save_every)});
-  o.push_back({"--log-interval", num(rs.log_every)});
-  o.push_back({"--eval-interval", num(rs.save_every)});
-  o.push_back({"--eval-iters", "10"});
-}
 
 Options megatron_ds_args(const Scenario& sc, Refusals& r) {
   const Transformer& m = sc.model;
@@ -137,7 +112,7 @@ Options megatron_ds_args(const Scenario& sc, Refusals& r) {
   o.push_back({"--zero-stage", num((long long)p.zero)});
   // DeepSpeed's ZeRO-Offload runs DeepSpeedCPUAdam; without it deepspeed.initialize raises ZeRORuntimeException.
   if (p.offload.kind == OffloadKind::optimizer) o.push_back({"--cpu-optimizer", ""});
-  run_args(sc, o);
+  megatron_run_args(sc, "HFTokenizer", o);
   o.push_back({"--deepspeed", ""});
   o.push_back({"--deepspeed_config", "ds_config.json"});
   return o;

@@ -50,6 +50,8 @@ struct RunSettings {
   double min_lr = 0;
 };
 RunSettings run_settings(const Scenario& sc);
+// Megatron-LM's (and Megatron-DeepSpeed's) data, optimizer, schedule, checkpoint and logging arguments for RunSettings.
+void megatron_run_args(const Scenario& sc, const std::string& tokenizer_type, Options& o);
 // Nodes and GPUs per node of the plan on the scenario's cluster (a plan smaller than a node takes part of one).
 struct Launch { int nodes = 1, gpus_per_node = 1; };
 Launch launch_of(const Scenario& sc);

@@ -152,31 +152,6 @@ void precision_args(const Scenario& sc, Options& o) {
   if (sc.training.grad_precision == Precision::bf16) o.push_back({"--grad-reduce-in-bf16", ""});
 }
 
-// Data, optimizer and its schedule, checkpoints and logging (RunSettings; docs/export.md has the defaults).
-void run_args(const Scenario& sc, Options& o) {
-  const RunSettings rs = run_settings(sc);
-  o.push_back({"--data-path", "\"$DATA_PATH\""});
-  o.push_back({"--tokenizer-type", "HuggingFaceTokenizer"});
-  o.push_back({"--tokenizer-model", "\"$TOKENIZER\""});
-  o.push_back({"--train-iters", num(rs.steps)});
-  o.push_back({"--optimizer", "adam"});
-  o.push_back({"--lr", num(rs.opt.lr)});
-  o.push_back({"--min-lr", num(rs.min_lr)});
-  o.push_back({"--lr-decay-style", lr_decay_name(rs.opt.decay)});
-  o.push_back({"--lr-decay-iters", num(rs.steps)});
-  o.push_back({"--lr-warmup-iters", num(rs.warmup)});
-  o.push_back({"--weight-decay", num(rs.opt.weight_decay)});
-  o.push_back({"--clip-grad", num(rs.opt.grad_clip)});
-  o.push_back({"--adam-beta1", num(rs.opt.beta1)});
-  o.push_back({"--adam-beta2", num(rs.opt.beta2)});
-  o.push_back({"--adam-eps", num(rs.opt.eps)});
-  o.push_back({"--save", "\"$CKPT_DIR\""});
-  o.push_back({"--load", "\"$CKPT_DIR\""});
-  o.push_back({"--save-interval", num(rs.save_every)});
-  o.push_back({"--log-interval", num(rs.log_every)});
-  o.push_back({"--eval-interval", num(rs.save_every)});
-  o.push_back({"--eval-iters", "10"});
-}
 
 }  // namespace
 
@@ -187,7 +162,7 @@ std::string export_megatron(const Scenario& sc, const std::string& file) {
   model_args(sc, o, r);
   plan_args(sc, o, r);
   precision_args(sc, o);
-  run_args(sc, o);
+  megatron_run_args(sc, "HuggingFaceTokenizer", o);
   r.throw_if_any();
   const Plan& p = sc.plan;
   const Launch l = launch_of(sc);

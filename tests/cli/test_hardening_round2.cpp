@@ -144,7 +144,9 @@ TEST(HardeningRound2, StdoutWriteErrorsExitOne) {
     Out o = tp_run(args, "/dev/full");
     EXPECT_EQ(o.rc, 1) << args << "\n" << o.text;
     EXPECT_TRUE(has(o.text, "error: cannot write standard output")) << args << "\n" << o.text;
-    if (has(args, "--quiet --json -")) EXPECT_TRUE(has(o.text, "standard output: No space left on device")) << o.text;
+    if (has(args, "--quiet --json -")) {
+      EXPECT_TRUE(has(o.text, "standard output: No space left on device")) << o.text;
+    }
   }
   // simulate --json - --trace FILE: standard output fails first, so the trace file is not written either.
   Out t = tp_run("simulate " + kScenario + " --quiet --json - --trace " + d.file("t.json"), "/dev/full");
