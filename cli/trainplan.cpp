@@ -168,6 +168,7 @@ Scenario with_planner_choice(const Scenario& sc, const std::string& scenario_fil
   j["plan"] = choice["plan"];
   j["training"]["global_batch"] = choice["global_batch"];
   if (!choice["precision"].get<std::string>().empty()) j["training"]["precision"] = choice["precision"];
+  if (choice.contains("framework")) j["training"]["framework"] = choice["framework"];  // the plan's framework
   std::string base = std::filesystem::path(scenario_file).parent_path().string();
   Scenario out = scenario_from_json(j, base.empty() ? "." : base, scenario_file + " with " + arg);
   out.name = sc.name;
@@ -445,11 +446,13 @@ int cmd_validate(int argc, char** argv) {
 }
 
 // --suite: a file, or the bundled sets by name: "dev" (the 2021 A100 dev suite, the default) and "h100"
-// (the H100 development set, data/validation/h100-dev-set.json).
+// (the H100 development set, data/validation/h100-dev-set.json) and "frameworks" (public runs of DeepSpeed,
+// Megatron-DeepSpeed and PyTorch FSDP, data/validation/frameworks-set.json).
 std::string suite_file(const std::string& name) {
   std::string root = catalog_dir() + "/../..";
   if (name.empty() || name == "dev") return root + "/scenarios/published/dev-suite.json";
   if (name == "h100") return root + "/data/validation/h100-dev-set.json";
+  if (name == "frameworks") return root + "/data/validation/frameworks-set.json";
   return name;
 }
 

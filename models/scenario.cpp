@@ -104,6 +104,7 @@ static Training read_training(const json& v, const Transformer& m, Issues& issue
   t.precision = (Precision)r.opt_enum("precision", {"fp32", "fp16", "bf16", "fp8"}, 1);
   t.grad_precision = (Precision)r.opt_enum("grad_precision", {"fp32", "fp16", "bf16"}, 0);
   t.kernel_profile = r.opt_str("kernel_profile", "");
+  r.get("framework");  // read by scenario_from_json (resolve_framework)
   if (const json* o = r.get("optimizer")) {
     t.optimizer = read_optimizer(*o, r.at("optimizer"), issues);
     t.optimizer_given = true;
@@ -111,7 +112,7 @@ static Training read_training(const json& v, const Transformer& m, Issues& issue
   t.checkpoint_every = r.opt_int("checkpoint_every", t.checkpoint_every, lim::checkpoint_every);
   t.log_every = r.opt_int("log_every", t.log_every, lim::log_every);
   r.finish({"global_batch", "seq_len", "tokens", "target_loss", "precision", "grad_precision", "kernel_profile",
-            "optimizer", "checkpoint_every", "log_every"});
+            "framework", "optimizer", "checkpoint_every", "log_every"});
   return t;
 }
 
@@ -261,18 +262,41 @@ static void validate_delink(Scenario& sc, Issues& is, const std::string& cluster
   }
 }
 
-// training.kernel_profile: puts the named profile of the scenario's GPU in force, or names the ones there are.
+// training.kernel_profile (or the framework's kernel_profile when that is not given): puts the named profile of
+// the scenario's GPU in force, or names the ones there are.
 static void apply_training_kernels(Scenario& sc, Issues& is) {
   Gpu& g = sc.cluster.gpu;
-  const std::string& name = sc.training.kernel_profile;
+  const bool own = !sc.training.kernel_profile.empty();
+  const std::string& name = own ? sc.training.kernel_profile : sc.framework.kernel_profile;
+  if (name.empty()) return;
   if (const KernelProfile* k = find_kernel_profile(g, name)) {
     apply_kernel_profile(g, *k);
     return;
   }
   std::string have;
   for (const KernelProfile& k : g.kernel_profiles) have += (have.empty() ? "\"" : ", \"") + k.name + "\"";
-  is.add("$.training.kernel_profile", "unknown kernel profile \"" + name + "\" for the GPU " + g.name + "; " +
-                                          (have.empty() ? std::string("its profile has no kernel_profiles") : "it has " + have));
+  is.add(own ? "$.training.kernel_profile" : "$.training.framework",
+         "unknown kernel profile \"" + name + "\" for the GPU " + g.name + (own ? "" : " (the framework's kernel_profile)") + "; " +
+             (have.empty() ? std::string("its profile has no kernel_profiles") : "it has " + have));
+}
+
+// The catalog's production frameworks that can run plan `p` ("none in the catalog" when none can).
+static std::string frameworks_that_can(const Scenario& sc, const Plan& p) {
+  std::string out;
+  for (const Framework& f : catalog_frameworks())
+    if (!f.can.research && framework_refusals(f, p, sc.training.precision).empty()) out += (out.empty() ? "" : ", ") + f.name;
+  return out.empty() ? "none in the catalog but \"research\"" : out;
+}
+
+// The framework's refusals of the plan (and of the delink pseudo plan), as input problems.
+static void check_framework(const Scenario& sc, Issues& is) {
+  auto add = [&](const Plan& p, const std::string& at) {
+    for (const Refusal& r : framework_refusals(sc.framework, p, sc.training.precision))
+      is.add(r.key[0] == '$' ? r.key : at + "." + r.key,
+             r.text + "; or choose a training.framework that can (" + frameworks_that_can(sc, p) + ")");
+  };
+  add(sc.plan, "$.plan");
+  if (sc.delink.on() && sc.delink.plan) add(*sc.delink.plan, "$.plan.delink.plan");
 }
 
 Scenario scenario_from_json(const json& v, const std::string& base_dir, const std::string& where, bool allow_search) {
@@ -305,7 +329,15 @@ Scenario scenario_from_json(const json& v, const std::string& base_dir, const st
   const bool searching = r.has("search") && !r.has("plan");
   if (const json* t = r.get("training")) sc.training = read_training(*t, sc.model, is, searching);
   else is.add("$.training", "missing; expected {global_batch, seq_len, tokens, precision}");
-  if (!sc.training.kernel_profile.empty() && is.empty()) apply_training_kernels(sc, is);
+  const json* tj = v.contains("training") ? &v.at("training") : nullptr;
+  if (tj && tj->is_object() && tj->contains("framework")) {
+    sc.framework = resolve_framework(&tj->at("framework"), "$.training.framework", is);
+    sc.framework_given = true;
+  } else {
+    sc.framework = resolve_framework(nullptr, "$.training.framework", is);
+  }
+  sc.gpu_as_given = std::make_shared<const Gpu>(sc.cluster.gpu);
+  if (is.empty()) apply_training_kernels(sc, is);
   if (const json* sv = r.get("search")) {
     if (r.has("plan")) is.add("$.search", "a scenario has either a plan (simulate, run) or a search block (plan), not both");
     else if (!allow_search)
@@ -334,6 +366,7 @@ Scenario scenario_from_json(const json& v, const std::string& base_dir, const st
   if (is.empty() && !sc.search) {
     validate_plan(sc.model, sc.cluster, sc.training, sc.plan, is, "$.plan", "$.training.global_batch", cluster_path);
     if (sc.delink.on()) validate_delink(sc, is, cluster_path);
+    if (is.empty()) check_framework(sc, is);
   }
   if (!is.empty()) {
     for (auto& m : is.messages) m = where + ": " + m;
@@ -346,6 +379,14 @@ Scenario scenario_from_json(const json& v, const std::string& base_dir, const st
             s(sc.training.seq_len) + "-token sequence");
   sc.warnings = is.warnings;
   return sc;
+}
+
+void set_framework(Scenario& sc, const Framework& f) {
+  if (sc.gpu_as_given) sc.cluster.gpu = *sc.gpu_as_given;
+  sc.framework = f;
+  Issues is;
+  apply_training_kernels(sc, is);
+  if (!is.empty()) throw InputError(is.messages);
 }
 
 Scenario scenario_from_text(const std::string& text, const std::string& where) {
@@ -409,6 +450,7 @@ json scenario_to_json(const Scenario& s) {
           {"plan", plan}};
   if (s.training.target_loss > 0) out["training"]["target_loss"] = s.training.target_loss;
   if (!s.training.kernel_profile.empty()) out["training"]["kernel_profile"] = s.training.kernel_profile;
+  out["training"]["framework"] = s.framework.name == "inline" ? framework_to_json(s.framework) : json(s.framework.name);
   if (s.training.optimizer_given) out["training"]["optimizer"] = optimizer_to_json(s.training.optimizer);
   if (s.training.checkpoint_every != Training{}.checkpoint_every) out["training"]["checkpoint_every"] = s.training.checkpoint_every;
   if (s.training.log_every != Training{}.log_every) out["training"]["log_every"] = s.training.log_every;

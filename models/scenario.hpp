@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cluster.hpp"
+#include "framework.hpp"
 #include "plan.hpp"
 #include "search.hpp"
 #include "transformer.hpp"
@@ -20,6 +21,9 @@ struct Scenario {
   Training training;
   Plan plan;
   Delink delink;  // from plan.delink; off unless given
+  Framework framework;  // training.framework (catalog megatron-core when not given)
+  bool framework_given = false;  // training.framework was in the scenario
+  std::shared_ptr<const Gpu> gpu_as_given;  // the cluster's GPU before any kernel profile (set_framework)
   // The planner's bounds (a scenario has a plan or a search block; only `trainplan plan` and reports accept
   // the latter). With a search block the plan is empty and training.global_batch may be 0 (searched).
   std::shared_ptr<Search> search;
@@ -31,6 +35,10 @@ struct Scenario {
 // The pseudo phase of a delinked scenario: its plan (delink.plan or the real plan without offload) with
 // shared_layers = unique_layers, its batch and token budget. Requires sc.delink.on().
 Scenario pseudo_phase(const Scenario& sc);
+
+// Puts framework `f` in force (the planner's search over several frameworks): its kernel profile on the GPU as
+// given, unless training.kernel_profile names one. Throws InputError when the GPU lacks the profile.
+void set_framework(Scenario& sc, const Framework& f);
 
 // Parses a scenario from a JSON value. `base_dir` resolves relative paths; `where` names the source in messages.
 Scenario scenario_from_json(const json& v, const std::string& base_dir, const std::string& where,

@@ -3,6 +3,8 @@
 
 #include <cmath>
 
+#include "catalog.hpp"
+
 namespace tp {
 
 const char* objective_name(Objective o) {
@@ -84,9 +86,20 @@ Fix read_fix(const json& v, const std::string& path, Issues& is) {
   read_fix_list(r, "attention", f.attention, enum_of<Attention>({"flash", "unfused"}, is));
   read_fix_list(r, "precision", f.precision, enum_of<Precision>({"fp32", "fp16", "bf16", "fp8"}, is));
   read_fix_list(r, "stage_split", f.stage_split, enum_of<StageSplitKind>({"even", "uneven"}, is));
+  read_fix_list(r, "framework", f.framework, [&is](const json& x, const std::string& at, std::string& out) {
+    if (x.is_string() && x.get<std::string>() == "any") { out = "any"; return true; }
+    const json* e = x.is_string() ? catalog_find("frameworks", x.get<std::string>()) : nullptr;
+    if (!e) {
+      add_unknown_catalog_name(is, at, "frameworks", "framework", " or \"any\"", x);
+      return false;
+    }
+    for (const std::string& n : catalog_names("frameworks"))
+      if (catalog_find("frameworks", n) == e) out = n;
+    return true;
+  });
   r.finish({"dp", "tp", "pp", "virtual_stages", "zero", "ep", "cp", "microbatch", "global_batch", "schedule", "recompute",
             "tp_mode", "grad_accumulation", "offload", "sequence_parallel", "attention", "precision",
-            "stage_split"});
+            "stage_split", "framework"});
   return f;
 }
 
@@ -144,6 +157,7 @@ json search_to_json(const Search& s) {
             {"top_k", s.top_k}, {"confirm", s.confirm}, {"memory_headroom", s.memory_headroom},
             {"max_batch_over_critical", s.max_batch_over_critical}};
   if (!s.gpu_counts.empty()) j["gpu_counts"] = s.gpu_counts;
+  if (!s.fix.framework.empty()) j["fix"] = {{"framework", s.fix.framework}};
   if (s.confirm_budget_s != 300) j["confirm_budget_s"] = s.confirm_budget_s;
   if (s.compare.on)
     j["compare"] = {{"ethernet_nic_bits_per_s", s.compare.ethernet_nic_bits_per_s},

@@ -29,6 +29,9 @@ struct Fix {
   std::vector<Attention> attention;
   std::vector<Precision> precision;  // training.precision values the search may choose (empty: the scenario's)
   std::vector<StageSplitKind> stage_split;  // "even" / "uneven" pipeline stage splits (empty: both)
+  // Frameworks searched (catalog names; "any": every catalog framework, "research" included); empty = the
+  // scenario's training.framework.
+  std::vector<std::string> framework;
 };
 
 // The attention kind a search plans with: flash unless the fix allows only "unfused". Flash dominates unfused

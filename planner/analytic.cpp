@@ -211,10 +211,12 @@ Estimate AnalyticModel::estimate(const Layout& lay, const MicroCost& mc, const C
   double weights = sb.weights, grads = sb.gradients, opt = sb.optimizer;
   // fp8 training: Transformer Engine's fp8 weight copies of the GPU-resident layers (ZeRO-3: of the gathered
   // layer and the prefetched next one)
-  weights += zero3 ? 2 * mc.layer_fp8_weight_bytes
+  // (DeepSpeed: bounded by its live parameters, zero3_buffer_params)
+  const double z3_share = mc.layer_params > 0 ? zero3_buffer_params(sc.framework, mc.layer_params) / mc.layer_params : 1.0;
+  weights += zero3 ? 2 * mc.layer_fp8_weight_bytes * z3_share
                    : Lp * mc.layer_fp8_weight_bytes * (ch.offload == OffloadKind::granular && !ch.experts_only ? 1 - ch.offload_fraction : 1);
   double buffers = p > 1 ? 4 * mc.p2p_bytes : 0;
-  if (zero3) buffers += 2 * layer_bytes_e;  // the gathered layer and the prefetched next one
+  if (zero3) buffers += 2 * layer_bytes_e * z3_share;  // the gathered layer and the prefetched next one
   if (ch.offload == OffloadKind::granular) buffers += 2 * ch.offload_fraction * layer_bytes_e;
 
   // ---- activations in flight on the first stage ----
@@ -235,20 +237,27 @@ Estimate AnalyticModel::estimate(const Layout& lay, const MicroCost& mc, const C
   // Megatron's interleaved order the warm-up (and cool-down) runs pp micro-batches of a chunk back to back,
   // the steady state alternates chunks: about m - pp + 1 runs per chunk and pass.
   const double runs = layered ? 1 : (v > 1 ? std::max(1.0, m - p + 1) : m);
+  // The framework's gradient buckets over the stage's P parameters (0: one per layer) and whether the reduction
+  // overlaps the backward (models/framework.hpp).
+  const double bucket_p = framework_bucket_params(sc.framework, dp);
+  const double dp_buckets = bucket_p > 0 ? std::max(1.0, std::ceil(P / bucket_p)) : std::max(1.0, n_P);
+  const bool reduce_overlaps = !(sc.framework.comm.pp_reduce_after_flush && p > 1);
   if (dp > 1) {
     double red_one = dp_coll(ch.zero >= 1 ? 1 : 0, D, E, g);
     double red_times = ch.zero >= 2 ? runs : 1;
-    double buckets = ch.zero >= 2 || layered ? n_P : std::max(1.0, std::ceil(P / grad_bucket_params(dp)));
+    double buckets = ch.zero >= 2 || layered ? n_P : dp_buckets;
     double red = red_one * red_times;
-    double window = (ch.zero >= 2 || layered ? m : 1) * bwd_s;
-    dp_exposed += std::max(red - window, 0.0) + red_one / buckets;
+    // Under the last backward (every micro-batch's with ZeRO-2 or layered accumulation), unless the framework
+    // reduces a pipeline's gradients after its flush (then all of it is exposed).
+    double window = reduce_overlaps ? (ch.zero >= 2 || layered ? m : 1) * bwd_s : 0.0;
+    dp_exposed += std::max(red - window, 0.0) + (reduce_overlaps ? red_one / buckets : 0.0);
     if (ch.zero == 1 || ch.zero == 2) {  // updated parameters gathered: after the optimizer, or under the first forward
       const double gather = dp_coll(2, D, E, e);
       if (ch.overlap_param_gather && ch.offload != OffloadKind::chunked) {
         // In buckets (as the gradients), each before the first forward of its layers: the first bucket is
         // exposed, the rest hides under the first forward pass through the stage (every micro-batch's under
         // layered accumulation).
-        const double first = gather / std::max(1.0, std::ceil(P / grad_bucket_params(dp)));
+        const double first = gather / dp_buckets;
         const double window = (layered ? m : 1) * (n_busy * mc.layer_f_s + mc.embed_f_s);
         dp_exposed += first + std::max(gather - first - window, 0.0);
       } else {
@@ -268,7 +277,7 @@ Estimate AnalyticModel::estimate(const Layout& lay, const MicroCost& mc, const C
   // fills; a second coexists only when a bucket's reduce-scatter outlasts the backward that fills the next,
   // and by then that layer's activations (of every micro-batch in flight through it) are released.
   if (ch.zero >= 2 && dp > 1) {
-    const double bucket_params = std::min(P, std::max(grad_bucket_params(dp), mc.layer_params));
+    const double bucket_params = std::min(P, std::max(framework_bucket_params(sc.framework, dp), mc.layer_params));
     const double share = bucket_params / std::max(P, 1.0);
     const double rs_s = dp_coll(1, D * share, E * share, g);
     const double fill_s = (layered ? m : 1) * mc.layer_b_s * bucket_params / std::max(mc.layer_params, 1.0);

@@ -22,6 +22,27 @@ json plan_json(const Plan& p, long long B) {
   return j;
 }
 
+// The labels a candidate carries in every output: its framework when it is not the scenario's (a search over
+// several frameworks), "[research]" when it uses a research technique, "[beyond published]" when its simulated
+// efficiency is above the best published for the GPU and framework.
+bool beyond_published(const Candidate& c) { return c.sim && result_notes_json(*c.sim).contains("beyond_published"); }
+std::string candidate_summary(const Candidate& c, const Scenario& sc) {
+  std::string s = plan_summary(c.plan, c.global_batch, c.point.lay.prec);
+  if (!c.framework.empty() && c.framework != sc.framework.name) s += " (" + c.framework + ")";
+  if (!research_techniques(c.plan, Delink{}).empty()) s += " [research]";
+  if (beyond_published(c)) s += " [beyond published]";
+  return s;
+}
+json candidate_labels(const Candidate& c) {
+  json j = {{"framework", c.framework.empty() ? json(nullptr) : json(c.framework)}};
+  const std::vector<std::string> rt = research_techniques(c.plan, Delink{});
+  if (!rt.empty()) j["research_techniques"] = rt;
+  if (beyond_published(c)) j["beyond_published"] = true;
+  return j;
+}
+const char* kBeyondLabel = "beyond published: simulated efficiency above the best published for this GPU and framework in "
+                           "the bundled reference runs (flagged, not capped)";
+
 json analytic_json(const Estimate& e, double ttt, double cost) {
   return {{"step_time_s", e.step_s}, {"peak_bytes_per_gpu", e.peak_bytes}, {"time_to_train_s", ttt}, {"cost_usd", cost}};
 }
@@ -46,12 +67,13 @@ std::string mfu_cell(double mfu, const std::string& peak_precision, double mfu_f
   return s;
 }
 
-json gpu_point_json(const GpuPoint& g) {
+json gpu_point_json(const GpuPoint& g, const Scenario& sc) {
   const Candidate& c = g.best;
   const Estimate& e = c.point.est;
   json j = {{"gpus", g.gpus}, {"global_batch", c.global_batch}, {"simulated", g.simulated},
             {"time_to_train_s", c.time_to_train_s}, {"cost_usd", c.cost_usd},
-            {"summary", plan_summary(c.plan, c.global_batch, c.point.lay.prec)}, {"precision", precision_name(c.point.lay.prec)}, {"plan", plan_json(c.plan, c.global_batch)}};
+            {"summary", candidate_summary(c, sc)}, {"precision", precision_name(c.point.lay.prec)}, {"plan", plan_json(c.plan, c.global_batch)}};
+  j.update(candidate_labels(c));
   if (g.simulated) {
     j.update({{"step_time_s", c.sim->step_time_s}, {"mfu", c.sim->mfu}, {"peak_bytes_per_gpu", c.sim->peak_bytes_per_gpu}});
   } else {  // analytic numbers (the step is beyond the confirmation budget)
@@ -76,6 +98,31 @@ std::string fixed_text(double v, int digits) {
 
 }  // namespace
 
+std::vector<std::string> plan_outcome_notes(const PlanOutcome& o) {
+  std::vector<std::string> out;
+  const Framework& f = o.scenario.framework;
+  const std::vector<std::string>& searched = o.scenario.search->fix.framework;
+  if (searched.empty()) {
+    out.push_back("framework " + f.name + (f.version.empty() ? "" : " (" + f.version + ")") +
+                  ": the plans it can run" + (f.can.research ? ", research techniques included" : ""));
+  } else {
+    std::string names;
+    for (const std::string& n : searched) names += (names.empty() ? "" : ", ") + n;
+    out.push_back("frameworks searched: " + names + "; a plan of another framework than " + f.name + " names it");
+  }
+  bool research = false, beyond = false;
+  auto see = [&](const Candidate& c) {
+    research |= !research_techniques(c.plan, Delink{}).empty();
+    beyond |= beyond_published(c);
+  };
+  for (const Candidate& c : o.top) see(c);
+  for (const GpuPoint& g : o.pareto) see(g.best);
+  for (const Explanation& e : o.why) see(e.alt);
+  if (research) out.push_back(std::string("[research] ") + kResearchLabel);
+  if (beyond) out.push_back(std::string("[beyond published] ") + kBeyondLabel);
+  return out;
+}
+
 PlanAnswers plan_answers(const json& o) {
   PlanAnswers a;
   const double GiB = 1024.0 * 1024 * 1024;
@@ -84,6 +131,8 @@ PlanAnswers plan_answers(const json& o) {
   double capacity = 0;
   if (o.contains("best") && o["best"].is_object())
     capacity = o["best"].value("result", json::object()).value("memory", json::object()).value("capacity_bytes", 0.0);
+  for (const json& n : o.value("notes", json::array()))
+    if (n.is_string()) a.notes.push_back(n.get<std::string>());
   a.top_head = {"rank", "GPUs", "step (s)", "to train", "cost", "MFU (of peak)", "TFLOP/s/GPU", "tokens/s/GPU",
                 "mem (GiB)", "analytic (s)", "plan"};
   for (const json& c : o.value("top", json::array())) {
@@ -111,10 +160,13 @@ json plan_outcome_to_json(const PlanOutcome& o) {
   j["scenario"] = scenario_to_json(o.scenario);
   const Search& se = *o.scenario.search;
   j["objective"] = objective_name(se.objective);
+  j["framework"] = o.scenario.framework.name;  // the scenario's; each plan names its own (search.fix.framework)
+  j["notes"] = plan_outcome_notes(o);
   if (!o.top.empty()) {
     const Candidate& b = o.top[0];
-    j["best"] = {{"gpus", b.plan.gpus()}, {"global_batch", b.global_batch}, {"summary", plan_summary(b.plan, b.global_batch, b.point.lay.prec)}, {"precision", precision_name(b.point.lay.prec)},
+    j["best"] = {{"gpus", b.plan.gpus()}, {"global_batch", b.global_batch}, {"summary", candidate_summary(b, o.scenario)}, {"precision", precision_name(b.point.lay.prec)},
                  {"plan", plan_json(b.plan, b.global_batch)}, {"result", result_to_json(*b.sim)}};
+    j["best"].update(candidate_labels(b));
   } else {
     j["best"] = nullptr;
   }
@@ -122,20 +174,21 @@ json plan_outcome_to_json(const PlanOutcome& o) {
   for (size_t i = 0; i < o.top.size(); ++i) {
     const Candidate& c = o.top[i];
     j["top"].push_back({{"rank", i + 1}, {"gpus", c.plan.gpus()}, {"global_batch", c.global_batch},
-                        {"summary", plan_summary(c.plan, c.global_batch, c.point.lay.prec)}, {"precision", precision_name(c.point.lay.prec)}, {"plan", plan_json(c.plan, c.global_batch)},
+                        {"summary", candidate_summary(c, o.scenario)}, {"precision", precision_name(c.point.lay.prec)}, {"plan", plan_json(c.plan, c.global_batch)},
                         {"objective", c.objective},
                         {"analytic", analytic_json(c.point.est, c.point.time_to_train_s, c.point.cost_usd)},
                         {"simulated", simulated_json(c)}});
+    j["top"].back().update(candidate_labels(c));
   }
   j["by_gpus"] = json::array();
-  for (const GpuPoint& g : o.by_gpus) j["by_gpus"].push_back(gpu_point_json(g));
+  for (const GpuPoint& g : o.by_gpus) j["by_gpus"].push_back(gpu_point_json(g, o.scenario));
   j["pareto"] = json::array();
-  for (const GpuPoint& g : o.pareto) j["pareto"].push_back(gpu_point_json(g));
+  for (const GpuPoint& g : o.pareto) j["pareto"].push_back(gpu_point_json(g, o.scenario));
   j["why"] = json::array();
   for (const Explanation& e : o.why) {
     const Candidate& c = e.alt;
     j["why"].push_back({{"dimension", e.dimension}, {"gpus", c.plan.gpus()}, {"global_batch", c.global_batch},
-                        {"summary", plan_summary(c.plan, c.global_batch, c.point.lay.prec)}, {"precision", precision_name(c.point.lay.prec)}, {"plan", plan_json(c.plan, c.global_batch)},
+                        {"summary", candidate_summary(c, o.scenario)}, {"precision", precision_name(c.point.lay.prec)}, {"plan", plan_json(c.plan, c.global_batch)},
                         {"reason", e.reason}, {"detail", e.detail},
                         {"time_to_train_s", c.sim ? json(c.sim->run.time_s) : json(nullptr)},
                         {"fits", c.sim ? json(c.sim->fits && c.sim->host_fits) : json(nullptr)}});
@@ -152,13 +205,13 @@ json plan_outcome_to_json(const PlanOutcome& o) {
         e.update({{"gpus", c.plan.gpus()}, {"global_batch", c.global_batch}, {"step_time_s", c.sim->step_time_s},
                   {"time_to_train_s", c.time_to_train_s}, {"cost_usd", c.cost_usd}, {"mfu", c.sim->mfu},
                   {"peak_bytes_per_gpu", c.sim->peak_bytes_per_gpu}, {"memory_fraction", c.sim->peak_bytes_per_gpu / c.sim->capacity_bytes},
-                  {"summary", plan_summary(c.plan, c.global_batch, c.point.lay.prec)}, {"precision", precision_name(c.point.lay.prec)}, {"plan", plan_json(c.plan, c.global_batch)},
+                  {"summary", candidate_summary(c, x.scenario)}, {"precision", precision_name(c.point.lay.prec)}, {"plan", plan_json(c.plan, c.global_batch)},
                   {"breakdown_s", result_to_json(*c.sim)["breakdown_s"]}});
       } else {
         e["note"] = x.note;
       }
       json bg = json::array();
-      for (const GpuPoint& g : x.by_gpus) bg.push_back(gpu_point_json(g));
+      for (const GpuPoint& g : x.by_gpus) bg.push_back(gpu_point_json(g, o.scenario));
       e["by_gpus"] = bg;
       e["configurations_evaluated"] = x.stats.configurations_evaluated;
       v.push_back(e);
@@ -225,6 +278,7 @@ void print_plan_outcome(std::ostream& os, const PlanOutcome& o) {
                 s.simulate_seconds);
   os << line;
   if (!o.budget_note.empty()) os << "  note: " << o.budget_note << "\n";
+  for (const std::string& n : plan_outcome_notes(o)) os << "  " << n << "\n";
   if (o.top.empty()) { os << "\nno plan: " << o.note << "\n"; return; }
   os << "\ntop plans (simulated):\n";
   std::snprintf(line, sizeof line, "  %-4s %6s %10s %12s %9s %-18s %7s %8s %13s %12s  %s\n", "rank", "GPUs", "step (s)",
@@ -241,19 +295,19 @@ void print_plan_outcome(std::ostream& os, const PlanOutcome& o) {
                   c.plan.gpus(), r.step_time_s, days_text(r.run.time_s).c_str(), usd_text(r.run.cost_usd).c_str(),
                   mfu_cell(r.mfu, precision_name(r.mfu_peak_precision), r.mfu_fp8).c_str(), r.model_tflops_per_gpu,
                   r.tokens_per_s_per_gpu(), r.peak_bytes_per_gpu / GiB, r.capacity_bytes / GiB, c.point.est.step_s,
-                  plan_summary(c.plan, c.global_batch, c.point.lay.prec).c_str());
+                  candidate_summary(c, sc).c_str());
     os << line;
   }
   os << "\n" << pareto_title(o.min_gpus) << ":\n";
   for (const GpuPoint& g : o.pareto) {
     std::snprintf(line, sizeof line, "  %6d GPUs  %12s  %9s  %s%s\n", g.gpus, days_text(g.best.time_to_train_s).c_str(),
-                  usd_text(g.best.cost_usd).c_str(), plan_summary(g.best.plan, g.best.global_batch, g.best.point.lay.prec).c_str(), g.simulated ? "" : "  (analytic)");
+                  usd_text(g.best.cost_usd).c_str(), candidate_summary(g.best, sc).c_str(), g.simulated ? "" : "  (analytic)");
     os << line;
   }
   if (!o.why.empty()) {
     os << "\nwhy the nearest alternatives lose:\n";
     for (const Explanation& e : o.why)
-      os << "  - other " << e.dimension << ": " << plan_summary(e.alt.plan, e.alt.global_batch, e.alt.point.lay.prec) << "\n      " << e.reason
+      os << "  - other " << e.dimension << ": " << candidate_summary(e.alt, sc) << "\n      " << e.reason
          << ": " << e.detail << "\n";
   }
   if (!o.shortest.empty()) {
@@ -263,7 +317,7 @@ void print_plan_outcome(std::ostream& os, const PlanOutcome& o) {
       if (x.top.empty()) { os << "  " << v.label << ": no plan (" << x.note << ")\n"; continue; }
       const Candidate& c = x.top[0];
       std::snprintf(line, sizeof line, "  %-12s on %5d GPUs  %s\n      %s\n", days_text(c.time_to_train_s).c_str(), c.plan.gpus(),
-                    v.label.c_str(), plan_summary(c.plan, c.global_batch, c.point.lay.prec).c_str());
+                    v.label.c_str(), candidate_summary(c, x.scenario).c_str());
       os << line;
     }
   }
@@ -275,6 +329,10 @@ json emitted_scenario(const json& raw, const std::string& file, const Candidate&
   j["plan"] = plan_json(c.plan, c.global_batch);
   j["training"]["global_batch"] = c.global_batch;
   j["training"]["precision"] = precision_name(c.point.lay.prec);
+  // A plan of another framework than the scenario's (search.fix.framework) takes its framework along.
+  const std::string given = j["training"].contains("framework") && j["training"]["framework"].is_string()
+                                ? j["training"]["framework"].get<std::string>() : std::string(kDefaultFramework);
+  if (!c.framework.empty() && c.framework != "inline" && c.framework != given) j["training"]["framework"] = c.framework;
   if (j.contains("model") && j["model"].is_object() && j["model"].contains("hf_config") && j["model"]["hf_config"].is_string()) {
     std::filesystem::path p = j["model"]["hf_config"].get<std::string>();
     if (p.is_relative()) j["model"]["hf_config"] = std::filesystem::absolute(std::filesystem::path(file).parent_path() / p).string();
@@ -292,7 +350,9 @@ json planner_choice(const json& result, const std::string& file, int k) {
   const json& t = top[k - 1];
   if (!t.contains("plan") || !t.contains("global_batch"))
     throw InputError({file + ": $.top[" + std::to_string(k - 1) + "]: expected plan and global_batch"});
-  return {{"plan", t["plan"]}, {"global_batch", t["global_batch"]}, {"precision", t.value("precision", std::string())}};
+  json choice = {{"plan", t["plan"]}, {"global_batch", t["global_batch"]}, {"precision", t.value("precision", std::string())}};
+  if (t.contains("framework") && t["framework"].is_string() && t["framework"] != "inline") choice["framework"] = t["framework"];
+  return choice;
 }
 
 }  // namespace tp

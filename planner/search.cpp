@@ -322,12 +322,34 @@ static void best_per_gpu_count(const Scenario& sc, Confirmer& cf, const Keeper& 
   }
 }
 
-// The search proper on one scenario (no compare variants).
-static PlanOutcome search_one(const Scenario& sc, const PlanOptions& opt) {
+// The scenario with its search fix narrowed to what its framework can run (planner/space.hpp framework_fix).
+static Scenario narrowed(const Scenario& given) {
+  Scenario sc = given;
+  sc.search = std::make_shared<Search>(*given.search);
+  Issues is;
+  sc.search->fix = framework_fix(given, is);
+  if (!is.empty()) {
+    for (auto& m : is.messages) m = given.name + ": " + m;
+    throw InputError(is.messages);
+  }
+  return sc;
+}
+
+// Every candidate of an outcome names the framework it was searched with.
+static void stamp_framework(PlanOutcome& out, const std::string& name) {
+  for (Candidate& c : out.top) c.framework = name;
+  for (GpuPoint& g : out.by_gpus) g.best.framework = name;
+  for (GpuPoint& g : out.pareto) g.best.framework = name;
+  for (Explanation& e : out.why) e.alt.framework = name;
+}
+
+// The search proper on one scenario and framework (no compare variants).
+static PlanOutcome search_one(const Scenario& given, const PlanOptions& opt) {
   auto t0 = std::chrono::steady_clock::now();
+  const Scenario sc = narrowed(given);
   const Search& se = *sc.search;
   PlanOutcome out;
-  out.scenario = sc;
+  out.scenario = given;
   check_target_loss(sc);
   AnalyticModel am(sc);
   const Scorer score(sc, am);
@@ -383,13 +405,84 @@ static PlanOutcome search_one(const Scenario& sc, const PlanOptions& opt) {
                       "are analytic";
   out.stats.simulate_seconds = cf.seconds();
   out.stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  stamp_framework(out, sc.framework.name);
   if (opt.progress) opt.progress(1.0, out.stats.seconds);
   return out;
 }
 
+// search.fix.framework: the frameworks searched (empty: the scenario's own, already in force).
+static std::vector<Framework> searched_frameworks(const Scenario& sc) {
+  std::vector<Framework> out;
+  const std::vector<std::string>& names = sc.search->fix.framework;
+  const bool any = std::find(names.begin(), names.end(), "any") != names.end();
+  for (const Framework& f : catalog_frameworks())
+    if (any || std::find(names.begin(), names.end(), f.name) != names.end()) out.push_back(f);
+  return out;
+}
+
+// One outcome from the searches of several frameworks: the top K distinct layouts of all, the best per GPU count,
+// its Pareto front, the winner's explanation; statistics summed.
+static PlanOutcome merge_outcomes(const Scenario& given, std::vector<PlanOutcome>& outs) {
+  PlanOutcome m;
+  m.scenario = given;
+  size_t winner = outs.size();
+  for (size_t i = 0; i < outs.size(); ++i) {
+    PlanOutcome& o = outs[i];
+    if (!o.top.empty() && (winner == outs.size() || candidate_less(o.top[0], outs[winner].top[0]))) winner = i;
+    m.top.insert(m.top.end(), o.top.begin(), o.top.end());
+    for (const GpuPoint& g : o.by_gpus) {
+      auto it = std::find_if(m.by_gpus.begin(), m.by_gpus.end(), [&](const GpuPoint& x) { return x.gpus == g.gpus; });
+      if (it == m.by_gpus.end()) m.by_gpus.push_back(g);
+      else if ((g.simulated && !it->simulated) || (g.simulated == it->simulated && candidate_less(g.best, it->best))) *it = g;
+    }
+    SearchStats& s = m.stats;
+    s.configurations_evaluated += o.stats.configurations_evaluated;
+    s.pruned_invalid += o.stats.pruned_invalid;
+    s.pruned_memory += o.stats.pruned_memory;
+    s.pruned_dominated += o.stats.pruned_dominated;
+    s.simulated += o.stats.simulated;
+    s.confirm_skipped += o.stats.confirm_skipped;
+    s.confirm_estimated_s += o.stats.confirm_estimated_s;
+    s.seconds += o.stats.seconds;
+    s.analytic_seconds += o.stats.analytic_seconds;
+    s.simulate_seconds += o.stats.simulate_seconds;
+    s.threads = std::max(s.threads, o.stats.threads);
+    if (!o.budget_note.empty()) m.budget_note += (m.budget_note.empty() ? "" : "; ") + o.budget_note;
+    m.min_gpus = m.min_gpus == 0 ? o.min_gpus : o.min_gpus == 0 ? m.min_gpus : std::min(m.min_gpus, o.min_gpus);
+  }
+  std::sort(m.by_gpus.begin(), m.by_gpus.end(), [](const GpuPoint& a, const GpuPoint& b) { return a.gpus < b.gpus; });
+  std::stable_sort(m.top.begin(), m.top.end(), candidate_less);
+  keep_distinct_layouts(m.top);
+  if ((int)m.top.size() > given.search->top_k) m.top.resize(given.search->top_k);
+  m.pareto = pareto_front(m.by_gpus);
+  if (winner < outs.size()) {
+    m.why = outs[winner].why;
+    // The winner keeps its simulation with program and events (the merged top's first is the winner's first).
+    if (!m.top.empty() && !m.top[0].sim && outs[winner].top[0].sim) m.top[0].sim = outs[winner].top[0].sim;
+  } else {
+    m.note = outs.empty() ? "no framework to search" : outs.front().note;
+  }
+  return m;
+}
+
 PlanOutcome plan_search(const Scenario& sc, const PlanOptions& opt) {
   if (!sc.search) throw InputError({sc.name + ": $.search: missing; `trainplan plan` needs a search block"});
-  PlanOutcome out = search_one(sc, opt);
+  PlanOutcome out;
+  const std::vector<Framework> fws = searched_frameworks(sc);
+  if (fws.empty()) {
+    out = search_one(sc, opt);
+  } else {
+    std::vector<PlanOutcome> outs;
+    for (size_t i = 0; i < fws.size(); ++i) {
+      Scenario v = sc;
+      set_framework(v, fws[i]);
+      PlanOptions o{opt.threads, nullptr};
+      if (opt.progress)
+        o.progress = [&opt, i, n = fws.size()](double f, double s) { opt.progress(((double)i + f) / (double)n, s); };
+      outs.push_back(search_one(v, o));
+    }
+    out = merge_outcomes(sc, outs);
+  }
   if (!sc.search->compare.on) return out;
   // Lamy-Poirier's question: the shortest time with and without LGA+MPP, on this network and on Ethernet.
   auto variant = [&](bool lga_mpp, bool ethernet, const std::string& name, const std::string& label) {
@@ -400,6 +493,13 @@ PlanOutcome plan_search(const Scenario& sc, const PlanOptions& opt) {
     v.search = std::make_shared<Search>(*sc.search);
     v.search->compare.on = false;
     v.search->objective = Objective::time_to_train;
+    v.search->fix.framework.clear();  // the question is asked of the scenario's framework
+    if (lga_mpp) {  // research techniques (labelled) on the scenario's framework's communication and kernels
+      v.framework.can.research = true;
+      v.framework.can.schedules.clear();  // every schedule, ZeRO stage and offload kind
+      v.framework.can.zero.clear();
+      v.framework.can.offload.clear();
+    }
     if (!lga_mpp) {  // standard accumulation and non-looping schedules, within what the user's fix allows
       Fix& f = v.search->fix;
       auto has = [](const auto& list, auto x) { return list.empty() || std::find(list.begin(), list.end(), x) != list.end(); };

@@ -37,6 +37,7 @@ struct Candidate {
   std::shared_ptr<Result> sim;     // the simulation (memory timeline dropped; the program and trace kept for top[0])
   double objective = 0;            // the search objective from the simulation, lower is better
   double time_to_train_s = 0, cost_usd = 0;
+  std::string framework;           // the framework profile it was searched and simulated with
 };
 
 struct Explanation {
@@ -126,6 +127,7 @@ void print_plan_outcome(std::ostream& os, const PlanOutcome& o);
 // The planner's answers as text cells, from a `plan --json` object, in print_plan_outcome's columns and units
 // (sim/output.hpp's days_text, usd_text, percent_text, GiB): what reports render as tables.
 struct PlanAnswers {
+  std::vector<std::string> notes;                    // the framework searched and the labels' legend
   std::vector<std::string> top_head;                 // rank, GPUs, step (s), to train, cost, MFU, mem (GiB), ...
   std::vector<std::vector<std::string>> top;
   std::string pareto_title;                          // "Pareto front (GPUs, time to train, cost) from N GPUs, ..."
@@ -134,5 +136,8 @@ struct PlanAnswers {
   std::vector<std::pair<std::string, std::string>> why;  // ("other tp: <plan>", "<reason>: <detail>")
 };
 PlanAnswers plan_answers(const json& outcome);
+// The notes every rendering of an outcome prints: the framework (or frameworks) searched, and the legend of the
+// labels its plans carry ("[research] research technique: ...", "[beyond published] ...").
+std::vector<std::string> plan_outcome_notes(const PlanOutcome& o);
 
 }  // namespace tp

@@ -66,13 +66,77 @@ SpaceLimits space_limits(const Scenario& sc, double bcrit_tokens) {
   return lim;
 }
 
+namespace {
+
+// Narrows one fixed key: `prod` are the framework's production values, `research` the research values of the key.
+template <class T, class Name>
+void narrow(std::vector<T>& fixed, const std::vector<T>& prod, const std::vector<T>& research, bool research_ok,
+            const std::string& key, const std::string& fw, Name name, Issues& is) {
+  const std::vector<T> given = fixed;
+  auto in = [](const std::vector<T>& v, const T& x) { return std::find(v.begin(), v.end(), x) != v.end(); };
+  if (given.empty()) {
+    fixed = prod;
+    if (research_ok) fixed.insert(fixed.end(), research.begin(), research.end());
+    return;
+  }
+  fixed.clear();
+  for (const T& x : given)
+    if (in(prod, x) || in(research, x)) fixed.push_back(x);
+  if (fixed.empty()) {
+    std::string vals;
+    for (const T& x : prod) vals += (vals.empty() ? "" : ", ") + std::string(name(x));
+    is.add("$.search.fix." + key, fw + " cannot run any of the fixed values; it runs " + vals +
+                                      " (or widen search.fix.framework)");
+  }
+}
+
+}  // namespace
+
+Fix framework_fix(const Scenario& sc, Issues& is) {
+  Fix f = sc.search->fix;
+  const Framework& fw = sc.framework;
+  const FrameworkCan& c = fw.can;
+  const bool res = c.research;
+  auto all_if_empty = [](auto v, std::initializer_list<typename decltype(v)::value_type> all) {
+    return v.empty() ? decltype(v)(all) : v;
+  };
+  const std::vector<Schedule> sch = all_if_empty(c.schedules, {Schedule::gpipe, Schedule::one_f_one_b, Schedule::interleaved});
+  narrow(f.schedule, sch, {Schedule::modular}, res, "schedule", fw.name, schedule_name, is);
+  narrow(f.zero, all_if_empty(c.zero, {0, 1, 2, 3}), {}, res, "zero", fw.name, [](int z) { return std::to_string(z); }, is);
+  narrow(f.offload, all_if_empty(c.offload, {OffloadKind::none, OffloadKind::optimizer}),
+         {OffloadKind::granular, OffloadKind::chunked}, res, "offload", fw.name, offload_kind_name, is);
+  narrow(f.recompute, all_if_empty(c.recompute, {Recompute::none, Recompute::selective, Recompute::full}), {}, res,
+         "recompute", fw.name, recompute_name, is);
+  narrow(f.tp_mode, {TpMode::d1}, {TpMode::d2}, res, "tp_mode", fw.name, tp_mode_name, is);
+  narrow(f.grad_accumulation, {GradAccumulation::standard}, {GradAccumulation::layered}, res, "grad_accumulation",
+         fw.name, grad_accumulation_name, is);
+  if (!c.sequence_parallel) narrow(f.sequence_parallel, {false}, {}, false, "sequence_parallel", fw.name,
+                                   [](bool b) { return b ? "true" : "false"; }, is);
+  if (!c.context_parallel) narrow(f.cp, {1}, {}, false, "cp", fw.name, [](int x) { return std::to_string(x); }, is);
+  if (!c.expert_parallel) narrow(f.ep, {1}, {}, false, "ep", fw.name, [](int x) { return std::to_string(x); }, is);
+  if (!c.uneven_stages) narrow(f.stage_split, {StageSplitKind::even}, {}, false, "stage_split", fw.name,
+                               [](StageSplitKind k) { return k == StageSplitKind::even ? "even" : "uneven"; }, is);
+  if (!c.precisions.empty()) {
+    const std::vector<Precision> given = f.precision.empty() ? std::vector<Precision>{sc.training.precision} : f.precision;
+    std::vector<Precision> ok;
+    for (Precision p : given)
+      if (std::find(c.precisions.begin(), c.precisions.end(), p) != c.precisions.end()) ok.push_back(p);
+    if (ok.empty())
+      is.add(f.precision.empty() ? "$.training.precision" : "$.search.fix.precision",
+             fw.name + " cannot train in " + precision_name(given.front()));
+    f.precision = ok;
+  }
+  return f;
+}
+
 std::vector<Layout> enumerate_layouts(const Scenario& sc, const SpaceLimits& lim) {
   const Transformer& M = sc.model;
   const Fix& fx = sc.search->fix;
   const int gpn = sc.cluster.gpus_per_node;
   const bool moe = M.moe.experts > 0;
+  const int max_tp = sc.framework.can.max_tp;  // the framework's bound (0: none)
   auto tp_ok_1d = [&](int t) {
-    return divides(t, M.heads) && divides(t, M.kv_heads) && divides(t, M.ffn_hidden);
+    return (max_tp == 0 || t <= max_tp) && divides(t, M.heads) && divides(t, M.kv_heads) && divides(t, M.ffn_hidden);
   };
   auto q_ok = [&](int q) {
     return divides(q, M.heads) && divides(q, M.kv_heads) && divides(q, M.hidden) && divides(q, M.ffn_hidden);
@@ -197,7 +261,8 @@ long long enumerate_choices(const Scenario& sc, const AnalyticModel& am, const L
     if (allowed(fx.offload, OffloadKind::chunked)) offs.push_back({OffloadKind::chunked, 0, false});
   }
   std::vector<int> zeros;
-  for (int z = 0; z <= (lay.dp * lay.cp > 1 ? 3 : 0); ++z) if (allowed(fx.zero, z)) zeros.push_back(z);
+  const int max_zero = lay.pp > 1 ? sc.framework.can.max_zero_with_pp : 3;  // DeepSpeed's pipeline engine: ZeRO-1
+  for (int z = 0; z <= (lay.dp * lay.cp > 1 ? std::min(3, max_zero) : 0); ++z) if (allowed(fx.zero, z)) zeros.push_back(z);
 
   for (long long mb : mbs) {
     if (mb % q != 0) { ++skipped; continue; }

@@ -20,6 +20,12 @@ struct SpaceLimits {
 
 SpaceLimits space_limits(const Scenario& sc, double critical_batch_tokens);
 
+// The search's fix narrowed to what the scenario's framework can run (sc.framework.can): for a key the user
+// did not fix, the framework's values, research techniques only when the framework is "research"; for a key the
+// user fixed, the user's values that the framework can run, research values kept (naming them opts in).
+// Problems (a fixed key the framework cannot run at all) are added under "$.search.fix.<key>".
+Fix framework_fix(const Scenario& sc, Issues& is);
+
 // Every layout of the space (ascending GPU count, then tp_mode, tp, pp, ep).
 std::vector<Layout> enumerate_layouts(const Scenario& sc, const SpaceLimits& lim);
 

@@ -103,6 +103,8 @@ std::string plan_answers_md(const Report& rep) {
       md += "No plan: " + res->value("note", std::string("nothing fits")) + "\n\n";
       continue;
     }
+    for (const std::string& n : a.notes) md += "- " + n + "\n";
+    if (!a.notes.empty()) md += "\n";
     md += "Top plans (simulated):\n\n" + md_table(a.top_head, a.top) + "\n";
     md += a.pareto_title + ":\n\n" + md_table(a.pareto_head, a.pareto) + "\n";
     if (!a.why.empty()) {
@@ -125,6 +127,11 @@ std::string plan_answers_html(const Report& rep) {
     if (a.top.empty()) {
       h += "<p>No plan: " + svg::xml_escape(res->value("note", std::string("nothing fits"))) + "</p>\n";
       continue;
+    }
+    if (!a.notes.empty()) {
+      h += "<ul>\n";
+      for (const std::string& n : a.notes) h += "<li>" + svg::xml_escape(n) + "</li>\n";
+      h += "</ul>\n";
     }
     h += "<p>Top plans (simulated):</p>\n" + html_table(a.top_head, a.top);
     h += "<p>" + svg::xml_escape(a.pareto_title) + ":</p>\n" + html_table(a.pareto_head, a.pareto);
@@ -151,6 +158,7 @@ json plan_answers_data(const json& result) {
     top.push_back(e);
   }
   d["top"] = top;
+  d["notes"] = result.value("notes", json::array());
   json why = json::array();
   for (const json& e : result.value("why", json::array())) {
     json w;

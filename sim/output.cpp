@@ -32,9 +32,49 @@ static json memory_json(const MemoryBreakdown& m) {
           {"buffers", m.buffers}, {"framework", m.framework}};
 }
 
+// The bundled reference best the prediction exceeds (null when it does not, or when there is none).
+static const PublishedBest* exceeded_best(const Result& r) {
+  const Scenario& sc = r.scenario;
+  const PublishedBest* b = published_best(sc.framework, sc.cluster.gpu.name, sc.training.precision);
+  return b && r.model_tflops_per_gpu > b->model_tflops_per_gpu ? b : nullptr;
+}
+
+std::vector<std::string> result_notes(const Result& r) {
+  const Scenario& sc = r.scenario;
+  std::vector<std::string> out;
+  out.push_back("framework " + sc.framework.name + (sc.framework.version.empty() ? "" : " (" + sc.framework.version + ")"));
+  for (const std::string& t : research_techniques(sc.plan, sc.delink)) out.push_back(t + ": " + kResearchLabel);
+  if (const PublishedBest* b = exceeded_best(r)) {
+    char line[512];
+    std::snprintf(line, sizeof line,
+                  "beyond anything published: %.0f model TFLOP/s per GPU predicted, above the best published for %s "
+                  "with %s (%.0f: %s)",
+                  r.model_tflops_per_gpu, sc.cluster.gpu.name.c_str(), sc.framework.name.c_str(), b->model_tflops_per_gpu,
+                  b->source.c_str());
+    out.push_back(line);
+  }
+  return out;
+}
+
+json result_notes_json(const Result& r) {
+  const Scenario& sc = r.scenario;
+  json j;
+  j["framework"] = {{"name", sc.framework.name}, {"version", sc.framework.version}};
+  const std::vector<std::string> rt = research_techniques(sc.plan, sc.delink);
+  if (!rt.empty()) j["research"] = {{"techniques", rt}, {"label", kResearchLabel}};
+  if (const PublishedBest* b = exceeded_best(r))
+    j["beyond_published"] = {{"model_tflops_per_gpu", r.model_tflops_per_gpu},
+                             {"best_published_model_tflops_per_gpu", b->model_tflops_per_gpu},
+                             {"source", b->source},
+                             {"note", "predicted above the best efficiency published for this GPU and framework in the "
+                                      "bundled reference runs (flagged, not capped)"}};
+  return j;
+}
+
 json result_to_json(const Result& r) {
   json j;
   j["scenario"] = scenario_to_json(r.scenario);
+  j.update(result_notes_json(r));
   j["params_total"] = total_params(r.scenario.model);    // embeddings included, tied counted once
   j["params_active"] = active_params(r.scenario.model);  // per token: top_k routed experts (+ shared); = total if dense
   j["step_time_s"] = r.step_time_s;
@@ -193,6 +233,7 @@ void print_summary(std::ostream& os, const Result& r) {
                                               std::to_string(sc.model.moe.top_k)).c_str() : "");
     os << line;
   }
+  for (const std::string& n : result_notes(r)) os << "  " << n << "\n";
   os << "\n";
   os << "Step time  " << fmt_time(r.step_time_s) << "   (breakdown of pipeline stage "
      << r.ranks[r.breakdown_rank].stage << ")\n";

@@ -7,6 +7,7 @@
 #pragma once
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include "models/safe_io.hpp"
 #include "simulate.hpp"
@@ -32,5 +33,11 @@ std::string percent_text(double frac);    // "61.5%"
 // MFU naming its peak: "MFU 45.1% of bf16 peak (989 TFLOP/s)"; fp8 training shows both peaks:
 // "MFU 80.1% of bf16 peak (989 TFLOP/s), 40.0% of fp8 peak (1979 TFLOP/s)".
 std::string mfu_text(const Result& r);
+// What an answer must say beside its numbers, one line each (every output prints them): the framework profile
+// ("framework megatron-core (Megatron-Core core_r0.14)"), each research technique with kResearchLabel, and a
+// prediction above the best published for the GPU and framework ("beyond anything published: ...").
+std::vector<std::string> result_notes(const Result& r);
+// The same as JSON: {"framework": {name, version}, "research": {techniques, label}?, "beyond_published": {...}?}.
+json result_notes_json(const Result& r);
 
 }  // namespace tp

@@ -86,7 +86,8 @@ BuildCtx::BuildCtx(const Scenario& s, Program& pr, Builder& b)
   nchunks = lay.num_model_chunks();
   eb = elem_bytes(sc.training);
   p2p_bytes = pipeline_send_bytes(sc, p.microbatch, p.tp);  // Megatron scatter-gather / Optimus [b/q, s, h/q]
-  bucket_params = grad_bucket_params(p.data_ranks());
+  bucket_params = framework_bucket_params(s.framework, p.data_ranks());
+  overlap_grad_reduce = framework_overlaps_grad_reduce(s.framework, p);
   edp = p.data_ranks() / p.ep;
   zero2 = p.zero >= 2 && p.data_ranks() > 1;
   zero3 = p.zero >= 3 && p.data_ranks() > 1;
@@ -183,7 +184,7 @@ void add_compute_pieces(BuildCtx& x) {
       // the parameter all-gathers run under it; otherwise the whole chunk.
       bool first_fwd = fwd && i == first_fwd_index[w.chunk];
       bool split = x.per_layer || (first_fwd && x.gather_under_fwd) ||
-                   (final_item && p.overlap_grad_reduce && !x.shared &&
+                   (final_item && x.overlap_grad_reduce && !x.shared &&
                     (p.data_ranks() > 1 || (x.M.tied_embeddings && p.pp > 1) || x.okind == OffloadKind::optimizer));
       pieces.clear();
       if (!split) {

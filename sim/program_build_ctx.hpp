@@ -27,7 +27,8 @@ struct BuildCtx {
   long long L = 0, Lc = 0;   // layers, layers per model chunk (uneven stages: of the largest chunk)
   int V = 1, m = 1, nchunks = 1, R = 0, edp = 1;
   ElemBytes eb;
-  double p2p_bytes = 0, bucket_params = 0;
+  double p2p_bytes = 0, bucket_params = 0;  // bucket_params 0: one gradient bucket per layer (the framework's)
+  bool overlap_grad_reduce = true;           // the plan's, unless the framework reduces a pipeline's after its flush
   bool zero2 = false, zero3 = false, per_layer = false, shared = false;
   bool gather_under_fwd = false;  // overlap_param_gather: ZeRO-1/2 parameter all-gathers under the first forward
   OffloadKind okind = OffloadKind::none;

@@ -110,8 +110,11 @@ void add_param_fetches(BuildCtx& x, RankCtx& rk) {
       }
       double fp8 = 0;  // the gathered layers' fp8 copies (fp8 training) live as long as the gathered weights
       for (long long l = ru.lo; l < ru.hi; ++l) fp8 += x.layer_fp8_weight_bytes(l);
+      // Held at once: the run, or the framework's share of its live-parameter bound (DeepSpeed's sub-modules).
+      const double held = zero3_buffer_params(x.sc.framework, pr.total());
+      const double share = pr.total() > 0 ? held / pr.total() : 1.0;
       if (!ids.empty())
-        x.hold(r, ids.front(), true, ru.last, x.okind == OffloadKind::chunked ? 0 : pr.total() * x.eb.e + fp8, MemCat::weights);
+        x.hold(r, ids.front(), true, ru.last, x.okind == OffloadKind::chunked ? 0 : held * x.eb.e + fp8 * share, MemCat::weights);
     }
   }
 }
@@ -167,7 +170,7 @@ std::vector<Bucket> grad_buckets(BuildCtx& x, RankCtx& rk) {
   const std::vector<int>& lane = *rk.lane;
   const std::vector<Run>& rs = *rk.rs;
   if (!(p.data_ranks() > 1 || x.okind == OffloadKind::optimizer)) return buckets;
-  if (!p.overlap_grad_reduce || x.shared) {
+  if (!x.overlap_grad_reduce || x.shared) {
     int last = -1;
     for (int t : lane) if (x.prog.info[t].kind == TaskKind::bwd) last = t;
     Bucket b;

@@ -39,8 +39,8 @@ inline double zero_shard(const Params& pr, int zero, int stage, int dp, int edp)
 // One pipeline send of one micro-batch: Megatron's scatter-gather sends 1/tp of [b, s / cp, h].
 double pipeline_send_bytes(const Scenario& sc, long long microbatch, int tp);
 
-// Megatron's gradient bucket: max(40 M, 1 M x dp) parameters.
-inline double grad_bucket_params(int dp) { return std::max(40e6, 1e6 * dp); }
+// The gradient bucket is the framework's (framework_bucket_params, models/framework.hpp): Megatron-Core's
+// max(40 M, 1 M x dp) parameters, DeepSpeed's 500 M, FSDP's one per layer.
 // ZeRO-2/3: unreduced gradient buckets a rank holds at most (DeepSpeed's double-buffered ipg buckets): the
 // backward that fills a third waits for the first one's reduce-scatter.
 constexpr int kGradBucketsInFlight = 2;

@@ -12,30 +12,57 @@ namespace {
 
 std::string row_id(const json& row) { return row.value("id", std::string("(row without id)")); }
 
-// The row's cluster: the catalog entry, grown to enough nodes for the row's GPUs when it is smaller.
-json row_cluster(const json& row, const std::string& cluster_override) {
+// A cluster the set describes (its "clusters" object): the catalog cluster named by base_catalog_cluster with
+// the set's GPU, GPUs per node, link kinds and speeds and host in place ("about" and "published" are notes).
+json set_cluster(const json& set, const std::string& name) {
+  const json& d = set.at("clusters").at(name);
+  const std::string base = d.at("base_catalog_cluster").get<std::string>();
+  const json* c = catalog_find("clusters", base);
+  if (!c) throw InputError({"dev-set cluster " + name + ": unknown base_catalog_cluster \"" + base + "\""});
+  json out = *c;
+  out["name"] = name;
+  for (const char* k : {"gpu", "gpus_per_node"})
+    if (d.contains(k)) out[k] = d[k];
+  for (const char* k : {"intra_node", "inter_node", "host"})
+    if (d.contains(k))
+      for (auto it = d[k].begin(); it != d[k].end(); ++it)
+        if (it.key() != "published" && it.key() != "about") out[k][it.key()] = it.value();
+  return out;
+}
+
+// The row's cluster: the catalog entry (or the set's own description), grown to enough nodes for the row's GPUs
+// when it is smaller.
+json row_cluster(const json& row, const std::string& cluster_override, const json* set) {
   std::string name = cluster_override.empty() ? row.at("cluster").get<std::string>() : cluster_override;
-  const json* c = catalog_find("clusters", name);
-  if (!c) throw InputError({"dev-set row " + row_id(row) + ": unknown catalog cluster \"" + name + "\""});
+  json c;
+  if (cluster_override.empty() && set && set->contains("clusters") && set->at("clusters").contains(name) &&
+      set->at("clusters").at(name).is_object()) {
+    c = set_cluster(*set, name);
+  } else {
+    const json* e = catalog_find("clusters", name);
+    if (!e) throw InputError({"dev-set row " + row_id(row) + ": unknown catalog cluster \"" + name + "\""});
+    c = *e;
+  }
   long long gpus = row.at("gpus").get<long long>();
-  long long per_node = c->at("gpus_per_node").get<long long>();
-  long long nodes = c->at("nodes").get<long long>();
-  if (nodes * per_node >= gpus) return name;
-  json grown = *c;
-  grown["name"] = name;
-  grown["nodes"] = (gpus + per_node - 1) / per_node;
-  return grown;
+  long long per_node = c.at("gpus_per_node").get<long long>();
+  long long nodes = c.at("nodes").get<long long>();
+  if (nodes * per_node >= gpus) return c.contains("name") ? c : json(name);
+  c["name"] = name;
+  c["nodes"] = (gpus + per_node - 1) / per_node;
+  return c;
 }
 
 }  // namespace
 
-json devset_row_scenario(const json& row, const std::string& cluster_override) {
+json devset_row_scenario(const json& row, const std::string& cluster_override, const json* set) {
   json plan = row.at("plan");
   if (plan.value("cp", 1) == 1) plan.erase("cp");
+  json training = row.at("training");
+  if (row.contains("framework")) training["framework"] = row["framework"];  // the framework the run used
   return {{"name", row_id(row)},
           {"model", row.at("model")},
-          {"cluster", row_cluster(row, cluster_override)},
-          {"training", row.at("training")},
+          {"cluster", row_cluster(row, cluster_override, set)},
+          {"training", training},
           {"plan", plan}};
 }
 
@@ -55,7 +82,12 @@ double devset_published_step_s(const json& row, std::string* how) {
                                                 t.at("seq_len").get<long long>(), false);
     return flops / (m.at("model_tflops_per_gpu").get<double>() * 1e12 * gpus);
   }
-  throw InputError({"dev-set row " + row_id(row) + ": measured has neither tokens_per_s_per_gpu nor model_tflops_per_gpu"});
+  if (row.contains("derived") && row["derived"].contains("step_time_s")) {  // from samples/s or the like
+    if (how) *how = row["derived"].value("formula", std::string("the set's derived step time"));
+    return row["derived"].at("step_time_s").get<double>();
+  }
+  throw InputError({"dev-set row " + row_id(row) + ": measured has neither tokens_per_s_per_gpu nor model_tflops_per_gpu, "
+                    "and derived no step_time_s"});
 }
 
 PublishedReport validate_devset(const json& set, const std::string& cluster_override) {
@@ -66,14 +98,14 @@ PublishedReport validate_devset(const json& set, const std::string& cluster_over
     double published_s = 0;
     try {  // a row trainplan cannot express yet is listed as skipped, with the reason, never silently dropped
       published_s = devset_published_step_s(row, &how);
-      sc = scenario_from_json(devset_row_scenario(row, cluster_override), ".", "dev-set row " + row_id(row));
+      sc = scenario_from_json(devset_row_scenario(row, cluster_override, &set), ".", "dev-set row " + row_id(row));
     } catch (const InputError& e) {
       rep.skipped.push_back(e.messages.empty() ? row_id(row) : e.messages.front());
       continue;
     }
     Result r = simulate(sc);
     rep.time_rows.push_back({row.value("source", std::string()), row_id(row), "iteration time (s)", how, published_s,
-                             r.step_time_s});
+                             r.step_time_s, row.value("framework", std::string())});
   }
   published_stats(rep.time_rows, rep.time_mean_abs, rep.time_max_abs);
   return rep;

@@ -18,7 +18,8 @@ namespace tp {
 PublishedReport validate_devset(const json& set, const std::string& cluster_override = "");
 
 // The scenario JSON of one row (what `simulate` would read), for inspection and tests.
-json devset_row_scenario(const json& row, const std::string& cluster_override = "");
+// `set`, when given, resolves clusters the set describes itself (its "clusters" object).
+json devset_row_scenario(const json& row, const std::string& cluster_override = "", const json* set = nullptr);
 
 // The row's published iteration time in seconds and how it was derived.
 double devset_published_step_s(const json& row, std::string* how = nullptr);

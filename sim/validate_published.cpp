@@ -1,6 +1,8 @@
 // validate_published: see validate_published.hpp.
 #include "validate_published.hpp"
 
+#include <map>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -107,6 +109,18 @@ PublishedReport validate_published(const json& suite, const std::string& cluster
   return rep;
 }
 
+json framework_stats(const std::vector<PublishedRow>& rows) {
+  std::map<std::string, std::vector<PublishedRow>> by;
+  for (const PublishedRow& x : rows) by[x.framework.empty() ? "megatron-core" : x.framework].push_back(x);
+  json out = json::object();
+  for (auto& [name, v] : by) {
+    double mean = 0, mx = 0;
+    published_stats(v, mean, mx);
+    out[name] = {{"rows", (int)v.size()}, {"mean_abs_error", mean}, {"max_abs_error", mx}};
+  }
+  return out;
+}
+
 void print_published(std::ostream& os, const PublishedReport& r) {
   char line[256];
   auto table = [&](const char* title, const std::vector<PublishedRow>& rows, double mean, double mx) {
@@ -126,6 +140,17 @@ void print_published(std::ostream& os, const PublishedReport& r) {
     os << line;
   };
   table("Iteration time (s)", r.time_rows, r.time_mean_abs, r.time_max_abs);
+  const json groups = framework_stats(r.time_rows);
+  if (groups.size() > 1 || (groups.size() == 1 && !groups.begin().key().empty())) {
+    os << "Iteration time by framework\n";
+    for (auto it = groups.begin(); it != groups.end(); ++it) {
+      std::snprintf(line, sizeof line, "  %-20s mean |error| %6.2f%%, max |error| %6.2f%% over %d rows\n", it.key().c_str(),
+                    100 * it.value()["mean_abs_error"].get<double>(), 100 * it.value()["max_abs_error"].get<double>(),
+                    it.value()["rows"].get<int>());
+      os << line;
+    }
+    os << "\n";
+  }
   if (!r.skipped.empty()) {
     os << "Not simulated (" << r.skipped.size() << " rows, not in the statistics)\n";
     for (const std::string& s : r.skipped) os << "  " << s << "\n";
@@ -139,11 +164,13 @@ json published_to_json(const PublishedReport& r) {
     json a = json::array();
     for (auto& x : v)
       a.push_back({{"source", x.table}, {"row", x.name}, {"quantity", x.quantity}, {"assumption", x.assumption},
+                   {"framework", x.framework.empty() ? "megatron-core" : x.framework},
                    {"published", x.published}, {"predicted", x.predicted}, {"error", x.error()}});
     return a;
   };
   return {{"skipped", r.skipped},
-          {"iteration_time", {{"rows", rows(r.time_rows)}, {"mean_abs_error", r.time_mean_abs}, {"max_abs_error", r.time_max_abs}}},
+          {"iteration_time", {{"rows", rows(r.time_rows)}, {"mean_abs_error", r.time_mean_abs}, {"max_abs_error", r.time_max_abs},
+                              {"by_framework", framework_stats(r.time_rows)}}},
           {"memory", {{"rows", rows(r.memory_rows)}, {"mean_abs_error", r.memory_mean_abs}, {"max_abs_error", r.memory_max_abs}}}};
 }
 

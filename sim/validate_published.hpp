@@ -14,6 +14,7 @@ namespace tp {
 struct PublishedRow {
   std::string table, name, quantity, assumption;
   double published = 0, predicted = 0;
+  std::string framework;  // the row's training framework ("" = the default, Megatron-Core)
   double error() const { return (predicted - published) / published; }
 };
 
@@ -28,6 +29,8 @@ PublishedReport validate_published(const json& suite, const std::string& cluster
 // mean and max |error| over rows (0 for none).
 void published_stats(const std::vector<PublishedRow>& rows, double& mean, double& mx);
 void print_published(std::ostream& os, const PublishedReport& r);
+// Mean and max |error| per training framework: {"fsdp": {rows, mean_abs_error, max_abs_error}, ...}.
+json framework_stats(const std::vector<PublishedRow>& rows);
 json published_to_json(const PublishedReport& r);
 
 }  // namespace tp
