@@ -180,6 +180,9 @@ std::string plan_summary(const Plan& p, long long B, Precision prec) {
   return o.str();
 }
 
+// Objectives this close (relative) are a tie in the "why the alternatives lose" list.
+constexpr double kTieFraction = 1e-3;
+
 std::vector<Explanation> explain(Confirmer& cf, const Candidate& best, const std::vector<std::pair<std::string, Point>>& alts) {
   std::vector<Point> pts;
   for (auto& a : alts) pts.push_back(a.second);
@@ -193,6 +196,9 @@ std::vector<Explanation> explain(Confirmer& cf, const Candidate& best, const std
     if (!ex.alt.sim) continue;
     const Result& r = *ex.alt.sim;
     double dt = r.run.time_s / w.run.time_s - 1;
+    // A tie does not lose: an alternative that fits within kTieFraction of the winner's objective is left out.
+    if (r.fits && r.host_fits && best.objective != 0 && std::fabs(ex.alt.objective / best.objective - 1) < kTieFraction)
+      continue;
     if (!r.fits || !r.host_fits) {
       ex.reason = "memory wall";
       ex.detail = !r.fits ? "needs " + gib_text(r.peak_bytes_per_gpu) + " per GPU against " + gib_text(r.capacity_bytes)

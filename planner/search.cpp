@@ -85,12 +85,30 @@ static auto layout_key(const Point& p) {
 }
 using LayoutKey = decltype(layout_key(Point{}));
 
-// Keeps the first candidate of each layout (v sorted best first).
+// The same layout with the data ranks counted once (dp x cp): two layouts that differ only by moving GPUs between
+// dp and cp share it.
+static auto idea_key(const Point& p) {
+  const Layout& l = p.lay;
+  return std::make_tuple(l.dp * l.cp, l.tp, (int)l.tp_mode, l.node_blocks, l.pp, l.ep, (int)l.prec, (int)p.ch.schedule,
+                         (int)p.ch.acc, p.ch.zero, (int)p.ch.offload);
+}
+// Step times this close (relative) make two dp / cp splits one idea in the top list.
+constexpr double kSameStepFraction = 0.005;
+
+// Keeps the first candidate of each layout (v sorted best first), and of layouts that differ only by moving GPUs
+// between dp and cp with the same step time (within kSameStepFraction), the first: the top K are distinct ideas.
 static void keep_distinct_layouts(std::vector<Candidate>& v) {
   std::set<LayoutKey> seen;
   std::vector<Candidate> out;
-  for (Candidate& c : v)
-    if (seen.insert(layout_key(c.point)).second) out.push_back(std::move(c));
+  for (Candidate& c : v) {
+    if (!seen.insert(layout_key(c.point)).second) continue;
+    bool same_idea = false;
+    for (const Candidate& k : out)
+      if (idea_key(k.point) == idea_key(c.point) && k.sim && c.sim &&
+          std::fabs(c.sim->step_time_s / k.sim->step_time_s - 1) <= kSameStepFraction)
+        same_idea = true;
+    if (!same_idea) out.push_back(std::move(c));
+  }
   v = std::move(out);
 }
 

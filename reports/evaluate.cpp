@@ -183,6 +183,24 @@ json key_metrics(const json& result, RunKind kind) {
   json m;
   m["gpus"] = gpus;
   m["plan"] = plan_summary(plan);
+  // The labels every output carries (sim/output.hpp result_notes): the framework when it is not the default, a
+  // research technique, a prediction beyond the best published.
+  // A planner run: the labels of its best plan (planner/output.cpp candidate_labels); a simulation: its own.
+  std::string fw;
+  bool research = false, beyond = false;
+  if (kind == RunKind::plan) {
+    const json& b = result["best"];
+    fw = b.contains("framework") && b["framework"].is_string() ? b["framework"].get<std::string>() : "";
+    research = b.contains("research_techniques");
+    beyond = b.contains("beyond_published");
+  } else {
+    fw = sim.contains("framework") ? sim["framework"].value("name", std::string()) : std::string();
+    research = sim.contains("research");
+    beyond = sim.contains("beyond_published");
+  }
+  if (!fw.empty() && fw != kDefaultFramework) m["plan"] = m["plan"].get<std::string>() + " (" + fw + ")";
+  if (research) m["plan"] = m["plan"].get<std::string>() + " [research]";
+  if (beyond) m["plan"] = m["plan"].get<std::string>() + " [beyond published]";
   m["global_batch"] = sim.contains("scenario") ? sim["scenario"]["training"].value("global_batch", 0LL) : 0LL;
   if (kind == RunKind::plan && result["best"].contains("global_batch")) m["global_batch"] = result["best"]["global_batch"];
   m["step_time_s"] = sim.value("step_time_s", 0.0);

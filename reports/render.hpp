@@ -35,6 +35,8 @@ std::string bounds_text(const Check& c);                           // "in [1.2, 
 // A row of the runs table: run label, scenario, GPUs, plan, batch, step time, MFU, memory, fits,
 // time to train, cost.
 std::vector<std::vector<std::string>> run_rows(const Report& r);
+// The legend of the labels the run rows carry ("[research] research technique: ...", "[beyond published] ...").
+std::vector<std::string> run_label_legend(const std::vector<std::vector<std::string>>& rows);
 extern const char* const kRunColumns[11];
 
 // render_sections.cpp: the planner's answers of every plan run (empty without one), the legend sentence of the

@@ -108,7 +108,8 @@ std::string render_html(const Report& rep) {
   h += "<h2>Runs</h2>\n<table>\n<tr>";
   for (const char* c : kRunColumns) h += std::string("<th>") + c + "</th>";
   h += "</tr>\n";
-  for (auto& row : run_rows(rep)) {
+  const auto rows = run_rows(rep);
+  for (auto& row : rows) {
     h += "<tr>";
     for (size_t k = 0; k < row.size(); ++k) {
       bool numeric = k == 2 || k == 4 || k == 5 || k == 6 || k == 7 || k == 9 || k == 10;
@@ -116,7 +117,9 @@ std::string render_html(const Report& rep) {
     }
     h += "</tr>\n";
   }
-  h += "</table>\n<p class=\"small\">Step time, MFU and memory are per step of the simulated plan; time to train and "
+  h += "</table>\n";
+  for (const std::string& l : run_label_legend(rows)) h += "<p>" + esc(l) + "</p>\n";
+  h += "<p class=\"small\">Step time, MFU and memory are per step of the simulated plan; time to train and "
        "cost are for the whole run. All numbers are in data.json and data.csv.</p>\n";
   h += plan_answers_html(rep);
   if (!rep.figures.empty()) {

@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "render.hpp"
+#include "models/framework.hpp"
 
 namespace tp::report {
 
@@ -68,6 +69,20 @@ std::vector<std::vector<std::string>> run_rows(const Report& rep) {
   return rows;
 }
 
+std::vector<std::string> run_label_legend(const std::vector<std::vector<std::string>>& rows) {
+  bool research = false, beyond = false;
+  for (const auto& r : rows)
+    if (r.size() > 3) {
+      research |= r[3].find("[research]") != std::string::npos;
+      beyond |= r[3].find("[beyond published]") != std::string::npos;
+    }
+  std::vector<std::string> out;
+  if (research) out.push_back(std::string("[research] ") + kResearchLabel);
+  if (beyond) out.push_back("[beyond published] simulated efficiency above the best published for the GPU and framework in "
+                            "the bundled reference runs (flagged, not capped)");
+  return out;
+}
+
 static std::string cell(std::string s) {
   std::string o;
   for (char c : s) {
@@ -112,7 +127,9 @@ std::string render_md(const Report& rep) {
   md += "## Runs\n\n";
   std::vector<std::string> head(kRunColumns, kRunColumns + 11);
   md += md_row(head) + "|---|---|---:|---|---:|---:|---:|---:|---|---:|---:|\n";
-  for (auto& row : run_rows(rep)) md += md_row(row);
+  const auto rows = run_rows(rep);
+  for (auto& row : rows) md += md_row(row);
+  for (const std::string& l : run_label_legend(rows)) md += "\n" + l + "\n";
   md += "\nStep time, MFU and memory are per step of the simulated plan (`trainplan simulate`); time to train and "
         "cost are for the whole run. All numbers are in data.json and data.csv.\n\n";
   md += plan_answers_md(rep);

@@ -52,6 +52,8 @@ json variant(const json& plan, const json& model = json::object(), const std::st
     j["model"] = m;
   }
   if (!precision.empty()) j["training"]["precision"] = precision;
+  // Framework "research": these cases test the exporters' own refusals, whatever the scenario's framework runs.
+  j["training"]["framework"] = "research";
   return j;
 }
 

@@ -10,13 +10,13 @@ using namespace tp;
 
 namespace {
 
-// gpt3-1.3b (24 layers, 16 heads) on dgx-h100 with the given plan keys merged over dp 4, tp 2, pp 2, microbatch 1.
+// gpt3-1.3b (24 layers, 16 heads) on dgx-h100, framework "research" (every plan kind), with the given plan keys merged over dp 4, tp 2, pp 2, microbatch 1.
 json scenario(const json& plan_keys, long long global_batch = 64) {
   json plan = {{"dp", 4}, {"tp", 2}, {"pp", 2}, {"microbatch", 1}};
   for (auto it = plan_keys.begin(); it != plan_keys.end(); ++it) plan[it.key()] = it.value();
   return {{"model", "gpt3-1.3b"},
           {"cluster", "dgx-h100"},
-          {"training", {{"global_batch", global_batch}, {"seq_len", 2048}, {"precision", "bf16"}}},
+          {"training", {{"global_batch", global_batch}, {"seq_len", 2048}, {"precision", "bf16"}, {"framework", "research"}}},
           {"plan", plan}};
 }
 

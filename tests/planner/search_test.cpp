@@ -339,7 +339,11 @@ void expect_ground_truth(const char* model, const char* cluster, const char* pre
             // 2021-era setups (their memory pressure is the unfused attention's s x s activations)
             {"fix", {{"recompute", recompute}, {"offload", "none"}, {"zero", zeros}, {"microbatch", {1, 2}},
                      {"attention", "unfused"}}}};
-  Scenario sc = search_scenario(search_json(model, cluster, s, 1e10, batch, precision));
+  // Every plan kind, research techniques and GPipe included: the "research" framework (the ground truth below
+  // enumerates them all).
+  json sj = search_json(model, cluster, s, 1e10, batch, precision);
+  sj["training"]["framework"] = "research";
+  Scenario sc = search_scenario(sj);
   PlanOutcome o = run_search(sc);
   expect_invariants(sc, o);
   ASSERT_FALSE(o.top.empty()) << o.note;

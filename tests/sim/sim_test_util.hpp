@@ -64,11 +64,12 @@ inline json plan_json(int dp, int tp, int pp, int v, const char* schedule, const
           {"sequence_parallel", sp}, {"recompute", recompute}, {"zero", zero}, {"attention", attention}};
 }
 
+// Framework "research": the simulator's tests cover every plan kind, GPipe and the seed papers' techniques included.
 inline Scenario make_scenario(json model, json cluster, long long batch, json plan, const char* precision = "fp16") {
   json j = {{"name", "test"},
             {"model", model},
             {"cluster", cluster},
-            {"training", {{"global_batch", batch}, {"precision", precision}}},
+            {"training", {{"global_batch", batch}, {"precision", precision}, {"framework", "research"}}},
             {"plan", plan}};
   return scenario_from_json(j, ".", "test");
 }

@@ -29,7 +29,7 @@ json ideal_host_cluster(int nodes = 1, int gpus_per_node = 8, double host_bw = 1
 
 // Scenario with extra training keys (grad_precision, tokens).
 Scenario scenario(json model, json cluster, long long batch, json plan, json training_extra = json::object()) {
-  json training = {{"global_batch", batch}, {"precision", "fp16"}};
+  json training = {{"global_batch", batch}, {"precision", "fp16"}, {"framework", "research"}};  // every plan kind
   for (auto it = training_extra.begin(); it != training_extra.end(); ++it) training[it.key()] = it.value();
   json j = {{"name", "technique"}, {"model", model}, {"cluster", cluster}, {"training", training}, {"plan", plan}};
   return scenario_from_json(j, ".", "technique");
