@@ -1,4 +1,4 @@
-// catalog_cmd: `trainplan catalog [gpus|clusters|models] [--json FILE|-]` — the bundled catalog as tables: peaks
+// catalog_cmd: `trainplan catalog [gpus|clusters|models|frameworks] [--json FILE|-]` — the bundled catalog as tables: peaks
 // per precision and HBM for GPUs; nodes, GPUs per node, fabrics and price for clusters; shape and parameters
 // (total and active) for models. Every entry is read with the same readers as a scenario, so the table shows
 // what a simulation would use.
@@ -9,6 +9,7 @@
 
 #include "models/catalog.hpp"
 #include "models/cluster.hpp"
+#include "models/framework.hpp"
 #include "models/transformer.hpp"
 #include "sim/op_cost.hpp"
 
@@ -113,6 +114,35 @@ json models(std::ostream* os) {
   return out;
 }
 
+json frameworks(std::ostream* os) {
+  json out = json::array();
+  std::vector<std::vector<std::string>> rows;
+  auto join = [](auto v, auto fn) {
+    std::string s;
+    for (auto x : v) s += (s.empty() ? "" : ",") + std::string(fn(x));
+    return s.empty() ? std::string("any") : s;
+  };
+  for (const Framework& f : catalog_frameworks()) {
+    json j = framework_to_json(f);
+    j["name"] = f.name;
+    out.push_back(j);
+    const FrameworkCan& c = f.can;
+    std::string par = std::string(c.max_tp > 0 ? "tp<=" + std::to_string(c.max_tp) : "tp") + (c.sequence_parallel ? " sp" : "") +
+                      (c.context_parallel ? " cp" : "") + (c.expert_parallel ? " ep" : "");
+    std::string bucket = f.comm.bucket_per_layer ? "per layer" : params_text(framework_bucket_params(f, 1));
+    rows.push_back({f.name, join(c.schedules, schedule_name),
+                    join(c.zero, [](int z) { return std::to_string(z); }) + (c.max_zero_with_pp < 3 ? " (<=" + std::to_string(c.max_zero_with_pp) + " with pp)" : ""),
+                    join(c.offload, offload_kind_name), par, join(c.precisions, precision_name), bucket,
+                    f.comm.pp_reduce_after_flush ? "after flush" : "in backward", c.research ? "yes" : "labelled"});
+  }
+  if (os) {
+    *os << "frameworks (training.framework):\n";
+    print_table(*os, {"name", "schedules", "ZeRO", "offload", "parallelism", "precisions", "grad bucket", "pp grads",
+                      "research"}, rows);
+  }
+  return out;
+}
+
 }  // namespace
 
 json catalog_tables(const std::vector<std::string>& kinds, std::ostream* os) {
@@ -121,6 +151,7 @@ json catalog_tables(const std::vector<std::string>& kinds, std::ostream* os) {
     if (os && i > 0) *os << "\n";
     if (kinds[i] == "gpus") out["gpus"] = gpus(os);
     else if (kinds[i] == "clusters") out["clusters"] = clusters(os);
+    else if (kinds[i] == "frameworks") out["frameworks"] = frameworks(os);
     else out["models"] = models(os);
   }
   return out;

@@ -8,7 +8,7 @@
 
 namespace tp {
 
-// Prints the tables of `kinds` ("gpus", "clusters", "models") to `os` (when not null); returns them as JSON.
+// Prints the tables of `kinds` ("gpus", "clusters", "models", "frameworks") to `os` (when not null); returns them as JSON.
 json catalog_tables(const std::vector<std::string>& kinds, std::ostream* os);
 
 }  // namespace tp

@@ -479,7 +479,7 @@ int cmd_validate_published(int argc, char** argv) {
 // catalog NAME: one entry (a GPU, cluster or model) exactly as the catalog holds it — the object a scenario takes
 // inline in place of the name, so a user can copy a cluster and grow it. Null when NAME is no entry.
 const json* catalog_entry(const std::string& name, std::string* kind) {
-  for (const char* k : {"gpus", "clusters", "models"})
+  for (const char* k : {"gpus", "clusters", "models", "frameworks"})
     if (const json* e = catalog_find(k, name)) {
       *kind = k;
       return e;
@@ -489,7 +489,7 @@ const json* catalog_entry(const std::string& name, std::string* kind) {
 
 int cmd_catalog(int argc, char** argv) {
   Args a = parse_args(argc, argv, 2, {"--json"}, {});
-  std::vector<std::string> kinds = {"gpus", "clusters", "models"};
+  std::vector<std::string> kinds = {"gpus", "clusters", "models", "frameworks"};
   std::string out = a.value("--json");
   if (a.positional.size() == 1 && std::find(kinds.begin(), kinds.end(), a.positional[0]) == kinds.end()) {
     std::string kind;
@@ -499,7 +499,7 @@ int cmd_catalog(int argc, char** argv) {
       for (const std::string& k : kinds)
         for (const std::string& n : catalog_names(k)) all.push_back(n);
       const std::string near = closest_name(a.positional[0], all);
-      throw Usage("catalog takes a kind (gpus, clusters, models) or an entry name, got \"" + a.positional[0] + "\"" +
+      throw Usage("catalog takes a kind (gpus, clusters, models, frameworks) or an entry name, got \"" + a.positional[0] + "\"" +
                   (near.empty() ? std::string() : "; did you mean \"" + near + "\"?"));
     }
     const std::string text = e->dump(2) + "\n";
