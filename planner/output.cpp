@@ -237,7 +237,8 @@ std::string plan_outcome_to_csv(const PlanOutcome& o) {
   c << "rank,gpus,dp,tp,tp_mode,pp,ep,schedule,virtual_stages,grad_accumulation,microbatch,num_microbatches,"
        "global_batch,zero,offload,recompute,sequence_parallel,step_time_s,peak_bytes_per_gpu,fits,time_to_train_s,"
        "cost_usd,mfu,analytic_step_time_s,mfu_peak_tflops,mfu_peak_precision,mfu_fp8,model_tflops_per_gpu,"
-       "tokens_per_s_per_gpu\n";
+       "tokens_per_s_per_gpu,cp,precision,attention,stage_layers,tp_grid,framework,research_techniques,"
+       "beyond_published\n";
   c << std::setprecision(9);
   for (size_t i = 0; i < o.top.size(); ++i) {
     const Candidate& k = o.top[i];
@@ -250,7 +251,15 @@ std::string plan_outcome_to_csv(const PlanOutcome& o) {
       << "," << (p.sequence_parallel ? "true" : "false") << "," << r.step_time_s << "," << r.peak_bytes_per_gpu << ","
       << (r.fits ? "true" : "false") << "," << r.run.time_s << "," << r.run.cost_usd << "," << r.mfu << ","
       << k.point.est.step_s << "," << r.mfu_peak_flops_per_s / 1e12 << "," << precision_name(r.mfu_peak_precision) << ","
-      << r.mfu_fp8 << "," << r.model_tflops_per_gpu << "," << r.tokens_per_s_per_gpu() << "\n";
+      << r.mfu_fp8 << "," << r.model_tflops_per_gpu << "," << r.tokens_per_s_per_gpu() << ",";
+    // Every other plan field, so that a row is a plan (stage_layers "a/b/c" per stage, empty when even).
+    std::string stages, research;
+    for (size_t s = 0; s < p.stage_layers.size(); ++s) stages += (s ? "/" : "") + std::to_string(p.stage_layers[s]);
+    for (const std::string& t : research_techniques(p, Delink{})) research += (research.empty() ? "" : "; ") + t;
+    c << p.cp << "," << precision_name(k.point.lay.prec) << "," << attention_name(p.attention) << "," << stages << ","
+      << (p.tp_mode == TpMode::d2 ? (p.tp_grid_node_blocks ? "node_blocks" : "rows") : "") << ","
+      << (k.framework.empty() ? o.scenario.framework.name : k.framework) << ",\"" << research << "\","
+      << (beyond_published(k) ? "true" : "false") << "\n";
   }
   return c.str();
 }

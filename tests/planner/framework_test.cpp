@@ -3,6 +3,7 @@
 // its framework; a fix that names a research value opts in, and the plans carry the research label in JSON.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <set>
 
 #include "models/framework.hpp"
@@ -42,6 +43,14 @@ TEST(FrameworkSearch, DefaultSearchIsWhatMegatronCoreRuns) {
   }
   json j = plan_outcome_to_json(o);
   EXPECT_EQ(j["framework"], "megatron-core");
+  // The CSV carries every plan field and the framework: the header and each row have the same columns.
+  const std::string csv = plan_outcome_to_csv(o);
+  const std::string head = csv.substr(0, csv.find('\n'));
+  for (const char* col : {",cp,", ",precision,", ",attention,", ",stage_layers,", ",framework,", ",research_techniques,"})
+    EXPECT_NE(head.find(col), std::string::npos) << col;
+  const std::string row1 = csv.substr(head.size() + 1, csv.find('\n', head.size() + 1) - head.size() - 1);
+  EXPECT_EQ(std::count(head.begin(), head.end(), ','), std::count(row1.begin(), row1.end(), ','));
+  EXPECT_NE(row1.find(",megatron-core,"), std::string::npos) << row1;
   EXPECT_FALSE(j["top"][0].contains("research_techniques"));
 }
 
