@@ -105,7 +105,7 @@ PublishedReport validate_devset(const json& set, const std::string& cluster_over
     }
     Result r = simulate(sc);
     rep.time_rows.push_back({row.value("source", std::string()), row_id(row), "iteration time (s)", how, published_s,
-                             r.step_time_s, row.value("framework", std::string())});
+                             r.step_time_s, sc.framework.name});
   }
   published_stats(rep.time_rows, rep.time_mean_abs, rep.time_max_abs);
   return rep;
