@@ -5,6 +5,8 @@
 // which steps its throughput leaves out.
 #include <gtest/gtest.h>
 
+#include "cli_run.hpp"
+
 #include <sys/wait.h>
 
 #include <cstdio>
@@ -22,17 +24,11 @@ using tp::json;
 
 namespace {
 
-struct Out { int rc; std::string text; };
+using tp::testutil::Out;
 
 Out tp_run(const std::string& args, bool with_stderr = true) {
   std::string cmd = std::string(TP_BINARY) + " " + args + (with_stderr ? " 2>&1" : " 2>/dev/null");
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  int st = pclose(p);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : 128, out};
+  return tp::testutil::run_shell(cmd);
 }
 
 std::string src(const std::string& rel) { return std::string(TP_SOURCE_DIR) + "/" + rel; }

@@ -3,6 +3,8 @@
 // short usage (not the whole manual) on a usage error (exit 2).
 #include <gtest/gtest.h>
 
+#include "cli_run.hpp"
+
 #include <sys/wait.h>
 
 #include <algorithm>
@@ -18,17 +20,11 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct Out { int rc; std::string text; };
+using tp::testutil::Out;
 
 Out tp_run(const std::string& args, const std::string& cwd = ".") {
   std::string cmd = "cd " + cwd + " && " + std::string(TP_BINARY) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  int st = pclose(p);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : 128, out};
+  return tp::testutil::run_shell(cmd);
 }
 
 long lines(const std::string& s) { return std::count(s.begin(), s.end(), '\n'); }

@@ -19,6 +19,7 @@
 #include "exec/data.hpp"
 #include "models/json_check.hpp"
 #include "models/safe_io.hpp"
+#include "cli_run.hpp"
 #include "temp_dir.hpp"
 
 namespace fs = std::filesystem;
@@ -26,36 +27,7 @@ using tp::testutil::TempDir;
 
 namespace {
 
-struct Out { int rc; std::string text; };
-
-Out tp_run(const std::string& args) {
-  std::string cmd = "timeout -k 2 120 " + std::string(TP_BINARY) + " " + args + " 2>&1 </dev/null";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  int st = pclose(p);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : 128, out};
-}
-
-std::string slurp(const std::string& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-void spit(const std::string& p, const std::string& text) { std::ofstream(p, std::ios::binary) << text; }
-
-bool has(const std::string& text, const std::string& what) { return text.find(what) != std::string::npos; }
-
-std::vector<std::string> listing(const fs::path& dir) {
-  std::vector<std::string> names;
-  for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
-  std::sort(names.begin(), names.end());
-  return names;
-}
+using namespace tp::testutil;  // tp_run, Out, slurp, spit, has, listing (cli_run.hpp)
 
 const std::string kScenario = std::string(TP_SOURCE_DIR) + "/scenarios/default.json";
 

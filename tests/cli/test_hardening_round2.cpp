@@ -20,6 +20,7 @@
 #include "models/catalog.hpp"
 #include "models/json_check.hpp"
 #include "models/safe_io.hpp"
+#include "cli_run.hpp"
 #include "temp_dir.hpp"
 
 namespace fs = std::filesystem;
@@ -27,39 +28,7 @@ using tp::testutil::TempDir;
 
 namespace {
 
-struct Out { int rc; std::string text; };
-
-// `trainplan ARGS` (in folder `cwd` if given), stderr captured; stdout captured too unless `stdout_to` names
-// where it goes instead.
-Out tp_run(const std::string& args, const std::string& stdout_to = "", const std::string& cwd = "") {
-  std::string cmd = (cwd.empty() ? "" : "cd '" + cwd + "' && ") + "timeout -k 2 120 " + std::string(TP_BINARY) + " " + args +
-                    (stdout_to.empty() ? " 2>&1" : " 2>&1 >" + stdout_to) + " </dev/null";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  int st = pclose(p);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : 128, out};
-}
-
-std::string slurp(const std::string& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-void spit(const std::string& p, const std::string& text) { std::ofstream(p, std::ios::binary) << text; }
-
-bool has(const std::string& text, const std::string& what) { return text.find(what) != std::string::npos; }
-
-std::vector<std::string> listing(const fs::path& dir) {
-  std::vector<std::string> names;
-  for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
-  std::sort(names.begin(), names.end());
-  return names;
-}
+using namespace tp::testutil;  // tp_run, Out, slurp, spit, has, listing (cli_run.hpp)
 
 // chattr +i on a path for the object's life (removed again, so that the TempDir can go); ok() false when the
 // attribute cannot be set here.

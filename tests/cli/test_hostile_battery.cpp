@@ -5,6 +5,8 @@
 // leaving a file behind in the test's folder. The cases run in one test and every miss is listed.
 #include <gtest/gtest.h>
 
+#include "cli_run.hpp"
+
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -23,7 +25,7 @@ using tp::testutil::TempDir;
 
 namespace {
 
-struct Out { int rc; std::string text; };
+using tp::testutil::Out;
 
 // AddressSanitizer reserves terabytes of shadow address space at start, so a binary built with it cannot run under
 // `ulimit -v`: the sanitizer build (scripts/test_sanitized.sh) drops the limit and keeps the timeout.
@@ -35,13 +37,7 @@ constexpr const char* kAddressLimit = "ulimit -v 4194304; ";
 
 Out hostile_run(const std::string& args) {
   std::string cmd = std::string(kAddressLimit) + "timeout -k 2 30 " + std::string(TP_BINARY) + " " + args + " 2>&1 </dev/null";
-  FILE* p = popen(("sh -c '" + cmd + "'").c_str(), "r");
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  int st = pclose(p);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : 128, out};
+  return tp::testutil::run_shell("sh -c '" + cmd + "'");
 }
 
 std::set<std::string> tree(const fs::path& dir) {

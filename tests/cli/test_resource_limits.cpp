@@ -5,6 +5,8 @@
 // fails (killed, or bad_alloc's exit 1) instead of exhausting the machine.
 #include <gtest/gtest.h>
 
+#include "cli_run.hpp"
+
 #include <sys/wait.h>
 
 #include <cstdio>
@@ -20,19 +22,13 @@ using tp::testutil::TempDir;
 
 namespace {
 
-struct Out { int rc; std::string text; };
+using tp::testutil::Out;
 
 // `trainplan ARGS` with at most `kb` KiB of address space and 60 s.
 Out limited_run(const std::string& args, long kb) {
   std::string cmd = "ulimit -v " + std::to_string(kb) + "; timeout -k 2 60 " + std::string(TP_BINARY) + " " + args +
                     " 2>&1 </dev/null";
-  FILE* p = popen(("sh -c '" + cmd + "'").c_str(), "r");
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  int st = pclose(p);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : 128, out};
+  return tp::testutil::run_shell("sh -c '" + cmd + "'");
 }
 
 // AddressSanitizer reserves terabytes of shadow address space at start, so an ASan build cannot run under
