@@ -185,6 +185,11 @@ json key_metrics(const json& result, RunKind kind) {
   m["plan"] = plan_summary(plan);
   // The labels every output carries (sim/output.hpp result_notes): the framework when it is not the default, a
   // research technique, a prediction beyond the best published.
+  // The training precision beside the plan (the report's plan column): the planner's choice or the scenario's.
+  std::string prec = sim.contains("scenario") ? sim["scenario"]["training"].value("precision", std::string()) : "";
+  if (kind == RunKind::plan && result["best"].contains("precision") && result["best"]["precision"].is_string())
+    prec = result["best"]["precision"].get<std::string>();
+  if (!prec.empty()) m["plan"] = m["plan"].get<std::string>() + ", " + prec;
   // A planner run: the labels of its best plan (planner/output.cpp candidate_labels); a simulation: its own.
   std::string fw;
   bool research = false, beyond = false;

@@ -316,7 +316,7 @@ TEST(ReportFigures, PlanRunsInTablesAndData) {
   ASSERT_EQ(rep.figures.size(), 3u);
   EXPECT_NE(rep.figures[0].svg.find("search (best plan)"), std::string::npos);
   std::string md = render_md(rep);
-  EXPECT_NE(md.find("| search | search.json | 1024 | best: dp 8 × tp 8 × pp 4, 1f1b, mb 1, SP, recompute selective, ZeRO-1 | 512 |"),
+  EXPECT_NE(md.find("| search | search.json | 1024 | best: dp 8 × tp 8 × pp 4, 1f1b, mb 1, SP, recompute selective, ZeRO-1, fp16 | 512 |"),
             std::string::npos) << md;
   EXPECT_NE(md.find("| nothing | search.json | — | no plan fits |"), std::string::npos);
   json d = render_data(rep);
