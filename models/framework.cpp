@@ -56,8 +56,8 @@ FrameworkCan read_can(const json& v, const std::string& path, Issues& is) {
   } else {
     is.add(r.at("zero"), "missing; expected a non-empty array of ZeRO stages 0..3");
   }
-  c.max_zero_with_pp = (int)r.opt_int("max_zero_with_pp", 3, 0, 3);
-  c.max_tp = (int)r.opt_int("max_tp", 0, 0, 1 << 20);
+  c.max_zero_with_pp = (int)r.opt_int("max_zero_with_pp", 3, lim::fw_max_zero_with_pp);
+  c.max_tp = (int)r.opt_int("max_tp", 0, lim::fw_max_tp);
   c.sequence_parallel = r.opt_bool("sequence_parallel", true);
   c.context_parallel = r.opt_bool("context_parallel", true);
   c.expert_parallel = r.opt_bool("expert_parallel", true);
@@ -80,14 +80,14 @@ FrameworkComm read_comm(const json& v, const std::string& path, Issues& is) {
     } else {
       Reader br(*b, r.at("bucket"), is);
       if (br.ok()) {
-        c.bucket_min_params = br.req_num("min_params", 1, 1e13);
-        c.bucket_params_per_data_rank = br.opt_num("params_per_data_rank", 0, 0, 1e13);
+        c.bucket_min_params = br.req_num("min_params", lim::fw_bucket);
+        c.bucket_params_per_data_rank = br.opt_num("params_per_data_rank", 0, lim::fw_bucket_per_rank);
         br.finish({"min_params", "params_per_data_rank"});
       }
     }
   }
   c.pp_reduce_after_flush = r.opt_bool("pp_reduce_after_flush", false);
-  c.zero3_live_params = r.opt_num("zero3_live_params", 0, 0, 1e15);
+  c.zero3_live_params = r.opt_num("zero3_live_params", 0, lim::fw_live_params);
   r.finish({"bucket", "pp_reduce_after_flush", "zero3_live_params"});
   return c;
 }
@@ -102,7 +102,7 @@ std::vector<PublishedBest> read_best(const json& v, const std::string& path, Iss
     b.gpu = r.req_str("gpu");
     int pc = r.req_enum("precision", {"16-bit", "fp8"});
     b.precision = pc == 1 ? "fp8" : "16-bit";
-    b.model_tflops_per_gpu = r.req_num("model_tflops_per_gpu", 1, 1e6);
+    b.model_tflops_per_gpu = r.req_num("model_tflops_per_gpu", lim::fw_best_tflops);
     b.source = r.req_str("source");
     r.finish({"gpu", "precision", "model_tflops_per_gpu", "source"});
     out.push_back(b);

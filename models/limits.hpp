@@ -80,6 +80,17 @@ inline constexpr Limit gpu_power{"cluster.gpu.power_w", 0, 100000, K::number, "t
 inline constexpr Limit framework_bytes{"cluster.gpu.framework_memory.*_bytes", 0, 1e12, K::number, "typical 5e8"};
 inline constexpr Limit fragmentation{"cluster.gpu.framework_memory.allocator_fragmentation", 0, 1, K::number,
                                      "a fraction"};
+// training.framework (inline framework profiles; catalog entries alike)
+inline constexpr Limit fw_max_zero_with_pp{"training.framework.can_run.max_zero_with_pp", 0, 3, K::integer, "a ZeRO stage"};
+inline constexpr Limit fw_max_tp{"training.framework.can_run.max_tp", 0, 1048576, K::integer, "0: any"};
+inline constexpr Limit fw_bucket{"training.framework.communication.bucket.min_params", 1, 1e13, K::number,
+                                 "Megatron-LM 4e7, DeepSpeed 5e8"};
+inline constexpr Limit fw_bucket_per_rank{"training.framework.communication.bucket.params_per_data_rank", 0, 1e13,
+                                          K::number, "Megatron-LM 1e6"};
+inline constexpr Limit fw_live_params{"training.framework.communication.zero3_live_params", 0, 1e15, K::number,
+                                      "DeepSpeed 1e9; 0: two whole layers"};
+inline constexpr Limit fw_best_tflops{"training.framework.best_published[].model_tflops_per_gpu", 1, 1e6, K::number,
+                                      "published 150-850"};
 // training
 inline constexpr Limit global_batch{"training.global_batch", 1, 100000000, K::integer,
                                     "sequences; largest published ~60,000 (also delink and search.fix)"};
@@ -138,7 +149,8 @@ inline constexpr const Limit* kAllLimits[] = {
     &lim::inter_latency, &lim::host_memory, &lim::pcie_bw, &lim::cpu_cores, &lim::host_mem_bw, &lim::price,
     &lim::cluster_power, &lim::nccl_buffer, &lim::matrix_flops, &lim::vector_flops, &lim::hbm_bytes, &lim::hbm_bw,
     &lim::curve_size, &lim::curve_eff, &lim::tile_rows, &lim::sm_count, &lim::kernel_overhead, &lim::gpu_power,
-    &lim::framework_bytes, &lim::fragmentation, &lim::global_batch, &lim::seq_len, &lim::tokens, &lim::target_loss,
+    &lim::framework_bytes, &lim::fragmentation, &lim::fw_max_zero_with_pp, &lim::fw_max_tp, &lim::fw_bucket,
+    &lim::fw_bucket_per_rank, &lim::fw_live_params, &lim::fw_best_tflops, &lim::global_batch, &lim::seq_len, &lim::tokens, &lim::target_loss,
     &lim::lr, &lim::min_lr, &lim::warmup_steps, &lim::weight_decay, &lim::grad_clip, &lim::adam_beta, &lim::adam_eps,
     &lim::checkpoint_every, &lim::log_every,
     &lim::dp, &lim::tp, &lim::pp, &lim::virtual_stages, &lim::microbatch, &lim::zero, &lim::ep, &lim::cp,
