@@ -435,6 +435,8 @@ static std::vector<Framework> searched_frameworks(const Scenario& sc) {
   const bool any = std::find(names.begin(), names.end(), "any") != names.end();
   for (const Framework& f : catalog_frameworks())
     if (any || std::find(names.begin(), names.end(), f.name) != names.end()) out.push_back(f);
+  // The scenario's own framework first: a plan that costs the same under two frameworks is reported under it.
+  std::stable_partition(out.begin(), out.end(), [&](const Framework& f) { return f.name == sc.framework.name; });
   return out;
 }
 
