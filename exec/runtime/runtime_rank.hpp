@@ -298,7 +298,32 @@ struct RankRun {
   void save_checkpoint(long next_step);
   long load_checkpoint(long step);
   void delink();
+  // The optimizer step (exec/runtime/runtime_update.cpp): its jobs in the order optimizer_step calls them.
   void optimizer_step(int step, int warmup, RunResult& res);
+  void sp_reduce_grads();
+  void tied_embedding_grads();
+  void dp_reduce_grads();          // the data-parallel reduction, by ZeRO stage:
+  void dp_all_reduce_grads();      //   ZeRO 0
+  void dp_reduce_scatter_grads();  //   ZeRO >= 1, dp > 1
+  void dp1_shard_grads();          //   ZeRO >= 2, dp == 1
+  void delink_slot_sums();
+  double grad_norm();
+  void adam_update(int step, int warmup, double norm);
+  void zero_gather_params();
+  // Gradient element i of own range k (ZeRO >= 2: in the rank's shard; granular on the host: in the flat buffer).
+  T* own_grad(size_t k, long long i) {
+    return p.zero >= 2 && !own_on_host(k) ? gshard.data() + own_off[k] + (i - own[k].first) : Gd(i);
+  }
+  // Own ranges this step leaves alone: after the delink, the weight-group replicas; in the pseudo phase a
+  // group's replicas count in the norm on its first holder stage only.
+  bool own_idle(size_t k) const { return shared == 0 && replica_only[own_unit[k]]; }
+  bool own_other_replica(size_t k) const {
+    const int ui = own_unit[k];
+    return shared > 0 && !slot_first_holder.empty() && is_layer_unit(ui) && ui - 1 < shared &&
+           rc.stage != slot_first_holder[ui - 1];
+  }
+  // Work on an offloaded segment's host memory runs on the CPU backend.
+  static const Backend& backend_for(bool host) { return host ? cpu_backend() : current_backend(); }
 };
 
 // Pseudo-to-Real whose plan.delink.plan differs from the real plan: the two phases' runs, the state handed over

@@ -145,91 +145,129 @@ void RankRun<T>::delink() {
   shared = 0;
 }
 
+// The optimizer step after the step's last backward: one job a function, in this order (every rank of a group
+// calls each collective in the same order).
 template <class T>
 void RankRun<T>::optimizer_step(int step, int warmup, RunResult& res) {
-  // Sequence parallelism: the layers' LayerNorm and row-parallel bias gradients are partial per tp rank
-  // (with ZeRO >= 2 and dp > 1 this happened before each layer's reduce-scatter).
+  sp_reduce_grads();
+  tied_embedding_grads();
+  dp_reduce_grads();
+  delink_slot_sums();
+  const double norm = grad_norm();
+  res.grad_norm.push_back(norm);
+  adam_update(step, warmup, norm);
+  zero_gather_params();
+}
+
+// Sequence parallelism: the layers' LayerNorm and row-parallel bias gradients are partial per tp rank
+// (with ZeRO >= 2 and dp > 1 this happened before each layer's reduce-scatter).
+template <class T>
+void RankRun<T>::sp_reduce_grads() {
   if (model.sp && !(p.zero >= 2 && p.data_ranks() > 1))
     for (long long l = 0; l < L; ++l)  // (granular: the offloaded layers' were reduced before going down)
       if (units[unit_of_layer(l)].owned) sp_reduce_layer((int)l, units[unit_of_layer(l)].a, dev_end[unit_of_layer(l)]);
-  // Tied embedding: the first and last stage add their copies' gradients.
+}
+
+// Tied embedding: the first and last stage add their copies' gradients.
+template <class T>
+void RankRun<T>::tied_embedding_grads() {
   if (units[0].owned && p.pp > 1 && sc.model.tied_embeddings && first_stage != last_stage && emb)
     emb->all_reduce_sum(Gd(units[0].a), units[0].b - units[0].a, dtype_of<T>());
-  // Data parallel: all-reduce (ZeRO 0), reduce-scatter of each owned unit (ZeRO 1; ZeRO >= 2 reduced the layers
-  // during the backward and reduces the ends here).
-  auto G = [&](size_t k, long long i) -> T* {  // gradient element i of own range k (granular: on the host)
-    return p.zero >= 2 && !own_on_host(k) ? gshard.data() + own_off[k] + (i - own[k].first) : Gd(i);
-  };
-  // Work on an offloaded segment's host memory runs on the CPU backend.
-  auto on_host = [&](bool host) -> const Backend& { return host ? cpu_backend() : current_backend(); };
-  if (p.zero == 0) {
-    for (int ui = 0; ui < (int)units.size(); ++ui)
-      for (int si = 0; units[ui].owned && si < nseg(ui); ++si) {  // each segment over its group
-        const Seg sg = seg(ui, si);
-        if (sg.n > 1) sg.c->all_reduce_sum(Gd(sg.lo), sg.hi - sg.lo, dtype_of<T>());
-      }
-  } else if (p.data_ranks() > 1) {
-    for (int ui = 0; ui < (int)units.size(); ++ui) {
-      if (!units[ui].owned) continue;
-      if (p.zero >= 2 && ui != 0 && ui != (int)L + 1) continue;  // layers already reduced
-      if (p.zero >= 2) { reduce_scatter_unit(ui); continue; }
-      for (int si = 0; si < nseg(ui); ++si) {
-        BackendScope where(on_host(seg_on_host(ui, si)));
-        const Seg sg = seg(ui, si);
-        Buf<T> inb(sg.slice * sg.n), out(sg.slice);
-        ops::copy(inb.data(), Gd(sg.lo), (long)(sg.hi - sg.lo));
-        ops::fill(inb.data() + (sg.hi - sg.lo), T(0), (long)(sg.slice * sg.n - (sg.hi - sg.lo)));  // the padding
-        sg.c->reduce_scatter_sum(inb.data(), out.data(), sg.slice, dtype_of<T>());
-        long long a = sg.lo + sg.r * sg.slice, z = std::min(sg.hi, a + sg.slice);
-        if (z > a) ops::copy(Gd(a), out.data(), (long)(z - a));
-      }
+}
+
+// Data parallel: all-reduce (ZeRO 0), reduce-scatter of each owned unit (ZeRO 1; ZeRO >= 2 reduced the layers
+// during the backward and reduces the ends here); ZeRO >= 2 on one data rank adds the gradients to its shard.
+template <class T>
+void RankRun<T>::dp_reduce_grads() {
+  if (p.zero == 0) dp_all_reduce_grads();
+  else if (p.data_ranks() > 1) dp_reduce_scatter_grads();
+  else if (p.zero >= 2) dp1_shard_grads();
+}
+
+// ZeRO 0: each owned unit's segments summed over their groups.
+template <class T>
+void RankRun<T>::dp_all_reduce_grads() {
+  for (int ui = 0; ui < (int)units.size(); ++ui)
+    for (int si = 0; units[ui].owned && si < nseg(ui); ++si) {  // each segment over its group
+      const Seg sg = seg(ui, si);
+      if (sg.n > 1) sg.c->all_reduce_sum(Gd(sg.lo), sg.hi - sg.lo, dtype_of<T>());
     }
-  } else if (p.zero >= 2) {  // dp == 1: the "slice" is the whole unit
-    for (size_t k = 0; k < own.size(); ++k)
-      if (own[k].second > own[k].first && !own_on_host(k)) ops::accumulate(G(k, own[k].first), Gd(own[k].first), (long)(own[k].second - own[k].first));
+}
+
+// ZeRO >= 1 with dp > 1: each owned unit's segments reduce-scattered into this rank's slices (ZeRO >= 2: the two
+// end units only, through reduce_scatter_unit; the layers were reduced during the backward).
+template <class T>
+void RankRun<T>::dp_reduce_scatter_grads() {
+  for (int ui = 0; ui < (int)units.size(); ++ui) {
+    if (!units[ui].owned) continue;
+    if (p.zero >= 2 && ui != 0 && ui != (int)L + 1) continue;  // layers already reduced
+    if (p.zero >= 2) { reduce_scatter_unit(ui); continue; }
+    for (int si = 0; si < nseg(ui); ++si) {
+      BackendScope where(backend_for(seg_on_host(ui, si)));
+      const Seg sg = seg(ui, si);
+      Buf<T> inb(sg.slice * sg.n), out(sg.slice);
+      ops::copy(inb.data(), Gd(sg.lo), (long)(sg.hi - sg.lo));
+      ops::fill(inb.data() + (sg.hi - sg.lo), T(0), (long)(sg.slice * sg.n - (sg.hi - sg.lo)));  // the padding
+      sg.c->reduce_scatter_sum(inb.data(), out.data(), sg.slice, dtype_of<T>());
+      long long a = sg.lo + sg.r * sg.slice, z = std::min(sg.hi, a + sg.slice);
+      if (z > a) ops::copy(Gd(a), out.data(), (long)(z - a));
+    }
   }
-  // Pseudo-to-Real with pp > 1: the holders of a weight group add their gradients (after the dp reduction: on
-  // the own ranges, i.e. the reduced slices, identical on every holder).
+}
+
+// ZeRO >= 2 with dp == 1: the "slice" is the whole unit; its gradients are added to the shard.
+template <class T>
+void RankRun<T>::dp1_shard_grads() {
+  for (size_t k = 0; k < own.size(); ++k)
+    if (own[k].second > own[k].first && !own_on_host(k))
+      ops::accumulate(own_grad(k, own[k].first), Gd(own[k].first), (long)(own[k].second - own[k].first));
+}
+
+// Pseudo-to-Real with pp > 1: the holders of a weight group add their gradients (after the dp reduction: on
+// the own ranges, i.e. the reduced slices, identical on every holder).
+template <class T>
+void RankRun<T>::delink_slot_sums() {
   for (int g = 0; shared > 0 && g < (int)slot_comm.size(); ++g) {
     if (!slot_comm[g]) continue;
     const int ui = unit_of_layer(g);
     for (int si = 0; si < nseg(ui); ++si) {
       const size_t k = own_index(ui) + si;
       if (own[k].second > own[k].first)
-        slot_comm[g]->all_reduce_sum(G(k, own[k].first), own[k].second - own[k].first, dtype_of<T>());
+        slot_comm[g]->all_reduce_sum(own_grad(k, own[k].first), own[k].second - own[k].first, dtype_of<T>());
     }
   }
-  // Own ranges this step leaves alone: after the delink, the weight-group replicas; in the pseudo phase a
-  // group's replicas count in the norm on its first holder stage only.
-  auto idle = [&](size_t k) { return shared == 0 && replica_only[own_unit[k]]; };
-  auto other_replica = [&](size_t k) {
-    const int ui = own_unit[k];
-    return shared > 0 && !slot_first_holder.empty() && is_layer_unit(ui) && ui - 1 < shared &&
-           rc.stage != slot_first_holder[ui - 1];
-  };
-  // Global gradient norm: each parameter once (tp-replicated on tp rank 0, the tied embedding on its first stage).
+}
+
+// Global gradient norm: each parameter once (tp-replicated on tp rank 0, the tied embedding on its first stage).
+template <class T>
+double RankRun<T>::grad_norm() {
   double sq2[2] = {0, 0};  // dense, experts (without ZeRO each is held by its group's every rank)
   for (size_t k = 0; k < own.size(); ++k) {
-    if (idle(k) || other_replica(k)) continue;
+    if (own_idle(k) || own_other_replica(k)) continue;
     double& sq = sq2[own_seg[k]];
-    BackendScope where(on_host(own_on_host(k)));
+    BackendScope where(backend_for(own_on_host(k)));
     // (2D: rows != 0 hold unused copies; the tied copy on the last stage.) One sum per run of adjacent views.
     gl.each_run(
         own[k].first, own[k].second, [&](size_t v, long long at) { return record_copy(v, own[k].first + at) ? 0L : -1L; },
-        [&](long long at, long long n, long) { sq += ops::sum_squares(G(k, own[k].first + at), (long)n); });
+        [&](long long at, long long n, long) { sq += ops::sum_squares(own_grad(k, own[k].first + at), (long)n); });
   }
   world.all_reduce_sum(sq2, 2, Dtype::f64);  // over every rank: each parameter counted on exactly one
   if (p.zero == 0) {  // ...except that without ZeRO every rank of a segment's group holds it
     sq2[0] /= p.data_ranks();
     sq2[1] /= edpc ? edpc->size() : p.data_ranks();
   }
-  double norm = std::sqrt(sq2[0] + sq2[1]);
-  res.grad_norm.push_back(norm);
+  return std::sqrt(sq2[0] + sq2[1]);
+}
+
+// AdamW on every own range this step updates, with the global-norm clip (norm over o.grad_clip) fused in: on the
+// device, in the host optimizer (optimizer offload) or on host memory (granular-offloaded segments).
+template <class T>
+void RankRun<T>::adam_update(int step, int warmup, double norm) {
   T clip = norm > o.grad_clip && o.grad_clip > 0 ? T(o.grad_clip / norm) : T(1);
   double lr = learning_rate(o, step, warmup);
   for (size_t k = 0; k < own.size(); ++k) {
-    if (idle(k)) continue;
-    BackendScope where(on_host(own_on_host(k)));
+    if (own_idle(k)) continue;
+    BackendScope where(backend_for(own_on_host(k)));
     T* M1 = moments(k, 1);  // (the host optimizer keeps its own: hopt.step below)
     T* M2 = moments(k, 2);
     // One Adam step per run of adjacent views with the same weight decay (key 1: decayed), the clip fused into it
@@ -242,7 +280,7 @@ void RankRun<T>::optimizer_step(int step, int warmup, RunResult& res) {
     };
     gl.each_run(own[k].first, own[k].second, key, [&](long long at, long long n, long decay) {
       const long long a = own[k].first + at, so = own_off[k] + at;
-      T* g = G(k, a);
+      T* g = own_grad(k, a);
       const T wd = T(decay ? o.weight_decay : 0);
       if (hopt.on()) {
         hopt.step(P(a), g, so, n, T(lr), T(o.beta1), T(o.beta2), T(o.eps), wd, (long)step + 1, clip);
@@ -252,6 +290,11 @@ void RankRun<T>::optimizer_step(int step, int warmup, RunResult& res) {
       }
     });
   }
+}
+
+// ZeRO-1/2: every rank gathers the updated parameter slices of its owned units.
+template <class T>
+void RankRun<T>::zero_gather_params() {
   if (p.zero >= 1 && p.zero <= 2 && p.data_ranks() > 1)
     for (int ui = 0; ui < (int)units.size(); ++ui)
       if (units[ui].owned && !(shared == 0 && replica_only[ui])) all_gather_unit(ui);
