@@ -6,7 +6,7 @@
 // reported with the kernel's name and geometry (std::runtime_error), never ignored.
 #pragma once
 #ifndef __CUDACC__
-#error "cuda_launch.cuh is for nvcc; g++ builds use exec/kernels/emu.hpp"
+#error "cuda_launch.cuh is for nvcc; g++ builds use exec/kernels/emulator/emu.hpp"
 #endif
 #include <cuda_runtime.h>
 
@@ -32,7 +32,7 @@ struct DeviceCtx {
   __device__ double shfl_xor(double v, int mask) { return __shfl_xor_sync(0xffffffffu, v, mask); }
   __device__ int shfl_xor(int v, int mask) { return __shfl_xor_sync(0xffffffffu, v, mask); }
   __device__ void syncwarp() { __syncwarp(); }
-  // Warp-level tensor-core instructions, as the emulator's EmuCtx documents them (exec/kernels/emu.hpp): every
+  // Warp-level tensor-core instructions, as the emulator's EmuCtx documents them (exec/kernels/emulator/emu.hpp): every
   // lane of the warp executes each (sm_80 and later).
   __device__ void mma16816(float d[4], const uint32_t a[4], const uint32_t b[2]) {
     asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "

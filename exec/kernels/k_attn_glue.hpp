@@ -1,5 +1,5 @@
 // k_attn_glue: the small kernels between a library's fused attention (cuDNN's SDPA on the CUDA backend,
-// exec/kernels/cuda/cudnn_sdpa.h) and exec/ops.hpp's flash contract: the softmax statistics as ops' pairs from and
+// exec/kernels/cuda/cudnn_sdpa.h) and exec/backends/ops.hpp's flash contract: the softmax statistics as ops' pairs from and
 // to the library's log-sum-exp, and a strided bf16 -> fp32 row conversion (the library writes bf16 gradients; the
 // ops overwrite fp32 ones in place in the fused QKV gradient's rows).
 // Invariants: the pair (m, c) of a query row means P = exp(score - m) * c; a row's log-sum-exp l is the pair (l, 1)

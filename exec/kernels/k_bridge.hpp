@@ -1,6 +1,6 @@
-// k_bridge: the kernels a backend needs beyond part 2's set to implement every entry of exec/ops.hpp's table —
+// k_bridge: the kernels a backend needs beyond part 2's set to implement every entry of exec/backends/ops.hpp's table —
 // the strided row copy, the column-split LayerNorm steps of 2D tensor parallelism, the vocabulary-parallel
-// cross-entropy steps in exec/ops.hpp's form (CeForm), the sharded embedding and the positions, and a one-block
+// cross-entropy steps in exec/backends/ops.hpp's form (CeForm), the sharded embedding and the positions, and a one-block
 // sum of per-row values. Written like every kernel (TP_HD functors over a context, docs/kernels.md), so the
 // CUDA library can instantiate them too; the emu backend (backend_emu*.cpp) launches them on the emulator.
 // Invariants: no atomics; each output element is written by one thread; row kernels loop rows by block

@@ -2,7 +2,7 @@
 // scale, bias add, GELU (tanh) and SwiGLU forward / backward, and the AdamW step — each a functor with a
 // TP_HD body over a grid-stride loop, and the op function that launches it through a launcher L
 // (emu::Launcher or the CUDA one: `launch(kernel, Dim)`, members `block` and `max_grid`).
-// Contracts are exec/ops.hpp's: forwards overwrite; backwards accumulate (+=) unless named *_set (overwrite,
+// Contracts are exec/backends/ops.hpp's: forwards overwrite; backwards accumulate (+=) unless named *_set (overwrite,
 // output may alias an input: each element is read before it is written, by the same thread). Storage T is
 // float, double or bf16; arithmetic is in acc_t<T> (fp32 for bf16).
 #pragma once

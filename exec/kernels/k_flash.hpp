@@ -1,4 +1,4 @@
-// k_flash: fused causal attention (exec/ops.hpp flash_attention_fwd / flash_attention_bwd) as three kernels that
+// k_flash: fused causal attention (exec/backends/ops.hpp flash_attention_fwd / flash_attention_bwd) as three kernels that
 // never hold a [Tq, Tk] matrix: the forward (out and the per-row statistics), the backward's dQ (one block per
 // query tile, over the key tiles) and its dK, dV (one block per key tile, over the query tiles of every query
 // head sharing the kv head), so no two blocks write one element and no atomics are needed: reruns are
@@ -38,7 +38,7 @@ TP_HD TP_INLINE int flash_lanes(long D) {
 
 struct FlashGeom {
   long B = 0, Tq = 0, Tk = 0, H = 0, Hkv = 0, D = 0;
-  long ldq = 0, ldkv = 0;  // row strides of q / dq and of k, v, dk, dv (exec/ops.hpp)
+  long ldq = 0, ldkv = 0;  // row strides of q / dq and of k, v, dk, dv (exec/backends/ops.hpp)
   int R = 1;   // lanes per row
   long kc = 1; // rows per shared-memory tile
   TP_HD long rs() const { return long(kFlashSlice + 1) * R; }  // a tile row's stride in shared words
@@ -310,7 +310,7 @@ struct FlashBwdDkv {
 // ---- op functions (the launcher's max_grid caps the grid; the kernels loop over the rest) ----
 // fp32 storage with bf16 operands and D in 16, 32, 48, 64 takes the tensor-core kernels (k_flash_mma.hpp); every
 // other case the kernels above. S: the storage of q, k, v and out — T, or bf16 with T = float (bf16 storage of
-// the saved activations, exec/ops.hpp flash_attention_fwd16): out is then written rounded, and the operands are
+// the saved activations, exec/backends/ops.hpp flash_attention_fwd16): out is then written rounded, and the operands are
 // read as stored; the result is the T op's on the same (rounded) values, out rounded.
 
 template <class L, class T, class S>

@@ -2,7 +2,7 @@
 // "bf16"; q, k, v and out stored as fp32 or, S = bf16, as bf16) and head dims D = 16, 32, 48, 64, written as
 // FlashAttention-2 writes them: every product
 // (S = q kᵀ, P v, dP = dout vᵀ, dS k, Pᵀ dout, dSᵀ q) is a chain of m16n8k16 bf16 tensor-core instructions
-// accumulating in fp32 registers (EmuCtx::mma16816; its fragment layout is documented in exec/kernels/emu.hpp), the
+// accumulating in fp32 registers (EmuCtx::mma16816; its fragment layout is documented in exec/kernels/emulator/emu.hpp), the
 // operands read from shared memory with ldmatrix (ldsm4, ldsm4_t). Scores, probabilities and their gradients stay
 // in the accumulator registers: each lane holds two rows' (g, g + 8) columns 2t, 2t + 1 of every 8-column tile, a
 // row's four lanes reduce it with two shuffles, and an accumulator becomes the next product's A operand in place.
@@ -47,7 +47,7 @@ TP_HD TP_INLINE bool flash_mma_fits(long D) { return D % 16 == 0 && D >= 16 && D
 
 struct MmaGeom {
   long B = 0, Tq = 0, Tk = 0, H = 0, Hkv = 0, D = 0;
-  long ldq = 0, ldkv = 0;  // row strides of q / dq and of k, v, dk, dv (exec/ops.hpp)
+  long ldq = 0, ldkv = 0;  // row strides of q / dq and of k, v, dk, dv (exec/backends/ops.hpp)
   bool async = false;      // the key tiles (k, v) are staged by cp.async (mma_async_fits)
   TP_HD long ldk() const { return D + 8; }              // bf16 row tiles (2 D + 16 bytes: 16-byte rows, no bank conflicts)
   TP_HD long tile() const { return kMmaKeys * ldk(); }  // elements of one key tile buffer (a multiple of 32 bytes)

@@ -2,7 +2,7 @@
 // (every backend's GEMMs round their operands with it or, on CUDA, with the same rule in __float2bfloat16_rn).
 // The fp8 cast of Transformer Engine's linear layers, emulated in the storage type: y = fp8(x * s) / s,
 // fp8 being E4M3 (forward: activations and weights) or E5M2 (backward: output gradients), and the absolute
-// maximum of x, which the delayed-scaling recipe (exec/fp8.hpp) turns into the next step's scale.
+// maximum of x, which the delayed-scaling recipe (exec/model/fp8.hpp) turns into the next step's scale.
 // fp8_round is the one rounding rule (the CPU backend calls it too): round to nearest even on the format's
 // mantissa, subnormals below its smallest normal, saturation to +-max (CUDA's __NV_SATFINITE, as TE casts).
 // E4M3 ("fn": no infinities): max 448, 3 mantissa bits, smallest normal 2^-6. E5M2: max 57344, 2 bits, 2^-14.

@@ -1,6 +1,6 @@
 // k_moe: the mixture-of-experts kernels — router (softmax, top-k, gates, capacity slots, load-balancing loss),
 // its backward, dispatch into capacity-padded expert rows, combine of the experts' outputs, and their
-// backwards. Contracts are exec/ops.hpp's moe_* (the CPU reference is exec/cpu/ops_moe.cpp); forwards overwrite,
+// backwards. Contracts are exec/backends/ops.hpp's moe_* (the CPU reference is exec/backends/cpu/ops_moe.cpp); forwards overwrite,
 // backwards accumulate. The router keeps the reference's order of operations and decisions exactly: softmax
 // per token in the storage type's arithmetic, the j-th choice the largest remaining probability (ties to the
 // lower expert index), gates renormalised over the chosen ones when asked; capacity taken by all first choices

@@ -256,7 +256,7 @@ template <class L, class T>
 void bias_bwd(const L& launch, T* db, const T* dy, long N, long C, acc_t<T>* scratch) {
   column_sums<L, T, false>(launch, nullptr, db, ColRead<T>{dy}, (const T*)nullptr, nullptr, nullptr, N, C, scratch);
 }
-// dw, db += the LayerNorm parameter gradients (either may be null; exec/ops.hpp's layernorm_bwd is
+// dw, db += the LayerNorm parameter gradients (either may be null; exec/backends/ops.hpp's layernorm_bwd is
 // layernorm_bwd_dx plus this). scratch as bias_bwd's.
 template <class L, class T, class X>
 void layernorm_bwd_wb(const L& launch, T* dw, T* db, const T* dy, const X* x, const acc_t<T>* mean,

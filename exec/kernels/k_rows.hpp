@@ -2,7 +2,7 @@
 // shuffles and shared memory: LayerNorm forward and its input gradient, softmax forward / backward (optionally
 // causal, for attention probabilities), and softmax cross-entropy: fused for one vocabulary, and in pieces
 // (shard max, exp-sum with the target logit, normalise) for a vocabulary split over ranks, where v0 is the
-// first vocabulary id of the shard. Contracts as exec/ops.hpp: LayerNorm statistics in acc_t<T> (fp32 for
+// first vocabulary id of the shard. Contracts as exec/backends/ops.hpp: LayerNorm statistics in acc_t<T> (fp32 for
 // bf16); probs may alias logits (every thread reads its elements before the block's last sync and writes
 // only its own elements after it); backwards accumulate unless kSet.
 // Invariant: the row loop's bounds depend on the block index only, so every thread of a block reaches every

@@ -160,7 +160,7 @@ TP_HD TP_INLINE void st8(bf16* p, B8 v) {
 #endif
 }
 // lo and hi rounded to bf16 (to_bf16's rounding) in one 32-bit register, lo in the low half: the operand pairs of
-// the tensor-core instructions (EmuCtx::mma16816, exec/kernels/emu.hpp).
+// the tensor-core instructions (EmuCtx::mma16816, exec/kernels/emulator/emu.hpp).
 TP_HD TP_INLINE uint32_t pack_bf16x2(float lo, float hi) {
 #ifdef __CUDACC__
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);

@@ -1,5 +1,7 @@
+// exec/kernels/: the kernels written once for g++ and nvcc (k_*.hpp, this file), the CPU block emulator that runs
+// them without a GPU (emulator/) and the CUDA backend library libtrainplan_cuda.so (cuda/).
 // kernels: every non-GEMM kernel of the executor (exec/kernels/k_*.hpp), written once as TP_HD functors and
-// launched through a launcher: emu::Launcher (exec/kernels/emu.hpp, g++) or the CUDA one (cuda_launch.cuh,
+// launched through a launcher: emu::Launcher (exec/kernels/emulator/emu.hpp, g++) or the CUDA one (cuda_launch.cuh,
 // nvcc). docs/kernels.md explains the rules.
 #pragma once
 #include "exec/kernels/k_elementwise.hpp"

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "exec/backend.hpp"
+#include "exec/backends/backend.hpp"
 
 using namespace tp::exec;
 

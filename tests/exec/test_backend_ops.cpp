@@ -1,4 +1,4 @@
-// test_backend_ops: every op of every compiled-in backend (exec/backend.hpp) in float32 against a float64
+// test_backend_ops: every op of every compiled-in backend (exec/backends/backend.hpp) in float32 against a float64
 // reference — the start of a ggml-style test-backend-ops, looping over available_backends() so that emu and
 // cuda slot in when they exist. Inputs live in the backend's memory (its alloc and copies); the reference is
 // the CPU backend's float64 op on the same (float-rounded) inputs, whose formulas test_ops.cpp checks by finite
@@ -19,9 +19,9 @@
 #include <tuple>
 #include <vector>
 
-#include "exec/backend.hpp"
+#include "exec/backends/backend.hpp"
 #include "exec/kernels/k_fp8.hpp"
-#include "exec/cuda_loader.hpp"
+#include "exec/backends/cuda/cuda_loader.hpp"
 
 using namespace tp::exec;
 
@@ -580,7 +580,7 @@ TEST(BackendOps, EveryOpOfEveryBackendMatchesTheFloat64Reference) {
   }
 }
 
-// The runtime fuses the global-norm clip into AdamW (exec/runtime_update.cpp): adamw with gscale s must be, bit for
+// The runtime fuses the global-norm clip into AdamW (exec/runtime/runtime_update.cpp): adamw with gscale s must be, bit for
 // bit, ops::scale(g, s) followed by adamw with gscale 1, on every backend (so fusing changed no result).
 TEST(BackendOps, AdamwGradientScaleIsTheClipsScale) {
   for (const Backend* be : available_backends()) {
@@ -661,7 +661,7 @@ TEST(BackendOps, ScopesNestPerThreadAndNamesResolve) {
   std::string why;
   EXPECT_EQ(find_backend("cpu", why), &cpu_backend());
   EXPECT_EQ(find_backend("emu", why), &emu_backend());
-  // cuda: dlopened when built in (exec/cuda_loader.hpp): a device, or null naming cudaGetDeviceCount's error.
+  // cuda: dlopened when built in (exec/backends/cuda/cuda_loader.hpp): a device, or null naming cudaGetDeviceCount's error.
   why.clear();
   const Backend* cuda = find_backend("cuda", why);
   if (!cuda_built_in()) EXPECT_EQ(why, "backend cuda is not built in this version");

@@ -14,8 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "exec/ops.hpp"
-#include "exec/prof.hpp"
+#include "exec/backends/ops.hpp"
+#include "exec/comm/comm_classed.hpp"
+#include "exec/prof/prof.hpp"
 #include "models/scenario.hpp"
 #include "sim/simulate.hpp"
 
@@ -107,7 +108,7 @@ TEST(Prof, ClassesAndClassedComm) {
   prof::reset();
 }
 
-// The float attention's softmax and backward row reductions run in 16 lanes (exec/cpu/ops_gemm.cpp): with rows
+// The float attention's softmax and backward row reductions run in 16 lanes (exec/backends/cpu/ops_gemm.cpp): with rows
 // longer than 16 (T = 53: full lane blocks and a tail), float agrees with double, and the result does not depend
 // on the buffers' addresses (a shifted copy of every buffer gives bit-identical outputs).
 TEST(AttentionLanes, FloatMatchesDoubleAndIgnoresAlignment) {

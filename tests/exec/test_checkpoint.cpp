@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "exec/checkpoint.hpp"
+#include "exec/io/checkpoint.hpp"
 #include "models/json_check.hpp"
 
 namespace fs = std::filesystem;

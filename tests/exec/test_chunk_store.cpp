@@ -1,4 +1,4 @@
-// The executor's chunk store (exec/chunk_store.hpp): the budget is never exceeded, pinned chunks are never
+// The executor's chunk store (exec/runtime/offload/chunk_store.hpp): the budget is never exceeded, pinned chunks are never
 // evicted, Belady picks the chunk used furthest in the future on a hand-built trace, every move is counted,
 // data survives moves and arena compaction exactly, and the moves of a steady step are the simulator's
 // (sim/chunks.hpp simulate_chunks) for the same tensors, moments and budget; the runtime's tensor list
@@ -9,9 +9,9 @@
 #include <numeric>
 #include <vector>
 
-#include "exec/chunk_store.hpp"
-#include "exec/gpt.hpp"
-#include "exec/runtime_parts.hpp"
+#include "exec/runtime/offload/chunk_store.hpp"
+#include "exec/model/gpt.hpp"
+#include "exec/runtime/runtime_parts.hpp"
 #include "models/scenario.hpp"
 #include "sim/chunk_offload.hpp"
 #include "sim/chunks.hpp"
@@ -290,7 +290,7 @@ TEST(ChunkStore, GradientsReuseTheParameterSlotAfterTheLastAccess) {
   for (size_t i = 0; i < h.grads.size(); ++i) EXPECT_EQ(h.grads[i], g0[i] + 6.0) << i;  // 2 uses x 3 steps
 }
 
-// The runtime's tensor list (exec/runtime_chunks.cpp chunk_tensors) gives the store exactly the simulator's
+// The runtime's tensor list (exec/runtime/offload/runtime_chunks.cpp chunk_tensors) gives the store exactly the simulator's
 // chunks: the simulator's tensors (sim/chunk_offload.cpp, sizes from sim/op_cost.cpp: embedding, per layer
 // QKV, projection, fc1, fc2 and the rest as one, head) laid out by layout_chunks are the store's layout, for
 // one rank and for tp 2 (rank 1), with chunks that split the layers unevenly.

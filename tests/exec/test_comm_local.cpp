@@ -1,4 +1,4 @@
-// Tests of the one-rank communicator (exec/comm_local.cpp): every collective is a copy with size() == 1, sums
+// Tests of the one-rank communicator (exec/comm/comm_local.cpp): every collective is a copy with size() == 1, sums
 // reject u8, point-to-point to self throws, split gives another one-rank communicator, and world() without
 // mpirun is one rank (this test binary is never launched by mpirun).
 #include <gtest/gtest.h>
@@ -7,7 +7,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "exec/comm.hpp"
+#include "exec/comm/comm.hpp"
 
 using namespace tp::exec;
 

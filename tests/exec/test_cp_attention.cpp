@@ -9,9 +9,9 @@
 #include <random>
 #include <vector>
 
-#include "exec/comm.hpp"
-#include "exec/cp_attention.hpp"
-#include "exec/ops.hpp"
+#include "exec/comm/comm.hpp"
+#include "exec/model/cp_attention.hpp"
+#include "exec/backends/ops.hpp"
 
 namespace {
 using tp::exec::CpCtx;

@@ -19,8 +19,8 @@
 #include <utility>
 #include <vector>
 
-#include "exec/backend.hpp"
-#include "exec/cuda_loader.hpp"
+#include "exec/backends/backend.hpp"
+#include "exec/backends/cuda/cuda_loader.hpp"
 #include "exec/kernels/cuda/attention_plan.hpp"
 #include "exec/kernels/cuda/gemm_cache.hpp"
 #include "exec/kernels/cuda/gemm_plan.hpp"

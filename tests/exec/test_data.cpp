@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "exec/data.hpp"
+#include "exec/io/data.hpp"
 
 namespace fs = std::filesystem;
 using namespace tp::exec;

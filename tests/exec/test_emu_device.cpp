@@ -1,5 +1,5 @@
-// test_emu_device: the emu-device backend (exec/kernels/backend_emu_device.cpp) and host staging of
-// communication (exec/comm_staged.cpp):
+// test_emu_device: the emu-device backend (exec/backends/emu/backend_emu_device.cpp) and host staging of
+// communication (exec/comm/comm_staged.cpp):
 // - its tensor memory is not host-accessible: a host read or write of an allocation dies naming the address,
 //   as does a copy whose host side is device memory; ops and copies reach it (results equal the emu backend's);
 // - is_device_ptr tells device allocations from pinned host memory, which host code and ops both use;
@@ -12,10 +12,10 @@
 #include <cstring>
 #include <vector>
 
-#include "exec/backend.hpp"
-#include "exec/chunk_store.hpp"
-#include "exec/comm.hpp"
-#include "exec/ops.hpp"
+#include "exec/backends/backend.hpp"
+#include "exec/runtime/offload/chunk_store.hpp"
+#include "exec/comm/comm.hpp"
+#include "exec/backends/ops.hpp"
 
 using namespace tp::exec;
 namespace ops = tp::ops;

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "exec/gpt.hpp"
+#include "exec/model/gpt.hpp"
 
 using namespace tp::exec;
 

@@ -6,8 +6,8 @@
 #include <cstdio>
 #include <string>
 
-#include "exec/gpt.hpp"
-#include "exec/gpt2d.hpp"
+#include "exec/model/gpt.hpp"
+#include "exec/model/gpt2d.hpp"
 
 using namespace tp::exec;
 

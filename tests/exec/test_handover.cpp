@@ -1,4 +1,4 @@
-// test_handover: the windowed exchange of Pseudo-to-Real over two layouts (exec/handover.hpp) on one rank:
+// test_handover: the windowed exchange of Pseudo-to-Real over two layouts (exec/runtime/handover.hpp) on one rank:
 // index runs split at window boundaries and sorted, copies of record added in any order reaching the right
 // flat positions through windows of any size, positions without an element left 0, and an element written
 // twice or not at all stopping the handover with a logic_error that names it. Over several ranks the exchange
@@ -11,8 +11,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "exec/comm.hpp"
-#include "exec/handover.hpp"
+#include "exec/comm/comm.hpp"
+#include "exec/runtime/handover.hpp"
 
 using namespace tp::exec;
 using namespace tp::exec::detail;

@@ -1,4 +1,4 @@
-// test_moe: the mixture-of-experts pieces of the executor (exec/moe.hpp, ops::moe_*): the router's top-k,
+// test_moe: the mixture-of-experts pieces of the executor (exec/model/moe.hpp, ops::moe_*): the router's top-k,
 // capacity and dropping order and its load-balancing loss against hand-computed cases, dispatch / combine, and
 // central finite differences in float64 of a whole MoE model (router, gates, experts, aux loss) for top-1 and
 // top-2 routing with dropped copies.
@@ -8,9 +8,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "exec/gpt.hpp"
-#include "exec/moe.hpp"
-#include "exec/ops.hpp"
+#include "exec/model/gpt.hpp"
+#include "exec/model/moe.hpp"
+#include "exec/backends/ops.hpp"
 
 using namespace tp::exec;
 

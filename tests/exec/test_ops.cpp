@@ -1,4 +1,4 @@
-// Tests of the CPU op backend (exec/ops.hpp, exec/cpu/): every backward against central finite differences of
+// Tests of the CPU op backend (exec/backends/ops.hpp, exec/backends/cpu/): every backward against central finite differences of
 // a random scalar loss L = sum(out ⊙ R) in double (ggml test-backend-ops style), float forwards against
 // double ones, and known values (naive matmul, causal mask, uniform cross-entropy, one AdamW step, beta == 0
 // ignoring NaN). Gradient buffers start from random values, so the checks also prove backwards accumulate.
@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "exec/kernels/k_fp8.hpp"
-#include "exec/ops.hpp"
+#include "exec/backends/ops.hpp"
 
 namespace {
 using Vec = std::vector<double>;

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "exec/backend.hpp"
+#include "exec/backends/backend.hpp"
 #include "exec/kernels/k_fp8.hpp"
 #include "exec/oracle_run.hpp"
 

@@ -1,5 +1,5 @@
 // test_run_bf16_storage: training.precision "bf16" keeps each layer's input and saved activations as bf16 between
-// its forward and its backward (exec/gpt.hpp LayerActs::pack_bf16, exec/runtime_step.cpp), as Megatron-LM's bf16
+// its forward and its backward (exec/model/gpt.hpp LayerActs::pack_bf16, exec/runtime/runtime_step.cpp), as Megatron-LM's bf16
 // runs keep them; LayerNorm's and flash's statistics and the router's probabilities stay in the working type.
 // - LayerActs: pack moves exactly the stored tensors into bf16 (bytes() counts 2 per element) and unpack gives
 //   each value rounded to bf16 back, the statistics untouched.
@@ -20,9 +20,9 @@
 #include <string>
 #include <vector>
 
-#include "exec/backend.hpp"
-#include "exec/gpt.hpp"
-#include "exec/ops.hpp"
+#include "exec/backends/backend.hpp"
+#include "exec/model/gpt.hpp"
+#include "exec/backends/ops.hpp"
 #include "exec/kernels/k_fp8.hpp"
 #include "exec/oracle_run.hpp"
 

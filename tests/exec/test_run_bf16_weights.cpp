@@ -1,4 +1,4 @@
-// test_run_bf16_weights: training.precision "bf16" keeps a bf16 copy of each weight matrix (exec/gpt.hpp
+// test_run_bf16_weights: training.precision "bf16" keeps a bf16 copy of each weight matrix (exec/model/gpt.hpp
 // WeightCopies16), as Megatron-LM keeps bf16 parameters beside the optimizer's fp32 master copy, and the GEMMs read
 // the copies (ops::matmul16, linear_fwd's w16) instead of rounding the fp32 weights in each call.
 // - Same results: a copy holds exactly the rounding the GEMM would apply, so each plan's losses and gradient norms
@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "exec/oracle_run.hpp"
-#include "exec/train.hpp"
+#include "exec/runtime/train.hpp"
 #include "models/scenario.hpp"
 #include "sim/op_cost.hpp"
 

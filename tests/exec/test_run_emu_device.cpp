@@ -1,9 +1,9 @@
 // test_run_emu_device: `trainplan run --backend emu-device` — the emu kernels with tensor memory that host code
-// cannot read (exec/kernels/backend_emu_device.cpp: every tensor is a handle into PROT_NONE memory; a host read
+// cannot read (exec/backends/emu/backend_emu_device.cpp: every tensor is a handle into PROT_NONE memory; a host read
 // dies with SIGSEGV naming it), so these runs prove that the runtime reaches device memory only through ops and
-// the backend's copies: communication staged through pinned host buffers (exec/comm_staged.cpp), checkpoints
-// staged (exec/runtime_state.cpp), chunked offload's host side in pinned memory and its arena compacted by
-// device copies (exec/chunk_store.cpp), optimizer and granular offload through the backend's copies. Every plan
+// the backend's copies: communication staged through pinned host buffers (exec/comm/comm_staged.cpp), checkpoints
+// staged (exec/runtime/runtime_state.cpp), chunked offload's host side in pinned memory and its arena compacted by
+// device copies (exec/runtime/offload/chunk_store.cpp), optimizer and granular offload through the backend's copies. Every plan
 // kind reproduces the CPU backend's single-rank float64 run (1e-9 relative; 1e-4 in float32), as on `emu`; a
 // forgotten staging copy makes its run die (the test then sees no result).
 #include <gtest/gtest.h>

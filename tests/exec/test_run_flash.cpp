@@ -1,4 +1,4 @@
-// test_run_flash: `trainplan run` with plan.attention "flash" (exec/ops.hpp flash_attention_fwd / bwd): the
+// test_run_flash: `trainplan run` with plan.attention "flash" (exec/backends/ops.hpp flash_attention_fwd / bwd): the
 // attention keeps each query row's two softmax statistics instead of the [T, T] probabilities and recomputes them
 // in the backward. The flash run trains the model the unfused run trains (to float64's rounding: the two differ
 // only in the backward's row term), every plan reproduces the single-rank flash run to 1e-9 (context parallelism

@@ -1,4 +1,4 @@
-// test_run_fp8: `trainplan run` with `training.precision: "fp8"` (exec/fp8.hpp): the linear layers' GEMM operands
+// test_run_fp8: `trainplan run` with `training.precision: "fp8"` (exec/model/fp8.hpp): the linear layers' GEMM operands
 // cast to E4M3 / E5M2 with delayed scaling, emulated in the working precision. The casts are element-wise with one
 // scale per (weight group, linear, operand) slot, the amax is a max over every rank of the step, and scales change
 // between steps only, so every plan reproduces the single-rank fp8 float64 run to 1e-9 — as for fp32. A scale from
@@ -14,8 +14,8 @@
 #include <limits>
 #include <string>
 
-#include "exec/comm.hpp"
-#include "exec/fp8.hpp"
+#include "exec/comm/comm.hpp"
+#include "exec/model/fp8.hpp"
 #include "exec/oracle_run.hpp"
 #include "models/json_check.hpp"
 

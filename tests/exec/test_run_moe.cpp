@@ -1,4 +1,4 @@
-// test_run_moe: `trainplan run` of mixture-of-experts models (exec/moe.hpp) on the bundled tiny MoE scenario
+// test_run_moe: `trainplan run` of mixture-of-experts models (exec/model/moe.hpp) on the bundled tiny MoE scenario
 // (scenarios/exec/tiny-moe.json: 4 experts, top-2, capacity factor 1, so copies are dropped). The single-rank
 // float64 run (ep 1) is the oracle: every expert-parallel plan (ep inside dp, with pipeline stages, ZeRO 1 / 2 / 3
 // and full recompute, and with tensor-parallel experts) reproduces its losses and gradient norms to 1e-9 relative,
@@ -179,7 +179,7 @@ TEST(RunMoe, DelinkedMoePlansMatchSingleRankFloat64) {
   }
 }
 
-// The emu backend runs the router, dispatch and combine ops (exec/kernels/backend_emu_moe.cpp).
+// The emu backend runs the router, dispatch and combine ops (exec/backends/emu/backend_emu_moe.cpp).
 TEST(RunMoe, EmuBackendMatchesCpuFloat64) {
   json ref = run(moe_scenario("emu_ref", json::object()), 2, true);
   ASSERT_FALSE(ref.is_null());
@@ -189,7 +189,7 @@ TEST(RunMoe, EmuBackendMatchesCpuFloat64) {
   expect_close(got, ref, "grad_norm", 1e-9, "emu");
 }
 
-// Sequence parallelism (exec/moe.hpp): each tp rank routes its own rows — with micro-batch 2 and tp 2 one
+// Sequence parallelism (exec/model/moe.hpp): each tp rank routes its own rows — with micro-batch 2 and tp 2 one
 // sequence — so the oracle is the single-rank run with micro-batch 1 (the same routing groups: capacity and
 // load-balancing loss per sequence). Routing the gathered micro-batch instead, a wrong block order of the tp
 // gather / reduce-scatter, or an unreduced router gradient would each miss it; emu runs the same collectives.
@@ -214,7 +214,7 @@ TEST(RunMoe, SequenceParallelPlansMatchSingleRankFloat64) {
   }
 }
 
-// Context parallelism (exec/moe.hpp): each cp rank routes its own rows, two chunks of every sequence, so with
+// Context parallelism (exec/model/moe.hpp): each cp rank routes its own rows, two chunks of every sequence, so with
 // token dropping or the load-balancing loss its routing groups have no single-rank equivalent. Without either
 // (capacity factor 2 = experts / top_k: no copy is dropped; aux_loss_coeff 0) the MoE MLP is token-local and
 // every cp plan reproduces the single-rank float64 run; a token sent to the wrong rank's experts, a wrong chunk
@@ -249,7 +249,7 @@ TEST(RunMoe, ContextParallelPlansMatchSingleRankFloat64) {
   expect_close(acp, aref, "grad_norm", 2.5e-3, "cp2 with the load-balancing loss");
 }
 
-// Experts are sharded over ep (exec/moe.hpp): each rank stores only its E / ep experts, so its parameters and
+// Experts are sharded over ep (exec/model/moe.hpp): each rank stores only its E / ep experts, so its parameters and
 // Adam moments are what the simulator counts per GPU (sim/step_formulas.hpp zero_shard: dense over dp, experts
 // over the expert-dp group), and they drop with ep. fp32 runs: 4 bytes a weight, 8 bytes of moments a parameter.
 TEST(RunMoe, ExpertsShardedOverEpStoreWhatTheSimulatorCounts) {
@@ -349,7 +349,7 @@ TEST(RunMoe, SharedExpertsMatchSingleRankFloat64) {
   }
 }
 
-// Chunked offload (PatrickStar, exec/chunk_store.hpp) of MoE models: a MoE layer's router, shared experts and
+// Chunked offload (PatrickStar, exec/runtime/offload/chunk_store.hpp) of MoE models: a MoE layer's router, shared experts and
 // local experts are chunk tensors of their own, as the simulator lists them (sim/chunk_offload.cpp). Under a
 // device budget of about two layers' chunks, chunks move every step and the single-rank run reproduces the
 // no-offload run bit for bit (moves are exact copies); with shared experts too. Expert-parallel plans (ZeRO-3,

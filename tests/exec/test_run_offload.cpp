@@ -1,4 +1,4 @@
-// Optimizer offload (plan.offload "optimizer", ZeRO-Offload; exec/host_optimizer.hpp) in `trainplan run`:
+// Optimizer offload (plan.offload "optimizer", ZeRO-Offload; exec/runtime/offload/host_optimizer.hpp) in `trainplan run`:
 // - it trains exactly like the single-rank float64 run without offload (losses and gradient norms to 1e-9) on
 //   one rank, over dp 2 with ZeRO 0-3, with pp 2 and with tp 2 + sequence parallelism, and on the emu backend
 //   (whose registry rejects host pointers in device ops and copies of the wrong kind); a checkpoint resume
@@ -8,7 +8,7 @@
 // - the optimizer state left the device: `validate`'s device peak is the no-offload heap peak less the two
 //   moments (8 bytes per parameter in fp32), the heap grew by the host's extra copies, and the simulator's
 //   device peak matches the measured one within 5 % on the 256-wide benchmark model.
-// Granular offload (plan.offload "granular", M6-10T; exec/runtime_granular.hpp) likewise matches the oracle (dp
+// Granular offload (plan.offload "granular", M6-10T; exec/runtime/offload/runtime_granular.hpp) likewise matches the oracle (dp
 // 1 / 2, ZeRO 0-2, pp 2, tp 2 + sequence parallelism, layered accumulation, "fraction", emu) with the closed-form
 // copies: every run of an offloaded layer loads it (standard accumulation: 2 m runs a layer a step, layered: 2),
 // every backward run sends its gradient down (its ZeRO-2 slice over dp 2); at most prefetch_layers + 1 loaded

@@ -16,7 +16,7 @@
 #include <set>
 #include <string>
 
-#include "exec/cuda_loader.hpp"
+#include "exec/backends/cuda/cuda_loader.hpp"
 #include "models/json_check.hpp"
 #include "exec/oracle_run.hpp"
 
@@ -73,7 +73,7 @@ TEST(RunOracle, ParallelPlansMatchSingleRankFloat64) {
   }
 }
 
-// Context parallelism (plan.cp, exec/cp_attention.hpp): each sequence in 2 cp chunks, rank r holding chunks r and
+// Context parallelism (plan.cp, exec/model/cp_attention.hpp): each sequence in 2 cp chunks, rank r holding chunks r and
 // 2 cp - 1 - r; K and V all-gathered over cp, the causal mask by global position, dK / dV reduce-scattered back,
 // gradients reduced over dp x cp. Every combination trains exactly like one rank (the cp 1 float64 loss and
 // gradient norm to 1e-9): a mask by local positions, a wrong chunk order or positions by local index would change
@@ -149,7 +149,7 @@ TEST(RunOracle, BadPlansExitTwoBeforeWork) {
   std::string text = log_text(f);
   EXPECT_NE(text.find("$.plan: dp x cp x tp x pp = 4 ranks, but this job has 1"), std::string::npos) << text;
   // (fp8 training, refused here before, runs: tests/exec/test_run_fp8.cpp)
-  // A backend this binary lacks (exec/backend.hpp), or none of that name.
+  // A backend this binary lacks (exec/backends/backend.hpp), or none of that name.
   f = scenario("backend", json::object());
   for (const char* b : {"cuda", "tpu"}) {
     cmd = std::string(TP_BINARY) + " run " + f + " --steps 1 --quiet --backend " + b + " > " + f + ".log 2>&1";
@@ -338,7 +338,7 @@ TEST(RunOracle, TraceNamesMatchTheSimulator) {
   for (const std::string& n : run_names) EXPECT_TRUE(sim_names.count(n)) << n << " is not in the simulator's trace";
 }
 
-// Chunked offload (PatrickStar, exec/chunk_store.hpp) under a tight device budget: the arena holds about two
+// Chunked offload (PatrickStar, exec/runtime/offload/chunk_store.hpp) under a tight device budget: the arena holds about two
 // layers' chunks, so chunks move every step, and the run reproduces the no-offload run bit for bit (moves are
 // exact copies; the model computes on the same values in the same order). A budget below one run's chunks
 // fails with exit 2 before any step; dp 2 with ZeRO-3 (the validator's rule for chunked with dp > 1) matches too.
@@ -426,7 +426,7 @@ TEST(RunOracle, FailingRankEndsTheJob) {
   EXPECT_NE(text.find("error"), std::string::npos) << text;
 }
 
-// ---- the emu backend (exec/kernels/backend_emu.cpp): every plan kind trains through the GPU kernels on the block
+// ---- the emu backend (exec/backends/emu/backend_emu.cpp): every plan kind trains through the GPU kernels on the block
 // emulator and matches the CPU backend's single-rank float64 run — to 1e-9 in float64 (the kernels compute in
 // double), to 1e-4 in float32. The emulator is 4 to 10x slower than the CPU backend, so these take 2 or 3 steps and
 // cover each plan kind once, several kinds per plan (the CPU oracles above cover the combinations).

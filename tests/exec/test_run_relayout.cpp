@@ -1,5 +1,5 @@
 // test_run_relayout: Pseudo-to-Real whose pseudo phase trains on its own plan (plan.delink.plan with another
-// layout, exec/runtime_relayout.cpp). The pseudo phase runs on its plan's ranks, hands the delinked state over in
+// layout, exec/runtime/runtime_relayout.cpp). The pseudo phase runs on its plan's ranks, hands the delinked state over in
 // the single-rank layout, and the real plan trains on from the delink step. The oracle is the single-rank float64
 // run with the same delink step: every pair of layouts (dp, tp, pp, ZeRO, 2D, cp, SP, interleaving, MoE with ep,
 // each offload kind; a pseudo phase on fewer or on more ranks than the real one) reproduces its losses and

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "exec/data.hpp"
+#include "exec/io/data.hpp"
 #include "exec/oracle_run.hpp"
 
 using namespace oracle;
@@ -66,7 +66,7 @@ TEST(RunShapes, BiasedSwigluWithHeadDimMatchesSingleRankFloat64) {
 // A vocabulary that tp does not divide (GPT-2's 50257 with tp 2 is the common case): the rows split as evenly as
 // they go (the first V % t ranks one row more), no padding classes, so every plan is the single-rank model:
 // vocab 255 and 257 with tp 2, tp 4, tp 2 with SP and pp 2, on the emu backend, and 2D over a 2 x 2 grid (its
-// vocabulary blocks padded to the longest, exec/gpt2d.hpp), to 1e-9; vocab 6 and 7 over
+// vocabulary blocks padded to the longest, exec/model/gpt2d.hpp), to 1e-9; vocab 6 and 7 over
 // tp 4 (shards of 2, 2, 1, 1 and 2, 2, 2, 1 rows, where ceil(V / t) rows per rank would leave the last rank
 // none or one) on a token file of their own. Fewer rows than tp ranks exits 2.
 TEST(RunShapes, VocabularyThatTpDoesNotDivideMatchesSingleRank) {

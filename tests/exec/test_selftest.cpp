@@ -1,4 +1,4 @@
-// test_selftest: `trainplan selftest` (exec/selftest.hpp), what a user runs first on a GPU: its op checks pass on
+// test_selftest: `trainplan selftest` (exec/selftest/selftest.hpp), what a user runs first on a GPU: its op checks pass on
 // every compiled-in backend, its two-step training comparison matches the CPU backend on emu and emu-device, and
 // it reports a wrong op as failed and an op that throws "not supported" as unsupported.
 #include <gtest/gtest.h>
@@ -7,12 +7,12 @@
 #include <stdexcept>
 #include <string>
 
-#include "exec/backend.hpp"
-#include "exec/selftest.hpp"
+#include "exec/backends/backend.hpp"
+#include "exec/selftest/selftest.hpp"
 
 using namespace tp::exec;
 
-// The op checks of `trainplan selftest` (exec/selftest.hpp), quick shapes, on every compiled-in backend: all
+// The op checks of `trainplan selftest` (exec/selftest/selftest.hpp), quick shapes, on every compiled-in backend: all
 // pass and none is unsupported (emu registers itself in available_backends and is checked here too).
 TEST(Selftest, OpChecksPassOnEveryBackend) {
   for (const Backend* b : available_backends()) {

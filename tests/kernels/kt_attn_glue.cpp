@@ -1,4 +1,4 @@
-// The glue between a library's fused attention and exec/ops.hpp's flash contract (exec/kernels/k_attn_glue.hpp) on
+// The glue between a library's fused attention and exec/backends/ops.hpp's flash contract (exec/kernels/k_attn_glue.hpp) on
 // the emulator: stats pairs from and to the log-sum-exp, the strided bf16 -> fp32 row unpacking (vector and
 // element paths, columns outside untouched); the contract that makes the two attentions interchangeable — the flash
 // backward given the pairs (lse, 1) of its own forward's (m, c) computes the same gradients; and the CUDA backend's

@@ -1,4 +1,4 @@
-// Tests of the block emulator itself (exec/kernels/emu.hpp): launch checks, thread / block indices, shuffles,
+// Tests of the block emulator itself (exec/kernels/emulator/emu.hpp): launch checks, thread / block indices, shuffles,
 // block reductions, shared memory (0xff-filled per block), errors from kernel bodies and from shuffles with a
 // returned lane, launches from several host threads, and that a missing sync is caught deterministically by
 // the ordered schedules (the kernel variant without its sync gives wrong results, the one with it never does).

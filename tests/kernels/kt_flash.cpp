@@ -232,7 +232,7 @@ TEST(KernelFlashBf16, OperandsRoundedMovesTheResult) {
 }  // namespace
 
 namespace {
-// bf16 storage (S = bf16, exec/ops.hpp flash_attention_fwd16 / _bwd16): q, k, v and out read as bf16 and out
+// bf16 storage (S = bf16, exec/backends/ops.hpp flash_attention_fwd16 / _bwd16): q, k, v and out read as bf16 and out
 // written rounded give exactly the fp32-storage kernels' result on the same (rounded) values, out rounded: the
 // same bits (the backward overwriting, as the bf16 op does, against accumulating into zeros), on every path (tensor cores: D = 16, 64 with bf16 operands, the tiles by cp.async over two tiles, or
 // by plain copies when the rows are off 16 bytes (shift 1); scalar: D = 40 with them, D = 64 without), in the

@@ -1,5 +1,5 @@
 // The mixture-of-experts kernels (exec/kernels/k_moe.hpp) on the emulator against float64 references written
-// from exec/ops.hpp's contracts: router (softmax, top-k with ties to the lower expert, renormalised or not,
+// from exec/backends/ops.hpp's contracts: router (softmax, top-k with ties to the lower expert, renormalised or not,
 // capacity with all first choices before any second choice, dropped slots -(e + 1), the load-balancing loss)
 // in float and double; router backward; dispatch, combine and their backwards in float, double and bf16.
 // Shapes from one token to more tokens than a block, with and without drops, under several block sizes and the

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "exec/kernels/emu.hpp"
+#include "exec/kernels/emulator/emu.hpp"
 #include "exec/kernels/kernels.hpp"
 
 namespace kt {

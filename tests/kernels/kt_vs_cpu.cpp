@@ -1,11 +1,11 @@
-// The kernels (double storage, on the emulator) against the CPU backend's own ops (exec/ops.hpp, double):
+// The kernels (double storage, on the emulator) against the CPU backend's own ops (exec/backends/ops.hpp, double):
 // the same contracts, to rounding, on one odd shape. Guards against the kernels' tests and the kernels sharing
 // a misreading of ops.hpp (accumulate vs overwrite, eps, the loss sum, null bias / wpe). Whole project only
 // (links tp_exec).
 #include <algorithm>
 #include <numeric>
 
-#include "exec/ops.hpp"
+#include "exec/backends/ops.hpp"
 #include "tests/kernels/kt_util.hpp"
 
 namespace {

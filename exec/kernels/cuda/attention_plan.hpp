@@ -1,6 +1,6 @@
 // attention_plan: the CUDA backend's attention as cuBLASLt GEMMs (gemm_plan.hpp) around the softmax kernels,
 // as plain data so the CPU tests execute the same GEMM lists with the reference of cublasLtMatmul.
-// Layouts (exec/ops.hpp): q, out [B, T, H, D]; k, v [B, Tk, Hkv, D]; att [B, H, T, Tk] (Tk = T but for
+// Layouts (exec/backends/ops.hpp): q, out [B, T, H, D]; k, v [B, Tk, Hkv, D]; att [B, H, T, Tk] (Tk = T but for
 // context parallelism's rectangular attention, attention_fwd_kv). Query head h = kvh * G + gi uses kv head kvh
 // (G = H / Hkv). For fixed (b, gi) the Hkv heads form one strided batch: query-side stride G*D, kv-side stride
 // D, score stride G*T*Tk. Every list holds B * G GEMMs.

@@ -1,4 +1,4 @@
-// backend_cuda: the CUDA Backend (exec/backend.hpp) inside libtrainplan_cuda.so — one GPU per process (rank),
+// backend_cuda: the CUDA Backend (exec/backends/backend.hpp) inside libtrainplan_cuda.so — one GPU per process (rank),
 // picked by local rank; device and pinned memory, copies, streams and events; the fp32 op table with every
 // non-GEMM op through the kernels of exec/kernels/ (generic __global__ of cuda_launch.cuh) and every matmul,
 // including attention's, through cuBLASLt (gemm_lt.hpp). The fp64 table reports "not supported on cuda".
@@ -26,7 +26,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "exec/backend.hpp"
+#include "exec/backends/backend.hpp"
 #include "exec/kernels/cuda/backend_cuda_parts.hpp"
 #include "exec/kernels/cuda/cuda_backend.h"
 #include "exec/kernels/cuda/fused_attention.hpp"

@@ -1,6 +1,6 @@
 // backend_cuda_moe: the CUDA backend's mixture-of-experts ops (router, dispatch, combine and their backwards;
-// contracts in exec/ops.hpp) on the kernels of exec/kernels/k_moe.hpp, launched exactly as the emu backend
-// launches them (exec/kernels/backend_emu_moe.cpp), so the code the emulator checks in CI is the code that runs
+// contracts in exec/backends/ops.hpp) on the kernels of exec/kernels/k_moe.hpp, launched exactly as the emu backend
+// launches them (exec/backends/emu/backend_emu_moe.cpp), so the code the emulator checks in CI is the code that runs
 // here. Invariants: as backend_cuda_ops.cu — everything on g.stream, an error names the op and its shapes; the
 // router's scratch (choices, per-expert statistics) is the backend's device scratch, and its load-balancing loss
 // is computed on the device and read back (the stream is synchronised for that one double).

@@ -1,4 +1,4 @@
-// backend_cuda_ops: the CUDA backend's op tables. fp32: each ops:: contract (exec/ops.hpp) bridged onto the
+// backend_cuda_ops: the CUDA backend's op tables. fp32: each ops:: contract (exec/backends/ops.hpp) bridged onto the
 // kernels of exec/kernels/ (docs/kernels.md lists the interface differences: per-row losses, LayerNorm
 // backward in two kernels) and cuBLASLt (matmul; attention as strided-batched GEMMs around the softmax kernels);
 // flash attention as the fused kernels of k_flash.hpp.
@@ -286,7 +286,7 @@ void flash_attention_bwd(F* dq, F* dk, F* dv, const F* dout, const F* out, const
     }
   });
 }
-// The bf16-stored variants (exec/ops.hpp): the same kernels reading and writing bf16.
+// The bf16-stored variants (exec/backends/ops.hpp): the same kernels reading and writing bf16.
 const k::bf16* b16p(const uint16_t* p) { return reinterpret_cast<const k::bf16*>(p); }
 // The library's fused attention (fused_attention.hpp: cuDNN's SDPA where it loaded and accepts the shape) or the
 // own kernels. The library's forward writes each row's log-sum-exp, kept in stats as the pair (lse, 1); its
@@ -375,7 +375,7 @@ void flash_attention_bwd16(F* dq, F* dk, F* dv, const F* dout, const uint16_t* o
     } else if (B * Tq * H * D > 0) {
       float* terms = static_cast<float*>(scratch(sizeof(float) * size_t(k::flash_bwd_scratch(B, H, Tq, D))));
       k::flash_attention_bwd(launcher(), dq, dk, dv, dout, b16p(out), stats, b16p(q), b16p(kk), b16p(v), B, Tq, Tk, H,
-                             Hkv, D, ldq, ldkv, lt_bf16(), terms, false);  // (overwrites: exec/ops.hpp)
+                             Hkv, D, ldq, ldkv, lt_bf16(), terms, false);  // (overwrites: exec/backends/ops.hpp)
     }
   });
 }

@@ -11,7 +11,7 @@
 #include <string>
 #include <utility>
 
-#include "exec/backend.hpp"
+#include "exec/backends/backend.hpp"
 #include "exec/kernels/cuda/op_profile.hpp"
 #ifdef __CUDACC__
 #include "exec/kernels/cuda_launch.cuh"

@@ -1,7 +1,7 @@
 /* cuda_backend.h: the C ABI of libtrainplan_cuda.so beyond the probe (probe.h). The CPU program dlsyms these
    names, so it needs no CUDA header and links no CUDA library.
    tp_cuda_backend_create: picks device local_rank % count, creates the stream, the cuBLASLt handle and the
-   workspace, and returns a `const tp::exec::Backend*` (exec/backend.hpp, compiled into both sides from the same
+   workspace, and returns a `const tp::exec::Backend*` (exec/backends/backend.hpp, compiled into both sides from the same
    header) as void*, or null with the reason in why (e.g. "no CUDA device: cudaGetDeviceCount returned 35 ...").
    A second call returns the same backend. TP_CUDA_CREATE_NO_DEVICE in *status means "no usable device".
    tp_cuda_versions: one line with the runtime, driver, cuBLASLt and NCCL versions (run-time values where they

@@ -1,8 +1,8 @@
 /* cudnn_sdpa.h: the C ABI of libtrainplan_cudnn.so, cuDNN's fused scaled-dot-product attention (SDPA, through the
-   cudnn-frontend graph API) for the CUDA backend's bf16-storage flash attention (exec/ops.hpp flash_attention_fwd16 /
+   cudnn-frontend graph API) for the CUDA backend's bf16-storage flash attention (exec/backends/ops.hpp flash_attention_fwd16 /
    bwd16). libtrainplan_cuda.so dlopens this library (fused_attention.cpp); when it or cuDNN cannot be loaded, or
    cuDNN refuses a shape, the backend runs its own flash kernels instead.
-   Layouts (bf16 storage, exec/ops.hpp): q row stride ldq (>= H*D), k and v row stride ldkv (>= Hkv*D), a token's heads
+   Layouts (bf16 storage, exec/backends/ops.hpp): q row stride ldq (>= H*D), k and v row stride ldkv (>= Hkv*D), a token's heads
    side by side in its row; out [B, Tq, H, D] contiguous; causal mask aligned bottom-right (query i attends keys
    j <= i + Tk - Tq). lse [B, H, Tq] fp32: each query row's log-sum-exp of its scaled scores (max + log sum exp(s - max)),
    natural log; the backend stores it in ops' stats as the pair (lse, 1). dq, dk, dv bf16 in the layouts of q, k, v

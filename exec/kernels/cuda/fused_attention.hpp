@@ -1,4 +1,4 @@
-// fused_attention: which attention runs the CUDA backend's bf16-storage flash ops (exec/ops.hpp
+// fused_attention: which attention runs the CUDA backend's bf16-storage flash ops (exec/backends/ops.hpp
 // flash_attention_fwd16 / bwd16): a library's fused attention (cuDNN's SDPA, libtrainplan_cudnn.so, cudnn_sdpa.h)
 // or the project's own flash kernels (exec/kernels/k_flash_mma.hpp). Host logic only, no CUDA header, so the CPU
 // tests run it against a stand-in library (tests/kernels/kt_fused_attention.cpp).

@@ -1,5 +1,5 @@
 // gemm_lt: every matmul of the CUDA backend through cuBLASLt (host code inside libtrainplan_cuda.so only).
-// Invariants: matrices are ROW-major as in exec/ops.hpp; the mapping onto column-major cuBLASLt is
+// Invariants: matrices are ROW-major as in exec/backends/ops.hpp; the mapping onto column-major cuBLASLt is
 // lt_plan (gemm_plan.hpp, checked on the CPU by tests/exec/test_cuda_gemm_plan.cpp). One handle and one workspace per process (one GPU per
 // rank), all work on the backend's stream. fp32 storage, fp32 compute (TF32 only when TP_CUDA_TF32=1); with bf16
 // operands on (lt_set_bf16, training.precision "bf16") each operand is cast to a bf16 copy (round to nearest

@@ -1,4 +1,4 @@
-// MPI communicator test (exec/comm_mpi.cpp), run by ctest under mpirun with 4 ranks (exec.comm_mpi_4). Plain
+// MPI communicator test (exec/comm/comm_mpi.cpp), run by ctest under mpirun with 4 ranks (exec.comm_mpi_4). Plain
 // main, no GoogleTest: every rank runs every check; failures are printed by the failing rank, the summary by
 // rank 0; the exit code is non-zero when any rank failed. Checks: each collective's values for f32 / f64 / i32
 // / u8 and awkward sizes (0, 1, fewer elements than ranks, not divisible), sums bit-identical to the rank-ordered
@@ -17,10 +17,10 @@
 #include <string>
 #include <vector>
 
-#include "exec/comm.hpp"
+#include "exec/comm/comm.hpp"
 
 namespace tp::exec::detail {
-void set_mpi_chunk_elems(long n);  // exec/comm_mpi.cpp (test hook)
+void set_mpi_chunk_elems(long n);  // exec/comm/comm_mpi.cpp (test hook)
 }
 
 using namespace tp::exec;

@@ -1,4 +1,4 @@
-// Optimus 2D GPT (exec/gpt2d.hpp) against the single-rank GPT (exec/gpt.hpp), run by ctest under mpirun with
+// Optimus 2D GPT (exec/model/gpt2d.hpp) against the single-rank GPT (exec/model/gpt.hpp), run by ctest under mpirun with
 // 4 ranks (exec.gpt2d_mpi_4: a 2 x 2 grid, float64). Plain main, no GoogleTest. For each configuration
 // (GELU / SwiGLU x Hkv = 2 / 4; 2 layers, C 16, H 4, V 32, Tn 8) every rank runs the single-rank model locally
 // (no communication) and the 2D model on the grid over two micro-batches (B = 2, then B = 4; gradients
@@ -21,9 +21,9 @@
 #include <string>
 #include <vector>
 
-#include "exec/comm.hpp"
-#include "exec/gpt.hpp"
-#include "exec/gpt2d.hpp"
+#include "exec/comm/comm.hpp"
+#include "exec/model/gpt.hpp"
+#include "exec/model/gpt2d.hpp"
 #include "models/plan.hpp"
 
 using namespace tp::exec;

@@ -1,0 +1,53 @@
+// exec/backends/emu/: the emu and emu-device backends, the kernels of exec/kernels/ on the CPU block emulator.
+// backend_emu (internal to the emu backend's two files): the device-memory registry check, the launcher the
+// ops use, and the table parts filled by backend_emu_shard.cpp (sharded ops and attention).
+// Invariants: every pointer an emu op receives is checked with need() before any kernel runs: it must lie,
+// with its whole extent, inside one live allocation of the emu backend, else the op throws an error naming
+// the op and the argument. Scratch buffers the ops use internally are the backend's own business.
+#pragma once
+#include <cstddef>
+
+#include "exec/backends/backend.hpp"
+#include "exec/kernels/emulator/emu.hpp"
+
+namespace tp::exec::emu_be {
+
+// Throws std::runtime_error("emu backend: <op>: <arg> ...") unless [p, p + bytes) lies inside one live emu
+// allocation. bytes == 0 checks nothing (an empty argument may be any pointer); optional arguments pass null.
+void need(const char* op, const char* arg, const void* p, size_t bytes);
+inline void opt(const char* op, const char* arg, const void* p, size_t bytes) {
+  if (p) need(op, arg, p, bytes);
+}
+// The emu backend's device memory (registered, 0xff-filled) and its checked copy; backend_emu_device.cpp builds
+// the emu-device backend on them.
+void* emu_alloc(size_t bytes);
+void emu_free(void* p);
+void emu_copy(void* dst, const void* src, size_t bytes, CopyKind kind, Stream s);
+
+template <class T>
+size_t sz(long n) {
+  return n > 0 ? sizeof(T) * size_t(n) : 0;
+}
+
+// The launcher of every emu op: fiber engine (unless TP_EMU_ENGINE chooses), blocks of `block` threads,
+// grids capped at max_grid blocks (grid-stride loops cover the rest). TP_EMU_BLOCK and TP_EMU_GRID override
+// the two (the kernels are correct for any; 32-thread blocks are the fastest to emulate: a 64-thread block
+// costs about 2.5x as much per step of training, tests/kernels cover 32 to 1024).
+struct Launch {
+  unsigned block = 32;
+  unsigned max_grid = 8;
+  template <class K>
+  void operator()(const K& k, kernels::Dim d) const {
+    kernels::emu::launch(k, d);
+  }
+};
+const Launch& launcher();
+
+// Fills the sharded-op and attention entries of the table (backend_emu_shard.cpp).
+template <class T>
+void set_shard_ops(OpTable<T>& t);
+// Fills the mixture-of-experts entries (backend_emu_moe.cpp).
+template <class T>
+void set_moe_ops(OpTable<T>& t);
+
+}  // namespace tp::exec::emu_be

@@ -1,0 +1,243 @@
+// backend_emu_device: the `emu-device` backend — the emu backend (same kernels, same checks) with tensor memory
+// that host code cannot touch, as on a GPU (host_accessible == false). Every tensor allocation is a HANDLE: an
+// address in one range of virtual memory reserved PROT_NONE at first use; the bytes live in an ordinary emu
+// allocation that only the ops and the backend's copies reach, by translating handle + offset. Host code that
+// dereferences a tensor pointer (a memcpy for MPI, a checkpoint write, std::fill, a Buf copy) faults; a SIGSEGV
+// handler names the address as emu-device memory and aborts, so a forgotten host access fails a test loudly.
+// Pinned host memory (alloc_pinned) is ordinary host memory that ops also accept (CUDA's mapped pinned memory).
+// Invariants: handles are never host-accessible; is_device_ptr(p) is "p lies in the reserved range"; a handle
+// is reused only for an allocation of the same size after its free; translation of a pointer outside every live
+// handle leaves it unchanged, so the emu op's registry check rejects it with the op and argument named.
+#include <execinfo.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <stdexcept>
+
+#include "exec/backends/emu/backend_emu.hpp"
+
+namespace tp::exec {
+namespace emu_dev {
+
+constexpr size_t kRange = size_t(1) << 40;  // 1 TiB of address space (no memory: PROT_NONE, MAP_NORESERVE)
+constexpr size_t kAlign = 256;              // cudaMalloc's alignment
+
+struct Handles {
+  std::mutex m;
+  uintptr_t base = 0, next = 0;
+  struct Live { uintptr_t real; size_t bytes; };
+  std::map<uintptr_t, Live> live;                // handle -> its bytes
+  std::multimap<size_t, uintptr_t> free_by_size;  // freed handles (reused for an allocation of the same size)
+  double now_bytes = 0, peak_bytes = 0;           // live device bytes, their high-water mark
+};
+Handles& handles();
+
+struct sigaction g_prev_segv;
+uintptr_t g_base = 0;  // the reserved range, read by the signal handler
+
+void on_segv(int sig, siginfo_t* si, void* ctx) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(si->si_addr);
+  if (g_base && a >= g_base && a < g_base + kRange) {
+    char msg[256];
+    int n = std::snprintf(msg, sizeof msg,
+                          "emu-device backend: host code touched device memory at %p (tensor memory is not "
+                          "host-accessible on this backend: stage it through the backend's copies)\n",
+                          si->si_addr);
+    if (n > 0 && write(2, msg, (size_t)n) < 0) n = 0;
+    void* frames[32];
+    backtrace_symbols_fd(frames, backtrace(frames, 32), 2);
+    signal(SIGABRT, SIG_DFL);
+    abort();
+  }
+  // Not ours: the previous disposition (the fault repeats on return when it is the default).
+  if (g_prev_segv.sa_flags & SA_SIGINFO) { g_prev_segv.sa_sigaction(sig, si, ctx); return; }
+  if (g_prev_segv.sa_handler == SIG_IGN || g_prev_segv.sa_handler == SIG_DFL) { signal(SIGSEGV, SIG_DFL); return; }
+  g_prev_segv.sa_handler(sig);
+}
+
+Handles& handles() {
+  static Handles* h = [] {
+    auto* x = new Handles;  // never destroyed (buffers may be freed during static destruction)
+    void* r = mmap(nullptr, kRange, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (r == MAP_FAILED) throw std::runtime_error("emu-device backend: cannot reserve its address range");
+    x->base = x->next = reinterpret_cast<uintptr_t>(r);
+    g_base = x->base;
+    struct sigaction sa {};
+    sa.sa_sigaction = &on_segv;
+    sa.sa_flags = SA_SIGINFO;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGSEGV, &sa, &g_prev_segv);
+    return x;
+  }();
+  return *h;
+}
+
+bool in_range(const void* p) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  return g_base && a >= g_base && a < g_base + kRange;
+}
+
+// Handle (or a pointer inside one, or one past its end) -> the real address; anything else unchanged.
+const void* real(const void* p) {
+  if (!in_range(p)) return p;
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  Handles& h = handles();
+  std::lock_guard<std::mutex> lk(h.m);
+  auto it = h.live.upper_bound(a);
+  if (it == h.live.begin()) return p;
+  --it;
+  if (a > it->first + it->second.bytes) return p;  // a freed or never-allocated handle: the op's check rejects it
+  return reinterpret_cast<const void*>(it->second.real + (a - it->first));
+}
+
+// The emulated device's memory: TP_EMU_DEVICE_BYTES (tests of out-of-memory handling), else the range.
+double device_capacity_bytes() {
+  static const double cap = [] {
+    const char* e = std::getenv("TP_EMU_DEVICE_BYTES");
+    return e && *e ? std::atof(e) : double(kRange);
+  }();
+  return cap;
+}
+
+void* dev_alloc(size_t bytes) {
+  if (bytes == 0) return nullptr;
+  void* r = emu_be::emu_alloc(bytes);
+  if (!r) return nullptr;
+  Handles& h = handles();
+  std::lock_guard<std::mutex> lk(h.m);
+  if (h.now_bytes + double(bytes) > device_capacity_bytes()) {
+    emu_be::emu_free(r);
+    std::fprintf(stderr, "emu-device backend: out of memory: asked %zu bytes, %.0f of %.0f bytes in use\n", bytes,
+                 h.now_bytes, device_capacity_bytes());
+    return nullptr;  // as cudaMalloc's failure: the caller reports it
+  }
+  uintptr_t a = 0;
+  auto f = h.free_by_size.find(bytes);
+  if (f != h.free_by_size.end()) {
+    a = f->second;
+    h.free_by_size.erase(f);
+  } else {
+    const size_t span = (bytes + kAlign - 1) / kAlign * kAlign;
+    if (h.next + span > h.base + kRange) {
+      emu_be::emu_free(r);
+      return nullptr;  // out of "device memory"
+    }
+    a = h.next;
+    h.next += span;
+  }
+  h.live[a] = Handles::Live{reinterpret_cast<uintptr_t>(r), bytes};
+  h.now_bytes += double(bytes);
+  h.peak_bytes = std::max(h.peak_bytes, h.now_bytes);
+  return reinterpret_cast<void*>(a);
+}
+
+void dev_free(void* p) {
+  if (!p) return;
+  void* r = nullptr;
+  {
+    Handles& h = handles();
+    std::lock_guard<std::mutex> lk(h.m);
+    auto it = h.live.find(reinterpret_cast<uintptr_t>(p));
+    if (it == h.live.end()) {
+      std::fprintf(stderr, "emu-device backend: free of %p, which is not a live device allocation\n", p);
+      std::abort();
+    }
+    r = reinterpret_cast<void*>(it->second.real);
+    h.free_by_size.insert({it->second.bytes, it->first});
+    h.now_bytes -= double(it->second.bytes);
+    h.live.erase(it);
+  }
+  emu_be::emu_free(r);
+}
+
+bool is_device_ptr(const void* p) { return in_range(p); }
+
+double peak_device_bytes() {
+  Handles& h = handles();
+  std::lock_guard<std::mutex> lk(h.m);
+  return h.peak_bytes;
+}
+
+// A copy translates only its device side(s): a handle on the host side is a host access and faults, as a
+// cudaMemcpy with the wrong kind fails.
+void dev_copy(void* dst, const void* src, size_t bytes, CopyKind kind, Stream s) {
+  if (kind == CopyKind::host_to_device || kind == CopyKind::device_to_device) dst = const_cast<void*>(real(dst));
+  if (kind == CopyKind::device_to_host || kind == CopyKind::device_to_device) src = real(src);
+  emu_be::emu_copy(dst, src, bytes, kind, s);
+}
+
+// ---- the op table: every pointer argument translated, then the emu op (which checks it) ----
+
+template <class U>
+U* tr(U* p) {
+  return static_cast<U*>(const_cast<void*>(real(p)));
+}
+template <class U>
+const U* tr(const U* p) {
+  return static_cast<const U*>(real(p));
+}
+template <class U>
+U tr(U v) {
+  return v;
+}
+
+template <auto M>
+struct Tr;
+template <class T, class R, class... A, R (*OpTable<T>::*M)(A...)>
+struct Tr<M> {
+  static R call(A... a) { return (emu_backend().ops<T>().*M)(tr(a)...); }
+};
+
+#define TP_EMU_DEV_OPS(X)                                                                                            \
+  X(matmul) X(matmul16) X(linear_fwd) X(add_bias) X(bias_bwd) X(add) X(accumulate) X(scale) X(fill) X(copy) X(copy_rows) X(pack_bf16) X(unpack_bf16) X(layernorm_fwd) X(layernorm_fwd16)      \
+  X(layernorm_bwd) X(layernorm_bwd16) X(ln_shard_sum) X(ln_shard_sqdev) X(ln_shard_apply) X(ln_shard_bwd_sums) X(ln_shard_bwd_apply)  \
+  X(gelu_fwd) X(gelu_fwd16) X(gelu_bwd) X(gelu_bwd_set) X(gelu_bwd_bias16) X(swiglu_fwd) X(swiglu_bwd) X(swiglu_bwd_set) X(attention_fwd)           \
+  X(attention_bwd) X(cross_entropy_fwd) X(cross_entropy_bwd) X(row_max) X(max_combine) X(ce_shard_exp)             \
+  X(ce_shard_finish) X(ce_shard_target_grad) X(embedding_fwd) X(embedding_bwd) X(embedding_shard_fwd)              \
+  X(embedding_shard_bwd) X(add_positions) X(positions_bwd) X(adamw) X(sum_squares) X(fp8_quantize) X(attention_fwd_kv) \
+  X(attention_bwd_kv) X(moe_route) X(moe_route_bwd) X(moe_dispatch) X(moe_dispatch_bwd) X(moe_combine)             \
+  X(moe_combine_bwd) X(flash_attention_fwd) X(flash_attention_bwd) X(flash_attention_fwd16) X(flash_attention_bwd16)
+
+template <class T>
+OpTable<T> table() {
+  OpTable<T> t{};
+#define TP_EMU_DEV_SET(name) t.name = &Tr<&OpTable<T>::name>::call;
+  TP_EMU_DEV_OPS(TP_EMU_DEV_SET)
+#undef TP_EMU_DEV_SET
+  return t;
+}
+
+Backend make() {
+  Backend b = emu_backend();
+  b.name = "emu-device";
+  b.host_accessible = false;
+  b.is_device_ptr = &is_device_ptr;
+  b.alloc = &dev_alloc;
+  b.free = &dev_free;
+  b.alloc_pinned = &emu_be::emu_alloc;  // host memory the emu ops accept (mapped pinned memory)
+  b.free_pinned = &emu_be::emu_free;
+  b.copy = &dev_copy;
+  b.peak_device_bytes = &peak_device_bytes;
+  b.device = "the CPU block emulator's device memory";
+  b.device_bytes = device_capacity_bytes();
+  b.f32 = table<float>();
+  b.f64 = table<double>();
+  return b;
+}
+
+}  // namespace emu_dev
+
+const Backend& emu_device_backend() {
+  static const Backend b = emu_dev::make();
+  return b;
+}
+
+}  // namespace tp::exec

@@ -1,0 +1,464 @@
+// backend_emu_shard: the emu backend's sharded ops (column-split LayerNorm, vocabulary-parallel cross-entropy
+// and embedding, positions) and attention. Attention is what a GPU does with cuBLASLt: per (batch, head) the
+// products go through the CPU backend's matmul (the GEMMs) and the causal softmax and its backward through the
+// softmax kernels (one launch over every head's rows); q, k, v and the gradients are permuted between the
+// model's [B, T, H, D] and heads-major [B, H, T, D] scratch by a kernel, so each head's GEMM sees a contiguous
+// matrix. Flash attention is the fused kernels of k_flash.hpp (the CUDA backend's), bf16 operands as the CPU's
+// GEMMs are set.
+// Invariants: as backend_emu.cpp — every argument is checked with need() before a kernel runs; scratch is the
+// backend's own (registered emu memory, freed when the op returns).
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+#include "exec/backends/cpu/flash16.hpp"
+#include "exec/backends/cpu/ops_cpu.hpp"
+#include "exec/backends/emu/backend_emu.hpp"
+#include "exec/kernels/k_bridge.hpp"
+#include "exec/kernels/k_flash.hpp"
+
+namespace tp::exec::emu_be {
+namespace {
+namespace k = tp::kernels;
+
+template <class T>
+k::Dim rows(long n) {
+  return k::row_dim(launcher(), n, sizeof(k::acc_t<T>));
+}
+
+template <class T>
+void ln_shard_sum(T* sum, const T* x, long N, long Cl) {
+  need("ln_shard_sum", "sum", sum, sz<T>(N));
+  need("ln_shard_sum", "x", x, sz<T>(N * Cl));
+  if (N > 0) launcher()(k::LnShardRow<T, false>{sum, nullptr, nullptr, x, N, Cl, 1}, rows<T>(N));
+}
+template <class T>
+void ln_shard_sqdev(T* sqdev, T* mean, const T* sum, const T* x, long N, long Cl, long C) {
+  const char* op = "ln_shard_sqdev";
+  need(op, "sqdev", sqdev, sz<T>(N));
+  need(op, "mean", mean, sz<T>(N));
+  need(op, "sum", sum, sz<T>(N));
+  need(op, "x", x, sz<T>(N * Cl));
+  if (N > 0) launcher()(k::LnShardRow<T, true>{sqdev, mean, sum, x, N, Cl, C}, rows<T>(N));
+}
+template <class T>
+void ln_shard_apply(T* y, T* rstd, const T* x, const T* mean, const T* sqdev, const T* w, const T* b, long N,
+                    long Cl, long C, T eps) {
+  const char* op = "ln_shard_apply";
+  need(op, "y", y, sz<T>(N * Cl));
+  need(op, "rstd", rstd, sz<T>(N));
+  need(op, "x", x, sz<T>(N * Cl));
+  need(op, "mean", mean, sz<T>(N));
+  need(op, "sqdev", sqdev, sz<T>(N));
+  need(op, "w", w, sz<T>(Cl));
+  opt(op, "b", b, sz<T>(Cl));
+  if (N * Cl > 0)
+    launcher()(k::LnShardApply<T>{y, rstd, x, mean, sqdev, w, b, N, Cl, C, eps}, k::flat_dim(launcher(), N * Cl));
+}
+template <class T>
+void ln_shard_bwd_sums(T* sums, const T* dy, const T* x, const T* w, const T* mean, const T* rstd, long N, long Cl) {
+  const char* op = "ln_shard_bwd_sums";
+  need(op, "sums", sums, sz<T>(2 * N));
+  need(op, "dy", dy, sz<T>(N * Cl));
+  need(op, "x", x, sz<T>(N * Cl));
+  need(op, "w", w, sz<T>(Cl));
+  need(op, "mean", mean, sz<T>(N));
+  need(op, "rstd", rstd, sz<T>(N));
+  if (N > 0) launcher()(k::LnShardBwdSums<T>{sums, dy, x, w, mean, rstd, N, Cl}, rows<T>(N));
+}
+template <class T>
+void ln_shard_bwd_apply(T* dx, T* dw, T* db, const T* dy, const T* x, const T* w, const T* mean, const T* rstd,
+                        const T* sums, long N, long Cl, long C) {
+  const char* op = "ln_shard_bwd_apply";
+  need(op, "dx", dx, sz<T>(N * Cl));
+  need(op, "dw", dw, sz<T>(Cl));
+  opt(op, "db", db, sz<T>(Cl));
+  need(op, "dy", dy, sz<T>(N * Cl));
+  need(op, "x", x, sz<T>(N * Cl));
+  need(op, "w", w, sz<T>(Cl));
+  need(op, "mean", mean, sz<T>(N));
+  need(op, "rstd", rstd, sz<T>(N));
+  need(op, "sums", sums, sz<T>(2 * N));
+  if (N <= 0 || Cl <= 0) return;
+  launcher()(k::LnShardBwdDx<T>{dx, dy, x, w, mean, rstd, sums, N, Cl, C}, k::flat_dim(launcher(), N * Cl));
+  std::vector<k::acc_t<T>> scratch(size_t(k::column_sums_scratch(N, Cl)));
+  k::layernorm_bwd_wb(launcher(), dw, db, dy, x, mean, rstd, N, Cl, scratch.data());
+}
+template <class T>
+void row_max(T* mx, const T* x, long N, long V) {
+  need("row_max", "mx", mx, sz<T>(N));
+  need("row_max", "x", x, sz<T>(N * V));
+  if (N > 0) k::ce_shard_max(launcher(), mx, x, N, V);
+}
+template <class T>
+void max_combine(T* mx, const T* parts, long N, long P) {
+  need("max_combine", "mx", mx, sz<T>(N));
+  need("max_combine", "parts", parts, sz<T>(N * P));
+  if (N > 0) launcher()(k::MaxCombine<T>{mx, parts, N, P}, k::flat_dim(launcher(), N));
+}
+template <class T>
+void ce_shard_exp(T* probs, T* sum_exp, T* target, const T* logits, const T* mx, const int32_t* targets, long N,
+                  long V, long v0, CeForm form) {
+  const char* op = "ce_shard_exp";
+  need(op, "probs", probs, sz<T>(N * V));
+  need(op, "sum_exp", sum_exp, sz<T>(N));
+  need(op, "target", target, sz<T>(N));
+  need(op, "logits", logits, sz<T>(N * V));
+  need(op, "mx", mx, sz<T>(N));
+  need(op, "targets", targets, sz<int32_t>(N));
+  if (N > 0)
+    launcher()(k::CeShardExp<T>{probs, sum_exp, target, logits, mx, targets, N, V, v0,
+                                form == CeForm::shifted_target_reciprocal},
+               rows<T>(N));
+}
+// Per-row losses from the kernel, summed in double by one block.
+template <class T>
+double ce_shard_finish(T* probs, const T* sum_exp, const T* target, const T* mx, long N, long V, CeForm form) {
+  const char* op = "ce_shard_finish";
+  need(op, "probs", probs, sz<T>(N * V));
+  need(op, "sum_exp", sum_exp, sz<T>(N));
+  need(op, "target", target, sz<T>(N));
+  need(op, "mx", mx, sz<T>(N));
+  if (N <= 0) return 0;
+  std::vector<double> loss(static_cast<size_t>(N));
+  double total = 0;
+  launcher()(k::CeShardFinish<T>{probs, loss.data(), sum_exp, target, mx, N, V,
+                                 form == CeForm::shifted_target_reciprocal},
+             k::Dim{k::blocks_for(N, 1, launcher().max_grid), launcher().block, 0});
+  launcher()(k::SumToDouble<double>{&total, loss.data(), N}, k::Dim{1, launcher().block, k::kReduceSlots * 8});
+  return total;
+}
+template <class T>
+void ce_shard_target_grad(T* dlogits, const int32_t* targets, long N, long V, long v0, T scale) {
+  need("ce_shard_target_grad", "dlogits", dlogits, sz<T>(N * V));
+  need("ce_shard_target_grad", "targets", targets, sz<int32_t>(N));
+  if (N > 0) launcher()(k::CeShardTargetGrad<T>{dlogits, targets, N, V, v0, scale}, k::flat_dim(launcher(), N));
+}
+template <class T>
+void embedding_shard_fwd(T* out, const int32_t* tokens, const T* wte, long N, long C, long v0, long Vl) {
+  need("embedding_shard_fwd", "out", out, sz<T>(N * C));
+  need("embedding_shard_fwd", "tokens", tokens, sz<int32_t>(N));
+  need("embedding_shard_fwd", "wte_shard", wte, sz<T>(Vl * C));
+  if (N * C > 0) launcher()(k::EmbeddingShardFwd<T>{out, tokens, wte, N, C, v0, Vl}, k::flat_dim(launcher(), N * C));
+}
+template <class T>
+void embedding_shard_bwd(T* dwte, const T* dout, const int32_t* tokens, long N, long C, long v0, long Vl) {
+  need("embedding_shard_bwd", "dwte_shard", dwte, sz<T>(Vl * C));
+  need("embedding_shard_bwd", "dout", dout, sz<T>(N * C));
+  need("embedding_shard_bwd", "tokens", tokens, sz<int32_t>(N));
+  if (N * C > 0) k::embedding_bwd(launcher(), dwte, static_cast<T*>(nullptr), dout, tokens, 1, N, C, v0, Vl);
+}
+template <class T>
+void add_positions(T* x, const T* wpe, long rows_, long C, long Tn, long row0) {
+  need("add_positions", "x", x, sz<T>(rows_ * C));
+  need("add_positions", "wpe", wpe, sz<T>(Tn * C));
+  if (rows_ * C > 0) launcher()(k::AddPositions<T>{x, wpe, rows_, C, Tn, row0}, k::flat_dim(launcher(), rows_ * C));
+}
+template <class T>
+void positions_bwd(T* dwpe, const T* dx, long rows_, long C, long Tn, long row0) {
+  need("positions_bwd", "dwpe", dwpe, sz<T>(Tn * C));
+  need("positions_bwd", "dx", dx, sz<T>(rows_ * C));
+  if (rows_ * C > 0) launcher()(k::PositionsBwd<T>{dwpe, dx, rows_, C, Tn, row0}, k::flat_dim(launcher(), Tn * C));
+}
+
+// ---- attention ----
+
+// Contiguous scratch in emu memory for one op call.
+template <class T>
+struct Scratch {
+  T* p = nullptr;
+  explicit Scratch(long n) : p(static_cast<T*>(emu_backend().alloc(sz<T>(n > 0 ? n : 1)))) {}
+  ~Scratch() { emu_backend().free(p); }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+};
+// [B, Tn, H, D] <-> heads-major [B, H, Tn, D] (one launch for all heads).
+template <class T>
+void to_heads(T* dst, const T* src, long B, long Tn, long H, long D) {
+  launcher()(k::PermuteHeads<T, true>{dst, src, B, Tn, H, D}, k::flat_dim(launcher(), B * Tn * H * D));
+}
+template <class T>
+void from_heads(T* dst, const T* src, long B, long Tn, long H, long D) {
+  launcher()(k::PermuteHeads<T, false>{dst, src, B, Tn, H, D}, k::flat_dim(launcher(), B * Tn * H * D));
+}
+
+template <class T>
+void check_attention(const char* op, const T* q, const T* k, const T* v, const T* att, long B, long Tn, long H,
+                     long Hkv, long D) {
+  need(op, "q", q, sz<T>(B * Tn * H * D));
+  need(op, "k", k, sz<T>(B * Tn * Hkv * D));
+  need(op, "v", v, sz<T>(B * Tn * Hkv * D));
+  need(op, "att", att, sz<T>(B * H * Tn * Tn));
+}
+
+// att = softmax_causal(scale Q Kᵀ), out = att V: q, k, v permuted to heads-major, one scores GEMM per
+// (b, h) straight into att, one softmax launch over all B H Tn rows (causal by row % Tn), one GEMM per (b, h)
+// for the output, permuted back.
+template <class T>
+void attention_fwd(T* out, T* att, const T* q, const T* k, const T* v, long B, long Tn, long H, long Hkv, long D) {
+  check_attention("attention_fwd", q, k, v, att, B, Tn, H, Hkv, D);
+  need("attention_fwd", "out", out, sz<T>(B * Tn * H * D));
+  if (B * Tn * H * D <= 0) return;
+  const long group = H / Hkv, hd = Tn * D;
+  const T sc = T(1) / std::sqrt(T(D));
+  Scratch<T> Q(B * H * hd), K(B * Hkv * hd), V(B * Hkv * hd), O(B * H * hd);
+  to_heads(Q.p, q, B, Tn, H, D);
+  to_heads(K.p, k, B, Tn, Hkv, D);
+  to_heads(V.p, v, B, Tn, Hkv, D);
+  for (long b = 0; b < B; ++b)
+    for (long h = 0; h < H; ++h)
+      ops::cpu::matmul<T>(att + (b * H + h) * Tn * Tn, Q.p + (b * H + h) * hd, K.p + (b * Hkv + h / group) * hd, Tn,
+                          Tn, D, false, true, sc, T(0));
+  k::softmax_fwd(launcher(), att, att, B * H * Tn, Tn, k::acc_t<T>(1), true);
+  for (long b = 0; b < B; ++b)
+    for (long h = 0; h < H; ++h)
+      ops::cpu::matmul<T>(O.p + (b * H + h) * hd, att + (b * H + h) * Tn * Tn, V.p + (b * Hkv + h / group) * hd, Tn,
+                          D, Tn, false, false, T(1), T(0));
+  from_heads(out, O.p, B, Tn, H, D);
+}
+
+// dV += Pᵀ dO; dS = softmax_bwd(P, dO Vᵀ) (one kernel launch over all rows, in place); dQ += scale dS K;
+// dK += scale dSᵀ Q. The gradients are permuted to heads-major, accumulated there by the GEMMs (beta 1; a kv
+// head collects its query heads in order) and permuted back.
+template <class T>
+void attention_bwd(T* dq, T* dk, T* dv, const T* dout, const T* att, const T* q, const T* k, const T* v, long B,
+                   long Tn, long H, long Hkv, long D) {
+  const char* op = "attention_bwd";
+  check_attention(op, q, k, v, att, B, Tn, H, Hkv, D);
+  need(op, "dq", dq, sz<T>(B * Tn * H * D));
+  need(op, "dk", dk, sz<T>(B * Tn * Hkv * D));
+  need(op, "dv", dv, sz<T>(B * Tn * Hkv * D));
+  need(op, "dout", dout, sz<T>(B * Tn * H * D));
+  if (B * Tn * H * D <= 0) return;
+  const long group = H / Hkv, hd = Tn * D, tt = Tn * Tn;
+  const T sc = T(1) / std::sqrt(T(D));
+  Scratch<T> Q(B * H * hd), K(B * Hkv * hd), V(B * Hkv * hd), dO(B * H * hd), dQ(B * H * hd), dK(B * Hkv * hd),
+      dV(B * Hkv * hd), dS(B * H * tt);
+  to_heads(Q.p, q, B, Tn, H, D);
+  to_heads(K.p, k, B, Tn, Hkv, D);
+  to_heads(V.p, v, B, Tn, Hkv, D);
+  to_heads(dO.p, dout, B, Tn, H, D);
+  to_heads(dQ.p, dq, B, Tn, H, D);
+  to_heads(dK.p, dk, B, Tn, Hkv, D);
+  to_heads(dV.p, dv, B, Tn, Hkv, D);
+  for (long b = 0; b < B; ++b)
+    for (long h = 0; h < H; ++h) {
+      const long qh = (b * H + h) * hd, kh = (b * Hkv + h / group) * hd;
+      ops::cpu::matmul<T>(dV.p + kh, att + (b * H + h) * tt, dO.p + qh, Tn, D, Tn, true, false, T(1), T(1));
+      ops::cpu::matmul<T>(dS.p + (b * H + h) * tt, dO.p + qh, V.p + kh, Tn, Tn, D, false, true, T(1), T(0));
+    }
+  k::softmax_bwd<true>(launcher(), dS.p, att, dS.p, B * H * Tn, Tn, k::acc_t<T>(1));
+  for (long b = 0; b < B; ++b)
+    for (long h = 0; h < H; ++h) {
+      const long qh = (b * H + h) * hd, kh = (b * Hkv + h / group) * hd;
+      const T* S = dS.p + (b * H + h) * tt;
+      ops::cpu::matmul<T>(dQ.p + qh, S, K.p + kh, Tn, D, Tn, false, false, sc, T(1));
+      ops::cpu::matmul<T>(dK.p + kh, S, Q.p + qh, Tn, D, Tn, true, false, sc, T(1));
+    }
+  from_heads(dq, dQ.p, B, Tn, H, D);
+  from_heads(dk, dK.p, B, Tn, Hkv, D);
+  from_heads(dv, dV.p, B, Tn, Hkv, D);
+}
+
+// Rectangular causal attention (context parallelism): Tq queries over Tk keys, mask aligned bottom-right. As
+// attention_fwd, with the rectangular causal softmax kernel (softmax_fwd_rect, the cuda backend's too); the
+// backward's softmax kernel needs no mask (P is 0 there).
+template <class T>
+void attention_fwd_kv(T* out, T* att, const T* q, const T* k, const T* v, long B, long Tq, long Tk, long H, long Hkv,
+                      long D) {
+  const char* op = "attention_fwd_kv";
+  need(op, "q", q, sz<T>(B * Tq * H * D));
+  need(op, "k", k, sz<T>(B * Tk * Hkv * D));
+  need(op, "v", v, sz<T>(B * Tk * Hkv * D));
+  need(op, "att", att, sz<T>(B * H * Tq * Tk));
+  need(op, "out", out, sz<T>(B * Tq * H * D));
+  if (B * Tq * H * D <= 0) return;
+  const long group = H / Hkv, qd = Tq * D, kd = Tk * D, tt = Tq * Tk;
+  const T sc = T(1) / std::sqrt(T(D));
+  Scratch<T> Q(B * H * qd), K(B * Hkv * kd), V(B * Hkv * kd), O(B * H * qd);
+  to_heads(Q.p, q, B, Tq, H, D);
+  to_heads(K.p, k, B, Tk, Hkv, D);
+  to_heads(V.p, v, B, Tk, Hkv, D);
+  for (long b = 0; b < B; ++b)
+    for (long h = 0; h < H; ++h)
+      ops::cpu::matmul<T>(att + (b * H + h) * tt, Q.p + (b * H + h) * qd, K.p + (b * Hkv + h / group) * kd, Tq, Tk, D,
+                          false, true, sc, T(0));
+  k::softmax_fwd_rect(launcher(), att, att, B * H * Tq, Tk, Tq, k::acc_t<T>(1));
+  for (long b = 0; b < B; ++b)
+    for (long h = 0; h < H; ++h)
+      ops::cpu::matmul<T>(O.p + (b * H + h) * qd, att + (b * H + h) * tt, V.p + (b * Hkv + h / group) * kd, Tq, D, Tk,
+                          false, false, T(1), T(0));
+  from_heads(out, O.p, B, Tq, H, D);
+}
+
+template <class T>
+void attention_bwd_kv(T* dq, T* dk, T* dv, const T* dout, const T* att, const T* q, const T* k, const T* v, long B,
+                      long Tq, long Tk, long H, long Hkv, long D) {
+  const char* op = "attention_bwd_kv";
+  need(op, "q", q, sz<T>(B * Tq * H * D));
+  need(op, "k", k, sz<T>(B * Tk * Hkv * D));
+  need(op, "v", v, sz<T>(B * Tk * Hkv * D));
+  need(op, "att", att, sz<T>(B * H * Tq * Tk));
+  need(op, "dq", dq, sz<T>(B * Tq * H * D));
+  need(op, "dk", dk, sz<T>(B * Tk * Hkv * D));
+  need(op, "dv", dv, sz<T>(B * Tk * Hkv * D));
+  need(op, "dout", dout, sz<T>(B * Tq * H * D));
+  if (B * Tq * H * D <= 0) return;
+  const long group = H / Hkv, qd = Tq * D, kd = Tk * D, tt = Tq * Tk;
+  const T sc = T(1) / std::sqrt(T(D));
+  Scratch<T> Q(B * H * qd), K(B * Hkv * kd), V(B * Hkv * kd), dO(B * H * qd), dQ(B * H * qd), dK(B * Hkv * kd),
+      dV(B * Hkv * kd), dS(B * H * tt);
+  to_heads(Q.p, q, B, Tq, H, D);
+  to_heads(K.p, k, B, Tk, Hkv, D);
+  to_heads(V.p, v, B, Tk, Hkv, D);
+  to_heads(dO.p, dout, B, Tq, H, D);
+  to_heads(dQ.p, dq, B, Tq, H, D);
+  to_heads(dK.p, dk, B, Tk, Hkv, D);
+  to_heads(dV.p, dv, B, Tk, Hkv, D);
+  for (long b = 0; b < B; ++b)
+    for (long h = 0; h < H; ++h) {
+      const long qh = (b * H + h) * qd, kh = (b * Hkv + h / group) * kd;
+      ops::cpu::matmul<T>(dV.p + kh, att + (b * H + h) * tt, dO.p + qh, Tk, D, Tq, true, false, T(1), T(1));
+      ops::cpu::matmul<T>(dS.p + (b * H + h) * tt, dO.p + qh, V.p + kh, Tq, Tk, D, false, true, T(1), T(0));
+    }
+  k::softmax_bwd<true>(launcher(), dS.p, att, dS.p, B * H * Tq, Tk, k::acc_t<T>(1));
+  for (long b = 0; b < B; ++b)
+    for (long h = 0; h < H; ++h) {
+      const long qh = (b * H + h) * qd, kh = (b * Hkv + h / group) * kd;
+      const T* S = dS.p + (b * H + h) * tt;
+      ops::cpu::matmul<T>(dQ.p + qh, S, K.p + kh, Tq, D, Tk, false, false, sc, T(1));
+      ops::cpu::matmul<T>(dK.p + kh, S, Q.p + qh, Tk, D, Tq, true, false, sc, T(1));
+    }
+  from_heads(dq, dQ.p, B, Tq, H, D);
+  from_heads(dk, dK.p, B, Tk, Hkv, D);
+  from_heads(dv, dV.p, B, Tk, Hkv, D);
+}
+
+void flash_head_dim(const char* op, long D) {
+  if (D > k::kFlashMaxHeadDim)
+    throw std::runtime_error(std::string(op) + ": head dim " + std::to_string(D) + " above the flash kernels' " +
+                             std::to_string(k::kFlashMaxHeadDim));
+}
+
+// Elements spanned by `rows` rows of `width` at row stride ld.
+long strided(long rows, long ld, long width) { return rows > 0 ? (rows - 1) * ld + width : 0; }
+
+// The flash ops on S storage of q, k, v and out: T, or uint16_t (bf16, the *16 ops): fp32 reads and writes bf16
+// in the kernels; fp64 (the oracle precision) is exec/backends/cpu/flash16.hpp's definition around the kernels.
+template <class T, class S>
+void flash_fwd_any(const char* op, S* out, T* stats, const S* q, const S* k, const S* v, long B, long Tq, long Tk,
+                   long H, long Hkv, long D, long ldq, long ldkv) {
+  need(op, "q", q, sz<S>(strided(B * Tq, ldq, H * D)));
+  need(op, "k", k, sz<S>(strided(B * Tk, ldkv, Hkv * D)));
+  need(op, "v", v, sz<S>(strided(B * Tk, ldkv, Hkv * D)));
+  need(op, "stats", stats, sz<T>(B * H * Tq * 2));
+  need(op, "out", out, sz<S>(B * Tq * H * D));
+  flash_head_dim(op, D);
+  if (B * Tq * H * D <= 0) return;
+  const bool b16 = ops::cpu::bf16_gemm();
+  if constexpr (std::is_same_v<S, T>) {
+    k::flash_attention_fwd(launcher(), out, stats, q, k, v, B, Tq, Tk, H, Hkv, D, ldq, ldkv, b16);
+  } else if constexpr (std::is_same_v<T, float>) {
+    auto bf = [](const uint16_t* p) { return reinterpret_cast<const k::bf16*>(p); };
+    k::flash_attention_fwd(launcher(), reinterpret_cast<k::bf16*>(out), stats, bf(q), bf(k), bf(v), B, Tq, Tk, H, Hkv, D,
+                           ldq, ldkv, b16);
+  } else {
+    ops::cpu::flash16_fwd_unpacked<T>(
+        [](T* y, const uint16_t* x, long n) { k::copy(launcher(), y, reinterpret_cast<const k::bf16*>(x), n); },
+        [](uint16_t* y, const T* x, long n) { k::pack_bf16(launcher(), reinterpret_cast<k::bf16*>(y), x, n); },
+        [b16](T* o, T* st, const T* tq, const T* tk, const T* tv, long b, long tq_, long tk_, long h, long hkv, long d,
+              long lq, long lkv) { k::flash_attention_fwd(launcher(), o, st, tq, tk, tv, b, tq_, tk_, h, hkv, d, lq, lkv, b16); },
+        out, stats, q, k, v, B, Tq, Tk, H, Hkv, D, ldq, ldkv);
+  }
+}
+
+template <class T, class S>
+void flash_bwd_any(const char* op, T* dq, T* dk, T* dv, const T* dout, const S* out, const T* stats, const S* q,
+                   const S* k, const S* v, long B, long Tq, long Tk, long H, long Hkv, long D, long ldq, long ldkv) {
+  need(op, "q", q, sz<S>(strided(B * Tq, ldq, H * D)));
+  need(op, "dq", dq, sz<T>(strided(B * Tq, ldq, H * D)));
+  need(op, "dout", dout, sz<T>(B * Tq * H * D));
+  need(op, "out", out, sz<S>(B * Tq * H * D));
+  for (auto [name, p] : {std::pair<const char*, const S*>{"k", k}, {"v", v}})
+    need(op, name, p, sz<S>(strided(B * Tk, ldkv, Hkv * D)));
+  for (auto [name, p] : {std::pair<const char*, const T*>{"dk", dk}, {"dv", dv}})
+    need(op, name, p, sz<T>(strided(B * Tk, ldkv, Hkv * D)));
+  need(op, "stats", stats, sz<T>(B * H * Tq * 2));
+  flash_head_dim(op, D);
+  if (B * Tq * H * D <= 0) return;
+  const bool b16 = ops::cpu::bf16_gemm();
+  std::vector<float> terms(size_t(k::flash_bwd_scratch(B, H, Tq, D)));
+  // (accumulate: the T op; the bf16 op overwrites, as exec/backends/ops.hpp says, and the fp64 one through the definition)
+  auto run = [&terms, b16](T* gq, T* gk, T* gv, const T* go, const auto* o, const T* st, const auto* tq, const auto* tk,
+                           const auto* tv, long b, long tq_, long tk_, long h, long hkv, long d, long lq, long lkv,
+                           bool accumulate = true) {
+    k::flash_attention_bwd(launcher(), gq, gk, gv, go, o, st, tq, tk, tv, b, tq_, tk_, h, hkv, d, lq, lkv, b16,
+                           terms.data(), accumulate);
+  };
+  if constexpr (std::is_same_v<S, T>) {
+    run(dq, dk, dv, dout, out, stats, q, k, v, B, Tq, Tk, H, Hkv, D, ldq, ldkv);
+  } else if constexpr (std::is_same_v<T, float>) {
+    auto bf = [](const uint16_t* p) { return reinterpret_cast<const k::bf16*>(p); };
+    run(dq, dk, dv, dout, bf(out), stats, bf(q), bf(k), bf(v), B, Tq, Tk, H, Hkv, D, ldq, ldkv, false);
+  } else {
+    ops::cpu::flash16_bwd_unpacked<T>(
+        [](T* y, const uint16_t* x, long n) { k::copy(launcher(), y, reinterpret_cast<const k::bf16*>(x), n); }, run,
+        dq, dk, dv, dout, out, stats, q, k, v, B, Tq, Tk, H, Hkv, D, ldq, ldkv);
+  }
+}
+
+template <class T>
+void flash_attention_fwd(T* out, T* stats, const T* q, const T* k, const T* v, long B, long Tq, long Tk, long H,
+                         long Hkv, long D, long ldq, long ldkv) {
+  flash_fwd_any("flash_attention_fwd", out, stats, q, k, v, B, Tq, Tk, H, Hkv, D, ldq, ldkv);
+}
+template <class T>
+void flash_attention_bwd(T* dq, T* dk, T* dv, const T* dout, const T* out, const T* stats, const T* q, const T* k,
+                         const T* v, long B, long Tq, long Tk, long H, long Hkv, long D, long ldq, long ldkv) {
+  flash_bwd_any("flash_attention_bwd", dq, dk, dv, dout, out, stats, q, k, v, B, Tq, Tk, H, Hkv, D, ldq, ldkv);
+}
+template <class T>
+void flash_attention_fwd16(uint16_t* out, T* stats, const uint16_t* q, const uint16_t* k, const uint16_t* v, long B,
+                           long Tq, long Tk, long H, long Hkv, long D, long ldq, long ldkv) {
+  flash_fwd_any("flash_attention_fwd16", out, stats, q, k, v, B, Tq, Tk, H, Hkv, D, ldq, ldkv);
+}
+template <class T>
+void flash_attention_bwd16(T* dq, T* dk, T* dv, const T* dout, const uint16_t* out, const T* stats, const uint16_t* q,
+                           const uint16_t* k, const uint16_t* v, long B, long Tq, long Tk, long H, long Hkv, long D,
+                           long ldq, long ldkv) {
+  flash_bwd_any("flash_attention_bwd16", dq, dk, dv, dout, out, stats, q, k, v, B, Tq, Tk, H, Hkv, D, ldq, ldkv);
+}
+
+}  // namespace
+
+template <class T>
+void set_shard_ops(OpTable<T>& t) {
+  t.ln_shard_sum = &ln_shard_sum<T>;
+  t.ln_shard_sqdev = &ln_shard_sqdev<T>;
+  t.ln_shard_apply = &ln_shard_apply<T>;
+  t.ln_shard_bwd_sums = &ln_shard_bwd_sums<T>;
+  t.ln_shard_bwd_apply = &ln_shard_bwd_apply<T>;
+  t.row_max = &row_max<T>;
+  t.max_combine = &max_combine<T>;
+  t.ce_shard_exp = &ce_shard_exp<T>;
+  t.ce_shard_finish = &ce_shard_finish<T>;
+  t.ce_shard_target_grad = &ce_shard_target_grad<T>;
+  t.embedding_shard_fwd = &embedding_shard_fwd<T>;
+  t.embedding_shard_bwd = &embedding_shard_bwd<T>;
+  t.add_positions = &add_positions<T>;
+  t.positions_bwd = &positions_bwd<T>;
+  t.attention_fwd = &attention_fwd<T>;
+  t.attention_bwd = &attention_bwd<T>;
+  t.attention_fwd_kv = &attention_fwd_kv<T>;
+  t.attention_bwd_kv = &attention_bwd_kv<T>;
+  t.flash_attention_fwd = &flash_attention_fwd<T>;
+  t.flash_attention_bwd = &flash_attention_bwd<T>;
+  t.flash_attention_fwd16 = &flash_attention_fwd16<T>;
+  t.flash_attention_bwd16 = &flash_attention_bwd16<T>;
+}
+template void set_shard_ops<float>(OpTable<float>&);
+template void set_shard_ops<double>(OpTable<double>&);
+
+}  // namespace tp::exec::emu_be

@@ -1,0 +1,67 @@
+// exec/comm/: the communicators: this interface, MPI (comm_mpi.cpp), one rank (comm_local.cpp), staging through
+// pinned host memory for device buffers (comm_staged.cpp) and prof's timed wrapper (comm_classed.hpp).
+// comm: the communicator interface the executor's parallel runtime is written against (MPI in
+// exec/comm/comm_mpi.cpp; a one-rank communicator for runs without MPI; NCCL later). No MPI type appears outside
+// the implementation. Collectives are blocking and deterministic: a sum over ranks adds in rank order, so
+// results do not depend on message arrival (the float64 oracle tests need bit-reproducible reductions).
+// Buffers hold `n` elements of float or double (Dtype names which). Buffers are HOST memory: on the CPU
+// backend (exec/backends/backend.hpp, host_accessible) tensors are passed as they are; a device backend stages them
+// through pinned host buffers (staged_comm below; until a device communicator, NCCL, takes device pointers).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace tp::exec {
+
+enum class Dtype { f32 = 0, f64 = 1, i32 = 2, u8 = 3 };
+size_t dtype_bytes(Dtype d);
+
+struct Comm {
+  virtual ~Comm() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // A sub-communicator of the ranks passing the same color, ordered by key (MPI_Comm_split semantics).
+  virtual std::unique_ptr<Comm> split(int color, int key) = 0;
+
+  // In place: buf[n] = sum over ranks (added in rank order 0, 1, ..., size-1).
+  virtual void all_reduce_sum(void* buf, long n, Dtype d) = 0;
+  // in[n * size] -> out[n]: rank r receives the rank-ordered sum of every rank's block r.
+  virtual void reduce_scatter_sum(const void* in, void* out, long n, Dtype d) = 0;
+  // in[n] -> out[n * size]: block r of out is rank r's in.
+  virtual void all_gather(const void* in, void* out, long n, Dtype d) = 0;
+  // buf[n] from `root` to every rank.
+  virtual void broadcast(void* buf, long n, Dtype d, int root) = 0;
+  // in[n] -> out[n] on `root` = rank-ordered sum (out may be null elsewhere).
+  virtual void reduce_sum(const void* in, void* out, long n, Dtype d, int root) = 0;
+  // in[n * size] -> out[n * size]: block r of in goes to rank r, block s of out came from rank s.
+  virtual void all_to_all(const void* in, void* out, long n, Dtype d) = 0;
+  // Point to point (blocking; tags keep concurrent streams apart).
+  virtual void send(const void* buf, long n, Dtype d, int dst, int tag) = 0;
+  virtual void recv(void* buf, long n, Dtype d, int src, int tag) = 0;
+  // Non-blocking send: the caller keeps `buf` unchanged and alive until wait_sends() returns (pipeline sends,
+  // so that two stages sending to each other at once cannot deadlock).
+  virtual void isend(const void* buf, long n, Dtype d, int dst, int tag) = 0;
+  virtual void wait_sends() = 0;
+  // Non-blocking: the number of the oldest outstanding isend() calls, in call order, that have completed
+  // (their buffers may now be freed); they are forgotten, so the next call counts from the first still pending.
+  virtual int reap_sends() = 0;
+  virtual void barrier() = 0;
+  // Ends the whole job with `code` after printing `message` (a failing rank must never leave others hanging).
+  [[noreturn]] virtual void abort(int code, const std::string& message) = 0;
+};
+
+// The world communicator: MPI when the binary was built with MPI and the process was launched by mpirun /
+// srun (or MPI is otherwise initialised), else a one-rank communicator. Initialises MPI on first use.
+Comm& world();
+// Finalises MPI if it was initialised (call once before exit).
+void finalize_world();
+// A one-rank communicator (tests, single-process runs).
+std::unique_ptr<Comm> make_local_comm();
+// `inner` (not owned) with host staging of the buffers that lie in `be`'s device memory (exec/comm/comm_staged.cpp):
+// the runtime wraps the world in it when the backend is not host-accessible; splits are staged too.
+struct Backend;
+std::unique_ptr<Comm> staged_comm(Comm& inner, const Backend& be);
+
+}  // namespace tp::exec

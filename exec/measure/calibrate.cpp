@@ -1,0 +1,470 @@
+// calibrate: measures this machine with the executor's CPU ops and communicator. See calibrate.hpp.
+// Invariants: every rank runs the same sweeps in the same order with barriers between points (so concurrent
+// ranks contend as they do in training); rank 0 assembles the profile; every curve has strictly increasing
+// sizes and efficiencies in (0, 1] (models/hardware.cpp read_curve), which the tests check by loading it.
+#include "exec/measure/calibrate.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "exec/backends/ops.hpp"
+
+namespace tp::exec {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+// Median seconds per call of f(): calls are batched so that one timed batch lasts >= ~50 us, and batches repeat
+// for at least min_s (and at least 3 batches).
+template <class F>
+double per_call(F&& f, double min_s) {
+  f();  // warm: caches, pages
+  auto t0 = Clock::now();
+  f();
+  double one = std::max(1e-9, since(t0));
+  long k = std::max(1L, (long)(50e-6 / one));
+  std::vector<double> ts;
+  auto start = Clock::now();
+  while (ts.size() < 3 || (since(start) < min_s && ts.size() < 100000)) {
+    auto a = Clock::now();
+    for (long i = 0; i < k; ++i) f();
+    ts.push_back(since(a) / (double)k);
+  }
+  return median(ts);
+}
+
+std::vector<float> random_floats(size_t n, uint32_t seed) {
+  std::mt19937 g(seed);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = u(g);
+  return v;
+}
+
+// Sorted (x, eff) points -> a valid curve: merge equal x (mean), clamp eff to [1e-4, 1].
+json make_curve(std::vector<std::pair<double, double>> pts) {
+  std::sort(pts.begin(), pts.end());
+  json c = json::array();
+  for (size_t i = 0; i < pts.size();) {
+    size_t j = i;
+    double sum = 0;
+    while (j < pts.size() && pts[j].first == pts[i].first) sum += pts[j++].second;
+    double e = std::clamp(sum / (double)(j - i), 1e-4, 1.0);
+    if (pts[i].first > 0 && std::isfinite(pts[i].first)) c.push_back({pts[i].first, e});
+    i = j;
+  }
+  return c;
+}
+
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("model name", 0) == 0) {
+      auto p = line.find(':');
+      if (p != std::string::npos) {
+        std::string m = line.substr(p + 1);
+        m.erase(0, m.find_first_not_of(' '));
+        return m;
+      }
+    }
+  return "unknown CPU";
+}
+
+std::string host_name() {
+  char b[256] = {0};
+  if (gethostname(b, sizeof b - 1) != 0) return "host";
+  std::string s = b;
+  for (char& ch : s)
+    if (!std::isalnum((unsigned char)ch) && ch != '-') ch = '-';
+  return s.empty() ? "host" : s;
+}
+
+std::string fmt(const char* f, double x) {
+  char b[64];
+  std::snprintf(b, sizeof b, f, x);
+  return b;
+}
+
+struct Gemm { double flops = 0, sec = 0; };
+
+// The operands a training step's ops read are not in the cache: between two uses of a buffer the rest of the
+// step (other activations, the weights) has touched more than the last-level cache holds. So every sweep of a
+// compute op (GEMMs, the element-wise mix, the optimizer) rotates over `copies` sets of operands, at least
+// kColdBytes in all, and each call reads buffers that the previous calls evicted. Quick mode: one set (hot).
+constexpr double kColdBytes = 512e6;
+
+long copies_for(double set_bytes, const CalibrateOptions& o) {
+  if (o.quick) return 1;
+  return std::clamp((long)std::ceil(kColdBytes / std::max(1.0, set_bytes)), 1L, 4096L);
+}
+
+// GEMM sweep on the training shapes of a linear layer with 4s tokens of width s (all 8 s^3 FLOPs): the
+// forward [4s, s] x [s, s] (NN), the input gradient [4s, s] x [s, s]^T (NT) and the weight gradient
+// [s, 4s] = ... [4s, s]^T x [4s, s] (TN), as exec/model/gpt.cpp calls ops::matmul. (Quick mode: NN and TN.)
+// `only` (not empty): those sizes alone (validate's machine-speed probe).
+std::vector<std::vector<Gemm>> gemm_sweep(const CalibrateOptions& o, Comm& w, std::vector<long> only = {}) {
+  std::vector<long> sizes = !only.empty() ? only
+                            : o.quick     ? std::vector<long>{16, 64, 192, 512}
+                                          : std::vector<long>{8, 16, 32, 64, 128, 192, 256, 384, 512, 768, 1024, 1536};
+  // Three passes over the sizes (full mode), keeping each point's median time: a burst of other work on the
+  // machine during one point (seen on shared VMs) then bends the curve neither down nor up.
+  const int passes = o.quick ? 1 : 3;
+  const double min_s = o.quick ? 0.03 : 0.08;
+  long smax = sizes.back();
+  // One pool of random values; each call takes the next set {A [4s, s], B [s, s] or [4s, s], C [4s, s]} of it.
+  const long set_max = 12 * smax * smax;
+  const long pool_n = std::max(set_max, o.quick ? 0L : (long)(kColdBytes / sizeof(float)) + set_max);
+  std::vector<float> pool(pool_n);
+  {
+    const std::vector<float> r = random_floats(std::min(pool_n, 1L << 20), 1);
+    for (long i = 0; i < pool_n; i += (long)r.size()) std::copy_n(r.begin(), std::min((long)r.size(), pool_n - i), pool.begin() + i);
+  }
+  std::vector<std::vector<Gemm>> out(sizes.size());
+  std::vector<std::vector<std::vector<double>>> times(sizes.size());  // [size][variant][pass]
+  for (int pass = 0; pass < passes; ++pass) {
+    for (size_t si = 0; si < sizes.size(); ++si) {
+      const long s = sizes[si];
+      std::vector<Gemm>& row = out[si];
+      struct V { long m, n, k; bool ta, tb; };
+      const V nn{4 * s, s, s, false, false}, nt{4 * s, s, s, false, true}, tn{s, s, 4 * s, true, false};
+      std::vector<V> vars = o.quick ? std::vector<V>{nn, tn} : std::vector<V>{nn, nt, tn};
+      const long set_n = (12 * s * s + 15) / 16 * 16;  // A 4s^2, B <= 4s^2, C 4s^2; 64-byte steps
+      const long copies = std::min(copies_for(4.0 * (double)set_n, o), pool_n / set_n);
+      row.resize(vars.size());
+      times[si].resize(vars.size());
+      for (size_t vi = 0; vi < vars.size(); ++vi) {
+        const V& v = vars[vi];
+        long next = 0;
+        w.barrier();
+        double t = per_call([&] {
+          float* A = pool.data() + next * set_n;
+          next = (next + 1) % copies;
+          ops::matmul<float>(A + 8 * s * s, A, A + 4 * s * s, v.m, v.n, v.k, v.ta, v.tb, 1.f, 0.f);
+        }, min_s);
+        times[si][vi].push_back(t);
+      row[vi] = {2.0 * (double)v.m * v.n * v.k, median(times[si][vi])};
+      }
+    }
+  }
+  return out;
+}
+
+struct Triad { double bytes = 0, bw = 0; };
+
+std::vector<Triad> triad_sweep(const CalibrateOptions& o, Comm& w) {
+  std::vector<long> ns;
+  for (long n = 1L << 10; n <= (o.quick ? (1L << 22) : (1L << 24)); n *= (o.quick ? 16 : 4)) ns.push_back(n);
+  const double min_s = o.quick ? 0.05 : 0.25;
+  std::vector<float> a(ns.back()), b = random_floats(ns.back(), 3), c = random_floats(ns.back(), 4);
+  std::vector<Triad> out;
+  for (long n : ns) {
+    w.barrier();
+    double t = per_call([&] { ops::add<float>(a.data(), b.data(), c.data(), n); }, min_s);  // a = b + c
+    out.push_back({12.0 * n, 12.0 * n / t});
+  }
+  return out;
+}
+
+// One GPT (GELU) layer's element-wise ops, forward and backward, as exec/model/gpt.cpp runs them, at n tokens,
+// hidden h, ffn 4h. Returns {simulated bytes (sim/op_cost.cpp, e = 4), seconds}.
+struct Mix { double sim_bytes = 0, sec = 0, ops = 10; };
+
+struct MixBufs {
+  std::vector<float> x, y, dx, big, big2, dbig, qkv;
+  MixBufs(long n, long h, long f, const MixBufs* from) : x(n * h), y(n * h), dx(n * h), big(n * f), big2(n * f), dbig(n * f), qkv(n * 3 * h) {
+    if (from) {  // copies of the first set's values (the ops' speed does not depend on them)
+      std::copy_n(from->x.begin(), x.size(), x.begin());
+      std::copy_n(from->big.begin(), big.size(), big.begin());
+      std::copy_n(from->qkv.begin(), qkv.size(), qkv.begin());
+    } else {
+      x = random_floats(n * h, 5), big = random_floats(n * f, 6), qkv = random_floats(n * 3 * h, 7);
+    }
+  }
+  double bytes() const { return 4.0 * (3 * x.size() + 3 * big.size() + qkv.size()); }
+};
+
+std::vector<Mix> elementwise_sweep(const CalibrateOptions& o, Comm& w) {
+  const long h = 256, f = 4 * h;
+  std::vector<long> rows = o.quick ? std::vector<long>{4, 64, 1024} : std::vector<long>{1, 4, 16, 64, 256, 1024, 4096};
+  const double min_s = o.quick ? 0.05 : 0.25;
+  std::vector<float> wv = random_floats(3 * h > f ? 3 * h : f, 8), bv = random_floats(3 * h > f ? 3 * h : f, 9),
+                     gw(f), gb(f);
+  std::vector<Mix> out;
+  for (long n : rows) {
+    std::vector<MixBufs> sets;
+    sets.emplace_back(n, h, f, nullptr);
+    const long copies = copies_for(sets[0].bytes(), o);
+    sets.reserve(copies);
+    for (long c = 1; c < copies; ++c) sets.emplace_back(n, h, f, &sets[0]);
+    std::vector<float> mean(n), rstd(n);
+    long next = 0;
+    w.barrier();
+    double t = per_call([&] {
+      MixBufs& m = sets[next];
+      next = (next + 1) % copies;
+      float *X = m.x.data(), *Y = m.y.data(), *DX = m.dx.data(), *G = m.big.data(), *G2 = m.big2.data(), *DG = m.dbig.data();
+      // forward: ln1, qkv bias, proj bias + residual, ln2, fc1 bias, gelu, fc2 bias + residual
+      ops::layernorm_fwd(Y, mean.data(), rstd.data(), X, wv.data(), bv.data(), n, h, 1e-5f);
+      ops::add_bias(m.qkv.data(), m.qkv.data(), bv.data(), n, 3 * h);
+      ops::add_bias(Y, Y, bv.data(), n, h);
+      ops::add(Y, Y, X, n * h);
+      ops::layernorm_fwd(DX, mean.data(), rstd.data(), Y, wv.data(), bv.data(), n, h, 1e-5f);
+      ops::add_bias(G, G, bv.data(), n, f);
+      ops::gelu_fwd(G2, G, n * f);
+      ops::add_bias(Y, Y, bv.data(), n, h);
+      ops::add(Y, Y, X, n * h);
+      // backward: fc2 bias grad, gelu bwd, fc1 bias grad, ln2 bwd, proj bias grad, qkv bias grad, ln1 bwd, residual
+      ops::bias_bwd(gb.data(), Y, n, h);
+      ops::gelu_bwd_set(DG, G, G2, n * f);
+      ops::bias_bwd(gb.data(), DG, n, f);
+      ops::layernorm_bwd(DX, gw.data(), gb.data(), Y, X, wv.data(), mean.data(), rstd.data(), n, h);
+      ops::bias_bwd(gb.data(), DX, n, h);
+      ops::bias_bwd(gb.data(), m.qkv.data(), n, 3 * h);
+      ops::layernorm_bwd(DX, gw.data(), gb.data(), Y, X, wv.data(), mean.data(), rstd.data(), n, h);
+      ops::accumulate(DX, Y, n * h);
+    }, min_s);
+    // sim bytes (gpt, e = 4): fwd ln 8nh x2, resid 13nh x2, act 8nf; bwd resid 13nh x2, act 12nf, ln 16nh x2.
+    double nh = (double)n * h, nf = (double)n * f;
+    out.push_back({2 * 8 * nh + 2 * 13 * nh + 8 * nf + 2 * 13 * nh + 12 * nf + 2 * 16 * nh, t});
+  }
+  return out;
+}
+
+// The optimizer step as the runtime runs it (gradient-norm sum of squares, then AdamW) over n fp32 parameters,
+// charged with the simulator's optimizer traffic (sim/program_build.cpp, fp32: 24 B per parameter).
+struct Opt { double sim_bytes = 0, sec = 0; };
+
+std::vector<Opt> optimizer_sweep(const CalibrateOptions& o, Comm& w) {
+  std::vector<long> ns = o.quick ? std::vector<long>{1L << 20} : std::vector<long>{1L << 20, 1L << 21, 1L << 22, 1L << 23, 1L << 24};
+  const double min_s = o.quick ? 0.05 : 0.25;
+  std::vector<Opt> out;
+  const std::vector<float> p0 = random_floats(ns.back(), 10), g0 = random_floats(ns.back(), 11);
+  for (long n : ns) {
+    struct Set { std::vector<float> p, g, m, v; };
+    const long copies = copies_for(16.0 * (double)n, o);
+    std::vector<Set> sets((size_t)copies);
+    for (Set& st : sets) st = {std::vector<float>(p0.begin(), p0.begin() + n), std::vector<float>(g0.begin(), g0.begin() + n),
+                               std::vector<float>(n, 0.f), std::vector<float>(n, 0.f)};
+    long next = 0;
+    w.barrier();
+    double sink = 0;
+    double t = per_call([&] {
+      Set& st = sets[next];
+      next = (next + 1) % copies;
+      sink += ops::sum_squares<float>(st.g.data(), n);
+      ops::adamw<float>(st.p.data(), st.g.data(), st.m.data(), st.v.data(), n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 10,
+                        0.5f);
+    }, min_s);
+    if (sink < 0) std::fprintf(stderr, " ");  // keep the sums
+    out.push_back({24.0 * (double)n, t});
+  }
+  return out;
+}
+
+struct CommCal {
+  bool measured = false;
+  double latency_s = 0, bw = 0;
+  json efficiency = json::array();
+  std::string about;
+};
+
+CommCal comm_calibrate(const CalibrateOptions& o, Comm& w, double dram_bw) {
+  CommCal cc;
+  const int R = w.size(), me = w.rank();
+  if (R < 2) {
+    cc.latency_s = 1e-6;
+    cc.bw = dram_bw / 2;  // a shared-memory transfer copies in and out: about half the DRAM triad bandwidth
+    cc.efficiency = json::array({json::array({1e3, 0.05}), json::array({1e5, 0.5}), json::array({1e7, 0.9}),
+                                 json::array({1e9, 1.0})});
+    cc.about = "intra_node not measured (one rank): latency 1 us, bandwidth = DRAM triad / 2, a default efficiency curve";
+    return cc;
+  }
+  cc.measured = true;
+  const double budget = o.quick ? 16e6 : 256e6;  // bytes moved per size
+  const long maxb = o.quick ? (1L << 22) : (1L << 25);
+  std::vector<unsigned char> buf(maxb), buf2(maxb);
+  // Ping-pong rank 0 <-> 1: one-way time = round trip / 2.
+  std::vector<std::pair<double, double>> pp;  // bytes, one-way seconds
+  for (long S = 8; S <= maxb; S *= (o.quick ? 16 : 4)) {
+    int reps = (int)std::clamp(budget / (double)S, 5.0, o.quick ? 200.0 : 2000.0);
+    w.barrier();
+    std::vector<double> ts;
+    for (int r = 0; r < reps + 1; ++r) {
+      auto t0 = Clock::now();
+      if (me == 0) { w.send(buf.data(), S, Dtype::u8, 1, 7); w.recv(buf.data(), S, Dtype::u8, 1, 8); }
+      else if (me == 1) { w.recv(buf.data(), S, Dtype::u8, 0, 7); w.send(buf.data(), S, Dtype::u8, 0, 8); }
+      if (r > 0) ts.push_back(since(t0) / 2);
+    }
+    double t = median(ts);
+    w.broadcast(&t, 1, Dtype::f64, 0);
+    pp.push_back({(double)S, t});
+  }
+  cc.latency_s = pp.front().second;
+  for (auto& [S, t] : pp) cc.bw = std::max(cc.bw, S / std::max(1e-12, t));  // large messages set it
+  // All-reduce over every rank: the simulator's ring over R members moves 2 (R-1)/R S per member in 2
+  // latency steps at bandwidth x efficiency(S).
+  std::vector<std::pair<double, double>> eff;
+  std::string ar;
+  // The buffers rotate over a pool of at least kColdBytes, as the gradients a step reduces are not in the cache.
+  // Each buffer is reduced at most reps / copies + 1 <= 2 times, so the sums (doubling with 2 ranks) stay small.
+  const long smax = o.quick ? (1L << 22) : (1L << 26);
+  const long pool_n = std::max(smax / 4, o.quick ? 0L : (long)(kColdBytes / sizeof(float)));
+  std::vector<float> pool(pool_n, 1.f);
+  for (long S = 4096; S <= smax; S *= (o.quick ? 16 : 4)) {
+    long n = S / 4;
+    const long copies = std::min(copies_for((double)S, o), pool_n / n);
+    int reps = (int)std::clamp(budget / (double)S, 3.0, o.quick ? 100.0 : 500.0);
+    w.barrier();
+    std::vector<double> ts;
+    for (int r = 0; r < reps + 1; ++r) {
+      float* v = pool.data() + (r % copies) * n;
+      auto t0 = Clock::now();
+      w.all_reduce_sum(v, n, Dtype::f32);
+      if (r > 0) ts.push_back(since(t0));
+    }
+    double t = median(ts);
+    w.broadcast(&t, 1, Dtype::f64, 0);
+    double payload = 2.0 * (R - 1) / R * (double)S;
+    double wire = t - 2.0 * (R - 1) * cc.latency_s;
+    eff.push_back({(double)S, wire > 0 ? payload / (cc.bw * wire) : 1e-4});
+    ar += (ar.empty() ? "" : ", ") + fmt("%.3g B", (double)S) + fmt(" %.3g s", t);
+  }
+  cc.efficiency = make_curve(eff);
+  cc.about = "intra_node measured with " + std::to_string(R) + " ranks: ping-pong latency " +
+             fmt("%.3g s", cc.latency_s) + ", bandwidth " + fmt("%.4g B/s", cc.bw) +
+             "; efficiency from Comm::all_reduce_sum times (" + ar + ")";
+  return cc;
+}
+
+}  // namespace
+
+double gemm_probe_flops_per_s(long s, Comm& w) {
+  const std::vector<Gemm> row = gemm_sweep(CalibrateOptions{}, w, {s}).front();
+  double mean = 0;  // as a matrix_efficiency point: the mean over the variants of the achieved FLOP/s
+  for (const Gemm& g : row) mean += g.flops / g.sec / (double)row.size();
+  return mean;
+}
+
+json calibrate_cpu(const CalibrateOptions& o, Comm& w) {
+  auto t_start = Clock::now();
+  auto say = [&](const char* what) {
+    if (o.progress && w.rank() == 0) std::fprintf(stderr, "calibrate: %s (%.1f s)\n", what, since(t_start));
+  };
+  const long cores = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
+  const int gpn = o.gpus_per_node > 0 ? o.gpus_per_node : (int)std::max<long>(cores, w.size());
+  const double ram = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+
+  say("GEMM sweep");
+  auto gemms = gemm_sweep(o, w);
+  say("triad sweep");
+  auto triad = triad_sweep(o, w);
+  say("element-wise sweep");
+  auto mix = elementwise_sweep(o, w);
+  say("optimizer sweep");
+  auto opt = optimizer_sweep(o, w);
+  say("kernel overhead");
+  std::vector<float> one(4, 1.f);
+  w.barrier();
+  double overhead = per_call([&] { ops::add<float>(one.data(), one.data(), one.data() + 1, 1); }, o.quick ? 0.02 : 0.1);
+  double dram_bw = triad.back().bw;
+  say("communication");
+  CommCal cc = comm_calibrate(o, w, dram_bw);
+  w.barrier();
+  if (w.rank() != 0) return nullptr;
+
+  double peak = 0;
+  for (auto& row : gemms)
+    for (auto& g : row) peak = std::max(peak, g.flops / g.sec);
+  std::vector<std::pair<double, double>> mpts;
+  std::string gabout;
+  for (auto& row : gemms) {
+    double e = 0;
+    for (auto& g : row) e += g.flops / g.sec / peak;
+    e /= (double)row.size();
+    mpts.push_back({row.front().flops, e});
+    gabout += (gabout.empty() ? "" : ", ") + fmt("%.3g", row.front().flops) + fmt(":%.3g", e);
+  }
+  double hbm_bw = 0;  // the best of the triad and the element-wise mix, so that every efficiency is <= 1
+  for (auto& m : mix) hbm_bw = std::max(hbm_bw, m.sim_bytes / m.sec);
+  std::string tabout;
+  for (auto& t : triad) {
+    hbm_bw = std::max(hbm_bw, t.bw);
+    tabout += (tabout.empty() ? "" : ", ") + fmt("%.3g B", t.bytes) + fmt(" %.3g B/s", t.bw);
+  }
+  for (auto& q : opt) hbm_bw = std::max(hbm_bw, q.sim_bytes / q.sec);
+  std::vector<std::pair<double, double>> epts;
+  std::string eabout, oabout;
+  double mix_max = 0;
+  for (auto& m : mix) {
+    double bw = m.sim_bytes / m.sec;
+    epts.push_back({m.sim_bytes / m.ops, bw / hbm_bw});
+    mix_max = std::max(mix_max, m.sim_bytes / m.ops);
+    eabout += (eabout.empty() ? "" : ", ") + fmt("%.3g B", m.sim_bytes / m.ops) + fmt(" %.3g B/s", bw);
+  }
+  // Beyond the layer ops' sizes the one element-wise op of a step is the optimizer: its points extend the curve.
+  for (auto& q : opt) {
+    if (q.sim_bytes <= mix_max) continue;
+    double bw = q.sim_bytes / q.sec;
+    epts.push_back({q.sim_bytes, bw / hbm_bw});
+    oabout += (oabout.empty() ? "" : ", ") + fmt("%.3g B", q.sim_bytes) + fmt(" %.3g B/s", bw);
+  }
+  const double mem = o.memory_bytes > 0 ? o.memory_bytes : ram / gpn;
+  const double power = o.power_w > 0 ? o.power_w : 10.0;
+  const std::string model = cpu_model();
+
+  json gpu = {
+      {"name", "cpu-" + host_name()},
+      {"about", "One core of " + model + " running the trainplan CPU backend (Eigen, fp32, one thread per rank), measured by `trainplan calibrate --backend cpu" +
+                    std::string(o.quick ? " --quick" : "") + "` with " + std::to_string(w.size()) +
+                    " concurrent rank(s)" + std::string(o.quick ? " on hot buffers" : "; every sweep rotates its operands over >= 512 MB of buffers (cold caches, as in a training step)") +
+                    ". matrix fp32 = best ops::matmul<float> over the sweep" + std::string(o.quick ? "" : " (median of 3 passes per point)") + "; efficiency by GEMM FLOPs (" + gabout +
+                    "). fp16 / bf16: not supported by the backend (0). vector fp32: not measured, set to the matrix peak (unused by the cost model). HBM = this rank's share of RAM; bandwidth = best of the triad (ops::add, 12 B per element) over sizes and of the element-wise mix (triad: " +
+                    tabout + "); memory efficiency from a GPT layer's element-wise ops charged with the simulator's bytes (" + eabout +
+                    ") and, above those sizes, from the optimizer step (sum of squares + AdamW, 24 B per fp32 parameter: " +
+                    oabout + "). kernel_overhead = one ops::add of 1 element. power: an estimate (" + fmt("%.0f W", power) + " per core)."},
+      {"matrix_flops_per_s", {{"fp32", peak}, {"fp16", 0.0}, {"bf16", 0.0}}},
+      {"vector_flops_per_s", {{"fp32", peak}, {"fp16", 0.0}, {"bf16", 0.0}}},
+      {"hbm_bytes", mem},
+      {"hbm_bandwidth_bytes_per_s", hbm_bw},
+      {"matrix_efficiency", make_curve(mpts)},
+      {"memory_efficiency", make_curve(epts)},
+      {"kernel_overhead_s", std::clamp(overhead, 0.0, 1.0)},
+      {"power_w", power}};
+  json link_eff = cc.efficiency;
+  json cl = {
+      {"name", "cpu-" + host_name() + "-" + std::to_string(gpn)},
+      {"about", "This machine as one node of " + std::to_string(gpn) + " \"GPUs\" (one core = one rank), from `trainplan calibrate --backend cpu`. " +
+                    cc.about + ". intra_node.kind is a label (ranks talk through shared memory); inter_node copies intra_node (one node, unused). host.pcie_bandwidth = DRAM triad (no PCIe hop). Price 0."},
+      {"gpu", gpu},
+      {"nodes", 1},
+      {"gpus_per_node", gpn},
+      {"intra_node", {{"kind", "pcie"}, {"bandwidth_bytes_per_s", cc.bw}, {"latency_s", cc.latency_s}, {"efficiency", link_eff}}},
+      {"inter_node",
+       {{"nics_per_node", 1}, {"nic_bandwidth_bits_per_s", cc.bw * 8}, {"topology", "fat_tree"}, {"oversubscription", 1.0},
+        {"nodes_per_leaf", 1}, {"latency_s", cc.latency_s}, {"efficiency", link_eff}}},
+      {"host",
+       {{"memory_bytes", ram}, {"pcie_bandwidth_bytes_per_s", dram_bw}, {"cpu_cores", (int)cores},
+        {"memory_bandwidth_bytes_per_s", dram_bw}}},
+      {"price_per_gpu_hour_usd", 0.0},
+      {"power_per_gpu_w", power}};
+  say("done");
+  return cl;
+}
+
+}  // namespace tp::exec

@@ -1,0 +1,52 @@
+// exec/measure/: calibrate (this file) and validate (validate.hpp), the executor measured for the simulator.
+// calibrate: `trainplan calibrate --backend cpu` — measures this machine with the executor's own CPU ops and
+// communicator, and writes a hardware profile the simulator reads: an INLINE CLUSTER OBJECT (catalog format,
+// models/cluster.hpp) whose "gpu" is an inline GPU object, so a scenario can use it as "cluster": <profile>.
+// One "GPU" is one rank = one core (the CPU backend runs one thread per rank).
+// What is measured (docs/perf/validate.md):
+// Every compute sweep takes its operands from a rotating set of buffers of at least 512 MB in all (full mode), so
+// that each call reads buffers the previous calls evicted from the cache, as a training step does.
+// - matrix_flops_per_s.fp32 = the best ops::matmul<float> throughput over a sweep of GEMM shapes (nn, nt and tn
+//   variants of a linear layer's products; the median of three passes per point); matrix_efficiency = the mean
+//   achieved / peak at each size, by GEMM FLOPs. fp16 / bf16 peaks are 0 (the backend computes in fp32: CPU
+//   scenarios use training.precision "fp32").
+// - hbm_bandwidth_bytes_per_s = the best bandwidth of a STREAM-like sweep (ops::add, a = b + c, 12 bytes per
+//   element; cache sizes included) and of the element-wise mix below; host.memory_bandwidth_bytes_per_s = the
+//   STREAM-like bandwidth at the largest (DRAM) size.
+// - memory_efficiency: a GPT layer's element-wise ops (LayerNorm, bias adds, residual adds, GELU and their
+//   backwards, as the executor runs them) over a sweep of token counts, charged with the bytes the simulator's
+//   cost model (sim/op_cost.cpp) counts for those ops: efficiency = those bytes / time / hbm_bandwidth, at
+//   x = the layer's simulated element-wise bytes per op; above those sizes, the optimizer step.
+// - kernel_overhead_s = the time of the smallest op call (ops::add of one element).
+// - intra_node: under mpirun with >= 2 ranks, latency and bandwidth from a ping-pong between ranks 0 and 1 and
+//   the efficiency curve from Comm::all_reduce_sum over all ranks on rotating (cold) buffers (against the
+//   simulator's ring model);
+//   otherwise documented defaults derived from the triad bandwidth. inter_node copies it (one node).
+// Every rank runs the compute sweeps at the same time (so a profile taken with mpirun -np R includes the
+// contention of R busy cores); rank 0's numbers are written.
+#pragma once
+#include <string>
+
+#include "exec/comm/comm.hpp"
+#include "models/json_check.hpp"
+
+namespace tp::exec {
+
+struct CalibrateOptions {
+  bool quick = false;         // < 1 s instead of ~30 s: fewer sizes, shorter timings, hot buffers
+  int gpus_per_node = 0;      // 0: the number of online cores
+  double memory_bytes = 0;    // per "GPU"; 0: physical RAM / gpus_per_node
+  double power_w = 0;         // per "GPU"; 0: a stated estimate (10 W per core)
+  bool progress = false;      // a line per phase on stderr (rank 0)
+};
+
+// Collective over `world` (every rank calls it). Returns the cluster object on rank 0 (null elsewhere).
+json calibrate_cpu(const CalibrateOptions& o, Comm& world);
+
+// One point of the full GEMM sweep, size s (cold operands, the three variants, the median of three passes): the
+// mean achieved FLOP/s over the variants, which is what the profile's curve holds at FLOPs 8 s^3 (times the
+// peak) for a machine running as fast as when it was calibrated. Collective; about 1 s. `validate` runs it
+// before and after its measured steps to tell how fast the machine ran then (docs/perf/validate.md).
+double gemm_probe_flops_per_s(long s, Comm& world);
+
+}  // namespace tp::exec

@@ -1,0 +1,336 @@
+// validate: predicted (simulator on the calibrated profile) vs measured (executor) step time, time per op class
+// and peak memory. See validate.hpp.
+// Invariants: every rank parses and checks the input before any training (bad input: InputError on every rank);
+// only rank 0 simulates and assembles the report; measured per-class times are per steady step.
+#include "exec/measure/validate.hpp"
+
+#include <sched.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <sstream>
+#include <thread>
+
+#include "exec/measure/calibrate.hpp"
+#include "exec/prof/prof.hpp"
+#include "exec/prof/rss.hpp"
+#include "exec/runtime/train.hpp"
+#include "models/scenario.hpp"
+#include "sim/simulate.hpp"
+
+namespace tp::exec {
+namespace {
+
+// The classes compared: prof's, plus "other" (step time not inside any instrumented call).
+constexpr int kRow = prof::kClasses + 1;
+const char* row_name(int c) { return c < prof::kClasses ? prof::cls_name((prof::Cls)c) : "other"; }
+
+// Predicted seconds per class for simulated rank r of a result.
+std::vector<double> predicted_classes(const Result& res, int r) {
+  std::vector<double> out(kRow, 0.0);
+  const Program& pg = res.prog;
+  const CostModel& cm = pg.cm;
+  auto add_pass = [&](const PassCost& pc, double times) {
+    if (times == 0) return;
+    for (const Op& op : pc.ops) {
+      int c = 0;
+      switch (op.cls) {
+        case OpClass::gemm: c = (int)prof::Cls::gemm; break;
+        case OpClass::attention: c = (int)prof::Cls::attention; break;
+        case OpClass::elementwise: c = (int)prof::Cls::elementwise; break;
+        case OpClass::tp_comm: c = (int)prof::Cls::tp_comm; break;
+        case OpClass::ep_comm: c = (int)prof::Cls::dp_comm; break;  // not run by the executor
+      }
+      out[c] += times * op.time_s;
+    }
+  };
+  for (int t : pg.in.lane_order[(size_t)r * kLanes + kLaneCompute]) {
+    const TaskInfo& ti = pg.info[t];
+    if (ti.kind != TaskKind::fwd && ti.kind != TaskKind::bwd) continue;
+    const bool fwd = ti.kind == TaskKind::fwd;
+    double moe = (double)moe_layers_between(cm, ti.layer_lo, ti.layer_hi);
+    add_pass(fwd ? cm.layer_fwd : cm.layer_bwd, (double)(ti.layer_hi - ti.layer_lo) - moe);
+    add_pass(fwd ? cm.moe_fwd : cm.moe_bwd, moe);
+    if (ti.embed) add_pass(fwd ? cm.embed_fwd : cm.embed_bwd, 1);
+    if (ti.head) add_pass(fwd ? cm.head_fwd : cm.head_bwd, 1);
+  }
+  const Breakdown& bd = res.ranks[r].breakdown;
+  out[(int)prof::Cls::optimizer] = bd.optimizer;
+  out[(int)prof::Cls::pp_comm] = bd.pp_comm_exposed + bd.bubble;
+  out[(int)prof::Cls::dp_comm] += bd.dp_comm_exposed + bd.ep_comm_exposed;
+  double sum = 0;
+  for (int c = 0; c < prof::kClasses; ++c) sum += out[c];
+  out[prof::kClasses] = std::max(0.0, res.step_time_s - sum);
+  return out;
+}
+
+// Cores this process may run on (its affinity mask; the machine's count when that is unavailable).
+int usable_cores() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return std::max(1, (int)std::thread::hardware_concurrency());
+}
+
+// Ranks of the job on this node: the launcher's local size (Open MPI, MPICH / Intel MPI, Slurm), else all of them.
+int local_ranks(int world_size) {
+  for (const char* v : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"})
+    if (const char* e = std::getenv(v)) {
+      const int n = std::atoi(e);
+      if (n > 0) return n;
+    }
+  return world_size;
+}
+
+// validate's machine-speed probe: the GEMM size (a point of calibrate's sweep, so the profile's curve holds it).
+constexpr long kProbeSize = 256;
+
+double rel_err(double pred, double meas) { return meas > 0 ? (pred - meas) / meas : 0.0; }
+
+}  // namespace
+
+json validate_run(const std::string& file, const json& profile, const std::string& profile_file,
+                  const ValidateOptions& o, Comm& world) {
+  // ---- input (every rank) -------------------------------------------------------------------------------------
+  prof::track_heap();  // from here on every block is counted (malloc_usable_size) when allocated and freed
+  Scenario run_sc = load_scenario(file);
+  check_runnable(run_sc);
+  // Both sides in fp32 (the simulation below too): on the CPU the executor's fp8 and bf16 are emulations whose
+  // casts and rounded operand copies cost what fp32 element-wise work costs, not what fp8 / bf16 tensor cores
+  // save (exec/model/fp8.hpp, Backend::set_bf16_gemm), so validate runs the plan without them.
+  const Precision p = run_sc.training.precision;
+  if (p == Precision::fp8 || p == Precision::bf16) {
+    run_sc.training.precision = Precision::fp32;
+    if (world.rank() == 0)
+      std::fprintf(stderr, "note: $.training.precision \"%s\": validate runs and simulates the plan in fp32 (the "
+                   "executor's %s is an emulation on the CPU, not %s GEMMs)\n", precision_name(p),
+                   p == Precision::fp8 ? "fp8 casts" : "bf16 operand rounding", precision_name(p));
+  }
+  const int R = run_sc.plan.gpus();
+  check_job_ranks(run_sc, file, world.size());
+  Issues is;
+  json sj = parse_json_file(file, file, is);
+  if (!is.empty()) throw InputError(is.messages);
+  if (!profile.is_object()) throw InputError({profile_file + ": $: expected a cluster object (from `trainplan calibrate`)"});
+  json prof_cl = profile;
+  if (prof_cl.contains("gpus_per_node") && prof_cl["gpus_per_node"].is_number_integer() &&
+      prof_cl.contains("nodes") && prof_cl["nodes"].is_number_integer()) {
+    long long gpn = std::max<long long>(1, prof_cl["gpus_per_node"].get<long long>());
+    long long need = (R + gpn - 1) / gpn;
+    if (prof_cl["nodes"].get<long long>() < need) prof_cl["nodes"] = need;
+  }
+  sj["cluster"] = prof_cl;
+  sj["training"]["precision"] = "fp32";
+  sj["training"]["grad_precision"] = "fp32";
+  sj["plan"]["overlap_grad_reduce"] = false;
+  if (o.device_budget_bytes > 0 && run_sc.plan.offload.kind == OffloadKind::chunked) {
+    double hbm = prof_cl.contains("gpu") && prof_cl["gpu"].is_object() && prof_cl["gpu"].contains("hbm_bytes") &&
+                         prof_cl["gpu"]["hbm_bytes"].is_number() ? prof_cl["gpu"]["hbm_bytes"].get<double>() : 0;
+    if (hbm <= 0) throw InputError({profile_file + ": $.gpu.hbm_bytes: expected a number > 0 (needed by --device-budget)"});
+    sj["plan"]["offload"]["gpu_memory_fraction"] = std::min(1.0, o.device_budget_bytes / hbm);
+  }
+  std::string dir = std::filesystem::path(file).parent_path().string();
+  Scenario sim_sc = scenario_from_json(sj, dir.empty() ? "." : dir, file + " (cluster = " + profile_file + ")");
+
+  // ---- measured (every rank) -----------------------------------------------------------------------------------
+  RunOptions ro;
+  ro.steps = std::max(2, o.steps);
+  ro.device_budget_bytes = o.device_budget_bytes;
+  // The machine's speed against the profile's (a shared VM's speed drifts by more than the 10 % target within
+  // minutes): calibrate's GEMM point at s = kProbeSize, before the warm-up and after the measured steps.
+  const double probe_before = gemm_probe_flops_per_s(kProbeSize, world);
+  detail::reset_peak_rss();  // (the probe's 0.5 GB of operands are not the run's; without a reset the RSS figure includes them)
+  {  // a one-step warm-up run (not measured): first-touch page faults, malloc's adaptive thresholds, caches
+    if (world.rank() == 0)
+      std::fprintf(stderr, "validate: first a one-step warm-up run, not measured (first-touch page faults, the "
+                           "allocator's thresholds, caches): its \"iteration 1/1\" line; then the %d measured steps\n",
+                   ro.steps);
+    RunOptions warm = ro;
+    warm.steps = 1;
+    prof::set_enabled(false);
+    run_training(run_sc, warm, world);
+  }
+  prof::set_warmup_steps(1);
+  const double heap0 = prof::heap_live_bytes(), rss0 = detail::rss_bytes();
+  prof::reset();
+  prof::set_enabled(true);
+  RunResult rr = run_training(run_sc, ro, world);
+  prof::set_enabled(false);
+  prof::Snapshot snap = prof::snapshot();
+  const double probe_after = gemm_probe_flops_per_s(kProbeSize, world);
+  const bool hooked = snap.steps > 0;  // the runtime calls prof::step_begin / step_end
+  const double steady = hooked ? (double)snap.steps : (double)ro.steps;
+  std::vector<double> mine(kRow + 4, 0.0);
+  double tracked = 0;
+  for (int c = 0; c < prof::kClasses; ++c) { mine[c] = snap.seconds[c] / steady; tracked += mine[c]; }
+  double my_rss_peak = rr.peak_memory_bytes.empty() ? 0 : rr.peak_memory_bytes[std::min<size_t>(world.rank(), rr.peak_memory_bytes.size() - 1)];
+  mine[kRow] = snap.heap_peak_bytes - heap0;
+  mine[kRow + 1] = my_rss_peak - rss0;
+  const bool opt_off = rr.offload.on && rr.offload.kind != "chunked";  // optimizer or granular
+  // Device memory: chunked offload's store figure; optimizer offload's = the heap less its pinned host state.
+  mine[kRow + 2] = opt_off ? mine[kRow] - rr.offload.host_state_bytes : rr.offload.on ? rr.offload.peak_device_bytes_max : 0;
+  mine[kRow + 3] = my_rss_peak;  // what the iteration lines print as "peak memory (MB)": the whole process
+  std::vector<double> all(mine.size() * R);
+  world.all_gather(mine.data(), all.data(), (long)mine.size(), Dtype::f64);
+  if (world.rank() != 0) return nullptr;
+
+  // ---- predicted (rank 0) --------------------------------------------------------------------------------------
+  SimOptions so;
+  so.keep_memory_timeline = false;
+  Result res = simulate(sim_sc, so);
+
+  std::vector<double> steps(rr.step_time_s.begin() + 1, rr.step_time_s.end());
+  std::sort(steps.begin(), steps.end());
+  const double meas_step = steps[steps.size() / 2];
+  // Speed = probe / what the profile says that GEMM achieves (1: as fast as when calibrated; 0.9: 10 % slower).
+  const Gpu& pg = sim_sc.cluster.gpu;
+  const double probe_flops = 8.0 * std::pow((double)kProbeSize, 3);
+  const double expect = pg.matrix_flops_per_s[(int)Precision::fp32] * pg.matrix_efficiency.at(probe_flops);
+  const double speed_before = expect > 0 ? probe_before / expect : 0, speed_after = expect > 0 ? probe_after / expect : 0;
+  const double speed = 0.5 * (speed_before + speed_after);
+  const size_t W = mine.size();
+  auto meas = [&](int rank, int c) { return all[(size_t)rank * W + c]; };
+  double meas_heap = 0, meas_rss = 0, meas_dev = 0, log_peak = 0;
+  for (int k = 0; k < R; ++k) {
+    log_peak = std::max(log_peak, meas(k, kRow + 3));
+    meas_heap = std::max(meas_heap, meas(k, kRow));
+    meas_rss = std::max(meas_rss, meas(k, kRow + 1));
+    meas_dev = std::max(meas_dev, meas(k, kRow + 2));
+  }
+  // Offload: the simulator's peak is device memory, so the comparison is against the executor's device figure
+  // (chunked: resident chunk slots + activations; optimizer: the tracked heap less the host optimizer's pinned
+  // buffers); the whole heap (host memory included) is reported next to it.
+  const bool device = rr.offload.on;
+  const double meas_peak = device ? meas_dev : meas_heap;
+  auto rank_peak = [&](int g) { return device ? meas(g, kRow + 2) : meas(g, kRow); };
+
+  json ranks = json::array();
+  json headline;
+  for (int r = 0; r < (int)res.ranks.size(); ++r) {
+    const int g = res.ranks[r].global_rank;
+    std::vector<double> pc = predicted_classes(res, r);
+    double msum = 0;
+    for (int c = 0; c < prof::kClasses; ++c) msum += meas(g, c);
+    json cls = json::object();
+    for (int c = 0; c < kRow; ++c) {
+      double m = c < prof::kClasses ? meas(g, c) : std::max(0.0, meas_step - msum);
+      cls[row_name(c)] = {{"predicted_s", pc[c]}, {"measured_s", m}};
+    }
+    json one = {{"rank", g}, {"stage", res.ranks[r].stage}, {"classes", cls},
+                {"predicted_peak_memory_bytes", res.ranks[r].peak.total()}, {"measured_peak_memory_bytes", rank_peak(g)},
+                {"measured_peak_heap_bytes", meas(g, kRow)}};
+    if (r == res.breakdown_rank) headline = one;
+    ranks.push_back(one);
+  }
+  json rep = {
+      {"scenario", file},
+      {"profile", profile_file},
+      {"ranks", R},
+      {"steps", ro.steps},
+      {"hooked_steps", hooked},
+      {"predicted", {{"step_time_s", res.step_time_s}, {"peak_memory_bytes", res.peak_bytes_per_gpu},
+                     {"memory", {{"weights", res.memory.weights}, {"gradients", res.memory.gradients},
+                                 {"optimizer", res.memory.optimizer}, {"activations", res.memory.activations},
+                                 {"buffers", res.memory.buffers}}},
+                     {"tokens_per_s", res.tokens_per_s}}},
+      {"measured", {{"step_time_s", meas_step}, {"step_times_s", rr.step_time_s}, {"peak_memory_bytes", meas_peak},
+                    {"peak_heap_bytes", meas_heap}, {"peak_rss_growth_bytes", meas_rss},
+                    {"peak_process_bytes", log_peak},
+                    {"peak_memory_kind", device ? "device" : "heap"},
+                    {"tokens_per_s", rr.tokens_per_s}, {"losses", rr.losses}}},
+      {"error", {{"step_time", rel_err(res.step_time_s, meas_step)}, {"peak_memory", rel_err(res.peak_bytes_per_gpu, meas_peak)}}},
+      {"machine_speed", {{"probe", "calibrate's GEMM point at s = " + std::to_string(kProbeSize) +
+                                       " (4s x s x s, three variants, cold operands), against the profile's curve"},
+                         {"before", speed_before}, {"after", speed_after}, {"mean", speed},
+                         {"step_time_error_at_that_speed", speed > 0 ? rel_err(res.step_time_s / speed, meas_step) : 0.0}}},
+      {"per_op_class", headline},
+      {"offload", opt_off ? json{{"kind", rr.offload.kind}, {"host_state_bytes", rr.offload.host_state_bytes},
+                                 {"h2d_bytes", rr.offload.h2d_bytes}, {"d2h_bytes", rr.offload.d2h_bytes}}
+                  : device ? json{{"kind", "chunked"}, {"budget_bytes", rr.offload.budget_bytes}, {"arena_bytes", rr.offload.arena_bytes},
+                                {"peak_device_bytes", rr.offload.peak_device_bytes},
+                                {"peak_arena_bytes", rr.offload.peak_arena_bytes},
+                                {"h2d_bytes", rr.offload.h2d_bytes}, {"d2h_bytes", rr.offload.d2h_bytes},
+                                {"chunk_bytes", rr.offload.chunk_bytes}, {"chunks", rr.offload.chunks}}
+                         : json(nullptr)},
+      {"per_rank", ranks}};
+  if (rr.offload.kind == "granular") rep["offload"]["peak_loaded_bytes"] = rr.offload.peak_loaded_bytes;  // per step
+  rep["warnings"] = json::array();
+  const int cores = usable_cores(), local = local_ranks(world.size());
+  if (local > cores)
+    rep["warnings"].push_back(std::to_string(local) + " ranks on " + std::to_string(cores) +
+                              " cores: the ranks share cores, so the measured step time says nothing about the "
+                              "prediction (peak memory still compares)");
+  return rep;
+}
+
+std::string validate_text(const json& r) {
+  std::ostringstream os;
+  char b[512];
+  if (r.contains("warnings"))
+    for (const json& w : r["warnings"]) os << "warning: " << w.get<std::string>() << "\n";
+  const double step_m = r["measured"]["step_time_s"].get<double>();
+  // `small`: an op class under 1 % of the measured step, whose relative error means nothing ("—")
+  auto line = [&](const char* name, double p, double m, const char* unit, double scale, bool small = false) {
+    double e = m > 0 ? 100.0 * (p - m) / m : 0.0;
+    if (small) std::snprintf(b, sizeof b, "  %-22s %12.4g %12.4g %s  %9s\n", name, p * scale, m * scale, unit, "—");
+    else std::snprintf(b, sizeof b, "  %-22s %12.4g %12.4g %s  %+7.1f %%\n", name, p * scale, m * scale, unit, e);
+    os << b;
+  };
+  os << "validate " << r["scenario"].get<std::string>() << " on " << r["profile"].get<std::string>() << " ("
+     << r["ranks"].get<int>() << " rank(s), " << r["steps"].get<int>() << " steps)\n";
+  std::snprintf(b, sizeof b, "  %-22s %12s %12s       %9s\n", "", "predicted", "measured", "error");
+  os << b;
+  line("step time", r["predicted"]["step_time_s"], r["measured"]["step_time_s"], "s ", 1);
+  const json& mz = r["measured"];
+  const bool device = mz.contains("peak_memory_kind") && mz["peak_memory_kind"] == "device";
+  if (r.contains("machine_speed") && r["machine_speed"]["mean"].get<double>() > 0) {  // (0: the profile has no curve)
+    const json& ms = r["machine_speed"];
+    std::snprintf(b, sizeof b, "  %-22s %12.4g %12s s   %+7.1f %%  (machine at %.2f / %.2f x the profile's speed "
+                  "before / after the steps)\n", "at the probed speed", r["predicted"]["step_time_s"].get<double>() /
+                  ms["mean"].get<double>(), "", 100 * ms["step_time_error_at_that_speed"].get<double>(),
+                  ms["before"].get<double>(), ms["after"].get<double>());
+    os << b;
+  }
+  line(device ? "peak device memory" : "peak memory", r["predicted"]["peak_memory_bytes"], mz["peak_memory_bytes"], "MB", 1e-6);
+  if (mz.contains("peak_process_bytes")) {  // the iteration lines' figure, so that the two outputs agree
+    std::snprintf(b, sizeof b, "  %-22s %12s %12.4g MB  (the iteration lines' peak memory: the whole process, program, "
+                  "libraries and communication buffers included; the simulator predicts the tensors, compared above)\n",
+                  "peak process memory", "", mz["peak_process_bytes"].get<double>() * 1e-6);
+    os << b;
+  }
+  if (device && mz.contains("peak_heap_bytes")) {
+    std::snprintf(b, sizeof b, "  %-22s %12s %12.4g MB  (host pools included)\n", "peak heap", "",
+                  mz["peak_heap_bytes"].get<double>() * 1e-6);
+    os << b;
+  }
+  for (const json& rk : r["per_rank"]) {
+    os << "  time per step by op class, rank " << rk["rank"].get<int>() << " (stage " << rk["stage"].get<int>() << "):\n";
+    for (auto it = rk["classes"].begin(); it != rk["classes"].end(); ++it) {
+      double p = it.value()["predicted_s"], m = it.value()["measured_s"];
+      if (p == 0 && m == 0) continue;
+      line(("  " + it.key()).c_str(), p, m, "s ", 1, std::max(p, m) < 0.01 * step_m);
+    }
+  }
+  if (!r["hooked_steps"].get<bool>()) os << "  (per-class times average every step, the first included: the runtime does not call prof::step_begin)\n";
+  return os.str();
+}
+
+std::vector<std::string> validate_misses(const json& r, double tolerance) {
+  std::vector<std::string> out;
+  char b[256];
+  auto check = [&](const char* name, double p, double m, const char* unit, double scale) {
+    double e = m > 0 ? p / m - 1 : 0;
+    if (std::fabs(e) <= tolerance) return;
+    std::snprintf(b, sizeof b, "%s: predicted %.4g %s, measured %.4g %s, error %+.1f %% > %.1f %%", name, p * scale, unit,
+                  m * scale, unit, 100 * e, 100 * tolerance);
+    out.push_back(b);
+  };
+  check("step time", r["predicted"]["step_time_s"], r["measured"]["step_time_s"], "s", 1);
+  check("peak memory", r["predicted"]["peak_memory_bytes"], r["measured"]["peak_memory_bytes"], "MB", 1e-6);
+  return out;
+}
+
+}  // namespace tp::exec

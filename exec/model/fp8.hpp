@@ -1,0 +1,75 @@
+// fp8: `training.precision: "fp8"` in the executor — Transformer Engine's fp8 linear layers with delayed
+// scaling, emulated in the working precision on every backend (exec/kernels/k_fp8.hpp casts each GEMM operand to
+// the fp8 grid and back; the GEMM then runs in T). What is cast, as TE's te.Linear / LayerNormLinear under
+// Megatron-LM's `--fp8-format hybrid`: in each layer the QKV, projection, fc1 and fc2 GEMMs (MoE: each expert's
+// two GEMMs and the shared experts'), their inputs and weights in E4M3 in the forward and the output gradients
+// in E5M2 in the backward (dgrad = fp8(dy) fp8(w)ᵀ, wgrad = fp8(x)ᵀ fp8(dy), x cast again with the forward's
+// scale, which gives TE's saved fp8 copy bit for bit). The embedding, the router, the LM head and everything
+// element-wise stay in T, as in TE.
+// Recipe (Megatron-LM's defaults): amax history 1, "most_recent", margin 0: scale = fp8_max / amax of the last
+// step that saw the tensor, 1 until then, unchanged after a step whose amax is 0 or not finite.
+// Invariants, so that every plan reproduces the single-rank run (the float64 oracle tests):
+//  - a slot is (weight group, linear, operand); its amax is the max over every cast of it in a step on every
+//    rank of the phase (all micro-batches, tp / cp / dp shards, pipeline stages: a max over the world), and
+//    scales change only between steps (TE updates after every forward; this emulation once per step, so that
+//    the micro-batch count does not change the numerics);
+//  - every rank holds every slot's scale (a replicated vector: checkpoints and the Pseudo-to-Real handover
+//    carry it whole).
+#pragma once
+#include <string>
+#include <vector>
+
+#include "exec/comm/comm.hpp"
+#include "exec/model/gpt.hpp"
+#include "exec/backends/ops.hpp"
+#include "models/scenario.hpp"
+
+namespace tp::exec {
+
+enum class Fp8Operand : int { x = 0, w = 1, dy = 2 };
+// The linear layers of a block: 0 QKV, 1 projection, 2 fc1, 3 fc2, 4 / 5 the shared experts' fc1 / fc2,
+// 6 + 2e / 7 + 2e expert e's fc1 / fc2 (global expert index).
+enum Fp8Linear : int { kFp8Qkv = 0, kFp8Proj = 1, kFp8Fc1 = 2, kFp8Fc2 = 3, kFp8ShFc1 = 4, kFp8ShFc2 = 5, kFp8Expert = 6 };
+
+struct Fp8State {
+  long long groups = 0, linears = 0;  // weight groups (the model's layers) and linears per group
+  std::vector<double> scale;          // per slot: the scale of this step's casts
+  std::vector<double> amax;           // per slot: max |x| cast so far in this step on this rank
+
+  // Slots for `layers` weight groups of a model with `experts` experts (0: dense); scales 1.
+  void init(long long layers, long long experts);
+  bool on() const { return groups > 0; }
+  int slot(int group, int linear, Fp8Operand op) const {
+    return int((group * linears + linear) * 3 + (int)op);
+  }
+  // The fp8 format of a slot (exec/kernels/k_fp8.hpp Fp8Format): E5M2 for output gradients, else E4M3.
+  static int format_of(long slot) { return slot % 3 == (int)Fp8Operand::dy ? 1 : 0; }
+  // The state `sc` trains with: slots for its layers and experts when training.precision is fp8, else off.
+  static Fp8State for_scenario(const Scenario& sc);
+  // dst[n] = x cast to the slot's fp8 format with its scale (E5M2 for dy, else E4M3); `record` adds max |x| to
+  // the slot's amax (the backward's second cast of a forward operand does not). Returns dst.
+  template <class T>
+  const T* cast(Buf<T>& dst, const T* x, long n, int slot, bool record = true) {
+    if (dst.size() != (size_t)n) {  // a fresh buffer: resizing a used one would copy its elements on the host,
+      Buf<T> fresh;                 // which a device backend's memory does not allow
+      fresh.resize((size_t)n);
+      dst.swap(fresh);
+    }
+    const double a = ops::fp8_quantize(dst.data(), x, n, T(scale[(size_t)slot]), format_of(slot));
+    if (record && a > amax[(size_t)slot]) amax[(size_t)slot] = a;
+    return dst.data();
+  }
+  // After a step: the amax reduced (max) over the phase's ranks, the new scales, the amax cleared.
+  void end_step(Comm& world);
+  // Pseudo-to-Real's delink: layer l takes the scales of the weight group it used (group_of[l]).
+  void delink(const std::vector<long long>& group_of);
+};
+
+// Operand `op` of linear `lin` of weight group wl cast into tmp by f (returned), or x itself when f is null (the
+// models' one call site for the casts: Gpt::f8, Gpt2d's SUMMA operands).
+template <class T>
+const T* fp8_operand(Fp8State* f, Buf<T>& tmp, const T* x, long n, int wl, int lin, Fp8Operand op, bool record = true) {
+  return f ? f->cast(tmp, x, n, f->slot(wl, lin, op), record) : x;
+}
+
+}  // namespace tp::exec

@@ -1,0 +1,395 @@
+// chunk_store: the executor's PatrickStar chunk manager over a real arena. See chunk_store.hpp.
+// Every move of tensor data goes through the current backend (exec/backends/backend.hpp): host flat buffers -> arena is
+// a host-to-device copy, arena -> host a device-to-host copy, zeroing a gradient slot the fill op. The arena is
+// allocated with the current backend's alloc (on the CPU backend operator new, so `validate` keeps counting it
+// in the tracked heap; on emu registered memory its checked ops accept); its compaction is a host memmove where
+// the host can read the arena, device-to-device copies otherwise. On a backend that is not host-accessible the
+// "host" flat buffers are pinned host memory (the runtime allocates them so; ops may take them).
+#include "exec/runtime/offload/chunk_store.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <stdexcept>
+
+#include "exec/backends/backend.hpp"
+#include "exec/backends/ops.hpp"
+#include "exec/prof/prof.hpp"
+
+namespace tp::exec {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+template <class T>
+void move(T* dst, const T* src, long long n, CopyKind kind) {
+  current_backend().copy(dst, src, sizeof(T) * (size_t)n, kind, Stream{});
+}
+// An overlapping move down inside the arena (dst < src): a memmove where the host can read the arena; on a
+// device, device-to-device copies of pieces no longer than the gap (each piece's destination was read by the
+// piece before it, so no copy overlaps itself).
+template <class T>
+void shift_down(T* dst, const T* src, long long n) {
+  const Backend& be = current_backend();
+  if (be.host_accessible) {
+    std::memmove(dst, src, sizeof(T) * (size_t)n);
+    return;
+  }
+  const long long gap = src - dst;
+  for (long long i = 0; i < n; i += gap)
+    be.copy(dst + i, src + i, sizeof(T) * (size_t)std::min(gap, n - i), CopyKind::device_to_device, Stream{});
+}
+}  // namespace
+
+template <class T>
+ChunkStore<T>::ChunkStore(const std::vector<ChunkTensor>& tensors, int parts, long long chunk_elements,
+                          double budget_bytes, double warmup_fraction, T* host_params, T* host_grads,
+                          std::vector<T*>& ptab, std::vector<T*>& gtab)
+    : tensors_(tensors), E_(chunk_elements), budget_(budget_bytes), warm_fraction_(warmup_fraction), hp_(host_params),
+      hg_(host_grads), pt_(ptab), gt_(gtab) {
+  if (!(budget_bytes >= 0)) throw std::invalid_argument("chunk store: negative budget");
+  ChunkSimInput in;
+  in.parts = parts;
+  in.chunk_elements = chunk_elements;
+  std::vector<int> group(tensors.size());  // per tensor: its simulator-level tensor (joined runs are one)
+  for (size_t t = 0; t < tensors.size(); ++t) {
+    const ChunkTensor& x = tensors[t];
+    if (x.view < 0 || x.view >= (int)ptab.size() || x.view >= (int)gtab.size())
+      throw std::invalid_argument("chunk store: tensor view outside the pointer tables");
+    if (t > 0 && x.joined) {
+      if (x.part != tensors[t - 1].part) throw std::invalid_argument("chunk store: a joined tensor changes part");
+      in.tensor_elements.back() += (double)x.count;
+    } else {
+      in.tensor_elements.push_back((double)x.count);
+      in.tensor_part.push_back(x.part);
+    }
+    group[t] = (int)in.tensor_elements.size() - 1;
+  }
+  lay_ = layout_chunks(in);  // the simulator's layout (given order, never split)
+  const int n = (int)lay_.chunk_elements.size();
+  cap_.resize(n);
+  tensors_of_.assign(n, {});
+  toff_.assign(tensors.size(), 0);
+  chunk_of_.assign(tensors.size(), 0);
+  std::vector<long long> used(n, 0);
+  for (size_t t = 0; t < tensors.size(); ++t) {
+    int c = chunk_of_[t] = lay_.chunk_of_tensor[group[t]];
+    toff_[t] = used[c];
+    used[c] += tensors[t].count;
+    tensors_of_[c].push_back((int)t);
+  }
+  chunks_of_part_.assign(parts, {});
+  long long total = 0;
+  for (int c = 0; c < n; ++c) {
+    cap_[c] = (long long)lay_.chunk_elements[c];
+    total += cap_[c];
+    for (int p : lay_.parts_of_chunk[c]) chunks_of_part_[p].push_back(c);
+  }
+  arena_elems_ = std::min(total, (long long)(budget_bytes / sizeof(T)));
+  const Backend& be = current_backend();
+  arena_ = std::unique_ptr<T, ArenaFree>(static_cast<T*>(be.alloc(sizeof(T) * (size_t)std::max(1LL, arena_elems_))),
+                                         ArenaFree{&be});
+  if (!arena_) throw std::bad_alloc();
+  slot_.assign(n, -1);
+  gslot_.assign(n, 0);
+  pinned_.assign(n, 0);
+  trace_.assign(n, {});
+  for (int c = 0; c < n; ++c) point(c, false);
+}
+
+template <class T>
+void ChunkStore<T>::ArenaFree::operator()(T* p) const {
+  if (be) be->free(p);
+}
+
+template <class T>
+std::vector<int> ChunkStore<T>::chunks_of(const std::vector<int>& parts) const {
+  std::vector<int> cs;
+  for (int p : parts) {
+    if (p < 0 || p >= (int)chunks_of_part_.size()) throw std::invalid_argument("chunk store: part out of range");
+    cs.insert(cs.end(), chunks_of_part_[p].begin(), chunks_of_part_[p].end());
+  }
+  std::sort(cs.begin(), cs.end());
+  cs.erase(std::unique(cs.begin(), cs.end()), cs.end());
+  return cs;
+}
+
+template <class T>
+double ChunkStore<T>::bytes_of_parts(const std::vector<int>& parts) const {
+  double b = 0;
+  for (int c : chunks_of(parts)) b += chunk_bytes(c);
+  return b;
+}
+
+template <class T>
+void ChunkStore<T>::point(int c, bool at_arena) {
+  for (int t : tensors_of_[c]) {
+    const ChunkTensor& x = tensors_[t];
+    if (at_arena) {  // the slot holds the parameters (P) or, after their last use in the step, the gradients (G)
+      T* s = arena_.get() + slot_[c] + toff_[t];
+      pt_[x.view] = gslot_[c] ? hp_ + x.offset : s;
+      gt_[x.view] = gslot_[c] ? s : hg_ + x.offset;
+    } else {
+      pt_[x.view] = hp_ + x.offset;
+      gt_[x.view] = hg_ + x.offset;
+    }
+  }
+}
+
+template <class T>
+long long ChunkStore<T>::place(long long elems) {
+  long long prev = 0;
+  for (const auto& [off, c] : slots_) {
+    if (off - prev >= elems) return prev;
+    prev = off + cap_[c];
+  }
+  return arena_elems_ - prev >= elems ? prev : -1;
+}
+
+template <class T>
+void ChunkStore<T>::compact() {
+  std::map<long long, int> moved;
+  long long prev = 0;
+  for (const auto& [off, c] : slots_) {
+    if (off != prev) shift_down(arena_.get() + prev, arena_.get() + off, cap_[c]);
+    slot_[c] = prev;
+    moved[prev] = c;
+    if (!host_phase_) point(c, true);
+    prev += cap_[c];
+  }
+  slots_.swap(moved);
+  ++st_.compactions;
+}
+
+template <class T>
+void ChunkStore<T>::load(int c, int moment) {
+  const long long need = cap_[c];
+  long long off = place(need);
+  if (off < 0) {
+    compact();
+    off = place(need);
+  }
+  if (off < 0) throw std::logic_error("chunk store: the arena cannot hold the chunks of a moment (budget too small)");
+  slot_[c] = off;
+  slots_[off] = c;
+  T* s = arena_.get() + off;
+  auto t0 = Clock::now();
+  double bytes = 0;
+  for (int t : tensors_of_[c]) {
+    const ChunkTensor& x = tensors_[t];
+    move(s + toff_[t], hp_ + x.offset, x.count, CopyKind::host_to_device);
+    bytes += (double)sizeof(T) * x.count;
+  }
+  gslot_[c] = 0;
+  st_.h2d_s += since(t0);
+  st_.h2d_bytes += bytes;
+  ++st_.h2d_moves;
+  resident_bytes_ += chunk_bytes(c);
+  st_.peak_resident_bytes = std::max(st_.peak_resident_bytes, resident_bytes_);
+  win_resident_ = std::max(win_resident_, resident_bytes_);
+  point(c, true);
+  if (keep_log) log.push_back({steps_, moment, c, true});
+}
+
+template <class T>
+void ChunkStore<T>::evict(int c, int moment) {
+  if (pinned_[c]) throw std::logic_error("chunk store: evicting a pinned chunk");
+  const T* s = arena_.get() + slot_[c];
+  auto t0 = Clock::now();
+  double bytes = 0;
+  for (int t : tensors_of_[c]) {
+    const ChunkTensor& x = tensors_[t];
+    move((gslot_[c] ? hg_ : hp_) + x.offset, s + toff_[t], x.count, CopyKind::device_to_host);
+    bytes += (double)sizeof(T) * x.count;
+  }
+  gslot_[c] = 0;
+  st_.d2h_s += since(t0);
+  st_.d2h_bytes += bytes;
+  ++st_.d2h_moves;
+  slots_.erase(slot_[c]);
+  slot_[c] = -1;
+  resident_bytes_ -= chunk_bytes(c);
+  point(c, false);
+  if (keep_log) log.push_back({steps_, moment, c, false});
+}
+
+template <class T>
+int ChunkStore<T>::next_use(int c, int k) const {
+  const int Tm = moments_;
+  const auto& tr = trace_[c];
+  auto it = std::upper_bound(tr.begin(), tr.end(), k);
+  if (it != tr.end()) return *it;
+  return tr.empty() ? 2 * Tm : Tm + tr.front();
+}
+
+template <class T>
+void ChunkStore<T>::evict_to(double budget, int moment) {
+  double incoming = 0;
+  for (int c : pinned_list_)
+    if (slot_[c] < 0) incoming += chunk_bytes(c);
+  while (resident_bytes_ + incoming > budget) {
+    int victim = -1, best = -1;
+    for (int c = 0; c < chunks(); ++c) {
+      if (slot_[c] < 0 || pinned_[c]) continue;
+      const int key = warm_ ? 0 : next_use(c, moment);
+      if (victim < 0 || key > best) victim = c, best = key;  // strict: ties keep the lowest id
+    }
+    if (victim < 0) break;
+    evict(victim, moment);
+  }
+}
+
+template <class T>
+double ChunkStore<T>::moment_budget(int moment) const {
+  if (warm_ || nonmodel_.empty()) return warm_ ? warm_fraction_ * budget_ : budget_;
+  const int Tm = moments_;
+  auto nm = [&](int k) { return k >= 0 && k < (int)nonmodel_.size() ? nonmodel_[k] : 0.0; };
+  return budget_ - std::max(nm(moment), nm((moment + 1) % std::max(1, Tm)));
+}
+
+template <class T>
+void ChunkStore<T>::close_window(bool device_side) {
+  const double w = std::max(0.0, prof::heap_window_peak_bytes() - heap_base_);
+  const double nm = device_side ? w : 0.0;
+  if (warm_ && win_moment_ >= 0) {
+    if ((int)nonmodel_.size() <= win_moment_) nonmodel_.resize(win_moment_ + 1, 0.0);
+    nonmodel_[win_moment_] = std::max(nonmodel_[win_moment_], nm);
+  }
+  st_.peak_nonmodel_bytes = std::max(st_.peak_nonmodel_bytes, nm);
+  st_.peak_device_bytes = std::max(st_.peak_device_bytes, win_resident_ + nm);
+  prof::heap_window_reset();
+  win_resident_ = resident_bytes_;
+}
+
+template <class T>
+void ChunkStore<T>::begin_step() {
+  st_ = ChunkStepStats{};
+  st_.peak_resident_bytes = resident_bytes_;
+  max_moment_ = -1;
+  heap_base_ = prof::heap_live_bytes();  // host pools, arena, batches: what is live between steps
+  prof::heap_window_reset();
+  win_resident_ = resident_bytes_;
+  win_moment_ = -1;
+}
+
+template <class T>
+void ChunkStore<T>::release() {
+  // PatrickStar's gradient reuse: a chunk whose parameters are not used again this step (its last access of
+  // the warm-up trace, the backward) takes its gradients into its parameter slot; the host keeps the master
+  // parameters, which the pointer table now names.
+  if (!warm_ && cur_moment_ >= 0)
+    for (int c : pinned_list_)
+      if (slot_[c] >= 0 && !gslot_[c] && !trace_[c].empty() && trace_[c].back() == cur_moment_) {
+        T* s = arena_.get() + slot_[c];
+        for (int t : tensors_of_[c]) {
+          const ChunkTensor& x = tensors_[t];
+          move(s + toff_[t], hg_ + x.offset, x.count, CopyKind::host_to_device);
+          st_.grad_reuse_bytes += (double)sizeof(T) * x.count;
+        }
+        gslot_[c] = 1;
+        point(c, true);
+      }
+  for (int c : pinned_list_) pinned_[c] = 0;
+  pinned_list_.clear();
+  cur_moment_ = -1;
+}
+
+template <class T>
+void ChunkStore<T>::access(int moment, const std::vector<int>& parts) {
+  if (host_phase_) throw std::logic_error("chunk store: access during the host (optimizer) phase");
+  close_window(true);
+  release();
+  pinned_list_ = chunks_of(parts);
+  for (int c : pinned_list_) {
+    pinned_[c] = 1;
+    if (warm_ && (trace_[c].empty() || trace_[c].back() != moment)) trace_[c].push_back(moment);
+  }
+  max_moment_ = std::max(max_moment_, moment);
+  evict_to(moment_budget(moment), moment);
+  win_resident_ = resident_bytes_;  // evictions come first; the loads below raise it
+  for (int c : pinned_list_) {
+    if (slot_[c] >= 0 && gslot_[c]) evict(c, moment);  // its gradients are in the slot: it needs its parameters
+    if (slot_[c] < 0) load(c, moment);
+  }
+  cur_moment_ = moment;
+  win_moment_ = moment;
+}
+
+template <class T>
+void ChunkStore<T>::zero_resident_grads() {
+  for (const auto& [off, c] : slots_)
+    if (gslot_[c]) ops::fill(arena_.get() + off, T(0), (long)cap_[c]);
+}
+
+template <class T>
+void ChunkStore<T>::host_phase_begin(int moment) {
+  close_window(true);
+  release();
+  max_moment_ = std::max(max_moment_, moment);
+  win_moment_ = moment;
+  evict_to(budget_ - 16.0 * (double)E_, moment);
+  auto t0 = Clock::now();
+  for (const auto& [off, c] : slots_) {
+    if (gslot_[c])  // its gradients go to the host for CPU Adam (a P slot's gradients are already there)
+      for (int t : tensors_of_[c]) {
+        const ChunkTensor& x = tensors_[t];
+        move(hg_ + x.offset, arena_.get() + off + toff_[t], x.count, CopyKind::device_to_host);
+        st_.adam_d2h_bytes += (double)sizeof(T) * x.count;
+      }
+    gslot_[c] = 0;
+    point(c, false);
+  }
+  st_.d2h_s += since(t0);
+  win_resident_ = resident_bytes_;
+  host_phase_ = true;
+}
+
+template <class T>
+void ChunkStore<T>::host_phase_end() {
+  close_window(false);  // CPU Adam's temporaries are host memory
+  auto t0 = Clock::now();
+  for (const auto& [off, c] : slots_) {
+    for (int t : tensors_of_[c]) {
+      const ChunkTensor& x = tensors_[t];
+      move(arena_.get() + off + toff_[t], hp_ + x.offset, x.count, CopyKind::host_to_device);
+      st_.adam_h2d_bytes += (double)sizeof(T) * x.count;
+    }
+    gslot_[c] = 0;
+    point(c, true);
+  }
+  st_.h2d_s += since(t0);
+  host_phase_ = false;
+  win_moment_ = -1;
+}
+
+template <class T>
+void ChunkStore<T>::evict_all() {
+  release();
+  if (host_phase_) throw std::logic_error("chunk store: evict_all during the host phase");
+  for (int c = 0; c < chunks(); ++c)
+    if (slot_[c] >= 0) evict(c, -1);
+}
+
+template <class T>
+void ChunkStore<T>::reset_trace() {
+  warm_ = true;
+  for (auto& tr : trace_) tr.clear();
+  nonmodel_.clear();
+}
+
+template <class T>
+ChunkStepStats ChunkStore<T>::end_step() {
+  close_window(win_moment_ >= 0 && !host_phase_);
+  release();
+  if (warm_) {  // the warm-up step's accesses are the trace from now on
+    warm_ = false;
+    moments_ = max_moment_ + 1;
+  }
+  ++steps_;
+  return st_;
+}
+
+template class ChunkStore<float>;
+template class ChunkStore<double>;
+
+}  // namespace tp::exec

@@ -1,0 +1,179 @@
+// exec/runtime/offload/: the runtime's offload stores: chunks (this file, runtime_chunks.cpp), optimizer offload
+// (host_optimizer.hpp) and granular offload (runtime_granular).
+// chunk_store: PatrickStar chunk-based offload for the executor (plan.offload {"kind": "chunked"}), the same
+// policy as the simulator's chunk manager (sim/chunks.hpp), applied to real memory.
+//
+// Memory. The HOST POOL is the rank's flat parameter and gradient buffers themselves (plain host arrays,
+// exec/model/gpt.hpp). The DEVICE POOL is one arena allocated once, of min(budget, all chunk slots) bytes (a budget
+// larger than every chunk never needs more; backend memory from the current backend's alloc, on the CPU backend
+// its own heap block). A chunk resident on
+// the device lives in one arena SLOT of its capacity: its parameters (state P), or, once its parameters are not
+// used again in the step, its gradients (state G). That is PatrickStar's gradient reuse of the fp16 param
+// chunk (the executor's elements are fp32 / fp64): at the release of a chunk's last access of the warm-up
+// trace (the backward of its earliest layer, which accumulated its gradient into the flat buffer; on a GPU
+// that is autograd's temporary), the chunk's gradients are copied into its slot (grad_reuse_bytes, not a
+// move) and the host keeps the master parameters. Until then the gradients accumulate in the flat buffer. A
+// move is a real memcpy of the slot's content (P: parameters, G: gradients) between the flat buffers and the
+// slot (counted in bytes actually copied and timed); a G chunk accessed again (only without an optimizer
+// phase) goes back to the host and reloads its parameters. Slots are placed first-fit; when the free bytes
+// suffice but no hole does, the arena is compacted (resident slots slide down; not a move).
+// Pointer tables. Every tensor (parameter view) of the store has an entry in the caller's per-view tables
+// (params and grads): the address of its AUTHORITATIVE copy — the arena slot for the content the slot holds
+// (P: the parameters, G: the gradients), the flat buffer otherwise. The model (Gpt / Gpt2d::p, g) and the runtime's ZeRO copies read and write through them.
+//
+// Policy (sim/chunks.hpp conventions, world = 1):
+// - Layout: layout_chunks over the tensors in the given order (a tensor is never split; a larger tensor gets a
+//   chunk of its own sized to it); bytes of a chunk = capacity x sizeof(T) (slots are allocated whole). A
+//   tensor flagged `joined` is packed with the tensors before it as ONE simulator tensor (never split from
+//   them): the runtime lists each layer's QKV, projection, fc1, fc2 weights, then its small views joined, the
+//   embedding's and the head's views joined, exactly the simulator's list (sim/chunk_offload.cpp), so both
+//   sides have the same chunks. layout() is that simulator-level layout; chunk_of(t) maps a store tensor.
+// - Moments: access(k, parts) at moment k of a step (the runtime: one per run, in order), then host_phase_begin
+//   (k = the ADAM moment). The FIRST step (and the first after reset_trace) is the warm-up: it records which
+//   moments touch each chunk.
+// - Per access, in this order: unpin the previous moment's chunks, pin (COMPUTE) the chunks of `parts`; evict
+//   (D2H) unpinned resident chunks while resident + incoming bytes > budget[k]; load (H2D) the needed chunks in
+//   chunk order. Budgets: warm-up steps warmup_fraction x budget; later steps, as PatrickStar and the
+//   simulator, budget - max(nonmodel[k], nonmodel[k+1]) (k+1 wraps to moment 0), where nonmodel[k] is the
+//   warm-up step's non-model device memory during moment k: the peak of the tracked heap (prof::track_heap,
+//   as `trainplan validate` runs) above its level at the step's start (activations and scratch; the host
+//   pools and the arena are live before the step); 0 when the heap is not tracked, so a plain run keeps the
+//   whole budget. The ADAM moment: budget - 16 x chunk_elements bytes in every step (the simulator's
+//   `overall - 16 E`, PatrickStar's `overall - 4 * chunk_size * 4`). If nothing more can be evicted the loads
+//   proceed: the runtime checks beforehand that every moment's chunks fit the budget (fits_error), so the
+//   arena always holds them.
+// - Victim: warm-up, the lowest chunk id; later, Belady on the warm-up trace: the chunk whose next access
+//   after moment k is farthest (not again this step: T + its first access; never accessed: 2T, T = moments
+//   per step including ADAM), ties to the lowest chunk id.
+// - Adam is CPU Adam for every chunk (optimizer state stays in host arrays; no hybrid GPU Adam):
+//   host_phase_begin evicts to the ADAM budget, copies the gradients of the resident G chunks D2H and points every
+//   table entry at the flat buffers; the optimizer then works on the flat buffers; host_phase_end copies the
+//   updated parameters of the resident chunks H2D and points the tables back at the arena. These copies count
+//   as adam_{d2h,h2d}_bytes (the simulator's "CPU-Adam chunk whose fp16 chunk is on the GPU"), not as moves.
+//   Parameters on the host stay valid for everything the optimizer reads: only the optimizer and ZeRO-3
+//   all-gathers write parameters, and an all-gather rewrites this rank's own slice with the same values.
+// Device memory (ChunkStepStats::peak_device_bytes, what `validate` compares with the simulator's peak): per
+// moment, the resident slot bytes after its loads plus its non-model bytes (above); the optimizer phase counts
+// its slots only (CPU Adam's temporaries are host memory).
+// Invariants (tested in tests/exec/test_chunk_store.cpp): resident bytes never exceed the arena (and, after
+// an access, the moment's budget unless only pinned chunks are resident); a pinned chunk is never evicted;
+// every moved byte is counted; the results of a run do not depend on the budget (copies are exact).
+#pragma once
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "sim/chunks.hpp"
+
+namespace tp::exec {
+
+struct Backend;
+
+// One tensor of the store: a view [offset, offset + count) of the flat buffers, its access part and its index
+// in the pointer tables; `joined`: packed with the previous tensor as one simulator tensor (same part).
+struct ChunkTensor {
+  long long offset = 0, count = 0;
+  int part = 0;
+  int view = 0;
+  bool joined = false;
+};
+
+// What one step moved (bytes actually copied; seconds measured around the memcpys).
+struct ChunkStepStats {
+  double h2d_bytes = 0, d2h_bytes = 0, h2d_s = 0, d2h_s = 0;
+  long long h2d_moves = 0, d2h_moves = 0;
+  double adam_h2d_bytes = 0, adam_d2h_bytes = 0;  // CPU Adam: grads of resident chunks out, params back
+  long long compactions = 0;
+  double peak_resident_bytes = 0;  // peak arena bytes held by resident chunk slots (capacity-based)
+  double grad_reuse_bytes = 0;     // gradients placed into their chunk's parameter slot after its last use
+  // Device memory as the simulator counts it (needs prof::track_heap, else the non-model part is 0): per
+  // moment, the resident slots plus the tracked heap's growth above the step's start (activations, scratch).
+  double peak_nonmodel_bytes = 0, peak_device_bytes = 0;
+};
+
+struct ChunkMoveLog {
+  int step = 0, moment = 0, chunk = 0;
+  bool to_device = false;
+};
+
+template <class T>
+class ChunkStore {
+ public:
+  // tensors in packing order (see Layout); parts = number of access parts (tensor.part < parts); the flat host buffers and
+  // the per-view pointer tables (entries of the store's tensors are set to the host addresses here).
+  ChunkStore(const std::vector<ChunkTensor>& tensors, int parts, long long chunk_elements, double budget_bytes,
+             double warmup_fraction, T* host_params, T* host_grads, std::vector<T*>& ptab, std::vector<T*>& gtab);
+
+  const ChunkLayout& layout() const { return lay_; }  // over the simulator-level tensors (joined runs as one)
+  int chunk_of(int tensor) const { return chunk_of_[tensor]; }
+  int chunks() const { return (int)cap_.size(); }
+  double chunk_bytes(int c) const { return (double)cap_[c] * sizeof(T); }
+  double budget_bytes() const { return budget_; }
+  double arena_bytes() const { return (double)arena_elems_ * sizeof(T); }
+  double bytes_of_parts(const std::vector<int>& parts) const;  // slot bytes of the chunks these parts touch
+  std::vector<int> chunks_of(const std::vector<int>& parts) const;  // sorted, unique
+  bool warmup() const { return warm_; }
+
+  void begin_step();                 // resets the step's stats
+  void access(int moment, const std::vector<int>& parts);
+  void release();                    // unpins the current moment's chunks
+  void zero_resident_grads();        // the gradient halves of resident slots (the flat grads are the caller's)
+  void host_phase_begin(int moment); // the ADAM moment (see above)
+  void host_phase_end();
+  void evict_all();                  // every resident chunk back to the host (e.g. before the runtime rewrites them)
+  void reset_trace();                // the next step is a warm-up again (the access pattern changed)
+  ChunkStepStats end_step();         // closes the step (a warm-up step fixes the trace) and returns its stats
+
+  // Introspection for tests.
+  bool resident(int c) const { return slot_[c] >= 0; }
+  bool pinned(int c) const { return pinned_[c] != 0; }
+  double resident_bytes() const { return resident_bytes_; }
+  const std::vector<std::vector<int>>& trace() const { return trace_; }
+  bool keep_log = false;
+  std::vector<ChunkMoveLog> log;
+
+ private:
+  void evict(int c, int moment);
+  void load(int c, int moment);
+  long long place(long long elems);  // slot offset in the arena, -1 if no hole fits
+  void compact();
+  void point(int c, bool at_arena);
+  int next_use(int c, int k) const;
+  void evict_to(double budget, int moment);
+  double moment_budget(int moment) const;
+  void close_window(bool device_side);
+
+  std::vector<ChunkTensor> tensors_;
+  ChunkLayout lay_;
+  std::vector<long long> cap_;                    // capacity per chunk (elements)
+  std::vector<std::vector<int>> tensors_of_;      // per chunk, in order
+  std::vector<long long> toff_;                   // per tensor: offset inside its chunk
+  std::vector<int> chunk_of_;                     // per tensor: its chunk
+  std::vector<std::vector<int>> chunks_of_part_;  // per part, sorted
+  long long E_ = 0;
+  double budget_ = 0, warm_fraction_ = 1;
+  T *hp_ = nullptr, *hg_ = nullptr;
+  std::vector<T*>&pt_, &gt_;
+  struct ArenaFree {  // the arena is backend memory (ops run on it), freed by the backend that allocated it
+    const Backend* be = nullptr;
+    void operator()(T* p) const;
+  };
+  std::unique_ptr<T, ArenaFree> arena_;
+  long long arena_elems_ = 0;
+  std::vector<long long> slot_;                   // per chunk: slot offset (elements) or -1
+  std::vector<char> gslot_;                       // per resident chunk: its slot holds the gradients
+  std::map<long long, int> slots_;                // offset -> chunk
+  std::vector<char> pinned_;
+  std::vector<int> pinned_list_;
+  double resident_bytes_ = 0;
+  bool warm_ = true, host_phase_ = false;
+  int steps_ = 0, moments_ = 0, max_moment_ = -1;
+  std::vector<std::vector<int>> trace_;           // per chunk: moments of the warm-up step that accessed it
+  std::vector<double> nonmodel_;                  // per moment: the warm-up step's peak non-model bytes
+  double heap_base_ = 0, win_resident_ = 0;       // window (one moment): heap at step start, peak resident
+  int win_moment_ = -1, cur_moment_ = -1;
+  ChunkStepStats st_;
+};
+
+}  // namespace tp::exec

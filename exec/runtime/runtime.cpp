@@ -1,0 +1,307 @@
+// runtime: `trainplan run` on one rank (RankRun, exec/runtime/runtime_rank.hpp, whose header gives the design): its
+// setup (communicators, parameter units, ownership, offload stores); run_training picks the backend and the
+// precision. The step loop is in exec/runtime/runtime_step.cpp, the updates between steps in exec/runtime/runtime_update.cpp.
+#include "exec/runtime/runtime_rank.hpp"
+
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
+
+#include "exec/comm/comm_classed.hpp"
+#include "exec/runtime/device_oom.hpp"  // run_training's message for a device out of memory (sim::simulate)
+
+namespace tp::exec {
+namespace detail {
+
+// This rank's coordinates, sizes and communicators (tp, dp, pp, the tied embedding's, cp, ep and expert-dp).
+template <class T>
+void RankRun<T>::make_groups() {
+  rc = rank_coord(p, world.rank());
+  lay = stage_layout(p, sc.model.layers);
+  L = sc.model.layers;
+  m = p.num_microbatches;
+  gb = sc.training.global_batch;
+  b = p.microbatch;
+  Tn = sc.training.seq_len;
+  Tl = Tn / p.cp;
+  C = sc.model.hidden;
+  nchunks = lay.num_model_chunks();
+  first_stage = lay.stage_of(0);
+  last_stage = lay.stage_of(nchunks - 1);
+  const int S = 1 << 20;
+  tp = prof::classed(world.split(rc.dp + p.data_ranks() * rc.stage, rc.tp), prof::Cls::tp_comm);
+  dp = world.split(S + rc.tp + p.tp * rc.stage, rc.dp);
+  pp = prof::classed(world.split(2 * S + rc.tp + p.tp * rc.dp, rc.stage), prof::Cls::pp_comm);
+  bool in_emb = p.pp > 1 && sc.model.tied_embeddings && (rc.stage == first_stage || rc.stage == last_stage);
+  emb = world.split(in_emb ? 3 * S + rc.tp + p.tp * rc.dp : -1, rc.stage);
+  if (p.cp > 1) {  // the cp group: data ranks [cp * dp_rank, +cp) of this tp rank and stage (models/plan.hpp)
+    cpc = world.split(4 * S + rc.tp + p.tp * (rc.dp / p.cp + p.dp * rc.stage), rc.dp % p.cp);
+    cpx = CpCtx{cpc.get(), p.cp, rc.dp % p.cp, (long)Tn};
+    cpx.flash = p.attention == Attention::flash;
+  }
+  if (p.ep > 1) {  // the ep group: ep consecutive dp ranks of this tp rank and stage (exec/model/moe.hpp); the
+    // expert-dp group: the dp ranks of this tp rank and stage with my ep rank (they hold my experts)
+    epc = world.split(5 * S + rc.tp + p.tp * (rc.dp / p.ep + p.dp * rc.stage), rc.dp % p.ep);
+    edpc = world.split(6 * S + rc.tp + p.tp * (rc.dp % p.ep + p.ep * rc.stage), rc.dp / p.ep);
+  }
+}
+
+template <class T>
+void RankRun<T>::setup() {
+  make_groups();
+  init_model<T>(sc, rc.tp, *tp, model, gl, replicated_view, grid_row, grid_col, p.ep > 1 ? rc.dp % p.ep : 0);
+  model.d1.ep = epc.get();
+  model.d1.pack_operands16 = bf16_acts();  // (bf16: every GEMM operand packed once, where it is made)
+  f8 = Fp8State::for_scenario(sc);
+  if (f8.on()) {
+    if (start && !start->fp8_scale.empty()) f8.scale = start->fp8_scale;  // Pseudo-to-Real's handover
+    model.d1.fp8 = model.d2.fp8 = &f8;
+  }
+  // (model.d1.moe_aux_weight: per phase, RankRun::enter_phase)
+  const long long state = plan_units();
+  // Chunked offload on a backend that is not host-accessible: the store's host side (flat parameters and
+  // gradients, the optimizer state) is pinned host memory, which the host Adam reads and the ops may also take.
+  host_flat = p.offload.kind == OffloadKind::chunked && !current_backend().host_accessible;
+  {
+    std::optional<BackendScope> pinned;
+    if (host_flat) {  // (a Buf keeps the allocator of its construction: fresh ones take the pinned scope's)
+      pinned.emplace(pinned_variant(current_backend()));
+      for (Buf<T>* b : {&params, &grads, &m1, &m2, &gshard}) *b = Buf<T>();
+    }
+    // The seed's model, or Pseudo-to-Real's handed weights (the handover's weights' pass: RankRun::place_handed).
+    place_parameters(start ? place_handed() : seeded_params<T>(sc, model, gl, o.seed), state);
+    place_gradients_and_state(state);
+  }  // (the chunk store's arena below is device memory)
+  if (p.offload.kind == OffloadKind::chunked) make_chunk_store();
+}
+
+// Units (embedding, layers, head) and which this rank holds; per owned unit one own range per segment (ZeRO:
+// this data rank's slice) with its offset in the optimizer state; granular offload's host side. Returns the
+// optimizer state's length on the device.
+template <class T>
+long long RankRun<T>::plan_units() {
+  units.resize(L + 2);
+  units[0] = Unit{gl.embed_begin, gl.embed_end, 0, rc.stage == first_stage || (sc.model.tied_embeddings && rc.stage == last_stage)};
+  for (long long l = 0; l < L; ++l)
+    units[unit_of_layer(l)] = Unit{gl.layer_begin[l], gl.layer_end[l], 0, stage_of_layer(l) == rc.stage, gl.expert_begin[l]};
+  units[L + 1] = Unit{gl.head_begin, gl.head_end, 0, rc.stage == last_stage};
+  units[0].x = units[0].b;
+  units[L + 1].x = units[L + 1].b;
+  hold_weight_groups();
+  long long state = 0, hstate = 0;  // the moments' length on the device / host (granular offload)
+  std::vector<char> goff(units.size(), 0);
+  std::vector<long long> hlen, horigin;  // granular: per unit, its host length and flat start (zparam: the slice)
+  zparam = p.zero >= 3 && p.data_ranks() > 1 && p.offload.kind != OffloadKind::chunked;
+  // Granular: the offloaded units (target "experts": the MoE layers, only their experts go to the host).
+  const bool experts_only = p.offload.experts_only;
+  if (p.offload.kind == OffloadKind::granular)
+    for (int l : p.offload.layers) {
+      const Unit& u = units[unit_of_layer(l)];
+      goff[unit_of_layer(l)] = u.owned && (!experts_only || u.x < u.b);
+    }
+  for (Unit& u : units) {
+    const int ui = int(&u - units.data());
+    u.slice = p.zero >= 1 ? (u.x - u.a + p.data_ranks() - 1) / p.data_ranks() : u.x - u.a;
+    const int en = seg(ui, 1).n;
+    u.eslice = p.zero >= 1 ? (u.b - u.x + en - 1) / en : u.b - u.x;
+    dev_end.push_back(!goff[ui] ? u.b : experts_only ? u.x : u.a);
+    // granular host side: [dev_end, b) (experts only: the expert segment); zparam: the rank's slices of the
+    // segments on the host, one after the other (hoff)
+    const bool sliced = zparam && is_layer_unit(ui);
+    long long hl = sliced ? 0 : u.b - dev_end.back();
+    for (int si = 0; u.owned && si < nseg(ui); ++si) {  // an own range per segment
+      const Seg sg = seg(ui, si);
+      const bool host = goff[ui] && sg.lo >= dev_end[ui];
+      long long a = p.zero >= 1 ? sg.lo + sg.r * sg.slice : sg.lo;
+      long long z = p.zero >= 1 ? std::min(sg.hi, a + sg.slice) : sg.hi;
+      own.push_back({a, std::max(a, z)});
+      own_unit.push_back(ui);
+      own_seg.push_back(si);
+      hoff.push_back(host && sliced ? hl : -1);
+      if (host && sliced) hl += sg.slice;
+      long long& at = host ? hstate : state;
+      own_off.push_back(at);
+      at += sg.slice;  // padded: every own range gets its full slice
+    }
+    hlen.push_back(hl);
+    horigin.push_back(sliced ? -1 : dev_end.back());  // (zparam: own ranges through hoff)
+  }
+  if (p.offload.kind == OffloadKind::granular) gran.init(goff, hlen, horigin, hstate);
+  return state;
+}
+
+// The rank holds only its stage's units: a compact buffer of the owned units in layout order; flat (layout)
+// offsets map to it through cbase (P / Gd). Views of other stages' units get no storage. zparam: the owned
+// layers are only their slices (pslice, by own range; granular: on the host). `src` gives the initial
+// parameters of a flat range (params_needed's ranges or parts of them) in host memory.
+template <class T>
+void RankRun<T>::place_parameters(const ParamSource<T>& src, long long state) {
+  std::vector<T> tmp;
+  auto put = [&](T* dst, long long a, long long z) {  // flat [a, z) into backend memory at dst
+    tmp.resize((size_t)(z - a));
+    src(a, z, tmp.data());
+    upload(dst, tmp.data(), z - a);
+  };
+  long long n = 0;
+  cbase.assign(units.size(), -1);
+  for (size_t ui = 0; ui < units.size(); ++ui)
+    if (units[ui].owned && !(zparam && is_layer_unit((int)ui)) && dev_end[ui] > units[ui].a) {  // [a, dev_end)
+      cbase[ui] = n;
+      n += dev_end[ui] - units[ui].a;
+    }
+  zeros(params, n);
+  for (size_t ui = 0; ui < units.size(); ++ui) {
+    if (cbase[ui] >= 0) put(params.data() + cbase[ui], units[ui].a, dev_end[ui]);
+    if (gran.is_off((int)ui) && !(zparam && is_layer_unit((int)ui))) src(dev_end[ui], units[ui].b, gran.param((int)ui));
+  }
+  for (size_t k = 0; k < own.size(); ++k)  // zparam: the own slices on the host
+    if (hoff[k] >= 0) src(own[k].first, own[k].second, host_slice(k));
+  if (zparam) zeros(pslice, state);
+  for (size_t ui = 0; zparam && ui < units.size(); ++ui)
+    for (int si = 0; units[ui].owned && is_layer_unit((int)ui) && si < nseg((int)ui); ++si) {
+      size_t k = own_index((int)ui) + si;
+      if (hoff[k] >= 0) continue;  // on the host
+      put(pslice.data() + own_off[k], own[k].first, own[k].second);
+    }
+  uparam.resize(units.size());
+}
+
+// The flat ranges place_parameters takes: each owned unit whole, a zparam layer's own slices (ascending).
+template <class T>
+std::vector<std::pair<long long, long long>> RankRun<T>::params_needed() const {
+  std::vector<std::pair<long long, long long>> r;
+  for (size_t ui = 0; ui < units.size(); ++ui) {
+    if (!units[ui].owned) continue;
+    if (!(zparam && is_layer_unit((int)ui))) { r.push_back({units[ui].a, units[ui].b}); continue; }
+    for (int si = 0; si < nseg((int)ui); ++si) {
+      const size_t k = own_index((int)ui) + si;
+      if (own[k].second > own[k].first) r.push_back(own[k]);
+    }
+  }
+  return r;
+}
+
+// Gradients (compact like the parameters; zgrad: layers only while their run is reduced), the views' pointer
+// tables, the optimizer state (device, or the host optimizer's) and ZeRO-2/3's reduced shards.
+template <class T>
+void RankRun<T>::place_gradients_and_state(long long state) {
+  zgrad = p.zero >= 2 && p.data_ranks() > 1 && p.offload.kind != OffloadKind::chunked;
+  {
+    long long n = 0;
+    gbase.assign(units.size(), -1);
+    for (size_t ui = 0; ui < units.size(); ++ui)
+      if (units[ui].owned && !(zgrad && is_layer_unit((int)ui)) && dev_end[ui] > units[ui].a) {
+        gbase[ui] = n;
+        n += dev_end[ui] - units[ui].a;
+      }
+    zeros(grads, n);
+    ugrad.resize(units.size());
+  }
+  if (p.cp > 1) model.d1.cpx = &cpx;
+  model.d1.params = model.d2.params = params.data();
+  model.d1.grads = model.d2.grads = grads.data();
+  for (const ParamView& v : gl.views) {
+    const int u = unit_at(v.offset);  // (granular: null until a run loads its unit's host part)
+    bool held = cbase[u] >= 0 && v.offset < dev_end[u];
+    ptab.push_back(held ? P(v.offset) : nullptr);
+    gtab.push_back(held && gbase[u] >= 0 ? Gd(v.offset) : nullptr);
+  }
+  model.d1.ptab = model.d2.ptab = ptab.data();
+  model.d1.gtab = model.d2.gtab = gtab.data();
+  if (plan_keeps_bf16_weight_copies(sc) && o.bf16_weight_copies) {
+    w16 = std::make_unique<WeightCopies16>(gl.views.size());
+    model.d1.w16 = w16.get();
+  }
+  const bool opt_off = p.offload.kind == OffloadKind::optimizer;
+  zeros(m1, opt_off ? 0 : state);  // optimizer offload: the state is on the host (hopt)
+  zeros(m2, opt_off ? 0 : state);
+  if (opt_off) {
+    hopt.init(state);
+    pull_master();
+  }
+  if (p.zero >= 2) zeros(gshard, state);
+}
+
+// Chunked offload: the store over the owned units' views in the simulator's order (part = unit).
+template <class T>
+void RankRun<T>::make_chunk_store() {
+  std::vector<std::pair<long long, long long>> spans;
+  for (const Unit& u : units) spans.push_back({u.a, u.b});
+  std::vector<ChunkTensor> ts = chunk_tensors(gl, spans, cbase);
+  double budget = o.device_budget_bytes > 0 ? o.device_budget_bytes
+                                            : p.offload.gpu_memory_fraction * sc.cluster.gpu.hbm_bytes;
+  store = std::make_unique<ChunkStore<T>>(ts, (int)units.size(), p.offload.chunk_elements, budget,
+                                          p.offload.warmup_chunk_fraction, params.data(), grads.data(), ptab, gtab);
+}
+
+// Pseudo-to-Real with pp > 1 (see slot_comm): this stage also holds the weight groups its layers use, and the
+// holders of each group get a communicator (world.split is collective: every rank takes part for every group).
+template <class T>
+void RankRun<T>::hold_weight_groups() {
+  replica_only.assign(units.size(), 0);
+  if (!sc.delink.on() || p.pp == 1) return;
+  const int k = sc.delink.unique_layers;
+  slot_comm.resize(k);
+  slot_first_holder.assign(k, -1);
+  for (int g = 0; g < k; ++g) {
+    std::vector<char> holds(p.pp, 0);
+    for (long long l = 0; l < L; ++l)
+      if (weight_group(l, L, k) == g) holds[stage_of_layer(l)] = 1;
+    int holders = 0;
+    for (int st = 0; st < p.pp; ++st) {
+      holders += holds[st];
+      if (holds[st] && slot_first_holder[g] < 0) slot_first_holder[g] = st;
+    }
+    Unit& u = units[unit_of_layer(g)];
+    if (holds[rc.stage] && !u.owned) u.owned = true, replica_only[unit_of_layer(g)] = 1;
+    const bool joins = holds[rc.stage] && holders > 1;
+    const int color = joins ? 7 * (1 << 20) + (g * p.data_ranks() + rc.dp) * p.tp + rc.tp : -1;
+    slot_comm[g] = world.split(color, rc.stage);
+  }
+}
+
+template void RankRun<float>::setup();
+template void RankRun<double>::setup();
+template std::vector<std::pair<long long, long long>> RankRun<float>::params_needed() const;
+template std::vector<std::pair<long long, long long>> RankRun<double>::params_needed() const;
+
+}  // namespace detail
+
+using detail::RankRun;
+
+RunResult run_training(const Scenario& sc, const RunOptions& o, Comm& world) {
+#ifdef __GLIBC__
+  // Keep freed memory in the process (the CPU analogue of a GPU framework's caching allocator): every
+  // micro-batch allocates and frees the same activation sizes, and handing them back to the OS (heap trim,
+  // munmap of blocks over the mmap threshold) would page-fault them in again each time. 32 MiB is glibc's
+  // largest mmap threshold; blocks above it (none in the validate models) are still mapped per allocation.
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+#endif
+  std::string why;
+  const Backend* backend = find_backend(o.backend, why);
+  if (!backend) throw InputError({why});
+  const int cp = std::max(sc.plan.cp, sc.delink.on() && sc.delink.plan ? sc.delink.plan->cp : 1);
+  if (cp > 1 && !(o.fp64 ? backend->f64.attention_fwd_kv != nullptr : backend->f32.attention_fwd_kv != nullptr))
+    throw InputError({std::string("$.plan.cp: context parallelism needs the attention_fwd_kv op, which backend ") +
+                      backend->name + " does not have yet (use --backend cpu or emu)"});
+  BackendScope on_backend(*backend);  // every ops:: call of this rank's run goes to it
+  // training.precision "bf16": every GEMM of this rank's run takes bf16 operands (Backend::set_bf16_gemm)
+  Bf16GemmScope bf16_gemms(*backend, sc.training.precision == Precision::bf16);
+  // Device memory the host cannot read: every collective and send stages device buffers through pinned host
+  // memory (exec/comm/comm_staged.cpp). The CPU backend passes tensors to the communicator as they are.
+  std::unique_ptr<Comm> staged = backend->host_accessible ? nullptr : staged_comm(world, *backend);
+  Comm& comm = staged ? *staged : world;
+  try {
+    if (detail::pseudo_plan_differs(sc))  // Pseudo-to-Real over two layouts (exec/runtime/runtime_relayout.cpp)
+      return o.fp64 ? detail::run_two_layouts<double>(sc, o, comm) : detail::run_two_layouts<float>(sc, o, comm);
+    if (o.fp64) { RankRun<double> r(sc, o, comm); return r.run(); }
+    RankRun<float> r(sc, o, comm);
+    return r.run();
+  } catch (const std::bad_alloc&) {
+    if (!backend->peak_device_bytes) throw;  // host memory: the process's own failure
+    throw InputError({device_oom_message(sc, *backend)});
+  }
+}
+
+}  // namespace tp::exec

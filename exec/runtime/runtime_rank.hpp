@@ -1,0 +1,335 @@
+// runtime_rank: one rank's training run (RankRun), shared by exec/runtime/runtime.cpp (setup), exec/runtime/runtime_step.cpp
+// (the step loop) and exec/runtime/runtime_update.cpp (between the steps: ZeRO's unit collectives, the optimizer step,
+// delinking and the checkpointed state). What follows is the runtime's design; each member is defined in one of
+// those files.
+//
+// One rank's training step is driven by the shared schedule (schedule/pipeline: stage_layout, plan_order)
+// exactly as the simulator costs it. See train.hpp for the supported plan keys.
+// Invariants: a rank only computes and updates the parameter units its pipeline stage owns (its layers; the
+// embedding on the first stage and, tied, on the last; the final norm on the last); every rank of a dp group
+// holds the same units; sums over ranks are rank-ordered (exec/comm/comm.hpp), so a rerun is bit-identical.
+// Units (embedding, each layer, head) are also the ZeRO sharding units: with ZeRO >= 1 dp rank d owns slice d of
+// every unit (padded to a multiple of dp) — its optimizer state, and from ZeRO-2 its reduced gradient.
+// ZeRO-2/3 reduce-scatter a layer's gradient when a backward run of it ends (every micro-batch with standard
+// accumulation, once per step with layered accumulation); ZeRO-3 all-gathers a layer before each run of it.
+// With dp > 1 (and no chunked offload) a layer's full gradient is a transient buffer from its backward run's
+// start to that reduce-scatter (grad_acquire / grad_release); the rank keeps only its shards (gshard) and the
+// ends' (embedding, head) full gradients, reduced in the optimizer step. Likewise ZeRO-3 parameters: a layer is
+// held as this rank's slice (pslice; the optimizer, delink and checkpoints use it) and, from its all-gather to
+// the run's end, as the gathered unit (uparam; exec/runtime/runtime_state.cpp); the ends stay full, gathered per step.
+// Loss scale: every token of the global batch weighs 1 / (global_batch * seq_len) (the current phase's batch).
+// Parameters and gradients are reached through per-view pointer tables (ptab / gtab; the model's p() / g() and
+// the ZeRO copies use them): flat-buffer addresses, except under plan.offload "chunked", where the chunk store
+// (exec/runtime/offload/chunk_store.hpp) points the views of device-resident chunks at its arena. Chunked offload: the store
+// holds the views of the owned units (tensors in the simulator's order, exec/runtime/offload/runtime_chunks.cpp; one access
+// part per unit); moment k of a step
+// = run k of the rank's schedule (the runtime's runs: consecutive pieces on the same layer and pass), whose
+// parts are the layer's unit plus the embedding for layer 0 and the head and the (tied) embedding for the last
+// layer; the store makes them resident and pins them before the run's first use; the optimizer is the ADAM
+// moment (CPU Adam on the flat buffers between host_phase_begin / host_phase_end).
+// Optimizer offload (exec/runtime/offload/host_optimizer.hpp): no moments on the device; per own range, gradients down, host Adam,
+// parameters up. Granular offload (exec/runtime/offload/runtime_granular.hpp): an offloaded layer has no device storage between
+// runs (cbase / gbase -1; P / Gd give its host copies, with zparam the rank's slice); each run points its views at
+// the run's loaded copy (zparam: the slices gathered into uparam, like a ZeRO-3 layer's), its
+// backward gradient is a transient buffer sent down at the run's end; the optimizer works on its host memory
+// under the CPU backend.
+// Memory (what `trainplan validate` measures against the simulator): activations are held as a trainer's
+// autograd holds them. A layer's input is moved into its saved activations (no copy of the residual stream),
+// the backward runs in place on one [N, C] gradient buffer, saved tensors are freed or overwritten by their
+// own gradients after their last reader (gpt.cpp), the head's activations are freed after its backward, and a
+// pipeline send's buffer is the sent activation itself, freed as soon as the send completes (reap_sends).
+#pragma once
+#include <algorithm>
+#include <new>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <optional>
+
+#include "exec/backends/backend.hpp"
+#include "exec/io/checkpoint.hpp"
+#include "sim/op_cost.hpp"
+#include "exec/runtime/offload/chunk_store.hpp"
+#include "exec/model/cp_attention.hpp"
+#include "exec/io/data.hpp"
+#include "exec/model/gpt.hpp"
+#include "exec/model/gpt2d.hpp"
+#include "exec/runtime/handover.hpp"
+#include "exec/runtime/offload/host_optimizer.hpp"
+#include "exec/runtime/offload/runtime_granular.hpp"
+#include "exec/model/moe.hpp"
+#include "exec/backends/ops.hpp"
+#include "exec/prof/prof.hpp"
+#include "exec/runtime/train.hpp"
+#include "exec/model/fp8.hpp"
+#include "exec/runtime/runtime_parts.hpp"
+#include "schedule/pipeline.hpp"
+
+namespace tp::exec::detail {
+
+template <class T>
+Dtype dtype_of() { return sizeof(T) == 8 ? Dtype::f64 : Dtype::f32; }
+
+// Pseudo-to-Real with a pseudo plan of another layout (exec/runtime/runtime_relayout.cpp, exec/runtime/handover.hpp): the
+// handover of the model's state to the real phase's ranks, one window of the single-rank layout at a time.
+template <class T>
+struct Handover {
+  Records<T> mine;        // this rank's copies of record from the pseudo phase (export_state)
+  Comm* job = nullptr;    // every rank of the job takes part in each window's sum
+  long long total = 0, window = default_handover_window;  // elements of the single-rank layout; per window
+  std::vector<double> fp8_scale;  // precision fp8: the scales at the delink (every rank's, exec/model/fp8.hpp)
+};
+long delink_step_of(const Scenario& sc, const RunOptions& o);  // exec/runtime/runtime_step.cpp
+
+template <class T>
+struct RankRun {
+  const Scenario& sc;
+  const Plan& p;
+  const RunOptions& o;
+  Comm& world;
+  RankCoord rc;
+  StageLayout lay;
+  long long L = 0, m = 0, b = 0, Tn = 0, C = 0;
+  // The current phase's global batch and micro-batches per rank (m): Pseudo-to-Real's pseudo phase may train
+  // with its own batch (plan.delink.global_batch); enter_phase switches them.
+  long long gb = 0;
+  long long Tl = 0;  // tokens of a sequence on this rank: Tn / cp (context parallelism, exec/model/cp_attention.hpp)
+  // training.precision "bf16": a layer's input and its saved activations are stored as bf16 between its forward and
+  // backward (LayerActs::pack_bf16; the GEMMs take bf16 operands, Backend::set_bf16_gemm)
+  bool bf16_acts() const { return sc.training.precision == Precision::bf16; }
+  // Selective recompute drops each layer's probabilities after its forward and rebuilds them for its backward;
+  // flash keeps only row statistics, so there is nothing to recompute (as Megatron-LM).
+  bool recomputes_probs() const { return p.recompute == Recompute::selective && p.attention != Attention::flash; }
+  std::unique_ptr<Comm> cpc;  // the cp group (cp > 1)
+  std::unique_ptr<Comm> epc;  // the ep group (ep > 1, exec/model/moe.hpp)
+  std::unique_ptr<Comm> edpc;  // the expert-data-parallel group (MoE with ep > 1): dp ranks holding my experts
+  CpCtx cpx;
+  int nchunks = 0, first_stage = 0, last_stage = 0;
+  std::unique_ptr<Comm> tp, dp, pp, emb;
+  // Pseudo-to-Real with pp > 1: a weight group (slot g, unit 1 + g) serves layers on several stages. Each stage
+  // holding one of those layers holds the slot (replica_only: a unit this stage holds only for that, unused
+  // after the delink); slot_comm[g] joins the holders of my tp and data rank (null: not a holder, or the only
+  // one), which add their gradients before the optimizer; slot_first_holder[g] counts it in the norm.
+  std::vector<char> replica_only;
+  std::vector<std::unique_ptr<Comm>> slot_comm;
+  std::vector<int> slot_first_holder;
+  void hold_weight_groups();
+  Flat gl;
+  Buf<T> params, grads;                              // backend memory (Buf: exec/model/gpt.hpp)
+  Net<T> model;
+  std::unique_ptr<Comm> grid_row, grid_col;  // 2D: my grid row / column inside the tp group
+  std::vector<Unit> units;  // 0 embed, 1 + l layer l, L + 1 head
+  std::vector<std::pair<long long, long long>> own;  // owned [a, b) ranges (ZeRO slices when zero >= 1)
+  std::vector<long long> own_off;                    // offset of each own range in the optimizer state
+  Buf<T> m1, m2, gshard;                             // optimizer state and (zero >= 2) reduced gradient, by own range
+  std::vector<char> replicated_view;                 // view is replicated across tp ranks
+  Recorder rec;
+  int shared = 0;                                    // Pseudo-to-Real: > 0 while k weight groups are shared
+  std::vector<T*> ptab, gtab;                        // per view: where its params / grads are now
+  // training.precision "bf16": the weights' bf16 copies the GEMMs read (exec/model/gpt.hpp; made at a view's first use in a
+  // step, dropped with its released parameters). Not under chunked offload, whose device budget holds the T weights
+  // only, nor under Optimus 2D, whose GEMMs read gathered weight blocks: their GEMMs round the T weights.
+  std::unique_ptr<WeightCopies16> w16;
+  std::vector<long long> cbase;                      // per unit: its base in the compact parameters (-1: not held)
+  std::vector<long long> gbase;                      // per unit: its base in `grads` (-1: not held, or transient)
+  // ZeRO >= 2 with dp > 1 (no chunked offload): a layer's full gradient exists only from the start of its
+  // backward run to the reduce-scatter at the run's end (ugrad[unit]); `grads` holds the ends (embedding, head),
+  // reduced in the optimizer step. Between runs a rank keeps only its reduced shards (gshard).
+  bool zgrad = false;
+  std::vector<Buf<T>> ugrad;
+  bool zparam = false;  // ZeRO-3 with dp > 1, no chunked offload: layers as slices (pslice) + gathered (uparam)
+  Buf<T> pslice;
+  std::vector<Buf<T>> uparam;
+  // The unit holding flat (layout) element i, and the compact addresses of element i of a held unit.
+  int unit_at(long long i) const {
+    int lo = 0, hi = (int)units.size() - 1;
+    while (lo < hi) { int mid = (lo + hi + 1) / 2; if (units[mid].a <= i) lo = mid; else hi = mid - 1; }
+    return lo;
+  }
+  T* P(long long i) {  // (zparam layers: i must lie in this rank's slice)
+    int u = unit_at(i);
+    if (host_at(u, i)) return zparam && is_layer_unit(u) ? host_slice(own_at(u, i)) + (i - own[own_at(u, i)].first)
+                                                         : gran.param_at(u, i);  // granular: host memory
+    if (zparam && is_layer_unit(u)) {
+      size_t k = own_at(u, i);  // its dense or expert slice
+      return pslice.data() + own_off[k] + (i - own[k].first);
+    }
+    return params.data() + cbase[u] + (i - units[u].a);
+  }
+  T* Gd(long long i) {
+    int u = unit_at(i);
+    if (host_at(u, i) && zparam && is_layer_unit(u)) {  // zparam: the own slice's gradient on the host
+      const size_t k = own_at(u, i);
+      return gran.grad(u) + hoff[k] + (i - own[k].first);
+    }
+    return host_at(u, i) ? gran.grad_at(u, i) : grads.data() + gbase[u] + (i - units[u].a);
+  }
+  std::unique_ptr<ChunkStore<T>> store;              // plan.offload "chunked"
+  GranularHost<T> gran;   // plan.offload "granular": offloaded layers on the host (exec/runtime/offload/runtime_granular.hpp)
+  // Per unit: [a, dev_end) lives on the device, [dev_end, b) on the host (granular: b when not offloaded, a for a
+  // whole offloaded unit, x when only its experts are, target "experts").
+  std::vector<long long> dev_end;
+  std::vector<long long> hoff;  // zparam: per own range, its offset in its unit's host block (-1: on the device)
+  size_t own_at(int u, long long i) const { return own_index(u) + (i >= units[u].x); }  // i's own range (zparam)
+  T* host_slice(size_t k) { return gran.param(own_unit[k]) + hoff[k]; }
+  T* slice_ptr(size_t k) { return hoff[k] >= 0 ? host_slice(k) : pslice.data() + own_off[k]; }  // zparam: own range k
+  bool host_at(int u, long long i) const { return gran.is_off(u) && i >= dev_end[u]; }
+  bool seg_on_host(int ui, int si) const { return gran.is_off(ui) && seg(ui, si).lo >= dev_end[ui]; }
+  bool own_on_host(size_t k) const { return seg_on_host(own_unit[k], own_seg[k]); }
+  std::vector<int> own_unit;  // per own range: its unit
+  std::vector<int> own_seg;   // per own range: its unit's segment (Seg: 0 dense, 1 experts)
+  Fp8State f8;  // precision "fp8": the delayed-scaling state of the fp8 linear layers (exec/model/fp8.hpp; off otherwise)
+  HostOptimizer<T> hopt;  // plan.offload "optimizer": master copy, moments and Adam on the host (exec/runtime/offload/host_optimizer.hpp)
+  // Adam's moment i (1 or 2) of own range k starts at moments(k, i) + own_off[k]: the host optimizer's, a granular
+  // segment's on the host, or the device state.
+  T* moments(size_t k, int i) {
+    if (hopt.on()) return i == 1 ? hopt.m1.data() : hopt.m2.data();
+    if (own_on_host(k)) return i == 1 ? gran.m1.data() : gran.m2.data();
+    return i == 1 ? m1.data() : m2.data();
+  }
+  void pull_master() {    // the host master copy = the device parameters of the own ranges
+    for (size_t k = 0; hopt.on() && k < own.size(); ++k) hopt.pull(P(own[k].first), own_off[k], own[k].second - own[k].first);
+  }
+  long delink_step = -1;                             // the step at which the shared weights are delinked
+  // Pseudo-to-Real over two layouts (exec/runtime/runtime_relayout.cpp): the pseudo phase's run delinks at delink_step,
+  // keeps this rank's copies of record in *handoff and ends there; the real phase's run starts at start_step from
+  // the handover *start (its weights placed by setup through place_handed, its moments by import_moments)
+  // instead of the seed's model.
+  Records<T>* handoff = nullptr;
+  Handover<T>* start = nullptr;  // (its parts released once placed)
+  int start_step = 0;
+  GptLayout single_rank_layout() const;
+  std::vector<double> full_index(const GptLayout& full, size_t v) const;  // view v's elements -> their index in `full`
+  void export_state(Records<T>& rec);  // this rank's copies of record
+  // The positions of flat ranges [first, second) one after the other (base[k]: range k's start) as runs of the
+  // single-rank layout's elements (sorted, split at the handover's windows).
+  std::vector<IndexRun> wanted(const std::vector<std::pair<long long, long long>>& ranges, std::vector<long long>& base) const;
+  ParamSource<T> place_handed();  // setup: the weights' pass, for params_needed's ranges
+  void import_moments();  // the moments' pass into the optimizer state, after setup
+  // Whether view v's part from flat element a is this rank's copy of record (the gradient norm counts it, a
+  // handoff writes it): tp-replicated views on tp rank 0 (2D: the grid position owning the view), the tied
+  // embedding on its first stage. Without ZeRO every rank of a segment's group also holds it (see callers).
+  bool record_copy(size_t v, long long a) const {
+    if (replicated_view[v] && (model.two_d || rc.tp != 0)) return false;
+    return !(gl.views[v].layer < 0 && a < units[0].b && rc.stage != first_stage);
+  }
+  bool host_flat = false;  // chunked offload, backend not host-accessible: flat buffers in pinned host memory
+
+  RankRun(const Scenario& s, const RunOptions& opt, Comm& w) : sc(s), p(s.plan), o(opt), world(w) {}
+
+  // Segment s of unit ui (Unit): 0 = [a, x) over the dp group, 1 = the experts [x, b) over the expert-dp group.
+  struct Seg { long long lo, hi, slice; Comm* c; int n, r; };
+  int nseg(int ui) const { return units[ui].x < units[ui].b ? 2 : 1; }
+  Seg seg(int ui, int s) const {
+    const Unit& u = units[ui];
+    if (s == 0) return {u.a, u.x, u.slice, dp.get(), p.data_ranks(), rc.dp};
+    if (!edpc) return {u.x, u.b, u.eslice, dp.get(), p.data_ranks(), rc.dp};  // ep = 1: the dp group
+    return {u.x, u.b, u.eslice, edpc.get(), edpc->size(), edpc->rank()};
+  }
+  int unit_of_layer(long long l) const { return 1 + (int)l; }
+  bool is_layer_unit(int ui) const { return ui >= 1 && ui <= (int)L; }
+  // zgrad: a zeroed full gradient of unit ui, the views' gradients pointing into it (no-op if it exists);
+  // granular without zgrad: of its host part [dev_end, b) only (the device part accumulates in `grads`).
+  long long ugrad_from(int ui) const { return zgrad ? units[ui].a : dev_end[ui]; }
+  void grad_acquire(int ui) {
+    if ((!zgrad && !gran.is_off(ui)) || !is_layer_unit(ui) || !ugrad[ui].empty()) return;
+    const long long a = ugrad_from(ui), b = units[ui].b;
+    ugrad[ui].resize(b - a);
+    ops::fill(ugrad[ui].data(), T(0), (long)(b - a));
+    gl.each_view(a, b, [&](size_t v, long long lo, long long, long long at) { gtab[v] = ugrad[ui].data() + at - lo; });
+  }
+  void grad_release(int ui) {
+    if ((!zgrad && !gran.is_off(ui)) || !is_layer_unit(ui)) return;
+    Buf<T>().swap(ugrad[ui]);
+    gl.each_view(ugrad_from(ui), units[ui].b, [&](size_t v, long long, long long, long long) { gtab[v] = nullptr; });
+  }
+  int stage_of_layer(long long l) const { return lay.stage_of_layer(l); }
+
+  void setup();  // exec/runtime/runtime.cpp: the groups, the units and own ranges, parameters, gradients, state, stores
+  void make_groups();
+  long long plan_units();
+  void place_parameters(const ParamSource<T>& src, long long state);
+  std::vector<std::pair<long long, long long>> params_needed() const;
+  void place_gradients_and_state(long long state);
+  void make_chunk_store();
+  void sp_reduce_layer(int l, long long lo, long long hi);  // the layer's replicated views in flat [lo, hi)
+  void reduce_scatter_unit(int ui);
+  void all_gather_unit(int ui);
+  // zparam: layer ui gathered into uparam[ui] ([dense slices x dp | expert slices x dp / ep]), the views pointing
+  // into it; each segment's own slice from pslice, or from `loaded` (granular: the run's copy of the host block).
+  void gather_layer(int ui, const T* loaded);
+  void param_release(int ui) {  // zparam: the gathered unit is freed at its run's end (granular: its views unset)
+    if (!(zparam || gran.is_off(ui)) || !is_layer_unit(ui)) return;
+    Buf<T>().swap(uparam[ui]);
+    gl.each_view(zparam ? units[ui].a : dev_end[ui], units[ui].b, [&](size_t v, long long, long long, long long) {
+      ptab[v] = nullptr;
+      if (w16) w16->drop(v);
+    });
+  }
+  size_t own_index(int ui) const {  // the own range of unit ui's first segment (the next ones follow)
+    size_t k = 0;
+    for (int i = 0; i < ui; ++i) k += units[i].owned ? nseg(i) : 0;
+    return k;
+  }
+
+  // The step loop (exec/runtime/runtime_step.cpp): run() drives it; Loop holds its state between the pieces below.
+  struct Loop;
+  RunResult run();
+  void prepare_loop(Loop& lp);
+  void enter_phase(Loop& lp, bool pseudo);
+  int resume(RunResult& res);
+  void begin_step(Loop& lp, int step);
+  void item_input(Loop& lp, const WorkItem& w, int g, long long j, Buf<T>& x);
+  void run_piece(Loop& lp, const WorkItem& w, size_t pc, long long j, Buf<T>& x);
+  void piece_params(Loop& lp, size_t pc, long long j, bool run_start);
+  void piece_backward(Loop& lp, size_t pc, LayerActs<T>& a, Buf<T>& x, bool run_end);
+  double item_output(Loop& lp, const WorkItem& w, int g, long long j, Buf<T>& x);
+  bool end_step(Loop& lp, int step, int first, double loss, std::chrono::steady_clock::time_point t0);
+  void finish_run(Loop& lp);
+  std::vector<int> run_parts(const Loop& lp, int r) const;
+  void enter(Loop& lp, size_t k);
+  void reap(Loop& lp);
+  int tag(Pass ps, int g, long long j) const;
+  void log_iteration(Loop& lp, int step, double dt, double loss) const;
+  std::vector<TensorView> state_tensors(int32_t* meta);
+  void save_checkpoint(long next_step);
+  long load_checkpoint(long step);
+  void delink();
+  // The optimizer step (exec/runtime/runtime_update.cpp): its jobs in the order optimizer_step calls them.
+  void optimizer_step(int step, int warmup, RunResult& res);
+  void sp_reduce_grads();
+  void tied_embedding_grads();
+  void dp_reduce_grads();          // the data-parallel reduction, by ZeRO stage:
+  void dp_all_reduce_grads();      //   ZeRO 0
+  void dp_reduce_scatter_grads();  //   ZeRO >= 1, dp > 1
+  void dp1_shard_grads();          //   ZeRO >= 2, dp == 1
+  void delink_slot_sums();
+  double grad_norm();
+  void adam_update(int step, int warmup, double norm);
+  void zero_gather_params();
+  // Gradient element i of own range k (ZeRO >= 2: in the rank's shard; granular on the host: in the flat buffer).
+  T* own_grad(size_t k, long long i) {
+    return p.zero >= 2 && !own_on_host(k) ? gshard.data() + own_off[k] + (i - own[k].first) : Gd(i);
+  }
+  // Own ranges this step leaves alone: after the delink, the weight-group replicas; in the pseudo phase a
+  // group's replicas count in the norm on its first holder stage only.
+  bool own_idle(size_t k) const { return shared == 0 && replica_only[own_unit[k]]; }
+  bool own_other_replica(size_t k) const {
+    const int ui = own_unit[k];
+    return shared > 0 && !slot_first_holder.empty() && is_layer_unit(ui) && ui - 1 < shared &&
+           rc.stage != slot_first_holder[ui - 1];
+  }
+  // Work on an offloaded segment's host memory runs on the CPU backend.
+  static const Backend& backend_for(bool host) { return host ? cpu_backend() : current_backend(); }
+};
+
+// Pseudo-to-Real whose plan.delink.plan differs from the real plan: the two phases' runs, the state handed over
+// at the delink (exec/runtime/runtime_relayout.cpp).
+bool pseudo_plan_differs(const Scenario& sc);
+template <class T>
+RunResult run_two_layouts(const Scenario& sc, const RunOptions& o, Comm& world);
+
+}  // namespace tp::exec::detail

@@ -1,0 +1,322 @@
+// runtime_update: what happens to a rank's parameters between its forward / backward work (RankRun,
+// exec/runtime/runtime_rank.hpp): ZeRO's reduce-scatter and all-gather of parameter units, the sequence-parallel
+// reduction of replicated gradients, the optimizer step (global-norm clipping, AdamW on the device, on the host
+// under optimizer offload, on host memory for granular-offloaded units), Pseudo-to-Real delinking, and the
+// tensors a checkpoint holds. Invariant: every rank of a group calls each collective in the same order.
+#include "exec/runtime/runtime_rank.hpp"
+
+namespace tp::exec::detail {
+
+template <class T>
+void RankRun<T>::sp_reduce_layer(int l, long long lo, long long hi) {
+  for (size_t v = 0; v < gl.views.size(); ++v)
+    if (gl.views[v].layer == l && replicated_view[v] && gl.views[v].offset >= lo && gl.views[v].offset < hi)
+      tp->all_reduce_sum(gtab[v], gl.views[v].count, dtype_of<T>());
+}
+
+// Gradient reduce-scatter of one unit over dp into this rank's slice (ZeRO >= 2), accumulated.
+template <class T>
+void RankRun<T>::reduce_scatter_unit(int ui) {
+  const Unit& u = units[ui];
+  for (int si = 0; si < nseg(ui); ++si) {  // each segment over its group
+    const Seg sg = seg(ui, si);
+    long long len = sg.hi - sg.lo;
+    Buf<T> in(sg.slice * sg.n), out(sg.slice);  // comm buffers: host memory (exec/comm/comm.hpp)
+    ops::fill(in.data() + len, T(0), (long)(sg.slice * sg.n - len));  // the padding; the views fill [0, len)
+    gl.read_range(gtab, sg.lo, sg.hi, in.data());
+    sg.c->reduce_scatter_sum(in.data(), out.data(), sg.slice, dtype_of<T>());
+    size_t k = own_index(ui) + si;
+    if (seg_on_host(ui, si)) gran.grad_to_host(Gd(own[k].first), out.data(), own[k].second - own[k].first);  // own slice down
+    else ops::accumulate(gshard.data() + own_off[k], out.data(), (long)sg.slice);
+  }
+  if (zgrad && is_layer_unit(ui)) grad_release(ui);  // the next run starts from a fresh zeroed buffer
+  else gl.zero_range(gtab, u.a, u.b);
+}
+// All-gather of one unit's slices over dp into the full parameter buffer (ZeRO-1/2 after the update, ZeRO-3
+// before a run).
+template <class T>
+void RankRun<T>::all_gather_unit(int ui) {
+  if (zparam && is_layer_unit(ui)) {  // straight into a fresh gathered unit, the views pointing into it
+    gather_layer(ui, nullptr);
+    return;
+  }
+  for (int si = 0; si < nseg(ui); ++si) {
+    const Seg sg = seg(ui, si);
+    if (seg_on_host(ui, si)) {  // granular (ZeRO 1-2): the segment's updated slices gathered on the host over its group
+      long long a = sg.lo + sg.r * sg.slice;
+      gran.host_all_gather(*sg.c, ui, sg.slice, a, std::min(sg.hi, a + sg.slice), sg.lo, sg.hi - sg.lo);
+      continue;
+    }
+    Buf<T> mine(sg.slice), all(sg.slice * sg.n);
+    ops::fill(mine.data(), T(0), (long)sg.slice);
+    long long a = sg.lo + sg.r * sg.slice, z = std::min(sg.hi, a + sg.slice);
+    if (z > a) gl.read_range(ptab, a, z, mine.data());
+    sg.c->all_gather(mine.data(), all.data(), sg.slice, dtype_of<T>());
+    gl.write_range(ptab, sg.lo, sg.hi, all.data());
+  }
+}
+
+template <class T>
+void RankRun<T>::gather_layer(int ui, const T* loaded) {
+  long long total = 0;
+  for (int si = 0; si < nseg(ui); ++si) total += seg(ui, si).slice * seg(ui, si).n;
+  uparam[ui].resize((size_t)total);
+  long long at0 = 0;
+  for (int si = 0; si < nseg(ui); ++si) {
+    const Seg sg = seg(ui, si);
+    const size_t k = own_index(ui) + si;
+    const T* mine = hoff[k] >= 0 ? loaded + hoff[k] : pslice.data() + own_off[k];
+    T* base = uparam[ui].data() + at0;
+    sg.c->all_gather(mine, base, sg.slice, dtype_of<T>());
+    gl.each_view(sg.lo, sg.hi, [&](size_t v, long long lo, long long, long long at) { ptab[v] = base + at - lo; });
+    at0 += sg.slice * sg.n;
+  }
+}
+
+// Checkpoints (exec/runtime/runtime_state.cpp): the compact parameters, the layers' slices (zparam), the optimizer state.
+template <class T>
+std::vector<TensorView> RankRun<T>::state_tensors(int32_t* meta) {
+  Dtype d = dtype_of<T>();
+  T* mom1 = hopt.on() ? hopt.m1.data() : m1.data();  // optimizer offload: the host's moments
+  T* mom2 = hopt.on() ? hopt.m2.data() : m2.data();
+  const long nm = hopt.on() ? (long)hopt.m1.size() : (long)m1.size();
+  std::vector<TensorView> t = {{"params", d, params.data(), (long)params.size()}, {"m1", d, mom1, nm},
+                               {"m2", d, mom2, nm}, {"meta", Dtype::i32, meta, 2}};
+  if (zparam) t.push_back({"pslice", d, pslice.data(), (long)pslice.size()});
+  if (f8.on()) t.push_back({"fp8_scale", Dtype::f64, f8.scale.data(), (long)f8.scale.size()});
+  if (gran.on())  // granular: the host parameters and moments
+    for (auto [name, b] : {std::pair{"gparams", &gran.hp}, std::pair{"gm1", &gran.m1}, std::pair{"gm2", &gran.m2}})
+      t.push_back({name, d, b->data(), (long)b->size()});
+  return t;
+}
+template <class T>
+void RankRun<T>::save_checkpoint(long next_step) {
+  int32_t meta[2] = {shared, (int32_t)delink_step};
+  save_rank_checkpoint(sc, o, world, next_step, state_tensors(meta));
+}
+template <class T>
+long RankRun<T>::load_checkpoint(long step) {
+  int32_t meta[2];
+  load_rank_checkpoint(sc, o, world.rank(), step, state_tensors(meta));
+  shared = meta[0];
+  delink_step = meta[1];
+  pull_master();
+  return step;
+}
+
+// Pseudo-to-Real: every layer slot gets its weight group's weights and optimizer state (the network function
+// is unchanged at this instant), then the layers train independently. Slots are units of equal size, so a
+// ZeRO slice of slot l is the same slice of its group's slot.
+template <class T>
+void RankRun<T>::delink() {
+  if (store) {  // the weights move between slots on the host; the access pattern changes
+    store->evict_all();
+    store->reset_trace();
+  }
+  for (long long l = L - 1; l >= 0; --l) {
+    long long wg = weight_group(l, L, shared);
+    if (wg == l) continue;
+    const Unit &src = units[unit_of_layer(wg)], &dst = units[unit_of_layer(l)];
+    const int us = unit_of_layer(wg), ud = unit_of_layer(l);
+    if (!src.owned || !dst.owned) continue;
+    // Segment by segment (MoE: the dense part over dp, the rank's experts over the expert-dp group; the rank
+    // holds the same experts of every layer, so slot l's layout is wg's), each on the device or the host
+    // (granular: the whole unit, or its experts alone): the parameters (zparam: the own slices) and the moments.
+    for (int si = 0; si < nseg(us); ++si) {
+      const bool hs = seg_on_host(us, si), hd = seg_on_host(ud, si);
+      const Seg sg = seg(us, si);
+      if (!zparam) GranularHost<T>::move(P(dst.a + (sg.lo - src.a)), hd, P(sg.lo), hs, sg.hi - sg.lo);
+      const size_t ks = own_index(us) + si, kd = own_index(ud) + si;
+      const long long n = sg.slice;
+      if (zparam) GranularHost<T>::move(slice_ptr(kd), hd, slice_ptr(ks), hs, n);  // the slices (granular: on the host)
+      if (hopt.on()) {
+        hopt.copy_moments(own_off[kd], own_off[ks], n);
+      } else {
+        for (auto [dev, host] : {std::pair{&m1, &gran.m1}, std::pair{&m2, &gran.m2}})
+          GranularHost<T>::move((hd ? host->data() : dev->data()) + own_off[kd], hd,
+                                (hs ? host->data() : dev->data()) + own_off[ks], hs, n);
+      }
+    }
+  }
+  pull_master();  // the slots' new weights into the host master copy
+  std::vector<long long> group_of((size_t)L);  // fp8: each layer's scales from its group's
+  for (long long l = 0; l < L; ++l) group_of[(size_t)l] = weight_group(l, L, shared);
+  f8.delink(group_of);
+  shared = 0;
+}
+
+// The optimizer step after the step's last backward: one job a function, in this order (every rank of a group
+// calls each collective in the same order).
+template <class T>
+void RankRun<T>::optimizer_step(int step, int warmup, RunResult& res) {
+  sp_reduce_grads();
+  tied_embedding_grads();
+  dp_reduce_grads();
+  delink_slot_sums();
+  const double norm = grad_norm();
+  res.grad_norm.push_back(norm);
+  adam_update(step, warmup, norm);
+  zero_gather_params();
+}
+
+// Sequence parallelism: the layers' LayerNorm and row-parallel bias gradients are partial per tp rank
+// (with ZeRO >= 2 and dp > 1 this happened before each layer's reduce-scatter).
+template <class T>
+void RankRun<T>::sp_reduce_grads() {
+  if (model.sp && !(p.zero >= 2 && p.data_ranks() > 1))
+    for (long long l = 0; l < L; ++l)  // (granular: the offloaded layers' were reduced before going down)
+      if (units[unit_of_layer(l)].owned) sp_reduce_layer((int)l, units[unit_of_layer(l)].a, dev_end[unit_of_layer(l)]);
+}
+
+// Tied embedding: the first and last stage add their copies' gradients.
+template <class T>
+void RankRun<T>::tied_embedding_grads() {
+  if (units[0].owned && p.pp > 1 && sc.model.tied_embeddings && first_stage != last_stage && emb)
+    emb->all_reduce_sum(Gd(units[0].a), units[0].b - units[0].a, dtype_of<T>());
+}
+
+// Data parallel: all-reduce (ZeRO 0), reduce-scatter of each owned unit (ZeRO 1; ZeRO >= 2 reduced the layers
+// during the backward and reduces the ends here); ZeRO >= 2 on one data rank adds the gradients to its shard.
+template <class T>
+void RankRun<T>::dp_reduce_grads() {
+  if (p.zero == 0) dp_all_reduce_grads();
+  else if (p.data_ranks() > 1) dp_reduce_scatter_grads();
+  else if (p.zero >= 2) dp1_shard_grads();
+}
+
+// ZeRO 0: each owned unit's segments summed over their groups.
+template <class T>
+void RankRun<T>::dp_all_reduce_grads() {
+  for (int ui = 0; ui < (int)units.size(); ++ui)
+    for (int si = 0; units[ui].owned && si < nseg(ui); ++si) {  // each segment over its group
+      const Seg sg = seg(ui, si);
+      if (sg.n > 1) sg.c->all_reduce_sum(Gd(sg.lo), sg.hi - sg.lo, dtype_of<T>());
+    }
+}
+
+// ZeRO >= 1 with dp > 1: each owned unit's segments reduce-scattered into this rank's slices (ZeRO >= 2: the two
+// end units only, through reduce_scatter_unit; the layers were reduced during the backward).
+template <class T>
+void RankRun<T>::dp_reduce_scatter_grads() {
+  for (int ui = 0; ui < (int)units.size(); ++ui) {
+    if (!units[ui].owned) continue;
+    if (p.zero >= 2 && ui != 0 && ui != (int)L + 1) continue;  // layers already reduced
+    if (p.zero >= 2) { reduce_scatter_unit(ui); continue; }
+    for (int si = 0; si < nseg(ui); ++si) {
+      BackendScope where(backend_for(seg_on_host(ui, si)));
+      const Seg sg = seg(ui, si);
+      Buf<T> inb(sg.slice * sg.n), out(sg.slice);
+      ops::copy(inb.data(), Gd(sg.lo), (long)(sg.hi - sg.lo));
+      ops::fill(inb.data() + (sg.hi - sg.lo), T(0), (long)(sg.slice * sg.n - (sg.hi - sg.lo)));  // the padding
+      sg.c->reduce_scatter_sum(inb.data(), out.data(), sg.slice, dtype_of<T>());
+      long long a = sg.lo + sg.r * sg.slice, z = std::min(sg.hi, a + sg.slice);
+      if (z > a) ops::copy(Gd(a), out.data(), (long)(z - a));
+    }
+  }
+}
+
+// ZeRO >= 2 with dp == 1: the "slice" is the whole unit; its gradients are added to the shard.
+template <class T>
+void RankRun<T>::dp1_shard_grads() {
+  for (size_t k = 0; k < own.size(); ++k)
+    if (own[k].second > own[k].first && !own_on_host(k))
+      ops::accumulate(own_grad(k, own[k].first), Gd(own[k].first), (long)(own[k].second - own[k].first));
+}
+
+// Pseudo-to-Real with pp > 1: the holders of a weight group add their gradients (after the dp reduction: on
+// the own ranges, i.e. the reduced slices, identical on every holder).
+template <class T>
+void RankRun<T>::delink_slot_sums() {
+  for (int g = 0; shared > 0 && g < (int)slot_comm.size(); ++g) {
+    if (!slot_comm[g]) continue;
+    const int ui = unit_of_layer(g);
+    for (int si = 0; si < nseg(ui); ++si) {
+      const size_t k = own_index(ui) + si;
+      if (own[k].second > own[k].first)
+        slot_comm[g]->all_reduce_sum(own_grad(k, own[k].first), own[k].second - own[k].first, dtype_of<T>());
+    }
+  }
+}
+
+// Global gradient norm: each parameter once (tp-replicated on tp rank 0, the tied embedding on its first stage).
+template <class T>
+double RankRun<T>::grad_norm() {
+  double sq2[2] = {0, 0};  // dense, experts (without ZeRO each is held by its group's every rank)
+  for (size_t k = 0; k < own.size(); ++k) {
+    if (own_idle(k) || own_other_replica(k)) continue;
+    double& sq = sq2[own_seg[k]];
+    BackendScope where(backend_for(own_on_host(k)));
+    // (2D: rows != 0 hold unused copies; the tied copy on the last stage.) One sum per run of adjacent views.
+    gl.each_run(
+        own[k].first, own[k].second, [&](size_t v, long long at) { return record_copy(v, own[k].first + at) ? 0L : -1L; },
+        [&](long long at, long long n, long) { sq += ops::sum_squares(own_grad(k, own[k].first + at), (long)n); });
+  }
+  world.all_reduce_sum(sq2, 2, Dtype::f64);  // over every rank: each parameter counted on exactly one
+  if (p.zero == 0) {  // ...except that without ZeRO every rank of a segment's group holds it
+    sq2[0] /= p.data_ranks();
+    sq2[1] /= edpc ? edpc->size() : p.data_ranks();
+  }
+  return std::sqrt(sq2[0] + sq2[1]);
+}
+
+// AdamW on every own range this step updates, with the global-norm clip (norm over o.grad_clip) fused in: on the
+// device, in the host optimizer (optimizer offload) or on host memory (granular-offloaded segments).
+template <class T>
+void RankRun<T>::adam_update(int step, int warmup, double norm) {
+  T clip = norm > o.grad_clip && o.grad_clip > 0 ? T(o.grad_clip / norm) : T(1);
+  double lr = learning_rate(o, step, warmup);
+  for (size_t k = 0; k < own.size(); ++k) {
+    if (own_idle(k)) continue;
+    BackendScope where(backend_for(own_on_host(k)));
+    T* M1 = moments(k, 1);  // (the host optimizer keeps its own: hopt.step below)
+    T* M2 = moments(k, 2);
+    // One Adam step per run of adjacent views with the same weight decay (key 1: decayed), the clip fused into it
+    // (ops::adamw's gscale, on the device or in the host optimizer's CPU Adam).
+    auto key = [&](size_t v, long long) -> long {
+      const ParamView& pv = gl.views[v];
+      if (shared > 0 && pv.layer >= shared) return -1;  // pseudo phase: slots beyond the k groups are unused
+      if (model.two_d && replicated_view[v]) return -1;  // 2D: not this grid row's parameter
+      return pv.decay ? 1 : 0;
+    };
+    gl.each_run(own[k].first, own[k].second, key, [&](long long at, long long n, long decay) {
+      const long long a = own[k].first + at, so = own_off[k] + at;
+      T* g = own_grad(k, a);
+      const T wd = T(decay ? o.weight_decay : 0);
+      if (hopt.on()) {
+        hopt.step(P(a), g, so, n, T(lr), T(o.beta1), T(o.beta2), T(o.eps), wd, (long)step + 1, clip);
+      } else {
+        ops::adamw(P(a), g, M1 + so, M2 + so, (long)n, T(lr), T(o.beta1), T(o.beta2), T(o.eps), wd, (long)step + 1,
+                   clip);
+      }
+    });
+  }
+}
+
+// ZeRO-1/2: every rank gathers the updated parameter slices of its owned units.
+template <class T>
+void RankRun<T>::zero_gather_params() {
+  if (p.zero >= 1 && p.zero <= 2 && p.data_ranks() > 1)
+    for (int ui = 0; ui < (int)units.size(); ++ui)
+      if (units[ui].owned && !(shared == 0 && replica_only[ui])) all_gather_unit(ui);
+}
+
+template void RankRun<float>::sp_reduce_layer(int, long long, long long);
+template void RankRun<float>::reduce_scatter_unit(int);
+template void RankRun<float>::all_gather_unit(int);
+template void RankRun<float>::gather_layer(int, const float*);
+template std::vector<TensorView> RankRun<float>::state_tensors(int32_t*);
+template void RankRun<float>::save_checkpoint(long);
+template long RankRun<float>::load_checkpoint(long);
+template void RankRun<float>::delink();
+template void RankRun<float>::optimizer_step(int, int, RunResult&);
+template void RankRun<double>::sp_reduce_layer(int, long long, long long);
+template void RankRun<double>::reduce_scatter_unit(int);
+template void RankRun<double>::all_gather_unit(int);
+template void RankRun<double>::gather_layer(int, const double*);
+template std::vector<TensorView> RankRun<double>::state_tensors(int32_t*);
+template void RankRun<double>::save_checkpoint(long);
+template long RankRun<double>::load_checkpoint(long);
+template void RankRun<double>::delink();
+template void RankRun<double>::optimizer_step(int, int, RunResult&);
+
+}  // namespace tp::exec::detail
