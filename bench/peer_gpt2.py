@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """peer_gpt2.py: the PyTorch peer of `trainplan run --backend cuda` in bench/run_gpu_bench.sh (issue 42).
 
-Trains the GPT-2 that exec/gpt.cpp trains ("activation": "gelu" scenarios) with PyTorch on one GPU, with
+Trains the GPT-2 that exec/model/gpt.cpp trains ("activation": "gelu" scenarios) with PyTorch on one GPU, with
 torch.compile, F.scaled_dot_product_attention (causal) and the fused AdamW, and prints one line
 `peer-result: {JSON}` with the median step time of the steps after the first WARMUP, tokens/s, model TFLOP/s and
 MFU by two counts:
@@ -15,15 +15,15 @@ MFU by two counts:
 MFU is against the GPU's dense bf16 peak (fp32 peak for --precision fp32) from models/catalog/gpus.json (H200 and
 H100 SXM: 989.4 TFLOP/s dense bf16), or --peak-tflops.
 
-The model, as exec/gpt.cpp / gpt_layout.cpp build it: token and learned position embeddings, pre-LayerNorm blocks
+The model, as exec/model/gpt.cpp / gpt_layout.cpp build it: token and learned position embeddings, pre-LayerNorm blocks
 (LayerNorm with bias, eps 1e-5; fused QKV with bias; causal attention; projection with bias; MLP 4C with biases and
 GELU's tanh approximation), a final LayerNorm and an LM head tied to the token embedding (no bias); mean
 cross-entropy. Initialisation N(0, 0.02), proj and fc2 weights 0.02 / sqrt(2 L), biases 0, norm weights 1 (the
-same distribution as gpt_layout.cpp, not the same numbers). AdamW as trainplan run's defaults (exec/train.hpp):
+same distribution as gpt_layout.cpp, not the same numbers). AdamW as trainplan run's defaults (exec/runtime/train.hpp):
 betas (0.9, 0.95), eps 1e-8, weight decay 0.1 on the matrices and both embeddings (not on biases and norms),
 global gradient-norm clipping at 1.0, linear warm-up over max(1, steps / 10) steps then cosine to 0.1 x lr
-(exec/runtime_state.cpp). Data: the bundled corpus (data/tiny_corpus.txt) as byte tokens, each sequence at the
-offset trainplan's sampler picks (exec/data.cpp sequence_offset, seed 1234), so both programs see the same batches.
+(exec/runtime/runtime_state.cpp). Data: the bundled corpus (data/tiny_corpus.txt) as byte tokens, each sequence at the
+offset trainplan's sampler picks (exec/io/data.cpp sequence_offset, seed 1234), so both programs see the same batches.
 
 Precision "bf16": torch.autocast(bfloat16) over fp32 parameters (fp32 master weights, fp32 gradients and AdamW
 state, as trainplan's bf16 mode keeps them): the GEMMs and attention run in bf16, autocast keeps LayerNorm, the
@@ -58,7 +58,7 @@ def splitmix64(x):
     return z ^ (z >> 31)
 
 
-def sequence_offset(n_tokens, step, index, seq_len, seed):  # exec/data.cpp
+def sequence_offset(n_tokens, step, index, seq_len, seed):  # exec/io/data.cpp
     h = splitmix64(splitmix64(splitmix64(seed) ^ step) ^ index)
     return h % (n_tokens - seq_len)
 
@@ -246,7 +246,7 @@ def main():
                             lr=a.lr, betas=(0.9, 0.95), eps=1e-8, fused=fused)
     warm = max(1, a.steps // 10)
 
-    def lr_at(step):  # exec/runtime_state.cpp learning_rate, min_lr_ratio 0.1
+    def lr_at(step):  # exec/runtime/runtime_state.cpp learning_rate, min_lr_ratio 0.1
         if step < warm:
             return a.lr * (step + 1) / warm
         if a.steps <= warm:
@@ -264,7 +264,7 @@ def main():
         fwd = model
 
     with open(a.data, "rb") as f:
-        tokens = torch.frombuffer(bytearray(f.read()), dtype=torch.uint8).long()  # byte tokens (exec/data.cpp)
+        tokens = torch.frombuffer(bytearray(f.read()), dtype=torch.uint8).long()  # byte tokens (exec/io/data.cpp)
     n_tok = tokens.numel()
     ar = torch.arange(T + 1)
 

@@ -1,6 +1,6 @@
 // gpu_cmds: `trainplan selftest --backend NAME [--json FILE] [--quick]` and `trainplan --version` — the first
 // commands to run on a GPU machine. selftest checks every op of one backend against the CPU float64 reference
-// (exec/selftest.hpp), then (not for cpu) trains a tiny GPT a few steps against the cpu backend
+// (exec/selftest/selftest.hpp), then (not for cpu) trains a tiny GPT a few steps against the cpu backend
 // (selftest_train.cpp), and prints a table and "N passed, M failed". Exit codes: 0 all passed, 1 any failed,
 // 2 bad usage or a backend this binary cannot load, 77 the backend has no device here (the reason printed).
 // --version names the backends compiled in and, for cuda, the versions read through libtrainplan_cuda.so's
@@ -15,9 +15,9 @@
 
 #include "args.hpp"
 #include "sim/output.hpp"
-#include "exec/backend.hpp"
-#include "exec/cuda_loader.hpp"
-#include "exec/selftest.hpp"
+#include "exec/backends/backend.hpp"
+#include "exec/backends/cuda/cuda_loader.hpp"
+#include "exec/selftest/selftest.hpp"
 
 namespace tp::cli {
 

@@ -48,7 +48,7 @@ MOE_CASES = [  # on tiny-moe.json (4 experts, top-2, capacity factor 1: copies a
 # copies, made per step, dropped with ZeRO-3's gathered and granular offload's loaded layers; not under chunked
 # offload) and "fp8": each against the cpu backend's run of the
 # same scenario, to 2e-3 (another summation order can move a value across a bf16 rounding boundary).
-BF16_CASES = [  # name, plan changes, base scenario, extra environment; fp8_* cases train in fp8 (exec/fp8.hpp)
+BF16_CASES = [  # name, plan changes, base scenario, extra environment; fp8_* cases train in fp8 (exec/model/fp8.hpp)
     ("bf16_single", {}, "tiny-gpt", {}),
     ("bf16_dp2_tp2_sp_zero1", {"dp": 2, "tp": 2, "sequence_parallel": True, "zero": 1}, "tiny-gpt", {}),
     ("bf16_flash", {"attention": "flash"}, "tiny-gpt", {}),

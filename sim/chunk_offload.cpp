@@ -3,7 +3,7 @@
 // (a MoE layer: its router, the shared experts' fc1 and fc2, then the local experts' fc1 weights as one tensor
 // and their fc2 weights as one, as Megatron's GroupedMLP holds them, instead of fc1 / fc2), then the layer's
 // small tensors (biases, norms) as one tensor; the embedding first and the head last on the stages that hold
-// them. The executor's chunk store lists the same tensors (exec/runtime_chunks.cpp).
+// them. The executor's chunk store lists the same tensors (exec/runtime/offload/runtime_chunks.cpp).
 #include "chunk_offload.hpp"
 
 #include <algorithm>

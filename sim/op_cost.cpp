@@ -8,7 +8,7 @@
 // attend over the whole sequence's keys (s_k = s), receiving the other ranks' K and V around the cp ring
 // while it computes (all-gather semantics over cp, buffer = the full K and V of the micro-batch, overlapped
 // with the attention compute); the backward exchanges K, V again and reduce-scatters their gradients.
-// Unfused attention with cp > 1 is the all-gather form trainplan's executor runs (exec/cp_attention.hpp): K and
+// Unfused attention with cp > 1 is the all-gather form trainplan's executor runs (exec/model/cp_attention.hpp): K and
 // V are all-gathered before the attention (not overlapped) and copied into global order, and each of the
 // rank's two chunks of Lc = s / (2 cp) queries attends only its causal prefix of keys, (2 cp + 1) Lc key blocks
 // in all: on average s_kq = (2 cp + 1) s / (4 cp) keys per query instead of s.

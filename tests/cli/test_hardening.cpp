@@ -15,8 +15,8 @@
 #include <sstream>
 #include <string>
 
-#include "exec/checkpoint.hpp"
-#include "exec/data.hpp"
+#include "exec/io/checkpoint.hpp"
+#include "exec/io/data.hpp"
 #include "models/json_check.hpp"
 #include "models/safe_io.hpp"
 #include "cli_run.hpp"

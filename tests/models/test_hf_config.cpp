@@ -10,7 +10,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "exec/train.hpp"
+#include "exec/runtime/train.hpp"
 #include "models/scenario.hpp"
 #include "sim/op_cost.hpp"
 
@@ -239,7 +239,7 @@ TEST(HfConfig, HfModelRoundTripsAsInline) {
 }
 
 TEST(HfConfig, ExecutorRunsHeadDimAndSwigluBiases) {
-  // `trainplan run` trains an explicit head_dim (Mistral-NeMo) and q/k/v biases (Qwen2): exec/gpt.hpp GptShape;
+  // `trainplan run` trains an explicit head_dim (Mistral-NeMo) and q/k/v biases (Qwen2): exec/model/gpt.hpp GptShape;
   // their gradients are checked in tests/exec/test_gpt_gradcheck.cpp, the parallel plans in test_run_shapes.cpp.
   for (const char* name : {"mistral-nemo-12b", "qwen2-7b", "gpt2"}) EXPECT_NO_THROW(exec::check_runnable(load_hf(name))) << name;
 }

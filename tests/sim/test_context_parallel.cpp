@@ -81,7 +81,7 @@ TEST(ContextParallel, PerRankWorkIsTheSequenceShareAndTheRingMovesKV) {
   EXPECT_NEAR(pipeline_send_bytes(two, 1, 1), e * (s / 2) * h, 1);
 }
 
-// Unfused attention with cp: the executor's all-gather form (exec/cp_attention.hpp). Each of a rank's two chunks
+// Unfused attention with cp: the executor's all-gather form (exec/model/cp_attention.hpp). Each of a rank's two chunks
 // of Lc = s / (2 cp) queries attends its causal prefix of keys: (2 cp + 1) Lc^2 scores per head, K and V gathered
 // before the scores (exposed), model FLOPs still the s x s convention.
 TEST(ContextParallel, UnfusedAllGatherFormCostsTheCausalPrefixes) {
@@ -107,7 +107,7 @@ TEST(ContextParallel, UnfusedAllGatherFormCostsTheCausalPrefixes) {
   EXPECT_GT(kv->time_s, 0);
   EXPECT_LT(kv - &pg.cm.layer_fwd.ops.front(), find_op(pg.cm.layer_fwd, "attn.qk") - &pg.cm.layer_fwd.ops.front());
   EXPECT_EQ(find_op(pg.cm.layer_bwd, "cp.kv.bwd")->hidden_s, 0);
-  // The reorders of exec/cp_attention.cpp: gathered K, V into global order (forward and backward), dK, dV
+  // The reorders of exec/model/cp_attention.cpp: gathered K, V into global order (forward and backward), dK, dV
   // zeroed and copied into the reduce-scatter's blocks, the reduced share accumulated.
   const double kv_bytes = e * s * 2 * 64 * 16;  // the micro-batch's K and V (kv heads x head dim = 1024)
   EXPECT_NEAR(find_op(pg.cm.layer_fwd, "cp.kv.reorder")->bytes, 2 * kv_bytes, 1);

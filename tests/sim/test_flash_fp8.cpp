@@ -4,7 +4,7 @@
 // and weight copies, the fp8 refusals (A100, `trainplan run`), and the attention key's JSON round trip.
 #include <gtest/gtest.h>
 
-#include "exec/train.hpp"
+#include "exec/runtime/train.hpp"
 #include "sim/op_cost.hpp"
 #include "sim/program.hpp"
 #include "sim_test_util.hpp"
@@ -187,7 +187,7 @@ TEST(Fp8, RefusedWithoutFp8TensorCoresButRunEmulatesIt) {
   j["cluster"] = "dgx-h100";
   Scenario sc = scenario_from_json(j, ".", "test");
   EXPECT_EQ(sc.training.precision, Precision::fp8);
-  EXPECT_NO_THROW(exec::check_runnable(sc));  // run emulates fp8 (exec/fp8.hpp)
+  EXPECT_NO_THROW(exec::check_runnable(sc));  // run emulates fp8 (exec/model/fp8.hpp)
   sc.training.precision = Precision::bf16;
   for (Attention a : {Attention::flash, Attention::unfused}) {  // attention is a cost-model choice: run takes both
     sc.plan.attention = a;
