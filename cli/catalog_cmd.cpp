@@ -119,7 +119,10 @@ json frameworks(std::ostream* os) {
   std::vector<std::vector<std::string>> rows;
   auto join = [](auto v, auto fn) {
     std::string s;
-    for (auto x : v) s += (s.empty() ? "" : ",") + std::string(fn(x));
+    for (auto x : v) {
+      if (!s.empty()) s += ',';
+      s += fn(x);
+    }
     return s.empty() ? std::string("any") : s;
   };
   for (const Framework& f : catalog_frameworks()) {

@@ -261,6 +261,14 @@ std::vector<Refusal> framework_refusals(const Framework& f, const Plan& p, Preci
   return out;
 }
 
+std::string plan_labels(const std::string& framework, const std::string& scenario_framework, bool research, bool beyond) {
+  std::string s;
+  if (!framework.empty() && framework != scenario_framework) s += " (" + framework + ")";
+  if (research) s += " [research]";
+  if (beyond) s += " [beyond published]";
+  return s;
+}
+
 double framework_bucket_params(const Framework& f, int data_ranks) {
   if (f.comm.bucket_per_layer) return 0;
   return std::max(f.comm.bucket_min_params, f.comm.bucket_params_per_data_rank * data_ranks);

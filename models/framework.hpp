@@ -71,6 +71,13 @@ inline constexpr const char* kDefaultFramework = "megatron-core";
 inline constexpr const char* kResearchLabel =
     "research technique: predicted from the paper's model, not run by a production framework";
 
+inline constexpr const char* kBeyondPublishedLabel =
+    "simulated efficiency above the best published for this GPU and framework in the bundled reference runs "
+    "(flagged, not capped)";
+// The labels a plan carries in tables (planner, reports): " (FRAMEWORK)" when it is not `scenario_framework`,
+// " [research]" and " [beyond published]" (legends: kResearchLabel, kBeyondPublishedLabel).
+std::string plan_labels(const std::string& framework, const std::string& scenario_framework, bool research, bool beyond);
+
 // Reads a framework profile (catalog entry or inline object) at `path`.
 Framework read_framework(const json& v, const std::string& name, const std::string& path, Issues& is);
 // training.framework: a catalog name (string) or an inline object; absent = kDefaultFramework.

@@ -27,11 +27,8 @@ json plan_json(const Plan& p, long long B) {
 // efficiency is above the best published for the GPU and framework.
 bool beyond_published(const Candidate& c) { return c.sim && result_notes_json(*c.sim).contains("beyond_published"); }
 std::string candidate_summary(const Candidate& c, const Scenario& sc) {
-  std::string s = plan_summary(c.plan, c.global_batch, c.point.lay.prec);
-  if (!c.framework.empty() && c.framework != sc.framework.name) s += " (" + c.framework + ")";
-  if (!research_techniques(c.plan, Delink{}).empty()) s += " [research]";
-  if (beyond_published(c)) s += " [beyond published]";
-  return s;
+  return plan_summary(c.plan, c.global_batch, c.point.lay.prec) +
+         plan_labels(c.framework, sc.framework.name, !research_techniques(c.plan, Delink{}).empty(), beyond_published(c));
 }
 json candidate_labels(const Candidate& c) {
   json j = {{"framework", c.framework.empty() ? json(nullptr) : json(c.framework)}};
@@ -40,8 +37,6 @@ json candidate_labels(const Candidate& c) {
   if (beyond_published(c)) j["beyond_published"] = true;
   return j;
 }
-const char* kBeyondLabel = "beyond published: simulated efficiency above the best published for this GPU and framework in "
-                           "the bundled reference runs (flagged, not capped)";
 
 json analytic_json(const Estimate& e, double ttt, double cost) {
   return {{"step_time_s", e.step_s}, {"peak_bytes_per_gpu", e.peak_bytes}, {"time_to_train_s", ttt}, {"cost_usd", cost}};
@@ -119,7 +114,7 @@ std::vector<std::string> plan_outcome_notes(const PlanOutcome& o) {
   for (const GpuPoint& g : o.pareto) see(g.best);
   for (const Explanation& e : o.why) see(e.alt);
   if (research) out.push_back(std::string("[research] ") + kResearchLabel);
-  if (beyond) out.push_back(std::string("[beyond published] ") + kBeyondLabel);
+  if (beyond) out.push_back(std::string("[beyond published] ") + kBeyondPublishedLabel);
   return out;
 }
 
@@ -254,8 +249,14 @@ std::string plan_outcome_to_csv(const PlanOutcome& o) {
       << r.mfu_fp8 << "," << r.model_tflops_per_gpu << "," << r.tokens_per_s_per_gpu() << ",";
     // Every other plan field, so that a row is a plan (stage_layers "a/b/c" per stage, empty when even).
     std::string stages, research;
-    for (size_t s = 0; s < p.stage_layers.size(); ++s) stages += (s ? "/" : "") + std::to_string(p.stage_layers[s]);
-    for (const std::string& t : research_techniques(p, Delink{})) research += (research.empty() ? "" : "; ") + t;
+    for (int n : p.stage_layers) {
+      if (!stages.empty()) stages += '/';
+      stages += std::to_string(n);
+    }
+    for (const std::string& t : research_techniques(p, Delink{})) {
+      if (!research.empty()) research += "; ";
+      research += t;
+    }
     c << p.cp << "," << precision_name(k.point.lay.prec) << "," << attention_name(p.attention) << "," << stages << ","
       << (p.tp_mode == TpMode::d2 ? (p.tp_grid_node_blocks ? "node_blocks" : "rows") : "") << ","
       << (k.framework.empty() ? o.scenario.framework.name : k.framework) << ",\"" << research << "\","

@@ -203,9 +203,7 @@ json key_metrics(const json& result, RunKind kind) {
     research = sim.contains("research");
     beyond = sim.contains("beyond_published");
   }
-  if (!fw.empty() && fw != kDefaultFramework) m["plan"] = m["plan"].get<std::string>() + " (" + fw + ")";
-  if (research) m["plan"] = m["plan"].get<std::string>() + " [research]";
-  if (beyond) m["plan"] = m["plan"].get<std::string>() + " [beyond published]";
+  m["plan"] = m["plan"].get<std::string>() + plan_labels(fw, kDefaultFramework, research, beyond);
   m["global_batch"] = sim.contains("scenario") ? sim["scenario"]["training"].value("global_batch", 0LL) : 0LL;
   if (kind == RunKind::plan && result["best"].contains("global_batch")) m["global_batch"] = result["best"]["global_batch"];
   m["step_time_s"] = sim.value("step_time_s", 0.0);

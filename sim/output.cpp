@@ -66,8 +66,7 @@ json result_notes_json(const Result& r) {
     j["beyond_published"] = {{"model_tflops_per_gpu", r.model_tflops_per_gpu},
                              {"best_published_model_tflops_per_gpu", b->model_tflops_per_gpu},
                              {"source", b->source},
-                             {"note", "predicted above the best efficiency published for this GPU and framework in the "
-                                      "bundled reference runs (flagged, not capped)"}};
+                             {"note", kBeyondPublishedLabel}};
   return j;
 }
 
