@@ -274,6 +274,11 @@ double framework_bucket_params(const Framework& f, int data_ranks) {
   return std::max(f.comm.bucket_min_params, f.comm.bucket_params_per_data_rank * data_ranks);
 }
 
+double grad_bucket_hold_params(const Framework& f, int data_ranks, double bucket_total_params) {
+  const double bucket = framework_bucket_params(f, data_ranks);
+  return bucket > 0 ? std::min(bucket_total_params, bucket) : bucket_total_params;
+}
+
 bool framework_overlaps_grad_reduce(const Framework& f, const Plan& p) {
   return p.overlap_grad_reduce && !(f.comm.pp_reduce_after_flush && p.pp > 1);
 }

@@ -97,6 +97,11 @@ std::vector<Refusal> framework_refusals(const Framework& f, const Plan& p, Preci
 
 // Gradient bucket of `f` (parameters) for `data_ranks` ranks; 0 = per layer (every layer's gradients a bucket).
 double framework_bucket_params(const Framework& f, int data_ranks);
+// ZeRO-2/3: the unreduced gradients one bucket of `bucket_total_params` holds at once. A bucket larger than the
+// framework's (a layer piece of more parameters than DeepSpeed's 5e8-element reduce bucket or Megatron's 40 M)
+// leaves as the backward produces it, one framework bucket at a time (DeepSpeed's ipg buffer, Megatron's
+// bucketed grad buffer); a per-layer framework (FSDP's unit) holds the whole piece. Sim and planner both call it.
+double grad_bucket_hold_params(const Framework& f, int data_ranks, double bucket_total_params);
 // ZeRO-3: parameters one gather buffer holds for a run of `run_params` parameters (two buffers: the gathered
 // run and the prefetched next). Whole runs, or half of the framework's live-parameter bound when it has one.
 inline double zero3_buffer_params(const Framework& f, double run_params) {

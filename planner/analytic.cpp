@@ -277,7 +277,12 @@ Estimate AnalyticModel::estimate(const Layout& lay, const MicroCost& mc, const C
   // fills; a second coexists only when a bucket's reduce-scatter outlasts the backward that fills the next,
   // and by then that layer's activations (of every micro-batch in flight through it) are released.
   if (ch.zero >= 2 && dp > 1) {
-    const double bucket_params = std::min(P, std::max(framework_bucket_params(sc.framework, dp), mc.layer_params));
+    // A bucket closes at the framework's size or a layer, whichever is larger, and holds at most the framework's
+    // (grad_bucket_hold_params). Chunked offload keeps the whole layer: its gradients reuse the parameter chunks,
+    // and this term stands for the layer's margin in the chunk estimate (tested on the PatrickStar example).
+    const double filled = std::max(framework_bucket_params(sc.framework, dp), mc.layer_params);
+    const double bucket_params =
+        std::min(P, ch.offload == OffloadKind::chunked ? filled : grad_bucket_hold_params(sc.framework, dp, filled));
     const double share = bucket_params / std::max(P, 1.0);
     const double rs_s = dp_coll(1, D * share, E * share, g);
     const double fill_s = (layered ? m : 1) * mc.layer_b_s * bucket_params / std::max(mc.layer_params, 1.0);

@@ -227,7 +227,10 @@ void add_grad_reductions(BuildCtx& x, RankCtx& rk) {
         if (rk.dp_group->size() >= 2 && dense > 0) part.push_back(dense);
         if (rk.edp_group->size() >= 2 && expert > 0) part.push_back(expert);
         if (part.size() != ids.size()) part.assign(ids.size(), b.pr.total() / std::max<size_t>(1, ids.size()));
-        for (size_t i = 0; i < ids.size(); ++i) x.hold(r, b.first, true, ids[i], part[i] * x.eb.g, MemCat::gradients);
+        // A bucket bigger than the framework's streams out as it is produced: at most the framework's bucket.
+        const double total = b.pr.total();
+        const double kept = total > 0 ? grad_bucket_hold_params(x.sc.framework, p.data_ranks(), total) / total : 0;
+        for (size_t i = 0; i < ids.size(); ++i) x.hold(r, b.first, true, ids[i], part[i] * kept * x.eb.g, MemCat::gradients);
         if (reduce_ids.size() >= (size_t)kGradBucketsInFlight)
           for (int id : reduce_ids[reduce_ids.size() - kGradBucketsInFlight]) x.edge(id, b.first);
         reduce_ids.push_back(ids);
