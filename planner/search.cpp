@@ -63,6 +63,7 @@ struct TopList {
 struct Keeper {
   TopList top;
   std::map<std::pair<int, int>, TopList> per_gpus;   // fitting points per (GPU count, family)
+  std::map<int, TopList> per_count;                   // the analytic-best fitting points per GPU count
   SearchStats st;
 };
 
@@ -74,6 +75,8 @@ constexpr int kTopKept = 32;        // analytic-best points kept (x confirm): en
 constexpr int kPerLayoutTries = 2;  // analytic-best points of one layout confirmed before giving up on it
 constexpr double kEstimateShare = kProgressEstimateShare;
 constexpr int kPerGpuTries = 6;
+// Per GPU count, also its analytic-best points (kConfirmRounds x confirm of them), confirmed as a search
+// restricted to that count confirms its top list, so that by_gpus agrees with such a search.
 
 // The layout the top list tells apart (dp, tp, tp_mode, pp, cp, ep, precision, schedule and accumulation, ZeRO,
 // offload): the top K are the best plan of K distinct layouts; other batch sizes or micro-batches of a layout
@@ -238,6 +241,9 @@ static Keeper estimate_all(const Scenario& sc, const AnalyticModel& am, const Sc
         TopList& pg = K.per_gpus[{lay.gpus(), family(p)}];
         pg.cap = 1;
         pg.add(p);
+        TopList& pc = K.per_count[lay.gpus()];
+        pc.cap = (size_t)(kConfirmRounds * confirm);
+        pc.add(p);
         return true;
       }, dominated);
       K.st.pruned_dominated += dominated;
@@ -258,6 +264,7 @@ static Keeper estimate_all(const Scenario& sc, const AnalyticModel& am, const Sc
   for (Keeper& k : keepers) {
     all.top.merge(k.top);
     for (auto& [key, tl] : k.per_gpus) { all.per_gpus[key].cap = 1; all.per_gpus[key].merge(tl); }
+    for (auto& [n, tl] : k.per_count) { all.per_count[n].cap = (size_t)(kConfirmRounds * confirm); all.per_count[n].merge(tl); }
     all.st.configurations_evaluated += k.st.configurations_evaluated;
     all.st.pruned_invalid += k.st.pruned_invalid;
     all.st.pruned_memory += k.st.pruned_memory;
@@ -266,17 +273,18 @@ static Keeper estimate_all(const Scenario& sc, const AnalyticModel& am, const Sc
   return all;
 }
 
-// The top list: in rounds of `confirm` points (at most kPerLayoutTries per layout, a layout dropped once one of
-// its plans is confirmed), until top_k distinct layouts fit when simulated (the closed-form memory model can be
-// optimistic) or the kept candidates run out.
-static void confirm_top(Confirmer& cf, const Keeper& all, int top_k, int confirm, double capacity_bytes,
-                        PlanOutcome& out) {
+// Confirms analytic points (best first) in rounds of `confirm` (at most kPerLayoutTries per layout, a layout
+// dropped once one of its plans is confirmed), until top_k distinct layouts fit when simulated (the closed-form
+// memory model can be optimistic) or the points run out. Returns the confirmed candidates that fit.
+static std::vector<Candidate> confirm_points(Confirmer& cf, const std::vector<Point>& best_first, int top_k,
+                                             int confirm, double capacity_bytes) {
   std::vector<Point> queue;
   {
     std::map<LayoutKey, int> tries;
-    for (const Point& p : all.top.sorted())
+    for (const Point& p : best_first)
       if (tries[layout_key(p)]++ < kPerLayoutTries) queue.push_back(p);
   }
+  std::vector<Candidate> out;
   std::set<LayoutKey> confirmed;
   for (size_t at = 0; at < queue.size() && (int)confirmed.size() < top_k;) {
     std::vector<Point> round;
@@ -285,18 +293,26 @@ static void confirm_top(Confirmer& cf, const Keeper& all, int top_k, int confirm
     for (Candidate& c : cf.run(round))
       if (acceptable(c, capacity_bytes)) {
         confirmed.insert(layout_key(c.point));
-        out.top.push_back(c);
+        out.push_back(c);
       }
   }
+  return out;
+}
+
+// The top list: the analytic-best points over every GPU count, confirmed (confirm_points).
+static void confirm_top(Confirmer& cf, const Keeper& all, int top_k, int confirm, double capacity_bytes,
+                        PlanOutcome& out) {
+  out.top = confirm_points(cf, all.top.sorted(), top_k, confirm, capacity_bytes);
   std::sort(out.top.begin(), out.top.end(), candidate_less);
 }
 
 // Per GPU count: the analytic best of each family (ZeRO stage x schedule kind x offload), best first; the first
-// kPerGpuTries within the simulation budget are simulated and the best that fits is kept. Families guard
-// against an analytic bias of one technique (e.g. ZeRO-3 gathers at large dp). Then the top list and these
-// answers are made consistent, and the top list cut to top_k distinct layouts.
-static void best_per_gpu_count(const Scenario& sc, Confirmer& cf, const Keeper& all, double capacity_bytes,
-                               PlanOutcome& out) {
+// kPerGpuTries within the simulation budget are simulated. Families guard against an analytic bias of one
+// technique (e.g. ZeRO-3 gathers at large dp). With them, the count's own analytic-best points confirmed as a
+// search restricted to that count would (confirm_points); the best that fits is the count's answer. Then the top
+// list and these answers are made consistent, and the top list cut to top_k distinct layouts.
+static void best_per_gpu_count(const Scenario& sc, Confirmer& cf, const Keeper& all, int top_k, int confirm,
+                               double capacity_bytes, PlanOutcome& out) {
   std::map<int, std::vector<Point>> fam_best;
   for (auto& [key, tl] : all.per_gpus) fam_best[key.first].push_back(tl.v.front());
   for (auto& [n, pts] : fam_best) {
@@ -306,7 +322,16 @@ static void best_per_gpu_count(const Scenario& sc, Confirmer& cf, const Keeper& 
       if ((int)sims.size() < kPerGpuTries && sim_tasks(sc, p) <= kConfirmTaskBudget) sims.push_back(p);
     GpuPoint g{n, Candidate{}, false};
     bool have = false;
-    for (Candidate& c : cf.run(sims))
+    std::vector<Candidate> found = cf.run(sims);
+    // What a search restricted to this count confirms (the confirmer simulates a point once: repeats are free).
+    auto it = all.per_count.find(n);
+    if (it != all.per_count.end()) {
+      std::vector<Point> own;  // (within the per-count simulation budget, as the families' points)
+      for (const Point& p : it->second.sorted())
+        if (sim_tasks(sc, p) <= kConfirmTaskBudget) own.push_back(p);
+      for (Candidate& c : confirm_points(cf, own, top_k, confirm, capacity_bytes)) found.push_back(c);
+    }
+    for (Candidate& c : found)
       if (acceptable(c, capacity_bytes) && (!have || candidate_less(c, g.best))) { g.best = c; g.simulated = have = true; }
     if (!have) g.best = cf.analytic(pts.front());  // nothing simulated fits, or all beyond the budget
     out.by_gpus.push_back(g);
@@ -400,7 +425,7 @@ static PlanOutcome search_one(const Scenario& given, const PlanOptions& opt) {
                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     };
   confirm_top(cf, all, se.top_k, confirm, am.capacity_bytes, out);
-  best_per_gpu_count(sc, cf, all, am.capacity_bytes, out);
+  best_per_gpu_count(sc, cf, all, se.top_k, confirm, am.capacity_bytes, out);
   out.pareto = pareto_front(out.by_gpus);
   if (!out.top.empty()) {  // the winner keeps its program and events (the report draws its timeline)
     out.top[0].sim = std::make_shared<Result>(simulate(cf.scenario_of(out.top[0].point)));
