@@ -52,6 +52,17 @@ std::string fit_label(const std::string& s, double px, double font = 12) {
   return o + "…";
 }
 
+// A label in at most two lines of `px` each: split at the space nearest the middle that lets the first line fit
+// (each line then cut with an ellipsis only if it still does not fit). One line when it fits.
+std::vector<std::string> wrap_label(const std::string& s, double px, double font = 12) {
+  if (text_width(s, font) <= px) return {s};
+  size_t best = std::string::npos;
+  for (size_t i = s.find(' '); i != std::string::npos; i = s.find(' ', i + 1))
+    if (text_width(s.substr(0, i), font) <= px) best = i;
+  if (best == std::string::npos) return {fit_label(s, px, font)};
+  return {s.substr(0, best), fit_label(s.substr(best + 1), px, font)};
+}
+
 void rect_tip(Doc& d, double x, double y, double w, double h, const std::string& fill, const std::string& tip) {
   d.raw("<rect x=\"" + num(x) + "\" y=\"" + num(y) + "\" width=\"" + num(std::max(w, 0.0)) + "\" height=\"" +
         num(std::max(h, 0.0)) + "\" fill=\"" + fill + "\" stroke=\"#FFFFFF\" stroke-width=\"0.75\"><title>" +
@@ -153,7 +164,9 @@ std::string bar_chart(const BarChart& c) {
     for (size_t i = 0; i < n; ++i) {
       const Bar& b = c.bars[i];
       double y = top + slot * (double)i + (slot - bh) / 2, x = left;
-      d.text(left - 8, y + bh / 2 + 4, fit_label(b.label, labw), 12, "end");
+      const std::vector<std::string> lines = wrap_label(b.label, labw);
+      for (size_t li = 0; li < lines.size(); ++li)  // one line centred on the bar, or two around its middle
+        d.text(left - 8, y + bh / 2 + 4 + (lines.size() == 1 ? 0.0 : (li == 0 ? -7.0 : 7.0)), lines[li], 12, "end");
       for (size_t k = 0; k < b.values.size() && k < c.categories.size(); ++k) {
         if (!(b.values[k] > 0)) continue;
         double w = X(b.values[k]) - left;
@@ -167,7 +180,7 @@ std::string bar_chart(const BarChart& c) {
         d.line(mx, y - 5, mx, y + bh + 5, "#000000", 2, "stroke-dasharray=\"4 3\"");
         if (mx >= x - 2 && mx <= lx + text_width(total_text(b), 12)) lx = mx + 6;
       }
-      d.text(lx, y + bh / 2 + 4, total_text(b));
+      d.text(lx, y + bh / 2 + 4, fit_label(total_text(b), std::max(40.0, W - 4 - lx)));  // never past the edge
     }
     d.h = bottom + 50;
   } else {
@@ -343,7 +356,15 @@ std::string line_chart(const LineChart& c) {
 // The coloured runs of a Gantt chart: slices are drawn per 1 px column; each column takes the category covering
 // most of it, and is drawn when it is at least half covered or holds a whole (sub-pixel) slice; runs of equal
 // columns become one rect. This keeps a step of thousands of tasks a small file, and sub-pixel slices visible.
-struct GanttRun { int lane, col, end, cat; };
+// A column where a second category covers at least kMixedShare of what is covered (1F1B's steady state with
+// hundreds of micro-batches: forwards and backwards alternate below a pixel) is drawn split: the main category
+// on top, the second below, in quarters of the lane, so the phases keep their colours.
+struct GanttRun {
+  int lane, col, end, cat;
+  int cat2 = -1;         // the second category of a mixed column (-1: none)
+  int quarters = 4;      // the main category's share of the lane height, in quarters (2 or 3 when mixed)
+};
+constexpr double kMixedShare = 0.2;
 static std::vector<GanttRun> gantt_runs(const Gantt& g, int ncol, const std::function<double(double)>& colx) {
   const int ncat = std::max<int>(1, (int)g.categories.size());
   std::vector<std::vector<int>> by_lane(g.lanes.size());
@@ -366,23 +387,62 @@ static std::vector<GanttRun> gantt_runs(const Gantt& g, int ncol, const std::fun
         cov[(size_t)col * ncat + cat] += std::min(x1, col + 1.0) - std::max(x0, (double)col);
     }
     auto colour_of = [&](int col) {
-      int best = -1;
-      double bv = 0, tot = 0;
+      GanttRun r{(int)ln, col, col + 1, -1};
+      double bv = 0, sv = 0, tot = 0;
+      int second = -1;
       for (int k = 0; k < ncat; ++k) {
         double v = cov[(size_t)col * ncat + k];
         tot += v;
-        if (v > bv) { bv = v; best = k; }
+        if (v > bv) { sv = bv; second = r.cat; bv = v; r.cat = k; }
+        else if (v > sv) { sv = v; second = k; }
       }
-      return tot >= 0.5 || whole[col] ? best : -1;
+      if (!(tot >= 0.5 || whole[col])) r.cat = -1;
+      if (r.cat >= 0 && second >= 0 && sv >= kMixedShare * tot) {
+        r.cat2 = second;
+        r.quarters = bv >= 0.625 * (bv + sv) ? 3 : 2;
+      }
+      return r;
     };
+    auto same = [](const GanttRun& a, const GanttRun& b) { return a.cat == b.cat && a.cat2 == b.cat2 && a.quarters == b.quarters; };
     for (int col = 0; col < ncol;) {
-      int cat = colour_of(col), end = col + 1;
-      while (end < ncol && colour_of(end) == cat) ++end;
-      if (cat >= 0) runs.push_back({(int)ln, col, end, cat});
-      col = end;
+      GanttRun r = colour_of(col);
+      while (r.end < ncol && same(colour_of(r.end), r)) ++r.end;
+      if (r.cat >= 0) runs.push_back(r);
+      col = r.end;
     }
   }
   return runs;
+}
+
+// Slice labels (micro-batch numbers) inside the slices wide enough for them. In a lane where some labelled
+// slices are too narrow (hundreds of micro-batches), the first and the last labelled slices are named anyway,
+// at the lane's ends in dark text ("mb 0" ... "mb 511"), so the range stays readable.
+static void draw_slice_labels(Doc& d, const Gantt& g, const std::function<double(double)>& X, double top, double lane_h) {
+  std::vector<int> first(g.lanes.size(), -1), last(g.lanes.size(), -1);
+  std::vector<char> skipped(g.lanes.size(), 0), narrow(g.slices.size(), 0);
+  for (size_t i = 0; i < g.slices.size(); ++i) {
+    const Slice& sl = g.slices[i];
+    if (sl.label.empty() || sl.lane < 0 || sl.lane >= (int)g.lanes.size()) continue;
+    if (first[sl.lane] < 0 || sl.t0 < g.slices[first[sl.lane]].t0) first[sl.lane] = (int)i;
+    if (last[sl.lane] < 0 || sl.t1 >= g.slices[last[sl.lane]].t1) last[sl.lane] = (int)i;
+    const double x0 = X(sl.t0), x1 = X(sl.t1);
+    if (x1 - x0 < text_width(sl.label, 9) + 4) {
+      skipped[sl.lane] = narrow[i] = 1;
+      continue;
+    }
+    d.text((x0 + x1) / 2, top + lane_h * (double)sl.lane + lane_h - 4.5, sl.label, 9, "middle", "fill=\"#FFFFFF\"");
+  }
+  const char* halo = "fill=\"#222222\" stroke=\"#FFFFFF\" stroke-width=\"2.5\" paint-order=\"stroke\"";
+  for (size_t ln = 0; ln < g.lanes.size(); ++ln) {
+    if (!skipped[ln] || first[ln] < 0 || first[ln] == last[ln]) continue;
+    const double y = top + lane_h * (double)ln + lane_h - 4.5;
+    const Slice &a = g.slices[first[ln]], &b = g.slices[last[ln]];
+    const double xa = X(a.t0), xb = X(b.t1);
+    const std::string la = "mb " + a.label, lb = "mb " + b.label;
+    if (xb - xa < text_width(la, 9) + text_width(lb, 9) + 12) continue;  // both must fit side by side
+    if (narrow[first[ln]]) d.text(xa + 2, y, la, 9, "start", halo);
+    if (narrow[last[ln]]) d.text(xb - 2, y, lb, 9, "end", halo);
+  }
 }
 
 std::string gantt_chart(const Gantt& g) {
@@ -401,7 +461,8 @@ std::string gantt_chart(const Gantt& g) {
   std::vector<LegendItem> legend;
   std::vector<bool> used(g.categories.size(), false);
   for (const GanttRun& r : runs)
-    if (r.cat >= 0 && r.cat < (int)used.size()) used[r.cat] = true;
+    for (int c : {r.cat, r.cat2})
+      if (c >= 0 && c < (int)used.size()) used[c] = true;
   for (size_t k = 0; k < g.categories.size(); ++k)
     if (used[k]) legend.push_back({k < g.category_labels.size() ? g.category_labels[k] : g.categories[k],
                                    category_colour(g.categories[k], (int)k)});
@@ -425,15 +486,12 @@ std::string gantt_chart(const Gantt& g) {
     d.line(x, top, x, bottom, "#D0D0D0", 0.75);
     d.text(x, bottom + 16, t.labels[i], 12, "middle");
   }
-  for (const GanttRun& r : runs)
-    d.rect(left + r.col, top + lane_h * (double)r.lane + 2, r.end - r.col, lane_h - 4,
-           category_colour(g.categories[r.cat], r.cat));
-  for (const Slice& sl : g.slices) {  // slice labels (micro-batch numbers) where they fit inside the slice
-    if (sl.label.empty() || sl.lane < 0 || sl.lane >= (int)g.lanes.size()) continue;
-    const double x0 = X(sl.t0), x1 = X(sl.t1);
-    if (x1 - x0 < text_width(sl.label, 9) + 4) continue;
-    d.text((x0 + x1) / 2, top + lane_h * (double)sl.lane + lane_h - 4.5, sl.label, 9, "middle", "fill=\"#FFFFFF\"");
+  for (const GanttRun& r : runs) {
+    const double y = top + lane_h * (double)r.lane + 2, h = lane_h - 4, h1 = h * r.quarters / 4.0;
+    d.rect(left + r.col, y, r.end - r.col, h1, category_colour(g.categories[r.cat], r.cat));
+    if (r.cat2 >= 0) d.rect(left + r.col, y + h1, r.end - r.col, h - h1, category_colour(g.categories[r.cat2], r.cat2));
   }
+  draw_slice_labels(d, g, X, top, lane_h);
   d.line(left, bottom, right, bottom, kAxis);
   d.line(left, top, left, bottom, kAxis);
   d.text((left + right) / 2, bottom + 36, with_unit("time in the step", sc), 12, "middle");

@@ -203,6 +203,62 @@ TEST(ReportTimeline, LegendNamesOnlyWhatIsDrawn) {
     EXPECT_NE(tl.find(label), std::string::npos) << label;
 }
 
+// Hundreds of micro-batches: 1F1B's steady state alternates forwards and backwards below a pixel. Its columns are
+// drawn split (backward over forward), not all in the dominant backward colour, and the lane names its first and
+// last micro-batches at its ends.
+TEST(ReportTimeline, HundredsOfMicroBatchesKeepThePhasesColoursAndNameTheEnds) {
+  svg::Gantt g;
+  g.t_end = 1;
+  g.categories = {"fwd", "bwd"};
+  g.lanes = {{"stage 0 compute", true}};
+  const int m = 400;
+  const double slot = 0.9 / (3.0 * m);  // a forward takes one slot, a backward two
+  double t = 0;
+  for (int k = 0; k < m; ++k) {
+    g.slices.push_back({0, t, t + slot, 0, std::to_string(k)});
+    g.slices.push_back({0, t + slot, t + 3 * slot, 1, std::to_string(k)});
+    t += 3 * slot;
+  }
+  const std::string s = svg::gantt_chart(g);
+  const std::string fwd = "fill=\"" + svg::category_colour("fwd", 0) + "\"", bwd = "fill=\"" + svg::category_colour("bwd", 1) + "\"";
+  // The plot's rects of each colour (the legend adds one swatch each).
+  auto count = [&](const std::string& fill) {
+    int n = 0;
+    for (size_t at = s.find("<rect"); at != std::string::npos; at = s.find("<rect", at + 1))
+      n += s.substr(at, s.find("/>", at) - at).find(fill) != std::string::npos;
+    return n;
+  };
+  EXPECT_GE(count(fwd), 2) << "the steady state lost the forward colour";
+  EXPECT_GE(count(bwd), 2);
+  EXPECT_NE(s.find(">mb 0<"), std::string::npos);
+  EXPECT_NE(s.find(">mb 399<"), std::string::npos);
+  EXPECT_EQ(s.find(">17<"), std::string::npos);  // no label squeezed into a slice too narrow for it
+  EXPECT_EQ(reporttest::xml_problem(s), "");
+}
+
+// Bar labels are not cut off: a long run name wraps onto two lines beside its bar, and the total (with its note)
+// never runs past the chart's right edge.
+TEST(ReportBars, LongLabelsWrapAndTotalsStayInside) {
+  svg::BarChart c;
+  c.title = "t";
+  c.value_label = "step time";
+  c.categories = {"compute"};
+  c.category_labels = {"compute"};
+  c.bars = {{"seed-patrickstar-v100-chunked (v100-chunked) @ 49.9", {2.0}, NAN,
+             "does not fit: 38.6 GiB of 32 GiB, the chunk budget exceeded at the head moment of the warm-up step"},
+            {"short", {1.0}, NAN, ""}};
+  const std::string s = svg::bar_chart(c);
+  EXPECT_NE(s.find(">seed-patrickstar-v100-chunked<"), std::string::npos) << "first line";
+  EXPECT_NE(s.find(">(v100-chunked) @ 49.9<"), std::string::npos) << "second line";
+  // Left-anchored texts (the default anchor: no text-anchor attribute) end inside the width.
+  std::regex text_re("<text x=\"([0-9.]+)\" y=\"[0-9.]+\">([^<]*)</text>");
+  int checked = 0;
+  for (auto it = std::sregex_iterator(s.begin(), s.end(), text_re); it != std::sregex_iterator(); ++it, ++checked)
+    EXPECT_LE(std::stod((*it)[1]) + svg::text_width((*it)[2], 12), c.width + 1) << (*it)[2];
+  EXPECT_GE(checked, 2);
+  EXPECT_EQ(reporttest::xml_problem(s), "");
+}
+
 // The timeline labels micro-batches inside slices wide enough for their number, and gives the expert all-to-all
 // of MoE layers a lane of its own (with its legend entry) only for MoE models.
 TEST(ReportTimeline, MicroBatchLabelsAndTheExpertAllToAllLane) {
