@@ -117,3 +117,29 @@ TEST(DevSetH100, RegressionBoundsAtTodaysAccuracy) {
   family("Megatron-LM README", [](const std::string& t) { return t == "megatron-lm-readme-h100"; }, 9, 0.08, 0.29);
   family("llm-foundry", [](const std::string& t) { return t == "llm-foundry-benchmarks"; }, 17, 0.07, 0.15);
 }
+
+// The public runs of other frameworks (data/validation/frameworks-set.json, docs/accuracy.md): every row
+// simulates with its own framework profile (the six TorchTitan 405B pp 8 rows with TorchTitan's stage split), and
+// the errors stay at today's bounds. Issue 38's per-framework target (<= 8 % mean, <= 15 % max) is NOT met:
+// these bounds catch regressions only, and tighten as profiles are fitted.
+TEST(FrameworksSet, EveryRowSimulatesAndErrorsStayAtTodaysBounds) {
+  std::ifstream in(std::string(TP_SOURCE_DIR) + "/data/validation/frameworks-set.json");
+  ASSERT_TRUE(in.good());
+  json set = json::parse(in);
+  PublishedReport r = validate_devset(set);
+  EXPECT_EQ(r.time_rows.size(), 109u);
+  EXPECT_TRUE(r.skipped.empty()) << r.skipped.front();
+  json stats = framework_stats(r.time_rows);
+  std::map<std::string, std::pair<double, double>> bounds = {
+      {"fsdp", {0.24, 0.63}}, {"deepspeed", {0.55, 0.85}}, {"megatron-deepspeed", {0.42, 1.03}}};
+  for (auto& [name, b] : bounds) {
+    SCOPED_TRACE(name);
+    ASSERT_TRUE(stats.contains(name)) << stats.dump();
+    EXPECT_LE(stats[name]["mean_abs_error"].get<double>(), b.first);
+    EXPECT_LE(stats[name]["max_abs_error"].get<double>(), b.second);
+  }
+  int split = 0;
+  for (const PublishedRow& row : r.time_rows)
+    if (row.name.find("405b") != std::string::npos && row.name.find("pp8") != std::string::npos) ++split;
+  EXPECT_EQ(split, 6);
+}
