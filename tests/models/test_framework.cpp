@@ -39,6 +39,16 @@ std::string refusal(const json& j) {
 
 bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
+// gpt3-175b (1.8 B parameters per layer) over dp 64 on selene, micro-batch 1, full recompute, the given ZeRO stage
+// and framework (null = none).
+Scenario gpt3_175b_dp64(int zero, const json& framework) {
+  json j = {{"model", "gpt3-175b"}, {"cluster", "selene"},
+            {"training", {{"global_batch", 64}, {"seq_len", 2048}, {"precision", "bf16"}}},
+            {"plan", {{"dp", 64}, {"tp", 1}, {"pp", 1}, {"microbatch", 1}, {"zero", zero}, {"recompute", "full"}}}};
+  if (!framework.is_null()) j["training"]["framework"] = framework;
+  return parse(j);
+}
+
 }  // namespace
 
 TEST(Framework, CatalogReadsEveryProfileAndTheDefaultIsMegatronCore) {
@@ -143,14 +153,7 @@ TEST(Framework, FsdpReducesOneBucketPerLayer) {
 TEST(Framework, DeepSpeedZero3HoldsAtMostItsLiveParameters) {
   // gpt3-175b layers (1.8 B parameters each): Megatron-Core / FSDP gather two whole layers, DeepSpeed at most
   // stage3_max_live_parameters (1e9).
-  auto sc = [](const json& fw) {
-    json j = {{"model", "gpt3-175b"}, {"cluster", "selene"},
-              {"training", {{"global_batch", 64}, {"seq_len", 2048}, {"precision", "bf16"}}},
-              {"plan", {{"dp", 64}, {"tp", 1}, {"pp", 1}, {"microbatch", 1}, {"zero", 3}, {"recompute", "full"}}}};
-    if (!fw.is_null()) j["training"]["framework"] = fw;
-    return parse(j);
-  };
-  Result ds = simulate(sc("deepspeed")), mc = simulate(sc(nullptr));
+  Result ds = simulate(gpt3_175b_dp64(3, "deepspeed")), mc = simulate(gpt3_175b_dp64(3, nullptr));
   EXPECT_LT(ds.memory.weights, mc.memory.weights - 4e9);  // about 2 x 1.8e9 x 2 B gathered against 1e9 x 2 B
 }
 
@@ -158,13 +161,7 @@ TEST(Framework, LayersLargerThanTheBucketStreamTheirGradientsOutBucketByBucket) 
   // gpt3-175b layers (1.8 B parameters each) under ZeRO-2 at dp 64: DeepSpeed's 5e8-element reduce bucket and
   // Megatron-Core's 64 M bucket each hold at most two buckets of fp32 gradients, not two whole layers (14.5 GB);
   // FSDP reduce-scatters whole blocks and holds them.
-  auto sc = [](const json& fw) {
-    json j = {{"model", "gpt3-175b"}, {"cluster", "selene"},
-              {"training", {{"global_batch", 64}, {"seq_len", 2048}, {"precision", "bf16"}}},
-              {"plan", {{"dp", 64}, {"tp", 1}, {"pp", 1}, {"microbatch", 1}, {"zero", 2}, {"recompute", "full"}}}};
-    if (!fw.is_null()) j["training"]["framework"] = fw;
-    return parse(j);
-  };
+  auto sc = [](const json& fw) { return gpt3_175b_dp64(2, fw); };
   const double layer_grad_bytes = 12.0 * 12288 * 12288 * 4;  // one layer's fp32 gradients
   Result ds = simulate(sc("deepspeed")), mc = simulate(sc(nullptr)), fsdp = simulate(sc("fsdp"));
   const double sharded = 175e9 * 4 / 64 * 1.01;  // the reduced fp32 shards ZeRO-2 keeps, with the ends
