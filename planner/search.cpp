@@ -63,7 +63,9 @@ struct TopList {
 struct Keeper {
   TopList top;
   std::map<std::pair<int, int>, TopList> per_gpus;   // fitting points per (GPU count, family)
-  std::map<int, TopList> per_count;                   // the analytic-best fitting points per GPU count
+  // Per GPU count, its kConfirmRounds x confirm analytic-best fitting points: confirmed as a search restricted to
+  // that count confirms its top list, so that by_gpus agrees with such a search.
+  std::map<int, TopList> per_count;
   SearchStats st;
 };
 
@@ -75,8 +77,6 @@ constexpr int kTopKept = 32;        // analytic-best points kept (x confirm): en
 constexpr int kPerLayoutTries = 2;  // analytic-best points of one layout confirmed before giving up on it
 constexpr double kEstimateShare = kProgressEstimateShare;
 constexpr int kPerGpuTries = 6;
-// Per GPU count, also its analytic-best points (kConfirmRounds x confirm of them), confirmed as a search
-// restricted to that count confirms its top list, so that by_gpus agrees with such a search.
 
 // The layout the top list tells apart (dp, tp, tp_mode, pp, cp, ep, precision, schedule and accumulation, ZeRO,
 // offload): the top K are the best plan of K distinct layouts; other batch sizes or micro-batches of a layout
