@@ -71,6 +71,13 @@ const char* const kHelp =
     "      overrides, a DeepSpeed ds_config.json with Megatron-DeepSpeed arguments, or a TorchTitan TOML job\n"
     "      config (docs/export.md); a plan feature the framework cannot express is an error (exit 2) naming\n"
     "      it and the nearest plan the framework runs\n"
+    "  trainplan collective --cluster NAME|FILE.json --op all_reduce|all_gather|reduce_scatter|all_to_all|send_recv\n"
+    "                       --ranks N [--ranks-per-node K] [--bytes MIN:MAX] [--factor F] [--algo A] [--proto P]\n"
+    "                       [--json FILE|-]\n"
+    "      a collective as NCCL runs it on the cluster (NCCL's topology graphs and tuning model, docs/collectives.md):\n"
+    "      per size (default 1M:8G, x2) the time, algorithm and bus bandwidth as nccl-tests prints them, with\n"
+    "      the algorithm, protocol and channels NCCL picks (--algo ring|tree|nvls|nvlstree|collnetdirect|\n"
+    "      collnetchain and --proto ll|ll128|simple force them, as NCCL_ALGO / NCCL_PROTO do)\n"
     "  trainplan catalog [gpus|clusters|models|NAME] [--json FILE|-]\n"
     "      list the bundled catalog; NAME: that entry as the inline object a scenario takes in its place\n"
     "  trainplan version | --version | -V\n"
@@ -81,7 +88,7 @@ const char* const kHelp =
     "130 / 143 stopped by SIGINT / SIGTERM (run).\n";
 
 const std::vector<std::string> kCommands = {"simulate", "plan", "report", "validate-published", "run", "calibrate",
-                                            "validate", "selftest", "catalog", "export", "version"};
+                                            "validate", "selftest", "catalog", "export", "collective", "version"};
 
 bool Args::flag(const std::string& n) const {
   for (auto& o : options) if (o.first == n) return true;

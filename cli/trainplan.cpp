@@ -22,6 +22,8 @@
 #include "sim/simulate.hpp"
 #include "args.hpp"
 #include "catalog_cmd.hpp"
+#include "collective_cmd.hpp"
+#include "sim/validate_nccl.hpp"
 #include "sim/validate_devset.hpp"
 #include "sim/validate_published.hpp"
 #include "exec/backends/backend.hpp"
@@ -453,6 +455,7 @@ std::string suite_file(const std::string& name) {
   if (name.empty() || name == "dev") return root + "/scenarios/published/dev-suite.json";
   if (name == "h100") return root + "/data/validation/h100-dev-set.json";
   if (name == "frameworks") return root + "/data/validation/frameworks-set.json";
+  if (name == "nccl") return root + "/data/validation/nccl-tests-set.json";
   return name;
 }
 
@@ -463,6 +466,18 @@ int cmd_validate_published(int argc, char** argv) {
   Issues is;
   json suite = parse_json_file(file, file, is);
   if (!is.empty()) throw InputError(is.messages);
+  if (suite.is_object() && suite.contains("rows") && suite["rows"].is_array() && !suite["rows"].empty() &&
+      suite["rows"][0].contains("points")) {  // nccl-tests results: the collective model, not a training step
+    NcclTestsReport nr;
+    try {
+      nr = validate_nccl_tests(suite, file);
+    } catch (const json::exception& e) {
+      throw InputError({file + ": unexpected nccl-tests set layout: " + e.what()});
+    }
+    print_nccl_tests(std::cout, nr);
+    if (!a.value("--json").empty()) write_file_atomic(a.value("--json"), nccl_tests_to_json(nr).dump(2) + "\n");
+    return 0;
+  }
   PublishedReport rep;
   try {
     // A development set lists rows with their own plans and clusters; the 2021 dev suite lists paper tables.
@@ -558,6 +573,7 @@ int run_command(int argc, char** argv) {
     if (cmd == "validate-published") return cmd_validate_published(argc, argv);
     if (cmd == "catalog") return cmd_catalog(argc, argv);
     if (cmd == "export") return cmd_export(argc, argv);
+    if (cmd == "collective") return cmd_collective(argc, argv);
     if (cmd == "run") return cmd_run(argc, argv);
     if (cmd == "calibrate") return cmd_calibrate(argc, argv);
     if (cmd == "validate") return cmd_validate(argc, argv);
@@ -565,7 +581,7 @@ int run_command(int argc, char** argv) {
     if (cmd == "selftest") return tp::cli::cmd_selftest(argc, argv);
     std::cerr << "error: unknown command \"" << cmd << "\"" << did_you_mean(cmd, kCommands)
               << "\nusage: trainplan COMMAND [options]   (commands: simulate, plan, report, validate-published, run, "
-                 "calibrate, validate, selftest, catalog, export, version; `trainplan --help` for all)\n";
+                 "calibrate, validate, selftest, catalog, export, collective, version; `trainplan --help` for all)\n";
     return 2;
   } catch (const HelpShown&) {
     return 0;

@@ -2,6 +2,7 @@
 #include "cluster.hpp"
 
 #include "catalog.hpp"
+#include "nccl_tuning.hpp"
 
 namespace tp {
 
@@ -17,6 +18,22 @@ static Gpu read_gpu_ref(const json& v, const std::string& path, Issues& issues) 
     return g;
   }
   return read_gpu(v, path, issues);
+}
+
+// "nccl": {"version", "collnet", "tuning": {constants}}; the constants are checked against the tuning tables'
+// shapes and ranges here, and applied over the version's when a model is built (sim/nccl_model).
+static void read_cluster_nccl(const json& v, const std::string& path, ClusterNccl& out, Issues& issues) {
+  Reader r(v, path, issues);
+  if (!r.ok()) return;
+  out.version = r.opt_str("version", "");
+  if (!out.version.empty() && !catalog_find("nccl", out.version))
+    issues.add(r.at("version"), "an NCCL tuning version of the catalog (" + catalog_names_text("nccl") + "), got \"" + out.version + "\"");
+  out.collnet = r.opt_bool("collnet", false);
+  if (const json* t = r.get("tuning")) {
+    read_nccl_tuning(*t, r.at("tuning"), NcclTuning{}, issues);
+    out.overrides = *t;
+  }
+  r.finish({"version", "collnet", "tuning"});
 }
 
 Cluster read_cluster(const json& v, const std::string& path, Issues& issues) {
@@ -75,8 +92,9 @@ Cluster read_cluster(const json& v, const std::string& path, Issues& issues) {
   c.price_per_gpu_hour_usd = r.opt_num("price_per_gpu_hour_usd", 0, lim::price);
   c.power_per_gpu_w = r.opt_num("power_per_gpu_w", c.gpu.power_w, lim::cluster_power);
   c.nccl_buffer_bytes_per_communicator = r.opt_num("nccl_buffer_bytes_per_communicator", 0, lim::nccl_buffer);
+  if (const json* n = r.get("nccl")) read_cluster_nccl(*n, r.at("nccl"), c.nccl, issues);
   r.finish({"name", "about", "gpu", "nodes", "gpus_per_node", "intra_node", "inter_node", "host",
-            "price_per_gpu_hour_usd", "power_per_gpu_w", "nccl_buffer_bytes_per_communicator"});
+            "price_per_gpu_hour_usd", "power_per_gpu_w", "nccl_buffer_bytes_per_communicator", "nccl"});
   return c;
 }
 
@@ -108,6 +126,13 @@ json cluster_to_json(const Cluster& c) {
           {"power_per_gpu_w", c.power_per_gpu_w}};
   if (c.host.memory_bandwidth_bytes_per_s > 0) j["host"]["memory_bandwidth_bytes_per_s"] = c.host.memory_bandwidth_bytes_per_s;
   if (c.nccl_buffer_bytes_per_communicator > 0) j["nccl_buffer_bytes_per_communicator"] = c.nccl_buffer_bytes_per_communicator;
+  if (!c.nccl.version.empty() || c.nccl.collnet || !c.nccl.overrides.empty()) {
+    json n = json::object();
+    if (!c.nccl.version.empty()) n["version"] = c.nccl.version;
+    if (c.nccl.collnet) n["collnet"] = true;
+    if (!c.nccl.overrides.empty()) n["tuning"] = c.nccl.overrides;
+    j["nccl"] = n;
+  }
   return j;
 }
 

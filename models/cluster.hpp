@@ -36,8 +36,18 @@ struct Host {
   double memory_bandwidth_bytes_per_s = 0;
 };
 
+// How NCCL runs on the cluster (JSON "nccl", optional): the tuning constants' version, whether the fabric has
+// in-network reduction (SHARP: NCCL's CollNet algorithms and NVLS across nodes), and any constants that override
+// the version's (models/nccl_tuning.hpp names them).
+struct ClusterNccl {
+  std::string version;  // "" = the newest bundled
+  bool collnet = false;
+  json overrides = json::object();
+};
+
 struct Cluster {
   std::string name;
+  ClusterNccl nccl;
   // NCCL's buffers per communicator a rank belongs to (channels x protocols x peers x NCCL_BUFFSIZE; JSON
   // "nccl_buffer_bytes_per_communicator", 0 when absent).
   double nccl_buffer_bytes_per_communicator = 0;

@@ -74,6 +74,9 @@ struct Gpu {
   // tiles of one head share each K / V read through L2 (1 = every tile reads K / V from HBM, Dao et al.'s model).
   double attention_tile_rows = 128;
   double sm_count = 1;
+  // CUDA compute capability (7.0 Volta, 8.0 Ampere, 9.0 Hopper, 10.0 Blackwell): which of NCCL's per-generation
+  // tables apply (sim/nccl_model). 0 = not given: Ampere's.
+  double compute_capability = 0;
   // Head dims the fused attention kernel is compiled for (ascending, "attention_head_dims"): a head of dim dh
   // runs as the smallest listed >= dh (beyond the largest: its multiple), so e.g. dh 80 costs 128's tensor
   // work in a kernel padded to powers of two. Empty = any head dim runs as itself.
