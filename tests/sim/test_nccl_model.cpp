@@ -1,0 +1,124 @@
+// The NCCL model (sim/nccl_model): NCCL's graphs and choices on the catalog's clusters as NCCL's own search and
+// tuning model produce them, and the published nccl-tests results (data/validation/nccl-tests-set.json) at
+// today's accuracy.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+
+#include "models/catalog.hpp"
+#include "models/cluster.hpp"
+#include "sim/nccl_model.hpp"
+#include "sim/validate_nccl.hpp"
+
+namespace tp {
+namespace {
+
+Cluster catalog_cluster(const std::string& name, int nodes = 0, bool collnet = false) {
+  json c = *catalog_find("clusters", name);
+  if (nodes > 0) c["nodes"] = nodes;
+  if (collnet) c["nccl"] = {{"collnet", true}};
+  Issues is;
+  Cluster cl = read_cluster(c, name, is);
+  EXPECT_TRUE(is.empty()) << is.messages.front();
+  return cl;
+}
+
+double busbw_GBps(const NcclComm& c, Coll op, double bytes, int algo = -1, int proto = -1) {
+  return bytes / nccl_call(c, op, bytes, algo, proto).time_s / 1e9 * nccl_bus_factor(op, c.ranks);
+}
+
+// The graphs NCCL's search finds on a DGX A100 and a DGX H100 (docs/collectives.md works them out): inside a node
+// 12 ring channels at 20 / 30 GB/s (6 at 40 / 60 duplicated), across nodes one channel per NIC at the highest
+// speed the NIC path takes (24 / 48 GB/s), NVLS one channel per GPU at 40 GB/s on the H100 only.
+TEST(NcclModel, GraphsAreWhatNcclsSearchFindsOnDgxA100AndH100) {
+  const Cluster a100 = catalog_cluster("selene"), h100 = catalog_cluster("dgx-h100");
+  const NcclComm a1 = nccl_comm(a100, nccl_tuning_for(a100), 8, 8), h1 = nccl_comm(h100, nccl_tuning_for(h100), 8, 8);
+  EXPECT_EQ(a1.ring.channels, 12);
+  EXPECT_DOUBLE_EQ(a1.ring.bw_intra, 20.0);
+  EXPECT_EQ(a1.nvls.channels, 0);
+  EXPECT_EQ(h1.ring.channels, 12);
+  EXPECT_DOUBLE_EQ(h1.ring.bw_intra, 30.0);
+  EXPECT_EQ(h1.nvls.channels, 8);
+  EXPECT_DOUBLE_EQ(h1.nvls.bw_intra, 40.0);
+  const NcclComm a2 = nccl_comm(a100, nccl_tuning_for(a100), 16, 8), h2 = nccl_comm(h100, nccl_tuning_for(h100), 64, 8);
+  EXPECT_EQ(a2.ring.channels, 8);
+  EXPECT_DOUBLE_EQ(a2.ring.bw_inter, 24.0);
+  EXPECT_EQ(h2.ring.channels, 8);
+  EXPECT_DOUBLE_EQ(h2.ring.bw_inter, 48.0);
+  // Two nodes: the tree's intra-node speed is raised below twice the inter-node one (A100: 24 -> 30).
+  EXPECT_DOUBLE_EQ(a2.tree.bw_intra, 30.0);
+}
+
+// NCCL's choice by size: LL for small messages, Simple for large; NVLS inside an H100 node for large all-reduces,
+// never on an A100; CollNet only where the fabric reduces in the network; forcing a pair NCCL cannot run here
+// is an input error naming it.
+TEST(NcclModel, ChoicesFollowNcclsTuningBySize) {
+  const Cluster h100 = catalog_cluster("dgx-h100"), a100 = catalog_cluster("selene");
+  const NcclComm h1 = nccl_comm(h100, nccl_tuning_for(h100), 8, 8), a1 = nccl_comm(a100, nccl_tuning_for(a100), 8, 8);
+  EXPECT_EQ(nccl_call(h1, Coll::all_reduce, 4096).proto, "LL");
+  EXPECT_EQ(nccl_call(h1, Coll::all_reduce, 1 << 30).algo, "NVLS");
+  EXPECT_EQ(nccl_call(a1, Coll::all_reduce, 4096).proto, "LL");
+  const NcclCall big = nccl_call(a1, Coll::all_reduce, 1 << 30);
+  EXPECT_EQ(big.algo, "Ring");
+  EXPECT_EQ(big.proto, "Simple");
+  EXPECT_THROW(nccl_call(a1, Coll::all_reduce, 1 << 30, (int)NcclAlgo::nvls), InputError);
+  const NcclComm h8 = nccl_comm(h100, nccl_tuning_for(h100), 64, 8);
+  EXPECT_THROW(nccl_call(h8, Coll::all_reduce, 1 << 30, (int)NcclAlgo::collnet_chain), InputError);
+  const Cluster sharp = catalog_cluster("dgx-h100", 0, true);
+  const NcclComm s8 = nccl_comm(sharp, nccl_tuning_for(sharp), 64, 8);
+  EXPECT_GT(busbw_GBps(s8, Coll::all_reduce, 1 << 30, (int)NcclAlgo::collnet_chain), 0);
+  // Time grows with size and every time is finite and positive.
+  double last = 0;
+  for (double b = 8; b <= 16e9; b *= 4) {
+    const double t = nccl_call(h8, Coll::all_reduce, b).time_s;
+    EXPECT_TRUE(std::isfinite(t) && t > last) << b;
+    last = t;
+  }
+}
+
+// A cluster's "nccl" object overrides the version's constants, and a bad one is refused with its path.
+TEST(NcclModel, ClusterOverridesTheTuningConstants) {
+  json c = *catalog_find("clusters", "selene");
+  c["nccl"] = {{"tuning", {{"ll_max_bw", {{1, 1, 1}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}}}}}};
+  Issues is;
+  const Cluster slow_ll = read_cluster(c, "cluster", is);
+  ASSERT_TRUE(is.empty());
+  const Cluster plain = catalog_cluster("selene");
+  const NcclComm a = nccl_comm(plain, nccl_tuning_for(plain), 8, 8), b = nccl_comm(slow_ll, nccl_tuning_for(slow_ll), 8, 8);
+  EXPECT_LT(busbw_GBps(b, Coll::all_reduce, 65536, (int)NcclAlgo::ring, (int)NcclProto::ll),
+            0.5 * busbw_GBps(a, Coll::all_reduce, 65536, (int)NcclAlgo::ring, (int)NcclProto::ll));
+  c["nccl"] = {{"tuning", {{"ll_max_bw", {{1, 1}}}, {"speeds_intra", {{3, 4}, {1}, {1}, {1}}}}}, {"versio", "2.30"}};
+  Issues bad;
+  read_cluster(c, "cluster", bad);
+  ASSERT_EQ(bad.messages.size(), 3u);
+  EXPECT_NE(bad.messages[0].find("cluster.nccl.tuning.ll_max_bw"), std::string::npos) << bad.messages[0];
+  EXPECT_NE(bad.messages[1].find("descending"), std::string::npos) << bad.messages[1];
+  EXPECT_NE(bad.messages[2].find("versio"), std::string::npos) << bad.messages[2];
+}
+
+// Published nccl-tests results: large messages (>= 1 GiB) and the whole 1 MiB..8 GiB range at today's errors
+// (docs/accuracy.md). The issue's target, 10 % from 1 MiB to 8 GiB, is met at 1 GiB and above on most rows and
+// missed at 4-256 MiB, where NCCL's own model (and so this one) is faster than the runs.
+TEST(NcclModel, PublishedNcclTestsStayAtTodaysErrors) {
+  std::ifstream in(std::string(TP_SOURCE_DIR) + "/data/validation/nccl-tests-set.json");
+  const json set = json::parse(in);
+  const NcclTestsReport r = validate_nccl_tests(set, "nccl-tests-set.json");
+  ASSERT_GE(r.counted, 150);
+  double large_sum = 0, large_max = 0;
+  int large = 0, large_within = 0;
+  for (const auto& p : r.points)
+    if (p.counted && p.bytes >= 1073741824.0) {
+      large_sum += std::fabs(p.error());
+      large_max = std::max(large_max, std::fabs(p.error()));
+      large_within += std::fabs(p.error()) <= 0.10;
+      ++large;
+    }
+  ASSERT_GT(large, 50);
+  EXPECT_LT(large_sum / large, 0.10) << "mean |error| at >= 1 GiB";
+  EXPECT_GE((double)large_within / large, 0.60) << "share within 10 % at >= 1 GiB";
+  EXPECT_LT(r.mean_abs, 0.35) << "mean |error| over 1 MiB..8 GiB";
+}
+
+}  // namespace
+}  // namespace tp
