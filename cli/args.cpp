@@ -78,6 +78,12 @@ const char* const kHelp =
     "      per size (default 1M:8G, x2) the time, algorithm and bus bandwidth as nccl-tests prints them, with\n"
     "      the algorithm, protocol and channels NCCL picks (--algo ring|tree|nvls|nvlstree|collnetdirect|\n"
     "      collnetchain and --proto ll|ll128|simple force them, as NCCL_ALGO / NCCL_PROTO do)\n"
+    "  trainplan fit RUNS.json [RUNS.json ...] --out PROFILE.json [--framework NAME] [--params P,...]\n"
+    "                [--threads N] [--json FILE] [--quiet]\n"
+    "      fit a framework profile to measured runs (docs/fit.md): compute and network efficiency scales and a\n"
+    "      fixed cost per step; RUNS.json lists scenarios with measured step times or Megatron-LM / DeepSpeed /\n"
+    "      TorchTitan logs, or is a validation set whose --framework rows are the runs; prints the values with\n"
+    "      their standard errors, each run's error before and after, and the leave-one-out error\n"
     "  trainplan catalog [gpus|clusters|models|NAME] [--json FILE|-]\n"
     "      list the bundled catalog; NAME: that entry as the inline object a scenario takes in its place\n"
     "  trainplan version | --version | -V\n"
@@ -88,7 +94,7 @@ const char* const kHelp =
     "130 / 143 stopped by SIGINT / SIGTERM (run).\n";
 
 const std::vector<std::string> kCommands = {"simulate", "plan", "report", "validate-published", "run", "calibrate",
-                                            "validate", "selftest", "catalog", "export", "collective", "version"};
+                                            "validate", "selftest", "catalog", "export", "collective", "fit", "version"};
 
 bool Args::flag(const std::string& n) const {
   for (auto& o : options) if (o.first == n) return true;

@@ -23,6 +23,7 @@
 #include "args.hpp"
 #include "catalog_cmd.hpp"
 #include "collective_cmd.hpp"
+#include "fit_cmd.hpp"
 #include "sim/validate_nccl.hpp"
 #include "sim/validate_devset.hpp"
 #include "sim/validate_published.hpp"
@@ -574,6 +575,7 @@ int run_command(int argc, char** argv) {
     if (cmd == "catalog") return cmd_catalog(argc, argv);
     if (cmd == "export") return cmd_export(argc, argv);
     if (cmd == "collective") return cmd_collective(argc, argv);
+    if (cmd == "fit") return cmd_fit(argc, argv);
     if (cmd == "run") return cmd_run(argc, argv);
     if (cmd == "calibrate") return cmd_calibrate(argc, argv);
     if (cmd == "validate") return cmd_validate(argc, argv);
@@ -581,7 +583,7 @@ int run_command(int argc, char** argv) {
     if (cmd == "selftest") return tp::cli::cmd_selftest(argc, argv);
     std::cerr << "error: unknown command \"" << cmd << "\"" << did_you_mean(cmd, kCommands)
               << "\nusage: trainplan COMMAND [options]   (commands: simulate, plan, report, validate-published, run, "
-                 "calibrate, validate, selftest, catalog, export, collective, version; `trainplan --help` for all)\n";
+                 "calibrate, validate, selftest, catalog, export, collective, fit, version; `trainplan --help` for all)\n";
     return 2;
   } catch (const HelpShown&) {
     return 0;

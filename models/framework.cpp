@@ -1,6 +1,8 @@
 // framework: reading framework profiles, what a framework can run, research labels. See framework.hpp.
 #include "framework.hpp"
 
+#include "cluster.hpp"
+
 #include <cmath>
 
 #include "catalog.hpp"
@@ -132,7 +134,18 @@ Framework read_framework(const json& v, const std::string& name, const std::stri
   if (const json* c = r.get("communication")) f.comm = read_comm(*c, r.at("communication"), is);
   f.kernel_profile = r.opt_str("kernel_profile", "");
   if (const json* b = r.get("best_published")) f.best_published = read_best(*b, r.at("best_published"), is);
-  r.finish({"about", "sources", "version", "can_run", "communication", "kernel_profile", "best_published"});
+  if (const json* ft = r.get("fitted")) {
+    Reader fr(*ft, r.at("fitted"), is);
+    if (fr.ok()) {
+      f.fit.compute_efficiency_scale = fr.opt_num("compute_efficiency_scale", 1, 0.05, 2);
+      f.fit.network_efficiency_scale = fr.opt_num("network_efficiency_scale", 1, 0.05, 2);
+      f.fit.step_overhead_s = fr.opt_num("step_overhead_s", 0, 0, 3600);
+      f.fit.source = fr.opt_str("source", "");
+      fr.get("uncertainty");  // the fit's standard errors, kept for readers
+      fr.finish({"compute_efficiency_scale", "network_efficiency_scale", "step_overhead_s", "source", "uncertainty"});
+    }
+  }
+  r.finish({"about", "sources", "version", "can_run", "communication", "kernel_profile", "best_published", "fitted"});
   return f;
 }
 
@@ -181,6 +194,10 @@ json framework_to_json(const Framework& f) {
   else comm["bucket"] = {{"min_params", f.comm.bucket_min_params}, {"params_per_data_rank", f.comm.bucket_params_per_data_rank}};
   json j = {{"version", f.version}, {"can_run", can}, {"communication", comm}};
   if (!f.kernel_profile.empty()) j["kernel_profile"] = f.kernel_profile;
+  if (f.fit.any() || !f.fit.source.empty())
+    j["fitted"] = {{"compute_efficiency_scale", f.fit.compute_efficiency_scale},
+                   {"network_efficiency_scale", f.fit.network_efficiency_scale},
+                   {"step_overhead_s", f.fit.step_overhead_s}, {"source", f.fit.source}};
   if (!f.best_published.empty()) {
     json b = json::array();
     for (const PublishedBest& p : f.best_published)
@@ -188,6 +205,20 @@ json framework_to_json(const Framework& f) {
     j["best_published"] = b;
   }
   return j;
+}
+
+static void scale_curve(Curve& c, double s) {
+  if (s == 1) return;
+  if (c.points.empty()) c.points.push_back({1.0, 1.0});
+  for (auto& pt : c.points) pt.second = std::min(1.0, pt.second * s);
+}
+
+void apply_framework_fit(Cluster& cl, const FrameworkFit& fit) {
+  Gpu& g = cl.gpu;
+  for (Curve* c : {&g.matrix_efficiency, &g.memory_efficiency, &g.attention_efficiency, &g.fp8_matrix_efficiency})
+    if (!c->points.empty()) scale_curve(*c, fit.compute_efficiency_scale);
+  scale_curve(cl.intra.efficiency, fit.network_efficiency_scale);
+  scale_curve(cl.inter.efficiency, fit.network_efficiency_scale);
 }
 
 std::vector<Framework> catalog_frameworks() {

@@ -57,6 +57,17 @@ struct PublishedBest {
   std::string source;        // the run it comes from
 };
 
+// What `trainplan fit` fitted for the framework on measured runs (JSON "fitted", every key optional): its
+// kernels' speed against the catalog GPU's curves (compute and memory-bound ops alike), its collectives'
+// against the cluster's, and a fixed cost per step (optimizer launches, gradient clipping, logging, data
+// loading). Applied by the scenario loader to the cluster's curves (apply_framework_fit) and by the step
+// program / the planner's estimate as one task per step (framework_step_overhead_s): sim and planner alike.
+struct FrameworkFit {
+  double compute_efficiency_scale = 1, network_efficiency_scale = 1, step_overhead_s = 0;
+  std::string source;  // what it was fitted on
+  bool any() const { return compute_efficiency_scale != 1 || network_efficiency_scale != 1 || step_overhead_s != 0; }
+};
+
 struct Framework {
   std::string name = "megatron-core";  // catalog name or "inline" (default-constructed: Megatron-Core's comm, any plan)
   std::string version;       // the framework's version the profile describes
@@ -64,6 +75,7 @@ struct Framework {
   FrameworkComm comm;
   std::string kernel_profile;  // the GPU kernel profile in force ("" = the GPU's own); training.kernel_profile wins
   std::vector<PublishedBest> best_published;
+  FrameworkFit fit;
 };
 
 // The default framework (Megatron-Core, as NeMo and Megatron-Bridge run it).
@@ -109,6 +121,13 @@ inline double zero3_buffer_params(const Framework& f, double run_params) {
 }
 // Whether a plan's data-parallel gradient reduction overlaps the last backward under `f`.
 bool framework_overlaps_grad_reduce(const Framework& f, const Plan& p);
+
+// The framework's fixed cost per step (its fit; 0 when not fitted).
+inline double framework_step_overhead_s(const Framework& f) { return f.fit.step_overhead_s; }
+// Scales `gpu`'s compute and memory efficiency curves and the cluster fabrics' efficiency curves by the fit
+// (each point's efficiency x scale, at most 1; an absent network curve becomes a constant one).
+struct Cluster;
+void apply_framework_fit(Cluster& cluster, const FrameworkFit& fit);
 
 // The reference best for the GPU and precision (null when the bundled runs have none).
 const PublishedBest* published_best(const Framework& f, const std::string& gpu, Precision pr);

@@ -263,14 +263,18 @@ static void validate_delink(Scenario& sc, Issues& is, const std::string& cluster
 }
 
 // training.kernel_profile (or the framework's kernel_profile when that is not given): puts the named profile of
-// the scenario's GPU in force, or names the ones there are.
+// the scenario's GPU in force, or names the ones there are; then the framework's fit scales the curves.
 static void apply_training_kernels(Scenario& sc, Issues& is) {
   Gpu& g = sc.cluster.gpu;
   const bool own = !sc.training.kernel_profile.empty();
   const std::string& name = own ? sc.training.kernel_profile : sc.framework.kernel_profile;
-  if (name.empty()) return;
+  if (name.empty()) {
+    apply_framework_fit(sc.cluster, sc.framework.fit);
+    return;
+  }
   if (const KernelProfile* k = find_kernel_profile(g, name)) {
     apply_kernel_profile(g, *k);
+    apply_framework_fit(sc.cluster, sc.framework.fit);
     return;
   }
   std::string have;
@@ -337,6 +341,7 @@ Scenario scenario_from_json(const json& v, const std::string& base_dir, const st
     sc.framework = resolve_framework(nullptr, "$.training.framework", is);
   }
   sc.gpu_as_given = std::make_shared<const Gpu>(sc.cluster.gpu);
+  sc.net_curves_as_given = std::make_shared<const std::pair<Curve, Curve>>(sc.cluster.intra.efficiency, sc.cluster.inter.efficiency);
   if (is.empty()) apply_training_kernels(sc, is);
   if (const json* sv = r.get("search")) {
     if (r.has("plan")) is.add("$.search", "a scenario has either a plan (simulate, run) or a search block (plan), not both");
@@ -383,6 +388,10 @@ Scenario scenario_from_json(const json& v, const std::string& base_dir, const st
 
 void set_framework(Scenario& sc, const Framework& f) {
   if (sc.gpu_as_given) sc.cluster.gpu = *sc.gpu_as_given;
+  if (sc.net_curves_as_given) {
+    sc.cluster.intra.efficiency = sc.net_curves_as_given->first;
+    sc.cluster.inter.efficiency = sc.net_curves_as_given->second;
+  }
   sc.framework = f;
   Issues is;
   apply_training_kernels(sc, is);

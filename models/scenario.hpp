@@ -24,6 +24,8 @@ struct Scenario {
   Framework framework;  // training.framework (catalog megatron-core when not given)
   bool framework_given = false;  // training.framework was in the scenario
   std::shared_ptr<const Gpu> gpu_as_given;  // the cluster's GPU before any kernel profile (set_framework)
+  // The fabrics' efficiency curves before the framework's fit (intra, inter; set_framework).
+  std::shared_ptr<const std::pair<Curve, Curve>> net_curves_as_given;
   // The planner's bounds (a scenario has a plan or a search block; only `trainplan plan` and reports accept
   // the latter). With a search block the plan is empty and training.global_batch may be 0 (searched).
   std::shared_ptr<Search> search;

@@ -313,6 +313,7 @@ Estimate AnalyticModel::estimate(const Layout& lay, const MicroCost& mc, const C
     host_bytes = cs.host_bytes;
     chunks_fit = cs.fits;
   }
+  r.optimizer_s += framework_step_overhead_s(sc.framework);
   r.offload_s = pcie_exposed;
   r.state_bytes = weights + grads + opt + buffers;
   const int comms = rank_communicators(lay.tp, lay.cp, dp, lay.ep, p, sc.model.tied_embeddings);

@@ -364,6 +364,14 @@ void add_optimizers(BuildCtx& x, RankCtx& rk, const ChunkPlan& chunks) {
       after_update = id;
     }
   }
+  if (framework_step_overhead_s(x.sc.framework) > 0) {  // the framework's fixed cost per step (its fit)
+    TaskInfo fi;
+    fi.kind = TaskKind::optimizer;
+    fi.optimizer_s = framework_step_overhead_s(x.sc.framework);
+    const int id = x.B.add_task(r, kLaneCompute, fi.optimizer_s, -1, fi);
+    if (after_update >= 0) x.edge(after_update, id);
+    for (int d : rk.opt_deps) x.edge(d, id);
+  }
   if (p.zero >= 1 && p.zero <= 2 && p.data_ranks() > 1 && !x.gather_under_fwd) {  // ZeRO-1/2: every rank gathers the updated parameters
     TaskInfo gi;
     std::vector<int> ids;
