@@ -99,7 +99,8 @@ std::vector<FitRun> runs_from_file(const json& j, const std::string& file, Frame
 std::vector<FitRun> runs_from_set(const json& set, const std::string& file, const std::string& framework) {
   std::vector<FitRun> out;
   for (const json& row : set.at("rows")) {
-    const std::string fw = row.value("framework", std::string());
+    const json& tr = row.contains("training") ? row["training"] : json::object();
+    const std::string fw = row.value("framework", tr.is_object() ? tr.value("framework", std::string()) : std::string());
     if (fw != framework) continue;
     FitRun run;
     run.name = row.value("id", std::string("row"));
