@@ -182,6 +182,7 @@ Gpu read_gpu(const json& v, const std::string& path, Issues& issues) {
   g.attention_tile_rows = (double)r.opt_int("attention_tile_rows", 128, lim::tile_rows);
   g.sm_count = (double)r.opt_int("sm_count", 1, lim::sm_count);
   g.compute_capability = r.opt_num("compute_capability", 0, 0, 20);
+  g.compute_slowdown_under_comm = r.opt_num("compute_slowdown_under_comm", 0, 0, 1);
   if (const json* h = r.get("attention_head_dims")) g.attention_head_dims = read_head_dims(*h, r.at("attention_head_dims"), issues);
   g.attention_backward_grid = read_bwd_grid(r);
   g.kernel_overhead_s = r.opt_num("kernel_overhead_s", 0, lim::kernel_overhead);
@@ -208,7 +209,7 @@ Gpu read_gpu(const json& v, const std::string& path, Issues& issues) {
     issues.add(r.at("matrix_flops_per_s"), "at least one precision needs a peak > 0");
   r.finish({"name", "about", "matrix_flops_per_s", "vector_flops_per_s", "hbm_bytes", "hbm_bandwidth_bytes_per_s",
             "matrix_efficiency", "memory_efficiency", "attention_efficiency", "fp8_matrix_efficiency",
-            "attention_tile_rows", "sm_count", "compute_capability", "attention_head_dims", "attention_backward_grid", "kernel_overhead_s", "power_w", "framework_memory",
+            "attention_tile_rows", "sm_count", "compute_capability", "compute_slowdown_under_comm", "attention_head_dims", "attention_backward_grid", "kernel_overhead_s", "power_w", "framework_memory",
             "kernel_profiles"});
   return g;
 }
@@ -235,6 +236,7 @@ json gpu_to_json(const Gpu& g) {
   if (g.attention_tile_rows != 128) j["attention_tile_rows"] = g.attention_tile_rows;
   if (g.sm_count != 1) j["sm_count"] = g.sm_count;
   if (g.compute_capability > 0) j["compute_capability"] = g.compute_capability;
+  if (g.compute_slowdown_under_comm > 0) j["compute_slowdown_under_comm"] = g.compute_slowdown_under_comm;
   if (!g.attention_head_dims.empty()) j["attention_head_dims"] = head_dims_json(g.attention_head_dims);
   if (g.attention_backward_grid != AttnBwdGrid::key_tiles) j["attention_backward_grid"] = attn_bwd_grid_name(g.attention_backward_grid);
   const FrameworkMemory& f = g.framework;

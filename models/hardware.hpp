@@ -89,6 +89,11 @@ struct Gpu {
   const Curve& attention_curve() const { return attention_efficiency.points.empty() ? matrix_efficiency : attention_efficiency; }
   const Curve& fp8_curve() const { return fp8_matrix_efficiency.points.empty() ? matrix_efficiency : fp8_matrix_efficiency; }
   double kernel_overhead_s = 0;  // fixed cost per launched kernel (launch + tail)
+  // Fraction a compute kernel slows by while an NCCL collective runs on the same GPU (its channels' thread blocks
+  // take SMs, its copies HBM bandwidth): JSON "compute_slowdown_under_comm", 0 (absent) = not modelled.
+  // sim/engine slows the compute lane by it while the rank has a collective in transfer; the planner's
+  // estimate lengthens its compute by it over the hidden data-parallel communication.
+  double compute_slowdown_under_comm = 0;
   double power_w = 0;            // board power at training load
   FrameworkMemory framework;
   std::vector<KernelProfile> kernel_profiles;  // by name

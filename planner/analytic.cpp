@@ -231,7 +231,7 @@ Estimate AnalyticModel::estimate(const Layout& lay, const MicroCost& mc, const C
     return coll_s(coll, dp, k_dp, dense_params * bytes_each) + coll_s(coll, edp, k_edp, expert_params * bytes_each);
   };
   const double bwd_s = n_busy * mc.layer_b_s;  // one micro-batch's backward on a stage
-  double dp_exposed = 0, pcie_exposed = 0;
+  double dp_exposed = 0, pcie_exposed = 0, dp_total = 0;
   // Parameters are gathered and gradients leave once per run (consecutive pieces of one model chunk):
   // one run of all micro-batches under layered accumulation; one per micro-batch under 1F1B / GPipe; under
   // Megatron's interleaved order the warm-up (and cool-down) runs pp micro-batches of a chunk back to back,
@@ -247,12 +247,14 @@ Estimate AnalyticModel::estimate(const Layout& lay, const MicroCost& mc, const C
     double red_times = ch.zero >= 2 ? runs : 1;
     double buckets = ch.zero >= 2 || layered ? n_P : dp_buckets;
     double red = red_one * red_times;
+    dp_total = red;
     // Under the last backward (every micro-batch's with ZeRO-2 or layered accumulation), unless the framework
     // reduces a pipeline's gradients after its flush (then all of it is exposed).
     double window = reduce_overlaps ? (ch.zero >= 2 || layered ? m : 1) * bwd_s : 0.0;
     dp_exposed += std::max(red - window, 0.0) + (reduce_overlaps ? red_one / buckets : 0.0);
     if (ch.zero == 1 || ch.zero == 2) {  // updated parameters gathered: after the optimizer, or under the first forward
       const double gather = dp_coll(2, D, E, e);
+      dp_total += gather;
       if (ch.overlap_param_gather && ch.offload != OffloadKind::chunked) {
         // In buckets (as the gradients), each before the first forward of its layers: the first bucket is
         // exposed, the rest hides under the first forward pass through the stage (every micro-batch's under
@@ -268,10 +270,14 @@ Estimate AnalyticModel::estimate(const Layout& lay, const MicroCost& mc, const C
       // Gathers and reduce-scatters share the NIC: together they hide only under the step's compute.
       double gather_one = dp_coll(2, D / n_P, E / n_P, e);  // one layer
       double gathers = 2 * runs * n_P * gather_one;
+      dp_total = red + gathers;
       dp_exposed = std::max(red + gathers - r.compute_s, 0.0) + red_one / buckets + gather_one;
     }
   }
   r.dp_comm_s = dp_exposed;
+  // NCCL's kernels slow the compute they overlap (the GPU's compute_slowdown_under_comm, as sim/engine applies
+  // it): the hidden part of the data-parallel communication lengthens the compute by that fraction.
+  r.compute_s += gpu.compute_slowdown_under_comm * std::min(std::max(dp_total - dp_exposed, 0.0), r.compute_s);
   // ZeRO-2/3: unreduced gradient buckets (max(40e6, 1e6 dp) parameters or a whole run, in the gradient
   // dtype) live until their reduce-scatter ends. At the activation peak (the first backward) the first one
   // fills; a second coexists only when a bucket's reduce-scatter outlasts the backward that fills the next,

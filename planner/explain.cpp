@@ -217,6 +217,7 @@ std::vector<Explanation> explain(Confirmer& cf, const Candidate& best, const std
                     {"exposed tensor-parallel communication", a.tp_comm_exposed, b.tp_comm_exposed},
                     {"exposed pipeline communication", a.pp_comm_exposed, b.pp_comm_exposed},
                     {"offload stalls", a.offload_stall, b.offload_stall},
+                    {"compute slowed by communication", a.comm_slowdown, b.comm_slowdown},
                     {"recomputation", a.recompute, b.recompute},
                     {"exposed expert-parallel communication", a.ep_comm_exposed, b.ep_comm_exposed},
                     {"optimizer step", a.optimizer, b.optimizer},

@@ -50,7 +50,8 @@ const Cat kBreakdown[] = {{"compute", "compute"},
                           {"dp_comm_exposed", "DP comm (exposed)"},
                           {"ep_comm_exposed", "EP all-to-all (exposed)"},
                           {"optimizer", "optimizer"},
-                          {"offload_stall", "offload stall"}};
+                          {"offload_stall", "offload stall"},
+                          {"comm_slowdown", "compute slowed by comm"}};
 const Cat kMemory[] = {{"weights", "weights"},
                        {"gradients", "gradients"},
                        {"optimizer", "optimizer state"},

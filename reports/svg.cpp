@@ -168,7 +168,7 @@ std::string category_colour(const std::string& n, int fallback) {
       {"bubble", "#BBBBBB"}, {"tp_comm_exposed", "#E69F00"}, {"pp_comm_exposed", "#D55E00"},
       {"pp comm", "#D55E00"}, {"dp_comm_exposed", "#009E73"}, {"dp comm", "#009E73"},
       {"zero gather", "#332288"}, {"optimizer", "#F0E442"}, {"ep_comm_exposed", "#882255"},
-      {"offload_stall", "#999933"}, {"pcie copy", "#999933"}, {"host adam", "#DDCC77"},
+      {"offload_stall", "#999933"}, {"comm_slowdown", "#44AA99"}, {"pcie copy", "#999933"}, {"host adam", "#DDCC77"},
       {"weights", "#0072B2"}, {"gradients", "#56B4E9"}, {"activations", "#CC79A7"}, {"buffers", "#BBBBBB"}};
   for (const Entry& e : kMap)
     if (n == e.name) return e.colour;

@@ -14,6 +14,7 @@ struct Event {
   double t;
   long long seq;
   int task;  // compute task ending
+  int version = 0;  // the task's end as scheduled then; an older version is stale (its rate changed since)
   bool operator>(const Event& o) const { return t != o.t ? t > o.t : seq > o.seq; }
 };
 
@@ -88,10 +89,41 @@ EngineOutput engine_run(const EngineInput& in) {
 
   std::vector<int> ready_lanes;  // lanes to try starting, processed FIFO
 
+  // Interference state: collectives in transfer per rank, and each running compute task's work left (seconds at
+  // full speed), the time its current rate began, and the version of its scheduled end.
+  const bool interfere = in.compute_slowdown > 0 && !in.lane_slowed.empty();
+  std::vector<int> active_comm(interfere ? in.ranks : 0, 0);
+  std::vector<double> work_left(interfere ? T : 0, 0), seg_start(interfere ? T : 0, 0);
+  std::vector<int> version(interfere ? T : 0, 0);
+  std::vector<int> running(interfere ? L : 0, -1);  // slowed lane -> its running compute task
+  const double slow_rate = 1.0 / (1.0 + in.compute_slowdown);
+  auto lane_slowed = [&](int ln) { return interfere && in.lane_slowed[ln % in.lanes]; };
+  auto interferes = [&](int ln) { return in.lane_interferes.empty() || in.lane_interferes[ln % in.lanes]; };
+  // Rank r's collectives in transfer went from `was` to active_comm[r]: re-time its running slowed tasks.
+  auto comm_changed = [&](int r, int was, double t) {
+    const bool before = was > 0, after = active_comm[r] > 0;
+    if (before == after) return;
+    for (int ln = r * in.lanes; ln < (r + 1) * in.lanes; ++ln) {
+      const int task = running[ln];
+      if (task < 0) continue;
+      work_left[task] -= (t - seg_start[task]) * (before ? slow_rate : 1.0);
+      seg_start[task] = t;
+      const double rate = after ? slow_rate : 1.0;
+      pq.push(Event{t + std::max(0.0, work_left[task]) / rate, seq++, task, ++version[task]});
+    }
+  };
+
   auto finish_task = [&](int task, double t) {
     out.end_s[task] = t;
     ++done;
     const Hot& h = hot[task];
+    if (interfere) {
+      if (h.coll >= 0 && out.transfer_s[task] >= 0 && interferes(h.lane)) {
+        const int r = h.lane / in.lanes;
+        comm_changed(r, active_comm[r]--, t);
+      }
+      if (running[h.lane] == task) running[h.lane] = -1;
+    }
     busy[h.lane] = 0;
     head[h.lane]++;
     ready_lanes.push_back(h.lane);
@@ -132,12 +164,26 @@ EngineOutput engine_run(const EngineInput& in) {
     busy[ln] = 1;
     out.start_s[task] = t;
     if (h.coll < 0) {
+      if (lane_slowed(ln)) {
+        running[ln] = task;
+        work_left[task] = h.duration_s;
+        seg_start[task] = t;
+        const double rate = active_comm[ln / in.lanes] > 0 ? slow_rate : 1.0;
+        pq.push(Event{t + h.duration_s / rate, seq++, task, ++version[task]});
+        return;
+      }
       pq.push(Event{t + h.duration_s, seq++, task});
       return;
     }
     CollState& st = cs[h.coll];
     if (++st.arrived == in.colls[h.coll].members) {
-      for (int k = mem_off[h.coll]; k < mem_off[h.coll + 1]; ++k) out.transfer_s[mem_ids[k]] = t;
+      for (int k = mem_off[h.coll]; k < mem_off[h.coll + 1]; ++k) {
+        out.transfer_s[mem_ids[k]] = t;
+        if (interfere && interferes(hot[mem_ids[k]].lane)) {
+          const int r = hot[mem_ids[k]].lane / in.lanes;
+          comm_changed(r, active_comm[r]++, t);
+        }
+      }
       start_phase(h.coll, t);
     }
   };
@@ -151,6 +197,7 @@ EngineOutput engine_run(const EngineInput& in) {
   drain(0);
 
   while (true) {
+    while (interfere && !pq.empty() && pq.top().version != 0 && pq.top().version != version[pq.top().task]) pq.pop();  // re-timed
     // Events at the current instant need no re-solve first (a flow finishing now is final); batch them, then
     // re-solve the flow rates once before time advances.
     if (!pq.empty() && pq.top().t <= now) {

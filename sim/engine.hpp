@@ -5,6 +5,10 @@
 // the head of its lane, the lane is idle and all its prerequisites have ended. A compute task lasts
 // duration_s. A comm task joins its collective; when all of the collective's member tasks have started, its
 // phases run one after another (a phase ends when all its flows end) and then every member task ends.
+// Interference: while a rank has a collective in transfer (its member task's transfer has begun and not ended) on
+// an interfering lane,
+// compute tasks on that rank's slowed lanes progress at 1 / (1 + compute_slowdown) of their speed (NCCL's
+// kernels take SMs and HBM bandwidth from the GEMMs they overlap); the work left is carried across the changes.
 // Determinism: events at equal times are processed in insertion order; flows complete in id order on ties.
 #pragma once
 #include <vector>
@@ -40,6 +44,9 @@ struct EngineInput {
   std::vector<EngineColl> colls;
   std::vector<CollShape> shapes;
   std::vector<double> link_capacity_bytes_per_s;
+  double compute_slowdown = 0;    // fraction: a compute task overlapping a collective on its rank takes (1 + this) x
+  std::vector<char> lane_slowed;  // per lane index (0..lanes-1): its compute tasks are slowed (empty: none)
+  std::vector<char> lane_interferes;  // per lane index: its collectives slow the rank's compute (empty: every lane's)
 };
 
 // Builds the CSR dependency arrays from `edges` (call once, after the last edge was added).

@@ -21,7 +21,8 @@ static json breakdown_json(const Breakdown& b) {
           {"dp_comm_exposed", b.dp_comm_exposed},
           {"optimizer", b.optimizer},
           {"ep_comm_exposed", b.ep_comm_exposed},
-          {"offload_stall", b.offload_stall}};
+          {"offload_stall", b.offload_stall},
+          {"comm_slowdown", b.comm_slowdown}};
 }
 
 static json memory_json(const MemoryBreakdown& m) {
@@ -250,6 +251,7 @@ void print_summary(std::ostream& os, const Result& r) {
   row("optimizer", b.optimizer);
   if (b.ep_comm_exposed > 0) row("ep comm exposed", b.ep_comm_exposed);
   if (b.offload_stall > 0 || p.offload.on()) row("offload stall", b.offload_stall);
+  if (b.comm_slowdown > 0) row("compute slowed by comm", b.comm_slowdown);
   os << "\nMemory per GPU (peak " << gib(r.peak_bytes_per_gpu) << " of " << gib(r.capacity_bytes) << ": "
      << (r.fits ? "fits"
          : r.peak_bytes_per_gpu > r.capacity_bytes ? "DOES NOT FIT — memory wall"

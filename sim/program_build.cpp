@@ -314,6 +314,13 @@ Program build_program(const Scenario& sc, bool full_cluster, bool exhaustive_sym
   }
   prog.in.ranks = R;
   prog.in.lanes = kLanes;
+  prog.in.compute_slowdown = sc.cluster.gpu.compute_slowdown_under_comm;  // NCCL beside the GEMMs (sim/engine)
+  prog.in.lane_slowed.assign(kLanes, 0);
+  prog.in.lane_slowed[kLaneCompute] = 1;
+  // Data-parallel reductions and ZeRO gathers run NCCL collectives on many channels; pipeline sends are NCCL
+  // point-to-point on a channel or two per peer, whose SMs are left out.
+  prog.in.lane_interferes.assign(kLanes, 0);
+  prog.in.lane_interferes[kLaneDp] = prog.in.lane_interferes[kLaneZero] = 1;
   prog.in.lane_order.assign((size_t)R * kLanes, {});
 
   BuildCtx x(sc, prog, B);

@@ -52,6 +52,8 @@ static Breakdown rank_breakdown(const Program& pg, const EngineOutput& eo, int r
     } else {
       TaskCost tc = task_cost(pg.cm, ti);
       bd.compute += tc.compute_s;
+      // Longer than planned: slowed by collectives beside it (sim/engine's interference).
+      bd.comm_slowdown += std::max(0.0, eo.end_s[t] - eo.start_s[t] - pg.in.tasks[t].duration_s);
       bd.recompute += tc.recompute_s;
       bd.tp_comm_exposed += tc.tp_s;
       bd.ep_comm_exposed += tc.ep_s;

@@ -13,13 +13,15 @@
 namespace tp {
 
 // Where one rank's step time goes. dp_comm_exposed includes ZeRO-3 parameter gathers; ep_comm_exposed is the
-// MoE all-to-alls; offload_stall is waiting for PCIe copies or the host CPU (loads, gradient stores, CPU Adam).
+// MoE all-to-alls; offload_stall is waiting for PCIe copies or the host CPU (loads, gradient stores, CPU Adam);
+// comm_slowdown is compute made slower by NCCL collectives running beside it (the GPU's
+// compute_slowdown_under_comm, sim/engine).
 struct Breakdown {
   double compute = 0, recompute = 0, bubble = 0, tp_comm_exposed = 0, pp_comm_exposed = 0, dp_comm_exposed = 0,
-         optimizer = 0, ep_comm_exposed = 0, offload_stall = 0;
+         optimizer = 0, ep_comm_exposed = 0, offload_stall = 0, comm_slowdown = 0;
   double total() const {
     return compute + recompute + bubble + tp_comm_exposed + pp_comm_exposed + dp_comm_exposed + optimizer +
-           ep_comm_exposed + offload_stall;
+           ep_comm_exposed + offload_stall + comm_slowdown;
   }
 };
 

@@ -80,3 +80,28 @@ TEST(Engine, DeadlockIsDetectedNotHung) {
   engine_finalize(in);
   EXPECT_TRUE(engine_run(in).deadlock);
 }
+
+// NCCL beside the GEMMs: a compute task on a slowed lane runs at 1 / (1 + s) while its rank has a collective in
+// transfer, and at full speed before and after; the work left carries over. Rank 1's compute, whose rank has no
+// transfer, is not slowed; neither is a lane that is not marked.
+TEST(Engine, ComputeSlowsWhileItsRankHasACollectiveInTransfer) {
+  EngineInput in = two_ranks();
+  in.compute_slowdown = 0.25;
+  in.lane_slowed = {1, 0};  // lane 0 computes, lane 1 communicates
+  FlowSpec f{{0}, {1.0}, 400.0, 0.0};  // 4 s on link 0
+  in.shapes.push_back({{f}});
+  in.colls.push_back({0, 1});
+  const int pre = add(in, 0, 1, 1.0);     // lane 1 of rank 0: waits 1 s (not a collective, not slowed)
+  const int c = add(in, 0, 1, 0, 0);      // then the 4 s transfer: t = 1 .. 5
+  const int gemm = add(in, 0, 0, 10.0);   // rank 0 computes from 0: 1 s full, 4 s at 0.8, then the rest
+  const int other = add(in, 1, 0, 10.0);  // rank 1 computes, no transfer of its own
+  engine_finalize(in);
+  EngineOutput out = engine_run(in);
+  EXPECT_DOUBLE_EQ(out.end_s[pre], 1.0);
+  EXPECT_DOUBLE_EQ(out.end_s[c], 5.0);
+  EXPECT_NEAR(out.end_s[gemm], 1.0 + 4.0 + (10.0 - 1.0 - 4.0 / 1.25), 1e-12);  // 10.8
+  EXPECT_DOUBLE_EQ(out.end_s[other], 10.0);
+  EXPECT_NEAR(out.makespan_s, 10.8, 1e-12);
+  in.compute_slowdown = 0;  // off: the compute ends at 10
+  EXPECT_DOUBLE_EQ(engine_run(in).end_s[gemm], 10.0);
+}
