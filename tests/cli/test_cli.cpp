@@ -34,7 +34,8 @@ const std::string kScenario = std::string(TP_SOURCE_DIR) + "/scenarios/default.j
 }  // namespace
 
 TEST(Cli, HelpPerSubcommandExitsZero) {
-  for (const char* cmd : {"simulate", "plan", "run", "validate", "calibrate", "validate-published", "catalog", "version"}) {
+  for (const char* cmd : {"simulate", "plan", "run", "validate", "calibrate", "validate-published", "catalog", "collective", "fit",
+                          "version"}) {
     for (const char* h : {"--help", "-h"}) {
       Out o = tp_run(std::string(cmd) + " " + h);
       EXPECT_EQ(o.rc, 0) << cmd << " " << h << "\n" << o.text;
