@@ -2,7 +2,8 @@
 // to measured runs and writes the profile (a framework object that a scenario's training.framework takes).
 // RUNS.json is either a runs file
 //   {"framework": NAME|{...} (optional), "parameters": [...] (optional),
-//    "runs": [{"name", "scenario": FILE|{...}, "step_time_s": X | "log": FILE, "skip_steps": 2}]}
+//    "runs": [{"name", "scenario": FILE|{...}, "step_time_s": X | "log": FILE, "skip_steps": 2,
+//              "breakdown_s": {"compute": X, "dp_comm_exposed": Y, ...} (optional), "peak_memory_bytes": M (optional)}]}
 // or a validation set ({"rows": [...]}, data/validation/*.json) whose rows of --framework are the runs.
 // Paths inside a runs file are relative to it. Prints the fitted values with their standard errors, every
 // run's error before and after, and the leave-one-out error.
@@ -67,7 +68,16 @@ std::vector<FitRun> runs_from_file(const json& j, const std::string& file, Frame
     const double step = rr.opt_num("step_time_s", 0, 1e-9, 1e9);
     const std::string log = rr.opt_str("log", "");
     const int skip = (int)rr.opt_int("skip_steps", 2, 0, 1000000);
-    rr.finish({"name", "scenario", "step_time_s", "log", "skip_steps"});
+    run.measured_peak_bytes = rr.opt_num("peak_memory_bytes", 0, 1, 1e15);
+    if (const json* b = rr.get("breakdown_s")) {
+      Reader br(*b, rr.at("breakdown_s"), is);
+      if (br.ok()) {
+        for (const std::string& c : kBreakdownClasses)
+          if (br.has(c)) run.measured_classes.push_back({c, br.req_num(c, 0, 1e9)});
+        br.finish(kBreakdownClasses);
+      }
+    }
+    rr.finish({"name", "scenario", "step_time_s", "log", "skip_steps", "breakdown_s", "peak_memory_bytes"});
     if (!s) { is.add(at + ".scenario", "missing; expected a scenario file or an inline scenario"); continue; }
     if ((step > 0) == !log.empty()) { is.add(at, "give exactly one of step_time_s and log"); continue; }
     try {
@@ -185,12 +195,17 @@ int cmd_fit(int argc, char** argv) {
     os << line;
     unc[p] = se >= 0 ? json(se) : json(nullptr);
   }
-  std::snprintf(line, sizeof line, "  %-44s %11s %11s %9s %9s %9s\n", "run", "measured s", "fitted s", "before", "after", "leave-out");
+  bool memory = false;
+  for (const FitRun& r : runs) memory = memory || r.measured_peak_bytes > 0;
+  std::snprintf(line, sizeof line, "  %-44s %11s %11s %9s %9s %9s%s\n", "run", "measured s", "fitted s", "before", "after",
+                "leave-out", memory ? "  peak memory (predicted vs measured)" : "");
   os << line;
   for (size_t i = 0; i < runs.size(); ++i) {
     const double m = runs[i].measured_s;
-    std::snprintf(line, sizeof line, "  %-44s %11.4g %11.4g %9s %9s %9s\n", runs[i].name.substr(0, 44).c_str(), m, fr.after_s[i],
-                  pct(fr.before_s[i] / m - 1).c_str(), pct(fr.after_s[i] / m - 1).c_str(), pct(fr.loo_s[i] / m - 1).c_str());
+    std::string mem;
+    if (runs[i].measured_peak_bytes > 0) mem = "  " + pct(fr.peak_bytes_after[i] / runs[i].measured_peak_bytes - 1);
+    std::snprintf(line, sizeof line, "  %-44s %11.4g %11.4g %9s %9s %9s%s\n", runs[i].name.substr(0, 44).c_str(), m, fr.after_s[i],
+                  pct(fr.before_s[i] / m - 1).c_str(), pct(fr.after_s[i] / m - 1).c_str(), pct(fr.loo_s[i] / m - 1).c_str(), mem.c_str());
     os << line;
   }
   std::snprintf(line, sizeof line, "  mean |error| before %.1f%%, after %.1f%%, leave-one-out %.1f%% (max %.1f%%, %.1f%%, %.1f%%)\n",
@@ -209,8 +224,12 @@ int cmd_fit(int argc, char** argv) {
   json report = {{"framework", base.name}, {"runs", json::array()}, {"mean_abs_error_before", fr.mean_abs_before},
                  {"mean_abs_error_after", fr.mean_abs_after}, {"mean_abs_error_loo", fr.mean_abs_loo}, {"profile", prof}};
   for (size_t i = 0; i < runs.size(); ++i)
+  {
     report["runs"].push_back({{"name", runs[i].name}, {"measured_s", runs[i].measured_s}, {"before_s", fr.before_s[i]},
-                              {"after_s", fr.after_s[i]}, {"leave_one_out_s", fr.loo_s[i]}});
+                              {"after_s", fr.after_s[i]}, {"leave_one_out_s", fr.loo_s[i]},
+                              {"predicted_peak_bytes", fr.peak_bytes_after[i]}});
+    if (runs[i].measured_peak_bytes > 0) report["runs"].back()["measured_peak_bytes"] = runs[i].measured_peak_bytes;
+  }
   const std::string prof_text = prof.dump(2) + "\n", report_text = report.dump(2) + "\n";  // alive while written
   std::vector<OutputFile> files = {{a.value("--out"), prof_text}};
   if (!a.value("--json").empty()) files.push_back({a.value("--json"), report_text});

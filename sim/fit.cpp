@@ -36,14 +36,14 @@ struct Space {
   double step(int i) const { return which[i] == 2 ? 1e-3 * overhead_hi : 1e-3; }
 };
 
-// Predicted step times of runs[idx] under `base` with `fit`, `threads` at once.
-std::vector<double> predict_all(const std::vector<FitRun>& runs, const std::vector<int>& idx, Framework f, const FrameworkFit& fit,
-                                int threads) {
+// Predictions of runs[idx] under `base` with `fit`, `threads` at once.
+std::vector<FitPrediction> predict_all(const std::vector<FitRun>& runs, const std::vector<int>& idx, Framework f,
+                                       const FrameworkFit& fit, int threads) {
   f.fit = fit;
-  std::vector<double> out(idx.size());
+  std::vector<FitPrediction> out(idx.size());
   std::atomic<size_t> next{0};
   auto work = [&] {
-    for (size_t k; (k = next++) < idx.size();) out[k] = predicted_step_s(runs[idx[k]], f);
+    for (size_t k; (k = next++) < idx.size();) out[k] = predict_run(runs[idx[k]], f);
   };
   std::vector<std::thread> pool;
   for (int t = 1; t < threads && t < (int)idx.size(); ++t) pool.emplace_back(work);
@@ -52,10 +52,30 @@ std::vector<double> predict_all(const std::vector<FitRun>& runs, const std::vect
   return out;
 }
 
-std::vector<double> residuals(const std::vector<FitRun>& runs, const std::vector<int>& idx, const std::vector<double>& pred) {
-  std::vector<double> r(idx.size());
-  for (size_t k = 0; k < idx.size(); ++k) r[k] = std::log(pred[k] / runs[idx[k]].measured_s);
+// Per run: log(predicted / measured step), then per measured class (predicted - measured) / measured step.
+std::vector<double> residuals(const std::vector<FitRun>& runs, const std::vector<int>& idx, const std::vector<FitPrediction>& pred) {
+  std::vector<double> r;
+  for (size_t k = 0; k < idx.size(); ++k) {
+    const FitRun& run = runs[idx[k]];
+    r.push_back(std::log(pred[k].step_s / run.measured_s));
+    for (size_t c = 0; c < run.measured_classes.size(); ++c)
+      r.push_back((pred[k].classes_s[c] - run.measured_classes[c].second) / run.measured_s);
+  }
   return r;
+}
+
+std::vector<double> steps_of(const std::vector<FitPrediction>& p) {
+  std::vector<double> s;
+  for (const FitPrediction& x : p) s.push_back(x.step_s);
+  return s;
+}
+
+double breakdown_class_s(const Breakdown& b, const std::string& name) {
+  const double v[] = {b.compute, b.recompute, b.bubble, b.tp_comm_exposed, b.pp_comm_exposed, b.dp_comm_exposed,
+                      b.optimizer, b.ep_comm_exposed, b.offload_stall, b.comm_slowdown};
+  for (size_t i = 0; i < kBreakdownClasses.size(); ++i)
+    if (kBreakdownClasses[i] == name) return v[i];
+  throw InputError({"fit: unknown breakdown class \"" + name + "\""});
 }
 
 double ssr(const std::vector<double>& r) {
@@ -102,7 +122,7 @@ LmOut levenberg_marquardt(const std::vector<FitRun>& runs, const std::vector<int
   o.x = sp.clamp(x0);
   o.r = residuals(runs, idx, predict_all(runs, idx, base, sp.to_fit(o.x, base.fit), threads));
   double lambda = 1e-2;
-  const size_t k = o.x.size(), n = idx.size();
+  const size_t k = o.x.size(), n = o.r.size();  // residuals: a run's step and its measured classes
   auto jacobian = [&](const std::vector<double>& x, const std::vector<double>& r) {
     std::vector<std::vector<double>> J(n, std::vector<double>(k));
     for (size_t j = 0; j < k; ++j) {
@@ -173,13 +193,20 @@ void stats(const std::vector<FitRun>& runs, const std::vector<double>& pred, dou
 
 }  // namespace
 
-double predicted_step_s(const FitRun& run, const Framework& f) {
+FitPrediction predict_run(const FitRun& run, const Framework& f) {
   Scenario sc = run.scenario;
   set_framework(sc, f);
   SimOptions o;
   o.keep_memory_timeline = false;
-  return simulate(sc, o).step_time_s;
+  const Result r = simulate(sc, o);
+  FitPrediction p;
+  p.step_s = r.step_time_s;
+  p.peak_bytes = r.peak_bytes_per_gpu;
+  for (const auto& [name, s] : run.measured_classes) p.classes_s.push_back(breakdown_class_s(r.breakdown, name));
+  return p;
 }
+
+double predicted_step_s(const FitRun& run, const Framework& f) { return predict_run(run, f).step_s; }
 
 FitResult fit_framework(const std::vector<FitRun>& runs, const Framework& base, const std::vector<std::string>& params,
                         int threads) {
@@ -201,20 +228,22 @@ FitResult fit_framework(const std::vector<FitRun>& runs, const Framework& base, 
   std::vector<int> all(runs.size());
   for (size_t i = 0; i < runs.size(); ++i) all[i] = (int)i;
 
-  res.before_s = predict_all(runs, all, base, base.fit, threads);
+  res.before_s = steps_of(predict_all(runs, all, base, base.fit, threads));
   FrameworkFit start = base.fit;
   const LmOut lm = levenberg_marquardt(runs, all, base, sp, sp.to_x(start), kMaxIterations, threads);
   res.iterations = lm.iterations;
   res.fit = sp.to_fit(lm.x, base.fit);
-  res.after_s = predict_all(runs, all, base, res.fit, threads);
+  const std::vector<FitPrediction> after = predict_all(runs, all, base, res.fit, threads);
+  res.after_s = steps_of(after);
+  for (const FitPrediction& p : after) res.peak_bytes_after.push_back(p.peak_bytes);
 
   // Standard errors: s^2 (J^T J)^-1 in the optimizer's coordinates, mapped back (scales: d exp = exp dx).
-  const size_t k = sp.which.size(), n = runs.size();
+  const size_t k = sp.which.size(), n = runs.size(), nr = lm.r.size();
   res.std_error.assign(k, -1);
-  if (n > k) {
-    const double s2 = ssr(lm.r) / (double)(n - k);
+  if (nr > k) {
+    const double s2 = ssr(lm.r) / (double)(nr - k);
     std::vector<std::vector<double>> A(k, std::vector<double>(k, 0));
-    for (size_t i = 0; i < n; ++i)
+    for (size_t i = 0; i < nr; ++i)
       for (size_t a = 0; a < k; ++a)
         for (size_t b = 0; b < k; ++b) A[a][b] += lm.J[i][a] * lm.J[i][b];
     for (size_t a = 0; a < k; ++a) {

@@ -6,6 +6,9 @@
 // overhead 0..the slowest measured step). Uncertainty: standard errors from the Jacobian at the optimum
 // (s^2 (J^T J)^-1, s^2 = residual sum of squares / (runs - parameters)). Leave-one-out: each run predicted by
 // the fit to the others (started from the full fit): the error a user should believe.
+// A run may also give measured times per class of the step's breakdown (compute, dp_comm_exposed, ...): each adds
+// a residual (predicted - measured) / measured step, which tells the compute scale from the network scale; and its
+// measured peak memory, reported beside the prediction (no parameter moves memory).
 // Invariants: needs at least as many runs as parameters (more for uncertainty); the result is deterministic.
 #pragma once
 #include <string>
@@ -20,7 +23,13 @@ struct FitRun {
   std::string name;
   Scenario scenario;
   double measured_s = 0;
+  std::vector<std::pair<std::string, double>> measured_classes;  // breakdown class (kBreakdownClasses) -> seconds
+  double measured_peak_bytes = 0;                                  // 0 = not measured
 };
+
+// The breakdown classes a run may give (the keys of simulate's breakdown_s).
+inline const std::vector<std::string> kBreakdownClasses = {"compute", "recompute", "bubble", "tp_comm_exposed",
+    "pp_comm_exposed", "dp_comm_exposed", "optimizer", "ep_comm_exposed", "offload_stall", "comm_slowdown"};
 
 inline const std::vector<std::string> kFitParams = {"compute_efficiency_scale", "network_efficiency_scale", "step_overhead_s"};
 
@@ -29,6 +38,7 @@ struct FitResult {
   FrameworkFit fit;                 // the fitted values (the others as in the base framework)
   std::vector<double> std_error;    // per fitted parameter, in its own units; -1 = not determined by these runs
   std::vector<double> before_s, after_s, loo_s;  // per run: predicted with the base framework, the fit, leave-one-out
+  std::vector<double> peak_bytes_after;          // per run: predicted peak memory per GPU under the fit
   double mean_abs_before = 0, mean_abs_after = 0, mean_abs_loo = 0;
   double max_abs_before = 0, max_abs_after = 0, max_abs_loo = 0;
   int iterations = 0;
@@ -41,5 +51,12 @@ FitResult fit_framework(const std::vector<FitRun>& runs, const Framework& base, 
 
 // One run's predicted step time under framework `f` (what the fit evaluates).
 double predicted_step_s(const FitRun& run, const Framework& f);
+
+// What the fit compares of one run: the step, the measured breakdown classes, the peak memory.
+struct FitPrediction {
+  double step_s = 0, peak_bytes = 0;
+  std::vector<double> classes_s;  // in the run's measured_classes order
+};
+FitPrediction predict_run(const FitRun& run, const Framework& f);
 
 }  // namespace tp

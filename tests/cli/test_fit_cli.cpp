@@ -63,6 +63,8 @@ TEST(FitCli, BadInputIsOneClearLineAndExitTwo) {
       {{{"runs", {{{"scenario", kExamples + "llama3-70b-dgx-h100.json"}, {"step_time_s", 9.0}}}}}, "1 runs for 3 parameters"},
       {{{"runs", {{{"scenario", kExamples + "llama3-70b-dgx-h100.json"}}}}}, "give exactly one of step_time_s and log"},
       {{{"runs", nlohmann::json::array()}}, "a non-empty list of runs"},
+      {{{"runs", {{{"scenario", kExamples + "llama3-70b-dgx-h100.json"}, {"step_time_s", 9.0}, {"breakdown_s", {{"speed", 1.0}}}}}}},
+       "breakdown_s.speed"},
   };
   for (const Case& c : cases) {
     spit(d.file("runs.json"), c.runs.dump());

@@ -94,3 +94,40 @@ TEST(TrainLogs, MedianStepAfterTheWarmUpForEachFramework) {
 
 }  // namespace
 }  // namespace tp
+
+namespace tp {
+namespace {
+
+// Measured breakdown classes tell the compute scale from the network scale: two runs with their compute and
+// exposed data-parallel times recover both, and their peak memory is predicted beside them.
+TEST(Fit, BreakdownClassesDetermineComputeAndNetworkFromTwoRuns) {
+  FrameworkFit truth;
+  truth.compute_efficiency_scale = 0.7;
+  truth.network_efficiency_scale = 0.5;
+  std::vector<FitRun> runs;
+  for (const char* n : {"zero3-layered.json", "lga-mpp-gpt3-175b.json"}) {
+    FitRun r;
+    r.name = n;
+    r.scenario = example(n);
+    r.measured_classes = {{"compute", 0}, {"dp_comm_exposed", 0}};
+    Framework f = r.scenario.framework;
+    f.fit = truth;
+    const FitPrediction p = predict_run(r, f);
+    r.measured_s = p.step_s;
+    r.measured_classes = {{"compute", p.classes_s[0]}, {"dp_comm_exposed", p.classes_s[1]}};
+    r.measured_peak_bytes = p.peak_bytes;
+    runs.push_back(std::move(r));
+  }
+  ASSERT_GT(runs[0].measured_classes[1].second, 0.0);  // the ZeRO-3 run exposes data-parallel time
+  const FitResult r = fit_framework(runs, runs.front().scenario.framework, {"compute_efficiency_scale", "network_efficiency_scale"}, 2);
+  EXPECT_NEAR(r.fit.compute_efficiency_scale, 0.7, 0.02);
+  EXPECT_NEAR(r.fit.network_efficiency_scale, 0.5, 0.03);
+  ASSERT_EQ(r.peak_bytes_after.size(), 2u);
+  EXPECT_NEAR(r.peak_bytes_after[0], runs[0].measured_peak_bytes, 1.0);  // no parameter moves memory
+  FitRun bad = runs[0];
+  bad.measured_classes = {{"speed", 1.0}};
+  EXPECT_THROW(predict_run(bad, bad.scenario.framework), InputError);
+}
+
+}  // namespace
+}  // namespace tp
