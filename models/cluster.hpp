@@ -42,6 +42,9 @@ struct Host {
 struct ClusterNccl {
   std::string version;  // "" = the newest bundled
   bool collnet = false;
+  // The step's data-parallel and tensor-parallel all-reduces, reduce-scatters and all-gathers take NCCL's time
+  // (sim/nccl_model) instead of the fabrics' efficiency curves (JSON "step_collectives"; opt-in, docs/collectives.md).
+  bool step_collectives = false;
   json overrides = json::object();
 };
 

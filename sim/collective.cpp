@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <map>
 
+#include "nccl_model.hpp"
+
 namespace tp {
 
 const char* coll_name(Coll c) {
@@ -120,6 +122,54 @@ static void append(std::vector<Phase>& out, Phase&& p) {
   if (!p.flows.empty()) out.push_back(std::move(p));
 }
 
+// Time of phase lists run at once (one list per group): per phase the flows of every group share the links; the
+// slowest flow and the largest phase latency set the phase time.
+static double phases_time_s(const std::vector<std::vector<Phase>>& all, const Topology& topo) {
+  size_t phases = 0;
+  for (const auto& a : all) phases = std::max(phases, a.size());
+  double total = 0;
+  for (size_t k = 0; k < phases; ++k) {
+    std::map<int, double> load;  // link -> number of this phase's flows on it (every group's)
+    std::vector<std::vector<int>> routes;
+    std::vector<double> wire;
+    double latency = 0;
+    for (const auto& ph_list : all) {
+      if (k >= ph_list.size()) continue;
+      const Phase& ph = ph_list[k];
+      latency = std::max(latency, ph.latency_s);
+      for (auto& f : ph.flows) {
+        routes.push_back(topo.route(f.src, f.dst));
+        wire.push_back(f.bytes);
+        for (int l : routes.back()) load[l] += 1;
+      }
+    }
+    double worst = 0;
+    for (size_t i = 0; i < routes.size(); ++i) {
+      double share = 1e300;
+      for (int l : routes[i]) share = std::min(share, topo.links[l].capacity_bytes_per_s / load[l]);
+      if (share < 1e300) worst = std::max(worst, wire[i] / share);
+    }
+    total += worst + latency;
+  }
+  return total;
+}
+
+// "nccl": {"step_collectives": true}: the phases keep their flows and routes (so concurrent collectives still
+// share links) but take NCCL's time alone on the network: latencies scaled to NCCL's latency term, wire bytes
+// to its bandwidth term (sim/nccl_model).
+static void time_as_nccl(Coll c, int g, int k, double S, const Topology& topo, const Cluster& cl, std::vector<Phase>& out) {
+  const NcclCall n = nccl_collective(cl, c, g, k, S);
+  if (n.time_s <= 0 || out.empty()) return;
+  double lat = 0;
+  for (const Phase& ph : out) lat += ph.latency_s;
+  const double flow_s = phases_time_s({out}, topo) - lat;
+  const double lat_f = lat > 0 ? n.latency_s / lat : 0, bw_f = flow_s > 0 ? (n.time_s - n.latency_s) / flow_s : 1;
+  for (Phase& ph : out) {
+    ph.latency_s *= lat_f;
+    for (FlowReq& f : ph.flows) f.bytes *= bw_f;
+  }
+}
+
 std::vector<Phase> collective_phases(Coll c, const std::vector<int>& group, double S, const Topology& topo,
                                      const Cluster& cl) {
   std::vector<Phase> out;
@@ -170,42 +220,15 @@ std::vector<Phase> collective_phases(Coll c, const std::vector<int>& group, doub
     }
     append(out, std::move(all));
   }
+  if (cl.nccl.step_collectives) time_as_nccl(c, g, k, S, topo, cl, out);
   return out;
 }
 
 double collective_time_concurrent_s(Coll c, const std::vector<std::vector<int>>& groups, double bytes,
                                     const Topology& topo, const Cluster& cl) {
   std::vector<std::vector<Phase>> all;
-  size_t phases = 0;
-  for (const auto& g : groups) {
-    all.push_back(collective_phases(c, g, bytes, topo, cl));
-    phases = std::max(phases, all.back().size());
-  }
-  double total = 0;
-  for (size_t k = 0; k < phases; ++k) {
-    std::map<int, double> load;  // link -> number of this phase's flows on it (every group's)
-    std::vector<std::vector<int>> routes;
-    std::vector<double> wire;
-    double latency = 0;
-    for (const auto& ph_list : all) {
-      if (k >= ph_list.size()) continue;
-      const Phase& ph = ph_list[k];
-      latency = std::max(latency, ph.latency_s);
-      for (auto& f : ph.flows) {
-        routes.push_back(topo.route(f.src, f.dst));
-        wire.push_back(f.bytes);
-        for (int l : routes.back()) load[l] += 1;
-      }
-    }
-    double worst = 0;
-    for (size_t i = 0; i < routes.size(); ++i) {
-      double share = 1e300;
-      for (int l : routes[i]) share = std::min(share, topo.links[l].capacity_bytes_per_s / load[l]);
-      if (share < 1e300) worst = std::max(worst, wire[i] / share);
-    }
-    total += worst + latency;
-  }
-  return total;
+  for (const auto& g : groups) all.push_back(collective_phases(c, g, bytes, topo, cl));
+  return phases_time_s(all, topo);
 }
 
 double collective_time_isolated_s(Coll c, const std::vector<int>& group, double bytes, const Topology& topo,

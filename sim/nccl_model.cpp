@@ -3,6 +3,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <memory>
+#include <mutex>
 
 namespace tp {
 
@@ -309,12 +312,30 @@ NcclCall nccl_call(const NcclComm& c, Coll op, double bytes, int force_algo, int
       if (us >= 0 && (best < 0 || us < best)) { best = us; ba = a; bp = p; }
     }
   }
+  if (ba < 0 && force_algo < 0 && force_proto < 0) return NcclCall{"-", "-", 0, 0, 0};
   if (ba < 0)
     throw InputError({std::string("NCCL does not run ") + coll_name(op) + " with " +
                       (force_algo >= 0 ? nccl_algo_name((NcclAlgo)force_algo) : "any algorithm") + " / " +
                       (force_proto >= 0 ? nccl_proto_name((NcclProto)force_proto) : "any protocol") + " on " +
                       std::to_string(c.ranks) + " ranks of this cluster"});
-  return NcclCall{nccl_algo_name((NcclAlgo)ba), nccl_proto_name((NcclProto)bp), launch_channels(c, ba, bp, bytes), best * 1e-6};
+  const double bw_us = bytes / (1000 * c.bw[f][ba][bp]);  // the bandwidth term before corrections
+  const double lat_us = std::clamp(best - bw_us, 0.0, best);
+  return NcclCall{nccl_algo_name((NcclAlgo)ba), nccl_proto_name((NcclProto)bp), launch_channels(c, ba, bp, bytes), best * 1e-6,
+                  lat_us * 1e-6};
+}
+
+NcclCall nccl_collective(const Cluster& cl, Coll c, int g, int k, double bytes) {
+  static std::mutex mu;
+  static std::map<std::string, std::shared_ptr<const NcclTuning>> cache;  // version + overrides -> tuning
+  std::shared_ptr<const NcclTuning> t;
+  {
+    const std::string key = cl.nccl.version + "#" + cl.nccl.overrides.dump();
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = cache.find(key);
+    if (it == cache.end()) it = cache.emplace(key, std::make_shared<const NcclTuning>(nccl_tuning_for(cl))).first;
+    t = it->second;
+  }
+  return nccl_call(nccl_comm(cl, *t, g, std::max(1, std::min(k, g))), c, bytes);
 }
 
 double nccl_bus_factor(Coll op, int ranks) {

@@ -62,11 +62,16 @@ struct NcclCall {
   std::string algo, proto;  // "Ring", "Simple"; "P2P" for send/recv and all-to-all
   int channels = 0;         // channels the launch uses at this size (NCCL's per-size channel tuning)
   double time_s = 0;
+  double latency_s = 0;     // of which the latency term (the rest is bytes / bandwidth)
 };
 // `bytes` as nccl-tests counts it: the whole buffer (all-gather: the gathered output; reduce-scatter: the input;
 // all-to-all: what one rank sends in all; send/recv: one message). force_algo / force_proto: -1 = NCCL's choice,
 // else the index to use (throws InputError when the pair cannot run this function here).
 NcclCall nccl_call(const NcclComm& c, Coll op, double bytes, int force_algo = -1, int force_proto = -1);
+
+// The time of collective `c` of `bytes` over `g` ranks, `k` per node, on the cluster (its NCCL tuning cached per
+// version and overrides): what the step's collectives take under "nccl": {"step_collectives": true}.
+NcclCall nccl_collective(const Cluster& cl, Coll c, int g, int k, double bytes);
 
 // nccl-tests' bus bandwidth factor: busbw = algbw x factor (all-reduce 2(R-1)/R; all-gather, reduce-scatter and
 // all-to-all (R-1)/R; broadcast, reduce and send/recv 1).

@@ -5,10 +5,14 @@
 
 #include <cmath>
 #include <fstream>
+#include <numeric>
 
 #include "models/catalog.hpp"
 #include "models/cluster.hpp"
+#include "sim/collective.hpp"
 #include "sim/nccl_model.hpp"
+#include "sim/step_formulas.hpp"
+#include "sim/topology.hpp"
 #include "sim/validate_nccl.hpp"
 
 namespace tp {
@@ -118,6 +122,33 @@ TEST(NcclModel, PublishedNcclTestsStayAtTodaysErrors) {
   EXPECT_LT(large_sum / large, 0.10) << "mean |error| at >= 1 GiB";
   EXPECT_GE((double)large_within / large, 0.60) << "share within 10 % at >= 1 GiB";
   EXPECT_LT(r.mean_abs, 0.35) << "mean |error| over 1 MiB..8 GiB";
+}
+
+// "nccl": {"step_collectives": true}: the step's all-reduces, reduce-scatters and all-gathers take NCCL's time,
+// in the simulator's flows (alone on the network) and in the planner's closed form alike; off, the curves' time.
+TEST(NcclModel, StepCollectivesTakeNcclsTimeWhenTheClusterAsks) {
+  Cluster cl = catalog_cluster("dgx-h100", 4);
+  const Topology topo = build_topology(cl, 32);
+  std::vector<int> node(8), all(32);
+  std::iota(node.begin(), node.end(), 0);
+  std::iota(all.begin(), all.end(), 0);
+  const LinkTiers lat{cl.intra.latency_s, cl.inter.latency_s};
+  for (bool on : {false, true}) {
+    cl.nccl.step_collectives = on;
+    for (double S : {1e6, 64e6, 1e9})
+      for (Coll c : {Coll::all_reduce, Coll::reduce_scatter, Coll::all_gather})
+        for (const auto* group : {&node, &all}) {
+          const int g = (int)group->size();
+          const double t = collective_time_isolated_s(c, *group, S, topo, cl);
+          const double nccl = nccl_collective(cl, c, g, 8, S).time_s;
+          if (on) {
+            EXPECT_NEAR(t, nccl, 1e-9 * nccl) << coll_name(c) << " " << S << " on " << g;
+            EXPECT_NEAR(collective_closed_form_s(c, g, 8, S, cl, lat), nccl, 1e-9 * nccl);
+          } else {
+            EXPECT_GT(std::fabs(t / nccl - 1), 1e-6) << coll_name(c) << " " << S << " on " << g;  // the curves' own time
+          }
+        }
+  }
 }
 
 }  // namespace
