@@ -119,12 +119,23 @@ NcclTuning read_nccl_tuning(const json& v, const std::string& path, const NcclTu
   read_flat(r, "nvlink_link_bw", t.nvlink_link_bw, kNcclArchs);
   read_speeds(r, "speeds_intra", t.speeds_intra);
   read_speeds(r, "speeds_inter", t.speeds_inter);
+  if (const json* f = r.get("pipeline_fill")) {
+    Reader fr(*f, r.at("pipeline_fill"), is);
+    if (fr.ok()) {
+      fr.opt_str("about", "");
+      t.fill.nvls_stage_us = fr.opt_num("nvls_stage_us", t.fill.nvls_stage_us, 0, kMaxTuningValue);
+      t.fill.intra_hop_us = fr.opt_num("intra_hop_us", t.fill.intra_hop_us, 0, kMaxTuningValue);
+      t.fill.net_hop_us = fr.opt_num("net_hop_us", t.fill.net_hop_us, 0, kMaxTuningValue);
+      t.fill.saturation_us = fr.opt_num("saturation_us", t.fill.saturation_us, 0, kMaxTuningValue);
+      fr.finish({"about", "nvls_stage_us", "intra_hop_us", "net_hop_us", "saturation_us"});
+    }
+  }
   t.ring_max_channels = (int)r.opt_int("ring_max_channels", t.ring_max_channels, 1, 64);
   t.nvls_max_channels = (int)r.opt_int("nvls_max_channels", t.nvls_max_channels, 1, 64);
   r.finish({"about", "version", "base_latency_us", "hw_latency_us", "ll_max_bw", "ring_ll128_channel_bw",
             "tree_ll128_channel_bw", "tree_channel_bw", "nvls_tree_channel_bw", "nvls_efficiency", "tree_correction",
             "ring_plateau_latency_factor", "net_overhead_us", "net_latency_us", "nvlink_link_bw", "speeds_intra",
-            "speeds_inter", "ring_max_channels", "nvls_max_channels"});
+            "speeds_inter", "pipeline_fill", "ring_max_channels", "nvls_max_channels"});
   return t;
 }
 

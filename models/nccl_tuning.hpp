@@ -48,6 +48,17 @@ struct NcclTuning {
   double nvlink_link_bw[kNcclArchs] = {};  // GB/s per NVLink as NCCL counts it (SMxx_NVLINK_BW)
   // Per-channel speeds the topology search tries, descending, GB/s (speedArrayIntra / Inter by generation).
   std::vector<double> speeds_intra[kNcclArchs], speeds_inter[kNcclArchs];
+  // Not NCCL's: the pipeline's fill, which NCCL's tuning model leaves out (it is why runs are slower than its
+  // prediction at 1-256 MiB). A chunk crosses the algorithm's chain of stages one after another; with a chunk
+  // size that balances its per-chunk cost against the fill, the fill costs 2 sqrt(T x tau): T the bandwidth
+  // term (capped at saturation_us, where the chunk reaches its largest size), tau the sum over the chain of the
+  // per-stage costs below (LL128 and Simple; LL has no fill). Fitted on the published nccl-tests set (docs/accuracy.md); all 0 turns it off.
+  struct PipelineFill {
+    double nvls_stage_us = 0;  // an NVLS multimem stage (reduce or broadcast inside a node)
+    double intra_hop_us = 0;   // a hop over NVLink or PCIe inside a node
+    double net_hop_us = 0;     // a hop across nodes
+    double saturation_us = 0;  // the bandwidth term beyond which the fill stops growing
+  } fill;
   int ring_max_channels = 32;  // the ring graph's maxChannels (trees take the ring's count)
   int nvls_max_channels = 32;  // NCCL_MAX_NVLS_ARITY (NVLS channels: at most the GPUs of a node)
 };

@@ -273,6 +273,32 @@ double algo_time_us(const NcclComm& c, int f, int a, int p, double bytes) {
   return lat + bytes / (1000 * bw);
 }
 
+// The pipeline's fill (NcclTuning::PipelineFill), us: 2 sqrt(min(T, saturation) x tau), tau the per-stage costs
+// summed over the chain a chunk follows: ring 2(R-1) hops for all-reduce, R-1 otherwise, 2(N-1) resp. N-1 of them
+// across nodes; tree up and down the node's chain and log2 N levels; NVLS two multimem stages (one for
+// all-gather / reduce-scatter), NVLSTree and CollNet those plus one level up and down across nodes; point to
+// point one hop. LL has none.
+double fill_us(const NcclComm& c, int f, int a, int p, double bw_us) {
+  if (p == (int)NcclProto::ll) return 0;  // LL: every 8-byte line carries its flag; no chunk waits to fill
+  const NcclTuning::PipelineFill& pf = c.tuning.fill;
+  const int R = c.ranks, N = c.nodes, k = std::max(1, R / std::max(1, N)), times = f == 4 ? 2 : 1;
+  const int levels = N > 1 ? (int)std::ceil(std::log2((double)N)) : 0;
+  double tau = 0;
+  switch ((NcclAlgo)a) {
+    case NcclAlgo::ring: {
+      const int net = N > 1 ? times * (N - 1) : 0;
+      tau = (times * (R - 1) - net) * pf.intra_hop_us + net * pf.net_hop_us;
+      break;
+    }
+    case NcclAlgo::tree: tau = 2 * (k - 1) * pf.intra_hop_us + 2 * levels * pf.net_hop_us; break;
+    case NcclAlgo::nvls: tau = times * pf.nvls_stage_us; break;
+    case NcclAlgo::nvls_tree: tau = 2 * pf.nvls_stage_us + 2 * levels * pf.net_hop_us; break;
+    case NcclAlgo::collnet_direct:
+    case NcclAlgo::collnet_chain: tau = 2 * pf.nvls_stage_us + 2 * pf.net_hop_us; break;
+  }
+  return 2 * std::sqrt(std::min(bw_us, pf.saturation_us) * tau);
+}
+
 // Send/recv and all-to-all: each peer's share over NVLink (same node) or the GPU's NIC path, with the ring
 // Simple hop latency per peer round (NCCL's grouped p2p runs the rounds on its p2p channels).
 NcclCall p2p_call(const NcclComm& c, Coll op, double bytes) {
@@ -292,7 +318,11 @@ NcclCall p2p_call(const NcclComm& c, Coll op, double bytes) {
     us = t.base_latency_us[ring][simple] + std::max(intra_s, inter_s) +
          (k - 1) * t.hw_latency_us[ihw][ring][simple] / call.channels + (R - k) * t.hw_latency_us[2][ring][simple] / call.channels;
   }
-  call.time_s = us * 1e-6;
+  // One hop of the pipeline's fill: the bandwidth term is the time beyond the base and hop latencies.
+  const double hop_us = c.nodes > 1 ? t.fill.net_hop_us : t.fill.intra_hop_us;
+  const double fill = 2 * std::sqrt(std::min(us, t.fill.saturation_us) * hop_us);
+  call.time_s = (us + fill) * 1e-6;
+  call.latency_s = call.fill_s = fill * 1e-6;
   return call;
 }
 
@@ -320,8 +350,10 @@ NcclCall nccl_call(const NcclComm& c, Coll op, double bytes, int force_algo, int
                       std::to_string(c.ranks) + " ranks of this cluster"});
   const double bw_us = bytes / (1000 * c.bw[f][ba][bp]);  // the bandwidth term before corrections
   const double lat_us = std::clamp(best - bw_us, 0.0, best);
-  return NcclCall{nccl_algo_name((NcclAlgo)ba), nccl_proto_name((NcclProto)bp), launch_channels(c, ba, bp, bytes), best * 1e-6,
-                  lat_us * 1e-6};
+  // NCCL chose by its own model; the run also pays the pipeline's fill (counted with the latency).
+  const double fill = fill_us(c, f, ba, bp, bw_us);
+  return NcclCall{nccl_algo_name((NcclAlgo)ba), nccl_proto_name((NcclProto)bp), launch_channels(c, ba, bp, bytes),
+                  (best + fill) * 1e-6, (lat_us + fill) * 1e-6, fill * 1e-6};
 }
 
 NcclCall nccl_collective(const Cluster& cl, Coll c, int g, int k, double bytes) {

@@ -7,7 +7,8 @@
 //     latency (base + per-hop by link kind, ring steps, tree depth log2 N) and a bandwidth (channels x speed,
 //     refined per protocol, converted from bus to algorithm bandwidth);
 //  3. the choice (ncclTopoGetAlgoTime): the algorithm and protocol of least time lat + bytes / bw, with the tree
-//     correction and the ring plateau, as NCCL picks; NCCL_ALGO / NCCL_PROTO-like forcing for comparisons.
+//     correction and the ring plateau, as NCCL picks; NCCL_ALGO / NCCL_PROTO-like forcing for comparisons;
+//  4. what the run pays beyond NCCL's prediction: the pipeline's fill (not NCCL's; fitted, see nccl_tuning.hpp).
 // Point-to-point (send/recv, all-to-all as NCCL's grouped sends) is not in NCCL's tuning model: each peer's bytes
 // cross NVLink or the GPU's share of the NICs at the graph's bandwidth, with the ring Simple hop latency.
 // Constants: models/nccl_tuning (catalog nccl.json, overridable per cluster). Units: seconds and bytes outside,
@@ -63,6 +64,7 @@ struct NcclCall {
   int channels = 0;         // channels the launch uses at this size (NCCL's per-size channel tuning)
   double time_s = 0;
   double latency_s = 0;     // of which the latency term (the rest is bytes / bandwidth)
+  double fill_s = 0;        // of the latency term, the pipeline's fill (NcclTuning::PipelineFill)
 };
 // `bytes` as nccl-tests counts it: the whole buffer (all-gather: the gathered output; reduce-scatter: the input;
 // all-to-all: what one rank sends in all; send/recv: one message). force_algo / force_proto: -1 = NCCL's choice,

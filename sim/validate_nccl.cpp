@@ -77,6 +77,11 @@ NcclTestsReport validate_nccl_tests(const json& set, const std::string& file) {
       pt.predicted_GBps = pt.bytes / c.time_s / 1e9 * bus;
       pt.algo = c.algo;
       pt.proto = c.proto;
+      pt.ranks = ranks;
+      pt.nodes = nodes;
+      pt.channels = c.channels;
+      pt.latency_us = c.latency_s * 1e6;
+      pt.fill_us = c.fill_s * 1e6;
       pt.counted = pt.bytes >= kMinCountedBytes && pt.bytes <= kMaxCountedBytes;
       rep.points.push_back(pt);
     }
@@ -117,7 +122,8 @@ json nccl_tests_to_json(const NcclTestsReport& r) {
   for (const auto& p : r.points)
     pts.push_back({{"row", p.row}, {"bytes", p.bytes}, {"published_busbw_GBps", p.published_GBps},
                    {"predicted_busbw_GBps", p.predicted_GBps}, {"error", p.error()}, {"algorithm", p.algo},
-                   {"protocol", p.proto}, {"counted", p.counted}});
+                   {"protocol", p.proto}, {"ranks", p.ranks}, {"nodes", p.nodes},
+                   {"channels", p.channels}, {"latency_us", p.latency_us}, {"fill_us", p.fill_us}, {"counted", p.counted}});
   return {{"points", pts}, {"mean_abs_error", r.mean_abs}, {"max_abs_error", r.max_abs}, {"counted_points", r.counted},
           {"share_within_10pct", r.share_within_10pct}};
 }

@@ -15,6 +15,9 @@ struct NcclTestsPoint {
   std::string row;
   double bytes = 0, published_GBps = 0, predicted_GBps = 0;
   std::string algo, proto;
+  int ranks = 0, nodes = 0, channels = 0;
+  double latency_us = 0;  // the model's latency term (the rest of its time is bytes / bandwidth)
+  double fill_us = 0;     // of which the pipeline's fill
   bool counted = false;  // inside [1 MiB, 8 GiB]
   double error() const { return (predicted_GBps - published_GBps) / published_GBps; }
 };

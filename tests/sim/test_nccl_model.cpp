@@ -101,9 +101,10 @@ TEST(NcclModel, ClusterOverridesTheTuningConstants) {
   EXPECT_NE(bad.messages[2].find("versio"), std::string::npos) << bad.messages[2];
 }
 
-// Published nccl-tests results: large messages (>= 1 GiB) and the whole 1 MiB..8 GiB range at today's errors
-// (docs/accuracy.md). The issue's target, 10 % from 1 MiB to 8 GiB, is met at 1 GiB and above on most rows and
-// missed at 4-256 MiB, where NCCL's own model (and so this one) is faster than the runs.
+// Published nccl-tests results: large messages (>= 1 GiB), the mid sizes (4-256 MiB) and the whole 1 MiB..8 GiB
+// range at today's errors (docs/accuracy.md). The issue's target, 10 % from 1 MiB to 8 GiB, is met at 1 GiB and
+// above on most rows; at 4-256 MiB NCCL's own model is 54 % too fast on average, and the pipeline fill brings
+// that to 20 %.
 TEST(NcclModel, PublishedNcclTestsStayAtTodaysErrors) {
   std::ifstream in(std::string(TP_SOURCE_DIR) + "/data/validation/nccl-tests-set.json");
   const json set = json::parse(in);
@@ -121,7 +122,46 @@ TEST(NcclModel, PublishedNcclTestsStayAtTodaysErrors) {
   ASSERT_GT(large, 50);
   EXPECT_LT(large_sum / large, 0.10) << "mean |error| at >= 1 GiB";
   EXPECT_GE((double)large_within / large, 0.60) << "share within 10 % at >= 1 GiB";
-  EXPECT_LT(r.mean_abs, 0.35) << "mean |error| over 1 MiB..8 GiB";
+  double mid_sum = 0;
+  int mid = 0;
+  for (const auto& p : r.points)
+    if (p.bytes >= 4194304.0 && p.bytes <= 268435456.0) {
+      mid_sum += std::fabs(p.error());
+      ++mid;
+    }
+  ASSERT_GT(mid, 50);
+  EXPECT_LT(mid_sum / mid, 0.22) << "mean |error| at 4-256 MiB";
+  EXPECT_LT(r.mean_abs, 0.16) << "mean |error| over 1 MiB..8 GiB";
+  EXPECT_GE(r.share_within_10pct, 0.55) << "share within 10 % over 1 MiB..8 GiB";
+}
+
+// The pipeline's fill: what the run pays beyond NCCL's own prediction, in the latency term; none for LL; it grows
+// as the square root of the bandwidth term up to the saturation, then stays; all-zero constants turn it off.
+TEST(NcclModel, PipelineFillGrowsAsTheRootOfTheBandwidthTermThenSaturates) {
+  const Cluster h100 = catalog_cluster("dgx-h100");
+  const NcclTuning t = nccl_tuning_for(h100);
+  const NcclComm c = nccl_comm(h100, t, 8, 8);
+  const int nvls = (int)NcclAlgo::nvls, simple = (int)NcclProto::simple;
+  const NcclCall a = nccl_call(c, Coll::all_reduce, 16 << 20, nvls, simple), b = nccl_call(c, Coll::all_reduce, 64 << 20, nvls, simple);
+  ASSERT_GT(a.fill_s, 0);
+  EXPECT_LE(a.fill_s, a.latency_s);
+  // Below saturation the bandwidth term is 4x at 4x the bytes: the fill doubles (2 sqrt(T x 2 x nvls_stage_us)).
+  EXPECT_NEAR(b.fill_s / a.fill_s, 2.0, 1e-9);
+  const double T_us = (a.time_s - a.latency_s) * 1e6;
+  EXPECT_NEAR(a.fill_s * 1e6, 2 * std::sqrt(T_us * 2 * t.fill.nvls_stage_us), 1e-9);
+  const NcclCall big = nccl_call(c, Coll::all_reduce, 4.0 * (1 << 30), nvls, simple), huge = nccl_call(c, Coll::all_reduce, 8.0 * (1 << 30), nvls, simple);
+  EXPECT_NEAR(big.fill_s * 1e6, 2 * std::sqrt(t.fill.saturation_us * 2 * t.fill.nvls_stage_us), 1e-9);
+  EXPECT_EQ(big.fill_s, huge.fill_s);
+  EXPECT_EQ(nccl_call(c, Coll::all_reduce, 1 << 20, (int)NcclAlgo::ring, (int)NcclProto::ll).fill_s, 0);
+  // Turned off by a cluster override: NCCL's own prediction.
+  json j = *catalog_find("clusters", "dgx-h100");
+  j["nccl"] = {{"tuning", {{"pipeline_fill", {{"nvls_stage_us", 0}, {"intra_hop_us", 0}, {"net_hop_us", 0}}}}}};
+  Issues is;
+  const Cluster off = read_cluster(j, "cluster", is);
+  ASSERT_TRUE(is.empty()) << is.messages[0];
+  const NcclCall o = nccl_call(nccl_comm(off, nccl_tuning_for(off), 8, 8), Coll::all_reduce, 16 << 20, nvls, simple);
+  EXPECT_EQ(o.fill_s, 0);
+  EXPECT_NEAR(o.time_s, a.time_s - a.fill_s, 1e-12);
 }
 
 // "nccl": {"step_collectives": true}: the step's all-reduces, reduce-scatters and all-gathers take NCCL's time,
