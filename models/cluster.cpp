@@ -29,7 +29,7 @@ static void read_cluster_nccl(const json& v, const std::string& path, ClusterNcc
   if (!out.version.empty() && !catalog_find("nccl", out.version))
     issues.add(r.at("version"), "an NCCL tuning version of the catalog (" + catalog_names_text("nccl") + "), got \"" + out.version + "\"");
   out.collnet = r.opt_bool("collnet", false);
-  out.step_collectives = r.opt_bool("step_collectives", false);
+  out.step_collectives = r.opt_bool("step_collectives", true);
   if (const json* t = r.get("tuning")) {
     read_nccl_tuning(*t, r.at("tuning"), NcclTuning{}, issues);
     out.overrides = *t;
@@ -127,11 +127,11 @@ json cluster_to_json(const Cluster& c) {
           {"power_per_gpu_w", c.power_per_gpu_w}};
   if (c.host.memory_bandwidth_bytes_per_s > 0) j["host"]["memory_bandwidth_bytes_per_s"] = c.host.memory_bandwidth_bytes_per_s;
   if (c.nccl_buffer_bytes_per_communicator > 0) j["nccl_buffer_bytes_per_communicator"] = c.nccl_buffer_bytes_per_communicator;
-  if (!c.nccl.version.empty() || c.nccl.collnet || c.nccl.step_collectives || !c.nccl.overrides.empty()) {
+  if (!c.nccl.version.empty() || c.nccl.collnet || !c.nccl.step_collectives || !c.nccl.overrides.empty()) {
     json n = json::object();
     if (!c.nccl.version.empty()) n["version"] = c.nccl.version;
     if (c.nccl.collnet) n["collnet"] = true;
-    if (c.nccl.step_collectives) n["step_collectives"] = true;
+    if (!c.nccl.step_collectives) n["step_collectives"] = false;
     if (!c.nccl.overrides.empty()) n["tuning"] = c.nccl.overrides;
     j["nccl"] = n;
   }

@@ -43,9 +43,13 @@ struct ClusterNccl {
   std::string version;  // "" = the newest bundled
   bool collnet = false;
   // The step's data-parallel and tensor-parallel all-reduces, reduce-scatters and all-gathers take NCCL's time
-  // (sim/nccl_model) instead of the fabrics' efficiency curves (JSON "step_collectives"; opt-in, docs/collectives.md).
-  bool step_collectives = false;
+  // (sim/nccl_model; JSON "step_collectives", the default); false: the fabrics' efficiency curves
+  // (docs/collectives.md).
+  bool step_collectives = true;
   json overrides = json::object();
+  // Not JSON: a framework profile's fitted network efficiency scale (models/framework.hpp, apply_framework_fit)
+  // divides the bandwidth term of NCCL's time as it scales the fabrics' curves. 1 = as NCCL's model says.
+  double bandwidth_scale = 1;
 };
 
 struct Cluster {

@@ -219,6 +219,7 @@ void apply_framework_fit(Cluster& cl, const FrameworkFit& fit) {
     if (!c->points.empty()) scale_curve(*c, fit.compute_efficiency_scale);
   scale_curve(cl.intra.efficiency, fit.network_efficiency_scale);
   scale_curve(cl.inter.efficiency, fit.network_efficiency_scale);
+  cl.nccl.bandwidth_scale = fit.network_efficiency_scale;
 }
 
 std::vector<Framework> catalog_frameworks() {

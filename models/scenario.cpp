@@ -392,6 +392,7 @@ void set_framework(Scenario& sc, const Framework& f) {
     sc.cluster.intra.efficiency = sc.net_curves_as_given->first;
     sc.cluster.inter.efficiency = sc.net_curves_as_given->second;
   }
+  sc.cluster.nccl.bandwidth_scale = 1;
   sc.framework = f;
   Issues is;
   apply_training_kernels(sc, is);

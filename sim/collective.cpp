@@ -2,6 +2,7 @@
 #include "collective.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 
 #include "nccl_model.hpp"
@@ -163,10 +164,13 @@ static void time_as_nccl(Coll c, int g, int k, double S, const Topology& topo, c
   double lat = 0;
   for (const Phase& ph : out) lat += ph.latency_s;
   const double flow_s = phases_time_s({out}, topo) - lat;
-  const double lat_f = lat > 0 ? n.latency_s / lat : 0, bw_f = flow_s > 0 ? (n.time_s - n.latency_s) / flow_s : 1;
+  // Each phase keeps its share of the latency (an equal share when the phases have none); the ratio is taken
+  // before the product so that denormal latencies cannot overflow it.
+  const double bw_f = flow_s > 0 ? (n.time_s - n.latency_s) / flow_s : 1;
   for (Phase& ph : out) {
-    ph.latency_s *= lat_f;
-    for (FlowReq& f : ph.flows) f.bytes *= bw_f;
+    ph.latency_s = n.latency_s * (lat > 0 ? ph.latency_s / lat : 1.0 / (double)out.size());
+    if (std::isfinite(bw_f))
+      for (FlowReq& f : ph.flows) f.bytes *= bw_f;
   }
 }
 

@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <unordered_map>
 
 namespace tp {
 
@@ -231,7 +232,7 @@ NcclSystem nccl_system(const Cluster& cl, const NcclTuning& t) {
   return s;
 }
 
-NcclComm nccl_comm(const Cluster& cl, const NcclTuning& t, int ranks, int ranks_per_node) {
+NcclComm nccl_comm(const Cluster& cl, const NcclTuning& t, int ranks, int ranks_per_node, bool node_busy) {
   NcclComm c;
   c.tuning = t;
   c.sys = nccl_system(cl, t);
@@ -240,7 +241,14 @@ NcclComm nccl_comm(const Cluster& cl, const NcclTuning& t, int ranks, int ranks_
   c.nodes = std::max(1, c.ranks / ranks_per_node);
   // The communicator's GPUs of one node and the NICs next to them (every GPU keeps its share of the NICs).
   const int gpn = std::max(1, c.sys.gpus_per_node);
-  c.sys.nics_per_node = std::max(1, (int)std::lround((double)c.sys.nics_per_node * ranks_per_node / gpn));
+  const double nic_share = (double)c.sys.nics_per_node * ranks_per_node / gpn;
+  c.sys.nics_per_node = std::max(1, (int)std::lround(nic_share));
+  if (node_busy) {
+    double f = std::min(1.0, nic_share);
+    if (c.nodes > cl.inter.nodes_per_leaf && cl.inter.oversubscription > 1) f /= cl.inter.oversubscription;
+    c.sys.nic_bw *= f;
+    c.sys.gpu_net_bw = std::min(c.sys.gpu_net_bw, c.sys.nic_bw);
+  }
   c.sys.gpus_per_node = ranks_per_node;
   if (c.ranks <= 1) return c;
   const bool inter = c.nodes > 1;
@@ -356,18 +364,62 @@ NcclCall nccl_call(const NcclComm& c, Coll op, double bytes, int force_algo, int
                   (best + fill) * 1e-6, (lat_us + fill) * 1e-6, fill * 1e-6};
 }
 
-NcclCall nccl_collective(const Cluster& cl, Coll c, int g, int k, double bytes) {
-  static std::mutex mu;
-  static std::map<std::string, std::shared_ptr<const NcclTuning>> cache;  // version + overrides -> tuning
-  std::shared_ptr<const NcclTuning> t;
-  {
-    const std::string key = cl.nccl.version + "#" + cl.nccl.overrides.dump();
-    std::lock_guard<std::mutex> lock(mu);
-    auto it = cache.find(key);
-    if (it == cache.end()) it = cache.emplace(key, std::make_shared<const NcclTuning>(nccl_tuning_for(cl))).first;
-    t = it->second;
+namespace {
+
+// What a communicator of nccl_collective depends on: the tuning (version and overrides), what NCCL's search
+// sees of the cluster, and the ranks.
+struct CommKey {
+  std::string version, overrides;  // the overrides dumped only when there are any (short strings: no allocation)
+  double cc, intra_bw, nic_bw, pcie_bw;
+  double oversubscription;
+  int intra_kind, nics, gpn, leaf, g, k;
+  bool collnet, node_busy;
+  bool operator==(const CommKey& o) const {
+    return version == o.version && overrides == o.overrides && cc == o.cc && intra_bw == o.intra_bw && nic_bw == o.nic_bw && pcie_bw == o.pcie_bw &&
+           oversubscription == o.oversubscription && intra_kind == o.intra_kind && nics == o.nics && gpn == o.gpn &&
+           leaf == o.leaf && g == o.g && k == o.k && collnet == o.collnet && node_busy == o.node_busy;
   }
-  return nccl_call(nccl_comm(cl, *t, g, std::max(1, std::min(k, g))), c, bytes);
+};
+struct CommKeyHash {
+  size_t operator()(const CommKey& key) const {
+    size_t h = std::hash<std::string>()(key.version) ^ std::hash<std::string>()(key.overrides);
+    for (double d : {key.cc, key.intra_bw, key.nic_bw, key.pcie_bw, key.oversubscription}) h = h * 1000003u ^ std::hash<double>()(d);
+    for (int i : {key.intra_kind, key.nics, key.gpn, key.leaf, key.g, key.k, 2 * (int)key.collnet + (int)key.node_busy})
+      h = h * 1000003u ^ std::hash<int>()(i);
+    return h;
+  }
+};
+
+}  // namespace
+
+NcclCall nccl_collective(const Cluster& cl, Coll c, int g, int k, double bytes, bool node_busy) {
+  // Communicators are cached per thread (the planner's threads each keep theirs; no lock on the hot path); the
+  // tunings, shared by every thread, behind a lock.
+  static std::mutex mu;
+  static std::map<std::string, std::shared_ptr<const NcclTuning>> tunings;
+  thread_local std::unordered_map<CommKey, NcclComm, CommKeyHash> comms;
+  k = std::max(1, std::min(k, g));
+  CommKey key{cl.nccl.version, cl.nccl.overrides.empty() ? std::string() : cl.nccl.overrides.dump(),
+              cl.gpu.compute_capability, cl.intra.bandwidth_bytes_per_s, cl.inter.nic_bandwidth_bytes_per_s,
+              cl.host.pcie_bandwidth_bytes_per_s, cl.inter.oversubscription, (int)cl.intra.kind, cl.inter.nics_per_node,
+              cl.gpus_per_node, cl.inter.nodes_per_leaf, g, k, cl.nccl.collnet, node_busy};
+  auto it = comms.find(key);
+  if (it == comms.end()) {
+    std::shared_ptr<const NcclTuning> t;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      const std::string tuning_key = key.version + "#" + key.overrides;
+      auto ti = tunings.find(tuning_key);
+      if (ti == tunings.end()) ti = tunings.emplace(tuning_key, std::make_shared<const NcclTuning>(nccl_tuning_for(cl))).first;
+      t = ti->second;
+    }
+    if (comms.size() >= 4096) comms.clear();  // bounded: a planner's search meets a few hundred
+    it = comms.emplace(std::move(key), nccl_comm(cl, *t, g, k, node_busy)).first;
+  }
+  NcclCall call = nccl_call(it->second, c, bytes);
+  if (cl.nccl.bandwidth_scale != 1 && cl.nccl.bandwidth_scale > 0)  // a framework's fitted network scale
+    call.time_s = call.latency_s + (call.time_s - call.latency_s) / cl.nccl.bandwidth_scale;
+  return call;
 }
 
 double nccl_bus_factor(Coll op, int ranks) {

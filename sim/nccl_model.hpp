@@ -55,8 +55,11 @@ struct NcclComm {
   double bw[kNcclFuncs][kNcclAlgos][kNcclProtos] = {};   // algorithm bandwidth, GB/s (0 = not available)
   double lat[kNcclFuncs][kNcclAlgos][kNcclProtos] = {};  // us
 };
-// `ranks` ranks, `ranks_per_node` on each node (ranks / ranks_per_node nodes).
-NcclComm nccl_comm(const Cluster& cl, const NcclTuning& t, int ranks, int ranks_per_node);
+// `ranks` ranks, `ranks_per_node` on each node (ranks / ranks_per_node nodes). The communicator's GPUs use the
+// NICs next to them (their share, at least one NIC). `node_busy`: the node's other GPUs run the same collective in
+// their own communicators at the same time (the step's data-parallel groups), so a share below one NIC is a
+// fraction of its bandwidth, and beyond a leaf switch the fabric's oversubscription applies.
+NcclComm nccl_comm(const Cluster& cl, const NcclTuning& t, int ranks, int ranks_per_node, bool node_busy = false);
 
 // One call: what NCCL runs and how long it takes.
 struct NcclCall {
@@ -72,8 +75,10 @@ struct NcclCall {
 NcclCall nccl_call(const NcclComm& c, Coll op, double bytes, int force_algo = -1, int force_proto = -1);
 
 // The time of collective `c` of `bytes` over `g` ranks, `k` per node, on the cluster (its NCCL tuning cached per
-// version and overrides): what the step's collectives take under "nccl": {"step_collectives": true}.
-NcclCall nccl_collective(const Cluster& cl, Coll c, int g, int k, double bytes);
+// version and overrides; communicators cached per thread): what the step's collectives take under "nccl":
+// {"step_collectives": true}. `node_busy` as for nccl_comm (the planner's closed form; the simulator shares the
+// links through its flows instead).
+NcclCall nccl_collective(const Cluster& cl, Coll c, int g, int k, double bytes, bool node_busy = false);
 
 // nccl-tests' bus bandwidth factor: busbw = algbw x factor (all-reduce 2(R-1)/R; all-gather, reduce-scatter and
 // all-to-all (R-1)/R; broadcast, reduce and send/recv 1).

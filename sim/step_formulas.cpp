@@ -33,7 +33,9 @@ double collective_closed_form_s(Coll c, int g, int k, double S, const Cluster& c
   if (g <= 1 || S <= 0) return 0;
   k = std::max(1, std::min(k, g));
   if (cl.nccl.step_collectives && (c == Coll::all_reduce || c == Coll::reduce_scatter || c == Coll::all_gather))
-    return nccl_collective(cl, c, g, g % k == 0 ? k : 1, S).time_s;  // as sim/collective.cpp times them
+    // As sim/collective.cpp times them, with the node's NICs shared by the groups running beside this one (the
+    // simulator's flows share them).
+    return nccl_collective(cl, c, g, g % k == 0 ? k : 1, S, true).time_s;
   const int nodes = (g + k - 1) / k;
   double inter_bw = nic_share_bytes_per_s(cl);
   if (nodes > cl.inter.nodes_per_leaf) inter_bw /= cl.inter.oversubscription;

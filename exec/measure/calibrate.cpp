@@ -462,7 +462,9 @@ json calibrate_cpu(const CalibrateOptions& o, Comm& w) {
        {{"memory_bytes", ram}, {"pcie_bandwidth_bytes_per_s", dram_bw}, {"cpu_cores", (int)cores},
         {"memory_bandwidth_bytes_per_s", dram_bw}}},
       {"price_per_gpu_hour_usd", 0.0},
-      {"power_per_gpu_w", power}};
+      {"power_per_gpu_w", power},
+      // The ranks' collectives are MPI's over shared memory: the measured curves time them, not NCCL's model.
+      {"nccl", {{"step_collectives", false}}}};
   say("done");
   return cl;
 }

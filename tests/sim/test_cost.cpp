@@ -2,6 +2,7 @@
 // activation memory against Korthikanti et al. 2022, collective volumes, ZeRO bytes per parameter.
 #include <gtest/gtest.h>
 
+#include "sim/nccl_model.hpp"
 #include "sim/program.hpp"
 #include "sim/simulate.hpp"
 #include "sim_test_util.hpp"
@@ -95,16 +96,22 @@ TEST(Cost, CollectiveVolumesPerMember) {
 }
 
 TEST(Cost, TensorParallelCommTimeFromTopology) {
-  // The TP all-reduce of the representative group costs 2(t-1)/t S over the NVSwitch port bandwidth.
+  // The TP all-reduce of the representative group: by default NCCL's time for 8 ranks in one node; with the
+  // cluster's curves ("step_collectives": false) 2(t-1)/t S over the NVSwitch port bandwidth.
   Scenario sc = make_scenario(gpt_model(4, 4096, 32, 1024, 1024), "selene", 8, plan_json(1, 8, 1, 1, "1f1b"));
-  Program pg = build_program(sc, false);
+  const double S = 2.0 * 1024 * 4096;  // fp16 [b*s, h]
+  auto tp_ar = [](const Program& pg) {
+    double t = 0;
+    for (auto& op : pg.cm.layer_fwd.ops)
+      if (op.name == "tp.ar1") t = op.time_s;
+    return t;
+  };
+  ASSERT_TRUE(sc.cluster.nccl.step_collectives);
+  EXPECT_NEAR(tp_ar(build_program(sc, false)) / nccl_collective(sc.cluster, Coll::all_reduce, 8, 8, S).time_s, 1.0, 1e-9);
+  sc.cluster.nccl.step_collectives = false;
   const Cluster& cl = sc.cluster;
-  double S = 2.0 * 1024 * 4096;  // fp16 [b*s, h]
   double expected = 2.0 * 7 / 8 * S / (cl.intra.bandwidth_bytes_per_s * cl.intra.efficiency.at(S)) + 14 * 2 * cl.intra.latency_s;
-  double got = 0;
-  for (auto& op : pg.cm.layer_fwd.ops)
-    if (op.name == "tp.ar1") got = op.time_s;
-  EXPECT_NEAR(got / expected, 1.0, 1e-9);
+  EXPECT_NEAR(tp_ar(build_program(sc, false)) / expected, 1.0, 1e-9);
 }
 
 // model.dropout false (the executor's GPT): no dropout ops or masks, so a layer costs less and stores less.

@@ -94,16 +94,16 @@ static json read_set(const std::string& name) {
 // The H100 development set (data/validation/h100-dev-set.json) with the fitted H100 curves (the llm-foundry rows
 // with the H100's llm-foundry kernel profile, its per-head attention backward grid included). The target
 // (mean <= 8 %, max <= 15 % over the set) is met for the mean, NOT for the max: one row, the Megatron-LM README's
-// 32B (+27.8 %), misses (docs/accuracy.md says why). These are regression bounds at today's accuracy (6.0 % mean,
-// 27.8 % max over all 40 rows, with NCCL's slowdown of the compute beside it: 5.8 % without): the Megatron-Core fp8 rows (NeMo, Megatron-Bridge: 4.3 % / 10.1 %) and the
-// llm-foundry rows (6.5 % / 13.9 %) meet the target; the Megatron-LM README rows (fp16, interleaved for pp > 1:
-// 7.6 % mean, 27.8 % max) meet the mean.
+// 32B (+30.6 %), misses (docs/accuracy.md says why). These are regression bounds at today's accuracy, the step's
+// collectives on the NCCL model (6.0 % mean, 30.6 % max over all 40 rows; with the curves 6.0 % / 27.8 %): the
+// Megatron-Core fp8 rows (NeMo, Megatron-Bridge) and the llm-foundry rows (6.4 % / 13.8 %) meet the target; the
+// Megatron-LM README rows (fp16, interleaved for pp > 1) meet the mean.
 TEST(DevSetH100, RegressionBoundsAtTodaysAccuracy) {
   PublishedReport r = validate_devset(read_set("h100-dev-set.json"));
   EXPECT_EQ(r.time_rows.size(), 40u);
   EXPECT_TRUE(r.skipped.empty());
   EXPECT_LE(r.time_mean_abs, 0.065);
-  EXPECT_LE(r.time_max_abs, 0.29);
+  EXPECT_LE(r.time_max_abs, 0.31);
   // Each family: its row count, and its mean / max |error| bounds.
   auto family = [&](const char* what, auto in_family, size_t rows, double mean_bound, double max_bound) {
     std::vector<PublishedRow> sel;
@@ -117,7 +117,7 @@ TEST(DevSetH100, RegressionBoundsAtTodaysAccuracy) {
   };
   family("Megatron-Core fp8", [](const std::string& t) { return t.rfind("nemo", 0) == 0 || t.rfind("megatron-bridge", 0) == 0; },
          14, 0.08, 0.15);
-  family("Megatron-LM README", [](const std::string& t) { return t == "megatron-lm-readme-h100"; }, 9, 0.08, 0.29);
+  family("Megatron-LM README", [](const std::string& t) { return t == "megatron-lm-readme-h100"; }, 9, 0.08, 0.31);
   family("llm-foundry", [](const std::string& t) { return t == "llm-foundry-benchmarks"; }, 17, 0.07, 0.15);
 }
 

@@ -191,5 +191,25 @@ TEST(NcclModel, StepCollectivesTakeNcclsTimeWhenTheClusterAsks) {
   }
 }
 
+// Groups that share a node's NICs: the simulator's concurrent flows and the planner's closed form agree. On
+// Frontera's Quadro nodes (4 GPUs, one NIC), four data-parallel groups of 8 ranks, one GPU per node each, share
+// each node's NIC; alone, a group would have it to itself.
+TEST(NcclModel, ClosedFormSharesTheNodesNicsAsTheSimulatorsFlowsDo) {
+  const Cluster cl = catalog_cluster("frontera-rtx", 8);
+  ASSERT_TRUE(cl.nccl.step_collectives);
+  const Topology topo = build_topology(cl, 32);
+  std::vector<std::vector<int>> groups(4);
+  for (int node = 0; node < 8; ++node)
+    for (int j = 0; j < 4; ++j) groups[j].push_back(4 * node + j);
+  const LinkTiers lat{cl.intra.latency_s, cl.inter.latency_s};
+  const double S = 512e6;
+  const double alone = collective_time_isolated_s(Coll::all_reduce, groups[0], S, topo, cl);
+  const double together = collective_time_concurrent_s(Coll::all_reduce, groups, S, topo, cl);
+  const double closed = collective_closed_form_s(Coll::all_reduce, 8, 1, S, cl, lat);
+  EXPECT_NEAR(alone, nccl_collective(cl, Coll::all_reduce, 8, 1, S).time_s, 1e-9 * alone);
+  EXPECT_GT(together, 3 * alone);
+  EXPECT_NEAR(closed / together, 1.0, 0.10) << "closed form " << closed << " s, simulated " << together << " s";
+}
+
 }  // namespace
 }  // namespace tp
