@@ -155,14 +155,20 @@ struct Scorer {
 
 
 // Tasks of a point's step program (what a simulation costs): compute pieces per micro-batch and layer (or
-// model chunk), and ZeRO-3 gathers, on every simulated stage.
+// model chunk), and ZeRO-3 gathers, on every simulated stage. A layout whose groups straddle nodes unevenly
+// (tensor-parallel groups across a node's edge, or stages of dp x cp x tp GPUs that do not tile the nodes) is
+// usually not symmetric, and the simulator then runs it rank by rank (sim/simulate.cpp): counted as every
+// translate's tasks. (One stage inside one node stays symmetric.)
 static double sim_tasks(const Scenario& sc, const Point& p) {
   const Choice& c = p.ch;
   double Lp = std::max<double>((double)sc.model.layers / p.lay.pp, c.mid_layers);
   bool per_layer = c.acc == GradAccumulation::layered || c.zero >= 2 || c.offload == OffloadKind::granular ||
                    c.offload == OffloadKind::chunked;
   double per_stage = 2.0 * c.num_microbatches * (per_layer ? Lp : c.virtual_stages) * (c.zero >= 3 ? 2 : 1);
-  return per_stage * p.lay.pp;
+  const int gpn = std::max(1, sc.cluster.gpus_per_node), stage = p.lay.dp * p.lay.cp * p.lay.tp;
+  const bool aligned = (gpn % p.lay.tp == 0 || p.lay.tp % gpn == 0) &&
+                       (stage % gpn == 0 || gpn % stage == 0 || (stage < gpn && p.lay.pp == 1));
+  return per_stage * p.lay.pp * (aligned ? 1 : stage);
 }
 
 double confirm_cost_s(const Scenario& sc, const Point& p) { return 1e-5 * p.lay.gpus() + 1e-6 * sim_tasks(sc, p); }
