@@ -1,6 +1,9 @@
 // args: see args.hpp.
 #include "args.hpp"
 
+#include <cmath>
+#include <cstdlib>
+
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -232,6 +235,21 @@ Args parse_args(int argc, char** argv, int from, const std::vector<std::string>&
   for (size_t i = 0; i < flags.size(); ++i)
     if (fopts[i]->count() > 0) a.options.push_back({flags[i], ""});
   return a;
+}
+
+long long parse_count(const std::string& opt, const std::string& text, long long lo, long long hi) {
+  char* end = nullptr;
+  const double x = text.empty() ? NAN : std::strtod(text.c_str(), &end);
+  if (!end || *end || !(x >= double(lo) && x <= double(hi)) || x != std::floor(x))
+    throw Usage(opt + " expects a whole number from " + std::to_string(lo) + " to " + std::to_string(hi) + ", got \"" + text +
+                "\"");
+  return (long long)x;
+}
+
+long long count_option(const Args& a, const std::string& opt, long long lo, long long hi, long long dflt) {
+  bool given = false;
+  for (const auto& [name, value] : a.options) given = given || name == opt;
+  return given ? parse_count(opt, a.value(opt), lo, hi) : dflt;
 }
 
 }  // namespace tp

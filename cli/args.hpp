@@ -38,6 +38,13 @@ Args parse_args(int argc, char** argv, int from, const std::vector<std::string>&
 // InputError (exit 2) with the reason. parse_args checks --emit with it.
 void check_output_dir(const std::string& opt, const std::string& dir);
 
+// A whole number from lo to hi given to option `opt`: "2.5", "1e30", "-1", "", "4x" and anything outside the
+// range are a Usage error naming the option and the range ("OPT expects a whole number from LO to HI, got V"),
+// never truncated or wrapped. The one parser of every integer option.
+long long parse_count(const std::string& opt, const std::string& text, long long lo, long long hi);
+// The same for an option of `a`: `dflt` when it was not given.
+long long count_option(const Args& a, const std::string& opt, long long lo, long long hi, long long dflt);
+
 // The help section of a subcommand (its usage lines and description from kHelp); "" when unknown.
 std::string command_help(const std::string& cmd);
 // The first usage line(s) of a subcommand, for usage errors.

@@ -35,19 +35,6 @@ double parse_size(const std::string& opt, const std::string& text) {
   return std::floor(v * mult);
 }
 
-int parse_count(const std::string& opt, const std::string& text, int lo, int hi) {
-  size_t used = 0;
-  long long v = 0;
-  try {
-    v = std::stoll(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used != text.size() || text.empty() || v < lo || v > hi)
-    throw Usage(opt + " takes an integer from " + std::to_string(lo) + " to " + std::to_string(hi) + ", got \"" + text + "\"");
-  return (int)v;
-}
-
 // The cluster: a catalog name, or a JSON file holding a cluster object or a scenario with one.
 Cluster load_cluster_arg(const std::string& arg) {
   Issues is;
@@ -98,9 +85,9 @@ int cmd_collective(int argc, char** argv) {
   for (auto& o : kOps) op_names.push_back(o.name);
   const Coll op = kOps[choice_index("--op", a.value("--op"), op_names)].op;
   const Cluster cl = load_cluster_arg(a.value("--cluster"));
-  const int ranks = parse_count("--ranks", a.value("--ranks"), 2, cl.total_gpus());
+  const int ranks = (int)parse_count("--ranks", a.value("--ranks"), 2, cl.total_gpus());
   const int rpn = a.value("--ranks-per-node").empty() ? std::min(ranks, cl.gpus_per_node)
-                                                      : parse_count("--ranks-per-node", a.value("--ranks-per-node"), 1, cl.gpus_per_node);
+                                                      : (int)parse_count("--ranks-per-node", a.value("--ranks-per-node"), 1, cl.gpus_per_node);
   if (ranks % rpn != 0)
     throw Usage("--ranks " + std::to_string(ranks) + " is not a multiple of the ranks per node (" + std::to_string(rpn) + ")");
   double lo = 1048576, hi = 8589934592.0;
@@ -113,7 +100,7 @@ int cmd_collective(int argc, char** argv) {
   }
   double factor = 2;
   if (!a.value("--factor").empty()) {
-    factor = parse_count("--factor", a.value("--factor"), 2, 1024);
+    factor = (int)parse_count("--factor", a.value("--factor"), 2, 1024);
   }
   const int algo = choice_index("--algo", a.value("--algo"), {"tree", "ring", "collnetdirect", "collnetchain", "nvls", "nvlstree"});
   const int proto = choice_index("--proto", a.value("--proto"), {"ll", "ll128", "simple"});

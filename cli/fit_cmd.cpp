@@ -137,11 +137,7 @@ int cmd_fit(int argc, char** argv) {
   Args a = parse_args(argc, argv, 2, {"--out", "--framework", "--params", "--threads", "--json"}, {"--quiet"});
   if (a.positional.empty()) throw Usage("fit needs one or more RUNS.json (runs files or validation sets)");
   if (a.value("--out").empty()) throw Usage("fit needs --out PROFILE.json");
-  int threads = 2;
-  if (!a.value("--threads").empty()) {
-    try { threads = std::stoi(a.value("--threads")); } catch (const std::exception&) { threads = 0; }
-    if (threads < 1 || threads > 256) throw Usage("--threads takes an integer from 1 to 256, got \"" + a.value("--threads") + "\"");
-  }
+  const int threads = (int)count_option(a, "--threads", 1, 256, 2);
   Framework base;
   bool base_given = false;
   if (!a.value("--framework").empty()) {

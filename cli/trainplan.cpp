@@ -121,11 +121,7 @@ int cmd_plan(int argc, char** argv) {
   print_warnings(sc);
   if (!sc.search) throw InputError({a.positional[0] + ": $.search: missing; `trainplan plan` needs a search block (use simulate for a plan)"});
   PlanOptions opt;
-  std::string th = a.value("--threads", "0");
-  char* end = nullptr;
-  long t = std::strtol(th.c_str(), &end, 10);
-  if (!end || *end || t < 0 || t > 1024) throw Usage("--threads must be an integer in [0, 1024], got " + th);
-  opt.threads = (int)t;
+  opt.threads = (int)count_option(a, "--threads", 0, 1024, 0);
   if (!a.flag("--quiet")) opt.progress = isatty(2) ? progress_bar : progress_lines;
   PlanOutcome o = plan_search(sc, opt);
   std::string json_text, csv_text, trace_text;
@@ -196,16 +192,7 @@ int cmd_run(int argc, char** argv) {
     return x;
   };
   // A count: a whole number from lo to hi (so 2.5, 1e30 or -1 are usage errors, never truncated or wrapped).
-  auto count = [&](const char* opt, long long lo, long long hi, long long dflt) {
-    const std::string v = a.value(opt);
-    if (v.empty()) return dflt;
-    char* end = nullptr;
-    const double x = std::strtod(v.c_str(), &end);
-    if (!end || *end || !(x >= double(lo) && x <= double(hi)) || x != std::floor(x))
-      throw Usage(std::string(opt) + " expects a whole number from " + std::to_string(lo) + " to " + std::to_string(hi) +
-                  ", got " + v);
-    return (long long)x;
-  };
+  auto count = [&](const char* opt, long long lo, long long hi, long long dflt) { return count_option(a, opt, lo, hi, dflt); };
   constexpr long long kIntMax = 2147483647LL, kExact = 9007199254740992LL;  // int; 2^53, doubles' exact integers
   o.steps = (int)count("--steps", 1, kIntMax, 10);
   o.seed = (uint64_t)count("--seed", 0, kExact, 1234);
@@ -407,13 +394,10 @@ int cmd_validate(int argc, char** argv) {
     }
     if (a.positional.size() != 1) throw Usage("validate needs exactly one scenario file");
     if (a.value("--profile").empty()) throw Usage("validate needs --profile PROFILE.json (from trainplan calibrate)");
-    std::string v = a.value("--steps", "4");
-    char* end = nullptr;
-    long st = std::strtol(v.c_str(), &end, 10);
-    if (!end || *end || st < 2 || st > 100000) throw Usage("--steps expects an integer >= 2, got " + v);
-    o.steps = (int)st;
+    o.steps = (int)count_option(a, "--steps", 2, 100000, 4);
     if (!a.value("--device-budget").empty()) {
       std::string b = a.value("--device-budget");
+      char* end = nullptr;
       double x = std::strtod(b.c_str(), &end);
       if (!end || *end || !(x >= 1)) throw Usage("--device-budget expects a number of bytes >= 1, got " + b);
       o.device_budget_bytes = x;

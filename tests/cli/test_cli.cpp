@@ -103,6 +103,25 @@ TEST(Cli, RunCountOptionsAreWholeNumbersInRange) {
   EXPECT_EQ(ok.rc, 0) << ok.text;
 }
 
+// Every integer option of every command is parsed one way (cli/args parse_count): a fraction, a negative, text
+// or a number out of range is a usage error (exit 2) that names the option and its range.
+TEST(Cli, EveryIntegerOptionSaysItsRangeTheSameWay) {
+  const std::string src = TP_SOURCE_DIR;
+  struct Case { std::string args, says; };
+  const Case cases[] = {
+      {"plan " + src + "/scenarios/plan-default.json --threads 2.5", "--threads expects a whole number from 0 to 1024, got \"2.5\""},
+      {"fit " + src + "/data/validation/frameworks-set.json --out /tmp/x.json --threads 0", "--threads expects a whole number from 1 to 256"},
+      {"validate " + src + "/scenarios/exec/tiny-gpt.json --profile p.json --steps 1", "--steps expects a whole number from 2 to 100000"},
+      {"collective --cluster dgx-h100 --op all_reduce --ranks 8 --factor x", "--factor expects a whole number from 2 to 1024, got \"x\""},
+      {"run " + src + "/scenarios/exec/tiny-gpt.json --steps 0", "--steps expects a whole number from 1 to 2147483647, got \"0\""}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.args);
+    Out o = tp_run(c.args);
+    EXPECT_EQ(o.rc, 2) << o.text;
+    EXPECT_NE(o.text.find(c.says), std::string::npos) << o.text;
+  }
+}
+
 // An fp16 scenario trains in float32 (no fp16 in the executor): run says so on stderr; a bf16 one says that its
 // GEMMs take bf16 operands while tensors stay in float32; an fp32 scenario gets no note.
 TEST(Cli, RunSaysWhenItTrainsInAnotherPrecision) {

@@ -36,7 +36,7 @@ TEST(CollectiveCli, BadInputIsOneClearLineAndExitTwo) {
   const Case cases[] = {
       {"collective --cluster dgx-h100 --op allreduce --ranks 8", "did you mean \"all_reduce\""},
       {"collective --cluster dgx-h10 --op all_reduce --ranks 8", "did you mean \"dgx-h100\""},
-      {"collective --cluster dgx-h100 --op all_reduce --ranks 1", "--ranks takes an integer from 2"},
+      {"collective --cluster dgx-h100 --op all_reduce --ranks 1", "--ranks expects a whole number from 2"},
       {"collective --cluster dgx-h100 --op all_reduce --ranks 12", "not a multiple of the ranks per node"},
       {"collective --cluster dgx-h100 --op all_reduce --ranks 8 --bytes 1Q", "--bytes takes sizes"},
       {"collective --cluster dgx-h100 --op all_reduce --ranks 8 --bytes 8G:1M", "MIN <= MAX"},
