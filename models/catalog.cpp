@@ -59,6 +59,24 @@ const json* catalog_find(const std::string& kind, const std::string& name) {
   return nullptr;
 }
 
+json catalog_cluster_patched(const std::string& base, const json& patch, long long min_gpus, const std::string& what) {
+  const json* e = catalog_find("clusters", base);
+  if (!e) throw InputError({what + ": unknown catalog cluster \"" + base + "\" (" + catalog_names_text("clusters") + ")"});
+  json c = *e;
+  for (auto it = patch.begin(); it != patch.end(); ++it) {
+    const bool merged = it.key() == "intra_node" || it.key() == "inter_node" || it.key() == "host" || it.key() == "nccl";
+    if (!merged || !it.value().is_object() || !c.contains(it.key()) || !c[it.key()].is_object()) {
+      c[it.key()] = it.value();
+      continue;
+    }
+    for (auto f = it.value().begin(); f != it.value().end(); ++f)
+      if (f.key() != "published" && f.key() != "about") c[it.key()][f.key()] = f.value();
+  }
+  const long long per_node = std::max<long long>(1, c.at("gpus_per_node").get<long long>());
+  if (c.at("nodes").get<long long>() * per_node < min_gpus) c["nodes"] = (min_gpus + per_node - 1) / per_node;
+  return c;
+}
+
 std::vector<std::string> catalog_names(const std::string& kind) {
   std::vector<std::string> names;
   const json& f = catalog_file(kind);

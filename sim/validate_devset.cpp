@@ -12,43 +12,29 @@ namespace {
 
 std::string row_id(const json& row) { return row.value("id", std::string("(row without id)")); }
 
-// A cluster the set describes (its "clusters" object): the catalog cluster named by base_catalog_cluster with
-// the set's GPU, GPUs per node, link kinds and speeds and host in place ("about" and "published" are notes).
-json set_cluster(const json& set, const std::string& name) {
-  const json& d = set.at("clusters").at(name);
-  const std::string base = d.at("base_catalog_cluster").get<std::string>();
-  const json* c = catalog_find("clusters", base);
-  if (!c) throw InputError({"dev-set cluster " + name + ": unknown base_catalog_cluster \"" + base + "\""});
-  json out = *c;
-  out["name"] = name;
-  for (const char* k : {"gpu", "gpus_per_node"})
-    if (d.contains(k)) out[k] = d[k];
-  for (const char* k : {"intra_node", "inter_node", "host"})
-    if (d.contains(k))
-      for (auto it = d[k].begin(); it != d[k].end(); ++it)
-        if (it.key() != "published" && it.key() != "about") out[k][it.key()] = it.value();
-  return out;
-}
-
-// The row's cluster: the catalog entry (or the set's own description), grown to enough nodes for the row's GPUs
-// when it is smaller.
+// The row's cluster: the catalog entry, or the set's own description (its "clusters" object: the catalog cluster
+// named by base_catalog_cluster with the set's GPU, GPUs per node, links and host in place), grown to enough
+// nodes for the row's GPUs.
 json row_cluster(const json& row, const std::string& cluster_override, const json* set) {
-  std::string name = cluster_override.empty() ? row.at("cluster").get<std::string>() : cluster_override;
-  json c;
+  const std::string name = cluster_override.empty() ? row.at("cluster").get<std::string>() : cluster_override;
+  const long long gpus = row.at("gpus").get<long long>();
+  const std::string what = "dev-set row " + row_id(row);
   if (cluster_override.empty() && set && set->contains("clusters") && set->at("clusters").contains(name) &&
       set->at("clusters").at(name).is_object()) {
-    c = set_cluster(*set, name);
-  } else {
-    const json* e = catalog_find("clusters", name);
-    if (!e) throw InputError({"dev-set row " + row_id(row) + ": unknown catalog cluster \"" + name + "\""});
-    c = *e;
+    const json& d = set->at("clusters").at(name);
+    json patch = json::object();
+    for (const char* k : {"gpu", "gpus_per_node", "intra_node", "inter_node", "host"})
+      if (d.contains(k)) patch[k] = d[k];
+    json c = catalog_cluster_patched(d.at("base_catalog_cluster").get<std::string>(), patch, gpus, what + ": cluster " + name);
+    c["name"] = name;
+    return c;
   }
-  long long gpus = row.at("gpus").get<long long>();
-  long long per_node = c.at("gpus_per_node").get<long long>();
-  long long nodes = c.at("nodes").get<long long>();
-  if (nodes * per_node >= gpus) return c.contains("name") ? c : json(name);
+  const json* e = catalog_find("clusters", name);
+  if (!e) throw InputError({what + ": unknown catalog cluster \"" + name + "\""});
+  const long long per_node = e->at("gpus_per_node").get<long long>();
+  if (e->at("nodes").get<long long>() * per_node >= gpus) return e->contains("name") ? *e : json(name);
+  json c = catalog_cluster_patched(name, json::object(), gpus, what);
   c["name"] = name;
-  c["nodes"] = (gpus + per_node - 1) / per_node;
   return c;
 }
 

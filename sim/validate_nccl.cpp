@@ -29,16 +29,13 @@ int index_of(const std::string& s, const std::vector<std::string>& names, const 
   throw InputError({path + ": unknown name \"" + s + "\""});
 }
 
-// The row's cluster: the catalog base with the row's NICs, nodes and collnet.
-Cluster row_cluster(const json& spec, int nodes, const std::string& path) {
-  const std::string base = spec.at("base").get<std::string>();
-  const json* e = catalog_find("clusters", base);
-  if (!e) throw InputError({path + ".base: a catalog cluster, got \"" + base + "\""});
-  json c = *e;
-  c["nodes"] = std::max(nodes, c["nodes"].get<int>());
-  if (spec.contains("nics_per_node")) c["inter_node"]["nics_per_node"] = spec["nics_per_node"];
-  if (spec.contains("nic_bandwidth_bits_per_s")) c["inter_node"]["nic_bandwidth_bits_per_s"] = spec["nic_bandwidth_bits_per_s"];
-  if (spec.value("collnet", false)) c["nccl"] = {{"collnet", true}};
+// The row's cluster: the catalog base with the row's NICs and in-network reduction, grown to the row's nodes.
+Cluster row_cluster(const json& spec, int nodes, int gpus_per_node, const std::string& path) {
+  json patch = json::object();
+  for (const char* k : {"nics_per_node", "nic_bandwidth_bits_per_s"})
+    if (spec.contains(k)) patch["inter_node"][k] = spec[k];
+  if (spec.value("collnet", false)) patch["nccl"] = {{"collnet", true}};
+  const json c = catalog_cluster_patched(spec.at("base").get<std::string>(), patch, (long long)nodes * gpus_per_node, path + ".base");
   Issues is;
   Cluster cl = read_cluster(c, path, is);
   if (!is.empty()) throw InputError(is.messages);
@@ -56,7 +53,7 @@ NcclTestsReport validate_nccl_tests(const json& set, const std::string& file) {
     const std::string id = r.at("id").get<std::string>();
     const int nodes = r.at("nodes").get<int>(), gpn = r.at("gpus_per_node").get<int>();
     const Coll op = op_of(r.at("op").get<std::string>(), path + ".op");
-    const Cluster cl = row_cluster(r.at("cluster"), nodes, path + ".cluster");
+    const Cluster cl = row_cluster(r.at("cluster"), nodes, gpn, path + ".cluster");
     int algo = -1, proto = -1;
     if (r.contains("force")) {
       const json& f = r["force"];
