@@ -137,9 +137,9 @@ Framework read_framework(const json& v, const std::string& name, const std::stri
   if (const json* ft = r.get("fitted")) {
     Reader fr(*ft, r.at("fitted"), is);
     if (fr.ok()) {
-      f.fit.compute_efficiency_scale = fr.opt_num("compute_efficiency_scale", 1, 0.05, 2);
-      f.fit.network_efficiency_scale = fr.opt_num("network_efficiency_scale", 1, 0.05, 2);
-      f.fit.step_overhead_s = fr.opt_num("step_overhead_s", 0, 0, 3600);
+      f.fit.compute_efficiency_scale = fr.opt_num("compute_efficiency_scale", 1, lim::fit_scale);
+      f.fit.network_efficiency_scale = fr.opt_num("network_efficiency_scale", 1, lim::fit_scale);
+      f.fit.step_overhead_s = fr.opt_num("step_overhead_s", 0, lim::fit_overhead);
       f.fit.source = fr.opt_str("source", "");
       fr.get("uncertainty");  // the fit's standard errors, kept for readers
       fr.finish({"compute_efficiency_scale", "network_efficiency_scale", "step_overhead_s", "source", "uncertainty"});

@@ -181,8 +181,8 @@ Gpu read_gpu(const json& v, const std::string& path, Issues& issues) {
   if (const json* c = r.get("fp8_matrix_efficiency")) g.fp8_matrix_efficiency = read_curve(*c, r.at("fp8_matrix_efficiency"), issues);
   g.attention_tile_rows = (double)r.opt_int("attention_tile_rows", 128, lim::tile_rows);
   g.sm_count = (double)r.opt_int("sm_count", 1, lim::sm_count);
-  g.compute_capability = r.opt_num("compute_capability", 0, 0, 20);
-  g.compute_slowdown_under_comm = r.opt_num("compute_slowdown_under_comm", 0, 0, 1);
+  g.compute_capability = r.opt_num("compute_capability", 0, lim::compute_capability);
+  g.compute_slowdown_under_comm = r.opt_num("compute_slowdown_under_comm", 0, lim::comm_slowdown);
   if (const json* h = r.get("attention_head_dims")) g.attention_head_dims = read_head_dims(*h, r.at("attention_head_dims"), issues);
   g.attention_backward_grid = read_bwd_grid(r);
   g.kernel_overhead_s = r.opt_num("kernel_overhead_s", 0, lim::kernel_overhead);

@@ -77,6 +77,13 @@ inline constexpr Limit tile_rows{"cluster.gpu.attention_tile_rows", 1, 1048576, 
 inline constexpr Limit sm_count{"cluster.gpu.sm_count", 1, 1048576, K::integer, "H100: 132"};
 inline constexpr Limit kernel_overhead{"cluster.gpu.kernel_overhead_s", 0, 1, K::number, "microseconds"};
 inline constexpr Limit gpu_power{"cluster.gpu.power_w", 0, 100000, K::number, "typical 300-1,500"};
+inline constexpr Limit compute_capability{"cluster.gpu.compute_capability", 0, 20, K::number,
+                                          "H100: 9.0; 0 = not given (NCCL's Ampere tables)"};
+inline constexpr Limit comm_slowdown{"cluster.gpu.compute_slowdown_under_comm", 0, 1, K::number, "a fraction; 0 = not modelled"};
+// cluster.nccl.tuning (models/nccl_tuning)
+inline constexpr Limit nccl_tuning{"cluster.nccl.tuning.*", 0, 1e6, K::number,
+                                   "us or GB/s: NCCL's own constants and the fitted pipeline fill (models/catalog/nccl.json); speed lists descending"};
+inline constexpr Limit nccl_channels{"cluster.nccl.tuning.*_max_channels", 1, 64, K::integer, "NCCL's MAXCHANNELS / 2 = 32"};
 inline constexpr Limit framework_bytes{"cluster.gpu.framework_memory.*_bytes", 0, 1e12, K::number, "typical 5e8"};
 inline constexpr Limit fragmentation{"cluster.gpu.framework_memory.allocator_fragmentation", 0, 1, K::number,
                                      "a fraction"};
@@ -97,6 +104,9 @@ inline constexpr Limit global_batch{"training.global_batch", 1, 100000000, K::in
 inline constexpr Limit seq_len{"training.seq_len", 1, 100000000, K::integer, "10^8 tokens"};
 inline constexpr Limit tokens{"training.tokens", 0, 1e16, K::open_number, "~300x the largest public run (also delink)"};
 inline constexpr Limit target_loss{"training.target_loss", 0, 100, K::open_number, "nats per token"};
+// training.framework.fitted (trainplan fit)
+inline constexpr Limit fit_scale{"training.framework.fitted.*_efficiency_scale", 0.05, 2, K::number, "1 = the catalog's curves"};
+inline constexpr Limit fit_overhead{"training.framework.fitted.step_overhead_s", 0, 3600, K::number, "seconds per step"};
 // training.optimizer and the run's intervals (export only; they change no cost)
 inline constexpr Limit lr{"training.optimizer.lr", 0, 10, K::open_number, "typical 1e-4 to 3e-3"};
 inline constexpr Limit min_lr{"training.optimizer.min_lr", 0, 10, K::number, "typical lr / 10"};
@@ -149,8 +159,9 @@ inline constexpr const Limit* kAllLimits[] = {
     &lim::inter_latency, &lim::host_memory, &lim::pcie_bw, &lim::cpu_cores, &lim::host_mem_bw, &lim::price,
     &lim::cluster_power, &lim::nccl_buffer, &lim::matrix_flops, &lim::vector_flops, &lim::hbm_bytes, &lim::hbm_bw,
     &lim::curve_size, &lim::curve_eff, &lim::tile_rows, &lim::sm_count, &lim::kernel_overhead, &lim::gpu_power,
+    &lim::compute_capability, &lim::comm_slowdown, &lim::nccl_tuning, &lim::nccl_channels,
     &lim::framework_bytes, &lim::fragmentation, &lim::fw_max_zero_with_pp, &lim::fw_max_tp, &lim::fw_bucket,
-    &lim::fw_bucket_per_rank, &lim::fw_live_params, &lim::fw_best_tflops, &lim::global_batch, &lim::seq_len, &lim::tokens, &lim::target_loss,
+    &lim::fw_bucket_per_rank, &lim::fw_live_params, &lim::fw_best_tflops, &lim::fit_scale, &lim::fit_overhead, &lim::global_batch, &lim::seq_len, &lim::tokens, &lim::target_loss,
     &lim::lr, &lim::min_lr, &lim::warmup_steps, &lim::weight_decay, &lim::grad_clip, &lim::adam_beta, &lim::adam_eps,
     &lim::checkpoint_every, &lim::log_every,
     &lim::dp, &lim::tp, &lim::pp, &lim::virtual_stages, &lim::microbatch, &lim::zero, &lim::ep, &lim::cp,

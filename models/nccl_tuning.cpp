@@ -23,7 +23,7 @@ NcclArch nccl_arch_of(double cc) {
 
 namespace {
 
-constexpr double kMaxTuningValue = 1e6;  // us or GB/s: anything larger is not a tuning constant
+constexpr double kMaxTuningValue = lim::nccl_tuning.hi;  // us or GB/s: anything larger is not a tuning constant
 
 // A JSON array of `n` numbers in [0, kMaxTuningValue] into out[0..n); false (reported) otherwise.
 bool read_row(const json& v, const std::string& path, double* out, size_t n, Issues& is) {
@@ -114,8 +114,8 @@ NcclTuning read_nccl_tuning(const json& v, const std::string& path, const NcclTu
   read_flat(r, "nvls_efficiency", t.nvls_efficiency, kNcclArchs);
   read_table(r, "tree_correction", &t.tree_correction[0][0], kNcclProtos, 23);
   read_flat(r, "ring_plateau_latency_factor", t.ring_plateau_latency_factor, 2);
-  t.net_overhead_us = r.opt_num("net_overhead_us", t.net_overhead_us, 0, kMaxTuningValue);
-  t.net_latency_us = r.opt_num("net_latency_us", t.net_latency_us, 0, kMaxTuningValue);
+  t.net_overhead_us = r.opt_num("net_overhead_us", t.net_overhead_us, lim::nccl_tuning);
+  t.net_latency_us = r.opt_num("net_latency_us", t.net_latency_us, lim::nccl_tuning);
   read_flat(r, "nvlink_link_bw", t.nvlink_link_bw, kNcclArchs);
   read_speeds(r, "speeds_intra", t.speeds_intra);
   read_speeds(r, "speeds_inter", t.speeds_inter);
@@ -123,15 +123,15 @@ NcclTuning read_nccl_tuning(const json& v, const std::string& path, const NcclTu
     Reader fr(*f, r.at("pipeline_fill"), is);
     if (fr.ok()) {
       fr.opt_str("about", "");
-      t.fill.nvls_stage_us = fr.opt_num("nvls_stage_us", t.fill.nvls_stage_us, 0, kMaxTuningValue);
-      t.fill.intra_hop_us = fr.opt_num("intra_hop_us", t.fill.intra_hop_us, 0, kMaxTuningValue);
-      t.fill.net_hop_us = fr.opt_num("net_hop_us", t.fill.net_hop_us, 0, kMaxTuningValue);
-      t.fill.saturation_us = fr.opt_num("saturation_us", t.fill.saturation_us, 0, kMaxTuningValue);
+      t.fill.nvls_stage_us = fr.opt_num("nvls_stage_us", t.fill.nvls_stage_us, lim::nccl_tuning);
+      t.fill.intra_hop_us = fr.opt_num("intra_hop_us", t.fill.intra_hop_us, lim::nccl_tuning);
+      t.fill.net_hop_us = fr.opt_num("net_hop_us", t.fill.net_hop_us, lim::nccl_tuning);
+      t.fill.saturation_us = fr.opt_num("saturation_us", t.fill.saturation_us, lim::nccl_tuning);
       fr.finish({"about", "nvls_stage_us", "intra_hop_us", "net_hop_us", "saturation_us"});
     }
   }
-  t.ring_max_channels = (int)r.opt_int("ring_max_channels", t.ring_max_channels, 1, 64);
-  t.nvls_max_channels = (int)r.opt_int("nvls_max_channels", t.nvls_max_channels, 1, 64);
+  t.ring_max_channels = (int)r.opt_int("ring_max_channels", t.ring_max_channels, lim::nccl_channels);
+  t.nvls_max_channels = (int)r.opt_int("nvls_max_channels", t.nvls_max_channels, lim::nccl_channels);
   r.finish({"about", "version", "base_latency_us", "hw_latency_us", "ll_max_bw", "ring_ll128_channel_bw",
             "tree_ll128_channel_bw", "tree_channel_bw", "nvls_tree_channel_bw", "nvls_efficiency", "tree_correction",
             "ring_plateau_latency_factor", "net_overhead_us", "net_latency_us", "nvlink_link_bw", "speeds_intra",

@@ -8,6 +8,7 @@
 #include <limits>
 #include <sstream>
 
+#include "models/catalog.hpp"
 #include "models/limits.hpp"
 #include "models/scenario.hpp"
 
@@ -82,4 +83,28 @@ TEST(Limits, ScenarioKeysAreBoundedOnBothSides) {
   EXPECT_EQ(load_error(j), "");
   j["training"]["tokens"] = 1.0001e16;
   EXPECT_NE(load_error(j).find("$.training.tokens: expected a number in (0, 1e+16]"), std::string::npos);
+}
+
+// The NCCL, interference and fitted-profile keys take their ranges from the one table too: one past the bound is
+// refused naming the JSON path and the range.
+TEST(Limits, NcclInterferenceAndFitKeysAreBounded) {
+  struct Case { const char* pointer; double value; const char* where; const Limit& l; };
+  const Case cases[] = {
+      {"/cluster/gpu/compute_capability", 21, "$.cluster.gpu.compute_capability", lim::compute_capability},
+      {"/cluster/gpu/compute_slowdown_under_comm", 1.5, "$.cluster.gpu.compute_slowdown_under_comm", lim::comm_slowdown},
+      {"/cluster/nccl/tuning/pipeline_fill/net_hop_us", 2e6, "$.cluster.nccl.tuning.pipeline_fill.net_hop_us", lim::nccl_tuning},
+      {"/cluster/nccl/tuning/net_overhead_us", -1, "$.cluster.nccl.tuning.net_overhead_us", lim::nccl_tuning},
+      {"/cluster/nccl/tuning/ring_max_channels", 65, "$.cluster.nccl.tuning.ring_max_channels", lim::nccl_channels},
+      {"/training/framework/fitted/network_efficiency_scale", 3, "$.training.framework.fitted.network_efficiency_scale", lim::fit_scale},
+      {"/training/framework/fitted/step_overhead_s", 4000, "$.training.framework.fitted.step_overhead_s", lim::fit_overhead}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.where);
+    json j = small();
+    j["cluster"] = *catalog_find("clusters", "dgx-h100");
+    if (j["cluster"]["gpu"].is_string()) j["cluster"]["gpu"] = *catalog_find("gpus", j["cluster"]["gpu"].get<std::string>());
+    j["training"]["framework"] = *catalog_find("frameworks", "megatron-core");
+    j[json::json_pointer(c.pointer)] = c.value;
+    const std::string err = load_error(j);
+    EXPECT_NE(err.find(std::string(c.where) + ": expected " + limit_text(c.l)), std::string::npos) << err;
+  }
 }
