@@ -29,7 +29,7 @@ static void read_cluster_nccl(const json& v, const std::string& path, ClusterNcc
   if (!out.version.empty() && !catalog_find("nccl", out.version))
     issues.add(r.at("version"), "an NCCL tuning version of the catalog (" + catalog_names_text("nccl") + "), got \"" + out.version + "\"");
   out.collnet = r.opt_bool("collnet", false);
-  out.step_collectives = r.opt_bool("step_collectives", true);
+  out.step_collectives = r.opt_bool("step_collectives", ClusterNccl{}.step_collectives);
   if (const json* t = r.get("tuning")) {
     read_nccl_tuning(*t, r.at("tuning"), NcclTuning{}, issues);
     out.overrides = *t;

@@ -281,6 +281,11 @@ double algo_time_us(const NcclComm& c, int f, int a, int p, double bytes) {
   return lat + bytes / (1000 * bw);
 }
 
+// The fill of a pipeline whose chain costs tau us per chunk, for a bandwidth term of T us (NcclTuning::PipelineFill).
+double fill_of_us(const NcclTuning::PipelineFill& pf, double T_us, double tau_us) {
+  return 2 * std::sqrt(std::min(T_us, pf.saturation_us) * tau_us);
+}
+
 // The pipeline's fill (NcclTuning::PipelineFill), us: 2 sqrt(min(T, saturation) x tau), tau the per-stage costs
 // summed over the chain a chunk follows: ring 2(R-1) hops for all-reduce, R-1 otherwise, 2(N-1) resp. N-1 of them
 // across nodes; tree up and down the node's chain and log2 N levels; NVLS two multimem stages (one for
@@ -304,7 +309,7 @@ double fill_us(const NcclComm& c, int f, int a, int p, double bw_us) {
     case NcclAlgo::collnet_direct:
     case NcclAlgo::collnet_chain: tau = 2 * pf.nvls_stage_us + 2 * pf.net_hop_us; break;
   }
-  return 2 * std::sqrt(std::min(bw_us, pf.saturation_us) * tau);
+  return fill_of_us(pf, bw_us, tau);
 }
 
 // Send/recv and all-to-all: each peer's share over NVLink (same node) or the GPU's NIC path, with the ring
@@ -328,7 +333,7 @@ NcclCall p2p_call(const NcclComm& c, Coll op, double bytes) {
   }
   // One hop of the pipeline's fill: the bandwidth term is the time beyond the base and hop latencies.
   const double hop_us = c.nodes > 1 ? t.fill.net_hop_us : t.fill.intra_hop_us;
-  const double fill = 2 * std::sqrt(std::min(us, t.fill.saturation_us) * hop_us);
+  const double fill = fill_of_us(t.fill, us, hop_us);
   call.time_s = (us + fill) * 1e-6;
   call.latency_s = call.fill_s = fill * 1e-6;
   return call;
