@@ -58,6 +58,8 @@ void refuse_common(const Scenario& sc, Refusals& r) {
          "the model without that rope_scaling");
   r.need(p.offload.kind != OffloadKind::granular, "$.plan.offload.kind", "M6-10T granular layer offload (\"granular\")",
          "\"offload\": {\"kind\": \"optimizer\"} (ZeRO-Offload) where the target has it, else no offload");
+  r.need(p.recompute != Recompute::selective_op || r.target == "TorchTitan", "$.plan.recompute",
+         "TorchTitan's op-level selective checkpointing (\"selective_op\")", "\"recompute\": \"full\"");
 }
 
 long long accumulation_steps(const Scenario& sc) { return sc.plan.num_microbatches; }

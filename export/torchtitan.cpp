@@ -6,7 +6,7 @@
 // all-gathered in bf16, as simulated), context parallelism passes K / V around the ring ("alltoall" rotation), and
 // its models are its built-in llama3 flavors (8B, 70B, 405B) when the shape is one, else a flavor named after the
 // model (a comment gives the shape to register). Selective recompute under flash recomputes nothing in trainplan,
-// so it exports as mode "none". Chunks other than fewer layers on the first / last stage are given as
+// so it exports as mode "none"; "selective_op" is TorchTitan's own op-level policy (selective_ac_option "op"). Chunks other than fewer layers on the first / last stage are given as
 // parallelism.module_fqns_per_model_part. The output is a Slurm batch script that writes the TOML and starts
 // torchrun on every node under srun (c10d rendezvous on the job's first node). Refused: GELU models, MoE (TorchTitan's MoE is
 // dropless), ZeRO-1, ZeRO-0 beside tp / pp / cp, tp without sequence parallelism, unfused attention, fp16,
@@ -187,7 +187,10 @@ std::string export_torchtitan(const Scenario& sc, const std::string& file) {
   s += "[job]\ndescription = " + q("trainplan plan for " + sc.name) + "\ndump_folder = \"${CKPT_DIR}\"\n\n";
   s += run_sections(sc, flavor);
   s += parallel_section(sc, ch, even_middle);
-  s += "\n[activation_checkpoint]\nmode = " + q(p.recompute == Recompute::full ? "full" : "none") + "\n";
+  if (p.recompute == Recompute::selective_op)  // op-level SAC (sim/op_cost.cpp models its policy)
+    s += "\n[activation_checkpoint]\nmode = \"selective\"\nselective_ac_option = \"op\"\n";
+  else
+    s += "\n[activation_checkpoint]\nmode = " + q(p.recompute == Recompute::full ? "full" : "none") + "\n";
   if (sc.training.precision == Precision::fp8)  // fp8 compute only: weights all-gathered in bf16, as simulated
     s += "\n[quantize.linear.float8]\nenable_fsdp_float8_all_gather = false\n"
          "precompute_float8_dynamic_scale_for_fsdp = false\nfilter_fqns = [\"output\"]\n";

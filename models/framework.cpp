@@ -13,7 +13,6 @@ namespace {
 
 const std::vector<std::string> kSchedules = {"gpipe", "1f1b", "interleaved"};  // production schedules
 const std::vector<std::string> kOffloads = {"none", "optimizer"};               // production offload kinds
-const std::vector<std::string> kRecomputes = {"none", "selective", "full"};
 const std::vector<std::string> kPrecisions = {"fp32", "fp16", "bf16", "fp8"};
 
 std::string one_of(const std::vector<std::string>& names) {
@@ -45,7 +44,7 @@ FrameworkCan read_can(const json& v, const std::string& path, Issues& is) {
   c.research = r.opt_bool("research", false);
   for (int i : read_names(r, "schedules", kSchedules)) c.schedules.push_back((Schedule)i);
   for (int i : read_names(r, "offload", kOffloads)) c.offload.push_back((OffloadKind)i);
-  for (int i : read_names(r, "recompute", kRecomputes)) c.recompute.push_back((Recompute)i);
+  for (int i : read_names(r, "recompute", recompute_names())) c.recompute.push_back((Recompute)i);
   for (int i : read_names(r, "precisions", kPrecisions)) c.precisions.push_back((Precision)i);
   if (const json* z = r.get("zero")) {
     if (!z->is_array() || z->empty()) is.add_got(r.at("zero"), "a non-empty array of ZeRO stages 0..3", *z);

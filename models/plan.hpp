@@ -18,7 +18,14 @@ namespace tp {
 // chunks); with standard accumulation it runs Megatron's interleaved order, with layered accumulation the
 // breadth-first (layer-major) order.
 enum class Schedule { gpipe = 0, one_f_one_b = 1, interleaved = 2, modular = 3 };
-enum class Recompute { none = 0, selective = 1, full = 2 };
+// selective: Korthikanti et al.'s core attention (nothing under flash attention); selective_op: TorchTitan's
+// op-level selective activation checkpointing (selective_ac_option "op": the block's forward reruns in the
+// backward except every second bias-free matmul and the attention kernel, whose outputs are kept; see
+// sim/op_cost.cpp); full: the whole layer from its input. kRecomputeOrder lists them by growing recompute work.
+enum class Recompute { none = 0, selective = 1, full = 2, selective_op = 3 };
+inline constexpr Recompute kRecomputeOrder[] = {Recompute::none, Recompute::selective, Recompute::selective_op,
+                                                Recompute::full};
+inline constexpr int kRecomputes = 4;
 enum class TpMode { d1 = 0, d2 = 1 };  // "1d" Megatron column/row parallel; "2d" Optimus SUMMA on a q x q grid
 // standard: micro-batch-major (each micro-batch runs all local layers); layered (LGA): layer-major, every
 // micro-batch through one layer before the next layer.
@@ -30,6 +37,7 @@ enum class Attention { flash = 0, unfused = 1 };
 const char* attention_name(Attention a);
 const char* schedule_name(Schedule s);
 const char* recompute_name(Recompute r);
+const std::vector<std::string>& recompute_names();  // indexed by the enum's value
 const char* tp_mode_name(TpMode m);
 const char* grad_accumulation_name(GradAccumulation g);
 const char* offload_kind_name(OffloadKind k);

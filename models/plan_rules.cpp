@@ -150,6 +150,9 @@ void validate_plan(const Transformer& m, const Cluster& c, const Training& t, Pl
     }
     if (p.sequence_parallel)
       is.add(at("sequence_parallel"), "not allowed with tp_mode \"2d\" (its activations are already partitioned over the grid)");
+    if (p.recompute == Recompute::selective_op)
+      is.add(at("recompute"), "\"selective_op\" (TorchTitan's op-level checkpointing) is not modelled with tp_mode \"2d\"; use "
+                              "\"selective\" or \"full\"");
     if (p.tp_grid_node_blocks && q * q == p.tp) {
       int g = c.gpus_per_node, b = 1;
       while ((b + 1) * (b + 1) <= g) ++b;

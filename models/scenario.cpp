@@ -25,8 +25,14 @@ const char* recompute_name(Recompute r) {
     case Recompute::none: return "none";
     case Recompute::selective: return "selective";
     case Recompute::full: return "full";
+    case Recompute::selective_op: return "selective_op";
   }
   return "?";
+}
+
+const std::vector<std::string>& recompute_names() {
+  static const std::vector<std::string> names = {"none", "selective", "full", "selective_op"};
+  return names;
 }
 
 const char* tp_mode_name(TpMode m) { return m == TpMode::d2 ? "2d" : "1d"; }
@@ -194,7 +200,7 @@ static Plan read_plan(const json& v, const std::string& path, Issues& issues, De
                                     p.virtual_stages > 1 ? (int)Schedule::interleaved : (int)Schedule::one_f_one_b);
   if (p.schedule == Schedule::modular && !r.has("virtual_stages")) p.virtual_stages = 0;
   p.sequence_parallel = r.opt_bool("sequence_parallel", false);
-  p.recompute = (Recompute)r.opt_enum("recompute", {"none", "selective", "full"}, 0);
+  p.recompute = (Recompute)r.opt_enum("recompute", recompute_names(), 0);
   p.zero = (int)r.opt_int("zero", 0, lim::zero);
   p.overlap_grad_reduce = r.opt_bool("overlap_grad_reduce", true);
   p.tp_comm_overlap = r.opt_bool("tp_comm_overlap", false);

@@ -74,7 +74,7 @@ Fix read_fix(const json& v, const std::string& path, Issues& is) {
   read_fix_list(r, "microbatch", f.microbatch, int_in(lim::microbatch, is));
   read_fix_list(r, "global_batch", f.global_batch, int_in(lim::global_batch, is));
   read_fix_list(r, "schedule", f.schedule, enum_of<Schedule>({"gpipe", "1f1b", "interleaved", "modular"}, is));
-  read_fix_list(r, "recompute", f.recompute, enum_of<Recompute>({"none", "selective", "full"}, is));
+  read_fix_list(r, "recompute", f.recompute, enum_of<Recompute>(recompute_names(), is));
   read_fix_list(r, "tp_mode", f.tp_mode, enum_of<TpMode>({"1d", "2d"}, is));
   read_fix_list(r, "grad_accumulation", f.grad_accumulation, enum_of<GradAccumulation>({"standard", "layered"}, is));
   read_fix_list(r, "offload", f.offload, enum_of<OffloadKind>({"none", "optimizer", "granular", "chunked"}, is));

@@ -283,8 +283,12 @@ long long enumerate_choices(const Scenario& sc, const AnalyticModel& am, const L
     if (ms.empty()) continue;
     for (bool sp : sps) {
       if (!allowed(fx.sequence_parallel, sp)) continue;
-      const MicroCost* mcs[3];
-      for (int r = 0; r < 3; ++r) mcs[r] = allowed(fx.recompute, (Recompute)r) ? &am.micro(lay, mb, sp, (Recompute)r) : nullptr;
+      const MicroCost* mcs[kRecomputes];  // in kRecomputeOrder, by growing recompute work
+      for (int r = 0; r < kRecomputes; ++r) {
+        Recompute rc = kRecomputeOrder[r];
+        bool modelled = !(rc == Recompute::selective_op && lay.tp_mode == TpMode::d2);  // plan_rules refuses it
+        mcs[r] = modelled && allowed(fx.recompute, rc) ? &am.micro(lay, mb, sp, rc) : nullptr;
+      }
       for (long long m : ms) {
         for (const Sched& sd : scheds) {
           for (GradAccumulation acc : {GradAccumulation::standard, GradAccumulation::layered}) {
@@ -302,7 +306,7 @@ long long enumerate_choices(const Scenario& sc, const AnalyticModel& am, const L
               for (int z : zeros) {
                 // Recompute only adds work and offload only adds copies and host work: once a cheaper setting
                 // fits, the costlier ones are dominated (same layout and batch, more time) and not estimated.
-                for (int r = 0; r < 3; ++r) {
+                for (int r = 0; r < kRecomputes; ++r) {
                   if (!mcs[r]) continue;
                   if (!mcs[r]->ok) { ++skipped; continue; }
                   bool fit_without_offload = false;
@@ -314,13 +318,13 @@ long long enumerate_choices(const Scenario& sc, const AnalyticModel& am, const L
                     Choice ch;
                     ch.microbatch = mb; ch.num_microbatches = m; ch.schedule = sd.s; ch.virtual_stages = sd.v;
                     ch.acc = acc; ch.zero = z; ch.offload = o.k; ch.offload_fraction = o.f; ch.experts_only = o.experts;
-                    ch.sp = sp; ch.recompute = (Recompute)r;
+                    ch.sp = sp; ch.recompute = kRecomputeOrder[r];
                     ch.first_layers = sp_st.first; ch.mid_layers = sp_st.mid; ch.last_layers = sp_st.last;
                     bool fits = visit(ch, *mcs[r], m * mb * lay.dp);
                     if (o.k == OffloadKind::none && fits) fit_without_offload = true;
                   }
                   if (prune_dominated && fit_without_offload) {  // higher recompute levels: dominated
-                    for (int r2 = r + 1; r2 < 3; ++r2) if (mcs[r2]) dominated += (long long)offs.size();
+                    for (int r2 = r + 1; r2 < kRecomputes; ++r2) if (mcs[r2]) dominated += (long long)offs.size();
                     break;
                   }
                 }

@@ -70,6 +70,14 @@ struct Layer {
   bool qkv_b, proj_b, mlp_b;  // all for gelu
   // Stored activations per layer per micro-batch (Korthikanti et al. 2022, generalised), set by the constructor.
   double repl_attn, repl_mlp, repl, sharded_attn, sharded_mlp, sharded, core, full_layer;
+  // recompute selective_op (TorchTitan's op-level SAC): which linears' outputs the policy keeps. It counts the
+  // block's bias-free aten.mm calls in forward order, q, k, v, o, then gate, up, down (SwiGLU) or fc1, fc2
+  // (GELU: kept in the gate and down slots), and keeps every odd one; fp8 linears run torch._scaled_mm and
+  // biased ones addmm, which it neither counts nor keeps. Everything else in the block reruns in the backward
+  // except the attention kernel (and the cp K / V exchange inside it) and reduce-scatters, which are kept too.
+  bool osac;
+  bool keep_q = false, keep_k = false, keep_v = false, keep_o = false, keep_gate = false, keep_up = false,
+       keep_down = false;
 
   Layer(const Scenario& sc, const TpComm& tpc)
       : m(sc.model), p(sc.plan), c(detail::Ctx::of(sc, &tpc, sc.plan.tp, sc.plan.sequence_parallel && sc.plan.tp > 1)) {
@@ -110,6 +118,24 @@ struct Layer {
     // and head) next to Q, K, V and the output above (dropout regenerates its mask from the RNG state).
     core = flash ? 4 * bh * s_q : (drop ? 2 * e + 1 : e) * scores;
     full_layer = repl / tsp + sharded / t + core;
+    osac = p.recompute == Recompute::selective_op;
+    int mm = 0;  // the policy's count of aten.mm calls
+    auto kept = [&](bool biased) { return !c.fp8 && !biased && ++mm % 2 == 1; };
+    keep_q = kept(qkv_b), keep_k = kept(qkv_b), keep_v = kept(qkv_b), keep_o = kept(proj_b);
+    keep_gate = kept(mlp_b);
+    if (swiglu) keep_up = kept(mlp_b);
+    keep_down = kept(mlp_b);
+  }
+  // selective_op: bytes the policy keeps per micro-batch, attention half (the block's input, kept Q / K / V,
+  // the row-parallel output projection's partial sums before their reduce-scatter, the attention kernel's
+  // output and statistics, the reduce-scatter's output) and dense MLP half.
+  double op_sac_attn_bytes() const {
+    double kept_attn_core = flash ? e * n * qw / t + core : 0;  // the unfused core (bmm, softmax) reruns
+    return e * n * h / tsp + e * n * ((keep_q ? qw : 0) + (keep_k ? kvd : 0) + (keep_v ? kvd : 0)) / t +
+           (keep_o ? e * n * h : 0) + kept_attn_core + (sp ? e * n * h / t : 0);
+  }
+  double op_sac_mlp_bytes() const {
+    return e * n * ((keep_gate ? f : 0) + (keep_up ? f : 0)) / t + (keep_down ? e * n * h : 0) + (sp ? e * n * h / t : 0);
   }
 
   // fp8 casts of a linear's input [rows, K] and weight [K, N] (forward) / of its output gradient (backward)
@@ -140,12 +166,14 @@ struct Layer {
   void attention_bwd(PassCost& pc) const;
   // Stored and transient bytes under the plan's recompute of a layer that stores `full` bytes in all, `no_core`
   // without its attention core.
-  void stored(double full, double no_core, double& stored_bytes, double& transient_bytes) const;
+  // `op_sac` under selective_op.
+  void stored(double full, double no_core, double op_sac, double& stored_bytes, double& transient_bytes) const;
   // The backward pass of a layer: recomputation first (as the plan says), then `mlp`'s and attention's.
+  // selective_op reruns the forward through attention_fwd / mlp_fwd, which leave out what the policy keeps.
   template <class MlpFwd, class MlpBwd>
   PassCost backward(MlpFwd mlp_fwd_pass, MlpBwd mlp_bwd_pass) const {
     PassCost bwd;
-    if (p.recompute == Recompute::full) { attention_fwd(bwd, true); mlp_fwd_pass(bwd, true); }
+    if (p.recompute == Recompute::full || osac) { attention_fwd(bwd, true); mlp_fwd_pass(bwd, true); }
     if (p.recompute == Recompute::selective && !flash) attention_core(bwd, true);  // flash: nothing to recompute
     mlp_bwd_pass(bwd);
     attention_bwd(bwd);
@@ -163,6 +191,7 @@ void Layer::attention_core(PassCost& pc, bool recompute) const {
     return kv;
   };
   if (flash) {  // one fused kernel; dropout (GPT) fused into it
+    if (recompute && osac) return;  // selective_op keeps its output
     Op fl = c.flash_fwd(bh, kv_bh, s_q, s, dh);
     fl.recompute = recompute;
     pc.add(fl);
@@ -187,26 +216,40 @@ void Layer::attention_core(PassCost& pc, bool recompute) const {
 void Layer::attention_fwd(PassCost& pc, bool rc) const {
   add_fwd(pc, c.elem("ln1", 2 * e * n * h / tsp), rc);
   if (sp && !tpo) add_fwd(pc, c.comm("tp.ag1", Coll::all_gather, e * n * h, pc), rc);
-  cast_fwd(pc, "qkv", n, h, (qw + 2 * kvd) / t, rc);
-  add_fwd(pc, c.lin("qkv", n, h, (qw + 2 * kvd) / t), rc);                 // [n,h] x [h,(qw+2kvd)/t]
+  const bool rso = rc && osac;  // the selective_op rerun: what the policy kept is left out
+  // [n,h] x [h,(qw+2kvd)/t]; the rerun: the Q / K / V columns not kept
+  double qkv_w = rso ? (keep_q ? 0 : qw) + (keep_k ? 0 : kvd) + (keep_v ? 0 : kvd) : qw + 2 * kvd;
+  if (qkv_w > 0) {
+    cast_fwd(pc, "qkv", n, h, qkv_w / t, rc);
+    add_fwd(pc, c.lin("qkv", n, h, qkv_w / t), rc);
+  }
   if (tpo) add_fwd_tp(pc, c.comm("tp.ag1", Coll::all_gather, e * n * h, pc), rc);
   attention_core(pc, rc);
-  cast_fwd(pc, "proj", n, qw / t, h, rc);
-  add_fwd(pc, c.lin("proj", n, qw / t, h), rc);                            // [n,qw/t] x [qw/t,h]
-  add_fwd_tp(pc, c.comm(sp ? "tp.rs1" : "tp.ar1", sp ? Coll::reduce_scatter : Coll::all_reduce, e * n * h, pc), rc);
+  if (!(rso && keep_o)) {
+    cast_fwd(pc, "proj", n, qw / t, h, rc);
+    add_fwd(pc, c.lin("proj", n, qw / t, h), rc);                          // [n,qw/t] x [qw/t,h]
+  }
+  if (!(rso && sp)) add_fwd_tp(pc, c.comm(sp ? "tp.rs1" : "tp.ar1", sp ? Coll::reduce_scatter : Coll::all_reduce, e * n * h, pc), rc);
   add_fwd(pc, c.elem("resid1", (3 * e + mask) * n * h / tsp), rc);
 }
 
 void Layer::mlp_fwd(PassCost& pc, bool rc) const {
   add_fwd(pc, c.elem("ln2", 2 * e * n * h / tsp), rc);
   if (sp && !tpo) add_fwd(pc, c.comm("tp.ag2", Coll::all_gather, e * n * h, pc), rc);
-  cast_fwd(pc, "fc1", n, h, f_in / t, rc);
-  add_fwd(pc, c.lin("fc1", n, h, f_in / t), rc);                           // [n,h] x [h,f_in/t]
+  const bool rso = rc && osac;  // the selective_op rerun: what the policy kept is left out
+  // [n,h] x [h,f_in/t]; the rerun: the gate / up columns not kept
+  double fc1_w = rso ? (keep_gate ? 0 : f) + (swiglu && !keep_up ? f : 0) : f_in;
+  if (fc1_w > 0) {
+    cast_fwd(pc, "fc1", n, h, fc1_w / t, rc);
+    add_fwd(pc, c.lin("fc1", n, h, fc1_w / t), rc);
+  }
   if (tpo) add_fwd_tp(pc, c.comm("tp.ag2", Coll::all_gather, e * n * h, pc), rc);
   add_fwd(pc, c.elem("act", (swiglu ? 3 : 2) * e * n * f / t), rc);
-  cast_fwd(pc, "fc2", n, f / t, h, rc);
-  add_fwd(pc, c.lin("fc2", n, f / t, h), rc);                              // [n,f/t] x [f/t,h]
-  add_fwd_tp(pc, c.comm(sp ? "tp.rs2" : "tp.ar2", sp ? Coll::reduce_scatter : Coll::all_reduce, e * n * h, pc), rc);
+  if (!(rso && keep_down)) {
+    cast_fwd(pc, "fc2", n, f / t, h, rc);
+    add_fwd(pc, c.lin("fc2", n, f / t, h), rc);                            // [n,f/t] x [f/t,h]
+  }
+  if (!(rso && sp)) add_fwd_tp(pc, c.comm(sp ? "tp.rs2" : "tp.ar2", sp ? Coll::reduce_scatter : Coll::all_reduce, e * n * h, pc), rc);
   add_fwd(pc, c.elem("resid2", (3 * e + mask) * n * h / tsp), rc);
 }
 
@@ -268,8 +311,9 @@ void Layer::attention_bwd(PassCost& pc) const {
   pc.add(c.elem("ln1.bwd", 4 * e * n * h / tsp));
 }
 
-void Layer::stored(double full, double no_core, double& stored_bytes, double& transient_bytes) const {
+void Layer::stored(double full, double no_core, double op_sac, double& stored_bytes, double& transient_bytes) const {
   switch (p.recompute) {
+    case Recompute::selective_op: stored_bytes = op_sac; transient_bytes = full; break;
     case Recompute::none: stored_bytes = full; break;
     case Recompute::selective:
       if (flash) { stored_bytes = full; break; }  // nothing is recomputed (Megatron-LM)
@@ -284,7 +328,8 @@ void dense_layer(const Layer& L, CostModel& cm) {
   L.mlp_fwd(fwd, false);
   cm.layer_fwd = fwd;
   cm.layer_bwd = L.backward([&](PassCost& pc, bool rc) { L.mlp_fwd(pc, rc); }, [&](PassCost& pc) { L.mlp_bwd(pc); });
-  L.stored(L.full_layer, L.repl / L.tsp + L.sharded / L.t, cm.layer_stored_bytes, cm.layer_transient_bytes);
+  L.stored(L.full_layer, L.repl / L.tsp + L.sharded / L.t, L.op_sac_attn_bytes() + L.op_sac_mlp_bytes(),
+           cm.layer_stored_bytes, cm.layer_transient_bytes);
 }
 
 // ---- MoE layer: attention half as dense, then router, dispatch, local experts, combine ---------------------
@@ -392,7 +437,9 @@ double moe_layer(const Layer& L, CostModel& cm) {
   const double moe_mlp = L.repl_mlp / L.tsp + 4 * M.nt * M.E + 2 * e * M.nt * M.kc * h +
                          M.kc * (e * n * (M.fe_in + M.fe)) / t + e * n * (M.fs_in + M.fs) / t;
   const double moe_full = L.repl_attn / L.tsp + L.sharded_attn / t + L.core + moe_mlp;
-  L.stored(moe_full, moe_full - L.core, cm.moe_stored_bytes, cm.moe_transient_bytes);
+  // selective_op: the MoE half reruns whole (grouped expert GEMMs and all-to-alls are not kept; the router's
+  // logits, kept as its first aten.mm, are left out here as small)
+  L.stored(moe_full, moe_full - L.core, L.op_sac_attn_bytes(), cm.moe_stored_bytes, cm.moe_transient_bytes);
   // Parameters per GPU: attention + both norms as the dense layer, router (replicated), local experts.
   const double attn_params = (h * (qw + 2 * kvd) + qw * h + (L.qkv_b ? qw + 2 * kvd : 0)) / t +
                              ((L.proj_b ? h : 0) + (L.gpt ? 4 * h : 2 * h));  // output bias + both norms

@@ -13,6 +13,8 @@
 // q = 1 all collectives cost 0 and the pass times, FLOPs, bytes and memory equal the tp = 1 1D model.
 // Sequence parallelism does not apply (ignored); MoE layers are rejected by build_cost_model. Flash attention
 // and fp8 linears use the 1D model's ops (op_cost_internal.hpp) on the rank's local heads and blocks.
+#include <stdexcept>
+
 #include "op_cost_internal.hpp"
 
 namespace tp::detail {
@@ -153,6 +155,7 @@ void stored_2d(const Grid2d& G, CostModel& cm) {
       if (G.flash) { cm.layer_stored_bytes = full_layer; break; }  // nothing is recomputed
       cm.layer_stored_bytes = (repl + sharded) / q2; cm.layer_transient_bytes = core / q2; break;
     case Recompute::full: cm.layer_stored_bytes = e * n * h / q2; cm.layer_transient_bytes = full_layer; break;
+    case Recompute::selective_op: throw std::logic_error("recompute selective_op with tp_mode 2d (refused by the plan rules)");
   }
 }
 

@@ -52,6 +52,9 @@ void check_runnable(const Scenario& sc) {
     // MoE (exec/model/moe.hpp) runs with every plan kind: expert parallelism over dp, SP, cp, delinking, and each offload.
     // plan.cp runs (exec/model/cp_attention.hpp); the scenario checks already refuse cp with tp_mode "2d".
     need(p.cp == 1 || p.tp_mode == TpMode::d1, at + ".cp with tp_mode \"2d\"");
+    // TorchTitan's op-level checkpointing is a framework's policy the simulator and the TorchTitan export model;
+    // the executor keeps whole tensors per layer (none / selective / full give the same losses).
+    need(p.recompute != Recompute::selective_op, at + ".recompute \"selective_op\"");
   };
   check_plan(sc.plan, "$.plan");
   // plan.attention runs either way: "flash" as the fused ops (exec/backends/ops.hpp flash_attention_*), "unfused" saving P.

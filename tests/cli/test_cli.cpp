@@ -103,6 +103,21 @@ TEST(Cli, RunCountOptionsAreWholeNumbersInRange) {
   EXPECT_EQ(ok.rc, 0) << ok.text;
 }
 
+// recompute "selective_op" (TorchTitan's op-level checkpointing) is simulated and exported; `run` says it does not
+// run it, naming the key, before any work.
+TEST(Cli, RunRefusesOpLevelCheckpointingByName) {
+  tp::testutil::TempDir d("tp_opsac");
+  tp::json j = tp::json::parse(tp::testutil::slurp(std::string(TP_SOURCE_DIR) + "/scenarios/exec/tiny-gpt.json"));
+  j["plan"]["recompute"] = "selective_op";
+  const std::string f = (d.path / "s.json").string();
+  tp::testutil::spit(f, j.dump());
+  Out sim = tp_run("simulate " + f + " --quiet");
+  EXPECT_EQ(sim.rc, 0) << sim.text;
+  Out o = tp_run("run " + f + " --steps 1");
+  EXPECT_EQ(o.rc, 2) << o.text;
+  EXPECT_TRUE(tp::testutil::has(o.text, "$.plan.recompute \"selective_op\": not supported by `trainplan run` yet")) << o.text;
+}
+
 // Every integer option of every command is parsed one way (cli/args parse_count): a fraction, a negative, text
 // or a number out of range is a usage error (exit 2) that names the option and its range.
 TEST(Cli, EveryIntegerOptionSaysItsRangeTheSameWay) {

@@ -234,6 +234,21 @@ TEST(ExportLaunch, SelectiveRecomputeMeansWhatTrainplanSimulates) {
   EXPECT_EQ(nemo_value(exp(unfused, Target::nemo), "model.config.recompute_modules"), "'[core_attn]'");
 }
 
+TEST(ExportLaunch, TorchTitansOpLevelCheckpointingExportsAsItselfAndOnlyThere) {
+  json j = llama70({{"dp", 8}, {"tp", 8}, {"pp", 1}, {"zero", 3}, {"schedule", "1f1b"}, {"virtual_stages", 1},
+                    {"recompute", "selective_op"}, {"attention", "flash"}, {"sequence_parallel", true}});
+  j["training"]["framework"] = "fsdp";
+  EXPECT_TRUE(has(exp(j, Target::torchtitan), "[activation_checkpoint]\nmode = \"selective\"\nselective_ac_option = \"op\"\n"));
+  for (Target t : {Target::megatron, Target::nemo, Target::deepspeed}) {
+    try {
+      exp(j, t);
+      ADD_FAILURE() << "exported selective_op to a framework without it";
+    } catch (const InputError& e) {
+      EXPECT_TRUE(has(e.what(), "$.plan.recompute: TorchTitan's op-level selective checkpointing")) << e.what();
+    }
+  }
+}
+
 TEST(ExportLaunch, IrregularStagesExportAsLayouts) {
   const json j = llama70({{"schedule", "1f1b"}, {"virtual_stages", 1}, {"stage_layers", {10, 30, 20, 20}}, {"zero", 3}});
   EXPECT_EQ(flag(exp(j, Target::megatron), "--pipeline-model-parallel-layout"), "'Et*10|t*30|t*20|t*20L'");
