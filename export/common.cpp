@@ -60,6 +60,25 @@ void refuse_common(const Scenario& sc, Refusals& r) {
          "\"offload\": {\"kind\": \"optimizer\"} (ZeRO-Offload) where the target has it, else no offload");
   r.need(p.recompute != Recompute::selective_op || r.target == "TorchTitan", "$.plan.recompute",
          "TorchTitan's op-level selective checkpointing (\"selective_op\")", "\"recompute\": \"full\"");
+  const long long L = sc.model.layers, N = p.recompute_layers;
+  if (N >= 0 && N < L) {
+    const long long chunk = L / ((long long)p.pp * std::max(1, p.virtual_stages));
+    const bool titan = r.target == "TorchTitan";
+    const bool ok = p.recompute == Recompute::full &&
+                    (titan ? N == 0 || L % N == 0 : p.stage_layers.empty() && (chunk * N) % L == 0);
+    r.need(ok, "$.plan.recompute_layers",
+           titan ? "recompute of " + std::to_string(N) + " of " + std::to_string(L) + " layers other than every k-th block"
+                 : "recompute of " + std::to_string(N) + " of " + std::to_string(L) + " layers other than the same number in "
+                   "each model chunk of " + std::to_string(chunk) + " layers",
+           "\"recompute_layers\" a divisor share of the layers, or no recompute_layers");
+  }
+}
+
+long long recompute_block_layers(const Scenario& sc) {
+  const Plan& p = sc.plan;
+  const long long L = sc.model.layers, N = p.recompute_layers;
+  if (N < 0 || N >= L) return -1;
+  return L / ((long long)p.pp * std::max(1, p.virtual_stages)) * N / L;
 }
 
 long long accumulation_steps(const Scenario& sc) { return sc.plan.num_microbatches; }

@@ -101,9 +101,14 @@ Options megatron_ds_args(const Scenario& sc, Refusals& r) {
   o.push_back({"--global-batch-size", num(sc.training.global_batch)});
   if (sc.training.precision == Precision::bf16) o.push_back({"--bf16", ""});
   if (sc.training.precision == Precision::fp16) o.push_back({"--fp16", ""});
-  if (p.recompute == Recompute::full) {
+  if (p.recompute == Recompute::full && recompute_block_layers(sc) != 0) {
     o.push_back({"--recompute-granularity", "full"});
-    o.push_back({"--recompute-method", "uniform"});
+    if (recompute_block_layers(sc) > 0) {  // plan.recompute_layers: the first K of each chunk's layers
+      o.push_back({"--recompute-method", "block"});
+      o.push_back({"--recompute-num-layers", num(recompute_block_layers(sc))});
+    } else {
+      o.push_back({"--recompute-method", "uniform"});
+    }
     o.push_back({"--deepspeed-activation-checkpointing", ""});
   } else if (p.recompute == Recompute::selective && !recomputes_nothing(p)) {
     o.push_back({"--recompute-granularity", "selective"});  // core attention (the unfused path only)

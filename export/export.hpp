@@ -37,6 +37,10 @@ struct Refusals {
 };
 // Checks every target shares (delink, Optimus 2D, modular pipelines, layered accumulation).
 void refuse_common(const Scenario& sc, Refusals& r);
+// plan.recompute_layers (N of the L layers, spread evenly) as Megatron's --recompute-method block: K layers of
+// each model chunk; -1 when every layer recomputes. refuse_common refuses the splits the targets cannot say (a
+// chunk's share not whole, uneven stages; TorchTitan: L / N not whole, as its every-k-th block).
+long long recompute_block_layers(const Scenario& sc);
 // Gradient-accumulation steps (micro-batches per step per data rank) and optimizer steps of the run: from
 // training.tokens, else where `simulate` stops it (training.target_loss or Kaplan's compute-efficient point,
 // sim/run_estimate.hpp) — the same count `simulate --json` reports as training.steps.

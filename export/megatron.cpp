@@ -96,7 +96,13 @@ void plan_args(const Scenario& sc, Options& o, Refusals& r) {
   if (p.account_for_loss) o.push_back({"--account-for-loss-in-pipeline-split", ""});
   o.push_back({"--micro-batch-size", num(p.microbatch)});
   o.push_back({"--global-batch-size", num(sc.training.global_batch)});
-  if (p.recompute == Recompute::full) {
+  if (p.recompute == Recompute::full && recompute_block_layers(sc) >= 0) {
+    if (recompute_block_layers(sc) > 0) {  // plan.recompute_layers: the first K of each chunk's layers
+      o.push_back({"--recompute-granularity", "full"});
+      o.push_back({"--recompute-method", "block"});
+      o.push_back({"--recompute-num-layers", num(recompute_block_layers(sc))});
+    }
+  } else if (p.recompute == Recompute::full) {
     o.push_back({"--recompute-granularity", "full"});
     o.push_back({"--recompute-method", "uniform"});
     o.push_back({"--recompute-num-layers", "1"});

@@ -108,7 +108,11 @@ void plan_overrides(const Scenario& sc, Options& o, Refusals& r) {
   o.push_back({"data.micro_batch_size", num(p.microbatch)});
   o.push_back({"data.global_batch_size", num(sc.training.global_batch)});
   o.push_back({"data.seq_length", num(sc.training.seq_len)});
-  if (p.recompute == Recompute::full) {
+  if (p.recompute == Recompute::full && recompute_block_layers(sc) > 0) {  // the first K of each chunk's layers
+    o.push_back({c + "recompute_granularity", "full"});
+    o.push_back({c + "recompute_method", "block"});
+    o.push_back({c + "recompute_num_layers", num(recompute_block_layers(sc))});
+  } else if (p.recompute == Recompute::full && recompute_block_layers(sc) < 0) {
     o.push_back({c + "recompute_granularity", "full"});
     o.push_back({c + "recompute_method", "uniform"});
     o.push_back({c + "recompute_num_layers", "1"});

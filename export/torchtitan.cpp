@@ -189,6 +189,11 @@ std::string export_torchtitan(const Scenario& sc, const std::string& file) {
   s += parallel_section(sc, ch, even_middle);
   if (p.recompute == Recompute::selective_op)  // op-level SAC (sim/op_cost.cpp models its policy)
     s += "\n[activation_checkpoint]\nmode = \"selective\"\nselective_ac_option = \"op\"\n";
+  else if (p.recompute == Recompute::full && p.recompute_layers > 0 && p.recompute_layers < m.layers)  // every k-th block
+    s += "\n[activation_checkpoint]\nmode = \"selective\"\nselective_ac_option = \"" +
+         std::to_string(m.layers / p.recompute_layers) + "\"\n";
+  else if (p.recompute == Recompute::full && p.recompute_layers == 0)
+    s += "\n[activation_checkpoint]\nmode = \"none\"\n";
   else
     s += "\n[activation_checkpoint]\nmode = " + q(p.recompute == Recompute::full ? "full" : "none") + "\n";
   if (sc.training.precision == Precision::fp8)  // fp8 compute only: weights all-gathered in bf16, as simulated

@@ -65,9 +65,10 @@ FrameworkCan read_can(const json& v, const std::string& path, Issues& is) {
   c.uneven_stages = r.opt_bool("uneven_stages", true);
   c.tp_comm_overlap = r.opt_bool("tp_comm_overlap", true);
   c.overlap_param_gather = r.opt_bool("overlap_param_gather", true);
+  c.recompute_layers = r.opt_bool("recompute_layers", true);
   r.finish({"research", "schedules", "zero", "max_zero_with_pp", "offload", "recompute", "precisions", "max_tp",
             "sequence_parallel", "context_parallel", "expert_parallel", "uneven_stages", "tp_comm_overlap",
-            "overlap_param_gather"});
+            "overlap_param_gather", "recompute_layers"});
   return c;
 }
 
@@ -188,6 +189,7 @@ json framework_to_json(const Framework& f) {
   can["uneven_stages"] = f.can.uneven_stages;
   can["tp_comm_overlap"] = f.can.tp_comm_overlap;
   can["overlap_param_gather"] = f.can.overlap_param_gather;
+  can["recompute_layers"] = f.can.recompute_layers;
   json comm = {{"pp_reduce_after_flush", f.comm.pp_reduce_after_flush}, {"zero3_live_params", f.comm.zero3_live_params}};
   if (f.comm.bucket_per_layer) comm["bucket"] = "layer";
   else comm["bucket"] = {{"min_params", f.comm.bucket_min_params}, {"params_per_data_rank", f.comm.bucket_params_per_data_rank}};
@@ -287,6 +289,9 @@ std::vector<Refusal> framework_refusals(const Framework& f, const Plan& p, Preci
     out.push_back({"stage_layers", fw + " splits the layers evenly over the pipeline stages (nearest: no stage_layers)"});
   if (p.tp_comm_overlap && !c.tp_comm_overlap)
     out.push_back({"tp_comm_overlap", fw + " cannot overlap tensor-parallel communication with GEMMs (nearest: tp_comm_overlap false)"});
+  if (p.recompute_layers >= 0 && !c.recompute_layers)
+    out.push_back({"recompute_layers", fw + " recomputes every layer or none (nearest: no recompute_layers, recompute \"" +
+                                           std::string(recompute_name(p.recompute)) + "\" on every layer)"});
   if (p.overlap_param_gather && !c.overlap_param_gather)
     out.push_back({"overlap_param_gather", fw + " has no overlapped parameter gather (nearest: overlap_param_gather false)"});
   return out;

@@ -129,6 +129,7 @@ inline constexpr Limit cp{"plan.cp", 1, 65536, K::integer, "typical <= 32"};
 inline constexpr Limit stage_layers{"plan.stage_layers[i]", 1, 10000, K::integer, "as layers"};
 inline constexpr Limit first_stage_layers{"plan.first_stage_layers", 1, 10000, K::integer, "as layers"};
 inline constexpr Limit last_stage_layers{"plan.last_stage_layers", 1, 10000, K::integer, "as layers"};
+inline constexpr Limit recompute_layers{"plan.recompute_layers", 0, 10000, K::integer, "at most the model's layers"};
 inline constexpr Limit offload_layer{"plan.offload.layers[i]", 0, 9999, K::integer, "a layer index"};
 inline constexpr Limit offload_fraction{"plan.offload.fraction", 0, 1, K::open_number, "a fraction"};
 inline constexpr Limit prefetch_layers{"plan.offload.prefetch_layers", 1, 10000, K::integer, "as layers"};
@@ -165,7 +166,7 @@ inline constexpr const Limit* kAllLimits[] = {
     &lim::lr, &lim::min_lr, &lim::warmup_steps, &lim::weight_decay, &lim::grad_clip, &lim::adam_beta, &lim::adam_eps,
     &lim::checkpoint_every, &lim::log_every,
     &lim::dp, &lim::tp, &lim::pp, &lim::virtual_stages, &lim::microbatch, &lim::zero, &lim::ep, &lim::cp,
-    &lim::stage_layers, &lim::first_stage_layers, &lim::last_stage_layers, &lim::offload_layer,
+    &lim::stage_layers, &lim::first_stage_layers, &lim::last_stage_layers, &lim::recompute_layers, &lim::offload_layer,
     &lim::offload_fraction, &lim::prefetch_layers, &lim::chunk_elements, &lim::gpu_memory_fraction,
     &lim::warmup_fraction, &lim::adam_margin, &lim::unique_layers, &lim::max_gpus, &lim::search_top_k, &lim::confirm, &lim::confirm_budget,
     &lim::headroom, &lim::batch_over_critical, &lim::eth_bits, &lim::eth_nics};

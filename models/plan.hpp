@@ -38,6 +38,15 @@ const char* attention_name(Attention a);
 const char* schedule_name(Schedule s);
 const char* recompute_name(Recompute r);
 const std::vector<std::string>& recompute_names();  // indexed by the enum's value
+// plan.recompute_layers = N of L layers recompute, spread evenly: layer l does when floor((l+1) N / L) >
+// floor(l N / L); recomputed_layers_between counts them in [lo, hi). One formula for the simulator and the executor.
+inline long long recomputed_layers_between(int recompute_layers, long long layers, long long lo, long long hi) {
+  if (recompute_layers < 0 || recompute_layers >= layers) return hi - lo;
+  return hi * recompute_layers / layers - lo * recompute_layers / layers;
+}
+inline bool layer_recomputes(int recompute_layers, long long layers, long long l) {
+  return recomputed_layers_between(recompute_layers, layers, l, l + 1) == 1;
+}
 const char* tp_mode_name(TpMode m);
 const char* grad_accumulation_name(GradAccumulation g);
 const char* offload_kind_name(OffloadKind k);
@@ -106,6 +115,10 @@ struct Plan {
   Schedule schedule = Schedule::one_f_one_b;
   bool sequence_parallel = false;
   Recompute recompute = Recompute::none;
+  // Layers that recompute as `recompute` says (full or selective_op); the others recompute nothing. -1: every
+  // layer. Spread evenly over the model (layer_recomputes): Megatron-LM's --recompute-method block
+  // --recompute-num-layers, TorchTitan's selective_ac_option "k" (every k-th block), fms-fsdp's share p.
+  int recompute_layers = -1;
   int zero = 0;                // 0..3: 1 optimizer state, 2 + gradients, 3 + parameters sharded over dp
   bool overlap_grad_reduce = true;  // DP gradient reduction in buckets during the last backward (Megatron's --overlap-grad-reduce)
   // Megatron-LM's --tp-comm-overlap (Transformer Engine userbuffers): the sequence-parallel all-gathers and

@@ -184,6 +184,14 @@ void validate_plan(const Transformer& m, const Cluster& c, const Training& t, Pl
     is.add(at("overlap_param_gather"), "overlaps the all-gather of the updated parameters of ZeRO-1/2 (Megatron-LM's "
                                        "distributed optimizer, --overlap-param-gather) with the next forward: it needs zero 1 "
                                        "or 2, got " + s(p.zero));
+  if (p.recompute_layers >= 0) {
+    if (p.recompute != Recompute::full && p.recompute != Recompute::selective_op)
+      is.add(at("recompute_layers"), "says how many layers recompute as plan.recompute says: it needs recompute \"full\" "
+                                     "or \"selective_op\", got \"" + std::string(recompute_name(p.recompute)) + "\"");
+    if (m.layers > 0 && p.recompute_layers > m.layers)
+      is.add(at("recompute_layers"), "at most the model's layers (" + s(m.layers) + "), got " + s(p.recompute_layers));
+    if (p.tp_mode == TpMode::d2) is.add(at("recompute_layers"), "not modelled with tp_mode \"2d\"");
+  }
   // Context parallelism (Megatron-LM): 2 cp chunks per sequence for the causal load balance.
   if (p.cp > 1) {
     if (t.seq_len > 0 && t.seq_len % (2LL * p.cp) != 0)

@@ -201,6 +201,7 @@ static Plan read_plan(const json& v, const std::string& path, Issues& issues, De
   if (p.schedule == Schedule::modular && !r.has("virtual_stages")) p.virtual_stages = 0;
   p.sequence_parallel = r.opt_bool("sequence_parallel", false);
   p.recompute = (Recompute)r.opt_enum("recompute", recompute_names(), 0);
+  if (r.has("recompute_layers")) p.recompute_layers = (int)r.opt_int("recompute_layers", -1, lim::recompute_layers);
   p.zero = (int)r.opt_int("zero", 0, lim::zero);
   p.overlap_grad_reduce = r.opt_bool("overlap_grad_reduce", true);
   p.tp_comm_overlap = r.opt_bool("tp_comm_overlap", false);
@@ -232,7 +233,7 @@ static Plan read_plan(const json& v, const std::string& path, Issues& issues, De
   p.account_for_embedding = r.opt_bool("account_for_embedding_in_pipeline_split", false);
   p.account_for_loss = r.opt_bool("account_for_loss_in_pipeline_split", false);
   std::vector<std::string> keys = {"dp", "tp", "pp", "virtual_stages", "microbatch", "schedule", "sequence_parallel",
-                                   "recompute", "zero", "overlap_grad_reduce", "tp_comm_overlap", "overlap_param_gather", "tp_mode", "grad_accumulation",
+                                   "recompute", "recompute_layers", "zero", "overlap_grad_reduce", "tp_comm_overlap", "overlap_param_gather", "tp_mode", "grad_accumulation",
                                    "offload", "ep", "tp_grid", "cp", "attention", "stage_layers",
                                    "first_stage_layers", "last_stage_layers",
                                    "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split"};
@@ -428,6 +429,7 @@ static json plan_to_json(const Plan& p) {
             {"tp_mode", tp_mode_name(p.tp_mode)}, {"grad_accumulation", grad_accumulation_name(p.grad_accumulation)},
             {"ep", p.ep}, {"attention", attention_name(p.attention)}, {"num_microbatches", p.num_microbatches}};
   if (p.cp > 1) j["cp"] = p.cp;
+  if (p.recompute_layers >= 0) j["recompute_layers"] = p.recompute_layers;
   if (p.tp_comm_overlap) j["tp_comm_overlap"] = true;
   if (p.overlap_param_gather) j["overlap_param_gather"] = true;
   if (p.tp_mode == TpMode::d2) j["tp_grid"] = p.tp_grid_node_blocks ? "node_blocks" : "rows";

@@ -526,6 +526,16 @@ CostModel build_cost_model(const Scenario& sc, const TpComm& tpc) {
     fwd_flops_mb = ((double)m.layers - moe_layers) * layer_model_fwd + moe_layers * moe_useful + cm.head_fwd.flops;
   }
   cm.model_flops_per_step = 3 * fwd_flops_mb * L.t * (double)p.num_microbatches * p.data_ranks();
+  cm.layers = m.layers;
+  cm.recompute_layers = p.recompute_layers;
+  if (cm.partial_recompute()) {  // the layers that recompute nothing: the same layer without recompute
+    Scenario plain = sc;
+    plain.plan.recompute = Recompute::none;
+    plain.plan.recompute_layers = -1;
+    const CostModel pc = build_cost_model(plain, tpc);
+    cm.layer_bwd_plain = pc.layer_bwd, cm.moe_bwd_plain = pc.moe_bwd;
+    cm.layer_stored_plain_bytes = pc.layer_stored_bytes, cm.moe_stored_plain_bytes = pc.moe_stored_bytes;
+  }
   return cm;
 }
 

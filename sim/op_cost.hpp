@@ -79,6 +79,18 @@ struct CostModel {
   // static-memory code adds them to the weights of each stage (not to gradients or optimizer state).
   double layer_fp8_weight_bytes = 0;  // dense layer: qkv, proj, fc1, fc2 weights (after TP)
   double moe_fp8_weight_bytes = 0;    // MoE layer: qkv, proj and the local experts' fc1, fc2 (not the router)
+  // plan.recompute_layers (0 <= N < layers): the layers that do not recompute (models/plan.hpp
+  // layer_recomputes) take these backward passes and stored bytes instead; layers = the model's.
+  int recompute_layers = -1;
+  long long layers = 0;
+  PassCost layer_bwd_plain, moe_bwd_plain;
+  double layer_stored_plain_bytes = 0, moe_stored_plain_bytes = 0;
+  bool partial_recompute() const { return recompute_layers >= 0 && recompute_layers < layers; }
+  // The backward pass of layer l (a MoE layer or not) under plan.recompute_layers.
+  const PassCost& bwd_of(long long l, bool moe_layer) const {
+    const bool rc = !partial_recompute() || layer_recomputes(recompute_layers, layers, l);
+    return moe_layer ? (rc ? moe_bwd : moe_bwd_plain) : (rc ? layer_bwd : layer_bwd_plain);
+  }
 };
 
 // plan.tp_mode 2d: Optimus SUMMA costs (op_cost_2d.cpp). MoE layers (model.moe.experts > 0) fill moe_*; MoE with

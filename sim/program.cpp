@@ -58,6 +58,13 @@ TaskCost task_cost(const CostModel& cm, const TaskInfo& ti) {
   bool fwd = ti.kind == TaskKind::fwd;
   double moe = (double)moe_layers_between(cm, ti.layer_lo, ti.layer_hi);
   double dense = (double)(ti.layer_hi - ti.layer_lo) - moe;
+  double moe_rc = moe, dense_rc = dense;  // of which recompute (plan.recompute_layers: not all)
+  if (cm.partial_recompute()) {
+    moe_rc = dense_rc = 0;
+    for (long long l = ti.layer_lo; l < ti.layer_hi; ++l)
+      if (layer_recomputes(cm.recompute_layers, cm.layers, l))
+        (moe_layers_between(cm, l, l + 1) > 0 ? moe_rc : dense_rc) += 1;
+  }
   auto add = [&](const PassCost& pc, double times) {
     if (times == 0) return;
     tc.duration_s += times * pc.time_s;
@@ -70,13 +77,21 @@ TaskCost task_cost(const CostModel& cm, const TaskInfo& ti) {
     tc.tp_bytes.intra += times * pc.tp_bytes.intra;
     tc.tp_bytes.inter += times * pc.tp_bytes.inter;
   };
-  add(fwd ? cm.layer_fwd : cm.layer_bwd, dense);
-  add(fwd ? cm.moe_fwd : cm.moe_bwd, moe);
+  if (fwd) {
+    add(cm.layer_fwd, dense);
+    add(cm.moe_fwd, moe);
+  } else {
+    add(cm.layer_bwd, dense_rc);
+    add(cm.moe_bwd, moe_rc);
+    add(cm.layer_bwd_plain, dense - dense_rc);
+    add(cm.moe_bwd_plain, moe - moe_rc);
+  }
   if (ti.embed) add(fwd ? cm.embed_fwd : cm.embed_bwd, 1);
   if (ti.head) add(fwd ? cm.head_fwd : cm.head_bwd, 1);
-  tc.stored_bytes = dense * cm.layer_stored_bytes + moe * cm.moe_stored_bytes +
+  tc.stored_bytes = dense_rc * cm.layer_stored_bytes + moe_rc * cm.moe_stored_bytes +
+                    (dense - dense_rc) * cm.layer_stored_plain_bytes + (moe - moe_rc) * cm.moe_stored_plain_bytes +
                     (ti.embed ? cm.embed_stored_bytes : 0) + (ti.head ? cm.head_stored_bytes : 0);
-  tc.transient_bytes = std::max(dense > 0 ? cm.layer_transient_bytes : 0.0, moe > 0 ? cm.moe_transient_bytes : 0.0);
+  tc.transient_bytes = std::max(dense_rc > 0 ? cm.layer_transient_bytes : 0.0, moe_rc > 0 ? cm.moe_transient_bytes : 0.0);
   return tc;
 }
 

@@ -109,7 +109,7 @@ json trace_to_json(const Result& r, TraceDetail detail) {
               if (ti.head) tt = part(pg.cm.head_fwd, "head");
             } else {
               if (ti.head) tt = part(pg.cm.head_bwd, "head");
-              for (int l = ti.layer_hi - 1; l >= ti.layer_lo; --l) tt = part(moe_layer(l) ? pg.cm.moe_bwd : pg.cm.layer_bwd, part_name(l));
+              for (int l = ti.layer_hi - 1; l >= ti.layer_lo; --l) tt = part(pg.cm.bwd_of(l, moe_layer(l)), part_name(l));
               if (ti.embed) tt = part(pg.cm.embed_bwd, "embed");
             }
             break;

@@ -52,9 +52,10 @@ std::vector<double> predicted_classes(const Result& res, int r) {
     const TaskInfo& ti = pg.info[t];
     if (ti.kind != TaskKind::fwd && ti.kind != TaskKind::bwd) continue;
     const bool fwd = ti.kind == TaskKind::fwd;
-    double moe = (double)moe_layers_between(cm, ti.layer_lo, ti.layer_hi);
-    add_pass(fwd ? cm.layer_fwd : cm.layer_bwd, (double)(ti.layer_hi - ti.layer_lo) - moe);
-    add_pass(fwd ? cm.moe_fwd : cm.moe_bwd, moe);
+    for (int l = ti.layer_lo; l < ti.layer_hi; ++l) {
+      const bool moe = moe_layers_between(cm, l, l + 1) > 0;
+      add_pass(fwd ? (moe ? cm.moe_fwd : cm.layer_fwd) : cm.bwd_of(l, moe), 1);
+    }
     if (ti.embed) add_pass(fwd ? cm.embed_fwd : cm.embed_bwd, 1);
     if (ti.head) add_pass(fwd ? cm.head_fwd : cm.head_bwd, 1);
   }

@@ -103,6 +103,11 @@ struct RankRun {
   // Selective recompute drops each layer's probabilities after its forward and rebuilds them for its backward;
   // flash keeps only row statistics, so there is nothing to recompute (as Megatron-LM).
   bool recomputes_probs() const { return p.recompute == Recompute::selective && p.attention != Attention::flash; }
+  // Full recompute of model layer l: every layer, or plan.recompute_layers' evenly spread share (models/plan.hpp
+  // layer_recomputes, the simulator's formula); the others keep all their activations.
+  bool recomputes_layer(long long l) const {
+    return p.recompute == Recompute::full && layer_recomputes(p.recompute_layers, L, l);
+  }
   std::unique_ptr<Comm> cpc;  // the cp group (cp > 1)
   std::unique_ptr<Comm> epc;  // the ep group (ep > 1, exec/model/moe.hpp)
   std::unique_ptr<Comm> edpc;  // the expert-data-parallel group (MoE with ep > 1): dp ranks holding my experts

@@ -294,8 +294,9 @@ template <class T>
 void RankRun<T>::piece_backward(Loop& lp, size_t pc, LayerActs<T>& a, Buf<T>& x, bool run_end) {
   const int wl = (int)weight_group(lp.pieces[pc].layer, L, shared);
   const bool flash = p.attention == Attention::flash;
+  const bool full = recomputes_layer(lp.pieces[pc].layer);
   if (bf16_acts()) a.unpack_bf16(flash);  // (what the forward marked stays packed: LayerActs::stay16)
-  if (p.recompute == Recompute::full) {
+  if (full) {
     // The saved input is read in place; the recomputed output is not needed.
     Buf<T> y(lp.X);
     model.layer_fwd(wl, a.x_in.data(), y.data(), a, b, Tl);
@@ -314,7 +315,7 @@ void RankRun<T>::piece_backward(Loop& lp, size_t pc, LayerActs<T>& a, Buf<T>& x,
   }
   // bf16: what was recomputed is rounded as the forward's saved tensors were, so recompute changes no result (full:
   // every saved tensor again; selective: only the rebuilt probabilities)
-  if (bf16_acts() && p.recompute == Recompute::full) {
+  if (bf16_acts() && full) {
     a.pack_bf16(flash);
     a.unpack_bf16(flash);
   } else if (bf16_acts() && recomputes_probs()) {
@@ -354,7 +355,7 @@ void RankRun<T>::run_piece(Loop& lp, const WorkItem& w, size_t pc, long long j, 
     Buf<T> y(lp.X);
     model.layer_fwd(wl, a.x_in.data(), y.data(), a, b, Tl);
     x = std::move(y);
-    if (p.recompute == Recompute::full) a.clear_all_but_input();
+    if (recomputes_layer(l)) a.clear_all_but_input();
     if (recomputes_probs()) { a.att.clear(); a.att.shrink_to_fit(); }
     if (bf16_acts()) a.pack_bf16(p.attention == Attention::flash);
   } else {

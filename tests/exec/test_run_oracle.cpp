@@ -62,6 +62,10 @@ TEST(RunOracle, ParallelPlansMatchSingleRankFloat64) {
       {"tp2d_q2_dp2_zero3_layered", {{"tp", 4}, {"tp_mode", "2d"}, {"dp", 2}, {"zero", 3}, {"grad_accumulation", "layered"}}},
       {"dp2_tp2_pp2_sp_zero3_full", {{"dp", 2}, {"tp", 2}, {"pp", 2}, {"sequence_parallel", true}, {"zero", 3},
                                      {"recompute", "full"}}},
+      // plan.recompute_layers: 1 of 4 layers (layer 3) and 2 of 4 (layers 1 and 3) recompute, the others keep all.
+      {"pp2_full_2of4", {{"pp", 2}, {"recompute", "full"}, {"recompute_layers", 2}}},
+      {"dp2_zero3_layered_full_1of4", {{"dp", 2}, {"zero", 3}, {"grad_accumulation", "layered"}, {"recompute", "full"},
+                                       {"recompute_layers", 1}}},
       {"dp2_tp2_pp2_zero2_modular_selective", {{"dp", 2}, {"tp", 2}, {"pp", 2}, {"zero", 2}, {"schedule", "modular"},
                                                {"grad_accumulation", "layered"}, {"recompute", "selective"}}},
   };

@@ -249,6 +249,32 @@ TEST(ExportLaunch, TorchTitansOpLevelCheckpointingExportsAsItselfAndOnlyThere) {
   }
 }
 
+TEST(ExportLaunch, ARecomputedShareOfTheLayersIsMegatronsBlockMethodAndTorchTitansEveryKthBlock) {
+  // llama3-70b: 80 layers; pp 4 x v 2 = 8 chunks of 10; 40 of 80 recomputed = 5 per chunk, every 2nd block.
+  json j = llama70({{"dp", 8}, {"tp", 8}, {"pp", 4}, {"zero", 1}, {"schedule", "interleaved"}, {"virtual_stages", 2},
+                    {"recompute", "full"}, {"recompute_layers", 40}, {"sequence_parallel", true}});
+  const std::string m = exp(j, Target::megatron);
+  EXPECT_EQ(flag(m, "--recompute-granularity"), "full");
+  EXPECT_EQ(flag(m, "--recompute-method"), "block");
+  EXPECT_EQ(flag(m, "--recompute-num-layers"), "5");
+  EXPECT_EQ(nemo_value(exp(j, Target::nemo), "model.config.recompute_method"), "block");
+  EXPECT_EQ(nemo_value(exp(j, Target::nemo), "model.config.recompute_num_layers"), "5");
+  json t = llama70({{"dp", 8}, {"tp", 8}, {"pp", 1}, {"zero", 3}, {"schedule", "1f1b"}, {"virtual_stages", 1},
+                    {"recompute", "full"}, {"recompute_layers", 40}, {"sequence_parallel", true}});
+  EXPECT_TRUE(has(exp(t, Target::torchtitan), "[activation_checkpoint]\nmode = \"selective\"\nselective_ac_option = \"2\"\n"));
+  // 30 of 80: 3.75 per chunk of 10, and not every k-th block: refused with the nearest plan.
+  j["plan"]["recompute_layers"] = 30;
+  t["plan"]["recompute_layers"] = 30;
+  for (auto [jj, target] : {std::pair{j, Target::megatron}, std::pair{t, Target::torchtitan}}) {
+    try {
+      exp(jj, target);
+      ADD_FAILURE() << "exported 30 of 80 layers";
+    } catch (const InputError& e) {
+      EXPECT_TRUE(has(e.what(), "$.plan.recompute_layers")) << e.what();
+    }
+  }
+}
+
 TEST(ExportLaunch, IrregularStagesExportAsLayouts) {
   const json j = llama70({{"schedule", "1f1b"}, {"virtual_stages", 1}, {"stage_layers", {10, 30, 20, 20}}, {"zero", 3}});
   EXPECT_EQ(flag(exp(j, Target::megatron), "--pipeline-model-parallel-layout"), "'Et*10|t*30|t*20|t*20L'");
