@@ -237,7 +237,7 @@ TEST(ExportLaunch, SelectiveRecomputeMeansWhatTrainplanSimulates) {
 TEST(ExportLaunch, TorchTitansOpLevelCheckpointingExportsAsItselfAndOnlyThere) {
   json j = llama70({{"dp", 8}, {"tp", 8}, {"pp", 1}, {"zero", 3}, {"schedule", "1f1b"}, {"virtual_stages", 1},
                     {"recompute", "selective_op"}, {"attention", "flash"}, {"sequence_parallel", true}});
-  j["training"]["framework"] = "fsdp";
+  j["training"]["framework"] = "torchtitan";
   EXPECT_TRUE(has(exp(j, Target::torchtitan), "[activation_checkpoint]\nmode = \"selective\"\nselective_ac_option = \"op\"\n"));
   for (Target t : {Target::megatron, Target::nemo, Target::deepspeed}) {
     try {

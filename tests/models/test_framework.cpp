@@ -55,7 +55,7 @@ TEST(Framework, CatalogReadsEveryProfileAndTheDefaultIsMegatronCore) {
   std::vector<Framework> all = catalog_frameworks();
   std::set<std::string> names;
   for (const Framework& f : all) names.insert(f.name);
-  for (const char* n : {"megatron-core", "megatron-deepspeed", "deepspeed", "fsdp", "research"}) EXPECT_TRUE(names.count(n)) << n;
+  for (const char* n : {"megatron-core", "megatron-deepspeed", "deepspeed", "fsdp", "torchtitan", "research"}) EXPECT_TRUE(names.count(n)) << n;
   Scenario sc = parse(scenario(json::object()));
   EXPECT_EQ(sc.framework.name, "megatron-core");
   EXPECT_FALSE(sc.framework_given);

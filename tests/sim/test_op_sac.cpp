@@ -24,7 +24,7 @@ json llama_model(bool biases = false) {
   return m;
 }
 
-Scenario fsdp_scenario(json model, const char* recompute, const char* precision = "bf16", int tp = 1, bool sp = false) {
+Scenario titan_scenario(json model, const char* recompute, const char* precision = "bf16", int tp = 1, bool sp = false) {
   json plan = plan_json(8 / tp, tp, 1, 1, "1f1b", recompute, sp, 3, 1, "flash");
   json cluster = ideal_cluster(1, 8);
   cluster["gpu"]["matrix_flops_per_s"]["fp8"] = 2e14;  // fp8 tensor cores
@@ -32,7 +32,7 @@ Scenario fsdp_scenario(json model, const char* recompute, const char* precision 
   json j = {{"name", "op-sac"},
             {"model", model},
             {"cluster", cluster},
-            {"training", {{"global_batch", 8 / tp}, {"precision", precision}, {"framework", "fsdp"}}},
+            {"training", {{"global_batch", 8 / tp}, {"precision", precision}, {"framework", "torchtitan"}}},
             {"plan", plan}};
   return scenario_from_json(j, ".", "test");
 }
@@ -52,11 +52,11 @@ Linears linear_flops(double n, double t) {
 TEST(OpSac, Bf16RerunsTheEvenMatmulsKAndOAndUp) {
   const double n = kS;  // micro-batch 1
   Linears f = linear_flops(n, 1);
-  CostModel cm = cost(fsdp_scenario(llama_model(), "selective_op"));
+  CostModel cm = cost(titan_scenario(llama_model(), "selective_op"));
   EXPECT_NEAR(cm.layer_bwd.recompute_flops / (f.k + f.o + f.up), 1.0, 1e-12);
   // Nothing reruns under plain selective with flash; everything under full.
-  EXPECT_EQ(cost(fsdp_scenario(llama_model(), "selective")).layer_bwd.recompute_flops, 0.0);
-  CostModel full = cost(fsdp_scenario(llama_model(), "full"));
+  EXPECT_EQ(cost(titan_scenario(llama_model(), "selective")).layer_bwd.recompute_flops, 0.0);
+  CostModel full = cost(titan_scenario(llama_model(), "full"));
   EXPECT_GT(full.layer_bwd.recompute_flops, f.q + f.k + f.v + f.o + f.gate + f.up + f.down);  // + the attention kernel
 }
 
@@ -65,9 +65,9 @@ TEST(OpSac, Fp8AndBiasedLinearsAreNeitherCountedNorKept) {
   Linears f = linear_flops(n, 1);
   const double all = f.q + f.k + f.v + f.o + f.gate + f.up + f.down;
   // fp8: torch._scaled_mm is not aten.mm, so every linear reruns (the attention kernel does not).
-  EXPECT_NEAR(cost(fsdp_scenario(llama_model(), "selective_op", "fp8")).layer_bwd.recompute_flops / all, 1.0, 1e-12);
+  EXPECT_NEAR(cost(titan_scenario(llama_model(), "selective_op", "fp8")).layer_bwd.recompute_flops / all, 1.0, 1e-12);
   // Q / K / V with biases run as addmm: the count starts at o (kept), gate reruns, up kept, down reruns.
-  EXPECT_NEAR(cost(fsdp_scenario(llama_model(true), "selective_op")).layer_bwd.recompute_flops / (f.q + f.k + f.v + f.gate + f.down),
+  EXPECT_NEAR(cost(titan_scenario(llama_model(true), "selective_op")).layer_bwd.recompute_flops / (f.q + f.k + f.v + f.gate + f.down),
               1.0, 1e-12);
 }
 
@@ -76,19 +76,19 @@ TEST(OpSac, StoredBytesAreWhatThePolicyKeeps) {
   // tp 2 with SP: the block input (sequence shard), kept Q and V (column shards), the attention output and its
   // fp32 logsumexp, the gate output, the partial sums of the two row-parallel outputs (kept by the count: o is
   // even, so only down's) and both reduce-scatter outputs.
-  CostModel cm = cost(fsdp_scenario(llama_model(), "selective_op", "bf16", 2, true));
+  CostModel cm = cost(titan_scenario(llama_model(), "selective_op", "bf16", 2, true));
   const double expected = e * n * kH / t + e * n * (kH + kvd) / t + e * n * kH / t + 4 * (kA / t) * n +
                           e * n * kF / t + e * n * kH + 2 * e * n * kH / t;
   EXPECT_NEAR(cm.layer_stored_bytes / expected, 1.0, 1e-12);
   // Between full recompute and none, for the same plan.
-  double none = cost(fsdp_scenario(llama_model(), "none", "bf16", 2, true)).layer_stored_bytes;
-  double full = cost(fsdp_scenario(llama_model(), "full", "bf16", 2, true)).layer_stored_bytes;
+  double none = cost(titan_scenario(llama_model(), "none", "bf16", 2, true)).layer_stored_bytes;
+  double full = cost(titan_scenario(llama_model(), "full", "bf16", 2, true)).layer_stored_bytes;
   EXPECT_LT(full, cm.layer_stored_bytes);
   EXPECT_LT(cm.layer_stored_bytes, none);
 }
 
 TEST(OpSac, StepTimeLiesBetweenSelectiveAndFull) {
-  auto step = [](const char* rc) { return simulate(fsdp_scenario(llama_model(), rc)).step_time_s; };
+  auto step = [](const char* rc) { return simulate(titan_scenario(llama_model(), rc)).step_time_s; };
   EXPECT_LT(step("selective"), step("selective_op"));
   EXPECT_LT(step("selective_op"), step("full"));
 }
