@@ -48,6 +48,12 @@ json small_moe() {
           {"ffn_hidden", 3584}, {"vocab", 32000}, {"seq_len", 4096},     {"activation", "swiglu"},
           {"tied_embeddings", false}, {"moe", {{"experts", 8}, {"top_k", 2}}}};
 }
+// A small dense Llama (grouped-query attention, SwiGLU, no biases).
+json small_llama() {
+  return {{"layers", 8},    {"hidden", 1024},  {"heads", 16},         {"kv_heads", 4},
+          {"ffn_hidden", 3584}, {"vocab", 32000}, {"seq_len", 4096},     {"activation", "swiglu"},
+          {"tied_embeddings", false}};
+}
 json mixtral_8x7b() {
   return {{"layers", 32},   {"hidden", 4096},  {"heads", 32},         {"kv_heads", 8},
           {"ffn_hidden", 14336}, {"vocab", 32000}, {"seq_len", 4096}, {"activation", "swiglu"},
@@ -253,6 +259,10 @@ std::vector<Family> families(bool full) {
   json both = json::array({"bf16", "fp8"});
   f.push_back({"gpt3-1.3b h100 s4096 bf16/fp8", search_scn("battery-dense", "gpt3-1.3b", "dgx-h100", 4096, 64, both, 32)});
   f.push_back({"small-moe h100 s4096 bf16/fp8", search_scn("battery-moe", small_moe(), "dgx-h100", 4096, 64, both, 32)});
+  // TorchTitan: its op-level selective checkpointing (selective_op) and FSDP2's ZeRO-2/3 over a small Llama.
+  json titan = search_scn("battery-titan", small_llama(), "dgx-h100", 4096, 64, both, 32);
+  titan["training"]["framework"] = "torchtitan";
+  f.push_back({"small-llama h100 s4096 bf16/fp8 torchtitan", titan});
   f.push_back({"gpt3-350m a100 s2048 fp16 (1d/2d, unfused)",
                search_scn("battery-a100", "gpt3-350m", "selene", 2048, 64, json::array({"fp16"}), 16,
                           {{"attention", "unfused"}})});
