@@ -174,8 +174,14 @@ std::string plan_summary(const Plan& p, long long B, Precision prec) {
     o << ", offload " << offload_kind_name(p.offload.kind);
     if (p.offload.kind == OffloadKind::granular) o << " " << p.offload.layers.size() << " layers" << (p.offload.experts_only ? " (experts)" : "");
   }
-  if (p.recompute != Recompute::none) o << ", " << recompute_name(p.recompute) << " recompute";
+  if (p.recompute != Recompute::none) {
+    o << ", " << recompute_name(p.recompute) << " recompute";
+    if (p.recompute_layers >= 0) o << " of " << p.recompute_layers << " layers";
+  }
   if (p.sequence_parallel) o << ", SP";
+  if (p.tp_comm_overlap) o << ", TP overlap";
+  if (p.overlap_param_gather) o << ", param-gather overlap";
+  if (p.attention == Attention::unfused) o << ", unfused attention";
   if (prec == Precision::fp8) o << ", fp8";
   return o.str();
 }

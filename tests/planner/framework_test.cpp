@@ -8,6 +8,7 @@
 
 #include "models/framework.hpp"
 #include "planner/search.hpp"
+#include "planner/explain.hpp"  // plan_summary
 #include "planner_test_util.hpp"
 
 using namespace tp;
@@ -100,4 +101,16 @@ TEST(FrameworkSearch, AFixTheFrameworkCannotRunIsAnInputError) {
     EXPECT_NE(std::string(e.what()).find("$.search.fix.schedule"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("megatron-core cannot run"), std::string::npos) << e.what();
   }
+}
+
+// A table row names every choice of the plan that is not its default (issue 43): recompute of a share of the
+// layers, the overlaps, unfused attention, fp8.
+TEST(PlanSummary, NamesEveryNonDefaultChoice) {
+  Plan p;
+  p.dp = 4; p.tp = 2; p.pp = 1; p.microbatch = 1; p.num_microbatches = 2;
+  p.recompute = Recompute::full; p.recompute_layers = 6; p.sequence_parallel = true; p.tp_comm_overlap = true;
+  p.zero = 1; p.overlap_param_gather = true; p.attention = Attention::unfused;
+  EXPECT_EQ(plan_summary(p, 8, Precision::fp8),
+            "dp 4 x tp 2 x pp 1, batch 8 = 4 x 1 x 2, ZeRO-1, full recompute of 6 layers, SP, TP overlap, "
+            "param-gather overlap, unfused attention, fp8");
 }
