@@ -4,6 +4,7 @@
 // divides hidden); the query width heads x head_dim may differ from hidden; counts are exact integers.
 // GPT-style (gelu) models always have every bias; SwiGLU models have the biases their flags name.
 #pragma once
+#include <cmath>
 #include <string>
 
 #include "json_check.hpp"
@@ -27,6 +28,13 @@ struct Moe {
   long long shared_ffn_hidden = 0;  // shared experts' inner size (all of them together); 0 = none
   double aux_loss_coeff = 0.01;     // load-balancing loss weight (Megatron-LM --moe-aux-loss-coeff; Switch's alpha)
 };
+
+// Tokens one expert takes from a routing group of n tokens (one rank's micro-batch rows):
+// ceil(capacity_factor x top_k x n / experts), GShard's capacity; copies beyond it are dropped and the padding
+// counts as compute. One policy for the executor's dispatch buffers and the simulator's padded copies.
+inline long long moe_capacity_tokens(long long n, long long experts, long long top_k, double capacity_factor) {
+  return (long long)std::ceil(capacity_factor * (double)top_k * (double)n / (double)experts - 1e-9);
+}
 
 struct Transformer {
   std::string name;

@@ -338,7 +338,8 @@ void dense_layer(const Layer& L, CostModel& cm) {
 // all-gathered back to the replicated layout). The dispatch / combine all-to-alls over the ep group move
 // S = e*nt*h*k*cf bytes per member buffer (capacity-padded token copies). The local experts (E/ep of them)
 // are TP-sharded like the dense MLP, so the dispatched tokens are all-gathered over TP before fc1 (n*k*cf
-// tokens per rank, Ce = cf*k*n*ep/E per local expert) and reduce-scattered after fc2.
+// tokens per rank, Ce = cf*k*n*ep/E per local expert with the capacity rounded up per routing group, as the
+// executor: models/transformer.hpp moe_capacity_tokens) and reduce-scattered after fc2.
 // Shared experts (fs > 0) run as a dense TP-sharded MLP over all n tokens beside the routed ones.
 struct MoeMlp {
   const Layer& L;
@@ -346,11 +347,16 @@ struct MoeMlp {
 
   explicit MoeMlp(const Layer& l) : L(l) {
     const Transformer& m = L.m;
-    E = (double)m.moe.experts, k = m.moe.top_k, cf = m.moe.capacity_factor, kc = k * cf;
+    E = (double)m.moe.experts, k = m.moe.top_k, cf = m.moe.capacity_factor;
     fe = (double)m.expert_ffn(), fe_in = L.swiglu ? 2 * fe : fe;
     fs = (double)m.moe.shared_ffn_hidden, fs_in = L.swiglu ? 2 * fs : fs;
-    El = E / L.p.ep, Ce = cf * k * L.n * L.p.ep / E;
     nt = L.t > 1 ? L.n / L.t : L.n;
+    // Each rank routes its nt tokens as one group: cap tokens per expert (rounded up, as the executor), so kc
+    // capacity-padded copies per routed token (k x cf when cap is whole); an expert takes cap from each of the
+    // ep ranks' groups, gathered over the n / nt TP ranks.
+    const double cap = (double)moe_capacity_tokens((long long)std::llround(nt), m.moe.experts, m.moe.top_k, cf);
+    kc = E * cap / nt;
+    El = E / L.p.ep, Ce = cap * L.p.ep * (L.n / nt);
     S_a2a = L.e * nt * L.h * kc, S_tp = L.e * L.n * L.h * kc;
   }
   void fwd(PassCost& pc, bool rc) const;
@@ -522,7 +528,8 @@ CostModel build_cost_model(const Scenario& sc, const TpComm& tpc) {
   double fwd_flops_mb = (double)m.layers * layer_model_fwd + cm.head_fwd.flops;
   if (moe) {
     double moe_layers = (double)m.moe_layers_in(0, m.layers);
-    double moe_useful = cm.moe_fwd.flops + attn_convention - expert_fwd_flops * (1 - 1 / m.moe.capacity_factor);
+    const double padding = m.moe.top_k / (MoeMlp(L).kc);  // useful share of the capacity-padded expert work
+    double moe_useful = cm.moe_fwd.flops + attn_convention - expert_fwd_flops * (1 - padding);
     fwd_flops_mb = ((double)m.layers - moe_layers) * layer_model_fwd + moe_layers * moe_useful + cm.head_fwd.flops;
   }
   cm.model_flops_per_step = 3 * fwd_flops_mb * L.t * (double)p.num_microbatches * p.data_ranks();

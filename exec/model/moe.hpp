@@ -43,9 +43,9 @@
 
 namespace tp::exec {
 
-// Tokens one expert takes from a micro-batch of n tokens on one rank.
+// Tokens one expert takes from a micro-batch of n tokens on one rank (models/transformer.hpp, the simulator's too).
 inline long moe_capacity(long n, long long experts, long long top_k, double capacity_factor) {
-  return (long)std::ceil(capacity_factor * (double)top_k * (double)n / (double)experts - 1e-9);
+  return (long)moe_capacity_tokens(n, experts, top_k, capacity_factor);
 }
 
 // x_out[N, C] = MoE MLP of a.ln2 (overwritten; the caller adds the residual). Saves the router and expert
