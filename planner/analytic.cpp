@@ -215,7 +215,7 @@ Estimate AnalyticModel::estimate(const Layout& lay, const MicroCost& mc, const C
   const double z3_share = mc.layer_params > 0 ? zero3_buffer_params(sc.framework, mc.layer_params) / mc.layer_params : 1.0;
   weights += zero3 ? 2 * mc.layer_fp8_weight_bytes * z3_share
                    : Lp * mc.layer_fp8_weight_bytes * (ch.offload == OffloadKind::granular && !ch.experts_only ? 1 - ch.offload_fraction : 1);
-  double buffers = p > 1 ? 4 * mc.p2p_bytes : 0;
+  double buffers = pipeline_buffer_bytes(p, mc.p2p_bytes);
   if (zero3) buffers += 2 * layer_bytes_e * z3_share;  // the gathered layer and the prefetched next one
   if (ch.offload == OffloadKind::granular) buffers += 2 * ch.offload_fraction * layer_bytes_e;
 

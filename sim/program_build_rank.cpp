@@ -398,7 +398,7 @@ RankStatic rank_static(BuildCtx& x, RankCtx& rk, const ChunkPlan& chunks) {
     st.optimizer_bytes = sb.optimizer;
     st.host_bytes = sb.host;
   }
-  st.buffers_bytes += (p.pp > 1 ? 4 * x.p2p_bytes : 0);  // send/recv buffers, both directions
+  st.buffers_bytes += pipeline_buffer_bytes(p.pp, x.p2p_bytes);
   for (int ln : {kLaneH2D, kLaneD2H})
     for (int t : x.prog.in.lane_order[rk.r * kLanes + ln]) st.pcie_bytes += x.prog.info[t].pcie_bytes;
   return st;

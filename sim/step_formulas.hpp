@@ -38,6 +38,9 @@ inline double zero_shard(const Params& pr, int zero, int stage, int dp, int edp)
 
 // One pipeline send of one micro-batch: Megatron's scatter-gather sends 1/tp of [b, s / cp, h].
 double pipeline_send_bytes(const Scenario& sc, long long microbatch, int tp);
+// A pipeline rank's send / receive buffers: one micro-batch's activation (or its gradient) each way, in both
+// directions (4 x the send), none without pipeline parallelism. Sim and planner alike.
+inline double pipeline_buffer_bytes(int pp, double send_bytes) { return pp > 1 ? 4 * send_bytes : 0; }
 
 // The gradient bucket is the framework's (framework_bucket_params, models/framework.hpp): Megatron-Core's
 // max(40 M, 1 M x dp) parameters, DeepSpeed's 500 M, FSDP's one per layer.
