@@ -8,6 +8,8 @@
 #include <limits>
 #include <stdexcept>
 
+#include "sim/chunk_policy.hpp"
+
 namespace tp {
 namespace {
 
@@ -153,23 +155,13 @@ struct Residency {
   std::vector<char> on_gpu;  // local chunks only; all start on the CPU
   double resident = 0;       // bytes of local chunks on the GPU
 
-  // Belady key: next access of c after moment k (wrap: T + first access; never: 2T).
-  int next_use(int c, int k) const {
-    const int T = static_cast<int>(m.needed.size());
-    const auto& tr = m.trace[c];
-    auto it = std::upper_bound(tr.begin(), tr.end(), k);
-    if (it != tr.end()) return *it;
-    return tr.empty() ? 2 * T : T + tr.front();
-  }
   void evict_for(int k, double incoming, double budget, bool warmup, bool record, const std::vector<char>& compute) {
     const double spill = std::max(0.0, m.transient[k] - r.comm_buffer_bytes);
+    const int T = static_cast<int>(m.needed.size());
     while (resident + incoming + spill > budget) {
-      int victim = -1, best = -1;
-      for (int c : local) {
-        if (!on_gpu[c] || compute[c]) continue;
-        const int key = warmup ? 0 : next_use(c, k);
-        if (victim < 0 || key > best) victim = c, best = key;  // strict: ties keep the lowest id
-      }
+      const int victim = chunk_victim(
+          static_cast<int>(local.size()), [&](int i) { return local[i]; },
+          [&](int c) { return on_gpu[c] && !compute[c]; }, warmup, [&](int c) { return chunk_next_use(m.trace[c], k, T); });
       if (victim < 0) break;
       on_gpu[victim] = 0;
       resident -= v.fp16(victim);
@@ -257,8 +249,8 @@ ChunkSimResult simulate_chunks(const ChunkSimInput& in) {
   std::vector<double> warm(T), steady(T);
   for (int k = 0; k < T; ++k) {
     if (in.moment_is_adam[k]) {
-      warm[k] = overall - 16 * E;
-      steady[k] = overall - 16 * E - r.gpu_os_bytes;
+      warm[k] = overall - adam_moment_reserve_bytes(E);
+      steady[k] = overall - adam_moment_reserve_bytes(E) - r.gpu_os_bytes;
     } else {
       warm[k] = in.warmup_chunk_fraction * overall;
       const double next = in.nonmodel_bytes[(k + 1) % T];

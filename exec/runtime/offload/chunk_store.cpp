@@ -15,6 +15,7 @@
 #include "exec/backends/backend.hpp"
 #include "exec/backends/ops.hpp"
 #include "exec/prof/prof.hpp"
+#include "sim/chunk_policy.hpp"
 
 namespace tp::exec {
 
@@ -214,26 +215,14 @@ void ChunkStore<T>::evict(int c, int moment) {
 }
 
 template <class T>
-int ChunkStore<T>::next_use(int c, int k) const {
-  const int Tm = moments_;
-  const auto& tr = trace_[c];
-  auto it = std::upper_bound(tr.begin(), tr.end(), k);
-  if (it != tr.end()) return *it;
-  return tr.empty() ? 2 * Tm : Tm + tr.front();
-}
-
-template <class T>
 void ChunkStore<T>::evict_to(double budget, int moment) {
   double incoming = 0;
   for (int c : pinned_list_)
     if (slot_[c] < 0) incoming += chunk_bytes(c);
-  while (resident_bytes_ + incoming > budget) {
-    int victim = -1, best = -1;
-    for (int c = 0; c < chunks(); ++c) {
-      if (slot_[c] < 0 || pinned_[c]) continue;
-      const int key = warm_ ? 0 : next_use(c, moment);
-      if (victim < 0 || key > best) victim = c, best = key;  // strict: ties keep the lowest id
-    }
+  while (resident_bytes_ + incoming > budget) {  // the simulator's policy (sim/chunk_policy.hpp)
+    const int victim = chunk_victim(
+        chunks(), [](int i) { return i; }, [&](int c) { return slot_[c] >= 0 && !pinned_[c]; }, warm_,
+        [&](int c) { return chunk_next_use(trace_[c], moment, moments_); });
     if (victim < 0) break;
     evict(victim, moment);
   }
@@ -327,7 +316,7 @@ void ChunkStore<T>::host_phase_begin(int moment) {
   release();
   max_moment_ = std::max(max_moment_, moment);
   win_moment_ = moment;
-  evict_to(budget_ - 16.0 * (double)E_, moment);
+  evict_to(budget_ - adam_moment_reserve_bytes((double)E_), moment);
   auto t0 = Clock::now();
   for (const auto& [off, c] : slots_) {
     if (gslot_[c])  // its gradients go to the host for CPU Adam (a P slot's gradients are already there)

@@ -139,7 +139,6 @@ class ChunkStore {
   long long place(long long elems);  // slot offset in the arena, -1 if no hole fits
   void compact();
   void point(int c, bool at_arena);
-  int next_use(int c, int k) const;
   void evict_to(double budget, int moment);
   double moment_budget(int moment) const;
   void close_window(bool device_side);
