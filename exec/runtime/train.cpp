@@ -20,6 +20,7 @@
 #include "exec/backends/ops.hpp"
 #include "models/host_memory.hpp"
 #include "sim/op_cost.hpp"
+#include "sim/step_formulas.hpp"  // zero_shard
 
 namespace tp::exec {
 
@@ -124,8 +125,19 @@ double run_bytes_per_rank(const Scenario& sc, bool fp64) {
   const double idle_experts = m.moe.experts > 0 ? (double)m.moe_layers_in(0, m.layers) *
                                                        (double)(m.moe.experts - m.moe.experts / p.ep) * expert_params_full(m) : 0;
   const double params = (total_params(m) - idle_experts) / (tp * p.pp);
-  const double adam_shards = p.zero >= 1 ? (double)p.dp : 1.0;
-  const double state = params * e * (2 + 2 / adam_shards);  // weights and gradients; Adam's two moments
+  // Weights, gradients and Adam's two moments, each sharded over the data ranks by its ZeRO stage as the
+  // simulator shards them (sim/step_formulas.hpp zero_shard; experts over the expert-data-parallel group), and
+  // under ZeRO-3 the gathered layer and the next one. The executor reduce-scatters a unit's gradient when its
+  // last backward of the step ends, so with several micro-batches in standard accumulation every unit's
+  // gradient is whole until then: sharded only under layered accumulation or with one micro-batch.
+  const double local_experts = m.moe.experts > 0 ? (double)m.moe_layers_in(0, m.layers) * (double)(m.moe.experts / p.ep) *
+                                                       expert_params_full(m) / (tp * p.pp) : 0;
+  const Params pr{params - local_experts, local_experts};
+  const int data = p.data_ranks(), edp = std::max(1, data / std::max(1, p.ep));
+  const double gathered = p.zero >= 3 && data > 1 ? 2 * layer_params_full(m) / tp : 0;
+  const bool grads_sharded = p.grad_accumulation == GradAccumulation::layered || p.num_microbatches <= 1;
+  const double grads = grads_sharded ? zero_shard(pr, p.zero, 2, data, edp) : pr.total();
+  const double state = e * (zero_shard(pr, p.zero, 3, data, edp) + gathered + grads + 2 * zero_shard(pr, p.zero, 1, data, edp));
   const double layers = (double)m.layers / p.pp;
   const double acts = mb * s * layers * (16.0 * m.hidden / tp + 2.0 * m.heads / tp * s);  // per layer: ~16 h + scores
   const double logits = 2.0 * mb * s * (double)m.vocab / tp;                              // logits and their gradient

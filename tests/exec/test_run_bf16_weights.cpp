@@ -116,3 +116,19 @@ TEST(Bf16Weights, RunBytesCountTwoBytesPerParameterWhereCopiesAreKept) {
   // fp32 keeps none: its estimate is the bf16 one's without the copies, with 4-byte activations.
   EXPECT_FALSE(bytes("fp32", json::object(), "fp32").second);
 }
+
+// run_bytes_per_rank shards the model states as the simulator does (sim/step_formulas.hpp zero_shard): ZeRO-1 the
+// Adam moments, ZeRO-2 also the gradients, ZeRO-3 also the weights (holding the gathered layer and the next).
+TEST(RunBytes, ModelStatesShardByZeroStageAsTheSimulatorShardsThem) {
+  const auto bytes = [](int zero) {
+    const tp::Scenario sc =
+        tp::load_scenario(precision_scenario("zerobytes", "z" + std::to_string(zero), {{"dp", 4}, {"zero", zero}}, "tiny-gpt", "fp32"));
+    return tp::exec::run_bytes_per_rank(sc, false);
+  };
+  const std::string tiny = std::string(TP_SOURCE_DIR) + "/scenarios/exec/tiny-gpt.json";
+  const tp::Transformer m = tp::load_scenario(tiny).model;
+  const double P = tp::total_params(m), e = 4;
+  EXPECT_DOUBLE_EQ(bytes(0) - bytes(1), e * 2 * P * 3 / 4);                 // the moments
+  EXPECT_DOUBLE_EQ(bytes(1) - bytes(2), e * P * 3 / 4);                     // the gradients
+  EXPECT_DOUBLE_EQ(bytes(2) - bytes(3), e * (P * 3 / 4 - 2 * tp::layer_params_full(m)));  // the weights, less two layers
+}
