@@ -118,7 +118,7 @@ void plan_overrides(const Scenario& sc, Options& o, Refusals& r) {
     o.push_back({c + "recompute_num_layers", "1"});
   } else if (p.recompute == Recompute::selective && !recomputes_nothing(p)) {
     o.push_back({c + "recompute_granularity", "selective"});
-    o.push_back({c + "recompute_modules", "'[core_attn]'"});
+    o.push_back({c + "recompute_modules", "\"['core_attn']\""});
   } else {
     o.push_back({c + "recompute_granularity", "None"});  // selective under flash recomputes nothing (docs/export.md)
   }

@@ -288,7 +288,7 @@ Back back_nemo(const std::string& text, const std::set<std::string>& valid) {
   b.last = get(s + "num_layers_in_last_pipeline_stage", 0);
   if (m["model.config.recompute_granularity"] != "None") b.recompute = m["model.config.recompute_granularity"];
   if (b.recompute == "selective") {
-    EXPECT_EQ(m["model.config.recompute_modules"], "'[core_attn]'");
+    EXPECT_EQ(m["model.config.recompute_modules"], "\"['core_attn']\"");
   }
   if (m.count(s + "pipeline_model_parallel_layout")) {
     b.layout = layout_chunks(m[s + "pipeline_model_parallel_layout"]);

@@ -231,7 +231,7 @@ TEST(ExportLaunch, SelectiveRecomputeMeansWhatTrainplanSimulates) {
   const std::string m = exp(unfused, Target::megatron);
   EXPECT_EQ(flag(m, "--recompute-granularity"), "selective");
   EXPECT_EQ(flag(m, "--recompute-modules"), "core_attn");
-  EXPECT_EQ(nemo_value(exp(unfused, Target::nemo), "model.config.recompute_modules"), "'[core_attn]'");
+  EXPECT_EQ(nemo_value(exp(unfused, Target::nemo), "model.config.recompute_modules"), "\"['core_attn']\"");
 }
 
 TEST(ExportLaunch, TorchTitansOpLevelCheckpointingExportsAsItselfAndOnlyThere) {

@@ -185,7 +185,9 @@ def check_nemo(text):
     p = header_plan(text)
     s = recipe.trainer.strategy
     got = {"tp": s.tensor_model_parallel_size, "pp": s.pipeline_model_parallel_size, "cp": s.context_parallel_size,
-           "dp": recipe.trainer.num_nodes * recipe.trainer.devices // (s.tensor_model_parallel_size *
+           # (NeMo-Run parses trainer.devices=8 into Lightning's Union[list, str, int] as the string "8", which
+           # Lightning's Trainer reads as 8 devices)
+           "dp": int(recipe.trainer.num_nodes) * int(recipe.trainer.devices) // (s.tensor_model_parallel_size *
                                                                       s.pipeline_model_parallel_size * s.context_parallel_size)}
     assert got == p, "parallel sizes %s, plan %s" % (got, p)
 
