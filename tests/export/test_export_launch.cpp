@@ -17,7 +17,13 @@ using namespace tp::exporting;
 
 namespace {
 
-std::string src(const std::string& rel) { return std::string(TP_SOURCE_DIR) + "/" + rel; }
+// (appended in place: GCC 12's -Warray-bounds misfires on string&& + "/" inlined here)
+std::string src(const std::string& rel) {
+  std::string path = TP_SOURCE_DIR;
+  path += '/';
+  path += rel;
+  return path;
+}
 
 json scenario_json(const std::string& rel) {
   std::ifstream in(src(rel));
