@@ -175,7 +175,7 @@ int cmd_fit(int argc, char** argv) {
     for (auto& r : more) runs.push_back(std::move(r));
   }
   if (!a.value("--params").empty()) params = split_list(a.value("--params"));
-  if (params.empty()) params = kFitParams;
+  if (params.empty()) params = kFitDefaultParams;
 
   const FitResult fr = fit_framework(runs, base, params, threads);
   std::ostringstream os;
@@ -184,7 +184,7 @@ int cmd_fit(int argc, char** argv) {
   json unc = json::object();
   for (size_t i = 0; i < fr.params.size(); ++i) {
     const std::string& p = fr.params[i];
-    const double v = p == kFitParams[0] ? fr.fit.compute_efficiency_scale : p == kFitParams[1] ? fr.fit.network_efficiency_scale : fr.fit.step_overhead_s;
+    const double v = fit_param_value(fr.fit, p);
     const double se = fr.std_error[i];
     if (se >= 0) std::snprintf(line, sizeof line, "  %-26s %10.4f +- %.4f%s\n", p.c_str(), v, se, se > std::fabs(v) ? "  (not determined by these runs)" : "");
     else std::snprintf(line, sizeof line, "  %-26s %10.4f (no uncertainty: runs <= parameters or a flat direction)\n", p.c_str(), v);

@@ -140,9 +140,11 @@ Framework read_framework(const json& v, const std::string& name, const std::stri
       f.fit.compute_efficiency_scale = fr.opt_num("compute_efficiency_scale", 1, lim::fit_scale);
       f.fit.network_efficiency_scale = fr.opt_num("network_efficiency_scale", 1, lim::fit_scale);
       f.fit.step_overhead_s = fr.opt_num("step_overhead_s", 0, lim::fit_overhead);
+      f.fit.attention_efficiency_scale = fr.opt_num("attention_efficiency_scale", 1, lim::fit_scale);
       f.fit.source = fr.opt_str("source", "");
       fr.get("uncertainty");  // the fit's standard errors, kept for readers
-      fr.finish({"compute_efficiency_scale", "network_efficiency_scale", "step_overhead_s", "source", "uncertainty"});
+      fr.finish({"compute_efficiency_scale", "network_efficiency_scale", "step_overhead_s", "attention_efficiency_scale",
+                 "source", "uncertainty"});
     }
   }
   r.finish({"about", "sources", "version", "can_run", "communication", "kernel_profile", "best_published", "fitted"});
@@ -198,7 +200,8 @@ json framework_to_json(const Framework& f) {
   if (f.fit.any() || !f.fit.source.empty())
     j["fitted"] = {{"compute_efficiency_scale", f.fit.compute_efficiency_scale},
                    {"network_efficiency_scale", f.fit.network_efficiency_scale},
-                   {"step_overhead_s", f.fit.step_overhead_s}, {"source", f.fit.source}};
+                   {"step_overhead_s", f.fit.step_overhead_s},
+                   {"attention_efficiency_scale", f.fit.attention_efficiency_scale}, {"source", f.fit.source}};
   if (!f.best_published.empty()) {
     json b = json::array();
     for (const PublishedBest& p : f.best_published)
@@ -216,7 +219,11 @@ static void scale_curve(Curve& c, double s) {
 
 void apply_framework_fit(Cluster& cl, const FrameworkFit& fit) {
   Gpu& g = cl.gpu;
-  for (Curve* c : {&g.matrix_efficiency, &g.memory_efficiency, &g.attention_efficiency, &g.fp8_matrix_efficiency})
+  // The attention curve (the matrix curve where the GPU has none of its own) takes both scales at once.
+  if (fit.attention_efficiency_scale != 1 && g.attention_efficiency.points.empty()) g.attention_efficiency = g.matrix_efficiency;
+  if (!g.attention_efficiency.points.empty())
+    scale_curve(g.attention_efficiency, fit.compute_efficiency_scale * fit.attention_efficiency_scale);
+  for (Curve* c : {&g.matrix_efficiency, &g.memory_efficiency, &g.fp8_matrix_efficiency})
     if (!c->points.empty()) scale_curve(*c, fit.compute_efficiency_scale);
   scale_curve(cl.intra.efficiency, fit.network_efficiency_scale);
   scale_curve(cl.inter.efficiency, fit.network_efficiency_scale);

@@ -59,14 +59,17 @@ struct PublishedBest {
 };
 
 // What `trainplan fit` fitted for the framework on measured runs (JSON "fitted", every key optional): its
-// kernels' speed against the catalog GPU's curves (compute and memory-bound ops alike), its collectives'
-// against the cluster's, and a fixed cost per step (optimizer launches, gradient clipping, logging, data
+// kernels' speed against the catalog GPU's curves (compute and memory-bound ops alike), its fused attention
+// kernels' against the GPU's attention curve on top of that (a framework's SDPA backend is not the kernel the
+// curve was fitted on), its collectives' against the cluster's, and a fixed cost per step (optimizer launches, gradient clipping, logging, data
 // loading). Applied by the scenario loader to the cluster's curves (apply_framework_fit) and by the step
 // program / the planner's estimate as one task per step (framework_step_overhead_s): sim and planner alike.
 struct FrameworkFit {
-  double compute_efficiency_scale = 1, network_efficiency_scale = 1, step_overhead_s = 0;
+  double compute_efficiency_scale = 1, network_efficiency_scale = 1, step_overhead_s = 0, attention_efficiency_scale = 1;
   std::string source;  // what it was fitted on
-  bool any() const { return compute_efficiency_scale != 1 || network_efficiency_scale != 1 || step_overhead_s != 0; }
+  bool any() const {
+    return compute_efficiency_scale != 1 || network_efficiency_scale != 1 || step_overhead_s != 0 || attention_efficiency_scale != 1;
+  }
 };
 
 struct Framework {

@@ -15,25 +15,34 @@ namespace {
 constexpr double kScaleLo = 0.2, kScaleHi = 1.5;
 constexpr int kMaxIterations = 40, kLooIterations = 10;
 
+// The fit parameters by index into kFitParams; the scales move in log coordinates, the overhead as itself.
+double& param(FrameworkFit& f, int w) {
+  switch (w) {
+    case 0: return f.compute_efficiency_scale;
+    case 1: return f.network_efficiency_scale;
+    case 2: return f.step_overhead_s;
+    default: return f.attention_efficiency_scale;
+  }
+}
+double param(const FrameworkFit& f, int w) { return param(const_cast<FrameworkFit&>(f), w); }
+bool is_scale(int w) { return w != 2; }
+
 // The optimizer's coordinates: log of the scales, the overhead itself (it may be 0).
 struct Space {
   std::vector<int> which;  // indices into kFitParams
   double overhead_hi = 1;
   std::vector<double> to_x(const FrameworkFit& f) const {
     std::vector<double> x;
-    for (int w : which) x.push_back(w == 0 ? std::log(f.compute_efficiency_scale) : w == 1 ? std::log(f.network_efficiency_scale) : f.step_overhead_s);
+    for (int w : which) x.push_back(is_scale(w) ? std::log(param(f, w)) : param(f, w));
     return x;
   }
   FrameworkFit to_fit(const std::vector<double>& x, FrameworkFit f) const {
-    for (size_t i = 0; i < which.size(); ++i) {
-      if (which[i] == 0) f.compute_efficiency_scale = std::clamp(std::exp(x[i]), kScaleLo, kScaleHi);
-      else if (which[i] == 1) f.network_efficiency_scale = std::clamp(std::exp(x[i]), kScaleLo, kScaleHi);
-      else f.step_overhead_s = std::clamp(x[i], 0.0, overhead_hi);
-    }
+    for (size_t i = 0; i < which.size(); ++i)
+      param(f, which[i]) = is_scale(which[i]) ? std::clamp(std::exp(x[i]), kScaleLo, kScaleHi) : std::clamp(x[i], 0.0, overhead_hi);
     return f;
   }
   std::vector<double> clamp(std::vector<double> x) const { return to_x(to_fit(x, FrameworkFit{})); }
-  double step(int i) const { return which[i] == 2 ? 1e-3 * overhead_hi : 1e-3; }
+  double step(int i) const { return is_scale(which[i]) ? 1e-3 : 1e-3 * overhead_hi; }
 };
 
 // Predictions of runs[idx] under `base` with `fit`, `threads` at once.
@@ -84,7 +93,7 @@ double ssr(const std::vector<double>& r) {
   return s;
 }
 
-// Solves A x = b (n <= 3) by Gaussian elimination with partial pivoting; false when singular.
+// Solves A x = b (n <= 4) by Gaussian elimination with partial pivoting; false when singular.
 bool solve(std::vector<std::vector<double>> A, std::vector<double> b, std::vector<double>& x) {
   const size_t n = b.size();
   for (size_t c = 0; c < n; ++c) {
@@ -206,6 +215,12 @@ FitPrediction predict_run(const FitRun& run, const Framework& f) {
   return p;
 }
 
+double fit_param_value(const FrameworkFit& f, const std::string& name) {
+  for (size_t i = 0; i < kFitParams.size(); ++i)
+    if (kFitParams[i] == name) return param(f, (int)i);
+  throw InputError({"fit: unknown parameter \"" + name + "\""});
+}
+
 double predicted_step_s(const FitRun& run, const Framework& f) { return predict_run(run, f).step_s; }
 
 FitResult fit_framework(const std::vector<FitRun>& runs, const Framework& base, const std::vector<std::string>& params,
@@ -219,7 +234,8 @@ FitResult fit_framework(const std::vector<FitRun>& runs, const Framework& base, 
     }
   for (const std::string& p : params)
     if (std::find(kFitParams.begin(), kFitParams.end(), p) == kFitParams.end())
-      throw InputError({"fit: unknown parameter \"" + p + "\"; expected compute_efficiency_scale, network_efficiency_scale, step_overhead_s"});
+      throw InputError({"fit: unknown parameter \"" + p + "\"; expected compute_efficiency_scale, network_efficiency_scale, "
+                        "step_overhead_s, attention_efficiency_scale"});
   if (sp.which.empty()) throw InputError({"fit: no parameter to fit"});
   if (runs.size() < sp.which.size())
     throw InputError({"fit: " + std::to_string(runs.size()) + " runs for " + std::to_string(sp.which.size()) +
@@ -251,9 +267,7 @@ FitResult fit_framework(const std::vector<FitRun>& runs, const Framework& base, 
       e[a] = 1;
       if (!solve(A, e, col) || !(col[a] > 0) || !std::isfinite(col[a])) continue;
       const double se_x = std::sqrt(s2 * col[a]);
-      const double value = sp.which[a] == 0 ? res.fit.compute_efficiency_scale
-                           : sp.which[a] == 1 ? res.fit.network_efficiency_scale : 1.0;
-      res.std_error[a] = sp.which[a] == 2 ? se_x : value * se_x;
+      res.std_error[a] = is_scale(sp.which[a]) ? param(res.fit, sp.which[a]) * se_x : se_x;
     }
   }
 

@@ -1,5 +1,5 @@
 // fit: fits a framework's few free parameters (models/framework.hpp FrameworkFit: compute efficiency scale,
-// network efficiency scale, fixed cost per step) to measured runs, as `trainplan fit` does. Each run is a
+// network efficiency scale, fixed cost per step, attention efficiency scale) to measured runs, as `trainplan fit` does. Each run is a
 // scenario and its measured step time; the model of a run is the full simulation under the framework with the
 // trial parameters. Least squares on log(predicted / measured) (relative errors, so a 100 s step does not
 // outweigh a 1 s one), Levenberg-Marquardt with forward-difference derivatives, inside bounds (scales 0.2..1.5,
@@ -31,7 +31,13 @@ struct FitRun {
 inline const std::vector<std::string> kBreakdownClasses = {"compute", "recompute", "bubble", "tp_comm_exposed",
     "pp_comm_exposed", "dp_comm_exposed", "optimizer", "ep_comm_exposed", "offload_stall", "comm_slowdown"};
 
-inline const std::vector<std::string> kFitParams = {"compute_efficiency_scale", "network_efficiency_scale", "step_overhead_s"};
+inline const std::vector<std::string> kFitParams = {"compute_efficiency_scale", "network_efficiency_scale", "step_overhead_s",
+                                                    "attention_efficiency_scale"};
+// What `trainplan fit` fits when --params is not given: the attention scale is asked for by name (it is only
+// determined by runs whose attention share differs, e.g. sequence lengths from 2K to 256K).
+inline const std::vector<std::string> kFitDefaultParams = {"compute_efficiency_scale", "network_efficiency_scale", "step_overhead_s"};
+// The value of the fit parameter `name` (one of kFitParams) in `f`.
+double fit_param_value(const FrameworkFit& f, const std::string& name);
 
 struct FitResult {
   std::vector<std::string> params;  // the fitted ones, in kFitParams' order

@@ -196,3 +196,22 @@ TEST(Framework, PredictionsAboveTheBestPublishedAreFlaggedNotCapped) {
   EXPECT_FALSE(result_to_json(high).contains("beyond_published"));
   EXPECT_DOUBLE_EQ(low.step_time_s, high.step_time_s);  // flagged, not capped
 }
+
+// A fitted attention scale (framework "fitted".attention_efficiency_scale) slows the fused attention kernels and
+// nothing else: a flash plan's step grows, the same plan with the unfused core (batched GEMMs on the matrix curve)
+// keeps its time to the last bit, and the scale reads back through the resolved scenario.
+TEST(Framework, AttentionScaleSlowsOnlyTheFusedAttention) {
+  json fw = *catalog_find("frameworks", "megatron-core");
+  fw["fitted"] = {{"attention_efficiency_scale", 0.5}, {"source", "test"}};
+  for (const char* core : {"flash", "unfused"}) {
+    SCOPED_TRACE(core);
+    const Scenario plain = parse(scenario({{"attention", core}}, "megatron-core"));
+    const Scenario scaled = parse(scenario({{"attention", core}}, fw));
+    EXPECT_DOUBLE_EQ(scaled.framework.fit.attention_efficiency_scale, 0.5);
+    const double t0 = simulate(plain).step_time_s, t1 = simulate(scaled).step_time_s;
+    if (std::string(core) == "flash") EXPECT_GT(t1, t0 * 1.01);
+    else EXPECT_EQ(t1, t0);
+  }
+  fw["fitted"]["attention_efficiency_scale"] = 0.0;
+  EXPECT_TRUE(has(refusal(scenario(json::object(), fw)), "attention_efficiency_scale")) << refusal(scenario(json::object(), fw));
+}

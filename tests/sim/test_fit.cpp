@@ -42,7 +42,7 @@ TEST(Fit, RecoversTheParametersTheRunsWereGeneratedWith) {
   truth.network_efficiency_scale = 0.6;
   truth.step_overhead_s = 0.05;
   const std::vector<FitRun> runs = generated_runs(truth);
-  const FitResult r = fit_framework(runs, runs.front().scenario.framework, kFitParams, 2);
+  const FitResult r = fit_framework(runs, runs.front().scenario.framework, kFitDefaultParams, 2);
   EXPECT_NEAR(r.fit.compute_efficiency_scale, 0.8, 0.02);
   EXPECT_NEAR(r.fit.network_efficiency_scale, 0.6, 0.03);
   EXPECT_NEAR(r.fit.step_overhead_s, 0.05, 0.01);
@@ -50,6 +50,33 @@ TEST(Fit, RecoversTheParametersTheRunsWereGeneratedWith) {
   EXPECT_GT(r.mean_abs_before, 0.05);  // the unfitted profile was off
   EXPECT_LT(r.mean_abs_loo, 0.02);     // each run predicted from the others
   ASSERT_EQ(r.std_error.size(), 3u);
+}
+
+// The attention scale slows only the fused attention kernels: a 128K-token context-parallel run and short-
+// sequence runs under a known compute and attention scale are fitted back to both.
+TEST(Fit, AttentionScaleIsToldFromComputeByTheSequenceLength) {
+  FrameworkFit truth;
+  truth.compute_efficiency_scale = 0.9;
+  truth.attention_efficiency_scale = 0.6;
+  std::vector<FitRun> runs;
+  for (const char* n : {"llama3-70b-128k-cp16.json", "llama3-8b-dgx-h100-fp8.json", "gpt2-124m-h200-single.json"}) {
+    FitRun r;
+    r.name = n;
+    r.scenario = example(n);
+    Framework f = r.scenario.framework;
+    f.fit = truth;
+    r.measured_s = predicted_step_s(r, f);
+    Framework only_compute = f;
+    only_compute.fit.attention_efficiency_scale = 1;
+    EXPECT_LT(predicted_step_s(r, only_compute), r.measured_s) << n;  // the scale slows every run's attention
+    runs.push_back(std::move(r));
+  }
+  const FitResult r = fit_framework(runs, runs.front().scenario.framework,
+                                    {"compute_efficiency_scale", "attention_efficiency_scale"}, 2);
+  EXPECT_NEAR(r.fit.compute_efficiency_scale, 0.9, 0.02);
+  EXPECT_NEAR(r.fit.attention_efficiency_scale, 0.6, 0.03);
+  EXPECT_DOUBLE_EQ(fit_param_value(r.fit, "attention_efficiency_scale"), r.fit.attention_efficiency_scale);
+  EXPECT_LT(r.mean_abs_after, 0.005);
 }
 
 TEST(Fit, OneParameterAloneAndTooFewRuns) {
