@@ -17,6 +17,9 @@ namespace tp::exec {
 
 enum class Dtype { f32 = 0, f64 = 1, i32 = 2, u8 = 3 };
 size_t dtype_bytes(Dtype d);
+// The Dtype of a floating-point element type T (float or double): the one mapping every caller uses.
+template <class T>
+constexpr Dtype dtype_of() { return sizeof(T) == 8 ? Dtype::f64 : Dtype::f32; }
 
 struct Comm {
   virtual ~Comm() = default;

@@ -361,6 +361,108 @@ double gemm_probe_flops_per_s(long s, Comm& w) {
   return mean;
 }
 
+namespace {
+
+// The GPU profile's matrix curve: per GEMM size the mean over its variants of the achieved fraction of the best.
+struct MatrixFit {
+  double peak = 0;
+  std::vector<std::pair<double, double>> pts;
+  std::string about;
+};
+MatrixFit fit_matrix(const std::vector<std::vector<Gemm>>& gemms) {
+  MatrixFit m;
+  for (auto& row : gemms)
+    for (auto& g : row) m.peak = std::max(m.peak, g.flops / g.sec);
+  for (auto& row : gemms) {
+    double e = 0;
+    for (auto& g : row) e += g.flops / g.sec / m.peak;
+    e /= (double)row.size();
+    m.pts.push_back({row.front().flops, e});
+    m.about += (m.about.empty() ? "" : ", ") + fmt("%.3g", row.front().flops) + fmt(":%.3g", e);
+  }
+  return m;
+}
+
+// The GPU profile's memory side: the bandwidth (the best of the triad, the element-wise mix and the optimizer, so that
+// every efficiency is <= 1) and the memory curve (the layer ops' sizes, then the optimizer's beyond them).
+struct MemoryFit {
+  double hbm_bw = 0;
+  std::vector<std::pair<double, double>> pts;
+  std::string triad_about, mix_about, opt_about;
+};
+MemoryFit fit_memory(const std::vector<Triad>& triad, const std::vector<Mix>& mix, const std::vector<Opt>& opt) {
+  MemoryFit m;
+  for (auto& x : mix) m.hbm_bw = std::max(m.hbm_bw, x.sim_bytes / x.sec);
+  for (auto& t : triad) {
+    m.hbm_bw = std::max(m.hbm_bw, t.bw);
+    m.triad_about += (m.triad_about.empty() ? "" : ", ") + fmt("%.3g B", t.bytes) + fmt(" %.3g B/s", t.bw);
+  }
+  for (auto& q : opt) m.hbm_bw = std::max(m.hbm_bw, q.sim_bytes / q.sec);
+  double mix_max = 0;
+  for (auto& x : mix) {
+    double bw = x.sim_bytes / x.sec;
+    m.pts.push_back({x.sim_bytes / x.ops, bw / m.hbm_bw});
+    mix_max = std::max(mix_max, x.sim_bytes / x.ops);
+    m.mix_about += (m.mix_about.empty() ? "" : ", ") + fmt("%.3g B", x.sim_bytes / x.ops) + fmt(" %.3g B/s", bw);
+  }
+  // Beyond the layer ops' sizes the one element-wise op of a step is the optimizer: its points extend the curve.
+  for (auto& q : opt) {
+    if (q.sim_bytes <= mix_max) continue;
+    double bw = q.sim_bytes / q.sec;
+    m.pts.push_back({q.sim_bytes, bw / m.hbm_bw});
+    m.opt_about += (m.opt_about.empty() ? "" : ", ") + fmt("%.3g B", q.sim_bytes) + fmt(" %.3g B/s", bw);
+  }
+  return m;
+}
+
+// The calibrated "GPU": one core of this machine as the CPU backend runs it.
+json cpu_gpu_json(const CalibrateOptions& o, int ranks, const MatrixFit& mf, const MemoryFit& mem_fit, double overhead,
+                  double mem, double power) {
+  return {
+      {"name", "cpu-" + host_name()},
+      {"about", "One core of " + cpu_model() + " running the trainplan CPU backend (Eigen, fp32, one thread per rank), measured by `trainplan calibrate --backend cpu" +
+                    std::string(o.quick ? " --quick" : "") + "` with " + std::to_string(ranks) +
+                    " concurrent rank(s)" + std::string(o.quick ? " on hot buffers" : "; every sweep rotates its operands over >= 512 MB of buffers (cold caches, as in a training step)") +
+                    ". matrix fp32 = best ops::matmul<float> over the sweep" + std::string(o.quick ? "" : " (median of 3 passes per point)") + "; efficiency by GEMM FLOPs (" + mf.about +
+                    "). fp16 / bf16: not supported by the backend (0). vector fp32: not measured, set to the matrix peak (unused by the cost model). HBM = this rank's share of RAM; bandwidth = best of the triad (ops::add, 12 B per element) over sizes and of the element-wise mix (triad: " +
+                    mem_fit.triad_about + "); memory efficiency from a GPT layer's element-wise ops charged with the simulator's bytes (" + mem_fit.mix_about +
+                    ") and, above those sizes, from the optimizer step (sum of squares + AdamW, 24 B per fp32 parameter: " +
+                    mem_fit.opt_about + "). kernel_overhead = one ops::add of 1 element. power: an estimate (" + fmt("%.0f W", power) + " per core)."},
+      {"matrix_flops_per_s", {{"fp32", mf.peak}, {"fp16", 0.0}, {"bf16", 0.0}}},
+      {"vector_flops_per_s", {{"fp32", mf.peak}, {"fp16", 0.0}, {"bf16", 0.0}}},
+      {"hbm_bytes", mem},
+      {"hbm_bandwidth_bytes_per_s", mem_fit.hbm_bw},
+      {"matrix_efficiency", make_curve(mf.pts)},
+      {"memory_efficiency", make_curve(mem_fit.pts)},
+      {"kernel_overhead_s", std::clamp(overhead, 0.0, 1.0)},
+      {"power_w", power}};
+}
+
+// The calibrated cluster: this machine as one node of gpn "GPUs" around `gpu`, its links as measured.
+json cpu_cluster_json(const json& gpu, int gpn, const CommCal& cc, double ram, long cores, double dram_bw, double power) {
+  json link_eff = cc.efficiency;
+  return {
+      {"name", "cpu-" + host_name() + "-" + std::to_string(gpn)},
+      {"about", "This machine as one node of " + std::to_string(gpn) + " \"GPUs\" (one core = one rank), from `trainplan calibrate --backend cpu`. " +
+                    cc.about + ". intra_node.kind is a label (ranks talk through shared memory); inter_node copies intra_node (one node, unused). host.pcie_bandwidth = DRAM triad (no PCIe hop). Price 0."},
+      {"gpu", gpu},
+      {"nodes", 1},
+      {"gpus_per_node", gpn},
+      {"intra_node", {{"kind", "pcie"}, {"bandwidth_bytes_per_s", cc.bw}, {"latency_s", cc.latency_s}, {"efficiency", link_eff}}},
+      {"inter_node",
+       {{"nics_per_node", 1}, {"nic_bandwidth_bits_per_s", cc.bw * 8}, {"topology", "fat_tree"}, {"oversubscription", 1.0},
+        {"nodes_per_leaf", 1}, {"latency_s", cc.latency_s}, {"efficiency", link_eff}}},
+      {"host",
+       {{"memory_bytes", ram}, {"pcie_bandwidth_bytes_per_s", dram_bw}, {"cpu_cores", (int)cores},
+        {"memory_bandwidth_bytes_per_s", dram_bw}}},
+      {"price_per_gpu_hour_usd", 0.0},
+      {"power_per_gpu_w", power},
+      // The ranks' collectives are MPI's over shared memory: the measured curves time them, not NCCL's model.
+      {"nccl", {{"step_collectives", false}}}};
+}
+
+}  // namespace
+
 json calibrate_cpu(const CalibrateOptions& o, Comm& w) {
   auto t_start = Clock::now();
   auto say = [&](const char* what) {
@@ -388,83 +490,10 @@ json calibrate_cpu(const CalibrateOptions& o, Comm& w) {
   w.barrier();
   if (w.rank() != 0) return nullptr;
 
-  double peak = 0;
-  for (auto& row : gemms)
-    for (auto& g : row) peak = std::max(peak, g.flops / g.sec);
-  std::vector<std::pair<double, double>> mpts;
-  std::string gabout;
-  for (auto& row : gemms) {
-    double e = 0;
-    for (auto& g : row) e += g.flops / g.sec / peak;
-    e /= (double)row.size();
-    mpts.push_back({row.front().flops, e});
-    gabout += (gabout.empty() ? "" : ", ") + fmt("%.3g", row.front().flops) + fmt(":%.3g", e);
-  }
-  double hbm_bw = 0;  // the best of the triad and the element-wise mix, so that every efficiency is <= 1
-  for (auto& m : mix) hbm_bw = std::max(hbm_bw, m.sim_bytes / m.sec);
-  std::string tabout;
-  for (auto& t : triad) {
-    hbm_bw = std::max(hbm_bw, t.bw);
-    tabout += (tabout.empty() ? "" : ", ") + fmt("%.3g B", t.bytes) + fmt(" %.3g B/s", t.bw);
-  }
-  for (auto& q : opt) hbm_bw = std::max(hbm_bw, q.sim_bytes / q.sec);
-  std::vector<std::pair<double, double>> epts;
-  std::string eabout, oabout;
-  double mix_max = 0;
-  for (auto& m : mix) {
-    double bw = m.sim_bytes / m.sec;
-    epts.push_back({m.sim_bytes / m.ops, bw / hbm_bw});
-    mix_max = std::max(mix_max, m.sim_bytes / m.ops);
-    eabout += (eabout.empty() ? "" : ", ") + fmt("%.3g B", m.sim_bytes / m.ops) + fmt(" %.3g B/s", bw);
-  }
-  // Beyond the layer ops' sizes the one element-wise op of a step is the optimizer: its points extend the curve.
-  for (auto& q : opt) {
-    if (q.sim_bytes <= mix_max) continue;
-    double bw = q.sim_bytes / q.sec;
-    epts.push_back({q.sim_bytes, bw / hbm_bw});
-    oabout += (oabout.empty() ? "" : ", ") + fmt("%.3g B", q.sim_bytes) + fmt(" %.3g B/s", bw);
-  }
   const double mem = o.memory_bytes > 0 ? o.memory_bytes : ram / gpn;
   const double power = o.power_w > 0 ? o.power_w : 10.0;
-  const std::string model = cpu_model();
-
-  json gpu = {
-      {"name", "cpu-" + host_name()},
-      {"about", "One core of " + model + " running the trainplan CPU backend (Eigen, fp32, one thread per rank), measured by `trainplan calibrate --backend cpu" +
-                    std::string(o.quick ? " --quick" : "") + "` with " + std::to_string(w.size()) +
-                    " concurrent rank(s)" + std::string(o.quick ? " on hot buffers" : "; every sweep rotates its operands over >= 512 MB of buffers (cold caches, as in a training step)") +
-                    ". matrix fp32 = best ops::matmul<float> over the sweep" + std::string(o.quick ? "" : " (median of 3 passes per point)") + "; efficiency by GEMM FLOPs (" + gabout +
-                    "). fp16 / bf16: not supported by the backend (0). vector fp32: not measured, set to the matrix peak (unused by the cost model). HBM = this rank's share of RAM; bandwidth = best of the triad (ops::add, 12 B per element) over sizes and of the element-wise mix (triad: " +
-                    tabout + "); memory efficiency from a GPT layer's element-wise ops charged with the simulator's bytes (" + eabout +
-                    ") and, above those sizes, from the optimizer step (sum of squares + AdamW, 24 B per fp32 parameter: " +
-                    oabout + "). kernel_overhead = one ops::add of 1 element. power: an estimate (" + fmt("%.0f W", power) + " per core)."},
-      {"matrix_flops_per_s", {{"fp32", peak}, {"fp16", 0.0}, {"bf16", 0.0}}},
-      {"vector_flops_per_s", {{"fp32", peak}, {"fp16", 0.0}, {"bf16", 0.0}}},
-      {"hbm_bytes", mem},
-      {"hbm_bandwidth_bytes_per_s", hbm_bw},
-      {"matrix_efficiency", make_curve(mpts)},
-      {"memory_efficiency", make_curve(epts)},
-      {"kernel_overhead_s", std::clamp(overhead, 0.0, 1.0)},
-      {"power_w", power}};
-  json link_eff = cc.efficiency;
-  json cl = {
-      {"name", "cpu-" + host_name() + "-" + std::to_string(gpn)},
-      {"about", "This machine as one node of " + std::to_string(gpn) + " \"GPUs\" (one core = one rank), from `trainplan calibrate --backend cpu`. " +
-                    cc.about + ". intra_node.kind is a label (ranks talk through shared memory); inter_node copies intra_node (one node, unused). host.pcie_bandwidth = DRAM triad (no PCIe hop). Price 0."},
-      {"gpu", gpu},
-      {"nodes", 1},
-      {"gpus_per_node", gpn},
-      {"intra_node", {{"kind", "pcie"}, {"bandwidth_bytes_per_s", cc.bw}, {"latency_s", cc.latency_s}, {"efficiency", link_eff}}},
-      {"inter_node",
-       {{"nics_per_node", 1}, {"nic_bandwidth_bits_per_s", cc.bw * 8}, {"topology", "fat_tree"}, {"oversubscription", 1.0},
-        {"nodes_per_leaf", 1}, {"latency_s", cc.latency_s}, {"efficiency", link_eff}}},
-      {"host",
-       {{"memory_bytes", ram}, {"pcie_bandwidth_bytes_per_s", dram_bw}, {"cpu_cores", (int)cores},
-        {"memory_bandwidth_bytes_per_s", dram_bw}}},
-      {"price_per_gpu_hour_usd", 0.0},
-      {"power_per_gpu_w", power},
-      // The ranks' collectives are MPI's over shared memory: the measured curves time them, not NCCL's model.
-      {"nccl", {{"step_collectives", false}}}};
+  const json gpu = cpu_gpu_json(o, w.size(), fit_matrix(gemms), fit_memory(triad, mix, opt), overhead, mem, power);
+  json cl = cpu_cluster_json(gpu, gpn, cc, ram, cores, dram_bw, power);
   say("done");
   return cl;
 }

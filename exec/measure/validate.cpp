@@ -91,27 +91,31 @@ constexpr long kProbeSize = 256;
 
 double rel_err(double pred, double meas) { return meas > 0 ? (pred - meas) / meas : 0.0; }
 
-}  // namespace
+// The two scenarios of a validation: the plan the executor runs (fp8 / bf16 run in fp32, see below) and the same
+// plan on the calibrated profile for the simulator.
+struct Inputs {
+  Scenario run_sc, sim_sc;
+  int ranks = 0;
+};
 
-json validate_run(const std::string& file, const json& profile, const std::string& profile_file,
-                  const ValidateOptions& o, Comm& world) {
-  // ---- input (every rank) -------------------------------------------------------------------------------------
-  prof::track_heap();  // from here on every block is counted (malloc_usable_size) when allocated and freed
-  Scenario run_sc = load_scenario(file);
-  check_runnable(run_sc);
+Inputs read_inputs(const std::string& file, const json& profile, const std::string& profile_file,
+                   const ValidateOptions& o, Comm& world) {
+  Inputs in;
+  in.run_sc = load_scenario(file);
+  check_runnable(in.run_sc);
   // Both sides in fp32 (the simulation below too): on the CPU the executor's fp8 and bf16 are emulations whose
   // casts and rounded operand copies cost what fp32 element-wise work costs, not what fp8 / bf16 tensor cores
   // save (exec/model/fp8.hpp, Backend::set_bf16_gemm), so validate runs the plan without them.
-  const Precision p = run_sc.training.precision;
+  const Precision p = in.run_sc.training.precision;
   if (p == Precision::fp8 || p == Precision::bf16) {
-    run_sc.training.precision = Precision::fp32;
+    in.run_sc.training.precision = Precision::fp32;
     if (world.rank() == 0)
       std::fprintf(stderr, "note: $.training.precision \"%s\": validate runs and simulates the plan in fp32 (the "
                    "executor's %s is an emulation on the CPU, not %s GEMMs)\n", precision_name(p),
                    p == Precision::fp8 ? "fp8 casts" : "bf16 operand rounding", precision_name(p));
   }
-  const int R = run_sc.plan.gpus();
-  check_job_ranks(run_sc, file, world.size());
+  const int R = in.ranks = in.run_sc.plan.gpus();
+  check_job_ranks(in.run_sc, file, world.size());
   Issues is;
   json sj = parse_json_file(file, file, is);
   if (!is.empty()) throw InputError(is.messages);
@@ -127,22 +131,36 @@ json validate_run(const std::string& file, const json& profile, const std::strin
   sj["training"]["precision"] = "fp32";
   sj["training"]["grad_precision"] = "fp32";
   sj["plan"]["overlap_grad_reduce"] = false;
-  if (o.device_budget_bytes > 0 && run_sc.plan.offload.kind == OffloadKind::chunked) {
+  if (o.device_budget_bytes > 0 && in.run_sc.plan.offload.kind == OffloadKind::chunked) {
     double hbm = prof_cl.contains("gpu") && prof_cl["gpu"].is_object() && prof_cl["gpu"].contains("hbm_bytes") &&
                          prof_cl["gpu"]["hbm_bytes"].is_number() ? prof_cl["gpu"]["hbm_bytes"].get<double>() : 0;
     if (hbm <= 0) throw InputError({profile_file + ": $.gpu.hbm_bytes: expected a number > 0 (needed by --device-budget)"});
     sj["plan"]["offload"]["gpu_memory_fraction"] = std::min(1.0, o.device_budget_bytes / hbm);
   }
   std::string dir = std::filesystem::path(file).parent_path().string();
-  Scenario sim_sc = scenario_from_json(sj, dir.empty() ? "." : dir, file + " (cluster = " + profile_file + ")");
+  in.sim_sc = scenario_from_json(sj, dir.empty() ? "." : dir, file + " (cluster = " + profile_file + ")");
+  return in;
+}
 
-  // ---- measured (every rank) -----------------------------------------------------------------------------------
+// What every rank measured, gathered: per rank kRow + 4 numbers (the classes' seconds per steady step, then heap
+// growth, RSS growth, device memory, the process's peak), the run's own result and the machine-speed probes.
+struct Measured {
+  RunResult rr;
+  int steps = 0;
+  bool hooked = false;  // the runtime calls prof::step_begin / step_end
+  double probe_before = 0, probe_after = 0;
+  std::vector<double> all;
+  double at(int rank, int c) const { return all[(size_t)rank * (kRow + 4) + c]; }
+};
+
+Measured measure(const Scenario& run_sc, int ranks, const ValidateOptions& o, Comm& world) {
+  Measured m;
   RunOptions ro;
-  ro.steps = std::max(2, o.steps);
+  ro.steps = m.steps = std::max(2, o.steps);
   ro.device_budget_bytes = o.device_budget_bytes;
   // The machine's speed against the profile's (a shared VM's speed drifts by more than the 10 % target within
   // minutes): calibrate's GEMM point at s = kProbeSize, before the warm-up and after the measured steps.
-  const double probe_before = gemm_probe_flops_per_s(kProbeSize, world);
+  m.probe_before = gemm_probe_flops_per_s(kProbeSize, world);
   detail::reset_peak_rss();  // (the probe's 0.5 GB of operands are not the run's; without a reset the RSS figure includes them)
   {  // a one-step warm-up run (not measured): first-touch page faults, malloc's adaptive thresholds, caches
     if (world.rank() == 0)
@@ -158,15 +176,15 @@ json validate_run(const std::string& file, const json& profile, const std::strin
   const double heap0 = prof::heap_live_bytes(), rss0 = detail::rss_bytes();
   prof::reset();
   prof::set_enabled(true);
-  RunResult rr = run_training(run_sc, ro, world);
+  m.rr = run_training(run_sc, ro, world);
   prof::set_enabled(false);
   prof::Snapshot snap = prof::snapshot();
-  const double probe_after = gemm_probe_flops_per_s(kProbeSize, world);
-  const bool hooked = snap.steps > 0;  // the runtime calls prof::step_begin / step_end
-  const double steady = hooked ? (double)snap.steps : (double)ro.steps;
+  m.probe_after = gemm_probe_flops_per_s(kProbeSize, world);
+  m.hooked = snap.steps > 0;
+  const double steady = m.hooked ? (double)snap.steps : (double)ro.steps;
   std::vector<double> mine(kRow + 4, 0.0);
-  double tracked = 0;
-  for (int c = 0; c < prof::kClasses; ++c) { mine[c] = snap.seconds[c] / steady; tracked += mine[c]; }
+  for (int c = 0; c < prof::kClasses; ++c) mine[c] = snap.seconds[c] / steady;
+  const RunResult& rr = m.rr;
   double my_rss_peak = rr.peak_memory_bytes.empty() ? 0 : rr.peak_memory_bytes[std::min<size_t>(world.rank(), rr.peak_memory_bytes.size() - 1)];
   mine[kRow] = snap.heap_peak_bytes - heap0;
   mine[kRow + 1] = my_rss_peak - rss0;
@@ -174,39 +192,56 @@ json validate_run(const std::string& file, const json& profile, const std::strin
   // Device memory: chunked offload's store figure; optimizer offload's = the heap less its pinned host state.
   mine[kRow + 2] = opt_off ? mine[kRow] - rr.offload.host_state_bytes : rr.offload.on ? rr.offload.peak_device_bytes_max : 0;
   mine[kRow + 3] = my_rss_peak;  // what the iteration lines print as "peak memory (MB)": the whole process
-  std::vector<double> all(mine.size() * R);
-  world.all_gather(mine.data(), all.data(), (long)mine.size(), Dtype::f64);
-  if (world.rank() != 0) return nullptr;
+  m.all.resize(mine.size() * ranks);
+  world.all_gather(mine.data(), m.all.data(), (long)mine.size(), Dtype::f64);
+  return m;
+}
 
-  // ---- predicted (rank 0) --------------------------------------------------------------------------------------
+// The report's "offload" entry: optimizer / granular offload's host state and traffic, chunked offload's store.
+json offload_json(const RunResult& rr) {
+  const bool opt_off = rr.offload.on && rr.offload.kind != "chunked";
+  json j = opt_off ? json{{"kind", rr.offload.kind}, {"host_state_bytes", rr.offload.host_state_bytes},
+                          {"h2d_bytes", rr.offload.h2d_bytes}, {"d2h_bytes", rr.offload.d2h_bytes}}
+           : rr.offload.on ? json{{"kind", "chunked"}, {"budget_bytes", rr.offload.budget_bytes}, {"arena_bytes", rr.offload.arena_bytes},
+                                  {"peak_device_bytes", rr.offload.peak_device_bytes},
+                                  {"peak_arena_bytes", rr.offload.peak_arena_bytes},
+                                  {"h2d_bytes", rr.offload.h2d_bytes}, {"d2h_bytes", rr.offload.d2h_bytes},
+                                  {"chunk_bytes", rr.offload.chunk_bytes}, {"chunks", rr.offload.chunks}}
+                           : json(nullptr);
+  if (rr.offload.kind == "granular") j["peak_loaded_bytes"] = rr.offload.peak_loaded_bytes;  // per step
+  return j;
+}
+
+// Rank 0: the simulation on the calibrated profile against what was measured.
+json report(const std::string& file, const std::string& profile_file, const Inputs& in, const Measured& m, Comm& world) {
   SimOptions so;
   so.keep_memory_timeline = false;
-  Result res = simulate(sim_sc, so);
+  Result res = simulate(in.sim_sc, so);
+  const RunResult& rr = m.rr;
+  const int R = in.ranks;
 
   std::vector<double> steps(rr.step_time_s.begin() + 1, rr.step_time_s.end());
   std::sort(steps.begin(), steps.end());
   const double meas_step = steps[steps.size() / 2];
   // Speed = probe / what the profile says that GEMM achieves (1: as fast as when calibrated; 0.9: 10 % slower).
-  const Gpu& pg = sim_sc.cluster.gpu;
+  const Gpu& pg = in.sim_sc.cluster.gpu;
   const double probe_flops = 8.0 * std::pow((double)kProbeSize, 3);
   const double expect = pg.matrix_flops_per_s[(int)Precision::fp32] * pg.matrix_efficiency.at(probe_flops);
-  const double speed_before = expect > 0 ? probe_before / expect : 0, speed_after = expect > 0 ? probe_after / expect : 0;
+  const double speed_before = expect > 0 ? m.probe_before / expect : 0, speed_after = expect > 0 ? m.probe_after / expect : 0;
   const double speed = 0.5 * (speed_before + speed_after);
-  const size_t W = mine.size();
-  auto meas = [&](int rank, int c) { return all[(size_t)rank * W + c]; };
   double meas_heap = 0, meas_rss = 0, meas_dev = 0, log_peak = 0;
   for (int k = 0; k < R; ++k) {
-    log_peak = std::max(log_peak, meas(k, kRow + 3));
-    meas_heap = std::max(meas_heap, meas(k, kRow));
-    meas_rss = std::max(meas_rss, meas(k, kRow + 1));
-    meas_dev = std::max(meas_dev, meas(k, kRow + 2));
+    log_peak = std::max(log_peak, m.at(k, kRow + 3));
+    meas_heap = std::max(meas_heap, m.at(k, kRow));
+    meas_rss = std::max(meas_rss, m.at(k, kRow + 1));
+    meas_dev = std::max(meas_dev, m.at(k, kRow + 2));
   }
   // Offload: the simulator's peak is device memory, so the comparison is against the executor's device figure
   // (chunked: resident chunk slots + activations; optimizer: the tracked heap less the host optimizer's pinned
   // buffers); the whole heap (host memory included) is reported next to it.
   const bool device = rr.offload.on;
   const double meas_peak = device ? meas_dev : meas_heap;
-  auto rank_peak = [&](int g) { return device ? meas(g, kRow + 2) : meas(g, kRow); };
+  auto rank_peak = [&](int g) { return device ? m.at(g, kRow + 2) : m.at(g, kRow); };
 
   json ranks = json::array();
   json headline;
@@ -214,15 +249,15 @@ json validate_run(const std::string& file, const json& profile, const std::strin
     const int g = res.ranks[r].global_rank;
     std::vector<double> pc = predicted_classes(res, r);
     double msum = 0;
-    for (int c = 0; c < prof::kClasses; ++c) msum += meas(g, c);
+    for (int c = 0; c < prof::kClasses; ++c) msum += m.at(g, c);
     json cls = json::object();
     for (int c = 0; c < kRow; ++c) {
-      double m = c < prof::kClasses ? meas(g, c) : std::max(0.0, meas_step - msum);
-      cls[row_name(c)] = {{"predicted_s", pc[c]}, {"measured_s", m}};
+      double v = c < prof::kClasses ? m.at(g, c) : std::max(0.0, meas_step - msum);
+      cls[row_name(c)] = {{"predicted_s", pc[c]}, {"measured_s", v}};
     }
     json one = {{"rank", g}, {"stage", res.ranks[r].stage}, {"classes", cls},
                 {"predicted_peak_memory_bytes", res.ranks[r].peak.total()}, {"measured_peak_memory_bytes", rank_peak(g)},
-                {"measured_peak_heap_bytes", meas(g, kRow)}};
+                {"measured_peak_heap_bytes", m.at(g, kRow)}};
     if (r == res.breakdown_rank) headline = one;
     ranks.push_back(one);
   }
@@ -230,8 +265,8 @@ json validate_run(const std::string& file, const json& profile, const std::strin
       {"scenario", file},
       {"profile", profile_file},
       {"ranks", R},
-      {"steps", ro.steps},
-      {"hooked_steps", hooked},
+      {"steps", m.steps},
+      {"hooked_steps", m.hooked},
       {"predicted", {{"step_time_s", res.step_time_s}, {"peak_memory_bytes", res.peak_bytes_per_gpu},
                      {"memory", {{"weights", res.memory.weights}, {"gradients", res.memory.gradients},
                                  {"optimizer", res.memory.optimizer}, {"activations", res.memory.activations},
@@ -248,16 +283,8 @@ json validate_run(const std::string& file, const json& profile, const std::strin
                          {"before", speed_before}, {"after", speed_after}, {"mean", speed},
                          {"step_time_error_at_that_speed", speed > 0 ? rel_err(res.step_time_s / speed, meas_step) : 0.0}}},
       {"per_op_class", headline},
-      {"offload", opt_off ? json{{"kind", rr.offload.kind}, {"host_state_bytes", rr.offload.host_state_bytes},
-                                 {"h2d_bytes", rr.offload.h2d_bytes}, {"d2h_bytes", rr.offload.d2h_bytes}}
-                  : device ? json{{"kind", "chunked"}, {"budget_bytes", rr.offload.budget_bytes}, {"arena_bytes", rr.offload.arena_bytes},
-                                {"peak_device_bytes", rr.offload.peak_device_bytes},
-                                {"peak_arena_bytes", rr.offload.peak_arena_bytes},
-                                {"h2d_bytes", rr.offload.h2d_bytes}, {"d2h_bytes", rr.offload.d2h_bytes},
-                                {"chunk_bytes", rr.offload.chunk_bytes}, {"chunks", rr.offload.chunks}}
-                         : json(nullptr)},
+      {"offload", offload_json(rr)},
       {"per_rank", ranks}};
-  if (rr.offload.kind == "granular") rep["offload"]["peak_loaded_bytes"] = rr.offload.peak_loaded_bytes;  // per step
   rep["warnings"] = json::array();
   const int cores = usable_cores(), local = local_ranks(world.size());
   if (local > cores)
@@ -265,6 +292,17 @@ json validate_run(const std::string& file, const json& profile, const std::strin
                               " cores: the ranks share cores, so the measured step time says nothing about the "
                               "prediction (peak memory still compares)");
   return rep;
+}
+
+}  // namespace
+
+json validate_run(const std::string& file, const json& profile, const std::string& profile_file,
+                  const ValidateOptions& o, Comm& world) {
+  prof::track_heap();  // from here on every block is counted (malloc_usable_size) when allocated and freed
+  const Inputs in = read_inputs(file, profile, profile_file, o, world);  // every rank
+  const Measured m = measure(in.run_sc, in.ranks, o, world);                      // every rank
+  if (world.rank() != 0) return nullptr;
+  return report(file, profile_file, in, m, world);                        // rank 0
 }
 
 std::string validate_text(const json& r) {

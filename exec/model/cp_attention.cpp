@@ -13,9 +13,6 @@ namespace tp::exec {
 
 namespace {
 
-template <class T>
-Dtype dt() { return sizeof(T) == 8 ? Dtype::f64 : Dtype::f32; }
-
 long chunk_of(int rank, int size, int h) { return h == 0 ? rank : 2L * size - 1 - rank; }
 
 // f(b, h, local row offset, global row offset) for every (sequence, half) of cp rank `r` (rows are Lc long).
@@ -31,7 +28,7 @@ template <class T>
 void gather_seq(const CpCtx& c, const T* local, Buf<T>& full, long B, long W) {
   const long n = B * c.Tl() * W, Lc = c.Lc();
   Buf<T> all((size_t)n * c.size);
-  c.cp->all_gather(local, all.data(), n, dt<T>());
+  c.cp->all_gather(local, all.data(), n, dtype_of<T>());
   full.resize((size_t)B * c.T * W);
   for (int s = 0; s < c.size; ++s)
     each_block(c, s, B, [&](long, int, long lrow, long grow) {
@@ -48,7 +45,7 @@ void scatter_seq(const CpCtx& c, const T* full, T* local, long B, long W) {
     each_block(c, s, B, [&](long, int, long lrow, long grow) {
       ops::copy(blocks.data() + s * n + lrow * W, full + grow * W, Lc * W);
     });
-  c.cp->reduce_scatter_sum(blocks.data(), mine.data(), n, dt<T>());
+  c.cp->reduce_scatter_sum(blocks.data(), mine.data(), n, dtype_of<T>());
   ops::accumulate(local, mine.data(), n);
 }
 

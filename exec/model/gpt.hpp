@@ -232,6 +232,16 @@ void gemm16(T* C, const T* A, const uint16_t* A16, const T* B, const uint16_t* B
 // b's elements, or null when b is empty (an optional packed operand).
 inline const uint16_t* data16(const Buf<uint16_t>& b) { return b.empty() ? nullptr : b.data(); }
 
+// Sequence-parallel row shards: rank r of `tp` holds rows [r n/t, (r+1) n/t) of an [n, C] tensor.
+template <class T>
+void gather_rows(Comm* tp, const T* shard, T* full, long rows_loc, long C) {
+  tp->all_gather(shard, full, rows_loc * C, dtype_of<T>());
+}
+template <class T>
+void reduce_scatter_rows(Comm* tp, const T* full, T* shard, long rows_loc, long C) {
+  tp->reduce_scatter_sum(full, shard, rows_loc * C, dtype_of<T>());
+}
+
 // Saved activations of one layer for one micro-batch (sizes per tp rank); the backward needs them (or a
 // recompute of the layer from its input). Gpt::layer_bwd consumes them: it releases (or reuses as gradient
 // scratch) each saved tensor once it is no longer needed, as an autograd engine frees saved tensors.

@@ -24,23 +24,20 @@ namespace tp::exec {
 
 namespace {
 
-template <class T>
-Dtype dt() { return sizeof(T) == 8 ? Dtype::f64 : Dtype::f32; }
-
 bool multi(const Comm* cm) { return cm && cm->size() > 1; }
 
 template <class T>
 void bcast(Comm* cm, T* buf, long n, int root) {
-  if (multi(cm)) cm->broadcast(buf, n, dt<T>(), root);
+  if (multi(cm)) cm->broadcast(buf, n, dtype_of<T>(), root);
 }
 template <class T>
 void reduce_to(Comm* cm, const T* in, T* out, long n, int root) {  // out (on root) = sum over cm of in
-  if (multi(cm)) cm->reduce_sum(in, out, n, dt<T>(), root);
+  if (multi(cm)) cm->reduce_sum(in, out, n, dtype_of<T>(), root);
   else ops::copy(out, in, n);
 }
 template <class T>
 void all_reduce(Comm* cm, T* buf, long n) {
-  if (multi(cm)) cm->all_reduce_sum(buf, n, dt<T>());
+  if (multi(cm)) cm->all_reduce_sum(buf, n, dtype_of<T>());
 }
 
 // The grid as seen by one rank.
@@ -325,7 +322,7 @@ T Gpt2d<T>::head_fwd(const T* x, const int32_t* targets, HeadActs<T>& a, long B,
   const long v0 = (long)lay.v_begin(G.c);
   Buf<T> mx(Nl), mxs(Nl * q);
   ops::row_max(mx.data(), logits.data(), Nl, Vl);
-  if (multi(G.row)) G.row->all_gather(mx.data(), mxs.data(), Nl, dt<T>());
+  if (multi(G.row)) G.row->all_gather(mx.data(), mxs.data(), Nl, dtype_of<T>());
   else ops::copy(mxs.data(), mx.data(), Nl);
   ops::max_combine(mx.data(), mxs.data(), Nl, q);
   Buf<T> s(2 * Nl);  // [sum exp | target logit - max]

@@ -16,14 +16,12 @@
 namespace tp::exec {
 
 namespace {
-Dtype dt(float) { return Dtype::f32; }
-Dtype dt(double) { return Dtype::f64; }
 
 // Block b of [E cap, C] between router order and expert order (all-to-all over ep: blocks of El cap C).
 template <class T>
 void exchange(Comm* ep, const T* in, T* out, long long El, long cap, long C, long long E) {
   if (!ep) { ops::copy(out, in, (long)(E * cap * C)); return; }
-  ep->all_to_all(in, out, (long)(El * cap * C), dt(T{}));
+  ep->all_to_all(in, out, (long)(El * cap * C), dtype_of<T>());
 }
 }  // namespace
 
@@ -33,7 +31,7 @@ template <class T>
 const T* expert_inputs(const Gpt<T>& g, const Buf<T>& xe, Buf<T>& xg, long G, long rows, long C) {
   if (G == 1) return xe.data();
   xg.resize((size_t)(G * rows * C));
-  g.tp->all_gather(xe.data(), xg.data(), rows * C, dt(T{}));
+  g.tp->all_gather(xe.data(), xg.data(), rows * C, dtype_of<T>());
   return xg.data();
 }
 
@@ -84,8 +82,8 @@ void moe_mlp_fwd(const Gpt<T>& g, int wl, const LayerParams& W, LayerActs<T>& a,
            w2_16 ? w2_16 + ge * Fe * C : nullptr, cap, C, Fe, false, false, T(0));
   }
   Buf<T>().swap(xg);
-  if (G > 1) g.tp->reduce_scatter_sum(eg.data(), eout.data(), rows * C, dt(T{}));  // SP: my tokens' sums
-  else if (g.tp) g.tp->all_reduce_sum(eout.data(), rows * C, dt(T{}));  // row-parallel fc2: partial sums over tp
+  if (G > 1) g.tp->reduce_scatter_sum(eg.data(), eout.data(), rows * C, dtype_of<T>());  // SP: my tokens' sums
+  else if (g.tp) g.tp->all_reduce_sum(eout.data(), rows * C, dtype_of<T>());  // row-parallel fc2: partial sums over tp
   Buf<T>().swap(eg);
   if (W.ex_b2 >= 0)
     for (long b = 0; b < E; ++b)
@@ -146,8 +144,8 @@ void moe_mlp_bwd(const Gpt<T>& g, int wl, const LayerParams& W, LayerActs<T>& a,
   }
   for (Buf<T>* v : {&a.fc1, &a.act, &a.m_xe, &deo, &dg, &xg}) release(*v);
   Buf<T>& dxe = dye;  // reused: my tokens' expert-input gradients in expert order
-  if (G > 1) g.tp->reduce_scatter_sum(dxg.data(), dxe.data(), rows * C, dt(T{}));  // SP: the all-gather's backward
-  else if (g.tp) g.tp->all_reduce_sum(dxe.data(), rows * C, dt(T{}));  // column-parallel fc1: partial over tp
+  if (G > 1) g.tp->reduce_scatter_sum(dxg.data(), dxe.data(), rows * C, dtype_of<T>());  // SP: the all-gather's backward
+  else if (g.tp) g.tp->all_reduce_sum(dxe.data(), rows * C, dtype_of<T>());  // column-parallel fc1: partial over tp
   release(dxg);
   Buf<T> ddisp((size_t)(rows * C));
   exchange(g.ep, dxe.data(), ddisp.data(), El, cap, C, E);

@@ -70,9 +70,6 @@
 
 namespace tp::exec::detail {
 
-template <class T>
-Dtype dtype_of() { return sizeof(T) == 8 ? Dtype::f64 : Dtype::f32; }
-
 // Pseudo-to-Real with a pseudo plan of another layout (exec/runtime/runtime_relayout.cpp, exec/runtime/handover.hpp): the
 // handover of the model's state to the real phase's ranks, one window of the single-rank layout at a time.
 template <class T>
