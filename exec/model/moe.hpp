@@ -16,7 +16,7 @@
 // (stage, tp rank); ep rank r = dp rank % ep. Experts are sharded over ep: a rank's layout (gpt_layout with
 // GptShape::ep / ep_rank) holds only its El local experts [r El, (r+1) El) as the MoE layer's last views, so it
 // allocates, updates and checkpoints only those (parameters, gradients, Adam moments, ZeRO slices). The runtime
-// (exec/runtime/runtime_rank.hpp, runtime_parts.hpp Unit) reduces and ZeRO-shards a MoE layer's dense part over the dp group
+// (exec/runtime/runtime_rank.hpp, exec/runtime/model_flat.hpp Unit) reduces and ZeRO-shards a MoE layer's dense part over the dp group
 // and its experts over the expert-data-parallel group (the dp / ep ranks with the same ep rank), as the
 // simulator counts them (sim/step_formulas.hpp Params, zero_shard).
 // Tensor parallelism: each expert's fc1 columns / fc2 rows are split like the dense MLP's (shard_params).

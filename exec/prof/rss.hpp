@@ -1,5 +1,5 @@
 // rss: the one reader of this process's resident memory from /proc (issue 40): the resident set now (the
-// runtime's trace memory counter, runtime_parts.hpp Recorder; validate's probe), its high-water mark (Linux
+// runtime's trace memory counter, trace_recorder.hpp Recorder; validate's probe), its high-water mark (Linux
 // VmHWM, the runs' peak host memory, runtime_step.cpp) and that mark's restart (validate keeps its machine-speed
 // probe's operands out of the figure). Pages are counted in sysconf(_SC_PAGESIZE) bytes. Defined in rss.cpp.
 #pragma once

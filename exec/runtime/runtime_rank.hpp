@@ -65,7 +65,10 @@
 #include "exec/prof/prof.hpp"
 #include "exec/runtime/train.hpp"
 #include "exec/model/fp8.hpp"
-#include "exec/runtime/runtime_parts.hpp"
+#include "exec/runtime/model_flat.hpp"
+#include "exec/runtime/offload/offload_glue.hpp"
+#include "exec/runtime/run_state.hpp"
+#include "exec/runtime/trace_recorder.hpp"
 #include "schedule/pipeline.hpp"
 
 namespace tp::exec::detail {

@@ -1,5 +1,5 @@
-// runtime_state: the rank's parameter state for exec/runtime/runtime.cpp, declared in runtime_parts.hpp: the initial
-// model of this tp rank, the learning rate, the ZeRO-3 gather of a layer's slices and the checkpoint files.
+// runtime_state: the rank's parameter state for exec/runtime/runtime.cpp, declared in model_flat.hpp and
+// run_state.hpp: the initial model of this tp rank, the learning rate, the ZeRO-3 gather of a layer's slices and the checkpoint files.
 // Invariants: under ZeRO-3 with dp > 1 (no chunked offload) a rank holds a layer's parameters as its padded
 // slice (slice d of the unit on dp rank d, zeros past the unit's end) and, from the all-gather before a run of
 // the layer to the run's end, as the gathered unit (slice * dp elements; the views point into its first
@@ -10,7 +10,9 @@
 #include <cstdio>
 #include <string>
 
-#include "exec/runtime/runtime_parts.hpp"
+#include "exec/runtime/model_flat.hpp"
+#include "exec/prof/rss.hpp"
+#include "exec/runtime/run_state.hpp"
 #include "models/scenario.hpp"
 
 namespace tp::exec::detail {

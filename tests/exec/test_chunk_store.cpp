@@ -11,7 +11,7 @@
 
 #include "exec/runtime/offload/chunk_store.hpp"
 #include "exec/model/gpt.hpp"
-#include "exec/runtime/runtime_parts.hpp"
+#include "exec/runtime/offload/offload_glue.hpp"
 #include "models/scenario.hpp"
 #include "sim/chunk_offload.hpp"
 #include "sim/chunks.hpp"

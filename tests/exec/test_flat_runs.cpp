@@ -1,11 +1,11 @@
-// Flat::each_run (exec/runtime/runtime_parts.hpp): the optimizer's norm, clip and Adam step run once per run of adjacent
+// Flat::each_run (exec/runtime/model_flat.hpp): the optimizer's norm, clip and Adam step run once per run of adjacent
 // parameter views with one key (a skipped view, another weight decay or a gap ends a run), over any flat range.
 #include <gtest/gtest.h>
 
 #include <tuple>
 #include <vector>
 
-#include "exec/runtime/runtime_parts.hpp"
+#include "exec/runtime/model_flat.hpp"
 
 namespace {
 

@@ -1,5 +1,5 @@
 // runtime_chunks: the runtime's glue to the chunk store (plan.offload "chunked"; exec/runtime/offload/chunk_store.hpp),
-// declared in runtime_parts.hpp: the pieces and runs of the rank's schedule (runs are the store's moments),
+// declared in offload_glue.hpp: the pieces and runs of the rank's schedule (runs are the store's moments),
 // the store's tensor list, the check that every run's chunks fit the budget,
 // and the per-step / per-run offload figures of RunResult.
 // Invariants: the tensor list is the simulator's (sim/chunk_offload.cpp list_chunk_tensors) for the same units:
@@ -12,7 +12,7 @@
 #include <cstdio>
 #include <string>
 
-#include "exec/runtime/runtime_parts.hpp"
+#include "exec/runtime/offload/offload_glue.hpp"
 
 namespace tp::exec::detail {
 

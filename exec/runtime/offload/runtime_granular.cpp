@@ -4,7 +4,7 @@
 #include <algorithm>
 
 #include "exec/backends/ops.hpp"
-#include "exec/runtime/runtime_parts.hpp"
+#include "exec/runtime/offload/offload_glue.hpp"
 #include "models/plan.hpp"
 
 namespace tp::exec {

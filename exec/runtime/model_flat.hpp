@@ -1,72 +1,20 @@
-// runtime_parts: internal to exec/runtime*.cpp — the measured-trace recorder (the simulator's lanes and op
-// names), the dispatch of model pieces to the 1D or 2D GPT, the flat parameter layout of either, and the
-// chunk-store glue (exec/runtime/offload/runtime_chunks.cpp), the initial model, the ZeRO-3 gather and the checkpoint files (exec/runtime/runtime_state.cpp).
+// model_flat: the rank's model for the runtime: the model pieces of either tensor-parallel mode behind one call
+// site (Net: 1D Megatron or 2D Optimus), their flat parameter layout (Flat: views, unit ranges, runs of adjacent
+// views), the ZeRO / MoE parameter unit, and the initial model (init_model, seeded_params). Internal to exec/runtime.
+// Invariant: a Flat's views are ascending and disjoint; each_view / each_run visit a range in flat order.
 #pragma once
 #include <algorithm>
-#include <chrono>
-#include <cstdio>
 #include <functional>
-#include <string>
-#include <utility>
+#include <memory>
 #include <vector>
 
 #include "exec/backends/backend.hpp"
-#include "exec/io/checkpoint.hpp"
-#include "exec/runtime/offload/chunk_store.hpp"
+#include "exec/backends/ops.hpp"
 #include "exec/model/gpt.hpp"
 #include "exec/model/gpt2d.hpp"
-#include "exec/runtime/handover.hpp"
-#include "exec/backends/ops.hpp"
-#include "exec/prof/rss.hpp"
-#include "exec/runtime/train.hpp"
-#include "schedule/pipeline.hpp"
+#include "models/scenario.hpp"
 
 namespace tp::exec::detail {
-
-// Measured trace of one step with the simulator's lanes (tid) and op names (schedule/pipeline.hpp), plus the
-// resident memory after every piece.
-struct Recorder {
-  bool on = false;
-  std::chrono::steady_clock::time_point t0;
-  struct Ev { std::string name; int tid; double a, b; };
-  std::vector<Ev> ev;
-  std::vector<std::pair<double, double>> mem;  // (t, resident bytes)
-  double now() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); }
-  template <class F>
-  void span(const std::string& name, int tid, F&& f) {
-    if (!on) { f(); return; }
-    double a = now();
-    f();
-    ev.push_back({name, tid, a, now()});
-  }
-  void sample_memory() {
-    if (!on) return;
-    mem.push_back({now(), rss_bytes()});
-  }
-  // The recorded events as Chrome trace "X" slices and the memory counter, pid 2000 + rank ("run").
-  json trace_events(int rank, int stage, int step) const;
-};
-enum TraceTid { kTidStep = 0, kTidCompute = 1, kTidPpFwd = 3, kTidPpBwd = 4, kTidDp = 5, kTidZero = 6 };
-
-inline json Recorder::trace_events(int rank, int stage, int step) const {
-  json out = json::array();
-  int pid = 2000 + rank;
-  char pname[64];
-  std::snprintf(pname, sizeof pname, "rank %d — run (stage %d)", rank, stage);
-  out.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", pid}, {"args", {{"name", pname}}}});
-  out.push_back({{"name", "process_sort_index"}, {"ph", "M"}, {"pid", pid}, {"args", {{"sort_index", 2 * rank + 2}}}});
-  const char* tnames[] = {"step", "compute", "tp", "pp.fwd", "pp.bwd", "dp", "zero"};
-  for (int t = 0; t < 7; ++t)
-    out.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", pid}, {"tid", t}, {"args", {{"name", tnames[t]}}}});
-  double end = 0;
-  for (const auto& e : ev) end = std::max(end, e.b);
-  out.push_back({{"name", "step " + std::to_string(step)}, {"ph", "X"}, {"pid", pid}, {"tid", kTidStep}, {"ts", 0}, {"dur", end * 1e6}});
-  for (const auto& e : ev)
-    out.push_back({{"name", e.name}, {"ph", "X"}, {"pid", pid}, {"tid", e.tid}, {"ts", e.a * 1e6}, {"dur", (e.b - e.a) * 1e6}});
-  for (const auto& [t, bytes] : mem)
-    out.push_back({{"name", "memory"}, {"ph", "C"}, {"pid", pid}, {"ts", t * 1e6}, {"args", {{"bytes", bytes}}}});
-  return out;
-}
 
 // The model pieces of either tensor-parallel mode behind one call site (1D Megatron or 2D Optimus).
 template <class T>
@@ -174,27 +122,6 @@ struct Unit {
   long long eslice = 0;    // ZeRO slice length of [x, b) (padded length / (dp / ep); the length without ZeRO)
 };
 
-// One layer's forward or backward inside work item `item` of the rank's order.
-struct Piece { int item, layer; Pass pass; };
-
-// Chunk-store glue (exec/runtime/offload/runtime_chunks.cpp). The pieces of the rank's work items in execution order (a
-// forward item's layers ascending, a backward's descending), and its runs (the store's moments: consecutive
-// pieces on the same layer and pass): run_of_piece per piece, run_layer per run.
-std::vector<Piece> order_pieces(const std::vector<WorkItem>& order, const StageLayout& lay, int stage);
-void split_runs(const std::vector<Piece>& pieces, std::vector<int>& run_of_piece, std::vector<int>& run_layer);
-// The store's tensors of the held units (units[u] = its flat
-// [a, b), cbase[u] = its base in the compact buffers, -1 when not held) in the simulator's order: per unit,
-// the QKV, projection, fc1, fc2 weights, then the unit's other views joined as one tensor; part = unit.
-std::vector<ChunkTensor> chunk_tensors(const Flat& gl, const std::vector<std::pair<long long, long long>>& units,
-                                       const std::vector<long long>& cbase);
-// Throws InputError when some run's chunks (run_parts(r)) exceed the device budget.
-template <class T>
-void check_runs_fit(const ChunkStore<T>& store, const std::vector<int>& run_layer,
-                    const std::function<std::vector<int>(int)>& run_parts, long long chunk_elements);
-void record_chunk_step(OffloadResult& f, const ChunkStepStats& cs);  // appends one step's figures
-template <class T>
-void finish_offload(OffloadResult& f, const ChunkStore<T>& store, long long chunk_elements);  // the run's
-
 // The model pieces and flat layout of tp rank `tp_rank` (1D, or 2D with its grid row / column communicators
 // split off `tp`) and which views are replicated across tp ranks.
 template <class T>
@@ -214,27 +141,5 @@ ParamSource<T> seeded_params(const Scenario& sc, const Net<T>& model, const Flat
 // full element). Memory: the view's size, never the model's.
 std::vector<double> view_full_index(const GptLayout& full, const GptLayout& shard, const ParamView& v);
 std::vector<double> view_full_index(const GptLayout& full, const Gpt2dLayout& shard, const ParamView& v);
-double learning_rate(const RunOptions& o, int step, int warmup);  // linear warmup, then cosine to min_lr_ratio
-
-// One step's figures of optimizer or granular offload (host_optimizer.hpp, runtime_granular.hpp) into the run's
-// result: the step's copies (and, for granular, the peak of loaded layers), then the counters restart.
-inline void record_offload_step(OffloadResult& f, const char* kind, double& h2d_bytes, double& d2h_bytes,
-                                double host_state_bytes, double* peak_loaded_bytes) {
-  f.on = true;
-  f.kind = kind;
-  f.h2d_bytes.push_back(h2d_bytes);
-  f.d2h_bytes.push_back(d2h_bytes);
-  f.host_state_bytes = host_state_bytes;
-  h2d_bytes = d2h_bytes = 0;
-  if (peak_loaded_bytes) f.peak_loaded_bytes.push_back(*peak_loaded_bytes), *peak_loaded_bytes = 0;
-}
-// The run's peak memory on backend b: its device high-water mark on a device backend, else peak_rss_bytes().
-double peak_memory_of(const Backend& b);
-// This rank's checkpoint of the state before step `next_step` (then a barrier: complete when every rank's is),
-// and its read-back into the same tensors (InputError when the file is of another scenario or plan).
-void save_rank_checkpoint(const Scenario& sc, const RunOptions& o, Comm& world, long next_step,
-                          const std::vector<TensorView>& tensors);
-void load_rank_checkpoint(const Scenario& sc, const RunOptions& o, int rank, long step,
-                          const std::vector<TensorView>& tensors);  // into each tensor's data
 
 }  // namespace tp::exec::detail
