@@ -184,12 +184,18 @@ std::vector<Phase> collective_phases(Coll c, const std::vector<int>& group, doub
     ph.flows.push_back({group[0], group[1], S / e, S});
     ph.latency_s = topo.latency_s(group[0], group[1]);
     out.push_back(std::move(ph));
+    if (cl.nccl.step_collectives) time_as_nccl(c, 2, same ? 2 : 1, S, topo, cl, out);  // ncclSend / ncclRecv
     return out;
   }
   int g = (int)group.size();
   if (g <= 1 || S <= 0) return out;
   if (c == Coll::broadcast || c == Coll::reduce || c == Coll::all_to_all) {
     append(out, direct_phase(c, group, S, topo, cl));
+    if (c == Coll::all_to_all && cl.nccl.step_collectives) {  // NCCL's grouped send / recv to every peer
+      const NodeSplit ns = split_by_node(group, topo);
+      const int k = ns.hierarchical ? (int)ns.by_node.front().size() : (ns.by_node.size() == 1 ? g : 1);
+      time_as_nccl(c, g, k, S, topo, cl, out);
+    }
     return out;
   }
   // The phase list (collective_ring_phases, shared with the closed form in sim/step_formulas.cpp), laid on

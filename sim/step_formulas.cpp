@@ -32,7 +32,8 @@ double nic_share_bytes_per_s(const Cluster& cl) {
 double collective_closed_form_s(Coll c, int g, int k, double S, const Cluster& cl, const LinkTiers& lat) {
   if (g <= 1 || S <= 0) return 0;
   k = std::max(1, std::min(k, g));
-  if (cl.nccl.step_collectives && (c == Coll::all_reduce || c == Coll::reduce_scatter || c == Coll::all_gather))
+  if (cl.nccl.step_collectives &&
+      (c == Coll::all_reduce || c == Coll::reduce_scatter || c == Coll::all_gather || c == Coll::all_to_all))
     // As sim/collective.cpp times them, with the node's NICs shared by the groups running beside this one (the
     // simulator's flows share them).
     return nccl_collective(cl, c, g, g % k == 0 ? k : 1, S, true).time_s;
@@ -52,6 +53,8 @@ double collective_closed_form_s(Coll c, int g, int k, double S, const Cluster& c
 }
 
 double p2p_closed_form_s(bool inter, double bytes, const Cluster& cl, const LinkTiers& lat) {
+  if (cl.nccl.step_collectives && bytes > 0)  // as sim/collective.cpp times a pipeline send: NCCL's send / recv
+    return nccl_collective(cl, Coll::p2p, 2, inter ? 1 : 2, bytes).time_s;
   if (!inter)
     return bytes / (cl.intra.bandwidth_bytes_per_s * cl.intra.efficiency.at(bytes)) + lat.intra_latency_s;
   double nic = cl.inter.nics_per_node * cl.inter.nic_bandwidth_bytes_per_s / cl.gpus_per_node;

@@ -27,7 +27,9 @@ inline json ideal_cluster(int nodes = 64, int gpus_per_node = 8) {
                           {"oversubscription", 1}, {"nodes_per_leaf", 4}, {"latency_s", 0}, {"efficiency", flat}}},
           {"host", {{"memory_bytes", 1e12}, {"pcie_bandwidth_bytes_per_s", 1e20}, {"cpu_cores", 64}}},
           {"price_per_gpu_hour_usd", 2.0},
-          {"power_per_gpu_w", 500}};
+          {"power_per_gpu_w", 500},
+          // ideal: no NCCL latencies either; the collectives take the flows' (link) times
+          {"nccl", {{"step_collectives", false}}}};
 }
 
 // The ideal cluster with finite NVSwitch ports (1e11 B/s) and hop latency (1 us), for collective phase tests.
