@@ -21,10 +21,12 @@ Scenario example(const char* name) {
 
 // Runs whose measured step times are the simulator's own under a known fit: compute-bound (one GPU, GPT-2),
 // data-parallel over nodes (GPT-3 175B with ZeRO-3 on Selene), tensor- and pipeline-parallel H100 runs.
-std::vector<FitRun> generated_runs(const FrameworkFit& truth) {
+std::vector<FitRun> generated_runs(const FrameworkFit& truth,
+                                   std::vector<const char*> names = {"gpt2-124m-h200-single.json", "zero3-layered.json",
+                                                                     "llama3-70b-dgx-h100.json", "llama3-8b-dgx-h100-fp8.json",
+                                                                     "lga-mpp-gpt3-175b.json", "optimus-2d-frontera.json"}) {
   std::vector<FitRun> runs;
-  for (const char* n : {"gpt2-124m-h200-single.json", "zero3-layered.json", "llama3-70b-dgx-h100.json",
-                        "llama3-8b-dgx-h100-fp8.json", "lga-mpp-gpt3-175b.json", "optimus-2d-frontera.json"}) {
+  for (const char* n : names) {
     FitRun r;
     r.name = n;
     r.scenario = example(n);
@@ -58,18 +60,13 @@ TEST(Fit, AttentionScaleIsToldFromComputeByTheSequenceLength) {
   FrameworkFit truth;
   truth.compute_efficiency_scale = 0.9;
   truth.attention_efficiency_scale = 0.6;
-  std::vector<FitRun> runs;
-  for (const char* n : {"llama3-70b-128k-cp16.json", "llama3-8b-dgx-h100-fp8.json", "gpt2-124m-h200-single.json"}) {
-    FitRun r;
-    r.name = n;
-    r.scenario = example(n);
-    Framework f = r.scenario.framework;
-    f.fit = truth;
-    r.measured_s = predicted_step_s(r, f);
-    Framework only_compute = f;
+  const std::vector<FitRun> runs =
+      generated_runs(truth, {"llama3-70b-128k-cp16.json", "llama3-8b-dgx-h100-fp8.json", "gpt2-124m-h200-single.json"});
+  for (const FitRun& r : runs) {  // the scale slows every run's attention
+    Framework only_compute = r.scenario.framework;
+    only_compute.fit = truth;
     only_compute.fit.attention_efficiency_scale = 1;
-    EXPECT_LT(predicted_step_s(r, only_compute), r.measured_s) << n;  // the scale slows every run's attention
-    runs.push_back(std::move(r));
+    EXPECT_LT(predicted_step_s(r, only_compute), r.measured_s) << r.name;
   }
   const FitResult r = fit_framework(runs, runs.front().scenario.framework,
                                     {"compute_efficiency_scale", "attention_efficiency_scale"}, 2);
