@@ -38,6 +38,11 @@ void Refusals::throw_if_any() const {
   if (!msgs.empty()) throw InputError(msgs);
 }
 
+// Layers per model chunk (pp x virtual stages chunks of the model, even stages).
+static long long chunk_layers(const Scenario& sc) {
+  return sc.model.layers / ((long long)sc.plan.pp * std::max(1, sc.plan.virtual_stages));
+}
+
 void refuse_common(const Scenario& sc, Refusals& r) {
   const Plan& p = sc.plan;
   r.need(!sc.delink.on(), "$.plan.delink", "Pseudo-to-Real delinking (M6-10T)",
@@ -62,7 +67,7 @@ void refuse_common(const Scenario& sc, Refusals& r) {
          "TorchTitan's op-level selective checkpointing (\"selective_op\")", "\"recompute\": \"full\"");
   const long long L = sc.model.layers, N = p.recompute_layers;
   if (N >= 0 && N < L) {
-    const long long chunk = L / ((long long)p.pp * std::max(1, p.virtual_stages));
+    const long long chunk = chunk_layers(sc);
     const bool titan = r.target == "TorchTitan";
     const bool ok = p.recompute == Recompute::full &&
                     (titan ? N == 0 || L % N == 0 : p.stage_layers.empty() && (chunk * N) % L == 0);
@@ -78,7 +83,7 @@ long long recompute_block_layers(const Scenario& sc) {
   const Plan& p = sc.plan;
   const long long L = sc.model.layers, N = p.recompute_layers;
   if (N < 0 || N >= L) return -1;
-  return L / ((long long)p.pp * std::max(1, p.virtual_stages)) * N / L;
+  return chunk_layers(sc) * N / L;
 }
 
 long long accumulation_steps(const Scenario& sc) { return sc.plan.num_microbatches; }

@@ -449,7 +449,7 @@ double moe_layer(const Layer& L, CostModel& cm) {
   // Parameters per GPU: attention + both norms as the dense layer, router (replicated), local experts.
   const double attn_params = (h * (qw + 2 * kvd) + qw * h + (L.qkv_b ? qw + 2 * kvd : 0)) / t +
                              ((L.proj_b ? h : 0) + (L.gpt ? 4 * h : 2 * h));  // output bias + both norms
-  cm.moe_expert_params = M.El * ((h * M.fe_in + M.fe * h + (L.mlp_b ? M.fe_in : 0)) / t + (L.mlp_b ? h : 0));
+  cm.moe_expert_params = local_expert_params(L.m, L.p.ep, (int)t);
   const double shared_params =
       M.fs > 0 ? (h * M.fs_in + M.fs * h + (L.mlp_b ? M.fs_in : 0)) / t + (L.mlp_b ? h : 0) : 0;
   cm.moe_params = attn_params + h * M.E + cm.moe_expert_params + shared_params;
@@ -563,6 +563,13 @@ double layer_params_full(const Transformer& m) {
 }
 
 double expert_params_full(const Transformer& m) { return mlp_params_full(m, (double)m.expert_ffn()); }
+
+double local_expert_params(const Transformer& m, int ep, int tp) {
+  if (m.moe.experts <= 0) return 0;
+  const double h = (double)m.hidden, fe = (double)m.expert_ffn(), fe_in = m.activation == Activation::gelu ? fe : 2 * fe;
+  const bool b = m.has_mlp_bias();
+  return (double)(m.moe.experts / ep) * ((h * fe_in + fe * h + (b ? fe_in : 0)) / tp + (b ? h : 0));
+}
 
 double moe_layer_params_full(const Transformer& m) {
   double shared = m.moe.shared_ffn_hidden > 0 ? mlp_params_full(m, (double)m.moe.shared_ffn_hidden) : 0;

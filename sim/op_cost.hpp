@@ -100,6 +100,9 @@ CostModel build_cost_model(const Scenario& sc, const TpComm& tpc);
 // Closed forms used by tests and the planner.
 double layer_params_full(const Transformer& m);  // one dense layer, unsharded (weights, biases, norms)
 double expert_params_full(const Transformer& m);  // one routed expert MLP, unsharded
+// One MoE layer's routed experts held by a rank: E / ep local experts split over tp (the fc2 bias replicated), as
+// the simulator's cost model and the executor's memory pre-check count them.
+double local_expert_params(const Transformer& m, int ep, int tp);
 double moe_layer_params_full(const Transformer& m);  // one MoE layer: attention, norms, router, experts, shared
 double total_params(const Transformer& m);  // all parameters (embeddings included, tied counted once; MoE layers)
 double active_params(const Transformer& m);  // per token: total less the (experts - top_k) idle experts per MoE layer

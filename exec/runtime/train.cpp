@@ -121,17 +121,16 @@ double run_bytes_per_rank(const Scenario& sc, bool fp64) {
   const Plan& p = sc.plan;
   const Transformer& m = sc.model;
   const double e = fp64 ? 8 : 4, tp = p.tp, mb = (double)p.microbatch, s = (double)sc.training.seq_len;
-  // MoE: a rank holds E / ep of each MoE layer's experts (exec/model/moe.hpp)
-  const double idle_experts = m.moe.experts > 0 ? (double)m.moe_layers_in(0, m.layers) *
-                                                       (double)(m.moe.experts - m.moe.experts / p.ep) * expert_params_full(m) : 0;
-  const double params = (total_params(m) - idle_experts) / (tp * p.pp);
+  // MoE: a rank holds E / ep of each MoE layer's experts (exec/model/moe.hpp), counted as the simulator counts them
+  const double moe_layers = m.moe.experts > 0 ? (double)m.moe_layers_in(0, m.layers) : 0;
+  const double local_experts = moe_layers * local_expert_params(m, p.ep, p.tp) / p.pp;
+  const double all_experts = moe_layers * (double)m.moe.experts * expert_params_full(m);
+  const double params = (total_params(m) - all_experts) / (tp * p.pp) + local_experts;
   // Weights, gradients and Adam's two moments, each sharded over the data ranks by its ZeRO stage as the
   // simulator shards them (sim/step_formulas.hpp zero_shard; experts over the expert-data-parallel group), and
   // under ZeRO-3 the gathered layer and the next one. The executor reduce-scatters a unit's gradient when its
   // last backward of the step ends, so with several micro-batches in standard accumulation every unit's
   // gradient is whole until then: sharded only under layered accumulation or with one micro-batch.
-  const double local_experts = m.moe.experts > 0 ? (double)m.moe_layers_in(0, m.layers) * (double)(m.moe.experts / p.ep) *
-                                                       expert_params_full(m) / (tp * p.pp) : 0;
   const Params pr{params - local_experts, local_experts};
   const int data = p.data_ranks(), edp = std::max(1, data / std::max(1, p.ep));
   const double gathered = p.zero >= 3 && data > 1 ? 2 * layer_params_full(m) / tp : 0;
