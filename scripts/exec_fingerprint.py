@@ -24,6 +24,7 @@ CASES = [  # name, base scenario, model fields, training fields, plan fields
     ("tp2", "tiny-gpt.json", {}, {}, {"tp": 2}),
     ("tp2_sp_flash", "tiny-gpt.json", SWIGLU, {}, {"tp": 2, "sequence_parallel": True, "attention": "flash"}),
     ("cp2_tp2_sp", "tiny-gpt.json", {}, {}, {"cp": 2, "tp": 2, "sequence_parallel": True, "attention": "flash"}),
+    ("cp2_unfused_swiglu", "tiny-gpt.json", SWIGLU, {}, {"cp": 2}),
     ("bf16_unfused", "tiny-gpt.json", {}, {"precision": "bf16"}, {}),
     ("bf16_flash_swiglu", "tiny-gpt.json", SWIGLU, {"precision": "bf16"}, {"attention": "flash"}),
     ("bf16_tp2_sp", "tiny-gpt.json", {}, {"precision": "bf16"}, {"tp": 2, "sequence_parallel": True}),

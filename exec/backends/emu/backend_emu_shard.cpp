@@ -184,95 +184,25 @@ void from_heads(T* dst, const T* src, long B, long Tn, long H, long D) {
   launcher()(k::PermuteHeads<T, false>{dst, src, B, Tn, H, D}, k::flat_dim(launcher(), B * Tn * H * D));
 }
 
+// The unfused attention core of Tq queries over Tk keys (Tq = Tk: the square causal form; Tq < Tk: context
+// parallelism's rectangle, the mask aligned bottom-right): one body for both, the op's name in its checks.
 template <class T>
-void check_attention(const char* op, const T* q, const T* k, const T* v, const T* att, long B, long Tn, long H,
+void check_attention(const char* op, const T* q, const T* k, const T* v, const T* att, long B, long Tq, long Tk, long H,
                      long Hkv, long D) {
-  need(op, "q", q, sz<T>(B * Tn * H * D));
-  need(op, "k", k, sz<T>(B * Tn * Hkv * D));
-  need(op, "v", v, sz<T>(B * Tn * Hkv * D));
-  need(op, "att", att, sz<T>(B * H * Tn * Tn));
-}
-
-// att = softmax_causal(scale Q Kᵀ), out = att V: q, k, v permuted to heads-major, one scores GEMM per
-// (b, h) straight into att, one softmax launch over all B H Tn rows (causal by row % Tn), one GEMM per (b, h)
-// for the output, permuted back.
-template <class T>
-void attention_fwd(T* out, T* att, const T* q, const T* k, const T* v, long B, long Tn, long H, long Hkv, long D) {
-  check_attention("attention_fwd", q, k, v, att, B, Tn, H, Hkv, D);
-  need("attention_fwd", "out", out, sz<T>(B * Tn * H * D));
-  if (B * Tn * H * D <= 0) return;
-  const long group = H / Hkv, hd = Tn * D;
-  const T sc = T(1) / std::sqrt(T(D));
-  Scratch<T> Q(B * H * hd), K(B * Hkv * hd), V(B * Hkv * hd), O(B * H * hd);
-  to_heads(Q.p, q, B, Tn, H, D);
-  to_heads(K.p, k, B, Tn, Hkv, D);
-  to_heads(V.p, v, B, Tn, Hkv, D);
-  for (long b = 0; b < B; ++b)
-    for (long h = 0; h < H; ++h)
-      ops::cpu::matmul<T>(att + (b * H + h) * Tn * Tn, Q.p + (b * H + h) * hd, K.p + (b * Hkv + h / group) * hd, Tn,
-                          Tn, D, false, true, sc, T(0));
-  k::softmax_fwd(launcher(), att, att, B * H * Tn, Tn, k::acc_t<T>(1), true);
-  for (long b = 0; b < B; ++b)
-    for (long h = 0; h < H; ++h)
-      ops::cpu::matmul<T>(O.p + (b * H + h) * hd, att + (b * H + h) * Tn * Tn, V.p + (b * Hkv + h / group) * hd, Tn,
-                          D, Tn, false, false, T(1), T(0));
-  from_heads(out, O.p, B, Tn, H, D);
-}
-
-// dV += Pᵀ dO; dS = softmax_bwd(P, dO Vᵀ) (one kernel launch over all rows, in place); dQ += scale dS K;
-// dK += scale dSᵀ Q. The gradients are permuted to heads-major, accumulated there by the GEMMs (beta 1; a kv
-// head collects its query heads in order) and permuted back.
-template <class T>
-void attention_bwd(T* dq, T* dk, T* dv, const T* dout, const T* att, const T* q, const T* k, const T* v, long B,
-                   long Tn, long H, long Hkv, long D) {
-  const char* op = "attention_bwd";
-  check_attention(op, q, k, v, att, B, Tn, H, Hkv, D);
-  need(op, "dq", dq, sz<T>(B * Tn * H * D));
-  need(op, "dk", dk, sz<T>(B * Tn * Hkv * D));
-  need(op, "dv", dv, sz<T>(B * Tn * Hkv * D));
-  need(op, "dout", dout, sz<T>(B * Tn * H * D));
-  if (B * Tn * H * D <= 0) return;
-  const long group = H / Hkv, hd = Tn * D, tt = Tn * Tn;
-  const T sc = T(1) / std::sqrt(T(D));
-  Scratch<T> Q(B * H * hd), K(B * Hkv * hd), V(B * Hkv * hd), dO(B * H * hd), dQ(B * H * hd), dK(B * Hkv * hd),
-      dV(B * Hkv * hd), dS(B * H * tt);
-  to_heads(Q.p, q, B, Tn, H, D);
-  to_heads(K.p, k, B, Tn, Hkv, D);
-  to_heads(V.p, v, B, Tn, Hkv, D);
-  to_heads(dO.p, dout, B, Tn, H, D);
-  to_heads(dQ.p, dq, B, Tn, H, D);
-  to_heads(dK.p, dk, B, Tn, Hkv, D);
-  to_heads(dV.p, dv, B, Tn, Hkv, D);
-  for (long b = 0; b < B; ++b)
-    for (long h = 0; h < H; ++h) {
-      const long qh = (b * H + h) * hd, kh = (b * Hkv + h / group) * hd;
-      ops::cpu::matmul<T>(dV.p + kh, att + (b * H + h) * tt, dO.p + qh, Tn, D, Tn, true, false, T(1), T(1));
-      ops::cpu::matmul<T>(dS.p + (b * H + h) * tt, dO.p + qh, V.p + kh, Tn, Tn, D, false, true, T(1), T(0));
-    }
-  k::softmax_bwd<true>(launcher(), dS.p, att, dS.p, B * H * Tn, Tn, k::acc_t<T>(1));
-  for (long b = 0; b < B; ++b)
-    for (long h = 0; h < H; ++h) {
-      const long qh = (b * H + h) * hd, kh = (b * Hkv + h / group) * hd;
-      const T* S = dS.p + (b * H + h) * tt;
-      ops::cpu::matmul<T>(dQ.p + qh, S, K.p + kh, Tn, D, Tn, false, false, sc, T(1));
-      ops::cpu::matmul<T>(dK.p + kh, S, Q.p + qh, Tn, D, Tn, true, false, sc, T(1));
-    }
-  from_heads(dq, dQ.p, B, Tn, H, D);
-  from_heads(dk, dK.p, B, Tn, Hkv, D);
-  from_heads(dv, dV.p, B, Tn, Hkv, D);
-}
-
-// Rectangular causal attention (context parallelism): Tq queries over Tk keys, mask aligned bottom-right. As
-// attention_fwd, with the rectangular causal softmax kernel (softmax_fwd_rect, the cuda backend's too); the
-// backward's softmax kernel needs no mask (P is 0 there).
-template <class T>
-void attention_fwd_kv(T* out, T* att, const T* q, const T* k, const T* v, long B, long Tq, long Tk, long H, long Hkv,
-                      long D) {
-  const char* op = "attention_fwd_kv";
   need(op, "q", q, sz<T>(B * Tq * H * D));
   need(op, "k", k, sz<T>(B * Tk * Hkv * D));
   need(op, "v", v, sz<T>(B * Tk * Hkv * D));
   need(op, "att", att, sz<T>(B * H * Tq * Tk));
+}
+
+// att = softmax_causal(scale Q Kᵀ), out = att V: q, k, v permuted to heads-major, one scores GEMM per (b, h)
+// straight into att, one softmax launch over all B H Tq rows (rect: the rectangular causal kernel,
+// softmax_fwd_rect, the cuda backend's too; else causal by row % Tq), one GEMM per (b, h) for the output,
+// permuted back.
+template <class T>
+void attention_fwd_any(const char* op, bool rect, T* out, T* att, const T* q, const T* k, const T* v, long B, long Tq,
+                       long Tk, long H, long Hkv, long D) {
+  check_attention(op, q, k, v, att, B, Tq, Tk, H, Hkv, D);
   need(op, "out", out, sz<T>(B * Tq * H * D));
   if (B * Tq * H * D <= 0) return;
   const long group = H / Hkv, qd = Tq * D, kd = Tk * D, tt = Tq * Tk;
@@ -285,7 +215,8 @@ void attention_fwd_kv(T* out, T* att, const T* q, const T* k, const T* v, long B
     for (long h = 0; h < H; ++h)
       ops::cpu::matmul<T>(att + (b * H + h) * tt, Q.p + (b * H + h) * qd, K.p + (b * Hkv + h / group) * kd, Tq, Tk, D,
                           false, true, sc, T(0));
-  k::softmax_fwd_rect(launcher(), att, att, B * H * Tq, Tk, Tq, k::acc_t<T>(1));
+  if (rect) k::softmax_fwd_rect(launcher(), att, att, B * H * Tq, Tk, Tq, k::acc_t<T>(1));
+  else k::softmax_fwd(launcher(), att, att, B * H * Tq, Tk, k::acc_t<T>(1), true);
   for (long b = 0; b < B; ++b)
     for (long h = 0; h < H; ++h)
       ops::cpu::matmul<T>(O.p + (b * H + h) * qd, att + (b * H + h) * tt, V.p + (b * Hkv + h / group) * kd, Tq, D, Tk,
@@ -293,14 +224,13 @@ void attention_fwd_kv(T* out, T* att, const T* q, const T* k, const T* v, long B
   from_heads(out, O.p, B, Tq, H, D);
 }
 
+// dV += Pᵀ dO; dS = softmax_bwd(P, dO Vᵀ) (one kernel launch over all rows, in place; no mask: P is 0 there);
+// dQ += scale dS K; dK += scale dSᵀ Q. The gradients are permuted to heads-major, accumulated there by the GEMMs
+// (beta 1; a kv head collects its query heads in order) and permuted back.
 template <class T>
-void attention_bwd_kv(T* dq, T* dk, T* dv, const T* dout, const T* att, const T* q, const T* k, const T* v, long B,
-                      long Tq, long Tk, long H, long Hkv, long D) {
-  const char* op = "attention_bwd_kv";
-  need(op, "q", q, sz<T>(B * Tq * H * D));
-  need(op, "k", k, sz<T>(B * Tk * Hkv * D));
-  need(op, "v", v, sz<T>(B * Tk * Hkv * D));
-  need(op, "att", att, sz<T>(B * H * Tq * Tk));
+void attention_bwd_any(const char* op, T* dq, T* dk, T* dv, const T* dout, const T* att, const T* q, const T* k,
+                       const T* v, long B, long Tq, long Tk, long H, long Hkv, long D) {
+  check_attention(op, q, k, v, att, B, Tq, Tk, H, Hkv, D);
   need(op, "dq", dq, sz<T>(B * Tq * H * D));
   need(op, "dk", dk, sz<T>(B * Tk * Hkv * D));
   need(op, "dv", dv, sz<T>(B * Tk * Hkv * D));
@@ -334,6 +264,26 @@ void attention_bwd_kv(T* dq, T* dk, T* dv, const T* dout, const T* att, const T*
   from_heads(dq, dQ.p, B, Tq, H, D);
   from_heads(dk, dK.p, B, Tk, Hkv, D);
   from_heads(dv, dV.p, B, Tk, Hkv, D);
+}
+
+template <class T>
+void attention_fwd(T* out, T* att, const T* q, const T* k, const T* v, long B, long Tn, long H, long Hkv, long D) {
+  attention_fwd_any("attention_fwd", false, out, att, q, k, v, B, Tn, Tn, H, Hkv, D);
+}
+template <class T>
+void attention_bwd(T* dq, T* dk, T* dv, const T* dout, const T* att, const T* q, const T* k, const T* v, long B,
+                   long Tn, long H, long Hkv, long D) {
+  attention_bwd_any("attention_bwd", dq, dk, dv, dout, att, q, k, v, B, Tn, Tn, H, Hkv, D);
+}
+template <class T>
+void attention_fwd_kv(T* out, T* att, const T* q, const T* k, const T* v, long B, long Tq, long Tk, long H, long Hkv,
+                      long D) {
+  attention_fwd_any("attention_fwd_kv", true, out, att, q, k, v, B, Tq, Tk, H, Hkv, D);
+}
+template <class T>
+void attention_bwd_kv(T* dq, T* dk, T* dv, const T* dout, const T* att, const T* q, const T* k, const T* v, long B,
+                      long Tq, long Tk, long H, long Hkv, long D) {
+  attention_bwd_any("attention_bwd_kv", dq, dk, dv, dout, att, q, k, v, B, Tq, Tk, H, Hkv, D);
 }
 
 void flash_head_dim(const char* op, long D) {
