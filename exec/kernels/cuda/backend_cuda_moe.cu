@@ -1,7 +1,7 @@
 // backend_cuda_moe: the CUDA backend's mixture-of-experts ops (router, dispatch, combine and their backwards;
-// contracts in exec/backends/ops.hpp) on the kernels of exec/kernels/k_moe.hpp, launched exactly as the emu backend
-// launches them (exec/backends/emu/backend_emu_moe.cpp), so the code the emulator checks in CI is the code that runs
-// here. Invariants: as backend_cuda_ops.cu — everything on g.stream, an error names the op and its shapes; the
+// contracts in exec/backends/ops.hpp): the bridge of exec/kernels/k_moe_ops.hpp onto the kernels of k_moe.hpp,
+// the same code the emu backend runs (exec/backends/emu/backend_emu_moe.cpp), so the code the emulator checks in
+// CI is the code that runs here. Invariants: as backend_cuda_ops.cu — everything on g.stream, an error names the op and its shapes; the
 // router's scratch (choices, per-expert statistics) is the backend's device scratch, and its load-balancing loss
 // is computed on the device and read back (the stream is synchronised for that one double).
 #include <cstdint>
@@ -12,6 +12,7 @@
 
 #include "exec/kernels/cuda/backend_cuda_parts.hpp"
 #include "exec/kernels/cuda_launch.cuh"
+#include "exec/kernels/k_moe_ops.hpp"
 #include "exec/kernels/kernels.hpp"
 #include "exec/kernels/cuda/instantiate.cuh"
 
@@ -25,47 +26,43 @@ namespace {
 namespace K = tp::kernels;
 using F = float;
 
-// Scratch: stats [2E + 1] doubles, then the choices [N k] int32.
+// The CUDA runner for k_moe_ops.hpp: its launcher on g.stream, no extent checks (device pointers), run_op's
+// error naming, the backend's device scratch, and a read-back that synchronises the stream for its one double.
+struct CudaRunner {
+  kernels::CudaLauncher launch() const { return launcher(); }
+  void check(const char*, const char*, const void*, size_t) const {}
+  template <class Body>
+  void run(const char* op, std::initializer_list<std::pair<const char*, long>> shape, Body body) const {
+    run_op(op, shape, body);
+  }
+  void* scratch(size_t bytes) const { return tp::cuda::scratch(bytes); }
+  double read_back(const double* p) const {
+    double v = 0;
+    tp::cuda::check(cudaMemcpyAsync(&v, p, sizeof v, cudaMemcpyDeviceToHost, g.stream), "aux loss copy");
+    tp::cuda::check(cudaStreamSynchronize(g.stream), "aux loss read-back");
+    return v;
+  }
+};
+
 double moe_route(F* probs, int32_t* slot, F* gate, const F* logits, long N, long E, long k, long cap, int renorm) {
-  double aux = 0;
-  run_op("moe_route", {{"N", N}, {"E", E}, {"k", k}, {"cap", cap}, {"renorm", renorm}}, [&] {
-    if (N <= 0 || E <= 0) return;
-    double* stats = static_cast<double*>(scratch(sizeof(double) * size_t(2 * E + 1) + sizeof(int32_t) * size_t(N * k)));
-    int32_t* choice = reinterpret_cast<int32_t*>(stats + 2 * E + 1);
-    K::moe_route(launcher(), probs, slot, gate, choice, stats, logits, N, E, k, cap, renorm);
-    check(cudaMemcpyAsync(&aux, stats + 2 * E, sizeof aux, cudaMemcpyDeviceToHost, g.stream), "aux loss copy");
-    check(cudaStreamSynchronize(g.stream), "aux loss read-back");
-  });
-  return aux;
+  return K::moe_route_op(CudaRunner{}, probs, slot, gate, logits, N, E, k, cap, renorm);
 }
 void moe_route_bwd(F* dlogits, const F* probs, const int32_t* slot, const F* dgate, long N, long E, long k, long cap,
                    int renorm, F aux_weight) {
-  run_op("moe_route_bwd", {{"N", N}, {"E", E}, {"k", k}, {"cap", cap}, {"renorm", renorm}}, [&] {
-    if (N <= 0 || E <= 0) return;
-    double* base = static_cast<double*>(scratch(sizeof(double) * size_t(E)));
-    K::moe_route_bwd(launcher(), dlogits, base, probs, slot, dgate, N, E, k, cap, renorm, aux_weight);
-  });
+  K::moe_route_bwd_op(CudaRunner{}, dlogits, probs, slot, dgate, N, E, k, cap, renorm, aux_weight);
 }
 void moe_dispatch(F* out, const F* x, const int32_t* slot, long N, long k, long C, long rows) {
-  run_op("moe_dispatch", {{"N", N}, {"k", k}, {"C", C}, {"rows", rows}}, [&] {
-    if (rows * C > 0) K::moe_dispatch(launcher(), out, x, slot, N, k, C, rows);
-  });
+  K::moe_dispatch_op(CudaRunner{}, out, x, slot, N, k, C, rows);
 }
 void moe_dispatch_bwd(F* dx, const F* dout, const int32_t* slot, long N, long k, long C) {
-  run_op("moe_dispatch_bwd", {{"N", N}, {"k", k}, {"C", C}}, [&] {
-    if (N * C > 0) K::moe_dispatch_bwd(launcher(), dx, dout, slot, N, k, C);
-  });
+  K::moe_dispatch_bwd_op(CudaRunner{}, dx, dout, slot, N, k, C);
 }
 void moe_combine(F* y, const F* ein, const int32_t* slot, const F* gate, long N, long k, long C) {
-  run_op("moe_combine", {{"N", N}, {"k", k}, {"C", C}}, [&] {
-    if (N * C > 0) K::moe_combine(launcher(), y, ein, slot, gate, N, k, C);
-  });
+  K::moe_combine_op(CudaRunner{}, y, ein, slot, gate, N, k, C);
 }
 void moe_combine_bwd(F* dein, F* dgate, const F* dy, const F* ein, const int32_t* slot, const F* gate, long N, long k,
                      long C) {
-  run_op("moe_combine_bwd", {{"N", N}, {"k", k}, {"C", C}}, [&] {
-    if (N * k > 0) K::moe_combine_bwd(launcher(), dein, dgate, dy, ein, slot, gate, N, k, C);
-  });
+  K::moe_combine_bwd_op(CudaRunner{}, dein, dgate, dy, ein, slot, gate, N, k, C);
 }
 
 }  // namespace
