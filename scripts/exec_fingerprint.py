@@ -7,7 +7,7 @@ the cpu, emu and emu-device backends, so that a refactor of exec/ can be checked
   then compare two OUT.json files with `cmp` (or `diff`): any difference in any digit is a change.
 
 The plans cover every branch of the layer's forward and backward (exec/model/gpt.cpp): GELU and SwiGLU, unfused
-and flash attention, tensor parallelism with and without sequence parallelism, context parallelism, full
+and flash attention, tensor parallelism with and without sequence parallelism, Optimus 2D (the column-split LayerNorm), context parallelism, full
 recompute, MoE with expert parallelism and shared experts, fp32, bf16 (packed operands) and fp8. Several ranks run
 under mpirun --oversubscribe. Nothing here asserts: the output is the record."""
 import json, os, subprocess, sys, tempfile
@@ -25,6 +25,7 @@ CASES = [  # name, base scenario, model fields, training fields, plan fields
     ("tp2_sp_flash", "tiny-gpt.json", SWIGLU, {}, {"tp": 2, "sequence_parallel": True, "attention": "flash"}),
     ("cp2_tp2_sp", "tiny-gpt.json", {}, {}, {"cp": 2, "tp": 2, "sequence_parallel": True, "attention": "flash"}),
     ("cp2_unfused_swiglu", "tiny-gpt.json", SWIGLU, {}, {"cp": 2}),
+    ("tp2d_q2", "tiny-gpt.json", {}, {}, {"tp": 4, "tp_mode": "2d"}),
     ("bf16_unfused", "tiny-gpt.json", {}, {"precision": "bf16"}, {}),
     ("bf16_flash_swiglu", "tiny-gpt.json", SWIGLU, {"precision": "bf16"}, {"attention": "flash"}),
     ("bf16_tp2_sp", "tiny-gpt.json", {}, {"precision": "bf16"}, {"tp": 2, "sequence_parallel": True}),

@@ -2,12 +2,7 @@
 // bridged onto the kernels of k_moe.hpp once, for every backend that launches kernels: the emu backend compiles it
 // with g++ for the CPU block emulator (exec/backends/emu/backend_emu_moe.cpp), the CUDA library with nvcc
 // (exec/kernels/cuda/backend_cuda_moe.cu), so the bridge the emulator checks in CI is the bridge a GPU runs.
-// A backend gives a runner R:
-//   R::launch()                   the kernel launcher;
-//   R::check(op, arg, p, bytes)   an argument's extent check before any work (emu: its allocation registry);
-//   R::run(op, shape, body)       runs body as the op (cuda: on its device, errors naming the op and shape);
-//   R::scratch(bytes)             zero-filled or not, memory the kernels write (emu: host; cuda: device);
-//   R::read_back(p)               the double at p on the host (cuda: a copy and a stream synchronisation).
+// A backend gives a runner (k_runner.hpp).
 // Invariants: every check runs before any kernel; the router's scratch is its statistics [2E + 1] doubles then
 // its choices [N k] int32 (the kernels write every element they read).
 #pragma once
@@ -15,14 +10,9 @@
 #include <cstdint>
 
 #include "exec/kernels/k_moe.hpp"
+#include "exec/kernels/k_runner.hpp"
 
 namespace tp::kernels {
-
-// Bytes of n elements of T (0 for n <= 0: an empty argument may be any pointer).
-template <class T>
-constexpr size_t bytes_of(long n) {
-  return n > 0 ? sizeof(T) * size_t(n) : 0;
-}
 
 template <class R, class T>
 double moe_route_op(const R& r, T* probs, int32_t* slot, T* gate, const T* logits, long N, long E, long k, long cap,

@@ -6,6 +6,9 @@
 // the op and the argument. Scratch buffers the ops use internally are the backend's own business.
 #pragma once
 #include <cstddef>
+#include <initializer_list>
+#include <utility>
+#include <vector>
 
 #include "exec/backends/backend.hpp"
 #include "exec/kernels/emulator/emu.hpp"
@@ -42,6 +45,22 @@ struct Launch {
   }
 };
 const Launch& launcher();
+
+// The emu backend's runner of the bridges written once for emu and CUDA (exec/kernels/k_runner.hpp): the
+// emulator's launcher, the registry's checks, host scratch (zero-filled, per op call).
+struct EmuRunner {
+  mutable std::vector<double> buf;
+  const Launch& launch() const { return launcher(); }
+  void check(const char* op, const char* arg, const void* p, size_t bytes) const { need(op, arg, p, bytes); }
+  template <class F>
+  void run(const char*, std::initializer_list<std::pair<const char*, long>>, F&& body) const { body(); }
+  void* scratch(size_t bytes) const {
+    if (bytes == 0) return nullptr;
+    buf.assign((bytes + sizeof(double) - 1) / sizeof(double), 0.0);
+    return buf.data();
+  }
+  double read_back(const double* p) const { return *p; }
+};
 
 // Fills the sharded-op and attention entries of the table (backend_emu_shard.cpp).
 template <class T>

@@ -4,9 +4,6 @@
 // host memory here (zero-filled), device scratch on cuda.
 // Invariants: as backend_emu.cpp — every argument is checked with need() before any work.
 #include <cstdint>
-#include <initializer_list>
-#include <utility>
-#include <vector>
 
 #include "exec/backends/emu/backend_emu.hpp"
 #include "exec/kernels/k_moe_ops.hpp"
@@ -15,20 +12,6 @@ namespace tp::exec::emu_be {
 namespace {
 
 namespace K = tp::kernels;
-
-// The emu backend's runner for k_moe_ops.hpp: the emulator's launcher, the registry's checks, host scratch.
-struct EmuRunner {
-  mutable std::vector<double> buf;  // scratch, per op call
-  const Launch& launch() const { return launcher(); }
-  void check(const char* op, const char* arg, const void* p, size_t bytes) const { need(op, arg, p, bytes); }
-  template <class F>
-  void run(const char*, std::initializer_list<std::pair<const char*, long>>, F&& body) const { body(); }
-  void* scratch(size_t bytes) const {
-    buf.assign((bytes + sizeof(double) - 1) / sizeof(double), 0.0);
-    return buf.data();
-  }
-  double read_back(const double* p) const { return *p; }
-};
 
 template <class T>
 double moe_route(T* probs, int32_t* slot, T* gate, const T* logits, long N, long E, long k, long cap, int renorm) {

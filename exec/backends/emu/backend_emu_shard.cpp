@@ -17,75 +17,63 @@
 #include "exec/backends/cpu/ops_cpu.hpp"
 #include "exec/backends/emu/backend_emu.hpp"
 #include "exec/kernels/k_bridge.hpp"
+#include "exec/kernels/k_shard_ops.hpp"
 #include "exec/kernels/k_flash.hpp"
 
 namespace tp::exec::emu_be {
 namespace {
 namespace k = tp::kernels;
 
+// The sharded ops: the bridge written once for emu and CUDA (exec/kernels/k_shard_ops.hpp) on the emu runner.
 template <class T>
-k::Dim rows(long n) {
-  return k::row_dim(launcher(), n, sizeof(k::acc_t<T>));
-}
-
-template <class T>
-void ln_shard_sum(T* sum, const T* x, long N, long Cl) {
-  need("ln_shard_sum", "sum", sum, sz<T>(N));
-  need("ln_shard_sum", "x", x, sz<T>(N * Cl));
-  if (N > 0) launcher()(k::LnShardRow<T, false>{sum, nullptr, nullptr, x, N, Cl, 1}, rows<T>(N));
-}
+void ln_shard_sum(T* sum, const T* x, long N, long Cl) { k::ln_shard_sum_op(EmuRunner{}, sum, x, N, Cl); }
 template <class T>
 void ln_shard_sqdev(T* sqdev, T* mean, const T* sum, const T* x, long N, long Cl, long C) {
-  const char* op = "ln_shard_sqdev";
-  need(op, "sqdev", sqdev, sz<T>(N));
-  need(op, "mean", mean, sz<T>(N));
-  need(op, "sum", sum, sz<T>(N));
-  need(op, "x", x, sz<T>(N * Cl));
-  if (N > 0) launcher()(k::LnShardRow<T, true>{sqdev, mean, sum, x, N, Cl, C}, rows<T>(N));
+  k::ln_shard_sqdev_op(EmuRunner{}, sqdev, mean, sum, x, N, Cl, C);
 }
 template <class T>
 void ln_shard_apply(T* y, T* rstd, const T* x, const T* mean, const T* sqdev, const T* w, const T* b, long N,
                     long Cl, long C, T eps) {
-  const char* op = "ln_shard_apply";
-  need(op, "y", y, sz<T>(N * Cl));
-  need(op, "rstd", rstd, sz<T>(N));
-  need(op, "x", x, sz<T>(N * Cl));
-  need(op, "mean", mean, sz<T>(N));
-  need(op, "sqdev", sqdev, sz<T>(N));
-  need(op, "w", w, sz<T>(Cl));
-  opt(op, "b", b, sz<T>(Cl));
-  if (N * Cl > 0)
-    launcher()(k::LnShardApply<T>{y, rstd, x, mean, sqdev, w, b, N, Cl, C, eps}, k::flat_dim(launcher(), N * Cl));
+  k::ln_shard_apply_op(EmuRunner{}, y, rstd, x, mean, sqdev, w, b, N, Cl, C, eps);
 }
 template <class T>
 void ln_shard_bwd_sums(T* sums, const T* dy, const T* x, const T* w, const T* mean, const T* rstd, long N, long Cl) {
-  const char* op = "ln_shard_bwd_sums";
-  need(op, "sums", sums, sz<T>(2 * N));
-  need(op, "dy", dy, sz<T>(N * Cl));
-  need(op, "x", x, sz<T>(N * Cl));
-  need(op, "w", w, sz<T>(Cl));
-  need(op, "mean", mean, sz<T>(N));
-  need(op, "rstd", rstd, sz<T>(N));
-  if (N > 0) launcher()(k::LnShardBwdSums<T>{sums, dy, x, w, mean, rstd, N, Cl}, rows<T>(N));
+  k::ln_shard_bwd_sums_op(EmuRunner{}, sums, dy, x, w, mean, rstd, N, Cl);
 }
 template <class T>
 void ln_shard_bwd_apply(T* dx, T* dw, T* db, const T* dy, const T* x, const T* w, const T* mean, const T* rstd,
                         const T* sums, long N, long Cl, long C) {
-  const char* op = "ln_shard_bwd_apply";
-  need(op, "dx", dx, sz<T>(N * Cl));
-  need(op, "dw", dw, sz<T>(Cl));
-  opt(op, "db", db, sz<T>(Cl));
-  need(op, "dy", dy, sz<T>(N * Cl));
-  need(op, "x", x, sz<T>(N * Cl));
-  need(op, "w", w, sz<T>(Cl));
-  need(op, "mean", mean, sz<T>(N));
-  need(op, "rstd", rstd, sz<T>(N));
-  need(op, "sums", sums, sz<T>(2 * N));
-  if (N <= 0 || Cl <= 0) return;
-  launcher()(k::LnShardBwdDx<T>{dx, dy, x, w, mean, rstd, sums, N, Cl, C}, k::flat_dim(launcher(), N * Cl));
-  std::vector<k::acc_t<T>> scratch(size_t(k::column_sums_scratch(N, Cl)));
-  k::layernorm_bwd_wb(launcher(), dw, db, dy, x, mean, rstd, N, Cl, scratch.data());
+  k::ln_shard_bwd_apply_op(EmuRunner{}, dx, dw, db, dy, x, w, mean, rstd, sums, N, Cl, C);
 }
+template <class T>
+void max_combine(T* mx, const T* parts, long N, long P) { k::max_combine_op(EmuRunner{}, mx, parts, N, P); }
+template <class T>
+void ce_shard_exp(T* probs, T* sum_exp, T* target, const T* logits, const T* mx, const int32_t* targets, long N,
+                  long V, long v0, CeForm form) {
+  k::ce_shard_exp_op(EmuRunner{}, probs, sum_exp, target, logits, mx, targets, N, V, v0, form,
+                     CeForm::shifted_target_reciprocal);
+}
+template <class T>
+double ce_shard_finish(T* probs, const T* sum_exp, const T* target, const T* mx, long N, long V, CeForm form) {
+  return k::ce_shard_finish_op(EmuRunner{}, probs, sum_exp, target, mx, N, V, form, CeForm::shifted_target_reciprocal);
+}
+template <class T>
+void ce_shard_target_grad(T* dlogits, const int32_t* targets, long N, long V, long v0, T scale) {
+  k::ce_shard_target_grad_op(EmuRunner{}, dlogits, targets, N, V, v0, scale);
+}
+template <class T>
+void embedding_shard_fwd(T* out, const int32_t* tokens, const T* wte, long N, long C, long v0, long Vl) {
+  k::embedding_shard_fwd_op(EmuRunner{}, out, tokens, wte, N, C, v0, Vl);
+}
+template <class T>
+void add_positions(T* x, const T* wpe, long rows_, long C, long Tn, long row0) {
+  k::add_positions_op(EmuRunner{}, x, wpe, rows_, C, Tn, row0);
+}
+template <class T>
+void positions_bwd(T* dwpe, const T* dx, long rows_, long C, long Tn, long row0) {
+  k::positions_bwd_op(EmuRunner{}, dwpe, dx, rows_, C, Tn, row0);
+}
+// (row_max and embedding_shard_bwd: the emu backend's own bridges; the CUDA library has its own in backend_cuda_ops.cu)
 template <class T>
 void row_max(T* mx, const T* x, long N, long V) {
   need("row_max", "mx", mx, sz<T>(N));
@@ -93,74 +81,11 @@ void row_max(T* mx, const T* x, long N, long V) {
   if (N > 0) k::ce_shard_max(launcher(), mx, x, N, V);
 }
 template <class T>
-void max_combine(T* mx, const T* parts, long N, long P) {
-  need("max_combine", "mx", mx, sz<T>(N));
-  need("max_combine", "parts", parts, sz<T>(N * P));
-  if (N > 0) launcher()(k::MaxCombine<T>{mx, parts, N, P}, k::flat_dim(launcher(), N));
-}
-template <class T>
-void ce_shard_exp(T* probs, T* sum_exp, T* target, const T* logits, const T* mx, const int32_t* targets, long N,
-                  long V, long v0, CeForm form) {
-  const char* op = "ce_shard_exp";
-  need(op, "probs", probs, sz<T>(N * V));
-  need(op, "sum_exp", sum_exp, sz<T>(N));
-  need(op, "target", target, sz<T>(N));
-  need(op, "logits", logits, sz<T>(N * V));
-  need(op, "mx", mx, sz<T>(N));
-  need(op, "targets", targets, sz<int32_t>(N));
-  if (N > 0)
-    launcher()(k::CeShardExp<T>{probs, sum_exp, target, logits, mx, targets, N, V, v0,
-                                form == CeForm::shifted_target_reciprocal},
-               rows<T>(N));
-}
-// Per-row losses from the kernel, summed in double by one block.
-template <class T>
-double ce_shard_finish(T* probs, const T* sum_exp, const T* target, const T* mx, long N, long V, CeForm form) {
-  const char* op = "ce_shard_finish";
-  need(op, "probs", probs, sz<T>(N * V));
-  need(op, "sum_exp", sum_exp, sz<T>(N));
-  need(op, "target", target, sz<T>(N));
-  need(op, "mx", mx, sz<T>(N));
-  if (N <= 0) return 0;
-  std::vector<double> loss(static_cast<size_t>(N));
-  double total = 0;
-  launcher()(k::CeShardFinish<T>{probs, loss.data(), sum_exp, target, mx, N, V,
-                                 form == CeForm::shifted_target_reciprocal},
-             k::Dim{k::blocks_for(N, 1, launcher().max_grid), launcher().block, 0});
-  launcher()(k::SumToDouble<double>{&total, loss.data(), N}, k::Dim{1, launcher().block, k::kReduceSlots * 8});
-  return total;
-}
-template <class T>
-void ce_shard_target_grad(T* dlogits, const int32_t* targets, long N, long V, long v0, T scale) {
-  need("ce_shard_target_grad", "dlogits", dlogits, sz<T>(N * V));
-  need("ce_shard_target_grad", "targets", targets, sz<int32_t>(N));
-  if (N > 0) launcher()(k::CeShardTargetGrad<T>{dlogits, targets, N, V, v0, scale}, k::flat_dim(launcher(), N));
-}
-template <class T>
-void embedding_shard_fwd(T* out, const int32_t* tokens, const T* wte, long N, long C, long v0, long Vl) {
-  need("embedding_shard_fwd", "out", out, sz<T>(N * C));
-  need("embedding_shard_fwd", "tokens", tokens, sz<int32_t>(N));
-  need("embedding_shard_fwd", "wte_shard", wte, sz<T>(Vl * C));
-  if (N * C > 0) launcher()(k::EmbeddingShardFwd<T>{out, tokens, wte, N, C, v0, Vl}, k::flat_dim(launcher(), N * C));
-}
-template <class T>
 void embedding_shard_bwd(T* dwte, const T* dout, const int32_t* tokens, long N, long C, long v0, long Vl) {
   need("embedding_shard_bwd", "dwte_shard", dwte, sz<T>(Vl * C));
   need("embedding_shard_bwd", "dout", dout, sz<T>(N * C));
   need("embedding_shard_bwd", "tokens", tokens, sz<int32_t>(N));
   if (N * C > 0) k::embedding_bwd(launcher(), dwte, static_cast<T*>(nullptr), dout, tokens, 1, N, C, v0, Vl);
-}
-template <class T>
-void add_positions(T* x, const T* wpe, long rows_, long C, long Tn, long row0) {
-  need("add_positions", "x", x, sz<T>(rows_ * C));
-  need("add_positions", "wpe", wpe, sz<T>(Tn * C));
-  if (rows_ * C > 0) launcher()(k::AddPositions<T>{x, wpe, rows_, C, Tn, row0}, k::flat_dim(launcher(), rows_ * C));
-}
-template <class T>
-void positions_bwd(T* dwpe, const T* dx, long rows_, long C, long Tn, long row0) {
-  need("positions_bwd", "dwpe", dwpe, sz<T>(Tn * C));
-  need("positions_bwd", "dx", dx, sz<T>(rows_ * C));
-  if (rows_ * C > 0) launcher()(k::PositionsBwd<T>{dwpe, dx, rows_, C, Tn, row0}, k::flat_dim(launcher(), Tn * C));
 }
 
 // ---- attention ----

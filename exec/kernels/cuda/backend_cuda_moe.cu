@@ -26,24 +26,6 @@ namespace {
 namespace K = tp::kernels;
 using F = float;
 
-// The CUDA runner for k_moe_ops.hpp: its launcher on g.stream, no extent checks (device pointers), run_op's
-// error naming, the backend's device scratch, and a read-back that synchronises the stream for its one double.
-struct CudaRunner {
-  kernels::CudaLauncher launch() const { return launcher(); }
-  void check(const char*, const char*, const void*, size_t) const {}
-  template <class Body>
-  void run(const char* op, std::initializer_list<std::pair<const char*, long>> shape, Body body) const {
-    run_op(op, shape, body);
-  }
-  void* scratch(size_t bytes) const { return tp::cuda::scratch(bytes); }
-  double read_back(const double* p) const {
-    double v = 0;
-    tp::cuda::check(cudaMemcpyAsync(&v, p, sizeof v, cudaMemcpyDeviceToHost, g.stream), "aux loss copy");
-    tp::cuda::check(cudaStreamSynchronize(g.stream), "aux loss read-back");
-    return v;
-  }
-};
-
 double moe_route(F* probs, int32_t* slot, F* gate, const F* logits, long N, long E, long k, long cap, int renorm) {
   return K::moe_route_op(CudaRunner{}, probs, slot, gate, logits, N, E, k, cap, renorm);
 }

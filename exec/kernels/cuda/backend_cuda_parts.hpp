@@ -66,6 +66,26 @@ float* column_scratch(long N, long C);
 #ifdef __CUDACC__
 // The launcher every op uses: block 256, grid capped at 4096, on g.stream.
 kernels::CudaLauncher launcher();
+
+// The CUDA backend's runner of the bridges written once for emu and CUDA (exec/kernels/k_runner.hpp): its
+// launcher on g.stream, no extent checks (device pointers), run_op's error naming, the device scratch, and a
+// read-back that synchronises the stream for its one double.
+struct CudaRunner {
+  kernels::CudaLauncher launch() const { return launcher(); }
+  void check(const char*, const char*, const void*, size_t) const {}
+  template <class Body>
+  void run(const char* op, std::initializer_list<std::pair<const char*, long>> shape, Body body) const {
+    run_op(op, shape, body);
+  }
+  void* scratch(size_t bytes) const { return bytes ? tp::cuda::scratch(bytes) : nullptr; }
+  double read_back(const double* p) const {
+    double v = 0;
+    check_cuda(cudaMemcpyAsync(&v, p, sizeof v, cudaMemcpyDeviceToHost, g.stream), "read-back copy");
+    check_cuda(cudaStreamSynchronize(g.stream), "read-back");
+    return v;
+  }
+  static void check_cuda(cudaError_t e, const char* what) { tp::cuda::check(e, what); }
+};
 #endif
 
 void fill_f32_table(exec::OpTable<float>& t);
