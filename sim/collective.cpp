@@ -46,6 +46,14 @@ struct NodeSplit {
   bool hierarchical = false;
 };
 
+static NodeSplit split_by_node(const std::vector<int>& group, const Topology& topo);
+
+// Members per node as the NCCL model and the ring phases take it: k of a hierarchical group, g when the group is
+// inside one node, else 1.
+static int ranks_per_node(const NodeSplit& ns, int g) {
+  return ns.hierarchical ? (int)ns.by_node.front().size() : (ns.by_node.size() == 1 ? g : 1);
+}
+
 static NodeSplit split_by_node(const std::vector<int>& group, const Topology& topo) {
   NodeSplit s;
   std::map<int, int> index;  // node -> position in by_node
@@ -192,17 +200,14 @@ std::vector<Phase> collective_phases(Coll c, const std::vector<int>& group, doub
   if (c == Coll::broadcast || c == Coll::reduce || c == Coll::all_to_all) {
     append(out, direct_phase(c, group, S, topo, cl));
     if (c == Coll::all_to_all && cl.nccl.step_collectives) {  // NCCL's grouped send / recv to every peer
-      const NodeSplit ns = split_by_node(group, topo);
-      const int k = ns.hierarchical ? (int)ns.by_node.front().size() : (ns.by_node.size() == 1 ? g : 1);
-      time_as_nccl(c, g, k, S, topo, cl, out);
+      time_as_nccl(c, g, ranks_per_node(split_by_node(group, topo), g), S, topo, cl, out);
     }
     return out;
   }
   // The phase list (collective_ring_phases, shared with the closed form in sim/step_formulas.cpp), laid on
   // the members: a flat ring over the group, or per phase one ring per node (intra) / per local index (inter).
   NodeSplit ns = split_by_node(group, topo);
-  const int n = (int)ns.by_node.size();
-  const int k = ns.hierarchical ? (int)ns.by_node.front().size() : (n == 1 ? g : 1);
+  const int k = ranks_per_node(ns, g);
   RingPhases rp = collective_ring_phases(c, g, k);
   for (int i = 0; i < rp.count; ++i) {
     const RingPhase& spec = rp.phase[i];

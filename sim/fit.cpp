@@ -15,8 +15,10 @@ namespace {
 constexpr double kScaleLo = 0.2, kScaleHi = 1.5;
 constexpr int kMaxIterations = 40, kLooIterations = 10;
 
-// The fit parameters by index into kFitParams; the scales move in log coordinates, the overhead as itself.
-double& param(FrameworkFit& f, int w) {
+// The fit parameters by index into kFitParams (Fit: FrameworkFit, const or not); the scales move in log
+// coordinates, the overhead as itself.
+template <class Fit>
+auto& param(Fit& f, int w) {
   switch (w) {
     case 0: return f.compute_efficiency_scale;
     case 1: return f.network_efficiency_scale;
@@ -24,7 +26,6 @@ double& param(FrameworkFit& f, int w) {
     default: return f.attention_efficiency_scale;
   }
 }
-double param(const FrameworkFit& f, int w) { return param(const_cast<FrameworkFit&>(f), w); }
 bool is_scale(int w) { return w != 2; }
 
 // The optimizer's coordinates: log of the scales, the overhead itself (it may be 0).

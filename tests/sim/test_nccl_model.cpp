@@ -164,8 +164,9 @@ TEST(NcclModel, PipelineFillGrowsAsTheRootOfTheBandwidthTermThenSaturates) {
   EXPECT_NEAR(o.time_s, a.time_s - a.fill_s, 1e-12);
 }
 
-// "nccl": {"step_collectives": true}: the step's all-reduces, reduce-scatters and all-gathers take NCCL's time,
-// in the simulator's flows (alone on the network) and in the planner's closed form alike; off, the curves' time.
+// "nccl": {"step_collectives": true}: the step's all-reduces, reduce-scatters, all-gathers, all-to-alls and
+// pipeline sends take NCCL's time, in the simulator's flows (alone on the network) and in the planner's closed form
+// alike; off, the curves' time.
 TEST(NcclModel, StepCollectivesTakeNcclsTimeWhenTheClusterAsks) {
   Cluster cl = catalog_cluster("dgx-h100", 4);
   const Topology topo = build_topology(cl, 32);
@@ -176,7 +177,7 @@ TEST(NcclModel, StepCollectivesTakeNcclsTimeWhenTheClusterAsks) {
   for (bool on : {false, true}) {
     cl.nccl.step_collectives = on;
     for (double S : {1e6, 64e6, 1e9})
-      for (Coll c : {Coll::all_reduce, Coll::reduce_scatter, Coll::all_gather})
+      for (Coll c : {Coll::all_reduce, Coll::reduce_scatter, Coll::all_gather, Coll::all_to_all})
         for (const auto* group : {&node, &all}) {
           const int g = (int)group->size();
           const double t = collective_time_isolated_s(c, *group, S, topo, cl);
@@ -188,6 +189,17 @@ TEST(NcclModel, StepCollectivesTakeNcclsTimeWhenTheClusterAsks) {
             EXPECT_GT(std::fabs(t / nccl - 1), 1e-6) << coll_name(c) << " " << S << " on " << g;  // the curves' own time
           }
         }
+    for (double S : {1e5, 64e6})
+      for (bool inter : {false, true}) {  // a pipeline send: ncclSend / ncclRecv inside a node or across nodes
+        const double t = collective_time_isolated_s(Coll::p2p, {0, inter ? 8 : 1}, S, topo, cl);
+        const double nccl = nccl_collective(cl, Coll::p2p, 2, inter ? 1 : 2, S).time_s;
+        if (on) {
+          EXPECT_NEAR(t, nccl, 1e-9 * nccl) << "p2p " << S << (inter ? " across nodes" : " in a node");
+          EXPECT_NEAR(p2p_closed_form_s(inter, S, cl, lat), nccl, 1e-9 * nccl);
+        } else {
+          EXPECT_GT(std::fabs(t / nccl - 1), 1e-6) << "p2p " << S;
+        }
+      }
   }
 }
 
