@@ -1,4 +1,5 @@
-// exec/backends/: what the ops run on. ops.hpp (the op interface the model is written against) dispatches through
+// exec/backends/: what the ops run on. ops.def is the op list (signatures and contracts, an X-macro file); ops.hpp
+// (the op interface the model is written against, declared from it) dispatches through
 // the current Backend (this file: memory, copies, streams, one op table per dtype); cpu/ (Eigen), emu/ (the
 // kernels on the CPU block emulator, also as emu-device) and cuda/ (the loader of libtrainplan_cuda.so, whose
 // sources are exec/kernels/cuda/) fill it. It uses kernels/ and prof/; comm/, model/ and runtime/ use it.
@@ -14,7 +15,7 @@
 //  - Memory rule for communication: Comm (exec/comm/comm.hpp) takes HOST pointers. On a backend with
 //    host_accessible == true (cpu, emu) device memory is host memory and is passed as is; on a device backend
 //    (cuda, emu-device) the runtime stages through pinned host buffers around every call (staged_comm).
-//  - Op contracts (shapes, overwrite-vs-accumulate, aliasing) are those of exec/backends/ops.hpp; every backend's
+//  - Op contracts (shapes, overwrite-vs-accumulate, aliasing) are those of exec/backends/ops.def; every backend's
 //    table implements all of them (no null entries: tests/exec/test_backend_ops.cpp checks).
 //  - Streams and events are handles; on the CPU every call is synchronous and they are trivial.
 #pragma once
@@ -29,76 +30,15 @@ namespace tp::exec {
 
 using ops::CeForm;
 
-// The op table of one dtype. Each entry has exactly the signature of the ops:: function of the same name
-// (exec/backends/ops.hpp, where the contracts are written).
+// A parenthesised argument list of ops.def without its parentheses (the tables that call a bridge per op).
+#define TP_OP_UNPAREN(...) __VA_ARGS__
+
+// The op table of one dtype: one entry per op of exec/backends/ops.def, with exactly the signature of the ops::
+// function of the same name (whose contract ops.def writes).
 template <class T>
 struct OpTable {
-  void (*matmul)(T*, const T*, const T*, long, long, long, bool, bool, T, T);
-  void (*matmul16)(T*, const T*, const uint16_t*, const T*, const uint16_t*, long, long, long, bool, bool, T, T);
-  void (*add_bias)(T*, const T*, const T*, long, long, const T*);
-  void (*linear_fwd)(T*, T*, const T*, const uint16_t*, const T*, const uint16_t*, const T*, long, long, long);
-  void (*bias_bwd)(T*, const T*, long, long, uint16_t*);
-  void (*add)(T*, const T*, const T*, long);
-  void (*accumulate)(T*, const T*, long);
-  void (*scale)(T*, const T*, T, long);
-  void (*fill)(T*, T, long);
-  void (*copy)(T*, const T*, long);
-  void (*copy_rows)(T*, long, const T*, long, long, long);
-  void (*pack_bf16)(uint16_t*, const T*, long);
-  void (*unpack_bf16)(T*, const uint16_t*, long);
-  void (*layernorm_fwd)(T*, T*, T*, const T*, const T*, const T*, long, long, T);
-  void (*layernorm_fwd16)(uint16_t*, T*, T*, const T*, const T*, const T*, long, long, T);
-  void (*layernorm_bwd)(T*, T*, T*, const T*, const T*, const T*, const T*, const T*, long, long);
-  void (*layernorm_bwd16)(T*, T*, T*, const T*, const uint16_t*, const T*, const T*, const T*, long, long);
-  void (*ln_shard_sum)(T*, const T*, long, long);
-  void (*ln_shard_sqdev)(T*, T*, const T*, const T*, long, long, long);
-  void (*ln_shard_apply)(T*, T*, const T*, const T*, const T*, const T*, const T*, long, long, long, T);
-  void (*ln_shard_bwd_sums)(T*, const T*, const T*, const T*, const T*, const T*, long, long);
-  void (*ln_shard_bwd_apply)(T*, T*, T*, const T*, const T*, const T*, const T*, const T*, const T*, long, long,
-                             long);
-  void (*gelu_fwd)(T*, const T*, long);
-  void (*gelu_fwd16)(uint16_t*, uint16_t*, const T*, long);
-  void (*gelu_bwd)(T*, const T*, const T*, long);
-  void (*gelu_bwd_set)(T*, const T*, const T*, long);
-  void (*gelu_bwd_bias16)(uint16_t*, T*, const uint16_t*, const T*, long, long);
-  void (*swiglu_fwd)(T*, const T*, long, long);
-  void (*swiglu_bwd)(T*, const T*, const T*, long, long);
-  void (*swiglu_bwd_set)(T*, const T*, const T*, long, long);
-  void (*attention_fwd)(T*, T*, const T*, const T*, const T*, long, long, long, long, long);
-  void (*attention_bwd)(T*, T*, T*, const T*, const T*, const T*, const T*, const T*, long, long, long, long,
-                        long);
-  T (*cross_entropy_fwd)(T*, const T*, const int32_t*, long, long);
-  void (*cross_entropy_bwd)(T*, const T*, const int32_t*, long, long, T);
-  void (*row_max)(T*, const T*, long, long);
-  void (*max_combine)(T*, const T*, long, long);
-  void (*ce_shard_exp)(T*, T*, T*, const T*, const T*, const int32_t*, long, long, long, CeForm);
-  double (*ce_shard_finish)(T*, const T*, const T*, const T*, long, long, CeForm);
-  void (*ce_shard_target_grad)(T*, const int32_t*, long, long, long, T);
-  void (*embedding_fwd)(T*, const int32_t*, const T*, const T*, long, long, long);
-  void (*embedding_bwd)(T*, T*, const T*, const int32_t*, long, long, long);
-  void (*embedding_shard_fwd)(T*, const int32_t*, const T*, long, long, long, long);
-  void (*embedding_shard_bwd)(T*, const T*, const int32_t*, long, long, long, long);
-  void (*add_positions)(T*, const T*, long, long, long, long);
-  void (*positions_bwd)(T*, const T*, long, long, long, long);
-  void (*adamw)(T*, const T*, T*, T*, long, T, T, T, T, T, long, T);
-  double (*sum_squares)(const T*, long);
-  double (*fp8_quantize)(T*, const T*, long, T, int);
-  void (*attention_fwd_kv)(T*, T*, const T*, const T*, const T*, long, long, long, long, long, long);
-  void (*attention_bwd_kv)(T*, T*, T*, const T*, const T*, const T*, const T*, const T*, long, long, long, long, long,
-                           long);
-  void (*flash_attention_fwd)(T*, T*, const T*, const T*, const T*, long, long, long, long, long, long, long, long);
-  void (*flash_attention_bwd)(T*, T*, T*, const T*, const T*, const T*, const T*, const T*, const T*, long, long, long,
-                              long, long, long, long, long);
-  void (*flash_attention_fwd16)(uint16_t*, T*, const uint16_t*, const uint16_t*, const uint16_t*, long, long, long, long,
-                                long, long, long, long);
-  void (*flash_attention_bwd16)(T*, T*, T*, const T*, const uint16_t*, const T*, const uint16_t*, const uint16_t*,
-                                const uint16_t*, long, long, long, long, long, long, long, long);
-  double (*moe_route)(T*, int32_t*, T*, const T*, long, long, long, long, int);
-  void (*moe_route_bwd)(T*, const T*, const int32_t*, const T*, long, long, long, long, int, T);
-  void (*moe_dispatch)(T*, const T*, const int32_t*, long, long, long, long);
-  void (*moe_dispatch_bwd)(T*, const T*, const int32_t*, long, long, long);
-  void (*moe_combine)(T*, const T*, const int32_t*, const T*, long, long, long);
-  void (*moe_combine_bwd)(T*, T*, const T*, const T*, const int32_t*, const T*, long, long, long);
+#define TP_OP(RET, NAME, PARAMS, ARGS) RET(*NAME) PARAMS = nullptr;
+#include "exec/backends/ops.def"
 };
 
 enum class CopyKind { host_to_device = 0, device_to_host = 1, device_to_device = 2, host_to_host = 3 };

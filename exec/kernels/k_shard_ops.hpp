@@ -3,6 +3,8 @@
 // parallelism, the vocabulary-parallel cross-entropy steps (CeForm), the sharded embedding and the positions. The
 // emu backend runs them on the CPU block emulator (exec/backends/emu/backend_emu_shard.cpp), the CUDA library on
 // the GPU (exec/kernels/cuda/backend_cuda_shard.cu).
+// Form is ops::CeForm (exec/backends/ops.hpp, above this layer: taken as a template parameter). NAME_op takes the
+// runner, then exactly the op's arguments.
 // Invariants: every argument is checked (R::check) before any kernel; ce_shard_finish's scratch is the total
 // [1] then the per-row losses [N] (doubles), the total read back.
 #pragma once
@@ -107,7 +109,7 @@ void max_combine_op(const R& r, T* mx, const T* parts, long N, long P) {
 
 template <class R, class T, class Form>
 void ce_shard_exp_op(const R& r, T* probs, T* sum_exp, T* target, const T* logits, const T* mx, const int32_t* targets,
-                     long N, long V, long v0, Form form, Form shifted) {
+                     long N, long V, long v0, Form form) {
   const char* op = "ce_shard_exp";
   r.run(op, {{"rows", N}, {"cols", V}}, [&] {
     r.check(op, "probs", probs, bytes_of<T>(N * V));
@@ -117,15 +119,16 @@ void ce_shard_exp_op(const R& r, T* probs, T* sum_exp, T* target, const T* logit
     r.check(op, "mx", mx, bytes_of<T>(N));
     r.check(op, "targets", targets, bytes_of<int32_t>(N));
     if (N > 0)
-      r.launch()(CeShardExp<T>{probs, sum_exp, target, logits, mx, targets, N, V, v0, form == shifted},
+      r.launch()(CeShardExp<T>{probs, sum_exp, target, logits, mx, targets, N, V, v0,
+                               form == Form::shifted_target_reciprocal},
                  shard_rows<R, T>(r, N));
   });
 }
 
 // Per-row losses from the kernel, summed in double by one block, the total read back.
 template <class R, class T, class Form>
-double ce_shard_finish_op(const R& r, T* probs, const T* sum_exp, const T* target, const T* mx, long N, long V, Form form,
-                          Form shifted) {
+double ce_shard_finish_op(const R& r, T* probs, const T* sum_exp, const T* target, const T* mx, long N, long V,
+                          Form form) {
   const char* op = "ce_shard_finish";
   double total = 0;
   r.run(op, {{"rows", N}, {"cols", V}}, [&] {
@@ -136,7 +139,7 @@ double ce_shard_finish_op(const R& r, T* probs, const T* sum_exp, const T* targe
     if (N <= 0) return;
     double* loss = static_cast<double*>(r.scratch(sizeof(double) * (size_t(N) + 1)));
     const auto& l = r.launch();
-    l(CeShardFinish<T>{probs, loss + 1, sum_exp, target, mx, N, V, form == shifted},
+    l(CeShardFinish<T>{probs, loss + 1, sum_exp, target, mx, N, V, form == Form::shifted_target_reciprocal},
       Dim{blocks_for(N, 1, l.max_grid), l.block, 0});
     l(SumToDouble<double>{loss, loss + 1, N}, Dim{1, l.block, kReduceSlots * 8});
     total = r.read_back(loss);

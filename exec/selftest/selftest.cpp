@@ -128,7 +128,28 @@ OpCheck run_one(const Backend& be, const Spec& s, bool library = false) {
   return c;
 }
 
+// The words (runs of [a-z0-9_]) of s.
+std::vector<std::string> words(const std::string& s) {
+  std::vector<std::string> w(1);
+  for (char ch : s) {
+    if ((ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '_') w.back() += ch;
+    else if (!w.back().empty()) w.emplace_back();
+  }
+  return w;
+}
+
 }  // namespace
+
+std::vector<std::string> unchecked_ops(bool quick) {
+  std::vector<std::string> named;
+  for (const selftest::Spec& s : selftest::all_specs(quick))
+    for (const std::string& text : {s.op, s.variant})
+      for (std::string& w : words(text)) named.push_back(std::move(w));
+  std::vector<std::string> missing;
+  for (std::string_view op : ops::op_names())
+    if (std::find(named.begin(), named.end(), op) == named.end()) missing.emplace_back(op);
+  return missing;
+}
 
 SelftestResult run_selftest(const Backend& b, bool quick) {
   SelftestResult r;
@@ -152,6 +173,11 @@ SelftestResult run_selftest(const Backend& b, bool quick) {
     AttentionScope lib(b, true);
     OpCheck c = run_one(b, s, true);
     c.variant += ", attention library";
+    count(std::move(c));
+  }
+  if (const std::vector<std::string> missing = unchecked_ops(quick); !missing.empty()) {
+    OpCheck c{"coverage", "", "", 0, 0, CheckStatus::fail, "ops without a check:"};
+    for (const std::string& op : missing) c.message += " " + op;
     count(std::move(c));
   }
   return r;

@@ -40,8 +40,12 @@ constexpr double kSelftestTolF32 = 2e-5;
 // fp32 gradients, so it computes the same function at bf16's precision, not the reference's rounding exactly.
 constexpr double kSelftestTolLibraryAttention = 1e-2;
 
-// Runs every check on `b` (quick: the first shapes of each op only).
+// Runs every check on `b` (quick: the first shapes of each op only), then the coverage check: a failed check "coverage"
+// when an op of exec/backends/ops.def has no check.
 SelftestResult run_selftest(const Backend& b, bool quick = false);
+// The ops of exec/backends/ops.def that no check names as a word of its op or its variant ("flash_attention_fwd16+
+// flash_attention_bwd16", "then unpack_bf16"), in ops.def's order; empty when every op is checked.
+std::vector<std::string> unchecked_ops(bool quick);
 
 // The training comparisons (selftest_train.cpp): `steps` steps of a tiny GPT on backend `b` and on the CPU backend,
 // one rank each, in each precision and attention the executor trains with: fp32 with the unfused and the flash

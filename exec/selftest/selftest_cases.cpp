@@ -265,7 +265,8 @@ void flash_cases(std::vector<Spec>& cs, bool quick) {
         // backward; with Tq = Tk in place in a fused QKV buffer, as the model calls them.
         const long W = Tq == Tk ? (H + 2 * Hkv) * D : 0, ldq = W ? W : H * D, ldkv = W ? W : Hkv * D;
         const long nqs = W ? B * Tq * W : nq, nks = W ? 0 : nk;  // the packed q (or qkv) and k, v buffers
-        Spec s16{"flash_attention_fwd16+bwd16", shape, W ? "bf16 storage, packed qkv, overwrite" : "bf16 storage, overwrite",
+        Spec s16{"flash_attention_fwd16+flash_attention_bwd16", shape,
+                 W ? "bf16 storage, packed qkv, overwrite" : "bf16 storage, overwrite",
                  {rnd(nqs, s++), rnd(nks, s++), rnd(nks, s++), Vec(size_t(nq)), Vec(size_t(ns)), rnd(nq, s++),
                   rnd(nqs, s++), rnd(nks, s++), rnd(nks, s++)},
                  {Ints(size_t((nqs + 1) / 2)), Ints(size_t((nks + 1) / 2)), Ints(size_t((nks + 1) / 2)),

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "exec/backends/backend.hpp"
 #include "exec/selftest/selftest.hpp"
@@ -69,4 +70,11 @@ TEST(Selftest, FlagsAWrongOpAndAnUnsupportedOne) {
                              : c.op == "max_combine" ? CheckStatus::unsupported : CheckStatus::pass;
     EXPECT_EQ(c.status, want) << c.op << " " << c.shape << " " << c.err;
   }
+}
+
+// Every op of exec/backends/ops.def has a check in the selftest (quick and full), and a missing one would be a
+// failed "coverage" check of run_selftest.
+TEST(Selftest, ChecksEveryOpOfTheOpList) {
+  EXPECT_EQ(unchecked_ops(true), std::vector<std::string>{});
+  EXPECT_EQ(unchecked_ops(false), std::vector<std::string>{});
 }

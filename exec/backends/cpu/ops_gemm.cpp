@@ -387,10 +387,23 @@ void attention_bwd(T* dq, T* dk, T* dv, const T* dout, const T* att, const T* q,
   attention_bwd_kv(dq, dk, dv, dout, att, q, k, v, B, Tn, Tn, H, Hkv, D);
 }
 
+// ops::linear_fwd as its three ops (the CPU fuses nothing): matmul (matmul16 for packed operands), add_bias, gelu_fwd.
+template <class T>
+void linear_fwd(T* y, T* pre, const T* x, const uint16_t* x16, const T* w, const uint16_t* w16, const T* b, long M,
+                long N, long K) {
+  T* z = pre ? pre : y;
+  if (x16 || w16) matmul16(z, x, x16, w, w16, M, N, K, false, false, T(1), T(0));
+  else matmul(z, x, w, M, N, K, false, false, T(1), T(0));
+  if (b) add_bias(z, z, b, M, N, static_cast<const T*>(nullptr));
+  if (pre) gelu_fwd(y, pre, M * N);
+}
+
 #define TP_OPS_GEMM_INSTANTIATE(T)                                                                              \
   template void matmul<T>(T*, const T*, const T*, long, long, long, bool, bool, T, T);                         \
   template void matmul16<T>(T*, const T*, const uint16_t*, const T*, const uint16_t*, long, long, long, bool, bool,  \
                             T, T);                                                                              \
+  template void linear_fwd<T>(T*, T*, const T*, const uint16_t*, const T*, const uint16_t*, const T*, long, long,  \
+                              long);                                                                            \
   template void attention_fwd<T>(T*, T*, const T*, const T*, const T*, long, long, long, long, long);          \
   template void attention_bwd<T>(T*, T*, T*, const T*, const T*, const T*, const T*, const T*, long, long, long, \
                                  long, long);                                                                 \

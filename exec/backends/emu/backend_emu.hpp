@@ -1,6 +1,6 @@
 // exec/backends/emu/: the emu and emu-device backends, the kernels of exec/kernels/ on the CPU block emulator.
-// backend_emu (internal to the emu backend's two files): the device-memory registry check, the launcher the
-// ops use, and the table parts filled by backend_emu_shard.cpp (sharded ops and attention).
+// backend_emu (internal to the emu backend's files): the device-memory registry check, the launcher and the runner
+// of the op -> kernel bridges (exec/kernels/k_ops.hpp), and the backend's own ops (backend_emu_own.cpp).
 // Invariants: every pointer an emu op receives is checked with need() before any kernel runs: it must lie,
 // with its whole extent, inside one live allocation of the emu backend, else the op throws an error naming
 // the op and the argument. Scratch buffers the ops use internally are the backend's own business.
@@ -62,11 +62,9 @@ struct EmuRunner {
   double read_back(const double* p) const { return *p; }
 };
 
-// Fills the sharded-op and attention entries of the table (backend_emu_shard.cpp).
+// Fills the entries of the ops the backend writes itself (ops.def TP_OWN_OP: the GEMMs, attention and flash
+// attention; backend_emu_own.cpp).
 template <class T>
-void set_shard_ops(OpTable<T>& t);
-// Fills the mixture-of-experts entries (backend_emu_moe.cpp).
-template <class T>
-void set_moe_ops(OpTable<T>& t);
+void set_own_ops(OpTable<T>& t);
 
 }  // namespace tp::exec::emu_be

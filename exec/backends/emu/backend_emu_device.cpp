@@ -196,22 +196,11 @@ struct Tr<M> {
   static R call(A... a) { return (emu_backend().ops<T>().*M)(tr(a)...); }
 };
 
-#define TP_EMU_DEV_OPS(X)                                                                                            \
-  X(matmul) X(matmul16) X(linear_fwd) X(add_bias) X(bias_bwd) X(add) X(accumulate) X(scale) X(fill) X(copy) X(copy_rows) X(pack_bf16) X(unpack_bf16) X(layernorm_fwd) X(layernorm_fwd16)      \
-  X(layernorm_bwd) X(layernorm_bwd16) X(ln_shard_sum) X(ln_shard_sqdev) X(ln_shard_apply) X(ln_shard_bwd_sums) X(ln_shard_bwd_apply)  \
-  X(gelu_fwd) X(gelu_fwd16) X(gelu_bwd) X(gelu_bwd_set) X(gelu_bwd_bias16) X(swiglu_fwd) X(swiglu_bwd) X(swiglu_bwd_set) X(attention_fwd)           \
-  X(attention_bwd) X(cross_entropy_fwd) X(cross_entropy_bwd) X(row_max) X(max_combine) X(ce_shard_exp)             \
-  X(ce_shard_finish) X(ce_shard_target_grad) X(embedding_fwd) X(embedding_bwd) X(embedding_shard_fwd)              \
-  X(embedding_shard_bwd) X(add_positions) X(positions_bwd) X(adamw) X(sum_squares) X(fp8_quantize) X(attention_fwd_kv) \
-  X(attention_bwd_kv) X(moe_route) X(moe_route_bwd) X(moe_dispatch) X(moe_dispatch_bwd) X(moe_combine)             \
-  X(moe_combine_bwd) X(flash_attention_fwd) X(flash_attention_bwd) X(flash_attention_fwd16) X(flash_attention_bwd16)
-
 template <class T>
 OpTable<T> table() {
   OpTable<T> t{};
-#define TP_EMU_DEV_SET(name) t.name = &Tr<&OpTable<T>::name>::call;
-  TP_EMU_DEV_OPS(TP_EMU_DEV_SET)
-#undef TP_EMU_DEV_SET
+#define TP_OP(RET, NAME, PARAMS, ARGS) t.NAME = &Tr<&OpTable<T>::NAME>::call;
+#include "exec/backends/ops.def"
   return t;
 }
 

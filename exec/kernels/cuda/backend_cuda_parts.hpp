@@ -35,7 +35,7 @@ void check(cudaError_t e, const char* what);
 // With TP_CUDA_SYNC=1: synchronise the stream and throw on any error (so the fault names its op).
 void after_op();
 // Runs `body` on the backend's device, then after_op(); any error is rethrown as
-// "cuda op NAME (N n, E e, ...): <what>" (the op tables of backend_cuda_moe.cu and backend_cuda_shard.cu).
+// "cuda op NAME (N n, E e, ...): <what>" (CudaRunner below: the bridges of exec/kernels/k_ops.hpp).
 template <class Body>
 void run_op(const char* name, std::initializer_list<std::pair<const char*, long>> shape, Body body) {
   try {
@@ -60,9 +60,6 @@ void cast_from_bf16(float* y, const void* x, long n);
 // Device-memory accounting of every cudaMalloc / cudaFree of the library (Backend::peak_device_bytes).
 void note_device_alloc(size_t bytes);
 void note_device_free(size_t bytes);
-// Device scratch for the column sums of an [N, C] input (bias and LayerNorm weight gradients; k_reduce.hpp's
-// column_sums_scratch floats; null when they run in one pass).
-float* column_scratch(long N, long C);
 #ifdef __CUDACC__
 // The launcher every op uses: block 256, grid capped at 4096, on g.stream.
 kernels::CudaLauncher launcher();
@@ -88,9 +85,8 @@ struct CudaRunner {
 };
 #endif
 
+// The op tables (backend_cuda_ops.cu): fp32, every op of exec/backends/ops.def; fp64, entries that throw.
 void fill_f32_table(exec::OpTable<float>& t);
-void fill_f32_shard_ops(exec::OpTable<float>& t);  // backend_cuda_shard.cu
-void fill_f32_moe_ops(exec::OpTable<float>& t);    // backend_cuda_moe.cu
 void fill_f64_unsupported(exec::OpTable<double>& t);
 
 }  // namespace tp::cuda

@@ -1,6 +1,6 @@
-// backend_emu_shard: the emu backend's sharded ops (column-split LayerNorm, vocabulary-parallel cross-entropy
-// and embedding, positions) and attention. Attention is what a GPU does with cuBLASLt: per (batch, head) the
-// products go through the CPU backend's matmul (the GEMMs) and the causal softmax and its backward through the
+// backend_emu_own: the emu backend's own ops (exec/backends/ops.def TP_OWN_OP; every other op is a bridge of
+// exec/kernels/k_ops.hpp on the emu runner): the GEMMs (the CPU backend's matmul behind the registry's checks),
+// attention and flash attention. Attention is what a GPU does with cuBLASLt: per (batch, head) the products go through the CPU backend's matmul (the GEMMs) and the causal softmax and its backward through the
 // softmax kernels (one launch over every head's rows); q, k, v and the gradients are permuted between the
 // model's [B, T, H, D] and heads-major [B, H, T, D] scratch by a kernel, so each head's GEMM sees a contiguous
 // matrix. Flash attention is the fused kernels of k_flash.hpp (the CUDA backend's), bf16 operands as the CPU's
@@ -10,6 +10,8 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <stdexcept>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -17,76 +19,11 @@
 #include "exec/backends/cpu/ops_cpu.hpp"
 #include "exec/backends/emu/backend_emu.hpp"
 #include "exec/kernels/k_bridge.hpp"
-#include "exec/kernels/k_shard_ops.hpp"
 #include "exec/kernels/k_flash.hpp"
 
 namespace tp::exec::emu_be {
 namespace {
 namespace k = tp::kernels;
-
-// The sharded ops: the bridge written once for emu and CUDA (exec/kernels/k_shard_ops.hpp) on the emu runner.
-template <class T>
-void ln_shard_sum(T* sum, const T* x, long N, long Cl) { k::ln_shard_sum_op(EmuRunner{}, sum, x, N, Cl); }
-template <class T>
-void ln_shard_sqdev(T* sqdev, T* mean, const T* sum, const T* x, long N, long Cl, long C) {
-  k::ln_shard_sqdev_op(EmuRunner{}, sqdev, mean, sum, x, N, Cl, C);
-}
-template <class T>
-void ln_shard_apply(T* y, T* rstd, const T* x, const T* mean, const T* sqdev, const T* w, const T* b, long N,
-                    long Cl, long C, T eps) {
-  k::ln_shard_apply_op(EmuRunner{}, y, rstd, x, mean, sqdev, w, b, N, Cl, C, eps);
-}
-template <class T>
-void ln_shard_bwd_sums(T* sums, const T* dy, const T* x, const T* w, const T* mean, const T* rstd, long N, long Cl) {
-  k::ln_shard_bwd_sums_op(EmuRunner{}, sums, dy, x, w, mean, rstd, N, Cl);
-}
-template <class T>
-void ln_shard_bwd_apply(T* dx, T* dw, T* db, const T* dy, const T* x, const T* w, const T* mean, const T* rstd,
-                        const T* sums, long N, long Cl, long C) {
-  k::ln_shard_bwd_apply_op(EmuRunner{}, dx, dw, db, dy, x, w, mean, rstd, sums, N, Cl, C);
-}
-template <class T>
-void max_combine(T* mx, const T* parts, long N, long P) { k::max_combine_op(EmuRunner{}, mx, parts, N, P); }
-template <class T>
-void ce_shard_exp(T* probs, T* sum_exp, T* target, const T* logits, const T* mx, const int32_t* targets, long N,
-                  long V, long v0, CeForm form) {
-  k::ce_shard_exp_op(EmuRunner{}, probs, sum_exp, target, logits, mx, targets, N, V, v0, form,
-                     CeForm::shifted_target_reciprocal);
-}
-template <class T>
-double ce_shard_finish(T* probs, const T* sum_exp, const T* target, const T* mx, long N, long V, CeForm form) {
-  return k::ce_shard_finish_op(EmuRunner{}, probs, sum_exp, target, mx, N, V, form, CeForm::shifted_target_reciprocal);
-}
-template <class T>
-void ce_shard_target_grad(T* dlogits, const int32_t* targets, long N, long V, long v0, T scale) {
-  k::ce_shard_target_grad_op(EmuRunner{}, dlogits, targets, N, V, v0, scale);
-}
-template <class T>
-void embedding_shard_fwd(T* out, const int32_t* tokens, const T* wte, long N, long C, long v0, long Vl) {
-  k::embedding_shard_fwd_op(EmuRunner{}, out, tokens, wte, N, C, v0, Vl);
-}
-template <class T>
-void add_positions(T* x, const T* wpe, long rows_, long C, long Tn, long row0) {
-  k::add_positions_op(EmuRunner{}, x, wpe, rows_, C, Tn, row0);
-}
-template <class T>
-void positions_bwd(T* dwpe, const T* dx, long rows_, long C, long Tn, long row0) {
-  k::positions_bwd_op(EmuRunner{}, dwpe, dx, rows_, C, Tn, row0);
-}
-// (row_max and embedding_shard_bwd: the emu backend's own bridges; the CUDA library has its own in backend_cuda_ops.cu)
-template <class T>
-void row_max(T* mx, const T* x, long N, long V) {
-  need("row_max", "mx", mx, sz<T>(N));
-  need("row_max", "x", x, sz<T>(N * V));
-  if (N > 0) k::ce_shard_max(launcher(), mx, x, N, V);
-}
-template <class T>
-void embedding_shard_bwd(T* dwte, const T* dout, const int32_t* tokens, long N, long C, long v0, long Vl) {
-  need("embedding_shard_bwd", "dwte_shard", dwte, sz<T>(Vl * C));
-  need("embedding_shard_bwd", "dout", dout, sz<T>(N * C));
-  need("embedding_shard_bwd", "tokens", tokens, sz<int32_t>(N));
-  if (N * C > 0) k::embedding_bwd(launcher(), dwte, static_cast<T*>(nullptr), dout, tokens, 1, N, C, v0, Vl);
-}
 
 // ---- attention ----
 
@@ -191,26 +128,6 @@ void attention_bwd_any(const char* op, T* dq, T* dk, T* dv, const T* dout, const
   from_heads(dv, dV.p, B, Tk, Hkv, D);
 }
 
-template <class T>
-void attention_fwd(T* out, T* att, const T* q, const T* k, const T* v, long B, long Tn, long H, long Hkv, long D) {
-  attention_fwd_any("attention_fwd", false, out, att, q, k, v, B, Tn, Tn, H, Hkv, D);
-}
-template <class T>
-void attention_bwd(T* dq, T* dk, T* dv, const T* dout, const T* att, const T* q, const T* k, const T* v, long B,
-                   long Tn, long H, long Hkv, long D) {
-  attention_bwd_any("attention_bwd", dq, dk, dv, dout, att, q, k, v, B, Tn, Tn, H, Hkv, D);
-}
-template <class T>
-void attention_fwd_kv(T* out, T* att, const T* q, const T* k, const T* v, long B, long Tq, long Tk, long H, long Hkv,
-                      long D) {
-  attention_fwd_any("attention_fwd_kv", true, out, att, q, k, v, B, Tq, Tk, H, Hkv, D);
-}
-template <class T>
-void attention_bwd_kv(T* dq, T* dk, T* dv, const T* dout, const T* att, const T* q, const T* k, const T* v, long B,
-                      long Tq, long Tk, long H, long Hkv, long D) {
-  attention_bwd_any("attention_bwd_kv", dq, dk, dv, dout, att, q, k, v, B, Tq, Tk, H, Hkv, D);
-}
-
 void flash_head_dim(const char* op, long D) {
   if (D > k::kFlashMaxHeadDim)
     throw std::runtime_error(std::string(op) + ": head dim " + std::to_string(D) + " above the flash kernels' " +
@@ -284,6 +201,60 @@ void flash_bwd_any(const char* op, T* dq, T* dk, T* dv, const T* dout, const S* 
   }
 }
 
+}  // namespace
+
+}  // namespace tp::exec::emu_be
+
+// The backend's own ops (exec/backends/ops.def TP_OWN_OP): the GEMMs through the CPU backend's matmul with the
+// registry's checks, linear_fwd as its three ops, attention and flash attention.
+namespace tp::exec::emu_be::own {
+
+template <class T>
+void matmul(T* C, const T* A, const T* B, long M, long N, long K, bool ta, bool tb, T alpha, T beta) {
+  need("matmul", "A", A, sz<T>(M * K));
+  need("matmul", "B", B, sz<T>(K * N));
+  need("matmul", "C", C, sz<T>(M * N));
+  ops::cpu::matmul<T>(C, A, B, M, N, K, ta, tb, alpha, beta);
+}
+template <class T>
+void matmul16(T* C, const T* A, const uint16_t* A16, const T* B, const uint16_t* B16, long M, long N, long K, bool ta,
+              bool tb, T alpha, T beta) {
+  if ((A == nullptr) == (A16 == nullptr) || (B == nullptr) == (B16 == nullptr))
+    throw std::runtime_error("emu backend: matmul16: each operand is given exactly once (A or A16, B or B16)");
+  if (A16) need("matmul16", "A16", A16, sz<uint16_t>(M * K));
+  else need("matmul16", "A", A, sz<T>(M * K));
+  if (B16) need("matmul16", "B16", B16, sz<uint16_t>(K * N));
+  else need("matmul16", "B", B, sz<T>(K * N));
+  need("matmul16", "C", C, sz<T>(M * N));
+  ops::cpu::matmul16<T>(C, A, A16, B, B16, M, N, K, ta, tb, alpha, beta);
+}
+template <class T>
+void linear_fwd(T* y, T* pre, const T* x, const uint16_t* x16, const T* w, const uint16_t* w16, const T* b, long M,
+                long N, long K) {
+  composed_linear_fwd<emu_backend, T>(y, pre, x, x16, w, w16, b, M, N, K);
+}
+
+
+template <class T>
+void attention_fwd(T* out, T* att, const T* q, const T* k, const T* v, long B, long Tn, long H, long Hkv, long D) {
+  attention_fwd_any("attention_fwd", false, out, att, q, k, v, B, Tn, Tn, H, Hkv, D);
+}
+template <class T>
+void attention_bwd(T* dq, T* dk, T* dv, const T* dout, const T* att, const T* q, const T* k, const T* v, long B,
+                   long Tn, long H, long Hkv, long D) {
+  attention_bwd_any("attention_bwd", dq, dk, dv, dout, att, q, k, v, B, Tn, Tn, H, Hkv, D);
+}
+template <class T>
+void attention_fwd_kv(T* out, T* att, const T* q, const T* k, const T* v, long B, long Tq, long Tk, long H, long Hkv,
+                      long D) {
+  attention_fwd_any("attention_fwd_kv", true, out, att, q, k, v, B, Tq, Tk, H, Hkv, D);
+}
+template <class T>
+void attention_bwd_kv(T* dq, T* dk, T* dv, const T* dout, const T* att, const T* q, const T* k, const T* v, long B,
+                      long Tq, long Tk, long H, long Hkv, long D) {
+  attention_bwd_any("attention_bwd_kv", dq, dk, dv, dout, att, q, k, v, B, Tq, Tk, H, Hkv, D);
+}
+
 template <class T>
 void flash_attention_fwd(T* out, T* stats, const T* q, const T* k, const T* v, long B, long Tq, long Tk, long H,
                          long Hkv, long D, long ldq, long ldkv) {
@@ -306,34 +277,17 @@ void flash_attention_bwd16(T* dq, T* dk, T* dv, const T* dout, const uint16_t* o
   flash_bwd_any("flash_attention_bwd16", dq, dk, dv, dout, out, stats, q, k, v, B, Tq, Tk, H, Hkv, D, ldq, ldkv);
 }
 
-}  // namespace
+}  // namespace tp::exec::emu_be::own
+
+namespace tp::exec::emu_be {
 
 template <class T>
-void set_shard_ops(OpTable<T>& t) {
-  t.ln_shard_sum = &ln_shard_sum<T>;
-  t.ln_shard_sqdev = &ln_shard_sqdev<T>;
-  t.ln_shard_apply = &ln_shard_apply<T>;
-  t.ln_shard_bwd_sums = &ln_shard_bwd_sums<T>;
-  t.ln_shard_bwd_apply = &ln_shard_bwd_apply<T>;
-  t.row_max = &row_max<T>;
-  t.max_combine = &max_combine<T>;
-  t.ce_shard_exp = &ce_shard_exp<T>;
-  t.ce_shard_finish = &ce_shard_finish<T>;
-  t.ce_shard_target_grad = &ce_shard_target_grad<T>;
-  t.embedding_shard_fwd = &embedding_shard_fwd<T>;
-  t.embedding_shard_bwd = &embedding_shard_bwd<T>;
-  t.add_positions = &add_positions<T>;
-  t.positions_bwd = &positions_bwd<T>;
-  t.attention_fwd = &attention_fwd<T>;
-  t.attention_bwd = &attention_bwd<T>;
-  t.attention_fwd_kv = &attention_fwd_kv<T>;
-  t.attention_bwd_kv = &attention_bwd_kv<T>;
-  t.flash_attention_fwd = &flash_attention_fwd<T>;
-  t.flash_attention_bwd = &flash_attention_bwd<T>;
-  t.flash_attention_fwd16 = &flash_attention_fwd16<T>;
-  t.flash_attention_bwd16 = &flash_attention_bwd16<T>;
+void set_own_ops(OpTable<T>& t) {
+#define TP_OP(RET, NAME, PARAMS, ARGS)
+#define TP_OWN_OP(RET, NAME, PARAMS, ARGS) t.NAME = &own::NAME<T>;
+#include "exec/backends/ops.def"
 }
-template void set_shard_ops<float>(OpTable<float>&);
-template void set_shard_ops<double>(OpTable<double>&);
+template void set_own_ops<float>(OpTable<float>&);
+template void set_own_ops<double>(OpTable<double>&);
 
 }  // namespace tp::exec::emu_be
