@@ -179,7 +179,7 @@ Scenario with_planner_choice(const Scenario& sc, const std::string& scenario_fil
 int cmd_run(int argc, char** argv) {
   Args a = parse_args(argc, argv, 2, {"--steps", "--json", "--seed", "--lr", "--data", "--delink-step", "--checkpoint-dir", "--checkpoint-every", "--trace",
                                           "--device-budget", "--backend", "--log-every", "--keep-checkpoints", "--plan",
-                                          "--handover-window", "--metrics"},
+                                          "--handover-window", "--metrics", "--comm"},
                   {"--fp64", "--quiet", "--resume", "--resume-or-start", "--no-bf16-weight-copies"});
   if (a.positional.size() != 1) throw Usage("run needs exactly one scenario file");
   exec::RunOptions o;
@@ -213,6 +213,10 @@ int cmd_run(int argc, char** argv) {
   o.fp64 = a.flag("--fp64");
   o.bf16_weight_copies = !a.flag("--no-bf16-weight-copies");
   o.backend = a.value("--backend", "cpu");
+  o.comm = a.value("--comm", "mpi");
+  if (o.comm != "mpi" && o.comm != "nccl") throw Usage("--comm: expected mpi or nccl, got '" + o.comm + "'");
+  if (o.comm == "nccl" && o.backend != "cuda")
+    throw Usage("--comm nccl needs --backend cuda (NCCL runs the collectives of GPU memory)");
   if (o.backend == "cuda") {  // no device: 77 with the reason; a device (the local rank's): trains there in fp32
     std::string why;
     exec::CudaLoad st;

@@ -1,12 +1,16 @@
 // exec/comm/: the communicators: this interface, MPI (comm_mpi.cpp), one rank (comm_local.cpp), staging through
-// pinned host memory for device buffers (comm_staged.cpp) and prof's timed wrapper (comm_classed.hpp).
+// pinned host memory for device buffers (comm_staged.cpp), the device communicator (NCCL's table, device_comm.hpp)
+// and prof's timed wrapper (comm_classed.hpp).
 // comm: the communicator interface the executor's parallel runtime is written against (MPI in
-// exec/comm/comm_mpi.cpp; a one-rank communicator for runs without MPI; NCCL later). No MPI type appears outside
-// the implementation. Collectives are blocking and deterministic: a sum over ranks adds in rank order, so
-// results do not depend on message arrival (the float64 oracle tests need bit-reproducible reductions).
-// Buffers hold `n` elements of float or double (Dtype names which). Buffers are HOST memory: on the CPU
-// backend (exec/backends/backend.hpp, host_accessible) tensors are passed as they are; a device backend stages them
-// through pinned host buffers (staged_comm below; until a device communicator, NCCL, takes device pointers).
+// exec/comm/comm_mpi.cpp; a one-rank communicator for runs without MPI; for GPU tensors, NCCL's behind
+// device_comm.hpp). No MPI type appears outside the implementation. The host communicators' collectives are
+// deterministic: a sum over ranks adds in rank order, so results do not depend on message arrival (the float64
+// oracle tests need bit-reproducible reductions); the device communicator's sums are NCCL's. Collectives are
+// blocking, except the non-blocking ones (iall_reduce_sum, ireduce_scatter_sum: started, then waited), which a
+// communicator without asynchronous progress completes when they start.
+// Buffers hold `n` elements of float or double (Dtype names which). The host communicators take HOST memory: on
+// the CPU backend (exec/backends/backend.hpp, host_accessible) tensors are passed as they are; a device backend
+// stages them through pinned host buffers (staged_comm below), or gives its tensors to the device communicator.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -16,6 +20,10 @@
 namespace tp::exec {
 
 enum class Dtype { f32 = 0, f64 = 1, i32 = 2, u8 = 3 };
+// A non-blocking collective's handle (Comm::wait). id < 0: completed when it started.
+struct CommRequest {
+  long id = -1;
+};
 size_t dtype_bytes(Dtype d);
 // The Dtype of a floating-point element type T (float or double): the one mapping every caller uses.
 template <class T>
@@ -40,6 +48,21 @@ struct Comm {
   virtual void reduce_sum(const void* in, void* out, long n, Dtype d, int root) = 0;
   // in[n * size] -> out[n * size]: block r of in goes to rank r, block s of out came from rank s.
   virtual void all_to_all(const void* in, void* out, long n, Dtype d) = 0;
+  // Non-blocking collectives, for overlap (the data-parallel gradient reduction started as the backward finishes a
+  // unit's gradient, waited before the optimizer): the call starts the collective and returns its handle; the caller
+  // neither reads nor writes its buffers until wait() on the handle returns. Results as the blocking calls' (rank-
+  // ordered sums), and the same rule: every rank of the group starts them in the same order. These defaults complete
+  // the collective inside the call and wait returns at once (a communicator without asynchronous progress: MPI's
+  // rank-ordered sums, one rank, staging; blocking is a valid implementation); a device communicator overrides them.
+  virtual CommRequest iall_reduce_sum(void* buf, long n, Dtype d) {
+    all_reduce_sum(buf, n, d);
+    return {};
+  }
+  virtual CommRequest ireduce_scatter_sum(const void* in, void* out, long n, Dtype d) {
+    reduce_scatter_sum(in, out, n, d);
+    return {};
+  }
+  virtual void wait(CommRequest) {}
   // Point to point (blocking; tags keep concurrent streams apart).
   virtual void send(const void* buf, long n, Dtype d, int dst, int tag) = 0;
   virtual void recv(void* buf, long n, Dtype d, int src, int tag) = 0;

@@ -7,7 +7,9 @@
 #include <malloc.h>
 #endif
 
+#include "exec/backends/cuda/cuda_loader.hpp"
 #include "exec/comm/comm_classed.hpp"
+#include "exec/comm/device_comm.hpp"
 #include "exec/runtime/device_oom.hpp"  // run_training's message for a device out of memory (sim::simulate)
 
 namespace tp::exec {
@@ -59,6 +61,7 @@ void RankRun<T>::setup() {
   }
   // (model.d1.moe_aux_weight: per phase, RankRun::enter_phase)
   const long long state = plan_units();
+  dp_started.assign(units.size(), 0);
   // Chunked offload on a backend that is not host-accessible: the store's host side (flat parameters and
   // gradients, the optimizer state) is pinned host memory, which the host Adam reads and the ops may also take.
   host_flat = p.offload.kind == OffloadKind::chunked && !current_backend().host_accessible;
@@ -269,6 +272,16 @@ template std::vector<std::pair<long long, long long>> RankRun<double>::params_ne
 
 using detail::RankRun;
 
+// --comm nccl: the NCCL table of the CUDA library, for the cuda backend only (NCCL takes its device memory).
+static const DeviceCommOps& nccl_ops_for(const Backend& be) {
+  if (std::string(be.name) != "cuda")
+    throw InputError({std::string("--comm nccl: needs --backend cuda (backend ") + be.name + " has no NCCL device memory)"});
+  std::string why;
+  const DeviceCommOps* ops = load_nccl_ops(why);
+  if (!ops) throw InputError({why});
+  return *ops;
+}
+
 RunResult run_training(const Scenario& sc, const RunOptions& o, Comm& world) {
 #ifdef __GLIBC__
   // Keep freed memory in the process (the CPU analogue of a GPU framework's caching allocator): every
@@ -291,6 +304,8 @@ RunResult run_training(const Scenario& sc, const RunOptions& o, Comm& world) {
   // Device memory the host cannot read: every collective and send stages device buffers through pinned host
   // memory (exec/comm/comm_staged.cpp). The CPU backend passes tensors to the communicator as they are.
   std::unique_ptr<Comm> staged = backend->host_accessible ? nullptr : staged_comm(world, *backend);
+  // --comm nccl: device tensors' collectives on the GPU (exec/comm/device_comm.hpp), the rest as above.
+  if (o.comm == "nccl") staged = device_comm(world, *backend, nccl_ops_for(*backend));
   Comm& comm = staged ? *staged : world;
   try {
     if (detail::pseudo_plan_differs(sc))  // Pseudo-to-Real over two layouts (exec/runtime/runtime_relayout.cpp)

@@ -311,6 +311,24 @@ struct RankRun {
   void dp_all_reduce_grads();      //   ZeRO 0
   void dp_reduce_scatter_grads();  //   ZeRO >= 1, dp > 1
   void dp1_shard_grads();          //   ZeRO >= 2, dp == 1
+  // ZeRO 0 and 1 with plan.overlap_grad_reduce (Megatron's --overlap-grad-reduce): a layer unit's reduction starts
+  // when the step's last backward of the unit ends (piece_backward), not at the step's end; the step's end waits
+  // for them (dp_wait_reduces) and reduces the rest. Device-resident units of plans without shared weight groups
+  // (granular offload, chunked offload and the pseudo phase's groups keep the step-end path).
+  bool overlaps_dp_reduce(int ui) const {
+    return p.overlap_grad_reduce && p.zero <= 1 && p.data_ranks() > 1 && is_layer_unit(ui) && units[ui].owned &&
+           shared == 0 && !store && !host_flat && !gran.is_off(ui);
+  }
+  void dp_reduce_unit(int ui);  // starts unit ui's reduction (ZeRO 0: all-reduce; 1: reduce-scatter of its slices)
+  void dp_wait_reduces();       // completes every started reduction (ZeRO 1: this rank's slices into the gradients)
+  std::vector<char> dp_started;  // per unit: its reduction started during this step's backward
+  struct DpPending {  // a started reduction; ZeRO 1: out's first z - a elements are gradients [a, z)
+    Comm* c;
+    CommRequest req;
+    Buf<T> in, out;
+    long long a, z;
+  };
+  std::vector<DpPending> dp_pending;
   void delink_slot_sums();
   double grad_norm();
   void adam_update(int step, int warmup, double norm);

@@ -5,6 +5,7 @@
 // gathers, granular loads) are in place before its first piece and released after its last.
 #include "exec/runtime/runtime_rank.hpp"
 
+#include <cstdio>
 #include <ctime>
 
 namespace tp::exec {
@@ -25,6 +26,7 @@ struct RankRun<T>::Loop {
   std::vector<WorkItem> order;   // the rank's schedule
   std::vector<Piece> pieces;     // pieces in execution order
   std::vector<int> run_of_piece, run_layer;  // runs (the chunk store's moments): same layer and pass
+  std::vector<size_t> last_bwd_piece;        // per unit: the piece of the step's last backward of the unit
   int cur_run = -1;              // the run whose chunks are resident and pinned
   std::vector<LayerActs<T>> acts;                // per (layer, micro-batch)
   std::vector<HeadActs<T>> head;                 // per micro-batch
@@ -80,6 +82,9 @@ void RankRun<T>::enter_phase(Loop& lp, bool pseudo) {
   lp.order = plan_order(phase, L, rc.stage);
   lp.pieces = order_pieces(lp.order, lay, rc.stage);
   split_runs(lp.pieces, lp.run_of_piece, lp.run_layer);
+  lp.last_bwd_piece.assign(units.size(), lp.pieces.size());
+  for (size_t pc = 0; pc < lp.pieces.size(); ++pc)
+    if (lp.pieces[pc].pass == Pass::bwd) lp.last_bwd_piece[unit_of_layer(weight_group(lp.pieces[pc].layer, L, shared))] = pc;
   if (store)
     check_runs_fit<T>(*store, lp.run_layer, [&](int r) { return run_parts(lp, r); }, (long long)p.offload.chunk_elements);
   lp.acts.clear();
@@ -332,6 +337,14 @@ void RankRun<T>::piece_backward(Loop& lp, size_t pc, LayerActs<T>& a, Buf<T>& x,
     if (model.sp) sp_reduce_layer(wl, dev_end[ui], units[ui].b);  // (the device part: at the step's end)
     gran.grad_to_host(gran.grad(ui), ugrad[ui].data(), units[ui].b - dev_end[ui]);
     grad_release(ui);
+  } else if (pc == lp.last_bwd_piece[unit_of_layer(wl)] && overlaps_dp_reduce(unit_of_layer(wl))) {
+    // the unit's gradient is complete: its data-parallel reduction starts (plan.overlap_grad_reduce)
+    const int ui = unit_of_layer(wl);
+    if (model.sp) sp_reduce_layer(wl, units[ui].a, dev_end[ui]);  // (first, as at the step's end)
+    char name[48];
+    std::snprintf(name, sizeof name, "%s.L%02d", p.zero >= 1 ? "dp.reducescatter" : "dp.allreduce", wl);
+    rec.span(name, kTidDp, [&] { dp_reduce_unit(ui); });
+    dp_started[ui] = 1;
   }
 }
 

@@ -165,7 +165,8 @@ template <class T>
 void RankRun<T>::sp_reduce_grads() {
   if (model.sp && !(p.zero >= 2 && p.data_ranks() > 1))
     for (long long l = 0; l < L; ++l)  // (granular: the offloaded layers' were reduced before going down)
-      if (units[unit_of_layer(l)].owned) sp_reduce_layer((int)l, units[unit_of_layer(l)].a, dev_end[unit_of_layer(l)]);
+      if (units[unit_of_layer(l)].owned && !dp_started[unit_of_layer(l)])  // (else reduced before its dp reduction)
+        sp_reduce_layer((int)l, units[unit_of_layer(l)].a, dev_end[unit_of_layer(l)]);
 }
 
 // Tied embedding: the first and last stage add their copies' gradients.
@@ -182,37 +183,60 @@ void RankRun<T>::dp_reduce_grads() {
   if (p.zero == 0) dp_all_reduce_grads();
   else if (p.data_ranks() > 1) dp_reduce_scatter_grads();
   else if (p.zero >= 2) dp1_shard_grads();
+  std::fill(dp_started.begin(), dp_started.end(), 0);  // (the next step's backward starts them again)
 }
 
-// ZeRO 0: each owned unit's segments summed over their groups.
+// ZeRO 0: each owned unit's segments summed over their groups (the units not started during the backward).
 template <class T>
 void RankRun<T>::dp_all_reduce_grads() {
+  dp_wait_reduces();  // (those started during the backward)
   for (int ui = 0; ui < (int)units.size(); ++ui)
-    for (int si = 0; units[ui].owned && si < nseg(ui); ++si) {  // each segment over its group
-      const Seg sg = seg(ui, si);
-      if (sg.n > 1) sg.c->all_reduce_sum(Gd(sg.lo), sg.hi - sg.lo, dtype_of<T>());
-    }
+    if (units[ui].owned && !dp_started[ui]) dp_reduce_unit(ui);
+  dp_wait_reduces();
 }
 
 // ZeRO >= 1 with dp > 1: each owned unit's segments reduce-scattered into this rank's slices (ZeRO >= 2: the two
 // end units only, through reduce_scatter_unit; the layers were reduced during the backward).
 template <class T>
 void RankRun<T>::dp_reduce_scatter_grads() {
+  dp_wait_reduces();  // (those started during the backward)
   for (int ui = 0; ui < (int)units.size(); ++ui) {
-    if (!units[ui].owned) continue;
+    if (!units[ui].owned || dp_started[ui]) continue;
     if (p.zero >= 2 && ui != 0 && ui != (int)L + 1) continue;  // layers already reduced
-    if (p.zero >= 2) { reduce_scatter_unit(ui); continue; }
-    for (int si = 0; si < nseg(ui); ++si) {
-      BackendScope where(backend_for(seg_on_host(ui, si)));
-      const Seg sg = seg(ui, si);
-      Buf<T> inb(sg.slice * sg.n), out(sg.slice);
-      ops::copy(inb.data(), Gd(sg.lo), (long)(sg.hi - sg.lo));
-      ops::fill(inb.data() + (sg.hi - sg.lo), T(0), (long)(sg.slice * sg.n - (sg.hi - sg.lo)));  // the padding
-      sg.c->reduce_scatter_sum(inb.data(), out.data(), sg.slice, dtype_of<T>());
-      long long a = sg.lo + sg.r * sg.slice, z = std::min(sg.hi, a + sg.slice);
-      if (z > a) ops::copy(Gd(a), out.data(), (long)(z - a));
-    }
+    if (p.zero >= 2) reduce_scatter_unit(ui);
+    else dp_reduce_unit(ui);
   }
+  dp_wait_reduces();
+}
+
+// ZeRO 0: each segment all-reduced in place over its group; ZeRO 1: each segment (padded to slice x n) reduce-
+// scattered into a buffer whose first elements become this rank's slice of the gradients at dp_wait_reduces.
+template <class T>
+void RankRun<T>::dp_reduce_unit(int ui) {
+  for (int si = 0; si < nseg(ui); ++si) {
+    const Seg sg = seg(ui, si);
+    if (p.zero == 0) {
+      if (sg.n > 1) dp_pending.push_back({sg.c, sg.c->iall_reduce_sum(Gd(sg.lo), sg.hi - sg.lo, dtype_of<T>()), {}, {}, 0, 0});
+      continue;
+    }
+    BackendScope where(backend_for(seg_on_host(ui, si)));
+    Buf<T> inb(sg.slice * sg.n), out(sg.slice);
+    ops::copy(inb.data(), Gd(sg.lo), (long)(sg.hi - sg.lo));
+    ops::fill(inb.data() + (sg.hi - sg.lo), T(0), (long)(sg.slice * sg.n - (sg.hi - sg.lo)));  // the padding
+    const CommRequest req = sg.c->ireduce_scatter_sum(inb.data(), out.data(), sg.slice, dtype_of<T>());
+    const long long a = sg.lo + sg.r * sg.slice, z = std::min(sg.hi, a + sg.slice);
+    dp_pending.push_back({sg.c, req, std::move(inb), std::move(out), a, std::max(a, z)});
+    if (!overlaps_dp_reduce(ui)) dp_wait_reduces();  // (a host segment's slice is copied under its scope)
+  }
+}
+
+template <class T>
+void RankRun<T>::dp_wait_reduces() {
+  for (DpPending& d : dp_pending) {
+    d.c->wait(d.req);
+    if (d.z > d.a) ops::copy(Gd(d.a), d.out.data(), (long)(d.z - d.a));
+  }
+  dp_pending.clear();
 }
 
 // ZeRO >= 2 with dp == 1: the "slice" is the whole unit; its gradients are added to the shard.

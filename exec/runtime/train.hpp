@@ -24,7 +24,10 @@
 namespace tp::exec {
 
 struct RunOptions {
-  std::string backend = "cpu";   // the compute backend (exec/backends/backend.hpp): cpu or emu (cuda is not built yet)
+  std::string backend = "cpu";   // the compute backend (exec/backends/backend.hpp): cpu, emu, emu-device or cuda
+  // The communicator of device tensors: "mpi" (host-staged on a device backend, rank-ordered exact sums) or "nccl"
+  // (--backend cuda: collectives on the GPU, exec/comm/device_comm.hpp; host buffers and sends still over MPI).
+  std::string comm = "mpi";
   int steps = 10;
   bool fp64 = false;
   uint64_t seed = 1234;

@@ -103,6 +103,20 @@ TEST(Cli, RunCountOptionsAreWholeNumbersInRange) {
   EXPECT_EQ(ok.rc, 0) << ok.text;
 }
 
+// --comm: mpi or nccl; nccl only with --backend cuda (the GPU's memory); either refusal is exit 2 naming the option,
+// before any work. (With --backend cuda and no device the backend's exit 77 comes first: docs/cuda.md.)
+TEST(Cli, RunCommIsMpiOrNcclWithTheCudaBackend) {
+  const std::string tiny = std::string(TP_SOURCE_DIR) + "/scenarios/exec/tiny-gpt.json";
+  Out bad = tp_run("run " + tiny + " --steps 1 --comm gloo");
+  EXPECT_EQ(bad.rc, 2) << bad.text;
+  EXPECT_NE(bad.text.find("--comm: expected mpi or nccl, got 'gloo'"), std::string::npos) << bad.text;
+  Out cpu = tp_run("run " + tiny + " --steps 1 --comm nccl");
+  EXPECT_EQ(cpu.rc, 2) << cpu.text;
+  EXPECT_NE(cpu.text.find("--comm nccl needs --backend cuda"), std::string::npos) << cpu.text;
+  Out ok = tp_run("run " + tiny + " --steps 1 --comm mpi --quiet");
+  EXPECT_EQ(ok.rc, 0) << ok.text;
+}
+
 // recompute "selective_op" (TorchTitan's op-level checkpointing) is simulated and exported; `run` says it does not
 // run it, naming the key, before any work.
 TEST(Cli, RunRefusesOpLevelCheckpointingByName) {

@@ -131,6 +131,29 @@ const Backend* cuda_backend(std::string& why) {
   return load_cuda_backend(status, why);
 }
 
+const DeviceCommOps* load_nccl_ops(std::string& why) {
+  if (!cuda_built_in()) {
+    why = "--comm nccl: the CUDA library is not built in this version";
+    return nullptr;
+  }
+  const Lib& lib = library();
+  if (!lib.handle) {
+    why = lib.why;
+    return nullptr;
+  }
+  auto abi = symbol<tp_cuda_abi_version_fn>(lib, "tp_cuda_abi_version", why);
+  if (!abi || abi() != TP_CUDA_ABI_VERSION) {
+    if (abi) why = "--comm nccl: " + std::string(kLib) + " has another C ABI version (mixed builds)";
+    return nullptr;
+  }
+  auto ops = symbol<tp_cuda_nccl_ops_fn>(lib, "tp_cuda_nccl_ops", why);
+  if (!ops) return nullptr;
+  char msg[512] = {0};
+  const void* t = ops(msg, sizeof msg);
+  if (!t) why = std::string("--comm nccl: ") + msg;
+  return static_cast<const DeviceCommOps*>(t);
+}
+
 std::string cuda_versions_line() {
   if (!cuda_built_in()) return "not built in (TRAINPLAN_CUDA=OFF)";
   const Lib& lib = library();

@@ -30,5 +30,9 @@ int local_rank_from_env();
 bool cuda_built_in();
 // One line of CUDA versions from the library (runtime, driver, cuBLASLt, NCCL), or why it cannot be read.
 std::string cuda_versions_line();
+// The device communicator's table on NCCL (exec/comm/device_comm.hpp) from the library, which dlopens NCCL, or
+// null with why (not built, the library or NCCL does not load).
+struct DeviceCommOps;
+const DeviceCommOps* load_nccl_ops(std::string& why);
 
 }  // namespace tp::exec

@@ -1,7 +1,7 @@
 // versions: tp_cuda_versions (cuda_backend.h) — the CUDA runtime, driver, cuBLASLt and NCCL versions for
 // `trainplan --version`, readable without a device: the runtime and cuBLASLt answer without a driver; the
-// driver version is reported as "none" when cudaDriverGetVersion gives 0 or fails. NCCL is not linked (it
-// comes with the next GPU issue): its version is the compile-time one from nccl.h, marked so. The attention
+// driver version is reported as "none" when cudaDriverGetVersion gives 0 or fails. NCCL is the library
+// nccl_comm.cpp loads at run time (its version, or why it does not load). The attention
 // behind the bf16 flash ops: cuDNN's (its run-time version) or the own kernels, with the reason.
 #include <cublasLt.h>
 #include <cuda_runtime.h>
@@ -12,9 +12,6 @@
 #include "exec/kernels/cuda/cuda_backend.h"
 #include "exec/kernels/cuda/fused_attention.hpp"
 #include "exec/kernels/cuda/gemm_lt.hpp"
-#if __has_include(<nccl.h>)
-#include <nccl.h>
-#endif
 
 namespace {
 std::string dotted(long v) {  // 13000 -> 13.0; 13010 -> 13.1 (CUDA's major*1000 + minor*10)
@@ -33,12 +30,9 @@ extern "C" void tp_cuda_versions(char* out, size_t out_size) {
   const size_t lt = tp::cuda::lt_version();  // major*10000 + minor*100 + patch
   s += ", cuBLASLt " + std::to_string(lt / 10000) + "." + std::to_string((lt / 100) % 100) + "." +
        std::to_string(lt % 100);
-#ifdef NCCL_MAJOR
-  s += ", NCCL " + std::to_string(NCCL_MAJOR) + "." + std::to_string(NCCL_MINOR) + "." + std::to_string(NCCL_PATCH) +
-       " (compile-time; not linked yet)";
-#else
-  s += ", NCCL not found at build time";
-#endif
+  char nccl[256] = "";
+  tp_cuda_nccl_version(nccl, sizeof nccl);  // (nccl_comm.cpp: the library loaded at run time, or why not)
+  s += std::string(", ") + nccl;
   s += ", architectures sm_80 sm_90";
   s += "; bf16 flash attention: " + tp::cuda::attention_choice().describe();
   if (out && out_size) std::snprintf(out, out_size, "%s", s.c_str());

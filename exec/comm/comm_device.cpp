@@ -1,0 +1,130 @@
+// comm_device: the device communicator (device_comm.hpp) — Comm calls on device buffers through a DeviceCommOps
+// table (NCCL), every other call through the host communicator, staged for the backend.
+#include <cstdlib>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "exec/backends/backend.hpp"
+#include "exec/comm/device_comm.hpp"
+
+namespace tp::exec {
+namespace {
+
+class DeviceComm final : public Comm {
+ public:
+  // dc: the device communicator (destroyed with this); host: its host twin over the same ranks (owned when
+  // host_owned holds it).
+  DeviceComm(const DeviceCommOps& ops, void* dc, Comm* host, std::unique_ptr<Comm> host_owned, const Backend& be)
+      : ops_(&ops), dc_(dc), host_(host), host_own_(std::move(host_owned)), be_(&be),
+        staged_(staged_comm(*host, be)) {}
+  ~DeviceComm() override {
+    if (dc_) ops_->destroy(dc_);
+  }
+  DeviceComm(const DeviceComm&) = delete;
+  DeviceComm& operator=(const DeviceComm&) = delete;
+
+  int rank() const override { return host_->rank(); }
+  int size() const override { return host_->size(); }
+  std::unique_ptr<Comm> split(int color, int key) override {
+    std::unique_ptr<Comm> h = host_->split(color, key);
+    void* d = nullptr;
+    check(ops_->split(dc_, color, key, &d, why_, sizeof why_));
+    if (!h) {
+      if (d) ops_->destroy(d);
+      return nullptr;
+    }
+    Comm* raw = h.get();
+    return std::make_unique<DeviceComm>(*ops_, d, raw, std::move(h), *be_);
+  }
+
+  void all_reduce_sum(void* buf, long n, Dtype d) override {
+    if (!dev(buf, n)) return staged_->all_reduce_sum(buf, n, d);
+    long req = -1;
+    check(ops_->all_reduce_sum(dc_, buf, n, int(d), 0, &req, why_, sizeof why_));
+  }
+  void reduce_scatter_sum(const void* in, void* out, long n, Dtype d) override {
+    if (!dev(in, n) || !dev(out, n)) return staged_->reduce_scatter_sum(in, out, n, d);
+    long req = -1;
+    check(ops_->reduce_scatter_sum(dc_, in, out, n, int(d), 0, &req, why_, sizeof why_));
+  }
+  CommRequest iall_reduce_sum(void* buf, long n, Dtype d) override {
+    if (!dev(buf, n)) return staged_->iall_reduce_sum(buf, n, d);
+    CommRequest r;
+    check(ops_->all_reduce_sum(dc_, buf, n, int(d), 1, &r.id, why_, sizeof why_));
+    return r;
+  }
+  CommRequest ireduce_scatter_sum(const void* in, void* out, long n, Dtype d) override {
+    if (!dev(in, n) || !dev(out, n)) return staged_->ireduce_scatter_sum(in, out, n, d);
+    CommRequest r;
+    check(ops_->reduce_scatter_sum(dc_, in, out, n, int(d), 1, &r.id, why_, sizeof why_));
+    return r;
+  }
+  void wait(CommRequest r) override {
+    if (r.id >= 0) check(ops_->wait(dc_, r.id, why_, sizeof why_));
+  }
+  void all_gather(const void* in, void* out, long n, Dtype d) override {
+    if (!dev(in, n) || !dev(out, n)) return staged_->all_gather(in, out, n, d);
+    check(ops_->all_gather(dc_, in, out, n, int(d), why_, sizeof why_));
+  }
+  void broadcast(void* buf, long n, Dtype d, int root) override {
+    if (!dev(buf, n)) return staged_->broadcast(buf, n, d, root);
+    check(ops_->broadcast(dc_, buf, n, int(d), root, why_, sizeof why_));
+  }
+  void reduce_sum(const void* in, void* out, long n, Dtype d, int root) override {
+    // (a device `in`, and out on the device or null off the root, as NCCL allows: the same on every rank)
+    if (!dev(in, n) || (out && !dev(out, n))) return staged_->reduce_sum(in, out, n, d, root);
+    check(ops_->reduce_sum(dc_, in, out, n, int(d), root, why_, sizeof why_));
+  }
+  void all_to_all(const void* in, void* out, long n, Dtype d) override {
+    if (!dev(in, n) || !dev(out, n)) return staged_->all_to_all(in, out, n, d);
+    check(ops_->all_to_all(dc_, in, out, n, int(d), why_, sizeof why_));
+  }
+  // Point to point and the barrier: the host communicator (pipeline sends keep MPI's non-blocking isend).
+  void send(const void* buf, long n, Dtype d, int dst, int tag) override { staged_->send(buf, n, d, dst, tag); }
+  void recv(void* buf, long n, Dtype d, int src, int tag) override { staged_->recv(buf, n, d, src, tag); }
+  void isend(const void* buf, long n, Dtype d, int dst, int tag) override { staged_->isend(buf, n, d, dst, tag); }
+  void wait_sends() override { staged_->wait_sends(); }
+  int reap_sends() override { return staged_->reap_sends(); }
+  void barrier() override { staged_->barrier(); }
+  [[noreturn]] void abort(int code, const std::string& message) override {
+    host_->abort(code, message);
+    std::abort();  // not reached: Comm::abort does not return
+  }
+
+ private:
+  // A buffer of n > 0 elements in the backend's device memory (an empty one goes the host way: nothing to move).
+  bool dev(const void* p, long n) const { return n > 0 && on_device(*be_, p); }
+  void check(int rc) const {
+    if (rc != 0) throw std::runtime_error(std::string(ops_->name) + ": " + why_);
+  }
+
+  const DeviceCommOps* ops_;
+  void* dc_;
+  Comm* host_;
+  std::unique_ptr<Comm> host_own_;
+  const Backend* be_;
+  std::unique_ptr<Comm> staged_;
+  mutable char why_[512] = "";
+};
+
+}  // namespace
+
+std::unique_ptr<Comm> device_comm(Comm& host, const Backend& be, const DeviceCommOps& ops) {
+  char why[512] = "";
+  std::vector<unsigned char> id(ops.id_bytes);
+  int rc = host.rank() == 0 ? ops.unique_id(id.data(), why, sizeof why) : 0;
+  int bad = rc != 0;  // every rank learns whether rank 0 made the id (no rank joins an id that does not exist)
+  host.broadcast(&bad, 1, Dtype::i32, 0);
+  if (bad) throw std::runtime_error(std::string(ops.name) + ": rank 0 could not make the bootstrap id" +
+                                    (host.rank() == 0 ? std::string(": ") + why : std::string()));
+  host.broadcast(id.data(), long(id.size()), Dtype::u8, 0);
+  void* dc = nullptr;
+  if (ops.init(&dc, id.data(), host.size(), host.rank(), why, sizeof why) != 0)
+    host.abort(1, std::string(ops.name) + ": rank " + std::to_string(host.rank()) + ": " + why);  // (the others wait in init)
+  return std::make_unique<DeviceComm>(ops, dc, &host, nullptr, be);
+}
+
+}  // namespace tp::exec

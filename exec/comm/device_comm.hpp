@@ -1,0 +1,53 @@
+// device_comm: a communicator whose collectives run on the device (NCCL in libtrainplan_cuda.so,
+// exec/kernels/cuda/nccl_comm.cpp), behind the Comm interface (comm.hpp). The library fills DeviceCommOps, a plain
+// table compiled into both sides from this header (as exec::Backend is); the CPU program never links NCCL.
+// device_comm() builds the world's device communicator over a host communicator (MPI under mpirun or srun): rank 0
+// makes the bootstrap id, the host communicator broadcasts it, every rank joins; split() splits both.
+// Invariants: a collective whose buffers all lie in the backend's device memory runs on the device, stream-ordered
+// with the backend's ops (its results are there for the next op, no host synchronisation); any other call (host
+// buffers: loss scalars, offloaded layers' host slices; point to point; barrier) goes through the host communicator,
+// staged (comm_staged.cpp), so every Comm call keeps its meaning. Device sums are NCCL's, not in rank order: results
+// match the rank-ordered host sums to rounding, not bit for bit (`--comm mpi` keeps the exact sums).
+// Non-blocking collectives run on the library's communication stream after the compute stream's work so far;
+// wait() makes the compute stream wait for them (no host synchronisation).
+#pragma once
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "exec/comm/comm.hpp"
+
+namespace tp::exec {
+
+// Every entry returns 0 on success, else non-zero with a message in why[why_size]; comm handles are opaque.
+struct DeviceCommOps {
+  const char* name = "";  // e.g. "NCCL 2.28.3" (the library loaded at run time)
+  size_t id_bytes = 0;    // the bootstrap id's size (NCCL: sizeof(ncclUniqueId), 128)
+  int (*unique_id)(void* id, char* why, size_t why_size) = nullptr;
+  // The communicator of `nranks` ranks joining with the same id (collective over them); this rank is `rank`.
+  int (*init)(void** comm, const void* id, int nranks, int rank, char* why, size_t why_size) = nullptr;
+  // MPI_Comm_split semantics (collective over comm's ranks); *out null for color < 0.
+  int (*split)(void* comm, int color, int key, void** out, char* why, size_t why_size) = nullptr;
+  void (*destroy)(void* comm) = nullptr;
+  // The collectives of Comm on device buffers, dtype a Dtype as int. async 0: on the compute stream; async 1: on
+  // the communication stream, *request set to a handle for wait (async 0 leaves it -1).
+  int (*all_reduce_sum)(void* comm, void* buf, long n, int dtype, int async, long* request, char* why,
+                        size_t why_size) = nullptr;
+  int (*reduce_scatter_sum)(void* comm, const void* in, void* out, long n, int dtype, int async, long* request,
+                            char* why, size_t why_size) = nullptr;
+  int (*all_gather)(void* comm, const void* in, void* out, long n, int dtype, char* why, size_t why_size) = nullptr;
+  int (*broadcast)(void* comm, void* buf, long n, int dtype, int root, char* why, size_t why_size) = nullptr;
+  int (*reduce_sum)(void* comm, const void* in, void* out, long n, int dtype, int root, char* why,
+                    size_t why_size) = nullptr;
+  int (*all_to_all)(void* comm, const void* in, void* out, long n, int dtype, char* why, size_t why_size) = nullptr;
+  // The compute stream waits for the request's collective (then the request is forgotten).
+  int (*wait)(void* comm, long request, char* why, size_t why_size) = nullptr;
+};
+
+struct Backend;
+// The world's device communicator over `host` (not owned; MPI under a launcher): every rank of host joins with
+// the id rank 0 makes. Device buffers are those `be` calls device memory (Backend::is_device_ptr); everything else
+// goes through `host`, staged for `be`. Throws std::runtime_error naming the library's message on failure.
+std::unique_ptr<Comm> device_comm(Comm& host, const Backend& be, const DeviceCommOps& ops);
+
+}  // namespace tp::exec

@@ -1,0 +1,199 @@
+// test_comm_device: the device communicator (exec/comm/device_comm.hpp) on a stand-in for NCCL's table, one rank,
+// with the emu-device backend's memory as the device memory (the host cannot read it): the bootstrap id goes from
+// rank 0's unique_id to init; collectives of device buffers go to the table (blocking on the compute stream, the
+// non-blocking ones with a request that wait() hands back), host buffers and point to point go through the host
+// communicator; split() splits both; a table error is an exception naming the library. What NCCL itself does on a
+// GPU is not tested here (no GPU in CI: docs/cuda.md).
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "exec/backends/backend.hpp"
+#include "exec/comm/device_comm.hpp"
+
+using namespace tp::exec;
+
+namespace {
+
+// What the stand-in table saw.
+struct Seen {
+  std::vector<std::string> calls;
+  std::vector<long> waited;
+  std::vector<unsigned char> id_made, id_joined;
+  int nranks = 0, rank = -1, destroyed = 0;
+  long next_request = 7;
+  bool fail_all_reduce = false;
+};
+Seen seen;
+int handle_storage[4];  // distinct non-null handles: the world, and splits
+
+const Backend& dev() { return emu_device_backend(); }
+size_t elem(int d) { return dtype_bytes(static_cast<Dtype>(d)); }
+void dcopy(void* dst, const void* src, size_t bytes) {
+  if (bytes) dev().copy(dst, src, bytes, CopyKind::device_to_device, Stream{});
+}
+
+DeviceCommOps fake_ops() {
+  DeviceCommOps o;
+  o.name = "FakeNCCL 0.1";
+  o.id_bytes = 16;
+  o.unique_id = [](void* id, char*, size_t) {
+    seen.id_made.assign(16, 0);
+    for (int i = 0; i < 16; ++i) seen.id_made[size_t(i)] = static_cast<unsigned char>(3 * i + 1);
+    std::memcpy(id, seen.id_made.data(), 16);
+    return 0;
+  };
+  o.init = [](void** c, const void* id, int nranks, int rank, char*, size_t) {
+    const auto* b = static_cast<const unsigned char*>(id);
+    seen.id_joined.assign(b, b + 16);
+    seen.nranks = nranks, seen.rank = rank;
+    *c = &handle_storage[0];
+    return 0;
+  };
+  o.split = [](void* c, int color, int, void** out, char*, size_t) {
+    seen.calls.push_back("split " + std::to_string(color) + (c == &handle_storage[0] ? " of world" : ""));
+    *out = color < 0 ? nullptr : &handle_storage[1];
+    return 0;
+  };
+  o.destroy = [](void*) { ++seen.destroyed; };
+  o.all_reduce_sum = [](void* c, void*, long n, int, int async, long* req, char* why, size_t why_size) {
+    if (seen.fail_all_reduce) {
+      std::snprintf(why, why_size, "unhandled cuda error");
+      return 1;
+    }
+    seen.calls.push_back(std::string(async ? "iall_reduce " : "all_reduce ") + std::to_string(n) +
+                         (c == &handle_storage[1] ? " on split" : ""));
+    *req = async ? seen.next_request++ : -1;
+    return 0;  // (one rank: the sum is the buffer)
+  };
+  o.reduce_scatter_sum = [](void*, const void* in, void* out, long n, int d, int async, long* req, char*, size_t) {
+    seen.calls.push_back(std::string(async ? "ireduce_scatter " : "reduce_scatter ") + std::to_string(n));
+    dcopy(out, in, size_t(n) * elem(d));
+    *req = async ? seen.next_request++ : -1;
+    return 0;
+  };
+  o.all_gather = [](void*, const void* in, void* out, long n, int d, char*, size_t) {
+    seen.calls.push_back("all_gather " + std::to_string(n));
+    dcopy(out, in, size_t(n) * elem(d));
+    return 0;
+  };
+  o.broadcast = [](void*, void*, long n, int, int, char*, size_t) {
+    seen.calls.push_back("broadcast " + std::to_string(n));
+    return 0;
+  };
+  o.reduce_sum = [](void*, const void* in, void* out, long n, int d, int, char*, size_t) {
+    seen.calls.push_back("reduce " + std::to_string(n));
+    dcopy(out, in, size_t(n) * elem(d));
+    return 0;
+  };
+  o.all_to_all = [](void*, const void* in, void* out, long n, int d, char*, size_t) {
+    seen.calls.push_back("all_to_all " + std::to_string(n));
+    dcopy(out, in, size_t(n) * elem(d));
+    return 0;
+  };
+  o.wait = [](void*, long req, char*, size_t) {
+    seen.waited.push_back(req);
+    return 0;
+  };
+  return o;
+}
+
+// n floats of device memory holding v.
+struct DevBuf {
+  explicit DevBuf(std::vector<float> v) : n(v.size()), p(dev().alloc(sizeof(float) * n)) {
+    dev().copy(p, v.data(), sizeof(float) * n, CopyKind::host_to_device, Stream{});
+  }
+  ~DevBuf() { dev().free(p); }
+  std::vector<float> host() const {
+    std::vector<float> v(n);
+    dev().copy(v.data(), p, sizeof(float) * n, CopyKind::device_to_host, Stream{});
+    return v;
+  }
+  size_t n;
+  void* p;
+};
+
+}  // namespace
+
+TEST(CommDevice, BootstrapsFromRankZerosIdAndRoutesDeviceBuffersToTheTable) {
+  seen = Seen{};
+  std::unique_ptr<Comm> host = make_local_comm();
+  const DeviceCommOps ops = fake_ops();
+  {
+    std::unique_ptr<Comm> c = device_comm(*host, dev(), ops);
+    EXPECT_EQ(seen.id_joined, seen.id_made);  // the id rank 0 made, broadcast, joined
+    EXPECT_EQ(seen.nranks, 1);
+    EXPECT_EQ(seen.rank, 0);
+    EXPECT_EQ(c->rank(), 0);
+    EXPECT_EQ(c->size(), 1);
+
+    DevBuf a({1, 2, 3, 4}), b({0, 0, 0, 0});
+    c->all_reduce_sum(a.p, 4, Dtype::f32);
+    c->reduce_scatter_sum(a.p, b.p, 4, Dtype::f32);
+    EXPECT_EQ(b.host(), (std::vector<float>{1, 2, 3, 4}));
+    c->all_gather(a.p, b.p, 4, Dtype::f32);
+    c->broadcast(a.p, 4, Dtype::f32, 0);
+    c->reduce_sum(a.p, b.p, 4, Dtype::f32, 0);
+    c->all_to_all(a.p, b.p, 4, Dtype::f32);
+    EXPECT_EQ(seen.calls, (std::vector<std::string>{"all_reduce 4", "reduce_scatter 4", "all_gather 4", "broadcast 4",
+                                                    "reduce 4", "all_to_all 4"}));
+
+    // Host buffers (a loss scalar) and empty ones take the host communicator; the table sees nothing.
+    seen.calls.clear();
+    double loss = 2.5;
+    c->all_reduce_sum(&loss, 1, Dtype::f64);
+    c->all_reduce_sum(a.p, 0, Dtype::f32);
+    EXPECT_EQ(loss, 2.5);
+    EXPECT_TRUE(seen.calls.empty());
+  }
+  EXPECT_EQ(seen.destroyed, 1);
+}
+
+TEST(CommDevice, NonBlockingCollectivesHandTheirRequestToWait) {
+  seen = Seen{};
+  std::unique_ptr<Comm> host = make_local_comm();
+  const DeviceCommOps ops = fake_ops();
+  std::unique_ptr<Comm> c = device_comm(*host, dev(), ops);
+  DevBuf a({1, 2}), b({0, 0});
+  const CommRequest r1 = c->iall_reduce_sum(a.p, 2, Dtype::f32);
+  const CommRequest r2 = c->ireduce_scatter_sum(a.p, b.p, 2, Dtype::f32);
+  EXPECT_EQ(r1.id, 7);
+  EXPECT_EQ(r2.id, 8);
+  c->wait(r2);
+  c->wait(r1);
+  EXPECT_EQ(seen.waited, (std::vector<long>{8, 7}));
+  double x = 1;
+  const CommRequest h = c->iall_reduce_sum(&x, 1, Dtype::f64);  // a host buffer: done when started
+  EXPECT_LT(h.id, 0);
+  c->wait(h);
+  EXPECT_EQ(seen.waited.size(), 2u);
+  EXPECT_EQ(seen.calls, (std::vector<std::string>{"iall_reduce 2", "ireduce_scatter 2"}));
+}
+
+TEST(CommDevice, SplitSplitsBothAndErrorsNameTheLibrary) {
+  seen = Seen{};
+  std::unique_ptr<Comm> host = make_local_comm();
+  const DeviceCommOps ops = fake_ops();
+  std::unique_ptr<Comm> c = device_comm(*host, dev(), ops);
+  std::unique_ptr<Comm> s = c->split(3, 0);
+  ASSERT_NE(s, nullptr);
+  DevBuf a({5});
+  s->all_reduce_sum(a.p, 1, Dtype::f32);
+  EXPECT_EQ(s->size(), 1);
+  EXPECT_EQ(c->split(-1, 0), nullptr);
+  EXPECT_EQ(seen.calls, (std::vector<std::string>{"split 3 of world", "all_reduce 1 on split", "split -1 of world"}));
+  s.reset();
+  EXPECT_EQ(seen.destroyed, 1);  // the split's handle
+
+  seen.fail_all_reduce = true;
+  try {
+    c->all_reduce_sum(a.p, 1, Dtype::f32);
+    FAIL() << "no exception";
+  } catch (const std::runtime_error& e) {
+    EXPECT_EQ(std::string(e.what()), "FakeNCCL 0.1: unhandled cuda error");
+  }
+}
