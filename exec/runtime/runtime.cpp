@@ -62,6 +62,7 @@ void RankRun<T>::setup() {
   // (model.d1.moe_aux_weight: per phase, RankRun::enter_phase)
   const long long state = plan_units();
   dp_started.assign(units.size(), 0);
+  prefetched.assign(units.size(), 0);
   // Chunked offload on a backend that is not host-accessible: the store's host side (flat parameters and
   // gradients, the optimizer state) is pinned host memory, which the host Adam reads and the ops may also take.
   host_flat = p.offload.kind == OffloadKind::chunked && !current_backend().host_accessible;

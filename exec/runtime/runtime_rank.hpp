@@ -290,6 +290,8 @@ struct RankRun {
   void item_input(Loop& lp, const WorkItem& w, int g, long long j, Buf<T>& x);
   void run_piece(Loop& lp, const WorkItem& w, size_t pc, long long j, Buf<T>& x);
   void piece_params(Loop& lp, size_t pc, long long j, bool run_start);
+  void prefetch_next_run(Loop& lp, size_t pc);
+  std::vector<char> prefetched;  // zparam: per layer unit, gathered a run ahead (prefetch_next_run)
   void piece_backward(Loop& lp, size_t pc, LayerActs<T>& a, Buf<T>& x, bool run_end);
   double item_output(Loop& lp, const WorkItem& w, int g, long long j, Buf<T>& x);
   bool end_step(Loop& lp, int step, int first, double loss, std::chrono::steady_clock::time_point t0);

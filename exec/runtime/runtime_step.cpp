@@ -271,15 +271,39 @@ double RankRun<T>::item_output(Loop& lp, const WorkItem& w, int g, long long j, 
   return loss;
 }
 
+// ZeRO-3 (zparam): the next run's layer gathered a run ahead, at this run's start (DeepSpeed's and FSDP's prefetch;
+// the simulator's two gathered runs, sim/program_build_rank.cpp), so a device communicator runs the all-gather under
+// this run's compute. Not across steps (the optimizer updates the slices in between), not for the layer of this
+// run, offloaded (granular: gathered as loaded) or chunked layers.
+template <class T>
+void RankRun<T>::prefetch_next_run(Loop& lp, size_t pc) {
+  if (!zparam || store) return;
+  size_t q = pc;
+  while (q < lp.pieces.size() && lp.run_of_piece[q] == lp.run_of_piece[pc]) ++q;
+  if (q == lp.pieces.size()) return;
+  const Piece& nx = lp.pieces[q];
+  const int u = unit_of_layer(weight_group(nx.layer, L, shared));
+  if (u == unit_of_layer(weight_group(lp.pieces[pc].layer, L, shared)) || gran.is_off(u) || !uparam[u].empty()) return;
+  char zn[64];
+  std::snprintf(zn, sizeof zn, "zero.allgather.L%02d-L%02d.mb%d", nx.layer, nx.layer, lp.order[(size_t)nx.item].microbatch);
+  rec.span(zn, kTidZero, [&] { all_gather_unit(u); });
+  prefetched[u] = 1;
+}
+
 // Before piece pc's layer runs: ZeRO-3's all-gather at its run's start, or granular offload's loaded copy.
 template <class T>
 void RankRun<T>::piece_params(Loop& lp, size_t pc, long long j, bool run_start) {
   const int l = lp.pieces[pc].layer;
   const int wl = (int)weight_group(l, L, shared);  // the weight slot position l uses
   if (p.zero >= 3 && run_start && !gran.is_off(unit_of_layer(wl))) {  // (granular: gathered as loaded)
-    char zn[64];
-    std::snprintf(zn, sizeof zn, "zero.allgather.L%02d-L%02d.mb%d", l, l, (int)j);
-    rec.span(zn, kTidZero, [&] { all_gather_unit(unit_of_layer(wl)); });
+    const int u = unit_of_layer(wl);
+    if (!(zparam && prefetched[u])) {
+      char zn[64];
+      std::snprintf(zn, sizeof zn, "zero.allgather.L%02d-L%02d.mb%d", l, l, (int)j);
+      rec.span(zn, kTidZero, [&] { all_gather_unit(u); });
+    }
+    if (zparam) prefetched[u] = 0;
+    prefetch_next_run(lp, pc);
   }
   if (run_start && gran.is_off(unit_of_layer(wl))) {  // granular: the run's loaded copy (zparam: gathered)
     const int u = unit_of_layer(wl);

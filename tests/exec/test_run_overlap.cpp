@@ -4,9 +4,10 @@
 // the step's end waits for them. The sums are the same sums in the same rank order, so every plan's float32
 // losses and gradient norms are bit-identical with and without overlap; the trace (`run --trace`: one step) shows
 // one reduction per layer in the dp lane, last layer first, each ended before the step's optimizer begins, and
-// none without overlap.
+// none without overlap. ZeRO-3's parameter gathers run a run ahead (RankRun::prefetch_next_run).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <map>
 #include <string>
@@ -81,4 +82,36 @@ TEST(RunOverlap, TraceShowsOneReductionPerLayerBeforeTheOptimizer) {
       }
     }
   }
+}
+
+// ZeRO-3's parameter all-gathers a run ahead (RankRun::prefetch_next_run): in the trace, each layer run that follows a
+// run of another layer had its gather before that run's compute began; the losses stay the single-rank ones.
+TEST(RunOverlap, ZeroThreeGathersTheNextRunsLayerAhead) {
+  if (!have_mpi()) GTEST_SKIP() << "built without MPI";
+  const std::string f = scenario("ov_zero3", {{"dp", 2}, {"zero", 3}});
+  json r = run(f, 2, false, nullptr, "--trace " + f + ".trace.json");
+  ASSERT_FALSE(r.is_null());
+  std::ifstream in(f + ".trace.json");
+  struct Ev { double t0; bool gather; std::string layer; };
+  std::vector<Ev> evs;  // rank 0's gathers and layer computes, in time order
+  const json trace = json::parse(in);
+  for (const json& e : trace["traceEvents"]) {
+    if (e.value("ph", "") != "X" || e["pid"].get<int>() != 2000) continue;
+    const std::string name = e["name"].get<std::string>();
+    const int tid = e["tid"].get<int>();
+    if (tid == 6 && name.rfind("zero.allgather.L", 0) == 0) evs.push_back({e["ts"].get<double>(), true, name.substr(15, 3)});
+    if (tid == 1 && name.size() > 3 && name[0] == 'L') evs.push_back({e["ts"].get<double>(), false, name.substr(0, 3)});
+  }
+  std::sort(evs.begin(), evs.end(), [](const Ev& a, const Ev& b) { return a.t0 < b.t0; });
+  int checked = 0;
+  for (size_t i = 0; i < evs.size(); ++i) {
+    if (evs[i].gather) continue;
+    size_t prev = i, g = i;  // the compute before this one, and this layer's last gather before it
+    while (prev-- > 0 && evs[prev].gather) {}
+    while (g-- > 0 && !(evs[g].gather && evs[g].layer == evs[i].layer)) {}
+    if (prev >= i || g >= i || evs[prev].layer == evs[i].layer) continue;
+    EXPECT_LT(evs[g].t0, evs[prev].t0) << evs[i].layer << " gathered after the run before it began";
+    ++checked;
+  }
+  EXPECT_GE(checked, 4);
 }
