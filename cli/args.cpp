@@ -50,6 +50,7 @@ const char* const kHelp =
     "                handed to the real plan; default 4194304)\n"
     "                [--device-budget BYTES]   (plan.offload chunked: the per-rank device arena; default\n"
     "                gpu_memory_fraction x the cluster GPU's HBM) [--backend cpu|emu|emu-device|cuda] [--comm mpi|nccl]\n"
+    "                [--gpu-memory-budget BYTES]   (cuda, emu-device: a smaller GPU, emulated by the allocator)\n"
     "                [--no-bf16-weight-copies]   (precision bf16: no bf16 copies of the weights; each GEMM rounds\n"
     "                the fp32 weights itself: the same results, a check)\n"
     "      train the scenario's GPT with its plan (one process per rank: mpirun -np GPUS / srun); --backend\n"

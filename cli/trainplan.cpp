@@ -179,7 +179,7 @@ Scenario with_planner_choice(const Scenario& sc, const std::string& scenario_fil
 int cmd_run(int argc, char** argv) {
   Args a = parse_args(argc, argv, 2, {"--steps", "--json", "--seed", "--lr", "--data", "--delink-step", "--checkpoint-dir", "--checkpoint-every", "--trace",
                                           "--device-budget", "--backend", "--log-every", "--keep-checkpoints", "--plan",
-                                          "--handover-window", "--metrics", "--comm"},
+                                          "--handover-window", "--metrics", "--comm", "--gpu-memory-budget"},
                   {"--fp64", "--quiet", "--resume", "--resume-or-start", "--no-bf16-weight-copies"});
   if (a.positional.size() != 1) throw Usage("run needs exactly one scenario file");
   exec::RunOptions o;
@@ -217,6 +217,13 @@ int cmd_run(int argc, char** argv) {
   if (o.comm != "mpi" && o.comm != "nccl") throw Usage("--comm: expected mpi or nccl, got '" + o.comm + "'");
   if (o.comm == "nccl" && o.backend != "cuda")
     throw Usage("--comm nccl needs --backend cuda (NCCL runs the collectives of GPU memory)");
+  // --gpu-memory-budget: a smaller GPU, emulated by the backend's allocator (cuda: TP_CUDA_MEMORY_BUDGET; emu-device:
+  // its device's capacity, TP_EMU_DEVICE_BYTES), set before the backend is first used.
+  if (const double budget = num("--gpu-memory-budget", 1, 0); budget > 0) {
+    if (o.backend != "cuda" && o.backend != "emu-device")
+      throw Usage("--gpu-memory-budget needs a backend with device memory (--backend cuda or emu-device)");
+    setenv(o.backend == "cuda" ? "TP_CUDA_MEMORY_BUDGET" : "TP_EMU_DEVICE_BYTES", std::to_string(budget).c_str(), 1);
+  }
   if (o.backend == "cuda") {  // no device: 77 with the reason; a device (the local rank's): trains there in fp32
     std::string why;
     exec::CudaLoad st;

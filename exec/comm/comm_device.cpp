@@ -1,6 +1,11 @@
 // comm_device: the device communicator (device_comm.hpp) — Comm calls on device buffers through a DeviceCommOps
 // table (NCCL), every other call through the host communicator, staged for the backend.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -110,9 +115,28 @@ class DeviceComm final : public Comm {
   mutable char why_[512] = "";
 };
 
+// Refuses (on every rank: the same all-gathered table) ranks that share a GPU, unless the library shares GPUs.
+void refuse_shared_gpus(Comm& host, const DeviceCommOps& ops) {
+  if (ops.shares_gpus || !ops.local_device) return;
+  char name[256] = "";
+  gethostname(name, sizeof name - 1);
+  const uint64_t h = std::hash<std::string>{}(name);
+  const int32_t mine[3] = {int32_t(h & 0x7fffffff), int32_t((h >> 31) & 0x7fffffff), int32_t(ops.local_device())};
+  std::vector<int32_t> all(size_t(3 * host.size()));
+  host.all_gather(mine, all.data(), 3, Dtype::i32);
+  for (int r = 0; r < host.size(); ++r)
+    for (int s = r + 1; s < host.size(); ++s)
+      if (std::equal(&all[size_t(3 * r)], &all[size_t(3 * r + 3)], &all[size_t(3 * s)]))
+        throw DeviceCommRefused(std::string("--comm nccl: ranks ") + std::to_string(r) + " and " + std::to_string(s) +
+                                " share GPU " + std::to_string(all[size_t(3 * r + 2)]) + " of one host; " + ops.name +
+                                " refuses two ranks of one communicator on one GPU (NCCL 2.30 and later allow it with "
+                                "NCCL_MULTI_RANK_GPU_ENABLE=1): run one rank per GPU, or --comm mpi");
+}
+
 }  // namespace
 
 std::unique_ptr<Comm> device_comm(Comm& host, const Backend& be, const DeviceCommOps& ops) {
+  refuse_shared_gpus(host, ops);
   char why[512] = "";
   std::vector<unsigned char> id(ops.id_bytes);
   int rc = host.rank() == 0 ? ops.unique_id(id.data(), why, sizeof why) : 0;

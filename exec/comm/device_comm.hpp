@@ -1,8 +1,10 @@
 // device_comm: a communicator whose collectives run on the device (NCCL in libtrainplan_cuda.so,
 // exec/kernels/cuda/nccl_comm.cpp), behind the Comm interface (comm.hpp). The library fills DeviceCommOps, a plain
 // table compiled into both sides from this header (as exec::Backend is); the CPU program never links NCCL.
-// device_comm() builds the world's device communicator over a host communicator (MPI under mpirun or srun): rank 0
-// makes the bootstrap id, the host communicator broadcasts it, every rank joins; split() splits both.
+// device_comm() builds the world's device communicator over a host communicator (MPI under mpirun or srun): the ranks
+// tell each other their (host, GPU) and a job whose ranks share a GPU the library cannot share is refused on every
+// rank, before any joins; rank 0 makes the bootstrap id, the host communicator broadcasts it, every rank joins;
+// split() splits both.
 // Invariants: a collective whose buffers all lie in the backend's device memory runs on the device, stream-ordered
 // with the backend's ops (its results are there for the next op, no host synchronisation); any other call (host
 // buffers: loss scalars, offloaded layers' host slices; point to point; barrier) goes through the host communicator,
@@ -13,6 +15,7 @@
 #pragma once
 #include <cstddef>
 #include <memory>
+#include <stdexcept>
 #include <string>
 
 #include "exec/comm/comm.hpp"
@@ -42,6 +45,15 @@ struct DeviceCommOps {
   int (*all_to_all)(void* comm, const void* in, void* out, long n, int dtype, char* why, size_t why_size) = nullptr;
   // The compute stream waits for the request's collective (then the request is forgotten).
   int (*wait)(void* comm, long request, char* why, size_t why_size) = nullptr;
+  int (*local_device)() = nullptr;  // this process's GPU (the backend's device index)
+  // 1 when ranks of one communicator may share a GPU (NCCL >= 2.30 with NCCL_MULTI_RANK_GPU_ENABLE=1); else
+  // device_comm refuses such a job before any rank joins.
+  int shares_gpus = 0;
+};
+
+// device_comm's refusal of a job whose ranks share a GPU the library cannot share (a usage error: exit 2).
+struct DeviceCommRefused : std::runtime_error {
+  using std::runtime_error::runtime_error;
 };
 
 struct Backend;

@@ -1,5 +1,6 @@
-// exec/kernels/: the kernels written once for g++ and nvcc (k_*.hpp, this file), the CPU block emulator that runs
-// them without a GPU (emulator/) and the CUDA backend library libtrainplan_cuda.so (cuda/).
+// exec/kernels/: the kernels written once for g++ and nvcc (k_*.hpp, this file), the op -> kernel bridges of the ops
+// (k_ops.hpp, on a backend's runner, k_runner.hpp), the CPU block emulator that runs them without a GPU (emulator/)
+// and the CUDA backend library libtrainplan_cuda.so (cuda/).
 // kernels: every non-GEMM kernel of the executor (exec/kernels/k_*.hpp), written once as TP_HD functors and
 // launched through a launcher: emu::Launcher (exec/kernels/emulator/emu.hpp, g++) or the CUDA one (cuda_launch.cuh,
 // nvcc). docs/kernels.md explains the rules.

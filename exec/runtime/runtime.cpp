@@ -306,7 +306,13 @@ RunResult run_training(const Scenario& sc, const RunOptions& o, Comm& world) {
   // memory (exec/comm/comm_staged.cpp). The CPU backend passes tensors to the communicator as they are.
   std::unique_ptr<Comm> staged = backend->host_accessible ? nullptr : staged_comm(world, *backend);
   // --comm nccl: device tensors' collectives on the GPU (exec/comm/device_comm.hpp), the rest as above.
-  if (o.comm == "nccl") staged = device_comm(world, *backend, nccl_ops_for(*backend));
+  if (o.comm == "nccl") {
+    try {
+      staged = device_comm(world, *backend, nccl_ops_for(*backend));
+    } catch (const DeviceCommRefused& e) {
+      throw InputError({e.what()});
+    }
+  }
   Comm& comm = staged ? *staged : world;
   try {
     if (detail::pseudo_plan_differs(sc))  // Pseudo-to-Real over two layouts (exec/runtime/runtime_relayout.cpp)

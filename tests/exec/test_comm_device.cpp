@@ -197,3 +197,50 @@ TEST(CommDevice, SplitSplitsBothAndErrorsNameTheLibrary) {
     EXPECT_EQ(std::string(e.what()), "FakeNCCL 0.1: unhandled cuda error");
   }
 }
+
+namespace {
+// A host communicator of two ranks whose all-gather makes rank 1 a copy of rank 0 (two ranks of one host on one
+// GPU); broadcasts keep the buffer (rank 0's). Only what device_comm's bootstrap calls.
+struct TwinHost final : Comm {
+  int rank() const override { return 0; }
+  int size() const override { return 2; }
+  std::unique_ptr<Comm> split(int, int) override { return nullptr; }
+  void all_reduce_sum(void*, long, Dtype) override {}
+  void reduce_scatter_sum(const void*, void*, long, Dtype) override {}
+  void all_gather(const void* in, void* out, long n, Dtype d) override {
+    const size_t b = size_t(n) * dtype_bytes(d);
+    std::memcpy(out, in, b);
+    std::memcpy(static_cast<char*>(out) + b, in, b);
+  }
+  void broadcast(void*, long, Dtype, int) override {}
+  void reduce_sum(const void*, void*, long, Dtype, int) override {}
+  void all_to_all(const void*, void*, long, Dtype) override {}
+  void send(const void*, long, Dtype, int, int) override {}
+  void recv(void*, long, Dtype, int, int) override {}
+  void isend(const void*, long, Dtype, int, int) override {}
+  void wait_sends() override {}
+  int reap_sends() override { return 0; }
+  void barrier() override {}
+  [[noreturn]] void abort(int, const std::string& m) override { throw std::runtime_error(m); }
+};
+}  // namespace
+
+// Two ranks on one GPU: refused on every rank before any joins (NCCL before 2.30 says "Duplicate GPU detected"
+// only after the others hang in init), unless the library shares GPUs (NCCL_MULTI_RANK_GPU_ENABLE=1 on 2.30+).
+TEST(CommDevice, RanksSharingAGpuAreRefusedUnlessTheLibraryAllowsIt) {
+  seen = Seen{};
+  TwinHost host;
+  DeviceCommOps ops = fake_ops();
+  ops.local_device = [] { return 3; };
+  try {
+    device_comm(host, dev(), ops);
+    FAIL() << "no refusal";
+  } catch (const DeviceCommRefused& e) {
+    EXPECT_NE(std::string(e.what()).find("--comm nccl: ranks 0 and 1 share GPU 3 of one host; FakeNCCL 0.1 refuses"),
+              std::string::npos) << e.what();
+  }
+  EXPECT_EQ(seen.nranks, 0);  // nobody joined
+  ops.shares_gpus = 1;
+  std::unique_ptr<Comm> c = device_comm(host, dev(), ops);
+  EXPECT_EQ(seen.nranks, 2);
+}

@@ -156,3 +156,26 @@ TEST(RunEmuDevice, OutOfDeviceMemoryNamesThePredictedBreakdown) {
   EXPECT_NE(out.find("activations"), std::string::npos) << out;
   EXPECT_EQ(out.find("bad_alloc"), std::string::npos) << out;
 }
+
+// --gpu-memory-budget (a smaller GPU, emulated by the backend's allocator) on emu-device: the same refusal at the
+// budget's capacity, a budget that fits trains; on the cpu backend the option is a usage error.
+TEST(RunEmuDevice, GpuMemoryBudgetEmulatesASmallerDevice) {
+  const std::string f = scenario("dev_budget", json::object());
+  auto sh = [](const std::string& cmd, std::string& out) {
+    FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+    out.clear();
+    char buf[4096];
+    size_t n;
+    while (p && (n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+    const int st = p ? pclose(p) : -1;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  };
+  const std::string run = std::string(TP_BINARY) + " run " + f + " --steps 1 --quiet ";
+  std::string out;
+  EXPECT_EQ(sh(run + "--backend emu-device --gpu-memory-budget 300000", out), 2) << out;
+  EXPECT_NE(out.find("out of device memory"), std::string::npos) << out;
+  EXPECT_NE(out.find("which has 0.29 MiB"), std::string::npos) << out;
+  EXPECT_EQ(sh(run + "--backend emu-device --gpu-memory-budget 2e9", out), 0) << out;
+  EXPECT_EQ(sh(run + "--gpu-memory-budget 2e9", out), 2) << out;
+  EXPECT_NE(out.find("--gpu-memory-budget needs a backend with device memory"), std::string::npos) << out;
+}

@@ -106,6 +106,15 @@ namespace {
 // first returns the cached blocks to the device and tries again.
 constexpr size_t kRound = 512;
 bool g_cache_on = true;
+// TP_CUDA_MEMORY_BUDGET (`trainplan run --gpu-memory-budget BYTES`): a smaller GPU, emulated. An allocation that would
+// take the live tensors past it fails as a full device does (the runtime's out-of-memory message); 0: the device.
+double memory_budget_bytes() {
+  static const double b = [] {
+    const char* e = std::getenv("TP_CUDA_MEMORY_BUDGET");
+    return e && *e ? std::atof(e) : 0.0;
+  }();
+  return b;
+}
 std::multimap<size_t, void*> g_free_blocks;  // rounded size -> block (under g_mem_m)
 
 void release_cached() {
@@ -119,6 +128,14 @@ void* dev_alloc(size_t bytes) {
   enter();
   size_t size = (bytes + kRound - 1) / kRound * kRound;
   void* p = nullptr;
+  if (const double budget = memory_budget_bytes(); budget > 0) {
+    std::lock_guard<std::mutex> lk(g_mem_m);
+    if (g_mem_now + double(size) > budget) {
+      std::fprintf(stderr, "cuda: out of memory under the memory budget: asked %zu bytes, %.0f of %.0f bytes in use\n",
+                   bytes, g_mem_now, budget);
+      return nullptr;
+    }
+  }
   if (g_cache_on) {
     std::lock_guard<std::mutex> lk(g_mem_m);
     auto it = g_free_blocks.lower_bound(size);
@@ -304,6 +321,7 @@ const exec::Backend* create(int local_rank, int& status, std::string& why) {
   g.description = "device " + std::to_string(g.device) + " of " + std::to_string(n) + " (" + device_name(g.device) + ")";
   b.device = g.description.c_str();  // g lives as long as the library
   b.device_bytes = device_total_bytes(g.device);
+  if (memory_budget_bytes() > 0) b.device_bytes = std::min(b.device_bytes, memory_budget_bytes());
   status = TP_CUDA_CREATE_OK;
   return &b;
 }

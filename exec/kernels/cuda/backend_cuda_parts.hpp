@@ -1,3 +1,7 @@
+// exec/kernels/cuda/: libtrainplan_cuda.so, which the CPU program dlopens — the CUDA backend (backend_cuda.cpp, its op
+// tables in backend_cuda_ops.cu), the kernels' one device TU (kernels.cu), cuBLASLt GEMMs (gemm_lt), the fused
+// attention's choice (fused_attention, cudnn_sdpa), NCCL's communicator table (nccl_comm.cpp) and the C ABI
+// (cuda_backend.h, probe.h). It fills exec/backends/backend.hpp's table: the backends' layer, in kernels/'s folder.
 // backend_cuda_parts: what the CUDA backend's files share (backend_cuda.cpp: memory, streams, creation;
 // backend_cuda_ops.cu: the op tables). Host code inside libtrainplan_cuda.so only.
 // Invariants: one State per process (one GPU per rank); enter() makes the backend's device current on the

@@ -47,6 +47,7 @@ struct Nccl {
   decltype(&ncclGroupStart) group_start = nullptr;
   decltype(&ncclGroupEnd) group_end = nullptr;
   std::string version;  // "NCCL 2.28.3"
+  int code = 0;         // 22803
 };
 
 template <class F>
@@ -88,6 +89,7 @@ const Nccl& nccl() {
     }
     int v = 0;
     x.get_version(&v);  // (major * 10000 + minor * 100 + patch since 2.9)
+    x.code = v;
     x.version = "NCCL " + std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." + std::to_string(v % 100);
     return x;
   }();
@@ -309,6 +311,10 @@ extern "C" const void* tp_cuda_nccl_ops(char* why, size_t why_size) {
     o.reduce_sum = &c::reduce_sum;
     o.all_to_all = &c::all_to_all;
     o.wait = &c::wait;
+    o.local_device = [] { return c::g.device; };
+    // Ranks sharing a GPU: NCCL 2.30 and later with NCCL_MULTI_RANK_GPU_ENABLE=1 (experimental); else refused.
+    const char* multi = std::getenv("NCCL_MULTI_RANK_GPU_ENABLE");
+    o.shares_gpus = n.code >= 23000 && multi && std::string(multi) == "1";
     return o;
   }();
   return &ops;
