@@ -5,8 +5,9 @@
 // per op class and peak memory (docs/perf/validate.md).
 // The simulated scenario is the scenario with: "cluster" = the profile (an inline cluster object from
 // `trainplan calibrate`; nodes raised to hold the plan's ranks if needed), training.precision and
-// grad_precision "fp32" (what the CPU backend computes in), plan.overlap_grad_reduce false (the executor reduces
-// gradients after the backward, not in buckets during it).
+// grad_precision "fp32" (what the CPU backend computes in), plan.overlap_grad_reduce false (the executor starts each
+// layer's reduction as its backward ends, but the host communicators complete it there: it runs inside the
+// backward, not beside it).
 // The plan first runs one unmeasured warm-up step (a separate run_training call), then `steps` measured steps.
 // Measured (exec/prof/prof.hpp):
 // - step time = median of rank 0's step times after the first step;
