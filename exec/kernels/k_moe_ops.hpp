@@ -1,7 +1,7 @@
 // k_moe_ops: the mixture-of-experts ops of exec/backends/ops.hpp (router, dispatch, combine and their backwards)
 // bridged onto the kernels of k_moe.hpp once, for every backend that launches kernels: the emu backend compiles it
-// with g++ for the CPU block emulator (exec/backends/emu/backend_emu_moe.cpp), the CUDA library with nvcc
-// (exec/kernels/cuda/backend_cuda_moe.cu), so the bridge the emulator checks in CI is the bridge a GPU runs.
+// with g++ for the CPU block emulator (exec/backends/emu/backend_emu.cpp's table), the CUDA library with nvcc
+// (exec/kernels/cuda/kernels.cu), so the bridge the emulator checks in CI is the bridge a GPU runs.
 // A backend gives a runner (k_runner.hpp).
 // Invariants: every check runs before any kernel; the router's scratch is its statistics [2E + 1] doubles then
 // its choices [N k] int32 (the kernels write every element they read).

@@ -1,8 +1,8 @@
 // k_shard_ops: the sharded ops of exec/backends/ops.hpp bridged onto the kernels of k_bridge.hpp once, for every
 // backend that launches kernels (the runner, k_runner.hpp): the column-split LayerNorm steps of 2D tensor
 // parallelism, the vocabulary-parallel cross-entropy steps (CeForm), the sharded embedding and the positions. The
-// emu backend runs them on the CPU block emulator (exec/backends/emu/backend_emu_shard.cpp), the CUDA library on
-// the GPU (exec/kernels/cuda/backend_cuda_shard.cu).
+// emu backend runs them on the CPU block emulator (exec/backends/emu/backend_emu.cpp's table), the CUDA library on
+// the GPU (exec/kernels/cuda/kernels.cu).
 // Form is ops::CeForm (exec/backends/ops.hpp, above this layer: taken as a template parameter). NAME_op takes the
 // runner, then exactly the op's arguments.
 // Invariants: every argument is checked (R::check) before any kernel; ce_shard_finish's scratch is the total

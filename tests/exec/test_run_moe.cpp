@@ -179,7 +179,7 @@ TEST(RunMoe, DelinkedMoePlansMatchSingleRankFloat64) {
   }
 }
 
-// The emu backend runs the router, dispatch and combine ops (exec/backends/emu/backend_emu_moe.cpp).
+// The emu backend runs the router, dispatch and combine ops (exec/kernels/k_moe_ops.hpp on the emu runner).
 TEST(RunMoe, EmuBackendMatchesCpuFloat64) {
   json ref = run(moe_scenario("emu_ref", json::object()), 2, true);
   ASSERT_FALSE(ref.is_null());

@@ -1,11 +1,13 @@
 // backend_emu: the `emu` backend (`trainplan run --backend emu`) — every non-GEMM op runs as the kernels of
 // exec/kernels/ on the CPU block emulator (fiber engine unless TP_EMU_ENGINE says otherwise; blocks of 32
-// threads, grids of at most 8 blocks), GEMMs (matmul; attention's products, backend_emu_shard.cpp) through the
+// threads, grids of at most 8 blocks), GEMMs (matmul; attention's products, backend_emu_own.cpp) through the
 // CPU backend's functions. Device memory is host memory, but every allocation is kept in a registry: each op
 // checks that every pointer it gets lies, with its whole extent, in a live emu allocation, and the backend's
 // copies check that the device side of a copy does. New allocations are filled with 0xff bytes (NaN as float
-// or double), and freed ones again, so a read before a write or after a free shows up in the results.
-// Invariants: this file and backend_emu_shard.cpp are the only code that touch emu device memory outside the
+// or double), and freed ones again, so a read before a write or after a free shows up in the results. The table is
+// filled from exec/backends/ops.def: every TP_OP op through its bridge (exec/kernels/k_ops.hpp) on EmuRunner, the
+// GEMMs and attention from backend_emu_own.cpp.
+// Invariants: this file and backend_emu_own.cpp are the only code that touch emu device memory outside the
 // runtime's host-accessible paths (comm, checkpoint I/O, chunk store's compaction: exec/backends/backend.hpp; the
 // emu-device backend, backend_emu_device.cpp, is this backend with those paths closed to the host); the
 // registry is process-wide and mutex-guarded, so several threads (ranks of a local test) may use it at once.
