@@ -128,9 +128,8 @@ void gelu_bwd_bias16_op(const R& r, uint16_t* dx16, T* db, const uint16_t* x16, 
     r.check(op, "x16", x16, bytes_of<uint16_t>(N * F));
     r.check(op, "dy", dy, bytes_of<T>(N * F));
     if (N <= 0 || F <= 0) return;
-    auto* scratch = static_cast<acc_t<T>*>(r.scratch(sizeof(acc_t<T>) * size_t(column_sums_scratch(N, F))));
     gelu_bwd_bias16(r.launch(), reinterpret_cast<bf16*>(dx16), db, reinterpret_cast<const bf16*>(x16), dy, N, F,
-                    scratch);
+                    column_scratch_of<T>(r, N, F));
   });
 }
 

@@ -25,11 +25,6 @@ void add_bias_op(const R& r, T* y, const T* x, const T* b, long N, long C, const
     if (N * C > 0) add_bias(r.launch(), y, x, b, N, C, res);
   });
 }
-// The column sums' scratch of an [N, C] input (column_sums_scratch elements of acc_t<T>; null when none).
-template <class R, class T>
-acc_t<T>* column_scratch_of(const R& r, long N, long C) {
-  return static_cast<acc_t<T>*>(r.scratch(sizeof(acc_t<T>) * size_t(column_sums_scratch(N, C))));
-}
 template <class R, class T>
 void bias_bwd_op(const R& r, T* db, const T* dy, long N, long C, uint16_t* dy16) {
   r.run(dy16 ? "bias_bwd16" : "bias_bwd", {{"N", N}, {"C", C}}, [&] {
@@ -37,7 +32,7 @@ void bias_bwd_op(const R& r, T* db, const T* dy, long N, long C, uint16_t* dy16)
     r.check("bias_bwd", "dy", dy, bytes_of<T>(N * C));
     check_opt(r, "bias_bwd", "dy16", dy16, bytes_of<uint16_t>(N * C));
     if (N <= 0 || C <= 0) return;
-    acc_t<T>* scratch = column_scratch_of<R, T>(r, N, C);
+    acc_t<T>* scratch = column_scratch_of<T>(r, N, C);
     if (dy16) bias_bwd16(r.launch(), db, reinterpret_cast<bf16*>(dy16), dy, N, C, scratch);
     else bias_bwd(r.launch(), db, dy, N, C, scratch);
   });
@@ -93,7 +88,7 @@ void layernorm_bwd_any(const R& r, const char* op, T* dx, T* dw, T* db, const T*
     r.check(op, "rstd", rstd, bytes_of<T>(N));
     if (N <= 0 || C <= 0) return;
     layernorm_bwd_dx(r.launch(), dx, dy, x, w, mean, rstd, N, C);
-    layernorm_bwd_wb(r.launch(), dw, db, dy, x, mean, rstd, N, C, column_scratch_of<R, T>(r, N, C));
+    layernorm_bwd_wb(r.launch(), dw, db, dy, x, mean, rstd, N, C, column_scratch_of<T>(r, N, C));
   });
 }
 template <class R, class T>

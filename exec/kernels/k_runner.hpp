@@ -12,6 +12,8 @@
 #pragma once
 #include <cstddef>
 
+#include "exec/kernels/k_reduce.hpp"
+
 namespace tp::kernels {
 
 // Bytes of n elements of T (0 for n <= 0: an empty argument may be any pointer).
@@ -24,6 +26,13 @@ constexpr size_t bytes_of(long n) {
 template <class R>
 void check_opt(const R& r, const char* op, const char* arg, const void* p, size_t bytes) {
   if (p) r.check(op, arg, p, bytes);
+}
+
+// The column sums' scratch of an [N, C] input from the runner (k_reduce.hpp column_sums_scratch elements of
+// acc_t<T>; null when none): bias, LayerNorm weight and sharded LayerNorm gradients.
+template <class T, class R>
+acc_t<T>* column_scratch_of(const R& r, long N, long C) {
+  return static_cast<acc_t<T>*>(r.scratch(sizeof(acc_t<T>) * size_t(column_sums_scratch(N, C))));
 }
 
 }  // namespace tp::kernels

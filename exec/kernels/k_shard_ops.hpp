@@ -92,8 +92,7 @@ void ln_shard_bwd_apply_op(const R& r, T* dx, T* dw, T* db, const T* dy, const T
     r.check(op, "sums", sums, bytes_of<T>(2 * N));
     if (N <= 0 || Cl <= 0) return;
     r.launch()(LnShardBwdDx<T>{dx, dy, x, w, mean, rstd, sums, N, Cl, C}, flat_dim(r.launch(), N * Cl));
-    auto* scratch = static_cast<acc_t<T>*>(r.scratch(sizeof(acc_t<T>) * size_t(column_sums_scratch(N, Cl))));
-    layernorm_bwd_wb(r.launch(), dw, db, dy, x, mean, rstd, N, Cl, scratch);
+    layernorm_bwd_wb(r.launch(), dw, db, dy, x, mean, rstd, N, Cl, column_scratch_of<T>(r, N, Cl));
   });
 }
 

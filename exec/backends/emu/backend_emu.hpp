@@ -12,6 +12,7 @@
 
 #include "exec/backends/backend.hpp"
 #include "exec/kernels/emulator/emu.hpp"
+#include "exec/kernels/k_runner.hpp"
 
 namespace tp::exec::emu_be {
 
@@ -27,10 +28,7 @@ void* emu_alloc(size_t bytes);
 void emu_free(void* p);
 void emu_copy(void* dst, const void* src, size_t bytes, CopyKind kind, Stream s);
 
-template <class T>
-size_t sz(long n) {
-  return n > 0 ? sizeof(T) * size_t(n) : 0;
-}
+using kernels::bytes_of;  // (exec/kernels/k_runner.hpp: the bytes of n elements, 0 for n <= 0)
 
 // The launcher of every emu op: fiber engine (unless TP_EMU_ENGINE chooses), blocks of `block` threads,
 // grids capped at max_grid blocks (grid-stride loops cover the rest). TP_EMU_BLOCK and TP_EMU_GRID override

@@ -31,7 +31,7 @@ namespace k = tp::kernels;
 template <class T>
 struct Scratch {
   T* p = nullptr;
-  explicit Scratch(long n) : p(static_cast<T*>(emu_backend().alloc(sz<T>(n > 0 ? n : 1)))) {}
+  explicit Scratch(long n) : p(static_cast<T*>(emu_backend().alloc(bytes_of<T>(n > 0 ? n : 1)))) {}
   ~Scratch() { emu_backend().free(p); }
   Scratch(const Scratch&) = delete;
   Scratch& operator=(const Scratch&) = delete;
@@ -51,10 +51,10 @@ void from_heads(T* dst, const T* src, long B, long Tn, long H, long D) {
 template <class T>
 void check_attention(const char* op, const T* q, const T* k, const T* v, const T* att, long B, long Tq, long Tk, long H,
                      long Hkv, long D) {
-  need(op, "q", q, sz<T>(B * Tq * H * D));
-  need(op, "k", k, sz<T>(B * Tk * Hkv * D));
-  need(op, "v", v, sz<T>(B * Tk * Hkv * D));
-  need(op, "att", att, sz<T>(B * H * Tq * Tk));
+  need(op, "q", q, bytes_of<T>(B * Tq * H * D));
+  need(op, "k", k, bytes_of<T>(B * Tk * Hkv * D));
+  need(op, "v", v, bytes_of<T>(B * Tk * Hkv * D));
+  need(op, "att", att, bytes_of<T>(B * H * Tq * Tk));
 }
 
 // att = softmax_causal(scale Q Kᵀ), out = att V: q, k, v permuted to heads-major, one scores GEMM per (b, h)
@@ -65,7 +65,7 @@ template <class T>
 void attention_fwd_any(const char* op, bool rect, T* out, T* att, const T* q, const T* k, const T* v, long B, long Tq,
                        long Tk, long H, long Hkv, long D) {
   check_attention(op, q, k, v, att, B, Tq, Tk, H, Hkv, D);
-  need(op, "out", out, sz<T>(B * Tq * H * D));
+  need(op, "out", out, bytes_of<T>(B * Tq * H * D));
   if (B * Tq * H * D <= 0) return;
   const long group = H / Hkv, qd = Tq * D, kd = Tk * D, tt = Tq * Tk;
   const T sc = T(1) / std::sqrt(T(D));
@@ -93,10 +93,10 @@ template <class T>
 void attention_bwd_any(const char* op, T* dq, T* dk, T* dv, const T* dout, const T* att, const T* q, const T* k,
                        const T* v, long B, long Tq, long Tk, long H, long Hkv, long D) {
   check_attention(op, q, k, v, att, B, Tq, Tk, H, Hkv, D);
-  need(op, "dq", dq, sz<T>(B * Tq * H * D));
-  need(op, "dk", dk, sz<T>(B * Tk * Hkv * D));
-  need(op, "dv", dv, sz<T>(B * Tk * Hkv * D));
-  need(op, "dout", dout, sz<T>(B * Tq * H * D));
+  need(op, "dq", dq, bytes_of<T>(B * Tq * H * D));
+  need(op, "dk", dk, bytes_of<T>(B * Tk * Hkv * D));
+  need(op, "dv", dv, bytes_of<T>(B * Tk * Hkv * D));
+  need(op, "dout", dout, bytes_of<T>(B * Tq * H * D));
   if (B * Tq * H * D <= 0) return;
   const long group = H / Hkv, qd = Tq * D, kd = Tk * D, tt = Tq * Tk;
   const T sc = T(1) / std::sqrt(T(D));
@@ -142,11 +142,11 @@ long strided(long rows, long ld, long width) { return rows > 0 ? (rows - 1) * ld
 template <class T, class S>
 void flash_fwd_any(const char* op, S* out, T* stats, const S* q, const S* k, const S* v, long B, long Tq, long Tk,
                    long H, long Hkv, long D, long ldq, long ldkv) {
-  need(op, "q", q, sz<S>(strided(B * Tq, ldq, H * D)));
-  need(op, "k", k, sz<S>(strided(B * Tk, ldkv, Hkv * D)));
-  need(op, "v", v, sz<S>(strided(B * Tk, ldkv, Hkv * D)));
-  need(op, "stats", stats, sz<T>(B * H * Tq * 2));
-  need(op, "out", out, sz<S>(B * Tq * H * D));
+  need(op, "q", q, bytes_of<S>(strided(B * Tq, ldq, H * D)));
+  need(op, "k", k, bytes_of<S>(strided(B * Tk, ldkv, Hkv * D)));
+  need(op, "v", v, bytes_of<S>(strided(B * Tk, ldkv, Hkv * D)));
+  need(op, "stats", stats, bytes_of<T>(B * H * Tq * 2));
+  need(op, "out", out, bytes_of<S>(B * Tq * H * D));
   flash_head_dim(op, D);
   if (B * Tq * H * D <= 0) return;
   const bool b16 = ops::cpu::bf16_gemm();
@@ -169,15 +169,15 @@ void flash_fwd_any(const char* op, S* out, T* stats, const S* q, const S* k, con
 template <class T, class S>
 void flash_bwd_any(const char* op, T* dq, T* dk, T* dv, const T* dout, const S* out, const T* stats, const S* q,
                    const S* k, const S* v, long B, long Tq, long Tk, long H, long Hkv, long D, long ldq, long ldkv) {
-  need(op, "q", q, sz<S>(strided(B * Tq, ldq, H * D)));
-  need(op, "dq", dq, sz<T>(strided(B * Tq, ldq, H * D)));
-  need(op, "dout", dout, sz<T>(B * Tq * H * D));
-  need(op, "out", out, sz<S>(B * Tq * H * D));
+  need(op, "q", q, bytes_of<S>(strided(B * Tq, ldq, H * D)));
+  need(op, "dq", dq, bytes_of<T>(strided(B * Tq, ldq, H * D)));
+  need(op, "dout", dout, bytes_of<T>(B * Tq * H * D));
+  need(op, "out", out, bytes_of<S>(B * Tq * H * D));
   for (auto [name, p] : {std::pair<const char*, const S*>{"k", k}, {"v", v}})
-    need(op, name, p, sz<S>(strided(B * Tk, ldkv, Hkv * D)));
+    need(op, name, p, bytes_of<S>(strided(B * Tk, ldkv, Hkv * D)));
   for (auto [name, p] : {std::pair<const char*, const T*>{"dk", dk}, {"dv", dv}})
-    need(op, name, p, sz<T>(strided(B * Tk, ldkv, Hkv * D)));
-  need(op, "stats", stats, sz<T>(B * H * Tq * 2));
+    need(op, name, p, bytes_of<T>(strided(B * Tk, ldkv, Hkv * D)));
+  need(op, "stats", stats, bytes_of<T>(B * H * Tq * 2));
   flash_head_dim(op, D);
   if (B * Tq * H * D <= 0) return;
   const bool b16 = ops::cpu::bf16_gemm();
@@ -211,9 +211,9 @@ namespace tp::exec::emu_be::own {
 
 template <class T>
 void matmul(T* C, const T* A, const T* B, long M, long N, long K, bool ta, bool tb, T alpha, T beta) {
-  need("matmul", "A", A, sz<T>(M * K));
-  need("matmul", "B", B, sz<T>(K * N));
-  need("matmul", "C", C, sz<T>(M * N));
+  need("matmul", "A", A, bytes_of<T>(M * K));
+  need("matmul", "B", B, bytes_of<T>(K * N));
+  need("matmul", "C", C, bytes_of<T>(M * N));
   ops::cpu::matmul<T>(C, A, B, M, N, K, ta, tb, alpha, beta);
 }
 template <class T>
@@ -221,11 +221,11 @@ void matmul16(T* C, const T* A, const uint16_t* A16, const T* B, const uint16_t*
               bool tb, T alpha, T beta) {
   if ((A == nullptr) == (A16 == nullptr) || (B == nullptr) == (B16 == nullptr))
     throw std::runtime_error("emu backend: matmul16: each operand is given exactly once (A or A16, B or B16)");
-  if (A16) need("matmul16", "A16", A16, sz<uint16_t>(M * K));
-  else need("matmul16", "A", A, sz<T>(M * K));
-  if (B16) need("matmul16", "B16", B16, sz<uint16_t>(K * N));
-  else need("matmul16", "B", B, sz<T>(K * N));
-  need("matmul16", "C", C, sz<T>(M * N));
+  if (A16) need("matmul16", "A16", A16, bytes_of<uint16_t>(M * K));
+  else need("matmul16", "A", A, bytes_of<T>(M * K));
+  if (B16) need("matmul16", "B16", B16, bytes_of<uint16_t>(K * N));
+  else need("matmul16", "B", B, bytes_of<T>(K * N));
+  need("matmul16", "C", C, bytes_of<T>(M * N));
   ops::cpu::matmul16<T>(C, A, A16, B, B16, M, N, K, ta, tb, alpha, beta);
 }
 template <class T>
