@@ -10,6 +10,9 @@
 #                         gpu_check.sh on the bundle; with OUT, writes OUT/bench.txt, OUT/check.txt and
 #                         OUT/gpu-check.tgz (every log).
 #   bench DEST [OUT]      the same, the benchmark only (SKIP_BENCH=1: check without the benchmark).
+#   offload DEST [OUT]    (on the GPU machine) bench/gpu_offload_scale.py: the largest model under a 16 GiB
+#                         --gpu-memory-budget with chunked offload against without (issue 41; OFFLOAD_ARGS: more
+#                         arguments); OUT/offload.txt and its logs in OUT/gpu-check.tgz.
 #   run DEST CMD...       (on the GPU machine) CMD under the bundle's environment (its libraries, cuDNN's, Open MPI),
 #                         e.g. `run .gpub .gpub/cli/trainplan selftest --backend cuda`.
 # BASELINE_BUILD=DIR at pack: another build directory's trainplan and libtrainplan_cuda.so go into the bundle
@@ -58,6 +61,15 @@ setup() {
              /opt/torch/.venv/lib/python3*/site-packages/nvidia/cu13/lib \
              /opt/torch/.venv/lib/python3*/site-packages/nvidia/cudnn/lib 2>/dev/null | tr '\n' ':')
   export LD_LIBRARY_PATH="${cudalibs}${LD_LIBRARY_PATH:-}"
+  # NCCL for --comm nccl (dlopened by libtrainplan_cuda.so): the machine's own where a CUDA image or PyTorch's
+  # wheels (nvidia-nccl-cu13) keep it, unless TRAINPLAN_NCCL_LIB names one.
+  if [[ -z "${TRAINPLAN_NCCL_LIB:-}" ]]; then
+    local nccl
+    nccl=$(ls /usr/lib/x86_64-linux-gnu/libnccl.so.2 /usr/local/cuda/lib64/libnccl.so.2 \
+           /opt/torch/.venv/lib/python3*/site-packages/nvidia/nccl/lib/libnccl.so.2 \
+           /opt/torch/.venv/lib/python3*/site-packages/nvidia/cu13/lib/libnccl.so.2 2>/dev/null | head -1)
+    [[ -n $nccl ]] && export TRAINPLAN_NCCL_LIB=$nccl
+  fi
   if command -v mpirun >/dev/null; then
     # The machine's own Open MPI (libmpi.so.40 is one ABI across 4.x): only what it lacks comes from the bundle, so
     # its mpirun never loads the bundle's PMIx or plugins' libraries.
@@ -94,10 +106,24 @@ check() {
   return "$rc"
 }
 
+offload() {
+  local d; d=$(cd "$1" && pwd); local out=${2:-}
+  setup "$d"
+  local rep=${out:-$d}
+  mkdir -p "$d/gpu-check" "$rep"
+  # shellcheck disable=SC2086  # OFFLOAD_ARGS: more arguments, split
+  python3 "$root/bench/gpu_offload_scale.py" "$d/cli/trainplan" "$d/gpu-check/offload" \
+    --json "$d/gpu-check/offload.json" ${OFFLOAD_ARGS:-} 2>&1 | tee "$rep/offload.txt"
+  local rc=${PIPESTATUS[0]}
+  [[ -n "$out" ]] && tar -C "$d" -czf "$out/gpu-check.tgz" gpu-check
+  return "$rc"
+}
+
 case $mode in
   pack) pack "${2:?BUILD_DIR}" "${3:?DEST}" ;;
   check) check "${2:?DEST}" "${3:-}" ;;
   bench) check "${2:?DEST}" "${3:-}" bench ;;
+  offload) offload "${2:?DEST}" "${3:-}" ;;
   run) d=$(cd "${2:?DEST}" && pwd) && shift 2 && setup "$d" && "$@" ;;
-  *) echo "usage: gpu_bundle.sh pack BUILD_DIR DEST | check DEST [OUT] | bench DEST [OUT] | run DEST CMD..." >&2; exit 2 ;;
+  *) echo "usage: gpu_bundle.sh pack BUILD_DIR DEST | check DEST [OUT] | bench DEST [OUT] | offload DEST [OUT] | run DEST CMD..." >&2; exit 2 ;;
 esac

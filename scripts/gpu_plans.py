@@ -5,7 +5,8 @@
 model's one-rank fp32 cpu run to a relative 2e-4 over STEPS steps (both fp32; cuBLASLt sums in another order
 than Eigen). A delinked run is compared with the cpu's delinked run; MoE plans (tiny-moe.json) with the
 cpu run of the same MoE plan (to 1e-3: a flipped near-tied routing choice). Prints one table row per case and exits 1 if any failed. Cases listed in REFUSED must exit 2
-on cuda (ops without CUDA kernels).
+on cuda (ops without CUDA kernels). NCCL_CASES (on cuda, or GPU_PLANS_NCCL=1): each plan with --comm nccl against
+its --comm mpi run (rows nccl_*; issue 41).
 
 usage: gpu_plans.py TRAINPLAN SOURCE_DIR LOG_DIR [MPIRUN]
 """
@@ -67,6 +68,31 @@ BF16_CASES = [  # name, plan changes, base scenario, extra environment; fp8_* ca
 TOL_FP8 = 1e-2
 TOL_BF16 = 2e-3
 REFUSED = []  # (name, plan, base scenario) that cuda must refuse with exit 2
+# --comm nccl (issue 41): each plan's collectives of GPU tensors on NCCL, against the same plan's cuda run with
+# --comm mpi (host-staged, rank-ordered sums): NCCL sums in another order, so the losses agree to rounding, not bit
+# for bit. Every rank shares the machine's GPU(s): NCCL before 2.30 refuses two ranks of one communicator on one GPU,
+# so there the several-rank cases must be refused with exit 2 and the shared-GPU message (exec/comm/comm_device.cpp),
+# and only the one-rank case runs on NCCL; from 2.30 on they run with NCCL_MULTI_RANK_GPU_ENABLE=1 (docs/cuda.md).
+NCCL_CASES = [  # name, plan changes, base scenario
+    ("single", {}, "tiny-gpt"),
+    ("dp2", {"dp": 2}, "tiny-gpt"),
+    ("dp2_zero1_overlap", {"dp": 2, "zero": 1, "overlap_grad_reduce": True}, "tiny-gpt"),
+    ("dp2_zero3_layered", {"dp": 2, "zero": 3, "grad_accumulation": "layered"}, "tiny-gpt"),
+    ("tp2_sp_dp2_zero1", {"dp": 2, "tp": 2, "sequence_parallel": True, "zero": 1}, "tiny-gpt"),
+    ("pp2_dp2_zero2_interleaved", {"dp": 2, "pp": 2, "zero": 2, "schedule": "interleaved", "virtual_stages": 2},
+     "tiny-gpt"),
+    ("cp2_flash", {"cp": 2, "attention": "flash"}, "tiny-gpt"),
+    ("moe_dp2_ep2", {"dp": 2, "ep": 2}, "tiny-moe"),
+]
+TOL_NCCL = 1e-4
+
+
+def nccl_version(binary):
+    """(major, minor) of the NCCL `trainplan --version` loads, or None (not loaded)."""
+    import re
+    p = subprocess.run([binary, "--version"], capture_output=True, text=True)
+    m = re.search(r"NCCL (\d+)\.(\d+)", p.stdout)
+    return (int(m.group(1)), int(m.group(2))) if m else None
 
 
 def ranks(plan):
@@ -156,12 +182,51 @@ def main():
         extra = ["--device-budget", "1000000"] if "offload" in plan else []
         failed |= compare(name, plan, base, None, extra, TOL_FP8 if precision == "fp8" else TOL_BF16,
                           "the cpu %s run" % precision, env_add)
+    if BACKEND == "cuda" or os.environ.get("GPU_PLANS_NCCL") == "1":
+        failed |= nccl_cases(binary, mpirun, logs, bases)
     for name, plan, b in (REFUSED if BACKEND == "cuda" else []):
         f = write(bases[b], logs, name, plan)
         got, why = run(binary, mpirun, f, BACKEND, [], os.path.join(logs, name + "_cuda.json"))
         ok = got is None and why.startswith("exit 2")
         failed |= not ok
         print("| %-26s | %-8s | %s |" % (name, "ok" if ok else "FAIL", "refused: " + why if ok else "expected exit 2: " + why))
+    return failed
+
+
+def nccl_cases(binary, mpirun, logs, bases):
+    """NCCL_CASES: `--comm nccl` against `--comm mpi` on BACKEND; prints a row each; returns 1 if any failed."""
+    ver = nccl_version(binary)
+    shares = ver is not None and ver >= (2, 30)
+    env = {"NCCL_MULTI_RANK_GPU_ENABLE": "1"} if shares else {}
+    failed = 0
+    for name, plan, b in NCCL_CASES:
+        row = "nccl_" + name
+        f = write(bases[b], logs, row, plan)
+        mpi, why = run(binary, mpirun, f, BACKEND, [], os.path.join(logs, row + "_mpi.json"))
+        if mpi is None:
+            state = "skipped" if why == "mpirun not installed" else "FAIL"
+            print("| %-26s | %-8s | the --comm mpi run: %s |" % (row, state, why))
+            failed |= state == "FAIL"
+            continue
+        got, why = run(binary, mpirun, f, BACKEND, ["--comm", "nccl"], os.path.join(logs, row + "_nccl.json"), env)
+        if got is None and ranks(plan) > 1 and not shares:
+            ok = why.startswith("exit 2") and "share GPU" in why
+            print("| %-26s | %-8s | %s |" % (row, "ok" if ok else "FAIL", (
+                "refused as documented (NCCL %s < 2.30: ranks sharing a GPU): %s" % (
+                    "%d.%d" % ver if ver else "not loaded", why[:120])) if ok else "expected the shared-GPU refusal: " + why))
+            failed |= not ok
+            continue
+        if got is None:
+            print("| %-26s | FAIL     | --comm nccl: %s |" % (row, why))
+            failed = 1
+            continue
+        g, w = got["losses"], mpi["losses"]
+        err = max(abs(x - y) / abs(y) for x, y in zip(g, w)) if len(g) == len(w) and g else float("inf")
+        ok = err <= TOL_NCCL
+        print("| %-26s | %-8s | %d ranks on NCCL %s, max rel loss diff %.1e vs --comm mpi; step %.1f ms (mpi %.1f) |" % (
+            row, "ok" if ok else "FAIL", ranks(plan), "%d.%d" % ver if ver else "?", err,
+            1e3 * min(got["step_time_s"]), 1e3 * min(mpi["step_time_s"])))
+        failed |= not ok
     return failed
 
 
