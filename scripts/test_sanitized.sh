@@ -4,7 +4,7 @@
 # in MPI_Init and its plugins) are suppressed by scripts/lsan_openmpi.supp; any leak in trainplan's code, any
 # out-of-bounds access and any undefined behaviour fails the run.
 # Usage: scripts/test_sanitized.sh [BUILD_DIR] [ctest args...]   (ctest label `sanitize`, see README)
-# Takes about 2 hours on 2 cores (the build, then ~107 minutes of tests, most of it the multi-rank executor
+# Takes about 2 hours on 2 cores (the build, about 22 minutes, then ~86 minutes of tests, most of it the multi-rank executor
 # oracles), so it is not part of the default `ctest` run.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
