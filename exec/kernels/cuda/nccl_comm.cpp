@@ -215,47 +215,43 @@ void destroy(void* comm) {
   delete d;
 }
 
-int all_reduce_sum(void* comm, void* buf, long n, int dtype, int async, long* request, char* why, size_t why_size) {
-  return guarded("ncclAllReduce", why, why_size, [&] {
+// One collective, f(d, stream) -> ncclResult_t, on the compute stream or (async) on the communicator's after the
+// compute stream's work so far; *request (when given): -1, or the event wait() makes the compute stream wait for.
+template <class F>
+int collective(void* comm, int async, long* request, const char* what, char* why, size_t why_size, F&& f) {
+  return guarded(what, why, why_size, [&] {
     auto& d = *static_cast<Dc*>(comm);
-    *request = -1;
-    if (fail(nccl().all_reduce(buf, buf, size_t(n), type_of(dtype), ncclSum, d.c, stream_for(d, async)),
-             "ncclAllReduce", why, why_size))
-      return 1;
+    if (request) *request = -1;
+    if (fail(f(d, stream_for(d, async)), what, why, why_size)) return 1;
     if (async) *request = request_after(d);
     return 0;
+  });
+}
+
+int all_reduce_sum(void* comm, void* buf, long n, int dtype, int async, long* request, char* why, size_t why_size) {
+  return collective(comm, async, request, "ncclAllReduce", why, why_size, [&](Dc& d, cudaStream_t s) {
+    return nccl().all_reduce(buf, buf, size_t(n), type_of(dtype), ncclSum, d.c, s);
   });
 }
 int reduce_scatter_sum(void* comm, const void* in, void* out, long n, int dtype, int async, long* request, char* why,
                        size_t why_size) {
-  return guarded("ncclReduceScatter", why, why_size, [&] {
-    auto& d = *static_cast<Dc*>(comm);
-    *request = -1;
-    if (fail(nccl().reduce_scatter(in, out, size_t(n), type_of(dtype), ncclSum, d.c, stream_for(d, async)),
-             "ncclReduceScatter", why, why_size))
-      return 1;
-    if (async) *request = request_after(d);
-    return 0;
+  return collective(comm, async, request, "ncclReduceScatter", why, why_size, [&](Dc& d, cudaStream_t s) {
+    return nccl().reduce_scatter(in, out, size_t(n), type_of(dtype), ncclSum, d.c, s);
   });
 }
 int all_gather(void* comm, const void* in, void* out, long n, int dtype, char* why, size_t why_size) {
-  return guarded("ncclAllGather", why, why_size, [&] {
-    auto& d = *static_cast<Dc*>(comm);
-    return fail(nccl().all_gather(in, out, size_t(n), type_of(dtype), d.c, g.stream), "ncclAllGather", why, why_size);
+  return collective(comm, 0, nullptr, "ncclAllGather", why, why_size, [&](Dc& d, cudaStream_t s) {
+    return nccl().all_gather(in, out, size_t(n), type_of(dtype), d.c, s);
   });
 }
 int broadcast(void* comm, void* buf, long n, int dtype, int root, char* why, size_t why_size) {
-  return guarded("ncclBroadcast", why, why_size, [&] {
-    auto& d = *static_cast<Dc*>(comm);
-    return fail(nccl().broadcast(buf, buf, size_t(n), type_of(dtype), root, d.c, g.stream), "ncclBroadcast", why,
-                why_size);
+  return collective(comm, 0, nullptr, "ncclBroadcast", why, why_size, [&](Dc& d, cudaStream_t s) {
+    return nccl().broadcast(buf, buf, size_t(n), type_of(dtype), root, d.c, s);
   });
 }
 int reduce_sum(void* comm, const void* in, void* out, long n, int dtype, int root, char* why, size_t why_size) {
-  return guarded("ncclReduce", why, why_size, [&] {
-    auto& d = *static_cast<Dc*>(comm);
-    return fail(nccl().reduce(in, out, size_t(n), type_of(dtype), ncclSum, root, d.c, g.stream), "ncclReduce", why,
-                why_size);
+  return collective(comm, 0, nullptr, "ncclReduce", why, why_size, [&](Dc& d, cudaStream_t s) {
+    return nccl().reduce(in, out, size_t(n), type_of(dtype), ncclSum, root, d.c, s);
   });
 }
 // Block r of in to rank r, block s of out from rank s: one group of sends and receives.
