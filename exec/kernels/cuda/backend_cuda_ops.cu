@@ -3,7 +3,7 @@
 // here: cuBLASLt GEMMs (matmul, linear_fwd with its epilogues; attention as strided-batched GEMMs around the softmax
 // kernels) and flash attention (the fused kernels of k_flash.hpp, or cuDNN's SDPA for the bf16-stored forms).
 // fp64: entries that throw "op X is not supported on cuda".
-// Invariants: everything on g.stream; an error names the op and its shapes (TP_CUDA_OP below).
+// Invariants: everything on g.stream; an error names the op and its shapes (run_op, backend_cuda_parts.hpp).
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -55,26 +55,6 @@ namespace {
 namespace k = tp::kernels;
 using F = float;
 
-std::string dims(std::initializer_list<std::pair<const char*, long>> d) {
-  std::string s;
-  for (const auto& [n, v] : d) s += (s.empty() ? "" : ", ") + std::string(n) + " " + std::to_string(v);
-  return s;
-}
-
-#define TP_UNPAREN(...) __VA_ARGS__
-// Runs `body` on the backend's device; any error is rethrown as "cuda op NAME (SHAPES): ...".
-#define TP_CUDA_OP(name, shapes, ...)                                                                     \
-  do {                                                                                                    \
-    try {                                                                                                 \
-      enter();                                                                                            \
-      prof::OpTimer op_timer_(name, TP_UNPAREN shapes);                                                   \
-      __VA_ARGS__;                                                                                        \
-      after_op();                                                                                         \
-    } catch (const std::exception& e_) {                                                                  \
-      throw std::runtime_error(std::string("cuda op ") + name + " (" + dims shapes + "): " + e_.what()); \
-    }                                                                                                     \
-  } while (0)
-
 // ---- unsupported entries: same signature as the table's, throwing with the op's name ----
 const char* g_stub_names[128];
 template <int I, class Fn>
@@ -108,7 +88,7 @@ void empty_product(F* C, F beta, long n) {
   else k::scale(launcher(), C, C, beta, n);
 }
 void matmul(F* C, const F* A, const F* B, long M, long N, long K, bool ta, bool tb, F alpha, F beta) {
-  TP_CUDA_OP("matmul", ({{"M", M}, {"N", N}, {"K", K}, {"trans_a", ta}, {"trans_b", tb}, {"align", align3(A, B, C)}}), {
+  run_op("matmul", {{"M", M}, {"N", N}, {"K", K}, {"trans_a", ta}, {"trans_b", tb}, {"align", align3(A, B, C)}}, [&] {
     if (K == 0) {
       empty_product(C, beta, M * N);
     } else {
@@ -141,8 +121,8 @@ void matmul16(F* C, const F* A, const uint16_t* A16, const F* B, const uint16_t*
               bool tb, F alpha, F beta) {
   const void* a = A ? static_cast<const void*>(A) : A16;
   const void* b = B ? static_cast<const void*>(B) : B16;
-  TP_CUDA_OP("matmul16", ({{"M", M}, {"N", N}, {"K", K}, {"trans_a", ta}, {"trans_b", tb}, {"A16", A16 != nullptr},
-                      {"B16", B16 != nullptr}, {"align", align3(a, b, C)}}), {
+  run_op("matmul16", {{"M", M}, {"N", N}, {"K", K}, {"trans_a", ta}, {"trans_b", tb}, {"A16", A16 != nullptr},
+                      {"B16", B16 != nullptr}, {"align", align3(a, b, C)}}, [&] {
     if (K == 0) {
       empty_product(C, beta, M * N);
     } else {
@@ -157,8 +137,8 @@ void matmul16(F* C, const F* A, const uint16_t* A16, const F* B, const uint16_t*
 // vectors, an output row length that is a multiple of 8); otherwise the GEMM, then the bias and GELU kernels.
 void linear_fwd(F* y, F* pre, const F* x, const uint16_t* x16, const F* w, const uint16_t* w16, const F* b, long M, long N,
                 long K) {
-  TP_CUDA_OP("linear_fwd", ({{"M", M}, {"N", N}, {"K", K}, {"bias", b != nullptr}, {"gelu", pre != nullptr},
-                        {"x16", x16 != nullptr}, {"w16", w16 != nullptr}}), {
+  run_op("linear_fwd", {{"M", M}, {"N", N}, {"K", K}, {"bias", b != nullptr}, {"gelu", pre != nullptr},
+                        {"x16", x16 != nullptr}, {"w16", w16 != nullptr}}, [&] {
     GemmArgs a = K == 0 ? GemmArgs{} : packed_args(y, x, x16, w, w16, M, N, K, false, false, 1.f, 0.f);
     a.what = "linear_fwd";
     a.bias = b, a.aux = pre, a.gelu = pre != nullptr;
@@ -204,7 +184,7 @@ void attention_bwd_rest(F* dq, F* dk, F* dv, F* dp, const F* dout, const F* att,
 }
 
 void attention_fwd(F* out, F* att, const F* q, const F* kk, const F* v, long B, long T, long H, long Hkv, long D) {
-  TP_CUDA_OP("attention_fwd", ({{"B", B}, {"T", T}, {"H", H}, {"Hkv", Hkv}, {"D", D}}), {
+  run_op("attention_fwd", {{"B", B}, {"T", T}, {"H", H}, {"Hkv", Hkv}, {"D", D}}, [&] {
     if (Hkv <= 0 || H % Hkv != 0) throw std::runtime_error("H must be a multiple of Hkv");
     const AttnDims d{B, T, H, Hkv, D};
     for (const GemmArgs& a : attn_qk("attention_fwd q·kᵀ", att, q, kk, d)) lt_gemm(a);
@@ -215,7 +195,7 @@ void attention_fwd(F* out, F* att, const F* q, const F* kk, const F* v, long B, 
 // dP (scratch [B, H, T, T]) = dout vᵀ; dS = softmax backward of dP, in place; then the gradient GEMMs.
 void attention_bwd(F* dq, F* dk, F* dv, const F* dout, const F* att, const F* q, const F* kk, const F* v, long B,
                    long T, long H, long Hkv, long D) {
-  TP_CUDA_OP("attention_bwd", ({{"B", B}, {"T", T}, {"H", H}, {"Hkv", Hkv}, {"D", D}}), {
+  run_op("attention_bwd", {{"B", B}, {"T", T}, {"H", H}, {"Hkv", Hkv}, {"D", D}}, [&] {
     if (Hkv <= 0 || H % Hkv != 0) throw std::runtime_error("H must be a multiple of Hkv");
     const AttnDims d{B, T, H, Hkv, D};
     F* dp = static_cast<F*>(scratch(sizeof(F) * size_t(B * H * T * T)));
@@ -228,7 +208,7 @@ void attention_bwd(F* dq, F* dk, F* dv, const F* dout, const F* att, const F* q,
 // same GEMM lists with Tk keys and the rectangular softmax kernel.
 void attention_fwd_kv(F* out, F* att, const F* q, const F* kk, const F* v, long B, long Tq, long Tk, long H, long Hkv,
                       long D) {
-  TP_CUDA_OP("attention_fwd_kv", ({{"B", B}, {"Tq", Tq}, {"Tk", Tk}, {"H", H}, {"Hkv", Hkv}, {"D", D}}), {
+  run_op("attention_fwd_kv", {{"B", B}, {"Tq", Tq}, {"Tk", Tk}, {"H", H}, {"Hkv", Hkv}, {"D", D}}, [&] {
     if (Hkv <= 0 || H % Hkv != 0) throw std::runtime_error("H must be a multiple of Hkv");
     if (Tq > Tk) throw std::runtime_error("Tq must not exceed Tk");
     const AttnDims d{B, Tq, H, Hkv, D, Tk};
@@ -238,7 +218,7 @@ void attention_fwd_kv(F* out, F* att, const F* q, const F* kk, const F* v, long 
 }
 void attention_bwd_kv(F* dq, F* dk, F* dv, const F* dout, const F* att, const F* q, const F* kk, const F* v, long B,
                       long Tq, long Tk, long H, long Hkv, long D) {
-  TP_CUDA_OP("attention_bwd_kv", ({{"B", B}, {"Tq", Tq}, {"Tk", Tk}, {"H", H}, {"Hkv", Hkv}, {"D", D}}), {
+  run_op("attention_bwd_kv", {{"B", B}, {"Tq", Tq}, {"Tk", Tk}, {"H", H}, {"Hkv", Hkv}, {"D", D}}, [&] {
     if (Hkv <= 0 || H % Hkv != 0) throw std::runtime_error("H must be a multiple of Hkv");
     if (Tq > Tk) throw std::runtime_error("Tq must not exceed Tk");
     const AttnDims d{B, Tq, H, Hkv, D, Tk};
@@ -257,7 +237,7 @@ void flash_check(long H, long Hkv, long Tq, long Tk, long D) {
 }
 void flash_attention_fwd(F* out, F* stats, const F* q, const F* kk, const F* v, long B, long Tq, long Tk, long H,
                          long Hkv, long D, long ldq, long ldkv) {
-  TP_CUDA_OP("flash_attention_fwd", ({{"B", B}, {"Tq", Tq}, {"Tk", Tk}, {"H", H}, {"Hkv", Hkv}, {"D", D}}), {
+  run_op("flash_attention_fwd", {{"B", B}, {"Tq", Tq}, {"Tk", Tk}, {"H", H}, {"Hkv", Hkv}, {"D", D}}, [&] {
     flash_check(H, Hkv, Tq, Tk, D);
     if (B * Tq * H * D > 0)
       k::flash_attention_fwd(launcher(), out, stats, q, kk, v, B, Tq, Tk, H, Hkv, D, ldq, ldkv, lt_bf16());
@@ -265,7 +245,7 @@ void flash_attention_fwd(F* out, F* stats, const F* q, const F* kk, const F* v, 
 }
 void flash_attention_bwd(F* dq, F* dk, F* dv, const F* dout, const F* out, const F* stats, const F* q, const F* kk,
                          const F* v, long B, long Tq, long Tk, long H, long Hkv, long D, long ldq, long ldkv) {
-  TP_CUDA_OP("flash_attention_bwd", ({{"B", B}, {"Tq", Tq}, {"Tk", Tk}, {"H", H}, {"Hkv", Hkv}, {"D", D}}), {
+  run_op("flash_attention_bwd", {{"B", B}, {"Tq", Tq}, {"Tk", Tk}, {"H", H}, {"Hkv", Hkv}, {"D", D}}, [&] {
     flash_check(H, Hkv, Tq, Tk, D);
     if (B * Tq * H * D > 0) {
       float* terms = static_cast<float*>(scratch(sizeof(float) * size_t(k::flash_bwd_scratch(B, H, Tq, D))));
@@ -340,7 +320,7 @@ void sdpa_bwd16(const tp_sdpa_shape& s, long ws, F* dq, F* dk, F* dv, const F* d
 }
 void flash_attention_fwd16(uint16_t* out, F* stats, const uint16_t* q, const uint16_t* kk, const uint16_t* v, long B,
                            long Tq, long Tk, long H, long Hkv, long D, long ldq, long ldkv) {
-  TP_CUDA_OP("flash_attention_fwd16", ({{"B", B}, {"Tq", Tq}, {"Tk", Tk}, {"H", H}, {"Hkv", Hkv}, {"D", D}}), {
+  run_op("flash_attention_fwd16", {{"B", B}, {"Tq", Tq}, {"Tk", Tk}, {"H", H}, {"Hkv", Hkv}, {"D", D}}, [&] {
     flash_check(H, Hkv, Tq, Tk, D);
     const tp_sdpa_shape s = sdpa_shape(B, Tq, Tk, H, Hkv, D, ldq, ldkv);
     const long ws = B * Tq * H * D > 0 ? sdpa_workspace(s) : -1;
@@ -354,7 +334,7 @@ void flash_attention_fwd16(uint16_t* out, F* stats, const uint16_t* q, const uin
 void flash_attention_bwd16(F* dq, F* dk, F* dv, const F* dout, const uint16_t* out, const F* stats, const uint16_t* q,
                            const uint16_t* kk, const uint16_t* v, long B, long Tq, long Tk, long H, long Hkv, long D,
                            long ldq, long ldkv) {
-  TP_CUDA_OP("flash_attention_bwd16", ({{"B", B}, {"Tq", Tq}, {"Tk", Tk}, {"H", H}, {"Hkv", Hkv}, {"D", D}}), {
+  run_op("flash_attention_bwd16", {{"B", B}, {"Tq", Tq}, {"Tk", Tk}, {"H", H}, {"Hkv", Hkv}, {"D", D}}, [&] {
     flash_check(H, Hkv, Tq, Tk, D);
     const tp_sdpa_shape s = sdpa_shape(B, Tq, Tk, H, Hkv, D, ldq, ldkv);
     const long ws = B * Tq * H * D > 0 ? sdpa_workspace(s) : -1;
