@@ -10,7 +10,7 @@ its --comm mpi run (rows nccl_*; issue 41).
 
 usage: gpu_plans.py TRAINPLAN SOURCE_DIR LOG_DIR [MPIRUN]
 """
-import json, os, subprocess, sys
+import json, os, re, subprocess, sys
 
 STEPS = 4
 BACKEND = os.environ.get("GPU_PLANS_BACKEND", "cuda")  # emu-device: try this script without a GPU
@@ -89,10 +89,14 @@ TOL_NCCL = 1e-4
 
 def nccl_version(binary):
     """(major, minor) of the NCCL `trainplan --version` loads, or None (not loaded)."""
-    import re
     p = subprocess.run([binary, "--version"], capture_output=True, text=True)
     m = re.search(r"NCCL (\d+)\.(\d+)", p.stdout)
     return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def max_rel_diff(got, want):
+    """The largest relative difference of two loss curves (inf when their lengths differ or they are empty)."""
+    return max(abs(a - b) / abs(b) for a, b in zip(got, want)) if len(got) == len(want) and got else float("inf")
 
 
 def ranks(plan):
@@ -164,7 +168,7 @@ def main():
             print("| %-26s | %-8s | %s |" % (name, state, why))
             return state == "FAIL"
         g, w = got["losses"], want["losses"]
-        err = max(abs(a - b) / abs(b) for a, b in zip(g, w)) if len(g) == len(w) and g else float("inf")
+        err = max_rel_diff(g, w)
         ok = err <= tol
         print("| %-26s | %-8s | %d ranks, %d steps, max rel loss diff %.1e vs %s; step %.1f ms |" %
               (name, "ok" if ok else "FAIL", ranks(plan), len(g), err, vs, 1e3 * min(got["step_time_s"])))
@@ -221,7 +225,7 @@ def nccl_cases(binary, mpirun, logs, bases):
             failed = 1
             continue
         g, w = got["losses"], mpi["losses"]
-        err = max(abs(x - y) / abs(y) for x, y in zip(g, w)) if len(g) == len(w) and g else float("inf")
+        err = max_rel_diff(g, w)
         ok = err <= TOL_NCCL
         print("| %-26s | %-8s | %d ranks on NCCL %s, max rel loss diff %.1e vs --comm mpi; step %.1f ms (mpi %.1f) |" % (
             row, "ok" if ok else "FAIL", ranks(plan), "%d.%d" % ver if ver else "?", err,
