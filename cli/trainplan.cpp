@@ -347,11 +347,27 @@ int cmd_run(int argc, char** argv) {
 int cmd_calibrate(int argc, char** argv) {
   Args a = parse_args(argc, argv, 2, {"--backend", "--out", "--gpus-per-node", "--memory-bytes", "--power-w"},
                       {"--quick", "--quiet"});
+  std::string backend;
+  {  // cuda without a device: exit 77 with the reason, before MPI starts (as run)
+    const std::string b = a.value("--backend", "cpu");
+    if (b == "cuda") {
+      std::string why;
+      exec::CudaLoad st;
+      if (!exec::load_cuda_backend(st, why)) {
+        if (st != exec::CudaLoad::no_device) throw InputError({"--backend cuda: " + why});
+        std::cerr << "error: " << why << "\n";
+        return 77;
+      }
+    }
+  }
   exec::Comm& world = exec::world();
   exec::CalibrateOptions o;
+  const exec::Backend* be = nullptr;
   try {
     if (!a.positional.empty()) throw Usage("calibrate takes no positional arguments");
-    if (a.value("--backend", "cpu") != "cpu") throw Usage("--backend: only \"cpu\" is supported, got " + a.value("--backend"));
+    backend = a.value("--backend", "cpu");
+    if (backend != "cpu" && backend != "emu" && backend != "emu-device" && backend != "cuda")
+      throw Usage("--backend: expected cpu, emu, emu-device or cuda, got " + backend);
     if (a.value("--out").empty()) throw Usage("calibrate needs --out PROFILE.json");
     auto num = [&](const char* opt, double lo) {
       std::string v = a.value(opt);
@@ -364,6 +380,11 @@ int cmd_calibrate(int argc, char** argv) {
     o.gpus_per_node = (int)num("--gpus-per-node", 1);
     o.memory_bytes = num("--memory-bytes", 1);
     o.power_w = num("--power-w", 0);
+    if (backend != "cpu") {
+      std::string why;
+      be = exec::find_backend(backend, why);
+      if (!be) throw InputError({"--backend: " + why});
+    }
   } catch (...) {
     exec::finalize_world();
     throw;
@@ -372,17 +393,24 @@ int cmd_calibrate(int argc, char** argv) {
   o.progress = world.rank() == 0 && !a.flag("--quiet");
   json prof;
   try {
-    prof = exec::calibrate_cpu(o, world);
+    prof = be ? exec::calibrate_device(*be, o, world) : exec::calibrate_cpu(o, world);
   } catch (const std::exception& e) {
     world.abort(1, e.what());
   }
   if (world.rank() == 0) {
     write_file_atomic(a.value("--out"), prof.dump(2) + "\n");
-    if (!a.flag("--quiet"))
+    if (!a.flag("--quiet") && !be)
       std::printf("trainplan calibrate: wrote %s: matmul fp32 peak %.3g FLOP/s, memory %.3g B/s, link %.3g B/s\n",
                   a.value("--out").c_str(), prof["gpu"]["matrix_flops_per_s"]["fp32"].get<double>(),
                   prof["gpu"]["hbm_bandwidth_bytes_per_s"].get<double>(),
                   prof["intra_node"]["bandwidth_bytes_per_s"].get<double>());
+    else if (!a.flag("--quiet"))
+      std::printf("trainplan calibrate --backend %s: wrote %s: bf16 peak %.3g FLOP/s (best GEMM %.0f %%), HBM %.3g B/s, "
+                  "PCIe %.3g B/s, launch %.3g s\n", be->name, a.value("--out").c_str(),
+                  prof["gpu"]["matrix_flops_per_s"]["bf16"].get<double>(),
+                  100 * prof["gpu"]["matrix_efficiency"].back()[1].get<double>(),
+                  prof["gpu"]["hbm_bandwidth_bytes_per_s"].get<double>(),
+                  prof["host"]["pcie_bandwidth_bytes_per_s"].get<double>(), prof["gpu"]["kernel_overhead_s"].get<double>());
   }
   exec::finalize_world();
   return 0;
@@ -455,8 +483,24 @@ std::string suite_file(const std::string& name) {
   return name;
 }
 
+// --emit DIR: DIR/<row id>.json for every row a scenario can be made of (the rest are listed as skipped).
+void emit_row_scenarios(const json& suite, const std::string& cluster, const std::string& dir) {
+  std::filesystem::create_directories(dir);
+  for (const json& row : suite.at("rows")) {
+    json sc;
+    try {
+      sc = devset_row_scenario(row, cluster, &suite);
+    } catch (const InputError&) {
+      continue;
+    } catch (const json::exception&) {
+      continue;
+    }
+    write_file_atomic(dir + "/" + sc.at("name").get<std::string>() + ".json", sc.dump(1) + "\n");
+  }
+}
+
 int cmd_validate_published(int argc, char** argv) {
-  Args a = parse_args(argc, argv, 2, {"--suite", "--cluster", "--json"}, {});
+  Args a = parse_args(argc, argv, 2, {"--suite", "--cluster", "--json", "--emit"}, {});
   if (!a.positional.empty()) throw Usage("validate-published takes no positional arguments");
   std::string file = suite_file(a.value("--suite"));
   Issues is;
@@ -473,6 +517,11 @@ int cmd_validate_published(int argc, char** argv) {
     print_nccl_tests(std::cout, nr);
     if (!a.value("--json").empty()) write_file_atomic(a.value("--json"), nccl_tests_to_json(nr).dump(2) + "\n");
     return 0;
+  }
+  if (!a.value("--emit").empty()) {  // each row as the scenario it is simulated as: `simulate` runs it alone
+    if (!(suite.is_object() && suite.contains("rows")))
+      throw Usage("--emit: the suite has no \"rows\" (a development or frameworks set)");
+    emit_row_scenarios(suite, a.value("--cluster"), a.value("--emit"));
   }
   PublishedReport rep;
   try {

@@ -17,59 +17,12 @@
 #include <vector>
 
 #include "exec/backends/ops.hpp"
+#include "exec/measure/calibrate_util.hpp"
 
 namespace tp::exec {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
-
-// Median seconds per call of f(): calls are batched so that one timed batch lasts >= ~50 us, and batches repeat
-// for at least min_s (and at least 3 batches).
-template <class F>
-double per_call(F&& f, double min_s) {
-  f();  // warm: caches, pages
-  auto t0 = Clock::now();
-  f();
-  double one = std::max(1e-9, since(t0));
-  long k = std::max(1L, (long)(50e-6 / one));
-  std::vector<double> ts;
-  auto start = Clock::now();
-  while (ts.size() < 3 || (since(start) < min_s && ts.size() < 100000)) {
-    auto a = Clock::now();
-    for (long i = 0; i < k; ++i) f();
-    ts.push_back(since(a) / (double)k);
-  }
-  return median(ts);
-}
-
-std::vector<float> random_floats(size_t n, uint32_t seed) {
-  std::mt19937 g(seed);
-  std::uniform_real_distribution<float> u(-1.f, 1.f);
-  std::vector<float> v(n);
-  for (auto& x : v) x = u(g);
-  return v;
-}
-
-// Sorted (x, eff) points -> a valid curve: merge equal x (mean), clamp eff to [1e-4, 1].
-json make_curve(std::vector<std::pair<double, double>> pts) {
-  std::sort(pts.begin(), pts.end());
-  json c = json::array();
-  for (size_t i = 0; i < pts.size();) {
-    size_t j = i;
-    double sum = 0;
-    while (j < pts.size() && pts[j].first == pts[i].first) sum += pts[j++].second;
-    double e = std::clamp(sum / (double)(j - i), 1e-4, 1.0);
-    if (pts[i].first > 0 && std::isfinite(pts[i].first)) c.push_back({pts[i].first, e});
-    i = j;
-  }
-  return c;
-}
+using namespace calib;
 
 std::string cpu_model() {
   std::ifstream in("/proc/cpuinfo");
@@ -84,21 +37,6 @@ std::string cpu_model() {
       }
     }
   return "unknown CPU";
-}
-
-std::string host_name() {
-  char b[256] = {0};
-  if (gethostname(b, sizeof b - 1) != 0) return "host";
-  std::string s = b;
-  for (char& ch : s)
-    if (!std::isalnum((unsigned char)ch) && ch != '-') ch = '-';
-  return s.empty() ? "host" : s;
-}
-
-std::string fmt(const char* f, double x) {
-  char b[64];
-  std::snprintf(b, sizeof b, f, x);
-  return b;
 }
 
 struct Gemm { double flops = 0, sec = 0; };
@@ -203,8 +141,8 @@ std::vector<Mix> elementwise_sweep(const CalibrateOptions& o, Comm& w) {
   const long h = 256, f = 4 * h;
   std::vector<long> rows = o.quick ? std::vector<long>{4, 64, 1024} : std::vector<long>{1, 4, 16, 64, 256, 1024, 4096};
   const double min_s = o.quick ? 0.05 : 0.25;
-  std::vector<float> wv = random_floats(3 * h > f ? 3 * h : f, 8), bv = random_floats(3 * h > f ? 3 * h : f, 9),
-                     gw(f), gb(f);
+  const long np = mix_param_elements(h, f);
+  std::vector<float> wv = random_floats(np, 8), bv = random_floats(np, 9), gw(np), gb(np);
   std::vector<Mix> out;
   for (long n : rows) {
     std::vector<MixBufs> sets;
@@ -218,30 +156,10 @@ std::vector<Mix> elementwise_sweep(const CalibrateOptions& o, Comm& w) {
     double t = per_call([&] {
       MixBufs& m = sets[next];
       next = (next + 1) % copies;
-      float *X = m.x.data(), *Y = m.y.data(), *DX = m.dx.data(), *G = m.big.data(), *G2 = m.big2.data(), *DG = m.dbig.data();
-      // forward: ln1, qkv bias, proj bias + residual, ln2, fc1 bias, gelu, fc2 bias + residual
-      ops::layernorm_fwd(Y, mean.data(), rstd.data(), X, wv.data(), bv.data(), n, h, 1e-5f);
-      ops::add_bias(m.qkv.data(), m.qkv.data(), bv.data(), n, 3 * h);
-      ops::add_bias(Y, Y, bv.data(), n, h);
-      ops::add(Y, Y, X, n * h);
-      ops::layernorm_fwd(DX, mean.data(), rstd.data(), Y, wv.data(), bv.data(), n, h, 1e-5f);
-      ops::add_bias(G, G, bv.data(), n, f);
-      ops::gelu_fwd(G2, G, n * f);
-      ops::add_bias(Y, Y, bv.data(), n, h);
-      ops::add(Y, Y, X, n * h);
-      // backward: fc2 bias grad, gelu bwd, fc1 bias grad, ln2 bwd, proj bias grad, qkv bias grad, ln1 bwd, residual
-      ops::bias_bwd(gb.data(), Y, n, h);
-      ops::gelu_bwd_set(DG, G, G2, n * f);
-      ops::bias_bwd(gb.data(), DG, n, f);
-      ops::layernorm_bwd(DX, gw.data(), gb.data(), Y, X, wv.data(), mean.data(), rstd.data(), n, h);
-      ops::bias_bwd(gb.data(), DX, n, h);
-      ops::bias_bwd(gb.data(), m.qkv.data(), n, 3 * h);
-      ops::layernorm_bwd(DX, gw.data(), gb.data(), Y, X, wv.data(), mean.data(), rstd.data(), n, h);
-      ops::accumulate(DX, Y, n * h);
+      layer_elementwise({m.x.data(), m.y.data(), m.dx.data(), m.big.data(), m.big2.data(), m.dbig.data(), m.qkv.data(),
+                         mean.data(), rstd.data(), wv.data(), bv.data(), gw.data(), gb.data()}, n, h, f);
     }, min_s);
-    // sim bytes (gpt, e = 4): fwd ln 8nh x2, resid 13nh x2, act 8nf; bwd resid 13nh x2, act 12nf, ln 16nh x2.
-    double nh = (double)n * h, nf = (double)n * f;
-    out.push_back({2 * 8 * nh + 2 * 13 * nh + 8 * nf + 2 * 13 * nh + 12 * nf + 2 * 16 * nh, t});
+    out.push_back({layer_elementwise_sim_bytes(n, h, f), t, kMixOps});
   }
   return out;
 }
@@ -267,12 +185,10 @@ std::vector<Opt> optimizer_sweep(const CalibrateOptions& o, Comm& w) {
     double t = per_call([&] {
       Set& st = sets[next];
       next = (next + 1) % copies;
-      sink += ops::sum_squares<float>(st.g.data(), n);
-      ops::adamw<float>(st.p.data(), st.g.data(), st.m.data(), st.v.data(), n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 10,
-                        0.5f);
+      sink += optimizer_step(st.p.data(), st.g.data(), st.m.data(), st.v.data(), n);
     }, min_s);
     if (sink < 0) std::fprintf(stderr, " ");  // keep the sums
-    out.push_back({24.0 * (double)n, t});
+    out.push_back({kOptimizerBytesPerParam * (double)n, t});
   }
   return out;
 }

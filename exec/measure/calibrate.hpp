@@ -1,5 +1,5 @@
 // exec/measure/: calibrate (this file) and validate (validate.hpp), the executor measured for the simulator.
-// calibrate: `trainplan calibrate --backend cpu` — measures this machine with the executor's own CPU ops and
+// calibrate: `trainplan calibrate --backend cpu` (calibrate_device below: a GPU or an emulated device) — measures this machine with the executor's own CPU ops and
 // communicator, and writes a hardware profile the simulator reads: an INLINE CLUSTER OBJECT (catalog format,
 // models/cluster.hpp) whose "gpu" is an inline GPU object, so a scenario can use it as "cluster": <profile>.
 // One "GPU" is one rank = one core (the CPU backend runs one thread per rank).
@@ -26,6 +26,7 @@
 // contention of R busy cores); rank 0's numbers are written.
 #pragma once
 #include <string>
+#include <vector>
 
 #include "exec/comm/comm.hpp"
 #include "models/json_check.hpp"
@@ -42,6 +43,27 @@ struct CalibrateOptions {
 
 // Collective over `world` (every rank calls it). Returns the cluster object on rank 0 (null elsewhere).
 json calibrate_cpu(const CalibrateOptions& o, Comm& world);
+
+struct Backend;
+// What the device calibrate measured (calibrate_device.cpp). A point: x (the curve's abscissa: GEMM FLOPs,
+// attention FLOPs at head dim attention_head_dim, bytes per op), the FLOPs or bytes it did, and its seconds.
+struct DevicePoint { double x = 0, flops_or_bytes = 0, sec = 0; };
+struct DeviceMeasurements {
+  std::string backend, device;  // Backend::name, Backend::device ("device 0 of 1 (NVIDIA H100 80GB HBM3)")
+  double device_bytes = 0;
+  std::vector<DevicePoint> gemm, attention, triad, mix, opt;  // bf16 GEMMs, flash fwd / bwd, memory-bound work
+  long fp32_size = 0, attention_head_dim = 0;
+  double fp32_rate = 0, pcie_h2d = 0, pcie_d2h = 0, overhead_s = 0;  // FLOP/s, B/s, s
+  std::string pcie_about;
+};
+// The catalog GPU a device is by its name (and memory, for the A100s): "H100-SXM-80GB", ...; "" when none.
+std::string catalog_gpu_for_device(const std::string& device, double device_bytes);
+// The profile (cluster object) of measurements: a matched catalog GPU keeps its peaks and its cluster's links.
+json device_profile(const DeviceMeasurements& m, const CalibrateOptions& o);
+// `trainplan calibrate --backend cuda|emu|emu-device` (calibrate_device.cpp): one device measured with the backend's
+// own ops, written as the same kind of cluster object. Collective over `world` (rank 0 measures, the others wait
+// at its barriers). Throws std::runtime_error when the device runs out of memory.
+json calibrate_device(const Backend& be, const CalibrateOptions& o, Comm& world);
 
 // One point of the full GEMM sweep, size s (cold operands, the three variants, the median of three passes): the
 // mean achieved FLOP/s over the variants, which is what the profile's curve holds at FLOPs 8 s^3 (times the

@@ -1,5 +1,5 @@
-// `trainplan calibrate --backend cpu --quick` writes a profile that is an inline cluster object: a scenario that
-// uses it as its cluster parses and simulates; the curves follow read_curve's rules; bad usage exits 2. Also the
+// `trainplan calibrate --backend cpu --quick` (and --backend emu-device, the device calibrate on the emulator) writes
+// a profile that is an inline cluster object: a scenario that uses it as its cluster parses and simulates; the curves follow read_curve's rules; bad usage exits 2. Also the
 // profiler's classes and its classed communicator; the float attention's lane reductions (accuracy, no dependence
 // on buffer addresses).
 #include <gtest/gtest.h>
@@ -14,9 +14,13 @@
 #include <string>
 #include <vector>
 
+#include "exec/backends/cuda/cuda_loader.hpp"
 #include "exec/backends/ops.hpp"
 #include "exec/comm/comm_classed.hpp"
 #include "exec/prof/prof.hpp"
+#include "exec/measure/calibrate.hpp"
+#include "models/catalog.hpp"
+#include "models/hardware.hpp"
 #include "models/scenario.hpp"
 #include "sim/simulate.hpp"
 
@@ -77,9 +81,67 @@ TEST(Calibrate, QuickProfileLoadsIntoAScenarioAndSimulates) {
 }
 
 TEST(Calibrate, BadUsageExits2) {
-  EXPECT_EQ(sh(std::string(TP_BINARY) + " calibrate --backend cuda --out " + tmp("x.json") + " > /dev/null 2>&1"), 2);
+  EXPECT_EQ(sh(std::string(TP_BINARY) + " calibrate --backend tpu --out " + tmp("x.json") + " > /dev/null 2>&1"), 2);
   EXPECT_EQ(sh(std::string(TP_BINARY) + " calibrate --backend cpu > /dev/null 2>&1"), 2);
+  EXPECT_EQ(sh(std::string(TP_BINARY) + " calibrate --backend emu-device > /dev/null 2>&1"), 2);  // no --out
   EXPECT_FALSE(fs::exists(tmp("x.json")));
+}
+
+// --backend cuda: a device (measures: 0), none (77, naming cudaGetDeviceCount's error), or a binary without the CUDA
+// library (2, "not built"); never a profile without a device.
+TEST(Calibrate, CudaWithoutADeviceExits77BeforeWork) {
+  const std::string out = tmp("cuda.json"), log = out + ".log";
+  const int rc = sh(std::string(TP_BINARY) + " calibrate --backend cuda --quick --quiet --out " + out + " > " + log + " 2>&1");
+  std::ifstream in(log);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (rc == 0) {
+    EXPECT_TRUE(fs::exists(out));
+    return;
+  }
+  if (tp::exec::cuda_built_in()) {
+    EXPECT_EQ(rc, 77) << text;
+    EXPECT_NE(text.find("no CUDA device: cudaGetDeviceCount"), std::string::npos) << text;
+  } else {
+    EXPECT_EQ(rc, 2) << text;
+    EXPECT_NE(text.find("not built"), std::string::npos) << text;
+  }
+  EXPECT_FALSE(fs::exists(out));
+}
+
+// The device calibrate (calibrate_device.cpp) on the CPU emulator with device memory the host cannot read: the same
+// code a GPU runs (ops on device buffers, pinned copies, syncs). Its profile is an inline cluster with bf16 peaks, a
+// matrix, an attention and a memory curve that read_curve accepts, and a scenario on it simulates in bf16.
+TEST(Calibrate, DeviceProfileOnTheEmulatedDeviceLoadsAndSimulatesInBf16) {
+  const std::string out = tmp("emu-device.json");
+  ASSERT_EQ(sh(std::string(TP_BINARY) + " calibrate --backend emu-device --quick --quiet --out " + out + " > " + out + ".log 2>&1"), 0);
+  std::ifstream in(out);
+  json prof = json::parse(in);
+  const json& g = prof["gpu"];
+  EXPECT_GT(g["matrix_flops_per_s"]["bf16"].get<double>(), 1e6);
+  EXPECT_GT(g["matrix_flops_per_s"]["fp32"].get<double>(), 1e6);
+  EXPECT_GT(g["hbm_bandwidth_bytes_per_s"].get<double>(), 1e6);
+  EXPECT_GT(prof["host"]["pcie_bandwidth_bytes_per_s"].get<double>(), 1e6);
+  EXPECT_GT(g["kernel_overhead_s"].get<double>(), 0);
+  for (const char* c : {"matrix_efficiency", "attention_efficiency", "memory_efficiency"}) {
+    const json& cv = g[c];
+    ASSERT_GE(cv.size(), 2u) << c;
+    for (size_t i = 0; i < cv.size(); ++i) {
+      EXPECT_GT(cv[i][1].get<double>(), 0) << c;
+      EXPECT_LE(cv[i][1].get<double>(), 1) << c;
+      if (i) {
+        EXPECT_GT(cv[i][0].get<double>(), cv[i - 1][0].get<double>()) << c;
+      }
+    }
+  }
+  EXPECT_NE(g["about"].get<std::string>().find("not measured"), std::string::npos);  // says what it did not measure
+  std::ifstream sin(std::string(TP_SOURCE_DIR) + "/scenarios/exec/tiny-gpt.json");
+  json sc = json::parse(sin);
+  sc["cluster"] = prof;
+  sc["training"]["precision"] = "bf16";
+  tp::Scenario s = tp::scenario_from_json(sc, TP_SOURCE_DIR, "tiny-gpt + emu-device profile");  // throws on any issue
+  tp::Result r = tp::simulate(s);
+  EXPECT_GT(r.step_time_s, 0);
+  EXPECT_TRUE(r.fits);
 }
 
 TEST(Prof, ClassesAndClassedComm) {
@@ -140,4 +202,58 @@ TEST(AttentionLanes, FloatMatchesDoubleAndIgnoresAlignment) {
     EXPECT_EQ(o0[i], o1[i]) << i;
     EXPECT_EQ(dq0[i], dq1[i]) << i;
   }
+}
+
+// device_profile on a GPU the catalog knows (synthetic measurements of an H100 at 60 % of its bf16 peak): the catalog
+// entry's peaks and cluster links are kept, the curves are the measured fractions of those peaks, so the simulator
+// predicts a measured GEMM's time back; an unknown device takes its best GEMM as the peak.
+TEST(Calibrate, DeviceProfileOfACatalogGpuKeepsItsPeaksAndPredictsTheMeasuredGemm) {
+  EXPECT_EQ(tp::exec::catalog_gpu_for_device("device 0 of 8 (NVIDIA H100 80GB HBM3)", 85e9), "H100-SXM-80GB");
+  EXPECT_EQ(tp::exec::catalog_gpu_for_device("device 0 of 1 (NVIDIA H200)", 150e9), "H200-SXM-141GB");
+  EXPECT_EQ(tp::exec::catalog_gpu_for_device("device 0 of 8 (NVIDIA A100-SXM4-40GB)", 42e9), "A100-SXM4-40GB");
+  EXPECT_EQ(tp::exec::catalog_gpu_for_device("device 0 of 8 (NVIDIA A100-SXM4-80GB)", 85e9), "A100-SXM4-80GB");
+  EXPECT_EQ(tp::exec::catalog_gpu_for_device("the CPU block emulator's device memory", 1e9), "");
+  const json* cat = tp::catalog_find("gpus", "H100-SXM-80GB");
+  ASSERT_NE(cat, nullptr);
+  const double peak = (*cat)["matrix_flops_per_s"]["bf16"].get<double>();
+  tp::exec::DeviceMeasurements m;
+  m.backend = "cuda";
+  m.device = "device 0 of 8 (NVIDIA H100 80GB HBM3)";
+  m.device_bytes = 85e9;
+  for (double s : {1024.0, 4096.0, 8192.0}) {
+    const double f = 8 * s * s * s, eff = s < 2000 ? 0.4 : 0.6;
+    m.gemm.push_back({f, f, f / (eff * peak)});
+  }
+  m.fp32_size = 8192, m.fp32_rate = 50e12;
+  m.attention_head_dim = 128;
+  for (double f : {1e10, 1e11, 1e12}) m.attention.push_back({f, f, f / (0.5 * peak)});
+  for (double b : {1e6, 1e8, 1e9}) m.triad.push_back({b, b, b / 3e12});
+  m.mix.push_back({1e6, 1e7, 1e7 / 1.5e12});
+  m.mix.push_back({1e8, 1e9, 1e9 / 2.5e12});
+  m.opt.push_back({1e9, 1e9, 1e9 / 2.8e12});
+  m.pcie_h2d = 50e9, m.pcie_d2h = 40e9, m.overhead_s = 4e-6;
+  const json prof = tp::exec::device_profile(m, tp::exec::CalibrateOptions{});
+  const json& g = prof["gpu"];
+  EXPECT_EQ(g["matrix_flops_per_s"]["bf16"], (*cat)["matrix_flops_per_s"]["bf16"]);
+  EXPECT_EQ(g["matrix_flops_per_s"]["fp8"], (*cat)["matrix_flops_per_s"]["fp8"]);
+  EXPECT_DOUBLE_EQ(g["hbm_bandwidth_bytes_per_s"].get<double>(), 3e12);
+  EXPECT_DOUBLE_EQ(prof["host"]["pcie_bandwidth_bytes_per_s"].get<double>(), 45e9);
+  EXPECT_EQ(prof["intra_node"], (*tp::catalog_find("clusters", "dgx-h100"))["intra_node"]);
+  tp::Issues is;
+  tp::Gpu gp = tp::read_gpu(g, "profile.gpu", is);
+  ASSERT_TRUE(is.empty()) << is.messages.front();
+  const double f = 8.0 * 4096 * 4096 * 4096;
+  EXPECT_NEAR(gp.matrix_flops_per_s[(int)tp::Precision::bf16] * gp.matrix_efficiency.at(f), 0.6 * peak, 1e9);
+  EXPECT_NEAR(gp.attention_curve().at(1e11 * gp.attention_kernel_head_dim(128) / 128), 0.5, 1e-9);
+  // fp32: the measured rate at the largest size, predicted back through the (bf16) matrix curve
+  const double f32 = 8.0 * 8192 * 8192 * 8192;
+  EXPECT_NEAR(gp.matrix_flops_per_s[(int)tp::Precision::fp32] * gp.matrix_efficiency.at(f32), 50e12, 1e6);
+  json sc = json::parse(std::ifstream(std::string(TP_SOURCE_DIR) + "/scenarios/exec/tiny-gpt.json"));
+  sc["cluster"] = prof;
+  sc["training"]["precision"] = "bf16";
+  EXPECT_GT(tp::simulate(tp::scenario_from_json(sc, TP_SOURCE_DIR, "tiny-gpt + H100 profile")).step_time_s, 0);
+  m.device = "device 0 of 1 (Some Future GPU)";
+  const json unknown = tp::exec::device_profile(m, tp::exec::CalibrateOptions{});
+  EXPECT_NEAR(unknown["gpu"]["matrix_flops_per_s"]["bf16"].get<double>(), 0.6 * peak, 1e6);
+  EXPECT_EQ(unknown["gpu"]["matrix_efficiency"].back()[1].get<double>(), 1.0);
 }

@@ -1,0 +1,389 @@
+// calibrate_device: `trainplan calibrate --backend cuda|emu|emu-device` — measures one device with the executor's
+// own ops on that backend (the ops `trainplan run --backend ...` trains with) and writes the same kind of profile as
+// calibrate_cpu: an inline cluster object whose "gpu" is an inline GPU object (calibrate.hpp).
+// What is measured (docs/perf/validate.md, "calibrate on a device"):
+// - bf16 GEMMs: ops::matmul16 with both operands packed bf16 and bf16 GEMM operands on (the training GEMMs of
+//   training.precision "bf16"), on a linear layer's three products of 4s tokens at width s (NN, NT, TN) over a
+//   sweep of s: matrix_efficiency by GEMM FLOPs against the bf16 peak. fp32 GEMMs (ops::matmul) at the largest size
+//   give matrix_flops_per_s.fp32, set so that the fp32 prediction at that size is the measured time.
+// - attention: flash_attention_fwd16 / bwd16 (the bf16 flash ops, on cuda cuDNN's SDPA where loaded, as run uses)
+//   over sequence lengths, charged with the FLOPs sim/op_cost_internal.hpp counts (causal: half of 4 B H T^2 D,
+//   the backward 2.5x), at the kernel head dim the GPU entry names: attention_efficiency.
+// - memory: hbm_bandwidth = the best of an ops::add sweep (12 B per element), the layer's element-wise mix and the
+//   optimizer step (calibrate_util.hpp: the simulator's bytes); memory_efficiency from the mix and the optimizer.
+// - host: pinned PCIe bandwidth each way (Backend::copy between alloc_pinned and device memory); the profile's
+//   host.pcie_bandwidth is their mean (the simulator has one figure), both are in "about".
+// - kernel_overhead_s: the time per call of ops::add on one element, in batches ended by one device sync.
+// Peaks: when the device's name matches a catalog GPU (H200, H100, A100 by memory size, V100), its datasheet peaks,
+// head dims, fp8 curve, framework memory and interference term are kept and the efficiencies are against its
+// peaks; the profile's links and host come from the catalog cluster built of that GPU. Otherwise (emu, an unknown
+// GPU) the bf16 peak is the best GEMM measured and the links are a one-node default. Collectives between GPUs and
+// the slowdown of a GEMM beside a collective are NOT measured (they need two ranks with NCCL): "about" says so.
+// Invariants: every buffer is the backend's device memory (or its pinned host memory for the PCIe sweep), freed
+// before return; each timed batch ends with Backend::sync; one rank measures (rank 0; the others wait at the
+// barriers), so a job's ranks do not share the device while it is timed.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "exec/backends/backend.hpp"
+#include "exec/measure/calibrate.hpp"
+#include "exec/measure/calibrate_util.hpp"
+#include "models/catalog.hpp"
+#include "models/hardware.hpp"
+
+namespace tp::exec {
+namespace {
+
+using namespace calib;
+
+// Device memory of the backend, freed with the object; throws when the device is out of memory.
+struct DevBuf {
+  const Backend* be = nullptr;
+  void* p = nullptr;
+  DevBuf(const Backend& b, size_t bytes, const std::string& what) : be(&b), p(b.alloc(std::max<size_t>(bytes, 64))) {
+    if (!p) throw std::runtime_error("calibrate: out of device memory for " + what + " (" + fmt("%.3g", (double)bytes) + " bytes)");
+  }
+  ~DevBuf() { be->free(p); }
+  DevBuf(const DevBuf&) = delete;
+  DevBuf& operator=(const DevBuf&) = delete;
+  float* f() const { return static_cast<float*>(p); }
+  uint16_t* h() const { return static_cast<uint16_t*>(p); }
+};
+
+// n floats of uniform(-1, 1) noise written to device memory at p.
+void fill_random(const Backend& be, float* p, long n, uint32_t seed) {
+  const long chunk = 1L << 20;
+  std::vector<float> r = random_floats((size_t)std::min(n, chunk), seed);
+  for (long i = 0; i < n; i += chunk) be.copy(p + i, r.data(), sizeof(float) * (size_t)std::min(chunk, n - i), CopyKind::host_to_device, {});
+  be.sync();
+}
+
+struct Sizes {
+  std::vector<long> gemm, attn_t, mix_rows, opt_n, triad_n, pcie_bytes;
+  long attn_tokens = 0, attn_heads = 0, attn_dim = 0, mix_h = 0;
+  double min_s = 0;
+};
+
+// Full: what a training step's ops see on a data-centre GPU (about a minute). Quick: a smoke test (emu in CI).
+Sizes sizes_for(const CalibrateOptions& o) {
+  Sizes z;
+  if (o.quick) {
+    z.gemm = {32, 64};
+    z.attn_t = {32, 64};
+    z.attn_tokens = 128, z.attn_heads = 2, z.attn_dim = 16;
+    z.mix_rows = {4, 32}, z.mix_h = 64;
+    z.opt_n = {1L << 14};
+    z.triad_n = {1L << 10, 1L << 14};
+    z.pcie_bytes = {1L << 16, 1L << 20};
+    z.min_s = 0.002;
+    return z;
+  }
+  z.gemm = {256, 512, 1024, 2048, 3072, 4096, 6144, 8192};
+  z.attn_t = {512, 1024, 2048, 4096, 8192};
+  z.attn_tokens = 16384, z.attn_heads = 16, z.attn_dim = 128;
+  z.mix_rows = {16, 64, 256, 1024, 4096, 16384}, z.mix_h = 1024;
+  z.opt_n = {1L << 20, 1L << 22, 1L << 24, 1L << 26};
+  for (long n = 1L << 12; n <= (1L << 28); n *= 4) z.triad_n.push_back(n);
+  for (long b = 1L << 20; b <= (1L << 28); b *= 4) z.pcie_bytes.push_back(b);
+  z.min_s = 0.1;
+  return z;
+}
+
+// bf16 GEMMs of a linear layer (4s tokens, width s): NN [4s,s]x[s,s], NT [4s,s]x[s,s]^T, TN [4s,s]^T x [4s,s];
+// each point the mean achieved FLOP/s over the three (x = 8 s^3 FLOPs).
+std::vector<DevicePoint> gemm_sweep(const Backend& be, const Sizes& z) {
+  std::vector<DevicePoint> out;
+  Bf16GemmScope bf(be, true);
+  auto sync = [&] { be.sync(); };
+  for (long s : z.gemm) {
+    const long big = 4 * s * s;
+    DevBuf a32(be, 4 * big, "GEMM operand"), a16(be, 2 * big, "GEMM operand"), b16(be, 2 * big, "GEMM operand"),
+        c(be, 4 * big, "GEMM output");
+    fill_random(be, a32.f(), big, 1);
+    ops::pack_bf16(a16.h(), a32.f(), big);
+    ops::pack_bf16(b16.h(), a32.f(), big);
+    struct V { long m, n, k; bool ta, tb; };
+    const V vars[3] = {{4 * s, s, s, false, false}, {4 * s, s, s, false, true}, {s, s, 4 * s, true, false}};
+    double rate = 0;
+    for (const V& v : vars) {
+      double t = per_call([&] { ops::matmul16<float>(c.f(), nullptr, a16.h(), nullptr, b16.h(), v.m, v.n, v.k, v.ta, v.tb, 1.f, 0.f); },
+                          z.min_s, sync);
+      rate += 2.0 * (double)v.m * v.n * v.k / t / 3.0;
+    }
+    out.push_back({8.0 * (double)s * s * s, 8.0 * (double)s * s * s, 8.0 * (double)s * s * s / rate});
+  }
+  return out;
+}
+
+// fp32 GEMM (ops::matmul, NN) at width s: achieved FLOP/s.
+double fp32_gemm_rate(const Backend& be, long s, double min_s) {
+  const long big = 4 * s * s;
+  DevBuf a(be, 4 * big, "GEMM operand"), c(be, 4 * big, "GEMM output");
+  fill_random(be, a.f(), big, 2);
+  double t = per_call([&] { ops::matmul<float>(c.f(), a.f(), a.f(), 4 * s, s, s, false, false, 1.f, 0.f); }, min_s,
+                      [&] { be.sync(); });
+  return 8.0 * (double)s * s * s / t;
+}
+
+// Causal flash attention, bf16 storage, forward then backward, at each sequence length T (B = tokens / T sequences,
+// H heads of dim D, q, k, v packed in one [N, 3 H D] buffer as the model's fused QKV). x = the simulator's FLOPs
+// at head dim D (device_profile scales them to the kernel's head dim).
+std::vector<DevicePoint> attention_sweep(const Backend& be, const Sizes& z) {
+  std::vector<DevicePoint> out;
+  Bf16GemmScope bf(be, true);
+  auto sync = [&] { be.sync(); };
+  const long H = z.attn_heads, D = z.attn_dim, Q = 3 * H * D;
+  for (long T : z.attn_t) {
+    const long B = std::max(1L, z.attn_tokens / T), N = B * T;
+    DevBuf qkv32(be, 4 * (size_t)N * Q, "attention input"), qkv(be, 2 * (size_t)N * Q, "attention input"),
+        o16(be, 2 * (size_t)N * H * D, "attention output"), stats(be, 4 * (size_t)B * H * T * 2, "attention statistics"),
+        dqkv(be, 4 * (size_t)N * Q, "attention gradient"), dout(be, 4 * (size_t)N * H * D, "attention gradient");
+    fill_random(be, qkv32.f(), N * Q, 3);
+    fill_random(be, dout.f(), N * H * D, 4);
+    ops::pack_bf16(qkv.h(), qkv32.f(), N * Q);
+    const uint16_t *q = qkv.h(), *k = qkv.h() + H * D, *v = qkv.h() + 2 * H * D;
+    auto fwd = [&] { ops::flash_attention_fwd16<float>(o16.h(), stats.f(), q, k, v, B, T, T, H, H, D, Q, Q); };
+    double tf = per_call(fwd, z.min_s, sync);
+    fwd();
+    double tb = per_call([&] {
+      ops::flash_attention_bwd16<float>(dqkv.f(), dqkv.f() + H * D, dqkv.f() + 2 * H * D, dout.f(), o16.h(), stats.f(), q, k, v,
+                                        B, T, T, H, H, D, Q, Q);
+    }, z.min_s, sync);
+    const double flops = 4.0 * (double)B * H * T * T * D * 0.5;  // sim/op_cost_internal.hpp flash_fwd (causal)
+    out.push_back({flops, flops, tf});
+    out.push_back({2.5 * flops, 2.5 * flops, tb});
+  }
+  return out;
+}
+
+// Memory-bound work: the triad (a = b + c), the layer's element-wise mix and the optimizer step. x = bytes per op.
+void memory_sweeps(DeviceMeasurements& m, const Backend& be, const Sizes& z) {
+  auto sync = [&] { be.sync(); };
+  {
+    const long n = z.triad_n.back();
+    DevBuf a(be, 4 * (size_t)n, "triad"), b(be, 4 * (size_t)n, "triad"), c(be, 4 * (size_t)n, "triad");
+    fill_random(be, b.f(), n, 5);
+    fill_random(be, c.f(), n, 6);
+    for (long k : z.triad_n) {
+      double t = per_call([&] { ops::add<float>(a.f(), b.f(), c.f(), k); }, z.min_s, sync);
+      m.triad.push_back({12.0 * k, 12.0 * k, t});
+    }
+  }
+  const long h = z.mix_h, f = 4 * h, np = mix_param_elements(h, f);
+  for (long n : z.mix_rows) {
+    const size_t nh = (size_t)n * h, nf = (size_t)n * f;
+    DevBuf x(be, 4 * nh, "mix"), y(be, 4 * nh, "mix"), dx(be, 4 * nh, "mix"), big(be, 4 * nf, "mix"), big2(be, 4 * nf, "mix"),
+        dbig(be, 4 * nf, "mix"), qkv(be, 12 * nh, "mix"), mean(be, 4 * (size_t)n, "mix"), rstd(be, 4 * (size_t)n, "mix"),
+        w(be, 4 * (size_t)np, "mix"), b(be, 4 * (size_t)np, "mix"), gw(be, 4 * (size_t)np, "mix"), gb(be, 4 * (size_t)np, "mix");
+    fill_random(be, x.f(), (long)nh, 7);
+    fill_random(be, big.f(), (long)nf, 8);
+    fill_random(be, qkv.f(), 3 * (long)nh, 9);
+    fill_random(be, w.f(), np, 10);
+    fill_random(be, b.f(), np, 11);
+    const MixPtrs p{x.f(), y.f(), dx.f(), big.f(), big2.f(), dbig.f(), qkv.f(), mean.f(), rstd.f(), w.f(), b.f(), gw.f(), gb.f()};
+    double t = per_call([&] { layer_elementwise(p, n, h, f); }, z.min_s, sync);
+    const double bytes = layer_elementwise_sim_bytes(n, h, f);
+    m.mix.push_back({bytes / kMixOps, bytes, t});
+  }
+  for (long n : z.opt_n) {
+    DevBuf p(be, 4 * (size_t)n, "optimizer"), g(be, 4 * (size_t)n, "optimizer"), mo(be, 4 * (size_t)n, "optimizer"),
+        v(be, 4 * (size_t)n, "optimizer");
+    fill_random(be, p.f(), n, 12);
+    fill_random(be, g.f(), n, 13);
+    ops::fill<float>(mo.f(), 0.f, n);
+    ops::fill<float>(v.f(), 0.f, n);
+    double sink = 0;
+    double t = per_call([&] { sink += optimizer_step(p.f(), g.f(), mo.f(), v.f(), n); }, z.min_s, sync);
+    if (!std::isfinite(sink)) std::fprintf(stderr, " ");  // keep the sums
+    const double bytes = kOptimizerBytesPerParam * (double)n;
+    m.opt.push_back({bytes, bytes, t});
+  }
+}
+
+// Pinned host <-> device copies: {host-to-device, device-to-host} bandwidth at the largest size, and the about text.
+void pcie_sweep(DeviceMeasurements& r, const Backend& be, const Sizes& z) {
+  const size_t top = (size_t)z.pcie_bytes.back();
+  void* host = be.alloc_pinned(top);
+  if (!host) throw std::runtime_error("calibrate: no pinned host memory for the PCIe sweep (" + fmt("%.3g", (double)top) + " bytes)");
+  try {
+    DevBuf dev(be, top, "PCIe sweep");
+    auto sync = [&] { be.sync(); };
+    for (long b : z.pcie_bytes) {
+      double th = per_call([&] { be.copy(dev.p, host, (size_t)b, CopyKind::host_to_device, {}); }, z.min_s, sync);
+      double td = per_call([&] { be.copy(host, dev.p, (size_t)b, CopyKind::device_to_host, {}); }, z.min_s, sync);
+      r.pcie_h2d = b / th, r.pcie_d2h = b / td;
+      r.pcie_about += (r.pcie_about.empty() ? "" : ", ") + fmt("%.3g B", (double)b) + fmt(" %.3g", r.pcie_h2d) + fmt(" / %.3g B/s", r.pcie_d2h);
+    }
+  } catch (...) {
+    be.free_pinned(host);
+    throw;
+  }
+  be.free_pinned(host);
+}
+
+// The catalog cluster built of GPU `gpu` (the first one listed), or "" when none.
+std::string catalog_cluster_for(const std::string& gpu) {
+  for (const std::string& n : catalog_names("clusters")) {
+    const json* c = catalog_find("clusters", n);
+    if (c && c->contains("gpu") && (*c)["gpu"].is_string() && (*c)["gpu"].get<std::string>() == gpu && c->value("gpus_per_node", 0) > 1)
+      return n;
+  }
+  return "";
+}
+
+json matrix_curve(const std::vector<DevicePoint>& pts, double peak) {
+  std::vector<std::pair<double, double>> e;
+  for (const DevicePoint& p : pts) e.push_back({p.x, p.flops_or_bytes / p.sec / peak});
+  return make_curve(e);
+}
+
+std::string points_text(const std::vector<DevicePoint>& pts, const char* unit) {
+  std::string s;
+  for (const DevicePoint& p : pts) s += (s.empty() ? "" : ", ") + fmt("%.3g", p.x) + fmt(": %.3g", p.flops_or_bytes / p.sec) + unit;
+  return s;
+}
+
+}  // namespace
+
+std::string catalog_gpu_for_device(const std::string& device, double device_bytes) {
+  auto has = [&](const char* s) { return device.find(s) != std::string::npos; };
+  if (has("H200")) return "H200-SXM-141GB";
+  if (has("H100")) return "H100-SXM-80GB";
+  if (has("A100")) return device_bytes > 60e9 ? "A100-SXM4-80GB" : "A100-SXM4-40GB";
+  if (has("V100")) return "V100-SXM2-32GB";
+  return "";
+}
+
+json device_profile(const DeviceMeasurements& m, const CalibrateOptions& o) {
+  const std::string cat = catalog_gpu_for_device(m.device, m.device_bytes);
+  json gpu = json::object();
+  double kernel_dim = (double)m.attention_head_dim;
+  if (!cat.empty()) {
+    gpu = *catalog_find("gpus", cat);
+    Issues is;
+    Gpu g = read_gpu(gpu, "catalog gpus." + cat, is);
+    kernel_dim = g.attention_kernel_head_dim((double)m.attention_head_dim);
+  }
+  double best = 0;
+  for (const DevicePoint& p : m.gemm) best = std::max(best, p.flops_or_bytes / p.sec);
+  const double bf16_peak = !cat.empty() ? gpu["matrix_flops_per_s"]["bf16"].get<double>() : best;
+  const json mcurve = matrix_curve(m.gemm, bf16_peak);
+  Issues is;
+  const double s_top = (double)m.fp32_size;
+  const double eff_top = read_curve(mcurve, "matrix_efficiency", is).at(8.0 * s_top * s_top * s_top);
+  const double fp32_peak = m.fp32_rate / std::max(1e-4, eff_top);
+  std::vector<DevicePoint> attn = m.attention;  // at the kernel's head dim, as sim/op_cost_internal.hpp attn_s
+  for (DevicePoint& p : attn) p.x *= kernel_dim / (double)m.attention_head_dim, p.flops_or_bytes = p.x;
+  double hbm = 0;
+  for (const auto* v : {&m.triad, &m.mix, &m.opt})
+    for (const DevicePoint& p : *v) hbm = std::max(hbm, p.flops_or_bytes / p.sec);
+  std::vector<std::pair<double, double>> mem_pts;
+  double mix_top = 0;
+  for (const DevicePoint& p : m.mix) mem_pts.push_back({p.x, p.flops_or_bytes / p.sec / hbm}), mix_top = std::max(mix_top, p.x);
+  for (const DevicePoint& p : m.opt)
+    if (p.x > mix_top) mem_pts.push_back({p.x, p.flops_or_bytes / p.sec / hbm});
+
+  const std::string label = m.backend + "-" + host_name();
+  const std::string dev = m.device.empty() ? m.backend : m.device;
+  const double hbm_bytes = o.memory_bytes > 0 ? o.memory_bytes : m.device_bytes > 0 ? m.device_bytes : 16e9;
+  gpu["name"] = label;
+  gpu["about"] = "Measured by `trainplan calibrate --backend " + m.backend + (o.quick ? " --quick" : "") + "` on " + dev +
+                 (cat.empty() ? ": no catalog GPU matches its name, so the bf16 peak is the best GEMM measured (efficiencies relative to it)"
+                              : ": peaks, head dims, fp8 curve, framework memory and interference term of the catalog's " + cat +
+                                    "; efficiencies against its peaks") +
+                 ". bf16 GEMMs (ops::matmul16, both operands bf16; linear-layer NN / NT / TN at 4s x s x s), FLOPs: achieved FLOP/s: " +
+                 points_text(m.gemm, "") + ". fp32 = ops::matmul at s = " + std::to_string(m.fp32_size) + fmt(": %.3g FLOP/s", m.fp32_rate) +
+                 " (the peak is set so that the curve predicts it). Attention (flash_attention_fwd16 / bwd16, causal, head dim " +
+                 std::to_string(m.attention_head_dim) + ", the simulator's FLOPs at kernel head dim " + fmt("%.0f", kernel_dim) +
+                 "; forward then backward per length): " + points_text(attn, "") + ". HBM = best of ops::add (12 B per element: " +
+                 points_text(m.triad, " B/s") + "), the layer's element-wise mix (bytes per op: " + points_text(m.mix, " B/s") +
+                 ") and the optimizer step (" + points_text(m.opt, " B/s") +
+                 "). kernel_overhead = ops::add of one element per call, batches ended by one sync." +
+                 " fp8 GEMMs, collectives and the slowdown beside a collective are not measured.";
+  gpu["matrix_flops_per_s"]["bf16"] = bf16_peak;
+  if (cat.empty()) gpu["matrix_flops_per_s"]["fp16"] = bf16_peak;
+  gpu["matrix_flops_per_s"]["fp32"] = fp32_peak;
+  if (!gpu.contains("vector_flops_per_s")) gpu["vector_flops_per_s"] = {{"fp32", fp32_peak}, {"fp16", bf16_peak}, {"bf16", bf16_peak}};
+  gpu["hbm_bytes"] = hbm_bytes;
+  gpu["hbm_bandwidth_bytes_per_s"] = hbm;
+  gpu["matrix_efficiency"] = mcurve;
+  gpu["attention_efficiency"] = matrix_curve(attn, bf16_peak);
+  gpu["memory_efficiency"] = make_curve(mem_pts);
+  gpu["kernel_overhead_s"] = std::clamp(m.overhead_s, 0.0, 1.0);
+  if (o.power_w > 0 || !gpu.contains("power_w")) gpu["power_w"] = o.power_w > 0 ? o.power_w : 700.0;
+
+  const double pcie_bw = 0.5 * (m.pcie_h2d + m.pcie_d2h);
+  const std::string base = cat.empty() ? "" : catalog_cluster_for(cat);
+  json cl;
+  if (!base.empty()) {
+    cl = *catalog_find("clusters", base);
+    cl["about"] = "The catalog cluster " + base + " with this device's measured GPU (`trainplan calibrate --backend " + m.backend +
+                  "`); its links, NCCL model and host are the catalog's, except host.pcie_bandwidth (measured, pinned, mean of " +
+                  "host-to-device / device-to-host: " + m.pcie_about + "). Collectives were not measured.";
+  } else {
+    const json eff = json::array({json::array({1e3, 0.05}), json::array({1e5, 0.5}), json::array({1e7, 0.9}), json::array({1e9, 1.0})});
+    cl = {{"about", "One node of this device (`trainplan calibrate --backend " + m.backend +
+                        "`): links not measured (the PCIe bandwidth and a default efficiency curve); host.pcie_bandwidth measured, pinned, mean of " +
+                        "host-to-device / device-to-host: " + m.pcie_about + "."},
+          {"gpus_per_node", 1},
+          {"intra_node", {{"kind", "pcie"}, {"bandwidth_bytes_per_s", pcie_bw}, {"latency_s", 1e-5}, {"efficiency", eff}}},
+          {"inter_node",
+           {{"nics_per_node", 1}, {"nic_bandwidth_bits_per_s", pcie_bw * 8}, {"topology", "fat_tree"}, {"oversubscription", 1.0},
+            {"nodes_per_leaf", 1}, {"latency_s", 1e-5}, {"efficiency", eff}}},
+          {"host", {{"memory_bytes", 64e9}, {"cpu_cores", 16}, {"memory_bandwidth_bytes_per_s", 50e9}}},
+          {"price_per_gpu_hour_usd", 0.0},
+          {"nccl", {{"step_collectives", false}}}};
+  }
+  cl["name"] = label + "-" + (base.empty() ? std::string("node") : base);
+  cl["gpu"] = gpu;
+  cl["nodes"] = 1;
+  if (o.gpus_per_node > 0) cl["gpus_per_node"] = o.gpus_per_node;
+  cl["host"]["pcie_bandwidth_bytes_per_s"] = pcie_bw;
+  return cl;
+}
+
+json calibrate_device(const Backend& be, const CalibrateOptions& o, Comm& w) {
+  auto t_start = Clock::now();
+  auto say = [&](const char* what) {
+    if (o.progress && w.rank() == 0) std::fprintf(stderr, "calibrate --backend %s: %s (%.1f s)\n", be.name, what, since(t_start));
+  };
+  w.barrier();
+  if (w.rank() != 0) {  // one rank measures the device; the others wait (they would share it)
+    w.barrier();
+    return nullptr;
+  }
+  BackendScope scope(be);
+  const Sizes z = sizes_for(o);
+  DeviceMeasurements m;
+  m.backend = be.name;
+  m.device = be.device ? be.device : "";
+  m.device_bytes = be.device_bytes;
+  say("bf16 GEMM sweep");
+  m.gemm = gemm_sweep(be, z);
+  say("fp32 GEMM");
+  m.fp32_size = z.gemm.back();
+  m.fp32_rate = fp32_gemm_rate(be, m.fp32_size, z.min_s);
+  say("attention sweep");
+  m.attention = attention_sweep(be, z);
+  m.attention_head_dim = z.attn_dim;
+  say("memory sweeps");
+  memory_sweeps(m, be, z);
+  say("PCIe sweep");
+  pcie_sweep(m, be, z);
+  say("kernel overhead");
+  {
+    DevBuf one(be, 16, "overhead probe");
+    ops::fill<float>(one.f(), 1.f, 4);
+    m.overhead_s = per_call([&] { ops::add<float>(one.f(), one.f(), one.f() + 1, 1); }, o.quick ? 0.01 : 0.1, [&] { be.sync(); });
+  }
+  json cl = device_profile(m, o);
+  say("done");
+  w.barrier();
+  return cl;
+}
+
+}  // namespace tp::exec
