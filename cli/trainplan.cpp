@@ -418,9 +418,22 @@ int cmd_calibrate(int argc, char** argv) {
 
 // Like run: every rank checks the input first (exit 2 everywhere, printed once); rank 0 simulates and reports.
 int cmd_validate(int argc, char** argv) {
-  Args a = parse_args(argc, argv, 2, {"--profile", "--steps", "--json", "--device-budget", "--tolerance"}, {"--quiet"});
-  exec::Comm& world = exec::world();
+  Args a = parse_args(argc, argv, 2, {"--profile", "--steps", "--json", "--device-budget", "--tolerance", "--backend"},
+                      {"--quiet"});
   exec::ValidateOptions o;
+  o.backend = a.value("--backend", "cpu");
+  if (o.backend != "cpu" && o.backend != "emu-device" && o.backend != "cuda")
+    throw Usage("--backend: expected cpu, emu-device or cuda (a backend with its own device memory), got " + o.backend);
+  if (o.backend == "cuda") {  // no device: 77 with the reason, before MPI starts (as run)
+    std::string why;
+    exec::CudaLoad st;
+    if (!exec::load_cuda_backend(st, why)) {
+      if (st != exec::CudaLoad::no_device) throw InputError({"--backend cuda: " + why});
+      std::cerr << "error: " << why << "\n";
+      return 77;
+    }
+  }
+  exec::Comm& world = exec::world();
   json profile, rep;
   double tolerance = -1;  // < 0: no tolerance (report only)
   try {

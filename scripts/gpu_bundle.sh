@@ -13,6 +13,9 @@
 #   offload DEST [OUT]    (on the GPU machine) bench/gpu_offload_scale.py: the largest model under a 16 GiB
 #                         --gpu-memory-budget with chunked offload against without (issue 41; OFFLOAD_ARGS: more
 #                         arguments); OUT/offload.txt and its logs in OUT/gpu-check.tgz.
+#   validate DEST [OUT]   (on the GPU machine) bench/gpu_validate.py: calibrate --backend cuda, then validate --backend
+#                         cuda on single-GPU plans (recompute modes, optimizer and chunked offload) against the 5 %
+#                         targets (issue 41; VALIDATE_ARGS: more arguments); OUT/validate.txt, logs in OUT/gpu-check.tgz.
 #   run DEST CMD...       (on the GPU machine) CMD under the bundle's environment (its libraries, cuDNN's, Open MPI),
 #                         e.g. `run .gpub .gpub/cli/trainplan selftest --backend cuda`.
 # BASELINE_BUILD=DIR at pack: another build directory's trainplan and libtrainplan_cuda.so go into the bundle
@@ -119,11 +122,25 @@ offload() {
   return "$rc"
 }
 
+validate() {
+  local d; d=$(cd "$1" && pwd); local out=${2:-}
+  setup "$d"
+  local rep=${out:-$d}
+  mkdir -p "$d/gpu-check" "$rep"
+  # shellcheck disable=SC2086  # VALIDATE_ARGS: more arguments, split
+  python3 "$root/bench/gpu_validate.py" "$d/cli/trainplan" "$d/gpu-check/validate" \
+    --json "$d/gpu-check/validate.json" ${VALIDATE_ARGS:-} 2>&1 | tee "$rep/validate.txt"
+  local rc=${PIPESTATUS[0]}
+  [[ -n "$out" ]] && tar -C "$d" -czf "$out/gpu-check.tgz" gpu-check
+  return "$rc"
+}
+
 case $mode in
   pack) pack "${2:?BUILD_DIR}" "${3:?DEST}" ;;
   check) check "${2:?DEST}" "${3:-}" ;;
   bench) check "${2:?DEST}" "${3:-}" bench ;;
   offload) offload "${2:?DEST}" "${3:-}" ;;
+  validate) validate "${2:?DEST}" "${3:-}" ;;
   run) d=$(cd "${2:?DEST}" && pwd) && shift 2 && setup "$d" && "$@" ;;
-  *) echo "usage: gpu_bundle.sh pack BUILD_DIR DEST | check DEST [OUT] | bench DEST [OUT] | offload DEST [OUT] | run DEST CMD..." >&2; exit 2 ;;
+  *) echo "usage: gpu_bundle.sh pack BUILD_DIR DEST | check DEST [OUT] | bench DEST [OUT] | offload DEST [OUT] | validate DEST [OUT] | run DEST CMD..." >&2; exit 2 ;;
 esac

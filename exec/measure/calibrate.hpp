@@ -58,6 +58,8 @@ struct DeviceMeasurements {
 };
 // The catalog GPU a device is by its name (and memory, for the A100s): "H100-SXM-80GB", ...; "" when none.
 std::string catalog_gpu_for_device(const std::string& device, double device_bytes);
+// validate's machine-speed probe on a device: the bf16 GEMM point of width s (4s x s x s, NN / NT / TN, mean FLOP/s).
+double device_gemm_probe_flops_per_s(const Backend& be, long s);
 // The profile (cluster object) of measurements: a matched catalog GPU keeps its peaks and its cluster's links.
 json device_profile(const DeviceMeasurements& m, const CalibrateOptions& o);
 // `trainplan calibrate --backend cuda|emu|emu-device` (calibrate_device.cpp): one device measured with the backend's

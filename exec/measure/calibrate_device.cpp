@@ -258,6 +258,15 @@ std::string catalog_gpu_for_device(const std::string& device, double device_byte
   return "";
 }
 
+double device_gemm_probe_flops_per_s(const Backend& be, long s) {
+  BackendScope scope(be);
+  Sizes z;
+  z.gemm = {s};
+  z.min_s = 0.1;
+  const DevicePoint p = gemm_sweep(be, z).front();
+  return p.flops_or_bytes / p.sec;
+}
+
 json device_profile(const DeviceMeasurements& m, const CalibrateOptions& o) {
   const std::string cat = catalog_gpu_for_device(m.device, m.device_bytes);
   json gpu = json::object();

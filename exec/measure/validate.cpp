@@ -15,6 +15,7 @@
 #include <sstream>
 #include <thread>
 
+#include "exec/backends/backend.hpp"
 #include "exec/measure/calibrate.hpp"
 #include "exec/prof/prof.hpp"
 #include "exec/prof/rss.hpp"
@@ -88,6 +89,8 @@ int local_ranks(int world_size) {
 
 // validate's machine-speed probe: the GEMM size (a point of calibrate's sweep, so the profile's curve holds it).
 constexpr long kProbeSize = 256;
+// On a device: a point of calibrate_device's sweep (full mode on a GPU, quick mode on the emulator).
+long device_probe_size(const std::string& backend) { return backend == "cuda" ? 1024 : 64; }
 
 double rel_err(double pred, double meas) { return meas > 0 ? (pred - meas) / meas : 0.0; }
 
@@ -107,7 +110,13 @@ Inputs read_inputs(const std::string& file, const json& profile, const std::stri
   // casts and rounded operand copies cost what fp32 element-wise work costs, not what fp8 / bf16 tensor cores
   // save (exec/model/fp8.hpp, Backend::set_bf16_gemm), so validate runs the plan without them.
   const Precision p = in.run_sc.training.precision;
-  if (p == Precision::fp8 || p == Precision::bf16) {
+  const bool dev = o.backend != "cpu";
+  if (dev && p == Precision::fp8) {  // a device runs bf16 GEMMs; its fp8 is the casts' emulation (issue 42)
+    in.run_sc.training.precision = Precision::bf16;
+    if (world.rank() == 0)
+      std::fprintf(stderr, "note: $.training.precision \"fp8\": validate --backend %s runs and simulates the plan in bf16 "
+                   "(the executor emulates fp8's casts around bf16 GEMMs, it does not run fp8 GEMMs)\n", o.backend.c_str());
+  } else if (!dev && (p == Precision::fp8 || p == Precision::bf16)) {
     in.run_sc.training.precision = Precision::fp32;
     if (world.rank() == 0)
       std::fprintf(stderr, "note: $.training.precision \"%s\": validate runs and simulates the plan in fp32 (the "
@@ -128,8 +137,8 @@ Inputs read_inputs(const std::string& file, const json& profile, const std::stri
     if (prof_cl["nodes"].get<long long>() < need) prof_cl["nodes"] = need;
   }
   sj["cluster"] = prof_cl;
-  sj["training"]["precision"] = "fp32";
-  sj["training"]["grad_precision"] = "fp32";
+  sj["training"]["precision"] = precision_name(in.run_sc.training.precision);
+  sj["training"]["grad_precision"] = "fp32";  // the executor's gradients are fp32 on every backend
   sj["plan"]["overlap_grad_reduce"] = false;
   if (o.device_budget_bytes > 0 && in.run_sc.plan.offload.kind == OffloadKind::chunked) {
     double hbm = prof_cl.contains("gpu") && prof_cl["gpu"].is_object() && prof_cl["gpu"].contains("hbm_bytes") &&
@@ -146,6 +155,7 @@ Inputs read_inputs(const std::string& file, const json& profile, const std::stri
 // growth, RSS growth, device memory, the process's peak), the run's own result and the machine-speed probes.
 struct Measured {
   RunResult rr;
+  std::string backend;  // cpu or a device backend (ValidateOptions::backend)
   int steps = 0;
   bool hooked = false;  // the runtime calls prof::step_begin / step_end
   double probe_before = 0, probe_after = 0;
@@ -158,9 +168,12 @@ Measured measure(const Scenario& run_sc, int ranks, const ValidateOptions& o, Co
   RunOptions ro;
   ro.steps = m.steps = std::max(2, o.steps);
   ro.device_budget_bytes = o.device_budget_bytes;
+  ro.backend = m.backend = o.backend;
+  const bool dev = o.backend != "cpu";
   // The machine's speed against the profile's (a shared VM's speed drifts by more than the 10 % target within
-  // minutes): calibrate's GEMM point at s = kProbeSize, before the warm-up and after the measured steps.
-  m.probe_before = gemm_probe_flops_per_s(kProbeSize, world);
+  // minutes): calibrate's GEMM point at s = kProbeSize, before the warm-up and after the measured steps. On a
+  // device only after them: the allocator's high-water mark, the measured peak, would include the probe's buffers.
+  if (!dev) m.probe_before = gemm_probe_flops_per_s(kProbeSize, world);
   detail::reset_peak_rss();  // (the probe's 0.5 GB of operands are not the run's; without a reset the RSS figure includes them)
   {  // a one-step warm-up run (not measured): first-touch page faults, malloc's adaptive thresholds, caches
     if (world.rank() == 0)
@@ -179,7 +192,13 @@ Measured measure(const Scenario& run_sc, int ranks, const ValidateOptions& o, Co
   m.rr = run_training(run_sc, ro, world);
   prof::set_enabled(false);
   prof::Snapshot snap = prof::snapshot();
-  m.probe_after = gemm_probe_flops_per_s(kProbeSize, world);
+  if (!dev) {
+    m.probe_after = gemm_probe_flops_per_s(kProbeSize, world);
+  } else {
+    std::string why;
+    const Backend* be = find_backend(o.backend, why);
+    m.probe_after = be ? device_gemm_probe_flops_per_s(*be, device_probe_size(o.backend)) : 0;
+  }
   m.hooked = snap.steps > 0;
   const double steady = m.hooked ? (double)snap.steps : (double)ro.steps;
   std::vector<double> mine(kRow + 4, 0.0);
@@ -190,7 +209,9 @@ Measured measure(const Scenario& run_sc, int ranks, const ValidateOptions& o, Co
   mine[kRow + 1] = my_rss_peak - rss0;
   const bool opt_off = rr.offload.on && rr.offload.kind != "chunked";  // optimizer or granular
   // Device memory: chunked offload's store figure; optimizer offload's = the heap less its pinned host state.
-  mine[kRow + 2] = opt_off ? mine[kRow] - rr.offload.host_state_bytes : rr.offload.on ? rr.offload.peak_device_bytes_max : 0;
+  mine[kRow + 2] = dev      ? my_rss_peak  // a device backend's RunResult peak: its allocator's high-water mark
+                   : opt_off ? mine[kRow] - rr.offload.host_state_bytes
+                   : rr.offload.on ? rr.offload.peak_device_bytes_max : 0;
   mine[kRow + 3] = my_rss_peak;  // what the iteration lines print as "peak memory (MB)": the whole process
   m.all.resize(mine.size() * ranks);
   world.all_gather(mine.data(), m.all.data(), (long)mine.size(), Dtype::f64);
@@ -225,10 +246,12 @@ json report(const std::string& file, const std::string& profile_file, const Inpu
   const double meas_step = steps[steps.size() / 2];
   // Speed = probe / what the profile says that GEMM achieves (1: as fast as when calibrated; 0.9: 10 % slower).
   const Gpu& pg = in.sim_sc.cluster.gpu;
-  const double probe_flops = 8.0 * std::pow((double)kProbeSize, 3);
-  const double expect = pg.matrix_flops_per_s[(int)Precision::fp32] * pg.matrix_efficiency.at(probe_flops);
+  const bool dev = m.backend != "cpu";
+  const long probe_s = dev ? device_probe_size(m.backend) : kProbeSize;
+  const double probe_flops = 8.0 * std::pow((double)probe_s, 3);
+  const double expect = pg.matrix_flops_per_s[(int)(dev ? Precision::bf16 : Precision::fp32)] * pg.matrix_efficiency.at(probe_flops);
   const double speed_before = expect > 0 ? m.probe_before / expect : 0, speed_after = expect > 0 ? m.probe_after / expect : 0;
-  const double speed = 0.5 * (speed_before + speed_after);
+  const double speed = dev ? speed_after : 0.5 * (speed_before + speed_after);  // (a device: after the steps only)
   double meas_heap = 0, meas_rss = 0, meas_dev = 0, log_peak = 0;
   for (int k = 0; k < R; ++k) {
     log_peak = std::max(log_peak, m.at(k, kRow + 3));
@@ -239,9 +262,15 @@ json report(const std::string& file, const std::string& profile_file, const Inpu
   // Offload: the simulator's peak is device memory, so the comparison is against the executor's device figure
   // (chunked: resident chunk slots + activations; optimizer: the tracked heap less the host optimizer's pinned
   // buffers); the whole heap (host memory included) is reported next to it.
-  const bool device = rr.offload.on;
+  // A device backend: its allocator's high-water mark (tensors, scratch, GEMM workspace) against the predicted tensors
+  // (the simulator's framework memory, the CUDA context and the caching allocator's fragmentation, is not in it).
+  const bool device = rr.offload.on || dev;
   const double meas_peak = device ? meas_dev : meas_heap;
   auto rank_peak = [&](int g) { return device ? m.at(g, kRow + 2) : m.at(g, kRow); };
+  auto pred_peak = [&](const MemoryBreakdown& b) { return dev ? b.tensors() : b.total(); };
+  double pred_peak_max = dev ? 0 : res.peak_bytes_per_gpu;
+  if (dev)
+    for (const RankResult& rk : res.ranks) pred_peak_max = std::max(pred_peak_max, pred_peak(rk.peak));
 
   json ranks = json::array();
   json headline;
@@ -253,10 +282,10 @@ json report(const std::string& file, const std::string& profile_file, const Inpu
     json cls = json::object();
     for (int c = 0; c < kRow; ++c) {
       double v = c < prof::kClasses ? m.at(g, c) : std::max(0.0, meas_step - msum);
-      cls[row_name(c)] = {{"predicted_s", pc[c]}, {"measured_s", v}};
+      cls[row_name(c)] = {{"predicted_s", pc[c]}, {"measured_s", dev ? json(nullptr) : json(v)}};  // (a device: not timed)
     }
     json one = {{"rank", g}, {"stage", res.ranks[r].stage}, {"classes", cls},
-                {"predicted_peak_memory_bytes", res.ranks[r].peak.total()}, {"measured_peak_memory_bytes", rank_peak(g)},
+                {"predicted_peak_memory_bytes", pred_peak(res.ranks[r].peak)}, {"measured_peak_memory_bytes", rank_peak(g)},
                 {"measured_peak_heap_bytes", m.at(g, kRow)}};
     if (r == res.breakdown_rank) headline = one;
     ranks.push_back(one);
@@ -267,7 +296,9 @@ json report(const std::string& file, const std::string& profile_file, const Inpu
       {"ranks", R},
       {"steps", m.steps},
       {"hooked_steps", m.hooked},
-      {"predicted", {{"step_time_s", res.step_time_s}, {"peak_memory_bytes", res.peak_bytes_per_gpu},
+      {"backend", m.backend},
+      {"predicted", {{"step_time_s", res.step_time_s}, {"peak_memory_bytes", pred_peak_max},
+                     {"peak_memory_with_framework_bytes", res.peak_bytes_per_gpu},
                      {"memory", {{"weights", res.memory.weights}, {"gradients", res.memory.gradients},
                                  {"optimizer", res.memory.optimizer}, {"activations", res.memory.activations},
                                  {"buffers", res.memory.buffers}}},
@@ -277,9 +308,10 @@ json report(const std::string& file, const std::string& profile_file, const Inpu
                     {"peak_process_bytes", log_peak},
                     {"peak_memory_kind", device ? "device" : "heap"},
                     {"tokens_per_s", rr.tokens_per_s}, {"losses", rr.losses}}},
-      {"error", {{"step_time", rel_err(res.step_time_s, meas_step)}, {"peak_memory", rel_err(res.peak_bytes_per_gpu, meas_peak)}}},
-      {"machine_speed", {{"probe", "calibrate's GEMM point at s = " + std::to_string(kProbeSize) +
-                                       " (4s x s x s, three variants, cold operands), against the profile's curve"},
+      {"error", {{"step_time", rel_err(res.step_time_s, meas_step)}, {"peak_memory", rel_err(pred_peak_max, meas_peak)}}},
+      {"machine_speed", {{"probe", std::string(dev ? "the device calibrate's bf16 GEMM point at s = " : "calibrate's GEMM point at s = ") +
+                                       std::to_string(probe_s) + " (4s x s x s, three variants" + (dev ? "" : ", cold operands") +
+                                       "), against the profile's curve" + (dev ? ", after the steps" : "")},
                          {"before", speed_before}, {"after", speed_after}, {"mean", speed},
                          {"step_time_error_at_that_speed", speed > 0 ? rel_err(res.step_time_s / speed, meas_step) : 0.0}}},
       {"per_op_class", headline},
@@ -287,7 +319,7 @@ json report(const std::string& file, const std::string& profile_file, const Inpu
       {"per_rank", ranks}};
   rep["warnings"] = json::array();
   const int cores = usable_cores(), local = local_ranks(world.size());
-  if (local > cores)
+  if (!dev && local > cores)
     rep["warnings"].push_back(std::to_string(local) + " ranks on " + std::to_string(cores) +
                               " cores: the ranks share cores, so the measured step time says nothing about the "
                               "prediction (peak memory still compares)");
@@ -327,13 +359,23 @@ std::string validate_text(const json& r) {
   const bool device = mz.contains("peak_memory_kind") && mz["peak_memory_kind"] == "device";
   if (r.contains("machine_speed") && r["machine_speed"]["mean"].get<double>() > 0) {  // (0: the profile has no curve)
     const json& ms = r["machine_speed"];
-    std::snprintf(b, sizeof b, "  %-22s %12.4g %12s s   %+7.1f %%  (machine at %.2f / %.2f x the profile's speed "
-                  "before / after the steps)\n", "at the probed speed", r["predicted"]["step_time_s"].get<double>() /
-                  ms["mean"].get<double>(), "", 100 * ms["step_time_error_at_that_speed"].get<double>(),
-                  ms["before"].get<double>(), ms["after"].get<double>());
+    if (ms["before"].get<double>() > 0)
+      std::snprintf(b, sizeof b, "  %-22s %12.4g %12s s   %+7.1f %%  (machine at %.2f / %.2f x the profile's speed "
+                    "before / after the steps)\n", "at the probed speed", r["predicted"]["step_time_s"].get<double>() /
+                    ms["mean"].get<double>(), "", 100 * ms["step_time_error_at_that_speed"].get<double>(),
+                    ms["before"].get<double>(), ms["after"].get<double>());
+    else  // a device: probed after the steps only
+      std::snprintf(b, sizeof b, "  %-22s %12.4g %12s s   %+7.1f %%  (device at %.2f x the profile's speed after the "
+                    "steps)\n", "at the probed speed", r["predicted"]["step_time_s"].get<double>() / ms["mean"].get<double>(),
+                    "", 100 * ms["step_time_error_at_that_speed"].get<double>(), ms["after"].get<double>());
     os << b;
   }
   line(device ? "peak device memory" : "peak memory", r["predicted"]["peak_memory_bytes"], mz["peak_memory_bytes"], "MB", 1e-6);
+  if (r.contains("backend") && r["backend"] != "cpu") {
+    std::snprintf(b, sizeof b, "  %-22s %12.4g %12s MB  (with the framework memory the allocator does not see: CUDA context, "
+                  "fragmentation)\n", "predicted process", r["predicted"]["peak_memory_with_framework_bytes"].get<double>() * 1e-6, "");
+    os << b;
+  }
   if (mz.contains("peak_process_bytes")) {  // the iteration lines' figure, so that the two outputs agree
     std::snprintf(b, sizeof b, "  %-22s %12s %12.4g MB  (the iteration lines' peak memory: the whole process, program, "
                   "libraries and communication buffers included; the simulator predicts the tensors, compared above)\n",
@@ -345,7 +387,12 @@ std::string validate_text(const json& r) {
                   mz["peak_heap_bytes"].get<double>() * 1e-6);
     os << b;
   }
+  const bool timed = !r.contains("backend") || r["backend"] == "cpu";
+  if (!timed)
+    os << "  (time per op class not measured on backend " << r["backend"].get<std::string>()
+       << ": host timers see kernel launches, not kernels)\n";
   for (const json& rk : r["per_rank"]) {
+    if (!timed) break;
     os << "  time per step by op class, rank " << rk["rank"].get<int>() << " (stage " << rk["stage"].get<int>() << "):\n";
     for (auto it = rk["classes"].begin(); it != rk["classes"].end(); ++it) {
       double p = it.value()["predicted_s"], m = it.value()["measured_s"];

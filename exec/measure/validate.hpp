@@ -1,6 +1,6 @@
 // exec/measure/: the executor measured against the simulator: calibrate (a hardware profile of this machine) and
 // validate (predicted vs measured step time, op classes and memory).
-// validate: `trainplan validate SCENARIO.json --profile PROFILE.json` — runs the scenario's plan for a few steps
+// validate: `trainplan validate SCENARIO.json --profile PROFILE.json [--backend B]` — runs the scenario's plan for a few steps
 // with the executor and simulates the same scenario on the calibrated profile, then compares step time, time
 // per op class and peak memory (docs/perf/validate.md).
 // The simulated scenario is the scenario with: "cluster" = the profile (an inline cluster object from
@@ -37,6 +37,12 @@ namespace tp::exec {
 
 struct ValidateOptions {
   int steps = 4;  // >= 2: the first step is warm-up
+  // The executor's backend (`validate --backend`): cpu, or a device backend (cuda; emu, emu-device: the same code on
+  // the CPU emulator). On a device backend the plan runs and is simulated in its own precision (fp8 as bf16: the
+  // executor's fp8 is an emulation of the casts), peak memory is the backend allocator's high-water mark against
+  // the predicted tensors (the simulator's framework memory, CUDA context and fragmentation, is not the
+  // allocator's), and per-class times are not measured (host timers see launches, not kernels).
+  std::string backend = "cpu";
   // plan.offload "chunked": the executor's per-rank device arena (0: gpu_memory_fraction x the scenario
   // cluster's HBM). The simulated scenario gets gpu_memory_fraction = this / the profile's hbm_bytes.
   double device_budget_bytes = 0;

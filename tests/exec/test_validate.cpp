@@ -161,3 +161,40 @@ TEST(Validate, Fp8AndBf16ScenariosRunAndSimulateInFp32) {
   const json r = json::parse(std::ifstream(sc32 + ".out"));
   for (const std::string& o : out) EXPECT_EQ(json::parse(std::ifstream(o))["measured"]["losses"], r["losses"]) << o;
 }
+
+// validate --backend emu-device (the device path a GPU runs, on the CPU emulator with device memory the host cannot
+// read), with a profile from calibrate --backend emu-device: the plan runs in its own precision (bf16 here; fp8 runs
+// as bf16 and says so), the measured peak is the backend allocator's high-water mark and matches the predicted
+// tensors within 5 % (the tiny GPT's weights, gradients, Adam state, activations), the speed probe runs after the
+// steps only, and per-class times are reported as not measured.
+TEST(Validate, DeviceBackendComparesStepTimeAndTheAllocatorsPeak) {
+  const std::string dir = fs::temp_directory_path() / ("trainplan-valdev-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string prof = dir + "/emu-device.json";
+  ASSERT_EQ(sh(std::string(TP_BINARY) + " calibrate --backend emu-device --quick --quiet --out " + prof + " > /dev/null 2>&1"), 0);
+  json j = json::parse(std::ifstream(std::string(TP_SOURCE_DIR) + "/scenarios/exec/tiny-gpt.json"));
+  j["cluster"] = "dgx-h100";  // (a GPU with fp8; the simulation runs on the profile)
+  for (const std::string prec : {"bf16", "fp8"}) {
+    j["training"]["precision"] = prec;
+    const std::string sc = dir + "/" + prec + ".json", out = sc + ".validate.json";
+    std::ofstream(sc) << j.dump(2);
+    ASSERT_EQ(sh(std::string(TP_BINARY) + " validate " + sc + " --profile " + prof + " --backend emu-device --steps 2 --json " +
+                 out + " > " + out + ".log 2>&1"), 0) << prec;
+    const json r = json::parse(std::ifstream(out));
+    std::ifstream log(out + ".log");
+    const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+    EXPECT_EQ(r["backend"], "emu-device");
+    EXPECT_EQ(r["measured"]["peak_memory_kind"], "device");
+    EXPECT_GT(r["measured"]["step_time_s"].get<double>(), 0);
+    EXPECT_LT(std::fabs(r["error"]["peak_memory"].get<double>()), 0.05) << r["predicted"].dump() << r["measured"].dump();
+    EXPECT_EQ(r["machine_speed"]["before"].get<double>(), 0);
+    EXPECT_GT(r["machine_speed"]["after"].get<double>(), 0);
+    EXPECT_TRUE(r["per_op_class"]["classes"]["gemm"]["measured_s"].is_null());
+    EXPECT_NE(text.find("not measured on backend emu-device"), std::string::npos) << text;
+    if (prec == "fp8") EXPECT_NE(text.find("runs and simulates the plan in bf16"), std::string::npos) << text;
+    else EXPECT_EQ(text.find("note: $.training.precision"), std::string::npos) << text;
+  }
+  // A backend without device memory of its own is refused (exit 2), as is an unknown one.
+  for (const char* b : {"emu", "tpu"})
+    EXPECT_EQ(sh(std::string(TP_BINARY) + " validate " + dir + "/bf16.json --profile " + prof + " --backend " + b + " > /dev/null 2>&1"), 2) << b;
+}
