@@ -220,7 +220,7 @@ void RankRun<T>::place_gradients_and_state(long long state) {
   zeros(m1, opt_off ? 0 : state);  // optimizer offload: the state is on the host (hopt)
   zeros(m2, opt_off ? 0 : state);
   if (opt_off) {
-    hopt.init(state);
+    hopt.init(state, host_adam_threads(current_backend(), world.size()));
     pull_master();
   }
   if (p.zero >= 2) zeros(gshard, state);

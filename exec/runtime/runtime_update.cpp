@@ -4,6 +4,7 @@
 // under optimizer offload, on host memory for granular-offloaded units), Pseudo-to-Real delinking, and the
 // tensors a checkpoint holds. Invariant: every rank of a group calls each collective in the same order.
 #include "exec/runtime/runtime_rank.hpp"
+#include "exec/runtime/offload/host_adam.hpp"
 
 namespace tp::exec::detail {
 
@@ -289,6 +290,7 @@ template <class T>
 void RankRun<T>::adam_update(int step, int warmup, double norm) {
   T clip = norm > o.grad_clip && o.grad_clip > 0 ? T(o.grad_clip / norm) : T(1);
   double lr = learning_rate(o, step, warmup);
+  const int adam_threads = host_adam_threads(current_backend(), world.size());  // (the run's backend, not the host's)
   for (size_t k = 0; k < own.size(); ++k) {
     if (own_idle(k)) continue;
     BackendScope where(backend_for(own_on_host(k)));
@@ -308,6 +310,9 @@ void RankRun<T>::adam_update(int step, int warmup, double norm) {
       const T wd = T(decay ? o.weight_decay : 0);
       if (hopt.on()) {
         hopt.step(P(a), g, so, n, T(lr), T(o.beta1), T(o.beta2), T(o.eps), wd, (long)step + 1, clip);
+      } else if (own_on_host(k)) {  // granular offload's host-resident state: the host Adam's threads
+        host_adamw(P(a), g, M1 + so, M2 + so, (long)n, T(lr), T(o.beta1), T(o.beta2), T(o.eps), wd, (long)step + 1, clip,
+                   adam_threads);
       } else {
         ops::adamw(P(a), g, M1 + so, M2 + so, (long)n, T(lr), T(o.beta1), T(o.beta2), T(o.eps), wd, (long)step + 1,
                    clip);

@@ -9,6 +9,8 @@
 // padded slices); after setup, a checkpoint load, a delink and every step, master equals the device parameters
 // of the own ranges (the executor trains in one precision, so the master copy is that precision); every copy
 // goes through the backend with its CopyKind and is counted in bytes; pinned_bytes is what this object holds.
+// The step is a pipeline over two copy streams with a multi-threaded host Adam (host_adam.hpp); its result is bitwise
+// that of one synchronous copy, one single-threaded Adam and one copy back, whatever the block size and threads.
 #pragma once
 #include <algorithm>
 #include <cstring>
@@ -16,6 +18,7 @@
 #include <utility>
 
 #include "exec/backends/backend.hpp"
+#include "exec/runtime/offload/host_adam.hpp"
 #include "exec/runtime/train.hpp"
 
 namespace tp::exec {
@@ -54,17 +57,44 @@ class PinnedBuf {
   long long n_ = 0;
 };
 
+// The copy streams and the event of the host optimizer's pipeline (created on first use, on the backend current then).
+struct CopyStreams {
+  const Backend* be = nullptr;
+  Stream d2h, h2d;
+  Event grads_ready;
+  CopyStreams() = default;
+  CopyStreams(const CopyStreams&) = delete;
+  CopyStreams& operator=(const CopyStreams&) = delete;
+  ~CopyStreams() {
+    if (!be) return;
+    be->stream_destroy(d2h);
+    be->stream_destroy(h2d);
+    be->event_destroy(grads_ready);
+  }
+  void ensure() {
+    if (be) return;
+    be = &current_backend();
+    d2h = be->stream_create();
+    h2d = be->stream_create();
+    grads_ready = be->event_create();
+  }
+};
+
 template <class T>
 struct HostOptimizer {
   PinnedBuf<T> master, grad, m1, m2;    // host memory, own_off layout, `state` elements each
   double h2d_bytes = 0, d2h_bytes = 0;  // this step's copies (reset by the runtime after each step)
+  int threads = 1;                      // the host Adam's threads (host_adam.hpp host_adam_threads)
+  long long block = 1LL << 22;          // elements per pipeline block (16 MiB of fp32)
+  CopyStreams cs;
 
   bool on() const { return master.size() > 0; }
-  void init(long long state) {
+  void init(long long state, int adam_threads) {
     master = PinnedBuf<T>(state);
     grad = PinnedBuf<T>(state);
     m1 = PinnedBuf<T>(state);
     m2 = PinnedBuf<T>(state);
+    threads = std::max(1, adam_threads);
   }
   double pinned_bytes() const { return 4.0 * sizeof(T) * (double)master.size(); }
   // master[off, off + n) = the device parameters at dev (after setup, a checkpoint load or a delink; not counted
@@ -76,18 +106,37 @@ struct HostOptimizer {
   void copy_moments(long long to, long long from, long long n) {
     for (PinnedBuf<T>* m : {&m1, &m2}) std::copy(m->data() + from, m->data() + from + n, m->data() + to);
   }
-  // One own range's Adam step on the host: gradients down, CPU Adam on the master copy (on gscale x the gradient:
-  // the global-norm clip's factor, ops::adamw), parameters up.
+  // One own range's Adam step on the host (on gscale x the gradient: the global-norm clip's factor, ops::adamw), as
+  // a pipeline of blocks over two copy streams: block i+1's gradients go device -> host while the host Adam (over
+  // `threads` threads) updates block i, whose parameters then go host -> device while the host goes on. The first
+  // copy waits for the compute stream's work queued so far (the gradients); the call returns when the last
+  // parameters are on the device. On the CPU (synchronous copies) it is the same sequence, one block at a time.
   void step(T* dev_param, const T* dev_grad, long long off, long long n, T lr, T b1, T b2, T eps, T wd, long t,
             T gscale) {
+    if (n <= 0) return;
     const Backend& be = current_backend();
-    const size_t bytes = sizeof(T) * (size_t)n;
-    be.copy(grad.data() + off, dev_grad, bytes, CopyKind::device_to_host, Stream{});
-    d2h_bytes += (double)bytes;
-    cpu_backend().ops<T>().adamw(master.data() + off, grad.data() + off, m1.data() + off, m2.data() + off, (long)n, lr, b1, b2,
-                       eps, wd, t, gscale);  // the CPU's Adam (host memory whatever the backend)
-    be.copy(dev_param, master.data() + off, bytes, CopyKind::host_to_device, Stream{});
-    h2d_bytes += (double)bytes;
+    cs.ensure();
+    be.event_record(cs.grads_ready, Stream{});
+    be.stream_wait(cs.d2h, cs.grads_ready);
+    const long long nb = (n + block - 1) / block;
+    auto len = [&](long long i) { return std::min(block, n - i * block); };
+    auto down = [&](long long i) {
+      const size_t bytes = sizeof(T) * (size_t)len(i);
+      be.copy(grad.data() + off + i * block, dev_grad + i * block, bytes, CopyKind::device_to_host, cs.d2h);
+      d2h_bytes += (double)bytes;
+    };
+    down(0);
+    for (long long i = 0; i < nb; ++i) {
+      be.stream_sync(cs.d2h);  // block i's gradients are on the host (block i+1's copy is not queued yet)
+      if (i + 1 < nb) down(i + 1);
+      const long long at = off + i * block;
+      host_adamw(master.data() + at, grad.data() + at, m1.data() + at, m2.data() + at, (long)len(i), lr, b1, b2, eps, wd,
+                 t, gscale, threads);
+      const size_t bytes = sizeof(T) * (size_t)len(i);
+      be.copy(dev_param + i * block, master.data() + at, bytes, CopyKind::host_to_device, cs.h2d);
+      h2d_bytes += (double)bytes;
+    }
+    be.stream_sync(cs.h2d);
   }
 };
 
