@@ -1,8 +1,9 @@
 // The host Adam of offloaded optimizer state (exec/runtime/offload/host_adam.hpp): split over threads it is bitwise
 // the CPU backend's single-threaded adamw for every length and thread count; and the host optimizer's step
 // (host_optimizer.hpp), a pipeline of blocks over two copy streams on a device backend whose memory the host cannot
-// read (emu-device), gives bitwise the synchronous result: gradients down, one Adam, parameters up, every byte
-// counted once.
+// read (emu-device, whose created streams defer their copies until a GPU would have to have run them, so a missing
+// stream_sync or wait shows as wrong bytes: checked by removing either sync of the pipeline, 2026-11-29), gives
+// bitwise the synchronous result: gradients down, one Adam, parameters up, every byte counted once.
 #include <gtest/gtest.h>
 
 #include <cstdlib>

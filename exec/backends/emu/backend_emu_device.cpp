@@ -5,6 +5,8 @@
 // dereferences a tensor pointer (a memcpy for MPI, a checkpoint write, std::fill, a Buf copy) faults; a SIGSEGV
 // handler names the address as emu-device memory and aborts, so a forgotten host access fails a test loudly.
 // Pinned host memory (alloc_pinned) is ordinary host memory that ops also accept (CUDA's mapped pinned memory).
+// Streams made by stream_create are deferred queues (emu_streams.hpp): a copy on one runs only when a GPU would
+// have to have run it, so a missing wait shows.
 // Invariants: handles are never host-accessible; is_device_ptr(p) is "p lies in the reserved range"; a handle
 // is reused only for an allocation of the same size after its free; translation of a pointer outside every live
 // handle leaves it unchanged, so the emu op's registry check rejects it with the op and argument named.
@@ -23,6 +25,7 @@
 #include <stdexcept>
 
 #include "exec/backends/emu/backend_emu.hpp"
+#include "exec/backends/emu/emu_streams.hpp"
 
 namespace tp::exec {
 namespace emu_dev {
@@ -168,10 +171,15 @@ double peak_device_bytes() {
 
 // A copy translates only its device side(s): a handle on the host side is a host access and faults, as a
 // cudaMemcpy with the wrong kind fails.
+// On a created stream the copy is deferred (emu_streams.cpp: it runs when the stream is synchronised or waited on).
 void dev_copy(void* dst, const void* src, size_t bytes, CopyKind kind, Stream s) {
-  if (kind == CopyKind::host_to_device || kind == CopyKind::device_to_device) dst = const_cast<void*>(real(dst));
-  if (kind == CopyKind::device_to_host || kind == CopyKind::device_to_device) src = real(src);
-  emu_be::emu_copy(dst, src, bytes, kind, s);
+  emu_streams::enqueue(s, [dst, src, bytes, kind] {
+    void* d = dst;
+    const void* r = src;
+    if (kind == CopyKind::host_to_device || kind == CopyKind::device_to_device) d = const_cast<void*>(real(d));
+    if (kind == CopyKind::device_to_host || kind == CopyKind::device_to_device) r = real(r);
+    emu_be::emu_copy(d, r, bytes, kind, Stream{});
+  });
 }
 
 // ---- the op table: every pointer argument translated, then the emu op (which checks it) ----
@@ -214,6 +222,14 @@ Backend make() {
   b.alloc_pinned = &emu_be::emu_alloc;  // host memory the emu ops accept (mapped pinned memory)
   b.free_pinned = &emu_be::emu_free;
   b.copy = &dev_copy;
+  b.stream_create = &emu_streams::create;
+  b.stream_destroy = &emu_streams::destroy;
+  b.stream_sync = &emu_streams::sync;
+  b.event_create = &emu_streams::event_create;
+  b.event_destroy = &emu_streams::event_destroy;
+  b.event_record = &emu_streams::record;
+  b.stream_wait = &emu_streams::wait;
+  b.sync = &emu_streams::sync_all;
   b.peak_device_bytes = &peak_device_bytes;
   b.device = "the CPU block emulator's device memory";
   b.device_bytes = device_capacity_bytes();
