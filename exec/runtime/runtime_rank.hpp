@@ -321,6 +321,14 @@ struct RankRun {
     return p.overlap_grad_reduce && p.zero <= 1 && p.data_ranks() > 1 && is_layer_unit(ui) && units[ui].owned &&
            shared == 0 && !store && !host_flat && !gran.is_off(ui);
   }
+  // Optimizer offload with one data rank, no tensor parallelism and ZeRO <= 1: a layer unit's gradients are final
+  // when the step's last backward of the unit ends, so they go to the host then, on the host optimizer's copy
+  // stream, under the rest of the backward (DeepSpeed's ZeRO-Offload and the simulator's d2h tasks; otherwise the
+  // step's end reduces, sums or shards them first and they go down in the optimizer step).
+  bool grads_down_early(int ui) const {
+    return hopt.on() && p.data_ranks() == 1 && p.tp == 1 && p.zero <= 1 && is_layer_unit(ui) && units[ui].owned &&
+           shared == 0 && !store && !host_flat && !gran.is_off(ui);
+  }
   void dp_reduce_unit(int ui);  // starts unit ui's reduction (ZeRO 0: all-reduce; 1: reduce-scatter of its slices)
   void dp_wait_reduces();       // completes every started reduction (ZeRO 1: this rank's slices into the gradients)
   std::vector<char> dp_started;  // per unit: its reduction started during this step's backward

@@ -361,6 +361,13 @@ void RankRun<T>::piece_backward(Loop& lp, size_t pc, LayerActs<T>& a, Buf<T>& x,
     if (model.sp) sp_reduce_layer(wl, dev_end[ui], units[ui].b);  // (the device part: at the step's end)
     gran.grad_to_host(gran.grad(ui), ugrad[ui].data(), units[ui].b - dev_end[ui]);
     grad_release(ui);
+  } else if (pc == lp.last_bwd_piece[unit_of_layer(wl)] && grads_down_early(unit_of_layer(wl))) {
+    const int ui = unit_of_layer(wl);  // optimizer offload: the unit's final gradients to the host now
+    for (int si = 0; si < nseg(ui); ++si) {
+      const size_t k = own_index(ui) + si;
+      if (own[k].second > own[k].first)
+        hopt.grads_down(own_grad(k, own[k].first), own_off[k], own[k].second - own[k].first);
+    }
   } else if (pc == lp.last_bwd_piece[unit_of_layer(wl)] && overlaps_dp_reduce(unit_of_layer(wl))) {
     // the unit's gradient is complete: its data-parallel reduction starts (plan.overlap_grad_reduce)
     const int ui = unit_of_layer(wl);

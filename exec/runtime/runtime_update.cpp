@@ -157,6 +157,7 @@ void RankRun<T>::optimizer_step(int step, int warmup, RunResult& res) {
   const double norm = grad_norm();
   res.grad_norm.push_back(norm);
   adam_update(step, warmup, norm);
+  hopt.end_step();
   zero_gather_params();
 }
 

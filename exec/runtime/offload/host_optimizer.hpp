@@ -16,6 +16,7 @@
 #include <cstring>
 #include <new>
 #include <utility>
+#include <vector>
 
 #include "exec/backends/backend.hpp"
 #include "exec/runtime/offload/host_adam.hpp"
@@ -111,16 +112,33 @@ struct HostOptimizer {
   // `threads` threads) updates block i, whose parameters then go host -> device while the host goes on. The first
   // copy waits for the compute stream's work queued so far (the gradients); the call returns when the last
   // parameters are on the device. On the CPU (synchronous copies) it is the same sequence, one block at a time.
-  void step(T* dev_param, const T* dev_grad, long long off, long long n, T lr, T b1, T b2, T eps, T wd, long t,
-            T gscale) {
+  // The gradients of [off, off + n) to the host now, on the copy stream after the compute queued so far (the
+  // backward that finished them): the range's step then skips its copies (their bytes count here).
+  void grads_down(const T* dev_grad, long long off, long long n) {
     if (n <= 0) return;
     const Backend& be = current_backend();
     cs.ensure();
     be.event_record(cs.grads_ready, Stream{});
     be.stream_wait(cs.d2h, cs.grads_ready);
+    be.copy(grad.data() + off, dev_grad, sizeof(T) * (size_t)n, CopyKind::device_to_host, cs.d2h);
+    d2h_bytes += (double)(sizeof(T) * (size_t)n);
+    down_early.push_back({off, n});
+  }
+  void step(T* dev_param, const T* dev_grad, long long off, long long n, T lr, T b1, T b2, T eps, T wd, long t,
+            T gscale) {
+    if (n <= 0) return;
+    const Backend& be = current_backend();
+    cs.ensure();
+    // Already down (grads_down) when a range sent during the backward holds [off, off + n).
+    const bool early = std::any_of(down_early.begin(), down_early.end(), [&](const std::pair<long long, long long>& r) {
+      return r.first <= off && off + n <= r.first + r.second;
+    });
+    be.event_record(cs.grads_ready, Stream{});
+    be.stream_wait(cs.d2h, cs.grads_ready);
     const long long nb = (n + block - 1) / block;
     auto len = [&](long long i) { return std::min(block, n - i * block); };
     auto down = [&](long long i) {
+      if (early) return;
       const size_t bytes = sizeof(T) * (size_t)len(i);
       be.copy(grad.data() + off + i * block, dev_grad + i * block, bytes, CopyKind::device_to_host, cs.d2h);
       d2h_bytes += (double)bytes;
@@ -138,6 +156,12 @@ struct HostOptimizer {
     }
     be.stream_sync(cs.h2d);
   }
+  // After the step's last range: the ranges sent during the backward are spent.
+  void end_step() {
+    if (cs.be) cs.be->stream_sync(cs.d2h);  // (a range sent early but not stepped: its copy done before the next step)
+    down_early.clear();
+  }
+  std::vector<std::pair<long long, long long>> down_early;  // (off, n) sent by grads_down this step
 };
 
 }  // namespace tp::exec
