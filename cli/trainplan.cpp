@@ -31,6 +31,7 @@
 #include "exec/measure/calibrate.hpp"
 #include "exec/io/checkpoint.hpp"
 #include "exec/backends/cuda/cuda_loader.hpp"
+#include "exec/comm/device_comm.hpp"
 #include "exec/comm/comm.hpp"
 #include "exec/runtime/train.hpp"
 #include "exec/measure/validate.hpp"
@@ -345,7 +346,7 @@ int cmd_run(int argc, char** argv) {
 
 // Every rank measures (concurrently, so a profile taken under mpirun -np R includes R busy cores); rank 0 writes.
 int cmd_calibrate(int argc, char** argv) {
-  Args a = parse_args(argc, argv, 2, {"--backend", "--out", "--gpus-per-node", "--memory-bytes", "--power-w"},
+  Args a = parse_args(argc, argv, 2, {"--backend", "--out", "--gpus-per-node", "--memory-bytes", "--power-w", "--comm"},
                       {"--quick", "--quiet"});
   std::string backend;
   {  // cuda without a device: exit 77 with the reason, before MPI starts (as run)
@@ -380,6 +381,9 @@ int cmd_calibrate(int argc, char** argv) {
     o.gpus_per_node = (int)num("--gpus-per-node", 1);
     o.memory_bytes = num("--memory-bytes", 1);
     o.power_w = num("--power-w", 0);
+    o.comm = a.value("--comm", "mpi");
+    if (o.comm != "mpi" && o.comm != "nccl") throw Usage("--comm: expected mpi or nccl, got " + o.comm);
+    if (o.comm == "nccl" && backend != "cuda") throw Usage("--comm nccl needs --backend cuda");
     if (backend != "cpu") {
       std::string why;
       be = exec::find_backend(backend, why);
@@ -393,7 +397,20 @@ int cmd_calibrate(int argc, char** argv) {
   o.progress = world.rank() == 0 && !a.flag("--quiet");
   json prof;
   try {
-    prof = be ? exec::calibrate_device(*be, o, world) : exec::calibrate_cpu(o, world);
+    if (be) {  // the collectives' communicator: NCCL's (--comm nccl), else the world staged for device memory
+      std::unique_ptr<exec::Comm> coll;
+      if (o.comm == "nccl") {
+        std::string why;
+        const exec::DeviceCommOps* ops = exec::load_nccl_ops(why);
+        if (!ops) throw std::runtime_error("--comm nccl: " + why);
+        coll = exec::device_comm(world, *be, *ops);
+      } else if (!be->host_accessible) {
+        coll = exec::staged_comm(world, *be);
+      }
+      prof = exec::calibrate_device(*be, o, world, coll ? *coll : world);
+    } else {
+      prof = exec::calibrate_cpu(o, world);
+    }
   } catch (const std::exception& e) {
     world.abort(1, e.what());
   }

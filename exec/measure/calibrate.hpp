@@ -39,6 +39,7 @@ struct CalibrateOptions {
   double memory_bytes = 0;    // per "GPU"; 0: physical RAM / gpus_per_node
   double power_w = 0;         // per "GPU"; 0: a stated estimate (10 W per core)
   bool progress = false;      // a line per phase on stderr (rank 0)
+  std::string comm = "mpi";   // device calibrate under mpirun: the collectives' communicator (mpi: staged; nccl)
 };
 
 // Collective over `world` (every rank calls it). Returns the cluster object on rank 0 (null elsewhere).
@@ -56,16 +57,29 @@ struct DeviceMeasurements {
   double fp32_rate = 0, pcie_h2d = 0, pcie_d2h = 0, overhead_s = 0;  // FLOP/s, B/s, s
   std::string pcie_about;
 };
+// The device calibrate's collectives between the job's ranks (calibrate_collectives.cpp), as nccl-tests reports them.
+struct CollectivePoint { std::string op; double bytes = 0, sec = 0, algbw = 0, busbw = 0; };
+struct CollectiveMeasurements {
+  int ranks = 1;
+  bool one_node = true;  // every rank of the job on this node (the launcher's local size)
+  std::vector<CollectivePoint> points;
+};
+// Collective over c (device buffers of be; host: the host communicator of the same ranks, for barriers and times).
+CollectiveMeasurements measure_collectives(const Backend& be, Comm& c, Comm& host, const CalibrateOptions& o);
+json collectives_json(const CollectiveMeasurements& m);
 // The catalog GPU a device is by its name (and memory, for the A100s): "H100-SXM-80GB", ...; "" when none.
 std::string catalog_gpu_for_device(const std::string& device, double device_bytes);
 // validate's machine-speed probe on a device: the bf16 GEMM point of width s (4s x s x s, NN / NT / TN, mean FLOP/s).
 double device_gemm_probe_flops_per_s(const Backend& be, long s);
 // The profile (cluster object) of measurements: a matched catalog GPU keeps its peaks and its cluster's links.
-json device_profile(const DeviceMeasurements& m, const CalibrateOptions& o);
+// With collectives of >= 2 ranks on one node, intra_node's bandwidth, latency and efficiency are fitted to the
+// all-reduce (the simulator's ring) and the step's collectives take them (nccl.step_collectives false).
+json device_profile(const DeviceMeasurements& m, const CalibrateOptions& o, const CollectiveMeasurements& coll = {});
 // `trainplan calibrate --backend cuda|emu|emu-device` (calibrate_device.cpp): one device measured with the backend's
 // own ops, written as the same kind of cluster object. Collective over `world` (rank 0 measures, the others wait
 // at its barriers). Throws std::runtime_error when the device runs out of memory.
-json calibrate_device(const Backend& be, const CalibrateOptions& o, Comm& world);
+// coll_comm: the communicator of the collectives (the world, staged for a device backend, or NCCL's), over world's ranks.
+json calibrate_device(const Backend& be, const CalibrateOptions& o, Comm& world, Comm& coll_comm);
 
 // One point of the full GEMM sweep, size s (cold operands, the three variants, the median of three passes): the
 // mean achieved FLOP/s over the variants, which is what the profile's curve holds at FLOPs 8 s^3 (times the

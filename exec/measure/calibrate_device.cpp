@@ -21,7 +21,8 @@
 // the slowdown of a GEMM beside a collective are NOT measured (they need two ranks with NCCL): "about" says so.
 // Invariants: every buffer is the backend's device memory (or its pinned host memory for the PCIe sweep), freed
 // before return; each timed batch ends with Backend::sync; one rank measures (rank 0; the others wait at the
-// barriers), so a job's ranks do not share the device while it is timed.
+// barriers), so a job's ranks do not share the device while it is timed; then, with >= 2 ranks, every rank measures
+// the collectives (calibrate_collectives.cpp) and the profile's links take them (fit_links).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -247,6 +248,36 @@ std::string points_text(const std::vector<DevicePoint>& pts, const char* unit) {
   return s;
 }
 
+// The profile's links from the measured collectives: their table in "about"; with >= 2 ranks on one node, intra_node
+// fitted to the all-reduce as the simulator's ring costs it (2 (R-1) / R S per rank in 2 latency steps at
+// bandwidth x efficiency(S)): bandwidth = the best bus bandwidth, latency = the smallest size's time / 2.
+void fit_links(json& cl, const CollectiveMeasurements& coll) {
+  if (coll.ranks < 2 || coll.points.empty()) return;
+  std::string t;
+  for (const CollectivePoint& p : coll.points)
+    t += (t.empty() ? "" : "; ") + p.op + fmt(" %.3g B", p.bytes) + fmt(" %.3g s", p.sec) + fmt(" busbw %.3g B/s", p.busbw);
+  cl["about"] = cl["about"].get<std::string>() + " Collectives measured with " + std::to_string(coll.ranks) +
+                " ranks (nccl-tests' bus bandwidth): " + t + ".";
+  std::vector<const CollectivePoint*> ar;
+  for (const CollectivePoint& p : coll.points)
+    if (p.op == "all_reduce") ar.push_back(&p);
+  if (!coll.one_node || ar.size() < 2) return;
+  const double R = coll.ranks;
+  double bw = 0;
+  for (const CollectivePoint* p : ar) bw = std::max(bw, p->busbw);
+  const double lat = ar.front()->sec / (2 * (R - 1)) * 0.5;  // (half of the smallest call: the rest is its bytes)
+  std::vector<std::pair<double, double>> eff;
+  for (const CollectivePoint* p : ar) {
+    const double wire = p->sec - 2 * (R - 1) * lat;
+    eff.push_back({p->bytes, wire > 0 ? 2 * (R - 1) / R * p->bytes / (bw * wire) : 1e-4});
+  }
+  cl["intra_node"]["bandwidth_bytes_per_s"] = bw;
+  cl["intra_node"]["latency_s"] = lat;
+  cl["intra_node"]["efficiency"] = make_curve(eff);
+  cl["nccl"] = {{"step_collectives", false}};
+  cl["about"] = cl["about"].get<std::string>() + " intra_node fitted to the all-reduce (the step's collectives take it, not the NCCL model).";
+}
+
 }  // namespace
 
 std::string catalog_gpu_for_device(const std::string& device, double device_bytes) {
@@ -267,7 +298,7 @@ double device_gemm_probe_flops_per_s(const Backend& be, long s) {
   return p.flops_or_bytes / p.sec;
 }
 
-json device_profile(const DeviceMeasurements& m, const CalibrateOptions& o) {
+json device_profile(const DeviceMeasurements& m, const CalibrateOptions& o, const CollectiveMeasurements& coll) {
   const std::string cat = catalog_gpu_for_device(m.device, m.device_bytes);
   json gpu = json::object();
   double kernel_dim = (double)m.attention_head_dim;
@@ -312,7 +343,8 @@ json device_profile(const DeviceMeasurements& m, const CalibrateOptions& o) {
                  points_text(m.triad, " B/s") + "), the layer's element-wise mix (bytes per op: " + points_text(m.mix, " B/s") +
                  ") and the optimizer step (" + points_text(m.opt, " B/s") +
                  "). kernel_overhead = ops::add of one element per call, batches ended by one sync." +
-                 " fp8 GEMMs, collectives and the slowdown beside a collective are not measured.";
+                 " fp8 GEMMs and the slowdown of a GEMM beside a collective are not measured (collectives: under mpirun, in the"
+                 " cluster's about).";
   gpu["matrix_flops_per_s"]["bf16"] = bf16_peak;
   if (cat.empty()) gpu["matrix_flops_per_s"]["fp16"] = bf16_peak;
   gpu["matrix_flops_per_s"]["fp32"] = fp32_peak;
@@ -332,7 +364,8 @@ json device_profile(const DeviceMeasurements& m, const CalibrateOptions& o) {
     cl = *catalog_find("clusters", base);
     cl["about"] = "The catalog cluster " + base + " with this device's measured GPU (`trainplan calibrate --backend " + m.backend +
                   "`); its links, NCCL model and host are the catalog's, except host.pcie_bandwidth (measured, pinned, mean of " +
-                  "host-to-device / device-to-host: " + m.pcie_about + "). Collectives were not measured.";
+                  "host-to-device / device-to-host: " + m.pcie_about + ")." +
+                  (coll.ranks < 2 ? " Collectives were not measured (one rank)." : "");
   } else {
     const json eff = json::array({json::array({1e3, 0.05}), json::array({1e5, 0.5}), json::array({1e7, 0.9}), json::array({1e9, 1.0})});
     cl = {{"about", "One node of this device (`trainplan calibrate --backend " + m.backend +
@@ -347,51 +380,59 @@ json device_profile(const DeviceMeasurements& m, const CalibrateOptions& o) {
           {"price_per_gpu_hour_usd", 0.0},
           {"nccl", {{"step_collectives", false}}}};
   }
+  fit_links(cl, coll);
   cl["name"] = label + "-" + (base.empty() ? std::string("node") : base);
   cl["gpu"] = gpu;
   cl["nodes"] = 1;
+  if (coll.one_node && coll.ranks > cl.value("gpus_per_node", 1)) cl["gpus_per_node"] = coll.ranks;  // (the job's GPUs)
   if (o.gpus_per_node > 0) cl["gpus_per_node"] = o.gpus_per_node;
   cl["host"]["pcie_bandwidth_bytes_per_s"] = pcie_bw;
   return cl;
 }
 
-json calibrate_device(const Backend& be, const CalibrateOptions& o, Comm& w) {
+json calibrate_device(const Backend& be, const CalibrateOptions& o, Comm& w, Comm& coll_comm) {
   auto t_start = Clock::now();
   auto say = [&](const char* what) {
     if (o.progress && w.rank() == 0) std::fprintf(stderr, "calibrate --backend %s: %s (%.1f s)\n", be.name, what, since(t_start));
   };
   w.barrier();
-  if (w.rank() != 0) {  // one rank measures the device; the others wait (they would share it)
-    w.barrier();
-    return nullptr;
-  }
-  BackendScope scope(be);
-  const Sizes z = sizes_for(o);
   DeviceMeasurements m;
-  m.backend = be.name;
-  m.device = be.device ? be.device : "";
-  m.device_bytes = be.device_bytes;
-  say("bf16 GEMM sweep");
-  m.gemm = gemm_sweep(be, z);
-  say("fp32 GEMM");
-  m.fp32_size = z.gemm.back();
-  m.fp32_rate = fp32_gemm_rate(be, m.fp32_size, z.min_s);
-  say("attention sweep");
-  m.attention = attention_sweep(be, z);
-  m.attention_head_dim = z.attn_dim;
-  say("memory sweeps");
-  memory_sweeps(m, be, z);
-  say("PCIe sweep");
-  pcie_sweep(m, be, z);
-  say("kernel overhead");
-  {
+  if (w.rank() == 0) {  // one rank measures the device; the others wait (they would share it)
+    BackendScope scope(be);
+    const Sizes z = sizes_for(o);
+    m.backend = be.name;
+    m.device = be.device ? be.device : "";
+    m.device_bytes = be.device_bytes;
+    say("bf16 GEMM sweep");
+    m.gemm = gemm_sweep(be, z);
+    say("fp32 GEMM");
+    m.fp32_size = z.gemm.back();
+    m.fp32_rate = fp32_gemm_rate(be, m.fp32_size, z.min_s);
+    say("attention sweep");
+    m.attention = attention_sweep(be, z);
+    m.attention_head_dim = z.attn_dim;
+    say("memory sweeps");
+    memory_sweeps(m, be, z);
+    say("PCIe sweep");
+    pcie_sweep(m, be, z);
+    say("kernel overhead");
     DevBuf one(be, 16, "overhead probe");
     ops::fill<float>(one.f(), 1.f, 4);
     m.overhead_s = per_call([&] { ops::add<float>(one.f(), one.f(), one.f() + 1, 1); }, o.quick ? 0.01 : 0.1, [&] { be.sync(); });
   }
-  json cl = device_profile(m, o);
-  say("done");
   w.barrier();
+  CollectiveMeasurements coll;
+  if (w.size() >= 2) {
+    say("collectives");
+    coll = measure_collectives(be, coll_comm, w, o);
+    if (o.progress && w.rank() == 0)
+      for (const CollectivePoint& p : coll.points)
+        std::fprintf(stderr, "  %-15s %12.0f B  %10.3g s  algbw %8.3g GB/s  busbw %8.3g GB/s\n", p.op.c_str(), p.bytes, p.sec,
+                     p.algbw / 1e9, p.busbw / 1e9);
+  }
+  if (w.rank() != 0) return nullptr;
+  json cl = device_profile(m, o, coll);
+  say("done");
   return cl;
 }
 

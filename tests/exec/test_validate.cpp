@@ -14,6 +14,8 @@
 #include <vector>
 
 #include "models/json_check.hpp"
+#include "models/scenario.hpp"
+#include "sim/simulate.hpp"
 #include "oracle_run.hpp"
 
 using tp::json;
@@ -197,4 +199,31 @@ TEST(Validate, DeviceBackendComparesStepTimeAndTheAllocatorsPeak) {
   // A backend without device memory of its own is refused (exit 2), as is an unknown one.
   for (const char* b : {"emu", "tpu"})
     EXPECT_EQ(sh(std::string(TP_BINARY) + " validate " + dir + "/bf16.json --profile " + prof + " --backend " + b + " > /dev/null 2>&1"), 2) << b;
+}
+
+// calibrate --backend emu-device under mpirun -np 2: every rank measures the collectives on device buffers (staged
+// through MPI, as `run --comm mpi`), the profile's about lists them with nccl-tests' bus bandwidths, intra_node is
+// fitted to the all-reduce (the step's collectives take it), and a two-rank data-parallel scenario simulates on it.
+TEST(Validate, DeviceCalibrateUnderMpiMeasuresTheCollectives) {
+  const std::string launcher = oracle::mpi_launcher(2);
+  if (launcher.empty()) GTEST_SKIP() << "no MPI in this build";
+  const std::string dir = fs::temp_directory_path() / ("trainplan-calmpi-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string prof = dir + "/emu-device-2r.json";
+  ASSERT_EQ(sh(launcher + TP_BINARY + " calibrate --backend emu-device --quick --quiet --out " + prof + " > " + prof + ".log 2>&1"), 0)
+      << prof;
+  const json p = json::parse(std::ifstream(prof));
+  const std::string about = p["about"].get<std::string>();
+  for (const char* op : {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv"})
+    EXPECT_NE(about.find(op), std::string::npos) << op << ": " << about;
+  EXPECT_NE(about.find("Collectives measured with 2 ranks"), std::string::npos) << about;
+  EXPECT_EQ(p["nccl"]["step_collectives"], false);
+  EXPECT_GT(p["intra_node"]["bandwidth_bytes_per_s"].get<double>(), 0);
+  EXPECT_GT(p["intra_node"]["latency_s"].get<double>(), 0);
+  EXPECT_GE(p["intra_node"]["efficiency"].size(), 2u);
+  json j = json::parse(std::ifstream(std::string(TP_SOURCE_DIR) + "/scenarios/exec/tiny-gpt.json"));
+  j["cluster"] = p;
+  j["plan"]["dp"] = 2;
+  tp::Scenario s = tp::scenario_from_json(j, TP_SOURCE_DIR, "tiny-gpt dp 2 + two-rank emu-device profile");
+  EXPECT_GT(tp::simulate(s).step_time_s, 0);
 }

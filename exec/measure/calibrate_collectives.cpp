@@ -1,0 +1,99 @@
+// calibrate_collectives: the device calibrate's collectives between the job's ranks (`mpirun -np R trainplan
+// calibrate --backend cuda [--comm nccl]`), on device buffers through the communicator `run` would use (NCCL's
+// with --comm nccl, else MPI staged through pinned host memory), and what the profile takes from them.
+// Measured per operation and size, as nccl-tests reports them: the time of one call (median over the ranks' slowest
+// of repeated calls, each batch ended by a device sync and a barrier), the algorithm bandwidth (bytes / time) and
+// the bus bandwidth (all-reduce x 2 (R-1) / R; all-gather, reduce-scatter and all-to-all x (R-1) / R; send / recv
+// x 1, a one-way time between ranks 0 and 1 from a ping-pong). Sizes are nccl-tests' (all-gather: the gathered
+// output; reduce-scatter: the input; all-to-all: one rank's whole buffer).
+// Invariants: every rank runs the same calls in the same order (ranks other than 0 and 1 idle through the
+// ping-pong at its barriers); buffers are the backend's device memory, freed before return.
+#include <algorithm>
+#include <chrono>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "exec/backends/backend.hpp"
+#include "exec/measure/calibrate.hpp"
+#include "exec/measure/calibrate_util.hpp"
+#include "exec/runtime/offload/host_adam.hpp"
+
+namespace tp::exec {
+namespace {
+
+using namespace calib;
+
+struct Dev {
+  const Backend& be;
+  void* p;
+  Dev(const Backend& b, size_t bytes) : be(b), p(b.alloc(std::max<size_t>(bytes, 64))) {
+    if (!p) throw std::runtime_error("calibrate: out of device memory for the collectives (" + fmt("%.3g", (double)bytes) + " bytes)");
+  }
+  ~Dev() { be.free(p); }
+  Dev(const Dev&) = delete;
+  Dev& operator=(const Dev&) = delete;
+};
+
+// Seconds per call of f on every rank, the slowest rank's (f is collective; `reps` calls, then a device sync).
+template <class F>
+double timed(const Backend& be, Comm& host, int reps, F&& f) {
+  f();  // warm: the communicator's buffers, a library's plan
+  be.sync();
+  host.barrier();
+  const auto t0 = Clock::now();
+  for (int i = 0; i < reps; ++i) f();
+  be.sync();
+  double t = since(t0) / reps;
+  std::vector<double> all((size_t)host.size());
+  host.all_gather(&t, all.data(), 1, Dtype::f64);
+  return *std::max_element(all.begin(), all.end());
+}
+
+}  // namespace
+
+CollectiveMeasurements measure_collectives(const Backend& be, Comm& c, Comm& host, const CalibrateOptions& o) {
+  CollectiveMeasurements m;
+  const int R = c.size();
+  m.ranks = R;
+  m.one_node = local_ranks(R) >= R;
+  if (R < 2) return m;
+  BackendScope scope(be);
+  std::vector<long> sizes;
+  for (long s = o.quick ? (1L << 12) : (1L << 20); s <= (o.quick ? (1L << 16) : (1L << 30)); s *= (o.quick ? 16 : 4))
+    sizes.push_back(s - s % (4L * R));  // whole f32 blocks per rank
+  const double budget = o.quick ? 4e6 : 2e9;  // bytes moved per point, about
+  for (long S : sizes) {
+    const long n = S / 4;
+    Dev a(be, (size_t)S), b(be, (size_t)S);
+    ops::fill<float>(static_cast<float*>(a.p), 1.f, n);
+    const int reps = (int)std::clamp(budget / (double)S, 3.0, 50.0);
+    float* in = static_cast<float*>(a.p);
+    float* out = static_cast<float*>(b.p);
+    const double f1 = (double)(R - 1) / R;
+    auto add = [&](const char* op, double t, double factor) {
+      m.points.push_back({op, (double)S, t, (double)S / t, (double)S / t * factor});
+    };
+    add("all_reduce", timed(be, host, reps, [&] { c.all_reduce_sum(in, n, Dtype::f32); }), 2 * f1);
+    ops::fill<float>(in, 1.f, n);  // (the sums grew)
+    add("all_gather", timed(be, host, reps, [&] { c.all_gather(in, out, n / R, Dtype::f32); }), f1);
+    add("reduce_scatter", timed(be, host, reps, [&] { c.reduce_scatter_sum(in, out, n / R, Dtype::f32); }), f1);
+    add("all_to_all", timed(be, host, reps, [&] { c.all_to_all(in, out, n / R, Dtype::f32); }), f1);
+    const int me = c.rank();
+    const double rtt = timed(be, host, reps, [&] {
+      if (me == 0) c.send(in, n, Dtype::f32, 1, 11), c.recv(out, n, Dtype::f32, 1, 12);
+      else if (me == 1) c.recv(out, n, Dtype::f32, 0, 11), c.send(in, n, Dtype::f32, 0, 12);
+    });
+    add("send_recv", rtt / 2, 1.0);
+  }
+  return m;
+}
+
+json collectives_json(const CollectiveMeasurements& m) {
+  json rows = json::array();
+  for (const CollectivePoint& p : m.points)
+    rows.push_back({{"op", p.op}, {"bytes", p.bytes}, {"time_s", p.sec}, {"algbw_bytes_per_s", p.algbw}, {"busbw_bytes_per_s", p.busbw}});
+  return rows;
+}
+
+}  // namespace tp::exec
