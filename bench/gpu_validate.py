@@ -3,7 +3,7 @@
 
 Runs `trainplan calibrate --backend cuda` once, then `trainplan validate --backend cuda` on single-GPU plans of one
 GPT (default GPT-2 124M's shape, bf16, flash attention): no recompute, selective and full recompute, optimizer
-offload and chunked offload (a --device-budget arena), and prints per plan the predicted and measured step time and
+offload, chunked offload (a --device-budget arena) and both phases of Pseudo-to-Real delinking, and prints per plan the predicted and measured step time and
 peak device memory (the backend allocator's high-water mark against the predicted tensors) with their errors
 against the issue's 5 % targets. Every number printed was measured by the run it names; a plan that fails says how.
 
@@ -51,6 +51,8 @@ def scenario(o, plan_extra):
     plan.update(plan_extra)
     if plan.get("offload", {}).get("kind") == "chunked":
         plan["offload"]["chunk_elements"] = o.chunk_elements
+    if plan.get("delink") == "half":
+        plan["delink"] = {"unique_layers": max(1, o.layers // 2), "tokens": 1e12}
     return {"name": "gpu-validate",
             "model": {"name": "gpt", "layers": o.layers, "hidden": o.hidden, "heads": o.heads, "vocab": o.vocab,
                       "seq_len": o.seq, "activation": "gelu", "tied_embeddings": True, "dropout": False},
@@ -66,6 +68,9 @@ PLANS = [
     ("full recompute", {"recompute": "full"}, []),
     ("optimizer offload", {"recompute": "full", "offload": {"kind": "optimizer"}}, []),
     ("chunked offload", {"recompute": "full", "offload": {"kind": "chunked"}}, ["--device-budget"]),
+    # Pseudo-to-Real: the real (delinked) model from step 1, then the pseudo phase (half the layers unique) throughout.
+    ("delink, real phase", {"recompute": "full", "delink": "half"}, ["--delink-step", "1"]),
+    ("delink, pseudo phase", {"recompute": "full", "delink": "half"}, ["--delink-step", "100000"]),
 ]
 
 
@@ -112,6 +117,8 @@ def main():
                "--tolerance", "0.05"]
         if "--device-budget" in flags:
             cmd += ["--device-budget", "%.0f" % o.device_budget]
+        if "--delink-step" in flags:
+            cmd += flags[flags.index("--delink-step"):flags.index("--delink-step") + 2]
         rc, sec = run(cmd, sc + ".log", o.timeout)
         if rc is None:
             rows.append({"plan": name, "state": "not run", "why": "--total-timeout spent"})

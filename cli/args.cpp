@@ -70,7 +70,7 @@ const char* const kHelp =
     "      emulator): the device's bf16 GEMMs, flash attention, memory, pinned PCIe and launch cost (no device: 77);\n"
     "      under mpirun also the collectives between the ranks (--comm nccl: NCCL's), nccl-tests' bus bandwidths\n"
     "  trainplan validate SCENARIO.json --profile PROFILE.json [--steps N] [--json FILE] [--device-budget BYTES]\n"
-    "                     [--tolerance F] [--backend cpu|cuda|emu-device]\n"
+    "                     [--tolerance F] [--backend cpu|cuda|emu-device] [--delink-step N]\n"
     "      run the plan for N steps (under mpirun like run) and compare with the simulation on the profile:\n"
     "      step time, time per op class, peak memory; with --tolerance (e.g. 0.10) exit 1 when step time or\n"
     "      peak memory misses it; --backend cuda (emu-device: the emulator) runs on the device and compares step\n"

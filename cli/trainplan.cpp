@@ -435,8 +435,8 @@ int cmd_calibrate(int argc, char** argv) {
 
 // Like run: every rank checks the input first (exit 2 everywhere, printed once); rank 0 simulates and reports.
 int cmd_validate(int argc, char** argv) {
-  Args a = parse_args(argc, argv, 2, {"--profile", "--steps", "--json", "--device-budget", "--tolerance", "--backend"},
-                      {"--quiet"});
+  Args a = parse_args(argc, argv, 2, {"--profile", "--steps", "--json", "--device-budget", "--tolerance", "--backend",
+                                      "--delink-step"}, {"--quiet"});
   exec::ValidateOptions o;
   o.backend = a.value("--backend", "cpu");
   if (o.backend != "cpu" && o.backend != "emu-device" && o.backend != "cuda")
@@ -464,6 +464,7 @@ int cmd_validate(int argc, char** argv) {
     if (a.positional.size() != 1) throw Usage("validate needs exactly one scenario file");
     if (a.value("--profile").empty()) throw Usage("validate needs --profile PROFILE.json (from trainplan calibrate)");
     o.steps = (int)count_option(a, "--steps", 2, 100000, 4);
+    if (!a.value("--delink-step").empty()) o.delink_step = count_option(a, "--delink-step", 1, 1000000000, -1);
     if (!a.value("--device-budget").empty()) {
       std::string b = a.value("--device-budget");
       char* end = nullptr;

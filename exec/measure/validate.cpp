@@ -4,7 +4,6 @@
 // only rank 0 simulates and assembles the report; measured per-class times are per steady step.
 #include "exec/measure/validate.hpp"
 
-#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,12 +12,12 @@
 #include <cstdlib>
 #include <filesystem>
 #include <sstream>
-#include <thread>
 
 #include "exec/backends/backend.hpp"
 #include "exec/measure/calibrate.hpp"
 #include "exec/prof/prof.hpp"
 #include "exec/prof/rss.hpp"
+#include "exec/runtime/offload/host_adam.hpp"
 #include "exec/runtime/train.hpp"
 #include "models/scenario.hpp"
 #include "sim/simulate.hpp"
@@ -70,23 +69,6 @@ std::vector<double> predicted_classes(const Result& res, int r) {
   return out;
 }
 
-// Cores this process may run on (its affinity mask; the machine's count when that is unavailable).
-int usable_cores() {
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
-  return std::max(1, (int)std::thread::hardware_concurrency());
-}
-
-// Ranks of the job on this node: the launcher's local size (Open MPI, MPICH / Intel MPI, Slurm), else all of them.
-int local_ranks(int world_size) {
-  for (const char* v : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"})
-    if (const char* e = std::getenv(v)) {
-      const int n = std::atoi(e);
-      if (n > 0) return n;
-    }
-  return world_size;
-}
-
 // validate's machine-speed probe: the GEMM size (a point of calibrate's sweep, so the profile's curve holds it).
 constexpr long kProbeSize = 256;
 // On a device: a point of calibrate_device's sweep (full mode on a GPU, quick mode on the emulator).
@@ -99,6 +81,7 @@ double rel_err(double pred, double meas) { return meas > 0 ? (pred - meas) / mea
 struct Inputs {
   Scenario run_sc, sim_sc;
   int ranks = 0;
+  bool delinks = false;  // plan.delink: the measured steps are all of one phase (pseudo or real)
 };
 
 Inputs read_inputs(const std::string& file, const json& profile, const std::string& profile_file,
@@ -122,6 +105,16 @@ Inputs read_inputs(const std::string& file, const json& profile, const std::stri
       std::fprintf(stderr, "note: $.training.precision \"%s\": validate runs and simulates the plan in fp32 (the "
                    "executor's %s is an emulation on the CPU, not %s GEMMs)\n", precision_name(p),
                    p == Precision::fp8 ? "fp8 casts" : "bf16 operand rounding", precision_name(p));
+  }
+  if ((in.delinks = in.run_sc.delink.on())) {  // one phase measured: the steps after the warm-up step 0
+    RunOptions ro;
+    ro.delink_step = o.delink_step;
+    const long D = delink_step_of(in.run_sc, ro);
+    const int steps = std::max(2, o.steps);
+    if (D > 1 && D < steps)
+      throw InputError({"--delink-step: the run delinks at step " + std::to_string(D) + ", inside the " + std::to_string(steps) +
+                        " steps measured; validate compares one phase: --delink-step 1 measures the real (delinked) model, " +
+                        "--delink-step " + std::to_string(steps) + " or more the pseudo one"});
   }
   const int R = in.ranks = in.run_sc.plan.gpus();
   check_job_ranks(in.run_sc, file, world.size());
@@ -169,6 +162,7 @@ Measured measure(const Scenario& run_sc, int ranks, const ValidateOptions& o, Co
   ro.steps = m.steps = std::max(2, o.steps);
   ro.device_budget_bytes = o.device_budget_bytes;
   ro.backend = m.backend = o.backend;
+  ro.delink_step = o.delink_step;
   const bool dev = o.backend != "cpu";
   // The machine's speed against the profile's (a shared VM's speed drifts by more than the 10 % target within
   // minutes): calibrate's GEMM point at s = kProbeSize, before the warm-up and after the measured steps. On a
@@ -237,7 +231,10 @@ json offload_json(const RunResult& rr) {
 json report(const std::string& file, const std::string& profile_file, const Inputs& in, const Measured& m, Comm& world) {
   SimOptions so;
   so.keep_memory_timeline = false;
-  Result res = simulate(in.sim_sc, so);
+  Result full = simulate(in.sim_sc, so);
+  // Pseudo-to-Real: the phase the measured steps ran in (read_inputs refused a run measuring both).
+  const bool pseudo = in.delinks && m.rr.delink_step > m.steps - 1;
+  const Result& res = pseudo && full.delink && full.delink->pseudo ? *full.delink->pseudo : full;
   const RunResult& rr = m.rr;
   const int R = in.ranks;
 
@@ -297,6 +294,7 @@ json report(const std::string& file, const std::string& profile_file, const Inpu
       {"steps", m.steps},
       {"hooked_steps", m.hooked},
       {"backend", m.backend},
+      {"phase", !in.delinks ? "" : pseudo ? "pseudo" : "real"},
       {"predicted", {{"step_time_s", res.step_time_s}, {"peak_memory_bytes", pred_peak_max},
                      {"peak_memory_with_framework_bytes", res.peak_bytes_per_gpu},
                      {"memory", {{"weights", res.memory.weights}, {"gradients", res.memory.gradients},

@@ -43,6 +43,9 @@ struct ValidateOptions {
   // the predicted tensors (the simulator's framework memory, CUDA context and fragmentation, is not the
   // allocator's), and per-class times are not measured (host timers see launches, not kernels).
   std::string backend = "cpu";
+  // plan.delink (Pseudo-to-Real): run's --delink-step (-1: from delink.tokens). The measured steps (all but the
+  // first) must lie in one phase, compared with that phase's simulation: 1, the real model; >= steps, the pseudo one.
+  long delink_step = -1;
   // plan.offload "chunked": the executor's per-rank device arena (0: gpu_memory_fraction x the scenario
   // cluster's HBM). The simulated scenario gets gpu_memory_fraction = this / the profile's hbm_bytes.
   double device_budget_bytes = 0;

@@ -82,7 +82,6 @@ struct Handover {
   long long total = 0, window = default_handover_window;  // elements of the single-rank layout; per window
   std::vector<double> fp8_scale;  // precision fp8: the scales at the delink (every rank's, exec/model/fp8.hpp)
 };
-long delink_step_of(const Scenario& sc, const RunOptions& o);  // exec/runtime/runtime_step.cpp
 
 template <class T>
 struct RankRun {

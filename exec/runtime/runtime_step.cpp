@@ -10,6 +10,14 @@
 
 namespace tp::exec {
 
+// The pseudo phase's steps: its tokens over its own batch (--delink-step overrides); at or past the last step
+// the run stays in the pseudo phase.
+long delink_step_of(const Scenario& sc, const RunOptions& o) {
+  const double pseudo_gb = (double)(sc.delink.global_batch > 0 ? sc.delink.global_batch : sc.training.global_batch);
+  const long at = o.delink_step >= 0 ? o.delink_step : std::lround(sc.delink.tokens / (pseudo_gb * (double)sc.training.seq_len));
+  return std::max(1L, at);
+}
+
 std::vector<uint16_t> load_run_tokens(const std::string& path, long long vocab);
 
 namespace detail {
@@ -48,14 +56,6 @@ std::vector<int> RankRun<T>::run_parts(const Loop& lp, int r) const {
   if (l == 0) parts.push_back(0);
   if (l == L - 1) { parts.push_back((int)L + 1); parts.push_back(0); }
   return parts;
-}
-
-// The pseudo phase's steps: its tokens over its own batch (--delink-step overrides); at or past the last step
-// the run stays in the pseudo phase.
-long delink_step_of(const Scenario& sc, const RunOptions& o) {
-  const double pseudo_gb = (double)(sc.delink.global_batch > 0 ? sc.delink.global_batch : sc.training.global_batch);
-  const long at = o.delink_step >= 0 ? o.delink_step : std::lround(sc.delink.tokens / (pseudo_gb * (double)sc.training.seq_len));
-  return std::max(1L, at);
 }
 
 template <class T>

@@ -129,6 +129,10 @@ double run_bytes_per_rank(const Scenario& sc, bool fp64);
 // device memory is reported by run_training with the simulator's prediction (exec/runtime/device_oom.hpp).
 void check_run_memory(const Scenario& sc, bool fp64, bool on_gpu = false);
 
+// plan.delink: the step that runs first on the delinked (real) model (--delink-step, else delink.tokens over the
+// pseudo phase's batch; at least 1). exec/runtime/runtime_step.cpp.
+long delink_step_of(const Scenario& sc, const RunOptions& o);
+
 // Runs on every rank of `world` (world.size() must equal the plan's GPUs). Rank 0's result holds the losses.
 RunResult run_training(const Scenario& sc, const RunOptions& o, Comm& world);
 

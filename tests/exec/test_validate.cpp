@@ -227,3 +227,32 @@ TEST(Validate, DeviceCalibrateUnderMpiMeasuresTheCollectives) {
   tp::Scenario s = tp::scenario_from_json(j, TP_SOURCE_DIR, "tiny-gpt dp 2 + two-rank emu-device profile");
   EXPECT_GT(tp::simulate(s).step_time_s, 0);
 }
+
+// Pseudo-to-Real (plan.delink): validate measures one phase and compares it with that phase's simulation —
+// --delink-step 1 the real (delinked) model, --delink-step >= steps the pseudo one (its own, smaller prediction); a
+// delink inside the measured steps is refused with exit 2 naming both choices.
+TEST(Validate, DelinkPhasesAreComparedWithTheirOwnSimulation) {
+  std::string prof = quick_profile();
+  ASSERT_FALSE(prof.empty());
+  json j = json::parse(std::ifstream(std::string(TP_SOURCE_DIR) + "/scenarios/exec/tiny-gpt.json"));
+  j["plan"]["delink"] = {{"unique_layers", 2}, {"tokens", 768}};
+  const std::string sc = prof + ".delink.json";
+  std::ofstream(sc) << j.dump(2);
+  json r[2];
+  const char* at[2] = {"1", "3"};
+  for (int i = 0; i < 2; ++i) {
+    const std::string out = sc + "." + at[i] + ".validate.json";
+    ASSERT_EQ(sh(std::string(TP_BINARY) + " validate " + sc + " --profile " + prof + " --steps 3 --delink-step " + at[i] +
+                 " --json " + out + " > " + out + ".log 2>&1"), 0) << at[i];
+    r[i] = json::parse(std::ifstream(out));
+  }
+  EXPECT_EQ(r[0]["phase"], "real");
+  EXPECT_EQ(r[1]["phase"], "pseudo");
+  // The pseudo phase holds 2 unique layers' states where the real model holds 4: a smaller predicted peak.
+  EXPECT_LT(r[1]["predicted"]["peak_memory_bytes"].get<double>(), r[0]["predicted"]["peak_memory_bytes"].get<double>());
+  const std::string log = sc + ".mid.log";
+  EXPECT_EQ(sh(std::string(TP_BINARY) + " validate " + sc + " --profile " + prof + " --steps 3 --delink-step 2 > " + log + " 2>&1"), 2);
+  std::ifstream in(log);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("--delink-step 1 measures the real (delinked) model"), std::string::npos) << text;
+}
