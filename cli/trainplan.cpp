@@ -175,6 +175,19 @@ Scenario with_planner_choice(const Scenario& sc, const std::string& scenario_fil
   return out;
 }
 
+// --backend cuda: the CUDA library loaded; without a device, the reason on stderr and true (the caller exits 77,
+// before MPI starts: the GPU tests' skip code); a library that does not load is an InputError (exit 2). False for
+// any other backend.
+bool cuda_without_device(const std::string& backend) {
+  if (backend != "cuda") return false;
+  std::string why;
+  exec::CudaLoad st;
+  if (exec::load_cuda_backend(st, why)) return false;
+  if (st != exec::CudaLoad::no_device) throw InputError({"--backend cuda: " + why});
+  std::cerr << "error: " << why << "\n";
+  return true;
+}
+
 // One process per rank. Every rank loads and checks the scenario before any work, so bad input fails
 // everywhere with exit 2 (printed once, by rank 0); a rank that fails later aborts the whole job.
 int cmd_run(int argc, char** argv) {
@@ -225,14 +238,8 @@ int cmd_run(int argc, char** argv) {
       throw Usage("--gpu-memory-budget needs a backend with device memory (--backend cuda or emu-device)");
     setenv(o.backend == "cuda" ? "TP_CUDA_MEMORY_BUDGET" : "TP_EMU_DEVICE_BYTES", std::to_string(budget).c_str(), 1);
   }
-  if (o.backend == "cuda") {  // no device: 77 with the reason; a device (the local rank's): trains there in fp32
-    std::string why;
-    exec::CudaLoad st;
-    if (!exec::load_cuda_backend(st, why)) {
-      if (st != exec::CudaLoad::no_device) throw InputError({"--backend cuda: " + why});
-      std::cerr << "error: " << why << "\n";
-      return 77;
-    }
+  if (cuda_without_device(o.backend)) return 77;  // (a device: the local rank's; trains there in fp32)
+  if (o.backend == "cuda") {
     if (o.fp64)
       throw Usage("--fp64 with --backend cuda: the cuda backend computes in float32 (float64 is the CPU oracle's "
                   "precision: run it with --backend cpu)");
@@ -349,18 +356,7 @@ int cmd_calibrate(int argc, char** argv) {
   Args a = parse_args(argc, argv, 2, {"--backend", "--out", "--gpus-per-node", "--memory-bytes", "--power-w", "--comm"},
                       {"--quick", "--quiet"});
   std::string backend;
-  {  // cuda without a device: exit 77 with the reason, before MPI starts (as run)
-    const std::string b = a.value("--backend", "cpu");
-    if (b == "cuda") {
-      std::string why;
-      exec::CudaLoad st;
-      if (!exec::load_cuda_backend(st, why)) {
-        if (st != exec::CudaLoad::no_device) throw InputError({"--backend cuda: " + why});
-        std::cerr << "error: " << why << "\n";
-        return 77;
-      }
-    }
-  }
+  if (cuda_without_device(a.value("--backend", "cpu"))) return 77;
   exec::Comm& world = exec::world();
   exec::CalibrateOptions o;
   const exec::Backend* be = nullptr;
@@ -441,15 +437,7 @@ int cmd_validate(int argc, char** argv) {
   o.backend = a.value("--backend", "cpu");
   if (o.backend != "cpu" && o.backend != "emu-device" && o.backend != "cuda")
     throw Usage("--backend: expected cpu, emu-device or cuda (a backend with its own device memory), got " + o.backend);
-  if (o.backend == "cuda") {  // no device: 77 with the reason, before MPI starts (as run)
-    std::string why;
-    exec::CudaLoad st;
-    if (!exec::load_cuda_backend(st, why)) {
-      if (st != exec::CudaLoad::no_device) throw InputError({"--backend cuda: " + why});
-      std::cerr << "error: " << why << "\n";
-      return 77;
-    }
-  }
+  if (cuda_without_device(o.backend)) return 77;
   exec::Comm& world = exec::world();
   json profile, rep;
   double tolerance = -1;  // < 0: no tolerance (report only)

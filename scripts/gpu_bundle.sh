@@ -109,27 +109,16 @@ check() {
   return "$rc"
 }
 
-offload() {
-  local d; d=$(cd "$1" && pwd); local out=${2:-}
+# One of bench/gpu_*.py on the bundle (the machine set up first): SCRIPT NAME EXTRA DEST [OUT]; OUT/NAME.txt, and
+# the logs in OUT/gpu-check.tgz.
+pycheck() {
+  local script=$1 name=$2 extra=$3 d; d=$(cd "$4" && pwd); local out=${5:-}
   setup "$d"
   local rep=${out:-$d}
   mkdir -p "$d/gpu-check" "$rep"
-  # shellcheck disable=SC2086  # OFFLOAD_ARGS: more arguments, split
-  python3 "$root/bench/gpu_offload_scale.py" "$d/cli/trainplan" "$d/gpu-check/offload" \
-    --json "$d/gpu-check/offload.json" ${OFFLOAD_ARGS:-} 2>&1 | tee "$rep/offload.txt"
-  local rc=${PIPESTATUS[0]}
-  [[ -n "$out" ]] && tar -C "$d" -czf "$out/gpu-check.tgz" gpu-check
-  return "$rc"
-}
-
-validate() {
-  local d; d=$(cd "$1" && pwd); local out=${2:-}
-  setup "$d"
-  local rep=${out:-$d}
-  mkdir -p "$d/gpu-check" "$rep"
-  # shellcheck disable=SC2086  # VALIDATE_ARGS: more arguments, split
-  python3 "$root/bench/gpu_validate.py" "$d/cli/trainplan" "$d/gpu-check/validate" \
-    --json "$d/gpu-check/validate.json" ${VALIDATE_ARGS:-} 2>&1 | tee "$rep/validate.txt"
+  # shellcheck disable=SC2086  # extra: more arguments, split
+  python3 "$root/bench/$script" "$d/cli/trainplan" "$d/gpu-check/$name" --json "$d/gpu-check/$name.json" $extra 2>&1 |
+    tee "$rep/$name.txt"
   local rc=${PIPESTATUS[0]}
   [[ -n "$out" ]] && tar -C "$d" -czf "$out/gpu-check.tgz" gpu-check
   return "$rc"
@@ -139,8 +128,8 @@ case $mode in
   pack) pack "${2:?BUILD_DIR}" "${3:?DEST}" ;;
   check) check "${2:?DEST}" "${3:-}" ;;
   bench) check "${2:?DEST}" "${3:-}" bench ;;
-  offload) offload "${2:?DEST}" "${3:-}" ;;
-  validate) validate "${2:?DEST}" "${3:-}" ;;
+  offload) pycheck gpu_offload_scale.py offload "${OFFLOAD_ARGS:-}" "${2:?DEST}" "${3:-}" ;;
+  validate) pycheck gpu_validate.py validate "${VALIDATE_ARGS:-}" "${2:?DEST}" "${3:-}" ;;
   run) d=$(cd "${2:?DEST}" && pwd) && shift 2 && setup "$d" && "$@" ;;
   *) echo "usage: gpu_bundle.sh pack BUILD_DIR DEST | check DEST [OUT] | bench DEST [OUT] | offload DEST [OUT] | validate DEST [OUT] | run DEST CMD..." >&2; exit 2 ;;
 esac

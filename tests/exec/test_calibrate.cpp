@@ -40,6 +40,18 @@ int sh(const std::string& cmd) {
   return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
 }
 
+// A profile curve as read_curve takes it: at least two points, sizes strictly increasing, efficiencies in (0, 1].
+void expect_curve(const json& cv, const char* name) {
+  ASSERT_GE(cv.size(), 2u) << name;
+  for (size_t i = 0; i < cv.size(); ++i) {
+    EXPECT_GT(cv[i][1].get<double>(), 0) << name;
+    EXPECT_LE(cv[i][1].get<double>(), 1) << name;
+    if (i) {
+      EXPECT_GT(cv[i][0].get<double>(), cv[i - 1][0].get<double>()) << name;
+    }
+  }
+}
+
 }  // namespace
 
 // The quick profile is shared with test_validate.cpp through this path (each test makes it if missing).
@@ -59,17 +71,7 @@ TEST(Calibrate, QuickProfileLoadsIntoAScenarioAndSimulates) {
   json prof = json::parse(in);
   EXPECT_GT(prof["gpu"]["matrix_flops_per_s"]["fp32"].get<double>(), 1e8);
   EXPECT_EQ(prof["gpu"]["matrix_flops_per_s"]["fp16"].get<double>(), 0.0);
-  for (const char* c : {"matrix_efficiency", "memory_efficiency"}) {
-    const json& cv = prof["gpu"][c];
-    ASSERT_GE(cv.size(), 2u) << c;
-    for (size_t i = 0; i < cv.size(); ++i) {
-      EXPECT_GT(cv[i][1].get<double>(), 0) << c;
-      EXPECT_LE(cv[i][1].get<double>(), 1) << c;
-      if (i) {
-        EXPECT_GT(cv[i][0].get<double>(), cv[i - 1][0].get<double>()) << c;
-      }
-    }
-  }
+  for (const char* c : {"matrix_efficiency", "memory_efficiency"}) expect_curve(prof["gpu"][c], c);
   std::ifstream sin(std::string(TP_SOURCE_DIR) + "/scenarios/exec/tiny-gpt.json");
   json sc = json::parse(sin);
   sc["cluster"] = prof;
@@ -122,17 +124,7 @@ TEST(Calibrate, DeviceProfileOnTheEmulatedDeviceLoadsAndSimulatesInBf16) {
   EXPECT_GT(g["hbm_bandwidth_bytes_per_s"].get<double>(), 1e6);
   EXPECT_GT(prof["host"]["pcie_bandwidth_bytes_per_s"].get<double>(), 1e6);
   EXPECT_GT(g["kernel_overhead_s"].get<double>(), 0);
-  for (const char* c : {"matrix_efficiency", "attention_efficiency", "memory_efficiency"}) {
-    const json& cv = g[c];
-    ASSERT_GE(cv.size(), 2u) << c;
-    for (size_t i = 0; i < cv.size(); ++i) {
-      EXPECT_GT(cv[i][1].get<double>(), 0) << c;
-      EXPECT_LE(cv[i][1].get<double>(), 1) << c;
-      if (i) {
-        EXPECT_GT(cv[i][0].get<double>(), cv[i - 1][0].get<double>()) << c;
-      }
-    }
-  }
+  for (const char* c : {"matrix_efficiency", "attention_efficiency", "memory_efficiency"}) expect_curve(g[c], c);
   EXPECT_NE(g["about"].get<std::string>().find("not measured"), std::string::npos);  // says what it did not measure
   std::ifstream sin(std::string(TP_SOURCE_DIR) + "/scenarios/exec/tiny-gpt.json");
   json sc = json::parse(sin);
