@@ -41,7 +41,8 @@ struct ValidateOptions {
   // the CPU emulator). On a device backend the plan runs and is simulated in its own precision (fp8 as bf16: the
   // executor's fp8 is an emulation of the casts), peak memory is the backend allocator's high-water mark against
   // the predicted tensors (the simulator's framework memory, CUDA context and fragmentation, is not the
-  // allocator's), and per-class times are not measured (host timers see launches, not kernels).
+  // allocator's); the step times come from an unprofiled run and the per-class times from a second, 2-step run with
+  // a device sync around every op (prof::set_sync: each op's device time, not its launch).
   std::string backend = "cpu";
   // plan.delink (Pseudo-to-Real): run's --delink-step (-1: from delink.tokens). The measured steps (all but the
   // first) must lie in one phase, compared with that phase's simulation: 1, the real model; >= steps, the pseudo one.

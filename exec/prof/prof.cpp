@@ -14,6 +14,7 @@ namespace tp::exec::prof {
 namespace detail {
 bool g_on = false;
 int g_depth = 0;
+void (*g_sync)() = nullptr;
 }  // namespace detail
 
 namespace {
@@ -67,6 +68,7 @@ const char* cls_name(Cls c) {
 }
 
 void set_enabled(bool on) { detail::g_on = on; }
+void set_sync(void (*sync)()) { detail::g_sync = sync; }
 bool enabled() { return detail::g_on; }
 
 void reset() {

@@ -14,6 +14,7 @@
 //   every block allocated while tracking is on; it is switched on once, early, by the program that wants it.
 #pragma once
 #include <chrono>
+#include <string_view>
 
 namespace tp::exec::prof {
 
@@ -46,8 +47,24 @@ void heap_window_reset();
 namespace detail {
 extern bool g_on;
 extern int g_depth;
+extern void (*g_sync)();
 void add(int c, double s);
 }  // namespace detail
+
+// A device's synchronisation (Backend::sync) run by every counted scope before it starts and before it stops its
+// clock, so a device op's class gets the op's device time (not its launch); null (the default): no sync. validate
+// sets it for a separate profiled run on a device backend (the syncs slow the step, whose time it takes elsewhere).
+void set_sync(void (*sync)());
+
+// The class of the op named `name` of exec/backends/ops.def, as the CPU backend's ops charge themselves: GEMMs
+// (matmul, matmul16, linear_fwd), attention (attention_*, flash_attention_*), the optimizer (adamw, sum_squares),
+// everything else element-wise. exec/backends/ops.cpp opens a scope of it around every op of a device backend.
+constexpr Cls op_class(std::string_view name) {
+  if (name == "matmul" || name == "matmul16" || name == "linear_fwd") return Cls::gemm;
+  if (name.substr(0, 9) == "attention" || name.substr(0, 15) == "flash_attention") return Cls::attention;
+  if (name == "adamw" || name == "sum_squares") return Cls::optimizer;
+  return Cls::elementwise;
+}
 
 // Times the enclosing op into class `c` (outermost scope only, when enabled).
 class Scope {
@@ -55,11 +72,13 @@ class Scope {
   explicit Scope(Cls c) noexcept : c_((int)c), on_(detail::g_on && detail::g_depth == 0) {
     if (on_) {
       detail::g_depth = 1;
+      if (detail::g_sync) detail::g_sync();
       t0_ = std::chrono::steady_clock::now();
     }
   }
   ~Scope() {
     if (on_) {
+      if (detail::g_sync) detail::g_sync();
       detail::add(c_, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count());
       detail::g_depth = 0;
     }

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -248,4 +249,29 @@ TEST(Calibrate, DeviceProfileOfACatalogGpuKeepsItsPeaksAndPredictsTheMeasuredGem
   const json unknown = tp::exec::device_profile(m, tp::exec::CalibrateOptions{});
   EXPECT_NEAR(unknown["gpu"]["matrix_flops_per_s"]["bf16"].get<double>(), 0.6 * peak, 1e6);
   EXPECT_EQ(unknown["gpu"]["matrix_efficiency"].back()[1].get<double>(), 1.0);
+}
+
+// prof::op_class (the class a device backend's op is timed in, at dispatch) is the class the CPU backend's ops charge
+// themselves: one classification for both, checked on one op of each kind.
+TEST(Prof, OpClassIsTheCpuBackendsOwn) {
+  namespace prof = tp::exec::prof;
+  std::vector<float> a(64, 0.5f), b(64, 0.25f), c(64), m(64, 0.f), v(64, 0.f), att(64), mean(4), rstd(4);
+  const std::vector<std::pair<const char*, std::function<void()>>> calls = {
+      {"matmul", [&] { tp::ops::matmul<float>(c.data(), a.data(), b.data(), 4, 4, 4, false, false, 1.f, 0.f); }},
+      {"add", [&] { tp::ops::add<float>(c.data(), a.data(), b.data(), 16); }},
+      {"gelu_fwd", [&] { tp::ops::gelu_fwd<float>(c.data(), a.data(), 16); }},
+      {"layernorm_fwd", [&] { tp::ops::layernorm_fwd<float>(c.data(), mean.data(), rstd.data(), a.data(), b.data(), b.data(), 4, 4, 1e-5f); }},
+      {"attention_fwd", [&] { tp::ops::attention_fwd<float>(c.data(), att.data(), a.data(), a.data(), b.data(), 1, 4, 1, 1, 4); }},
+      {"adamw", [&] { tp::ops::adamw<float>(c.data(), a.data(), m.data(), v.data(), 16, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.f, 1, 1.f); }},
+      {"sum_squares", [&] { (void)tp::ops::sum_squares<float>(a.data(), 16); }},
+  };
+  for (const auto& [name, call] : calls) {
+    prof::reset();
+    prof::set_enabled(true);
+    call();
+    prof::set_enabled(false);
+    const prof::Snapshot s = prof::snapshot();
+    EXPECT_EQ(s.calls[(int)prof::op_class(name)], 1) << name;
+  }
+  prof::reset();
 }
