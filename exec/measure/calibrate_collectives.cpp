@@ -24,17 +24,6 @@ namespace {
 
 using namespace calib;
 
-struct Dev {
-  const Backend& be;
-  void* p;
-  Dev(const Backend& b, size_t bytes) : be(b), p(b.alloc(std::max<size_t>(bytes, 64))) {
-    if (!p) throw std::runtime_error("calibrate: out of device memory for the collectives (" + fmt("%.3g", (double)bytes) + " bytes)");
-  }
-  ~Dev() { be.free(p); }
-  Dev(const Dev&) = delete;
-  Dev& operator=(const Dev&) = delete;
-};
-
 // Seconds per call of f on every rank, the slowest rank's (f is collective; `reps` calls, then a device sync).
 template <class F>
 double timed(const Backend& be, Comm& host, int reps, F&& f) {
@@ -65,11 +54,11 @@ CollectiveMeasurements measure_collectives(const Backend& be, Comm& c, Comm& hos
   const double budget = o.quick ? 4e6 : 2e9;  // bytes moved per point, about
   for (long S : sizes) {
     const long n = S / 4;
-    Dev a(be, (size_t)S), b(be, (size_t)S);
-    ops::fill<float>(static_cast<float*>(a.p), 1.f, n);
+    DevBuf a(be, (size_t)S, "the collectives"), b(be, (size_t)S, "the collectives");
+    ops::fill<float>(a.f(), 1.f, n);
     const int reps = (int)std::clamp(budget / (double)S, 3.0, 50.0);
-    float* in = static_cast<float*>(a.p);
-    float* out = static_cast<float*>(b.p);
+    float* in = a.f();
+    float* out = b.f();
     const double f1 = (double)(R - 1) / R;
     auto add = [&](const char* op, double t, double factor) {
       m.points.push_back({op, (double)S, t, (double)S / t, (double)S / t * factor});

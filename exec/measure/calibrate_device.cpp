@@ -41,20 +41,6 @@ namespace {
 
 using namespace calib;
 
-// Device memory of the backend, freed with the object; throws when the device is out of memory.
-struct DevBuf {
-  const Backend* be = nullptr;
-  void* p = nullptr;
-  DevBuf(const Backend& b, size_t bytes, const std::string& what) : be(&b), p(b.alloc(std::max<size_t>(bytes, 64))) {
-    if (!p) throw std::runtime_error("calibrate: out of device memory for " + what + " (" + fmt("%.3g", (double)bytes) + " bytes)");
-  }
-  ~DevBuf() { be->free(p); }
-  DevBuf(const DevBuf&) = delete;
-  DevBuf& operator=(const DevBuf&) = delete;
-  float* f() const { return static_cast<float*>(p); }
-  uint16_t* h() const { return static_cast<uint16_t*>(p); }
-};
-
 // n floats of uniform(-1, 1) noise written to device memory at p.
 void fill_random(const Backend& be, float* p, long n, uint32_t seed) {
   const long chunk = 1L << 20;

@@ -1,5 +1,5 @@
-// calibrate_util: what the CPU calibrate (calibrate.cpp) and the device calibrate (calibrate_device.cpp) share —
-// timing of op calls, curve assembly, labels, and THE element-wise mix of one GPT layer with the bytes the
+// calibrate_util: what the CPU calibrate (calibrate.cpp) and the device calibrate (calibrate_device.cpp,
+// calibrate_collectives.cpp) share — timing of op calls, curve assembly, labels, device buffers (DevBuf), and THE element-wise mix of one GPT layer with the bytes the
 // simulator's cost model charges for it (one definition, so both profiles hold the same quantity).
 // Invariants: per_call returns the median seconds per call of batches lasting >= ~50 us; `sync` is called before a
 // batch starts and after its last call (a device backend's ops are asynchronous: be.sync; on the CPU a no-op), so
@@ -16,6 +16,9 @@
 #include <utility>
 #include <vector>
 
+#include <stdexcept>
+
+#include "exec/backends/backend.hpp"
 #include "exec/backends/ops.hpp"
 #include "models/json_check.hpp"
 
@@ -92,6 +95,20 @@ inline std::string fmt(const char* f, double x) {
   std::snprintf(b, sizeof b, f, x);
   return b;
 }
+
+// Device memory of the backend, freed with the object; throws when the device is out of memory.
+struct DevBuf {
+  const Backend* be = nullptr;
+  void* p = nullptr;
+  DevBuf(const Backend& b, size_t bytes, const std::string& what) : be(&b), p(b.alloc(std::max<size_t>(bytes, 64))) {
+    if (!p) throw std::runtime_error("calibrate: out of device memory for " + what + " (" + fmt("%.3g", (double)bytes) + " bytes)");
+  }
+  ~DevBuf() { be->free(p); }
+  DevBuf(const DevBuf&) = delete;
+  DevBuf& operator=(const DevBuf&) = delete;
+  float* f() const { return static_cast<float*>(p); }
+  uint16_t* h() const { return static_cast<uint16_t*>(p); }
+};
 
 // The buffers of one GPT (GELU) layer's element-wise ops at n tokens, hidden h, ffn f (host or device memory).
 struct MixPtrs {
