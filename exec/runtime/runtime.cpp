@@ -66,6 +66,7 @@ void RankRun<T>::setup() {
   // Chunked offload on a backend that is not host-accessible: the store's host side (flat parameters and
   // gradients, the optimizer state) is pinned host memory, which the host Adam reads and the ops may also take.
   host_flat = p.offload.kind == OffloadKind::chunked && !current_backend().host_accessible;
+  adam_threads = host_adam_threads(current_backend(), world.size());
   {
     std::optional<BackendScope> pinned;
     if (host_flat) {  // (a Buf keeps the allocator of its construction: fresh ones take the pinned scope's)
@@ -220,7 +221,7 @@ void RankRun<T>::place_gradients_and_state(long long state) {
   zeros(m1, opt_off ? 0 : state);  // optimizer offload: the state is on the host (hopt)
   zeros(m2, opt_off ? 0 : state);
   if (opt_off) {
-    hopt.init(state, host_adam_threads(current_backend(), world.size()));
+    hopt.init(state, adam_threads);
     pull_master();
   }
   if (p.zero >= 2) zeros(gshard, state);

@@ -221,6 +221,7 @@ struct RankRun {
     return !(gl.views[v].layer < 0 && a < units[0].b && rc.stage != first_stage);
   }
   bool host_flat = false;  // chunked offload, backend not host-accessible: flat buffers in pinned host memory
+  int adam_threads = 1;    // the host Adam's threads (host_adam_threads of the run's backend): host-resident state
 
   RankRun(const Scenario& s, const RunOptions& opt, Comm& w) : sc(s), p(s.plan), o(opt), world(w) {}
 

@@ -275,7 +275,10 @@ double RankRun<T>::grad_norm() {
     // (2D: rows != 0 hold unused copies; the tied copy on the last stage.) One sum per run of adjacent views.
     gl.each_run(
         own[k].first, own[k].second, [&](size_t v, long long at) { return record_copy(v, own[k].first + at) ? 0L : -1L; },
-        [&](long long at, long long n, long) { sq += ops::sum_squares(own_grad(k, own[k].first + at), (long)n); });
+        [&](long long at, long long n, long) {
+          const T* gr = own_grad(k, own[k].first + at);
+          sq += own_on_host(k) || host_flat ? host_sum_squares(gr, (long)n, adam_threads) : ops::sum_squares(gr, (long)n);
+        });
   }
   world.all_reduce_sum(sq2, 2, Dtype::f64);  // over every rank: each parameter counted on exactly one
   if (p.zero == 0) {  // ...except that without ZeRO every rank of a segment's group holds it
@@ -291,7 +294,6 @@ template <class T>
 void RankRun<T>::adam_update(int step, int warmup, double norm) {
   T clip = norm > o.grad_clip && o.grad_clip > 0 ? T(o.grad_clip / norm) : T(1);
   double lr = learning_rate(o, step, warmup);
-  const int adam_threads = host_adam_threads(current_backend(), world.size());  // (the run's backend, not the host's)
   for (size_t k = 0; k < own.size(); ++k) {
     if (own_idle(k)) continue;
     BackendScope where(backend_for(own_on_host(k)));
@@ -311,7 +313,7 @@ void RankRun<T>::adam_update(int step, int warmup, double norm) {
       const T wd = T(decay ? o.weight_decay : 0);
       if (hopt.on()) {
         hopt.step(P(a), g, so, n, T(lr), T(o.beta1), T(o.beta2), T(o.eps), wd, (long)step + 1, clip);
-      } else if (own_on_host(k)) {  // granular offload's host-resident state: the host Adam's threads
+      } else if (own_on_host(k) || host_flat) {  // granular's host-resident state, the chunk store's host side
         host_adamw(P(a), g, M1 + so, M2 + so, (long)n, T(lr), T(o.beta1), T(o.beta2), T(o.eps), wd, (long)step + 1, clip,
                    adam_threads);
       } else {

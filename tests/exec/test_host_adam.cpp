@@ -6,6 +6,7 @@
 // bitwise the synchronous result: gradients down, one Adam, parameters up, every byte counted once.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <vector>
 
@@ -42,6 +43,20 @@ TEST(HostAdam, ThreadsGiveTheSingleThreadedResultBitwise) {
       EXPECT_EQ(m, m2) << n << " " << threads;
       EXPECT_EQ(v, v2) << n << " " << threads;
     }
+  }
+}
+
+// The sum of squares over blocks: the same double for every thread count; the CPU backend's own sum up to one block;
+// beyond, the blocks' own sums added in order.
+TEST(HostAdam, SumOfSquaresIsTheSameForEveryThreadCount) {
+  const auto ref = tp::exec::cpu_backend().ops<float>().sum_squares;
+  const long B = tp::exec::kHostSumBlock;
+  for (long n : {0L, 1L, 1000L, B, B + 1, 3 * B + 7}) {
+    const std::vector<float> x = noise(n, 5);
+    double want = 0;
+    for (long b = 0; b < n; b += B) want += ref(x.data() + b, std::min(B, n - b));
+    for (int threads : {1, 2, 3, 8}) EXPECT_EQ(tp::exec::host_sum_squares(x.data(), n, threads), want) << n << " " << threads;
+    if (n > 0 && n <= B) EXPECT_EQ(tp::exec::host_sum_squares(x.data(), n, 4), ref(x.data(), n)) << n;
   }
 }
 

@@ -129,8 +129,28 @@ void host_adamw(T* p, const T* g, T* m, T* v, long n, T lr, T b1, T b2, T eps, T
   });
 }
 
+template <class T>
+double host_sum_squares(const T* x, long n, int threads) {
+  if (n <= 0) return 0;
+  prof::Scope scope(prof::Cls::optimizer);  // (as host_adamw: once, on the calling thread)
+  const auto sum_squares = cpu_backend().ops<T>().sum_squares;
+  const long nb = (n + kHostSumBlock - 1) / kHostSumBlock;
+  if (nb == 1) return sum_squares(x, n);
+  std::vector<double> part((size_t)nb, 0.0);
+  const int workers = (int)std::clamp<long>(threads, 1, nb);
+  pool().run(workers, [&](int w) {  // worker w: blocks w, w + workers, ...
+    for (long b = w; b < nb; b += workers) part[(size_t)b] = sum_squares(x + b * kHostSumBlock, std::min(kHostSumBlock, n - b * kHostSumBlock));
+  });
+  double s = 0;
+  for (double v : part) s += v;
+  return s;
+}
+
 template void host_adamw<float>(float*, const float*, float*, float*, long, float, float, float, float, float, long, float, int);
 template void host_adamw<double>(double*, const double*, double*, double*, long, double, double, double, double, double, long,
                                  double, int);
+
+template double host_sum_squares<float>(const float*, long, int);
+template double host_sum_squares<double>(const double*, long, int);
 
 }  // namespace tp::exec

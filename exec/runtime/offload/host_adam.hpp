@@ -8,6 +8,9 @@
 //    first block and returns when every block is done.
 //  - The pool is one per process, started on first use with the workers it needs, and joined at exit. Callers on
 //    several threads (ranks as threads of one process, in tests) take turns; a block never calls the pool.
+//  - host_sum_squares(x, n, threads): ops::sum_squares over blocks of kHostSumBlock elements (the last shorter), the
+//    blocks' sums added in block order: the same double for any thread count, and the CPU backend's own sum when
+//    n <= kHostSumBlock.
 //  - The time is charged once, to the optimizer class, by a prof::Scope on the calling thread; the workers' own op
 //    scopes are inner (not counted), so they write nothing of prof's (exec/prof/prof.hpp).
 #pragma once
@@ -17,6 +20,7 @@ namespace tp::exec {
 struct Backend;
 
 inline constexpr long kHostAdamMinPerThread = 1L << 15;
+inline constexpr long kHostSumBlock = 1L << 20;
 
 // The threads of the host Adam for a rank on backend `be` of a job of `world_size` ranks: TRAINPLAN_HOST_ADAM_THREADS
 // when set (>= 1); else 1 on a host-accessible backend (cpu, emu: every rank is a core already busy computing), and
@@ -31,5 +35,9 @@ int local_ranks(int world_size);
 // ops::adamw's contract (exec/backends/ops.def) on host memory, over `threads` threads of the pool.
 template <class T>
 void host_adamw(T* p, const T* g, T* m, T* v, long n, T lr, T b1, T b2, T eps, T wd, long t, T gscale, int threads);
+
+// ops::sum_squares's contract (the sum of x^2 in double) on host memory, over `threads` threads of the pool.
+template <class T>
+double host_sum_squares(const T* x, long n, int threads);
 
 }  // namespace tp::exec
