@@ -304,6 +304,16 @@ json device_profile(const DeviceMeasurements& m, const CalibrateOptions& o, cons
   const double fp32_peak = m.fp32_rate / std::max(1e-4, eff_top);
   std::vector<DevicePoint> attn = m.attention;  // at the kernel's head dim, as sim/op_cost_internal.hpp attn_s
   for (DevicePoint& p : attn) p.x *= kernel_dim / (double)m.attention_head_dim, p.flops_or_bytes = p.x;
+  // The simulator has one attention curve for the forward (F) and the backward (2.5 F) of a length: each pair's
+  // points carry the pair's rate, (F + 2.5 F) / (t_fwd + t_bwd), so the two predicted kernels take the measured
+  // time together (a backward slower than its forward would otherwise put a zigzag into the curve: on an H200,
+  // cuDNN's backward ran at about half the forward's rate).
+  const std::vector<DevicePoint> attn_measured = attn;
+  for (size_t i = 0; i + 1 < attn.size(); i += 2) {
+    const double rate = (attn[i].flops_or_bytes + attn[i + 1].flops_or_bytes) / (attn[i].sec + attn[i + 1].sec);
+    attn[i].sec = attn[i].flops_or_bytes / rate;
+    attn[i + 1].sec = attn[i + 1].flops_or_bytes / rate;
+  }
   double hbm = 0;
   for (const auto* v : {&m.triad, &m.mix, &m.opt})
     for (const DevicePoint& p : *v) hbm = std::max(hbm, p.flops_or_bytes / p.sec);
@@ -325,7 +335,8 @@ json device_profile(const DeviceMeasurements& m, const CalibrateOptions& o, cons
                  points_text(m.gemm, "") + ". fp32 = ops::matmul at s = " + std::to_string(m.fp32_size) + fmt(": %.3g FLOP/s", m.fp32_rate) +
                  " (the peak is set so that the curve predicts it). Attention (flash_attention_fwd16 / bwd16, causal, head dim " +
                  std::to_string(m.attention_head_dim) + ", the simulator's FLOPs at kernel head dim " + fmt("%.0f", kernel_dim) +
-                 "; forward then backward per length): " + points_text(attn, "") + ". HBM = best of ops::add (12 B per element: " +
+                 "; forward then backward per length): " + points_text(attn_measured, "") +
+                 "; the curve holds each pair's rate at both its points. HBM = best of ops::add (12 B per element: " +
                  points_text(m.triad, " B/s") + "), the layer's element-wise mix (bytes per op: " + points_text(m.mix, " B/s") +
                  ") and the optimizer step (" + points_text(m.opt, " B/s") +
                  "). kernel_overhead = ops::add of one element per call, batches ended by one sync." +
