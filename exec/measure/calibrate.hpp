@@ -56,6 +56,11 @@ struct DeviceMeasurements {
   long fp32_size = 0, attention_head_dim = 0;
   double fp32_rate = 0, pcie_h2d = 0, pcie_d2h = 0, overhead_s = 0;  // FLOP/s, B/s, s
   std::string pcie_about;
+  // The host Adam (exec/runtime/offload/host_adam.hpp) of one rank, as offloaded runs use it: parameters per call,
+  // seconds per call, its threads, and the job's ranks on this node; cores this process may use.
+  long host_adam_n = 0;
+  double host_adam_s = 0;
+  int host_adam_threads = 0, local_ranks = 1, cores = 0;
 };
 // The device calibrate's collectives between the job's ranks (calibrate_collectives.cpp), as nccl-tests reports them.
 struct CollectivePoint { std::string op; double bytes = 0, sec = 0, algbw = 0, busbw = 0; };

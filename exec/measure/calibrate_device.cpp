@@ -13,6 +13,10 @@
 //   optimizer step (calibrate_util.hpp: the simulator's bytes); memory_efficiency from the mix and the optimizer.
 // - host: pinned PCIe bandwidth each way (Backend::copy between alloc_pinned and device memory); the profile's
 //   host.pcie_bandwidth is their mean (the simulator has one figure), both are in "about".
+// - host Adam: host_adamw (the offloaded optimizer's CPU Adam, with the threads a rank of this job uses) on fp32
+//   host arrays: host.memory_bandwidth_bytes_per_s = its 28 bytes per parameter / time x the job's ranks on this
+//   node (the simulator's host Adam divides the node's bandwidth among the GPUs sharing it), host.cpu_cores the
+//   cores this process may use. (The catalog's host is a whole DGX; a lent or shared machine's is not.)
 // - kernel_overhead_s: the time per call of ops::add on one element, in batches ended by one device sync.
 // Peaks: when the device's name matches a catalog GPU (H200, H100, A100 by memory size, V100), its datasheet peaks,
 // head dims, fp8 curve, framework memory and interference term are kept and the efficiencies are against its
@@ -33,6 +37,7 @@
 #include "exec/backends/backend.hpp"
 #include "exec/measure/calibrate.hpp"
 #include "exec/measure/calibrate_util.hpp"
+#include "exec/runtime/offload/host_adam.hpp"
 #include "models/catalog.hpp"
 #include "models/hardware.hpp"
 
@@ -51,6 +56,7 @@ void fill_random(const Backend& be, float* p, long n, uint32_t seed) {
 
 struct Sizes {
   std::vector<long> gemm, attn_t, mix_rows, opt_n, triad_n, pcie_bytes;
+  long host_adam_n = 0;
   long attn_tokens = 0, attn_heads = 0, attn_dim = 0, mix_h = 0;
   double min_s = 0;
 };
@@ -66,6 +72,7 @@ Sizes sizes_for(const CalibrateOptions& o) {
     z.opt_n = {1L << 14};
     z.triad_n = {1L << 10, 1L << 14};
     z.pcie_bytes = {1L << 16, 1L << 20};
+    z.host_adam_n = 1L << 16;
     z.min_s = 0.002;
     return z;
   }
@@ -76,6 +83,7 @@ Sizes sizes_for(const CalibrateOptions& o) {
   z.opt_n = {1L << 20, 1L << 22, 1L << 24, 1L << 26};
   for (long n = 1L << 12; n <= (1L << 28); n *= 4) z.triad_n.push_back(n);
   for (long b = 1L << 20; b <= (1L << 28); b *= 4) z.pcie_bytes.push_back(b);
+  z.host_adam_n = 1L << 24;  // 448 MB of state and gradients per call: well beyond a host's caches
   z.min_s = 0.1;
   return z;
 }
@@ -210,6 +218,22 @@ void pcie_sweep(DeviceMeasurements& r, const Backend& be, const Sizes& z) {
     throw;
   }
   be.free_pinned(host);
+}
+
+// The host Adam of one rank of a `world`-rank job: host_adamw over fp32 host arrays with that rank's threads.
+void host_adam_measure(DeviceMeasurements& r, const Backend& be, const Sizes& z, int world) {
+  const long n = z.host_adam_n;
+  std::vector<float> p = random_floats((size_t)n, 11), g = random_floats((size_t)n, 12), m1 = random_floats((size_t)n, 13),
+                     m2 = random_floats((size_t)n, 14);
+  for (float& x : m2) x *= x;  // second moments are >= 0
+  r.host_adam_threads = host_adam_threads(be, world);
+  r.local_ranks = local_ranks(world);
+  r.cores = usable_cores();
+  r.host_adam_n = n;
+  long t = 0;
+  r.host_adam_s = per_call([&] {
+    host_adamw(p.data(), g.data(), m1.data(), m2.data(), n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, ++t, 1.f, r.host_adam_threads);
+  }, z.min_s, [] {});
 }
 
 // The catalog cluster built of GPU `gpu` (the first one listed), or "" when none.
@@ -360,7 +384,7 @@ json device_profile(const DeviceMeasurements& m, const CalibrateOptions& o, cons
   if (!base.empty()) {
     cl = *catalog_find("clusters", base);
     cl["about"] = "The catalog cluster " + base + " with this device's measured GPU (`trainplan calibrate --backend " + m.backend +
-                  "`); its links, NCCL model and host are the catalog's, except host.pcie_bandwidth (measured, pinned, mean of " +
+                  "`); its links, NCCL model and host memory are the catalog's; host.pcie_bandwidth measured (pinned, mean of " +
                   "host-to-device / device-to-host: " + m.pcie_about + ")." +
                   (coll.ranks < 2 ? " Collectives were not measured (one rank)." : "");
   } else {
@@ -384,6 +408,15 @@ json device_profile(const DeviceMeasurements& m, const CalibrateOptions& o, cons
   if (coll.one_node && coll.ranks > cl.value("gpus_per_node", 1)) cl["gpus_per_node"] = coll.ranks;  // (the job's GPUs)
   if (o.gpus_per_node > 0) cl["gpus_per_node"] = o.gpus_per_node;
   cl["host"]["pcie_bandwidth_bytes_per_s"] = pcie_bw;
+  if (m.host_adam_s > 0) {
+    cl["host"]["memory_bandwidth_bytes_per_s"] = 28.0 * (double)m.host_adam_n / m.host_adam_s * m.local_ranks;
+    cl["host"]["cpu_cores"] = m.cores;
+    cl["about"] = cl["about"].get<std::string>() + " host.memory_bandwidth and host.cpu_cores measured: the host Adam (host_adamw, " +
+                  std::to_string(m.host_adam_threads) + " thread(s) of " + std::to_string(m.cores) + " usable cores) took " +
+                  fmt("%.3g s", m.host_adam_s) + " per " + fmt("%.3g", (double)m.host_adam_n) +
+                  " fp32 parameters: 28 B per parameter at " + fmt("%.3g B/s", 28.0 * (double)m.host_adam_n / m.host_adam_s) +
+                  " per rank, x " + std::to_string(m.local_ranks) + " rank(s) on this node.";
+  }
   return cl;
 }
 
@@ -412,6 +445,8 @@ json calibrate_device(const Backend& be, const CalibrateOptions& o, Comm& w, Com
     memory_sweeps(m, be, z);
     say("PCIe sweep");
     pcie_sweep(m, be, z);
+    say("host Adam");
+    host_adam_measure(m, be, z, w.size());
     say("kernel overhead");
     DevBuf one(be, 16, "overhead probe");
     ops::fill<float>(one.f(), 1.f, 4);
