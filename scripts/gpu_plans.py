@@ -131,8 +131,10 @@ def run(binary, mpirun, scenario, backend, extra, out, env_add=None):
     with open(out[:-5] + ".txt", "w") as lg:
         lg.write(p.stdout + p.stderr)
     if p.returncode != 0:
-        tail = (p.stdout + p.stderr).strip().splitlines()
-        return None, "exit %d: %s" % (p.returncode, tail[-1] if tail else "")
+        lines = (p.stdout + p.stderr).strip().splitlines()
+        # trainplan's own "error:" line, not the launcher's notes after it (mpirun's help aggregation)
+        errs = [l for l in lines if l.startswith("error:")]
+        return None, "exit %d: %s" % (p.returncode, errs[0] if errs else lines[-1] if lines else "")
     with open(out) as f:
         return json.load(f), ""
 
