@@ -195,27 +195,128 @@ struct EmbeddingFwd {
   }
 };
 
-// dwte[tokens[i] - v0, :] += dout[i, :] over rows in order (for tokens in the shard). Work units are (column,
-// token bucket) pairs: the unit of bucket b walks all rows and adds those whose shard row t has t % buckets == b
-// (buckets a power of two),
-// so every element of dwte has one owner that adds its rows in order — repeated tokens add up without atomics,
-// in the CPU backend's order — and buckets × C threads share the work.
-inline constexpr long kEmbeddingBuckets = 64;
+// dwte[tokens[i] - v0, :] += dout[i, :] over rows in order (for tokens in the shard [v0, v0 + Vl)), every element of
+// dwte owned by one thread that adds its rows in row order (the CPU backend's order: repeated tokens add up without
+// atomics). The rows are first grouped by token, stably, in int32 scratch of 5 N (embedding_bwd_scratch):
+//  1. EmbeddingRank, one thread per row: its rank among the earlier rows of its token, its token's row count and
+//     first row (the head); the block's threads compare their tokens with the whole sequence in shared tiles;
+//  2. EmbeddingStarts, one block: each head's segment start, an exclusive scan of the heads' counts in row order;
+//  3. EmbeddingPlace, one thread per row: sorted[start of its head + rank] = row;
+//  4. EmbeddingBwdWte, one thread per (head, column): its segment's rows in order.
+// Work: N^2 token compares (shared memory) plus N C gradient reads, against N C buckets-walks before (2026-11-30:
+// 1.35 ms per call for GPT-2 124M's 8,192 tokens on an H200).
+inline constexpr long kEmbeddingSlots = 5;  // scratch int32 per row: rank, count, head, start, sorted
+inline long embedding_bwd_scratch(long N) { return kEmbeddingSlots * N; }
+struct EmbeddingRank {
+  static constexpr const char* kName = "embedding_rank";
+  int32_t* rank;   // [N] rank among the earlier rows of the same token; -1 outside the shard
+  int32_t* count;  // [N] rows of the same token
+  int32_t* head;   // [N] first row of the same token; -1 outside the shard
+  const int32_t* tokens;
+  long N, v0, Vl;
+  template <class Ctx>
+  TP_HD void operator()(Ctx& c) const {
+    int32_t* tile = c.template shared<int32_t>();
+    const long bd = long(c.bdim());
+    for (long r0 = long(c.bid()) * bd; r0 < N; r0 += long(c.gdim()) * bd) {  // block-uniform
+      const long r = r0 + long(c.tid());
+      const int32_t tok = r < N ? tokens[r] : 0;
+      const bool in = r < N && long(tok) - v0 >= 0 && long(tok) - v0 < Vl;
+      long rk = 0, n = 0, first = -1;
+      for (long k0 = 0; k0 < N; k0 += bd) {  // block-uniform
+        c.sync();  // the previous tile is read
+        if (k0 + long(c.tid()) < N) tile[c.tid()] = tokens[k0 + long(c.tid())];
+        c.sync();
+        const long kn = N - k0 < bd ? N - k0 : bd;
+        if (in)
+          for (long k = 0; k < kn; ++k)
+            if (tile[k] == tok) {
+              if (first < 0) first = k0 + k;
+              rk += k0 + k < r;
+              ++n;
+            }
+      }
+      if (r < N) {
+        rank[r] = in ? int32_t(rk) : -1;
+        count[r] = int32_t(n);
+        head[r] = in ? int32_t(first) : -1;
+      }
+    }
+  }
+};
+struct EmbeddingStarts {
+  static constexpr const char* kName = "embedding_starts";
+  int32_t* start;  // [N] at each head: the rows of the heads before it
+  const int32_t* count;
+  const int32_t* head;
+  long N;
+  template <class Ctx>
+  TP_HD void operator()(Ctx& c) const {  // one block: each thread a contiguous range, then a serial scan of ranges
+    long* part = c.template shared<long>();
+    const long bd = long(c.bdim()), per = (N + bd - 1) / bd, lo = long(c.tid()) * per;
+    const long hi = lo + per < N ? lo + per : N;
+    long sum = 0;
+    for (long r = lo; r < hi; ++r) sum += head[r] == r ? count[r] : 0;
+    part[c.tid()] = sum;
+    c.sync();
+    if (c.tid() == 0) {
+      long run = 0;
+      for (long t = 0; t < bd; ++t) {
+        const long v = part[t];
+        part[t] = run;
+        run += v;
+      }
+    }
+    c.sync();
+    long run = part[c.tid()];
+    for (long r = lo; r < hi; ++r)
+      if (head[r] == r) start[r] = int32_t(run), run += count[r];
+  }
+};
+struct EmbeddingPlace {
+  static constexpr const char* kName = "embedding_place";
+  int32_t* sorted;  // [rows in the shard] rows grouped by token (heads in row order), each group in row order
+  const int32_t* rank;
+  const int32_t* head;
+  const int32_t* start;
+  long N;
+  template <class Ctx>
+  TP_HD void operator()(Ctx& c) const {
+    for (long r = long(c.bid()) * c.bdim() + c.tid(); r < N; r += long(c.gdim()) * c.bdim())
+      if (head[r] >= 0) sorted[start[head[r]] + rank[r]] = int32_t(r);
+  }
+};
 template <class T>
 struct EmbeddingBwdWte {
   static constexpr const char* kName = "embedding_bwd_wte";
   T* dwte;
   const int32_t* tokens;
   const T* dout;
-  long N, C, v0, Vl, buckets;  // buckets: a power of two
+  const int32_t* sorted;
+  const int32_t* head;
+  const int32_t* start;
+  const int32_t* count;
+  long N, C, v0;
   template <class Ctx>
-  TP_HD void operator()(Ctx& c) const {
-    for (long u = long(c.bid()) * c.bdim() + c.tid(); u < C * buckets; u += long(c.gdim()) * c.bdim()) {
-      const long col = u % C, b = u / C;
-      for (long r = 0; r < N; ++r) {
-        const long t = long(tokens[r]) - v0;
-        if (t >= 0 && t < Vl && (t & (buckets - 1)) == b) dwte[t * C + col] = st<T>(ld(dwte[t * C + col]) + ld(dout[r * C + col]));
+  TP_HD void operator()(Ctx& c) const {  // u = row * C + column: a warp reads one row's adjacent columns
+    for (long u = long(c.bid()) * c.bdim() + c.tid(); u < N * C; u += long(c.gdim()) * c.bdim()) {
+      const long r = u / C, col = u % C;
+      if (head[r] != r) continue;
+      T* w = dwte + (long(tokens[r]) - v0) * C + col;
+      T acc = *w;
+      const int32_t* rows = sorted + start[r];
+      const long n = count[r];
+      long i = 0;
+      for (; i + 4 <= n; i += 4) {  // four loads in flight, added in order
+        const T a = dout[long(rows[i]) * C + col], b = dout[long(rows[i + 1]) * C + col];
+        const T d = dout[long(rows[i + 2]) * C + col], e = dout[long(rows[i + 3]) * C + col];
+        acc = st<T>(ld(acc) + ld(a));
+        acc = st<T>(ld(acc) + ld(b));
+        acc = st<T>(ld(acc) + ld(d));
+        acc = st<T>(ld(acc) + ld(e));
       }
+      for (; i < n; ++i) acc = st<T>(ld(acc) + ld(dout[long(rows[i]) * C + col]));
+      *w = acc;
     }
   }
 };
@@ -282,12 +383,16 @@ void embedding_fwd(const L& launch, T* out, const int32_t* tokens, const T* wte,
 }
 template <class L, class T>
 void embedding_bwd(const L& launch, T* dwte, T* dwpe, const T* dout, const int32_t* tokens, long B, long Tn, long C,
-                   long v0, long Vl) {
+                   long v0, long Vl, int32_t* scratch) {  // scratch: embedding_bwd_scratch(B * Tn) int32 (dwte only)
+  const long N = B * Tn;
   if (dwte) {
-    long buckets = 1;
-    while (buckets * 2 <= kEmbeddingBuckets && buckets * 2 <= Vl) buckets *= 2;
-    launch(EmbeddingBwdWte<T>{dwte, tokens, dout, B * Tn, C, v0, Vl, buckets},
-           Dim{blocks_for(C * buckets, launch.block, launch.max_grid), launch.block, 0});
+    int32_t *rank = scratch, *count = scratch + N, *head = scratch + 2 * N, *start = scratch + 3 * N, *sorted = scratch + 4 * N;
+    launch(EmbeddingRank{rank, count, head, tokens, N, v0, Vl},
+           Dim{blocks_for(N, launch.block, launch.max_grid), launch.block, unsigned(launch.block * sizeof(int32_t))});
+    launch(EmbeddingStarts{start, count, head, N}, Dim{1, launch.block, unsigned(launch.block * sizeof(long))});
+    launch(EmbeddingPlace{sorted, rank, head, start, N}, Dim{blocks_for(N, launch.block, launch.max_grid), launch.block, 0});
+    launch(EmbeddingBwdWte<T>{dwte, tokens, dout, sorted, head, start, count, N, C, v0},
+           Dim{blocks_for(N * C, launch.block, launch.max_grid), launch.block, 0});
   }
   if (dwpe)
     launch(EmbeddingBwdWpe<T>{dwpe, dout, B, Tn, C},

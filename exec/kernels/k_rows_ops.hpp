@@ -160,7 +160,8 @@ void embedding_bwd_op(const R& r, T* dwte, T* dwpe, const T* dout, const int32_t
     check_opt(r, op, "dwpe", dwpe, bytes_of<T>(Tn * C));
     r.check(op, "dout", dout, bytes_of<T>(B * Tn * C));
     r.check(op, "tokens", tokens, bytes_of<int32_t>(B * Tn));
-    if (B * Tn * C > 0) embedding_bwd(r.launch(), dwte, dwpe, dout, tokens, B, Tn, C, 0, kAllVocab);
+    if (B * Tn * C > 0)
+      embedding_bwd(r.launch(), dwte, dwpe, dout, tokens, B, Tn, C, 0, kAllVocab, embedding_scratch_of(r, dwte ? B * Tn : 0));
   });
 }
 // The shard's rows: dwte_shard[tokens[n] - v0] += dout[n] for tokens in [v0, v0 + Vl) (the kernel's own contract).
@@ -172,7 +173,8 @@ void embedding_shard_bwd_op(const R& r, T* dwte_shard, const T* dout, const int3
     r.check(op, "dwte_shard", dwte_shard, bytes_of<T>(Vl * C));
     r.check(op, "dout", dout, bytes_of<T>(N * C));
     r.check(op, "tokens", tokens, bytes_of<int32_t>(N));
-    if (N * C > 0) embedding_bwd(r.launch(), dwte_shard, static_cast<T*>(nullptr), dout, tokens, 1, N, C, v0, Vl);
+    if (N * C > 0)
+      embedding_bwd(r.launch(), dwte_shard, static_cast<T*>(nullptr), dout, tokens, 1, N, C, v0, Vl, embedding_scratch_of(r, N));
   });
 }
 

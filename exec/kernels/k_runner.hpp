@@ -35,4 +35,10 @@ acc_t<T>* column_scratch_of(const R& r, long N, long C) {
   return static_cast<acc_t<T>*>(r.scratch(sizeof(acc_t<T>) * size_t(column_sums_scratch(N, C))));
 }
 
+// The embedding backward's row grouping over N rows (k_reduce.hpp embedding_bwd_scratch int32; null when N is 0).
+template <class R>
+int32_t* embedding_scratch_of(const R& r, long N) {
+  return static_cast<int32_t*>(r.scratch(sizeof(int32_t) * size_t(embedding_bwd_scratch(N))));
+}
+
 }  // namespace tp::kernels
