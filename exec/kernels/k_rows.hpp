@@ -227,7 +227,10 @@ struct SoftmaxBwd {
 };
 
 // Softmax cross-entropy over one whole vocabulary [N, V]: probs = softmax(logits) (probs may be logits),
-// loss[r] = log(sum exp(l - max)) - (l[target] - max).
+// loss[r] = log(sum exp(l - max)) - (l[target] - max). The row is read twice: once for its maximum and sum
+// together (each thread's running maximum, its sum rescaled when the maximum grows: the online softmax), once to
+// write the probabilities; wide rows take whole 1,024-thread blocks (cross_entropy_fwd), so fewer rows are in
+// flight and the second read finds more of its row in L2.
 template <class T>
 struct CrossEntropyFwd {
   static constexpr const char* kName = "cross_entropy_fwd";
@@ -243,12 +246,14 @@ struct CrossEntropyFwd {
     TP_ROW_LOOP(c, r, N) {
       const T* lr = logits + r * V;
       const A tl = ld(lr[targets[r]]);  // every thread reads it before the syncs below (probs may be logits)
-      A mx = k_neg_inf<A>();
-      TP_COL_LOOP(c, j, V) mx = k_max(mx, A(ld(lr[j])));
-      mx = block_max(c, mx, slots);
-      A s = 0;
-      TP_COL_LOOP(c, j, V) s += k_exp(ld(lr[j]) - mx);
-      s = block_sum(c, s, slots);
+      A m = k_neg_inf<A>(), s = 0;
+      TP_COL_LOOP(c, j, V) {
+        const A x = ld(lr[j]);
+        if (x > m) s = s * k_exp(m - x) + A(1), m = x;  // (first column: 0 * 0 + 1)
+        else if (m > k_neg_inf<A>()) s += k_exp(x - m);
+      }
+      const A mx = block_max(c, m, slots);
+      s = block_sum(c, m > k_neg_inf<A>() ? s * k_exp(m - mx) : A(0), slots);
       const A inv = A(1) / s;
       T* pr = probs + r * V;
       TP_COL_LOOP(c, j, V) pr[j] = st<T>(k_exp(ld(lr[j]) - mx) * inv);
@@ -392,7 +397,9 @@ void softmax_bwd(const L& launch, T* dx, const T* y, const T* dy, long R, long L
 template <class L, class T>
 void cross_entropy_fwd(const L& launch, T* probs, acc_t<T>* loss, const T* logits, const int32_t* targets, long N,
                        long V) {
-  launch(CrossEntropyFwd<T>{probs, loss, logits, targets, N, V}, row_dim(launch, N, sizeof(acc_t<T>)));
+  Dim d = row_dim(launch, N, sizeof(acc_t<T>));
+  if (V >= 64L * d.block) d.block = 1024;  // (a wide row: a vocabulary of tens of thousands)
+  launch(CrossEntropyFwd<T>{probs, loss, logits, targets, N, V}, d);
 }
 template <class L, class T>
 void ce_shard_max(const L& launch, acc_t<T>* mx, const T* logits, long N, long Vl) {

@@ -3,6 +3,7 @@
 // a misreading of ops.hpp (accumulate vs overwrite, eps, the loss sum, null bias / wpe). Whole project only
 // (links tp_exec).
 #include <algorithm>
+#include <limits>
 #include <numeric>
 
 #include "exec/backends/ops.hpp"
@@ -113,6 +114,22 @@ TEST(KernelsVsCpu, CrossEntropyAndEmbedding) {
     EXPECT_TRUE(same(kwte, cwte));
     EXPECT_TRUE(same(kwpe, cwpe));
   }
+}
+
+// A wide row (V >= 64 x the launcher's block: one 1,024-thread block per row) through the online maximum and sum,
+// with the maximum late in some rows and one logit -inf: the CPU's probabilities and loss.
+TEST(KernelsVsCpu, CrossEntropyOverWideRows) {
+  std::mt19937_64 rng(37);
+  const long V = 5000, Nr = 3;
+  Vec lg = kt::randv(Nr * V, rng, -4, 4);
+  lg[1 * V + V - 1] = 9;  // the maximum in the last column
+  lg[2 * V + 17] = -std::numeric_limits<double>::infinity();
+  const std::vector<int32_t> tg = {0, int32_t(V - 1), 4321};
+  Vec kp(Nr * V), cp(Nr * V), kloss(Nr);
+  K::cross_entropy_fwd(kL, kp.data(), kloss.data(), lg.data(), tg.data(), Nr, V);
+  const double closs = ops::cross_entropy_fwd(cp.data(), lg.data(), tg.data(), Nr, V);
+  EXPECT_TRUE(same(kp, cp));
+  EXPECT_NEAR(std::accumulate(kloss.begin(), kloss.end(), 0.0), closs, 1e-10);
 }
 
 // The embedding backward's row grouping over several blocks and shared tiles (1,400 rows, 9 token ids: chains of
