@@ -255,6 +255,29 @@ struct CeShardTargetGrad {
   }
 };
 
+// ops::ce_grad16: scale x probs, minus scale at the target, packed (CeShardTargetGrad's and Scale's arithmetic,
+// then PackBf16's rounding). One block per row.
+template <class T>
+struct CeGrad16 {
+  static constexpr const char* kName = "ce_grad16";
+  bf16* dl16;
+  const T* probs;
+  const int32_t* targets;
+  long N, V, v0;
+  acc_t<T> scale;
+  template <class Ctx>
+  TP_HD void operator()(Ctx& c) const {
+    TP_ROW_LOOP(c, r, N) {
+      const long t = long(targets[r]) - v0;
+      TP_COL_LOOP(c, j, V) {
+        T v = st<T>(scale * ld(probs[r * V + j]));
+        if (j == t) v = st<T>(ld(v) - scale);
+        dl16[r * V + j] = bf16_of(ld(v));
+      }
+    }
+  }
+};
+
 // out[n, :] = wte_shard[tokens[n] - v0, :] for tokens in the shard; other rows untouched.
 template <class T>
 struct EmbeddingShardFwd {

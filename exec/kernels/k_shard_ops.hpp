@@ -157,6 +157,19 @@ void ce_shard_target_grad_op(const R& r, T* dlogits, const int32_t* targets, lon
 }
 
 template <class R, class T>
+void ce_grad16_op(const R& r, uint16_t* dl16, const T* probs, const int32_t* targets, long N, long V, long v0, T scale) {
+  const char* op = "ce_grad16";
+  r.run(op, {{"rows", N}, {"cols", V}}, [&] {
+    r.check(op, "dl16", dl16, bytes_of<uint16_t>(N * V));
+    r.check(op, "probs", probs, bytes_of<T>(N * V));
+    r.check(op, "targets", targets, bytes_of<int32_t>(N));
+    if (N * V > 0)
+      r.launch()(CeGrad16<T>{reinterpret_cast<bf16*>(dl16), probs, targets, N, V, v0, scale},
+                 Dim{blocks_for(N, 1, r.launch().max_grid), r.launch().block, 0});
+  });
+}
+
+template <class R, class T>
 void embedding_shard_fwd_op(const R& r, T* out, const int32_t* tokens, const T* wte, long N, long C, long v0, long Vl) {
   const char* op = "embedding_shard_fwd";
   r.run(op, {{"rows", N}, {"cols", C}}, [&] {

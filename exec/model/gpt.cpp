@@ -122,10 +122,16 @@ void Gpt<T>::head_bwd(T* dx, const int32_t* targets, HeadActs<T>& a, long B, lon
   // Megatron's vocab-parallel cross-entropy does); each saved tensor is released after its last reader.
   auto release = [](Buf<T>& v) { Buf<T>().swap(v); };
   T* dlogits = a.probs.data();                                                   // [N, V/t]
-  ops::scale(dlogits, dlogits, scale, N * Vl);
-  ops::ce_shard_target_grad(dlogits, targets, N, Vl, tp ? (long)s.v_begin() : 0L, scale);
-  const Buf<uint16_t> dl16 = grad16(dlogits, N * Vl);
-  if (!dl16.empty()) release(a.probs), dlogits = nullptr;  // (bf16: the GEMMs read the copy, half the bytes)
+  const long v0 = tp ? (long)s.v_begin() : 0L;
+  Buf<uint16_t> dl16;  // bf16 storage: the GEMMs read only the packed gradient (half the bytes), made in one pass
+  if (pack_operands16 && N * Vl > 0) {
+    dl16.resize((size_t)(N * Vl));
+    ops::ce_grad16(dl16.data(), dlogits, targets, N, Vl, v0, scale);
+    release(a.probs), dlogits = nullptr;
+  } else {
+    ops::scale(dlogits, dlogits, scale, N * Vl);
+    ops::ce_shard_target_grad(dlogits, targets, N, Vl, v0, scale);
+  }
   gemm16(g(lay.params.wte), dlogits, data16(dl16), a.lnf.data(), nullptr, Vl, C, N, true, false, T(1));
   release(a.lnf);
   Buf<T> dlnf(N * C), dfull(sp ? N * C : 0);

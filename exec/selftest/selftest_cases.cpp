@@ -523,6 +523,16 @@ void shard_cases(std::vector<Spec>& cs, bool quick) {
     }
     add(cs, {"ce_shard_target_grad", sh({{"N", N}, {"V", V}, {"v0", v0}}), "accumulate", {rnd(n, s++)}, {tg}, {0}},
         TP_SELFTEST_BODY { return t.ce_shard_target_grad(p[0], ip[0], N, V, v0, TT(0.5)), 0.0; });
+    {  // written packed only: bf16's tolerance, unpacked by the body for the comparison
+      Spec g16{"ce_grad16", sh({{"N", N}, {"V", V}, {"v0", v0}}), "dlogits as bf16", {rnd(n, s++, 0, 1), Vec(size_t(n))},
+               {tg, Ints(size_t((n + 1) / 2))}, {1}};
+      g16.tol = 5e-3;
+      add(cs, g16, TP_SELFTEST_BODY {
+        uint16_t* d16 = reinterpret_cast<uint16_t*>(ip[1]);
+        t.ce_grad16(d16, p[0], ip[0], N, V, v0, TT(0.5));
+        return t.unpack_bf16(p[1], d16, N * V), 0.0;
+      });
+    }
     add(cs, {"embedding_shard_fwd", sh({{"N", N}, {"C", Cl}, {"v0", v0}, {"Vl", V}}), "rows outside kept",
              {rnd(n, s++), rnd(V * Cl, s++)}, {tg}, {0}},
         TP_SELFTEST_BODY { return t.embedding_shard_fwd(p[0], ip[0], p[1], N, Cl, v0, V), 0.0; });

@@ -7,6 +7,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <vector>
+#include <algorithm>
 
 #include "exec/backends/cpu/ops_cpu.hpp"
 #include "exec/kernels/k_fp8.hpp"
@@ -188,6 +190,19 @@ void ce_shard_target_grad(T* dlogits, const int32_t* targets, long N, long V, lo
   }
 }
 
+// Row by row through a local buffer: exactly scale, ce_shard_target_grad, then pack_bf16.
+template <class T>
+void ce_grad16(uint16_t* dl16, const T* probs, const int32_t* targets, long N, long V, long v0, T scale) {
+  Scope prof_scope(Cls::elementwise);
+  std::vector<T> row((size_t)std::max(0L, V));
+  for (long n = 0; n < N; ++n) {
+    for (long j = 0; j < V; ++j) row[(size_t)j] = scale * probs[n * V + j];
+    const long t = (long)targets[n] - v0;
+    if (t >= 0 && t < V) row[(size_t)t] -= scale;
+    pack_bf16(dl16 + n * V, row.data(), V);
+  }
+}
+
 template <class T>
 void embedding_shard_fwd(T* out, const int32_t* tokens, const T* wte_shard, long N, long C, long v0, long Vl) {
   Scope prof_scope(Cls::elementwise);
@@ -246,6 +261,7 @@ void positions_bwd(T* dwpe, const T* dx, long rows, long C, long Tn, long row0) 
   template void ce_shard_exp<T>(T*, T*, T*, const T*, const T*, const int32_t*, long, long, long, CeForm);   \
   template double ce_shard_finish<T>(T*, const T*, const T*, const T*, long, long, CeForm);                  \
   template void ce_shard_target_grad<T>(T*, const int32_t*, long, long, long, T);                            \
+  template void ce_grad16<T>(uint16_t*, const T*, const int32_t*, long, long, long, T);                      \
   template void embedding_shard_fwd<T>(T*, const int32_t*, const T*, long, long, long, long);                \
   template void embedding_shard_bwd<T>(T*, const T*, const int32_t*, long, long, long, long);                \
   template void add_positions<T>(T*, const T*, long, long, long, long);                                      \
