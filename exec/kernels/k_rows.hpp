@@ -1,12 +1,13 @@
-// k_rows: the row-wise kernels — one block per row (grid-stride over rows), block reductions through warp
-// shuffles and shared memory: LayerNorm forward and its input gradient, softmax forward / backward (optionally
+// k_rows: the row-wise kernels — LayerNorm forward and its input gradient one warp per row (warp shuffles, no block
+// sync: a transformer's rows of 10^3 columns are too short to pay a block's syncs), the others one block per row
+// (grid-stride over rows), block reductions through warp shuffles and shared memory: softmax forward / backward (optionally
 // causal, for attention probabilities), and softmax cross-entropy: fused for one vocabulary, and in pieces
 // (shard max, exp-sum with the target logit, normalise) for a vocabulary split over ranks, where v0 is the
 // first vocabulary id of the shard. Contracts as exec/backends/ops.hpp: LayerNorm statistics in acc_t<T> (fp32 for
 // bf16); probs may alias logits (every thread reads its elements before the block's last sync and writes
 // only its own elements after it); backwards accumulate unless kSet.
-// Invariant: the row loop's bounds depend on the block index only, so every thread of a block reaches every
-// sync the same number of times.
+// Invariant: the row loop's bounds depend on the block index only (the warp row loop's on the warp's index), so
+// every thread of a block reaches every sync (every lane of a warp every shuffle) the same number of times.
 #pragma once
 #include "exec/kernels/kcommon.hpp"
 
@@ -14,6 +15,11 @@ namespace tp::kernels {
 
 #define TP_ROW_LOOP(c, r, N) for (long r = long((c).bid()); r < long(N); r += long((c).gdim()))
 #define TP_COL_LOOP(c, j, n) for (long j = long((c).tid()); j < long(n); j += long((c).bdim()))
+// One warp per row: warp w of the grid takes rows w, w + warps, ...; its lanes take columns lane, lane + 32, ...
+#define TP_WARP_ROW_LOOP(c, r, N)                                                                 \
+  for (long r = long((c).bid()) * long((c).bdim() / kWarp) + long((c).tid() / kWarp); r < long(N); \
+       r += long((c).gdim()) * long((c).bdim() / kWarp))
+#define TP_LANE_LOOP(c, j, n) for (long j = long((c).tid() % kWarp); j < long(n); j += long(kWarp))
 
 // y = (x - mean) rstd w (+ b); mean, rstd [N] saved; biased variance, two passes over the row.
 template <class T, class Y = T>
@@ -30,24 +36,23 @@ struct LayerNormFwd {
   A eps;
   template <class Ctx>
   TP_HD void operator()(Ctx& c) const {
-    A* slots = c.template shared<A>();
-    TP_ROW_LOOP(c, r, N) {
+    TP_WARP_ROW_LOOP(c, r, N) {
       const T* xr = x + r * C;
       A s = 0;
-      TP_COL_LOOP(c, j, C) s += ld(xr[j]);
-      const A m = block_sum(c, s, slots) / A(C);
+      TP_LANE_LOOP(c, j, C) s += ld(xr[j]);
+      const A m = warp_sum(c, s) / A(C);
       A v = 0;
-      TP_COL_LOOP(c, j, C) {
+      TP_LANE_LOOP(c, j, C) {
         const A d = ld(xr[j]) - m;
         v += d * d;
       }
-      const A rs = A(1) / k_sqrt(block_sum(c, v, slots) / A(C) + eps);
+      const A rs = A(1) / k_sqrt(warp_sum(c, v) / A(C) + eps);
       Y* yr = y + r * C;
-      TP_COL_LOOP(c, j, C) {
+      TP_LANE_LOOP(c, j, C) {
         const A o = (ld(xr[j]) - m) * rs * ld(w[j]);
         yr[j] = st<Y>(ld(st<T>(b ? o + ld(b[j]) : o)));  // (Y bf16: the T value rounded, as pack_bf16 rounds it)
       }
-      if (c.tid() == 0) {
+      if (c.tid() % kWarp == 0) {
         mean[r] = m;
         rstd[r] = rs;
       }
@@ -70,21 +75,20 @@ struct LayerNormBwdDx {
   long N, C;
   template <class Ctx>
   TP_HD void operator()(Ctx& c) const {
-    A* slots = c.template shared<A>();
-    TP_ROW_LOOP(c, r, N) {
+    TP_WARP_ROW_LOOP(c, r, N) {
       const X* xr = x + r * C;
       const T* dyr = dy + r * C;
       const A m = mean[r], rs = rstd[r];
       A sg = 0, sgx = 0;
-      TP_COL_LOOP(c, j, C) {
+      TP_LANE_LOOP(c, j, C) {
         const A g = ld(w[j]) * ld(dyr[j]);
         sg += g;
         sgx += g * (A(ld(xr[j])) - m) * rs;
       }
-      const A gm = block_sum(c, sg, slots) / A(C);
-      const A gxm = block_sum(c, sgx, slots) / A(C);
+      const A gm = warp_sum(c, sg) / A(C);
+      const A gxm = warp_sum(c, sgx) / A(C);
       T* dxr = dx + r * C;
-      TP_COL_LOOP(c, j, C) {
+      TP_LANE_LOOP(c, j, C) {
         const A g = ld(w[j]) * ld(dyr[j]);
         const A xh = (A(ld(xr[j])) - m) * rs;
         dxr[j] = st<T>(ld(dxr[j]) + rs * (g - gm - xh * gxm));
@@ -358,21 +362,25 @@ template <class L>
 TP_INLINE Dim row_dim(const L& launch, long rows, unsigned elem_bytes) {
   return Dim{blocks_for(rows, 1, launch.max_grid), launch.block, kReduceSlots * elem_bytes};
 }
+template <class L>
+TP_INLINE Dim warp_row_dim(const L& launch, long rows) {  // TP_WARP_ROW_LOOP's kernels: a warp per row, no shared memory
+  return Dim{blocks_for(rows, launch.block / kWarp, launch.max_grid), launch.block, 0};
+}
 template <class L, class T>
 void layernorm_fwd(const L& launch, T* y, acc_t<T>* mean, acc_t<T>* rstd, const T* x, const T* w, const T* b,
                    long N, long C, acc_t<T> eps) {
-  launch(LayerNormFwd<T>{y, mean, rstd, x, w, b, N, C, eps}, row_dim(launch, N, sizeof(acc_t<T>)));
+  launch(LayerNormFwd<T>{y, mean, rstd, x, w, b, N, C, eps}, warp_row_dim(launch, N));
 }
 // y written as bf16 (fp32 storage: layernorm_fwd16).
 template <class L>
 void layernorm_fwd16(const L& launch, bf16* y, float* mean, float* rstd, const float* x, const float* w, const float* b,
                      long N, long C, float eps) {
-  launch(LayerNormFwd<float, bf16>{y, mean, rstd, x, w, b, N, C, eps}, row_dim(launch, N, sizeof(float)));
+  launch(LayerNormFwd<float, bf16>{y, mean, rstd, x, w, b, N, C, eps}, warp_row_dim(launch, N));
 }
 template <class L, class T, class X>
 void layernorm_bwd_dx(const L& launch, T* dx, const T* dy, const X* x, const T* w, const acc_t<T>* mean,
                       const acc_t<T>* rstd, long N, long C) {
-  launch(LayerNormBwdDx<T, X>{dx, dy, x, w, mean, rstd, N, C}, row_dim(launch, N, sizeof(acc_t<T>)));
+  launch(LayerNormBwdDx<T, X>{dx, dy, x, w, mean, rstd, N, C}, warp_row_dim(launch, N));
 }
 // y16 / dx16: optional bf16 copies of the outputs (SoftmaxFwd, SoftmaxBwd), [R, Lr] like them.
 template <class L, class T>
