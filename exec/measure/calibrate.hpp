@@ -53,6 +53,7 @@ struct DeviceMeasurements {
   std::string backend, device;  // Backend::name, Backend::device ("device 0 of 1 (NVIDIA H100 80GB HBM3)")
   double device_bytes = 0;
   std::vector<DevicePoint> gemm, attention, triad, mix, opt;  // bf16 GEMMs, flash fwd / bwd, memory-bound work
+  long gemm_tokens = 0;                                          // the GEMM sweep's tokens (0: 4s per width s)
   long fp32_size = 0, attention_head_dim = 0;
   double fp32_rate = 0, pcie_h2d = 0, pcie_d2h = 0, overhead_s = 0;  // FLOP/s, B/s, s
   std::string pcie_about;
@@ -74,8 +75,10 @@ CollectiveMeasurements measure_collectives(const Backend& be, Comm& c, Comm& hos
 json collectives_json(const CollectiveMeasurements& m);
 // The catalog GPU a device is by its name (and memory, for the A100s): "H100-SXM-80GB", ...; "" when none.
 std::string catalog_gpu_for_device(const std::string& device, double device_bytes);
-// validate's machine-speed probe on a device: the bf16 GEMM point of width s (4s x s x s, NN / NT / TN, mean FLOP/s).
-double device_gemm_probe_flops_per_s(const Backend& be, long s);
+// validate's machine-speed probe on a device: the bf16 GEMM point of width s over max(4s, tokens) tokens (NN / NT / TN,
+// mean FLOP/s), as calibrate's sweep measures it; calibrate_gemm_tokens: that sweep's tokens (quick or full).
+double device_gemm_probe_flops_per_s(const Backend& be, long s, long tokens);
+long calibrate_gemm_tokens(bool quick);
 // The profile (cluster object) of measurements: a matched catalog GPU keeps its peaks and its cluster's links.
 // With collectives of >= 2 ranks on one node, intra_node's bandwidth, latency and efficiency are fitted to the
 // all-reduce (the simulator's ring) and the step's collectives take them (nccl.step_collectives false).

@@ -56,7 +56,7 @@ void fill_random(const Backend& be, float* p, long n, uint32_t seed) {
 
 struct Sizes {
   std::vector<long> gemm, attn_t, mix_rows, opt_n, triad_n, pcie_bytes;
-  long host_adam_n = 0;
+  long host_adam_n = 0, gemm_tokens = 0;  // gemm_tokens: the GEMM sweep's tokens (at least 4s; 0: 4s)
   long attn_tokens = 0, attn_heads = 0, attn_dim = 0, mix_h = 0;
   double min_s = 0;
 };
@@ -77,6 +77,7 @@ Sizes sizes_for(const CalibrateOptions& o) {
     return z;
   }
   z.gemm = {256, 512, 1024, 2048, 3072, 4096, 6144, 8192};
+  z.gemm_tokens = 8192;
   z.attn_t = {512, 1024, 2048, 4096, 8192};
   z.attn_tokens = 16384, z.attn_heads = 16, z.attn_dim = 128;
   z.mix_rows = {16, 64, 256, 1024, 4096, 16384}, z.mix_h = 1024;
@@ -88,28 +89,31 @@ Sizes sizes_for(const CalibrateOptions& o) {
   return z;
 }
 
-// bf16 GEMMs of a linear layer (4s tokens, width s): NN [4s,s]x[s,s], NT [4s,s]x[s,s]^T, TN [4s,s]^T x [4s,s];
-// each point the mean achieved FLOP/s over the three (x = 8 s^3 FLOPs).
+// bf16 GEMMs of a linear layer of width s over M = max(4s, z.gemm_tokens) tokens (a training micro-batch's: the
+// simulator keys GEMM efficiency by FLOPs, and a model's GEMMs of a given FLOP count have many tokens and a narrow
+// width): NN [M,s]x[s,s], NT [M,s]x[s,s]^T, TN [M,s]^T x [M,s]; each point the mean achieved FLOP/s over the three
+// (x = 2 M s^2 FLOPs).
 std::vector<DevicePoint> gemm_sweep(const Backend& be, const Sizes& z) {
   std::vector<DevicePoint> out;
   Bf16GemmScope bf(be, true);
   auto sync = [&] { be.sync(); };
   for (long s : z.gemm) {
-    const long big = 4 * s * s;
+    const long M = std::max(4 * s, z.gemm_tokens), big = M * s;
     DevBuf a32(be, 4 * big, "GEMM operand"), a16(be, 2 * big, "GEMM operand"), b16(be, 2 * big, "GEMM operand"),
         c(be, 4 * big, "GEMM output");
     fill_random(be, a32.f(), big, 1);
     ops::pack_bf16(a16.h(), a32.f(), big);
     ops::pack_bf16(b16.h(), a32.f(), big);
     struct V { long m, n, k; bool ta, tb; };
-    const V vars[3] = {{4 * s, s, s, false, false}, {4 * s, s, s, false, true}, {s, s, 4 * s, true, false}};
+    const V vars[3] = {{M, s, s, false, false}, {M, s, s, false, true}, {s, s, M, true, false}};
     double rate = 0;
     for (const V& v : vars) {
       double t = per_call([&] { ops::matmul16<float>(c.f(), nullptr, a16.h(), nullptr, b16.h(), v.m, v.n, v.k, v.ta, v.tb, 1.f, 0.f); },
                           z.min_s, sync);
       rate += 2.0 * (double)v.m * v.n * v.k / t / 3.0;
     }
-    out.push_back({8.0 * (double)s * s * s, 8.0 * (double)s * s * s, 8.0 * (double)s * s * s / rate});
+    const double flops = 2.0 * (double)M * s * s;
+    out.push_back({flops, flops, flops / rate});
   }
   return out;
 }
@@ -299,10 +303,17 @@ std::string catalog_gpu_for_device(const std::string& device, double device_byte
   return "";
 }
 
-double device_gemm_probe_flops_per_s(const Backend& be, long s) {
+long calibrate_gemm_tokens(bool quick) {
+  CalibrateOptions o;
+  o.quick = quick;
+  return sizes_for(o).gemm_tokens;
+}
+
+double device_gemm_probe_flops_per_s(const Backend& be, long s, long tokens) {
   BackendScope scope(be);
   Sizes z;
   z.gemm = {s};
+  z.gemm_tokens = tokens;
   z.min_s = 0.1;
   const DevicePoint p = gemm_sweep(be, z).front();
   return p.flops_or_bytes / p.sec;
@@ -355,7 +366,8 @@ json device_profile(const DeviceMeasurements& m, const CalibrateOptions& o, cons
                  (cat.empty() ? ": no catalog GPU matches its name, so the bf16 peak is the best GEMM measured (efficiencies relative to it)"
                               : ": peaks, head dims, fp8 curve, framework memory and interference term of the catalog's " + cat +
                                     "; efficiencies against its peaks") +
-                 ". bf16 GEMMs (ops::matmul16, both operands bf16; linear-layer NN / NT / TN at 4s x s x s), FLOPs: achieved FLOP/s: " +
+                 ". bf16 GEMMs (ops::matmul16, both operands bf16; linear-layer NN / NT / TN of width s over max(4s, " +
+                 std::to_string(m.gemm_tokens) + ") tokens), FLOPs: achieved FLOP/s: " +
                  points_text(m.gemm, "") + ". fp32 = ops::matmul at s = " + std::to_string(m.fp32_size) + fmt(": %.3g FLOP/s", m.fp32_rate) +
                  " (the peak is set so that the curve predicts it). Attention (flash_attention_fwd16 / bwd16, causal, head dim " +
                  std::to_string(m.attention_head_dim) + ", the simulator's FLOPs at kernel head dim " + fmt("%.0f", kernel_dim) +
@@ -435,6 +447,7 @@ json calibrate_device(const Backend& be, const CalibrateOptions& o, Comm& w, Com
     m.device_bytes = be.device_bytes;
     say("bf16 GEMM sweep");
     m.gemm = gemm_sweep(be, z);
+    m.gemm_tokens = z.gemm_tokens;
     say("fp32 GEMM");
     m.fp32_size = z.gemm.back();
     m.fp32_rate = fp32_gemm_rate(be, m.fp32_size, z.min_s);

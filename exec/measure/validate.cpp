@@ -198,7 +198,8 @@ Measured measure(const Scenario& run_sc, int ranks, const ValidateOptions& o, Co
     prof::set_sync(nullptr);
   }
   prof::Snapshot snap = prof::snapshot();
-  m.probe_after = be ? device_gemm_probe_flops_per_s(*be, device_probe_size(o.backend)) : gemm_probe_flops_per_s(kProbeSize, world);
+  m.probe_after = be ? device_gemm_probe_flops_per_s(*be, device_probe_size(o.backend), calibrate_gemm_tokens(o.backend != "cuda"))
+                     : gemm_probe_flops_per_s(kProbeSize, world);
   m.hooked = snap.steps > 0;
   const double steady = m.hooked ? (double)snap.steps : (double)(be ? 2 : ro.steps);
   std::vector<double> mine(kRow + 4, 0.0);
@@ -251,7 +252,8 @@ json report(const std::string& file, const std::string& profile_file, const Inpu
   const Gpu& pg = in.sim_sc.cluster.gpu;
   const bool dev = m.backend != "cpu";
   const long probe_s = dev ? device_probe_size(m.backend) : kProbeSize;
-  const double probe_flops = 8.0 * std::pow((double)probe_s, 3);
+  const long probe_tokens = dev ? std::max(4 * probe_s, calibrate_gemm_tokens(m.backend != "cuda")) : 4 * probe_s;
+  const double probe_flops = 2.0 * (double)probe_tokens * (double)probe_s * (double)probe_s;
   const double expect = pg.matrix_flops_per_s[(int)(dev ? Precision::bf16 : Precision::fp32)] * pg.matrix_efficiency.at(probe_flops);
   const double speed_before = expect > 0 ? m.probe_before / expect : 0, speed_after = expect > 0 ? m.probe_after / expect : 0;
   const double speed = dev ? speed_after : 0.5 * (speed_before + speed_after);  // (a device: after the steps only)
@@ -314,7 +316,9 @@ json report(const std::string& file, const std::string& profile_file, const Inpu
                     {"tokens_per_s", rr.tokens_per_s}, {"losses", rr.losses}}},
       {"error", {{"step_time", rel_err(res.step_time_s, meas_step)}, {"peak_memory", rel_err(pred_peak_max, meas_peak)}}},
       {"machine_speed", {{"probe", std::string(dev ? "the device calibrate's bf16 GEMM point at s = " : "calibrate's GEMM point at s = ") +
-                                       std::to_string(probe_s) + " (4s x s x s, three variants" + (dev ? "" : ", cold operands") +
+                                       std::to_string(probe_s) +
+                                       (dev ? " over " + std::to_string(probe_tokens) + " tokens (three variants"
+                                            : std::string(" (4s x s x s, three variants, cold operands")) +
                                        "), against the profile's curve" + (dev ? ", after the steps" : "")},
                          {"before", speed_before}, {"after", speed_after}, {"mean", speed},
                          {"step_time_error_at_that_speed", speed > 0 ? rel_err(res.step_time_s / speed, meas_step) : 0.0}}},
