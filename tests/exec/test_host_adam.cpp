@@ -56,7 +56,9 @@ TEST(HostAdam, SumOfSquaresIsTheSameForEveryThreadCount) {
     double want = 0;
     for (long b = 0; b < n; b += B) want += ref(x.data() + b, std::min(B, n - b));
     for (int threads : {1, 2, 3, 8}) EXPECT_EQ(tp::exec::host_sum_squares(x.data(), n, threads), want) << n << " " << threads;
-    if (n > 0 && n <= B) EXPECT_EQ(tp::exec::host_sum_squares(x.data(), n, 4), ref(x.data(), n)) << n;
+    if (n > 0 && n <= B) {
+      EXPECT_EQ(tp::exec::host_sum_squares(x.data(), n, 4), ref(x.data(), n)) << n;
+    }
   }
 }
 
