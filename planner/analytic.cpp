@@ -66,6 +66,7 @@ const MicroCost& AnalyticModel::micro(const Layout& lay, long long mb, bool sp, 
     o.layer_stored_bytes = (Ld * cm.layer_stored_bytes + Lm * cm.moe_stored_bytes) / L;
     o.layer_transient_bytes = std::max(cm.layer_transient_bytes, Lm > 0 ? cm.moe_transient_bytes : 0.0);
     o.embed_stored_bytes = cm.embed_stored_bytes; o.head_stored_bytes = cm.head_stored_bytes;
+    o.head_transient_bytes = cm.head_transient_bytes;
     o.layer_params = (Ld * cm.layer_params + Lm * cm.moe_params) / L;
     o.layer_expert_params = Lm * cm.moe_expert_params / L;
     o.embed_params = cm.embed_params; o.head_params = cm.head_params;
@@ -95,12 +96,14 @@ static double inflight_activation_bytes(const MicroCost& mc, const Choice& ch, i
     inflight_layers = chunks * n_first / v;
     inflight_mb = std::min(m, std::ceil(chunks / v));
   }
-  double act = inflight_layers * mc.layer_stored_bytes + mc.layer_transient_bytes +
+  // (the stage with the LM head: its logits' copy or a layer's transient, whichever is larger: not at once)
+  const double head_stage_transient = std::max(mc.layer_transient_bytes, mc.head_transient_bytes);
+  double act = inflight_layers * mc.layer_stored_bytes + (p == 1 ? head_stage_transient : mc.layer_transient_bytes) +
                inflight_mb * mc.embed_stored_bytes + (p == 1 ? (layered ? m : 1) * mc.head_stored_bytes : 0);
   if (p > 1) {  // the last stage: fewer micro-batches in flight, the LM head's logits
     double last_mb = layered || ch.schedule == Schedule::gpipe ? m : 1;
     double last = (layered || ch.schedule == Schedule::gpipe ? m * n_last : (v > 1 ? std::min(m * v, (v - 1) * p + 1.0) * n_last / v : n_last)) *
-                      mc.layer_stored_bytes + mc.layer_transient_bytes + last_mb * mc.head_stored_bytes;
+                      mc.layer_stored_bytes + head_stage_transient + last_mb * mc.head_stored_bytes;
     act = std::max(act, last);
   }
   if (uneven && p > 2) {  // the second stage: one micro-batch fewer in flight than the first, a middle stage's layers

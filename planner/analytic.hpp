@@ -27,7 +27,7 @@ struct MicroCost {
   double layer_compute_f_s = 0, layer_compute_b_s = 0;  // the same without TP / EP comm (for explanations)
   double embed_f_s = 0, embed_b_s = 0, head_f_s = 0, head_b_s = 0;
   double layer_stored_bytes = 0, layer_transient_bytes = 0;  // per layer (max of dense / MoE)
-  double embed_stored_bytes = 0, head_stored_bytes = 0;
+  double embed_stored_bytes = 0, head_stored_bytes = 0, head_transient_bytes = 0;
   double layer_params = 0, layer_expert_params = 0;  // mean per layer per GPU (after TP); experts part
   double embed_params = 0, head_params = 0;
   double p2p_bytes = 0;                // one pipeline send of one micro-batch

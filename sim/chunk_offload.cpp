@@ -108,7 +108,8 @@ ChunkPlan plan_chunk_offload(const Scenario& sc, Program& prog, detail::Builder&
       if (ru.head && has_head) parts.push_back(head_part);
       in.moments.push_back(parts);
       in.moment_is_adam.push_back(0);
-      in.nonmodel_bytes.push_back(buffers + stored + tc.transient_bytes + (ti.kind == TaskKind::fwd ? tc.stored_bytes : 0));
+      in.nonmodel_bytes.push_back(buffers + stored + std::max(tc.transient_bytes, tc.head_transient_bytes) +
+                                  (ti.kind == TaskKind::fwd ? tc.stored_bytes : 0));
     }
     stored += ti.kind == TaskKind::fwd ? tc.stored_bytes : -tc.stored_bytes;
   }

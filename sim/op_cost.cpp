@@ -487,6 +487,7 @@ void embed_and_head(const Layer& L, CostModel& cm) {
   // Saved: the final norm's input and output (replicated over TP without SP, sequence-sharded with it:
   // Megatron's output layer saves the sharded input and re-gathers it) and the fp32 probabilities over V/t.
   cm.head_stored_bytes = 2 * e * n * h / tsp + 4 * n * V / t;
+  cm.head_transient_bytes = e < 4 ? e * n * V / t : 0.0;
 }
 
 // ---- parameters per GPU -----------------------------------------------------------------------------------

@@ -64,6 +64,10 @@ struct CostModel {
   double layer_stored_bytes = 0;    // activations one layer keeps from its forward to its backward
   double layer_transient_bytes = 0; // extra live during one layer's backward (recomputed activations)
   double embed_stored_bytes = 0, head_stored_bytes = 0;
+  // Live beside the stored activations at the end of the head's forward and the start of its backward: the logits'
+  // copy in the activations' precision next to their fp32 one (Megatron-LM: the bf16 GEMM output beside its .float()
+  // copy, then the gradient's bf16 cast beside the fp32 gradient; the executor: the packed gradient); 0 in fp32.
+  double head_transient_bytes = 0;
   double layer_params = 0;          // parameters per GPU of one layer (after TP)
   double embed_params = 0;          // word (+ position) embedding per GPU on the first stage
   double head_params = 0;           // final norm + LM head copy per GPU on the last stage

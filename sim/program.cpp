@@ -92,6 +92,7 @@ TaskCost task_cost(const CostModel& cm, const TaskInfo& ti) {
                     (dense - dense_rc) * cm.layer_stored_plain_bytes + (moe - moe_rc) * cm.moe_stored_plain_bytes +
                     (ti.embed ? cm.embed_stored_bytes : 0) + (ti.head ? cm.head_stored_bytes : 0);
   tc.transient_bytes = std::max(dense_rc > 0 ? cm.layer_transient_bytes : 0.0, moe_rc > 0 ? cm.moe_transient_bytes : 0.0);
+  tc.head_transient_bytes = ti.head ? cm.head_transient_bytes : 0.0;
   return tc;
 }
 

@@ -53,6 +53,8 @@ struct TaskCost {
   TierBytes tp_bytes;           // TP collective payload its rank sends
   double stored_bytes = 0;      // activations stored by a forward / released by a backward piece
   double transient_bytes = 0;   // extra live while it runs
+  double head_transient_bytes = 0;  // CostModel::head_transient_bytes when it runs the head (not beside a layer's
+                                    // transient: the head runs before or after its layers)
 };
 TaskCost task_cost(const CostModel& cm, const TaskInfo& ti);
 long long moe_layers_between(const CostModel& cm, long long lo, long long hi);  // MoE layers among [lo, hi)

@@ -104,6 +104,17 @@ static void rank_memory(const Program& pg, const EngineOutput& eo, int r, const 
     }
     if (tc.stored_bytes > 0)
       ev.push_back({eo.end_s[t], 0, ti.kind == TaskKind::fwd ? tc.stored_bytes : -tc.stored_bytes, 0});
+    // The LM head's logits copy, a moment: beside everything the forward stored, at its end; at the backward's start
+    // (the head's backward comes first), where the task's own transient (its layers' recompute) is not yet live,
+    // only what it exceeds that transient by.
+    const double head_tr = ti.kind == TaskKind::fwd ? tc.head_transient_bytes
+                                                    : std::max(0.0, tc.head_transient_bytes - tc.transient_bytes);
+    if (head_tr > 0) {
+      const double at = ti.kind == TaskKind::fwd ? eo.end_s[t] : eo.start_s[t];
+      const int order = ti.kind == TaskKind::fwd ? 0 : 1;
+      ev.push_back({at, order, 0, head_tr});
+      ev.push_back({at, order, 0, -head_tr});
+    }
   }
   for (int hi : holds) {  // gathered / loaded parameters, unreduced gradients
     const MemHold& h = pg.holds[hi];
