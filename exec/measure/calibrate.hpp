@@ -79,6 +79,9 @@ std::string catalog_gpu_for_device(const std::string& device, double device_byte
 // mean FLOP/s), as calibrate's sweep measures it; calibrate_gemm_tokens: that sweep's tokens (quick or full).
 double device_gemm_probe_flops_per_s(const Backend& be, long s, long tokens);
 long calibrate_gemm_tokens(bool quick);
+// The tokens of that GEMM point of width s (max(4s, tokens)) and its FLOPs per product (2 x tokens x s^2).
+long device_gemm_point_tokens(long s, long tokens);
+double device_gemm_point_flops(long s, long tokens);
 // The profile (cluster object) of measurements: a matched catalog GPU keeps its peaks and its cluster's links.
 // With collectives of >= 2 ranks on one node, intra_node's bandwidth, latency and efficiency are fitted to the
 // all-reduce (the simulator's ring) and the step's collectives take them (nccl.step_collectives false).

@@ -98,7 +98,7 @@ std::vector<DevicePoint> gemm_sweep(const Backend& be, const Sizes& z) {
   Bf16GemmScope bf(be, true);
   auto sync = [&] { be.sync(); };
   for (long s : z.gemm) {
-    const long M = std::max(4 * s, z.gemm_tokens), big = M * s;
+    const long M = device_gemm_point_tokens(s, z.gemm_tokens), big = M * s;
     DevBuf a32(be, 4 * big, "GEMM operand"), a16(be, 2 * big, "GEMM operand"), b16(be, 2 * big, "GEMM operand"),
         c(be, 4 * big, "GEMM output");
     fill_random(be, a32.f(), big, 1);
@@ -112,7 +112,7 @@ std::vector<DevicePoint> gemm_sweep(const Backend& be, const Sizes& z) {
                           z.min_s, sync);
       rate += 2.0 * (double)v.m * v.n * v.k / t / 3.0;
     }
-    const double flops = 2.0 * (double)M * s * s;
+    const double flops = device_gemm_point_flops(s, z.gemm_tokens);
     out.push_back({flops, flops, flops / rate});
   }
   return out;
@@ -302,6 +302,9 @@ std::string catalog_gpu_for_device(const std::string& device, double device_byte
   if (has("V100")) return "V100-SXM2-32GB";
   return "";
 }
+
+long device_gemm_point_tokens(long s, long tokens) { return std::max(4 * s, tokens); }
+double device_gemm_point_flops(long s, long tokens) { return 2.0 * (double)device_gemm_point_tokens(s, tokens) * (double)s * (double)s; }
 
 long calibrate_gemm_tokens(bool quick) {
   CalibrateOptions o;

@@ -252,8 +252,8 @@ json report(const std::string& file, const std::string& profile_file, const Inpu
   const Gpu& pg = in.sim_sc.cluster.gpu;
   const bool dev = m.backend != "cpu";
   const long probe_s = dev ? device_probe_size(m.backend) : kProbeSize;
-  const long probe_tokens = dev ? std::max(4 * probe_s, calibrate_gemm_tokens(m.backend != "cuda")) : 4 * probe_s;
-  const double probe_flops = 2.0 * (double)probe_tokens * (double)probe_s * (double)probe_s;
+  const long probe_tokens = device_gemm_point_tokens(probe_s, dev ? calibrate_gemm_tokens(m.backend != "cuda") : 0);
+  const double probe_flops = device_gemm_point_flops(probe_s, dev ? calibrate_gemm_tokens(m.backend != "cuda") : 0);
   const double expect = pg.matrix_flops_per_s[(int)(dev ? Precision::bf16 : Precision::fp32)] * pg.matrix_efficiency.at(probe_flops);
   const double speed_before = expect > 0 ? m.probe_before / expect : 0, speed_after = expect > 0 ? m.probe_after / expect : 0;
   const double speed = dev ? speed_after : 0.5 * (speed_before + speed_after);  // (a device: after the steps only)

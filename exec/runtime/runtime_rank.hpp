@@ -183,6 +183,9 @@ struct RankRun {
   bool host_at(int u, long long i) const { return gran.is_off(u) && i >= dev_end[u]; }
   bool seg_on_host(int ui, int si) const { return gran.is_off(ui) && seg(ui, si).lo >= dev_end[ui]; }
   bool own_on_host(size_t k) const { return seg_on_host(own_unit[k], own_seg[k]); }
+  // Own range k's gradients and optimizer state live in host memory the host Adam's threads work on: a granular
+  // segment offloaded, or the chunk store's pinned host side (host_flat).
+  bool state_on_host(size_t k) const { return own_on_host(k) || host_flat; }
   std::vector<int> own_unit;  // per own range: its unit
   std::vector<int> own_seg;   // per own range: its unit's segment (Seg: 0 dense, 1 experts)
   Fp8State f8;  // precision "fp8": the delayed-scaling state of the fp8 linear layers (exec/model/fp8.hpp; off otherwise)

@@ -277,7 +277,7 @@ double RankRun<T>::grad_norm() {
         own[k].first, own[k].second, [&](size_t v, long long at) { return record_copy(v, own[k].first + at) ? 0L : -1L; },
         [&](long long at, long long n, long) {
           const T* gr = own_grad(k, own[k].first + at);
-          sq += own_on_host(k) || host_flat ? host_sum_squares(gr, (long)n, adam_threads) : ops::sum_squares(gr, (long)n);
+          sq += state_on_host(k) ? host_sum_squares(gr, (long)n, adam_threads) : ops::sum_squares(gr, (long)n);
         });
   }
   world.all_reduce_sum(sq2, 2, Dtype::f64);  // over every rank: each parameter counted on exactly one
@@ -313,7 +313,7 @@ void RankRun<T>::adam_update(int step, int warmup, double norm) {
       const T wd = T(decay ? o.weight_decay : 0);
       if (hopt.on()) {
         hopt.step(P(a), g, so, n, T(lr), T(o.beta1), T(o.beta2), T(o.eps), wd, (long)step + 1, clip);
-      } else if (own_on_host(k) || host_flat) {  // granular's host-resident state, the chunk store's host side
+      } else if (state_on_host(k)) {  // granular's host-resident state, the chunk store's host side
         host_adamw(P(a), g, M1 + so, M2 + so, (long)n, T(lr), T(o.beta1), T(o.beta2), T(o.eps), wd, (long)step + 1, clip,
                    adam_threads);
       } else {

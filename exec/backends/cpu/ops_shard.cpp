@@ -4,11 +4,11 @@
 // Invariants: these loops were the model's and runtime's own host loops before the backend existed; they keep
 // the exact arithmetic (same expressions, same order, and this file is compiled with -ffp-contract=off, see
 // exec/CMakeLists.txt), so a run on the CPU backend is bit-identical to the executor before the split.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <vector>
-#include <algorithm>
 
 #include "exec/backends/cpu/ops_cpu.hpp"
 #include "exec/kernels/k_fp8.hpp"
@@ -196,9 +196,8 @@ void ce_grad16(uint16_t* dl16, const T* probs, const int32_t* targets, long N, l
   Scope prof_scope(Cls::elementwise);
   std::vector<T> row((size_t)std::max(0L, V));
   for (long n = 0; n < N; ++n) {
-    for (long j = 0; j < V; ++j) row[(size_t)j] = scale * probs[n * V + j];
-    const long t = (long)targets[n] - v0;
-    if (t >= 0 && t < V) row[(size_t)t] -= scale;
+    cpu::scale(row.data(), probs + n * V, scale, V);
+    ce_shard_target_grad(row.data(), targets + n, 1, V, v0, scale);
     pack_bf16(dl16 + n * V, row.data(), V);
   }
 }
