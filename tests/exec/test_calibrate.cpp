@@ -251,6 +251,37 @@ TEST(Calibrate, DeviceProfileOfACatalogGpuKeepsItsPeaksAndPredictsTheMeasuredGem
   EXPECT_EQ(unknown["gpu"]["matrix_efficiency"].back()[1].get<double>(), 1.0);
 }
 
+// A backward slower than its forward (a forward of F FLOPs at 60 % of the peak, its backward of 2.5 F at 30 %): both
+// curve points carry the pair's rate, so the simulator's two kernels take the measured time together; the host Adam
+// measured gives the host's bandwidth (28 B per parameter per second x the ranks on the node) and cores.
+TEST(Calibrate, DeviceProfileTakesTheAttentionPairsRateAndTheMeasuredHostAdam) {
+  const double peak = (*tp::catalog_find("gpus", "H100-SXM-80GB"))["matrix_flops_per_s"]["bf16"].get<double>();
+  tp::exec::DeviceMeasurements m;
+  m.backend = "cuda";
+  m.device = "device 0 of 8 (NVIDIA H100 80GB HBM3)";
+  m.device_bytes = 85e9;
+  for (double s : {1024.0, 8192.0}) m.gemm.push_back({8 * s * s * s, 8 * s * s * s, 8 * s * s * s / (0.6 * peak)});
+  m.fp32_size = 8192, m.fp32_rate = 50e12;
+  m.attention_head_dim = 128;
+  const double F = 1e11, tf = F / (0.6 * peak), tb = 2.5 * F / (0.3 * peak);
+  m.attention = {{F, F, tf}, {2.5 * F, 2.5 * F, tb}};
+  m.triad.push_back({1e9, 1e9, 1e9 / 3e12});
+  m.mix.push_back({1e8, 1e9, 1e9 / 2.5e12});
+  m.opt.push_back({1e9, 1e9, 1e9 / 2.8e12});
+  m.pcie_h2d = m.pcie_d2h = 50e9, m.overhead_s = 4e-6;
+  m.host_adam_n = 1L << 24, m.host_adam_s = 0.01, m.host_adam_threads = 4, m.local_ranks = 4, m.cores = 16;
+  const json prof = tp::exec::device_profile(m, tp::exec::CalibrateOptions{});
+  tp::Issues is;
+  tp::Gpu gp = tp::read_gpu(prof["gpu"], "profile.gpu", is);
+  ASSERT_TRUE(is.empty()) << is.messages.front();
+  const double scale = gp.attention_kernel_head_dim(128) / 128, pair = 3.5 * F / (tf + tb) / peak;
+  EXPECT_NEAR(gp.attention_curve().at(F * scale), pair, 1e-9);
+  EXPECT_NEAR(gp.attention_curve().at(2.5 * F * scale), pair, 1e-9);
+  EXPECT_NEAR(F / (peak * pair) + 2.5 * F / (peak * pair), tf + tb, 1e-12);
+  EXPECT_DOUBLE_EQ(prof["host"]["memory_bandwidth_bytes_per_s"].get<double>(), 28.0 * (1L << 24) / 0.01 * 4);
+  EXPECT_EQ(prof["host"]["cpu_cores"].get<int>(), 16);
+}
+
 // prof::op_class (the class a device backend's op is timed in, at dispatch) is the class the CPU backend's ops charge
 // themselves: one classification for both, checked on one op of each kind.
 TEST(Prof, OpClassIsTheCpuBackendsOwn) {
