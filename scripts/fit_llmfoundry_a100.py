@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""Fits the A100's `llm-foundry` kernel profile (models/catalog/gpus.json) to llm-foundry's A100 rows.
+
+The rows are MosaicML llm-foundry's 2023 A100 benchmark sweeps (MPT 350M to 70B, Composer FSDP, Triton
+FlashAttention, PyTorch-eager elementwise ops) in data/validation/frameworks-set.json; they select the profile
+with training.kernel_profile "llm-foundry", so nothing else moves. The free parameters are the large-op ends of
+the profile's attention curve (Triton's forward and backward as llm-foundry ran them) and of its memory curve
+(the eager elementwise passes: unfused LayerNorm, GELU, residual adds, the fp32 cross-entropy). The A100 40 GB
+and 80 GB share the die and get the same points. No other set is read here; the independent checks of
+DEVELOPERS.md are in none of the sets.
+
+Method as scripts/fit_h100.py (whose curve rules it uses): coordinate descent on the rows' mean |error| of
+iteration time with a penalty above 12 %, each evaluation one `trainplan validate-published --suite frameworks
+--json` on a copy of the catalog (TRAINPLAN_CATALOG); curves stay monotone and below their caps.
+
+Usage: scripts/fit_llmfoundry_a100.py [--trainplan build/cli/trainplan] [--rounds 6] [--write]
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from fit_h100 import CATALOG, MAX_TARGET, ROOT, curve_of, valid  # noqa: E402
+
+GPUS = ["A100-SXM4-80GB", "A100-SXM4-40GB"]  # one die: the first is fitted, both are written
+PROFILE = "kernel_profiles/llm-foundry/"
+FREE = [(PROFILE + "attention_efficiency", i) for i in (2, 3, 4)] + \
+       [(PROFILE + "memory_efficiency", i) for i in (2, 3, 4)]
+SUITE = os.path.join(ROOT, "data", "validation", "frameworks-set.json")
+
+
+def is_fitted_row(row_id):
+    return row_id.startswith("llmfoundry-") and "-a100-" in row_id
+
+
+def evaluate(trainplan, gpus, tmp):
+    for name in GPUS[1:]:  # the same die: copy the fitted profile over
+        gpus[name]["kernel_profiles"] = json.loads(json.dumps(gpus[GPUS[0]]["kernel_profiles"]))
+    with open(os.path.join(tmp, "gpus.json"), "w") as f:
+        json.dump(gpus, f, indent=1)
+    out = os.path.join(tmp, "out.json")
+    env = dict(os.environ, TRAINPLAN_CATALOG=tmp)
+    subprocess.run([trainplan, "validate-published", "--suite", SUITE, "--json", out], env=env, check=True,
+                   stdout=subprocess.DEVNULL)
+    with open(out) as f:
+        rows = [r for r in json.load(f)["iteration_time"]["rows"] if is_fitted_row(r["row"])]
+    if not rows:
+        raise SystemExit("no llm-foundry A100 rows in " + SUITE)
+    errs = [r["error"] for r in rows]
+    mean = sum(abs(e) for e in errs) / len(errs)
+    worst = max(abs(e) for e in errs)
+    penalty = sum(max(0.0, abs(e) - MAX_TARGET) for e in errs)
+    return mean + 2.0 * penalty, mean, worst, rows
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--trainplan", default=os.path.join(ROOT, "build", "cli", "trainplan"))
+    ap.add_argument("--rounds", type=int, default=6)
+    ap.add_argument("--write", action="store_true")
+    args = ap.parse_args()
+    tmp = tempfile.mkdtemp(prefix="fit_llmf_a100_")
+    try:
+        for f in os.listdir(CATALOG):
+            if f.endswith(".json"):
+                shutil.copy(os.path.join(CATALOG, f), tmp)
+        with open(os.path.join(CATALOG, "gpus.json")) as f:
+            gpus = json.load(f)
+        g = gpus[GPUS[0]]
+        best, mean, worst, rows = evaluate(args.trainplan, gpus, tmp)
+        print(f"start: {len(rows)} rows, mean {100 * mean:.2f}%  max {100 * worst:.2f}%", flush=True)
+        step = 0.08
+        for rnd in range(args.rounds):
+            improved = False
+            for curve, i in FREE:
+                for sign in (+1, -1):
+                    c = curve_of(g, curve)
+                    old = c[i][1]
+                    c[i][1] = round(old * (1 + sign * step), 4)
+                    if not valid(c, curve):
+                        c[i][1] = old
+                        continue
+                    score, m, w, _ = evaluate(args.trainplan, gpus, tmp)
+                    if score < best - 1e-6:
+                        best, mean, worst, improved = score, m, w, True
+                        break
+                    c[i][1] = old
+            print(f"round {rnd + 1} (step {100 * step:.1f}%): mean {100 * mean:.2f}%  max {100 * worst:.2f}%", flush=True)
+            if not improved:
+                step /= 2
+                if step < 0.005:
+                    break
+        _, mean, worst, rows = evaluate(args.trainplan, gpus, tmp)
+        for r in rows:
+            print(f"  {r['row']:<50} {100 * r['error']:+7.2f}%")
+        print(f"fitted: mean {100 * mean:.2f}%  max {100 * worst:.2f}%")
+        for curve in sorted({c for c, _ in FREE}):
+            print(f"  {curve}: {json.dumps(curve_of(g, curve))}")
+        if args.write:
+            with open(os.path.join(CATALOG, "gpus.json")) as f:
+                orig = json.load(f)
+            for name in GPUS:
+                for curve in {c for c, _ in FREE}:
+                    head, _, key = curve.rpartition("/")
+                    curve_of(orig[name], head)[key] = curve_of(g, curve)
+            with open(os.path.join(CATALOG, "gpus.json"), "w") as f:
+                f.write(json.dumps(orig, indent=2, ensure_ascii=False) + "\n")
+            print("written to models/catalog/gpus.json")
+    finally:
+        shutil.rmtree(tmp)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
