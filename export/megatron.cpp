@@ -140,7 +140,7 @@ void plan_args(const Scenario& sc, Options& o, Refusals& r) {
   o.push_back({"--attention-backend", p.attention == Attention::flash ? "flash" : "unfused"});
 }
 
-void precision_args(const Scenario& sc, Options& o) {
+void precision_args(const Scenario& sc, Options& o, Refusals& r) {
   switch (sc.training.precision) {
     case Precision::bf16: o.push_back({"--bf16", ""}); break;
     case Precision::fp16:
@@ -148,10 +148,12 @@ void precision_args(const Scenario& sc, Options& o) {
       // Megatron sets fp32 main gradients itself only for bf16; the plan's fp32 gradients need the flag under fp16.
       if (sc.training.grad_precision == Precision::fp32) o.push_back({"--accumulate-allreduce-grads-in-fp32", ""});
       break;
-    case Precision::fp8:  // Transformer Engine: e4m3 forward, e5m2 gradients, delayed scaling
+    case Precision::fp8:  // Transformer Engine: e4m3 forward, e5m2 gradients, the scenario's scaling recipe
       o.push_back({"--bf16", ""});
       o.push_back({"--fp8-format", "hybrid"});
-      o.push_back({"--fp8-recipe", "delayed"});
+      r.need(sc.training.fp8_recipe != "rowwise", "$.training.fp8_recipe", "per-row fp8 scaling (Megatron-LM's --fp8-recipe: "
+             "delayed, tensorwise, blockwise, mxfp8)", "\"fp8_recipe\": \"tensorwise\"");
+      o.push_back({"--fp8-recipe", sc.training.fp8_recipe});
       break;
     case Precision::fp32: break;
   }
@@ -167,7 +169,7 @@ std::string export_megatron(const Scenario& sc, const std::string& file) {
   Options o;
   model_args(sc, o, r);
   plan_args(sc, o, r);
-  precision_args(sc, o);
+  precision_args(sc, o, r);
   megatron_run_args(sc, "HuggingFaceTokenizer", o);
   r.throw_if_any();
   const Plan& p = sc.plan;

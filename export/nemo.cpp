@@ -148,7 +148,7 @@ void plan_overrides(const Scenario& sc, Options& o, Refusals& r) {
 
 // MegatronMixedPrecision by its full factory path (the short names are not registered for trainer.plugins), then
 // its fields: gradients reduced in the plan's precision (the plugin overwrites ddp.grad_reduce_in_fp32), and fp8
-// as Megatron-LM runs it (hybrid, delayed scaling, amax history 1, no fp8 parameter gathers).
+// as Megatron-LM runs it (hybrid, the scenario's recipe; delayed scaling: amax history 1; no fp8 parameter gathers).
 void precision_overrides(const Scenario& sc, Options& o, Refusals& r) {
   const std::string f = "nemo.collections.llm.recipes.precision.mixed_precision.";
   switch (sc.training.precision) {
@@ -157,10 +157,14 @@ void precision_overrides(const Scenario& sc, Options& o, Refusals& r) {
     case Precision::fp8:
       o.push_back({"trainer.plugins", f + "bf16_mixed"});
       o.push_back({"trainer.plugins.fp8", "hybrid"});
-      o.push_back({"trainer.plugins.fp8_recipe", "delayed"});
-      o.push_back({"trainer.plugins.fp8_margin", "0"});
-      o.push_back({"trainer.plugins.fp8_amax_history_len", "1"});
-      o.push_back({"trainer.plugins.fp8_amax_compute_algo", "most_recent"});
+      r.need(sc.training.fp8_recipe != "rowwise", "$.training.fp8_recipe", "per-row fp8 scaling (NeMo's fp8_recipe: "
+             "delayed, tensorwise, blockwise, mxfp8)", "\"fp8_recipe\": \"tensorwise\"");
+      o.push_back({"trainer.plugins.fp8_recipe", sc.training.fp8_recipe});
+      if (sc.training.fp8_recipe == "delayed") {  // delayed scaling's amax history, as Megatron-LM's defaults
+        o.push_back({"trainer.plugins.fp8_margin", "0"});
+        o.push_back({"trainer.plugins.fp8_amax_history_len", "1"});
+        o.push_back({"trainer.plugins.fp8_amax_compute_algo", "most_recent"});
+      }
       o.push_back({"trainer.plugins.fp8_param_gather", "False"});
       break;
     case Precision::fp32:

@@ -35,6 +35,11 @@ void refuse_torchtitan(const Scenario& sc, Refusals& r) {
          "tensor parallelism without sequence parallelism (TorchTitan's TP shards the norms)", "\"sequence_parallel\": true");
   r.need(p.attention == Attention::flash, "$.plan.attention", "unfused attention", "\"attention\": \"flash\"");
   r.need(sc.training.precision != Precision::fp16, "$.training.precision", "fp16 training", "\"precision\": \"bf16\"");
+  // fp8: torchao's recipes; a recipe the scenario did not name becomes TorchTitan's default (tensorwise).
+  r.need(sc.training.precision != Precision::fp8 || !sc.training.fp8_recipe_given || sc.training.fp8_recipe == "tensorwise" ||
+             sc.training.fp8_recipe == "rowwise",
+         "$.training.fp8_recipe", "fp8 scaling \"" + sc.training.fp8_recipe + "\" (torchao's float8 recipes: tensorwise, rowwise)",
+         "\"fp8_recipe\": \"tensorwise\"");
   r.need(p.offload.kind != OffloadKind::optimizer, "$.plan.offload.kind",
          "ZeRO-Offload (FSDP2's CPU offload moves parameters and gradients too)", "no offload");
   r.need(!(p.schedule == Schedule::gpipe && p.virtual_stages > 1), "$.plan.virtual_stages",
@@ -198,7 +203,8 @@ std::string export_torchtitan(const Scenario& sc, const std::string& file) {
     s += "\n[activation_checkpoint]\nmode = " + q(p.recompute == Recompute::full ? "full" : "none") + "\n";
   if (sc.training.precision == Precision::fp8)  // fp8 compute only: weights all-gathered in bf16, as simulated
     s += "\n[quantize.linear.float8]\nenable_fsdp_float8_all_gather = false\n"
-         "precompute_float8_dynamic_scale_for_fsdp = false\nfilter_fqns = [\"output\"]\n";
+         "precompute_float8_dynamic_scale_for_fsdp = false\nfilter_fqns = [\"output\"]\n" +
+         (sc.training.fp8_recipe == "rowwise" ? std::string("recipe_name = \"rowwise\"\n") : std::string());
   if (p.tp_comm_overlap) s += "\n[compile]\nenable = true\ncomponents = [\"model\"]\n";  // async TP needs compile
   s += "EOF\n\n";
   s += "srun --ntasks-per-node=1 --kill-on-bad-exit=1 torchrun --nnodes " + num((long long)l.nodes) +

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "catalog.hpp"
+#include "fp8_recipe.hpp"
 
 namespace tp {
 
@@ -46,6 +47,8 @@ FrameworkCan read_can(const json& v, const std::string& path, Issues& is) {
   for (int i : read_names(r, "offload", kOffloads)) c.offload.push_back((OffloadKind)i);
   for (int i : read_names(r, "recompute", recompute_names())) c.recompute.push_back((Recompute)i);
   for (int i : read_names(r, "precisions", kPrecisions)) c.precisions.push_back((Precision)i);
+  if (r.has("fp8_recipes"))
+    for (int i : read_names(r, "fp8_recipes", kFp8Recipes)) c.fp8_recipes.push_back(kFp8Recipes[i]);
   if (const json* z = r.get("zero")) {
     if (!z->is_array() || z->empty()) is.add_got(r.at("zero"), "a non-empty array of ZeRO stages 0..3", *z);
     else
@@ -66,8 +69,8 @@ FrameworkCan read_can(const json& v, const std::string& path, Issues& is) {
   c.tp_comm_overlap = r.opt_bool("tp_comm_overlap", true);
   c.overlap_param_gather = r.opt_bool("overlap_param_gather", true);
   c.recompute_layers = r.opt_bool("recompute_layers", true);
-  r.finish({"research", "schedules", "zero", "max_zero_with_pp", "offload", "recompute", "precisions", "max_tp",
-            "sequence_parallel", "context_parallel", "expert_parallel", "uneven_stages", "tp_comm_overlap",
+  r.finish({"research", "schedules", "zero", "max_zero_with_pp", "offload", "recompute", "precisions", "fp8_recipes",
+            "max_tp", "sequence_parallel", "context_parallel", "expert_parallel", "uneven_stages", "tp_comm_overlap",
             "overlap_param_gather", "recompute_layers"});
   return c;
 }
@@ -184,6 +187,7 @@ json framework_to_json(const Framework& f) {
   can["offload"] = names(f.can.offload, offload_kind_name);
   can["recompute"] = names(f.can.recompute, recompute_name);
   can["precisions"] = names(f.can.precisions, precision_name);
+  if (!f.can.fp8_recipes.empty()) can["fp8_recipes"] = f.can.fp8_recipes;
   can["max_tp"] = f.can.max_tp;
   can["sequence_parallel"] = f.can.sequence_parallel;
   can["context_parallel"] = f.can.context_parallel;
@@ -209,6 +213,10 @@ json framework_to_json(const Framework& f) {
     j["best_published"] = b;
   }
   return j;
+}
+
+std::string framework_default_fp8_recipe(const Framework& f) {
+  return f.can.fp8_recipes.empty() ? std::string(kDefaultFp8Recipe) : f.can.fp8_recipes.front();
 }
 
 static void scale_curve(Curve& c, double s) {

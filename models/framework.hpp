@@ -27,6 +27,8 @@ struct FrameworkCan {
   std::vector<OffloadKind> offload;      // production: none, optimizer
   std::vector<Recompute> recompute;
   std::vector<Precision> precisions;     // training.precision values
+  // fp8 scaling recipes (models/fp8_recipe.hpp kFp8Recipes), the first its default (training.fp8_recipe absent).
+  std::vector<std::string> fp8_recipes;
   int max_tp = 0;                        // 0: any tensor-parallel size
   bool sequence_parallel = true, context_parallel = true, expert_parallel = true, uneven_stages = true;
   bool tp_comm_overlap = true, overlap_param_gather = true;
@@ -125,6 +127,9 @@ inline double zero3_buffer_params(const Framework& f, double run_params) {
 }
 // Whether a plan's data-parallel gradient reduction overlaps the last backward under `f`.
 bool framework_overlaps_grad_reduce(const Framework& f, const Plan& p);
+
+// The fp8 recipe a run under `f` uses when training.fp8_recipe is not given: its first, or "delayed".
+std::string framework_default_fp8_recipe(const Framework& f);
 
 // The framework's fixed cost per step (its fit; 0 when not fitted).
 inline double framework_step_overhead_s(const Framework& f) { return f.fit.step_overhead_s; }

@@ -205,12 +205,13 @@ Gpu read_gpu(const json& v, const std::string& path, Issues& issues) {
         g.kernel_profiles.push_back(read_kernel_profile(it.value(), it.key(), r.at("kernel_profiles") + "." + it.key(), issues));
     }
   }
+  if (const json* fr = r.get("fp8_recipes")) g.fp8_recipes = read_fp8_recipes(*fr, r.at("fp8_recipes"), issues);
   if (g.matrix_flops_per_s[0] <= 0 && g.matrix_flops_per_s[1] <= 0 && g.matrix_flops_per_s[2] <= 0 && r.has("matrix_flops_per_s"))
     issues.add(r.at("matrix_flops_per_s"), "at least one precision needs a peak > 0");
   r.finish({"name", "about", "matrix_flops_per_s", "vector_flops_per_s", "hbm_bytes", "hbm_bandwidth_bytes_per_s",
             "matrix_efficiency", "memory_efficiency", "attention_efficiency", "fp8_matrix_efficiency",
             "attention_tile_rows", "sm_count", "compute_capability", "compute_slowdown_under_comm", "attention_head_dims", "attention_backward_grid", "kernel_overhead_s", "power_w", "framework_memory",
-            "kernel_profiles"});
+            "kernel_profiles", "fp8_recipes"});
   return g;
 }
 
@@ -257,6 +258,7 @@ json gpu_to_json(const Gpu& g) {
     }
     j["kernel_profiles"] = kp;
   }
+  if (!g.fp8_recipes.empty()) j["fp8_recipes"] = fp8_recipes_to_json(g.fp8_recipes);
   return j;
 }
 

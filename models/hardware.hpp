@@ -5,6 +5,7 @@
 #include <utility>
 #include <vector>
 
+#include "fp8_recipe.hpp"
 #include "json_check.hpp"
 
 namespace tp {
@@ -97,6 +98,8 @@ struct Gpu {
   double power_w = 0;            // board power at training load
   FrameworkMemory framework;
   std::vector<KernelProfile> kernel_profiles;  // by name
+  // fp8 scaling recipes this GPU has costs for (JSON "fp8_recipes", models/fp8_recipe.hpp); empty = "delayed" only.
+  std::vector<Fp8RecipeCost> fp8_recipes;
 };
 
 const KernelProfile* find_kernel_profile(const Gpu& g, const std::string& name);

@@ -80,6 +80,10 @@ inline constexpr Limit gpu_power{"cluster.gpu.power_w", 0, 100000, K::number, "t
 inline constexpr Limit compute_capability{"cluster.gpu.compute_capability", 0, 20, K::number,
                                           "H100: 9.0; 0 = not given (NCCL's Ampere tables)"};
 inline constexpr Limit comm_slowdown{"cluster.gpu.compute_slowdown_under_comm", 0, 1, K::number, "a fraction; 0 = not modelled"};
+inline constexpr Limit fp8_gemm_scale{"cluster.gpu.fp8_recipes.*.gemm_efficiency_scale", 0, 2, K::open_number,
+                                      "1 = the fp8 curve (H100 rowwise: 0.649, fitted)"};
+inline constexpr Limit fp8_cast_bytes{"cluster.gpu.fp8_recipes.*.cast_bytes_per_element", 0, 64, K::number,
+                                      "delayed 3, tensorwise 5, rowwise 8"};
 // cluster.nccl.tuning (models/nccl_tuning)
 inline constexpr Limit nccl_tuning{"cluster.nccl.tuning.*", 0, 1e6, K::number,
                                    "us or GB/s: NCCL's own constants and the fitted pipeline fill (models/catalog/nccl.json); speed lists descending"};
@@ -160,7 +164,7 @@ inline constexpr const Limit* kAllLimits[] = {
     &lim::inter_latency, &lim::host_memory, &lim::pcie_bw, &lim::cpu_cores, &lim::host_mem_bw, &lim::price,
     &lim::cluster_power, &lim::nccl_buffer, &lim::matrix_flops, &lim::vector_flops, &lim::hbm_bytes, &lim::hbm_bw,
     &lim::curve_size, &lim::curve_eff, &lim::tile_rows, &lim::sm_count, &lim::kernel_overhead, &lim::gpu_power,
-    &lim::compute_capability, &lim::comm_slowdown, &lim::nccl_tuning, &lim::nccl_channels,
+    &lim::compute_capability, &lim::comm_slowdown, &lim::fp8_gemm_scale, &lim::fp8_cast_bytes, &lim::nccl_tuning, &lim::nccl_channels,
     &lim::framework_bytes, &lim::fragmentation, &lim::fw_max_zero_with_pp, &lim::fw_max_tp, &lim::fw_bucket,
     &lim::fw_bucket_per_rank, &lim::fw_live_params, &lim::fw_best_tflops, &lim::fit_scale, &lim::fit_overhead, &lim::global_batch, &lim::seq_len, &lim::tokens, &lim::target_loss,
     &lim::lr, &lim::min_lr, &lim::warmup_steps, &lim::weight_decay, &lim::grad_clip, &lim::adam_beta, &lim::adam_eps,

@@ -102,6 +102,10 @@ struct Training {
   // The framework's kernels: a name in the GPU's "kernel_profiles" whose curves replace the GPU's own (which
   // describe Megatron-Core / Transformer Engine); "" = the GPU's own. Applied to the scenario's GPU at load.
   std::string kernel_profile;
+  // fp8 scaling recipe of the fp8 linear layers (models/fp8_recipe.hpp); not given: the framework's default
+  // (resolved at load and by set_framework). Costed only under precision fp8.
+  std::string fp8_recipe = "delayed";
+  bool fp8_recipe_given = false;
   OptimizerSettings optimizer;
   bool optimizer_given = false;      // training.optimizer was in the scenario (echoed by scenario_to_json)
   long long checkpoint_every = 1000; // steps between checkpoints (export)

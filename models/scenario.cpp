@@ -110,6 +110,10 @@ static Training read_training(const json& v, const Transformer& m, Issues& issue
   t.precision = (Precision)r.opt_enum("precision", {"fp32", "fp16", "bf16", "fp8"}, 1);
   t.grad_precision = (Precision)r.opt_enum("grad_precision", {"fp32", "fp16", "bf16"}, 0);
   t.kernel_profile = r.opt_str("kernel_profile", "");
+  if (r.has("fp8_recipe")) {
+    t.fp8_recipe = kFp8Recipes[r.opt_enum("fp8_recipe", kFp8Recipes, 0)];
+    t.fp8_recipe_given = true;
+  }
   r.get("framework");  // read by scenario_from_json (resolve_framework)
   if (const json* o = r.get("optimizer")) {
     t.optimizer = read_optimizer(*o, r.at("optimizer"), issues);
@@ -118,7 +122,7 @@ static Training read_training(const json& v, const Transformer& m, Issues& issue
   t.checkpoint_every = r.opt_int("checkpoint_every", t.checkpoint_every, lim::checkpoint_every);
   t.log_every = r.opt_int("log_every", t.log_every, lim::log_every);
   r.finish({"global_batch", "seq_len", "tokens", "target_loss", "precision", "grad_precision", "kernel_profile",
-            "framework", "optimizer", "checkpoint_every", "log_every"});
+            "fp8_recipe", "framework", "optimizer", "checkpoint_every", "log_every"});
   return t;
 }
 
@@ -299,6 +303,25 @@ static std::string frameworks_that_can(const Scenario& sc, const Plan& p) {
   return out.empty() ? "none in the catalog but \"research\"" : out;
 }
 
+// training.fp8_recipe: the framework's default when not given; under fp8, one the framework runs (when
+// `check_framework_runs`: the scenario's own framework, not a framework the planner tries) and the GPU has a cost for.
+static void resolve_fp8_recipe(Scenario& sc, Issues& is, bool check_framework_runs) {
+  Training& t = sc.training;
+  if (!t.fp8_recipe_given) t.fp8_recipe = framework_default_fp8_recipe(sc.framework);
+  if (t.precision != Precision::fp8) return;
+  const std::vector<std::string>& can = sc.framework.can.fp8_recipes;
+  if (check_framework_runs && !can.empty() && std::find(can.begin(), can.end(), t.fp8_recipe) == can.end()) {
+    std::string names;
+    for (const std::string& n : can) names += (names.empty() ? "\"" : ", \"") + n + "\"";
+    is.add("$.training.fp8_recipe", "the framework " + sc.framework.name + " runs the fp8 recipes " + names + ", not \"" +
+                                        t.fp8_recipe + "\"; choose one of them or a training.framework that runs it");
+  }
+  const Gpu& g = sc.cluster.gpu;
+  if (!find_fp8_recipe(g.fp8_recipes, t.fp8_recipe))
+    is.add("$.training.fp8_recipe", "the GPU " + g.name + " has no cost for the fp8 recipe \"" + t.fp8_recipe +
+                                        "\" in its profile (fp8_recipes: " + fp8_recipe_names(g.fp8_recipes) + ")");
+}
+
 // The framework's refusals of the plan (and of the delink pseudo plan), as input problems.
 static void check_framework(const Scenario& sc, Issues& is) {
   auto add = [&](const Plan& p, const std::string& at) {
@@ -350,6 +373,7 @@ Scenario scenario_from_json(const json& v, const std::string& base_dir, const st
   sc.gpu_as_given = std::make_shared<const Gpu>(sc.cluster.gpu);
   sc.net_curves_as_given = std::make_shared<const std::pair<Curve, Curve>>(sc.cluster.intra.efficiency, sc.cluster.inter.efficiency);
   if (is.empty()) apply_training_kernels(sc, is);
+  if (is.empty()) resolve_fp8_recipe(sc, is, true);
   if (const json* sv = r.get("search")) {
     if (r.has("plan")) is.add("$.search", "a scenario has either a plan (simulate, run) or a search block (plan), not both");
     else if (!allow_search)
@@ -403,6 +427,7 @@ void set_framework(Scenario& sc, const Framework& f) {
   sc.framework = f;
   Issues is;
   apply_training_kernels(sc, is);
+  if (is.empty()) resolve_fp8_recipe(sc, is, false);
   if (!is.empty()) throw InputError(is.messages);
 }
 
@@ -468,6 +493,7 @@ json scenario_to_json(const Scenario& s) {
           {"plan", plan}};
   if (s.training.target_loss > 0) out["training"]["target_loss"] = s.training.target_loss;
   if (!s.training.kernel_profile.empty()) out["training"]["kernel_profile"] = s.training.kernel_profile;
+  if (s.training.fp8_recipe_given) out["training"]["fp8_recipe"] = s.training.fp8_recipe;
   out["training"]["framework"] = s.framework.name == "inline" ? framework_to_json(s.framework) : json(s.framework.name);
   if (s.training.optimizer_given) out["training"]["optimizer"] = optimizer_to_json(s.training.optimizer);
   if (s.training.checkpoint_every != Training{}.checkpoint_every) out["training"]["checkpoint_every"] = s.training.checkpoint_every;

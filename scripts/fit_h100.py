@@ -74,6 +74,60 @@ def valid(curve, name):
     return all(0 < y <= cap for y in ys) and all(a <= b for a, b in zip(ys, ys[1:])) and ys[-1] <= 1.15 * ys[-2]
 
 
+def copy_catalog(prefix):
+    """A temporary directory holding a copy of the catalog's JSON files (for TRAINPLAN_CATALOG)."""
+    tmp = tempfile.mkdtemp(prefix=prefix)
+    for f in os.listdir(CATALOG):
+        if f.endswith(".json"):
+            shutil.copy(os.path.join(CATALOG, f), tmp)
+    return tmp
+
+
+def descend(g, free, evaluate, rounds):
+    """Coordinate descent over the (curve, point) pairs `free` of GPU object g: each point in turn moves up or down
+    by the step while evaluate() -> (score, mean, worst, rows) improves the score; the step halves after a round
+    without a gain. Curves stay valid (valid()). Returns the last (mean, worst)."""
+    best, mean, worst, rows = evaluate()
+    print(f"start: {len(rows)} rows, mean {100 * mean:.2f}%  max {100 * worst:.2f}%", flush=True)
+    step = 0.08
+    for rnd in range(rounds):
+        improved = False
+        for curve, i in free:
+            for sign in (+1, -1):
+                c = curve_of(g, curve)
+                old = c[i][1]
+                c[i][1] = round(old * (1 + sign * step), 4)
+                if not valid(c, curve):
+                    c[i][1] = old
+                    continue
+                score, m, w, _ = evaluate()
+                if score < best - 1e-6:
+                    best, mean, worst, improved = score, m, w, True
+                    break
+                c[i][1] = old
+        print(f"round {rnd + 1} (step {100 * step:.1f}%): mean {100 * mean:.2f}%  max {100 * worst:.2f}%", flush=True)
+        if not improved:
+            step /= 2
+            if step < 0.005:
+                break
+    return mean, worst
+
+
+def write_curves(names, g, free):
+    """Stores the fitted curves of `free` (taken from g) into models/catalog/gpus.json for each GPU in names."""
+    with open(os.path.join(CATALOG, "gpus.json")) as f:
+        orig = json.load(f)
+    for name in names:
+        for curve in {c for c, _ in free}:
+            head, _, key = curve.rpartition("/")
+            parent = curve_of(orig[name], head) if head else orig[name]
+            parent[key] = curve_of(g, curve)
+    with open(os.path.join(CATALOG, "gpus.json"), "w") as f:
+        json.dump(orig, f, indent=2, ensure_ascii=False)
+        f.write("\n")
+    print("written to models/catalog/gpus.json")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--trainplan", default=os.path.join(ROOT, "build", "cli", "trainplan"))
@@ -84,37 +138,12 @@ def main():
     SUITE[0] = args.suite
     if SUITE[0] == "h100":  # the bundled set, found by path (the catalog copy is elsewhere)
         SUITE[0] = os.path.join(ROOT, "data", "validation", "h100-dev-set.json")
-    tmp = tempfile.mkdtemp(prefix="fit_h100_")
+    tmp = copy_catalog("fit_h100_")
     try:
-        for f in os.listdir(CATALOG):
-            if f.endswith(".json"):
-                shutil.copy(os.path.join(CATALOG, f), tmp)
         with open(os.path.join(CATALOG, "gpus.json")) as f:
             gpus = json.load(f)
         g = gpus[GPU]
-        best, mean, worst, _ = evaluate(args.trainplan, gpus, tmp)
-        print(f"start: mean {100 * mean:.2f}%  max {100 * worst:.2f}%", flush=True)
-        step = 0.08
-        for rnd in range(args.rounds):
-            improved = False
-            for curve, i in FREE:
-                for sign in (+1, -1):
-                    c = curve_of(g, curve)
-                    old = c[i][1]
-                    c[i][1] = round(old * (1 + sign * step), 4)
-                    if not valid(c, curve):
-                        c[i][1] = old
-                        continue
-                    score, m, w, _ = evaluate(args.trainplan, gpus, tmp)
-                    if score < best - 1e-6:
-                        best, mean, worst, improved = score, m, w, True
-                        break
-                    c[i][1] = old
-            print(f"round {rnd + 1} (step {100 * step:.1f}%): mean {100 * mean:.2f}%  max {100 * worst:.2f}%", flush=True)
-            if not improved:
-                step /= 2
-                if step < 0.005:
-                    break
+        descend(g, FREE, lambda: evaluate(args.trainplan, gpus, tmp), args.rounds)
         _, mean, worst, rows = evaluate(args.trainplan, gpus, tmp)
         for r in rows:
             print(f"  {r['row']:<50} {100 * r['error']:+7.2f}%")
@@ -122,17 +151,7 @@ def main():
         for curve in sorted({c for c, _ in FREE}):
             print(f"  {curve}: {json.dumps(curve_of(g, curve))}")
         if args.write:
-            with open(os.path.join(CATALOG, "gpus.json")) as f:
-                orig = json.load(f)
-            for name in [GPU] + SAME_DIE:
-                for curve in {c for c, _ in FREE}:
-                    head, _, key = curve.rpartition("/")
-                    parent = curve_of(orig[name], head) if head else orig[name]
-                    parent[key] = curve_of(g, curve)
-            with open(os.path.join(CATALOG, "gpus.json"), "w") as f:
-                json.dump(orig, f, indent=2)
-                f.write("\n")
-            print("written to models/catalog/gpus.json")
+            write_curves([GPU] + SAME_DIE, g, FREE)
     finally:
         shutil.rmtree(tmp)
     return 0

@@ -24,7 +24,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from fit_h100 import CATALOG, MAX_TARGET, ROOT, curve_of, valid  # noqa: E402
+from fit_h100 import CATALOG, MAX_TARGET, ROOT, copy_catalog, curve_of, descend, write_curves  # noqa: E402
 
 GPUS = ["A100-SXM4-80GB", "A100-SXM4-40GB"]  # one die: the first is fitted, both are written
 PROFILE = "kernel_profiles/llm-foundry/"
@@ -63,37 +63,12 @@ def main():
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--write", action="store_true")
     args = ap.parse_args()
-    tmp = tempfile.mkdtemp(prefix="fit_llmf_a100_")
+    tmp = copy_catalog("fit_llmf_a100_")
     try:
-        for f in os.listdir(CATALOG):
-            if f.endswith(".json"):
-                shutil.copy(os.path.join(CATALOG, f), tmp)
         with open(os.path.join(CATALOG, "gpus.json")) as f:
             gpus = json.load(f)
         g = gpus[GPUS[0]]
-        best, mean, worst, rows = evaluate(args.trainplan, gpus, tmp)
-        print(f"start: {len(rows)} rows, mean {100 * mean:.2f}%  max {100 * worst:.2f}%", flush=True)
-        step = 0.08
-        for rnd in range(args.rounds):
-            improved = False
-            for curve, i in FREE:
-                for sign in (+1, -1):
-                    c = curve_of(g, curve)
-                    old = c[i][1]
-                    c[i][1] = round(old * (1 + sign * step), 4)
-                    if not valid(c, curve):
-                        c[i][1] = old
-                        continue
-                    score, m, w, _ = evaluate(args.trainplan, gpus, tmp)
-                    if score < best - 1e-6:
-                        best, mean, worst, improved = score, m, w, True
-                        break
-                    c[i][1] = old
-            print(f"round {rnd + 1} (step {100 * step:.1f}%): mean {100 * mean:.2f}%  max {100 * worst:.2f}%", flush=True)
-            if not improved:
-                step /= 2
-                if step < 0.005:
-                    break
+        descend(g, FREE, lambda: evaluate(args.trainplan, gpus, tmp), args.rounds)
         _, mean, worst, rows = evaluate(args.trainplan, gpus, tmp)
         for r in rows:
             print(f"  {r['row']:<50} {100 * r['error']:+7.2f}%")
@@ -101,15 +76,7 @@ def main():
         for curve in sorted({c for c, _ in FREE}):
             print(f"  {curve}: {json.dumps(curve_of(g, curve))}")
         if args.write:
-            with open(os.path.join(CATALOG, "gpus.json")) as f:
-                orig = json.load(f)
-            for name in GPUS:
-                for curve in {c for c, _ in FREE}:
-                    head, _, key = curve.rpartition("/")
-                    curve_of(orig[name], head)[key] = curve_of(g, curve)
-            with open(os.path.join(CATALOG, "gpus.json"), "w") as f:
-                f.write(json.dumps(orig, indent=2, ensure_ascii=False) + "\n")
-            print("written to models/catalog/gpus.json")
+            write_curves(GPUS, g, FREE)
     finally:
         shutil.rmtree(tmp)
     return 0

@@ -15,9 +15,6 @@ namespace tp::detail {
 // Flash attention: decoder-only language models are causal; FlashAttention skips the masked score tiles,
 // so the score work (and the K / V tiles each query tile reads) is halved.
 inline constexpr double kCausalFraction = 0.5;
-// fp8 casts (Transformer Engine): read the bf16 element (2 bytes) and write its fp8 copy (1 byte); the amax
-// of delayed scaling is taken in the same pass.
-inline constexpr double kFp8CastBytesPerElement = 3;
 
 struct Ctx {
   const Gpu* gpu;
@@ -28,11 +25,18 @@ struct Ctx {
   double e;  // activation element bytes
   int g_row = 1, g_col = 1, g_ep = 1, g_cp = 1;  // sizes of the 2D grid row / column, the ep and cp groups
   bool fp8 = false;  // fp8 linear-layer GEMMs (training.precision "fp8")
+  // Under fp8, the recipe's cost on this GPU (training.fp8_recipe, models/fp8_recipe.hpp): its fp8 GEMM
+  // efficiency scale and the HBM bytes per element it quantises (delayed scaling: read bf16, write fp8, 3).
+  double fp8_gemm_scale = 1, fp8_cast_bytes = 3;
 
   // Builds the context of a scenario: precisions from training.precision, element bytes from precision_bytes.
   static Ctx of(const Scenario& sc, const TpComm* tpc, int t, bool sp) {
     Ctx c{&sc.cluster.gpu, tensor_precision(sc.training.precision), tpc, t, sp, (double)precision_bytes(sc.training.precision)};
     c.fp8 = linear_gemm_precision(sc.training.precision) == Precision::fp8;
+    if (const Fp8RecipeCost* r = c.fp8 ? find_fp8_recipe(sc.cluster.gpu.fp8_recipes, sc.training.fp8_recipe) : nullptr) {
+      c.fp8_gemm_scale = r->gemm_efficiency_scale;
+      c.fp8_cast_bytes = r->cast_bytes_per_element;
+    }
     return c;
   }
 
@@ -54,7 +58,7 @@ struct Ctx {
   }
   double fp8_gemm_s(double flops, double bytes) const {
     double peak = gpu->matrix_flops_per_s[(int)Precision::fp8];
-    double t_math = flops / (peak * gpu->fp8_curve().at(flops));
+    double t_math = flops / (peak * std::min(1.0, gpu->fp8_curve().at(flops) * fp8_gemm_scale));
     double t_mem = bytes / (gpu->hbm_bandwidth_bytes_per_s * gpu->memory_efficiency.at(bytes));
     return std::max(t_math, t_mem) + gpu->kernel_overhead_s;
   }
@@ -105,8 +109,8 @@ struct Ctx {
     op.time_s *= times;
     return op;
   }
-  // fp8 cast (with amax) of `elements` bf16 elements; only meaningful when fp8.
-  Op cast(const std::string& name, double elements) const { return elem(name, kFp8CastBytesPerElement * elements); }
+  // fp8 cast (with its scales) of `elements` bf16 elements under the recipe; only meaningful when fp8.
+  Op cast(const std::string& name, double elements) const { return elem(name, fp8_cast_bytes * elements); }
   // Causal FlashAttention-2/3 forward over bh = (sequences x query heads) per rank of s tokens, head dim dh,
   // kv_bh (sequences x kv heads) K / V heads. FLOPs: QK^T and PV, 4 bh s^2 dh, halved by causality (softmax
   // FLOPs neglected). HBM bytes (IO-aware): Q read and O written once, K and V read once per wave of row

@@ -58,6 +58,10 @@ void check_runnable(const Scenario& sc) {
     need(p.recompute != Recompute::selective_op, at + ".recompute \"selective_op\"");
   };
   check_plan(sc.plan, "$.plan");
+  // fp8 runs Transformer Engine's delayed scaling (exec/model/fp8.hpp); the other recipes are simulated only.
+  need(sc.training.precision != Precision::fp8 || sc.training.fp8_recipe == kDefaultFp8Recipe,
+       "$.training.fp8_recipe \"" + sc.training.fp8_recipe + "\"" + (sc.training.fp8_recipe_given ? "" : " (the framework's default)") +
+           " (run emulates Transformer Engine's \"delayed\" scaling only)");
   // plan.attention runs either way: "flash" as the fused ops (exec/backends/ops.hpp flash_attention_*), "unfused" saving P.
   // precision "fp8" runs the linear layers as emulated fp8 GEMMs (exec/model/fp8.hpp) on every backend and plan.
   // head_dim other than hidden / heads and the SwiGLU models' bias flags are part of the executor's layout
