@@ -13,6 +13,7 @@
 // exchange_state for both parts in the same order with the same `total` and `window` (the windows' sums are
 // collectives over the job).
 #pragma once
+#include <utility>
 #include <vector>
 
 #include "exec/comm/comm.hpp"
@@ -60,6 +61,23 @@ enum class HandoverPart { weights, moments };  // (the weights' pass also checks
 template <class T>
 void exchange_state(const Records<T>& mine, const std::vector<IndexRun>& want, long long out_n, long long total,
                     long long window, Comm& job, HandoverPart part, Placed<T>* out);
+
+// Pseudo-to-Real on one layout (the pseudo phase on the real plan): no exchange. Each rank keeps, in host memory,
+// what its pseudo-phase run held (the weight-group slots: the flat ranges its setup placed, and its own ranges'
+// moments) and the same rank's real-phase run takes each layer's state from its group's slot; units of equal size
+// put a layer's element i at its slot's element i. Its peak is the real phase's state plus this copy of the k slots,
+// where the windowed exchange holds every layer's copies of record and a staging copy besides.
+template <class T>
+struct LocalState {
+  int shared = 0;                                     // k: the weight groups (slot g = layer g's unit)
+  std::vector<std::pair<long long, long long>> ranges;  // the pseudo run's placed flat ranges, ascending
+  std::vector<long long> base;                          // range i's start in w
+  std::vector<T> w;
+  std::vector<std::pair<int, int>> own;                 // per own range of the pseudo run: (unit, segment)
+  std::vector<std::vector<T>> m1, m2;                   // its moments
+  std::vector<double> fp8_scale;                        // the delinked scales (fp8)
+  bool done = false;                                    // the pseudo phase reached the delink
+};
 
 // Elements per window when the run does not say (RunOptions::handover_window): 4 Mi.
 constexpr long long default_handover_window = 1LL << 22;

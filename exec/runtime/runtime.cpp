@@ -57,6 +57,7 @@ void RankRun<T>::setup() {
   f8 = Fp8State::for_scenario(sc);
   if (f8.on()) {
     if (start && !start->fp8_scale.empty()) f8.scale = start->fp8_scale;  // Pseudo-to-Real's handover
+    if (local && !local->fp8_scale.empty()) f8.scale = local->fp8_scale;
     model.d1.fp8 = model.d2.fp8 = &f8;
   }
   // (model.d1.moe_aux_weight: per phase, RankRun::enter_phase)
@@ -74,7 +75,8 @@ void RankRun<T>::setup() {
       for (Buf<T>* b : {&params, &grads, &m1, &m2, &gshard}) *b = Buf<T>();
     }
     // The seed's model, or Pseudo-to-Real's handed weights (the handover's weights' pass: RankRun::place_handed).
-    place_parameters(start ? place_handed() : seeded_params<T>(sc, model, gl, o.seed), state);
+    place_parameters(start ? place_handed() : local ? place_local() : seeded_params<T>(sc, model, gl, o.seed), state);
+    if (local) std::vector<T>().swap(local->w);  // (placed: freed before the gradients and the optimizer state)
     place_gradients_and_state(state);
   }  // (the chunk store's arena below is device memory)
   if (p.offload.kind == OffloadKind::chunked) make_chunk_store();
@@ -87,8 +89,10 @@ template <class T>
 long long RankRun<T>::plan_units() {
   units.resize(L + 2);
   units[0] = Unit{gl.embed_begin, gl.embed_end, 0, rc.stage == first_stage || (sc.model.tied_embeddings && rc.stage == last_stage)};
-  for (long long l = 0; l < L; ++l)
-    units[unit_of_layer(l)] = Unit{gl.layer_begin[l], gl.layer_end[l], 0, stage_of_layer(l) == rc.stage, gl.expert_begin[l]};
+  for (long long l = 0; l < L; ++l)  // (the pseudo phase's run: only the k weight-group slots)
+    units[unit_of_layer(l)] = Unit{gl.layer_begin[l], gl.layer_end[l], 0,
+                                   stage_of_layer(l) == rc.stage && !(groups_only() && l >= sc.delink.unique_layers),
+                                   gl.expert_begin[l]};
   units[L + 1] = Unit{gl.head_begin, gl.head_end, 0, rc.stage == last_stage};
   units[0].x = units[0].b;
   units[L + 1].x = units[L + 1].b;
@@ -318,6 +322,8 @@ RunResult run_training(const Scenario& sc, const RunOptions& o, Comm& world) {
   try {
     if (detail::pseudo_plan_differs(sc))  // Pseudo-to-Real over two layouts (exec/runtime/runtime_relayout.cpp)
       return o.fp64 ? detail::run_two_layouts<double>(sc, o, comm) : detail::run_two_layouts<float>(sc, o, comm);
+    if (sc.delink.on())  // on one layout: the pseudo phase's run, then the real phase's on the same ranks
+      return o.fp64 ? detail::run_one_layout<double>(sc, o, comm) : detail::run_one_layout<float>(sc, o, comm);
     if (o.fp64) { RankRun<double> r(sc, o, comm); return r.run(); }
     RankRun<float> r(sc, o, comm);
     return r.run();

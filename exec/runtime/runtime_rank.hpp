@@ -1,6 +1,6 @@
 // runtime_rank: one rank's training run (RankRun), shared by exec/runtime/runtime.cpp (setup), exec/runtime/runtime_step.cpp
 // (the step loop) and exec/runtime/runtime_update.cpp (between the steps: ZeRO's unit collectives, the optimizer step,
-// delinking and the checkpointed state). What follows is the runtime's design; each member is defined in one of
+// Pseudo-to-Real's slot sums and the checkpointed state). What follows is the runtime's design; each member is defined in one of
 // those files.
 //
 // One rank's training step is driven by the shared schedule (schedule/pipeline: stage_layout, plan_order)
@@ -201,16 +201,27 @@ struct RankRun {
     for (size_t k = 0; hopt.on() && k < own.size(); ++k) hopt.pull(P(own[k].first), own_off[k], own[k].second - own[k].first);
   }
   long delink_step = -1;                             // the step at which the shared weights are delinked
-  // Pseudo-to-Real over two layouts (exec/runtime/runtime_relayout.cpp): the pseudo phase's run delinks at delink_step,
-  // keeps this rank's copies of record in *handoff and ends there; the real phase's run starts at start_step from
-  // the handover *start (its weights placed by setup through place_handed, its moments by import_moments)
-  // instead of the seed's model.
+  // Pseudo-to-Real (exec/runtime/runtime_relayout.cpp): the pseudo phase's run holds only the k weight-group slots
+  // (the layer units 0..k-1, with pp > 1 also their replicas: hold_weight_groups), as M6-10T's pseudo model and the
+  // simulator's pseudo phase do; at delink_step it writes every layer's copies of record from its group's slot into
+  // *handoff (export_state) and ends there; the real phase's run starts at start_step from the handover *start (its
+  // weights placed by setup through place_handed, its moments by import_moments) instead of the seed's model.
   Records<T>* handoff = nullptr;
+  // The same, on one layout (the pseudo phase on the real plan): the pseudo run keeps its state in *keep
+  // (export_local), the real run takes it from *local (place_local, import_local_moments): handover.hpp LocalState.
+  LocalState<T>* keep = nullptr;
+  LocalState<T>* local = nullptr;
+  bool groups_only() const { return (handoff || keep) && sc.delink.on(); }  // the pseudo phase's run: slots 0..k-1 only
   Handover<T>* start = nullptr;  // (its parts released once placed)
   int start_step = 0;
+  void export_local(LocalState<T>& out);
+  ParamSource<T> place_local();
+  void import_local_moments();
   GptLayout single_rank_layout() const;
   std::vector<double> full_index(const GptLayout& full, size_t v) const;  // view v's elements -> their index in `full`
-  void export_state(Records<T>& rec);  // this rank's copies of record
+  // This rank's copies of record; while weights are shared (the pseudo phase at its delink), every layer of this
+  // stage from its group's slot, and the fp8 scales delinked (each layer's from its group's).
+  void export_state(Records<T>& rec);
   // The positions of flat ranges [first, second) one after the other (base[k]: range k's start) as runs of the
   // single-rank layout's elements (sorted, split at the handover's windows).
   std::vector<IndexRun> wanted(const std::vector<std::pair<long long, long long>>& ranges, std::vector<long long>& base) const;
@@ -307,7 +318,6 @@ struct RankRun {
   std::vector<TensorView> state_tensors(int32_t* meta);
   void save_checkpoint(long next_step);
   long load_checkpoint(long step);
-  void delink();
   // The optimizer step (exec/runtime/runtime_update.cpp): its jobs in the order optimizer_step calls them.
   void optimizer_step(int step, int warmup, RunResult& res);
   void sp_reduce_grads();
@@ -362,10 +372,13 @@ struct RankRun {
   static const Backend& backend_for(bool host) { return host ? cpu_backend() : current_backend(); }
 };
 
-// Pseudo-to-Real whose plan.delink.plan differs from the real plan: the two phases' runs, the state handed over
-// at the delink (exec/runtime/runtime_relayout.cpp).
+// Pseudo-to-Real as two runs (exec/runtime/runtime_relayout.cpp): the pseudo phase's, then the real phase's.
+// plan.delink.plan of another layout: the state handed over through the single-rank layout, window by window;
+// else (one layout): each rank's own state, kept in host memory between its two runs.
 bool pseudo_plan_differs(const Scenario& sc);
 template <class T>
 RunResult run_two_layouts(const Scenario& sc, const RunOptions& o, Comm& world);
+template <class T>
+RunResult run_one_layout(const Scenario& sc, const RunOptions& o, Comm& world);
 
 }  // namespace tp::exec::detail

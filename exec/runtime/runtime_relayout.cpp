@@ -1,8 +1,9 @@
-// runtime_relayout: Pseudo-to-Real whose pseudo phase trains on a plan of another layout (plan.delink.plan with
-// other dp, tp, pp, ZeRO, cp, ep, micro-batch, offload, ...). The job has the larger plan's ranks (job_ranks).
-// The pseudo phase runs as its own RankRun on the first G_pseudo of them; at the delink step it copies its
-// weight groups into every layer (RankRun::delink, as in one layout), and each rank writes its copies of record
-// (weights and Adam moments) by their index in the model's single-rank layout. The handover (exec/runtime/handover.hpp)
+// runtime_relayout: Pseudo-to-Real as two runs. The pseudo phase trains on plan.delink.plan (another layout: dp,
+// tp, pp, ZeRO, cp, ep, micro-batch, offload, ...) or on the real plan; the job has the larger plan's ranks
+// (job_ranks). The pseudo phase runs as its own RankRun on the first G_pseudo of them and holds only the k
+// weight-group slots (RankRun::groups_only: M6-10T's pseudo model is k layers, as the simulator's pseudo phase);
+// at the delink step each rank writes its copies of record (weights and Adam moments), every layer's from its
+// group's slot, by their index in the model's single-rank layout. The handover (exec/runtime/handover.hpp)
 // assembles that layout one window at a time with one sum over every rank per window; the real phase's RankRun,
 // on the first G_real ranks, takes its elements of each window (its weights in setup, as the seed's model would
 // be sharded, and its moments like its optimizer state) and trains on from the delink step.
@@ -13,6 +14,7 @@
 // of its RankRun (steps up to the delink, its G_pseudo ranks), the real phase's those of a run without delink
 // on the real plan (steps after it); --resume continues in the phase of the newest complete one.
 #include <climits>
+#include <stdexcept>
 
 #include "exec/runtime/runtime_rank.hpp"
 
@@ -46,32 +48,51 @@ std::vector<double> RankRun<T>::full_index(const GptLayout& full, size_t v) cons
 
 // Each own range's views, where this rank holds the copy of record: weights and moments into rec by their
 // single-rank index. Without ZeRO every rank of a segment's group holds the same values; its rank 0 writes them.
-// After the delink the weight-group replicas of other stages (replica_only) are not copies of record.
+// While weights are shared (the pseudo phase's run at its delink) a layer slot's own range holds the records of
+// every layer of this stage in its group (slots are units of equal size: a ZeRO slice of slot g is the same slice
+// of layer l), written by the ranks of layer l's stage, which hold the slot (hold_weight_groups); the fp8 scales
+// are delinked first. After the delink the weight-group replicas of other stages (replica_only) are not copies of
+// record.
 template <class T>
 void RankRun<T>::export_state(Records<T>& out) {
   if (store) store->evict_all();  // the flat buffers hold every chunk (delink did so too)
+  if (shared > 0) {  // each layer's fp8 scales from its group's
+    std::vector<long long> group_of((size_t)L);
+    for (long long l = 0; l < L; ++l) group_of[(size_t)l] = weight_group(l, L, shared);
+    f8.delink(group_of);
+  }
   const GptLayout full = single_rank_layout();
   std::vector<double> at;  // view iv's single-rank indices
   size_t iv = gl.views.size();
   std::vector<T> w, a1, a2;
+  std::vector<int> dst;  // the units whose records own range k holds
   for (size_t k = 0; k < own.size(); ++k) {
     const int ui = own_unit[k];
     if (shared == 0 && replica_only[ui]) continue;
     if (p.zero == 0 && seg(ui, own_seg[k]).r != 0) continue;
+    dst.assign(1, ui);
+    if (shared > 0 && is_layer_unit(ui)) {
+      dst.clear();
+      for (long long l = 0; l < L; ++l)
+        if (weight_group(l, L, shared) == ui - 1 && stage_of_layer(l) == rc.stage) dst.push_back(unit_of_layer(l));
+    }
     BackendScope where(own_on_host(k) ? cpu_backend() : current_backend());
-    gl.each_view(own[k].first, own[k].second, [&](size_t v, long long lo, long long hi, long long off) {
-      const long long a = own[k].first + off, n = hi - lo, so = own_off[k] + off;
-      if (!record_copy(v, a)) return;
-      if (v != iv) at = full_index(full, v), iv = v;
-      for (std::vector<T>* h : {&w, &a1, &a2}) h->resize((size_t)n);
-      copy_elems(w.data(), P(a), n);
-      copy_elems(a1.data(), moments(k, 1) + so, n);
-      copy_elems(a2.data(), moments(k, 2) + so, n);
-      for (long long i = 0; i < n; ++i) {
-        const double g = at[(size_t)(a + i - gl.views[v].offset)];
-        if (g >= 0) out.add((long long)g, w[i], a1[i], a2[i]);
-      }
-    });
+    for (int ud : dst) {
+      const long long shift = units[ud].a - units[ui].a;  // slot -> layer: the same offsets in a unit of equal size
+      gl.each_view(own[k].first + shift, own[k].second + shift, [&](size_t v, long long lo, long long hi, long long off) {
+        const long long a = own[k].first + off, n = hi - lo, so = own_off[k] + off;
+        if (!record_copy(v, a + shift)) return;
+        if (v != iv) at = full_index(full, v), iv = v;
+        for (std::vector<T>* h : {&w, &a1, &a2}) h->resize((size_t)n);
+        copy_elems(w.data(), P(a), n);
+        copy_elems(a1.data(), moments(k, 1) + so, n);
+        copy_elems(a2.data(), moments(k, 2) + so, n);
+        for (long long i = 0; i < n; ++i) {
+          const double g = at[(size_t)(a + shift + i - gl.views[v].offset)];
+          if (g >= 0) out.add((long long)g, w[i], a1[i], a2[i]);
+        }
+      });
+    }
   }
   out.fp8_scale = f8.scale;
   out.done = true;
@@ -132,6 +153,75 @@ void RankRun<T>::import_moments() {
   }
 }
 
+// One layout: the pseudo run's state as it holds it (the k slots and their replicas), into host memory.
+template <class T>
+void RankRun<T>::export_local(LocalState<T>& out) {
+  if (store) store->evict_all();  // the flat buffers hold every chunk
+  std::vector<long long> group_of((size_t)L);  // fp8: each layer's scales from its group's
+  for (long long l = 0; l < L; ++l) group_of[(size_t)l] = weight_group(l, L, shared);
+  f8.delink(group_of);
+  out.shared = shared;
+  out.ranges = params_needed();
+  out.base.assign(out.ranges.size() + 1, 0);
+  for (size_t i = 0; i < out.ranges.size(); ++i) out.base[i + 1] = out.base[i] + (out.ranges[i].second - out.ranges[i].first);
+  out.w.resize((size_t)out.base.back());
+  for (size_t i = 0; i < out.ranges.size(); ++i)  // a unit's device part, then its host part (granular)
+    for (long long a = out.ranges[i].first; a < out.ranges[i].second;) {
+      const int u = unit_at(a);
+      const bool host = host_at(u, a);
+      const long long z = std::min(out.ranges[i].second, host ? units[u].b : dev_end[u]);
+      BackendScope where(host ? cpu_backend() : current_backend());
+      copy_elems(out.w.data() + out.base[i] + (a - out.ranges[i].first), P(a), z - a);
+      a = z;
+    }
+  out.own.clear(), out.m1.clear(), out.m2.clear();
+  for (size_t k = 0; k < own.size(); ++k) {
+    const long long n = own[k].second - own[k].first;
+    out.own.push_back({own_unit[k], own_seg[k]});
+    out.m1.emplace_back((size_t)n), out.m2.emplace_back((size_t)n);
+    BackendScope where(own_on_host(k) ? cpu_backend() : current_backend());
+    copy_elems(out.m1.back().data(), moments(k, 1) + own_off[k], n);
+    copy_elems(out.m2.back().data(), moments(k, 2) + own_off[k], n);
+  }
+  out.fp8_scale = f8.scale;
+  out.done = true;
+}
+
+// One layout, the real run: a layer unit's flat index -> its group's slot in the pseudo run (units of equal size).
+template <class T>
+ParamSource<T> RankRun<T>::place_local() {
+  const LocalState<T>& s = *local;
+  return [this, &s](long long a, long long z, T* dst) {
+    if (z <= a) return;
+    const int u = unit_at(a);
+    const long long shift = is_layer_unit(u) ? units[unit_of_layer(weight_group(u - 1, L, s.shared))].a - units[u].a : 0;
+    const long long sa = a + shift, sz = z + shift;
+    const size_t k = std::upper_bound(s.ranges.begin(), s.ranges.end(), std::pair{sa, LLONG_MAX}) - s.ranges.begin();
+    if (k == 0 || sz > s.ranges[k - 1].second)
+      throw std::logic_error("delink: the pseudo phase's run did not hold the real phase's flat range");
+    std::copy(s.w.begin() + s.base[k - 1] + (sa - s.ranges[k - 1].first),
+              s.w.begin() + s.base[k - 1] + (sz - s.ranges[k - 1].first), dst);
+  };
+}
+
+// One layout, the real run: every own range's moments from its group's slot's own range (same segment, same slice).
+template <class T>
+void RankRun<T>::import_local_moments() {
+  const LocalState<T>& s = *local;
+  for (size_t k = 0; k < own.size(); ++k) {
+    const int ui = own_unit[k];
+    const int su = is_layer_unit(ui) ? unit_of_layer(weight_group(ui - 1, L, s.shared)) : ui;
+    const auto it = std::find(s.own.begin(), s.own.end(), std::pair{su, own_seg[k]});
+    const long long n = own[k].second - own[k].first;
+    if (it == s.own.end() || (long long)s.m1[(size_t)(it - s.own.begin())].size() != n)
+      throw std::logic_error("delink: the pseudo phase's run did not hold the real phase's optimizer state");
+    const size_t j = (size_t)(it - s.own.begin());
+    BackendScope where(own_on_host(k) ? cpu_backend() : current_backend());
+    copy_elems(moments(k, 1) + own_off[k], s.m1[j].data(), n);
+    copy_elems(moments(k, 2) + own_off[k], s.m2[j].data(), n);
+  }
+}
+
 template GptLayout RankRun<float>::single_rank_layout() const;
 template GptLayout RankRun<double>::single_rank_layout() const;
 template std::vector<double> RankRun<float>::full_index(const GptLayout&, size_t) const;
@@ -146,6 +236,12 @@ template ParamSource<float> RankRun<float>::place_handed();
 template ParamSource<double> RankRun<double>::place_handed();
 template void RankRun<float>::import_moments();
 template void RankRun<double>::import_moments();
+template void RankRun<float>::export_local(LocalState<float>&);
+template void RankRun<double>::export_local(LocalState<double>&);
+template ParamSource<float> RankRun<float>::place_local();
+template ParamSource<double> RankRun<double>::place_local();
+template void RankRun<float>::import_local_moments();
+template void RankRun<double>::import_local_moments();
 
 bool pseudo_plan_differs(const Scenario& sc) {
   if (!sc.delink.on() || !sc.delink.plan) return false;
@@ -157,6 +253,25 @@ bool pseudo_plan_differs(const Scenario& sc) {
 }
 
 namespace {
+// The offload record of both phases: with the same offload kind, the per-step lists of the pseudo phase, then the
+// real phase's, and the real phase's totals (its host state, arena and chunks); else the real phase's alone.
+void append_offload(OffloadResult& o, const OffloadResult& real) {
+  if (!(o.on && real.on && o.kind == real.kind)) {
+    o = real;
+    return;
+  }
+  OffloadResult r = real;
+  for (auto [to, from] : {std::pair{&r.peak_loaded_bytes, &o.peak_loaded_bytes}, std::pair{&r.h2d_bytes, &o.h2d_bytes},
+                          std::pair{&r.d2h_bytes, &o.d2h_bytes}, std::pair{&r.h2d_s, &o.h2d_s}, std::pair{&r.d2h_s, &o.d2h_s},
+                          std::pair{&r.h2d_moves, &o.h2d_moves}, std::pair{&r.d2h_moves, &o.d2h_moves},
+                          std::pair{&r.adam_h2d_bytes, &o.adam_h2d_bytes}, std::pair{&r.adam_d2h_bytes, &o.adam_d2h_bytes},
+                          std::pair{&r.peak_arena_bytes, &o.peak_arena_bytes}, std::pair{&r.peak_device_bytes, &o.peak_device_bytes}})
+    to->insert(to->begin(), from->begin(), from->end());
+  r.peak_arena_bytes_max = std::max(r.peak_arena_bytes_max, o.peak_arena_bytes_max);
+  r.peak_device_bytes_max = std::max(r.peak_device_bytes_max, o.peak_device_bytes_max);
+  o = std::move(r);
+}
+
 // Per-step lists of the pseudo phase, then the real phase's.
 void append_phase(RunResult& r, const RunResult& real) {
   for (auto [to, from] : {std::pair{&r.losses, &real.losses}, std::pair{&r.step_time_s, &real.step_time_s},
@@ -171,7 +286,7 @@ void append_phase(RunResult& r, const RunResult& real) {
   r.param_elements = real.param_elements;  // the real plan's holdings
   r.moment_elements = real.moment_elements;
   r.trace = real.trace;
-  r.offload = real.offload;
+  append_offload(r.offload, real.offload);
   r.stop_signal = real.stop_signal;
   if (!real.last_checkpoint.empty()) r.last_checkpoint = real.last_checkpoint;
 }
@@ -241,6 +356,48 @@ RunResult run_two_layouts(const Scenario& sc, const RunOptions& o, Comm& world) 
   return res;
 }
 
+// One layout (no plan.delink.plan, or the real plan): the pseudo phase's run keeps its state in host memory
+// (LocalState), is freed, and the real phase's run on the same ranks takes it; checkpoints and --resume as above.
+template <class T>
+RunResult run_one_layout(const Scenario& sc, const RunOptions& o, Comm& world) {
+  Scenario real = sc;
+  real.delink = Delink{};
+  const long D = delink_step_of(sc, o);
+  std::optional<long> real_ckpt;
+  if (o.resume && !o.checkpoint_dir.empty()) real_ckpt = latest_complete(o.checkpoint_dir, sc.plan.gpus());
+  RunResult res;
+  LocalState<T> st;
+  if (!(real_ckpt && *real_ckpt > D)) {
+    {
+      RankRun<T> r(sc, o, world);
+      r.keep = &st;
+      res = r.run();
+    }  // (the pseudo phase's memory is freed here; its k slots stay in st)
+    double handed = st.done ? 1 : 0;  // (every rank runs the same steps; the sum keeps them in step)
+    world.all_reduce_sum(&handed, 1, Dtype::f64);
+    if (handed < world.size()) return res;  // the run ended in the pseudo phase
+    if (world.rank() == 0)
+      std::fprintf(stderr, "delinked at step %ld: %d weight group%s into %lld layers on %d rank%s\n", D, st.shared,
+                   st.shared == 1 ? "" : "s", (long long)sc.model.layers, world.size(), world.size() == 1 ? "" : "s");
+  }
+  const bool handed = st.done;
+  RankRun<T> r(real, o, world);
+  if (handed) {
+    r.local = &st;  // (setup places the weights through place_local; run imports the moments, then frees st)
+    r.start_step = (int)D;
+  }
+  RunResult rest = r.run();
+  if (!handed) {  // resumed in the real phase
+    rest.delink_step = D;
+    return rest;
+  }
+  append_phase(res, rest);
+  res.delink_step = D;
+  return res;
+}
+
+template RunResult run_one_layout<float>(const Scenario&, const RunOptions&, Comm&);
+template RunResult run_one_layout<double>(const Scenario&, const RunOptions&, Comm&);
 template RunResult run_two_layouts<float>(const Scenario&, const RunOptions&, Comm&);
 template RunResult run_two_layouts<double>(const Scenario&, const RunOptions&, Comm&);
 

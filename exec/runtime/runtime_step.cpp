@@ -6,6 +6,7 @@
 #include "exec/runtime/runtime_rank.hpp"
 
 #include <cstdio>
+#include <stdexcept>
 #include <ctime>
 
 namespace tp::exec {
@@ -494,18 +495,20 @@ RunResult RankRun<T>::run() {
   Loop lp;
   prepare_loop(lp);
   if (start) import_moments();  // (its weights, and the host optimizer's master copy, are in place since setup)
-  const int first = start ? start_step : resume(lp.res);
+  if (local) {                   // (one layout: the pseudo run's kept state, released once taken)
+    import_local_moments();
+    *local = LocalState<T>();
+  }
+  const int first = start || local ? start_step : resume(lp.res);
   lp.res.first_step = first;
   enter_phase(lp, shared > 0);  // (a checkpoint after the delink resumes in the real phase)
   for (int step = first; step < o.steps; ++step) {
     if (store) store->begin_step();
-    if (step == delink_step) {
-      delink();
-      if (handoff) {  // the real phase runs on its own layout (exec/runtime/runtime_relayout.cpp)
-        export_state(*handoff);
-        break;
-      }
-      enter_phase(lp, false);
+    if (step == delink_step) {  // the pseudo phase's run ends here; the real phase runs as its own run
+      if (handoff) export_state(*handoff);  // (exec/runtime/runtime_relayout.cpp)
+      else if (keep) export_local(*keep);
+      else throw std::logic_error("delink without a handover (exec/runtime/runtime_relayout.cpp)");
+      break;
     }
     auto t0 = std::chrono::steady_clock::now();
     prof::step_begin(step);

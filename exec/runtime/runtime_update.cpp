@@ -1,8 +1,8 @@
 // runtime_update: what happens to a rank's parameters between its forward / backward work (RankRun,
 // exec/runtime/runtime_rank.hpp): ZeRO's reduce-scatter and all-gather of parameter units, the sequence-parallel
 // reduction of replicated gradients, the optimizer step (global-norm clipping, AdamW on the device, on the host
-// under optimizer offload, on host memory for granular-offloaded units), Pseudo-to-Real delinking, and the
-// tensors a checkpoint holds. Invariant: every rank of a group calls each collective in the same order.
+// under optimizer offload, on host memory for granular-offloaded units), Pseudo-to-Real's sums over a weight group's
+// slot holders, and the tensors a checkpoint holds (the delink itself: exec/runtime/runtime_relayout.cpp). Invariant: every rank of a group calls each collective in the same order.
 #include "exec/runtime/runtime_rank.hpp"
 #include "exec/runtime/offload/host_adam.hpp"
 
@@ -103,47 +103,6 @@ long RankRun<T>::load_checkpoint(long step) {
   delink_step = meta[1];
   pull_master();
   return step;
-}
-
-// Pseudo-to-Real: every layer slot gets its weight group's weights and optimizer state (the network function
-// is unchanged at this instant), then the layers train independently. Slots are units of equal size, so a
-// ZeRO slice of slot l is the same slice of its group's slot.
-template <class T>
-void RankRun<T>::delink() {
-  if (store) {  // the weights move between slots on the host; the access pattern changes
-    store->evict_all();
-    store->reset_trace();
-  }
-  for (long long l = L - 1; l >= 0; --l) {
-    long long wg = weight_group(l, L, shared);
-    if (wg == l) continue;
-    const Unit &src = units[unit_of_layer(wg)], &dst = units[unit_of_layer(l)];
-    const int us = unit_of_layer(wg), ud = unit_of_layer(l);
-    if (!src.owned || !dst.owned) continue;
-    // Segment by segment (MoE: the dense part over dp, the rank's experts over the expert-dp group; the rank
-    // holds the same experts of every layer, so slot l's layout is wg's), each on the device or the host
-    // (granular: the whole unit, or its experts alone): the parameters (zparam: the own slices) and the moments.
-    for (int si = 0; si < nseg(us); ++si) {
-      const bool hs = seg_on_host(us, si), hd = seg_on_host(ud, si);
-      const Seg sg = seg(us, si);
-      if (!zparam) GranularHost<T>::move(P(dst.a + (sg.lo - src.a)), hd, P(sg.lo), hs, sg.hi - sg.lo);
-      const size_t ks = own_index(us) + si, kd = own_index(ud) + si;
-      const long long n = sg.slice;
-      if (zparam) GranularHost<T>::move(slice_ptr(kd), hd, slice_ptr(ks), hs, n);  // the slices (granular: on the host)
-      if (hopt.on()) {
-        hopt.copy_moments(own_off[kd], own_off[ks], n);
-      } else {
-        for (auto [dev, host] : {std::pair{&m1, &gran.m1}, std::pair{&m2, &gran.m2}})
-          GranularHost<T>::move((hd ? host->data() : dev->data()) + own_off[kd], hd,
-                                (hs ? host->data() : dev->data()) + own_off[ks], hs, n);
-      }
-    }
-  }
-  pull_master();  // the slots' new weights into the host master copy
-  std::vector<long long> group_of((size_t)L);  // fp8: each layer's scales from its group's
-  for (long long l = 0; l < L; ++l) group_of[(size_t)l] = weight_group(l, L, shared);
-  f8.delink(group_of);
-  shared = 0;
 }
 
 // The optimizer step after the step's last backward: one job a function, in this order (every rank of a group
@@ -339,7 +298,6 @@ template void RankRun<float>::gather_layer(int, const float*);
 template std::vector<TensorView> RankRun<float>::state_tensors(int32_t*);
 template void RankRun<float>::save_checkpoint(long);
 template long RankRun<float>::load_checkpoint(long);
-template void RankRun<float>::delink();
 template void RankRun<float>::optimizer_step(int, int, RunResult&);
 template void RankRun<double>::sp_reduce_layer(int, long long, long long);
 template void RankRun<double>::reduce_scatter_unit(int);
@@ -348,7 +306,6 @@ template void RankRun<double>::gather_layer(int, const double*);
 template std::vector<TensorView> RankRun<double>::state_tensors(int32_t*);
 template void RankRun<double>::save_checkpoint(long);
 template long RankRun<double>::load_checkpoint(long);
-template void RankRun<double>::delink();
 template void RankRun<double>::optimizer_step(int, int, RunResult&);
 
 }  // namespace tp::exec::detail

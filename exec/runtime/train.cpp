@@ -160,14 +160,15 @@ void check_run_memory(const Scenario& sc, bool fp64, bool on_gpu) {
   if (on_gpu) return;
   double job_local = 1;
   if (const char* v = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE")) job_local = std::max(1.0, std::atof(v));
-  // The phase that needs more: Pseudo-to-Real's pseudo plan may hold the model on fewer ranks (its run holds
-  // every layer's slot); the real plan's run starts while its ranks hold the handover (exec/runtime/handover.hpp): the
+  // The phase that needs more: Pseudo-to-Real's pseudo plan may hold the model on fewer ranks (its run holds the k
+  // weight-group slots; counted here as every layer's, an upper bound); the real plan's run starts while its ranks
+  // hold the handover (exec/runtime/handover.hpp): the
   // weights of their units once, their optimizer state's two moments, the pseudo phase's copies of record (at
   // most a tp x pp share, three values each) and one window of two values.
   double local = std::min(job_local, (double)sc.plan.gpus()), bytes = local * run_bytes_per_rank(sc, fp64);
-  if (sc.delink.on() && sc.delink.plan) {
+  if (sc.delink.on()) {
     Scenario ps = sc;
-    ps.plan = *sc.delink.plan;
+    if (sc.delink.plan) ps.plan = *sc.delink.plan;
     const double lp = std::min(job_local, (double)ps.plan.gpus()), pseudo_bytes = lp * run_bytes_per_rank(ps, fp64);
     const double total = total_params(sc.model), held = total / (sc.plan.tp * sc.plan.pp);
     const double own = sc.plan.zero >= 1 ? held / sc.plan.dp : held;
