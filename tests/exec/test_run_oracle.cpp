@@ -182,6 +182,14 @@ TEST(RunOracle, DelinkKeepsTheLossAndMatchesSingleRank) {
   EXPECT_EQ(at3["delink_step"], 3);
   for (int s = 0; s < 4; ++s)  // steps 0-2 identical (pseudo); step 3 on the delinked model: the same loss
     EXPECT_NEAR(at3["losses"][s].get<double>(), never["losses"][s].get<double>(), 1e-12 * never["losses"][s].get<double>());
+  // The pseudo phase's run holds its 2 weight-group slots, what a 2-layer model holds; the real phase every layer.
+  json two = run(scenario("delink_two_layers", json::object(), 8, 0, {{"layers", 2}}), 1, true);
+  json all = run(scenario("delink_all_layers", json::object()), 1, true);
+  ASSERT_FALSE(two.is_null());
+  ASSERT_FALSE(all.is_null());
+  EXPECT_EQ(never["param_elements"][0], two["param_elements"][0]);
+  EXPECT_EQ(never["moment_elements"][0], two["moment_elements"][0]);
+  EXPECT_EQ(at3["param_elements"][0], all["param_elements"][0]);
   json later = run(f, 6, true, nullptr, "--delink-step 3");
   ASSERT_FALSE(later.is_null());
   EXPECT_NE(later["losses"][5], run(f, 6, true, nullptr, "--delink-step 100")["losses"][5]);  // then they diverge
