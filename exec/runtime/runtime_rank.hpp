@@ -344,6 +344,7 @@ struct RankRun {
   }
   void dp_reduce_unit(int ui);  // starts unit ui's reduction (ZeRO 0: all-reduce; 1: reduce-scatter of its slices)
   void dp_wait_reduces();       // completes every started reduction (ZeRO 1: this rank's slices into the gradients)
+  void dp_wait_oldest();        // completes the oldest started one
   std::vector<char> dp_started;  // per unit: its reduction started during this step's backward
   struct DpPending {  // a started reduction; ZeRO 1: out's first z - a elements are gradients [a, z)
     Comm* c;

@@ -5,6 +5,7 @@
 // slot holders, and the tensors a checkpoint holds (the delink itself: exec/runtime/runtime_relayout.cpp). Invariant: every rank of a group calls each collective in the same order.
 #include "exec/runtime/runtime_rank.hpp"
 #include "exec/runtime/offload/host_adam.hpp"
+#include "sim/step_formulas.hpp"  // kGradBucketsInFlight
 
 namespace tp::exec::detail {
 
@@ -172,9 +173,13 @@ void RankRun<T>::dp_reduce_scatter_grads() {
 
 // ZeRO 0: each segment all-reduced in place over its group; ZeRO 1: each segment (padded to slice x n) reduce-
 // scattered into a buffer whose first elements become this rank's slice of the gradients at dp_wait_reduces.
+// At most kGradBucketsInFlight reductions in flight (the simulator's bound on unreduced gradient buckets,
+// sim/step_formulas.hpp): a new one first completes the oldest, so that the ZeRO-1 staging copies (and the
+// communicator's own buffers) of a backward's reductions never add up to a second copy of the gradients.
 template <class T>
 void RankRun<T>::dp_reduce_unit(int ui) {
   for (int si = 0; si < nseg(ui); ++si) {
+    while (dp_pending.size() >= (size_t)kGradBucketsInFlight) dp_wait_oldest();
     const Seg sg = seg(ui, si);
     if (p.zero == 0) {
       if (sg.n > 1) dp_pending.push_back({sg.c, sg.c->iall_reduce_sum(Gd(sg.lo), sg.hi - sg.lo, dtype_of<T>()), {}, {}, 0, 0});
@@ -193,11 +198,15 @@ void RankRun<T>::dp_reduce_unit(int ui) {
 
 template <class T>
 void RankRun<T>::dp_wait_reduces() {
-  for (DpPending& d : dp_pending) {
-    d.c->wait(d.req);
-    if (d.z > d.a) ops::copy(Gd(d.a), d.out.data(), (long)(d.z - d.a));
-  }
-  dp_pending.clear();
+  while (!dp_pending.empty()) dp_wait_oldest();
+}
+
+template <class T>
+void RankRun<T>::dp_wait_oldest() {
+  DpPending& d = dp_pending.front();
+  d.c->wait(d.req);
+  if (d.z > d.a) ops::copy(Gd(d.a), d.out.data(), (long)(d.z - d.a));
+  dp_pending.erase(dp_pending.begin());
 }
 
 // ZeRO >= 2 with dp == 1: the "slice" is the whole unit; its gradients are added to the shard.
