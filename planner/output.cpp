@@ -104,6 +104,12 @@ std::vector<std::string> plan_outcome_notes(const PlanOutcome& o) {
     std::string names;
     for (const std::string& n : searched) names += (names.empty() ? "" : ", ") + n;
     out.push_back("frameworks searched: " + names + "; a plan of another framework than " + f.name + " names it");
+    if (!o.frameworks_left_out.empty()) {
+      std::string left;
+      for (const std::string& n : o.frameworks_left_out) left += (left.empty() ? "" : ", ") + n;
+      out.push_back("left out of \"any\": " + left + " (cannot run the scenario's fixed choices: its precision, fp8 "
+                    "recipe or a search.fix value)");
+    }
   }
   bool research = false, beyond = false;
   auto see = [&](const Candidate& c) {

@@ -524,15 +524,26 @@ PlanOutcome plan_search(const Scenario& sc, const PlanOptions& opt) {
     out = search_one(sc, opt);
   } else {
     std::vector<PlanOutcome> outs;
+    // search.fix.framework "any": a framework that cannot run the scenario's fixed choices (its precision, its
+    // fp8 recipe, a fixed schedule...) is left out of the search; a framework named there is an error as before.
+    const std::vector<std::string>& named = sc.search->fix.framework;
+    const bool any = std::find(named.begin(), named.end(), "any") != named.end();
+    std::vector<std::string> left_out;
     for (size_t i = 0; i < fws.size(); ++i) {
       Scenario v = sc;
-      set_framework(v, fws[i]);
       PlanOptions o{opt.threads, nullptr};
       if (opt.progress)
         o.progress = [&opt, i, n = fws.size()](double f, double s) { opt.progress(((double)i + f) / (double)n, s); };
-      outs.push_back(search_one(v, o));
+      try {
+        set_framework(v, fws[i]);
+        outs.push_back(search_one(v, o));
+      } catch (const InputError&) {
+        if (!any || (i + 1 == fws.size() && outs.empty() && left_out.size() + 1 == fws.size())) throw;
+        left_out.push_back(fws[i].name);
+      }
     }
     out = merge_outcomes(sc, outs);
+    out.frameworks_left_out = left_out;
   }
   if (!sc.search->compare.on) return out;
   // Lamy-Poirier's question: the shortest time with and without LGA+MPP, on this network and on Ethernet.

@@ -91,6 +91,7 @@ struct PlanOutcome {
   SearchStats stats;
   std::string note;                // e.g. why nothing fits
   std::string budget_note;         // the confirmation budget was spent ("" when not)
+  std::vector<std::string> frameworks_left_out;  // search.fix.framework "any": those that cannot run the fixed choices
   int min_gpus = 0;                // > 0: by_gpus starts here (the smallest count fitting without offload)
   std::vector<ShortestVariant> shortest;  // search.compare only
 };

@@ -126,6 +126,16 @@ Fix framework_fix(const Scenario& sc, Issues& is) {
              fw.name + " cannot train in " + precision_name(given.front()));
     f.precision = ok;
   }
+  // fp8 under a recipe the scenario names (training.fp8_recipe) that the framework does not run: no fp8 for it.
+  const std::vector<std::string>& rs = c.fp8_recipes;
+  if (sc.training.fp8_recipe_given && !rs.empty() && std::find(rs.begin(), rs.end(), sc.training.fp8_recipe) == rs.end()) {
+    const std::vector<Precision> given = f.precision.empty() ? std::vector<Precision>{sc.training.precision} : f.precision;
+    std::vector<Precision> ok;
+    for (Precision p : given)
+      if (p != Precision::fp8) ok.push_back(p);
+    if (ok.empty()) is.add("$.training.fp8_recipe", fw.name + " does not run the fp8 recipe \"" + sc.training.fp8_recipe + "\"");
+    f.precision = ok;
+  }
   return f;
 }
 

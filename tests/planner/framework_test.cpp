@@ -103,6 +103,31 @@ TEST(FrameworkSearch, AFixTheFrameworkCannotRunIsAnInputError) {
   }
 }
 
+// search.fix.framework "any" leaves out the frameworks that cannot run the scenario's fixed choices (here fp8 with
+// the rowwise recipe: Megatron-Core has no rowwise recipe, DeepSpeed and Megatron-DeepSpeed no fp8) and says so;
+// a framework named there that cannot is still an input error naming the key.
+TEST(FrameworkSearch, AnyLeavesOutTheFrameworksThatCannotRunTheScenario) {
+  json j = small_search({{"framework", "any"}}, "torchtitan");
+  j["training"]["precision"] = "fp8";
+  j["training"]["fp8_recipe"] = "rowwise";
+  PlanOutcome o = plan_search(search_scenario(j), PlanOptions{1, nullptr});
+  ASSERT_FALSE(o.top.empty());
+  const std::set<std::string> left(o.frameworks_left_out.begin(), o.frameworks_left_out.end());
+  EXPECT_EQ(left, (std::set<std::string>{"deepspeed", "megatron-core", "megatron-deepspeed"}));
+  for (const Candidate* c : every_candidate(o)) EXPECT_FALSE(left.count(c->framework)) << c->framework;
+  bool said = false;
+  for (const std::string& n : plan_outcome_notes(o)) said |= n.find("left out of \"any\": deepspeed, megatron-core") != std::string::npos;
+  EXPECT_TRUE(said);
+  j["search"]["fix"]["framework"] = {"torchtitan", "megatron-core"};
+  try {
+    plan_search(search_scenario(j), PlanOptions{1, nullptr});
+    FAIL() << "expected an InputError";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("$.training.fp8_recipe: megatron-core does not run the fp8 recipe \"rowwise\""),
+              std::string::npos) << e.what();
+  }
+}
+
 // A table row names every choice of the plan that is not its default (issue 43): recompute of a share of the
 // layers, the overlaps, unfused attention, fp8.
 TEST(PlanSummary, NamesEveryNonDefaultChoice) {
