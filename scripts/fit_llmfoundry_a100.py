@@ -13,7 +13,7 @@ Method as scripts/fit_h100.py (whose curve rules it uses): coordinate descent on
 iteration time with a penalty above 12 %, each evaluation one `trainplan validate-published --suite frameworks
 --json` on a copy of the catalog (TRAINPLAN_CATALOG); curves stay monotone and below their caps.
 
-Usage: scripts/fit_llmfoundry_a100.py [--trainplan build/cli/trainplan] [--rounds 6] [--write]
+Usage: scripts/fit_llmfoundry_a100.py [--trainplan build/cli/trainplan] [--rounds 6] [--write] [--leave-one-out]
 """
 import argparse
 import json
@@ -37,7 +37,8 @@ def is_fitted_row(row_id):
     return row_id.startswith("llmfoundry-") and "-a100-" in row_id
 
 
-def evaluate(trainplan, gpus, tmp):
+def evaluate(trainplan, gpus, tmp, left_out=None):
+    """(score, mean, worst, rows) over the fitted rows but `left_out` (every row is returned)."""
     for name in GPUS[1:]:  # the same die: copy the fitted profile over
         gpus[name]["kernel_profiles"] = json.loads(json.dumps(gpus[GPUS[0]]["kernel_profiles"]))
     with open(os.path.join(tmp, "gpus.json"), "w") as f:
@@ -50,7 +51,7 @@ def evaluate(trainplan, gpus, tmp):
         rows = [r for r in json.load(f)["iteration_time"]["rows"] if is_fitted_row(r["row"])]
     if not rows:
         raise SystemExit("no llm-foundry A100 rows in " + SUITE)
-    errs = [r["error"] for r in rows]
+    errs = [r["error"] for r in rows if r["row"] != left_out]
     mean = sum(abs(e) for e in errs) / len(errs)
     worst = max(abs(e) for e in errs)
     penalty = sum(max(0.0, abs(e) - MAX_TARGET) for e in errs)
@@ -62,6 +63,8 @@ def main():
     ap.add_argument("--trainplan", default=os.path.join(ROOT, "build", "cli", "trainplan"))
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--write", action="store_true")
+    ap.add_argument("--leave-one-out", action="store_true",
+                    help="also fit once without each row (from the catalog's values) and print its error then")
     args = ap.parse_args()
     tmp = copy_catalog("fit_llmf_a100_")
     try:
@@ -75,6 +78,16 @@ def main():
         print(f"fitted: mean {100 * mean:.2f}%  max {100 * worst:.2f}%")
         for curve in sorted({c for c, _ in FREE}):
             print(f"  {curve}: {json.dumps(curve_of(g, curve))}")
+        if args.leave_one_out:
+            loo = []
+            for r in rows:
+                with open(os.path.join(CATALOG, "gpus.json")) as f:
+                    trial = json.load(f)
+                descend(trial[GPUS[0]], FREE, lambda: evaluate(args.trainplan, trial, tmp, r["row"]), args.rounds)
+                err = next(x["error"] for x in evaluate(args.trainplan, trial, tmp)[3] if x["row"] == r["row"])
+                loo.append(abs(err))
+                print(f"  left out {r['row']:<50} {100 * err:+7.2f}%", flush=True)
+            print(f"leave-one-out: mean {100 * sum(loo) / len(loo):.2f}%  max {100 * max(loo):.2f}%")
         if args.write:
             write_curves(GPUS, g, FREE)
     finally:
