@@ -15,6 +15,7 @@
 
 #include "exec/backends/backend.hpp"
 #include "exec/measure/calibrate.hpp"
+#include "exec/measure/calibrate_util.hpp"  // host_name
 #include "exec/prof/prof.hpp"
 #include "exec/prof/rss.hpp"
 #include "exec/runtime/offload/host_adam.hpp"
@@ -84,6 +85,20 @@ struct Inputs {
   bool delinks = false;  // plan.delink: the measured steps are all of one phase (pseudo or real)
 };
 
+// A profile `trainplan calibrate` wrote names its GPU "<backend>-<host>" (cpu-, cuda-, emu-device-): one written on
+// another machine, or for another backend, describes other hardware, and the comparison would say nothing about
+// this one. Refused before any rank runs; a profile named otherwise (written by hand) is the user's to vouch for.
+static void check_profile_machine(const json& profile, const std::string& profile_file, const std::string& backend) {
+  const json* g = profile.contains("gpu") && profile["gpu"].is_object() ? &profile["gpu"] : nullptr;
+  if (!g || !g->contains("name") || !(*g)["name"].is_string()) return;
+  const std::string name = (*g)["name"].get<std::string>(), here = backend + "-" + calib::host_name();
+  for (const char* b : {"cpu-", "cuda-", "emu-device-"})
+    if (name.rfind(b, 0) == 0 && name != here)
+      throw InputError({profile_file + ": $.gpu.name: \"" + name + "\" was calibrated on another machine or backend; this " +
+                        "validate runs --backend " + backend + " on " + calib::host_name() + " (\"" + here + "\"): run `trainplan " +
+                        "calibrate --backend " + backend + "` here and validate against its profile"});
+}
+
 Inputs read_inputs(const std::string& file, const json& profile, const std::string& profile_file,
                    const ValidateOptions& o, Comm& world) {
   Inputs in;
@@ -122,6 +137,7 @@ Inputs read_inputs(const std::string& file, const json& profile, const std::stri
   json sj = parse_json_file(file, file, is);
   if (!is.empty()) throw InputError(is.messages);
   if (!profile.is_object()) throw InputError({profile_file + ": $: expected a cluster object (from `trainplan calibrate`)"});
+  check_profile_machine(profile, profile_file, o.backend);
   json prof_cl = profile;
   if (prof_cl.contains("gpus_per_node") && prof_cl["gpus_per_node"].is_number_integer() &&
       prof_cl.contains("nodes") && prof_cl["nodes"].is_number_integer()) {

@@ -78,6 +78,18 @@ TEST(Validate, BadInputExits2) {
   EXPECT_EQ(sh(std::string(TP_BINARY) + " validate " + sc + " --profile /nonexistent.json --json " + out + " > /dev/null 2>&1"), 2);
   EXPECT_EQ(sh(std::string(TP_BINARY) + " validate /nonexistent.json --profile " + prof + " --json " + out + " > /dev/null 2>&1"), 2);
   EXPECT_EQ(sh(std::string(TP_BINARY) + " validate " + sc + " --json " + out + " > /dev/null 2>&1"), 2);
+  // A profile calibrate wrote on another machine (its GPU "cpu-<host>" names another host), or for another backend.
+  json other = json::parse(std::ifstream(prof));
+  const std::string mine = other["gpu"]["name"].get<std::string>();
+  for (const std::string& name : {std::string("cpu-another-machine"), "emu-device" + mine.substr(3)}) {
+    other["gpu"]["name"] = name;
+    const std::string f = prof + ".other.json";
+    std::ofstream(f) << other.dump();
+    EXPECT_EQ(sh(std::string(TP_BINARY) + " validate " + sc + " --profile " + f + " --json " + out + " > " + f + ".log 2>&1"), 2);
+    std::ifstream log(f + ".log");
+    const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+    EXPECT_NE(text.find("$.gpu.name: \"" + name + "\" was calibrated on another machine or backend"), std::string::npos) << text;
+  }
   EXPECT_FALSE(fs::exists(out));
 }
 
