@@ -113,6 +113,15 @@ def descend(g, free, evaluate, rounds):
     return mean, worst
 
 
+def report_fit(g, free, rows, mean, worst):
+    """Prints each row's error, the mean and max, and the fitted curves of `free`."""
+    for r in rows:
+        print(f"  {r['row']:<50} {100 * r['error']:+7.2f}%")
+    print(f"fitted: mean {100 * mean:.2f}%  max {100 * worst:.2f}%")
+    for curve in sorted({c for c, _ in free}):
+        print(f"  {curve}: {json.dumps(curve_of(g, curve))}")
+
+
 def write_curves(names, g, free):
     """Stores the fitted curves of `free` (taken from g) into models/catalog/gpus.json for each GPU in names."""
     with open(os.path.join(CATALOG, "gpus.json")) as f:
@@ -145,11 +154,7 @@ def main():
         g = gpus[GPU]
         descend(g, FREE, lambda: evaluate(args.trainplan, gpus, tmp), args.rounds)
         _, mean, worst, rows = evaluate(args.trainplan, gpus, tmp)
-        for r in rows:
-            print(f"  {r['row']:<50} {100 * r['error']:+7.2f}%")
-        print(f"fitted: mean {100 * mean:.2f}%  max {100 * worst:.2f}%")
-        for curve in sorted({c for c, _ in FREE}):
-            print(f"  {curve}: {json.dumps(curve_of(g, curve))}")
+        report_fit(g, FREE, rows, mean, worst)
         if args.write:
             write_curves([GPU] + SAME_DIE, g, FREE)
     finally:

@@ -24,7 +24,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from fit_h100 import CATALOG, MAX_TARGET, ROOT, copy_catalog, curve_of, descend, write_curves  # noqa: E402
+from fit_h100 import CATALOG, MAX_TARGET, ROOT, copy_catalog, descend, report_fit, write_curves  # noqa: E402
 
 GPUS = ["A100-SXM4-80GB", "A100-SXM4-40GB"]  # one die: the first is fitted, both are written
 PROFILE = "kernel_profiles/llm-foundry/"
@@ -73,11 +73,7 @@ def main():
         g = gpus[GPUS[0]]
         descend(g, FREE, lambda: evaluate(args.trainplan, gpus, tmp), args.rounds)
         _, mean, worst, rows = evaluate(args.trainplan, gpus, tmp)
-        for r in rows:
-            print(f"  {r['row']:<50} {100 * r['error']:+7.2f}%")
-        print(f"fitted: mean {100 * mean:.2f}%  max {100 * worst:.2f}%")
-        for curve in sorted({c for c, _ in FREE}):
-            print(f"  {curve}: {json.dumps(curve_of(g, curve))}")
+        report_fit(g, FREE, rows, mean, worst)
         if args.leave_one_out:
             loo = []
             for r in rows:

@@ -247,7 +247,6 @@ void RankRun<T>::make_chunk_store() {
 // holders of each group get a communicator (world.split is collective: every rank takes part for every group).
 template <class T>
 void RankRun<T>::hold_weight_groups() {
-  replica_only.assign(units.size(), 0);
   if (!sc.delink.on() || p.pp == 1) return;
   const int k = sc.delink.unique_layers;
   slot_comm.resize(k);
@@ -262,7 +261,7 @@ void RankRun<T>::hold_weight_groups() {
       if (holds[st] && slot_first_holder[g] < 0) slot_first_holder[g] = st;
     }
     Unit& u = units[unit_of_layer(g)];
-    if (holds[rc.stage] && !u.owned) u.owned = true, replica_only[unit_of_layer(g)] = 1;
+    if (holds[rc.stage]) u.owned = true;  // (a replica when the slot's layer is on another stage)
     const bool joins = holds[rc.stage] && holders > 1;
     const int color = joins ? 7 * (1 << 20) + (g * p.data_ranks() + rc.dp) * p.tp + rc.tp : -1;
     slot_comm[g] = world.split(color, rc.stage);

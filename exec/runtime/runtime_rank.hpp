@@ -114,10 +114,9 @@ struct RankRun {
   int nchunks = 0, first_stage = 0, last_stage = 0;
   std::unique_ptr<Comm> tp, dp, pp, emb;
   // Pseudo-to-Real with pp > 1: a weight group (slot g, unit 1 + g) serves layers on several stages. Each stage
-  // holding one of those layers holds the slot (replica_only: a unit this stage holds only for that, unused
-  // after the delink); slot_comm[g] joins the holders of my tp and data rank (null: not a holder, or the only
+  // holding one of those layers holds the slot (a replica where the slot's layer is on another stage; only the
+  // pseudo phase's run has them); slot_comm[g] joins the holders of my tp and data rank (null: not a holder, or the only
   // one), which add their gradients before the optimizer; slot_first_holder[g] counts it in the norm.
-  std::vector<char> replica_only;
   std::vector<std::unique_ptr<Comm>> slot_comm;
   std::vector<int> slot_first_holder;
   void hold_weight_groups();
@@ -361,9 +360,8 @@ struct RankRun {
   T* own_grad(size_t k, long long i) {
     return p.zero >= 2 && !own_on_host(k) ? gshard.data() + own_off[k] + (i - own[k].first) : Gd(i);
   }
-  // Own ranges this step leaves alone: after the delink, the weight-group replicas; in the pseudo phase a
-  // group's replicas count in the norm on its first holder stage only.
-  bool own_idle(size_t k) const { return shared == 0 && replica_only[own_unit[k]]; }
+  // In the pseudo phase a group's replicas count in the norm on its first holder stage only (replicas exist only
+  // there: the real phase is a run of its own, exec/runtime/runtime_relayout.cpp).
   bool own_other_replica(size_t k) const {
     const int ui = own_unit[k];
     return shared > 0 && !slot_first_holder.empty() && is_layer_unit(ui) && ui - 1 < shared &&

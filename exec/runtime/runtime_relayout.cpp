@@ -51,8 +51,7 @@ std::vector<double> RankRun<T>::full_index(const GptLayout& full, size_t v) cons
 // While weights are shared (the pseudo phase's run at its delink) a layer slot's own range holds the records of
 // every layer of this stage in its group (slots are units of equal size: a ZeRO slice of slot g is the same slice
 // of layer l), written by the ranks of layer l's stage, which hold the slot (hold_weight_groups); the fp8 scales
-// are delinked first. After the delink the weight-group replicas of other stages (replica_only) are not copies of
-// record.
+// are delinked first.
 template <class T>
 void RankRun<T>::export_state(Records<T>& out) {
   if (store) store->evict_all();  // the flat buffers hold every chunk (delink did so too)
@@ -68,7 +67,6 @@ void RankRun<T>::export_state(Records<T>& out) {
   std::vector<int> dst;  // the units whose records own range k holds
   for (size_t k = 0; k < own.size(); ++k) {
     const int ui = own_unit[k];
-    if (shared == 0 && replica_only[ui]) continue;
     if (p.zero == 0 && seg(ui, own_seg[k]).r != 0) continue;
     dst.assign(1, ui);
     if (shared > 0 && is_layer_unit(ui)) {

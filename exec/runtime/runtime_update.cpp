@@ -237,7 +237,7 @@ template <class T>
 double RankRun<T>::grad_norm() {
   double sq2[2] = {0, 0};  // dense, experts (without ZeRO each is held by its group's every rank)
   for (size_t k = 0; k < own.size(); ++k) {
-    if (own_idle(k) || own_other_replica(k)) continue;
+    if (own_other_replica(k)) continue;
     double& sq = sq2[own_seg[k]];
     BackendScope where(backend_for(own_on_host(k)));
     // (2D: rows != 0 hold unused copies; the tied copy on the last stage.) One sum per run of adjacent views.
@@ -263,7 +263,6 @@ void RankRun<T>::adam_update(int step, int warmup, double norm) {
   T clip = norm > o.grad_clip && o.grad_clip > 0 ? T(o.grad_clip / norm) : T(1);
   double lr = learning_rate(o, step, warmup);
   for (size_t k = 0; k < own.size(); ++k) {
-    if (own_idle(k)) continue;
     BackendScope where(backend_for(own_on_host(k)));
     T* M1 = moments(k, 1);  // (the host optimizer keeps its own: hopt.step below)
     T* M2 = moments(k, 2);
@@ -297,7 +296,7 @@ template <class T>
 void RankRun<T>::zero_gather_params() {
   if (p.zero >= 1 && p.zero <= 2 && p.data_ranks() > 1)
     for (int ui = 0; ui < (int)units.size(); ++ui)
-      if (units[ui].owned && !(shared == 0 && replica_only[ui])) all_gather_unit(ui);
+      if (units[ui].owned) all_gather_unit(ui);
 }
 
 template void RankRun<float>::sp_reduce_layer(int, long long, long long);

@@ -67,6 +67,13 @@ inline json plan_json(int dp, int tp, int pp, int v, const char* schedule, const
 }
 
 // Framework "research": the simulator's tests cover every plan kind, GPipe and the seed papers' techniques included.
+// The op named `name` in a pass's cost, or null.
+inline const Op* find_op(const PassCost& pc, const std::string& name) {
+  for (const Op& op : pc.ops)
+    if (op.name == name) return &op;
+  return nullptr;
+}
+
 inline Scenario make_scenario(json model, json cluster, long long batch, json plan, const char* precision = "fp16") {
   json j = {{"name", "test"},
             {"model", model},

@@ -24,11 +24,6 @@ json cp_plan(int dp, int cp, int tp, int pp, int zero = 1, const char* recompute
   return p;
 }
 
-const Op* find_op(const PassCost& pc, const std::string& name) {
-  for (const Op& op : pc.ops) if (op.name == name) return &op;
-  return nullptr;
-}
-
 double gemm_flops(const PassCost& pc, const std::string& name) {
   const Op* op = find_op(pc, name);
   return op ? op->flops : -1;

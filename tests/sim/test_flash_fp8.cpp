@@ -16,12 +16,6 @@ namespace {
 
 CostModel cost(const Scenario& sc) { return build_cost_model(sc, free_comm()); }
 
-const Op* find_op(const PassCost& pc, const std::string& name) {
-  for (const Op& op : pc.ops)
-    if (op.name == name) return &op;
-  return nullptr;
-}
-
 // GPT-3 175B shape at tp 8 (Korthikanti's configuration), 2 layers to keep it small.
 Scenario gpt175(const char* recompute, bool sp, const char* attention, const char* precision = "fp16") {
   return make_scenario(gpt_model(2, 12288, 96), ideal_cluster(), 8,

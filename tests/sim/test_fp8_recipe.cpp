@@ -16,12 +16,6 @@ using namespace tp::testutil;
 
 namespace {
 
-const Op* find_op(const PassCost& pc, const std::string& name) {
-  for (const Op& op : pc.ops)
-    if (op.name == name) return &op;
-  return nullptr;
-}
-
 // The ideal cluster's GPU with an fp8 peak 4x its bf16 one (flat curves) and three recipes.
 json recipe_cluster() {
   json c = ideal_cluster();

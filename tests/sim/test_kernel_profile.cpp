@@ -11,12 +11,6 @@ using namespace tp::testutil;
 
 namespace {
 
-const Op* find_op(const PassCost& pc, const std::string& name) {
-  for (const Op& op : pc.ops)
-    if (op.name == name) return &op;
-  return nullptr;
-}
-
 // The ideal cluster's GPU with its own fused-attention curve (0.4) and one profile whose attention runs at 0.1.
 json profiled_cluster() {
   json c = ideal_cluster(1, 8);

@@ -60,12 +60,6 @@ double flops_of(const PassCost& pc, std::initializer_list<const char*> names) {
   return sum;
 }
 
-const Op* find_op(const PassCost& pc, const std::string& name) {
-  for (const Op& op : pc.ops)
-    if (op.name == name) return &op;
-  return nullptr;
-}
-
 double total(const TierBytes& tb) { return tb.intra + tb.inter; }
 
 }  // namespace
