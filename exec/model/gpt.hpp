@@ -150,6 +150,10 @@ struct GptLayout {
 };
 // The layout of tp rank s.tp_rank and ep rank s.ep_rank (only the local experts' views are this rank's).
 GptLayout gpt_layout(const GptShape& s);
+// Per view of lay: 1 for the weights the 1D model reads only as their bf16 copies when it has them (Gpt::p16: the
+// layers' QKV, projection, MLP and experts' matrices), 0 for the rest (norms, biases, embeddings, the router: read
+// as T). Optimizer offload's bf16 working weights keep the former only as bf16 on the device.
+std::vector<char> gemm_weight_views(const GptLayout& lay);
 
 // Deterministic GPT-2 initialisation of the FULL (tp = 1) parameters from `seed`: N(0, 0.02) matrices, residual
 // projections scaled by 1/sqrt(2 L), zero biases, unit norm weights. Every rank derives its shard from the same
@@ -206,15 +210,24 @@ using Buf = std::vector<T, NoInitAlloc<T>>;
 // without (bf16 GEMM operands round the same values). Invariant: a copy is only used in the step it was made in (the
 // runtime calls next_step() before each step: the optimizer has changed the weights), and the runtime drops a
 // view's copy when it releases that view's parameters (ZeRO-3's gathered layers, granular offload's loaded copies),
-// so a copy is held no longer than the weights it copies.
+// so a copy is held no longer than the weights it copies. A held copy (hold) is the view's only device storage
+// (optimizer offload's bf16 working weights, exec/runtime/runtime_rank.hpp host_master): the runtime writes it from the
+// host's master copy after each optimizer step, and of() returns it as it is.
 struct WeightCopies16 {
   std::vector<Buf<uint16_t>> copy;  // per view (empty: none)
   std::vector<long> made;           // per view: the step its copy was made in
+  std::vector<char> held;           // per view: written by the runtime, never made here
   long step = 0;
-  explicit WeightCopies16(size_t views) : copy(views), made(views, -1) {}
+  explicit WeightCopies16(size_t views) : copy(views), made(views, -1), held(views, 0) {}
   void next_step() { ++step; }
   void drop(size_t v) { Buf<uint16_t>().swap(copy[v]); }
-  // View v's copy, made from its n parameters at src unless it is this step's.
+  // View v's n elements as a held copy (allocated here, written by the caller).
+  uint16_t* hold(size_t v, long long n) {
+    copy[v].resize((size_t)n);
+    held[v] = 1;
+    return copy[v].data();
+  }
+  // View v's copy, made from its n parameters at src unless it is this step's (or held: src unused, may be null).
   template <class T>
   const uint16_t* of(size_t v, const T* src, long long n);
   size_t bytes() const;

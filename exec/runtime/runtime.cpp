@@ -68,6 +68,8 @@ void RankRun<T>::setup() {
   // gradients, the optimizer state) is pinned host memory, which the host Adam reads and the ops may also take.
   host_flat = p.offload.kind == OffloadKind::chunked && !current_backend().host_accessible;
   adam_threads = host_adam_threads(current_backend(), world.size());
+  host_master = p.offload.kind == OffloadKind::optimizer && plan_keeps_bf16_weight_copies(sc) && o.bf16_weight_copies &&
+                !model.two_d && !(p.zero >= 1 && p.data_ranks() > 1);
   {
     std::optional<BackendScope> pinned;
     if (host_flat) {  // (a Buf keeps the allocator of its construction: fresh ones take the pinned scope's)
@@ -158,6 +160,10 @@ void RankRun<T>::place_parameters(const ParamSource<T>& src, long long state) {
       cbase[ui] = n;
       n += dev_end[ui] - units[ui].a;
     }
+  if (host_master) {
+    place_host_master(src, n, state);
+    return;
+  }
   zeros(params, n);
   for (size_t ui = 0; ui < units.size(); ++ui) {
     if (cbase[ui] >= 0) put(params.data() + cbase[ui], units[ui].a, dev_end[ui]);
@@ -173,6 +179,59 @@ void RankRun<T>::place_parameters(const ParamSource<T>& src, long long state) {
       put(pslice.data() + own_off[k], own[k].first, own[k].second);
     }
   uparam.resize(units.size());
+}
+
+// host_master (runtime_rank.hpp): the parameters into the host optimizer's master copy (its layout is the compact
+// one: n == state, each own range at its unit's compact offset), and the device storage of the views read as T.
+// The device copies are written by pull_master once the bf16 copies exist (place_gradients_and_state).
+template <class T>
+void RankRun<T>::place_host_master(const ParamSource<T>& src, long long n, long long state) {
+  for (size_t k = 0; k < own.size(); ++k)
+    if (n != state || own_off[k] != cbase[own_unit[k]] + (own[k].first - units[own_unit[k]].a))
+      throw std::logic_error("host_master: the optimizer state's layout is not the compact parameters'");
+  hopt.init(state, adam_threads);
+  hopt.stage16 = PinnedBuf<uint16_t>(state);
+  for (size_t ui = 0; ui < units.size(); ++ui)
+    if (cbase[ui] >= 0) src(units[ui].a, dev_end[ui], hopt.master.data() + cbase[ui]);
+  const std::vector<char> gemm = gemm_weight_views(model.d1.lay);
+  vdev.assign(gl.views.size(), -1);
+  long long nd = 0;
+  for (size_t v = 0; v < gl.views.size(); ++v)
+    if (cbase[unit_at(gl.views[v].offset)] >= 0 && !gemm[v]) vdev[v] = nd, nd += gl.views[v].count;
+  zeros(params, nd);
+  uparam.resize(units.size());
+}
+
+// State [at, at + n) of the master copy (host_master) to the device on stream s: a bf16-only weight's elements
+// packed on the host into stage16 and copied into its held bf16 copy, every other view's copied as T into `params`.
+// Returns the bytes queued.
+template <class T>
+double RankRun<T>::upload_master(long long at, long long n, Stream s) {
+  const Backend& be = current_backend();
+  double bytes = 0;
+  for (size_t ui = 0; ui < units.size(); ++ui) {
+    if (cbase[ui] < 0) continue;
+    const long long c0 = cbase[ui], lo = std::max(at, c0), hi = std::min(at + n, c0 + (dev_end[ui] - units[ui].a));
+    if (lo >= hi) continue;
+    const long long a = units[ui].a + (lo - c0);
+    gl.each_view(a, a + (hi - lo), [&](size_t v, long long vlo, long long vhi, long long off) {
+      const long long k = lo + off, len = vhi - vlo;  // master [k, k + len)
+      const T* src = hopt.master.data() + k;
+      if (vdev[v] >= 0) {
+        be.copy(params.data() + vdev[v] + vlo, src, sizeof(T) * (size_t)len, CopyKind::host_to_device, s);
+        bytes += (double)(sizeof(T) * (size_t)len);
+        return;
+      }
+      uint16_t* st = hopt.stage16.data() + k;
+      {
+        BackendScope host(cpu_backend());
+        ops::pack_bf16(st, src, (long)len);
+      }
+      be.copy(w16->copy[v].data() + vlo, st, sizeof(uint16_t) * (size_t)len, CopyKind::host_to_device, s);
+      bytes += (double)(sizeof(uint16_t) * (size_t)len);
+    });
+  }
+  return bytes;
 }
 
 // The flat ranges place_parameters takes: each owned unit whole, a zparam layer's own slices (ascending).
@@ -212,7 +271,8 @@ void RankRun<T>::place_gradients_and_state(long long state) {
   for (const ParamView& v : gl.views) {
     const int u = unit_at(v.offset);  // (granular: null until a run loads its unit's host part)
     bool held = cbase[u] >= 0 && v.offset < dev_end[u];
-    ptab.push_back(held ? P(v.offset) : nullptr);
+    const long long vd = host_master ? vdev[ptab.size()] : 0;  // (host_master: -1 for a bf16-only weight, no T copy)
+    ptab.push_back(!held || vd < 0 ? nullptr : host_master ? params.data() + vd : P(v.offset));
     gtab.push_back(held && gbase[u] >= 0 ? Gd(v.offset) : nullptr);
   }
   model.d1.ptab = model.d2.ptab = ptab.data();
@@ -220,12 +280,15 @@ void RankRun<T>::place_gradients_and_state(long long state) {
   if (plan_keeps_bf16_weight_copies(sc) && o.bf16_weight_copies) {
     w16 = std::make_unique<WeightCopies16>(gl.views.size());
     model.d1.w16 = w16.get();
+    for (size_t v = 0; host_master && v < gl.views.size(); ++v)  // the bf16-only weights' one device copy
+      if (vdev[v] < 0 && cbase[unit_at(gl.views[v].offset)] >= 0) w16->hold(v, gl.views[v].count);
   }
   const bool opt_off = p.offload.kind == OffloadKind::optimizer;
   zeros(m1, opt_off ? 0 : state);  // optimizer offload: the state is on the host (hopt)
   zeros(m2, opt_off ? 0 : state);
   if (opt_off) {
-    hopt.init(state, adam_threads);
+    if (!host_master) hopt.init(state, adam_threads);  // (host_master: since place_parameters, holding the weights)
+    if (host_master) hopt.upload = [this](long long at, long long n, Stream s) { return upload_master(at, n, s); };
     pull_master();
   }
   if (p.zero >= 2) zeros(gshard, state);

@@ -28,7 +28,7 @@
 // layer; the store makes them resident and pins them before the run's first use; the optimizer is the ADAM
 // moment (CPU Adam on the flat buffers between host_phase_begin / host_phase_end).
 // Optimizer offload (exec/runtime/offload/host_optimizer.hpp): no moments on the device; per own range, gradients down, host Adam,
-// parameters up. Granular offload (exec/runtime/offload/runtime_granular.hpp): an offloaded layer has no device storage between
+// parameters up (in bf16 without ZeRO sharding: the GEMM weights only as their bf16 copies, host_master). Granular offload (exec/runtime/offload/runtime_granular.hpp): an offloaded layer has no device storage between
 // runs (cbase / gbase -1; P / Gd give its host copies, with zparam the rank's slice); each run points its views at
 // the run's loaded copy (zparam: the slices gathered into uparam, like a ZeRO-3 layer's), its
 // backward gradient is a transient buffer sent down at the run's end; the optimizer works on its host memory
@@ -154,6 +154,7 @@ struct RankRun {
   }
   T* P(long long i) {  // (zparam layers: i must lie in this rank's slice)
     int u = unit_at(i);
+    if (host_master) return hopt.master.data() + cbase[u] + (i - units[u].a);  // (host memory)
     if (host_at(u, i)) return zparam && is_layer_unit(u) ? host_slice(own_at(u, i)) + (i - own[own_at(u, i)].first)
                                                          : gran.param_at(u, i);  // granular: host memory
     if (zparam && is_layer_unit(u)) {
@@ -196,7 +197,20 @@ struct RankRun {
     if (own_on_host(k)) return i == 1 ? gran.m1.data() : gran.m2.data();
     return i == 1 ? m1.data() : m2.data();
   }
-  void pull_master() {    // the host master copy = the device parameters of the own ranges
+  // Optimizer offload with bf16 weight copies and no ZeRO sharding over data ranks (ZeRO-Offload as DeepSpeed keeps
+  // it, and as the simulator counts it: sim/step_formulas.hpp state_bytes, 2 bytes a weight on the device): the host
+  // optimizer's master copy is the rank's parameters (P points into it; the compact layout is the optimizer
+  // state's here), and the device holds the GEMM weights only as their bf16 copies (WeightCopies16::hold,
+  // gemm_weight_views) and every other view (norms, biases, embeddings: read as T) in `params` at vdev.
+  // upload_master writes both from the master copy (the host step's HostOptimizer::upload, and pull_master, which
+  // pushes instead of pulling). The results are those of the T parameters on the device: a bf16 copy is the same
+  // rounding of the same values (tests/exec/test_run_bf16_weights.cpp).
+  bool host_master = false;
+  std::vector<long long> vdev;  // host_master: per view, its offset in `params` (-1: a bf16-only weight, or not held)
+  double upload_master(long long at, long long n, Stream s);
+  void pull_master() {    // the host master copy = the device parameters of the own ranges (host_master: the reverse)
+    for (size_t k = 0; host_master && k < own.size(); ++k) upload_master(own_off[k], own[k].second - own[k].first, Stream{});
+    if (host_master) return;
     for (size_t k = 0; hopt.on() && k < own.size(); ++k) hopt.pull(P(own[k].first), own_off[k], own[k].second - own[k].first);
   }
   long delink_step = -1;                             // the step at which the shared weights are delinked
@@ -270,6 +284,7 @@ struct RankRun {
   void make_groups();
   long long plan_units();
   void place_parameters(const ParamSource<T>& src, long long state);
+  void place_host_master(const ParamSource<T>& src, long long n, long long state);
   std::vector<std::pair<long long, long long>> params_needed() const;
   void place_gradients_and_state(long long state);
   void make_chunk_store();

@@ -479,7 +479,8 @@ void RankRun<T>::finish_run(Loop& lp) {
   res.peak_host_memory_bytes.assign(world.size(), 0);
   for (int r = 0; r < world.size(); ++r)
     res.peak_memory_bytes[r] = gathered[2 * r], res.peak_host_memory_bytes[r] = gathered[2 * r + 1];
-  double held[2] = {(double)(params.size() + pslice.size() + gran.hp.size()),
+  const size_t par = host_master ? (size_t)hopt.master.size() : params.size();  // (host_master: the master copy)
+  double held[2] = {(double)(par + pslice.size() + gran.hp.size()),
                     (double)(hopt.on() ? hopt.m1.size() : m1.size() + gran.m1.size())};
   std::vector<double> all_held(2 * world.size());
   world.all_gather(held, all_held.data(), 2, Dtype::f64);

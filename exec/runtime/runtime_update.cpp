@@ -82,7 +82,9 @@ std::vector<TensorView> RankRun<T>::state_tensors(int32_t* meta) {
   T* mom1 = hopt.on() ? hopt.m1.data() : m1.data();  // optimizer offload: the host's moments
   T* mom2 = hopt.on() ? hopt.m2.data() : m2.data();
   const long nm = hopt.on() ? (long)hopt.m1.size() : (long)m1.size();
-  std::vector<TensorView> t = {{"params", d, params.data(), (long)params.size()}, {"m1", d, mom1, nm},
+  T* par = host_master ? hopt.master.data() : params.data();  // (host_master: the parameters are the master copy)
+  const long np = host_master ? (long)hopt.master.size() : (long)params.size();
+  std::vector<TensorView> t = {{"params", d, par, np}, {"m1", d, mom1, nm},
                                {"m2", d, mom2, nm}, {"meta", Dtype::i32, meta, 2}};
   if (zparam) t.push_back({"pslice", d, pslice.data(), (long)pslice.size()});
   if (f8.on()) t.push_back({"fp8_scale", Dtype::f64, f8.scale.data(), (long)f8.scale.size()});

@@ -6,10 +6,15 @@
 //   plans cover where the weights are when a copy is made: resident (single rank, tp + SP, pp), gathered for a run
 //   (ZeRO-3), loaded for a run (granular offload), shared by several layers (Pseudo-to-Real), experts (MoE + ep).
 //   A copy that outlived its step (the weights changed by the optimizer) would change every loss after the first.
+//   Optimizer offload without ZeRO sharding over data ranks keeps the layers' GEMM weights on the device only as
+//   their bf16 copies, written from the host's master copy after each step (RankRun::host_master): the same results
+//   again, and the same after a resume.
 // - Memory (emu-device counts every allocation): one copy of the weight matrices, 2 bytes each, held from their first
-//   use; under ZeRO-3 a layer's copy lives only while its parameters are gathered.
+//   use; under ZeRO-3 a layer's copy lives only while its parameters are gathered. Under optimizer offload the
+//   layers' GEMM weights have no fp32 device copy (2 bytes an element instead of 4 + 2).
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <string>
 #include <utility>
 #include <vector>
@@ -58,10 +63,19 @@ TEST(Bf16Weights, CopiesGiveTheResultsOfRoundingInEachGemm) {
   expect_copies_change_nothing("granular", {{"offload", {{"kind", "granular"}, {"fraction", 0.5}}}});
   expect_copies_change_nothing("delink", {{"delink", {{"unique_layers", 2}, {"tokens", 512}}}});  // (at step 2)
   expect_copies_change_nothing("moe", json::object(), "cpu", "tiny-moe");
+  // optimizer offload: the layers' GEMM weights as bf16 only on the device (written from the host master copy)
+  const json opt = {{"kind", "optimizer"}};
+  expect_copies_change_nothing("optimizer", {{"offload", opt}});
+  expect_copies_change_nothing("optimizer_emu_device", {{"attention", "flash"}, {"offload", opt}}, "emu-device");
+  expect_copies_change_nothing("optimizer_delink", {{"offload", opt}, {"delink", {{"unique_layers", 2}, {"tokens", 512}}}});
+  expect_copies_change_nothing("optimizer_moe", {{"offload", opt}}, "cpu", "tiny-moe");
   if (!have_mpi()) return;
   expect_copies_change_nothing("tp2_sp_pp2", {{"tp", 2}, {"sequence_parallel", true}, {"pp", 2}});
   expect_copies_change_nothing("dp2_zero3", {{"dp", 2}, {"zero", 3}});
   expect_copies_change_nothing("moe_dp2_ep2", {{"dp", 2}, {"ep", 2}}, "cpu", "tiny-moe");
+  expect_copies_change_nothing("optimizer_tp2_pp2", {{"tp", 2}, {"pp", 2}, {"offload", opt}});
+  expect_copies_change_nothing("optimizer_dp2", {{"dp", 2}, {"offload", opt}});
+  expect_copies_change_nothing("optimizer_dp2_zero1", {{"dp", 2}, {"zero", 1}, {"offload", opt}});  // (T on the device)
 }
 
 // Single rank on emu-device: the peak grows by the copies of every weight matrix, 2 bytes per element.
@@ -75,6 +89,34 @@ TEST(Bf16Weights, DevicePeakHoldsOneCopyOfTheWeights) {
   const double got = with["peak_memory_bytes"][0].get<double>() - without["peak_memory_bytes"][0].get<double>();
   EXPECT_GT(got, 0.95 * want) << with["peak_memory_bytes"][0] << " vs " << without["peak_memory_bytes"][0];
   EXPECT_LT(got, 1.05 * want);
+}
+
+// Optimizer offload, single rank on emu-device: the layers' GEMM weights are on the device only as bf16 (2 bytes an
+// element where the run without copies holds them as fp32, 4), the embedding in fp32 beside its copy, as without
+// offload. And a resume from a checkpoint of the host master copy continues bit for bit.
+TEST(Bf16Weights, OptimizerOffloadHoldsTheGemmWeightsOnlyAsBf16) {
+  const json plan = {{"offload", {{"kind", "optimizer"}}}};
+  const std::string f = weights_scenario("mem_optimizer", plan);
+  json with = run(f, 2, false, nullptr, "--backend emu-device");
+  json without = run(f, 2, false, nullptr, "--backend emu-device --no-bf16-weight-copies");
+  ASSERT_FALSE(with.is_null()) << log_text(f);
+  ASSERT_FALSE(without.is_null()) << log_text(f);
+  EXPECT_EQ(with["param_elements"][0], without["param_elements"][0]);
+  const double want = 2 * kWteElems - 2 * 4 * kLayerMatrixElems;  // + the embedding's copy - 2 bytes a layer weight
+  const double got = with["peak_memory_bytes"][0].get<double>() - without["peak_memory_bytes"][0].get<double>();
+  EXPECT_NEAR(got, want, 0.05 * 2 * 4 * kLayerMatrixElems) << with["peak_memory_bytes"][0] << " vs "
+                                                            << without["peak_memory_bytes"][0];
+  const std::string dir = tmpdir() + "/bf16w_optimizer_ckpt";
+  std::filesystem::remove_all(dir);
+  json whole = run(f, 4, false);
+  json first = run(f, 4, false, nullptr, "--checkpoint-dir " + dir + " --checkpoint-every 2");
+  std::filesystem::remove_all(dir + "/step_00000004");  // resume from step 2
+  json rest = run(f, 4, false, nullptr, "--checkpoint-dir " + dir + " --resume");
+  ASSERT_FALSE(whole.is_null());
+  ASSERT_FALSE(first.is_null());
+  ASSERT_FALSE(rest.is_null()) << log_text(f);
+  ASSERT_EQ(rest["losses"].size(), 2u);
+  for (int s = 2; s < 4; ++s) EXPECT_EQ(rest["losses"][s - 2], whole["losses"][s]) << s;
 }
 
 // ZeRO-3 over two data ranks: a layer's copy is dropped with its gathered parameters at its run's end, so a rank

@@ -9,11 +9,14 @@
 // padded slices); after setup, a checkpoint load, a delink and every step, master equals the device parameters
 // of the own ranges (the executor trains in one precision, so the master copy is that precision); every copy
 // goes through the backend with its CopyKind and is counted in bytes; pinned_bytes is what this object holds.
+// Under bf16 working weights (`upload` set) the master copy is the rank's parameters themselves and the device holds
+// the GEMM weights only as bf16 (DeepSpeed's fp16 parameters beside the CPU's fp32 master), as the simulator counts it.
 // The step is a pipeline over two copy streams with a multi-threaded host Adam (host_adam.hpp); its result is bitwise
 // that of one synchronous copy, one single-threaded Adam and one copy back, whatever the block size and threads.
 #pragma once
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <new>
 #include <utility>
 #include <vector>
@@ -84,10 +87,15 @@ struct CopyStreams {
 template <class T>
 struct HostOptimizer {
   PinnedBuf<T> master, grad, m1, m2;    // host memory, own_off layout, `state` elements each
+  PinnedBuf<uint16_t> stage16;          // bf16 working weights: the bf16 copies' host side (`state` elements)
   double h2d_bytes = 0, d2h_bytes = 0;  // this step's copies (reset by the runtime after each step)
   int threads = 1;                      // the host Adam's threads (host_adam.hpp host_adam_threads)
   long long block = 1LL << 22;          // elements per pipeline block (16 MiB of fp32)
   CopyStreams cs;
+  // Where the updated parameters go. Unset: step's dev_param, as T. Set (bf16 working weights, the runtime's
+  // host_master): master [at, at + n) to its views' device storage on stream s (the GEMM weights as bf16), returning
+  // the bytes it queued; step's dev_param is then unused.
+  std::function<double(long long at, long long n, Stream s)> upload;
 
   bool on() const { return master.size() > 0; }
   void init(long long state, int adam_threads) {
@@ -97,7 +105,7 @@ struct HostOptimizer {
     m2 = PinnedBuf<T>(state);
     threads = std::max(1, adam_threads);
   }
-  double pinned_bytes() const { return 4.0 * sizeof(T) * (double)master.size(); }
+  double pinned_bytes() const { return 4.0 * sizeof(T) * (double)master.size() + 2.0 * (double)stage16.size(); }
   // master[off, off + n) = the device parameters at dev (after setup, a checkpoint load or a delink; not counted
   // as step traffic).
   void pull(const T* dev, long long off, long long n) {
@@ -150,9 +158,13 @@ struct HostOptimizer {
       const long long at = off + i * block;
       host_adamw(master.data() + at, grad.data() + at, m1.data() + at, m2.data() + at, (long)len(i), lr, b1, b2, eps, wd,
                  t, gscale, threads);
-      const size_t bytes = sizeof(T) * (size_t)len(i);
-      be.copy(dev_param + i * block, master.data() + at, bytes, CopyKind::host_to_device, cs.h2d);
-      h2d_bytes += (double)bytes;
+      if (upload) {
+        h2d_bytes += upload(at, len(i), cs.h2d);
+      } else {
+        const size_t bytes = sizeof(T) * (size_t)len(i);
+        be.copy(dev_param + i * block, master.data() + at, bytes, CopyKind::host_to_device, cs.h2d);
+        h2d_bytes += (double)bytes;
+      }
     }
     be.stream_sync(cs.h2d);
   }
