@@ -223,10 +223,7 @@ double RankRun<T>::upload_master(long long at, long long n, Stream s) {
         return;
       }
       uint16_t* st = hopt.stage16.data() + k;
-      {
-        BackendScope host(cpu_backend());
-        ops::pack_bf16(st, src, (long)len);
-      }
+      host_pack_bf16(st, src, (long)len, adam_threads);
       be.copy(w16->copy[v].data() + vlo, st, sizeof(uint16_t) * (size_t)len, CopyKind::host_to_device, s);
       bytes += (double)(sizeof(uint16_t) * (size_t)len);
     });

@@ -46,6 +46,21 @@ TEST(HostAdam, ThreadsGiveTheSingleThreadedResultBitwise) {
   }
 }
 
+// The host bf16 pack (optimizer offload's bf16 working weights): the CPU backend's pack_bf16, whatever the threads.
+TEST(HostAdam, PackBf16IsTheCpuBackendsForEveryThreadCount) {
+  const auto ref = tp::exec::cpu_backend().ops<float>().pack_bf16;
+  for (long n : {0L, 1L, 63L, 70001L, 300007L}) {
+    const std::vector<float> x = noise(n, 6);
+    std::vector<uint16_t> want((size_t)n), got((size_t)n);
+    if (n > 0) ref(want.data(), x.data(), n);
+    for (int threads : {1, 2, 3, 8}) {
+      std::fill(got.begin(), got.end(), uint16_t(0));
+      tp::exec::host_pack_bf16(got.data(), x.data(), n, threads);
+      EXPECT_EQ(got, want) << n << " " << threads;
+    }
+  }
+}
+
 // The sum of squares over blocks: the same double for every thread count; the CPU backend's own sum up to one block;
 // beyond, the blocks' own sums added in order.
 TEST(HostAdam, SumOfSquaresIsTheSameForEveryThreadCount) {

@@ -146,6 +146,21 @@ double host_sum_squares(const T* x, long n, int threads) {
   return s;
 }
 
+template <class T>
+void host_pack_bf16(uint16_t* y, const T* x, long n, int threads) {
+  if (n <= 0) return;
+  const long most = std::max(1L, n / kHostAdamMinPerThread);
+  const int blocks = (int)std::clamp<long>(threads, 1, most);
+  const long per = (n / blocks + 63) / 64 * 64;
+  const auto pack = cpu_backend().ops<T>().pack_bf16;
+  pool().run(blocks, [&](int b) {
+    const long lo = std::min(n, (long)b * per), hi = b == blocks - 1 ? n : std::min(n, lo + per);
+    if (hi > lo) pack(y + lo, x + lo, hi - lo);
+  });
+}
+
+template void host_pack_bf16<float>(uint16_t*, const float*, long, int);
+template void host_pack_bf16<double>(uint16_t*, const double*, long, int);
 template void host_adamw<float>(float*, const float*, float*, float*, long, float, float, float, float, float, long, float, int);
 template void host_adamw<double>(double*, const double*, double*, double*, long, double, double, double, double, double, long,
                                  double, int);

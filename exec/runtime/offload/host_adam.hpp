@@ -14,6 +14,7 @@
 //  - The time is charged once, to the optimizer class, by a prof::Scope on the calling thread; the workers' own op
 //    scopes are inner (not counted), so they write nothing of prof's (exec/prof/prof.hpp).
 #pragma once
+#include <cstdint>
 
 namespace tp::exec {
 
@@ -35,6 +36,11 @@ int local_ranks(int world_size);
 // ops::adamw's contract (exec/backends/ops.def) on host memory, over `threads` threads of the pool.
 template <class T>
 void host_adamw(T* p, const T* g, T* m, T* v, long n, T lr, T b1, T b2, T eps, T wd, long t, T gscale, int threads);
+
+// ops::pack_bf16 (the CPU backend's) on host memory, cut into blocks as host_adamw: optimizer offload's bf16 working
+// weights, packed on the host after each Adam block (exec/runtime/runtime_rank.hpp host_master).
+template <class T>
+void host_pack_bf16(uint16_t* y, const T* x, long n, int threads);
 
 // ops::sum_squares's contract (the sum of x^2 in double) on host memory, over `threads` threads of the pool.
 template <class T>
