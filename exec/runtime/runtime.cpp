@@ -68,8 +68,10 @@ void RankRun<T>::setup() {
   // gradients, the optimizer state) is pinned host memory, which the host Adam reads and the ops may also take.
   host_flat = p.offload.kind == OffloadKind::chunked && !current_backend().host_accessible;
   adam_threads = host_adam_threads(current_backend(), world.size());
+  // (ZeRO-3 keeps its layers as fp32 slices on the device; a delink's one-layout handover reads whole units)
+  master_sliced = p.zero >= 1 && p.data_ranks() > 1;
   host_master = p.offload.kind == OffloadKind::optimizer && plan_keeps_bf16_weight_copies(sc) && o.bf16_weight_copies &&
-                !model.two_d && !(p.zero >= 1 && p.data_ranks() > 1);
+                !model.two_d && p.zero <= 2 && !(master_sliced && sc.delink.on());
   {
     std::optional<BackendScope> pinned;
     if (host_flat) {  // (a Buf keeps the allocator of its construction: fresh ones take the pinned scope's)
@@ -161,7 +163,7 @@ void RankRun<T>::place_parameters(const ParamSource<T>& src, long long state) {
       n += dev_end[ui] - units[ui].a;
     }
   if (host_master) {
-    place_host_master(src, n, state);
+    place_host_master(src, state);
     return;
   }
   zeros(params, n);
@@ -181,18 +183,15 @@ void RankRun<T>::place_parameters(const ParamSource<T>& src, long long state) {
   uparam.resize(units.size());
 }
 
-// host_master (runtime_rank.hpp): the parameters into the host optimizer's master copy (its layout is the compact
-// one: n == state, each own range at its unit's compact offset), and the device storage of the views read as T.
-// The device copies are written by pull_master once the bf16 copies exist (place_gradients_and_state).
+// host_master (runtime_rank.hpp): the own ranges' parameters into the host optimizer's master copy, and the device
+// storage of the views read as T. The device copies are written by pull_master once the bf16 copies exist
+// (place_gradients_and_state).
 template <class T>
-void RankRun<T>::place_host_master(const ParamSource<T>& src, long long n, long long state) {
-  for (size_t k = 0; k < own.size(); ++k)
-    if (n != state || own_off[k] != cbase[own_unit[k]] + (own[k].first - units[own_unit[k]].a))
-      throw std::logic_error("host_master: the optimizer state's layout is not the compact parameters'");
+void RankRun<T>::place_host_master(const ParamSource<T>& src, long long state) {
   hopt.init(state, adam_threads);
-  hopt.stage16 = PinnedBuf<uint16_t>(state);
-  for (size_t ui = 0; ui < units.size(); ++ui)
-    if (cbase[ui] >= 0) src(units[ui].a, dev_end[ui], hopt.master.data() + cbase[ui]);
+  if (!master_sliced) hopt.stage16 = PinnedBuf<uint16_t>(state);
+  for (size_t k = 0; k < own.size(); ++k)
+    if (own[k].second > own[k].first) src(own[k].first, own[k].second, hopt.master.data() + own_off[k]);
   const std::vector<char> gemm = gemm_weight_views(model.d1.lay);
   vdev.assign(gl.views.size(), -1);
   long long nd = 0;
@@ -202,33 +201,46 @@ void RankRun<T>::place_host_master(const ParamSource<T>& src, long long n, long 
   uparam.resize(units.size());
 }
 
-// State [at, at + n) of the master copy (host_master) to the device on stream s: a bf16-only weight's elements
-// packed on the host into stage16 and copied into its held bf16 copy, every other view's copied as T into `params`.
-// Returns the bytes queued.
+// Not sliced: state [at, at + n) of the master copy (host_master) to the device on stream s, a bf16-only weight's
+// elements packed on the host into stage16 and copied into its held bf16 copy, every other view's copied as T into
+// `params`. Returns the bytes queued.
 template <class T>
 double RankRun<T>::upload_master(long long at, long long n, Stream s) {
   const Backend& be = current_backend();
   double bytes = 0;
-  for (size_t ui = 0; ui < units.size(); ++ui) {
-    if (cbase[ui] < 0) continue;
-    const long long c0 = cbase[ui], lo = std::max(at, c0), hi = std::min(at + n, c0 + (dev_end[ui] - units[ui].a));
+  for (size_t k = 0; k < own.size(); ++k) {
+    const long long o0 = own_off[k], lo = std::max(at, o0), hi = std::min(at + n, o0 + (own[k].second - own[k].first));
     if (lo >= hi) continue;
-    const long long a = units[ui].a + (lo - c0);
+    const long long a = own[k].first + (lo - o0);
     gl.each_view(a, a + (hi - lo), [&](size_t v, long long vlo, long long vhi, long long off) {
-      const long long k = lo + off, len = vhi - vlo;  // master [k, k + len)
-      const T* src = hopt.master.data() + k;
+      const long long m = lo + off, len = vhi - vlo;  // master [m, m + len)
+      const T* src = hopt.master.data() + m;
       if (vdev[v] >= 0) {
         be.copy(params.data() + vdev[v] + vlo, src, sizeof(T) * (size_t)len, CopyKind::host_to_device, s);
         bytes += (double)(sizeof(T) * (size_t)len);
         return;
       }
-      uint16_t* st = hopt.stage16.data() + k;
+      uint16_t* st = hopt.stage16.data() + m;
       host_pack_bf16(st, src, (long)len, adam_threads);
       be.copy(w16->copy[v].data() + vlo, st, sizeof(uint16_t) * (size_t)len, CopyKind::host_to_device, s);
       bytes += (double)(sizeof(uint16_t) * (size_t)len);
     });
   }
   return bytes;
+}
+
+// Sliced (ZeRO 1-2 over several data ranks): the device holds every view of its units, and each rank's master
+// holds its slices. The master's slices go up as T into zslice (pull_master; the host step writes them there
+// itself), the units' slices are all-gathered from it (all_gather_unit: the views read as T copied, the bf16-only
+// ones packed on the device into their copies), and zslice is freed.
+template <class T>
+void RankRun<T>::push_sliced_master() {
+  zeros(zslice, (long long)hopt.master.size());
+  for (size_t k = 0; k < own.size(); ++k)
+    if (own[k].second > own[k].first) upload(zslice.data() + own_off[k], hopt.master.data() + own_off[k], own[k].second - own[k].first);
+  for (int ui = 0; ui < (int)units.size(); ++ui)
+    if (units[ui].owned) all_gather_unit(ui);
+  Buf<T>().swap(zslice);
 }
 
 // The flat ranges place_parameters takes: each owned unit whole, a zparam layer's own slices (ascending).
@@ -285,7 +297,8 @@ void RankRun<T>::place_gradients_and_state(long long state) {
   zeros(m2, opt_off ? 0 : state);
   if (opt_off) {
     if (!host_master) hopt.init(state, adam_threads);  // (host_master: since place_parameters, holding the weights)
-    if (host_master) hopt.upload = [this](long long at, long long n, Stream s) { return upload_master(at, n, s); };
+    if (host_master && !master_sliced)
+      hopt.upload = [this](long long at, long long n, Stream s) { return upload_master(at, n, s); };
     pull_master();
   }
   if (p.zero >= 2) zeros(gshard, state);

@@ -154,7 +154,10 @@ struct RankRun {
   }
   T* P(long long i) {  // (zparam layers: i must lie in this rank's slice)
     int u = unit_at(i);
-    if (host_master) return hopt.master.data() + cbase[u] + (i - units[u].a);  // (host memory)
+    if (host_master) {  // (host memory; i must lie in one of this rank's own ranges)
+      const size_t k = own_at(u, i);
+      return hopt.master.data() + own_off[k] + (i - own[k].first);
+    }
     if (host_at(u, i)) return zparam && is_layer_unit(u) ? host_slice(own_at(u, i)) + (i - own[own_at(u, i)].first)
                                                          : gran.param_at(u, i);  // granular: host memory
     if (zparam && is_layer_unit(u)) {
@@ -197,19 +200,25 @@ struct RankRun {
     if (own_on_host(k)) return i == 1 ? gran.m1.data() : gran.m2.data();
     return i == 1 ? m1.data() : m2.data();
   }
-  // Optimizer offload with bf16 weight copies and no ZeRO sharding over data ranks (ZeRO-Offload as DeepSpeed keeps
-  // it, and as the simulator counts it: sim/step_formulas.hpp state_bytes, 2 bytes a weight on the device): the host
-  // optimizer's master copy is the rank's parameters (P points into it; the compact layout is the optimizer
-  // state's here), and the device holds the GEMM weights only as their bf16 copies (WeightCopies16::hold,
-  // gemm_weight_views) and every other view (norms, biases, embeddings: read as T) in `params` at vdev.
-  // upload_master writes both from the master copy (the host step's HostOptimizer::upload, and pull_master, which
-  // pushes instead of pulling). The results are those of the T parameters on the device: a bf16 copy is the same
+  // Optimizer offload with bf16 weight copies, ZeRO 0-2 (ZeRO-Offload as DeepSpeed keeps it, and as the simulator
+  // counts it: sim/step_formulas.hpp state_bytes, 2 bytes a weight on the device): the host optimizer's master copy
+  // of the own ranges is the rank's record of its parameters (P points into it), and the device holds the GEMM
+  // weights only as their bf16 copies (WeightCopies16::hold, gemm_weight_views) and every other view (norms,
+  // biases, embeddings: read as T) in `params` at vdev. Not sliced (ZeRO 0, or one data rank): upload_master writes
+  // both from the master copy (the host step's HostOptimizer::upload, and pull_master, which pushes instead of
+  // pulling). Sliced (ZeRO 1-2 over several data ranks, master_sliced): the host step writes the updated slices as
+  // T into zslice, a device buffer of the optimizer phase only, and zero_gather_params all-gathers the units from it
+  // (push_sliced_master). The results are those of the T parameters on the device: a bf16 copy is the same
   // rounding of the same values (tests/exec/test_run_bf16_weights.cpp).
-  bool host_master = false;
+  bool host_master = false, master_sliced = false;
   std::vector<long long> vdev;  // host_master: per view, its offset in `params` (-1: a bf16-only weight, or not held)
+  Buf<T> zslice;                // sliced host_master: the own slices (optimizer state layout) between step and gather
   double upload_master(long long at, long long n, Stream s);
+  void push_sliced_master();
   void pull_master() {    // the host master copy = the device parameters of the own ranges (host_master: the reverse)
-    for (size_t k = 0; host_master && k < own.size(); ++k) upload_master(own_off[k], own[k].second - own[k].first, Stream{});
+    if (host_master && master_sliced) push_sliced_master();
+    for (size_t k = 0; host_master && !master_sliced && k < own.size(); ++k)
+      upload_master(own_off[k], own[k].second - own[k].first, Stream{});
     if (host_master) return;
     for (size_t k = 0; hopt.on() && k < own.size(); ++k) hopt.pull(P(own[k].first), own_off[k], own[k].second - own[k].first);
   }
@@ -284,7 +293,7 @@ struct RankRun {
   void make_groups();
   long long plan_units();
   void place_parameters(const ParamSource<T>& src, long long state);
-  void place_host_master(const ParamSource<T>& src, long long n, long long state);
+  void place_host_master(const ParamSource<T>& src, long long state);
   std::vector<std::pair<long long, long long>> params_needed() const;
   void place_gradients_and_state(long long state);
   void make_chunk_store();

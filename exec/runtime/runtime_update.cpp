@@ -49,7 +49,16 @@ void RankRun<T>::all_gather_unit(int ui) {
       gran.host_all_gather(*sg.c, ui, sg.slice, a, std::min(sg.hi, a + sg.slice), sg.lo, sg.hi - sg.lo);
       continue;
     }
-    Buf<T> mine(sg.slice), all(sg.slice * sg.n);
+    Buf<T> all(sg.slice * sg.n);
+    if (host_master) {  // (sliced: the updated slice is in zslice; the views read as T copied, the others packed)
+      sg.c->all_gather(zslice.data() + own_off[own_index(ui) + si], all.data(), sg.slice, dtype_of<T>());
+      gl.each_view(sg.lo, sg.hi, [&](size_t v, long long lo, long long hi, long long at) {
+        if (vdev[v] >= 0) ops::copy(params.data() + vdev[v] + lo, all.data() + at, (long)(hi - lo));
+        else ops::pack_bf16(w16->copy[v].data() + lo, all.data() + at, (long)(hi - lo));
+      });
+      continue;
+    }
+    Buf<T> mine(sg.slice);
     ops::fill(mine.data(), T(0), (long)sg.slice);
     long long a = sg.lo + sg.r * sg.slice, z = std::min(sg.hi, a + sg.slice);
     if (z > a) gl.read_range(ptab, a, z, mine.data());
@@ -263,6 +272,7 @@ double RankRun<T>::grad_norm() {
 template <class T>
 void RankRun<T>::adam_update(int step, int warmup, double norm) {
   T clip = norm > o.grad_clip && o.grad_clip > 0 ? T(o.grad_clip / norm) : T(1);
+  if (host_master && master_sliced) zeros(zslice, (long long)hopt.master.size());  // (freed by zero_gather_params)
   double lr = learning_rate(o, step, warmup);
   for (size_t k = 0; k < own.size(); ++k) {
     BackendScope where(backend_for(own_on_host(k)));
@@ -280,8 +290,9 @@ void RankRun<T>::adam_update(int step, int warmup, double norm) {
       const long long a = own[k].first + at, so = own_off[k] + at;
       T* g = own_grad(k, a);
       const T wd = T(decay ? o.weight_decay : 0);
-      if (hopt.on()) {
-        hopt.step(P(a), g, so, n, T(lr), T(o.beta1), T(o.beta2), T(o.eps), wd, (long)step + 1, clip);
+      if (hopt.on()) {  // (sliced host_master: the updated slice up as T into zslice, for the units' all-gather)
+        hopt.step(host_master && master_sliced ? zslice.data() + so : P(a), g, so, n, T(lr), T(o.beta1), T(o.beta2),
+                  T(o.eps), wd, (long)step + 1, clip);
       } else if (state_on_host(k)) {  // granular's host-resident state, the chunk store's host side
         host_adamw(P(a), g, M1 + so, M2 + so, (long)n, T(lr), T(o.beta1), T(o.beta2), T(o.eps), wd, (long)step + 1, clip,
                    adam_threads);
@@ -299,6 +310,7 @@ void RankRun<T>::zero_gather_params() {
   if (p.zero >= 1 && p.zero <= 2 && p.data_ranks() > 1)
     for (int ui = 0; ui < (int)units.size(); ++ui)
       if (units[ui].owned) all_gather_unit(ui);
+  Buf<T>().swap(zslice);  // (sliced host_master: the slices are in the units now)
 }
 
 template void RankRun<float>::sp_reduce_layer(int, long long, long long);

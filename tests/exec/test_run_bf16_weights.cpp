@@ -6,9 +6,9 @@
 //   plans cover where the weights are when a copy is made: resident (single rank, tp + SP, pp), gathered for a run
 //   (ZeRO-3), loaded for a run (granular offload), shared by several layers (Pseudo-to-Real), experts (MoE + ep).
 //   A copy that outlived its step (the weights changed by the optimizer) would change every loss after the first.
-//   Optimizer offload without ZeRO sharding over data ranks keeps the layers' GEMM weights on the device only as
-//   their bf16 copies, written from the host's master copy after each step (RankRun::host_master): the same results
-//   again, and the same after a resume.
+//   Optimizer offload with ZeRO 0-2 keeps the layers' GEMM weights on the device only as their bf16 copies,
+//   written from the host's master copy after each step (RankRun::host_master; ZeRO 1-2 over several data ranks:
+//   the updated fp32 slices all-gathered, then packed): the same results again, and the same after a resume.
 // - Memory (emu-device counts every allocation): one copy of the weight matrices, 2 bytes each, held from their first
 //   use; under ZeRO-3 a layer's copy lives only while its parameters are gathered. Under optimizer offload the
 //   layers' GEMM weights have no fp32 device copy (2 bytes an element instead of 4 + 2).
@@ -74,8 +74,16 @@ TEST(Bf16Weights, CopiesGiveTheResultsOfRoundingInEachGemm) {
   expect_copies_change_nothing("dp2_zero3", {{"dp", 2}, {"zero", 3}});
   expect_copies_change_nothing("moe_dp2_ep2", {{"dp", 2}, {"ep", 2}}, "cpu", "tiny-moe");
   expect_copies_change_nothing("optimizer_tp2_pp2", {{"tp", 2}, {"pp", 2}, {"offload", opt}});
+  // Pseudo-to-Real on two layouts: the pseudo phase on tp 2, the handover into the real plan's master copy
+  const json pseudo_tp2 = {{"attention", "unfused"}, {"dp", 1}, {"tp", 2}, {"pp", 1}, {"microbatch", 2}};
+  expect_copies_change_nothing("optimizer_delink_from_tp2",
+                               {{"offload", opt}, {"delink", {{"unique_layers", 2}, {"tokens", 512}, {"plan", pseudo_tp2}}}});
   expect_copies_change_nothing("optimizer_dp2", {{"dp", 2}, {"offload", opt}});
-  expect_copies_change_nothing("optimizer_dp2_zero1", {{"dp", 2}, {"zero", 1}, {"offload", opt}});  // (T on the device)
+  // ZeRO 1-2: the slices all-gathered as fp32, the weights packed into their copies on the device
+  expect_copies_change_nothing("optimizer_dp2_zero1", {{"dp", 2}, {"zero", 1}, {"offload", opt}});
+  expect_copies_change_nothing("optimizer_dp2_zero2_pp2", {{"dp", 2}, {"zero", 2}, {"pp", 2}, {"offload", opt}});
+  expect_copies_change_nothing("optimizer_moe_dp2_ep2_zero1", {{"dp", 2}, {"ep", 2}, {"zero", 1}, {"offload", opt}}, "cpu",
+                               "tiny-moe");
 }
 
 // Single rank on emu-device: the peak grows by the copies of every weight matrix, 2 bytes per element.
@@ -106,17 +114,22 @@ TEST(Bf16Weights, OptimizerOffloadHoldsTheGemmWeightsOnlyAsBf16) {
   const double got = with["peak_memory_bytes"][0].get<double>() - without["peak_memory_bytes"][0].get<double>();
   EXPECT_NEAR(got, want, 0.05 * 2 * 4 * kLayerMatrixElems) << with["peak_memory_bytes"][0] << " vs "
                                                             << without["peak_memory_bytes"][0];
-  const std::string dir = tmpdir() + "/bf16w_optimizer_ckpt";
-  std::filesystem::remove_all(dir);
-  json whole = run(f, 4, false);
-  json first = run(f, 4, false, nullptr, "--checkpoint-dir " + dir + " --checkpoint-every 2");
-  std::filesystem::remove_all(dir + "/step_00000004");  // resume from step 2
-  json rest = run(f, 4, false, nullptr, "--checkpoint-dir " + dir + " --resume");
-  ASSERT_FALSE(whole.is_null());
-  ASSERT_FALSE(first.is_null());
-  ASSERT_FALSE(rest.is_null()) << log_text(f);
-  ASSERT_EQ(rest["losses"].size(), 2u);
-  for (int s = 2; s < 4; ++s) EXPECT_EQ(rest["losses"][s - 2], whole["losses"][s]) << s;
+  // The resume: one rank (the master copy is every parameter), and ZeRO-2 over two (each master its slices).
+  for (const auto& [name, pl] : std::vector<std::pair<std::string, json>>{
+           {"optimizer_ckpt", plan}, {"optimizer_ckpt_dp2_zero2", {{"dp", 2}, {"zero", 2}, {"offload", plan["offload"]}}}}) {
+    if (pl.contains("dp") && !have_mpi()) continue;
+    const std::string g = weights_scenario(name, pl), dir = tmpdir() + "/bf16w_" + name;
+    std::filesystem::remove_all(dir);
+    json whole = run(g, 4, false);
+    json first = run(g, 4, false, nullptr, "--checkpoint-dir " + dir + " --checkpoint-every 2");
+    std::filesystem::remove_all(dir + "/step_00000004");  // resume from step 2
+    json rest = run(g, 4, false, nullptr, "--checkpoint-dir " + dir + " --resume");
+    ASSERT_FALSE(whole.is_null()) << name;
+    ASSERT_FALSE(first.is_null()) << name;
+    ASSERT_FALSE(rest.is_null()) << name << "\n" << log_text(g);
+    ASSERT_EQ(rest["losses"].size(), 2u) << name;
+    for (int s = 2; s < 4; ++s) EXPECT_EQ(rest["losses"][s - 2], whole["losses"][s]) << name << " " << s;
+  }
 }
 
 // ZeRO-3 over two data ranks: a layer's copy is dropped with its gathered parameters at its run's end, so a rank
