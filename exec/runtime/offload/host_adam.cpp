@@ -89,6 +89,18 @@ Pool& pool() {
   return p;
 }
 
+// f(lo, hi) over [0, n) cut into at most `threads` contiguous blocks (64-element aligned, at least
+// kHostAdamMinPerThread elements a block), on the pool.
+void run_blocks(long n, int threads, const std::function<void(long, long)>& f) {
+  const long most = std::max(1L, n / kHostAdamMinPerThread);
+  const int blocks = (int)std::clamp<long>(threads, 1, most);
+  const long per = (n / blocks + 63) / 64 * 64;
+  pool().run(blocks, [&](int b) {
+    const long lo = std::min(n, (long)b * per), hi = b == blocks - 1 ? n : std::min(n, lo + per);
+    if (hi > lo) f(lo, hi);
+  });
+}
+
 }  // namespace
 
 int usable_cores() {
@@ -119,14 +131,8 @@ template <class T>
 void host_adamw(T* p, const T* g, T* m, T* v, long n, T lr, T b1, T b2, T eps, T wd, long t, T gscale, int threads) {
   if (n <= 0) return;
   prof::Scope scope(prof::Cls::optimizer);  // the whole call, once; the blocks' own scopes are inner
-  const long most = std::max(1L, n / kHostAdamMinPerThread);
-  const int blocks = (int)std::clamp<long>(threads, 1, most);
-  const long per = (n / blocks + 63) / 64 * 64;
   const auto adamw = cpu_backend().ops<T>().adamw;
-  pool().run(blocks, [&](int b) {
-    const long lo = std::min(n, (long)b * per), hi = b == blocks - 1 ? n : std::min(n, lo + per);
-    if (hi > lo) adamw(p + lo, g + lo, m + lo, v + lo, hi - lo, lr, b1, b2, eps, wd, t, gscale);
-  });
+  run_blocks(n, threads, [&](long lo, long hi) { adamw(p + lo, g + lo, m + lo, v + lo, hi - lo, lr, b1, b2, eps, wd, t, gscale); });
 }
 
 template <class T>
@@ -149,14 +155,8 @@ double host_sum_squares(const T* x, long n, int threads) {
 template <class T>
 void host_pack_bf16(uint16_t* y, const T* x, long n, int threads) {
   if (n <= 0) return;
-  const long most = std::max(1L, n / kHostAdamMinPerThread);
-  const int blocks = (int)std::clamp<long>(threads, 1, most);
-  const long per = (n / blocks + 63) / 64 * 64;
   const auto pack = cpu_backend().ops<T>().pack_bf16;
-  pool().run(blocks, [&](int b) {
-    const long lo = std::min(n, (long)b * per), hi = b == blocks - 1 ? n : std::min(n, lo + per);
-    if (hi > lo) pack(y + lo, x + lo, hi - lo);
-  });
+  run_blocks(n, threads, [&](long lo, long hi) { pack(y + lo, x + lo, hi - lo); });
 }
 
 template void host_pack_bf16<float>(uint16_t*, const float*, long, int);
