@@ -60,6 +60,9 @@ BF16_CASES = [  # name, plan changes, base scenario, extra environment; fp8_* ca
     ("bf16_tp2d_q2", {"tp": 4, "tp_mode": "2d"}, "tiny-gpt", {}),
     ("bf16_dp2_zero3_granular", {"dp": 2, "zero": 3, "offload": GRAN}, "tiny-gpt", {}),
     ("bf16_moe_dp2_ep2", {"dp": 2, "ep": 2}, "tiny-moe", {}),
+    # optimizer offload: the GEMM weights only as bf16 on the device, from the host master copy (RankRun::host_master)
+    ("bf16_optimizer_offload", {"offload": {"kind": "optimizer"}}, "tiny-gpt", {}),
+    ("bf16_optimizer_dp2_zero2", {"dp": 2, "zero": 2, "offload": {"kind": "optimizer"}}, "tiny-gpt", {}),
     ("fp8_single", {}, "tiny-gpt", {}),
     ("fp8_dp2_tp2_sp_zero3", {"dp": 2, "tp": 2, "sequence_parallel": True, "zero": 3}, "tiny-gpt", {}),
     ("fp8_moe_dp2_ep2", {"dp": 2, "ep": 2}, "tiny-moe", {}),

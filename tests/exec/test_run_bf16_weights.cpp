@@ -114,6 +114,13 @@ TEST(Bf16Weights, OptimizerOffloadHoldsTheGemmWeightsOnlyAsBf16) {
   const double got = with["peak_memory_bytes"][0].get<double>() - without["peak_memory_bytes"][0].get<double>();
   EXPECT_NEAR(got, want, 0.05 * 2 * 4 * kLayerMatrixElems) << with["peak_memory_bytes"][0] << " vs "
                                                             << without["peak_memory_bytes"][0];
+  // The host step sends the layers' weights up as bf16 (2 bytes), the rest as fp32; the gradients come down as fp32.
+  const double params = with["param_elements"][0].get<double>(), matrices = 4 * kLayerMatrixElems;
+  for (size_t s = 0; s < 2; ++s) {
+    EXPECT_EQ(with["offload"]["h2d_bytes"][s].get<double>(), 2 * matrices + 4 * (params - matrices)) << s;
+    EXPECT_EQ(without["offload"]["h2d_bytes"][s].get<double>(), 4 * params) << s;
+    EXPECT_EQ(with["offload"]["d2h_bytes"][s].get<double>(), 4 * params) << s;
+  }
   // The resume: one rank (the master copy is every parameter), and ZeRO-2 over two (each master its slices).
   for (const auto& [name, pl] : std::vector<std::pair<std::string, json>>{
            {"optimizer_ckpt", plan}, {"optimizer_ckpt_dp2_zero2", {{"dp", 2}, {"zero", 2}, {"offload", plan["offload"]}}}}) {
