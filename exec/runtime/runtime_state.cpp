@@ -175,6 +175,17 @@ void load_rank_checkpoint(const Scenario& sc, const RunOptions& o, int rank, lon
   if (rank == 0 && d.contains("steps") && d["steps"] != o.steps)
     std::fprintf(stderr, "warning: resuming with --steps %d where the checkpoint's run had %s: the learning-rate schedule "
                  "(warmup and cosine decay over --steps) changes from here\n", o.steps, d["steps"].dump().c_str());
+  // Same scenario and options, another layout of the state (optimizer offload in bf16 with ZeRO 1-2 keeps only its
+  // slices' master copy, --no-bf16-weight-copies the whole units): refused before anything is copied.
+  for (const TensorView& t : tensors) {
+    const TensorInfo* i = c.find(t.name);
+    if (i && i->dtype == t.dtype && i->count == t.count) continue;
+    const std::string want = std::to_string(t.count) + " x " + dtype_name(t.dtype);
+    throw InputError({where + (i ? " holds '" + t.name + "' as " + std::to_string(i->count) + " x " + dtype_name(i->dtype)
+                                 : " has no '" + t.name + "'") +
+                      " where this run keeps " + want + ": it was written by a run that lays its state out otherwise "
+                      "(under optimizer offload in bf16 with ZeRO 1-2, --no-bf16-weight-copies changes the layout)"});
+  }
   std::vector<char> host;
   for (const TensorView& t : tensors) {
     if (!staged(t)) { c.copy_to(t.name, const_cast<void*>(t.data), t.count, t.dtype); continue; }

@@ -136,6 +136,11 @@ TEST(Bf16Weights, OptimizerOffloadHoldsTheGemmWeightsOnlyAsBf16) {
     ASSERT_FALSE(rest.is_null()) << name << "\n" << log_text(g);
     ASSERT_EQ(rest["losses"].size(), 2u) << name;
     for (int s = 2; s < 4; ++s) EXPECT_EQ(rest["losses"][s - 2], whole["losses"][s]) << name << " " << s;
+    if (!pl.contains("dp")) continue;
+    // ZeRO-2's checkpoint holds the slices' master copy; without copies the run keeps whole units: refused, exit 2
+    int code = 0;
+    EXPECT_TRUE(run(g, 4, false, &code, "--checkpoint-dir " + dir + " --resume --no-bf16-weight-copies").is_null());
+    EXPECT_EQ(code, 2) << name;
   }
 }
 
