@@ -71,7 +71,7 @@ void RankRun<T>::setup() {
   // (ZeRO-3 keeps its layers as fp32 slices on the device; a delink's one-layout handover reads whole units)
   master_sliced = p.zero >= 1 && p.data_ranks() > 1;
   host_master = p.offload.kind == OffloadKind::optimizer && plan_keeps_bf16_weight_copies(sc) && o.bf16_weight_copies &&
-                !model.two_d && p.zero <= 2 && !(master_sliced && sc.delink.on());
+                !model.two_d && !(p.zero >= 3 && p.data_ranks() > 1) && !(master_sliced && sc.delink.on());
   {
     std::optional<BackendScope> pinned;
     if (host_flat) {  // (a Buf keeps the allocator of its construction: fresh ones take the pinned scope's)

@@ -44,13 +44,16 @@ void RankRun<T>::all_gather_unit(int ui) {
   }
   for (int si = 0; si < nseg(ui); ++si) {
     const Seg sg = seg(ui, si);
+    // One rank: its slice is the segment, nothing to gather (ZeRO-3 on one data rank); but sliced host_master has
+    // its updated slices in zslice, also an expert segment of one expert-data rank.
+    if (sg.n == 1 && !(host_master && master_sliced)) continue;
     if (seg_on_host(ui, si)) {  // granular (ZeRO 1-2): the segment's updated slices gathered on the host over its group
       long long a = sg.lo + sg.r * sg.slice;
       gran.host_all_gather(*sg.c, ui, sg.slice, a, std::min(sg.hi, a + sg.slice), sg.lo, sg.hi - sg.lo);
       continue;
     }
     Buf<T> all(sg.slice * sg.n);
-    if (host_master) {  // (sliced: the updated slice is in zslice; the views read as T copied, the others packed)
+    if (host_master) {  // (sliced, n > 1: the updated slice is in zslice; the views read as T copied, the others packed)
       sg.c->all_gather(zslice.data() + own_off[own_index(ui) + si], all.data(), sg.slice, dtype_of<T>());
       gl.each_view(sg.lo, sg.hi, [&](size_t v, long long lo, long long hi, long long at) {
         if (vdev[v] >= 0) ops::copy(params.data() + vdev[v] + lo, all.data() + at, (long)(hi - lo));

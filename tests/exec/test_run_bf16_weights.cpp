@@ -66,6 +66,7 @@ TEST(Bf16Weights, CopiesGiveTheResultsOfRoundingInEachGemm) {
   // optimizer offload: the layers' GEMM weights as bf16 only on the device (written from the host master copy)
   const json opt = {{"kind", "optimizer"}};
   expect_copies_change_nothing("optimizer", {{"offload", opt}});
+  expect_copies_change_nothing("optimizer_zero3_one_rank", {{"zero", 3}, {"offload", opt}});  // (nothing to shard)
   expect_copies_change_nothing("optimizer_emu_device", {{"attention", "flash"}, {"offload", opt}}, "emu-device");
   expect_copies_change_nothing("optimizer_delink", {{"offload", opt}, {"delink", {{"unique_layers", 2}, {"tokens", 512}}}});
   expect_copies_change_nothing("optimizer_moe", {{"offload", opt}}, "cpu", "tiny-moe");
