@@ -28,7 +28,7 @@
 // layer; the store makes them resident and pins them before the run's first use; the optimizer is the ADAM
 // moment (CPU Adam on the flat buffers between host_phase_begin / host_phase_end).
 // Optimizer offload (exec/runtime/offload/host_optimizer.hpp): no moments on the device; per own range, gradients down, host Adam,
-// parameters up (in bf16 without ZeRO sharding: the GEMM weights only as their bf16 copies, host_master). Granular offload (exec/runtime/offload/runtime_granular.hpp): an offloaded layer has no device storage between
+// parameters up (in bf16 with ZeRO 0-2: the GEMM weights only as their bf16 copies, host_master). Granular offload (exec/runtime/offload/runtime_granular.hpp): an offloaded layer has no device storage between
 // runs (cbase / gbase -1; P / Gd give its host copies, with zparam the rank's slice); each run points its views at
 // the run's loaded copy (zparam: the slices gathered into uparam, like a ZeRO-3 layer's), its
 // backward gradient is a transient buffer sent down at the run's end; the optimizer works on its host memory
@@ -200,7 +200,7 @@ struct RankRun {
     if (own_on_host(k)) return i == 1 ? gran.m1.data() : gran.m2.data();
     return i == 1 ? m1.data() : m2.data();
   }
-  // Optimizer offload with bf16 weight copies, ZeRO 0-2 (ZeRO-Offload as DeepSpeed keeps it, and as the simulator
+  // Optimizer offload with bf16 weight copies, ZeRO 0-2 or one data rank (ZeRO-Offload as DeepSpeed keeps it, and as the simulator
   // counts it: sim/step_formulas.hpp state_bytes, 2 bytes a weight on the device): the host optimizer's master copy
   // of the own ranges is the rank's record of its parameters (P points into it), and the device holds the GEMM
   // weights only as their bf16 copies (WeightCopies16::hold, gemm_weight_views) and every other view (norms,

@@ -9,8 +9,10 @@
 // padded slices); after setup, a checkpoint load, a delink and every step, master equals the device parameters
 // of the own ranges (the executor trains in one precision, so the master copy is that precision); every copy
 // goes through the backend with its CopyKind and is counted in bytes; pinned_bytes is what this object holds.
-// Under bf16 working weights (`upload` set) the master copy is the rank's parameters themselves and the device holds
-// the GEMM weights only as bf16 (DeepSpeed's fp16 parameters beside the CPU's fp32 master), as the simulator counts it.
+// Under bf16 working weights (exec/runtime/runtime_rank.hpp host_master) the master copy is the rank's record of its
+// parameters and the device holds the GEMM weights only as bf16 (DeepSpeed's fp16 parameters beside the CPU's fp32
+// master), as the simulator counts it: their device copies are the master's bf16 rounding; `upload` (set without ZeRO
+// sharding) writes them, else the runtime all-gathers the slices step's dev_param received.
 // The step is a pipeline over two copy streams with a multi-threaded host Adam (host_adam.hpp); its result is bitwise
 // that of one synchronous copy, one single-threaded Adam and one copy back, whatever the block size and threads.
 #pragma once
