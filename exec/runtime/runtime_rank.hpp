@@ -200,8 +200,8 @@ struct RankRun {
     if (own_on_host(k)) return i == 1 ? gran.m1.data() : gran.m2.data();
     return i == 1 ? m1.data() : m2.data();
   }
-  // Optimizer offload with bf16 weight copies, ZeRO 0-2 or one data rank (ZeRO-Offload as DeepSpeed keeps it, and as the simulator
-  // counts it: sim/step_formulas.hpp state_bytes, 2 bytes a weight on the device): the host optimizer's master copy
+  // Optimizer offload with bf16 weight copies, ZeRO 0-2 or one data rank (ZeRO-Offload as DeepSpeed keeps it, and
+  // as the simulator counts it: sim/step_formulas.hpp state_bytes, 2 bytes a weight on the device): the master copy
   // of the own ranges is the rank's record of its parameters (P points into it), and the device holds the GEMM
   // weights only as their bf16 copies (WeightCopies16::hold, gemm_weight_views) and every other view (norms,
   // biases, embeddings: read as T) in `params` at vdev. Not sliced (ZeRO 0, or one data rank): upload_master writes
