@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <fstream>
 #include <set>
 
 #include "models/catalog.hpp"
@@ -214,4 +215,25 @@ TEST(Framework, AttentionScaleSlowsOnlyTheFusedAttention) {
   }
   fw["fitted"]["attention_efficiency_scale"] = 0.0;
   EXPECT_TRUE(has(refusal(scenario(json::object(), fw)), "attention_efficiency_scale")) << refusal(scenario(json::object(), fw));
+}
+
+// Every production framework names the best published run per GPU it has public runs on, so that a prediction
+// above it is flagged (issue 38); a source that names a row of the frameworks set names one that is there.
+TEST(Framework, EveryProductionFrameworkHasItsBestPublishedRuns) {
+  const tp::json set = tp::json::parse(std::ifstream(std::string(TP_SOURCE_DIR) + "/data/validation/frameworks-set.json"));
+  std::set<std::string> ids;
+  for (const tp::json& r : set.at("rows")) ids.insert(r.at("id").get<std::string>());
+  const std::string tag = "frameworks-set.json ";
+  for (const Framework& f : catalog_frameworks()) {
+    if (f.name == "research") continue;
+    EXPECT_FALSE(f.best_published.empty()) << f.name;
+    for (const PublishedBest& b : f.best_published) {
+      EXPECT_EQ(published_best(f, b.gpu, b.precision == "fp8" ? Precision::fp8 : Precision::bf16), &b) << f.name << " " << b.gpu;
+      const size_t at = b.source.find(tag);
+      if (at == std::string::npos) continue;
+      std::string id = b.source.substr(at + tag.size());
+      id = id.substr(0, id.find_first_of(") ,;"));
+      EXPECT_TRUE(ids.count(id)) << f.name << ": " << id;
+    }
+  }
 }
