@@ -216,11 +216,12 @@ struct RankRun {
   double upload_master(long long at, long long n, Stream s);
   void push_sliced_master();
   void pull_master() {    // the host master copy = the device parameters of the own ranges (host_master: the reverse)
-    if (host_master && master_sliced) push_sliced_master();
-    for (size_t k = 0; host_master && !master_sliced && k < own.size(); ++k)
-      upload_master(own_off[k], own[k].second - own[k].first, Stream{});
-    if (host_master) return;
-    for (size_t k = 0; hopt.on() && k < own.size(); ++k) hopt.pull(P(own[k].first), own_off[k], own[k].second - own[k].first);
+    if (host_master && master_sliced) return push_sliced_master();
+    for (size_t k = 0; hopt.on() && k < own.size(); ++k) {
+      const long long n = own[k].second - own[k].first;
+      if (host_master) upload_master(own_off[k], n, Stream{});
+      else hopt.pull(P(own[k].first), own_off[k], n);
+    }
   }
   long delink_step = -1;                             // the step at which the shared weights are delinked
   // Pseudo-to-Real (exec/runtime/runtime_relayout.cpp): the pseudo phase's run holds only the k weight-group slots
@@ -237,6 +238,7 @@ struct RankRun {
   Handover<T>* start = nullptr;  // (its parts released once placed)
   int start_step = 0;
   void export_local(LocalState<T>& out);
+  void delink_fp8_scales();
   ParamSource<T> place_local();
   void import_local_moments();
   GptLayout single_rank_layout() const;

@@ -55,11 +55,7 @@ std::vector<double> RankRun<T>::full_index(const GptLayout& full, size_t v) cons
 template <class T>
 void RankRun<T>::export_state(Records<T>& out) {
   if (store) store->evict_all();  // the flat buffers hold every chunk (delink did so too)
-  if (shared > 0) {  // each layer's fp8 scales from its group's
-    std::vector<long long> group_of((size_t)L);
-    for (long long l = 0; l < L; ++l) group_of[(size_t)l] = weight_group(l, L, shared);
-    f8.delink(group_of);
-  }
+  if (shared > 0) delink_fp8_scales();
   const GptLayout full = single_rank_layout();
   std::vector<double> at;  // view iv's single-rank indices
   size_t iv = gl.views.size();
@@ -151,13 +147,19 @@ void RankRun<T>::import_moments() {
   }
 }
 
+// fp8: each layer's delayed-scaling state from its weight group's (at the delink, before the records are written).
+template <class T>
+void RankRun<T>::delink_fp8_scales() {
+  std::vector<long long> group_of((size_t)L);
+  for (long long l = 0; l < L; ++l) group_of[(size_t)l] = weight_group(l, L, shared);
+  f8.delink(group_of);
+}
+
 // One layout: the pseudo run's state as it holds it (the k slots and their replicas), into host memory.
 template <class T>
 void RankRun<T>::export_local(LocalState<T>& out) {
   if (store) store->evict_all();  // the flat buffers hold every chunk
-  std::vector<long long> group_of((size_t)L);  // fp8: each layer's scales from its group's
-  for (long long l = 0; l < L; ++l) group_of[(size_t)l] = weight_group(l, L, shared);
-  f8.delink(group_of);
+  delink_fp8_scales();
   out.shared = shared;
   out.ranges = params_needed();
   out.base.assign(out.ranges.size() + 1, 0);

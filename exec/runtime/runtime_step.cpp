@@ -479,9 +479,8 @@ void RankRun<T>::finish_run(Loop& lp) {
   res.peak_host_memory_bytes.assign(world.size(), 0);
   for (int r = 0; r < world.size(); ++r)
     res.peak_memory_bytes[r] = gathered[2 * r], res.peak_host_memory_bytes[r] = gathered[2 * r + 1];
-  size_t par = params.size();  // (host_master: the units' elements, as bf16 copies or T views)
+  size_t par = host_master ? 0 : params.size();  // (host_master: the units' elements, as bf16 copies or T views)
   for (size_t ui = 0; host_master && ui < units.size(); ++ui) par += cbase[ui] >= 0 ? size_t(dev_end[ui] - units[ui].a) : 0;
-  if (host_master) par -= params.size();
   double held[2] = {(double)(par + pslice.size() + gran.hp.size()),
                     (double)(hopt.on() ? hopt.m1.size() : m1.size() + gran.m1.size())};
   std::vector<double> all_held(2 * world.size());

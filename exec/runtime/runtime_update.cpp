@@ -2,7 +2,8 @@
 // exec/runtime/runtime_rank.hpp): ZeRO's reduce-scatter and all-gather of parameter units, the sequence-parallel
 // reduction of replicated gradients, the optimizer step (global-norm clipping, AdamW on the device, on the host
 // under optimizer offload, on host memory for granular-offloaded units), Pseudo-to-Real's sums over a weight group's
-// slot holders, and the tensors a checkpoint holds (the delink itself: exec/runtime/runtime_relayout.cpp). Invariant: every rank of a group calls each collective in the same order.
+// slot holders, and the tensors a checkpoint holds (the delink itself: exec/runtime/runtime_relayout.cpp).
+// Invariant: every rank of a group calls each collective in the same order.
 #include "exec/runtime/runtime_rank.hpp"
 #include "exec/runtime/offload/host_adam.hpp"
 #include "sim/step_formulas.hpp"  // kGradBucketsInFlight
@@ -53,7 +54,7 @@ void RankRun<T>::all_gather_unit(int ui) {
       continue;
     }
     Buf<T> all(sg.slice * sg.n);
-    if (host_master) {  // (sliced, n > 1: the updated slice is in zslice; the views read as T copied, the others packed)
+    if (host_master && master_sliced) {  // the updated slice is in zslice; the views read as T copied, the others packed
       sg.c->all_gather(zslice.data() + own_off[own_index(ui) + si], all.data(), sg.slice, dtype_of<T>());
       gl.each_view(sg.lo, sg.hi, [&](size_t v, long long lo, long long hi, long long at) {
         if (vdev[v] >= 0) ops::copy(params.data() + vdev[v] + lo, all.data() + at, (long)(hi - lo));
