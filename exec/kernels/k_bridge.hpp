@@ -278,19 +278,20 @@ struct CeGrad16 {
   }
 };
 
-// out[n, :] = wte_shard[tokens[n] - v0, :] for tokens in the shard; other rows untouched.
-template <class T>
+// out[n, :] = wte_shard[tokens[n] - v0, :] for tokens in the shard; other rows untouched. W: T, or bf16 (the
+// shard's bf16 copy, ops::embedding_shard_fwd16: its values, exact in T).
+template <class T, class W = T>
 struct EmbeddingShardFwd {
-  static constexpr const char* kName = "embedding_shard_fwd";
+  static constexpr const char* kName = std::is_same_v<W, T> ? "embedding_shard_fwd" : "embedding_shard_fwd16";
   T* out;
   const int32_t* tokens;
-  const T* wte;
+  const W* wte;
   long N, C, v0, Vl;
   template <class Ctx>
   TP_HD void operator()(Ctx& c) const {
     TP_GRID_LOOP(c, i, N * C) {
       const long t = long(tokens[i / C]) - v0;
-      if (t >= 0 && t < Vl) out[i] = wte[t * C + i % C];
+      if (t >= 0 && t < Vl) out[i] = st<T>(ld(wte[t * C + i % C]));
     }
   }
 };

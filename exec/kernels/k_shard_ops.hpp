@@ -181,6 +181,20 @@ void embedding_shard_fwd_op(const R& r, T* out, const int32_t* tokens, const T* 
 }
 
 template <class R, class T>
+void embedding_shard_fwd16_op(const R& r, T* out, const int32_t* tokens, const uint16_t* wte16, long N, long C, long v0,
+                              long Vl) {
+  const char* op = "embedding_shard_fwd16";
+  r.run(op, {{"rows", N}, {"cols", C}}, [&] {
+    r.check(op, "out", out, bytes_of<T>(N * C));
+    r.check(op, "tokens", tokens, bytes_of<int32_t>(N));
+    r.check(op, "wte16_shard", wte16, bytes_of<uint16_t>(Vl * C));
+    if (N * C > 0)
+      r.launch()(EmbeddingShardFwd<T, bf16>{out, tokens, reinterpret_cast<const bf16*>(wte16), N, C, v0, Vl},
+                 flat_dim(r.launch(), N * C));
+  });
+}
+
+template <class R, class T>
 void add_positions_op(const R& r, T* x, const T* wpe, long rows, long C, long Tn, long row0) {
   const char* op = "add_positions";
   r.run(op, {{"rows", rows}, {"cols", C}}, [&] {

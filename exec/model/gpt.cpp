@@ -51,20 +51,33 @@ template <class T>
 void Gpt<T>::embed_fwd(T* x, const int32_t* tokens, long B, long Tn) const {
   const GptShape& s = lay.s;
   const long C = s.C, N = B * Tn;
-  if (!tp) {
+  if (!tp && !this->bf16_lookup) {
     ops::embedding_fwd(x, tokens, p(lay.params.wte), s.gelu && !cpx ? p(lay.params.wpe) : (const T*)nullptr, B, Tn, C);
     if (s.gelu && cpx) cp_add_positions(*cpx, x, p(lay.params.wpe), N, C, 0);
     return;
   }
-  // Vocabulary-parallel lookup: rows of tokens outside this rank's shard are zero; the ranks' partial sums are
-  // all-reduced (SP: reduce-scattered to row shards); the replicated positions are added afterwards.
+  // bf16: wte's bf16 values (ParamTables::bf16_lookup), read from its copy or rounded once looked up (the same
+  // values), then the positions added in T.
+  const uint16_t* w16 = this->bf16_lookup ? p16(lay.params.wte) : nullptr;
   const long long v0 = s.v_begin(), vl = s.v_loc();
-  Buf<T> part(N * C);                                                              // [N, C]
-  ops::fill(part.data(), T(0), N * C);
-  ops::embedding_shard_fwd(part.data(), tokens, p(lay.params.wte), N, C, (long)v0, (long)vl);
-  const long nl = sp ? N / tp->size() : N, r0 = sp ? tp->rank() * nl : 0;
-  if (sp) reduce_scatter_rows(tp, part.data(), x, nl, C);
-  else { tp->all_reduce_sum(part.data(), N * C, dtype_of<T>()); ops::copy(x, part.data(), N * C); }
+  auto lookup = [&](T* out) {
+    if (w16) ops::embedding_shard_fwd16(out, tokens, w16, N, C, (long)v0, (long)vl);
+    else ops::embedding_shard_fwd(out, tokens, p(lay.params.wte), N, C, (long)v0, (long)vl);
+  };
+  long nl = N, r0 = 0;
+  if (!tp) {
+    lookup(x);
+  } else {
+    // Vocabulary-parallel lookup: rows of tokens outside this rank's shard are zero; the ranks' partial sums are
+    // all-reduced (SP: reduce-scattered to row shards); the replicated positions are added afterwards.
+    Buf<T> part(N * C);                                                            // [N, C]
+    ops::fill(part.data(), T(0), N * C);
+    lookup(part.data());
+    nl = sp ? N / tp->size() : N, r0 = sp ? tp->rank() * nl : 0;
+    if (sp) reduce_scatter_rows(tp, part.data(), x, nl, C);
+    else { tp->all_reduce_sum(part.data(), N * C, dtype_of<T>()); ops::copy(x, part.data(), N * C); }
+  }
+  if (this->bf16_lookup && !w16) round_bf16(x, nl * C);  // (the sum of one row and zeros: exact)
   if (s.gelu && cpx) cp_add_positions(*cpx, x, p(lay.params.wpe), nl, C, r0);
   else if (s.gelu) ops::add_positions(x, p(lay.params.wpe), nl, C, Tn, r0);
 }

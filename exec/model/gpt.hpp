@@ -116,6 +116,9 @@ struct ParamTables {
   T* const* ptab = nullptr;
   T* const* gtab = nullptr;
   WeightCopies16* w16 = nullptr;  // bf16 storage of the weights (null: off; Gpt::p16)
+  // training.precision "bf16": the embedding lookup reads wte's bf16 values, as the tied LM head's GEMM does (wte's
+  // copy where the model keeps one, Gpt::p16; else the looked-up rows rounded), and the positions (wpe) as T.
+  bool bf16_lookup = false;
   template <class Lay>
   T* param_of(const Lay& lay, const std::string& name) const {
     size_t i = lay.view_index(name);
@@ -151,8 +154,9 @@ struct GptLayout {
 // The layout of tp rank s.tp_rank and ep rank s.ep_rank (only the local experts' views are this rank's).
 GptLayout gpt_layout(const GptShape& s);
 // Per view of lay: 1 for the weights the 1D model reads only as their bf16 copies when it has them (Gpt::p16: the
-// layers' QKV, projection, MLP and experts' matrices), 0 for the rest (norms, biases, embeddings, the router: read
-// as T). Optimizer offload's bf16 working weights keep the former only as bf16 on the device.
+// layers' QKV, projection, MLP and experts' matrices, and wte, which the LM head and the lookup read so), 0 for the
+// rest (norms, biases, the positions, the router: read as T). Optimizer offload's bf16 working weights keep the
+// former only as bf16 on the device.
 std::vector<char> gemm_weight_views(const GptLayout& lay);
 
 // Deterministic GPT-2 initialisation of the FULL (tp = 1) parameters from `seed`: N(0, 0.02) matrices, residual
@@ -306,6 +310,8 @@ struct LayerActs {
 // sees what the forward saw.
 template <class T>
 void round_bf16(Buf<T>& x);
+template <class T>
+void round_bf16(T* x, long n);
 
 // Activations of the head for one micro-batch.
 template <class T>

@@ -143,6 +143,7 @@ void Gpt2d<T>::embed_fwd(T* x, const int32_t* tokens, long B, long Tn) const {
     bcast(G.col, blk.data(), Vb * Cl, i);
     ops::embedding_shard_fwd(x, tok, blk.data(), Nl, Cl, (long)lay.v_begin(i), (long)lay.v_len(i));
   }
+  if (this->bf16_lookup) round_bf16(x, Nl * Cl);  // wte's bf16 values (ParamTables::bf16_lookup; no copies in 2D)
   if (lay.s.gelu) ops::add_positions(x, from_row0(G, p(lay.params.wpe), Tn * Cl).data(), Nl, Cl, Tn, 0);
 }
 

@@ -117,11 +117,16 @@ void LayerActs<T>::round_input() {
 }
 
 template <class T>
+void round_bf16(T* x, long n) {
+  if (n <= 0) return;
+  Buf<uint16_t> h((size_t)n);
+  ops::pack_bf16(h.data(), x, n);
+  ops::unpack_bf16(x, h.data(), n);
+}
+
+template <class T>
 void round_bf16(Buf<T>& x) {
-  if (x.empty()) return;
-  Buf<uint16_t> h(x.size());
-  ops::pack_bf16(h.data(), x.data(), (long)x.size());
-  ops::unpack_bf16(x.data(), h.data(), (long)x.size());
+  round_bf16(x.data(), (long)x.size());
 }
 
 template <class T>
@@ -176,6 +181,7 @@ Buf<uint16_t> Gpt<T>::bias_grad16(T* db, const T* d, long N, long C) const {
   template uint16_t* LayerActs<T>::out16(Buf<T>&, size_t);                      \
   template void LayerActs<T>::stays_packed(const Buf<T>&);                      \
   template void round_bf16<T>(Buf<T>&);                                         \
+  template void round_bf16<T>(T*, long);                                        \
   template const uint16_t* WeightCopies16::of<T>(size_t, const T*, long long);  \
   template const uint16_t* Gpt<T>::p16(int) const;                              \
   template Buf<uint16_t> Gpt<T>::grad16(const T*, long) const;                  \

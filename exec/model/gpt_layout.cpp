@@ -74,6 +74,7 @@ size_t ViewNames::find(const std::string& name) const {
 
 std::vector<char> gemm_weight_views(const GptLayout& lay) {
   std::vector<char> r(lay.views.size(), 0);
+  r[(size_t)lay.params.wte] = 1;  // (the tied LM head's weight; the bf16 lookup reads its copy too)
   for (const LayerParams& W : lay.params.layers)
     for (int v : {W.qkv_w, W.proj_w, W.fc1_w, W.fc2_w, W.ex_w1, W.ex_w2, W.sh_w1, W.sh_w2})
       if (v >= 0) r[(size_t)v] = 1;

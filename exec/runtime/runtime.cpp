@@ -54,6 +54,7 @@ void RankRun<T>::setup() {
   init_model<T>(sc, rc.tp, *tp, model, gl, replicated_view, grid_row, grid_col, p.ep > 1 ? rc.dp % p.ep : 0);
   model.d1.ep = epc.get();
   model.d1.pack_operands16 = bf16_acts();  // (bf16: every GEMM operand packed once, where it is made)
+  model.d1.bf16_lookup = model.d2.bf16_lookup = bf16_acts();  // (bf16: the lookup reads wte's bf16 values)
   f8 = Fp8State::for_scenario(sc);
   if (f8.on()) {
     if (start && !start->fp8_scale.empty()) f8.scale = start->fp8_scale;  // Pseudo-to-Real's handover

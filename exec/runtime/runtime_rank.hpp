@@ -203,8 +203,8 @@ struct RankRun {
   // Optimizer offload with bf16 weight copies, ZeRO 0-2 or one data rank (ZeRO-Offload as DeepSpeed keeps it, and
   // as the simulator counts it: sim/step_formulas.hpp state_bytes, 2 bytes a weight on the device): the master copy
   // of the own ranges is the rank's record of its parameters (P points into it), and the device holds the GEMM
-  // weights only as their bf16 copies (WeightCopies16::hold, gemm_weight_views) and every other view (norms,
-  // biases, embeddings: read as T) in `params` at vdev. Not sliced (ZeRO 0, or one data rank): upload_master writes
+  // weights (the layers' and the tied table) only as their bf16 copies (WeightCopies16::hold, gemm_weight_views) and
+  // every other view (norms, biases, positions: read as T) in `params` at vdev. Not sliced (ZeRO 0, or one data rank): upload_master writes
   // both from the master copy (the host step's HostOptimizer::upload, and pull_master, which pushes instead of
   // pulling). Sliced (ZeRO 1-2 over several data ranks, master_sliced): the host step writes the updated slices as
   // T into zslice, a device buffer of the optimizer phase only, and zero_gather_params all-gathers the units from it

@@ -536,6 +536,16 @@ void shard_cases(std::vector<Spec>& cs, bool quick) {
     add(cs, {"embedding_shard_fwd", sh({{"N", N}, {"C", Cl}, {"v0", v0}, {"Vl", V}}), "rows outside kept",
              {rnd(n, s++), rnd(V * Cl, s++)}, {tg}, {0}},
         TP_SELFTEST_BODY { return t.embedding_shard_fwd(p[0], ip[0], p[1], N, Cl, v0, V), 0.0; });
+    {  // the shard as its bf16 copy, packed by the body (bf16's tolerance: the oracle rounds from float64)
+      Spec e16{"embedding_shard_fwd16", sh({{"N", N}, {"C", Cl}, {"v0", v0}, {"Vl", V}}), "rows outside kept",
+               {rnd(n, s++), rnd(V * Cl, s++)}, {tg, Ints(size_t((V * Cl + 1) / 2))}, {0}};
+      e16.tol = 5e-3;
+      add(cs, e16, TP_SELFTEST_BODY {
+            uint16_t* w16 = reinterpret_cast<uint16_t*>(ip[1]);
+            t.pack_bf16(w16, p[1], V * Cl);
+            return t.embedding_shard_fwd16(p[0], ip[0], w16, N, Cl, v0, V), 0.0;
+          });
+    }
     add(cs, {"embedding_shard_bwd", sh({{"N", N}, {"C", Cl}, {"v0", v0}, {"Vl", V}}), "accumulate",
              {rnd(V * Cl, s++), rnd(n, s++)}, {tg}, {0}, double(N)},
         TP_SELFTEST_BODY { return t.embedding_shard_bwd(p[0], p[1], ip[0], N, Cl, v0, V), 0.0; });

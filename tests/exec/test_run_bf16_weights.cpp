@@ -6,19 +6,24 @@
 //   plans cover where the weights are when a copy is made: resident (single rank, tp + SP, pp), gathered for a run
 //   (ZeRO-3), loaded for a run (granular offload), shared by several layers (Pseudo-to-Real), experts (MoE + ep).
 //   A copy that outlived its step (the weights changed by the optimizer) would change every loss after the first.
-//   Optimizer offload with ZeRO 0-2 keeps the layers' GEMM weights on the device only as their bf16 copies,
+//   The embedding lookup reads the tied table's bf16 values, from its copy or rounded (ParamTables::bf16_lookup).
+//   Optimizer offload with ZeRO 0-2 keeps the GEMM weights (and the table) on the device only as their bf16 copies,
 //   written from the host's master copy after each step (RankRun::host_master; ZeRO 1-2 over several data ranks:
 //   the updated fp32 slices all-gathered, then packed): the same results again, and the same after a resume.
 // - Memory (emu-device counts every allocation): one copy of the weight matrices, 2 bytes each, held from their first
 //   use; under ZeRO-3 a layer's copy lives only while its parameters are gathered. Under optimizer offload the
-//   layers' GEMM weights have no fp32 device copy (2 bytes an element instead of 4 + 2).
+//   GEMM weights and the table have no fp32 device copy (2 bytes an element instead of 4 + 2).
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <cstring>
 #include <filesystem>
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "exec/model/gpt.hpp"
 #include "exec/oracle_run.hpp"
 #include "exec/runtime/train.hpp"
 #include "models/scenario.hpp"
@@ -100,9 +105,58 @@ TEST(Bf16Weights, DevicePeakHoldsOneCopyOfTheWeights) {
   EXPECT_LT(got, 1.05 * want);
 }
 
-// Optimizer offload, single rank on emu-device: the layers' GEMM weights are on the device only as bf16 (2 bytes an
-// element where the run without copies holds them as fp32, 4), the embedding in fp32 beside its copy, as without
-// offload. And a resume from a checkpoint of the host master copy continues bit for bit.
+// x rounded to bf16, nearest even (x finite).
+float bf16_of(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+  std::memcpy(&x, &u, 4);
+  return x;
+}
+
+// The bf16 lookup (ParamTables::bf16_lookup): each row is wte's bf16 values plus the positions in fp32, the same
+// from wte's copy (WeightCopies16) as from the looked-up rows rounded; without it, the fp32 rows.
+TEST(Bf16Weights, LookupReadsTheTablesBf16Values) {
+  namespace E = tp::exec;
+  E::GptShape s;
+  s.layers = 1, s.C = 8, s.H = 2, s.Hkv = 2, s.D = 4, s.F = 32, s.V = 16, s.maxT = 4;
+  const E::GptLayout lay = E::gpt_layout(s);
+  E::Buf<float> p((size_t)lay.total), g((size_t)lay.total);
+  std::mt19937 gen(7);
+  std::uniform_real_distribution<double> u(-1, 1);
+  for (float& x : p) x = float(u(gen));
+  E::Gpt<float> m;
+  m.lay = lay;
+  m.params = p.data();
+  m.grads = g.data();
+  const long B = 2, Tn = 4, C = 8, N = B * Tn;
+  const std::vector<int32_t> tok = {3, 0, 15, 7, 7, 1, 9, 12};
+  auto embed = [&](bool b16, E::WeightCopies16* w) {
+    m.bf16_lookup = b16;
+    m.w16 = w;
+    E::Buf<float> x((size_t)(N * C));
+    m.embed_fwd(x.data(), tok.data(), B, Tn);
+    return std::vector<float>(x.begin(), x.end());
+  };
+  E::WeightCopies16 copies(lay.views.size());
+  const std::vector<float> plain = embed(false, nullptr), rounded = embed(true, nullptr), copied = embed(true, &copies);
+  EXPECT_EQ(rounded, copied);
+  const float* wte = p.data() + lay.views[(size_t)lay.params.wte].offset;
+  const float* wpe = p.data() + lay.views[(size_t)lay.params.wpe].offset;
+  int differ = 0;
+  for (long n = 0; n < N; ++n)
+    for (long c = 0; c < C; ++c) {
+      const float e = wte[tok[(size_t)n] * C + c], q = wpe[(n % Tn) * C + c];
+      EXPECT_EQ(rounded[(size_t)(n * C + c)], bf16_of(e) + q) << n << " " << c;
+      EXPECT_EQ(plain[(size_t)(n * C + c)], e + q) << n << " " << c;
+      differ += plain[(size_t)(n * C + c)] != rounded[(size_t)(n * C + c)];
+    }
+  EXPECT_GT(differ, N * C / 2);
+}
+
+// Optimizer offload, single rank on emu-device: the layers' GEMM weights and the tied embedding table are on the
+// device only as bf16 (2 bytes an element where the run without copies holds them as fp32, 4); the positions, norms
+// and biases stay fp32. And a resume from a checkpoint of the host master copy continues bit for bit.
 TEST(Bf16Weights, OptimizerOffloadHoldsTheGemmWeightsOnlyAsBf16) {
   const json plan = {{"offload", {{"kind", "optimizer"}}}};
   const std::string f = weights_scenario("mem_optimizer", plan);
@@ -111,12 +165,13 @@ TEST(Bf16Weights, OptimizerOffloadHoldsTheGemmWeightsOnlyAsBf16) {
   ASSERT_FALSE(with.is_null()) << log_text(f);
   ASSERT_FALSE(without.is_null()) << log_text(f);
   EXPECT_EQ(with["param_elements"][0], without["param_elements"][0]);
-  const double want = 2 * kWteElems - 2 * 4 * kLayerMatrixElems;  // + the embedding's copy - 2 bytes a layer weight
+  const double matrices = 4 * kLayerMatrixElems + kWteElems;  // (the layers' and the table's, bf16 only)
+  const double want = -2 * matrices;                              // 2 bytes an element
   const double got = with["peak_memory_bytes"][0].get<double>() - without["peak_memory_bytes"][0].get<double>();
-  EXPECT_NEAR(got, want, 0.05 * 2 * 4 * kLayerMatrixElems) << with["peak_memory_bytes"][0] << " vs "
-                                                            << without["peak_memory_bytes"][0];
-  // The host step sends the layers' weights up as bf16 (2 bytes), the rest as fp32; the gradients come down as fp32.
-  const double params = with["param_elements"][0].get<double>(), matrices = 4 * kLayerMatrixElems;
+  EXPECT_NEAR(got, want, 0.05 * 2 * matrices) << with["peak_memory_bytes"][0] << " vs "
+                                              << without["peak_memory_bytes"][0];
+  // The host step sends those weights up as bf16 (2 bytes), the rest as fp32; the gradients come down as fp32.
+  const double params = with["param_elements"][0].get<double>();
   for (size_t s = 0; s < 2; ++s) {
     EXPECT_EQ(with["offload"]["h2d_bytes"][s].get<double>(), 2 * matrices + 4 * (params - matrices)) << s;
     EXPECT_EQ(without["offload"]["h2d_bytes"][s].get<double>(), 4 * params) << s;

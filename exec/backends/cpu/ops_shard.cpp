@@ -212,6 +212,15 @@ void embedding_shard_fwd(T* out, const int32_t* tokens, const T* wte_shard, long
 }
 
 template <class T>
+void embedding_shard_fwd16(T* out, const int32_t* tokens, const uint16_t* wte16_shard, long N, long C, long v0, long Vl) {
+  Scope prof_scope(Cls::elementwise);
+  for (long n = 0; n < N; ++n) {
+    const long t = (long)tokens[n] - v0;
+    if (t >= 0 && t < Vl) unpack_bf16(out + n * C, wte16_shard + t * C, C);
+  }
+}
+
+template <class T>
 void embedding_shard_bwd(T* dwte_shard, const T* dout, const int32_t* tokens, long N, long C, long v0, long Vl) {
   Scope prof_scope(Cls::elementwise);
   for (long n = 0; n < N; ++n) {
@@ -262,6 +271,7 @@ void positions_bwd(T* dwpe, const T* dx, long rows, long C, long Tn, long row0) 
   template void ce_shard_target_grad<T>(T*, const int32_t*, long, long, long, T);                            \
   template void ce_grad16<T>(uint16_t*, const T*, const int32_t*, long, long, long, T);                      \
   template void embedding_shard_fwd<T>(T*, const int32_t*, const T*, long, long, long, long);                \
+  template void embedding_shard_fwd16<T>(T*, const int32_t*, const uint16_t*, long, long, long, long);       \
   template void embedding_shard_bwd<T>(T*, const T*, const int32_t*, long, long, long, long);                \
   template void add_positions<T>(T*, const T*, long, long, long, long);                                      \
   template void positions_bwd<T>(T*, const T*, long, long, long, long);
