@@ -216,13 +216,16 @@ using Buf = std::vector<T, NoInitAlloc<T>>;
 // view's copy when it releases that view's parameters (ZeRO-3's gathered layers, granular offload's loaded copies),
 // so a copy is held no longer than the weights it copies. A held copy (hold) is the view's only device storage
 // (optimizer offload's bf16 working weights, exec/runtime/runtime_rank.hpp host_master): the runtime writes it from the
-// host's master copy after each optimizer step, and of() returns it as it is.
+// host's master copy after each optimizer step, and of() returns it as it is. An external copy (at) is another
+// owner's bf16 storage of the view (chunked offload's bf16 chunk slots, exec/runtime/offload/chunk_store.hpp), set
+// while it is valid (its chunk resident) and returned as it is; null: none.
 struct WeightCopies16 {
   std::vector<Buf<uint16_t>> copy;  // per view (empty: none)
   std::vector<long> made;           // per view: the step its copy was made in
   std::vector<char> held;           // per view: written by the runtime, never made here
+  std::vector<const uint16_t*> at;  // per view: an external copy (null: none)
   long step = 0;
-  explicit WeightCopies16(size_t views) : copy(views), made(views, -1), held(views, 0) {}
+  explicit WeightCopies16(size_t views) : copy(views), made(views, -1), held(views, 0), at(views, nullptr) {}
   void next_step() { ++step; }
   void drop(size_t v) { Buf<uint16_t>().swap(copy[v]); }
   // View v's n elements as a held copy (allocated here, written by the caller).

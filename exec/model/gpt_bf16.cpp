@@ -131,6 +131,7 @@ void round_bf16(Buf<T>& x) {
 
 template <class T>
 const uint16_t* WeightCopies16::of(size_t v, const T* src, long long n) {
+  if (at[v]) return at[v];
   if (held[v]) return copy[v].data();
   if (made[v] != step || (long long)copy[v].size() != n) {
     copy[v].resize((size_t)n);

@@ -313,8 +313,17 @@ void RankRun<T>::make_chunk_store() {
   std::vector<ChunkTensor> ts = chunk_tensors(gl, spans, cbase);
   double budget = o.device_budget_bytes > 0 ? o.device_budget_bytes
                                             : p.offload.gpu_memory_fraction * sc.cluster.gpu.hbm_bytes;
+  // bf16: the chunks in bf16 (chunk_store.hpp), the GEMMs reading them as the weights' external copies
+  if (chunk_bf16_slots()) {
+    if (!w16) model.d1.w16 = (w16 = std::make_unique<WeightCopies16>(gl.views.size())).get();
+    std::optional<BackendScope> pinned;  // (the host side of a device's chunks: pinned, as the flat buffers)
+    if (host_flat) pinned.emplace(pinned_variant(current_backend()));
+    host16 = Buf<uint16_t>(params.size());
+  }
   store = std::make_unique<ChunkStore<T>>(ts, (int)units.size(), p.offload.chunk_elements, budget,
-                                          p.offload.warmup_chunk_fraction, params.data(), grads.data(), ptab, gtab);
+                                          p.offload.warmup_chunk_fraction, params.data(), grads.data(), ptab, gtab,
+                                          host16.empty() ? nullptr : host16.data(), w16 ? &w16->at : nullptr,
+                                          adam_threads);
 }
 
 // Pseudo-to-Real with pp > 1 (see slot_comm): this stage also holds the weight groups its layers use, and the

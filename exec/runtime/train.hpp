@@ -117,8 +117,9 @@ int job_ranks(const Scenario& sc);
 void check_job_ranks(const Scenario& sc, const std::string& file, int world_size);
 
 // training.precision "bf16": whether the plan keeps bf16 copies of the weights (exec/model/gpt.hpp WeightCopies16; the
-// runtime and run_bytes_per_rank ask here): not under chunked offload, whose device budget holds the fp32 weights only,
-// nor under Optimus 2D, whose GEMMs read broadcast weight blocks (RunOptions::bf16_weight_copies can turn them off).
+// runtime and run_bytes_per_rank ask here): not under chunked offload, whose chunks are the weights' only device
+// storage (in bf16 where the store keeps bf16 chunks, RankRun::chunk_bf16_slots), nor under Optimus 2D, whose GEMMs
+// read broadcast weight blocks (RunOptions::bf16_weight_copies can turn them off).
 bool plan_keeps_bf16_weight_copies(const Scenario& sc);
 // About the bytes one rank of `trainplan run` allocates (a lower bound: parameters, gradients and Adam state of its
 // shard, one micro-batch's activations of its layers, the logits), and the check that it fits in the memory this

@@ -200,6 +200,47 @@ TEST(Bf16Weights, OptimizerOffloadHoldsTheGemmWeightsOnlyAsBf16) {
   }
 }
 
+// Chunked offload in bf16 keeps its chunks as bf16 (exec/runtime/offload/chunk_store.hpp "bf16 slots": PatrickStar's
+// fp16 chunks, the simulator's 2 bytes an element): half the chunk bytes of the T chunks that --no-bf16-weight-copies
+// keeps, and the losses and gradient norms of the T chunks, bit for bit, with a budget that moves chunks in every
+// step (cpu and emu-device), which on cpu are the plan's without offload (on emu-device the chunks' host Adam and
+// gradient norm sum on the host, the plan without offload on the device: equal to rounding); a resume continues bit
+// for bit (the host's bf16 chunks packed from the loaded parameters).
+TEST(Bf16Weights, ChunkedOffloadKeepsItsChunksInBf16) {
+  const json chunked = {{"kind", "chunked"}, {"chunk_elements", 2048}};
+  const std::string f = weights_scenario("chunked16", {{"offload", chunked}});
+  const std::string ref = weights_scenario("chunked16_ref", json::object());
+  const std::string budget = " --device-budget 300000";
+  for (const std::string be : {"cpu", "emu-device"}) {
+    json want = run(ref, 3, false, nullptr, "--backend " + be);
+    json b16 = run(f, 3, false, nullptr, "--backend " + be + budget);
+    json t = run(f, 3, false, nullptr, "--backend " + be + budget + " --no-bf16-weight-copies");
+    ASSERT_FALSE(want.is_null()) << log_text(ref);
+    ASSERT_FALSE(b16.is_null()) << log_text(f);
+    ASSERT_FALSE(t.is_null()) << log_text(f);
+    for (const char* key : {"losses", "grad_norm"})
+      for (size_t i = 0; i < want[key].size(); ++i) {
+        EXPECT_EQ(b16[key][i].get<double>(), t[key][i].get<double>()) << be << " " << key << "[" << i << "]";
+        if (be == "cpu") EXPECT_EQ(b16[key][i].get<double>(), want[key][i].get<double>()) << key << "[" << i << "]";
+        else EXPECT_NEAR(b16[key][i].get<double>(), want[key][i].get<double>(), 1e-5) << key << "[" << i << "]";
+      }
+    EXPECT_EQ(2 * b16["offload"]["chunk_bytes"].get<double>(), t["offload"]["chunk_bytes"].get<double>()) << be;
+    EXPECT_GT(b16["offload"]["h2d_bytes"][2].get<double>(), 0) << be;  // (the budget moves chunks every step)
+    EXPECT_GT(b16["offload"]["d2h_bytes"][2].get<double>(), 0) << be;
+  }
+  const std::string dir = tmpdir() + "/bf16w_chunked16";
+  std::filesystem::remove_all(dir);
+  json whole = run(f, 4, false, nullptr, budget);
+  json first = run(f, 4, false, nullptr, budget + " --checkpoint-dir " + dir + " --checkpoint-every 2");
+  std::filesystem::remove_all(dir + "/step_00000004");  // resume from step 2
+  json rest = run(f, 4, false, nullptr, budget + " --checkpoint-dir " + dir + " --resume");
+  ASSERT_FALSE(whole.is_null());
+  ASSERT_FALSE(first.is_null());
+  ASSERT_FALSE(rest.is_null()) << log_text(f);
+  ASSERT_EQ(rest["losses"].size(), 2u);
+  for (int s = 2; s < 4; ++s) EXPECT_EQ(rest["losses"][s - 2], whole["losses"][s]) << s;
+}
+
 // ZeRO-3 over two data ranks: a layer's copy is dropped with its gathered parameters at its run's end, so a rank
 // holds the embedding's copy and those of the layers gathered at the moment (at most two), not all four.
 TEST(Bf16Weights, Zero3HoldsTheGatheredLayersCopiesOnly) {

@@ -15,6 +15,7 @@
 #include "exec/backends/backend.hpp"
 #include "exec/backends/ops.hpp"
 #include "exec/prof/prof.hpp"
+#include "exec/runtime/offload/host_adam.hpp"
 #include "sim/chunk_policy.hpp"
 
 namespace tp::exec {
@@ -26,29 +27,32 @@ template <class T>
 void move(T* dst, const T* src, long long n, CopyKind kind) {
   current_backend().copy(dst, src, sizeof(T) * (size_t)n, kind, Stream{});
 }
-// An overlapping move down inside the arena (dst < src): a memmove where the host can read the arena; on a
+// An overlapping move down inside the arena (dst < src), n bytes: a memmove where the host can read the arena; on a
 // device, device-to-device copies of pieces no longer than the gap (each piece's destination was read by the
 // piece before it, so no copy overlaps itself).
-template <class T>
-void shift_down(T* dst, const T* src, long long n) {
+void shift_down(char* dst, const char* src, long long n) {
   const Backend& be = current_backend();
   if (be.host_accessible) {
-    std::memmove(dst, src, sizeof(T) * (size_t)n);
+    std::memmove(dst, src, (size_t)n);
     return;
   }
   const long long gap = src - dst;
   for (long long i = 0; i < n; i += gap)
-    be.copy(dst + i, src + i, sizeof(T) * (size_t)std::min(gap, n - i), CopyKind::device_to_device, Stream{});
+    be.copy(dst + i, src + i, (size_t)std::min(gap, n - i), CopyKind::device_to_device, Stream{});
 }
 }  // namespace
 
 template <class T>
 ChunkStore<T>::ChunkStore(const std::vector<ChunkTensor>& tensors, int parts, long long chunk_elements,
                           double budget_bytes, double warmup_fraction, T* host_params, T* host_grads,
-                          std::vector<T*>& ptab, std::vector<T*>& gtab)
+                          std::vector<T*>& ptab, std::vector<T*>& gtab, uint16_t* host16,
+                          std::vector<const uint16_t*>* p16tab, int pack_threads)
     : tensors_(tensors), E_(chunk_elements), budget_(budget_bytes), warm_fraction_(warmup_fraction), hp_(host_params),
-      hg_(host_grads), pt_(ptab), gt_(gtab) {
+      hg_(host_grads), pt_(ptab), gt_(gtab), h16_(host16), p16_(p16tab), threads_(pack_threads),
+      es_(host16 ? sizeof(uint16_t) : sizeof(T)) {
   if (!(budget_bytes >= 0)) throw std::invalid_argument("chunk store: negative budget");
+  if (h16_ && (!p16_ || p16_->size() != ptab.size()))
+    throw std::invalid_argument("chunk store: bf16 slots need a bf16 pointer table of the views");
   ChunkSimInput in;
   in.parts = parts;
   in.chunk_elements = chunk_elements;
@@ -86,21 +90,27 @@ ChunkStore<T>::ChunkStore(const std::vector<ChunkTensor>& tensors, int parts, lo
     total += cap_[c];
     for (int p : lay_.parts_of_chunk[c]) chunks_of_part_[p].push_back(c);
   }
-  arena_elems_ = std::min(total, (long long)(budget_bytes / sizeof(T)));
+  arena_elems_ = std::min(total, (long long)(budget_bytes / (double)es_));
   const Backend& be = current_backend();
-  arena_ = std::unique_ptr<T, ArenaFree>(static_cast<T*>(be.alloc(sizeof(T) * (size_t)std::max(1LL, arena_elems_))),
-                                         ArenaFree{&be});
+  arena_ = std::unique_ptr<char, ArenaFree>(static_cast<char*>(be.alloc(es_ * (size_t)std::max(1LL, arena_elems_))),
+                                            ArenaFree{&be});
   if (!arena_) throw std::bad_alloc();
   slot_.assign(n, -1);
   gslot_.assign(n, 0);
   pinned_.assign(n, 0);
   trace_.assign(n, {});
   for (int c = 0; c < n; ++c) point(c, false);
+  if (h16_) refresh_host16();
 }
 
 template <class T>
-void ChunkStore<T>::ArenaFree::operator()(T* p) const {
+void ChunkStore<T>::ArenaFree::operator()(char* p) const {
   if (be) be->free(p);
+}
+
+template <class T>
+void ChunkStore<T>::refresh_host16() {
+  for (const ChunkTensor& x : tensors_) host_pack_bf16(h16_ + x.offset, hp_ + x.offset, (long)x.count, threads_);
 }
 
 template <class T>
@@ -126,8 +136,12 @@ template <class T>
 void ChunkStore<T>::point(int c, bool at_arena) {
   for (int t : tensors_of_[c]) {
     const ChunkTensor& x = tensors_[t];
-    if (at_arena) {  // the slot holds the parameters (P) or, after their last use in the step, the gradients (G)
-      T* s = arena_.get() + slot_[c] + toff_[t];
+    if (h16_) {  // bf16 slots: the T reads on the host, the bf16 copy in the slot while resident
+      pt_[x.view] = hp_ + x.offset;
+      gt_[x.view] = hg_ + x.offset;
+      (*p16_)[x.view] = at_arena ? reinterpret_cast<const uint16_t*>(at(slot_[c])) + toff_[t] : nullptr;
+    } else if (at_arena) {  // the slot holds the parameters (P) or, after their last use in the step, the gradients (G)
+      T* s = reinterpret_cast<T*>(at(slot_[c])) + toff_[t];
       pt_[x.view] = gslot_[c] ? hp_ + x.offset : s;
       gt_[x.view] = gslot_[c] ? s : hg_ + x.offset;
     } else {
@@ -152,7 +166,7 @@ void ChunkStore<T>::compact() {
   std::map<long long, int> moved;
   long long prev = 0;
   for (const auto& [off, c] : slots_) {
-    if (off != prev) shift_down(arena_.get() + prev, arena_.get() + off, cap_[c]);
+    if (off != prev) shift_down(at(prev), at(off), cap_[c] * (long long)es_);
     slot_[c] = prev;
     moved[prev] = c;
     if (!host_phase_) point(c, true);
@@ -173,13 +187,13 @@ void ChunkStore<T>::load(int c, int moment) {
   if (off < 0) throw std::logic_error("chunk store: the arena cannot hold the chunks of a moment (budget too small)");
   slot_[c] = off;
   slots_[off] = c;
-  T* s = arena_.get() + off;
   auto t0 = Clock::now();
   double bytes = 0;
   for (int t : tensors_of_[c]) {
     const ChunkTensor& x = tensors_[t];
-    move(s + toff_[t], hp_ + x.offset, x.count, CopyKind::host_to_device);
-    bytes += (double)sizeof(T) * x.count;
+    if (h16_) move(reinterpret_cast<uint16_t*>(at(off)) + toff_[t], h16_ + x.offset, x.count, CopyKind::host_to_device);
+    else move(reinterpret_cast<T*>(at(off)) + toff_[t], hp_ + x.offset, x.count, CopyKind::host_to_device);
+    bytes += (double)es_ * x.count;
   }
   gslot_[c] = 0;
   st_.h2d_s += since(t0);
@@ -195,13 +209,16 @@ void ChunkStore<T>::load(int c, int moment) {
 template <class T>
 void ChunkStore<T>::evict(int c, int moment) {
   if (pinned_[c]) throw std::logic_error("chunk store: evicting a pinned chunk");
-  const T* s = arena_.get() + slot_[c];
   auto t0 = Clock::now();
   double bytes = 0;
   for (int t : tensors_of_[c]) {
     const ChunkTensor& x = tensors_[t];
-    move((gslot_[c] ? hg_ : hp_) + x.offset, s + toff_[t], x.count, CopyKind::device_to_host);
-    bytes += (double)sizeof(T) * x.count;
+    if (h16_)  // (the bf16 chunk as PatrickStar moves it: the host's copy holds the same values)
+      move(h16_ + x.offset, reinterpret_cast<const uint16_t*>(at(slot_[c])) + toff_[t], x.count, CopyKind::device_to_host);
+    else
+      move((gslot_[c] ? hg_ : hp_) + x.offset, reinterpret_cast<const T*>(at(slot_[c])) + toff_[t], x.count,
+           CopyKind::device_to_host);
+    bytes += (double)es_ * x.count;
   }
   gslot_[c] = 0;
   st_.d2h_s += since(t0);
@@ -266,10 +283,10 @@ void ChunkStore<T>::release() {
   // PatrickStar's gradient reuse: a chunk whose parameters are not used again this step (its last access of
   // the warm-up trace, the backward) takes its gradients into its parameter slot; the host keeps the master
   // parameters, which the pointer table now names.
-  if (!warm_ && cur_moment_ >= 0)
+  if (!warm_ && cur_moment_ >= 0 && !h16_)
     for (int c : pinned_list_)
       if (slot_[c] >= 0 && !gslot_[c] && !trace_[c].empty() && trace_[c].back() == cur_moment_) {
-        T* s = arena_.get() + slot_[c];
+        T* s = reinterpret_cast<T*>(at(slot_[c]));
         for (int t : tensors_of_[c]) {
           const ChunkTensor& x = tensors_[t];
           move(s + toff_[t], hg_ + x.offset, x.count, CopyKind::host_to_device);
@@ -307,7 +324,7 @@ void ChunkStore<T>::access(int moment, const std::vector<int>& parts) {
 template <class T>
 void ChunkStore<T>::zero_resident_grads() {
   for (const auto& [off, c] : slots_)
-    if (gslot_[c]) ops::fill(arena_.get() + off, T(0), (long)cap_[c]);
+    if (gslot_[c]) ops::fill(reinterpret_cast<T*>(at(off)), T(0), (long)cap_[c]);
 }
 
 template <class T>
@@ -322,7 +339,7 @@ void ChunkStore<T>::host_phase_begin(int moment) {
     if (gslot_[c])  // its gradients go to the host for CPU Adam (a P slot's gradients are already there)
       for (int t : tensors_of_[c]) {
         const ChunkTensor& x = tensors_[t];
-        move(hg_ + x.offset, arena_.get() + off + toff_[t], x.count, CopyKind::device_to_host);
+        move(hg_ + x.offset, reinterpret_cast<const T*>(at(off)) + toff_[t], x.count, CopyKind::device_to_host);
         st_.adam_d2h_bytes += (double)sizeof(T) * x.count;
       }
     gslot_[c] = 0;
@@ -336,12 +353,14 @@ void ChunkStore<T>::host_phase_begin(int moment) {
 template <class T>
 void ChunkStore<T>::host_phase_end() {
   close_window(false);  // CPU Adam's temporaries are host memory
+  if (h16_) refresh_host16();  // (every chunk's bf16 parameters, as PatrickStar's CPU Adam writes its fp16 chunks)
   auto t0 = Clock::now();
   for (const auto& [off, c] : slots_) {
     for (int t : tensors_of_[c]) {
       const ChunkTensor& x = tensors_[t];
-      move(arena_.get() + off + toff_[t], hp_ + x.offset, x.count, CopyKind::host_to_device);
-      st_.adam_h2d_bytes += (double)sizeof(T) * x.count;
+      if (h16_) move(reinterpret_cast<uint16_t*>(at(off)) + toff_[t], h16_ + x.offset, x.count, CopyKind::host_to_device);
+      else move(reinterpret_cast<T*>(at(off)) + toff_[t], hp_ + x.offset, x.count, CopyKind::host_to_device);
+      st_.adam_h2d_bytes += (double)es_ * x.count;
     }
     gslot_[c] = 0;
     point(c, true);

@@ -17,6 +17,15 @@
 // slot (counted in bytes actually copied and timed); a G chunk accessed again (only without an optimizer
 // phase) goes back to the host and reloads its parameters. Slots are placed first-fit; when the free bytes
 // suffice but no hole does, the arena is compacted (resident slots slide down; not a move).
+// bf16 slots (training.precision "bf16", given host16): as PatrickStar's fp16 chunks and the simulator's
+// (param_bytes 2), a slot holds its chunk's parameters as bf16, 2 bytes an element, and the host keeps them so too in
+// host16 (PatrickStar's CPU-side fp16 chunks) beside the master parameters: a move copies the bf16 chunk each way,
+// the GEMMs read a resident chunk's weights from its slot (the external copies of exec/model/gpt.hpp WeightCopies16,
+// the p16 table), and everything the ops read as T (norms, biases, positions) comes from the host's parameters (pinned
+// host memory on a device). The gradients stay in the host's flat buffer (no gradient reuse: a bf16 slot cannot
+// hold the T gradients); the optimizer phase packs every updated parameter into host16 (host_pack_bf16) and copies
+// the resident chunks' up (adam_h2d_bytes). The same values as the GEMMs' own copies (the same rounding), so a run
+// gives the results of the plan without offload.
 // Pointer tables. Every tensor (parameter view) of the store has an entry in the caller's per-view tables
 // (params and grads): the address of its AUTHORITATIVE copy — the arena slot for the content the slot holds
 // (P: the parameters, G: the gradients), the flat buffer otherwise. The model (Gpt / Gpt2d::p, g) and the runtime's ZeRO copies read and write through them.
@@ -102,15 +111,20 @@ class ChunkStore {
  public:
   // tensors in packing order (see Layout); parts = number of access parts (tensor.part < parts); the flat host buffers and
   // the per-view pointer tables (entries of the store's tensors are set to the host addresses here).
+  // bf16 slots: host16 (the flat parameters' bf16 copy, host memory of the flat buffers' length), p16tab (per view:
+  // where a resident chunk's tensor is as bf16, null otherwise) and the host packing's threads.
   ChunkStore(const std::vector<ChunkTensor>& tensors, int parts, long long chunk_elements, double budget_bytes,
-             double warmup_fraction, T* host_params, T* host_grads, std::vector<T*>& ptab, std::vector<T*>& gtab);
+             double warmup_fraction, T* host_params, T* host_grads, std::vector<T*>& ptab, std::vector<T*>& gtab,
+             uint16_t* host16 = nullptr, std::vector<const uint16_t*>* p16tab = nullptr, int pack_threads = 1);
 
   const ChunkLayout& layout() const { return lay_; }  // over the simulator-level tensors (joined runs as one)
   int chunk_of(int tensor) const { return chunk_of_[tensor]; }
   int chunks() const { return (int)cap_.size(); }
-  double chunk_bytes(int c) const { return (double)cap_[c] * sizeof(T); }
+  double chunk_bytes(int c) const { return (double)cap_[c] * es_; }
   double budget_bytes() const { return budget_; }
-  double arena_bytes() const { return (double)arena_elems_ * sizeof(T); }
+  double arena_bytes() const { return (double)arena_elems_ * es_; }
+  bool bf16_slots() const { return h16_ != nullptr; }
+  void refresh_host16();             // bf16 slots: host16 packed from the host parameters (after they were rewritten)
   double bytes_of_parts(const std::vector<int>& parts) const;  // slot bytes of the chunks these parts touch
   std::vector<int> chunks_of(const std::vector<int>& parts) const;  // sorted, unique
   bool warmup() const { return warm_; }
@@ -154,12 +168,17 @@ class ChunkStore {
   double budget_ = 0, warm_fraction_ = 1;
   T *hp_ = nullptr, *hg_ = nullptr;
   std::vector<T*>&pt_, &gt_;
+  uint16_t* h16_ = nullptr;                       // bf16 slots: the host's bf16 parameters (else null)
+  std::vector<const uint16_t*>* p16_ = nullptr;   // bf16 slots: per view, its resident bf16 copy
+  int threads_ = 1;
+  size_t es_ = sizeof(T);                         // bytes of a slot element: sizeof(T), or 2 (bf16 slots)
   struct ArenaFree {  // the arena is backend memory (ops run on it), freed by the backend that allocated it
     const Backend* be = nullptr;
-    void operator()(T* p) const;
+    void operator()(char* p) const;
   };
-  std::unique_ptr<T, ArenaFree> arena_;
-  long long arena_elems_ = 0;
+  std::unique_ptr<char, ArenaFree> arena_;
+  long long arena_elems_ = 0;                     // slot elements (es_ bytes each)
+  char* at(long long off) const { return arena_.get() + off * (long long)es_; }
   std::vector<long long> slot_;                   // per chunk: slot offset (elements) or -1
   std::vector<char> gslot_;                       // per resident chunk: its slot holds the gradients
   std::map<long long, int> slots_;                // offset -> chunk
