@@ -131,14 +131,14 @@ std::vector<char> place_hybrid_adam(const RankChunks& v, const std::vector<int>&
                                     ChunkSimResult& r) {
   double max_nonmodel = 0;
   for (double b : v.in.nonmodel_bytes) max_nonmodel = std::max(max_nonmodel, b);
-  const double margin = overall - max_nonmodel - r.local_fp16_bytes;
-  const double allowance = std::max(0.0, margin) * v.in.hybrid_adam_margin;
+  std::vector<double> caps;
+  for (int c : local) caps.push_back(v.L.chunk_elements[c]);
+  const int k = hybrid_adam_chunks(caps, v.in.os_bytes, overall, max_nonmodel, r.local_fp16_bytes,
+                                   v.in.hybrid_adam_margin);
   std::vector<char> os_gpu(v.n, 0);
-  for (int c : local) {
-    const double os = v.L.chunk_elements[c] * v.in.os_bytes;
-    if (r.gpu_os_bytes + os > allowance) break;
-    os_gpu[c] = 1;
-    r.gpu_os_bytes += os;
+  for (int i = 0; i < k; ++i) {
+    os_gpu[local[i]] = 1;
+    r.gpu_os_bytes += caps[i] * v.in.os_bytes;
     ++r.os_chunks_on_gpu;
   }
   return os_gpu;

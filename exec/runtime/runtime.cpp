@@ -324,6 +324,11 @@ void RankRun<T>::make_chunk_store() {
                                           p.offload.warmup_chunk_fraction, params.data(), grads.data(), ptab, gtab,
                                           host16.empty() ? nullptr : host16.data(), w16 ? &w16->at : nullptr,
                                           adam_threads);
+  // Hybrid Adam (bf16 chunks): the moments' layout must be the flat buffers' (one data rank: each owned unit whole)
+  bool flat_state = true;
+  for (size_t k = 0; k < own.size(); ++k)
+    flat_state = flat_state && own_off[k] == cbase[own_unit[k]] + (own[k].first - units[own_unit[k]].a);
+  if (chunk_bf16_slots() && flat_state) store->enable_hybrid_adam(m1.data(), m2.data(), p.offload.hybrid_adam_margin);
 }
 
 // Pseudo-to-Real with pp > 1 (see slot_comm): this stage also holds the weight groups its layers use, and the

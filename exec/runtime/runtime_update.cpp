@@ -108,6 +108,7 @@ std::vector<TensorView> RankRun<T>::state_tensors(int32_t* meta) {
 }
 template <class T>
 void RankRun<T>::save_checkpoint(long next_step) {
+  if (store) store->sync_os_to_host();  // (hybrid Adam: the device moments)
   int32_t meta[2] = {shared, (int32_t)delink_step};
   save_rank_checkpoint(sc, o, world, next_step, state_tensors(meta));
 }
@@ -288,6 +289,7 @@ void RankRun<T>::adam_update(int step, int warmup, double norm) {
       const ParamView& pv = gl.views[v];
       if (shared > 0 && pv.layer >= shared) return -1;  // pseudo phase: slots beyond the k groups are unused
       if (model.two_d && replicated_view[v]) return -1;  // 2D: not this grid row's parameter
+      if (store && store->os_on_device((int)v)) return -1;  // chunked offload's hybrid Adam: below, on the device
       return pv.decay ? 1 : 0;
     };
     gl.each_run(own[k].first, own[k].second, key, [&](long long at, long long n, long decay) {
@@ -306,6 +308,11 @@ void RankRun<T>::adam_update(int step, int warmup, double norm) {
       }
     });
   }
+  if (store && store->os_bytes() > 0)  // chunked offload's hybrid Adam: the chunks whose state is on the device
+    store->device_adam([&](int v, T* w, const T* g, T* m, T* s, long n) {
+      ops::adamw(w, g, m, s, n, T(lr), T(o.beta1), T(o.beta2), T(o.eps), T(gl.views[(size_t)v].decay ? o.weight_decay : 0),
+                 (long)step + 1, clip);
+    });
 }
 
 // ZeRO-1/2: every rank gathers the updated parameter slices of its owned units.

@@ -82,6 +82,7 @@ struct OffloadResult {
   // non-model part needs the tracked heap of `trainplan validate`, else it is 0), peak per step and overall.
   std::vector<double> peak_device_bytes;
   double peak_device_bytes_max = 0;
+  std::vector<double> os_device_bytes;  // hybrid Adam: optimizer state on the device, per step
 };
 
 struct RunResult {

@@ -99,8 +99,87 @@ ChunkStore<T>::ChunkStore(const std::vector<ChunkTensor>& tensors, int parts, lo
   gslot_.assign(n, 0);
   pinned_.assign(n, 0);
   trace_.assign(n, {});
+  os_at_.assign(n, -1);
+  tensor_of_view_.assign(ptab.size(), -1);
+  for (size_t t = 0; t < tensors.size(); ++t) tensor_of_view_[tensors[t].view] = (int)t;
   for (int c = 0; c < n; ++c) point(c, false);
   if (h16_) refresh_host16();
+}
+
+template <class T>
+void ChunkStore<T>::enable_hybrid_adam(T* host_m1, T* host_m2, double margin_ratio) {
+  if (!h16_) throw std::logic_error("chunk store: hybrid Adam needs bf16 slots");
+  hm1_ = host_m1, hm2_ = host_m2, hy_ratio_ = margin_ratio;
+}
+
+template <class T>
+bool ChunkStore<T>::os_on_device(int view) const {
+  const int t = view >= 0 && view < (int)tensor_of_view_.size() ? tensor_of_view_[view] : -1;
+  return t >= 0 && os_at_[chunk_of_[t]] >= 0;
+}
+
+// At the warm-up's end: the first chunks whose state fits the margin (sim/chunk_policy.hpp) get it on the device.
+template <class T>
+void ChunkStore<T>::place_os() {
+  double max_nonmodel = 0, chunks_bytes = 0;
+  for (double b : nonmodel_) max_nonmodel = std::max(max_nonmodel, b);
+  std::vector<double> caps;
+  for (int c = 0; c < chunks(); ++c) chunks_bytes += chunk_bytes(c), caps.push_back((double)cap_[c]);
+  const int k = hybrid_adam_chunks(caps, 3.0 * sizeof(T), budget_, max_nonmodel, chunks_bytes, hy_ratio_);
+  if (k == 0) return;
+  BackendScope dev(*arena_.get_deleter().be);
+  long long n = 0;
+  for (int c = 0; c < k; ++c) os_at_[c] = n, n += 3 * cap_[c];
+  const Backend& be = current_backend();
+  os_ = std::unique_ptr<char, ArenaFree>(static_cast<char*>(be.alloc(sizeof(T) * (size_t)n)), ArenaFree{&be});
+  if (!os_) throw std::bad_alloc();
+  os_bytes_ = (double)sizeof(T) * n;
+  for (int c = 0; c < k; ++c)
+    for (int t : tensors_of_[c]) {
+      const ChunkTensor& x = tensors_[t];
+      move(os_ptr(c, 0, t), hp_ + x.offset, x.count, CopyKind::host_to_device);
+      move(os_ptr(c, 1, t), hm1_ + x.offset, x.count, CopyKind::host_to_device);
+      move(os_ptr(c, 2, t), hm2_ + x.offset, x.count, CopyKind::host_to_device);
+      st_.adam_h2d_bytes += 3.0 * sizeof(T) * x.count;
+    }
+}
+
+template <class T>
+void ChunkStore<T>::device_adam(const std::function<void(int, T*, const T*, T*, T*, long)>& adamw) {
+  if (!os_) return;
+  BackendScope dev(*arena_.get_deleter().be);  // (the runtime's optimizer phase may run under the CPU's)
+  long long most = 0;
+  for (int c = 0; c < chunks(); ++c)
+    for (int t : tensors_of_[c])
+      if (os_at_[c] >= 0) most = std::max(most, tensors_[t].count);
+  const Backend& be = current_backend();
+  std::unique_ptr<char, ArenaFree> g(static_cast<char*>(be.alloc(sizeof(T) * (size_t)std::max(1LL, most))), ArenaFree{&be});
+  if (!g) throw std::bad_alloc();
+  T* gs = reinterpret_cast<T*>(g.get());
+  for (int c = 0; c < chunks(); ++c)
+    for (int t : tensors_of_[c]) {
+      if (os_at_[c] < 0) continue;
+      const ChunkTensor& x = tensors_[t];
+      move(gs, hg_ + x.offset, x.count, CopyKind::host_to_device);
+      adamw(x.view, os_ptr(c, 0, t), gs, os_ptr(c, 1, t), os_ptr(c, 2, t), (long)x.count);
+      move(hp_ + x.offset, os_ptr(c, 0, t), x.count, CopyKind::device_to_host);
+      st_.adam_h2d_bytes += (double)sizeof(T) * x.count;
+      st_.adam_d2h_bytes += (double)sizeof(T) * x.count;
+    }
+}
+
+template <class T>
+void ChunkStore<T>::sync_os_to_host() {
+  if (!os_) return;
+  BackendScope dev(*arena_.get_deleter().be);
+  for (int c = 0; c < chunks(); ++c)
+    for (int t : tensors_of_[c]) {
+      if (os_at_[c] < 0) continue;
+      const ChunkTensor& x = tensors_[t];
+      move(hm1_ + x.offset, os_ptr(c, 1, t), x.count, CopyKind::device_to_host);
+      move(hm2_ + x.offset, os_ptr(c, 2, t), x.count, CopyKind::device_to_host);
+    }
+  current_backend().sync();
 }
 
 template <class T>
@@ -250,7 +329,7 @@ double ChunkStore<T>::moment_budget(int moment) const {
   if (warm_ || nonmodel_.empty()) return warm_ ? warm_fraction_ * budget_ : budget_;
   const int Tm = moments_;
   auto nm = [&](int k) { return k >= 0 && k < (int)nonmodel_.size() ? nonmodel_[k] : 0.0; };
-  return budget_ - std::max(nm(moment), nm((moment + 1) % std::max(1, Tm)));
+  return budget_ - std::max(nm(moment), nm((moment + 1) % std::max(1, Tm))) - os_bytes_;
 }
 
 template <class T>
@@ -262,7 +341,7 @@ void ChunkStore<T>::close_window(bool device_side) {
     nonmodel_[win_moment_] = std::max(nonmodel_[win_moment_], nm);
   }
   st_.peak_nonmodel_bytes = std::max(st_.peak_nonmodel_bytes, nm);
-  st_.peak_device_bytes = std::max(st_.peak_device_bytes, win_resident_ + nm);
+  st_.peak_device_bytes = std::max(st_.peak_device_bytes, win_resident_ + nm + os_bytes_);
   prof::heap_window_reset();
   win_resident_ = resident_bytes_;
 }
@@ -333,7 +412,7 @@ void ChunkStore<T>::host_phase_begin(int moment) {
   release();
   max_moment_ = std::max(max_moment_, moment);
   win_moment_ = moment;
-  evict_to(budget_ - adam_moment_reserve_bytes((double)E_), moment);
+  evict_to(budget_ - adam_moment_reserve_bytes((double)E_) - os_bytes_, moment);
   auto t0 = Clock::now();
   for (const auto& [off, c] : slots_) {
     if (gslot_[c])  // its gradients go to the host for CPU Adam (a P slot's gradients are already there)
@@ -380,6 +459,12 @@ void ChunkStore<T>::evict_all() {
 
 template <class T>
 void ChunkStore<T>::reset_trace() {
+  if (os_) {  // hybrid Adam placed again at the next warm-up's end
+    sync_os_to_host();
+    os_.reset();
+    os_at_.assign(chunks(), -1);
+    os_bytes_ = 0;
+  }
   warm_ = true;
   for (auto& tr : trace_) tr.clear();
   nonmodel_.clear();
@@ -389,9 +474,11 @@ template <class T>
 ChunkStepStats ChunkStore<T>::end_step() {
   close_window(win_moment_ >= 0 && !host_phase_);
   release();
+  st_.os_device_bytes = os_bytes_;  // (during this step)
   if (warm_) {  // the warm-up step's accesses are the trace from now on
     warm_ = false;
     moments_ = max_moment_ + 1;
+    if (hm1_ && !os_) place_os();  // (hybrid Adam: from the next step on)
   }
   ++steps_;
   return st_;

@@ -25,7 +25,14 @@
 // host memory on a device). The gradients stay in the host's flat buffer (no gradient reuse: a bf16 slot cannot
 // hold the T gradients); the optimizer phase packs every updated parameter into host16 (host_pack_bf16) and copies
 // the resident chunks' up (adam_h2d_bytes). The same values as the GEMMs' own copies (the same rounding), so a run
-// gives the results of the plan without offload.
+// gives the results of the plan without offload. Hybrid Adam (bf16 slots with enable_hybrid_adam, PatrickStar's and
+// the simulator's rule, sim/chunk_policy.hpp hybrid_adam_chunks): at the end of the warm-up step, the first chunks
+// whose optimizer state (fp32 master and two moments, 3 T an element) fits in budget - the warm-up's peak non-model
+// bytes - every chunk's bytes, times the margin ratio, get that state on the device (copied up from the host once;
+// os_bytes, counted in the device peak and taken out of the steady and ADAM budgets), and their Adam runs there
+// (device_adam: the gradients, which stay on the host, staged up per tensor; the updated master copied down to the
+// host's parameters, which the fp32 reads and the bf16 packing use). Their moments on the host are stale until
+// sync_os_to_host (the runtime calls it before it reads them: a checkpoint).
 // Pointer tables. Every tensor (parameter view) of the store has an entry in the caller's per-view tables
 // (params and grads): the address of its AUTHORITATIVE copy — the arena slot for the content the slot holds
 // (P: the parameters, G: the gradients), the flat buffer otherwise. The model (Gpt / Gpt2d::p, g) and the runtime's ZeRO copies read and write through them.
@@ -54,7 +61,7 @@
 // - Victim: warm-up, the lowest chunk id; later, Belady on the warm-up trace: the chunk whose next access
 //   after moment k is farthest (not again this step: T + its first access; never accessed: 2T, T = moments
 //   per step including ADAM), ties to the lowest chunk id.
-// - Adam is CPU Adam for every chunk (optimizer state stays in host arrays; no hybrid GPU Adam):
+// - Adam is CPU Adam for every chunk with T slots (optimizer state stays in host arrays; bf16 slots: hybrid Adam, above):
 //   host_phase_begin evicts to the ADAM budget, copies the gradients of the resident G chunks D2H and points every
 //   table entry at the flat buffers; the optimizer then works on the flat buffers; host_phase_end copies the
 //   updated parameters of the resident chunks H2D and points the tables back at the arena. These copies count
@@ -68,6 +75,7 @@
 // an access, the moment's budget unless only pinned chunks are resident); a pinned chunk is never evicted;
 // every moved byte is counted; the results of a run do not depend on the budget (copies are exact).
 #pragma once
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -99,6 +107,7 @@ struct ChunkStepStats {
   // Device memory as the simulator counts it (needs prof::track_heap, else the non-model part is 0): per
   // moment, the resident slots plus the tracked heap's growth above the step's start (activations, scratch).
   double peak_nonmodel_bytes = 0, peak_device_bytes = 0;
+  double os_device_bytes = 0;      // hybrid Adam: optimizer state on the device
 };
 
 struct ChunkMoveLog {
@@ -125,6 +134,13 @@ class ChunkStore {
   double arena_bytes() const { return (double)arena_elems_ * es_; }
   bool bf16_slots() const { return h16_ != nullptr; }
   void refresh_host16();             // bf16 slots: host16 packed from the host parameters (after they were rewritten)
+  // Hybrid Adam (above): host_m1 / host_m2 are the host's Adam moments in the flat buffers' layout.
+  void enable_hybrid_adam(T* host_m1, T* host_m2, double margin_ratio);
+  bool os_on_device(int view) const;  // the view's optimizer state is on the device (its Adam is device_adam's)
+  // adamw(view, master, grads, m1, m2, n) on device memory for every tensor whose state is on the device.
+  void device_adam(const std::function<void(int, T*, const T*, T*, T*, long)>& adamw);
+  void sync_os_to_host();             // the device moments to the host's
+  double os_bytes() const { return os_bytes_; }
   double bytes_of_parts(const std::vector<int>& parts) const;  // slot bytes of the chunks these parts touch
   std::vector<int> chunks_of(const std::vector<int>& parts) const;  // sorted, unique
   bool warmup() const { return warm_; }
@@ -179,6 +195,16 @@ class ChunkStore {
   std::unique_ptr<char, ArenaFree> arena_;
   long long arena_elems_ = 0;                     // slot elements (es_ bytes each)
   char* at(long long off) const { return arena_.get() + off * (long long)es_; }
+  T *hm1_ = nullptr, *hm2_ = nullptr;             // hybrid Adam: the host's moments (null: off)
+  double hy_ratio_ = 0;
+  std::unique_ptr<char, ArenaFree> os_;           // hybrid Adam: per device chunk [master | m1 | m2], cap T each
+  std::vector<long long> os_at_;                  // per chunk: its state's offset in os_ (T elements), -1: host
+  double os_bytes_ = 0;
+  std::vector<int> tensor_of_view_;               // per view of the tables: its tensor, -1
+  void place_os();
+  T* os_ptr(int c, int which, int t) const {       // which 0: master, 1: m1, 2: m2
+    return reinterpret_cast<T*>(os_.get()) + os_at_[c] + which * cap_[c] + toff_[t];
+  }
   std::vector<long long> slot_;                   // per chunk: slot offset (elements) or -1
   std::vector<char> gslot_;                       // per resident chunk: its slot holds the gradients
   std::map<long long, int> slots_;                // offset -> chunk
