@@ -314,16 +314,19 @@ void RankRun<T>::make_chunk_store() {
   double budget = o.device_budget_bytes > 0 ? o.device_budget_bytes
                                             : p.offload.gpu_memory_fraction * sc.cluster.gpu.hbm_bytes;
   // bf16: the chunks in bf16 (chunk_store.hpp), the GEMMs reading them as the weights' external copies
+  ChunkBf16 b16;
   if (chunk_bf16_slots()) {
     if (!w16) model.d1.w16 = (w16 = std::make_unique<WeightCopies16>(gl.views.size())).get();
-    std::optional<BackendScope> pinned;  // (the host side of a device's chunks: pinned, as the flat buffers)
-    if (host_flat) pinned.emplace(pinned_variant(current_backend()));
-    host16 = Buf<uint16_t>(params.size());
+    {
+      std::optional<BackendScope> pinned;  // (the host side of a device's chunks: pinned, as the flat buffers)
+      if (host_flat) pinned.emplace(pinned_variant(current_backend()));
+      host16 = Buf<uint16_t>(params.size());
+    }
+    b16 = ChunkBf16{host16.data(), &w16->at, gemm_weight_views(model.d1.lay), adam_threads};
   }
   store = std::make_unique<ChunkStore<T>>(ts, (int)units.size(), p.offload.chunk_elements, budget,
                                           p.offload.warmup_chunk_fraction, params.data(), grads.data(), ptab, gtab,
-                                          host16.empty() ? nullptr : host16.data(), w16 ? &w16->at : nullptr,
-                                          adam_threads);
+                                          b16.host16 ? &b16 : nullptr);
   // Hybrid Adam (bf16 chunks): the moments' layout must be the flat buffers' (one data rank: each owned unit whole)
   bool flat_state = true;
   for (size_t k = 0; k < own.size(); ++k)

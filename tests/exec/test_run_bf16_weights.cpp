@@ -222,8 +222,11 @@ TEST(Bf16Weights, ChunkedOffloadKeepsItsChunksInBf16) {
     for (const char* key : {"losses", "grad_norm"})
       for (size_t i = 0; i < want[key].size(); ++i) {
         EXPECT_EQ(b16[key][i].get<double>(), t[key][i].get<double>()) << be << " " << key << "[" << i << "]";
-        if (be == "cpu") EXPECT_EQ(b16[key][i].get<double>(), want[key][i].get<double>()) << key << "[" << i << "]";
-        else EXPECT_NEAR(b16[key][i].get<double>(), want[key][i].get<double>(), 1e-5) << key << "[" << i << "]";
+        if (be == "cpu") {
+          EXPECT_EQ(b16[key][i].get<double>(), want[key][i].get<double>()) << key << "[" << i << "]";
+        } else {
+          EXPECT_NEAR(b16[key][i].get<double>(), want[key][i].get<double>(), 1e-5) << key << "[" << i << "]";
+        }
       }
     EXPECT_EQ(2 * b16["offload"]["chunk_bytes"].get<double>(), t["offload"]["chunk_bytes"].get<double>()) << be;
     EXPECT_GT(b16["offload"]["h2d_bytes"][2].get<double>(), 0) << be;  // (the budget moves chunks every step)
@@ -255,7 +258,9 @@ TEST(Bf16Weights, ChunkedOffloadKeepsItsChunksInBf16) {
     ASSERT_FALSE(rest.is_null()) << b << "\n" << log_text(f);
     ASSERT_EQ(rest["losses"].size(), 2u) << b;
     for (int s = 2; s < 4; ++s) EXPECT_EQ(rest["losses"][s - 2], whole["losses"][s]) << b << " " << s;
-    if (b == roomy) EXPECT_GT(first["offload"]["os_device_bytes"][3].get<double>(), 0);
+    if (b == roomy) {
+      EXPECT_GT(first["offload"]["os_device_bytes"][3].get<double>(), 0);
+    }
   }
 }
 

@@ -45,14 +45,13 @@ void shift_down(char* dst, const char* src, long long n) {
 template <class T>
 ChunkStore<T>::ChunkStore(const std::vector<ChunkTensor>& tensors, int parts, long long chunk_elements,
                           double budget_bytes, double warmup_fraction, T* host_params, T* host_grads,
-                          std::vector<T*>& ptab, std::vector<T*>& gtab, uint16_t* host16,
-                          std::vector<const uint16_t*>* p16tab, int pack_threads)
+                          std::vector<T*>& ptab, std::vector<T*>& gtab, const ChunkBf16* bf16)
     : tensors_(tensors), E_(chunk_elements), budget_(budget_bytes), warm_fraction_(warmup_fraction), hp_(host_params),
-      hg_(host_grads), pt_(ptab), gt_(gtab), h16_(host16), p16_(p16tab), threads_(pack_threads),
-      es_(host16 ? sizeof(uint16_t) : sizeof(T)) {
+      hg_(host_grads), pt_(ptab), gt_(gtab), h16_(bf16 ? bf16->host16 : nullptr), p16_(bf16 ? bf16->p16 : nullptr),
+      threads_(bf16 ? bf16->threads : 1), es_(h16_ ? sizeof(uint16_t) : sizeof(T)) {
   if (!(budget_bytes >= 0)) throw std::invalid_argument("chunk store: negative budget");
-  if (h16_ && (!p16_ || p16_->size() != ptab.size()))
-    throw std::invalid_argument("chunk store: bf16 slots need a bf16 pointer table of the views");
+  if (h16_ && (!p16_ || p16_->size() != ptab.size() || bf16->read16.size() != ptab.size()))
+    throw std::invalid_argument("chunk store: bf16 slots need bf16 tables of the views");
   ChunkSimInput in;
   in.parts = parts;
   in.chunk_elements = chunk_elements;
@@ -102,6 +101,15 @@ ChunkStore<T>::ChunkStore(const std::vector<ChunkTensor>& tensors, int parts, lo
   os_at_.assign(n, -1);
   tensor_of_view_.assign(ptab.size(), -1);
   for (size_t t = 0; t < tensors.size(); ++t) tensor_of_view_[tensors[t].view] = (int)t;
+  moff_.assign(tensors.size(), -1);
+  long long nm = 0;  // bf16 slots: the views read as T, mirrored on the device
+  for (size_t t = 0; h16_ && t < tensors.size(); ++t)
+    if (!bf16->read16[(size_t)tensors[t].view]) moff_[t] = nm, nm += tensors[t].count;
+  if (nm > 0) {
+    mirror_ = std::unique_ptr<char, ArenaFree>(static_cast<char*>(be.alloc(sizeof(T) * (size_t)nm)), ArenaFree{&be});
+    if (!mirror_) throw std::bad_alloc();
+    mirror_bytes_ = (double)sizeof(T) * nm;
+  }
   for (int c = 0; c < n; ++c) point(c, false);
   if (h16_) refresh_host16();
 }
@@ -190,6 +198,12 @@ void ChunkStore<T>::ArenaFree::operator()(char* p) const {
 template <class T>
 void ChunkStore<T>::refresh_host16() {
   for (const ChunkTensor& x : tensors_) host_pack_bf16(h16_ + x.offset, hp_ + x.offset, (long)x.count, threads_);
+  if (!mirror_) return;
+  BackendScope dev(*mirror_.get_deleter().be);
+  for (size_t t = 0; t < tensors_.size(); ++t)
+    if (moff_[t] >= 0)
+      move(reinterpret_cast<T*>(mirror_.get()) + moff_[t], hp_ + tensors_[t].offset, tensors_[t].count,
+           CopyKind::host_to_device);
 }
 
 template <class T>
@@ -215,8 +229,8 @@ template <class T>
 void ChunkStore<T>::point(int c, bool at_arena) {
   for (int t : tensors_of_[c]) {
     const ChunkTensor& x = tensors_[t];
-    if (h16_) {  // bf16 slots: the T reads on the host, the bf16 copy in the slot while resident
-      pt_[x.view] = hp_ + x.offset;
+    if (h16_) {  // bf16 slots: the T reads in the mirror (or the host), the bf16 copy in the slot while resident
+      pt_[x.view] = moff_[t] >= 0 ? reinterpret_cast<T*>(mirror_.get()) + moff_[t] : hp_ + x.offset;
       gt_[x.view] = hg_ + x.offset;
       (*p16_)[x.view] = at_arena ? reinterpret_cast<const uint16_t*>(at(slot_[c])) + toff_[t] : nullptr;
     } else if (at_arena) {  // the slot holds the parameters (P) or, after their last use in the step, the gradients (G)
@@ -341,7 +355,7 @@ void ChunkStore<T>::close_window(bool device_side) {
     nonmodel_[win_moment_] = std::max(nonmodel_[win_moment_], nm);
   }
   st_.peak_nonmodel_bytes = std::max(st_.peak_nonmodel_bytes, nm);
-  st_.peak_device_bytes = std::max(st_.peak_device_bytes, win_resident_ + nm + os_bytes_);
+  st_.peak_device_bytes = std::max(st_.peak_device_bytes, win_resident_ + nm + os_bytes_ + mirror_bytes_);
   prof::heap_window_reset();
   win_resident_ = resident_bytes_;
 }

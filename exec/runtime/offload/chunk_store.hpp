@@ -21,10 +21,10 @@
 // (param_bytes 2), a slot holds its chunk's parameters as bf16, 2 bytes an element, and the host keeps them so too in
 // host16 (PatrickStar's CPU-side fp16 chunks) beside the master parameters: a move copies the bf16 chunk each way,
 // the GEMMs read a resident chunk's weights from its slot (the external copies of exec/model/gpt.hpp WeightCopies16,
-// the p16 table), and everything the ops read as T (norms, biases, positions) comes from the host's parameters (pinned
-// host memory on a device). The gradients stay in the host's flat buffer (no gradient reuse: a bf16 slot cannot
-// hold the T gradients); the optimizer phase packs every updated parameter into host16 (host_pack_bf16) and copies
-// the resident chunks' up (adam_h2d_bytes). The same values as the GEMMs' own copies (the same rounding), so a run
+// the p16 table), and the views the ops read as T (norms, biases, positions: a small fraction) from a device mirror
+// of them kept whole, rewritten with host16 (mirror_bytes, in the device peak). The gradients stay in the host's flat
+// buffer (no gradient reuse: a bf16 slot cannot hold the T gradients); the optimizer phase packs every updated
+// parameter into host16 (host_pack_bf16) and copies the resident chunks' up (adam_h2d_bytes). The same values as the GEMMs' own copies (the same rounding), so a run
 // gives the results of the plan without offload. Hybrid Adam (bf16 slots with enable_hybrid_adam, PatrickStar's and
 // the simulator's rule, sim/chunk_policy.hpp hybrid_adam_chunks): at the end of the warm-up step, the first chunks
 // whose optimizer state (fp32 master and two moments, 3 T an element) fits in budget - the warm-up's peak non-model
@@ -110,6 +110,16 @@ struct ChunkStepStats {
   double os_device_bytes = 0;      // hybrid Adam: optimizer state on the device
 };
 
+// bf16 slots (above): the host's bf16 parameters (host16, the flat buffers' length), the per-view table of the
+// resident bf16 copies (p16), which views the model reads only as bf16 (read16, per view; the others go to the
+// mirror), and the threads of the host packing.
+struct ChunkBf16 {
+  uint16_t* host16 = nullptr;
+  std::vector<const uint16_t*>* p16 = nullptr;
+  std::vector<char> read16;
+  int threads = 1;
+};
+
 struct ChunkMoveLog {
   int step = 0, moment = 0, chunk = 0;
   bool to_device = false;
@@ -120,11 +130,10 @@ class ChunkStore {
  public:
   // tensors in packing order (see Layout); parts = number of access parts (tensor.part < parts); the flat host buffers and
   // the per-view pointer tables (entries of the store's tensors are set to the host addresses here).
-  // bf16 slots: host16 (the flat parameters' bf16 copy, host memory of the flat buffers' length), p16tab (per view:
-  // where a resident chunk's tensor is as bf16, null otherwise) and the host packing's threads.
+  // bf16: the bf16 slots' host side and tables (null: T slots).
   ChunkStore(const std::vector<ChunkTensor>& tensors, int parts, long long chunk_elements, double budget_bytes,
              double warmup_fraction, T* host_params, T* host_grads, std::vector<T*>& ptab, std::vector<T*>& gtab,
-             uint16_t* host16 = nullptr, std::vector<const uint16_t*>* p16tab = nullptr, int pack_threads = 1);
+             const ChunkBf16* bf16 = nullptr);
 
   const ChunkLayout& layout() const { return lay_; }  // over the simulator-level tensors (joined runs as one)
   int chunk_of(int tensor) const { return chunk_of_[tensor]; }
@@ -133,7 +142,8 @@ class ChunkStore {
   double budget_bytes() const { return budget_; }
   double arena_bytes() const { return (double)arena_elems_ * es_; }
   bool bf16_slots() const { return h16_ != nullptr; }
-  void refresh_host16();             // bf16 slots: host16 packed from the host parameters (after they were rewritten)
+  void refresh_host16();             // bf16 slots: host16 and the mirror from the host parameters (after they changed)
+  double mirror_bytes() const { return mirror_bytes_; }
   // Hybrid Adam (above): host_m1 / host_m2 are the host's Adam moments in the flat buffers' layout.
   void enable_hybrid_adam(T* host_m1, T* host_m2, double margin_ratio);
   bool os_on_device(int view) const;  // the view's optimizer state is on the device (its Adam is device_adam's)
@@ -187,12 +197,14 @@ class ChunkStore {
   uint16_t* h16_ = nullptr;                       // bf16 slots: the host's bf16 parameters (else null)
   std::vector<const uint16_t*>* p16_ = nullptr;   // bf16 slots: per view, its resident bf16 copy
   int threads_ = 1;
+  std::vector<long long> moff_;                   // bf16 slots: per tensor, its offset in the mirror (T), -1: none
   size_t es_ = sizeof(T);                         // bytes of a slot element: sizeof(T), or 2 (bf16 slots)
   struct ArenaFree {  // the arena is backend memory (ops run on it), freed by the backend that allocated it
     const Backend* be = nullptr;
     void operator()(char* p) const;
   };
-  std::unique_ptr<char, ArenaFree> arena_;
+  std::unique_ptr<char, ArenaFree> arena_, mirror_;  // (mirror: bf16 slots' T-read views, whole)
+  double mirror_bytes_ = 0;
   long long arena_elems_ = 0;                     // slot elements (es_ bytes each)
   char* at(long long off) const { return arena_.get() + off * (long long)es_; }
   T *hm1_ = nullptr, *hm2_ = nullptr;             // hybrid Adam: the host's moments (null: off)
