@@ -46,8 +46,8 @@ MOE_CASES = [  # on tiny-moe.json (4 experts, top-2, capacity factor 1: copies a
 ]
 # training.precision "bf16" (bf16 GEMM operands, fp32 accumulation, saved activations stored as bf16: pack_bf16, the
 # weight-gradient GEMMs on packed operands through matmul16; recompute re-rounds what it rebuilds; the weights' bf16
-# copies, made per step, dropped with ZeRO-3's gathered and granular offload's loaded layers; not under chunked
-# offload) and "fp8": each against the cpu backend's run of the
+# copies, made per step, dropped with ZeRO-3's gathered and granular offload's loaded layers; under chunked offload
+# the bf16 chunks themselves, with hybrid Adam where the budget leaves room) and "fp8": each against the cpu backend's run of the
 # same scenario, to 2e-3 (another summation order can move a value across a bf16 rounding boundary).
 BF16_CASES = [  # name, plan changes, base scenario, extra environment; fp8_* cases train in fp8 (exec/model/fp8.hpp)
     ("bf16_single", {}, "tiny-gpt", {}),
