@@ -177,11 +177,12 @@ struct RankRun {
   std::unique_ptr<ChunkStore<T>> store;              // plan.offload "chunked"
   Buf<uint16_t> host16;  // chunked offload's bf16 slots: the host's bf16 parameters (chunk_store.hpp)
   // Chunked offload in bf16 keeps its chunks in bf16 (chunk_store.hpp "bf16 slots"; PatrickStar's fp16 chunks, the
-  // simulator's 2 bytes an element) on one data rank without Optimus 2D or Pseudo-to-Real (ZeRO-3's gathers and the
-  // delink's relayout write the T parameters the slots copy); --no-bf16-weight-copies and those plans keep T chunks.
+  // simulator's 2 bytes an element; ZeRO's all-gathers repack what they write, ChunkStore::rewritten), not under
+  // Optimus 2D (its weight blocks) or Pseudo-to-Real (the relayout writes the T parameters the slots copy);
+  // --no-bf16-weight-copies and those plans keep T chunks.
   bool chunk_bf16_slots() const {
-    return p.offload.kind == OffloadKind::chunked && bf16_acts() && o.bf16_weight_copies && p.data_ranks() == 1 &&
-           !model.two_d && !sc.delink.on();
+    return p.offload.kind == OffloadKind::chunked && bf16_acts() && o.bf16_weight_copies && !model.two_d &&
+           !sc.delink.on();
   }
   GranularHost<T> gran;   // plan.offload "granular": offloaded layers on the host (exec/runtime/offload/runtime_granular.hpp)
   // Per unit: [a, dev_end) lives on the device, [dev_end, b) on the host (granular: b when not offloaded, a for a

@@ -68,6 +68,8 @@ void RankRun<T>::all_gather_unit(int ui) {
     if (z > a) gl.read_range(ptab, a, z, mine.data());
     sg.c->all_gather(mine.data(), all.data(), sg.slice, dtype_of<T>());
     gl.write_range(ptab, sg.lo, sg.hi, all.data());
+    if (store && store->bf16_slots())  // (bf16 chunks: the weights' bf16 copies of what was written)
+      gl.each_view(sg.lo, sg.hi, [&](size_t v, long long lo, long long hi, long long) { store->rewritten((int)v, lo, hi); });
   }
 }
 

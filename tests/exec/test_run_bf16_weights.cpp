@@ -204,7 +204,7 @@ TEST(Bf16Weights, OptimizerOffloadHoldsTheGemmWeightsOnlyAsBf16) {
 // Chunked offload in bf16 keeps its chunks as bf16 (exec/runtime/offload/chunk_store.hpp "bf16 slots": PatrickStar's
 // fp16 chunks, the simulator's 2 bytes an element): half the chunk bytes of the T chunks that --no-bf16-weight-copies
 // keeps, and the losses and gradient norms of the T chunks, bit for bit, with a budget that moves chunks in every
-// step (cpu and emu-device), which on cpu are the plan's without offload (on emu-device the chunks' host Adam and
+// step (cpu and emu-device; on cpu also dp 2 with ZeRO-3), which on cpu are the plan's without offload (on emu-device the chunks' host Adam and
 // gradient norm sum on the host, the plan without offload on the device: equal to rounding); a resume continues bit
 // for bit (the host's bf16 chunks packed from the loaded parameters).
 TEST(Bf16Weights, ChunkedOffloadKeepsItsChunksInBf16) {
@@ -231,6 +231,24 @@ TEST(Bf16Weights, ChunkedOffloadKeepsItsChunksInBf16) {
     EXPECT_EQ(2 * b16["offload"]["chunk_bytes"].get<double>(), t["offload"]["chunk_bytes"].get<double>()) << be;
     EXPECT_GT(b16["offload"]["h2d_bytes"][2].get<double>(), 0) << be;  // (the budget moves chunks every step)
     EXPECT_GT(b16["offload"]["d2h_bytes"][2].get<double>(), 0) << be;
+  }
+  // dp 2 with ZeRO-3 (the validator's rule for chunked with dp > 1): the all-gathers before each run write the T
+  // parameters, which the bf16 chunks then repack (ChunkStore::rewritten); without it every loss after the first moves.
+  if (have_mpi()) {
+    const json dp2 = {{"dp", 2}, {"zero", 3}};
+    json want2 = run(weights_scenario("chunked16_dp2_ref", dp2), 3, false);
+    json plan2 = dp2;
+    plan2["offload"] = chunked;
+    const std::string g = weights_scenario("chunked16_dp2", plan2);
+    json b2 = run(g, 3, false, nullptr, budget);
+    json t2 = run(g, 3, false, nullptr, budget + " --no-bf16-weight-copies");
+    ASSERT_FALSE(want2.is_null());
+    ASSERT_FALSE(b2.is_null()) << log_text(g);
+    ASSERT_FALSE(t2.is_null()) << log_text(g);
+    EXPECT_EQ(b2["losses"], want2["losses"]);
+    EXPECT_EQ(b2["grad_norm"], want2["grad_norm"]);
+    EXPECT_EQ(t2["losses"], want2["losses"]);
+    EXPECT_EQ(2 * b2["offload"]["chunk_bytes"].get<double>(), t2["offload"]["chunk_bytes"].get<double>());
   }
   // A roomy budget: hybrid Adam keeps the first chunks' optimizer state on the device from the second step on, the
   // tight one none; the same results. Resumes (the device moments written to the checkpoint) continue bit for bit.

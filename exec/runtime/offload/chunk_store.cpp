@@ -207,6 +207,17 @@ void ChunkStore<T>::refresh_host16() {
 }
 
 template <class T>
+void ChunkStore<T>::rewritten(int view, long long lo, long long hi) {
+  const int t = h16_ && view >= 0 && view < (int)tensor_of_view_.size() ? tensor_of_view_[view] : -1;
+  if (t < 0 || moff_[t] >= 0 || hi <= lo) return;
+  const ChunkTensor& x = tensors_[t];
+  ops::pack_bf16(h16_ + x.offset + lo, hp_ + x.offset + lo, (long)(hi - lo));
+  const int c = chunk_of_[t];
+  if (slot_[c] >= 0)
+    ops::pack_bf16(reinterpret_cast<uint16_t*>(at(slot_[c])) + toff_[t] + lo, hp_ + x.offset + lo, (long)(hi - lo));
+}
+
+template <class T>
 std::vector<int> ChunkStore<T>::chunks_of(const std::vector<int>& parts) const {
   std::vector<int> cs;
   for (int p : parts) {

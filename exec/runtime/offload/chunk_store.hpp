@@ -144,6 +144,10 @@ class ChunkStore {
   bool bf16_slots() const { return h16_ != nullptr; }
   void refresh_host16();             // bf16 slots: host16 and the mirror from the host parameters (after they changed)
   double mirror_bytes() const { return mirror_bytes_; }
+  // bf16 slots: elements [lo, hi) of view v were rewritten through the pointer table (a ZeRO all-gather): a
+  // bf16-read view's new values packed into host16 and, resident, into its slot (device ops, stream-ordered); a
+  // T-read view was written in the mirror, which is what the ops read.
+  void rewritten(int view, long long lo, long long hi);
   // Hybrid Adam (above): host_m1 / host_m2 are the host's Adam moments in the flat buffers' layout.
   void enable_hybrid_adam(T* host_m1, T* host_m2, double margin_ratio);
   bool os_on_device(int view) const;  // the view's optimizer state is on the device (its Adam is device_adam's)
