@@ -55,6 +55,7 @@ BF16_CASES = [  # name, plan changes, base scenario, extra environment; fp8_* ca
     ("bf16_flash", {"attention": "flash"}, "tiny-gpt", {}),
     ("bf16_cp2_flash", {"cp": 2, "attention": "flash"}, "tiny-gpt", {}),
     ("bf16_chunked_tight", {"offload": CHUNKED}, "tiny-gpt", {}),
+    ("bf16_chunked_dp2_zero3", {"dp": 2, "zero": 3, "offload": CHUNKED}, "tiny-gpt", {}),
     ("bf16_recompute_full", {"recompute": "full"}, "tiny-gpt", {}),
     ("bf16_pp2_selective", {"pp": 2, "recompute": "selective"}, "tiny-gpt", {}),
     ("bf16_tp2d_q2", {"tp": 4, "tp_mode": "2d"}, "tiny-gpt", {}),
