@@ -17,15 +17,16 @@
 // slot (counted in bytes actually copied and timed); a G chunk accessed again (only without an optimizer
 // phase) goes back to the host and reloads its parameters. Slots are placed first-fit; when the free bytes
 // suffice but no hole does, the arena is compacted (resident slots slide down; not a move).
-// bf16 slots (training.precision "bf16", given host16): as PatrickStar's fp16 chunks and the simulator's
+// bf16 slots (training.precision "bf16", given a ChunkBf16): as PatrickStar's fp16 chunks and the simulator's
 // (param_bytes 2), a slot holds its chunk's parameters as bf16, 2 bytes an element, and the host keeps them so too in
 // host16 (PatrickStar's CPU-side fp16 chunks) beside the master parameters: a move copies the bf16 chunk each way,
 // the GEMMs read a resident chunk's weights from its slot (the external copies of exec/model/gpt.hpp WeightCopies16,
 // the p16 table), and the views the ops read as T (norms, biases, positions: a small fraction) from a device mirror
 // of them kept whole, rewritten with host16 (mirror_bytes, in the device peak). The gradients stay in the host's flat
 // buffer (no gradient reuse: a bf16 slot cannot hold the T gradients); the optimizer phase packs every updated
-// parameter into host16 (host_pack_bf16) and copies the resident chunks' up (adam_h2d_bytes). The same values as the GEMMs' own copies (the same rounding), so a run
-// gives the results of the plan without offload. Hybrid Adam (bf16 slots with enable_hybrid_adam, PatrickStar's and
+// parameter into host16 (host_pack_bf16) and copies the resident chunks' up (adam_h2d_bytes); ZeRO's all-gathers,
+// which write the T parameters, repack what they wrote (rewritten). The same values as the GEMMs' own copies (the
+// same rounding), so a run gives the results of the plan without offload. Hybrid Adam (bf16 slots with enable_hybrid_adam, PatrickStar's and
 // the simulator's rule, sim/chunk_policy.hpp hybrid_adam_chunks): at the end of the warm-up step, the first chunks
 // whose optimizer state (fp32 master and two moments, 3 T an element) fits in budget - the warm-up's peak non-model
 // bytes - every chunk's bytes, times the margin ratio, get that state on the device (copied up from the host once;
