@@ -183,7 +183,7 @@ int RankRun<T>::resume(RunResult& res) {
                       "not restarting from step 0 (use --resume-or-start to allow it)"});
   if (at) {
     first = (int)load_checkpoint(*at);
-    if (store && store->bf16_slots()) store->refresh_host16();  // (the chunks' bf16 copy of the loaded parameters)
+    if (store) store->refresh_copies();  // (bf16 chunks: their host copy and the mirror of the loaded parameters)
     res.last_checkpoint = checkpoint_step_dir(o.checkpoint_dir, *at);
     if (world.rank() == 0 && first >= o.steps)
       std::fprintf(stderr, "nothing to do: the checkpoint at step %d is at or past --steps %d (%s)\n", first, o.steps,

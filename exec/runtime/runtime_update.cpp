@@ -310,7 +310,7 @@ void RankRun<T>::adam_update(int step, int warmup, double norm) {
       }
     });
   }
-  if (store && store->os_bytes() > 0)  // chunked offload's hybrid Adam: the chunks whose state is on the device
+  if (store)  // chunked offload's hybrid Adam: the chunks whose state is on the device (none: nothing to do)
     store->device_adam([&](int v, T* w, const T* g, T* m, T* s, long n) {
       ops::adamw(w, g, m, s, n, T(lr), T(o.beta1), T(o.beta2), T(o.eps), T(gl.views[(size_t)v].decay ? o.weight_decay : 0),
                  (long)step + 1, clip);

@@ -111,7 +111,7 @@ ChunkStore<T>::ChunkStore(const std::vector<ChunkTensor>& tensors, int parts, lo
     mirror_bytes_ = (double)sizeof(T) * nm;
   }
   for (int c = 0; c < n; ++c) point(c, false);
-  if (h16_) refresh_host16();
+  refresh_copies();
 }
 
 template <class T>
@@ -196,7 +196,8 @@ void ChunkStore<T>::ArenaFree::operator()(char* p) const {
 }
 
 template <class T>
-void ChunkStore<T>::refresh_host16() {
+void ChunkStore<T>::refresh_copies() {
+  if (!h16_) return;
   for (const ChunkTensor& x : tensors_) host_pack_bf16(h16_ + x.offset, hp_ + x.offset, (long)x.count, threads_);
   if (!mirror_) return;
   BackendScope dev(*mirror_.get_deleter().be);
@@ -457,7 +458,7 @@ void ChunkStore<T>::host_phase_begin(int moment) {
 template <class T>
 void ChunkStore<T>::host_phase_end() {
   close_window(false);  // CPU Adam's temporaries are host memory
-  if (h16_) refresh_host16();  // (every chunk's bf16 parameters, as PatrickStar's CPU Adam writes its fp16 chunks)
+  refresh_copies();  // (bf16 slots: every chunk's bf16 parameters, as PatrickStar's CPU Adam writes its fp16 chunks)
   auto t0 = Clock::now();
   for (const auto& [off, c] : slots_) {
     for (int t : tensors_of_[c]) {

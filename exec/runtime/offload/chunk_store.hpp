@@ -143,7 +143,8 @@ class ChunkStore {
   double budget_bytes() const { return budget_; }
   double arena_bytes() const { return (double)arena_elems_ * es_; }
   bool bf16_slots() const { return h16_ != nullptr; }
-  void refresh_host16();             // bf16 slots: host16 and the mirror from the host parameters (after they changed)
+  void refresh_copies();             // bf16 slots: host16 and the mirror from the host parameters (after they changed;
+                                     // no-op with T slots)
   double mirror_bytes() const { return mirror_bytes_; }
   // bf16 slots: elements [lo, hi) of view v were rewritten through the pointer table (a ZeRO all-gather): a
   // bf16-read view's new values packed into host16 and, resident, into its slot (device ops, stream-ordered); a
