@@ -22,7 +22,7 @@ search on the emulated device (tiny shapes: --hidden 64 --heads 4 --vocab 256 --
 checks the plumbing on a machine without a GPU.
 
 usage: gpu_offload_scale.py TRAINPLAN OUT_DIR [--backend cuda|emu-device] [--budget-bytes B] [--arena-fraction F]
-       [--chunk-elements N] [--hidden H] [--heads A] [--seq S] [--vocab V] [--microbatch M] [--precision bf16|fp32]
+       [--chunk-elements N] [--prefetch-runs N] [--hidden H] [--heads A] [--seq S] [--vocab V] [--microbatch M] [--precision bf16|fp32]
        [--layers 2,4,...] [--steps N] [--timeout S] [--total-timeout S] [--up N] [--down N] [--json FILE]
 """
 import argparse, json, os, subprocess, sys, time
@@ -51,6 +51,9 @@ def args_():
                    help="chunked: the chunk arena (--device-budget) as a share of the budget; the rest holds "
                         "activations, the embeddings' work and the GEMMs' scratch")
     a.add_argument("--chunk-elements", type=int, default=64 << 20, help="chunked: plan.offload.chunk_elements")
+    a.add_argument("--prefetch-runs", type=int, default=1,
+                   help="chunked: plan.offload.prefetch_runs (the next runs' chunks load on a copy stream; 0: "
+                        "PatrickStar's synchronous moves)")
     a.add_argument("--hidden", type=int, default=2048)
     a.add_argument("--heads", type=int, default=16)
     a.add_argument("--seq", type=int, default=1024)
@@ -79,7 +82,7 @@ def scenario(o, layers, chunked, arena_fraction_of_hbm):
     plan = {"attention": "flash", "dp": 1, "tp": 1, "pp": 1, "microbatch": o.microbatch, "recompute": "full"}
     if chunked:
         plan["offload"] = {"kind": "chunked", "chunk_elements": o.chunk_elements,
-                           "gpu_memory_fraction": arena_fraction_of_hbm}
+                           "gpu_memory_fraction": arena_fraction_of_hbm, "prefetch_runs": o.prefetch_runs}
     return {
         "name": "offload-scale-%dl-%s" % (layers, "chunked" if chunked else "none"),
         "about": "bench/gpu_offload_scale.py: one member of a GPT family whose layer count grows",

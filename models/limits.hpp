@@ -137,6 +137,7 @@ inline constexpr Limit recompute_layers{"plan.recompute_layers", 0, 10000, K::in
 inline constexpr Limit offload_layer{"plan.offload.layers[i]", 0, 9999, K::integer, "a layer index"};
 inline constexpr Limit offload_fraction{"plan.offload.fraction", 0, 1, K::open_number, "a fraction"};
 inline constexpr Limit prefetch_layers{"plan.offload.prefetch_layers", 1, 10000, K::integer, "as layers"};
+inline constexpr Limit prefetch_runs{"plan.offload.prefetch_runs", 0, 10000, K::integer, "as layers"};
 inline constexpr Limit chunk_elements{"plan.offload.chunk_elements", 1, 1099511627776.0, K::integer, "2^40"};
 inline constexpr Limit gpu_memory_fraction{"plan.offload.gpu_memory_fraction", 0, 1, K::open_number, "a fraction"};
 inline constexpr Limit warmup_fraction{"plan.offload.warmup_chunk_fraction", 0, 1, K::open_number, "a fraction"};
@@ -171,7 +172,7 @@ inline constexpr const Limit* kAllLimits[] = {
     &lim::checkpoint_every, &lim::log_every,
     &lim::dp, &lim::tp, &lim::pp, &lim::virtual_stages, &lim::microbatch, &lim::zero, &lim::ep, &lim::cp,
     &lim::stage_layers, &lim::first_stage_layers, &lim::last_stage_layers, &lim::recompute_layers, &lim::offload_layer,
-    &lim::offload_fraction, &lim::prefetch_layers, &lim::chunk_elements, &lim::gpu_memory_fraction,
+    &lim::offload_fraction, &lim::prefetch_layers, &lim::prefetch_runs, &lim::chunk_elements, &lim::gpu_memory_fraction,
     &lim::warmup_fraction, &lim::adam_margin, &lim::unique_layers, &lim::max_gpus, &lim::search_top_k, &lim::confirm, &lim::confirm_budget,
     &lim::headroom, &lim::batch_over_critical, &lim::eth_bits, &lim::eth_nics};
 

@@ -73,6 +73,8 @@ struct Offload {
   double gpu_memory_fraction = 0.8;       // usable GPU memory = fraction x HBM ("overall_gpu_mem")
   double warmup_chunk_fraction = 0.1;     // warm-up cap on GPU chunk memory, of the usable memory
   double hybrid_adam_margin = 0.8;        // share of the spare GPU margin given to optimizer-state chunks
+  int prefetch_runs = 0;                  // runs ahead whose chunks load during the current run (0: PatrickStar's
+                                          // synchronous moves; sim/chunks.hpp "Prefetch")
   bool on() const { return kind != OffloadKind::none; }
 };
 

@@ -168,7 +168,9 @@ static Offload read_offload(const json& v, const std::string& path, Issues& is) 
     o.gpu_memory_fraction = r.opt_num("gpu_memory_fraction", 0.8, lim::gpu_memory_fraction);
     o.warmup_chunk_fraction = r.opt_num("warmup_chunk_fraction", 0.1, lim::warmup_fraction);
     o.hybrid_adam_margin = r.opt_num("hybrid_adam_margin", 0.8, lim::adam_margin);
-    r.finish({"kind", "chunk_elements", "gpu_memory_fraction", "warmup_chunk_fraction", "hybrid_adam_margin"});
+    o.prefetch_runs = (int)r.opt_int("prefetch_runs", 0, lim::prefetch_runs);
+    r.finish({"kind", "chunk_elements", "gpu_memory_fraction", "warmup_chunk_fraction", "hybrid_adam_margin",
+              "prefetch_runs"});
   } else {
     r.finish({"kind"});
   }
@@ -467,7 +469,8 @@ static json plan_to_json(const Plan& p) {
                     {"prefetch_layers", o.prefetch_layers}};
   else if (o.kind == OffloadKind::chunked)
     j["offload"] = {{"kind", "chunked"}, {"chunk_elements", o.chunk_elements}, {"gpu_memory_fraction", o.gpu_memory_fraction},
-                    {"warmup_chunk_fraction", o.warmup_chunk_fraction}, {"hybrid_adam_margin", o.hybrid_adam_margin}};
+                    {"warmup_chunk_fraction", o.warmup_chunk_fraction}, {"hybrid_adam_margin", o.hybrid_adam_margin},
+                    {"prefetch_runs", o.prefetch_runs}};
   else if (o.on())
     j["offload"] = {{"kind", offload_kind_name(o.kind)}};
   return j;

@@ -31,6 +31,8 @@ CASES = [  # name, plan changes, extra run options, compare with a delinked cpu 
     ("dp2_tp2_pp2", {"dp": 2, "tp": 2, "pp": 2}, [], False),
     ("tp2d_q2", {"tp": 4, "tp_mode": "2d"}, [], False),
     ("chunked_dp2_zero3", {"dp": 2, "zero": 3, "offload": CHUNKED}, ["--device-budget", "1000000"], False),
+    ("chunked_prefetch_dp2_zero3", {"dp": 2, "zero": 3, "offload": dict(CHUNKED, prefetch_runs=2)},
+     ["--device-budget", "1000000"], False),  # (the next runs' chunks on the copy stream)
     ("optimizer_dp2_pp2_zero2", {"dp": 2, "pp": 2, "zero": 2, "offload": {"kind": "optimizer"}}, [], False),
     ("granular_dp2_zero2", {"dp": 2, "zero": 2, "offload": GRAN}, [], False),
     ("flash", {"attention": "flash"}, [], False),  # the fused kernels (exec/kernels/k_flash.hpp)
@@ -56,6 +58,7 @@ BF16_CASES = [  # name, plan changes, base scenario, extra environment; fp8_* ca
     ("bf16_cp2_flash", {"cp": 2, "attention": "flash"}, "tiny-gpt", {}),
     ("bf16_chunked_tight", {"offload": CHUNKED}, "tiny-gpt", {}),
     ("bf16_chunked_dp2_zero3", {"dp": 2, "zero": 3, "offload": CHUNKED}, "tiny-gpt", {}),
+    ("bf16_chunked_prefetch", {"offload": dict(CHUNKED, prefetch_runs=1)}, "tiny-gpt", {}),
     ("bf16_recompute_full", {"recompute": "full"}, "tiny-gpt", {}),
     ("bf16_pp2_selective", {"pp": 2, "recompute": "selective"}, "tiny-gpt", {}),
     ("bf16_tp2d_q2", {"tp": 4, "tp_mode": "2d"}, "tiny-gpt", {}),

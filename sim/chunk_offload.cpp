@@ -89,6 +89,7 @@ ChunkPlan plan_chunk_offload(const Scenario& sc, Program& prog, detail::Builder&
   in.hybrid_adam_margin = p.offload.hybrid_adam_margin;
   in.param_bytes = eb.e;
   in.os_bytes = eb.optimizer();
+  in.prefetch_runs = p.offload.prefetch_runs;
 
   // Moments (one per run, then ADAM) and the non-model memory a warm-up step records at each: activations
   // stored so far plus the accessing piece's working set, plus pipeline buffers.
@@ -120,7 +121,8 @@ ChunkPlan plan_chunk_offload(const Scenario& sc, Program& prog, detail::Builder&
   ChunkSimResult cr = simulate_chunks(in);
 
   // Moves happen synchronously when a run accesses its chunks: evictions (D2H) then loads (H2D), after the
-  // previous run and before this one.
+  // previous run and before this one. A prefetch's loads (prefetch_runs) are queued then too, after them, and
+  // run during this run on the H2D lane; the runs they load for wait for them.
   auto pcie_task = [&](int lane_id, TaskKind kind, double bytes, int after, int before, int mb) {
     TaskInfo ti;
     ti.kind = kind;
@@ -135,11 +137,17 @@ ChunkPlan plan_chunk_offload(const Scenario& sc, Program& prog, detail::Builder&
   for (size_t k = 0; k < runs.size(); ++k) {
     int prev = k > 0 ? runs[k - 1].last : -1;
     int mb = prog.info[runs[k].first].mb;
-    int d2h = -1;
+    int d2h = -1, h2d = -1;
     if (cr.d2h_bytes[k] > 0) d2h = pcie_task(kLaneD2H, TaskKind::d2h, cr.d2h_bytes[k], prev, runs[k].first, mb);
     if (cr.h2d_bytes[k] > 0) {
-      int h2d = pcie_task(kLaneH2D, TaskKind::h2d, cr.h2d_bytes[k], prev, runs[k].first, mb);
+      h2d = pcie_task(kLaneH2D, TaskKind::h2d, cr.h2d_bytes[k], prev, runs[k].first, mb);
       if (d2h >= 0) prog.in.edges.push_back({d2h, h2d});
+    }
+    if (cr.prefetch_h2d_bytes[k] > 0) {  // the next run waits for all of them, as the executor's next access does
+      const int before = k + 1 < runs.size() ? runs[k + 1].first : -1;
+      const int pf = pcie_task(kLaneH2D, TaskKind::h2d, cr.prefetch_h2d_bytes[k], prev, before, mb);
+      for (int dep : {d2h, h2d})
+        if (dep >= 0) prog.in.edges.push_back({dep, pf});
     }
   }
   ChunkPlan out;

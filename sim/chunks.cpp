@@ -171,6 +171,29 @@ struct Residency {
       }
     }
   }
+  // The next runs' chunks on the copy stream while moment k computes (chunk_policy.hpp chunk_prefetch).
+  void prefetch(int k, double budget, bool record, const std::vector<char>& compute) {
+    const int T = static_cast<int>(m.needed.size()), depth = v.in.prefetch_runs;
+    const std::vector<int> wanted = chunk_prefetch_wanted(
+        k, depth, T - 1, [&](int j) -> const std::vector<int>& { return m.needed[j]; }, [&](int c) { return on_gpu[c] != 0; });
+    if (wanted.empty()) return;
+    auto protect = [&](int c) {
+      if (compute[c]) return true;
+      for (int j = k + 1; j <= std::min(k + depth, T - 1); ++j)
+        if (std::binary_search(m.needed[j].begin(), m.needed[j].end(), c)) return true;
+      return false;
+    };
+    const double spill = std::max(0.0, m.transient[k] - r.comm_buffer_bytes);
+    for (const PrefetchStep& st : chunk_prefetch(
+             wanted, static_cast<int>(local.size()), [&](int i) { return local[i]; }, [&](int c) { return on_gpu[c] != 0; },
+             protect, [&](int c) { return v.fp16(c); }, [&](int c) { return chunk_next_use(m.trace[c], k, T); }, budget,
+             spill, resident)) {
+      on_gpu[st.chunk] = st.load ? 1 : 0;
+      if (!record) continue;
+      r.moves.push_back({k, st.chunk, st.load, v.fp16(st.chunk), st.load});
+      (st.load ? r.prefetch_h2d_bytes : r.d2h_bytes)[k] += v.fp16(st.chunk);
+    }
+  }
   void record_adam() {  // the ADAM moment: grads to the OS device, updated params back
     r.adam_chunks.clear();
     r.adam_d2h_bytes = r.adam_h2d_bytes = 0;
@@ -187,6 +210,7 @@ struct Residency {
     if (record) {
       r.h2d_bytes.assign(T, 0.0);
       r.d2h_bytes.assign(T, 0.0);
+      r.prefetch_h2d_bytes.assign(T, 0.0);
       r.gpu_chunk_bytes.assign(T, 0.0);
       r.host_bytes = r.local_fp16_bytes - resident;
     }
@@ -207,6 +231,7 @@ struct Residency {
           r.h2d_bytes[k] += v.fp16(c);
         }
       }
+      if (!warmup && v.in.prefetch_runs > 0 && !v.in.moment_is_adam[k]) prefetch(k, budget[k], record, compute);
       for (int c : m.needed[k]) compute[c] = 0;
       if (!record) continue;
       r.gpu_chunk_bytes[k] = resident + m.transient[k];

@@ -39,6 +39,13 @@
 //   each such stay. For moments fwd 0..P-1, bwd P-1..0, ADAM with one local chunk per part that is 2P-1
 //   chunks each way per step: seeds §4.5's "params H2D twice" (2 * 2M/N) less the last part, whose chunk
 //   stays from its forward to its backward; the D2H side is the same, not 2M/N (a move is a copy).
+// - Prefetch (prefetch_runs = d > 0; the executor's copy stream): in steady steps, at moment k after its moves, the
+//   chunks of moments k+1..k+d not on the GPU load in moment, then chunk order, each after Belady evictions (keys at
+//   k) of chunks that neither moment k nor those moments access, while resident + it + the spill stays within
+//   budget[k]; the first that cannot fit ends it (sim/chunk_policy.hpp chunk_prefetch). Its evictions are
+//   moment k's (D2H before the run), its loads prefetch moves of moment k (H2D during the run), so
+//   gpu_chunk_bytes[k] includes them. Warm-up steps and the ADAM moment never prefetch. PatrickStar moves
+//   synchronously (d = 0, the default).
 // - Hybrid Adam: margin = overall - max(nonmodel) - local fp16 chunk bytes; the FIRST local chunks in chunk
 //   order get their optimizer state (os_bytes/element, capacity) on the GPU while the cumulative OS bytes stay
 //   within max(0, margin) * hybrid_adam_margin (= floor(margin*ratio / (E*os_bytes)) chunks when all chunks
@@ -78,6 +85,7 @@ struct ChunkSimInput {
   double hybrid_adam_margin = 0.8;      // margin_use_ratio
   double param_bytes = 2;               // fp16 param per element; the fp16 grad reuses this slot
   double os_bytes = 12;                 // fp32 master + momentum + variance per element
+  int prefetch_runs = 0;                // steady steps: the next runs' chunks load during moment k (see Prefetch)
 };
 
 // One chunk move of the reported step (bytes = chunk capacity * param_bytes).
@@ -86,6 +94,7 @@ struct ChunkMove {
   int chunk = 0;
   bool to_gpu = false;
   double bytes = 0;
+  bool prefetch = false;  // a load of the prefetch at `moment`, for a later moment (on the copy stream)
 };
 
 // Adam work of one local chunk, in chunk order.
@@ -102,7 +111,8 @@ struct ChunkSimResult {
   double local_param_elements = 0;   // real parameters in the local chunks
   double local_fp16_bytes = 0;       // sum of local chunk capacities * param_bytes
   std::vector<ChunkMove> moves;      // moves of the reported steady step, in order (a moment's D2H first)
-  std::vector<double> h2d_bytes, d2h_bytes;   // per moment of the reported step (sum of its moves)
+  std::vector<double> h2d_bytes, d2h_bytes;   // per moment of the reported step (sum of its moves, before its run)
+  std::vector<double> prefetch_h2d_bytes;     // per moment: the prefetch's loads, during its run
   std::vector<double> gpu_chunk_bytes;  // per moment: local GPU chunks + transient payloads, after the moves
   std::vector<double> budget_bytes;     // per moment: steady chunkable budget (see conventions)
   double peak_gpu_chunk_bytes = 0;

@@ -327,6 +327,7 @@ void RankRun<T>::make_chunk_store() {
   store = std::make_unique<ChunkStore<T>>(ts, (int)units.size(), p.offload.chunk_elements, budget,
                                           p.offload.warmup_chunk_fraction, params.data(), grads.data(), ptab, gtab,
                                           b16.host16 ? &b16 : nullptr);
+  store->set_prefetch(p.offload.prefetch_runs);
   // Hybrid Adam (bf16 chunks): the moments' layout must be the flat buffers' (one data rank: each owned unit whole)
   bool flat_state = true;
   for (size_t k = 0; k < own.size(); ++k)

@@ -83,6 +83,7 @@ struct OffloadResult {
   std::vector<double> peak_device_bytes;
   double peak_device_bytes_max = 0;
   std::vector<double> os_device_bytes;  // hybrid Adam: optimizer state on the device, per step
+  std::vector<double> prefetch_h2d_bytes;  // chunked: the prefetch's loads per step (in h2d_bytes too)
 };
 
 struct RunResult {

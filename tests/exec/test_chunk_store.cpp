@@ -221,9 +221,11 @@ TEST(ChunkStore, SteadyStepMovesAreTheSimulators) {
   }
   double most = 0;
   for (const auto& m : moments) most = std::max(most, h.store(6, E, 1e9)->bytes_of_parts(m));
+  for (int prefetch : {0, 1, 2})  // (plan.offload.prefetch_runs: the same rule on both sides, sim/chunk_policy.hpp)
   for (double budget_chunks : {1.0, 1.4, 2.0, 3.0}) {
     const double budget = budget_chunks * most;
     auto s = h.store(6, E, budget, 0.1);
+    s->set_prefetch(prefetch);
     s->keep_log = true;
     run_steps(*s, moments, 3);
     tp::ChunkSimInput in;
@@ -241,16 +243,59 @@ TEST(ChunkStore, SteadyStepMovesAreTheSimulators) {
     in.warmup_chunk_fraction = 0.1;
     in.hybrid_adam_margin = 0;  // no GPU Adam: the executor runs CPU Adam for every chunk
     in.param_bytes = 8;         // fp64 params; the grads reuse the slot
+    in.prefetch_runs = prefetch;
     tp::ChunkSimResult r = tp::simulate_chunks(in);
-    std::vector<std::tuple<int, int, bool>> sim, ours;
-    for (const auto& m : r.moves) sim.emplace_back(m.moment, m.chunk, m.to_gpu);
+    std::vector<std::tuple<int, int, bool, bool>> sim, ours;
+    for (const auto& m : r.moves) sim.emplace_back(m.moment, m.chunk, m.to_gpu, m.prefetch);
     for (const auto& m : s->log)
-      if (m.step == 2) ours.emplace_back(m.moment, m.chunk, m.to_device);
+      if (m.step == 2) ours.emplace_back(m.moment, m.chunk, m.to_device, m.prefetch);
+    const bool prefetched = std::any_of(r.moves.begin(), r.moves.end(), [](const tp::ChunkMove& m) { return m.prefetch; });
     if (budget_chunks < 2) {  // tight budgets move every step
       EXPECT_FALSE(sim.empty()) << budget_chunks;
     }
-    EXPECT_EQ(ours, sim) << "budget " << budget_chunks << " chunks";
+    if (budget_chunks == 1.4) {  // (at 1.0 the largest moment leaves no room to load ahead)
+      EXPECT_EQ(prefetched, prefetch > 0) << budget_chunks << " prefetch " << prefetch;
+    }
+    EXPECT_EQ(ours, sim) << "budget " << budget_chunks << " chunks, prefetch " << prefetch;
   }
+}
+
+// Prefetch: from the first steady step on, access(k) also loads the next moments' chunks (here one layer per moment,
+// one chunk per layer, a budget of two chunks); a prefetched chunk is resident at once but its tables name the host
+// until its own access, which loads nothing more. Data survives exactly.
+TEST(ChunkStore, PrefetchLoadsTheNextMomentsChunksAndPointsAtThemAtTheirAccess) {
+  Harness h({64, 64, 64, 64}, {0, 1, 2, 3});
+  const std::vector<double> p0 = h.params;
+  auto s = h.store(4, 64, 2 * 64 * 8.0);
+  s->set_prefetch(1);
+  s->keep_log = true;
+  const std::vector<std::vector<int>> moments = {{0}, {1}, {2}, {3}, {3}, {2}, {1}, {0}};
+  for (int st = 0; st < 3; ++st) {
+    s->begin_step();
+    for (int k = 0; k < (int)moments.size(); ++k) {
+      const size_t before = s->log.size();
+      s->access(k, moments[k]);
+      const int t = moments[k][0];
+      EXPECT_NE(h.ptab[t], h.params.data() + h.ts[t].offset) << st << " " << k;  // its own chunk: in the slot
+      for (size_t i = before; i < s->log.size(); ++i) {
+        const auto& m = s->log[i];
+        if (st == 0) EXPECT_FALSE(m.prefetch) << "the warm-up step prefetches nothing";
+        if (st > 0 && m.to_device && !(k == 0 && m.chunk == 0))  // (the ADAM moment's 16 E reserve evicted chunk 0)
+          EXPECT_TRUE(m.prefetch) << st << " " << k << ": every other steady load is a prefetch";
+        if (m.prefetch) {
+          EXPECT_EQ(m.chunk, moments[k + 1][0]);  // the next moment's chunk ...
+          EXPECT_TRUE(s->resident(m.chunk));
+          EXPECT_EQ(h.ptab[m.chunk], h.params.data() + h.ts[m.chunk].offset);  // ... named on the host until its access
+        }
+      }
+      for (long long i = 0; i < 64; ++i) EXPECT_EQ(h.ptab[t][i], p0[h.ts[t].offset + i]);
+    }
+    s->host_phase_begin((int)moments.size());
+    s->host_phase_end();
+    s->end_step();
+  }
+  s->evict_all();
+  EXPECT_EQ(h.params, p0);
 }
 
 TEST(ChunkStore, GradientsReuseTheParameterSlotAfterTheLastAccess) {

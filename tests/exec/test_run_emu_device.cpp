@@ -94,13 +94,17 @@ TEST(RunEmuDevice, OffloadPlansMatchSingleRankFloat64) {
   ASSERT_FALSE(ref.is_null());
   const json chunked = {{"kind", "chunked"}, {"chunk_elements", 2048}};
   const json gran = {{"kind", "granular"}, {"layers", {1, 2}}};
+  json prefetch = chunked;  // (the copy stream's loads are deferred here: a missing wait reads stale slots)
+  prefetch["prefetch_runs"] = 2;
   std::vector<Case> cases = {
       {"dev_chunked_tight", {{"offload", chunked}}, "--device-budget 1000000"},
+      {"dev_chunked_prefetch", {{"offload", prefetch}}, "--device-budget 1000000"},
       {"dev_optimizer", {{"offload", {{"kind", "optimizer"}}}}, ""},
       {"dev_granular", {{"offload", gran}}, ""},
   };
   if (have_mpi()) {
     cases.push_back({"dev_chunked_dp2_zero3", {{"dp", 2}, {"zero", 3}, {"offload", chunked}}, "--device-budget 1000000"});
+    cases.push_back({"dev_chunked_dp2_zero3_prefetch", {{"dp", 2}, {"zero", 3}, {"offload", prefetch}}, "--device-budget 1000000"});
     cases.push_back({"dev_optimizer_dp2_pp2_zero2", {{"dp", 2}, {"pp", 2}, {"zero", 2}, {"offload", {{"kind", "optimizer"}}}}, ""});
     cases.push_back({"dev_granular_dp2_zero2", {{"dp", 2}, {"zero", 2}, {"offload", gran}}, ""});
   }
@@ -108,6 +112,9 @@ TEST(RunEmuDevice, OffloadPlansMatchSingleRankFloat64) {
   json off = run(scenario("dev_chunked_tight", {{"offload", chunked}}), steps, true, nullptr, kDev + " --device-budget 1000000");
   ASSERT_FALSE(off.is_null());
   EXPECT_GT(off["offload"]["h2d_moves"][steps - 1].get<double>(), 0);  // chunks did move
+  off = run(scenario("dev_chunked_prefetch", {{"offload", prefetch}}), steps, true, nullptr, kDev + " --device-budget 1000000");
+  ASSERT_FALSE(off.is_null());
+  EXPECT_GT(off["offload"]["prefetch_h2d_bytes"][steps - 1].get<double>(), 0);  // loads went through the copy stream
 }
 
 // Mixture of experts: the all-to-all of dispatched tokens from device memory (ep 2 inside dp 2).

@@ -381,6 +381,15 @@ TEST(RunOracle, ChunkedOffloadUnderATightBudgetMatchesSingleRank) {
   EXPECT_EQ(roomy["losses"], ref["losses"]);
   EXPECT_GT(roomy["offload"]["h2d_moves"][0].get<double>(), 0);
   for (int s = 1; s < steps; ++s) EXPECT_EQ(roomy["offload"]["h2d_moves"][s].get<double>() + roomy["offload"]["d2h_moves"][s].get<double>(), 0);
+  // Prefetch (plan.offload.prefetch_runs): the next runs' chunks load during the current run, the same results.
+  json pf = run(scenario("off_tight_prefetch", {{"offload", {{"kind", "chunked"}, {"chunk_elements", 2048}, {"prefetch_runs", 2}}}}),
+                steps, true, nullptr, "--device-budget 1000000");
+  ASSERT_FALSE(pf.is_null());
+  EXPECT_EQ(pf["losses"], ref["losses"]);
+  EXPECT_EQ(pf["grad_norm"], ref["grad_norm"]);
+  EXPECT_EQ(pf["offload"]["prefetch_h2d_bytes"][0].get<double>(), 0);  // (the warm-up step does not prefetch)
+  for (int s = 1; s < steps; ++s) EXPECT_GT(pf["offload"]["prefetch_h2d_bytes"][s].get<double>(), 0) << s;
+  EXPECT_LE(pf["offload"]["peak_arena_bytes_max"].get<double>(), 1e6);
   // float32 with the tight budget: bit-identical to float32 without offload.
   json ref32 = run(scenario("off_ref", json::object()), steps, false), got32 = run(f, steps, false, nullptr, "--device-budget 500000");
   ASSERT_FALSE(got32.is_null());
@@ -400,6 +409,9 @@ TEST(RunOracle, ChunkedOffloadUnderATightBudgetMatchesSingleRank) {
       {"off_dp2_tp2_pp2_sp_zero3", {{"dp", 2}, {"tp", 2}, {"pp", 2}, {"sequence_parallel", true}, {"zero", 3},
                                     {"offload", chunked}}, "450000"},
       {"off_tp2d_q2", {{"tp", 4}, {"tp_mode", "2d"}, {"offload", chunked}}, "300000"},
+      {"off_dp2_pp2_zero3_prefetch",
+       {{"dp", 2}, {"pp", 2}, {"zero", 3}, {"offload", {{"kind", "chunked"}, {"chunk_elements", 2048}, {"prefetch_runs", 1}}}},
+       "600000"},
   };
   for (const Case& c : cases) {
     json par = run(scenario(c.name, c.plan), steps, true, nullptr, std::string("--device-budget ") + c.budget);

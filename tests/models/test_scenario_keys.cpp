@@ -181,11 +181,13 @@ TEST(ScenarioKeys, OptimizerAndChunkedOffload) {
   EXPECT_DOUBLE_EQ(sc.plan.offload.gpu_memory_fraction, 0.8);
   EXPECT_DOUBLE_EQ(sc.plan.offload.warmup_chunk_fraction, 0.1);
   EXPECT_DOUBLE_EQ(sc.plan.offload.hybrid_adam_margin, 0.8);
+  EXPECT_EQ(sc.plan.offload.prefetch_runs, 0);  // PatrickStar's synchronous moves
   expect_round_trip(sc);
 
   sc = parse(scenario({{"zero", 3},
                        {"offload", {{"kind", "chunked"}, {"chunk_elements", 1 << 20}, {"gpu_memory_fraction", 0.5},
-                                    {"warmup_chunk_fraction", 0.2}, {"hybrid_adam_margin", 0}}}}));
+                                    {"warmup_chunk_fraction", 0.2}, {"hybrid_adam_margin", 0}, {"prefetch_runs", 2}}}}));
+  EXPECT_EQ(sc.plan.offload.prefetch_runs, 2);
   EXPECT_EQ(sc.plan.offload.chunk_elements, 1 << 20);
   EXPECT_DOUBLE_EQ(sc.plan.offload.gpu_memory_fraction, 0.5);
   EXPECT_DOUBLE_EQ(sc.plan.offload.warmup_chunk_fraction, 0.2);

@@ -186,6 +186,38 @@ TEST(ChunkSim, WorstCasePcieBytesPerStep) {
   }
 }
 
+TEST(ChunkSim, PrefetchLoadsTheNextMomentsChunksWithinTheBudget) {
+  // One chunk per part, FWD/BWD budgets of two chunks (overall 19000 - non-model 15000), ADAM 3000 (one chunk).
+  const int P = 5;
+  std::vector<std::vector<double>> one(P, {kE});
+  ChunkSimInput in = chain(one, 19000, 15000);
+  const ChunkSimResult sync = simulate_chunks(in);
+  in.prefetch_runs = 1;
+  const ChunkSimResult ahead = simulate_chunks(in);
+  const int T = static_cast<int>(in.moments.size());
+  ASSERT_EQ(ahead.prefetch_h2d_bytes.size(), static_cast<size_t>(T));
+  EXPECT_DOUBLE_EQ(sum(sync.prefetch_h2d_bytes), 0);
+  EXPECT_GT(sum(ahead.prefetch_h2d_bytes), 0);
+  // The same chunks load (the evictions ahead pick the synchronous step's victims here), most of them a moment early.
+  EXPECT_DOUBLE_EQ(sum(ahead.h2d_bytes) + sum(ahead.prefetch_h2d_bytes), sum(sync.h2d_bytes));
+  EXPECT_DOUBLE_EQ(sum(ahead.d2h_bytes), sum(sync.d2h_bytes));
+  EXPECT_LT(sum(ahead.h2d_bytes), sum(sync.h2d_bytes));
+  for (int k = 0; k < T; ++k) {
+    EXPECT_LE(ahead.gpu_chunk_bytes[k], ahead.budget_bytes[k]) << k;  // resident + prefetched within the budget
+    if (in.moment_is_adam[k] || k == T - 2) EXPECT_DOUBLE_EQ(ahead.prefetch_h2d_bytes[k], 0) << k;  // nothing ahead
+  }
+  for (const ChunkMove& m : ahead.moves)
+    if (m.prefetch) {  // a load for the next moment
+      ASSERT_LT(m.moment + 1, T);
+      EXPECT_EQ(in.moments[m.moment + 1], std::vector<int>{m.chunk}) << m.moment;
+    }
+  // The worst case's budgets (one chunk): no room to load ahead, the same moves.
+  ChunkSimInput tight = chain(one, 17000, 15000);
+  tight.prefetch_runs = 2;
+  EXPECT_EQ(simulate_chunks(tight).h2d_bytes, simulate_chunks(chain(one, 17000, 15000)).h2d_bytes);
+  EXPECT_DOUBLE_EQ(sum(simulate_chunks(tight).prefetch_h2d_bytes), 0);
+}
+
 TEST(ChunkSim, PartLargerThanTheBudgetDoesNotFit) {
   // Part 1 is one 5E tensor (its own 10000-byte chunk); overall - nonmodel leaves 4000 bytes.
   ChunkSimInput in = chain({{kE}, {5 * kE}, {kE}}, 20000, 16000);

@@ -97,6 +97,7 @@ ChunkStore<T>::ChunkStore(const std::vector<ChunkTensor>& tensors, int parts, lo
   slot_.assign(n, -1);
   gslot_.assign(n, 0);
   pinned_.assign(n, 0);
+  inflight_flag_.assign(n, 0);
   trace_.assign(n, {});
   os_at_.assign(n, -1);
   tensor_of_view_.assign(ptab.size(), -1);
@@ -115,89 +116,29 @@ ChunkStore<T>::ChunkStore(const std::vector<ChunkTensor>& tensors, int parts, lo
 }
 
 template <class T>
-void ChunkStore<T>::enable_hybrid_adam(T* host_m1, T* host_m2, double margin_ratio) {
-  if (!h16_) throw std::logic_error("chunk store: hybrid Adam needs bf16 slots");
-  hm1_ = host_m1, hm2_ = host_m2, hy_ratio_ = margin_ratio;
-}
-
-template <class T>
-bool ChunkStore<T>::os_on_device(int view) const {
-  const int t = view >= 0 && view < (int)tensor_of_view_.size() ? tensor_of_view_[view] : -1;
-  return t >= 0 && os_at_[chunk_of_[t]] >= 0;
-}
-
-// At the warm-up's end: the first chunks whose state fits the margin (sim/chunk_policy.hpp) get it on the device.
-template <class T>
-void ChunkStore<T>::place_os() {
-  double max_nonmodel = 0, chunks_bytes = 0;
-  for (double b : nonmodel_) max_nonmodel = std::max(max_nonmodel, b);
-  std::vector<double> caps;
-  for (int c = 0; c < chunks(); ++c) chunks_bytes += chunk_bytes(c), caps.push_back((double)cap_[c]);
-  const int k = hybrid_adam_chunks(caps, 3.0 * sizeof(T), budget_, max_nonmodel, chunks_bytes, hy_ratio_);
-  if (k == 0) return;
-  BackendScope dev(*arena_.get_deleter().be);
-  long long n = 0;
-  for (int c = 0; c < k; ++c) os_at_[c] = n, n += 3 * cap_[c];
-  const Backend& be = current_backend();
-  os_ = std::unique_ptr<char, ArenaFree>(static_cast<char*>(be.alloc(sizeof(T) * (size_t)n)), ArenaFree{&be});
-  if (!os_) throw std::bad_alloc();
-  os_bytes_ = (double)sizeof(T) * n;
-  for (int c = 0; c < k; ++c)
-    for (int t : tensors_of_[c]) {
-      const ChunkTensor& x = tensors_[t];
-      move(os_ptr(c, 0, t), hp_ + x.offset, x.count, CopyKind::host_to_device);
-      move(os_ptr(c, 1, t), hm1_ + x.offset, x.count, CopyKind::host_to_device);
-      move(os_ptr(c, 2, t), hm2_ + x.offset, x.count, CopyKind::host_to_device);
-      st_.adam_h2d_bytes += 3.0 * sizeof(T) * x.count;
-    }
-}
-
-template <class T>
-void ChunkStore<T>::device_adam(const std::function<void(int, T*, const T*, T*, T*, long)>& adamw) {
-  if (!os_) return;
-  BackendScope dev(*arena_.get_deleter().be);  // (the runtime's optimizer phase may run under the CPU's)
-  long long most = 0;
-  for (int c = 0; c < chunks(); ++c)
-    for (int t : tensors_of_[c])
-      if (os_at_[c] >= 0) most = std::max(most, tensors_[t].count);
-  const Backend& be = current_backend();
-  std::unique_ptr<char, ArenaFree> g(static_cast<char*>(be.alloc(sizeof(T) * (size_t)std::max(1LL, most))), ArenaFree{&be});
-  if (!g) throw std::bad_alloc();
-  T* gs = reinterpret_cast<T*>(g.get());
-  for (int c = 0; c < chunks(); ++c)
-    for (int t : tensors_of_[c]) {
-      if (os_at_[c] < 0) continue;
-      const ChunkTensor& x = tensors_[t];
-      move(gs, hg_ + x.offset, x.count, CopyKind::host_to_device);
-      adamw(x.view, os_ptr(c, 0, t), gs, os_ptr(c, 1, t), os_ptr(c, 2, t), (long)x.count);
-      move(hp_ + x.offset, os_ptr(c, 0, t), x.count, CopyKind::device_to_host);
-      st_.adam_h2d_bytes += (double)sizeof(T) * x.count;
-      st_.adam_d2h_bytes += (double)sizeof(T) * x.count;
-    }
-}
-
-template <class T>
-void ChunkStore<T>::sync_os_to_host() {
-  if (!os_) return;
-  BackendScope dev(*arena_.get_deleter().be);
-  for (int c = 0; c < chunks(); ++c)
-    for (int t : tensors_of_[c]) {
-      if (os_at_[c] < 0) continue;
-      const ChunkTensor& x = tensors_[t];
-      move(hm1_ + x.offset, os_ptr(c, 1, t), x.count, CopyKind::device_to_host);
-      move(hm2_ + x.offset, os_ptr(c, 2, t), x.count, CopyKind::device_to_host);
-    }
-  current_backend().sync();
-}
-
-template <class T>
 void ChunkStore<T>::ArenaFree::operator()(char* p) const {
   if (be) be->free(p);
+}
+
+ChunkCopyStream::~ChunkCopyStream() {
+  if (!be) return;
+  be->stream_destroy(s);  // (runs or completes what it still holds)
+  be->event_destroy(queued);
+  be->event_destroy(ready);
+}
+
+void ChunkCopyStream::ensure(const Backend& b) {
+  if (be) return;
+  be = &b;
+  s = b.stream_create();
+  queued = b.event_create();
+  ready = b.event_create();
 }
 
 template <class T>
 void ChunkStore<T>::refresh_copies() {
   if (!h16_) return;
+  quiesce();  // (a prefetch may still read host16)
   for (const ChunkTensor& x : tensors_) host_pack_bf16(h16_ + x.offset, hp_ + x.offset, (long)x.count, threads_);
   if (!mirror_) return;
   BackendScope dev(*mirror_.get_deleter().be);
@@ -211,6 +152,7 @@ template <class T>
 void ChunkStore<T>::rewritten(int view, long long lo, long long hi) {
   const int t = h16_ && view >= 0 && view < (int)tensor_of_view_.size() ? tensor_of_view_[view] : -1;
   if (t < 0 || moff_[t] >= 0 || hi <= lo) return;
+  quiesce();  // (a prefetch may still read host16, or write the slot)
   const ChunkTensor& x = tensors_[t];
   ops::pack_bf16(h16_ + x.offset + lo, hp_ + x.offset + lo, (long)(hi - lo));
   const int c = chunk_of_[t];
@@ -274,7 +216,7 @@ void ChunkStore<T>::compact() {
     if (off != prev) shift_down(at(prev), at(off), cap_[c] * (long long)es_);
     slot_[c] = prev;
     moved[prev] = c;
-    if (!host_phase_) point(c, true);
+    if (!host_phase_ && !inflight_flag_[c]) point(c, true);  // (a prefetched chunk: at its settle)
     prev += cap_[c];
   }
   slots_.swap(moved);
@@ -314,6 +256,7 @@ void ChunkStore<T>::load(int c, int moment) {
 template <class T>
 void ChunkStore<T>::evict(int c, int moment) {
   if (pinned_[c]) throw std::logic_error("chunk store: evicting a pinned chunk");
+  if (inflight_flag_[c]) throw std::logic_error("chunk store: evicting a chunk still being prefetched");
   auto t0 = Clock::now();
   double bytes = 0;
   for (int t : tensors_of_[c]) {
@@ -410,6 +353,7 @@ void ChunkStore<T>::access(int moment, const std::vector<int>& parts) {
   if (host_phase_) throw std::logic_error("chunk store: access during the host (optimizer) phase");
   close_window(true);
   release();
+  settle();
   pinned_list_ = chunks_of(parts);
   for (int c : pinned_list_) {
     pinned_[c] = 1;
@@ -424,6 +368,83 @@ void ChunkStore<T>::access(int moment, const std::vector<int>& parts) {
   }
   cur_moment_ = moment;
   win_moment_ = moment;
+  if (!warm_ && prefetch_ > 0) prefetch(moment);
+}
+
+// The next moments' chunks on the copy stream (see Prefetch in chunk_store.hpp).
+template <class T>
+void ChunkStore<T>::prefetch(int moment) {
+  static const std::vector<int> none;
+  auto needed_at = [&](int j) -> const std::vector<int>& { return j < (int)at_moment_.size() ? at_moment_[j] : none; };
+  const int last = moments_ - 1;  // (the ADAM moment: no chunks)
+  const std::vector<int> wanted =
+      chunk_prefetch_wanted(moment, prefetch_, last, needed_at, [&](int c) { return slot_[c] >= 0; });
+  if (wanted.empty()) return;
+  auto protect = [&](int c) {
+    if (pinned_[c]) return true;
+    for (int j = moment + 1; j <= std::min(moment + prefetch_, last); ++j)
+      if (std::binary_search(needed_at(j).begin(), needed_at(j).end(), c)) return true;
+    return false;
+  };
+  double held = resident_bytes_;
+  const std::vector<PrefetchStep> steps = chunk_prefetch(
+      wanted, chunks(), [](int i) { return i; }, [&](int c) { return slot_[c] >= 0; }, protect,
+      [&](int c) { return chunk_bytes(c); }, [&](int c) { return chunk_next_use(trace_[c], moment, moments_); },
+      moment_budget(moment), 0.0, held);
+  std::vector<int> loads;
+  for (const PrefetchStep& st : steps) {
+    const int c = st.chunk;
+    if (!st.load) {
+      evict(c, moment);  // (synchronous, before the run: its host side is then current)
+      continue;
+    }
+    long long off = place(cap_[c]);  // (compaction moves settled slots: none is in flight here)
+    if (off < 0) compact(), off = place(cap_[c]);
+    if (off < 0) throw std::logic_error("chunk store: the arena cannot hold a prefetched chunk");
+    slot_[c] = off;
+    slots_[off] = c;
+    gslot_[c] = 0;
+    inflight_flag_[c] = 1;
+    inflight_.push_back(c);
+    loads.push_back(c);
+    for (int t : tensors_of_[c]) st_.h2d_bytes += (double)es_ * tensors_[t].count;  // (what load counts)
+    resident_bytes_ += chunk_bytes(c);
+    st_.peak_resident_bytes = std::max(st_.peak_resident_bytes, resident_bytes_);
+    win_resident_ = std::max(win_resident_, resident_bytes_);
+    ++st_.h2d_moves;
+    if (keep_log) log.push_back({steps_, moment, c, true, true});
+  }
+  if (loads.empty()) return;
+  const Backend& be = *arena_.get_deleter().be;
+  cs_.ensure(be);
+  be.event_record(cs_.queued, Stream{});  // the kernels that read what the slots held before
+  be.stream_wait(cs_.s, cs_.queued);
+  for (int c : loads)  // (slot offsets final: the placements above are done)
+    for (int t : tensors_of_[c]) {
+      const ChunkTensor& x = tensors_[t];
+      const size_t n = es_ * (size_t)x.count;
+      if (h16_) be.copy(reinterpret_cast<uint16_t*>(at(slot_[c])) + toff_[t], h16_ + x.offset, n, CopyKind::host_to_device, cs_.s);
+      else be.copy(reinterpret_cast<T*>(at(slot_[c])) + toff_[t], hp_ + x.offset, n, CopyKind::host_to_device, cs_.s);
+      st_.prefetch_h2d_bytes += (double)n;
+    }
+  be.event_record(cs_.ready, cs_.s);
+}
+
+template <class T>
+void ChunkStore<T>::settle() {
+  if (inflight_.empty()) return;
+  cs_.be->stream_wait(Stream{}, cs_.ready);
+  for (int c : inflight_) {
+    inflight_flag_[c] = 0;
+    point(c, true);
+  }
+  inflight_.clear();
+}
+
+template <class T>
+void ChunkStore<T>::quiesce() {
+  settle();
+  if (cs_.be) cs_.be->stream_sync(cs_.s);
 }
 
 template <class T>
@@ -436,6 +457,7 @@ template <class T>
 void ChunkStore<T>::host_phase_begin(int moment) {
   close_window(true);
   release();
+  quiesce();
   max_moment_ = std::max(max_moment_, moment);
   win_moment_ = moment;
   evict_to(budget_ - adam_moment_reserve_bytes((double)E_) - os_bytes_, moment);
@@ -478,6 +500,7 @@ void ChunkStore<T>::host_phase_end() {
 template <class T>
 void ChunkStore<T>::evict_all() {
   release();
+  quiesce();
   if (host_phase_) throw std::logic_error("chunk store: evict_all during the host phase");
   for (int c = 0; c < chunks(); ++c)
     if (slot_[c] >= 0) evict(c, -1);
@@ -485,6 +508,7 @@ void ChunkStore<T>::evict_all() {
 
 template <class T>
 void ChunkStore<T>::reset_trace() {
+  quiesce();
   if (os_) {  // hybrid Adam placed again at the next warm-up's end
     sync_os_to_host();
     os_.reset();
@@ -504,6 +528,9 @@ ChunkStepStats ChunkStore<T>::end_step() {
   if (warm_) {  // the warm-up step's accesses are the trace from now on
     warm_ = false;
     moments_ = max_moment_ + 1;
+    at_moment_.assign(moments_, {});
+    for (int c = 0; c < chunks(); ++c)
+      for (int k : trace_[c]) at_moment_[k].push_back(c);  // (ascending chunks)
     if (hm1_ && !os_) place_os();  // (hybrid Adam: from the next step on)
   }
   ++steps_;

@@ -59,6 +59,16 @@
 //   `overall - 16 E`, PatrickStar's `overall - 4 * chunk_size * 4`). If nothing more can be evicted the loads
 //   proceed: the runtime checks beforehand that every moment's chunks fit the budget (fits_error), so the
 //   arena always holds them.
+// - Prefetch (set_prefetch(d > 0), plan.offload.prefetch_runs; steady steps): at the end of access(k) the chunks of
+//   the next d moments that are not resident load on the store's copy stream while moment k's run computes, after
+//   Belady evictions of chunks that neither moment k nor those moments touch, within moment k's budget, the
+//   simulator's rule (sim/chunk_policy.hpp chunk_prefetch, sim/chunks.hpp "Prefetch"). The copies start after the
+//   work queued on the compute stream so far (no slot is overwritten under a kernel still reading it); a prefetched
+//   chunk counts as resident at once (its slot, the moment's memory), but the pointer tables name its slot only at
+//   the next access, where the compute stream first waits for the copies (settle). Host code that writes what a
+//   copy may still read (the optimizer phase, refresh_copies, rewritten, evict_all) waits for the copy stream first.
+//   Evictions stay synchronous copies before the run (their host side is read by host code). The warm-up step and
+//   the ADAM moment never prefetch; prefetch_h2d_bytes counts its loads (also in h2d_bytes and h2d_moves).
 // - Victim: warm-up, the lowest chunk id; later, Belady on the warm-up trace: the chunk whose next access
 //   after moment k is farthest (not again this step: T + its first access; never accessed: 2T, T = moments
 //   per step including ADAM), ties to the lowest chunk id.
@@ -82,11 +92,10 @@
 #include <string>
 #include <vector>
 
+#include "exec/backends/backend.hpp"
 #include "sim/chunks.hpp"
 
 namespace tp::exec {
-
-struct Backend;
 
 // One tensor of the store: a view [offset, offset + count) of the flat buffers, its access part and its index
 // in the pointer tables; `joined`: packed with the previous tensor as one simulator tensor (same part).
@@ -109,6 +118,7 @@ struct ChunkStepStats {
   // moment, the resident slots plus the tracked heap's growth above the step's start (activations, scratch).
   double peak_nonmodel_bytes = 0, peak_device_bytes = 0;
   double os_device_bytes = 0;      // hybrid Adam: optimizer state on the device
+  double prefetch_h2d_bytes = 0;   // loads of the prefetch (on the copy stream; also in h2d_bytes)
 };
 
 // bf16 slots (above): the host's bf16 parameters (host16, the flat buffers' length), the per-view table of the
@@ -124,6 +134,19 @@ struct ChunkBf16 {
 struct ChunkMoveLog {
   int step = 0, moment = 0, chunk = 0;
   bool to_device = false;
+  bool prefetch = false;  // a load of moment `moment`'s prefetch
+};
+
+// The prefetch's copy stream and its events, on the arena's backend (created at the first prefetch).
+struct ChunkCopyStream {
+  const Backend* be = nullptr;
+  Stream s;
+  Event queued, ready;  // the compute stream's work before the copies; the copies' end
+  ChunkCopyStream() = default;
+  ChunkCopyStream(const ChunkCopyStream&) = delete;
+  ChunkCopyStream& operator=(const ChunkCopyStream&) = delete;
+  ~ChunkCopyStream();
+  void ensure(const Backend& b);
 };
 
 template <class T>
@@ -160,6 +183,7 @@ class ChunkStore {
   double bytes_of_parts(const std::vector<int>& parts) const;  // slot bytes of the chunks these parts touch
   std::vector<int> chunks_of(const std::vector<int>& parts) const;  // sorted, unique
   bool warmup() const { return warm_; }
+  void set_prefetch(int runs) { prefetch_ = runs > 0 ? runs : 0; }  // (Prefetch above; 0: off)
 
   void begin_step();                 // resets the step's stats
   void access(int moment, const std::vector<int>& parts);
@@ -188,6 +212,9 @@ class ChunkStore {
   void evict_to(double budget, int moment);
   double moment_budget(int moment) const;
   void close_window(bool device_side);
+  void prefetch(int moment);
+  void settle();                                  // the compute stream waits for the prefetch; tables to its slots
+  void quiesce();                                 // settle, and the host waits for the copy stream
 
   std::vector<ChunkTensor> tensors_;
   ChunkLayout lay_;
@@ -235,6 +262,11 @@ class ChunkStore {
   std::vector<double> nonmodel_;                  // per moment: the warm-up step's peak non-model bytes
   double heap_base_ = 0, win_resident_ = 0;       // window (one moment): heap at step start, peak resident
   int win_moment_ = -1, cur_moment_ = -1;
+  int prefetch_ = 0;                              // moments ahead (0: off)
+  std::vector<std::vector<int>> at_moment_;       // steady steps: per moment, its chunks (sorted; from the trace)
+  std::vector<int> inflight_;                     // prefetched chunks not yet settled
+  std::vector<char> inflight_flag_;               // per chunk
+  ChunkCopyStream cs_;
   ChunkStepStats st_;
 };
 
