@@ -68,7 +68,7 @@ PLANS = [
     ("full recompute", {"recompute": "full"}, []),
     ("optimizer offload", {"recompute": "full", "offload": {"kind": "optimizer"}}, []),
     ("chunked offload", {"recompute": "full", "offload": {"kind": "chunked"}}, ["--device-budget"]),
-    ("chunked, prefetch", {"recompute": "full", "offload": {"kind": "chunked", "prefetch_runs": 1}}, ["--device-budget"]),
+    ("chunked prefetch", {"recompute": "full", "offload": {"kind": "chunked", "prefetch_runs": 1}}, ["--device-budget"]),
     # Pseudo-to-Real: the real (delinked) model from step 1, then the pseudo phase (half the layers unique) throughout.
     ("delink, real phase", {"recompute": "full", "delink": "half"}, ["--delink-step", "1"]),
     ("delink, pseudo phase", {"recompute": "full", "delink": "half"}, ["--delink-step", "100000"]),

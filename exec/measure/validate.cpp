@@ -248,6 +248,7 @@ json offload_json(const RunResult& rr) {
                                   {"chunk_bytes", rr.offload.chunk_bytes}, {"chunks", rr.offload.chunks}}
                            : json(nullptr);
   if (rr.offload.kind == "granular") j["peak_loaded_bytes"] = rr.offload.peak_loaded_bytes;  // per step
+  if (rr.offload.kind == "optimizer") j["early_d2h_bytes"] = rr.offload.early_d2h_bytes;    // per step
   return j;
 }
 

@@ -368,15 +368,30 @@ struct RankRun {
     return p.overlap_grad_reduce && p.zero <= 1 && p.data_ranks() > 1 && is_layer_unit(ui) && units[ui].owned &&
            shared == 0 && !store && !host_flat && !gran.is_off(ui);
   }
-  // Optimizer offload with one data rank, no tensor parallelism and ZeRO <= 1: a layer unit's gradients are final
-  // when the step's last backward of the unit ends, so they go to the host then, on the host optimizer's copy
-  // stream, under the rest of the backward (DeepSpeed's ZeRO-Offload and the simulator's d2h tasks; otherwise the
-  // step's end reduces, sums or shards them first and they go down in the optimizer step).
+  // Optimizer offload: a layer unit's gradients (this rank's own ranges) are final when the step's last backward of
+  // the unit ends, with one data rank, no tensor parallelism and ZeRO <= 1, or, with ZeRO >= 2 over several data
+  // ranks (no 2D grid), once that backward's reduce-scatter into the rank's slices has ended (it is blocking, and
+  // the sequence-parallel sums come before it). They go to the host then, on the host optimizer's copy stream,
+  // under the rest of the backward (DeepSpeed's ZeRO-Offload and the simulator's d2h tasks, each after its bucket's
+  // reduction); otherwise the step's end reduces, sums or shards them first and they go down in the optimizer step.
   bool grads_down_early(int ui) const {
-    return hopt.on() && p.data_ranks() == 1 && p.tp == 1 && p.zero <= 1 && is_layer_unit(ui) && units[ui].owned &&
-           shared == 0 && !store && !host_flat && !gran.is_off(ui);
+    const bool alone = p.data_ranks() == 1 && p.tp == 1 && p.zero <= 1;
+    const bool sliced = p.zero >= 2 && p.data_ranks() > 1 && !model.two_d;
+    return hopt.on() && (alone || sliced) && is_layer_unit(ui) && units[ui].owned && shared == 0 && !store &&
+           !host_flat && !gran.is_off(ui);
   }
-  void dp_reduce_unit(int ui);  // starts unit ui's reduction (ZeRO 0: all-reduce; 1: reduce-scatter of its slices)
+  // ...and with ZeRO 0-1 over several data ranks, under overlap_grad_reduce: each segment once its reduction started
+  // during the backward completes (dp_wait_oldest), final then (the sequence-parallel sums come before it).
+  bool grads_down_after_reduce(int ui) const { return hopt.on() && overlaps_dp_reduce(ui) && !model.two_d; }
+  void send_own_down(size_t k) {  // own range k's gradients to the host optimizer now
+    if (own[k].second > own[k].first) hopt.grads_down(own_grad(k, own[k].first), own_off[k], own[k].second - own[k].first);
+  }
+  void send_grads_down(int ui) {  // (grads_down_early's copies of unit ui's own ranges)
+    for (int si = 0; si < nseg(ui); ++si) send_own_down(own_index(ui) + si);
+  }
+  // Starts unit ui's reduction (ZeRO 0: all-reduce; 1: reduce-scatter of its slices); down: each segment's own range
+  // goes to the host optimizer (grads_down) once its reduction completes.
+  void dp_reduce_unit(int ui, bool down = false);
   void dp_wait_reduces();       // completes every started reduction (ZeRO 1: this rank's slices into the gradients)
   void dp_wait_oldest();        // completes the oldest started one
   std::vector<char> dp_started;  // per unit: its reduction started during this step's backward
@@ -385,6 +400,7 @@ struct RankRun {
     CommRequest req;
     Buf<T> in, out;
     long long a, z;
+    long long down = -1;  // optimizer offload: the own range whose gradients go to the host once it completes
   };
   std::vector<DpPending> dp_pending;
   void delink_slot_sums();

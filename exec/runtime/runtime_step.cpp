@@ -358,25 +358,22 @@ void RankRun<T>::piece_backward(Loop& lp, size_t pc, LayerActs<T>& a, Buf<T>& x,
   if (p.zero >= 2 && p.data_ranks() > 1 && run_end) {
     if (model.sp) sp_reduce_layer(wl, units[unit_of_layer(wl)].a, units[unit_of_layer(wl)].b);
     reduce_scatter_unit(unit_of_layer(wl));
+    if (pc == lp.last_bwd_piece[unit_of_layer(wl)] && grads_down_early(unit_of_layer(wl)))
+      send_grads_down(unit_of_layer(wl));  // optimizer offload: this rank's reduced slices, final now
   } else if (run_end && gran.is_off(unit_of_layer(wl))) {  // granular: the run's gradient to the host
     const int ui = unit_of_layer(wl);
     if (model.sp) sp_reduce_layer(wl, dev_end[ui], units[ui].b);  // (the device part: at the step's end)
     gran.grad_to_host(gran.grad(ui), ugrad[ui].data(), units[ui].b - dev_end[ui]);
     grad_release(ui);
   } else if (pc == lp.last_bwd_piece[unit_of_layer(wl)] && grads_down_early(unit_of_layer(wl))) {
-    const int ui = unit_of_layer(wl);  // optimizer offload: the unit's final gradients to the host now
-    for (int si = 0; si < nseg(ui); ++si) {
-      const size_t k = own_index(ui) + si;
-      if (own[k].second > own[k].first)
-        hopt.grads_down(own_grad(k, own[k].first), own_off[k], own[k].second - own[k].first);
-    }
+    send_grads_down(unit_of_layer(wl));  // optimizer offload: the unit's final gradients to the host now
   } else if (pc == lp.last_bwd_piece[unit_of_layer(wl)] && overlaps_dp_reduce(unit_of_layer(wl))) {
     // the unit's gradient is complete: its data-parallel reduction starts (plan.overlap_grad_reduce)
     const int ui = unit_of_layer(wl);
     if (model.sp) sp_reduce_layer(wl, units[ui].a, dev_end[ui]);  // (first, as at the step's end)
     char name[48];
     std::snprintf(name, sizeof name, "%s.L%02d", p.zero >= 1 ? "dp.reducescatter" : "dp.allreduce", wl);
-    rec.span(name, kTidDp, [&] { dp_reduce_unit(ui); });
+    rec.span(name, kTidDp, [&] { dp_reduce_unit(ui, grads_down_after_reduce(ui)); });
     dp_started[ui] = 1;
   }
 }
@@ -430,7 +427,10 @@ bool RankRun<T>::end_step(Loop& lp, int step, int first, double loss, std::chron
     host.reset();  // (the store moves the parameters up through the device backend)
     if (store) store->host_phase_end();
   });
-  if (hopt.on()) record_offload_step(res.offload, "optimizer", hopt.h2d_bytes, hopt.d2h_bytes, hopt.pinned_bytes(), nullptr);
+  if (hopt.on()) {
+    record_offload_step(res.offload, "optimizer", hopt.h2d_bytes, hopt.d2h_bytes, hopt.pinned_bytes(), nullptr);
+    res.offload.early_d2h_bytes.push_back(std::exchange(hopt.early_d2h_bytes, 0.0));
+  }
   if (gran.on())
     record_offload_step(res.offload, "granular", gran.h2d_bytes, gran.d2h_bytes, gran.pinned_bytes(),
                         &gran.peak_loaded_bytes);

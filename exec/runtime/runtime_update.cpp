@@ -195,12 +195,14 @@ void RankRun<T>::dp_reduce_scatter_grads() {
 // sim/step_formulas.hpp): a new one first completes the oldest, so that the ZeRO-1 staging copies (and the
 // communicator's own buffers) of a backward's reductions never add up to a second copy of the gradients.
 template <class T>
-void RankRun<T>::dp_reduce_unit(int ui) {
+void RankRun<T>::dp_reduce_unit(int ui, bool down) {
   for (int si = 0; si < nseg(ui); ++si) {
     while (dp_pending.size() >= (size_t)kGradBucketsInFlight) dp_wait_oldest();
     const Seg sg = seg(ui, si);
+    const long long k = down ? (long long)(own_index(ui) + si) : -1;
     if (p.zero == 0) {
-      if (sg.n > 1) dp_pending.push_back({sg.c, sg.c->iall_reduce_sum(Gd(sg.lo), sg.hi - sg.lo, dtype_of<T>()), {}, {}, 0, 0});
+      if (sg.n > 1) dp_pending.push_back({sg.c, sg.c->iall_reduce_sum(Gd(sg.lo), sg.hi - sg.lo, dtype_of<T>()), {}, {}, 0, 0, k});
+      else if (k >= 0) send_own_down((size_t)k);  // (a group of one: nothing to reduce, final now)
       continue;
     }
     BackendScope where(backend_for(seg_on_host(ui, si)));
@@ -209,7 +211,7 @@ void RankRun<T>::dp_reduce_unit(int ui) {
     ops::fill(inb.data() + (sg.hi - sg.lo), T(0), (long)(sg.slice * sg.n - (sg.hi - sg.lo)));  // the padding
     const CommRequest req = sg.c->ireduce_scatter_sum(inb.data(), out.data(), sg.slice, dtype_of<T>());
     const long long a = sg.lo + sg.r * sg.slice, z = std::min(sg.hi, a + sg.slice);
-    dp_pending.push_back({sg.c, req, std::move(inb), std::move(out), a, std::max(a, z)});
+    dp_pending.push_back({sg.c, req, std::move(inb), std::move(out), a, std::max(a, z), k});
     if (!overlaps_dp_reduce(ui)) dp_wait_reduces();  // (a host segment's slice is copied under its scope)
   }
 }
@@ -224,6 +226,7 @@ void RankRun<T>::dp_wait_oldest() {
   DpPending& d = dp_pending.front();
   d.c->wait(d.req);
   if (d.z > d.a) ops::copy(Gd(d.a), d.out.data(), (long)(d.z - d.a));
+  if (d.down >= 0) send_own_down((size_t)d.down);  // (queued after the copy on the compute stream)
   dp_pending.erase(dp_pending.begin());
 }
 

@@ -222,6 +222,7 @@ json run_result_to_json(const RunResult& r, const Scenario& sc, const RunOptions
     j["offload"] = {{"kind", f.kind}, {"h2d_bytes", f.h2d_bytes}, {"d2h_bytes", f.d2h_bytes},
                     {"host_state_bytes", f.host_state_bytes}};
     if (f.kind == "granular") j["offload"]["peak_loaded_bytes"] = f.peak_loaded_bytes;
+    if (f.kind == "optimizer") j["offload"]["early_d2h_bytes"] = f.early_d2h_bytes;
   } else if (r.offload.on) {
     const OffloadResult& f = r.offload;
     j["offload"] = {{"kind", "chunked"},

@@ -279,9 +279,12 @@ TEST(ChunkStore, PrefetchLoadsTheNextMomentsChunksAndPointsAtThemAtTheirAccess) 
       EXPECT_NE(h.ptab[t], h.params.data() + h.ts[t].offset) << st << " " << k;  // its own chunk: in the slot
       for (size_t i = before; i < s->log.size(); ++i) {
         const auto& m = s->log[i];
-        if (st == 0) EXPECT_FALSE(m.prefetch) << "the warm-up step prefetches nothing";
-        if (st > 0 && m.to_device && !(k == 0 && m.chunk == 0))  // (the ADAM moment's 16 E reserve evicted chunk 0)
+        if (st == 0) {
+          EXPECT_FALSE(m.prefetch) << "the warm-up step prefetches nothing";
+        }
+        if (st > 0 && m.to_device && !(k == 0 && m.chunk == 0)) {  // (the ADAM moment's 16 E reserve evicted chunk 0)
           EXPECT_TRUE(m.prefetch) << st << " " << k << ": every other steady load is a prefetch";
+        }
         if (m.prefetch) {
           EXPECT_EQ(m.chunk, moments[k + 1][0]);  // the next moment's chunk ...
           EXPECT_TRUE(s->resident(m.chunk));

@@ -106,6 +106,7 @@ TEST(RunEmuDevice, OffloadPlansMatchSingleRankFloat64) {
     cases.push_back({"dev_chunked_dp2_zero3", {{"dp", 2}, {"zero", 3}, {"offload", chunked}}, "--device-budget 1000000"});
     cases.push_back({"dev_chunked_dp2_zero3_prefetch", {{"dp", 2}, {"zero", 3}, {"offload", prefetch}}, "--device-budget 1000000"});
     cases.push_back({"dev_optimizer_dp2_pp2_zero2", {{"dp", 2}, {"pp", 2}, {"zero", 2}, {"offload", {{"kind", "optimizer"}}}}, ""});
+    cases.push_back({"dev_optimizer_dp2_zero1", {{"dp", 2}, {"zero", 1}, {"offload", {{"kind", "optimizer"}}}}, ""});
     cases.push_back({"dev_granular_dp2_zero2", {{"dp", 2}, {"zero", 2}, {"offload", gran}}, ""});
   }
   expect_cases(ref, cases, steps);

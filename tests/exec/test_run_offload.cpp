@@ -87,16 +87,21 @@ TEST(RunOffload, OptimizerOffloadMatchesSingleRankFloat64) {
   const int steps = 4;
   json ref = run(scenario("optoff_ref", json::object()), steps, true);
   ASSERT_FALSE(ref.is_null());
-  struct Case { const char* name; json plan; int dp, zero, pp; bool mpi; };
+  // early: the layers' gradients go down during the backward (RankRun::grads_down_early, grads_down_after_reduce):
+  // one data rank without tp and ZeRO <= 1; ZeRO >= 2 over data ranks after each layer's last reduce-scatter; ZeRO
+  // 0-1 over data ranks after each layer's reduction started in the backward (overlap_grad_reduce, the default);
+  // else in the optimizer step.
+  struct Case { const char* name; json plan; int dp, zero, pp; bool mpi, early; };
   std::vector<Case> cases = {
-      {"optoff_1", {{"offload", kOpt}}, 1, 0, 1, false},
-      {"optoff_dp2_zero0", {{"dp", 2}, {"offload", kOpt}}, 2, 0, 1, true},
-      {"optoff_dp2_zero1", {{"dp", 2}, {"zero", 1}, {"offload", kOpt}}, 2, 1, 1, true},
-      {"optoff_dp2_zero2", {{"dp", 2}, {"zero", 2}, {"offload", kOpt}}, 2, 2, 1, true},
-      {"optoff_dp2_zero3_layered", {{"dp", 2}, {"zero", 3}, {"grad_accumulation", "layered"}, {"offload", kOpt}}, 2, 3, 1, true},
-      {"optoff_pp2", {{"pp", 2}, {"offload", kOpt}}, 1, 0, 2, true},
-      {"optoff_dp2_pp2_zero2", {{"dp", 2}, {"pp", 2}, {"zero", 2}, {"offload", kOpt}}, 2, 2, 2, true},
-      {"optoff_dp2_tp2_sp_zero1", {{"dp", 2}, {"tp", 2}, {"sequence_parallel", true}, {"zero", 1}, {"offload", kOpt}}, 0, 0, 0, true},
+      {"optoff_1", {{"offload", kOpt}}, 1, 0, 1, false, true},
+      {"optoff_dp2_zero0", {{"dp", 2}, {"offload", kOpt}}, 2, 0, 1, true, true},
+      {"optoff_dp2_zero1", {{"dp", 2}, {"zero", 1}, {"offload", kOpt}}, 2, 1, 1, true, true},
+      {"optoff_dp2_zero1_at_end", {{"dp", 2}, {"zero", 1}, {"overlap_grad_reduce", false}, {"offload", kOpt}}, 2, 1, 1, true, false},
+      {"optoff_dp2_zero2", {{"dp", 2}, {"zero", 2}, {"offload", kOpt}}, 2, 2, 1, true, true},
+      {"optoff_dp2_zero3_layered", {{"dp", 2}, {"zero", 3}, {"grad_accumulation", "layered"}, {"offload", kOpt}}, 2, 3, 1, true, true},
+      {"optoff_pp2", {{"pp", 2}, {"offload", kOpt}}, 1, 0, 2, true, true},
+      {"optoff_dp2_pp2_zero2", {{"dp", 2}, {"pp", 2}, {"zero", 2}, {"offload", kOpt}}, 2, 2, 2, true, true},
+      {"optoff_dp2_tp2_sp_zero1", {{"dp", 2}, {"tp", 2}, {"sequence_parallel", true}, {"zero", 1}, {"offload", kOpt}}, 0, 0, 0, true, true},
   };
   for (const Case& c : cases) {
     if (c.mpi && !have_mpi()) continue;
@@ -105,6 +110,11 @@ TEST(RunOffload, OptimizerOffloadMatchesSingleRankFloat64) {
     expect_close(got, ref, "losses", 1e-9, c.name);
     expect_close(got, ref, "grad_norm", 1e-9, c.name);
     if (c.dp > 0) expect_copies(got, rank0_own(c.dp, c.zero, c.pp), sizeof(double), steps, c.name);
+    for (int s = 0; s < steps; ++s) {
+      const double early = got["offload"]["early_d2h_bytes"][s].get<double>(), all = got["offload"]["d2h_bytes"][s].get<double>();
+      EXPECT_EQ(early > 0, c.early) << c.name << " step " << s;
+      EXPECT_LT(early, all) << c.name << " step " << s;  // (the embedding and the head go down in the step)
+    }
   }
   // float32: the same copies at 4 bytes an element, the float64 losses to 1e-4.
   json f32 = run(scenario("optoff_f32", {{"offload", kOpt}}), steps, false);

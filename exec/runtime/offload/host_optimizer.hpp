@@ -91,6 +91,7 @@ struct HostOptimizer {
   PinnedBuf<T> master, grad, m1, m2;    // host memory, own_off layout, `state` elements each
   PinnedBuf<uint16_t> stage16;          // bf16 working weights: the bf16 copies' host side (`state` elements)
   double h2d_bytes = 0, d2h_bytes = 0;  // this step's copies (reset by the runtime after each step)
+  double early_d2h_bytes = 0;           // of d2h_bytes: sent by grads_down during the backward
   int threads = 1;                      // the host Adam's threads (host_adam.hpp host_adam_threads)
   long long block = 1LL << 22;          // elements per pipeline block (16 MiB of fp32)
   CopyStreams cs;
@@ -132,6 +133,7 @@ struct HostOptimizer {
     be.stream_wait(cs.d2h, cs.grads_ready);
     be.copy(grad.data() + off, dev_grad, sizeof(T) * (size_t)n, CopyKind::device_to_host, cs.d2h);
     d2h_bytes += (double)(sizeof(T) * (size_t)n);
+    early_d2h_bytes += (double)(sizeof(T) * (size_t)n);
     down_early.push_back({off, n});
   }
   void step(T* dev_param, const T* dev_grad, long long off, long long n, T lr, T b1, T b2, T eps, T wd, long t,
