@@ -328,11 +328,16 @@ void RankRun<T>::make_chunk_store() {
                                           p.offload.warmup_chunk_fraction, params.data(), grads.data(), ptab, gtab,
                                           b16.host16 ? &b16 : nullptr);
   store->set_prefetch(p.offload.prefetch_runs);
-  // Hybrid Adam (bf16 chunks): the moments' layout must be the flat buffers' (one data rank: each owned unit whole)
-  bool flat_state = true;
+  // Hybrid Adam (bf16 chunks) over this rank's own state: per own range, its part of each view (one data rank: the
+  // whole views; ZeRO-3 over several: this rank's slices), with the gradient and moments adam_update would take
+  if (!chunk_bf16_slots()) return;
+  std::vector<typename ChunkStore<T>::OsPiece> pieces;
   for (size_t k = 0; k < own.size(); ++k)
-    flat_state = flat_state && own_off[k] == cbase[own_unit[k]] + (own[k].first - units[own_unit[k]].a);
-  if (chunk_bf16_slots() && flat_state) store->enable_hybrid_adam(m1.data(), m2.data(), p.offload.hybrid_adam_margin);
+    gl.each_view(own[k].first, own[k].second, [&](size_t v, long long lo, long long hi, long long at) {
+      pieces.push_back({(int)v, lo, hi - lo, own_grad(k, own[k].first + at), moments(k, 1) + own_off[k] + at,
+                        moments(k, 2) + own_off[k] + at});
+    });
+  store->enable_hybrid_adam(std::move(pieces), p.offload.hybrid_adam_margin);
 }
 
 // Pseudo-to-Real with pp > 1 (see slot_comm): this stage also holds the weight groups its layers use, and the

@@ -249,6 +249,22 @@ TEST(Bf16Weights, ChunkedOffloadKeepsItsChunksInBf16) {
     EXPECT_EQ(b2["grad_norm"], want2["grad_norm"]);
     EXPECT_EQ(t2["losses"], want2["losses"]);
     EXPECT_EQ(2 * b2["offload"]["chunk_bytes"].get<double>(), t2["offload"]["chunk_bytes"].get<double>());
+    // A roomy budget: hybrid Adam over this rank's ZeRO-3 slices (a chunk's state is its slices' elements).
+    json h2 = run(g, 3, false, nullptr, " --device-budget 1500000");
+    ASSERT_FALSE(h2.is_null()) << log_text(g);
+    EXPECT_EQ(h2["losses"], want2["losses"]);
+    EXPECT_EQ(h2["grad_norm"], want2["grad_norm"]);
+    const double os2 = h2["offload"]["os_device_bytes"][2].get<double>();
+    EXPECT_GT(os2, 0);
+    EXPECT_EQ(std::fmod(os2, 12.0), 0.0);
+    const std::string dir = tmpdir() + "/bf16w_chunked16_dp2";  // resumed: the device moments of both ranks saved
+    std::filesystem::remove_all(dir);
+    json first = run(g, 3, false, nullptr, " --device-budget 1500000 --checkpoint-dir " + dir + " --checkpoint-every 2");
+    std::filesystem::remove_all(dir + "/step_00000003");
+    json rest = run(g, 3, false, nullptr, " --device-budget 1500000 --checkpoint-dir " + dir + " --resume");
+    ASSERT_FALSE(rest.is_null()) << log_text(g);
+    ASSERT_EQ(rest["losses"].size(), 1u);
+    EXPECT_EQ(rest["losses"][0], h2["losses"][2]);
   }
   // A roomy budget: hybrid Adam keeps the first chunks' optimizer state on the device from the second step on, the
   // tight one none; the same results. Resumes (the device moments written to the checkpoint) continue bit for bit.

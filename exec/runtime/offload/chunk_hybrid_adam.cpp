@@ -2,10 +2,13 @@
 // chunks that fit the device's margin lives on the device from the warm-up's end (place_os, the rule of
 // sim/chunk_policy.hpp hybrid_adam_chunks), their Adam runs there (device_adam) and their moments go back to the host
 // before a checkpoint reads them (sync_os_to_host).
-// Invariants: only bf16 slots enable it; os_at_[c] >= 0 exactly for the chunks whose state is on the device; the
+// Invariants: only bf16 slots enable it; os_at_[c] >= 0 exactly for the chunks whose state is on the device (and
+// hold a piece of the rank's own state); each piece's state lies at poff_ in its chunk's region; the
 // host's parameters hold the updated master after every device_adam (the fp32 reads and the bf16 packing use them);
 // every copy goes through the arena's backend and counts in the Adam bytes.
 #include <algorithm>
+#include <stdexcept>
+#include <utility>
 
 #include "exec/backends/backend.hpp"
 #include "exec/runtime/offload/chunk_store.hpp"
@@ -25,9 +28,34 @@ void down(T* dst, const T* src, long long n) {
 }  // namespace
 
 template <class T>
-void ChunkStore<T>::enable_hybrid_adam(T* host_m1, T* host_m2, double margin_ratio) {
+void ChunkStore<T>::enable_hybrid_adam(std::vector<OsPiece> pieces, double margin_ratio) {
   if (!h16_) throw std::logic_error("chunk store: hybrid Adam needs bf16 slots");
-  hm1_ = host_m1, hm2_ = host_m2, hy_ratio_ = margin_ratio;
+  hybrid_ = true;
+  hy_ratio_ = margin_ratio;
+  pieces_ = std::move(pieces);
+  pieces_of_.assign(chunks(), {});
+  poff_.assign(pieces_.size(), 0);
+  os_len_.assign(chunks(), 0);
+  std::vector<char> seen(tensor_of_view_.size(), 0);
+  for (size_t i = 0; i < pieces_.size(); ++i) {
+    const OsPiece& q = pieces_[i];
+    const int t = q.view >= 0 && q.view < (int)tensor_of_view_.size() ? tensor_of_view_[q.view] : -1;
+    if (t < 0 || seen[q.view] || q.lo < 0 || q.n <= 0 || q.lo + q.n > tensors_[t].count)
+      throw std::invalid_argument("chunk store: a hybrid Adam piece outside its view, or a view's second piece");
+    seen[q.view] = 1;
+    pieces_of_[chunk_of_[t]].push_back((int)i);
+  }
+  for (int c = 0; c < chunks(); ++c) {  // a chunk whose pieces are all of its tensors: its capacity, laid out as it
+    long long own = 0, all = 0;
+    for (int i : pieces_of_[c]) own += pieces_[i].n;
+    for (int t : tensors_of_[c]) all += tensors_[t].count;
+    const bool whole = own == all;
+    for (int i : pieces_of_[c]) {
+      poff_[i] = whole ? toff_[tensor_of_view_[pieces_[i].view]] + pieces_[i].lo : os_len_[c];
+      if (!whole) os_len_[c] += pieces_[i].n;
+    }
+    if (whole) os_len_[c] = cap_[c];
+  }
 }
 
 template <class T>
@@ -41,24 +69,25 @@ template <class T>
 void ChunkStore<T>::place_os() {
   double max_nonmodel = 0, chunks_bytes = 0;
   for (double b : nonmodel_) max_nonmodel = std::max(max_nonmodel, b);
-  std::vector<double> caps;
-  for (int c = 0; c < chunks(); ++c) chunks_bytes += chunk_bytes(c), caps.push_back((double)cap_[c]);
-  const int k = hybrid_adam_chunks(caps, 3.0 * sizeof(T), budget_, max_nonmodel, chunks_bytes, hy_ratio_);
-  if (k == 0) return;
-  BackendScope dev(*arena_.get_deleter().be);
+  std::vector<double> lens;
+  for (int c = 0; c < chunks(); ++c) chunks_bytes += chunk_bytes(c), lens.push_back((double)os_len_[c]);
+  const int k = hybrid_adam_chunks(lens, 3.0 * sizeof(T), budget_, max_nonmodel, chunks_bytes, hy_ratio_);
   long long n = 0;
-  for (int c = 0; c < k; ++c) os_at_[c] = n, n += 3 * cap_[c];
+  for (int c = 0; c < k; ++c)
+    if (os_len_[c] > 0) os_at_[c] = n, n += 3 * os_len_[c];
+  if (n == 0) return;
+  BackendScope dev(*arena_.get_deleter().be);
   const Backend& be = current_backend();
   os_ = std::unique_ptr<char, ArenaFree>(static_cast<char*>(be.alloc(sizeof(T) * (size_t)n)), ArenaFree{&be});
   if (!os_) throw std::bad_alloc();
   os_bytes_ = (double)sizeof(T) * n;
   for (int c = 0; c < k; ++c)
-    for (int t : tensors_of_[c]) {
-      const ChunkTensor& x = tensors_[t];
-      up(os_ptr(c, 0, t), hp_ + x.offset, x.count);
-      up(os_ptr(c, 1, t), hm1_ + x.offset, x.count);
-      up(os_ptr(c, 2, t), hm2_ + x.offset, x.count);
-      st_.adam_h2d_bytes += 3.0 * sizeof(T) * x.count;
+    for (int i : pieces_of_[c]) {
+      const OsPiece& q = pieces_[i];
+      up(os_ptr(c, 0, i), host_param(q), q.n);
+      up(os_ptr(c, 1, i), q.m1, q.n);
+      up(os_ptr(c, 2, i), q.m2, q.n);
+      st_.adam_h2d_bytes += 3.0 * sizeof(T) * q.n;
     }
 }
 
@@ -68,21 +97,21 @@ void ChunkStore<T>::device_adam(const std::function<void(int, T*, const T*, T*, 
   BackendScope dev(*arena_.get_deleter().be);  // (the runtime's optimizer phase may run under the CPU's)
   long long most = 0;
   for (int c = 0; c < chunks(); ++c)
-    for (int t : tensors_of_[c])
-      if (os_at_[c] >= 0) most = std::max(most, tensors_[t].count);
+    for (int i : pieces_of_[c])
+      if (os_at_[c] >= 0) most = std::max(most, pieces_[i].n);
   const Backend& be = current_backend();
   std::unique_ptr<char, ArenaFree> g(static_cast<char*>(be.alloc(sizeof(T) * (size_t)std::max(1LL, most))), ArenaFree{&be});
   if (!g) throw std::bad_alloc();
   T* gs = reinterpret_cast<T*>(g.get());
   for (int c = 0; c < chunks(); ++c)
-    for (int t : tensors_of_[c]) {
+    for (int i : pieces_of_[c]) {
       if (os_at_[c] < 0) continue;
-      const ChunkTensor& x = tensors_[t];
-      up(gs, hg_ + x.offset, x.count);
-      adamw(x.view, os_ptr(c, 0, t), gs, os_ptr(c, 1, t), os_ptr(c, 2, t), (long)x.count);
-      down(hp_ + x.offset, os_ptr(c, 0, t), x.count);
-      st_.adam_h2d_bytes += (double)sizeof(T) * x.count;
-      st_.adam_d2h_bytes += (double)sizeof(T) * x.count;
+      const OsPiece& q = pieces_[i];
+      up(gs, q.grad, q.n);
+      adamw(q.view, os_ptr(c, 0, i), gs, os_ptr(c, 1, i), os_ptr(c, 2, i), (long)q.n);
+      down(host_param(q), os_ptr(c, 0, i), q.n);
+      st_.adam_h2d_bytes += (double)sizeof(T) * q.n;
+      st_.adam_d2h_bytes += (double)sizeof(T) * q.n;
     }
 }
 
@@ -91,17 +120,16 @@ void ChunkStore<T>::sync_os_to_host() {
   if (!os_) return;
   BackendScope dev(*arena_.get_deleter().be);
   for (int c = 0; c < chunks(); ++c)
-    for (int t : tensors_of_[c]) {
+    for (int i : pieces_of_[c]) {
       if (os_at_[c] < 0) continue;
-      const ChunkTensor& x = tensors_[t];
-      down(hm1_ + x.offset, os_ptr(c, 1, t), x.count);
-      down(hm2_ + x.offset, os_ptr(c, 2, t), x.count);
+      down(pieces_[i].m1, os_ptr(c, 1, i), pieces_[i].n);
+      down(pieces_[i].m2, os_ptr(c, 2, i), pieces_[i].n);
     }
   current_backend().sync();
 }
 
 #define TP_CHUNK_HYBRID_ADAM(T)                                                                   \
-  template void ChunkStore<T>::enable_hybrid_adam(T*, T*, double);                               \
+  template void ChunkStore<T>::enable_hybrid_adam(std::vector<ChunkStore<T>::OsPiece>, double);  \
   template bool ChunkStore<T>::os_on_device(int) const;                                          \
   template void ChunkStore<T>::place_os();                                                       \
   template void ChunkStore<T>::device_adam(const std::function<void(int, T*, const T*, T*, T*, long)>&); \

@@ -531,7 +531,7 @@ ChunkStepStats ChunkStore<T>::end_step() {
     at_moment_.assign(moments_, {});
     for (int c = 0; c < chunks(); ++c)
       for (int k : trace_[c]) at_moment_[k].push_back(c);  // (ascending chunks)
-    if (hm1_ && !os_) place_os();  // (hybrid Adam: from the next step on)
+    if (hybrid_ && !os_) place_os();  // (hybrid Adam: from the next step on)
   }
   ++steps_;
   return st_;

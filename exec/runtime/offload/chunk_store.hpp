@@ -31,9 +31,13 @@
 // whose optimizer state (fp32 master and two moments, 3 T an element) fits in budget - the warm-up's peak non-model
 // bytes - every chunk's bytes, times the margin ratio, get that state on the device (copied up from the host once;
 // os_bytes, counted in the device peak and taken out of the steady and ADAM budgets), and their Adam runs there
-// (device_adam: the gradients, which stay on the host, staged up per tensor; the updated master copied down to the
-// host's parameters, which the fp32 reads and the bf16 packing use). Their moments on the host are stale until
-// sync_os_to_host (the runtime calls it before it reads them: a checkpoint).
+// (device_adam: the gradients, which stay on the host, staged up per piece; the updated master copied down to the
+// host's parameters, which the fp32 reads and the bf16 packing use). The state is the rank's own (OsPiece): with one
+// data rank every element of the chunk (a chunk's state is its capacity, as the simulator counts it), with ZeRO-3
+// over several data ranks this rank's slices of its views (a chunk's state is their elements: every chunk of the
+// executor is the rank's, each holding 1 / dp of its own state, where the simulator deals whole chunks to the
+// ranks). Their moments on the host are stale until sync_os_to_host (the runtime calls it before it reads them: a
+// checkpoint).
 // Pointer tables. Every tensor (parameter view) of the store has an entry in the caller's per-view tables
 // (params and grads): the address of its AUTHORITATIVE copy — the arena slot for the content the slot holds
 // (P: the parameters, G: the gradients), the flat buffer otherwise. The model (Gpt / Gpt2d::p, g) and the runtime's ZeRO copies read and write through them.
@@ -173,8 +177,16 @@ class ChunkStore {
   // bf16-read view's new values packed into host16 and, resident, into its slot (device ops, stream-ordered); a
   // T-read view was written in the mirror, which is what the ops read.
   void rewritten(int view, long long lo, long long hi);
-  // Hybrid Adam (above): host_m1 / host_m2 are the host's Adam moments in the flat buffers' layout.
-  void enable_hybrid_adam(T* host_m1, T* host_m2, double margin_ratio);
+  // Hybrid Adam (above) over the rank's own optimizer state, as pieces: view `view`'s elements [lo, lo + n)
+  // (view-local), with their gradient and Adam moments in host memory (one data rank: the whole views, the flat
+  // buffers' layout; ZeRO-3 over several: this rank's slices, the runtime's own ranges). A view has one piece at most.
+  struct OsPiece {
+    int view = 0;
+    long long lo = 0, n = 0;
+    const T* grad = nullptr;
+    T *m1 = nullptr, *m2 = nullptr;
+  };
+  void enable_hybrid_adam(std::vector<OsPiece> pieces, double margin_ratio);
   bool os_on_device(int view) const;  // the view's optimizer state is on the device (its Adam is device_adam's)
   // adamw(view, master, grads, m1, m2, n) on device memory for every tensor whose state is on the device.
   void device_adam(const std::function<void(int, T*, const T*, T*, T*, long)>& adamw);
@@ -240,15 +252,20 @@ class ChunkStore {
   double mirror_bytes_ = 0;
   long long arena_elems_ = 0;                     // slot elements (es_ bytes each)
   char* at(long long off) const { return arena_.get() + off * (long long)es_; }
-  T *hm1_ = nullptr, *hm2_ = nullptr;             // hybrid Adam: the host's moments (null: off)
+  bool hybrid_ = false;                           // hybrid Adam enabled
+  std::vector<OsPiece> pieces_;                   // hybrid Adam: the rank's own state
+  std::vector<std::vector<int>> pieces_of_;       // per chunk: its pieces, in chunk order
+  std::vector<long long> poff_;                   // per piece: its offset in its chunk's state region
+  std::vector<long long> os_len_;                 // per chunk: its state region's elements (a whole chunk: its capacity)
   double hy_ratio_ = 0;
   std::unique_ptr<char, ArenaFree> os_;           // hybrid Adam: per device chunk [master | m1 | m2], cap T each
   std::vector<long long> os_at_;                  // per chunk: its state's offset in os_ (T elements), -1: host
+  T* host_param(const OsPiece& q) const { return hp_ + tensors_[tensor_of_view_[q.view]].offset + q.lo; }
   double os_bytes_ = 0;
   std::vector<int> tensor_of_view_;               // per view of the tables: its tensor, -1
   void place_os();
-  T* os_ptr(int c, int which, int t) const {       // which 0: master, 1: m1, 2: m2
-    return reinterpret_cast<T*>(os_.get()) + os_at_[c] + which * cap_[c] + toff_[t];
+  T* os_ptr(int c, int which, int piece) const {   // which 0: master, 1: m1, 2: m2
+    return reinterpret_cast<T*>(os_.get()) + os_at_[c] + which * os_len_[c] + poff_[piece];
   }
   std::vector<long long> slot_;                   // per chunk: slot offset (elements) or -1
   std::vector<char> gslot_;                       // per resident chunk: its slot holds the gradients
