@@ -181,8 +181,7 @@ struct RankRun {
   // Optimus 2D (its weight blocks) or Pseudo-to-Real (the relayout writes the T parameters the slots copy);
   // --no-bf16-weight-copies and those plans keep T chunks.
   bool chunk_bf16_slots() const {
-    return p.offload.kind == OffloadKind::chunked && bf16_acts() && o.bf16_weight_copies && !model.two_d &&
-           !sc.delink.on();
+    return p.offload.kind == OffloadKind::chunked && bf16_acts() && o.bf16_weight_copies && !model.two_d;
   }
   GranularHost<T> gran;   // plan.offload "granular": offloaded layers on the host (exec/runtime/offload/runtime_granular.hpp)
   // Per unit: [a, dev_end) lives on the device, [dev_end, b) on the host (granular: b when not offloaded, a for a

@@ -54,7 +54,7 @@ std::vector<double> RankRun<T>::full_index(const GptLayout& full, size_t v) cons
 // are delinked first.
 template <class T>
 void RankRun<T>::export_state(Records<T>& out) {
-  if (store) store->evict_all();  // the flat buffers hold every chunk (delink did so too)
+  if (store) store->evict_all(), store->sync_os_to_host();  // the flat buffers hold every chunk and its moments
   if (shared > 0) delink_fp8_scales();
   const GptLayout full = single_rank_layout();
   std::vector<double> at;  // view iv's single-rank indices
@@ -158,7 +158,7 @@ void RankRun<T>::delink_fp8_scales() {
 // One layout: the pseudo run's state as it holds it (the k slots and their replicas), into host memory.
 template <class T>
 void RankRun<T>::export_local(LocalState<T>& out) {
-  if (store) store->evict_all();  // the flat buffers hold every chunk
+  if (store) store->evict_all(), store->sync_os_to_host();  // the flat buffers hold every chunk and its moments
   delink_fp8_scales();
   out.shared = shared;
   out.ranges = params_needed();

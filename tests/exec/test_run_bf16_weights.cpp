@@ -298,6 +298,33 @@ TEST(Bf16Weights, ChunkedOffloadKeepsItsChunksInBf16) {
   }
 }
 
+// Pseudo-to-Real (since the twenty-ninth session the pseudo phase keeps bf16 chunks too): both phases' chunks in
+// bf16, hybrid Adam in each where the budget leaves room, its device moments handed over at the delink
+// (ChunkStore::sync_os_to_host before the export); bit for bit the run without offload, one rank and pp 2.
+TEST(Bf16Weights, ChunkedOffloadKeepsBf16ChunksThroughTheDelink) {
+  const json delink = {{"unique_layers", 2}, {"tokens", 512}};
+  for (const json& base : {json::object(), json{{"pp", 2}}}) {
+    if (!base.empty() && !have_mpi()) continue;
+    const std::string tag = base.empty() ? "" : "_pp2";
+    json plan = base;
+    plan["delink"] = delink;
+    json want = run(weights_scenario("chunked16_delink_ref" + tag, plan), 4, false, nullptr, "--delink-step 2");
+    ASSERT_FALSE(want.is_null()) << tag;
+    plan["offload"] = {{"kind", "chunked"}, {"chunk_elements", 16384}};
+    const std::string f = weights_scenario("chunked16_delink" + tag, plan);
+    for (const char* budget : {"400000", "1500000"}) {
+      json got = run(f, 4, false, nullptr, std::string("--delink-step 2 --device-budget ") + budget);
+      ASSERT_FALSE(got.is_null()) << tag << " " << budget << "\n" << log_text(f);
+      EXPECT_EQ(got["losses"], want["losses"]) << tag << " " << budget;
+      EXPECT_EQ(got["grad_norm"], want["grad_norm"]) << tag << " " << budget;
+      if (std::string(budget) == "1500000") {  // (each phase places it at the end of its warm-up step)
+        EXPECT_GT(got["offload"]["os_device_bytes"][1].get<double>(), 0) << tag;
+        EXPECT_GT(got["offload"]["os_device_bytes"][3].get<double>(), 0) << tag;
+      }
+    }
+  }
+}
+
 // ZeRO-3 over two data ranks: a layer's copy is dropped with its gathered parameters at its run's end, so a rank
 // holds the embedding's copy and those of the layers gathered at the moment (at most two), not all four.
 TEST(Bf16Weights, Zero3HoldsTheGatheredLayersCopiesOnly) {
