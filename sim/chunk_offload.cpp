@@ -121,8 +121,9 @@ ChunkPlan plan_chunk_offload(const Scenario& sc, Program& prog, detail::Builder&
   ChunkSimResult cr = simulate_chunks(in);
 
   // Moves happen synchronously when a run accesses its chunks: evictions (D2H) then loads (H2D), after the
-  // previous run and before this one. A prefetch's loads (prefetch_runs) are queued then too, after them, and
-  // run during this run on the H2D lane; the runs they load for wait for them.
+  // previous run and before this one. A prefetch's evictions and loads (prefetch_runs) are queued then too, after
+  // them, and run during this run on the D2H and H2D lanes (evictions first); the next run waits for them (the
+  // executor's next access waits for the copy stream).
   auto pcie_task = [&](int lane_id, TaskKind kind, double bytes, int after, int before, int mb) {
     TaskInfo ti;
     ti.kind = kind;
@@ -145,9 +146,14 @@ ChunkPlan plan_chunk_offload(const Scenario& sc, Program& prog, detail::Builder&
     }
     if (cr.prefetch_h2d_bytes[k] > 0) {  // the next run waits for all of them, as the executor's next access does
       const int before = k + 1 < runs.size() ? runs[k + 1].first : -1;
+      int out = -1;  // its evictions first (their slots take its loads)
+      if (cr.prefetch_d2h_bytes[k] > 0) out = pcie_task(kLaneD2H, TaskKind::d2h, cr.prefetch_d2h_bytes[k], prev, before, mb);
       const int pf = pcie_task(kLaneH2D, TaskKind::h2d, cr.prefetch_h2d_bytes[k], prev, before, mb);
-      for (int dep : {d2h, h2d})
+      for (int dep : {d2h, h2d, out})
         if (dep >= 0) prog.in.edges.push_back({dep, pf});
+      if (out >= 0)
+        for (int dep : {d2h, h2d})
+          if (dep >= 0) prog.in.edges.push_back({dep, out});
     }
   }
   ChunkPlan out;

@@ -190,8 +190,8 @@ struct Residency {
              spill, resident)) {
       on_gpu[st.chunk] = st.load ? 1 : 0;
       if (!record) continue;
-      r.moves.push_back({k, st.chunk, st.load, v.fp16(st.chunk), st.load});
-      (st.load ? r.prefetch_h2d_bytes : r.d2h_bytes)[k] += v.fp16(st.chunk);
+      r.moves.push_back({k, st.chunk, st.load, v.fp16(st.chunk), true});
+      (st.load ? r.prefetch_h2d_bytes : r.prefetch_d2h_bytes)[k] += v.fp16(st.chunk);
     }
   }
   void record_adam() {  // the ADAM moment: grads to the OS device, updated params back
@@ -211,6 +211,7 @@ struct Residency {
       r.h2d_bytes.assign(T, 0.0);
       r.d2h_bytes.assign(T, 0.0);
       r.prefetch_h2d_bytes.assign(T, 0.0);
+      r.prefetch_d2h_bytes.assign(T, 0.0);
       r.gpu_chunk_bytes.assign(T, 0.0);
       r.host_bytes = r.local_fp16_bytes - resident;
     }

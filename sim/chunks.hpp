@@ -42,9 +42,9 @@
 // - Prefetch (prefetch_runs = d > 0; the executor's copy stream): in steady steps, at moment k after its moves, the
 //   chunks of moments k+1..k+d not on the GPU load in moment, then chunk order, each after Belady evictions (keys at
 //   k) of chunks that neither moment k nor those moments access, while resident + it + the spill stays within
-//   budget[k]; the first that cannot fit ends it (sim/chunk_policy.hpp chunk_prefetch). Its evictions are
-//   moment k's (D2H before the run), its loads prefetch moves of moment k (H2D during the run), so
-//   gpu_chunk_bytes[k] includes them. Warm-up steps and the ADAM moment never prefetch. PatrickStar moves
+//   budget[k]; the first that cannot fit ends it (sim/chunk_policy.hpp chunk_prefetch). Its evictions and loads are
+//   prefetch moves of moment k (D2H, then H2D, during the run: prefetch_d2h_bytes / prefetch_h2d_bytes), so
+//   gpu_chunk_bytes[k] includes the loaded chunks and not the evicted ones. Warm-up steps and the ADAM moment never prefetch. PatrickStar moves
 //   synchronously (d = 0, the default).
 // - Hybrid Adam: margin = overall - max(nonmodel) - local fp16 chunk bytes; the FIRST local chunks in chunk
 //   order get their optimizer state (os_bytes/element, capacity) on the GPU while the cumulative OS bytes stay
@@ -94,7 +94,7 @@ struct ChunkMove {
   int chunk = 0;
   bool to_gpu = false;
   double bytes = 0;
-  bool prefetch = false;  // a load of the prefetch at `moment`, for a later moment (on the copy stream)
+  bool prefetch = false;  // a move of the prefetch at `moment` (a load for a later moment, or its victim; copy stream)
 };
 
 // Adam work of one local chunk, in chunk order.
@@ -113,6 +113,7 @@ struct ChunkSimResult {
   std::vector<ChunkMove> moves;      // moves of the reported steady step, in order (a moment's D2H first)
   std::vector<double> h2d_bytes, d2h_bytes;   // per moment of the reported step (sum of its moves, before its run)
   std::vector<double> prefetch_h2d_bytes;     // per moment: the prefetch's loads, during its run
+  std::vector<double> prefetch_d2h_bytes;     // per moment: the prefetch's evictions, during its run, before its loads
   std::vector<double> gpu_chunk_bytes;  // per moment: local GPU chunks + transient payloads, after the moves
   std::vector<double> budget_bytes;     // per moment: steady chunkable budget (see conventions)
   double peak_gpu_chunk_bytes = 0;

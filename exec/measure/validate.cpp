@@ -245,6 +245,7 @@ json offload_json(const RunResult& rr) {
                                   {"peak_arena_bytes", rr.offload.peak_arena_bytes},
                                   {"h2d_bytes", rr.offload.h2d_bytes}, {"d2h_bytes", rr.offload.d2h_bytes},
                                   {"prefetch_h2d_bytes", rr.offload.prefetch_h2d_bytes},
+                                  {"prefetch_d2h_bytes", rr.offload.prefetch_d2h_bytes},
                                   {"chunk_bytes", rr.offload.chunk_bytes}, {"chunks", rr.offload.chunks}}
                            : json(nullptr);
   if (rr.offload.kind == "granular") j["peak_loaded_bytes"] = rr.offload.peak_loaded_bytes;  // per step

@@ -268,6 +268,7 @@ void append_offload(OffloadResult& o, const OffloadResult& real) {
                           std::pair{&r.peak_arena_bytes, &o.peak_arena_bytes}, std::pair{&r.peak_device_bytes, &o.peak_device_bytes},
                           std::pair{&r.os_device_bytes, &o.os_device_bytes},
                           std::pair{&r.prefetch_h2d_bytes, &o.prefetch_h2d_bytes},
+                          std::pair{&r.prefetch_d2h_bytes, &o.prefetch_d2h_bytes},
                           std::pair{&r.early_d2h_bytes, &o.early_d2h_bytes}})
     to->insert(to->begin(), from->begin(), from->end());
   r.peak_arena_bytes_max = std::max(r.peak_arena_bytes_max, o.peak_arena_bytes_max);

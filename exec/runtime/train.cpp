@@ -244,7 +244,8 @@ json run_result_to_json(const RunResult& r, const Scenario& sc, const RunOptions
                     {"peak_device_bytes", f.peak_device_bytes},
                     {"peak_device_bytes_max", f.peak_device_bytes_max},
                     {"os_device_bytes", f.os_device_bytes},
-                    {"prefetch_h2d_bytes", f.prefetch_h2d_bytes}};
+                    {"prefetch_h2d_bytes", f.prefetch_h2d_bytes},
+                    {"prefetch_d2h_bytes", f.prefetch_d2h_bytes}};
   }
   return j;
 }

@@ -84,6 +84,7 @@ struct OffloadResult {
   double peak_device_bytes_max = 0;
   std::vector<double> os_device_bytes;  // hybrid Adam: optimizer state on the device, per step
   std::vector<double> prefetch_h2d_bytes;  // chunked: the prefetch's loads per step (in h2d_bytes too)
+  std::vector<double> prefetch_d2h_bytes;  // chunked: the prefetch's evictions per step (in d2h_bytes too)
   std::vector<double> early_d2h_bytes;     // optimizer: gradients sent during the backward per step (in d2h_bytes too)
 };
 

@@ -24,8 +24,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 template <class T>
-void move(T* dst, const T* src, long long n, CopyKind kind) {
-  current_backend().copy(dst, src, sizeof(T) * (size_t)n, kind, Stream{});
+void move(T* dst, const T* src, long long n, CopyKind kind, Stream s = Stream{}) {
+  current_backend().copy(dst, src, sizeof(T) * (size_t)n, kind, s);
 }
 // An overlapping move down inside the arena (dst < src), n bytes: a memmove where the host can read the arena; on a
 // device, device-to-device copies of pieces no longer than the gap (each piece's destination was read by the
@@ -254,29 +254,31 @@ void ChunkStore<T>::load(int c, int moment) {
 }
 
 template <class T>
-void ChunkStore<T>::evict(int c, int moment) {
+void ChunkStore<T>::evict(int c, int moment, bool on_copy_stream) {
   if (pinned_[c]) throw std::logic_error("chunk store: evicting a pinned chunk");
   if (inflight_flag_[c]) throw std::logic_error("chunk store: evicting a chunk still being prefetched");
+  const Stream s = on_copy_stream ? cs_.s : Stream{};
   auto t0 = Clock::now();
   double bytes = 0;
   for (int t : tensors_of_[c]) {
     const ChunkTensor& x = tensors_[t];
     if (h16_)  // (the bf16 chunk as PatrickStar moves it: the host's copy holds the same values)
-      move(h16_ + x.offset, reinterpret_cast<const uint16_t*>(at(slot_[c])) + toff_[t], x.count, CopyKind::device_to_host);
+      move(h16_ + x.offset, reinterpret_cast<const uint16_t*>(at(slot_[c])) + toff_[t], x.count, CopyKind::device_to_host, s);
     else
       move((gslot_[c] ? hg_ : hp_) + x.offset, reinterpret_cast<const T*>(at(slot_[c])) + toff_[t], x.count,
-           CopyKind::device_to_host);
+           CopyKind::device_to_host, s);
     bytes += (double)es_ * x.count;
   }
   gslot_[c] = 0;
-  st_.d2h_s += since(t0);
+  if (on_copy_stream) st_.prefetch_d2h_bytes += bytes;
+  else st_.d2h_s += since(t0);
   st_.d2h_bytes += bytes;
   ++st_.d2h_moves;
   slots_.erase(slot_[c]);
   slot_[c] = -1;
   resident_bytes_ -= chunk_bytes(c);
   point(c, false);
-  if (keep_log) log.push_back({steps_, moment, c, false});
+  if (keep_log) log.push_back({steps_, moment, c, false, on_copy_stream});
 }
 
 template <class T>
@@ -391,14 +393,26 @@ void ChunkStore<T>::prefetch(int moment) {
       wanted, chunks(), [](int i) { return i; }, [&](int c) { return slot_[c] >= 0; }, protect,
       [&](int c) { return chunk_bytes(c); }, [&](int c) { return chunk_next_use(trace_[c], moment, moments_); },
       moment_budget(moment), 0.0, held);
+  if (steps.empty()) return;
+  const Backend& be = *arena_.get_deleter().be;
+  cs_.ensure(be);
+  be.event_record(cs_.queued, Stream{});  // the kernels that read what the victims' and the loads' slots hold
+  be.stream_wait(cs_.s, cs_.queued);
   std::vector<int> loads;
+  bool evicting = false;  // a victim's copy is queued on the copy stream, reading its slot
   for (const PrefetchStep& st : steps) {
     const int c = st.chunk;
     if (!st.load) {
-      evict(c, moment);  // (synchronous, before the run: its host side is then current)
+      evict(c, moment, true);
+      evicting = true;
       continue;
     }
     long long off = place(cap_[c]);  // (compaction moves settled slots: none is in flight here)
+    if (off < 0 && evicting) {  // (compaction slides slots over the victims': after their copies have read them)
+      be.event_record(cs_.ready, cs_.s);
+      be.stream_wait(Stream{}, cs_.ready);
+      evicting = false;
+    }
     if (off < 0) compact(), off = place(cap_[c]);
     if (off < 0) throw std::logic_error("chunk store: the arena cannot hold a prefetched chunk");
     slot_[c] = off;
@@ -414,10 +428,7 @@ void ChunkStore<T>::prefetch(int moment) {
     ++st_.h2d_moves;
     if (keep_log) log.push_back({steps_, moment, c, true, true});
   }
-  if (loads.empty()) return;
-  const Backend& be = *arena_.get_deleter().be;
-  cs_.ensure(be);
-  be.event_record(cs_.queued, Stream{});  // the kernels that read what the slots held before
+  be.event_record(cs_.queued, Stream{});  // (a compaction above, on the compute stream, before the loads)
   be.stream_wait(cs_.s, cs_.queued);
   for (int c : loads)  // (slot offsets final: the placements above are done)
     for (int t : tensors_of_[c]) {
@@ -428,11 +439,13 @@ void ChunkStore<T>::prefetch(int moment) {
       st_.prefetch_h2d_bytes += (double)n;
     }
   be.event_record(cs_.ready, cs_.s);
+  copying_ = true;
 }
 
 template <class T>
 void ChunkStore<T>::settle() {
-  if (inflight_.empty()) return;
+  if (!copying_) return;
+  copying_ = false;
   cs_.be->stream_wait(Stream{}, cs_.ready);
   for (int c : inflight_) {
     inflight_flag_[c] = 0;

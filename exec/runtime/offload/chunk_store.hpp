@@ -69,10 +69,13 @@
 //   simulator's rule (sim/chunk_policy.hpp chunk_prefetch, sim/chunks.hpp "Prefetch"). The copies start after the
 //   work queued on the compute stream so far (no slot is overwritten under a kernel still reading it); a prefetched
 //   chunk counts as resident at once (its slot, the moment's memory), but the pointer tables name its slot only at
-//   the next access, where the compute stream first waits for the copies (settle). Host code that writes what a
-//   copy may still read (the optimizer phase, refresh_copies, rewritten, evict_all) waits for the copy stream first.
-//   Evictions stay synchronous copies before the run (their host side is read by host code). The warm-up step and
-//   the ADAM moment never prefetch; prefetch_h2d_bytes counts its loads (also in h2d_bytes and h2d_moves).
+//   the next access, where the compute stream first waits for the copies (settle). The prefetch's evictions go first
+//   on the same stream (their slots free at once for its loads, which the stream orders after them; a compaction in
+//   between first makes the compute stream wait for them): nothing reads or writes an evicted chunk's data before
+//   the next access (a run touches its own chunks only), and host code that writes what a copy may still read or
+//   reads what one may still write (the optimizer phase, refresh_copies, rewritten, evict_all) waits for the copy
+//   stream first. The warm-up step and the ADAM moment never prefetch; prefetch_h2d_bytes / prefetch_d2h_bytes
+//   count its loads and evictions (also in h2d_bytes / d2h_bytes and the moves).
 // - Victim: warm-up, the lowest chunk id; later, Belady on the warm-up trace: the chunk whose next access
 //   after moment k is farthest (not again this step: T + its first access; never accessed: 2T, T = moments
 //   per step including ADAM), ties to the lowest chunk id.
@@ -123,6 +126,7 @@ struct ChunkStepStats {
   double peak_nonmodel_bytes = 0, peak_device_bytes = 0;
   double os_device_bytes = 0;      // hybrid Adam: optimizer state on the device
   double prefetch_h2d_bytes = 0;   // loads of the prefetch (on the copy stream; also in h2d_bytes)
+  double prefetch_d2h_bytes = 0;   // the prefetch's evictions (on the copy stream; also in d2h_bytes)
 };
 
 // bf16 slots (above): the host's bf16 parameters (host16, the flat buffers' length), the per-view table of the
@@ -216,7 +220,7 @@ class ChunkStore {
   std::vector<ChunkMoveLog> log;
 
  private:
-  void evict(int c, int moment);
+  void evict(int c, int moment, bool on_copy_stream = false);  // (on the copy stream: a prefetch's victim)
   void load(int c, int moment);
   long long place(long long elems);  // slot offset in the arena, -1 if no hole fits
   void compact();
@@ -283,6 +287,7 @@ class ChunkStore {
   std::vector<std::vector<int>> at_moment_;       // steady steps: per moment, its chunks (sorted; from the trace)
   std::vector<int> inflight_;                     // prefetched chunks not yet settled
   std::vector<char> inflight_flag_;               // per chunk
+  bool copying_ = false;                          // the copy stream holds a prefetch's copies not yet waited for
   ChunkCopyStream cs_;
   ChunkStepStats st_;
 };

@@ -99,6 +99,7 @@ void record_chunk_step(OffloadResult& f, const ChunkStepStats& cs) {
   f.peak_device_bytes_max = std::max(f.peak_device_bytes_max, cs.peak_device_bytes);
   f.os_device_bytes.push_back(cs.os_device_bytes);
   f.prefetch_h2d_bytes.push_back(cs.prefetch_h2d_bytes);
+  f.prefetch_d2h_bytes.push_back(cs.prefetch_d2h_bytes);
 }
 
 template <class T>
