@@ -328,6 +328,7 @@ void RankRun<T>::make_chunk_store() {
                                           p.offload.warmup_chunk_fraction, params.data(), grads.data(), ptab, gtab,
                                           b16.host16 ? &b16 : nullptr);
   store->set_prefetch(p.offload.prefetch_runs);
+  store->set_host_rewrites(chunk_bf16_slots() && p.zero >= 3 && p.data_ranks() > 1);  // (all_gather_unit: rewritten)
   // Hybrid Adam (bf16 chunks) over this rank's own state: per own range, its part of each view (one data rank: the
   // whole views; ZeRO-3 over several: this rank's slices), with the gradient and moments adam_update would take
   if (!chunk_bf16_slots()) return;

@@ -249,6 +249,15 @@ TEST(Bf16Weights, ChunkedOffloadKeepsItsChunksInBf16) {
     EXPECT_EQ(b2["grad_norm"], want2["grad_norm"]);
     EXPECT_EQ(t2["losses"], want2["losses"]);
     EXPECT_EQ(2 * b2["offload"]["chunk_bytes"].get<double>(), t2["offload"]["chunk_bytes"].get<double>());
+    // With prefetch: the all-gathers' repacking of a run's chunks after the copy stream's prefetch of them
+    // (ChunkStore::set_host_rewrites), bit for bit.
+    json plan2p = plan2;
+    plan2p["offload"]["prefetch_runs"] = 1;
+    const std::string gp = weights_scenario("chunked16_dp2_prefetch", plan2p);
+    json p2 = run(gp, 3, false, nullptr, budget);
+    ASSERT_FALSE(p2.is_null()) << log_text(gp);
+    EXPECT_EQ(p2["losses"], want2["losses"]);
+    EXPECT_GT(p2["offload"]["prefetch_h2d_bytes"][2].get<double>(), 0);
     // A roomy budget: hybrid Adam over this rank's ZeRO-3 slices (a chunk's state is its slices' elements).
     json h2 = run(g, 3, false, nullptr, " --device-budget 1500000");
     ASSERT_FALSE(h2.is_null()) << log_text(g);

@@ -98,6 +98,7 @@ ChunkStore<T>::ChunkStore(const std::vector<ChunkTensor>& tensors, int parts, lo
   gslot_.assign(n, 0);
   pinned_.assign(n, 0);
   inflight_flag_.assign(n, 0);
+  on_copy_stream_.assign(n, 0);
   trace_.assign(n, {});
   os_at_.assign(n, -1);
   tensor_of_view_.assign(ptab.size(), -1);
@@ -152,10 +153,11 @@ template <class T>
 void ChunkStore<T>::rewritten(int view, long long lo, long long hi) {
   const int t = h16_ && view >= 0 && view < (int)tensor_of_view_.size() ? tensor_of_view_[view] : -1;
   if (t < 0 || moff_[t] >= 0 || hi <= lo) return;
-  quiesce();  // (a prefetch may still read host16, or write the slot)
+  const int c = chunk_of_[t];
+  if (on_copy_stream_[c]) quiesce();  // (a copy since the last quiesce may still read or write its host16: ZeRO-3's
+                                      // gathers over several data ranks so wait for the copy stream at each run)
   const ChunkTensor& x = tensors_[t];
   ops::pack_bf16(h16_ + x.offset + lo, hp_ + x.offset + lo, (long)(hi - lo));
-  const int c = chunk_of_[t];
   if (slot_[c] >= 0)
     ops::pack_bf16(reinterpret_cast<uint16_t*>(at(slot_[c])) + toff_[t] + lo, hp_ + x.offset + lo, (long)(hi - lo));
 }
@@ -270,6 +272,7 @@ void ChunkStore<T>::evict(int c, int moment, bool on_copy_stream) {
     bytes += (double)es_ * x.count;
   }
   gslot_[c] = 0;
+  on_copy_stream_[c] = on_copy_stream ? 1 : 0;
   if (on_copy_stream) st_.prefetch_d2h_bytes += bytes;
   else st_.d2h_s += since(t0);
   st_.d2h_bytes += bytes;
@@ -370,7 +373,9 @@ void ChunkStore<T>::access(int moment, const std::vector<int>& parts) {
   }
   cur_moment_ = moment;
   win_moment_ = moment;
-  if (!warm_ && prefetch_ > 0) prefetch(moment);
+  if (warm_ || prefetch_ == 0) return;
+  if (host_rewrites_) quiesce();  // (the run's own chunks' host copies written next: the last prefetch done first)
+  prefetch(moment);
 }
 
 // The next moments' chunks on the copy stream (see Prefetch in chunk_store.hpp).
@@ -419,6 +424,7 @@ void ChunkStore<T>::prefetch(int moment) {
     slots_[off] = c;
     gslot_[c] = 0;
     inflight_flag_[c] = 1;
+    on_copy_stream_[c] = 1;
     inflight_.push_back(c);
     loads.push_back(c);
     for (int t : tensors_of_[c]) st_.h2d_bytes += (double)es_ * tensors_[t].count;  // (what load counts)
@@ -458,6 +464,7 @@ template <class T>
 void ChunkStore<T>::quiesce() {
   settle();
   if (cs_.be) cs_.be->stream_sync(cs_.s);
+  std::fill(on_copy_stream_.begin(), on_copy_stream_.end(), 0);
 }
 
 template <class T>

@@ -200,6 +200,10 @@ class ChunkStore {
   std::vector<int> chunks_of(const std::vector<int>& parts) const;  // sorted, unique
   bool warmup() const { return warm_; }
   void set_prefetch(int runs) { prefetch_ = runs > 0 ? runs : 0; }  // (Prefetch above; 0: off)
+  // The runtime rewrites the accessed chunks' host copies during their run (rewritten: ZeRO-3's all-gathers over
+  // several data ranks, bf16 slots): access first waits for the previous prefetch on the host, so that the one it
+  // queues overlaps the run rather than the rewrite waiting for it.
+  void set_host_rewrites(bool on) { host_rewrites_ = on; }
 
   void begin_step();                 // resets the step's stats
   void access(int moment, const std::vector<int>& parts);
@@ -288,6 +292,8 @@ class ChunkStore {
   std::vector<int> inflight_;                     // prefetched chunks not yet settled
   std::vector<char> inflight_flag_;               // per chunk
   bool copying_ = false;                          // the copy stream holds a prefetch's copies not yet waited for
+  bool host_rewrites_ = false;                    // (set_host_rewrites)
+  std::vector<char> on_copy_stream_;              // per chunk: a copy since the last quiesce moved its data
   ChunkCopyStream cs_;
   ChunkStepStats st_;
 };
