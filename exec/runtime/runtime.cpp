@@ -329,9 +329,8 @@ void RankRun<T>::make_chunk_store() {
                                           b16.host16 ? &b16 : nullptr);
   store->set_prefetch(p.offload.prefetch_runs);
   store->set_host_rewrites(chunk_bf16_slots() && p.zero >= 3 && p.data_ranks() > 1);  // (all_gather_unit: rewritten)
-  // Hybrid Adam (bf16 chunks) over this rank's own state: per own range, its part of each view (one data rank: the
-  // whole views; ZeRO-3 over several: this rank's slices), with the gradient and moments adam_update would take
-  if (!chunk_bf16_slots()) return;
+  // Hybrid Adam over this rank's own state: per own range, its part of each view (one data rank: the whole views;
+  // ZeRO-3 over several: this rank's slices), with the gradient and moments adam_update would take
   std::vector<typename ChunkStore<T>::OsPiece> pieces;
   for (size_t k = 0; k < own.size(); ++k)
     gl.each_view(own[k].first, own[k].second, [&](size_t v, long long lo, long long hi, long long at) {

@@ -380,6 +380,7 @@ TEST(RunOracle, ChunkedOffloadUnderATightBudgetMatchesSingleRank) {
   ASSERT_FALSE(roomy.is_null());
   EXPECT_EQ(roomy["losses"], ref["losses"]);
   EXPECT_GT(roomy["offload"]["h2d_moves"][0].get<double>(), 0);
+  EXPECT_GT(roomy["offload"]["os_device_bytes"][steps - 1].get<double>(), 0);  // hybrid Adam: every chunk's moments
   for (int s = 1; s < steps; ++s) EXPECT_EQ(roomy["offload"]["h2d_moves"][s].get<double>() + roomy["offload"]["d2h_moves"][s].get<double>(), 0);
   // Prefetch (plan.offload.prefetch_runs): the next runs' chunks load during the current run, the same results.
   json pf = run(scenario("off_tight_prefetch", {{"offload", {{"kind", "chunked"}, {"chunk_elements", 2048}, {"prefetch_runs", 2}}}}),

@@ -130,8 +130,11 @@ TEST(Validate, BenchmarkPlansPeakMemoryWithinFivePercent) {
 
 TEST(Validate, BenchmarkPlansOnTwoRanksPeakMemoryWithinFivePercent) {
   if (!oracle::have_mpi()) GTEST_SKIP() << "no MPI launcher";
+  // (and, one rank, chunked offload with a budget that leaves the simulator room for hybrid Adam: the fp32 chunks'
+  // Adam moments on the device, 8 bytes an element, as it counts them; 23 % off when the executor kept them on the host)
   expect_peaks_within_five_percent({{"validate-gpt256-cp2", 2, ""}, {"validate-gpt256-moe-ep2", 2, ""},
-                                    {"validate-gpt256-dp2-optoffload", 2, ""}, {"validate-gpt256-dp2-granular", 2, ""}});
+                                    {"validate-gpt256-dp2-optoffload", 2, ""}, {"validate-gpt256-dp2-granular", 2, ""},
+                                    {"validate-gpt256-1r-offload", 1, " --device-budget 60000000"}});
 }
 
 // --tolerance: exit 1 naming the quantity when step time or memory misses it, 0 within it; the JSON says which.

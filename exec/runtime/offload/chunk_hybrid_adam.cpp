@@ -2,7 +2,7 @@
 // chunks that fit the device's margin lives on the device from the warm-up's end (place_os, the rule of
 // sim/chunk_policy.hpp hybrid_adam_chunks), their Adam runs there (device_adam) and their moments go back to the host
 // before a checkpoint reads them (sync_os_to_host).
-// Invariants: only bf16 slots enable it; os_at_[c] >= 0 exactly for the chunks whose state is on the device (and
+// Invariants: os_at_[c] >= 0 exactly for the chunks whose state is on the device (and
 // hold a piece of the rank's own state); each piece's state lies at poff_ in its chunk's region; the
 // host's parameters hold the updated master after every device_adam (the fp32 reads and the bf16 packing use them);
 // every copy goes through the arena's backend and counts in the Adam bytes.
@@ -29,7 +29,6 @@ void down(T* dst, const T* src, long long n) {
 
 template <class T>
 void ChunkStore<T>::enable_hybrid_adam(std::vector<OsPiece> pieces, double margin_ratio) {
-  if (!h16_) throw std::logic_error("chunk store: hybrid Adam needs bf16 slots");
   hybrid_ = true;
   hy_ratio_ = margin_ratio;
   pieces_ = std::move(pieces);
@@ -71,10 +70,10 @@ void ChunkStore<T>::place_os() {
   for (double b : nonmodel_) max_nonmodel = std::max(max_nonmodel, b);
   std::vector<double> lens;
   for (int c = 0; c < chunks(); ++c) chunks_bytes += chunk_bytes(c), lens.push_back((double)os_len_[c]);
-  const int k = hybrid_adam_chunks(lens, 3.0 * sizeof(T), budget_, max_nonmodel, chunks_bytes, hy_ratio_);
+  const int k = hybrid_adam_chunks(lens, (double)os_parts() * sizeof(T), budget_, max_nonmodel, chunks_bytes, hy_ratio_);
   long long n = 0;
   for (int c = 0; c < k; ++c)
-    if (os_len_[c] > 0) os_at_[c] = n, n += 3 * os_len_[c];
+    if (os_len_[c] > 0) os_at_[c] = n, n += os_parts() * os_len_[c];
   if (n == 0) return;
   BackendScope dev(*arena_.get_deleter().be);
   const Backend& be = current_backend();
@@ -84,10 +83,10 @@ void ChunkStore<T>::place_os() {
   for (int c = 0; c < k; ++c)
     for (int i : pieces_of_[c]) {
       const OsPiece& q = pieces_[i];
-      up(os_ptr(c, 0, i), host_param(q), q.n);
+      if (h16_) up(os_ptr(c, 0, i), host_param(q), q.n);
       up(os_ptr(c, 1, i), q.m1, q.n);
       up(os_ptr(c, 2, i), q.m2, q.n);
-      st_.adam_h2d_bytes += 3.0 * sizeof(T) * q.n;
+      st_.adam_h2d_bytes += (double)os_parts() * sizeof(T) * q.n;
     }
 }
 
@@ -100,17 +99,21 @@ void ChunkStore<T>::device_adam(const std::function<void(int, T*, const T*, T*, 
     for (int i : pieces_of_[c])
       if (os_at_[c] >= 0) most = std::max(most, pieces_[i].n);
   const Backend& be = current_backend();
-  std::unique_ptr<char, ArenaFree> g(static_cast<char*>(be.alloc(sizeof(T) * (size_t)std::max(1LL, most))), ArenaFree{&be});
+  const long long stage = (h16_ ? 1 : 2) * std::max(1LL, most);  // the gradients; T slots: and the parameters
+  std::unique_ptr<char, ArenaFree> g(static_cast<char*>(be.alloc(sizeof(T) * (size_t)stage)), ArenaFree{&be});
   if (!g) throw std::bad_alloc();
   T* gs = reinterpret_cast<T*>(g.get());
+  T* ps = gs + std::max(1LL, most);
   for (int c = 0; c < chunks(); ++c)
     for (int i : pieces_of_[c]) {
       if (os_at_[c] < 0) continue;
       const OsPiece& q = pieces_[i];
+      T* w = h16_ ? os_ptr(c, 0, i) : ps;
       up(gs, q.grad, q.n);
-      adamw(q.view, os_ptr(c, 0, i), gs, os_ptr(c, 1, i), os_ptr(c, 2, i), (long)q.n);
-      down(host_param(q), os_ptr(c, 0, i), q.n);
-      st_.adam_h2d_bytes += (double)sizeof(T) * q.n;
+      if (!h16_) up(ps, host_param(q), q.n);
+      adamw(q.view, w, gs, os_ptr(c, 1, i), os_ptr(c, 2, i), (long)q.n);
+      down(host_param(q), w, q.n);
+      st_.adam_h2d_bytes += (double)(h16_ ? 1 : 2) * sizeof(T) * q.n;
       st_.adam_d2h_bytes += (double)sizeof(T) * q.n;
     }
 }

@@ -26,13 +26,15 @@
 // buffer (no gradient reuse: a bf16 slot cannot hold the T gradients); the optimizer phase packs every updated
 // parameter into host16 (host_pack_bf16) and copies the resident chunks' up (adam_h2d_bytes); ZeRO's all-gathers,
 // which write the T parameters, repack what they wrote (rewritten). The same values as the GEMMs' own copies (the
-// same rounding), so a run gives the results of the plan without offload. Hybrid Adam (bf16 slots with enable_hybrid_adam, PatrickStar's and
-// the simulator's rule, sim/chunk_policy.hpp hybrid_adam_chunks): at the end of the warm-up step, the first chunks
-// whose optimizer state (fp32 master and two moments, 3 T an element) fits in budget - the warm-up's peak non-model
-// bytes - every chunk's bytes, times the margin ratio, get that state on the device (copied up from the host once;
-// os_bytes, counted in the device peak and taken out of the steady and ADAM budgets), and their Adam runs there
-// (device_adam: the gradients, which stay on the host, staged up per piece; the updated master copied down to the
-// host's parameters, which the fp32 reads and the bf16 packing use). The state is the rank's own (OsPiece): with one
+// same rounding), so a run gives the results of the plan without offload. Hybrid Adam (enable_hybrid_adam, PatrickStar's
+// and the simulator's rule, sim/chunk_policy.hpp hybrid_adam_chunks): at the end of the warm-up step, the first chunks
+// whose optimizer state (bf16 slots: the fp32 master and two moments, 3 T an element; T slots: the two moments, 2 T,
+// the parameters being their own master, as the simulator's fp32 optimizer state) fits in budget - the warm-up's
+// peak non-model bytes - every chunk's bytes, times the margin ratio, get that state on the device (copied up from
+// the host once; os_bytes, counted in the device peak and taken out of the steady and ADAM budgets), and their Adam
+// runs there (device_adam: the gradients, which stay on the host or come down from a G slot at the ADAM moment, staged
+// up per piece, with T slots the parameters too; the updated master, or parameters, copied down to the host's
+// parameters, which the fp32 reads, the bf16 packing and the resident slots' refresh use). The state is the rank's own (OsPiece): with one
 // data rank every element of the chunk (a chunk's state is its capacity, as the simulator counts it), with ZeRO-3
 // over several data ranks this rank's slices of its views (a chunk's state is their elements: every chunk of the
 // executor is the rank's, each holding 1 / dp of its own state, where the simulator deals whole chunks to the
@@ -272,8 +274,11 @@ class ChunkStore {
   double os_bytes_ = 0;
   std::vector<int> tensor_of_view_;               // per view of the tables: its tensor, -1
   void place_os();
-  T* os_ptr(int c, int which, int piece) const {   // which 0: master, 1: m1, 2: m2
-    return reinterpret_cast<T*>(os_.get()) + os_at_[c] + which * os_len_[c] + poff_[piece];
+  // The parts of the device state an element: bf16 slots [master | m1 | m2]; T slots [m1 | m2] (the parameters are the
+  // master, staged up for the Adam: the simulator's fp32 optimizer state, 8 bytes an element).
+  int os_parts() const { return h16_ ? 3 : 2; }
+  T* os_ptr(int c, int which, int piece) const {   // which 0: master (bf16 slots), 1: m1, 2: m2
+    return reinterpret_cast<T*>(os_.get()) + os_at_[c] + (which - (3 - os_parts())) * os_len_[c] + poff_[piece];
   }
   std::vector<long long> slot_;                   // per chunk: slot offset (elements) or -1
   std::vector<char> gslot_;                       // per resident chunk: its slot holds the gradients
