@@ -121,21 +121,6 @@ void ChunkStore<T>::ArenaFree::operator()(char* p) const {
   if (be) be->free(p);
 }
 
-ChunkCopyStream::~ChunkCopyStream() {
-  if (!be) return;
-  be->stream_destroy(s);  // (runs or completes what it still holds)
-  be->event_destroy(queued);
-  be->event_destroy(ready);
-}
-
-void ChunkCopyStream::ensure(const Backend& b) {
-  if (be) return;
-  be = &b;
-  s = b.stream_create();
-  queued = b.event_create();
-  ready = b.event_create();
-}
-
 template <class T>
 void ChunkStore<T>::refresh_copies() {
   if (!h16_) return;
@@ -259,7 +244,7 @@ template <class T>
 void ChunkStore<T>::evict(int c, int moment, bool on_copy_stream) {
   if (pinned_[c]) throw std::logic_error("chunk store: evicting a pinned chunk");
   if (inflight_flag_[c]) throw std::logic_error("chunk store: evicting a chunk still being prefetched");
-  const Stream s = on_copy_stream ? cs_.s : Stream{};
+  const Stream s = on_copy_stream ? cs_.h2d : Stream{};
   auto t0 = Clock::now();
   double bytes = 0;
   for (int t : tensors_of_[c]) {
@@ -402,9 +387,9 @@ void ChunkStore<T>::prefetch(int moment) {
   const Backend& be = *arena_.get_deleter().be;
   cs_.ensure(be);
   be.event_record(cs_.queued, Stream{});  // the kernels that read what the victims' and the loads' slots hold
-  be.stream_wait(cs_.s, cs_.queued);
+  be.stream_wait(cs_.h2d, cs_.queued);
   std::vector<int> loads;
-  bool evicting = false;  // a victim's copy is queued on the copy stream, reading its slot
+  bool evicting = false, compacted = false;  // a victim's copy queued on the copy stream, reading its slot
   for (const PrefetchStep& st : steps) {
     const int c = st.chunk;
     if (!st.load) {
@@ -414,11 +399,11 @@ void ChunkStore<T>::prefetch(int moment) {
     }
     long long off = place(cap_[c]);  // (compaction moves settled slots: none is in flight here)
     if (off < 0 && evicting) {  // (compaction slides slots over the victims': after their copies have read them)
-      be.event_record(cs_.ready, cs_.s);
-      be.stream_wait(Stream{}, cs_.ready);
+      be.event_record(cs_.done, cs_.h2d);
+      be.stream_wait(Stream{}, cs_.done);
       evicting = false;
     }
-    if (off < 0) compact(), off = place(cap_[c]);
+    if (off < 0) compact(), off = place(cap_[c]), compacted = true;
     if (off < 0) throw std::logic_error("chunk store: the arena cannot hold a prefetched chunk");
     slot_[c] = off;
     slots_[off] = c;
@@ -434,25 +419,25 @@ void ChunkStore<T>::prefetch(int moment) {
     ++st_.h2d_moves;
     if (keep_log) log.push_back({steps_, moment, c, true, true});
   }
-  be.event_record(cs_.queued, Stream{});  // (a compaction above, on the compute stream, before the loads)
-  be.stream_wait(cs_.s, cs_.queued);
+  if (compacted) {  // (the compaction's copies, on the compute stream, before the loads)
+    be.event_record(cs_.queued, Stream{});
+    be.stream_wait(cs_.h2d, cs_.queued);
+  }
   for (int c : loads)  // (slot offsets final: the placements above are done)
     for (int t : tensors_of_[c]) {
       const ChunkTensor& x = tensors_[t];
       const size_t n = es_ * (size_t)x.count;
-      if (h16_) be.copy(reinterpret_cast<uint16_t*>(at(slot_[c])) + toff_[t], h16_ + x.offset, n, CopyKind::host_to_device, cs_.s);
-      else be.copy(reinterpret_cast<T*>(at(slot_[c])) + toff_[t], hp_ + x.offset, n, CopyKind::host_to_device, cs_.s);
+      if (h16_) be.copy(reinterpret_cast<uint16_t*>(at(slot_[c])) + toff_[t], h16_ + x.offset, n, CopyKind::host_to_device, cs_.h2d);
+      else be.copy(reinterpret_cast<T*>(at(slot_[c])) + toff_[t], hp_ + x.offset, n, CopyKind::host_to_device, cs_.h2d);
       st_.prefetch_h2d_bytes += (double)n;
     }
-  be.event_record(cs_.ready, cs_.s);
-  copying_ = true;
+  be.event_record(cs_.done, cs_.h2d);
 }
 
 template <class T>
 void ChunkStore<T>::settle() {
-  if (!copying_) return;
-  copying_ = false;
-  cs_.be->stream_wait(Stream{}, cs_.ready);
+  if (inflight_.empty()) return;  // (a prefetch's evictions always come with a load)
+  cs_.be->stream_wait(Stream{}, cs_.done);
   for (int c : inflight_) {
     inflight_flag_[c] = 0;
     point(c, true);
@@ -463,7 +448,7 @@ void ChunkStore<T>::settle() {
 template <class T>
 void ChunkStore<T>::quiesce() {
   settle();
-  if (cs_.be) cs_.be->stream_sync(cs_.s);
+  if (cs_.be) cs_.be->stream_sync(cs_.h2d);
   std::fill(on_copy_stream_.begin(), on_copy_stream_.end(), 0);
 }
 

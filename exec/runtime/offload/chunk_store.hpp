@@ -102,6 +102,7 @@
 #include <vector>
 
 #include "exec/backends/backend.hpp"
+#include "exec/runtime/offload/copy_streams.hpp"
 #include "sim/chunks.hpp"
 
 namespace tp::exec {
@@ -145,18 +146,6 @@ struct ChunkMoveLog {
   int step = 0, moment = 0, chunk = 0;
   bool to_device = false;
   bool prefetch = false;  // a load of moment `moment`'s prefetch
-};
-
-// The prefetch's copy stream and its events, on the arena's backend (created at the first prefetch).
-struct ChunkCopyStream {
-  const Backend* be = nullptr;
-  Stream s;
-  Event queued, ready;  // the compute stream's work before the copies; the copies' end
-  ChunkCopyStream() = default;
-  ChunkCopyStream(const ChunkCopyStream&) = delete;
-  ChunkCopyStream& operator=(const ChunkCopyStream&) = delete;
-  ~ChunkCopyStream();
-  void ensure(const Backend& b);
 };
 
 template <class T>
@@ -296,10 +285,9 @@ class ChunkStore {
   std::vector<std::vector<int>> at_moment_;       // steady steps: per moment, its chunks (sorted; from the trace)
   std::vector<int> inflight_;                     // prefetched chunks not yet settled
   std::vector<char> inflight_flag_;               // per chunk
-  bool copying_ = false;                          // the copy stream holds a prefetch's copies not yet waited for
   bool host_rewrites_ = false;                    // (set_host_rewrites)
   std::vector<char> on_copy_stream_;              // per chunk: a copy since the last quiesce moved its data
-  ChunkCopyStream cs_;
+  CopyStreams cs_;                                // the prefetch's: its evictions and loads in order on cs_.h2d
   ChunkStepStats st_;
 };
 

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "exec/backends/backend.hpp"
+#include "exec/runtime/offload/copy_streams.hpp"
 #include "exec/runtime/offload/host_adam.hpp"
 #include "exec/runtime/train.hpp"
 
@@ -61,29 +62,6 @@ class PinnedBuf {
   const Backend* be_ = nullptr;
   T* p_ = nullptr;
   long long n_ = 0;
-};
-
-// The copy streams and the event of the host optimizer's pipeline (created on first use, on the backend current then).
-struct CopyStreams {
-  const Backend* be = nullptr;
-  Stream d2h, h2d;
-  Event grads_ready;
-  CopyStreams() = default;
-  CopyStreams(const CopyStreams&) = delete;
-  CopyStreams& operator=(const CopyStreams&) = delete;
-  ~CopyStreams() {
-    if (!be) return;
-    be->stream_destroy(d2h);
-    be->stream_destroy(h2d);
-    be->event_destroy(grads_ready);
-  }
-  void ensure() {
-    if (be) return;
-    be = &current_backend();
-    d2h = be->stream_create();
-    h2d = be->stream_create();
-    grads_ready = be->event_create();
-  }
 };
 
 template <class T>
@@ -129,8 +107,8 @@ struct HostOptimizer {
     if (n <= 0) return;
     const Backend& be = current_backend();
     cs.ensure();
-    be.event_record(cs.grads_ready, Stream{});
-    be.stream_wait(cs.d2h, cs.grads_ready);
+    be.event_record(cs.queued, Stream{});
+    be.stream_wait(cs.d2h, cs.queued);
     be.copy(grad.data() + off, dev_grad, sizeof(T) * (size_t)n, CopyKind::device_to_host, cs.d2h);
     d2h_bytes += (double)(sizeof(T) * (size_t)n);
     early_d2h_bytes += (double)(sizeof(T) * (size_t)n);
@@ -145,8 +123,8 @@ struct HostOptimizer {
     const bool early = std::any_of(down_early.begin(), down_early.end(), [&](const std::pair<long long, long long>& r) {
       return r.first <= off && off + n <= r.first + r.second;
     });
-    be.event_record(cs.grads_ready, Stream{});
-    be.stream_wait(cs.d2h, cs.grads_ready);
+    be.event_record(cs.queued, Stream{});
+    be.stream_wait(cs.d2h, cs.queued);
     const long long nb = (n + block - 1) / block;
     auto len = [&](long long i) { return std::min(block, n - i * block); };
     auto down = [&](long long i) {
