@@ -178,8 +178,9 @@ struct RankRun {
   Buf<uint16_t> host16;  // chunked offload's bf16 slots: the host's bf16 parameters (chunk_store.hpp)
   // Chunked offload in bf16 keeps its chunks in bf16 (chunk_store.hpp "bf16 slots"; PatrickStar's fp16 chunks, the
   // simulator's 2 bytes an element; ZeRO's all-gathers repack what they write, ChunkStore::rewritten), not under
-  // Optimus 2D (its weight blocks) or Pseudo-to-Real (the relayout writes the T parameters the slots copy);
-  // --no-bf16-weight-copies and those plans keep T chunks.
+  // Optimus 2D (its weight blocks); with Pseudo-to-Real each phase is a run of its own whose store starts from the
+  // placed parameters, the pseudo phase's exporting them after evict_all and sync_os_to_host.
+  // --no-bf16-weight-copies and 2D keep T chunks.
   bool chunk_bf16_slots() const {
     return p.offload.kind == OffloadKind::chunked && bf16_acts() && o.bf16_weight_copies && !model.two_d;
   }
