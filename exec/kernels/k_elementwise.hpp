@@ -214,6 +214,22 @@ struct SwigluBwd {
   }
 };
 
+// AdamW's update of element i (the one formula of the AdamW kernels: AdamW here, AdamWMulti in k_multi.hpp):
+// g' = gs g; m = b1 m + (1-b1) g'; v = b2 v + (1-b2) g'^2; p -= lr (m c1 / (sqrt(v c2) + eps) + wd p).
+template <class P, class G, class A>
+TP_HD TP_INLINE void adamw_at(long i, P* p, const G* g, P* m, P* v, G* p_copy, A lr, A b1, A b2, A eps, A wd, A c1,
+                              A c2, A gs) {
+  const A gi = gs * A(ld(g[i]));
+  const A mi = b1 * ld(m[i]) + (A(1) - b1) * gi;
+  const A vi = b2 * ld(v[i]) + (A(1) - b2) * gi * gi;
+  m[i] = st<P>(mi);
+  v[i] = st<P>(vi);
+  const A pi = ld(p[i]);
+  const A np = pi - lr * ((mi * c1) / (k_sqrt(vi * c2) + eps) + wd * pi);
+  p[i] = st<P>(np);
+  if (p_copy) p_copy[i] = st<G>(np);
+}
+
 // AdamW on parameters P (fp32 master weights, or double) with gradients G; m, v of type P. c1, c2 are the
 // bias corrections 1 / (1 - b^t). When p_copy is not null it receives the updated parameters in G (the bf16
 // working copy of mixed precision).
@@ -230,18 +246,7 @@ struct AdamW {
   acc_t<P> gs;  // the gradient's scale (the clip): g' = gs g, the product Scale computes
   template <class Ctx>
   TP_HD void operator()(Ctx& c) const {
-    using A = acc_t<P>;
-    TP_GRID_LOOP(c, i, n) {
-      const A gi = gs * A(ld(g[i]));
-      const A mi = b1 * ld(m[i]) + (A(1) - b1) * gi;
-      const A vi = b2 * ld(v[i]) + (A(1) - b2) * gi * gi;
-      m[i] = st<P>(mi);
-      v[i] = st<P>(vi);
-      const A pi = ld(p[i]);
-      const A np = pi - lr * ((mi * c1) / (k_sqrt(vi * c2) + eps) + wd * pi);
-      p[i] = st<P>(np);
-      if (p_copy) p_copy[i] = st<G>(np);
-    }
+    TP_GRID_LOOP(c, i, n) adamw_at(i, p, g, m, v, p_copy, lr, b1, b2, eps, wd, c1, c2, gs);
   }
 };
 

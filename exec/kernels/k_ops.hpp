@@ -4,5 +4,6 @@
 #pragma once
 #include "exec/kernels/k_elementwise_ops.hpp"
 #include "exec/kernels/k_moe_ops.hpp"
+#include "exec/kernels/k_multi_ops.hpp"
 #include "exec/kernels/k_rows_ops.hpp"
 #include "exec/kernels/k_shard_ops.hpp"

@@ -7,7 +7,9 @@
 //   R::run(op, shape, body)       runs body as the op (cuda: on its device, timed, errors naming op and shape);
 //   R::scratch(bytes)             memory the kernels write and read (emu: host, zero-filled; cuda: device; null
 //                                 for 0 bytes);
-//   R::read_back(p)               the double at p on the host (cuda: a copy and a stream synchronisation).
+//   R::read_back(p)               the double at p on the host (cuda: a copy and a stream synchronisation);
+//   R::upload(dst, src, bytes)    host bytes into the op's scratch, in order before the op's kernels (emu: a copy;
+//                                 cuda: an asynchronous copy on the op's stream; src may be freed on return).
 // The runners: exec/backends/emu/backend_emu.hpp EmuRunner, exec/kernels/cuda/backend_cuda_parts.hpp CudaRunner.
 #pragma once
 #include <cstddef>

@@ -6,6 +6,7 @@
 // nvcc). docs/kernels.md explains the rules.
 #pragma once
 #include "exec/kernels/k_elementwise.hpp"
+#include "exec/kernels/k_multi.hpp"
 #include "exec/kernels/k_flash.hpp"
 #include "exec/kernels/k_fp8.hpp"
 #include "exec/kernels/k_fused.hpp"

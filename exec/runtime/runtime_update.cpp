@@ -254,21 +254,31 @@ void RankRun<T>::delink_slot_sums() {
 }
 
 // Global gradient norm: each parameter once (tp-replicated on tp rank 0, the tied embedding on its first stage).
+// The runs in device memory go to one sum_squares_multi per segment kind (one launch and one read-back for all of
+// them, not one per run); host-resident runs to the host's threads.
 template <class T>
 double RankRun<T>::grad_norm() {
   double sq2[2] = {0, 0};  // dense, experts (without ZeRO each is held by its group's every rank)
+  std::vector<const T*> dev_x[2];
+  std::vector<long> dev_n[2];
   for (size_t k = 0; k < own.size(); ++k) {
     if (own_other_replica(k)) continue;
-    double& sq = sq2[own_seg[k]];
-    BackendScope where(backend_for(own_on_host(k)));
+    const int sg = own_seg[k];
     // (2D: rows != 0 hold unused copies; the tied copy on the last stage.) One sum per run of adjacent views.
     gl.each_run(
         own[k].first, own[k].second, [&](size_t v, long long at) { return record_copy(v, own[k].first + at) ? 0L : -1L; },
         [&](long long at, long long n, long) {
           const T* gr = own_grad(k, own[k].first + at);
-          sq += state_on_host(k) ? host_sum_squares(gr, (long)n, adam_threads) : ops::sum_squares(gr, (long)n);
+          if (state_on_host(k)) {
+            sq2[sg] += host_sum_squares(gr, (long)n, adam_threads);
+          } else {
+            dev_x[sg].push_back(gr);
+            dev_n[sg].push_back((long)n);
+          }
         });
   }
+  for (int sg : {0, 1})  // (device runs: own_on_host is false, so the run's backend is the current one)
+    if (!dev_x[sg].empty()) sq2[sg] += ops::sum_squares_multi(dev_x[sg].data(), dev_n[sg].data(), (long)dev_x[sg].size());
   world.all_reduce_sum(sq2, 2, Dtype::f64);  // over every rank: each parameter counted on exactly one
   if (p.zero == 0) {  // ...except that without ZeRO every rank of a segment's group holds it
     sq2[0] /= p.data_ranks();
@@ -278,12 +288,19 @@ double RankRun<T>::grad_norm() {
 }
 
 // AdamW on every own range this step updates, with the global-norm clip (norm over o.grad_clip) fused in: on the
-// device, in the host optimizer (optimizer offload) or on host memory (granular-offloaded segments).
+// device (every run in one adamw_multi launch), in the host optimizer (optimizer offload) or on host memory
+// (granular-offloaded segments).
 template <class T>
 void RankRun<T>::adam_update(int step, int warmup, double norm) {
   T clip = norm > o.grad_clip && o.grad_clip > 0 ? T(o.grad_clip / norm) : T(1);
   if (host_master && master_sliced) zeros(zslice, (long long)hopt.master.size());  // (freed by zero_gather_params)
   double lr = learning_rate(o, step, warmup);
+  struct {
+    std::vector<T*> p, m, v;
+    std::vector<const T*> g;
+    std::vector<long> n;
+    std::vector<T> wd;
+  } dev;  // the device runs (own_on_host is false: the current backend), for one launch after the loop
   for (size_t k = 0; k < own.size(); ++k) {
     BackendScope where(backend_for(own_on_host(k)));
     T* M1 = moments(k, 1);  // (the host optimizer keeps its own: hopt.step below)
@@ -308,11 +325,14 @@ void RankRun<T>::adam_update(int step, int warmup, double norm) {
         host_adamw(P(a), g, M1 + so, M2 + so, (long)n, T(lr), T(o.beta1), T(o.beta2), T(o.eps), wd, (long)step + 1, clip,
                    adam_threads);
       } else {
-        ops::adamw(P(a), g, M1 + so, M2 + so, (long)n, T(lr), T(o.beta1), T(o.beta2), T(o.eps), wd, (long)step + 1,
-                   clip);
+        dev.p.push_back(P(a)), dev.g.push_back(g), dev.m.push_back(M1 + so), dev.v.push_back(M2 + so);
+        dev.n.push_back((long)n), dev.wd.push_back(wd);
       }
     });
   }
+  if (!dev.p.empty())
+    ops::adamw_multi(dev.p.data(), dev.g.data(), dev.m.data(), dev.v.data(), dev.n.data(), dev.wd.data(),
+                     (long)dev.p.size(), T(lr), T(o.beta1), T(o.beta2), T(o.eps), (long)step + 1, clip);
   if (store)  // chunked offload's hybrid Adam: the chunks whose state is on the device (none: nothing to do)
     store->device_adam([&](int v, T* w, const T* g, T* m, T* s, long n) {
       ops::adamw(w, g, m, s, n, T(lr), T(o.beta1), T(o.beta2), T(o.eps), T(gl.views[(size_t)v].decay ? o.weight_decay : 0),

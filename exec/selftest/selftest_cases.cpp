@@ -419,6 +419,31 @@ void elementwise_cases(std::vector<Spec>& cs, bool quick) {
     }
     add(cs, {"sum_squares", sh({{"n", n}}), "", {rnd(n, s++)}, {}, {}, double(n), true},
         TP_SELFTEST_BODY { return t.sum_squares(p[0], n); });
+    // The multi-tensor forms over segments of two buffers (an empty one among them), each segment its own decay.
+    {
+      const long a = n / 3, b = n - n / 3;  // buffer 0 split at a; buffer 1 whole
+      add(cs, {"adamw_multi", sh({{"n", 2 * n}, {"segments", 4}}), "gradient scaled 0.37",
+               {rnd(n, s++), rnd(n, s++), rnd(n, s++), rnd(n, s++, 0, 1), rnd(n, s++), rnd(n, s++), rnd(n, s++),
+                rnd(n, s++, 0, 1)},
+               {}, {0, 2, 3, 4, 6, 7}, 4},
+          TP_SELFTEST_BODY {
+            using E = TT;
+            E* const pp[4] = {p[0], p[0] + a, p[4], p[4]};
+            const E* const gg[4] = {p[1], p[1] + a, p[5], p[5]};
+            E* const mm[4] = {p[2], p[2] + a, p[6], p[6]};
+            E* const vv[4] = {p[3], p[3] + a, p[7], p[7]};
+            const long nn[4] = {a, b, 0, n};
+            const E wd[4] = {E(0.1), E(0), E(0.5), E(0.01)};
+            return t.adamw_multi(pp, gg, mm, vv, nn, wd, 4, E(1e-3), E(0.9), E(0.95), E(1e-8), 7, E(0.37)), 0.0;
+          });
+      add(cs, {"sum_squares_multi", sh({{"n", 2 * n}, {"segments", 3}}), "", {rnd(n, s++), rnd(n, s++)}, {}, {},
+               double(2 * n), true},
+          TP_SELFTEST_BODY {
+            const TT* const xs[3] = {p[0], p[1], p[0] + a};
+            const long nn[3] = {a, n, b};
+            return t.sum_squares_multi(xs, nn, 3);
+          });
+    }
     // fp8 casts: power-of-two scales keep x * scale and the division back exact in float and double, so the
     // backend's fp8 values are the reference's (ties and saturation included: scale 1024 saturates E4M3).
     for (int format : {0, 1})

@@ -175,6 +175,18 @@ void every_op(double tol) {
     t.adamw(p, g, m1, v, n, T(1e-3), T(0.9), T(0.95), T(1e-8), T(0.1), 3, T(0.8));
     return t.sum_squares(g, n) + t.sum_squares(g, 1);
   }));
+  check("adamw_multi, sum_squares_multi", diff<T>([&](auto& t, auto& m) {
+    const long n = 1000, a = 333;  // segments [0, a), an empty one, [a, n)
+    T *p = m.r(n, 84), *g = m.r(n, 85), *m1 = m.r(n, 86, 0, 0.1), *v = m.r(n, 87, 0, 0.1);
+    T* const ps[3] = {p, p + a, p + a};
+    const T* const gs[3] = {g, g + a, g + a};
+    T* const ms[3] = {m1, m1 + a, m1 + a};
+    T* const vs[3] = {v, v + a, v + a};
+    const long ns[3] = {a, 0, n - a};
+    const T wd[3] = {T(0.1), T(0.2), T(0)};
+    t.adamw_multi(ps, gs, ms, vs, ns, wd, 3, T(1e-3), T(0.9), T(0.95), T(1e-8), 3, T(0.8));
+    return t.sum_squares_multi(gs, ns, 3);
+  }));
 }
 
 }  // namespace

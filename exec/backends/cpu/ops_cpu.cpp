@@ -387,6 +387,21 @@ double sum_squares(const T* x, long n) {
   return s;
 }
 
+// The multi-tensor forms: segment by segment, each exactly the single-segment op (the norm's sum in segment order).
+template <class T>
+void adamw_multi(T* const* p, const T* const* g, T* const* m, T* const* v, const long* n, const T* wd, long count, T lr,
+                 T b1, T b2, T eps, long t, T gscale) {
+  for (long s = 0; s < count; ++s)
+    if (n[s] > 0) adamw(p[s], g[s], m[s], v[s], n[s], lr, b1, b2, eps, wd[s], t, gscale);
+}
+template <class T>
+double sum_squares_multi(const T* const* x, const long* n, long count) {
+  double s = 0;
+  for (long k = 0; k < count; ++k)
+    if (n[k] > 0) s += sum_squares(x[k], n[k]);
+  return s;
+}
+
 // The kernels' rounding rule (exec/kernels/k_fp8.hpp), computed in T as the kernels compute in acc_t<T>.
 template <class T>
 double fp8_quantize(T* y, const T* x, long n, T scale, int format) {
@@ -424,6 +439,9 @@ double fp8_quantize(T* y, const T* x, long n, T scale, int format) {
   template void embedding_bwd<T>(T*, T*, const T*, const int32_t*, long, long, long);                       \
   template void adamw<T>(T*, const T*, T*, T*, long, T, T, T, T, T, long, T);                                  \
   template double sum_squares<T>(const T*, long);                                                           \
+  template void adamw_multi<T>(T* const*, const T* const*, T* const*, T* const*, const long*, const T*, long, T, T, T, \
+                               T, long, T);                                                                 \
+  template double sum_squares_multi<T>(const T* const*, const long*, long);                                \
   template double fp8_quantize<T>(T*, const T*, long, T, int);
 TP_OPS_CPU_INSTANTIATE(float)
 TP_OPS_CPU_INSTANTIATE(double)

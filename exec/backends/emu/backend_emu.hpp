@@ -6,6 +6,7 @@
 // the op and the argument. Scratch buffers the ops use internally are the backend's own business.
 #pragma once
 #include <cstddef>
+#include <cstring>
 #include <initializer_list>
 #include <utility>
 #include <vector>
@@ -58,6 +59,7 @@ struct EmuRunner {
     return buf.data();
   }
   double read_back(const double* p) const { return *p; }
+  void upload(void* dst, const void* src, size_t bytes) const { std::memcpy(dst, src, bytes); }
 };
 
 // Fills the entries of the ops the backend writes itself (ops.def TP_OWN_OP: the GEMMs, attention and flash

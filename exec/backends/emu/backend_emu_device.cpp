@@ -9,7 +9,8 @@
 // have to have run it, so a missing wait shows.
 // Invariants: handles are never host-accessible; is_device_ptr(p) is "p lies in the reserved range"; a handle
 // is reused only for an allocation of the same size after its free; translation of a pointer outside every live
-// handle leaves it unchanged, so the emu op's registry check rejects it with the op and argument named.
+// handle leaves it unchanged, so the emu op's registry check rejects it with the op and argument named; the
+// multi-tensor ops' pointer tables are translated entry by entry.
 #include <execinfo.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -23,6 +24,7 @@
 #include <map>
 #include <mutex>
 #include <stdexcept>
+#include <vector>
 
 #include "exec/backends/emu/backend_emu.hpp"
 #include "exec/backends/emu/emu_streams.hpp"
@@ -204,11 +206,33 @@ struct Tr<M> {
   static R call(A... a) { return (emu_backend().ops<T>().*M)(tr(a)...); }
 };
 
+// The multi-tensor ops' host tables hold handles: each entry translated, into a copy of the table.
+template <class P>
+std::vector<P> tr_table(const P* tab, long count) {
+  std::vector<P> r(size_t(count > 0 ? count : 0));
+  for (size_t s = 0; s < r.size(); ++s) r[s] = tr(tab[s]);
+  return r;
+}
+template <class T>
+void adamw_multi(T* const* p, const T* const* g, T* const* m, T* const* v, const long* n, const T* wd, long count, T lr,
+                 T b1, T b2, T eps, long t, T gscale) {
+  const auto P = tr_table(p, count), M = tr_table(m, count), V = tr_table(v, count);
+  const auto G = tr_table(g, count);
+  emu_backend().ops<T>().adamw_multi(P.data(), G.data(), M.data(), V.data(), n, wd, count, lr, b1, b2, eps, t, gscale);
+}
+template <class T>
+double sum_squares_multi(const T* const* x, const long* n, long count) {
+  const auto X = tr_table(x, count);
+  return emu_backend().ops<T>().sum_squares_multi(X.data(), n, count);
+}
+
 template <class T>
 OpTable<T> table() {
   OpTable<T> t{};
 #define TP_OP(RET, NAME, PARAMS, ARGS) t.NAME = &Tr<&OpTable<T>::NAME>::call;
 #include "exec/backends/ops.def"
+  t.adamw_multi = &adamw_multi<T>;
+  t.sum_squares_multi = &sum_squares_multi<T>;
   return t;
 }
 

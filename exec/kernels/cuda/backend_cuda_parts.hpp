@@ -85,6 +85,9 @@ struct CudaRunner {
     check_cuda(cudaStreamSynchronize(g.stream), "read-back");
     return v;
   }
+  void upload(void* dst, const void* src, size_t bytes) const {
+    check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, g.stream), "table upload");
+  }
   static void check_cuda(cudaError_t e, const char* what) { tp::cuda::check(e, what); }
 };
 #endif
