@@ -30,7 +30,9 @@
 # --no-bf16-weight-copies (each GEMM casts the fp32 weights itself): the first model's bf16+flash+nocopies row
 # measures what the weights' bf16 copies save. A mode ending in +ownattn runs with TP_CUDA_ATTENTION=own: the
 # bf16 flash ops on the project's own kernels instead of cuDNN's fused attention (exec/kernels/cuda/fused_attention.hpp),
-# so bf16+flash against bf16+flash+ownattn measures what cuDNN's attention changes.
+# so bf16+flash against bf16+flash+ownattn measures what cuDNN's attention changes. A mode fp8... runs training.precision
+# "fp8" (the emulated casts of exec/model/fp8.hpp around fp32 GEMMs: the first model's fp8+flash row, and the 1.5B's with
+# BENCH_MODES=bf16+flash,fp8+flash), so fp8 against bf16 is in the table.
 # BASELINE_BIN=PATH (another build's trainplan with its libtrainplan_cuda.so beside it, e.g. the last commit
 # measured): every row also runs with that program, just before the same row with this build's, and is printed as
 # "MODE (base)": a comparison on the same machine in the same call. (A whole program, not only its library: the
@@ -76,7 +78,7 @@ cluster=dgx-h100 gpu_key=H100-SXM-80GB; [[ $gpu == *H200* ]] && cluster=h200-sin
 peak=$(python3 -c "import json;print(json.load(open('$root/models/catalog/gpus.json'))['$gpu_key']['matrix_flops_per_s']['fp32'])")
 peak_bf16=$(python3 -c "import json;print(json.load(open('$root/models/catalog/gpus.json'))['$gpu_key']['matrix_flops_per_s']['bf16'])")
 # name, layers, hidden, heads, sequence, micro-batch (= global batch), recompute, modes
-configs=("gpt2-124m 12 768 12 1024 8 none fp32,tf32,bf16,tf32+flash,bf16+flash,bf16+flash+nocopies"
+configs=("gpt2-124m 12 768 12 1024 8 none fp32,tf32,bf16,tf32+flash,bf16+flash,bf16+flash+nocopies,fp8+flash"
          "gpt2-124m-rc 12 768 12 1024 8 full fp32" "gpt2-124m-s2k 12 768 12 2048 4 none fp32"
          "gpt2-350m 24 1024 16 1024 4 none fp32,bf16" "gpt2-1.5b 48 1600 25 1024 8 none bf16+flash")
 if [[ -n "${BENCH_MODES:-}" ]]; then
@@ -108,9 +110,9 @@ for cfg in "${configs[@]}"; do
   read -r name layers hidden heads seq mb rc_mode modes <<<"$cfg"
   [[ -n "${BENCH_CONFIGS:-}" && " $BENCH_CONFIGS " != *" $name "* ]] && continue
   [[ $name == gpt2-1.5b && " ${BENCH_CONFIGS:-} " != *" $name "* ]] && continue  # (asked for by name only)
-  for prec in fp32 bf16; do
-  [[ $prec == bf16 && $modes != *bf16* ]] && continue
-  sc="$work/$name.json"; [[ $prec == bf16 ]] && sc="$work/$name-bf16.json"
+  for prec in fp32 bf16 fp8; do
+  [[ $prec != fp32 && $modes != *$prec* ]] && continue
+  sc="$work/$name.json"; [[ $prec != fp32 ]] && sc="$work/$name-$prec.json"
   cat >"$sc" <<JSON
 {
   "name": "bench-$name-1gpu",
@@ -133,7 +135,7 @@ JSON
     modes=$(echo "$modes" | sed -E "s/(^|,)($VARIANTS)(,|$)/\1\2,\2+heur,\2+nocache\3/")
   for mode in ${modes//,/ }; do
     env=(); [[ $mode == tf32* ]] && env=(TP_CUDA_TF32=1)
-    sc="$work/$name.json"; [[ $mode == bf16* ]] && sc="$work/$name-bf16.json"
+    sc="$work/$name.json"; [[ $mode == bf16* ]] && sc="$work/$name-bf16.json"; [[ $mode == fp8* ]] && sc="$work/$name-fp8.json"
     [[ $mode == *+flash* ]] && sc="${sc%.json}-flash.json"
     [[ $mode == *+heur ]] && env+=(TP_CUDA_GEMM_TUNE=0)
     [[ $mode == *+nocache ]] && env+=(TP_CUDA_CACHE=0)
@@ -165,6 +167,8 @@ note = ("%.1f %% of the fp32 peak (%.1f TFLOP/s)" % (100 * tflops * 1e12 / peak,
         else "MFU %.1f %% of the dense bf16 peak (%.1f TFLOP/s); bf16 GEMMs, saved activations and weight copies, "
         "fp32 tensors between ops (sim: bf16 storage)"
         % (100 * tflops * 1e12 / pbf, pbf / 1e12) if mode.startswith("bf16")
+        else "MFU %.1f %% of the dense bf16 peak; fp8 casts emulated around fp32 GEMMs (no fp8 GEMMs yet), each cast's "
+        "amax kept on the device" % (100 * tflops * 1e12 / pbf) if mode.startswith("fp8")
         else "TF32 GEMMs; H100/H200 SXM dense TF32 peak 494.7 TFLOP/s (datasheet)")
 losses = r.get("losses") or []
 if losses:

@@ -3,8 +3,9 @@
 // k_reduce.hpp once, for every backend that launches kernels: the emu backend compiles it with g++ for the CPU block
 // emulator, the CUDA library with nvcc, so the bridge the emulator checks in CI is the bridge a GPU runs. A backend
 // gives a runner (k_runner.hpp); NAME_op takes the runner, then exactly the op's arguments.
-// Invariants: every argument is checked (R::check) before any kernel; an empty op launches nothing; the reductions'
-// scratch is the result [1] then the per-block partials, the result read back.
+// Invariants: every argument is checked (R::check) before any kernel; an empty op launches nothing; the sum of
+// squares' scratch is the result [1] then the per-block partials, the result read back; the fp8 cast's amax stays in
+// the caller's device memory.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -187,19 +188,17 @@ double sum_squares_op(const R& r, const T* x, long n) {
   });
   return total;
 }
-// The cast, and max |x| as sum_squares_op reads its total.
+// The cast, and with amax the block maxima then their max into amax[0], on the device (no read-back).
 template <class R, class T>
-double fp8_quantize_op(const R& r, T* y, const T* x, long n, T scale, int format) {
-  double amax = 0;
+void fp8_quantize_op(const R& r, T* y, const T* x, long n, T scale, int format, T* amax) {
   r.run("fp8_quantize", {{"n", n}, {"format", format}}, [&] {
     r.check("fp8_quantize", "y", y, bytes_of<T>(n));
     r.check("fp8_quantize", "x", x, bytes_of<T>(n));
+    check_opt(r, "fp8_quantize", "amax", amax, sizeof(T));
     if (n <= 0) return;
-    double* s = static_cast<double*>(r.scratch(sizeof(double) * (size_t(r.launch().max_grid) + 1)));
-    fp8_quantize(r.launch(), s, s + 1, y, x, n, scale, format);
-    amax = r.read_back(s);
+    double* s = amax ? static_cast<double*>(r.scratch(sizeof(double) * size_t(r.launch().max_grid))) : nullptr;
+    fp8_quantize(r.launch(), amax, s, y, x, n, scale, format);
   });
-  return amax;
 }
 
 }  // namespace tp::kernels

@@ -44,6 +44,32 @@ TP_HD TP_INLINE A fp8_round(A v, int format) {
   return v < A(0) ? -r : r;
 }
 
+// The fp8 bits (OCP FP8, as CUDA's __nv_fp8_e4m3 / __nv_fp8_e5m2 hold them: sign, exponent biased by 7 / 15, 3 / 2
+// mantissa bits; E4M3 NaN 0x7f, no infinities) of fp8_round(v, format): the byte an fp8 GEMM reads for the value the
+// emulation computes with. NaN encodes as the format's NaN (0x7f, E5M2's too: S.11111.11).
+template <class A>
+TP_HD TP_INLINE uint8_t fp8_bits(A v, int format) {
+  const A r = fp8_round(v, format);
+  if (!(r == r)) return uint8_t(0x7f);
+  const int mbits = format == kFp8E4M3 ? 3 : 2, emin = format == kFp8E4M3 ? -6 : -14, bias = format == kFp8E4M3 ? 7 : 15;
+  const uint8_t sign = r < A(0) ? uint8_t(0x80) : uint8_t(0);
+  const A a = r < A(0) ? -r : r;
+  if (a == A(0)) return sign;
+  int e = k_ilogb(a);
+  if (e < emin) return uint8_t(sign | uint8_t(k_ldexp(a, mbits - emin)));  // subnormal: a / 2^(emin - mbits)
+  const int mant = int(k_ldexp(a, mbits - e)) - (1 << mbits);               // a / 2^(e - mbits) - 2^mbits, exact
+  return uint8_t(sign | uint8_t((e + bias) << mbits) | uint8_t(mant));
+}
+// The value of fp8 bits b (fp8_bits' inverse on the format's finite values; NaN for its NaN codes).
+TP_HD TP_INLINE double fp8_value(uint8_t b, int format) {
+  const int mbits = format == kFp8E4M3 ? 3 : 2, ebits = format == kFp8E4M3 ? 4 : 5, bias = format == kFp8E4M3 ? 7 : 15;
+  const int ef = (b >> mbits) & ((1 << ebits) - 1), mant = b & ((1 << mbits) - 1);
+  const double sign = (b & 0x80) ? -1.0 : 1.0;
+  if (format == kFp8E4M3 ? (ef == 15 && mant == 7) : ef == 31) return mant == 0 ? sign * HUGE_VAL : NAN;
+  if (ef == 0) return sign * k_ldexp(double(mant), 1 - bias - mbits);
+  return sign * k_ldexp(double(mant + (1 << mbits)), ef - bias - mbits);
+}
+
 // v rounded to the nearest bfloat16 (8 significant bits, float's exponent range; ties to even; past bf16's
 // largest finite value: infinity; NaN stays NaN). Float: the bit rule of to_bf16 (kcommon.hpp); double: the
 // same rule on the value itself, so a double that is a float rounds exactly as that float does.
@@ -78,7 +104,30 @@ struct PackBf16 {
   }
 };
 
-// y[i] = fp8_round(x[i] * s) / s; partial[bid] = max |x[i]| over the block's share (in double).
+// The fp8 GEMM's operand copy (cuBLASLt's fp8 kernels read bytes, in its "TN" layout): y as a row-major [rows, cols]
+// byte matrix = fp8_bits(x * s) of x [rows, cols] (row stride `stride`), or with `transpose` y [cols, rows] = its transpose.
+// For x an fp8_quantize output with the same scale (q / s, q on the grid) the byte is q's: x s is within a few float
+// ulps of q, which rounds back to q (the grid's steps are 2^-3 of a value at least).
+template <class T>
+struct Fp8Pack {
+  static constexpr const char* kName = "fp8_pack";
+  using A = acc_t<T>;
+  uint8_t* y;
+  const T* x;
+  long rows, cols, stride;  // (stride: x's row stride)
+  A s;
+  int format;
+  bool transpose;
+  template <class Ctx>
+  TP_HD void operator()(Ctx& c) const {
+    TP_GRID_LOOP(c, i, rows * cols) {  // (i: the output's element, so the writes are consecutive)
+      const long r = transpose ? i % rows : i / cols, col = transpose ? i / rows : i % cols;
+      y[i] = fp8_bits(A(ld(x[r * stride + col])) * s, format);
+    }
+  }
+};
+
+// y[i] = fp8_round(x[i] * s) / s; partial[bid] = max |x[i]| over the block's share (in double; partial null: no max).
 template <class T>
 struct Fp8QuantizePartial {
   static constexpr const char* kName = "fp8_quantize";
@@ -98,24 +147,47 @@ struct Fp8QuantizePartial {
       m = av > m ? av : m;
       y[i] = st<T>(fp8_round(v * s, format) / s);
     }
+    if (!partial) return;  // (the same for the whole block)
     m = block_max(c, m, c.template shared<double>());
     if (c.tid() == 0) partial[c.bid()] = m;
   }
 };
+// amax[0] = max(amax[0], max of in[0, n)) (one block; in: Fp8QuantizePartial's partials, each a value of T, so the
+// result is exact in T): the cast's amax kept in device memory, no read-back.
+template <class T>
+struct AmaxInto {
+  static constexpr const char* kName = "fp8_amax";
+  T* amax;
+  const double* in;
+  long n;
+  template <class Ctx>
+  TP_HD void operator()(Ctx& c) const {
+    double m = 0;
+    for (long i = c.tid(); i < n; i += c.bdim()) m = k_max(m, in[i]);
+    m = block_max(c, m, c.template shared<double>());
+    if (c.tid() == 0 && m > double(ld(amax[0]))) amax[0] = st<T>(acc_t<T>(m));
+  }
+};
 
+template <class L, class T>
+void fp8_pack(const L& launch, uint8_t* y, const T* x, long rows, long cols, long stride, acc_t<T> s, int format,
+              bool transpose) {
+  launch(Fp8Pack<T>{y, x, rows, cols, stride, s, format, transpose}, flat_dim(launch, rows * cols));
+}
 // y[n] = x[n] as bf16 (PackBf16); the way back is copy<L, T, bf16> (k_elementwise.hpp), exact.
 template <class L, class T>
 void pack_bf16(const L& launch, bf16* y, const T* x, long n) {
   launch(PackBf16<T>{y, x, n}, flat_dim(launch, kConvert4<bf16, T> ? (n + 3) / 4 : n));
 }
 
-// y[n] = fp8(x * s) / s in `format`; out[0] = max |x|. scratch holds launch.max_grid doubles.
+// y[n] = fp8(x * s) / s in `format`; amax (null: none) [0] = max(amax[0], max |x|). scratch holds launch.max_grid
+// doubles (unused without amax).
 template <class L, class T>
-void fp8_quantize(const L& launch, double* out, double* scratch, T* y, const T* x, long n, acc_t<T> s, int format) {
+void fp8_quantize(const L& launch, T* amax, double* scratch, T* y, const T* x, long n, acc_t<T> s, int format) {
   const unsigned grid = blocks_for(n, launch.block, launch.max_grid);
-  const unsigned smem = unsigned(kReduceSlots * sizeof(double));
-  launch(Fp8QuantizePartial<T>{y, x, s, n, format, scratch}, Dim{grid, launch.block, smem});
-  launch(ReduceDoubles<true>{out, scratch, long(grid)}, Dim{1, launch.block, smem});
+  const unsigned smem = amax ? unsigned(kReduceSlots * sizeof(double)) : 0;
+  launch(Fp8QuantizePartial<T>{y, x, s, n, format, amax ? scratch : nullptr}, Dim{grid, launch.block, smem});
+  if (amax) launch(AmaxInto<T>{amax, scratch, long(grid)}, Dim{1, launch.block, smem});
 }
 
 }  // namespace tp::kernels

@@ -1,11 +1,53 @@
 // fp8: the delayed-scaling state of the emulated fp8 linear layers. See fp8.hpp.
 #include "exec/model/fp8.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <stdexcept>
 
+#include "exec/backends/backend.hpp"
 #include "exec/kernels/k_fp8.hpp"
 
 namespace tp::exec {
+
+Fp8AmaxSlots::~Fp8AmaxSlots() {
+  for (Slots& s : bufs_) s.be->free(s.p);
+}
+
+void* Fp8AmaxSlots::slots_bytes(size_t elem_bytes, size_t n) {
+  const Backend& be = current_backend();
+  for (Slots& s : bufs_)
+    if (s.be == &be && s.elem_bytes == elem_bytes && s.n == n) return s.p;
+  const size_t bytes = elem_bytes * n;
+  void* p = be.alloc(bytes);
+  if (!p) throw std::runtime_error("fp8: out of device memory for " + std::to_string(n) + " amax slots");
+  const std::vector<char> zeros(bytes, 0);
+  be.copy(p, zeros.data(), bytes, CopyKind::host_to_device, Stream{});
+  bufs_.push_back({&be, elem_bytes, n, p});
+  return p;
+}
+
+void Fp8AmaxSlots::drain(std::vector<double>& amax) {
+  for (Slots& s : bufs_) {
+    const size_t bytes = s.elem_bytes * s.n;
+    std::vector<char> host(bytes);
+    s.be->copy(host.data(), s.p, bytes, CopyKind::device_to_host, Stream{});  // (the default stream: synchronous)
+    for (size_t i = 0; i < s.n && i < amax.size(); ++i) {
+      double v;
+      if (s.elem_bytes == sizeof(float)) {
+        float f;
+        std::memcpy(&f, host.data() + i * sizeof f, sizeof f);
+        v = f;
+      } else {
+        std::memcpy(&v, host.data() + i * sizeof v, sizeof v);
+      }
+      amax[i] = std::fmax(amax[i], v);
+    }
+    std::fill(host.begin(), host.end(), char(0));
+    s.be->copy(s.p, host.data(), bytes, CopyKind::host_to_device, Stream{});
+  }
+}
 
 void Fp8State::init(long long layers, long long experts) {
   groups = layers;
@@ -22,6 +64,7 @@ Fp8State Fp8State::for_scenario(const Scenario& sc) {
 
 void Fp8State::end_step(Comm& world) {
   if (!on()) return;
+  dev->drain(amax);
   const long n = (long)amax.size();
   if (world.size() > 1) {
     std::vector<double> all((size_t)n * world.size());

@@ -15,7 +15,10 @@
 //    the micro-batch count does not change the numerics);
 //  - every rank holds every slot's scale (a replicated vector: checkpoints and the Pseudo-to-Real handover
 //    carry it whole).
+// The casts keep each slot's amax in the memory of the backend they run on (Fp8AmaxSlots: ops::fp8_quantize's amax,
+// no read-back per cast, which on a GPU would stop the stream at every cast); end_step reads them back once.
 #pragma once
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -31,10 +34,38 @@ enum class Fp8Operand : int { x = 0, w = 1, dy = 2 };
 // 6 + 2e / 7 + 2e expert e's fc1 / fc2 (global expert index).
 enum Fp8Linear : int { kFp8Qkv = 0, kFp8Proj = 1, kFp8Fc1 = 2, kFp8Fc2 = 3, kFp8ShFc1 = 4, kFp8ShFc2 = 5, kFp8Expert = 6 };
 
+struct Backend;
+// Per backend that cast this step, one T per slot in that backend's memory (zeroed), holding the slots' amax; drain
+// reads each back once, takes the max into a host vector and zeroes them again. Freed with the last Fp8State copy.
+class Fp8AmaxSlots {
+ public:
+  Fp8AmaxSlots() = default;
+  Fp8AmaxSlots(const Fp8AmaxSlots&) = delete;
+  Fp8AmaxSlots& operator=(const Fp8AmaxSlots&) = delete;
+  ~Fp8AmaxSlots();
+  // The current backend's n slots of T (float or double), allocated and zeroed at first use.
+  template <class T>
+  T* slots(size_t n) {
+    return static_cast<T*>(slots_bytes(sizeof(T), n));
+  }
+  // amax[i] = max(amax[i], every backend's slot i); the slots zeroed.
+  void drain(std::vector<double>& amax);
+
+ private:
+  void* slots_bytes(size_t elem_bytes, size_t n);
+  struct Slots {
+    const Backend* be;
+    size_t elem_bytes, n;
+    void* p;
+  };
+  std::vector<Slots> bufs_;
+};
+
 struct Fp8State {
   long long groups = 0, linears = 0;  // weight groups (the model's layers) and linears per group
   std::vector<double> scale;          // per slot: the scale of this step's casts
-  std::vector<double> amax;           // per slot: max |x| cast so far in this step on this rank
+  std::vector<double> amax;           // per slot: max |x| cast in this step (end_step: over the ranks)
+  std::shared_ptr<Fp8AmaxSlots> dev = std::make_shared<Fp8AmaxSlots>();  // the casts' amax, where they ran
 
   // Slots for `layers` weight groups of a model with `experts` experts (0: dense); scales 1.
   void init(long long layers, long long experts);
@@ -47,7 +78,7 @@ struct Fp8State {
   // The state `sc` trains with: slots for its layers and experts when training.precision is fp8, else off.
   static Fp8State for_scenario(const Scenario& sc);
   // dst[n] = x cast to the slot's fp8 format with its scale (E5M2 for dy, else E4M3); `record` adds max |x| to
-  // the slot's amax (the backward's second cast of a forward operand does not). Returns dst.
+  // the slot's amax on the backend (the backward's second cast of a forward operand does not). Returns dst.
   template <class T>
   const T* cast(Buf<T>& dst, const T* x, long n, int slot, bool record = true) {
     if (dst.size() != (size_t)n) {  // a fresh buffer: resizing a used one would copy its elements on the host,
@@ -55,11 +86,11 @@ struct Fp8State {
       fresh.resize((size_t)n);
       dst.swap(fresh);
     }
-    const double a = ops::fp8_quantize(dst.data(), x, n, T(scale[(size_t)slot]), format_of(slot));
-    if (record && a > amax[(size_t)slot]) amax[(size_t)slot] = a;
+    T* a = record ? dev->slots<T>(scale.size()) + slot : nullptr;
+    ops::fp8_quantize(dst.data(), x, n, T(scale[(size_t)slot]), format_of(slot), a);
     return dst.data();
   }
-  // After a step: the amax reduced (max) over the phase's ranks, the new scales, the amax cleared.
+  // After a step: the casts' amax read back, reduced (max) over the phase's ranks, the new scales, the amax cleared.
   void end_step(Comm& world);
   // Pseudo-to-Real's delink: layer l takes the scales of the weight group it used (group_of[l]).
   void delink(const std::vector<long long>& group_of);

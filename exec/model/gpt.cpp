@@ -46,6 +46,12 @@ template <class T>
 const T* Gpt<T>::f8(Buf<T>& tmp, const T* x, long n, int wl, int lin, Fp8Operand op, bool record) const {
   return fp8_operand(fp8, tmp, x, n, wl, lin, op, record);
 }
+template <class T>
+Q8<T> Gpt<T>::f8q(Buf<T>& tmp, const T* x, long n, int wl, int lin, Fp8Operand op, bool record) const {
+  if (!fp8) return Q8<T>{x};
+  const int slot = fp8->slot(wl, lin, op);
+  return Q8<T>{fp8->cast(tmp, x, n, slot, record), T(fp8->scale[(size_t)slot]), Fp8State::format_of(slot)};
+}
 
 template <class T>
 void Gpt<T>::embed_fwd(T* x, const int32_t* tokens, long B, long Tn) const {

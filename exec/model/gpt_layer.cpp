@@ -61,33 +61,33 @@ void mlp_fwd(const Gpt<T>& g, int wl, int lin1, int w1, int b1, int w2, int b2, 
   if (!gelu16) act.resize(N * Fl);
   const T* bias1 = b1 >= 0 ? g.p(b1) : nullptr;
   Buf<T> qx, qw;  // fp8 casts of the GEMM operands (linears lin1 and lin1 + 1 of exec/model/fp8.hpp)
-  const T* x1 = in16 ? nullptr : g.f8(qx, in, N * C, wl, lin1, Fp8Operand::x);
+  const Q8<T> x1 = in16 ? Q8<T>{} : g.f8q(qx, in, N * C, wl, lin1, Fp8Operand::x);
   const uint16_t* w1_16 = g.p16(w1);  // (bf16 storage of the weights; fp8 casts T weights)
-  const T* w1p = w1_16 ? nullptr : g.f8(qw, g.p(w1), C * F1, wl, lin1, Fp8Operand::w);
+  const Q8<T> w1p = w1_16 ? Q8<T>{} : g.f8q(qw, g.p(w1), C * F1, wl, lin1, Fp8Operand::w);
   const uint16_t* act16 = nullptr;
   if (gelu16) {  // (fc1 = in w1 + b1 in T, then act = gelu(fc1) and fc1 itself as bf16 only)
-    ops::linear_fwd(fc1.data(), (T*)nullptr, x1, in16, w1p, w1_16, bias1, N, F1, C);
+    linear8(fc1.data(), (T*)nullptr, x1, in16, w1p, w1_16, bias1, N, F1, C);
     Buf<T> pre;
     pre.swap(fc1);
     uint16_t* a16 = pk->out16(act, (size_t)(N * Fl));
     ops::gelu_fwd16(a16, pk->out16(fc1, (size_t)(N * F1)), pre.data(), N * F1);
     act16 = a16;
   } else if (g.lay.s.gelu) {
-    ops::linear_fwd(act.data(), fc1.data(), x1, in16, w1p, w1_16, bias1, N, F1, C);  // fc1 = in w1 + b1, act = gelu(fc1)
+    linear8(act.data(), fc1.data(), x1, in16, w1p, w1_16, bias1, N, F1, C);  // fc1 = in w1 + b1, act = gelu(fc1)
   } else {
-    ops::linear_fwd(fc1.data(), (T*)nullptr, x1, in16, w1p, w1_16, bias1, N, F1, C);
+    linear8(fc1.data(), (T*)nullptr, x1, in16, w1p, w1_16, bias1, N, F1, C);
     ops::swiglu_fwd(act.data(), fc1.data(), N, Fl);
   }
   if (pk && !act16) act16 = pk->pack_now(act, bwd16);
-  const T* x2 = act16 ? nullptr : g.f8(qx, act.data(), N * Fl, wl, lin1 + 1, Fp8Operand::x);
+  const Q8<T> x2 = act16 ? Q8<T>{} : g.f8q(qx, act.data(), N * Fl, wl, lin1 + 1, Fp8Operand::x);
   const uint16_t* w2_16 = g.p16(w2);
-  const T* w2p = w2_16 ? nullptr : g.f8(qw, g.p(w2), Fl * C, wl, lin1 + 1, Fp8Operand::w);
+  const Q8<T> w2p = w2_16 ? Q8<T>{} : g.f8q(qw, g.p(w2), Fl * C, wl, lin1 + 1, Fp8Operand::w);
   if (g.sp) {
     Buf<T> z(N * C);  // [N, C] partial
-    gemm16(z.data(), x2, act16, w2p, w2_16, N, C, Fl, false, false, T(0));
+    gemm8(z.data(), x2, act16, w2p, w2_16, N, C, Fl, false, false, T(0));
     reduce_scatter_rows(g.tp, z.data(), out, Nl, C);
   } else {
-    gemm16(out, x2, act16, w2p, w2_16, N, C, Fl, false, false, T(0));
+    gemm8(out, x2, act16, w2p, w2_16, N, C, Fl, false, false, T(0));
     if (g.tp) g.tp->all_reduce_sum(out, N * C, dtype_of<T>());
   }
   if (b2 >= 0) ops::add_bias(out, out, g.p(b2), Nl, C, res);
@@ -127,19 +127,20 @@ void mlp_bwd(const Gpt<T>& g, int wl, int lin1, int w1, int b1, int w2, int b2, 
   const T* dz = dout;
   if (g.sp) { dz_full.resize(N * C); gather_rows(g.tp, dout, dz_full.data(), Nl, C); dz = dz_full.data(); }
   Buf<T> qx, qw, qd;  // fp8 casts (the forward operands again with the same scales: the same values)
-  dz = g.f8(qd, dz, N * C, wl, lin1 + 1, Fp8Operand::dy);
+  const Q8<T> dzq = g.f8q(qd, dz, N * C, wl, lin1 + 1, Fp8Operand::dy);
+  dz = dzq.p;
   if (g.sp) dz16 = g.grad16(dz, N * C);
-  gemm16(g.g(w2), act16 ? nullptr : g.f8(qx, act.data(), N * Fl, wl, lin1 + 1, Fp8Operand::x, false), act16, dz,
-         data16(dz16), Fl, C, N, true, false, T(1));
+  gemm8(g.g(w2), act16 ? Q8<T>{} : g.f8q(qx, act.data(), N * Fl, wl, lin1 + 1, Fp8Operand::x, false), act16, dzq,
+        data16(dz16), Fl, C, N, true, false, T(1));
   if (act16) act.resize(N * Fl);  // (packed: a buffer for the gradient, as the used act would have been)
   T* dact = act.data();  // [N, Fl], over the used act
   const uint16_t* w2_16 = g.p16(w2), *w1_16 = g.p16(w1);
-  gemm16(dact, dz, data16(dz16), w2_16 ? nullptr : g.f8(qw, g.p(w2), Fl * C, wl, lin1 + 1, Fp8Operand::w, false), w2_16,
-         N, Fl, C, false, true, T(0));
+  gemm8(dact, dzq, data16(dz16), w2_16 ? Q8<T>{} : g.f8q(qw, g.p(w2), Fl * C, wl, lin1 + 1, Fp8Operand::w, false),
+        w2_16, N, Fl, C, false, true, T(0));
   release(dz_full);
   Buf<uint16_t>().swap(dz16);
   Buf<uint16_t> d1_16;  // (bf16: the GEMMs' copy of fc1's gradient d1, made with the b1 gradient's pass)
-  const T* d1 = nullptr;  // [N, F1] (null: only its copy exists)
+  Q8<T> d1;  // [N, F1] (p null: only its copy exists)
   if (fc1_16) {  // (fc1 packed, so pack_operands16 is on: the GELU backward writes the gradient only as the copy)
     if (!g.lay.s.gelu) throw std::logic_error("mlp_bwd: a packed fc1 without GELU");
     d1_16.resize((size_t)(N * Fl));
@@ -150,15 +151,15 @@ void mlp_bwd(const Gpt<T>& g, int wl, int lin1, int w1, int b1, int w2, int b2, 
     else ops::swiglu_bwd_set(fc1.data(), fc1.data(), dact, N, Fl);
     release(act);
     d1_16 = g.bias_grad16(b1 >= 0 ? g.g(b1) : nullptr, fc1.data(), N, F1);  // [N, F1], over the used fc1
-    d1 = g.f8(qd, fc1.data(), N * F1, wl, lin1, Fp8Operand::dy);
-    if (!d1_16.empty()) release(fc1), d1 = nullptr;  // (bf16: the GEMMs read d1's copy)
+    d1 = g.f8q(qd, fc1.data(), N * F1, wl, lin1, Fp8Operand::dy);
+    if (!d1_16.empty()) release(fc1), d1 = Q8<T>{};  // (bf16: the GEMMs read d1's copy)
   }
-  gemm16(g.g(w1), in16 ? nullptr : g.f8(qx, in, N * C, wl, lin1, Fp8Operand::x, false), in16, d1, data16(d1_16), C, F1,
-         N, true, false, T(1));
+  gemm8(g.g(w1), in16 ? Q8<T>{} : g.f8q(qx, in, N * C, wl, lin1, Fp8Operand::x, false), in16, d1, data16(d1_16), C, F1,
+        N, true, false, T(1));
   if (in_owner) release(*in_owner);
   din.resize(N * C);
-  gemm16(din.data(), d1, data16(d1_16), w1_16 ? nullptr : g.f8(qw, g.p(w1), C * F1, wl, lin1, Fp8Operand::w, false),
-         w1_16, N, C, F1, false, true, T(0));
+  gemm8(din.data(), d1, data16(d1_16), w1_16 ? Q8<T>{} : g.f8q(qw, g.p(w1), C * F1, wl, lin1, Fp8Operand::w, false),
+        w1_16, N, C, F1, false, true, T(0));
   release(fc1);
 }
 
@@ -191,9 +192,9 @@ void qkv_fwd(const Gpt<T>& g, int wl, const LayerParams& W, LayerActs<T>& a, con
   const long N = d.N, C = d.C, D = d.D, Hl = d.Hl, Kl = d.Kl, Q = d.Q;
   Buf<T> qkv(N * Q);                                                       // [N, Q]
   const uint16_t* qkv16 = g.p16(W.qkv_w);  // (bf16 storage of the weights; fp8 casts T weights)
-  ops::linear_fwd(qkv.data(), (T*)nullptr, ln1_16 ? nullptr : g.f8(qx, a.ln1.data(), N * C, wl, kFp8Qkv, Fp8Operand::x),
-                  ln1_16, qkv16 ? nullptr : g.f8(qw, g.p(W.qkv_w), C * Q, wl, kFp8Qkv, Fp8Operand::w), qkv16,
-                  g.lay.s.has_qkv_bias() ? g.p(W.qkv_b) : (const T*)nullptr, N, Q, C);
+  linear8(qkv.data(), (T*)nullptr, ln1_16 ? Q8<T>{} : g.f8q(qx, a.ln1.data(), N * C, wl, kFp8Qkv, Fp8Operand::x),
+          ln1_16, qkv16 ? Q8<T>{} : g.f8q(qw, g.p(W.qkv_w), C * Q, wl, kFp8Qkv, Fp8Operand::w), qkv16,
+          g.lay.s.has_qkv_bias() ? g.p(W.qkv_b) : (const T*)nullptr, N, Q, C);
   if (g.qkv_in_place()) { a.q = std::move(qkv); return; }
   a.q.resize(N * Hl * D); a.k.resize(N * Kl * D); a.v.resize(N * Kl * D);
   ops::copy_rows(a.q.data(), Hl * D, qkv.data(), Q, N, Hl * D);
@@ -235,9 +236,9 @@ void proj_fwd(const Gpt<T>& g, int wl, const LayerParams& W, const T* x_in, Laye
   const long N = d.N, Nl = d.Nl, C = d.C, HD = d.Hl * d.D;
   Buf<T> y(N * C);                                                        // [N, C] partial over tp
   const uint16_t* proj16 = g.p16(W.proj_w);
-  gemm16(y.data(), attn16 ? nullptr : g.f8(qx, a.attn.data(), N * HD, wl, kFp8Proj, Fp8Operand::x), attn16,
-         proj16 ? nullptr : g.f8(qw, g.p(W.proj_w), HD * C, wl, kFp8Proj, Fp8Operand::w), proj16, N, C, HD, false,
-         false, T(0));
+  gemm8(y.data(), attn16 ? Q8<T>{} : g.f8q(qx, a.attn.data(), N * HD, wl, kFp8Proj, Fp8Operand::x), attn16,
+        proj16 ? Q8<T>{} : g.f8q(qw, g.p(W.proj_w), HD * C, wl, kFp8Proj, Fp8Operand::w), proj16, N, C, HD, false,
+        false, T(0));
   release(qx), release(qw);
   a.x_mid.resize(Nl * C);                                                         // [Nl, C]
   if (g.sp) reduce_scatter_rows(g.tp, y.data(), a.x_mid.data(), Nl, C);
@@ -364,7 +365,8 @@ T* proj_bwd(const Gpt<T>& g, int wl, const LayerParams& W, const T* dx, LayerAct
   Buf<T> dy_full;
   const T* dy = dx;
   if (g.sp) { dy_full.resize(N * C); gather_rows(g.tp, dx, dy_full.data(), Nl, C); dy = dy_full.data(); }
-  dy = g.f8(qd, dy, N * C, wl, kFp8Proj, Fp8Operand::dy);
+  const Q8<T> dyq = g.f8q(qd, dy, N * C, wl, kFp8Proj, Fp8Operand::dy);
+  dy = dyq.p;
   if (g.sp) dy16 = g.grad16(dy, N * C);
   if (const uint16_t* attn16 = a.packed(a.attn)) {  // (unfused: packed until here, then the gradient's buffer)
     gemm16(g.g(W.proj_w), (const T*)nullptr, attn16, dy, data16(dy16), HD, C, N, true, false, T(1));
@@ -373,14 +375,14 @@ T* proj_bwd(const Gpt<T>& g, int wl, const LayerParams& W, const T* dx, LayerAct
       a.attn.resize(N * HD);
     }
   } else {
-    gemm16(g.g(W.proj_w), g.f8(qx, a.attn.data(), N * HD, wl, kFp8Proj, Fp8Operand::x, false), nullptr, dy,
-           data16(dy16), HD, C, N, true, false, T(1));
+    gemm8(g.g(W.proj_w), g.f8q(qx, a.attn.data(), N * HD, wl, kFp8Proj, Fp8Operand::x, false), nullptr, dyq,
+          data16(dy16), HD, C, N, true, false, T(1));
   }
   if (g.flash) dattn_own.resize(N * HD);
   T* dattn = g.flash ? dattn_own.data() : a.attn.data();                       // [N, Hl D], over the used attn
   const uint16_t* proj16 = g.p16(W.proj_w);
-  gemm16(dattn, dy, data16(dy16), proj16 ? nullptr : g.f8(qw, g.p(W.proj_w), HD * C, wl, kFp8Proj, Fp8Operand::w, false),
-         proj16, N, HD, C, false, true, T(0));
+  gemm8(dattn, dyq, data16(dy16), proj16 ? Q8<T>{} : g.f8q(qw, g.p(W.proj_w), HD * C, wl, kFp8Proj, Fp8Operand::w, false),
+        proj16, N, HD, C, false, true, T(0));
   Buf<uint16_t>().swap(dy16);
   release(qd);
   return dattn;
@@ -434,17 +436,17 @@ void qkv_bwd(const Gpt<T>& g, int wl, const LayerParams& W, LayerActs<T>& a, Buf
   const long N = d.N, C = d.C, Q = d.Q;
   // (bf16: its copy, which the GEMMs read)
   const Buf<uint16_t> dq16 = g.bias_grad16(g.lay.s.has_qkv_bias() ? g.g(W.qkv_b) : nullptr, dqkv.data(), N, Q);
-  const T* dq8 = g.f8(qd, dqkv.data(), N * Q, wl, kFp8Qkv, Fp8Operand::dy);
-  if (!dq16.empty()) release(dqkv), dq8 = nullptr;
+  Q8<T> dq8 = g.f8q(qd, dqkv.data(), N * Q, wl, kFp8Qkv, Fp8Operand::dy);
+  if (!dq16.empty()) release(dqkv), dq8 = Q8<T>{};
   const uint16_t* ln1_16 = a.packed(a.ln1);
-  gemm16(g.g(W.qkv_w), ln1_16 ? nullptr : g.f8(qx, a.ln1.data(), N * C, wl, kFp8Qkv, Fp8Operand::x, false), ln1_16,
-         dq8, data16(dq16), C, Q, N, true, false, T(1));
+  gemm8(g.g(W.qkv_w), ln1_16 ? Q8<T>{} : g.f8q(qx, a.ln1.data(), N * C, wl, kFp8Qkv, Fp8Operand::x, false), ln1_16,
+        dq8, data16(dq16), C, Q, N, true, false, T(1));
   release(a.ln1);
   a.release_packed(a.ln1);
   release(qx);
   const uint16_t* qkv16 = g.p16(W.qkv_w);
-  gemm16(dln.data(), dq8, data16(dq16), qkv16 ? nullptr : g.f8(qw, g.p(W.qkv_w), C * Q, wl, kFp8Qkv, Fp8Operand::w, false),
-         qkv16, N, C, Q, false, true, T(0));
+  gemm8(dln.data(), dq8, data16(dq16), qkv16 ? Q8<T>{} : g.f8q(qw, g.p(W.qkv_w), C * Q, wl, kFp8Qkv, Fp8Operand::w, false),
+        qkv16, N, C, Q, false, true, T(0));
   release(dqkv);
 }
 

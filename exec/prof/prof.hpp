@@ -57,10 +57,10 @@ void add(int c, double s);
 void set_sync(void (*sync)());
 
 // The class of the op named `name` of exec/backends/ops.def, as the CPU backend's ops charge themselves: GEMMs
-// (matmul, matmul16, linear_fwd), attention (attention_*, flash_attention_*), the optimizer (adamw, sum_squares and their _multi forms),
+// (matmul, matmul16, matmul_fp8, linear_fwd), attention (attention_*, flash_attention_*), the optimizer (adamw, sum_squares and their _multi forms),
 // everything else element-wise. exec/backends/ops.cpp opens a scope of it around every op of a device backend.
 constexpr Cls op_class(std::string_view name) {
-  if (name == "matmul" || name == "matmul16" || name == "linear_fwd") return Cls::gemm;
+  if (name == "matmul" || name == "matmul16" || name == "matmul_fp8" || name == "linear_fwd") return Cls::gemm;
   if (name.substr(0, 9) == "attention" || name.substr(0, 15) == "flash_attention") return Cls::attention;
   if (name.substr(0, 5) == "adamw" || name.substr(0, 11) == "sum_squares") return Cls::optimizer;
   return Cls::elementwise;

@@ -289,7 +289,8 @@ double RankRun<T>::grad_norm() {
 
 // AdamW on every own range this step updates, with the global-norm clip (norm over o.grad_clip) fused in: on the
 // device (every run in one adamw_multi launch), in the host optimizer (optimizer offload) or on host memory
-// (granular-offloaded segments).
+// (granular-offloaded segments). The device's launch is queued first, so the host's Adam runs while the device
+// computes (the simulator's optimizer and host_adam tasks, which depend on the backward only, sim/program_build_rank.cpp).
 template <class T>
 void RankRun<T>::adam_update(int step, int warmup, double norm) {
   T clip = norm > o.grad_clip && o.grad_clip > 0 ? T(o.grad_clip / norm) : T(1);
@@ -301,8 +302,13 @@ void RankRun<T>::adam_update(int step, int warmup, double norm) {
     std::vector<long> n;
     std::vector<T> wd;
   } dev;  // the device runs (own_on_host is false: the current backend), for one launch after the loop
+  struct HostRun {
+    size_t k;
+    long long a, so, n;
+    T wd;
+  };
+  std::vector<HostRun> host;  // the runs of the host optimizer and of host-resident state, in order, after it
   for (size_t k = 0; k < own.size(); ++k) {
-    BackendScope where(backend_for(own_on_host(k)));
     T* M1 = moments(k, 1);  // (the host optimizer keeps its own: hopt.step below)
     T* M2 = moments(k, 2);
     // One Adam step per run of adjacent views with the same weight decay (key 1: decayed), the clip fused into it
@@ -316,16 +322,11 @@ void RankRun<T>::adam_update(int step, int warmup, double norm) {
     };
     gl.each_run(own[k].first, own[k].second, key, [&](long long at, long long n, long decay) {
       const long long a = own[k].first + at, so = own_off[k] + at;
-      T* g = own_grad(k, a);
       const T wd = T(decay ? o.weight_decay : 0);
-      if (hopt.on()) {  // (sliced host_master: the updated slice up as T into zslice, for the units' all-gather)
-        hopt.step(host_master && master_sliced ? zslice.data() + so : P(a), g, so, n, T(lr), T(o.beta1), T(o.beta2),
-                  T(o.eps), wd, (long)step + 1, clip);
-      } else if (state_on_host(k)) {  // granular's host-resident state, the chunk store's host side
-        host_adamw(P(a), g, M1 + so, M2 + so, (long)n, T(lr), T(o.beta1), T(o.beta2), T(o.eps), wd, (long)step + 1, clip,
-                   adam_threads);
+      if (hopt.on() || state_on_host(k)) {
+        host.push_back({k, a, so, n, wd});
       } else {
-        dev.p.push_back(P(a)), dev.g.push_back(g), dev.m.push_back(M1 + so), dev.v.push_back(M2 + so);
+        dev.p.push_back(P(a)), dev.g.push_back(own_grad(k, a)), dev.m.push_back(M1 + so), dev.v.push_back(M2 + so);
         dev.n.push_back((long)n), dev.wd.push_back(wd);
       }
     });
@@ -333,6 +334,17 @@ void RankRun<T>::adam_update(int step, int warmup, double norm) {
   if (!dev.p.empty())
     ops::adamw_multi(dev.p.data(), dev.g.data(), dev.m.data(), dev.v.data(), dev.n.data(), dev.wd.data(),
                      (long)dev.p.size(), T(lr), T(o.beta1), T(o.beta2), T(o.eps), (long)step + 1, clip);
+  for (const HostRun& h : host) {
+    BackendScope where(backend_for(own_on_host(h.k)));
+    T* g = own_grad(h.k, h.a);
+    if (hopt.on()) {  // (sliced host_master: the updated slice up as T into zslice, for the units' all-gather)
+      hopt.step(host_master && master_sliced ? zslice.data() + h.so : P(h.a), g, h.so, h.n, T(lr), T(o.beta1),
+                T(o.beta2), T(o.eps), h.wd, (long)step + 1, clip);
+    } else {  // granular's host-resident state, the chunk store's host side
+      host_adamw(P(h.a), g, moments(h.k, 1) + h.so, moments(h.k, 2) + h.so, (long)h.n, T(lr), T(o.beta1), T(o.beta2),
+                 T(o.eps), h.wd, (long)step + 1, clip, adam_threads);
+    }
+  }
   if (store)  // chunked offload's hybrid Adam: the chunks whose state is on the device (none: nothing to do)
     store->device_adam([&](int v, T* w, const T* g, T* m, T* s, long n) {
       ops::adamw(w, g, m, s, n, T(lr), T(o.beta1), T(o.beta2), T(o.eps), T(gl.views[(size_t)v].decay ? o.weight_decay : 0),

@@ -8,6 +8,7 @@
 #include <random>
 #include <string>
 
+#include "exec/kernels/k_fp8.hpp"
 #include "exec/selftest/selftest_harness.hpp"
 
 // Specs are written as designated-order aggregates that leave the trailing members (red, scalar and the two
@@ -67,6 +68,33 @@ void gemm_cases(std::vector<Spec>& cs, bool quick) {
                 return 0;
               });
         }
+  // fp8 GEMMs (training.precision "fp8"): operands on the fp8 grids over scales that are not powers of two (the
+  // delayed-scaling recipe's fp8_max / amax), as fp8_quantize leaves them; the reference is matmul on the same floats.
+  // A backend with fp8 tensor cores packs them to bytes and scales the fp32 sums by alpha / (sa sb): the products are
+  // exact, so the fp32 tolerance holds. Shapes of multiples of 16 take cuBLASLt's fp8 kernels on such a GPU; 5 x 7 x 9
+  // its fallback; every transpose (the TN packing), both output gradient formats, beta 1 (the weight gradients).
+  for (auto [M, N, K] : {MNK{32, 48, 64}, MNK{5, 7, 9}, MNK{16, 32, 256}}) {
+    if (quick && K == 256) break;
+    for (auto [fa, fb] : {std::pair{0, 0}, std::pair{1, 0}, std::pair{0, 1}})
+      for (int ta = 0; ta < 2; ++ta)
+        for (int tb = 0; tb < 2; ++tb) {
+          const double sa = fa ? 57344.0 / 1.7 : 448.0 / 2.9, sb = fb ? 57344.0 / 1.3 : 448.0 / 0.9;
+          auto cast = [](Vec v, double scale, int f) {  // q / scale as floats, q = fp8_round(v fp8_max): a cast's output
+            const double sf = double(float(scale));
+            for (double& x : v) x = double(float(kernels::fp8_round(x * kernels::fp8_max(f), f) / sf));
+            return v;
+          };
+          const double beta = (ta + tb) % 2 ? 1.0 : 0.0;
+          std::string var = std::string(ta ? "Aᵀ" : "A") + (tb ? "·Bᵀ" : "·B") + (fa ? " E5M2" : " E4M3") +
+                            (fb ? "·E5M2" : "·E4M3") + (beta == 0 ? " overwrite" : " beta 1");
+          add(cs, {"matmul_fp8", sh({{"M", M}, {"N", N}, {"K", K}}), var,
+                   {cast(rnd(M * K, s++), sa, fa), cast(rnd(K * N, s++), sb, fb), rnd(M * N, s++)}, {}, {2}, double(K)},
+              TP_SELFTEST_BODY {
+                t.matmul_fp8(p[2], p[0], TT(float(sa)), fa, p[1], TT(float(sb)), fb, M, N, K, ta, tb, TT(1.5), TT(beta));
+                return 0;
+              });
+        }
+  }
   // bf16 GEMM operands (training.precision "bf16"): the inputs are floats, so both sides round the same values
   // to bf16 and the products are exact; only the fp32 accumulation differs, so the fp32 tolerance holds. A
   // backend that truncated instead of rounding to nearest even, or skipped the rounding, would be off by about
@@ -445,15 +473,17 @@ void elementwise_cases(std::vector<Spec>& cs, bool quick) {
           });
     }
     // fp8 casts: power-of-two scales keep x * scale and the division back exact in float and double, so the
-    // backend's fp8 values are the reference's (ties and saturation included: scale 1024 saturates E4M3).
+    // backend's fp8 values are the reference's (ties and saturation included: scale 1024 saturates E4M3). The amax
+    // slot (buffer 2) starts below max |x| (raised to it) or, at scale 1, above it (kept).
     for (int format : {0, 1})
       for (double sc : {1.0, format == 0 ? 256.0 : 4096.0, format == 0 ? 1024.0 : 65536.0}) {
         const std::string var = std::string(format == 0 ? "E4M3" : "E5M2") + ", scale " + std::to_string(long(sc));
-        add(cs, {"fp8_quantize", sh({{"n", n}}), var, {rnd(n, s++), Vec(size_t(n))}, {}, {1}, 1, true},
-            TP_SELFTEST_BODY { return t.fp8_quantize(p[1], p[0], n, TT(sc), format); });
+        add(cs, {"fp8_quantize", sh({{"n", n}}), var, {rnd(n, s++), Vec(size_t(n)), Vec{sc == 1.0 ? 3.0 : 0.25}}, {},
+                 {1, 2}},
+            TP_SELFTEST_BODY { return t.fp8_quantize(p[1], p[0], n, TT(sc), format, p[2]), 0.0; });
       }
-    add(cs, {"fp8_quantize", sh({{"n", n}}), "E4M3, in place", {rnd(n, s++)}, {}, {0}, 1, true},
-        TP_SELFTEST_BODY { return t.fp8_quantize(p[0], p[0], n, TT(16), 0); });
+    add(cs, {"fp8_quantize", sh({{"n", n}}), "E4M3, in place, no amax", {rnd(n, s++)}, {}, {0}},
+        TP_SELFTEST_BODY { return t.fp8_quantize(p[0], p[0], n, TT(16), 0, nullptr), 0.0; });
   }
 }
 

@@ -62,6 +62,41 @@ TEST(CudaGemmPlan, MatmulMatchesTheCpuBackendInEveryTransposeAndBeta) {
         }
 }
 
+// matmul_fp8's mapping onto cuBLASLt's "TN" fp8 call: the operands repacked as the backend's fp8 packing lays them out
+// (A8 = op(A) [M, K], B8 = op(B)ᵀ [N, K], each transposed where fp8_transpose_a / _b say; values here, bytes there)
+// give the matmul, with alpha over the two scales, and the plan is TN whatever the transposes.
+TEST(CudaGemmPlan, Fp8PackingAndTnCallGiveTheMatmul) {
+  const auto& ref = exec::cpu_backend().f64;
+  // (row-major x [rows, cols] -> y [rows, cols], or [cols, rows] transposed: Fp8Pack's layout)
+  auto pack = [](const std::vector<float>& x, long rows, long cols, bool tr) {
+    std::vector<float> y(x.size());
+    for (long r = 0; r < rows; ++r)
+      for (long c = 0; c < cols; ++c) y[size_t(tr ? c * rows + r : r * cols + c)] = x[size_t(r * cols + c)];
+    return y;
+  };
+  for (auto [M, N, K] : {std::array<long, 3>{16, 32, 48}, {5, 7, 9}, {1, 13, 4}})
+    for (int ta = 0; ta < 2; ++ta)
+      for (int tb = 0; tb < 2; ++tb)
+        for (float beta : {0.0f, 1.0f}) {
+          std::vector<float> A = rndf(M * K, 4), B = rndf(K * N, 5), C = rndf(M * N, 6);
+          std::vector<double> want = dbl(C);
+          ref.matmul(want.data(), dbl(A).data(), dbl(B).data(), M, N, K, ta, tb, 0.75, beta);
+          // A is stored [K, M] when ta (rows K), else [M, K]; B [N, K] when tb, else [K, N]
+          const std::vector<float> A8 = pack(A, ta ? K : M, ta ? M : K, cuda::fp8_transpose_a(ta));
+          const std::vector<float> B8 = pack(B, tb ? N : K, tb ? K : N, cuda::fp8_transpose_b(tb));
+          const float sa = 4, sb = 0.5f;  // the scales: alpha / (sa sb) on the unscaled products
+          std::vector<float> A8s(A8), B8s(B8);
+          for (float& v : A8s) v *= sa;
+          for (float& v : B8s) v *= sb;
+          const cuda::GemmArgs g = cuda::fp8_tn_args(C.data(), A8s.data(), B8s.data(), M, N, K, 0.75f / (sa * sb), beta);
+          const cuda::LtPlan p = cuda::lt_plan(g);
+          EXPECT_TRUE(p.trans1);
+          EXPECT_FALSE(p.trans2);
+          run({g});
+          EXPECT_LT(max_err(C, want), 1e-5) << M << "x" << N << "x" << K << " ta " << ta << " tb " << tb;
+        }
+}
+
 // Square causal attention (Tk = T: attention_fwd / bwd) and context parallelism's rectangular blocks (T queries
 // over Tk > T keys, the mask bottom-right: attention_fwd_kv / bwd_kv).
 TEST(CudaGemmPlan, AttentionGemmsAroundTheSoftmaxMatchTheCpuBackend) {

@@ -566,9 +566,10 @@ TEST(Ops, Fp8RoundingOfKnownValues) {
     EXPECT_EQ(fp8_round(float(c.x), c.format), float(c.want)) << c.x << " format " << c.format << " (float)";
   }
   EXPECT_TRUE(std::isnan(fp8_round(std::numeric_limits<double>::quiet_NaN(), 0)));
-  // The op: y = fp8(x * scale) / scale, the amax of x returned; in place.
+  // The op: y = fp8(x * scale) / scale, the amax of x max-ed into the slot; in place.
   std::vector<double> x = {0.1 / 64, -3.0, 460.0 / 64};
-  const double amax = tp::ops::fp8_quantize(x.data(), x.data(), 3, 64.0, 0);
+  double amax = 0.5;
+  tp::ops::fp8_quantize(x.data(), x.data(), 3, 64.0, 0, &amax);
   EXPECT_EQ(amax, 7.1875);
   EXPECT_EQ(x[0], 0.1015625 / 64);
   EXPECT_EQ(x[1], -3.0);

@@ -50,7 +50,7 @@ TEST(Fp8State, DelayedScalingFromTheLastStepsAmax) {
   f.cast(out, data.data(), 3, x);
   f.cast(out, data.data(), 2, dy);
   f.cast(out, data.data(), 3, w0, false);  // not recorded
-  EXPECT_EQ(f.amax[(size_t)x], 3.5);
+  EXPECT_EQ(f.amax[(size_t)x], 0.0);  // the casts' amax stay on the backend until end_step reads them (no read-back)
   auto comm = tp::exec::make_local_comm();
   f.amax[(size_t)f.slot(0, 0, tp::exec::Fp8Operand::x)] = std::numeric_limits<double>::infinity();
   f.end_step(*comm);

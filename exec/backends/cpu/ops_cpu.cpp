@@ -404,15 +404,15 @@ double sum_squares_multi(const T* const* x, const long* n, long count) {
 
 // The kernels' rounding rule (exec/kernels/k_fp8.hpp), computed in T as the kernels compute in acc_t<T>.
 template <class T>
-double fp8_quantize(T* y, const T* x, long n, T scale, int format) {
+void fp8_quantize(T* y, const T* x, long n, T scale, int format, T* amax) {
   exec::prof::Scope prof_scope(exec::prof::Cls::elementwise);
-  double amax = 0;
+  double m = 0;
   for (long i = 0; i < n; ++i) {
     const T v = x[i];
-    amax = std::max(amax, std::abs(double(v)));
+    m = std::max(m, std::abs(double(v)));  // (a NaN leaves m: std::max keeps its first argument)
     y[i] = kernels::fp8_round<T>(v * scale, format) / scale;
   }
-  return amax;
+  if (amax && m > double(*amax)) *amax = T(m);  // (m is a value of T)
 }
 
 #define TP_OPS_CPU_INSTANTIATE(T)                                                                           \
@@ -442,7 +442,7 @@ double fp8_quantize(T* y, const T* x, long n, T scale, int format) {
   template void adamw_multi<T>(T* const*, const T* const*, T* const*, T* const*, const long*, const T*, long, T, T, T, \
                                T, long, T);                                                                 \
   template double sum_squares_multi<T>(const T* const*, const long*, long);                                \
-  template double fp8_quantize<T>(T*, const T*, long, T, int);
+  template void fp8_quantize<T>(T*, const T*, long, T, int, T*);
 TP_OPS_CPU_INSTANTIATE(float)
 TP_OPS_CPU_INSTANTIATE(double)
 #undef TP_OPS_CPU_INSTANTIATE

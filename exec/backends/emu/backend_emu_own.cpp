@@ -217,6 +217,14 @@ void matmul(T* C, const T* A, const T* B, long M, long N, long K, bool ta, bool 
   ops::cpu::matmul<T>(C, A, B, M, N, K, ta, tb, alpha, beta);
 }
 template <class T>
+void matmul_fp8(T* C, const T* A, T sa, int fa, const T* B, T sb, int fb, long M, long N, long K, bool ta, bool tb,
+                T alpha, T beta) {
+  need("matmul_fp8", "A", A, bytes_of<T>(M * K));
+  need("matmul_fp8", "B", B, bytes_of<T>(K * N));
+  need("matmul_fp8", "C", C, bytes_of<T>(M * N));
+  ops::cpu::matmul_fp8<T>(C, A, sa, fa, B, sb, fb, M, N, K, ta, tb, alpha, beta);
+}
+template <class T>
 void matmul16(T* C, const T* A, const uint16_t* A16, const T* B, const uint16_t* B16, long M, long N, long K, bool ta,
               bool tb, T alpha, T beta) {
   if ((A == nullptr) == (A16 == nullptr) || (B == nullptr) == (B16 == nullptr))

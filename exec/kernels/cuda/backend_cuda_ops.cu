@@ -97,6 +97,30 @@ void matmul(F* C, const F* A, const F* B, long M, long N, long K, bool ta, bool 
   });
 }
 
+// fp8 operands (training.precision "fp8"): where the device and shape take it (lt_fp8_usable), A and B are packed to fp8
+// bytes in cuBLASLt's TN layout (Fp8Pack: op(A) as [M, K], op(B)ᵀ as [N, K], each byte the cast's grid value) and
+// multiplied by cuBLASLt's fp8 kernels with alpha / (sa sb); otherwise, or when cuBLASLt has no algorithm, matmul's
+// GEMM on the casts' values (the emulation, as every other backend).
+void matmul_fp8(F* C, const F* A, F sa, int fa, const F* B, F sb, int fb, long M, long N, long K, bool ta, bool tb,
+                F alpha, F beta) {
+  run_op("matmul_fp8", {{"M", M}, {"N", N}, {"K", K}, {"trans_a", ta}, {"trans_b", tb}, {"fa", fa}, {"fb", fb}}, [&] {
+    if (K == 0) {
+      empty_product(C, beta, M * N);
+      return;
+    }
+    if (lt_fp8_usable(M, N, K, fa, fb)) {
+      auto* a8 = static_cast<uint8_t*>(lt_fp8_scratch(0, size_t(M * K)));
+      auto* b8 = static_cast<uint8_t*>(lt_fp8_scratch(1, size_t(N * K)));
+      // (A is stored [K, M] when ta, else [M, K]; B [N, K] when tb, else [K, N]: gemm_plan.hpp fp8_transpose_a / _b)
+      k::fp8_pack(launcher(), a8, A, ta ? K : M, ta ? M : K, ta ? M : K, sa, fa, fp8_transpose_a(ta));
+      k::fp8_pack(launcher(), b8, B, tb ? N : K, tb ? K : N, tb ? K : N, sb, fb, fp8_transpose_b(tb));
+      const float alpha8 = float(double(alpha) / (double(sa) * double(sb)));
+      if (lt_fp8_gemm(C, a8, b8, M, N, K, fa, fb, alpha8, beta)) return;
+    }
+    lt_gemm(matmul_args(C, A, B, M, N, K, ta, tb, alpha, beta));
+  });
+}
+
 // A16 / B16 hold A / B as bf16 (a saved activation kept packed, a weight's bf16 copy): with bf16 operands on,
 // cuBLASLt reads them as the operands' bf16 copies (GemmArgs::A16 / B16; A / B are given the copies' addresses only
 // for the alignment checks); otherwise they are unpacked into scratch and the fp32 GEMM runs on them.

@@ -24,6 +24,8 @@ namespace tp::cuda {
 // CUBLAS_COMPUTE_32F_FAST_16BF on the fp32 operands was tried on an H200: all 30 of the selftest's bf16 matmul and
 // linear checks failed (it does not compute on bf16-rounded operands), and its GPT-2 losses equalled TF32's.)
 enum GemmCompute : int { kComputeF32 = 0, kComputeTf32 = 1, kComputeBf16Cast = 2 };
+// fp8 operands (matmul_fp8): kComputeFp8 + fa + 2 fb, fa and fb the two operands' formats (0 E4M3, 1 E5M2).
+constexpr int kComputeFp8 = 3;
 
 struct GemmKey {
   LtMatrix m1, m2, mc;

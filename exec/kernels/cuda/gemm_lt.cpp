@@ -15,10 +15,12 @@
 
 #include <cublasLt.h>
 
+#include <array>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <set>
 #include <stdexcept>
 #include <string>
 
@@ -301,9 +303,12 @@ std::unique_ptr<LtSetup> make_setup(const LtPlan& p, const GemmKey& key, const G
     check(cublasLtMatmulDescSetAttribute(s->desc.d, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof e), g, "set EPILOGUE");
     set_epilogue_pointers(*s, g);
   }
+  const bool fp8 = key.compute >= kComputeFp8;
   const cudaDataType_t ab = key.compute == kComputeBf16Cast ? CUDA_R_16BF : CUDA_R_32F;
-  make_layout(s->l1, p.m1, p.batch, g, ab);
-  make_layout(s->l2, p.m2, p.batch, g, ab);
+  // (fp8: cuBLASLt's first operand is our B8, format fb; its second our A8, format fa)
+  auto fp8_type = [](int f) { return f ? CUDA_R_8F_E5M2 : CUDA_R_8F_E4M3; };
+  make_layout(s->l1, p.m1, p.batch, g, fp8 ? fp8_type((key.compute - kComputeFp8) / 2) : ab);
+  make_layout(s->l2, p.m2, p.batch, g, fp8 ? fp8_type((key.compute - kComputeFp8) % 2) : ab);
   make_layout(s->lc, p.mc, p.batch, g);
   Pref pref;
   check(cublasLtMatmulPreferenceCreate(&pref.d), g, "cublasLtMatmulPreferenceCreate");
@@ -321,9 +326,10 @@ std::unique_ptr<LtSetup> make_setup(const LtPlan& p, const GemmKey& key, const G
   const int want = g_lt.tune > 0 && (g.beta == 0.f || c_bytes(p) <= kTuneSaveBytes) ? kTuneAlgos : 1;
   const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(g_lt.handle, s->desc.d, s->l1.d, s->l2.d, s->lc.d, s->lc.d,
                                                            pref.d, want, res, &found);
-  if (hs == CUBLAS_STATUS_NOT_SUPPORTED && key.compute == kComputeBf16Cast) found = 0;  // the fp32 fallback below
+  const bool fallback = key.compute == kComputeBf16Cast || fp8;  // (no algorithm: the fp32 GEMM instead)
+  if (hs == CUBLAS_STATUS_NOT_SUPPORTED && fallback) found = 0;
   else check(hs, g, "cublasLtMatmulAlgoGetHeuristic");
-  if (found < 1 && (key.epilogue || key.compute == kComputeBf16Cast)) {  // the caller composes or falls back
+  if (found < 1 && (key.epilogue || fallback)) {  // the caller composes or falls back
     s->none = true;
     return s;
   }
@@ -379,6 +385,63 @@ bool lt_gemm(const GemmArgs& g) {
                        s->lc.d, &s->algo, g_lt.workspace, g_lt.ws_bytes, g_lt.stream),
         g, "cublasLtMatmul");
   return true;
+}
+
+namespace {
+// 1: this device has fp8 tensor cores and TP_CUDA_FP8_GEMM does not turn them off; 0: not; -1: not asked yet.
+int g_fp8_device = -1;
+bool fp8_device() {
+  if (g_fp8_device < 0) {
+    int major = 0, minor = 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, g.device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, g.device) != cudaSuccess) {
+      cudaGetLastError();
+      major = minor = 0;
+    }
+    const char* env = std::getenv("TP_CUDA_FP8_GEMM");
+    g_fp8_device = (major * 10 + minor >= 89 && !(env && std::string(env) == "0")) ? 1 : 0;
+  }
+  return g_fp8_device == 1;
+}
+// The key of an fp8 GEMM (its plan, the packed buffers' alignments, the formats).
+GemmKey fp8_key(const GemmArgs& a, int fa, int fb) {
+  return gemm_key(lt_plan(a), alignment(a.B), alignment(a.A), alignment(a.C), kComputeFp8 + fa + 2 * fb);
+}
+// The fp8 GEMMs (M, N, K, fa, fb) cuBLASLt had no algorithm for: later calls skip the packing.
+std::set<std::array<long, 5>> g_fp8_none;
+}  // namespace
+
+bool lt_fp8_usable(long M, long N, long K, int fa, int fb) {
+  if (!g_lt.handle || !fp8_device() || (fa == 1 && fb == 1) || M <= 0 || N <= 0 || K <= 0 || M % 16 != 0 ||
+      N % 16 != 0 || K % 16 != 0)
+    return false;
+  return !g_fp8_none.count({M, N, K, long(fa), long(fb)});
+}
+
+bool lt_fp8_gemm(float* C, const void* A8, const void* B8, long M, long N, long K, int fa, int fb, float alpha,
+                 float beta) {
+  const GemmArgs a = fp8_tn_args(C, A8, B8, M, N, K, alpha, beta);
+  if (!g_lt.handle) throw std::runtime_error("cuda " + shape_text(a) + ": cuBLASLt is not initialised");
+  if (alignment(A8) < 16 || alignment(B8) < 16 || alignment(C) < 4)
+    throw std::runtime_error("cuda " + shape_text(a) + ": fp8 operands must be 16-byte aligned");
+  const LtPlan p = lt_plan(a);  // (TN: trans1, not trans2; gemm_plan.hpp)
+  const GemmKey key = fp8_key(a, fa, fb);
+  LtSetup* s = g_lt.cache->find(key);
+  if (!s) s = g_lt.cache->insert(key, make_setup(p, key, a, B8, A8));
+  if (s->none) {
+    g_fp8_none.insert({M, N, K, long(fa), long(fb)});
+    return false;
+  }
+  check(cublasLtMatmul(g_lt.handle, s->desc.d, &a.alpha, B8, s->l1.d, A8, s->l2.d, &a.beta, p.c, s->lc.d, p.c, s->lc.d,
+                       &s->algo, g_lt.workspace, g_lt.ws_bytes, g_lt.stream),
+        a, "cublasLtMatmul (fp8)");
+  return true;
+}
+
+void* lt_fp8_scratch(int slot, size_t bytes) {
+  GemmArgs none;
+  none.what = "matmul_fp8's operand bytes";
+  return operand_buf(slot, bytes, none);
 }
 
 void* lt_bf16_scratch(int slot, size_t bytes) {

@@ -49,6 +49,19 @@ inline GemmArgs matmul_args(float* C, const float* A, const float* B, long M, lo
   return a;
 }
 
+// matmul_fp8 on cuBLASLt's fp8 kernels, which take only the "TN" form (its first operand transposed, its second not):
+// C = op(A) op(B) is computed from A8 = op(A) as a row-major [M, K] copy and B8 = op(B)ᵀ as a row-major [N, K] copy
+// (the backend's fp8 packing transposes A when ta, B when !tb), so C = A8 B8ᵀ: lt_plan of these args has trans1 (B8ᵀ
+// as cuBLASLt's first operand) and not trans2. The pointers are the packed bytes', given as floats only for the plan.
+inline bool fp8_transpose_a(bool ta) { return ta; }
+inline bool fp8_transpose_b(bool tb) { return !tb; }
+inline GemmArgs fp8_tn_args(float* C, const void* A8, const void* B8, long M, long N, long K, float alpha, float beta) {
+  GemmArgs a = matmul_args(C, static_cast<const float*>(A8), static_cast<const float*>(B8), M, N, K, false, true, alpha,
+                           beta);
+  a.what = "matmul_fp8";
+  return a;
+}
+
 // A column-major matrix as cuBLASLt's layout describes it: rows x cols, leading dimension ld, batch stride.
 struct LtMatrix {
   long rows = 0, cols = 0, ld = 0, stride = 0;
