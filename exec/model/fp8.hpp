@@ -97,7 +97,7 @@ struct Fp8State {
 };
 
 // Operand `op` of linear `lin` of weight group wl cast into tmp by f (returned), or x itself when f is null (the
-// models' one call site for the casts: Gpt::f8, Gpt2d's SUMMA operands).
+// models' one call site for the casts: Gpt::f8q, Gpt2d's SUMMA operands).
 template <class T>
 const T* fp8_operand(Fp8State* f, Buf<T>& tmp, const T* x, long n, int wl, int lin, Fp8Operand op, bool record = true) {
   return f ? f->cast(tmp, x, n, f->slot(wl, lin, op), record) : x;

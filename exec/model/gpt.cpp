@@ -43,10 +43,6 @@ size_t LayerActs<T>::bytes() const {
 }
 
 template <class T>
-const T* Gpt<T>::f8(Buf<T>& tmp, const T* x, long n, int wl, int lin, Fp8Operand op, bool record) const {
-  return fp8_operand(fp8, tmp, x, n, wl, lin, op, record);
-}
-template <class T>
 Q8<T> Gpt<T>::f8q(Buf<T>& tmp, const T* x, long n, int wl, int lin, Fp8Operand op, bool record) const {
   if (!fp8) return Q8<T>{x};
   const int slot = fp8->slot(wl, lin, op);

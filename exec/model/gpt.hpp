@@ -394,11 +394,10 @@ struct Gpt : ParamTables<T> {
   // packs nothing).
   Buf<uint16_t> bias_grad16(T* db, const T* d, long N, long C) const;
 
-  // fp8 linear layers (exec/model/fp8.hpp; null: precision other than fp8): f8 casts operand `op` of linear `lin` of
-  // weight group wl into tmp and returns it (x itself when off); `record` counts it in the slot's amax.
+  // fp8 linear layers (exec/model/fp8.hpp; null: precision other than fp8): f8q casts operand `op` of linear `lin` of
+  // weight group wl into tmp and returns it with the slot's scale and format, for gemm8 / linear8 (x itself, scale 0,
+  // when off); `record` counts it in the slot's amax.
   Fp8State* fp8 = nullptr;
-  const T* f8(Buf<T>& tmp, const T* x, long n, int wl, int lin, Fp8Operand op, bool record = true) const;
-  // f8 with the slot's scale and format beside the cast, for gemm8 / linear8 (fp8 off: x itself, scale 0).
   Q8<T> f8q(Buf<T>& tmp, const T* x, long n, int wl, int lin, Fp8Operand op, bool record = true) const;
 
   T* p(const std::string& name) const { return this->param_of(lay, name); }

@@ -2,7 +2,8 @@
 // llm.c style: LayerNorm, QKV, the attention core, the projection with the residual, then the MLP half (dense, or
 // MoE with its shared experts); the backward the same pieces in reverse. Each technique sits in the piece it
 // changes: tensor / sequence parallelism in the collectives at a piece's ends, context parallelism and flash in the
-// attention core, bf16 storage in which buffers are written packed (LayerActs), fp8 in the casts (Gpt::f8).
+// attention core, bf16 storage in which buffers are written packed (LayerActs), fp8 in the casts (Gpt::f8q) and the
+// GEMMs of two casts (gemm8, linear8).
 // Invariants: the pieces run the same operations in the same order on the same buffers as one function would (the
 // losses are bit-identical: scripts/exec_fingerprint.py); saved tensors are released as soon as their last reader
 // is done, as an autograd engine frees them. Shapes per tp rank: see gpt.cpp's opening comment and LayerDims.

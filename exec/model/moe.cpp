@@ -71,15 +71,15 @@ void moe_mlp_fwd(const Gpt<T>& g, int wl, const LayerParams& W, LayerActs<T>& a,
     const int lin = kFp8Expert + 2 * int(s.ep_rank * El + ge);
     T* h = a.fc1.data() + b * cap * F1;
     T* act = a.act.data() + b * cap * Fe;
-    gemm16(h, g.f8(qx, xin + b * cap * C, cap * C, wl, lin, Fp8Operand::x), nullptr,
-           w1_16 ? nullptr : g.f8(qw, g.p(W.ex_w1) + ge * C * F1, C * F1, wl, lin, Fp8Operand::w),
-           w1_16 ? w1_16 + ge * C * F1 : nullptr, cap, F1, C, false, false, T(0));
+    gemm8(h, g.f8q(qx, xin + b * cap * C, cap * C, wl, lin, Fp8Operand::x), nullptr,
+          w1_16 ? Q8<T>{} : g.f8q(qw, g.p(W.ex_w1) + ge * C * F1, C * F1, wl, lin, Fp8Operand::w),
+          w1_16 ? w1_16 + ge * C * F1 : nullptr, cap, F1, C, false, false, T(0));
     if (W.ex_b1 >= 0) ops::add_bias(h, h, g.p(W.ex_b1) + ge * F1, cap, F1);
     if (s.gelu) ops::gelu_fwd(act, h, cap * Fe);
     else ops::swiglu_fwd(act, h, cap, Fe);
-    gemm16(ep_out + b * cap * C, g.f8(qx, act, cap * Fe, wl, lin + 1, Fp8Operand::x), nullptr,
-           w2_16 ? nullptr : g.f8(qw, g.p(W.ex_w2) + ge * Fe * C, Fe * C, wl, lin + 1, Fp8Operand::w),
-           w2_16 ? w2_16 + ge * Fe * C : nullptr, cap, C, Fe, false, false, T(0));
+    gemm8(ep_out + b * cap * C, g.f8q(qx, act, cap * Fe, wl, lin + 1, Fp8Operand::x), nullptr,
+          w2_16 ? Q8<T>{} : g.f8q(qw, g.p(W.ex_w2) + ge * Fe * C, Fe * C, wl, lin + 1, Fp8Operand::w),
+          w2_16 ? w2_16 + ge * Fe * C : nullptr, cap, C, Fe, false, false, T(0));
   }
   Buf<T>().swap(xg);
   if (G > 1) g.tp->reduce_scatter_sum(eg.data(), eout.data(), rows * C, dtype_of<T>());  // SP: my tokens' sums
@@ -120,27 +120,28 @@ void moe_mlp_bwd(const Gpt<T>& g, int wl, const LayerParams& W, LayerActs<T>& a,
   for (long b = 0; b < G * E; ++b) {
     const long ge = b % El;  // the local expert
     const int lin = kFp8Expert + 2 * int(s.ep_rank * El + ge);
-    const T* d = g.f8(qd, dout + b * cap * C, cap * C, wl, lin + 1, Fp8Operand::dy);
+    const Q8<T> dq = g.f8q(qd, dout + b * cap * C, cap * C, wl, lin + 1, Fp8Operand::dy);
+    const T* d = dq.p;
     T* act = a.act.data() + b * cap * Fe;
     T* h = a.fc1.data() + b * cap * F1;
     Buf<uint16_t> d16 = g.grad16(d, cap * C);  // (bf16: packed once for the two GEMMs that read it)
-    gemm16(g.g(W.ex_w2) + ge * Fe * C, g.f8(qx, act, cap * Fe, wl, lin + 1, Fp8Operand::x, false), nullptr, d,
-           data16(d16), Fe, C, cap, true, false, T(1));
+    gemm8(g.g(W.ex_w2) + ge * Fe * C, g.f8q(qx, act, cap * Fe, wl, lin + 1, Fp8Operand::x, false), nullptr, dq,
+          data16(d16), Fe, C, cap, true, false, T(1));
     Buf<T> dact((size_t)(cap * Fe));
-    gemm16(dact.data(), d, data16(d16),
-           w2_16 ? nullptr : g.f8(qw, g.p(W.ex_w2) + ge * Fe * C, Fe * C, wl, lin + 1, Fp8Operand::w, false),
-           w2_16 ? w2_16 + ge * Fe * C : nullptr, cap, Fe, C, false, true, T(0));
+    gemm8(dact.data(), dq, data16(d16),
+          w2_16 ? Q8<T>{} : g.f8q(qw, g.p(W.ex_w2) + ge * Fe * C, Fe * C, wl, lin + 1, Fp8Operand::w, false),
+          w2_16 ? w2_16 + ge * Fe * C : nullptr, cap, Fe, C, false, true, T(0));
     if (s.gelu) ops::gelu_bwd_set(h, h, dact.data(), cap * Fe);  // h becomes d fc1 in place
     else ops::swiglu_bwd_set(h, h, dact.data(), cap, Fe);
     Buf<uint16_t>().swap(d16);
     // (bf16: h's copy, from the pass of the bias gradient: expert ge's slice of the stacked bias)
     const Buf<uint16_t> dh16 = g.bias_grad16(W.ex_b1 >= 0 ? g.g(W.ex_b1) + ge * F1 : nullptr, h, cap, F1);
-    const T* dh = g.f8(qd, h, cap * F1, wl, lin, Fp8Operand::dy);
-    gemm16(g.g(W.ex_w1) + ge * C * F1, g.f8(qx, xin + b * cap * C, cap * C, wl, lin, Fp8Operand::x, false), nullptr, dh,
-           data16(dh16), C, F1, cap, true, false, T(1));
-    gemm16(dx_part + b * cap * C, dh, data16(dh16),
-           w1_16 ? nullptr : g.f8(qw, g.p(W.ex_w1) + ge * C * F1, C * F1, wl, lin, Fp8Operand::w, false),
-           w1_16 ? w1_16 + ge * C * F1 : nullptr, cap, C, F1, false, true, T(0));
+    const Q8<T> dh = g.f8q(qd, h, cap * F1, wl, lin, Fp8Operand::dy);
+    gemm8(g.g(W.ex_w1) + ge * C * F1, g.f8q(qx, xin + b * cap * C, cap * C, wl, lin, Fp8Operand::x, false), nullptr, dh,
+          data16(dh16), C, F1, cap, true, false, T(1));
+    gemm8(dx_part + b * cap * C, dh, data16(dh16),
+          w1_16 ? Q8<T>{} : g.f8q(qw, g.p(W.ex_w1) + ge * C * F1, C * F1, wl, lin, Fp8Operand::w, false),
+          w1_16 ? w1_16 + ge * C * F1 : nullptr, cap, C, F1, false, true, T(0));
   }
   for (Buf<T>* v : {&a.fc1, &a.act, &a.m_xe, &deo, &dg, &xg}) release(*v);
   Buf<T>& dxe = dye;  // reused: my tokens' expert-input gradients in expert order

@@ -7,6 +7,8 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
+#include <utility>
 #include <random>
 #include <string>
 #include <type_traits>
@@ -68,6 +70,15 @@ inline Ints ids(long n, int32_t below, uint32_t seed) {
   return v;
 }
 
+// A shape's text: "M 5, N 7, K 9".
+inline std::string sh(std::initializer_list<std::pair<const char*, long>> d) {
+  std::string s;
+  for (const auto& [n, v] : d) s += (s.empty() ? "" : ", ") + std::string(n) + " " + std::to_string(v);
+  return s;
+}
+
+// The GEMM-shaped ops' checks (selftest_gemm_cases.cpp), appended to cs.
+void gemm_cases(std::vector<Spec>& cs, bool quick);
 std::vector<Spec> all_specs(bool quick);
 
 }  // namespace tp::exec::selftest

@@ -430,6 +430,8 @@ bool lt_fp8_gemm(float* C, const void* A8, const void* B8, long M, long N, long 
   if (!s) s = g_lt.cache->insert(key, make_setup(p, key, a, B8, A8));
   if (s->none) {
     g_fp8_none.insert({M, N, K, long(fa), long(fb)});
+    std::fprintf(stderr, "note: cuda %s (formats %d, %d): cuBLASLt has no fp8 algorithm for it; it runs as an fp32 GEMM "
+                 "on the casts' values (the same result, slower)\n", shape_text(a).c_str(), fa, fb);
     return false;
   }
   check(cublasLtMatmul(g_lt.handle, s->desc.d, &a.alpha, B8, s->l1.d, A8, s->l2.d, &a.beta, p.c, s->lc.d, p.c, s->lc.d,
