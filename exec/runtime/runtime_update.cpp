@@ -289,8 +289,9 @@ double RankRun<T>::grad_norm() {
 
 // AdamW on every own range this step updates, with the global-norm clip (norm over o.grad_clip) fused in: on the
 // device (every run in one adamw_multi launch), in the host optimizer (optimizer offload) or on host memory
-// (granular-offloaded segments). The device's launch is queued first, so the host's Adam runs while the device
-// computes (the simulator's optimizer and host_adam tasks, which depend on the backward only, sim/program_build_rank.cpp).
+// (granular-offloaded segments). The device's work (that launch, chunked offload's hybrid Adam) is queued first, so the
+// host's Adam runs while the device computes (the simulator's optimizer and host_adam tasks, which depend on the
+// backward only, sim/program_build_rank.cpp).
 template <class T>
 void RankRun<T>::adam_update(int step, int warmup, double norm) {
   T clip = norm > o.grad_clip && o.grad_clip > 0 ? T(o.grad_clip / norm) : T(1);
@@ -334,6 +335,11 @@ void RankRun<T>::adam_update(int step, int warmup, double norm) {
   if (!dev.p.empty())
     ops::adamw_multi(dev.p.data(), dev.g.data(), dev.m.data(), dev.v.data(), dev.n.data(), dev.wd.data(),
                      (long)dev.p.size(), T(lr), T(o.beta1), T(o.beta2), T(o.eps), (long)step + 1, clip);
+  if (store)  // chunked offload's hybrid Adam: the chunks whose state is on the device (none: nothing to do), queued
+    store->device_adam([&](int v, T* w, const T* g, T* m, T* s, long n) {
+      ops::adamw(w, g, m, s, n, T(lr), T(o.beta1), T(o.beta2), T(o.eps), T(gl.views[(size_t)v].decay ? o.weight_decay : 0),
+                 (long)step + 1, clip);
+    });
   for (const HostRun& h : host) {
     BackendScope where(backend_for(own_on_host(h.k)));
     T* g = own_grad(h.k, h.a);
@@ -345,11 +351,7 @@ void RankRun<T>::adam_update(int step, int warmup, double norm) {
                  T(o.eps), h.wd, (long)step + 1, clip, adam_threads);
     }
   }
-  if (store)  // chunked offload's hybrid Adam: the chunks whose state is on the device (none: nothing to do)
-    store->device_adam([&](int v, T* w, const T* g, T* m, T* s, long n) {
-      ops::adamw(w, g, m, s, n, T(lr), T(o.beta1), T(o.beta2), T(o.eps), T(gl.views[(size_t)v].decay ? o.weight_decay : 0),
-                 (long)step + 1, clip);
-    });
+  if (store) store->device_adam_wait();  // (the hybrid chunks' parameters on the host: what follows reads them)
 }
 
 // ZeRO-1/2: every rank gathers the updated parameter slices of its owned units.

@@ -116,6 +116,15 @@ TEST(RunEmuDevice, OffloadPlansMatchSingleRankFloat64) {
   off = run(scenario("dev_chunked_prefetch", {{"offload", prefetch}}), steps, true, nullptr, kDev + " --device-budget 1000000");
   ASSERT_FALSE(off.is_null());
   EXPECT_GT(off["offload"]["prefetch_h2d_bytes"][steps - 1].get<double>(), 0);  // loads went through the copy stream
+  // A roomy budget: hybrid Adam's state on the device from the second step, its copies on the (deferred) copy stream
+  // around the device Adam, queued before the host's Adam of the other chunks (three steps: the second step's update
+  // shows in the third loss; without the compute stream's wait for the gradients' upload the losses differ).
+  json ref3 = run(scenario("dev_ref3_hybrid", json::object()), 3, true);
+  off = run(scenario("dev_chunked_hybrid", {{"offload", chunked}}), 3, true, nullptr, kDev + " --device-budget 8000000");
+  ASSERT_FALSE(ref3.is_null());
+  ASSERT_FALSE(off.is_null());
+  EXPECT_GT(off["offload"]["os_device_bytes"][2].get<double>(), 0);
+  expect_close(off, ref3, "losses", 1e-9, "dev_chunked_hybrid");
 }
 
 // Mixture of experts: the all-to-all of dispatched tokens from device memory (ep 2 inside dp 2).

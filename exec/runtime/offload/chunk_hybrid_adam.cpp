@@ -4,7 +4,7 @@
 // before a checkpoint reads them (sync_os_to_host).
 // Invariants: os_at_[c] >= 0 exactly for the chunks whose state is on the device (and
 // hold a piece of the rank's own state); each piece's state lies at poff_ in its chunk's region; the
-// host's parameters hold the updated master after every device_adam (the fp32 reads and the bf16 packing use them);
+// host's parameters hold the updated master after device_adam_wait (the fp32 reads and the bf16 packing use them);
 // every copy goes through the arena's backend and counts in the Adam bytes.
 #include <algorithm>
 #include <stdexcept>
@@ -99,23 +99,39 @@ void ChunkStore<T>::device_adam(const std::function<void(int, T*, const T*, T*, 
     for (int i : pieces_of_[c])
       if (os_at_[c] >= 0) most = std::max(most, pieces_[i].n);
   const Backend& be = current_backend();
+  device_adam_wait();  // (a stage still in use)
   const long long stage = (h16_ ? 1 : 2) * std::max(1LL, most);  // the gradients; T slots: and the parameters
-  std::unique_ptr<char, ArenaFree> g(static_cast<char*>(be.alloc(sizeof(T) * (size_t)stage)), ArenaFree{&be});
-  if (!g) throw std::bad_alloc();
-  T* gs = reinterpret_cast<T*>(g.get());
+  adam_stage_ = std::unique_ptr<char, ArenaFree>(static_cast<char*>(be.alloc(sizeof(T) * (size_t)stage)), ArenaFree{&be});
+  if (!adam_stage_) throw std::bad_alloc();
+  T* gs = reinterpret_cast<T*>(adam_stage_.get());
   T* ps = gs + std::max(1LL, most);
+  cs_.ensure(be);
+  be.event_record(cs_.queued, Stream{});  // the compute stream's work so far (the gradients' last writes)
+  be.stream_wait(cs_.h2d, cs_.queued);
   for (int c = 0; c < chunks(); ++c)
     for (int i : pieces_of_[c]) {
       if (os_at_[c] < 0) continue;
       const OsPiece& q = pieces_[i];
       T* w = h16_ ? os_ptr(c, 0, i) : ps;
-      up(gs, q.grad, q.n);
-      if (!h16_) up(ps, host_param(q), q.n);
+      const size_t bytes = sizeof(T) * (size_t)q.n;
+      be.copy(gs, q.grad, bytes, CopyKind::host_to_device, cs_.h2d);
+      if (!h16_) be.copy(ps, host_param(q), bytes, CopyKind::host_to_device, cs_.h2d);
+      be.event_record(cs_.done, cs_.h2d);
+      be.stream_wait(Stream{}, cs_.done);
       adamw(q.view, w, gs, os_ptr(c, 1, i), os_ptr(c, 2, i), (long)q.n);
-      down(host_param(q), w, q.n);
+      be.event_record(cs_.queued, Stream{});
+      be.stream_wait(cs_.h2d, cs_.queued);
+      be.copy(host_param(q), w, bytes, CopyKind::device_to_host, cs_.h2d);  // (then the next piece's stage, in order)
       st_.adam_h2d_bytes += (double)(h16_ ? 1 : 2) * sizeof(T) * q.n;
       st_.adam_d2h_bytes += (double)sizeof(T) * q.n;
     }
+}
+
+template <class T>
+void ChunkStore<T>::device_adam_wait() {
+  if (!adam_stage_) return;
+  cs_.be->stream_sync(cs_.h2d);  // (the host's parameters final, the stage read)
+  adam_stage_.reset();
 }
 
 template <class T>
@@ -136,6 +152,7 @@ void ChunkStore<T>::sync_os_to_host() {
   template bool ChunkStore<T>::os_on_device(int) const;                                          \
   template void ChunkStore<T>::place_os();                                                       \
   template void ChunkStore<T>::device_adam(const std::function<void(int, T*, const T*, T*, T*, long)>&); \
+  template void ChunkStore<T>::device_adam_wait();                                               \
   template void ChunkStore<T>::sync_os_to_host();
 TP_CHUNK_HYBRID_ADAM(float)
 TP_CHUNK_HYBRID_ADAM(double)

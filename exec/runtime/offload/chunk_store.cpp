@@ -484,6 +484,7 @@ void ChunkStore<T>::host_phase_begin(int moment) {
 
 template <class T>
 void ChunkStore<T>::host_phase_end() {
+  device_adam_wait();
   close_window(false);  // CPU Adam's temporaries are host memory
   refresh_copies();  // (bf16 slots: every chunk's bf16 parameters, as PatrickStar's CPU Adam writes its fp16 chunks)
   auto t0 = Clock::now();

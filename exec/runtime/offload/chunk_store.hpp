@@ -183,8 +183,14 @@ class ChunkStore {
   };
   void enable_hybrid_adam(std::vector<OsPiece> pieces, double margin_ratio);
   bool os_on_device(int view) const;  // the view's optimizer state is on the device (its Adam is device_adam's)
-  // adamw(view, master, grads, m1, m2, n) on device memory for every tensor whose state is on the device.
+  // adamw(view, master, grads, m1, m2, n) on device memory for every tensor whose state is on the device, queued:
+  // each piece's gradients (T slots: and parameters) go up on the copy stream after the compute stream's work so
+  // far, its Adam runs on the compute stream after them, its updated master (or parameters) go down on the copy
+  // stream after that (the one stream orders the stage's reuse). It returns at once, so the host's Adam of the other
+  // chunks runs meanwhile (the simulator's optimizer and host_adam tasks side by side); device_adam_wait makes the
+  // host's parameters final (host_phase_end calls it too).
   void device_adam(const std::function<void(int, T*, const T*, T*, T*, long)>& adamw);
+  void device_adam_wait();
   void sync_os_to_host();             // the device moments to the host's
   double os_bytes() const { return os_bytes_; }
   double bytes_of_parts(const std::vector<int>& parts) const;  // slot bytes of the chunks these parts touch
@@ -258,6 +264,7 @@ class ChunkStore {
   std::vector<long long> os_len_;                 // per chunk: its state region's elements (a whole chunk: its capacity)
   double hy_ratio_ = 0;
   std::unique_ptr<char, ArenaFree> os_;           // hybrid Adam: per device chunk [master | m1 | m2], cap T each
+  std::unique_ptr<char, ArenaFree> adam_stage_;   // device_adam's stage until device_adam_wait
   std::vector<long long> os_at_;                  // per chunk: its state's offset in os_ (T elements), -1: host
   T* host_param(const OsPiece& q) const { return hp_ + tensors_[tensor_of_view_[q.view]].offset + q.lo; }
   double os_bytes_ = 0;
