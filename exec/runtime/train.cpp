@@ -103,7 +103,9 @@ std::vector<std::string> run_notes(const Scenario& sc, bool fp64) {
                                 "(E4M3 inputs and weights, E5M2 gradients, delayed scaling) by casting each GEMM operand "
                                 "to fp8 and back in ") +
                     (fp64 ? "float64" : "float32") + " (exec/model/fp8.hpp): the losses follow fp8's rounding; the GEMMs, step "
-                    "time and memory are " + (fp64 ? "float64's" : "float32's") + ", not fp8's");
+                    "time and memory are " + (fp64 ? "float64's" : "float32's") + ", not fp8's" +
+                    (fp64 ? "" : " (on cuda with fp8 tensor cores the layers' GEMMs of two casts run on cuBLASLt's fp8 "
+                                 "kernels, docs/cuda.md)"));
   return notes;
 }
 
