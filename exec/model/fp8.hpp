@@ -96,11 +96,14 @@ struct Fp8State {
   void delink(const std::vector<long long>& group_of);
 };
 
-// Operand `op` of linear `lin` of weight group wl cast into tmp by f (returned), or x itself when f is null (the
-// models' one call site for the casts: Gpt::f8q, Gpt2d's SUMMA operands).
+// Operand `op` of linear `lin` of weight group wl cast into tmp by f, with the slot's scale and format for the GEMM
+// (gemm8 / linear8, matmul_fp8), or x itself (scale 0) when f is null (the models' one call site for the casts:
+// Gpt::f8q, Gpt2d's SUMMA operands).
 template <class T>
-const T* fp8_operand(Fp8State* f, Buf<T>& tmp, const T* x, long n, int wl, int lin, Fp8Operand op, bool record = true) {
-  return f ? f->cast(tmp, x, n, f->slot(wl, lin, op), record) : x;
+Q8<T> fp8_operand(Fp8State* f, Buf<T>& tmp, const T* x, long n, int wl, int lin, Fp8Operand op, bool record = true) {
+  if (!f) return Q8<T>{x};
+  const int slot = f->slot(wl, lin, op);
+  return Q8<T>{f->cast(tmp, x, n, slot, record), T(f->scale[(size_t)slot]), Fp8State::format_of(slot)};
 }
 
 }  // namespace tp::exec

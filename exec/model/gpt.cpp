@@ -44,9 +44,7 @@ size_t LayerActs<T>::bytes() const {
 
 template <class T>
 Q8<T> Gpt<T>::f8q(Buf<T>& tmp, const T* x, long n, int wl, int lin, Fp8Operand op, bool record) const {
-  if (!fp8) return Q8<T>{x};
-  const int slot = fp8->slot(wl, lin, op);
-  return Q8<T>{fp8->cast(tmp, x, n, slot, record), T(fp8->scale[(size_t)slot]), Fp8State::format_of(slot)};
+  return fp8_operand(fp8, tmp, x, n, wl, lin, op, record);
 }
 
 template <class T>

@@ -46,27 +46,30 @@ struct Grid {
   int q, r, c;
 };
 
+// The operands are Q8s (gpt.hpp): a block broadcast keeps its cast's scale, so two fp8 casts multiply through
+// matmul_fp8 (gemm8), anything else through matmul.
 // out[M, N] = sum_i A(r, i) · B(i, c); A local [M, K], B local [K, N] (overwrites out).
 template <class T>
-void summa_ab(const Grid& g, T* out, const T* A, const T* B, long M, long N, long K) {
+void summa_ab(const Grid& g, T* out, Q8<T> A, Q8<T> B, long M, long N, long K) {
   Buf<T> a(M * K), b(K * N);
   for (int i = 0; i < g.q; ++i) {
-    if (g.c == i) ops::copy(a.data(), A, M * K);
+    if (g.c == i) ops::copy(a.data(), A.p, M * K);
     bcast(g.row, a.data(), M * K, i);
-    if (g.r == i) ops::copy(b.data(), B, K * N);
+    if (g.r == i) ops::copy(b.data(), B.p, K * N);
     bcast(g.col, b.data(), K * N, i);
-    ops::matmul(out, a.data(), b.data(), M, N, K, false, false, T(1), i == 0 ? T(0) : T(1));
+    gemm8(out, Q8<T>{a.data(), A.scale, A.format}, nullptr, Q8<T>{b.data(), B.scale, B.format}, nullptr, M, N, K, false,
+          false, i == 0 ? T(0) : T(1));
   }
 }
 
 // out[M, K] += sum_c A(r, c) · B(i, c)^T on rank (r, i); A local [M, N], B local [K, N].
 template <class T>
-void summa_abt(const Grid& g, T* out, const T* A, const T* B, long M, long N, long K) {
+void summa_abt(const Grid& g, T* out, Q8<T> A, Q8<T> B, long M, long N, long K) {
   Buf<T> b(K * N), part(M * K), red(M * K);
   for (int i = 0; i < g.q; ++i) {
-    if (g.r == i) ops::copy(b.data(), B, K * N);
+    if (g.r == i) ops::copy(b.data(), B.p, K * N);
     bcast(g.col, b.data(), K * N, i);
-    ops::matmul(part.data(), A, b.data(), M, K, N, false, true, T(1), T(0));
+    gemm8(part.data(), A, nullptr, Q8<T>{b.data(), B.scale, B.format}, nullptr, M, K, N, false, true, T(0));
     reduce_to(g.row, part.data(), red.data(), M * K, i);
     if (g.c == i) ops::accumulate(out, red.data(), M * K);
   }
@@ -74,12 +77,12 @@ void summa_abt(const Grid& g, T* out, const T* A, const T* B, long M, long N, lo
 
 // out[K, N] += sum_r A(r, i)^T · B(r, c) on rank (i, c); A local [M, K], B local [M, N].
 template <class T>
-void summa_atb(const Grid& g, T* out, const T* A, const T* B, long M, long N, long K) {
+void summa_atb(const Grid& g, T* out, Q8<T> A, Q8<T> B, long M, long N, long K) {
   Buf<T> a(M * K), part(K * N), red(K * N);
   for (int i = 0; i < g.q; ++i) {
-    if (g.c == i) ops::copy(a.data(), A, M * K);
+    if (g.c == i) ops::copy(a.data(), A.p, M * K);
     bcast(g.row, a.data(), M * K, i);
-    ops::matmul(part.data(), a.data(), B, K, N, M, true, false, T(1), T(0));
+    gemm8(part.data(), Q8<T>{a.data(), A.scale, A.format}, nullptr, B, nullptr, K, N, M, true, false, T(0));
     reduce_to(g.col, part.data(), red.data(), K * N, i);
     if (g.r == i) ops::accumulate(out, red.data(), K * N);
   }
@@ -259,14 +262,14 @@ void Gpt2d<T>::layer_bwd(int wl, const T* dx_out, T* dx_in, LayerActs<T>& a, lon
   ops::copy(dx_mid.data(), dx_out, Nl * Cl);
   if (lay.s.has_mlp_bias()) bias_grad(W.fc2_b, dx_out, Cl);
   Buf<T> dact = zeros(Nl * Fl);
-  const T* d2 = f8(qd, dx_out, Nl * Cl, kFp8Fc2, Fp8Operand::dy);
+  const Q8<T> d2 = f8(qd, dx_out, Nl * Cl, kFp8Fc2, Fp8Operand::dy);
   summa_abt(G, dact.data(), d2, f8(qw, p(W.fc2_w), Fl * Cl, kFp8Fc2, Fp8Operand::w), Nl, Cl, Fl);
   summa_atb(G, g(W.fc2_w), f8(qx, a.act.data(), Nl * Fl, kFp8Fc2, Fp8Operand::x), d2, Nl, Cl, Fl);
   Buf<T> dfc1 = zeros(Nl * F1);
   if (gl) ops::gelu_bwd(dfc1.data(), a.fc1.data(), dact.data(), Nl * Fl);
   else ops::swiglu_bwd(dfc1.data(), a.fc1.data(), dact.data(), Nl, Fl);
   if (lay.s.has_mlp_bias()) bias_grad(W.fc1_b, dfc1.data(), F1);
-  const T* d1 = f8(qd, dfc1.data(), Nl * F1, kFp8Fc1, Fp8Operand::dy);
+  const Q8<T> d1 = f8(qd, dfc1.data(), Nl * F1, kFp8Fc1, Fp8Operand::dy);
   summa_atb(G, g(W.fc1_w), f8(qx, a.ln2.data(), Nl * Cl, kFp8Fc1, Fp8Operand::x), d1, Nl, F1, Cl);
   Buf<T> dln = zeros(Nl * Cl);
   summa_abt(G, dln.data(), d1, f8(qw, p(W.fc1_w), Cl * F1, kFp8Fc1, Fp8Operand::w), Nl, F1, Cl);
@@ -274,7 +277,7 @@ void Gpt2d<T>::layer_bwd(int wl, const T* dx_out, T* dx_in, LayerActs<T>& a, lon
   // Attention: x_mid = x_in + attn proj_w (+ b).
   if (lay.s.has_proj_bias()) bias_grad(W.proj_b, dx_mid.data(), Cl);
   Buf<T> dattn = zeros(Nl * Hl * D);
-  const T* dp = f8(qd, dx_mid.data(), Nl * Cl, kFp8Proj, Fp8Operand::dy);
+  const Q8<T> dp = f8(qd, dx_mid.data(), Nl * Cl, kFp8Proj, Fp8Operand::dy);
   summa_abt(G, dattn.data(), dp, f8(qw, p(W.proj_w), Hl * D * Cl, kFp8Proj, Fp8Operand::w), Nl, Cl, Hl * D);
   summa_atb(G, g(W.proj_w), f8(qx, a.attn.data(), Nl * Hl * D, kFp8Proj, Fp8Operand::x), dp, Nl, Cl, Hl * D);
   Buf<T> dq = zeros(Nl * Hl * D), dk = zeros(Nl * Kl * D), dv = zeros(Nl * Kl * D);
@@ -289,7 +292,7 @@ void Gpt2d<T>::layer_bwd(int wl, const T* dx_out, T* dx_in, LayerActs<T>& a, lon
   ops::copy_rows(dqkv.data() + Hl * D, Q, dk.data(), Kl * D, Nl, Kl * D);
   ops::copy_rows(dqkv.data() + (Hl + Kl) * D, Q, dv.data(), Kl * D, Nl, Kl * D);
   if (lay.s.has_qkv_bias()) bias_grad(W.qkv_b, dqkv.data(), Q);
-  const T* dq8 = f8(qd, dqkv.data(), Nl * Q, kFp8Qkv, Fp8Operand::dy);
+  const Q8<T> dq8 = f8(qd, dqkv.data(), Nl * Q, kFp8Qkv, Fp8Operand::dy);
   summa_atb(G, g(W.qkv_w), f8(qx, a.ln1.data(), Nl * Cl, kFp8Qkv, Fp8Operand::x), dq8, Nl, Q, Cl);
   ops::fill(dln.data(), T(0), Nl * Cl);
   summa_abt(G, dln.data(), dq8, f8(qw, p(W.qkv_w), Cl * Q, kFp8Qkv, Fp8Operand::w), Nl, Q, Cl);
@@ -312,7 +315,7 @@ T Gpt2d<T>::head_fwd(const T* x, const int32_t* targets, HeadActs<T>& a, long B,
   // block's padding columns are dropped before the softmax.
   Buf<T> logits(Nl * Vb);
   ops::fill(logits.data(), T(0), Nl * Vb);
-  summa_abt(G, logits.data(), a.lnf.data(), p(lay.params.wte), Nl, Cl, Vb);
+  summa_abt(G, logits.data(), Q8<T>{a.lnf.data()}, Q8<T>{p(lay.params.wte)}, Nl, Cl, Vb);
   if (Vl < Vb) {
     Buf<T> real(Nl * Vl);
     ops::copy_rows(real.data(), Vl, logits.data(), Vb, Nl, Vl);
@@ -354,9 +357,9 @@ void Gpt2d<T>::head_bwd(T* dx, const int32_t* targets, HeadActs<T>& a, long B, l
     dlogits.swap(padded);
   }
   // logits = lnf wte^T: dwte = dlogits^T lnf (SUMMA atb), dlnf = dlogits wte (SUMMA ab).
-  summa_atb(G, g(lay.params.wte), dlogits.data(), a.lnf.data(), Nl, Cl, Vb);
+  summa_atb(G, g(lay.params.wte), Q8<T>{dlogits.data()}, Q8<T>{a.lnf.data()}, Nl, Cl, Vb);
   Buf<T> dlnf(Nl * Cl);
-  summa_ab(G, dlnf.data(), dlogits.data(), p(lay.params.wte), Nl, Cl, Vb);
+  summa_ab(G, dlnf.data(), Q8<T>{dlogits.data()}, Q8<T>{p(lay.params.wte)}, Nl, Cl, Vb);
   ops::fill(dx, T(0), Nl * Cl);
   Buf<T> w = from_row0(G, p(lay.params.lnf_w), Cl), dw(Cl), db(Cl);
   ops::fill(dw.data(), T(0), Cl);
