@@ -20,6 +20,14 @@ namespace tp::kernels {
 enum Fp8Format : int { kFp8E4M3 = 0, kFp8E5M2 = 1 };
 
 TP_HD TP_INLINE double fp8_max(int format) { return format == kFp8E4M3 ? 448.0 : 57344.0; }
+// A format's layout, the one place fp8_round, fp8_bits and fp8_value take it from: mantissa and exponent bits, the
+// exponent bias and the smallest normal exponent (1 - bias).
+struct Fp8Layout {
+  int mbits, ebits, bias, emin;
+};
+TP_HD TP_INLINE Fp8Layout fp8_layout(int format) {
+  return format == kFp8E4M3 ? Fp8Layout{3, 4, 7, -6} : Fp8Layout{2, 5, 15, -14};
+}
 
 TP_HD TP_INLINE float k_rint(float x) { return ::rintf(x); }
 TP_HD TP_INLINE double k_rint(double x) { return ::rint(x); }
@@ -32,7 +40,8 @@ TP_HD TP_INLINE double k_ldexp(double x, int e) { return ::ldexp(x, e); }
 template <class A>
 TP_HD TP_INLINE A fp8_round(A v, int format) {
   const A maxv = A(fp8_max(format));
-  const int mbits = format == kFp8E4M3 ? 3 : 2, emin = format == kFp8E4M3 ? -6 : -14;
+  const Fp8Layout fl = fp8_layout(format);
+  const int mbits = fl.mbits, emin = fl.emin;
   const A a = v < A(0) ? -v : v;
   if (!(a == a) || a == A(0)) return v;
   if (a >= maxv) return v < A(0) ? -maxv : maxv;
@@ -51,7 +60,8 @@ template <class A>
 TP_HD TP_INLINE uint8_t fp8_bits(A v, int format) {
   const A r = fp8_round(v, format);
   if (!(r == r)) return uint8_t(0x7f);
-  const int mbits = format == kFp8E4M3 ? 3 : 2, emin = format == kFp8E4M3 ? -6 : -14, bias = format == kFp8E4M3 ? 7 : 15;
+  const Fp8Layout fl = fp8_layout(format);
+  const int mbits = fl.mbits, emin = fl.emin, bias = fl.bias;
   const uint8_t sign = r < A(0) ? uint8_t(0x80) : uint8_t(0);
   const A a = r < A(0) ? -r : r;
   if (a == A(0)) return sign;
@@ -62,7 +72,8 @@ TP_HD TP_INLINE uint8_t fp8_bits(A v, int format) {
 }
 // The value of fp8 bits b (fp8_bits' inverse on the format's finite values; NaN for its NaN codes).
 TP_HD TP_INLINE double fp8_value(uint8_t b, int format) {
-  const int mbits = format == kFp8E4M3 ? 3 : 2, ebits = format == kFp8E4M3 ? 4 : 5, bias = format == kFp8E4M3 ? 7 : 15;
+  const Fp8Layout fl = fp8_layout(format);
+  const int mbits = fl.mbits, ebits = fl.ebits, bias = fl.bias;
   const int ef = (b >> mbits) & ((1 << ebits) - 1), mant = b & ((1 << mbits) - 1);
   const double sign = (b & 0x80) ? -1.0 : 1.0;
   if (format == kFp8E4M3 ? (ef == 15 && mant == 7) : ef == 31) return mant == 0 ? sign * HUGE_VAL : NAN;

@@ -91,11 +91,14 @@ struct SumSquaresMulti {
   }
 };
 
-// The grid of a multi-tensor launch over `total` elements.
+// A multi-tensor launch's tile (elements a block takes at a time), and its grid over `total` elements.
+template <class L>
+long multi_tile(const L& launch) {
+  return long(launch.block) * kMultiPerThread;
+}
 template <class L>
 Dim multi_dim(const L& launch, long total, unsigned smem) {
-  const long tile = long(launch.block) * kMultiPerThread;
-  return Dim{blocks_for(total, tile, launch.max_grid), launch.block, smem};
+  return Dim{blocks_for(total, multi_tile(launch), launch.max_grid), launch.block, smem};
 }
 
 // AdamW step t >= 1 over count segments (start: count + 1 entries, start[count] > 0); the bias corrections in
@@ -105,7 +108,7 @@ void adamw_multi(const L& launch, const AdamSeg<T>* seg, const long* start, long
                  double b1, double b2, double eps, long t, double gscale) {
   using A = acc_t<T>;
   const A c1 = A(1.0 / (1.0 - std::pow(b1, double(t)))), c2 = A(1.0 / (1.0 - std::pow(b2, double(t))));
-  launch(AdamWMulti<T>{seg, start, count, long(launch.block) * kMultiPerThread, A(lr), A(b1), A(b2), A(eps), c1, c2,
+  launch(AdamWMulti<T>{seg, start, count, multi_tile(launch), A(lr), A(b1), A(b2), A(eps), c1, c2,
                        A(gscale)},
          multi_dim(launch, total, 0));
 }
@@ -115,7 +118,7 @@ void sum_squares_multi(const L& launch, double* out, double* scratch, const T* c
                        long total) {
   const unsigned smem = unsigned(kReduceSlots * sizeof(double));
   const Dim d = multi_dim(launch, total, smem);
-  launch(SumSquaresMulti<T>{scratch, x, start, count, long(launch.block) * kMultiPerThread}, d);
+  launch(SumSquaresMulti<T>{scratch, x, start, count, multi_tile(launch)}, d);
   launch(ReduceDoubles<false>{out, scratch, long(d.grid)}, Dim{1, launch.block, smem});
 }
 
