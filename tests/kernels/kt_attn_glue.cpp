@@ -70,7 +70,8 @@ TEST(KernelAttnGlue, FlashBackwardTakesLogSumExpPairs) {
     long B, Tq, Tk, H, Hkv, D;
     bool b16;
   };
-  for (const D6 d : {D6{1, 37, 37, 4, 2, 64, true}, D6{2, 9, 21, 2, 1, 40, false}}) {
+  const long H = kt::quick() ? 2 : 4;  // (the sanitizer builds: fewer heads)
+  for (const D6 d : {D6{1, 37, 37, H, 2, 64, true}, D6{2, 9, 21, 2, 1, 40, false}}) {
     SCOPED_TRACE("D " + std::to_string(d.D) + (d.b16 ? " bf16" : " fp32"));
     const long nq = d.B * d.Tq * d.H * d.D, nk = d.B * d.Tk * d.Hkv * d.D, rows = d.B * d.H * d.Tq;
     const Vec q = kt::rounded<kt::bf16>(kt::randv(size_t(nq), rng)), k = kt::rounded<kt::bf16>(kt::randv(size_t(nk), rng)),
