@@ -53,6 +53,8 @@ const char* const kHelp =
     "                [--gpu-memory-budget BYTES]   (cuda, emu-device: a smaller GPU, emulated by the allocator)\n"
     "                [--no-bf16-weight-copies]   (precision bf16: no bf16 copies of the weights; each GEMM rounds\n"
     "                the fp32 weights itself: the same results, a check)\n"
+    "                [--cuda-graphs auto|on|off]   (cuda, emu-device: the steady step captured once and replayed\n"
+    "                as a graph; auto: where the plan allows it, one rank without offload, fp8, MoE or --trace)\n"
     "      train the scenario's GPT with its plan (one process per rank: mpirun -np GPUS / srun); --backend\n"
     "      picks the compute backend: cpu (default), emu (the GPU kernels on a CPU emulator of a thread block:\n"
     "      slow, for checking them), emu-device (emu with tensor memory the host cannot read, as on a GPU:\n"

@@ -97,11 +97,13 @@ int cmd_selftest(int argc, char** argv) {
     std::string g, w;
     for (double x : tc.got_losses) g.append(g.empty() ? "" : " ").append(std::to_string(x));
     for (double x : tc.want_losses) w.append(w.empty() ? "" : " ").append(std::to_string(x));
+    const bool self = tc.attention.find("against eager") != std::string::npos;  // (graphs against the same backend)
+    const std::string ref = self ? r.backend + " eager" : "cpu";
     std::printf("%-20s %-34s %-32s %10.2e %9.1e  %s\n", "training", "tiny GPT, 1 rank",
-                (std::to_string(tc.steps) + " steps vs cpu (" + tc.precision + ", " + tc.attention + ")").c_str(),
+                (std::to_string(tc.steps) + " steps vs " + ref + " (" + tc.precision + ", " + tc.attention + ")").c_str(),
                 tc.err, tc.tol, status_name(tc.status));
     if (!tc.message.empty()) std::printf("    %s\n", tc.message.c_str());
-    else std::printf("    losses %s: %s; cpu: %s\n", r.backend.c_str(), g.c_str(), w.c_str());
+    else std::printf("    losses %s: %s; %s: %s\n", r.backend.c_str(), g.c_str(), ref.c_str(), w.c_str());
   }
   const int failed = r.failed + int(tcs.size()) - tpassed;
   std::printf("%d passed, %d failed", r.passed + tpassed, failed);

@@ -193,7 +193,7 @@ bool cuda_without_device(const std::string& backend) {
 int cmd_run(int argc, char** argv) {
   Args a = parse_args(argc, argv, 2, {"--steps", "--json", "--seed", "--lr", "--data", "--delink-step", "--checkpoint-dir", "--checkpoint-every", "--trace",
                                           "--device-budget", "--backend", "--log-every", "--keep-checkpoints", "--plan",
-                                          "--handover-window", "--metrics", "--comm", "--gpu-memory-budget"},
+                                          "--handover-window", "--metrics", "--comm", "--gpu-memory-budget", "--cuda-graphs"},
                   {"--fp64", "--quiet", "--resume", "--resume-or-start", "--no-bf16-weight-copies"});
   if (a.positional.size() != 1) throw Usage("run needs exactly one scenario file");
   exec::RunOptions o;
@@ -238,6 +238,11 @@ int cmd_run(int argc, char** argv) {
       throw Usage("--gpu-memory-budget needs a backend with device memory (--backend cuda or emu-device)");
     setenv(o.backend == "cuda" ? "TP_CUDA_MEMORY_BUDGET" : "TP_EMU_DEVICE_BYTES", std::to_string(budget).c_str(), 1);
   }
+  o.cuda_graphs = a.value("--cuda-graphs", "auto");
+  if (o.cuda_graphs != "auto" && o.cuda_graphs != "on" && o.cuda_graphs != "off")
+    throw Usage("--cuda-graphs: expected auto, on or off, got '" + o.cuda_graphs + "'");
+  if (o.cuda_graphs == "on" && o.backend != "cuda" && o.backend != "emu-device")
+    throw Usage("--cuda-graphs on needs a backend that captures steps (--backend cuda or emu-device)");
   if (cuda_without_device(o.backend)) return 77;  // (a device: the local rank's; trains there in fp32)
   if (o.backend == "cuda") {
     if (o.fp64)

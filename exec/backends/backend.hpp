@@ -81,6 +81,19 @@ struct Backend {
   // exec/kernels/cuda/fused_attention.hpp), the backend's own kernels elsewhere; off, always the own kernels. Returns
   // the previous setting. Null on backends without a choice (cpu, emu). The library's stats are the pair (lse, 1).
   bool (*set_attention_library)(bool on) = nullptr;
+  // A steady training step captured once and replayed as a graph (CUDA graphs: exec/runtime/step_graph.hpp); null
+  // where the backend cannot capture (cpu, emu). Between capture_begin and capture_end the ops and the Stream{}
+  // device-to-device copies are RECORDED, not run; an op that reads a value back, a copy to or from the host, a
+  // synchronisation, an event or work on another stream throws (naming it) and the caller abandons the capture.
+  // Memory while capturing and while a graph lives follows exec/backends/graph_pool.hpp.
+  //  capture_begin: false with `why` set when the backend cannot capture now (cuda: TP_CUDA_SYNC, TP_CUDA_PROFILE).
+  //  capture_end: keep = false abandons the capture (returns null); else the graph, or null with `why` set.
+  //  graph_launch: queues the graph's work on Stream{}, after the work queued before it.
+  //  graph_destroy: frees the graph (after its launches have run); its pool returns to the backend.
+  bool (*capture_begin)(char* why, size_t why_size) = nullptr;
+  void* (*capture_end)(bool keep, char* why, size_t why_size) = nullptr;
+  void (*graph_launch)(void* graph) = nullptr;
+  void (*graph_destroy)(void* graph) = nullptr;
   // The device this process runs on ("device 0 of 8 (NVIDIA H100 80GB HBM3)") and its memory in bytes; "" and 0
   // on host-accessible backends. Messages (exec/runtime/device_oom.cpp) name it beside the scenario's GPU.
   const char* device = "";

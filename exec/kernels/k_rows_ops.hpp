@@ -103,23 +103,40 @@ void layernorm_bwd16_op(const R& r, T* dx, T* dw, T* db, const T* dy, const uint
 }
 
 // The kernel writes one loss per row into scratch (after the total); one block sums them in double, read back.
+// The loss total in double at `out` (cross_entropy_fwd_to: device memory the caller gives) or in the op's scratch
+// (cross_entropy_fwd, which reads it back); returns where. N = 0 writes 0.
+template <class R, class T>
+double* cross_entropy_fwd_any(const R& r, const char* op, T* probs, double* out, const T* logits,
+                              const int32_t* targets, long N, long V) {
+  r.check(op, "probs", probs, bytes_of<T>(N * V));
+  r.check(op, "logits", logits, bytes_of<T>(N * V));
+  r.check(op, "targets", targets, bytes_of<int32_t>(N));
+  double* sum = static_cast<double*>(r.scratch(sizeof(double) + sizeof(T) * size_t(N > 0 ? N : 0)));
+  T* loss = reinterpret_cast<T*>(sum + 1);
+  const auto& l = r.launch();
+  if (N > 0) cross_entropy_fwd(l, probs, loss, logits, targets, N, V);
+  if (out) sum = out;
+  l(SumToDouble<T>{sum, loss, N > 0 ? N : 0}, Dim{1, l.block, kReduceSlots * 8});
+  return sum;
+}
 template <class R, class T>
 T cross_entropy_fwd_op(const R& r, T* probs, const T* logits, const int32_t* targets, long N, long V) {
   const char* op = "cross_entropy_fwd";
   double total = 0;
   r.run(op, {{"N", N}, {"V", V}}, [&] {
-    r.check(op, "probs", probs, bytes_of<T>(N * V));
-    r.check(op, "logits", logits, bytes_of<T>(N * V));
-    r.check(op, "targets", targets, bytes_of<int32_t>(N));
     if (N <= 0) return;
-    double* sum = static_cast<double*>(r.scratch(sizeof(double) + sizeof(T) * size_t(N)));
-    T* loss = reinterpret_cast<T*>(sum + 1);
-    const auto& l = r.launch();
-    cross_entropy_fwd(l, probs, loss, logits, targets, N, V);
-    l(SumToDouble<T>{sum, loss, N}, Dim{1, l.block, kReduceSlots * 8});
-    total = r.read_back(sum);
+    total = r.read_back(cross_entropy_fwd_any(r, op, probs, static_cast<double*>(nullptr), logits, targets, N, V));
   });
   return T(total);
+}
+template <class R, class T>
+void cross_entropy_fwd_to_op(const R& r, T* probs, double* loss, const T* logits, const int32_t* targets, long N,
+                             long V) {
+  const char* op = "cross_entropy_fwd_to";
+  r.run(op, {{"N", N}, {"V", V}}, [&] {
+    r.check(op, "loss", loss, sizeof(double));
+    cross_entropy_fwd_any(r, op, probs, loss, logits, targets, N, V);
+  });
 }
 template <class R, class T>
 void cross_entropy_bwd_op(const R& r, T* dlogits, const T* probs, const int32_t* targets, long N, long V, T scale) {

@@ -99,7 +99,7 @@ void Gpt<T>::embed_bwd(const T* dx, const int32_t* tokens, long B, long Tn) cons
 }
 
 template <class T>
-T Gpt<T>::head_fwd(const T* x, const int32_t* targets, HeadActs<T>& a, long B, long Tn) const {
+T Gpt<T>::head_fwd(const T* x, const int32_t* targets, HeadActs<T>& a, long B, long Tn, double* loss_to) const {
   const GptShape& s = lay.s;
   const long N = B * Tn, C = s.C, Vl = (long)s.v_loc();
   if (sp) { a.x_in.resize(N * C); gather_rows(tp, x, a.x_in.data(), N / tp->size(), C); x = a.x_in.data(); }
@@ -111,6 +111,10 @@ T Gpt<T>::head_fwd(const T* x, const int32_t* targets, HeadActs<T>& a, long B, l
   a.probs.resize(N * Vl);                                                         // [N, V/t]
   T* logits = a.probs.data();
   gemm16(logits, a.lnf.data(), nullptr, p(lay.params.wte), p16(lay.params.wte), N, Vl, C, false, true, T(0));
+  if (!tp && loss_to) {  // (a captured step: no read-back; the caller reads T(*loss_to) after the step)
+    ops::cross_entropy_fwd_to(logits, loss_to, logits, targets, N, Vl);
+    return T(0);
+  }
   if (!tp) return ops::cross_entropy_fwd(logits, logits, targets, N, Vl);
   // Vocabulary-parallel cross-entropy: global row max (all-gather of the shards' maxima), sum of exponentials
   // and target logit (all-reduced); probabilities of this shard saved for the backward.

@@ -417,8 +417,9 @@ struct Gpt : ParamTables<T> {
   // Under bf16 storage it reads what the forward marked packed (LayerActs::stay16) through LayerActs::packed.
   void layer_bwd(int wl, const T* dx_out, T* dx_in, LayerActs<T>& a, long B, long Tn) const;
   // Final norm, LM head (tied to wte), cross-entropy: returns the SUM of losses over the [B, Tn] targets.
-  // x may be a.x_in (the caller moved the input there: no copy).
-  T head_fwd(const T* x, const int32_t* targets, HeadActs<T>& a, long B, long Tn) const;
+  // x may be a.x_in (the caller moved the input there: no copy). loss_to (no tp group): the sum is written there, a
+  // double in device memory (ops::cross_entropy_fwd_to: no read-back, for a captured step), and 0 returned.
+  T head_fwd(const T* x, const int32_t* targets, HeadActs<T>& a, long B, long Tn, double* loss_to = nullptr) const;
   // dx[N, C] (overwritten) from the loss scaled by `scale` (e.g. 1 / tokens in the step). Consumes `a`.
   void head_bwd(T* dx, const int32_t* targets, HeadActs<T>& a, long B, long Tn, T scale) const;
 };

@@ -30,8 +30,9 @@ struct Net {
   void layer_bwd(int wl, const T* dy, T* dx, LayerActs<T>& a, long B, long Tn) {
     two_d ? d2.layer_bwd(wl, dy, dx, a, B, Tn) : d1.layer_bwd(wl, dy, dx, a, B, Tn);
   }
-  T head_fwd(const T* x, const int32_t* t, HeadActs<T>& a, long B, long Tn) {
-    return two_d ? d2.head_fwd(x, t, a, B, Tn) : d1.head_fwd(x, t, a, B, Tn);
+  // loss_to: the 1D model writes the loss sum to that double of device memory and returns 0 (a captured step).
+  T head_fwd(const T* x, const int32_t* t, HeadActs<T>& a, long B, long Tn, double* loss_to = nullptr) {
+    return two_d ? d2.head_fwd(x, t, a, B, Tn) : d1.head_fwd(x, t, a, B, Tn, loss_to);
   }
   void head_bwd(T* dx, const int32_t* t, HeadActs<T>& a, long B, long Tn, T scale) {
     two_d ? d2.head_bwd(dx, t, a, B, Tn, scale) : d1.head_bwd(dx, t, a, B, Tn, scale);

@@ -68,6 +68,7 @@
 #include "exec/runtime/model_flat.hpp"
 #include "exec/runtime/offload/offload_glue.hpp"
 #include "exec/runtime/run_state.hpp"
+#include "exec/runtime/step_graph.hpp"
 #include "exec/runtime/trace_recorder.hpp"
 #include "schedule/pipeline.hpp"
 
@@ -341,7 +342,14 @@ struct RankRun {
   void prefetch_next_run(Loop& lp, size_t pc);
   std::vector<char> prefetched;  // zparam: per layer unit, gathered a run ahead (prefetch_next_run)
   void piece_backward(Loop& lp, size_t pc, LayerActs<T>& a, Buf<T>& x, bool run_end);
-  double item_output(Loop& lp, const WorkItem& w, int g, long long j, Buf<T>& x);
+  double item_output(Loop& lp, const WorkItem& w, int g, long long j, Buf<T>& x, double* loss_to = nullptr);
+  // The step's work items (forward, backward of every micro-batch); with a graph (exec/runtime/step_graph.hpp)
+  // capturing, the losses go to its device slots. Returns the loss sum (0 while capturing).
+  double step_items(Loop& lp, bool capturing);
+  double step_work(Loop& lp, int step);       // step_items eagerly, captured, or the captured graph replayed
+  void clear_step_state(Loop& lp);            // after an abandoned capture: the step's host state as at its start
+  std::string graph_blocker() const;          // why this rank's steps cannot be captured ("" when they can)
+  void prepare_graph(Loop& lp, int first);
   bool end_step(Loop& lp, int step, int first, double loss, std::chrono::steady_clock::time_point t0);
   void finish_run(Loop& lp);
   std::vector<int> run_parts(const Loop& lp, int r) const;

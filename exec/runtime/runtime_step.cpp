@@ -3,7 +3,7 @@
 // work items in order (each one's input, its layers as pieces, its output), then the optimizer, the loss and
 // the checkpoint. Invariant: pieces run in the schedule's order, and a run's parameters (chunks, ZeRO-3
 // gathers, granular loads) are in place before its first piece and released after its last.
-#include "exec/runtime/runtime_rank.hpp"
+#include "exec/runtime/runtime_loop.hpp"
 
 #include <cstdio>
 #include <stdexcept>
@@ -22,33 +22,6 @@ long delink_step_of(const Scenario& sc, const RunOptions& o) {
 std::vector<uint16_t> load_run_tokens(const std::string& path, long long vocab);
 
 namespace detail {
-
-// The state of the step loop (RankRun::run): the batch's buffers, the schedule's pieces and runs, the
-// activations held between passes, and the throughput counters.
-template <class T>
-struct RankRun<T>::Loop {
-  std::vector<uint16_t> tokens;  // the run's token stream (exec/io/data.hpp)
-  long long N = 0;               // this rank's tokens of a micro-batch
-  long long X = 0;               // elements of the residual stream between pieces
-  T scale = T(0);                // every token weighs 1 / (global_batch * seq_len)
-  int warmup = 0;                // learning-rate warm-up steps
-  std::vector<WorkItem> order;   // the rank's schedule
-  std::vector<Piece> pieces;     // pieces in execution order
-  std::vector<int> run_of_piece, run_layer;  // runs (the chunk store's moments): same layer and pass
-  std::vector<size_t> last_bwd_piece;        // per unit: the piece of the step's last backward of the unit
-  int cur_run = -1;              // the run whose chunks are resident and pinned
-  std::vector<LayerActs<T>> acts;                // per (layer, micro-batch)
-  std::vector<HeadActs<T>> head;                 // per micro-batch
-  std::map<std::pair<int, int>, Buf<T>> local;   // (chunk boundary key, mb) -> activation / gradient
-  // Token ids and targets per micro-batch: read on the host, used by the ops from backend memory (an upload
-  // per step).
-  std::vector<int32_t> host_in, host_tgt;  // whole sequences (cp: this rank's rows selected)
-  std::vector<Buf<int32_t>> in, tgt;
-  std::deque<Buf<T>> sendbufs;  // the buffers of outstanding pipeline sends, oldest first
-  RunResult res;
-  double tok_after_first = 0, time_after_first = 0;
-  int last_logged = 0;  // the step (1-based) of the last iteration line: its interval starts after it
-};
 
 template <class T>
 std::vector<int> RankRun<T>::run_parts(const Loop& lp, int r) const {
@@ -248,14 +221,14 @@ void RankRun<T>::item_input(Loop& lp, const WorkItem& w, int g, long long j, Buf
 // The output of work item w: forward, the head's loss, a local chunk's input, or a pipeline send; backward,
 // the embedding's gradient, a local chunk's, or a send. Returns the head's loss (0 otherwise).
 template <class T>
-double RankRun<T>::item_output(Loop& lp, const WorkItem& w, int g, long long j, Buf<T>& x) {
+double RankRun<T>::item_output(Loop& lp, const WorkItem& w, int g, long long j, Buf<T>& x, double* loss_to) {
   double loss = 0;
   if (w.pass == Pass::fwd) {
     if (g == nchunks - 1) {
       if (!model.sp) lp.head[j].x_in = std::move(x);  // the head saves its input (SP: the gathered rows)
       const T* hx = model.sp ? x.data() : lp.head[j].x_in.data();
       rec.span(part_op_name("head", "fwd", "", (int)j), kTidCompute,
-               [&] { loss = (double)model.head_fwd(hx, lp.tgt[j].data(), lp.head[j], b, Tl); });
+               [&] { loss = (double)model.head_fwd(hx, lp.tgt[j].data(), lp.head[j], b, Tl, loss_to); });
       Buf<T>().swap(x);
     } else if (lay.stage_of(g + 1) == rc.stage) lp.local[{g + 1, (int)j}] = std::move(x);
     else {
@@ -505,6 +478,7 @@ RunResult RankRun<T>::run() {
   const int first = start || local ? start_step : resume(lp.res);
   lp.res.first_step = first;
   enter_phase(lp, shared > 0);  // (a checkpoint after the delink resumes in the real phase)
+  prepare_graph(lp, first);
   for (int step = first; step < o.steps; ++step) {
     if (store) store->begin_step();
     if (step == delink_step) {  // the pseudo phase's run ends here; the real phase runs as its own run
@@ -518,29 +492,24 @@ RunResult RankRun<T>::run() {
     rec.on = !o.trace.empty() && step == o.steps - 1;  // the last step, like the simulator's one step
     rec.t0 = t0;
     begin_step(lp, step);
-    double loss = 0;
-    // The residual stream between pieces, one buffer: a layer's input is moved into its saved activations
-    // (a.x_in, no copy) and its output is a fresh buffer; the last output moves into the head's saved input,
-    // to the next stage's send or to `local`. The backward's gradient stays in x (layers run in place).
-    Buf<T> x;
-    size_t pc = 0;
-    for (const WorkItem& w : lp.order) {
-      const int g = lay.model_chunk(rc.stage, w.chunk);
-      const long long j = w.microbatch;
-      reap(lp);
-      enter(lp, pc);
-      item_input(lp, w, g, j, x);
-      for (long long k = 0; k < lay.chunk_layers(rc.stage, w.chunk); ++k, ++pc) run_piece(lp, w, pc, j, x);
-      loss += item_output(lp, w, g, j, x);
-    }
+    const double loss = step_work(lp, step);
     if (end_step(lp, step, first, loss, t0)) break;
   }
+  lp.graph.drop();
   finish_run(lp);
   return lp.res;
 }
 
-template RunResult RankRun<float>::run();
-template RunResult RankRun<double>::run();
+#define TP_RUNTIME_STEP_INSTANTIATE(T)                                                            \
+  template RunResult RankRun<T>::run();                                                           \
+  template void RankRun<T>::reap(Loop&);                                                          \
+  template void RankRun<T>::enter(Loop&, size_t);                                                 \
+  template void RankRun<T>::item_input(Loop&, const WorkItem&, int, long long, Buf<T>&);          \
+  template void RankRun<T>::run_piece(Loop&, const WorkItem&, size_t, long long, Buf<T>&);        \
+  template double RankRun<T>::item_output(Loop&, const WorkItem&, int, long long, Buf<T>&, double*);
+TP_RUNTIME_STEP_INSTANTIATE(float)
+TP_RUNTIME_STEP_INSTANTIATE(double)
+#undef TP_RUNTIME_STEP_INSTANTIATE
 
 }  // namespace detail
 }  // namespace tp::exec

@@ -51,6 +51,10 @@ struct RunOptions {
   // training.precision "bf16": the GEMMs read the weights' bf16 copies (exec/model/gpt.hpp WeightCopies16). Off, each GEMM
   // rounds the T weights itself: the same values (tests compare the two), no copies held.
   bool bf16_weight_copies = true;
+  // --cuda-graphs: the steady step captured once and replayed (exec/runtime/step_graph.hpp): "auto" where the
+  // backend captures (cuda, emu-device) and the plan allows it, "on" (a plan that does not allow it is an error),
+  // "off".
+  std::string cuda_graphs = "auto";
   long long handover_window = 0;  // Pseudo-to-Real over two layouts: single-rank elements per window of the
                                   // handover (exec/runtime/handover.hpp; 0: 4 Mi)
 };
@@ -102,6 +106,7 @@ struct RunResult {
   std::vector<double> grad_norm;     // per step, before clipping
   long delink_step = -1;             // the step that ran first on the delinked (real) model, -1 without delink
   long first_step = 0;               // losses[i] is step first_step + i (> 0 after a resume)
+  int graph_step = -1;               // --cuda-graphs: the step captured as a graph (later ones replayed it); -1: none
   json trace;                        // this rank's trace events of the last step (when RunOptions::trace is set)
   OffloadResult offload;             // plan.offload chunked (rank 0's store), optimizer or granular (its host state)
   int stop_signal = 0;               // SIGINT / SIGTERM stopped the run after the steps in `losses`

@@ -84,6 +84,7 @@ OpCheck run_one(const Backend& be, const Spec& s, bool library = false) {
   for (Ints& v : refi) rip.push_back(v.data());
   double want = 0;
   {
+    BackendScope scope(cpu_backend());
     Bf16GemmScope b16(cpu_backend(), s.bf16);
     want = s.f64(cpu_backend().f64, rp.data(), rip.data());
   }
@@ -95,6 +96,7 @@ OpCheck run_one(const Backend& be, const Spec& s, bool library = false) {
     for (const Ints& v : s.ints) dip.push_back(m.up<int32_t>(v));
     double got = 0;
     {
+      BackendScope scope(be);  // (a body that reads a value back copies through the current backend)
       Bf16GemmScope b16(be, s.bf16);
       got = s.f32(be.f32, dp.data(), dip.data());
       be.sync();

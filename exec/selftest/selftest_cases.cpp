@@ -352,6 +352,15 @@ void row_cases(std::vector<Spec>& cs, bool quick) {
       add(cs, {"cross_entropy_fwd", sh({{"N", N}, {"V", V}}), inplace ? "in place" : "",
                {rnd(n, s++, -4, 4), Vec(size_t(n))}, {ids(N, int32_t(V), s++)}, {inplace ? 0 : 1}, double(V), true},
           TP_SELFTEST_BODY { return double(t.cross_entropy_fwd(inplace ? p[0] : p[1], p[0], ip[0], N, V)); });
+    add(cs, {"cross_entropy_fwd_to", sh({{"N", N}, {"V", V}}), "in place, the loss sum to device memory",
+             {rnd(n, s++, -4, 4)}, {ids(N, int32_t(V), s++), Ints(2)}, {0}, double(V), true},
+        TP_SELFTEST_BODY {
+          double* loss = reinterpret_cast<double*>(ip[1]);  // (8 bytes of device memory)
+          t.cross_entropy_fwd_to(p[0], loss, p[0], ip[0], N, V);
+          double v = 0;
+          tp::exec::current_backend().copy(&v, loss, sizeof v, tp::exec::CopyKind::device_to_host, tp::exec::Stream{});
+          return double(TT(v));
+        });
     add(cs, {"cross_entropy_bwd", sh({{"N", N}, {"V", V}}), "accumulate", {rnd(n, s++), rnd(n, s++, 0, 1)},
              {ids(N, int32_t(V), s++)}, {0}},
         TP_SELFTEST_BODY { return t.cross_entropy_bwd(p[0], p[1], ip[0], N, V, TT(0.25)), 0.0; });

@@ -3,7 +3,8 @@
 // on the backend under test and on the CPU backend, one rank each, in fp32 and bf16 with the unfused and the flash
 // attention; their losses and gradient norms must agree to the precision's tolerance. Ops that pass one by one can
 // still train wrongly together (a buffer read before it is written, an accumulate-vs-overwrite slip across ops, a
-// packed copy made from the wrong tensor); this is the check for that.
+// packed copy made from the wrong tensor); this is the check for that. A backend that captures steps as graphs
+// (cuda, emu-device) trains with them on, and its bf16 flash run is also compared with its own eager run.
 #include <algorithm>
 #include <cmath>
 #include <exception>
@@ -37,6 +38,12 @@ double max_rel(const std::vector<double>& got, const std::vector<double>& want) 
   return e;
 }
 
+void compare(TrainCheck& c, const RunResult& got, const RunResult& want) {
+  c.want_losses = want.losses, c.got_losses = got.losses;
+  c.err = std::max(max_rel(got.losses, want.losses), max_rel(got.grad_norm, want.grad_norm));
+  c.status = c.err <= c.tol ? CheckStatus::pass : CheckStatus::fail;
+}
+
 }  // namespace
 
 std::vector<TrainCheck> run_selftest_training(const Backend& b, int steps) {
@@ -51,16 +58,26 @@ std::vector<TrainCheck> run_selftest_training(const Backend& b, int steps) {
         RunOptions o;
         o.steps = steps;
         o.log_every = 0;
-        auto run_on = [&](const std::string& backend) {
+        auto run_on = [&](const std::string& backend, const char* graphs) {
           RunOptions r = o;
           r.backend = backend;
+          r.cuda_graphs = graphs;
           std::unique_ptr<Comm> one = make_local_comm();  // one rank, also when this process is one of an mpirun job
           return run_training(sc, r, *one);
         };
-        const RunResult want = run_on("cpu"), got = run_on(b.name);
-        c.want_losses = want.losses, c.got_losses = got.losses;
-        c.err = std::max(max_rel(got.losses, want.losses), max_rel(got.grad_norm, want.grad_norm));
-        c.status = c.err <= c.tol ? CheckStatus::pass : CheckStatus::fail;
+        // A backend that captures steps trains with them (the second step captured, the later ones replayed); a
+        // capture that fails is an error here, not a quiet fallback.
+        const bool graphs = b.capture_begin != nullptr;
+        if (graphs) c.attention += ", cuda graphs";
+        const RunResult want = run_on("cpu", "off"), got = run_on(b.name, graphs ? "on" : "off");
+        compare(c, got, want);
+        if (graphs && c.precision == "bf16" && c.attention.rfind("flash", 0) == 0) {  // and against its eager run
+          out.push_back(c);
+          c = TrainCheck{};
+          c.precision = precision, c.attention = std::string(attention) + ", cuda graphs against eager", c.steps = steps;
+          c.tol = kSelftestTrainTol;
+          compare(c, got, run_on(b.name, "off"));
+        }
       } catch (const std::exception& e) {
         c.status = CheckStatus::fail;
         c.message = e.what();

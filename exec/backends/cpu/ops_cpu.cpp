@@ -313,6 +313,11 @@ T cross_entropy_fwd(T* probs, const T* logits, const int32_t* targets, long N, l
   return T(loss);
 }
 
+template <class T>
+void cross_entropy_fwd_to(T* probs, double* loss, const T* logits, const int32_t* targets, long N, long V) {
+  loss[0] = double(cross_entropy_fwd(probs, logits, targets, N, V));
+}
+
 // dlogits[N, V] += scale * (probs - onehot(target)).
 template <class T>
 void cross_entropy_bwd(T* dlogits, const T* probs, const int32_t* targets, long N, long V, T scale) {
@@ -434,6 +439,7 @@ void fp8_quantize(T* y, const T* x, long n, T scale, int format, T* amax) {
   template void gelu_bwd_bias16<T>(uint16_t*, T*, const uint16_t*, const T*, long, long);                          \
   template void swiglu_bwd_set<T>(T*, const T*, const T*, long, long);                                      \
   template T cross_entropy_fwd<T>(T*, const T*, const int32_t*, long, long);                                \
+  template void cross_entropy_fwd_to<T>(T*, double*, const T*, const int32_t*, long, long);                \
   template void cross_entropy_bwd<T>(T*, const T*, const int32_t*, long, long, T);                          \
   template void embedding_fwd<T>(T*, const int32_t*, const T*, const T*, long, long, long);                 \
   template void embedding_bwd<T>(T*, T*, const T*, const int32_t*, long, long, long);                       \

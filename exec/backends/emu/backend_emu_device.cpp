@@ -10,7 +10,9 @@
 // Invariants: handles are never host-accessible; is_device_ptr(p) is "p lies in the reserved range"; a handle
 // is reused only for an allocation of the same size after its free; translation of a pointer outside every live
 // handle leaves it unchanged, so the emu op's registry check rejects it with the op and argument named; the
-// multi-tensor ops' pointer tables are translated entry by entry.
+// multi-tensor ops' pointer tables are translated entry by entry. While a step is captured (emu_graph.hpp) ops and
+// default-stream device copies are recorded, everything else that a CUDA stream capture refuses throws, and memory
+// follows exec/backends/graph_pool.hpp: a pool block stays live (translatable) until the pool releases it.
 #include <execinfo.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -24,10 +26,14 @@
 #include <map>
 #include <mutex>
 #include <stdexcept>
+#include <string>
+#include <type_traits>
 #include <vector>
 
 #include "exec/backends/emu/backend_emu.hpp"
+#include "exec/backends/emu/emu_graph.hpp"
 #include "exec/backends/emu/emu_streams.hpp"
+#include "exec/backends/graph_pool.hpp"
 
 namespace tp::exec {
 namespace emu_dev {
@@ -42,6 +48,7 @@ struct Handles {
   std::map<uintptr_t, Live> live;                // handle -> its bytes
   std::multimap<size_t, uintptr_t> free_by_size;  // freed handles (reused for an allocation of the same size)
   double now_bytes = 0, peak_bytes = 0;           // live device bytes, their high-water mark
+  GraphPool pool;                                 // captured steps' blocks (kept in `live` while the pool has them)
 };
 Handles& handles();
 
@@ -114,6 +121,16 @@ double device_capacity_bytes() {
 
 void* dev_alloc(size_t bytes) {
   if (bytes == 0) return nullptr;
+  {  // while capturing: a free block of the graph pool first (the same size, as handles are reused)
+    Handles& h = handles();
+    std::lock_guard<std::mutex> lk(h.m);
+    size_t got = 0;
+    if (void* p = h.pool.take(bytes, bytes, &got)) {
+      h.now_bytes += double(bytes);
+      h.peak_bytes = std::max(h.peak_bytes, h.now_bytes);
+      return p;
+    }
+  }
   void* r = emu_be::emu_alloc(bytes);
   if (!r) return nullptr;
   Handles& h = handles();
@@ -139,6 +156,7 @@ void* dev_alloc(size_t bytes) {
     h.next += span;
   }
   h.live[a] = Handles::Live{reinterpret_cast<uintptr_t>(r), bytes};
+  h.pool.adopt(reinterpret_cast<void*>(a));
   h.now_bytes += double(bytes);
   h.peak_bytes = std::max(h.peak_bytes, h.now_bytes);
   return reinterpret_cast<void*>(a);
@@ -155,12 +173,44 @@ void dev_free(void* p) {
       std::fprintf(stderr, "emu-device backend: free of %p, which is not a live device allocation\n", p);
       std::abort();
     }
+    if (h.pool.keep(p, it->second.bytes)) {  // a captured graph may still use it: stays live, in the pool
+      h.now_bytes -= double(it->second.bytes);
+      return;
+    }
     r = reinterpret_cast<void*>(it->second.real);
     h.free_by_size.insert({it->second.bytes, it->first});
     h.now_bytes -= double(it->second.bytes);
     h.live.erase(it);
   }
   emu_be::emu_free(r);
+}
+
+// The pool's released blocks become free handles, their bytes returned.
+void pool_release(Handles& h) {
+  for (const auto& [p, bytes] : h.pool.release()) {
+    auto it = h.live.find(reinterpret_cast<uintptr_t>(p));
+    if (it == h.live.end()) continue;
+    emu_be::emu_free(reinterpret_cast<void*>(it->second.real));
+    h.free_by_size.insert({it->second.bytes, it->first});
+    h.live.erase(it);
+  }
+}
+void pool_begin_capture() {
+  Handles& h = handles();
+  std::lock_guard<std::mutex> lk(h.m);
+  h.pool.begin_capture();
+}
+void pool_end_capture(bool made_graph) {
+  Handles& h = handles();
+  std::lock_guard<std::mutex> lk(h.m);
+  h.pool.end_capture(made_graph);
+  pool_release(h);
+}
+void pool_graph_destroyed() {
+  Handles& h = handles();
+  std::lock_guard<std::mutex> lk(h.m);
+  h.pool.graph_destroyed();
+  pool_release(h);
 }
 
 bool is_device_ptr(const void* p) { return in_range(p); }
@@ -175,13 +225,20 @@ double peak_device_bytes() {
 // cudaMemcpy with the wrong kind fails.
 // On a created stream the copy is deferred (emu_streams.cpp: it runs when the stream is synchronised or waited on).
 void dev_copy(void* dst, const void* src, size_t bytes, CopyKind kind, Stream s) {
-  emu_streams::enqueue(s, [dst, src, bytes, kind] {
+  auto copy = [dst, src, bytes, kind] {
     void* d = dst;
     const void* r = src;
     if (kind == CopyKind::host_to_device || kind == CopyKind::device_to_device) d = const_cast<void*>(real(d));
     if (kind == CopyKind::device_to_host || kind == CopyKind::device_to_device) r = real(r);
     emu_be::emu_copy(d, r, bytes, kind, Stream{});
-  });
+  };
+  if (emu_graph::capturing()) {
+    if (s.handle) emu_graph::refuse("a copy on another stream");
+    if (kind != CopyKind::device_to_device) emu_graph::refuse("a copy to or from the host");
+    emu_graph::record(copy);
+    return;
+  }
+  emu_streams::enqueue(s, copy);
 }
 
 // ---- the op table: every pointer argument translated, then the emu op (which checks it) ----
@@ -199,11 +256,33 @@ U tr(U v) {
   return v;
 }
 
+// The bf16-GEMM setting of this thread (ops read it when they run: a recorded op runs with the one it was captured
+// under).
+bool bf16_setting() {
+  const bool b = emu_backend().set_bf16_gemm(false);
+  emu_backend().set_bf16_gemm(b);
+  return b;
+}
+
 template <auto M>
 struct Tr;
 template <class T, class R, class... A, R (*OpTable<T>::*M)(A...)>
 struct Tr<M> {
-  static R call(A... a) { return (emu_backend().ops<T>().*M)(tr(a)...); }
+  static inline const char* name = "";
+  static R call(A... a) {
+    if (emu_graph::capturing()) {
+      if constexpr (!std::is_void_v<R>) emu_graph::refuse(std::string("op ") + name + " (it returns a value: a read-back)");
+      else {
+        if (emu_graph::refused_op(name)) emu_graph::refuse(std::string("op ") + name + " (TP_EMU_GRAPH_REFUSE)");
+        emu_graph::record([b16 = bf16_setting(), a...] {
+          Bf16GemmScope scope(emu_backend(), b16);
+          (emu_backend().ops<T>().*M)(tr(a)...);
+        });
+        return;
+      }
+    }
+    return (emu_backend().ops<T>().*M)(tr(a)...);
+  }
 };
 
 // The multi-tensor ops' host tables hold handles: each entry translated, into a copy of the table.
@@ -216,12 +295,14 @@ std::vector<P> tr_table(const P* tab, long count) {
 template <class T>
 void adamw_multi(T* const* p, const T* const* g, T* const* m, T* const* v, const long* n, const T* wd, long count, T lr,
                  T b1, T b2, T eps, long t, T gscale) {
+  if (emu_graph::capturing()) emu_graph::refuse("op adamw_multi (its pointer table is host memory)");
   const auto P = tr_table(p, count), M = tr_table(m, count), V = tr_table(v, count);
   const auto G = tr_table(g, count);
   emu_backend().ops<T>().adamw_multi(P.data(), G.data(), M.data(), V.data(), n, wd, count, lr, b1, b2, eps, t, gscale);
 }
 template <class T>
 double sum_squares_multi(const T* const* x, const long* n, long count) {
+  if (emu_graph::capturing()) emu_graph::refuse("op sum_squares_multi (it returns a value: a read-back)");
   const auto X = tr_table(x, count);
   return emu_backend().ops<T>().sum_squares_multi(X.data(), n, count);
 }
@@ -229,7 +310,9 @@ double sum_squares_multi(const T* const* x, const long* n, long count) {
 template <class T>
 OpTable<T> table() {
   OpTable<T> t{};
-#define TP_OP(RET, NAME, PARAMS, ARGS) t.NAME = &Tr<&OpTable<T>::NAME>::call;
+#define TP_OP(RET, NAME, PARAMS, ARGS) \
+  t.NAME = &Tr<&OpTable<T>::NAME>::call;  \
+  Tr<&OpTable<T>::NAME>::name = #NAME;
 #include "exec/backends/ops.def"
   t.adamw_multi = &adamw_multi<T>;
   t.sum_squares_multi = &sum_squares_multi<T>;
@@ -248,12 +331,28 @@ Backend make() {
   b.copy = &dev_copy;
   b.stream_create = &emu_streams::create;
   b.stream_destroy = &emu_streams::destroy;
-  b.stream_sync = &emu_streams::sync;
+  b.stream_sync = [](Stream s) {
+    if (emu_graph::capturing()) emu_graph::refuse("a stream synchronisation");
+    emu_streams::sync(s);
+  };
   b.event_create = &emu_streams::event_create;
   b.event_destroy = &emu_streams::event_destroy;
-  b.event_record = &emu_streams::record;
-  b.stream_wait = &emu_streams::wait;
-  b.sync = &emu_streams::sync_all;
+  b.event_record = [](Event e, Stream s) {
+    if (emu_graph::capturing()) emu_graph::refuse("an event record");
+    emu_streams::record(e, s);
+  };
+  b.stream_wait = [](Stream s, Event e) {
+    if (emu_graph::capturing()) emu_graph::refuse("a stream wait");
+    emu_streams::wait(s, e);
+  };
+  b.sync = [] {
+    if (emu_graph::capturing()) emu_graph::refuse("a device synchronisation");
+    emu_streams::sync_all();
+  };
+  b.capture_begin = &emu_graph::capture_begin;
+  b.capture_end = &emu_graph::capture_end;
+  b.graph_launch = &emu_graph::graph_launch;
+  b.graph_destroy = &emu_graph::graph_destroy;
   b.peak_device_bytes = &peak_device_bytes;
   b.device = "the CPU block emulator's device memory";
   b.device_bytes = device_capacity_bytes();

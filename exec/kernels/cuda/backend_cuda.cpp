@@ -13,6 +13,10 @@
 //  - Tensor memory is cached: a freed block is reused by a later alloc of its size (dev_alloc below), so a
 //    training step calls neither cudaMalloc nor cudaFree; TP_CUDA_CACHE=0 turns it off.
 //  - TP_CUDA_PROFILE times every op (op_profile.hpp).
+//  - A step captured as a CUDA graph (capture_begin .. graph_destroy): stream capture of g.stream in relaxed mode;
+//    memory by exec/backends/graph_pool.hpp (no cudaFree while capturing; the buffers the backend replaces, its
+//    scratch and cuBLASLt's operand copies, are retired while a graph lives, freed after); a read-back, a host copy, a
+//    synchronisation or another stream's work while capturing throws before reaching CUDA.
 //  - Ops without a kernel yet (the tensor/vocabulary-parallel shard ops) are present and throw "not supported".
 #include <cuda_runtime.h>
 
@@ -27,6 +31,7 @@
 #include <vector>
 
 #include "exec/backends/backend.hpp"
+#include "exec/backends/graph_pool.hpp"
 #include "exec/kernels/cuda/backend_cuda_parts.hpp"
 #include "exec/kernels/cuda/cuda_backend.h"
 #include "exec/kernels/cuda/fused_attention.hpp"
@@ -56,11 +61,14 @@ void after_op() {
   check(cudaGetLastError(), "after the op (TP_CUDA_SYNC=1)");
 }
 
-// Bytes allocated now and at most; sizes of the live tensor allocations (their frees carry no size).
+// Bytes allocated now and at most; sizes of the live tensor allocations (their frees carry no size); the graph pool
+// and the retired buffers (freed when no graph is left).
 namespace {
 std::mutex g_mem_m;
 double g_mem_now = 0, g_mem_peak = 0;
 std::unordered_map<void*, size_t> g_live;
+exec::GraphPool g_pool;
+std::vector<std::pair<void*, size_t>> g_retired;
 double peak_device_bytes() {
   std::lock_guard<std::mutex> lk(g_mem_m);
   return g_mem_peak;
@@ -76,9 +84,30 @@ void note_device_free(size_t bytes) {
   g_mem_now -= double(bytes);
 }
 
+void refuse_in_capture(const char* what) {
+  if (g.capturing)
+    throw std::runtime_error(std::string("cuda: ") + what +
+                             " inside a captured step (a graph replays device work only: no read-backs, host copies, "
+                             "synchronisations or other streams)");
+}
+
+void retire_or_free(void* p, size_t bytes, bool sync_first) {
+  if (!p) return;
+  {
+    std::lock_guard<std::mutex> lk(g_mem_m);
+    if (g_pool.busy()) {
+      g_retired.emplace_back(p, bytes);
+      return;
+    }
+  }
+  if (sync_first) check(cudaStreamSynchronize(g.stream), "freeing a backend buffer");
+  check(cudaFree(p), "freeing a backend buffer");
+  note_device_free(bytes);
+}
+
 void* scratch(size_t bytes) {
   if (bytes <= g.scratch_bytes) return g.scratch;
-  if (g.scratch) check(cudaFree(g.scratch), "freeing the scratch buffer"), note_device_free(g.scratch_bytes);
+  if (g.scratch) retire_or_free(g.scratch, g.scratch_bytes, false);
   g.scratch = nullptr;
   g.scratch_bytes = 0;
   if (cudaMalloc(&g.scratch, bytes) != cudaSuccess) {
@@ -136,7 +165,14 @@ void* dev_alloc(size_t bytes) {
       return nullptr;
     }
   }
-  if (g_cache_on) {
+  bool capturing = false;
+  {  // while capturing: the graph pool's free blocks first, then the cache (exec/backends/graph_pool.hpp)
+    std::lock_guard<std::mutex> lk(g_mem_m);
+    capturing = g_pool.capturing();
+    size_t got = 0;
+    if (void* q = g_pool.take(size, size + size / 8, &got)) size = got, p = q;
+  }
+  if (g_cache_on && !p) {
     std::lock_guard<std::mutex> lk(g_mem_m);
     auto it = g_free_blocks.lower_bound(size);
     if (it != g_free_blocks.end() && it->first <= size + size / 8) {
@@ -145,7 +181,7 @@ void* dev_alloc(size_t bytes) {
     }
   }
   cudaError_t e = p ? cudaSuccess : cudaMalloc(&p, size);
-  if (e != cudaSuccess && g_cache_on) {
+  if (e != cudaSuccess && g_cache_on && !capturing) {  // (no cudaFree while capturing)
     cudaGetLastError();
     release_cached();
     e = cudaMalloc(&p, size);
@@ -154,6 +190,7 @@ void* dev_alloc(size_t bytes) {
     note_device_alloc(size);
     std::lock_guard<std::mutex> lk(g_mem_m);
     g_live[p] = size;
+    g_pool.adopt(p);
     return p;
   }
   cudaGetLastError();
@@ -175,12 +212,14 @@ void dev_free(void* p) {
   if (!p) return;
   enter();
   size_t bytes = 0;
+  bool kept = false;
   {
     std::lock_guard<std::mutex> lk(g_mem_m);
     if (auto it = g_live.find(p); it != g_live.end()) bytes = it->second, g_live.erase(it);
-    if (g_cache_on && bytes) g_free_blocks.emplace(bytes, p);
+    kept = bytes && g_pool.keep(p, bytes);  // a captured graph may still use it
+    if (g_cache_on && bytes && !kept) g_free_blocks.emplace(bytes, p);
   }
-  if (!g_cache_on || !bytes) report_free_error(cudaFree(p), "cudaFree");
+  if (!kept && (!g_cache_on || !bytes)) report_free_error(cudaFree(p), "cudaFree");
   note_device_free(bytes);
 }
 void* pinned_alloc(size_t bytes) {
@@ -215,6 +254,8 @@ bool is_device_ptr(const void* p) {
 void copy_bytes(void* dst, const void* src, size_t bytes, exec::CopyKind kind, exec::Stream s) {
   if (bytes == 0) return;
   enter();
+  if (g.capturing && s.handle) refuse_in_capture("a copy on another stream");
+  if (g.capturing && kind != exec::CopyKind::device_to_device) refuse_in_capture("a copy to or from the host");
   // cudaMemcpyDefault: unified addressing infers the direction from the pointers, so a "host" side that is
   // pinned memory another backend scope allocated, or a pinned buffer used as device memory (chunked offload's
   // host flat buffers), is copied right; `kind` names the copy in errors (and is what the emu backends check).
@@ -222,7 +263,7 @@ void copy_bytes(void* dst, const void* src, size_t bytes, exec::CopyKind kind, e
   const cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, st);
   if (e != cudaSuccess)
     check(e, ("copy of " + std::to_string(bytes) + " bytes (" + kind_name(kind) + ")").c_str());
-  if (!s.handle) check(cudaStreamSynchronize(st), "synchronising a copy");
+  if (!s.handle && !g.capturing) check(cudaStreamSynchronize(st), "synchronising a copy");
 }
 exec::Stream stream_create() {
   enter();
@@ -235,6 +276,7 @@ void stream_destroy(exec::Stream s) {
 }
 void stream_sync(exec::Stream s) {
   enter();
+  refuse_in_capture("a stream synchronisation");
   check(cudaStreamSynchronize(stream_of(s)), "cudaStreamSynchronize");
 }
 exec::Event event_create() {
@@ -248,16 +290,94 @@ void event_destroy(exec::Event e) {
 }
 void event_record(exec::Event e, exec::Stream s) {
   enter();
+  refuse_in_capture("an event record");
   check(cudaEventRecord(static_cast<cudaEvent_t>(e.handle), stream_of(s)), "cudaEventRecord");
 }
 void stream_wait(exec::Stream s, exec::Event e) {
   enter();
+  refuse_in_capture("a stream wait");
   check(cudaStreamWaitEvent(stream_of(s), static_cast<cudaEvent_t>(e.handle), 0), "cudaStreamWaitEvent");
 }
 void sync_all() {
   enter();
+  refuse_in_capture("a device synchronisation");
   check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
   check(cudaGetLastError(), "cudaDeviceSynchronize");
+}
+
+// ---- a captured step (CUDA graphs) ----
+
+// The pool's free blocks back to the cache (or the device), and the retired buffers freed, once no graph is left.
+void release_pool() {
+  std::vector<std::pair<void*, size_t>> blocks, retired;
+  {
+    std::lock_guard<std::mutex> lk(g_mem_m);
+    blocks = g_pool.release();
+    if (!g_pool.busy()) retired.swap(g_retired);
+    for (const auto& [p, bytes] : blocks)
+      if (g_cache_on) g_free_blocks.emplace(bytes, p);
+  }
+  if (!g_cache_on)
+    for (const auto& [p, bytes] : blocks) report_free_error(cudaFree(p), "cudaFree");
+  for (const auto& [p, bytes] : retired) report_free_error(cudaFree(p), "cudaFree"), note_device_free(bytes);
+}
+bool capture_begin(char* why, size_t why_size) {
+  enter();
+  const char* no = g.capturing ? "a capture is already running"
+                   : g.sync_each ? "TP_CUDA_SYNC=1 synchronises after every op"
+                   : prof::enabled() ? "TP_CUDA_PROFILE times every op with synchronisations"
+                                     : nullptr;
+  if (no) return std::snprintf(why, why_size, "%s", no), false;
+  const cudaError_t e = cudaStreamBeginCapture(g.stream, cudaStreamCaptureModeRelaxed);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return std::snprintf(why, why_size, "cudaStreamBeginCapture: %s", cudaGetErrorString(e)), false;
+  }
+  {
+    std::lock_guard<std::mutex> lk(g_mem_m);
+    g_pool.begin_capture();
+  }
+  g.capturing = true;
+  return true;
+}
+void* capture_end(bool keep, char* why, size_t why_size) {
+  enter();
+  if (!g.capturing) return std::snprintf(why, why_size, "no capture is running"), nullptr;
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  cudaError_t e = cudaStreamEndCapture(g.stream, &graph);
+  g.capturing = false;
+  if (e == cudaSuccess && keep) e = cudaGraphInstantiate(&exec, graph, 0);
+  if (graph) cudaGraphDestroy(graph);
+  const bool made = e == cudaSuccess && keep && exec;
+  if (!made) {
+    if (e != cudaSuccess) std::snprintf(why, why_size, "%s: %s", cudaGetErrorName(e), cudaGetErrorString(e));
+    else std::snprintf(why, why_size, "the capture was abandoned");
+    cudaGetLastError();
+  }
+  {
+    std::lock_guard<std::mutex> lk(g_mem_m);
+    g_pool.end_capture(made);
+  }
+  release_pool();
+  return made ? static_cast<void*>(exec) : nullptr;
+}
+void graph_launch(void* graph) {
+  enter();
+  refuse_in_capture("a graph launch");
+  check(cudaGraphLaunch(static_cast<cudaGraphExec_t>(graph), g.stream), "cudaGraphLaunch");
+  after_op();
+}
+void graph_destroy(void* graph) {
+  if (!graph) return;
+  enter();
+  report_free_error(cudaStreamSynchronize(g.stream), "synchronising before a graph's destruction");
+  report_free_error(cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(graph)), "cudaGraphExecDestroy");
+  {
+    std::lock_guard<std::mutex> lk(g_mem_m);
+    g_pool.graph_destroyed();
+  }
+  release_pool();
 }
 
 std::string device_name(int d) {
@@ -312,6 +432,10 @@ const exec::Backend* create(int local_rank, int& status, std::string& why) {
   b.stream_wait = stream_wait;
   b.sync = sync_all;
   b.peak_device_bytes = peak_device_bytes;
+  b.capture_begin = capture_begin;
+  b.capture_end = capture_end;
+  b.graph_launch = graph_launch;
+  b.graph_destroy = graph_destroy;
   b.set_bf16_gemm = lt_set_bf16;
   b.set_attention_library = [](bool on) {
     return attention_choice().set_mode(on ? AttentionMode::library : AttentionMode::own) == AttentionMode::library;

@@ -29,6 +29,7 @@ struct State {
   bool sync_each = false;         // TP_CUDA_SYNC=1
   void* scratch = nullptr;        // grows on demand (losses, partial sums, attention's dP)
   size_t scratch_bytes = 0;
+  bool capturing = false;         // g.stream is being captured (a step as a CUDA graph)
   std::string description;
 };
 extern State g;
@@ -57,6 +58,11 @@ void run_op(const char* name, std::initializer_list<std::pair<const char*, long>
 }
 // Device scratch of at least `bytes` (contents undefined; reused by the next op that asks).
 void* scratch(size_t bytes);
+// Throws "<what> inside a captured step ..." while g.stream is being captured (a read-back, a host copy, a sync).
+void refuse_in_capture(const char* what);
+// A backend buffer being replaced (scratch, cuBLASLt's operand copies): freed (after a stream synchronisation when
+// sync_first), or, while a capture runs or a graph lives that may use it, kept until no graph is left.
+void retire_or_free(void* p, size_t bytes, bool sync_first);
 // y[n] (bf16, device) = x[n] rounded to nearest even, on g.stream (kernels::copy; gemm_lt's bf16 operands).
 void cast_to_bf16(void* y, const float* x, long n);
 // y[n] (float, device) = x[n] (bf16, device), exactly.
@@ -80,12 +86,14 @@ struct CudaRunner {
   }
   void* scratch(size_t bytes) const { return bytes ? tp::cuda::scratch(bytes) : nullptr; }
   double read_back(const double* p) const {
+    refuse_in_capture("a read-back (an op that returns a value)");
     double v = 0;
     check_cuda(cudaMemcpyAsync(&v, p, sizeof v, cudaMemcpyDeviceToHost, g.stream), "read-back copy");
     check_cuda(cudaStreamSynchronize(g.stream), "read-back");
     return v;
   }
   void upload(void* dst, const void* src, size_t bytes) const {
+    refuse_in_capture("an upload of host memory (an op's pointer table)");
     check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, g.stream), "table upload");
   }
   static void check_cuda(cudaError_t e, const char* what) { tp::cuda::check(e, what); }

@@ -194,9 +194,8 @@ size_t c_bytes(const LtPlan& p) { return sizeof(float) * size_t(span(p.mc, p.bat
 // Operand i's scratch g_lt.bf16_buf[i] of at least `bytes` (grown, never shrunk).
 void* operand_buf(int i, size_t bytes, const GemmArgs& g) {
   if (bytes > g_lt.bf16_bytes[i]) {
-    if (g_lt.bf16_buf[i]) {
-      tp::cuda::check(cudaStreamSynchronize(g_lt.stream), "freeing a bf16 operand buffer");
-      cudaFree(g_lt.bf16_buf[i]), note_device_free(g_lt.bf16_bytes[i]);
+    if (g_lt.bf16_buf[i]) {  // (retired instead while a captured graph may use it)
+      tp::cuda::retire_or_free(g_lt.bf16_buf[i], g_lt.bf16_bytes[i], true);
       g_lt.bf16_buf[i] = nullptr, g_lt.bf16_bytes[i] = 0;
     }
     if (cudaMalloc(&g_lt.bf16_buf[i], bytes) != cudaSuccess) {
