@@ -33,6 +33,9 @@
 # so bf16+flash against bf16+flash+ownattn measures what cuDNN's attention changes. A mode fp8... runs training.precision
 # "fp8" (the emulated casts of exec/model/fp8.hpp around fp32 GEMMs: the first model's fp8+flash row, and the 1.5B's with
 # BENCH_MODES=bf16+flash,fp8+flash), so fp8 against bf16 is in the table.
+# Every row runs with CUDA graphs where the plan allows them (--cuda-graphs auto: one GPU, no offload, fp8 or MoE; the
+# step captured at the second step and replayed after, exec/runtime/step_graph.hpp); a mode ending in +nographs runs
+# --cuda-graphs off, so the first model's bf16+flash against bf16+flash+nographs measures what the graphs save.
 # BASELINE_BIN=PATH (another build's trainplan with its libtrainplan_cuda.so beside it, e.g. the last commit
 # measured): every row also runs with that program, just before the same row with this build's, and is printed as
 # "MODE (base)": a comparison on the same machine in the same call. (A whole program, not only its library: the
@@ -78,7 +81,7 @@ cluster=dgx-h100 gpu_key=H100-SXM-80GB; [[ $gpu == *H200* ]] && cluster=h200-sin
 peak=$(python3 -c "import json;print(json.load(open('$root/models/catalog/gpus.json'))['$gpu_key']['matrix_flops_per_s']['fp32'])")
 peak_bf16=$(python3 -c "import json;print(json.load(open('$root/models/catalog/gpus.json'))['$gpu_key']['matrix_flops_per_s']['bf16'])")
 # name, layers, hidden, heads, sequence, micro-batch (= global batch), recompute, modes
-configs=("gpt2-124m 12 768 12 1024 8 none fp32,tf32,bf16,tf32+flash,bf16+flash,bf16+flash+nocopies,fp8+flash"
+configs=("gpt2-124m 12 768 12 1024 8 none fp32,tf32,bf16,tf32+flash,bf16+flash,bf16+flash+nographs,bf16+flash+nocopies,fp8+flash"
          "gpt2-124m-rc 12 768 12 1024 8 full fp32" "gpt2-124m-s2k 12 768 12 2048 4 none fp32"
          "gpt2-350m 24 1024 16 1024 4 none fp32,bf16" "gpt2-1.5b 48 1600 25 1024 8 none bf16+flash")
 if [[ -n "${BENCH_MODES:-}" ]]; then
@@ -140,10 +143,11 @@ JSON
     [[ $mode == *+heur ]] && env+=(TP_CUDA_GEMM_TUNE=0)
     [[ $mode == *+nocache ]] && env+=(TP_CUDA_CACHE=0)
     [[ $mode == *+ownattn ]] && env+=(TP_CUDA_ATTENTION=own)
-    args=(); [[ $mode == *+nocopies ]] && args=(--no-bf16-weight-copies)
     for prog in ${BASELINE_BIN:+base} this; do
     tag=$mode; label=$mode; exe=$bin
     [[ $prog == base ]] && tag="$mode.base" label="$mode (base)" exe=$BASELINE_BIN
+    args=(); [[ $mode == *+nocopies ]] && args=(--no-bf16-weight-copies)
+    [[ $mode == *+nographs && $prog != base ]] && args+=(--cuda-graphs off)  # (a base build may predate the option)
     log="$work/${name}_$tag.txt"
     env "${env[@]}" "$exe" run "$sc" --backend cuda --steps "$steps" --lr 1e-4 "${args[@]}" \
       --json "$work/${name}_$tag.json" >"$log" 2>&1
@@ -167,9 +171,11 @@ note = ("%.1f %% of the fp32 peak (%.1f TFLOP/s)" % (100 * tflops * 1e12 / peak,
         else "MFU %.1f %% of the dense bf16 peak (%.1f TFLOP/s); bf16 GEMMs, saved activations and weight copies, "
         "fp32 tensors between ops (sim: bf16 storage)"
         % (100 * tflops * 1e12 / pbf, pbf / 1e12) if mode.startswith("bf16")
-        else "MFU %.1f %% of the dense bf16 peak; fp8 casts emulated around fp32 GEMMs (no fp8 GEMMs yet), each cast's "
-        "amax kept on the device" % (100 * tflops * 1e12 / pbf) if mode.startswith("fp8")
+        else "MFU %.1f %% of the dense bf16 peak; cuBLASLt fp8 GEMMs where the GPU and shapes take them (else fp32 "
+        "GEMMs on the casts), each cast's amax kept on the device" % (100 * tflops * 1e12 / pbf) if mode.startswith("fp8")
         else "TF32 GEMMs; H100/H200 SXM dense TF32 peak 494.7 TFLOP/s (datasheet)")
+gs = r.get("graph_step", -1)  # (--cuda-graphs: the step captured; a base build's JSON has none)
+note += "; CUDA graph captured at step %d, replayed after" % (gs + 1) if gs >= 0 else "; no CUDA graph"
 losses = r.get("losses") or []
 if losses:
     note += "; loss %.4f -> %.4f (max %.4f)" % (losses[0], losses[-1], max(losses))
@@ -203,6 +209,7 @@ if [[ "${PROFILE:-0}" == 1 ]]; then
     sc="$work/$name.json"; [[ $mode == bf16* ]] && sc="$work/$name-bf16.json"
     [[ $mode == *+flash* ]] && sc="${sc%.json}-flash.json"
     args=(); [[ $mode == *+nocopies ]] && args=(--no-bf16-weight-copies)
+    [[ $mode == *+nographs && $prog != base ]] && args+=(--cuda-graphs off)
     echo; echo "$name $mode:"
     env "${env[@]}" "$bin" run "$sc" --backend cuda --steps "${PROFILE_STEPS:-4}" --lr 1e-4 "${args[@]}" --quiet >/dev/null \
       2>"$work/${name}_$mode.prof.err" && cat "$work/${name}_$mode.prof.txt" || echo "profiled run failed"

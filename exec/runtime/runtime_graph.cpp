@@ -41,6 +41,7 @@ std::string RankRun<T>::graph_blocker() const {
   if (sc.model.moe.experts > 0) return "mixture of experts (the routing reads the experts' loads back)";
   if (p.zero >= 2) return "ZeRO-2/3 (gradient and parameter buffers made and freed inside the step)";
   if (!o.trace.empty()) return "--trace (the traced step times its ops on the host)";
+  if (prof::enabled()) return "per-op-class timing (validate's profiled run times each op on the host)";
   return "";
 }
 

@@ -56,7 +56,7 @@ void check(cudaError_t e, const char* what) {
 }
 
 void after_op() {
-  if (!g.sync_each) return;
+  if (!g.sync_each || g.capturing) return;  // (a captured op's fault shows at its graph's launch, which syncs)
   check(cudaStreamSynchronize(g.stream), "after the op (TP_CUDA_SYNC=1)");
   check(cudaGetLastError(), "after the op (TP_CUDA_SYNC=1)");
 }
@@ -323,8 +323,7 @@ void release_pool() {
 }
 bool capture_begin(char* why, size_t why_size) {
   enter();
-  const char* no = g.capturing ? "a capture is already running"
-                   : g.sync_each ? "TP_CUDA_SYNC=1 synchronises after every op"
+  const char* no = g.capturing       ? "a capture is already running"
                    : prof::enabled() ? "TP_CUDA_PROFILE times every op with synchronisations"
                                      : nullptr;
   if (no) return std::snprintf(why, why_size, "%s", no), false;
