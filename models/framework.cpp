@@ -68,10 +68,11 @@ FrameworkCan read_can(const json& v, const std::string& path, Issues& is) {
   c.uneven_stages = r.opt_bool("uneven_stages", true);
   c.tp_comm_overlap = r.opt_bool("tp_comm_overlap", true);
   c.overlap_param_gather = r.opt_bool("overlap_param_gather", true);
+  c.cuda_graphs = r.opt_bool("cuda_graphs", false);
   c.recompute_layers = r.opt_bool("recompute_layers", true);
   r.finish({"research", "schedules", "zero", "max_zero_with_pp", "offload", "recompute", "precisions", "fp8_recipes",
             "max_tp", "sequence_parallel", "context_parallel", "expert_parallel", "uneven_stages", "tp_comm_overlap",
-            "overlap_param_gather", "recompute_layers"});
+            "overlap_param_gather", "recompute_layers", "cuda_graphs"});
   return c;
 }
 
@@ -196,6 +197,7 @@ json framework_to_json(const Framework& f) {
   can["tp_comm_overlap"] = f.can.tp_comm_overlap;
   can["overlap_param_gather"] = f.can.overlap_param_gather;
   can["recompute_layers"] = f.can.recompute_layers;
+  can["cuda_graphs"] = f.can.cuda_graphs;
   json comm = {{"pp_reduce_after_flush", f.comm.pp_reduce_after_flush}, {"zero3_live_params", f.comm.zero3_live_params}};
   if (f.comm.bucket_per_layer) comm["bucket"] = "layer";
   else comm["bucket"] = {{"min_params", f.comm.bucket_min_params}, {"params_per_data_rank", f.comm.bucket_params_per_data_rank}};
@@ -307,6 +309,8 @@ std::vector<Refusal> framework_refusals(const Framework& f, const Plan& p, Preci
   if (p.recompute_layers >= 0 && !c.recompute_layers)
     out.push_back({"recompute_layers", fw + " recomputes every layer or none (nearest: no recompute_layers, recompute \"" +
                                            std::string(recompute_name(p.recompute)) + "\" on every layer)"});
+  if (p.cuda_graphs && !c.cuda_graphs)
+    out.push_back({"cuda_graphs", fw + " does not capture its training step as a CUDA graph (nearest: cuda_graphs false)"});
   if (p.overlap_param_gather && !c.overlap_param_gather)
     out.push_back({"overlap_param_gather", fw + " has no overlapped parameter gather (nearest: overlap_param_gather false)"});
   return out;

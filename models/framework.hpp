@@ -32,6 +32,7 @@ struct FrameworkCan {
   int max_tp = 0;                        // 0: any tensor-parallel size
   bool sequence_parallel = true, context_parallel = true, expert_parallel = true, uneven_stages = true;
   bool tp_comm_overlap = true, overlap_param_gather = true;
+  bool cuda_graphs = false;              // the step captured as a CUDA graph (plan.cuda_graphs)
   bool recompute_layers = true;          // a share of the layers recomputes (plan.recompute_layers)
   bool research = false;                 // also every research technique, unlabelled as a refusal (still labelled)
 };

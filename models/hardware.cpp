@@ -186,6 +186,7 @@ Gpu read_gpu(const json& v, const std::string& path, Issues& issues) {
   if (const json* h = r.get("attention_head_dims")) g.attention_head_dims = read_head_dims(*h, r.at("attention_head_dims"), issues);
   g.attention_backward_grid = read_bwd_grid(r);
   g.kernel_overhead_s = r.opt_num("kernel_overhead_s", 0, lim::kernel_overhead);
+  if (r.has("graph_kernel_overhead_s")) g.graph_kernel_overhead_s = r.opt_num("graph_kernel_overhead_s", 0, lim::graph_kernel_overhead);
   g.power_w = r.opt_num("power_w", 0, lim::gpu_power);
   if (const json* f = r.get("framework_memory")) {
     Reader fr(*f, r.at("framework_memory"), issues);
@@ -210,7 +211,7 @@ Gpu read_gpu(const json& v, const std::string& path, Issues& issues) {
     issues.add(r.at("matrix_flops_per_s"), "at least one precision needs a peak > 0");
   r.finish({"name", "about", "matrix_flops_per_s", "vector_flops_per_s", "hbm_bytes", "hbm_bandwidth_bytes_per_s",
             "matrix_efficiency", "memory_efficiency", "attention_efficiency", "fp8_matrix_efficiency",
-            "attention_tile_rows", "sm_count", "compute_capability", "compute_slowdown_under_comm", "attention_head_dims", "attention_backward_grid", "kernel_overhead_s", "power_w", "framework_memory",
+            "attention_tile_rows", "sm_count", "compute_capability", "compute_slowdown_under_comm", "attention_head_dims", "attention_backward_grid", "kernel_overhead_s", "graph_kernel_overhead_s", "power_w", "framework_memory",
             "kernel_profiles", "fp8_recipes"});
   return g;
 }
@@ -233,6 +234,7 @@ json gpu_to_json(const Gpu& g) {
           {"power_w", g.power_w}};
   // Optional keys, written only when they differ from their defaults (round trip; older outputs unchanged).
   if (!g.attention_efficiency.points.empty()) j["attention_efficiency"] = curve_to_json(g.attention_efficiency);
+  if (g.graph_kernel_overhead_s >= 0) j["graph_kernel_overhead_s"] = g.graph_kernel_overhead_s;
   if (!g.fp8_matrix_efficiency.points.empty()) j["fp8_matrix_efficiency"] = curve_to_json(g.fp8_matrix_efficiency);
   if (g.attention_tile_rows != 128) j["attention_tile_rows"] = g.attention_tile_rows;
   if (g.sm_count != 1) j["sm_count"] = g.sm_count;

@@ -90,6 +90,13 @@ struct Gpu {
   const Curve& attention_curve() const { return attention_efficiency.points.empty() ? matrix_efficiency : attention_efficiency; }
   const Curve& fp8_curve() const { return fp8_matrix_efficiency.points.empty() ? matrix_efficiency : fp8_matrix_efficiency; }
   double kernel_overhead_s = 0;  // fixed cost per launched kernel (launch + tail)
+  // The same for a kernel replayed from a CUDA graph (plan.cuda_graphs: no host launch, only the device's gap
+  // between nodes): JSON "graph_kernel_overhead_s" (calibrate --backend cuda measures it); absent (-1): the
+  // stream launch's kernel_overhead_s, so a profile without it predicts no gain.
+  double graph_kernel_overhead_s = -1;
+  double kernel_overhead_for(bool graphed) const {
+    return graphed && graph_kernel_overhead_s >= 0 ? graph_kernel_overhead_s : kernel_overhead_s;
+  }
   // Fraction a compute kernel slows by while an NCCL collective runs on the same GPU (its channels' thread blocks
   // take SMs, its copies HBM bandwidth): JSON "compute_slowdown_under_comm", 0 (absent) = not modelled.
   // sim/engine slows the compute lane by it while the rank has a collective in transfer; the planner's

@@ -76,6 +76,7 @@ inline constexpr Limit curve_eff{"cluster.gpu.*_efficiency[i][1]", 1e-6, 1, K::n
 inline constexpr Limit tile_rows{"cluster.gpu.attention_tile_rows", 1, 1048576, K::integer, "typical 128"};
 inline constexpr Limit sm_count{"cluster.gpu.sm_count", 1, 1048576, K::integer, "H100: 132"};
 inline constexpr Limit kernel_overhead{"cluster.gpu.kernel_overhead_s", 0, 1, K::number, "microseconds"};
+inline constexpr Limit graph_kernel_overhead{"cluster.gpu.graph_kernel_overhead_s", 0, 1, K::number, "microseconds"};
 inline constexpr Limit gpu_power{"cluster.gpu.power_w", 0, 100000, K::number, "typical 300-1,500"};
 inline constexpr Limit compute_capability{"cluster.gpu.compute_capability", 0, 20, K::number,
                                           "H100: 9.0; 0 = not given (NCCL's Ampere tables)"};
@@ -164,7 +165,7 @@ inline constexpr const Limit* kAllLimits[] = {
     &lim::intra_latency, &lim::nics_per_node, &lim::nic_bits, &lim::oversubscription, &lim::nodes_per_leaf,
     &lim::inter_latency, &lim::host_memory, &lim::pcie_bw, &lim::cpu_cores, &lim::host_mem_bw, &lim::price,
     &lim::cluster_power, &lim::nccl_buffer, &lim::matrix_flops, &lim::vector_flops, &lim::hbm_bytes, &lim::hbm_bw,
-    &lim::curve_size, &lim::curve_eff, &lim::tile_rows, &lim::sm_count, &lim::kernel_overhead, &lim::gpu_power,
+    &lim::curve_size, &lim::curve_eff, &lim::tile_rows, &lim::sm_count, &lim::kernel_overhead, &lim::graph_kernel_overhead, &lim::gpu_power,
     &lim::compute_capability, &lim::comm_slowdown, &lim::fp8_gemm_scale, &lim::fp8_cast_bytes, &lim::nccl_tuning, &lim::nccl_channels,
     &lim::framework_bytes, &lim::fragmentation, &lim::fw_max_zero_with_pp, &lim::fw_max_tp, &lim::fw_bucket,
     &lim::fw_bucket_per_rank, &lim::fw_live_params, &lim::fw_best_tflops, &lim::fit_scale, &lim::fit_overhead, &lim::global_batch, &lim::seq_len, &lim::tokens, &lim::target_loss,

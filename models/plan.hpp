@@ -127,6 +127,10 @@ struct Plan {
   int recompute_layers = -1;
   int zero = 0;                // 0..3: 1 optimizer state, 2 + gradients, 3 + parameters sharded over dp
   bool overlap_grad_reduce = true;  // DP gradient reduction in buckets during the last backward (Megatron's --overlap-grad-reduce)
+  // The steady step's forward and backward captured once and replayed as a CUDA graph (Megatron-LM's
+  // --enable-cuda-graph): each kernel costs the GPU's graph_kernel_overhead_s instead of kernel_overhead_s
+  // (sim), and `trainplan run` captures it (exec/runtime/step_graph.hpp). Plans cuda_graph_blocker allows only.
+  bool cuda_graphs = false;
   // Megatron-LM's --tp-comm-overlap (Transformer Engine userbuffers): the sequence-parallel all-gathers and
   // reduce-scatters of the forward and of the row-parallel backward run in pieces under the adjacent GEMM
   // instead of before / after it. Needs sequence_parallel (as Megatron).

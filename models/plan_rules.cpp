@@ -180,6 +180,10 @@ void validate_plan(const Transformer& m, const Cluster& c, const Training& t, Pl
   if (p.tp_comm_overlap && !(p.sequence_parallel && p.tp > 1 && p.tp_mode == TpMode::d1))
     is.add(at("tp_comm_overlap"), "overlaps the sequence-parallel all-gathers and reduce-scatters with the GEMMs "
                                   "(Megatron-LM's --tp-comm-overlap): it needs tp > 1 with sequence_parallel true and tp_mode \"1d\"");
+  if (p.cuda_graphs) {
+    if (const std::string no = cuda_graph_blocker(m, t, p); !no.empty())
+      is.add(at("cuda_graphs"), "captures a one-GPU step as a CUDA graph; this plan's cannot be: " + no);
+  }
   if (p.overlap_param_gather && p.zero != 1 && p.zero != 2)
     is.add(at("overlap_param_gather"), "overlaps the all-gather of the updated parameters of ZeRO-1/2 (Megatron-LM's "
                                        "distributed optimizer, --overlap-param-gather) with the next forward: it needs zero 1 "
@@ -292,6 +296,15 @@ void validate_plan(const Transformer& m, const Cluster& c, const Training& t, Pl
   }
   std::string why = precision_problem(c.gpu, t.precision);
   if (!why.empty()) is.add("$.training.precision", why);
+}
+
+std::string cuda_graph_blocker(const Transformer& m, const Training& t, const Plan& p) {
+  if ((long long)p.dp * p.tp * p.pp * p.cp > 1) return "a plan of several GPUs (the executor captures one-GPU steps only)";
+  if (p.offload.kind != OffloadKind::none) return "offload (host copies and the host's Adam inside the step)";
+  if (t.precision == Precision::fp8) return "fp8 (its scales change every step and are kernel arguments)";
+  if (m.moe.experts > 0) return "mixture of experts (the routing reads the experts' loads back)";
+  if (p.zero >= 2) return "ZeRO-2/3 (gradient and parameter buffers made and freed inside the step)";
+  return "";
 }
 
 std::string precision_problem(const Gpu& g, Precision pr) {

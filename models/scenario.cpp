@@ -210,6 +210,7 @@ static Plan read_plan(const json& v, const std::string& path, Issues& issues, De
   if (r.has("recompute_layers")) p.recompute_layers = (int)r.opt_int("recompute_layers", -1, lim::recompute_layers);
   p.zero = (int)r.opt_int("zero", 0, lim::zero);
   p.overlap_grad_reduce = r.opt_bool("overlap_grad_reduce", true);
+  p.cuda_graphs = r.opt_bool("cuda_graphs", false);
   p.tp_comm_overlap = r.opt_bool("tp_comm_overlap", false);
   p.overlap_param_gather = r.opt_bool("overlap_param_gather", false);
   p.tp_mode = (TpMode)r.opt_enum("tp_mode", {"1d", "2d"}, 0);
@@ -239,7 +240,7 @@ static Plan read_plan(const json& v, const std::string& path, Issues& issues, De
   p.account_for_embedding = r.opt_bool("account_for_embedding_in_pipeline_split", false);
   p.account_for_loss = r.opt_bool("account_for_loss_in_pipeline_split", false);
   std::vector<std::string> keys = {"dp", "tp", "pp", "virtual_stages", "microbatch", "schedule", "sequence_parallel",
-                                   "recompute", "recompute_layers", "zero", "overlap_grad_reduce", "tp_comm_overlap", "overlap_param_gather", "tp_mode", "grad_accumulation",
+                                   "recompute", "recompute_layers", "zero", "overlap_grad_reduce", "cuda_graphs", "tp_comm_overlap", "overlap_param_gather", "tp_mode", "grad_accumulation",
                                    "offload", "ep", "tp_grid", "cp", "attention", "stage_layers",
                                    "first_stage_layers", "last_stage_layers",
                                    "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split"};
@@ -458,6 +459,7 @@ static json plan_to_json(const Plan& p) {
   if (p.cp > 1) j["cp"] = p.cp;
   if (p.recompute_layers >= 0) j["recompute_layers"] = p.recompute_layers;
   if (p.tp_comm_overlap) j["tp_comm_overlap"] = true;
+  if (p.cuda_graphs) j["cuda_graphs"] = true;
   if (p.overlap_param_gather) j["overlap_param_gather"] = true;
   if (p.tp_mode == TpMode::d2) j["tp_grid"] = p.tp_grid_node_blocks ? "node_blocks" : "rows";
   if (!p.stage_layers.empty()) j["stage_layers"] = p.stage_layers;

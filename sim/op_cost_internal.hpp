@@ -28,10 +28,14 @@ struct Ctx {
   // Under fp8, the recipe's cost on this GPU (training.fp8_recipe, models/fp8_recipe.hpp): its fp8 GEMM
   // efficiency scale and the HBM bytes per element it quantises (delayed scaling: read bf16, write fp8, 3).
   double fp8_gemm_scale = 1, fp8_cast_bytes = 3;
+  // Each kernel's fixed cost: the GPU's stream launch, or its graph replay's under plan.cuda_graphs (these ops are the
+  // step's forward and backward, which the graph holds; the optimizer's are costed elsewhere, launched).
+  double overhead_s = 0;
 
   // Builds the context of a scenario: precisions from training.precision, element bytes from precision_bytes.
   static Ctx of(const Scenario& sc, const TpComm* tpc, int t, bool sp) {
     Ctx c{&sc.cluster.gpu, tensor_precision(sc.training.precision), tpc, t, sp, (double)precision_bytes(sc.training.precision)};
+    c.overhead_s = sc.cluster.gpu.kernel_overhead_for(sc.plan.cuda_graphs);
     c.fp8 = linear_gemm_precision(sc.training.precision) == Precision::fp8;
     if (const Fp8RecipeCost* r = c.fp8 ? find_fp8_recipe(sc.cluster.gpu.fp8_recipes, sc.training.fp8_recipe) : nullptr) {
       c.fp8_gemm_scale = r->gemm_efficiency_scale;
@@ -54,13 +58,13 @@ struct Ctx {
     double peak = gpu->matrix_flops_per_s[(int)prec];
     double t_math = flops / (peak * gpu->matrix_efficiency.at(flops));
     double t_mem = bytes / (gpu->hbm_bandwidth_bytes_per_s * gpu->memory_efficiency.at(bytes));
-    return std::max(t_math, t_mem) + gpu->kernel_overhead_s;
+    return std::max(t_math, t_mem) + overhead_s;
   }
   double fp8_gemm_s(double flops, double bytes) const {
     double peak = gpu->matrix_flops_per_s[(int)Precision::fp8];
     double t_math = flops / (peak * std::min(1.0, gpu->fp8_curve().at(flops) * fp8_gemm_scale));
     double t_mem = bytes / (gpu->hbm_bandwidth_bytes_per_s * gpu->memory_efficiency.at(bytes));
-    return std::max(t_math, t_mem) + gpu->kernel_overhead_s;
+    return std::max(t_math, t_mem) + overhead_s;
   }
   // A fused attention kernel: matrix peak of `prec` x the attention efficiency curve, or its HBM time. The
   // tensor work is that of the kernel's head dim (Gpu::attention_kernel_head_dim) for `flops` at head dim dh.
@@ -71,10 +75,10 @@ struct Ctx {
     double work = flops * gpu->attention_kernel_head_dim(dh) / dh;
     double t_math = work / (peak * gpu->attention_curve().at(work));
     double t_mem = bytes / (gpu->hbm_bandwidth_bytes_per_s * gpu->memory_efficiency.at(bytes));
-    return std::max(t_math, t_mem) / occupancy + gpu->kernel_overhead_s;
+    return std::max(t_math, t_mem) / occupancy + overhead_s;
   }
   double mem_s(double bytes) const {
-    return bytes / (gpu->hbm_bandwidth_bytes_per_s * gpu->memory_efficiency.at(bytes)) + gpu->kernel_overhead_s;
+    return bytes / (gpu->hbm_bandwidth_bytes_per_s * gpu->memory_efficiency.at(bytes)) + overhead_s;
   }
   // GEMM [M,K] x [K,N]
   Op gemm(const std::string& name, double M, double K, double N, OpClass cls = OpClass::gemm) const {

@@ -56,6 +56,7 @@ struct DeviceMeasurements {
   long gemm_tokens = 0;                                          // the GEMM sweep's tokens (0: 4s per width s)
   long fp32_size = 0, attention_head_dim = 0;
   double fp32_rate = 0, pcie_h2d = 0, pcie_d2h = 0, overhead_s = 0;  // FLOP/s, B/s, s
+  double graph_overhead_s = -1;  // per kernel replayed from a captured graph; -1: not measured (no capture)
   std::string pcie_about;
   // The host Adam (exec/runtime/offload/host_adam.hpp) of one rank, as offloaded runs use it: parameters per call,
   // seconds per call, its threads, and the job's ranks on this node; cores this process may use.

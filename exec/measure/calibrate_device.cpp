@@ -17,7 +17,9 @@
 //   host arrays: host.memory_bandwidth_bytes_per_s = its 28 bytes per parameter / time x the job's ranks on this
 //   node (the simulator's host Adam divides the node's bandwidth among the GPUs sharing it), host.cpu_cores the
 //   cores this process may use. (The catalog's host is a whole DGX; a lent or shared machine's is not.)
-// - kernel_overhead_s: the time per call of ops::add on one element, in batches ended by one device sync.
+// - kernel_overhead_s: the time per call of ops::add on one element, in batches ended by one device sync;
+//   graph_kernel_overhead_s (a backend that captures: cuda, emu-device): the same op captured 256 times as one graph
+//   (Backend::capture_begin, exec/runtime/step_graph.hpp), the time per kernel of its launches, ended by one sync.
 // Peaks: when the device's name matches a catalog GPU (H200, H100, A100 by memory size, V100), its datasheet peaks,
 // head dims, fp8 curve, framework memory and interference term are kept and the efficiencies are against its
 // peaks; the profile's links and host come from the catalog cluster built of that GPU. Otherwise (emu, an unknown
@@ -43,6 +45,26 @@
 
 namespace tp::exec {
 namespace {
+
+// Seconds per kernel replayed from a captured graph of kKernels one-element ops::add on x (x[0] += x[1]), its
+// launches batched as per_call's; -1 when the backend cannot capture or the capture fails.
+double graph_kernel_overhead(const Backend& be, float* x, double min_s) {
+  constexpr int kKernels = 256;
+  if (!be.capture_begin) return -1;
+  char why[256] = "";
+  if (!be.capture_begin(why, sizeof why)) return -1;
+  try {
+    for (int i = 0; i < kKernels; ++i) ops::add<float>(x, x, x + 1, 1);
+  } catch (const std::exception&) {
+    be.capture_end(false, why, sizeof why);
+    return -1;
+  }
+  void* g = be.capture_end(true, why, sizeof why);
+  if (!g) return -1;
+  const double s = calib::per_call([&] { be.graph_launch(g); }, min_s, [&] { be.sync(); }) / kKernels;
+  be.graph_destroy(g);
+  return s;
+}
 
 using namespace calib;
 
@@ -378,7 +400,8 @@ json device_profile(const DeviceMeasurements& m, const CalibrateOptions& o, cons
                  "; the curve holds each pair's rate at both its points. HBM = best of ops::add (12 B per element: " +
                  points_text(m.triad, " B/s") + "), the layer's element-wise mix (bytes per op: " + points_text(m.mix, " B/s") +
                  ") and the optimizer step (" + points_text(m.opt, " B/s") +
-                 "). kernel_overhead = ops::add of one element per call, batches ended by one sync." +
+                 "). kernel_overhead = ops::add of one element per call, batches ended by one sync" +
+                 (m.graph_overhead_s >= 0 ? "; graph_kernel_overhead = per kernel of a captured graph of 256 of them." : ".") +
                  " fp8 GEMMs and the slowdown of a GEMM beside a collective are not measured (collectives: under mpirun, in the"
                  " cluster's about).";
   gpu["matrix_flops_per_s"]["bf16"] = bf16_peak;
@@ -391,6 +414,7 @@ json device_profile(const DeviceMeasurements& m, const CalibrateOptions& o, cons
   gpu["attention_efficiency"] = matrix_curve(attn, bf16_peak);
   gpu["memory_efficiency"] = make_curve(mem_pts);
   gpu["kernel_overhead_s"] = std::clamp(m.overhead_s, 0.0, 1.0);
+  if (m.graph_overhead_s >= 0) gpu["graph_kernel_overhead_s"] = std::clamp(m.graph_overhead_s, 0.0, 1.0);
   if (o.power_w > 0 || !gpu.contains("power_w")) gpu["power_w"] = o.power_w > 0 ? o.power_w : 700.0;
 
   const double pcie_bw = 0.5 * (m.pcie_h2d + m.pcie_d2h);
@@ -467,6 +491,7 @@ json calibrate_device(const Backend& be, const CalibrateOptions& o, Comm& w, Com
     DevBuf one(be, 16, "overhead probe");
     ops::fill<float>(one.f(), 1.f, 4);
     m.overhead_s = per_call([&] { ops::add<float>(one.f(), one.f(), one.f() + 1, 1); }, o.quick ? 0.01 : 0.1, [&] { be.sync(); });
+    m.graph_overhead_s = graph_kernel_overhead(be, one.f(), o.quick ? 0.01 : 0.1);
   }
   w.barrier();
   CollectiveMeasurements coll;

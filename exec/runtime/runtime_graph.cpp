@@ -35,25 +35,24 @@ double RankRun<T>::step_items(Loop& lp, bool capturing) {
 // step (exec/runtime/step_graph.hpp). "" when they can.
 template <class T>
 std::string RankRun<T>::graph_blocker() const {
-  if (world.size() > 1) return "a plan of several ranks (the step's collectives go through the host)";
-  if (p.offload.kind != OffloadKind::none) return "offload (host copies and the host's Adam inside the step)";
-  if (sc.training.precision == Precision::fp8) return "fp8 (its scales change every step and are kernel arguments)";
-  if (sc.model.moe.experts > 0) return "mixture of experts (the routing reads the experts' loads back)";
-  if (p.zero >= 2) return "ZeRO-2/3 (gradient and parameter buffers made and freed inside the step)";
+  if (const std::string no = cuda_graph_blocker(sc.model, sc.training, p); !no.empty()) return no;  // (the simulator's rule)
+  if (world.size() > 1) return "a job of several ranks (the step's collectives go through the host)";
   if (!o.trace.empty()) return "--trace (the traced step times its ops on the host)";
   if (prof::enabled()) return "per-op-class timing (validate's profiled run times each op on the host)";
   return "";
 }
 
-// --cuda-graphs: the capture at the run's second step where the backend captures and the plan allows it.
+// The capture at the run's second step where the backend captures and --cuda-graphs says so: "on", or "auto" with
+// plan.cuda_graphs (so the simulator costs what runs: models/hardware.hpp graph_kernel_overhead_s).
 template <class T>
 void RankRun<T>::prepare_graph(Loop& lp, int first) {
   const Backend& be = current_backend();
-  if (o.cuda_graphs == "off" || !be.capture_begin) return;
+  const bool want = o.cuda_graphs == "on" || (o.cuda_graphs == "auto" && p.cuda_graphs);
+  if (!want || !be.capture_begin) return;
   const std::string no = graph_blocker();
   if (!no.empty()) {
     if (o.cuda_graphs == "on") throw InputError({"--cuda-graphs on: this plan's step cannot be captured: " + no});
-    if (world.rank() == 0 && std::string(be.name) == "cuda") std::fprintf(stderr, "note: cuda graphs off: %s\n", no.c_str());
+    if (world.rank() == 0) std::fprintf(stderr, "note: cuda graphs off: %s\n", no.c_str());
     return;
   }
   lp.graph.be = &be;

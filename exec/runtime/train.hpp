@@ -51,9 +51,9 @@ struct RunOptions {
   // training.precision "bf16": the GEMMs read the weights' bf16 copies (exec/model/gpt.hpp WeightCopies16). Off, each GEMM
   // rounds the T weights itself: the same values (tests compare the two), no copies held.
   bool bf16_weight_copies = true;
-  // --cuda-graphs: the steady step captured once and replayed (exec/runtime/step_graph.hpp): "auto" where the
-  // backend captures (cuda, emu-device) and the plan allows it, "on" (a plan that does not allow it is an error),
-  // "off".
+  // --cuda-graphs: the steady step captured once and replayed (exec/runtime/step_graph.hpp) on a backend that
+  // captures (cuda, emu-device): "auto" as plan.cuda_graphs says, "on" whatever it says (a plan whose step cannot be
+  // captured is an error), "off" never.
   std::string cuda_graphs = "auto";
   long long handover_window = 0;  // Pseudo-to-Real over two layouts: single-rank elements per window of the
                                   // handover (exec/runtime/handover.hpp; 0: 4 Mi)

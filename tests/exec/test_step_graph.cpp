@@ -159,10 +159,15 @@ TEST(RunStepGraph, CapturedAndReplayedStepsAreTheEagerStepsBitForBit) {
 }
 
 TEST(RunStepGraph, ARefusedCaptureRunsTheStepEagerly) {
-  const std::string f = oracle::precision_scenario("graph", "refused", json::object(), "tiny-gpt", "fp32");
+  const std::string f = oracle::precision_scenario("graph", "refused", {{"cuda_graphs", true}}, "tiny-gpt", "fp32");
   const json eager = graph_run(f, 3, false, "off"), captured = graph_run(f, 3, false, "auto");
   ASSERT_FALSE(captured.is_null());
-  EXPECT_EQ(captured["graph_step"].get<int>(), 1);  // (auto captures where nothing refuses)
+  EXPECT_EQ(captured["graph_step"].get<int>(), 1);  // (auto follows plan.cuda_graphs: captured where nothing refuses)
+  // Without plan.cuda_graphs, auto runs eagerly (as the simulator costs that plan).
+  const std::string plain = oracle::precision_scenario("graph", "plain", json::object(), "tiny-gpt", "fp32");
+  const json p = graph_run(plain, 2, false, "auto");
+  ASSERT_FALSE(p.is_null());
+  EXPECT_EQ(p["graph_step"].get<int>(), -1);
   // An op that cannot be captured (a stand-in for a library call): auto falls back, the same results.
   const std::string env = "TP_EMU_GRAPH_REFUSE=layernorm_fwd ";
   int code = 0;
@@ -218,4 +223,10 @@ TEST(RunStepGraph, OnRefusesPlansThatCannotBeCaptured) {
   EXPECT_TRUE(oracle::run(f, 2, false, &code, "--backend cpu --cuda-graphs on").is_null());
   EXPECT_EQ(code, 2);
   EXPECT_NE(oracle::log_text(f).find("--cuda-graphs on needs a backend that captures steps"), std::string::npos);
+  // plan.cuda_graphs on a plan whose step cannot be captured: the scenario is refused, naming the key.
+  const std::string two = oracle::scenario("graph_dp2", {{"dp", 2}, {"cuda_graphs", true}});
+  EXPECT_TRUE(oracle::run(two, 2, false, &code, "--backend cpu").is_null());
+  EXPECT_EQ(code, 2);
+  EXPECT_NE(oracle::log_text(two).find("$.plan.cuda_graphs"), std::string::npos) << oracle::log_text(two);
+  EXPECT_NE(oracle::log_text(two).find("several GPUs"), std::string::npos) << oracle::log_text(two);
 }
