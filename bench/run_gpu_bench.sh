@@ -33,9 +33,10 @@
 # so bf16+flash against bf16+flash+ownattn measures what cuDNN's attention changes. A mode fp8... runs training.precision
 # "fp8" (the emulated casts of exec/model/fp8.hpp around fp32 GEMMs: the first model's fp8+flash row, and the 1.5B's with
 # BENCH_MODES=bf16+flash,fp8+flash), so fp8 against bf16 is in the table.
-# Every row runs with CUDA graphs where the plan allows them (--cuda-graphs auto: one GPU, no offload, fp8 or MoE; the
-# step captured at the second step and replayed after, exec/runtime/step_graph.hpp); a mode ending in +nographs runs
-# --cuda-graphs off, so the first model's bf16+flash against bf16+flash+nographs measures what the graphs save.
+# Every row but fp8's runs with CUDA graphs (the scenarios' plan.cuda_graphs true, --cuda-graphs auto: the step
+# captured at the second step and replayed after, exec/runtime/step_graph.hpp); a mode ending in +nographs runs
+# --cuda-graphs off, so the first model's bf16+flash against bf16+flash+nographs measures what the graphs save (a
+# BASELINE_BIN's rows run a copy of the scenario without the key, which a build before it refuses).
 # BASELINE_BIN=PATH (another build's trainplan with its libtrainplan_cuda.so beside it, e.g. the last commit
 # measured): every row also runs with that program, just before the same row with this build's, and is printed as
 # "MODE (base)": a comparison on the same machine in the same call. (A whole program, not only its library: the
@@ -116,6 +117,7 @@ for cfg in "${configs[@]}"; do
   for prec in fp32 bf16 fp8; do
   [[ $prec != fp32 && $modes != *$prec* ]] && continue
   sc="$work/$name.json"; [[ $prec != fp32 ]] && sc="$work/$name-$prec.json"
+  graphs=', "cuda_graphs": true'; [[ $prec == fp8 ]] && graphs=''  # (fp8's step is not captured: its scales change)
   cat >"$sc" <<JSON
 {
   "name": "bench-$name-1gpu",
@@ -124,7 +126,7 @@ for cfg in "${configs[@]}"; do
             "activation": "gelu", "tied_embeddings": true, "dropout": false},
   "cluster": "$cluster",
   "training": {"global_batch": $mb, "seq_len": $seq, "precision": "$prec"},
-  "plan": {"attention": "unfused", "dp": 1, "tp": 1, "pp": 1, "microbatch": $mb, "recompute": "$rc_mode"}
+  "plan": {"attention": "unfused", "dp": 1, "tp": 1, "pp": 1, "microbatch": $mb, "recompute": "$rc_mode"$graphs}
 }
 JSON
   # The simulator's prediction for the same scenario (fp32; a TF32 row shares it): step time, and the device
@@ -149,7 +151,9 @@ JSON
     args=(); [[ $mode == *+nocopies ]] && args=(--no-bf16-weight-copies)
     [[ $mode == *+nographs && $prog != base ]] && args+=(--cuda-graphs off)  # (a base build may predate the option)
     log="$work/${name}_$tag.txt"
-    env "${env[@]}" "$exe" run "$sc" --backend cuda --steps "$steps" --lr 1e-4 "${args[@]}" \
+    run_sc=$sc  # (a base build may predate plan.cuda_graphs: its copy of the scenario has no such key)
+    if [[ $prog == base ]]; then run_sc="${sc%.json}.base.json"; sed 's/, "cuda_graphs": true//' "$sc" >"$run_sc"; fi
+    env "${env[@]}" "$exe" run "$run_sc" --backend cuda --steps "$steps" --lr 1e-4 "${args[@]}" \
       --json "$work/${name}_$tag.json" >"$log" 2>&1
     rc=$?
     if [[ $rc -ne 0 ]]; then row "$name" "$label" - - - - "failed (exit $rc): $(tail -1 "$log")"; continue; fi
