@@ -76,7 +76,8 @@ inline constexpr Limit curve_eff{"cluster.gpu.*_efficiency[i][1]", 1e-6, 1, K::n
 inline constexpr Limit tile_rows{"cluster.gpu.attention_tile_rows", 1, 1048576, K::integer, "typical 128"};
 inline constexpr Limit sm_count{"cluster.gpu.sm_count", 1, 1048576, K::integer, "H100: 132"};
 inline constexpr Limit kernel_overhead{"cluster.gpu.kernel_overhead_s", 0, 1, K::number, "microseconds"};
-inline constexpr Limit graph_kernel_overhead{"cluster.gpu.graph_kernel_overhead_s", 0, 1, K::number, "microseconds"};
+inline constexpr Limit graph_kernel_overhead{"cluster.gpu.graph_kernel_overhead_s", 0, 1, K::number,
+                                             "microseconds; absent: kernel_overhead_s (plan.cuda_graphs)"};
 inline constexpr Limit gpu_power{"cluster.gpu.power_w", 0, 100000, K::number, "typical 300-1,500"};
 inline constexpr Limit compute_capability{"cluster.gpu.compute_capability", 0, 20, K::number,
                                           "H100: 9.0; 0 = not given (NCCL's Ampere tables)"};
