@@ -178,8 +178,8 @@ note = ("%.1f %% of the fp32 peak (%.1f TFLOP/s)" % (100 * tflops * 1e12 / peak,
         else "MFU %.1f %% of the dense bf16 peak; cuBLASLt fp8 GEMMs where the GPU and shapes take them (else fp32 "
         "GEMMs on the casts), each cast's amax kept on the device" % (100 * tflops * 1e12 / pbf) if mode.startswith("fp8")
         else "TF32 GEMMs; H100/H200 SXM dense TF32 peak 494.7 TFLOP/s (datasheet)")
-gs = r.get("graph_step", -1)  # (--cuda-graphs: the step captured; a base build's JSON has none)
-note += "; CUDA graph captured at step %d, replayed after" % (gs + 1) if gs >= 0 else "; no CUDA graph"
+gs = r.get("graph_steps") or []  # (--cuda-graphs: the step captured; a base build's JSON has none)
+note += "; CUDA graph captured at step %d, replayed after" % (gs[0] + 1) if gs else "; no CUDA graph"
 losses = r.get("losses") or []
 if losses:
     note += "; loss %.4f -> %.4f (max %.4f)" % (losses[0], losses[-1], max(losses))

@@ -82,7 +82,7 @@ double RankRun<T>::step_work(Loop& lp, int step) {
   if (sg.captures_at(step)) {
     std::string why;
     if (sg.capture([&] { step_items(lp, true); }, why)) {
-      lp.res.graph_step = step;
+      lp.res.graph_steps.push_back(step);
       return sg.loss_sum();
     }
     if (world.rank() == 0) std::fprintf(stderr, "note: cuda graphs off: the step's capture failed: %s\n", why.c_str());

@@ -278,6 +278,7 @@ void append_offload(OffloadResult& o, const OffloadResult& real) {
 
 // Per-step lists of the pseudo phase, then the real phase's.
 void append_phase(RunResult& r, const RunResult& real) {
+  r.graph_steps.insert(r.graph_steps.end(), real.graph_steps.begin(), real.graph_steps.end());
   for (auto [to, from] : {std::pair{&r.losses, &real.losses}, std::pair{&r.step_time_s, &real.step_time_s},
                           std::pair{&r.grad_norm, &real.grad_norm}})
     to->insert(to->end(), from->begin(), from->end());

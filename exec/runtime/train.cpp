@@ -217,7 +217,7 @@ json run_result_to_json(const RunResult& r, const Scenario& sc, const RunOptions
           {"moment_elements", r.moment_elements},
           {"delink_step", r.delink_step},
           {"first_step", r.first_step},
-          {"graph_step", r.graph_step}};
+          {"graph_steps", r.graph_steps}};
   if (r.stop_signal) j["stopped_by_signal"] = r.stop_signal;
   if (!r.last_checkpoint.empty()) j["last_checkpoint"] = r.last_checkpoint;
   if (r.offload.on && r.offload.kind != "chunked") {  // exec/runtime/offload/host_optimizer.hpp, exec/runtime/offload/runtime_granular.hpp

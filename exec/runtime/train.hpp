@@ -106,7 +106,7 @@ struct RunResult {
   std::vector<double> grad_norm;     // per step, before clipping
   long delink_step = -1;             // the step that ran first on the delinked (real) model, -1 without delink
   long first_step = 0;               // losses[i] is step first_step + i (> 0 after a resume)
-  int graph_step = -1;               // --cuda-graphs: the step captured as a graph (later ones replayed it); -1: none
+  std::vector<int> graph_steps;      // --cuda-graphs: per phase's run that captured one, the step captured as a graph
   json trace;                        // this rank's trace events of the last step (when RunOptions::trace is set)
   OffloadResult offload;             // plan.offload chunked (rank 0's store), optimizer or granular (its host state)
   int stop_signal = 0;               // SIGINT / SIGTERM stopped the run after the steps in `losses`

@@ -151,23 +151,41 @@ TEST(RunStepGraph, CapturedAndReplayedStepsAreTheEagerStepsBitForBit) {
     const std::string f = oracle::precision_scenario("graph", c.name, c.plan, "tiny-gpt", c.precision);
     const json eager = graph_run(f, steps, c.fp64, "off"), graph = graph_run(f, steps, c.fp64, "on");
     if (eager.is_null() || graph.is_null()) continue;
-    EXPECT_EQ(eager["graph_step"].get<int>(), -1);
-    EXPECT_EQ(graph["graph_step"].get<int>(), 1);  // the second step captured, the third replayed it
+    EXPECT_EQ(eager["graph_steps"], json::array());
+    EXPECT_EQ(graph["graph_steps"], json::array({1}));  // the second step captured, the third replayed it
     EXPECT_EQ(graph["losses"], eager["losses"]);
     EXPECT_EQ(graph["grad_norm"], eager["grad_norm"]);
   }
+}
+
+// A delinked run captures each phase's step (the pseudo phase's, then the real phase's: two runs, two graphs), and a
+// resume from a checkpoint captures again after its first step: both the eager runs' results exactly.
+TEST(RunStepGraph, DelinkedAndResumedRunsCaptureEachTheirOwnStep) {
+  const json delink = {{"unique_layers", 2}, {"tokens", 768}};
+  const std::string d = oracle::scenario("graph_delink", {{"delink", delink}, {"cuda_graphs", true}});
+  const json eager = graph_run(d, 5, false, "off", "--delink-step 3"), graph = graph_run(d, 5, false, "auto", "--delink-step 3");
+  ASSERT_FALSE(eager.is_null());
+  ASSERT_FALSE(graph.is_null());
+  EXPECT_EQ(graph["delink_step"].get<int>(), 3);
+  EXPECT_EQ(graph["graph_steps"], json::array({1, 4}));  // (each phase's run: captured at its second step)
+  EXPECT_EQ(graph["losses"], eager["losses"]);
+  EXPECT_EQ(graph["grad_norm"], eager["grad_norm"]);
+  const std::string f = oracle::scenario("graph_resume", {{"cuda_graphs", true}});
+  const json e32 = graph_run(f, 3, false, "off");
+  ASSERT_FALSE(e32.is_null());
+  oracle::expect_resume_bit_identical(f, 3, e32, kDev + " --cuda-graphs on", "graph_ckpt");
 }
 
 TEST(RunStepGraph, ARefusedCaptureRunsTheStepEagerly) {
   const std::string f = oracle::precision_scenario("graph", "refused", {{"cuda_graphs", true}}, "tiny-gpt", "fp32");
   const json eager = graph_run(f, 3, false, "off"), captured = graph_run(f, 3, false, "auto");
   ASSERT_FALSE(captured.is_null());
-  EXPECT_EQ(captured["graph_step"].get<int>(), 1);  // (auto follows plan.cuda_graphs: captured where nothing refuses)
+  EXPECT_EQ(captured["graph_steps"], json::array({1}));  // (auto follows plan.cuda_graphs: captured where nothing refuses)
   // Without plan.cuda_graphs, auto runs eagerly (as the simulator costs that plan).
   const std::string plain = oracle::precision_scenario("graph", "plain", json::object(), "tiny-gpt", "fp32");
   const json p = graph_run(plain, 2, false, "auto");
   ASSERT_FALSE(p.is_null());
-  EXPECT_EQ(p["graph_step"].get<int>(), -1);
+  EXPECT_EQ(p["graph_steps"], json::array());
   // An op that cannot be captured (a stand-in for a library call): auto falls back, the same results.
   const std::string env = "TP_EMU_GRAPH_REFUSE=layernorm_fwd ";
   int code = 0;
@@ -178,7 +196,7 @@ TEST(RunStepGraph, ARefusedCaptureRunsTheStepEagerly) {
   ASSERT_EQ(code, 0) << oracle::log_text(f + ".refused");
   std::ifstream in(out);
   const json r = json::parse(in);
-  EXPECT_EQ(r["graph_step"].get<int>(), -1);
+  EXPECT_EQ(r["graph_steps"], json::array());
   EXPECT_EQ(r["losses"], eager["losses"]);
   EXPECT_EQ(r["grad_norm"], eager["grad_norm"]);
   EXPECT_NE(oracle::log_text(f + ".refused").find("note: cuda graphs off: the step's capture failed"), std::string::npos);
@@ -215,7 +233,7 @@ TEST(RunStepGraph, OnRefusesPlansThatCannotBeCaptured) {
     // auto runs it eagerly
     const json a = oracle::run(f, 2, false, &code, kDev + " " + extra);
     ASSERT_FALSE(a.is_null()) << oracle::log_text(f);
-    EXPECT_EQ(a["graph_step"].get<int>(), -1);
+    EXPECT_EQ(a["graph_steps"], json::array());
   }
   // A backend that cannot capture.
   const std::string f = oracle::scenario("graph_cpu", json::object());
