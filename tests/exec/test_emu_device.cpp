@@ -16,26 +16,14 @@
 #include "exec/runtime/offload/chunk_store.hpp"
 #include "exec/comm/comm.hpp"
 #include "exec/backends/ops.hpp"
+#include "exec/emu_device_util.hpp"
 
 using namespace tp::exec;
 namespace ops = tp::ops;
 
-namespace {
-
-const Backend& dev() { return emu_device_backend(); }
-
-float* up(const std::vector<float>& h) {
-  auto* d = static_cast<float*>(dev().alloc(sizeof(float) * h.size()));
-  dev().copy(d, h.data(), sizeof(float) * h.size(), CopyKind::host_to_device, Stream{});
-  return d;
-}
-std::vector<float> down(const float* d, size_t n) {
-  std::vector<float> h(n);
-  dev().copy(h.data(), d, sizeof(float) * n, CopyKind::device_to_host, Stream{});
-  return h;
-}
-
-}  // namespace
+using testdev::dev;
+using testdev::down;
+using testdev::up;
 
 TEST(EmuDevice, MemoryIsNotHostAccessible) {
   EXPECT_STREQ(dev().name, "emu-device");

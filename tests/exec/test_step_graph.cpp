@@ -19,28 +19,16 @@
 #include "exec/backends/backend.hpp"
 #include "exec/backends/graph_pool.hpp"
 #include "exec/backends/ops.hpp"
+#include "exec/emu_device_util.hpp"
 #include "exec/oracle_run.hpp"
 
 using namespace tp::exec;
 using tp::json;
 namespace ops = tp::ops;
 
-namespace {
-
-const Backend& dev() { return emu_device_backend(); }
-
-float* up(const std::vector<float>& h) {
-  auto* d = static_cast<float*>(dev().alloc(sizeof(float) * h.size()));
-  dev().copy(d, h.data(), sizeof(float) * h.size(), CopyKind::host_to_device, Stream{});
-  return d;
-}
-std::vector<float> down(const float* d, size_t n) {
-  std::vector<float> h(n);
-  dev().copy(h.data(), d, sizeof(float) * n, CopyKind::device_to_host, Stream{});
-  return h;
-}
-
-}  // namespace
+using testdev::dev;
+using testdev::down;
+using testdev::up;
 
 TEST(GraphPool, KeepsTheGraphsBlocksUntilNoGraphIsLeft) {
   GraphPool p;
