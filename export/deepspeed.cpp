@@ -131,6 +131,7 @@ void refuse_deepspeed(const Scenario& sc, Refusals& r) {
   r.need(!(p.pp > 1 && p.schedule == Schedule::gpipe), "$.plan.schedule", "the GPipe schedule", "\"schedule\": \"1f1b\"");
   r.need(p.stage_layers.empty(), "$.plan.stage_layers", "uneven pipeline stages", "even stages");
   r.need(!p.tp_comm_overlap, "$.plan.tp_comm_overlap", "tensor-parallel communication overlap", "without it");
+  r.need(!p.cuda_graphs, "$.plan.cuda_graphs", "CUDA graphs of the training step", "\"cuda_graphs\": false");
   r.need(!p.overlap_param_gather || p.zero == 3, "$.plan.overlap_param_gather",
          "overlapped parameter gathers outside ZeRO-3", "without it");
   r.need(!(p.pp > 1 && p.zero >= 2), "$.plan.zero", "ZeRO-2/3 with pipeline parallelism (DeepSpeed's pipeline "

@@ -137,6 +137,11 @@ void plan_args(const Scenario& sc, Options& o, Refusals& r) {
     o.push_back({"--overlap-param-gather", ""});
   }
   if (p.tp_comm_overlap) o.push_back({"--tp-comm-overlap", ""});
+  if (p.cuda_graphs) {  // (Megatron-Core's own capture of the layers; it asserts against full recompute)
+    r.need(p.recompute != Recompute::full, "$.plan.cuda_graphs", "CUDA graphs with full recompute (Megatron-LM refuses "
+           "the pair)", "\"recompute\": \"selective\"");
+    o.push_back({"--cuda-graph-impl", "local"});
+  }
   o.push_back({"--attention-backend", p.attention == Attention::flash ? "flash" : "unfused"});
 }
 

@@ -143,6 +143,11 @@ void plan_overrides(const Scenario& sc, Options& o, Refusals& r) {
          "parameter-gather overlap without overlapped gradient reduction", "\"overlap_grad_reduce\": true");
   o.push_back({s + "ddp.overlap_param_gather", b(p.overlap_param_gather)});
   o.push_back({c + "tp_comm_overlap", b(p.tp_comm_overlap)});
+  if (p.cuda_graphs) {  // (as Megatron-LM's --cuda-graph-impl local, which refuses full recompute)
+    r.need(p.recompute != Recompute::full, "$.plan.cuda_graphs", "CUDA graphs with full recompute (Megatron-Core "
+           "refuses the pair)", "\"recompute\": \"selective\"");
+    o.push_back({c + "cuda_graph_impl", "'local'"});
+  }
   o.push_back({c + "attention_backend", std::string("'") + kAttnBackend + (p.attention == Attention::flash ? "(1)'" : "(3)'")});
 }
 

@@ -56,6 +56,7 @@ void refuse_torchtitan(const Scenario& sc, Refusals& r) {
          "mixed precision with tp or pp but no FSDP (TorchTitan then trains in fp32)",
          "\"zero\": 3 (FSDP2) over dp > 1, or \"precision\": \"fp32\"");
   r.need(!p.tp_comm_overlap || p.tp > 1, "$.plan.tp_comm_overlap", "tp communication overlap without tp", "without it");
+  r.need(!p.cuda_graphs, "$.plan.cuda_graphs", "CUDA graphs of the training step", "\"cuda_graphs\": false");
 }
 
 // TorchTitan v0.2.2's built-in llama3 flavors (models/llama3/__init__.py): dim, layers, heads, kv heads, the FFN

@@ -40,6 +40,14 @@ json scenario_json(const std::string& rel) {
 
 Scenario load(const json& j) { return scenario_from_json(j, src("scenarios"), "test"); }
 
+// A one-GPU plan with CUDA graphs (plan.cuda_graphs), and the same with full recompute.
+const json kOneGpuGraphs = {{"dp", 1}, {"tp", 1}, {"pp", 1}, {"zero", 0}, {"schedule", "1f1b"}, {"virtual_stages", 1},
+                            {"sequence_parallel", false}, {"recompute", "selective"}, {"cuda_graphs", true}};
+json with_full(json p) {
+  p["recompute"] = "full";
+  return p;
+}
+
 // A plan variant: the llama3-70b example with `plan` merged over its plan (and `model` over its model).
 json variant(const json& plan, const json& model = json::object(), const std::string& precision = "") {
   json j = scenario_json("scenarios/examples/llama3-70b-dgx-h100.json");
@@ -63,6 +71,7 @@ struct Back {
   long long mb = 0, gb = 0;
   std::string recompute = "none", precision = "fp32";
   bool sp = false, offload = false;
+  bool graphs = false;                      // CUDA graphs (Megatron --cuda-graph-impl local, NeMo cuda_graph_impl)
   bool acc_emb = false, acc_loss = false;   // Megatron's account_for_embedding / loss_in_pipeline_split
   int first_less = 0, last_less = 0, layers_per_stage = 0;  // TorchTitan's pipeline split
   std::string fqns;                         // TorchTitan's module_fqns_per_model_part, when given
@@ -241,6 +250,7 @@ Back back_megatron(const std::string& text, const std::set<std::string>& valid) 
   b.sp = m.count("--sequence-parallel");
   b.precision = m.count("--fp8-format") ? "fp8" : m.count("--bf16") ? "bf16" : m.count("--fp16") ? "fp16" : "fp32";
   b.offload = m.count("--optimizer-cpu-offload");
+  b.graphs = m.count("--cuda-graph-impl") && m["--cuda-graph-impl"] == "local";
   b.acc_emb = m.count("--account-for-embedding-in-pipeline-split");
   b.acc_loss = m.count("--account-for-loss-in-pipeline-split");
   if (m.count("--moe-layer-freq")) b.moe_pattern = m["--moe-layer-freq"];
@@ -308,6 +318,7 @@ Back back_nemo(const std::string& text, const std::set<std::string>& valid) {
     EXPECT_EQ(m["trainer.plugins.fp8_param_gather"], "False") << "fp8 parameter gathers are not simulated";
   }
   b.offload = m["optim.config.optimizer_cpu_offload"] == "True";
+  b.graphs = m["model.config.cuda_graph_impl"] == "'local'";
   b.acc_emb = m[s + "account_for_embedding_in_pipeline_split"] == "True";
   b.acc_loss = m[s + "account_for_loss_in_pipeline_split"] == "True";
   if (m.count("model.config.moe_layer_freq")) b.moe_pattern = m["model.config.moe_layer_freq"];
@@ -476,6 +487,7 @@ int round_trip(const Scenario& sc, const std::string& what) {
     EXPECT_EQ(b.zero, p.zero) << tag;
     EXPECT_EQ(b.sp, p.sequence_parallel) << tag;
     EXPECT_EQ(b.precision, precision_name(sc.training.precision)) << tag;
+    EXPECT_EQ(b.graphs, p.cuda_graphs) << tag;  // (DeepSpeed and TorchTitan refuse it)
     EXPECT_EQ(b.offload, p.offload.kind == OffloadKind::optimizer) << tag;
     if (t == Target::megatron) {  // Megatron sets fp32 main gradients itself only under bf16
       const bool fp32_grads = sc.training.precision == Precision::fp16 && sc.training.grad_precision == Precision::fp32;
@@ -555,6 +567,8 @@ TEST(Export, PlanVariantsRoundTripOnEveryTarget) {
       {"ddp_only", {{"zero", 0}, {"tp", 1}, {"pp", 1}, {"dp", 64}, {"sequence_parallel", false}, {"schedule", "1f1b"},
                     {"virtual_stages", 1}}, json::object(), "", 4},
       {"overlap_param_gather_dp1", {{"dp", 1}, {"zero", 1}, {"overlap_param_gather", true}}, json::object(), "", 2},
+      // CUDA graphs (one GPU): Megatron-LM's --cuda-graph-impl local, NeMo's cuda_graph_impl; the others refuse.
+      {"cuda_graphs_1gpu", kOneGpuGraphs, json::object(), "", 2},
   };
   for (const Case& c : cases) {
     Scenario sc = load(variant(c.plan, c.model, c.precision));
@@ -589,6 +603,9 @@ TEST(Export, InexpressibleFeaturesAreRefusedWithPathAndNearestPlan) {
       {"rope_scaling_ds", {{"zero", 1}, {"pp", 1}, {"dp", 32}, {"schedule", "1f1b"}, {"virtual_stages", 1}},
        Target::deepspeed, "$.model.rope_scaling", {{"rope_scaling", {{"factor", 8}}}}},
       {"constant_lr_nemo", json::object(), Target::nemo, "$.training.optimizer.decay"},
+      {"cuda_graphs_ds", kOneGpuGraphs, Target::deepspeed, "$.plan.cuda_graphs"},
+      {"cuda_graphs_titan", kOneGpuGraphs, Target::torchtitan, "$.plan.cuda_graphs"},
+      {"cuda_graphs_full_recompute", with_full(kOneGpuGraphs), Target::megatron, "$.plan.cuda_graphs"},
   };
   for (const Case& c : cases) {
     json j = variant(c.plan, c.model);
