@@ -142,6 +142,77 @@ std::vector<std::string> words(const std::string& s) {
 
 }  // namespace
 
+// A captured graph (backends that capture: cuda, emu-device; the steady step's CUDA graph, exec/runtime/step_graph.hpp)
+// against what its ops compute: y = 2x, y += x, x = y (a device copy) and the cross-entropy's loss to device memory,
+// captured once. Nothing may run before the launch; two launches read the buffers as they are (x = 9 x0); a
+// read-back inside the capture must be refused. The diagnosis when the selftest's training with graphs fails.
+OpCheck selftest_graph_check(const Backend& be) {
+  constexpr long N = 33, V = 17, n = N * V;
+  OpCheck c{"graph_capture", "N 33, V 17", "scale, add, copy, cross_entropy_fwd_to; launched twice", 0, 1e-4,
+            CheckStatus::pass, ""};
+  try {
+    BackendScope scope(be);
+    Mem m(be);
+    Vec x0(static_cast<size_t>(n)), lg(static_cast<size_t>(n));
+    Ints tg(static_cast<size_t>(N));
+    for (long i = 0; i < n; ++i) {
+      x0[size_t(i)] = 0.25 * double((i * 7) % 11) - 1;
+      lg[size_t(i)] = 0.1 * double((i * 5) % 13);
+    }
+    for (long r = 0; r < N; ++r) tg[size_t(r)] = int32_t((r * 3) % V);
+    float* x = m.up<float>(x0);
+    float* y = m.up<float>(Vec(size_t(n), 0.0));
+    float* logits = m.up<float>(lg);
+    float* probs = static_cast<float*>(m.raw(sizeof(float) * size_t(n)));
+    int32_t* targets = m.up<int32_t>(tg);
+    double* loss = static_cast<double*>(m.raw(sizeof(double)));
+    char why[512] = "";
+    if (!be.capture_begin(why, sizeof why)) throw std::runtime_error(std::string("capture_begin: ") + why);
+    bool refused = false;
+    try {
+      ops::scale(y, x, 2.f, n);
+      ops::add(y, y, x, n);
+      be.copy(x, y, sizeof(float) * size_t(n), CopyKind::device_to_device, Stream{});
+      ops::cross_entropy_fwd_to(probs, loss, logits, targets, N, V);
+      try {
+        (void)ops::sum_squares(x, n);
+      } catch (const std::exception&) {
+        refused = true;
+      }
+    } catch (...) {
+      be.capture_end(false, why, sizeof why);
+      throw;
+    }
+    void* g = be.capture_end(true, why, sizeof why);
+    if (!g) throw std::runtime_error(std::string("capture_end: ") + why);
+    const Vec before = m.down(x, size_t(n));
+    be.graph_launch(g);
+    be.graph_launch(g);
+    const Vec after = m.down(x, size_t(n));
+    double got_loss = 0;
+    be.copy(&got_loss, loss, sizeof got_loss, CopyKind::device_to_host, Stream{});
+    be.graph_destroy(g);
+    double want_loss = 0;
+    for (long r = 0; r < N; ++r) {
+      double mx = -1e300, s = 0;
+      for (long j = 0; j < V; ++j) mx = std::max(mx, lg[size_t(r * V + j)]);
+      for (long j = 0; j < V; ++j) s += std::exp(lg[size_t(r * V + j)] - mx);
+      want_loss += std::log(s) + mx - lg[size_t(r * V + tg[size_t(r)])];
+    }
+    for (long i = 0; i < n; ++i) {
+      if (before[size_t(i)] != double(float(x0[size_t(i)]))) c.message = "the captured ops ran before the launch";
+      c.err = std::max(c.err, scaled_err(after[size_t(i)], 9 * x0[size_t(i)]));
+    }
+    c.err = std::max(c.err, scaled_err(got_loss, want_loss));
+    if (!refused) c.message = "a read-back inside the capture was not refused";
+    if (!c.message.empty() || !(c.err <= c.tol)) c.status = CheckStatus::fail;
+  } catch (const std::exception& e) {
+    c.status = CheckStatus::fail;
+    c.message = e.what();
+  }
+  return c;
+}
+
 std::vector<std::string> unchecked_ops(bool quick) {
   std::vector<std::string> named;
   for (const selftest::Spec& s : selftest::all_specs(quick))
@@ -177,6 +248,7 @@ SelftestResult run_selftest(const Backend& b, bool quick) {
     c.variant += ", attention library";
     count(std::move(c));
   }
+  if (b.capture_begin) count(selftest_graph_check(b));
   if (const std::vector<std::string> missing = unchecked_ops(quick); !missing.empty()) {
     OpCheck c{"coverage", "", "", 0, 0, CheckStatus::fail, "ops without a check:"};
     for (const std::string& op : missing) c.message += " " + op;

@@ -65,5 +65,8 @@ struct TrainCheck {
   std::string message;  // the exception's text, when one was thrown
 };
 std::vector<TrainCheck> run_selftest_training(const Backend& b, int steps);
+// On a backend that captures steps as graphs (Backend::capture_begin: cuda, emu-device): a few ops captured once and
+// launched twice against what they compute, and a read-back inside the capture refused (run_selftest adds it).
+OpCheck selftest_graph_check(const Backend& b);
 
 }  // namespace tp::exec

@@ -21,6 +21,7 @@
 #include "exec/backends/ops.hpp"
 #include "exec/emu_device_util.hpp"
 #include "exec/oracle_run.hpp"
+#include "exec/selftest/selftest.hpp"
 
 using namespace tp::exec;
 using tp::json;
@@ -104,6 +105,13 @@ TEST(StepGraphEmuDevice, RecordsOpsRunsThemAtEachLaunchAndRefusesReadBacks) {
   EXPECT_EQ(dev().capture_end(false, why, sizeof why), nullptr);
   EXPECT_EQ(down(z, 2), (std::vector<float>{5, 5}));
   dev().free(z);
+}
+
+// The selftest's graph check (what `selftest --backend cuda` runs first on a GPU) passes on emu-device.
+TEST(StepGraphEmuDevice, SelftestsGraphCheckPasses) {
+  const OpCheck c = selftest_graph_check(dev());
+  EXPECT_EQ(c.status, CheckStatus::pass) << c.message << " err " << c.err;
+  EXPECT_LT(c.err, 1e-6);
 }
 
 namespace {
