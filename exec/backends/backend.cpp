@@ -3,6 +3,7 @@
 // BackendScope, so concurrent tests on different threads can use different backends.
 #include "exec/backends/backend.hpp"
 
+#include <exception>
 #include <map>
 #include <mutex>
 
@@ -20,6 +21,22 @@ const Backend* find_backend(const std::string& name, std::string& why) {
   if (name == "cuda") return cuda_backend(why);  // dlopens libtrainplan_cuda.so; null with why when no device
   why = "unknown backend \"" + name + "\" (expected cpu, emu, emu-device or cuda)";
   return nullptr;
+}
+
+void* capture_graph(const Backend& b, const std::function<void()>& region, std::string& why) {
+  char msg[512] = "";
+  if (!b.capture_begin) return why = std::string("backend ") + b.name + " cannot capture", nullptr;
+  if (!b.capture_begin(msg, sizeof msg)) return why = msg, nullptr;
+  try {
+    region();
+  } catch (const std::exception& e) {
+    b.capture_end(false, msg, sizeof msg);
+    why = e.what();
+    return nullptr;
+  }
+  void* g = b.capture_end(true, msg, sizeof msg);
+  if (!g) why = msg;
+  return g;
 }
 
 const Backend& pinned_variant(const Backend& b) {

@@ -21,6 +21,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -86,7 +87,8 @@ struct Backend {
   // device-to-device copies are RECORDED, not run; an op that reads a value back, a copy to or from the host, a
   // synchronisation, an event or work on another stream throws (naming it) and the caller abandons the capture.
   // Memory while capturing and while a graph lives follows exec/backends/graph_pool.hpp.
-  //  capture_begin: false with `why` set when the backend cannot capture now (cuda: TP_CUDA_SYNC, TP_CUDA_PROFILE).
+  //  capture_begin: false with `why` set when the backend cannot capture now (cuda: TP_CUDA_PROFILE). Callers use
+  //  capture_graph below, not the pair directly.
   //  capture_end: keep = false abandons the capture (returns null); else the graph, or null with `why` set.
   //  graph_launch: queues the graph's work on Stream{}, after the work queued before it.
   //  graph_destroy: frees the graph (after its launches have run); its pool returns to the backend.
@@ -146,6 +148,9 @@ const Backend& emu_device_backend();
 const Backend* cuda_backend(std::string& why);
 // True when `b` is not host-accessible and p lies in its device memory (the runtime's staging decisions).
 inline bool on_device(const Backend& b, const void* p) { return !b.host_accessible && b.is_device_ptr && b.is_device_ptr(p); }
+// region() captured on b as a graph (b.capture_begin, then region, then b.capture_end; a region that throws abandons the
+// capture, which ran nothing): the graph, or null with `why` set (also when b cannot capture). The one way to capture.
+void* capture_graph(const Backend& b, const std::function<void()>& region, std::string& why);
 // The same backend with alloc / free taken from its pinned host memory (alloc_pinned / free_pinned): a
 // BackendScope over it makes Buf containers of pinned host memory that the backend's ops also accept.
 const Backend& pinned_variant(const Backend& b);

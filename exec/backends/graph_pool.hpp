@@ -67,7 +67,6 @@ class GraphPool {
     owned_.clear();
     return out;
   }
-  size_t free_blocks() const { return free_.size(); }
   bool owns(const void* p) const { return owned_.count(const_cast<void*>(p)) > 0; }
 
  private:

@@ -51,15 +51,8 @@ namespace {
 double graph_kernel_overhead(const Backend& be, float* x, double min_s) {
   constexpr int kKernels = 256;
   if (!be.capture_begin) return -1;
-  char why[256] = "";
-  if (!be.capture_begin(why, sizeof why)) return -1;
-  try {
-    for (int i = 0; i < kKernels; ++i) ops::add<float>(x, x, x + 1, 1);
-  } catch (const std::exception&) {
-    be.capture_end(false, why, sizeof why);
-    return -1;
-  }
-  void* g = be.capture_end(true, why, sizeof why);
+  std::string why;
+  void* g = capture_graph(be, [&] { for (int i = 0; i < kKernels; ++i) ops::add<float>(x, x, x + 1, 1); }, why);
   if (!g) return -1;
   const double s = calib::per_call([&] { be.graph_launch(g); }, min_s, [&] { be.sync(); }) / kKernels;
   be.graph_destroy(g);

@@ -49,26 +49,10 @@ struct StepGraph {
   }
   // Records region() as the graph and launches it once: true. False (why set) when the capture failed; nothing ran.
   bool capture(const std::function<void()>& region, std::string& why) {
-    char msg[512] = "";
     loss_order.clear();
-    if (!be->capture_begin(msg, sizeof msg)) {
-      why = msg;
-      return false;
-    }
-    try {
-      region();
-    } catch (const std::exception& e) {
-      be->capture_end(false, msg, sizeof msg);
-      why = e.what();
-      return false;
-    }
-    graph = be->capture_end(true, msg, sizeof msg);
-    if (!graph) {
-      why = msg;
-      return false;
-    }
-    be->graph_launch(graph);
-    return true;
+    graph = capture_graph(*be, region, why);
+    if (graph) be->graph_launch(graph);
+    return graph != nullptr;
   }
   void launch() { be->graph_launch(graph); }
   // The step's loss sum: each micro-batch's as the eager head returns it (rounded to T), added in the eager order.

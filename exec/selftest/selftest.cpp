@@ -166,10 +166,9 @@ OpCheck selftest_graph_check(const Backend& be) {
     float* probs = static_cast<float*>(m.raw(sizeof(float) * size_t(n)));
     int32_t* targets = m.up<int32_t>(tg);
     double* loss = static_cast<double*>(m.raw(sizeof(double)));
-    char why[512] = "";
-    if (!be.capture_begin(why, sizeof why)) throw std::runtime_error(std::string("capture_begin: ") + why);
     bool refused = false;
-    try {
+    std::string why;
+    void* g = capture_graph(be, [&] {
       ops::scale(y, x, 2.f, n);
       ops::add(y, y, x, n);
       be.copy(x, y, sizeof(float) * size_t(n), CopyKind::device_to_device, Stream{});
@@ -179,12 +178,8 @@ OpCheck selftest_graph_check(const Backend& be) {
       } catch (const std::exception&) {
         refused = true;
       }
-    } catch (...) {
-      be.capture_end(false, why, sizeof why);
-      throw;
-    }
-    void* g = be.capture_end(true, why, sizeof why);
-    if (!g) throw std::runtime_error(std::string("capture_end: ") + why);
+    }, why);
+    if (!g) throw std::runtime_error("capture: " + why);
     const Vec before = m.down(x, size_t(n));
     be.graph_launch(g);
     be.graph_launch(g);

@@ -166,18 +166,18 @@ void* dev_alloc(size_t bytes) {
     }
   }
   bool capturing = false;
-  {  // while capturing: the graph pool's free blocks first, then the cache (exec/backends/graph_pool.hpp)
+  {  // while capturing: the graph pool's free blocks first (exec/backends/graph_pool.hpp), then the cache
     std::lock_guard<std::mutex> lk(g_mem_m);
     capturing = g_pool.capturing();
     size_t got = 0;
-    if (void* q = g_pool.take(size, size + size / 8, &got)) size = got, p = q;
-  }
-  if (g_cache_on && !p) {
-    std::lock_guard<std::mutex> lk(g_mem_m);
-    auto it = g_free_blocks.lower_bound(size);
-    if (it != g_free_blocks.end() && it->first <= size + size / 8) {
-      size = it->first, p = it->second;
-      g_free_blocks.erase(it);
+    if (void* q = g_pool.take(size, size + size / 8, &got)) {
+      size = got, p = q;
+    } else if (g_cache_on) {
+      auto it = g_free_blocks.lower_bound(size);
+      if (it != g_free_blocks.end() && it->first <= size + size / 8) {
+        size = it->first, p = it->second;
+        g_free_blocks.erase(it);
+      }
     }
   }
   cudaError_t e = p ? cudaSuccess : cudaMalloc(&p, size);
