@@ -24,6 +24,16 @@ enum class Dtype { f32 = 0, f64 = 1, i32 = 2, u8 = 3 };
 struct CommRequest {
   long id = -1;
 };
+// One send or receive of an exchange (Comm::exchange): n elements of d to or from `peer`. A send's buf is read (it
+// stays unchanged and alive until reap_sends / wait_sends counts the send); a receive's is written.
+struct P2pOp {
+  bool send = false;
+  void* buf = nullptr;
+  long n = 0;
+  Dtype d = Dtype::f32;
+  int peer = 0;
+  int tag = 0;
+};
 size_t dtype_bytes(Dtype d);
 // The Dtype of a floating-point element type T (float or double): the one mapping every caller uses.
 template <class T>
@@ -73,6 +83,20 @@ struct Comm {
   // Non-blocking: the number of the oldest outstanding isend() calls, in call order, that have completed
   // (their buffers may now be freed); they are forgotten, so the next call counts from the first still pending.
   virtual int reap_sends() = 0;
+  // A group of sends and receives issued together (NCCL's ncclGroupStart .. ncclGroupEnd; Megatron-LM's
+  // batch_isend_irecv): the pipeline's traffic, grouped by the shared schedule (schedule/exchange.hpp) so that the
+  // ranks' groups pair up even when a send completes only once its receive runs (NCCL's rendezvous). Returns when
+  // the receives' data are in place for what follows (host communicators: received; the device communicator: on
+  // the device, stream-ordered); each send counts as one isend for reap_sends / wait_sends. Tags tell a host
+  // communicator's messages apart; a device communicator matches a pair's operations in issue order instead (the
+  // schedule keeps both orders the same). This default: the sends as isend, then the receives as recv (MPI's
+  // buffered sends never wait for a receive).
+  virtual void exchange(const std::vector<P2pOp>& ops) {
+    for (const P2pOp& o : ops)
+      if (o.send) isend(o.buf, o.n, o.d, o.peer, o.tag);
+    for (const P2pOp& o : ops)
+      if (!o.send) recv(o.buf, o.n, o.d, o.peer, o.tag);
+  }
   virtual void barrier() = 0;
   // Ends the whole job with `code` after printing `message` (a failing rank must never leave others hanging).
   [[noreturn]] virtual void abort(int code, const std::string& message) = 0;

@@ -38,6 +38,7 @@ class ClassedComm final : public Comm {
   void isend(const void* buf, long n, Dtype d, int dst, int tag) override { S s(c_); in_->isend(buf, n, d, dst, tag); }
   void wait_sends() override { S s(c_); in_->wait_sends(); }
   int reap_sends() override { S s(c_); return in_->reap_sends(); }
+  void exchange(const std::vector<P2pOp>& ops) override { S s(c_); in_->exchange(ops); }
   void barrier() override { S s(c_); in_->barrier(); }
   [[noreturn]] void abort(int code, const std::string& message) override {
     in_->abort(code, message);

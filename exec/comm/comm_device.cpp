@@ -1,10 +1,11 @@
-// comm_device: the device communicator (device_comm.hpp) — Comm calls on device buffers through a DeviceCommOps
-// table (NCCL), every other call through the host communicator, staged for the backend.
+// comm_device: the device communicator (device_comm.hpp) — collectives and exchanges of device buffers through a
+// DeviceCommOps table (NCCL), every other call through the host communicator, staged for the backend.
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <stdexcept>
@@ -87,12 +88,46 @@ class DeviceComm final : public Comm {
     if (!dev(in, n) || !dev(out, n)) return staged_->all_to_all(in, out, n, d);
     check(ops_->all_to_all(dc_, in, out, n, int(d), why_, sizeof why_));
   }
-  // Point to point and the barrier: the host communicator (pipeline sends keep MPI's non-blocking isend).
+  // The pipeline's exchanges: one device group when every buffer is device memory (its sends complete in stream
+  // order), else the host communicator's, staged.
+  void exchange(const std::vector<P2pOp>& ops) override {
+    bool all_dev = !ops.empty();
+    for (const P2pOp& o : ops) all_dev = all_dev && dev(o.buf, o.n);
+    if (!all_dev || !ops_->p2p_group) {
+      staged_->exchange(ops);
+      for (const P2pOp& o : ops)
+        if (o.send) sends_.push_back(0);
+      return;
+    }
+    std::vector<DeviceP2p> d;
+    for (const P2pOp& o : ops) d.push_back({o.send ? 1 : 0, o.buf, o.n, int(o.d), o.peer});
+    check(ops_->p2p_group(dc_, d.data(), int(d.size()), why_, sizeof why_));
+    for (const P2pOp& o : ops)
+      if (o.send) sends_.push_back(1);
+  }
+  // Blocking point to point and the barrier: the host communicator.
   void send(const void* buf, long n, Dtype d, int dst, int tag) override { staged_->send(buf, n, d, dst, tag); }
   void recv(void* buf, long n, Dtype d, int src, int tag) override { staged_->recv(buf, n, d, src, tag); }
-  void isend(const void* buf, long n, Dtype d, int dst, int tag) override { staged_->isend(buf, n, d, dst, tag); }
-  void wait_sends() override { staged_->wait_sends(); }
-  int reap_sends() override { return staged_->reap_sends(); }
+  void isend(const void* buf, long n, Dtype d, int dst, int tag) override {
+    staged_->isend(buf, n, d, dst, tag);
+    sends_.push_back(0);
+  }
+  void wait_sends() override {
+    staged_->wait_sends();
+    sends_.clear();
+    staged_done_ = 0;
+  }
+  // Sends in call order: a device group's are done (stream order), a host one's when the staged communicator says.
+  int reap_sends() override {
+    staged_done_ += staged_->reap_sends();
+    int k = 0;
+    while (!sends_.empty() && (sends_.front() || staged_done_ > 0)) {
+      if (!sends_.front()) --staged_done_;
+      sends_.pop_front();
+      ++k;
+    }
+    return k;
+  }
   void barrier() override { staged_->barrier(); }
   [[noreturn]] void abort(int code, const std::string& message) override {
     host_->abort(code, message);
@@ -112,6 +147,8 @@ class DeviceComm final : public Comm {
   std::unique_ptr<Comm> host_own_;
   const Backend* be_;
   std::unique_ptr<Comm> staged_;
+  std::deque<char> sends_;  // outstanding sends, oldest first: 1 on the device (done), 0 through the host
+  int staged_done_ = 0;     // host sends the staged communicator reported done, not yet counted
   mutable char why_[512] = "";
 };
 

@@ -10,6 +10,10 @@
 //   traffic and extra memory are O(n), like a ring all-reduce.
 // - Large buffers are processed in chunks of at most chunk_elems() elements (so int MPI counts never overflow
 //   and temporaries stay bounded); chunking never changes results.
+// - TP_COMM_RENDEZVOUS=<seconds> (a test stand-in for NCCL's point-to-point semantics): every send completes only
+//   once its receive has started (MPI_Issend), isend blocks like send, and an exchange's group completes when all
+//   its sends and receives have; an operation still waiting after that many seconds aborts the job naming it (a
+//   deadlock on a GPU). Tags and rank-ordered sums are unchanged, so results are too.
 // - Errors stay MPI_ERRORS_ARE_FATAL; abort() prints "error: rank R: msg" and MPI_Abort's the whole job. A rank
 //   that exits without finalize_world() also makes mpirun kill the job (no atexit hook on purpose).
 #include "exec/comm/comm.hpp"
@@ -17,7 +21,10 @@
 
 #include <mpi.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <chrono>
 #include <climits>
 #include <cstdint>
 #include <cstdio>
@@ -100,6 +107,15 @@ unsigned char* at(void* p, long elems, Dtype d) {
 }
 const unsigned char* at(const void* p, long elems, Dtype d) {
   return static_cast<const unsigned char*>(p) + static_cast<size_t>(elems) * dtype_bytes(d);
+}
+
+// TP_COMM_RENDEZVOUS's seconds, 0 when unset (see the file comment).
+double rendezvous_timeout_s() {
+  static const double t = [] {
+    const char* v = std::getenv("TP_COMM_RENDEZVOUS");
+    return v && *v ? std::max(0.0, std::atof(v)) : 0.0;
+  }();
+  return t;
 }
 
 int world_rank_or_zero() {
@@ -286,6 +302,12 @@ class MpiComm final : public Comm {
     check_rank(dst, "send dst");
     check_tag(tag, "send");
     const MPI_Datatype t = mpi_type(d);
+    if (rendezvous_timeout_s() > 0) {  // (the stand-in: a synchronous send, watched)
+      std::vector<MPI_Request> r;
+      post(r, true, buf, n, d, dst, tag);
+      wait_watched(r, "send to rank " + std::to_string(dst) + " tag " + std::to_string(tag));
+      return;
+    }
     // Messages with one (source, tag, comm) are non-overtaking, so the chunks arrive in order.
     long off = 0;
     do {
@@ -301,6 +323,13 @@ class MpiComm final : public Comm {
     check_rank(dst, "isend dst");
     check_tag(tag, "isend");
     const MPI_Datatype t = mpi_type(d);
+    if (rendezvous_timeout_s() > 0) {  // (the stand-in: completes only as its receive runs, as ncclSend)
+      std::vector<MPI_Request> r;
+      post(r, true, buf, n, d, dst, tag);
+      wait_watched(r, "isend to rank " + std::to_string(dst) + " tag " + std::to_string(tag));
+      calls_.push_back(0);  // (complete)
+      return;
+    }
     long off = 0;
     int reqs = 0;
     do {
@@ -326,8 +355,8 @@ class MpiComm final : public Comm {
     size_t first = 0;  // requests of the reaped calls
     while (done < static_cast<int>(calls_.size())) {
       const int k = calls_[done];
-      int flag = 0;  // MPI_Testall leaves every request untouched unless all k are complete
-      MPI_Testall(k, pending_.data() + first, &flag, MPI_STATUSES_IGNORE);
+      int flag = k == 0;  // MPI_Testall leaves every request untouched unless all k are complete
+      if (k > 0) MPI_Testall(k, pending_.data() + first, &flag, MPI_STATUSES_IGNORE);
       if (!flag) break;
       first += static_cast<size_t>(k);
       ++done;
@@ -345,6 +374,12 @@ class MpiComm final : public Comm {
     check_rank(src, "recv src");
     check_tag(tag, "recv");
     const MPI_Datatype t = mpi_type(d);
+    if (rendezvous_timeout_s() > 0) {
+      std::vector<MPI_Request> r;
+      post(r, false, buf, n, d, src, tag);
+      wait_watched(r, "recv from rank " + std::to_string(src) + " tag " + std::to_string(tag));
+      return;
+    }
     long off = 0;
     do {
       const long k = std::min(chunk_elems(), n - off);
@@ -357,6 +392,25 @@ class MpiComm final : public Comm {
                      std::to_string(k) + " elements, got " + std::to_string(got));
       off += k;
     } while (off < n);
+  }
+
+  // Default: buffered sends, then receives (Comm::exchange). The rendezvous stand-in posts the whole group and
+  // waits for all of it, as ncclGroupEnd's kernel does.
+  void exchange(const std::vector<P2pOp>& ops) override {
+    if (rendezvous_timeout_s() <= 0) return Comm::exchange(ops);
+    prof::Scope prof_scope(prof::comm_class());
+    std::vector<MPI_Request> r;
+    std::string what = "exchange {";
+    for (const P2pOp& o : ops) {
+      check_count(o.n, "exchange");
+      check_rank(o.peer, "exchange peer");
+      check_tag(o.tag, "exchange");
+      post(r, o.send, o.buf, o.n, o.d, o.peer, o.tag);
+      what += std::string(o.send ? " send to " : " recv from ") + std::to_string(o.peer) + " tag " + std::to_string(o.tag);
+    }
+    wait_watched(r, what + " }");
+    for (const P2pOp& o : ops)
+      if (o.send) calls_.push_back(0);  // (complete)
   }
 
   void barrier() override {
@@ -386,6 +440,33 @@ class MpiComm final : public Comm {
     if (tag < 0 || tag > max_tag)
       throw std::invalid_argument(std::string(what) + ": tag " + std::to_string(tag) + " out of range [0, " +
                                   std::to_string(max_tag) + "]");
+  }
+
+  // The rendezvous stand-in: buf's n elements as synchronous sends (or receives) of at most chunk_elems() each.
+  void post(std::vector<MPI_Request>& r, bool send, const void* buf, long n, Dtype d, int peer, int tag) {
+    const MPI_Datatype t = mpi_type(d);
+    long off = 0;
+    do {
+      const long k = std::min(chunk_elems(), n - off);
+      r.emplace_back();
+      if (send) MPI_Issend(at(buf, off, d), static_cast<int>(k), t, peer, tag, comm_, &r.back());
+      else MPI_Irecv(const_cast<unsigned char*>(at(buf, off, d)), static_cast<int>(k), t, peer, tag, comm_, &r.back());
+      off += k;
+    } while (off < n);
+  }
+  // Waits for r; past TP_COMM_RENDEZVOUS's seconds, aborts the job naming `what` (a deadlock under NCCL).
+  void wait_watched(std::vector<MPI_Request>& r, const std::string& what) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (long polls = 0;; ++polls) {
+      int flag = 0;
+      MPI_Testall(static_cast<int>(r.size()), r.data(), &flag, MPI_STATUSES_IGNORE);
+      if (flag) return;
+      if (polls > 1000) usleep(100);
+      const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (waited > rendezvous_timeout_s())
+        abort(3, what + " has waited " + std::to_string(int(waited)) + " s under TP_COMM_RENDEZVOUS (sends complete "
+                        "only as their receives run, as NCCL's): a deadlock on a GPU");
+    }
   }
 
   MPI_Comm comm_;

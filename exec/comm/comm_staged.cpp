@@ -12,6 +12,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "exec/backends/backend.hpp"
 #include "exec/comm/comm.hpp"
@@ -116,6 +117,33 @@ class StagedComm final : public Comm {
     in_->isend(h.data() ? h.data() : buf, n, d, dst, tag);
     pending_.push_back(std::move(h));
   }
+  // The group as one group of the inner communicator (its pairing is what keeps a rendezvous from deadlocking):
+  // device sends staged into their own buffers (alive as an isend's), device receives into scratch, then up.
+  void exchange(const std::vector<P2pOp>& ops) override {
+    std::vector<P2pOp> h = ops;
+    std::vector<Pinned> sent;
+    size_t nrecv = 0;
+    for (P2pOp& o : h) {
+      const size_t b = bytes(o.n, o.d);
+      if (!dev(o.buf)) {
+        if (o.send) sent.emplace_back();
+        continue;
+      }
+      if (o.send) {
+        sent.emplace_back(be_, b);
+        be_->copy(sent.back().data(), o.buf, b, CopyKind::device_to_host, Stream{});
+        o.buf = sent.back().data();
+      } else {
+        if (recv_scratch_.size() <= nrecv) recv_scratch_.emplace_back();
+        if (recv_scratch_[nrecv].bytes() < b) recv_scratch_[nrecv] = Pinned(be_, b);
+        o.buf = recv_scratch_[nrecv++].data();
+      }
+    }
+    in_->exchange(h);
+    for (size_t i = 0; i < ops.size(); ++i)
+      if (!ops[i].send && h[i].buf != ops[i].buf) up(ops[i].buf, h[i].buf, bytes(ops[i].n, ops[i].d));
+    for (Pinned& p : sent) pending_.push_back(std::move(p));
+  }
   void wait_sends() override {
     in_->wait_sends();
     pending_.clear();
@@ -150,6 +178,7 @@ class StagedComm final : public Comm {
   std::unique_ptr<Comm> own_;
   const Backend* be_;
   Pinned scratch_[2];
+  std::vector<Pinned> recv_scratch_;  // an exchange's receives, one each
   std::deque<Pinned> pending_;  // per outstanding isend, oldest first (empty when its buffer was host memory)
 };
 

@@ -6,9 +6,11 @@
 // rank, before any joins; rank 0 makes the bootstrap id, the host communicator broadcasts it, every rank joins;
 // split() splits both.
 // Invariants: a collective whose buffers all lie in the backend's device memory runs on the device, stream-ordered
-// with the backend's ops (its results are there for the next op, no host synchronisation); any other call (host
-// buffers: loss scalars, offloaded layers' host slices; point to point; barrier) goes through the host communicator,
-// staged (comm_staged.cpp), so every Comm call keeps its meaning. Device sums are NCCL's, not in rank order: results
+// with the backend's ops (its results are there for the next op, no host synchronisation); so does an exchange (the
+// pipeline's grouped sends and receives) of device buffers, as one group, its sends complete in stream order (their
+// buffers may be freed at once: the allocator is stream-ordered); any other call (host buffers: loss scalars,
+// offloaded layers' host slices; blocking point to point; barrier) goes through the host communicator, staged
+// (comm_staged.cpp), so every Comm call keeps its meaning. Device sums are NCCL's, not in rank order: results
 // match the rank-ordered host sums to rounding, not bit for bit (`--comm mpi` keeps the exact sums).
 // Non-blocking collectives run on the library's communication stream after the compute stream's work so far;
 // wait() makes the compute stream wait for them (no host synchronisation).
@@ -21,6 +23,15 @@
 #include "exec/comm/comm.hpp"
 
 namespace tp::exec {
+
+// One operation of DeviceCommOps::p2p_group: a send (1) of buf's n elements to `peer`, or a receive (0) into it.
+struct DeviceP2p {
+  int send = 0;
+  void* buf = nullptr;
+  long n = 0;
+  int dtype = 0;
+  int peer = 0;
+};
 
 // Every entry returns 0 on success, else non-zero with a message in why[why_size]; comm handles are opaque.
 struct DeviceCommOps {
@@ -43,6 +54,9 @@ struct DeviceCommOps {
   int (*reduce_sum)(void* comm, const void* in, void* out, long n, int dtype, int root, char* why,
                     size_t why_size) = nullptr;
   int (*all_to_all)(void* comm, const void* in, void* out, long n, int dtype, char* why, size_t why_size) = nullptr;
+  // Sends and receives of device buffers as one group (NCCL: ncclGroupStart, ncclSend / ncclRecv, ncclGroupEnd) on
+  // the compute stream; a pair of ranks' operations match in issue order.
+  int (*p2p_group)(void* comm, const DeviceP2p* ops, int count, char* why, size_t why_size) = nullptr;
   // The compute stream waits for the request's collective (then the request is forgotten).
   int (*wait)(void* comm, long request, char* why, size_t why_size) = nullptr;
   int (*local_device)() = nullptr;  // this process's GPU (the backend's device index)

@@ -4,7 +4,7 @@
 // Measured per operation and size, as nccl-tests reports them: the time of one call (median over the ranks' slowest
 // of repeated calls, each batch ended by a device sync and a barrier), the algorithm bandwidth (bytes / time) and
 // the bus bandwidth (all-reduce x 2 (R-1) / R; all-gather, reduce-scatter and all-to-all x (R-1) / R; send / recv
-// x 1, a one-way time between ranks 0 and 1 from a ping-pong). Sizes are nccl-tests' (all-gather: the gathered
+// x 1, a one-way time between ranks 0 and 1 from a ping-pong of exchanges, the pipeline's calls). Sizes are nccl-tests' (all-gather: the gathered
 // output; reduce-scatter: the input; all-to-all: one rank's whole buffer).
 // Invariants: every rank runs the same calls in the same order (ranks other than 0 and 1 idle through the
 // ping-pong at its barriers); buffers are the backend's device memory, freed before return.
@@ -69,10 +69,14 @@ CollectiveMeasurements measure_collectives(const Backend& be, Comm& c, Comm& hos
     add("reduce_scatter", timed(be, host, reps, [&] { c.reduce_scatter_sum(in, out, n / R, Dtype::f32); }), f1);
     add("all_to_all", timed(be, host, reps, [&] { c.all_to_all(in, out, n / R, Dtype::f32); }), f1);
     const int me = c.rank();
+    // The ping-pong as the pipeline's exchanges (ncclSend / ncclRecv under --comm nccl, as `run` sends).
+    const P2pOp to1{true, in, n, Dtype::f32, 1, 11}, from1{false, out, n, Dtype::f32, 1, 12};
+    const P2pOp from0{false, out, n, Dtype::f32, 0, 11}, to0{true, in, n, Dtype::f32, 0, 12};
     const double rtt = timed(be, host, reps, [&] {
-      if (me == 0) c.send(in, n, Dtype::f32, 1, 11), c.recv(out, n, Dtype::f32, 1, 12);
-      else if (me == 1) c.recv(out, n, Dtype::f32, 0, 11), c.send(in, n, Dtype::f32, 0, 12);
+      if (me == 0) c.exchange({to1}), c.exchange({from1});
+      else if (me == 1) c.exchange({from0}), c.exchange({to0});
     });
+    c.wait_sends();
     add("send_recv", rtt / 2, 1.0);
   }
   return m;

@@ -18,16 +18,19 @@ double RankRun<T>::step_items(Loop& lp, bool capturing) {
   // to the next stage's send or to `local`. The backward's gradient stays in x (layers run in place).
   Buf<T> x;
   size_t pc = 0;
-  for (const WorkItem& w : lp.order) {
+  for (size_t k = 0; k < lp.order.size(); ++k) {
+    const WorkItem& w = lp.order[k];
     const int g = lay.model_chunk(rc.stage, w.chunk);
     const long long j = w.microbatch;
     reap(lp);
     enter(lp, pc);
-    item_input(lp, w, g, j, x);
+    item_input(lp, k, w, g, j, x);
     for (long long k = 0; k < lay.chunk_layers(rc.stage, w.chunk); ++k, ++pc) run_piece(lp, w, pc, j, x);
     const bool head = w.pass == Pass::fwd && g == nchunks - 1;
     loss += item_output(lp, w, g, j, x, capturing && head ? lp.graph.slot(j) : nullptr);
   }
+  exchange_at(lp, lp.order.size());  // the last item's send
+  if (!lp.outbox.empty() || !lp.received.empty()) throw std::logic_error("pipeline exchanges: an output never sent or an input never used");
   return loss;
 }
 
@@ -68,6 +71,8 @@ void RankRun<T>::clear_step_state(Loop& lp) {
   for (HeadActs<T>& h : lp.head) h = HeadActs<T>{};
   lp.local.clear();
   lp.sendbufs.clear();
+  lp.outbox = Buf<T>();
+  lp.received.clear();
   lp.cur_run = -1;
   if (w16) w16->next_step();  // (the capture marked copies made that never ran)
 }

@@ -3,9 +3,11 @@
 #pragma once
 #include <deque>
 #include <map>
+#include <tuple>
 #include <vector>
 
 #include "exec/runtime/runtime_rank.hpp"
+#include "schedule/exchange.hpp"
 
 namespace tp::exec::detail {
 
@@ -19,6 +21,9 @@ struct RankRun<T>::Loop {
   T scale = T(0);                // every token weighs 1 / (global_batch * seq_len)
   int warmup = 0;                // learning-rate warm-up steps
   std::vector<WorkItem> order;   // the rank's schedule
+  std::vector<Exchange> exchanges;  // its pipeline exchanges: k before order[k], the last after it
+  Buf<T> outbox;                 // the last item's output for another stage, until the next exchange sends it
+  std::map<std::tuple<int, int, int>, Buf<T>> received;  // (pass, model chunk, mb) -> an input received ahead
   std::vector<Piece> pieces;     // pieces in execution order
   std::vector<int> run_of_piece, run_layer;  // runs (the chunk store's moments): same layer and pass
   std::vector<size_t> last_bwd_piece;        // per unit: the piece of the step's last backward of the unit

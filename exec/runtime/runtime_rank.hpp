@@ -336,7 +336,8 @@ struct RankRun {
   void enter_phase(Loop& lp, bool pseudo);
   int resume(RunResult& res);
   void begin_step(Loop& lp, int step);
-  void item_input(Loop& lp, const WorkItem& w, int g, long long j, Buf<T>& x);
+  void exchange_at(Loop& lp, size_t k);
+  void item_input(Loop& lp, size_t k, const WorkItem& w, int g, long long j, Buf<T>& x);
   void run_piece(Loop& lp, const WorkItem& w, size_t pc, long long j, Buf<T>& x);
   void piece_params(Loop& lp, size_t pc, long long j, bool run_start);
   void prefetch_next_run(Loop& lp, size_t pc);

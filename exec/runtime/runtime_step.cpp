@@ -54,6 +54,7 @@ void RankRun<T>::enter_phase(Loop& lp, bool pseudo) {
   Plan phase = p;
   phase.num_microbatches = m;
   lp.order = plan_order(phase, L, rc.stage);
+  lp.exchanges = p.pp > 1 ? plan_exchanges(phase, L)[(size_t)rc.stage] : std::vector<Exchange>(lp.order.size() + 1);
   lp.pieces = order_pieces(lp.order, lay, rc.stage);
   split_runs(lp.pieces, lp.run_of_piece, lp.run_layer);
   lp.last_bwd_piece.assign(units.size(), lp.pieces.size());
@@ -194,32 +195,63 @@ void RankRun<T>::begin_step(Loop& lp, int step) {
   }
 }
 
-// The input of work item w (micro-batch j, model chunk g) into x: the embedding, a local chunk's output, or a
-// pipeline receive; backward: the head's gradient, a local chunk's, or a receive.
+// Exchange k of the shared schedule (schedule/exchange.hpp), before work item k: the previous item's output
+// (lp.outbox) sent and the inputs it receives (this item's, or a later one's posted early) put in lp.received, as
+// one group (NCCL's rendezvous cannot deadlock it).
 template <class T>
-void RankRun<T>::item_input(Loop& lp, const WorkItem& w, int g, long long j, Buf<T>& x) {
+void RankRun<T>::exchange_at(Loop& lp, size_t k) {
+  const Exchange& e = lp.exchanges[k];
+  if (e.empty()) return;
+  std::vector<P2pOp> ops;
+  const P2pStep* named = &e.front();  // the trace names the first receive, else the send
+  for (const P2pStep& st : e) {
+    const int tg = tag(st.pass, st.model_chunk, st.microbatch);
+    if (st.send) {
+      if (lp.outbox.empty()) throw std::logic_error("pipeline exchange " + std::to_string(k) + ": " + describe(st) + " has no output");
+      lp.sendbufs.push_back(std::move(lp.outbox));
+      lp.outbox = Buf<T>();
+      ops.push_back({true, lp.sendbufs.back().data(), lp.X, dtype_of<T>(), st.peer, tg});
+    } else {
+      Buf<T>& r = lp.received[{(int)st.pass, st.model_chunk, st.microbatch}];  // (map nodes do not move)
+      r.resize(lp.X);
+      ops.push_back({false, r.data(), lp.X, dtype_of<T>(), st.peer, tg});
+      if (named->send) named = &st;
+    }
+  }
+  const int from = named->send ? rc.stage : named->peer, to = named->send ? named->peer : rc.stage;
+  rec.span(p2p_op_name(from, to, named->pass, named->microbatch), named->pass == Pass::fwd ? kTidPpFwd : kTidPpBwd,
+           [&] { pp->exchange(ops); });
+}
+
+// The input of work item k (w: micro-batch j, model chunk g) into x, after its exchange: the embedding, a local
+// chunk's output, or what an exchange received; backward: the head's gradient, a local chunk's, or received.
+template <class T>
+void RankRun<T>::item_input(Loop& lp, size_t k, const WorkItem& w, int g, long long j, Buf<T>& x) {
   const bool fwd = w.pass == Pass::fwd;
-  const bool from_local = fwd ? g != 0 && lay.stage_of(g - 1) == rc.stage
-                              : g != nchunks - 1 && lay.stage_of(g + 1) == rc.stage;
-  if (!from_local) x.resize(lp.X);  // (a buffer from `local` replaces x below)
-  if (fwd) {
-    if (g == 0) rec.span(part_op_name("embed", "fwd", "", (int)j), kTidCompute, [&] { model.embed_fwd(x.data(), lp.in[j].data(), b, Tl); });
-    else if (lay.stage_of(g - 1) == rc.stage) { x = std::move(lp.local[{g, (int)j}]); lp.local.erase({g, (int)j}); }
-    else rec.span(p2p_op_name(lay.stage_of(g - 1), rc.stage, Pass::fwd, (int)j), kTidPpFwd,
-                  [&] { pp->recv(x.data(), lp.X, dtype_of<T>(), lay.stage_of(g - 1), tag(Pass::fwd, g, j)); });
+  exchange_at(lp, k);
+  const bool local = fwd ? g != 0 && lay.stage_of(g - 1) == rc.stage : g != nchunks - 1 && lay.stage_of(g + 1) == rc.stage;
+  if (fwd && g == 0) {
+    x.resize(lp.X);
+    rec.span(part_op_name("embed", "fwd", "", (int)j), kTidCompute, [&] { model.embed_fwd(x.data(), lp.in[j].data(), b, Tl); });
+  } else if (!fwd && g == nchunks - 1) {
+    x.resize(lp.X);
+    rec.span(part_op_name("head", "bwd", "", (int)j), kTidCompute,
+             [&] { model.head_bwd(x.data(), lp.tgt[j].data(), lp.head[j], b, Tl, lp.scale); });
+    lp.head[j] = HeadActs<T>{};  // its saved tensors are dead
+  } else if (local) {
+    const std::pair<int, int> key{fwd ? g : -1 - g, (int)j};
+    x = std::move(lp.local[key]);
+    lp.local.erase(key);
   } else {
-    if (g == nchunks - 1) {
-      rec.span(part_op_name("head", "bwd", "", (int)j), kTidCompute,
-               [&] { model.head_bwd(x.data(), lp.tgt[j].data(), lp.head[j], b, Tl, lp.scale); });
-      lp.head[j] = HeadActs<T>{};  // its saved tensors are dead
-    } else if (lay.stage_of(g + 1) == rc.stage) { x = std::move(lp.local[{-1 - g, (int)j}]); lp.local.erase({-1 - g, (int)j}); }
-    else rec.span(p2p_op_name(lay.stage_of(g + 1), rc.stage, Pass::bwd, (int)j), kTidPpBwd,
-                  [&] { pp->recv(x.data(), lp.X, dtype_of<T>(), lay.stage_of(g + 1), tag(Pass::bwd, g, j)); });
+    auto it = lp.received.find({(int)w.pass, g, (int)j});
+    if (it == lp.received.end()) throw std::logic_error("pipeline exchanges: " + chunk_op_name(g, w.pass, (int)j) + "'s input was never received");
+    x = std::move(it->second);
+    lp.received.erase(it);
   }
 }
 
-// The output of work item w: forward, the head's loss, a local chunk's input, or a pipeline send; backward,
-// the embedding's gradient, a local chunk's, or a send. Returns the head's loss (0 otherwise).
+// The output of work item w: forward, the head's loss, a local chunk's input, or the outbox (the next exchange
+// sends it); backward, the embedding's gradient, a local chunk's, or the outbox. Returns the head's loss (0 otherwise).
 template <class T>
 double RankRun<T>::item_output(Loop& lp, const WorkItem& w, int g, long long j, Buf<T>& x, double* loss_to) {
   double loss = 0;
@@ -231,17 +263,11 @@ double RankRun<T>::item_output(Loop& lp, const WorkItem& w, int g, long long j, 
                [&] { loss = (double)model.head_fwd(hx, lp.tgt[j].data(), lp.head[j], b, Tl, loss_to); });
       Buf<T>().swap(x);
     } else if (lay.stage_of(g + 1) == rc.stage) lp.local[{g + 1, (int)j}] = std::move(x);
-    else {
-      lp.sendbufs.push_back(std::move(x));
-      pp->isend(lp.sendbufs.back().data(), lp.X, dtype_of<T>(), lay.stage_of(g + 1), tag(Pass::fwd, g + 1, j));
-    }
+    else lp.outbox = std::move(x);  // (sent by the next exchange)
   } else {
     if (g == 0) rec.span(part_op_name("embed", "bwd", "", (int)j), kTidCompute, [&] { model.embed_bwd(x.data(), lp.in[j].data(), b, Tl); });
     else if (lay.stage_of(g - 1) == rc.stage) lp.local[{-1 - (g - 1), (int)j}] = std::move(x);
-    else {
-      lp.sendbufs.push_back(std::move(x));
-      pp->isend(lp.sendbufs.back().data(), lp.X, dtype_of<T>(), lay.stage_of(g - 1), tag(Pass::bwd, g - 1, j));
-    }
+    else lp.outbox = std::move(x);  // (sent by the next exchange)
   }
   return loss;
 }
@@ -504,7 +530,8 @@ RunResult RankRun<T>::run() {
   template RunResult RankRun<T>::run();                                                           \
   template void RankRun<T>::reap(Loop&);                                                          \
   template void RankRun<T>::enter(Loop&, size_t);                                                 \
-  template void RankRun<T>::item_input(Loop&, const WorkItem&, int, long long, Buf<T>&);          \
+  template void RankRun<T>::item_input(Loop&, size_t, const WorkItem&, int, long long, Buf<T>&);              \
+  template void RankRun<T>::exchange_at(Loop&, size_t);          \
   template void RankRun<T>::run_piece(Loop&, const WorkItem&, size_t, long long, Buf<T>&);        \
   template double RankRun<T>::item_output(Loop&, const WorkItem&, int, long long, Buf<T>&, double*);
 TP_RUNTIME_STEP_INSTANTIATE(float)

@@ -96,6 +96,24 @@ inline std::string mpi_launcher(int n) {
 #endif
 }
 
+// Sets an environment variable for this scope (the ranks mpirun starts inherit it), restoring it after.
+struct ScopedEnv {
+  std::string name;
+  bool had = false;
+  std::string old;
+  ScopedEnv(const char* n, const char* value) : name(n) {
+    if (const char* v = std::getenv(n)) had = true, old = v;
+    setenv(n, value, 1);
+  }
+  ~ScopedEnv() { had ? setenv(name.c_str(), old.c_str(), 1) : unsetenv(name.c_str()); }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+};
+// The pipelines' point-to-point under NCCL's semantics (exec/comm/comm_mpi.cpp's stand-in: a send completes only
+// as its receive runs): a schedule whose exchanges deadlock on a GPU aborts the job, naming the waiting operation,
+// instead of passing on MPI's buffered sends. Results are unchanged (the same rank-ordered sums).
+inline ScopedEnv nccl_rendezvous() { return ScopedEnv("TP_COMM_RENDEZVOUS", "60"); }
+
 // Runs the plan; returns the result JSON (null on failure) and the exit code.
 inline json run(const std::string& file, int steps, bool fp64, int* code = nullptr, std::string extra = "") {
   int n = ranks_of(file);

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "exec/backends/backend.hpp"
@@ -93,6 +94,14 @@ DeviceCommOps fake_ops() {
   o.all_to_all = [](void*, const void* in, void* out, long n, int d, char*, size_t) {
     seen.calls.push_back("all_to_all " + std::to_string(n));
     dcopy(out, in, size_t(n) * elem(d));
+    return 0;
+  };
+  o.p2p_group = [](void*, const DeviceP2p* ops, int count, char*, size_t) {
+    std::string c = "p2p_group";
+    for (int i = 0; i < count; ++i)
+      c += std::string(ops[i].send ? " send " : " recv ") + std::to_string(ops[i].n) + (ops[i].send ? " to " : " from ") +
+           std::to_string(ops[i].peer);
+    seen.calls.push_back(c);
     return 0;
   };
   o.wait = [](void*, long req, char*, size_t) {
@@ -224,6 +233,59 @@ struct TwinHost final : Comm {
   [[noreturn]] void abort(int, const std::string& m) override { throw std::runtime_error(m); }
 };
 }  // namespace
+
+namespace {
+// A two-rank host communicator that records its point-to-point calls; reap_sends reports `done` sends (then 0).
+struct PeerHost final : Comm {
+  std::vector<std::string> calls;
+  int done = 0;
+  int rank() const override { return 0; }
+  int size() const override { return 2; }
+  std::unique_ptr<Comm> split(int, int) override { return nullptr; }
+  void all_reduce_sum(void*, long, Dtype) override {}
+  void reduce_scatter_sum(const void*, void*, long, Dtype) override {}
+  void all_gather(const void*, void*, long, Dtype) override {}
+  void broadcast(void*, long, Dtype, int) override {}
+  void reduce_sum(const void*, void*, long, Dtype, int) override {}
+  void all_to_all(const void*, void*, long, Dtype) override {}
+  void send(const void*, long, Dtype, int, int) override {}
+  void recv(void*, long n, Dtype, int src, int tag) override {
+    calls.push_back("recv " + std::to_string(n) + " from " + std::to_string(src) + " tag " + std::to_string(tag));
+  }
+  void isend(const void*, long n, Dtype, int dst, int tag) override {
+    calls.push_back("isend " + std::to_string(n) + " to " + std::to_string(dst) + " tag " + std::to_string(tag));
+  }
+  void wait_sends() override {}
+  int reap_sends() override { return std::exchange(done, 0); }
+  void barrier() override {}
+  [[noreturn]] void abort(int, const std::string& m) override { throw std::runtime_error(m); }
+};
+}  // namespace
+
+// The pipeline's exchanges: all-device groups go to the table as one group, whose sends are done at once (stream
+// order); a group with a host buffer goes the host way (staged), whose sends are done when the host says; reap_sends
+// counts them in call order.
+TEST(CommDevice, ExchangesOfDeviceBuffersAreOneGroupAndReapInOrder) {
+  seen = Seen{};
+  PeerHost host;
+  const DeviceCommOps ops = fake_ops();
+  std::unique_ptr<Comm> c = device_comm(host, dev(), ops);
+  DevBuf a({1, 2, 3}), b({0, 0, 0});
+  c->exchange({{true, a.p, 3, Dtype::f32, 1, 5}, {false, b.p, 3, Dtype::f32, 1, 6}});
+  EXPECT_EQ(seen.calls, (std::vector<std::string>{"p2p_group send 3 to 1 recv 3 from 1"}));
+  EXPECT_TRUE(host.calls.empty());
+  EXPECT_EQ(c->reap_sends(), 1);
+
+  float h[3] = {4, 5, 6};  // a host send beside a device receive: the host communicator's exchange, staged
+  c->exchange({{true, h, 3, Dtype::f32, 1, 7}, {false, b.p, 3, Dtype::f32, 1, 8}});
+  EXPECT_EQ(host.calls, (std::vector<std::string>{"isend 3 to 1 tag 7", "recv 3 from 1 tag 8"}));
+  EXPECT_EQ(seen.calls.size(), 1u);
+  c->exchange({{true, a.p, 3, Dtype::f32, 1, 9}});  // a device send behind the host one
+  EXPECT_EQ(c->reap_sends(), 0);  // (the host send is pending, and the device one is counted after it)
+  host.done = 1;
+  EXPECT_EQ(c->reap_sends(), 2);
+  EXPECT_EQ(c->reap_sends(), 0);
+}
 
 // Two ranks on one GPU: refused on every rank before any joins (NCCL before 2.30 says "Duplicate GPU detected"
 // only after the others hang in init), unless the library shares GPUs (NCCL_MULTI_RANK_GPU_ENABLE=1 on 2.30+).

@@ -67,9 +67,11 @@ TEST(RunEmuDevice, SingleRankDelinkAndResume) {
 }
 
 // Communication from device memory: dp (all-reduce), ZeRO 1-3 (reduce-scatter, all-gather), tp with sequence
-// parallelism, pipelines (send / isend / recv), 2D tensor parallelism (broadcast, reduce), context parallelism.
+// parallelism, pipelines (grouped exchanges, under the rendezvous stand-in), 2D tensor parallelism (broadcast,
+// reduce), context parallelism.
 TEST(RunEmuDevice, ParallelPlansMatchSingleRankFloat64) {
   if (!have_mpi()) GTEST_SKIP() << "built without MPI";
+  const ScopedEnv rendezvous = nccl_rendezvous();  // (the staged exchanges under NCCL's semantics)
   const int steps = 2;
   json ref = run(scenario("dev_ref2", json::object()), steps, true);
   ASSERT_FALSE(ref.is_null());

@@ -39,6 +39,7 @@ TEST(RunOracle, SingleRankTrainsAndIsDeterministic) {
 
 TEST(RunOracle, ParallelPlansMatchSingleRankFloat64) {
   if (!have_mpi()) GTEST_SKIP() << "built without MPI";
+  const ScopedEnv rendezvous = nccl_rendezvous();  // (the pipelines' exchanges as NCCL would run them)
   const int steps = 4;
   json ref = run(scenario("ref", json::object()), steps, true);
   ASSERT_FALSE(ref.is_null());
@@ -115,6 +116,7 @@ TEST(RunOracle, ContextParallelMatchesSingleRankFloat64) {
 // the same StageLayout as the simulator; every split must train exactly like one rank.
 TEST(RunOracle, UnevenStagesMatchSingleRankFloat64) {
   if (!have_mpi()) GTEST_SKIP() << "built without MPI";
+  const ScopedEnv rendezvous = nccl_rendezvous();
   const int steps = 3;
   json ref = run(scenario("uneven_ref", json::object()), steps, true);
   ASSERT_FALSE(ref.is_null());

@@ -272,6 +272,24 @@ int all_to_all(void* comm, const void* in, void* out, long n, int dtype, char* w
     return fail(nccl().group_end(), "ncclGroupEnd", why, why_size);
   });
 }
+// The pipeline's exchange: its sends and receives in one group on the compute stream (Megatron-LM's
+// batch_isend_irecv); NCCL pairs a pair of ranks' operations in issue order.
+int p2p_group(void* comm, const exec::DeviceP2p* ops, int count, char* why, size_t why_size) {
+  return guarded("nccl p2p group", why, why_size, [&] {
+    auto& d = *static_cast<Dc*>(comm);
+    if (fail(nccl().group_start(), "ncclGroupStart", why, why_size)) return 1;
+    for (int i = 0; i < count; ++i) {
+      const exec::DeviceP2p& o = ops[i];
+      const ncclResult_t r = o.send ? nccl().send(o.buf, size_t(o.n), type_of(o.dtype), o.peer, d.c, g.stream)
+                                    : nccl().recv(o.buf, size_t(o.n), type_of(o.dtype), o.peer, d.c, g.stream);
+      if (fail(r, o.send ? "ncclSend" : "ncclRecv", why, why_size)) {
+        nccl().group_end();
+        return 1;
+      }
+    }
+    return fail(nccl().group_end(), "ncclGroupEnd", why, why_size);
+  });
+}
 int wait(void* comm, long request, char* why, size_t why_size) {
   return guarded("nccl wait", why, why_size, [&] {
     auto& d = *static_cast<Dc*>(comm);
@@ -306,6 +324,7 @@ extern "C" const void* tp_cuda_nccl_ops(char* why, size_t why_size) {
     o.broadcast = &c::broadcast;
     o.reduce_sum = &c::reduce_sum;
     o.all_to_all = &c::all_to_all;
+    o.p2p_group = &c::p2p_group;
     o.wait = &c::wait;
     o.local_device = [] { return c::g.device; };
     // Ranks sharing a GPU: NCCL 2.30 and later with NCCL_MULTI_RANK_GPU_ENABLE=1 (experimental); else refused.

@@ -7,7 +7,9 @@
 // with tiny chunks, which must not change any result.
 // Modes: `--expect-size N` (default 4; 1 when run without mpirun: world() must then be the one-rank
 // communicator); `--abort` (rank 1 calls abort(3, "boom") while the others wait in a barrier; the job must
-// end, non-zero; checked by check_abort.cmake).
+// end, non-zero; checked by check_abort.cmake); `--deadlock` (run under TP_COMM_RENDEZVOUS: ranks 0 and 1 each
+// send to the other, then receive, one exchange each; NCCL's semantics make that a deadlock, and the stand-in must
+// end the job naming it; check_abort.cmake with MATCH).
 #include <cinttypes>
 #include <cmath>
 #include <cstdint>
@@ -229,6 +231,20 @@ void check_ring(Comm& c) {
     CHECK(c.reap_sends() == 0);
     c.wait_sends();  // nothing left: returns at once
   }
+  // An exchange (the pipeline's group): send to the next rank and receive from the previous one at once, which
+  // completes under the rendezvous stand-in too; its send counts as one for reap_sends.
+  g_ctx = "exchange";
+  {
+    const long n = std::min(200000L, g_max_n);
+    std::vector<double> out(n), in(n, -1);
+    for (long i = 0; i < n; ++i) out[i] = val(r, i, 40);
+    c.exchange({{true, out.data(), n, Dtype::f64, next, 41}, {false, in.data(), n, Dtype::f64, prev, 41}});
+    for (long i = 0; i < n; ++i) CHECK(in[i] == val(prev, i, 40));
+    int reaped = 0;
+    for (long spin = 0; reaped < 1 && spin < 100000000; ++spin) reaped += c.reap_sends();
+    CHECK(reaped == 1);
+    c.barrier();  // (no rank's next check sends before the others received)
+  }
   bool threw = false;
   try {
     c.send(&a, 1, Dtype::i32, P, 0);
@@ -304,13 +320,14 @@ void run_all(Comm& w) {
 
 int main(int argc, char** argv) {
   int expect_size = 4;
-  bool abort_mode = false;
+  bool abort_mode = false, deadlock_mode = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--abort") abort_mode = true;
+    else if (a == "--deadlock") deadlock_mode = true;
     else if (a == "--expect-size" && i + 1 < argc) expect_size = std::atoi(argv[++i]);
     else {
-      std::fprintf(stderr, "usage: %s [--expect-size N] [--abort]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--expect-size N] [--abort] [--deadlock]\n", argv[0]);
       return 2;
     }
   }
@@ -322,6 +339,17 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "rank %d: passed the barrier after an abort\n", w.rank());
     finalize_world();
     return 0;  // a zero exit means the abort did not propagate: check_abort.cmake fails
+  }
+  if (deadlock_mode) {
+    double out = 1, in = 0;
+    const int peer = 1 - w.rank();
+    if (w.rank() < 2) {
+      w.exchange({{true, &out, 1, Dtype::f64, peer, 5}});  // both send first: each waits for the other's receive
+      w.exchange({{false, &in, 1, Dtype::f64, peer, 5}});
+    }
+    std::fprintf(stderr, "rank %d: the exchanges completed\n", w.rank());
+    finalize_world();
+    return 0;  // a zero exit: the stand-in did not see the deadlock
   }
   g_ctx = "world";
   CHECK(w.size() == expect_size);
