@@ -224,15 +224,45 @@ void add_compute_pieces(BuildCtx& x) {
   }
 }
 
-// Pass 2: pipeline point-to-point sends between consecutive model chunks on different stages.
+// Whether a pipeline's sends and receives block compute: GPipe and 1F1B under standard accumulation, whose
+// exchanges (schedule/exchange.hpp item_exchanges: before each item, the previous item's send and this item's
+// receive, one group) are waited for before the next item runs, as Megatron-LM's p2p_communication does without
+// overlap_p2p_comm (arguments.py turns it off unless the schedule is interleaved), DeepSpeed's pipeline engine and
+// TorchTitan's schedules likewise. The interleaved and modular schedules post their receives ahead and wait for
+// sends later (overlap_p2p_comm), and the research schedules keep the same overlap: a send is a task on its own lane.
+bool blocking_exchanges(const Plan& p) {
+  return p.pp > 1 && p.grad_accumulation == GradAccumulation::standard &&
+         (p.schedule == Schedule::gpipe || p.schedule == Schedule::one_f_one_b);
+}
+
+// Pass 2: pipeline point-to-point sends between consecutive model chunks on different stages. Under blocking
+// exchanges a send also starts only once its receiver has finished the item before the one it feeds (the receive
+// is posted), and the sender's next item waits for it (the group is waited for).
 void add_pipeline_sends(BuildCtx& x) {
   const Plan& p = x.p;
   Program& prog = x.prog;
   const StageLayout& lay = x.lay;
+  const bool blocking = blocking_exchanges(p);
+  // (sim rank, model chunk, mb, pass) -> the item's index in its rank's order
+  std::vector<int> index_of(blocking ? x.comp.size() : 0, -1);
+  auto slot = [&](int r, int g, int mb, int pass) {
+    return (((size_t)r * x.V + lay.local_chunk(g)) * x.m + mb) * 2 + pass;
+  };
+  for (int r = 0; blocking && r < x.R; ++r)
+    for (size_t k = 0; k < x.orders[r].size(); ++k) {
+      const WorkItem& w = x.orders[r][k];
+      index_of[slot(r, lay.model_chunk(prog.sim_stage[r], w.chunk), w.microbatch, w.pass == Pass::fwd ? 0 : 1)] = (int)k;
+    }
+  auto item_task = [&](int r, size_t k, bool last) {  // the first or last compute task of rank r's item k
+    const WorkItem& w = x.orders[r][k];
+    const auto& c = x.comp_at(r, lay.model_chunk(prog.sim_stage[r], w.chunk), w.microbatch, w.pass == Pass::fwd ? 0 : 1);
+    return last ? c.second : c.first;
+  };
   for (int r = 0; r < x.R; ++r) {
     int s = prog.sim_stage[r];
     RankCoord rc = rank_coord(p, prog.sim_global[r]);
-    for (const WorkItem& w : x.orders[r]) {
+    for (size_t k = 0; k < x.orders[r].size(); ++k) {
+      const WorkItem& w = x.orders[r][k];
       int g = lay.model_chunk(s, w.chunk);
       bool fwd = w.pass == Pass::fwd;
       int g2 = fwd ? g + 1 : g - 1;
@@ -250,6 +280,10 @@ void add_pipeline_sends(BuildCtx& x) {
       int id = x.B.add_task(r, fwd ? kLanePpFwd : kLanePpBwd, 0, coll, ti);
       prog.in.edges.push_back({x.comp_at(r, g, w.microbatch, fwd ? 0 : 1).second, id});
       if (dst_sim >= 0) prog.in.edges.push_back({id, x.comp_at(dst_sim, g2, w.microbatch, fwd ? 0 : 1).first});
+      if (!blocking) continue;
+      if (k + 1 < x.orders[r].size()) x.edge(id, item_task(r, k + 1, false));  // the sender's group is waited for
+      const int at = dst_sim >= 0 ? index_of[slot(dst_sim, g2, w.microbatch, fwd ? 0 : 1)] : -1;
+      if (at > 0) x.edge(item_task(dst_sim, (size_t)at - 1, true), id);  // the receive is posted after its item
     }
   }
 }
