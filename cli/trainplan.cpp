@@ -229,8 +229,8 @@ int cmd_run(int argc, char** argv) {
   o.backend = a.value("--backend", "cpu");
   o.comm = a.value("--comm", "mpi");
   if (o.comm != "mpi" && o.comm != "nccl") throw Usage("--comm: expected mpi or nccl, got '" + o.comm + "'");
-  if (o.comm == "nccl" && o.backend != "cuda")
-    throw Usage("--comm nccl needs --backend cuda (NCCL runs the collectives of GPU memory)");
+  if (o.comm == "nccl" && o.backend != "cuda" && o.backend != "emu-device")
+    throw Usage("--comm nccl needs --backend cuda (NCCL runs the collectives of GPU memory) or emu-device (its stand-in)");
   // --gpu-memory-budget: a smaller GPU, emulated by the backend's allocator (cuda: TP_CUDA_MEMORY_BUDGET; emu-device:
   // its device's capacity, TP_EMU_DEVICE_BYTES), set before the backend is first used.
   if (const double budget = num("--gpu-memory-budget", 1, 0); budget > 0) {
@@ -384,7 +384,8 @@ int cmd_calibrate(int argc, char** argv) {
     o.power_w = num("--power-w", 0);
     o.comm = a.value("--comm", "mpi");
     if (o.comm != "mpi" && o.comm != "nccl") throw Usage("--comm: expected mpi or nccl, got " + o.comm);
-    if (o.comm == "nccl" && backend != "cuda") throw Usage("--comm nccl needs --backend cuda");
+    if (o.comm == "nccl" && backend != "cuda" && backend != "emu-device")
+      throw Usage("--comm nccl needs --backend cuda or emu-device (its stand-in)");
     if (backend != "cpu") {
       std::string why;
       be = exec::find_backend(backend, why);
@@ -402,8 +403,8 @@ int cmd_calibrate(int argc, char** argv) {
       std::unique_ptr<exec::Comm> coll;
       if (o.comm == "nccl") {
         std::string why;
-        const exec::DeviceCommOps* ops = exec::load_nccl_ops(why);
-        if (!ops) throw std::runtime_error("--comm nccl: " + why);
+        const exec::DeviceCommOps* ops = exec::device_comm_ops(*be, why);
+        if (!ops) throw std::runtime_error(why);
         coll = exec::device_comm(world, *be, *ops);
       } else if (!be->host_accessible) {
         coll = exec::staged_comm(world, *be);

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "exec/backends/backend.hpp"
+#include "exec/backends/cuda/cuda_loader.hpp"
 #include "exec/comm/device_comm.hpp"
 
 namespace tp::exec {
@@ -171,6 +172,16 @@ void refuse_shared_gpus(Comm& host, const DeviceCommOps& ops) {
 }
 
 }  // namespace
+
+const DeviceCommOps* device_comm_ops(const Backend& be, std::string& why) {
+  const std::string name = be.name;
+  if (name == "emu-device") return &emu_nccl_ops();
+  if (name != "cuda") {
+    why = "--comm nccl: needs --backend cuda or emu-device (backend " + name + " has no device memory)";
+    return nullptr;
+  }
+  return load_nccl_ops(why);
+}
 
 std::unique_ptr<Comm> device_comm(Comm& host, const Backend& be, const DeviceCommOps& ops) {
   refuse_shared_gpus(host, ops);

@@ -71,6 +71,11 @@ struct DeviceCommRefused : std::runtime_error {
 };
 
 struct Backend;
+// The table `--comm nccl` uses on backend `be`: NCCL's (libtrainplan_cuda.so, loaded on first use) on cuda, the
+// emulated one on emu-device (emu_nccl_ops); null with the reason in `why` on other backends or when NCCL is missing.
+const DeviceCommOps* device_comm_ops(const Backend& be, std::string& why);
+// emu-device's stand-in for NCCL's table, over MPI (exec/backends/emu/emu_nccl.cpp).
+const DeviceCommOps& emu_nccl_ops();
 // The world's device communicator over `host` (not owned; MPI under a launcher): every rank of host joins with
 // the id rank 0 makes. Device buffers are those `be` calls device memory (Backend::is_device_ptr); everything else
 // goes through `host`, staged for `be`. Throws std::runtime_error naming the library's message on failure.

@@ -374,12 +374,10 @@ template std::vector<std::pair<long long, long long>> RankRun<double>::params_ne
 
 using detail::RankRun;
 
-// --comm nccl: the NCCL table of the CUDA library, for the cuda backend only (NCCL takes its device memory).
+// --comm nccl: NCCL's table on cuda, its stand-in on emu-device (exec/comm/device_comm.hpp device_comm_ops).
 static const DeviceCommOps& nccl_ops_for(const Backend& be) {
-  if (std::string(be.name) != "cuda")
-    throw InputError({std::string("--comm nccl: needs --backend cuda (backend ") + be.name + " has no NCCL device memory)"});
   std::string why;
-  const DeviceCommOps* ops = load_nccl_ops(why);
+  const DeviceCommOps* ops = device_comm_ops(be, why);
   if (!ops) throw InputError({why});
   return *ops;
 }

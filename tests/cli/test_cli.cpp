@@ -103,8 +103,9 @@ TEST(Cli, RunCountOptionsAreWholeNumbersInRange) {
   EXPECT_EQ(ok.rc, 0) << ok.text;
 }
 
-// --comm: mpi or nccl; nccl only with --backend cuda (the GPU's memory); either refusal is exit 2 naming the option,
-// before any work. (With --backend cuda and no device the backend's exit 77 comes first: docs/cuda.md.)
+// --comm: mpi or nccl; nccl only with --backend cuda (the GPU's memory) or emu-device (NCCL's stand-in); either
+// refusal is exit 2 naming the option, before any work. (With --backend cuda and no device the backend's exit 77
+// comes first: docs/cuda.md.)
 TEST(Cli, RunCommIsMpiOrNcclWithTheCudaBackend) {
   const std::string tiny = std::string(TP_SOURCE_DIR) + "/scenarios/exec/tiny-gpt.json";
   Out bad = tp_run("run " + tiny + " --steps 1 --comm gloo");
@@ -112,7 +113,8 @@ TEST(Cli, RunCommIsMpiOrNcclWithTheCudaBackend) {
   EXPECT_NE(bad.text.find("--comm: expected mpi or nccl, got 'gloo'"), std::string::npos) << bad.text;
   Out cpu = tp_run("run " + tiny + " --steps 1 --comm nccl");
   EXPECT_EQ(cpu.rc, 2) << cpu.text;
-  EXPECT_NE(cpu.text.find("--comm nccl needs --backend cuda"), std::string::npos) << cpu.text;
+  EXPECT_NE(cpu.text.find("--comm nccl needs --backend cuda (NCCL runs the collectives of GPU memory) or emu-device"),
+            std::string::npos) << cpu.text;
   Out ok = tp_run("run " + tiny + " --steps 1 --comm mpi --quiet");
   EXPECT_EQ(ok.rc, 0) << ok.text;
 }

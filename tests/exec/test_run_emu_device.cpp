@@ -90,6 +90,27 @@ TEST(RunEmuDevice, ParallelPlansMatchSingleRankFloat64) {
 
 // Offload: chunked (the host side in pinned memory; a tight budget moves chunks and compacts the arena every
 // step), optimizer (host Adam on the backend's copies), granular (host layers loaded per run).
+// --comm nccl on emu-device: the device communicator between ranks over NCCL's emulated table (exec/backends/emu/
+// emu_nccl.cpp): device buffers' collectives, ZeRO's non-blocking reduce-scatters, the data-parallel reduction
+// under the backward, and the pipeline's exchanges as one group each (1F1B's and the interleaved schedule's, with
+// its receives posted early), under the rendezvous stand-in. The table's sums are rank-ordered: 1e-9 as above.
+TEST(RunEmuDevice, NcclStandInMatchesSingleRankFloat64) {
+  if (!have_mpi()) GTEST_SKIP() << "built without MPI";
+  const ScopedEnv rendezvous = nccl_rendezvous();
+  const int steps = 2;
+  json ref = run(scenario("dev_ref_nccl", json::object()), steps, true);
+  ASSERT_FALSE(ref.is_null());
+  expect_cases(ref,
+               {
+                   {"dev_nccl_dp2_pp2_zero3", {{"dp", 2}, {"pp", 2}, {"zero", 3}}, "--comm nccl"},
+                   {"dev_nccl_tp2_sp_pp2_interleaved",
+                    {{"tp", 2}, {"sequence_parallel", true}, {"pp", 2}, {"schedule", "interleaved"}, {"virtual_stages", 2}},
+                    "--comm nccl"},
+                   {"dev_nccl_dp2_overlap", {{"dp", 2}, {"overlap_grad_reduce", true}}, "--comm nccl"},
+               },
+               steps);
+}
+
 TEST(RunEmuDevice, OffloadPlansMatchSingleRankFloat64) {
   const int steps = 2;
   json ref = run(scenario("dev_ref3", json::object()), steps, true);
