@@ -70,10 +70,19 @@ struct CollectiveMeasurements {
   int ranks = 1;
   bool one_node = true;  // every rank of the job on this node (the launcher's local size)
   std::vector<CollectivePoint> points;
+  double gemm_slowdown = -1;  // compute_slowdown_under_comm measured (gemm_slowdown_beside_allreduce); -1: not
+  std::string slowdown_about;
 };
 // Collective over c (device buffers of be; host: the host communicator of the same ranks, for barriers and times).
 CollectiveMeasurements measure_collectives(const Backend& be, Comm& c, Comm& host, const CalibrateOptions& o);
 json collectives_json(const CollectiveMeasurements& m);
+// The slowdown of a bf16 GEMM (calibrate's NN product at width s, M = 4s) while all-reduces of n floats of `buf` (device
+// memory of be) run beside it over c, the simulator's compute_slowdown_under_comm: the GEMM timed alone on the compute
+// stream, then with enough non-blocking all-reduces (each about allreduce_s) queued first to outlast the GEMMs; the
+// slowest rank's fraction (host: the same ranks), clamped to [0, 1]. -1 where c does not run a collective beside
+// compute (its request is complete when it starts: MPI, staging, the emulated table). Every rank calls it.
+double gemm_slowdown_beside_allreduce(const Backend& be, Comm& c, Comm& host, float* buf, long n, double allreduce_s,
+                                      long s, double min_s, std::string* about = nullptr);
 // The catalog GPU a device is by its name (and memory, for the A100s): "H100-SXM-80GB", ...; "" when none.
 std::string catalog_gpu_for_device(const std::string& device, double device_bytes);
 // validate's machine-speed probe on a device: the bf16 GEMM point of width s over max(4s, tokens) tokens (NN / NT / TN,

@@ -6,6 +6,8 @@
 // the bus bandwidth (all-reduce x 2 (R-1) / R; all-gather, reduce-scatter and all-to-all x (R-1) / R; send / recv
 // x 1, a one-way time between ranks 0 and 1 from a ping-pong of exchanges, the pipeline's calls). Sizes are nccl-tests' (all-gather: the gathered
 // output; reduce-scatter: the input; all-to-all: one rank's whole buffer).
+// Then the slowdown of a GEMM beside the largest all-reduce (gemm_slowdown_beside_allreduce, calibrate.hpp), where
+// the communicator runs collectives beside compute (NCCL's non-blocking ones).
 // Invariants: every rank runs the same calls in the same order (ranks other than 0 and 1 idle through the
 // ping-pong at its barriers); buffers are the backend's device memory, freed before return.
 #include <algorithm>
@@ -40,6 +42,46 @@ double timed(const Backend& be, Comm& host, int reps, F&& f) {
 }
 
 }  // namespace
+
+double gemm_slowdown_beside_allreduce(const Backend& be, Comm& c, Comm& host, float* buf, long n, double allreduce_s,
+                                      long s, double min_s, std::string* about) {
+  BackendScope scope(be);
+  const CommRequest probe = c.iall_reduce_sum(buf, n, Dtype::f32);
+  c.wait(probe);
+  int overlaps = probe.id >= 0;  // (every rank the same answer: all ranks run the same communicator)
+  host.all_reduce_sum(&overlaps, 1, Dtype::i32);
+  be.sync();
+  if (overlaps != host.size()) return -1;
+  Bf16GemmScope bf(be, true);
+  const long M = 4 * s, big = M * s;
+  DevBuf a32(be, 4 * big, "GEMM operand"), a16(be, 2 * big, "GEMM operand"), cbuf(be, 4 * big, "GEMM output");
+  fill_random(be, a32.f(), big, 3);
+  ops::pack_bf16(a16.h(), a32.f(), big);
+  auto gemm = [&] { ops::matmul16<float>(cbuf.f(), nullptr, a16.h(), nullptr, a16.h(), M, s, s, false, false, 1.f, 0.f); };
+  auto compute_sync = [&] { be.stream_sync ? be.stream_sync(Stream{}) : be.sync(); };  // (not the comm stream)
+  const double alone = per_call(gemm, min_s, compute_sync);
+  const int k = (int)std::clamp(min_s / alone, 4.0, 4000.0);
+  const int ars = (int)std::clamp(std::ceil(1.5 * k * alone / std::max(allreduce_s, 1e-7)), 2.0, 500.0);
+  host.barrier();
+  std::vector<CommRequest> reqs;
+  for (int i = 0; i < ars; ++i) reqs.push_back(c.iall_reduce_sum(buf, n, Dtype::f32));
+  const auto t0 = Clock::now();
+  for (int i = 0; i < k; ++i) gemm();
+  compute_sync();
+  const double beside = since(t0) / k;
+  for (const CommRequest& r : reqs) c.wait(r);
+  be.sync();
+  double slow = beside / alone - 1;
+  std::vector<double> all((size_t)host.size());
+  host.all_gather(&slow, all.data(), 1, Dtype::f64);
+  slow = std::clamp(*std::max_element(all.begin(), all.end()), 0.0, 1.0);
+  if (about)
+    *about = "compute_slowdown_under_comm measured: a bf16 GEMM (" + std::to_string(M) + " x " + std::to_string(s) + " x " +
+             std::to_string(s) + ") took " + fmt("%.3g s", alone) + " alone and " + fmt("%.3g s", beside) + " beside " +
+             std::to_string(ars) + " non-blocking all-reduces of " + fmt("%.3g", 4.0 * (double)n) +
+             " B (the slowest rank's ratio, clamped to [0, 1]).";
+  return slow;
+}
 
 CollectiveMeasurements measure_collectives(const Backend& be, Comm& c, Comm& host, const CalibrateOptions& o) {
   CollectiveMeasurements m;
@@ -78,6 +120,9 @@ CollectiveMeasurements measure_collectives(const Backend& be, Comm& c, Comm& hos
     });
     c.wait_sends();
     add("send_recv", rtt / 2, 1.0);
+    if (S == sizes.back())  // compute beside the largest all-reduce (its time: the first point at this size)
+      m.gemm_slowdown = gemm_slowdown_beside_allreduce(be, c, host, in, n, m.points[m.points.size() - 5].sec,
+                                                      o.quick ? 256 : 4096, o.quick ? 0.01 : 0.1, &m.slowdown_about);
   }
   return m;
 }

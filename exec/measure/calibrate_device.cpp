@@ -24,7 +24,8 @@
 // head dims, fp8 curve, framework memory and interference term are kept and the efficiencies are against its
 // peaks; the profile's links and host come from the catalog cluster built of that GPU. Otherwise (emu, an unknown
 // GPU) the bf16 peak is the best GEMM measured and the links are a one-node default. Collectives between GPUs and
-// the slowdown of a GEMM beside a collective are NOT measured (they need two ranks with NCCL): "about" says so.
+// the slowdown of a GEMM beside an all-reduce (compute_slowdown_under_comm) are measured with >= 2 ranks
+// (calibrate_collectives.cpp; the slowdown only where the communicator overlaps: --comm nccl); "about" says which.
 // Invariants: every buffer is the backend's device memory (or its pinned host memory for the PCIe sweep), freed
 // before return; each timed batch ends with Backend::sync; one rank measures (rank 0; the others wait at the
 // barriers), so a job's ranks do not share the device while it is timed; then, with >= 2 ranks, every rank measures
@@ -60,14 +61,6 @@ double graph_kernel_overhead(const Backend& be, float* x, double min_s) {
 }
 
 using namespace calib;
-
-// n floats of uniform(-1, 1) noise written to device memory at p.
-void fill_random(const Backend& be, float* p, long n, uint32_t seed) {
-  const long chunk = 1L << 20;
-  std::vector<float> r = random_floats((size_t)std::min(n, chunk), seed);
-  for (long i = 0; i < n; i += chunk) be.copy(p + i, r.data(), sizeof(float) * (size_t)std::min(chunk, n - i), CopyKind::host_to_device, {});
-  be.sync();
-}
 
 struct Sizes {
   std::vector<long> gemm, attn_t, mix_rows, opt_n, triad_n, pcie_bytes;
@@ -395,8 +388,11 @@ json device_profile(const DeviceMeasurements& m, const CalibrateOptions& o, cons
                  ") and the optimizer step (" + points_text(m.opt, " B/s") +
                  "). kernel_overhead = ops::add of one element per call, batches ended by one sync" +
                  (m.graph_overhead_s >= 0 ? "; graph_kernel_overhead = per kernel of a captured graph of 256 of them." : ".") +
-                 " fp8 GEMMs and the slowdown of a GEMM beside a collective are not measured (collectives: under mpirun, in the"
-                 " cluster's about).";
+                 (coll.gemm_slowdown >= 0 ? " " + coll.slowdown_about + " fp8 GEMMs are not measured."
+                                          : std::string(" fp8 GEMMs and the slowdown of a GEMM beside a collective are not measured"
+                                                        " (the slowdown needs a communicator that runs collectives beside compute: NCCL's,"
+                                                        " --comm nccl on GPUs under mpirun)")) +
+                 " (collectives: under mpirun, in the cluster's about).";
   gpu["matrix_flops_per_s"]["bf16"] = bf16_peak;
   if (cat.empty()) gpu["matrix_flops_per_s"]["fp16"] = bf16_peak;
   gpu["matrix_flops_per_s"]["fp32"] = fp32_peak;
@@ -408,6 +404,7 @@ json device_profile(const DeviceMeasurements& m, const CalibrateOptions& o, cons
   gpu["memory_efficiency"] = make_curve(mem_pts);
   gpu["kernel_overhead_s"] = std::clamp(m.overhead_s, 0.0, 1.0);
   if (m.graph_overhead_s >= 0) gpu["graph_kernel_overhead_s"] = std::clamp(m.graph_overhead_s, 0.0, 1.0);
+  if (coll.gemm_slowdown >= 0) gpu["compute_slowdown_under_comm"] = coll.gemm_slowdown;
   if (o.power_w > 0 || !gpu.contains("power_w")) gpu["power_w"] = o.power_w > 0 ? o.power_w : 700.0;
 
   const double pcie_bw = 0.5 * (m.pcie_h2d + m.pcie_d2h);

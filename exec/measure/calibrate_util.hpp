@@ -110,6 +110,14 @@ struct DevBuf {
   uint16_t* h() const { return static_cast<uint16_t*>(p); }
 };
 
+// n floats of uniform(-1, 1) noise written to device memory at p.
+inline void fill_random(const Backend& be, float* p, long n, uint32_t seed) {
+  const long chunk = 1L << 20;
+  std::vector<float> r = random_floats((size_t)std::min(n, chunk), seed);
+  for (long i = 0; i < n; i += chunk) be.copy(p + i, r.data(), sizeof(float) * (size_t)std::min(chunk, n - i), CopyKind::host_to_device, {});
+  be.sync();
+}
+
 // The buffers of one GPT (GELU) layer's element-wise ops at n tokens, hidden h, ffn f (host or device memory).
 struct MixPtrs {
   float *x, *y, *dx, *big, *big2, *dbig, *qkv;  // [n, h] x3, [n, f] x3, [n, 3h]

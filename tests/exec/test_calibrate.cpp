@@ -12,6 +12,8 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -249,6 +251,74 @@ TEST(Calibrate, DeviceProfileOfACatalogGpuKeepsItsPeaksAndPredictsTheMeasuredGem
   const json unknown = tp::exec::device_profile(m, tp::exec::CalibrateOptions{});
   EXPECT_NEAR(unknown["gpu"]["matrix_flops_per_s"]["bf16"].get<double>(), 0.6 * peak, 1e6);
   EXPECT_EQ(unknown["gpu"]["matrix_efficiency"].back()[1].get<double>(), 1.0);
+}
+
+namespace {
+// A one-rank communicator whose non-blocking all-reduces run "beside" compute (each returns a request to wait for,
+// as NCCL's do), counting them.
+struct OverlappingComm final : tp::exec::Comm {
+  std::unique_ptr<tp::exec::Comm> local = tp::exec::make_local_comm();
+  long started = 0, waited = 0;
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  std::unique_ptr<tp::exec::Comm> split(int c, int k) override { return local->split(c, k); }
+  void all_reduce_sum(void* b, long n, tp::exec::Dtype d) override { local->all_reduce_sum(b, n, d); }
+  void reduce_scatter_sum(const void* i, void* o, long n, tp::exec::Dtype d) override { local->reduce_scatter_sum(i, o, n, d); }
+  tp::exec::CommRequest iall_reduce_sum(void*, long, tp::exec::Dtype) override { return {started++}; }
+  void wait(tp::exec::CommRequest r) override { waited += r.id >= 0; }
+  void all_gather(const void* i, void* o, long n, tp::exec::Dtype d) override { local->all_gather(i, o, n, d); }
+  void broadcast(void* b, long n, tp::exec::Dtype d, int r) override { local->broadcast(b, n, d, r); }
+  void reduce_sum(const void* i, void* o, long n, tp::exec::Dtype d, int r) override { local->reduce_sum(i, o, n, d, r); }
+  void all_to_all(const void* i, void* o, long n, tp::exec::Dtype d) override { local->all_to_all(i, o, n, d); }
+  void send(const void*, long, tp::exec::Dtype, int, int) override {}
+  void recv(void*, long, tp::exec::Dtype, int, int) override {}
+  void isend(const void*, long, tp::exec::Dtype, int, int) override {}
+  void wait_sends() override {}
+  int reap_sends() override { return 0; }
+  void barrier() override {}
+  [[noreturn]] void abort(int, const std::string& m) override { throw std::runtime_error(m); }
+};
+}  // namespace
+
+// compute_slowdown_under_comm: measured only where the communicator overlaps (a request to wait for), with every
+// all-reduce it started waited for; a communicator that completes them at once (MPI, staging) gives -1; the profile
+// takes a measured value and says how it was measured.
+TEST(Calibrate, GemmSlowdownBesideAnAllReduceOnlyWhereTheCommunicatorOverlaps) {
+  const tp::exec::Backend& be = tp::exec::cpu_backend();
+  std::vector<float> buf(1024, 1.f);
+  std::unique_ptr<tp::exec::Comm> local = tp::exec::make_local_comm();
+  EXPECT_EQ(tp::exec::gemm_slowdown_beside_allreduce(be, *local, *local, buf.data(), 1024, 1e-4, 32, 1e-3), -1);
+  OverlappingComm c;
+  std::string about;
+  const double slow = tp::exec::gemm_slowdown_beside_allreduce(be, c, c, buf.data(), 1024, 1e-4, 32, 1e-3, &about);
+  EXPECT_GE(slow, 0);
+  EXPECT_LE(slow, 1);
+  EXPECT_GE(c.started, 3);  // the probe and at least two beside the GEMMs
+  EXPECT_EQ(c.waited, c.started);
+  EXPECT_NE(about.find("compute_slowdown_under_comm measured: a bf16 GEMM (128 x 32 x 32)"), std::string::npos) << about;
+  tp::exec::DeviceMeasurements m;
+  m.backend = "cuda";
+  m.device = "device 0 of 1 (NVIDIA H200)";
+  m.device_bytes = 150e9;
+  for (double sz : {1024.0, 4096.0}) m.gemm.push_back({8 * sz * sz * sz, 8 * sz * sz * sz, 8 * sz * sz * sz / 5e14});
+  m.fp32_size = 4096, m.fp32_rate = 50e12, m.attention_head_dim = 128;
+  for (double f : {1e10, 1e11}) m.attention.push_back({f, f, f / 4e14});
+  for (double b : {1e6, 1e9}) m.triad.push_back({b, b, b / 4e12});
+  m.mix.push_back({1e8, 1e9, 1e9 / 3e12});
+  m.opt.push_back({1e9, 1e9, 1e9 / 3e12});
+  m.pcie_h2d = m.pcie_d2h = 50e9, m.overhead_s = 4e-6;
+  tp::exec::CollectiveMeasurements coll;
+  coll.ranks = 2;
+  coll.points.push_back({"all_reduce", 1e8, 1e-3, 1e11, 1e11});
+  coll.gemm_slowdown = 0.17;
+  coll.slowdown_about = about;
+  const json g = tp::exec::device_profile(m, tp::exec::CalibrateOptions{}, coll)["gpu"];
+  EXPECT_DOUBLE_EQ(g["compute_slowdown_under_comm"].get<double>(), 0.17);
+  EXPECT_NE(g["about"].get<std::string>().find("compute_slowdown_under_comm measured"), std::string::npos);
+  coll.gemm_slowdown = -1;  // not measured: the catalog's figure stays, and the about says why
+  const json g2 = tp::exec::device_profile(m, tp::exec::CalibrateOptions{}, coll)["gpu"];
+  EXPECT_EQ(g2["compute_slowdown_under_comm"], (*tp::catalog_find("gpus", "H200-SXM-141GB"))["compute_slowdown_under_comm"]);
+  EXPECT_NE(g2["about"].get<std::string>().find("--comm nccl on GPUs under mpirun"), std::string::npos);
 }
 
 // A backward slower than its forward (a forward of F FLOPs at 60 % of the peak, its backward of 2.5 F at 30 %): both
