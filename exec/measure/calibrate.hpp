@@ -53,6 +53,7 @@ struct DeviceMeasurements {
   std::string backend, device;  // Backend::name, Backend::device ("device 0 of 1 (NVIDIA H100 80GB HBM3)")
   double device_bytes = 0;
   std::vector<DevicePoint> gemm, attention, triad, mix, opt;  // bf16 GEMMs, flash fwd / bwd, memory-bound work
+  std::vector<DevicePoint> fp8_gemm;  // ops::matmul_fp8 (fp8_gemm_sweep), on a device whose catalog GPU has an fp8 peak
   long gemm_tokens = 0;                                          // the GEMM sweep's tokens (0: 4s per width s)
   long fp32_size = 0, attention_head_dim = 0;
   double fp32_rate = 0, pcie_h2d = 0, pcie_d2h = 0, overhead_s = 0;  // FLOP/s, B/s, s
@@ -83,6 +84,10 @@ json collectives_json(const CollectiveMeasurements& m);
 // compute (its request is complete when it starts: MPI, staging, the emulated table). Every rank calls it.
 double gemm_slowdown_beside_allreduce(const Backend& be, Comm& c, Comm& host, float* buf, long n, double allreduce_s,
                                       long s, double min_s, std::string* about = nullptr);
+// fp8 GEMMs as training.precision "fp8" runs them: ops::matmul_fp8 of two E4M3 casts (the op casts its operands, then
+// cuBLASLt's fp8 kernels where the device and shape take them, else a bf16-speed matmul) on a linear layer's three
+// products at each width s of `widths` over max(4s, tokens) tokens, as the bf16 sweep: x = the GEMM's FLOPs.
+std::vector<DevicePoint> fp8_gemm_sweep(const Backend& be, const std::vector<long>& widths, long tokens, double min_s);
 // The catalog GPU a device is by its name (and memory, for the A100s): "H100-SXM-80GB", ...; "" when none.
 std::string catalog_gpu_for_device(const std::string& device, double device_bytes);
 // validate's machine-speed probe on a device: the bf16 GEMM point of width s over max(4s, tokens) tokens (NN / NT / TN,

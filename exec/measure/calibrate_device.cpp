@@ -2,6 +2,8 @@
 // own ops on that backend (the ops `trainplan run --backend ...` trains with) and writes the same kind of profile as
 // calibrate_cpu: an inline cluster object whose "gpu" is an inline GPU object (calibrate.hpp).
 // What is measured (docs/perf/validate.md, "calibrate on a device"):
+// - fp8 GEMMs (a device whose catalog GPU has an fp8 peak): ops::matmul_fp8 over the same products, against that peak:
+//   fp8_matrix_efficiency.
 // - bf16 GEMMs: ops::matmul16 with both operands packed bf16 and bf16 GEMM operands on (the training GEMMs of
 //   training.precision "bf16"), on a linear layer's three products of 4s tokens at width s (NN, NT, TN) over a
 //   sweep of s: matrix_efficiency by GEMM FLOPs against the bf16 peak. fp32 GEMMs (ops::matmul) at the largest size
@@ -33,6 +35,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -97,33 +100,40 @@ Sizes sizes_for(const CalibrateOptions& o) {
   return z;
 }
 
+// Each width's mean rate over the NN, NT and TN products of a linear layer (M = max(4s, tokens) rows), run by gemm.
+template <class G>
+std::vector<DevicePoint> layer_gemm_sweep(const std::vector<long>& widths, long tokens, double min_s, G&& gemm,
+                                          const std::function<void()>& sync) {
+  std::vector<DevicePoint> out;
+  for (long s : widths) {
+    const long M = device_gemm_point_tokens(s, tokens);
+    struct V { long m, n, k; bool ta, tb; };
+    const V vars[3] = {{M, s, s, false, false}, {M, s, s, false, true}, {s, s, M, true, false}};
+    double rate = 0;
+    for (const V& v : vars)
+      rate += 2.0 * (double)v.m * v.n * v.k / per_call([&] { gemm(s, v.m, v.n, v.k, v.ta, v.tb); }, min_s, sync) / 3.0;
+    const double flops = device_gemm_point_flops(s, tokens);
+    out.push_back({flops, flops, flops / rate});
+  }
+  return out;
+}
+
 // bf16 GEMMs of a linear layer of width s over M = max(4s, z.gemm_tokens) tokens (a training micro-batch's: the
 // simulator keys GEMM efficiency by FLOPs, and a model's GEMMs of a given FLOP count have many tokens and a narrow
 // width): NN [M,s]x[s,s], NT [M,s]x[s,s]^T, TN [M,s]^T x [M,s]; each point the mean achieved FLOP/s over the three
 // (x = 2 M s^2 FLOPs).
 std::vector<DevicePoint> gemm_sweep(const Backend& be, const Sizes& z) {
-  std::vector<DevicePoint> out;
   Bf16GemmScope bf(be, true);
-  auto sync = [&] { be.sync(); };
-  for (long s : z.gemm) {
-    const long M = device_gemm_point_tokens(s, z.gemm_tokens), big = M * s;
-    DevBuf a32(be, 4 * big, "GEMM operand"), a16(be, 2 * big, "GEMM operand"), b16(be, 2 * big, "GEMM operand"),
-        c(be, 4 * big, "GEMM output");
-    fill_random(be, a32.f(), big, 1);
-    ops::pack_bf16(a16.h(), a32.f(), big);
-    ops::pack_bf16(b16.h(), a32.f(), big);
-    struct V { long m, n, k; bool ta, tb; };
-    const V vars[3] = {{M, s, s, false, false}, {M, s, s, false, true}, {s, s, M, true, false}};
-    double rate = 0;
-    for (const V& v : vars) {
-      double t = per_call([&] { ops::matmul16<float>(c.f(), nullptr, a16.h(), nullptr, b16.h(), v.m, v.n, v.k, v.ta, v.tb, 1.f, 0.f); },
-                          z.min_s, sync);
-      rate += 2.0 * (double)v.m * v.n * v.k / t / 3.0;
-    }
-    const double flops = device_gemm_point_flops(s, z.gemm_tokens);
-    out.push_back({flops, flops, flops / rate});
-  }
-  return out;
+  const long s_max = *std::max_element(z.gemm.begin(), z.gemm.end());
+  const long big = device_gemm_point_tokens(s_max, z.gemm_tokens) * s_max;
+  DevBuf a32(be, 4 * big, "GEMM operand"), a16(be, 2 * big, "GEMM operand"), b16(be, 2 * big, "GEMM operand"),
+      c(be, 4 * big, "GEMM output");
+  fill_random(be, a32.f(), big, 1);
+  ops::pack_bf16(a16.h(), a32.f(), big);
+  ops::pack_bf16(b16.h(), a32.f(), big);
+  return layer_gemm_sweep(z.gemm, z.gemm_tokens, z.min_s, [&](long, long m, long n, long k, bool ta, bool tb) {
+    ops::matmul16<float>(c.f(), nullptr, a16.h(), nullptr, b16.h(), m, n, k, ta, tb, 1.f, 0.f);
+  }, [&] { be.sync(); });
 }
 
 // fp32 GEMM (ops::matmul, NN) at width s: achieved FLOP/s.
@@ -320,6 +330,18 @@ long calibrate_gemm_tokens(bool quick) {
   return sizes_for(o).gemm_tokens;
 }
 
+std::vector<DevicePoint> fp8_gemm_sweep(const Backend& be, const std::vector<long>& widths, long tokens, double min_s) {
+  BackendScope scope(be);
+  const long s_max = *std::max_element(widths.begin(), widths.end());
+  const long big = device_gemm_point_tokens(s_max, tokens) * s_max;
+  DevBuf a(be, 4 * big, "fp8 GEMM operand"), c(be, 4 * big, "fp8 GEMM output");
+  fill_random(be, a.f(), big, 4);
+  const float scale = 64.f;  // (|x| <= 1 scaled into E4M3's range, as a delayed scale would)
+  return layer_gemm_sweep(widths, tokens, min_s, [&](long, long m, long n, long k, bool ta, bool tb) {
+    ops::matmul_fp8<float>(c.f(), a.f(), scale, 0, a.f(), scale, 0, m, n, k, ta, tb, 1.f, 0.f);
+  }, [&] { be.sync(); });
+}
+
 double device_gemm_probe_flops_per_s(const Backend& be, long s, long tokens) {
   BackendScope scope(be);
   Sizes z;
@@ -343,6 +365,7 @@ json device_profile(const DeviceMeasurements& m, const CalibrateOptions& o, cons
   double best = 0;
   for (const DevicePoint& p : m.gemm) best = std::max(best, p.flops_or_bytes / p.sec);
   const double bf16_peak = !cat.empty() ? gpu["matrix_flops_per_s"]["bf16"].get<double>() : best;
+  const double fp8_peak = !cat.empty() ? gpu["matrix_flops_per_s"].value("fp8", 0.0) : 0.0;
   const json mcurve = matrix_curve(m.gemm, bf16_peak);
   Issues is;
   const double s_top = (double)m.fp32_size;
@@ -388,11 +411,16 @@ json device_profile(const DeviceMeasurements& m, const CalibrateOptions& o, cons
                  ") and the optimizer step (" + points_text(m.opt, " B/s") +
                  "). kernel_overhead = ops::add of one element per call, batches ended by one sync" +
                  (m.graph_overhead_s >= 0 ? "; graph_kernel_overhead = per kernel of a captured graph of 256 of them." : ".") +
-                 (coll.gemm_slowdown >= 0 ? " " + coll.slowdown_about + " fp8 GEMMs are not measured."
-                                          : std::string(" fp8 GEMMs and the slowdown of a GEMM beside a collective are not measured"
-                                                        " (the slowdown needs a communicator that runs collectives beside compute: NCCL's,"
-                                                        " --comm nccl on GPUs under mpirun)")) +
-                 " (collectives: under mpirun, in the cluster's about).";
+                 (fp8_peak > 0 && !m.fp8_gemm.empty()
+                      ? " fp8 GEMMs (ops::matmul_fp8 of two E4M3 casts, the casts included; cuBLASLt's fp8 kernels where the"
+                        " shape takes them), the same products: " + points_text(m.fp8_gemm, "") + "; fp8_matrix_efficiency against"
+                        " the fp8 peak."
+                      : std::string(" fp8 GEMMs are not measured (only on a device whose catalog GPU has an fp8 peak).")) +
+                 (coll.gemm_slowdown >= 0 ? " " + coll.slowdown_about
+                                          : std::string(" The slowdown of a GEMM beside a collective is not measured (it needs a"
+                                                        " communicator that runs collectives beside compute: NCCL's, --comm nccl on"
+                                                        " GPUs under mpirun).")) +
+                 " Collectives: under mpirun, in the cluster's about.";
   gpu["matrix_flops_per_s"]["bf16"] = bf16_peak;
   if (cat.empty()) gpu["matrix_flops_per_s"]["fp16"] = bf16_peak;
   gpu["matrix_flops_per_s"]["fp32"] = fp32_peak;
@@ -405,6 +433,7 @@ json device_profile(const DeviceMeasurements& m, const CalibrateOptions& o, cons
   gpu["kernel_overhead_s"] = std::clamp(m.overhead_s, 0.0, 1.0);
   if (m.graph_overhead_s >= 0) gpu["graph_kernel_overhead_s"] = std::clamp(m.graph_overhead_s, 0.0, 1.0);
   if (coll.gemm_slowdown >= 0) gpu["compute_slowdown_under_comm"] = coll.gemm_slowdown;
+  if (fp8_peak > 0 && !m.fp8_gemm.empty()) gpu["fp8_matrix_efficiency"] = matrix_curve(m.fp8_gemm, fp8_peak);
   if (o.power_w > 0 || !gpu.contains("power_w")) gpu["power_w"] = o.power_w > 0 ? o.power_w : 700.0;
 
   const double pcie_bw = 0.5 * (m.pcie_h2d + m.pcie_d2h);
@@ -465,6 +494,11 @@ json calibrate_device(const Backend& be, const CalibrateOptions& o, Comm& w, Com
     say("bf16 GEMM sweep");
     m.gemm = gemm_sweep(be, z);
     m.gemm_tokens = z.gemm_tokens;
+    if (const json* g = catalog_find("gpus", catalog_gpu_for_device(m.device, m.device_bytes));
+        g && (*g)["matrix_flops_per_s"].value("fp8", 0.0) > 0) {
+      say("fp8 GEMM sweep");
+      m.fp8_gemm = fp8_gemm_sweep(be, z.gemm, z.gemm_tokens, z.min_s);
+    }
     say("fp32 GEMM");
     m.fp32_size = z.gemm.back();
     m.fp32_rate = fp32_gemm_rate(be, m.fp32_size, z.min_s);

@@ -282,8 +282,8 @@ struct OverlappingComm final : tp::exec::Comm {
 
 // compute_slowdown_under_comm: measured only where the communicator overlaps (a request to wait for), with every
 // all-reduce it started waited for; a communicator that completes them at once (MPI, staging) gives -1; the profile
-// takes a measured value and says how it was measured.
-TEST(Calibrate, GemmSlowdownBesideAnAllReduceOnlyWhereTheCommunicatorOverlaps) {
+// takes a measured value and says how it was measured. Measured fp8 GEMMs become the profile's fp8 curve.
+TEST(Calibrate, SlowdownBesideAnAllReduceAndFp8GemmsReachTheProfile) {
   const tp::exec::Backend& be = tp::exec::cpu_backend();
   std::vector<float> buf(1024, 1.f);
   std::unique_ptr<tp::exec::Comm> local = tp::exec::make_local_comm();
@@ -315,10 +315,30 @@ TEST(Calibrate, GemmSlowdownBesideAnAllReduceOnlyWhereTheCommunicatorOverlaps) {
   const json g = tp::exec::device_profile(m, tp::exec::CalibrateOptions{}, coll)["gpu"];
   EXPECT_DOUBLE_EQ(g["compute_slowdown_under_comm"].get<double>(), 0.17);
   EXPECT_NE(g["about"].get<std::string>().find("compute_slowdown_under_comm measured"), std::string::npos);
+  EXPECT_EQ(g["fp8_matrix_efficiency"], (*tp::catalog_find("gpus", "H200-SXM-141GB"))["fp8_matrix_efficiency"]);  // (kept)
+  // fp8 GEMMs measured (synthetic: 0.45 of the H200's fp8 peak at every size): the profile's fp8 curve says so
+  const double fp8_peak = (*tp::catalog_find("gpus", "H200-SXM-141GB"))["matrix_flops_per_s"]["fp8"].get<double>();
+  for (double sz : {1024.0, 4096.0}) m.fp8_gemm.push_back({8 * sz * sz * sz, 8 * sz * sz * sz, 8 * sz * sz * sz / (0.45 * fp8_peak)});
+  const json g8 = tp::exec::device_profile(m, tp::exec::CalibrateOptions{}, coll)["gpu"];
+  tp::Issues is;
+  const tp::Gpu gp = tp::read_gpu(g8, "profile.gpu", is);
+  ASSERT_TRUE(is.empty()) << is.messages.front();
+  EXPECT_NEAR(gp.fp8_curve().at(8.0 * 4096 * 4096 * 4096), 0.45, 1e-9);
+  EXPECT_NE(g8["about"].get<std::string>().find("fp8 GEMMs (ops::matmul_fp8"), std::string::npos);
+  m.fp8_gemm.clear();
   coll.gemm_slowdown = -1;  // not measured: the catalog's figure stays, and the about says why
   const json g2 = tp::exec::device_profile(m, tp::exec::CalibrateOptions{}, coll)["gpu"];
   EXPECT_EQ(g2["compute_slowdown_under_comm"], (*tp::catalog_find("gpus", "H200-SXM-141GB"))["compute_slowdown_under_comm"]);
   EXPECT_NE(g2["about"].get<std::string>().find("--comm nccl on GPUs under mpirun"), std::string::npos);
+}
+
+// The fp8 GEMM sweep (what calibrate runs on an fp8 GPU) on the CPU: one point per width, the GEMM's FLOPs as x, a
+// positive time (matmul_fp8 emulated: the casts and a matmul).
+TEST(Calibrate, Fp8GemmSweepMeasuresEachWidth) {
+  const auto pts = tp::exec::fp8_gemm_sweep(tp::exec::cpu_backend(), {32, 64}, 0, 1e-3);
+  ASSERT_EQ(pts.size(), 2u);
+  EXPECT_DOUBLE_EQ(pts[1].x, tp::exec::device_gemm_point_flops(64, 0));
+  for (const auto& p : pts) EXPECT_GT(p.sec, 0);
 }
 
 // A backward slower than its forward (a forward of F FLOPs at 60 % of the peak, its backward of 2.5 F at 30 %): both
