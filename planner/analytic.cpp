@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "schedule/exchange.hpp"
 #include "sim/op_cost.hpp"
 #include "sim/program.hpp"
 #include "sim/step_formulas.hpp"
@@ -188,7 +189,13 @@ Estimate AnalyticModel::estimate(const Layout& lay, const MicroCost& mc, const C
       r.bubble_s = (p - 1) * t_stage / v;
     }
     bool inter = (long long)lay.tp * dp >= gpn;
-    r.pp_comm_s = 2 * (p - 1) * p2p_s(inter, mc.p2p_bytes);
+    // the fill and drain's sends; where the exchanges block compute, sends wait on the critical path too, as the
+    // simulator's groups make them: GPipe's forward and backward send of every micro-batch, 1F1B's one send per
+    // steady forward-backward pair (the other waits under the peer's compute)
+    Plan q;
+    q.pp = p, q.schedule = ch.schedule, q.grad_accumulation = ch.acc;
+    const double blocked = !exchanges_block_compute(q) ? 0 : ch.schedule == Schedule::gpipe ? 2 * m : m;
+    r.pp_comm_s = (2 * (p - 1) + blocked) * p2p_s(inter, mc.p2p_bytes);
   }
 
   // ---- parameters per GPU: the stage holding the most (first: embedding, last: head) ----

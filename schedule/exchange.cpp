@@ -38,6 +38,11 @@ std::vector<Exchange> item_exchanges(const StageLayout& lay, const std::vector<W
   return ex;
 }
 
+bool exchanges_block_compute(const Plan& p) {
+  return p.pp > 1 && p.grad_accumulation == GradAccumulation::standard &&
+         (p.schedule == Schedule::gpipe || p.schedule == Schedule::one_f_one_b);
+}
+
 std::vector<Exchange> one_by_one(const std::vector<Exchange>& grouped) {
   std::vector<Exchange> out;
   for (const Exchange& e : grouped)

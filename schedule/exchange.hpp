@@ -38,6 +38,14 @@ using Exchange = std::vector<P2pStep>;  // issued as one group
 // group k before item k (see the file comment), before any receive is moved earlier.
 std::vector<Exchange> item_exchanges(const StageLayout& lay, const std::vector<WorkItem>& order, int stage);
 
+// Whether plan p's exchanges block compute, as the frameworks run them: GPipe and 1F1B under standard accumulation,
+// whose groups (item_exchanges) are waited for before the next item runs — Megatron-LM's p2p_communication without
+// overlap_p2p_comm (arguments.py turns it off unless the schedule is interleaved), DeepSpeed's pipeline engine and
+// TorchTitan's schedules likewise. The interleaved and modular schedules post their receives ahead and wait for
+// sends later (overlap_p2p_comm), and the research schedules keep that overlap. The simulator (its pipeline sends)
+// and the planner's estimate (its exposed pipeline communication) both follow it.
+bool exchanges_block_compute(const Plan& p);
+
 // What every stage of plan p issues (index: stage): item_exchanges with the receives moved earlier where a
 // rendezvous would deadlock. Throws std::logic_error if the schedule itself cannot finish (not for plan_order's).
 std::vector<std::vector<Exchange>> plan_exchanges(const Plan& p, long long layers);

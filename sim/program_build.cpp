@@ -13,6 +13,7 @@
 #include <set>
 
 #include "program_build_ctx.hpp"
+#include "schedule/exchange.hpp"
 
 namespace tp {
 
@@ -224,25 +225,15 @@ void add_compute_pieces(BuildCtx& x) {
   }
 }
 
-// Whether a pipeline's sends and receives block compute: GPipe and 1F1B under standard accumulation, whose
-// exchanges (schedule/exchange.hpp item_exchanges: before each item, the previous item's send and this item's
-// receive, one group) are waited for before the next item runs, as Megatron-LM's p2p_communication does without
-// overlap_p2p_comm (arguments.py turns it off unless the schedule is interleaved), DeepSpeed's pipeline engine and
-// TorchTitan's schedules likewise. The interleaved and modular schedules post their receives ahead and wait for
-// sends later (overlap_p2p_comm), and the research schedules keep the same overlap: a send is a task on its own lane.
-bool blocking_exchanges(const Plan& p) {
-  return p.pp > 1 && p.grad_accumulation == GradAccumulation::standard &&
-         (p.schedule == Schedule::gpipe || p.schedule == Schedule::one_f_one_b);
-}
-
-// Pass 2: pipeline point-to-point sends between consecutive model chunks on different stages. Under blocking
-// exchanges a send also starts only once its receiver has finished the item before the one it feeds (the receive
-// is posted), and the sender's next item waits for it (the group is waited for).
+// Pass 2: pipeline point-to-point sends between consecutive model chunks on different stages. Where exchanges block
+// compute (schedule/exchange.hpp exchanges_block_compute: item_exchanges' groups waited for) a send also starts only
+// once its receiver has finished the item before the one it feeds (the receive is posted), and the sender's next
+// item waits for it.
 void add_pipeline_sends(BuildCtx& x) {
   const Plan& p = x.p;
   Program& prog = x.prog;
   const StageLayout& lay = x.lay;
-  const bool blocking = blocking_exchanges(p);
+  const bool blocking = exchanges_block_compute(p);
   // (sim rank, model chunk, mb, pass) -> the item's index in its rank's order
   std::vector<int> index_of(blocking ? x.comp.size() : 0, -1);
   auto slot = [&](int r, int g, int mb, int pass) {
