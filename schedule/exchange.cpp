@@ -43,13 +43,6 @@ bool exchanges_block_compute(const Plan& p) {
          (p.schedule == Schedule::gpipe || p.schedule == Schedule::one_f_one_b);
 }
 
-std::vector<Exchange> one_by_one(const std::vector<Exchange>& grouped) {
-  std::vector<Exchange> out;
-  for (const Exchange& e : grouped)
-    for (const P2pStep& s : e) out.push_back({s});
-  return out;
-}
-
 namespace {
 
 // Every stage's exchanges as one table of operations under a rendezvous run.

@@ -50,10 +50,6 @@ bool exchanges_block_compute(const Plan& p);
 // rendezvous would deadlock. Throws std::logic_error if the schedule itself cannot finish (not for plan_order's).
 std::vector<std::vector<Exchange>> plan_exchanges(const Plan& p, long long layers);
 
-// The same traffic one operation at a time, in the executor's former order (item k-1's send, then item k's
-// receive): what mapping MPI-style isend / recv one to one onto NCCL gives. Kept for the check's own test.
-std::vector<Exchange> one_by_one(const std::vector<Exchange>& grouped);
-
 // Runs every stage's exchanges under rendezvous semantics: each stage is blocked in its current group until every
 // operation of that group has met its counterpart in the peer's current group (or met it earlier); pairs match in
 // issue order. Returns "" when every stage finishes, else what went wrong: a deadlock (each blocked stage and what

@@ -236,13 +236,10 @@ void add_pipeline_sends(BuildCtx& x) {
   const bool blocking = exchanges_block_compute(p);
   // (sim rank, model chunk, mb, pass) -> the item's index in its rank's order
   std::vector<int> index_of(blocking ? x.comp.size() : 0, -1);
-  auto slot = [&](int r, int g, int mb, int pass) {
-    return (((size_t)r * x.V + lay.local_chunk(g)) * x.m + mb) * 2 + pass;
-  };
   for (int r = 0; blocking && r < x.R; ++r)
     for (size_t k = 0; k < x.orders[r].size(); ++k) {
       const WorkItem& w = x.orders[r][k];
-      index_of[slot(r, lay.model_chunk(prog.sim_stage[r], w.chunk), w.microbatch, w.pass == Pass::fwd ? 0 : 1)] = (int)k;
+      index_of[x.comp_index(r, lay.model_chunk(prog.sim_stage[r], w.chunk), w.microbatch, w.pass == Pass::fwd ? 0 : 1)] = (int)k;
     }
   auto item_task = [&](int r, size_t k, bool last) {  // the first or last compute task of rank r's item k
     const WorkItem& w = x.orders[r][k];
@@ -273,7 +270,7 @@ void add_pipeline_sends(BuildCtx& x) {
       if (dst_sim >= 0) prog.in.edges.push_back({id, x.comp_at(dst_sim, g2, w.microbatch, fwd ? 0 : 1).first});
       if (!blocking) continue;
       if (k + 1 < x.orders[r].size()) x.edge(id, item_task(r, k + 1, false));  // the sender's group is waited for
-      const int at = dst_sim >= 0 ? index_of[slot(dst_sim, g2, w.microbatch, fwd ? 0 : 1)] : -1;
+      const int at = dst_sim >= 0 ? index_of[x.comp_index(dst_sim, g2, w.microbatch, fwd ? 0 : 1)] : -1;
       if (at > 0) x.edge(item_task(dst_sim, (size_t)at - 1, true), id);  // the receive is posted after its item
     }
   }

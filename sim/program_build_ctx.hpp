@@ -51,9 +51,11 @@ struct BuildCtx {
   std::map<std::pair<GroupKey, int>, int> dp_coll_memo;            // (dp group, tag) -> collective
 
   BuildCtx(const Scenario& s, Program& pr, Builder& b);
-  std::pair<int, int>& comp_at(int sim, int model_chunk, int mb, int pass) {
-    return comp[(((size_t)sim * V + lay.local_chunk(model_chunk)) * m + mb) * 2 + pass];
+  // The slot of (sim rank, global model chunk, mb, pass) in `comp` (and in any table laid out as it).
+  size_t comp_index(int sim, int model_chunk, int mb, int pass) const {
+    return (((size_t)sim * V + lay.local_chunk(model_chunk)) * m + mb) * 2 + pass;
   }
+  std::pair<int, int>& comp_at(int sim, int model_chunk, int mb, int pass) { return comp[comp_index(sim, model_chunk, mb, pass)]; }
   Params layer_params(long long l) const;
   Params piece_params(long long lo, long long hi, bool embed, bool head) const;
   Params offloaded_layer(long long l) const;           // whole layer, or only its experts

@@ -105,7 +105,8 @@ CollectiveMeasurements measure_collectives(const Backend& be, Comm& c, Comm& hos
     auto add = [&](const char* op, double t, double factor) {
       m.points.push_back({op, (double)S, t, (double)S / t, (double)S / t * factor});
     };
-    add("all_reduce", timed(be, host, reps, [&] { c.all_reduce_sum(in, n, Dtype::f32); }), 2 * f1);
+    const double all_reduce_s = timed(be, host, reps, [&] { c.all_reduce_sum(in, n, Dtype::f32); });
+    add("all_reduce", all_reduce_s, 2 * f1);
     ops::fill<float>(in, 1.f, n);  // (the sums grew)
     add("all_gather", timed(be, host, reps, [&] { c.all_gather(in, out, n / R, Dtype::f32); }), f1);
     add("reduce_scatter", timed(be, host, reps, [&] { c.reduce_scatter_sum(in, out, n / R, Dtype::f32); }), f1);
@@ -120,8 +121,8 @@ CollectiveMeasurements measure_collectives(const Backend& be, Comm& c, Comm& hos
     });
     c.wait_sends();
     add("send_recv", rtt / 2, 1.0);
-    if (S == sizes.back())  // compute beside the largest all-reduce (its time: the first point at this size)
-      m.gemm_slowdown = gemm_slowdown_beside_allreduce(be, c, host, in, n, m.points[m.points.size() - 5].sec,
+    if (S == sizes.back())  // compute beside the largest all-reduce
+      m.gemm_slowdown = gemm_slowdown_beside_allreduce(be, c, host, in, n, all_reduce_s,
                                                       o.quick ? 256 : 4096, o.quick ? 0.01 : 0.1, &m.slowdown_about);
   }
   return m;

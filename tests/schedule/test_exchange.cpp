@@ -32,6 +32,15 @@ Plan pipeline(Schedule s, int pp, int v, int m, GradAccumulation ga = GradAccumu
   return p;
 }
 
+// The same traffic one operation at a time, in the executor's former order (item k-1's send, then item k's
+// receive): what mapping MPI-style isend / recv one to one onto NCCL gives.
+std::vector<Exchange> one_by_one(const std::vector<Exchange>& grouped) {
+  std::vector<Exchange> out;
+  for (const Exchange& e : grouped)
+    for (const P2pStep& s : e) out.push_back({s});
+  return out;
+}
+
 std::string ops(const Exchange& e) {
   std::string s;
   for (const P2pStep& x : e) s += (s.empty() ? "" : ", ") + describe(x);
