@@ -188,6 +188,14 @@ bool cuda_without_device(const std::string& backend) {
   return true;
 }
 
+// A refusal every rank makes alike before any work (device_comm's ranks sharing a GPU, decided from one all-gathered
+// table): rank 0 says it in one line and every rank ends with exit 2 (not an abort's line per rank and mpirun's).
+int refused_on_every_rank(exec::Comm& world, const exec::DeviceCommRefused& e) {
+  if (world.rank() == 0) std::cerr << "error: " << e.what() << "\n";
+  exec::finalize_world();
+  return 2;
+}
+
 // One process per rank. Every rank loads and checks the scenario before any work, so bad input fails
 // everywhere with exit 2 (printed once, by rank 0); a rank that fails later aborts the whole job.
 int cmd_run(int argc, char** argv) {
@@ -293,6 +301,8 @@ int cmd_run(int argc, char** argv) {
   exec::install_stop_handlers();  // SIGINT / SIGTERM (Slurm's pre-emption): finish the step, then stop
   try {
     r = exec::run_training(sc, o, world);
+  } catch (const exec::DeviceCommRefused& e) {
+    return refused_on_every_rank(world, e);
   } catch (const InputError& e) {
     world.abort(2, e.messages.empty() ? "bad input" : e.messages.front());
   } catch (const std::exception& e) {
@@ -413,6 +423,8 @@ int cmd_calibrate(int argc, char** argv) {
     } else {
       prof = exec::calibrate_cpu(o, world);
     }
+  } catch (const exec::DeviceCommRefused& e) {
+    return refused_on_every_rank(world, e);
   } catch (const std::exception& e) {
     world.abort(1, e.what());
   }
@@ -470,6 +482,8 @@ int cmd_validate(int argc, char** argv) {
     profile = parse_json_file(a.value("--profile"), a.value("--profile"), is);
     if (!is.empty()) throw InputError(is.messages);
     rep = exec::validate_run(a.positional[0], profile, a.value("--profile"), o, world);
+  } catch (const exec::DeviceCommRefused& e) {
+    return refused_on_every_rank(world, e);
   } catch (const InputError& e) {
     if (world.rank() == 0)
       for (auto& m : e.messages) std::cerr << "error: " << m << "\n";

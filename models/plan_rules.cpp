@@ -181,7 +181,7 @@ void validate_plan(const Transformer& m, const Cluster& c, const Training& t, Pl
     is.add(at("tp_comm_overlap"), "overlaps the sequence-parallel all-gathers and reduce-scatters with the GEMMs "
                                   "(Megatron-LM's --tp-comm-overlap): it needs tp > 1 with sequence_parallel true and tp_mode \"1d\"");
   if (p.cuda_graphs) {
-    if (const std::string no = cuda_graph_blocker(m, t, p); !no.empty())
+    if (const std::string no = cuda_graph_blocker(m, p); !no.empty())
       is.add(at("cuda_graphs"), "captures a one-GPU step as a CUDA graph; this plan's cannot be: " + no);
   }
   if (p.overlap_param_gather && p.zero != 1 && p.zero != 2)
@@ -298,10 +298,9 @@ void validate_plan(const Transformer& m, const Cluster& c, const Training& t, Pl
   if (!why.empty()) is.add("$.training.precision", why);
 }
 
-std::string cuda_graph_blocker(const Transformer& m, const Training& t, const Plan& p) {
+std::string cuda_graph_blocker(const Transformer& m, const Plan& p) {
   if ((long long)p.dp * p.tp * p.pp * p.cp > 1) return "a plan of several GPUs (the executor captures one-GPU steps only)";
   if (p.offload.kind != OffloadKind::none) return "offload (host copies and the host's Adam inside the step)";
-  if (t.precision == Precision::fp8) return "fp8 (its scales change every step and are kernel arguments)";
   if (m.moe.experts > 0) return "mixture of experts (the routing reads the experts' loads back)";
   if (p.zero >= 2) return "ZeRO-2/3 (gradient and parameter buffers made and freed inside the step)";
   return "";

@@ -60,9 +60,9 @@ json scenario_to_json(const Scenario& s);  // fully resolved (catalog entries ex
 std::string precision_problem(const Gpu& g, Precision pr);
 // Why a step of this plan cannot be captured as a CUDA graph ("" when it can: plan.cuda_graphs): the one rule the
 // simulator (the graph's kernel overhead) and the executor (exec/runtime/step_graph.hpp) share. A capture needs a
-// step of device work only, the same every step: one GPU, no offload, no fp8 (its scales change every step), no
-// mixture of experts (the routing reads loads back), ZeRO below 2.
-std::string cuda_graph_blocker(const Transformer& m, const Training& t, const Plan& p);
+// step of device work only, the same every step: one GPU, no offload, no mixture of experts (the routing reads loads
+// back), ZeRO below 2. fp8 is captured: its scales live in device memory (exec/model/fp8.hpp).
+std::string cuda_graph_blocker(const Transformer& m, const Plan& p);
 
 void validate_plan(const Transformer& m, const Cluster& c, const Training& t, Plan& plan, Issues& issues,
                    const std::string& plan_path = "$.plan", const std::string& batch_path = "$.training.global_batch",

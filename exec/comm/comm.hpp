@@ -59,7 +59,8 @@ struct Comm {
   // in[n * size] -> out[n * size]: block r of in goes to rank r, block s of out came from rank s.
   virtual void all_to_all(const void* in, void* out, long n, Dtype d) = 0;
   // Non-blocking collectives, for overlap (the data-parallel gradient reduction started as the backward finishes a
-  // unit's gradient, waited before the optimizer): the call starts the collective and returns its handle; the caller
+  // unit's gradient, waited before the optimizer; ZeRO-3's parameter all-gather a layer ahead, waited before the
+  // layer runs; ZeRO-2/3's reduce-scatter as a layer's backward ends): the call starts the collective and returns its handle; the caller
   // neither reads nor writes its buffers until wait() on the handle returns. Results as the blocking calls' (rank-
   // ordered sums), and the same rule: every rank of the group starts them in the same order. These defaults complete
   // the collective inside the call and wait returns at once (a communicator without asynchronous progress: MPI's
@@ -70,6 +71,10 @@ struct Comm {
   }
   virtual CommRequest ireduce_scatter_sum(const void* in, void* out, long n, Dtype d) {
     reduce_scatter_sum(in, out, n, d);
+    return {};
+  }
+  virtual CommRequest iall_gather(const void* in, void* out, long n, Dtype d) {
+    all_gather(in, out, n, d);
     return {};
   }
   virtual void wait(CommRequest) {}

@@ -25,6 +25,10 @@ class ClassedComm final : public Comm {
     S s(c_);
     return in_->ireduce_scatter_sum(in, out, n, d);
   }
+  CommRequest iall_gather(const void* in, void* out, long n, Dtype d) override {
+    S s(c_);
+    return in_->iall_gather(in, out, n, d);
+  }
   void wait(CommRequest r) override { S s(c_); in_->wait(r); }
   void all_gather(const void* in, void* out, long n, Dtype d) override { S s(c_); in_->all_gather(in, out, n, d); }
   void broadcast(void* buf, long n, Dtype d, int root) override { S s(c_); in_->broadcast(buf, n, d, root); }

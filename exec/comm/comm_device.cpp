@@ -74,7 +74,14 @@ class DeviceComm final : public Comm {
   }
   void all_gather(const void* in, void* out, long n, Dtype d) override {
     if (!dev(in, n) || !dev(out, n)) return staged_->all_gather(in, out, n, d);
-    check(ops_->all_gather(dc_, in, out, n, int(d), why_, sizeof why_));
+    long req = -1;
+    check(ops_->all_gather(dc_, in, out, n, int(d), 0, &req, why_, sizeof why_));
+  }
+  CommRequest iall_gather(const void* in, void* out, long n, Dtype d) override {
+    if (!dev(in, n) || !dev(out, n * size())) return staged_->iall_gather(in, out, n, d);
+    CommRequest r;
+    check(ops_->all_gather(dc_, in, out, n, int(d), 1, &r.id, why_, sizeof why_));
+    return r;
   }
   void broadcast(void* buf, long n, Dtype d, int root) override {
     if (!dev(buf, n)) return staged_->broadcast(buf, n, d, root);

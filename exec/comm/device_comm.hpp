@@ -49,7 +49,8 @@ struct DeviceCommOps {
                         size_t why_size) = nullptr;
   int (*reduce_scatter_sum)(void* comm, const void* in, void* out, long n, int dtype, int async, long* request,
                             char* why, size_t why_size) = nullptr;
-  int (*all_gather)(void* comm, const void* in, void* out, long n, int dtype, char* why, size_t why_size) = nullptr;
+  int (*all_gather)(void* comm, const void* in, void* out, long n, int dtype, int async, long* request, char* why,
+                    size_t why_size) = nullptr;
   int (*broadcast)(void* comm, void* buf, long n, int dtype, int root, char* why, size_t why_size) = nullptr;
   int (*reduce_sum)(void* comm, const void* in, void* out, long n, int dtype, int root, char* why,
                     size_t why_size) = nullptr;

@@ -190,10 +190,11 @@ double sum_squares_op(const R& r, const T* x, long n) {
 }
 // The cast, and with amax the block maxima then their max into amax[0], on the device (no read-back).
 template <class R, class T>
-void fp8_quantize_op(const R& r, T* y, const T* x, long n, T scale, int format, T* amax) {
+void fp8_quantize_op(const R& r, T* y, const T* x, long n, const T* scale, int format, T* amax) {
   r.run("fp8_quantize", {{"n", n}, {"format", format}}, [&] {
     r.check("fp8_quantize", "y", y, bytes_of<T>(n));
     r.check("fp8_quantize", "x", x, bytes_of<T>(n));
+    r.check("fp8_quantize", "scale", scale, sizeof(T));
     check_opt(r, "fp8_quantize", "amax", amax, sizeof(T));
     if (n <= 0) return;
     double* s = amax ? static_cast<double*>(r.scratch(sizeof(double) * size_t(r.launch().max_grid))) : nullptr;

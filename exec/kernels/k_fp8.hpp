@@ -116,7 +116,8 @@ struct PackBf16 {
 };
 
 // The fp8 GEMM's operand copy (cuBLASLt's fp8 kernels read bytes, in its "TN" layout): y as a row-major [rows, cols]
-// byte matrix = fp8_bits(x * s) of x [rows, cols] (row stride `stride`), or with `transpose` y [cols, rows] = its transpose.
+// byte matrix = fp8_bits(x * s) of x [rows, cols] (row stride `stride`), or with `transpose` y [cols, rows] = its
+// transpose; s = scale[0], read from device memory when the kernel runs.
 // For x an fp8_quantize output with the same scale (q / s, q on the grid) the byte is q's: x s is within a few float
 // ulps of q, which rounds back to q (the grid's steps are 2^-3 of a value at least).
 template <class T>
@@ -126,11 +127,12 @@ struct Fp8Pack {
   uint8_t* y;
   const T* x;
   long rows, cols, stride;  // (stride: x's row stride)
-  A s;
+  const T* scale;
   int format;
   bool transpose;
   template <class Ctx>
   TP_HD void operator()(Ctx& c) const {
+    const A s = A(ld(scale[0]));
     TP_GRID_LOOP(c, i, rows * cols) {  // (i: the output's element, so the writes are consecutive)
       const long r = transpose ? i % rows : i / cols, col = transpose ? i / rows : i % cols;
       y[i] = fp8_bits(A(ld(x[r * stride + col])) * s, format);
@@ -138,19 +140,21 @@ struct Fp8Pack {
   }
 };
 
-// y[i] = fp8_round(x[i] * s) / s; partial[bid] = max |x[i]| over the block's share (in double; partial null: no max).
+// y[i] = fp8_round(x[i] * s) / s, s = scale[0]; partial[bid] = max |x[i]| over the block's share (in double; partial
+// null: no max).
 template <class T>
 struct Fp8QuantizePartial {
   static constexpr const char* kName = "fp8_quantize";
   using A = acc_t<T>;
   T* y;
   const T* x;
-  A s;
+  const T* scale;
   long n;
   int format;
   double* partial;
   template <class Ctx>
   TP_HD void operator()(Ctx& c) const {
+    const A s = A(ld(scale[0]));
     double m = 0;
     for (long i = long(c.bid()) * c.bdim() + c.tid(); i < n; i += long(c.gdim()) * c.bdim()) {
       const A v = ld(x[i]);
@@ -181,9 +185,9 @@ struct AmaxInto {
 };
 
 template <class L, class T>
-void fp8_pack(const L& launch, uint8_t* y, const T* x, long rows, long cols, long stride, acc_t<T> s, int format,
+void fp8_pack(const L& launch, uint8_t* y, const T* x, long rows, long cols, long stride, const T* scale, int format,
               bool transpose) {
-  launch(Fp8Pack<T>{y, x, rows, cols, stride, s, format, transpose}, flat_dim(launch, rows * cols));
+  launch(Fp8Pack<T>{y, x, rows, cols, stride, scale, format, transpose}, flat_dim(launch, rows * cols));
 }
 // y[n] = x[n] as bf16 (PackBf16); the way back is copy<L, T, bf16> (k_elementwise.hpp), exact.
 template <class L, class T>
@@ -191,13 +195,13 @@ void pack_bf16(const L& launch, bf16* y, const T* x, long n) {
   launch(PackBf16<T>{y, x, n}, flat_dim(launch, kConvert4<bf16, T> ? (n + 3) / 4 : n));
 }
 
-// y[n] = fp8(x * s) / s in `format`; amax (null: none) [0] = max(amax[0], max |x|). scratch holds launch.max_grid
-// doubles (unused without amax).
+// y[n] = fp8(x * s) / s in `format`, s = scale[0] (device memory); amax (null: none) [0] = max(amax[0], max |x|).
+// scratch holds launch.max_grid doubles (unused without amax).
 template <class L, class T>
-void fp8_quantize(const L& launch, T* amax, double* scratch, T* y, const T* x, long n, acc_t<T> s, int format) {
+void fp8_quantize(const L& launch, T* amax, double* scratch, T* y, const T* x, long n, const T* scale, int format) {
   const unsigned grid = blocks_for(n, launch.block, launch.max_grid);
   const unsigned smem = amax ? unsigned(kReduceSlots * sizeof(double)) : 0;
-  launch(Fp8QuantizePartial<T>{y, x, s, n, format, amax ? scratch : nullptr}, Dim{grid, launch.block, smem});
+  launch(Fp8QuantizePartial<T>{y, x, scale, n, format, amax ? scratch : nullptr}, Dim{grid, launch.block, smem});
   if (amax) launch(AmaxInto<T>{amax, scratch, long(grid)}, Dim{1, launch.block, smem});
 }
 

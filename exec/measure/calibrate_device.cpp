@@ -334,11 +334,12 @@ std::vector<DevicePoint> fp8_gemm_sweep(const Backend& be, const std::vector<lon
   BackendScope scope(be);
   const long s_max = *std::max_element(widths.begin(), widths.end());
   const long big = device_gemm_point_tokens(s_max, tokens) * s_max;
-  DevBuf a(be, 4 * big, "fp8 GEMM operand"), c(be, 4 * big, "fp8 GEMM output");
+  DevBuf a(be, 4 * big, "fp8 GEMM operand"), c(be, 4 * big, "fp8 GEMM output"), sc(be, 8, "fp8 scale");
   fill_random(be, a.f(), big, 4);
-  const float scale = 64.f;  // (|x| <= 1 scaled into E4M3's range, as a delayed scale would)
+  const float scale[2] = {64.f, 1 / 64.f};  // (|x| <= 1 scaled into E4M3's range, as a delayed scale would; its inverse)
+  be.copy(sc.f(), scale, sizeof scale, CopyKind::host_to_device, Stream{});
   return layer_gemm_sweep(widths, tokens, min_s, [&](long, long m, long n, long k, bool ta, bool tb) {
-    ops::matmul_fp8<float>(c.f(), a.f(), scale, 0, a.f(), scale, 0, m, n, k, ta, tb, 1.f, 0.f);
+    ops::matmul_fp8<float>(c.f(), a.f(), sc.f(), 0, a.f(), sc.f(), 0, m, n, k, ta, tb, 1.f, 0.f);
   }, [&] { be.sync(); });
 }
 

@@ -2,6 +2,7 @@
 #include "exec/model/fp8.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
@@ -11,24 +12,55 @@
 
 namespace tp::exec {
 
-Fp8AmaxSlots::~Fp8AmaxSlots() {
+Fp8Slots::~Fp8Slots() {
   for (Slots& s : bufs_) s.be->free(s.p);
 }
 
-void* Fp8AmaxSlots::slots_bytes(size_t elem_bytes, size_t n) {
+void* Fp8Slots::slots_bytes(size_t elem_bytes, size_t n) {
   const Backend& be = current_backend();
   for (Slots& s : bufs_)
     if (s.be == &be && s.elem_bytes == elem_bytes && s.n == n) return s.p;
   const size_t bytes = elem_bytes * n;
   void* p = be.alloc(bytes);
-  if (!p) throw std::runtime_error("fp8: out of device memory for " + std::to_string(n) + " amax slots");
+  if (!p) throw std::runtime_error("fp8: out of device memory for " + std::to_string(n) + " slots");
   const std::vector<char> zeros(bytes, 0);
   be.copy(p, zeros.data(), bytes, CopyKind::host_to_device, Stream{});
-  bufs_.push_back({&be, elem_bytes, n, p});
+  bufs_.push_back({&be, elem_bytes, n, p, 0});
   return p;
 }
 
-void Fp8AmaxSlots::drain(std::vector<double>& amax) {
+void Fp8Slots::upload(const Slots& s, const std::vector<double>& values) {
+  std::vector<char> host(s.elem_bytes * s.n);
+  for (size_t i = 0; i < s.n; ++i) {
+    if (s.elem_bytes == sizeof(float)) {
+      const float f = float(values[i]);
+      std::memcpy(host.data() + i * sizeof f, &f, sizeof f);
+    } else {
+      std::memcpy(host.data() + i * sizeof(double), &values[i], sizeof(double));
+    }
+  }
+  s.be->copy(s.p, host.data(), host.size(), CopyKind::host_to_device, Stream{});  // (in order with the backend's ops)
+}
+
+void* Fp8Slots::load_bytes(size_t elem_bytes, const std::vector<double>& values, unsigned long long version) {
+  void* p = slots_bytes(elem_bytes, values.size());
+  for (Slots& s : bufs_)
+    if (s.p == p && s.version != version) {
+      upload(s, values);
+      s.version = version;
+    }
+  return p;
+}
+
+void Fp8Slots::load_all(const std::vector<double>& values, unsigned long long version) {
+  for (Slots& s : bufs_)
+    if (s.n == values.size() && s.version != version) {
+      upload(s, values);
+      s.version = version;
+    }
+}
+
+void Fp8Slots::drain(std::vector<double>& amax) {
   for (Slots& s : bufs_) {
     const size_t bytes = s.elem_bytes * s.n;
     std::vector<char> host(bytes);
@@ -49,11 +81,22 @@ void Fp8AmaxSlots::drain(std::vector<double>& amax) {
   }
 }
 
+void Fp8State::refresh_pairs() {
+  std::vector<double> p(2 * scale.size());
+  for (size_t i = 0; i < scale.size(); ++i) p[2 * i] = scale[i], p[2 * i + 1] = 1.0 / scale[i];
+  if (p == pairs_ && pairs_version_ != 0) return;
+  static std::atomic<unsigned long long> versions{0};  // (unique over every state: copies share their buffers)
+  pairs_ = std::move(p);
+  pairs_version_ = ++versions;
+  dev_scale->load_all(pairs_, pairs_version_);
+}
+
 void Fp8State::init(long long layers, long long experts) {
   groups = layers;
   linears = kFp8Expert + 2 * experts;
   scale.assign((size_t)(groups * linears * 3), 1.0);
   amax.assign(scale.size(), 0.0);
+  refresh_pairs();
 }
 
 Fp8State Fp8State::for_scenario(const Scenario& sc) {
@@ -78,6 +121,7 @@ void Fp8State::end_step(Comm& world) {
     if (a > 0 && std::isfinite(a)) scale[(size_t)i] = kernels::fp8_max(format_of(i)) / a;
     amax[(size_t)i] = 0;
   }
+  refresh_pairs();
 }
 
 void Fp8State::delink(const std::vector<long long>& group_of) {
@@ -86,6 +130,7 @@ void Fp8State::delink(const std::vector<long long>& group_of) {
   const size_t per = (size_t)linears * 3;
   for (size_t l = 0; l < group_of.size(); ++l)
     std::copy(before.begin() + group_of[l] * per, before.begin() + (group_of[l] + 1) * per, scale.begin() + l * per);
+  refresh_pairs();
 }
 
 }  // namespace tp::exec

@@ -15,8 +15,12 @@
 //    the micro-batch count does not change the numerics);
 //  - every rank holds every slot's scale (a replicated vector: checkpoints and the Pseudo-to-Real handover
 //    carry it whole).
-// The casts keep each slot's amax in the memory of the backend they run on (Fp8AmaxSlots: ops::fp8_quantize's amax,
+// The casts keep each slot's amax in the memory of the backend they run on (Fp8Slots: ops::fp8_quantize's amax,
 // no read-back per cast, which on a GPU would stop the stream at every cast); end_step reads them back once.
+// The casts and the fp8 GEMMs read each slot's scale (and its inverse, cuBLASLt's dequantising factor) from that
+// memory too, not as kernel arguments, so a captured step (CUDA graphs, exec/runtime/step_graph.hpp) replayed at a
+// later step reads that step's scales: load_scales uploads them before every step (and end_step and delink after
+// changing them); the values are T(scale) and T(1 / scale), the ones the casts used as arguments before.
 #pragma once
 #include <memory>
 #include <string>
@@ -35,29 +39,42 @@ enum class Fp8Operand : int { x = 0, w = 1, dy = 2 };
 enum Fp8Linear : int { kFp8Qkv = 0, kFp8Proj = 1, kFp8Fc1 = 2, kFp8Fc2 = 3, kFp8ShFc1 = 4, kFp8ShFc2 = 5, kFp8Expert = 6 };
 
 struct Backend;
-// Per backend that cast this step, one T per slot in that backend's memory (zeroed), holding the slots' amax; drain
-// reads each back once, takes the max into a host vector and zeroes them again. Freed with the last Fp8State copy.
-class Fp8AmaxSlots {
+// Per backend (and element size) that cast this step, an array of T (float or double) in that backend's memory.
+// The amax slots: n per backend, zeroed at first use; drain reads each back once, takes the max into a host vector
+// and zeroes them again. The scales: 2 n per backend, {scale, 1 / scale} per slot, uploaded by load when their
+// version differs from the one that buffer holds. Freed with the last Fp8State copy.
+class Fp8Slots {
  public:
-  Fp8AmaxSlots() = default;
-  Fp8AmaxSlots(const Fp8AmaxSlots&) = delete;
-  Fp8AmaxSlots& operator=(const Fp8AmaxSlots&) = delete;
-  ~Fp8AmaxSlots();
-  // The current backend's n slots of T (float or double), allocated and zeroed at first use.
+  Fp8Slots() = default;
+  Fp8Slots(const Fp8Slots&) = delete;
+  Fp8Slots& operator=(const Fp8Slots&) = delete;
+  ~Fp8Slots();
+  // The current backend's n slots of T, allocated and zeroed at first use.
   template <class T>
   T* slots(size_t n) {
     return static_cast<T*>(slots_bytes(sizeof(T), n));
   }
   // amax[i] = max(amax[i], every backend's slot i); the slots zeroed.
   void drain(std::vector<double>& amax);
+  // The current backend's buffer of T holding `values` (each rounded to T), whose version is `version`: made and
+  // uploaded at first use, uploaded again when it holds another version.
+  template <class T>
+  T* load(const std::vector<double>& values, unsigned long long version) {
+    return static_cast<T*>(load_bytes(sizeof(T), values, version));
+  }
+  // Every buffer of load (every backend and element size) brought to `values` of `version`.
+  void load_all(const std::vector<double>& values, unsigned long long version);
 
  private:
-  void* slots_bytes(size_t elem_bytes, size_t n);
   struct Slots {
     const Backend* be;
     size_t elem_bytes, n;
     void* p;
+    unsigned long long version;  // (load's buffers: the version uploaded)
   };
+  void* slots_bytes(size_t elem_bytes, size_t n);
+  void* load_bytes(size_t elem_bytes, const std::vector<double>& values, unsigned long long version);
+  static void upload(const Slots& s, const std::vector<double>& values);
   std::vector<Slots> bufs_;
 };
 
@@ -65,7 +82,8 @@ struct Fp8State {
   long long groups = 0, linears = 0;  // weight groups (the model's layers) and linears per group
   std::vector<double> scale;          // per slot: the scale of this step's casts
   std::vector<double> amax;           // per slot: max |x| cast in this step (end_step: over the ranks)
-  std::shared_ptr<Fp8AmaxSlots> dev = std::make_shared<Fp8AmaxSlots>();  // the casts' amax, where they ran
+  std::shared_ptr<Fp8Slots> dev = std::make_shared<Fp8Slots>();        // the casts' amax, where they ran
+  std::shared_ptr<Fp8Slots> dev_scale = std::make_shared<Fp8Slots>();  // {scale, 1 / scale} per slot, where cast
 
   // Slots for `layers` weight groups of a model with `experts` experts (0: dense); scales 1.
   void init(long long layers, long long experts);
@@ -87,23 +105,41 @@ struct Fp8State {
       dst.swap(fresh);
     }
     T* a = record ? dev->slots<T>(scale.size()) + slot : nullptr;
-    ops::fp8_quantize(dst.data(), x, n, T(scale[(size_t)slot]), format_of(slot), a);
+    ops::fp8_quantize(dst.data(), x, n, scale_pair<T>(slot), format_of(slot), a);
     return dst.data();
+  }
+  // The slot's {scale, 1 / scale} in the current backend's memory (matmul_fp8's sa / sb; fp8_quantize reads the first).
+  template <class T>
+  const T* scale_pair(int slot) {
+    return dev_scale->load<T>(pairs_, pairs_version_) + 2 * (size_t)slot;
+  }
+  // Before a step: this step's scales in the current backend's memory (a host upload when they changed: outside any
+  // capture, so that a captured step reads them from there).
+  template <class T>
+  void load_scales() {
+    if (!on()) return;
+    refresh_pairs();
+    dev_scale->load<T>(pairs_, pairs_version_);
   }
   // After a step: the casts' amax read back, reduced (max) over the phase's ranks, the new scales, the amax cleared.
   void end_step(Comm& world);
   // Pseudo-to-Real's delink: layer l takes the scales of the weight group it used (group_of[l]).
   void delink(const std::vector<long long>& group_of);
+
+ private:
+  std::vector<double> pairs_;                // {scale, 1 / scale} per slot, from scale at the last refresh
+  unsigned long long pairs_version_ = 0;     // bumped when a refresh changes pairs_
+  void refresh_pairs();                      // pairs_ from scale; every loaded buffer brought to them
 };
 
 // Operand `op` of linear `lin` of weight group wl cast into tmp by f, with the slot's scale and format for the GEMM
-// (gemm8 / linear8, matmul_fp8), or x itself (scale 0) when f is null (the models' one call site for the casts:
+// (gemm8 / linear8, matmul_fp8), or x itself (no scale) when f is null (the models' one call site for the casts:
 // Gpt::f8q, Gpt2d's SUMMA operands).
 template <class T>
 Q8<T> fp8_operand(Fp8State* f, Buf<T>& tmp, const T* x, long n, int wl, int lin, Fp8Operand op, bool record = true) {
   if (!f) return Q8<T>{x};
   const int slot = f->slot(wl, lin, op);
-  return Q8<T>{f->cast(tmp, x, n, slot, record), T(f->scale[(size_t)slot]), Fp8State::format_of(slot)};
+  return Q8<T>{f->cast(tmp, x, n, slot, record), f->scale_pair<T>(slot), Fp8State::format_of(slot)};
 }
 
 }  // namespace tp::exec

@@ -249,12 +249,13 @@ void gemm16(T* C, const T* A, const uint16_t* A16, const T* B, const uint16_t* B
   else ops::matmul(C, A, B, M, N, K, ta, tb, T(1), beta);
 }
 
-// A GEMM operand with its fp8 cast's scale and format (training.precision "fp8": Gpt::f8q); scale 0: not a cast (fp8
-// off, or the operand given otherwise).
+// A GEMM operand with its fp8 cast's scale and format (training.precision "fp8": Gpt::f8q); scale: the cast's
+// {scale, 1 / scale} in the backend's memory (exec/model/fp8.hpp), null: not a cast (fp8 off, or the operand given
+// otherwise).
 template <class T>
 struct Q8 {
   const T* p = nullptr;
-  T scale = T(0);
+  const T* scale = nullptr;
   int format = 0;
 };
 // gemm16 of A (or A16) and B (or B16); when both are fp8 casts, ops::matmul_fp8 on them (fp8 GEMMs where the backend
@@ -262,7 +263,7 @@ struct Q8 {
 template <class T>
 void gemm8(T* C, Q8<T> A, const uint16_t* A16, Q8<T> B, const uint16_t* B16, long M, long N, long K, bool ta, bool tb,
            T beta) {
-  if (A.scale != T(0) && B.scale != T(0) && !A16 && !B16)
+  if (A.scale && B.scale && !A16 && !B16)
     ops::matmul_fp8(C, A.p, A.scale, A.format, B.p, B.scale, B.format, M, N, K, ta, tb, T(1), beta);
   else
     gemm16(C, A.p, A16, B.p, B16, M, N, K, ta, tb, beta);
@@ -271,7 +272,7 @@ void gemm8(T* C, Q8<T> A, const uint16_t* A16, Q8<T> B, const uint16_t* B16, lon
 template <class T>
 void linear8(T* y, T* pre, Q8<T> x, const uint16_t* x16, Q8<T> w, const uint16_t* w16, const T* b, long M, long N,
              long K) {
-  if (x.scale == T(0) || w.scale == T(0) || x16 || w16) return ops::linear_fwd(y, pre, x.p, x16, w.p, w16, b, M, N, K);
+  if (!x.scale || !w.scale || x16 || w16) return ops::linear_fwd(y, pre, x.p, x16, w.p, w16, b, M, N, K);
   T* z = pre ? pre : y;
   ops::matmul_fp8(z, x.p, x.scale, x.format, w.p, w.scale, w.format, M, N, K, false, false, T(1), T(0));
   if (b) ops::add_bias(z, z, b, M, N, static_cast<const T*>(nullptr));

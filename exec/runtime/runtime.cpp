@@ -65,6 +65,7 @@ void RankRun<T>::setup() {
   const long long state = plan_units();
   dp_started.assign(units.size(), 0);
   prefetched.assign(units.size(), 0);
+  gather_pending.assign(units.size(), {});
   // Chunked offload on a backend that is not host-accessible: the store's host side (flat parameters and
   // gradients, the optimizer state) is pinned host memory, which the host Adam reads and the ops may also take.
   host_flat = p.offload.kind == OffloadKind::chunked && !current_backend().host_accessible;
@@ -406,11 +407,7 @@ RunResult run_training(const Scenario& sc, const RunOptions& o, Comm& world) {
   std::unique_ptr<Comm> staged = backend->host_accessible ? nullptr : staged_comm(world, *backend);
   // --comm nccl: device tensors' collectives on the GPU (exec/comm/device_comm.hpp), the rest as above.
   if (o.comm == "nccl") {
-    try {
-      staged = device_comm(world, *backend, nccl_ops_for(*backend));
-    } catch (const DeviceCommRefused& e) {
-      throw InputError({e.what()});
-    }
+    staged = device_comm(world, *backend, nccl_ops_for(*backend));  // (DeviceCommRefused: every rank, the caller's)
   }
   Comm& comm = staged ? *staged : world;
   try {

@@ -38,7 +38,7 @@ double RankRun<T>::step_items(Loop& lp, bool capturing) {
 // step (exec/runtime/step_graph.hpp). "" when they can.
 template <class T>
 std::string RankRun<T>::graph_blocker() const {
-  if (const std::string no = cuda_graph_blocker(sc.model, sc.training, p); !no.empty()) return no;  // (the simulator's rule)
+  if (const std::string no = cuda_graph_blocker(sc.model, p); !no.empty()) return no;  // (the simulator's rule)
   if (world.size() > 1) return "a job of several ranks (the step's collectives go through the host)";
   if (!o.trace.empty()) return "--trace (the traced step times its ops on the host)";
   if (prof::enabled()) return "per-op-class timing (validate's profiled run times each op on the host)";
@@ -79,6 +79,7 @@ void RankRun<T>::clear_step_state(Loop& lp) {
 
 template <class T>
 double RankRun<T>::step_work(Loop& lp, int step) {
+  f8.load_scales<T>();  // precision fp8: this step's scales where the casts and GEMMs read them (outside the capture)
   StepGraph<T>& sg = lp.graph;
   if (sg.replays()) {
     sg.launch();

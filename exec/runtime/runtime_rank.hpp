@@ -310,13 +310,25 @@ struct RankRun {
   void place_gradients_and_state(long long state);
   void make_chunk_store();
   void sp_reduce_layer(int l, long long lo, long long hi);  // the layer's replicated views in flat [lo, hi)
-  void reduce_scatter_unit(int ui);
+  // ZeRO >= 2: unit ui's gradients reduce-scattered over dp into this rank's shard. async (a layer's backward,
+  // device segments): each segment's reduce-scatter is started (dp_pending, at most kGradBucketsInFlight) and its
+  // slice is added to the shard when it completes (dp_wait_oldest), in the order they started; else at once.
+  void reduce_scatter_unit(int ui, bool async = false);
   void all_gather_unit(int ui);
   // zparam: layer ui gathered into uparam[ui] ([dense slices x dp | expert slices x dp / ep]), the views pointing
   // into it; each segment's own slice from pslice, or from `loaded` (granular: the run's copy of the host block).
-  void gather_layer(int ui, const T* loaded);
+  // async (the prefetch a run ahead): the all-gathers started (gather_pending[ui]), waited for by wait_gather(ui)
+  // before the layer runs.
+  void gather_layer(int ui, const T* loaded, bool async = false);
+  std::vector<std::vector<std::pair<Comm*, CommRequest>>> gather_pending;  // per unit: its started all-gathers
+  void wait_gather(int ui) {
+    if (gather_pending.empty()) return;
+    for (auto& [c, r] : gather_pending[(size_t)ui]) c->wait(r);
+    gather_pending[(size_t)ui].clear();
+  }
   void param_release(int ui) {  // zparam: the gathered unit is freed at its run's end (granular: its views unset)
     if (!(zparam || gran.is_off(ui)) || !is_layer_unit(ui)) return;
+    wait_gather(ui);  // (a prefetched unit is used, and waited for, before its release; this keeps it so)
     Buf<T>().swap(uparam[ui]);
     gl.each_view(zparam ? units[ui].a : dev_end[ui], units[ui].b, [&](size_t v, long long, long long, long long) {
       ptab[v] = nullptr;
@@ -410,6 +422,7 @@ struct RankRun {
     Buf<T> in, out;
     long long a, z;
     long long down = -1;  // optimizer offload: the own range whose gradients go to the host once it completes
+    long long shard = -1;  // ZeRO >= 2: the own range whose shard slice out is added to once it completes
   };
   std::vector<DpPending> dp_pending;
   void delink_slot_sums();

@@ -273,9 +273,10 @@ double RankRun<T>::item_output(Loop& lp, const WorkItem& w, int g, long long j, 
 }
 
 // ZeRO-3 (zparam): the next run's layer gathered a run ahead, at this run's start (DeepSpeed's and FSDP's prefetch;
-// the simulator's two gathered runs, sim/program_build_rank.cpp), so a device communicator runs the all-gather under
-// this run's compute. Not across steps (the optimizer updates the slices in between), not for the layer of this
-// run, offloaded (granular: gathered as loaded) or chunked layers.
+// the simulator's two gathered runs, sim/program_build_rank.cpp): the all-gathers are started (non-blocking, so a
+// device communicator runs them on its stream under this run's compute) and waited for when the next run starts
+// (piece_params). Not across steps (the optimizer updates the slices in between), not for the layer of this run,
+// offloaded (granular: gathered as loaded) or chunked layers.
 template <class T>
 void RankRun<T>::prefetch_next_run(Loop& lp, size_t pc) {
   if (!zparam || store) return;
@@ -287,7 +288,7 @@ void RankRun<T>::prefetch_next_run(Loop& lp, size_t pc) {
   if (u == unit_of_layer(weight_group(lp.pieces[pc].layer, L, shared)) || gran.is_off(u) || !uparam[u].empty()) return;
   char zn[64];
   std::snprintf(zn, sizeof zn, "zero.allgather.L%02d-L%02d.mb%d", nx.layer, nx.layer, lp.order[(size_t)nx.item].microbatch);
-  rec.span(zn, kTidZero, [&] { all_gather_unit(u); });
+  rec.span(zn, kTidZero, [&] { gather_layer(u, nullptr, true); });  // (zparam, a layer unit: all_gather_unit's way)
   prefetched[u] = 1;
 }
 
@@ -303,6 +304,7 @@ void RankRun<T>::piece_params(Loop& lp, size_t pc, long long j, bool run_start) 
       std::snprintf(zn, sizeof zn, "zero.allgather.L%02d-L%02d.mb%d", l, l, (int)j);
       rec.span(zn, kTidZero, [&] { all_gather_unit(u); });
     }
+    if (zparam && prefetched[u]) wait_gather(u);  // (the prefetch's all-gathers: complete before the layer reads them)
     if (zparam) prefetched[u] = 0;
     prefetch_next_run(lp, pc);
   }
@@ -356,7 +358,9 @@ void RankRun<T>::piece_backward(Loop& lp, size_t pc, LayerActs<T>& a, Buf<T>& x,
   a = LayerActs<T>{};
   if (p.zero >= 2 && p.data_ranks() > 1 && run_end) {
     if (model.sp) sp_reduce_layer(wl, units[unit_of_layer(wl)].a, units[unit_of_layer(wl)].b);
-    reduce_scatter_unit(unit_of_layer(wl));
+    // (non-blocking, unless optimizer offload sends the unit's reduced slices down after its last backward, or the
+    // shard lives in chunks that move or in host memory)
+    reduce_scatter_unit(unit_of_layer(wl), !grads_down_early(unit_of_layer(wl)) && !store && !host_flat);
     if (pc == lp.last_bwd_piece[unit_of_layer(wl)] && grads_down_early(unit_of_layer(wl)))
       send_grads_down(unit_of_layer(wl));  // optimizer offload: this rank's reduced slices, final now
   } else if (run_end && gran.is_off(unit_of_layer(wl))) {  // granular: the run's gradient to the host
@@ -418,6 +422,8 @@ bool RankRun<T>::end_step(Loop& lp, int step, int first, double loss, std::chron
   RunResult& res = lp.res;
   pp->wait_sends();
   lp.sendbufs.clear();
+  for (size_t u = 0; u < gather_pending.size(); ++u) wait_gather((int)u);  // (none: each prefetch was used)
+  gran.finish_grads();  // granular: the gradients sent down arrived and added, before the norm and the host Adam
   rec.span("dp+optimizer", kTidDp, [&] {
     if (store) store->host_phase_begin((int)lp.run_layer.size());  // the ADAM moment
     std::optional<BackendScope> host;  // (the CPU's Adam on the pinned flat buffers)

@@ -19,17 +19,25 @@ void RankRun<T>::sp_reduce_layer(int l, long long lo, long long hi) {
 
 // Gradient reduce-scatter of one unit over dp into this rank's slice (ZeRO >= 2), accumulated.
 template <class T>
-void RankRun<T>::reduce_scatter_unit(int ui) {
+void RankRun<T>::reduce_scatter_unit(int ui, bool async) {
   const Unit& u = units[ui];
   for (int si = 0; si < nseg(ui); ++si) {  // each segment over its group
     const Seg sg = seg(ui, si);
+    const bool host = seg_on_host(ui, si);
+    if (async && !host)
+      while (dp_pending.size() >= (size_t)kGradBucketsInFlight) dp_wait_oldest();
     long long len = sg.hi - sg.lo;
     Buf<T> in(sg.slice * sg.n), out(sg.slice);  // comm buffers: host memory (exec/comm/comm.hpp)
     ops::fill(in.data() + len, T(0), (long)(sg.slice * sg.n - len));  // the padding; the views fill [0, len)
     gl.read_range(gtab, sg.lo, sg.hi, in.data());
-    sg.c->reduce_scatter_sum(in.data(), out.data(), sg.slice, dtype_of<T>());
     size_t k = own_index(ui) + si;
-    if (seg_on_host(ui, si)) gran.grad_to_host(Gd(own[k].first), out.data(), own[k].second - own[k].first);  // own slice down
+    if (async && !host) {  // (in is a copy: the gradients' buffer is released or zeroed below, under the collective)
+      const CommRequest req = sg.c->ireduce_scatter_sum(in.data(), out.data(), sg.slice, dtype_of<T>());
+      dp_pending.push_back({sg.c, req, std::move(in), std::move(out), 0, 0, -1, (long long)k});
+      continue;
+    }
+    sg.c->reduce_scatter_sum(in.data(), out.data(), sg.slice, dtype_of<T>());
+    if (host) gran.grad_to_host(Gd(own[k].first), out.data(), own[k].second - own[k].first);  // own slice down
     else ops::accumulate(gshard.data() + own_off[k], out.data(), (long)sg.slice);
   }
   if (zgrad && is_layer_unit(ui)) grad_release(ui);  // the next run starts from a fresh zeroed buffer
@@ -74,7 +82,7 @@ void RankRun<T>::all_gather_unit(int ui) {
 }
 
 template <class T>
-void RankRun<T>::gather_layer(int ui, const T* loaded) {
+void RankRun<T>::gather_layer(int ui, const T* loaded, bool async) {
   long long total = 0;
   for (int si = 0; si < nseg(ui); ++si) total += seg(ui, si).slice * seg(ui, si).n;
   uparam[ui].resize((size_t)total);
@@ -84,7 +92,8 @@ void RankRun<T>::gather_layer(int ui, const T* loaded) {
     const size_t k = own_index(ui) + si;
     const T* mine = hoff[k] >= 0 ? loaded + hoff[k] : pslice.data() + own_off[k];
     T* base = uparam[ui].data() + at0;
-    sg.c->all_gather(mine, base, sg.slice, dtype_of<T>());
+    if (async) gather_pending[(size_t)ui].push_back({sg.c, sg.c->iall_gather(mine, base, sg.slice, dtype_of<T>())});
+    else sg.c->all_gather(mine, base, sg.slice, dtype_of<T>());
     gl.each_view(sg.lo, sg.hi, [&](size_t v, long long lo, long long, long long at) { ptab[v] = base + at - lo; });
     at0 += sg.slice * sg.n;
   }
@@ -226,6 +235,7 @@ void RankRun<T>::dp_wait_oldest() {
   DpPending& d = dp_pending.front();
   d.c->wait(d.req);
   if (d.z > d.a) ops::copy(Gd(d.a), d.out.data(), (long)(d.z - d.a));
+  if (d.shard >= 0) ops::accumulate(gshard.data() + own_off[(size_t)d.shard], d.out.data(), (long)d.out.size());
   if (d.down >= 0) send_own_down((size_t)d.down);  // (queued after the copy on the compute stream)
   dp_pending.erase(dp_pending.begin());
 }
@@ -364,17 +374,17 @@ void RankRun<T>::zero_gather_params() {
 }
 
 template void RankRun<float>::sp_reduce_layer(int, long long, long long);
-template void RankRun<float>::reduce_scatter_unit(int);
+template void RankRun<float>::reduce_scatter_unit(int, bool);
 template void RankRun<float>::all_gather_unit(int);
-template void RankRun<float>::gather_layer(int, const float*);
+template void RankRun<float>::gather_layer(int, const float*, bool);
 template std::vector<TensorView> RankRun<float>::state_tensors(int32_t*);
 template void RankRun<float>::save_checkpoint(long);
 template long RankRun<float>::load_checkpoint(long);
 template void RankRun<float>::optimizer_step(int, int, RunResult&);
 template void RankRun<double>::sp_reduce_layer(int, long long, long long);
-template void RankRun<double>::reduce_scatter_unit(int);
+template void RankRun<double>::reduce_scatter_unit(int, bool);
 template void RankRun<double>::all_gather_unit(int);
-template void RankRun<double>::gather_layer(int, const double*);
+template void RankRun<double>::gather_layer(int, const double*, bool);
 template std::vector<TensorView> RankRun<double>::state_tensors(int32_t*);
 template void RankRun<double>::save_checkpoint(long);
 template long RankRun<double>::load_checkpoint(long);

@@ -298,16 +298,17 @@ void elementwise_cases(std::vector<Spec>& cs, bool quick) {
     }
     // fp8 casts: power-of-two scales keep x * scale and the division back exact in float and double, so the
     // backend's fp8 values are the reference's (ties and saturation included: scale 1024 saturates E4M3). The amax
-    // slot (buffer 2) starts below max |x| (raised to it) or, at scale 1, above it (kept).
+    // slot (buffer 2) starts below max |x| (raised to it) or, at scale 1, above it (kept); the scale is read from the
+    // backend's memory (buffer 3).
     for (int format : {0, 1})
       for (double sc : {1.0, format == 0 ? 256.0 : 4096.0, format == 0 ? 1024.0 : 65536.0}) {
         const std::string var = std::string(format == 0 ? "E4M3" : "E5M2") + ", scale " + std::to_string(long(sc));
-        add(cs, {"fp8_quantize", sh({{"n", n}}), var, {rnd(n, s++), Vec(size_t(n)), Vec{sc == 1.0 ? 3.0 : 0.25}}, {},
-                 {1, 2}},
-            TP_SELFTEST_BODY { return t.fp8_quantize(p[1], p[0], n, TT(sc), format, p[2]), 0.0; });
+        add(cs, {"fp8_quantize", sh({{"n", n}}), var, {rnd(n, s++), Vec(size_t(n)), Vec{sc == 1.0 ? 3.0 : 0.25}, Vec{sc}},
+                 {}, {1, 2}},
+            TP_SELFTEST_BODY { return t.fp8_quantize(p[1], p[0], n, p[3], format, p[2]), 0.0; });
       }
-    add(cs, {"fp8_quantize", sh({{"n", n}}), "E4M3, in place, no amax", {rnd(n, s++)}, {}, {0}},
-        TP_SELFTEST_BODY { return t.fp8_quantize(p[0], p[0], n, TT(16), 0, nullptr), 0.0; });
+    add(cs, {"fp8_quantize", sh({{"n", n}}), "E4M3, in place, no amax", {rnd(n, s++), Vec{16.0}}, {}, {0}},
+        TP_SELFTEST_BODY { return t.fp8_quantize(p[0], p[0], n, p[1], 0, nullptr), 0.0; });
   }
 }
 

@@ -36,8 +36,9 @@ void gemm_cases(std::vector<Spec>& cs, bool quick) {
         }
   // fp8 GEMMs (training.precision "fp8"): operands on the fp8 grids over scales that are not powers of two (the
   // delayed-scaling recipe's fp8_max / amax), as fp8_quantize leaves them; the reference is matmul on the same floats.
-  // A backend with fp8 tensor cores packs them to bytes and scales the fp32 sums by alpha / (sa sb): the products are
-  // exact, so the fp32 tolerance holds. Shapes of multiples of 16 take cuBLASLt's fp8 kernels on such a GPU; 5 x 7 x 9
+  // A backend with fp8 tensor cores packs them to bytes and scales the fp32 sums by alpha and the inverse scales it
+  // reads from device memory (buffers 3 and 4: {scale, 1 / scale}): the products are exact, so the fp32 tolerance
+  // holds. Shapes of multiples of 16 take cuBLASLt's fp8 kernels on such a GPU; 5 x 7 x 9
   // its fallback; every transpose (the TN packing), both output gradient formats, beta 1 (the weight gradients).
   for (auto [M, N, K] : {MNK{32, 48, 64}, MNK{5, 7, 9}, MNK{16, 32, 256}}) {
     if (quick && K == 256) break;
@@ -54,9 +55,11 @@ void gemm_cases(std::vector<Spec>& cs, bool quick) {
           std::string var = std::string(ta ? "Aᵀ" : "A") + (tb ? "·Bᵀ" : "·B") + (fa ? " E5M2" : " E4M3") +
                             (fb ? "·E5M2" : "·E4M3") + (beta == 0 ? " overwrite" : " beta 1");
           add(cs, {"matmul_fp8", sh({{"M", M}, {"N", N}, {"K", K}}), var,
-                   {cast(rnd(M * K, s++), sa, fa), cast(rnd(K * N, s++), sb, fb), rnd(M * N, s++)}, {}, {2}, double(K)},
+                   {cast(rnd(M * K, s++), sa, fa), cast(rnd(K * N, s++), sb, fb), rnd(M * N, s++),
+                    Vec{double(float(sa)), 1 / double(float(sa))}, Vec{double(float(sb)), 1 / double(float(sb))}},
+                   {}, {2}, double(K)},
               TP_SELFTEST_BODY {
-                t.matmul_fp8(p[2], p[0], TT(float(sa)), fa, p[1], TT(float(sb)), fb, M, N, K, ta, tb, TT(1.5), TT(beta));
+                t.matmul_fp8(p[2], p[0], p[3], fa, p[1], p[4], fb, M, N, K, ta, tb, TT(1.5), TT(beta));
                 return 0;
               });
         }

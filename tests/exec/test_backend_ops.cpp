@@ -297,9 +297,11 @@ std::vector<Case> elementwise_cases() {
       float* xd = d.up(x);
       float* yd = d.up(y);
       float* ad = d.up(Vec{0.0});
+      float* sd = d.up(Vec{scale});  // (the scale in the backend's memory, as float)
       double amax_ref = 0;
-      be.f32.fp8_quantize(yd, xd, n, float(scale), format, ad);
-      ref().fp8_quantize(y.data(), x.data(), n, double(float(scale)), format, &amax_ref);
+      const double sf = double(float(scale));
+      be.f32.fp8_quantize(yd, xd, n, sd, format, ad);
+      ref().fp8_quantize(y.data(), x.data(), n, &sf, format, &amax_ref);
       const double amax = d.down(ad, 1)[0];
       Vec got = d.down(yd, n), near_tie(n);
       for (long i = 0; i < n; ++i) {  // skip elements within float rounding of a tie (none expected)

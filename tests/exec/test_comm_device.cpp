@@ -77,9 +77,10 @@ DeviceCommOps fake_ops() {
     *req = async ? seen.next_request++ : -1;
     return 0;
   };
-  o.all_gather = [](void*, const void* in, void* out, long n, int d, char*, size_t) {
-    seen.calls.push_back("all_gather " + std::to_string(n));
+  o.all_gather = [](void*, const void* in, void* out, long n, int d, int async, long* req, char*, size_t) {
+    seen.calls.push_back(std::string(async ? "iall_gather " : "all_gather ") + std::to_string(n));
     dcopy(out, in, size_t(n) * elem(d));
+    *req = async ? seen.next_request++ : -1;
     return 0;
   };
   o.broadcast = [](void*, void*, long n, int, int, char*, size_t) {
@@ -170,17 +171,20 @@ TEST(CommDevice, NonBlockingCollectivesHandTheirRequestToWait) {
   DevBuf a({1, 2}), b({0, 0});
   const CommRequest r1 = c->iall_reduce_sum(a.p, 2, Dtype::f32);
   const CommRequest r2 = c->ireduce_scatter_sum(a.p, b.p, 2, Dtype::f32);
+  const CommRequest r3 = c->iall_gather(a.p, b.p, 2, Dtype::f32);  // (one rank: out is in)
   EXPECT_EQ(r1.id, 7);
   EXPECT_EQ(r2.id, 8);
+  EXPECT_EQ(r3.id, 9);
   c->wait(r2);
   c->wait(r1);
-  EXPECT_EQ(seen.waited, (std::vector<long>{8, 7}));
+  c->wait(r3);
+  EXPECT_EQ(seen.waited, (std::vector<long>{8, 7, 9}));
   double x = 1;
   const CommRequest h = c->iall_reduce_sum(&x, 1, Dtype::f64);  // a host buffer: done when started
   EXPECT_LT(h.id, 0);
   c->wait(h);
-  EXPECT_EQ(seen.waited.size(), 2u);
-  EXPECT_EQ(seen.calls, (std::vector<std::string>{"iall_reduce 2", "ireduce_scatter 2"}));
+  EXPECT_EQ(seen.waited.size(), 3u);
+  EXPECT_EQ(seen.calls, (std::vector<std::string>{"iall_reduce 2", "ireduce_scatter 2", "iall_gather 2"}));
 }
 
 TEST(CommDevice, SplitSplitsBothAndErrorsNameTheLibrary) {

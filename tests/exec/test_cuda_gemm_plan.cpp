@@ -42,8 +42,10 @@ double max_err(const std::vector<float>& got, const std::vector<double>& want) {
   for (size_t i = 0; i < got.size(); ++i) e = std::max(e, std::abs(got[i] - want[i]) / (1 + std::abs(want[i])));
   return e;
 }
+// (fp8: cuBLASLt's D = alpha scaleA scaleB op(A) op(B) + beta C, the scales read through its scale pointers)
 void run(const std::vector<cuda::GemmArgs>& gs) {
-  for (const cuda::GemmArgs& g : gs) cuda::lt_reference(cuda::lt_plan(g), g.alpha, g.beta);
+  for (const cuda::GemmArgs& g : gs)
+    cuda::lt_reference(cuda::lt_plan(g), g.alpha * (g.inv_a ? *g.inv_a : 1.f) * (g.inv_b ? *g.inv_b : 1.f), g.beta);
 }
 
 }  // namespace
@@ -64,7 +66,8 @@ TEST(CudaGemmPlan, MatmulMatchesTheCpuBackendInEveryTransposeAndBeta) {
 
 // matmul_fp8's mapping onto cuBLASLt's "TN" fp8 call: the operands repacked as the backend's fp8 packing lays them out
 // (A8 = op(A) [M, K], B8 = op(B)ᵀ [N, K], each transposed where fp8_transpose_a / _b say; values here, bytes there)
-// give the matmul, with alpha over the two scales, and the plan is TN whatever the transposes.
+// give the matmul, with the two casts' inverse scales as cuBLASLt's scale pointers, and the plan is TN whatever the
+// transposes.
 TEST(CudaGemmPlan, Fp8PackingAndTnCallGiveTheMatmul) {
   const auto& ref = exec::cpu_backend().f64;
   // (row-major x [rows, cols] -> y [rows, cols], or [cols, rows] transposed: Fp8Pack's layout)
@@ -84,11 +87,11 @@ TEST(CudaGemmPlan, Fp8PackingAndTnCallGiveTheMatmul) {
           // A is stored [K, M] when ta (rows K), else [M, K]; B [N, K] when tb, else [K, N]
           const std::vector<float> A8 = pack(A, ta ? K : M, ta ? M : K, cuda::fp8_transpose_a(ta));
           const std::vector<float> B8 = pack(B, tb ? N : K, tb ? K : N, cuda::fp8_transpose_b(tb));
-          const float sa = 4, sb = 0.5f;  // the scales: alpha / (sa sb) on the unscaled products
+          const float sa = 4, sb = 0.5f, inv[2] = {1 / sa, 1 / sb};  // the scales, and their inverses (device memory there)
           std::vector<float> A8s(A8), B8s(B8);
           for (float& v : A8s) v *= sa;
           for (float& v : B8s) v *= sb;
-          const cuda::GemmArgs g = cuda::fp8_tn_args(C.data(), A8s.data(), B8s.data(), M, N, K, 0.75f / (sa * sb), beta);
+          const cuda::GemmArgs g = cuda::fp8_tn_args(C.data(), A8s.data(), B8s.data(), &inv[0], &inv[1], M, N, K, 0.75f, beta);
           const cuda::LtPlan p = cuda::lt_plan(g);
           EXPECT_TRUE(p.trans1);
           EXPECT_FALSE(p.trans2);

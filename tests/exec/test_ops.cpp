@@ -569,7 +569,8 @@ TEST(Ops, Fp8RoundingOfKnownValues) {
   // The op: y = fp8(x * scale) / scale, the amax of x max-ed into the slot; in place.
   std::vector<double> x = {0.1 / 64, -3.0, 460.0 / 64};
   double amax = 0.5;
-  tp::ops::fp8_quantize(x.data(), x.data(), 3, 64.0, 0, &amax);
+  const double scale = 64.0;
+  tp::ops::fp8_quantize(x.data(), x.data(), 3, &scale, 0, &amax);
   EXPECT_EQ(amax, 7.1875);
   EXPECT_EQ(x[0], 0.1015625 / 64);
   EXPECT_EQ(x[1], -3.0);

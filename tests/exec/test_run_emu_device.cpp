@@ -107,8 +107,27 @@ TEST(RunEmuDevice, NcclStandInMatchesSingleRankFloat64) {
                     {{"tp", 2}, {"sequence_parallel", true}, {"pp", 2}, {"schedule", "interleaved"}, {"virtual_stages", 2}},
                     "--comm nccl"},
                    {"dev_nccl_dp2_overlap", {{"dp", 2}, {"overlap_grad_reduce", true}}, "--comm nccl"},
+                   // (the stand-in runs a non-blocking collective at its wait: ZeRO-2's reduce-scatters under the
+                   // backward, added to the shard in order; ZeRO-3's gathers a layer ahead, read only after theirs)
+                   {"dev_nccl_dp2_zero2", {{"dp", 2}, {"zero", 2}}, "--comm nccl"},
                },
                steps);
+}
+
+// A library that cannot put two ranks on one GPU (NCCL before 2.30; the stand-in under TP_EMU_NCCL_ONE_GPU=1, every
+// rank on device 0): every rank refuses alike before any work, so the job ends with exit 2 and one error line.
+TEST(RunEmuDevice, RanksSharingAGpuAreRefusedInOneLine) {
+  if (!have_mpi()) GTEST_SKIP() << "built without MPI";
+  const ScopedEnv one_gpu("TP_EMU_NCCL_ONE_GPU", "1");
+  const std::string f = scenario("dev_nccl_one_gpu", {{"dp", 2}});
+  int code = 0;
+  EXPECT_TRUE(run(f, 1, false, &code, kDev + " --comm nccl").is_null());
+  EXPECT_EQ(code, 2);
+  const std::string log = log_text(f);
+  EXPECT_NE(log.find("error: --comm nccl: ranks 0 and 1 share GPU 0 of one host"), std::string::npos) << log;
+  size_t lines = 0;
+  for (size_t at = log.find("error"); at != std::string::npos; at = log.find("error", at + 1)) ++lines;
+  EXPECT_EQ(lines, 1u) << log;  // (no line per rank, no mpirun abort banner)
 }
 
 TEST(RunEmuDevice, OffloadPlansMatchSingleRankFloat64) {

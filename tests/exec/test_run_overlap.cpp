@@ -14,7 +14,9 @@
 #include <vector>
 
 #include "exec/oracle_run.hpp"
+#include "exec/runtime/train.hpp"
 #include "models/json_check.hpp"
+#include "models/scenario.hpp"
 
 using tp::json;
 using namespace oracle;
@@ -114,4 +116,20 @@ TEST(RunOverlap, ZeroThreeGathersTheNextRunsLayerAhead) {
     ++checked;
   }
   EXPECT_GE(checked, 4);
+}
+
+// Overlaps the simulator costs but `trainplan run` does not (the sequence-parallel collectives in pieces under the
+// GEMMs, the parameter all-gather under the next forward): run says so in a note naming the key, once each.
+TEST(RunOverlap, OverlapsTheExecutorDoesNotRunAreNoted) {
+  const std::string f = scenario("notes_tp_overlap", {{"tp", 2}, {"sequence_parallel", true}, {"tp_comm_overlap", true},
+                                                      {"dp", 2}, {"zero", 1}, {"overlap_param_gather", true}});
+  const std::vector<std::string> notes = tp::exec::run_notes(tp::load_scenario(f), false);
+  auto count = [&](const std::string& key) {
+    return std::count_if(notes.begin(), notes.end(), [&](const std::string& n) { return n.rfind(key, 0) == 0; });
+  };
+  std::string all;
+  for (const std::string& n : notes) all += n + "\n";
+  EXPECT_EQ(count("$.plan.tp_comm_overlap: run issues"), 1) << all;
+  EXPECT_EQ(count("$.plan.overlap_param_gather: run all-gathers"), 1) << all;
+  EXPECT_TRUE(tp::exec::run_notes(tp::load_scenario(scenario("notes_plain", {{"tp", 2}})), false).empty());
 }

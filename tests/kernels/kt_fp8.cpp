@@ -1,7 +1,8 @@
 // The fp8 cast kernel (exec/kernels/k_fp8.hpp) on the emulator, for float, double and bf16 storage, over every
 // kt::configs() shape / launcher / schedule: y = fp8(x * s) / s in E4M3 and E5M2 (in place too, without an amax) and
 // the amax of x from the two-pass block max, max-ed into the amax slot (raised, or kept when above). Power-of-two scales keep every step exact in each storage type, so the results must
-// equal the float64 reference bit for bit (saturation included: scale 1024 puts E4M3 values past 448).
+// equal the float64 reference bit for bit (saturation included: scale 1024 puts E4M3 values past 448). The scale is
+// read from memory (a one-element buffer of T), as a captured graph's replays read each step's.
 #include <cmath>
 #include <utility>
 
@@ -33,15 +34,15 @@ TYPED_TEST(KernelFp8, CastAndAmax) {
       for (long i = 0; i < n; ++i) want[i] = K::fp8_round(x[i] * s, format) / s;
       Buf<T> bx(x), by(Vec(n, 9.0));
       // amax into a slot below max |x| (raised to it), then one above (kept); then no amax at all
-      Buf<T> slot(Vec{0.25}), high(Vec{4.0});
+      Buf<T> slot(Vec{0.25}), high(Vec{4.0}), sc_(Vec{s});
       std::vector<double> scratch(cf.L.max_grid);
-      K::fp8_quantize(cf.L, slot.data(), scratch.data(), by.data(), bx.data(), n, K::acc_t<T>(s), format);
+      K::fp8_quantize(cf.L, slot.data(), scratch.data(), by.data(), bx.data(), n, sc_.data(), format);
       EXPECT_EQ(by.dbl(), want) << "format " << format << ", scale " << s;
       EXPECT_EQ(slot.dbl()[0], std::max(0.25, amax_ref));
-      K::fp8_quantize(cf.L, high.data(), scratch.data(), by.data(), bx.data(), n, K::acc_t<T>(s), format);
+      K::fp8_quantize(cf.L, high.data(), scratch.data(), by.data(), bx.data(), n, sc_.data(), format);
       EXPECT_EQ(high.dbl()[0], 4.0);
       if (format != K::kFp8E4M3) continue;
-      K::fp8_quantize(cf.L, static_cast<T*>(nullptr), nullptr, bx.data(), bx.data(), n, K::acc_t<T>(s), format);  // in place
+      K::fp8_quantize(cf.L, static_cast<T*>(nullptr), nullptr, bx.data(), bx.data(), n, sc_.data(), format);  // in place
       EXPECT_EQ(bx.dbl(), want);
     }
   }
@@ -86,14 +87,15 @@ TYPED_TEST(KernelFp8, PackOfACastIsItsGridValue) {
     SCOPED_TRACE(cf.str());
     kt::ScheduleScope sc(cf.sched);
     const long R = cf.s.rows, C = cf.s.cols, n = R * C;
-    const double s = 448.0 / 2.9;
+    Buf<T> sc_(Vec{448.0 / 2.9});
+    const double s = sc_.dbl()[0];  // (the scale as T holds it)
     for (int format : {int(K::kFp8E4M3), int(K::kFp8E5M2)}) {
       Buf<T> x(kt::rounded<T>(kt::randv(n, rng, -3, 3))), q(Vec(n, 0.0));
-      K::fp8_quantize(cf.L, static_cast<T*>(nullptr), nullptr, q.data(), x.data(), n, K::acc_t<T>(s), format);
+      K::fp8_quantize(cf.L, static_cast<T*>(nullptr), nullptr, q.data(), x.data(), n, sc_.data(), format);
       const Vec xs = x.dbl();
       for (bool tr : {false, true}) {
         std::vector<uint8_t> y(size_t(n), 0xaa);
-        K::fp8_pack(cf.L, y.data(), q.data(), R, C, C, K::acc_t<T>(s), format, tr);
+        K::fp8_pack(cf.L, y.data(), q.data(), R, C, C, sc_.data(), format, tr);
         for (long r = 0; r < R; ++r)
           for (long c = 0; c < C; ++c) {
             const uint8_t got = y[size_t(tr ? c * R + r : r * C + c)];

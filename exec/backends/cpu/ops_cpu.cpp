@@ -409,8 +409,9 @@ double sum_squares_multi(const T* const* x, const long* n, long count) {
 
 // The kernels' rounding rule (exec/kernels/k_fp8.hpp), computed in T as the kernels compute in acc_t<T>.
 template <class T>
-void fp8_quantize(T* y, const T* x, long n, T scale, int format, T* amax) {
+void fp8_quantize(T* y, const T* x, long n, const T* scale_p, int format, T* amax) {
   exec::prof::Scope prof_scope(exec::prof::Cls::elementwise);
+  const T scale = *scale_p;
   double m = 0;
   for (long i = 0; i < n; ++i) {
     const T v = x[i];
@@ -448,7 +449,7 @@ void fp8_quantize(T* y, const T* x, long n, T scale, int format, T* amax) {
   template void adamw_multi<T>(T* const*, const T* const*, T* const*, T* const*, const long*, const T*, long, T, T, T, \
                                T, long, T);                                                                 \
   template double sum_squares_multi<T>(const T* const*, const long*, long);                                \
-  template void fp8_quantize<T>(T*, const T*, long, T, int, T*);
+  template void fp8_quantize<T>(T*, const T*, long, const T*, int, T*);
 TP_OPS_CPU_INSTANTIATE(float)
 TP_OPS_CPU_INSTANTIATE(double)
 #undef TP_OPS_CPU_INSTANTIATE

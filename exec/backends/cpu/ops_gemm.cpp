@@ -219,8 +219,8 @@ void matmul16(T* C, const T* A, const uint16_t* A16, const T* B, const uint16_t*
 
 // The CPU has no fp8 GEMM: the casts' values through matmul (the op's contract).
 template <class T>
-void matmul_fp8(T* C, const T* A, T, int, const T* B, T, int, long M, long N, long K, bool trans_a, bool trans_b, T alpha,
-                T beta) {
+void matmul_fp8(T* C, const T* A, const T*, int, const T* B, const T*, int, long M, long N, long K, bool trans_a,
+                bool trans_b, T alpha, T beta) {
   matmul(C, A, B, M, N, K, trans_a, trans_b, alpha, beta);
 }
 
@@ -407,7 +407,7 @@ void linear_fwd(T* y, T* pre, const T* x, const uint16_t* x16, const T* w, const
 
 #define TP_OPS_GEMM_INSTANTIATE(T)                                                                              \
   template void matmul<T>(T*, const T*, const T*, long, long, long, bool, bool, T, T);                         \
-  template void matmul_fp8<T>(T*, const T*, T, int, const T*, T, int, long, long, long, bool, bool, T, T);    \
+  template void matmul_fp8<T>(T*, const T*, const T*, int, const T*, const T*, int, long, long, long, bool, bool, T, T);    \
   template void matmul16<T>(T*, const T*, const uint16_t*, const T*, const uint16_t*, long, long, long, bool, bool,  \
                             T, T);                                                                              \
   template void linear_fwd<T>(T*, T*, const T*, const uint16_t*, const T*, const uint16_t*, const T*, long, long,  \

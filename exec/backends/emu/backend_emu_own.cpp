@@ -217,8 +217,10 @@ void matmul(T* C, const T* A, const T* B, long M, long N, long K, bool ta, bool 
   ops::cpu::matmul<T>(C, A, B, M, N, K, ta, tb, alpha, beta);
 }
 template <class T>
-void matmul_fp8(T* C, const T* A, T sa, int fa, const T* B, T sb, int fb, long M, long N, long K, bool ta, bool tb,
-                T alpha, T beta) {
+void matmul_fp8(T* C, const T* A, const T* sa, int fa, const T* B, const T* sb, int fb, long M, long N, long K, bool ta,
+                bool tb, T alpha, T beta) {
+  need("matmul_fp8", "sa", sa, bytes_of<T>(2));
+  need("matmul_fp8", "sb", sb, bytes_of<T>(2));
   need("matmul_fp8", "A", A, bytes_of<T>(M * K));
   need("matmul_fp8", "B", B, bytes_of<T>(K * N));
   need("matmul_fp8", "C", C, bytes_of<T>(M * N));

@@ -4,13 +4,20 @@
 // Every entry moves the device buffers through MPI (the job's world, duplicated at init so the stand-in's traffic
 // never meets the host path's), staged through host memory as `--comm mpi` stages them.
 // Invariants: sums are MPI's rank-ordered ones, so a run matches `--comm mpi` bit for bit (NCCL's would match to
-// rounding); a non-blocking collective completes when it starts (request -1); a group's point-to-point matches a
+// rounding); a non-blocking collective runs as late as NCCL may run it: it is queued, and runs (with every one queued
+// before it on the communicator, in issue order) when it is waited for or when a later call on the communicator
+// starts (NCCL runs a communicator's operations in issue order). So a caller that reads a non-blocking
+// collective's output before its wait, or changes its input, gets other results than `--comm mpi`, as it could on a
+// GPU; a group's point-to-point matches a
 // pair's operations in issue order as NCCL does (one MPI tag: MPI's messages between a pair do not overtake), and
 // under TP_COMM_RENDEZVOUS its sends complete only as their receives run (exec/comm/comm_mpi.cpp), as NCCL's.
 // A group's sends leave host copies that are reaped at the next call and waited for when the communicator ends.
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -24,6 +31,16 @@ namespace {
 struct EmuDc {
   std::unique_ptr<Comm> host;    // the stand-in's own MPI communicator
   std::unique_ptr<Comm> staged;  // host staged for the emulated device
+  std::deque<std::pair<long, std::function<void()>>> queued;  // non-blocking collectives not run yet, in issue order
+  long next_request = 0;
+  // Runs the queued collectives up to request `upto` (all of them: -1), in issue order.
+  void run_queued(long upto = -1) {
+    while (!queued.empty() && (upto < 0 || queued.front().first <= upto)) {
+      auto f = std::move(queued.front().second);
+      queued.pop_front();
+      f();
+    }
+  }
 };
 
 EmuDc* make(std::unique_ptr<Comm> host) {
@@ -45,10 +62,23 @@ int guarded(const char* what, char* why, size_t why_size, F&& f) {
   }
 }
 
+// The communicator for a call that starts now: what was queued before it runs first (issue order).
 Comm& staged(void* c) {
   EmuDc& d = *static_cast<EmuDc*>(c);
+  d.run_queued();
   d.staged->reap_sends();  // (frees the host copies of sends that completed)
   return *d.staged;
+}
+// A collective: run now (async 0, *req -1) or queued as request *req (async 1).
+int start(void* c, int async, long* req, const char* what, char* why, size_t why_size, std::function<void(Comm&)> f) {
+  return guarded(what, why, why_size, [&] {
+    Comm& s = staged(c);
+    *req = -1;
+    if (!async) return f(s);
+    EmuDc& d = *static_cast<EmuDc*>(c);
+    *req = d.next_request++;
+    d.queued.emplace_back(*req, [&s, f = std::move(f)] { f(s); });
+  });
 }
 Dtype dt(int d) { return static_cast<Dtype>(d); }
 
@@ -75,20 +105,25 @@ int split(void* comm, int color, int key, void** out, char* why, size_t why_size
 void destroy(void* comm) {
   auto* d = static_cast<EmuDc*>(comm);
   if (!d) return;
+  try {
+    d->run_queued();  // (never waited for: a caller's bug, but the other ranks run it)
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "emu-nccl: a queued collective failed at the communicator's end: %s\n", e.what());
+  }
   d->staged->wait_sends();
   delete d;
 }
 
-int all_reduce_sum(void* c, void* buf, long n, int d, int, long* req, char* why, size_t why_size) {
-  *req = -1;
-  return guarded("emu-nccl all-reduce", why, why_size, [&] { staged(c).all_reduce_sum(buf, n, dt(d)); });
+int all_reduce_sum(void* c, void* buf, long n, int d, int async, long* req, char* why, size_t why_size) {
+  return start(c, async, req, "emu-nccl all-reduce", why, why_size, [=](Comm& s) { s.all_reduce_sum(buf, n, dt(d)); });
 }
-int reduce_scatter_sum(void* c, const void* in, void* out, long n, int d, int, long* req, char* why, size_t why_size) {
-  *req = -1;
-  return guarded("emu-nccl reduce-scatter", why, why_size, [&] { staged(c).reduce_scatter_sum(in, out, n, dt(d)); });
+int reduce_scatter_sum(void* c, const void* in, void* out, long n, int d, int async, long* req, char* why,
+                       size_t why_size) {
+  return start(c, async, req, "emu-nccl reduce-scatter", why, why_size,
+               [=](Comm& s) { s.reduce_scatter_sum(in, out, n, dt(d)); });
 }
-int all_gather(void* c, const void* in, void* out, long n, int d, char* why, size_t why_size) {
-  return guarded("emu-nccl all-gather", why, why_size, [&] { staged(c).all_gather(in, out, n, dt(d)); });
+int all_gather(void* c, const void* in, void* out, long n, int d, int async, long* req, char* why, size_t why_size) {
+  return start(c, async, req, "emu-nccl all-gather", why, why_size, [=](Comm& s) { s.all_gather(in, out, n, dt(d)); });
 }
 int broadcast(void* c, void* buf, long n, int d, int root, char* why, size_t why_size) {
   return guarded("emu-nccl broadcast", why, why_size, [&] { staged(c).broadcast(buf, n, dt(d), root); });
@@ -107,7 +142,9 @@ int p2p_group(void* c, const DeviceP2p* ops, int count, char* why, size_t why_si
     staged(c).exchange(g);
   });
 }
-int wait(void*, long, char*, size_t) { return 0; }
+int wait(void* c, long req, char* why, size_t why_size) {
+  return guarded("emu-nccl wait", why, why_size, [&] { static_cast<EmuDc*>(c)->run_queued(req); });
+}
 
 }  // namespace
 
@@ -129,7 +166,10 @@ const DeviceCommOps& emu_nccl_ops() {
     o.p2p_group = &p2p_group;
     o.wait = &wait;
     o.local_device = [] { return 0; };
-    o.shares_gpus = 1;  // (every rank's emulated device is its own memory)
+    // (every rank's emulated device is its own memory; TP_EMU_NCCL_ONE_GPU=1 makes the stand-in refuse ranks sharing
+    // device 0 as NCCL before 2.30 refuses ranks sharing a GPU: the refusal's test)
+    const char* one = std::getenv("TP_EMU_NCCL_ONE_GPU");
+    o.shares_gpus = one && std::string(one) == "1" ? 0 : 1;
     return o;
   }();
   return ops;

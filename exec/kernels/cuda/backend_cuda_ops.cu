@@ -98,11 +98,12 @@ void matmul(F* C, const F* A, const F* B, long M, long N, long K, bool ta, bool 
 }
 
 // fp8 operands (training.precision "fp8"): where the device and shape take it (lt_fp8_usable), A and B are packed to fp8
-// bytes in cuBLASLt's TN layout (Fp8Pack: op(A) as [M, K], op(B)ᵀ as [N, K], each byte the cast's grid value) and
-// multiplied by cuBLASLt's fp8 kernels with alpha / (sa sb); otherwise, or when cuBLASLt has no algorithm, matmul's
-// GEMM on the casts' values (the emulation, as every other backend).
-void matmul_fp8(F* C, const F* A, F sa, int fa, const F* B, F sb, int fb, long M, long N, long K, bool ta, bool tb,
-                F alpha, F beta) {
+// bytes in cuBLASLt's TN layout (Fp8Pack: op(A) as [M, K], op(B)ᵀ as [N, K], each byte the cast's grid value, with
+// the scale sa[0] / sb[0] read on the device) and multiplied by cuBLASLt's fp8 kernels, the inverse scales sa[1] and
+// sb[1] its scale pointers (device memory: a captured graph reads each step's); otherwise, or when cuBLASLt has no
+// algorithm, matmul's GEMM on the casts' values (the emulation, as every other backend).
+void matmul_fp8(F* C, const F* A, const F* sa, int fa, const F* B, const F* sb, int fb, long M, long N, long K, bool ta,
+                bool tb, F alpha, F beta) {
   run_op("matmul_fp8", {{"M", M}, {"N", N}, {"K", K}, {"trans_a", ta}, {"trans_b", tb}, {"fa", fa}, {"fb", fb}}, [&] {
     if (K == 0) {
       empty_product(C, beta, M * N);
@@ -114,8 +115,7 @@ void matmul_fp8(F* C, const F* A, F sa, int fa, const F* B, F sb, int fb, long M
       // (A is stored [K, M] when ta, else [M, K]; B [N, K] when tb, else [K, N]: gemm_plan.hpp fp8_transpose_a / _b)
       k::fp8_pack(launcher(), a8, A, ta ? K : M, ta ? M : K, ta ? M : K, sa, fa, fp8_transpose_a(ta));
       k::fp8_pack(launcher(), b8, B, tb ? N : K, tb ? K : N, tb ? K : N, sb, fb, fp8_transpose_b(tb));
-      const float alpha8 = float(double(alpha) / (double(sa) * double(sb)));
-      if (lt_fp8_gemm(C, a8, b8, M, N, K, fa, fb, alpha8, beta)) return;
+      if (lt_fp8_gemm(C, a8, b8, sa + 1, sb + 1, M, N, K, fa, fb, alpha, beta)) return;
     }
     lt_gemm(matmul_args(C, A, B, M, N, K, ta, tb, alpha, beta));
   });

@@ -22,7 +22,7 @@
 #define TP_CUDA_CREATE_NO_DEVICE 1
 #define TP_CUDA_CREATE_ERROR 2
 /* The version of this C ABI: the loader refuses a library with another one. */
-#define TP_CUDA_ABI_VERSION 18 // 2: Backend::is_device_ptr; 3: Backend::peak_device_bytes; 4: Backend::device, device_bytes;
+#define TP_CUDA_ABI_VERSION 19 // 2: Backend::is_device_ptr; 3: Backend::peak_device_bytes; 4: Backend::device, device_bytes;
                                // 5: Backend::set_bf16_gemm; 6: OpTable flash_attention_fwd / bwd, adamw gscale;
                                // 7: OpTable pack_bf16 / unpack_bf16, matmul_a16;
                                // 8: matmul16 (either operand packed) replaces matmul_a16, linear_fwd's w16;
@@ -37,6 +37,8 @@
                                // 17: Backend::capture_begin / capture_end / graph_launch / graph_destroy,
                                //     OpTable cross_entropy_fwd_to
                                // 18: DeviceCommOps p2p_group (the pipeline's grouped sends and receives)
+                               // 19: fp8_quantize's and matmul_fp8's scales in device memory (pointers),
+                               //     DeviceCommOps all_gather async / request
 
 #ifdef __cplusplus
 extern "C" {

@@ -184,6 +184,14 @@ void set_epilogue_pointers(LtSetup& s, const GemmArgs& g) {
   }
 }
 
+// fp8: the operands' dequantising factors as cuBLASLt's scale pointers (its first operand is our B).
+void set_scale_pointers(LtSetup& s, const GemmArgs& g) {
+  check(cublasLtMatmulDescSetAttribute(s.desc.d, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &g.inv_b, sizeof g.inv_b), g,
+        "set A_SCALE_POINTER");
+  check(cublasLtMatmulDescSetAttribute(s.desc.d, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &g.inv_a, sizeof g.inv_a), g,
+        "set B_SCALE_POINTER");
+}
+
 int epilogue_of(const GemmArgs& g) { return g.gelu ? (g.bias ? 3 : 2) : (g.bias ? 1 : 0); }
 
 // Elements a column-major matrix spans from its first (every batch item).
@@ -303,6 +311,7 @@ std::unique_ptr<LtSetup> make_setup(const LtPlan& p, const GemmKey& key, const G
     set_epilogue_pointers(*s, g);
   }
   const bool fp8 = key.compute >= kComputeFp8;
+  if (fp8) set_scale_pointers(*s, g);  // (before the heuristic, which sees the scaled form)
   const cudaDataType_t ab = key.compute == kComputeBf16Cast ? CUDA_R_16BF : CUDA_R_32F;
   // (fp8: cuBLASLt's first operand is our B8, format fb; its second our A8, format fa)
   auto fp8_type = [](int f) { return f ? CUDA_R_8F_E5M2 : CUDA_R_8F_E4M3; };
@@ -417,9 +426,9 @@ bool lt_fp8_usable(long M, long N, long K, int fa, int fb) {
   return !g_fp8_none.count({M, N, K, long(fa), long(fb)});
 }
 
-bool lt_fp8_gemm(float* C, const void* A8, const void* B8, long M, long N, long K, int fa, int fb, float alpha,
-                 float beta) {
-  const GemmArgs a = fp8_tn_args(C, A8, B8, M, N, K, alpha, beta);
+bool lt_fp8_gemm(float* C, const void* A8, const void* B8, const float* inv_a, const float* inv_b, long M, long N, long K,
+                 int fa, int fb, float alpha, float beta) {
+  const GemmArgs a = fp8_tn_args(C, A8, B8, inv_a, inv_b, M, N, K, alpha, beta);
   if (!g_lt.handle) throw std::runtime_error("cuda " + shape_text(a) + ": cuBLASLt is not initialised");
   if (alignment(A8) < 16 || alignment(B8) < 16 || alignment(C) < 4)
     throw std::runtime_error("cuda " + shape_text(a) + ": fp8 operands must be 16-byte aligned");
@@ -433,6 +442,7 @@ bool lt_fp8_gemm(float* C, const void* A8, const void* B8, long M, long N, long 
                  "on the casts' values (the same result, slower)\n", shape_text(a).c_str(), fa, fb);
     return false;
   }
+  set_scale_pointers(*s, a);  // (this call's: the cached setup may have another's)
   check(cublasLtMatmul(g_lt.handle, s->desc.d, &a.alpha, B8, s->l1.d, A8, s->l2.d, &a.beta, p.c, s->lc.d, p.c, s->lc.d,
                        &s->algo, g_lt.workspace, g_lt.ws_bytes, g_lt.stream),
         a, "cublasLtMatmul (fp8)");

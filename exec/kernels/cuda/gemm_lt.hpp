@@ -27,14 +27,15 @@ bool lt_bf16();
 // Device scratch for attention's bf16 copies of P (slot 0) and dS (slot 1), at least `bytes`; valid until the next
 // call with the same slot (the ops fill and consume it within one op, in stream order).
 void* lt_bf16_scratch(int slot, size_t bytes);
-// fp8 GEMMs (ops::matmul_fp8) on cuBLASLt's fp8 kernels: C [M, N] (row-major fp32) = alpha A8 B8ᵀ + beta C, A8 [M, K]
-// and B8 [N, K] row-major fp8 bytes of formats fa, fb (0 E4M3, 1 E5M2; gemm_plan.hpp fp8_tn_args: cuBLASLt's "TN").
+// fp8 GEMMs (ops::matmul_fp8) on cuBLASLt's fp8 kernels: C [M, N] (row-major fp32) = alpha inv_a[0] inv_b[0] A8 B8ᵀ +
+// beta C, A8 [M, K] and B8 [N, K] row-major fp8 bytes of formats fa, fb (0 E4M3, 1 E5M2; gemm_plan.hpp fp8_tn_args:
+// cuBLASLt's "TN"), inv_a and inv_b one float each in device memory (cuBLASLt's scale pointers, read as it runs).
 // lt_fp8_usable: whether this device and shape take it — compute capability 8.9 or later, TP_CUDA_FP8_GEMM unset or
 // not 0, not two E5M2 operands, M, N and K multiples of 16, and no earlier call of the shape found cuBLASLt without an
 // algorithm for it. lt_fp8_gemm runs it; false (nothing computed) when cuBLASLt has no algorithm (remembered).
 bool lt_fp8_usable(long M, long N, long K, int fa, int fb);
-bool lt_fp8_gemm(float* C, const void* A8, const void* B8, long M, long N, long K, int fa, int fb, float alpha,
-                 float beta);
+bool lt_fp8_gemm(float* C, const void* A8, const void* B8, const float* inv_a, const float* inv_b, long M, long N, long K,
+                 int fa, int fb, float alpha, float beta);
 // Device scratch for the fp8 operands' bytes (slot 0: A8, 1: B8), at least `bytes` (the bf16 copies' buffers: an op
 // uses one kind at a time).
 void* lt_fp8_scratch(int slot, size_t bytes);

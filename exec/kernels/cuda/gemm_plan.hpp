@@ -38,6 +38,10 @@ struct GemmArgs {
   // batch stride, in elements), used instead of casting A / B again; null: cast them. Ignored otherwise.
   const void* A16 = nullptr;
   const void* B16 = nullptr;
+  // fp8 operands (matmul_fp8): one float each in device memory that dequantises A / B (1 / the cast's scale),
+  // cuBLASLt's scale pointers (its A is our B); null: 1. Ignored otherwise.
+  const float* inv_a = nullptr;
+  const float* inv_b = nullptr;
 };
 
 // ops::matmul's contract on contiguous row-major operands.
@@ -55,10 +59,12 @@ inline GemmArgs matmul_args(float* C, const float* A, const float* B, long M, lo
 // as cuBLASLt's first operand) and not trans2. The pointers are the packed bytes', given as floats only for the plan.
 inline bool fp8_transpose_a(bool ta) { return ta; }
 inline bool fp8_transpose_b(bool tb) { return !tb; }
-inline GemmArgs fp8_tn_args(float* C, const void* A8, const void* B8, long M, long N, long K, float alpha, float beta) {
+inline GemmArgs fp8_tn_args(float* C, const void* A8, const void* B8, const float* inv_a, const float* inv_b, long M,
+                            long N, long K, float alpha, float beta) {
   GemmArgs a = matmul_args(C, static_cast<const float*>(A8), static_cast<const float*>(B8), M, N, K, false, true, alpha,
                            beta);
   a.what = "matmul_fp8";
+  a.inv_a = inv_a, a.inv_b = inv_b;
   return a;
 }
 

@@ -239,8 +239,9 @@ int reduce_scatter_sum(void* comm, const void* in, void* out, long n, int dtype,
     return nccl().reduce_scatter(in, out, size_t(n), type_of(dtype), ncclSum, d.c, s);
   });
 }
-int all_gather(void* comm, const void* in, void* out, long n, int dtype, char* why, size_t why_size) {
-  return collective(comm, 0, nullptr, "ncclAllGather", why, why_size, [&](Dc& d, cudaStream_t s) {
+int all_gather(void* comm, const void* in, void* out, long n, int dtype, int async, long* request, char* why,
+               size_t why_size) {
+  return collective(comm, async, request, "ncclAllGather", why, why_size, [&](Dc& d, cudaStream_t s) {
     return nccl().all_gather(in, out, size_t(n), type_of(dtype), d.c, s);
   });
 }

@@ -47,11 +47,24 @@ void GranularHost<T>::begin_step(const std::vector<int>& run_layer, int shared, 
 }
 
 template <class T>
+GranularHost<T>::~GranularHost() {
+  for (auto& [r, e] : ready) cs.be->event_destroy(e);
+}
+
+template <class T>
 void GranularHost<T>::load_through(size_t i) {
+  if (next >= off_runs.size() || next > i) return;
+  const Backend& be = current_backend();
+  cs.ensure(be);
+  be.event_record(cs.queued, Stream{});  // (the new copies' memory may have been read by work queued so far)
+  be.stream_wait(cs.h2d, cs.queued);
   for (; next < off_runs.size() && next <= i; ++next) {
     const int r = off_runs[next], u = run_unit[r];
     Buf<T> d((size_t)len[u]);
-    current_backend().copy(d.data(), param(u), sizeof(T) * (size_t)len[u], CopyKind::host_to_device, Stream{});
+    be.copy(d.data(), param(u), sizeof(T) * (size_t)len[u], CopyKind::host_to_device, cs.h2d);
+    const Event e = be.event_create();
+    be.event_record(e, cs.h2d);
+    ready[r] = e;
     h2d_bytes += sizeof(T) * (double)len[u];
     loaded[r] = std::move(d);
     loaded_bytes += sizeof(T) * (double)len[u];
@@ -62,6 +75,11 @@ void GranularHost<T>::load_through(size_t i) {
 template <class T>
 T* GranularHost<T>::device_copy(int r) {
   if (off_index[r] >= 0) load_through((size_t)off_index[r]);
+  if (auto it = ready.find(r); it != ready.end()) {  // the compute stream waits for this run's load, not before
+    cs.be->stream_wait(Stream{}, it->second);
+    cs.be->event_destroy(it->second);
+    ready.erase(it);
+  }
   return loaded.at(r).data();
 }
 
@@ -83,10 +101,41 @@ void GranularHost<T>::end_run(int r) {
 template <class T>
 void GranularHost<T>::grad_to_host(T* dst, const T* dev, long long n) {
   if (n <= 0) return;
-  std::vector<T> tmp((size_t)n);
-  current_backend().copy(tmp.data(), dev, sizeof(T) * (size_t)n, CopyKind::device_to_host, Stream{});
+  const Backend& be = current_backend();
+  cs.ensure(be);
+  while (grads_down.size() >= kGradsInFlight) {  // the oldest arrived, added (in the order they were sent)
+    be.stream_sync(cs.d2h);
+    GradDown& g = grads_down.front();
+    cpu_backend().ops<T>().accumulate(g.dst, g.staged.data(), (long)g.n);
+    spare.push_back(std::move(g.staged));
+    grads_down.pop_front();
+  }
+  GradDown g{dst, n, {}};
+  for (size_t i = 0; i < spare.size(); ++i)
+    if (spare[i].size() >= n) {
+      g.staged = std::move(spare[i]);
+      spare.erase(spare.begin() + (long)i);
+      break;
+    }
+  if (g.staged.size() < n) g.staged = PinnedBuf<T>(n);
+  be.event_record(cs.queued, Stream{});  // (after the backward that wrote dev)
+  be.stream_wait(cs.d2h, cs.queued);
+  be.copy(g.staged.data(), dev, sizeof(T) * (size_t)n, CopyKind::device_to_host, cs.d2h);
+  be.event_record(cs.done, cs.d2h);
+  be.stream_wait(Stream{}, cs.done);  // (what the compute stream does next, reusing dev's memory, follows the copy)
+  grads_down.push_back(std::move(g));
   d2h_bytes += sizeof(T) * (double)n;
-  cpu_backend().ops<T>().accumulate(dst, tmp.data(), (long)n);
+}
+
+template <class T>
+void GranularHost<T>::finish_grads() {
+  if (grads_down.empty()) return;
+  cs.be->stream_sync(cs.d2h);
+  for (GradDown& g : grads_down) {
+    cpu_backend().ops<T>().accumulate(g.dst, g.staged.data(), (long)g.n);
+    spare.push_back(std::move(g.staged));
+  }
+  grads_down.clear();
 }
 
 template <class T>

@@ -15,6 +15,13 @@
 // transient device buffer (the runtime's grad_acquire / grad_release) sent to the host at the run's end (after
 // the reduce-scatter with ZeRO >= 2, as its own slices) and accumulated there. The host Adam (the CPU
 // backend's op, on the host copies) updates them.
+// Copies are asynchronous, on copy streams (copy_streams.hpp), as optimizer and chunked offload's: a load is queued
+// on the h2d stream after the compute stream's work so far, and the compute stream waits for it only when its run
+// starts (device_copy), so a prefetched load runs under the runs before it; a gradient goes down on the d2h stream
+// into a pinned staging buffer (the compute stream waits for that copy before what follows it, so the freed device
+// buffer is not reused under it, but the host does not), and is added into the host gradients once it has arrived:
+// when more than kGradsInFlight are pending, and all of them at finish_grads (the step's end, before the norm and
+// the host Adam), in the order they were sent.
 // Runs are keyed by the weight SLOT they use (Pseudo-to-Real's weight groups: position l uses slot
 // weight_group(l)); begin_step recomputes them each step (they change at a delink). Context parallelism and 2D tensor parallelism
 // change nothing here: the units are the rank's parameter units whatever their layout.
@@ -22,12 +29,14 @@
 // from origin[u]; moments: the own slices at the runtime's own_off); every copy goes through the backend and is
 // counted; loaded_bytes is the device copies held now.
 #pragma once
+#include <deque>
 #include <map>
 #include <vector>
 
 #include "exec/backends/backend.hpp"
 #include "exec/comm/comm.hpp"
 #include "exec/model/gpt.hpp"
+#include "exec/runtime/offload/copy_streams.hpp"
 #include "exec/runtime/offload/host_optimizer.hpp"
 #include "exec/runtime/train.hpp"
 
@@ -44,6 +53,16 @@ struct GranularHost {
   int prefetch = 1;
   size_t next = 0;                            // the next offloaded run to load
   std::map<int, Buf<T>> loaded;               // run -> its device copy
+  std::map<int, Event> ready;                 // run -> the event after its load (until the compute stream waits)
+  struct GradDown {                           // a gradient on its way down: n elements added into dst once arrived
+    T* dst;
+    long long n;
+    PinnedBuf<T> staged;
+  };
+  std::deque<GradDown> grads_down;            // in the order they were sent
+  std::vector<PinnedBuf<T>> spare;            // staging buffers to reuse (pinned allocations are slow)
+  static constexpr size_t kGradsInFlight = 2;
+  CopyStreams cs;
   double h2d_bytes = 0, d2h_bytes = 0;        // this step's copies
   double loaded_bytes = 0, peak_loaded_bytes = 0;  // device copies held now / at most in this step
 
@@ -65,7 +84,9 @@ struct GranularHost {
   T* device_copy(int r);           // run r's loaded copy (loading through r if it was not prefetched)
   void drop(int r);                // run r's copy freed early (ZeRO-3: once gathered)
   void end_run(int r);             // run r ended: its copy freed, offloaded run (its index) + prefetch + 1 may load
-  void grad_to_host(T* dst, const T* dev, long long n);  // n gradient elements added into the host at dst
+  void grad_to_host(T* dst, const T* dev, long long n);  // n gradient elements added into the host at dst (queued)
+  void finish_grads();             // every gradient sent down added into the host (the step's end)
+  ~GranularHost();
   // ZeRO 1-2 after the update: the updated slices [a, z) of one segment of unit u (this rank's; `slice` long on
   // every member of the segment's group c) gathered into the host parameters' elements [lo, lo + len).
   void host_all_gather(Comm& c, int u, long long slice, long long a, long long z, long long lo, long long len);
