@@ -450,11 +450,15 @@ int cmd_calibrate(int argc, char** argv) {
 // Like run: every rank checks the input first (exit 2 everywhere, printed once); rank 0 simulates and reports.
 int cmd_validate(int argc, char** argv) {
   Args a = parse_args(argc, argv, 2, {"--profile", "--steps", "--json", "--device-budget", "--tolerance", "--backend",
-                                      "--delink-step"}, {"--quiet"});
+                                      "--delink-step", "--comm"}, {"--quiet"});
   exec::ValidateOptions o;
   o.backend = a.value("--backend", "cpu");
   if (o.backend != "cpu" && o.backend != "emu-device" && o.backend != "cuda")
     throw Usage("--backend: expected cpu, emu-device or cuda (a backend with its own device memory), got " + o.backend);
+  o.comm = a.value("--comm", "mpi");
+  if (o.comm != "mpi" && o.comm != "nccl") throw Usage("--comm: expected mpi or nccl, got '" + o.comm + "'");
+  if (o.comm == "nccl" && o.backend != "cuda" && o.backend != "emu-device")
+    throw Usage("--comm nccl needs --backend cuda (or emu-device, NCCL's table emulated over MPI)");
   if (cuda_without_device(o.backend)) return 77;
   exec::Comm& world = exec::world();
   json profile, rep;

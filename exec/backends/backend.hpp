@@ -69,6 +69,11 @@ struct Backend {
   void (*event_record)(Event, Stream) = nullptr;
   void (*stream_wait)(Stream, Event) = nullptr;  // work queued on the stream after this waits for the event
   void (*sync)() = nullptr;                      // every stream of the backend
+  // The device's clock (validate's step times on a device, as CUDA events time them): timer_create makes an event
+  // that can be timed (freed by event_destroy); elapsed_s gives the seconds between two of them recorded on one
+  // stream, once both have completed (after a synchronisation). Null: no device clock (the host's is the step's).
+  Event (*timer_create)() = nullptr;
+  double (*elapsed_s)(Event start, Event end) = nullptr;
   // The high-water mark of device memory allocated by this backend (tensors, its scratch and GEMM workspace),
   // in bytes; null on host-accessible backends, whose peak is the process's resident memory.
   double (*peak_device_bytes)() = nullptr;

@@ -44,6 +44,9 @@ struct ValidateOptions {
   // allocator's); the step times come from an unprofiled run and the per-class times from a second, 2-step run with
   // a device sync around every op (prof::set_sync: each op's device time, not its launch).
   std::string backend = "cpu";
+  // The communicator (`validate --comm`): mpi (host-staged, rank-ordered sums) or nccl (cuda, emu-device: the device
+  // communicator, exec/comm/device_comm.hpp), as `run --comm`.
+  std::string comm = "mpi";
   // plan.delink (Pseudo-to-Real): run's --delink-step (-1: from delink.tokens). The measured steps (all but the
   // first) must lie in one phase, compared with that phase's simulation: 1, the real model; >= steps, the pseudo one.
   long delink_step = -1;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "exec/runtime/runtime_rank.hpp"
+#include "exec/runtime/step_timer.hpp"
 #include "schedule/exchange.hpp"
 
 namespace tp::exec::detail {
@@ -38,6 +39,7 @@ struct RankRun<T>::Loop {
   std::deque<Buf<T>> sendbufs;  // the buffers of outstanding pipeline sends, oldest first
   RunResult res;
   StepGraph<T> graph;  // the captured step (--cuda-graphs)
+  StepTimer timer;     // the step's device time, where the backend has a device clock
   double tok_after_first = 0, time_after_first = 0;
   int last_logged = 0;  // the step (1-based) of the last iteration line: its interval starts after it
 };

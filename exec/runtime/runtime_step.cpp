@@ -441,6 +441,7 @@ bool RankRun<T>::end_step(Loop& lp, int step, int first, double loss, std::chron
                         &gran.peak_loaded_bytes);
   if (store) record_chunk_step(res.offload, store->end_step());
   f8.end_step(world);  // precision fp8: the step's amax over the ranks -> the next step's scales
+  if (lp.timer.on()) res.device_step_time_s.push_back(lp.timer.stop_s());  // (before the host clock's end)
   double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   prof::step_end(step);
   // Mean loss over the global batch: the last stage's tp rank 0 of every dp rank contributes.
@@ -523,6 +524,7 @@ RunResult RankRun<T>::run() {
     prof::step_begin(step);
     rec.on = !o.trace.empty() && step == o.steps - 1;  // the last step, like the simulator's one step
     rec.t0 = t0;
+    lp.timer.start();
     begin_step(lp, step);
     const double loss = step_work(lp, step);
     if (end_step(lp, step, first, loss, t0)) break;

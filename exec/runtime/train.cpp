@@ -221,6 +221,7 @@ json run_result_to_json(const RunResult& r, const Scenario& sc, const RunOptions
           {"grad_norm", r.grad_norm},
           {"step_time_s", r.step_time_s},
           {"tokens_per_s", r.tokens_per_s},
+          {"device_step_time_s", r.device_step_time_s},
           {"peak_memory_bytes", r.peak_memory_bytes},
           {"peak_host_memory_bytes", r.peak_host_memory_bytes},
           {"param_elements", r.param_elements},

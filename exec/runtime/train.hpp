@@ -95,6 +95,9 @@ struct OffloadResult {
 struct RunResult {
   std::vector<double> losses;        // per step: mean token loss over the global batch
   std::vector<double> step_time_s;   // per step (rank 0's wall time, the step ends with the optimizer)
+  // per step, on a backend with a device clock (cuda: CUDA events; emu-device: the host's clock at each record):
+  // from the step's first work on the compute stream to its optimizer's end; empty elsewhere
+  std::vector<double> device_step_time_s;
   double tokens_per_s = 0;           // over the steps after the first
   // Per rank: the peak device memory the backend allocated on a device backend (cuda, emu-device), else the
   // process's peak resident memory; and the process's peak resident memory on every backend.

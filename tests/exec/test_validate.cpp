@@ -209,6 +209,10 @@ TEST(Validate, DeviceBackendComparesStepTimeAndTheAllocatorsPeak) {
     EXPECT_EQ(r["backend"], "emu-device");
     EXPECT_EQ(r["measured"]["peak_memory_kind"], "device");
     EXPECT_GT(r["measured"]["step_time_s"].get<double>(), 0);
+    // the step times by the device's clock (CUDA events on cuda; emu-device's events read the host's clock)
+    EXPECT_EQ(r["measured"]["step_time_clock"], "device events");
+    EXPECT_EQ(r["measured"]["step_times_s"].size(), r["measured"]["host_step_times_s"].size());
+    EXPECT_NE(text.find("step time (device)"), std::string::npos) << text;
     EXPECT_LT(std::fabs(r["error"]["peak_memory"].get<double>()), 0.05) << r["predicted"].dump() << r["measured"].dump();
     EXPECT_EQ(r["machine_speed"]["before"].get<double>(), 0);
     EXPECT_GT(r["machine_speed"]["after"].get<double>(), 0);
@@ -249,6 +253,18 @@ TEST(Validate, DeviceCalibrateUnderMpiMeasuresTheCollectives) {
   j["plan"]["dp"] = 2;
   tp::Scenario s = tp::scenario_from_json(j, TP_SOURCE_DIR, "tiny-gpt dp 2 + two-rank emu-device profile");
   EXPECT_GT(tp::simulate(s).step_time_s, 0);
+  // validate --comm nccl: the dp 2 plan's collectives through the device communicator (NCCL's table emulated over
+  // MPI here), against that profile.
+  const std::string sc = dir + "/dp2.json", out = sc + ".validate.json";
+  std::ofstream(sc) << j.dump(2);
+  ASSERT_EQ(sh(launcher + TP_BINARY + " validate " + sc + " --profile " + prof + " --backend emu-device --comm nccl --steps 2 --json " +
+               out + " > " + out + ".log 2>&1"), 0) << out;
+  const json r = json::parse(std::ifstream(out));
+  EXPECT_EQ(r["comm"], "nccl");
+  EXPECT_EQ(r["ranks"], 2);
+  EXPECT_EQ(r["measured"]["step_time_clock"], "device events");
+  EXPECT_GT(r["measured"]["step_time_s"].get<double>(), 0);
+  EXPECT_EQ(sh(std::string(TP_BINARY) + " validate " + sc + " --profile " + prof + " --comm nccl > /dev/null 2>&1"), 2);  // (cpu)
 }
 
 // Pseudo-to-Real (plan.delink): validate measures one phase and compares it with that phase's simulation —

@@ -337,6 +337,8 @@ Backend make() {
   };
   b.event_create = &emu_streams::event_create;
   b.event_destroy = &emu_streams::event_destroy;
+  b.timer_create = &emu_streams::event_create;  // (every emulated event is timed: the host's clock at its record)
+  b.elapsed_s = &emu_streams::elapsed_s;
   b.event_record = [](Event e, Stream s) {
     if (emu_graph::capturing()) emu_graph::refuse("an event record");
     emu_streams::record(e, s);

@@ -11,6 +11,7 @@
 // runs another queue) guards every queue, and the copies run under it.
 #include "exec/backends/emu/emu_streams.hpp"
 
+#include <chrono>
 #include <deque>
 #include <functional>
 #include <mutex>
@@ -26,6 +27,7 @@ struct Queue {
 struct Ev {
   Queue* q = nullptr;  // null: recorded on the default stream (complete)
   long long upto = 0;
+  double host_s = 0;   // the host's clock when recorded (elapsed_s: ops on the default stream run as they are issued)
 };
 
 std::recursive_mutex& mu() {
@@ -94,7 +96,13 @@ void record(Event e, Stream s) {
   std::lock_guard<std::recursive_mutex> l(mu());
   Ev* ev = static_cast<Ev*>(e.handle);
   Queue* q = static_cast<Queue*>(s.handle);
-  *ev = Ev{q, q ? q->queued : 0};
+  *ev = Ev{q, q ? q->queued : 0,
+            std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count()};
+}
+
+double elapsed_s(Event a, Event b) {
+  std::lock_guard<std::recursive_mutex> l(mu());
+  return static_cast<Ev*>(b.handle)->host_s - static_cast<Ev*>(a.handle)->host_s;
 }
 
 void wait(Stream s, Event e) {

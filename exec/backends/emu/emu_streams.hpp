@@ -16,5 +16,6 @@ Event event_create();
 void event_destroy(Event e);
 void record(Event e, Stream s);
 void wait(Stream s, Event e);
+double elapsed_s(Event a, Event b);               // the host's clock between the two records
 
 }  // namespace tp::exec::emu_streams

@@ -285,6 +285,19 @@ exec::Event event_create() {
   check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
   return exec::Event{e};
 }
+exec::Event timer_create() {  // (timing on: cudaEventElapsedTime)
+  enter();
+  cudaEvent_t e = nullptr;
+  check(cudaEventCreate(&e), "cudaEventCreate (timing)");
+  return exec::Event{e};
+}
+double elapsed_s(exec::Event a, exec::Event b) {
+  enter();
+  float ms = 0;
+  check(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(a.handle), static_cast<cudaEvent_t>(b.handle)),
+        "cudaEventElapsedTime");
+  return double(ms) * 1e-3;
+}
 void event_destroy(exec::Event e) {
   if (e.handle) report_free_error(cudaEventDestroy(static_cast<cudaEvent_t>(e.handle)), "cudaEventDestroy");
 }
@@ -430,6 +443,8 @@ const exec::Backend* create(int local_rank, int& status, std::string& why) {
   b.event_record = event_record;
   b.stream_wait = stream_wait;
   b.sync = sync_all;
+  b.timer_create = timer_create;
+  b.elapsed_s = elapsed_s;
   b.peak_device_bytes = peak_device_bytes;
   b.capture_begin = capture_begin;
   b.capture_end = capture_end;

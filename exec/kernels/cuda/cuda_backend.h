@@ -38,7 +38,7 @@
                                //     OpTable cross_entropy_fwd_to
                                // 18: DeviceCommOps p2p_group (the pipeline's grouped sends and receives)
                                // 19: fp8_quantize's and matmul_fp8's scales in device memory (pointers),
-                               //     DeviceCommOps all_gather async / request
+                               //     DeviceCommOps all_gather async / request, Backend::timer_create / elapsed_s
 
 #ifdef __cplusplus
 extern "C" {

@@ -102,6 +102,13 @@ template <class T>
 void GranularHost<T>::grad_to_host(T* dst, const T* dev, long long n) {
   if (n <= 0) return;
   const Backend& be = current_backend();
+  if (be.host_accessible) {  // (the CPU: copies are synchronous, a staging buffer would only add memory)
+    std::vector<T> tmp((size_t)n);
+    be.copy(tmp.data(), dev, sizeof(T) * (size_t)n, CopyKind::device_to_host, Stream{});
+    d2h_bytes += sizeof(T) * (double)n;
+    cpu_backend().ops<T>().accumulate(dst, tmp.data(), (long)n);
+    return;
+  }
   cs.ensure(be);
   while (grads_down.size() >= kGradsInFlight) {  // the oldest arrived, added (in the order they were sent)
     be.stream_sync(cs.d2h);

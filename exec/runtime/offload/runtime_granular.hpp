@@ -21,7 +21,8 @@
 // into a pinned staging buffer (the compute stream waits for that copy before what follows it, so the freed device
 // buffer is not reused under it, but the host does not), and is added into the host gradients once it has arrived:
 // when more than kGradsInFlight are pending, and all of them at finish_grads (the step's end, before the norm and
-// the host Adam), in the order they were sent.
+// the host Adam), in the order they were sent. (On a host-accessible backend, whose copies are synchronous, the
+// gradient is added at once, without staging.)
 // Runs are keyed by the weight SLOT they use (Pseudo-to-Real's weight groups: position l uses slot
 // weight_group(l)); begin_step recomputes them each step (they change at a delink). Context parallelism and 2D tensor parallelism
 // change nothing here: the units are the rank's parameter units whatever their layout.
