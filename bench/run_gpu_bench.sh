@@ -33,8 +33,9 @@
 # so bf16+flash against bf16+flash+ownattn measures what cuDNN's attention changes. A mode fp8... runs training.precision
 # "fp8" (the emulated casts of exec/model/fp8.hpp around fp32 GEMMs: the first model's fp8+flash row, and the 1.5B's with
 # BENCH_MODES=bf16+flash,fp8+flash), so fp8 against bf16 is in the table.
-# Every row but fp8's runs with CUDA graphs (the scenarios' plan.cuda_graphs true, --cuda-graphs auto: the step
-# captured at the second step and replayed after, exec/runtime/step_graph.hpp); a mode ending in +nographs runs
+# Every row runs with CUDA graphs (the scenarios' plan.cuda_graphs true, --cuda-graphs auto: the step captured at the
+# second step and replayed after, exec/runtime/step_graph.hpp; fp8's too since its scales live in device memory,
+# exec/model/fp8.hpp); a mode ending in +nographs runs
 # --cuda-graphs off, so the first model's bf16+flash against bf16+flash+nographs measures what the graphs save (a
 # BASELINE_BIN's rows run a copy of the scenario without the key, which a build before it refuses).
 # BASELINE_BIN=PATH (another build's trainplan with its libtrainplan_cuda.so beside it, e.g. the last commit
@@ -117,7 +118,7 @@ for cfg in "${configs[@]}"; do
   for prec in fp32 bf16 fp8; do
   [[ $prec != fp32 && $modes != *$prec* ]] && continue
   sc="$work/$name.json"; [[ $prec != fp32 ]] && sc="$work/$name-$prec.json"
-  graphs=', "cuda_graphs": true'; [[ $prec == fp8 ]] && graphs=''  # (fp8's step is not captured: its scales change)
+  graphs=', "cuda_graphs": true'
   cat >"$sc" <<JSON
 {
   "name": "bench-$name-1gpu",

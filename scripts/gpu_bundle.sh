@@ -18,6 +18,13 @@
 #                         targets (issue 41; VALIDATE_ARGS: more arguments); OUT/validate.txt, logs in OUT/gpu-check.tgz.
 #   run DEST CMD...       (on the GPU machine) CMD under the bundle's environment (its libraries, cuDNN's, Open MPI),
 #                         e.g. `run .gpub .gpub/cli/trainplan selftest --backend cuda`.
+#   session DEST OUT      (on the GPU machine) the one prepared script for a lent GPU (issue 41: about 8 minutes,
+#                         nothing built there): selftest first (a machine without a device stops here, exit 77), then
+#                         check (SKIP_BENCH, no sanitizers), validate, the NCCL pair (calibrate and validate of a dp 2
+#                         plan under mpirun with --comm nccl: refused in one line where NCCL cannot put two ranks on
+#                         one GPU), offload and the benchmark (BENCH_CONFIGS, default gpt2-124m and gpt2-1.5b), each
+#                         under `timeout` within SESSION_BUDGET_S (default 480) seconds in all; OUT/session.txt says
+#                         what ran, for how long and how it ended.
 # BASELINE_BUILD=DIR at pack: another build directory's trainplan and libtrainplan_cuda.so go into the bundle
 # (DEST/baseline/cli/, with the catalog; built on this machine, so the bundle's libraries serve it too), and the
 # benchmark runs every row with that program too, just before this build's (run_gpu_bench.sh's BASELINE_BIN): a
@@ -124,12 +131,50 @@ pycheck() {
   return "$rc"
 }
 
+# The lent GPU's one call: each step under what is left of the budget, what ran written to OUT/session.txt.
+session() {
+  local d; d=$(cd "$1" && pwd); local out=${2:?OUT}
+  mkdir -p "$out"
+  local budget=${SESSION_BUDGET_S:-480} t0=$SECONDS log=$out/session.txt
+  : >"$log"
+  step() {  # NAME SECONDS CMD...: CMD under the smaller of SECONDS and what is left
+    local name=$1 want=$2; shift 2
+    local left=$((budget - (SECONDS - t0)))
+    if ((left < 20)); then echo "$name: not run (the budget is spent)" | tee -a "$log"; return 0; fi
+    ((want > left)) && want=$left
+    local s0=$SECONDS rc=0
+    timeout "$want" "$@" >"$out/$name.log" 2>&1 || rc=$?
+    echo "$name: exit $rc after $((SECONDS - s0)) s (limit $want s)$([[ $rc == 124 ]] && echo ', timed out')" | tee -a "$log"
+    return 0
+  }
+  local tp=$d/cli/trainplan
+  ( setup "$d"; timeout 120 "$tp" selftest --backend cuda ) >"$out/selftest.log" 2>&1
+  local rc=$?
+  echo "selftest: exit $rc after $((SECONDS - t0)) s" | tee -a "$log"
+  if [[ $rc == 77 ]]; then echo "no CUDA device: nothing else ran" | tee -a "$log"; return 77; fi
+  step check 150 env SKIP_BENCH=1 bash "$root/scripts/gpu_bundle.sh" check "$d" "$out/check"
+  step validate 120 bash "$root/scripts/gpu_bundle.sh" validate "$d" "$out/validate"
+  local sc=$out/nccl-dp2.json mpi=(mpirun -np 2 --oversubscribe)
+  [[ $(id -u) == 0 ]] && mpi+=(--allow-run-as-root)
+  sed 's/"dp": 1,/"dp": 2,/' "$root/scenarios/exec/tiny-gpt.json" >"$sc"
+  step nccl_calibrate 60 bash "$root/scripts/gpu_bundle.sh" run "$d" "${mpi[@]}" "$tp" calibrate --backend cuda \
+    --comm nccl --quick --out "$out/nccl-node.json"
+  [[ -f $out/nccl-node.json ]] &&
+    step nccl_validate 60 bash "$root/scripts/gpu_bundle.sh" run "$d" "${mpi[@]}" "$tp" validate "$sc" --profile \
+      "$out/nccl-node.json" --backend cuda --comm nccl --steps 3 --json "$out/nccl-validate.json"
+  step offload 120 bash "$root/scripts/gpu_bundle.sh" offload "$d" "$out/offload"
+  step bench 200 env BENCH_CONFIGS="${BENCH_CONFIGS:-gpt2-124m gpt2-1.5b}" bash "$root/scripts/gpu_bundle.sh" bench "$d" \
+    "$out/bench"
+  echo "session: $((SECONDS - t0)) s of $budget" | tee -a "$log"
+}
+
 case $mode in
+  session) session "${2:?DEST}" "${3:?OUT}" ;;
   pack) pack "${2:?BUILD_DIR}" "${3:?DEST}" ;;
   check) check "${2:?DEST}" "${3:-}" ;;
   bench) check "${2:?DEST}" "${3:-}" bench ;;
   offload) pycheck gpu_offload_scale.py offload "${OFFLOAD_ARGS:-}" "${2:?DEST}" "${3:-}" ;;
   validate) pycheck gpu_validate.py validate "${VALIDATE_ARGS:-}" "${2:?DEST}" "${3:-}" ;;
   run) d=$(cd "${2:?DEST}" && pwd) && shift 2 && setup "$d" && "$@" ;;
-  *) echo "usage: gpu_bundle.sh pack BUILD_DIR DEST | check DEST [OUT] | bench DEST [OUT] | offload DEST [OUT] | validate DEST [OUT] | run DEST CMD..." >&2; exit 2 ;;
+  *) echo "usage: gpu_bundle.sh pack BUILD_DIR DEST | check DEST [OUT] | bench DEST [OUT] | offload DEST [OUT] | validate DEST [OUT] | run DEST CMD... | session DEST OUT" >&2; exit 2 ;;
 esac
