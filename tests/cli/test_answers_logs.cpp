@@ -31,7 +31,12 @@ Out tp_run(const std::string& args, bool with_stderr = true) {
   return tp::testutil::run_shell(cmd);
 }
 
-std::string src(const std::string& rel) { return std::string(TP_SOURCE_DIR) + "/" + rel; }
+std::string src(const std::string& rel) {  // (appended in place: GCC 12's -Warray-bounds misfires on the temporaries' sum)
+  std::string s = TP_SOURCE_DIR;
+  s += '/';
+  s += rel;
+  return s;
+}
 
 json read_json(const fs::path& f) {
   std::ifstream in(f);

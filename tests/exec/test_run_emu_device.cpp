@@ -110,6 +110,9 @@ TEST(RunEmuDevice, NcclStandInMatchesSingleRankFloat64) {
                    // (the stand-in runs a non-blocking collective at its wait: ZeRO-2's reduce-scatters under the
                    // backward, added to the shard in order; ZeRO-3's gathers a layer ahead, read only after theirs)
                    {"dev_nccl_dp2_zero2", {{"dp", 2}, {"zero", 2}}, "--comm nccl"},
+                   // context parallelism's K / V all-gathers and Optimus 2D's row and column broadcasts
+                   {"dev_nccl_cp2_flash", {{"cp", 2}, {"attention", "flash"}}, "--comm nccl"},
+                   {"dev_nccl_tp2d_q2", {{"tp", 4}, {"tp_mode", "2d"}}, "--comm nccl"},
                },
                steps);
 }
