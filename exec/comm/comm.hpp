@@ -78,6 +78,10 @@ struct Comm {
     return {};
   }
   virtual void wait(CommRequest) {}
+  // Whether a non-blocking collective makes progress while the caller computes (NCCL's, on its own stream), so
+  // that it runs beside compute (calibrate's slowdown measurement needs it). False: it runs inside a call (these
+  // defaults, MPI, staging) or only when waited for (emu-device's NCCL stand-in).
+  virtual bool progresses_async() const { return false; }
   // Point to point (blocking; tags keep concurrent streams apart).
   virtual void send(const void* buf, long n, Dtype d, int dst, int tag) = 0;
   virtual void recv(void* buf, long n, Dtype d, int src, int tag) = 0;

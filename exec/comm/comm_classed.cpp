@@ -30,6 +30,7 @@ class ClassedComm final : public Comm {
     return in_->iall_gather(in, out, n, d);
   }
   void wait(CommRequest r) override { S s(c_); in_->wait(r); }
+  bool progresses_async() const override { return in_->progresses_async(); }
   void all_gather(const void* in, void* out, long n, Dtype d) override { S s(c_); in_->all_gather(in, out, n, d); }
   void broadcast(void* buf, long n, Dtype d, int root) override { S s(c_); in_->broadcast(buf, n, d, root); }
   void reduce_sum(const void* in, void* out, long n, Dtype d, int root) override {

@@ -69,6 +69,7 @@ class DeviceComm final : public Comm {
     check(ops_->reduce_scatter_sum(dc_, in, out, n, int(d), 1, &r.id, why_, sizeof why_));
     return r;
   }
+  bool progresses_async() const override { return ops_->progresses_async != 0; }
   void wait(CommRequest r) override {
     if (r.id >= 0) check(ops_->wait(dc_, r.id, why_, sizeof why_));
   }

@@ -64,6 +64,9 @@ struct DeviceCommOps {
   // 1 when ranks of one communicator may share a GPU (NCCL >= 2.30 with NCCL_MULTI_RANK_GPU_ENABLE=1); else
   // device_comm refuses such a job before any rank joins.
   int shares_gpus = 0;
+  // 1 when the asynchronous collectives progress on their own stream while the caller computes (NCCL); 0 when they
+  // run only when waited for (the emu-device stand-in). Comm::progresses_async.
+  int progresses_async = 0;
 };
 
 // device_comm's refusal of a job whose ranks share a GPU the library cannot share (a usage error: exit 2).

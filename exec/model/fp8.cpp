@@ -16,17 +16,19 @@ Fp8Slots::~Fp8Slots() {
   for (Slots& s : bufs_) s.be->free(s.p);
 }
 
-void* Fp8Slots::slots_bytes(size_t elem_bytes, size_t n) {
+void* Fp8Slots::slots_bytes(size_t elem_bytes, size_t n) { return slots_of(elem_bytes, n).p; }
+
+Fp8Slots::Slots& Fp8Slots::slots_of(size_t elem_bytes, size_t n) {
   const Backend& be = current_backend();
   for (Slots& s : bufs_)
-    if (s.be == &be && s.elem_bytes == elem_bytes && s.n == n) return s.p;
+    if (s.be == &be && s.elem_bytes == elem_bytes && s.n == n) return s;
   const size_t bytes = elem_bytes * n;
   void* p = be.alloc(bytes);
   if (!p) throw std::runtime_error("fp8: out of device memory for " + std::to_string(n) + " slots");
   const std::vector<char> zeros(bytes, 0);
   be.copy(p, zeros.data(), bytes, CopyKind::host_to_device, Stream{});
   bufs_.push_back({&be, elem_bytes, n, p, 0});
-  return p;
+  return bufs_.back();
 }
 
 void Fp8Slots::upload(const Slots& s, const std::vector<double>& values) {
@@ -43,13 +45,12 @@ void Fp8Slots::upload(const Slots& s, const std::vector<double>& values) {
 }
 
 void* Fp8Slots::load_bytes(size_t elem_bytes, const std::vector<double>& values, unsigned long long version) {
-  void* p = slots_bytes(elem_bytes, values.size());
-  for (Slots& s : bufs_)
-    if (s.p == p && s.version != version) {
-      upload(s, values);
-      s.version = version;
-    }
-  return p;
+  Slots& s = slots_of(elem_bytes, values.size());
+  if (s.version != version) {
+    upload(s, values);
+    s.version = version;
+  }
+  return s.p;
 }
 
 void Fp8Slots::load_all(const std::vector<double>& values, unsigned long long version) {

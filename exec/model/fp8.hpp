@@ -72,6 +72,7 @@ class Fp8Slots {
     void* p;
     unsigned long long version;  // (load's buffers: the version uploaded)
   };
+  Slots& slots_of(size_t elem_bytes, size_t n);  // the current backend's, made (zeroed, version 0) at first use
   void* slots_bytes(size_t elem_bytes, size_t n);
   void* load_bytes(size_t elem_bytes, const std::vector<double>& values, unsigned long long version);
   static void upload(const Slots& s, const std::vector<double>& values);

@@ -266,6 +266,7 @@ struct OverlappingComm final : tp::exec::Comm {
   void reduce_scatter_sum(const void* i, void* o, long n, tp::exec::Dtype d) override { local->reduce_scatter_sum(i, o, n, d); }
   tp::exec::CommRequest iall_reduce_sum(void*, long, tp::exec::Dtype) override { return {started++}; }
   void wait(tp::exec::CommRequest r) override { waited += r.id >= 0; }
+  bool progresses_async() const override { return true; }
   void all_gather(const void* i, void* o, long n, tp::exec::Dtype d) override { local->all_gather(i, o, n, d); }
   void broadcast(void* b, long n, tp::exec::Dtype d, int r) override { local->broadcast(b, n, d, r); }
   void reduce_sum(const void* i, void* o, long n, tp::exec::Dtype d, int r) override { local->reduce_sum(i, o, n, d, r); }
@@ -280,7 +281,7 @@ struct OverlappingComm final : tp::exec::Comm {
 };
 }  // namespace
 
-// compute_slowdown_under_comm: measured only where the communicator overlaps (a request to wait for), with every
+// compute_slowdown_under_comm: measured only where the communicator's collectives progress beside compute, with every
 // all-reduce it started waited for; a communicator that completes them at once (MPI, staging) gives -1; the profile
 // takes a measured value and says how it was measured. Measured fp8 GEMMs become the profile's fp8 curve.
 TEST(Calibrate, SlowdownBesideAnAllReduceAndFp8GemmsReachTheProfile) {
@@ -293,7 +294,7 @@ TEST(Calibrate, SlowdownBesideAnAllReduceAndFp8GemmsReachTheProfile) {
   const double slow = tp::exec::gemm_slowdown_beside_allreduce(be, c, c, buf.data(), 1024, 1e-4, 32, 1e-3, &about);
   EXPECT_GE(slow, 0);
   EXPECT_LE(slow, 1);
-  EXPECT_GE(c.started, 3);  // the probe and at least two beside the GEMMs
+  EXPECT_GE(c.started, 2);  // at least two beside the GEMMs
   EXPECT_EQ(c.waited, c.started);
   EXPECT_NE(about.find("compute_slowdown_under_comm measured: a bf16 GEMM (128 x 32 x 32)"), std::string::npos) << about;
   tp::exec::DeviceMeasurements m;

@@ -185,6 +185,13 @@ TEST(CommDevice, NonBlockingCollectivesHandTheirRequestToWait) {
   c->wait(h);
   EXPECT_EQ(seen.waited.size(), 3u);
   EXPECT_EQ(seen.calls, (std::vector<std::string>{"iall_reduce 2", "ireduce_scatter 2", "iall_gather 2"}));
+  // Whether they progress beside compute is the table's word (NCCL's: yes; the emu-device stand-in runs them at
+  // their wait: no, so calibrate measures no slowdown through it).
+  EXPECT_FALSE(c->progresses_async());
+  DeviceCommOps async_ops = fake_ops();
+  async_ops.progresses_async = 1;
+  EXPECT_TRUE(device_comm(*host, dev(), async_ops)->progresses_async());
+  EXPECT_EQ(emu_nccl_ops().progresses_async, 0);
 }
 
 TEST(CommDevice, SplitSplitsBothAndErrorsNameTheLibrary) {

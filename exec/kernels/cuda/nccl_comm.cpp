@@ -331,6 +331,7 @@ extern "C" const void* tp_cuda_nccl_ops(char* why, size_t why_size) {
     // Ranks sharing a GPU: NCCL 2.30 and later with NCCL_MULTI_RANK_GPU_ENABLE=1 (experimental); else refused.
     const char* multi = std::getenv("NCCL_MULTI_RANK_GPU_ENABLE");
     o.shares_gpus = n.code >= 23000 && multi && std::string(multi) == "1";
+    o.progresses_async = 1;  // (its stream runs beside the compute stream)
     return o;
   }();
   return &ops;
