@@ -105,9 +105,14 @@ struct Fp8State {
       fresh.resize((size_t)n);
       dst.swap(fresh);
     }
-    T* a = record ? dev->slots<T>(scale.size()) + slot : nullptr;
-    ops::fp8_quantize(dst.data(), x, n, scale_pair<T>(slot), format_of(slot), a);
+    cast_to(dst.data(), x, n, slot, record);
     return dst.data();
+  }
+  // cast's work into dst[n], a buffer the caller sized (the rows of a larger cast: Gpt::f8q_at).
+  template <class T>
+  void cast_to(T* dst, const T* x, long n, int slot, bool record = true) {
+    T* a = record ? dev->slots<T>(scale.size()) + slot : nullptr;
+    ops::fp8_quantize(dst, x, n, scale_pair<T>(slot), format_of(slot), a);
   }
   // The slot's {scale, 1 / scale} in the current backend's memory (matmul_fp8's sa / sb; fp8_quantize reads the first).
   template <class T>
@@ -141,6 +146,23 @@ Q8<T> fp8_operand(Fp8State* f, Buf<T>& tmp, const T* x, long n, int wl, int lin,
   if (!f) return Q8<T>{x};
   const int slot = f->slot(wl, lin, op);
   return Q8<T>{f->cast(tmp, x, n, slot, record), f->scale_pair<T>(slot), Fp8State::format_of(slot)};
+}
+
+// fp8_operand's cast of n elements x, which are elements [off, off + n) of an operand of `total` elements, into the
+// same place of tmp (sized `total`, fresh, at the first such call), for a GEMM of those rows: the operand cast block
+// by block as its rows arrive (exec/model/sp_pieces.hpp), the same values and amax as one cast of it all.
+template <class T>
+Q8<T> fp8_operand_at(Fp8State* f, Buf<T>& tmp, long total, const T* x, long off, long n, int wl, int lin,
+                     Fp8Operand op, bool record = true) {
+  if (!f) return Q8<T>{x};
+  if (tmp.size() != (size_t)total) {  // (fresh, as Fp8State::cast sizes it)
+    Buf<T> fresh;
+    fresh.resize((size_t)total);
+    tmp.swap(fresh);
+  }
+  const int slot = f->slot(wl, lin, op);
+  f->cast_to(tmp.data() + off, x, n, slot, record);
+  return Q8<T>{tmp.data() + off, f->scale_pair<T>(slot), Fp8State::format_of(slot)};
 }
 
 }  // namespace tp::exec

@@ -48,6 +48,12 @@ Q8<T> Gpt<T>::f8q(Buf<T>& tmp, const T* x, long n, int wl, int lin, Fp8Operand o
 }
 
 template <class T>
+Q8<T> Gpt<T>::f8q_at(Buf<T>& tmp, long total, const T* x, long off, long n, int wl, int lin, Fp8Operand op,
+                     bool record) const {
+  return fp8_operand_at(fp8, tmp, total, x, off, n, wl, lin, op, record);
+}
+
+template <class T>
 void Gpt<T>::embed_fwd(T* x, const int32_t* tokens, long B, long Tn) const {
   const GptShape& s = lay.s;
   const long C = s.C, N = B * Tn;

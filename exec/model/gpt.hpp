@@ -258,6 +258,12 @@ struct Q8 {
   const T* scale = nullptr;
   int format = 0;
 };
+// The operand's rows from element `off` on (the same cast, scale and format); a null operand stays null.
+template <class T>
+Q8<T> q8_at(Q8<T> q, long off) {
+  if (q.p) q.p += off;
+  return q;
+}
 // gemm16 of A (or A16) and B (or B16); when both are fp8 casts, ops::matmul_fp8 on them (fp8 GEMMs where the backend
 // has them; the same product as gemm16's elsewhere).
 template <class T>
@@ -365,6 +371,9 @@ struct Gpt : ParamTables<T> {
   GptLayout lay;
   Comm* tp = nullptr;  // tensor-parallel group (null: tp = 1)
   bool sp = false;     // sequence parallelism (needs tp)
+  // plan.tp_comm_overlap (with sp): the SP all-gathers and reduce-scatters in pieces under their GEMMs
+  // (exec/model/sp_pieces.hpp), else whole before or after them.
+  bool tp_overlap = false;
   // Context parallelism (exec/model/cp_attention.hpp; null: cp = 1): the pieces' Tn is then the LOCAL sequence
   // (T / cp rows: two chunks), positions are global and the attention spans the cp group's keys.
   const CpCtx* cpx = nullptr;
@@ -400,6 +409,10 @@ struct Gpt : ParamTables<T> {
   // when off); `record` counts it in the slot's amax.
   Fp8State* fp8 = nullptr;
   Q8<T> f8q(Buf<T>& tmp, const T* x, long n, int wl, int lin, Fp8Operand op, bool record = true) const;
+  // f8q of n elements x at element `off` of an operand of `total` elements, cast into that place of tmp (the
+  // operand's rows cast as they arrive; fp8_operand_at).
+  Q8<T> f8q_at(Buf<T>& tmp, long total, const T* x, long off, long n, int wl, int lin, Fp8Operand op,
+               bool record = true) const;
 
   T* p(const std::string& name) const { return this->param_of(lay, name); }
   T* g(const std::string& name) const { return this->grad_of(lay, name); }

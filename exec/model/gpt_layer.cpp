@@ -13,6 +13,7 @@
 #include "exec/model/fp8.hpp"
 #include "exec/model/gpt.hpp"
 #include "exec/model/moe.hpp"
+#include "exec/model/sp_pieces.hpp"
 
 namespace tp::exec {
 
@@ -45,50 +46,62 @@ void reduce_over_tp(const Gpt<T>& g, Buf<T>& full, T* loc, const LayerDims& d) {
 }
 
 // The dense MLP, or a MoE layer's shared experts (views w1, b1, w2, b2; F1 / Fl inner columns on this rank), of
-// in [N, C] (the micro-batch's rows: under SP all-gathered; in16: given as its bf16 copy instead): saves fc1 [N, F1]
-// and act [N, Fl]; out [Nl, C] = this rank's rows of the output (SP: reduce-scattered, else all-reduced over tp) with
-// the fc2 bias. pk (Gpt::pack_operands16, else null): the LayerActs holding act, which packs it for fc2 (pack_now).
+// in [N, C] (the micro-batch's rows: under SP all-gathered from this rank's, ColIn): saves fc1 [N, F1] and act
+// [N, Fl]; out [Nl, C] = this rank's rows of the output (SP: reduce-scattered, in pieces under tp_overlap; else
+// all-reduced over tp) with the fc2 bias. pk (Gpt::pack_operands16, else null): the LayerActs holding act, which packs it for fc2 (pack_now).
 // bwd16 (with pk: the dense MLP, whose backward reads act, and fc1 under GELU, packed): act stays packed for the
 // backward (LayerActs::stay16); under GELU act and fc1 are written only as bf16, from one pass over fc1's T values
 // (ops::gelu_fwd16, after the GEMM and its bias). res (may be null): a residual [Nl, C] added to out after the fc2
 // bias.
 template <class T>
-void mlp_fwd(const Gpt<T>& g, int wl, int lin1, int w1, int b1, int w2, int b2, long F1, long Fl, const T* in,
-             const uint16_t* in16, Buf<T>& fc1, Buf<T>& act, T* out, long N, long Nl, LayerActs<T>* pk,
-             bool bwd16 = false, const T* res = nullptr) {
+void mlp_fwd(const Gpt<T>& g, int wl, int lin1, int w1, int b1, int w2, int b2, long F1, long Fl, const ColIn<T>& in,
+             Buf<T>& fc1, Buf<T>& act, T* out, long N, long Nl, LayerActs<T>* pk, bool bwd16 = false,
+             const T* res = nullptr) {
   const long C = (long)g.lay.s.C;
-  fc1.resize(N * F1);
   const bool gelu16 = pk && bwd16 && g.lay.s.gelu;
-  if (!gelu16) act.resize(N * Fl);
   const T* bias1 = b1 >= 0 ? g.p(b1) : nullptr;
   Buf<T> qx, qw;  // fp8 casts of the GEMM operands (linears lin1 and lin1 + 1 of exec/model/fp8.hpp)
-  const Q8<T> x1 = in16 ? Q8<T>{} : g.f8q(qx, in, N * C, wl, lin1, Fp8Operand::x);
   const uint16_t* w1_16 = g.p16(w1);  // (bf16 storage of the weights; fp8 casts T weights)
-  const Q8<T> w1p = w1_16 ? Q8<T>{} : g.f8q(qw, g.p(w1), C * F1, wl, lin1, Fp8Operand::w);
+  Q8<T> w1p;
+  bool first = true;
+  // fc1 = in w1 + b1 by blocks of rows (GELU without bf16 storage: act = gelu(fc1) in the same op); the buffers and the
+  // weight's cast made at the first block (after a whole gather, as before it)
+  col_in_rows(g, in, N, C, qx, wl, lin1, Fp8Operand::x, [&](Q8<T> x1, const uint16_t* in16, long r0, long rows) {
+    if (first) {
+      first = false;
+      fc1.resize(N * F1);
+      if (!gelu16) act.resize(N * Fl);
+      w1p = w1_16 ? Q8<T>{} : g.f8q(qw, g.p(w1), C * F1, wl, lin1, Fp8Operand::w);
+    }
+    if (g.lay.s.gelu && !gelu16)
+      linear8(act.data() + r0 * Fl, fc1.data() + r0 * F1, x1, in16, w1p, w1_16, bias1, rows, F1, C);
+    else linear8(fc1.data() + r0 * F1, (T*)nullptr, x1, in16, w1p, w1_16, bias1, rows, F1, C);
+  });
   const uint16_t* act16 = nullptr;
   if (gelu16) {  // (fc1 = in w1 + b1 in T, then act = gelu(fc1) and fc1 itself as bf16 only)
-    linear8(fc1.data(), (T*)nullptr, x1, in16, w1p, w1_16, bias1, N, F1, C);
     Buf<T> pre;
     pre.swap(fc1);
     uint16_t* a16 = pk->out16(act, (size_t)(N * Fl));
     ops::gelu_fwd16(a16, pk->out16(fc1, (size_t)(N * F1)), pre.data(), N * F1);
     act16 = a16;
-  } else if (g.lay.s.gelu) {
-    linear8(act.data(), fc1.data(), x1, in16, w1p, w1_16, bias1, N, F1, C);  // fc1 = in w1 + b1, act = gelu(fc1)
-  } else {
-    linear8(fc1.data(), (T*)nullptr, x1, in16, w1p, w1_16, bias1, N, F1, C);
+  } else if (!g.lay.s.gelu) {
     ops::swiglu_fwd(act.data(), fc1.data(), N, Fl);
   }
   if (pk && !act16) act16 = pk->pack_now(act, bwd16);
   const Q8<T> x2 = act16 ? Q8<T>{} : g.f8q(qx, act.data(), N * Fl, wl, lin1 + 1, Fp8Operand::x);
   const uint16_t* w2_16 = g.p16(w2);
   const Q8<T> w2p = w2_16 ? Q8<T>{} : g.f8q(qw, g.p(w2), Fl * C, wl, lin1 + 1, Fp8Operand::w);
-  if (g.sp) {
+  auto fc2_rows = [&](T* o, long r0, long rows) {  // rows [r0, r0 + rows) of act w2 into o
+    gemm8(o, q8_at(x2, r0 * Fl), act16 ? act16 + r0 * Fl : nullptr, w2p, w2_16, rows, C, Fl, false, false, T(0));
+  };
+  if (g.sp && g.tp_overlap) {
+    reduce_scatter_rows_pieces(g.tp, out, Nl, C, fc2_rows);
+  } else if (g.sp) {
     Buf<T> z(N * C);  // [N, C] partial
-    gemm8(z.data(), x2, act16, w2p, w2_16, N, C, Fl, false, false, T(0));
+    fc2_rows(z.data(), 0, N);
     reduce_scatter_rows(g.tp, z.data(), out, Nl, C);
   } else {
-    gemm8(out, x2, act16, w2p, w2_16, N, C, Fl, false, false, T(0));
+    fc2_rows(out, 0, N);
     if (g.tp) g.tp->all_reduce_sum(out, N * C, dtype_of<T>());
   }
   if (b2 >= 0) ops::add_bias(out, out, g.p(b2), Nl, C, res);
@@ -124,22 +137,31 @@ void mlp_bwd(const Gpt<T>& g, int wl, int lin1, int w1, int b1, int w2, int b2, 
   // (bf16: dout's copy, read by both GEMMs below; without SP from the bias gradient's pass)
   Buf<uint16_t> dz16 = g.sp ? Buf<uint16_t>() : g.bias_grad16(b2 >= 0 ? g.g(b2) : nullptr, dout, N, C);
   if (g.sp && b2 >= 0) ops::bias_bwd(g.g(b2), dout, Nl, C);
-  Buf<T> dz_full;  // [N, C] (SP: all-gathered)
-  const T* dz = dout;
-  if (g.sp) { dz_full.resize(N * C); gather_rows(g.tp, dout, dz_full.data(), Nl, C); dz = dz_full.data(); }
   Buf<T> qx, qw, qd;  // fp8 casts (the forward operands again with the same scales: the same values)
-  const Q8<T> dzq = g.f8q(qd, dz, N * C, wl, lin1 + 1, Fp8Operand::dy);
-  dz = dzq.p;
-  if (g.sp) dz16 = g.grad16(dz, N * C);
-  gemm8(g.g(w2), act16 ? Q8<T>{} : g.f8q(qx, act.data(), N * Fl, wl, lin1 + 1, Fp8Operand::x, false), act16, dzq,
-        data16(dz16), Fl, C, N, true, false, T(1));
-  if (act16) act.resize(N * Fl);  // (packed: a buffer for the gradient, as the used act would have been)
-  T* dact = act.data();  // [N, Fl], over the used act
   const uint16_t* w2_16 = g.p16(w2), *w1_16 = g.p16(w1);
-  gemm8(dact, dzq, data16(dz16), w2_16 ? Q8<T>{} : g.f8q(qw, g.p(w2), Fl * C, wl, lin1 + 1, Fp8Operand::w, false),
-        w2_16, N, Fl, C, false, true, T(0));
-  release(dz_full);
-  Buf<uint16_t>().swap(dz16);
+  T* dact;  // [N, Fl], over the used act
+  if (g.sp && g.tp_overlap) {  // (dz gathered in pieces under fc2's gradient GEMMs)
+    const Q8<T> ax = act16 ? Q8<T>{} : g.f8q(qx, act.data(), N * Fl, wl, lin1 + 1, Fp8Operand::x, false);
+    const Q8<T> wq = w2_16 ? Q8<T>{} : g.f8q(qw, g.p(w2), Fl * C, wl, lin1 + 1, Fp8Operand::w, false);
+    if (act16) act.resize(N * Fl);  // (packed: a buffer for the gradient, as the used act would have been)
+    dact = act.data();
+    row_linear_bwd_pieces(g, wl, lin1 + 1, g.g(w2), ax, act16, wq, w2_16, dout, dact, N, Fl, C, qd);
+  } else {
+    Buf<T> dz_full;  // [N, C] (SP: all-gathered)
+    const T* dz = dout;
+    if (g.sp) { dz_full.resize(N * C); gather_rows(g.tp, dout, dz_full.data(), Nl, C); dz = dz_full.data(); }
+    const Q8<T> dzq = g.f8q(qd, dz, N * C, wl, lin1 + 1, Fp8Operand::dy);
+    dz = dzq.p;
+    if (g.sp) dz16 = g.grad16(dz, N * C);
+    gemm8(g.g(w2), act16 ? Q8<T>{} : g.f8q(qx, act.data(), N * Fl, wl, lin1 + 1, Fp8Operand::x, false), act16, dzq,
+          data16(dz16), Fl, C, N, true, false, T(1));
+    if (act16) act.resize(N * Fl);  // (packed: a buffer for the gradient, as the used act would have been)
+    dact = act.data();
+    gemm8(dact, dzq, data16(dz16), w2_16 ? Q8<T>{} : g.f8q(qw, g.p(w2), Fl * C, wl, lin1 + 1, Fp8Operand::w, false),
+          w2_16, N, Fl, C, false, true, T(0));
+    release(dz_full);
+    Buf<uint16_t>().swap(dz16);
+  }
   Buf<uint16_t> d1_16;  // (bf16: the GEMMs' copy of fc1's gradient d1, made with the b1 gradient's pass)
   Q8<T> d1;  // [N, F1] (p null: only its copy exists)
   if (fc1_16) {  // (fc1 packed, so pack_operands16 is on: the GELU backward writes the gradient only as the copy)
@@ -166,36 +188,57 @@ void mlp_bwd(const Gpt<T>& g, int wl, int lin1, int w1, int b1, int w2, int b2, 
 
 // ---- forward ----------------------------------------------------------------------------------------------------
 
-// ln1 [Nl, C] of x_in on the shard; the QKV input is the full [N, C] (all-gathered under SP). bf16 storage without SP:
-// written packed only (the QKV GEMM and its weight gradient read it so). Returns ln1's bf16 copy (null: none).
+// ln1 [Nl, C] of x_in on the shard, and the QKV input [N, C] it makes (ColIn): without SP ln1 itself in a.ln1 (bf16
+// storage: written packed only, as the QKV GEMM and its weight gradient read it); under SP its rows in ln, to be
+// all-gathered into a.ln1 (bf16 storage: into `full`, then packed into a.ln1's copy, which the weight gradient reads).
 template <class T>
-const uint16_t* ln1_fwd(const Gpt<T>& g, const LayerParams& W, const T* x_in, LayerActs<T>& a, const LayerDims& d) {
+ColIn<T> ln1_fwd(const Gpt<T>& g, const LayerParams& W, const T* x_in, LayerActs<T>& a, Buf<T>& ln, Buf<T>& full,
+                 const LayerDims& d) {
   const T* bias = g.lay.s.gelu ? g.p(W.ln1_b) : (const T*)nullptr;
   a.ln1_mean.resize(d.Nl); a.ln1_rstd.resize(d.Nl);
+  ColIn<T> in;
   if (g.pack_operands16 && !g.sp) {
     uint16_t* y16 = a.out16(a.ln1, (size_t)(d.N * d.C));
     ops::layernorm_fwd16(y16, a.ln1_mean.data(), a.ln1_rstd.data(), x_in, g.p(W.ln1_w), bias, d.Nl, d.C, T(1e-5));
-    return y16;
+    in.x16 = y16;
+    return in;
   }
-  Buf<T> ln(d.Nl * d.C);
+  ln.resize(d.Nl * d.C);
   ops::layernorm_fwd(ln.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x_in, g.p(W.ln1_w), bias, d.Nl, d.C, T(1e-5));
-  if (g.sp) { a.ln1.resize(d.N * d.C); gather_rows(g.tp, ln.data(), a.ln1.data(), d.Nl, d.C); }
-  else a.ln1 = std::move(ln);
-  return g.pack_operands16 ? a.pack_now(a.ln1, true) : nullptr;  // (the QKV weight gradient reads it packed too)
+  if (!g.sp) {
+    a.ln1 = std::move(ln);
+    in.x = a.ln1.data();
+    return in;
+  }
+  in.shard = ln.data(), in.shard_owner = &ln;
+  if (g.pack_operands16) {
+    full.resize(d.N * d.C);
+    in.full = full.data(), in.full_owner = &full, in.full16 = a.out16(a.ln1, (size_t)(d.N * d.C));
+  } else {
+    a.ln1.resize(d.N * d.C);
+    in.full = a.ln1.data();
+  }
+  return in;
 }
 
-// The QKV GEMM [N, C] x [C, Q] (+ bias) into a.q: flash without cp keeps the whole [N, Q] output there (k and v
-// stay empty), else q, k, v are copies [B, Tn, heads, D] of its columns. qx, qw: the fp8 casts' scratch, which the
-// projection reuses.
+// The QKV GEMM [N, C] x [C, Q] (+ bias) of `in` (ln1_fwd's) into a.q, block by block of its rows as they are gathered:
+// flash without cp keeps the whole [N, Q] output there (k and v stay empty), else q, k, v are copies [B, Tn, heads,
+// D] of its columns. qx, qw: the fp8 casts' scratch, which the projection reuses.
 template <class T>
-void qkv_fwd(const Gpt<T>& g, int wl, const LayerParams& W, LayerActs<T>& a, const uint16_t* ln1_16, Buf<T>& qx,
+void qkv_fwd(const Gpt<T>& g, int wl, const LayerParams& W, LayerActs<T>& a, const ColIn<T>& in, Buf<T>& qx,
              Buf<T>& qw, const LayerDims& d) {
   const long N = d.N, C = d.C, D = d.D, Hl = d.Hl, Kl = d.Kl, Q = d.Q;
-  Buf<T> qkv(N * Q);                                                       // [N, Q]
+  Buf<T> qkv;                                                              // [N, Q]
   const uint16_t* qkv16 = g.p16(W.qkv_w);  // (bf16 storage of the weights; fp8 casts T weights)
-  linear8(qkv.data(), (T*)nullptr, ln1_16 ? Q8<T>{} : g.f8q(qx, a.ln1.data(), N * C, wl, kFp8Qkv, Fp8Operand::x),
-          ln1_16, qkv16 ? Q8<T>{} : g.f8q(qw, g.p(W.qkv_w), C * Q, wl, kFp8Qkv, Fp8Operand::w), qkv16,
-          g.lay.s.has_qkv_bias() ? g.p(W.qkv_b) : (const T*)nullptr, N, Q, C);
+  const T* bias = g.lay.s.has_qkv_bias() ? g.p(W.qkv_b) : (const T*)nullptr;
+  Q8<T> wq;
+  col_in_rows(g, in, N, C, qx, wl, kFp8Qkv, Fp8Operand::x, [&](Q8<T> x, const uint16_t* x16, long r0, long rows) {
+    if (qkv.empty()) {  // (at the first block: after a whole gather, as before it)
+      qkv.resize(N * Q);
+      wq = qkv16 ? Q8<T>{} : g.f8q(qw, g.p(W.qkv_w), C * Q, wl, kFp8Qkv, Fp8Operand::w);
+    }
+    linear8(qkv.data() + r0 * Q, (T*)nullptr, x, x16, wq, qkv16, bias, rows, Q, C);
+  });
   if (g.qkv_in_place()) { a.q = std::move(qkv); return; }
   a.q.resize(N * Hl * D); a.k.resize(N * Kl * D); a.v.resize(N * Kl * D);
   ops::copy_rows(a.q.data(), Hl * D, qkv.data(), Q, N, Hl * D);
@@ -235,17 +278,27 @@ template <class T>
 void proj_fwd(const Gpt<T>& g, int wl, const LayerParams& W, const T* x_in, LayerActs<T>& a, const uint16_t* attn16,
               Buf<T>& qx, Buf<T>& qw, const LayerDims& d) {
   const long N = d.N, Nl = d.Nl, C = d.C, HD = d.Hl * d.D;
-  Buf<T> y(N * C);                                                        // [N, C] partial over tp
   const uint16_t* proj16 = g.p16(W.proj_w);
-  gemm8(y.data(), attn16 ? Q8<T>{} : g.f8q(qx, a.attn.data(), N * HD, wl, kFp8Proj, Fp8Operand::x), attn16,
-        proj16 ? Q8<T>{} : g.f8q(qw, g.p(W.proj_w), HD * C, wl, kFp8Proj, Fp8Operand::w), proj16, N, C, HD, false,
-        false, T(0));
-  release(qx), release(qw);
-  a.x_mid.resize(Nl * C);                                                         // [Nl, C]
-  if (g.sp) reduce_scatter_rows(g.tp, y.data(), a.x_mid.data(), Nl, C);
-  else {
-    if (g.tp) g.tp->all_reduce_sum(y.data(), N * C, dtype_of<T>());
-    a.x_mid = std::move(y);
+  const bool pieces = g.sp && g.tp_overlap;  // (reduce-scattered in pieces under the GEMM)
+  Buf<T> y(pieces ? 0 : N * C);                                           // [N, C] partial over tp
+  const Q8<T> xq = attn16 ? Q8<T>{} : g.f8q(qx, a.attn.data(), N * HD, wl, kFp8Proj, Fp8Operand::x);
+  const Q8<T> wq = proj16 ? Q8<T>{} : g.f8q(qw, g.p(W.proj_w), HD * C, wl, kFp8Proj, Fp8Operand::w);
+  auto rows_of = [&](T* o, long r0, long rows) {  // rows [r0, r0 + rows) of attn proj_w into o
+    gemm8(o, q8_at(xq, r0 * HD), attn16 ? attn16 + r0 * HD : nullptr, wq, proj16, rows, C, HD, false, false, T(0));
+  };
+  if (pieces) {
+    a.x_mid.resize(Nl * C);                                                       // [Nl, C]
+    reduce_scatter_rows_pieces(g.tp, a.x_mid.data(), Nl, C, rows_of);
+    release(qx), release(qw);
+  } else {
+    rows_of(y.data(), 0, N);
+    release(qx), release(qw);
+    a.x_mid.resize(Nl * C);                                                       // [Nl, C]
+    if (g.sp) reduce_scatter_rows(g.tp, y.data(), a.x_mid.data(), Nl, C);
+    else {
+      if (g.tp) g.tp->all_reduce_sum(y.data(), N * C, dtype_of<T>());
+      a.x_mid = std::move(y);
+    }
   }
   if (g.lay.s.has_proj_bias()) ops::add_bias(a.x_mid.data(), a.x_mid.data(), g.p(W.proj_b), Nl, C, x_in);
   else ops::add(a.x_mid.data(), a.x_mid.data(), x_in, Nl * C);
@@ -282,11 +335,16 @@ void moe_block_fwd(const Gpt<T>& g, int wl, const LayerParams& W, LayerActs<T>& 
   Buf<T> shared;  // the shared experts' output rows
   if (W.sh_w1 >= 0) {
     Buf<T> full;
-    if (g.sp) { full.resize(N * C); gather_rows(g.tp, ln2.data(), full.data(), Nl, C); }
+    ColIn<T> in;
+    if (g.sp) {
+      full.resize(N * C);
+      in.shard = ln2.data(), in.full = full.data();
+    } else {
+      in.x = ln2.data();
+    }
     shared.resize(Nl * C);
-    mlp_fwd(g, wl, kFp8ShFc1, W.sh_w1, W.sh_b1, W.sh_w2, W.sh_b2, (long)g.lay.s.fs1_cols(), (long)g.lay.s.fs_loc(),
-            g.sp ? full.data() : ln2.data(), nullptr, a.s_fc1, a.s_act, shared.data(), N, Nl,
-            g.pack_operands16 ? &a : nullptr);
+    mlp_fwd(g, wl, kFp8ShFc1, W.sh_w1, W.sh_b1, W.sh_w2, W.sh_b2, (long)g.lay.s.fs1_cols(), (long)g.lay.s.fs_loc(), in,
+            a.s_fc1, a.s_act, shared.data(), N, Nl, g.pack_operands16 ? &a : nullptr);
   }
   a.ln2 = std::move(ln2);
   moe_mlp_fwd(g, wl, W, a, x_out, Nl);
@@ -300,13 +358,26 @@ void moe_block_fwd(const Gpt<T>& g, int wl, const LayerParams& W, LayerActs<T>& 
 template <class T>
 void dense_block_fwd(const Gpt<T>& g, int wl, const LayerParams& W, LayerActs<T>& a, Buf<T>& ln2,
                      const uint16_t* ln2_16, T* x_out, const LayerDims& d) {
-  if (!ln2_16) {
-    if (g.sp) { a.ln2.resize(d.N * d.C); gather_rows(g.tp, ln2.data(), a.ln2.data(), d.Nl, d.C); }
-    else a.ln2 = std::move(ln2);
-    if (g.pack_operands16) ln2_16 = a.pack_now(a.ln2, true);  // (only fc1 and its weight gradient read it)
+  ColIn<T> in;  // (bf16 storage: only fc1 and its weight gradient read ln2, packed)
+  Buf<T> full;  // SP with bf16 storage: ln2's gathered rows in T until packed
+  if (ln2_16) {
+    in.x16 = ln2_16;
+  } else if (g.sp) {
+    in.shard = ln2.data();
+    if (g.pack_operands16) {
+      full.resize(d.N * d.C);
+      in.full = full.data(), in.full_owner = &full, in.full16 = a.out16(a.ln2, (size_t)(d.N * d.C));
+    } else {
+      a.ln2.resize(d.N * d.C);
+      in.full = a.ln2.data();
+    }
+  } else {
+    a.ln2 = std::move(ln2);
+    if (g.pack_operands16) in.x16 = a.pack_now(a.ln2, true);
+    else in.x = a.ln2.data();
   }
-  mlp_fwd(g, wl, kFp8Fc1, W.fc1_w, W.fc1_b, W.fc2_w, W.fc2_b, d.F1, d.Fl, a.ln2.data(), ln2_16, a.fc1, a.act, x_out,
-          d.N, d.Nl, g.pack_operands16 ? &a : nullptr, true, a.x_mid.data());  // (+ the residual)
+  mlp_fwd(g, wl, kFp8Fc1, W.fc1_w, W.fc1_b, W.fc2_w, W.fc2_b, d.F1, d.Fl, in, a.fc1, a.act, x_out, d.N, d.Nl,
+          g.pack_operands16 ? &a : nullptr, true, a.x_mid.data());  // (+ the residual)
 }
 
 // ---- backward ---------------------------------------------------------------------------------------------------
@@ -363,6 +434,19 @@ T* proj_bwd(const Gpt<T>& g, int wl, const LayerParams& W, const T* dx, LayerAct
   // (bf16: dx's copy, read by both GEMMs; without SP from the bias gradient's pass)
   Buf<uint16_t> dy16 = g.sp ? Buf<uint16_t>() : g.bias_grad16(bias ? g.g(W.proj_b) : nullptr, dx, N, C);
   if (g.sp && bias) ops::bias_bwd(g.g(W.proj_b), dx, Nl, C);
+  const uint16_t* proj16 = g.p16(W.proj_w);
+  if (g.sp && g.tp_overlap) {  // (dy gathered in pieces under the projection's gradient GEMMs)
+    const uint16_t* attn16 = a.packed(a.attn);
+    const Q8<T> ax = attn16 ? Q8<T>{} : g.f8q(qx, a.attn.data(), N * HD, wl, kFp8Proj, Fp8Operand::x, false);
+    const Q8<T> wq = proj16 ? Q8<T>{} : g.f8q(qw, g.p(W.proj_w), HD * C, wl, kFp8Proj, Fp8Operand::w, false);
+    if (g.flash) dattn_own.resize(N * HD);
+    else if (attn16) a.attn.resize(N * HD);  // (unfused: the gradient's buffer, the packed output read until the end)
+    T* dattn = g.flash ? dattn_own.data() : a.attn.data();
+    row_linear_bwd_pieces(g, wl, kFp8Proj, g.g(W.proj_w), ax, attn16, wq, proj16, dx, dattn, N, HD, C, qd);
+    if (attn16 && !g.flash) a.release_packed(a.attn);
+    release(qd);
+    return dattn;
+  }
   Buf<T> dy_full;
   const T* dy = dx;
   if (g.sp) { dy_full.resize(N * C); gather_rows(g.tp, dx, dy_full.data(), Nl, C); dy = dy_full.data(); }
@@ -381,7 +465,6 @@ T* proj_bwd(const Gpt<T>& g, int wl, const LayerParams& W, const T* dx, LayerAct
   }
   if (g.flash) dattn_own.resize(N * HD);
   T* dattn = g.flash ? dattn_own.data() : a.attn.data();                       // [N, Hl D], over the used attn
-  const uint16_t* proj16 = g.p16(W.proj_w);
   gemm8(dattn, dyq, data16(dy16), proj16 ? Q8<T>{} : g.f8q(qw, g.p(W.proj_w), HD * C, wl, kFp8Proj, Fp8Operand::w, false),
         proj16, N, HD, C, false, true, T(0));
   Buf<uint16_t>().swap(dy16);
@@ -459,8 +542,8 @@ void Gpt<T>::layer_fwd(int wl, const T* x_in, T* x_out, LayerActs<T>& a, long B,
   const LayerParams& W = lay.params.layers[wl];
   if (a.x_in.data() != x_in) { a.x_in.resize(d.Nl * d.C); ops::copy(a.x_in.data(), x_in, d.Nl * d.C); }
   Buf<T> qx, qw;  // fp8 casts of the attention half's GEMM operands (exec/model/fp8.hpp)
-  const uint16_t* ln1_16 = ln1_fwd(*this, W, x_in, a, d);
-  qkv_fwd(*this, wl, W, a, ln1_16, qx, qw, d);
+  Buf<T> ln1, ln1_full;  // SP: ln1's rows here; with bf16 storage its gathered rows in T until packed
+  qkv_fwd(*this, wl, W, a, ln1_fwd(*this, W, x_in, a, ln1, ln1_full, d), qx, qw, d);
   const uint16_t* attn16 = attention_core_fwd(*this, a, B, Tn, d);
   proj_fwd(*this, wl, W, x_in, a, attn16, qx, qw, d);
   Buf<T> ln2;

@@ -48,6 +48,7 @@ void init_model(const Scenario& sc, int tp_rank, Comm& tp, Net<T>& model, Flat& 
     model.d1.lay = l1;
     model.d1.tp = p.tp > 1 ? &tp : nullptr;
     model.d1.sp = model.sp = p.sequence_parallel && p.tp > 1;
+    model.d1.tp_overlap = model.d1.sp && p.tp_comm_overlap;  // (exec/model/sp_pieces.hpp)
     replicated_view.resize(gl.views.size());
     for (size_t i = 0; i < gl.views.size(); ++i) {
       const std::string& n = gl.views[i].name;

@@ -107,11 +107,6 @@ std::vector<std::string> run_notes(const Scenario& sc, bool fp64) {
                     (fp64 ? "" : " (on cuda with fp8 tensor cores the layers' GEMMs of two casts run on cuBLASLt's fp8 "
                                  "kernels, docs/cuda.md)"));
   // Overlaps the simulator costs but the executor does not run: say so, the results are the same.
-  if (sc.plan.tp_comm_overlap)
-    notes.push_back("$.plan.tp_comm_overlap: run issues the sequence-parallel all-gathers and reduce-scatters whole, "
-                    "before or after their GEMM on the compute stream (no pieces under the GEMMs, as Transformer "
-                    "Engine's userbuffers run them): the results are the same, the step time is not the overlap's the "
-                    "simulator predicts");
   if (sc.plan.overlap_param_gather)
     notes.push_back("$.plan.overlap_param_gather: run all-gathers the updated parameters after the optimizer, not "
                     "under the next step's first forward: the results are the same, the step time is not the "

@@ -271,12 +271,16 @@ TEST(Bf16Storage, RecomputeAndPlansMatchSingleRankFloat64) {
   const std::vector<PlanCase> flash_cases = {
       {"cp2_full", {{"cp", 2}, {"recompute", "full"}}},
       {"tp2_sp_pp2_full", {{"tp", 2}, {"sequence_parallel", true}, {"pp", 2}, {"recompute", "full"}}},
+      // (tp_comm_overlap: ln1, ln2 and the output gradients packed block by block as their pieces arrive)
+      {"tp2_sp_overlap", {{"tp", 2}, {"sequence_parallel", true}, {"tp_comm_overlap", true}}},
       {"tp2d_q2_full", {{"tp", 4}, {"tp_mode", "2d"}, {"recompute", "full"}}},
   };
   expect_plans_match(flash_cases, ref, steps, [](const std::string& n, const json& p) { return storage_scenario(n, p); });
   const std::vector<PlanCase> unfused_cases = {
       {"un_pp2_selective", {{"attention", "unfused"}, {"pp", 2}, {"recompute", "selective"}}},
       {"un_cp2_selective", {{"attention", "unfused"}, {"cp", 2}, {"recompute", "selective"}}},
+      // (the projection's gradient in pieces while the packed attention output is still read)
+      {"un_tp2_sp_overlap", {{"attention", "unfused"}, {"tp", 2}, {"sequence_parallel", true}, {"tp_comm_overlap", true}}},
   };
   expect_plans_match(unfused_cases, un, steps, [](const std::string& n, const json& p) { return storage_scenario(n, p); });
 }

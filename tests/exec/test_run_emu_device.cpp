@@ -113,6 +113,9 @@ TEST(RunEmuDevice, NcclStandInMatchesSingleRankFloat64) {
                    // context parallelism's K / V all-gathers and Optimus 2D's row and column broadcasts
                    {"dev_nccl_cp2_flash", {{"cp", 2}, {"attention", "flash"}}, "--comm nccl"},
                    {"dev_nccl_tp2d_q2", {{"tp", 4}, {"tp_mode", "2d"}}, "--comm nccl"},
+                   // tp_comm_overlap's pieces: each read only after its wait, each staging buffer reused after it
+                   {"dev_nccl_tp2_sp_overlap", {{"tp", 2}, {"sequence_parallel", true}, {"tp_comm_overlap", true}},
+                    "--comm nccl"},
                },
                steps);
 }

@@ -91,6 +91,8 @@ TEST(RunFp8, PlansMatchSingleRankFloat64) {
   const std::vector<PlanCase> cases = {
       {"dp2", {{"dp", 2}}},
       {"tp2_sp", {{"tp", 2}, {"sequence_parallel", true}}},
+      // (tp_comm_overlap: the inputs and output gradients cast block by block as their pieces arrive, one amax)
+      {"tp2_sp_overlap", {{"tp", 2}, {"sequence_parallel", true}, {"tp_comm_overlap", true}}},
       {"pp2_1f1b", {{"pp", 2}}},
       {"pp2_interleaved", {{"pp", 2}, {"schedule", "interleaved"}, {"virtual_stages", 2}}},
       {"cp2_dp2_zero1", {{"cp", 2}, {"dp", 2}, {"zero", 1}}},

@@ -339,6 +339,8 @@ TEST(RunMoe, SharedExpertsMatchSingleRankFloat64) {
         {"shared_dp2_ep2_zero1_" + a, {{"dp", 2}, {"ep", 2}, {"zero", 1}}, &ref},
         {"shared_tp2_" + a, {{"tp", 2}}, &ref},
         {"shared_tp2_sp_dp2_ep2_" + a, {{"tp", 2}, {"sequence_parallel", true}, {"dp", 2}, {"ep", 2}}, &ref1},
+        // (the shared experts' MLP with its collectives in pieces)
+        {"shared_tp2_sp_overlap_" + a, {{"tp", 2}, {"sequence_parallel", true}, {"tp_comm_overlap", true}}, &ref1},
     };
     for (const Case& c : cases) {
       json got = run(moe_scenario(c.name, c.plan, moe, model), steps, true);
