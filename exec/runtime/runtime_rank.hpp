@@ -326,6 +326,27 @@ struct RankRun {
     for (auto& [c, r] : gather_pending[(size_t)ui]) c->wait(r);
     gather_pending[(size_t)ui].clear();
   }
+  // plan.overlap_param_gather (ZeRO 1-2, every parameter on the device: defer_param_gather): the updated parameters'
+  // all-gathers are started after the optimizer (zero_gather_params), unit by unit in the order the next step first
+  // reads them (the embedding and head, then the layers), at most kParamGathersInFlight at a time (each unit's goes
+  // through a staging buffer, its slices being padded); a unit's is finished (waited for, written into the
+  // parameters) before its first read: a piece of its layer (piece_params), the ends at the step's start, and all of
+  // them before anything else reads the parameters (finish_param_gathers: the optimizer, a checkpoint, a delink's
+  // hand-over, the run's end). Megatron-LM's forward pre-hooks; the simulator's add_param_gathers_under_fwd.
+  static constexpr int kParamGathersInFlight = 2;
+  struct ParamGather {
+    Comm* c;
+    CommRequest req;
+    Buf<T> mine, all;
+    long long lo, hi;
+  };
+  std::vector<std::vector<ParamGather>> param_pending;  // per unit: its started all-gathers
+  std::vector<int> param_queue;                          // the units to gather this step, in order
+  size_t param_next = 0, param_in_flight = 0;            // the next of param_queue to start; started, not finished
+  bool defer_param_gather() const;
+  void start_param_gathers(int upto);  // started in order up to unit `upto` (-1: as the bound allows)
+  void finish_param_gather(int ui);
+  void finish_param_gathers();
   void param_release(int ui) {  // zparam: the gathered unit is freed at its run's end (granular: its views unset)
     if (!(zparam || gran.is_off(ui)) || !is_layer_unit(ui)) return;
     wait_gather(ui);  // (a prefetched unit is used, and waited for, before its release; this keeps it so)

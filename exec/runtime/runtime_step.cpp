@@ -193,6 +193,8 @@ void RankRun<T>::begin_step(Loop& lp, int step) {
     if (units[0].owned) all_gather_unit(0);
     if (units[L + 1].owned) all_gather_unit((int)L + 1);
   }
+  finish_param_gather(0);  // overlap_param_gather: the ends' updated parameters (the layers' in piece_params)
+  finish_param_gather((int)L + 1);
 }
 
 // Exchange k of the shared schedule (schedule/exchange.hpp), before work item k: the previous item's output
@@ -297,6 +299,7 @@ template <class T>
 void RankRun<T>::piece_params(Loop& lp, size_t pc, long long j, bool run_start) {
   const int l = lp.pieces[pc].layer;
   const int wl = (int)weight_group(l, L, shared);  // the weight slot position l uses
+  finish_param_gather(unit_of_layer(wl));  // (overlap_param_gather: its updated parameters, at its first read)
   if (p.zero >= 3 && run_start && !gran.is_off(unit_of_layer(wl))) {  // (granular: gathered as loaded)
     const int u = unit_of_layer(wl);
     if (!(zparam && prefetched[u])) {
@@ -423,6 +426,7 @@ bool RankRun<T>::end_step(Loop& lp, int step, int first, double loss, std::chron
   pp->wait_sends();
   lp.sendbufs.clear();
   for (size_t u = 0; u < gather_pending.size(); ++u) wait_gather((int)u);  // (none: each prefetch was used)
+  finish_param_gathers();  // (none: each was read)
   gran.finish_grads();  // granular: the gradients sent down arrived and added, before the norm and the host Adam
   rec.span("dp+optimizer", kTidDp, [&] {
     if (store) store->host_phase_begin((int)lp.run_layer.size());  // the ADAM moment
@@ -458,6 +462,7 @@ bool RankRun<T>::end_step(Loop& lp, int step, int first, double loss, std::chron
   const bool ckpt = !o.checkpoint_dir.empty() &&
                     ((o.checkpoint_every > 0 && (step + 1) % o.checkpoint_every == 0) || (stopping && o.checkpoint_every > 0));
   if (ckpt) {
+    finish_param_gathers();  // (overlap_param_gather: the updated parameters in place before they are saved)
     save_checkpoint(step + 1);
     res.last_checkpoint = checkpoint_step_dir(o.checkpoint_dir, step + 1);
     if (world.rank() == 0) prune_checkpoints(o.checkpoint_dir, o.keep_checkpoints, step + 1);
@@ -515,6 +520,7 @@ RunResult RankRun<T>::run() {
   for (int step = first; step < o.steps; ++step) {
     if (store) store->begin_step();
     if (step == delink_step) {  // the pseudo phase's run ends here; the real phase runs as its own run
+      finish_param_gathers();
       if (handoff) export_state(*handoff);  // (exec/runtime/runtime_relayout.cpp)
       else if (keep) export_local(*keep);
       else throw std::logic_error("delink without a handover (exec/runtime/runtime_relayout.cpp)");
@@ -530,6 +536,7 @@ RunResult RankRun<T>::run() {
     if (end_step(lp, step, first, loss, t0)) break;
   }
   lp.graph.drop();
+  finish_param_gathers();  // (the last step's updated parameters, before anything reads them)
   finish_run(lp);
   return lp.res;
 }

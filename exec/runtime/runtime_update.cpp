@@ -4,6 +4,8 @@
 // under optimizer offload, on host memory for granular-offloaded units), Pseudo-to-Real's sums over a weight group's
 // slot holders, and the tensors a checkpoint holds (the delink itself: exec/runtime/runtime_relayout.cpp).
 // Invariant: every rank of a group calls each collective in the same order.
+#include <algorithm>
+
 #include "exec/runtime/runtime_rank.hpp"
 #include "exec/runtime/offload/host_adam.hpp"
 #include "sim/step_formulas.hpp"  // kGradBucketsInFlight
@@ -364,13 +366,78 @@ void RankRun<T>::adam_update(int step, int warmup, double norm) {
   if (store) store->device_adam_wait();  // (the hybrid chunks' parameters on the host: what follows reads them)
 }
 
-// ZeRO-1/2: every rank gathers the updated parameter slices of its owned units.
+// ZeRO-1/2: every rank gathers the updated parameter slices of its owned units (overlap_param_gather: starts them,
+// finished before each unit's first read).
 template <class T>
 void RankRun<T>::zero_gather_params() {
+  if (defer_param_gather()) {
+    param_queue.clear();
+    for (int ui : {0, (int)L + 1})
+      if (units[ui].owned) param_queue.push_back(ui);
+    for (int ui = 1; ui <= (int)L; ++ui)
+      if (units[ui].owned) param_queue.push_back(ui);
+    param_next = param_in_flight = 0;
+    param_pending.resize(units.size());
+    start_param_gathers(-1);
+    return;
+  }
   if (p.zero >= 1 && p.zero <= 2 && p.data_ranks() > 1)
     for (int ui = 0; ui < (int)units.size(); ++ui)
       if (units[ui].owned) all_gather_unit(ui);
   Buf<T>().swap(zslice);  // (sliced host_master: the slices are in the units now)
+}
+
+// all_gather_unit's device path without host copies or chunks (defer_param_gather), its collectives started.
+template <class T>
+bool RankRun<T>::defer_param_gather() const {
+  return p.overlap_param_gather && (p.zero == 1 || p.zero == 2) && p.data_ranks() > 1 && !host_master && !store &&
+         !gran.on();
+}
+
+template <class T>
+void RankRun<T>::start_param_gathers(int upto) {
+  auto started = [&](int ui) {
+    for (size_t i = 0; i < param_next; ++i)
+      if (param_queue[i] == ui) return true;
+    return false;
+  };
+  while (param_next < param_queue.size() &&
+         (param_in_flight < (size_t)kParamGathersInFlight || (upto >= 0 && !started(upto)))) {
+    const int ui = param_queue[param_next++];
+    ++param_in_flight;
+    for (int si = 0; si < nseg(ui); ++si) {
+      const Seg sg = seg(ui, si);
+      if (sg.n == 1) continue;  // (one rank: its slice is the segment)
+      ParamGather g{sg.c, {}, Buf<T>(sg.slice), Buf<T>(sg.slice * sg.n), sg.lo, sg.hi};
+      ops::fill(g.mine.data(), T(0), (long)sg.slice);
+      const long long a = sg.lo + sg.r * sg.slice, z = std::min(sg.hi, a + sg.slice);
+      if (z > a) gl.read_range(ptab, a, z, g.mine.data());
+      g.req = sg.c->iall_gather(g.mine.data(), g.all.data(), sg.slice, dtype_of<T>());
+      param_pending[(size_t)ui].push_back(std::move(g));
+    }
+  }
+}
+
+template <class T>
+void RankRun<T>::finish_param_gather(int ui) {
+  if (param_queue.empty()) return;
+  bool queued = false;
+  for (size_t i = 0; i < param_queue.size(); ++i) queued |= param_queue[i] == ui;
+  if (!queued) return;
+  start_param_gathers(ui);
+  for (ParamGather& g : param_pending[(size_t)ui]) {
+    g.c->wait(g.req);
+    gl.write_range(ptab, g.lo, g.hi, g.all.data());
+  }
+  param_pending[(size_t)ui].clear();
+  param_queue.erase(std::find(param_queue.begin(), param_queue.end(), ui));
+  --param_next, --param_in_flight;
+  start_param_gathers(-1);
+}
+
+template <class T>
+void RankRun<T>::finish_param_gathers() {
+  while (!param_queue.empty()) finish_param_gather(param_queue.front());
 }
 
 template void RankRun<float>::sp_reduce_layer(int, long long, long long);
@@ -381,6 +448,8 @@ template std::vector<TensorView> RankRun<float>::state_tensors(int32_t*);
 template void RankRun<float>::save_checkpoint(long);
 template long RankRun<float>::load_checkpoint(long);
 template void RankRun<float>::optimizer_step(int, int, RunResult&);
+template void RankRun<float>::finish_param_gather(int);
+template void RankRun<float>::finish_param_gathers();
 template void RankRun<double>::sp_reduce_layer(int, long long, long long);
 template void RankRun<double>::reduce_scatter_unit(int, bool);
 template void RankRun<double>::all_gather_unit(int);
@@ -389,5 +458,7 @@ template std::vector<TensorView> RankRun<double>::state_tensors(int32_t*);
 template void RankRun<double>::save_checkpoint(long);
 template long RankRun<double>::load_checkpoint(long);
 template void RankRun<double>::optimizer_step(int, int, RunResult&);
+template void RankRun<double>::finish_param_gather(int);
+template void RankRun<double>::finish_param_gathers();
 
 }  // namespace tp::exec::detail

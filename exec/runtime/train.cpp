@@ -107,10 +107,10 @@ std::vector<std::string> run_notes(const Scenario& sc, bool fp64) {
                     (fp64 ? "" : " (on cuda with fp8 tensor cores the layers' GEMMs of two casts run on cuBLASLt's fp8 "
                                  "kernels, docs/cuda.md)"));
   // Overlaps the simulator costs but the executor does not run: say so, the results are the same.
-  if (sc.plan.overlap_param_gather)
-    notes.push_back("$.plan.overlap_param_gather: run all-gathers the updated parameters after the optimizer, not "
-                    "under the next step's first forward: the results are the same, the step time is not the "
-                    "overlap's the simulator predicts");
+  if (sc.plan.overlap_param_gather && sc.plan.offload.kind != OffloadKind::none)
+    notes.push_back("$.plan.overlap_param_gather: with offload run all-gathers the updated parameters after the "
+                    "optimizer, not under the next step's first forward: the results are the same, the step time is "
+                    "not the overlap's the simulator predicts");
   return notes;
 }
 

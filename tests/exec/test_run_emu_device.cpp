@@ -116,6 +116,9 @@ TEST(RunEmuDevice, NcclStandInMatchesSingleRankFloat64) {
                    // tp_comm_overlap's pieces: each read only after its wait, each staging buffer reused after it
                    {"dev_nccl_tp2_sp_overlap", {{"tp", 2}, {"sequence_parallel", true}, {"tp_comm_overlap", true}},
                     "--comm nccl"},
+                   // overlap_param_gather: each unit's gather waited for at its first read in the next step
+                   {"dev_nccl_dp2_zero1_param_gather", {{"dp", 2}, {"zero", 1}, {"overlap_param_gather", true}},
+                    "--comm nccl"},
                },
                steps);
 }

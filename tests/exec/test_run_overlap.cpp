@@ -5,13 +5,15 @@
 // losses and gradient norms are bit-identical with and without overlap; the trace (`run --trace`: one step) shows
 // one reduction per layer in the dp lane, last layer first, each ended before the step's optimizer begins, and
 // none without overlap. ZeRO-3's parameter gathers run a run ahead (RankRun::prefetch_next_run). plan.tp_comm_overlap
-// runs sequence parallelism's collectives in pieces under the GEMMs (exec/model/sp_pieces.hpp).
+// runs sequence parallelism's collectives in pieces under the GEMMs (exec/model/sp_pieces.hpp); overlap_param_gather
+// finishes each unit's updated-parameter all-gather at its first read in the next step.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <fstream>
 #include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "exec/oracle_run.hpp"
@@ -158,18 +160,58 @@ TEST(RunOverlap, TpCommOverlapInPiecesMatchesSingleRankFloat64) {
   }
 }
 
-// The overlap the simulator costs but `trainplan run` does not (the parameter all-gather under the next forward): run
-// says so in a note naming the key, once; tp_comm_overlap, which run does in pieces, has none.
+// plan.overlap_param_gather (ZeRO 1-2; RankRun::zero_gather_params): the updated parameters' all-gathers started
+// after the optimizer and finished before each unit's first read in the next step (its layer's piece, the ends at the
+// step's start), and before a checkpoint, a delink's hand-over or the run's end. The same gathers, so the float32 losses
+// and gradient norms are bit-identical with and without it: ZeRO 1 and 2, with tp + SP, pp interleaved, MoE's expert
+// segments; a checkpoint taken right after the optimizer resumes bit for bit, and a delink hands over the updated
+// weights. A unit read before its gather finished would train on stale weights.
+TEST(RunOverlap, ParamGatherUnderTheForwardIsBitIdentical) {
+  if (!have_mpi()) GTEST_SKIP() << "built without MPI";
+  const std::vector<std::tuple<std::string, json, json>> plans = {
+      {"dp2_zero1", {{"dp", 2}, {"zero", 1}, {"overlap_grad_reduce", true}}, json::object()},
+      {"dp2_zero2_pp2_interleaved", {{"dp", 2}, {"zero", 2}, {"pp", 2}, {"schedule", "interleaved"}, {"virtual_stages", 2}},
+       json::object()},
+      {"dp2_tp2_sp_zero1", {{"dp", 2}, {"tp", 2}, {"sequence_parallel", true}, {"zero", 1}}, json::object()},
+      {"moe_dp2_ep2_zero1", {{"dp", 2}, {"ep", 2}, {"zero", 1}},
+       {{"experts", 4}, {"top_k", 2}, {"capacity_factor", 1.0}, {"every", 2}, {"ffn_hidden", 128}}},
+      {"dp2_zero1_delink", {{"dp", 2}, {"zero", 1}, {"delink", {{"unique_layers", 2}, {"tokens", 768}}}}, json::object()},
+  };
+  for (const auto& [name, plan, moe] : plans) {
+    json on_plan = plan, model = json::object();
+    on_plan["overlap_param_gather"] = true;
+    if (!moe.empty()) model["moe"] = moe;
+    const std::string extra = name.find("delink") != std::string::npos ? "--delink-step 2" : "";
+    json on = run(scenario("opg_on_" + name, on_plan, 8, 0, model), 4, false, nullptr, extra);
+    json off = run(scenario("opg_off_" + name, plan, 8, 0, model), 4, false, nullptr, extra);
+    ASSERT_FALSE(on.is_null()) << name << "\n" << log_text(tmpdir() + "/opg_on_" + name + ".json");
+    ASSERT_FALSE(off.is_null()) << name;
+    EXPECT_EQ(on["losses"], off["losses"]) << name;
+    EXPECT_EQ(on["grad_norm"], off["grad_norm"]) << name;
+  }
+  const std::string f = scenario("opg_ckpt", {{"dp", 2}, {"zero", 1}, {"overlap_param_gather", true}});
+  json e32 = run(scenario("opg_ckpt_ref", {{"dp", 2}, {"zero", 1}}), 3, false);
+  ASSERT_FALSE(e32.is_null());
+  expect_resume_bit_identical(f, 3, e32, "", "opg_ckpt_dir");
+}
+
+// The overlap the simulator costs but `trainplan run` does not (the parameter all-gather under the next forward, with
+// offload): run says so in a note naming the key, once; tp_comm_overlap, which run does in pieces, and
+// overlap_param_gather without offload have none.
 TEST(RunOverlap, OverlapsTheExecutorDoesNotRunAreNoted) {
-  const std::string f = scenario("notes_tp_overlap", {{"tp", 2}, {"sequence_parallel", true}, {"tp_comm_overlap", true},
-                                                      {"dp", 2}, {"zero", 1}, {"overlap_param_gather", true}});
-  const std::vector<std::string> notes = tp::exec::run_notes(tp::load_scenario(f), false);
-  auto count = [&](const std::string& key) {
+  auto notes_of = [](const std::string& name, const json& plan) {
+    return tp::exec::run_notes(tp::load_scenario(scenario(name, plan)), false);
+  };
+  auto count = [](const std::vector<std::string>& notes, const std::string& key) {
     return std::count_if(notes.begin(), notes.end(), [&](const std::string& n) { return n.rfind(key, 0) == 0; });
   };
-  std::string all;
-  for (const std::string& n : notes) all += n + "\n";
-  EXPECT_EQ(count("$.plan.tp_comm_overlap"), 0) << all;
-  EXPECT_EQ(count("$.plan.overlap_param_gather: run all-gathers"), 1) << all;
-  EXPECT_TRUE(tp::exec::run_notes(tp::load_scenario(scenario("notes_plain", {{"tp", 2}})), false).empty());
+  const json both = {{"tp", 2}, {"sequence_parallel", true}, {"tp_comm_overlap", true}, {"dp", 2}, {"zero", 1},
+                     {"overlap_param_gather", true}};
+  const std::vector<std::string> run_both = notes_of("notes_tp_overlap", both);
+  EXPECT_EQ(count(run_both, "$.plan.tp_comm_overlap"), 0);
+  EXPECT_EQ(count(run_both, "$.plan.overlap_param_gather"), 0);
+  json offload = both;
+  offload["offload"] = {{"kind", "optimizer"}};
+  EXPECT_EQ(count(notes_of("notes_opg_offload", offload), "$.plan.overlap_param_gather: with offload run all-gathers"), 1);
+  EXPECT_TRUE(notes_of("notes_plain", {{"tp", 2}}).empty());
 }
