@@ -198,6 +198,16 @@ int refused_on_every_rank(exec::Comm& world, const exec::DeviceCommRefused& e) {
 
 // One process per rank. Every rank loads and checks the scenario before any work, so bad input fails
 // everywhere with exit 2 (printed once, by rank 0); a rank that fails later aborts the whole job.
+// --comm of run, calibrate and validate: mpi (host-staged, rank-ordered sums) or nccl, which needs a device backend.
+std::string comm_option(const Args& a, const std::string& backend) {
+  const std::string comm = a.value("--comm", "mpi");
+  if (comm != "mpi" && comm != "nccl") throw Usage("--comm: expected mpi or nccl, got '" + comm + "'");
+  if (comm == "nccl" && backend != "cuda" && backend != "emu-device")
+    throw Usage("--comm nccl needs --backend cuda (NCCL runs the collectives of GPU memory) or emu-device (its stand-in, "
+                "NCCL's table emulated over MPI)");
+  return comm;
+}
+
 int cmd_run(int argc, char** argv) {
   Args a = parse_args(argc, argv, 2, {"--steps", "--json", "--seed", "--lr", "--data", "--delink-step", "--checkpoint-dir", "--checkpoint-every", "--trace",
                                           "--device-budget", "--backend", "--log-every", "--keep-checkpoints", "--plan",
@@ -235,10 +245,7 @@ int cmd_run(int argc, char** argv) {
   o.fp64 = a.flag("--fp64");
   o.bf16_weight_copies = !a.flag("--no-bf16-weight-copies");
   o.backend = a.value("--backend", "cpu");
-  o.comm = a.value("--comm", "mpi");
-  if (o.comm != "mpi" && o.comm != "nccl") throw Usage("--comm: expected mpi or nccl, got '" + o.comm + "'");
-  if (o.comm == "nccl" && o.backend != "cuda" && o.backend != "emu-device")
-    throw Usage("--comm nccl needs --backend cuda (NCCL runs the collectives of GPU memory) or emu-device (its stand-in)");
+  o.comm = comm_option(a, o.backend);
   // --gpu-memory-budget: a smaller GPU, emulated by the backend's allocator (cuda: TP_CUDA_MEMORY_BUDGET; emu-device:
   // its device's capacity, TP_EMU_DEVICE_BYTES), set before the backend is first used.
   if (const double budget = num("--gpu-memory-budget", 1, 0); budget > 0) {
@@ -392,10 +399,7 @@ int cmd_calibrate(int argc, char** argv) {
     o.gpus_per_node = (int)num("--gpus-per-node", 1);
     o.memory_bytes = num("--memory-bytes", 1);
     o.power_w = num("--power-w", 0);
-    o.comm = a.value("--comm", "mpi");
-    if (o.comm != "mpi" && o.comm != "nccl") throw Usage("--comm: expected mpi or nccl, got " + o.comm);
-    if (o.comm == "nccl" && backend != "cuda" && backend != "emu-device")
-      throw Usage("--comm nccl needs --backend cuda or emu-device (its stand-in)");
+    o.comm = comm_option(a, backend);
     if (backend != "cpu") {
       std::string why;
       be = exec::find_backend(backend, why);
@@ -455,10 +459,7 @@ int cmd_validate(int argc, char** argv) {
   o.backend = a.value("--backend", "cpu");
   if (o.backend != "cpu" && o.backend != "emu-device" && o.backend != "cuda")
     throw Usage("--backend: expected cpu, emu-device or cuda (a backend with its own device memory), got " + o.backend);
-  o.comm = a.value("--comm", "mpi");
-  if (o.comm != "mpi" && o.comm != "nccl") throw Usage("--comm: expected mpi or nccl, got '" + o.comm + "'");
-  if (o.comm == "nccl" && o.backend != "cuda" && o.backend != "emu-device")
-    throw Usage("--comm nccl needs --backend cuda (or emu-device, NCCL's table emulated over MPI)");
+  o.comm = comm_option(a, o.backend);
   if (cuda_without_device(o.backend)) return 77;
   exec::Comm& world = exec::world();
   json profile, rep;
