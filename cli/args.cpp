@@ -54,7 +54,7 @@ const char* const kHelp =
     "                [--no-bf16-weight-copies]   (precision bf16: no bf16 copies of the weights; each GEMM rounds\n"
     "                the fp32 weights itself: the same results, a check)\n"
     "                [--cuda-graphs auto|on|off]   (cuda, emu-device: the steady step captured once and replayed\n"
-    "                as a graph; auto: as plan.cuda_graphs says; one GPU without offload, fp8, MoE or --trace)\n"
+    "                as a graph; auto: as plan.cuda_graphs says; one GPU without offload, MoE, ZeRO-2/3 or --trace)\n"
     "      train the scenario's GPT with its plan (one process per rank: mpirun -np GPUS / srun); --backend\n"
     "      picks the compute backend: cpu (default), emu (the GPU kernels on a CPU emulator of a thread block:\n"
     "      slow, for checking them), emu-device (emu with tensor memory the host cannot read, as on a GPU:\n"
