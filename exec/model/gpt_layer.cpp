@@ -188,6 +188,20 @@ void mlp_bwd(const Gpt<T>& g, int wl, int lin1, int w1, int b1, int w2, int b2, 
 
 // ---- forward ----------------------------------------------------------------------------------------------------
 
+// Under SP, where `in` gathers a LayerNorm's rows [N, C] for a column-parallel GEMM and its weight gradient: into
+// `saved` (the layer's saved field), or under bf16 storage into `full` (T, freed once packed) and, packed, into saved's
+// bf16 copy (LayerActs::out16), which is what the weight gradient reads.
+template <class T>
+void gather_target(const Gpt<T>& g, LayerActs<T>& a, Buf<T>& saved, Buf<T>& full, const LayerDims& d, ColIn<T>& in) {
+  if (g.pack_operands16) {
+    full.resize(d.N * d.C);
+    in.full = full.data(), in.full_owner = &full, in.full16 = a.out16(saved, (size_t)(d.N * d.C));
+  } else {
+    saved.resize(d.N * d.C);
+    in.full = saved.data();
+  }
+}
+
 // ln1 [Nl, C] of x_in on the shard, and the QKV input [N, C] it makes (ColIn): without SP ln1 itself in a.ln1 (bf16
 // storage: written packed only, as the QKV GEMM and its weight gradient read it); under SP its rows in ln, to be
 // all-gathered into a.ln1 (bf16 storage: into `full`, then packed into a.ln1's copy, which the weight gradient reads).
@@ -211,13 +225,7 @@ ColIn<T> ln1_fwd(const Gpt<T>& g, const LayerParams& W, const T* x_in, LayerActs
     return in;
   }
   in.shard = ln.data(), in.shard_owner = &ln;
-  if (g.pack_operands16) {
-    full.resize(d.N * d.C);
-    in.full = full.data(), in.full_owner = &full, in.full16 = a.out16(a.ln1, (size_t)(d.N * d.C));
-  } else {
-    a.ln1.resize(d.N * d.C);
-    in.full = a.ln1.data();
-  }
+  gather_target(g, a, a.ln1, full, d, in);
   return in;
 }
 
@@ -364,13 +372,7 @@ void dense_block_fwd(const Gpt<T>& g, int wl, const LayerParams& W, LayerActs<T>
     in.x16 = ln2_16;
   } else if (g.sp) {
     in.shard = ln2.data();
-    if (g.pack_operands16) {
-      full.resize(d.N * d.C);
-      in.full = full.data(), in.full_owner = &full, in.full16 = a.out16(a.ln2, (size_t)(d.N * d.C));
-    } else {
-      a.ln2.resize(d.N * d.C);
-      in.full = a.ln2.data();
-    }
+    gather_target(g, a, a.ln2, full, d, in);
   } else {
     a.ln2 = std::move(ln2);
     if (g.pack_operands16) in.x16 = a.pack_now(a.ln2, true);
