@@ -196,8 +196,6 @@ int refused_on_every_rank(exec::Comm& world, const exec::DeviceCommRefused& e) {
   return 2;
 }
 
-// One process per rank. Every rank loads and checks the scenario before any work, so bad input fails
-// everywhere with exit 2 (printed once, by rank 0); a rank that fails later aborts the whole job.
 // --comm of run, calibrate and validate: mpi (host-staged, rank-ordered sums) or nccl, which needs a device backend.
 std::string comm_option(const Args& a, const std::string& backend) {
   const std::string comm = a.value("--comm", "mpi");
@@ -208,6 +206,8 @@ std::string comm_option(const Args& a, const std::string& backend) {
   return comm;
 }
 
+// One process per rank. Every rank loads and checks the scenario before any work, so bad input fails
+// everywhere with exit 2 (printed once, by rank 0); a rank that fails later aborts the whole job.
 int cmd_run(int argc, char** argv) {
   Args a = parse_args(argc, argv, 2, {"--steps", "--json", "--seed", "--lr", "--data", "--delink-step", "--checkpoint-dir", "--checkpoint-every", "--trace",
                                           "--device-budget", "--backend", "--log-every", "--keep-checkpoints", "--plan",
@@ -274,7 +274,7 @@ int cmd_run(int argc, char** argv) {
     if (world.rank() == 0) print_warnings(sc);
     exec::check_runnable(sc);
     if (world.rank() == 0)
-      for (const std::string& n : exec::run_notes(sc, o.fp64)) std::cerr << "note: " << n << "\n";
+      for (const std::string& n : exec::run_notes(sc, o.fp64, o.comm)) std::cerr << "note: " << n << "\n";
     exec::check_run_memory(sc, o.fp64, o.backend == "cuda");
     if (!o.data.empty()) exec::load_run_tokens(o.data, sc.model.vocab);  // a bad token file: exit 2 on every rank, before work
     std::string why;

@@ -18,19 +18,34 @@
 
 namespace tp::exec {
 
-// Piece j of k covers rows [off(j), off(j + 1)) of every rank's Nl-row shard (as even as can be; k <= Nl).
+// Piece j of k covers rows [off(j), off(j + 1)) of every rank's Nl-row shard: as even as can be with its bounds on
+// multiples of `align` rows, never empty (k <= Nl).
 struct SpPieces {
   long Nl = 0;
   int k = 1;
-  long off(int j) const { return Nl * j / k; }
+  long align = 1;
+  long off(int j) const {
+    if (j >= k) return Nl;
+    const long o = Nl * j / k;
+    return o - o % align;
+  }
   long rows(int j) const { return off(j + 1) - off(j); }
-  long max_rows() const { return (Nl + k - 1) / k; }
+  long max_rows() const {
+    long m = 0;
+    for (int j = 0; j < k; ++j) m = std::max(m, rows(j));
+    return m;
+  }
 };
 // Pieces per collective: Transformer Engine's defaults in Megatron-LM's overlap configuration are a ring of tp chunks
 // for the all-gathers (here two pieces after this rank's own rows, which need no wait) and 4 pipelined splits for the
 // reduce-scatters.
 constexpr int kSpGatherPieces = 2, kSpScatterPieces = 4;
-inline SpPieces sp_pieces(long Nl, int want) { return {Nl, (int)std::max(1L, std::min<long>(want, Nl))}; }
+// Bounds on multiples of 16 rows where every piece keeps 16 or more: cuBLASLt's fp8 GEMMs want row counts that are
+// multiples of 16 (exec/kernels/cuda/gemm_lt.cpp), so a shard of a multiple of 16 rows keeps every piece on them.
+inline SpPieces sp_pieces(long Nl, int want) {
+  const int k = (int)std::max(1L, std::min<long>(want, Nl));
+  return {Nl, k, Nl >= 16L * k ? 16L : 1L};
+}
 
 // full [N, C] (N = Nl tp) = the tp ranks' shards [Nl, C] all-gathered, and ready(row0, rows) called once for each
 // block of full's rows after it has arrived, every row in one block. Whole: one all-gather, then ready(0, N). In

@@ -390,8 +390,7 @@ void RankRun<T>::zero_gather_params() {
 // all_gather_unit's device path without host copies or chunks (defer_param_gather), its collectives started.
 template <class T>
 bool RankRun<T>::defer_param_gather() const {
-  return p.overlap_param_gather && (p.zero == 1 || p.zero == 2) && p.data_ranks() > 1 && !host_master && !store &&
-         !gran.on();
+  return runs_param_gather_under_forward(p) && !host_master && !store && !gran.on();  // (the last three: offload's)
 }
 
 template <class T>

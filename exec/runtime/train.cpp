@@ -79,7 +79,12 @@ void check_runnable(const Scenario& sc) {
   }
 }
 
-std::vector<std::string> run_notes(const Scenario& sc, bool fp64) {
+bool runs_param_gather_under_forward(const Plan& p) {
+  return p.overlap_param_gather && (p.zero == 1 || p.zero == 2) && p.data_ranks() > 1 &&
+         p.offload.kind == OffloadKind::none;
+}
+
+std::vector<std::string> run_notes(const Scenario& sc, bool fp64, const std::string& comm) {
   std::vector<std::string> notes;
   const Precision p = sc.training.precision;
   if (p == Precision::bf16)
@@ -111,6 +116,15 @@ std::vector<std::string> run_notes(const Scenario& sc, bool fp64) {
     notes.push_back("$.plan.overlap_param_gather: with offload run all-gathers the updated parameters after the "
                     "optimizer, not under the next step's first forward: the results are the same, the step time is "
                     "not the overlap's the simulator predicts");
+  // Overlaps run does, whose collectives a communicator without asynchronous progress completes inside the calls.
+  std::string serial;
+  if (sc.plan.tp_comm_overlap && sc.plan.sequence_parallel && sc.plan.tp > 1)
+    serial = "plan.tp_comm_overlap's pieces run one after another";
+  if (runs_param_gather_under_forward(sc.plan))
+    serial += std::string(serial.empty() ? "" : " and ") + "plan.overlap_param_gather's all-gathers at the optimizer's end";
+  if (comm == "mpi" && !serial.empty())
+    notes.push_back("--comm mpi: run's collectives complete inside their calls (host-staged, rank-ordered sums), so " +
+                    serial + ": the same results, no overlap (--comm nccl on a device backend overlaps them)");
   return notes;
 }
 

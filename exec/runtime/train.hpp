@@ -120,8 +120,12 @@ struct RunResult {
 void check_runnable(const Scenario& sc);
 // What `run` does differently from what the scenario says without refusing it, one line each for rank 0 to print
 // as "note: ...": training.precision fp16 trains in float32 (float64 with --fp64); bf16 runs its GEMMs on bf16
-// operands with tensors stored in float32 (Backend::set_bf16_gemm); fp8 emulates Transformer Engine's casts.
-std::vector<std::string> run_notes(const Scenario& sc, bool fp64);
+// operands with tensors stored in float32 (Backend::set_bf16_gemm); fp8 emulates Transformer Engine's casts. comm (run's
+// --comm; empty: not said): under "mpi" the overlaps' collectives complete inside their calls.
+std::vector<std::string> run_notes(const Scenario& sc, bool fp64, const std::string& comm = "");
+// plan.overlap_param_gather as run runs it: ZeRO-1/2's updated-parameter all-gathers under the next forward, without
+// offload (whose parameters go through the host); otherwise after the optimizer.
+bool runs_param_gather_under_forward(const Plan& p);
 // The ranks a run of sc takes: its plan's GPUs, or a Pseudo-to-Real pseudo plan's when that has more (the
 // other phase runs on the first ones); check_job_ranks throws InputError naming the plan when the job has another
 // count.

@@ -214,4 +214,8 @@ TEST(RunOverlap, OverlapsTheExecutorDoesNotRunAreNoted) {
   offload["offload"] = {{"kind", "optimizer"}};
   EXPECT_EQ(count(notes_of("notes_opg_offload", offload), "$.plan.overlap_param_gather: with offload run all-gathers"), 1);
   EXPECT_TRUE(notes_of("notes_plain", {{"tp", 2}}).empty());
+  // Under --comm mpi the collectives complete inside their calls: one note says the overlaps run without overlap.
+  const tp::Scenario sc = tp::load_scenario(scenario("notes_tp_overlap_mpi", both));
+  EXPECT_EQ(count(tp::exec::run_notes(sc, false, "mpi"), "--comm mpi: run's collectives complete inside their calls"), 1);
+  EXPECT_EQ(count(tp::exec::run_notes(sc, false, "nccl"), "--comm"), 0);
 }

@@ -139,8 +139,21 @@ TEST(SpPieces, ReduceScatterInPiecesIsTheWholeOnesSums) {
   }
 }
 
-// Pieces are as even as the rows allow and never empty.
+// Pieces are as even as the rows allow and never empty; on shards of 16 rows a piece or more their bounds fall on
+// multiples of 16 (cuBLASLt's fp8 GEMMs), so a shard of a multiple of 16 rows has pieces of multiples of 16.
 TEST(SpPieces, PiecesSplitTheShardEvenly) {
+  for (long Nl : {64L, 100L, 512L, 4096L}) {
+    const SpPieces b = sp_pieces(Nl, kSpScatterPieces);
+    long total = 0;
+    for (int j = 0; j < b.k; ++j) {
+      EXPECT_GE(b.rows(j), 16) << Nl << " " << j;
+      if (j + 1 < b.k || Nl % 16 == 0) {
+        EXPECT_EQ(b.rows(j) % 16, 0) << Nl << " " << j;
+      }
+      total += b.rows(j);
+    }
+    EXPECT_EQ(total, Nl);
+  }
   const SpPieces a = sp_pieces(10, 4);
   EXPECT_EQ(a.k, 4);
   long sum = 0;
