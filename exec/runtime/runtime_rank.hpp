@@ -341,9 +341,14 @@ struct RankRun {
     long long lo, hi;
   };
   std::vector<std::vector<ParamGather>> param_pending;  // per unit: its started all-gathers
-  std::vector<int> param_queue;                          // the units to gather this step, in order
-  size_t param_next = 0, param_in_flight = 0;            // the next of param_queue to start; started, not finished
+  // The units whose gathers are not finished, in order; the first param_next of them are started (in flight).
+  std::vector<int> param_queue;
+  size_t param_next = 0;
   bool defer_param_gather() const;
+  // Segment sg's all-gather of the rank's slice of the parameters (all_gather_unit's device path): started (async) or
+  // done; param_gather_write waits for it and writes the gathered segment into the parameters.
+  ParamGather param_gather_start(const Seg& sg, bool async);
+  void param_gather_write(ParamGather& g);
   void start_param_gathers(int upto);  // started in order up to unit `upto` (-1: as the bound allows)
   void finish_param_gather(int ui);
   void finish_param_gathers();

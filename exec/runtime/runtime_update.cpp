@@ -63,8 +63,8 @@ void RankRun<T>::all_gather_unit(int ui) {
       gran.host_all_gather(*sg.c, ui, sg.slice, a, std::min(sg.hi, a + sg.slice), sg.lo, sg.hi - sg.lo);
       continue;
     }
-    Buf<T> all(sg.slice * sg.n);
-    if (host_master && master_sliced) {  // the updated slice is in zslice; the views read as T copied, the others packed
+    if (host_master && master_sliced) {
+      Buf<T> all(sg.slice * sg.n);  // the updated slice is in zslice; the views read as T copied, the others packed
       sg.c->all_gather(zslice.data() + own_off[own_index(ui) + si], all.data(), sg.slice, dtype_of<T>());
       gl.each_view(sg.lo, sg.hi, [&](size_t v, long long lo, long long hi, long long at) {
         if (vdev[v] >= 0) ops::copy(params.data() + vdev[v] + lo, all.data() + at, (long)(hi - lo));
@@ -72,12 +72,8 @@ void RankRun<T>::all_gather_unit(int ui) {
       });
       continue;
     }
-    Buf<T> mine(sg.slice);
-    ops::fill(mine.data(), T(0), (long)sg.slice);
-    long long a = sg.lo + sg.r * sg.slice, z = std::min(sg.hi, a + sg.slice);
-    if (z > a) gl.read_range(ptab, a, z, mine.data());
-    sg.c->all_gather(mine.data(), all.data(), sg.slice, dtype_of<T>());
-    gl.write_range(ptab, sg.lo, sg.hi, all.data());
+    ParamGather g = param_gather_start(sg, false);
+    param_gather_write(g);
     if (store && store->bf16_slots())  // (bf16 chunks: the weights' bf16 copies of what was written)
       gl.each_view(sg.lo, sg.hi, [&](size_t v, long long lo, long long hi, long long) { store->rewritten((int)v, lo, hi); });
   }
@@ -376,7 +372,7 @@ void RankRun<T>::zero_gather_params() {
       if (units[ui].owned) param_queue.push_back(ui);
     for (int ui = 1; ui <= (int)L; ++ui)
       if (units[ui].owned) param_queue.push_back(ui);
-    param_next = param_in_flight = 0;
+    param_next = 0;
     param_pending.resize(units.size());
     start_param_gathers(-1);
     return;
@@ -394,43 +390,41 @@ bool RankRun<T>::defer_param_gather() const {
 }
 
 template <class T>
+typename RankRun<T>::ParamGather RankRun<T>::param_gather_start(const Seg& sg, bool async) {
+  ParamGather g{sg.c, {}, Buf<T>(sg.slice), Buf<T>(sg.slice * sg.n), sg.lo, sg.hi};
+  ops::fill(g.mine.data(), T(0), (long)sg.slice);
+  const long long a = sg.lo + sg.r * sg.slice, z = std::min(sg.hi, a + sg.slice);
+  if (z > a) gl.read_range(ptab, a, z, g.mine.data());
+  if (async) g.req = sg.c->iall_gather(g.mine.data(), g.all.data(), sg.slice, dtype_of<T>());
+  else sg.c->all_gather(g.mine.data(), g.all.data(), sg.slice, dtype_of<T>());
+  return g;
+}
+
+template <class T>
+void RankRun<T>::param_gather_write(ParamGather& g) {
+  g.c->wait(g.req);  // (a blocking gather's request: none)
+  gl.write_range(ptab, g.lo, g.hi, g.all.data());
+}
+
+template <class T>
 void RankRun<T>::start_param_gathers(int upto) {
-  auto started = [&](int ui) {
-    for (size_t i = 0; i < param_next; ++i)
-      if (param_queue[i] == ui) return true;
-    return false;
-  };
-  while (param_next < param_queue.size() &&
-         (param_in_flight < (size_t)kParamGathersInFlight || (upto >= 0 && !started(upto)))) {
+  const size_t need = upto < 0 ? 0 : size_t(std::find(param_queue.begin(), param_queue.end(), upto) - param_queue.begin()) + 1;
+  while (param_next < param_queue.size() && (param_next < (size_t)kParamGathersInFlight || param_next < need)) {
     const int ui = param_queue[param_next++];
-    ++param_in_flight;
-    for (int si = 0; si < nseg(ui); ++si) {
-      const Seg sg = seg(ui, si);
-      if (sg.n == 1) continue;  // (one rank: its slice is the segment)
-      ParamGather g{sg.c, {}, Buf<T>(sg.slice), Buf<T>(sg.slice * sg.n), sg.lo, sg.hi};
-      ops::fill(g.mine.data(), T(0), (long)sg.slice);
-      const long long a = sg.lo + sg.r * sg.slice, z = std::min(sg.hi, a + sg.slice);
-      if (z > a) gl.read_range(ptab, a, z, g.mine.data());
-      g.req = sg.c->iall_gather(g.mine.data(), g.all.data(), sg.slice, dtype_of<T>());
-      param_pending[(size_t)ui].push_back(std::move(g));
-    }
+    for (int si = 0; si < nseg(ui); ++si)
+      if (seg(ui, si).n > 1) param_pending[(size_t)ui].push_back(param_gather_start(seg(ui, si), true));  // (1: its own)
   }
 }
 
 template <class T>
 void RankRun<T>::finish_param_gather(int ui) {
-  if (param_queue.empty()) return;
-  bool queued = false;
-  for (size_t i = 0; i < param_queue.size(); ++i) queued |= param_queue[i] == ui;
-  if (!queued) return;
+  const auto at = std::find(param_queue.begin(), param_queue.end(), ui);
+  if (at == param_queue.end()) return;
   start_param_gathers(ui);
-  for (ParamGather& g : param_pending[(size_t)ui]) {
-    g.c->wait(g.req);
-    gl.write_range(ptab, g.lo, g.hi, g.all.data());
-  }
+  for (ParamGather& g : param_pending[(size_t)ui]) param_gather_write(g);
   param_pending[(size_t)ui].clear();
-  param_queue.erase(std::find(param_queue.begin(), param_queue.end(), ui));
-  --param_next, --param_in_flight;
+  param_queue.erase(at);  // (start_param_gathers leaves the queue as it is; ui is among the first param_next now)
+  --param_next;
   start_param_gathers(-1);
 }
 
